@@ -1,0 +1,333 @@
+"""Returns, baselines and advantages for MAGRPO and multi-agent PPO.
+
+Pure tensor math, one small function per equation, no trainer state. Notation follows the papers:
+
+- MAGRPO: Liu, Chen, Liang, Lyu, Amato, "LLM Collaboration With Multi-Agent Reinforcement Learning",
+  arXiv 2508.04652. ``n`` agents, ``G`` samples (``num_generations``) per agent per node, a centralized
+  reward ``r`` per *joint* action, returns ``R_t = r_t + gamma * mean(R_{t+1} of the children)``, and the
+  group-relative advantage ``A = R - mean(R)`` among the siblings of one node.
+- GRPO: Shao et al., "DeepSeekMath", arXiv 2402.03300, Sec. 4.1.2 (outcome supervision):
+  ``A_i = (r_i - mean(r)) / std(r)``.
+- RLOO: Ahmadian et al., "Back to Basics", arXiv 2402.14740, Eq. 5 (leave-one-out baseline):
+  ``A_i = r_i - 1/(G-1) * sum_{j != i} r_j``.
+
+NaN marks an unscorable sample (every reward function declined to score it). As in TRL 1.16's
+``GRPOTrainer``, NaNs are left out of every mean and standard deviation and their advantage is 0.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import torch
+from torch import Tensor
+
+__all__ = [
+    "ADVANTAGE_MODES",
+    "JOINT_MODES",
+    "agent_returns_from_joint",
+    "batch_scaled_advantages",
+    "group_relative_advantages",
+    "joint_action_indices",
+    "masked_mean",
+    "masked_var",
+    "nan_std",
+    "tree_returns",
+    "whiten",
+]
+
+ADVANTAGE_MODES: tuple[str, ...] = ("mean", "std", "loo")
+"""Valid ``mode`` values of :func:`group_relative_advantages`."""
+
+JOINT_MODES: tuple[str, ...] = ("aligned", "cross")
+"""Valid ``mode`` values of :func:`joint_action_indices`."""
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# NaN-aware statistics
+# ----------------------------------------------------------------------------------------------------------------
+def _valid_count(values: Tensor, dim: int | None, keepdim: bool) -> Tensor:
+    """Number of non-NaN entries of ``values`` along ``dim`` (all entries when ``dim`` is None)."""
+    valid = (~torch.isnan(values)).to(values.dtype)
+    if dim is None:
+        return valid.sum()
+    return valid.sum(dim=dim, keepdim=keepdim)
+
+
+def nan_std(values: Tensor, dim: int | None = None, keepdim: bool = False) -> Tensor:
+    """Unbiased (Bessel-corrected) standard deviation that ignores NaN entries.
+
+    ``std = sqrt( sum_valid (x - mean_valid)^2 / (k - 1) )`` with ``k`` the number of non-NaN entries;
+    NaN where ``k < 2``. Numerically the same as ``trl.trainer.utils.nanstd``.
+
+    Args:
+        values: Input tensor.
+        dim: Dimension to reduce; ``None`` reduces over every entry.
+        keepdim: Keep the reduced dimension (ignored when ``dim`` is None).
+
+    Returns:
+        The standard deviation, NaN where fewer than two entries are valid.
+    """
+    if dim is None:
+        mean = torch.nanmean(values)
+        sq_dev = torch.nansum((values - mean) ** 2)
+    else:
+        mean = torch.nanmean(values, dim=dim, keepdim=True)
+        sq_dev = torch.nansum((values - mean) ** 2, dim=dim, keepdim=keepdim)
+    count = _valid_count(values, dim, keepdim)
+    var = torch.where(count > 1, sq_dev / (count - 1).clamp(min=1), torch.full_like(sq_dev, float("nan")))
+    return var.sqrt()
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Group-relative advantages
+# ----------------------------------------------------------------------------------------------------------------
+def group_relative_advantages(returns: Tensor, mode: str = "mean", eps: float = 1e-4) -> Tensor:
+    """Group-relative advantage among the G siblings of one node (MAGRPO, GRPO and RLOO baselines).
+
+    Groups lie along the last dimension of ``returns`` (shape ``(..., G)``).
+
+    - ``"mean"`` -- MAGRPO (arXiv 2508.04652) default, also GRPO with ``scale_rewards="none"`` (Dr. GRPO):
+      ``A_i = R_i - mean_j R_j``.
+    - ``"std"`` -- GRPO (DeepSeekMath, arXiv 2402.03300, Sec. 4.1.2; TRL ``scale_rewards="group"``):
+      ``A_i = (R_i - mean_j R_j) / (std_j R_j + eps)`` with the unbiased std.
+    - ``"loo"`` -- RLOO leave-one-out baseline (arXiv 2402.14740, Eq. 5):
+      ``A_i = R_i - mean_{j != i} R_j = G / (G - 1) * (R_i - mean_j R_j)``.
+
+    NaN returns are excluded from the baseline and the std (``G`` above is then the number of valid
+    returns) and get advantage 0. A group whose std is undefined (one valid return) gets 0 in ``"std"``
+    mode, exactly as TRL's ``nanstd`` + ``nan_to_num`` does; so does a group with one valid return in ``"loo"``.
+
+    Args:
+        returns: Returns ``R``, shape ``(..., G)``.
+        mode: One of ``"mean"``, ``"std"``, ``"loo"``.
+        eps: Added to the std in ``"std"`` mode (TRL uses ``1e-4``).
+
+    Returns:
+        Advantages, same shape as ``returns``, with no NaN.
+
+    Raises:
+        ValueError: Unknown ``mode``, or ``G < 2`` for ``"std"`` / ``"loo"``.
+    """
+    if mode not in ADVANTAGE_MODES:
+        raise ValueError(f"Unknown advantage mode {mode!r}; valid modes are {ADVANTAGE_MODES}.")
+    group_size = returns.shape[-1]
+    if mode in ("std", "loo") and group_size < 2:
+        raise ValueError(f"Advantage mode {mode!r} needs at least 2 samples per group, got G={group_size}.")
+
+    baseline = torch.nanmean(returns, dim=-1, keepdim=True)
+    centered = returns - baseline
+    if mode == "std":
+        centered = centered / (nan_std(returns, dim=-1, keepdim=True) + eps)
+    elif mode == "loo":
+        count = _valid_count(returns, dim=-1, keepdim=True)
+        # k/(k-1) * (R_i - mean) ; undefined (NaN -> 0 below) when only one sample is valid
+        scale = torch.where(count > 1, count / (count - 1).clamp(min=1), torch.full_like(count, float("nan")))
+        centered = centered * scale
+    return torch.nan_to_num(centered, nan=0.0)
+
+
+def batch_scaled_advantages(returns: Tensor, eps: float = 1e-4) -> Tensor:
+    """GRPO advantage with batch-level scaling (TRL ``scale_rewards="batch"``, PPO-Lite arXiv 2508.08221).
+
+    ``A_i = (R_i - mean_{j in group(i)} R_j) / (std_{all k in batch} R_k + eps)``: the baseline is the group
+    mean along the last dimension, the scale is the unbiased std over *every* entry of ``returns``.
+    NaN returns are excluded from both statistics and get advantage 0.
+
+    Args:
+        returns: Returns, shape ``(..., G)``; the whole tensor is the batch.
+        eps: Added to the std (TRL uses ``1e-4``).
+
+    Returns:
+        Advantages, same shape as ``returns``, with no NaN.
+    """
+    centered = returns - torch.nanmean(returns, dim=-1, keepdim=True)
+    return torch.nan_to_num(centered / (nan_std(returns) + eps), nan=0.0)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Joint actions and credit
+# ----------------------------------------------------------------------------------------------------------------
+def joint_action_indices(num_agents: int, num_generations: int, mode: str) -> Tensor:
+    """Which sample of each agent forms each joint action (MAGRPO joint-action construction).
+
+    - ``"aligned"``: sample ``g`` of every agent forms joint action ``g``; ``J = G`` rows ``(g, ..., g)``.
+    - ``"cross"``: every combination, ``J = G ** n`` rows in ``itertools.product`` order
+      (the last agent's index varies fastest).
+
+    Args:
+        num_agents: Number of agents ``n`` (>= 1).
+        num_generations: Samples per agent ``G`` (>= 1).
+        mode: ``"aligned"`` or ``"cross"``.
+
+    Returns:
+        Long tensor of shape ``(J, n)``; entry ``[j, a]`` is agent ``a``'s sample index in joint action ``j``.
+
+    Raises:
+        ValueError: Unknown ``mode`` or non-positive sizes.
+    """
+    if num_agents < 1 or num_generations < 1:
+        raise ValueError(f"num_agents and num_generations must be >= 1, got {num_agents} and {num_generations}.")
+    if mode == "aligned":
+        return torch.arange(num_generations, dtype=torch.long).unsqueeze(1).repeat(1, num_agents)
+    if mode == "cross":
+        rows = list(itertools.product(range(num_generations), repeat=num_agents))
+        return torch.tensor(rows, dtype=torch.long)
+    raise ValueError(f"Unknown joint action mode {mode!r}; valid modes are {JOINT_MODES}.")
+
+
+def agent_returns_from_joint(joint_returns: Tensor, joint_indices: Tensor, num_generations: int) -> Tensor:
+    """Return credited to each agent's sample: the mean joint return over the joint actions that contain it.
+
+    MAGRPO (arXiv 2508.04652) credit assignment with a centralized reward:
+    ``R_a(g) = mean_{j : joint_indices[j, a] = g} R(j)``.
+    In ``aligned`` mode this is just ``R(g)``; in ``cross`` mode it averages over the other agents'
+    ``G ** (n - 1)`` choices (a mean, not a sum, so advantages keep the scale of the rewards).
+    NaN joint returns are left out of the mean; an agent sample whose joint returns are all NaN (or that
+    appears in no joint action) gets NaN, which the advantage functions turn into advantage 0.
+
+    Args:
+        joint_returns: Return of each joint action, shape ``(J,)`` or ``(B, J)``.
+        joint_indices: Output of :func:`joint_action_indices`, shape ``(J, n)``.
+        num_generations: ``G``.
+
+    Returns:
+        Shape ``(n, G)``, or ``(B, n, G)`` when ``joint_returns`` has a batch dimension.
+
+    Raises:
+        ValueError: ``joint_returns`` and ``joint_indices`` disagree on the number of joint actions ``J``.
+    """
+    if joint_returns.shape[-1] != joint_indices.shape[0]:
+        raise ValueError(
+            f"joint_returns has {joint_returns.shape[-1]} joint actions, joint_indices has {joint_indices.shape[0]}."
+        )
+    dtype = joint_returns.dtype if joint_returns.is_floating_point() else torch.float32
+    returns = joint_returns.to(dtype)
+    # membership[j, a, g] = 1 if agent a played sample g in joint action j
+    membership = torch.nn.functional.one_hot(joint_indices.to(returns.device), num_generations).to(dtype)
+    valid = ~torch.isnan(returns)
+    sums = torch.einsum("...j,jag->...ag", torch.where(valid, returns, torch.zeros_like(returns)), membership)
+    counts = torch.einsum("...j,jag->...ag", valid.to(dtype), membership)
+    return torch.where(counts > 0, sums / counts.clamp(min=1), torch.full_like(sums, float("nan")))
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Multi-turn returns
+# ----------------------------------------------------------------------------------------------------------------
+def tree_returns(
+    rewards: Tensor,
+    children_returns: Tensor | None,
+    discount: float,
+    children_mask: Tensor | None = None,
+) -> Tensor:
+    """One backup step of the MAGRPO multi-turn return over the rollout tree.
+
+    ``R_t = r_t + gamma * mean_{c in children} R_{t+1}(c)`` (MAGRPO, arXiv 2508.04652; Bellman backup
+    averaged over the sampled children). A node without children (last turn, early stop, or a branching
+    cap) has ``R_t = r_t``.
+
+    Args:
+        rewards: Reward of each joint action (node), shape ``(J,)`` or ``(B, J)``.
+        children_returns: Returns of each node's children, shape ``(J, C)`` or ``(B, J, C)``; ``None`` when
+            no node has children. Entries masked out by ``children_mask`` are ignored (they may hold NaN).
+        discount: ``gamma``.
+        children_mask: Bool tensor shaped like ``children_returns``; ``True`` where the child exists.
+            ``None`` means every child exists.
+
+    Returns:
+        Returns ``R_t``, same shape as ``rewards``.
+
+    Raises:
+        ValueError: ``children_returns`` is not shaped ``rewards.shape + (C,)``.
+    """
+    if children_returns is None:
+        return rewards.clone()
+    if children_returns.shape[:-1] != rewards.shape:
+        raise ValueError(
+            f"children_returns shape {tuple(children_returns.shape)} does not match rewards shape "
+            f"{tuple(rewards.shape)} + (C,)."
+        )
+    if children_mask is None:
+        children_mask = torch.ones_like(children_returns, dtype=torch.bool)
+    children_mask = children_mask.to(torch.bool)
+    num_children = children_mask.sum(dim=-1)
+    child_sum = torch.where(children_mask, children_returns, torch.zeros_like(children_returns)).sum(dim=-1)
+    child_mean = child_sum / num_children.clamp(min=1).to(child_sum.dtype)
+    return torch.where(num_children > 0, rewards + discount * child_mean, rewards)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Masked statistics and whitening (shared with the PPO trainer)
+# ----------------------------------------------------------------------------------------------------------------
+def masked_mean(values: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
+    """Mean of ``values`` over the entries where ``mask`` is nonzero: ``sum(m * x) / sum(m)``.
+
+    Args:
+        values: Input tensor.
+        mask: Tensor broadcastable to ``values`` (bool or 0/1).
+        dim: Dimension to reduce; ``None`` reduces over everything.
+
+    Returns:
+        The masked mean (NaN where the mask is empty, as in the original TRL PPO helper).
+    """
+    mask = mask.to(values.dtype).expand_as(values)
+    masked = torch.where(mask != 0, values * mask, torch.zeros_like(values))
+    if dim is None:
+        return masked.sum() / mask.sum()
+    return masked.sum(dim=dim) / mask.sum(dim=dim)
+
+
+def masked_var(values: Tensor, mask: Tensor, unbiased: bool = True) -> Tensor:
+    """Variance of ``values`` over the entries where ``mask`` is nonzero (all entries reduced).
+
+    ``var = sum(m * (x - mu)^2) / sum(m)``, times ``k / (k - 1)`` (Bessel) when ``unbiased``, ``k = sum(m)``.
+
+    Args:
+        values: Input tensor.
+        mask: Tensor broadcastable to ``values``.
+        unbiased: Apply Bessel's correction.
+
+    Returns:
+        Scalar variance.
+
+    Raises:
+        ValueError: When the mask is empty, or holds a single entry and ``unbiased`` is set.
+    """
+    count = mask.to(values.dtype).expand_as(values).sum()
+    min_count = 2 if unbiased else 1
+    if count.item() < min_count:
+        raise ValueError(
+            f"masked_var needs at least {min_count} unmasked entries (unbiased={unbiased}), got {count.item():g}; "
+            "this happens e.g. with a mini-batch of a single token."
+        )
+    mean = masked_mean(values, mask)
+    variance = masked_mean((values - mean) ** 2, mask)
+    if unbiased:
+        variance = variance * count / (count - 1)
+    return variance
+
+
+def whiten(values: Tensor, mask: Tensor | None = None, shift_mean: bool = True, eps: float = 1e-8) -> Tensor:
+    """Whitening used by PPO for advantages (and optionally rewards): ``(x - mu) / sqrt(var + eps)``.
+
+    Statistics are the (masked) mean and unbiased variance over all entries. With ``shift_mean=False`` the
+    mean is added back, i.e. only the scale is normalized (as TRL's PPO does for rewards).
+
+    Args:
+        values: Input tensor.
+        mask: Optional mask; when given only masked-in entries enter the statistics (all entries are
+            transformed; callers zero the padding themselves if they need to).
+        shift_mean: Subtract the mean (``True``) or keep it.
+        eps: Variance floor inside the square root.
+
+    Returns:
+        Whitened tensor, same shape as ``values``.
+    """
+    if mask is None:
+        mask = torch.ones_like(values)
+    mean = masked_mean(values, mask)
+    var = masked_var(values, mask, unbiased=True)
+    whitened = (values - mean) * torch.rsqrt(var + eps)
+    if not shift_mean:
+        whitened = whitened + mean
+    return whitened

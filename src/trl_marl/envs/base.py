@@ -1,0 +1,169 @@
+"""The `MultiAgentEnv` protocol shared by every trl-marl trainer.
+
+An environment is a *pure description* of a multi-agent interaction: given a dataset row and the transcript of
+the episode so far, it says what each agent sees, what feedback (if any) comes back between turns, and when the
+episode ends. It never calls a model and never trains, so a rollout can branch (MAGRPO's tree of joint actions),
+be batched across many episodes, and be replayed in tests.
+
+A transcript is a list of turns; each turn holds one response per agent and, optionally, the feedback the
+environment gave after that turn::
+
+    transcript = [
+        Turn(responses=["3", "7"], feedback=None),     # turn 1: agent 0 said "3", agent 1 said "7"
+        Turn(responses=["4", "6"], feedback="ok"),     # turn 2
+    ]
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+Prompt = str | list[dict[str, str]]
+"""What an agent sees: a plain string, or chat messages `[{"role": ..., "content": ...}, ...]`."""
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One turn of an episode: the response of every agent, and the environment's feedback after it.
+
+    Args:
+        responses (`tuple[str, ...]`): The text each agent produced at this turn, indexed by agent.
+        feedback (`str` or `tuple[str | None, ...]`, *optional*): What the environment reports after the turn:
+            one string for every agent, or one entry per agent (`None` for nothing).
+    """
+
+    responses: tuple[str, ...]
+    feedback: str | tuple[str | None, ...] | None = None
+
+    def feedback_for(self, agent_index: int) -> str | None:
+        """The feedback that agent `agent_index` sees after this turn."""
+        if self.feedback is None or isinstance(self.feedback, str):
+            return self.feedback
+        return self.feedback[agent_index]
+
+
+@dataclass(frozen=True)
+class Transcript:
+    """The episode so far: an immutable sequence of [`Turn`]s (turns x agents of responses)."""
+
+    turns: tuple[Turn, ...] = field(default_factory=tuple)
+
+    def __len__(self) -> int:
+        return len(self.turns)
+
+    def __getitem__(self, index: int) -> Turn:
+        return self.turns[index]
+
+    def extend(self, responses: Sequence[str], feedback: str | Sequence[str | None] | None = None) -> Transcript:
+        """A new transcript with one more turn (transcripts are shared between branches, so never mutated)."""
+        if feedback is not None and not isinstance(feedback, str):
+            feedback = tuple(feedback)
+        return Transcript(self.turns + (Turn(tuple(responses), feedback),))
+
+    def responses_of(self, agent_index: int) -> list[str]:
+        """Everything agent `agent_index` said, turn by turn."""
+        return [turn.responses[agent_index] for turn in self.turns]
+
+
+class MultiAgentEnv(ABC):
+    """Base class of the environments that trl-marl trainers run.
+
+    Subclasses implement [`~MultiAgentEnv.agent_prompt`] and may override [`~MultiAgentEnv.feedback`] and
+    [`~MultiAgentEnv.is_done`]. Set `num_agents` and `num_turns` (the maximum number of turns), and list the
+    dataset columns the environment reads in `required_columns`, so that a bad dataset is rejected before the
+    first training step.
+
+    Example:
+
+    ```python
+    from trl_marl.envs import MultiAgentEnv
+
+    class EchoEnv(MultiAgentEnv):
+        required_columns = ("question",)
+
+        def agent_prompt(self, row, agent_index, transcript):
+            if len(transcript) == 0:
+                return f"Agent {agent_index}, answer: {row['question']}"
+            partner = transcript[-1].responses[1 - agent_index]
+            return f"Your partner said {partner}. Answer again: {row['question']}"
+
+    env = EchoEnv(num_agents=2, num_turns=2)
+    ```
+    """
+
+    required_columns: tuple[str, ...] = ()
+
+    def __init__(self, num_agents: int = 2, num_turns: int = 1) -> None:
+        if num_agents < 1:
+            raise ValueError(f"`num_agents` must be >= 1, got {num_agents}.")
+        if num_turns < 1:
+            raise ValueError(f"`num_turns` must be >= 1, got {num_turns}.")
+        self.num_agents = num_agents
+        self.num_turns = num_turns
+
+    # ----- what subclasses implement -----
+    @abstractmethod
+    def agent_prompt(self, row: Mapping[str, Any], agent_index: int, transcript: Transcript) -> Prompt:
+        """The prompt agent `agent_index` sees at turn `len(transcript) + 1` of the episode of `row`."""
+
+    def feedback(self, row: Mapping[str, Any], transcript: Transcript) -> str | Sequence[str | None] | None:
+        """Feedback after the last turn of `transcript` (e.g. test results); shown in the next turn's prompts."""
+        return None
+
+    def is_done(self, row: Mapping[str, Any], transcript: Transcript) -> bool:
+        """Whether the episode ends after `transcript` (by default after `num_turns` turns)."""
+        return len(transcript) >= self.num_turns
+
+    # ----- shared helpers -----
+    def prompts(self, row: Mapping[str, Any], transcript: Transcript) -> list[Prompt]:
+        """Every agent's prompt for the next turn."""
+        return [self.agent_prompt(row, agent_index, transcript) for agent_index in range(self.num_agents)]
+
+    def validate_row(self, row: Mapping[str, Any], where: str = "the dataset") -> None:
+        """Raise a clear error if `row` lacks a column this environment needs."""
+        missing = [c for c in self.required_columns if c not in row]
+        if missing:
+            raise KeyError(
+                f"{type(self).__name__} needs the column(s) {missing} but {where} has only {sorted(row)}. "
+                "Rename your dataset's columns (`dataset.rename_column(old, new)`) or configure the environment "
+                "to read the columns you have."
+            )
+
+
+class PromptEnv(MultiAgentEnv):
+    """The simplest environment: every agent answers a `prompt` column, once or over several turns.
+
+    With several turns, each agent sees the original prompt followed by the previous turn's responses of all
+    agents, labelled `Agent <i>:` (its own included), then answers again. Per-agent prompts can be given as a list
+    column `agent_prompts` (one entry per agent). Plain TRL prompt datasets therefore work unchanged with one
+    agent and one turn.
+
+    Args:
+        num_agents (`int`): Number of agents.
+        num_turns (`int`): Number of turns.
+        prompt_column (`str`): The column holding the prompt (a string or chat messages).
+        separator (`str`): Text inserted between the prompt and the previous turn's responses.
+    """
+
+    def __init__(
+        self, num_agents: int = 1, num_turns: int = 1, prompt_column: str = "prompt", separator: str = "\n"
+    ) -> None:
+        super().__init__(num_agents, num_turns)
+        self.prompt_column = prompt_column
+        self.separator = separator
+        self.required_columns = (prompt_column,)
+
+    def agent_prompt(self, row: Mapping[str, Any], agent_index: int, transcript: Transcript) -> Prompt:
+        prompt = row[self.prompt_column]
+        agent_prompts = row.get("agent_prompts")
+        if agent_prompts is not None:
+            prompt = agent_prompts[agent_index]
+        if len(transcript) == 0:
+            return prompt
+        history = self.separator.join(f"Agent {i}: {r}" for i, r in enumerate(transcript[-1].responses))
+        if isinstance(prompt, str):
+            return prompt + self.separator + history + self.separator
+        return [*prompt, {"role": "user", "content": history}]

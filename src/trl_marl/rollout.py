@@ -1,0 +1,323 @@
+"""Joint rollouts over turns: environment + team + rewards -> a tree of scored samples.
+
+One call of [`JointRollout.run`] plays the episodes of a batch of dataset rows:
+
+1. turn 1 has one *node* per row; every agent samples `G = num_generations` completions per node, all agents in
+   one batched generation call;
+2. the agents' samples form joint actions: `aligned` (sample g of every agent forms joint action g, G joint
+   actions) or `cross` (the Cartesian product, G^n joint actions);
+3. the reward functions score every joint action (one centralized team reward per joint action);
+4. with several turns, each joint action (or `max_branches` of them, chosen at random) becomes a child node whose
+   transcript holds that joint action; the environment's feedback is appended and the next turn is sampled.
+   A node stops early when its mean reward reaches `early_stop_threshold`, or when the environment says so;
+5. returns are backed up from the leaves: R_t = r_t + gamma * mean(R_{t+1} of the child's joint actions), and
+   turned into per-agent group-relative advantages among the G samples of each agent at each node
+   (`trl_marl.core`).
+
+A joint action that is not continued only because of the branching cap is credited the mean future value of its
+continued siblings, so the cap changes the variance of the return estimate but not which sibling looks better.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from transformers import GenerationConfig
+
+from .core import (
+    agent_returns_from_joint,
+    batch_scaled_advantages,
+    group_relative_advantages,
+    joint_action_indices,
+    tree_returns,
+)
+from .envs.base import MultiAgentEnv, Prompt, Transcript
+from .team import AgentTeam, _is_chat
+
+
+@dataclass
+class Node:
+    """One state of an episode: a dataset row and the transcript so far."""
+
+    row_index: int
+    transcript: Transcript
+    parent: tuple[int, int] | None = None  # (node index at the previous turn, joint action index)
+
+
+@dataclass
+class TurnResult:
+    """Everything sampled and scored at one turn of a batch of episodes.
+
+    Shapes use K = number of nodes at this turn, G = samples per agent per node, J = joint actions per node,
+    n = agents, F = reward functions.
+    """
+
+    turn: int
+    nodes: list[Node]
+    prompts: list[list[Prompt]]  # [agent][K * G]
+    prompt_ids: list[list[list[int]]]  # [agent][K * G]
+    completion_ids: list[list[list[int]]]  # [agent][K * G]
+    completions: list[list[str]]  # [agent][K * G]
+    joint_indices: torch.Tensor  # (J, n)
+    rewards_per_func: torch.Tensor  # (K * J, F), NaN where a function gave None
+    rewards: torch.Tensor  # (K, J) weighted sum; NaN for unscorable joint actions
+    children: dict[tuple[int, int], int] = field(default_factory=dict)  # (node, joint) -> child node index
+    capped: set[tuple[int, int]] = field(default_factory=set)  # joint actions not continued because of the cap
+    returns: torch.Tensor | None = None  # (K, J)
+    agent_returns: torch.Tensor | None = None  # (K, n, G)
+    advantages: torch.Tensor | None = None  # (K, n, G)
+
+
+@dataclass
+class Rollout:
+    """The result of playing a batch of episodes: one [`TurnResult`] per turn reached."""
+
+    turns: list[TurnResult]
+    generation_time: float
+    generated_tokens: int
+    nonfinite_rewards: int
+
+
+class RewardFunctionError(RuntimeError):
+    """A reward function raised, or returned something other than one score per joint action."""
+
+
+class TeamReward:
+    """Calls TRL-style reward functions on joint actions and combines them with `reward_weights`.
+
+    Each function is called as `f(prompts, completions, **kwargs)` with one entry per joint action, where
+    `prompts`/`completions` are agent 0's (so a plain TRL reward function works unchanged with one agent), and
+    the keyword arguments hold the multi-agent view: `agent_prompts` and `agent_completions` (one list per
+    agent), `agent_index=None` (a team reward), `turn` (1-based), `transcript` (the episode before this turn),
+    every dataset column, and `trainer_state`. A function may return `None` for a joint action it does not
+    apply to; a joint action that every function skips is unscorable (advantage 0).
+    """
+
+    def __init__(self, funcs: Sequence[Callable[..., Any]], weights: Sequence[float] | None = None) -> None:
+        if not funcs:
+            raise ValueError("Pass at least one reward function in `reward_funcs`.")
+        for f in funcs:
+            if not callable(f):
+                raise TypeError(
+                    f"Reward function {f!r} is not callable. trl-marl takes callables "
+                    "`f(prompts, completions, **kwargs) -> list[float | None]`; wrap a reward model in a function."
+                )
+        self.funcs = list(funcs)
+        self.names = [getattr(f, "name", None) or getattr(f, "__name__", None) or type(f).__name__ for f in funcs]
+        if weights is None:
+            weights = [1.0] * len(funcs)
+        if len(weights) != len(funcs):
+            raise ValueError(
+                f"`reward_weights` has {len(weights)} entries but there are {len(funcs)} reward functions."
+            )
+        self.weights = torch.tensor(list(weights), dtype=torch.float32)
+
+    def __call__(self, prompts: list[list[Prompt]], completions: list[list[Any]], rows: list[Mapping[str, Any]],
+                 transcripts: list[Transcript], turn: int,
+                 trainer_state: Any = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Score joint actions; `prompts[a][i]`/`completions[a][i]` are agent a's part of joint action i.
+
+        Returns:
+            `(rewards_per_func, nonfinite)`: a `(size, F)` tensor with NaN where a function returned `None`, and a
+            bool `(size,)` tensor marking joint actions for which some function returned NaN or infinity.
+        """
+        size = len(rows)
+        columns = {key: [row.get(key) for row in rows] for key in (rows[0] if rows else ())}
+        out = torch.full((size, len(self.funcs)), float("nan"))
+        nonfinite = torch.zeros(size, dtype=torch.bool)
+        for f_index, (func, name) in enumerate(zip(self.funcs, self.names)):
+            kwargs = dict(columns)
+            kwargs.update(agent_prompts=prompts, agent_completions=completions, agent_index=None, turn=turn,
+                          transcript=transcripts, trainer_state=trainer_state)
+            try:
+                values = func(prompts=prompts[0], completions=completions[0], **kwargs)
+            except Exception as exc:  # noqa: BLE001 - re-raised with the function's name
+                raise RewardFunctionError(f"Reward function `{name}` raised {type(exc).__name__}: {exc}") from exc
+            if values is None or isinstance(values, (str, bytes)) or not hasattr(values, "__len__"):
+                raise RewardFunctionError(
+                    f"Reward function `{name}` returned {type(values).__name__}; it must return a list with one "
+                    f"float (or None) per completion ({size} here)."
+                )
+            if len(values) != size:
+                raise RewardFunctionError(
+                    f"Reward function `{name}` returned {len(values)} values for {size} completions; it must "
+                    "return one float (or None) per completion."
+                )
+            for i, v in enumerate(values):
+                if v is None:
+                    continue
+                value = float(v)
+                if math.isfinite(value):
+                    out[i, f_index] = value
+                else:
+                    nonfinite[i] = True
+        return out, nonfinite
+
+    def combine(self, rewards_per_func: torch.Tensor, nonfinite: torch.Tensor) -> torch.Tensor:
+        """The weighted sum of the scores of each joint action (`None`s left out).
+
+        A joint action is unscorable (NaN, hence advantage 0) when every function returned `None` for it, or when a
+        function returned NaN or infinity: such a score is skipped and counted by the caller, never replaced.
+        """
+        scored = ~torch.isnan(rewards_per_func)
+        total = torch.where(scored, rewards_per_func * self.weights, torch.zeros_like(rewards_per_func)).sum(dim=1)
+        unscorable = nonfinite | ~scored.any(dim=1)
+        return torch.where(unscorable, torch.full_like(total, float("nan")), total)
+
+
+def _completion_objects(prompts: Sequence[Prompt], texts: Sequence[str]) -> list[Any]:
+    """TRL's convention: a conversational prompt gets a conversational completion."""
+    return [[{"role": "assistant", "content": t}] if _is_chat(p) else t for p, t in zip(prompts, texts)]
+
+
+class JointRollout:
+    """Plays batches of episodes of a [`MultiAgentEnv`] with an [`AgentTeam`] (see the module docstring)."""
+
+    def __init__(
+        self,
+        env: MultiAgentEnv,
+        team: AgentTeam,
+        reward: TeamReward,
+        generation_config: GenerationConfig,
+        num_generations: int,
+        joint_mode: str = "aligned",
+        discount: float = 1.0,
+        advantage_mode: str = "mean",
+        max_branches: int | None = None,
+        early_stop_threshold: float | None = None,
+        chat_template_kwargs: dict | None = None,
+        seed: int = 0,
+    ) -> None:
+        self.env = env
+        self.team = team
+        self.reward = reward
+        self.generation_config = generation_config
+        self.num_generations = num_generations
+        self.joint_mode = joint_mode
+        self.discount = discount
+        self.advantage_mode = advantage_mode
+        self.max_branches = max_branches
+        self.early_stop_threshold = early_stop_threshold
+        self.chat_template_kwargs = chat_template_kwargs
+        self.rng = random.Random(seed)
+        self.joint_indices = joint_action_indices(env.num_agents, num_generations, joint_mode)
+
+    # ------------------------------------------------------------------ sampling
+    def run(self, rows: Sequence[Mapping[str, Any]], trainer_state: Any = None) -> Rollout:
+        """Play one episode tree per row and compute returns and advantages."""
+        n, G = self.env.num_agents, self.num_generations
+        J = self.joint_indices.size(0)
+        nodes = [Node(i, Transcript()) for i in range(len(rows))]
+        turns: list[TurnResult] = []
+        gen_time, gen_tokens, nonfinite = 0.0, 0, 0
+        turn = 1
+        while nodes:
+            prompts = [[self.env.agent_prompt(rows[node.row_index], a, node.transcript)
+                        for node in nodes for _ in range(G)] for a in range(n)]
+            start = time.perf_counter()
+            generated = self.team.generate(prompts, self.generation_config, self.chat_template_kwargs)
+            gen_time += time.perf_counter() - start
+            prompt_ids = [g[0] for g in generated]
+            completion_ids = [g[1] for g in generated]
+            gen_tokens += sum(len(c) for agent in completion_ids for c in agent)
+            texts = [self.team.tokenizers[a].batch_decode(completion_ids[a], skip_special_tokens=True)
+                     for a in range(n)]
+            # joint action j of node k takes sample k*G + joint_indices[j, a] of agent a
+            index = self.joint_indices.tolist()
+            sample = [[k * G + index[j][a] for k in range(len(nodes)) for j in range(J)] for a in range(n)]
+            joint_prompts = [[prompts[a][i] for i in sample[a]] for a in range(n)]
+            joint_texts = [[texts[a][i] for i in sample[a]] for a in range(n)]
+            joint_rows = [rows[node.row_index] for node in nodes for _ in range(J)]
+            joint_transcripts = [node.transcript for node in nodes for _ in range(J)]
+            rewards_per_func, bad = self.reward(
+                joint_prompts,
+                [_completion_objects(joint_prompts[a], joint_texts[a]) for a in range(n)],
+                joint_rows, joint_transcripts, turn, trainer_state,
+            )
+            rewards = self.reward.combine(rewards_per_func, bad)
+            nonfinite += int(bad.sum())
+            result = TurnResult(turn, nodes, prompts, prompt_ids, completion_ids, texts, self.joint_indices,
+                                rewards_per_func, rewards.view(len(nodes), J))
+            turns.append(result)
+            nodes = self._expand(result, rows, joint_texts) if turn < self.env.num_turns else []
+            turn += 1
+        self._backup(turns)
+        return Rollout(turns, gen_time, gen_tokens, nonfinite)
+
+    def _expand(self, result: TurnResult, rows: Sequence[Mapping[str, Any]],
+                joint_texts: list[list[str]]) -> list[Node]:
+        """Child nodes for the next turn (branching cap, early stop and the env's end condition applied)."""
+        J = self.joint_indices.size(0)
+        children: list[Node] = []
+        for k, node in enumerate(result.nodes):
+            if self.early_stop_threshold is not None:
+                node_rewards = result.rewards[k]
+                if torch.isfinite(node_rewards).any() and node_rewards.nanmean() >= self.early_stop_threshold:
+                    continue
+            chosen = list(range(J))
+            if self.max_branches is not None and self.max_branches < J:
+                chosen = sorted(self.rng.sample(chosen, self.max_branches))
+                result.capped.update((k, j) for j in range(J) if j not in chosen)
+            row = rows[node.row_index]
+            for j in chosen:
+                responses = [joint_texts[a][k * J + j] for a in range(self.env.num_agents)]
+                transcript = node.transcript.extend(responses)
+                feedback = self.env.feedback(row, transcript)
+                if feedback is not None:
+                    transcript = node.transcript.extend(responses, feedback)
+                if self.env.is_done(row, transcript):
+                    continue
+                result.children[(k, j)] = len(children)
+                children.append(Node(node.row_index, transcript, parent=(k, j)))
+        return children
+
+    # ------------------------------------------------------------------ credit assignment
+    def _backup(self, turns: list[TurnResult]) -> None:
+        """Returns from the leaves up, then per-agent group-relative advantages at every turn."""
+        G = self.num_generations
+        J = self.joint_indices.size(0)
+        next_values: torch.Tensor | None = None  # value of each node at turn t+1: mean return of its joint actions
+        for result in reversed(turns):
+            K = len(result.nodes)
+            if next_values is None:
+                result.returns = tree_returns(result.rewards, None, self.discount)
+            else:
+                child_value = torch.full((K, J, 1), float("nan"))
+                mask = torch.zeros((K, J, 1), dtype=torch.bool)
+                for (k, j), c in result.children.items():
+                    child_value[k, j, 0] = next_values[c]
+                    mask[k, j, 0] = bool(torch.isfinite(next_values[c]))
+                for k, j in result.capped:  # bootstrap from the continued siblings
+                    siblings = child_value[k, :, 0][mask[k, :, 0]]
+                    if siblings.numel():
+                        child_value[k, j, 0] = siblings.mean()
+                        mask[k, j, 0] = True
+                result.returns = tree_returns(result.rewards, child_value, self.discount, mask)
+            next_values = result.returns.nanmean(dim=1)
+            result.agent_returns = agent_returns_from_joint(result.returns, self.joint_indices, G)  # (K, n, G)
+            if self.advantage_mode == "batch":
+                result.advantages = batch_scaled_advantages(result.agent_returns)
+            else:
+                result.advantages = group_relative_advantages(result.agent_returns, mode=self.advantage_mode)
+            if not torch.isfinite(result.advantages).all():
+                result.advantages = torch.nan_to_num(result.advantages, nan=0.0)
+
+
+def reward_std_is_zero(rewards: torch.Tensor) -> float:
+    """Fraction of nodes whose joint actions all got the same reward (no learning signal there)."""
+    if rewards.numel() == 0:
+        return 0.0
+    spread = rewards.nan_to_num(0.0).amax(dim=1) - rewards.nan_to_num(0.0).amin(dim=1)
+    return float((spread.abs() < 1e-8).float().mean().item())
+
+
+def finite_mean(values: torch.Tensor) -> float:
+    """Mean over the finite entries (NaN when there are none)."""
+    finite = values[torch.isfinite(values)]
+    return float(finite.mean().item()) if finite.numel() else math.nan

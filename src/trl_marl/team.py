@@ -1,0 +1,577 @@
+"""`AgentTeam`: the policies of a team of LLM agents, in one of three layouts.
+
+| mode       | what it is                                                  | when                                |
+|------------|-------------------------------------------------------------|-------------------------------------|
+| `adapters` | one base model, one LoRA adapter per agent                  | homogeneous teams, small memory     |
+| `models`   | a separate model (and tokenizer) per agent                  | heterogeneous teams, full fine-tune |
+| `shared`   | one set of weights for all agents (prompts tell roles apart)| parameter-sharing baseline          |
+
+In `adapters` mode every agent's completions come from **one batched `generate` call** (PEFT's mixed-adapter
+batches), and the reference policy is the base model with adapters disabled, so memory stays about one base
+model plus N adapters. In `models` mode each agent has its own weights; its reference policy is a frozen copy
+(made only when a KL penalty needs it) or, with a LoRA config, the same model with its adapter disabled.
+
+The team is an `nn.Module`, so `transformers.Trainer` and `accelerate` can prepare, wrap and checkpoint it.
+Its `forward` computes the per-token log-probabilities of *every* agent in one call (one forward per optimizer
+micro-step, as DistributedDataParallel requires).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig, PreTrainedModel
+
+from .core import entropy_from_logits, selective_log_softmax
+from .envs.base import Prompt
+
+TEAM_CONFIG_NAME = "team_config.json"
+TEAM_MODES = ("adapters", "models", "shared")
+
+
+def _agent_dir(output_dir: str | os.PathLike, agent_index: int) -> str:
+    return os.path.join(os.fspath(output_dir), f"agent_{agent_index}")
+
+
+@dataclass
+class AgentBatch:
+    """Tokenized samples of one agent: left-padded prompts followed by right-padded completions."""
+
+    prompt_ids: torch.Tensor
+    prompt_mask: torch.Tensor
+    completion_ids: torch.Tensor
+    completion_mask: torch.Tensor
+
+    @property
+    def input_ids(self) -> torch.Tensor:
+        return torch.cat([self.prompt_ids, self.completion_ids], dim=1)
+
+    @property
+    def attention_mask(self) -> torch.Tensor:
+        return torch.cat([self.prompt_mask, self.completion_mask], dim=1)
+
+    def to(self, device: torch.device | str) -> AgentBatch:
+        return AgentBatch(*(t.to(device) for t in (self.prompt_ids, self.prompt_mask, self.completion_ids,
+                                                   self.completion_mask)))
+
+    def __len__(self) -> int:
+        return self.prompt_ids.size(0)
+
+
+def pad_left(sequences: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-pad token id lists into `(ids, mask)` tensors."""
+    width = max((len(s) for s in sequences), default=0)
+    ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(sequences), width), dtype=torch.long)
+    for i, seq in enumerate(sequences):
+        if len(seq):
+            ids[i, width - len(seq):] = torch.as_tensor(seq, dtype=torch.long)
+            mask[i, width - len(seq):] = 1
+    return ids, mask
+
+
+def pad_right(sequences: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-pad token id lists into `(ids, mask)` tensors (at least one column wide)."""
+    width = max(1, max((len(s) for s in sequences), default=0))
+    ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(sequences), width), dtype=torch.long)
+    for i, seq in enumerate(sequences):
+        ids[i, : len(seq)] = torch.as_tensor(seq, dtype=torch.long)
+        mask[i, : len(seq)] = 1
+    return ids, mask
+
+
+def _is_chat(prompt: Prompt) -> bool:
+    return isinstance(prompt, list) and (len(prompt) == 0 or isinstance(prompt[0], dict))
+
+
+def tokenize_prompts(
+    tokenizer: Any, prompts: Sequence[Prompt], chat_template_kwargs: dict | None = None
+) -> list[list[int]]:
+    """Token ids of each prompt: chat messages through the chat template, strings through the tokenizer.
+
+    This follows TRL's `GRPOTrainer`: plain strings are tokenized with the tokenizer's special tokens, chat
+    messages with `apply_chat_template(..., add_generation_prompt=True)`.
+    """
+    if not prompts:
+        return []
+    if _is_chat(prompts[0]):
+        out = tokenizer.apply_chat_template(
+            conversation=list(prompts), add_generation_prompt=True, tokenize=True, return_dict=True,
+            **(chat_template_kwargs or {}),
+        )
+        return [list(ids) for ids in out["input_ids"]]
+    return [list(ids) for ids in tokenizer(text=list(prompts))["input_ids"]]
+
+
+def truncate_after_eos(ids: Sequence[int], eos_ids: set[int]) -> list[int]:
+    """Keep tokens up to and including the first EOS (pad tokens after EOS never count)."""
+    out = []
+    for tok in ids:
+        out.append(int(tok))
+        if int(tok) in eos_ids:
+            break
+    return out
+
+
+def _eos_ids(tokenizer: Any, model: PreTrainedModel) -> set[int]:
+    ids: set[int] = set()
+    gen_eos = getattr(model.generation_config, "eos_token_id", None)
+    for value in (tokenizer.eos_token_id, gen_eos):
+        if value is None:
+            continue
+        ids.update(value if isinstance(value, list) else [value])
+    return ids
+
+
+class AgentTeam(nn.Module):
+    """The policies of a team of agents (see the module docstring for the three modes).
+
+    Build a team with [`AgentTeam.build`] (from a model name, a model, or a list of them) or reload a saved one
+    with [`AgentTeam.from_pretrained`].
+
+    Args:
+        models (`list[PreTrainedModel]`): The distinct models of the team (one in `adapters`/`shared` mode).
+        tokenizers (`list`): One tokenizer per agent.
+        mode (`str`): `"adapters"`, `"models"` or `"shared"`.
+        agent_model (`list[int]`): For each agent, the index of its model in `models`.
+        agent_adapter (`list[str | None]`): For each agent, the PEFT adapter it uses (`None`: no adapter).
+
+    Example:
+
+    ```python
+    from peft import LoraConfig
+    from trl_marl import AgentTeam
+
+    team = AgentTeam.build("Qwen/Qwen2.5-0.5B-Instruct", num_agents=2, peft_config=LoraConfig(r=16))
+    completions = team.generate([["Write a haiku."] * 4, ["Summarize it."] * 4], GenerationConfig(max_new_tokens=32))
+    team.save_pretrained("my-team")  # my-team/agent_0/, my-team/agent_1/, my-team/team_config.json
+    ```
+    """
+
+    def __init__(
+        self,
+        models: Sequence[PreTrainedModel],
+        tokenizers: Sequence[Any],
+        mode: str,
+        agent_model: Sequence[int],
+        agent_adapter: Sequence[str | None],
+    ) -> None:
+        super().__init__()
+        if mode not in TEAM_MODES:
+            raise ValueError(f"Unknown team mode {mode!r}; choose one of {TEAM_MODES}.")
+        if not (len(tokenizers) == len(agent_model) == len(agent_adapter)):
+            raise ValueError("`tokenizers`, `agent_model` and `agent_adapter` need one entry per agent.")
+        self.models = nn.ModuleList(models)
+        self.tokenizers = list(tokenizers)
+        self.mode = mode
+        self.agent_model = list(agent_model)
+        self.agent_adapter = list(agent_adapter)
+        self.ref_models: list[PreTrainedModel | None] = [None] * len(self.models)  # frozen copies, when needed
+        self.temperature = 1.0  # logits are divided by it before log-softmax, as in TRL's GRPO
+        for tok in self.tokenizers:
+            if tok.pad_token_id is None:
+                raise ValueError(
+                    f"The tokenizer of {type(tok).__name__} has no pad token: set one before training, e.g. "
+                    "`tokenizer.pad_token = tokenizer.eos_token`."
+                )
+        self._check_shared_tokenizers()
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def build(
+        cls,
+        model: str | PreTrainedModel | Sequence[str | PreTrainedModel] | AgentTeam,
+        num_agents: int,
+        mode: str | None = None,
+        peft_config: Any = None,
+        processing_class: Any = None,
+        model_init_kwargs: dict | None = None,
+    ) -> AgentTeam:
+        """Build a team from one model (or name) shared by all agents, or one model (or name) per agent.
+
+        Args:
+            model: A model, a model id / local path, a list with one of those per agent, or an `AgentTeam`.
+            num_agents: Number of agents.
+            mode: `"adapters"`, `"models"` or `"shared"`. Default: `"models"` for a list, `"adapters"` for one
+                model with a `peft_config`, otherwise `"models"` (each agent gets its own copy of the weights).
+            peft_config: A `peft.PeftConfig` (LoRA). Required for `"adapters"`; optional otherwise.
+            processing_class: A tokenizer, or one per agent. Default: loaded from each model's name or path.
+            model_init_kwargs: Keyword arguments for `AutoModelForCausalLM.from_pretrained` when names are given.
+        """
+        if isinstance(model, AgentTeam):
+            if model.num_agents != num_agents:
+                raise ValueError(f"The team has {model.num_agents} agents but `num_agents={num_agents}`.")
+            return model
+        from .toy import is_toy_name, resolve_toy_name
+
+        kwargs = dict(model_init_kwargs or {})
+
+        def load(m: str | PreTrainedModel) -> PreTrainedModel:
+            if isinstance(m, str):
+                path = resolve_toy_name(m) if is_toy_name(m) else m
+                return AutoModelForCausalLM.from_pretrained(path, **kwargs)
+            return m
+
+        def load_tokenizer(m: str | PreTrainedModel) -> Any:
+            name = m if isinstance(m, str) else m.config._name_or_path
+            if isinstance(m, str) and is_toy_name(m):
+                name = resolve_toy_name(m)
+            if not name:
+                raise ValueError("Pass `processing_class`: the model has no name or path to load a tokenizer from.")
+            tok = AutoTokenizer.from_pretrained(name)
+            if tok.pad_token is None:
+                tok.pad_token = tok.eos_token
+            return tok
+
+        if isinstance(model, (list, tuple)):
+            if len(model) != num_agents:
+                raise ValueError(f"Got {len(model)} models for `num_agents={num_agents}`: pass one model per agent.")
+            if mode not in (None, "models"):
+                raise ValueError(f"A list of models means `mode='models'`, got mode={mode!r}.")
+            mode = "models"
+            models = [load(m) for m in model]
+            tokenizers = cls._per_agent_tokenizers(processing_class, model, num_agents, load_tokenizer)
+        else:
+            if mode is None:
+                mode = "adapters" if (peft_config is not None and num_agents > 1) else "models"
+            if mode == "adapters" and peft_config is None:
+                raise ValueError("`mode='adapters'` needs a `peft_config` (e.g. `peft.LoraConfig(r=16)`).")
+            base = load(model)
+            tokenizers = cls._per_agent_tokenizers(processing_class, [model] * num_agents, num_agents, load_tokenizer)
+            if mode == "models":
+                models = [base] + [copy.deepcopy(base) for _ in range(num_agents - 1)]
+            else:
+                models = [base]
+        return cls._assemble(models, tokenizers, mode, num_agents, peft_config)
+
+    @staticmethod
+    def _per_agent_tokenizers(processing_class: Any, models: Sequence[Any], num_agents: int, load: Any) -> list[Any]:
+        if processing_class is None:
+            cache: dict[int, Any] = {}
+            return [cache.setdefault(id(m), load(m)) for m in models]
+        if isinstance(processing_class, (list, tuple)):
+            if len(processing_class) != num_agents:
+                raise ValueError(f"Got {len(processing_class)} tokenizers for {num_agents} agents.")
+            return list(processing_class)
+        return [processing_class] * num_agents
+
+    @classmethod
+    def _assemble(
+        cls, models: list[PreTrainedModel], tokenizers: list[Any], mode: str, num_agents: int, peft_config: Any
+    ) -> AgentTeam:
+        if mode == "adapters":
+            from peft import get_peft_model
+
+            names = [f"agent_{i}" for i in range(num_agents)]
+            peft_model = get_peft_model(models[0], peft_config, adapter_name=names[0])
+            for name in names[1:]:
+                peft_model.add_adapter(name, peft_config)
+            return cls([peft_model], tokenizers, mode, [0] * num_agents, names)
+        if peft_config is not None:
+            from peft import get_peft_model
+
+            models = [get_peft_model(m, peft_config) for m in models]
+            adapters: list[str | None] = ["default"] * num_agents
+        else:
+            adapters = [None] * num_agents
+        agent_model = list(range(num_agents)) if mode == "models" else [0] * num_agents
+        return cls(models, tokenizers, mode, agent_model, adapters)
+
+    def _check_shared_tokenizers(self) -> None:
+        if self.mode == "models":
+            return
+        ref = self.tokenizers[0]
+        for i, tok in enumerate(self.tokenizers[1:], start=1):
+            if tok is ref:
+                continue
+            if tok.get_vocab() != ref.get_vocab() or tok.pad_token_id != ref.pad_token_id:
+                raise ValueError(
+                    f"In `{self.mode}` mode all agents share one model and one generation batch, but agent {i}'s "
+                    "tokenizer differs from agent 0's (vocabulary or pad token). Use the same tokenizer for every "
+                    "agent, or `mode='models'` for a heterogeneous team."
+                )
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def num_agents(self) -> int:
+        return len(self.agent_model)
+
+    @property
+    def config(self) -> Any:
+        """The config of agent 0's model (what `transformers.Trainer` inspects)."""
+        return self.policy(0).config
+
+    def policy(self, agent_index: int) -> PreTrainedModel:
+        """The model that agent `agent_index` runs (a `PeftModel` when adapters are used)."""
+        return self.models[self.agent_model[agent_index]]
+
+    def base_model_of(self, agent_index: int) -> PreTrainedModel:
+        model = self.policy(agent_index)
+        return model.get_base_model() if self.agent_adapter[agent_index] is not None else model
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.parameters()).device
+
+    def __repr__(self) -> str:  # a short summary instead of every layer
+        return f"AgentTeam(mode={self.mode!r}, num_agents={self.num_agents}, models={len(self.models)})"
+
+    # ------------------------------------------------------------------ adapters
+    def _activate(self, agent_index: int) -> PreTrainedModel:
+        """Make agent `agent_index`'s adapter the active one while keeping every adapter trainable."""
+        model = self.policy(agent_index)
+        name = self.agent_adapter[agent_index]
+        if name is not None and self.mode == "adapters" and model.active_adapter != name:
+            model.set_adapter(name)
+            # `set_adapter` freezes the other adapters; the optimizer must keep updating all of them.
+            model.set_requires_grad([a for a in self.agent_adapter if a is not None], requires_grad=True)
+        return model
+
+    def activation_checkpointing_enable(self, activation_checkpointing_kwargs: dict | None = None, **_: Any) -> None:
+        """Enable activation (gradient) checkpointing in every model (called by `transformers.Trainer`)."""
+        kwargs = activation_checkpointing_kwargs or {"use_reentrant": False}
+        for model in self.models:
+            base = model.get_base_model() if hasattr(model, "get_base_model") else model
+            base.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+            if hasattr(model, "enable_input_require_grads"):
+                model.enable_input_require_grads()
+
+    gradient_checkpointing_enable = activation_checkpointing_enable
+
+    def create_reference_models(self) -> None:
+        """Make frozen copies of models without adapters, to serve as the KL reference policy."""
+        for i, model in enumerate(self.models):
+            has_adapter = any(self.agent_adapter[a] is not None for a, m in enumerate(self.agent_model) if m == i)
+            if not has_adapter and self.ref_models[i] is None:
+                ref = copy.deepcopy(model).eval()
+                ref.requires_grad_(False)
+                # stored outside the module tree: never trained, never checkpointed, never wrapped by DDP
+                self.ref_models[i] = ref
+
+    # ------------------------------------------------------------------ generation
+    @torch.no_grad()
+    def generate(
+        self, prompts: Sequence[Sequence[Prompt]], generation_config: GenerationConfig,
+        chat_template_kwargs: dict | None = None,
+    ) -> list[tuple[list[list[int]], list[list[int]]]]:
+        """Sample one completion per prompt for every agent.
+
+        Args:
+            prompts: `prompts[a]` is the list of prompts of agent `a` (strings or chat messages).
+            generation_config: Sampling settings (`max_new_tokens`, `temperature`, ...).
+
+        Returns:
+            For each agent, `(prompt_ids, completion_ids)`: token id lists, completions cut after the first EOS.
+        """
+        if len(prompts) != self.num_agents:
+            raise ValueError(f"Expected prompts for {self.num_agents} agents, got {len(prompts)}.")
+        prompt_ids = [tokenize_prompts(self.tokenizers[a], prompts[a], chat_template_kwargs)
+                      for a in range(self.num_agents)]
+        completion_ids: list[list[list[int]] | None] = [None] * self.num_agents
+        # Agents that run on the same model generate in one batch (one adapter name per row in `adapters` mode).
+        for model_index, model in enumerate(self.models):
+            agents = [a for a in range(self.num_agents) if self.agent_model[a] == model_index and prompt_ids[a]]
+            if not agents:
+                continue
+            rows = [ids for a in agents for ids in prompt_ids[a]]
+            outputs = self._generate_rows(model, agents[0], rows, generation_config,
+                                          [self.agent_adapter[a] for a in agents for _ in prompt_ids[a]])
+            start = 0
+            for a in agents:
+                completion_ids[a] = outputs[start: start + len(prompt_ids[a])]
+                start += len(prompt_ids[a])
+        return [(prompt_ids[a], completion_ids[a] or []) for a in range(self.num_agents)]
+
+    def _generate_rows(
+        self, model: PreTrainedModel, agent_index: int, rows: list[list[int]], generation_config: GenerationConfig,
+        adapter_names: list[str | None],
+    ) -> list[list[int]]:
+        tokenizer = self.tokenizers[agent_index]
+        ids, mask = pad_left(rows, tokenizer.pad_token_id)
+        ids, mask = ids.to(self.device), mask.to(self.device)
+        kwargs: dict[str, Any] = {}
+        if self.mode == "adapters" and len(set(adapter_names)) > 1:
+            kwargs["adapter_names"] = adapter_names
+        elif self.mode == "adapters":
+            self._activate(agent_index)
+        was_training = model.training
+        model.eval()
+        try:
+            out = model.generate(input_ids=ids, attention_mask=mask, generation_config=generation_config, **kwargs)
+        finally:
+            model.train(was_training)
+        eos = _eos_ids(tokenizer, self.base_model_of(agent_index))
+        return [truncate_after_eos(row.tolist(), eos) for row in out[:, ids.size(1):]]
+
+    # ------------------------------------------------------------------ log-probabilities
+    def _logps(
+        self, model: PreTrainedModel, batch: AgentBatch, compute_entropy: bool
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        logits_to_keep = batch.completion_ids.size(1)
+        out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, logits_to_keep=logits_to_keep + 1)
+        logits = out.logits[:, :-1, :] / self.temperature
+        logps = selective_log_softmax(logits, batch.completion_ids)
+        entropy = entropy_from_logits(logits.detach()) if compute_entropy else None
+        return logps, entropy
+
+    def forward(
+        self, batches: Sequence[AgentBatch | None], compute_entropy: bool = False
+    ) -> list[tuple[torch.Tensor, torch.Tensor | None] | None]:
+        """Per-token log-probabilities (and entropies) of each agent's completions under its current policy.
+
+        One call covers every agent, so that a DistributedDataParallel wrapper sees one forward per backward.
+        `batches[a]` is agent `a`'s samples (or `None` when it has none this step).
+        """
+        results: list[tuple[torch.Tensor, torch.Tensor | None] | None] = []
+        for agent_index, batch in enumerate(batches):
+            if batch is None or len(batch) == 0:
+                results.append(None)
+                continue
+            model = self._activate(agent_index)
+            results.append(self._logps(model, batch, compute_entropy))
+        return results
+
+    @torch.no_grad()
+    def reference_logps(self, agent_index: int, batch: AgentBatch) -> torch.Tensor:
+        """Per-token log-probabilities under the reference policy (adapter disabled, or the frozen copy)."""
+        model_index = self.agent_model[agent_index]
+        if self.agent_adapter[agent_index] is not None:
+            model = self.models[model_index]
+            with model.disable_adapter():
+                return self._logps(model, batch, compute_entropy=False)[0]
+        ref = self.ref_models[model_index]
+        if ref is None:
+            raise RuntimeError("No reference model: call `team.create_reference_models()` first.")
+        return self._logps(ref.to(self.device), batch, compute_entropy=False)[0]
+
+    @torch.no_grad()
+    def policy_logps(self, agent_index: int, batch: AgentBatch) -> torch.Tensor:
+        """Per-token log-probabilities under the current policy, without gradients."""
+        return self._logps(self._activate(agent_index), batch, compute_entropy=False)[0]
+
+    # ------------------------------------------------------------------ save / load
+    def save_pretrained(self, output_dir: str | os.PathLike, save_base_model: bool | None = None) -> None:
+        """Save every agent to `output_dir/agent_<i>/` plus `team_config.json`.
+
+        Each `agent_<i>/` is loadable on its own: a full model (`AutoModelForCausalLM.from_pretrained`) or a PEFT
+        adapter (`PeftModel.from_pretrained(base, "agent_<i>")`), with the agent's tokenizer. When adapters are
+        used and the base model has no loadable name or path, the base is saved to `base_model/` too.
+        """
+        output_dir = os.fspath(output_dir)
+        os.makedirs(output_dir, exist_ok=True)
+        base_paths: list[str | None] = []
+        for i, model in enumerate(self.models):
+            agents = [a for a in range(self.num_agents) if self.agent_model[a] == i]
+            base_path = None
+            if self.agent_adapter[agents[0]] is not None:
+                base = model.get_base_model()
+                name = base.config._name_or_path
+                must_save_base = save_base_model if save_base_model is not None else not _loadable(name)
+                if must_save_base:
+                    base_path = f"base_model_{i}" if len(self.models) > 1 else "base_model"
+                    base.save_pretrained(os.path.join(output_dir, base_path))
+                    self.tokenizers[agents[0]].save_pretrained(os.path.join(output_dir, base_path))
+                else:
+                    base_path = name
+            base_paths.append(base_path)
+            for a in agents:
+                agent_dir = _agent_dir(output_dir, a)
+                adapter = self.agent_adapter[a]
+                if adapter is None:
+                    model.save_pretrained(agent_dir)
+                else:
+                    _save_adapter(model, adapter, agent_dir)
+                self.tokenizers[a].save_pretrained(agent_dir)
+        config = {
+            "mode": self.mode,
+            "num_agents": self.num_agents,
+            "agent_model": self.agent_model,
+            "agent_adapter": self.agent_adapter,
+            "base_models": base_paths,
+        }
+        with open(os.path.join(output_dir, TEAM_CONFIG_NAME), "w") as f:
+            json.dump(config, f, indent=2)
+
+    @classmethod
+    def from_pretrained(
+        cls, path: str | os.PathLike, is_trainable: bool = True, model_init_kwargs: dict | None = None
+    ) -> AgentTeam:
+        """Load a team saved by [`AgentTeam.save_pretrained`] (or a trainer checkpoint)."""
+        path = os.fspath(path)
+        config_file = os.path.join(path, TEAM_CONFIG_NAME)
+        if not os.path.isfile(config_file):
+            raise FileNotFoundError(f"{path} holds no {TEAM_CONFIG_NAME}: it is not a saved AgentTeam.")
+        with open(config_file) as f:
+            config = json.load(f)
+        kwargs = dict(model_init_kwargs or {})
+        n = config["num_agents"]
+        tokenizers = [AutoTokenizer.from_pretrained(_agent_dir(path, a)) for a in range(n)]
+        models: list[PreTrainedModel] = []
+        for i, base_path in enumerate(config["base_models"]):
+            agents = [a for a in range(n) if config["agent_model"][a] == i]
+            if config["agent_adapter"][agents[0]] is None:
+                models.append(AutoModelForCausalLM.from_pretrained(_agent_dir(path, agents[0]), **kwargs))
+                continue
+            from peft import PeftModel
+
+            local_base = os.path.join(path, base_path)
+            base = AutoModelForCausalLM.from_pretrained(local_base if os.path.isdir(local_base) else base_path,
+                                                        **kwargs)
+            first, *rest = agents
+            peft_model = PeftModel.from_pretrained(base, _agent_dir(path, first),
+                                                   adapter_name=config["agent_adapter"][first],
+                                                   is_trainable=is_trainable)
+            for a in rest:
+                peft_model.load_adapter(_agent_dir(path, a), adapter_name=config["agent_adapter"][a],
+                                        is_trainable=is_trainable)
+            models.append(peft_model)
+        return cls(models, tokenizers, config["mode"], config["agent_model"], config["agent_adapter"])
+
+    def load_weights_(self, path: str | os.PathLike) -> None:
+        """Load the weights of a team saved with the same layout into this team, in place (for resuming)."""
+        from safetensors.torch import load_file
+
+        path = os.fspath(path)
+        for a in range(self.num_agents):
+            agent_dir = _agent_dir(path, a)
+            adapter = self.agent_adapter[a]
+            model = self.policy(a)
+            if adapter is not None:
+                from peft import set_peft_model_state_dict
+
+                state = load_file(os.path.join(agent_dir, "adapter_model.safetensors"))
+                set_peft_model_state_dict(model, state, adapter_name=adapter)
+            elif self.mode != "shared" or a == 0:
+                loaded = type(model).from_pretrained(agent_dir, torch_dtype=next(model.parameters()).dtype)
+                model.load_state_dict(loaded.state_dict())
+
+
+def _loadable(name: str | None) -> bool:
+    """Whether `name` can be given to `from_pretrained` later: a local model folder or a Hub id."""
+    if not name:
+        return False
+    if os.path.isdir(name):
+        return os.path.isfile(os.path.join(name, "config.json"))
+    return name.count("/") == 1 and not name.startswith((".", "/"))
+
+
+def _save_adapter(model: Any, adapter: str, agent_dir: str) -> None:
+    """Save one adapter of a PeftModel as a standalone adapter folder."""
+    from peft import get_peft_model_state_dict
+    from safetensors.torch import save_file
+
+    os.makedirs(agent_dir, exist_ok=True)
+    state = get_peft_model_state_dict(model, adapter_name=adapter)
+    save_file({k: v.detach().contiguous().cpu() for k, v in state.items()},
+              os.path.join(agent_dir, "adapter_model.safetensors"), metadata={"format": "pt"})
+    config = copy.deepcopy(model.peft_config[adapter])
+    config.inference_mode = True
+    config.save_pretrained(agent_dir)

@@ -1,0 +1,207 @@
+"""Configuration of [`MAGRPOTrainer`]."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+
+from .._trl_compat import GRPOConfig
+from ..core import ADVANTAGE_MODES, JOINT_MODES, SUPPORTED_LOSS_TYPES
+
+# GRPO fields that MAGRPOTrainer implements; any other GRPOConfig field must keep its default (checked below), so
+# that a setting is never silently ignored.
+HONOURED_GRPO_FIELDS = frozenset({
+    "model_init_kwargs", "disable_dropout", "remove_unused_columns", "num_generations", "max_completion_length",
+    "shuffle_dataset", "generation_batch_size", "steps_per_generation", "temperature", "top_p", "top_k", "min_p",
+    "generation_kwargs", "chat_template_kwargs", "repetition_penalty", "beta", "epsilon", "epsilon_high", "delta",
+    "importance_sampling_level", "reward_weights", "scale_rewards", "loss_type", "mask_truncated_completions",
+    "log_completions", "num_completions_to_print", "learning_rate", "logging_steps", "gradient_checkpointing", "bf16",
+    "lr_scheduler_kwargs", "use_liger_kernel", "torch_empty_cache_steps", "num_iterations", "cache_implementation",
+    "pad_to_multiple_of", "trust_remote_code", "log_unique_prompts",
+    # fields that only matter with vLLM, which is refused as a whole through `use_vllm`
+    "vllm_mode", "vllm_model_impl", "vllm_enable_sleep_mode", "vllm_structured_outputs_regex", "vllm_server_base_url",
+    "vllm_server_host", "vllm_server_port", "vllm_server_timeout", "vllm_group_port", "vllm_gpu_memory_utilization",
+    "vllm_max_model_length", "vllm_tensor_parallel_size", "vllm_importance_sampling_correction",
+    "vllm_importance_sampling_mode", "vllm_importance_sampling_clip_max", "vllm_importance_sampling_clip_min",
+    "vllm_importance_sampling_cap",
+    # fields of the SAPO/VESPO losses, which are refused through `loss_type`
+    "sapo_temperature_neg", "sapo_temperature_pos", "vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg",
+    "vespo_lambda_neg",
+    # entropy-bonus knobs that only act when `entropy_coef`/`use_adaptive_entropy` are set (both refused)
+    "entropy_coef_min", "entropy_coef_max", "entropy_coef_delta", "entropy_target",
+    # generation backends refused through their switches
+    "transformers_continuous_batching_config", "ref_model_mixup_alpha", "ref_model_sync_steps",
+    "log_completions_hub_repo", "log_multimodal", "num_generations_eval", "cast_lm_head_to_fp32",
+})
+
+
+def _has_accelerator() -> bool:
+    import torch
+
+    return torch.cuda.is_available() or (hasattr(torch, "xpu") and torch.xpu.is_available())
+
+
+@dataclass
+class MAGRPOConfig(GRPOConfig):
+    r"""Configuration of [`MAGRPOTrainer`]: Multi-Agent Group Relative Policy Optimization (arXiv 2508.04652).
+
+    It subclasses `trl.GRPOConfig`, so every GRPO field keeps its name and meaning, and adds the multi-agent and
+    multi-turn fields below. A GRPO field that MAGRPO does not implement (vLLM generation, `num_iterations > 1`,
+    entropy bonuses, ...) raises an error when set, instead of being ignored.
+
+    Batch sizes follow GRPO: `per_device_train_batch_size` counts completions *per agent* per micro-step at turn 1
+    and must be a multiple of `num_generations`; each micro-step plays `per_device_train_batch_size //
+    num_generations` episodes.
+
+    Parameters that differ from GRPO or are new:
+        num_agents (`int`, defaults to `2`): Number of agents in the team.
+        num_turns (`int`, defaults to `1`): Maximum number of turns of an episode.
+        joint_mode (`str`, defaults to `"aligned"`): How agents' samples form joint actions: `"aligned"` (sample g of
+            every agent, G joint actions) or `"cross"` (Cartesian product, G^n joint actions, each completion
+            credited the mean return of the joint actions that contain it).
+        discount (`float`, defaults to `1.0`): Discount gamma of the multi-turn return R_t = r_t + gamma *
+            mean(R_{t+1}).
+        advantage_mode (`str`, *optional*): Baseline among the G samples of a node: `"mean"` (the paper, A = R -
+            mean R), `"std"` (also divide by the group std, GRPO's `scale_rewards="group"`), `"loo"` (leave-one-out,
+            RLOO), `"batch"` (GRPO's `scale_rewards="batch"`). Default: derived from `scale_rewards`.
+        scale_rewards (`str`, defaults to `"none"`): As in GRPO, but the default is the paper's unscaled advantage.
+        max_branches (`int`, *optional*): Branching cap: how many joint actions of a node continue to the next turn.
+        early_stop_threshold (`float`, *optional*): A node whose mean reward reaches it does not continue.
+        team_mode (`str`, *optional*): `"adapters"`, `"models"` or `"shared"` (see [`AgentTeam`]).
+        max_nonfinite (`int`, defaults to `10`): NaN/inf rewards or losses are skipped and counted; training stops
+            with an error after this many.
+
+    Example:
+
+    ```python
+    from trl_marl import MAGRPOConfig
+
+    args = MAGRPOConfig(output_dir="team", num_agents=2, num_generations=8, per_device_train_batch_size=32,
+                        max_completion_length=128, learning_rate=1e-5)
+    ```
+    """
+
+    num_agents: int = field(default=2, metadata={"help": "Number of agents in the team."})
+    num_turns: int = field(default=1, metadata={"help": "Maximum number of turns of an episode."})
+    joint_mode: str = field(
+        default="aligned",
+        metadata={
+            "help": "How the agents' samples form joint actions: 'aligned' (sample g of every agent forms joint "
+            "action g; G joint actions per node) or 'cross' (Cartesian product; G^n joint actions, each completion "
+            "credited the mean return over the joint actions that contain it)."
+        },
+    )
+    discount: float = field(
+        default=1.0, metadata={"help": "Discount gamma of the multi-turn return R_t = r_t + gamma * mean(R_{t+1})."}
+    )
+    advantage_mode: str | None = field(
+        default=None,
+        metadata={
+            "help": "Baseline among the G samples of one node: 'mean' (the MAGRPO paper: A = R - mean R), 'std' "
+            "(divide by the group std as GRPO's scale_rewards='group'), 'loo' (leave-one-out baseline as RLOO), "
+            "'batch' (GRPO's scale_rewards='batch'). Default: derived from `scale_rewards`."
+        },
+    )
+    scale_rewards: str = field(
+        default="none",
+        metadata={
+            "help": "GRPO's reward scaling: 'group', 'batch' or 'none'. MAGRPO defaults to 'none' (the paper's "
+            "A = R - mean R); `advantage_mode` says the same thing in MAGRPO's terms."
+        },
+    )
+    max_branches: int | None = field(
+        default=None,
+        metadata={
+            "help": "Branching cap for multi-turn rollouts: how many joint actions of each node (chosen at random) "
+            "continue to the next turn. None continues all of them (G^T leaves in 'aligned' mode)."
+        },
+    )
+    early_stop_threshold: float | None = field(
+        default=None,
+        metadata={"help": "A node whose mean team reward reaches this value does not continue to the next turn."},
+    )
+    team_mode: str | None = field(
+        default=None,
+        metadata={
+            "help": "Team layout: 'adapters' (one base model + one LoRA adapter per agent; needs a peft_config), "
+            "'models' (one model per agent) or 'shared' (one set of weights for all agents). Default: 'adapters' "
+            "with a peft_config, else 'models'."
+        },
+    )
+    max_nonfinite: int = field(
+        default=10,
+        metadata={
+            "help": "NaN or infinite rewards and losses are skipped (never replaced) and counted in the logs; "
+            "training raises once more than this many occurred."
+        },
+    )
+
+    def __post_init__(self) -> None:
+        if self.num_generations is not None and self.num_generations < 2:
+            raise ValueError(
+                f"`num_generations` must be >= 2: MAGRPO's advantages compare several samples per agent per node "
+                f"(got {self.num_generations}). Use e.g. `num_generations=8`."
+            )
+        if self.bf16 is None and not self.fp16 and not _has_accelerator():
+            self.bf16 = False  # TRL defaults to bf16, which fails on a machine without GPU unless use_cpu is set
+        super().__post_init__()
+        if self.num_agents < 1:
+            raise ValueError(f"`num_agents` must be >= 1, got {self.num_agents}.")
+        if self.num_turns < 1:
+            raise ValueError(f"`num_turns` must be >= 1, got {self.num_turns}.")
+        if self.joint_mode not in JOINT_MODES:
+            raise ValueError(f"`joint_mode` must be one of {JOINT_MODES}, got {self.joint_mode!r}.")
+        if not 0.0 <= self.discount <= 1.0:
+            raise ValueError(f"`discount` must be in [0, 1], got {self.discount}.")
+        if self.max_branches is not None and self.max_branches < 1:
+            raise ValueError(f"`max_branches` must be >= 1 or None, got {self.max_branches}.")
+        if self.team_mode not in (None, "adapters", "models", "shared"):
+            raise ValueError(f"`team_mode` must be 'adapters', 'models', 'shared' or None, got {self.team_mode!r}.")
+        derived = {"none": "mean", "group": "std", "batch": "batch"}[self.scale_rewards]
+        if self.advantage_mode is None:
+            self.advantage_mode = derived
+        elif self.advantage_mode not in (*ADVANTAGE_MODES, "batch"):
+            raise ValueError(
+                f"`advantage_mode` must be one of {(*ADVANTAGE_MODES, 'batch')}, got {self.advantage_mode!r}."
+            )
+        elif self.scale_rewards != "none" and self.advantage_mode != derived:
+            raise ValueError(
+                f"`advantage_mode={self.advantage_mode!r}` contradicts `scale_rewards={self.scale_rewards!r}`; set "
+                "only one of them."
+            )
+        if self.per_device_train_batch_size % self.num_generations != 0:
+            raise ValueError(
+                f"`per_device_train_batch_size` ({self.per_device_train_batch_size}) must be a multiple of "
+                f"`num_generations` ({self.num_generations}): each micro-step plays per_device_train_batch_size // "
+                "num_generations episodes with num_generations samples per agent."
+            )
+        self._refuse_unsupported()
+
+    def _refuse_unsupported(self) -> None:
+        problems = []
+        if self.loss_type not in SUPPORTED_LOSS_TYPES:
+            problems.append(f"loss_type={self.loss_type!r} (supported: {SUPPORTED_LOSS_TYPES})")
+        if self.use_vllm:
+            problems.append("use_vllm=True (MAGRPO generates with the team's batched `generate`)")
+        if self.num_iterations != 1:
+            problems.append(f"num_iterations={self.num_iterations} (MAGRPO takes one update per rollout)")
+        if self.steps_per_generation != self.gradient_accumulation_steps:
+            problems.append(
+                f"steps_per_generation={self.steps_per_generation} (MAGRPO generates every micro-step, so it must "
+                f"equal gradient_accumulation_steps={self.gradient_accumulation_steps})"
+            )
+        if self.multi_objective_aggregation != "sum_then_normalize":
+            problems.append(f"multi_objective_aggregation={self.multi_objective_aggregation!r}")
+        defaults = {f.name: f.default for f in fields(GRPOConfig)}
+        from .._trl_compat import grpo_config_field_names
+
+        for name in sorted(grpo_config_field_names() - HONOURED_GRPO_FIELDS):
+            if name in ("use_vllm", "loss_type", "multi_objective_aggregation"):
+                continue
+            default = defaults.get(name)
+            if getattr(self, name) != default:
+                problems.append(f"{name}={getattr(self, name)!r}")
+        if problems:
+            raise ValueError(
+                "MAGRPOTrainer does not implement these GRPO settings; leave them at their defaults: "
+                + "; ".join(problems)
+            )

@@ -1,0 +1,451 @@
+"""`MAGRPOTrainer`: Multi-Agent Group Relative Policy Optimization (Liu et al., arXiv 2508.04652)."""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader, RandomSampler, SequentialSampler
+from transformers import GenerationConfig, PreTrainedModel, TrainerCallback
+
+from .._trl_compat import TeamCheckpointMixin, TRLBaseTrainer
+from ..core import aggregate_token_loss, clipped_surrogate, k3_kl, masked_mean
+from ..envs.base import MultiAgentEnv, PromptEnv
+from ..rollout import JointRollout, Rollout, TeamReward, finite_mean, reward_std_is_zero
+from ..team import AgentBatch, AgentTeam, pad_left, pad_right
+from .magrpo_config import MAGRPOConfig
+
+RewardFunc = Callable[..., Sequence[float | None]]
+
+
+def _identity(batch: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return batch
+
+
+class NonFiniteError(RuntimeError):
+    """Raised when more NaN/inf rewards or losses occurred than `max_nonfinite` allows."""
+
+
+class MAGRPOTrainer(TeamCheckpointMixin, TRLBaseTrainer):
+    """Trains a team of LLM agents with MAGRPO (Multi-Agent Group Relative Policy Optimization).
+
+    Each training micro-step plays `per_device_train_batch_size // num_generations` episodes of a
+    [`MultiAgentEnv`]: every agent samples `num_generations` completions per node, the agents' samples form joint
+    actions (`aligned` or `cross`), the reward functions give each joint action one centralized team reward, the
+    episode continues for up to `num_turns` turns as a tree, and returns R_t = r_t + gamma * mean(R_{t+1}) become
+    group-relative advantages among each agent's samples of a node. Each agent is then updated with the GRPO
+    clipped surrogate over its own tokens (optionally with a k3 KL penalty to its reference policy); the agents'
+    losses are summed into one backward pass and one optimizer step.
+
+    With `num_agents=1` and `num_turns=1` the advantages, loss and update equal TRL's `GRPOTrainer`'s for the same
+    rollouts (tested for every supported `loss_type`).
+
+    Args:
+        model: A model id or path, a `PreTrainedModel`, one of those per agent (heterogeneous team), or an
+            [`AgentTeam`].
+        reward_funcs: TRL-style reward functions `f(prompts, completions, **kwargs) -> list[float | None]`, called
+            once per turn on all joint actions. Besides the dataset columns they receive `agent_prompts`,
+            `agent_completions` (one list per agent), `agent_index=None`, `turn`, `transcript` and
+            `trainer_state`. `prompts`/`completions` are agent 0's, so plain TRL functions work with one agent.
+        args: A [`MAGRPOConfig`].
+        train_dataset: A `datasets.Dataset` whose rows the environment reads (by default a `prompt` column).
+        eval_dataset: Optional evaluation dataset; `evaluate()` reports the team reward on it.
+        processing_class: A tokenizer, or one per agent. Default: loaded from the model names.
+        env: The [`MultiAgentEnv`]. Default: [`PromptEnv`] over the `prompt` column.
+        callbacks: `transformers.TrainerCallback`s.
+        optimizers: `(optimizer, lr_scheduler)`, as in `transformers.Trainer`.
+        peft_config: A `peft.LoraConfig`; with one base model and several agents it gives one adapter per agent.
+
+    Example:
+
+    ```python
+    from datasets import Dataset
+    from trl_marl import MAGRPOConfig, MAGRPOTrainer
+    from trl_marl.envs import TargetSumEnv, target_sum_reward
+
+    dataset = Dataset.from_dict({"target": [10] * 64})
+    trainer = MAGRPOTrainer(
+        model="toy",  # a tiny offline model; use e.g. "Qwen/Qwen2.5-0.5B-Instruct" with a peft_config for real work
+        reward_funcs=target_sum_reward,
+        env=TargetSumEnv(num_agents=2),
+        args=MAGRPOConfig(output_dir="team", num_agents=2, num_generations=8, per_device_train_batch_size=64,
+                          max_completion_length=4, learning_rate=3e-3, max_steps=60),
+        train_dataset=dataset,
+    )
+    trainer.train()
+    ```
+    """
+
+    _tag_names = ["trl", "trl-marl", "magrpo", "multi-agent"]
+    _name = "MAGRPO"
+    _paper = {
+        "title": "LLM Collaboration With Multi-Agent Reinforcement Learning",
+        "id": "2508.04652",
+    }
+
+    def __init__(
+        self,
+        model: str | PreTrainedModel | Sequence[str | PreTrainedModel] | AgentTeam,
+        reward_funcs: RewardFunc | Sequence[RewardFunc],
+        args: MAGRPOConfig | None = None,
+        train_dataset: Any = None,
+        eval_dataset: Any = None,
+        processing_class: Any = None,
+        env: MultiAgentEnv | None = None,
+        callbacks: list[TrainerCallback] | None = None,
+        optimizers: tuple[Any, Any] = (None, None),
+        peft_config: Any = None,
+    ) -> None:
+        if args is None:
+            name = model if isinstance(model, str) else "team"
+            args = MAGRPOConfig(f"{os.path.basename(str(name))}-MAGRPO")
+        if not isinstance(args, MAGRPOConfig):
+            raise TypeError(f"`args` must be a MAGRPOConfig, got {type(args).__name__}.")
+        env = env if env is not None else PromptEnv(num_agents=args.num_agents, num_turns=args.num_turns)
+        if env.num_agents != args.num_agents:
+            raise ValueError(
+                f"The environment has {env.num_agents} agents but `args.num_agents={args.num_agents}`; "
+                "make them agree."
+            )
+        if env.num_turns != args.num_turns:
+            raise ValueError(
+                f"The environment has {env.num_turns} turns but `args.num_turns={args.num_turns}`; make them agree."
+            )
+        if train_dataset is None:
+            raise ValueError("`train_dataset` is required: MAGRPO plays one episode per dataset row.")
+        self._validate_dataset(env, train_dataset, "train_dataset")
+        if eval_dataset is not None:
+            self._validate_dataset(env, eval_dataset, "eval_dataset")
+
+        team = AgentTeam.build(model, args.num_agents, mode=args.team_mode, peft_config=peft_config,
+                               processing_class=processing_class, model_init_kwargs=args.model_init_kwargs)
+        team.temperature = args.temperature
+        if args.disable_dropout:
+            for module in team.modules():
+                if isinstance(module, torch.nn.Dropout):
+                    module.p = 0.0
+        if args.beta != 0.0:
+            team.create_reference_models()
+        funcs = list(reward_funcs) if isinstance(reward_funcs, (list, tuple)) else [reward_funcs]
+        self.team_reward = TeamReward(funcs, args.reward_weights)
+        self.env = env
+        args.remove_unused_columns = False  # the environment and the reward functions read the raw rows
+
+        super().__init__(
+            model=team,
+            args=args,
+            data_collator=_identity,
+            train_dataset=train_dataset,
+            eval_dataset=eval_dataset,
+            processing_class=team.tokenizers[0],
+            callbacks=callbacks,
+            optimizers=optimizers,
+        )
+        self.team = team
+        # The loss is summed over agents and already divided for gradient accumulation in `compute_loss`.
+        self.loss_is_scaled_for_ga = True
+        self.model_accepts_loss_kwargs = False
+        self.rollout = JointRollout(
+            env=env,
+            team=team,
+            reward=self.team_reward,
+            generation_config=self._generation_config(),
+            num_generations=args.num_generations,
+            joint_mode=args.joint_mode,
+            discount=args.discount,
+            advantage_mode=args.advantage_mode,
+            max_branches=args.max_branches,
+            early_stop_threshold=args.early_stop_threshold,
+            chat_template_kwargs=args.chat_template_kwargs,
+            seed=args.seed + self.accelerator.process_index,
+        )
+        self._metrics: dict[str, dict[str, list[float]]] = {"train": defaultdict(list), "eval": defaultdict(list)}
+        self._nonfinite = 0
+        self.last_rollout: Rollout | None = None
+        self.last_advantages: list[torch.Tensor] = []
+
+    # ------------------------------------------------------------------ validation
+    @staticmethod
+    def _validate_dataset(env: MultiAgentEnv, dataset: Any, where: str) -> None:
+        columns = getattr(dataset, "column_names", None)
+        if columns is None:
+            try:
+                first = dataset[0]
+            except Exception as exc:  # noqa: BLE001 - any indexing failure means we cannot validate
+                raise TypeError(f"`{where}` must be a datasets.Dataset or an indexable sequence of dicts.") from exc
+            columns = list(first)
+        if len(dataset) == 0:
+            raise ValueError(f"`{where}` is empty.")
+        env.validate_row(dict.fromkeys(columns), where=f"`{where}`")
+
+    def _generation_config(self) -> GenerationConfig:
+        args = self.args
+        tokenizer = self.team.tokenizers[0]
+        eos = self.team.base_model_of(0).generation_config.eos_token_id
+        if eos is None:
+            eos = tokenizer.eos_token_id
+        config = GenerationConfig(
+            max_new_tokens=args.max_completion_length,
+            do_sample=True,
+            temperature=args.temperature,
+            top_p=args.top_p,
+            top_k=args.top_k,
+            min_p=args.min_p,
+            repetition_penalty=args.repetition_penalty,
+            pad_token_id=tokenizer.pad_token_id,
+            eos_token_id=eos,
+            cache_implementation=args.cache_implementation,
+            **(args.generation_kwargs or {}),
+        )
+        return config
+
+    # ------------------------------------------------------------------ data
+    def _episodes_per_step(self) -> int:
+        return self.args.per_device_train_batch_size // self.args.num_generations
+
+    def get_train_dataloader(self) -> DataLoader:
+        """Batches of raw dataset rows: each micro-step plays one episode tree per row."""
+        generator = torch.Generator().manual_seed(self.args.seed)
+        sampler = RandomSampler(self.train_dataset, generator=generator) if self.args.shuffle_dataset else (
+            SequentialSampler(self.train_dataset))
+        loader = DataLoader(
+            self.train_dataset,
+            batch_size=self._episodes_per_step(),
+            sampler=sampler,
+            collate_fn=_identity,
+            drop_last=self.args.dataloader_drop_last,
+            num_workers=0,
+        )
+        return self.accelerator.prepare(loader)
+
+    # ------------------------------------------------------------------ training step
+    def training_step(self, model: torch.nn.Module, inputs: Any, num_items_in_batch: Any = None) -> torch.Tensor:
+        """Play the episodes of `inputs` (a list of dataset rows), then take the MAGRPO loss on them."""
+        batch = self._make_batch(inputs, mode="train")
+        return super().training_step(model, batch, num_items_in_batch)
+
+    def _prepare_inputs(self, inputs: Any) -> Any:
+        return inputs  # `_make_batch` already placed the tensors on the device
+
+    @torch.no_grad()
+    def _make_batch(self, rows: list[dict[str, Any]], mode: str) -> dict[str, Any]:
+        """Roll out, score and tokenize: one [`AgentBatch`] and advantage vector per agent."""
+        device = self.accelerator.device
+        rollout = self.rollout.run(rows, trainer_state=self.state)
+        self.last_rollout = rollout
+        self._count_nonfinite(rollout.nonfinite_rewards, "rewards")
+        n = self.env.num_agents
+        eos_ids = {self.team.tokenizers[a].eos_token_id for a in range(n)}
+        batches: list[AgentBatch | None] = []
+        advantages: list[torch.Tensor] = []
+        turn_of_sample: list[torch.Tensor] = []
+        for a in range(n):
+            prompt_ids = [ids for t in rollout.turns for ids in t.prompt_ids[a]]
+            completion_ids = [ids for t in rollout.turns for ids in t.completion_ids[a]]
+            adv = torch.cat([t.advantages[:, a, :].reshape(-1) for t in rollout.turns]).float()
+            turn_index = torch.cat([torch.full((len(t.prompt_ids[a]),), t.turn) for t in rollout.turns])
+            pad_id = self.team.tokenizers[a].pad_token_id
+            p_ids, p_mask = pad_left(prompt_ids, pad_id)
+            c_ids, c_mask = pad_right(completion_ids, pad_id)
+            if self.args.mask_truncated_completions:
+                truncated = torch.tensor([not (ids and ids[-1] in eos_ids) for ids in completion_ids])
+                c_mask = c_mask * (~truncated).unsqueeze(1).long()
+            batch = AgentBatch(p_ids, p_mask, c_ids, c_mask).to(device)
+            batches.append(batch)
+            advantages.append(adv.to(device))
+            turn_of_sample.append(turn_index)
+        old_logps = None  # one update per rollout: the ratio's denominator is the detached current policy
+        ref_logps = None
+        if self.args.beta != 0.0:
+            ref_logps = [self.team.reference_logps(a, batches[a]) for a in range(n)]
+        self.last_advantages = advantages
+        # dapo normalizes by the number of completion tokens of the whole step, across processes
+        num_items = []
+        for a in range(n):
+            count = batches[a].completion_mask.sum().to(device)
+            num_items.append(self.accelerator.gather(count).sum())
+        self._log_rollout(rollout, batches, advantages, turn_of_sample, mode)
+        return {"batches": batches, "advantages": advantages, "old_logps": old_logps, "ref_logps": ref_logps,
+                "num_items": num_items, "turn_of_sample": turn_of_sample}
+
+    def compute_loss(self, model: torch.nn.Module, inputs: dict[str, Any], return_outputs: bool = False,
+                     num_items_in_batch: Any = None) -> torch.Tensor:
+        """Sum over agents of the GRPO clipped-surrogate loss on each agent's own tokens (+ beta * k3 KL)."""
+        args = self.args
+        mode = "train" if self.model.training else "eval"
+        results = model(inputs["batches"], compute_entropy=True)
+        total: torch.Tensor | None = None
+        metrics = self._metrics[mode]
+        for a, result in enumerate(results):
+            if result is None:
+                continue
+            logps, entropy = result
+            batch: AgentBatch = inputs["batches"][a]
+            mask = batch.completion_mask
+            old = logps.detach() if inputs["old_logps"] is None else inputs["old_logps"][a]
+            per_token_loss, clipped = clipped_surrogate(
+                logps, old, inputs["advantages"][a], epsilon_low=args.epsilon, epsilon_high=args.epsilon_high,
+                delta=args.delta, importance_sampling_level=args.importance_sampling_level, mask=mask,
+            )
+            kl = None
+            if args.beta != 0.0:
+                kl = k3_kl(logps, inputs["ref_logps"][a])
+                per_token_loss = per_token_loss + args.beta * kl
+            num_items = inputs["num_items"][a] / self.accelerator.num_processes
+            loss = aggregate_token_loss(per_token_loss, mask, args.loss_type,
+                                        max_completion_length=args.max_completion_length,
+                                        num_items_in_batch=num_items)
+            if mode == "train":
+                loss = loss / self.current_gradient_accumulation_steps
+            if not torch.isfinite(loss):
+                self._count_nonfinite(1, "loss")
+                continue
+            total = loss if total is None else total + loss
+            prefix = f"agent_{a}/"
+            fmask = mask.float()
+            metrics[prefix + "entropy"].append(float(masked_mean(entropy, fmask)) if fmask.sum() else 0.0)
+            if kl is not None:
+                metrics[prefix + "kl"].append(float(masked_mean(kl.detach(), fmask)) if fmask.sum() else 0.0)
+            clip_mask = clipped.expand_as(fmask).float() if clipped.dim() == 2 else clipped.float()
+            metrics[prefix + "clip_ratio"].append(float(masked_mean(clip_mask, fmask)) if fmask.sum() else 0.0)
+            metrics[prefix + "loss"].append(float(loss.detach()))
+        if total is None:  # every agent's loss was non-finite: a zero loss that still touches every parameter
+            total = sum((p.sum() * 0.0 for p in model.parameters() if p.requires_grad), torch.zeros(()))
+        return total
+
+    def _count_nonfinite(self, count: int, what: str) -> None:
+        if count == 0:
+            return
+        self._nonfinite += count
+        self._metrics["train"][f"nonfinite/{what}"].append(float(count))
+        if self._nonfinite > self.args.max_nonfinite:
+            raise NonFiniteError(
+                f"{self._nonfinite} non-finite rewards/losses so far (latest: {what}), more than "
+                f"`max_nonfinite={self.args.max_nonfinite}`. They were skipped, not replaced; check the reward "
+                "functions for NaN/inf, lower the learning rate, or raise `max_nonfinite`."
+            )
+
+    # ------------------------------------------------------------------ logging
+    def _log_rollout(self, rollout: Rollout, batches: list[AgentBatch | None], advantages: list[torch.Tensor],
+                     turn_of_sample: list[torch.Tensor], mode: str) -> None:
+        metrics = self._metrics[mode]
+        first = rollout.turns[0]
+        metrics["reward"].append(finite_mean(first.rewards))
+        metrics["reward_std"].append(float(first.rewards.nan_to_num(0).std()) if first.rewards.numel() > 1 else 0.0)
+        metrics["frac_reward_zero_std"].append(reward_std_is_zero(first.rewards))
+        for t in rollout.turns:
+            metrics[f"turn_{t.turn}/reward"].append(finite_mean(t.rewards))
+            metrics[f"turn_{t.turn}/num_nodes"].append(float(len(t.nodes)))
+            for f_index, name in enumerate(self.team_reward.names):
+                values = t.rewards_per_func[:, f_index]
+                prefix = f"rewards/{name}" if t.turn == 1 else f"turn_{t.turn}/rewards/{name}"
+                metrics[prefix + "/mean"].append(finite_mean(values))
+                finite = values[torch.isfinite(values)]
+                metrics[prefix + "/std"].append(float(finite.std()) if finite.numel() > 1 else 0.0)
+        for a, batch in enumerate(batches):
+            if batch is None:
+                continue
+            lengths = batch.completion_mask.sum(dim=1).float()
+            metrics[f"agent_{a}/completion_length"].append(float(lengths.mean()))
+            adv = advantages[a].float().cpu()
+            for t in rollout.turns:
+                sel = turn_of_sample[a] == t.turn
+                metrics[f"agent_{a}/turn_{t.turn}/advantage_abs_mean"].append(float(adv[sel].abs().mean()))
+            metrics[f"agent_{a}/advantage_std"].append(float(adv.std()) if adv.numel() > 1 else 0.0)
+        metrics["num_tokens_generated"].append(float(rollout.generated_tokens))
+        if rollout.generation_time > 0:
+            metrics["tokens_per_second"].append(rollout.generated_tokens / rollout.generation_time)
+        if self.args.log_completions and self.accelerator.is_main_process and mode == "train":
+            self._print_completions(rollout)
+
+    def _print_completions(self, rollout: Rollout) -> None:
+        first = rollout.turns[0]
+        limit = self.args.num_completions_to_print or 4
+        n = self.env.num_agents
+        G = self.args.num_generations
+        lines = []
+        for k in range(min(limit, len(first.nodes))):
+            joint = " | ".join(repr(first.completions[a][k * G]) for a in range(n))
+            lines.append(f"  episode {k}: {joint} -> reward {float(first.rewards[k, 0]):.3f}")
+        print(f"[MAGRPO step {self.state.global_step}] sample joint actions:\n" + "\n".join(lines))
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        mode = "train" if self.model.training else "eval"
+        averaged = {k: sum(v) / len(v) for k, v in self._metrics[mode].items() if v and not k.startswith("nonfinite")}
+        averaged.update({k: float(sum(v)) for k, v in self._metrics[mode].items() if k.startswith("nonfinite")})
+        averaged = {k: (v if math.isfinite(v) else float("nan")) for k, v in averaged.items()}
+        if mode == "eval":
+            averaged = {f"eval_{k}": v for k, v in averaged.items()}
+        logs = {**logs, **averaged}
+        super().log(logs, start_time)
+        self._metrics[mode].clear()
+
+    # ------------------------------------------------------------------ evaluation
+    @torch.no_grad()
+    def evaluate(self, eval_dataset: Any = None, ignore_keys: list[str] | None = None,
+                 metric_key_prefix: str = "eval") -> dict[str, float]:
+        """Play the evaluation episodes (no update) and report the mean team reward per turn."""
+        dataset = eval_dataset if eval_dataset is not None else self.eval_dataset
+        if dataset is None:
+            raise ValueError("No evaluation dataset: pass `eval_dataset` to the trainer or to `evaluate()`.")
+        self._validate_dataset(self.env, dataset, "eval_dataset")
+        was_training = self.model.training
+        self.model.eval()
+        start = time.perf_counter()
+        per_turn: dict[int, list[float]] = defaultdict(list)
+        size = self._episodes_per_step()
+        rows_all = [dataset[i] for i in range(len(dataset))]
+        rows_all = rows_all[self.accelerator.process_index:: self.accelerator.num_processes]
+        for i in range(0, len(rows_all), size):
+            rollout = self.rollout.run(rows_all[i: i + size], trainer_state=self.state)
+            for t in rollout.turns:
+                per_turn[t.turn].append(finite_mean(t.rewards))
+        self.model.train(was_training)
+        metrics = {f"{metric_key_prefix}_reward": _mean(per_turn[1])}
+        for turn, values in per_turn.items():
+            metrics[f"{metric_key_prefix}_turn_{turn}/reward"] = _mean(values)
+        metrics[f"{metric_key_prefix}_runtime"] = time.perf_counter() - start
+        self.log(metrics)
+        self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control, metrics)
+        return metrics
+
+    # ------------------------------------------------------------------ model card
+    def create_model_card(self, model_name: str | None = None, dataset_name: str | None = None,
+                          tags: str | list[str] | None = None, output_dir: str | None = None) -> None:
+        """Write `README.md` in `output_dir`: the algorithm, the paper, the agents and the rewards."""
+        if not self.is_world_process_zero():
+            return
+        from ..model_card import write_team_model_card
+
+        write_team_model_card(
+            output_dir=output_dir or self.args.output_dir,
+            team=self.team,
+            algorithm="MAGRPO (Multi-Agent Group Relative Policy Optimization)",
+            paper=self._paper,
+            reward_names=self.team_reward.names,
+            env_name=type(self.env).__name__,
+            config_summary={
+                "num_agents": self.args.num_agents, "num_turns": self.args.num_turns,
+                "num_generations": self.args.num_generations, "joint_mode": self.args.joint_mode,
+                "advantage_mode": self.args.advantage_mode, "discount": self.args.discount,
+                "loss_type": self.args.loss_type, "beta": self.args.beta,
+                "learning_rate": self.args.learning_rate,
+            },
+            model_name=model_name, dataset_name=dataset_name, tags=[*self._tag_names, *(_as_list(tags))],
+        )
+
+
+def _as_list(tags: str | list[str] | None) -> list[str]:
+    if tags is None:
+        return []
+    return [tags] if isinstance(tags, str) else list(tags)
+
+
+def _mean(values: list[float]) -> float:
+    finite = [v for v in values if math.isfinite(v)]
+    return sum(finite) / len(finite) if finite else float("nan")
