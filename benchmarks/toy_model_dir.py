@@ -5,9 +5,15 @@ weights from disk, with no Hub access. Prefers the project's own ``trl_marl.toy`
 imported; otherwise falls back to a small local builder (a ``Qwen2ForCausalLM`` from config and a
 ``WordLevel`` character tokenizer wrapped in ``PreTrainedTokenizerFast``).
 
-Usage (either virtualenv works; only torch, transformers and tokenizers are needed)::
+Usage: build the directory once with the main venv (trl_marl.toy is then used, from an installed package or
+from this checkout's ``src/``, and the model is pretrained to output numbers), and give the same directory to
+both benchmark sides::
 
-    python benchmarks/toy_model_dir.py /tmp/toy-qwen2 --hidden-size 64 --num-layers 2 --seed 0
+    /work/venv/bin/python benchmarks/toy_model_dir.py /tmp/toy-qwen2 --hidden-size 64 --num-layers 2 --seed 0
+
+Run with a venv that has no trl (e.g. the comlrl one) it falls back to the local builder (random init).
+Load the tokenizer with ``PreTrainedTokenizerFast.from_pretrained``, not ``AutoTokenizer``: transformers 5.x
+replaces the tokenizer of any ``qwen2`` directory by ``Qwen2Tokenizer``, which drops spaces.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 
 CHARS = list("0123456789") + list("+-=?:TQA") + [" "]
 SPECIALS = ["<pad>", "<s>", "</s>", "<unk>"]
@@ -72,21 +79,69 @@ def build_fallback_model(tokenizer, hidden_size: int = 64, num_layers: int = 2, 
     return model
 
 
-def build_model_dir(path: str, hidden_size: int = 64, num_layers: int = 2, seed: int = 0) -> dict:
-    """Save a tiny model + tokenizer under ``path``; return a description (also written to ``toy_builder.json``)."""
-    os.makedirs(path, exist_ok=True)
-    builder = "fallback"
+def _import_make_toy_model():
+    """``trl_marl.toy.make_toy_model`` if importable (installed, or from this checkout's ``src/``), else None."""
     try:
-        from trl_marl.toy import make_toy_model  # the project's own builder, once it exists
+        from trl_marl.toy import make_toy_model
 
-        make_toy_model(path, hidden_size=hidden_size, num_layers=num_layers, seed=seed)
-        builder = "trl_marl.toy.make_toy_model"
+        return make_toy_model
     except ImportError:
+        pass
+    src = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
+    if os.path.isdir(os.path.join(src, "trl_marl")) and src not in sys.path:
+        sys.path.insert(0, src)
+        try:
+            from trl_marl.toy import make_toy_model
+
+            return make_toy_model
+        except ImportError:  # e.g. the comlrl venv, which has no trl
+            sys.path.remove(src)
+            for name in [m for m in sys.modules if m == "trl_marl" or m.startswith("trl_marl.")]:
+                del sys.modules[name]
+    return None
+
+
+def build_model_dir(
+    path: str,
+    hidden_size: int = 64,
+    num_layers: int = 2,
+    seed: int = 0,
+    pretrain_steps: int = 300,
+    allow_fallback: bool = True,
+) -> dict:
+    """Save a tiny model + tokenizer under ``path``; return a description (also written to ``toy_builder.json``).
+
+    With ``trl_marl.toy`` the model is pretrained for ``pretrain_steps`` steps on the "target" task (T=10) so
+    that it outputs valid numbers; the fallback builder leaves it randomly initialised (``pretrain_steps`` 0).
+    """
+    make_toy_model = _import_make_toy_model()
+    if make_toy_model is not None:
+        make_toy_model(
+            path,
+            task="target",
+            hidden_size=hidden_size,
+            num_layers=num_layers,
+            seed=seed,
+            pretrain_steps=pretrain_steps,
+            targets=(10,),
+        )
+        builder = "trl_marl.toy.make_toy_model"
+    elif allow_fallback:
+        os.makedirs(path, exist_ok=True)
         tokenizer = build_fallback_tokenizer()
         model = build_fallback_model(tokenizer, hidden_size=hidden_size, num_layers=num_layers, seed=seed)
         model.save_pretrained(path)
         tokenizer.save_pretrained(path)
-    info = {"builder": builder, "hidden_size": hidden_size, "num_layers": num_layers, "seed": seed}
+        builder, pretrain_steps = "fallback (benchmarks/toy_model_dir.py, random init)", 0
+    else:
+        raise ImportError("trl_marl.toy is not importable and --no-fallback was given")
+    info = {
+        "builder": builder,
+        "hidden_size": hidden_size,
+        "num_layers": num_layers,
+        "seed": seed,
+        "pretrain_steps": pretrain_steps,
+    }
     with open(os.path.join(path, "toy_builder.json"), "w") as f:
         json.dump(info, f, indent=2)
     return info
@@ -98,8 +153,13 @@ def main() -> None:
     parser.add_argument("--hidden-size", type=int, default=64)
     parser.add_argument("--num-layers", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--pretrain-steps", type=int, default=300, help="trl_marl.toy only")
+    parser.add_argument("--no-fallback", action="store_true", help="fail unless trl_marl.toy is importable")
     args = parser.parse_args()
-    print(json.dumps(build_model_dir(args.path, args.hidden_size, args.num_layers, args.seed)))
+    info = build_model_dir(
+        args.path, args.hidden_size, args.num_layers, args.seed, args.pretrain_steps, not args.no_fallback
+    )
+    print(json.dumps(info))
 
 
 if __name__ == "__main__":
