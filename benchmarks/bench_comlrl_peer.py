@@ -2,7 +2,7 @@
 
 Run it in the separate comlrl virtualenv (comlrl is not a dependency of trl_marl)::
 
-    python benchmarks/toy_model_dir.py /tmp/toy-qwen2            # once, shared by both sides
+    /work/venv/bin/python benchmarks/toy_model_dir.py /tmp/toy-qwen2   # once, shared by both sides
     /work/venv-comlrl/bin/python benchmarks/bench_comlrl_peer.py --model-dir /tmp/toy-qwen2 \
         --steps 10 --num-generations 8 --max-new-tokens 4 --prompts-per-step 4 --json /tmp/comlrl.json
 
@@ -211,6 +211,13 @@ def main() -> None:
     joint_total = trainer.env_step  # comlrl counts every scored joint action here
     assert joint_total == joint_per_step * total_steps == len(reward_log)
 
+    builder_info = None
+    for marker in ("toy_builder.json", "trl_marl_toy.json"):
+        marker_path = os.path.join(args.model_dir, marker)
+        if builder_info is None and os.path.exists(marker_path):
+            with open(marker_path) as f:
+                builder_info = json.load(f)
+
     result = {
         "peer": "comlrl",
         "comlrl_version": version("comlrl"),
@@ -219,6 +226,7 @@ def main() -> None:
         "python": platform.python_version(),
         "threads": torch.get_num_threads(),
         "model_dir": os.path.abspath(args.model_dir),
+        "model_builder": builder_info,
         "model_params_per_agent": n_params,
         "num_agents": 2,
         "num_generations": G,

@@ -2,8 +2,12 @@
 
 Every process trains the same 2-agent team on `TargetSumEnv` for a few steps, then writes
 `<out-dir>/rank<process_index>.pt` holding its trainable parameters before and after training, the number of
-processes it saw and the dataset rows (`row_id` column) it played. The test then checks that the processes were
-sharded the data (different rows) and still ended with identical weights (DistributedDataParallel kept them in sync).
+processes it saw, the dataset rows (`row_id` column) it played and the joint actions it sampled. The test then
+checks that the processes got different shards of the data and sampled different completions, yet ended with
+identical weights (DistributedDataParallel averaged their gradients).
+
+Training runs on the CPU (`use_cpu=True`), so the script works under any multi-process launcher
+(`accelerate launch --multi_gpu`, `torchrun`, `mpirun`) with the gloo backend.
 """
 
 from __future__ import annotations
@@ -36,22 +40,26 @@ NUM_ROWS = 128
 
 
 class RecordingReward(TargetSumReward):
-    """`TargetSumReward` that also remembers the `row_id` of every episode it scored."""
+    """`TargetSumReward` that also remembers the `row_id` of every episode it scored and the joint actions."""
 
     name = "target_sum"
 
     def __init__(self) -> None:
         super().__init__(invalid_penalty=0.5)
         self.row_ids: set[int] = set()
+        self.joint_actions: list[list[str]] = []
 
     def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:
         self.row_ids.update(int(i) for i in kwargs["row_id"])
+        team = kwargs.get("agent_completions") or [completions]
+        self.joint_actions.extend([str(agent[j]) for agent in team] for j in range(len(completions)))
         return super().__call__(prompts, completions, **kwargs)
 
 
-def trainable_parameters(module: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """A detached CPU copy of every trainable parameter, by name."""
-    return {name: p.detach().cpu().clone() for name, p in module.named_parameters() if p.requires_grad}
+def parameters(module: torch.nn.Module, trainable_only: bool) -> dict[str, torch.Tensor]:
+    """A detached CPU copy of the (trainable) parameters, by name."""
+    return {name: p.detach().cpu().clone() for name, p in module.named_parameters()
+            if p.requires_grad or not trainable_only}
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -106,9 +114,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         train_dataset=dataset,
         peft_config=peft_config,
     )
-    initial = trainable_parameters(trainer.team)
+    initial = parameters(trainer.team, trainable_only=False)
     trainer.train()
-    final = trainable_parameters(trainer.accelerator.unwrap_model(trainer.model))
+    # every parameter the team trains (in `adapters` mode each agent's adapter), as it is after training
+    final = parameters(trainer.accelerator.unwrap_model(trainer.model), trainable_only=True)
 
     accelerator = trainer.accelerator
     result = {
@@ -116,7 +125,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         "num_processes": accelerator.num_processes,
         "global_step": trainer.state.global_step,
         "row_ids": sorted(reward.row_ids),
-        "initial": initial,
+        "joint_actions": reward.joint_actions,
+        "initial": {name: initial[name] for name in final},
         "final": final,
     }
     path = out_dir / f"rank{accelerator.process_index}.pt"
