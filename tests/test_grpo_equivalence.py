@@ -12,10 +12,10 @@ import warnings
 import pytest
 import torch
 from datasets import Dataset
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoModelForCausalLM
 from trl import GRPOConfig, GRPOTrainer
 
-from trl_marl import MAGRPOConfig, MAGRPOTrainer
+from trl_marl import MAGRPOConfig, MAGRPOTrainer, load_tokenizer
 from trl_marl.core import SUPPORTED_LOSS_TYPES
 from trl_marl.toy import make_toy_model
 
@@ -67,7 +67,7 @@ def common_kwargs(output_dir: str, loss_type: str) -> dict:
 
 
 def run_grpo(model_dir: str, tmp_path, loss_type: str):
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    tokenizer = load_tokenizer(model_dir)
     script = ScriptedGeneration(tokenizer)
 
     def rollout_func(prompts, trainer):
@@ -98,7 +98,7 @@ def run_grpo(model_dir: str, tmp_path, loss_type: str):
 
 
 def run_magrpo(model_dir: str, tmp_path, loss_type: str):
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    tokenizer = load_tokenizer(model_dir)
     script = ScriptedGeneration(tokenizer)
     trainer = MAGRPOTrainer(
         model=model_dir, reward_funcs=reward_digits, processing_class=tokenizer,

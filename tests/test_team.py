@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -101,11 +102,12 @@ def train_steps(team: AgentTeam, steps: int = 3, lr: float = 5e-2) -> None:
 
 
 def perturb(team: AgentTeam, seed: int, scale: float = 0.3) -> None:
-    """Add Gaussian noise to every trainable weight of the team (LoRA weights only in `adapters` mode)."""
+    """Add Gaussian noise to the team's weights: its LoRA weights only, when it has adapters."""
     generator = torch.Generator().manual_seed(seed)
+    only_lora = any(adapter is not None for adapter in team.agent_adapter)
     with torch.no_grad():
         for name, param in team.named_parameters():
-            if team.mode == "adapters" and "lora_" not in name:
+            if only_lora and "lora_" not in name:
                 continue
             param.add_(torch.randn(param.shape, generator=generator) * scale)
 
@@ -402,9 +404,9 @@ def test_models_mode_with_lora_uses_the_disabled_adapter_as_reference(tokenizer:
     assert team.agent_adapter == ["default", "default"]
     team.create_reference_models()
     assert team.ref_models == [None, None]  # no copies: the adapter is switched off instead
-    perturb(team, seed=7)
     for name, param in team.named_parameters():
-        param.requires_grad_("lora_" in name)
+        assert param.requires_grad == ("lora_" in name), name
+    perturb(team, seed=7)
     team.eval()
     batches = agent_batches(team)
     base = toy_model(tokenizer)
@@ -508,7 +510,7 @@ def test_wrong_number_of_models_or_tokenizers(tokenizer: PreTrainedTokenizerBase
     with pytest.raises(ValueError, match="mode='models'"):
         AgentTeam.build(models[:2], 2, mode="adapters", peft_config=lora_config(), processing_class=tokenizer)
     team = AgentTeam.build(models[:2], 2, processing_class=tokenizer)
-    with pytest.raises(ValueError, match="3 agents"):
+    with pytest.raises(ValueError, match="num_agents=3"):
         AgentTeam.build(team, 3)
     with pytest.raises(ValueError, match="prompts for 2 agents"):
         team.generate([PROMPTS[0]], GREEDY)
@@ -537,25 +539,28 @@ def test_activation_checkpointing(mode: str, tokenizer: PreTrainedTokenizerBase)
     assert expected_grads
     team.zero_grad(set_to_none=True)
 
-    team.activation_checkpointing_enable()
+    # `context_fn` is a public argument of `torch.utils.checkpoint.checkpoint`: it counts the checkpointed forwards
+    # and their recomputations in the backward, and shows that the keyword arguments reach `checkpoint`.
+    counts = {"forward": 0, "recompute": 0}
+
+    @contextlib.contextmanager
+    def counting(kind: str) -> Iterator[None]:
+        counts[kind] += 1
+        yield
+
+    def context_fn() -> tuple[contextlib.AbstractContextManager, contextlib.AbstractContextManager]:
+        return counting("forward"), counting("recompute")
+
+    team.activation_checkpointing_enable({"use_reentrant": False, "context_fn": context_fn})
     for model in team.models:
         base = model.get_base_model() if hasattr(model, "get_base_model") else model
         assert base.is_gradient_checkpointing
 
-    calls = 0
-    original = torch.utils.checkpoint.checkpoint
-
-    def counting_checkpoint(*args: object, **kwargs: object) -> object:
-        nonlocal calls
-        calls += 1
-        return original(*args, **kwargs)
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(torch.utils.checkpoint, "checkpoint", counting_checkpoint)
-        results = team(batches)
-        loss = sum(masked_sum(r[0], b) for r, b in zip(results, batches) if r is not None)
-        loss.backward()
-    assert calls > 0, "no layer ran under activation checkpointing"
+    results = team(batches)
+    loss = sum(masked_sum(r[0], b) for r, b in zip(results, batches) if r is not None)
+    loss.backward()
+    assert counts["forward"] > 0, "no layer ran under activation checkpointing"
+    assert counts["recompute"] == counts["forward"], "the backward did not recompute the checkpointed layers"
     for a, result in enumerate(results):
         assert result is not None
         assert_logps_close(result[0].detach(), expected[a], batches[a])
@@ -563,3 +568,77 @@ def test_activation_checkpointing(mode: str, tokenizer: PreTrainedTokenizerBase)
     assert grads.keys() == expected_grads.keys()
     for name, grad in grads.items():
         torch.testing.assert_close(grad, expected_grads[name], atol=1e-5, rtol=1e-4, msg=name)
+
+
+def test_adapters_mode_refuses_reentrant_checkpointing(tokenizer: PreTrainedTokenizerBase) -> None:
+    """Reentrant checkpointing cannot switch adapters for the recomputation, so it would train the wrong policy."""
+    team = make_team("adapters", tokenizer)
+    with pytest.raises(ValueError, match="use_reentrant=False"):
+        team.activation_checkpointing_enable({"use_reentrant": True})
+    make_team("models", tokenizer).activation_checkpointing_enable({"use_reentrant": True})  # fine without adapters
+
+
+def test_checkpointed_backward_matches_separate_backwards(tokenizer: PreTrainedTokenizerBase) -> None:
+    """With checkpointing, each agent's gradients equal those of a backward through that agent alone."""
+    team = make_team("adapters", tokenizer)
+    perturb(team, seed=11)
+    team.train()
+    team.activation_checkpointing_enable()
+    batches = agent_batches(team)
+    expected: dict[str, torch.Tensor] = {}
+    for a in range(team.num_agents):
+        team.zero_grad(set_to_none=True)
+        result = team([batches[b] if b == a else None for b in range(team.num_agents)])[a]
+        assert result is not None
+        masked_sum(result[0], batches[a]).backward()
+        expected.update({n: p.grad.clone() for n, p in adapter_params(team, f"agent_{a}").items()})
+    team.zero_grad(set_to_none=True)
+    results = team(batches)
+    sum(masked_sum(r[0], b) for r, b in zip(results, batches) if r is not None).backward()
+    for name, grad in expected.items():
+        param = dict(team.named_parameters())[name]
+        assert param.grad is not None
+        torch.testing.assert_close(param.grad, grad, atol=1e-5, rtol=1e-4)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Saving the base model of an adapters team
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def test_loadable_base_is_referenced_not_copied(tokenizer: PreTrainedTokenizerBase, tmp_path: Path) -> None:
+    base_dir = tmp_path / "base"
+    toy_model(tokenizer).save_pretrained(base_dir)
+    tokenizer.save_pretrained(base_dir)
+    team = AgentTeam.build(str(base_dir), 2, peft_config=lora_config())
+    assert team.mode == "adapters"
+    perturb(team, seed=12)
+    team.eval()
+    batches = agent_batches(team)
+    expected = all_policy_logps(team, batches)
+    team.save_pretrained(tmp_path / "team")
+    assert not (tmp_path / "team" / "base_model").exists()
+    config = json.loads((tmp_path / "team" / "team_config.json").read_text())
+    assert config["base_models"] == [str(base_dir)]
+    loaded = AgentTeam.from_pretrained(tmp_path / "team")
+    loaded.eval()
+    for a in range(team.num_agents):
+        assert_logps_close(loaded.policy_logps(a, batches[a]), expected[a], batches[a])
+
+
+def test_base_state_dict_fallback_matches_peft(
+    tokenizer: PreTrainedTokenizerBase, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fallback for PEFT versions without `get_base_model_state_dict` gives the same weights and names."""
+    import peft
+
+    from trl_marl.team import _base_state_dict
+
+    team = make_team("adapters", tokenizer)
+    expected = _base_state_dict(team.models[0])
+    assert expected.keys() == toy_model(tokenizer).state_dict().keys()
+    monkeypatch.delattr(peft, "get_base_model_state_dict")
+    fallback = _base_state_dict(team.models[0])
+    assert fallback.keys() == expected.keys()
+    for name, value in expected.items():
+        assert fallback[name] is value or torch.equal(fallback[name], value)

@@ -12,7 +12,7 @@ Public API:
 from . import _trl_compat  # noqa: F401  (fails early, with a clear message, outside the tested TRL range)
 from .envs import MultiAgentEnv, PromptEnv, TargetSumEnv
 from .rollout import RewardFunctionError
-from .team import AgentTeam
+from .team import AgentTeam, load_tokenizer
 from .trainers import MAGRPOConfig, MAGRPOTrainer, NonFiniteError
 
 __version__ = "0.1.0.dev0"
@@ -26,5 +26,6 @@ __all__ = [
     "PromptEnv",
     "RewardFunctionError",
     "TargetSumEnv",
+    "load_tokenizer",
     "__version__",
 ]

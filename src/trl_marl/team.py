@@ -22,7 +22,9 @@ import copy
 import json
 import os
 from collections.abc import Sequence
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import torch
@@ -274,6 +276,9 @@ class AgentTeam(nn.Module):
             peft_model = get_peft_model(models[0], peft_config, adapter_name=names[0])
             for name in names[1:]:
                 peft_model.add_adapter(name, peft_config)
+            # `add_adapter` leaves only the active adapter trainable, but `Trainer.create_optimizer` runs before any
+            # forward and keeps only parameters that require gradients: every agent's adapter must be trainable now.
+            peft_model.set_requires_grad(names, requires_grad=True)
             return cls([peft_model], tokenizers, mode, [0] * num_agents, names)
         if peft_config is not None:
             from peft import get_peft_model
@@ -329,15 +334,49 @@ class AgentTeam(nn.Module):
         """Make agent `agent_index`'s adapter the active one while keeping every adapter trainable."""
         model = self.policy(agent_index)
         name = self.agent_adapter[agent_index]
-        if name is not None and self.mode == "adapters" and model.active_adapter != name:
+        if name is not None and self.mode == "adapters":
+            self._set_active_adapter(model, name)
+        return model
+
+    def _set_active_adapter(self, model: Any, name: str) -> None:
+        if model.active_adapter != name:
             model.set_adapter(name)
             # `set_adapter` freezes the other adapters; the optimizer must keep updating all of them.
             model.set_requires_grad([a for a in self.agent_adapter if a is not None], requires_grad=True)
-        return model
+
+    def _checkpoint_contexts(self, user_context_fn: Any = None) -> tuple[Any, Any]:
+        """`context_fn` of `torch.utils.checkpoint.checkpoint` in `adapters` mode.
+
+        The agents of one forward share the checkpointed layers but not the active adapter, and the backward
+        recomputes every layer after the last agent's forward: the recomputation must run with the adapter that was
+        active when the layer first ran, or every agent but the last gets the gradients of the wrong policy.
+        """
+        model = self.models[0]
+        name = model.active_adapter
+        forward_ctx, recompute_ctx = user_context_fn() if user_context_fn else (nullcontext(), nullcontext())
+
+        @contextmanager
+        def recompute() -> Any:
+            previous = model.active_adapter
+            self._set_active_adapter(model, name)
+            try:
+                with recompute_ctx:
+                    yield
+            finally:
+                self._set_active_adapter(model, previous)
+
+        return forward_ctx, recompute()
 
     def activation_checkpointing_enable(self, activation_checkpointing_kwargs: dict | None = None, **_: Any) -> None:
         """Enable activation (gradient) checkpointing in every model (called by `transformers.Trainer`)."""
-        kwargs = activation_checkpointing_kwargs or {"use_reentrant": False}
+        kwargs = dict(activation_checkpointing_kwargs or {"use_reentrant": False})
+        if self.mode == "adapters" and len(set(self.agent_adapter)) > 1:
+            if kwargs.setdefault("use_reentrant", False):
+                raise ValueError(
+                    "`adapters` mode needs non-reentrant activation checkpointing (`use_reentrant=False`): the "
+                    "recomputation in the backward must switch to each agent's adapter."
+                )
+            kwargs["context_fn"] = partial(self._checkpoint_contexts, kwargs.get("context_fn"))
         for model in self.models:
             base = model.get_base_model() if hasattr(model, "get_base_model") else model
             base.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
@@ -445,8 +484,14 @@ class AgentTeam(nn.Module):
         model_index = self.agent_model[agent_index]
         if self.agent_adapter[agent_index] is not None:
             model = self.models[model_index]
-            with model.disable_adapter():
-                return self._logps(model, batch, compute_entropy=False)[0]
+            # Disabling and re-enabling the adapters leaves only the active one trainable: restore the flags.
+            requires_grad = [(p, p.requires_grad) for p in model.parameters()]
+            try:
+                with model.disable_adapter():
+                    return self._logps(model, batch, compute_entropy=False)[0]
+            finally:
+                for param, flag in requires_grad:
+                    param.requires_grad_(flag)
         ref = self.ref_models[model_index]
         if ref is None:
             raise RuntimeError("No reference model: call `team.create_reference_models()` first.")
@@ -477,7 +522,9 @@ class AgentTeam(nn.Module):
                 must_save_base = save_base_model if save_base_model is not None else not _loadable(name)
                 if must_save_base:
                     base_path = f"base_model_{i}" if len(self.models) > 1 else "base_model"
-                    base.save_pretrained(os.path.join(output_dir, base_path))
+                    # The base still holds the LoRA layers (`q_proj.base_layer.weight`, `q_proj.lora_A...`): save
+                    # its own weights under their original names, or reloading it leaves those layers random.
+                    base.save_pretrained(os.path.join(output_dir, base_path), state_dict=_base_state_dict(model))
                     self.tokenizers[agents[0]].save_pretrained(os.path.join(output_dir, base_path))
                 else:
                     base_path = name
@@ -561,6 +608,17 @@ def _loadable(name: str | None) -> bool:
     if os.path.isdir(name):
         return os.path.isfile(os.path.join(name, "config.json"))
     return name.count("/") == 1 and not name.startswith((".", "/"))
+
+
+def _base_state_dict(peft_model: Any) -> dict[str, torch.Tensor]:
+    """The weights of a `PeftModel`'s base model under their original names, without any adapter weight."""
+    try:
+        from peft import get_base_model_state_dict
+    except ImportError:  # older PEFT: LoRA wraps each target module and keeps its weights under `base_layer`
+        prefix = peft_model.base_model.prefix
+        return {key.replace(".base_layer.", "."): value
+                for key, value in peft_model.get_base_model().state_dict().items() if prefix not in key}
+    return get_base_model_state_dict(peft_model)
 
 
 def _save_adapter(model: Any, adapter: str, agent_dir: str) -> None:

@@ -445,6 +445,7 @@ def pretrain_toy_model(
     lr: float = 3e-3,
     seed: int = 0,
     progress: bool = False,
+    max_grad_norm: float | None = 1.0,
 ) -> list[float]:
     """Teaches toy tasks to a model with supervised learning (in place).
 
@@ -461,6 +462,7 @@ def pretrain_toy_model(
         lr: Learning rate of AdamW.
         seed: Seed of the example sampling.
         progress: Whether to show a progress bar.
+        max_grad_norm: Gradients are clipped to this total norm before each step (``None``: no clipping).
 
     Returns:
         The training loss of every step.
@@ -508,6 +510,8 @@ def pretrain_toy_model(
             )
             optimizer.zero_grad(set_to_none=True)
             output.loss.backward()
+            if max_grad_norm is not None:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
             optimizer.step()
             losses.append(float(output.loss.detach()))
             if progress:
