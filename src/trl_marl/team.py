@@ -90,6 +90,32 @@ def pad_right(sequences: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Te
     return ids, mask
 
 
+def load_tokenizer(name_or_path: str | os.PathLike, **kwargs: Any) -> Any:
+    """Load a tokenizer, honouring a generic fast tokenizer saved in a local folder.
+
+    With transformers 5, `AutoTokenizer` picks the tokenizer class from the *model type* of a folder's
+    `config.json` (a `qwen2` folder always gets `Qwen2Tokenizer`, which re-normalizes the text and drops the
+    spaces of `trl_marl.toy`'s character-level tokenizer). A folder whose tokenizer was saved as a plain
+    `tokenizers` backend is therefore loaded as exactly that; everything else goes through `AutoTokenizer`.
+    A tokenizer without a pad token gets its EOS token as pad token.
+    """
+    from transformers import PreTrainedTokenizerFast
+
+    path = os.fspath(name_or_path)
+    config_file = os.path.join(path, "tokenizer_config.json")
+    saved_class = None
+    if os.path.isfile(config_file):
+        with open(config_file) as f:
+            saved_class = json.load(f).get("tokenizer_class")
+    if saved_class in ("TokenizersBackend", "PreTrainedTokenizerFast"):
+        tokenizer = PreTrainedTokenizerFast.from_pretrained(path, **kwargs)
+    else:
+        tokenizer = AutoTokenizer.from_pretrained(path, **kwargs)
+    if tokenizer.pad_token is None and tokenizer.eos_token is not None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
 def _is_chat(prompt: Prompt) -> bool:
     return isinstance(prompt, list) and (len(prompt) == 0 or isinstance(prompt[0], dict))
 
@@ -222,16 +248,13 @@ class AgentTeam(nn.Module):
                 return AutoModelForCausalLM.from_pretrained(path, **kwargs)
             return m
 
-        def load_tokenizer(m: str | PreTrainedModel) -> Any:
+        def tokenizer_for(m: str | PreTrainedModel) -> Any:
             name = m if isinstance(m, str) else m.config._name_or_path
             if isinstance(m, str) and is_toy_name(m):
                 name = resolve_toy_name(m)
             if not name:
                 raise ValueError("Pass `processing_class`: the model has no name or path to load a tokenizer from.")
-            tok = AutoTokenizer.from_pretrained(name)
-            if tok.pad_token is None:
-                tok.pad_token = tok.eos_token
-            return tok
+            return load_tokenizer(name)
 
         if isinstance(model, (list, tuple)):
             if len(model) != num_agents:
@@ -240,14 +263,14 @@ class AgentTeam(nn.Module):
                 raise ValueError(f"A list of models means `mode='models'`, got mode={mode!r}.")
             mode = "models"
             models = [load(m) for m in model]
-            tokenizers = cls._per_agent_tokenizers(processing_class, model, num_agents, load_tokenizer)
+            tokenizers = cls._per_agent_tokenizers(processing_class, model, num_agents, tokenizer_for)
         else:
             if mode is None:
                 mode = "adapters" if (peft_config is not None and num_agents > 1) else "models"
             if mode == "adapters" and peft_config is None:
                 raise ValueError("`mode='adapters'` needs a `peft_config` (e.g. `peft.LoraConfig(r=16)`).")
             base = load(model)
-            tokenizers = cls._per_agent_tokenizers(processing_class, [model] * num_agents, num_agents, load_tokenizer)
+            tokenizers = cls._per_agent_tokenizers(processing_class, [model] * num_agents, num_agents, tokenizer_for)
             if mode == "models":
                 models = [base] + [copy.deepcopy(base) for _ in range(num_agents - 1)]
             else:
@@ -560,7 +583,7 @@ class AgentTeam(nn.Module):
             config = json.load(f)
         kwargs = dict(model_init_kwargs or {})
         n = config["num_agents"]
-        tokenizers = [AutoTokenizer.from_pretrained(_agent_dir(path, a)) for a in range(n)]
+        tokenizers = [load_tokenizer(_agent_dir(path, a)) for a in range(n)]
         models: list[PreTrainedModel] = []
         for i, base_path in enumerate(config["base_models"]):
             agents = [a for a in range(n) if config["agent_model"][a] == i]

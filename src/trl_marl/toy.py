@@ -73,7 +73,7 @@ _FORMAT_VERSION = 1
 _TASK_NAMES = ("target", "addition")
 _TOY_PRESETS: dict[str, dict[str, Any]] = {
     "target": {},
-    "addition": {"hidden_size": 128, "num_layers": 2, "pretrain_steps": 600, "noise_prob": 0.5},
+    "addition": {"hidden_size": 128, "num_layers": 2, "pretrain_steps": 600, "lr": 1e-3, "noise_prob": 0.5},
 }
 _MAKE_KWARGS_DEFAULTS: dict[str, Any] = {
     "num_heads": 4,
@@ -445,7 +445,7 @@ def pretrain_toy_model(
     lr: float = 3e-3,
     seed: int = 0,
     progress: bool = False,
-    max_grad_norm: float | None = 1.0,
+    max_grad_norm: float | None = None,
 ) -> list[float]:
     """Teaches toy tasks to a model with supervised learning (in place).
 
@@ -774,8 +774,9 @@ def resolve_toy_name(name: str) -> str:
 
     ``"toy"`` and ``"trl-marl/toy"`` give the default :func:`make_toy_model` (the ``"target"`` task).
     A task may be named after the prefix: ``"toy:target"``, ``"toy:addition"``, ``"trl-marl/toy-addition"``.
-    The ``"addition"`` task uses a larger preset (hidden 128, 2 layers, 600 steps, half the labels noisy) so
-    that the model solves it partly and has room to improve.
+    The ``"addition"`` task uses a larger preset (hidden 128, 2 layers, 600 steps at lr 1e-3, half the labels
+    noisy): measured greedy accuracy ~.65 and sampled ~.2, so the model solves it partly and has room to improve.
+    Building it takes about a minute on a CPU the first time; later calls hit the cache.
 
     Args:
         name: A name for which :func:`is_toy_name` is true.

@@ -16,7 +16,7 @@ HONOURED_GRPO_FIELDS = frozenset({
     "importance_sampling_level", "reward_weights", "scale_rewards", "loss_type", "mask_truncated_completions",
     "log_completions", "num_completions_to_print", "learning_rate", "logging_steps", "gradient_checkpointing", "bf16",
     "lr_scheduler_kwargs", "use_liger_kernel", "torch_empty_cache_steps", "num_iterations", "cache_implementation",
-    "pad_to_multiple_of", "trust_remote_code", "log_unique_prompts",
+    "trust_remote_code",
     # fields that only matter with vLLM, which is refused as a whole through `use_vllm`
     "vllm_mode", "vllm_model_impl", "vllm_enable_sleep_mode", "vllm_structured_outputs_regex", "vllm_server_base_url",
     "vllm_server_host", "vllm_server_port", "vllm_server_timeout", "vllm_group_port", "vllm_gpu_memory_utilization",
@@ -30,8 +30,12 @@ HONOURED_GRPO_FIELDS = frozenset({
     "entropy_coef_min", "entropy_coef_max", "entropy_coef_delta", "entropy_target",
     # generation backends refused through their switches
     "transformers_continuous_batching_config", "ref_model_mixup_alpha", "ref_model_sync_steps",
-    "log_completions_hub_repo", "log_multimodal", "num_generations_eval", "cast_lm_head_to_fp32",
+    "log_multimodal",
 })
+
+
+# GRPOConfig.__post_init__ rewrites some defaults (e.g. pad_to_multiple_of "auto" -> None on CPU and GPU)
+_NORMALIZED_DEFAULTS = {"pad_to_multiple_of": ("auto", None)}
 
 
 def _has_accelerator() -> bool:
@@ -197,8 +201,8 @@ class MAGRPOConfig(GRPOConfig):
         for name in sorted(grpo_config_field_names() - HONOURED_GRPO_FIELDS):
             if name in ("use_vllm", "loss_type", "multi_objective_aggregation"):
                 continue
-            default = defaults.get(name)
-            if getattr(self, name) != default:
+            accepted = _NORMALIZED_DEFAULTS.get(name, (defaults.get(name),))
+            if getattr(self, name) not in accepted:
                 problems.append(f"{name}={getattr(self, name)!r}")
         if problems:
             raise ValueError(
