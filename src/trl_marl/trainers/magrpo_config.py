@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field, fields
 
 from .._trl_compat import GRPOConfig
@@ -147,6 +148,8 @@ class MAGRPOConfig(GRPOConfig):
             )
         if self.bf16 is None and not self.fp16 and not _has_accelerator():
             self.bf16 = False  # TRL defaults to bf16, which fails on a machine without GPU unless use_cpu is set
+        if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not _has_accelerator():
+            self.use_cpu = True  # several processes without GPU (accelerate launch / torchrun): DDP over gloo
         super().__post_init__()
         if self.num_agents < 1:
             raise ValueError(f"`num_agents` must be >= 1, got {self.num_agents}.")

@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
+from accelerate.utils import set_seed
 from torch.utils.data import DataLoader, RandomSampler, SequentialSampler
 from transformers import GenerationConfig, PreTrainedModel, TrainerCallback
 
@@ -135,6 +136,10 @@ class MAGRPOTrainer(TeamCheckpointMixin, TRLBaseTrainer):
         self.team_reward = TeamReward(funcs, args.reward_weights)
         self.env = env
         args.remove_unused_columns = False  # the environment and the reward functions read the raw rows
+        if args.data_seed is None:
+            # accelerate reseeds the data sampler from each rank's torch seed, which differs per rank (below): a
+            # fixed data seed keeps one shuffle shared by all ranks, so that they play disjoint rows.
+            args.data_seed = args.seed
 
         super().__init__(
             model=team,
@@ -147,6 +152,8 @@ class MAGRPOTrainer(TeamCheckpointMixin, TRLBaseTrainer):
             optimizers=optimizers,
         )
         self.team = team
+        # Each process must sample its own completions: seed the generators per device, as TRL's GRPOTrainer does.
+        set_seed(args.seed, device_specific=True)
         # The loss is summed over agents and already divided for gradient accumulation in `compute_loss`.
         self.loss_is_scaled_for_ga = True
         self.model_accepts_loss_kwargs = False
