@@ -390,9 +390,24 @@ class AgentTeam(nn.Module):
 
         return forward_ctx, recompute()
 
-    def activation_checkpointing_enable(self, activation_checkpointing_kwargs: dict | None = None, **_: Any) -> None:
-        """Enable activation (gradient) checkpointing in every model (called by `transformers.Trainer`)."""
-        kwargs = dict(activation_checkpointing_kwargs or {"use_reentrant": False})
+    def activation_checkpointing_enable(
+        self,
+        activation_checkpointing_kwargs: dict | None = None,
+        every_n_layers: int = 1,
+        offload: bool = False,
+        gradient_checkpointing_kwargs: dict | None = None,
+    ) -> None:
+        """Enable activation (gradient) checkpointing in every model (called by `transformers.Trainer`).
+
+        Every layer is checkpointed; checkpointing only every n-th layer and offloading activations are not
+        supported for teams and raise an error rather than being ignored.
+        """
+        if every_n_layers != 1 or offload:
+            raise ValueError(
+                "AgentTeam checkpoints every layer: remove `every_n_layers`/`offload` from "
+                "`activation_checkpointing_kwargs`."
+            )
+        kwargs = dict(activation_checkpointing_kwargs or gradient_checkpointing_kwargs or {"use_reentrant": False})
         if self.mode == "adapters" and len(set(self.agent_adapter)) > 1:
             if kwargs.setdefault("use_reentrant", False):
                 raise ValueError(
