@@ -174,7 +174,16 @@ def test_model_save_load_round_trip(tokenizer: PreTrainedTokenizerBase, tmp_path
     loaded_tokenizer = AutoTokenizer.from_pretrained(tmp_path)
     assert type(loaded) is type(model)
     assert loaded.config.tie_word_embeddings
-    batch = loaded_tokenizer(["T=10:", "Q:12+3=A:"], padding=True, return_tensors="pt")
+    # Next to a qwen2 config.json, AutoTokenizer picks Qwen2Tokenizer: it must still tokenize like the original.
+    rng = random.Random(2)
+    texts = [" T=10: ", "Q:12+3=A: 15", "  "]
+    texts += ["".join(rng.choice(TOY_CHARS) for _ in range(rng.randint(1, 20))) for _ in range(30)]
+    for text in texts:
+        assert loaded_tokenizer(text).input_ids == tokenizer(text).input_ids
+        assert loaded_tokenizer.decode(loaded_tokenizer(text, add_special_tokens=False).input_ids) == text
+    assert loaded_tokenizer.padding_side == "left"
+    assert loaded_tokenizer.apply_chat_template([{"role": "user", "content": "T=10:"}], tokenize=False) == "<s>T=10:"
+    batch = loaded_tokenizer(["T=10:", "Q:12+3=A: "], padding=True, return_tensors="pt")
     with torch.no_grad():
         expected = model(**batch).logits
         actual = loaded(**batch).logits
@@ -316,6 +325,7 @@ def test_make_toy_model_caches(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     tokenizer = AutoTokenizer.from_pretrained(path)
     assert model.config.hidden_size == 32
     assert tokenizer.padding_side == "left"
+    assert tokenizer.decode(tokenizer(" T=10: 3 ", add_special_tokens=False).input_ids) == " T=10: 3 "
 
     def fail(*args: object, **kwargs: object) -> None:
         raise AssertionError("the cached model was rebuilt")

@@ -69,7 +69,7 @@ TOY_CHAT_TEMPLATE: str = (
 """A minimal chat template: the bos token followed by the concatenated message contents (no role markers)."""
 
 _MARKER_FILE = "trl_marl_toy.json"
-_FORMAT_VERSION = 1
+_FORMAT_VERSION = 2
 _TASK_NAMES = ("target", "addition")
 _TOY_PRESETS: dict[str, dict[str, Any]] = {
     "target": {},
@@ -91,6 +91,22 @@ _DIGITS = re.compile(r"[0-9]+")
 # ---------------------------------------------------------------------------------------------------------------
 
 
+def _byte_level_chars() -> dict[str, str]:
+    """Maps each character of :data:`TOY_CHARS` to its byte-level (GPT-2 style) token string.
+
+    Returns:
+        A dict from character to token string, e.g. ``" "`` to ``"Ġ"`` and ``"7"`` to ``"7"``.
+    """
+    mapping = {}
+    for char in TOY_CHARS:
+        pieces = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False).pre_tokenize_str(char)
+        (token, _span), *rest = pieces
+        if rest or len(token) != 1:
+            raise ValueError(f"toy characters must be single bytes: {char!r}")
+        mapping[char] = token
+    return mapping
+
+
 def build_toy_tokenizer() -> PreTrainedTokenizerFast:
     """Builds the character-level toy tokenizer.
 
@@ -99,17 +115,29 @@ def build_toy_tokenizer() -> PreTrainedTokenizerFast:
     decoding round-trip exactly. With ``add_special_tokens=True`` the bos token is prepended; padding is on the
     left. A minimal chat template concatenates message contents after the bos token.
 
+    The vocabulary stores characters in their byte-level form (the space is ``"Ġ"``) and the text goes through a
+    byte-level pre-tokenizer and decoder. This matters once the tokenizer is saved next to a Qwen2 ``config.json``:
+    transformers 5 then loads it with ``AutoTokenizer`` as a ``Qwen2Tokenizer``, which rebuilds a byte-level BPE
+    pipeline from the saved vocabulary (and has no merges here). With byte-level tokens that pipeline tokenizes
+    exactly like this tokenizer; with a literal ``" "`` token it would drop every space.
+
     Returns:
         The tokenizer. It can be saved with ``save_pretrained`` and reloaded with
-        ``AutoTokenizer.from_pretrained``.
+        ``AutoTokenizer.from_pretrained``, alone or next to a toy model.
     """
     specials = list(TOY_SPECIAL_TOKENS.values())
-    vocab = {token: index for index, token in enumerate([*specials, *TOY_CHARS])}
+    byte_level = _byte_level_chars()
+    vocab = {token: index for index, token in enumerate([*specials, *(byte_level[c] for c in TOY_CHARS)])}
     backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token=TOY_SPECIAL_TOKENS["unk_token"]))
-    # Split every character into its own piece and keep it (spaces included).
-    backend.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
-    # Fuse the tokens back together without inserting spaces.
-    backend.decoder = decoders.Fuse()
+    # Split every character into its own piece (spaces included), then map it to its byte-level form.
+    backend.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+    # Map the byte-level tokens back to text and join them without inserting spaces.
+    backend.decoder = decoders.ByteLevel()
     bos = TOY_SPECIAL_TOKENS["bos_token"]
     backend.post_processor = processors.TemplateProcessing(
         single=f"{bos} $A",
@@ -431,7 +459,14 @@ def _as_task_list(task: ToyTask | Sequence[ToyTask]) -> list[ToyTask]:
 
 
 def _model_device(model: torch.nn.Module) -> torch.device:
-    """Returns the device of a model's first parameter (CPU for a model without parameters)."""
+    """Returns the device of a model's first parameter.
+
+    Args:
+        model: The model.
+
+    Returns:
+        The device of its first parameter, or the CPU for a model without parameters.
+    """
     parameter = next(model.parameters(), None)
     return parameter.device if parameter is not None else torch.device("cpu")
 
@@ -603,6 +638,9 @@ def toy_accuracy(
 
     Returns:
         The fraction of correct answers.
+
+    Raises:
+        ValueError: If ``n`` is not positive.
     """
     if n <= 0:
         raise ValueError("n must be positive")
