@@ -13,7 +13,15 @@ from . import _trl_compat  # noqa: F401  (fails early, with a clear message, out
 from .envs import MultiAgentEnv, PromptEnv, TargetSumEnv
 from .rollout import RewardFunctionError
 from .team import AgentTeam, load_tokenizer
-from .trainers import MAGRPOConfig, MAGRPOTrainer, NonFiniteError
+from .trainers import (
+    MAGRPOConfig,
+    MAGRPOTrainer,
+    MultiAgentPPOConfig,
+    MultiAgentPPOTrainer,
+    NonFiniteError,
+    PPOConfig,
+    PPOTrainer,
+)
 
 __version__ = "0.1.0.dev0"
 
@@ -22,7 +30,11 @@ __all__ = [
     "MAGRPOConfig",
     "MAGRPOTrainer",
     "MultiAgentEnv",
+    "MultiAgentPPOConfig",
+    "MultiAgentPPOTrainer",
     "NonFiniteError",
+    "PPOConfig",
+    "PPOTrainer",
     "PromptEnv",
     "RewardFunctionError",
     "TargetSumEnv",

@@ -45,6 +45,7 @@ TRL_VERSION = _check_trl_version()
 
 # Public TRL API re-exported for the rest of the package (kept here so one file lists what we rely on).
 from trl import GRPOConfig, GRPOTrainer, ModelConfig, TrlParser  # noqa: E402
+from trl.trainer.base_config import _BaseConfig as TRLBaseConfig  # noqa: E402
 from trl.trainer.base_trainer import _BaseTrainer as TRLBaseTrainer  # noqa: E402
 from trl.trainer.utils import generate_model_card, get_comet_experiment_url, nanstd  # noqa: E402
 
@@ -54,6 +55,7 @@ __all__ = [
     "GRPOTrainer",
     "ModelConfig",
     "TrlParser",
+    "TRLBaseConfig",
     "TRLBaseTrainer",
     "TeamCheckpointMixin",
     "generate_model_card",
@@ -87,7 +89,7 @@ class TeamCheckpointMixin:
         if not self.args.should_save:  # type: ignore[attr-defined]
             return
         os.makedirs(output_dir, exist_ok=True)
-        team = self.accelerator.unwrap_model(self.model)  # type: ignore[attr-defined]
+        team = _team_of(self.accelerator.unwrap_model(self.model))  # type: ignore[attr-defined]
         team.save_pretrained(output_dir)
         self.create_model_card(output_dir=output_dir)  # type: ignore[attr-defined]
         import torch
@@ -96,5 +98,10 @@ class TeamCheckpointMixin:
         torch.save(self.args, os.path.join(output_dir, TRAINING_ARGS_NAME))  # type: ignore[attr-defined]
 
     def _load_from_checkpoint(self, resume_from_checkpoint: str, model: Any = None) -> None:  # type: ignore[override]
-        team = self.accelerator.unwrap_model(model if model is not None else self.model)  # type: ignore[attr-defined]
-        team.load_weights_(resume_from_checkpoint)
+        module = self.accelerator.unwrap_model(model if model is not None else self.model)  # type: ignore[attr-defined]
+        _team_of(module).load_weights_(resume_from_checkpoint)
+
+
+def _team_of(module: Any) -> Any:
+    """The `AgentTeam` inside a trainer's model (the model itself, or a wrapper's `team` attribute)."""
+    return getattr(module, "team", module)

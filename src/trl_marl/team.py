@@ -116,6 +116,10 @@ def load_tokenizer(name_or_path: str | os.PathLike, **kwargs: Any) -> Any:
     return tokenizer
 
 
+def _is_token_ids(prompt: Prompt) -> bool:
+    return isinstance(prompt, (list, tuple)) and len(prompt) > 0 and not isinstance(prompt[0], (dict, str))
+
+
 def _is_chat(prompt: Prompt) -> bool:
     return isinstance(prompt, list) and (len(prompt) == 0 or isinstance(prompt[0], dict))
 
@@ -130,6 +134,8 @@ def tokenize_prompts(
     """
     if not prompts:
         return []
+    if _is_token_ids(prompts[0]):  # already tokenized (e.g. a TRL PPO dataset's `input_ids`)
+        return [[int(t) for t in ids] for ids in prompts]  # type: ignore[union-attr]
     if _is_chat(prompts[0]):
         out = tokenizer.apply_chat_template(
             conversation=list(prompts), add_generation_prompt=True, tokenize=True, return_dict=True,
@@ -437,16 +443,18 @@ class AgentTeam(nn.Module):
     @torch.no_grad()
     def generate(
         self, prompts: Sequence[Sequence[Prompt]], generation_config: GenerationConfig,
-        chat_template_kwargs: dict | None = None,
+        chat_template_kwargs: dict | None = None, stop_token_ids: set[int] | None = None,
     ) -> list[tuple[list[list[int]], list[list[int]]]]:
         """Sample one completion per prompt for every agent.
 
         Args:
-            prompts: `prompts[a]` is the list of prompts of agent `a` (strings or chat messages).
+            prompts: `prompts[a]` is the list of prompts of agent `a` (strings, chat messages or token ids).
             generation_config: Sampling settings (`max_new_tokens`, `temperature`, ...).
+            stop_token_ids: Completions are cut after the first of these tokens. Default: the EOS tokens of the
+                tokenizer and the model's generation config. An empty set keeps every generated token.
 
         Returns:
-            For each agent, `(prompt_ids, completion_ids)`: token id lists, completions cut after the first EOS.
+            For each agent, `(prompt_ids, completion_ids)`: token id lists.
         """
         if len(prompts) != self.num_agents:
             raise ValueError(f"Expected prompts for {self.num_agents} agents, got {len(prompts)}.")
@@ -460,7 +468,8 @@ class AgentTeam(nn.Module):
                 continue
             rows = [ids for a in agents for ids in prompt_ids[a]]
             outputs = self._generate_rows(model, agents[0], rows, generation_config,
-                                          [self.agent_adapter[a] for a in agents for _ in prompt_ids[a]])
+                                          [self.agent_adapter[a] for a in agents for _ in prompt_ids[a]],
+                                          stop_token_ids)
             start = 0
             for a in agents:
                 completion_ids[a] = outputs[start: start + len(prompt_ids[a])]
@@ -469,7 +478,7 @@ class AgentTeam(nn.Module):
 
     def _generate_rows(
         self, model: PreTrainedModel, agent_index: int, rows: list[list[int]], generation_config: GenerationConfig,
-        adapter_names: list[str | None],
+        adapter_names: list[str | None], stop_token_ids: set[int] | None = None,
     ) -> list[list[int]]:
         tokenizer = self.tokenizers[agent_index]
         ids, mask = pad_left(rows, tokenizer.pad_token_id)
@@ -485,8 +494,8 @@ class AgentTeam(nn.Module):
             out = model.generate(input_ids=ids, attention_mask=mask, generation_config=generation_config, **kwargs)
         finally:
             model.train(was_training)
-        eos = _eos_ids(tokenizer, self.base_model_of(agent_index))
-        return [truncate_after_eos(row.tolist(), eos) for row in out[:, ids.size(1):]]
+        stops = _eos_ids(tokenizer, self.base_model_of(agent_index)) if stop_token_ids is None else stop_token_ids
+        return [truncate_after_eos(row.tolist(), stops) for row in out[:, ids.size(1):]]
 
     # ------------------------------------------------------------------ log-probabilities
     def _logps(

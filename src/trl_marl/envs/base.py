@@ -21,8 +21,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-Prompt = str | list[dict[str, str]]
-"""What an agent sees: a plain string, or chat messages `[{"role": ..., "content": ...}, ...]`."""
+Prompt = str | list[dict[str, str]] | list[int]
+"""What an agent sees: a plain string, chat messages `[{"role": ..., "content": ...}, ...]`, or token ids."""
 
 
 @dataclass(frozen=True)
@@ -167,3 +167,22 @@ class PromptEnv(MultiAgentEnv):
         if isinstance(prompt, str):
             return prompt + self.separator + history + self.separator
         return [*prompt, {"role": "user", "content": history}]
+
+
+class TokenizedPromptEnv(MultiAgentEnv):
+    """Single-turn environment over an already tokenized prompt column (TRL's PPO datasets: `input_ids`).
+
+    Every agent sees the same token ids. This is the environment of the drop-in [`~trl_marl.PPOTrainer`].
+
+    Args:
+        num_agents (`int`): Number of agents.
+        column (`str`): The column holding the token ids.
+    """
+
+    def __init__(self, num_agents: int = 1, column: str = "input_ids") -> None:
+        super().__init__(num_agents, num_turns=1)
+        self.column = column
+        self.required_columns = (column,)
+
+    def agent_prompt(self, row: Mapping[str, Any], agent_index: int, transcript: Transcript) -> Prompt:
+        return [int(t) for t in row[self.column]]

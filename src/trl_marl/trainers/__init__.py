@@ -2,5 +2,8 @@
 
 from .magrpo_config import MAGRPOConfig
 from .magrpo_trainer import MAGRPOTrainer, NonFiniteError
+from .ppo_config import MultiAgentPPOConfig, PPOConfig
+from .ppo_trainer import MultiAgentPPOTrainer, PPOTrainer
 
-__all__ = ["MAGRPOConfig", "MAGRPOTrainer", "NonFiniteError"]
+__all__ = ["MAGRPOConfig", "MAGRPOTrainer", "MultiAgentPPOConfig", "MultiAgentPPOTrainer", "NonFiniteError",
+           "PPOConfig", "PPOTrainer"]

@@ -1,0 +1,126 @@
+"""PPO for language models (Ziegler et al. 2019; Ouyang et al. 2022; MAPoRL, arXiv 2502.18439): the equations.
+
+Notation for one response of T tokens: `logp_t` the policy's log-probability of token t, `ref_t` the reference
+policy's, `V_t` the value model's estimate before token t, `s` the scalar score of the whole response.
+
+1. KL penalty per token:  kl_t = logp_t - ref_t (k1)  or  exp(ref_t - logp_t) - (ref_t - logp_t) - 1 (k3).
+2. Per-token reward:       r_t = -beta * kl_t, plus s on the *score step* (see `score_positions`).
+3. GAE (Schulman et al. 2016):  delta_t = r_t + gamma V_{t+1} - V_t;  A_t = delta_t + gamma lam A_{t+1};
+   returns R_t = A_t + V_t.
+4. Clipped policy loss:    max(-A_t rho_t, -A_t clip(rho_t, 1-eps, 1+eps)),  rho_t = exp(logp_t - logp_old_t).
+5. Clipped value loss:     0.5 max((V'_t - R_t)^2, (clip(V'_t, V_t - eps_v, V_t + eps_v) - R_t)^2).
+
+Masks follow TRL's PPO (the reference this package's drop-in `PPOTrainer` is tested against): the policy uses
+the response tokens up to and including the last real token (`sequence_length`); the value model and the
+rewards use one step more (`sequence_length + 1`, the step just after the response, when it exists), and the
+score is placed on that step.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from .advantages import masked_mean
+
+INVALID_LOGPROB = 1.0
+"""Placeholder log-probability written on padding positions (they are masked out of every loss)."""
+
+
+def response_masks(sequence_lengths: Tensor, width: int) -> tuple[Tensor, Tensor]:
+    """Boolean masks of the policy steps (t <= len) and of the value/reward steps (t <= len + 1).
+
+    Args:
+        sequence_lengths: Index of the last real token of each response, shape `(B,)` (-1 for an empty one).
+        width: Number of response positions T.
+
+    Returns:
+        `(policy_mask, value_mask)`, both `(B, T)` bool, True where the step counts.
+    """
+    steps = torch.arange(width, device=sequence_lengths.device).unsqueeze(0)
+    return steps <= sequence_lengths.unsqueeze(1), steps <= (sequence_lengths + 1).unsqueeze(1)
+
+
+def score_positions(sequence_lengths: Tensor, width: int) -> Tensor:
+    """The step that receives the score: `len + 1` when it fits in the response window, else `len`."""
+    after = sequence_lengths + 1
+    return torch.where(after < width, after, sequence_lengths)
+
+
+def kl_penalty(logps: Tensor, ref_logps: Tensor, estimator: str = "k1") -> Tensor:
+    """Per-token KL(policy || reference) estimate: `k1 = logp - ref`, `k3 = (e^r - 1) - r` with `r = ref - logp`."""
+    log_ratio = ref_logps - logps
+    if estimator == "k1":
+        return -log_ratio
+    if estimator == "k3":
+        return (log_ratio.exp() - 1) - log_ratio
+    raise ValueError(f"Unknown KL estimator {estimator!r}; use 'k1' or 'k3'.")
+
+
+def shaped_token_rewards(
+    scores: Tensor, kl: Tensor, kl_coef: float, sequence_lengths: Tensor
+) -> tuple[Tensor, Tensor]:
+    """Equation 2: r_t = -kl_coef * kl_t everywhere, plus the score on the score step.
+
+    Returns:
+        `(rewards, non_score_rewards)`, both `(B, T)`.
+    """
+    non_score = -kl_coef * kl
+    rewards = non_score.clone()
+    rows = torch.arange(rewards.size(0), device=rewards.device)
+    rewards[rows, score_positions(sequence_lengths, rewards.size(1))] += scores.to(rewards.dtype)
+    return rewards, non_score
+
+
+def generalized_advantage_estimation(
+    rewards: Tensor, values: Tensor, gamma: float, lam: float
+) -> tuple[Tensor, Tensor]:
+    """Equation 3 (GAE): advantages A_t and returns R_t = A_t + V_t, computed backwards over the T steps.
+
+    `values` must already be zero on the steps past the value mask (so V_{T} of a finished response is 0).
+
+    Returns:
+        `(advantages, returns)`, both `(B, T)`.
+    """
+    width = rewards.size(1)
+    advantages = torch.zeros_like(rewards)
+    running = torch.zeros_like(rewards[:, 0])
+    for t in reversed(range(width)):
+        next_value = values[:, t + 1] if t + 1 < width else torch.zeros_like(values[:, t])
+        delta = rewards[:, t] + gamma * next_value - values[:, t]
+        running = delta + gamma * lam * running
+        advantages[:, t] = running
+    return advantages, advantages + values
+
+
+def ppo_policy_loss(
+    logps: Tensor, old_logps: Tensor, advantages: Tensor, cliprange: float, mask: Tensor
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Equation 4, averaged over the masked tokens of the batch.
+
+    Returns:
+        `(loss, clip_fraction, ratio)`: the scalar loss, the fraction of tokens where clipping is active, and
+        the per-token importance ratio.
+    """
+    ratio = torch.exp(logps - old_logps)
+    unclipped = -advantages * ratio
+    clipped = -advantages * torch.clamp(ratio, 1.0 - cliprange, 1.0 + cliprange)
+    loss = masked_mean(torch.max(unclipped, clipped), mask)
+    clip_fraction = masked_mean((clipped > unclipped).float(), mask)
+    return loss, clip_fraction, ratio
+
+
+def clipped_value_loss(
+    values: Tensor, old_values: Tensor, returns: Tensor, cliprange_value: float, mask: Tensor
+) -> tuple[Tensor, Tensor]:
+    """Equation 5, averaged over the masked steps of the batch.
+
+    Returns:
+        `(loss, clip_fraction)`.
+    """
+    clipped_values = torch.clamp(values, old_values - cliprange_value, old_values + cliprange_value)
+    loss_unclipped = (values - returns) ** 2
+    loss_clipped = (clipped_values - returns) ** 2
+    loss = 0.5 * masked_mean(torch.max(loss_unclipped, loss_clipped), mask)
+    clip_fraction = masked_mean((loss_clipped > loss_unclipped).float(), mask)
+    return loss, clip_fraction

@@ -1,0 +1,164 @@
+"""Configurations of [`MultiAgentPPOTrainer`] and of the drop-in single-agent [`PPOTrainer`]."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .._trl_compat import TRLBaseConfig
+from .magrpo_config import _has_accelerator
+
+POLICY_SHARING = ("shared", "agent", "agent_turn")
+
+
+@dataclass
+class MultiAgentPPOConfig(TRLBaseConfig):
+    r"""Configuration of [`MultiAgentPPOTrainer`]: PPO with a value model per agent, GAE and a KL penalty.
+
+    The PPO fields have the names and defaults of TRL 1.12's `trl.experimental.ppo.PPOConfig`, so a
+    single-agent script written for TRL's PPOTrainer runs unchanged with [`PPOConfig`]. Batch sizes follow it too:
+    each update plays `per_device_train_batch_size * gradient_accumulation_steps` episodes per process (the
+    `local_batch_size`), then runs `num_ppo_epochs` passes over them in `num_mini_batches` mini-batches, with one
+    optimizer step per mini-batch (micro-batches of `per_device_train_batch_size` accumulate gradients).
+
+    With several agents and turns, every (turn, agent) response is one PPO sample with its own score; each agent
+    is optimized on its own samples with its own value model, and the agents' losses are summed.
+
+    Example:
+
+    ```python
+    from trl_marl import PPOConfig
+
+    args = PPOConfig(output_dir="ppo", per_device_train_batch_size=16, total_episodes=10_000, response_length=64)
+    ```
+    """
+
+    learning_rate: float = field(default=3e-6, metadata={"help": "Initial learning rate of AdamW."})
+    dataset_num_proc: int | None = field(
+        default=None, metadata={"help": "Processes for dataset preprocessing in user scripts (kept for TRL parity)."}
+    )
+    num_mini_batches: int = field(default=1, metadata={"help": "Mini-batches each rollout batch is split into."})
+    total_episodes: int | None = field(
+        default=None,
+        metadata={
+            "help": "Episodes (dataset rows played) in the whole run. Default: num_train_epochs * len(dataset)."
+        },
+    )
+    local_rollout_forward_batch_size: int = field(
+        default=64, metadata={"help": "Rows per no-grad forward pass (log-probs, values, scores) during rollouts."}
+    )
+    num_sample_generations: int = field(
+        default=10,
+        metadata={"help": "How many times a table of sample completions on the eval set is printed during training."},
+    )
+    response_length: int = field(default=53, metadata={"help": "Maximum number of tokens of each response."})
+    stop_token: str | None = field(
+        default=None,
+        metadata={
+            "help": "Stop generation at this token: 'eos' for the tokenizer's EOS, or None (see stop_token_id)."
+        },
+    )
+    stop_token_id: int | None = field(
+        default=None,
+        metadata={"help": "Token id that ends a response (exclusive with stop_token). None: no stop token."},
+    )
+    temperature: float = field(default=0.7, metadata={"help": "Sampling temperature."})
+    missing_eos_penalty: float | None = field(
+        default=None,
+        metadata={"help": "Subtracted from the score of a response without an EOS token (encourages ending)."},
+    )
+    sft_model_path: str = field(
+        default="EleutherAI/pythia-160m", metadata={"help": "Path of the SFT policy (read by example scripts)."}
+    )
+    world_size: int | None = field(default=None, metadata={"help": "Number of processes (computed)."})
+    num_total_batches: int | None = field(default=None, metadata={"help": "Number of updates (computed)."})
+    micro_batch_size: int | None = field(
+        default=None, metadata={"help": "per_device_train_batch_size * world_size (computed)."}
+    )
+    local_batch_size: int | None = field(
+        default=None, metadata={"help": "Episodes per process per update: per_device * grad. accumulation (computed)."}
+    )
+    batch_size: int | None = field(
+        default=None, metadata={"help": "Episodes per update over all processes (computed)."}
+    )
+    local_mini_batch_size: int | None = field(
+        default=None, metadata={"help": "Mini-batch size per process (computed)."}
+    )
+    mini_batch_size: int | None = field(default=None, metadata={"help": "Mini-batch size over processes (computed)."})
+    push_to_hub: bool = field(default=False, metadata={"help": "Push the trained model to the Hub after training."})
+    reward_model_path: str = field(
+        default="EleutherAI/pythia-160m", metadata={"help": "Path of the reward model (read by example scripts)."}
+    )
+    model_adapter_name: str | None = field(
+        default=None, metadata={"help": "Name of the trained PEFT adapter when the policy holds several adapters."}
+    )
+    ref_adapter_name: str | None = field(
+        default=None, metadata={"help": "Name of a PEFT adapter to use as reference policy (None: adapter disabled)."}
+    )
+    num_ppo_epochs: int = field(default=4, metadata={"help": "Passes of PPO over each rollout batch."})
+    whiten_rewards: bool = field(default=False, metadata={"help": "Whiten the per-token rewards before GAE."})
+    kl_coef: float = field(default=0.05, metadata={"help": "Coefficient of the per-token KL penalty in the reward."})
+    kl_estimator: str = field(
+        default="k1",
+        metadata={
+            "help": "KL estimator: 'k1' (log-ratio, unbiased) or 'k3' (lower variance, unbiased, non-negative)."
+        },
+    )
+    cliprange: float = field(default=0.2, metadata={"help": "Clip range of the policy's importance ratio."})
+    vf_coef: float = field(default=0.1, metadata={"help": "Weight of the value loss."})
+    cliprange_value: float = field(default=0.2, metadata={"help": "Clip range of the value predictions."})
+    gamma: float = field(default=1.0, metadata={"help": "Discount factor of GAE."})
+    lam: float = field(default=0.95, metadata={"help": "Lambda of GAE."})
+    ds3_gather_for_generation: bool = field(
+        default=True, metadata={"help": "With DeepSpeed ZeRO-3, gather the policy's weights for generation."}
+    )
+    # ---- multi-agent fields (trl-marl) ----
+    num_agents: int = field(default=1, metadata={"help": "Number of agents in the team."})
+    num_turns: int = field(default=1, metadata={"help": "Number of turns of an episode (e.g. debate rounds)."})
+    team_mode: str | None = field(
+        default=None,
+        metadata={"help": "Team layout: 'adapters', 'models' or 'shared' (see AgentTeam). Default: automatic."},
+    )
+
+    def __post_init__(self) -> None:
+        if self.bf16 is None and not self.fp16 and not _has_accelerator():
+            self.bf16 = False  # TRL defaults to bf16, which fails on a machine without GPU unless use_cpu is set
+        super().__post_init__()
+        if self.kl_estimator not in ("k1", "k3"):
+            raise ValueError(f"`kl_estimator` must be 'k1' or 'k3', got {self.kl_estimator!r}.")
+        if self.stop_token not in (None, "eos"):
+            raise ValueError(f"`stop_token` must be 'eos' or None, got {self.stop_token!r}.")
+        if self.stop_token is not None and self.stop_token_id is not None:
+            raise ValueError("Set only one of `stop_token` and `stop_token_id`.")
+        if self.response_length < 1:
+            raise ValueError(f"`response_length` must be >= 1, got {self.response_length}.")
+        if self.num_mini_batches < 1 or self.num_ppo_epochs < 1:
+            raise ValueError("`num_mini_batches` and `num_ppo_epochs` must be >= 1.")
+        local = self.per_device_train_batch_size * self.gradient_accumulation_steps
+        if local % self.num_mini_batches != 0:
+            raise ValueError(
+                f"per_device_train_batch_size * gradient_accumulation_steps ({local}) must be a multiple of "
+                f"`num_mini_batches` ({self.num_mini_batches}): each mini-batch gets the same number of episodes."
+            )
+        if (local // self.num_mini_batches) % self.per_device_train_batch_size != 0:
+            raise ValueError(
+                f"A mini-batch ({local // self.num_mini_batches} episodes) must be a multiple of "
+                f"`per_device_train_batch_size` ({self.per_device_train_batch_size}); lower `num_mini_batches` or "
+                "raise `gradient_accumulation_steps`."
+            )
+        if self.num_agents < 1 or self.num_turns < 1:
+            raise ValueError("`num_agents` and `num_turns` must be >= 1.")
+        if self.team_mode not in (None, "adapters", "models", "shared"):
+            raise ValueError(f"`team_mode` must be 'adapters', 'models', 'shared' or None, got {self.team_mode!r}.")
+        if self.model_adapter_name is not None or self.ref_adapter_name is not None:
+            raise ValueError(
+                "`model_adapter_name`/`ref_adapter_name` are not supported: pass the base model with a `peft_config` "
+                "(the reference policy is then the model with its adapter disabled)."
+            )
+
+
+@dataclass
+class PPOConfig(MultiAgentPPOConfig):
+    r"""Configuration of the single-agent drop-in [`PPOTrainer`]: TRL 1.12's `PPOConfig`, field for field.
+
+    Replace `from trl.experimental.ppo import PPOConfig` with `from trl_marl import PPOConfig`.
+    """
