@@ -53,6 +53,7 @@ import statistics  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
+import threading  # noqa: E402
 import time  # noqa: E402
 import warnings  # noqa: E402
 from collections.abc import Callable, Sequence  # noqa: E402
@@ -102,6 +103,12 @@ def _load() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
 
+def _cpu_seconds() -> float:
+    """User + system CPU time of this process and its finished children."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
 def _median(values: Sequence[float]) -> float:
     return float(statistics.median(values)) if values else float("nan")
 
@@ -140,6 +147,66 @@ class Round:
     begin: float = 0.0  # perf_counter at on_train_begin
 
 
+class Baton:
+    """Lets several trainers, each ``train()``-ing in its own thread, take turns one optimizer step at a time.
+
+    Only the holder of the baton runs; the others wait on a condition variable (no CPU). A trainer hands the baton
+    on at the start of every step (before its timer starts), so consecutive steps of the two sides are adjacent in
+    time and a burst of load from another process hits both sides of a pair alike.
+    """
+
+    def __init__(self, size: int) -> None:
+        self._cond = threading.Condition()
+        self._turn = 0
+        self._active = [True] * size
+
+    def wait_for(self, index: int) -> None:
+        with self._cond:
+            self._cond.wait_for(lambda: self._turn == index)
+
+    def _advance(self, index: int) -> None:
+        size = len(self._active)
+        for k in range(1, size + 1):
+            j = (index + k) % size
+            if self._active[j]:
+                self._turn = j
+                break
+        self._cond.notify_all()
+
+    def pass_on(self, index: int) -> None:
+        with self._cond:
+            self._advance(index)
+        self.wait_for(index)
+
+    def finish(self, index: int) -> None:
+        with self._cond:
+            self._active[index] = False
+            if self._turn == index:
+                self._advance(index)
+
+
+def run_interleaved(trainers: Sequence[Any], baton: Baton) -> None:
+    """``train()`` every trainer, one step each in turn (each trainer's timer callback must hold ``baton``)."""
+    errors: list[BaseException] = []
+
+    def target(index: int, trainer: Any) -> None:
+        baton.wait_for(index)
+        try:
+            trainer.train()
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the main thread
+            errors.append(exc)
+        finally:
+            baton.finish(index)
+
+    threads = [threading.Thread(target=target, args=(i, t), daemon=True) for i, t in enumerate(trainers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]
+
+
 def _step_timer_class() -> type:
     from transformers import TrainerCallback
 
@@ -151,11 +218,14 @@ def _step_timer_class() -> type:
                 ``None`` to read them from the logged ``completions/mean_length`` (TRL's GRPO; needs
                 ``logging_steps=1``).
             completions_per_step: Completions per step, to turn a logged mean length into a token count.
+            baton: ``(baton, index)`` to take turns step by step with other trainers (see [`run_interleaved`]).
         """
 
-        def __init__(self, tokens_of_step: Callable[[], int] | None, completions_per_step: int) -> None:
+        def __init__(self, tokens_of_step: Callable[[], int] | None, completions_per_step: int,
+                     baton: tuple[Baton, int] | None = None) -> None:
             self.tokens_of_step = tokens_of_step
             self.completions_per_step = completions_per_step
+            self.baton = baton
             self.rounds: list[Round] = []
             self._start = 0.0
 
@@ -163,6 +233,8 @@ def _step_timer_class() -> type:
             self.rounds.append(Round(begin=time.perf_counter()))
 
         def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            if self.baton is not None:  # let the other side take its step first, then time ours
+                self.baton[0].pass_on(self.baton[1])
             self._start = time.perf_counter()
 
         def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
@@ -244,10 +316,15 @@ def bench_vs_grpo(cfg: dict[str, Any], work_dir: Path, profile_path: Path | None
 
     load_before = _load()
     sides = {"magrpo": magrpo, "grpo": grpo}
-    for r in range(cfg["rounds"]):
+    timers = {"magrpo": magrpo_timer, "grpo": grpo_timer}
+    for r in range(cfg["rounds"]):  # each round: both train() in step-by-step turns; who starts alternates
         order = ["magrpo", "grpo"] if r % 2 == 0 else ["grpo", "magrpo"]
-        for name in order:
-            sides[name].train()
+        baton = Baton(len(order))
+        for index, name in enumerate(order):
+            timers[name].baton = (baton, index)
+        run_interleaved([sides[name] for name in order], baton)
+    for timer in timers.values():
+        timer.baton = None
     load_after = _load()
 
     result: dict[str, Any] = {
@@ -278,6 +355,14 @@ def bench_vs_grpo(cfg: dict[str, Any], work_dir: Path, profile_path: Path | None
         }
     result["ratio_median_s_per_token"] = result["magrpo"]["median_s_per_token"] / result["grpo"]["median_s_per_token"]
     result["ratio_per_round"] = [m / g for m, g in zip(per_round["magrpo"], per_round["grpo"])]
+    pairs = []  # step k of MAGRPO vs step k of GRPO: adjacent in time
+    for m_round, g_round in zip(magrpo_timer.rounds, grpo_timer.rounds):
+        for k in range(cfg["warmup"], min(len(m_round.durations), len(g_round.durations))):
+            m_cost = m_round.durations[k] / max(1, m_round.tokens[k])
+            g_cost = g_round.durations[k] / max(1, g_round.tokens[k])
+            pairs.append(m_cost / g_cost)
+    result["ratio_paired_steps_median"] = _median(pairs)
+    result["ratio_paired_steps"] = pairs
     result["ratio_per_round_median"] = _median(result["ratio_per_round"])
 
     if profile_path is not None:
@@ -484,50 +569,63 @@ def memory_child(model_dir: str, num_agents: int, steps: int, prompts: int, gene
     print(json.dumps({
         "num_agents": num_agents, "peak_rss_mb": peak_mb(), "rss_after_import_mb": after_import,
         "rss_after_build_mb": after_build, "current_rss_after_import_mb": rss_import,
-        "current_rss_after_build_mb": rss_build, "current_rss_after_train_mb": current_mb(), "base_param_bytes": base_bytes, "lora_param_bytes": lora_bytes,
+        "current_rss_after_build_mb": rss_build, "current_rss_after_train_mb": current_mb(),
+        "base_param_bytes": base_bytes, "lora_param_bytes": lora_bytes,
         "train_s": train_s, "steps": trainer.state.global_step,
     }))
 
 
-def bench_memory(cfg: dict[str, Any], work_dir: Path) -> dict[str, Any]:
-    model_dir = _memory_model_dir(cfg, work_dir)
+def _memory_run(model_dir: str, num_agents: int, prompts: int, cfg: dict[str, Any]) -> dict[str, Any]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(SRC_DIR), *filter(None, [env.get("PYTHONPATH")])])
-    runs: dict[int, list[dict[str, Any]]] = {1: [], 4: []}
+    command = [sys.executable, str(Path(__file__).resolve()), "--memory-child", "--model-dir", model_dir,
+               "--num-agents", str(num_agents), "--steps", str(cfg["steps"]), "--prompts", str(prompts),
+               "--generations", str(cfg["num_generations"]), "--max-len", str(cfg["max_len"])]
+    completed = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+    if completed.returncode != 0:
+        raise RuntimeError(f"memory child (n={num_agents}, P={prompts}) failed:\n{completed.stderr[-4000:]}")
+    return json.loads(completed.stdout.strip().splitlines()[-1])
+
+
+def bench_memory(cfg: dict[str, Any], work_dir: Path) -> dict[str, Any]:
+    """Peak RSS of n=1 and n=4 ``adapters`` teams with the same per-agent batch, plus a control with the same
+    total number of completions per step (n=1 with 4x the prompts), each in a fresh process, interleaved."""
+    model_dir = _memory_model_dir(cfg, work_dir)
+    P = cfg["prompts"]
+    variants = {"n1": (1, P), "n4": (4, P), "n1_same_total": (1, 4 * P)}
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in variants}
     load_before = _load()
     for _ in range(cfg["repeats"]):
-        for n in (1, 4):
-            command = [sys.executable, str(Path(__file__).resolve()), "--memory-child", "--model-dir", model_dir,
-                       "--num-agents", str(n), "--steps", str(cfg["steps"]), "--prompts", str(cfg["prompts"]),
-                       "--generations", str(cfg["num_generations"]), "--max-len", str(cfg["max_len"])]
-            completed = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
-            if completed.returncode != 0:
-                raise RuntimeError(f"memory child (n={n}) failed:\n{completed.stderr[-4000:]}")
-            runs[n].append(json.loads(completed.stdout.strip().splitlines()[-1]))
+        for name, (n, prompts) in variants.items():
+            runs[name].append(_memory_run(model_dir, n, prompts, cfg))
     load_after = _load()
     summary: dict[str, Any] = {}
-    for n, items in runs.items():
-        summary[f"n{n}"] = {
+    for name, items in runs.items():
+        n, prompts = variants[name]
+        summary[name] = {
+            "num_agents": n,
+            "prompts_per_step": prompts,
+            "completions_per_step_per_agent": prompts * cfg["num_generations"],
             "peak_rss_mb": _median([r["peak_rss_mb"] for r in items]),
-            "rss_after_import_mb": _median([r["rss_after_import_mb"] for r in items]),
-            "rss_after_build_mb": _median([r["rss_after_build_mb"] for r in items]),
+            "rss_after_build_mb": _median([r["current_rss_after_build_mb"] for r in items]),
             "lora_param_bytes": items[0]["lora_param_bytes"],
             "train_s": _median([r["train_s"] for r in items]),
             "runs": items,
         }
-    n1, n4 = summary["n1"], summary["n4"]
-    base_bytes = runs[1][0]["base_param_bytes"]
-    import_mb = _median([r["rss_after_import_mb"] for items in runs.values() for r in items])
+    base_bytes = runs["n1"][0]["base_param_bytes"]
+    import_mb = _median([r["current_rss_after_import_mb"] for items in runs.values() for r in items])
+    n1, n4, same = summary["n1"], summary["n4"], summary["n1_same_total"]
     return {
         "model": {"dir": model_dir, "hidden_size": cfg["hidden"], "num_layers": cfg["layers"],
                   "base_params": base_bytes // 4, "base_param_mb": base_bytes / 2**20},
         "lora": "r=8, alpha=16, q_proj+v_proj, one adapter per agent",
-        "steps": cfg["steps"], "prompts": cfg["prompts"], "num_generations": cfg["num_generations"],
-        "max_len": cfg["max_len"], "repeats": cfg["repeats"], "load_before": load_before, "load_after": load_after,
+        "steps": cfg["steps"], "num_generations": cfg["num_generations"], "max_len": cfg["max_len"],
+        "repeats": cfg["repeats"], "load_before": load_before, "load_after": load_after,
         **summary,
+        "import_baseline_mb": import_mb,
         "ratio_peak_rss": n4["peak_rss_mb"] / n1["peak_rss_mb"],
         "ratio_above_import": (n4["peak_rss_mb"] - import_mb) / (n1["peak_rss_mb"] - import_mb),
-        "import_baseline_mb": import_mb,
+        "ratio_same_total_completions": n4["peak_rss_mb"] / same["peak_rss_mb"],
     }
 
 
@@ -543,29 +641,35 @@ def markdown_table(results: dict[str, Any]) -> str:
         rows.append(
             f"| s per generated token, 1 agent vs TRL GRPOTrainer ({g['model']['params'] / 1e6:.2f}M params) "
             f"| {g['magrpo']['median_s_per_token'] * 1e3:.3f} ms | {g['grpo']['median_s_per_token'] * 1e3:.3f} ms "
-            f"| {g['ratio_median_s_per_token']:.3f}x (per-round median {g['ratio_per_round_median']:.3f}x) "
+            f"| {g['ratio_median_s_per_token']:.3f}x (median of paired steps {g['ratio_paired_steps_median']:.3f}x) "
             "| <= 1.05x |"
         )
-    c = results.get("comlrl")
-    if c:
+    for c in results.get("comlrl", []):
+        size = f"{c['model']['params_per_agent'] / 1e3:.0f}k params/agent, P={c['prompts_per_step']}, " \
+            f"G={c['num_generations']}"
         rows.append(
-            f"| joint samples/s, 2 agents `models` vs comlrl {c['comlrl']['version']} "
-            f"(P={c['prompts_per_step']}, G={c['num_generations']}, {c['model']['params_per_agent'] / 1e3:.0f}k "
-            f"params/agent) | {c['ours_models']['joint_samples_per_s']:.0f} "
+            f"| joint samples/s, 2 agents `models` vs comlrl {c['comlrl']['version']} ({size}) "
+            f"| {c['ours_models']['joint_samples_per_s']:.0f} "
             f"| {c['comlrl']['joint_samples_per_s']:.0f} | {c['ratio_models_vs_comlrl']:.2f}x | >= 5x |"
         )
         rows.append(
-            f"| joint samples/s, 2 agents `adapters` (LoRA r=8) vs comlrl (info) "
+            f"| joint samples/s, 2 agents `adapters` (LoRA r=8) vs comlrl ({size}; info) "
             f"| {c['ours_adapters']['joint_samples_per_s']:.0f} | {c['comlrl']['joint_samples_per_s']:.0f} "
             f"| {c['ratio_adapters_vs_comlrl']:.2f}x | - |"
         )
     m = results.get("memory")
     if m:
+        model = f"{m['model']['base_params'] / 1e6:.0f}M params, {m['model']['base_param_mb']:.0f} MB fp32"
         rows.append(
-            f"| peak RSS, 4-agent vs 1-agent `adapters` team ({m['model']['base_params'] / 1e6:.1f}M params, "
-            f"{m['model']['base_param_mb']:.0f} MB fp32) | {m['n4']['peak_rss_mb']:.0f} MB "
-            f"| {m['n1']['peak_rss_mb']:.0f} MB | {m['ratio_peak_rss']:.3f}x "
-            f"(above import baseline: {m['ratio_above_import']:.3f}x) | <= 1.25x |"
+            f"| peak RSS, 4-agent vs 1-agent `adapters` team, same per-agent batch ({model}) "
+            f"| {m['n4']['peak_rss_mb']:.0f} MB | {m['n1']['peak_rss_mb']:.0f} MB | {m['ratio_peak_rss']:.3f}x "
+            f"(above the {m['import_baseline_mb']:.0f} MB import baseline: {m['ratio_above_import']:.2f}x) "
+            "| <= 1.25x |"
+        )
+        rows.append(
+            f"| peak RSS, 4-agent team vs 1 agent with 4x the prompts (same completions per step; info) "
+            f"| {m['n4']['peak_rss_mb']:.0f} MB | {m['n1_same_total']['peak_rss_mb']:.0f} MB "
+            f"| {m['ratio_same_total_completions']:.3f}x | - |"
         )
     return "\n".join(rows)
 
@@ -575,22 +679,21 @@ def markdown_table(results: dict[str, Any]) -> str:
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def configs(quick: bool) -> dict[str, dict[str, Any]]:
+def configs(quick: bool) -> dict[str, Any]:
+    """Settings of each benchmark (``--quick``: fewer rounds and steps, a smaller memory model)."""
+    grpo = dict(hidden=256, layers=4, pretrain_steps=100, num_generations=8, batch=64, max_len=8, lr=1e-5,
+                steps=25, warmup=3, rounds=2)
+    comlrl_common = dict(num_generations=8, prompts=8, max_len=4, lr=3e-4, steps=10, comlrl_steps=10, warmup=2)
+    comlrl = [
+        dict(hidden=64, layers=2, pretrain_steps=300, rounds=3, **comlrl_common),
+        dict(hidden=256, layers=4, pretrain_steps=150, rounds=2, **comlrl_common),
+    ]
+    memory = dict(hidden=1024, layers=8, steps=3, prompts=2, num_generations=4, max_len=4, repeats=2)
     if quick:
-        return {
-            "grpo": dict(hidden=256, layers=4, pretrain_steps=100, num_generations=8, batch=64, max_len=8, lr=1e-5,
-                         steps=4, warmup=1, rounds=2),
-            "comlrl": dict(hidden=64, layers=2, pretrain_steps=300, num_generations=8, prompts=8, max_len=4,
-                           lr=3e-4, steps=4, comlrl_steps=4, warmup=1, rounds=1),
-            "memory": dict(hidden=512, layers=8, steps=2, prompts=2, num_generations=4, max_len=4, repeats=1),
-        }
-    return {
-        "grpo": dict(hidden=256, layers=4, pretrain_steps=100, num_generations=8, batch=64, max_len=8, lr=1e-5,
-                     steps=10, warmup=2, rounds=4),
-        "comlrl": dict(hidden=64, layers=2, pretrain_steps=300, num_generations=8, prompts=8, max_len=4, lr=3e-4,
-                       steps=10, comlrl_steps=10, warmup=2, rounds=3),
-        "memory": dict(hidden=1024, layers=8, steps=3, prompts=2, num_generations=4, max_len=4, repeats=2),
-    }
+        grpo.update(steps=6, warmup=2, rounds=2)
+        comlrl = [dict(comlrl[0], steps=4, comlrl_steps=4, warmup=1, rounds=1)]
+        memory.update(hidden=512, steps=2, repeats=1)
+    return {"grpo": grpo, "comlrl": comlrl, "memory": memory}
 
 
 def main() -> None:
@@ -637,17 +740,19 @@ def main() -> None:
         "configs": {k: cfgs[k] for k in selected},
     }
     for name in selected:
-        t0 = time.perf_counter()
+        t0, cpu0 = time.perf_counter(), _cpu_seconds()
         print(f"[bench_magrpo] {name} ... (load {_load()})", flush=True)
         if name == "grpo":
             profile_path = work_dir / "profile_grpo_vs_magrpo.txt" if args.profile else None
             results[name] = bench_vs_grpo(cfgs[name], work_dir, profile_path)
         elif name == "comlrl":
-            results[name] = bench_vs_comlrl(cfgs[name], work_dir)
+            results[name] = [bench_vs_comlrl(cfg, work_dir) for cfg in cfgs[name]]
         else:
             results[name] = bench_memory(cfgs[name], work_dir)
-        results[name]["wall_s"] = time.perf_counter() - t0
-        print(f"[bench_magrpo] {name} done in {results[name]['wall_s']:.0f} s", flush=True)
+        results[f"{name}_wall_s"] = time.perf_counter() - t0
+        # ~1.0 when this single-threaded benchmark (and its children) had a core to itself the whole time
+        results[f"{name}_cpu_over_wall"] = (_cpu_seconds() - cpu0) / results[f"{name}_wall_s"]
+        print(f"[bench_magrpo] {name} done in {results[f'{name}_wall_s']:.0f} s", flush=True)
     results["load_at_end"] = _load()
     results["total_wall_s"] = time.perf_counter() - started
     results["table_markdown"] = markdown_table(results)
@@ -656,7 +761,9 @@ def main() -> None:
         f.write("\n")
     print()
     print(results["table_markdown"])
-    print(f"\nload average at start {results['load_at_start']}, at end {results['load_at_end']}; "
+    utilisation = ", ".join(f"{n} {results[f'{n}_cpu_over_wall']:.2f}" for n in selected)
+    print(f"\nCPU time / wall time per benchmark (1.0 = never waited for a core): {utilisation}")
+    print(f"load average at start {results['load_at_start']}, at end {results['load_at_end']}; "
           f"total {results['total_wall_s']:.0f} s; results in {args.json}")
 
 

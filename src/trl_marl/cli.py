@@ -96,6 +96,7 @@ def _demo(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="trl-marl", description="Multi-agent RL for LLM teams, built on TRL.")
     sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("magrpo", help="Train with MAGRPO on a built-in task: `trl-marl magrpo --config FILE`.")
     demo = sub.add_parser("demo", help="Train a toy two-agent team offline on CPU and show that it learns.")
     size = demo.add_mutually_exclusive_group()
     size.add_argument("--quick", dest="preset", action="store_const", const="quick", help="A ~15 s run.")
@@ -109,6 +110,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `trl-marl` console script."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "magrpo":  # TrlParser owns the rest of the command line (YAML config + overrides)
+        from .scripts.magrpo import main as magrpo_main
+        from .scripts.magrpo import parse
+
+        magrpo_main(*parse(argv[1:]))
+        return 0
     parser = build_parser()
     args: Any = parser.parse_args(argv)
     return int(args.func(args))

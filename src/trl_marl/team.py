@@ -464,16 +464,18 @@ class AgentTeam(nn.Module):
         # Agents that run on the same model generate in one batch (one adapter name per row in `adapters` mode).
         for model_index, model in enumerate(self.models):
             agents = [a for a in range(self.num_agents) if self.agent_model[a] == model_index and prompt_ids[a]]
-            if not agents:
-                continue
-            rows = [ids for a in agents for ids in prompt_ids[a]]
-            outputs = self._generate_rows(model, agents[0], rows, generation_config,
-                                          [self.agent_adapter[a] for a in agents for _ in prompt_ids[a]],
-                                          stop_token_ids)
-            start = 0
-            for a in agents:
-                completion_ids[a] = outputs[start: start + len(prompt_ids[a])]
-                start += len(prompt_ids[a])
+            # A 4-bit model generates in train mode (see `_keeps_train_mode`), where PEFT refuses mixed-adapter
+            # batches: its agents then generate one after the other.
+            groups = [[a] for a in agents] if _keeps_train_mode(model) else ([agents] if agents else [])
+            for group in groups:
+                rows = [ids for a in group for ids in prompt_ids[a]]
+                outputs = self._generate_rows(model, group[0], rows, generation_config,
+                                              [self.agent_adapter[a] for a in group for _ in prompt_ids[a]],
+                                              stop_token_ids)
+                start = 0
+                for a in group:
+                    completion_ids[a] = outputs[start: start + len(prompt_ids[a])]
+                    start += len(prompt_ids[a])
         return [(prompt_ids[a], completion_ids[a] or []) for a in range(self.num_agents)]
 
     def _generate_rows(
@@ -489,7 +491,8 @@ class AgentTeam(nn.Module):
         elif self.mode == "adapters":
             self._activate(agent_index)
         was_training = model.training
-        model.eval()
+        if not _keeps_train_mode(model):
+            model.eval()
         try:
             out = model.generate(input_ids=ids, attention_mask=mask, generation_config=generation_config, **kwargs)
         finally:
@@ -646,6 +649,20 @@ class AgentTeam(nn.Module):
             elif self.mode != "shared" or a == 0:
                 loaded = type(model).from_pretrained(agent_dir, torch_dtype=next(model.parameters()).dtype)
                 model.load_state_dict(loaded.state_dict())
+
+
+def _keeps_train_mode(model: Any) -> bool:
+    """Whether `model` must generate in train mode: a bitsandbytes 4-bit model on CPU.
+
+    bitsandbytes (0.50, CPUs with AVX512-BF16) repacks 4-bit weights in place for its CPU inference kernel on the
+    first eval-mode no-grad forward; every later forward then runs a kernel without input gradient, so the LoRA
+    adapters below the last layer would silently train on wrong gradients. Generation in train mode avoids the
+    repacking (trainers disable dropout, so sampling is unchanged).
+    """
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    if not getattr(base, "is_loaded_in_4bit", False):
+        return False
+    return next(base.parameters()).device.type == "cpu"
 
 
 def _loadable(name: str | None) -> bool:

@@ -17,8 +17,10 @@ class MultiAgentPPOConfig(TRLBaseConfig):
     The PPO fields have the names and defaults of TRL 1.12's `trl.experimental.ppo.PPOConfig`, so a
     single-agent script written for TRL's PPOTrainer runs unchanged with [`PPOConfig`]. Batch sizes follow it too:
     each update plays `per_device_train_batch_size * gradient_accumulation_steps` episodes per process (the
-    `local_batch_size`), then runs `num_ppo_epochs` passes over them in `num_mini_batches` mini-batches, with one
-    optimizer step per mini-batch (micro-batches of `per_device_train_batch_size` accumulate gradients).
+    `local_batch_size`), then runs `num_ppo_epochs` passes over them in `num_mini_batches` mini-batches of
+    micro-batches of `per_device_train_batch_size`; as in TRL 1.12, the optimizer steps once every
+    `gradient_accumulation_steps` micro-batches (so once per mini-batch when `num_mini_batches=1`), and gradients
+    are not clipped (`max_grad_norm` is unused).
 
     With several agents and turns, every (turn, agent) response is one PPO sample with its own score; each agent
     is optimized on its own samples with its own value model, and the agents' losses are summed.

@@ -94,6 +94,7 @@ class AgentRollout:
     postprocessed: torch.Tensor  # (N, L) cut after the stop token
     turns: torch.Tensor  # (N,) 1-based turn of each sample
     texts: list[str]
+    prompts: list[Any] | None = None  # the prompt each response answers (what reward functions get)
     logprobs: torch.Tensor | None = None
     ref_logprobs: torch.Tensor | None = None
     values: torch.Tensor | None = None
@@ -320,9 +321,17 @@ class MultiAgentPPOTrainer(TeamCheckpointMixin, TRLBaseTrainer):
             models = []
             for a in range(n):
                 base = team.base_model_of(a)
+                if getattr(base, "is_quantized", False):
+                    raise ValueError(
+                        f"Agent {a}'s policy is quantized, so the default value model (a copy of the policy's "
+                        "weights with a new head) cannot be built from it: pass `value_model=AutoModelFor"
+                        "SequenceClassification.from_pretrained(..., num_labels=1)`."
+                    )
                 full = _base_state_dict(team.policy(a)) if team.agent_adapter[a] is not None else base.state_dict()
                 prefix = base.base_model_prefix + "."
-                vm = AutoModelForSequenceClassification.from_config(base.config, num_labels=1)
+                vm_config = base.config.__class__.from_dict(base.config.to_dict())
+                vm_config.num_labels = 1  # `from_config(config, num_labels=1)` passes it to __init__: TypeError
+                vm = AutoModelForSequenceClassification.from_config(vm_config)
                 getattr(vm, vm.base_model_prefix).load_state_dict(
                     {k[len(prefix) :]: v for k, v in full.items() if k.startswith(prefix)}, strict=True
                 )
@@ -404,6 +413,7 @@ class MultiAgentPPOTrainer(TeamCheckpointMixin, TRLBaseTrainer):
                 per_agent[a]["prompt_ids"] += prompt_ids
                 per_agent[a]["completion_ids"] += completion_ids
                 per_agent[a]["texts"] += decoded
+                per_agent[a]["prompts"] += prompts[a]
                 per_agent[a]["turns"] += [turn] * len(rows)
             new = []
             for i, (row, tr) in enumerate(zip(rows, transcripts)):
@@ -417,7 +427,9 @@ class MultiAgentPPOTrainer(TeamCheckpointMixin, TRLBaseTrainer):
         for a in range(n):
             pad = self.team.tokenizers[a].pad_token_id
             queries, _ = pad_left(per_agent[a]["prompt_ids"], pad)
-            width = self.args.response_length
+            # as TRL: the response window is as wide as the longest response generated (at most response_length)
+            longest = max((len(ids) for ids in per_agent[a]["completion_ids"]), default=1)
+            width = max(1, min(self.args.response_length, longest))
             responses = torch.full((len(queries), width), pad, dtype=torch.long)
             for i, ids in enumerate(per_agent[a]["completion_ids"]):
                 ids = ids[:width]
@@ -431,6 +443,7 @@ class MultiAgentPPOTrainer(TeamCheckpointMixin, TRLBaseTrainer):
                     postprocessed=post.to(device),
                     turns=torch.tensor(per_agent[a]["turns"]),
                     texts=per_agent[a]["texts"],
+                    prompts=per_agent[a]["prompts"],
                 )
             )
         self._score(rollouts, rows, transcripts)
@@ -458,9 +471,10 @@ class MultiAgentPPOTrainer(TeamCheckpointMixin, TRLBaseTrainer):
                 total = torch.zeros(B)
                 for func, name in zip(self.reward_funcs, self.reward_names):
                     values = func(
-                        prompts=[None] * B,
+                        prompts=ro.prompts[sl],
                         completions=ro.texts[sl],
                         agent_completions=agent_texts,
+                        agent_prompts=[other.prompts[sl] for other in rollouts],
                         agent_index=a,
                         turn=t,
                         transcript=transcripts,

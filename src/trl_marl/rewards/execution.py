@@ -1,0 +1,1571 @@
+"""Run model-generated code against unit tests in a sandbox, and score it as a TRL reward function.
+
+Model code never runs in the calling process. Each program runs in a fresh `python -I` interpreter started for it
+(the *harness*, the source in `_HARNESS`), which applies every limit before it reads the program:
+
+OS layer (the security boundary):
+    - resource limits: address space (`memory_mb`), CPU seconds (`cpu_time`), processes and threads of the
+      sandbox user (`max_processes`, `RLIMIT_NPROC`), size of a written file (`max_file_mb`), open files, no core
+      files; the caller kills the whole process group after `wall_time` seconds;
+    - as root, Linux namespaces: a network namespace with no interface up (no network at all, not even
+      127.0.0.1), a PID namespace (when the program's process ends, the kernel kills everything it started, so a
+      fork bomb cannot outlive it), a mount namespace in which `/` is read-only and `/tmp`, `/var/tmp` and
+      `/dev/shm` are one private size-limited tmpfs (`max_disk_mb`), the program's working directory, gone when
+      the run ends;
+    - as root, a memory + pids cgroup per run (where `/sys/fs/cgroup` is writable) bounds the memory and the
+      number of all the run's processes together (`RLIMIT_AS` only bounds each process);
+    - as root, the program runs as an unprivileged user id of its own (`uid_base` + a slot number unique among
+      the sandboxes running at the same time), so `RLIMIT_NPROC` applies and files of other users are protected.
+      Interpreter directories that this user could not traverse (e.g. a Python under `/root`) are bind-mounted
+      read-only into the namespace; everything else in them stays hidden.
+
+Python layer (defense in depth; it can be bypassed by determined code, the OS layer cannot):
+    - an audit hook (`sys.addaudithook`, which a program cannot remove) refuses process creation, signals,
+      sockets, `ctypes`, `resource.setrlimit`, `gc` introspection, and any write, delete, rename, `chmod` or
+      `shutil.rmtree`/`shutil.move` outside the working directory (`os.remove`, `os.unlink`, `os.rmdir`,
+      `os.rename`, `os.replace`, ... raise `PermissionError` there; inside it they work, as `tempfile` needs);
+    - functions that have no use in a unit test are replaced by stubs that raise `PermissionError`:
+      `os.system`, `os.kill`, `os.killpg`, `os.fork`, `os.forkpty`, the `os.exec*`/`os.spawn*`/`os.posix_spawn*`
+      family, `os.popen`, `os.chown`/`lchown`/`fchown`, `shutil.chown`,
+      `subprocess.Popen`/`run`/`call`/`check_*`/`get*output`,
+      `socket.socket`/`create_connection`/`create_server`/`socketpair`/`fromfd`.
+
+Result protocol: the harness reports through a pipe of its own (not the program's stdout), one line per record,
+each tagged with a random nonce the program never sees in its namespace: the outcome of every test as soon as it
+finishes, then `done`. A run without `done` failed, with the reason the caller observed: `timeout`, `memory`,
+`output_limit`, `exit: ...` (the program called `sys.exit` or `os._exit`), `killed by signal N`. So a program that
+exits early never counts as passing. (A program that deliberately introspects the harness's frames can still fake
+results; the protocol guards against accidents and cheap exploits, not against an adversary inside the process.)
+
+Test formats:
+    - HumanEval rows (`prompt`, `test` defining `check(candidate)`, `entry_point`): the program is the
+      completion (a whole function when it defines `entry_point`, else a body appended to the prompt) followed by
+      the test code. For partial credit the top-level statements of `check` that contain an `assert` are run one
+      by one, each catching its own exception (statements without an assert, or with only `assert <constant>`, run
+      in order as set-up); when `check` has no such statement, `check(entry_point)` is one test.
+    - MBPP rows (`test_list`, a list of assert statements, and optional `test_setup_code`): each assert is a test.
+
+Example:
+
+```python
+from trl_marl.rewards.execution import SandboxLimits, TestSpec, run_programs
+
+spec = TestSpec.mbpp(["assert add(1, 2) == 3", "assert add(2, 2) == 4"])
+[result] = run_programs(["def add(a, b):\n    return a + b\n"], [spec], SandboxLimits(wall_time=2))
+result.passed, result.total, result.reason  # (2, 2, 'ok')
+```
+"""
+
+from __future__ import annotations
+
+import ast
+import logging
+import marshal
+import math
+import os
+import re
+import secrets
+import selectors
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from .rouge import MULTI_AGENT_KWARGS, AgentSelector, column, completion_text, is_missing, select_texts
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "ExecutionResult",
+    "SandboxLimits",
+    "TestSpec",
+    "UnitTestReward",
+    "build_humaneval_program",
+    "extract_code",
+    "format_feedback",
+    "run_program",
+    "run_programs",
+]
+
+# Names the generated test code uses (chosen so that they do not collide with a program's names).
+_TESTS_FN = "_trl_marl_tests_"
+_RECORD = "_trl_marl_record_"
+_EQ = "_trl_marl_eq_"
+_EXC = "_trl_marl_exc_"
+
+_MAX_RECORD_BYTES = 8 * 1024 * 1024  # the harness reports a few hundred bytes per test
+_SLOTS_PER_PROCESS = 256
+_PID_SPACE = 1 << 22  # Linux's largest pid_max
+
+
+# ---------------------------------------------------------------------------------------------------- public types
+@dataclass
+class SandboxLimits:
+    """Limits of one sandboxed program run.
+
+    Args:
+        wall_time (`float`): Seconds of wall-clock time from the interpreter's start; then every process of the run
+            is killed (`reason="timeout"`).
+        cpu_time (`float`): CPU seconds of the program (`RLIMIT_CPU`, rounded up; `reason="timeout: cpu time"`).
+        memory_mb (`int`): Address-space limit in MiB (`RLIMIT_AS`); allocations beyond it raise `MemoryError`
+            (`reason="memory"`).
+        max_output_bytes (`int`): Bytes of stdout + stderr kept; a program printing more is killed
+            (`reason="output_limit"`). The caller never holds more than this.
+        max_processes (`int`): Processes and threads of the sandbox user (`RLIMIT_NPROC`), the program included.
+            Enforced only when the sandbox runs under a user id of its own (as root) or as a non-root user, since
+            the kernel does not apply `RLIMIT_NPROC` to root; as root the PID namespace also ends every process
+            when the program ends.
+        max_file_mb (`int`): Largest file the program may write (`RLIMIT_FSIZE`).
+        max_disk_mb (`int`): Size of the private tmpfs that is the working directory (namespaces only).
+        max_open_files (`int`): File descriptors (`RLIMIT_NOFILE`).
+        namespaces (`bool`): Use Linux namespaces (network, PID, mount, IPC, UTS) when the process may (as root;
+            a non-root caller gets a network namespace where unprivileged user namespaces are allowed). Without
+            them the program runs in a fresh temporary directory with the other limits. As root the program always
+            runs under a sandbox user id.
+        cgroups (`bool`): As root, put each run in a memory + pids cgroup of its own (cgroup v1 or v2, where
+            `/sys/fs/cgroup` is writable): all its processes together get `memory_mb + max_disk_mb` (+64 MiB for
+            the harness) and `max_processes + 2` processes (`reason="memory"` when the kernel's OOM killer ends
+            one).
+        python_guards (`bool`): Install the Python layer (audit hook and stubs). Only tests of the OS layer turn
+            it off.
+        python_executable (`str`, *optional*): The interpreter that runs programs (default: `sys.executable`).
+        uid_base (`int`): First user id of the sandbox users (as root). A run uses
+            `uid_base + 256 * (caller pid) + slot`, so pick a range no real user or container uses.
+    """
+
+    wall_time: float = 5.0
+    cpu_time: float = 5.0
+    memory_mb: int = 1024
+    max_output_bytes: int = 64 * 1024
+    max_processes: int = 16
+    max_file_mb: int = 16
+    max_disk_mb: int = 64
+    max_open_files: int = 64
+    namespaces: bool = True
+    cgroups: bool = True
+    python_guards: bool = True
+    python_executable: str | None = None
+    uid_base: int = 1_000_000_000
+
+    def __post_init__(self) -> None:
+        for name in ("wall_time", "cpu_time", "memory_mb", "max_output_bytes", "max_processes", "max_file_mb",
+                     "max_disk_mb", "max_open_files"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
+                raise ValueError(f"SandboxLimits.{name} must be a positive number, got {value!r}.")
+        if self.max_processes < 1:
+            raise ValueError("SandboxLimits.max_processes must be at least 1 (the program itself).")
+        if not 0 < self.uid_base < 2**31 - _PID_SPACE * _SLOTS_PER_PROCESS:
+            raise ValueError(f"SandboxLimits.uid_base={self.uid_base} leaves no room for the sandbox user ids.")
+
+
+@dataclass
+class ExecutionResult:
+    """Outcome of one program against its tests.
+
+    Args:
+        passed (`int`): Tests that passed. Each test is reported as soon as it ends, so when a run ends early
+            (timeout, exit, ...) the tests that passed before still count; ending early never adds any.
+        total (`int`): Tests planned.
+        reason (`str`): `"ok"` when every test passed; else why not: `"failed: <test> -> <error>"` (the first
+            failing test), `"syntax_error: <message> (line N)"`, `"error: <exception> (program line N)"` (the
+            program raised before the tests), `"test_error: ..."` (the test code itself failed), `"timeout"`,
+            `"timeout: cpu time"`, `"memory"` / `"memory: <test>"`, `"exit: ..."`, `"output_limit"`,
+            `"killed by signal N (NAME)"`, or `"sandbox_error: ..."` (the sandbox could not be set up).
+        stdout (`str`): The program's stdout and stderr, truncated to `max_output_bytes`.
+        duration (`float`): Wall-clock seconds of the run (interpreter start-up included).
+        per_test (`list[bool]`): Whether each test passed (tests that never ran count as failed).
+        failures (`list[str]`): Up to 5 failing tests as `"<test source> -> <error>"`.
+        isolation (`tuple[str, ...]`): The protection layers that were active (`"rlimits"`, `"uid"`, `"netns"`,
+            `"pidns"`, `"mountns"`, `"guards"`, ...).
+    """
+
+    passed: int
+    total: int
+    reason: str
+    stdout: str = ""
+    duration: float = 0.0
+    per_test: list[bool] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+    isolation: tuple[str, ...] = ()
+
+    @property
+    def fraction(self) -> float:
+        """Fraction of tests passed (0 when there are no tests)."""
+        return self.passed / self.total if self.total > 0 else 0.0
+
+    @property
+    def all_passed(self) -> bool:
+        """Whether the run finished normally and every test passed."""
+        return self.reason == "ok" and self.total > 0 and self.passed == self.total
+
+
+@dataclass
+class TestSpec:
+    """The unit tests of one program.
+
+    Build one with [`TestSpec.humaneval`], [`TestSpec.mbpp`] or [`TestSpec.from_row`] (which also accepts the dicts
+    `{"test": ..., "entry_point": ...}` and `{"test_list": [...], "test_setup_code": ...}`). With neither checks
+    nor asserts the single test is "the program runs without an error".
+
+    Args:
+        asserts (`list[str]`): MBPP-style tests, one statement (or a few) each, run after `setup_code`.
+        setup_code (`str`): Code run once after the program and before the tests (MBPP's `test_setup_code`).
+        check_code (`str`, *optional*): HumanEval-style test code defining `check(candidate)`.
+        entry_point (`str`, *optional*): The function `check` is called with (required with `check_code`).
+        split (`bool`): Split `check` into one test per top-level statement containing an assert (partial
+            credit); `False` runs `check(entry_point)` as one test.
+    """
+
+    __test__ = False  # not a pytest test class
+
+    asserts: list[str] = field(default_factory=list)
+    setup_code: str = ""
+    check_code: str | None = None
+    entry_point: str | None = None
+    split: bool = True
+
+    def __post_init__(self) -> None:
+        if self.check_code is not None:
+            if not self.entry_point or not str(self.entry_point).isidentifier():
+                raise ValueError(f"A HumanEval test needs an identifier as entry_point, got {self.entry_point!r}.")
+            if self.asserts:
+                raise ValueError("A TestSpec has either check_code (HumanEval) or asserts (MBPP), not both.")
+
+    @classmethod
+    def humaneval(cls, test: str, entry_point: str, split: bool = True) -> TestSpec:
+        """Tests of a HumanEval row: `test` defines `check(candidate)`, called with `entry_point`."""
+        return cls(check_code=str(test), entry_point=str(entry_point), split=split)
+
+    @classmethod
+    def mbpp(cls, test_list: Sequence[str], setup_code: str | None = "") -> TestSpec:
+        """Tests of an MBPP row: every string of `test_list` is one test, run after `setup_code`."""
+        if isinstance(test_list, str):
+            test_list = [test_list]
+        return cls(asserts=[str(t) for t in test_list], setup_code=str(setup_code or ""))
+
+    @classmethod
+    def from_row(cls, row: TestSpec | Mapping[str, Any] | Sequence[str] | None, split: bool = True) -> TestSpec:
+        """A spec from a `TestSpec`, a row dict (HumanEval's `test` + `entry_point` or MBPP's `test_list`
+        + optional `test_setup_code`), a list of assert strings, or `None` (run the program only).
+
+        Raises:
+            KeyError: A dict with neither format (the message names the missing keys).
+        """
+        if row is None:
+            return cls()
+        if isinstance(row, TestSpec):
+            return row
+        if isinstance(row, Mapping):
+            if not is_missing(row.get("test")) and "entry_point" in row:
+                return cls.humaneval(row["test"], row["entry_point"], split=split)
+            if not is_missing(row.get("test_list")):
+                return cls.mbpp(row["test_list"], row.get("test_setup_code") or row.get("setup_code") or "")
+            if not is_missing(row.get("test")):
+                raise KeyError("A HumanEval test specification needs the key 'entry_point' besides 'test'.")
+            raise KeyError(
+                f"A test specification needs the keys 'test' and 'entry_point' (HumanEval) or 'test_list' (MBPP); "
+                f"got {sorted(row)}."
+            )
+        if isinstance(row, str):
+            raise TypeError("A bare string is ambiguous as a test specification: use TestSpec.humaneval/mbpp.")
+        return cls.mbpp(list(row))
+
+
+# ---------------------------------------------------------------------------------------------------- test plans
+@dataclass(frozen=True)
+class _Plan:
+    """What the harness runs after the program: `setup` at module level, then the function `_TESTS_FN` defined by
+    `tests_fn`, which reports each of the `len(sources)` tests through its first argument."""
+
+    setup: str
+    tests_fn: str
+    sources: tuple[str, ...]
+
+
+class _EqAsserts(ast.NodeTransformer):
+    """Rewrites `assert a == b` (no message) as `_EQ(a, b)`, which raises `AssertionError("got .., expected ..")`:
+    same evaluation order and truth test, and an informative message for feedback."""
+
+    def visit_Assert(self, node: ast.Assert) -> ast.AST:
+        test = node.test
+        if (node.msg is None and isinstance(test, ast.Compare) and len(test.ops) == 1
+                and isinstance(test.ops[0], ast.Eq)):
+            call = ast.Call(func=ast.Name(_EQ, ast.Load()), args=[test.left, test.comparators[0]], keywords=[])
+            return ast.copy_location(ast.Expr(call), node)
+        return node
+
+
+def _has_assert(node: ast.AST) -> bool:
+    """Whether `node` contains an assert that tests something (`assert True, "..."` does not count)."""
+    return any(isinstance(n, ast.Assert) and not isinstance(n.test, ast.Constant) for n in ast.walk(node))
+
+
+def _record_call(index: int, value: ast.expr) -> ast.stmt:
+    return ast.Expr(ast.Call(func=ast.Name(_RECORD, ast.Load()), args=[ast.Constant(index), value], keywords=[]))
+
+
+def _guarded(index: int, body: list[ast.stmt]) -> ast.Try:
+    """`try: <body> except Exception as e: record(index, e) else: record(index, None)`."""
+    handler = ast.ExceptHandler(type=ast.Name("Exception", ast.Load()), name=_EXC,
+                                body=[_record_call(index, ast.Name(_EXC, ast.Load()))])
+    return ast.Try(body=body or [ast.Pass()], handlers=[handler], orelse=[_record_call(index, ast.Constant(None))],
+                   finalbody=[])
+
+
+def _tests_function(body: list[ast.stmt]) -> str:
+    module = ast.parse(f"def {_TESTS_FN}({_RECORD}, {_EQ}):\n    pass\n")
+    module.body[0].body = body  # type: ignore[attr-defined]
+    return ast.unparse(ast.fix_missing_locations(module))
+
+
+def _segment(source: str, node: ast.AST) -> str:
+    text = ast.get_source_segment(source, node) or ast.unparse(node)
+    return " ".join(text.split()) if "\n" not in text.strip() else text.strip()
+
+
+def _humaneval_plan(spec: TestSpec) -> _Plan:
+    code, entry = str(spec.check_code), str(spec.entry_point)
+    check: ast.FunctionDef | None = None
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        tree = None
+    if tree is not None:
+        for node in tree.body:
+            if isinstance(node, ast.FunctionDef) and node.name == "check":
+                check = node
+    args = check.args if check is not None else None
+    simple = (args is not None and len(args.args) == 1 and not args.posonlyargs and not args.kwonlyargs
+              and args.vararg is None and args.kwarg is None)
+    if spec.split and check is not None and simple and any(_has_assert(s) for s in check.body):
+        param = check.args.args[0].arg
+        body: list[ast.stmt] = [ast.Assign(targets=[ast.Name(param, ast.Store())], value=ast.Name(entry, ast.Load()))]
+        sources: list[str] = []
+        for stmt in check.body:
+            is_test, text = _has_assert(stmt), _segment(code, stmt)
+            new = _EqAsserts().visit(stmt)
+            if is_test:
+                body.append(_guarded(len(sources), [new]))
+                sources.append(text)
+            else:
+                body.append(new)
+        return _Plan(setup=code, tests_fn=_tests_function(body), sources=tuple(sources))
+    call = ast.Expr(ast.Call(func=ast.Name("check", ast.Load()), args=[ast.Name(entry, ast.Load())], keywords=[]))
+    return _Plan(setup=code, tests_fn=_tests_function([_guarded(0, [call])]), sources=(f"check({entry})",))
+
+
+def _mbpp_plan(spec: TestSpec) -> _Plan:
+    body: list[ast.stmt] = []
+    sources: list[str] = []
+    for index, test in enumerate(spec.asserts):
+        try:
+            stmts = [_EqAsserts().visit(s) for s in ast.parse(test).body]
+        except SyntaxError as exc:
+            message = ast.Constant(f"the test does not parse: {exc.msg}")
+            stmts = [ast.Raise(exc=ast.Call(func=ast.Name("SyntaxError", ast.Load()), args=[message], keywords=[]))]
+        body.append(_guarded(index, stmts))
+        sources.append(" ".join(test.split()) if "\n" not in test.strip() else test.strip())
+    if not spec.asserts:
+        body.append(_guarded(0, [ast.Pass()]))
+        sources.append("(the program runs without an error)")
+    return _Plan(setup=spec.setup_code, tests_fn=_tests_function(body), sources=tuple(sources))
+
+
+def _plan(spec: TestSpec) -> _Plan:
+    return _humaneval_plan(spec) if spec.check_code is not None else _mbpp_plan(spec)
+
+
+# ---------------------------------------------------------------------------------------------------- the harness
+# Runs in `python -I -c _BOOT`, which reads the harness and the request (marshal) from stdin. Three processes:
+#   H (this interpreter, the session leader): reads the request, enters new namespaces (as root), forks C;
+#   C (pid 1 of the new PID namespace when there is one): sets up the mounts, forks P, waits for it, reports its
+#     exit status and exits -- which makes the kernel kill everything left in the namespace;
+#   P: applies the resource limits, drops to the sandbox user, installs the Python guards, runs program + tests.
+# Nothing here runs model code before P has applied every limit. Builtins that the reporting code needs are bound
+# to local names first, so a program that replaces `builtins.repr` or `os.write` cannot change the reports.
+_HARNESS = r'''
+import _signal, builtins, os, resource, sys  # _signal: `signal` would import enum (slow)
+
+NS_FLAGS = 0x40000000 | 0x20000000 | 0x00020000 | 0x08000000 | 0x04000000  # NET | PID | NS | IPC | UTS
+CLONE_NEWUSER, CLONE_NEWNET = 0x10000000, 0x40000000
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT = 1, 2, 4, 8, 32
+MS_BIND, MS_REC, MS_PRIVATE = 4096, 16384, 1 << 18
+WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+
+
+def main(req):
+    nonce, rfd, _write, _repr, _exit = req.pop("nonce"), req["result_fd"], os.write, repr, os._exit
+
+    def emit(*record):
+        data = (nonce + " " + _repr(record) + "\n").encode("utf-8", "backslashreplace")
+        while data:
+            try:
+                data = data[_write(rfd, data):]
+            except OSError:
+                return
+
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    req["in_cgroup"] = False
+    if req["cgroup_procs"]:
+        try:
+            for path in req["cgroup_procs"]:  # before any fork: every process of the run is charged there
+                with open(path, "w") as f:
+                    f.write(str(os.getpid()))
+            req["in_cgroup"] = True
+        except OSError as exc:
+            emit("note", "could not join the sandbox cgroup: " + str(exc))
+    libc = None
+    if req["namespaces"]:
+        try:
+            import ctypes
+            libc = ctypes.CDLL(None, use_errno=True)
+        except Exception as exc:
+            emit("note", "ctypes unavailable: " + _repr(exc))
+    pdeathsig(libc)
+    if os.getppid() != req["parent_pid"]:
+        _exit(3)
+    root = os.geteuid() == 0
+    isolated = False
+    if libc is not None and root:
+        if libc.unshare(NS_FLAGS) == 0:
+            isolated = True
+        else:
+            emit("note", "unshare failed: " + os.strerror(ctypes.get_errno()))
+    child = os.fork()
+    if child == 0:
+        try:
+            init(req, emit, libc, isolated, root)
+        except BaseException as exc:
+            emit("error", "sandbox setup failed: " + _repr(exc))
+        _exit(1)
+    emit("init", child)  # the caller waits for C's end (and so for its whole PID namespace) after a kill
+    while True:
+        try:
+            os.waitpid(child, 0)
+            break
+        except ChildProcessError:
+            break
+    _exit(0)
+
+
+def pdeathsig(libc):
+    if libc is not None:
+        libc.prctl(1, _signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+
+
+def init(req, emit, libc, isolated, root):
+    pdeathsig(libc)
+    uid = req["uid"]
+    layers = ["rlimits", "cgroup"] if req["in_cgroup"] else ["rlimits"]
+    if isolated:
+        setup_mounts(libc, uid, req["disk_mb"], emit)
+        workdir, allowed = "/tmp", ["/tmp", "/var/tmp", "/dev/shm"]
+        layers += ["netns", "pidns", "mountns", "ipcns"]
+    else:
+        workdir, allowed = req["workdir"], [req["workdir"]]
+        if root:
+            hidden = [p for p in sys.path if p and os.path.isdir(p) and not user_can_enter(p)]
+            if hidden:
+                emit("note", "the sandbox user cannot read %s; without namespaces, imports of modules the "
+                             "harness has not loaded will fail" % hidden[0])
+    if root:
+        layers.append("uid")
+    pid = os.fork()
+    if pid == 0:
+        try:
+            child(req, emit, libc, root, workdir, allowed, layers)
+        except BaseException as exc:
+            emit("error", "sandbox setup failed: " + repr(exc))
+        os._exit(1)
+    status, cpu = None, 0.0
+    while True:
+        try:
+            wpid, st, usage = os.wait4(-1, 0)
+        except ChildProcessError:
+            break
+        if wpid == pid:
+            status, cpu = st, usage.ru_utime + usage.ru_stime
+            break
+    emit("status", status, cpu)
+    if root and not isolated:
+        kill_user(uid)
+    os._exit(0)
+
+
+def user_can_enter(path):
+    """Whether every directory on the way to `path` can be traversed by an unprivileged user."""
+    parts = os.path.realpath(path).strip("/").split("/")
+    return all(os.stat("/" + "/".join(parts[:depth])).st_mode & 0o001 for depth in range(1, len(parts) + 1))
+
+
+def kill_user(uid):
+    """Without a PID namespace: SIGKILL every process of the sandbox user until none is left."""
+    for _ in range(100):
+        found = False
+        for name in os.listdir("/proc"):
+            if not name.isdigit():
+                continue
+            try:
+                if os.stat("/proc/" + name).st_uid == uid:
+                    with open("/proc/%s/stat" % name, "rb") as f:
+                        if f.read().rsplit(b")", 1)[-1].split()[0] in (b"Z", b"X"):
+                            continue
+                    os.kill(int(name), _signal.SIGKILL)
+                    found = True
+            except (OSError, IndexError):
+                pass
+        if not found:
+            return
+
+
+def setup_mounts(libc, uid, disk_mb, emit):
+    import ctypes
+
+    def mount(source, target, fstype, flags, data):
+        enc = lambda s: None if s is None else s.encode()  # noqa: E731
+        if libc.mount(enc(source), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data)) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, "mount(%r, %r): %s" % (source, target, os.strerror(err)))
+
+    mount(None, "/", None, MS_REC | MS_PRIVATE, None)
+    tmp_dirs = [d for d in ("/tmp", "/var/tmp", "/dev/shm") if os.path.isdir(d) and not os.path.islink(d)]
+    if "/tmp" not in tmp_dirs:
+        raise OSError("/tmp is not a directory")
+    # Directories the interpreter needs that the tmpfs would hide or the sandbox user could not traverse.
+    needed = set()
+    for path in [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
+                 os.path.dirname(os.path.realpath(sys.executable)), *sys.path]:
+        if path and os.path.isdir(path):
+            needed.add(os.path.realpath(path))
+    covers = {}
+    for path in needed:
+        parts = path.strip("/").split("/")
+        for depth in range(1, len(parts)):
+            ancestor = "/" + "/".join(parts[:depth])
+            if ancestor in tmp_dirs or not os.stat(ancestor).st_mode & 0o001:
+                covers.setdefault(ancestor, set()).add(path)
+                break
+        if path in tmp_dirs:
+            covers.setdefault(path, set()).add(path)
+    fds = {}
+    for leaves in covers.values():
+        for leaf in leaves:
+            if not any(leaf != o and leaf.startswith(o + "/") for o in leaves):
+                fds[leaf] = os.open(leaf, os.O_PATH | os.O_DIRECTORY)
+    options = "size=%dm,mode=0700,uid=%d,gid=%d" % (disk_mb, uid, uid)
+    mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, options)
+    for d in tmp_dirs[1:]:
+        mount("/tmp", d, None, MS_BIND, None)
+    private = [c for c in covers if c not in tmp_dirs]
+    for cover in private:
+        mount("tmpfs", cover, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0755")
+    for leaf, fd in sorted(fds.items()):
+        os.makedirs(leaf, mode=0o755, exist_ok=True)
+        mount("/proc/self/fd/%d" % fd, leaf, None, MS_BIND | MS_REC, None)
+        mount(None, leaf, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, None)
+        os.close(fd)
+    for cover in private:
+        mount(None, cover, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, "size=1m,mode=0755")
+    mount(None, "/", None, MS_REMOUNT | MS_BIND | MS_RDONLY, None)
+    try:
+        mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
+    except OSError as exc:
+        emit("note", "no private /proc: " + str(exc))
+
+
+def child(req, emit, libc, root, workdir, allowed, layers):
+    uid = req["uid"]
+    for limit, soft, hard in ((resource.RLIMIT_AS, req["memory"], req["memory"]),
+                              (resource.RLIMIT_FSIZE, req["fsize"], req["fsize"]),
+                              (resource.RLIMIT_NOFILE, req["nofile"], req["nofile"]),
+                              (resource.RLIMIT_CORE, 0, 0), (resource.RLIMIT_NPROC, req["nproc"], req["nproc"]),
+                              (resource.RLIMIT_CPU, req["cpu"], req["cpu"] + 1)):
+        current = resource.getrlimit(limit)[1]  # limits can only be lowered here
+        if current != resource.RLIM_INFINITY:
+            soft, hard = min(soft, current), min(hard, current)
+        resource.setrlimit(limit, (soft, hard))
+    if root:
+        os.setgroups([])
+        os.setgid(uid)
+        os.setuid(uid)
+        if os.getuid() != uid or os.geteuid() != uid:
+            raise OSError("could not drop privileges")
+    elif libc is not None and libc.unshare(CLONE_NEWUSER | CLONE_NEWNET) == 0:
+        layers.append("netns")
+    pdeathsig(libc)
+    _signal.signal(_signal.SIGXFSZ, _signal.SIG_IGN)
+    os.chdir(workdir)
+    os.environ.clear()
+    os.environ.update({"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": workdir, "TMPDIR": workdir,
+                       "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "OMP_NUM_THREADS": "1",
+                       "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})
+    if req["guards"]:
+        install_guards(allowed)
+        layers.append("guards")
+    emit("iso", tuple(layers))
+    run(req, emit)
+
+
+def install_guards(allowed):
+    realpath, fsdecode = os.path.realpath, os.fsdecode
+    _str, _int, _PermissionError = str, int, PermissionError
+    roots = tuple(allowed)
+    prefixes = tuple(a.rstrip("/") + "/" for a in allowed)
+
+    def inside(path):
+        if isinstance(path, _int):
+            return True
+        try:
+            path = realpath(fsdecode(path))
+        except Exception:
+            return False
+        return path in roots or path.startswith(prefixes)
+
+    blocked = frozenset([
+        "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork", "os.forkpty", "os.kill", "os.killpg",
+        "subprocess.Popen", "pty.spawn", "socket.__new__", "socket.connect", "socket.bind", "socket.sendto",
+        "socket.sendmsg", "ctypes.dlopen", "ctypes.dlsym", "ctypes.dlsym/handle", "ctypes.call_function",
+        "ctypes.cdata", "ctypes.cdata/buffer", "resource.setrlimit", "resource.prlimit", "gc.get_objects",
+        "gc.get_referrers", "gc.get_referents", "os.chroot", "sys.remote_exec",
+    ])
+    # event -> (positions of path arguments that must be inside, position of a dir_fd argument or None)
+    checked = {
+        "os.remove": ((0,), 1), "os.rmdir": ((0,), 1), "os.mkdir": ((0,), 2), "os.chmod": ((0,), 2),
+        "os.chown": ((0,), 3), "os.utime": ((0,), 3), "os.truncate": ((0,), None), "os.setxattr": ((0,), None),
+        "os.removexattr": ((0,), None), "os.rename": ((0, 1), 2), "os.link": ((0, 1), 2),
+        "os.symlink": ((1,), 2), "shutil.move": ((0, 1), None), "shutil.copyfile": ((1,), None),
+        "shutil.copytree": ((1,), None), "shutil.rmtree": ((0,), 1),
+    }
+
+    def hook(event, args):
+        if event in blocked:
+            raise _PermissionError(event + " is disabled in the sandbox")
+        if event == "open":
+            path, mode, flags = args
+            writing = (any(c in mode for c in "wax+") if isinstance(mode, _str)
+                       else bool((flags or 0) & WRITE_FLAGS))
+            if writing and not inside(path):
+                raise _PermissionError("writing outside the sandbox directory is not allowed: %r" % (path,))
+            return
+        rule = checked.get(event)
+        if rule is not None:
+            paths, dir_fd = rule
+            fd_used = dir_fd is not None and len(args) > dir_fd and args[dir_fd] not in (None, -1)
+            if fd_used or not all(inside(args[i]) for i in paths if i < len(args)):
+                raise _PermissionError(event + " outside the sandbox directory is not allowed")
+
+    sys.addaudithook(hook)
+
+    def stub(name):
+        def disabled(*args, **kwargs):
+            raise _PermissionError(name + " is disabled in the sandbox")
+        disabled.__name__ = name.rsplit(".", 1)[-1]
+        return disabled
+
+    def blocked_class(base, name):
+        class Disabled(base):
+            def __init__(self, *args, **kwargs):
+                raise _PermissionError(name + " is disabled in the sandbox")
+        Disabled.__name__ = Disabled.__qualname__ = base.__name__
+        return Disabled
+
+    # Deleting and renaming stay possible inside the working directory (tempfile needs it): the audit hook
+    # checks their paths. What has no business in a unit test is replaced outright.
+    os_names = ["system", "kill", "killpg", "fork", "forkpty", "popen", "chown", "lchown", "fchown", "execv",
+                "execve", "execl",
+                "execle", "execlp", "execlpe", "execvp", "execvpe", "spawnv", "spawnve", "spawnvp", "spawnvpe",
+                "spawnl", "spawnle", "spawnlp", "spawnlpe", "posix_spawn", "posix_spawnp"]
+
+    def patch_os(mod):
+        for name in os_names:
+            if hasattr(mod, name):
+                setattr(mod, name, stub("os." + name))
+
+    def patch_shutil(mod):
+        mod.chown = stub("shutil.chown")
+
+    def patch_subprocess(mod):
+        mod.Popen = blocked_class(mod.Popen, "subprocess.Popen")
+        for name in ("run", "call", "check_call", "check_output", "getoutput", "getstatusoutput"):
+            setattr(mod, name, stub("subprocess." + name))
+
+    def patch_socket(mod):
+        mod.socket = blocked_class(mod.socket, "socket.socket")
+        for name in ("create_connection", "create_server", "socketpair", "fromfd"):
+            if hasattr(mod, name):
+                setattr(mod, name, stub("socket." + name))
+
+    patches = {"shutil": patch_shutil, "subprocess": patch_subprocess, "socket": patch_socket}
+    patch_os(os)
+    for name in list(patches):
+        if name in sys.modules:
+            patches.pop(name)(sys.modules[name])
+
+    class PatchingLoader:
+        def __init__(self, loader, patch):
+            self._loader, self._patch = loader, patch
+
+        def __getattr__(self, name):
+            return getattr(self._loader, name)
+
+        def create_module(self, spec):
+            return self._loader.create_module(spec)
+
+        def exec_module(self, module):
+            self._loader.exec_module(module)
+            self._patch(module)
+
+    class GuardFinder:
+        @staticmethod
+        def find_spec(name, path=None, target=None):
+            patch = patches.get(name)
+            if patch is None:
+                return None
+            for finder in sys.meta_path:
+                find = getattr(finder, "find_spec", None)
+                if isinstance(finder, GuardFinder) or find is None:
+                    continue
+                spec = find(name, path, target)
+                if spec is not None:
+                    if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+                        spec.loader = PatchingLoader(spec.loader, patch)
+                    return spec
+            return None
+
+    sys.meta_path.insert(0, GuardFinder())
+
+
+def run(req, emit):
+    _type, _str, _len, _repr, _range, _exit = type, str, len, repr, range, os._exit
+    _Exception, _BaseException, _SystemExit = Exception, BaseException, SystemExit
+    _MemoryError, _AssertionError, _SyntaxError = MemoryError, AssertionError, SyntaxError
+    _compile, _exec, _getattr = compile, exec, getattr
+    total = req["total"]
+
+    def describe(exc):
+        try:
+            name = _type(exc).__name__
+            text = _str(exc)
+        except _BaseException:
+            name, text = "Exception", "<unprintable>"
+        message = name + (": " + text if text else "")
+        line = None
+        tb = _getattr(exc, "__traceback__", None)
+        while tb is not None:
+            if tb.tb_frame.f_code.co_filename == "<program>":
+                line = tb.tb_lineno
+            tb = tb.tb_next
+        if _len(message) > 300:
+            message = message[:297] + "..."
+        return message + (" (program line %d)" % line if line is not None else "")
+
+    def short(value):
+        try:
+            text = _repr(value)
+        except _Exception:
+            text = "<unrepresentable>"
+        return text if _len(text) <= 120 else text[:117] + "..."
+
+    def eq(left, right):
+        if not (left == right):
+            raise _AssertionError("got " + short(left) + ", expected " + short(right))
+
+    done = {}
+
+    def record(index, exc):
+        if index in done or not 0 <= index < total:
+            return
+        done[index] = exc is None
+        emit("t", index, exc is None, "" if exc is None else describe(exc))
+
+    def finish(*record_):
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except _BaseException:
+                pass
+        if record_:
+            emit(*record_)
+        emit("done")
+        _exit(0)
+
+    module = _type(sys)("__sandbox__")
+    module.__builtins__ = builtins
+    sys.modules["__sandbox__"] = module
+    namespace = module.__dict__
+    try:
+        code = _compile(req["program"], "<program>", "exec")
+    except _SyntaxError as exc:
+        finish("syntax", exc.lineno, _str(exc.msg)[:200], (exc.text or "").strip()[:200])
+    except _BaseException as exc:
+        finish("syntax", None, describe(exc), "")
+    phase = "error"
+    try:
+        _exec(code, namespace)
+        phase = "test_error"
+        if req["setup"]:
+            _exec(_compile(req["setup"], "<tests>", "exec"), namespace)
+        _exec(_compile(req["tests_fn"], "<tests>", "exec"), namespace)
+        tests = namespace.pop("_trl_marl_tests_")
+        phase = "tests"
+        try:
+            tests(record, eq)
+        except _Exception as exc:
+            for index in _range(total):
+                record(index, exc)
+        for index in _range(total):
+            record(index, None)
+    except _SystemExit as exc:
+        finish("abort", "exit", short(exc.code))
+    except _MemoryError as exc:
+        finish("abort", "memory", describe(exc))
+    except _BaseException as exc:
+        finish("abort", phase if phase != "tests" else "error", describe(exc))
+    finish()
+
+
+main(REQUEST)
+'''
+
+
+# What `python -I -c` runs: read (harness, request) from stdin and run the harness. The harness is sent as a code
+# object compiled once by the caller when the sandbox interpreter is the caller's (saves compiling it every run).
+_BOOT = """
+import marshal, os
+def _boot():
+    parts = []
+    while True:
+        chunk = os.read(0, 1 << 16)
+        if not chunk:
+            break
+        parts.append(chunk)
+    code, request = marshal.loads(b"".join(parts))
+    exec(code, {"__name__": "__trl_marl_harness__", "__builtins__": __builtins__, "REQUEST": request})
+_boot()
+"""
+_HARNESS_CODE: list[Any] = []
+
+
+def _harness_payload(python: str) -> Any:
+    """The harness as a code object for the caller's own interpreter, else as source."""
+    if os.path.realpath(python) != os.path.realpath(sys.executable):
+        return _HARNESS
+    if not _HARNESS_CODE:
+        _HARNESS_CODE.append(compile(_HARNESS, "<trl_marl sandbox harness>", "exec"))
+    return _HARNESS_CODE[0]
+
+
+# ---------------------------------------------------------------------------------------------------- running
+class _UidSlots:
+    """Hands out sandbox slot numbers (0..255) so that runs at the same time get distinct user ids."""
+
+    def __init__(self, size: int) -> None:
+        self._free = list(range(size - 1, -1, -1))
+        self._cond = threading.Condition()
+
+    def acquire(self) -> int:
+        with self._cond:
+            while not self._free:
+                self._cond.wait()
+            return self._free.pop()
+
+    def release(self, slot: int) -> None:
+        with self._cond:
+            self._free.append(slot)
+            self._cond.notify()
+
+
+_SLOTS = _UidSlots(_SLOTS_PER_PROCESS)
+_WARNED: set[str] = set()
+
+
+def _warn_once(message: str) -> None:
+    if message not in _WARNED:
+        _WARNED.add(message)
+        logger.warning(message)
+
+
+@dataclass
+class _RawRun:
+    stdout: bytes
+    records: list[tuple[Any, ...]]
+    timed_out: bool
+    output_limited: bool
+    returncode: int | None
+    duration: float
+    oom_killed: bool = False
+
+
+def _parse_records(data: bytes, nonce: str) -> list[tuple[Any, ...]]:
+    tag = nonce.encode() + b" "
+    records = []
+    for line in data.split(b"\n"):
+        if not line.startswith(tag):
+            continue
+        try:
+            value = ast.literal_eval(line[len(tag):].decode("utf-8", "replace"))
+        except (ValueError, SyntaxError, MemoryError, RecursionError, TypeError):
+            continue
+        if isinstance(value, tuple) and value and isinstance(value[0], str):
+            records.append(value)
+    return records
+
+
+def _kill_user(uid: int, rounds: int = 100) -> None:
+    """SIGKILL every live process of the sandbox user `uid` (unique to one run) until none is left."""
+    for _ in range(rounds):
+        found = False
+        for name in os.listdir("/proc"):
+            if not name.isdigit():
+                continue
+            try:
+                if os.stat(f"/proc/{name}").st_uid != uid:
+                    continue
+                with open(f"/proc/{name}/stat", "rb") as f:
+                    if f.read().rsplit(b")", 1)[-1].split()[0] in (b"Z", b"X"):  # dead, waiting to be reaped
+                        continue
+                os.kill(int(name), signal.SIGKILL)
+                found = True
+            except (OSError, IndexError):
+                pass
+        if not found:
+            return
+        time.sleep(0.001)
+
+
+def _kill_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _execute(program: str, plan: _Plan, limits: SandboxLimits) -> _RawRun:
+    """Start the harness, feed it the request, collect its output and reports within the limits."""
+    python = limits.python_executable or sys.executable
+    if not python:
+        raise RuntimeError("No Python interpreter to run the sandbox (sys.executable is empty).")
+    nonce = secrets.token_hex(16)
+    slot = _SLOTS.acquire()
+    uid = limits.uid_base + (os.getpid() % _PID_SPACE) * _SLOTS_PER_PROCESS + slot
+    workdir = tempfile.mkdtemp(prefix="trl_marl_sandbox_")
+    start = time.monotonic()
+    cgroup: _Cgroup | None = None
+    try:
+        if limits.cgroups:
+            slack = 64 * 1024 * 1024  # the harness's own processes and the namespaces' kernel memory
+            cgroup = _Cgroup(f"uid{uid}", (limits.memory_mb + limits.max_disk_mb) * 1024 * 1024 + slack,
+                             limits.max_processes + 2)
+        if os.geteuid() == 0:
+            os.chown(workdir, uid, uid)
+        read_fd, write_fd = os.pipe()
+        request = marshal.dumps((_harness_payload(python), {
+            "nonce": nonce, "result_fd": write_fd, "parent_pid": os.getpid(), "uid": uid, "workdir": workdir,
+            "namespaces": bool(limits.namespaces), "guards": bool(limits.python_guards),
+            "memory": int(limits.memory_mb) * 1024 * 1024, "cpu": max(1, math.ceil(limits.cpu_time)),
+            "fsize": int(limits.max_file_mb) * 1024 * 1024, "nofile": int(limits.max_open_files),
+            "nproc": int(limits.max_processes), "disk_mb": int(limits.max_disk_mb),
+            "program": program, "setup": plan.setup, "tests_fn": plan.tests_fn, "total": len(plan.sources),
+            "cgroup_procs": cgroup.procs if cgroup is not None else [],
+        }))
+        try:
+            proc = subprocess.Popen(
+                [python, "-I", "-c", _BOOT], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT, pass_fds=(write_fd,), cwd=workdir, start_new_session=True,
+                env={"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"},
+            )
+        except BaseException:
+            os.close(read_fd)
+            raise
+        finally:
+            os.close(write_fd)
+        watch = _InitWatch()
+        try:
+            raw = _collect(proc, read_fd, request, nonce, limits, start, watch)
+        finally:
+            _kill_group(proc.pid)  # the harness is not reaped yet, so its process group id cannot be reused
+            proc.wait()
+            watch.wait_gone(timeout=5.0)
+            os.close(read_fd)
+            for stream in (proc.stdin, proc.stdout):
+                if stream is not None:
+                    try:
+                        stream.close()
+                    except OSError:
+                        pass
+        if os.geteuid() == 0 and not any(r[0] == "iso" and "pidns" in r[1] for r in raw.records if len(r) > 1):
+            _kill_user(uid)  # no PID namespace: end what escaped the process group (setsid) by its user id
+        raw.returncode = proc.returncode
+        raw.oom_killed = cgroup is not None and cgroup.oom_killed()
+        raw.duration = time.monotonic() - start
+        return raw
+    finally:
+        if cgroup is not None:
+            cgroup.remove()
+        shutil.rmtree(workdir, ignore_errors=True)
+        _SLOTS.release(slot)
+
+
+class _Cgroup:
+    """A memory + pids cgroup for one run (as root, where cgroupfs is writable): bounds the memory of all the
+    run's processes together (`RLIMIT_AS` bounds each process) and their number (also for root, to whom
+    `RLIMIT_NPROC` does not apply). Best effort: without cgroupfs the other limits still hold."""
+
+    ROOT = "/sys/fs/cgroup"
+
+    def __init__(self, name: str, memory_bytes: int, pids: int) -> None:
+        self.dirs: list[str] = []
+        self.events: str | None = None
+        if os.geteuid() != 0:
+            return
+        try:
+            if os.path.exists(os.path.join(self.ROOT, "cgroup.controllers")):  # unified hierarchy (v2)
+                self._create_v2(name, memory_bytes, pids)
+            else:
+                self._create_v1(name, memory_bytes, pids)
+        except OSError as exc:
+            _warn_once(f"trl_marl sandbox: no cgroup limits ({exc}); the per-process limits still apply")
+            self.remove()
+
+    def _make(self, path: str, limits: dict[str, int]) -> None:
+        os.makedirs(path, exist_ok=True)
+        self.dirs.append(path)
+        for file, value in limits.items():
+            with open(os.path.join(path, file), "w") as f:
+                f.write(str(value))
+
+    def _create_v1(self, name: str, memory_bytes: int, pids: int) -> None:
+        memory, pid_dir = os.path.join(self.ROOT, "memory"), os.path.join(self.ROOT, "pids")
+        if not (os.access(memory, os.W_OK) and os.access(pid_dir, os.W_OK)):
+            return
+        self._make(os.path.join(memory, "trl_marl", name), {"memory.limit_in_bytes": memory_bytes})
+        self._make(os.path.join(pid_dir, "trl_marl", name), {"pids.max": pids})
+        self.events = os.path.join(self.dirs[0], "memory.oom_control")
+
+    def _create_v2(self, name: str, memory_bytes: int, pids: int) -> None:
+        parent = os.path.join(self.ROOT, "trl_marl")
+        if not os.path.isdir(parent):
+            os.makedirs(parent, exist_ok=True)
+        with open(os.path.join(parent, "cgroup.subtree_control"), "w") as f:
+            f.write("+memory +pids")
+        self._make(os.path.join(parent, name), {"memory.max": memory_bytes, "memory.swap.max": 0, "pids.max": pids})
+        self.events = os.path.join(self.dirs[0], "memory.events")
+
+    @property
+    def procs(self) -> list[str]:
+        return [os.path.join(d, "cgroup.procs") for d in self.dirs]
+
+    def oom_killed(self) -> bool:
+        """Whether the kernel killed a process of the run for exceeding the memory limit."""
+        if self.events is None:
+            return False
+        try:
+            with open(self.events) as f:
+                return any(line.startswith("oom_kill ") and int(line.split()[1]) > 0 for line in f)
+        except (OSError, ValueError):
+            return False
+
+    def remove(self) -> None:
+        for path in self.dirs:
+            for _ in range(200):  # the processes are gone, but the kernel may take a moment to let go
+                try:
+                    os.rmdir(path)
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    time.sleep(0.005)
+            else:
+                _warn_once(f"trl_marl sandbox: could not remove the cgroup {path}")
+        self.dirs = []
+
+
+class _InitWatch:
+    """Watches the harness's process C (pid 1 of the sandbox's PID namespace) through a pidfd.
+
+    After a kill, the harness H is reaped at once but C's exit completes only when the kernel has killed and
+    reaped every process of its namespace; waiting for it means no process of the run outlives the call.
+    """
+
+    def __init__(self) -> None:
+        self.fd: int | None = None
+        self._searched = 0
+
+    def look(self, results: bytearray, nonce: str) -> None:
+        """Open a pidfd for C once the harness has reported its pid (the `init` record)."""
+        if self.fd is not None or not hasattr(os, "pidfd_open"):
+            return
+        tag = (nonce + " ('init', ").encode()
+        at = results.find(tag, max(0, self._searched - len(tag)))
+        self._searched = len(results)
+        if at < 0:
+            return
+        end = results.find(b")", at)
+        try:
+            self.fd = os.pidfd_open(int(results[at + len(tag):end].decode().strip(" ,")))
+        except (ValueError, OSError):
+            self._searched = len(results) + len(tag)  # do not retry
+
+    def wait_gone(self, timeout: float) -> None:
+        if self.fd is None:
+            return
+        try:
+            with selectors.DefaultSelector() as sel:
+                sel.register(self.fd, selectors.EVENT_READ)
+                sel.select(timeout)
+        finally:
+            os.close(self.fd)
+            self.fd = None
+
+
+def _collect(proc: subprocess.Popen, read_fd: int, request: bytes, nonce: str, limits: SandboxLimits,
+             start: float, watch: _InitWatch) -> _RawRun:
+    deadline = start + limits.wall_time
+    out = bytearray()
+    results = bytearray()
+    timed_out = output_limited = False
+    assert proc.stdin is not None and proc.stdout is not None
+    stdin_fd, stdout_fd = proc.stdin.fileno(), proc.stdout.fileno()
+    os.set_blocking(stdin_fd, False)
+    pending = memoryview(request)
+    with selectors.DefaultSelector() as sel:
+        sel.register(stdin_fd, selectors.EVENT_WRITE)
+        sel.register(stdout_fd, selectors.EVENT_READ)
+        sel.register(read_fd, selectors.EVENT_READ)
+        readers = 2
+        while readers:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                timed_out = True
+                break
+            for key, _ in sel.select(remaining):
+                fd = key.fd
+                if fd == stdin_fd:
+                    try:
+                        pending = pending[os.write(fd, pending[:1 << 16]):]
+                    except BlockingIOError:
+                        continue
+                    except OSError:  # the harness died before reading everything
+                        pending = pending[:0]
+                    if not pending:
+                        sel.unregister(fd)
+                        proc.stdin.close()
+                    continue
+                chunk = os.read(fd, 1 << 16)
+                if not chunk:
+                    sel.unregister(fd)
+                    readers -= 1
+                elif fd == stdout_fd:
+                    room = limits.max_output_bytes - len(out)
+                    out += chunk[:max(room, 0)]
+                    if len(chunk) > room:
+                        output_limited = True
+                else:
+                    results += chunk
+                    watch.look(results, nonce)
+                    if len(results) > _MAX_RECORD_BYTES:
+                        output_limited = True
+            if output_limited:
+                break
+    if timed_out or output_limited:
+        _kill_group(proc.pid)
+    return _RawRun(bytes(out), _parse_records(bytes(results), nonce), timed_out, output_limited, None, 0.0)
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return "?"
+
+
+def _interpret(raw: _RawRun, plan: _Plan, limits: SandboxLimits) -> ExecutionResult:
+    total = len(plan.sources)
+    outcomes: dict[int, tuple[bool, str]] = {}
+    final: tuple[Any, ...] | None = None
+    status: tuple[Any, ...] | None = None
+    errors: list[str] = []
+    isolation: tuple[str, ...] = ()
+    done = False
+    for rec in raw.records:
+        kind = rec[0]
+        if kind == "t" and len(rec) == 4 and isinstance(rec[1], int) and 0 <= rec[1] < total:
+            outcomes.setdefault(rec[1], (bool(rec[2]), str(rec[3])))
+        elif kind in ("syntax", "abort") and final is None:
+            final = rec
+        elif kind == "done":
+            done = True
+        elif kind == "status" and status is None:
+            status = rec
+        elif kind == "error":
+            errors.append(str(rec[1]) if len(rec) > 1 else "unknown")
+        elif kind == "note":
+            _warn_once(f"trl_marl sandbox: {rec[1] if len(rec) > 1 else rec}")
+        elif kind == "iso" and len(rec) > 1 and isinstance(rec[1], tuple):
+            isolation = tuple(str(x) for x in rec[1])
+    per_test = [outcomes.get(i, (False, ""))[0] for i in range(total)]
+    passed = sum(per_test)
+    failures = [f"{plan.sources[i]} -> {outcomes[i][1]}" for i in range(total) if i in outcomes and not outcomes[i][0]]
+
+    if raw.output_limited:
+        reason = "output_limit"
+    elif raw.timed_out:
+        reason = "timeout"
+    elif errors:
+        reason = "sandbox_error: " + errors[0]
+        _warn_once(f"trl_marl sandbox could not run a program: {errors[0]}")
+    elif final is not None and final[0] == "syntax":
+        line = f" (line {final[1]})" if final[1] else ""
+        reason = f"syntax_error: {final[2]}{line}"
+    elif final is not None:
+        kind, message = final[1], str(final[2])
+        if kind == "exit":
+            reason = f"exit: the program called sys.exit({message})"
+        elif kind == "memory":
+            reason = "memory"
+        else:
+            reason = f"{kind}: {message}"
+    elif done:
+        if passed == total:
+            reason = "ok"
+        else:
+            first = next(i for i in range(total) if not per_test[i])
+            src = plan.sources[first]
+            src = src if len(src) <= 200 else src[:197] + "..."
+            message = outcomes.get(first, (False, "not run"))[1]
+            reason = ("memory: " if message.startswith("MemoryError") else "failed: ") + f"{src} -> {message}"
+    elif raw.oom_killed:
+        reason = "memory"
+    else:
+        reason = _abnormal_end(status, raw.returncode, limits)
+    return ExecutionResult(
+        passed=passed, total=total, reason=reason, stdout=raw.stdout.decode("utf-8", "replace"),
+        duration=raw.duration, per_test=per_test, failures=failures[:5], isolation=isolation,
+    )
+
+
+def _abnormal_end(status: tuple[Any, ...] | None, returncode: int | None, limits: SandboxLimits) -> str:
+    """Why a program ended without reporting `done`, from its wait status (reported by the harness)."""
+    if status is None or status[1] is None:
+        if returncode is not None and returncode < 0:
+            return f"killed by signal {-returncode} ({_signal_name(-returncode)})"
+        return f"sandbox_error: the harness ended without a report (exit code {returncode})"
+    wait_status, cpu = int(status[1]), float(status[2] or 0.0)
+    if os.WIFSIGNALED(wait_status):
+        number = os.WTERMSIG(wait_status)
+        if number == signal.SIGXCPU or (number == signal.SIGKILL and cpu >= math.ceil(limits.cpu_time)):
+            return "timeout: cpu time"
+        return f"killed by signal {number} ({_signal_name(number)})"
+    code = os.WEXITSTATUS(wait_status) if os.WIFEXITED(wait_status) else wait_status
+    return f"exit: the process exited with code {code} before the tests finished"
+
+
+def run_program(program: str, tests: TestSpec | Mapping[str, Any] | Sequence[str] | None = None,
+                limits: SandboxLimits | None = None) -> ExecutionResult:
+    """Run one program against its tests in the sandbox (see [`run_programs`])."""
+    return run_programs([program], [tests], limits=limits, max_workers=1)[0]
+
+
+def run_programs(
+    programs: Sequence[str],
+    tests: Sequence[TestSpec | Mapping[str, Any] | Sequence[str] | None],
+    limits: SandboxLimits | None = None,
+    max_workers: int | None = None,
+) -> list[ExecutionResult]:
+    """Run many programs against their tests, each in its own sandbox, several at a time.
+
+    Args:
+        programs (`Sequence[str]`): Complete Python programs (see [`build_humaneval_program`] for HumanEval).
+        tests (`Sequence`): One test specification per program: a [`TestSpec`], a row dict (`{"test",
+            "entry_point"}` or `{"test_list", "test_setup_code"}`), a list of assert strings, or `None` (the
+            program only has to run without an error).
+        limits (`SandboxLimits`, *optional*): Limits of every run (defaults if `None`).
+        max_workers (`int`, *optional*): Programs run at the same time (threads, each waiting on one sandbox
+            process); default `os.cpu_count()`.
+
+    Returns:
+        `list[ExecutionResult]`: One result per program, in order.
+    """
+    if len(programs) != len(tests):
+        raise ValueError(f"Got {len(programs)} programs but {len(tests)} test specifications.")
+    limits = limits if limits is not None else SandboxLimits()
+    plans = [_plan(TestSpec.from_row(t)) for t in tests]
+
+    def one(index: int) -> ExecutionResult:
+        raw = _execute(str(programs[index]), plans[index], limits)
+        return _interpret(raw, plans[index], limits)
+
+    workers = max(1, min(max_workers or os.cpu_count() or 1, len(programs)))
+    if workers == 1:
+        return [one(i) for i in range(len(programs))]
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="trl_marl_sandbox") as pool:
+        return list(pool.map(one, range(len(programs))))
+
+
+# ---------------------------------------------------------------------------------------------------- programs
+_FENCE = re.compile(r"^[ \t]*(`{3,}|~{3,})[ \t]*([\w+.#-]*)[^\n]*\n(.*?)(?:^[ \t]*\1[ \t]*$|\Z)", re.M | re.S)
+_PYTHON_TAGS = {"", "python", "py", "python3", "py3", "ipython", "pycon"}
+
+
+def extract_code(text: str, entry_point: str | None = None) -> str:
+    """The code of a completion: the content of its Markdown code fences, or the text itself without fences.
+
+    Blocks tagged with a language other than Python are ignored. With `entry_point`, the first block that defines
+    it is returned; otherwise all Python blocks joined by blank lines. An opening fence without a closing one (a
+    generation cut off by the length limit) keeps everything after it.
+
+    Args:
+        text (`str`): The completion.
+        entry_point (`str`, *optional*): The function the code must define.
+
+    Returns:
+        `str`: The code.
+    """
+    blocks = [m.group(3) for m in _FENCE.finditer(text) if m.group(2).lower() in _PYTHON_TAGS]
+    if not blocks:
+        if _FENCE.search(text):  # fenced, but in another language only
+            return ""
+        return text
+    if entry_point:
+        for block in blocks:
+            if _defines(block, entry_point):
+                return block
+    return "\n\n".join(b.rstrip("\n") for b in blocks) + "\n"
+
+
+def _defines(code: str, name: str) -> bool:
+    return re.search(rf"^[ \t]*(?:async[ \t]+)?def[ \t]+{re.escape(name)}[ \t]*\(", code, re.M) is not None
+
+
+def build_humaneval_program(prompt: str, completion: str, entry_point: str) -> str:
+    """A HumanEval program (without the tests): the prompt completed by `completion`.
+
+    When the code of `completion` (fences stripped) defines `entry_point`, it is a whole function and replaces the
+    prompt's signature: the program is the part of the prompt before `def entry_point` (imports, helper functions;
+    only the prompt's import lines if that part is not Python) followed by the code. Otherwise the code is a
+    function body and the program is `prompt + code`.
+
+    Args:
+        prompt (`str`): HumanEval's prompt (imports, helpers, signature and docstring).
+        completion (`str`): The model's completion.
+        entry_point (`str`): The name of the function.
+
+    Returns:
+        `str`: The program.
+    """
+    code = extract_code(completion, entry_point)
+    if _defines(code, entry_point):
+        match = re.search(rf"^(?:async[ \t]+)?def[ \t]+{re.escape(entry_point)}[ \t]*\(", prompt, re.M)
+        preamble = prompt[:match.start()] if match is not None else ""
+        try:
+            ast.parse(preamble)
+        except SyntaxError:  # not code (e.g. an instruction before the signature): keep the prompt's imports
+            preamble = ""
+        if not preamble.strip():
+            preamble = "".join(line for line in prompt.splitlines(keepends=True)
+                               if re.match(r"(import|from)\s+[\w.]+", line))
+        return preamble.rstrip() + "\n\n\n" + code if preamble.strip() else code
+    return prompt + code
+
+
+# ---------------------------------------------------------------------------------------------------- feedback
+def format_feedback(result: ExecutionResult, max_chars: int = 400) -> str:
+    """A short summary of a result for a prompt: all passed, the syntax error, or the first failing test.
+
+    Args:
+        result (`ExecutionResult`): The result.
+        max_chars (`int`): Longest summary returned.
+
+    Returns:
+        `str`: One or two lines.
+    """
+    reason = result.reason
+    if result.all_passed:
+        text = f"All {result.total} tests passed."
+    elif reason.startswith("syntax_error: "):
+        text = f"SyntaxError: {reason[len('syntax_error: '):]}. No test ran."
+    else:
+        head = f"Tests passed: {result.passed}/{result.total}."
+        if reason.startswith(("failed: ", "memory: ")):
+            detail = "First failure: " + reason.split(": ", 1)[1]
+        elif reason == "timeout" or reason.startswith("timeout:"):
+            detail = "The program ran out of time (infinite loop or too slow)."
+        elif reason == "memory":
+            detail = "The program ran out of memory."
+        elif reason == "output_limit":
+            detail = "The program printed too much output."
+        elif reason.startswith("error: "):
+            detail = "The program raised " + reason[len("error: "):] + " before the tests ran."
+        elif reason.startswith("test_error: "):
+            detail = "The tests could not run: " + reason[len("test_error: "):]
+        elif reason.startswith("exit: "):
+            detail = "The program exited before the tests finished (" + reason[len("exit: "):] + ")."
+        else:
+            detail = reason
+        text = f"{head} {detail}"
+    return text if len(text) <= max_chars else text[:max_chars - 3] + "..."
+
+
+# ---------------------------------------------------------------------------------------------------- reward
+class UnitTestReward:
+    """Fraction of a row's unit tests that the completion's program passes, run in the sandbox.
+
+    A TRL reward function (`reward(prompts, completions, **columns) -> list[float]`, `name = "unit_tests"`).
+    Each completion (a string or chat messages, Markdown fences stripped) becomes a program checked against its
+    row's tests:
+
+    - HumanEval rows (columns `test` and `entry_point`): [`build_humaneval_program`] with the row's HumanEval
+      prompt (the `prompt_column` if the call has it, else the string prompt of the call), then the row's `test`
+      with `check` split into one test per assert statement;
+    - MBPP rows (column `test_list`, optional `test_setup_code`): the code as is, one test per assert.
+
+    With `code_column` (a column holding complete programs, e.g. the combined helper + main program of the
+    cooperative coding environment) or `program_builder` (`program_builder(code, row) -> program`, with `code`
+    the completion's text without fences and `row` the row's columns plus `"prompt"`), the program comes from
+    there instead. Rows whose test cells are missing (`None`) score `None`. The results of the last call are kept
+    in `last_results` (one [`ExecutionResult`] per completion, `None` where not run) for feedback.
+
+    Args:
+        limits (`SandboxLimits`, *optional*): Sandbox limits (defaults if `None`).
+        partial_credit (`bool`): Reward the fraction of tests passed; `False` gives 1 only when all pass, else 0.
+        max_workers (`int`, *optional*): Programs run at the same time (default `os.cpu_count()`).
+        test_column, entry_point_column, prompt_column (`str`): HumanEval's columns.
+        test_list_column, setup_column (`str`): MBPP's columns.
+        code_column (`str`, *optional*): A column of complete programs to run instead of the completions.
+        program_builder (`Callable[[str, dict], str]`, *optional*): Builds the program from the completion's code
+            and the row.
+        agent_index (`int`, `"concat"` or `None`): Which completion is scored (see `trl_marl.rewards.rouge`).
+
+    Example:
+
+    ```python
+    reward = UnitTestReward(limits=SandboxLimits(wall_time=2))
+    reward(prompts=["def add(a, b):\\n"], completions=["    return a + b\\n"],
+           test=["def check(candidate):\\n    assert candidate(1, 2) == 3\\n"], entry_point=["add"])  # [1.0]
+    ```
+    """
+
+    def __init__(
+        self,
+        limits: SandboxLimits | None = None,
+        partial_credit: bool = True,
+        max_workers: int | None = None,
+        test_column: str = "test",
+        entry_point_column: str = "entry_point",
+        prompt_column: str = "prompt",
+        test_list_column: str = "test_list",
+        setup_column: str = "test_setup_code",
+        code_column: str | None = None,
+        program_builder: Callable[[str, dict[str, Any]], str] | None = None,
+        agent_index: AgentSelector = None,
+    ) -> None:
+        self.name = "unit_tests"
+        self.__name__ = "unit_tests"
+        self.limits = limits if limits is not None else SandboxLimits()
+        self.partial_credit = partial_credit
+        self.max_workers = max_workers
+        self.test_column = test_column
+        self.entry_point_column = entry_point_column
+        self.prompt_column = prompt_column
+        self.test_list_column = test_list_column
+        self.setup_column = setup_column
+        self.code_column = code_column
+        self.program_builder = program_builder
+        self.agent_index = agent_index
+        self.last_results: list[ExecutionResult | None] = []
+
+    def _check_columns(self, kwargs: Mapping[str, Any]) -> None:
+        humaneval = self.test_column in kwargs and self.entry_point_column in kwargs
+        if humaneval or self.test_list_column in kwargs:
+            return
+        if self.test_column in kwargs:
+            missing = f"{self.entry_point_column!r} (HumanEval rows need it besides {self.test_column!r})"
+        else:
+            missing = (f"{self.test_column!r} and {self.entry_point_column!r} (HumanEval) or "
+                       f"{self.test_list_column!r} (MBPP)")
+        available = sorted(k for k in kwargs if k not in MULTI_AGENT_KWARGS)
+        raise KeyError(f"{type(self).__name__} needs the dataset column {missing}; the reward function received "
+                       f"the columns {available}. Pass the column names to the reward if they differ "
+                       "(e.g. `test_column=...`).")
+
+    def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float | None]:
+        """Score each completion by the unit tests of its row.
+
+        Args:
+            prompts (`Sequence`): The prompts (HumanEval's prompt when it is a string and no `prompt_column`).
+            completions (`Sequence`): The completions (strings or chat messages).
+            **kwargs: The dataset columns and trl-marl's multi-agent arguments.
+
+        Returns:
+            `list[float | None]`: Fraction of tests passed (or 1/0 without partial credit); `None` for rows
+            without tests.
+
+        Raises:
+            KeyError: The call has neither HumanEval's nor MBPP's test columns (the message names them).
+        """
+        owner = type(self).__name__
+        texts = select_texts(completions, kwargs.get("agent_completions"), self.agent_index, "\n\n", owner)
+        n = len(texts)
+        self._check_columns(kwargs)
+
+        def optional(name: str | None) -> list[Any]:
+            return column(kwargs, name, owner, n) if name and name in kwargs else [None] * n
+
+        he_tests, entries = optional(self.test_column), optional(self.entry_point_column)
+        mbpp_tests, setups = optional(self.test_list_column), optional(self.setup_column)
+        codes = column(kwargs, self.code_column, owner, n) if self.code_column else None
+        if self.prompt_column in kwargs:
+            row_prompts = column(kwargs, self.prompt_column, owner, n)
+        else:
+            row_prompts = [p if isinstance(p, str) else "" for p in (list(prompts) + [""] * n)[:n]]
+
+        programs: list[str] = []
+        specs: list[TestSpec] = []
+        todo: list[int] = []
+        for i, text in enumerate(texts):
+            prompt = "" if is_missing(row_prompts[i]) else str(row_prompts[i])
+            entry: str | None = None
+            if not is_missing(he_tests[i]) and not is_missing(entries[i]):
+                entry = str(entries[i])
+                spec = TestSpec.humaneval(he_tests[i], entry)
+            elif not is_missing(mbpp_tests[i]):
+                spec = TestSpec.mbpp(mbpp_tests[i], None if is_missing(setups[i]) else setups[i])
+            else:
+                continue
+            if codes is not None:
+                program = completion_text(codes[i])
+            elif self.program_builder is not None:
+                row = {key: _cell(value, i) for key, value in kwargs.items() if key not in MULTI_AGENT_KWARGS}
+                row.setdefault("prompt", prompt)
+                program = self.program_builder(extract_code(text, entry), row)
+            elif entry is not None:
+                program = build_humaneval_program(prompt, text, entry)
+            else:
+                program = extract_code(text)
+            programs.append(program)
+            specs.append(spec)
+            todo.append(i)
+        results = run_programs(programs, specs, self.limits, self.max_workers) if programs else []
+        self.last_results = [None] * n
+        rewards: list[float | None] = [None] * n
+        for i, result in zip(todo, results):
+            self.last_results[i] = result
+            rewards[i] = result.fraction if self.partial_credit else float(result.all_passed)
+        return rewards
+
+
+def _cell(values: Any, index: int) -> Any:
+    try:
+        return values[index]
+    except (TypeError, IndexError, KeyError):
+        return values

@@ -1,0 +1,1 @@
+"""Training scripts shared by the `trl-marl` command and the examples."""

@@ -1,0 +1,145 @@
+"""`trl-marl magrpo`: MAGRPO on a built-in task (cooperative writing, cooperative coding, target sum).
+
+Run with a YAML file holding script, `MAGRPOConfig` and `ModelConfig` fields (see `examples/configs/`):
+
+```bash
+trl-marl magrpo --config examples/configs/magrpo_writing.yaml
+accelerate launch -m trl_marl.scripts.magrpo --config examples/configs/magrpo_coding.yaml
+```
+
+`model_name_or_path: toy` runs offline on a tiny model from `trl_marl.toy` with synthetic rows of the task's
+schema (a smoke run: the toy model cannot write prose or code); any Hub model id trains for real.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from datasets import Dataset
+
+TASKS = ("writing", "coding", "target_sum")
+
+
+@dataclass
+class MAGRPOScriptArguments:
+    """Script arguments of `trl-marl magrpo` and the MAGRPO examples."""
+
+    task: str = field(default="writing", metadata={"help": f"The task: one of {TASKS}."})
+    dataset_name: str | None = field(
+        default=None,
+        metadata={"help": "Dataset to load (default: trl-lib/tldr for writing, openai/openai_humaneval or mbpp for "
+                  "coding). Ignored for the toy model, which uses synthetic rows."},
+    )
+    dataset_split: str = field(default="train", metadata={"help": "Dataset split to train on."})
+    max_train_samples: int | None = field(default=None, metadata={"help": "Keep at most this many rows."})
+    num_toy_rows: int = field(default=64, metadata={"help": "Synthetic rows for the offline toy model."})
+
+
+def is_offline_toy(model_name_or_path: str) -> bool:
+    from ..toy import is_toy_name
+
+    return is_toy_name(model_name_or_path)
+
+
+def toy_writing_rows(n: int) -> Dataset:
+    """Synthetic rows with the schema of the writing loader (`text`, `reference`)."""
+    texts = [f"Q{i}: {i} + {i + 1} = {2 * i + 1}. A: {2 * i + 1}" for i in range(n)]
+    return Dataset.from_dict({"text": texts, "reference": [f"A: {2 * i + 1}" for i in range(n)]})
+
+
+def toy_coding_rows(n: int) -> Dataset:
+    """Synthetic HumanEval-format rows (`prompt`, `test`, `entry_point`, `canonical_solution`)."""
+    rows: dict[str, list[Any]] = {"task_id": [], "prompt": [], "test": [], "entry_point": [], "canonical_solution": []}
+    for i in range(n):
+        k = i % 7 + 1
+        rows["task_id"].append(f"toy/{i}")
+        rows["prompt"].append(f"def add_{k}(x):\n    \"\"\"Return x + {k}.\"\"\"\n")
+        rows["entry_point"].append(f"add_{k}")
+        rows["canonical_solution"].append(f"    return x + {k}\n")
+        rows["test"].append(
+            f"def check(candidate):\n    assert candidate(1) == {1 + k}\n    assert candidate(-{k}) == 0\n"
+        )
+    return Dataset.from_dict(rows)
+
+
+def build_task(script_args: MAGRPOScriptArguments, num_agents: int, num_turns: int,
+               offline: bool) -> tuple[Any, Sequence[Callable[..., Any]], Dataset]:
+    """The environment, reward functions and training rows of a built-in task."""
+    if script_args.task == "writing":
+        from ..envs.writing import CooperativeWritingEnv, WritingTeamReward, load_tldr
+
+        dataset = (toy_writing_rows(script_args.num_toy_rows) if offline
+                   else load_tldr(split=script_args.dataset_split, max_rows=script_args.max_train_samples))
+        return CooperativeWritingEnv(num_turns=num_turns), [WritingTeamReward()], dataset
+    if script_args.task == "coding":
+        from ..envs.coding import CodingTeamReward, CooperativeCodingEnv, load_humaneval, load_mbpp
+
+        if offline:
+            dataset = toy_coding_rows(script_args.num_toy_rows)
+        elif script_args.dataset_name and "mbpp" in script_args.dataset_name:
+            dataset = load_mbpp()
+        else:
+            dataset = load_humaneval()
+        if script_args.max_train_samples is not None:
+            dataset = dataset.select(range(min(len(dataset), script_args.max_train_samples)))
+        env = CooperativeCodingEnv(num_turns=num_turns)
+        return env, [CodingTeamReward(env=env)], dataset
+    if script_args.task == "target_sum":
+        from ..envs import TargetSumEnv, TargetSumReward
+
+        return (TargetSumEnv(num_agents, num_turns), [TargetSumReward()],
+                Dataset.from_dict({"target": [10] * max(script_args.num_toy_rows, 8)}))
+    raise ValueError(f"Unknown task {script_args.task!r}; choose one of {TASKS}.")
+
+
+def model_init_kwargs(model_args: Any) -> dict[str, Any]:
+    """`from_pretrained` keyword arguments from a `trl.ModelConfig` (dtype, attention, 4/8-bit quantization)."""
+    from trl import get_quantization_config
+
+    kwargs: dict[str, Any] = {}
+    if model_args.dtype not in (None, "auto"):
+        import torch
+
+        kwargs["dtype"] = getattr(torch, model_args.dtype)
+    if model_args.attn_implementation is not None:
+        kwargs["attn_implementation"] = model_args.attn_implementation
+    quantization = get_quantization_config(model_args)
+    if quantization is not None:
+        kwargs["quantization_config"] = quantization
+    return kwargs
+
+
+def main(script_args: MAGRPOScriptArguments, training_args: Any, model_args: Any) -> Any:
+    """Train a team with MAGRPO on the task of `script_args`; returns the trainer."""
+    from trl import get_peft_config
+
+    from ..toy import resolve_toy_name
+    from ..trainers import MAGRPOTrainer
+
+    name = model_args.model_name_or_path or "toy"
+    offline = is_offline_toy(name)
+    model = resolve_toy_name(name) if offline else name
+    env, reward_funcs, dataset = build_task(script_args, training_args.num_agents, training_args.num_turns, offline)
+    if training_args.model_init_kwargs is None:
+        training_args.model_init_kwargs = model_init_kwargs(model_args)
+    trainer = MAGRPOTrainer(model=model, reward_funcs=list(reward_funcs), env=env, args=training_args,
+                            train_dataset=dataset, peft_config=get_peft_config(model_args))
+    trainer.train()
+    trainer.save_model(training_args.output_dir)
+    return trainer
+
+
+def parse(argv: Sequence[str] | None = None) -> tuple[Any, Any, Any]:
+    """Parse `--config FILE` and command-line overrides into (script, MAGRPOConfig, ModelConfig) arguments."""
+    from trl import ModelConfig, TrlParser
+
+    from ..trainers import MAGRPOConfig
+
+    parser = TrlParser((MAGRPOScriptArguments, MAGRPOConfig, ModelConfig))
+    return parser.parse_args_and_config(args=list(argv) if argv is not None else None)
+
+
+if __name__ == "__main__":
+    main(*parse())
