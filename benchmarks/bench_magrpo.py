@@ -144,6 +144,7 @@ class Round:
     durations: list[float] = field(default_factory=list)  # on_step_begin -> on_step_end
     ends: list[float] = field(default_factory=list)  # perf_counter at on_step_end
     tokens: list[int] = field(default_factory=list)  # completion tokens generated in each step
+    widths: list[int] = field(default_factory=list)  # longest completion of each step (= decoding iterations)
     begin: float = 0.0  # perf_counter at on_train_begin
 
 
@@ -214,14 +215,14 @@ def _step_timer_class() -> type:
         """Times every optimizer step and counts the completion tokens it generated.
 
         Args:
-            tokens_of_step: Returns the tokens generated in the step that just ended (read at ``on_step_end``), or
-                ``None`` to read them from the logged ``completions/mean_length`` (TRL's GRPO; needs
-                ``logging_steps=1``).
+            tokens_of_step: Returns the completion tokens generated in the step that just ended and the length of
+                its longest completion (read at ``on_step_end``), or ``None`` to read both from the logged
+                ``completions/mean_length`` and ``completions/max_length`` (TRL's GRPO; needs ``logging_steps=1``).
             completions_per_step: Completions per step, to turn a logged mean length into a token count.
             baton: ``(baton, index)`` to take turns step by step with other trainers (see [`run_interleaved`]).
         """
 
-        def __init__(self, tokens_of_step: Callable[[], int] | None, completions_per_step: int,
+        def __init__(self, tokens_of_step: Callable[[], tuple[int, int]] | None, completions_per_step: int,
                      baton: tuple[Baton, int] | None = None) -> None:
             self.tokens_of_step = tokens_of_step
             self.completions_per_step = completions_per_step
@@ -243,14 +244,24 @@ def _step_timer_class() -> type:
             current.durations.append(now - self._start)
             current.ends.append(now)
             if self.tokens_of_step is not None:
-                current.tokens.append(int(self.tokens_of_step()))
+                tokens, width = self.tokens_of_step()
+                current.tokens.append(int(tokens))
+                current.widths.append(int(width))
 
         def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, float] | None = None,
                    **kwargs: Any) -> None:
             if self.tokens_of_step is None and logs and "completions/mean_length" in logs:
                 self.rounds[-1].tokens.append(round(logs["completions/mean_length"] * self.completions_per_step))
+                self.rounds[-1].widths.append(round(logs["completions/max_length"]))
 
     return StepTimer
+
+
+def _rollout_tokens(trainer: Any) -> tuple[int, int]:
+    """Completion tokens generated in a MAGRPO trainer's last step, and its longest completion."""
+    rollout = trainer.last_rollout
+    width = max(len(ids) for turn in rollout.turns for agent in turn.completion_ids for ids in agent)
+    return rollout.generated_tokens, width
 
 
 def _timed(rounds: Sequence[Round], warmup: int, interval: bool = False) -> tuple[list[float], list[int]]:
@@ -308,7 +319,7 @@ def bench_vs_grpo(cfg: dict[str, Any], work_dir: Path, profile_path: Path | None
     magrpo = MAGRPOTrainer(model=model_dir, reward_funcs=addition_reward, processing_class=load_tokenizer(model_dir),
                            args=MAGRPOConfig(output_dir=str(work_dir / "out-magrpo"), num_agents=1, **common),
                            train_dataset=dataset)
-    magrpo_timer = StepTimer(lambda: magrpo.last_rollout.generated_tokens, batch)
+    magrpo_timer = StepTimer(lambda: _rollout_tokens(magrpo), batch)
     magrpo.add_callback(magrpo_timer)
     for trainer in (grpo, magrpo):
         _quiet_trainer(trainer)
@@ -355,6 +366,21 @@ def bench_vs_grpo(cfg: dict[str, Any], work_dir: Path, profile_path: Path | None
         }
     result["ratio_median_s_per_token"] = result["magrpo"]["median_s_per_token"] / result["grpo"]["median_s_per_token"]
     result["ratio_per_round"] = [m / g for m, g in zip(per_round["magrpo"], per_round["grpo"])]
+    # The decoding loop runs until the longest of the 64 completions ends, and the loss runs on padded completions:
+    # a step's cost follows its longest completion (random: 5 to 8 tokens here) more than its token count.
+    # Normalising by padded positions (completions x longest) removes most of that sampling noise.
+    for name, timer in (("magrpo", magrpo_timer), ("grpo", grpo_timer)):
+        times, _ = _timed(timer.rounds, cfg["warmup"])
+        widths = [w for r in timer.rounds for w in r.widths[cfg["warmup"]:]]
+        result[name]["widths"] = widths
+        result[name]["median_s_per_padded_position"] = _median([t / (batch * w) for t, w in zip(times, widths)])
+        by_width: dict[int, list[float]] = {}
+        for t, w in zip(times, widths):
+            by_width.setdefault(w, []).append(t)
+        result[name]["median_step_s_by_longest_completion"] = {str(w): _median(v) for w, v in sorted(by_width.items())}
+    result["ratio_median_s_per_padded_position"] = (
+        result["magrpo"]["median_s_per_padded_position"] / result["grpo"]["median_s_per_padded_position"]
+    )
     pairs = []  # step k of MAGRPO vs step k of GRPO: adjacent in time
     for m_round, g_round in zip(magrpo_timer.rounds, grpo_timer.rounds):
         for k in range(cfg["warmup"], min(len(m_round.durations), len(g_round.durations))):
@@ -440,7 +466,7 @@ def bench_vs_comlrl(cfg: dict[str, Any], work_dir: Path) -> dict[str, Any]:
             args=MAGRPOConfig(output_dir=str(work_dir / f"out-team-{mode}"), team_mode=mode, **common),
             train_dataset=dataset,
         )
-        timer = StepTimer(lambda t=trainer: t.last_rollout.generated_tokens, P * G)
+        timer = StepTimer(lambda t=trainer: _rollout_tokens(t), P * G)
         trainer.add_callback(timer)
         _quiet_trainer(trainer)
         ours[mode] = (trainer, timer)
@@ -643,6 +669,12 @@ def markdown_table(results: dict[str, Any]) -> str:
             f"| {g['magrpo']['median_s_per_token'] * 1e3:.3f} ms | {g['grpo']['median_s_per_token'] * 1e3:.3f} ms "
             f"| {g['ratio_median_s_per_token']:.3f}x (median of paired steps {g['ratio_paired_steps_median']:.3f}x) "
             "| <= 1.05x |"
+        )
+        rows.append(
+            "| s per padded completion position (completions x longest completion of the step; info) "
+            f"| {g['magrpo']['median_s_per_padded_position'] * 1e3:.3f} ms "
+            f"| {g['grpo']['median_s_per_padded_position'] * 1e3:.3f} ms "
+            f"| {g['ratio_median_s_per_padded_position']:.3f}x | - |"
         )
     for c in results.get("comlrl", []):
         size = f"{c['model']['params_per_agent'] / 1e3:.0f}k params/agent, P={c['prompts_per_step']}, " \

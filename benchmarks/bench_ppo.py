@@ -3,8 +3,8 @@
 Run from the repository root with the development virtualenv (TRL 1.16); the TRL 1.12 side runs in its own
 virtualenv (``/work/venv-trl112``, or ``$TRL112_PYTHON``) through ``bench_ppo_trl112_peer.py`` (a subprocess)::
 
-    PYTHONPATH=src /work/venv/bin/python benchmarks/bench_ppo.py              # (a), (b), (c): about 4 minutes
-    PYTHONPATH=src /work/venv/bin/python benchmarks/bench_ppo.py --profile    # + one cProfile'd run per side
+    PYTHONPATH=src /work/venv/bin/python benchmarks/bench_ppo.py              # (a), (b), (c): about 5 minutes
+    PYTHONPATH=src /work/venv/bin/python benchmarks/bench_ppo.py --profile    # + one cProfile run per side (+1 min)
 
 Every side runs in its own process, one process at a time, with ``torch.set_num_threads(1)`` and
 ``OMP_NUM_THREADS=1`` (DESIGN.md, "CPU timing pitfall"). Before each timed process the script waits (up to
@@ -677,7 +677,7 @@ def ours_equivalence(workdir: Path) -> dict[str, Any]:
     return results
 
 
-def ours_train(workdir: Path, updates: int, profile_path: Path | None) -> dict[str, Any]:
+def ours_train(workdir: Path, updates: int, profile_path: Path | None, seed: int = SEED) -> dict[str, Any]:
     """(b)/(c) on our side: `updates` PPO updates with normal sampling, timed per update."""
     from trl_marl import PPOConfig, PPOTrainer
 
@@ -685,7 +685,7 @@ def ours_train(workdir: Path, updates: int, profile_path: Path | None) -> dict[s
     dataset = train_dataset(fixture)
     tokenizer, policy, ref_policy, reward_model, value_model = load_models(workdir, perturbed_ref=False)
     total = updates * local_batch_size(TRAIN_CASE)
-    args = PPOConfig(**ppo_config_kwargs(TRAIN_CASE, str(workdir / "out-ours"), total))
+    args = PPOConfig(**{**ppo_config_kwargs(TRAIN_CASE, str(workdir / "out-ours"), total), "seed": seed})
     timer = StepTimer()
     trainer = PPOTrainer(
         args=args,
@@ -699,7 +699,7 @@ def ours_train(workdir: Path, updates: int, profile_path: Path | None) -> dict[s
         callbacks=[timer],
     )
     quiet(trainer)
-    np.random.seed(SEED)
+    np.random.seed(seed)
     start = time.perf_counter()
     _, profile = profiled(trainer.train, profile_path)
     return train_result(trainer, timer, time.perf_counter() - start, profile)
@@ -898,6 +898,24 @@ def markdown(results: dict[str, Any]) -> str:
                 f"{a['ours_ratio_wall']:.3f} | {a['ours_ratio_cpu']:.3f} |"
             )
         lines.append("")
+    seeds = results.get("learning_seeds")
+    if runs and seeds:
+        first = runs["rounds"][0]
+        rows = {str(SEED): {"trl": first["trl"]["scores"], "ours": first["ours"]["scores"]}, **seeds}
+        lines += [
+            "| seed | TRL 1.12: first 5 -> last 5 updates (mean objective/scores) | trl_marl: first 5 -> last 5 |",
+            "|---|---|---|",
+        ]
+        gains: dict[str, list[float]] = {"trl": [], "ours": []}
+        for seed, d in rows.items():
+            cells = []
+            for side in ("trl", "ours"):
+                a, b = statistics.mean(d[side][:5]), statistics.mean(d[side][-5:])
+                gains[side].append(b - a)
+                cells.append(f"{a:.3f} -> {b:.3f} ({b - a:+.3f})")
+            lines.append(f"| {seed} | " + " | ".join(cells) + " |")
+        lines.append(f"| mean gain | {statistics.mean(gains['trl']):+.3f} | {statistics.mean(gains['ours']):+.3f} |")
+        lines.append("")
     prof = results.get("profiles")
     if prof:
         labels = [k for k in PROFILE_LABELS if any(k in p["summary"] for p in prof.values())]
@@ -944,6 +962,17 @@ def run_training(workdir: Path, updates: int, rounds: int, warmup: int, max_wait
     return out
 
 
+def run_learning_seeds(workdir: Path, updates: int, seeds: Sequence[int]) -> dict[str, Any]:
+    """(b) over more seeds: objective/scores of one run per side and seed (untimed)."""
+    out: dict[str, Any] = {}
+    for seed in seeds:
+        extra = ["--updates", str(updates), "--seed", str(seed)]
+        trl = run_peer("train", workdir, workdir / f"seed-trl-{seed}.json", [*extra, "--no-gc-collect"])
+        ours = run_ours("ours-train", workdir, workdir / f"seed-ours-{seed}.json", extra)
+        out[str(seed)] = {"trl": trl["scores"], "ours": ours["scores"]}
+    return out
+
+
 def run_profiles(workdir: Path, updates: int, max_wait: float) -> dict[str, Any]:
     profiles: dict[str, Any] = {}
     for side in SIDES:
@@ -980,6 +1009,14 @@ def main() -> None:
     parser.add_argument("--role", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--profile-out", type=Path, default=None, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--learning-seeds",
+        type=int,
+        nargs="*",
+        default=[1, 2],
+        help="extra seeds for (b), run with ours and with TRL 1.12 (gc.collect() no-op: same results, faster)",
+    )
+    parser.add_argument("--seed", type=int, default=SEED, help=argparse.SUPPRESS)
     args = parser.parse_args()
 
     if args.role is not None:  # a child process: one side, one job, result as JSON in --out
@@ -987,7 +1024,7 @@ def main() -> None:
         if args.role == "ours-equiv":
             result = ours_equivalence(args.workdir)
         elif args.role == "ours-train":
-            result = ours_train(args.workdir, args.updates, args.profile_out)
+            result = ours_train(args.workdir, args.updates, args.profile_out, args.seed)
         else:
             raise SystemExit(f"unknown role {args.role!r}")
         args.out.write_text(json.dumps(result))
@@ -1009,6 +1046,8 @@ def main() -> None:
         results["equivalence"] = compare_equivalence(ours, trl)
     if not args.skip_training:
         results["training"] = run_training(workdir, args.updates, args.rounds, args.warmup, args.max_wait)
+    if not args.skip_training and args.learning_seeds:
+        results["learning_seeds"] = run_learning_seeds(workdir, args.updates, args.learning_seeds)
     if args.profile:
         results["profiles"] = run_profiles(workdir, args.updates, args.max_wait)
     results["total_seconds"] = time.perf_counter() - start

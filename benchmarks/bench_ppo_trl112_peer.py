@@ -105,7 +105,9 @@ def equivalence(workdir: Path) -> dict[str, Any]:
     return results
 
 
-def train(workdir: Path, updates: int, profile_path: Path | None, no_gc_collect: bool) -> dict[str, Any]:
+def train(
+    workdir: Path, updates: int, profile_path: Path | None, no_gc_collect: bool, seed: int = common.SEED
+) -> dict[str, Any]:
     import trl.experimental.ppo.ppo_trainer as ppo_module
     from trl.experimental.ppo import PPOConfig, PPOTrainer
 
@@ -116,7 +118,7 @@ def train(workdir: Path, updates: int, profile_path: Path | None, no_gc_collect:
     dataset = common.train_dataset(fixture)
     tokenizer, policy, ref_policy, reward_model, value_model = common.load_models(workdir, perturbed_ref=False)
     total = updates * common.local_batch_size(common.TRAIN_CASE)
-    args = PPOConfig(**common.ppo_config_kwargs(common.TRAIN_CASE, str(workdir / "out-trl"), total))
+    args = PPOConfig(**{**common.ppo_config_kwargs(common.TRAIN_CASE, str(workdir / "out-trl"), total), "seed": seed})
     timer = common.StepTimer()
     trainer = PPOTrainer(
         args=args,
@@ -130,7 +132,7 @@ def train(workdir: Path, updates: int, profile_path: Path | None, no_gc_collect:
         callbacks=[timer],
     )
     common.quiet(trainer)
-    np.random.seed(common.SEED)
+    np.random.seed(seed)
     start = time.perf_counter()
     _, profile = common.profiled(trainer.train, profile_path)
     return common.train_result(trainer, timer, time.perf_counter() - start, profile)
@@ -143,13 +145,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--updates", type=int, default=30)
     parser.add_argument("--profile-out", type=Path, default=None)
+    parser.add_argument("--seed", type=int, default=common.SEED)
     parser.add_argument("--no-gc-collect", action="store_true", help="make TRL's per-update gc.collect() a no-op")
     args = parser.parse_args(argv)
     common.setup_child()
     if args.role == "equiv":
         result = equivalence(args.workdir)
     else:
-        result = train(args.workdir, args.updates, args.profile_out, args.no_gc_collect)
+        result = train(args.workdir, args.updates, args.profile_out, args.no_gc_collect, args.seed)
     args.out.write_text(json.dumps(result))
 
 

@@ -3,8 +3,8 @@
 Measures, on this machine:
 
 1. the wall-clock time of one sandboxed run of a trivial passing program, sequential, `--runs` times (median, p90,
-   min), with the full isolation (namespaces + sandbox user + Python guards) and without namespaces, next to the
-   start-up time of a bare `python -I -c pass` (the floor of any fresh-interpreter sandbox);
+   min), with the full isolation (cgroup + namespaces + sandbox user + Python guards) and with layers turned off,
+   next to the start-up time of a bare `python -I -c pass` (the floor of any fresh-interpreter sandbox);
 2. programs per second for a HumanEval-sized batch (164 synthetic programs, one function + 7 asserts each) with
    `os.cpu_count()` workers;
 3. if `--humaneval` exists (by default `/work/shared/data/HumanEval.jsonl.gz`, never read by the package itself):
@@ -115,7 +115,8 @@ def main() -> None:
     report["isolation"] = list(probe.isolation)
     report["bare_python_startup"] = bare_startup(args.runs)
     report["overhead_full"] = overhead(full, args.runs)
-    report["overhead_no_namespaces"] = overhead(SandboxLimits(namespaces=False), args.runs)
+    report["overhead_no_cgroups"] = overhead(SandboxLimits(cgroups=False), args.runs)
+    report["overhead_no_namespaces_no_cgroups"] = overhead(SandboxLimits(namespaces=False, cgroups=False), args.runs)
     report["overhead_no_guards"] = overhead(SandboxLimits(python_guards=False), args.runs)
     programs, specs = synthetic_batch()
     report["synthetic_164"] = throughput(programs, specs, full, workers)

@@ -32,9 +32,11 @@ def main(script_args: MAGRPOScriptArguments, training_args: MAGRPOConfig, model_
         dataset = dataset.select(range(min(len(dataset), script_args.max_train_samples)))
     env = CooperativeCodingEnv(num_turns=training_args.num_turns)
     training_args.model_init_kwargs = training_args.model_init_kwargs or model_init_kwargs(model_args)
+    team_reward = CodingTeamReward(env=env)  # tests passed + helper/main structure terms
+    training_args.reward_weights = training_args.reward_weights or team_reward.reward_weights()
     trainer = MAGRPOTrainer(
         model=model,
-        reward_funcs=CodingTeamReward(env=env),  # tests passed + helper/main structure terms
+        reward_funcs=team_reward.reward_funcs(),  # one function per term: each is logged as rewards/<term>/mean
         env=env,
         args=training_args,
         train_dataset=dataset,

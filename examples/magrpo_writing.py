@@ -29,9 +29,11 @@ def main(script_args: MAGRPOScriptArguments, training_args: MAGRPOConfig, model_
         dataset = load_tldr(split=script_args.dataset_split, max_rows=script_args.max_train_samples,
                             dataset_name=script_args.dataset_name or "trl-lib/tldr")
     training_args.model_init_kwargs = training_args.model_init_kwargs or model_init_kwargs(model_args)
+    team_reward = WritingTeamReward()  # length range, length ratio, diversity, transitions, style, ROUGE-L
+    training_args.reward_weights = training_args.reward_weights or team_reward.reward_weights()
     trainer = MAGRPOTrainer(
         model=model,
-        reward_funcs=WritingTeamReward(),
+        reward_funcs=team_reward.reward_funcs(),  # one function per term: each is logged as rewards/<term>/mean
         env=CooperativeWritingEnv(num_turns=training_args.num_turns),
         args=training_args,
         train_dataset=dataset,

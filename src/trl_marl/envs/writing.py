@@ -576,6 +576,14 @@ class WritingTeamReward:
                     totals[j] = (totals[j] or 0.0) + weight * float(value)
         return totals
 
+    def reward_funcs(self) -> list[Any]:
+        """The terms as separate reward functions (pass them with `reward_weights()` to a trainer to log each)."""
+        return list(self.funcs)
+
+    def reward_weights(self) -> list[float]:
+        """The weights matching [`~WritingTeamReward.reward_funcs`]."""
+        return list(self.weights)
+
 
 # ----------------------------------------------------------------------------------------------------------------
 # Data

@@ -65,14 +65,14 @@ def toy_coding_rows(n: int) -> Dataset:
 
 
 def build_task(script_args: MAGRPOScriptArguments, num_agents: int, num_turns: int,
-               offline: bool) -> tuple[Any, Sequence[Callable[..., Any]], Dataset]:
-    """The environment, reward functions and training rows of a built-in task."""
+               offline: bool) -> tuple[Any, Callable[..., Any], Dataset]:
+    """The environment, team reward and training rows of a built-in task."""
     if script_args.task == "writing":
         from ..envs.writing import CooperativeWritingEnv, WritingTeamReward, load_tldr
 
         dataset = (toy_writing_rows(script_args.num_toy_rows) if offline
                    else load_tldr(split=script_args.dataset_split, max_rows=script_args.max_train_samples))
-        return CooperativeWritingEnv(num_turns=num_turns), [WritingTeamReward()], dataset
+        return CooperativeWritingEnv(num_turns=num_turns), WritingTeamReward(), dataset
     if script_args.task == "coding":
         from ..envs.coding import CodingTeamReward, CooperativeCodingEnv, load_humaneval, load_mbpp
 
@@ -85,11 +85,11 @@ def build_task(script_args: MAGRPOScriptArguments, num_agents: int, num_turns: i
         if script_args.max_train_samples is not None:
             dataset = dataset.select(range(min(len(dataset), script_args.max_train_samples)))
         env = CooperativeCodingEnv(num_turns=num_turns)
-        return env, [CodingTeamReward(env=env)], dataset
+        return env, CodingTeamReward(env=env), dataset
     if script_args.task == "target_sum":
         from ..envs import TargetSumEnv, TargetSumReward
 
-        return (TargetSumEnv(num_agents, num_turns), [TargetSumReward()],
+        return (TargetSumEnv(num_agents, num_turns), TargetSumReward(),
                 Dataset.from_dict({"target": [10] * max(script_args.num_toy_rows, 8)}))
     raise ValueError(f"Unknown task {script_args.task!r}; choose one of {TASKS}.")
 
@@ -121,10 +121,14 @@ def main(script_args: MAGRPOScriptArguments, training_args: Any, model_args: Any
     name = model_args.model_name_or_path or "toy"
     offline = is_offline_toy(name)
     model = resolve_toy_name(name) if offline else name
-    env, reward_funcs, dataset = build_task(script_args, training_args.num_agents, training_args.num_turns, offline)
+    env, team_reward, dataset = build_task(script_args, training_args.num_agents, training_args.num_turns, offline)
     if training_args.model_init_kwargs is None:
         training_args.model_init_kwargs = model_init_kwargs(model_args)
-    trainer = MAGRPOTrainer(model=model, reward_funcs=list(reward_funcs), env=env, args=training_args,
+    reward_funcs = [team_reward]
+    if hasattr(team_reward, "reward_funcs"):  # log every term of a composite team reward
+        reward_funcs = team_reward.reward_funcs()
+        training_args.reward_weights = training_args.reward_weights or team_reward.reward_weights()
+    trainer = MAGRPOTrainer(model=model, reward_funcs=reward_funcs, env=env, args=training_args,
                             train_dataset=dataset, peft_config=get_peft_config(model_args))
     trainer.train()
     trainer.save_model(training_args.output_dir)
