@@ -120,6 +120,25 @@ class MultiAgentPPOConfig(TRLBaseConfig):
         default=None,
         metadata={"help": "Team layout: 'adapters', 'models' or 'shared' (see AgentTeam). Default: automatic."},
     )
+    policy_sharing: str = field(
+        default="agent",
+        metadata={
+            "help": "Which policy plays each (turn, agent): 'agent' (one policy per agent, all turns), "
+            "'agent_turn' (one per agent and turn, MAPoRL's theta_{t,a}) or 'shared' (one for every agent and turn). "
+            "Each policy has its own value model."
+        },
+    )
+    value_input: str = field(
+        default="history",
+        metadata={
+            "help": "What the value model reads: 'history' (the agent's whole prompt, i.e. the debate so far, and "
+            "its response) or 'answer' (the turn-1 prompt, i.e. the question, and its response)."
+        },
+    )
+    train_turns_from: int = field(
+        default=1,
+        metadata={"help": "Train only on the responses of turns >= this (2 = MAPoRL's Experiment 1)."},
+    )
 
     def __post_init__(self) -> None:
         if self.bf16 is None and not self.fp16 and not _has_accelerator():
@@ -149,6 +168,14 @@ class MultiAgentPPOConfig(TRLBaseConfig):
             )
         if self.num_agents < 1 or self.num_turns < 1:
             raise ValueError("`num_agents` and `num_turns` must be >= 1.")
+        if self.policy_sharing not in POLICY_SHARING:
+            raise ValueError(f"`policy_sharing` must be one of {POLICY_SHARING}, got {self.policy_sharing!r}.")
+        if self.value_input not in ("history", "answer"):
+            raise ValueError(f"`value_input` must be 'history' or 'answer', got {self.value_input!r}.")
+        if not 1 <= self.train_turns_from <= self.num_turns:
+            raise ValueError(
+                f"`train_turns_from` must be between 1 and num_turns={self.num_turns}, got {self.train_turns_from}."
+            )
         if self.team_mode not in (None, "adapters", "models", "shared"):
             raise ValueError(f"`team_mode` must be 'adapters', 'models', 'shared' or None, got {self.team_mode!r}.")
         if self.model_adapter_name is not None or self.ref_adapter_name is not None:

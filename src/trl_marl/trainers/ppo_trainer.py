@@ -86,7 +86,7 @@ def sequence_scores(
 
 @dataclass
 class AgentRollout:
-    """One agent's PPO samples of an update (its responses at every turn, rows in turn-major order)."""
+    """The PPO samples of one policy slot in an update (its responses, rows in turn-major order)."""
 
     query_responses: torch.Tensor  # (N, C + L)
     context_length: int
@@ -95,6 +95,9 @@ class AgentRollout:
     turns: torch.Tensor  # (N,) 1-based turn of each sample
     texts: list[str]
     prompts: list[Any] | None = None  # the prompt each response answers (what reward functions get)
+    agents: torch.Tensor | None = None  # (N,) agent of each sample
+    value_query_responses: torch.Tensor | None = None  # what the value model reads (see `value_input`)
+    value_context_length: int = 0
     logprobs: torch.Tensor | None = None
     ref_logprobs: torch.Tensor | None = None
     values: torch.Tensor | None = None
@@ -135,22 +138,23 @@ class PolicyValueTeam(nn.Module):
 
     def forward(
         self,
-        batches: Sequence[tuple[torch.Tensor, int, torch.Tensor] | None],
+        batches: Sequence[tuple[torch.Tensor, int, torch.Tensor, torch.Tensor, int] | None],
         pad_token_ids: Sequence[int],
         temperature: float,
     ) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None]:
-        """For each agent's `(query_responses, context_length, responses)`: (logits, new log-probs, values)."""
+        """For each slot's `(query_responses, context, responses, value_query_responses, value_context)`:
+        `(logits, new log-probs, values)` of its policy and value model."""
         outputs: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None] = []
-        for a, batch in enumerate(batches):
+        for s, batch in enumerate(batches):
             if batch is None:
                 outputs.append(None)
                 continue
-            query_responses, context, responses = batch
-            logits = self.policy_logits(a, query_responses, pad_token_ids[a])[:, context - 1 : -1]
+            query_responses, context, responses, value_qr, value_context = batch
+            logits = self.policy_logits(s, query_responses, pad_token_ids[s])[:, context - 1 : -1]
             logits = logits / (temperature + 1e-7)
             logprobs = selective_log_softmax(logits, responses)
-            values, _ = sequence_scores(self.value_models[a], query_responses, pad_token_ids[a], context)
-            outputs.append((logits, logprobs, values[:, context - 1 : -1]))
+            values, _ = sequence_scores(self.value_models[s], value_qr, pad_token_ids[s], value_context)
+            outputs.append((logits, logprobs, values[:, value_context - 1 : -1]))
         return outputs
 
 
@@ -245,9 +249,7 @@ class MultiAgentPPOTrainer(TeamCheckpointMixin, TRLBaseTrainer):
             raise ValueError("`train_dataset` is empty.")
         env.validate_row(dict.fromkeys(columns), where="`train_dataset`")
 
-        team = AgentTeam.build(
-            model, args.num_agents, mode=args.team_mode, peft_config=peft_config, processing_class=processing_class
-        )
+        team = self._build_team(model, args, peft_config, processing_class)
         for tok in team.tokenizers:
             if tok.pad_token_id is None:
                 raise ValueError("The tokenizer has no pad token: set one, e.g. `tokenizer.pad_token = ...`.")
@@ -304,6 +306,36 @@ class MultiAgentPPOTrainer(TeamCheckpointMixin, TRLBaseTrainer):
         self._metrics: dict[str, list[float]] = defaultdict(list)
 
     # ------------------------------------------------------------------ setup helpers
+    @staticmethod
+    def _build_team(model: Any, args: MultiAgentPPOConfig, peft_config: Any, processing_class: Any) -> AgentTeam:
+        """The team's policy slots: one per agent, one per (turn, agent), or one shared set of weights."""
+        A, T = args.num_agents, args.num_turns
+        if isinstance(model, AgentTeam):
+            expected = A * T if args.policy_sharing == "agent_turn" else A
+            if model.num_agents != expected:
+                raise ValueError(
+                    f"The team has {model.num_agents} members but policy_sharing={args.policy_sharing!r} needs "
+                    f"{expected}."
+                )
+            return model
+        mode = args.team_mode
+        if args.policy_sharing == "shared":
+            if mode not in (None, "shared") or isinstance(model, (list, tuple)):
+                raise ValueError("`policy_sharing='shared'` means one model for every agent (`team_mode='shared'`).")
+            mode = "shared"
+        if args.policy_sharing != "agent_turn":
+            return AgentTeam.build(model, A, mode=mode, peft_config=peft_config, processing_class=processing_class)
+        # theta_{t,a}: turn t of agent a is played by slot (t - 1) * A + a
+        if isinstance(model, (list, tuple)):
+            if len(model) != A:
+                raise ValueError(f"Got {len(model)} models for {A} agents.")
+            import copy
+
+            model = [m if (t == 0 or isinstance(m, str)) else copy.deepcopy(m) for t in range(T) for m in model]
+            if isinstance(processing_class, (list, tuple)):
+                processing_class = list(processing_class) * T
+        return AgentTeam.build(model, A * T, mode=mode, peft_config=peft_config, processing_class=processing_class)
+
     @staticmethod
     def _resolve_stop_token(args: MultiAgentPPOConfig, team: AgentTeam) -> int | None:
         stop = team.tokenizers[0].eos_token_id if args.stop_token == "eos" else args.stop_token_id
@@ -390,96 +422,135 @@ class MultiAgentPPOTrainer(TeamCheckpointMixin, TRLBaseTrainer):
             eos_token_id=self.stop_token_id,
         )
 
+    def slot(self, turn: int, agent_index: int) -> int:
+        """The team member (policy and value model) that plays agent `agent_index` at turn `turn` (1-based)."""
+        if self.args.policy_sharing == "agent_turn":
+            return (turn - 1) * self.env.num_agents + agent_index
+        return agent_index
+
     @torch.no_grad()
-    def rollout(self, rows: list[dict[str, Any]], temperature: float | None = None) -> list[AgentRollout]:
-        """Play the episodes of `rows` (one response per agent per turn) and tokenize each agent's samples."""
-        n, T = self.env.num_agents, self.env.num_turns
+    def rollout(self, rows: list[dict[str, Any]], temperature: float | None = None) -> list[AgentRollout | None]:
+        """Play the episodes of `rows` and tokenize the PPO samples of each policy slot.
+
+        At each turn every agent answers the prompt the environment builds from the transcript; all agents of a
+        turn generate together. Returns one [`AgentRollout`] per slot (`None` for a slot without trained samples,
+        e.g. turn-1 policies when `train_turns_from=2`).
+        """
+        A, T = self.env.num_agents, self.env.num_turns
+        n_slots = self.team.num_agents
         device = self.accelerator.device
         config = self._generation_config(self.args.temperature if temperature is None else temperature)
         stops = {self.stop_token_id} if self.stop_token_id is not None else set()
         transcripts = [Transcript() for _ in rows]
-        per_agent: list[dict[str, list[Any]]] = [defaultdict(list) for _ in range(n)]
-        self._last_transcripts = transcripts
+        per_slot: list[dict[str, list[Any]]] = [defaultdict(list) for _ in range(n_slots)]
+        first_prompt_ids: list[list[list[int]]] = []  # [agent][row]: the turn-1 prompt (value_input="answer")
+        self._turn_texts: list[list[list[str]]] = []  # [turn][agent][row]
+        self._turn_prompts: list[list[list[Any]]] = []
         for turn in range(1, T + 1):
-            prompts = [[self.env.agent_prompt(row, a, tr) for row, tr in zip(rows, transcripts)] for a in range(n)]
-            generated = self.team.generate(prompts, config, stop_token_ids=stops)
+            by_agent = [[self.env.agent_prompt(row, a, tr) for row, tr in zip(rows, transcripts)] for a in range(A)]
+            slot_prompts: list[list[Any]] = [[] for _ in range(n_slots)]
+            for a in range(A):
+                slot_prompts[self.slot(turn, a)] = by_agent[a]
+            generated = self.team.generate(slot_prompts, config, stop_token_ids=stops)
             texts = []
-            for a, (prompt_ids, completion_ids) in enumerate(generated):
-                tok = self.team.tokenizers[a]
-                decoded = tok.batch_decode(
+            for a in range(A):
+                s = self.slot(turn, a)
+                prompt_ids, completion_ids = generated[s]
+                decoded = self.team.tokenizers[s].batch_decode(
                     [_cut(ids, self.stop_token_id) for ids in completion_ids], skip_special_tokens=True
                 )
                 texts.append(decoded)
-                per_agent[a]["prompt_ids"] += prompt_ids
-                per_agent[a]["completion_ids"] += completion_ids
-                per_agent[a]["texts"] += decoded
-                per_agent[a]["prompts"] += prompts[a]
-                per_agent[a]["turns"] += [turn] * len(rows)
+                if turn == 1:
+                    first_prompt_ids.append(prompt_ids)
+                if turn >= self.args.train_turns_from:
+                    store = per_slot[s]
+                    store["prompt_ids"] += prompt_ids
+                    store["value_prompt_ids"] += first_prompt_ids[a] if self.args.value_input == "answer" else []
+                    store["completion_ids"] += completion_ids
+                    store["texts"] += decoded
+                    store["prompts"] += by_agent[a]
+                    store["turns"] += [turn] * len(rows)
+                    store["agents"] += [a] * len(rows)
+            self._turn_texts.append(texts)
+            self._turn_prompts.append(by_agent)
             new = []
             for i, (row, tr) in enumerate(zip(rows, transcripts)):
-                responses = [texts[a][i] for a in range(n)]
+                responses = [texts[a][i] for a in range(A)]
                 extended = tr.extend(responses)
                 feedback = self.env.feedback(row, extended)
                 new.append(tr.extend(responses, feedback) if feedback is not None else extended)
             transcripts = new
         self._last_transcripts = transcripts
-        rollouts = []
-        for a in range(n):
-            pad = self.team.tokenizers[a].pad_token_id
-            queries, _ = pad_left(per_agent[a]["prompt_ids"], pad)
+        rollouts: list[AgentRollout | None] = []
+        for s in range(n_slots):
+            store = per_slot[s]
+            if not store["completion_ids"]:
+                rollouts.append(None)
+                continue
+            pad = self.team.tokenizers[s].pad_token_id
+            queries, _ = pad_left(store["prompt_ids"], pad)
             # as TRL: the response window is as wide as the longest response generated (at most response_length)
-            longest = max((len(ids) for ids in per_agent[a]["completion_ids"]), default=1)
+            longest = max(len(ids) for ids in store["completion_ids"])
             width = max(1, min(self.args.response_length, longest))
             responses = torch.full((len(queries), width), pad, dtype=torch.long)
-            for i, ids in enumerate(per_agent[a]["completion_ids"]):
+            for i, ids in enumerate(store["completion_ids"]):
                 ids = ids[:width]
                 responses[i, : len(ids)] = torch.tensor(ids, dtype=torch.long)
             post = _truncate_tensor(responses, self.stop_token_id, pad)
+            query_responses = torch.cat([queries, responses], 1).to(device)
+            value_qr, value_context = query_responses, queries.size(1)
+            if self.args.value_input == "answer":
+                value_queries, _ = pad_left(store["value_prompt_ids"], pad)
+                value_qr, value_context = torch.cat([value_queries, responses], 1).to(device), value_queries.size(1)
             rollouts.append(
                 AgentRollout(
-                    query_responses=torch.cat([queries, responses], 1).to(device),
+                    query_responses=query_responses,
                     context_length=queries.size(1),
                     responses=responses.to(device),
                     postprocessed=post.to(device),
-                    turns=torch.tensor(per_agent[a]["turns"]),
-                    texts=per_agent[a]["texts"],
-                    prompts=per_agent[a]["prompts"],
+                    turns=torch.tensor(store["turns"]),
+                    texts=store["texts"],
+                    prompts=store["prompts"],
+                    agents=torch.tensor(store["agents"]),
+                    value_query_responses=value_qr,
+                    value_context_length=value_context,
                 )
             )
         self._score(rollouts, rows, transcripts)
         self._prepare_ppo_targets(rollouts)
         return rollouts
 
-    def _score(self, rollouts: list[AgentRollout], rows: list[dict[str, Any]], transcripts: list[Transcript]) -> None:
+    def _score(
+        self, rollouts: list[AgentRollout | None], rows: list[dict[str, Any]], transcripts: list[Transcript]
+    ) -> None:
         """One score per sample: the reward model on query + response, or the reward functions per (turn, agent)."""
         B = len(rows)
-        for a, ro in enumerate(rollouts):
+        A = self.env.num_agents
+        for s, ro in enumerate(rollouts):
+            if ro is None:
+                continue
             if self.reward_model is not None:
-                pad = self.team.tokenizers[a].pad_token_id
+                pad = self.team.tokenizers[s].pad_token_id
                 qr = torch.cat([ro.query_responses[:, : ro.context_length], ro.postprocessed], 1)
                 chunks = []
                 step = self.args.local_rollout_forward_batch_size
                 for i in range(0, qr.size(0), step):
                     chunks.append(sequence_scores(self.reward_model, qr[i : i + step], pad, ro.context_length)[1])
                 ro.scores = torch.cat(chunks).float()
-                continue
-            scores = torch.zeros(len(ro.texts))
-            columns = {key: [row.get(key) for row in rows] for key in rows[0]}
-            for t in range(1, self.env.num_turns + 1):
-                sl = slice((t - 1) * B, t * B)
-                agent_texts = [other.texts[sl] for other in rollouts]
+            else:
+                ro.scores = torch.zeros(len(ro.texts), device=ro.responses.device)
+        if self.reward_model is not None:
+            return
+        columns = {key: [row.get(key) for row in rows] for key in rows[0]}
+        for t in range(self.args.train_turns_from, self.env.num_turns + 1):
+            texts, prompts = self._turn_texts[t - 1], self._turn_prompts[t - 1]
+            for a in range(A):
+                ro = rollouts[self.slot(t, a)]
                 total = torch.zeros(B)
                 for func, name in zip(self.reward_funcs, self.reward_names):
                     values = func(
-                        prompts=ro.prompts[sl],
-                        completions=ro.texts[sl],
-                        agent_completions=agent_texts,
-                        agent_prompts=[other.prompts[sl] for other in rollouts],
-                        agent_index=a,
-                        turn=t,
-                        transcript=transcripts,
-                        trainer_state=self.state,
-                        **columns,
+                        prompts=prompts[a], completions=texts[a], agent_completions=texts, agent_prompts=prompts,
+                        agent_index=a, turn=t, transcript=transcripts, trainer_state=self.state, **columns,
                     )
                     if values is None or len(values) != B:
                         raise ValueError(f"Reward function `{name}` must return {B} scores, got {values!r}.")
@@ -487,28 +558,31 @@ class MultiAgentPPOTrainer(TeamCheckpointMixin, TRLBaseTrainer):
                     if not torch.isfinite(vals).all():
                         raise ValueError(f"Reward function `{name}` returned None/NaN/inf; PPO needs a finite score.")
                     total += vals
-                scores[sl] = total
-            ro.scores = scores.to(ro.responses.device)
+                rows_of_sample = ((ro.turns == t) & (ro.agents == a)).nonzero().squeeze(-1)
+                ro.scores[rows_of_sample.to(ro.scores.device)] = total.to(ro.scores.device)
 
-    def _prepare_ppo_targets(self, rollouts: list[AgentRollout]) -> None:
-        """Old log-probs, reference log-probs, values, KL-shaped rewards, GAE advantages and returns per agent."""
+    def _prepare_ppo_targets(self, rollouts: list[AgentRollout | None]) -> None:
+        """Old log-probs, reference log-probs, values, KL-shaped rewards, GAE advantages and returns per slot."""
         args = self.args
         step = args.local_rollout_forward_batch_size
-        for a, ro in enumerate(rollouts):
-            pad = self.team.tokenizers[a].pad_token_id
-            C = ro.context_length
+        for s, ro in enumerate(rollouts):
+            if ro is None:
+                continue
+            pad = self.team.tokenizers[s].pad_token_id
+            C, Cv = ro.context_length, ro.value_context_length
             logps, ref_logps, values = [], [], []
             for i in range(0, ro.query_responses.size(0), step):
                 qr = ro.query_responses[i : i + step]
                 resp = ro.responses[i : i + step]
-                logits = self.wrapper.policy_logits(a, qr, pad)[:, C - 1 : -1] / (args.temperature + 1e-7)
+                logits = self.wrapper.policy_logits(s, qr, pad)[:, C - 1 : -1] / (args.temperature + 1e-7)
                 logps.append(selective_log_softmax(logits, resp))
-                ref_logits = self._reference_logits(a, qr, pad)[:, C - 1 : -1] / (args.temperature + 1e-7)
+                ref_logits = self._reference_logits(s, qr, pad)[:, C - 1 : -1] / (args.temperature + 1e-7)
                 ref_logps.append(selective_log_softmax(ref_logits, resp))
-                full_values, _ = sequence_scores(self.wrapper.value_models[a], qr, pad, C)
-                values.append(full_values[:, C - 1 : -1])
+                vqr = ro.value_query_responses[i : i + step]
+                full_values, _ = sequence_scores(self.wrapper.value_models[s], vqr, pad, Cv)
+                values.append(full_values[:, Cv - 1 : -1])
             logprobs, ref_logprobs, value = torch.cat(logps), torch.cat(ref_logps), torch.cat(values).float()
-            contains_eos = (ro.postprocessed == self.team.tokenizers[a].eos_token_id).any(dim=-1)
+            contains_eos = (ro.postprocessed == self.team.tokenizers[s].eos_token_id).any(dim=-1)
             if args.missing_eos_penalty is not None:
                 ro.scores = ro.scores.clone()
                 ro.scores[~contains_eos] -= args.missing_eos_penalty
@@ -543,7 +617,7 @@ class MultiAgentPPOTrainer(TeamCheckpointMixin, TRLBaseTrainer):
 
     # ------------------------------------------------------------------ training loop
     def train(self, resume_from_checkpoint: str | bool | None = None, **kwargs: Any) -> Any:
-        """Run PPO for `num_total_batches` updates (TRL 1.12's loop, over every agent of the team)."""
+        """Run PPO for `num_total_batches` updates (TRL 1.12's loop, over every policy slot of the team)."""
         if resume_from_checkpoint:
             raise ValueError("Resuming PPO from a checkpoint is not supported yet; start from the saved team instead.")
         args = self.args
@@ -554,7 +628,6 @@ class MultiAgentPPOTrainer(TeamCheckpointMixin, TRLBaseTrainer):
         )
         self.model_wrapped = model
         torch.manual_seed(args.seed + self.accelerator.process_index * 100003)
-        n = self.env.num_agents
         ga = args.gradient_accumulation_steps
         pads = [tok.pad_token_id for tok in self.team.tokenizers]
 
@@ -581,11 +654,12 @@ class MultiAgentPPOTrainer(TeamCheckpointMixin, TRLBaseTrainer):
             episode += args.batch_size
             rows = next(data)
             rollouts = self.rollout(rows)
-            T = self.env.num_turns
-            local = len(rows) * T
-            mini = args.local_mini_batch_size * T
-            micro = args.per_device_train_batch_size * T
-            shape = (args.num_ppo_epochs, args.num_mini_batches, max(1, mini // micro), n)
+            active = [s for s, ro in enumerate(rollouts) if ro is not None]
+            local = len(rollouts[active[0]].texts)  # samples per slot (equal for every trained slot)
+            per_row = local // len(rows)
+            mini = args.local_mini_batch_size * per_row
+            micro = args.per_device_train_batch_size * per_row
+            shape = (args.num_ppo_epochs, args.num_mini_batches, max(1, mini // micro), len(active))
             stats = {
                 k: torch.zeros(shape)
                 for k in ("approxkl", "pg_clipfrac", "pg_loss", "vf_loss", "vf_clipfrac", "entropy", "ratio")
@@ -614,6 +688,8 @@ class MultiAgentPPOTrainer(TeamCheckpointMixin, TRLBaseTrainer):
                 self.control = self.callback_handler.on_save(args, self.state, self.control)
             if args.num_sample_generations > 0 and (update - 1) % self.sample_generations_freq == 0:
                 self.generate_completions(sampling=True)
+            if self.control.should_evaluate and self.eval_dataset is not None:
+                self.evaluate()
             if self.control.should_training_stop:
                 break
         self.control = self.callback_handler.on_train_end(args, self.state, self.control)
@@ -625,17 +701,25 @@ class MultiAgentPPOTrainer(TeamCheckpointMixin, TRLBaseTrainer):
     def _ppo_micro_step(
         self,
         model: nn.Module,
-        rollouts: list[AgentRollout],
+        rollouts: list[AgentRollout | None],
         idx: torch.Tensor,
         pads: list[int],
         stats: dict[str, torch.Tensor],
         where: tuple[int, int, int],
     ) -> torch.Tensor:
+        """Clipped policy + value loss of one micro-batch, summed over the trained slots."""
         args = self.args
-        batches = [(ro.query_responses[idx], ro.context_length, ro.responses[idx]) for ro in rollouts]
+        batches = [
+            None if ro is None else (ro.query_responses[idx], ro.context_length, ro.responses[idx],
+                                     ro.value_query_responses[idx], ro.value_context_length)
+            for ro in rollouts
+        ]
         outputs = model(batches, pads, args.temperature)
         total = None
-        for a, (ro, out) in enumerate(zip(rollouts, outputs)):
+        column = 0
+        for ro, out in zip(rollouts, outputs):
+            if ro is None:
+                continue
             logits, new_logprobs, vpred = out
             policy_mask, value_mask = ro.policy_mask[idx], ro.value_mask[idx]
             new_logprobs = torch.masked_fill(new_logprobs, ~policy_mask, INVALID_LOGPROB)
@@ -651,24 +735,26 @@ class MultiAgentPPOTrainer(TeamCheckpointMixin, TRLBaseTrainer):
             with torch.no_grad():
                 e, m, k = where
                 log_diff = new_logprobs - ro.logprobs[idx]
-                stats["approxkl"][e, m, k, a] = 0.5 * (log_diff**2).mean()
-                stats["pg_clipfrac"][e, m, k, a] = pg_clipfrac
-                stats["pg_loss"][e, m, k, a] = pg_loss
-                stats["vf_loss"][e, m, k, a] = vf_loss
-                stats["vf_clipfrac"][e, m, k, a] = vf_clipfrac
-                stats["entropy"][e, m, k, a] = entropy_from_logits(logits).mean()
-                stats["ratio"][e, m, k, a] = ratio.mean()
+                stats["approxkl"][e, m, k, column] = 0.5 * (log_diff**2).mean()
+                stats["pg_clipfrac"][e, m, k, column] = pg_clipfrac
+                stats["pg_loss"][e, m, k, column] = pg_loss
+                stats["vf_loss"][e, m, k, column] = vf_loss
+                stats["vf_clipfrac"][e, m, k, column] = vf_clipfrac
+                stats["entropy"][e, m, k, column] = entropy_from_logits(logits).mean()
+                stats["ratio"][e, m, k, column] = ratio.mean()
+            column += 1
         return total
 
     # ------------------------------------------------------------------ logging
     def _log_update(
-        self, rollouts: list[AgentRollout], stats: dict[str, torch.Tensor], episode: int, start: float
+        self, rollouts: list[AgentRollout | None], stats: dict[str, torch.Tensor], episode: int, start: float
     ) -> None:
         gather = self.accelerator.gather_for_metrics
-        kl = torch.cat([ro.kl.sum(1) for ro in rollouts])
-        entropy = torch.cat([((-ro.logprobs) * ro.policy_mask.float()).sum(1) for ro in rollouts])
-        non_score = torch.cat([ro.non_score_rewards.sum(1) for ro in rollouts])
-        scores = torch.cat([ro.scores for ro in rollouts])
+        trained = [ro for ro in rollouts if ro is not None]
+        kl = torch.cat([ro.kl.sum(1) for ro in trained])
+        entropy = torch.cat([((-ro.logprobs) * ro.policy_mask.float()).sum(1) for ro in trained])
+        non_score = torch.cat([ro.non_score_rewards.sum(1) for ro in trained])
+        scores = torch.cat([ro.scores for ro in trained])
         metrics: dict[str, float] = {"eps": int(episode / max(time.time() - start, 1e-9))}
         metrics["objective/kl"] = gather(kl.mean()).mean().item()
         metrics["objective/entropy"] = gather(entropy.mean()).mean().item()
@@ -689,18 +775,33 @@ class MultiAgentPPOTrainer(TeamCheckpointMixin, TRLBaseTrainer):
         metrics["val/ratio"] = gather(stats["ratio"].to(device)).mean().item()
         metrics["val/ratio_var"] = gather(stats["ratio"].to(device)).var().item()
         metrics["val/num_eos_tokens"] = sum(
-            int((ro.responses == tok.eos_token_id).sum()) for ro, tok in zip(rollouts, self.team.tokenizers)
+            int((ro.responses == self.team.tokenizers[s].eos_token_id).sum())
+            for s, ro in enumerate(rollouts) if ro is not None
         )
         metrics["lr"] = self.lr_scheduler.get_last_lr()[0]
         metrics["episode"] = episode
         if self.env.num_agents > 1 or self.env.num_turns > 1:
-            for a, ro in enumerate(rollouts):
-                metrics[f"agent_{a}/scores"] = float(ro.scores.mean())
-                metrics[f"agent_{a}/kl"] = float(ro.kl.sum(1).mean())
-                metrics[f"agent_{a}/loss/policy_avg"] = float(stats["pg_loss"][..., a].mean())
-                metrics[f"agent_{a}/loss/value_avg"] = float(stats["vf_loss"][..., a].mean())
-                for t in range(1, self.env.num_turns + 1):
-                    metrics[f"agent_{a}/turn_{t}/scores"] = float(ro.scores[ro.turns.to(ro.scores.device) == t].mean())
+            agents = torch.cat([ro.agents for ro in trained])
+            turns = torch.cat([ro.turns for ro in trained])
+            sample_kl = kl.cpu()
+            for a in range(self.env.num_agents):
+                mine = agents == a
+                if not mine.any():
+                    continue
+                metrics[f"agent_{a}/scores"] = float(scores.cpu()[mine].mean())
+                metrics[f"agent_{a}/kl"] = float(sample_kl[mine].mean())
+                for t in turns[mine].unique().tolist():
+                    cell = mine & (turns == t)
+                    metrics[f"agent_{a}/turn_{t}/scores"] = float(scores.cpu()[cell].mean())
+            for t in turns.unique().tolist():
+                metrics[f"turn_{t}/scores"] = float(scores.cpu()[turns == t].mean())
+            active = [slot for slot, ro in enumerate(rollouts) if ro is not None]
+            A = self.env.num_agents
+            for column, slot in enumerate(active):
+                prefix = f"agent_{slot % A}/turn_{slot // A + 1}/" if self.args.policy_sharing == "agent_turn" else (
+                    f"agent_{slot}/")
+                metrics[prefix + "loss/policy_avg"] = float(stats["pg_loss"][..., column].mean())
+                metrics[prefix + "loss/value_avg"] = float(stats["vf_loss"][..., column].mean())
         self.state.epoch = episode / len(self.train_dataset)
         self.log(metrics)
 
@@ -712,11 +813,14 @@ class MultiAgentPPOTrainer(TeamCheckpointMixin, TRLBaseTrainer):
         rows = [self.eval_dataset[i] for i in range(min(len(self.eval_dataset), self.args.per_device_eval_batch_size))]
         rollouts = self.rollout(rows, temperature=0.01)
         table = defaultdict(list)
-        for a, ro in enumerate(rollouts):
-            queries = self.team.tokenizers[a].batch_decode(
+        for slot, ro in enumerate(rollouts):
+            if ro is None:
+                continue
+            queries = self.team.tokenizers[slot].batch_decode(
                 ro.query_responses[:, : ro.context_length], skip_special_tokens=True
             )
-            table["agent"] += [a] * len(ro.texts)
+            table["agent"] += ro.agents.tolist()
+            table["turn"] += ro.turns.tolist()
             table["query"] += queries
             table["model response"] += ro.texts
             table["score"] += [float(s) for s in ro.scores]
