@@ -268,3 +268,27 @@ def test_team_config_records_layout(model_dir, tmp_path):
     with open(tmp_path / "saved" / "team_config.json") as f:
         layout = json.load(f)
     assert layout["mode"] == "models" and layout["num_agents"] == 2
+
+
+@pytest.mark.parametrize("team_mode", ["models", "adapters"])
+def test_frozen_partner_is_not_trained(model_dir, tmp_path, team_mode):
+    peft_config = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], lora_dropout=0.0,
+                             init_lora_weights=False) if team_mode == "adapters" else None
+    trainer = MAGRPOTrainer(model=model_dir, reward_funcs=TargetSumReward(0.5), env=TargetSumEnv(2),
+                            args=config(tmp_path, team_mode=team_mode, frozen_agents=[1], max_steps=3, beta=0.05),
+                            train_dataset=dataset(), peft_config=peft_config)
+
+    def agent_params(a: int) -> dict[str, torch.Tensor]:
+        model = trainer.team.policy(a)
+        name = trainer.team.agent_adapter[a]
+        return {k: v.detach().clone() for k, v in model.named_parameters()
+                if name is None or f".{name}." in k}
+
+    before = [agent_params(0), agent_params(1)]
+    trainer.train()
+    after = [agent_params(0), agent_params(1)]
+    assert any(not torch.equal(before[0][k], after[0][k]) for k in before[0])
+    assert all(torch.equal(before[1][k], after[1][k]) for k in before[1])
+    assert "agent_1/loss" not in set().union(*(h.keys() for h in trainer.state.log_history))
+    with pytest.raises(ValueError, match="frozen_agents"):
+        config(tmp_path, frozen_agents=[0, 1])

@@ -210,6 +210,7 @@ class AgentTeam(nn.Module):
         self.agent_adapter = list(agent_adapter)
         self.ref_models: list[PreTrainedModel | None] = [None] * len(self.models)  # frozen copies, when needed
         self.temperature = 1.0  # logits are divided by it before log-softmax, as in TRL's GRPO
+        self.frozen: set[int] = set()  # agents whose weights are not trained (see `freeze_agents`)
         for tok in self.tokenizers:
             if tok.pad_token_id is None:
                 raise ValueError(
@@ -358,6 +359,23 @@ class AgentTeam(nn.Module):
     def __repr__(self) -> str:  # a short summary instead of every layer
         return f"AgentTeam(mode={self.mode!r}, num_agents={self.num_agents}, models={len(self.models)})"
 
+    def freeze_agents(self, agent_indices: Sequence[int]) -> None:
+        """Stop training these agents: their weights keep `requires_grad=False` (e.g. partners fixed at their
+        pretrained policy, for the "train each agent alone" baseline)."""
+        for a in agent_indices:
+            if not 0 <= a < self.num_agents:
+                raise ValueError(f"Cannot freeze agent {a}: the team has agents 0..{self.num_agents - 1}.")
+            if self.mode == "shared":
+                raise ValueError("In `shared` mode every agent runs the same weights: no single agent can be frozen.")
+            self.frozen.add(a)
+            adapter = self.agent_adapter[a]
+            if self.mode == "adapters":
+                self.policy(a).set_requires_grad([adapter], requires_grad=False)
+            elif adapter is not None:
+                self.policy(a).set_requires_grad([adapter], requires_grad=False)
+            else:
+                self.policy(a).requires_grad_(False)
+
     # ------------------------------------------------------------------ adapters
     def _activate(self, agent_index: int) -> PreTrainedModel:
         """Make agent `agent_index`'s adapter the active one while keeping every adapter trainable."""
@@ -371,7 +389,9 @@ class AgentTeam(nn.Module):
         if model.active_adapter != name:
             model.set_adapter(name)
             # `set_adapter` freezes the other adapters; the optimizer must keep updating all of them.
-            model.set_requires_grad([a for a in self.agent_adapter if a is not None], requires_grad=True)
+            trainable = [a for i, a in enumerate(self.agent_adapter) if a is not None and i not in self.frozen]
+            if trainable:
+                model.set_requires_grad(trainable, requires_grad=True)
 
     def _checkpoint_contexts(self, user_context_fn: Any = None) -> tuple[Any, Any]:
         """`context_fn` of `torch.utils.checkpoint.checkpoint` in `adapters` mode.

@@ -837,3 +837,121 @@ def resolve_toy_name(name: str) -> str:
     if task not in _TOY_PRESETS:
         raise ValueError(f"unknown toy task {task!r} in {name!r}; expected one of {tuple(_TOY_PRESETS)}")
     return make_toy_model(task=task, **_TOY_PRESETS[task])
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Debate
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class DebateAdditionTask(ToyTask):
+    """Addition in the toy debate format of :class:`trl_marl.envs.debate.ToyDebateEnv`.
+
+    With probability ``first_turn_prob`` the prompt is a first-turn prompt ``"Q:{a}+{b}=A:"``; otherwise it is a
+    revision prompt ``"Q:{a}+{b}={x} {y} {z}?A:"`` that lists 1 to ``max_candidates`` candidate answers (the
+    previous answers of a debate). Each candidate is correct with probability ``candidate_correct_prob``, else off
+    by a non-zero amount of at most ``candidate_noise_max`` (never below zero). The answer is ``a + b`` whatever
+    the candidates say, with label noise: with probability ``noise_prob`` it is shifted by a non-zero amount of at
+    most ``noise_max``.
+
+    A model pretrained on it answers first-turn prompts imperfectly (addition is hard for a tiny model, the labels
+    are noisy) and learns that the candidates are evidence: copying a candidate is easy, so it answers revision
+    prompts with a correct majority better than first-turn prompts, and a debate has something to correct.
+
+    Attributes:
+        max_operand: Both operands are drawn uniformly from ``[0, max_operand]``.
+        noise_prob: Probability that a sampled training answer is wrong.
+        noise_max: Largest absolute shift of a noisy answer.
+        first_turn_prob: Probability of a first-turn prompt (no candidates).
+        max_candidates: Largest number of candidates in a revision prompt (drawn uniformly from 1 to it).
+        candidate_correct_prob: Probability that each candidate is the correct sum.
+        candidate_noise_max: Largest absolute error of a wrong candidate.
+    """
+
+    max_operand: int = 99
+    noise_prob: float = 0.0
+    noise_max: int = 2
+    first_turn_prob: float = 0.5
+    max_candidates: int = 3
+    candidate_correct_prob: float = 0.5
+    candidate_noise_max: int = 2
+
+    _PATTERN = re.compile(r"Q:(\d+)\+(\d+)=((?:[0-9-]+ ?)*)(?:\?)?A:")
+
+    def __post_init__(self) -> None:
+        """Validates the fields.
+
+        Raises:
+            ValueError: If a field is out of range.
+        """
+        if self.max_operand < 0:
+            raise ValueError("max_operand must be >= 0")
+        for name in ("noise_prob", "first_turn_prob", "candidate_correct_prob"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"{name} must be in [0, 1]")
+        if self.noise_max < 1 or self.candidate_noise_max < 1:
+            raise ValueError("noise_max and candidate_noise_max must be >= 1")
+        if self.max_candidates < 1:
+            raise ValueError("max_candidates must be >= 1")
+
+    @staticmethod
+    def _shift(rng: random.Random, value: int, largest: int) -> int:
+        """``value`` moved by a non-zero amount of at most ``largest``, never below zero."""
+        shift = rng.randint(1, largest) * rng.choice((-1, 1))
+        return value - shift if value + shift < 0 else value + shift
+
+    def sample(self, rng: random.Random) -> tuple[str, str]:
+        """Samples one first-turn or revision prompt and its (possibly noisy) answer.
+
+        Args:
+            rng: The random number generator to draw from.
+
+        Returns:
+            The ``(prompt, answer)`` pair.
+        """
+        a = rng.randint(0, self.max_operand)
+        b = rng.randint(0, self.max_operand)
+        total = a + b
+        if rng.random() < self.first_turn_prob:
+            prompt = f"Q:{a}+{b}=A:"
+        else:
+            candidates = []
+            for _ in range(rng.randint(1, self.max_candidates)):
+                correct = rng.random() < self.candidate_correct_prob
+                candidates.append(total if correct else self._shift(rng, total, self.candidate_noise_max))
+            prompt = f"Q:{a}+{b}=" + " ".join(str(c) for c in candidates) + "?A:"
+        answer = total
+        if self.noise_prob > 0 and rng.random() < self.noise_prob:
+            answer = self._shift(rng, total, self.noise_max)
+        return prompt, str(answer)
+
+    def parse(self, prompt: str) -> tuple[int, int, list[str]]:
+        """Extracts the operands and the candidates of a prompt.
+
+        Args:
+            prompt: A first-turn or revision prompt (possibly with surrounding text).
+
+        Returns:
+            ``(a, b, candidates)``; ``candidates`` is empty for a first-turn prompt.
+
+        Raises:
+            ValueError: If the prompt is not a toy debate prompt.
+        """
+        match = self._PATTERN.search(prompt)
+        if match is None:
+            raise ValueError(f"not a toy debate prompt: {prompt!r}")
+        return int(match.group(1)), int(match.group(2)), match.group(3).split()
+
+    def is_correct(self, prompt: str, completion: str) -> bool:
+        """Tells whether the completion is the exact sum of the prompt's operands (the candidates do not count).
+
+        Args:
+            prompt: A first-turn or revision prompt.
+            completion: The generated answer.
+
+        Returns:
+            Whether the completion is ``a + b`` written in decimal.
+        """
+        a, b, _ = self.parse(prompt)
+        return _parse_int(completion) == a + b

@@ -40,8 +40,8 @@ other agents' answers *of that turn* labelled `"Agent 2: ..."` and whose `feedba
 that turn. With `history="all"` the conversation holds every turn (so again all answers of all agents at turns
 <= t); with `history="last"` only the first question and the last exchange.
 
-For example, with three agents at turn 2, agent 1 (the first agent, `agent_index=0`) sees (string prompt, default
-templates, GSM8K answer format)::
+For example, with three agents at turn 2 (`history="all"`), agent 1 (`agent_index=0`) sees the string prompt below
+(default templates, `answer_format=GSM8K_ANSWER_FORMAT`; the two long lines are shortened here with "...")::
 
     Question: Ann has 3 apples and buys 4 more. How many apples does she have?
 
@@ -55,11 +55,9 @@ templates, GSM8K answer format)::
 
     Agent 3 (turn 1): 3 * 4 = 12. \\boxed{12}
 
-    Using the answers from the other agents as additional information, give an updated answer. The original \\
-question is: Ann has 3 apples and buys 4 more. How many apples does she have?
+    Using the answers from the other agents as ... The original question is: Ann has 3 apples and buys ...
 
-    Explain your reasoning step by step. Your final answer should be a single number, in the form \\boxed{answer}, \\
-at the end of your response.
+    Explain your reasoning step by step. Your final answer should be a single number, in the form ...
 
 **Verifier scores in the transcript.** With `show_verifier_scores=True` and a `verifier` (any object with
 `score(response, gold) -> float`, e.g. `trl_marl.rewards.verifier.AnswerVerifier`), [`DebateEnv.feedback`] scores

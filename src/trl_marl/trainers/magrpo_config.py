@@ -132,6 +132,13 @@ class MAGRPOConfig(GRPOConfig):
             "with a peft_config, else 'models'."
         },
     )
+    frozen_agents: list[int] = field(
+        default_factory=list,
+        metadata={
+            "help": "Agents that act but are not trained (their weights stay fixed), e.g. `[1]` to train agent 0 "
+            "alone against a fixed partner: the 'training individual LLMs alone' baseline of the papers."
+        },
+    )
     max_nonfinite: int = field(
         default=10,
         metadata={
@@ -181,6 +188,11 @@ class MAGRPOConfig(GRPOConfig):
                 f"`num_generations` ({self.num_generations}): each micro-step plays per_device_train_batch_size // "
                 "num_generations episodes with num_generations samples per agent."
             )
+        bad = [a for a in self.frozen_agents if not 0 <= a < self.num_agents]
+        if bad:
+            raise ValueError(f"`frozen_agents` {bad} are not agents of a team of {self.num_agents}.")
+        if len(set(self.frozen_agents)) >= self.num_agents:
+            raise ValueError("`frozen_agents` freezes every agent: nothing would be trained.")
         self._refuse_unsupported()
 
     def _refuse_unsupported(self) -> None:

@@ -126,6 +126,8 @@ class MAGRPOTrainer(TeamCheckpointMixin, TRLBaseTrainer):
         team = AgentTeam.build(model, args.num_agents, mode=args.team_mode, peft_config=peft_config,
                                processing_class=processing_class, model_init_kwargs=args.model_init_kwargs)
         team.temperature = args.temperature
+        if args.frozen_agents:
+            team.freeze_agents(args.frozen_agents)
         if args.disable_dropout:
             for module in team.modules():
                 if isinstance(module, torch.nn.Dropout):
@@ -269,7 +271,7 @@ class MAGRPOTrainer(TeamCheckpointMixin, TRLBaseTrainer):
         old_logps = None  # one update per rollout: the ratio's denominator is the detached current policy
         ref_logps = None
         if self.args.beta != 0.0:
-            ref_logps = [self.team.reference_logps(a, batches[a]) for a in range(n)]
+            ref_logps = [None if a in self.team.frozen else self.team.reference_logps(a, batches[a]) for a in range(n)]
         self.last_advantages = advantages
         # dapo normalizes by the number of completion tokens of the whole step, across processes
         num_items = []
@@ -285,7 +287,8 @@ class MAGRPOTrainer(TeamCheckpointMixin, TRLBaseTrainer):
         """Sum over agents of the GRPO clipped-surrogate loss on each agent's own tokens (+ beta * k3 KL)."""
         args = self.args
         mode = "train" if self.model.training else "eval"
-        results = model(inputs["batches"], compute_entropy=True)
+        frozen = self.team.frozen
+        results = model([None if a in frozen else b for a, b in enumerate(inputs["batches"])], compute_entropy=True)
         total: torch.Tensor | None = None
         metrics = self._metrics[mode]
         for a, result in enumerate(results):

@@ -1,0 +1,229 @@
+"""MAPoRL's influence-aware verification reward with collaboration incentives, as a TRL-style reward function.
+
+[`InfluenceAwareReward`] wraps a verifier (any object with `score(response, gold) -> float` in `[0, 1]`, such as
+`trl_marl.rewards.verifier.AnswerVerifier`) and turns the verifier's scores of a whole debate into the reward of
+each answer (Park et al., arXiv 2502.18439, Definition 1 and Tables 1-2; the math is in [`trl_marl.core.maporl`]).
+
+The multi-agent PPO trainer calls reward functions once per `(turn, agent)` with the *complete* transcripts of the
+batch's debates, so the reward of an early answer can look at the answers it influenced later. Every answer of the
+batch is verified once: the first call of a batch scores the whole transcript table and later calls of the same
+batch read from a cache.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from typing import Any, Literal, Protocol
+
+import torch
+
+from ..core.maporl import shaped_debate_rewards
+from ..envs.base import Transcript
+from .rouge import completion_text
+
+__all__ = ["INFLUENCE_MODES", "InfluenceAwareReward", "Scorer"]
+
+INFLUENCE_MODES: tuple[str, ...] = ("influence", "verifier", "final")
+"""Valid `mode` values of [`InfluenceAwareReward`]."""
+
+
+class Scorer(Protocol):
+    """What [`InfluenceAwareReward`] needs from a verifier: a score in `[0, 1]` of one response against the gold."""
+
+    def score(self, response: str, gold: Any) -> float: ...
+
+
+def _hashable(value: Any) -> Hashable:
+    try:
+        hash(value)
+    except TypeError:
+        return repr(value)
+    return value
+
+
+class InfluenceAwareReward:
+    """MAPoRL's reward of one agent's answers at one turn, computed from the whole debate.
+
+    Modes:
+
+    - `"influence"` (default): Definition 1 of the paper plus the incentives of Tables 1 and 2,
+      `R[t, a] = (V[t, a] + sum_{t'>t} gamma^(t'-t) mean_j V[t', j]) / sum_{t'>=t} gamma^(t'-t) + incentives`.
+    - `"verifier"`: the verifier's score of the answer alone, `V[t, a]` (works in any trainer: without a
+      transcript it scores `completions`).
+    - `"final"`: whether the agent's answer at the debate's last turn is right (`1.0` or `0.0`), the same for every
+      turn of that agent.
+
+    An answer is right when its verifier score is at least `correct_threshold`; this decides the R/W cells of the
+    incentives and the `"final"` reward. The alpha/beta incentives only exist in `"influence"` mode.
+
+    Called as `f(prompts=..., completions=..., agent_index=a, turn=t, transcript=[...], answer=[...], ...)`:
+    `completions` are agent `a`'s answers at turn `t` (1-based), one per debate; `transcript[i]` is debate `i`'s
+    complete [`~trl_marl.envs.base.Transcript`] (`transcript[i][t - 1].responses[a]` is agent `a`'s answer at turn
+    `t`); the gold column (default `answer`) holds one gold per debate. Debates may have different lengths (an early
+    stop); each one's reward uses its own last turn. Returns one float per debate.
+
+    Args:
+        verifier (`Scorer`): Any object with a method `score(response: str, gold) -> float` (in `[0, 1]`).
+        gamma (`float`): Discount factor of Definition 1, in `[0, 1]`.
+        alpha0 (`float`): Table 1 incentive relative to a wrong majority of the other agents.
+        alpha1 (`float`): Table 1 incentive relative to a right majority of the other agents.
+        beta0 (`float`): Table 2 incentive for the influence of a wrong answer.
+        beta1 (`float`): Table 2 incentive for the influence of a right answer.
+        mode (`str`): `"influence"`, `"verifier"` or `"final"` (see above).
+        gold_column (`str`): The dataset column holding the gold answers.
+        correct_threshold (`float`): The verifier score from which an answer counts as right.
+
+    Example:
+
+    ```python
+    from trl_marl.rewards.influence import InfluenceAwareReward
+    from trl_marl.rewards.verifier import AnswerVerifier
+
+    reward = InfluenceAwareReward(AnswerVerifier(), gamma=1.0, alpha0=0.1, alpha1=0.1, beta0=0.1, beta1=0.1)
+    trainer = MultiAgentPPOTrainer(..., reward_funcs=reward)
+    ```
+    """
+
+    name = "influence_aware"
+
+    def __init__(
+        self,
+        verifier: Scorer,
+        gamma: float = 1.0,
+        alpha0: float = 0.0,
+        alpha1: float = 0.0,
+        beta0: float = 0.0,
+        beta1: float = 0.0,
+        mode: Literal["influence", "verifier", "final"] = "influence",
+        gold_column: str = "answer",
+        correct_threshold: float = 0.5,
+    ) -> None:
+        if not callable(getattr(verifier, "score", None)):
+            raise TypeError(
+                f"`verifier` must have a method `score(response, gold) -> float`, got {type(verifier).__name__}."
+            )
+        if mode not in INFLUENCE_MODES:
+            raise ValueError(f"`mode` must be one of {INFLUENCE_MODES}, got {mode!r}.")
+        if not 0.0 <= gamma <= 1.0:
+            raise ValueError(f"`gamma` must be in [0, 1] (Definition 1), got {gamma}.")
+        if mode != "influence" and any((alpha0, alpha1, beta0, beta1)):
+            raise ValueError(
+                f"The alpha/beta incentives (Tables 1 and 2) only apply in mode='influence', got mode={mode!r} with "
+                f"alpha0={alpha0}, alpha1={alpha1}, beta0={beta0}, beta1={beta1}."
+            )
+        self.verifier = verifier
+        self.gamma = gamma
+        self.alpha0, self.alpha1, self.beta0, self.beta1 = alpha0, alpha1, beta0, beta1
+        self.mode = mode
+        self.gold_column = gold_column
+        self.correct_threshold = correct_threshold
+        self.num_verifications = 0  # how many times `verifier.score` was called (the cache keeps this at T * A * B)
+        self._cache_key: Hashable | None = None
+        self._cache_value: list[torch.Tensor] | None = None
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(mode={self.mode!r}, gamma={self.gamma}, alpha0={self.alpha0}, "
+            f"alpha1={self.alpha1}, beta0={self.beta0}, beta1={self.beta1})"
+        )
+
+    # ----- the reward function -----
+    def __call__(
+        self,
+        prompts: Sequence[Any] | None = None,
+        completions: Sequence[Any] | None = None,
+        **kwargs: Any,
+    ) -> list[float]:
+        golds = kwargs.get(self.gold_column)
+        if golds is None:
+            raise KeyError(
+                f"{type(self).__name__} reads the gold answers from the column `{self.gold_column}`, which the "
+                f"trainer did not pass (columns passed: {sorted(kwargs)})."
+            )
+        transcripts = kwargs.get("transcript")
+        agent_index = kwargs.get("agent_index")
+        turn = kwargs.get("turn")
+        if transcripts is None or agent_index is None or turn is None:
+            if self.mode == "verifier" and completions is not None:
+                return [self._score(completion_text(c), g) for c, g in zip(completions, golds)]
+            raise ValueError(
+                f"{type(self).__name__}(mode={self.mode!r}) needs `agent_index`, `turn` and the complete "
+                "`transcript` of every debate (the multi-agent PPO trainer passes them); it cannot be a team reward."
+            )
+        if len(transcripts) != len(golds):
+            raise ValueError(f"Got {len(transcripts)} transcripts but {len(golds)} gold answers.")
+        if completions is not None and len(completions) != len(transcripts):
+            raise ValueError(f"Got {len(completions)} completions but {len(transcripts)} transcripts.")
+        rewards = self.debate_rewards(transcripts, golds)
+        out = []
+        for i, table in enumerate(rewards):
+            num_turns, num_agents = table.shape
+            if not 1 <= turn <= num_turns:
+                raise ValueError(
+                    f"Debate {i} has {num_turns} turn(s) in its transcript but the reward of turn {turn} was asked: "
+                    f"{type(self).__name__} needs the complete transcript (every turn), not the one before `turn`."
+                )
+            if not 0 <= agent_index < num_agents:
+                raise IndexError(f"`agent_index` is {agent_index} but debate {i} has {num_agents} agents.")
+            out.append(float(table[turn - 1, agent_index]))
+        return out
+
+    # ----- the reward of every answer of a batch -----
+    def debate_rewards(self, transcripts: Sequence[Transcript], golds: Sequence[Any]) -> list[torch.Tensor]:
+        """The reward of every answer of every debate, as one `(T_i, A)` float64 tensor per debate (cached).
+
+        The last batch's result is kept, keyed by the text of every response and the golds, so the `T * A` calls
+        of one batch verify each answer once.
+
+        Args:
+            transcripts (`Sequence[Transcript]`): One complete transcript per debate.
+            golds (`Sequence`): One gold answer per debate.
+
+        Returns:
+            `list[torch.Tensor]`: `rewards[i][t, a]` is the reward of agent `a`'s answer at turn `t + 1` of debate `i`.
+        """
+        texts = [self._texts(tr, i) for i, tr in enumerate(transcripts)]
+        key = (tuple(texts), tuple(_hashable(g) for g in golds))
+        if self._cache_value is not None and key == self._cache_key:
+            return self._cache_value
+        scores = [
+            torch.tensor([[self._score(text, gold) for text in turn] for turn in debate], dtype=torch.float64)
+            for debate, gold in zip(texts, golds)
+        ]
+        rewards: list[torch.Tensor | None] = [None] * len(scores)
+        by_length: dict[tuple[int, int], list[int]] = {}
+        for i, table in enumerate(scores):
+            by_length.setdefault(tuple(table.shape), []).append(i)
+        for indices in by_length.values():
+            batch = torch.stack([scores[i] for i in indices])  # (B', T, A): debates of the same length
+            result = self._rewards_of(batch)
+            for row, i in enumerate(indices):
+                rewards[i] = result[row]
+        self._cache_key, self._cache_value = key, rewards
+        return rewards  # type: ignore[return-value]
+
+    def _rewards_of(self, scores: torch.Tensor) -> torch.Tensor:
+        correct = scores >= self.correct_threshold
+        if self.mode == "verifier":
+            return scores
+        if self.mode == "final":
+            return correct[:, -1:, :].to(scores.dtype).expand_as(scores).clone()
+        return shaped_debate_rewards(
+            scores, correct, self.gamma, self.alpha0, self.alpha1, self.beta0, self.beta1
+        )
+
+    def _score(self, text: str, gold: Any) -> float:
+        self.num_verifications += 1
+        value = float(self.verifier.score(text, gold))
+        if value != value:  # NaN
+            raise ValueError(f"The verifier returned NaN for the response {text[:80]!r}.")
+        return value
+
+    @staticmethod
+    def _texts(transcript: Transcript, index: int) -> tuple[tuple[str, ...], ...]:
+        if len(transcript) == 0:
+            raise ValueError(f"The transcript of debate {index} is empty.")
+        texts = tuple(tuple(completion_text(r) for r in turn.responses) for turn in transcript)
+        if len({len(turn) for turn in texts}) != 1:
+            raise ValueError(f"The turns of debate {index} do not all have the same number of agents.")
+        return texts
