@@ -182,6 +182,9 @@ class MultiAgentPPOTrainer(TeamCheckpointMixin, TRLBaseTrainer):
             `peft_config`, else a frozen copy.
         eval_dataset: Optional evaluation rows (sample-completion tables).
         peft_config: A `peft.LoraConfig` (one adapter per agent on one base model when there are several).
+        eval_verifier: An answer verifier (`extract(response)`, `score(response, gold)`, e.g. `AnswerVerifier`) for
+            `evaluate()`. Default: the verifier of a reward function that has one.
+        gold_column: The dataset column holding the gold answer, for `evaluate()`.
 
     Example:
 
@@ -223,9 +226,13 @@ class MultiAgentPPOTrainer(TeamCheckpointMixin, TRLBaseTrainer):
         optimizers: tuple[Any, Any] = (None, None),
         callbacks: list[TrainerCallback] | None = None,
         peft_config: Any = None,
+        eval_verifier: Any = None,
+        gold_column: str = "answer",
     ) -> None:
         if train_dataset is None:
             raise ValueError("`train_dataset` is required.")
+        self.eval_verifier = eval_verifier
+        self.gold_column = gold_column
         if ref_model is not None and ref_model is model:
             raise ValueError(
                 "`model` and `ref_model` cannot be the same object: pass a copy, or `ref_model=None` with a "
@@ -429,16 +436,16 @@ class MultiAgentPPOTrainer(TeamCheckpointMixin, TRLBaseTrainer):
         return agent_index
 
     @torch.no_grad()
-    def rollout(self, rows: list[dict[str, Any]], temperature: float | None = None) -> list[AgentRollout | None]:
-        """Play the episodes of `rows` and tokenize the PPO samples of each policy slot.
+    def play_episodes(
+        self, rows: list[dict[str, Any]], temperature: float | None = None
+    ) -> tuple[list[dict[str, list[Any]]], list[Transcript]]:
+        """Play the episodes of `rows`: at each turn every agent answers the prompt the environment builds.
 
-        At each turn every agent answers the prompt the environment builds from the transcript; all agents of a
-        turn generate together. Returns one [`AgentRollout`] per slot (`None` for a slot without trained samples,
-        e.g. turn-1 policies when `train_turns_from=2`).
+        Returns the samples of each policy slot (turns >= `train_turns_from`) and the final transcripts; every
+        turn's texts and prompts stay in `self._turn_texts[t][a][row]` and `self._turn_prompts[t][a][row]`.
         """
         A, T = self.env.num_agents, self.env.num_turns
         n_slots = self.team.num_agents
-        device = self.accelerator.device
         config = self._generation_config(self.args.temperature if temperature is None else temperature)
         stops = {self.stop_token_id} if self.stop_token_id is not None else set()
         transcripts = [Transcript() for _ in rows]
@@ -481,6 +488,19 @@ class MultiAgentPPOTrainer(TeamCheckpointMixin, TRLBaseTrainer):
                 new.append(tr.extend(responses, feedback) if feedback is not None else extended)
             transcripts = new
         self._last_transcripts = transcripts
+        return per_slot, transcripts
+
+    @torch.no_grad()
+    def rollout(self, rows: list[dict[str, Any]], temperature: float | None = None) -> list[AgentRollout | None]:
+        """Play the episodes of `rows` and tokenize the PPO samples of each policy slot.
+
+        At each turn every agent answers the prompt the environment builds from the transcript; all agents of a
+        turn generate together. Returns one [`AgentRollout`] per slot (`None` for a slot without trained samples,
+        e.g. turn-1 policies when `train_turns_from=2`).
+        """
+        device = self.accelerator.device
+        n_slots = self.team.num_agents
+        per_slot, transcripts = self.play_episodes(rows, temperature)
         rollouts: list[AgentRollout | None] = []
         for s in range(n_slots):
             store = per_slot[s]
@@ -549,8 +569,15 @@ class MultiAgentPPOTrainer(TeamCheckpointMixin, TRLBaseTrainer):
                 total = torch.zeros(B)
                 for func, name in zip(self.reward_funcs, self.reward_names):
                     values = func(
-                        prompts=prompts[a], completions=texts[a], agent_completions=texts, agent_prompts=prompts,
-                        agent_index=a, turn=t, transcript=transcripts, trainer_state=self.state, **columns,
+                        prompts=prompts[a],
+                        completions=texts[a],
+                        agent_completions=texts,
+                        agent_prompts=prompts,
+                        agent_index=a,
+                        turn=t,
+                        transcript=transcripts,
+                        trainer_state=self.state,
+                        **columns,
                     )
                     if values is None or len(values) != B:
                         raise ValueError(f"Reward function `{name}` must return {B} scores, got {values!r}.")
@@ -688,7 +715,7 @@ class MultiAgentPPOTrainer(TeamCheckpointMixin, TRLBaseTrainer):
                 self.control = self.callback_handler.on_save(args, self.state, self.control)
             if args.num_sample_generations > 0 and (update - 1) % self.sample_generations_freq == 0:
                 self.generate_completions(sampling=True)
-            if self.control.should_evaluate and self.eval_dataset is not None:
+            if self.control.should_evaluate and self.eval_dataset is not None and self._answer_verifier():
                 self.evaluate()
             if self.control.should_training_stop:
                 break
@@ -710,8 +737,15 @@ class MultiAgentPPOTrainer(TeamCheckpointMixin, TRLBaseTrainer):
         """Clipped policy + value loss of one micro-batch, summed over the trained slots."""
         args = self.args
         batches = [
-            None if ro is None else (ro.query_responses[idx], ro.context_length, ro.responses[idx],
-                                     ro.value_query_responses[idx], ro.value_context_length)
+            None
+            if ro is None
+            else (
+                ro.query_responses[idx],
+                ro.context_length,
+                ro.responses[idx],
+                ro.value_query_responses[idx],
+                ro.value_context_length,
+            )
             for ro in rollouts
         ]
         outputs = model(batches, pads, args.temperature)
@@ -776,7 +810,8 @@ class MultiAgentPPOTrainer(TeamCheckpointMixin, TRLBaseTrainer):
         metrics["val/ratio_var"] = gather(stats["ratio"].to(device)).var().item()
         metrics["val/num_eos_tokens"] = sum(
             int((ro.responses == self.team.tokenizers[s].eos_token_id).sum())
-            for s, ro in enumerate(rollouts) if ro is not None
+            for s, ro in enumerate(rollouts)
+            if ro is not None
         )
         metrics["lr"] = self.lr_scheduler.get_last_lr()[0]
         metrics["episode"] = episode
@@ -798,12 +833,82 @@ class MultiAgentPPOTrainer(TeamCheckpointMixin, TRLBaseTrainer):
             active = [slot for slot, ro in enumerate(rollouts) if ro is not None]
             A = self.env.num_agents
             for column, slot in enumerate(active):
-                prefix = f"agent_{slot % A}/turn_{slot // A + 1}/" if self.args.policy_sharing == "agent_turn" else (
-                    f"agent_{slot}/")
+                prefix = (
+                    f"agent_{slot % A}/turn_{slot // A + 1}/"
+                    if self.args.policy_sharing == "agent_turn"
+                    else (f"agent_{slot}/")
+                )
                 metrics[prefix + "loss/policy_avg"] = float(stats["pg_loss"][..., column].mean())
                 metrics[prefix + "loss/value_avg"] = float(stats["vf_loss"][..., column].mean())
         self.state.epoch = episode / len(self.train_dataset)
         self.log(metrics)
+
+    def _answer_verifier(self) -> Any:
+        """The object that extracts and checks answers for `evaluate()`: `eval_verifier`, or a reward's verifier."""
+        if self.eval_verifier is not None:
+            return self.eval_verifier
+        for func in self.reward_funcs:
+            for candidate in (func, getattr(func, "verifier", None)):
+                if candidate is not None and hasattr(candidate, "extract") and hasattr(candidate, "score"):
+                    return candidate
+        return None
+
+    @torch.no_grad()
+    def evaluate(
+        self,
+        eval_dataset: Any = None,
+        ignore_keys: list[str] | None = None,
+        metric_key_prefix: str = "eval",
+        temperature: float | None = None,
+    ) -> dict[str, float]:
+        """Play the evaluation debates and report MAPoRL's metrics under `<prefix>/`.
+
+        Per turn: majority-vote accuracy (ties score the fraction of tied answers that are right) and mean agent
+        accuracy; per turn change: collaboration transitions (W->R, R->W, persuaded, persuader); see
+        `trl_marl.evaluation`. Answers are extracted and checked by `eval_verifier` (or the verifier of a reward
+        function, e.g. `InfluenceAwareReward(AnswerVerifier(...))`) against the `gold_column` of each row.
+        """
+        from ..evaluation import evaluate_debates
+
+        dataset = eval_dataset if eval_dataset is not None else self.eval_dataset
+        if dataset is None:
+            raise ValueError("No evaluation dataset: pass `eval_dataset` to the trainer or to `evaluate()`.")
+        verifier = self._answer_verifier()
+        if verifier is None:
+            raise ValueError(
+                "evaluate() needs an answer verifier: pass `eval_verifier=AnswerVerifier(...)` to the trainer."
+            )
+        rows = [dataset[i] for i in range(len(dataset))]
+        rows = rows[self.accelerator.process_index :: self.accelerator.num_processes]
+        if rows and self.gold_column not in rows[0]:
+            raise KeyError(f"evaluate() reads the gold answer from the column {self.gold_column!r}, which is missing.")
+        start = time.time()
+        answers, correct = [], []
+        size = self.args.per_device_eval_batch_size
+        for i in range(0, len(rows), size):
+            chunk = rows[i : i + size]
+            self.play_episodes(chunk, temperature)
+            for r, row in enumerate(chunk):
+                gold = row[self.gold_column]
+                turns = self._turn_texts
+                answers.append(
+                    [[verifier.extract(turns[t][a][r]) for a in range(self.env.num_agents)] for t in range(len(turns))]
+                )
+                correct.append(
+                    [
+                        [verifier.score(turns[t][a][r], gold) >= 0.5 for a in range(self.env.num_agents)]
+                        for t in range(len(turns))
+                    ]
+                )
+        gathered_answers = _gather_objects(self.accelerator, answers)
+        gathered_correct = _gather_objects(self.accelerator, correct)
+        metrics = {
+            f"{metric_key_prefix}/{k}": v for k, v in evaluate_debates(gathered_answers, gathered_correct).items()
+        }
+        metrics[f"{metric_key_prefix}/runtime"] = time.time() - start
+        self.log(metrics)
+        self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control, metrics)
+        return metrics
 
     @torch.no_grad()
     def generate_completions(self, sampling: bool = False) -> None:
@@ -966,6 +1071,15 @@ class PPOTrainer(MultiAgentPPOTrainer):
 
         torch.save(self.args, os.path.join(output_dir, TRAINING_ARGS_NAME))
         self.create_model_card(output_dir=output_dir)
+
+
+def _gather_objects(accelerator: Any, items: list[Any]) -> list[Any]:
+    """All processes' items (in process order); the items themselves on a single process."""
+    if accelerator.num_processes == 1:
+        return items
+    from accelerate.utils import gather_object
+
+    return gather_object(items)
 
 
 def _check_single_label(model: nn.Module, name: str) -> None:
