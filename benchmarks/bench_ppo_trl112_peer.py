@@ -14,6 +14,10 @@ as wide as ``generate`` would have made them (the longest recorded completion, w
 generation scores the logits of a full forward of the policy on those tokens divided by the temperature (what the
 sampling temperature warper hands back as scores). The trainer's dataloader is replaced by one that yields the
 recorded prompts in order (a prepared ``DataLoader`` with ``shuffle=False``).
+
+``--role train`` runs ``--updates`` updates with normal sampling (``--seed``), timed per update. With
+``--no-gc-collect`` (a diagnostic) the two ``gc.collect()`` calls of every update of TRL 1.12's loop are no-ops; the
+results are the same, only faster on a small model.
 """
 
 from __future__ import annotations
