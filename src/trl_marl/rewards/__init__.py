@@ -4,19 +4,43 @@
 - `CodeBLEUReward`: CodeBLEU against a reference-code column (`codebleu`).
 - `UnitTestReward`: runs model-generated code against unit tests in a sandbox (separate processes with time,
   memory, file-system, network and output limits).
+- `AnswerVerifier`, `ModelVerifier`, `RemoteVerifier` (+ `VerifierServer`): MAPoRL's verifiers.
+- `InfluenceAwareReward`: MAPoRL's influence-aware reward with collaboration incentives.
 
 ROUGE-L and CodeBLEU need the `rewards` extra: `pip install "trl-marl[rewards]"`.
 """
 
 from .codebleu import CodeBLEUReward
 from .execution import ExecutionResult, SandboxLimits, UnitTestReward, run_programs
+from .influence import InfluenceAwareReward
 from .rouge import RougeLReward
+from .verifier import (
+    AnswerVerifier,
+    ModelVerifier,
+    RemoteVerifier,
+    VerifierError,
+    VerifierServer,
+    VerifierUnavailableError,
+    extract_label,
+    extract_math_answer,
+    parse_gold,
+)
 
 __all__ = [
+    "AnswerVerifier",
     "CodeBLEUReward",
     "ExecutionResult",
+    "InfluenceAwareReward",
+    "ModelVerifier",
+    "RemoteVerifier",
     "RougeLReward",
     "SandboxLimits",
     "UnitTestReward",
+    "VerifierError",
+    "VerifierServer",
+    "VerifierUnavailableError",
+    "extract_label",
+    "extract_math_answer",
+    "parse_gold",
     "run_programs",
 ]

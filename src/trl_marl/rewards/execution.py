@@ -1,7 +1,7 @@
 """Run model-generated code against unit tests in a sandbox, and score it as a TRL reward function.
 
 Model code never runs in the calling process. Each program runs in a fresh `python -I` interpreter started for it
-(the *harness*, the source in `_HARNESS`), which applies every limit before it reads the program:
+(the *harness*, the source in `_HARNESS`), which applies every limit before it runs any of the program:
 
 OS layer (the security boundary):
     - resource limits: address space (`memory_mb`), CPU seconds (`cpu_time`), processes and threads of the
@@ -51,7 +51,7 @@ Example:
 from trl_marl.rewards.execution import SandboxLimits, TestSpec, run_programs
 
 spec = TestSpec.mbpp(["assert add(1, 2) == 3", "assert add(2, 2) == 4"])
-[result] = run_programs(["def add(a, b):\n    return a + b\n"], [spec], SandboxLimits(wall_time=2))
+[result] = run_programs(["def add(a, b):\\n    return a + b\\n"], [spec], SandboxLimits(wall_time=2))
 result.passed, result.total, result.reason  # (2, 2, 'ok')
 ```
 """

@@ -1,13 +1,14 @@
 """MAPoRL's influence-aware verification reward with collaboration incentives, as a TRL-style reward function.
 
-[`InfluenceAwareReward`] wraps a verifier (any object with `score(response, gold) -> float` in `[0, 1]`, such as
-`trl_marl.rewards.verifier.AnswerVerifier`) and turns the verifier's scores of a whole debate into the reward of
-each answer (Park et al., arXiv 2502.18439, Definition 1 and Tables 1-2; the math is in [`trl_marl.core.maporl`]).
+[`InfluenceAwareReward`] wraps a verifier and turns the verifier's scores of a whole debate into the reward of each
+answer (Park et al., arXiv 2502.18439, Definition 1 and Tables 1-2; the math is in [`trl_marl.core.maporl`]). The
+verifier is any of `trl_marl.rewards.verifier`'s (`AnswerVerifier`, `ModelVerifier`, `RemoteVerifier`: they have
+`score_batch(questions, responses, golds)`) or any object with `score(response, gold) -> float` in `[0, 1]`.
 
 The multi-agent PPO trainer calls reward functions once per `(turn, agent)` with the *complete* transcripts of the
 batch's debates, so the reward of an early answer can look at the answers it influenced later. Every answer of the
-batch is verified once: the first call of a batch scores the whole transcript table and later calls of the same
-batch read from a cache.
+batch is verified once (in one `score_batch` call when the verifier has it): the first call of a batch scores the
+whole transcript table and later calls of the same batch read from a cache.
 """
 
 from __future__ import annotations
@@ -28,7 +29,12 @@ INFLUENCE_MODES: tuple[str, ...] = ("influence", "verifier", "final")
 
 
 class Scorer(Protocol):
-    """What [`InfluenceAwareReward`] needs from a verifier: a score in `[0, 1]` of one response against the gold."""
+    """The simplest verifier [`InfluenceAwareReward`] accepts: a score in `[0, 1]` of one response against the gold.
+
+    A verifier with `score_batch(questions, responses, golds) -> list[float]` (every verifier of
+    `trl_marl.rewards.verifier`) is used through that method instead, so model-based verifiers get the question and
+    score the whole batch at once.
+    """
 
     def score(self, response: str, gold: Any) -> float: ...
 
@@ -63,7 +69,9 @@ class InfluenceAwareReward:
     stop); each one's reward uses its own last turn. Returns one float per debate.
 
     Args:
-        verifier (`Scorer`): Any object with a method `score(response: str, gold) -> float` (in `[0, 1]`).
+        verifier (`Scorer` or `BatchVerifier`): A verifier of `trl_marl.rewards.verifier`, or any object with a
+            method `score_batch(questions, responses, golds) -> list[float]` or `score(response, gold) -> float`
+            (scores in `[0, 1]`). `score_batch` is preferred when both exist.
         gamma (`float`): Discount factor of Definition 1, in `[0, 1]`.
         alpha0 (`float`): Table 1 incentive relative to a wrong majority of the other agents.
         alpha1 (`float`): Table 1 incentive relative to a right majority of the other agents.
@@ -72,6 +80,11 @@ class InfluenceAwareReward:
         mode (`str`): `"influence"`, `"verifier"` or `"final"` (see above).
         gold_column (`str`): The dataset column holding the gold answers.
         correct_threshold (`float`): The verifier score from which an answer counts as right.
+        question_column (`str`, *optional*): The dataset column holding the question, passed to `score_batch`
+            (model-based verifiers score `(question, response)`). Defaults to the verifier's own `question_column`
+            attribute, else `"question"`. When the column is absent from a batch, empty questions are passed to a
+            rule-based verifier (which ignores them); a verifier with a `question_column` attribute (model-based)
+            raises instead.
 
     Example:
 
@@ -97,11 +110,16 @@ class InfluenceAwareReward:
         mode: Literal["influence", "verifier", "final"] = "influence",
         gold_column: str = "answer",
         correct_threshold: float = 0.5,
+        question_column: str | None = None,
     ) -> None:
-        if not callable(getattr(verifier, "score", None)):
+        self._batched = callable(getattr(verifier, "score_batch", None))
+        if not self._batched and not callable(getattr(verifier, "score", None)):
             raise TypeError(
-                f"`verifier` must have a method `score(response, gold) -> float`, got {type(verifier).__name__}."
+                "`verifier` must have a method `score_batch(questions, responses, golds) -> list[float]` or "
+                f"`score(response, gold) -> float`, got {type(verifier).__name__}."
             )
+        if question_column is None:
+            question_column = getattr(verifier, "question_column", None) or "question"
         if mode not in INFLUENCE_MODES:
             raise ValueError(f"`mode` must be one of {INFLUENCE_MODES}, got {mode!r}.")
         if not 0.0 <= gamma <= 1.0:
@@ -117,7 +135,8 @@ class InfluenceAwareReward:
         self.mode = mode
         self.gold_column = gold_column
         self.correct_threshold = correct_threshold
-        self.num_verifications = 0  # how many times `verifier.score` was called (the cache keeps this at T * A * B)
+        self.question_column = question_column
+        self.num_verifications = 0  # responses scored by the verifier (the cache keeps this at B * T * A a batch)
         self._cache_key: Hashable | None = None
         self._cache_value: list[torch.Tensor] | None = None
 
@@ -145,7 +164,8 @@ class InfluenceAwareReward:
         turn = kwargs.get("turn")
         if transcripts is None or agent_index is None or turn is None:
             if self.mode == "verifier" and completions is not None:
-                return [self._score(completion_text(c), g) for c, g in zip(completions, golds)]
+                texts = [completion_text(c) for c in completions]
+                return self._verify(self._questions(kwargs, len(texts)), texts, list(golds))
             raise ValueError(
                 f"{type(self).__name__}(mode={self.mode!r}) needs `agent_index`, `turn` and the complete "
                 "`transcript` of every debate (the multi-agent PPO trainer passes them); it cannot be a team reward."
@@ -154,7 +174,7 @@ class InfluenceAwareReward:
             raise ValueError(f"Got {len(transcripts)} transcripts but {len(golds)} gold answers.")
         if completions is not None and len(completions) != len(transcripts):
             raise ValueError(f"Got {len(completions)} completions but {len(transcripts)} transcripts.")
-        rewards = self.debate_rewards(transcripts, golds)
+        rewards = self.debate_rewards(transcripts, golds, self._questions(kwargs, len(transcripts)))
         out = []
         for i, table in enumerate(rewards):
             num_turns, num_agents = table.shape
@@ -169,27 +189,47 @@ class InfluenceAwareReward:
         return out
 
     # ----- the reward of every answer of a batch -----
-    def debate_rewards(self, transcripts: Sequence[Transcript], golds: Sequence[Any]) -> list[torch.Tensor]:
+    def debate_rewards(
+        self, transcripts: Sequence[Transcript], golds: Sequence[Any], questions: Sequence[str] | None = None
+    ) -> list[torch.Tensor]:
         """The reward of every answer of every debate, as one `(T_i, A)` float64 tensor per debate (cached).
 
-        The last batch's result is kept, keyed by the text of every response and the golds, so the `T * A` calls
-        of one batch verify each answer once.
+        The last batch's result is kept, keyed by the text of every response, the golds and the questions, so the
+        `T * A` calls of one batch verify each answer once.
 
         Args:
             transcripts (`Sequence[Transcript]`): One complete transcript per debate.
             golds (`Sequence`): One gold answer per debate.
+            questions (`Sequence[str]`, *optional*): One question per debate, for `score_batch` (without them a
+                rule-based verifier gets empty questions and a model-based one raises).
 
         Returns:
             `list[torch.Tensor]`: `rewards[i][t, a]` is the reward of agent `a`'s answer at turn `t + 1` of debate `i`.
         """
+        if len(transcripts) != len(golds):
+            raise ValueError(f"Got {len(transcripts)} transcripts but {len(golds)} gold answers.")
+        if questions is not None and len(questions) != len(transcripts):
+            raise ValueError(f"Got {len(transcripts)} transcripts but {len(questions)} questions.")
         texts = [self._texts(tr, i) for i, tr in enumerate(transcripts)]
-        key = (tuple(texts), tuple(_hashable(g) for g in golds))
+        key = (tuple(texts), tuple(_hashable(g) for g in golds), None if questions is None else tuple(questions))
         if self._cache_value is not None and key == self._cache_key:
             return self._cache_value
-        scores = [
-            torch.tensor([[self._score(text, gold) for text in turn] for turn in debate], dtype=torch.float64)
-            for debate, gold in zip(texts, golds)
-        ]
+        # one verifier call for every answer of the batch, flattened debate by debate, turn by turn, agent by agent
+        flat_questions: list[str] = []
+        flat_texts: list[str] = []
+        flat_golds: list[Any] = []
+        for i, (debate, gold) in enumerate(zip(texts, golds)):
+            for turn in debate:
+                flat_texts.extend(turn)
+                flat_golds.extend([gold] * len(turn))
+                if questions is not None:
+                    flat_questions.extend([str(questions[i])] * len(turn))
+        flat = self._verify(None if questions is None else flat_questions, flat_texts, flat_golds)
+        scores, start = [], 0
+        for debate in texts:
+            size = len(debate) * len(debate[0])
+            scores.append(torch.tensor(flat[start : start + size], dtype=torch.float64).view(len(debate), -1))
+            start += size
         rewards: list[torch.Tensor | None] = [None] * len(scores)
         by_length: dict[tuple[int, int], list[int]] = {}
         for i, table in enumerate(scores):
@@ -208,16 +248,36 @@ class InfluenceAwareReward:
             return scores
         if self.mode == "final":
             return correct[:, -1:, :].to(scores.dtype).expand_as(scores).clone()
-        return shaped_debate_rewards(
-            scores, correct, self.gamma, self.alpha0, self.alpha1, self.beta0, self.beta1
-        )
+        return shaped_debate_rewards(scores, correct, self.gamma, self.alpha0, self.alpha1, self.beta0, self.beta1)
 
-    def _score(self, text: str, gold: Any) -> float:
-        self.num_verifications += 1
-        value = float(self.verifier.score(text, gold))
-        if value != value:  # NaN
-            raise ValueError(f"The verifier returned NaN for the response {text[:80]!r}.")
-        return value
+    def _questions(self, kwargs: dict[str, Any], size: int) -> list[str] | None:
+        column = kwargs.get(self.question_column)
+        if column is None:
+            return None
+        if len(column) != size:
+            raise ValueError(f"The question column `{self.question_column}` has {len(column)} rows, expected {size}.")
+        return [str(q) for q in column]
+
+    def _verify(self, questions: list[str] | None, texts: list[str], golds: list[Any]) -> list[float]:
+        """Verifier scores of `texts` (one `score_batch` call when the verifier has it)."""
+        if questions is None:
+            if hasattr(self.verifier, "question_column"):  # a model-based verifier scores (question, response)
+                raise KeyError(
+                    f"{type(self.verifier).__name__} scores (question, response) pairs but the question column "
+                    f"`{self.question_column}` was not passed; add it to the dataset or set `question_column`."
+                )
+            questions = [""] * len(texts)
+        if self._batched:
+            values = [float(v) for v in self.verifier.score_batch(questions, texts, golds)]
+            if len(values) != len(texts):
+                raise ValueError(f"The verifier returned {len(values)} scores for {len(texts)} responses.")
+        else:
+            values = [float(self.verifier.score(text, gold)) for text, gold in zip(texts, golds)]
+        self.num_verifications += len(texts)
+        for text, value in zip(texts, values):
+            if value != value:  # NaN
+                raise ValueError(f"The verifier returned NaN for the response {text[:80]!r}.")
+        return values
 
     @staticmethod
     def _texts(transcript: Transcript, index: int) -> tuple[tuple[str, ...], ...]:

@@ -1,0 +1,425 @@
+"""Verifiers (MAPoRL): answer extraction, rule- and model-based scoring, HTTP server and client, the example."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import pickle
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import Qwen2Config, Qwen2ForSequenceClassification
+
+from trl_marl.rewards.verifier import (
+    AnswerVerifier,
+    ModelVerifier,
+    RemoteVerifier,
+    VerifierError,
+    VerifierServer,
+    VerifierUnavailableError,
+    answers_match,
+    extract_label,
+    extract_math_answer,
+    parse_gold,
+    serve_verifier_main,
+    to_number,
+)
+from trl_marl.toy import build_toy_tokenizer
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# ------------------------------------------------------------------------------------------------ extraction
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (r"So the total is \boxed{18}.", "18"),
+        (r"\boxed{\frac{3}{4}}", "3/4"),  # nested braces
+        (r"\boxed{-\dfrac{1}{2}}", "-1/2"),
+        (r"First \boxed{3}, on second thought \boxed{5}", "5"),  # the last boxed answer
+        (r"\boxed{\text{18 dollars}}", "18"),
+        (r"\boxed{\$1{,}234.00}", "1234"),
+        (r"\boxed{x+1}", "x+1"),  # an expression stays text
+        (r"The answer is $\boxed{20}$.", "20"),  # boxed wins over the marker
+        ("She makes 9 * 2 = $18 every day.\n#### 18", "18"),
+        ("#### 1,234", "1234"),
+        ("####\n  42", "42"),
+        ("#### $1,234.00", "1234"),
+        ("Answer: -5", "-5"),
+        ("**Answer:** 18 eggs", "18"),
+        ("The answer is $1,000.50.", "1000.5"),
+        ("The final answer is 50%.", "50"),
+        ("answer = 3/4", "3/4"),
+        ("The answer is 7. Check: 3 + 4 = 7, and 10 - 3 = 7, so 7 it is, not 8", "7"),  # marker before last number
+        ("16 - 3 - 4 = 9 eggs", "9"),  # last number
+        ("It costs 2.50 dollars", "2.5"),
+        ("Total: 72.00", "72"),
+        ("+7", "7"),
+        ("x = -3", "-3"),
+        ("5-3", "3"),  # a minus glued to a digit is an operator
+        ("a loss of -$5", "-5"),
+        ("−4 degrees", "-4"),  # unicode minus
+        ("about .5 of it", "0.5"),
+        ("I don't know.", None),
+        ("", None),
+        (None, None),
+    ],
+)
+def test_extract_math_answer(text, expected):
+    assert extract_math_answer(text) == expected
+
+
+def test_numbers_compare_with_tolerance():
+    assert answers_match("3/4", "0.75")
+    assert answers_match("-1/2", "-0.5")
+    assert answers_match("18", "18.0000000001")
+    assert not answers_match("18", "18.01")
+    assert answers_match("X+1", "x+1")
+    assert not answers_match(None, "1")
+    assert to_number("-3/4") == -0.75 and to_number("1234") == 1234.0 and to_number("x+1") is None
+
+
+def test_parse_gold_gsm8k_and_plain_values():
+    gsm8k = "Janet sells 16 - 3 - 4 = <<16-3-4=9>>9 duck eggs a day.\nShe makes 9 * 2 = $<<9*2=18>>18.\n#### 18"
+    assert parse_gold(gsm8k) == "18"
+    assert parse_gold("Reasoning with 1,000 steps\n#### 1,234") == "1234"
+    assert parse_gold("#### -3") == "-3"
+    assert parse_gold(72) == "72"
+    assert parse_gold(72.0) == "72"
+    assert parse_gold("72.00") == "72"
+    assert parse_gold("$1,234") == "1234"
+    assert parse_gold(" 3/4 ") == "3/4"
+    with pytest.raises(ValueError, match="missing"):
+        parse_gold(None)
+
+
+def test_labels():
+    assert extract_label("The hypothesis follows: Entailment") == "entailment"
+    assert extract_label("It looks like a contradiction, but it is NEUTRAL.") == "neutral"  # last one wins
+    assert extract_label("no label here") is None
+    assert extract_label("contradictions") is None  # whole words only
+    assert extract_label("yes, clearly", labels=("yes", "no")) == "yes"
+    assert [parse_gold(g, "label") for g in (0, 1, 2)] == ["entailment", "neutral", "contradiction"]
+    assert [parse_gold(g, "label") for g in ("e", "N", "c", "2", "Contradiction")] == [
+        "entailment", "neutral", "contradiction", "contradiction", "contradiction"]
+    assert parse_gold(0, "label", label_map={0: "contradiction", 1: "neutral", 2: "entailment"}) == "contradiction"
+    with pytest.raises(ValueError, match="not in the label mapping"):
+        parse_gold(5, "label")
+
+
+# ------------------------------------------------------------------------------------------------ AnswerVerifier
+
+
+def test_answer_verifier_math():
+    verifier = AnswerVerifier()
+    assert verifier.name == verifier.__name__ == "answer_verifier"
+    completions = [
+        "9 * 2 = 18. The answer is 18.",
+        [{"role": "assistant", "content": r"\boxed{18.0}"}],  # conversational completion
+        "#### 17",
+        "I am not sure.",  # unparseable: wrong, and counted
+    ]
+    gold = "9 * 2 = <<9*2=18>>18\n#### 18"
+    scores = verifier(prompts=["q"] * 4, completions=completions, answer=[gold] * 4)
+    assert scores == [1.0, 1.0, 0.0, 0.0]
+    assert (verifier.num_scored, verifier.num_unparseable) == (4, 1)
+    assert verifier.score("so 3/4 of them", "0.75") == 1.0
+    assert verifier.extract("It is $1,234.") == "1234"
+    assert verifier.unparseable_fraction == pytest.approx(1 / 5)
+    verifier.reset_counters()
+    assert (verifier.num_scored, verifier.num_unparseable) == (0, 0)
+    clone = pickle.loads(pickle.dumps(verifier))
+    assert clone.score("#### 2", 2) == 1.0
+
+
+def test_answer_verifier_labels_and_agents():
+    verifier = AnswerVerifier(task="label", gold_column="label")
+    completions = ["Premise implies it: entailment", "neutral", "CONTRADICTION!", "hmm"]
+    assert verifier([""] * 4, completions, label=[0, 0, 2, 1]) == [1.0, 0.0, 1.0, 0.0]
+    assert verifier.num_unparseable == 1
+    second = AnswerVerifier(agent_index=1)
+    scores = second(["q"], ["#### 1"], answer=["2"], agent_completions=[["#### 1"], ["#### 2"]])
+    assert scores == [1.0]
+
+
+def test_answer_verifier_missing_gold_is_a_clear_error():
+    verifier = AnswerVerifier(gold_column="answer")
+    with pytest.raises(KeyError, match="'answer'") as info:
+        verifier(prompts=["q"], completions=["#### 1"], question=["q"])
+    assert "question" in str(info.value)  # lists what the call did receive
+    with pytest.raises(KeyError, match="row 1 has no gold answer"):
+        verifier(prompts=["q", "q"], completions=["1", "2"], answer=["1", None])
+
+
+# ------------------------------------------------------------------------------------------------ ModelVerifier
+
+
+def tiny_classifier(num_labels: int = 1, seed: int = 0) -> tuple[Qwen2ForSequenceClassification, object]:
+    tokenizer = build_toy_tokenizer()
+    config = Qwen2Config(
+        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4,
+        num_key_value_heads=4, max_position_embeddings=128, num_labels=num_labels, pad_token_id=tokenizer.pad_token_id,
+        use_sliding_window=False,
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = Qwen2ForSequenceClassification(config)
+        torch.nn.init.normal_(model.score.weight, std=1.0)  # logits far from 0: the sigmoid is informative
+    return model.eval(), tokenizer
+
+
+def manual_scores(model, tokenizer, texts, max_length=None):
+    """Sigmoid of the score head at the last token of each text, one unpadded text at a time."""
+    out = []
+    with torch.no_grad():
+        for text in texts:
+            ids = tokenizer(text)["input_ids"]
+            ids = ids[-max_length:] if max_length else ids
+            hidden = model.model(input_ids=torch.tensor([ids])).last_hidden_state[0, -1]
+            out.append(torch.sigmoid(model.score(hidden)[0]).item())
+    return out
+
+
+QUESTIONS = ["Q:12+7=A:", "Q:3+4=A:", "Q:55+44=A:", "Q:1+1=A:", "Q:9+9=A:"]
+RESPONSES = ["19", "7", "98", "2 2 2 2 2 2", "18"]
+
+
+@pytest.fixture(scope="module")
+def classifier():
+    return tiny_classifier()
+
+
+def test_model_verifier_matches_manual_sigmoid(classifier):
+    model, tokenizer = classifier
+    verifier = ModelVerifier(model, tokenizer, batch_size=2)  # several batches, right padding within each
+    scores = verifier.score_batch(QUESTIONS, RESPONSES)
+    texts = [f"{q}\n{r}" for q, r in zip(QUESTIONS, RESPONSES)]
+    expected = manual_scores(model, tokenizer, texts)
+    assert all(0.0 <= s <= 1.0 for s in scores)
+    assert scores == pytest.approx(expected, abs=1e-5)
+    assert max(scores) - min(scores) > 1e-3  # the texts are told apart
+    assert verifier.score(QUESTIONS[0], RESPONSES[0]) == pytest.approx(scores[0], abs=1e-6)
+    # the reward-function API reads the question column; conversational completions work
+    chat = [[{"role": "assistant", "content": r}] for r in RESPONSES]
+    assert verifier(prompts=["ignored"] * 5, completions=chat, question=QUESTIONS) == pytest.approx(scores, abs=1e-6)
+    # question_column=None uses the prompt (the last user message of a conversation)
+    by_prompt = ModelVerifier(model, tokenizer, question_column=None)
+    prompts = [[{"role": "user", "content": q}] for q in QUESTIONS]
+    assert by_prompt(prompts=prompts, completions=RESPONSES) == pytest.approx(scores, abs=1e-5)
+    with pytest.raises(KeyError, match="'question'"):
+        verifier(prompts=QUESTIONS, completions=RESPONSES)
+
+
+def test_model_verifier_truncates_from_the_left_and_templates(classifier):
+    model, tokenizer = classifier
+    verifier = ModelVerifier(model, tokenizer, max_length=4, template="{question}{response}")
+    texts = [q + r for q, r in zip(QUESTIONS, RESPONSES)]
+    expected = manual_scores(model, tokenizer, texts, max_length=4)
+    assert verifier.score_batch(QUESTIONS, RESPONSES) == pytest.approx(expected, abs=1e-5)
+
+
+def test_model_verifier_checks_num_labels():
+    model, tokenizer = tiny_classifier(num_labels=2)
+    with pytest.raises(ValueError, match="num_labels=1"):
+        ModelVerifier(model, tokenizer)
+
+
+@pytest.fixture(scope="module")
+def saved_classifier(classifier, tmp_path_factory):
+    model, tokenizer = classifier
+    path = tmp_path_factory.mktemp("verifier")
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    (path / "verifier_config.json").write_text(json.dumps({"template": "{question}={response}"}))
+    return path
+
+
+def test_model_verifier_from_path_uses_saved_template(classifier, saved_classifier):
+    model, tokenizer = classifier
+    verifier = ModelVerifier(str(saved_classifier))
+    assert verifier.template == "{question}={response}"
+    expected = manual_scores(model, tokenizer, [f"{q}={r}" for q, r in zip(QUESTIONS, RESPONSES)])
+    assert verifier.score_batch(QUESTIONS, RESPONSES) == pytest.approx(expected, abs=1e-5)
+
+
+# ------------------------------------------------------------------------------------------------ HTTP
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_server_round_trip_equals_in_process(classifier):
+    model, tokenizer = classifier
+    verifier = ModelVerifier(model, tokenizer, batch_size=3)
+    local = verifier.score_batch(QUESTIONS, RESPONSES)
+    with VerifierServer(verifier) as server:
+        assert server.url.startswith("http://127.0.0.1:") and server.port != 0
+        remote = RemoteVerifier(server.url, timeout=5.0, retries=0, batch_size=2)
+        assert remote.health()["status"] == "ok"
+        assert remote.score_batch(QUESTIONS, RESPONSES) == local  # floats survive JSON exactly
+        assert remote(prompts=["p"] * 5, completions=RESPONSES, question=QUESTIONS) == local
+        assert remote.score(QUESTIONS[1], RESPONSES[1]) == local[1]
+        # a malformed request is refused (400)
+        request = urllib.request.Request(server.url + "/score", data=b'{"questions": ["a"], "responses": ["x", "y"]}',
+                                         method="POST")
+        with pytest.raises(urllib.error.HTTPError) as info:
+            urllib.request.urlopen(request, timeout=5)
+        assert info.value.code == 400 and b"1 questions for 2 responses" in info.value.read()
+    assert not server.running
+
+
+def test_server_serves_answer_verifier_with_golds():
+    with VerifierServer(AnswerVerifier()) as server:
+        remote = RemoteVerifier(server.url + "/score", retries=0, gold_column="answer")
+        scores = remote(prompts=["p", "p"], completions=["#### 18", "#### 3"], question=["q", "q"],
+                        answer=["x\n#### 18", "4"])
+        assert scores == [1.0, 0.0]
+        with pytest.raises(VerifierError, match="golds"):  # no gold answers: a 400 naming what is missing
+            RemoteVerifier(server.url, retries=0).score_batch(["q"], ["1"])
+
+
+def test_client_without_server_fails_fast():
+    url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    remote = RemoteVerifier(url, timeout=1.0, retries=2, backoff=0.05)
+    start = time.perf_counter()
+    with pytest.raises(VerifierUnavailableError, match="127.0.0.1") as info:
+        remote(prompts=["p"], completions=["1"], question=["q"])
+    elapsed = time.perf_counter() - start
+    assert "3 attempt(s)" in str(info.value)
+    assert elapsed < 3.0, elapsed
+
+
+class ScriptedVerifier:
+    """A stand-in verifier that sleeps or fails, counting its calls."""
+
+    name = "scripted"
+
+    def __init__(self, fail: type[Exception] | None = None, release: threading.Event | None = None,
+                 sleep: float = 0.0) -> None:
+        self.fail, self.release, self.sleep, self.calls = fail, release, sleep, 0
+
+    def score_batch(self, questions, responses, golds=None):
+        self.calls += 1
+        if self.release is not None:
+            self.release.wait(self.sleep)
+        if self.fail is not None:
+            raise self.fail("GPU on fire")
+        return [0.5] * len(responses)
+
+
+def test_slow_server_times_out_without_hanging():
+    release = threading.Event()
+    slow = ScriptedVerifier(release=release, sleep=10.0)
+    server = VerifierServer(slow).start()
+    try:
+        remote = RemoteVerifier(server.url, timeout=0.3, retries=1, backoff=0.05)
+        start = time.perf_counter()
+        with pytest.raises(VerifierUnavailableError, match="timed out") as info:
+            remote.score_batch(["q"], ["r"])
+        elapsed = time.perf_counter() - start
+        assert server.url in str(info.value)
+        assert elapsed < remote.max_wait_s + 1.0 < 3.0, elapsed
+        assert slow.calls == 2  # the first attempt and one retry
+    finally:
+        release.set()
+        server.stop()
+
+
+def test_server_errors_are_retried_then_reported():
+    failing = ScriptedVerifier(fail=RuntimeError)
+    with VerifierServer(failing) as server:
+        remote = RemoteVerifier(server.url, timeout=2.0, retries=2, backoff=0.01)
+        start = time.perf_counter()
+        with pytest.raises(VerifierUnavailableError, match="HTTP 500: RuntimeError: GPU on fire"):
+            remote.score_batch(["q"], ["r"])
+        assert failing.calls == 3
+        assert time.perf_counter() - start < 2.0
+        # the server survives a failing verifier
+        failing.fail = None
+        assert remote.score_batch(["q"], ["r"]) == [0.5]
+
+
+def test_client_errors_are_not_retried():
+    rejecting = ScriptedVerifier(fail=ValueError)  # the verifier rejects the input: HTTP 400
+    with VerifierServer(rejecting) as server:
+        remote = RemoteVerifier(server.url, timeout=2.0, retries=3, backoff=1.0)
+        with pytest.raises(VerifierError, match="HTTP 400: ValueError: GPU on fire") as info:
+            remote.score_batch(["q"], ["r"])
+        assert not isinstance(info.value, VerifierUnavailableError)
+        assert rejecting.calls == 1
+
+
+def test_serve_verifier_main(saved_classifier, monkeypatch):
+    """`serve_verifier_main` loads a saved model, binds loopback and answers like the in-process verifier."""
+    import trl_marl.rewards.verifier as module
+
+    servers = []
+
+    class RecordingServer(module.VerifierServer):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            servers.append(self)
+
+    monkeypatch.setattr(module, "VerifierServer", RecordingServer)
+    status = []
+    thread = threading.Thread(
+        target=lambda: status.append(serve_verifier_main(["--model", str(saved_classifier), "--port", "0",
+                                                          "--batch-size", "2"])),
+        daemon=True,
+    )
+    thread.start()
+    deadline = time.time() + 30
+    while not (servers and servers[0].running) and time.time() < deadline and thread.is_alive():
+        time.sleep(0.02)
+    assert servers and servers[0].running, status
+    server = servers[0]
+    try:
+        assert server.url.startswith("http://127.0.0.1:") and server.port != 0
+        with urllib.request.urlopen(server.url + "/health", timeout=5) as answer:
+            assert json.loads(answer.read())["verifier"] == "model_verifier"
+        expected = ModelVerifier(str(saved_classifier)).score_batch(QUESTIONS, RESPONSES)
+        assert RemoteVerifier(server.url, retries=0).score_batch(QUESTIONS, RESPONSES) == pytest.approx(expected)
+    finally:
+        server.stop()  # ends the blocking loop from another thread
+        thread.join(timeout=10)
+    assert status == [0]
+
+
+def test_serve_verifier_main_rejects_a_bad_model(tmp_path, capsys):
+    model, tokenizer = tiny_classifier(num_labels=2)
+    model.save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    assert serve_verifier_main(["--model", str(tmp_path), "--port", "0"]) == 1
+    assert "num_labels=1" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------------------------ example
+
+
+def test_train_verifier_example_runs_offline(tmp_path):
+    out = tmp_path / "verifier"
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), OMP_NUM_THREADS="1",
+               TRL_MARL_CACHE=os.environ.get("TRL_MARL_CACHE", str(tmp_path / "cache")))
+    args = ["examples/train_verifier.py", "--model_name_or_path", "toy", "--output_dir", str(out),
+            "--num_toy_questions", "24", "--num_train_epochs", "1", "--report_to", "none",
+            "--save_strategy", "no", "--disable_tqdm", "true", "--toy_pretrain_steps", "80"]
+    result = subprocess.run([sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    metrics = json.loads((out / "verifier_metrics.json").read_text())
+    assert metrics["num_positive"] == metrics["num_negative"] > 0  # balanced classes
+    verifier = ModelVerifier(str(out))
+    scores = verifier.score_batch(["Q:1+2=A:"], ["3"])
+    assert 0.0 <= scores[0] <= 1.0 and math.isfinite(scores[0])
