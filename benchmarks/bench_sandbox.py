@@ -22,6 +22,7 @@ import argparse
 import gzip
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -43,16 +44,26 @@ def _stats(seconds: list[float]) -> dict[str, float]:
     }
 
 
+def _cpu_seconds(who: int) -> float:
+    usage = resource.getrusage(who)
+    return usage.ru_utime + usage.ru_stime
+
+
 def overhead(limits: SandboxLimits, runs: int) -> dict[str, float]:
-    """Wall time of sequential runs of a trivial passing program (one warm-up run not counted)."""
+    """Wall time of sequential runs of a trivial passing program (one warm-up run not counted), and the CPU time
+    per run of the sandbox processes and of the caller (less sensitive than wall time to other load)."""
     run_program(TRIVIAL, TRIVIAL_TESTS, limits)
     times = []
+    children, caller = _cpu_seconds(resource.RUSAGE_CHILDREN), _cpu_seconds(resource.RUSAGE_SELF)
     for _ in range(runs):
         start = time.perf_counter()
         result = run_program(TRIVIAL, TRIVIAL_TESTS, limits)
         times.append(time.perf_counter() - start)
         assert result.reason == "ok", result
-    return _stats(times)
+    stats = _stats(times)
+    stats["sandbox_cpu_ms"] = round(1000 * (_cpu_seconds(resource.RUSAGE_CHILDREN) - children) / runs, 1)
+    stats["caller_cpu_ms"] = round(1000 * (_cpu_seconds(resource.RUSAGE_SELF) - caller) / runs, 1)
+    return stats
 
 
 def bare_startup(runs: int) -> dict[str, float]:

@@ -70,6 +70,10 @@ def _sandbox_processes() -> list[int]:
     return found
 
 
+def _process_count() -> int:
+    return sum(name.isdigit() for name in os.listdir("/proc"))
+
+
 def _rss_mb() -> float:
     with open("/proc/self/status") as f:
         for line in f:
@@ -279,9 +283,12 @@ def test_fork_bomb_is_bounded(guards):
         "    except OSError:\n"
         "        pass\n"
     )
+    before = _process_count()
     started = time.monotonic()
     result = run_program(program, ["assert True"], limits)
     _check_hostile(result, started, limits, "timeout")
+    # Back to normal (other jobs on the machine may start a few processes meanwhile, a fork bomb thousands).
+    assert _process_count() < before + 100
 
 
 @pytest.mark.parametrize("guards", GUARDS)
