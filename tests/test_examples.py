@@ -48,3 +48,14 @@ def test_cli_magrpo_with_config(tmp_path):
     assert (out / "agent_1" / "config.json").exists()
     state = json.loads((out / "team_config.json").read_text())
     assert state["mode"] == "models"
+
+
+def test_maporl_example_runs_offline(tmp_path):
+    out = tmp_path / "maporl"
+    run(["examples/maporl_gsm8k.py", "--config", "examples/configs/maporl_gsm8k.yaml", "--model_name_or_path", "toy",
+         "--use_peft", "false", "--load_in_4bit", "false", "--per_device_train_batch_size", "4",
+         "--gradient_accumulation_steps", "1", "--total_episodes", "8", "--num_ppo_epochs", "1",
+         "--response_length", "4", "--max_eval_samples", "8", "--output_dir", str(out), "--report_to", "none"],
+        tmp_path)
+    for name in ("agent_0", "agent_2", "value_model_0", "team_config.json"):
+        assert (out / name).exists(), name

@@ -25,9 +25,9 @@ from typing import Any
 
 PRESETS: dict[str, dict[str, int]] = {
     # steps of MAGRPO (and of each train-alone run), PPO updates of the debate, evaluation episodes
-    "quick": {"magrpo_steps": 60, "maporl_updates": 6, "eval_episodes": 64},
-    "default": {"magrpo_steps": 150, "maporl_updates": 30, "eval_episodes": 128},
-    "full": {"magrpo_steps": 400, "maporl_updates": 80, "eval_episodes": 256},
+    "quick": {"magrpo_steps": 60, "maporl_updates": 8, "eval_episodes": 64},
+    "default": {"magrpo_steps": 150, "maporl_updates": 80, "eval_episodes": 128},
+    "full": {"magrpo_steps": 400, "maporl_updates": 200, "eval_episodes": 256},
 }
 TARGET = 10
 
@@ -43,6 +43,9 @@ class DemoConfig:
 
 
 def _quiet() -> None:
+    import logging
+
+    logging.getLogger("bitsandbytes").setLevel(logging.ERROR)  # its optional CPU kernel hub warns at import
     import torch
     from transformers.utils import logging as hf_logging
 
@@ -157,12 +160,64 @@ def run_magrpo_part(model_dir: str, steps: int, seed: int, episodes: int, work_d
 
 
 # ---------------------------------------------------------------------------------------------------- part 2
+def _debate_metrics(metrics: dict[str, float], turns: int) -> dict[str, list[float]]:
+    """Per-turn lists from `evaluate()`'s flat metrics (majority accuracy, agent accuracy, transitions)."""
+    out: dict[str, list[float]] = {
+        "majority_accuracy": [metrics[f"eval/turn_{t}/majority_accuracy"] for t in range(1, turns + 1)],
+        "agent_accuracy": [metrics[f"eval/turn_{t}/agent_accuracy"] for t in range(1, turns + 1)],
+    }
+    for key in ("w_to_r_rate", "r_to_w_rate", "persuaded_rate", "persuader_rate"):
+        values = [metrics.get(f"eval/turn_{t}_{t + 1}/{key}") for t in range(1, turns)]
+        if all(v is not None for v in values):
+            out[key] = values
+    return out
+
+
+MAPORL_SETTINGS: dict[str, float] = {
+    "learning_rate": 3e-4, "kl_coef": 0.02, "alpha": 0.5, "beta": 0.2, "gamma": 1.0, "train_turns_from": 1,
+}
+"""Hyperparameters of the demo debate (see benchmarks/RESULTS.md for how they were chosen)."""
+
+
 def run_maporl_part(updates: int, seed: int, episodes: int, work_dir: str, show_progress: bool) -> dict[str, Any]:
     """A 3-agent, 3-turn arithmetic debate trained with MAPoRL-style multi-agent PPO."""
-    from .maporl_demo import run_debate_demo
+    from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
-    return run_debate_demo(updates=updates, seed=seed, episodes=episodes, work_dir=work_dir,
-                           progress=_progress_callback("MAPoRL debate", show_progress))
+    from .data import toy_debate_dataset
+    from .envs.debate import ToyDebateEnv
+    from .rewards.influence import InfluenceAwareReward
+    from .rewards.verifier import AnswerVerifier
+    from .toy import make_toy_model
+    from .trainers import MultiAgentPPOConfig, MultiAgentPPOTrainer
+
+    agents, turns, batch = 3, 3, 16
+    model_dir = make_toy_model(task="debate", hidden_size=64, num_layers=2, pretrain_steps=600, seed=0)
+    verifier = AnswerVerifier(task="math")
+    hp = MAPORL_SETTINGS
+    reward = InfluenceAwareReward(verifier, gamma=hp["gamma"], alpha0=hp["alpha"], alpha1=hp["alpha"],
+                                  beta0=hp["beta"], beta1=hp["beta"])
+    config = MultiAgentPPOConfig(
+        output_dir=os.path.join(work_dir, "maporl"), num_agents=agents, num_turns=turns,
+        per_device_train_batch_size=batch, total_episodes=updates * batch, response_length=4, stop_token="eos",
+        num_ppo_epochs=2, learning_rate=hp["learning_rate"], kl_coef=hp["kl_coef"], temperature=1.0,
+        missing_eos_penalty=1.0, train_turns_from=int(hp["train_turns_from"]),
+        report_to="none", save_strategy="no", gradient_checkpointing=False, num_sample_generations=0,
+        logging_steps=1, seed=seed, per_device_eval_batch_size=64, disable_tqdm=True,
+    )
+    trainer = MultiAgentPPOTrainer(
+        args=config, model=model_dir, reward_funcs=[reward], env=ToyDebateEnv(agents, turns),
+        train_dataset=toy_debate_dataset(max(4 * updates * batch, 256), seed=seed),
+        eval_dataset=toy_debate_dataset(episodes, seed=10_000 + seed), eval_verifier=verifier,
+    )
+    trainer.remove_callback(PrinterCallback)
+    trainer.remove_callback(ProgressCallback)
+    trainer.add_callback(_progress_callback("MAPoRL debate", show_progress))
+    before = _debate_metrics(trainer.evaluate(), turns)
+    trainer.train()
+    after = _debate_metrics(trainer.evaluate(), turns)
+    curve = [h["objective/scores"] for h in trainer.state.log_history if "objective/scores" in h]
+    return {"task": f"{agents} agents debate 2-digit additions for {turns} turns", "updates": updates,
+            "before": before, "after": after, "score_curve": curve}
 
 
 # ---------------------------------------------------------------------------------------------------- report
@@ -186,10 +241,11 @@ def format_table(results: dict[str, Any]) -> str:
             f"  {'before training':16s}" + "".join(f"{v:9.3f}" for v in d["before"]["majority_accuracy"]),
             f"  {'after training':16s}" + "".join(f"{v:9.3f}" for v in d["after"]["majority_accuracy"]),
         ]
-        for key in ("w_to_r", "r_to_w"):
+        names = {"w_to_r_rate": "wrong -> right", "r_to_w_rate": "right -> wrong"}
+        for key, name in names.items():
             if key in d["after"]:
-                lines.append(f"  {key.replace('_', ' ')} per turn change, before -> after: "
-                             + ", ".join(f"{b:.3f}->{a:.3f}" for b, a in zip(d["before"][key], d["after"][key])))
+                lines.append(f"  {name} (rate per turn change), before -> after: "
+                             + ", ".join(f"{b:.3f} -> {a:.3f}" for b, a in zip(d["before"][key], d["after"][key])))
     return "\n".join(lines)
 
 
@@ -226,12 +282,13 @@ def make_plots(results: dict[str, Any], output_dir: str) -> list[str]:
         axes[0].legend()
         changes = [f"{t}->{t + 1}" for t in turns[:-1]]
         width = 0.2
-        for i, (key, phase) in enumerate([(k, p) for k in ("w_to_r", "r_to_w") for p in ("before", "after")]):
+        labels = {"w_to_r_rate": "wrong->right", "r_to_w_rate": "right->wrong"}
+        for i, (key, phase) in enumerate([(k, p) for k in labels for p in ("before", "after")]):
             xs = [j + (i - 1.5) * width for j in range(len(changes))]
-            axes[1].bar(xs, d[phase].get(key, [0] * len(changes)), width, label=f"{key.replace('_', ' ')} ({phase})")
+            axes[1].bar(xs, d[phase].get(key, [0] * len(changes)), width, label=f"{labels[key]} ({phase})")
         axes[1].set_xticks(range(len(changes)), changes)
         axes[1].set_xlabel("turn change")
-        axes[1].set_ylabel("fraction of answers")
+        axes[1].set_ylabel("rate (of wrong, resp. right, answers)")
         axes[1].legend(fontsize=8)
         fig.tight_layout()
         paths.append(os.path.join(output_dir, "maporl_accuracy_per_turn.png"))

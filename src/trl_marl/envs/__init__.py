@@ -4,6 +4,7 @@
 - `TargetSumEnv`: a synthetic coordination task (offline demo and tests).
 - `CooperativeWritingEnv`: MAGRPO's writing task (summary + detailed expansion) with its team rewards.
 - `CooperativeCodingEnv`: MAGRPO's coding task (helper + main function, sandboxed tests) with its team rewards.
+- `DebateEnv`, `ToyDebateEnv`: collaborative debate (Du et al. 2024) as used by MAPoRL.
 """
 
 from .arithmetic import TargetSumEnv, TargetSumReward, parse_int, target_sum_reward
@@ -20,6 +21,7 @@ from .coding import (
     load_humaneval,
     load_mbpp,
 )
+from .debate import DebateEnv, ToyDebateEnv
 from .writing import (
     CooperativeWritingEnv,
     LengthRangeReward,
@@ -36,6 +38,7 @@ __all__ = [
     "CombinedSyntaxReward",
     "CooperativeCodingEnv",
     "CooperativeWritingEnv",
+    "DebateEnv",
     "HelperDefinedReward",
     "HelperUsedReward",
     "LengthRangeReward",
@@ -50,6 +53,7 @@ __all__ = [
     "StyleConsistencyReward",
     "TargetSumEnv",
     "TargetSumReward",
+    "ToyDebateEnv",
     "TokenizedPromptEnv",
     "Transcript",
     "TransitionWordsReward",

@@ -314,11 +314,10 @@ class DebateEnv(MultiAgentEnv):
         """The prompt of agent `agent_index` at turn `len(transcript) + 1` (a string, or messages with `chat`)."""
         self._check_transcript(agent_index, transcript)
         turn = len(transcript) + 1
-        first = self.first_turn_template.format(**self._fields(row, agent_index, 1))
         if self.chat:
-            return self._chat_prompt(row, agent_index, transcript, first)
+            return self._chat_prompt(row, agent_index, transcript)
         if turn == 1:
-            text = first
+            text = self.first_turn_template.format(**self._fields(row, agent_index, 1))
         else:
             shown = self._shown_turns(transcript)
             text = self.revision_template.format(
@@ -333,10 +332,9 @@ class DebateEnv(MultiAgentEnv):
             )
         return f"{self.system_prompt}\n\n{text}" if self.system_prompt else text
 
-    def _chat_prompt(
-        self, row: Mapping[str, Any], agent_index: int, transcript: Transcript, first: str
-    ) -> list[dict[str, str]]:
+    def _chat_prompt(self, row: Mapping[str, Any], agent_index: int, transcript: Transcript) -> list[dict[str, str]]:
         messages = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
+        first = self.first_turn_template.format(**self._fields(row, agent_index, 1))
         messages.append({"role": "user", "content": first})
         for t in self._shown_turns(transcript):
             messages.append({"role": "assistant", "content": transcript[t].responses[agent_index].strip()})

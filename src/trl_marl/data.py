@@ -1,0 +1,414 @@
+"""Datasets of MAPoRL (Park et al., arXiv 2502.18439) in the schema of [`~trl_marl.envs.debate.DebateEnv`].
+
+Every loader returns a `datasets.Dataset` with the columns
+
+- `question` (`str`): what the agents are asked;
+- `answer` (`str`): the gold final answer as a plain string (`"72"`, `"entailment"`), which the verifiers of
+  `trl_marl.rewards.verifier` compare answers with;
+
+plus the raw columns that are useful for inspection (listed per loader).
+
+- [`load_gsm8k`]: `openai/gsm8k` (grade-school math; gold after `#### `).
+- [`load_tinygsm`]: `TinyGSM/TinyGSM` (12.3M synthetic GSM8K-style problems whose solutions are Python functions; the
+  gold answer is what the function returns, computed in the sandbox of `trl_marl.rewards.execution`).
+- [`load_anli`]: `facebook/anli` (adversarial natural language inference, rounds 1-3).
+- [`toy_debate_dataset`]: synthetic two-number additions for the offline toy debate
+  ([`~trl_marl.envs.debate.ToyDebateEnv`]).
+
+The Hub loaders call `datasets.load_dataset` (downloaded once, then read from the local cache); a local copy with
+the same columns can be read by passing its path, or a JSON Lines file with `data_files`.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+import random
+import re
+import secrets
+from collections.abc import Mapping, Sequence
+from itertools import islice
+from typing import TYPE_CHECKING, Any
+
+from .rewards.verifier import ANLI_LABELS
+
+if TYPE_CHECKING:
+    import datasets
+
+    from .rewards.execution import SandboxLimits
+
+__all__ = [
+    "ANLI_LABELS",
+    "ANLI_QUESTION_TEMPLATE",
+    "load_anli",
+    "load_gsm8k",
+    "load_tinygsm",
+    "normalize_number",
+    "parse_gsm8k_answer",
+    "tinygsm_answers",
+    "toy_debate_dataset",
+]
+
+
+def _check_max_rows(max_rows: int | None) -> None:
+    if max_rows is not None and max_rows < 0:
+        raise ValueError(f"`max_rows` must be >= 0 or None, got {max_rows}.")
+
+
+def _check_columns(dataset: Any, needed: Sequence[str], loader: str, name: str, split: str) -> None:
+    columns = list(dataset.column_names or [])
+    missing = [c for c in needed if c not in columns]
+    if missing:
+        raise ValueError(
+            f"{loader} expects the columns {list(needed)}, but {name!r} ({split}) lacks {missing} (it has {columns})."
+        )
+
+
+def _head(dataset: datasets.Dataset, max_rows: int | None) -> datasets.Dataset:
+    return dataset if max_rows is None else dataset.select(range(min(max_rows, len(dataset))))
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Numbers
+# ----------------------------------------------------------------------------------------------------------------
+
+_NUMBER = re.compile(r"^[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?$")
+
+
+def normalize_number(value: Any, decimals: int = 6) -> str | None:
+    """A number written plainly, as the gold answers of this module are: `"72"`, `"-3"`, `"2.5"`.
+
+    Integers (and floats with an integral value) lose any fractional part, other floats are rounded to `decimals`
+    places without trailing zeros; commas, `$` and surrounding whitespace of strings are removed.
+
+    Args:
+        value (`int`, `float` or `str`): The number.
+        decimals (`int`): Decimal places kept for a non-integral value.
+
+    Returns:
+        `str` or `None`: The normalized number, or `None` if `value` is not a finite number (booleans included).
+    """
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, str):
+        text = value.strip().replace(",", "").replace("$", "").strip()
+        if not _NUMBER.match(text):
+            return None
+        value = float(text) if any(c in text for c in ".eE") else int(text)
+    if isinstance(value, int):
+        return str(value)
+    if not isinstance(value, float) or not math.isfinite(value):
+        return None
+    if value.is_integer():
+        return str(int(value))
+    text = f"{round(value, decimals):.{decimals}f}".rstrip("0").rstrip(".")
+    return "0" if text in ("-0", "") else text
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# GSM8K
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def parse_gsm8k_answer(answer_text: str) -> str:
+    """The final answer of a GSM8K solution: the text after its last `####`, commas removed (`"1,200"` -> `"1200"`).
+
+    Args:
+        answer_text (`str`): A GSM8K `answer` (the worked solution ending in `#### <answer>`).
+
+    Returns:
+        `str`: The final answer, normalized with [`normalize_number`] when it is a number (else stripped as is).
+
+    Raises:
+        ValueError: The text has no `####`.
+    """
+    if "####" not in answer_text:
+        raise ValueError(f"A GSM8K answer ends with '#### <answer>'; got {answer_text[-80:]!r}.")
+    final = answer_text.rsplit("####", 1)[1].strip()
+    return normalize_number(final) or final.replace(",", "")
+
+
+def _gsm8k_row(example: Mapping[str, Any]) -> dict[str, str]:
+    raw = str(example["answer"])
+    return {"question": str(example["question"]).strip(), "answer": parse_gsm8k_answer(raw), "answer_text": raw}
+
+
+def load_gsm8k(
+    split: str = "train",
+    config: str = "main",
+    max_rows: int | None = None,
+    dataset_name: str = "openai/gsm8k",
+    data_files: str | Sequence[str] | None = None,
+) -> datasets.Dataset:
+    """Load GSM8K (Cobbe et al., 2021) for the debate: MAPoRL's math benchmark (train 7,473 rows, test 1,319).
+
+    `openai/gsm8k` has the configs `main` and `socratic` (sub-questions in the solutions), the splits `train` and
+    `test`, and the columns `question` and `answer` (the worked solution, ending in `#### 72`).
+
+    Args:
+        split (`str`): The split to load.
+        config (`str`): The dataset config (`"main"` or `"socratic"`).
+        max_rows (`int`, *optional*): Keep only the first `max_rows` rows.
+        dataset_name (`str`): The dataset (a Hub name or a local path with the same columns).
+        data_files (`str` or `list[str]`, *optional*): Read these JSON Lines files instead (e.g. a local copy of
+            GSM8K with `question` and `answer` per line); `dataset_name`, `config` and `split` are then ignored.
+
+    Returns:
+        `datasets.Dataset`: `question`, `answer` (the final answer, e.g. `"72"`, commas removed) and `answer_text`
+        (the raw solution).
+    """
+    import datasets
+
+    _check_max_rows(max_rows)
+    if data_files is not None:
+        dataset = datasets.load_dataset("json", data_files=data_files, split="train")
+        name = str(data_files)
+    else:
+        dataset = datasets.load_dataset(dataset_name, config, split=split)
+        name = dataset_name
+    _check_columns(dataset, ("question", "answer"), "load_gsm8k", name, split)
+    dataset = _head(dataset, max_rows)
+    extra = [c for c in dataset.column_names if c not in ("question", "answer")]
+    return dataset.map(_gsm8k_row, remove_columns=extra)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# TinyGSM
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def _entry_point(code: str) -> str | None:
+    """The function a TinyGSM solution defines and that computes the answer (parsed, never run).
+
+    The last top-level function that takes no required argument, preferring `simple_math_problem` (the name TinyGSM
+    uses); `None` when the code does not parse or defines no such function.
+    """
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError):
+        return None
+    names = []
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef):
+            args = node.args
+            required = len(args.posonlyargs) + len(args.args) - len(args.defaults)
+            required += sum(default is None for default in args.kw_defaults)
+            if required == 0:
+                names.append(node.name)
+    if "simple_math_problem" in names:
+        return "simple_math_problem"
+    return names[-1] if names else None
+
+
+def tinygsm_answers(
+    codes: Sequence[str],
+    limits: SandboxLimits | None = None,
+    max_workers: int | None = None,
+) -> list[str | None]:
+    """The answers of TinyGSM solutions: what each solution's function returns, run in the sandbox.
+
+    Dataset code never runs in this process: each solution runs in its own sandboxed interpreter
+    (`trl_marl.rewards.execution.run_programs`, with its resource limits, namespaces and guards), followed by a call of
+    its entry point (`simple_math_problem`, see `_entry_point`) that prints the result after a random marker. The
+    printed value is read back with `ast.literal_eval` and normalized with [`normalize_number`].
+
+    Args:
+        codes (`Sequence[str]`): The solutions (TinyGSM's `code` column).
+        limits (`SandboxLimits`, *optional*): Limits of each run (default: 5 s wall time, 256 MiB memory).
+        max_workers (`int`, *optional*): Solutions run at the same time (default: the number of CPUs).
+
+    Returns:
+        `list[str | None]`: One answer per solution; `None` where the code does not parse, defines no function,
+        fails, times out, or returns something that is not a finite number.
+    """
+    from .rewards.execution import SandboxLimits, run_programs
+
+    if limits is None:
+        limits = SandboxLimits(wall_time=5.0, cpu_time=5.0, memory_mb=256)
+    marker = f"__trl_marl_answer_{secrets.token_hex(8)}__"
+    answers: list[str | None] = [None] * len(codes)
+    programs, where = [], []
+    for index, code in enumerate(codes):
+        entry = _entry_point(str(code))
+        if entry is None:
+            continue
+        programs.append(f"{code}\n\nprint({marker!r} + repr({entry}()))\n")
+        where.append(index)
+    if not programs:
+        return answers
+    results = run_programs(programs, [None] * len(programs), limits=limits, max_workers=max_workers)
+    for index, result in zip(where, results):
+        if result.reason != "ok":
+            continue
+        lines = [line for line in result.stdout.splitlines() if line.startswith(marker)]
+        if not lines:
+            continue
+        try:
+            value = ast.literal_eval(lines[-1][len(marker) :].strip())
+        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+            continue
+        answers[index] = normalize_number(value)
+    return answers
+
+
+def load_tinygsm(
+    split: str = "train",
+    max_rows: int | None = 12_800,
+    start: int = 0,
+    dataset_name: str = "TinyGSM/TinyGSM",
+    streaming: bool | None = None,
+    limits: SandboxLimits | None = None,
+    max_workers: int | None = None,
+    drop_failed: bool = True,
+) -> datasets.Dataset:
+    """Load TinyGSM (Liu et al., 2023) with gold answers computed in the sandbox.
+
+    `TinyGSM/TinyGSM` (one split, `train`, 12.3M rows) has the columns `question` and `code`, a Python function
+    (`def simple_math_problem() -> int:`) whose return value is the answer. It holds no answer column, so the
+    answers are computed by running each solution in the sandbox ([`tinygsm_answers`]; never in this process):
+    about 0.1 s of CPU per row, i.e. minutes for MAPoRL's 12,800 rows (cache the result with `save_to_disk`).
+    MAPoRL trains on the first 12,800 rows, the default here.
+
+    Args:
+        split (`str`): The split to load.
+        max_rows (`int`, *optional*): Keep only `max_rows` rows (from `start`); `None` for all 12.3M.
+        start (`int`): Skip the first `start` rows.
+        dataset_name (`str`): The dataset (a Hub name or a local path with the same columns).
+        streaming (`bool`, *optional*): Stream the rows instead of downloading the whole dataset (several GB).
+            Default: stream when `max_rows` is given.
+        limits (`SandboxLimits`, *optional*): Sandbox limits of each solution (see [`tinygsm_answers`]).
+        max_workers (`int`, *optional*): Solutions run at the same time.
+        drop_failed (`bool`): Drop the rows whose answer could not be computed (else their `answer` is `None`).
+
+    Returns:
+        `datasets.Dataset`: `question`, `answer` (e.g. `"18"` or `"2.5"`) and `code` (the raw solution).
+    """
+    import datasets
+
+    _check_max_rows(max_rows)
+    if start < 0:
+        raise ValueError(f"`start` must be >= 0, got {start}.")
+    if streaming is None:
+        streaming = max_rows is not None
+    dataset = datasets.load_dataset(dataset_name, split=split, streaming=streaming)
+    if streaming:
+        stop = None if max_rows is None else start + max_rows
+        rows = [{"question": r["question"], "code": r["code"]} for r in islice(iter(dataset), start, stop)]
+        dataset = datasets.Dataset.from_list(rows, features=datasets.Features(
+            {"question": datasets.Value("string"), "code": datasets.Value("string")}))
+    else:
+        _check_columns(dataset, ("question", "code"), "load_tinygsm", dataset_name, split)
+        end = len(dataset) if max_rows is None else min(len(dataset), start + max_rows)
+        dataset = dataset.select(range(min(start, end), end))
+    _check_columns(dataset, ("question", "code"), "load_tinygsm", dataset_name, split)
+    answers = tinygsm_answers(dataset["code"], limits=limits, max_workers=max_workers)
+    dataset = datasets.Dataset.from_dict(
+        {"question": [str(q).strip() for q in dataset["question"]], "answer": answers, "code": dataset["code"]},
+        features=datasets.Features({name: datasets.Value("string") for name in ("question", "answer", "code")}),
+    )
+    if drop_failed:
+        keep = [i for i, answer in enumerate(answers) if answer is not None]
+        if len(keep) < len(answers):
+            dataset = dataset.select(keep)
+    return dataset
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# ANLI
+# ----------------------------------------------------------------------------------------------------------------
+
+ANLI_QUESTION_TEMPLATE = (
+    "Premise: {premise}\n"
+    "Hypothesis: {hypothesis}\n"
+    "Given the premise, is the hypothesis true (entailment), possibly true (neutral), or false (contradiction)? "
+    "Answer entailment, neutral or contradiction."
+)
+"""How [`load_anli`] builds the question from a premise and a hypothesis (names the three labels)."""
+
+
+def _anli_row(example: Mapping[str, Any], template: str) -> dict[str, str]:
+    question = template.format(premise=str(example["premise"]).strip(), hypothesis=str(example["hypothesis"]).strip())
+    return {"question": question, "answer": ANLI_LABELS[int(example["label"])]}
+
+
+def load_anli(
+    round: int | Sequence[int] = 1,
+    split: str = "train",
+    max_rows: int | None = None,
+    dataset_name: str = "facebook/anli",
+    question_template: str = ANLI_QUESTION_TEMPLATE,
+) -> datasets.Dataset:
+    """Load ANLI (Nie et al., 2020), MAPoRL's natural language inference benchmark.
+
+    `facebook/anli` has the splits `train_r1`, `dev_r1`, `test_r1`, ..., `test_r3` (rounds 1-3; round 1: 16,946 /
+    1,000 / 1,000 rows) and the columns `uid`, `premise`, `hypothesis`, `label` (0 entailment, 1 neutral,
+    2 contradiction) and `reason`. Rows with another label (e.g. -1, unlabelled) are dropped.
+
+    Args:
+        round (`int` or `Sequence[int]`): The round(s) to load (1, 2, 3); several rounds are concatenated in order.
+        split (`str`): `"train"`, `"dev"` or `"test"` (the round suffix is added), or a full split name such as
+            `"dev_r2"` (then `round` is ignored).
+        max_rows (`int`, *optional*): Keep only the first `max_rows` rows (after concatenating the rounds).
+        dataset_name (`str`): The dataset (a Hub name or a local path with the same columns).
+        question_template (`str`): The question, a format string with the fields `premise` and `hypothesis`.
+
+    Returns:
+        `datasets.Dataset`: `question`, `answer` (`"entailment"`, `"neutral"` or `"contradiction"`) and the raw
+        columns (`premise`, `hypothesis`, `label`, and `uid`/`reason` when present).
+    """
+    import datasets
+
+    _check_max_rows(max_rows)
+    if re.fullmatch(r"\w+_r\d+", split):
+        splits = [split]
+    else:
+        rounds = [round] if isinstance(round, int) else list(round)
+        if not rounds or any(r not in (1, 2, 3) for r in rounds):
+            raise ValueError(f"ANLI has rounds 1, 2 and 3; got round={round!r}.")
+        if split not in ("train", "dev", "test"):
+            raise ValueError(
+                f"`split` must be 'train', 'dev', 'test' or a full split name like 'dev_r1'; got {split!r}."
+            )
+        splits = [f"{split}_r{r}" for r in rounds]
+    parts = []
+    for name in splits:
+        part = datasets.load_dataset(dataset_name, split=name)
+        _check_columns(part, ("premise", "hypothesis", "label"), "load_anli", dataset_name, name)
+        parts.append(part)
+    dataset = parts[0] if len(parts) == 1 else datasets.concatenate_datasets(parts)
+    labels = dataset["label"]
+    keep = [i for i, label in enumerate(labels) if label is not None and int(label) in (0, 1, 2)]
+    if len(keep) < len(labels):
+        dataset = dataset.select(keep)
+    dataset = _head(dataset, max_rows)
+    return dataset.map(_anli_row, fn_kwargs={"template": question_template})
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Toy
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def toy_debate_dataset(n: int, seed: int = 0, max_operand: int = 99) -> datasets.Dataset:
+    """Synthetic additions for the offline toy debate ([`~trl_marl.envs.debate.ToyDebateEnv`]).
+
+    Args:
+        n (`int`): Number of rows.
+        seed (`int`): Seed of the operands.
+        max_operand (`int`): Both operands are drawn uniformly from `[0, max_operand]`.
+
+    Returns:
+        `datasets.Dataset`: `question` (`"12+34"`) and `answer` (`"46"`).
+    """
+    import datasets
+
+    if n < 0:
+        raise ValueError(f"`n` must be >= 0, got {n}.")
+    if max_operand < 0:
+        raise ValueError(f"`max_operand` must be >= 0, got {max_operand}.")
+    rng = random.Random(seed)
+    pairs = [(rng.randint(0, max_operand), rng.randint(0, max_operand)) for _ in range(n)]
+    return datasets.Dataset.from_dict(
+        {"question": [f"{a}+{b}" for a, b in pairs], "answer": [str(a + b) for a, b in pairs]},
+        features=datasets.Features({"question": datasets.Value("string"), "answer": datasets.Value("string")}),
+    )
