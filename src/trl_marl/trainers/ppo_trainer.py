@@ -38,13 +38,10 @@ from ..core.ppo import (
 )
 from ..envs.base import MultiAgentEnv, PromptEnv, TokenizedPromptEnv, Transcript
 from ..team import AgentTeam, pad_left
+from .magrpo_trainer import _identity
 from .ppo_config import MultiAgentPPOConfig, PPOConfig
 
 RewardFunc = Callable[..., Sequence[float | None]]
-
-
-def _identity(batch: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return batch
 
 
 def first_true_index(flags: torch.Tensor) -> torch.Tensor:
