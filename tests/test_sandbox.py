@@ -8,9 +8,13 @@ user id) and are skipped elsewhere, since a non-root sandbox cannot protect file
 
 from __future__ import annotations
 
+import ast
 import os
+import sys
+import tempfile
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -419,11 +423,23 @@ def test_output_flood_is_cut_and_caller_memory_bounded():
 
 @needs_os_layer
 def test_os_layer_isolation():
+    sentinel = Path(tempfile.gettempdir()) / f"trl_marl_host_only_{os.getpid()}"
+    sentinel.write_text("host")
     program = (
         "import os\n"
         "print(os.getuid() != 0, os.getpid(), sorted(os.listdir('/tmp')), os.path.exists('/root/.bashrc'))\n"
     )
-    result = run_program(program, None, SandboxLimits(python_guards=False))
+    try:
+        result = run_program(program, None, SandboxLimits(python_guards=False))
+    finally:
+        sentinel.unlink()
     assert result.reason == "ok", result
-    # A user id of its own, pid 2 in a fresh PID namespace, an empty private /tmp, /root hidden.
-    assert result.stdout == "True 2 [] False\n"
+    # A user id of its own, pid 2 in a fresh PID namespace, a private /tmp, /root hidden.
+    assert result.stdout.startswith("True 2 [") and result.stdout.endswith("] False\n"), result.stdout
+    # The private /tmp holds the fresh working directory and, when the interpreter itself lives under /tmp
+    # (a CI virtualenv), read-only mounts of its directories; never the host's other files.
+    interpreter_dirs = {os.path.realpath(p).split("/")[2] for p in [sys.prefix, *sys.path]
+                        if p and os.path.realpath(p).startswith("/tmp/")}
+    shown = set(ast.literal_eval(result.stdout[result.stdout.index("[") : result.stdout.rindex("]") + 1]))
+    assert sentinel.name not in shown
+    assert shown <= {"work"} | interpreter_dirs, shown

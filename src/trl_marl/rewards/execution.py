@@ -469,7 +469,11 @@ def init(req, emit, libc, isolated, root):
     layers = ["rlimits", "cgroup"] if req["in_cgroup"] else ["rlimits"]
     if isolated:
         setup_mounts(libc, uid, req["disk_mb"], emit)
-        workdir, allowed = "/tmp", ["/tmp", "/var/tmp", "/dev/shm"]
+        # a fresh, empty working directory inside the private /tmp (which may also hold read-only mounts of the
+        # interpreter's own directories when Python lives under /tmp, e.g. a CI virtualenv)
+        workdir, allowed = "/tmp/work", ["/tmp", "/var/tmp", "/dev/shm"]
+        os.makedirs(workdir, mode=0o700, exist_ok=True)
+        os.chown(workdir, uid, uid)
         layers += ["netns", "pidns", "mountns", "ipcns"]
     else:
         workdir, allowed = req["workdir"], [req["workdir"]]
