@@ -11,17 +11,24 @@ a warmup in every round:
 
 1. ``grpo``: seconds per generated completion token of ``MAGRPOTrainer(num_agents=1)`` vs TRL's ``GRPOTrainer`` on
    the same toy model (addition task), the same prompts and the same settings (G=8, 64 completions per step,
-   ``loss_type="dapo"``, ``beta=0``, ``scale_rewards="group"``). Both trainers live in this process and alternate
-   rounds of ``train()``; a ``TrainerCallback`` times every step (``on_step_begin`` -> ``on_step_end``) and counts
-   the completion tokens it generated (MAGRPO: ``trainer.last_rollout.generated_tokens``; GRPO: the logged
-   ``completions/mean_length`` times the batch).
+   ``loss_type="dapo"``, ``beta=0``, ``scale_rewards="group"``). Both trainers live in this process and
+   ``train()`` in two threads that take turns one step at a time (a baton: only one runs at any moment), so step k
+   of one side and step k of the other are adjacent in time; 2 rounds, the side that starts alternating. A
+   ``TrainerCallback`` times every step (``on_step_begin`` -> ``on_step_end``) and counts the completion tokens it
+   generated (MAGRPO: ``trainer.last_rollout.generated_tokens``; GRPO: the logged ``completions/mean_length``
+   times the batch). Also reported: the median of the paired per-step ratios, the training thread's CPU time per
+   token (``time.thread_time``: blind to time spent waiting for a core when other processes load the machine)
+   and a width-matched step-time ratio (a step decodes until its longest completion ends, so its cost follows that
+   length more than its token count: steps are compared among those with the same longest completion).
 2. ``comlrl``: joint samples (scored joint actions) per second of a two-agent MAGRPO team vs comlrl's
    ``MAGRPOTrainer`` on the target-sum task (T=10), same model folder, P prompts x G=8 joint samples per step,
    4 new tokens, temperature 1, top_p 1. comlrl runs in its own virtualenv through ``bench_comlrl_peer.py``
    (a subprocess, alternating with our rounds). Our step time here is the time between two ``on_step_end``
    events (so it includes logging and data loading, as comlrl's step does).
-3. ``memory``: peak RSS (``ru_maxrss``) of a fresh process that builds a LoRA ``adapters`` team (r=8 on
-   ``q_proj``/``v_proj``) and trains a few steps, for 1 and for 4 agents on the same base model.
+3. ``memory``: peak RSS (``VmHWM``; ``ru_maxrss`` is recorded too, but Linux carries it over from the parent
+   across ``exec``) of a fresh process that builds a LoRA ``adapters`` team (r=8 on
+   ``q_proj``/``v_proj``) and trains a few steps, for 1 and for 4 agents on the same base model, with the same
+   batch per agent; plus a control with 1 agent and 4x the prompts (the 4-agent team's number of completions).
 
 The script prints a markdown table and writes ``benchmarks/results_magrpo.json``.
 """
@@ -44,11 +51,13 @@ import argparse  # noqa: E402
 import cProfile  # noqa: E402
 import io  # noqa: E402
 import json  # noqa: E402
+import math  # noqa: E402
 import platform  # noqa: E402
 import pstats  # noqa: E402
 import random  # noqa: E402
 import re  # noqa: E402
 import resource  # noqa: E402
+import shutil  # noqa: E402
 import statistics  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
@@ -99,6 +108,27 @@ def _versions() -> dict[str, str]:
     return out
 
 
+def _source_state() -> dict[str, Any]:
+    """The git commit, whether ``src/`` has uncommitted changes, and short hashes of the files measured."""
+    import hashlib
+
+    def git(*args: str) -> str:
+        try:
+            return subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True, text=True, check=False).stdout
+        except OSError:
+            return ""
+
+    files = ["trainers/magrpo_trainer.py", "team.py", "rollout.py", "core/losses.py", "core/advantages.py"]
+    hashes = {}
+    for name in files:
+        path = SRC_DIR / "trl_marl" / name
+        if path.exists():
+            hashes[name] = hashlib.sha256(path.read_bytes()).hexdigest()[:12]
+    return {"commit": git("rev-parse", "--short", "HEAD").strip(),
+            "src_uncommitted_changes": bool(git("status", "--porcelain", "--", "src").strip()),
+            "sha256_12": hashes}
+
+
 def _load() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
@@ -145,6 +175,7 @@ class Round:
     ends: list[float] = field(default_factory=list)  # perf_counter at on_step_end
     tokens: list[int] = field(default_factory=list)  # completion tokens generated in each step
     widths: list[int] = field(default_factory=list)  # longest completion of each step (= decoding iterations)
+    cpu: list[float] = field(default_factory=list)  # CPU time of the training thread in each step
     begin: float = 0.0  # perf_counter at on_train_begin
 
 
@@ -229,6 +260,7 @@ def _step_timer_class() -> type:
             self.baton = baton
             self.rounds: list[Round] = []
             self._start = 0.0
+            self._cpu_start = 0.0
 
         def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             self.rounds.append(Round(begin=time.perf_counter()))
@@ -237,10 +269,12 @@ def _step_timer_class() -> type:
             if self.baton is not None:  # let the other side take its step first, then time ours
                 self.baton[0].pass_on(self.baton[1])
             self._start = time.perf_counter()
+            self._cpu_start = time.thread_time()
 
         def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             now = time.perf_counter()
             current = self.rounds[-1]
+            current.cpu.append(time.thread_time() - self._cpu_start)
             current.durations.append(now - self._start)
             current.ends.append(now)
             if self.tokens_of_step is not None:
@@ -288,7 +322,10 @@ def _timed(rounds: Sequence[Round], warmup: int, interval: bool = False) -> tupl
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def bench_vs_grpo(cfg: dict[str, Any], work_dir: Path, profile_path: Path | None) -> dict[str, Any]:
+def bench_vs_grpo(cfg: dict[str, Any], work_dir: Path, profile_path: Path | None,
+                  fixed_length: bool = False) -> dict[str, Any]:
+    """Benchmark 1. With ``fixed_length`` every completion is exactly ``max_len`` tokens (``min_new_tokens``), so
+    both sides do identical work in every step and the ratio shows the trainers' own overhead only."""
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
 
@@ -310,14 +347,18 @@ def bench_vs_grpo(cfg: dict[str, Any], work_dir: Path, profile_path: Path | None
         temperature=1.0, top_p=1.0, bf16=False, gradient_checkpointing=False, report_to="none",
         save_strategy="no", logging_steps=1, disable_tqdm=True, seed=0, max_steps=cfg["steps"],
     )
+    tag = ""
+    if fixed_length:
+        common.update(generation_kwargs={"min_new_tokens": cfg["max_len"]}, max_steps=cfg["fixed_length_steps"])
+        tag = "-fixed"
     StepTimer = _step_timer_class()
     tokenizer = load_tokenizer(model_dir)
     grpo = GRPOTrainer(model=model_dir, reward_funcs=addition_reward, processing_class=tokenizer,
-                       args=GRPOConfig(output_dir=str(work_dir / "out-grpo"), **common), train_dataset=dataset)
+                       args=GRPOConfig(output_dir=str(work_dir / f"out-grpo{tag}"), **common), train_dataset=dataset)
     grpo_timer = StepTimer(None, batch)
     grpo.add_callback(grpo_timer)
     magrpo = MAGRPOTrainer(model=model_dir, reward_funcs=addition_reward, processing_class=load_tokenizer(model_dir),
-                           args=MAGRPOConfig(output_dir=str(work_dir / "out-magrpo"), num_agents=1, **common),
+                           args=MAGRPOConfig(output_dir=str(work_dir / f"out-magrpo{tag}"), num_agents=1, **common),
                            train_dataset=dataset)
     magrpo_timer = StepTimer(lambda: _rollout_tokens(magrpo), batch)
     magrpo.add_callback(magrpo_timer)
@@ -367,19 +408,35 @@ def bench_vs_grpo(cfg: dict[str, Any], work_dir: Path, profile_path: Path | None
     result["ratio_median_s_per_token"] = result["magrpo"]["median_s_per_token"] / result["grpo"]["median_s_per_token"]
     result["ratio_per_round"] = [m / g for m, g in zip(per_round["magrpo"], per_round["grpo"])]
     # The decoding loop runs until the longest of the 64 completions ends, and the loss runs on padded completions:
-    # a step's cost follows its longest completion (random: 5 to 8 tokens here) more than its token count.
-    # Normalising by padded positions (completions x longest) removes most of that sampling noise.
+    # a step's cost follows its longest completion (random: 4 to 8 tokens here) more than its token count, so a side
+    # that happens to draw more long steps looks slower per token. Width-matched: compare the median step time of
+    # the two sides among steps with the same longest completion, then take the geometric mean of those ratios
+    # weighted by min(count of steps on either side).
+    by_width: dict[str, dict[int, list[float]]] = {}
     for name, timer in (("magrpo", magrpo_timer), ("grpo", grpo_timer)):
         times, _ = _timed(timer.rounds, cfg["warmup"])
         widths = [w for r in timer.rounds for w in r.widths[cfg["warmup"]:]]
-        result[name]["widths"] = widths
-        result[name]["median_s_per_padded_position"] = _median([t / (batch * w) for t, w in zip(times, widths)])
-        by_width: dict[int, list[float]] = {}
+        result[name]["longest_completion_per_step"] = widths
+        by_width[name] = {}
         for t, w in zip(times, widths):
-            by_width.setdefault(w, []).append(t)
-        result[name]["median_step_s_by_longest_completion"] = {str(w): _median(v) for w, v in sorted(by_width.items())}
-    result["ratio_median_s_per_padded_position"] = (
-        result["magrpo"]["median_s_per_padded_position"] / result["grpo"]["median_s_per_padded_position"]
+            by_width[name].setdefault(w, []).append(t)
+        result[name]["median_step_s_by_longest_completion"] = {
+            str(w): _median(v) for w, v in sorted(by_width[name].items())
+        }
+    log_sum, weight_sum = 0.0, 0
+    for w in sorted(set(by_width["magrpo"]) & set(by_width["grpo"])):
+        weight = min(len(by_width["magrpo"][w]), len(by_width["grpo"][w]))
+        log_sum += weight * math.log(_median(by_width["magrpo"][w]) / _median(by_width["grpo"][w]))
+        weight_sum += weight
+    result["ratio_width_matched_step_time"] = math.exp(log_sum / weight_sum) if weight_sum else float("nan")
+    # CPU time of each side's thread (one torch thread runs every kernel inline): blind to waiting for a core
+    for name, timer in (("magrpo", magrpo_timer), ("grpo", grpo_timer)):
+        cpu = [c for r in timer.rounds for c in r.cpu[cfg["warmup"]:]]
+        tokens = [n for r in timer.rounds for n in r.tokens[cfg["warmup"]:]]
+        result[name]["median_cpu_s_per_token"] = _median([c / max(1, n) for c, n in zip(cpu, tokens)])
+        result[name]["cpu_over_wall"] = sum(cpu) / sum(result[name]["step_times_s"])
+    result["ratio_median_cpu_s_per_token"] = (
+        result["magrpo"]["median_cpu_s_per_token"] / result["grpo"]["median_cpu_s_per_token"]
     )
     pairs = []  # step k of MAGRPO vs step k of GRPO: adjacent in time
     for m_round, g_round in zip(magrpo_timer.rounds, grpo_timer.rounds):
@@ -552,16 +609,26 @@ def memory_child(model_dir: str, num_agents: int, steps: int, prompts: int, gene
     """Runs in a fresh process: build an ``adapters`` team, train ``steps`` steps, print peak RSS as JSON."""
     torch.set_num_threads(1)
 
-    def peak_mb() -> float:
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # KiB on Linux
-
-    def current_mb() -> float:
+    def status_mb(field_name: str) -> float | None:
         try:
             with open("/proc/self/status") as f:
-                line = next(x for x in f if x.startswith("VmRSS:"))
-            return int(line.split()[1]) / 1024.0
+                line = next(x for x in f if x.startswith(field_name + ":"))
+            return int(line.split()[1]) / 1024.0  # kB
         except (OSError, StopIteration):
-            return float("nan")
+            return None
+
+    def ru_maxrss_mb() -> float:
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # KiB on Linux
+
+    def peak_mb() -> float:
+        # Linux carries a process's ru_maxrss across execve: a child started by `subprocess` (vfork + exec) begins
+        # with its parent's peak RSS. VmHWM is the high-water mark of this process's own address space since exec.
+        hwm = status_mb("VmHWM")
+        return hwm if hwm is not None else ru_maxrss_mb()
+
+    def current_mb() -> float:
+        rss = status_mb("VmRSS")
+        return rss if rss is not None else float("nan")
 
     from datasets import Dataset
     from peft import LoraConfig
@@ -593,12 +660,14 @@ def memory_child(model_dir: str, num_agents: int, steps: int, prompts: int, gene
     base_bytes = sum(p.numel() * p.element_size() for n, p in base.named_parameters() if "lora_" not in n)
     lora_bytes = sum(p.numel() * p.element_size() for n, p in base.named_parameters() if "lora_" in n)
     print(json.dumps({
-        "num_agents": num_agents, "peak_rss_mb": peak_mb(), "rss_after_import_mb": after_import,
+        "num_agents": num_agents, "peak_rss_mb": peak_mb(), "ru_maxrss_mb": ru_maxrss_mb(),
+        "rss_after_import_mb": after_import,
         "rss_after_build_mb": after_build, "current_rss_after_import_mb": rss_import,
         "current_rss_after_build_mb": rss_build, "current_rss_after_train_mb": current_mb(),
         "base_param_bytes": base_bytes, "lora_param_bytes": lora_bytes,
         "train_s": train_s, "steps": trainer.state.global_step,
     }))
+    shutil.rmtree(output_dir, ignore_errors=True)
 
 
 def _memory_run(model_dir: str, num_agents: int, prompts: int, cfg: dict[str, Any]) -> dict[str, Any]:
@@ -671,10 +740,24 @@ def markdown_table(results: dict[str, Any]) -> str:
             "| <= 1.05x |"
         )
         rows.append(
-            "| s per padded completion position (completions x longest completion of the step; info) "
-            f"| {g['magrpo']['median_s_per_padded_position'] * 1e3:.3f} ms "
-            f"| {g['grpo']['median_s_per_padded_position'] * 1e3:.3f} ms "
-            f"| {g['ratio_median_s_per_padded_position']:.3f}x | - |"
+            "| CPU s per generated token (thread CPU time: blind to waiting for a core; info) "
+            f"| {g['magrpo']['median_cpu_s_per_token'] * 1e3:.3f} ms "
+            f"| {g['grpo']['median_cpu_s_per_token'] * 1e3:.3f} ms "
+            f"| {g['ratio_median_cpu_s_per_token']:.3f}x | - |"
+        )
+        rows.append(
+            "| step time at equal longest completion (width-matched median step time; info) "
+            f"| {g['magrpo']['median_step_s'] * 1e3:.0f} ms/step | {g['grpo']['median_step_s'] * 1e3:.0f} ms/step "
+            f"| {g['ratio_width_matched_step_time']:.3f}x | - |"
+        )
+    f = results.get("grpo_fixed_length")
+    if f:
+        rows.append(
+            "| s per generated token, every completion exactly "
+            f"{f['settings']['max_completion_length']} tokens (identical work per step; info) "
+            f"| {f['magrpo']['median_s_per_token'] * 1e3:.3f} ms | {f['grpo']['median_s_per_token'] * 1e3:.3f} ms "
+            f"| {f['ratio_median_s_per_token']:.3f}x (paired {f['ratio_paired_steps_median']:.3f}x, "
+            f"CPU time {f['ratio_median_cpu_s_per_token']:.3f}x) | - |"
         )
     for c in results.get("comlrl", []):
         size = f"{c['model']['params_per_agent'] / 1e3:.0f}k params/agent, P={c['prompts_per_step']}, " \
@@ -714,7 +797,7 @@ def markdown_table(results: dict[str, Any]) -> str:
 def configs(quick: bool) -> dict[str, Any]:
     """Settings of each benchmark (``--quick``: fewer rounds and steps, a smaller memory model)."""
     grpo = dict(hidden=256, layers=4, pretrain_steps=100, num_generations=8, batch=64, max_len=8, lr=1e-5,
-                steps=25, warmup=3, rounds=2)
+                steps=25, fixed_length_steps=15, warmup=3, rounds=2)
     comlrl_common = dict(num_generations=8, prompts=8, max_len=4, lr=3e-4, steps=10, comlrl_steps=10, warmup=2)
     comlrl = [
         dict(hidden=64, layers=2, pretrain_steps=300, rounds=3, **comlrl_common),
@@ -722,7 +805,7 @@ def configs(quick: bool) -> dict[str, Any]:
     ]
     memory = dict(hidden=1024, layers=8, steps=3, prompts=2, num_generations=4, max_len=4, repeats=2)
     if quick:
-        grpo.update(steps=6, warmup=2, rounds=2)
+        grpo.update(steps=6, fixed_length_steps=4, warmup=2, rounds=2)
         comlrl = [dict(comlrl[0], steps=4, comlrl_steps=4, warmup=1, rounds=1)]
         memory.update(hidden=512, steps=2, repeats=1)
     return {"grpo": grpo, "comlrl": comlrl, "memory": memory}
@@ -767,6 +850,7 @@ def main() -> None:
         "machine": {"cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
                     "platform": platform.platform(), "processor": platform.processor() or platform.machine()},
         "versions": _versions(),
+        "source": _source_state(),
         "quick": args.quick,
         "load_at_start": _load(),
         "configs": {k: cfgs[k] for k in selected},
@@ -777,6 +861,7 @@ def main() -> None:
         if name == "grpo":
             profile_path = work_dir / "profile_grpo_vs_magrpo.txt" if args.profile else None
             results[name] = bench_vs_grpo(cfgs[name], work_dir, profile_path)
+            results[f"{name}_fixed_length"] = bench_vs_grpo(cfgs[name], work_dir, None, fixed_length=True)
         elif name == "comlrl":
             results[name] = [bench_vs_comlrl(cfg, work_dir) for cfg in cfgs[name]]
         else:
