@@ -10,8 +10,9 @@ with one torch thread (``torch.set_num_threads(1)``, ``OMP_NUM_THREADS=1``) and 
 a warmup in every round:
 
 1. ``grpo``: seconds per generated completion token of ``MAGRPOTrainer(num_agents=1)`` vs TRL's ``GRPOTrainer`` on
-   the same toy model (addition task), the same prompts and the same settings (G=8, 64 completions per step,
-   ``loss_type="dapo"``, ``beta=0``, ``scale_rewards="group"``). Both trainers live in this process and
+   the same toy model (addition task), the same prompts in the same order and the same settings (G=8, 64
+   completions per step, ``loss_type="dapo"``, ``beta=0``, ``scale_rewards="group"``). Both trainers live in this
+   process and
    ``train()`` in two threads that take turns one step at a time (a baton: only one runs at any moment), so step k
    of one side and step k of the other are adjacent in time; 2 rounds, the side that starts alternating. A
    ``TrainerCallback`` times every step (``on_step_begin`` -> ``on_step_end``) and counts the completion tokens it
@@ -346,6 +347,9 @@ def bench_vs_grpo(cfg: dict[str, Any], work_dir: Path, profile_path: Path | None
         learning_rate=cfg["lr"], lr_scheduler_type="constant", loss_type="dapo", beta=0.0, scale_rewards="group",
         temperature=1.0, top_p=1.0, bf16=False, gradient_checkpointing=False, report_to="none",
         save_strategy="no", logging_steps=1, disable_tqdm=True, seed=0, max_steps=cfg["steps"],
+        # in dataset order on both sides (MAGRPO's RandomSampler and GRPO's RepeatSampler shuffle differently): step k
+        # of both sides sees the same 8 prompts
+        shuffle_dataset=False,
     )
     tag = ""
     if fixed_length:
@@ -797,7 +801,7 @@ def markdown_table(results: dict[str, Any]) -> str:
 def configs(quick: bool) -> dict[str, Any]:
     """Settings of each benchmark (``--quick``: fewer rounds and steps, a smaller memory model)."""
     grpo = dict(hidden=256, layers=4, pretrain_steps=100, num_generations=8, batch=64, max_len=8, lr=1e-5,
-                steps=25, fixed_length_steps=15, warmup=3, rounds=2)
+                steps=40, fixed_length_steps=15, warmup=3, rounds=2)
     comlrl_common = dict(num_generations=8, prompts=8, max_len=4, lr=3e-4, steps=10, comlrl_steps=10, warmup=2)
     comlrl = [
         dict(hidden=64, layers=2, pretrain_steps=300, rounds=3, **comlrl_common),
