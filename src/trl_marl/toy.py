@@ -229,6 +229,12 @@ def _parse_int(text: str) -> int | None:
     return int(text) if _DIGITS.fullmatch(text) else None
 
 
+def _shift_away(rng: random.Random, value: int, largest: int) -> int:
+    """``value`` moved by a non-zero amount of at most ``largest``, never below zero (a noisy label)."""
+    shift = rng.randint(1, largest) * rng.choice((-1, 1))
+    return value - shift if value + shift < 0 else value + shift
+
+
 @dataclass
 class ToyTask:
     """Base class of the synthetic toy tasks: a source of (prompt, answer) pairs and a checker of answers."""
@@ -312,10 +318,7 @@ class AdditionTask(ToyTask):
         b = rng.randint(0, self.max_operand)
         total = a + b
         if self.noise_prob > 0 and rng.random() < self.noise_prob:
-            shift = rng.randint(1, self.noise_max) * rng.choice((-1, 1))
-            if total + shift < 0:
-                shift = -shift
-            total += shift
+            total = _shift_away(rng, total, self.noise_max)
         return f"Q:{a}+{b}=A:", str(total)
 
     def is_correct(self, prompt: str, completion: str) -> bool:
@@ -904,12 +907,6 @@ class DebateAdditionTask(ToyTask):
         if self.max_candidates < 1:
             raise ValueError("max_candidates must be >= 1")
 
-    @staticmethod
-    def _shift(rng: random.Random, value: int, largest: int) -> int:
-        """``value`` moved by a non-zero amount of at most ``largest``, never below zero."""
-        shift = rng.randint(1, largest) * rng.choice((-1, 1))
-        return value - shift if value + shift < 0 else value + shift
-
     def sample(self, rng: random.Random) -> tuple[str, str]:
         """Samples one first-turn or revision prompt and its (possibly noisy) answer.
 
@@ -928,11 +925,11 @@ class DebateAdditionTask(ToyTask):
             candidates = []
             for _ in range(rng.randint(1, self.max_candidates)):
                 correct = rng.random() < self.candidate_correct_prob
-                candidates.append(total if correct else self._shift(rng, total, self.candidate_noise_max))
+                candidates.append(total if correct else _shift_away(rng, total, self.candidate_noise_max))
             prompt = f"Q:{a}+{b}=" + " ".join(str(c) for c in candidates) + "?A:"
         answer = total
         if self.noise_prob > 0 and rng.random() < self.noise_prob:
-            answer = self._shift(rng, total, self.noise_max)
+            answer = _shift_away(rng, total, self.noise_max)
         return prompt, str(answer)
 
     def parse(self, prompt: str) -> tuple[int, int, list[str]]:

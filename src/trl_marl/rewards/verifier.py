@@ -570,7 +570,22 @@ def _validate_pairs(questions: Sequence[str], responses: Sequence[str], golds: S
 # ---------------------------------------------------------------------------------------------------------------
 
 
-class AnswerVerifier:
+class _PicklableLock:
+    """Verifiers hold a `threading.Lock` (the server calls them from several threads); pickle them without it."""
+
+    _lock: threading.Lock
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state.pop("_lock", None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+
+class AnswerVerifier(_PicklableLock):
     """Rule-based verifier: 1.0 when a completion's final answer equals the row's gold answer, else 0.0.
 
     The answer is extracted with [`extract_math_answer`] (`task="math"`, e.g. GSM8K) or [`extract_label`]
@@ -621,15 +636,6 @@ class AnswerVerifier:
         self.abs_tol = abs_tol
         self.num_scored = 0
         self.num_unparseable = 0
-        self._lock = threading.Lock()
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = dict(self.__dict__)
-        state.pop("_lock", None)
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
         self._lock = threading.Lock()
 
     @property
@@ -735,7 +741,7 @@ def _read_verifier_config(path: str) -> dict[str, Any]:
         return json.load(f)
 
 
-class ModelVerifier:
+class ModelVerifier(_PicklableLock):
     """Model-based verifier: an outcome reward model scores each (question, response) pair in [0, 1].
 
     The model is an `AutoModelForSequenceClassification` with `num_labels=1` (a scalar head over a causal LM, as TRL's
@@ -827,15 +833,6 @@ class ModelVerifier:
         self.template = template if template is not None else saved.get("template", DEFAULT_TEMPLATE)
         self.question_column = question_column
         self.agent_index = agent_index
-        self._lock = threading.Lock()
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = dict(self.__dict__)
-        state.pop("_lock", None)
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
         self._lock = threading.Lock()
 
     @property
