@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import builtins
 import math
+from decimal import Decimal
+from fractions import Fraction
 from typing import Any
 
 import datasets
@@ -41,11 +43,23 @@ class FakeHub:
 @pytest.mark.parametrize(
     ("value", "expected"),
     [(72, "72"), (18.0, "18"), (2.5, "2.5"), (1 / 3, "0.333333"), (-0.0, "0"), (-3, "-3"), ("1,234", "1234"),
-     (" $5 ", "5"), ("2.50", "2.5"), ("1e3", "1000"), (True, None), (math.nan, None), (math.inf, None),
-     ("abc", None), ("5 apples", None), (None, None), ([1], None)],
+     (" $5 ", "5"), ("2.50", "2.5"), (True, None), (math.nan, None), (math.inf, None),
+     ("abc", None), ("5 apples", None), (None, None), ([1], None),
+     # the same rules as the verifier (trl_marl.utils.numbers): no scientific notation, fractions reduced, at
+     # most 50 digits, thousands separators in groups of three, ASCII digits only
+     ("1e3", None), ("6/8", "3/4"), ("-4/2", "-2"), ("1/0", None), (Fraction(1, 3), "1/3"), (Decimal("2.50"), "2.5"),
+     (10**50 - 1, "9" * 50), (10**50, None), (1e60, None), ("1,2345", None), ("\uff11\uff18", None),
+     (0.1 + 0.2, "0.3"), (2.675, "2.675"), (2 / 3, "0.666667"), ("50%", "50"), (" -$1,234.50 ", "-1234.5")],
 )
 def test_normalize_number(value, expected):
     assert normalize_number(value) == expected
+
+
+def test_normalize_number_rounds_floats_like_round():
+    assert normalize_number(2.675, decimals=2) == "2.67"  # 2.675 is 2.67499999... in binary
+    assert normalize_number(0.125, decimals=2) == "0.12"  # half to even
+    assert normalize_number(0.1 + 0.2, decimals=None) == "0.30000000000000004"
+    assert normalize_number(1e20) == "100000000000000000000"
 
 
 def test_parse_gsm8k_answer():

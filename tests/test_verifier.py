@@ -79,14 +79,97 @@ def test_extract_math_answer(text, expected):
     assert extract_math_answer(text) == expected
 
 
-def test_numbers_compare_with_tolerance():
-    assert answers_match("3/4", "0.75")
+def test_numbers_compare_exactly_or_at_the_golds_precision():
+    # fractions and decimals: exact values
+    assert answers_match("3/4", "0.75") and answers_match("0.75", "3/4") and answers_match("6/8", "3/4")
     assert answers_match("-1/2", "-0.5")
-    assert answers_match("18", "18.0000000001")
+    assert not answers_match("0.333333", "1/3") and answers_match("2/6", "1/3")
+    # integers: exact, no relative tolerance (issue 10: 1450001 was accepted for 1450000)
+    assert not answers_match("1450001", "1450000") and not answers_match("2880001", "2880000")
+    assert not answers_match("1450000.0000001", "1450000")
+    assert answers_match("1450000", "1450000") and answers_match("2900000/2", "1450000")
+    assert not answers_match("18", "18.0000000001")  # the gold states 10 places: 18 is not it
+    # decimals: the prediction rounded (half away from zero) to the gold's places
+    assert answers_match("0.333", "0.33") and answers_match("1/3", "0.33")
+    assert not answers_match("0.34", "0.33") and not answers_match("0.3", "0.33")
+    assert answers_match("2.549", "2.5") and not answers_match("2.55", "2.5") and answers_match("2.45", "2.5")
+    assert answers_match("-2.45", "-2.5") and not answers_match("-2.55", "-2.5") and not answers_match("2.5", "-2.5")
     assert not answers_match("18", "18.01")
+    # text answers
     assert answers_match("X+1", "x+1")
+    assert not answers_match("x+1", "1") and not answers_match("1", "x+1")
     assert not answers_match(None, "1")
     assert to_number("-3/4") == -0.75 and to_number("1234") == 1234.0 and to_number("x+1") is None
+
+
+@pytest.mark.parametrize(
+    ("response", "expected"),
+    [
+        # several numbers in the final answer: ambiguous, no answer (and no fallback to another rule)
+        ("The answer is 1450000 or 1450001.", None),
+        ("#### 1450000 or 1450001", None),
+        ("#### 1450000, 1450001", None),
+        ("Answer: 1450000/1450001", "1450000/1450001"),  # one fraction, not 1450000
+        ("The answer is 1450000 (or 1450001)", None),
+        ("The answer is 18 (9 * 2).", None),
+        ("The answer is 18 eggs, i.e. 18.", "18"),  # one value, repeated
+        ("The answer is 1450000. Or maybe 1450001.", "1450000"),  # the marker's sentence decides
+        ("The answer is 1450000.\nThe answer is 1450001.", "1450001"),  # the last marker decides
+        (r"\boxed{1450000 \text{ or } 1450001}", "1450000 or 1450001"),  # text, matches no number
+        (r"\boxed{1450000, 1450001}", "1450000, 1450001"),
+        # scientific notation is no number
+        ("The answer is 1e6.", None),
+        ("#### 1.45e6", None),
+        ("#### 1450000e0", None),
+        ("so 1450000e0", None),
+        # unicode: only ASCII digits; invisible characters are removed; the unicode minus is a minus
+        ("The answer is \u0661\u0664\u0665\u0660\u0660\u0660\u0660", None),  # Arabic-Indic digits
+        ("#### \uff11\uff18", None),  # fullwidth digits
+        ("The answer is 1\u0664\u0665", None),  # ASCII glued to another script's digit
+        ("#### 145\u200b0000", "1450000"),  # zero-width space inside the number
+        ("#### 10\u00b2", None),  # a superscript is no digit: "10" glued to it is no number
+        ("so it is 10^2", None),  # nor is a number raised to a power
+        ("#### \u22125", "-5"),
+        # huge numbers and malformed tails
+        ("#### " + "9" * 60, None),
+        ("the total is " + "1" * 51, None),
+        ("#### " + "1" * 50, "1" * 50),
+        ("#### 1,450,0001", None),
+        ("#### 2.5.3", None),
+        ("#### 1/0", None),
+        ("#### 1450000abc", "1450000"),  # letters after a number are units
+        ("#### -0", "0"),
+    ],
+)
+def test_adversarial_answers(response, expected):
+    assert extract_math_answer(response) == expected
+
+
+def test_adversarial_answers_are_wrong_for_the_gold():
+    verifier = AnswerVerifier()
+    gold = "1,450,000 dollars in total.\n#### 1450000"
+    hedges = [
+        "The answer is 1450000 or 1450001.", "#### 1450001", "#### 1450000 1450001", "The answer is 1.45e6",
+        "#### 1450000e0", "#### \uff11\uff14\uff15\uff10\uff10\uff10\uff10", "#### 1450000.01", "#### 1450001/1",
+        r"\boxed{1450000 \text{ or } 1450001}", "#### 1,450,0000",
+    ]
+    assert verifier([""] * len(hedges), hedges, answer=[gold] * len(hedges)) == [0.0] * len(hedges)
+    right = ["#### 1,450,000", "The answer is $1,450,000.", r"\boxed{1450000}", "#### 1450000.00", "so 1450000"]
+    assert verifier([""] * len(right), right, answer=[gold] * len(right)) == [1.0] * len(right)
+    assert verifier.score(gold, gold) == 1.0  # the gold text itself is right
+
+
+@pytest.mark.parametrize(
+    "response",
+    ["\\boxed{" * 40_000, "\\boxed{1}" + "{" * 200_000, "answer is " * 20_000 + "5", "1," * 100_000 + "5",
+     "9" * 300_000, "\\frac{" * 40_000],
+)
+def test_extraction_is_linear_on_huge_inputs(response):
+    start = time.process_time()
+    extract_math_answer(response)
+    AnswerVerifier().score(response, "5")
+    # a quadratic scan of these inputs takes minutes; linear ones take well under a second
+    assert time.process_time() - start < 10.0
 
 
 def test_parse_gold_gsm8k_and_plain_values():
@@ -99,6 +182,12 @@ def test_parse_gold_gsm8k_and_plain_values():
     assert parse_gold("72.00") == "72"
     assert parse_gold("$1,234") == "1234"
     assert parse_gold(" 3/4 ") == "3/4"
+    assert parse_gold(0.1 + 0.2) == "0.3"  # floats are rounded to 6 places, as the data loaders do
+    assert parse_gold("#### 6/8") == "3/4"
+    with pytest.raises(ValueError, match="finite"):
+        parse_gold(math.inf)
+    with pytest.raises(ValueError, match="50 digits"):
+        parse_gold(10**60)
     with pytest.raises(ValueError, match="missing"):
         parse_gold(None)
 

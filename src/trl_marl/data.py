@@ -22,7 +22,6 @@ the same columns can be read by passing its path, or a JSON Lines file with `dat
 from __future__ import annotations
 
 import ast
-import math
 import random
 import re
 import secrets
@@ -31,6 +30,7 @@ from itertools import islice
 from typing import TYPE_CHECKING, Any
 
 from .rewards.verifier import ANLI_LABELS
+from .utils.numbers import normalize_number
 
 if TYPE_CHECKING:
     import datasets
@@ -72,37 +72,9 @@ def _head(dataset: datasets.Dataset, max_rows: int | None) -> datasets.Dataset:
 # Numbers
 # ----------------------------------------------------------------------------------------------------------------
 
-_NUMBER = re.compile(r"^[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?$")
-
-
-def normalize_number(value: Any, decimals: int = 6) -> str | None:
-    """A number written plainly, as the gold answers of this module are: `"72"`, `"-3"`, `"2.5"`.
-
-    Integers (and floats with an integral value) lose any fractional part, other floats are rounded to `decimals`
-    places without trailing zeros; commas, `$` and surrounding whitespace of strings are removed.
-
-    Args:
-        value (`int`, `float` or `str`): The number.
-        decimals (`int`): Decimal places kept for a non-integral value.
-
-    Returns:
-        `str` or `None`: The normalized number, or `None` if `value` is not a finite number (booleans included).
-    """
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, str):
-        text = value.strip().replace(",", "").replace("$", "").strip()
-        if not _NUMBER.match(text):
-            return None
-        value = float(text) if any(c in text for c in ".eE") else int(text)
-    if isinstance(value, int):
-        return str(value)
-    if not isinstance(value, float) or not math.isfinite(value):
-        return None
-    if value.is_integer():
-        return str(int(value))
-    text = f"{round(value, decimals):.{decimals}f}".rstrip("0").rstrip(".")
-    return "0" if text in ("-0", "") else text
+# `normalize_number` is the package's one normaliser of numbers (`trl_marl.utils.numbers`): the verifiers compare
+# answers with the gold answers these loaders produce under the same rules (integers as digits, decimals without
+# trailing zeros, fractions reduced, floats rounded to 6 places, no scientific notation, at most 50 digits).
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -111,13 +83,14 @@ def normalize_number(value: Any, decimals: int = 6) -> str | None:
 
 
 def parse_gsm8k_answer(answer_text: str) -> str:
-    """The final answer of a GSM8K solution: the text after its last `####`, commas removed (`"1,200"` -> `"1200"`).
+    """The final answer of a GSM8K solution: the text after its last `####`, normalised (`"1,200"` -> `"1200"`).
 
     Args:
         answer_text (`str`): A GSM8K `answer` (the worked solution ending in `#### <answer>`).
 
     Returns:
-        `str`: The final answer, normalized with [`normalize_number`] when it is a number (else stripped as is).
+        `str`: The final answer, normalized with [`normalize_number`] (`trl_marl.utils.numbers`) when it is a number
+        (else stripped, commas removed).
 
     Raises:
         ValueError: The text has no `####`.

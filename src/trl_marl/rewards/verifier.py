@@ -15,31 +15,42 @@ verifiers, all with TRL's reward-function signature `f(prompts, completions, **k
 
 Answer extraction ([`extract_math_answer`], [`extract_label`], [`parse_gold`]) is usable on its own.
 
-Math answers, first rule that applies wins:
+Math answers are read like security-sensitive input: a policy will find any way to get a wrong answer accepted. First
+invisible format characters (zero-width spaces and joiners, direction marks, soft hyphens) are removed and the Unicode
+minus (U+2212) is read as `-`. Then the first rule that applies wins:
 
-1. the last `\\boxed{...}` (nested braces allowed; `\\fbox{...}` too): its content with LaTeX markup removed
-   (`\\frac{a}{b}` -> `a/b`, `\\text{...}` -> its text); the number when it holds exactly one, else the text;
-2. the last `#### X` (GSM8K's marker): the first number after it on its line (or on the next non-blank line);
-3. the last "answer is X", "answer: X" or "answer = X" (any case, "final answer", Markdown bold allowed): the first
-   number after it, as in 2;
+1. the last complete `\\boxed{...}` (nested braces allowed; `\\fbox{...}` too): its content with LaTeX markup removed
+   (`\\frac{a}{b}` -> `a/b`, `\\text{...}` -> its text); the number when it holds exactly one and otherwise only words
+   (units), else the text (`\\boxed{1450000 \\text{ or } 1450001}` is the text "1450000 or 1450001", which matches
+   no number);
+2. the last `#### ` (GSM8K's marker), then
+3. the last "answer is X", "answer: X" or "answer = X" (any case, "final answer", Markdown bold allowed): the
+   numbers of the rest of the marker's sentence (up to `.`, `!`, `?` or `;` before a space or the line end, or the
+   next non-blank line when the marker ends its line). One value (repeated or not) is the answer; **several
+   different values ("1450000 or 1450001", "18 (9 * 2)") are an ambiguous answer: no answer**, and no later rule
+   applies; no number at all lets the next rule apply;
 4. the last number of the text;
 5. otherwise no answer (`None`).
 
-A number may carry a sign (`-3`, `+3`; a `-` glued to a preceding digit or letter is a minus operator, so the last
-number of "5-3" is 3), thousands separators (`1,234`), a currency sign (`$12`, `-$12`), a percent sign (`50%`
-is 50), decimals (`2.50`) and be a simple fraction (`3/4`). It is normalised to a canonical string: no separators,
-signs or units, no trailing zeros after the decimal point (`72.00` -> `72`, `.5` -> `0.5`), `-0` -> `0`; a
-fraction stays a fraction (`3/4`). Two answers agree when both are numbers within a tolerance (`3/4` == `0.75`,
-relative 1e-6 and absolute 1e-6 by default), otherwise when their normalised texts are equal ignoring case.
+What a number is, its canonical form and how two numbers compare are the rules of `trl_marl.utils.numbers`, the one
+normaliser of the package (the data loaders use it too). In short: ASCII digits only (no other scripts' digits, no
+superscripts); an optional sign, `$`, `%` (`50%` is 50), thousands separators in groups of three, decimals,
+fractions `3/4`; no scientific notation (`1e6` holds no number); at most 50 digits (a longer number is no answer);
+a `-` glued to a preceding digit or letter is a minus operator (the last number of "5-3" is 3). **An integer gold
+answer matches only the exact value** (`1450001` is wrong for `1450000`, `1450000.0` is right), a fraction gold
+its exact value (`0.75` is right for `3/4`, `0.333333` wrong for `1/3`), and a decimal gold with d decimal places
+a prediction that rounds to it at d places (`0.333` is right for `0.33`). Non-numeric answers are compared as texts,
+ignoring case.
 
 Labels (ANLI's entailment / neutral / contradiction by default): the last whole-word occurrence of any label in any
 case wins ("... so it is not a contradiction; NEUTRAL" -> "neutral"). Beware that a negation after the answer
 ("Neutral, not contradiction") also counts as the last occurrence.
 
 Gold answers: GSM8K's answer text (reasoning, then `#### 72`) gives what follows the last `####`; plain values
-pass through the same normalisation (`72`, `72.0`, `"$1,234"`); for labels an integer (or a digit string) is an
-index into `label_map` (default `0: entailment, 1: neutral, 2: contradiction`, the Hugging Face `anli` dataset), a
-single letter `e`/`n`/`c` is the label it starts (ANLI's raw files), and text is matched against the labels.
+pass through the same normalisation (`72`, `72.0`, `"$1,234"`; a float is rounded to 6 decimal places); for labels
+an integer (or a digit string) is an index into `label_map` (default `0: entailment, 1: neutral, 2: contradiction`,
+the Hugging Face `anli` dataset), a single letter `e`/`n`/`c` is the label it starts (ANLI's raw files), and text is
+matched against the labels.
 """
 
 from __future__ import annotations
@@ -59,10 +70,19 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping, Sequence
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
+from fractions import Fraction
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol, runtime_checkable
 
+from ..utils.numbers import (
+    MAX_DIGITS,
+    canonical_number,
+    find_numbers,
+    normalize_number,
+    number_value,
+    numbers_match,
+)
 from .rouge import MULTI_AGENT_KWARGS, AgentSelector, completion_text, is_missing, select_texts
 
 __all__ = [
@@ -101,52 +121,28 @@ TASKS = ("math", "label")
 # Answer extraction and normalisation
 # ---------------------------------------------------------------------------------------------------------------
 
-# A number: optional sign (not glued to a preceding word, digit or closing bracket, where it is an operator),
-# optional currency sign, digits with optional thousands separators and decimals (or a bare decimal), or a simple
-# fraction of two integers, and an optional percent sign.
-_NUMBER_PATTERN = (
-    r"(?<![\w./)\]}])"
-    r"[-+]?(?:\$[ \t]?)?"
-    r"(?:\d+/\d+(?![\d.,]\d)"
-    r"|(?:\d{1,3}(?:,\d{3})+(?!\d)|\d+)(?:\.\d+)?"
-    r"|\.\d+)"
-    r"(?:[ \t]?%)?"
-)
-_NUMBER = re.compile(_NUMBER_PATTERN)
-_FULL_NUMBER = re.compile(r"\s*" + _NUMBER_PATTERN + r"\s*")
 _UNIT_WORDS = re.compile(r"(?:[^\W\d_]|[\s=:.])*")  # letters, spaces, "=", ":" and "."
 _BOXED = re.compile(r"\\(?:boxed|fbox)\s*")
 _HASHES = re.compile(r"####")
 _ANSWER_MARKER = re.compile(r"\banswer\b\**[ \t]*(?:is\b[ \t]*:?|:|=)", re.IGNORECASE)
+_SENTENCE_END = re.compile(r"[.!?;](?=\s|$)")
 _LATEX_FRAC = re.compile(r"\\[dt]?frac\s*\{([^{}]*)\}\s*\{([^{}]*)\}")
 _LATEX_TEXT = re.compile(r"\\(?:text|textbf|mathrm|mathbf|textit|mbox|operatorname)\s*\{([^{}]*)\}")
 _LATEX_DROP = re.compile(r"\\(?:left|right|displaystyle|!|,|;|:| )|\^\s*\{?\\circ\}?|\^\\circ")
+# Invisible format characters (soft hyphen, zero-width spaces and joiners, direction marks and isolates, word
+# joiner, invisible operators, byte order mark): removed, so the verifier reads what a person sees.
+_INVISIBLE = re.compile("[\u00ad\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff]")
 
 
-def _braced(text: str, start: int) -> tuple[str, int] | None:
-    """The content of the brace group opening at `text[start]`, nested braces included.
-
-    Args:
-        text: The text.
-        start: Index of the opening `{`.
-
-    Returns:
-        `(content, end)` with `end` the index after the closing brace, or `None` when the braces do not close.
-    """
-    depth = 0
-    for index in range(start, len(text)):
-        char = text[index]
-        if char == "{":
-            depth += 1
-        elif char == "}":
-            depth -= 1
-            if depth == 0:
-                return text[start + 1 : index], index + 1
-    return None
+def _clean(text: str) -> str:
+    """Removes invisible format characters and writes the Unicode minus sign (U+2212) as `-`."""
+    return _INVISIBLE.sub("", text).replace("\u2212", "-")
 
 
 def _last_boxed(text: str) -> str | None:
-    """The content of the last `\\boxed{...}` (or `\\fbox{...}`, or `\\boxed 5`) of a text.
+    """The content of the last complete `\\boxed{...}` (or `\\fbox{...}`, or `\\boxed 5`) of a text.
+
+    Braces are matched in one pass over the text, so the time is linear in its length whatever it holds.
 
     Args:
         text: The text.
@@ -154,18 +150,26 @@ def _last_boxed(text: str) -> str | None:
     Returns:
         The raw content, or `None` when there is no complete boxed expression.
     """
-    found = None
-    for match in _BOXED.finditer(text):
+    markers = list(_BOXED.finditer(text))
+    if not markers:
+        return None
+    closing: dict[int, int] = {}
+    stack: list[int] = []
+    for index, char in enumerate(text):
+        if char == "{":
+            stack.append(index)
+        elif char == "}" and stack:
+            closing[stack.pop()] = index
+    for match in reversed(markers):
         end = match.end()
         if end < len(text) and text[end] == "{":
-            group = _braced(text, end)
-            if group is not None:
-                found = group[0]
+            if end in closing:
+                return text[end + 1 : closing[end]]
         else:  # `\boxed 5`: the next whitespace-free token
             token = re.match(r"[^\s$]+", text[end:])
             if token:
-                found = token.group(0)
-    return found
+                return token.group(0)
+    return None
 
 
 def _strip_latex(text: str) -> str:
@@ -177,7 +181,7 @@ def _strip_latex(text: str) -> str:
     Returns:
         The text with the markup replaced by plain text (`\\frac{3}{4}` -> `3/4`).
     """
-    text = text.replace("{,}", ",").replace("\\$", "$").replace("\\%", "%").replace("−", "-")
+    text = text.replace("{,}", ",").replace("\\$", "$").replace("\\%", "%")
     for _ in range(4):  # nested \text{\frac{..}{..}} and the like
         new = _LATEX_TEXT.sub(r"\1", _LATEX_FRAC.sub(r"\1/\2", text))
         if new == text:
@@ -187,69 +191,51 @@ def _strip_latex(text: str) -> str:
     return text.strip()
 
 
-def _canonical_number(token: str) -> str | None:
-    """Normalises one matched number to its canonical string.
+def _span_answer(span: str) -> tuple[bool, str | None]:
+    """The one number an answer span states.
 
     Args:
-        token: Text matched by the number pattern (sign, `$`, separators, `%` allowed).
+        span: The text after an answer marker, up to the end of its sentence.
 
     Returns:
-        The canonical string (`"-1234.5"`, `"3/4"`, `"0"`), or `None` if it is not a valid number (e.g. `1/0`).
+        `(False, None)` when the span holds no number; `(True, value)` when all its numbers have one canonical value;
+        `(True, None)` when it holds several different values ("1450000 or 1450001": ambiguous, no answer) or a
+        number that is too long or has a zero denominator.
     """
-    text = token.strip().replace("$", "").replace("%", "").replace(",", "").replace(" ", "").replace("\t", "")
-    negative = text.startswith("-")
-    text = text.lstrip("+-")
-    if "/" in text:
-        numerator, denominator = text.split("/", 1)
-        if int(denominator) == 0:
-            return None
-        value = f"{int(numerator)}/{int(denominator)}"
-        return value if not negative or int(numerator) == 0 else f"-{value}"
-    try:
-        number = Decimal(text)
-    except InvalidOperation:
-        return None
-    if negative:
-        number = -number
-    if number == 0:
-        return "0"
-    return format(number.normalize(), "f")
+    matches = find_numbers(_strip_latex(span))
+    if not matches:
+        return False, None
+    values = {canonical_number(match.group(0)) for match in matches}
+    if len(values) != 1 or None in values:
+        return True, None
+    return True, values.pop()
 
 
-def _first_number(text: str) -> str | None:
-    """The canonical form of the first number of a text.
-
-    Args:
-        text: The text.
-
-    Returns:
-        The canonical number, or `None` when the text has none.
-    """
-    for match in _NUMBER.finditer(text):
-        value = _canonical_number(match.group(0))
-        if value is not None:
-            return value
-    return None
+def _first_sentence(line: str) -> str:
+    """A line up to its first sentence end (`.`, `!`, `?` or `;` before a space or the end; `2.5` is no end)."""
+    end = _SENTENCE_END.search(line)
+    return line[: end.start()] if end else line
 
 
-def _after_marker(text: str, end: int) -> str | None:
-    """The first number after a marker ending at `end`: on the rest of its line, or on the next non-blank line.
+def _after_marker(text: str, end: int) -> tuple[bool, str | None]:
+    """The answer stated after a marker ending at `end`: in the rest of its sentence, or the next non-blank line's.
 
     Args:
         text: The text.
         end: Index just after the marker.
 
     Returns:
-        The canonical number, or `None`.
+        As [`_span_answer`]: `(False, None)` when the marker is followed by no number (the next rule applies),
+        `(True, value)` for an answer, `(True, None)` for an ambiguous one (no answer, and no other rule applies).
     """
     lines = text[end:].split("\n")
-    first = _first_number(_strip_latex(lines[0]))
-    if first is not None or lines[0].strip(" \t*:$"):
-        return first
+    found, value = _span_answer(_first_sentence(lines[0]))
+    if found or lines[0].strip(" \t*:$"):
+        return found, value
     for line in lines[1:]:
         if line.strip():
-            return _first_number(_strip_latex(line))
-    return None
+            return _span_answer(_first_sentence(line))
+    return False, None
 
 
 def normalize_answer(text: str) -> str:
@@ -259,18 +245,18 @@ def normalize_answer(text: str) -> str:
         text: An answer, e.g. `"$1,234.00"`, `"\\frac{3}{4}"`, `"18 dollars"` or `"x+1"`.
 
     Returns:
-        The canonical number when the (LaTeX-stripped) text holds exactly one number and otherwise only words,
-        spaces, `=`, `:` or `.` (`"1234"`, `"3/4"`, `"18"`, `"x = 5"` -> `"5"`); otherwise the stripped text
-        without a trailing period (`"x+1"`).
+        The canonical number (`trl_marl.utils.numbers`) when the (LaTeX-stripped) text holds exactly one number and
+        otherwise only words, spaces, `=`, `:` or `.` (`"1234"`, `"3/4"`, `"18"`, `"x = 5"` -> `"5"`); otherwise
+        the stripped text without a trailing period (`"x+1"`, `"1450000 or 1450001"`).
     """
-    cleaned = _strip_latex(str(text))
-    numbers = list(_NUMBER.finditer(cleaned))
+    cleaned = _strip_latex(_clean(str(text)))
+    numbers = find_numbers(cleaned)
     if len(numbers) == 1:
         number = numbers[0]
         # Words around the number are units or a variable name ("18 dollars", "x = 5"); an operator makes it an
         # expression ("x+1"), which is compared as text.
         rest = cleaned[: number.start()] + " " + cleaned[number.end() :]
-        value = _canonical_number(number.group(0))
+        value = canonical_number(number.group(0))
         if value is not None and _UNIT_WORDS.fullmatch(rest):
             return value
     return re.sub(r"\s+", " ", cleaned).strip().rstrip(".").strip()
@@ -284,36 +270,35 @@ def extract_math_answer(text: str | None) -> str | None:
 
     Returns:
         The normalised answer (a canonical number such as `"1234"`, `"-3"`, `"0.5"`, `"3/4"`, or the text of a
-        boxed non-numeric answer), or `None` when the response has no answer.
+        boxed non-numeric answer), or `None` when the response has no answer or an ambiguous one.
 
     Example:
 
     ```python
     extract_math_answer("So she makes 9 * 2 = $18.\\n#### 18")  # "18"
     extract_math_answer("The answer is \\\\boxed{\\\\frac{3}{4}}")  # "3/4"
+    extract_math_answer("The answer is 1450000 or 1450001.")  # None: two different numbers
     extract_math_answer("I don't know.")  # None
     ```
     """
     if not text:
         return None
-    text = str(text).replace("−", "-")
+    text = _clean(str(text))
     boxed = _last_boxed(text)
     if boxed is not None:
         value = normalize_answer(boxed)
         if value:
             return value
     for marker in (_HASHES, _ANSWER_MARKER):
-        matches = list(marker.finditer(text))
-        if matches:
-            value = _after_marker(text, matches[-1].end())
-            if value is not None:
+        last = None
+        for last in marker.finditer(text):  # noqa: B007 - only the last marker counts
+            pass
+        if last is not None:
+            found, value = _after_marker(text, last.end())
+            if found:
                 return value
-    cleaned = _strip_latex(text)
-    for match in reversed(list(_NUMBER.finditer(cleaned))):
-        value = _canonical_number(match.group(0))
-        if value is not None:
-            return value
-    return None
+    numbers = find_numbers(_strip_latex(text))
+    return canonical_number(numbers[-1].group(0)) if numbers else None
 
 
 def extract_label(text: str | None, labels: Sequence[str] = ANLI_LABELS) -> str | None:
@@ -405,61 +390,51 @@ def parse_gold(
         if len(text) == 1 and len(by_letter.get(text.lower(), [])) == 1:
             return by_letter[text.lower()][0]
         return extract_label(text, labels) or text.lower()
-    if isinstance(gold, bool):
-        return str(int(gold))
-    if isinstance(gold, int):
-        return str(gold)
-    if isinstance(gold, float):
-        if not math.isfinite(gold):
-            raise ValueError(f"The gold answer is not a finite number: {gold!r}.")
-        return _canonical_number(repr(gold)) or repr(gold)
-    text = str(gold)
-    if "####" in text:
-        text = text.rsplit("####", 1)[1]
-    return normalize_answer(text.strip())
+    if isinstance(gold, str) or not isinstance(gold, (int, float, Fraction, Decimal)):
+        text = str(gold)
+        if "####" in text:
+            text = text.rsplit("####", 1)[1]
+        return normalize_number(text) or normalize_answer(text.strip())
+    value = normalize_number(int(gold) if isinstance(gold, bool) else gold)
+    if value is None:
+        raise ValueError(f"The gold answer is not a finite number of at most {MAX_DIGITS} digits: {gold!r}.")
+    return value
 
 
 def to_number(answer: str | None) -> float | None:
-    """The value of a normalised answer.
+    """The value of a normalised answer, as a float (for display; [`answers_match`] compares exact values).
 
     Args:
         answer: A string from [`extract_math_answer`], [`normalize_answer`] or [`parse_gold`].
 
     Returns:
-        Its value as a float (`"3/4"` -> 0.75), or `None` when it is not a number.
+        Its value as a float (`"3/4"` -> 0.75), or `None` when it is not one number.
     """
-    if answer is None:
-        return None
-    match = _FULL_NUMBER.fullmatch(str(answer))
-    if match is None:
-        return None
-    canonical = _canonical_number(str(answer))
-    if canonical is None:
-        return None
-    if "/" in canonical:
-        numerator, denominator = canonical.split("/")
-        return int(numerator) / int(denominator)
-    return float(canonical)
+    value = number_value(answer)
+    return None if value is None else float(value)
 
 
-def answers_match(prediction: str | None, gold: str, rel_tol: float = 1e-6, abs_tol: float = 1e-6) -> bool:
+def answers_match(prediction: str | None, gold: str) -> bool:
     """Whether a predicted answer agrees with a gold answer.
+
+    Numbers are compared by `trl_marl.utils.numbers.numbers_match`: an integer or fraction gold exactly, a decimal
+    gold with d places against the prediction rounded to d places. There is no relative tolerance: `1450001` is not
+    `1450000`.
 
     Args:
         prediction: The normalised prediction (`None`: no answer, never a match).
         gold: The normalised gold answer.
-        rel_tol: Relative tolerance when both are numbers.
-        abs_tol: Absolute tolerance when both are numbers.
 
     Returns:
-        `True` when both are numbers within the tolerance (`"3/4"` and `"0.75"`), or their texts are equal
-        ignoring case and surrounding whitespace.
+        `True` when the gold is a number and the prediction matches it as above (`"0.75"` and `"3/4"`), or when
+        neither is a number and their texts are equal ignoring case and surrounding whitespace.
     """
     if prediction is None:
         return False
-    predicted, expected = to_number(prediction), to_number(gold)
-    if predicted is not None and expected is not None:
-        return math.isclose(predicted, expected, rel_tol=rel_tol, abs_tol=abs_tol)
+    if number_value(gold) is not None:
+        return numbers_match(prediction, gold)
+    if number_value(prediction) is not None:
+        return False
     return prediction.strip().casefold() == str(gold).strip().casefold()
 
 
@@ -600,8 +575,6 @@ class AnswerVerifier(_PicklableLock):
         label_map: Integer gold label -> label word (default: ANLI's `0: entailment, 1: neutral, 2: contradiction`).
         agent_index: Which completions are scored: `None` the `completions` argument, an int `i` agent `i`'s
             (`agent_completions[i]`, passed by trl-marl's trainers).
-        rel_tol: Relative tolerance of numeric comparisons.
-        abs_tol: Absolute tolerance of numeric comparisons.
 
     Example:
 
@@ -618,8 +591,6 @@ class AnswerVerifier(_PicklableLock):
         labels: Sequence[str] = ANLI_LABELS,
         label_map: Mapping[int, str] | Sequence[str] | None = None,
         agent_index: AgentSelector = None,
-        rel_tol: float = 1e-6,
-        abs_tol: float = 1e-6,
     ) -> None:
         if task not in TASKS:
             raise ValueError(f"Unknown task {task!r}; choose one of {TASKS}.")
@@ -632,8 +603,6 @@ class AnswerVerifier(_PicklableLock):
         self.labels = tuple(labels)
         self.label_map = _label_index_map(self.labels, label_map)
         self.agent_index = agent_index
-        self.rel_tol = rel_tol
-        self.abs_tol = abs_tol
         self.num_scored = 0
         self.num_unparseable = 0
         self._lock = threading.Lock()
@@ -682,7 +651,7 @@ class AnswerVerifier(_PicklableLock):
             return 0.0
         if self.task == "label":
             return 1.0 if predicted.casefold() == expected.casefold() else 0.0
-        return 1.0 if answers_match(predicted, expected, self.rel_tol, self.abs_tol) else 0.0
+        return 1.0 if answers_match(predicted, expected) else 0.0
 
     def score_batch(
         self, questions: Sequence[str], responses: Sequence[str], golds: Sequence[Any] | None = None

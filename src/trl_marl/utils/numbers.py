@@ -1,0 +1,250 @@
+"""Numeric answers: one grammar, one canonical form and one comparison rule for the whole package.
+
+The data loaders (`trl_marl.data`) normalise gold answers with [`normalize_number`], and the answer verifier
+(`trl_marl.rewards.verifier`) reads numbers out of responses with [`NUMBER_PATTERN`] and [`canonical_number`] and
+compares them with [`numbers_match`]. A reward is something a policy optimises against, so the rules are strict and
+written down here.
+
+**What is a number in text** ([`NUMBER_PATTERN`]):
+
+- ASCII digits only (`0-9`). Other scripts' digits (Arabic-Indic, fullwidth) are not digits, and a number glued to
+  one is not a number; nor is a number glued to a power (`10^2`, `10²`: neither 10 nor 2 is a number there).
+- An optional sign (`-3`, `+3`), an optional currency sign (`$12`, `-$12`), an optional percent sign (`50%` is 50).
+- An integer (`1450000`), optionally with thousands separators in groups of exactly three (`1,450,000`), a decimal
+  (`2.50`, `.5`), or a fraction of two integers (`3/4`).
+- Not glued to a word, another number, `.`, `,`, `/` or a closing bracket before it (the `3` of `x3` or `v2.3` is not
+  a number), and not followed by a digit of any script or by `.`, `,` or `/` and a digit (`2.5.3`, `1,450,0001` and
+  `1/2/3` hold no number). A `-` glued to a preceding digit or letter is a minus operator (`5-3`: the number `3`).
+- No scientific notation: `1e6`, `1.45E+6` and `1450000e0` are not numbers (and hold none).
+- At most [`MAX_DIGITS`] digits; a longer digit string matches the pattern but [`canonical_number`] rejects it, so a
+  response cannot make the verifier build huge integers.
+
+**Canonical form** ([`canonical_number`], [`normalize_number`]): no sign for zero or positive values, no separators,
+currency or percent signs; integers as digits (`1450000`); decimals without trailing zeros and with a leading zero
+(`72.00` -> `72`, `.5` -> `0.5`, `2.50` -> `2.5`); fractions reduced, with the sign in front (`6/8` -> `3/4`,
+`-1/-2` cannot occur, `4/2` -> `2`; a zero denominator is no number). Python values: `int` as is; `float` rounded to
+`decimals` places (6 by default: a binary float such as `0.1 + 0.2` is `0.3`), NaN and infinities are no number;
+`bool` is no number; `Fraction` and `Decimal` exactly.
+
+**Comparison** ([`numbers_match`]), by the gold answer's canonical form:
+
+- an integer gold: the prediction's exact value must equal it (`1450001` is not `1450000`; `1450000.0`, `2900000/2`
+  are);
+- a fraction gold: exact value (`3/4` == `0.75` == `6/8`, but `0.333333` != `1/3`);
+- a decimal gold with d decimal places: the prediction rounded to d places (half away from zero) must equal it
+  (`0.333` and `1/3` match `0.33`; `0.34` does not; `2.55` rounds to `2.6` and does not match `2.5`).
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+import re
+from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
+from fractions import Fraction
+from typing import Any
+
+__all__ = [
+    "MAX_DIGITS",
+    "NUMBER_PATTERN",
+    "canonical_number",
+    "decimal_places",
+    "find_numbers",
+    "is_canonical_number",
+    "normalize_number",
+    "number_value",
+    "numbers_match",
+]
+
+MAX_DIGITS = 50
+"""The most digits a number may have (all of them, numerator and denominator together for a fraction)."""
+
+NUMBER_PATTERN = (
+    r"(?<![\w./,)\]}^\u00b2\u00b3\u00b9\u2070-\u209f])"  # not after a word, ".", "/", ",", ")", "^", sup/subscripts
+    r"[-+]?(?:\$[ \t]?)?"
+    r"(?:[0-9]+/[0-9]+"
+    r"|(?:[0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)(?:\.[0-9]+)?"
+    r"|\.[0-9]+)"
+    r"(?!\d|[.,/][0-9]|[eE][-+]?[0-9]|[\^\u00b2\u00b3\u00b9\u2070-\u209f])"  # no digit, 2.5.3, exponent, power
+    r"(?:[ \t]?%)?"
+)
+"""A regular expression (a string) for one number in text; the rules are in the module docstring."""
+
+_NUMBER = re.compile(NUMBER_PATTERN)
+_FULL_NUMBER = re.compile(r"\s*(?:" + NUMBER_PATTERN + r")\s*")
+_CANONICAL = re.compile(r"-?(?:[1-9][0-9]*/[1-9][0-9]*|(?:0|[1-9][0-9]*)(?:\.[0-9]*[1-9])?)")
+
+
+def find_numbers(text: str) -> list[re.Match[str]]:
+    """The numbers of a text, in order (see [`NUMBER_PATTERN`]).
+
+    Args:
+        text: The text.
+
+    Returns:
+        The regular-expression matches; `canonical_number(match.group(0))` is each one's canonical form (or `None`
+        for a number that is too long or has a zero denominator).
+    """
+    return list(_NUMBER.finditer(text))
+
+
+def _format_fraction(value: Fraction) -> str:
+    """`Fraction(-3, 4)` -> `"-3/4"`, `Fraction(2, 1)` -> `"2"`."""
+    if value.denominator == 1:
+        return str(value.numerator)
+    return f"{value.numerator}/{value.denominator}"
+
+
+def _format_decimal(value: Decimal) -> str:
+    """A finite `Decimal` in canonical form (`Decimal("-0.50")` -> `"-0.5"`, `Decimal("0")` -> `"0"`)."""
+    if value == 0:
+        return "0"
+    text = format(value, "f")
+    if "." in text:
+        text = text.rstrip("0").rstrip(".")
+    return text
+
+
+def canonical_number(token: str) -> str | None:
+    """The canonical form of one number written in text.
+
+    Args:
+        token: Text that [`NUMBER_PATTERN`] matched in full (a sign, `$`, separators, `%` and surrounding spaces
+            allowed), e.g. `"-$1,234.50"`, `"3/4"`, `"50%"`.
+
+    Returns:
+        The canonical string (`"-1234.5"`, `"3/4"`, `"50"`), or `None` if `token` is not one number of the grammar,
+        has more than [`MAX_DIGITS`] digits, or is a fraction with a zero denominator.
+    """
+    if not isinstance(token, str) or _FULL_NUMBER.fullmatch(token) is None:
+        return None
+    text = token.strip()
+    if sum(char.isdigit() for char in text) > MAX_DIGITS:
+        return None
+    text = re.sub(r"[\s$%,]", "", text)
+    negative = text.startswith("-")
+    text = text.lstrip("+-")
+    if "/" in text:
+        numerator, denominator = (int(part) for part in text.split("/"))
+        if denominator == 0:
+            return None
+        value = Fraction(numerator, denominator)
+        return _format_fraction(-value if negative else value)
+    try:
+        number = Decimal(text)
+    except InvalidOperation:  # pragma: no cover - the pattern only lets digits and one point through
+        return None
+    return _format_decimal(-number if negative else number)
+
+
+def is_canonical_number(text: str) -> bool:
+    """Whether a string is a number in canonical form (`"12"`, `"-0.5"`, `"3/4"`; not `"12.0"`, `"1,000"`)."""
+    return isinstance(text, str) and _CANONICAL.fullmatch(text) is not None and (
+        "/" not in text or Fraction(text).denominator != 1
+    )
+
+
+def normalize_number(value: Any, decimals: int | None = 6) -> str | None:
+    """The canonical form of a number given as a Python value or as text.
+
+    This is the one normaliser of gold answers: `trl_marl.data`'s loaders and `trl_marl.rewards.verifier.parse_gold`
+    both use it.
+
+    Args:
+        value (`int`, `float`, `Fraction`, `Decimal` or `str`): The number. A string must be exactly one number of
+            the grammar (`" $1,234 "`, `"2.50"`, `"3/4"`, `"50%"`); anything else in it (`"5 apples"`, `"1e3"`)
+            makes it no number.
+        decimals (`int`, *optional*): Decimal places a `float` is rounded to (half to even on its exact binary
+            value, as Python's `round`); `None` keeps its shortest representation (`repr`).
+
+    Returns:
+        `str` or `None`: The canonical number (`"72"`, `"-3"`, `"2.5"`, `"3/4"`), or `None` if `value` is not a
+        finite number within [`MAX_DIGITS`] digits (booleans, `None`, NaN, infinities and other types included).
+    """
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, str):
+        return canonical_number(value)
+    if isinstance(value, Fraction):
+        if value.numerator.bit_length() + value.denominator.bit_length() > 8 * MAX_DIGITS:
+            return None  # far too long (checked before `str`, which refuses very long integers)
+        text = _format_fraction(value)
+        return text if sum(char.isdigit() for char in text) <= MAX_DIGITS else None
+    if isinstance(value, float):
+        if not math.isfinite(value) or abs(value) >= 10.0**MAX_DIGITS:
+            return None
+        if decimals is None:
+            number = Decimal(repr(value))
+        else:
+            number = Decimal(value).quantize(Decimal(1).scaleb(-decimals), rounding=ROUND_HALF_EVEN)
+        return _format_decimal(number)
+    if isinstance(value, Decimal):
+        if not value.is_finite() or (value != 0 and value.adjusted() >= MAX_DIGITS):
+            return None
+        text = _format_decimal(value)
+        return text if sum(char.isdigit() for char in text) <= MAX_DIGITS else None
+    try:
+        integer = operator.index(value)  # int and integer-like types (numpy integers)
+    except TypeError:
+        return None
+    if integer.bit_length() > 4 * MAX_DIGITS:
+        return None  # far too long (checked before `str`, which refuses very long integers)
+    text = str(integer)
+    return text if len(text.lstrip("-")) <= MAX_DIGITS else None
+
+
+def number_value(text: str | None) -> Fraction | None:
+    """The exact value of a number written in text (canonical or not).
+
+    Args:
+        text: One number of the grammar (`"3/4"`, `"-1,234.5"`), or anything else.
+
+    Returns:
+        Its value as a `Fraction` (`"0.75"` -> `Fraction(3, 4)`), or `None` when `text` is not one number.
+    """
+    if text is None:
+        return None
+    canonical = text if is_canonical_number(text) else canonical_number(text)
+    return None if canonical is None else Fraction(canonical)
+
+
+def decimal_places(canonical: str) -> int | None:
+    """The precision a canonical number states: 0 for an integer, d for a decimal with d places, `None` for a fraction.
+
+    Args:
+        canonical: A number in canonical form.
+
+    Returns:
+        The number of decimal places, or `None` for a fraction (whose value is exact).
+    """
+    if "/" in canonical:
+        return None
+    return len(canonical.partition(".")[2])
+
+
+def numbers_match(prediction: str, gold: str) -> bool:
+    """Whether a predicted number equals a gold number under the rules of the module docstring.
+
+    Args:
+        prediction: The predicted number (canonical form, or any single number of the grammar).
+        gold: The gold number (canonical form, or any single number of the grammar).
+
+    Returns:
+        `True` when the gold is an integer or a fraction and the values are equal, or the gold is a decimal with d
+        places and the prediction rounded to d places (half away from zero) equals it. `False` when either is not a
+        number.
+    """
+    gold_canonical = gold if is_canonical_number(gold) else canonical_number(gold)
+    predicted = number_value(prediction)
+    if gold_canonical is None or predicted is None:
+        return False
+    expected = Fraction(gold_canonical)
+    places = decimal_places(gold_canonical)
+    if not places:  # an integer (0 places) or a fraction (None): exact
+        return predicted == expected
+    scale = 10**places
+    scaled = abs(predicted) * scale
+    rounded = math.floor(scaled + Fraction(1, 2))
+    if predicted < 0:
+        rounded = -rounded
+    return rounded == expected * scale
