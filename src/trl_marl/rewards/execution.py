@@ -78,12 +78,15 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..sandbox import HARNESS_PATH
 from .rouge import MULTI_AGENT_KWARGS, AgentSelector, column, completion_text, is_missing, select_texts
 
 logger = logging.getLogger(__name__)
 
 __all__ = [
+    "ISOLATION_LEVELS",
     "ExecutionResult",
+    "SandboxUnavailableError",
     "SandboxLimits",
     "TestSpec",
     "UnitTestReward",
@@ -105,15 +108,27 @@ _SLOTS_PER_PROCESS = 256
 _PID_SPACE = 1 << 22  # Linux's largest pid_max
 
 
+ISOLATION_LEVELS = ("namespaces", "process")
+ISOLATION_ENV = "TRL_MARL_SANDBOX_ISOLATION"
+
+
 # ---------------------------------------------------------------------------------------------------- public types
+class SandboxUnavailableError(RuntimeError):
+    """The requested isolation level cannot be had here (e.g. `"namespaces"` without root): nothing was run."""
+
+
 @dataclass
 class SandboxLimits:
     """Limits of one sandboxed program run.
 
     Args:
-        wall_time (`float`): Seconds of wall-clock time from the interpreter's start; then every process of the run
-            is killed (`reason="timeout"`).
+        wall_time (`float`): Seconds the program may take, counted fairly: wall-clock time minus the time it waited
+            for a CPU (`/proc/<pid>/schedstat`), so a program is not timed out because others load the machine;
+            then it is killed (`reason="timeout"`). A sleeping or blocked program uses this time up too.
         cpu_time (`float`): CPU seconds of the program (`RLIMIT_CPU`, rounded up; `reason="timeout: cpu time"`).
+        backstop_time (`float`, *optional*): Plain wall-clock seconds after which the caller kills the whole run
+            whatever it does (the trusted test code included). Default: `wall_time + cpu_time * max(1, runs at
+            the same time / CPUs) * 2 + 5`, generous on purpose: the fair limits above decide, this only bounds.
         memory_mb (`int`): Address-space limit in MiB (`RLIMIT_AS`); allocations beyond it raise `MemoryError`
             (`reason="memory"`).
         max_output_bytes (`int`): Bytes of stdout + stderr kept; a program printing more is killed
@@ -125,10 +140,15 @@ class SandboxLimits:
         max_file_mb (`int`): Largest file the program may write (`RLIMIT_FSIZE`).
         max_disk_mb (`int`): Size of the private tmpfs that is the working directory (namespaces only).
         max_open_files (`int`): File descriptors (`RLIMIT_NOFILE`).
-        namespaces (`bool`): Use Linux namespaces (network, PID, mount, IPC, UTS) when the process may (as root;
-            a non-root caller gets a network namespace where unprivileged user namespaces are allowed). Without
-            them the program runs in a fresh temporary directory with the other limits. As root the program always
-            runs under a sandbox user id.
+        isolation (`str`, *optional*): The isolation level (see `docs/sandbox.md`): `"namespaces"` (the default;
+            root, Linux namespaces, a sandbox user id; a clear `SandboxUnavailableError` where that is not
+            possible) or `"process"` (an explicit opt-in to a weaker level: a separate process with resource limits,
+            `no_new_privs`, seccomp and the Python guards, but, run as a non-root user, the program shares that
+            user's files, network and processes). `None` reads the environment variable
+            `TRL_MARL_SANDBOX_ISOLATION`, else `"namespaces"`. Whatever the level, the verdict is decided outside
+            the program's process.
+        namespaces (`bool`): Use Linux namespaces (network, PID, mount, IPC, UTS). `False` is an explicit opt-in to
+            the `"process"` level. As root the program always runs under a sandbox user id.
         cgroups (`bool`): As root, put each run in a memory + pids cgroup of its own (cgroup v1 or v2, where
             `/sys/fs/cgroup` is writable): all its processes together get `memory_mb + max_disk_mb` (+64 MiB for
             the harness) and `max_processes + 2` processes (`reason="memory"` when the kernel's OOM killer ends
@@ -142,17 +162,30 @@ class SandboxLimits:
 
     wall_time: float = 5.0
     cpu_time: float = 5.0
+    backstop_time: float | None = None
     memory_mb: int = 1024
     max_output_bytes: int = 64 * 1024
     max_processes: int = 16
     max_file_mb: int = 16
     max_disk_mb: int = 64
     max_open_files: int = 64
+    isolation: str | None = None
     namespaces: bool = True
     cgroups: bool = True
     python_guards: bool = True
     python_executable: str | None = None
     uid_base: int = 1_000_000_000
+
+    @property
+    def level(self) -> str:
+        """The isolation level in force: `isolation`, else `$TRL_MARL_SANDBOX_ISOLATION`, else `"namespaces"`;
+        `namespaces=False` means `"process"`."""
+        if not self.namespaces:
+            return "process"
+        level = self.isolation or os.environ.get(ISOLATION_ENV) or "namespaces"
+        if level not in ISOLATION_LEVELS:
+            raise ValueError(f"{ISOLATION_ENV}={level!r} is not an isolation level; use one of {ISOLATION_LEVELS}.")
+        return level
 
     def __post_init__(self) -> None:
         for name in ("wall_time", "cpu_time", "memory_mb", "max_output_bytes", "max_processes", "max_file_mb",
@@ -160,6 +193,11 @@ class SandboxLimits:
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
                 raise ValueError(f"SandboxLimits.{name} must be a positive number, got {value!r}.")
+        if self.backstop_time is not None and not self.backstop_time > 0:
+            raise ValueError(f"SandboxLimits.backstop_time must be positive, got {self.backstop_time!r}.")
+        if self.isolation not in (None, *ISOLATION_LEVELS):
+            raise ValueError(f"SandboxLimits.isolation must be one of {ISOLATION_LEVELS} or None, got "
+                             f"{self.isolation!r}.")
         if self.max_processes < 1:
             raise ValueError("SandboxLimits.max_processes must be at least 1 (the program itself).")
         if not 0 < self.uid_base < 2**31 - _PID_SPACE * _SLOTS_PER_PROCESS:
@@ -288,6 +326,7 @@ class _Plan:
     setup: str
     tests_fn: str
     sources: tuple[str, ...]
+    entry_point: str | None = None
 
 
 class _EqAsserts(ast.NodeTransformer):
@@ -357,9 +396,10 @@ def _humaneval_plan(spec: TestSpec) -> _Plan:
                 sources.append(text)
             else:
                 body.append(new)
-        return _Plan(setup=code, tests_fn=_tests_function(body), sources=tuple(sources))
+        return _Plan(setup=code, tests_fn=_tests_function(body), sources=tuple(sources), entry_point=entry)
     call = ast.Expr(ast.Call(func=ast.Name("check", ast.Load()), args=[ast.Name(entry, ast.Load())], keywords=[]))
-    return _Plan(setup=code, tests_fn=_tests_function([_guarded(0, [call])]), sources=(f"check({entry})",))
+    return _Plan(setup=code, tests_fn=_tests_function([_guarded(0, [call])]), sources=(f"check({entry})",),
+                 entry_point=entry)
 
 
 def _mbpp_plan(spec: TestSpec) -> _Plan:
@@ -384,466 +424,10 @@ def _plan(spec: TestSpec) -> _Plan:
 
 
 # ---------------------------------------------------------------------------------------------------- the harness
-# Runs in `python -I -c _BOOT`, which reads the harness and the request (marshal) from stdin. Three processes:
-#   H (this interpreter, the session leader): reads the request, enters new namespaces (as root), forks C;
-#   C (pid 1 of the new PID namespace when there is one): sets up the mounts, forks P, waits for it, reports its
-#     exit status and exits -- which makes the kernel kill everything left in the namespace;
-#   P: applies the resource limits, drops to the sandbox user, installs the Python guards, runs program + tests.
-# Nothing here runs model code before P has applied every limit. Builtins that the reporting code needs are bound
-# to local names first, so a program that replaces `builtins.repr` or `os.write` cannot change the reports.
-_HARNESS = r'''
-import _signal, builtins, os, resource, sys  # _signal: `signal` would import enum (slow)
-
-NS_FLAGS = 0x40000000 | 0x20000000 | 0x00020000 | 0x08000000 | 0x04000000  # NET | PID | NS | IPC | UTS
-CLONE_NEWUSER, CLONE_NEWNET = 0x10000000, 0x40000000
-MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT = 1, 2, 4, 8, 32
-MS_BIND, MS_REC, MS_PRIVATE = 4096, 16384, 1 << 18
-WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
-
-
-def main(req):
-    nonce, rfd, _write, _repr, _exit = req.pop("nonce"), req["result_fd"], os.write, repr, os._exit
-
-    def emit(*record):
-        data = (nonce + " " + _repr(record) + "\n").encode("utf-8", "backslashreplace")
-        while data:
-            try:
-                data = data[_write(rfd, data):]
-            except OSError:
-                return
-
-    null = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(null, 0)
-    os.close(null)
-    req["in_cgroup"] = False
-    if req["cgroup_join"]:
-        try:
-            for path in req["cgroup_join"]:  # before any fork: every process of the run is charged there
-                with open(path, "w") as f:
-                    f.write("0")
-            req["in_cgroup"] = True
-        except OSError as exc:
-            emit("note", "could not join the sandbox cgroup: " + str(exc))
-    libc = None
-    if req["namespaces"]:
-        try:
-            import ctypes
-            libc = ctypes.CDLL(None, use_errno=True)
-        except Exception as exc:
-            emit("note", "ctypes unavailable: " + _repr(exc))
-    pdeathsig(libc)
-    if os.getppid() != req["parent_pid"]:
-        _exit(3)
-    root = os.geteuid() == 0
-    isolated = False
-    if libc is not None and root:
-        if libc.unshare(NS_FLAGS) == 0:
-            isolated = True
-        else:
-            emit("note", "unshare failed: " + os.strerror(ctypes.get_errno()))
-    child = os.fork()
-    if child == 0:
-        try:
-            init(req, emit, libc, isolated, root)
-        except BaseException as exc:
-            emit("error", "sandbox setup failed: " + _repr(exc))
-        _exit(1)
-    emit("init", child)  # the caller waits for C's end (and so for its whole PID namespace) after a kill
-    while True:
-        try:
-            os.waitpid(child, 0)
-            break
-        except ChildProcessError:
-            break
-    _exit(0)
-
-
-def pdeathsig(libc):
-    if libc is not None:
-        libc.prctl(1, _signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
-
-
-def init(req, emit, libc, isolated, root):
-    pdeathsig(libc)
-    uid = req["uid"]
-    layers = ["rlimits", "cgroup"] if req["in_cgroup"] else ["rlimits"]
-    if isolated:
-        setup_mounts(libc, uid, req["disk_mb"], emit)
-        # a fresh, empty working directory inside the private /tmp (which may also hold read-only mounts of the
-        # interpreter's own directories when Python lives under /tmp, e.g. a CI virtualenv)
-        workdir, allowed = "/tmp/work", ["/tmp", "/var/tmp", "/dev/shm"]
-        os.makedirs(workdir, mode=0o700, exist_ok=True)
-        os.chown(workdir, uid, uid)
-        layers += ["netns", "pidns", "mountns", "ipcns"]
-    else:
-        workdir, allowed = req["workdir"], [req["workdir"]]
-        if root:
-            hidden = [p for p in sys.path if p and os.path.isdir(p) and not user_can_enter(p)]
-            if hidden:
-                emit("note", "the sandbox user cannot read %s; without namespaces, imports of modules the "
-                             "harness has not loaded will fail" % hidden[0])
-    if root:
-        layers.append("uid")
-    pid = os.fork()
-    if pid == 0:
-        try:
-            child(req, emit, libc, root, workdir, allowed, layers)
-        except BaseException as exc:
-            emit("error", "sandbox setup failed: " + repr(exc))
-        os._exit(1)
-    status, cpu = None, 0.0
-    while True:
-        try:
-            wpid, st, usage = os.wait4(-1, 0)
-        except ChildProcessError:
-            break
-        if wpid == pid:
-            status, cpu = st, usage.ru_utime + usage.ru_stime
-            break
-    emit("status", status, cpu)
-    if root and not isolated:
-        kill_user(uid)
-    os._exit(0)
-
-
-def user_can_enter(path):
-    """Whether every directory on the way to `path` can be traversed by an unprivileged user."""
-    parts = os.path.realpath(path).strip("/").split("/")
-    return all(os.stat("/" + "/".join(parts[:depth])).st_mode & 0o001 for depth in range(1, len(parts) + 1))
-
-
-def kill_user(uid):
-    """Without a PID namespace: SIGKILL every process of the sandbox user until none is left."""
-    for _ in range(100):
-        found = False
-        for name in os.listdir("/proc"):
-            if not name.isdigit():
-                continue
-            try:
-                if os.stat("/proc/" + name).st_uid == uid:
-                    with open("/proc/%s/stat" % name, "rb") as f:
-                        if f.read().rsplit(b")", 1)[-1].split()[0] in (b"Z", b"X"):
-                            continue
-                    os.kill(int(name), _signal.SIGKILL)
-                    found = True
-            except (OSError, IndexError):
-                pass
-        if not found:
-            return
-
-
-def setup_mounts(libc, uid, disk_mb, emit):
-    import ctypes
-
-    def mount(source, target, fstype, flags, data):
-        enc = lambda s: None if s is None else s.encode()  # noqa: E731
-        if libc.mount(enc(source), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data)) != 0:
-            err = ctypes.get_errno()
-            raise OSError(err, "mount(%r, %r): %s" % (source, target, os.strerror(err)))
-
-    mount(None, "/", None, MS_REC | MS_PRIVATE, None)
-    tmp_dirs = [d for d in ("/tmp", "/var/tmp", "/dev/shm") if os.path.isdir(d) and not os.path.islink(d)]
-    if "/tmp" not in tmp_dirs:
-        raise OSError("/tmp is not a directory")
-    # Directories the interpreter needs that the tmpfs would hide or the sandbox user could not traverse.
-    needed = set()
-    for path in [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
-                 os.path.dirname(os.path.realpath(sys.executable)), *sys.path]:
-        if path and os.path.isdir(path):
-            needed.add(os.path.realpath(path))
-    covers = {}
-    for path in needed:
-        parts = path.strip("/").split("/")
-        for depth in range(1, len(parts)):
-            ancestor = "/" + "/".join(parts[:depth])
-            if ancestor in tmp_dirs or not os.stat(ancestor).st_mode & 0o001:
-                covers.setdefault(ancestor, set()).add(path)
-                break
-        if path in tmp_dirs:
-            covers.setdefault(path, set()).add(path)
-    fds = {}
-    for leaves in covers.values():
-        for leaf in leaves:
-            if not any(leaf != o and leaf.startswith(o + "/") for o in leaves):
-                fds[leaf] = os.open(leaf, os.O_PATH | os.O_DIRECTORY)
-    options = "size=%dm,mode=0700,uid=%d,gid=%d" % (disk_mb, uid, uid)
-    mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, options)
-    for d in tmp_dirs[1:]:
-        mount("/tmp", d, None, MS_BIND, None)
-    private = [c for c in covers if c not in tmp_dirs]
-    for cover in private:
-        mount("tmpfs", cover, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0755")
-    for leaf, fd in sorted(fds.items()):
-        os.makedirs(leaf, mode=0o755, exist_ok=True)
-        mount("/proc/self/fd/%d" % fd, leaf, None, MS_BIND | MS_REC, None)
-        mount(None, leaf, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, None)
-        os.close(fd)
-    for cover in private:
-        mount(None, cover, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, "size=1m,mode=0755")
-    mount(None, "/", None, MS_REMOUNT | MS_BIND | MS_RDONLY, None)
-    try:
-        mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
-    except OSError as exc:
-        emit("note", "no private /proc: " + str(exc))
-
-
-def child(req, emit, libc, root, workdir, allowed, layers):
-    uid = req["uid"]
-    for limit, soft, hard in ((resource.RLIMIT_AS, req["memory"], req["memory"]),
-                              (resource.RLIMIT_FSIZE, req["fsize"], req["fsize"]),
-                              (resource.RLIMIT_NOFILE, req["nofile"], req["nofile"]),
-                              (resource.RLIMIT_CORE, 0, 0), (resource.RLIMIT_NPROC, req["nproc"], req["nproc"]),
-                              (resource.RLIMIT_CPU, req["cpu"], req["cpu"] + 1)):
-        current = resource.getrlimit(limit)[1]  # limits can only be lowered here
-        if current != resource.RLIM_INFINITY:
-            soft, hard = min(soft, current), min(hard, current)
-        resource.setrlimit(limit, (soft, hard))
-    if root:
-        os.setgroups([])
-        os.setgid(uid)
-        os.setuid(uid)
-        if os.getuid() != uid or os.geteuid() != uid:
-            raise OSError("could not drop privileges")
-    elif libc is not None and libc.unshare(CLONE_NEWUSER | CLONE_NEWNET) == 0:
-        layers.append("netns")
-    pdeathsig(libc)
-    _signal.signal(_signal.SIGXFSZ, _signal.SIG_IGN)
-    os.chdir(workdir)
-    os.environ.clear()
-    os.environ.update({"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": workdir, "TMPDIR": workdir,
-                       "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "OMP_NUM_THREADS": "1",
-                       "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})
-    if req["guards"]:
-        install_guards(allowed)
-        layers.append("guards")
-    emit("iso", tuple(layers))
-    run(req, emit)
-
-
-def install_guards(allowed):
-    realpath, fsdecode = os.path.realpath, os.fsdecode
-    _str, _int, _PermissionError = str, int, PermissionError
-    roots = tuple(allowed)
-    prefixes = tuple(a.rstrip("/") + "/" for a in allowed)
-
-    def inside(path):
-        if isinstance(path, _int):
-            return True
-        try:
-            path = realpath(fsdecode(path))
-        except Exception:
-            return False
-        return path in roots or path.startswith(prefixes)
-
-    blocked = frozenset([
-        "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork", "os.forkpty", "os.kill", "os.killpg",
-        "subprocess.Popen", "pty.spawn", "socket.__new__", "socket.connect", "socket.bind", "socket.sendto",
-        "socket.sendmsg", "ctypes.dlopen", "ctypes.dlsym", "ctypes.dlsym/handle", "ctypes.call_function",
-        "ctypes.cdata", "ctypes.cdata/buffer", "resource.setrlimit", "resource.prlimit", "gc.get_objects",
-        "gc.get_referrers", "gc.get_referents", "os.chroot", "sys.remote_exec",
-    ])
-    # event -> (positions of path arguments that must be inside, position of a dir_fd argument or None)
-    checked = {
-        "os.remove": ((0,), 1), "os.rmdir": ((0,), 1), "os.mkdir": ((0,), 2), "os.chmod": ((0,), 2),
-        "os.chown": ((0,), 3), "os.utime": ((0,), 3), "os.truncate": ((0,), None), "os.setxattr": ((0,), None),
-        "os.removexattr": ((0,), None), "os.rename": ((0, 1), 2), "os.link": ((0, 1), 2),
-        "os.symlink": ((1,), 2), "shutil.move": ((0, 1), None), "shutil.copyfile": ((1,), None),
-        "shutil.copytree": ((1,), None), "shutil.rmtree": ((0,), 1),
-    }
-
-    def hook(event, args):
-        if event in blocked:
-            raise _PermissionError(event + " is disabled in the sandbox")
-        if event == "open":
-            path, mode, flags = args
-            writing = (any(c in mode for c in "wax+") if isinstance(mode, _str)
-                       else bool((flags or 0) & WRITE_FLAGS))
-            if writing and not inside(path):
-                raise _PermissionError("writing outside the sandbox directory is not allowed: %r" % (path,))
-            return
-        rule = checked.get(event)
-        if rule is not None:
-            paths, dir_fd = rule
-            fd_used = dir_fd is not None and len(args) > dir_fd and args[dir_fd] not in (None, -1)
-            if fd_used or not all(inside(args[i]) for i in paths if i < len(args)):
-                raise _PermissionError(event + " outside the sandbox directory is not allowed")
-
-    sys.addaudithook(hook)
-
-    def stub(name):
-        def disabled(*args, **kwargs):
-            raise _PermissionError(name + " is disabled in the sandbox")
-        disabled.__name__ = name.rsplit(".", 1)[-1]
-        return disabled
-
-    def blocked_class(base, name):
-        class Disabled(base):
-            def __init__(self, *args, **kwargs):
-                raise _PermissionError(name + " is disabled in the sandbox")
-        Disabled.__name__ = Disabled.__qualname__ = base.__name__
-        return Disabled
-
-    # Deleting and renaming stay possible inside the working directory (tempfile needs it): the audit hook
-    # checks their paths. What has no business in a unit test is replaced outright.
-    os_names = ["system", "kill", "killpg", "fork", "forkpty", "popen", "chown", "lchown", "fchown", "execv",
-                "execve", "execl",
-                "execle", "execlp", "execlpe", "execvp", "execvpe", "spawnv", "spawnve", "spawnvp", "spawnvpe",
-                "spawnl", "spawnle", "spawnlp", "spawnlpe", "posix_spawn", "posix_spawnp"]
-
-    def patch_os(mod):
-        for name in os_names:
-            if hasattr(mod, name):
-                setattr(mod, name, stub("os." + name))
-
-    def patch_shutil(mod):
-        mod.chown = stub("shutil.chown")
-
-    def patch_subprocess(mod):
-        mod.Popen = blocked_class(mod.Popen, "subprocess.Popen")
-        for name in ("run", "call", "check_call", "check_output", "getoutput", "getstatusoutput"):
-            setattr(mod, name, stub("subprocess." + name))
-
-    def patch_socket(mod):
-        mod.socket = blocked_class(mod.socket, "socket.socket")
-        for name in ("create_connection", "create_server", "socketpair", "fromfd"):
-            if hasattr(mod, name):
-                setattr(mod, name, stub("socket." + name))
-
-    patches = {"shutil": patch_shutil, "subprocess": patch_subprocess, "socket": patch_socket}
-    patch_os(os)
-    for name in list(patches):
-        if name in sys.modules:
-            patches.pop(name)(sys.modules[name])
-
-    class PatchingLoader:
-        def __init__(self, loader, patch):
-            self._loader, self._patch = loader, patch
-
-        def __getattr__(self, name):
-            return getattr(self._loader, name)
-
-        def create_module(self, spec):
-            return self._loader.create_module(spec)
-
-        def exec_module(self, module):
-            self._loader.exec_module(module)
-            self._patch(module)
-
-    class GuardFinder:
-        @staticmethod
-        def find_spec(name, path=None, target=None):
-            patch = patches.get(name)
-            if patch is None:
-                return None
-            for finder in sys.meta_path:
-                find = getattr(finder, "find_spec", None)
-                if isinstance(finder, GuardFinder) or find is None:
-                    continue
-                spec = find(name, path, target)
-                if spec is not None:
-                    if spec.loader is not None and hasattr(spec.loader, "exec_module"):
-                        spec.loader = PatchingLoader(spec.loader, patch)
-                    return spec
-            return None
-
-    sys.meta_path.insert(0, GuardFinder())
-
-
-def run(req, emit):
-    _type, _str, _len, _repr, _range, _exit = type, str, len, repr, range, os._exit
-    _Exception, _BaseException, _SystemExit = Exception, BaseException, SystemExit
-    _MemoryError, _AssertionError, _SyntaxError = MemoryError, AssertionError, SyntaxError
-    _compile, _exec, _getattr = compile, exec, getattr
-    total = req["total"]
-
-    def describe(exc):
-        try:
-            name = _type(exc).__name__
-            text = _str(exc)
-        except _BaseException:
-            name, text = "Exception", "<unprintable>"
-        message = name + (": " + text if text else "")
-        line = None
-        tb = _getattr(exc, "__traceback__", None)
-        while tb is not None:
-            if tb.tb_frame.f_code.co_filename == "<program>":
-                line = tb.tb_lineno
-            tb = tb.tb_next
-        if _len(message) > 300:
-            message = message[:297] + "..."
-        return message + (" (program line %d)" % line if line is not None else "")
-
-    def short(value):
-        try:
-            text = _repr(value)
-        except _Exception:
-            text = "<unrepresentable>"
-        return text if _len(text) <= 120 else text[:117] + "..."
-
-    def eq(left, right):
-        if not (left == right):
-            raise _AssertionError("got " + short(left) + ", expected " + short(right))
-
-    done = {}
-
-    def record(index, exc):
-        if index in done or not 0 <= index < total:
-            return
-        done[index] = exc is None
-        emit("t", index, exc is None, "" if exc is None else describe(exc))
-
-    def finish(*record_):
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except _BaseException:
-                pass
-        if record_:
-            emit(*record_)
-        emit("done")
-        _exit(0)
-
-    module = _type(sys)("__sandbox__")
-    module.__builtins__ = builtins
-    sys.modules["__sandbox__"] = module
-    namespace = module.__dict__
-    try:
-        code = _compile(req["program"], "<program>", "exec")
-    except _SyntaxError as exc:
-        finish("syntax", exc.lineno, _str(exc.msg)[:200], (exc.text or "").strip()[:200])
-    except _BaseException as exc:
-        finish("syntax", None, describe(exc), "")
-    phase = "error"
-    try:
-        _exec(code, namespace)
-        phase = "test_error"
-        if req["setup"]:
-            _exec(_compile(req["setup"], "<tests>", "exec"), namespace)
-        _exec(_compile(req["tests_fn"], "<tests>", "exec"), namespace)
-        tests = namespace.pop("_trl_marl_tests_")
-        phase = "tests"
-        try:
-            tests(record, eq)
-        except _Exception as exc:
-            for index in _range(total):
-                record(index, exc)
-        for index in _range(total):
-            record(index, None)
-    except _SystemExit as exc:
-        finish("abort", "exit", short(exc.code))
-    except _MemoryError as exc:
-        finish("abort", "memory", describe(exc))
-    except _BaseException as exc:
-        finish("abort", phase if phase != "tests" else "error", describe(exc))
-    finish()
-
-
-main(REQUEST)
-'''
-
-
-# What `python -I -c` runs: read (harness, request) from stdin and run the harness. The harness is sent as a code
-# object compiled once by the caller when the sandbox interpreter is the caller's (saves compiling it every run).
+# The harness is the module `trl_marl.sandbox.harness`, run in `python -I -c _BOOT`, which reads (harness, request)
+# from stdin (marshal: trusted data from this process) and executes the harness as `__trl_marl_harness__`. It is sent
+# as a code object compiled once when the sandbox interpreter is this one (saves compiling it every run), else as
+# source. The harness imports nothing from trl_marl, so any interpreter can run it.
 _BOOT = """
 import marshal, os
 def _boot():
@@ -860,12 +444,16 @@ _boot()
 _HARNESS_CODE: list[Any] = []
 
 
+def _harness_source() -> str:
+    return HARNESS_PATH.read_text(encoding="utf-8")
+
+
 def _harness_payload(python: str) -> Any:
     """The harness as a code object for the caller's own interpreter, else as source."""
     if os.path.realpath(python) != os.path.realpath(sys.executable):
-        return _HARNESS
+        return _harness_source()
     if not _HARNESS_CODE:
-        _HARNESS_CODE.append(compile(_HARNESS, "<trl_marl sandbox harness>", "exec"))
+        _HARNESS_CODE.append(compile(_harness_source(), str(HARNESS_PATH), "exec"))
     return _HARNESS_CODE[0]
 
 
@@ -891,11 +479,25 @@ class _UidSlots:
 
 _SLOTS = _UidSlots(_SLOTS_PER_PROCESS)
 _WARNED: set[str] = set()
+_MAX_WARNINGS = 32  # distinct sandbox warnings logged per process; then one last line says the rest are dropped
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def _clean(text: str, limit: int = 300) -> str:
+    """`text` with control characters (terminal escapes, newlines) escaped and cut to `limit` characters."""
+    text = _CONTROL.sub(lambda m: repr(m.group())[1:-1], str(text))
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def _warn_once(message: str) -> None:
-    if message not in _WARNED:
-        _WARNED.add(message)
+    """Log a sandbox warning once per process: sanitized, at most 300 characters, at most `_MAX_WARNINGS` kinds."""
+    message = _clean(message)
+    if message in _WARNED or len(_WARNED) > _MAX_WARNINGS:
+        return
+    _WARNED.add(message)
+    if len(_WARNED) > _MAX_WARNINGS:
+        logger.warning("trl_marl sandbox: further distinct warnings are not logged")
+    else:
         logger.warning(message)
 
 
@@ -954,7 +556,7 @@ def _kill_group(pgid: int) -> None:
         pass
 
 
-def _execute(program: str, plan: _Plan, limits: SandboxLimits) -> _RawRun:
+def _execute(program: str, plan: _Plan, limits: SandboxLimits, backstop: float) -> _RawRun:
     """Start the harness, feed it the request, collect its output and reports within the limits."""
     python = limits.python_executable or sys.executable
     if not python:
@@ -980,6 +582,7 @@ def _execute(program: str, plan: _Plan, limits: SandboxLimits) -> _RawRun:
             "fsize": int(limits.max_file_mb) * 1024 * 1024, "nofile": int(limits.max_open_files),
             "nproc": int(limits.max_processes), "disk_mb": int(limits.max_disk_mb),
             "program": program, "setup": plan.setup, "tests_fn": plan.tests_fn, "total": len(plan.sources),
+            "entry_point": plan.entry_point, "level": limits.level, "wall_time": float(limits.wall_time),
             "cgroup_join": cgroup.join_files if cgroup is not None else [],
         }))
         try:
@@ -995,7 +598,7 @@ def _execute(program: str, plan: _Plan, limits: SandboxLimits) -> _RawRun:
             os.close(write_fd)
         watch = _InitWatch()
         try:
-            raw = _collect(proc, read_fd, request, nonce, limits, start, watch)
+            raw = _collect(proc, read_fd, request, nonce, limits, start + backstop, watch)
         finally:
             _kill_group(proc.pid)  # the harness is not reaped yet, so its process group id cannot be reused
             proc.wait()
@@ -1141,8 +744,7 @@ class _InitWatch:
 
 
 def _collect(proc: subprocess.Popen, read_fd: int, request: bytes, nonce: str, limits: SandboxLimits,
-             start: float, watch: _InitWatch) -> _RawRun:
-    deadline = start + limits.wall_time
+             deadline: float, watch: _InitWatch) -> _RawRun:
     out = bytearray()
     results = bytearray()
     timed_out = output_limited = False
@@ -1209,8 +811,11 @@ def _interpret(raw: _RawRun, plan: _Plan, limits: SandboxLimits) -> ExecutionRes
     errors: list[str] = []
     isolation: tuple[str, ...] = ()
     done = False
+    notes = 0
     for rec in raw.records:
         kind = rec[0]
+        if kind == "unavailable":
+            raise SandboxUnavailableError(_unavailable_message(limits, str(rec[1]) if len(rec) > 1 else "?"))
         if kind == "t" and len(rec) == 4 and isinstance(rec[1], int) and 0 <= rec[1] < total:
             outcomes.setdefault(rec[1], (bool(rec[2]), str(rec[3])))
         elif kind in ("syntax", "abort") and final is None:
@@ -1221,7 +826,8 @@ def _interpret(raw: _RawRun, plan: _Plan, limits: SandboxLimits) -> ExecutionRes
             status = rec
         elif kind == "error":
             errors.append(str(rec[1]) if len(rec) > 1 else "unknown")
-        elif kind == "note":
+        elif kind == "note" and notes < 5:
+            notes += 1
             _warn_once(f"trl_marl sandbox: {rec[1] if len(rec) > 1 else rec}")
         elif kind == "iso" and len(rec) > 1 and isinstance(rec[1], tuple):
             isolation = tuple(str(x) for x in rec[1])
@@ -1273,6 +879,8 @@ def _abnormal_end(status: tuple[Any, ...] | None, returncode: int | None, limits
             return f"killed by signal {-returncode} ({_signal_name(-returncode)})"
         return f"sandbox_error: the harness ended without a report (exit code {returncode})"
     wait_status, cpu = int(status[1]), float(status[2] or 0.0)
+    if len(status) > 3 and status[3]:
+        return "timeout"
     if os.WIFSIGNALED(wait_status):
         number = os.WTERMSIG(wait_status)
         if number == signal.SIGXCPU or (number == signal.SIGKILL and cpu >= math.ceil(limits.cpu_time)):
@@ -1280,6 +888,22 @@ def _abnormal_end(status: tuple[Any, ...] | None, returncode: int | None, limits
         return f"killed by signal {number} ({_signal_name(number)})"
     code = os.WEXITSTATUS(wait_status) if os.WIFEXITED(wait_status) else wait_status
     return f"exit: the process exited with code {code} before the tests finished"
+
+
+def _unavailable_message(limits: SandboxLimits, why: str) -> str:
+    return (f"The trl_marl sandbox cannot provide the isolation level {limits.level!r}: {why}. It needs root (e.g. "
+            "a container's root user) and Linux namespaces (unshare(2) allowed: in Docker, --cap-add SYS_ADMIN or "
+            "--privileged, or a seccomp profile that allows unshare). To accept a weaker sandbox, opt in explicitly "
+            f"with SandboxLimits(isolation='process') or {ISOLATION_ENV}=process; see docs/sandbox.md for what "
+            "each level guarantees.")
+
+
+def _backstop(limits: SandboxLimits, workers: int) -> float:
+    """The plain wall-clock bound of one run (see `SandboxLimits.backstop_time`)."""
+    if limits.backstop_time is not None:
+        return float(limits.backstop_time)
+    share = max(1.0, workers / (os.cpu_count() or 1))
+    return float(limits.wall_time) + float(limits.cpu_time) * share * 2 + 5.0
 
 
 def run_program(program: str, tests: TestSpec | Mapping[str, Any] | Sequence[str] | None = None,
@@ -1307,17 +931,23 @@ def run_programs(
 
     Returns:
         `list[ExecutionResult]`: One result per program, in order.
+
+    Raises:
+        SandboxUnavailableError: The isolation level of `limits` cannot be had here (nothing ran).
     """
     if len(programs) != len(tests):
         raise ValueError(f"Got {len(programs)} programs but {len(tests)} test specifications.")
     limits = limits if limits is not None else SandboxLimits()
+    if limits.level == "namespaces" and os.geteuid() != 0:
+        raise SandboxUnavailableError(_unavailable_message(limits, "the trainer does not run as root"))
     plans = [_plan(TestSpec.from_row(t)) for t in tests]
+    workers = max(1, min(max_workers or os.cpu_count() or 1, len(programs)))
+    backstop = _backstop(limits, workers)
 
     def one(index: int) -> ExecutionResult:
-        raw = _execute(str(programs[index]), plans[index], limits)
+        raw = _execute(str(programs[index]), plans[index], limits, backstop)
         return _interpret(raw, plans[index], limits)
 
-    workers = max(1, min(max_workers or os.cpu_count() or 1, len(programs)))
     if workers == 1:
         return [one(i) for i in range(len(programs))]
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="trl_marl_sandbox") as pool:

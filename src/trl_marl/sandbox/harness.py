@@ -1,0 +1,1200 @@
+"""The sandbox harness: the code that runs in the fresh `python -I` interpreter started for each program.
+
+This module is a real module (lint, tests and the plain-data codec import it), but it is *run* by the caller sending
+its source to `python -I -c <boot>` with the request; it only uses the standard library, so it works in any
+interpreter the caller picks. Three processes take part in a run:
+
+* **H** (trusted, the interpreter the caller started): reads the request, joins the run's cgroup, enters new
+  namespaces (as root), forks C, then runs the *tests* (dataset code, trusted) in a namespace where the program's
+  names are stubs that forward calls to P over a pipe and decode the answers as plain data. H alone decides and
+  reports the verdict, on a pipe that neither C's program nor P holds.
+* **C** (trusted, pid 1 of the new PID namespace): sets up the mounts, forks P, kills it when its *charged* time
+  (wall-clock time minus the time it waited for a CPU) passes the limit, and reports how P ended.
+* **P** (untrusted once the program starts): applies the resource limits, drops to the sandbox user, sets
+  `no_new_privs`, installs a seccomp filter, installs the Python guards, closes every file descriptor but stdio and
+  its two pipe ends, runs the program, then answers H's calls with plain data.
+
+Nothing P sends can change a verdict by itself: H compares the decoded plain values (exact `int`, `float`, `str`,
+`bool`, `None`, `bytes`, `complex`, `list`, `tuple`, `dict`, `set`, `frozenset`) with the test's expectations; any
+other result is an opaque reference whose comparison, truth value, hashing and iteration raise, so the test fails.
+A test that never reports, or that finishes after P has died, has failed.
+"""
+# ruff: noqa: UP031  (%-formatting: the harness avoids importing anything it can do without)
+
+from __future__ import annotations
+
+import _signal  # `signal` would import enum (slow)
+import builtins
+import os
+import resource
+import sys
+
+TYPE_CHECKING = False  # typing and collections.abc cost milliseconds of start-up in every sandbox
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
+
+NS_FLAGS = 0x40000000 | 0x20000000 | 0x00020000 | 0x08000000 | 0x04000000  # NET | PID | NS | IPC | UTS
+CLONE_NEWUSER, CLONE_NEWNET = 0x10000000, 0x40000000
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT = 1, 2, 4, 8, 32
+MS_NOATIME, MS_NODIRATIME, MS_RELATIME, MS_STRICTATIME = 1024, 2048, 1 << 21, 1 << 24
+MS_BIND, MS_REC, MS_PRIVATE = 4096, 16384, 1 << 18
+WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP = 1, 4, 38, 22
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+MAX_DEPTH = 100  # nesting of a plain value
+MAX_MESSAGE = 16 * 1024 * 1024  # bytes of one message between H and P
+MAX_NAMES = 2000  # top-level names of a program that H learns about
+MAX_VALUE_BYTES = 64 * 1024  # a program's top-level plain value larger than this is only a reference
+MAX_HANDLES = 100_000
+CALL_FD, REPLY_FD = 3, 4  # P's ends of the two pipes
+
+# Modules H imports itself when the program bound one of them to a top-level name (MBPP tests use `math.isclose`
+# without importing math, relying on the program's import). Any other module stays a reference into P.
+SAFE_MODULES = frozenset([
+    "math", "cmath", "re", "string", "itertools", "functools", "collections", "heapq", "bisect", "operator",
+    "statistics", "fractions", "decimal", "random", "copy", "datetime", "typing", "numbers", "array", "textwrap",
+    "unicodedata", "hashlib", "json", "sys",
+])
+
+
+# ---------------------------------------------------------------------------------------------------- the codec
+class CodecError(ValueError):
+    """A value that is not plain data, or bytes that are not a well-formed encoding of one."""
+
+
+_SEQUENCE_TAGS = {list: b"l", tuple: b"t", set: b"S", frozenset: b"z"}
+
+
+def encode(value: Any, handle: Callable[[Any], int | str | None] | None = None) -> bytes:
+    """Encode a plain value (exact built-in types only; subclasses are not plain).
+
+    Args:
+        value: The value.
+        handle: Called for any other object; returns an `int` (an opaque reference id), a `str` (a reference to a
+            top-level name of the program) or `None` (not encodable: `CodecError`).
+
+    Returns:
+        `bytes`: The encoding.
+    """
+    out: list[bytes] = []
+    _encode(value, out, handle, 0)
+    return b"".join(out)
+
+
+def _encode(value: Any, out: list[bytes], handle: Callable[[Any], int | str | None] | None, depth: int) -> None:
+    if depth > MAX_DEPTH:
+        raise CodecError("the value is nested too deeply")
+    kind = type(value)
+    if value is None:
+        out.append(b"N")
+    elif value is True:
+        out.append(b"T")
+    elif value is False:
+        out.append(b"F")
+    elif kind is int:
+        out.append(b"i%x;" % value)
+    elif kind is float:
+        out.append(b"f" + value.hex().encode() + b";")
+    elif kind is complex:
+        out.append(b"c" + value.real.hex().encode() + b"," + value.imag.hex().encode() + b";")
+    elif kind is str:
+        data = value.encode("utf-8", "surrogatepass")
+        out.append(b"s%d:" % len(data))
+        out.append(data)
+    elif kind is bytes:
+        out.append(b"b%d:" % len(value))
+        out.append(value)
+    elif kind in _SEQUENCE_TAGS:
+        out.append(_SEQUENCE_TAGS[kind] + b"%d:" % len(value))
+        for item in value:
+            _encode(item, out, handle, depth + 1)
+    elif kind is dict:
+        out.append(b"d%d:" % len(value))
+        for key, item in value.items():
+            _encode(key, out, handle, depth + 1)
+            _encode(item, out, handle, depth + 1)
+    else:
+        ref = handle(value) if handle is not None else None
+        if type(ref) is int:
+            out.append(b"h%d;" % ref)
+        elif type(ref) is str:
+            data = ref.encode("utf-8", "surrogatepass")
+            out.append(b"r%d:" % len(data))
+            out.append(data)
+        else:
+            raise CodecError("a %s is not plain data" % kind.__name__)
+
+
+def decode(data: bytes, ref: Callable[[int | str], Any] | None = None) -> Any:
+    """Decode bytes made by [`encode`], strictly: anything malformed or trailing raises `CodecError`.
+
+    Args:
+        data: The encoding.
+        ref: Turns an opaque reference (an `int` id or a `str` name) into an object; without it references are
+            malformed.
+
+    Returns:
+        The value.
+    """
+    try:
+        value, end = _decode(data, 0, ref, 0)
+    except (IndexError, ValueError, TypeError, OverflowError, UnicodeDecodeError) as exc:
+        raise CodecError("malformed plain data: %s" % type(exc).__name__) from None
+    if end != len(data):
+        raise CodecError("malformed plain data: trailing bytes")
+    return value
+
+
+def _until(data: bytes, at: int, stop: bytes) -> tuple[bytes, int]:
+    end = data.index(stop, at, at + 64 if stop == b":" else len(data))
+    return data[at:end], end + 1
+
+
+def _count(data: bytes, at: int) -> tuple[int, int]:
+    text, at = _until(data, at, b":")
+    if not text.isdigit():
+        raise ValueError("bad length")
+    n = int(text)
+    if n > len(data) - at:  # every element takes at least one byte
+        raise ValueError("bad length")
+    return n, at
+
+
+def _decode(data: bytes, at: int, ref: Callable[[int | str], Any] | None, depth: int) -> tuple[Any, int]:
+    if depth > MAX_DEPTH:
+        raise ValueError("nested too deeply")
+    tag = data[at:at + 1]
+    at += 1
+    if tag == b"N":
+        return None, at
+    if tag == b"T":
+        return True, at
+    if tag == b"F":
+        return False, at
+    if tag == b"i":
+        text, at = _until(data, at, b";")
+        if not text.lstrip(b"-").isalnum():
+            raise ValueError("bad int")
+        return int(text, 16), at
+    if tag == b"f":
+        text, at = _until(data, at, b";")
+        return float.fromhex(text.decode("ascii")), at
+    if tag == b"c":
+        text, at = _until(data, at, b";")
+        real, imag = text.decode("ascii").split(",")
+        return complex(float.fromhex(real), float.fromhex(imag)), at
+    if tag in (b"s", b"b", b"r"):
+        n, at = _count(data, at)
+        raw = data[at:at + n]
+        if tag == b"b":
+            return raw, at + n
+        text = raw.decode("utf-8", "surrogatepass")
+        if tag == b"s":
+            return text, at + n
+        if ref is None:
+            raise ValueError("unexpected reference")
+        return ref(text), at + n
+    if tag == b"h":
+        text, at = _until(data, at, b";")
+        if ref is None or not text.isdigit():
+            raise ValueError("unexpected reference")
+        return ref(int(text)), at
+    if tag in (b"l", b"t", b"S", b"z"):
+        n, at = _count(data, at)
+        items = []
+        for _ in range(n):
+            item, at = _decode(data, at, ref, depth + 1)
+            items.append(item)
+        if tag == b"l":
+            return items, at
+        return (tuple if tag == b"t" else set if tag == b"S" else frozenset)(items), at
+    if tag == b"d":
+        n, at = _count(data, at)
+        result = {}
+        for _ in range(n):
+            key, at = _decode(data, at, ref, depth + 1)
+            result[key], at = _decode(data, at, ref, depth + 1)
+        return result, at
+    raise ValueError("unknown tag")
+
+
+# ---------------------------------------------------------------------------------------------------- framing
+class ChannelClosed(Exception):
+    """The other end of a pipe closed it, or broke the framing."""
+
+
+def send_frame(fd: int, payload: bytes, write: Callable[[int, bytes], int] = os.write) -> None:
+    """Write one message: its length in decimal, a newline, the payload."""
+    data = memoryview(b"%d\n" % len(payload) + payload)
+    while data:
+        try:
+            data = data[write(fd, data):]
+        except InterruptedError:
+            continue
+        except OSError:
+            raise ChannelClosed("the pipe is closed") from None
+
+
+class FrameReader:
+    """Reads length-prefixed messages from a pipe, refusing any longer than `limit` bytes."""
+
+    def __init__(self, fd: int, limit: int = MAX_MESSAGE) -> None:
+        self.fd, self.limit, self.buffer = fd, limit, bytearray()
+
+    def _fill(self) -> None:
+        try:
+            chunk = os.read(self.fd, 1 << 16)
+        except InterruptedError:
+            return
+        except OSError:
+            chunk = b""
+        if not chunk:
+            raise ChannelClosed("end of the pipe")
+        self.buffer += chunk
+
+    def read(self) -> bytes:
+        """The next message's payload (`ChannelClosed` at the end of the pipe or on a framing error)."""
+        while b"\n" not in self.buffer[:24]:
+            if len(self.buffer) >= 24:
+                raise ChannelClosed("malformed message header")
+            self._fill()
+        head, _, _ = bytes(self.buffer[:24]).partition(b"\n")
+        if not head.isdigit() or int(head) > self.limit:
+            raise ChannelClosed("malformed or oversized message")
+        size, start = int(head), len(head) + 1
+        while len(self.buffer) < start + size:
+            self._fill()
+        payload = bytes(self.buffer[start:start + size])
+        del self.buffer[:start + size]
+        return payload
+
+
+# ---------------------------------------------------------------------------------------------------- H: the tests
+class ProgramGone(BaseException):  # noqa: N818 (not an error of the test code: the program ended)
+    """The program's process ended (or broke the protocol): no further call can be answered.
+
+    A `BaseException`, so that a test's `except Exception:` does not swallow it.
+    """
+
+
+class NotPlainData(TypeError):  # noqa: N818
+    """A value the program returned is not plain data, so the trusted side cannot compare it."""
+
+
+class ProgramError(Exception):
+    """The program raised an exception that is not a built-in one (its type name is in the message)."""
+
+
+class Remote:
+    """A stand-in for an object that lives in the program's process: it can be called (the call runs there, with
+    plain-data arguments) and its attributes read; comparing, hashing, iterating or testing its truth raises
+    [`NotPlainData`], so a test never trusts an object of the program."""
+
+    __slots__ = ("_channel", "_target")
+
+    def __init__(self, channel: Channel, target: tuple[str, int | str]) -> None:
+        object.__setattr__(self, "_channel", channel)
+        object.__setattr__(self, "_target", target)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._channel.request(("call", self._target, args, kwargs))
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return self._channel.request(("getattr", self._target, name))
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise NotPlainData("objects of the program cannot be changed by the tests")
+
+    def __repr__(self) -> str:
+        kind, key = self._target
+        return "<program object %s>" % (key if kind == "n" else "#%d" % key)
+
+    def _refuse(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotPlainData("%r is not plain data (int, float, str, bool, None, bytes, list, tuple, dict, set)"
+                           % (self,))
+
+    __eq__ = __ne__ = __lt__ = __le__ = __gt__ = __ge__ = __bool__ = __len__ = __iter__ = _refuse  # type: ignore
+    __contains__ = __getitem__ = __index__ = __int__ = __float__ = __str__ = __add__ = __radd__ = _refuse  # type: ignore
+    __sub__ = __rsub__ = __mul__ = __rmul__ = __truediv__ = __abs__ = __neg__ = __format__ = _refuse  # type: ignore
+    __hash__ = None  # type: ignore[assignment]
+
+
+class Channel:
+    """H's side of the conversation with P: sends requests, decodes answers as plain data."""
+
+    def __init__(self, call_fd: int, reply_fd: int) -> None:
+        self.call_fd, self.reader = call_fd, FrameReader(reply_fd)
+        self.gone: str | None = None  # why the program can no longer answer
+        self.exit_code: str | None = None
+
+    def _handle(self, value: Any) -> int | str | None:
+        if type(value) is Remote:
+            kind, key = value._target
+            return key
+        return None
+
+    def _ref(self, key: int | str) -> Remote:
+        return Remote(self, ("h", key) if type(key) is int else ("n", key))
+
+    def receive(self) -> tuple[Any, ...]:
+        """The next message of P as a tuple starting with a string tag (`ProgramGone` at the end)."""
+        if self.gone is not None:
+            raise ProgramGone(self.gone)
+        try:
+            message = decode(self.reader.read(), self._ref)
+        except ChannelClosed:
+            self.gone = "ended"
+            raise ProgramGone("the program ended") from None
+        except CodecError as exc:
+            self.gone = "protocol"
+            raise ProgramGone("the program broke the protocol: %s" % exc) from None
+        if type(message) is not tuple or not message or type(message[0]) is not str:
+            self.gone = "protocol"
+            raise ProgramGone("the program broke the protocol")
+        return message
+
+    def request(self, message: tuple[Any, ...]) -> Any:
+        """Send a call or attribute read to P and return the plain answer (or raise what P raised)."""
+        if self.gone is not None:
+            raise ProgramGone(self.gone)
+        try:
+            payload = encode(message, self._handle)
+        except CodecError as exc:
+            raise NotPlainData("the tests can only pass plain data to the program: %s" % exc) from None
+        try:
+            send_frame(self.call_fd, payload)
+        except ChannelClosed:
+            self.gone = "ended"
+            raise ProgramGone("the program ended") from None
+        reply = self.receive()
+        kind = reply[0]
+        if kind == "ok" and len(reply) == 2:
+            return reply[1]
+        if kind == "raise" and len(reply) == 3 and type(reply[1]) is str and type(reply[2]) is str:
+            raise _exception(reply[1], reply[2])
+        if kind == "unencodable" and len(reply) == 2:
+            raise NotPlainData("the program returned %s, which is not plain data" % clean(str(reply[1]), 100))
+        if kind == "exit" and len(reply) == 2:
+            self.gone, self.exit_code = "exit", clean(str(reply[1]), 100)
+            raise ProgramGone("the program exited")
+        self.gone = "protocol"
+        raise ProgramGone("the program broke the protocol")
+
+
+def _exception(name: str, message: str) -> Exception:
+    """A fresh exception of H for one the program raised: the built-in type of that name, else `ProgramError`."""
+    message = clean(message, 300)
+    cls = getattr(builtins, name, None) if name.isidentifier() else None
+    if isinstance(cls, type) and issubclass(cls, Exception):
+        try:
+            return cls(message)
+        except Exception:
+            pass
+    return ProgramError(clean(name, 60) + ": " + message)
+
+
+def clean(text: str, limit: int) -> str:
+    """`text` with control characters (terminal escapes included) escaped, cut to `limit` characters."""
+    if not text.isprintable():
+        text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+class TestGlobals(dict):
+    """The tests' global namespace: names the tests do not define resolve to the program's top-level names (as
+    when program and tests share one module), except built-in names, which the program cannot shadow (only the
+    entry point may carry a built-in's name)."""
+
+    __test__ = False  # not a pytest class
+
+    def __init__(self, channel: Channel, names: dict[str, Any], entry_point: str | None) -> None:
+        super().__init__(__name__="__tests__", __builtins__=builtins)
+        self._channel, self._names, self._entry = channel, names, entry_point
+
+    def __missing__(self, key: str) -> Any:
+        info = self._names.get(key)
+        if info is None or (key != self._entry and hasattr(builtins, key)):
+            raise KeyError(key)
+        value: Any = Remote(self._channel, ("n", key))
+        if type(info) is tuple and len(info) == 2 and info[0] == "m" and info[1] in SAFE_MODULES:
+            value = __import__(info[1])
+            for part in info[1].split(".")[1:]:
+                value = getattr(value, part)
+        elif type(info) is tuple and len(info) == 2 and info[0] == "v":
+            value = info[1]
+        self[key] = value
+        return value
+
+
+def run_tests(req: dict[str, Any], emit: Callable[..., None], channel: Channel) -> None:
+    """H: wait for the program to load in P, then run the tests here and report each outcome."""
+    _type, _str, _len, _repr, _getattr = type, str, len, repr, getattr
+    total = req["total"]
+    done: dict[int, bool] = {}
+
+    def describe(exc: BaseException) -> str:
+        try:
+            name, text = _type(exc).__name__, _str(exc)
+        except Exception:
+            name, text = "Exception", "<unprintable>"
+        line = None
+        tb = _getattr(exc, "__traceback__", None)
+        while tb is not None:
+            if tb.tb_frame.f_code.co_filename == "<program>":
+                line = tb.tb_lineno
+            tb = tb.tb_next
+        message = clean(name + (": " + text if text else ""), 300)
+        return message + (" (program line %d)" % line if line is not None else "")
+
+    def short(value: Any) -> str:
+        try:
+            text = _repr(value)
+        except Exception:
+            text = "<unrepresentable>"
+        return clean(text, 120)
+
+    def eq(left: Any, right: Any) -> None:
+        if not (left == right):
+            raise AssertionError("got " + short(left) + ", expected " + short(right))
+
+    def record(index: int, exc: BaseException | None) -> None:
+        if index in done or not 0 <= index < total:
+            return
+        passed = exc is None and channel.gone is None  # nothing passes once the program is gone
+        done[index] = passed
+        emit("t", index, passed, "" if passed else (describe(exc) if exc is not None else "the program ended"))
+
+    try:
+        first = channel.receive()
+    except ProgramGone:
+        return  # no verdict: the caller reports how P ended
+    kind = first[0]
+    if kind == "syntax" and _len(first) == 4:
+        emit("syntax", first[1] if _type(first[1]) is int else None, clean(_str(first[2]), 200),
+             clean(_str(first[3]), 200))
+    elif kind in ("error", "memory", "exit") and _len(first) == 2:
+        emit("abort", kind, clean(_str(first[1]), 400))
+    elif kind == "ready" and _len(first) == 2 and _type(first[1]) is dict:
+        names = {k: v for k, v in first[1].items() if _type(k) is str and k.isidentifier()}
+        namespace = TestGlobals(channel, names, req.get("entry_point"))
+        phase = "test_error"
+        try:
+            if req["setup"]:
+                exec(compile(req["setup"], "<tests>", "exec"), namespace)
+            exec(compile(req["tests_fn"], "<tests>", "exec"), namespace)
+            tests = namespace.pop("_trl_marl_tests_")
+            phase = "tests"
+            try:
+                tests(record, eq)
+            except Exception as exc:
+                for index in range(total):
+                    record(index, exc)
+            for index in range(total):  # a test that never reported has failed
+                record(index, AssertionError("the test did not report"))
+        except ProgramGone:
+            if channel.gone == "exit":
+                emit("abort", "exit", channel.exit_code)
+            elif channel.gone == "protocol":
+                emit("abort", "error", "the program broke the harness protocol")
+            else:
+                return  # P ended: no `done`; the caller reports how (timeout, memory, signal, exit code)
+        except MemoryError as exc:
+            emit("abort", "memory", describe(exc))
+        except Exception as exc:
+            emit("abort", phase if phase != "tests" else "error", describe(exc))
+    else:
+        emit("abort", "error", "the program broke the harness protocol")
+    emit("done")
+
+
+# ---------------------------------------------------------------------------------------------------- process H
+def main(req: dict[str, Any]) -> None:
+    """H: set up, fork C, run the tests against P, report."""
+    nonce, rfd, _write, _repr, _exit = req.pop("nonce"), req["result_fd"], os.write, repr, os._exit
+
+    def emit(*record: Any) -> None:
+        data = (nonce + " " + _repr(record) + "\n").encode("utf-8", "backslashreplace")
+        while data:
+            try:
+                data = data[_write(rfd, data):]
+            except OSError:
+                return
+
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    req["in_cgroup"] = False
+    if req["cgroup_join"]:
+        try:
+            for path in req["cgroup_join"]:  # before any fork: every process of the run is charged there
+                with open(path, "w") as f:
+                    f.write("0")
+            req["in_cgroup"] = True
+        except OSError as exc:
+            emit("note", "could not join the sandbox cgroup: " + str(exc))
+    libc = None
+    try:
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+    except Exception as exc:
+        emit("note", "ctypes unavailable: " + _repr(exc))
+    pdeathsig(libc)
+    if libc is not None:
+        libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)  # no ptrace and no /proc/<pid>/fd of H for same-uid processes
+    if os.getppid() != req["parent_pid"]:
+        _exit(3)
+    root = os.geteuid() == 0
+    isolated = False
+    if req["namespaces"] and libc is not None and root:
+        if libc.unshare(NS_FLAGS) == 0:
+            isolated = True
+        else:
+            emit("note", "unshare failed: " + os.strerror(ctypes.get_errno()))
+    if req["level"] == "namespaces" and not (isolated and root):
+        why = ("the trainer does not run as root" if not root else "ctypes is unavailable" if libc is None
+               else "unshare(2) of the network, PID and mount namespaces failed")
+        emit("unavailable", why)
+        _exit(1)
+    call_r, call_w = os.pipe()
+    reply_r, reply_w = os.pipe()
+    child = os.fork()
+    if child == 0:
+        try:
+            os.close(call_w)
+            os.close(reply_r)
+            init(req, emit, libc, isolated, root, call_r, reply_w)
+        except BaseException as exc:
+            emit("error", "sandbox setup failed: " + _repr(exc))
+        _exit(1)
+    os.close(call_r)
+    os.close(reply_w)
+    emit("init", child)  # the caller waits for C's end (and so for its whole PID namespace) after a kill
+    channel = Channel(call_w, reply_r)
+    try:
+        run_tests(req, emit, channel)
+    finally:
+        try:
+            if channel.gone is None:
+                send_frame(call_w, encode(("quit",)))
+        except ChannelClosed:
+            pass
+        os.close(call_w)
+        os.close(reply_r)
+    # Wait (briefly) for P to flush its output and C to report; then C's end ends the namespace.
+    if not wait_child(child, 2.0):
+        try:
+            os.kill(child, _signal.SIGKILL)
+        except OSError:
+            pass
+        wait_child(child, None)
+    _exit(0)
+
+
+def wait_child(pid: int, timeout: float | None) -> bool:
+    """Reap `pid` within `timeout` seconds (`None`: wait as long as it takes); whether it ended."""
+    import time
+
+    end = None if timeout is None else time.monotonic() + timeout
+    while True:
+        try:
+            wpid, _ = os.waitpid(pid, 0 if end is None else os.WNOHANG)
+        except ChildProcessError:
+            return True
+        if wpid == pid:
+            return True
+        if end is not None and time.monotonic() >= end:
+            return False
+        time.sleep(0.002)
+
+
+def pdeathsig(libc: Any) -> None:
+    """Be killed when the parent dies."""
+    if libc is not None:
+        libc.prctl(PR_SET_PDEATHSIG, _signal.SIGKILL, 0, 0, 0)
+
+
+# ---------------------------------------------------------------------------------------------------- process C
+def init(req: dict[str, Any], emit: Callable[..., None], libc: Any, isolated: bool, root: bool, call_r: int,
+         reply_w: int) -> None:
+    """C: mounts, fork P, enforce the charged wall time, report P's end."""
+    pdeathsig(libc)
+    uid = req["uid"]
+    layers = ["rlimits", "cgroup"] if req["in_cgroup"] else ["rlimits"]
+    if isolated:
+        setup_mounts(libc, uid, req["disk_mb"], emit)
+        # a fresh, empty working directory inside the private /tmp (which may also hold read-only mounts of the
+        # interpreter's own directories when Python lives under /tmp, e.g. a CI virtualenv)
+        workdir, allowed = "/tmp/work", ["/tmp", "/var/tmp", "/dev/shm"]
+        os.makedirs(workdir, mode=0o700, exist_ok=True)
+        os.chown(workdir, uid, uid)
+        layers += ["netns", "pidns", "mountns", "ipcns", "nosuid"]
+    else:
+        workdir, allowed = req["workdir"], [req["workdir"]]
+        if root:
+            hidden = [p for p in sys.path if p and os.path.isdir(p) and not user_can_enter(p)]
+            if hidden:
+                emit("note", "the sandbox user cannot read %s; without namespaces, imports of modules the "
+                             "harness has not loaded will fail" % hidden[0])
+    if root:
+        layers.append("uid")
+    import time
+
+    _signal.pthread_sigmask(_signal.SIG_BLOCK, [_signal.SIGCHLD])
+    started = time.monotonic()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            _signal.pthread_sigmask(_signal.SIG_UNBLOCK, [_signal.SIGCHLD])
+            child(req, emit, libc, root, workdir, allowed, layers, call_r, reply_w)
+        except BaseException as exc:
+            emit("error", "sandbox setup failed: " + repr(exc))
+        os._exit(1)
+    os.close(call_r)
+    os.close(reply_w)
+    status, cpu, timed_out = None, 0.0, False
+    budget = float(req["wall_time"])
+    try:  # a private /proc (pid 1 is this process): every process listed there belongs to the run
+        whole_run = os.readlink("/proc/self") == "1"
+    except OSError:
+        whole_run = False
+    while True:
+        try:
+            wpid, st, usage = os.wait4(-1, os.WNOHANG)
+        except ChildProcessError:
+            break
+        if wpid == pid:
+            status, cpu = st, usage.ru_utime + usage.ru_stime
+            break
+        if wpid != 0:
+            continue  # an orphan of the program, reaped
+        # The program's time minus its waits for a CPU, but never less than the CPU time of all the run's processes
+        # (its own children compete with it for CPUs: a fork bomb must not make it look starved).
+        charged = max(time.monotonic() - started - runqueue_wait(pid), run_cpu(pid, whole_run))
+        if charged >= budget:
+            if not timed_out:
+                timed_out = True
+                try:
+                    os.kill(pid, _signal.SIGKILL)
+                except OSError:
+                    pass
+            charged = budget - 0.05
+        _signal.sigtimedwait([_signal.SIGCHLD], min(0.05, budget - charged + 0.001))
+    emit("status", status, cpu, timed_out)
+    if root and not isolated:
+        kill_user(uid)
+    os._exit(0)
+
+
+def runqueue_wait(pid: int) -> float:
+    """Seconds `pid` has spent runnable but waiting for a CPU (`/proc/<pid>/schedstat`; 0 where unavailable).
+
+    This time is not charged to the program: a program beside many busy ones on a few cores is not timed out for
+    the others' load.
+    """
+    try:
+        with open("/proc/%d/schedstat" % pid, "rb") as f:
+            return int(f.read().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+def run_cpu(pid: int, whole_run: bool) -> float:
+    """CPU seconds used so far by `pid`, or with `whole_run` by every process in this PID namespace (the reaped
+    ones included, through pid 1's children's times)."""
+    ticks = 0
+    for name in os.listdir("/proc") if whole_run else [str(pid)]:
+        if not name.isdigit():
+            continue
+        try:
+            with open("/proc/" + name + "/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+            ticks += int(fields[11]) + int(fields[12]) + (int(fields[13]) + int(fields[14]) if name == "1" else 0)
+        except (OSError, IndexError, ValueError):
+            pass
+    return ticks / CLOCK_TICKS
+
+
+def user_can_enter(path: str) -> bool:
+    """Whether every directory on the way to `path` can be traversed by an unprivileged user."""
+    parts = os.path.realpath(path).strip("/").split("/")
+    return all(os.stat("/" + "/".join(parts[:depth])).st_mode & 0o001 for depth in range(1, len(parts) + 1))
+
+
+def kill_user(uid: int) -> None:
+    """Without a PID namespace: SIGKILL every process of the sandbox user until none is left."""
+    for _ in range(100):
+        found = False
+        for name in os.listdir("/proc"):
+            if not name.isdigit():
+                continue
+            try:
+                if os.stat("/proc/" + name).st_uid == uid:
+                    with open("/proc/%s/stat" % name, "rb") as f:
+                        if f.read().rsplit(b")", 1)[-1].split()[0] in (b"Z", b"X"):
+                            continue
+                    os.kill(int(name), _signal.SIGKILL)
+                    found = True
+            except (OSError, IndexError):
+                pass
+        if not found:
+            return
+
+
+_MOUNT_FLAGS = {"ro": MS_RDONLY, "nodev": MS_NODEV, "noexec": MS_NOEXEC, "noatime": MS_NOATIME,
+                "nodiratime": MS_NODIRATIME, "relatime": MS_RELATIME, "strictatime": MS_STRICTATIME}
+
+
+def setup_mounts(libc: Any, uid: int, disk_mb: int, emit: Callable[..., None]) -> None:
+    """C, in the new mount namespace: `/` read-only and nosuid everywhere, a private size-limited `/tmp`,
+    interpreter directories the sandbox user could not traverse bound read-only, a private `/proc`."""
+    import ctypes
+
+    def mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None) -> None:
+        enc = lambda s: None if s is None else s.encode()  # noqa: E731
+        if libc.mount(enc(source), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data)) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, "mount(%r, %r): %s" % (source, target, os.strerror(err)))
+
+    mount(None, "/", None, MS_REC | MS_PRIVATE, None)
+    tmp_dirs = [d for d in ("/tmp", "/var/tmp", "/dev/shm") if os.path.isdir(d) and not os.path.islink(d)]
+    if "/tmp" not in tmp_dirs:
+        raise OSError("/tmp is not a directory")
+    # Directories the interpreter needs that the tmpfs would hide or the sandbox user could not traverse.
+    needed = set()
+    for path in [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
+                 os.path.dirname(os.path.realpath(sys.executable)), *sys.path]:
+        if path and os.path.isdir(path):
+            needed.add(os.path.realpath(path))
+    covers: dict[str, set[str]] = {}
+    for path in needed:
+        parts = path.strip("/").split("/")
+        for depth in range(1, len(parts)):
+            ancestor = "/" + "/".join(parts[:depth])
+            if ancestor in tmp_dirs or not os.stat(ancestor).st_mode & 0o001:
+                covers.setdefault(ancestor, set()).add(path)
+                break
+        if path in tmp_dirs:
+            covers.setdefault(path, set()).add(path)
+    fds = {}
+    for leaves in covers.values():
+        for leaf in leaves:
+            if not any(leaf != o and leaf.startswith(o + "/") for o in leaves):
+                fds[leaf] = os.open(leaf, os.O_PATH | os.O_DIRECTORY)
+    options = "size=%dm,mode=0700,uid=%d,gid=%d" % (disk_mb, uid, uid)
+    mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, options)
+    for d in tmp_dirs[1:]:
+        mount("/tmp", d, None, MS_BIND, None)
+    private = [c for c in covers if c not in tmp_dirs]
+    for cover in private:
+        mount("tmpfs", cover, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0755")
+    for leaf, fd in sorted(fds.items()):
+        os.makedirs(leaf, mode=0o755, exist_ok=True)
+        mount("/proc/self/fd/%d" % fd, leaf, None, MS_BIND | MS_REC, None)
+        mount(None, leaf, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, None)
+        os.close(fd)
+    for cover in private:
+        mount(None, cover, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, "size=1m,mode=0755")
+    mount(None, "/", None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID, None)
+    # Every other mount of this view nosuid too (its other flags kept), so no set-uid binary runs with privileges.
+    failed = []
+    with open("/proc/self/mountinfo") as f:
+        mounts = [line.split() for line in f]
+    for fields in mounts:
+        if len(fields) < 6 or fields[4] == "/":
+            continue
+        target = fields[4].replace("\\040", " ").replace("\\011", "\t").replace("\\012", "\n")
+        target = target.replace("\\134", "\\")
+        options_ = fields[5].split(",")
+        if "nosuid" in options_:
+            continue
+        flags = MS_REMOUNT | MS_BIND | MS_NOSUID
+        for option in options_:
+            flags |= _MOUNT_FLAGS.get(option, 0)
+        try:
+            mount(None, target, None, flags, None)
+        except OSError:
+            failed.append(target)
+    if failed:
+        emit("note", "could not remount nosuid: %s" % ", ".join(sorted(failed)[:5]))
+    try:
+        mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
+    except OSError as exc:
+        emit("note", "no private /proc: " + str(exc))
+
+
+# ---------------------------------------------------------------------------------------------------- process P
+# Syscalls that have no use in a unit test and open doors out of a sandbox: namespaces (nested user namespaces
+# above all), mounts, tracing, keyrings, BPF, perf, userfaultfd, io_uring. Each (x86_64, aarch64) number.
+_DENIED_SYSCALLS = {
+    "unshare": (272, 97), "setns": (308, 268), "mount": (165, 40), "umount2": (166, 39), "pivot_root": (155, 41),
+    "chroot": (161, 51), "ptrace": (101, 117), "keyctl": (250, 219), "add_key": (248, 217),
+    "request_key": (249, 218), "bpf": (321, 280), "perf_event_open": (298, 241), "userfaultfd": (323, 282),
+    "io_uring_setup": (425, 425), "open_tree": (428, 428), "move_mount": (429, 429), "fsopen": (430, 430),
+    "fsmount": (432, 432), "mount_setattr": (442, 442), "process_vm_readv": (310, 270),
+    "process_vm_writev": (311, 271),
+}
+_ARCHES = {"x86_64": (0, 0xC000003E, 56), "aarch64": (1, 0xC00000B7, 220)}  # column, AUDIT_ARCH, clone
+_CLONE3 = 435
+_NS_CLONE_FLAGS = 0x10000000 | 0x40000000 | 0x20000000 | 0x00020000 | 0x08000000 | 0x04000000 | 0x02000000
+
+
+def seccomp_filter(machine: str) -> list[tuple[int, int, int, int]] | None:
+    """A classic-BPF seccomp program `(code, jt, jf, k)` for `machine` (`None`: no numbers for that machine).
+
+    Denied syscalls fail with `EPERM`; `clone` with any namespace flag fails with `EPERM`; `clone3` (whose flags a
+    filter cannot read) fails with `ENOSYS`, so the C library falls back to `clone`; another architecture's
+    syscalls (e.g. x32 or 32-bit compat calls) kill the process.
+    """
+    if machine not in _ARCHES:
+        return None
+    column, arch, clone = _ARCHES[machine]
+    ld, jeq, jset, jge, ret = 0x20, 0x15, 0x45, 0x35, 0x06
+    allow, kill = 0x7FFF0000, 0x80000000
+    eperm, enosys = 0x00050000 | 1, 0x00050000 | 38
+    denied = sorted({numbers[column] for numbers in _DENIED_SYSCALLS.values()})
+    # Layout: 0 ld arch; 1 jeq arch; 2 ret kill; 3 ld nr; 4 x32 check; 5.. denied; then clone3, clone; ret allow;
+    # clone flags check; the two return blocks.
+    n = len(denied)
+    # 0 ld arch | 1 jeq arch | 2 ret kill | 3 ld nr | 4 jge x32 | 5..4+n jeq denied | 5+n jeq clone3 | 6+n jeq clone
+    # | 7+n ret allow | 8+n ld flags | 9+n jset | 10+n ret allow | 11+n ret EPERM | 12+n ret ENOSYS
+    clone_check, ret_eperm, ret_enosys = 8 + n, 11 + n, 12 + n
+    prog: list[tuple[int, int, int, int]] = []
+    prog.append((ld, 0, 0, 4))  # seccomp_data.arch
+    prog.append((jeq, 1, 0, arch))
+    prog.append((ret, 0, 0, kill))
+    prog.append((ld, 0, 0, 0))  # seccomp_data.nr
+    prog.append((jge, ret_eperm - 5, 0, 0x40000000))  # x32 ABI (x86_64): refuse
+    for number in denied:
+        prog.append((jeq, ret_eperm - len(prog) - 1, 0, number))
+    prog.append((jeq, ret_enosys - len(prog) - 1, 0, _CLONE3))
+    prog.append((jeq, clone_check - len(prog) - 1, 0, clone))
+    prog.append((ret, 0, 0, allow))
+    assert len(prog) == clone_check
+    prog.append((ld, 0, 0, 16 if sys.byteorder == "little" else 20))  # low 32 bits of args[0] (the flags)
+    prog.append((jset, 1, 0, _NS_CLONE_FLAGS))
+    prog.append((ret, 0, 0, allow))
+    prog.append((ret, 0, 0, eperm))
+    prog.append((ret, 0, 0, enosys))
+    return prog
+
+
+def install_seccomp(libc: Any) -> bool:
+    """Set `no_new_privs` and install [`seccomp_filter`]; whether the filter is in place."""
+    import ctypes
+
+    if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS) failed")
+    prog = seccomp_filter(os.uname().machine)
+    if prog is None:
+        return False
+
+    class SockFilter(ctypes.Structure):
+        _fields_ = [("code", ctypes.c_ushort), ("jt", ctypes.c_ubyte), ("jf", ctypes.c_ubyte),
+                    ("k", ctypes.c_uint)]
+
+    class SockFprog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(SockFilter))]
+
+    filters = (SockFilter * len(prog))(*[SockFilter(*ins) for ins in prog])
+    fprog = SockFprog(len(prog), ctypes.cast(filters, ctypes.POINTER(SockFilter)))
+    if libc.prctl(PR_SET_SECCOMP, 2, ctypes.byref(fprog), 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_SECCOMP) failed")
+    return True
+
+
+def child(req: dict[str, Any], emit: Callable[..., None], libc: Any, root: bool, workdir: str,
+          allowed: list[str], layers: list[str], call_r: int, reply_w: int) -> None:
+    """P: limits, privileges, guards, then the program and the call server."""
+    uid = req["uid"]
+    for limit, soft, hard in ((resource.RLIMIT_AS, req["memory"], req["memory"]),
+                              (resource.RLIMIT_FSIZE, req["fsize"], req["fsize"]),
+                              (resource.RLIMIT_NOFILE, req["nofile"], req["nofile"]),
+                              (resource.RLIMIT_CORE, 0, 0), (resource.RLIMIT_NPROC, req["nproc"], req["nproc"]),
+                              (resource.RLIMIT_CPU, req["cpu"], req["cpu"] + 1)):
+        current = resource.getrlimit(limit)[1]  # limits can only be lowered here
+        if current != resource.RLIM_INFINITY:
+            soft, hard = min(soft, current), min(hard, current)
+        resource.setrlimit(limit, (soft, hard))
+    if root:
+        os.setgroups([])
+        os.setgid(uid)
+        os.setuid(uid)
+        if os.getuid() != uid or os.geteuid() != uid:
+            raise OSError("could not drop privileges")
+    elif libc is not None and req["namespaces"] and libc.unshare(CLONE_NEWUSER | CLONE_NEWNET) == 0:
+        layers.append("netns")
+    pdeathsig(libc)
+    if libc is not None:
+        layers.append("no_new_privs")
+        if install_seccomp(libc):
+            layers.append("seccomp")
+    _signal.signal(_signal.SIGXFSZ, _signal.SIG_IGN)
+    os.chdir(workdir)
+    os.environ.clear()
+    os.environ.update({"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": workdir, "TMPDIR": workdir,
+                       "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "OMP_NUM_THREADS": "1",
+                       "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})
+    if req["guards"]:
+        install_guards(allowed)
+        layers.append("guards")
+    emit("iso", tuple(layers))
+    # From here on the process belongs to the program: it keeps stdio and its two pipe ends, nothing else.
+    os.dup2(call_r, CALL_FD)
+    os.dup2(reply_w, REPLY_FD)
+    os.closerange(REPLY_FD + 1, 1 << 30)
+    serve(req)
+
+
+def serve(req: dict[str, Any]) -> None:
+    """P: run the program, report its top-level names, then answer H's calls with plain data."""
+    _type, _str, _len, _getattr, _exit, _isinstance = type, str, len, getattr, os._exit, isinstance
+    _BaseException, _SystemExit, _MemoryError = BaseException, SystemExit, MemoryError
+    module_type = _type(sys)
+    objects: dict[int, Any] = {}
+    reader = FrameReader(CALL_FD)
+
+    def describe(exc: BaseException) -> str:
+        try:
+            text = _str(exc)
+        except _BaseException:
+            text = "<unprintable>"
+        line = None
+        tb = _getattr(exc, "__traceback__", None)
+        while tb is not None:
+            if tb.tb_frame.f_code.co_filename == "<program>":
+                line = tb.tb_lineno
+            tb = tb.tb_next
+        text = text if _len(text) <= 300 else text[:297] + "..."
+        return text + (" (program line %d)" % line if line is not None else "")
+
+    def handle(value: Any) -> int | None:
+        if _len(objects) >= MAX_HANDLES:
+            return None
+        key = _len(objects)
+        objects[key] = value
+        return key
+
+    def send(message: tuple[Any, ...]) -> None:
+        try:
+            payload = encode(message, handle)
+            if _len(payload) > MAX_MESSAGE:
+                raise CodecError("too large")
+        except (_MemoryError, RecursionError, CodecError, ValueError) as exc:
+            payload = encode(("unencodable", _type(exc).__name__ + ": " + _str(exc)[:100]))
+        send_frame(REPLY_FD, payload)
+
+    def flush() -> None:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except _BaseException:
+                pass
+
+    def quit_(message: tuple[Any, ...] | None = None) -> None:
+        flush()
+        if message is not None:
+            try:
+                send_frame(REPLY_FD, encode(message))
+            except _BaseException:
+                pass
+        _exit(0)
+
+    module = module_type("__sandbox__")
+    module.__builtins__ = builtins
+    sys.modules["__sandbox__"] = module
+    namespace = module.__dict__
+    try:
+        code = compile(req["program"], "<program>", "exec")
+    except SyntaxError as exc:
+        quit_(("syntax", exc.lineno if _type(exc.lineno) is int else None, _str(exc.msg)[:200],
+               (exc.text or "").strip()[:200]))
+    except _BaseException as exc:
+        quit_(("syntax", None, _type(exc).__name__ + ": " + describe(exc), ""))
+    try:
+        exec(code, namespace)
+    except _SystemExit as exc:
+        quit_(("exit", repr(exc.code)[:100]))
+    except _MemoryError as exc:
+        quit_(("memory", "MemoryError: " + describe(exc)))
+    except _BaseException as exc:
+        quit_(("error", _type(exc).__name__ + ": " + describe(exc)))
+
+    names: dict[str, Any] = {}
+    for name, value in list(namespace.items())[:MAX_NAMES]:
+        if _type(name) is not str or name.startswith("__"):
+            continue
+        if _isinstance(value, module_type):
+            names[name] = ("m", _str(_getattr(value, "__name__", "")))
+            continue
+        try:
+            data = encode(value)
+            names[name] = ("v", value) if _len(data) <= MAX_VALUE_BYTES else ("o", None)
+        except (CodecError, RecursionError, _MemoryError):
+            names[name] = ("o", None)
+    send(("ready", names))
+
+    def resolve(target: Any) -> Any:
+        kind, key = target
+        if kind == "n":
+            return namespace[key]
+        return objects[key]
+
+    def unref(key: int | str) -> Any:
+        return objects[key] if _type(key) is int else namespace[key]
+
+    while True:
+        try:
+            message = decode(reader.read(), unref)
+        except ChannelClosed:
+            quit_()
+        kind = message[0]
+        if kind == "quit":
+            quit_()
+        try:
+            if kind == "call":
+                value = resolve(message[1])(*message[2], **message[3])
+            else:
+                value = _getattr(resolve(message[1]), message[2])
+            reply: tuple[Any, ...] = ("ok", value)
+        except _SystemExit as exc:
+            quit_(("exit", repr(exc.code)[:100]))
+        except _BaseException as exc:
+            reply = ("raise", _type(exc).__name__, describe(exc))
+        send(reply)
+
+
+def install_guards(allowed: list[str]) -> None:
+    """The Python layer (defense in depth): an audit hook and stubs for process, signal and socket functions."""
+    realpath, fsdecode = os.path.realpath, os.fsdecode
+    _str, _int, _PermissionError = str, int, PermissionError
+    roots = tuple(allowed)
+    prefixes = tuple(a.rstrip("/") + "/" for a in allowed)
+
+    def inside(path: Any) -> bool:
+        if isinstance(path, _int):
+            return True
+        try:
+            path = realpath(fsdecode(path))
+        except Exception:
+            return False
+        return path in roots or path.startswith(prefixes)
+
+    blocked = frozenset([
+        "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork", "os.forkpty", "os.kill", "os.killpg",
+        "subprocess.Popen", "pty.spawn", "socket.__new__", "socket.connect", "socket.bind", "socket.sendto",
+        "socket.sendmsg", "ctypes.dlopen", "ctypes.dlsym", "ctypes.dlsym/handle", "ctypes.call_function",
+        "ctypes.cdata", "ctypes.cdata/buffer", "resource.setrlimit", "resource.prlimit", "gc.get_objects",
+        "gc.get_referrers", "gc.get_referents", "os.chroot", "sys.remote_exec",
+    ])
+    # event -> (positions of path arguments that must be inside, position of a dir_fd argument or None)
+    checked = {
+        "os.remove": ((0,), 1), "os.rmdir": ((0,), 1), "os.mkdir": ((0,), 2), "os.chmod": ((0,), 2),
+        "os.chown": ((0,), 3), "os.utime": ((0,), 3), "os.truncate": ((0,), None), "os.setxattr": ((0,), None),
+        "os.removexattr": ((0,), None), "os.rename": ((0, 1), 2), "os.link": ((0, 1), 2),
+        "os.symlink": ((1,), 2), "shutil.move": ((0, 1), None), "shutil.copyfile": ((1,), None),
+        "shutil.copytree": ((1,), None), "shutil.rmtree": ((0,), 1),
+    }
+
+    def hook(event: str, args: tuple[Any, ...]) -> None:
+        if event in blocked:
+            raise _PermissionError(event + " is disabled in the sandbox")
+        if event == "open":
+            path, mode, flags = args
+            writing = (any(c in mode for c in "wax+") if isinstance(mode, _str)
+                       else bool((flags or 0) & WRITE_FLAGS))
+            if writing and not inside(path):
+                raise _PermissionError("writing outside the sandbox directory is not allowed: %r" % (path,))
+            return
+        rule = checked.get(event)
+        if rule is not None:
+            paths, dir_fd = rule
+            fd_used = dir_fd is not None and len(args) > dir_fd and args[dir_fd] not in (None, -1)
+            if fd_used or not all(inside(args[i]) for i in paths if i < len(args)):
+                raise _PermissionError(event + " outside the sandbox directory is not allowed")
+
+    sys.addaudithook(hook)
+
+    def stub(name: str) -> Callable[..., Any]:
+        def disabled(*args: Any, **kwargs: Any) -> Any:
+            raise _PermissionError(name + " is disabled in the sandbox")
+        disabled.__name__ = name.rsplit(".", 1)[-1]
+        return disabled
+
+    def blocked_class(base: type, name: str) -> type:
+        class Disabled(base):  # type: ignore[valid-type,misc]
+            def __init__(self, *args: Any, **kwargs: Any) -> None:
+                raise _PermissionError(name + " is disabled in the sandbox")
+        Disabled.__name__ = Disabled.__qualname__ = base.__name__
+        return Disabled
+
+    # Deleting and renaming stay possible inside the working directory (tempfile needs it): the audit hook
+    # checks their paths. What has no business in a unit test is replaced outright.
+    os_names = ["system", "kill", "killpg", "fork", "forkpty", "popen", "chown", "lchown", "fchown", "execv",
+                "execve", "execl", "execle", "execlp", "execlpe", "execvp", "execvpe", "spawnv", "spawnve",
+                "spawnvp", "spawnvpe", "spawnl", "spawnle", "spawnlp", "spawnlpe", "posix_spawn", "posix_spawnp"]
+
+    def patch_os(mod: Any) -> None:
+        for name in os_names:
+            if hasattr(mod, name):
+                setattr(mod, name, stub("os." + name))
+
+    def patch_shutil(mod: Any) -> None:
+        mod.chown = stub("shutil.chown")
+
+    def patch_subprocess(mod: Any) -> None:
+        mod.Popen = blocked_class(mod.Popen, "subprocess.Popen")
+        for name in ("run", "call", "check_call", "check_output", "getoutput", "getstatusoutput"):
+            setattr(mod, name, stub("subprocess." + name))
+
+    def patch_socket(mod: Any) -> None:
+        mod.socket = blocked_class(mod.socket, "socket.socket")
+        for name in ("create_connection", "create_server", "socketpair", "fromfd"):
+            if hasattr(mod, name):
+                setattr(mod, name, stub("socket." + name))
+
+    patches = {"shutil": patch_shutil, "subprocess": patch_subprocess, "socket": patch_socket}
+    patch_os(os)
+    for name in list(patches):
+        if name in sys.modules:
+            patches.pop(name)(sys.modules[name])
+
+    class PatchingLoader:
+        def __init__(self, loader: Any, patch: Callable[[Any], None]) -> None:
+            self._loader, self._patch = loader, patch
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self._loader, name)
+
+        def create_module(self, spec: Any) -> Any:
+            return self._loader.create_module(spec)
+
+        def exec_module(self, module: Any) -> None:
+            self._loader.exec_module(module)
+            self._patch(module)
+
+    class GuardFinder:
+        @staticmethod
+        def find_spec(name: str, path: Any = None, target: Any = None) -> Any:
+            patch = patches.get(name)
+            if patch is None:
+                return None
+            for finder in sys.meta_path:
+                find = getattr(finder, "find_spec", None)
+                if isinstance(finder, GuardFinder) or find is None:
+                    continue
+                spec = find(name, path, target)
+                if spec is not None:
+                    if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+                        spec.loader = PatchingLoader(spec.loader, patch)
+                    return spec
+            return None
+
+    sys.meta_path.insert(0, GuardFinder())
+
+
+if __name__ == "__trl_marl_harness__":
+    main(globals()["REQUEST"])
