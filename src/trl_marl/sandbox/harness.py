@@ -471,7 +471,10 @@ def run_tests(req: dict[str, Any], emit: Callable[..., None], channel: Channel) 
     try:
         first = channel.receive()
     except ProgramGone:
-        return  # no verdict: the caller reports how P ended
+        if channel.gone == "protocol":
+            emit("abort", "error", "the program broke the harness protocol")
+            emit("done")
+        return  # else no verdict: the caller reports how P ended
     kind = first[0]
     if kind == "syntax" and _len(first) == 4:
         emit("syntax", first[1] if _type(first[1]) is int else None, clean(_str(first[2]), 200),
