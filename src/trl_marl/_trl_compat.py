@@ -7,7 +7,11 @@ in one place. Importing it outside the tested TRL range fails at once with a mes
 
 from __future__ import annotations
 
+import json
 import os
+import re
+import shutil
+import warnings
 from typing import Any
 
 from packaging.version import Version
@@ -57,7 +61,10 @@ __all__ = [
     "TrlParser",
     "TRLBaseConfig",
     "TRLBaseTrainer",
+    "IncompleteCheckpointWarning",
     "TeamCheckpointMixin",
+    "is_complete_checkpoint",
+    "last_complete_checkpoint",
     "generate_model_card",
     "get_comet_experiment_url",
     "nanstd",
@@ -75,6 +82,202 @@ def grpo_config_field_names() -> set[str]:
     return {f.name for f in fields(GRPOConfig)} - base
 
 
+# ---------------------------------------------------------------------------------------------------------------
+# Checkpoints: atomic saves, rotation that never loses the last complete checkpoint, resume from a complete one
+# ---------------------------------------------------------------------------------------------------------------
+
+CHECKPOINT_PREFIX = "checkpoint"
+"""Checkpoint folders are `checkpoint-<global step>` (transformers' `PREFIX_CHECKPOINT_DIR`)."""
+
+PARTIAL_PREFIX = "tmp-"
+"""A checkpoint is written into `tmp-checkpoint-<step>` and renamed when complete. Neither transformers'
+`get_last_checkpoint` (`^checkpoint-\\d+$`) nor its rotation (`checkpoint-*`) sees such a folder."""
+
+REPLACED_SUFFIX = "-replaced"
+"""`tmp-checkpoint-<step>-replaced`: a complete checkpoint moved aside while a new save of the same step takes its
+name (deleted once the new one is in place; a resume uses it if a crash came between the two renames)."""
+
+TRAINER_STATE_FILE = "trainer_state.json"
+"""The file transformers writes last into a checkpoint, and what resuming needs first."""
+
+_CHECKPOINT_RE = re.compile(rf"^{CHECKPOINT_PREFIX}-([0-9]+)$")
+_PARTIAL_RE = re.compile(rf"^{PARTIAL_PREFIX}{CHECKPOINT_PREFIX}-([0-9]+)$")
+_REPLACED_RE = re.compile(rf"^{PARTIAL_PREFIX}{CHECKPOINT_PREFIX}-([0-9]+){REPLACED_SUFFIX}$")
+
+
+class IncompleteCheckpointWarning(UserWarning):
+    """An incomplete checkpoint folder (an interrupted save) was skipped when looking for one to resume from."""
+
+
+def is_complete_checkpoint(path: str | os.PathLike[str]) -> bool:
+    """Whether a folder is a complete checkpoint: it holds a readable `trainer_state.json`.
+
+    trl-marl writes that file last, into a temporary folder that is renamed only when everything is on disk, so a
+    `checkpoint-<step>` folder of trl-marl is complete by construction; the check catches folders left half-written
+    by other code (or copied partially).
+
+    Args:
+        path: The folder.
+
+    Returns:
+        `True` when `path/trainer_state.json` exists and is a JSON object.
+    """
+    try:
+        with open(os.path.join(path, TRAINER_STATE_FILE), encoding="utf-8") as handle:
+            return isinstance(json.load(handle), dict)
+    except (OSError, ValueError):
+        return False
+
+
+def last_complete_checkpoint(output_dir: str | os.PathLike[str]) -> str | None:
+    """The newest complete checkpoint of a run folder; incomplete ones are skipped with a warning.
+
+    Candidates are the `checkpoint-<step>` folders, newest step first, and a `tmp-checkpoint-<step>-replaced` folder
+    whose `checkpoint-<step>` is missing (a crash between the two renames of a same-step re-save). Folders left by an
+    interrupted save (`tmp-checkpoint-<step>`) are never used.
+
+    Args:
+        output_dir: The run's `output_dir`.
+
+    Returns:
+        The path of the newest complete checkpoint, or `None` when there is none (or no such folder).
+
+    Warns:
+        IncompleteCheckpointWarning: For every newer checkpoint folder that is skipped because it is incomplete, and
+            for every interrupted save newer than the checkpoint returned.
+    """
+    output_dir = os.fspath(output_dir)
+    try:
+        names = os.listdir(output_dir)
+    except FileNotFoundError:
+        return None
+    candidates: list[tuple[int, str]] = []
+    partial_steps: list[int] = []
+    for name in names:
+        if not os.path.isdir(os.path.join(output_dir, name)):
+            continue
+        if match := _CHECKPOINT_RE.match(name):
+            candidates.append((int(match.group(1)), name))
+        elif (match := _REPLACED_RE.match(name)) and f"{CHECKPOINT_PREFIX}-{match.group(1)}" not in names:
+            candidates.append((int(match.group(1)), name))
+        elif match := _PARTIAL_RE.match(name):
+            partial_steps.append(int(match.group(1)))
+    found: tuple[int, str] | None = None
+    for step, name in sorted(candidates, reverse=True):
+        path = os.path.join(output_dir, name)
+        if is_complete_checkpoint(path):
+            found = (step, path)
+            break
+        warnings.warn(
+            f"Skipping the incomplete checkpoint {path} (no readable {TRAINER_STATE_FILE}: its save was "
+            "interrupted); looking for an older one.",
+            IncompleteCheckpointWarning,
+            stacklevel=2,
+        )
+    for step in sorted(partial_steps):
+        if found is None or step > found[0]:
+            warnings.warn(
+                f"Ignoring {os.path.join(output_dir, f'{PARTIAL_PREFIX}{CHECKPOINT_PREFIX}-{step}')}: the save of "
+                f"step {step} was interrupted before it completed.",
+                IncompleteCheckpointWarning,
+                stacklevel=2,
+            )
+    return None if found is None else found[1]
+
+
+def _fsync_tree(root: str) -> None:
+    """Flushes every file and folder under `root` to disk (where the platform allows fsync on folders)."""
+    for folder, _, files in os.walk(root):
+        for name in files:
+            descriptor = os.open(os.path.join(folder, name), os.O_RDONLY)
+            try:
+                os.fsync(descriptor)
+            finally:
+                os.close(descriptor)
+        _fsync_dir(folder)
+
+
+def _fsync_dir(folder: str) -> None:
+    """Flushes a folder's entries (new names, renames) to disk; a no-op where folders cannot be opened."""
+    try:
+        descriptor = os.open(folder, os.O_RDONLY)
+    except OSError:  # pragma: no cover - e.g. Windows
+        return
+    try:
+        os.fsync(descriptor)
+    except OSError:  # pragma: no cover - some file systems refuse fsync on folders
+        pass
+    finally:
+        os.close(descriptor)
+
+
+def _remove_tree(path: str) -> None:
+    """Deletes a folder: first renamed to a `tmp-` name (atomic), so a crash mid-way leaves no half checkpoint."""
+    parent, name = os.path.split(path)
+    doomed = os.path.join(parent, f"{PARTIAL_PREFIX}{name}-deleted")
+    try:
+        os.rename(path, doomed)
+    except OSError:
+        doomed = path
+    shutil.rmtree(doomed, ignore_errors=True)
+
+
+def _publish_checkpoint(partial_dir: str, final_dir: str) -> None:
+    """Makes a fully written checkpoint visible under its final name: fsync, then rename (atomic on POSIX).
+
+    A complete checkpoint already under that name (a second save at the same step) is moved aside first and deleted
+    after the rename; between the two renames it stays complete under `tmp-checkpoint-<step>-replaced`, which
+    [`last_complete_checkpoint`] accepts.
+    """
+    _fsync_tree(partial_dir)
+    run_dir = os.path.dirname(final_dir)
+    replaced = None
+    if os.path.exists(final_dir):
+        replaced = f"{os.path.join(run_dir, PARTIAL_PREFIX + os.path.basename(final_dir))}{REPLACED_SUFFIX}"
+        shutil.rmtree(replaced, ignore_errors=True)
+        os.rename(final_dir, replaced)
+    os.rename(partial_dir, final_dir)
+    _fsync_dir(run_dir)
+    if replaced is not None:
+        shutil.rmtree(replaced, ignore_errors=True)
+
+
+def _remove_interrupted_saves(run_dir: str) -> None:
+    """Deletes the `tmp-checkpoint-<step>` folders of interrupted saves (never a `-replaced` one: it may be the only
+    complete copy of its step until the next checkpoint is published)."""
+    for name in os.listdir(run_dir):
+        if _PARTIAL_RE.match(name) or (name.startswith(PARTIAL_PREFIX) and name.endswith("-deleted")):
+            shutil.rmtree(os.path.join(run_dir, name), ignore_errors=True)
+
+
+def _rotate_complete_checkpoints(run_dir: str, save_total_limit: int | None, keep: set[str]) -> None:
+    """Deletes the oldest complete checkpoints beyond `save_total_limit` (transformers' rule, by step number).
+
+    Runs only after the newest checkpoint is published, so the last complete checkpoint is never deleted before a
+    newer complete one exists. Incomplete `checkpoint-<step>` folders are neither counted nor deleted.
+
+    Args:
+        run_dir: The folder holding the checkpoints.
+        save_total_limit: Checkpoints to keep (`None` or <= 0: keep all).
+        keep: Paths never deleted (the newest and the best checkpoint).
+    """
+    for name in os.listdir(run_dir):
+        if _REPLACED_RE.match(name):  # a newer complete checkpoint exists now
+            shutil.rmtree(os.path.join(run_dir, name), ignore_errors=True)
+    if not save_total_limit or save_total_limit <= 0:
+        return
+    steps = sorted(
+        (int(match.group(1)), os.path.join(run_dir, name))
+        for name in os.listdir(run_dir)
+        if (match := _CHECKPOINT_RE.match(name)) and is_complete_checkpoint(os.path.join(run_dir, name))
+    )
+    keep = {os.path.normpath(path) for path in keep}
+    removable = [path for _, path in steps if os.path.normpath(path) not in keep]
+    excess = len(steps) - max(save_total_limit, len(steps) - len(removable))
+    for path in removable[: max(excess, 0)]:
+        _remove_tree(path)
+
+
 class TeamCheckpointMixin:
     """Overrides of `transformers.Trainer`'s private save/load hooks so that a checkpoint holds a whole team.
 
@@ -82,7 +285,104 @@ class TeamCheckpointMixin:
     An [`~trl_marl.AgentTeam`] is saved instead as `agent_<i>/` folders (a PEFT adapter or a full model each, with
     its tokenizer) plus `team_config.json`, so every agent of a checkpoint can be loaded on its own with
     `from_pretrained`, and `resume_from_checkpoint` reloads the agents in place.
+
+    Checkpoints survive a crash or a kill at any moment (transformers 5.23's `_save_checkpoint` writes straight into
+    `checkpoint-<step>` and rotates by deleting folders, so a kill during a save leaves a partial newest folder that
+    `resume_from_checkpoint=True` then picks and fails on):
+
+    - every process writes into `tmp-checkpoint-<step>`; when all of them are done, the main process fsyncs it and
+      renames it to `checkpoint-<step>` (other processes wait for the rename);
+    - `save_total_limit` deletes old checkpoints only after that rename, and counts complete checkpoints only;
+    - `train(resume_from_checkpoint=True)` resumes from the newest *complete* checkpoint
+      ([`last_complete_checkpoint`]), warning about every incomplete folder it skips; an explicit path to an
+      incomplete checkpoint is a clear `ValueError`.
     """
+
+    def train(
+        self,
+        resume_from_checkpoint: str | bool | None = None,
+        trial: Any = None,
+        ignore_keys_for_eval: list[str] | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        """`Trainer.train`, resuming from the newest complete checkpoint when `resume_from_checkpoint=True`.
+
+        Raises:
+            ValueError: `resume_from_checkpoint=True` and `output_dir` holds no complete checkpoint, or a given
+                checkpoint path is incomplete (no readable `trainer_state.json`).
+        """
+        if isinstance(resume_from_checkpoint, bool) and resume_from_checkpoint:
+            output_dir = self.args.output_dir  # type: ignore[attr-defined]
+            resume_from_checkpoint = last_complete_checkpoint(output_dir)
+            if resume_from_checkpoint is None:
+                raise ValueError(f"No complete checkpoint to resume from in the output directory ({output_dir}).")
+        elif isinstance(resume_from_checkpoint, (str, os.PathLike)) and not is_complete_checkpoint(
+            resume_from_checkpoint
+        ):
+            with warnings.catch_warnings():  # only its name is wanted here
+                warnings.simplefilter("ignore", IncompleteCheckpointWarning)
+                newest = last_complete_checkpoint(os.path.dirname(os.path.normpath(resume_from_checkpoint)))
+            raise ValueError(
+                f"Cannot resume from {resume_from_checkpoint}: it is not a complete checkpoint (no readable "
+                f"{TRAINER_STATE_FILE}; its save was interrupted or it is not a checkpoint folder). "
+                + (f"The newest complete checkpoint next to it is {newest}." if newest else "")
+            )
+        return super().train(  # type: ignore[misc]
+            resume_from_checkpoint=resume_from_checkpoint, trial=trial, ignore_keys_for_eval=ignore_keys_for_eval,
+            **kwargs,
+        )
+
+    def _save_checkpoint(self, model: Any, trial: Any) -> None:
+        """Saves a checkpoint atomically (transformers 5.23's `_save_checkpoint`, written elsewhere then renamed)."""
+        from transformers.trainer import TRAINER_STATE_NAME, ExportableState, SaveStrategy
+
+        args = self.args  # type: ignore[attr-defined]
+        state = self.state  # type: ignore[attr-defined]
+        accelerator = self.accelerator  # type: ignore[attr-defined]
+        name = f"{CHECKPOINT_PREFIX}-{state.global_step}"
+        if self.hp_search_backend is None and trial is None:  # type: ignore[attr-defined]
+            self.store_flos()  # type: ignore[attr-defined]
+        run_dir = self._get_output_dir(trial=trial)  # type: ignore[attr-defined]
+        final_dir = os.path.join(run_dir, name)
+        partial_dir = os.path.join(run_dir, PARTIAL_PREFIX + name)
+        if args.should_save:
+            os.makedirs(run_dir, exist_ok=True)
+            _remove_interrupted_saves(run_dir)
+            os.makedirs(partial_dir)
+        accelerator.wait_for_everyone()  # nobody writes into the folder before it is fresh
+
+        self.save_model(partial_dir, _internal_call=True)  # type: ignore[attr-defined]
+        if (
+            args.save_strategy in (SaveStrategy.STEPS, SaveStrategy.EPOCH, SaveStrategy.BEST)
+            and state.best_global_step
+        ):
+            best_dir = os.path.join(run_dir, f"{CHECKPOINT_PREFIX}-{state.best_global_step}")
+            if state.best_global_step == state.global_step or os.path.exists(best_dir):
+                state.best_model_checkpoint = best_dir
+        if not args.save_only_model:
+            self._save_optimizer_and_scheduler(partial_dir)  # type: ignore[attr-defined]
+            self._save_scaler(partial_dir)  # type: ignore[attr-defined]
+            self._save_rng_state(partial_dir)  # type: ignore[attr-defined]
+        if args.should_save:
+            callbacks = self.callback_handler.callbacks + [self.control]  # type: ignore[attr-defined]
+            for callback in [c for c in callbacks if isinstance(c, ExportableState)]:
+                callback_name = callback.__class__.__name__
+                if isinstance(state.stateful_callbacks[callback_name], list):
+                    state.stateful_callbacks[callback_name].append(callback.state())
+                else:
+                    state.stateful_callbacks[callback_name] = callback.state()
+            state.save_to_json(os.path.join(partial_dir, TRAINER_STATE_NAME))  # last: it marks completeness
+
+        accelerator.wait_for_everyone()  # every process has written its part
+        if args.should_save:
+            _publish_checkpoint(partial_dir, final_dir)
+        accelerator.wait_for_everyone()  # nobody goes on before the checkpoint has its final name
+
+        if args.push_to_hub:
+            self._push_from_checkpoint(final_dir)  # type: ignore[attr-defined]
+        if args.should_save:
+            keep = {final_dir} | ({state.best_model_checkpoint} if state.best_model_checkpoint else set())
+            _rotate_complete_checkpoints(run_dir, args.save_total_limit, keep)
 
     def _save(self, output_dir: str | None = None, state_dict: dict[str, Any] | None = None) -> None:  # type: ignore[override]
         output_dir = output_dir if output_dir is not None else self.args.output_dir  # type: ignore[attr-defined]

@@ -1,0 +1,253 @@
+"""Checkpoints survive a kill: atomic saves, rotation that keeps the last complete checkpoint, exact resume.
+
+The trainer runs below are MAGRPO on DESIGN.md's unit-test toy (11k parameters, two LoRA agents, 16 samples per
+step); the killed runs are child processes that SIGKILL themselves at a chosen moment.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from trl_marl._trl_compat import IncompleteCheckpointWarning, is_complete_checkpoint, last_complete_checkpoint
+
+TESTS = Path(__file__).resolve().parent
+ROOT = TESTS.parent
+TARGET = 10
+STEPS = 6
+
+
+def build_trainer(model_dir: str, output_dir: str, max_steps: int = STEPS, **overrides: Any) -> Any:
+    """A MAGRPO trainer of two LoRA agents that saves every 2 steps (also used by the child processes)."""
+    from datasets import Dataset
+    from peft import LoraConfig
+
+    from trl_marl import MAGRPOConfig, MAGRPOTrainer
+    from trl_marl.envs import TargetSumEnv, TargetSumReward
+
+    kwargs = dict(
+        output_dir=output_dir, num_agents=2, num_generations=8, per_device_train_batch_size=16,
+        max_completion_length=4, learning_rate=3e-3, lr_scheduler_type="linear", max_steps=max_steps,
+        logging_steps=1, report_to="none", save_strategy="steps", save_steps=2, gradient_checkpointing=False,
+        temperature=1.0, disable_tqdm=True, seed=0, beta=0.05,
+    )
+    kwargs.update(overrides)
+    # MAGRPOTrainer initialises the LoRA adapters before it seeds (reported): seed here so that every run of this
+    # module, in this process or a child, starts from the same adapters
+    torch.manual_seed(0)
+    peft_config = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], lora_dropout=0.0)
+    return MAGRPOTrainer(model=model_dir, reward_funcs=TargetSumReward(0.5), env=TargetSumEnv(2),
+                         args=MAGRPOConfig(**kwargs), train_dataset=Dataset.from_dict({"target": [TARGET] * 64}),
+                         peft_config=peft_config)
+
+
+def run_child(argv: list[str]) -> None:
+    """A child process: train, and SIGKILL itself at `step<N>` (after step N) or `save<N>` (during the save of N)."""
+    model_dir, output_dir, kill_at = argv
+    torch.set_num_threads(1)
+    warnings.filterwarnings("ignore")
+    trainer = build_trainer(model_dir, output_dir)
+    step = int(kill_at[4:])
+    if kill_at.startswith("step"):
+        from transformers import TrainerCallback
+
+        class KillAfterStep(TrainerCallback):
+            def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+                if state.global_step == step:
+                    os.kill(os.getpid(), signal.SIGKILL)
+
+        trainer.add_callback(KillAfterStep())
+    else:  # die in the middle of the save: the model is written, the optimizer too, the RNG state not yet
+        save_rng_state = trainer._save_rng_state
+
+        def dying_save_rng_state(output_dir: str) -> None:
+            if trainer.state.global_step == step:
+                os.kill(os.getpid(), signal.SIGKILL)
+            save_rng_state(output_dir)
+
+        trainer._save_rng_state = dying_save_rng_state
+    trainer.train()
+
+
+def child(model_dir: str, output_dir: Path, kill_at: str) -> subprocess.CompletedProcess[str]:
+    code = f"import sys; sys.path.insert(0, {str(TESTS)!r}); from test_checkpoints import run_child; " \
+           "run_child(sys.argv[1:])"
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1",
+               TOKENIZERS_PARALLELISM="false")
+    return subprocess.run([sys.executable, "-c", code, model_dir, str(output_dir), kill_at], env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def logged_metrics(trainer: Any) -> list[dict[str, Any]]:
+    """Every per-step log entry, without wall-clock metrics (the run summary, runtime, throughput) ."""
+    entries = []
+    for entry in trainer.state.log_history:
+        if "train_runtime" in entry:
+            continue
+        entries.append({k: v for k, v in entry.items() if "time" not in k and "per_second" not in k})
+    return entries
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory) -> str:
+    from trl_marl.toy import make_toy_model
+
+    return make_toy_model(tmp_path_factory.mktemp("toy"), task="target", hidden_size=32, num_layers=1,
+                          pretrain_steps=100, seed=0, targets=(TARGET,))
+
+
+@pytest.fixture(scope="module")
+def reference(model_dir, tmp_path_factory) -> Any:
+    """The uninterrupted run of STEPS steps."""
+    trainer = build_trainer(model_dir, str(tmp_path_factory.mktemp("reference")))
+    trainer.train()
+    return trainer
+
+
+def assert_same_run(resumed: Any, reference: Any) -> None:
+    assert resumed.state.global_step == reference.state.global_step == STEPS
+    expected = reference.team.state_dict()
+    got = resumed.team.state_dict()
+    assert got.keys() == expected.keys()
+    different = [k for k in expected if not torch.equal(got[k], expected[k])]
+    assert not different, different
+    assert logged_metrics(resumed) == logged_metrics(reference)
+    assert len(logged_metrics(reference)) == STEPS
+
+
+# ------------------------------------------------------------------------------------------------ finding checkpoints
+
+
+def make_folder(root: Path, name: str, state: str | None = "{}") -> Path:
+    folder = root / name
+    folder.mkdir()
+    (folder / "adapter.bin").write_text("weights")
+    if state is not None:
+        (folder / "trainer_state.json").write_text(state)
+    return folder
+
+
+def test_last_complete_checkpoint_skips_incomplete_folders(tmp_path):
+    assert last_complete_checkpoint(tmp_path / "missing") is None
+    assert last_complete_checkpoint(tmp_path) is None
+    make_folder(tmp_path, "checkpoint-2")
+    make_folder(tmp_path, "checkpoint-7", state='{"global_step": ')  # cut off mid-write
+    make_folder(tmp_path, "checkpoint-10", state=None)  # no trainer_state.json
+    make_folder(tmp_path, "checkpoint-3x")  # not a checkpoint name
+    (tmp_path / "checkpoint-11").write_text("a file, not a folder")
+    with pytest.warns(IncompleteCheckpointWarning) as caught:
+        assert last_complete_checkpoint(tmp_path) == str(tmp_path / "checkpoint-2")
+    messages = [str(w.message) for w in caught]
+    assert len(messages) == 2 and "checkpoint-10" in messages[0] and "checkpoint-7" in messages[1]
+
+    # an interrupted save is never used, and is reported when it is newer than what is returned
+    make_folder(tmp_path, "tmp-checkpoint-12")
+    make_folder(tmp_path, "tmp-checkpoint-1")
+    with pytest.warns(IncompleteCheckpointWarning) as caught:
+        assert last_complete_checkpoint(tmp_path) == str(tmp_path / "checkpoint-2")
+    assert sum("tmp-checkpoint-12" in str(w.message) for w in caught) == 1
+    assert not any("tmp-checkpoint-1 " in str(w.message) or "tmp-checkpoint-1:" in str(w.message) for w in caught)
+
+    # a complete copy moved aside by a same-step re-save counts when its checkpoint-<step> is missing
+    make_folder(tmp_path, "tmp-checkpoint-9-replaced")
+    make_folder(tmp_path, "tmp-checkpoint-2-replaced")  # checkpoint-2 exists: ignored
+    with pytest.warns(IncompleteCheckpointWarning):
+        assert last_complete_checkpoint(tmp_path) == str(tmp_path / "tmp-checkpoint-9-replaced")
+    assert is_complete_checkpoint(tmp_path / "checkpoint-2") and not is_complete_checkpoint(tmp_path / "checkpoint-7")
+
+
+# ------------------------------------------------------------------------------------------------ saves and rotation
+
+
+def test_save_is_atomic_and_rotation_keeps_the_last_complete_checkpoint(model_dir, tmp_path):
+    output_dir = tmp_path / "out"
+    trainer = build_trainer(model_dir, str(output_dir), max_steps=4, save_total_limit=1)
+    calls = []
+    save_rng_state = trainer._save_rng_state
+
+    def failing_save_rng_state(folder: str) -> None:
+        calls.append(os.path.basename(folder))
+        if trainer.state.global_step == 4:
+            raise OSError("No space left on device")
+        save_rng_state(folder)
+
+    trainer._save_rng_state = failing_save_rng_state
+    with pytest.raises(OSError, match="No space left"):
+        trainer.train()
+    assert calls == ["tmp-checkpoint-2", "tmp-checkpoint-4"]  # written under a temporary name
+    names = sorted(os.listdir(output_dir))
+    assert "checkpoint-2" in names and "checkpoint-4" not in names and "tmp-checkpoint-4" in names
+    assert is_complete_checkpoint(output_dir / "checkpoint-2")
+    for name in ("agent_0", "agent_1", "team_config.json", "optimizer.pt", "scheduler.pt", "rng_state.pth"):
+        assert (output_dir / "checkpoint-2" / name).exists(), name
+    assert json.loads((output_dir / "checkpoint-2" / "trainer_state.json").read_text())["global_step"] == 2
+
+    # resume=True: warns about the interrupted save, resumes from checkpoint-2, then the interrupted folder and
+    # (save_total_limit=1) checkpoint-2 go once checkpoint-4 is complete
+    resumed = build_trainer(model_dir, str(output_dir), max_steps=4, save_total_limit=1)
+    with pytest.warns(IncompleteCheckpointWarning, match="tmp-checkpoint-4"):
+        resumed.train(resume_from_checkpoint=True)
+    assert resumed.state.global_step == 4
+    assert sorted(os.listdir(output_dir)) == ["checkpoint-4"]
+    assert is_complete_checkpoint(output_dir / "checkpoint-4")
+
+    # a second save at the same step replaces the checkpoint in place
+    resumed._save_checkpoint(resumed.model, trial=None)
+    assert sorted(os.listdir(output_dir)) == ["checkpoint-4"]
+
+
+def test_resume_skips_a_partial_checkpoint_folder(model_dir, tmp_path, reference):
+    output_dir = tmp_path / "out"
+    build_trainer(model_dir, str(output_dir)).train()
+    shutil.rmtree(output_dir / "checkpoint-6")
+    # a half-written folder as transformers' own save leaves it when killed: no trainer_state.json
+    os.remove(output_dir / "checkpoint-4" / "trainer_state.json")
+    os.remove(output_dir / "checkpoint-4" / "rng_state.pth")
+
+    with pytest.raises(ValueError, match="not a complete checkpoint.*checkpoint-2"):
+        build_trainer(model_dir, str(output_dir)).train(resume_from_checkpoint=str(output_dir / "checkpoint-4"))
+    resumed = build_trainer(model_dir, str(output_dir))
+    with pytest.warns(IncompleteCheckpointWarning, match="checkpoint-4"):
+        resumed.train(resume_from_checkpoint=True)
+    assert is_complete_checkpoint(output_dir / "checkpoint-4")  # rewritten by the resumed run
+    assert_same_run(resumed, reference)
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(ValueError, match="No complete checkpoint"):
+        build_trainer(model_dir, str(empty)).train(resume_from_checkpoint=True)
+
+
+# ------------------------------------------------------------------------------------------------ SIGKILL
+
+
+@pytest.mark.parametrize(("kill_at", "resumed_from"), [("step5", 4), ("save4", 2)])
+def test_exact_resume_after_sigkill(model_dir, tmp_path, reference, kill_at, resumed_from):
+    """Killed after step 5 (checkpoint-4 complete) or in the middle of saving checkpoint-4: resuming reproduces the
+    uninterrupted run exactly (every adapter weight and every logged metric)."""
+    output_dir = tmp_path / "out"
+    result = child(model_dir, output_dir, kill_at)
+    assert result.returncode == -signal.SIGKILL, result.stderr[-3000:]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert last_complete_checkpoint(output_dir) == str(output_dir / f"checkpoint-{resumed_from}")
+    if kill_at == "save4":
+        assert "checkpoint-4" not in os.listdir(output_dir) and "tmp-checkpoint-4" in os.listdir(output_dir)
+    resumed = build_trainer(model_dir, str(output_dir))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        resumed.train(resume_from_checkpoint=True)
+    incomplete = [w for w in caught if issubclass(w.category, IncompleteCheckpointWarning)]
+    assert len(incomplete) == (1 if kill_at == "save4" else 0)
+    assert resumed.state.log_history[resumed_from - 1]["step"] == resumed_from
+    assert_same_run(resumed, reference)
