@@ -1,0 +1,47 @@
+"""What the whole test suite needs, set inside the suite: `python -m pytest tests` works as README.md writes it.
+
+- One torch thread (`torch.set_num_threads(1)`, and `OMP_NUM_THREADS=1` for the processes the tests start): the
+  models are tiny, and on a small shared CPU several OpenMP threads oversubscribe the cores (DESIGN.md measured a
+  200x slowdown of a small `Linear`). It also fixes the float summation order of the in-process computations.
+- No network: `HF_HUB_OFFLINE=1`, `HF_HUB_DISABLE_TELEMETRY=1`; `TOKENIZERS_PARALLELISM=false` (no fork warnings).
+- One toy-model cache for the session (`TRL_MARL_CACHE`, a fresh temporary folder deleted at the end) unless the
+  caller sets one: the tests that run the demo and the examples in child processes then build each toy model once
+  per session instead of once per test, and the suite never writes into the user's `~/.cache`. Set
+  `TRL_MARL_CACHE` yourself to reuse the models between runs.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+
+import pytest
+
+_CREATED_CACHE: str | None = None
+
+os.environ["OMP_NUM_THREADS"] = "1"
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import torch  # noqa: E402 - after the environment above
+
+torch.set_num_threads(1)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Gives the session its own toy-model cache when `TRL_MARL_CACHE` is not set."""
+    global _CREATED_CACHE
+    if not os.environ.get("TRL_MARL_CACHE"):
+        _CREATED_CACHE = tempfile.mkdtemp(prefix="trl-marl-test-cache-")
+        os.environ["TRL_MARL_CACHE"] = _CREATED_CACHE
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Deletes the session's toy-model cache (only one this file created)."""
+    global _CREATED_CACHE
+    if _CREATED_CACHE is not None:
+        shutil.rmtree(_CREATED_CACHE, ignore_errors=True)
+        os.environ.pop("TRL_MARL_CACHE", None)
+        _CREATED_CACHE = None
