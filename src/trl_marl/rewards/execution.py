@@ -425,19 +425,28 @@ def _plan(spec: TestSpec) -> _Plan:
 
 # ---------------------------------------------------------------------------------------------------- the harness
 # The harness is the module `trl_marl.sandbox.harness`, run in `python -I -c _BOOT`, which reads (harness, request)
-# from stdin (marshal: trusted data from this process) and executes the harness as `__trl_marl_harness__`. It is sent
-# as a code object compiled once when the sandbox interpreter is this one (saves compiling it every run), else as
-# source. The harness imports nothing from trl_marl, so any interpreter can run it.
+# from stdin (length-prefixed marshal: trusted data from this process; the tests follow in the pipe, read by the
+# harness only once the program's process exists without them) and executes the harness as `__trl_marl_harness__`.
+# It is sent as a code object compiled once when the sandbox interpreter is this one (saves compiling it every run),
+# else as source. The harness imports nothing from trl_marl, so any interpreter can run it.
 _BOOT = """
 import marshal, os
 def _boot():
-    parts = []
-    while True:
-        chunk = os.read(0, 1 << 16)
+    head = b""
+    while not head.endswith(b"\\n"):
+        byte = os.read(0, 1)
+        if not byte or len(head) > 20:
+            raise SystemExit(2)
+        head += byte
+    size, parts = int(head), []
+    while size > 0:
+        chunk = os.read(0, min(size, 1 << 16))
         if not chunk:
-            break
+            raise SystemExit(2)
         parts.append(chunk)
+        size -= len(chunk)
     code, request = marshal.loads(b"".join(parts))
+    del parts
     exec(code, {"__name__": "__trl_marl_harness__", "__builtins__": __builtins__, "REQUEST": request})
 _boot()
 """
@@ -581,10 +590,11 @@ def _execute(program: str, plan: _Plan, limits: SandboxLimits, backstop: float) 
             "memory": int(limits.memory_mb) * 1024 * 1024, "cpu": max(1, math.ceil(limits.cpu_time)),
             "fsize": int(limits.max_file_mb) * 1024 * 1024, "nofile": int(limits.max_open_files),
             "nproc": int(limits.max_processes), "disk_mb": int(limits.max_disk_mb),
-            "program": program, "setup": plan.setup, "tests_fn": plan.tests_fn, "total": len(plan.sources),
+            "program": program, "total": len(plan.sources),
             "entry_point": plan.entry_point, "level": limits.level, "wall_time": float(limits.wall_time),
             "cgroup_join": cgroup.join_files if cgroup is not None else [],
         }))
+        request = b"%d\n" % len(request) + request + marshal.dumps({"setup": plan.setup, "tests_fn": plan.tests_fn})
         try:
             proc = subprocess.Popen(
                 [python, "-I", "-c", _BOOT], stdin=subprocess.PIPE, stdout=subprocess.PIPE,

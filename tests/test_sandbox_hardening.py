@@ -1,0 +1,261 @@
+"""The sandbox's trusted verdict protocol, its plain-data codec, isolation levels, kernel hardening and fair time.
+
+Hostile programs run only through the sandbox. Tests of the OS layer need root (the `"namespaces"` level).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+
+import pytest
+
+from trl_marl.rewards import execution
+from trl_marl.rewards.execution import SandboxLimits, SandboxUnavailableError, TestSpec, run_program, run_programs
+from trl_marl.sandbox import harness
+
+FAST = SandboxLimits(wall_time=5, cpu_time=3, memory_mb=512)
+ROOT = os.geteuid() == 0
+needs_root = pytest.mark.skipif(not ROOT, reason="the namespaces level needs root")
+
+
+# ---------------------------------------------------------------------------------------------------- codec
+@pytest.mark.parametrize("value", [
+    None, True, False, 0, -7, 3**200, 0.1, -0.0, math.inf, 2 + 3j, "", "héllo\n\x00", b"\x00\xff",
+    [1, [2, [3]]], (1, "a", None), {1, 2}, frozenset({"x"}), {"k": [1, (2,)], 3: {4: 5}, (1, 2): True}, [],
+])
+def test_codec_round_trip(value):
+    decoded = harness.decode(harness.encode(value))
+    assert decoded == value and type(decoded) is type(value)
+
+
+def test_codec_keeps_nan_and_exact_types():
+    assert math.isnan(harness.decode(harness.encode(math.nan)))
+    assert type(harness.decode(harness.encode((1,)))) is tuple
+    assert type(harness.decode(harness.encode([1]))) is list
+    assert harness.decode(harness.encode(True)) is True
+
+
+@pytest.mark.parametrize("value", [
+    type("Sub", (int,), {})(3), type("L", (list,), {})([1]), object(), len, range(3), [1, object()], {1: iter([])},
+])
+def test_codec_refuses_what_is_not_plain(value):
+    with pytest.raises(harness.CodecError):
+        harness.encode(value)
+
+
+def test_codec_refuses_deep_nesting_both_ways():
+    deep: list = []
+    for _ in range(harness.MAX_DEPTH + 5):
+        deep = [deep]
+    with pytest.raises(harness.CodecError):
+        harness.encode(deep)
+    with pytest.raises(harness.CodecError):
+        harness.decode(b"l1:" * (harness.MAX_DEPTH + 5) + b"l0:" )
+
+
+@pytest.mark.parametrize("data", [
+    b"", b"Q", b"NN", b"l2:N", b"s5:abc", b"i;", b"i0x;", b"i1_0;", b"f1.0", b"h1;", b"r1:x", b"S1:l0:",
+    b"d1:l0:N", b"s99999999999999999999:", b"l-1:", b"b3:ab",
+])
+def test_codec_rejects_malformed_bytes(data):
+    with pytest.raises(harness.CodecError):
+        harness.decode(data)
+
+
+def test_frame_reader_refuses_oversized_and_malformed_messages():
+    for payload in (b"999999999999\nxx", b"abc\n", b"x" * 40):
+        read, write = os.pipe()
+        os.write(write, payload)
+        os.close(write)
+        with pytest.raises(harness.FrameError):
+            harness.FrameReader(read, limit=1000).read()
+        os.close(read)
+
+
+def test_seccomp_program_is_well_formed():
+    for machine in ("x86_64", "aarch64"):
+        prog = harness.seccomp_filter(machine)
+        assert prog is not None and len(prog) < 64
+        for index, (code, jt, jf, _) in enumerate(prog):
+            if code & 0x07 == 0x05:  # a jump stays inside the program
+                assert index + 1 + max(jt, jf) < len(prog)
+        assert prog[-1][0] == 0x06 and prog[-2][0] == 0x06  # ends with returns
+    assert harness.seccomp_filter("sparc") is None
+
+
+# ---------------------------------------------------------------------------------------------------- verdict
+def test_a_test_that_never_reports_fails():
+    early_return = (
+        "def check(candidate):\n"
+        "    assert candidate(1) == 1\n"
+        "    if candidate(2) == 2:\n"
+        "        return\n"
+        "    assert candidate(3) == 'never checked'\n"
+    )
+    result = run_program("def f(x):\n    return x\n", TestSpec.humaneval(early_return, "f"), FAST)
+    assert (result.passed, result.total) == (1, 2), result
+    assert "did not report" in result.reason
+
+
+def test_program_objects_round_trip_but_never_compare():
+    program = (
+        "class Pair:\n"
+        "    def __init__(self, a, b):\n"
+        "        self.a, self.b = a, b\n"
+        "def longest(pairs):\n"
+        "    return max(p.b - p.a for p in pairs)\n"
+        "def make(a):\n"
+        "    return Pair(a, a)\n"
+        "def gen(n):\n"
+        "    return (i for i in range(n))\n"
+        "def raises(x):\n"
+        "    if x < 0:\n"
+        "        raise ValueError('negative')\n"
+        "    return x\n"
+    )
+    tests = [
+        "assert longest([Pair(1, 5), Pair(2, 3)]) == 4",  # program objects as arguments: fine
+        "assert make(1).a == 1",  # attributes of program objects are read in the program, plain answers
+        "assert make(1) == make(1)",  # comparing program objects: refused
+        "assert list(gen(3)) == [0, 1, 2]",  # iterating a program object: refused
+        "try:\n    raises(-1)\n    assert False\nexcept ValueError:\n    pass",  # built-in exceptions cross over
+    ]
+    result = run_program(program, tests, FAST)
+    assert result.per_test == [True, True, False, False, True], result
+    assert "not plain data" in result.failures[0]
+
+
+def test_tests_cannot_be_reached_from_the_program():
+    """The test code (and so the expected values) never enters the program's process."""
+    program = (
+        "import gc, sys\n"
+        "def f(x):\n"
+        "    frame, seen = sys._getframe(), []\n"
+        "    while frame is not None:\n"
+        "        seen.append(str(frame.f_locals))\n"
+        "        frame = frame.f_back\n"
+        "    return ('SECRET' + '_EXPECTED') in ' '.join(seen)\n"  # not spelled out: the program is in its memory
+    )
+    result = run_program(program, ["assert f(1) is False  # SECRET_EXPECTED"], FAST)
+    assert result.reason == "ok", result
+
+
+def test_builtins_cannot_be_shadowed_but_the_entry_point_may_carry_a_builtin_name():
+    result = run_program("def abs(x):\n    return 0\ndef f(x):\n    return x\n", ["assert abs(f(-2)) == 2"], FAST)
+    assert result.reason == "ok", result
+    he = run_program("def sum(xs):\n    return 42\n", TestSpec.humaneval("def check(c):\n    assert c([1]) == 42\n",
+                                                                     "sum"), FAST)
+    assert he.reason == "ok", he
+
+
+def test_program_modules_and_constants_are_visible_to_mbpp_tests():
+    program = "import math\nLIMIT = [1, 2]\ndef f():\n    return 0.1 + 0.2\n"
+    result = run_program(program, ["assert math.isclose(f(), 0.3)", "assert LIMIT == [1, 2]"], FAST)
+    assert result.reason == "ok", result
+
+
+# ---------------------------------------------------------------------------------------------------- levels
+def test_namespaces_level_fails_clearly_without_root(monkeypatch):
+    monkeypatch.setattr(execution.os, "geteuid", lambda: 1000)
+    monkeypatch.delenv(execution.ISOLATION_ENV, raising=False)
+    with pytest.raises(SandboxUnavailableError, match="isolation='process'"):
+        run_programs(["x = 1"], [None], FAST)
+
+
+def test_isolation_level_choice(monkeypatch):
+    monkeypatch.delenv(execution.ISOLATION_ENV, raising=False)
+    assert SandboxLimits().level == "namespaces"
+    assert SandboxLimits(namespaces=False).level == "process"
+    monkeypatch.setenv(execution.ISOLATION_ENV, "process")
+    assert SandboxLimits().level == "process"
+    assert SandboxLimits(isolation="namespaces").level == "namespaces"
+    with pytest.raises(ValueError, match="isolation"):
+        SandboxLimits(isolation="none")
+
+
+def test_process_level_is_an_explicit_opt_in_that_still_decides_the_verdict():
+    limits = SandboxLimits(wall_time=5, cpu_time=3, memory_mb=512, namespaces=False)
+    good, forged = run_programs(
+        ["def f(x):\n    return x\n", "class A:\n    __eq__ = lambda s, o: True\ndef f(x):\n    return A()\n"],
+        [["assert f(1) == 1"]] * 2, limits)
+    assert good.reason == "ok" and forged.passed == 0, (good, forged)
+    assert "pidns" not in good.isolation and "no_new_privs" in good.isolation
+
+
+# ---------------------------------------------------------------------------------------------------- kernel
+@needs_root
+def test_no_new_privs_seccomp_and_nosuid_hold_without_the_python_guards():
+    program = (
+        "import _posixsubprocess, os, subprocess\n"
+        "status = open('/proc/self/status').read()\n"
+        "print('nnp', 'NoNewPrivs:\\t1' in status, 'seccomp', 'Seccomp:\\t2' in status)\n"
+        "visible = {line.split()[4]: line.split()[5] for line in open('/proc/self/mountinfo')}  # top of each stack\n"
+        "suid = [target for target, options in visible.items() if 'nosuid' not in options.split(',')]\n"
+        "print('suid mounts', suid)\n"
+        "out = subprocess.run(['/usr/bin/unshare', '--user', '--map-root-user', 'id', '-u'], capture_output=True)\n"
+        "print('userns', out.returncode, out.stdout.strip())\n"
+    )
+    result = run_program(program, None, SandboxLimits(wall_time=10, python_guards=False))
+    assert result.reason == "ok", result
+    lines = result.stdout.splitlines()
+    assert lines[0] == "nnp True seccomp True", result.stdout
+    assert lines[1] == "suid mounts []", result.stdout
+    assert lines[2].startswith("userns ") and not lines[2].startswith("userns 0"), result.stdout
+
+
+@needs_root
+def test_setuid_binary_gains_nothing():
+    # `su` is set-uid root on most systems: with no_new_privs and nosuid it runs (if at all) as the sandbox user.
+    su = "/usr/bin/su" if os.path.exists("/usr/bin/su") else None
+    if su is None or not os.stat(su).st_mode & 0o4000:
+        pytest.skip("no set-uid su here")
+    program = (
+        "import subprocess\n"
+        "out = subprocess.run(['/usr/bin/su', '-c', 'id -u', 'root'], capture_output=True, text=True,\n"
+        "                     stdin=subprocess.DEVNULL, timeout=5)\n"
+        "print(repr(out.stdout.strip()), out.returncode)\n"
+    )
+    result = run_program(program, None, SandboxLimits(wall_time=10, python_guards=False))
+    assert result.reason == "ok", result
+    assert not result.stdout.startswith("'0'"), result.stdout
+
+
+# ---------------------------------------------------------------------------------------------------- fair time
+SPIN = "while True:\n    pass\n"
+WORK = (
+    "import time\n"
+    "def work():\n"
+    "    start = time.process_time()\n"
+    "    while time.process_time() - start < 0.4:\n"
+    "        pass\n"
+    "    return 1\n"
+)
+
+
+def test_time_limit_is_fair_under_load():
+    """A program needing 0.4 s of CPU passes with a 1 s limit beside 7 spinning programs on this machine's cores
+    (wall-clock time alone would time it out: it gets a fraction of a core)."""
+    limits = SandboxLimits(wall_time=1.0, cpu_time=1, memory_mb=256)
+    programs = [WORK] + [SPIN] * 7
+    tests = [["assert work() == 1"]] + [["assert True"]] * 7
+    started = time.monotonic()
+    results = run_programs(programs, tests, limits, max_workers=len(programs))
+    assert results[0].reason == "ok", results[0]
+    assert all(r.reason.startswith("timeout") for r in results[1:]), [r.reason for r in results[1:]]
+    assert time.monotonic() - started < 30
+
+
+def test_sleeping_program_still_times_out():
+    started = time.monotonic()
+    result = run_program("import time\ntime.sleep(60)\n", ["assert True"], SandboxLimits(wall_time=1, cpu_time=1))
+    assert result.reason == "timeout" and result.passed == 0, result
+    assert time.monotonic() - started < 6
+
+
+def test_backstop_bounds_everything():
+    assert execution._backstop(SandboxLimits(wall_time=2, cpu_time=3), 1) == pytest.approx(2 + 6 + 5)
+    assert execution._backstop(SandboxLimits(wall_time=2, cpu_time=3, backstop_time=4), 64) == 4
+    cpus = os.cpu_count() or 1
+    assert execution._backstop(SandboxLimits(wall_time=1, cpu_time=1), 4 * cpus) == pytest.approx(1 + 8 + 5)
