@@ -1,49 +1,59 @@
 """Run model-generated code against unit tests in a sandbox, and score it as a TRL reward function.
 
-Model code never runs in the calling process. Each program runs in a fresh `python -I` interpreter started for it
-(the *harness*, the source in `_HARNESS`), which applies every limit before it runs any of the program:
+Model code never runs in the calling process, and it never decides its own verdict. Each program gets a fresh
+`python -I` interpreter running the harness (the module `trl_marl.sandbox.harness`) as three processes: the trusted
+harness H, a trusted init process C, and the program's process P, which applies every limit before it runs any of the
+program. H runs the tests (dataset code) itself, with the program's names bound to stubs that forward each call to P
+over a pipe; P answers with *plain data* only (exact `int`, `float`, `complex`, `str`, `bytes`, `bool`, `None`,
+`list`, `tuple`, `dict`, `set`, `frozenset`, in a strict codec of its own, never pickle), and H compares there. Any
+other result is an opaque reference whose comparison, truth value, hashing or iteration fails the test; a test that
+never reports, or that ends after P died, has failed; P's exit code, output and markers are never read as a verdict.
+P never holds the tests (H reads them from its pipe only after P exists) nor H's report pipe. The threat model, the
+isolation levels and what each guarantees are in `docs/sandbox.md`.
 
-OS layer (the security boundary):
+OS layer (the security boundary), isolation level `"namespaces"` (the default; root; `SandboxUnavailableError` where
+impossible -- `"process"` is the explicit opt-in to a weaker level, also through `TRL_MARL_SANDBOX_ISOLATION`):
     - resource limits: address space (`memory_mb`), CPU seconds (`cpu_time`), processes and threads of the
       sandbox user (`max_processes`, `RLIMIT_NPROC`), size of a written file (`max_file_mb`), open files, no core
-      files; the caller kills the whole process group after `wall_time` seconds;
-    - as root, Linux namespaces: a network namespace with no interface up (no network at all, not even
-      127.0.0.1), a PID namespace (when the program's process ends, the kernel kills everything it started, so a
-      fork bomb cannot outlive it), a mount namespace in which `/` is read-only and `/tmp`, `/var/tmp` and
-      `/dev/shm` are one private size-limited tmpfs (`max_disk_mb`), the program's working directory, gone when
-      the run ends;
-    - as root, a memory + pids cgroup per run (where `/sys/fs/cgroup` is writable) bounds the memory and the
-      number of all the run's processes together (`RLIMIT_AS` only bounds each process);
-    - as root, the program runs as an unprivileged user id of its own (`uid_base` + a slot number unique among
-      the sandboxes running at the same time), so `RLIMIT_NPROC` applies and files of other users are protected.
-      Interpreter directories that this user could not traverse (e.g. a Python under `/root`) are bind-mounted
-      read-only into the namespace; everything else in them stays hidden.
+      files; C kills the program when its *charged* time (wall clock minus the time it waited for a CPU, and at
+      least the CPU time of all its processes) passes `wall_time`, so load from other runs does not time it out;
+      the caller kills everything after a generous plain wall-clock backstop;
+    - Linux namespaces: a network namespace with no interface up (no network at all, not even 127.0.0.1), a PID
+      namespace (when the program's process ends, the kernel kills everything it started), a mount namespace in
+      which `/` is read-only, every mount is `nosuid`, and `/tmp`, `/var/tmp` and `/dev/shm` are one private
+      size-limited tmpfs (`max_disk_mb`), the program's working directory, gone when the run ends;
+    - a memory + pids cgroup per run (where `/sys/fs/cgroup` is writable) bounds the memory and the number of all
+      the run's processes together (`RLIMIT_AS` only bounds each process);
+    - the program runs as an unprivileged user id of its own (`uid_base` + a slot number unique among the sandboxes
+      running at the same time), with `no_new_privs` (set-uid binaries gain nothing) and a seccomp filter that
+      refuses nested namespaces (user namespaces above all), mounts, `ptrace`, keyrings, BPF, perf, `userfaultfd`
+      and `io_uring`. Interpreter directories that this user could not traverse (e.g. a Python under `/root`) are
+      bind-mounted read-only into the namespace; everything else in them stays hidden.
 
 Python layer (defense in depth; it can be bypassed by determined code, the OS layer cannot):
     - an audit hook (`sys.addaudithook`, which a program cannot remove) refuses process creation, signals,
       sockets, `ctypes`, `resource.setrlimit`, `gc` introspection, and any write, delete, rename, `chmod` or
-      `shutil.rmtree`/`shutil.move` outside the working directory (`os.remove`, `os.unlink`, `os.rmdir`,
-      `os.rename`, `os.replace`, ... raise `PermissionError` there; inside it they work, as `tempfile` needs);
+      `shutil.rmtree`/`shutil.move` outside the working directory;
     - functions that have no use in a unit test are replaced by stubs that raise `PermissionError`:
-      `os.system`, `os.kill`, `os.killpg`, `os.fork`, `os.forkpty`, the `os.exec*`/`os.spawn*`/`os.posix_spawn*`
-      family, `os.popen`, `os.chown`/`lchown`/`fchown`, `shutil.chown`,
-      `subprocess.Popen`/`run`/`call`/`check_*`/`get*output`,
-      `socket.socket`/`create_connection`/`create_server`/`socketpair`/`fromfd`.
+      `os.system`, `os.kill`, `os.fork`, the `os.exec*`/`os.spawn*`/`os.posix_spawn*` family, `os.popen`,
+      `os.chown` and friends, `subprocess.Popen`/`run`/..., `socket.socket`/`create_connection`/....
 
-Result protocol: the harness reports through a pipe of its own (not the program's stdout), one line per record,
-each tagged with a random nonce the program never sees in its namespace: the outcome of every test as soon as it
-finishes, then `done`. A run without `done` failed, with the reason the caller observed: `timeout`, `memory`,
-`output_limit`, `exit: ...` (the program called `sys.exit` or `os._exit`), `killed by signal N`. So a program that
-exits early never counts as passing. (A program that deliberately introspects the harness's frames can still fake
-results; the protocol guards against accidents and cheap exploits, not against an adversary inside the process.)
+Reasons: a run without H's `done` failed, with the reason the caller observed: `timeout`, `memory`, `output_limit`,
+`exit: ...` (the program called `sys.exit` or `os._exit`), `killed by signal N`. So a program that exits early never
+counts as passing. What a program can make the caller log is sanitized and bounded.
 
 Test formats:
     - HumanEval rows (`prompt`, `test` defining `check(candidate)`, `entry_point`): the program is the
-      completion (a whole function when it defines `entry_point`, else a body appended to the prompt) followed by
-      the test code. For partial credit the top-level statements of `check` that contain an `assert` are run one
-      by one, each catching its own exception (statements without an assert, or with only `assert <constant>`, run
-      in order as set-up); when `check` has no such statement, `check(entry_point)` is one test.
+      completion (a whole function when it defines `entry_point`, else a body appended to the prompt); the test code
+      runs in H with `candidate` the program's `entry_point`. For partial credit the top-level statements of
+      `check` that contain an `assert` are run one by one, each catching its own exception (statements without an
+      assert, or with only `assert <constant>`, run in order as set-up); when `check` has no such statement,
+      `check(entry_point)` is one test.
     - MBPP rows (`test_list`, a list of assert statements, and optional `test_setup_code`): each assert is a test.
+      The tests see the program's top-level names as they would in one module (functions and classes as stubs,
+      plain constants as values, common standard modules such as `math` imported by H), except that the program
+      cannot shadow built-ins (only the entry point may carry a built-in's name). A test that mutates an argument
+      in place and checks it afterwards sees no change (the program worked on a copy).
 
 Example:
 
