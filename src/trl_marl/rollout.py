@@ -21,7 +21,6 @@ continued siblings, so the cap changes the variance of the return estimate but n
 from __future__ import annotations
 
 import math
-import random
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -192,7 +191,7 @@ class JointRollout:
         max_branches: int | None = None,
         early_stop_threshold: float | None = None,
         chat_template_kwargs: dict | None = None,
-        seed: int = 0,
+        seed: int | None = None,
     ) -> None:
         self.env = env
         self.team = team
@@ -205,7 +204,10 @@ class JointRollout:
         self.max_branches = max_branches
         self.early_stop_threshold = early_stop_threshold
         self.chat_template_kwargs = chat_template_kwargs
-        self.rng = random.Random(seed)
+        # Branch choice draws from torch's global generator by default, so that it follows the trainer's seed and
+        # is saved in (and restored from) a checkpoint's RNG state like sampling; `seed` gives the rollout a private
+        # generator instead (e.g. for an evaluation that must not disturb training's random stream).
+        self.generator = torch.Generator().manual_seed(seed) if seed is not None else None
         self.joint_indices = joint_action_indices(env.num_agents, num_generations, joint_mode)
 
     # ------------------------------------------------------------------ sampling
@@ -262,7 +264,8 @@ class JointRollout:
                     continue
             chosen = list(range(J))
             if self.max_branches is not None and self.max_branches < J:
-                chosen = sorted(self.rng.sample(chosen, self.max_branches))
+                picked = torch.randperm(J, generator=self.generator)[: self.max_branches]
+                chosen = sorted(int(j) for j in picked)
                 result.capped.update((k, j) for j in range(J) if j not in chosen)
             row = rows[node.row_index]
             for j in chosen:

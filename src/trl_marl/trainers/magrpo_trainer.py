@@ -123,6 +123,9 @@ class MAGRPOTrainer(TeamCheckpointMixin, TRLBaseTrainer):
         if eval_dataset is not None:
             self._validate_dataset(env, eval_dataset, "eval_dataset")
 
+        # A run is a function of `args.seed`: LoRA and any other freshly initialised weights are drawn now, before
+        # `Trainer.__init__` seeds, so seed here (whatever the global RNG held before the trainer was built).
+        set_seed(args.seed)
         team = AgentTeam.build(model, args.num_agents, mode=args.team_mode, peft_config=peft_config,
                                processing_class=processing_class, model_init_kwargs=args.model_init_kwargs)
         team.temperature = args.temperature
@@ -171,12 +174,23 @@ class MAGRPOTrainer(TeamCheckpointMixin, TRLBaseTrainer):
             max_branches=args.max_branches,
             early_stop_threshold=args.early_stop_threshold,
             chat_template_kwargs=args.chat_template_kwargs,
-            seed=args.seed + self.accelerator.process_index,
         )
         self._metrics: dict[str, dict[str, list[float]]] = {"train": defaultdict(list), "eval": defaultdict(list)}
         self._nonfinite = 0
         self.last_rollout: Rollout | None = None
         self.last_advantages: list[torch.Tensor] = []
+
+    def train(self, resume_from_checkpoint: str | bool | None = None, trial: Any = None,
+              ignore_keys_for_eval: list[str] | None = None, **kwargs: Any) -> Any:
+        """Train the team (`transformers.Trainer.train`), with sampling reseeded from `args.seed` first.
+
+        Sampling, dropout and branch choice draw from the global generators; reseeding them here (per device, as in
+        `__init__`) makes the run independent of whatever ran between building the trainer and training it (e.g. an
+        evaluation). A resumed run then restores the checkpoint's generator states on top, as `Trainer` does.
+        """
+        set_seed(self.args.seed, device_specific=True)
+        return super().train(resume_from_checkpoint=resume_from_checkpoint, trial=trial,
+                             ignore_keys_for_eval=ignore_keys_for_eval, **kwargs)
 
     # ------------------------------------------------------------------ validation
     @staticmethod

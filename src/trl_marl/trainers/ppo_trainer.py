@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, RandomSampler
-from transformers import GenerationConfig, PreTrainedModel, TrainerCallback
+from transformers import GenerationConfig, PreTrainedModel, TrainerCallback, set_seed
 
 from .._trl_compat import TeamCheckpointMixin, TRLBaseTrainer
 from ..core import entropy_from_logits, selective_log_softmax, whiten
@@ -253,6 +253,9 @@ class MultiAgentPPOTrainer(TeamCheckpointMixin, TRLBaseTrainer):
             raise ValueError("`train_dataset` is empty.")
         env.validate_row(dict.fromkeys(columns), where="`train_dataset`")
 
+        # A run is a function of `args.seed`: adapters and value heads are initialised now, before `Trainer.__init__`
+        # seeds, so seed here (whatever the global RNG held before the trainer was built).
+        set_seed(args.seed)
         team = self._build_team(model, args, peft_config, processing_class)
         for tok in team.tokenizers:
             if tok.pad_token_id is None:
@@ -646,7 +649,7 @@ class MultiAgentPPOTrainer(TeamCheckpointMixin, TRLBaseTrainer):
             raise ValueError("Resuming PPO from a checkpoint is not supported yet; start from the saved team instead.")
         args = self.args
         self.create_optimizer_and_scheduler(num_training_steps=args.num_total_batches)
-        torch.manual_seed(args.seed)
+        set_seed(args.seed)  # python, numpy (mini-batch order) and torch, whatever ran since `__init__`
         model, self.optimizer, dataloader = self.accelerator.prepare(
             self.wrapper, self.optimizer, self.get_train_dataloader()
         )
