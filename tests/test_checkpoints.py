@@ -42,9 +42,6 @@ def build_trainer(model_dir: str, output_dir: str, max_steps: int = STEPS, **ove
         temperature=1.0, disable_tqdm=True, seed=0, beta=0.05,
     )
     kwargs.update(overrides)
-    # MAGRPOTrainer initialises the LoRA adapters before it seeds (reported): seed here so that every run of this
-    # module, in this process or a child, starts from the same adapters
-    torch.manual_seed(0)
     peft_config = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], lora_dropout=0.0)
     return MAGRPOTrainer(model=model_dir, reward_funcs=TargetSumReward(0.5), env=TargetSumEnv(2),
                          args=MAGRPOConfig(**kwargs), train_dataset=Dataset.from_dict({"target": [TARGET] * 64}),
