@@ -14,6 +14,7 @@ from trl_marl.core import (
     batch_scaled_advantages,
     clipped_surrogate,
     completion_mask_from_eos,
+    early_stop_returns,
     entropy_from_logits,
     group_relative_advantages,
     joint_action_indices,
@@ -99,6 +100,20 @@ def test_batch_scaled_advantages():
     # groups [1, NaN] and [3, 5]: centered [0, 0, -1, 1]; batch [1, 3, 5]: mean 3, var (4 + 0 + 4)/2 = 4, std 2
     out = batch_scaled_advantages(torch.tensor([[1.0, NAN], [3.0, 5.0]]))
     close(out, [[0.0, 0.0], [-1 / 2.0001, 1 / 2.0001]])
+
+
+def test_batch_scale_is_the_std_of_team_returns():
+    # one node, G = 4, two agents in aligned mode: each agent's returns are a copy of the team's [0, 1, 0, 1].
+    # team-level std: mean .5, squared deviations 4 * .25 = 1, var 1/3, std .57735 -> A = +-.5 / .57735 = +-.866
+    # (the std over the eight agent copies would be sqrt(2/7) = .5345 -> +-.935)
+    team = torch.tensor([[0.0, 1.0, 0.0, 1.0]])  # (K=1, J=4)
+    agent_returns = agent_returns_from_joint(team, joint_action_indices(2, 4, "aligned"), 4)  # (1, 2, 4)
+    s = math.sqrt(1 / 3) + 1e-4
+    out = batch_scaled_advantages(agent_returns, team_returns=team)
+    close(out, [[[-0.5 / s, 0.5 / s, -0.5 / s, 0.5 / s]] * 2])
+    assert abs(float(out[0, 0, 1]) - 0.866) < 1e-3
+    # one agent: the team returns are the agent's returns, so the default (TRL's scale_rewards="batch") agrees
+    close(batch_scaled_advantages(team), batch_scaled_advantages(team, team_returns=team))
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -225,6 +240,30 @@ def test_tree_returns_two_turns_batched():
     # turn 1: r1 = [0, 1] ; R1 = r1 + .9 * mean(children) = [0 + .9 * .5, 1 + .9 * 0] = [.45, 1]
     r1 = torch.tensor([[0.0, 1.0]])
     close(tree_returns(r1, leaves, 0.9), [[0.45, 1.0]])
+
+
+def test_early_stop_returns():
+    # a node stopped at turn t = 1 of T = 3 with rewards [1, 0] (rbar = .5), gamma = .5:
+    # future = (.5 + .25) * .5 = .375 -> R = [1.375, .375]; the siblings' own difference (1.0) is unchanged
+    close(early_stop_returns(torch.tensor([1.0, 0.0]), remaining_turns=2, discount=0.5), [1.375, 0.375])
+    # at the last turn nothing is skipped: R = r
+    close(early_stop_returns(torch.tensor([1.0, 0.0]), remaining_turns=0, discount=0.5), [1.0, 0.0])
+    # batched nodes (K, J), a NaN reward is left out of rbar and stays NaN
+    out = early_stop_returns(torch.tensor([[1.0, 1.0], [NAN, 0.5]]), remaining_turns=1, discount=1.0)
+    torch.testing.assert_close(out, torch.tensor([[2.0, 2.0], [NAN, 1.0]]), atol=1e-6, rtol=0, equal_nan=True)
+    with pytest.raises(ValueError):
+        early_stop_returns(torch.tensor([1.0]), remaining_turns=-1, discount=1.0)
+
+
+def test_early_stop_does_not_invert_credit():
+    # the audit's example: two turn-1 joint actions with reward 0; the first one's child node succeeds at
+    # turn 2 (r = 1.0) and stops, the second one's child continues with 0.2 then 1.0; gamma = 1, T = 3.
+    # Without a future the stopped child is worth 1.0 and the continued one 1.2: advantages [-.1, +.1].
+    stopped = early_stop_returns(torch.tensor([1.0, 1.0]), remaining_turns=1, discount=1.0)  # [2, 2]
+    continued = tree_returns(torch.tensor([0.2, 0.2]), torch.tensor([[1.0], [1.0]]), 1.0)  # [1.2, 1.2]
+    turn_1 = tree_returns(torch.zeros(2), torch.stack([stopped.mean(), continued.mean()]).unsqueeze(-1), 1.0)
+    close(turn_1, [2.0, 1.2])
+    close(group_relative_advantages(turn_1), [0.4, -0.4])
 
 
 # ----------------------------------------------------------------------------------------------------------------

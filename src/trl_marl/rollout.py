@@ -9,7 +9,8 @@ One call of [`JointRollout.run`] plays the episodes of a batch of dataset rows:
 3. the reward functions score every joint action (one centralized team reward per joint action);
 4. with several turns, each joint action (or `max_branches` of them, chosen at random) becomes a child node whose
    transcript holds that joint action; the environment's feedback is appended and the next turn is sampled.
-   A node stops early when its mean reward reaches `early_stop_threshold`, or when the environment says so;
+   A node stops early when its mean reward reaches `early_stop_threshold` (its success is then taken to persist
+   for the turns it skips: `trl_marl.core.early_stop_returns`), or when the environment says so (a terminal state);
 5. returns are backed up from the leaves: R_t = r_t + gamma * mean(R_{t+1} of the child's joint actions), and
    turned into per-agent group-relative advantages among the G samples of each agent at each node
    (`trl_marl.core`).
@@ -32,6 +33,7 @@ from transformers import GenerationConfig
 from .core import (
     agent_returns_from_joint,
     batch_scaled_advantages,
+    early_stop_returns,
     group_relative_advantages,
     joint_action_indices,
     tree_returns,
@@ -68,6 +70,7 @@ class TurnResult:
     rewards: torch.Tensor  # (K, J) weighted sum; NaN for unscorable joint actions
     children: dict[tuple[int, int], int] = field(default_factory=dict)  # (node, joint) -> child node index
     capped: set[tuple[int, int]] = field(default_factory=set)  # joint actions not continued because of the cap
+    stopped: set[int] = field(default_factory=set)  # nodes that stopped early (mean reward >= early_stop_threshold)
     returns: torch.Tensor | None = None  # (K, J)
     agent_returns: torch.Tensor | None = None  # (K, n, G)
     advantages: torch.Tensor | None = None  # (K, n, G)
@@ -261,6 +264,7 @@ class JointRollout:
             if self.early_stop_threshold is not None:
                 node_rewards = result.rewards[k]
                 if torch.isfinite(node_rewards).any() and node_rewards.nanmean() >= self.early_stop_threshold:
+                    result.stopped.add(k)
                     continue
             chosen = list(range(J))
             if self.max_branches is not None and self.max_branches < J:
@@ -302,10 +306,14 @@ class JointRollout:
                         child_value[k, j, 0] = siblings.mean()
                         mask[k, j, 0] = True
                 result.returns = tree_returns(result.rewards, child_value, self.discount, mask)
+            if result.stopped:  # an early stop keeps the achieved team reward for the turns it skips
+                stopped = sorted(result.stopped)
+                result.returns[stopped] = early_stop_returns(
+                    result.rewards[stopped], self.env.num_turns - result.turn, self.discount)
             next_values = result.returns.nanmean(dim=1)
             result.agent_returns = agent_returns_from_joint(result.returns, self.joint_indices, G)  # (K, n, G)
-            if self.advantage_mode == "batch":
-                result.advantages = batch_scaled_advantages(result.agent_returns)
+            if self.advantage_mode == "batch":  # the scale is the std of the team's returns, not of every agent's copy
+                result.advantages = batch_scaled_advantages(result.agent_returns, team_returns=result.returns)
             else:
                 result.advantages = group_relative_advantages(result.agent_returns, mode=self.advantage_mode)
             if not torch.isfinite(result.advantages).all():

@@ -27,6 +27,7 @@ __all__ = [
     "JOINT_MODES",
     "agent_returns_from_joint",
     "batch_scaled_advantages",
+    "early_stop_returns",
     "group_relative_advantages",
     "joint_action_indices",
     "masked_mean",
@@ -127,22 +128,29 @@ def group_relative_advantages(returns: Tensor, mode: str = "mean", eps: float = 
     return torch.nan_to_num(centered, nan=0.0)
 
 
-def batch_scaled_advantages(returns: Tensor, eps: float = 1e-4) -> Tensor:
+def batch_scaled_advantages(returns: Tensor, eps: float = 1e-4, team_returns: Tensor | None = None) -> Tensor:
     """GRPO advantage with batch-level scaling (TRL ``scale_rewards="batch"``, PPO-Lite arXiv 2508.08221).
 
-    ``A_i = (R_i - mean_{j in group(i)} R_j) / (std_{all k in batch} R_k + eps)``: the baseline is the group
-    mean along the last dimension, the scale is the unbiased std over *every* entry of ``returns``.
+    ``A_i = (R_i - mean_{j in group(i)} R_j) / (std_{k in batch} R^team_k + eps)``: the baseline is the group
+    mean along the last dimension of ``returns``; the scale is the unbiased std over the batch's *team-level*
+    returns ``team_returns``, one per joint action (``returns`` itself when ``None``, as with one agent).
+    With several agents each agent's return is a copy (or, in ``cross`` mode, a mean) of the team's, so the
+    std must not be taken over every agent's copy: for one node with team returns ``[0, 1, 0, 1]`` and two
+    agents the scale is ``std([0, 1, 0, 1]) = 0.577`` (advantages ``+-0.866``), not the std of the eight
+    copies (``0.535``, advantages ``+-0.935``).
     NaN returns are excluded from both statistics and get advantage 0.
 
     Args:
-        returns: Returns, shape ``(..., G)``; the whole tensor is the batch.
+        returns: Returns credited to each sample, shape ``(..., G)``; groups lie along the last dimension.
         eps: Added to the std (TRL uses ``1e-4``).
+        team_returns: The team-level returns of the batch (any shape; every entry enters the std).
 
     Returns:
         Advantages, same shape as ``returns``, with no NaN.
     """
+    scale_source = returns if team_returns is None else team_returns
     centered = returns - torch.nanmean(returns, dim=-1, keepdim=True)
-    return torch.nan_to_num(centered / (nan_std(returns) + eps), nan=0.0)
+    return torch.nan_to_num(centered / (nan_std(scale_source) + eps), nan=0.0)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -223,8 +231,8 @@ def tree_returns(
     """One backup step of the MAGRPO multi-turn return over the rollout tree.
 
     ``R_t = r_t + gamma * mean_{c in children} R_{t+1}(c)`` (MAGRPO, arXiv 2508.04652; Bellman backup
-    averaged over the sampled children). A node without children (last turn, early stop, or a branching
-    cap) has ``R_t = r_t``.
+    averaged over the sampled children). A node without children has ``R_t = r_t`` here; callers give
+    early-stopped nodes :func:`early_stop_returns` and capped joint actions a bootstrapped child value.
 
     Args:
         rewards: Reward of each joint action (node), shape ``(J,)`` or ``(B, J)``.
@@ -254,6 +262,48 @@ def tree_returns(
     child_sum = torch.where(children_mask, children_returns, torch.zeros_like(children_returns)).sum(dim=-1)
     child_mean = child_sum / num_children.clamp(min=1).to(child_sum.dtype)
     return torch.where(num_children > 0, rewards + discount * child_mean, rewards)
+
+
+def early_stop_returns(rewards: Tensor, remaining_turns: int, discount: float) -> Tensor:
+    """Returns of the joint actions of a node that stopped early: the team's success persists.
+
+    A node stops early (``early_stop_threshold``) because the mean team reward of its joint actions,
+    ``rbar_t = mean_j r_t(j)``, reached the threshold. Giving its joint actions ``R_t = r_t`` with no future
+    would make the node look *worse* than a sibling node that failed now and succeeded later: with
+    ``gamma = 1`` a node stopped at turn 2 with ``rbar = 1`` is worth 1.0, while a sibling that continued with
+    0.2 then 1.0 is worth 1.2, so the branch that succeeded early gets the negative advantage (-0.1).
+
+    We treat the early stop as entering an absorbing state that keeps paying the reward the team achieved:
+    the stopped node's future is the value of staying at ``rbar_t`` for the ``T - t`` turns it skips,
+
+        ``R_t(j) = r_t(j) + sum_{k=1}^{T-t} gamma^k * rbar_t``
+
+    (the Bellman value of a terminal state with a constant per-turn reward, truncated at the horizon ``T``).
+    This choice (i) puts stopped and continued nodes on the same horizon, so the parent's group-relative
+    advantage compares like with like (the example above gives 2.0 vs 1.2: the early success is pushed up);
+    (ii) adds the same constant to every joint action of the stopped node, so their own advantages among
+    each other (``r_t(j) - rbar_t``) are unchanged; (iii) is defined even when every sibling stopped (unlike
+    bootstrapping from continued siblings, which the branching cap uses for joint actions that were merely
+    not sampled, because there the future is unknown rather than already secured). Stops requested by the
+    environment (``is_done``) are true terminal states and keep ``R_t = r_t``.
+
+    Args:
+        rewards: Rewards of the stopped node's joint actions, shape ``(..., J)``; NaN entries are left out of
+            ``rbar`` and stay NaN.
+        remaining_turns: ``T - t``, the number of turns the stop skips (0 at the last turn).
+        discount: ``gamma``.
+
+    Returns:
+        Returns ``R_t``, same shape as ``rewards``.
+
+    Raises:
+        ValueError: ``remaining_turns`` is negative.
+    """
+    if remaining_turns < 0:
+        raise ValueError(f"remaining_turns must be >= 0, got {remaining_turns}.")
+    horizon = sum(discount**k for k in range(1, remaining_turns + 1))
+    achieved = torch.nanmean(rewards, dim=-1, keepdim=True)
+    return rewards + horizon * achieved
 
 
 # ----------------------------------------------------------------------------------------------------------------
