@@ -1,33 +1,56 @@
 """With one agent and one turn, MAGRPO must equal TRL's GRPOTrainer for the same rollouts.
 
 Both trainers get identical completions (GRPO through its public `rollout_func`, MAGRPO by replacing the team's
-`generate`), the same reward function, model, optimizer settings and seed; after one optimizer step their
-advantages, loss and updated weights must agree within 1e-5 for every supported `loss_type`.
+`generate`), the same reward function, model, optimizer settings and seed. For every supported `loss_type` their
+advantages, logged loss and the *gradients* accumulated before the optimizer step must agree (one Adam step moves
+each weight by about lr * sign(g), so weights alone would not notice a loss scaled by a constant), with and without
+gradient accumulation; the weights after the step must agree too. With two agents the team's loss is the sum of each
+agent's one-agent GRPO loss and each agent's gradients are that agent's one-agent GRPO gradients.
 """
 
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 
 import pytest
 import torch
 from datasets import Dataset
-from transformers import AutoModelForCausalLM
+from transformers import AutoModelForCausalLM, TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 
 from trl_marl import MAGRPOConfig, MAGRPOTrainer, load_tokenizer
 from trl_marl.core import SUPPORTED_LOSS_TYPES
+from trl_marl.team import pad_right
 from trl_marl.toy import make_toy_model
 
 PROMPTS = ["Q:12+3=A:", "Q:4+45=A:"]
+# two micro-steps of two prompts; the second one's completions are shorter (14 tokens against 18), so a loss
+# normalised per micro-step instead of over the whole accumulated batch (dapo) shows in the gradients
+PROMPTS_GA = ["Q:12+3=A:", "Q:4+45=A:", "Q:1+9=A:", "Q:5+9=A:"]
 G = 4
 MAX_LEN = 4
 
 
-def scripted_completion(tokenizer, prompt: str, occurrence: int) -> list[int]:
+def same_text(text: str) -> str:
+    return text
+
+
+def shift_digits(text: str) -> str:
+    """Agent 1's script: every digit of agent 0's completion plus one (a bijection, so rewards can be undone)."""
+    return "".join(str((int(c) + 1) % 10) if c.isdigit() else c for c in text)
+
+
+def unshift_digits(text: str) -> str:
+    return "".join(str((int(c) - 1) % 10) if c.isdigit() else c for c in text)
+
+
+def scripted_completion(tokenizer, prompt: str, occurrence: int,
+                        mapping: Callable[[str], str] = same_text) -> list[int]:
     """A fixed completion for the `occurrence`-th sample of `prompt`: varied lengths, with and without EOS."""
     seed = sum(map(ord, prompt)) + 7 * occurrence
-    text = str(seed % 97)[: 1 + occurrence % 3]
+    width = 1 if len(prompt) < len(PROMPTS[0]) else 1 + occurrence % 3  # short prompts get one-digit answers
+    text = mapping(str(seed % 97)[:width])
     ids = tokenizer(text, add_special_tokens=False)["input_ids"]
     if occurrence % 4 != 3:  # most completions end with EOS, one per group is truncated
         ids = ids + [tokenizer.eos_token_id]
@@ -38,17 +61,34 @@ def reward_digits(prompts, completions, **kwargs) -> list[float]:
     return [0.3 * len(c) + (1.0 if "1" in c else 0.0) + (0.5 if "5" in c else 0.0) for c in completions]
 
 
+def reward_unshifted(prompts, completions, **kwargs) -> list[float]:
+    """GRPO on agent 1's completions with the reward its partner's (agent 0's) completions got."""
+    return reward_digits(prompts, [unshift_digits(c) for c in completions])
+
+
 class ScriptedGeneration:
     """Hands out the scripted completions in order of occurrence of each prompt."""
 
-    def __init__(self, tokenizer) -> None:
+    def __init__(self, tokenizer, mapping: Callable[[str], str] = same_text) -> None:
         self.tokenizer = tokenizer
+        self.mapping = mapping
         self.seen: dict[str, int] = {}
 
     def completion(self, prompt: str) -> list[int]:
         k = self.seen.get(prompt, 0)
         self.seen[prompt] = k + 1
-        return scripted_completion(self.tokenizer, prompt, k)
+        return scripted_completion(self.tokenizer, prompt, k, self.mapping)
+
+
+class GradientCapture(TrainerCallback):
+    """Copies the gradients right before the optimizer step (clipping is off in these tests)."""
+
+    def __init__(self) -> None:
+        self.parameters: Callable[[], list[tuple[str, torch.nn.Parameter]]] | None = None
+        self.grads: dict[str, torch.Tensor] = {}
+
+    def on_pre_optimizer_step(self, args, state, control, **kwargs):
+        self.grads = {name: p.grad.detach().clone() for name, p in self.parameters() if p.grad is not None}
 
 
 @pytest.fixture(scope="module")
@@ -57,18 +97,20 @@ def model_dir(tmp_path_factory) -> str:
                           pretrain_steps=30, seed=3)
 
 
-def common_kwargs(output_dir: str, loss_type: str) -> dict:
+def common_kwargs(output_dir: str, loss_type: str, prompts: list[str], ga: int) -> dict:
     return dict(
-        output_dir=output_dir, per_device_train_batch_size=len(PROMPTS) * G, num_generations=G,
-        max_completion_length=MAX_LEN, learning_rate=1e-2, max_steps=1, loss_type=loss_type, beta=0.04,
-        scale_rewards="group", temperature=0.9, epsilon=0.2, report_to="none", save_strategy="no", bf16=False,
-        gradient_checkpointing=False, logging_steps=1, seed=0, disable_tqdm=True, shuffle_dataset=False,
+        output_dir=output_dir, per_device_train_batch_size=len(prompts) // ga * G, num_generations=G,
+        gradient_accumulation_steps=ga, max_completion_length=MAX_LEN, learning_rate=1e-2, max_steps=1,
+        loss_type=loss_type, beta=0.04, scale_rewards="group", temperature=0.9, epsilon=0.2, report_to="none",
+        save_strategy="no", bf16=False, gradient_checkpointing=False, logging_steps=1, seed=0, disable_tqdm=True,
+        shuffle_dataset=False, max_grad_norm=0.0,
     )
 
 
-def run_grpo(model_dir: str, tmp_path, loss_type: str):
+def run_grpo(model_dir: str, out: str, loss_type: str, prompts: list[str] = PROMPTS, ga: int = 1,
+             mapping: Callable[[str], str] = same_text, reward=reward_digits):
     tokenizer = load_tokenizer(model_dir)
-    script = ScriptedGeneration(tokenizer)
+    script = ScriptedGeneration(tokenizer, mapping)
 
     def rollout_func(prompts, trainer):
         return {
@@ -77,42 +119,50 @@ def run_grpo(model_dir: str, tmp_path, loss_type: str):
             "logprobs": None,
         }
 
+    capture = GradientCapture()
     trainer = GRPOTrainer(
-        model=model_dir, reward_funcs=reward_digits, processing_class=tokenizer, rollout_func=rollout_func,
-        args=GRPOConfig(**common_kwargs(str(tmp_path / "grpo"), loss_type)),
-        train_dataset=Dataset.from_dict({"prompt": PROMPTS}),
+        model=model_dir, reward_funcs=reward, processing_class=tokenizer, rollout_func=rollout_func,
+        args=GRPOConfig(**common_kwargs(out, loss_type, prompts, ga)),
+        train_dataset=Dataset.from_dict({"prompt": prompts}), callbacks=[capture],
     )
-    captured = {}
+    capture.parameters = lambda: list(trainer.model.named_parameters())
+    captured = {"capture": capture}
     original = trainer._generate_and_score_completions
 
-    def capture(inputs):
+    def record(inputs):
         out = original(inputs)
         captured["advantages"] = out["advantages"].detach().clone()
         captured["completion_ids"] = out["completion_ids"].clone()
         captured["completion_mask"] = out["completion_mask"].clone()
         return out
 
-    trainer._generate_and_score_completions = capture
+    trainer._generate_and_score_completions = record
     trainer.train()
     return trainer, captured
 
 
-def run_magrpo(model_dir: str, tmp_path, loss_type: str):
+def run_magrpo(model_dir: str, out: str, loss_type: str, prompts: list[str] = PROMPTS, ga: int = 1,
+               mappings: tuple[Callable[[str], str], ...] = (same_text,)):
     tokenizer = load_tokenizer(model_dir)
-    script = ScriptedGeneration(tokenizer)
+    scripts = [ScriptedGeneration(tokenizer, m) for m in mappings]
+    n = len(mappings)
+    capture = GradientCapture()
     trainer = MAGRPOTrainer(
-        model=model_dir, reward_funcs=reward_digits, processing_class=tokenizer,
-        args=MAGRPOConfig(num_agents=1, num_turns=1, **common_kwargs(str(tmp_path / "magrpo"), loss_type)),
-        train_dataset=Dataset.from_dict({"prompt": PROMPTS}),
+        model=model_dir, reward_funcs=reward_digits, processing_class=tokenizer, callbacks=[capture],
+        args=MAGRPOConfig(num_agents=n, num_turns=1, team_mode="models" if n > 1 else None,
+                          **common_kwargs(out, loss_type, prompts, ga)),
+        train_dataset=Dataset.from_dict({"prompt": prompts}),
     )
+    capture.parameters = lambda: [(f"{a}.{name}", p) for a in range(n)
+                                  for name, p in trainer.team.policy(a).named_parameters()]
 
     def scripted_generate(prompts, generation_config, chat_template_kwargs=None):
         return [([tokenizer(text=p)["input_ids"] for p in agent_prompts],
-                 [script.completion(p) for p in agent_prompts]) for agent_prompts in prompts]
+                 [scripts[a].completion(p) for p in agent_prompts]) for a, agent_prompts in enumerate(prompts)]
 
     trainer.team.generate = scripted_generate
     trainer.train()
-    return trainer
+    return trainer, capture
 
 
 def keyed_advantages(completion_ids: torch.Tensor, mask: torch.Tensor, advantages: torch.Tensor) -> list:
@@ -120,33 +170,78 @@ def keyed_advantages(completion_ids: torch.Tensor, mask: torch.Tensor, advantage
     return sorted(zip(keys, [round(float(a), 6) for a in advantages]))
 
 
-@pytest.mark.parametrize("loss_type", SUPPORTED_LOSS_TYPES)
-def test_one_agent_magrpo_equals_grpo(model_dir, tmp_path, loss_type):
+def logged(trainer, key: str) -> float:
+    return next(h[key] for h in trainer.state.log_history if key in h)
+
+
+def assert_same_gradients(ours: dict[str, torch.Tensor], theirs: dict[str, torch.Tensor], prefix: str = "") -> None:
+    assert theirs and max(float(g.abs().max()) for g in theirs.values()) > 1e-4  # a real gradient
+    for name, grad in theirs.items():
+        torch.testing.assert_close(ours[prefix + name], grad, atol=1e-6, rtol=1e-4, msg=lambda m, n=name: f"{n}: {m}")
+
+
+def assert_same_weights(magrpo: MAGRPOTrainer, grpo: GRPOTrainer, model_dir: str, agent: int = 0) -> None:
+    initial = AutoModelForCausalLM.from_pretrained(model_dir).state_dict()
+    theirs = dict(grpo.model.named_parameters())
+    moved = 0.0
+    for name, param in magrpo.team.policy(agent).named_parameters():
+        torch.testing.assert_close(param.detach(), theirs[name].detach(), atol=1e-5, rtol=0)
+        moved = max(moved, float((param.detach() - initial[name]).abs().max()))
+    assert moved > 1e-4  # the step really changed the weights
+
+
+def check_one_agent(model_dir: str, tmp_path, loss_type: str, prompts: list[str], ga: int) -> None:
     warnings.filterwarnings("ignore")
-    grpo, captured = run_grpo(model_dir, tmp_path, loss_type)
-    magrpo = run_magrpo(model_dir, tmp_path, loss_type)
+    grpo, captured = run_grpo(model_dir, str(tmp_path / "grpo"), loss_type, prompts, ga)
+    magrpo, capture = run_magrpo(model_dir, str(tmp_path / "magrpo"), loss_type, prompts, ga)
 
     # Advantages: the same value for the same completion (pads excluded on both sides).
     ours = magrpo.last_advantages[0].cpu()
-    batch = magrpo.last_rollout.turns[0]
-    from trl_marl.team import pad_right
-
-    c_ids, c_mask = pad_right(batch.completion_ids[0], magrpo.team.tokenizers[0].pad_token_id)
+    c_ids, c_mask = pad_right(magrpo.last_rollout.turns[0].completion_ids[0], magrpo.team.tokenizers[0].pad_token_id)
     assert keyed_advantages(c_ids, c_mask, ours) == keyed_advantages(
         captured["completion_ids"].cpu(), captured["completion_mask"].cpu(), captured["advantages"].cpu()
     )
     assert ours.abs().sum() > 0  # the scripted rewards differ within groups
 
-    # Loss: both trainers log the loss of the single step.
-    grpo_loss = next(h["loss"] for h in grpo.state.log_history if "loss" in h)
-    magrpo_loss = next(h["loss"] for h in magrpo.state.log_history if "loss" in h)
-    assert magrpo_loss == pytest.approx(grpo_loss, abs=1e-5)
+    # Loss: both trainers log the loss of the single step (summed over its micro-steps).
+    assert logged(magrpo, "loss") == pytest.approx(logged(grpo, "loss"), abs=1e-5)
+    # Gradients accumulated over the step, before the optimizer sees them.
+    assert_same_gradients(capture.grads, captured["capture"].grads, prefix="0.")
+    # Weights after one AdamW step. With accumulation the two trainers sum the micro-batches in a different order, and
+    # Adam divides by sqrt(v) + 1e-8, which turns float-rounding noise in a ~1e-9 gradient into ~1e-4 of weight: the
+    # gradients above are the exact check there.
+    if ga == 1:
+        assert_same_weights(magrpo, grpo, model_dir)
 
-    # Weights after one AdamW step.
-    initial = AutoModelForCausalLM.from_pretrained(model_dir).state_dict()
-    theirs = dict(grpo.model.named_parameters())
-    moved = 0.0
-    for name, param in magrpo.team.policy(0).named_parameters():
-        torch.testing.assert_close(param.detach(), theirs[name].detach(), atol=1e-5, rtol=0)
-        moved = max(moved, float((param.detach() - initial[name]).abs().max()))
-    assert moved > 1e-4  # the step really changed the weights
+
+@pytest.mark.parametrize("loss_type", SUPPORTED_LOSS_TYPES)
+def test_one_agent_magrpo_equals_grpo(model_dir, tmp_path, loss_type):
+    check_one_agent(model_dir, tmp_path, loss_type, PROMPTS, ga=1)
+
+
+# bnpo normalises by the tokens of each micro-batch, and GRPOTrainer shuffles the generation batch before splitting
+# it into micro-batches: its bnpo loss depends on that random split, so only the split-independent types compare.
+@pytest.mark.parametrize("loss_type", [t for t in SUPPORTED_LOSS_TYPES if t != "bnpo"])
+def test_one_agent_magrpo_equals_grpo_with_gradient_accumulation(model_dir, tmp_path, loss_type):
+    check_one_agent(model_dir, tmp_path, loss_type, PROMPTS_GA, ga=2)
+
+
+@pytest.mark.parametrize(("loss_type", "ga"), [("grpo", 1), ("dapo", 1), ("dapo", 2)])
+def test_two_agents_sum_one_agent_losses(model_dir, tmp_path, loss_type, ga):
+    # Agent 0 plays the scripted completions, agent 1 the same with every digit shifted; the team reward reads agent
+    # 0's completions. So each agent's advantages are GRPO's for the matching one-agent run (agent 1's with the
+    # reward undone through the shift), the team loss is the sum of the two one-agent losses, and each agent's
+    # gradient is its one-agent gradient (a swapped agent or a mis-scaled loss would show here).
+    warnings.filterwarnings("ignore")
+    prompts = PROMPTS_GA if ga > 1 else PROMPTS
+    grpo_0, captured_0 = run_grpo(model_dir, str(tmp_path / "grpo0"), loss_type, prompts, ga)
+    grpo_1, captured_1 = run_grpo(model_dir, str(tmp_path / "grpo1"), loss_type, prompts, ga,
+                                  mapping=shift_digits, reward=reward_unshifted)
+    magrpo, capture = run_magrpo(model_dir, str(tmp_path / "magrpo"), loss_type, prompts, ga,
+                                 mappings=(same_text, shift_digits))
+    assert logged(magrpo, "loss") == pytest.approx(logged(grpo_0, "loss") + logged(grpo_1, "loss"), abs=1e-5)
+    assert_same_gradients(capture.grads, captured_0["capture"].grads, prefix="0.")
+    assert_same_gradients(capture.grads, captured_1["capture"].grads, prefix="1.")
+    if ga == 1:
+        assert_same_weights(magrpo, grpo_0, model_dir, agent=0)
+        assert_same_weights(magrpo, grpo_1, model_dir, agent=1)

@@ -292,3 +292,55 @@ def test_frozen_partner_is_not_trained(model_dir, tmp_path, team_mode):
     assert "agent_1/loss" not in set().union(*(h.keys() for h in trainer.state.log_history))
     with pytest.raises(ValueError, match="frozen_agents"):
         config(tmp_path, frozen_agents=[0, 1])
+
+
+def test_dapo_normalises_over_the_whole_accumulated_step(model_dir, tmp_path, monkeypatch):
+    # gradient_accumulation_steps = 2, one episode of G = 2 samples per micro-step. Micro-step 1's completions have
+    # 1 token each (2 tokens), micro-step 2's 3 tokens each (6 tokens): 8 tokens in the step. DAPO weighs every token
+    # of the step alike: d loss / d l_token = 1/8 = 0.125 in both micro-steps (a per-micro-step normaliser gave
+    # 1/2 * 1/2 = 0.25 and 1/6 * 1/2 = 0.083).
+    import trl_marl.trainers.magrpo_trainer as module
+
+    trainer = MAGRPOTrainer(
+        model=model_dir, reward_funcs=TargetSumReward(0.5), env=TargetSumEnv(2),
+        args=config(tmp_path, num_generations=2, per_device_train_batch_size=2, gradient_accumulation_steps=2,
+                    loss_type="dapo", beta=0.0),
+        train_dataset=dataset(),
+    )
+    tok = trainer.team.tokenizers[0]
+    digit = tok.convert_tokens_to_ids("3")
+
+    def scripted_generate(prompts, generation_config, chat_template_kwargs=None):
+        # the step's two episodes are played together: samples 0-1 are micro-step 1's, samples 2-3 micro-step 2's
+        short, long = [tok.eos_token_id], [digit, digit, tok.eos_token_id]
+        return [([tok(p)["input_ids"] for p in ps], [short if i < 2 else long for i in range(len(ps))])
+                for ps in prompts]
+
+    trainer.team.generate = scripted_generate
+    weights: list[torch.Tensor] = []
+
+    def spy_surrogate(logps, old, advantages, **kwargs):  # per-token loss = a leaf we can read the gradient of
+        leaf = torch.ones_like(logps, requires_grad=True)
+        weights.append(leaf)
+        return leaf, torch.zeros_like(logps, dtype=torch.bool)
+
+    monkeypatch.setattr(module, "clipped_surrogate", spy_surrogate)
+    steps, _ = trainer.get_batch_samples(iter([[{"target": TARGET}], [{"target": TARGET}]]), 2, None)
+    trainer.model.train()
+    trainer.current_gradient_accumulation_steps = 2
+    per_token = []
+    for step in steps:
+        group = step.group
+        if group.batches is None:
+            group.batches = trainer._make_batches(group.row_batches, mode="train")
+        batch = group.batches[step.index]
+        assert [int(n) for n in batch["num_items"]] == [8, 8]  # each agent: 2 + 6 tokens
+        weights.clear()
+        trainer.compute_loss(trainer.model, batch).backward()
+        for a, leaf in enumerate(weights):
+            mask = batch["batches"][a].completion_mask.bool()
+            per_token.append(leaf.grad[mask])
+            assert (leaf.grad[~mask] == 0).all()
+    assert [len(g) for g in per_token] == [2, 2, 6, 6]
+    for grads in per_token:
+        torch.testing.assert_close(grads, torch.full_like(grads, 0.125))

@@ -54,8 +54,10 @@ class MAGRPOConfig(GRPOConfig):
     entropy bonuses, ...) raises an error when set, instead of being ignored.
 
     Batch sizes follow GRPO: `per_device_train_batch_size` counts completions *per agent* per micro-step at turn 1
-    and must be a multiple of `num_generations`; each micro-step plays `per_device_train_batch_size //
-    num_generations` episodes.
+    and must be a multiple of `num_generations`; each micro-step trains on `per_device_train_batch_size //
+    num_generations` episodes. As in GRPO (`steps_per_generation = gradient_accumulation_steps`), the episodes of
+    all micro-steps of one optimizer step are played together at its first micro-step, so `loss_type="dapo"`
+    divides by the completion tokens of the whole accumulated batch.
 
     Parameters that differ from GRPO or are new:
         num_agents (`int`, defaults to `2`): Number of agents in the team.
@@ -205,8 +207,8 @@ class MAGRPOConfig(GRPOConfig):
             problems.append(f"num_iterations={self.num_iterations} (MAGRPO takes one update per rollout)")
         if self.steps_per_generation != self.gradient_accumulation_steps:
             problems.append(
-                f"steps_per_generation={self.steps_per_generation} (MAGRPO generates every micro-step, so it must "
-                f"equal gradient_accumulation_steps={self.gradient_accumulation_steps})"
+                f"steps_per_generation={self.steps_per_generation} (MAGRPO generates once per optimizer step, so it "
+                f"must equal gradient_accumulation_steps={self.gradient_accumulation_steps})"
             )
         if self.multi_objective_aggregation != "sum_then_normalize":
             problems.append(f"multi_objective_aggregation={self.multi_objective_aggregation!r}")

@@ -28,6 +28,28 @@ def _identity(batch: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return batch
 
 
+class _AccumulatedRows:
+    """The dataset rows of every micro-step of one optimizer step, and (once rolled out) their micro-batches."""
+
+    def __init__(self, row_batches: list[list[dict[str, Any]]]) -> None:
+        self.row_batches = row_batches
+        self.batches: list[dict[str, Any] | None] | None = None
+
+
+class _MicroStep:
+    """Micro-step `index` of an [`_AccumulatedRows`]: what `training_step` receives from `get_batch_samples`."""
+
+    def __init__(self, group: _AccumulatedRows, index: int) -> None:
+        self.group = group
+        self.index = index
+
+    def __len__(self) -> int:
+        return len(self.group.row_batches[self.index])
+
+    def __contains__(self, key: object) -> bool:
+        return False  # no tensors by name (`Trainer.floating_point_ops` asks for "input_ids"): rows become them later
+
+
 class NonFiniteError(RuntimeError):
     """Raised when more NaN/inf rewards or losses occurred than `max_nonfinite` allows."""
 
@@ -247,54 +269,114 @@ class MAGRPOTrainer(TeamCheckpointMixin, TRLBaseTrainer):
         return self.accelerator.prepare(loader)
 
     # ------------------------------------------------------------------ training step
+    def get_batch_samples(self, epoch_iterator: Any, num_batches: int, device: Any) -> tuple[list[Any], None]:
+        """The rows of the `num_batches` micro-steps of one optimizer step, to be rolled out together.
+
+        `transformers.Trainer` fetches every micro-batch of an optimizer step before the first backward; MAGRPO
+        plays all of them in one rollout at the first micro-step (TRL's generation batch of
+        `per_device_train_batch_size * steps_per_generation` completions), so that the token count of the whole
+        accumulated batch, which `loss_type="dapo"` divides by, is known before the first backward. Generation
+        happens in `training_step` (not here) so that a resumed run restores its random state first.
+        """
+        row_batches = []
+        for _ in range(num_batches):
+            try:
+                row_batches.append(next(epoch_iterator))
+            except StopIteration:
+                break
+        group = _AccumulatedRows(row_batches)
+        return [_MicroStep(group, i) for i in range(len(row_batches))], None
+
     def training_step(self, model: torch.nn.Module, inputs: Any, num_items_in_batch: Any = None) -> torch.Tensor:
-        """Play the episodes of `inputs` (a list of dataset rows), then take the MAGRPO loss on them."""
-        batch = self._make_batch(inputs, mode="train")
+        """Take the MAGRPO loss on one micro-batch; its first micro-step plays the episodes of the whole step.
+
+        `inputs` is a [`_MicroStep`] from `get_batch_samples`, or a plain list of dataset rows (then played as a
+        step of its own).
+        """
+        if isinstance(inputs, _MicroStep):
+            group = inputs.group
+            if group.batches is None:
+                group.batches = self._make_batches(group.row_batches, mode="train")
+            batch = group.batches[inputs.index]
+            group.batches[inputs.index] = None  # free the micro-batch once used
+        else:
+            batch = self._make_batch(inputs, mode="train")
         return super().training_step(model, batch, num_items_in_batch)
 
     def _prepare_inputs(self, inputs: Any) -> Any:
-        return inputs  # `_make_batch` already placed the tensors on the device
+        return inputs  # `_make_batches` already placed the tensors on the device
 
     @torch.no_grad()
     def _make_batch(self, rows: list[dict[str, Any]], mode: str) -> dict[str, Any]:
-        """Roll out, score and tokenize: one [`AgentBatch`] and advantage vector per agent."""
+        """Roll out, score and tokenize the episodes of `rows` as one micro-batch (see `_make_batches`)."""
+        return self._make_batches([rows], mode)[0]
+
+    @torch.no_grad()
+    def _make_batches(self, row_batches: list[list[dict[str, Any]]], mode: str) -> list[dict[str, Any]]:
+        """Play the episodes of every micro-batch of one optimizer step in one rollout, then split it by episode.
+
+        Returns one input dict per micro-batch: an [`AgentBatch`] and an advantage vector per agent, reference
+        log-probs when `beta != 0`, and `num_items`, each agent's completion-token count of the *whole* step
+        across processes (the normalizer of `loss_type="dapo"`).
+        """
         device = self.accelerator.device
+        rows = [row for batch in row_batches for row in batch]
         rollout = self.rollout.run(rows, trainer_state=self.state)
         self.last_rollout = rollout
         self._count_nonfinite(rollout.nonfinite_rewards, "rewards")
         n = self.env.num_agents
         eos_ids = {self.team.tokenizers[a].eos_token_id for a in range(n)}
-        batches: list[AgentBatch | None] = []
-        advantages: list[torch.Tensor] = []
-        turn_of_sample: list[torch.Tensor] = []
-        for a in range(n):
-            prompt_ids = [ids for t in rollout.turns for ids in t.prompt_ids[a]]
-            completion_ids = [ids for t in rollout.turns for ids in t.completion_ids[a]]
-            adv = torch.cat([t.advantages[:, a, :].reshape(-1) for t in rollout.turns]).float()
-            turn_index = torch.cat([torch.full((len(t.prompt_ids[a]),), t.turn) for t in rollout.turns])
-            pad_id = self.team.tokenizers[a].pad_token_id
-            p_ids, p_mask = pad_left(prompt_ids, pad_id)
-            c_ids, c_mask = pad_right(completion_ids, pad_id)
-            if self.args.mask_truncated_completions:
-                truncated = torch.tensor([not (ids and ids[-1] in eos_ids) for ids in completion_ids])
-                c_mask = c_mask * (~truncated).unsqueeze(1).long()
-            batch = AgentBatch(p_ids, p_mask, c_ids, c_mask).to(device)
-            batches.append(batch)
-            advantages.append(adv.to(device))
-            turn_of_sample.append(turn_index)
-        old_logps = None  # one update per rollout: the ratio's denominator is the detached current policy
-        ref_logps = None
-        if self.args.beta != 0.0:
-            ref_logps = [None if a in self.team.frozen else self.team.reference_logps(a, batches[a]) for a in range(n)]
-        self.last_advantages = advantages
-        # dapo normalizes by the number of completion tokens of the whole step, across processes
+        bounds = [0]
+        for batch in row_batches:
+            bounds.append(bounds[-1] + len(batch))
+        # the row of every sample of every turn (sample k * G + g of a turn belongs to node k)
+        G = self.args.num_generations
+        sample_rows = [torch.tensor([node.row_index for node in t.nodes]).repeat_interleave(G) for t in rollout.turns]
+        micro_batches: list[dict[str, Any]] = []
+        all_batches: list[list[AgentBatch]] = []
+        all_advantages: list[list[torch.Tensor]] = []
+        all_turns: list[list[torch.Tensor]] = []
+        for lo, hi in zip(bounds[:-1], bounds[1:]):
+            picks = [((r >= lo) & (r < hi)).nonzero().squeeze(-1).tolist() for r in sample_rows]
+            batches: list[AgentBatch] = []
+            advantages: list[torch.Tensor] = []
+            turn_of_sample: list[torch.Tensor] = []
+            for a in range(n):
+                prompt_ids = [t.prompt_ids[a][i] for t, pick in zip(rollout.turns, picks) for i in pick]
+                completion_ids = [t.completion_ids[a][i] for t, pick in zip(rollout.turns, picks) for i in pick]
+                adv = torch.cat([t.advantages[:, a, :].reshape(-1)[pick] for t, pick in zip(rollout.turns, picks)])
+                turn_index = torch.cat([torch.full((len(pick),), t.turn) for t, pick in zip(rollout.turns, picks)])
+                pad_id = self.team.tokenizers[a].pad_token_id
+                p_ids, p_mask = pad_left(prompt_ids, pad_id)
+                c_ids, c_mask = pad_right(completion_ids, pad_id)
+                if self.args.mask_truncated_completions:
+                    truncated = torch.tensor([not (ids and ids[-1] in eos_ids) for ids in completion_ids])
+                    c_mask = c_mask * (~truncated).unsqueeze(1).long()
+                batches.append(AgentBatch(p_ids, p_mask, c_ids, c_mask).to(device))
+                advantages.append(adv.float().to(device))
+                turn_of_sample.append(turn_index)
+            ref_logps = None
+            if self.args.beta != 0.0:
+                ref_logps = [None if a in self.team.frozen else self.team.reference_logps(a, batches[a])
+                             for a in range(n)]
+            # one update per rollout: the ratio's denominator is the detached current policy (old_logps None)
+            micro_batches.append({"batches": batches, "advantages": advantages, "old_logps": None,
+                                  "ref_logps": ref_logps, "turn_of_sample": turn_of_sample})
+            all_batches.append(batches)
+            all_advantages.append(advantages)
+            all_turns.append(turn_of_sample)
+        # dapo divides by the completion tokens of the whole step: every micro-batch, every process
         num_items = []
         for a in range(n):
-            count = batches[a].completion_mask.sum().to(device)
+            count = sum(batches[a].completion_mask.sum() for batches in all_batches).to(device)
             num_items.append(self.accelerator.gather(count).sum())
-        self._log_rollout(rollout, batches, advantages, turn_of_sample, mode)
-        return {"batches": batches, "advantages": advantages, "old_logps": old_logps, "ref_logps": ref_logps,
-                "num_items": num_items, "turn_of_sample": turn_of_sample}
+        for micro in micro_batches:
+            micro["num_items"] = num_items
+        self.last_advantages = [torch.cat([adv[a] for adv in all_advantages]) for a in range(n)]
+        lengths = [torch.cat([b[a].completion_mask.sum(dim=1).float().cpu() for b in all_batches]) for a in range(n)]
+        turns = [torch.cat([t[a] for t in all_turns]) for a in range(n)]
+        self._log_rollout(rollout, lengths, self.last_advantages, turns, mode)
+        return micro_batches
 
     def compute_loss(self, model: torch.nn.Module, inputs: dict[str, Any], return_outputs: bool = False,
                      num_items_in_batch: Any = None) -> torch.Tensor:
@@ -320,11 +402,13 @@ class MAGRPOTrainer(TeamCheckpointMixin, TRLBaseTrainer):
             if args.beta != 0.0:
                 kl = k3_kl(logps, inputs["ref_logps"][a])
                 per_token_loss = per_token_loss + args.beta * kl
+            # dapo: `num_items` counts the tokens of every micro-batch of the step on every process; gradients are
+            # averaged over processes, hence the division by their number (and none by the accumulation steps)
             num_items = inputs["num_items"][a] / self.accelerator.num_processes
             loss = aggregate_token_loss(per_token_loss, mask, args.loss_type,
                                         max_completion_length=args.max_completion_length,
                                         num_items_in_batch=num_items)
-            if mode == "train":
+            if mode == "train" and args.loss_type != "dapo":
                 loss = loss / self.current_gradient_accumulation_steps
             if not torch.isfinite(loss):
                 self._count_nonfinite(1, "loss")
@@ -355,7 +439,7 @@ class MAGRPOTrainer(TeamCheckpointMixin, TRLBaseTrainer):
             )
 
     # ------------------------------------------------------------------ logging
-    def _log_rollout(self, rollout: Rollout, batches: list[AgentBatch | None], advantages: list[torch.Tensor],
+    def _log_rollout(self, rollout: Rollout, lengths: list[torch.Tensor], advantages: list[torch.Tensor],
                      turn_of_sample: list[torch.Tensor], mode: str) -> None:
         metrics = self._metrics[mode]
         first = rollout.turns[0]
@@ -371,11 +455,8 @@ class MAGRPOTrainer(TeamCheckpointMixin, TRLBaseTrainer):
                 metrics[prefix + "/mean"].append(finite_mean(values))
                 finite = values[torch.isfinite(values)]
                 metrics[prefix + "/std"].append(float(finite.std()) if finite.numel() > 1 else 0.0)
-        for a, batch in enumerate(batches):
-            if batch is None:
-                continue
-            lengths = batch.completion_mask.sum(dim=1).float()
-            metrics[f"agent_{a}/completion_length"].append(float(lengths.mean()))
+        for a, agent_lengths in enumerate(lengths):
+            metrics[f"agent_{a}/completion_length"].append(float(agent_lengths.mean()))
             adv = advantages[a].float().cpu()
             for t in rollout.turns:
                 sel = turn_of_sample[a] == t.turn
