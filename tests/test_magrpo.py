@@ -344,3 +344,50 @@ def test_dapo_normalises_over_the_whole_accumulated_step(model_dir, tmp_path, mo
     assert [len(g) for g in per_token] == [2, 2, 6, 6]
     for grads in per_token:
         torch.testing.assert_close(grads, torch.full_like(grads, 0.125))
+
+
+def test_no_learning_signal_is_diagnosed(model_dir, tmp_path):
+    # A reward that returns a constant gives every group zero std: every advantage and gradient is 0. The trainer
+    # logs the streak of such steps and warns once when it reaches `zero_std_warning_steps` (here 3 of 5 steps).
+    # The entropy threshold is set above any entropy so that the entropy-collapse warning fires too (after 2 steps).
+    from trl_marl.trainers.magrpo_trainer import TrainingDiagnosticWarning
+
+    def constant(prompts, completions, **kwargs):
+        return [1.0] * len(completions)
+
+    trainer = MAGRPOTrainer(
+        model=model_dir, reward_funcs=constant, env=TargetSumEnv(2),
+        args=config(tmp_path, max_steps=5, per_device_train_batch_size=16, zero_std_warning_steps=3,
+                    entropy_warning_threshold=100.0, entropy_warning_steps=2),
+        train_dataset=dataset(),
+    )
+    with pytest.warns(TrainingDiagnosticWarning) as record:
+        trainer.train()
+    messages = [str(w.message) for w in record if issubclass(w.category, TrainingDiagnosticWarning)]
+    assert len(messages) == 2  # each diagnosis warns once, not at every step
+    zero_std = next(m for m in messages if "same return" in m)
+    assert "not learning" in zero_std and "learning_rate" in zero_std and "beta" in zero_std
+    assert any("entropy" in m and "agent(s) [0, 1]" in m for m in messages)
+    key = "diagnostics/zero_std_streak"
+    streaks = [h[key] for h in trainer.state.log_history if key in h]
+    assert streaks == [1.0, 2.0, 3.0, 4.0, 5.0]
+    assert all(h["frac_reward_zero_std"] == 1.0 for h in trainer.state.log_history if "frac_reward_zero_std" in h)
+
+
+def test_a_learning_run_is_not_diagnosed(model_dir, tmp_path):
+    import warnings as _warnings
+
+    from trl_marl.trainers.magrpo_trainer import TrainingDiagnosticWarning
+
+    trainer = MAGRPOTrainer(
+        model=model_dir, reward_funcs=TargetSumReward(0.5), env=TargetSumEnv(2),
+        args=config(tmp_path, max_steps=4, zero_std_warning_steps=2, entropy_warning_steps=2),
+        train_dataset=dataset(),
+    )
+    with _warnings.catch_warnings(record=True) as record:
+        _warnings.simplefilter("always")
+        trainer.train()
+    assert not [w for w in record if issubclass(w.category, TrainingDiagnosticWarning)]
+    key = "diagnostics/zero_std_streak"
+    streaks = [h[key] for h in trainer.state.log_history if key in h]
+    assert streaks == [0.0] * 4

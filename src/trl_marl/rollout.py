@@ -328,6 +328,23 @@ def reward_std_is_zero(rewards: torch.Tensor) -> float:
     return float((spread.abs() < 1e-8).float().mean().item())
 
 
+def flat_group_fraction(turns: Sequence[TurnResult]) -> float:
+    """Fraction of the groups (nodes, over every turn) whose joint actions all got the same return.
+
+    Such a group gives every sample advantage 0 (in every advantage mode), so it contributes no gradient; when
+    (nearly) every group is flat, the team has stopped learning. Unscorable (NaN) returns are left out; a node with
+    fewer than two scorable joint actions is flat.
+    """
+    flat, total = 0, 0
+    for t in turns:
+        returns = t.returns if t.returns is not None else t.rewards
+        for node in returns:
+            finite = node[torch.isfinite(node)]
+            total += 1
+            flat += int(finite.numel() < 2 or float(finite.max() - finite.min()) < 1e-8)
+    return flat / total if total else 0.0
+
+
 def finite_mean(values: torch.Tensor) -> float:
     """Mean over the finite entries (NaN when there are none)."""
     finite = values[torch.isfinite(values)]

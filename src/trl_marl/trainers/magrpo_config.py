@@ -72,8 +72,14 @@ class MAGRPOConfig(GRPOConfig):
             RLOO), `"batch"` (GRPO's `scale_rewards="batch"`). Default: derived from `scale_rewards`.
         scale_rewards (`str`, defaults to `"none"`): As in GRPO, but the default is the paper's unscaled advantage.
         max_branches (`int`, *optional*): Branching cap: how many joint actions of a node continue to the next turn.
-        early_stop_threshold (`float`, *optional*): A node whose mean reward reaches it does not continue.
+        early_stop_threshold (`float`, *optional*): A node whose mean reward reaches it does not continue; its
+            success is taken to persist for the turns it skips (`trl_marl.core.early_stop_returns`).
         team_mode (`str`, *optional*): `"adapters"`, `"models"` or `"shared"` (see [`AgentTeam`]).
+        zero_std_warning_fraction (`float`, defaults to `0.9`), zero_std_warning_steps (`int`, defaults to `20`):
+            Warn once when at least this fraction of groups had zero return std (no learning signal) for this many
+            consecutive optimizer steps.
+        entropy_warning_threshold (`float`, defaults to `0.01`), entropy_warning_steps (`int`, defaults to `20`):
+            Warn once when an agent's mean token entropy stays below the threshold for this many steps.
         max_nonfinite (`int`, defaults to `10`): NaN/inf rewards or losses are skipped and counted; training stops
             with an error after this many.
 
@@ -124,7 +130,11 @@ class MAGRPOConfig(GRPOConfig):
     )
     early_stop_threshold: float | None = field(
         default=None,
-        metadata={"help": "A node whose mean team reward reaches this value does not continue to the next turn."},
+        metadata={
+            "help": "A node whose mean team reward reaches this value does not continue to the next turn. Its joint "
+            "actions are credited as if that mean reward persisted for the turns it skips (R_t = r_t + "
+            "sum_{k=1}^{T-t} gamma^k * mean r_t), so stopping early on success never looks worse than continuing."
+        },
     )
     team_mode: str | None = field(
         default=None,
@@ -140,6 +150,34 @@ class MAGRPOConfig(GRPOConfig):
             "help": "Agents that act but are not trained (their weights stay fixed), e.g. `[1]` to train agent 0 "
             "alone against a fixed partner: the 'training individual LLMs alone' baseline of the papers."
         },
+    )
+    zero_std_warning_fraction: float = field(
+        default=0.9,
+        metadata={
+            "help": "Diagnosis of a learning signal that vanished: a step counts as 'flat' when at least this "
+            "fraction of its groups (nodes of the rollout tree) gave every joint action the same return, hence "
+            "advantage 0. See `zero_std_warning_steps`."
+        },
+    )
+    zero_std_warning_steps: int | None = field(
+        default=20,
+        metadata={
+            "help": "After this many consecutive flat optimizer steps (see `zero_std_warning_fraction`) the trainer "
+            "warns once: the team gets no gradient any more (typically a collapse onto one output, or an invalid "
+            "output that every sample repeats). The streak is logged as `diagnostics/zero_std_streak`. None disables."
+        },
+    )
+    entropy_warning_threshold: float | None = field(
+        default=0.01,
+        metadata={
+            "help": "Diagnosis of entropy collapse: an agent whose mean per-token entropy (nats) stays below this "
+            "value for `entropy_warning_steps` consecutive optimizer steps triggers a warning (logged as "
+            "`diagnostics/entropy_collapse_streak`). None disables."
+        },
+    )
+    entropy_warning_steps: int = field(
+        default=20,
+        metadata={"help": "Consecutive optimizer steps of low entropy before the entropy-collapse warning."},
     )
     max_nonfinite: int = field(
         default=10,
@@ -190,6 +228,12 @@ class MAGRPOConfig(GRPOConfig):
                 f"`num_generations` ({self.num_generations}): each micro-step plays per_device_train_batch_size // "
                 "num_generations episodes with num_generations samples per agent."
             )
+        if not 0.0 < self.zero_std_warning_fraction <= 1.0:
+            raise ValueError(f"`zero_std_warning_fraction` must be in (0, 1], got {self.zero_std_warning_fraction}.")
+        if self.zero_std_warning_steps is not None and self.zero_std_warning_steps < 1:
+            raise ValueError(f"`zero_std_warning_steps` must be >= 1 or None, got {self.zero_std_warning_steps}.")
+        if self.entropy_warning_steps < 1:
+            raise ValueError(f"`entropy_warning_steps` must be >= 1, got {self.entropy_warning_steps}.")
         bad = [a for a in self.frozen_agents if not 0 <= a < self.num_agents]
         if bad:
             raise ValueError(f"`frozen_agents` {bad} are not agents of a team of {self.num_agents}.")

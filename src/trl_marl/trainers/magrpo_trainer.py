@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import os
 import time
+import warnings
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -17,7 +18,7 @@ from transformers import GenerationConfig, PreTrainedModel, TrainerCallback
 from .._trl_compat import TeamCheckpointMixin, TRLBaseTrainer
 from ..core import aggregate_token_loss, clipped_surrogate, k3_kl, masked_mean
 from ..envs.base import MultiAgentEnv, PromptEnv
-from ..rollout import JointRollout, Rollout, TeamReward, finite_mean, reward_std_is_zero
+from ..rollout import JointRollout, Rollout, TeamReward, finite_mean, flat_group_fraction, reward_std_is_zero
 from ..team import AgentBatch, AgentTeam, pad_left, pad_right
 from .magrpo_config import MAGRPOConfig
 
@@ -48,6 +49,30 @@ class _MicroStep:
 
     def __contains__(self, key: object) -> bool:
         return False  # no tensors by name (`Trainer.floating_point_ops` asks for "input_ids"): rows become them later
+
+
+class TrainingDiagnosticWarning(UserWarning):
+    """A run has stopped learning (no reward spread, or an agent's entropy collapsed): see the message."""
+
+
+ZERO_STD_MESSAGE = (
+    "MAGRPO diagnosis: for the last {steps} optimizer steps, at least {fraction:.0%} of the groups gave every sample "
+    "of the team the same return, so every advantage and every gradient is (almost) exactly 0: the team is not "
+    "learning any more (logged as `frac_reward_zero_std` and `diagnostics/zero_std_streak`; `grad_norm` reads 0). "
+    "If the reward is at its maximum, the task is simply solved. Otherwise, typical causes: the agents collapsed "
+    "onto one output, or onto an invalid output (e.g. a lost EOS or an empty completion) that every sample now "
+    "repeats and the reward scores alike; a learning rate too high for a near-deterministic policy; a task too hard "
+    "for every sample. Typical fixes: a lower `learning_rate` and a warmup (`warmup_steps`), a KL penalty to the "
+    "reference (`beta` > 0), a higher `temperature`, and a reward that separates invalid outputs per agent (e.g. a "
+    "penalty for each agent whose answer is invalid) so that a failing team still gets a gradient."
+)
+
+ENTROPY_MESSAGE = (
+    "MAGRPO diagnosis: the mean token entropy of agent(s) {agents} has stayed below {threshold} nats for {steps} "
+    "optimizer steps (logged as `agent_<i>/entropy` and `diagnostics/entropy_collapse_streak`): the policy is "
+    "(nearly) deterministic, so its samples within a group coincide and their advantages vanish. If rewards are not "
+    "yet where they should be, lower `learning_rate`, add a KL penalty (`beta` > 0) or raise `temperature`."
+)
 
 
 class NonFiniteError(RuntimeError):
@@ -199,6 +224,11 @@ class MAGRPOTrainer(TeamCheckpointMixin, TRLBaseTrainer):
         )
         self._metrics: dict[str, dict[str, list[float]]] = {"train": defaultdict(list), "eval": defaultdict(list)}
         self._nonfinite = 0
+        self._zero_std_streak = 0
+        self._entropy_streak = 0
+        self._warned: set[str] = set()
+        self._step_flat_fraction = 0.0
+        self._step_entropy: dict[int, list[float]] = defaultdict(lambda: [0.0, 0.0])  # agent -> [sum, tokens]
         self.last_rollout: Rollout | None = None
         self.last_advantages: list[torch.Tensor] = []
 
@@ -293,15 +323,47 @@ class MAGRPOTrainer(TeamCheckpointMixin, TRLBaseTrainer):
         `inputs` is a [`_MicroStep`] from `get_batch_samples`, or a plain list of dataset rows (then played as a
         step of its own).
         """
+        last = True
         if isinstance(inputs, _MicroStep):
             group = inputs.group
             if group.batches is None:
                 group.batches = self._make_batches(group.row_batches, mode="train")
             batch = group.batches[inputs.index]
             group.batches[inputs.index] = None  # free the micro-batch once used
+            last = inputs.index == len(group.row_batches) - 1
         else:
             batch = self._make_batch(inputs, mode="train")
-        return super().training_step(model, batch, num_items_in_batch)
+        loss = super().training_step(model, batch, num_items_in_batch)
+        if last:
+            self._diagnose_step()
+        return loss
+
+    def _diagnose_step(self) -> None:
+        """After the last micro-step of an optimizer step: update the no-signal and entropy streaks, warn once."""
+        args = self.args
+        metrics = self._metrics["train"]
+        if args.zero_std_warning_steps is not None:
+            flat = self._step_flat_fraction >= args.zero_std_warning_fraction
+            self._zero_std_streak = self._zero_std_streak + 1 if flat else 0
+            metrics["diagnostics/zero_std_streak"].append(float(self._zero_std_streak))
+            if self._zero_std_streak >= args.zero_std_warning_steps:
+                self._warn_once("zero_std", ZERO_STD_MESSAGE.format(steps=self._zero_std_streak,
+                                                                    fraction=args.zero_std_warning_fraction))
+        if args.entropy_warning_threshold is not None:
+            entropies = {a: total / count for a, (total, count) in self._step_entropy.items() if count > 0}
+            low = sorted(a for a, h in entropies.items() if h < args.entropy_warning_threshold)
+            self._entropy_streak = self._entropy_streak + 1 if low else 0
+            metrics["diagnostics/entropy_collapse_streak"].append(float(self._entropy_streak))
+            if self._entropy_streak >= args.entropy_warning_steps:
+                self._warn_once("entropy", ENTROPY_MESSAGE.format(agents=low, threshold=args.entropy_warning_threshold,
+                                                                  steps=self._entropy_streak))
+        self._step_entropy.clear()
+
+    def _warn_once(self, key: str, message: str) -> None:
+        if key in self._warned or not self.accelerator.is_main_process:
+            return
+        self._warned.add(key)
+        warnings.warn(message, TrainingDiagnosticWarning, stacklevel=2)
 
     def _prepare_inputs(self, inputs: Any) -> Any:
         return inputs  # `_make_batches` already placed the tensors on the device
@@ -324,6 +386,8 @@ class MAGRPOTrainer(TeamCheckpointMixin, TRLBaseTrainer):
         rollout = self.rollout.run(rows, trainer_state=self.state)
         self.last_rollout = rollout
         self._count_nonfinite(rollout.nonfinite_rewards, "rewards")
+        if mode == "train":
+            self._step_flat_fraction = flat_group_fraction(rollout.turns)
         n = self.env.num_agents
         eos_ids = {self.team.tokenizers[a].eos_token_id for a in range(n)}
         bounds = [0]
@@ -417,6 +481,9 @@ class MAGRPOTrainer(TeamCheckpointMixin, TRLBaseTrainer):
             prefix = f"agent_{a}/"
             fmask = mask.float()
             metrics[prefix + "entropy"].append(float(masked_mean(entropy, fmask)) if fmask.sum() else 0.0)
+            if mode == "train":
+                self._step_entropy[a][0] += float((entropy.detach() * fmask).sum())
+                self._step_entropy[a][1] += float(fmask.sum())
             if kl is not None:
                 metrics[prefix + "kl"].append(float(masked_mean(kl.detach(), fmask)) if fmask.sum() else 0.0)
             clip_mask = clipped.expand_as(fmask).float() if clipped.dim() == 2 else clipped.float()
@@ -482,6 +549,8 @@ class MAGRPOTrainer(TeamCheckpointMixin, TRLBaseTrainer):
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         mode = "train" if self.model.training else "eval"
         averaged = {k: sum(v) / len(v) for k, v in self._metrics[mode].items() if v and not k.startswith("nonfinite")}
+        # a streak is a state, not a rate: report its latest value
+        averaged.update({k: v[-1] for k, v in self._metrics[mode].items() if v and k.startswith("diagnostics/")})
         averaged.update({k: float(sum(v)) for k, v in self._metrics[mode].items() if k.startswith("nonfinite")})
         averaged = {k: (v if math.isfinite(v) else float("nan")) for k, v in averaged.items()}
         if mode == "eval":
