@@ -16,6 +16,7 @@ from .advantages import (
     nan_std,
     tree_returns,
     whiten,
+    whiten_jointly,
 )
 from .losses import (
     IMPORTANCE_SAMPLING_LEVELS,
@@ -51,4 +52,5 @@ __all__ = [
     "selective_log_softmax",
     "tree_returns",
     "whiten",
+    "whiten_jointly",
 ]

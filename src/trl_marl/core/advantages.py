@@ -35,6 +35,7 @@ __all__ = [
     "nan_std",
     "tree_returns",
     "whiten",
+    "whiten_jointly",
 ]
 
 ADVANTAGE_MODES: tuple[str, ...] = ("mean", "std", "loo")
@@ -381,3 +382,36 @@ def whiten(values: Tensor, mask: Tensor | None = None, shift_mean: bool = True, 
     if not shift_mean:
         whitened = whitened + mean
     return whitened
+
+
+def whiten_jointly(
+    values: list[Tensor], masks: list[Tensor], shift_mean: bool = True, eps: float = 1e-8
+) -> list[Tensor]:
+    """:func:`whiten` of several tensors with one mean and one variance: those of all their masked entries.
+
+    ``mu = sum_i sum(m_i * x_i) / sum_i sum(m_i)``, ``var`` the unbiased variance of the same entries, and
+    ``x_i <- (x_i - mu) / sqrt(var + eps)`` (``+ mu`` again when ``shift_mean=False``). It is :func:`whiten` of the
+    tensors' masked entries concatenated, for tensors of different widths, e.g. the samples of several agents that
+    share one policy and one value model (one whitening group for the team).
+
+    Args:
+        values: Tensors to whiten (any shapes).
+        masks: One mask per tensor, broadcastable to it; only masked-in entries enter the statistics.
+        shift_mean: Subtract the mean (``True``) or keep it.
+        eps: Variance floor inside the square root.
+
+    Returns:
+        The whitened tensors, in order, shaped like ``values``.
+
+    Raises:
+        ValueError: ``values`` and ``masks`` differ in length, or fewer than two entries are masked in.
+    """
+    if len(values) != len(masks):
+        raise ValueError(f"Got {len(values)} tensors and {len(masks)} masks.")
+    entries = torch.cat([v[m.to(torch.bool).expand_as(v)].reshape(-1) for v, m in zip(values, masks)])
+    if entries.numel() < 2:
+        raise ValueError(f"whiten_jointly needs at least 2 unmasked entries, got {entries.numel()}.")
+    mean = entries.mean()
+    var = entries.var(unbiased=True)
+    scale = torch.rsqrt(var + eps)
+    return [(v - mean) * scale + (0.0 if shift_mean else mean) for v in values]

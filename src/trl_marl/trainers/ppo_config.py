@@ -125,7 +125,8 @@ class MultiAgentPPOConfig(TRLBaseConfig):
         metadata={
             "help": "Which policy plays each (turn, agent): 'agent' (one policy per agent, all turns), "
             "'agent_turn' (one per agent and turn, MAPoRL's theta_{t,a}) or 'shared' (one for every agent and turn). "
-            "Each policy has its own value model."
+            "Each policy has its own value model and its own advantage whitening: with 'shared', one value model "
+            "and one whitening group for the whole team."
         },
     )
     value_input: str = field(

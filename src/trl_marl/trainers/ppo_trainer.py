@@ -26,7 +26,7 @@ from torch.utils.data import DataLoader, RandomSampler
 from transformers import GenerationConfig, PreTrainedModel, TrainerCallback, set_seed
 
 from .._trl_compat import TeamCheckpointMixin, TRLBaseTrainer
-from ..core import entropy_from_logits, selective_log_softmax, whiten
+from ..core import entropy_from_logits, selective_log_softmax, whiten, whiten_jointly
 from ..core.ppo import (
     INVALID_LOGPROB,
     clipped_value_loss,
@@ -109,16 +109,23 @@ class AgentRollout:
 
 
 class PolicyValueTeam(nn.Module):
-    """The trainable modules of PPO in one `nn.Module`: the team's policies and one value model per agent.
+    """The trainable modules of PPO in one `nn.Module`: the team's policies and their value models.
 
-    Its `forward` runs every agent's policy and value model on that agent's micro-batch, so one
-    DistributedDataParallel wrapper sees one forward per backward.
+    Its `forward` runs every slot's policy and value model on that slot's micro-batch, so one
+    DistributedDataParallel wrapper sees one forward per backward. `value_index[s]` is the value model of policy
+    slot `s` (one per slot, or one for the whole team when it shares one policy).
     """
 
-    def __init__(self, team: AgentTeam, value_models: Sequence[nn.Module]) -> None:
+    def __init__(self, team: AgentTeam, value_models: Sequence[nn.Module],
+                 value_index: Sequence[int] | None = None) -> None:
         super().__init__()
         self.team = team
         self.value_models = nn.ModuleList(value_models)
+        self.value_index = list(value_index) if value_index is not None else list(range(len(value_models)))
+
+    def value_model(self, slot: int) -> nn.Module:
+        """The value model of policy slot `slot`."""
+        return self.value_models[self.value_index[slot]]
 
     @property
     def config(self) -> Any:
@@ -150,7 +157,7 @@ class PolicyValueTeam(nn.Module):
             logits = self.policy_logits(s, query_responses, pad_token_ids[s])[:, context - 1 : -1]
             logits = logits / (temperature + 1e-7)
             logprobs = selective_log_softmax(logits, responses)
-            values, _ = sequence_scores(self.value_models[s], value_qr, pad_token_ids[s], value_context)
+            values, _ = sequence_scores(self.value_model(s), value_qr, pad_token_ids[s], value_context)
             outputs.append((logits, logprobs, values[:, value_context - 1 : -1]))
         return outputs
 
@@ -270,7 +277,7 @@ class MultiAgentPPOTrainer(TeamCheckpointMixin, TRLBaseTrainer):
             team.create_reference_models()
         self.stop_token_id = self._resolve_stop_token(args, team)
 
-        value_models = self._value_models(value_model, team)
+        value_models = self._value_models(value_model, team, args.policy_sharing)
         self.reward_model = reward_model
         if reward_model is not None:
             _check_single_label(reward_model, "reward_model")
@@ -292,7 +299,8 @@ class MultiAgentPPOTrainer(TeamCheckpointMixin, TRLBaseTrainer):
         self.team = team
         self.data_collator_user = data_collator  # accepted for API parity: rows are padded by the trainer
         args.remove_unused_columns = False
-        wrapper = PolicyValueTeam(team, value_models)
+        shared = args.policy_sharing == "shared"  # one policy: one value model and one whitening group for the team
+        wrapper = PolicyValueTeam(team, value_models, [0 if shared else s for s in range(team.num_agents)])
         super().__init__(
             model=wrapper,
             args=args,
@@ -350,8 +358,9 @@ class MultiAgentPPOTrainer(TeamCheckpointMixin, TRLBaseTrainer):
             team.base_model_of(a).generation_config.eos_token_id = stop
         return stop
 
-    def _value_models(self, value_model: Any, team: AgentTeam) -> list[nn.Module]:
-        n = team.num_agents
+    def _value_models(self, value_model: Any, team: AgentTeam, policy_sharing: str = "agent") -> list[nn.Module]:
+        """One value model per policy slot, or a single one when every agent shares one policy."""
+        n = 1 if policy_sharing == "shared" else team.num_agents
         if value_model is None:
             from transformers import AutoModelForSequenceClassification
 
@@ -382,7 +391,10 @@ class MultiAgentPPOTrainer(TeamCheckpointMixin, TRLBaseTrainer):
 
             models = models + [copy.deepcopy(models[0]) for _ in range(n - 1)]
         if len(models) != n:
-            raise ValueError(f"Got {len(models)} value models for {n} agents: pass one, or one per agent.")
+            raise ValueError(
+                f"Got {len(models)} value models for {n} policies (policy_sharing={policy_sharing!r}): pass one, or "
+                "one per policy."
+            )
         for vm in models:
             _check_single_label(vm, "value_model")
         return models
@@ -568,17 +580,20 @@ class MultiAgentPPOTrainer(TeamCheckpointMixin, TRLBaseTrainer):
                 ro = rollouts[self.slot(t, a)]
                 total = torch.zeros(B)
                 for func, name in zip(self.reward_funcs, self.reward_names):
-                    values = func(
-                        prompts=prompts[a],
-                        completions=texts[a],
-                        agent_completions=texts,
-                        agent_prompts=prompts,
-                        agent_index=a,
-                        turn=t,
-                        transcript=transcripts,
-                        trainer_state=self.state,
+                    # the multi-agent keywords win over dataset columns of the same name (e.g. PromptEnv's
+                    # `agent_prompts` column), as in MAGRPO's TeamReward
+                    kwargs = {
                         **columns,
-                    )
+                        "agent_completions": texts,
+                        "agent_prompts": prompts,
+                        "agent_index": a,
+                        "turn": t,
+                        "transcript": transcripts,
+                        "trainer_state": self.state,
+                    }
+                    kwargs.pop("prompts", None)
+                    kwargs.pop("completions", None)
+                    values = func(prompts=prompts[a], completions=texts[a], **kwargs)
                     if values is None or len(values) != B:
                         raise ValueError(f"Reward function `{name}` must return {B} scores, got {values!r}.")
                     vals = torch.tensor([math.nan if v is None else float(v) for v in values])
@@ -606,7 +621,7 @@ class MultiAgentPPOTrainer(TeamCheckpointMixin, TRLBaseTrainer):
                 ref_logits = self._reference_logits(s, qr, pad)[:, C - 1 : -1] / (args.temperature + 1e-7)
                 ref_logps.append(selective_log_softmax(ref_logits, resp))
                 vqr = ro.value_query_responses[i : i + step]
-                full_values, _ = sequence_scores(self.wrapper.value_models[s], vqr, pad, Cv)
+                full_values, _ = sequence_scores(self.wrapper.value_model(s), vqr, pad, Cv)
                 values.append(full_values[:, Cv - 1 : -1])
             logprobs, ref_logprobs, value = torch.cat(logps), torch.cat(ref_logps), torch.cat(values).float()
             contains_eos = (ro.postprocessed == self.team.tokenizers[s].eos_token_id).any(dim=-1)
@@ -620,13 +635,26 @@ class MultiAgentPPOTrainer(TeamCheckpointMixin, TRLBaseTrainer):
             value = torch.masked_fill(value, ~value_mask, 0)
             kl = kl_penalty(logprobs, ref_logprobs, args.kl_estimator)
             rewards, non_score = shaped_token_rewards(ro.scores, kl, args.kl_coef, ro.sequence_lengths)
-            if args.whiten_rewards:
-                rewards = torch.masked_fill(whiten(rewards, value_mask, shift_mean=False), ~value_mask, 0)
-            advantages, returns = generalized_advantage_estimation(rewards, value, args.gamma, args.lam)
-            advantages = torch.masked_fill(whiten(advantages, policy_mask), ~policy_mask, 0)
             ro.logprobs, ro.ref_logprobs, ro.values = logprobs, ref_logprobs, value
             ro.policy_mask, ro.value_mask, ro.kl, ro.non_score_rewards = policy_mask, value_mask, kl, non_score
-            ro.advantages, ro.returns = advantages, returns
+            ro.returns = rewards  # per-token rewards until GAE below turns them into returns
+        # Whitening groups: the slots that share a value model (every slot when the team shares one policy).
+        groups: dict[int, list[AgentRollout]] = defaultdict(list)
+        for s, ro in enumerate(rollouts):
+            if ro is not None:
+                groups[self.wrapper.value_index[s]].append(ro)
+        for members in groups.values():
+            if args.whiten_rewards:
+                whitened = _whiten_group([ro.returns for ro in members], [ro.value_mask for ro in members], False)
+                for ro, rewards in zip(members, whitened):
+                    ro.returns = torch.masked_fill(rewards, ~ro.value_mask, 0)
+            for ro in members:
+                ro.advantages, ro.returns = generalized_advantage_estimation(
+                    ro.returns, ro.values, args.gamma, args.lam
+                )
+            whitened = _whiten_group([ro.advantages for ro in members], [ro.policy_mask for ro in members], True)
+            for ro, advantages in zip(members, whitened):
+                ro.advantages = torch.masked_fill(advantages, ~ro.policy_mask, 0)
 
     def _reference_logits(self, agent_index: int, query_responses: torch.Tensor, pad: int) -> torch.Tensor:
         team = self.team
@@ -1077,6 +1105,13 @@ class PPOTrainer(MultiAgentPPOTrainer):
 
         torch.save(self.args, os.path.join(output_dir, TRAINING_ARGS_NAME))
         self.create_model_card(output_dir=output_dir)
+
+
+def _whiten_group(values: list[torch.Tensor], masks: list[torch.Tensor], shift_mean: bool) -> list[torch.Tensor]:
+    """PPO whitening of one group: `whiten` for one slot (TRL's numerics), `whiten_jointly` for several."""
+    if len(values) == 1:
+        return [whiten(values[0], masks[0], shift_mean=shift_mean)]
+    return whiten_jointly(values, masks, shift_mean=shift_mean)
 
 
 def _gather_objects(accelerator: Any, items: list[Any]) -> list[Any]:
