@@ -206,7 +206,8 @@ class MAGRPOTrainer(TeamCheckpointMixin, TRLBaseTrainer):
         self.team = team
         # Each process must sample its own completions: seed the generators per device, as TRL's GRPOTrainer does.
         set_seed(args.seed, device_specific=True)
-        # The loss is summed over agents and already divided for gradient accumulation in `compute_loss`.
+        # The loss is summed over agents and already scaled for gradient accumulation in `compute_loss` (divided by
+        # the accumulation steps, or for dapo normalised by the token count of the whole accumulated step).
         self.loss_is_scaled_for_ga = True
         self.model_accepts_loss_kwargs = False
         self.rollout = JointRollout(
