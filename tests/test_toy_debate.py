@@ -159,3 +159,53 @@ def test_pretrained_model_uses_the_candidates():
     first_accuracy, revision_accuracy = accuracy(first), accuracy(revision)
     assert first_accuracy < 0.5  # the model cannot add well yet: a debate has something to correct
     assert revision_accuracy >= first_accuracy + 0.2, (first_accuracy, revision_accuracy)
+
+
+# ------------------------------------------------------------------------------------------ heterogeneous team
+def test_specialty_of_reads_the_first_digit_of_the_key():
+    assert [toy.specialty_of(k) for k in ("10", "25", "37", "48", "59", "63")] == [1, 2, 0, 1, 2, 0]
+    assert toy.specialty_of("Q:37=52 18 52?A:") == 0
+    with pytest.raises(ValueError, match="not a toy fact question"):
+        toy.specialty_of("Q:=A:")
+
+
+def test_specialist_knows_its_class_and_guesses_elsewhere():
+    table = toy.fact_table()
+    assert set(table) == set(toy.FACT_KEYS) and all(10 <= v <= 99 for v in table.values())
+    assert toy.fact_table() == table  # fixed by its seed
+    task = toy.SpecialistFactsTask(specialty=1, novice_known_prob=0.4, first_turn_prob=1.0)
+    rng = random.Random(0)
+    right = {True: [], False: []}
+    for _ in range(6000):
+        prompt, answer = task.sample(rng)
+        key = int(re.fullmatch(r"Q:(\d+)=A:", prompt).group(1))
+        right[toy.specialty_of(key) == 1].append(int(answer) == table[key])
+    assert all(right[True])  # the expert always learns the truth
+    novice = sum(right[False]) / len(right[False])
+    assert 0.4 < novice < 0.45  # known with probability 0.4, plus a lucky guess 1/90 of the rest
+
+
+def test_specialist_revision_copies_another_member_or_answers_itself():
+    table = toy.fact_table()
+    task = toy.SpecialistFactsTask(specialty=0, first_turn_prob=0.0, copy_prob=1.0)
+    rng = random.Random(1)
+    for _ in range(500):
+        prompt, answer = task.sample(rng)
+        match = re.fullmatch(r"Q:(\d+)=(\d+) (\d+) (\d+)\?A:", prompt)
+        assert match, prompt
+        assert answer in match.group(3, 4)  # one of the others' answers, never its own slot
+        assert task.is_correct(prompt, str(table[int(match.group(1))]))
+    with pytest.raises(ValueError, match="specialty"):
+        toy.SpecialistFactsTask(specialty=3)
+
+
+def test_toy_facts_dataset_rows_hold_true_values():
+    from trl_marl.data import toy_facts_dataset
+
+    data = toy_facts_dataset(50, seed=3)
+    table = toy.fact_table()
+    assert data.column_names == ["question", "answer"]
+    assert all(table[int(q)] == int(a) for q, a in zip(data["question"], data["answer"]))
+    assert toy_facts_dataset(50, seed=3)["question"] == data["question"]
+    env = ToyDebateEnv(3, 3)
+    assert env.agent_prompt(data[0], 0, Transcript()) == f"Q:{data[0]['question']}=A:"

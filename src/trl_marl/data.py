@@ -385,3 +385,29 @@ def toy_debate_dataset(n: int, seed: int = 0, max_operand: int = 99) -> datasets
         {"question": [f"{a}+{b}" for a, b in pairs], "answer": [str(a + b) for a, b in pairs]},
         features=datasets.Features({"question": datasets.Value("string"), "answer": datasets.Value("string")}),
     )
+
+
+def toy_facts_dataset(n: int, seed: int = 0) -> datasets.Dataset:
+    """Questions of the offline toy fact debate (the heterogeneous team of `trl_marl.toy.SpecialistFactsTask`).
+
+    Args:
+        n (`int`): Number of rows.
+        seed (`int`): Seed of the keys drawn (uniformly from `trl_marl.toy.FACT_KEYS`).
+
+    Returns:
+        `datasets.Dataset`: `question` (a key, `"37"`) and `answer` (its true value, `"52"`), for
+        [`~trl_marl.envs.debate.ToyDebateEnv`].
+    """
+    import datasets
+
+    from .toy import FACT_KEYS, fact_table
+
+    if n < 0:
+        raise ValueError(f"`n` must be >= 0, got {n}.")
+    rng = random.Random(seed)
+    table = fact_table()
+    keys = [rng.choice(FACT_KEYS) for _ in range(n)]
+    return datasets.Dataset.from_dict(
+        {"question": [str(k) for k in keys], "answer": [str(table[k]) for k in keys]},
+        features=datasets.Features({"question": datasets.Value("string"), "answer": datasets.Value("string")}),
+    )

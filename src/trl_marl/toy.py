@@ -71,7 +71,7 @@ TOY_CHAT_TEMPLATE: str = (
 
 _MARKER_FILE = "trl_marl_toy.json"
 _FORMAT_VERSION = 2
-_TASK_NAMES = ("target", "addition", "debate")
+_TASK_NAMES = ("target", "addition", "debate", "facts_specialist")
 _TOY_PRESETS: dict[str, dict[str, Any]] = {
     "target": {},
     "addition": {"hidden_size": 128, "num_layers": 2, "pretrain_steps": 600, "lr": 1e-3, "noise_prob": 0.5},
@@ -84,6 +84,7 @@ _MAKE_KWARGS_DEFAULTS: dict[str, Any] = {
     "lr": 3e-3,
     "max_operand": 99,
     "noise_prob": 0.0,
+    "specialty": 0,
 }
 _DIGITS = re.compile(r"[0-9]+")
 
@@ -714,15 +715,16 @@ def make_toy_model(
         path: Target directory. By default a directory named after a hash of the arguments under
             :func:`toy_cache_dir`.
         task: ``"target"`` (:class:`TargetNumberTask` over ``targets``), ``"addition"`` (:class:`AdditionTask`) or
-            ``"debate"`` (:class:`DebateAdditionTask`, the toy debate format).
+            ``"debate"`` (:class:`DebateAdditionTask`, the toy debate format) or ``"facts_specialist"``
+            (:class:`SpecialistFactsTask`, one member of a heterogeneous debate team; option ``specialty``).
         hidden_size: Model width.
         num_layers: Number of decoder layers.
         pretrain_steps: Number of supervised pretraining steps (0 leaves the model untrained).
         seed: Seed of the initialisation and of the pretraining.
         targets: Targets of the ``"target"`` task.
         **kw: Further options: ``num_heads`` (4), ``max_position_embeddings`` (128), ``batch_size`` (128),
-            ``lr`` (3e-3), and for the ``"addition"`` and ``"debate"`` tasks ``max_operand`` (99) and ``noise_prob``
-            (0.0).
+            ``lr`` (3e-3), for the ``"addition"`` and ``"debate"`` tasks ``max_operand`` (99) and ``noise_prob``
+            (0.0), and for ``"facts_specialist"`` ``specialty`` (0).
 
     Returns:
         The directory holding the saved model and tokenizer.
@@ -754,6 +756,8 @@ def make_toy_model(
     else:
         args["max_operand"] = int(options["max_operand"])
         args["noise_prob"] = float(options["noise_prob"])
+    if task == "facts_specialist":
+        args["specialty"] = int(options["specialty"])
     args = json.loads(json.dumps(args))  # normalise exactly as it will be read back
 
     if path is None:
@@ -769,6 +773,8 @@ def make_toy_model(
         toy_task = TargetNumberTask(targets=args["targets"])
     elif task == "debate":
         toy_task = DebateAdditionTask(max_operand=args["max_operand"], noise_prob=args["noise_prob"])
+    elif task == "facts_specialist":
+        toy_task = SpecialistFactsTask(specialty=args["specialty"])
     else:
         toy_task = AdditionTask(max_operand=args["max_operand"], noise_prob=args["noise_prob"])
     tokenizer = build_toy_tokenizer()
@@ -961,3 +967,126 @@ class DebateAdditionTask(ToyTask):
         """
         a, b, _ = self.parse(prompt)
         return _parse_int(completion) == a + b
+
+
+FACT_KEYS: tuple[int, ...] = tuple(range(10, 70))
+"""The questions of the toy fact debate: two-digit keys whose tens digit (1-6) tells the specialty class."""
+
+
+def fact_table(seed: int = 1234) -> dict[int, int]:
+    """The toy world's facts: each key of [`FACT_KEYS`] has one true two-digit value (fixed by ``seed``)."""
+    rng = random.Random(seed)
+    return {key: rng.randint(10, 99) for key in FACT_KEYS}
+
+
+def specialty_of(question: str | int, num_specialties: int = 3) -> int:
+    """The specialty class of a toy fact question: ``(key // 10) % num_specialties``.
+
+    It depends on the first digit of the key alone, so a tiny model can read it off one position of the prompt.
+
+    Args:
+        question: The key (``"37"``, ``37`` or a prompt ``"Q:37=..."``).
+        num_specialties: Number of classes.
+
+    Returns:
+        The class index in ``[0, num_specialties)``.
+    """
+    match = re.search(r"(\d+)", str(question))
+    if match is None:
+        raise ValueError(f"not a toy fact question: {question!r}")
+    return (int(match.group(1)) // 10) % num_specialties
+
+
+@dataclass
+class SpecialistFactsTask(ToyTask):
+    """The toy debate format for one member of a *heterogeneous* team: an expert on some questions, a novice on others.
+
+    A question is a key of [`FACT_KEYS`] and its answer the key's value in [`fact_table`] (``"Q:37=A:"`` ->
+    ``"52"``). Keys fall into ``num_specialties`` classes by their first digit ([`specialty_of`]). On keys of class
+    ``specialty`` the member always learns the true value; on the others it learns it only with probability
+    ``novice_known_prob`` and a random two-digit number otherwise. So a team built with specialties ``0, 1, 2`` has one
+    expert per question and two members who mostly guess: no single member is good at everything.
+
+    Revision prompts ``"Q:37=52 18 52?A:"`` list ``num_candidates`` answers (a debate's previous turn: the member's own
+    answer first, then the others'), each true with probability ``candidate_correct_prob``. Their training answer is
+    one of the *other* candidates, chosen uniformly, with probability ``copy_prob``, otherwise a fresh answer of the
+    member's own knowledge. A pretrained member can therefore copy what it reads but does not know *whose* answer to
+    trust; copying at random conserves the expected number of correct answers while it makes them correlated, so an
+    untrained team's majority vote loses the benefit of independent voters turn after turn. What MAPoRL can teach it
+    is to keep its own answer on its specialty and to adopt the expert's answer on the others.
+
+    Attributes:
+        specialty: The class this member is an expert on.
+        num_specialties: Number of classes.
+        novice_known_prob: Probability that a novice's training answer is the true value.
+        first_turn_prob: Probability of a first-turn prompt (no candidates).
+        num_candidates: Number of candidates in a revision prompt (the team size).
+        candidate_correct_prob: Probability that each candidate is the true value.
+        copy_prob: Probability that a revision prompt's answer copies another member's candidate.
+        table_seed: Seed of [`fact_table`].
+    """
+
+    specialty: int = 0
+    num_specialties: int = 3
+    novice_known_prob: float = 0.4
+    first_turn_prob: float = 0.5
+    num_candidates: int = 3
+    candidate_correct_prob: float = 0.5
+    copy_prob: float = 0.5
+    table_seed: int = 1234
+
+    def __post_init__(self) -> None:
+        """Validates the fields and builds the fact table.
+
+        Raises:
+            ValueError: If a field is out of range.
+        """
+        if not 0 <= self.specialty < self.num_specialties:
+            raise ValueError(f"specialty must be in [0, {self.num_specialties}), got {self.specialty}")
+        for name in ("novice_known_prob", "first_turn_prob", "candidate_correct_prob", "copy_prob"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"{name} must be in [0, 1]")
+        if self.num_candidates < 2:
+            raise ValueError("num_candidates must be >= 2 (the member's own answer and at least one other)")
+        self.table = fact_table(self.table_seed)
+
+    def _own_answer(self, rng: random.Random, key: int) -> int:
+        expert = specialty_of(key, self.num_specialties) == self.specialty
+        if expert or rng.random() < self.novice_known_prob:
+            return self.table[key]
+        return rng.randint(10, 99)
+
+    def sample(self, rng: random.Random) -> tuple[str, str]:
+        """Samples one first-turn or revision prompt and its training answer.
+
+        Args:
+            rng: The random number generator to draw from.
+
+        Returns:
+            The ``(prompt, answer)`` pair.
+        """
+        key = rng.choice(FACT_KEYS)
+        if rng.random() < self.first_turn_prob:
+            return f"Q:{key}=A:", str(self._own_answer(rng, key))
+        truth = self.table[key]
+        candidates = [truth if rng.random() < self.candidate_correct_prob else rng.randint(10, 99)
+                      for _ in range(self.num_candidates)]
+        prompt = f"Q:{key}=" + " ".join(str(c) for c in candidates) + "?A:"
+        if rng.random() < self.copy_prob:
+            return prompt, str(rng.choice(candidates[1:]))
+        return prompt, str(self._own_answer(rng, key))
+
+    def is_correct(self, prompt: str, completion: str) -> bool:
+        """Tells whether the completion states the key's true value.
+
+        Args:
+            prompt: A first-turn or revision prompt.
+            completion: The generated answer.
+
+        Returns:
+            Whether the completion is the true value written in decimal.
+        """
+        match = re.match(r"Q:(\d+)=", prompt)
+        if match is None:
+            raise ValueError(f"not a toy fact prompt: {prompt!r}")
+        return _parse_int(completion) == self.table[int(match.group(1))]
