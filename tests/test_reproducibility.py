@@ -68,7 +68,8 @@ def magrpo_run(model_dir: str, tmp_path: Path, rng_state: int, seed: int, team_m
         learning_rate=3e-3, max_steps=3, logging_steps=1, report_to="none", save_strategy="no",
         temperature=1.0, disable_tqdm=True, seed=seed, team_mode=team_mode,
     )
-    peft_config = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]) if team_mode == "adapters" else None
+    lora = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"])
+    peft_config = lora if team_mode == "adapters" else None
     trainer = MAGRPOTrainer(model=model_dir, reward_funcs=TargetSumReward(0.5), env=TargetSumEnv(2, num_turns=2),
                             args=args, train_dataset=Dataset.from_dict({"target": [TARGET] * 64}),
                             peft_config=peft_config)
