@@ -227,3 +227,41 @@ def test_whiten_masked_statistics() -> None:
     s = math.sqrt(2.0)
     close(whiten(values, mask), [-1 / s, 1 / s, 98 / s], atol=1e-4)
     close(whiten(values, mask, shift_mean=False), [2 - 1 / s, 2 + 1 / s, 2 + 98 / s], atol=1e-4)
+
+
+# ---------------------------------------------------------------------------------------------------- classic loop
+def test_classic_kl_penalty_variants() -> None:
+    from trl_marl.core.ppo import classic_kl_penalty
+
+    logps, ref = torch.tensor([-1.0, -2.0]), torch.tensor([-3.0, -1.5])
+    # d = logp - ref = [2, -0.5]
+    close(classic_kl_penalty(logps, ref, "kl"), [2.0, -0.5])
+    close(classic_kl_penalty(logps, ref, "abs"), [2.0, 0.5])
+    close(classic_kl_penalty(logps, ref, "mse"), [2.0, 0.125])  # d^2 / 2
+    # full: p = [0.5, 0.5], q = [0.25, 0.75] -> 0.5 ln 2 + 0.5 ln(2/3)
+    p, q = torch.tensor([[0.5, 0.5]]).log(), torch.tensor([[0.25, 0.75]]).log()
+    close(classic_kl_penalty(p, q, "full"), [0.5 * math.log(2.0) + 0.5 * math.log(2.0 / 3.0)])
+    with pytest.raises(ValueError, match="Unknown KL penalty"):
+        classic_kl_penalty(logps, ref, "k3")
+
+
+def test_adaptive_kl_coef_by_hand() -> None:
+    from trl_marl.core.ppo import adaptive_kl_coef
+
+    # e = clip(7/6 - 1, -0.2, 0.2) = 1/6; beta = 0.2 * (1 + (1/6) * 100 / 1000) = 0.2 * (1 + 1/60)
+    assert adaptive_kl_coef(0.2, 7.0, 6.0, 1000.0, 100) == pytest.approx(0.2 * (1 + 1 / 60))
+    # far above the target: e clipped to +0.2 -> 0.1 * (1 + 0.2 * 10 / 10) = 0.12
+    assert adaptive_kl_coef(0.1, 60.0, 6.0, 10.0, 10) == pytest.approx(0.12)
+    # far below: e clipped to -0.2 -> 0.1 * (1 - 0.2 * 10 / 10) = 0.08
+    assert adaptive_kl_coef(0.1, 0.0, 6.0, 10.0, 10) == pytest.approx(0.08)
+
+
+def test_running_moments_update_by_hand() -> None:
+    from trl_marl.core.ppo import running_moments_update
+
+    # first batch [1, 3] from the initial (0, 1, ~0): mean 2, population var 1, count 2
+    mean, var, count = running_moments_update(0.0, 1.0, 1e-24, torch.tensor([1.0, 3.0]))
+    assert (mean, var, count) == pytest.approx((2.0, 1.0, 2.0))
+    # add [5]: all values [1, 3, 5] -> mean 3, population var 8/3, count 3
+    mean, var, count = running_moments_update(mean, var, count, torch.tensor([5.0]))
+    assert (mean, var, count) == pytest.approx((3.0, 8.0 / 3.0, 3.0))

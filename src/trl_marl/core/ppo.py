@@ -124,3 +124,96 @@ def clipped_value_loss(
     loss = 0.5 * masked_mean(torch.max(loss_unclipped, loss_clipped), mask)
     clip_fraction = masked_mean((loss_clipped > loss_unclipped).float(), mask)
     return loss, clip_fraction
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The classic (TRL <= 0.11) PPO loop: per-token KL variants, the adaptive KL coefficient, running score moments
+# ----------------------------------------------------------------------------------------------------------------
+CLASSIC_KL_PENALTIES: tuple[str, ...] = ("kl", "abs", "mse", "full")
+"""Valid `kind` values of :func:`classic_kl_penalty` (`"full"` needs the whole distributions)."""
+
+
+def classic_kl_penalty(logps: Tensor, ref_logps: Tensor, kind: str = "kl") -> Tensor:
+    """Per-token KL penalty of the classic PPO loop (Ziegler et al. 2019, Eq. 2's `log pi / rho` term and variants).
+
+    With `d = logp - ref`: `"kl"` gives `d`, `"abs"` gives `|d|`, `"mse"` gives `d^2 / 2`. For `"full"` the inputs are
+    log-distributions over the vocabulary, shape `(..., V)`, and the result is the exact
+    `KL(pi || ref) = sum_v pi_v (log pi_v - log ref_v)` per position.
+
+    Args:
+        logps: Policy log-probabilities of the sampled tokens `(..., T)` (or log-distributions `(..., T, V)`).
+        ref_logps: Reference log-probabilities, same shape.
+        kind: One of :data:`CLASSIC_KL_PENALTIES`.
+
+    Returns:
+        Per-token penalty, shape `(..., T)`.
+
+    Example:
+        >>> classic_kl_penalty(torch.tensor([-1.0]), torch.tensor([-3.0]), "mse")
+        tensor([2.])
+    """
+    if kind == "full":
+        return (logps.exp() * (logps - ref_logps)).sum(dim=-1)
+    diff = logps - ref_logps
+    if kind == "kl":
+        return diff
+    if kind == "abs":
+        return diff.abs()
+    if kind == "mse":
+        return 0.5 * diff.square()
+    raise ValueError(f"Unknown KL penalty {kind!r}; use one of {CLASSIC_KL_PENALTIES}.")
+
+
+def adaptive_kl_coef(kl_coef: float, current_kl: float, target: float, horizon: float, n_steps: int) -> float:
+    """Adaptive KL coefficient (Ziegler et al. 2019, Sec. 2.2): `beta <- beta * (1 + e * n / H)`.
+
+    `e = clip(KL / KL_target - 1, -0.2, 0.2)` is the clipped proportional error, `n` the number of samples seen since
+    the last update and `H` the horizon.
+
+    Args:
+        kl_coef: Current coefficient beta.
+        current_kl: Measured KL (mean over the batch of the summed per-token KL).
+        target: KL_target.
+        horizon: H.
+        n_steps: n, usually the batch size.
+
+    Returns:
+        The new coefficient.
+
+    Example:
+        >>> round(adaptive_kl_coef(0.2, current_kl=12.0, target=6.0, horizon=10000, n_steps=256), 6)
+        0.201024
+    """
+    error = min(max(current_kl / target - 1.0, -0.2), 0.2)
+    return kl_coef * (1.0 + error * n_steps / horizon)
+
+
+def running_moments_update(
+    mean: float, var: float, count: float, xs: Tensor
+) -> tuple[float, float, float]:
+    """Merge a batch into running mean/variance (Chan et al. 1979's parallel update; population variance).
+
+    With the batch's mean `m_b`, population variance `v_b` and size `n_b`, `delta = m_b - mean`, `N = count + n_b`:
+    `mean' = mean + delta * n_b / N`, `var' = (var * count + v_b * n_b + delta^2 * count * n_b / N) / N`.
+
+    Args:
+        mean: Running mean.
+        var: Running population variance.
+        count: Number of values merged so far (a tiny positive number before the first batch).
+        xs: New values (any shape).
+
+    Returns:
+        `(mean, var, count)` after the merge.
+
+    Example:
+        >>> running_moments_update(0.0, 1.0, 1e-24, torch.tensor([1.0, 3.0]))
+        (2.0, 1.0, 2.0)
+    """
+    xs = xs.double().reshape(-1)
+    n_b = xs.numel()
+    m_b = xs.mean().item()
+    v_b = xs.var(unbiased=False).item()
+    total = count + n_b
+    delta = m_b - mean
+    new_var = (var * count + v_b * n_b + delta * delta * count * n_b / total) / total
+    return mean + delta * n_b / total, new_var, total
