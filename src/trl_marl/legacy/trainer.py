@@ -397,7 +397,9 @@ class PPOTrainer:
             values = None
         index = (layout.positions - offset).unsqueeze(-1).expand(-1, -1, logits.size(-1))
         window_logits = logits.gather(1, index).float()
-        logps = selective_log_softmax(window_logits, layout.targets)
+        # one (B*R, V) block: selective_log_softmax loops over its leading dimension
+        logps = selective_log_softmax(window_logits.reshape(1, -1, window_logits.size(-1)),
+                                      layout.targets.reshape(1, -1)).reshape(layout.targets.shape)
         return logps, values, (window_logits if keep_logits else None)
 
     @torch.no_grad()
