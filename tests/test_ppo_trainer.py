@@ -368,7 +368,7 @@ def test_model_is_ref_model(addition_dir: str, tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        ({"response_length": 0}, "`response_length` must be >= 1"),
+        ({"response_length": 0}, r"`PPOConfig.response_length` must be an integer >= 1"),
         ({"num_mini_batches": 3}, r"\(8\) must be a multiple of `num_mini_batches` \(3\)"),
         ({"num_mini_batches": 4}, r"mini-batch \(2 episodes\) must be a multiple of `per_device_train_batch_size`"),
         ({"stop_token_id": 2}, "Set only one of `stop_token` and `stop_token_id`"),

@@ -40,6 +40,7 @@ from .core import (
 )
 from .envs.base import MultiAgentEnv, Prompt, Transcript
 from .team import AgentTeam, _is_chat
+from .validation import RewardFunctionError, call_reward_function, unscorable_message
 
 
 @dataclass
@@ -86,10 +87,6 @@ class Rollout:
     nonfinite_rewards: int
 
 
-class RewardFunctionError(RuntimeError):
-    """A reward function raised, or returned something other than one score per joint action."""
-
-
 class TeamReward:
     """Calls TRL-style reward functions on joint actions and combines them with `reward_weights`.
 
@@ -97,8 +94,18 @@ class TeamReward:
     `prompts`/`completions` are agent 0's (so a plain TRL reward function works unchanged with one agent), and
     the keyword arguments hold the multi-agent view: `agent_prompts` and `agent_completions` (one list per
     agent), `agent_index=None` (a team reward), `turn` (1-based), `transcript` (the episode before this turn),
-    every dataset column, and `trainer_state`. A function may return `None` for a joint action it does not
-    apply to; a joint action that every function skips is unscorable (advantage 0).
+    every dataset column, and `trainer_state`.
+
+    The reward contract (the same for every trl-marl trainer, see `trl_marl.validation`): a function returns a list
+    with one entry per joint action. An entry is a real number (`int`, `float`, `bool`, a NumPy scalar or a
+    one-element tensor), or `None` when the function does not apply to that joint action. Strings (even `"1.0"`)
+    and other types raise a [`RewardFunctionError`] naming the function and the value, as do a function that raises
+    and a list of the wrong length. A joint action that every function skips is *unscorable*: its advantage is 0
+    in MAGRPO. When *no* joint action of a whole rollout (every turn of every episode of an optimizer step) got a
+    score, [`TeamReward.require_some_score`] raises: such a step cannot learn anything, and a function that always
+    returns `None` is a bug. (PPO scores every response on its own and has no group baseline, so for PPO an
+    unscorable response is an error at once.) NaN or infinite scores are skipped and counted against
+    `max_nonfinite`, never replaced.
     """
 
     def __init__(self, funcs: Sequence[Callable[..., Any]], weights: Sequence[float] | None = None) -> None:
@@ -137,29 +144,33 @@ class TeamReward:
             kwargs = dict(columns)
             kwargs.update(agent_prompts=prompts, agent_completions=completions, agent_index=None, turn=turn,
                           transcript=transcripts, trainer_state=trainer_state)
-            try:
-                values = func(prompts=prompts[0], completions=completions[0], **kwargs)
-            except Exception as exc:  # noqa: BLE001 - re-raised with the function's name
-                raise RewardFunctionError(f"Reward function `{name}` raised {type(exc).__name__}: {exc}") from exc
-            if values is None or isinstance(values, (str, bytes)) or not hasattr(values, "__len__"):
-                raise RewardFunctionError(
-                    f"Reward function `{name}` returned {type(values).__name__}; it must return a list with one "
-                    f"float (or None) per completion ({size} here)."
-                )
-            if len(values) != size:
-                raise RewardFunctionError(
-                    f"Reward function `{name}` returned {len(values)} values for {size} completions; it must "
-                    "return one float (or None) per completion."
-                )
-            for i, v in enumerate(values):
-                if v is None:
+            kwargs.update(prompts=prompts[0], completions=completions[0])
+            values = call_reward_function(func, name, size, **kwargs)
+            for i, value in enumerate(values):
+                if value is None:
                     continue
-                value = float(v)
                 if math.isfinite(value):
                     out[i, f_index] = value
                 else:
                     nonfinite[i] = True
         return out, nonfinite
+
+    def require_some_score(self, rewards_per_func: Sequence[torch.Tensor], nonfinite: int) -> None:
+        """Raise when no joint action of a rollout got a score because every function returned `None` for all.
+
+        Args:
+            rewards_per_func: The `(size, F)` scores of each turn of the rollout (NaN where a function skipped).
+            nonfinite: How many joint actions got a NaN or infinite score (those are handled by `max_nonfinite`).
+
+        Raises:
+            RewardFunctionError: when every entry is `None` and none is non-finite.
+        """
+        if nonfinite or any(bool((~torch.isnan(r)).any()) for r in rewards_per_func):
+            return
+        count = sum(int(r.size(0)) for r in rewards_per_func)
+        raise RewardFunctionError(unscorable_message(
+            self.names, f"all {count} joint actions of this step",
+            "a step in which no joint action is scored gives every advantage 0 (`reward` is logged as nan)."))
 
     def combine(self, rewards_per_func: torch.Tensor, nonfinite: torch.Tensor) -> torch.Tensor:
         """The weighted sum of the scores of each joint action (`None`s left out).

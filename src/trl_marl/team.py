@@ -267,7 +267,11 @@ class AgentTeam(nn.Module):
             if len(model) != num_agents:
                 raise ValueError(f"Got {len(model)} models for `num_agents={num_agents}`: pass one model per agent.")
             if mode not in (None, "models"):
-                raise ValueError(f"A list of models means `mode='models'`, got mode={mode!r}.")
+                raise ValueError(
+                    f"A list of models (one per agent) means a team in `models` mode, got mode={mode!r}: set "
+                    "`team_mode='models'` in the trainer's config (or leave it None), or `AgentTeam.build(..., "
+                    "mode='models')`."
+                )
             mode = "models"
             models = [load(m) for m in model]
             tokenizers = cls._per_agent_tokenizers(processing_class, model, num_agents, tokenizer_for)
@@ -329,9 +333,10 @@ class AgentTeam(nn.Module):
                 continue
             if tok.get_vocab() != ref.get_vocab() or tok.pad_token_id != ref.pad_token_id:
                 raise ValueError(
-                    f"In `{self.mode}` mode all agents share one model and one generation batch, but agent {i}'s "
-                    "tokenizer differs from agent 0's (vocabulary or pad token). Use the same tokenizer for every "
-                    "agent, or `mode='models'` for a heterogeneous team."
+                    f"With `team_mode={self.mode!r}` all agents share one model and one generation batch, but agent "
+                    f"{i}'s tokenizer differs from agent 0's (vocabulary or pad token). Use the same tokenizer for "
+                    "every agent, or, for a heterogeneous team, `team_mode='models'` in the trainer's config "
+                    "(MAGRPOConfig or MultiAgentPPOConfig; `mode='models'` for `AgentTeam.build`)."
                 )
 
     # ------------------------------------------------------------------ properties

@@ -21,8 +21,39 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+import torch
+
 Prompt = str | list[dict[str, str]] | list[int]
 """What an agent sees: a plain string, chat messages `[{"role": ..., "content": ...}, ...]`, or token ids."""
+
+
+def prompt_problem(prompt: Any) -> str | None:
+    """What is wrong with `prompt` as one agent's [`Prompt`], in words (`None` when it is valid).
+
+    Valid: a string; a non-empty list of chat messages, each a mapping with `role` and `content`; a non-empty list
+    (or tuple) of integer token ids.
+    """
+    if isinstance(prompt, str):
+        return None
+    if isinstance(prompt, (list, tuple)):
+        if len(prompt) == 0:
+            return "an empty list"
+        if all(isinstance(m, Mapping) for m in prompt):
+            if not isinstance(prompt, list):
+                return "a tuple of chat messages (chat messages must be a list)"
+            for m in prompt:
+                if "role" not in m or "content" not in m:
+                    return f"chat messages with a message lacking 'role' or 'content' ({dict(m)!r:.80})"
+            return None
+        if all(isinstance(t, (int, np.integer)) and not isinstance(t, (bool, np.bool_)) for t in prompt):
+            return None
+        if all(isinstance(t, str) for t in prompt):
+            return (f"a list of {len(prompt)} strings (one prompt per agent? `agent_prompt` returns the prompt of the "
+                    "agent `agent_index` only)")
+        kinds = sorted({type(t).__name__ for t in prompt})
+        return f"a list of {', '.join(kinds)} (neither chat messages nor token ids)"
+    return f"{type(prompt).__name__} {prompt!r:.60}"
 
 
 @dataclass(frozen=True)
@@ -117,9 +148,22 @@ class MultiAgentEnv(ABC):
         """Whether the episode ends after `transcript` (by default after `num_turns` turns)."""
         return len(transcript) >= self.num_turns
 
+    def check_row_values(self, row: Mapping[str, Any], dataset_name: str, index: int) -> None:
+        """Raise a clear error if the values of `row` (row `index` of `dataset_name`) cannot become prompts.
+
+        Trainers call this on the first rows of each dataset when they are built, before calling `agent_prompt`
+        on those rows (whose results are then checked too). Override it to check the types of the columns that
+        your environment reads, naming the column and the fix. The default checks nothing.
+        """
+        return None
+
     # ----- shared helpers -----
     def prompts(self, row: Mapping[str, Any], transcript: Transcript) -> list[Prompt]:
-        """Every agent's prompt for the next turn."""
+        """Every agent's prompt for the next turn (a helper built on `agent_prompt`).
+
+        The trainers never call this method: they call `agent_prompt` once per agent (rollouts batch and branch
+        per agent). Override `agent_prompt`, not this; a trainer refuses an environment that overrides `prompts`.
+        """
         return [self.agent_prompt(row, agent_index, transcript) for agent_index in range(self.num_agents)]
 
     def validate_row(self, row: Mapping[str, Any], where: str = "the dataset") -> None:
@@ -138,8 +182,8 @@ class PromptEnv(MultiAgentEnv):
 
     With several turns, each agent sees the original prompt followed by the previous turn's responses of all
     agents, labelled `Agent <i>:` (its own included), then answers again. Per-agent prompts can be given as a list
-    column `agent_prompts` (one entry per agent). Plain TRL prompt datasets therefore work unchanged with one
-    agent and one turn.
+    column `agent_prompts` (one entry per agent, exactly as many entries as agents). Plain TRL prompt datasets
+    therefore work unchanged with one agent and one turn.
 
     Args:
         num_agents (`int`): Number of agents.
@@ -155,6 +199,39 @@ class PromptEnv(MultiAgentEnv):
         self.prompt_column = prompt_column
         self.separator = separator
         self.required_columns = (prompt_column,)
+
+    def check_row_values(self, row: Mapping[str, Any], dataset_name: str, index: int) -> None:
+        """The `prompt` column (or `agent_prompts`, when a row has it) must hold one valid prompt per agent."""
+        agent_prompts = row.get("agent_prompts")
+        if agent_prompts is None:
+            problem = prompt_problem(row[self.prompt_column])
+            if problem is not None:
+                raise TypeError(
+                    f'`{dataset_name}["{self.prompt_column}"]` at row {index} is {problem}; each prompt must be a '
+                    "string, a list of chat messages [{'role': ..., 'content': ...}] or a list of token ids. Fix "
+                    f"or drop such rows (e.g. `{dataset_name}.filter(lambda r: isinstance(r[{self.prompt_column!r}], "
+                    "str))`, or `.map` them to strings)."
+                )
+            return
+        field = f'`{dataset_name}["agent_prompts"]`'
+        if isinstance(agent_prompts, (str, bytes)) or not isinstance(agent_prompts, Sequence):
+            raise TypeError(
+                f"{field} at row {index} is a {type(agent_prompts).__name__}, but it must be a list with one prompt "
+                f"per agent ({self.num_agents} here), e.g. [\"You write the intro.\", \"You write the ending.\"]. "
+                f"To give every agent the same prompt, use the `{self.prompt_column}` column and drop `agent_prompts`."
+            )
+        if len(agent_prompts) != self.num_agents:
+            raise ValueError(
+                f"{field} at row {index} has {len(agent_prompts)} entries but the team has {self.num_agents} agents: "
+                "give exactly one prompt per agent (or change `num_agents`)."
+            )
+        for a, prompt in enumerate(agent_prompts):
+            problem = prompt_problem(prompt)
+            if problem is not None:
+                raise TypeError(
+                    f"{field}[{a}] at row {index} (agent {a}'s prompt) is {problem}; each prompt must be a string, "
+                    "a list of chat messages or a list of token ids."
+                )
 
     def agent_prompt(self, row: Mapping[str, Any], agent_index: int, transcript: Transcript) -> Prompt:
         prompt = row[self.prompt_column]
@@ -184,5 +261,23 @@ class TokenizedPromptEnv(MultiAgentEnv):
         self.column = column
         self.required_columns = (column,)
 
+    def check_row_values(self, row: Mapping[str, Any], dataset_name: str, index: int) -> None:
+        """The token-id column must hold a non-empty list of integers in every row."""
+        ids = row[self.column]
+        if isinstance(ids, (torch.Tensor, np.ndarray)):
+            ids = ids.tolist()
+        problem = "a string" if isinstance(ids, str) else prompt_problem(ids)
+        if problem is None and _is_chat_messages(ids):
+            problem = "chat messages"
+        if problem is not None:
+            raise TypeError(
+                f'`{dataset_name}["{self.column}"]` at row {index} is {problem}, but it must be a non-empty list of '
+                f"token ids: tokenize the prompts first, e.g. `{dataset_name}.map(lambda r: tokenizer(r['prompt']))`."
+            )
+
     def agent_prompt(self, row: Mapping[str, Any], agent_index: int, transcript: Transcript) -> Prompt:
         return [int(t) for t in row[self.column]]
+
+
+def _is_chat_messages(prompt: Any) -> bool:
+    return isinstance(prompt, list) and bool(prompt) and isinstance(prompt[0], Mapping)

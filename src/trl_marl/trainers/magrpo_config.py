@@ -7,6 +7,8 @@ from dataclasses import dataclass, field, fields
 
 from .._trl_compat import GRPOConfig
 from ..core import ADVANTAGE_MODES, JOINT_MODES, SUPPORTED_LOSS_TYPES
+from ..validation import PROMPT_LENGTH_CHECKS, check_choice, check_mixed_precision, check_positive
+from ..validation import has_accelerator as _has_accelerator
 
 # GRPO fields that MAGRPOTrainer implements; any other GRPOConfig field must keep its default (checked below), so
 # that a setting is never silently ignored.
@@ -37,12 +39,6 @@ HONOURED_GRPO_FIELDS = frozenset({
 
 # GRPOConfig.__post_init__ rewrites some defaults (e.g. pad_to_multiple_of "auto" -> None on CPU and GPU)
 _NORMALIZED_DEFAULTS = {"pad_to_multiple_of": ("auto", None)}
-
-
-def _has_accelerator() -> bool:
-    import torch
-
-    return torch.cuda.is_available() or (hasattr(torch, "xpu") and torch.xpu.is_available())
 
 
 @dataclass
@@ -179,6 +175,15 @@ class MAGRPOConfig(GRPOConfig):
         default=20,
         metadata={"help": "Consecutive optimizer steps of low entropy before the entropy-collapse warning."},
     )
+    prompt_length_check: str = field(
+        default="warn",
+        metadata={
+            "help": "What to do when a turn-1 prompt of the first rows of a dataset plus `max_completion_length` "
+            "exceeds the model's context window (`max_position_embeddings`), checked when the trainer is built: "
+            "'warn' (a ContextLengthWarning naming the row and the fixes; rotary models such as Qwen or Llama still "
+            "run past it, with degraded output), 'error' (a ValueError), or 'ignore'."
+        },
+    )
     max_nonfinite: int = field(
         default=10,
         metadata={
@@ -195,6 +200,8 @@ class MAGRPOConfig(GRPOConfig):
             )
         if self.bf16 is None and not self.fp16 and not _has_accelerator():
             self.bf16 = False  # TRL defaults to bf16, which fails on a machine without GPU unless use_cpu is set
+        check_mixed_precision(self)
+        check_positive(self, "max_completion_length", "the tokens each agent may generate per turn")
         if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not _has_accelerator():
             self.use_cpu = True  # several processes without GPU (accelerate launch / torchrun): DDP over gloo
         super().__post_init__()
@@ -210,6 +217,7 @@ class MAGRPOConfig(GRPOConfig):
             raise ValueError(f"`max_branches` must be >= 1 or None, got {self.max_branches}.")
         if self.team_mode not in (None, "adapters", "models", "shared"):
             raise ValueError(f"`team_mode` must be 'adapters', 'models', 'shared' or None, got {self.team_mode!r}.")
+        check_choice(self, "prompt_length_check", PROMPT_LENGTH_CHECKS)
         derived = {"none": "mean", "group": "std", "batch": "batch"}[self.scale_rewards]
         if self.advantage_mode is None:
             self.advantage_mode = derived

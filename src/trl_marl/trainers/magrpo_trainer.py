@@ -20,6 +20,7 @@ from ..core import aggregate_token_loss, clipped_surrogate, k3_kl, masked_mean
 from ..envs.base import MultiAgentEnv, PromptEnv
 from ..rollout import JointRollout, Rollout, TeamReward, finite_mean, flat_group_fraction, reward_std_is_zero
 from ..team import AgentBatch, AgentTeam, pad_left, pad_right
+from ..validation import check_dataset_prompts, check_prompt_lengths
 from .magrpo_config import MAGRPOConfig
 
 RewardFunc = Callable[..., Sequence[float | None]]
@@ -167,14 +168,20 @@ class MAGRPOTrainer(TeamCheckpointMixin, TRLBaseTrainer):
         if train_dataset is None:
             raise ValueError("`train_dataset` is required: MAGRPO plays one episode per dataset row.")
         self._validate_dataset(env, train_dataset, "train_dataset")
+        checked = {"train_dataset": check_dataset_prompts(env, train_dataset, "train_dataset")}
         if eval_dataset is not None:
             self._validate_dataset(env, eval_dataset, "eval_dataset")
+            checked["eval_dataset"] = check_dataset_prompts(env, eval_dataset, "eval_dataset")
 
         # A run is a function of `args.seed`: LoRA and any other freshly initialised weights are drawn now, before
         # `Trainer.__init__` seeds, so seed here (whatever the global RNG held before the trainer was built).
         set_seed(args.seed)
         team = AgentTeam.build(model, args.num_agents, mode=args.team_mode, peft_config=peft_config,
                                processing_class=processing_class, model_init_kwargs=args.model_init_kwargs)
+        for where, (indices, prompts) in checked.items():
+            check_prompt_lengths(team, prompts, indices, where, args.max_completion_length,
+                                 f"{type(args).__name__}.max_completion_length",
+                                 chat_template_kwargs=args.chat_template_kwargs, on_long=args.prompt_length_check)
         team.temperature = args.temperature
         if args.frozen_agents:
             team.freeze_agents(args.frozen_agents)
@@ -385,6 +392,7 @@ class MAGRPOTrainer(TeamCheckpointMixin, TRLBaseTrainer):
         device = self.accelerator.device
         rows = [row for batch in row_batches for row in batch]
         rollout = self.rollout.run(rows, trainer_state=self.state)
+        self.team_reward.require_some_score([t.rewards_per_func for t in rollout.turns], rollout.nonfinite_rewards)
         self.last_rollout = rollout
         self._count_nonfinite(rollout.nonfinite_rewards, "rewards")
         if mode == "train":
@@ -569,6 +577,11 @@ class MAGRPOTrainer(TeamCheckpointMixin, TRLBaseTrainer):
         if dataset is None:
             raise ValueError("No evaluation dataset: pass `eval_dataset` to the trainer or to `evaluate()`.")
         self._validate_dataset(self.env, dataset, "eval_dataset")
+        indices, prompts = check_dataset_prompts(self.env, dataset, "eval_dataset")
+        check_prompt_lengths(self.team, prompts, indices, "eval_dataset", self.args.max_completion_length,
+                             f"{type(self.args).__name__}.max_completion_length",
+                             chat_template_kwargs=self.args.chat_template_kwargs,
+                             on_long=self.args.prompt_length_check)
         was_training = self.model.training
         self.model.eval()
         start = time.perf_counter()
@@ -578,6 +591,8 @@ class MAGRPOTrainer(TeamCheckpointMixin, TRLBaseTrainer):
         rows_all = rows_all[self.accelerator.process_index:: self.accelerator.num_processes]
         for i in range(0, len(rows_all), size):
             rollout = self.rollout.run(rows_all[i: i + size], trainer_state=self.state)
+            self.team_reward.require_some_score([t.rewards_per_func for t in rollout.turns],
+                                                rollout.nonfinite_rewards)
             for t in rollout.turns:
                 per_turn[t.turn].append(finite_mean(t.rewards))
         self.model.train(was_training)

@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .._trl_compat import TRLBaseConfig
-from .magrpo_config import _has_accelerator
+from ..validation import PROMPT_LENGTH_CHECKS, check_choice, check_mixed_precision, check_positive
+from ..validation import has_accelerator as _has_accelerator
 
 POLICY_SHARING = ("shared", "agent", "agent_turn")
 
@@ -140,10 +141,20 @@ class MultiAgentPPOConfig(TRLBaseConfig):
         default=1,
         metadata={"help": "Train only on the responses of turns >= this (2 = MAPoRL's Experiment 1)."},
     )
+    prompt_length_check: str = field(
+        default="warn",
+        metadata={
+            "help": "What to do when a turn-1 prompt of the first rows of a dataset plus `response_length` exceeds "
+            "the model's context window (`max_position_embeddings`), checked when the trainer is built: 'warn' (a "
+            "ContextLengthWarning naming the row and the fixes; rotary models such as Qwen or Llama still run past "
+            "it, with degraded output), 'error' (a ValueError), or 'ignore'."
+        },
+    )
 
     def __post_init__(self) -> None:
         if self.bf16 is None and not self.fp16 and not _has_accelerator():
             self.bf16 = False  # TRL defaults to bf16, which fails on a machine without GPU unless use_cpu is set
+        check_mixed_precision(self)
         super().__post_init__()
         if self.kl_estimator not in ("k1", "k3"):
             raise ValueError(f"`kl_estimator` must be 'k1' or 'k3', got {self.kl_estimator!r}.")
@@ -151,8 +162,7 @@ class MultiAgentPPOConfig(TRLBaseConfig):
             raise ValueError(f"`stop_token` must be 'eos' or None, got {self.stop_token!r}.")
         if self.stop_token is not None and self.stop_token_id is not None:
             raise ValueError("Set only one of `stop_token` and `stop_token_id`.")
-        if self.response_length < 1:
-            raise ValueError(f"`response_length` must be >= 1, got {self.response_length}.")
+        check_positive(self, "response_length", "the tokens each response may have")
         if self.num_mini_batches < 1 or self.num_ppo_epochs < 1:
             raise ValueError("`num_mini_batches` and `num_ppo_epochs` must be >= 1.")
         local = self.per_device_train_batch_size * self.gradient_accumulation_steps
@@ -179,6 +189,7 @@ class MultiAgentPPOConfig(TRLBaseConfig):
             )
         if self.team_mode not in (None, "adapters", "models", "shared"):
             raise ValueError(f"`team_mode` must be 'adapters', 'models', 'shared' or None, got {self.team_mode!r}.")
+        check_choice(self, "prompt_length_check", PROMPT_LENGTH_CHECKS)
         if self.model_adapter_name is not None or self.ref_adapter_name is not None:
             raise ValueError(
                 "`model_adapter_name`/`ref_adapter_name` are not supported: pass the base model with a `peft_config` "

@@ -38,6 +38,13 @@ from ..core.ppo import (
 )
 from ..envs.base import MultiAgentEnv, PromptEnv, TokenizedPromptEnv, Transcript
 from ..team import AgentTeam, pad_left
+from ..validation import (
+    RewardFunctionError,
+    call_reward_function,
+    check_dataset_prompts,
+    check_prompt_lengths,
+    unscorable_message,
+)
 from .magrpo_trainer import _identity
 from .ppo_config import MultiAgentPPOConfig, PPOConfig
 
@@ -259,6 +266,11 @@ class MultiAgentPPOTrainer(TeamCheckpointMixin, TRLBaseTrainer):
         if len(train_dataset) == 0:
             raise ValueError("`train_dataset` is empty.")
         env.validate_row(dict.fromkeys(columns), where="`train_dataset`")
+        checked = {"train_dataset": check_dataset_prompts(env, train_dataset, "train_dataset")}
+        if eval_dataset is not None:
+            eval_columns = list(getattr(eval_dataset, "column_names", None) or list(eval_dataset[0]))
+            env.validate_row(dict.fromkeys(eval_columns), where="`eval_dataset`")
+            checked["eval_dataset"] = check_dataset_prompts(env, eval_dataset, "eval_dataset")
 
         # A run is a function of `args.seed`: adapters and value heads are initialised now, before `Trainer.__init__`
         # seeds, so seed here (whatever the global RNG held before the trainer was built).
@@ -267,6 +279,9 @@ class MultiAgentPPOTrainer(TeamCheckpointMixin, TRLBaseTrainer):
         for tok in team.tokenizers:
             if tok.pad_token_id is None:
                 raise ValueError("The tokenizer has no pad token: set one, e.g. `tokenizer.pad_token = ...`.")
+        for where, (indices, prompts) in checked.items():  # turn 1 of agent a is played by team member a
+            check_prompt_lengths(team, prompts, indices, where, args.response_length,
+                                 f"{type(args).__name__}.response_length", on_long=args.prompt_length_check)
         team.temperature = args.temperature + 1e-7
         if ref_model is not None:
             if args.num_agents != 1:
@@ -579,6 +594,7 @@ class MultiAgentPPOTrainer(TeamCheckpointMixin, TRLBaseTrainer):
             for a in range(A):
                 ro = rollouts[self.slot(t, a)]
                 total = torch.zeros(B)
+                scored: list[list[float | None]] = []
                 for func, name in zip(self.reward_funcs, self.reward_names):
                     # the multi-agent keywords win over dataset columns of the same name (e.g. PromptEnv's
                     # `agent_prompts` column), as in MAGRPO's TeamReward
@@ -593,13 +609,20 @@ class MultiAgentPPOTrainer(TeamCheckpointMixin, TRLBaseTrainer):
                     }
                     kwargs.pop("prompts", None)
                     kwargs.pop("completions", None)
-                    values = func(prompts=prompts[a], completions=texts[a], **kwargs)
-                    if values is None or len(values) != B:
-                        raise ValueError(f"Reward function `{name}` must return {B} scores, got {values!r}.")
-                    vals = torch.tensor([math.nan if v is None else float(v) for v in values])
-                    if not torch.isfinite(vals).all():
-                        raise ValueError(f"Reward function `{name}` returned None/NaN/inf; PPO needs a finite score.")
-                    total += vals
+                    scored.append(call_reward_function(func, name, B, prompts=prompts[a], completions=texts[a],
+                                                       **kwargs))
+                for i in range(B):
+                    values = [v[i] for v in scored if v[i] is not None]
+                    if not values:
+                        raise RewardFunctionError(unscorable_message(
+                            self.reward_names, f"the response of agent {a} at turn {t} to row {i} of this batch",
+                            "PPO needs a score for every response (it has no group baseline to fall back on)."))
+                    if not all(math.isfinite(v) for v in values):
+                        raise RewardFunctionError(
+                            f"A reward function ({', '.join(self.reward_names)}) returned {values} for the response "
+                            f"of agent {a} at turn {t} to row {i} of this batch; PPO needs a finite score."
+                        )
+                    total[i] = sum(values)
                 rows_of_sample = ((ro.turns == t) & (ro.agents == a)).nonzero().squeeze(-1)
                 ro.scores[rows_of_sample.to(ro.scores.device)] = total.to(ro.scores.device)
 
@@ -906,6 +929,9 @@ class MultiAgentPPOTrainer(TeamCheckpointMixin, TRLBaseTrainer):
             raise ValueError(
                 "evaluate() needs an answer verifier: pass `eval_verifier=AnswerVerifier(...)` to the trainer."
             )
+        indices, prompts = check_dataset_prompts(self.env, dataset, "eval_dataset")
+        check_prompt_lengths(self.team, prompts, indices, "eval_dataset", self.args.response_length,
+                             f"{type(self.args).__name__}.response_length", on_long=self.args.prompt_length_check)
         rows = [dataset[i] for i in range(len(dataset))]
         rows = rows[self.accelerator.process_index :: self.accelerator.num_processes]
         if rows and self.gold_column not in rows[0]:

@@ -1,0 +1,274 @@
+"""Input checks shared by every trl-marl trainer: bad input fails before the first step, naming the field and the fix.
+
+Both trainers (and the drop-in `PPOTrainer`) call these functions; nothing here is specific to one algorithm.
+
+- [`check_env_protocol`]: an environment implements `agent_prompt` (the method the trainers call).
+- [`check_dataset_prompts`]: the environment turns the first rows of a dataset into one valid prompt per agent.
+- [`check_prompt_lengths`]: prompt + completion fit in each agent's context window.
+- [`check_mixed_precision`]: `fp16`/`bf16` are only set where they take effect.
+- [`call_reward_function`] and [`reward_value`]: the reward contract, one rule for every trainer.
+
+The reward contract: a reward function returns one entry per completion (a joint action in MAGRPO, one agent's
+response in PPO). An entry is a real number: a Python `int`, `float` or `bool`, a NumPy scalar, or a one-element
+torch tensor or NumPy array. `None` means "this function does not apply here" and is skipped; a completion that
+every function skips is *unscorable*. Anything else, a string such as `"1.0"` included, is a
+[`RewardFunctionError`] naming the function and the value (numbers are never parsed from text).
+"""
+
+from __future__ import annotations
+
+import numbers
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from .envs.base import MultiAgentEnv, Prompt, Transcript, prompt_problem
+
+ROWS_CHECKED = 64
+"""How many leading rows of a dataset are turned into prompts (and measured) when a trainer is built."""
+
+PROMPT_LENGTH_CHECKS = ("warn", "error", "ignore")
+"""The choices of the configs' `prompt_length_check` field."""
+
+
+class ContextLengthWarning(UserWarning):
+    """A prompt plus the completion length exceeds the model's context window (`prompt_length_check='warn'`)."""
+
+
+class RewardFunctionError(RuntimeError):
+    """A reward function raised, or returned something other than one score (or `None`) per completion."""
+
+
+# ---------------------------------------------------------------------------------------------- reward contract
+def reward_value(value: Any, name: str, index: int) -> float | None:
+    """One entry of a reward function's output as a float, or `None` for "skip" (see the module docstring).
+
+    NaN and infinity are returned as they are: each trainer decides what a non-finite score means.
+
+    Raises:
+        RewardFunctionError: for a string or any other value that is not a real number.
+    """
+    if value is None:
+        return None
+    if isinstance(value, torch.Tensor) and value.numel() == 1:
+        return float(value.item())
+    if isinstance(value, np.ndarray) and value.size == 1:
+        return reward_value(value.item(), name, index)
+    if isinstance(value, (numbers.Real, np.bool_)):
+        return float(value)
+    hint = (
+        " Strings are not parsed: return the number itself (e.g. `float(text)` inside the function)."
+        if isinstance(value, (str, bytes))
+        else ""
+    )
+    raise RewardFunctionError(
+        f"Reward function `{name}` returned {value!r} ({type(value).__name__}) for completion {index}; each entry "
+        f"must be a number (int, float, bool, a NumPy scalar or a one-element tensor) or None to skip.{hint}"
+    )
+
+
+def call_reward_function(func: Callable[..., Any], name: str, size: int, **kwargs: Any) -> list[float | None]:
+    """Call one reward function on `size` completions and check its output against the reward contract.
+
+    Args:
+        func: The reward function, called as `func(**kwargs)`.
+        name: Its name, for messages.
+        size: The number of completions it must score.
+        **kwargs: What the function receives (`prompts`, `completions` and the keyword arguments).
+
+    Returns:
+        One float (possibly NaN or infinite) or `None` per completion.
+
+    Raises:
+        RewardFunctionError: when the function raises, returns something that is not a list of `size` entries,
+            or an entry that is not a number or `None`.
+    """
+    try:
+        values = func(**kwargs)
+    except Exception as exc:  # noqa: BLE001 - re-raised with the function's name
+        raise RewardFunctionError(f"Reward function `{name}` raised {type(exc).__name__}: {exc}") from exc
+    if values is None or isinstance(values, (str, bytes, Mapping)) or not hasattr(values, "__len__"):
+        raise RewardFunctionError(
+            f"Reward function `{name}` returned {type(values).__name__}; it must return a list with one float "
+            f"(or None) per completion ({size} here)."
+        )
+    if len(values) != size:
+        raise RewardFunctionError(
+            f"Reward function `{name}` returned {len(values)} values for {size} completions; it must return one "
+            "float (or None) per completion."
+        )
+    return [reward_value(v, name, i) for i, v in enumerate(values)]
+
+
+def unscorable_message(names: Sequence[str], what: str, fix: str) -> str:
+    """The message for completions that every reward function skipped (returned `None` for)."""
+    return (
+        f"Every reward function ({', '.join(f'`{n}`' for n in names)}) returned None for {what}, so there is "
+        f"nothing to learn from. None means \"this function does not apply to this completion\"; {fix} Return a "
+        "number instead where a completion should be scored (e.g. 0.0, or a penalty for an invalid output)."
+    )
+
+
+# ---------------------------------------------------------------------------------------------- environments
+def check_env_protocol(env: MultiAgentEnv) -> None:
+    """Refuse an environment that overrides `prompts()`: the trainers call `agent_prompt` for each agent.
+
+    `MultiAgentEnv.prompts` is a convenience helper built on `agent_prompt`; rollouts build each agent's prompt
+    separately (they batch and branch per agent), so an override of `prompts` would be silently ignored.
+    """
+    if type(env).prompts is not MultiAgentEnv.prompts:
+        raise TypeError(
+            f"{type(env).__name__} overrides `prompts()`, which the trainers never call: they build each agent's "
+            "prompt with `agent_prompt(row, agent_index, transcript)`. Override `agent_prompt` instead (and drop "
+            "the `prompts` override, or make it call `agent_prompt`)."
+        )
+
+
+def check_dataset_prompts(env: MultiAgentEnv, dataset: Any, where: str,
+                          rows: int = ROWS_CHECKED) -> tuple[list[int], list[list[Prompt]]]:
+    """Build the turn-1 prompt of every agent for the first `rows` rows of `dataset`, checking each one.
+
+    Each row is first checked by the environment (`env.check_row_values`, e.g. the types of `PromptEnv`'s
+    columns), then `env.agent_prompt(row, agent_index, Transcript())` must return a string, chat messages or token
+    ids.
+
+    Args:
+        env: The environment.
+        dataset: The dataset (a `datasets.Dataset` or a sequence of dicts).
+        where: Its name in messages, e.g. `"train_dataset"`.
+        rows: How many leading rows to check.
+
+    Returns:
+        `(row_indices, prompts)` with `prompts[agent][i]` the prompt of agent `agent` for row `row_indices[i]`.
+
+    Raises:
+        TypeError: a column or a prompt has the wrong type.
+        ValueError: a value is wrong (e.g. the wrong number of `agent_prompts`), or `agent_prompt` raised.
+    """
+    check_env_protocol(env)
+    name = type(env).__name__
+    indices = list(range(min(len(dataset), rows)))
+    prompts: list[list[Prompt]] = [[] for _ in range(env.num_agents)]
+    for i in indices:
+        row = dataset[i]
+        env.check_row_values(row, where, i)
+        for a in range(env.num_agents):
+            try:
+                prompt = env.agent_prompt(row, a, Transcript())
+            except Exception as exc:  # noqa: BLE001 - re-raised with the row, the agent and the environment
+                raise ValueError(
+                    f"{name}.agent_prompt(row {i} of `{where}`, agent_index={a}, empty transcript) raised "
+                    f"{type(exc).__name__}: {exc}. Fix that row (or the environment) before training."
+                ) from exc
+            problem = prompt_problem(prompt)
+            if problem is not None:
+                raise TypeError(
+                    f"{name}.agent_prompt(row {i} of `{where}`, agent_index={a}) returned {problem}. It must return "
+                    "ONE agent's prompt: a string, a list of chat messages [{'role': ..., 'content': ...}], or a list "
+                    "of token ids (one call per agent: the trainers call it for every agent_index)."
+                )
+            prompts[a].append(prompt)
+    return indices, prompts
+
+
+def context_window(config: Any) -> int | None:
+    """The longest sequence a model's config allows (`max_position_embeddings` or an alias), if it says."""
+    for key in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
+        value = getattr(config, key, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
+def check_prompt_lengths(team: Any, prompts: Sequence[Sequence[Prompt]], row_indices: Sequence[int], where: str,
+                         completion_length: int, field: str, slots: Sequence[int] | None = None,
+                         chat_template_kwargs: dict | None = None, on_long: str = "error") -> None:
+    """Report prompts that leave no room for `completion_length` tokens in the model's context window.
+
+    A model with learned absolute positions fails on such a prompt; a rotary one (Qwen, Llama) runs past its
+    context with degraded output. Since a user may mean that (e.g. a toy model), the configs' `prompt_length_check`
+    chooses between a warning (the default), an error and silence.
+
+    Args:
+        team: The [`~trl_marl.AgentTeam`].
+        prompts: `prompts[agent][i]`, as returned by [`check_dataset_prompts`].
+        row_indices: The dataset row of each `i`.
+        where: The dataset's name in messages.
+        completion_length: How many tokens each agent may generate.
+        field: The config field holding `completion_length`, e.g. `"MAGRPOConfig.max_completion_length"`.
+        slots: The team member that plays each agent at turn 1 (default: agent `a` is member `a`).
+        chat_template_kwargs: Passed to the chat template, as in generation.
+        on_long: `"error"` (raise), `"warn"` (one [`ContextLengthWarning`]) or `"ignore"`.
+
+    Raises:
+        ValueError: with `on_long="error"`, naming the row, the agent, the lengths and the fixes.
+    """
+    from .team import tokenize_prompts
+
+    if on_long == "ignore":
+        return
+
+    for a, agent_prompts in enumerate(prompts):
+        slot = slots[a] if slots is not None else a
+        limit = context_window(team.base_model_of(slot).config)
+        if limit is None:
+            continue
+        tokenizer = team.tokenizers[slot]
+        for i, prompt in zip(row_indices, agent_prompts):
+            length = len(tokenize_prompts(tokenizer, [prompt], chat_template_kwargs)[0])
+            if length + completion_length > limit:
+                config_name = field.split(".")[0]
+                message = (
+                    f"The turn-1 prompt of agent {a} for row {i} of `{where}` is {length} tokens; with "
+                    f"`{field}={completion_length}` that makes {length + completion_length} tokens, more than the "
+                    f"model's context window (max_position_embeddings={limit}). Shorten or filter the long prompts "
+                    f"(e.g. `{where}.filter(...)`), lower `{field}`, or use a model with a longer context; set "
+                    f"`{config_name}.prompt_length_check` to 'error' to refuse such prompts or 'ignore' to run anyway."
+                )
+                if on_long == "error":
+                    raise ValueError(message)
+                warnings.warn(message, ContextLengthWarning, stacklevel=3)
+                return
+
+
+# ---------------------------------------------------------------------------------------------- configuration
+def has_accelerator() -> bool:
+    """Whether a CUDA (or XPU) device is available."""
+    return torch.cuda.is_available() or (hasattr(torch, "xpu") and torch.xpu.is_available())
+
+
+def check_mixed_precision(config: Any) -> None:
+    """Refuse `fp16=True` (and `bf16=True` without `use_cpu`) where no GPU runs them.
+
+    transformers accepts `fp16=True` on a CPU-only machine and then trains in float32 without a word; `bf16=True`
+    fails there with a message that does not name the config class. Both are refused here with the fix.
+    """
+    cls = type(config).__name__
+    on_cpu = bool(getattr(config, "use_cpu", False)) or not has_accelerator()
+    if getattr(config, "fp16", False) and on_cpu:
+        raise ValueError(
+            f"`{cls}.fp16=True` needs a CUDA GPU, but training runs on the CPU here (no GPU, or `use_cpu=True`), "
+            "where fp16 mixed precision would be silently ignored. Set `fp16=False` (CPU training runs in float32)."
+        )
+    if getattr(config, "bf16", False) and not has_accelerator() and not getattr(config, "use_cpu", False):
+        raise ValueError(
+            f"`{cls}.bf16=True` needs a GPU with bfloat16 support, and none is available. Set `bf16=False` (CPU "
+            "training runs in float32), or also set `use_cpu=True` for bfloat16 autocast on the CPU."
+        )
+
+
+def check_choice(config: Any, field: str, choices: Sequence[str]) -> None:
+    """Refuse a config field whose value is not one of `choices`."""
+    value = getattr(config, field)
+    if value not in choices:
+        raise ValueError(f"`{type(config).__name__}.{field}` must be one of {tuple(choices)}, got {value!r}.")
+
+
+def check_positive(config: Any, field: str, meaning: str) -> None:
+    """Refuse a config field that must be an integer >= 1 (e.g. a completion length)."""
+    value = getattr(config, field)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"`{type(config).__name__}.{field}` must be an integer >= 1 ({meaning}), got {value!r}.")

@@ -1,0 +1,345 @@
+"""Bad input fails before the first step with an error that names the field and the fix (issue 10, part 3).
+
+Every case is tried as a new user would: a toy model, a small dataset, the trainer's constructor (or the first
+rollout, for reward functions, which only run then). Each test asserts the error type and that the message names the
+offending field.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from datasets import Dataset
+from peft import LoraConfig
+from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
+
+from trl_marl import (
+    MAGRPOConfig,
+    MAGRPOTrainer,
+    MultiAgentPPOConfig,
+    MultiAgentPPOTrainer,
+    PPOConfig,
+    PPOTrainer,
+    PromptEnv,
+    RewardFunctionError,
+    load_tokenizer,
+)
+from trl_marl.envs import TargetSumEnv, TargetSumReward
+from trl_marl.envs.base import MultiAgentEnv, Prompt, Transcript, prompt_problem
+from trl_marl.rollout import TeamReward
+from trl_marl.toy import make_toy_model
+from trl_marl.validation import ContextLengthWarning, has_accelerator, reward_value
+
+warnings.filterwarnings("ignore")
+PROMPT = "T=10:"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread() -> Iterator[None]:
+    """Tiny models run fastest (and do not oversubscribe a busy machine) on one thread."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """DESIGN.md's unit-test model: 11k parameters, pretrained to answer `T=10:` with a valid number."""
+    return make_toy_model(tmp_path_factory.mktemp("toy"), task="target", hidden_size=32, num_layers=1,
+                          pretrain_steps=100, seed=0, targets=(10,))
+
+
+def magrpo_args(tmp_path: Path, **overrides: Any) -> MAGRPOConfig:
+    kwargs: dict[str, Any] = dict(
+        output_dir=str(tmp_path / "out"), num_agents=2, num_generations=2, per_device_train_batch_size=4,
+        max_completion_length=3, learning_rate=1e-3, max_steps=1, report_to="none", save_strategy="no",
+        disable_tqdm=True, seed=0,
+    )
+    kwargs.update(overrides)
+    return MAGRPOConfig(**kwargs)
+
+
+def ppo_args(tmp_path: Path, cls: type = MultiAgentPPOConfig, **overrides: Any) -> Any:
+    kwargs: dict[str, Any] = dict(
+        output_dir=str(tmp_path / "out"), num_agents=2, per_device_train_batch_size=2, total_episodes=2,
+        response_length=3, num_ppo_epochs=1, learning_rate=1e-3, report_to="none", save_strategy="no",
+        num_sample_generations=0, disable_tqdm=True, seed=0,
+    )
+    if cls is PPOConfig:
+        kwargs.pop("num_agents")
+    kwargs.update(overrides)
+    return cls(**kwargs)
+
+
+def prompts(n: int = 4, **columns: list[Any]) -> Dataset:
+    return Dataset.from_dict({"prompt": [PROMPT] * n, **columns})
+
+
+def magrpo(model_dir: str, tmp_path: Path, train_dataset: Any = None, reward: Any = None,
+           **kwargs: Any) -> MAGRPOTrainer:
+    args = kwargs.pop("args", None) or magrpo_args(tmp_path)
+    return MAGRPOTrainer(model=model_dir, reward_funcs=reward or TargetSumReward(0.5), args=args,
+                         train_dataset=train_dataset if train_dataset is not None else prompts(), **kwargs)
+
+
+def ppo(model_dir: str, tmp_path: Path, train_dataset: Any = None, reward: Any = None,
+        **kwargs: Any) -> MultiAgentPPOTrainer:
+    args = kwargs.pop("args", None) or ppo_args(tmp_path)
+    return MultiAgentPPOTrainer(args=args, model=model_dir, reward_funcs=reward or TargetSumReward(0.5),
+                                train_dataset=train_dataset if train_dataset is not None else prompts(), **kwargs)
+
+
+TRAINERS = {"magrpo": magrpo, "ppo": ppo}
+
+
+def constant(value: Any) -> Any:
+    """A reward function returning `value` for every completion."""
+
+    def reward(prompts: list[Any], completions: list[Any], **kwargs: Any) -> list[Any]:
+        return [value] * len(completions)
+
+    reward.__name__ = f"constant_{type(value).__name__}"
+    return reward
+
+
+class ExactVerifier:
+    """The least a PPO `eval_verifier` needs: `extract` and `score`."""
+
+    def extract(self, response: str) -> str:
+        return response.strip()
+
+    def score(self, response: str, gold: Any) -> float:
+        return float(response.strip() == str(gold))
+
+
+class ListEnv(MultiAgentEnv):
+    """Wrong: returns every agent's prompt from `agent_prompt`."""
+
+    def agent_prompt(self, row: Mapping[str, Any], agent_index: int, transcript: Transcript) -> Prompt:
+        return [PROMPT] * self.num_agents
+
+
+class NoneEnv(MultiAgentEnv):
+    """Wrong: forgets to return the prompt."""
+
+    def agent_prompt(self, row: Mapping[str, Any], agent_index: int, transcript: Transcript) -> Any:
+        return None
+
+
+class PromptsEnv(PromptEnv):
+    """Wrong: overrides `prompts()`, which no trainer calls."""
+
+    def prompts(self, row: Mapping[str, Any], transcript: Transcript) -> list[Prompt]:
+        return ["custom"] * self.num_agents
+
+
+# ---------------------------------------------------------------------------------------------- dataset columns
+@pytest.mark.parametrize("trainer", sorted(TRAINERS))
+def test_agent_prompts_given_as_a_string(model_dir: str, tmp_path: Path, trainer: str) -> None:
+    data = prompts(agent_prompts=["T=10:T=10:"] * 4)
+    with pytest.raises(TypeError, match=r'`train_dataset\["agent_prompts"\]` at row 0 is a str.*one prompt per agent'):
+        TRAINERS[trainer](model_dir, tmp_path, data)
+
+
+@pytest.mark.parametrize("trainer", sorted(TRAINERS))
+@pytest.mark.parametrize("count", [1, 3])
+def test_agent_prompts_with_the_wrong_number_of_entries(model_dir: str, tmp_path: Path, trainer: str,
+                                                        count: int) -> None:
+    data = prompts(agent_prompts=[[PROMPT] * count] * 4)
+    with pytest.raises(ValueError, match=rf'`train_dataset\["agent_prompts"\]` at row 0 has {count} entries but the '
+                                         "team has 2 agents"):
+        TRAINERS[trainer](model_dir, tmp_path, data)
+
+
+@pytest.mark.parametrize("trainer", sorted(TRAINERS))
+@pytest.mark.parametrize("column, found", [([7, 8, 9, 10], "row 0 is int 7"),
+                                           ([PROMPT, PROMPT, None, PROMPT], "row 2 is NoneType None")])
+def test_prompt_column_of_ints_or_none(model_dir: str, tmp_path: Path, trainer: str, column: list[Any],
+                                       found: str) -> None:
+    data = Dataset.from_dict({"prompt": column})
+    with pytest.raises(TypeError, match=rf'`train_dataset\["prompt"\]` at {found}'):
+        TRAINERS[trainer](model_dir, tmp_path, data)
+
+
+@pytest.mark.parametrize("trainer", sorted(TRAINERS))
+def test_eval_dataset_is_checked_too(model_dir: str, tmp_path: Path, trainer: str) -> None:
+    bad = Dataset.from_dict({"prompt": [3] * 4})
+    with pytest.raises(TypeError, match=r'`eval_dataset\["prompt"\]` at row 0'):
+        TRAINERS[trainer](model_dir, tmp_path, eval_dataset=bad)
+    built = TRAINERS[trainer](model_dir, tmp_path, **({"eval_verifier": ExactVerifier()} if trainer == "ppo" else {}))
+    with pytest.raises(TypeError, match=r'`eval_dataset\["prompt"\]` at row 0'):
+        built.evaluate(bad)
+
+
+# ---------------------------------------------------------------------------------------------- environments
+@pytest.mark.parametrize("trainer", sorted(TRAINERS))
+def test_env_prompt_returning_a_list_of_prompts(model_dir: str, tmp_path: Path, trainer: str) -> None:
+    with pytest.raises(TypeError, match=r"ListEnv.agent_prompt\(row 0 of `train_dataset`, agent_index=0\) returned "
+                                        "a list of 2 strings"):
+        TRAINERS[trainer](model_dir, tmp_path, env=ListEnv(2))
+
+
+@pytest.mark.parametrize("trainer", sorted(TRAINERS))
+def test_env_prompt_of_none(model_dir: str, tmp_path: Path, trainer: str) -> None:
+    with pytest.raises(TypeError, match=r"NoneEnv.agent_prompt\(row 0 of `train_dataset`, agent_index=0\) returned "
+                                        "NoneType"):
+        TRAINERS[trainer](model_dir, tmp_path, env=NoneEnv(2))
+
+
+@pytest.mark.parametrize("trainer", sorted(TRAINERS))
+def test_env_overriding_prompts_is_refused(model_dir: str, tmp_path: Path, trainer: str) -> None:
+    with pytest.raises(TypeError, match=r"PromptsEnv overrides `prompts\(\)`.*Override `agent_prompt` instead"):
+        TRAINERS[trainer](model_dir, tmp_path, env=PromptsEnv(2))
+
+
+def test_env_agent_prompt_that_raises_names_the_row(model_dir: str, tmp_path: Path) -> None:
+    # TargetSumEnv reads `target`: a row with a non-numeric target makes agent_prompt raise
+    data = Dataset.from_dict({"target": ["10", "ten"]})
+    with pytest.raises(ValueError, match=r"TargetSumEnv.agent_prompt\(row 1 of `train_dataset`, agent_index=0, "
+                                         "empty transcript\\) raised ValueError"):
+        magrpo(model_dir, tmp_path, data, env=TargetSumEnv(2))
+
+
+# ---------------------------------------------------------------------------------------------- prompt length
+LONG = Dataset.from_dict({"prompt": [PROMPT, "1" * 200]})  # the toy model has max_position_embeddings=128
+FIELDS = {"magrpo": "MAGRPOConfig.max_completion_length", "ppo": "MultiAgentPPOConfig.response_length"}
+ARGS = {"magrpo": magrpo_args, "ppo": ppo_args}
+
+
+@pytest.mark.parametrize("trainer", sorted(TRAINERS))
+def test_prompt_longer_than_the_context_is_refused_on_request(model_dir: str, tmp_path: Path, trainer: str) -> None:
+    args = ARGS[trainer](tmp_path, prompt_length_check="error")
+    with pytest.raises(ValueError, match=rf"agent 0 for row 1 of `train_dataset` is \d+ tokens; with "
+                                         rf"`{FIELDS[trainer]}=3`.*max_position_embeddings=128"):
+        TRAINERS[trainer](model_dir, tmp_path, LONG, args=args)
+
+
+@pytest.mark.parametrize("trainer", sorted(TRAINERS))
+def test_prompt_longer_than_the_context_warns_by_default(model_dir: str, tmp_path: Path, trainer: str) -> None:
+    """Rotary models run past their context (the toy writing demo does): a user may mean it, so a warning."""
+    with pytest.warns(ContextLengthWarning, match=rf"row 1 of `train_dataset`.*`{FIELDS[trainer]}=3`.*"
+                                                  "prompt_length_check"):
+        TRAINERS[trainer](model_dir, tmp_path, LONG)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ContextLengthWarning)
+        TRAINERS[trainer](model_dir, tmp_path, LONG, args=ARGS[trainer](tmp_path, prompt_length_check="ignore"))
+
+
+# ---------------------------------------------------------------------------------------------- configuration
+@pytest.mark.skipif(has_accelerator(), reason="fp16 is valid with a GPU")
+@pytest.mark.parametrize("cls", [MAGRPOConfig, MultiAgentPPOConfig, PPOConfig])
+def test_fp16_without_a_gpu(tmp_path: Path, cls: type) -> None:
+    with pytest.raises(ValueError, match=rf"`{cls.__name__}.fp16=True` needs a CUDA GPU.*Set `fp16=False`"):
+        cls(output_dir=str(tmp_path), fp16=True, report_to="none")
+
+
+@pytest.mark.skipif(has_accelerator(), reason="bf16 is valid with a GPU")
+def test_bf16_without_a_gpu_names_the_config(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"`MAGRPOConfig.bf16=True` needs a GPU.*use_cpu=True"):
+        MAGRPOConfig(output_dir=str(tmp_path), bf16=True, report_to="none")
+
+
+@pytest.mark.parametrize("cls, field", [(MAGRPOConfig, "max_completion_length"),
+                                        (MultiAgentPPOConfig, "response_length"), (PPOConfig, "response_length")])
+def test_zero_completion_length(tmp_path: Path, cls: type, field: str) -> None:
+    with pytest.raises(ValueError, match=rf"`{cls.__name__}.{field}` must be an integer >= 1"):
+        cls(output_dir=str(tmp_path), report_to="none", **{field: 0})
+
+
+def test_adapters_with_different_tokenizers_name_team_mode(model_dir: str, tmp_path: Path) -> None:
+    other = load_tokenizer(model_dir)
+    other.add_tokens(["<extra>"])
+    with pytest.raises(ValueError, match="agent 1") as info:
+        magrpo(model_dir, tmp_path, processing_class=[load_tokenizer(model_dir), other],
+               peft_config=LoraConfig(r=4, target_modules=["q_proj"]),
+               args=magrpo_args(tmp_path, team_mode="adapters"))
+    assert "team_mode='models'" in str(info.value)
+
+
+# ---------------------------------------------------------------------------------------------- the drop-in PPO
+def drop_in(model_dir: str, tmp_path: Path, input_ids: list[Any], **overrides: Any) -> PPOTrainer:
+    return PPOTrainer(
+        args=ppo_args(tmp_path, cls=PPOConfig, **overrides), processing_class=load_tokenizer(model_dir),
+        model=AutoModelForCausalLM.from_pretrained(model_dir), ref_model=None,
+        reward_model=AutoModelForSequenceClassification.from_pretrained(model_dir, num_labels=1),
+        train_dataset=Dataset.from_dict({"input_ids": input_ids}),
+    )
+
+
+@pytest.mark.parametrize("column, found", [([[1, 2, 3], None], "row 1 is NoneType"),
+                                           (["T=10:", "T=10:"], "row 0 is a string"),
+                                           ([[1, 2, 3], []], "row 1 is an empty list")])
+def test_drop_in_ppo_bad_input_ids(model_dir: str, tmp_path: Path, column: list[Any], found: str) -> None:
+    with pytest.raises(TypeError, match=rf'`train_dataset\["input_ids"\]` at {found}.*tokenize'):
+        drop_in(model_dir, tmp_path, column)
+
+
+def test_drop_in_ppo_prompt_longer_than_the_context(model_dir: str, tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"row 1 of `train_dataset` is 127 tokens; with `PPOConfig.response_length"):
+        drop_in(model_dir, tmp_path, [[1, 2, 3], [5] * 127], prompt_length_check="error")
+
+
+def test_prompt_length_check_choices(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"`MAGRPOConfig.prompt_length_check` must be one of \('warn', 'error'"):
+        magrpo_args(tmp_path, prompt_length_check="raise")
+
+
+# ---------------------------------------------------------------------------------------------- rewards
+@pytest.mark.parametrize("trainer", sorted(TRAINERS))
+def test_reward_returning_none_for_everything(model_dir: str, tmp_path: Path, trainer: str) -> None:
+    built = TRAINERS[trainer](model_dir, tmp_path, reward=constant(None))
+    with pytest.raises(RewardFunctionError, match=r"Every reward function \(`constant_NoneType`\) returned None"):
+        built.train()
+
+
+@pytest.mark.parametrize("trainer", sorted(TRAINERS))
+@pytest.mark.parametrize("value", ["1.0", "good"])
+def test_reward_returning_strings(model_dir: str, tmp_path: Path, trainer: str, value: str) -> None:
+    built = TRAINERS[trainer](model_dir, tmp_path, reward=constant(value))
+    with pytest.raises(RewardFunctionError, match=rf"`constant_str` returned '{value}' \(str\) for completion 0.*"
+                                                  "Strings are not parsed"):
+        built.train()
+
+
+def test_a_function_may_skip_what_another_scores(model_dir: str, tmp_path: Path) -> None:
+    """None means "skip": with a second function scoring every response, PPO trains (as MAGRPO does)."""
+    built = ppo(model_dir, tmp_path, reward=[constant(None), constant(1.0)])
+    built.train()
+    assert [h["objective/scores"] for h in built.state.log_history if "objective/scores" in h] == [1.0]
+
+
+@pytest.mark.parametrize("value", [1, 0.5, True, np.float32(0.5), np.int64(2), np.bool_(True), torch.tensor(0.5),
+                                   torch.tensor([2.0]), np.array(0.25)])
+def test_numbers_are_accepted(value: Any) -> None:
+    assert reward_value(value, "f", 0) == pytest.approx(float(np.asarray(value).item()))
+
+
+@pytest.mark.parametrize("value", ["1.0", b"1", [1.0], {"score": 1.0}, np.array("1.0"), torch.tensor([1.0, 2.0])])
+def test_non_numbers_are_refused(value: Any) -> None:
+    with pytest.raises(RewardFunctionError, match="`f` returned .* for completion 3"):
+        reward_value(value, "f", 3)
+
+
+def test_team_reward_skips_none_and_documents_it() -> None:
+    reward = TeamReward([constant(None), lambda prompts, completions, **kw: [np.float64(2.0), None]])
+    scores, nonfinite = reward([["a", "b"]], [["x", "y"]], [{}, {}], [Transcript()] * 2, turn=1)
+    assert torch.isnan(scores[:, 0]).all() and scores[0, 1] == 2.0 and torch.isnan(scores[1, 1])
+    assert not nonfinite.any()
+    assert "None" in (TeamReward.__doc__ or "") and "RewardFunctionError" in (TeamReward.__doc__ or "")
+
+
+def test_prompt_problem() -> None:
+    assert prompt_problem("x") is None
+    assert prompt_problem([{"role": "user", "content": "x"}]) is None
+    assert prompt_problem([1, 2]) is None
+    assert "list of 2 strings" in str(prompt_problem(["a", "b"]))
+    assert "lacking 'role'" in str(prompt_problem([{"text": "x"}]))
+    assert "empty list" in str(prompt_problem([]))
+    assert "int" in str(prompt_problem(3))
