@@ -308,6 +308,20 @@ def test_reward_returning_strings(model_dir: str, tmp_path: Path, trainer: str, 
         built.train()
 
 
+def test_a_reward_for_the_last_turn_only_is_not_an_error(model_dir: str, tmp_path: Path) -> None:
+    """A rollout is unscorable only when no joint action of any turn got a score."""
+    scorer = TargetSumReward(0.5)
+
+    def final_turn_only(prompts: list[Any], completions: list[Any], turn: int, **kwargs: Any) -> list[Any]:
+        return [None] * len(completions) if turn == 1 else scorer(prompts, completions, turn=turn, **kwargs)
+
+    built = magrpo(model_dir, tmp_path, Dataset.from_dict({"target": [10] * 4}), reward=final_turn_only,
+                   env=TargetSumEnv(2, num_turns=2), args=magrpo_args(tmp_path, num_turns=2))
+    built.train()
+    turns = built.last_rollout.turns
+    assert torch.isnan(turns[0].rewards).all() and torch.isfinite(turns[1].rewards).all()
+
+
 def test_a_function_may_skip_what_another_scores(model_dir: str, tmp_path: Path) -> None:
     """None means "skip": with a second function scoring every response, PPO trains (as MAGRPO does)."""
     built = ppo(model_dir, tmp_path, reward=[constant(None), constant(1.0)])

@@ -101,6 +101,7 @@ class MAGRPOTrainer(TeamCheckpointMixin, TRLBaseTrainer):
             once per turn on all joint actions. Besides the dataset columns they receive `agent_prompts`,
             `agent_completions` (one list per agent), `agent_index=None`, `turn`, `transcript` and
             `trainer_state`. `prompts`/`completions` are agent 0's, so plain TRL functions work with one agent.
+            Each entry is a number, or `None` to skip a joint action (the reward contract: see [`TeamReward`]).
         args: A [`MAGRPOConfig`].
         train_dataset: A `datasets.Dataset` whose rows the environment reads (by default a `prompt` column).
         eval_dataset: Optional evaluation dataset; `evaluate()` reports the team reward on it.

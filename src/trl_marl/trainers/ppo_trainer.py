@@ -184,7 +184,10 @@ class MultiAgentPPOTrainer(TeamCheckpointMixin, TRLBaseTrainer):
         model: A model id or path, a `PreTrainedModel`, one per agent, or an [`AgentTeam`].
         train_dataset: Rows the environment reads.
         env: The environment. Default: `TokenizedPromptEnv` for datasets with `input_ids`, else `PromptEnv`.
-        reward_funcs: TRL-style reward functions (see above). Exclusive with `reward_model`.
+        reward_funcs: TRL-style reward functions (see above). Exclusive with `reward_model`. They follow the reward
+            contract of [`~trl_marl.rollout.TeamReward`]: one number or `None` (skip) per response, summed over the
+            functions; a response that every function skips, a string, or a NaN/inf score raises a
+            `RewardFunctionError` (PPO needs a finite score for every response).
         reward_model: A sequence classifier (`num_labels=1`) scoring query + response tokens.
         value_model: A sequence classifier (`num_labels=1`) for the value function, or one per agent. Default: a
             fresh head on a copy of each agent's base model.
