@@ -295,8 +295,10 @@ def test_prompt_length_check_choices(tmp_path: Path) -> None:
 @pytest.mark.parametrize("trainer", sorted(TRAINERS))
 def test_reward_returning_none_for_everything(model_dir: str, tmp_path: Path, trainer: str) -> None:
     built = TRAINERS[trainer](model_dir, tmp_path, reward=constant(None))
+    before = {k: v.clone() for k, v in built.team.state_dict().items()}
     with pytest.raises(RewardFunctionError, match=r"Every reward function \(`constant_NoneType`\) returned None"):
         built.train()
+    assert all(torch.equal(before[k], v) for k, v in built.team.state_dict().items())  # no update was taken
 
 
 @pytest.mark.parametrize("trainer", sorted(TRAINERS))
