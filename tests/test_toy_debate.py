@@ -169,23 +169,27 @@ def test_specialty_of_reads_the_first_digit_of_the_key():
         toy.specialty_of("Q:=A:")
 
 
-def test_specialist_knows_its_class_and_guesses_elsewhere():
+def test_specialist_knows_its_class_and_a_fixed_subset_elsewhere():
     table = toy.fact_table()
     assert set(table) == set(toy.FACT_KEYS) and all(10 <= v <= 99 for v in table.values())
     assert toy.fact_table() == table  # fixed by its seed
     task = toy.SpecialistFactsTask(specialty=1, novice_known_prob=0.4, first_turn_prob=1.0)
+    assert task.known == toy.SpecialistFactsTask(specialty=1).known  # a fixed subset, not a coin per sample
+    assert task.known != toy.SpecialistFactsTask(specialty=2).known
+    assert {k for k in toy.FACT_KEYS if toy.specialty_of(k) == 1} <= task.known
+    outside = [k for k in toy.FACT_KEYS if toy.specialty_of(k) != 1]
+    assert 0.2 < len(task.known & set(outside)) / len(outside) < 0.6
     rng = random.Random(0)
     right = {True: [], False: []}
     for _ in range(6000):
         prompt, answer = task.sample(rng)
         key = int(re.fullmatch(r"Q:(\d+)=A:", prompt).group(1))
-        right[toy.specialty_of(key) == 1].append(int(answer) == table[key])
-    assert all(right[True])  # the expert always learns the truth
-    novice = sum(right[False]) / len(right[False])
-    assert 0.4 < novice < 0.45  # known with probability 0.4, plus a lucky guess 1/90 of the rest
+        right[key in task.known].append(int(answer) == table[key])
+    assert all(right[True])  # a known key is always answered with its true value
+    assert sum(right[False]) / len(right[False]) < 0.05  # an unknown one is a fresh guess (1/90 right)
 
 
-def test_specialist_revision_copies_another_member_or_answers_itself():
+def test_specialist_revision_copies_a_candidate_or_answers_itself():
     table = toy.fact_table()
     task = toy.SpecialistFactsTask(specialty=0, first_turn_prob=0.0, copy_prob=1.0)
     rng = random.Random(1)
@@ -193,7 +197,7 @@ def test_specialist_revision_copies_another_member_or_answers_itself():
         prompt, answer = task.sample(rng)
         match = re.fullmatch(r"Q:(\d+)=(\d+) (\d+) (\d+)\?A:", prompt)
         assert match, prompt
-        assert answer in match.group(3, 4)  # one of the others' answers, never its own slot
+        assert answer in match.group(2, 3, 4)
         assert task.is_correct(prompt, str(table[int(match.group(1))]))
     with pytest.raises(ValueError, match="specialty"):
         toy.SpecialistFactsTask(specialty=3)

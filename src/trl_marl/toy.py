@@ -85,6 +85,7 @@ _MAKE_KWARGS_DEFAULTS: dict[str, Any] = {
     "max_operand": 99,
     "noise_prob": 0.0,
     "specialty": 0,
+    "copy_prob": 0.5,
 }
 _DIGITS = re.compile(r"[0-9]+")
 
@@ -758,6 +759,8 @@ def make_toy_model(
         args["noise_prob"] = float(options["noise_prob"])
     if task == "facts_specialist":
         args["specialty"] = int(options["specialty"])
+        args["copy_prob"] = float(options["copy_prob"])
+        args["novice_knowledge"] = "fixed-subset"  # what a novice knows (part of the cache key)
     args = json.loads(json.dumps(args))  # normalise exactly as it will be read back
 
     if path is None:
@@ -774,7 +777,7 @@ def make_toy_model(
     elif task == "debate":
         toy_task = DebateAdditionTask(max_operand=args["max_operand"], noise_prob=args["noise_prob"])
     elif task == "facts_specialist":
-        toy_task = SpecialistFactsTask(specialty=args["specialty"])
+        toy_task = SpecialistFactsTask(specialty=args["specialty"], copy_prob=args["copy_prob"])
     else:
         toy_task = AdditionTask(max_operand=args["max_operand"], noise_prob=args["noise_prob"])
     tokenizer = build_toy_tokenizer()
@@ -1002,15 +1005,17 @@ class SpecialistFactsTask(ToyTask):
     """The toy debate format for one member of a *heterogeneous* team: an expert on some questions, a novice on others.
 
     A question is a key of [`FACT_KEYS`] and its answer the key's value in [`fact_table`] (``"Q:37=A:"`` ->
-    ``"52"``). Keys fall into ``num_specialties`` classes by their first digit ([`specialty_of`]). On keys of class
-    ``specialty`` the member always learns the true value; on the others it learns it only with probability
-    ``novice_known_prob`` and a random two-digit number otherwise. So a team built with specialties ``0, 1, 2`` has one
-    expert per question and two members who mostly guess: no single member is good at everything.
+    ``"52"``). Keys fall into ``num_specialties`` classes by their first digit ([`specialty_of`]). The member knows
+    every key of class ``specialty`` and a fixed random fraction ``novice_known_prob`` of the other keys (drawn once
+    from ``table_seed`` and ``specialty``); for a key it does not know, its training answer is a fresh random two-digit
+    number, so there is no hidden preference for the truth that reinforcement learning could merely sharpen. A team
+    built with specialties ``0, 1, 2`` has one expert per question and two members who know it only sometimes: no
+    single member is good at everything.
 
     Revision prompts ``"Q:37=52 18 52?A:"`` list ``num_candidates`` answers (a debate's previous turn: the member's own
     answer first, then the others'), each true with probability ``candidate_correct_prob``. Their training answer is
-    one of the *other* candidates, chosen uniformly, with probability ``copy_prob``, otherwise a fresh answer of the
-    member's own knowledge. A pretrained member can therefore copy what it reads but does not know *whose* answer to
+    one of the candidates, chosen uniformly, with probability ``copy_prob``, otherwise a fresh answer of the member's
+    own knowledge. A pretrained member can therefore copy what it reads but does not know *whose* answer to
     trust; copying at random conserves the expected number of correct answers while it makes them correlated, so an
     untrained team's majority vote loses the benefit of independent voters turn after turn. What MAPoRL can teach it
     is to keep its own answer on its specialty and to adopt the expert's answer on the others.
@@ -1018,11 +1023,11 @@ class SpecialistFactsTask(ToyTask):
     Attributes:
         specialty: The class this member is an expert on.
         num_specialties: Number of classes.
-        novice_known_prob: Probability that a novice's training answer is the true value.
+        novice_known_prob: Fraction of the keys outside its specialty that the member knows.
         first_turn_prob: Probability of a first-turn prompt (no candidates).
         num_candidates: Number of candidates in a revision prompt (the team size).
         candidate_correct_prob: Probability that each candidate is the true value.
-        copy_prob: Probability that a revision prompt's answer copies another member's candidate.
+        copy_prob: Probability that a revision prompt's answer copies a candidate.
         table_seed: Seed of [`fact_table`].
     """
 
@@ -1049,12 +1054,12 @@ class SpecialistFactsTask(ToyTask):
         if self.num_candidates < 2:
             raise ValueError("num_candidates must be >= 2 (the member's own answer and at least one other)")
         self.table = fact_table(self.table_seed)
+        chooser = random.Random(f"{self.table_seed}-{self.specialty}")
+        self.known = {key for key in FACT_KEYS if specialty_of(key, self.num_specialties) == self.specialty
+                      or chooser.random() < self.novice_known_prob}
 
     def _own_answer(self, rng: random.Random, key: int) -> int:
-        expert = specialty_of(key, self.num_specialties) == self.specialty
-        if expert or rng.random() < self.novice_known_prob:
-            return self.table[key]
-        return rng.randint(10, 99)
+        return self.table[key] if key in self.known else rng.randint(10, 99)
 
     def sample(self, rng: random.Random) -> tuple[str, str]:
         """Samples one first-turn or revision prompt and its training answer.
@@ -1073,7 +1078,7 @@ class SpecialistFactsTask(ToyTask):
                       for _ in range(self.num_candidates)]
         prompt = f"Q:{key}=" + " ".join(str(c) for c in candidates) + "?A:"
         if rng.random() < self.copy_prob:
-            return prompt, str(rng.choice(candidates[1:]))
+            return prompt, str(rng.choice(candidates))
         return prompt, str(self._own_answer(rng, key))
 
     def is_correct(self, prompt: str, completion: str) -> bool:
