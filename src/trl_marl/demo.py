@@ -8,9 +8,10 @@ to 10 (-0.5 for an unparseable answer). MAGRPO trains both agents on the team re
 same budget training each agent *alone* (GRPO on the same team reward with its partner frozen at its pretrained
 policy), then pairs the two separately trained agents, the papers' "training individual LLMs alone".
 
-Part 2, MAPoRL: three agents debate an addition question for three turns (each sees the others' previous answers
-from turn 2 on); an answer verifier scores every answer, the influence-aware reward with collaboration incentives
-is maximized with multi-agent PPO. Reported: majority-vote accuracy per turn before and after training, and the
+Part 2, MAPoRL: a team of three agents with different strengths (one knows every fact of a toy world, two know
+40% each) debates each question for three turns (from turn 2 on, every agent sees all agents' previous answers); an
+answer verifier scores every answer, and the influence-aware reward with collaboration incentives is maximized with
+multi-agent PPO on the revision turns. Reported: majority-vote accuracy per turn before and after training, and the
 collaboration transitions between turns.
 """
 
@@ -185,25 +186,44 @@ def _debate_metrics(metrics: dict[str, float], turns: int) -> dict[str, list[flo
     return out
 
 
-MAPORL_SETTINGS: dict[str, float] = {
-    "learning_rate": 3e-4, "kl_coef": 0.02, "alpha": 0.5, "beta": 0.2, "gamma": 1.0, "train_turns_from": 1,
+MAPORL_SETTINGS: dict[str, Any] = {
+    "learning_rate": 1e-3, "kl_coef": 0.02, "alpha": 0.5, "beta": 0.2, "gamma": 1.0, "train_turns_from": 2,
+    "policy_sharing": "agent_turn", "num_ppo_epochs": 4,
 }
 """Hyperparameters of the demo debate (see benchmarks/RESULTS.md for how they were chosen)."""
 
 
+def debate_team(seed: int = 0) -> list[str]:
+    """The demo's heterogeneous debate team: three toy models of different strengths (built once, then cached).
+
+    Agent 0 knows every fact of the toy world; agents 1 and 2 each know a different fixed 40% of them and guess the
+    rest ([`~trl_marl.toy.SpecialistFactsTask`]). All three were pretrained to revise by copying one of the previous
+    turn's answers at random: they can read and adopt an answer, but do not know whose answer to trust.
+    """
+    from .toy import make_toy_model
+
+    return [make_toy_model(task="facts_specialist", hidden_size=64, num_layers=2, pretrain_steps=600, seed=seed,
+                           specialty=None, novice_known_prob=1.0 if i == 0 else 0.4, knowledge_seed=i,
+                           copy_prob=1.0) for i in range(3)]
+
+
 def run_maporl_part(updates: int, seed: int, episodes: int, work_dir: str, show_progress: bool) -> dict[str, Any]:
-    """A 3-agent, 3-turn arithmetic debate trained with MAPoRL-style multi-agent PPO."""
+    """A 3-agent, 3-turn debate of a heterogeneous team ([`debate_team`]) trained with MAPoRL-style multi-agent PPO.
+
+    Every agent sees the question and all agents' previous answers (`ToyDebateEnv`); an answer verifier scores every
+    answer and the influence-aware reward with the alpha/beta incentives is maximized with PPO. Only the revision
+    turns are trained (turns >= `train_turns_from`, one policy per agent and turn: the paper's theta_{t,a}), so turn 1
+    is the untrained team's, and any gain over the turns comes from how the agents revise.
+    """
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
-    from .data import toy_debate_dataset
+    from .data import toy_facts_dataset
     from .envs.debate import ToyDebateEnv
     from .rewards.influence import InfluenceAwareReward
     from .rewards.verifier import AnswerVerifier
-    from .toy import make_toy_model
     from .trainers import MultiAgentPPOConfig, MultiAgentPPOTrainer
 
     agents, turns, batch = 3, 3, 16
-    model_dir = make_toy_model(task="debate", hidden_size=64, num_layers=2, pretrain_steps=600, seed=0)
     verifier = AnswerVerifier(task="math")
     hp = MAPORL_SETTINGS
     reward = InfluenceAwareReward(verifier, gamma=hp["gamma"], alpha0=hp["alpha"], alpha1=hp["alpha"],
@@ -211,15 +231,15 @@ def run_maporl_part(updates: int, seed: int, episodes: int, work_dir: str, show_
     config = MultiAgentPPOConfig(
         output_dir=os.path.join(work_dir, "maporl"), num_agents=agents, num_turns=turns,
         per_device_train_batch_size=batch, total_episodes=updates * batch, response_length=4, stop_token="eos",
-        num_ppo_epochs=2, learning_rate=hp["learning_rate"], kl_coef=hp["kl_coef"], temperature=1.0,
-        missing_eos_penalty=1.0, train_turns_from=int(hp["train_turns_from"]),
-        report_to="none", save_strategy="no", gradient_checkpointing=False, num_sample_generations=0,
-        logging_steps=1, seed=seed, per_device_eval_batch_size=64, disable_tqdm=True,
+        num_ppo_epochs=int(hp["num_ppo_epochs"]), learning_rate=hp["learning_rate"], kl_coef=hp["kl_coef"],
+        temperature=1.0, missing_eos_penalty=1.0, train_turns_from=int(hp["train_turns_from"]),
+        policy_sharing=hp["policy_sharing"], report_to="none", save_strategy="no", gradient_checkpointing=False,
+        num_sample_generations=0, logging_steps=1, seed=seed, per_device_eval_batch_size=64, disable_tqdm=True,
     )
     trainer = MultiAgentPPOTrainer(
-        args=config, model=model_dir, reward_funcs=[reward], env=ToyDebateEnv(agents, turns),
-        train_dataset=toy_debate_dataset(max(4 * updates * batch, 256), seed=seed),
-        eval_dataset=toy_debate_dataset(episodes, seed=10_000 + seed), eval_verifier=verifier,
+        args=config, model=debate_team(), reward_funcs=[reward], env=ToyDebateEnv(agents, turns),
+        train_dataset=toy_facts_dataset(max(4 * updates * batch, 256), seed=seed),
+        eval_dataset=toy_facts_dataset(episodes, seed=10_000 + seed), eval_verifier=verifier,
     )
     trainer.remove_callback(PrinterCallback)
     trainer.remove_callback(ProgressCallback)
@@ -228,8 +248,9 @@ def run_maporl_part(updates: int, seed: int, episodes: int, work_dir: str, show_
     trainer.train()
     after = _debate_metrics(trainer.evaluate(), turns)
     curve = [h["objective/scores"] for h in trainer.state.log_history if "objective/scores" in h]
-    return {"task": f"{agents} agents debate 2-digit additions for {turns} turns", "updates": updates,
-            "before": before, "after": after, "score_curve": curve}
+    return {"task": f"{agents} agents of different strengths (one knows every fact, two know 40%) debate for "
+                    f"{turns} turns",
+            "updates": updates, "before": before, "after": after, "score_curve": curve}
 
 
 # ---------------------------------------------------------------------------------------------------- report
@@ -248,7 +269,7 @@ def format_table(results: dict[str, Any]) -> str:
         turns = len(d["before"]["majority_accuracy"])
         head = "".join(f"{'turn ' + str(t + 1):>9s}" for t in range(turns))
         lines += [
-            "MAPoRL debate (3 agents, 3 turns): majority-vote accuracy per turn",
+            "MAPoRL debate (3 agents of different strengths, 3 turns): majority-vote accuracy per turn",
             f"  {'':16s}{head}",
             f"  {'before training':16s}" + "".join(f"{v:9.3f}" for v in d["before"]["majority_accuracy"]),
             f"  {'after training':16s}" + "".join(f"{v:9.3f}" for v in d["after"]["majority_accuracy"]),
@@ -319,14 +340,16 @@ def run_demo(config: DemoConfig) -> dict[str, Any]:
     work = os.path.join(out, "runs")
     os.makedirs(work, exist_ok=True)
     start = time.perf_counter()
-    print("[1/4] Tiny language model pretrained on synthetic arithmetic (cached after the first run)", flush=True)
+    print("[1/4] Tiny language models pretrained on synthetic tasks (built once, then cached)", flush=True)
     model_dir = make_toy_model(task="target", hidden_size=32, num_layers=1, pretrain_steps=100, seed=0,
                                targets=(TARGET,))
+    debate_team()
     results: dict[str, Any] = {"preset": config.preset, "seed": config.seed}
     print(f"[2/4] MAGRPO vs training each agent alone: {preset['magrpo_steps']} steps each", flush=True)
     results["magrpo"] = run_magrpo_part(model_dir, preset["magrpo_steps"], config.seed, preset["eval_episodes"],
                                         work, config.show_progress)
-    print(f"[3/4] MAPoRL: 3 agents debate for 3 turns, {preset['maporl_updates']} PPO updates", flush=True)
+    print(f"[3/4] MAPoRL: a team of 3 agents of different strengths debates for 3 turns, "
+          f"{preset['maporl_updates']} PPO updates", flush=True)
     results["maporl"] = run_maporl_part(preset["maporl_updates"], config.seed, preset["eval_episodes"], work,
                                         config.show_progress)
     results["seconds"] = time.perf_counter() - start

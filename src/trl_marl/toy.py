@@ -86,6 +86,8 @@ _MAKE_KWARGS_DEFAULTS: dict[str, Any] = {
     "noise_prob": 0.0,
     "specialty": 0,
     "copy_prob": 0.5,
+    "novice_known_prob": 0.4,
+    "knowledge_seed": 0,
 }
 _DIGITS = re.compile(r"[0-9]+")
 
@@ -758,8 +760,10 @@ def make_toy_model(
         args["max_operand"] = int(options["max_operand"])
         args["noise_prob"] = float(options["noise_prob"])
     if task == "facts_specialist":
-        args["specialty"] = int(options["specialty"])
+        args["specialty"] = None if options["specialty"] is None else int(options["specialty"])
         args["copy_prob"] = float(options["copy_prob"])
+        args["novice_known_prob"] = float(options["novice_known_prob"])
+        args["knowledge_seed"] = int(options["knowledge_seed"])
         args["novice_knowledge"] = "fixed-subset"  # what a novice knows (part of the cache key)
     args = json.loads(json.dumps(args))  # normalise exactly as it will be read back
 
@@ -777,7 +781,9 @@ def make_toy_model(
     elif task == "debate":
         toy_task = DebateAdditionTask(max_operand=args["max_operand"], noise_prob=args["noise_prob"])
     elif task == "facts_specialist":
-        toy_task = SpecialistFactsTask(specialty=args["specialty"], copy_prob=args["copy_prob"])
+        toy_task = SpecialistFactsTask(specialty=args["specialty"], copy_prob=args["copy_prob"],
+                                       novice_known_prob=args["novice_known_prob"],
+                                       knowledge_seed=args["knowledge_seed"])
     else:
         toy_task = AdditionTask(max_operand=args["max_operand"], noise_prob=args["noise_prob"])
     tokenizer = build_toy_tokenizer()
@@ -1021,9 +1027,10 @@ class SpecialistFactsTask(ToyTask):
     is to keep its own answer on its specialty and to adopt the expert's answer on the others.
 
     Attributes:
-        specialty: The class this member is an expert on.
+        specialty: The class this member is an expert on (`None`: none).
         num_specialties: Number of classes.
-        novice_known_prob: Fraction of the keys outside its specialty that the member knows.
+        novice_known_prob: Fraction of the keys outside its specialty that the member knows (1.0: every key).
+        knowledge_seed: Seeds which of those keys it knows (give members without a specialty different seeds).
         first_turn_prob: Probability of a first-turn prompt (no candidates).
         num_candidates: Number of candidates in a revision prompt (the team size).
         candidate_correct_prob: Probability that each candidate is the true value.
@@ -1031,9 +1038,10 @@ class SpecialistFactsTask(ToyTask):
         table_seed: Seed of [`fact_table`].
     """
 
-    specialty: int = 0
+    specialty: int | None = 0
     num_specialties: int = 3
     novice_known_prob: float = 0.4
+    knowledge_seed: int = 0
     first_turn_prob: float = 0.5
     num_candidates: int = 3
     candidate_correct_prob: float = 0.5
@@ -1046,17 +1054,17 @@ class SpecialistFactsTask(ToyTask):
         Raises:
             ValueError: If a field is out of range.
         """
-        if not 0 <= self.specialty < self.num_specialties:
-            raise ValueError(f"specialty must be in [0, {self.num_specialties}), got {self.specialty}")
+        if self.specialty is not None and not 0 <= self.specialty < self.num_specialties:
+            raise ValueError(f"specialty must be None or in [0, {self.num_specialties}), got {self.specialty}")
         for name in ("novice_known_prob", "first_turn_prob", "candidate_correct_prob", "copy_prob"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"{name} must be in [0, 1]")
         if self.num_candidates < 2:
             raise ValueError("num_candidates must be >= 2 (the member's own answer and at least one other)")
         self.table = fact_table(self.table_seed)
-        chooser = random.Random(f"{self.table_seed}-{self.specialty}")
-        self.known = {key for key in FACT_KEYS if specialty_of(key, self.num_specialties) == self.specialty
-                      or chooser.random() < self.novice_known_prob}
+        chooser = random.Random(f"{self.table_seed}-{self.specialty}-{self.knowledge_seed}")
+        self.known = {key for key in FACT_KEYS if chooser.random() < self.novice_known_prob
+                      or specialty_of(key, self.num_specialties) == self.specialty}
 
     def _own_answer(self, rng: random.Random, key: int) -> int:
         return self.table[key] if key in self.known else rng.randint(10, 99)
