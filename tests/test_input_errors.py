@@ -8,7 +8,7 @@ offending field.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -38,15 +38,6 @@ from trl_marl.validation import ContextLengthWarning, has_accelerator, reward_va
 
 warnings.filterwarnings("ignore")
 PROMPT = "T=10:"
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread() -> Iterator[None]:
-    """Tiny models run fastest (and do not oversubscribe a busy machine) on one thread."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
 
 
 @pytest.fixture(scope="module")
