@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import random
 from collections.abc import Iterator
 from pathlib import Path
@@ -381,3 +382,21 @@ def test_toy_names(monkeypatch: pytest.MonkeyPatch) -> None:
         resolve_toy_name("toy:chess")
     with pytest.raises(ValueError):
         resolve_toy_name("gpt2")
+
+
+def test_pretraining_does_not_depend_on_the_callers_thread_count(tmp_path):
+    """Same arguments, same weights, whether the caller runs torch on one thread or two."""
+    from safetensors.torch import load_file
+
+    previous = torch.get_num_threads()
+    dirs = []
+    try:
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            dirs.append(make_toy_model(tmp_path / f"t{threads}", task="target", hidden_size=32, num_layers=1,
+                                       pretrain_steps=20, seed=0))
+            assert torch.get_num_threads() == threads  # restored for the caller
+    finally:
+        torch.set_num_threads(previous)
+    a, b = (load_file(os.path.join(d, "model.safetensors")) for d in dirs)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)

@@ -70,7 +70,7 @@ TOY_CHAT_TEMPLATE: str = (
 """A minimal chat template: the bos token followed by the concatenated message contents (no role markers)."""
 
 _MARKER_FILE = "trl_marl_toy.json"
-_FORMAT_VERSION = 2
+_FORMAT_VERSION = 3  # 3: pretraining runs on one torch thread whatever the caller set
 _TASK_NAMES = ("target", "addition", "debate", "facts_specialist")
 _TOY_PRESETS: dict[str, dict[str, Any]] = {
     "target": {},
@@ -495,7 +495,8 @@ def pretrain_toy_model(
 
     Each training sequence is ``bos + prompt + answer + eos``, right-padded within its batch. The loss is the
     cross entropy on the answer tokens and the eos token only. The optimiser is AdamW. The global torch RNG state
-    is left untouched; the result is deterministic given ``seed``.
+    is left untouched; the result is deterministic given ``seed`` (it runs on one torch thread, so the weights do
+    not depend on the caller's thread count).
 
     Args:
         model: A causal language model, e.g. from :func:`build_toy_model`.
@@ -511,6 +512,18 @@ def pretrain_toy_model(
     Returns:
         The training loss of every step.
     """
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # float summation order (hence the weights) must not depend on the caller's threads
+    try:
+        return _pretrain(model, tokenizer, task, steps, batch_size, lr, seed, progress, max_grad_norm)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _pretrain(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, task: ToyTask | list[ToyTask],
+              steps: int, batch_size: int, lr: float, seed: int, progress: bool,
+              max_grad_norm: float | None) -> list[float]:
+    """The body of [`pretrain_toy_model`], run on one thread."""
     tasks = _as_task_list(task)
     rng = random.Random(seed)
     device = _model_device(model)
