@@ -210,7 +210,7 @@ def test_setuid_binary_gains_nothing():
     # `su` is set-uid root on most systems: with no_new_privs and nosuid it runs (if at all) as the sandbox user.
     su = "/usr/bin/su" if os.path.exists("/usr/bin/su") else None
     if su is None or not os.stat(su).st_mode & 0o4000:
-        pytest.skip("no set-uid su here")
+        pytest.skip("this machine has no set-uid /usr/bin/su to try: nothing to escalate with")
     program = (
         "import subprocess\n"
         "out = subprocess.run(['/usr/bin/su', '-c', 'id -u', 'root'], capture_output=True, text=True,\n"

@@ -151,7 +151,11 @@ class PPOTrainer:
         self.accelerator = Accelerator(log_with=config.log_with, project_config=ProjectConfiguration(
             **config.project_kwargs), **config.accelerator_kwargs)
         if self.accelerator.num_processes > 1:
-            raise NotImplementedError("trl_marl.legacy.PPOTrainer runs in one process (see docs/legacy_ppo.md).")
+            raise RuntimeError(
+                f"trl_marl.legacy.PPOTrainer trains in one process, but {self.accelerator.num_processes} were "
+                "launched: run the script with `python` (one process), or use `trl_marl.PPOTrainer` / "
+                "`MultiAgentPPOTrainer`, which shard episodes across processes (see docs/legacy_ppo.md)."
+            )
         config.world_size = 1
         config.global_backward_batch_size = config.backward_batch_size
         config.global_batch_size = config.batch_size
