@@ -1,0 +1,466 @@
+"""GPU benchmark of MAGRPO teams at real model sizes, with random weights built from config (no Hub).
+
+One command measures, for each model size:
+
+* ``grpo``: TRL's ``GRPOTrainer`` training one LoRA policy (the peer);
+* ``magrpo-1``: ``MAGRPOTrainer`` with one agent, the same model, LoRA and settings (the one-agent overhead);
+* ``magrpo-2`` / ``magrpo-4``: teams of 2 and 4 agents in ``adapters`` mode (one base model, one LoRA adapter per
+  agent, mixed-adapter batched generation);
+* ``magrpo-2-qlora``: the 2-agent team on a 4-bit (NF4, bitsandbytes) base model (CUDA only);
+* ``mixed-adapter generation``: one batched ``generate`` over every agent's rows (one adapter name per row) vs one
+  ``generate`` call per agent, on the same team and prompts.
+
+Every trainer run uses bf16 weights, activation checkpointing, ``beta=0``, G = 8 samples per prompt, P prompts per
+step, prompts of ``--prompt-tokens`` tokens and ``--new-tokens`` new tokens (a random model almost never samples EOS
+among ~152k tokens, so every completion has the full length). For each run the script reports, over the steps after
+the first (warm-up):
+
+* generation tokens/s: positions decoded by ``generate`` (batch x new tokens, timed around every ``generate`` call
+  with CUDA synchronised) per second of generation;
+* training tokens/s: sequences x (prompt + completion) tokens per second of the rest of the step (log-prob forward,
+  backward, optimizer step, trainer overheads);
+* joint samples/s: scored samples per agent per second of the whole step;
+* peak GPU memory: ``torch.cuda.max_memory_allocated`` over the run.
+
+Run on a GPU machine (torch, transformers, trl, peft, datasets and, for QLoRA, bitsandbytes installed)::
+
+    PYTHONPATH=src python benchmarks/gpu/bench_gpu.py --sizes 0.5b 1.5b --out benchmarks/gpu/results.json
+
+On CPU, ``--sizes tiny`` runs the same code at a tiny size in float32 (no QLoRA) as a smoke test; the test suite
+runs it that way (``tests/test_bench_gpu.py``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gc
+import json
+import os
+import platform
+import random
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("WANDB_MODE", "disabled")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+SRC_DIR = Path(__file__).resolve().parents[2] / "src"
+if str(SRC_DIR) not in sys.path:  # run from a source checkout without `pip install -e .`
+    sys.path.insert(0, str(SRC_DIR))
+
+import torch  # noqa: E402
+from transformers import (  # noqa: E402
+    GenerationMixin,
+    PreTrainedTokenizerFast,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+    TrainerCallback,  # noqa: E402
+)
+
+# Qwen2.5 architecture sizes (the published configs' shapes; the weights here are random).
+SIZES: dict[str, dict[str, Any]] = {
+    "tiny": {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+             "num_key_value_heads": 2, "vocab_size": 2048},
+    "0.5b": {"hidden_size": 896, "intermediate_size": 4864, "num_hidden_layers": 24, "num_attention_heads": 14,
+             "num_key_value_heads": 2, "vocab_size": 151936},
+    "1.5b": {"hidden_size": 1536, "intermediate_size": 8960, "num_hidden_layers": 28, "num_attention_heads": 12,
+             "num_key_value_heads": 2, "vocab_size": 151936},
+}
+
+
+def build_tokenizer(vocab_size: int) -> PreTrainedTokenizerFast:
+    """A word-level tokenizer whose words are ``w0 ... w{V-4}`` (one token each), with pad/eos/unk tokens."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    specials = ["<pad>", "<eos>", "<unk>"]
+    vocab = {tok: i for i, tok in enumerate(specials)}
+    for i in range(vocab_size - len(specials)):
+        vocab[f"w{i}"] = len(vocab)
+    backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    backend.decoder = decoders.WordPiece(prefix="##", cleanup=False)  # joins words with spaces
+    return PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="<pad>", eos_token="<eos>",
+                                   unk_token="<unk>", padding_side="left")
+
+
+def build_model(size: str, dtype: torch.dtype, device: str) -> Qwen2ForCausalLM:
+    """A Qwen2 model of the named size with random weights, built directly on `device` in `dtype`."""
+    config = Qwen2Config(**SIZES[size], max_position_embeddings=4096, rope_theta=1_000_000.0, rms_norm_eps=1e-6,
+                         tie_word_embeddings=True, pad_token_id=0, eos_token_id=1, bos_token_id=None,
+                         use_cache=True)
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        with torch.device(device):
+            model = Qwen2ForCausalLM(config)
+    finally:
+        torch.set_default_dtype(previous)
+    model.generation_config.pad_token_id = 0
+    model.generation_config.eos_token_id = 1
+    return model
+
+
+def word_prompts(n: int, length: int, vocab_size: int, seed: int) -> list[str]:
+    rng = random.Random(seed)
+    return [" ".join(f"w{rng.randrange(vocab_size - 3)}" for _ in range(length)) for _ in range(n)]
+
+
+def even_word_reward(prompts: list[Any], completions: list[Any], **kwargs: Any) -> list[float]:
+    """A cheap reward with variance on random models: the share of completion words with an even index."""
+    scores = []
+    for text in completions:
+        words = str(text).split()
+        scores.append(sum(w[1:].isdigit() and int(w[1:]) % 2 == 0 for w in words) / max(len(words), 1))
+    return scores
+
+
+class GenerationTimer:
+    """Times every outermost `generate` call of any transformers/PEFT model and counts the decoded positions."""
+
+    def __init__(self, device: str) -> None:
+        self.device = device
+        self.seconds = 0.0
+        self.tokens = 0
+        self._depth = 0
+        self._original: Callable[..., Any] | None = None
+
+    def _sync(self) -> None:
+        if self.device == "cuda":
+            torch.cuda.synchronize()
+
+    @contextlib.contextmanager
+    def patched(self) -> Iterator[GenerationTimer]:
+        original = GenerationMixin.generate
+        timer = self
+
+        def timed_generate(model: Any, *args: Any, **kwargs: Any) -> Any:
+            timer._depth += 1
+            outer = timer._depth == 1
+            if outer:
+                timer._sync()
+                start = time.perf_counter()
+            try:
+                out = original(model, *args, **kwargs)
+            finally:
+                timer._depth -= 1
+            if outer:
+                timer._sync()
+                timer.seconds += time.perf_counter() - start
+                input_ids = kwargs.get("input_ids", args[0] if args else None)
+                sequences = out.sequences if hasattr(out, "sequences") else out
+                prompt_len = input_ids.shape[1] if input_ids is not None else 0
+                timer.tokens += sequences.shape[0] * (sequences.shape[1] - prompt_len)
+            return out
+
+        GenerationMixin.generate = timed_generate  # type: ignore[method-assign]
+        try:
+            yield self
+        finally:
+            GenerationMixin.generate = original  # type: ignore[method-assign]
+
+
+class StepRecorder(TrainerCallback):
+    """Records each optimizer step's wall time and the generation time/tokens inside it."""
+
+    def __init__(self, gen: GenerationTimer) -> None:
+        self.gen = gen
+        self.steps: list[dict[str, float]] = []
+        self._start = 0.0
+        self._gen_s = 0.0
+        self._gen_tokens = 0
+
+    def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.gen._sync()
+        self._start = time.perf_counter()
+        self._gen_s, self._gen_tokens = self.gen.seconds, self.gen.tokens
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.gen._sync()
+        self.steps.append({"step_s": time.perf_counter() - self._start,
+                           "gen_s": self.gen.seconds - self._gen_s,
+                           "gen_tokens": float(self.gen.tokens - self._gen_tokens)})
+
+
+@dataclass
+class RunResult:
+    name: str
+    size: str
+    agents: int
+    params_m: float
+    steps_timed: int
+    step_s: float
+    gen_tokens_per_s: float
+    train_tokens_per_s: float
+    samples_per_s: float
+    peak_mem_gib: float
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Setting:
+    size: str
+    device: str
+    dtype: torch.dtype
+    prompts: int
+    generations: int
+    prompt_tokens: int
+    new_tokens: int
+    steps: int
+    workdir: Path
+
+    @property
+    def vocab(self) -> int:
+        return SIZES[self.size]["vocab_size"]
+
+
+def _summarise(name: str, s: Setting, agents: int, params: int, recorder: StepRecorder, peak: float,
+               notes: list[str]) -> RunResult:
+    timed = recorder.steps[1:] or recorder.steps  # the first step warms up kernels and allocator
+    step_s = sum(x["step_s"] for x in timed) / len(timed)
+    gen_s = sum(x["gen_s"] for x in timed) / len(timed)
+    gen_tokens = sum(x["gen_tokens"] for x in timed) / len(timed)
+    sequences = s.prompts * s.generations * agents
+    train_tokens = sequences * (s.prompt_tokens + s.new_tokens)
+    return RunResult(
+        name=name, size=s.size, agents=agents, params_m=params / 1e6, steps_timed=len(timed), step_s=step_s,
+        gen_tokens_per_s=gen_tokens / gen_s if gen_s > 0 else float("nan"),
+        train_tokens_per_s=train_tokens / max(step_s - gen_s, 1e-9),
+        samples_per_s=sequences / agents / step_s, peak_mem_gib=peak / 2**30, notes=notes,
+    )
+
+
+def _reset_memory(device: str) -> None:
+    gc.collect()
+    if device == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+
+
+def _peak(device: str) -> float:
+    return float(torch.cuda.max_memory_allocated()) if device == "cuda" else float("nan")
+
+
+def _lora() -> Any:
+    from peft import LoraConfig
+
+    return LoraConfig(r=16, lora_alpha=32, lora_dropout=0.0,
+                      target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+                      task_type="CAUSAL_LM")
+
+
+def _common_args(s: Setting, out: str) -> dict[str, Any]:
+    on_gpu = s.device == "cuda"
+    return dict(
+        output_dir=out, num_generations=s.generations, per_device_train_batch_size=s.prompts * s.generations,
+        max_completion_length=s.new_tokens, learning_rate=1e-5, beta=0.0, bf16=on_gpu, max_steps=s.steps,
+        activation_checkpointing=True, activation_checkpointing_kwargs={"use_reentrant": False},
+        report_to="none", save_strategy="no", logging_steps=1, disable_tqdm=True, seed=0,
+        use_cpu=not on_gpu, temperature=1.0, top_p=1.0,
+    )
+
+
+def _dataset(s: Setting) -> Any:
+    from datasets import Dataset
+
+    return Dataset.from_dict({"prompt": word_prompts(s.prompts * s.steps, s.prompt_tokens, s.vocab, seed=1)})
+
+
+def run_grpo(s: Setting, gen: GenerationTimer) -> RunResult:
+    from trl import GRPOConfig, GRPOTrainer
+
+    _reset_memory(s.device)
+    tokenizer = build_tokenizer(s.vocab)
+    model = build_model(s.size, s.dtype, s.device)
+    params = sum(p.numel() for p in model.parameters())
+    trainer = GRPOTrainer(model=model, reward_funcs=even_word_reward, processing_class=tokenizer,
+                          args=GRPOConfig(**_common_args(s, str(s.workdir / "grpo"))),
+                          train_dataset=_dataset(s), peft_config=_lora())
+    recorder = StepRecorder(gen)
+    trainer.add_callback(recorder)
+    trainer.train()
+    result = _summarise("grpo", s, 1, params, recorder, _peak(s.device), ["TRL GRPOTrainer, LoRA r=16"])
+    del trainer, model
+    return result
+
+
+def run_magrpo(s: Setting, gen: GenerationTimer, agents: int, qlora: bool = False) -> RunResult:
+    from trl_marl import MAGRPOConfig, MAGRPOTrainer
+
+    _reset_memory(s.device)
+    tokenizer = build_tokenizer(s.vocab)
+    notes = [f"adapters team, LoRA r=16 per agent, {agents} agent(s)"]
+    if qlora:
+        from transformers import AutoModelForCausalLM, BitsAndBytesConfig
+
+        path = s.workdir / f"base-{s.size}"
+        if not path.exists():
+            build_model(s.size, torch.bfloat16, s.device).save_pretrained(path)
+            _reset_memory(s.device)
+        quant = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=torch.bfloat16,
+                                   bnb_4bit_use_double_quant=True)
+        model = AutoModelForCausalLM.from_pretrained(path, quantization_config=quant, dtype=torch.bfloat16,
+                                                     device_map={"": 0})
+        notes.append("QLoRA: NF4 base (double quantisation), bf16 compute")
+    else:
+        model = build_model(s.size, s.dtype, s.device)
+    params = sum(p.numel() for p in model.parameters())
+    name = f"magrpo-{agents}" + ("-qlora" if qlora else "")
+    trainer = MAGRPOTrainer(model=model, reward_funcs=even_word_reward, processing_class=tokenizer,
+                            args=MAGRPOConfig(**_common_args(s, str(s.workdir / name)), num_agents=agents,
+                                              team_mode="adapters"),
+                            train_dataset=_dataset(s), peft_config=_lora())
+    recorder = StepRecorder(gen)
+    trainer.add_callback(recorder)
+    trainer.train()
+    result = _summarise(name, s, agents, params, recorder, _peak(s.device), notes)
+    del trainer, model
+    return result
+
+
+def run_mixed_generation(s: Setting, agents: int, repeats: int = 2) -> dict[str, Any]:
+    """One batched mixed-adapter `generate` over all agents' rows vs one `generate` per agent."""
+    from transformers import GenerationConfig
+
+    from trl_marl.team import AgentTeam
+
+    _reset_memory(s.device)
+    tokenizer = build_tokenizer(s.vocab)
+    model = build_model(s.size, s.dtype, s.device)
+    team = AgentTeam.build(model, agents, mode="adapters", peft_config=_lora(), processing_class=tokenizer)
+    rows = s.prompts * s.generations
+    prompts = [word_prompts(rows, s.prompt_tokens, s.vocab, seed=10 + a) for a in range(agents)]
+    config = GenerationConfig(max_new_tokens=s.new_tokens, do_sample=True, temperature=1.0, top_p=1.0,
+                              pad_token_id=0, eos_token_id=1)
+    sync = torch.cuda.synchronize if s.device == "cuda" else (lambda: None)
+
+    def batched() -> None:
+        team.generate(prompts, config)
+
+    def one_per_agent() -> None:
+        for a in range(agents):
+            team.generate([prompts[b] if b == a else [] for b in range(agents)], config)
+
+    times: dict[str, list[float]] = {"batched": [], "per_agent": []}
+    batched()  # warm-up
+    one_per_agent()
+    for _ in range(repeats):
+        for name, fn in (("batched", batched), ("per_agent", one_per_agent)):
+            sync()
+            start = time.perf_counter()
+            fn()
+            sync()
+            times[name].append(time.perf_counter() - start)
+    tokens = agents * rows * s.new_tokens
+    result = {
+        "size": s.size, "agents": agents, "rows_per_agent": rows,
+        "batched_s": min(times["batched"]), "per_agent_s": min(times["per_agent"]),
+        "batched_tokens_per_s": tokens / min(times["batched"]),
+        "per_agent_tokens_per_s": tokens / min(times["per_agent"]),
+    }
+    result["speedup"] = result["per_agent_s"] / result["batched_s"]
+
+    return result
+
+
+def environment() -> dict[str, Any]:
+    info: dict[str, Any] = {"python": platform.python_version(), "machine": platform.machine()}
+    for package in ("torch", "transformers", "trl", "peft", "accelerate", "datasets", "bitsandbytes"):
+        try:
+            info[package] = version(package)
+        except PackageNotFoundError:
+            info[package] = None
+    if torch.cuda.is_available():
+        info["device"] = torch.cuda.get_device_name(0)
+        info["gpu_memory_gib"] = torch.cuda.get_device_properties(0).total_memory / 2**30
+    else:
+        info["device"] = "cpu"
+    return info
+
+
+def markdown(results: list[RunResult], mixed: list[dict[str, Any]]) -> str:
+    lines = ["| size | run | agents | step s | gen tok/s | train tok/s | samples/s per agent | peak GiB |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        lines.append(f"| {r.size} | {r.name} | {r.agents} | {r.step_s:.2f} | {r.gen_tokens_per_s:,.0f} | "
+                     f"{r.train_tokens_per_s:,.0f} | {r.samples_per_s:.2f} | {r.peak_mem_gib:.2f} |")
+    if mixed:
+        lines += ["", "| size | agents | rows/agent | batched s | one generate per agent s | speedup |",
+                  "|---|---|---|---|---|---|"]
+        for m in mixed:
+            lines.append(f"| {m['size']} | {m['agents']} | {m['rows_per_agent']} | {m['batched_s']:.2f} | "
+                         f"{m['per_agent_s']:.2f} | {m['speedup']:.2f}x |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sizes", nargs="+", default=["0.5b", "1.5b"], choices=sorted(SIZES))
+    parser.add_argument("--runs", nargs="+", default=["grpo", "magrpo-1", "magrpo-2", "magrpo-4", "magrpo-2-qlora",
+                                                      "mixed"],
+                        help="Which runs: grpo, magrpo-N, magrpo-N-qlora, mixed.")
+    parser.add_argument("--prompts", type=int, default=4, help="Prompts per step (P); G samples each.")
+    parser.add_argument("--generations", type=int, default=8, help="Samples per prompt (G).")
+    parser.add_argument("--prompt-tokens", type=int, default=128)
+    parser.add_argument("--new-tokens", type=int, default=128)
+    parser.add_argument("--steps", type=int, default=3, help="Optimizer steps per run (the first is warm-up).")
+    parser.add_argument("--out", type=Path, default=None, help="Write the results as JSON here.")
+    args = parser.parse_args(argv)
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    results: list[RunResult] = []
+    mixed: list[dict[str, Any]] = []
+    gen = GenerationTimer(device)
+    with tempfile.TemporaryDirectory() as tmp, gen.patched():
+        for size in args.sizes:
+            s = Setting(size, device, dtype, args.prompts, args.generations, args.prompt_tokens, args.new_tokens,
+                        args.steps, Path(tmp) / size)
+            for run in args.runs:
+                start = time.perf_counter()
+                if run == "grpo":
+                    results.append(run_grpo(s, gen))
+                elif run == "mixed":
+                    mixed.append(run_mixed_generation(s, agents=4))
+                elif run.startswith("magrpo-"):
+                    parts = run.split("-")
+                    qlora = parts[-1] == "qlora"
+                    if qlora and device != "cuda":
+                        print(f"skip {run}: 4-bit bitsandbytes needs CUDA", flush=True)
+                        continue
+                    results.append(run_magrpo(s, gen, int(parts[1]), qlora=qlora))
+                else:
+                    raise SystemExit(f"unknown run {run!r}")
+                print(f"[{size}] {run} done in {time.perf_counter() - start:.1f}s", flush=True)
+                print(markdown(results[-1:] if run != "mixed" else [], mixed[-1:] if run == "mixed" else []),
+                      flush=True)
+                if args.out is not None:  # after every run, so that a run cut off by a time limit loses nothing
+                    write_report(args, results, mixed)
+    report = write_report(args, results, mixed)
+    print(json.dumps(report["environment"]))
+    print(markdown(results, mixed), flush=True)
+    return report
+
+
+def write_report(args: argparse.Namespace, results: list[RunResult], mixed: list[dict[str, Any]]) -> dict[str, Any]:
+    settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
+    report = {"environment": environment(), "settings": settings, "runs": [asdict(r) for r in results],
+              "mixed_generation": mixed}
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(report, indent=2))
+    return report
+
+
+if __name__ == "__main__":
+    main()
