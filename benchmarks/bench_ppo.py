@@ -56,6 +56,7 @@ import argparse  # noqa: E402
 import cProfile  # noqa: E402
 import io  # noqa: E402
 import json  # noqa: E402
+import math  # noqa: E402
 import platform  # noqa: E402
 import pstats  # noqa: E402
 import random  # noqa: E402
@@ -201,6 +202,41 @@ EQUIV_CASES: tuple[dict[str, Any], ...] = (
     },
 )
 
+
+
+def _grid_cases() -> tuple[dict[str, Any], ...]:
+    """Issue 12's grid: every (num_mini_batches, gradient_accumulation_steps, num_ppo_epochs) in {1,2,4} x {1,2} x
+    {1,4} at `per_device_train_batch_size=8`, each twice: (a) whitened rewards where TRL 1.12 accepts them (>= 8
+    episodes per mini-batch), the missing-EOS penalty, a full policy with a perturbed reference; (b) the same
+    whitening, no missing-EOS penalty, a LoRA policy (random A and B, so that the KL is not zero) whose reference is
+    the policy with its adapter disabled. Mini-batches smaller than a micro-batch (e.g. 8 episodes in 4 mini-batches)
+    are the configurations issue 12 found refused."""
+    cases = []
+    for nmb in (1, 2, 4):
+        for ga in (1, 2):
+            for epochs in (1, 4):
+                whiten = 8 * ga // nmb >= 8
+                for lora in (False, True):
+                    cases.append({
+                        "name": f"nmb={nmb} ga={ga} ep={epochs}{' whiten' if whiten else ''}"
+                                f"{' lora' if lora else ' eos-penalty'}",
+                        "kl_estimator": "k1",
+                        "whiten_rewards": whiten,
+                        "per_device_train_batch_size": 8,
+                        "gradient_accumulation_steps": ga,
+                        "num_mini_batches": nmb,
+                        "num_ppo_epochs": epochs,
+                        "missing_eos_penalty": None if lora else 1.0,
+                        "lora": lora,
+                        "response_length": 4,
+                        "rows": "mixed",
+                    })
+    return tuple(cases)
+
+
+GRID_CASES: tuple[dict[str, Any], ...] = _grid_cases()
+CASE_SETS: dict[str, tuple[dict[str, Any], ...]] = {"default": EQUIV_CASES, "grid": GRID_CASES}
+
 # (b) + (c): normal sampling.
 TRAIN_CASE: dict[str, Any] = {
     "name": "train",
@@ -230,8 +266,21 @@ def ppo_config_kwargs(case: dict[str, Any], output_dir: str, total_episodes: int
         "gradient_accumulation_steps",
         "num_mini_batches",
         "response_length",
+        "num_ppo_epochs",
+        "missing_eos_penalty",
     )
-    return {**COMMON_PPO, **{k: case[k] for k in keys}, "output_dir": output_dir, "total_episodes": total_episodes}
+    return {**COMMON_PPO, **{k: case[k] for k in keys if k in case}, "output_dir": output_dir,
+            "total_episodes": total_episodes}
+
+
+def lora_config(case: dict[str, Any]) -> Any:
+    """The LoRA config of a case (None without LoRA): r=4 on q/v, random A and B (non-zero KL from the start)."""
+    if not case.get("lora"):
+        return None
+    from peft import LoraConfig
+
+    return LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=["q_proj", "v_proj"],
+                      init_lora_weights=False, task_type="CAUSAL_LM")
 
 
 def local_batch_size(case: dict[str, Any]) -> int:
@@ -607,29 +656,32 @@ def setup(workdir: Path) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def ours_equivalence(workdir: Path) -> dict[str, Any]:
-    """(a) on our side: the first update of every case on the recorded rollouts."""
+def ours_equivalence(workdir: Path, case_set: str = "default") -> dict[str, Any]:
+    """(a) on our side: the first update of every case of `CASE_SETS[case_set]` on the recorded rollouts."""
     from torch.utils.data import DataLoader
 
     from trl_marl import PPOConfig, PPOTrainer
 
     fixture = read_fixture(workdir)
     results: dict[str, Any] = {}
-    for case in EQUIV_CASES:
+    for case in CASE_SETS[case_set]:
         rows = case_rows(fixture, case)
         by_prompt = {tuple(r["prompt_ids"]): list(r["completion_ids"]) for r in rows}
         dataset = replay_dataset(rows)
         tokenizer, policy, ref_policy, reward_model, value_model = load_models(workdir, perturbed_ref=True)
         args = PPOConfig(**ppo_config_kwargs(case, str(workdir / "out-ours"), local_batch_size(case)))
+        peft_config = lora_config(case)
+        torch.manual_seed(args.seed)  # LoRA weights: the same draw on both sides
         trainer = PPOTrainer(
             args=args,
             processing_class=tokenizer,
             model=policy,
-            ref_model=ref_policy,
+            ref_model=None if peft_config is not None else ref_policy,
             reward_model=reward_model,
             train_dataset=dataset,
             value_model=value_model,
             eval_dataset=dataset,
+            peft_config=peft_config,
         )
         quiet(trainer)
         generated: list[list[list[int]]] = []
@@ -770,10 +822,23 @@ def run_ours(role: str, workdir: Path, out: Path, extra: Sequence[str] = ()) -> 
 
 def run_peer(role: str, workdir: Path, out: Path, extra: Sequence[str] = ()) -> dict[str, Any]:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # never our src/ on the TRL 1.12 side
+    if os.environ.get("TRL112_PYTHONPATH"):  # trl 1.12 installed into a folder (`pip install --target`), first
+        env["PYTHONPATH"] = os.environ["TRL112_PYTHONPATH"]
     env.update({"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})
     out.unlink(missing_ok=True)
     command = [TRL112_PYTHON, str(PEER_SCRIPT), "--role", role, "--workdir", str(workdir), "--out", str(out), *extra]
     return _child(command, env, out, f"TRL 1.12 peer ({role})")
+
+
+def run_equivalence(workdir: Path, case_set: str = "default") -> tuple[dict[str, Any], Any]:
+    """(a): both sides' first updates of every case of `case_set`, each side in its own process, compared."""
+    ours = run_ours("ours-equiv", workdir, workdir / "equiv-ours.json", ["--cases", case_set])
+    trl = run_peer("equiv", workdir, workdir / "equiv-trl.json", ["--cases", case_set])
+    versions_trl = trl.pop("versions", None)
+    for side in (ours, trl):
+        side.pop("process_seconds", None)
+        side.pop("other_processes_cores", None)
+    return compare_equivalence(ours, trl, case_set), versions_trl
 
 
 def undiluted(trl_metrics: dict[str, float], case: dict[str, Any]) -> dict[str, float]:
@@ -786,7 +851,10 @@ def undiluted(trl_metrics: dict[str, float], case: dict[str, Any]) -> dict[str, 
     mean * N / k, and the variance follows from the sum of squares.
     """
     n = case["num_ppo_epochs"] * case["num_mini_batches"] * case["gradient_accumulation_steps"]
-    k = case["num_ppo_epochs"] * case["gradient_accumulation_steps"]
+    # micro-batches written per mini-batch: ceil(local_mini_batch_size / per_device_train_batch_size), where
+    # local_mini_batch_size = per_device_train_batch_size * gradient_accumulation_steps / num_mini_batches
+    per_mini = -(-case["gradient_accumulation_steps"] // case["num_mini_batches"])
+    k = case["num_ppo_epochs"] * case["num_mini_batches"] * per_mini
     out = dict(trl_metrics)
     if k == n:
         return out
@@ -798,9 +866,9 @@ def undiluted(trl_metrics: dict[str, float], case: dict[str, Any]) -> dict[str, 
     return out
 
 
-def compare_equivalence(ours: dict[str, Any], trl: dict[str, Any]) -> dict[str, Any]:
+def compare_equivalence(ours: dict[str, Any], trl: dict[str, Any], case_set: str = "default") -> dict[str, Any]:
     table: dict[str, Any] = {}
-    for case in EQUIV_CASES:
+    for case in CASE_SETS[case_set]:
         name = case["name"]
         o, t = ours[name]["metrics"], trl[name]["metrics"]
         t_fixed = undiluted(t, {**COMMON_PPO, **case})
@@ -832,11 +900,34 @@ def _median(values: Sequence[float]) -> float:
 SIDES: dict[str, str] = {"trl": "TRL 1.12", "trl_nogc": "TRL 1.12, gc.collect() no-op", "ours": "trl_marl"}
 
 
+def worst(eq_case: dict[str, Any], key: str) -> tuple[float, str]:
+    """The largest |ours - TRL| over `METRICS` in one case (NaN where both sides are NaN counts as equal)."""
+    diffs = {m: eq_case[key][m] for m in METRICS if not (math.isnan(eq_case[key][m]) and
+                                                         math.isnan(eq_case["ours"][m]))}
+    name = max(diffs, key=lambda m: -1.0 if math.isnan(diffs[m]) else diffs[m]) if diffs else ""
+    return (diffs[name] if name else 0.0), name
+
+
+def grid_markdown(eq: dict[str, Any], names: Sequence[str]) -> list[str]:
+    lines = ["#### (a) Issue 12 grid: first update on identical rollouts, largest |ours - TRL 1.12| over the "
+             f"{len(METRICS)} metrics", "",
+             "| case | as logged (metric) | TRL's never-written zero slots removed (metric) | permutations equal |",
+             "|---|---|---|---|"]
+    for n in names:
+        raw, raw_m = worst(eq[n], "abs_diff")
+        fixed, fixed_m = worst(eq[n], "abs_diff_undiluted")
+        lines.append(f"| {n} | {_fmt(raw)} ({raw_m}) | {_fmt(fixed)} ({fixed_m}) | "
+                     f"{'yes' if eq[n]['permutations_equal'] else 'NO'} |")
+    return lines
+
+
 def markdown(results: dict[str, Any]) -> str:
     lines: list[str] = []
     eq = results.get("equivalence")
     if eq:
-        names = [c["name"] for c in EQUIV_CASES]
+        names = [c["name"] for c in CASE_SETS[results.get("case_set", "default")]]
+        if results.get("case_set") == "grid":
+            return "\n".join(lines + grid_markdown(eq, names))
         lines += ["#### (a) First update on identical rollouts: |ours - TRL 1.12|", ""]
         lines += ["Cells: `as logged` / `TRL's never-written zero stats slots removed` where the two differ.", ""]
         lines.append("| metric | " + " | ".join(names) + " |")
@@ -1004,6 +1095,8 @@ def main() -> None:
         help="seconds to wait for other processes to go quiet before each timed run",
     )
     parser.add_argument("--skip-equivalence", action="store_true")
+    parser.add_argument("--cases", choices=sorted(CASE_SETS), default="default",
+                        help="equivalence cases (a): the default set, or issue 12's grid (24 configurations)")
     parser.add_argument("--skip-training", action="store_true")
     parser.add_argument("--profile", action="store_true", help="also run one cProfile'd training run per side")
     parser.add_argument("--role", default=None, help=argparse.SUPPRESS)
@@ -1022,7 +1115,7 @@ def main() -> None:
     if args.role is not None:  # a child process: one side, one job, result as JSON in --out
         setup_child()
         if args.role == "ours-equiv":
-            result = ours_equivalence(args.workdir)
+            result = ours_equivalence(args.workdir, args.cases)
         elif args.role == "ours-train":
             result = ours_train(args.workdir, args.updates, args.profile_out, args.seed)
         else:
@@ -1037,13 +1130,8 @@ def main() -> None:
     results["setup"] = setup(workdir)
     print(f"setup: {json.dumps(results['setup'])}", flush=True)
     if not args.skip_equivalence:
-        ours = run_ours("ours-equiv", workdir, workdir / "equiv-ours.json")
-        trl = run_peer("equiv", workdir, workdir / "equiv-trl.json")
-        results["versions_trl"] = trl.pop("versions", None)
-        for side in (ours, trl):
-            side.pop("process_seconds", None)
-            side.pop("other_processes_cores", None)
-        results["equivalence"] = compare_equivalence(ours, trl)
+        results["case_set"] = args.cases
+        results["equivalence"], results["versions_trl"] = run_equivalence(workdir, args.cases)
     if not args.skip_training:
         results["training"] = run_training(workdir, args.updates, args.rounds, args.warmup, args.max_wait)
     if not args.skip_training and args.learning_seeds:

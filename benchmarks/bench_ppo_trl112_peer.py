@@ -65,7 +65,7 @@ def make_replay(by_prompt: dict[tuple[int, ...], list[int]], widths: list[int]) 
     return batch_generation
 
 
-def equivalence(workdir: Path) -> dict[str, Any]:
+def equivalence(workdir: Path, case_set: str = "default") -> dict[str, Any]:
     import trl.experimental.ppo.ppo_trainer as ppo_module
     from torch.utils.data import DataLoader
     from trl.experimental.ppo import PPOConfig, PPOTrainer
@@ -73,22 +73,25 @@ def equivalence(workdir: Path) -> dict[str, Any]:
     fixture = common.read_fixture(workdir)
     original = ppo_module.batch_generation
     results: dict[str, Any] = {}
-    for case in common.EQUIV_CASES:
+    for case in common.CASE_SETS[case_set]:
         rows = common.case_rows(fixture, case)
         by_prompt = {tuple(r["prompt_ids"]): list(r["completion_ids"]) for r in rows}
         dataset = common.replay_dataset(rows)
         tokenizer, policy, ref_policy, reward_model, value_model = common.load_models(workdir, perturbed_ref=True)
         n = common.local_batch_size(case)
         args = PPOConfig(**common.ppo_config_kwargs(case, str(workdir / "out-trl"), n))
+        peft_config = common.lora_config(case)
+        torch.manual_seed(args.seed)  # LoRA weights: the same draw on both sides
         trainer = PPOTrainer(
             args=args,
             processing_class=tokenizer,
             model=policy,
-            ref_model=ref_policy,
+            ref_model=None if peft_config is not None else ref_policy,
             reward_model=reward_model,
             train_dataset=dataset,
             value_model=value_model,
             eval_dataset=dataset,
+            peft_config=peft_config,
         )
         common.quiet(trainer)
         ordered = DataLoader(dataset, batch_size=n, shuffle=False, collate_fn=trainer.data_collator, drop_last=True)
@@ -145,6 +148,7 @@ def train(
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--role", choices=("equiv", "train"), required=True)
+    parser.add_argument("--cases", choices=sorted(common.CASE_SETS), default="default")
     parser.add_argument("--workdir", type=Path, required=True)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--updates", type=int, default=30)
@@ -154,7 +158,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     common.setup_child()
     if args.role == "equiv":
-        result = equivalence(args.workdir)
+        result = equivalence(args.workdir, args.cases)
     else:
         result = train(args.workdir, args.updates, args.profile_out, args.no_gc_collect, args.seed)
     args.out.write_text(json.dumps(result))

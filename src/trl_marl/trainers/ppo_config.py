@@ -21,7 +21,17 @@ class MultiAgentPPOConfig(TRLBaseConfig):
     `local_batch_size`), then runs `num_ppo_epochs` passes over them in `num_mini_batches` mini-batches of
     micro-batches of `per_device_train_batch_size`; as in TRL 1.12, the optimizer steps once every
     `gradient_accumulation_steps` micro-batches (so once per mini-batch when `num_mini_batches=1`), and gradients
-    are not clipped (`max_grad_norm` is unused).
+    are not clipped (`max_grad_norm` is unused). Every batch configuration TRL 1.12 accepts runs with its arithmetic:
+    `local_batch_size` must be a multiple of `num_mini_batches`, and a mini-batch smaller than
+    `per_device_train_batch_size` (e.g. `per_device_train_batch_size=8, num_mini_batches=2,
+    gradient_accumulation_steps=1`) is one micro-batch of the mini-batch's size; the optimizer still steps every
+    `gradient_accumulation_steps` micro-batches, across mini-batch boundaries. One deliberate difference in the
+    logs: TRL 1.12 averages `policy/*`, `loss/*`, `val/clipfrac_avg` and `val/ratio*` over
+    `num_ppo_epochs * num_mini_batches * gradient_accumulation_steps` slots, of which only
+    `num_ppo_epochs * num_mini_batches * ceil(gradient_accumulation_steps / num_mini_batches)` are ever written
+    (the rest stay 0 and dilute the means when both `num_mini_batches` and `gradient_accumulation_steps` exceed 1);
+    these metrics average the micro-batches that ran. `tests/test_trl112_parity.py` checks the first update of
+    both trainers against each other over a grid of these settings.
 
     With several agents and turns, every (turn, agent) response is one PPO sample with its own score; each agent
     is optimized on its own samples with its own value model, and the agents' losses are summed.
@@ -170,12 +180,6 @@ class MultiAgentPPOConfig(TRLBaseConfig):
             raise ValueError(
                 f"per_device_train_batch_size * gradient_accumulation_steps ({local}) must be a multiple of "
                 f"`num_mini_batches` ({self.num_mini_batches}): each mini-batch gets the same number of episodes."
-            )
-        if (local // self.num_mini_batches) % self.per_device_train_batch_size != 0:
-            raise ValueError(
-                f"A mini-batch ({local // self.num_mini_batches} episodes) must be a multiple of "
-                f"`per_device_train_batch_size` ({self.per_device_train_batch_size}); lower `num_mini_batches` or "
-                "raise `gradient_accumulation_steps`."
             )
         if self.num_agents < 1 or self.num_turns < 1:
             raise ValueError("`num_agents` and `num_turns` must be >= 1.")

@@ -740,7 +740,7 @@ class MultiAgentPPOTrainer(TeamCheckpointMixin, TRLBaseTrainer):
             per_row = local // len(rows)
             mini = args.local_mini_batch_size * per_row
             micro = args.per_device_train_batch_size * per_row
-            shape = (args.num_ppo_epochs, args.num_mini_batches, max(1, mini // micro), len(active))
+            shape = (args.num_ppo_epochs, args.num_mini_batches, -(-mini // micro), len(active))
             stats = {
                 k: torch.zeros(shape)
                 for k in ("approxkl", "pg_clipfrac", "pg_loss", "vf_loss", "vf_clipfrac", "entropy", "ratio")
