@@ -129,9 +129,9 @@ def test_whole_function_completion_fences_and_chat_messages():
 
 def test_extract_code():
     assert extract_code("x = 1") == "x = 1"
-    assert extract_code("text\n```python\nx = 1\n```\nmore\n```\ny = 2\n```") == "x = 1\n\ny = 2\n"
+    assert extract_code("text\n```python\nx = 1\n```\nmore\n```\ny = 2\n```") == "x = 1\n\ny = 2"
     two = "```python\ndef helper():\n    pass\n```\n```python\ndef f():\n    return 1\n```"
-    assert extract_code(two, "f") == "def f():\n    return 1\n"
+    assert extract_code(two, "f") == "def f():\n    return 1"
     assert extract_code("```bash\nrm -rf /\n```") == ""
 
 

@@ -43,13 +43,14 @@ import ast
 import json
 import re
 import textwrap
-import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Protocol
 
+from ..utils.code import extract_code, parse_or_none, prompt_preamble, syntax_error
+from ..utils.text import completion_text
 from .base import MultiAgentEnv, Prompt, Transcript
 
 if TYPE_CHECKING:
@@ -134,81 +135,7 @@ DEFAULT_CODING_WEIGHTS: dict[str, float] = {
 (0.5 + 0.5); CodeBLEU off. The maximum team reward is 4.0."""
 
 
-# ---------------------------------------------------------------------------------------------------- code helpers
-_FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+.-]*)[^\n]*\n(.*?)(?:```|\Z)", re.DOTALL)
-
-
-def completion_text(completion: Any) -> str:
-    """The text of a completion: a string, or TRL's conversational form `[{"role": "assistant", "content": ...}]`.
-
-    Args:
-        completion (`str` or `list[dict]`): One completion.
-
-    Returns:
-        `str`: The content of the last message (or the string itself); `""` for an empty conversation or `None`.
-    """
-    if completion is None:
-        return ""
-    if isinstance(completion, list):
-        if not completion:
-            return ""
-        last = completion[-1]
-        return str(last.get("content", "")) if isinstance(last, Mapping) else str(last)
-    if isinstance(completion, Mapping):
-        return str(completion.get("content", ""))
-    return str(completion)
-
-
-def extract_code(text: Any) -> str:
-    """The Python code in a model's answer: the first Markdown code block, or the whole text if there is none.
-
-    A code block is a fence (```` ``` ````, optionally followed by a language such as `python`) up to the next
-    fence or the end of the text (a truncated generation). Blocks tagged with another language than Python are
-    skipped when a Python (or untagged) block exists. The code is dedented and stripped of trailing blank space.
-
-    Args:
-        text (`str` or `list[dict]`): A completion (conversational completions are read as their last message).
-
-    Returns:
-        `str`: The code, possibly empty.
-    """
-    text = completion_text(text)
-    blocks = [(lang.lower(), body) for lang, body in _FENCE.findall(text)]
-    if blocks:
-        python = [body for lang, body in blocks if lang in ("", "python", "py", "python3")]
-        code = python[0] if python else blocks[0][1]
-    else:
-        code = text
-    return textwrap.dedent(code.replace("\r\n", "\n")).strip("\n").rstrip()
-
-
-def _quiet_parse(code: str) -> ast.Module:
-    """`ast.parse` without the warnings (invalid escapes, `is` with a literal) that model-written code triggers."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return ast.parse(code)
-
-
-def syntax_error(code: str) -> str | None:
-    """`None` if `code` parses as a Python module, else a one-line description such as
-    `"SyntaxError at line 2: invalid syntax"`."""
-    try:
-        _quiet_parse(code)
-    except SyntaxError as exc:  # IndentationError and TabError are SyntaxErrors
-        where = f" at line {exc.lineno}" if exc.lineno else ""
-        return f"{type(exc).__name__}{where}: {exc.msg}"
-    except (ValueError, RecursionError, MemoryError) as exc:  # null bytes, absurd nesting
-        return f"{type(exc).__name__}: {exc}"
-    return None
-
-
-def _parse(code: str) -> ast.Module | None:
-    try:
-        return _quiet_parse(code)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return None
-
-
+# ---------------------------------------------------------------------------------------------------- code analysis
 def _top_level_function(tree: ast.Module | None, name: str) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
     """The last top-level definition of function `name` (the one Python keeps), or `None`."""
     found = None
@@ -275,39 +202,6 @@ def is_trivial_body(func: ast.FunctionDef | ast.AsyncFunctionDef, helper_name: s
     return False
 
 
-def prompt_preamble(prompt: str, entry_point: str) -> str:
-    """What the combined program keeps from the task prompt: everything except the function to implement.
-
-    HumanEval prompts hold imports (`from typing import List`) and sometimes finished functions the solution needs
-    (e.g. `is_palindrome` before `make_palindrome`), followed by the signature and docstring of `entry_point`. The
-    prompt is parsed and every top-level statement but the definition of `entry_point` is kept, in order. If the
-    prompt does not parse, only its top-level `import`/`from ... import` lines are kept.
-
-    Args:
-        prompt (`str`): The task prompt.
-        entry_point (`str`): The name of the function the agents write.
-
-    Returns:
-        `str`: The preamble (possibly empty), without trailing newline.
-    """
-    return _prompt_preamble(prompt, entry_point)
-
-
-@lru_cache(maxsize=4096)
-def _prompt_preamble(prompt: str, entry_point: str) -> str:
-    tree = _parse(prompt)
-    lines = prompt.splitlines()
-    if tree is None:
-        return "\n".join(line for line in lines if re.match(r"(import|from)\s+\S", line)).strip()
-    kept = []
-    for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == entry_point:
-            continue
-        start = min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", []))])
-        kept.append("\n".join(lines[start - 1:node.end_lineno]))
-    return "\n\n".join(kept).strip()
-
-
 # ---------------------------------------------------------------------------------------------------- solutions
 @dataclass(frozen=True)
 class CodingSolution:
@@ -364,7 +258,7 @@ def analyze_solution(helper_code: str, main_code: str, entry_point: str, helper_
     """
     parts = [part for part in (preamble.strip("\n"), helper_code, main_code) if part.strip()]
     program = "\n\n\n".join(parts) + "\n"
-    helper_tree, main_tree = _parse(helper_code), _parse(main_code)
+    helper_tree, main_tree = parse_or_none(helper_code), parse_or_none(main_code)
     main_func = _top_level_function(main_tree, entry_point)
     helper_used = False
     if main_func is not None and main_tree is not None:
@@ -875,7 +769,7 @@ def reference_code(row: Mapping[str, Any], env: CooperativeCodingEnv, reference_
     if not isinstance(reference, str):
         raise ValueError(f"The column {reference_column!r} must hold strings, got {type(reference).__name__}.")
     entry_point = env.entry_point(row)
-    if _top_level_function(_parse(textwrap.dedent(reference)), entry_point) is not None:
+    if _top_level_function(parse_or_none(textwrap.dedent(reference)), entry_point) is not None:
         return reference
     return env._value(row, env.prompt_column) + reference
 
@@ -1036,7 +930,7 @@ def load_humaneval(split: str = "test", path: str = "openai/openai_humaneval", d
 
 def _mbpp_entry_point(code: str, tests: Sequence[str]) -> str:
     """The function MBPP's tests call: the first top-level function of `code` named in a test (else the last one)."""
-    tree = _parse(textwrap.dedent(code))
+    tree = parse_or_none(textwrap.dedent(code))
     if tree is not None:
         names = [n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
     else:
@@ -1050,7 +944,7 @@ def _mbpp_entry_point(code: str, tests: Sequence[str]) -> str:
 
 
 def _mbpp_signature(code: str, entry_point: str) -> str:
-    tree = _parse(textwrap.dedent(code))
+    tree = parse_or_none(textwrap.dedent(code))
     node = _top_level_function(tree, entry_point)
     if node is None:
         match = re.search(rf"^def\s+{re.escape(entry_point)}\s*\(.*?\)\s*(->[^:]*)?:", code, flags=re.M | re.S)

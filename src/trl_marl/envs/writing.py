@@ -37,7 +37,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
-from ..rewards.rouge import column, completion_text, is_missing
+from ..utils.columns import column, is_missing
+from ..utils.text import completion_text
 from .base import MultiAgentEnv, Prompt, Transcript
 
 if TYPE_CHECKING:

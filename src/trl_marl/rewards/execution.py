@@ -89,7 +89,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..sandbox import HARNESS_PATH
-from .rouge import MULTI_AGENT_KWARGS, AgentSelector, column, completion_text, is_missing, select_texts
+from ..utils.code import build_humaneval_program, extract_code
+from ..utils.columns import MULTI_AGENT_KWARGS, AgentSelector, column, is_missing, select_texts
+from ..utils.text import completion_text
 
 logger = logging.getLogger(__name__)
 
@@ -974,72 +976,6 @@ def run_programs(
         return list(pool.map(one, range(len(programs))))
 
 
-# ---------------------------------------------------------------------------------------------------- programs
-_FENCE = re.compile(r"^[ \t]*(`{3,}|~{3,})[ \t]*([\w+.#-]*)[^\n]*\n(.*?)(?:^[ \t]*\1[ \t]*$|\Z)", re.M | re.S)
-_PYTHON_TAGS = {"", "python", "py", "python3", "py3", "ipython", "pycon"}
-
-
-def extract_code(text: str, entry_point: str | None = None) -> str:
-    """The code of a completion: the content of its Markdown code fences, or the text itself without fences.
-
-    Blocks tagged with a language other than Python are ignored. With `entry_point`, the first block that defines
-    it is returned; otherwise all Python blocks joined by blank lines. An opening fence without a closing one (a
-    generation cut off by the length limit) keeps everything after it.
-
-    Args:
-        text (`str`): The completion.
-        entry_point (`str`, *optional*): The function the code must define.
-
-    Returns:
-        `str`: The code.
-    """
-    blocks = [m.group(3) for m in _FENCE.finditer(text) if m.group(2).lower() in _PYTHON_TAGS]
-    if not blocks:
-        if _FENCE.search(text):  # fenced, but in another language only
-            return ""
-        return text
-    if entry_point:
-        for block in blocks:
-            if _defines(block, entry_point):
-                return block
-    return "\n\n".join(b.rstrip("\n") for b in blocks) + "\n"
-
-
-def _defines(code: str, name: str) -> bool:
-    return re.search(rf"^[ \t]*(?:async[ \t]+)?def[ \t]+{re.escape(name)}[ \t]*\(", code, re.M) is not None
-
-
-def build_humaneval_program(prompt: str, completion: str, entry_point: str) -> str:
-    """A HumanEval program (without the tests): the prompt completed by `completion`.
-
-    When the code of `completion` (fences stripped) defines `entry_point`, it is a whole function and replaces the
-    prompt's signature: the program is the part of the prompt before `def entry_point` (imports, helper functions;
-    only the prompt's import lines if that part is not Python) followed by the code. Otherwise the code is a
-    function body and the program is `prompt + code`.
-
-    Args:
-        prompt (`str`): HumanEval's prompt (imports, helpers, signature and docstring).
-        completion (`str`): The model's completion.
-        entry_point (`str`): The name of the function.
-
-    Returns:
-        `str`: The program.
-    """
-    code = extract_code(completion, entry_point)
-    if _defines(code, entry_point):
-        match = re.search(rf"^(?:async[ \t]+)?def[ \t]+{re.escape(entry_point)}[ \t]*\(", prompt, re.M)
-        preamble = prompt[:match.start()] if match is not None else ""
-        try:
-            ast.parse(preamble)
-        except SyntaxError:  # not code (e.g. an instruction before the signature): keep the prompt's imports
-            preamble = ""
-        if not preamble.strip():
-            preamble = "".join(line for line in prompt.splitlines(keepends=True)
-                               if re.match(r"(import|from)\s+[\w.]+", line))
-        return preamble.rstrip() + "\n\n\n" + code if preamble.strip() else code
-    return prompt + code
-
-
 # ---------------------------------------------------------------------------------------------------- feedback
 def format_feedback(result: ExecutionResult, max_chars: int = 400) -> str:
     """A short summary of a result for a prompt: all passed, the syntax error, or the first failing test.
@@ -1106,7 +1042,7 @@ class UnitTestReward:
         code_column (`str`, *optional*): A column of complete programs to run instead of the completions.
         program_builder (`Callable[[str, dict], str]`, *optional*): Builds the program from the completion's code
             and the row.
-        agent_index (`int`, `"concat"` or `None`): Which completion is scored (see `trl_marl.rewards.rouge`).
+        agent_index (`int`, `"concat"` or `None`): Which completion is scored (see `AgentSelector`).
 
     Example:
 

@@ -75,6 +75,7 @@ from fractions import Fraction
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol, runtime_checkable
 
+from ..utils.columns import MULTI_AGENT_KWARGS, AgentSelector, is_missing, select_texts
 from ..utils.numbers import (
     MAX_DIGITS,
     canonical_number,
@@ -83,7 +84,7 @@ from ..utils.numbers import (
     number_value,
     numbers_match,
 )
-from .rouge import MULTI_AGENT_KWARGS, AgentSelector, completion_text, is_missing, select_texts
+from ..utils.text import completion_text
 
 __all__ = [
     "ANLI_LABELS",
