@@ -10,7 +10,7 @@ plus the raw columns that are useful for inspection (listed per loader).
 
 - [`load_gsm8k`]: `openai/gsm8k` (grade-school math; gold after `#### `).
 - [`load_tinygsm`]: `TinyGSM/TinyGSM` (12.3M synthetic GSM8K-style problems whose solutions are Python functions; the
-  gold answer is what the function returns, computed in the sandbox of `trl_marl.rewards.execution`).
+  gold answer is what the function returns, computed in the sandbox of `trl_marl.sandbox`).
 - [`load_anli`]: `facebook/anli` (adversarial natural language inference, rounds 1-3).
 - [`toy_debate_dataset`]: synthetic two-number additions for the offline toy debate
   ([`~trl_marl.envs.debate.ToyDebateEnv`]).
@@ -35,7 +35,7 @@ from .utils.numbers import normalize_number
 if TYPE_CHECKING:
     import datasets
 
-    from .rewards.execution import SandboxLimits
+    from .sandbox import SandboxLimits
 
 __all__ = [
     "ANLI_LABELS",
@@ -181,7 +181,7 @@ def tinygsm_answers(
     """The answers of TinyGSM solutions: what each solution's function returns, run in the sandbox.
 
     Dataset code never runs in this process: each solution runs in its own sandboxed interpreter
-    (`trl_marl.rewards.execution.run_programs`, with its resource limits, namespaces and guards), followed by a call of
+    (`trl_marl.sandbox.run_programs`, with its resource limits, namespaces and guards), followed by a call of
     its entry point (`simple_math_problem`, see `_entry_point`) that prints the result after a random marker. The
     printed value is read back with `ast.literal_eval` and normalized with [`normalize_number`].
 
@@ -194,7 +194,7 @@ def tinygsm_answers(
         `list[str | None]`: One answer per solution; `None` where the code does not parse, defines no function,
         fails, times out, or returns something that is not a finite number.
     """
-    from .rewards.execution import SandboxLimits, run_programs
+    from .sandbox import SandboxLimits, run_programs
 
     if limits is None:
         limits = SandboxLimits(wall_time=5.0, cpu_time=5.0, memory_mb=256)

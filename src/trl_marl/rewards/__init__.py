@@ -10,8 +10,9 @@
 ROUGE-L and CodeBLEU need the `rewards` extra: `pip install "trl-marl[rewards]"`.
 """
 
+from ..sandbox import ExecutionResult, SandboxLimits, run_programs
 from .codebleu import CodeBLEUReward
-from .execution import ExecutionResult, SandboxLimits, UnitTestReward, run_programs
+from .execution import UnitTestReward
 from .influence import InfluenceAwareReward
 from .rouge import RougeLReward
 from .verifier import (
