@@ -2,7 +2,7 @@
 
 - `trl-marl demo [--quick|--full] [--seed N] [--output-dir DIR]`: the offline toy world (see `trl_marl.demo`).
 - `trl-marl magrpo --config FILE [overrides]`: MAGRPO on a built-in task (see `trl_marl.scripts.magrpo`).
-- `trl-marl serve-verifier --model PATH [--port N]`: an HTTP verifier server (see `trl_marl.rewards.verifier`).
+- `trl-marl serve-verifier --model PATH [--port N]`: an HTTP verifier server (see `trl_marl.scripts.serve_verifier`).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `trl-marl` console script."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "serve-verifier":  # the verifier server has its own argument parser
-        from .rewards.verifier import serve_verifier_main
+        from .scripts.serve_verifier import serve_verifier_main
 
         return serve_verifier_main(argv[1:])
     if argv and argv[0] == "magrpo":  # TrlParser owns the rest of the command line (YAML config + overrides)

@@ -29,7 +29,7 @@ from collections.abc import Mapping, Sequence
 from itertools import islice
 from typing import TYPE_CHECKING, Any
 
-from .rewards.verifier import ANLI_LABELS
+from .rewards.answers import ANLI_LABELS
 from .utils.numbers import normalize_number
 
 if TYPE_CHECKING:

@@ -11,21 +11,13 @@ ROUGE-L and CodeBLEU need the `rewards` extra: `pip install "trl-marl[rewards]"`
 """
 
 from ..sandbox import ExecutionResult, SandboxLimits, run_programs
+from .answers import extract_label, extract_math_answer, parse_gold
 from .codebleu import CodeBLEUReward
 from .execution import UnitTestReward
 from .influence import InfluenceAwareReward
+from .remote import RemoteVerifier, VerifierError, VerifierServer, VerifierUnavailableError
 from .rouge import RougeLReward
-from .verifier import (
-    AnswerVerifier,
-    ModelVerifier,
-    RemoteVerifier,
-    VerifierError,
-    VerifierServer,
-    VerifierUnavailableError,
-    extract_label,
-    extract_math_answer,
-    parse_gold,
-)
+from .verifier import AnswerVerifier, ModelVerifier
 
 __all__ = [
     "AnswerVerifier",
