@@ -6,27 +6,24 @@ from dataclasses import dataclass
 
 import pytest
 
+from trl_marl.data import load_humaneval, load_mbpp, mbpp_to_humaneval
 from trl_marl.envs.base import Transcript
-from trl_marl.envs.coding import (
+from trl_marl.envs.coding import CooperativeCodingEnv
+from trl_marl.envs.coding_analysis import analyze_solution
+from trl_marl.rewards.coding import (
     DEFAULT_CODING_WEIGHTS,
     CodeBLEUTermReward,
     CodingTeamReward,
     CombinedSyntaxReward,
-    CooperativeCodingEnv,
     HelperDefinedReward,
     HelperUsedReward,
     MainDefinedReward,
     NonTrivialMainReward,
     PassRateReward,
-    ProgramExecutor,
-    analyze_solution,
-    extract_code,
-    load_humaneval,
-    load_mbpp,
-    mbpp_to_humaneval,
-    prompt_preamble,
 )
 from trl_marl.rollout import RewardFunctionError, TeamReward
+from trl_marl.sandbox import ProgramExecutor
+from trl_marl.utils.code import extract_code, prompt_preamble
 
 PROMPT = '''from typing import List
 

@@ -81,3 +81,7 @@ def serve_verifier_main(argv: list[str]) -> int:
             signal.signal(signal.SIGTERM, previous)
     print("Verifier server stopped.", flush=True)
     return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(serve_verifier_main(sys.argv[1:]))

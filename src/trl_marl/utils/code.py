@@ -37,6 +37,7 @@ __all__ = [
     "prompt_preamble",
     "quiet_parse",
     "syntax_error",
+    "top_level_function",
 ]
 
 _FENCE = re.compile(r"^[ \t]*(`{3,}|~{3,})[ \t]*([\w+.#-]*)[^\n]*\n(.*?)(?:^[ \t]*\1[ \t]*$|\Z)", re.M | re.S)
@@ -111,6 +112,16 @@ def syntax_error(code: str) -> str | None:
     except (ValueError, RecursionError, MemoryError) as exc:  # null bytes, absurd nesting
         return f"{type(exc).__name__}: {exc}"
     return None
+
+
+def top_level_function(tree: ast.Module | None, name: str) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+    """The last top-level definition of function `name` (the one Python keeps), or `None`."""
+    found = None
+    if tree is not None:
+        for node in tree.body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
+                found = node
+    return found
 
 
 def prompt_preamble(prompt: str, entry_point: str) -> str:

@@ -1,11 +1,12 @@
-"""The text of a completion, whatever its form (a plain string or TRL's conversational chat messages)."""
+"""The text of a completion, whatever its form (a plain string or chat messages), and the words of a text."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["completion_text"]
+__all__ = ["completion_text", "words"]
 
 
 def completion_text(completion: Any) -> str:
@@ -29,3 +30,11 @@ def completion_text(completion: Any) -> str:
     if completion is None:
         return ""
     return str(completion)
+
+
+_WORD = re.compile(r"\w+(?:'\w+)*")
+
+
+def words(text: str) -> list[str]:
+    """The lower-cased words of `text`: runs of letters, digits and `_`, with apostrophes inside a word kept."""
+    return _WORD.findall(text.lower())
