@@ -122,7 +122,7 @@ class CooperativeCodingEnv(MultiAgentEnv):
     [`~CooperativeCodingEnv.feedback`] runs the combined program in the sandbox (through `executor`, which caches
     results, so the reward's run is reused) and reports, one line each: the helper's and the main function's
     syntax errors or missing definitions, a note when the main function does not call the helper, and then the
-    test line of [`describe_result`] (`All 3 tests passed.`, or `Tests passed: 1/3. First failure: <assert> ->
+    test line of `sandbox.describe_result` (`All 3 tests passed.`, or `Tests passed: 1/3. First failure: <assert> ->
     <error>`, a timeout, ...) or why the tests did not run. Both agents get the same feedback.
 
     Episodes last `num_turns` turns. To stop a node once the team solves the task, use the trainer's
@@ -142,7 +142,7 @@ class CooperativeCodingEnv(MultiAgentEnv):
         prompt_column (`str`): Column of the task prompt (signature and docstring).
         entry_point_column (`str`): Column of the name of the function to write.
         test_column (`str`): Column of the unit tests (HumanEval's `check(candidate)` code).
-        executor (`ProgramExecutor`, *optional*): Runs programs; by default [`shared_executor`] (the sandbox with
+        executor (`ProgramExecutor`, *optional*): Runs programs; by default `sandbox.shared_executor` (the sandbox with
             its default limits, one cache for all such environments).
         runner (`Callable`, *optional*): Shortcut for `ProgramExecutor(runner=runner)`.
         limits (`SandboxLimits`, *optional*): Shortcut for `ProgramExecutor(limits=limits)`.
@@ -212,7 +212,7 @@ class CooperativeCodingEnv(MultiAgentEnv):
         return {"test": self._value(row, self.test_column), "entry_point": self.entry_point(row)}
 
     def assemble(self, row: Mapping[str, Any], helper_completion: Any, main_completion: Any) -> CodingSolution:
-        """The joint action (helper agent's and main agent's completions) as a [`CodingSolution`].
+        """The joint action (helper agent's and main agent's completions) as a `CodingSolution`.
 
         Args:
             row (`Mapping`): The dataset row.

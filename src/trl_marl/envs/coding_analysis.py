@@ -120,7 +120,7 @@ def analyze_solution(helper_code: str, main_code: str, entry_point: str, helper_
         main_code (`str`): The main agent's code (fences already stripped).
         entry_point (`str`): The name of the function the main agent must define.
         helper_name (`str`): The name of the helper function.
-        preamble (`str`): Code put before both (see [`prompt_preamble`]).
+        preamble (`str`): Code put before both (see [`~trl_marl.utils.code.prompt_preamble`]).
 
     Returns:
         [`CodingSolution`]

@@ -175,7 +175,7 @@ class NonTrivialMainReward(CodingRewardTerm):
     """1 if the main function is defined and does work of its own, else 0.
 
     Trivial (0): no `entry_point`, an empty body (docstring, `pass`, `...`, a lone `raise`), or a body that only
-    forwards to the helper: `return aux(...)`, `aux(...)`, or `x = aux(...); return x` (see [`is_trivial_body`]).
+    forwards to the helper: `return aux(...)`, `aux(...)`, or `x = aux(...); return x` (see `envs.coding_analysis`).
     A main that solves the task without the helper is non-trivial; [`HelperUsedReward`] scores cooperation.
     """
 
@@ -187,7 +187,7 @@ class NonTrivialMainReward(CodingRewardTerm):
 
 def reference_code(row: Mapping[str, Any], env: CooperativeCodingEnv, reference_column: str) -> str:
     """The full reference program of a row: `canonical_solution` itself if it defines `entry_point` (MBPP's `code`
-    as mapped by [`load_mbpp`]), else `prompt + canonical_solution` (HumanEval's solution is the body only)."""
+    as mapped by `load_mbpp`), else `prompt + canonical_solution` (HumanEval's solution is the body only)."""
     reference = row[reference_column]
     if not isinstance(reference, str):
         raise ValueError(f"The column {reference_column!r} must hold strings, got {type(reference).__name__}.")
