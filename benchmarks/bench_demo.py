@@ -23,7 +23,7 @@ import tempfile
 import time
 from typing import Any
 
-from trl_marl.demo import DemoConfig, run_demo
+from trl_marl.scripts.demo import DemoConfig, run_demo
 
 
 def seed_row(seed: int, preset: str) -> dict[str, Any]:

@@ -503,7 +503,8 @@ def bench_vs_comlrl(cfg: dict[str, Any], work_dir: Path) -> dict[str, Any]:
     from toy_model_dir import build_model_dir
 
     from trl_marl import MAGRPOConfig, MAGRPOTrainer, load_tokenizer
-    from trl_marl.envs import TargetSumEnv, TargetSumReward
+    from trl_marl.envs import TargetSumEnv
+    from trl_marl.rewards.arithmetic import TargetSumReward
 
     model_dir = str(work_dir / f"target10-h{cfg['hidden']}-l{cfg['layers']}")
     builder = build_model_dir(model_dir, hidden_size=cfg["hidden"], num_layers=cfg["layers"], seed=0,
@@ -638,7 +639,8 @@ def memory_child(model_dir: str, num_agents: int, steps: int, prompts: int, gene
     from peft import LoraConfig
 
     from trl_marl import MAGRPOConfig, MAGRPOTrainer, load_tokenizer
-    from trl_marl.envs import TargetSumEnv, TargetSumReward
+    from trl_marl.envs import TargetSumEnv
+    from trl_marl.rewards.arithmetic import TargetSumReward
 
     after_import, rss_import = peak_mb(), current_mb()
     output_dir = tempfile.mkdtemp(prefix="bench-mem-")

@@ -1,4 +1,4 @@
-"""Overhead and throughput of the code-execution sandbox (`trl_marl.rewards.execution`).
+"""Overhead and throughput of the code-execution sandbox (`trl_marl.sandbox`).
 
 Measures, on this machine:
 
@@ -29,7 +29,8 @@ import sys
 import time
 from pathlib import Path
 
-from trl_marl.rewards.execution import SandboxLimits, TestSpec, build_humaneval_program, run_program, run_programs
+from trl_marl.sandbox import SandboxLimits, TestSpec, run_program, run_programs
+from trl_marl.utils.code import build_humaneval_program
 
 TRIVIAL = "def f(x):\n    return x + 1\n"
 TRIVIAL_TESTS = ["assert f(1) == 2"]

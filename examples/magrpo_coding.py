@@ -15,9 +15,11 @@ Offline smoke run (tiny toy model, synthetic HumanEval-format rows, no network):
 from trl import ModelConfig, TrlParser, get_peft_config
 
 from trl_marl import MAGRPOConfig, MAGRPOTrainer
-from trl_marl.envs.coding import CodingTeamReward, CooperativeCodingEnv, load_humaneval, load_mbpp
-from trl_marl.scripts.magrpo import MAGRPOScriptArguments, is_offline_toy, model_init_kwargs, toy_coding_rows
-from trl_marl.toy import resolve_toy_name
+from trl_marl.data import load_humaneval, load_mbpp
+from trl_marl.envs.coding import CooperativeCodingEnv
+from trl_marl.rewards.coding import CodingTeamReward
+from trl_marl.scripts.magrpo import MAGRPOScriptArguments, is_offline_toy, model_init_kwargs
+from trl_marl.toy import resolve_toy_name, toy_coding_rows
 
 
 def main(script_args: MAGRPOScriptArguments, training_args: MAGRPOConfig, model_args: ModelConfig) -> None:

@@ -15,9 +15,11 @@ Offline smoke run (tiny toy model, synthetic rows, no network):
 from trl import ModelConfig, TrlParser, get_peft_config
 
 from trl_marl import MAGRPOConfig, MAGRPOTrainer
-from trl_marl.envs.writing import CooperativeWritingEnv, WritingTeamReward, load_tldr
-from trl_marl.scripts.magrpo import MAGRPOScriptArguments, is_offline_toy, model_init_kwargs, toy_writing_rows
-from trl_marl.toy import resolve_toy_name
+from trl_marl.data import load_tldr
+from trl_marl.envs.writing import CooperativeWritingEnv
+from trl_marl.rewards.writing import WritingTeamReward
+from trl_marl.scripts.magrpo import MAGRPOScriptArguments, is_offline_toy, model_init_kwargs
+from trl_marl.toy import resolve_toy_name, toy_writing_rows
 
 
 def main(script_args: MAGRPOScriptArguments, training_args: MAGRPOConfig, model_args: ModelConfig) -> None:

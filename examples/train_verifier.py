@@ -49,7 +49,8 @@ from transformers import AutoModelForSequenceClassification, GenerationConfig, T
 from trl import TrlParser
 
 from trl_marl import AgentTeam, load_tokenizer
-from trl_marl.rewards.verifier import ANLI_LABELS, VERIFIER_CONFIG_FILE, AnswerVerifier, ModelVerifier
+from trl_marl.rewards.answers import ANLI_LABELS
+from trl_marl.rewards.verifier import VERIFIER_CONFIG_FILE, AnswerVerifier, ModelVerifier
 from trl_marl.toy import AdditionTask, is_toy_name, make_toy_model, resolve_toy_name
 
 INSTRUCTIONS = {

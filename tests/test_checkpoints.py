@@ -33,7 +33,8 @@ def build_trainer(model_dir: str, output_dir: str, max_steps: int = STEPS, **ove
     from peft import LoraConfig
 
     from trl_marl import MAGRPOConfig, MAGRPOTrainer
-    from trl_marl.envs import TargetSumEnv, TargetSumReward
+    from trl_marl.envs import TargetSumEnv
+    from trl_marl.rewards.arithmetic import TargetSumReward
 
     kwargs = dict(
         output_dir=output_dir, num_agents=2, num_generations=8, per_device_train_batch_size=16,

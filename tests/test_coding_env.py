@@ -6,27 +6,24 @@ from dataclasses import dataclass
 
 import pytest
 
+from trl_marl.data import load_humaneval, load_mbpp, mbpp_to_humaneval
 from trl_marl.envs.base import Transcript
-from trl_marl.envs.coding import (
+from trl_marl.envs.coding import CooperativeCodingEnv
+from trl_marl.envs.coding_analysis import analyze_solution
+from trl_marl.rewards.coding import (
     DEFAULT_CODING_WEIGHTS,
     CodeBLEUTermReward,
     CodingTeamReward,
     CombinedSyntaxReward,
-    CooperativeCodingEnv,
     HelperDefinedReward,
     HelperUsedReward,
     MainDefinedReward,
     NonTrivialMainReward,
     PassRateReward,
-    ProgramExecutor,
-    analyze_solution,
-    extract_code,
-    load_humaneval,
-    load_mbpp,
-    mbpp_to_humaneval,
-    prompt_preamble,
 )
 from trl_marl.rollout import RewardFunctionError, TeamReward
+from trl_marl.sandbox import ProgramExecutor
+from trl_marl.utils.code import extract_code, prompt_preamble
 
 PROMPT = '''from typing import List
 
@@ -407,8 +404,8 @@ def test_codebleu_term_with_the_codebleu_package():
 # ------------------------------------------------------------------------------------------------ real sandbox
 @pytest.fixture(scope="module")
 def sandbox_env():
-    """An environment on the real sandbox (`trl_marl.rewards.execution`), with its own cache."""
-    from trl_marl.rewards.execution import SandboxLimits
+    """An environment on the real sandbox (`trl_marl.sandbox`), with its own cache."""
+    from trl_marl.sandbox import SandboxLimits
 
     return CooperativeCodingEnv(num_turns=2, executor=ProgramExecutor(limits=SandboxLimits(wall_time=3, cpu_time=2)))
 
@@ -444,7 +441,7 @@ def test_sandbox_feedback_on_runtime_errors_and_timeouts(sandbox_env):
     feedback = sandbox_env.feedback(ROW, Transcript().extend(["x = 1", MAIN]))
     assert feedback.startswith("Helper code: no function `aux` is defined.\nTests passed: 1/3.")
     assert "NameError" in feedback and "aux" in feedback
-    from trl_marl.rewards.execution import SandboxLimits
+    from trl_marl.sandbox import SandboxLimits
 
     quick = CooperativeCodingEnv(limits=SandboxLimits(wall_time=1, cpu_time=1))
     loop = "```python\ndef sum_of_squares(numbers):\n    while True:\n        aux(1)\n```"

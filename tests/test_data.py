@@ -19,8 +19,8 @@ from trl_marl.data import (
     normalize_number,
     parse_gsm8k_answer,
     tinygsm_answers,
-    toy_debate_dataset,
 )
+from trl_marl.toy import toy_debate_dataset
 
 
 class FakeHub:

@@ -30,8 +30,9 @@ from trl_marl import (
     RewardFunctionError,
     load_tokenizer,
 )
-from trl_marl.envs import TargetSumEnv, TargetSumReward
+from trl_marl.envs import TargetSumEnv
 from trl_marl.envs.base import MultiAgentEnv, Prompt, Transcript, prompt_problem
+from trl_marl.rewards.arithmetic import TargetSumReward
 from trl_marl.rollout import TeamReward
 from trl_marl.toy import make_toy_model
 from trl_marl.validation import ContextLengthWarning, has_accelerator, reward_value

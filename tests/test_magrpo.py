@@ -13,7 +13,8 @@ from datasets import Dataset
 from peft import LoraConfig
 
 from trl_marl import AgentTeam, MAGRPOConfig, MAGRPOTrainer, NonFiniteError, RewardFunctionError
-from trl_marl.envs import PromptEnv, TargetSumEnv, TargetSumReward
+from trl_marl.envs import PromptEnv, TargetSumEnv
+from trl_marl.rewards.arithmetic import TargetSumReward
 from trl_marl.toy import build_toy_tokenizer, make_toy_model
 
 warnings.filterwarnings("ignore")

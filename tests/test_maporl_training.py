@@ -7,10 +7,9 @@ import warnings
 import pytest
 import torch
 
-from trl_marl.data import toy_debate_dataset
 from trl_marl.envs.debate import ToyDebateEnv
 from trl_marl.rewards import AnswerVerifier, InfluenceAwareReward
-from trl_marl.toy import make_toy_model
+from trl_marl.toy import make_toy_model, toy_debate_dataset
 from trl_marl.trainers import MultiAgentPPOConfig, MultiAgentPPOTrainer
 
 warnings.filterwarnings("ignore")
@@ -25,7 +24,7 @@ def one_thread():
 
 
 def test_trained_debate_team_beats_untrained_at_the_final_turn(tmp_path):
-    from trl_marl.demo import run_maporl_part
+    from trl_marl.scripts.demo import run_maporl_part
 
     result = run_maporl_part(updates=60, seed=0, episodes=128, work_dir=str(tmp_path), show_progress=False)
     before, after = result["before"]["majority_accuracy"], result["after"]["majority_accuracy"]

@@ -19,7 +19,8 @@ from datasets import Dataset
 from peft import LoraConfig
 
 from trl_marl import MAGRPOConfig, MAGRPOTrainer, MultiAgentPPOConfig, MultiAgentPPOTrainer
-from trl_marl.envs import TargetSumEnv, TargetSumReward
+from trl_marl.envs import TargetSumEnv
+from trl_marl.rewards.arithmetic import TargetSumReward
 from trl_marl.toy import make_toy_model
 
 warnings.filterwarnings("ignore")

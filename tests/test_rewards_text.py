@@ -17,7 +17,8 @@ from codebleu import calc_codebleu  # noqa: E402
 from rouge_score import rouge_scorer  # noqa: E402
 
 from trl_marl.rewards.codebleu import CodeBLEUReward, strip_code_fences  # noqa: E402
-from trl_marl.rewards.rouge import RougeLReward, completion_text  # noqa: E402
+from trl_marl.rewards.rouge import RougeLReward  # noqa: E402
+from trl_marl.utils.text import completion_text  # noqa: E402
 
 PAIRS = [  # (prediction, reference)
     ("the cat sat", "the cat sat on the mat"),

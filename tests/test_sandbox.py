@@ -1,4 +1,4 @@
-"""Tests of the code-execution sandbox and the unit-test reward (`trl_marl.rewards.execution`).
+"""Tests of the code-execution sandbox and the unit-test reward (`trl_marl.sandbox`, `trl_marl.rewards.execution`).
 
 Hostile programs run only through the sandbox, with small limits, and every check of "nothing happened outside"
 looks at paths inside pytest's `tmp_path` (or a uniquely named path that is removed if the sandbox failed).
@@ -18,17 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from trl_marl.rewards.execution import (
-    ExecutionResult,
-    SandboxLimits,
-    TestSpec,
-    UnitTestReward,
-    build_humaneval_program,
-    extract_code,
-    format_feedback,
-    run_program,
-    run_programs,
-)
+from trl_marl.rewards.execution import UnitTestReward
+from trl_marl.sandbox import ExecutionResult, SandboxLimits, TestSpec, format_feedback, run_program, run_programs
+from trl_marl.utils.code import build_humaneval_program, extract_code
 
 FAST = SandboxLimits(wall_time=5, cpu_time=3, memory_mb=512)
 HOSTILE = SandboxLimits(wall_time=1.5, cpu_time=1, memory_mb=256, max_output_bytes=16 * 1024)
@@ -129,9 +121,9 @@ def test_whole_function_completion_fences_and_chat_messages():
 
 def test_extract_code():
     assert extract_code("x = 1") == "x = 1"
-    assert extract_code("text\n```python\nx = 1\n```\nmore\n```\ny = 2\n```") == "x = 1\n\ny = 2\n"
+    assert extract_code("text\n```python\nx = 1\n```\nmore\n```\ny = 2\n```") == "x = 1\n\ny = 2"
     two = "```python\ndef helper():\n    pass\n```\n```python\ndef f():\n    return 1\n```"
-    assert extract_code(two, "f") == "def f():\n    return 1\n"
+    assert extract_code(two, "f") == "def f():\n    return 1"
     assert extract_code("```bash\nrm -rf /\n```") == ""
 
 

@@ -13,7 +13,8 @@ import os
 
 import pytest
 
-from trl_marl.rewards.execution import SandboxLimits, TestSpec, UnitTestReward, run_programs
+from trl_marl.rewards.execution import UnitTestReward
+from trl_marl.sandbox import SandboxLimits, TestSpec, run_programs
 
 LIMITS = SandboxLimits(wall_time=5, cpu_time=3, memory_mb=512)
 HUMANEVAL_TEST = (
@@ -196,7 +197,7 @@ def test_forged_log_records_are_bounded_and_sanitized(caplog):
         "def add(a, b):\n"
         "    return a + b\n"
     )
-    with caplog.at_level(logging.WARNING, logger="trl_marl.rewards.execution"):
+    with caplog.at_level(logging.WARNING, logger="trl_marl.sandbox"):
         [result] = run_programs([program], [HUMANEVAL], SandboxLimits(wall_time=10, cpu_time=5))
     # It scribbled on its pipe to the harness too: that breaks the protocol, which fails the program.
     assert result.passed == 0 and result.reason == "error: the program broke the harness protocol", result
@@ -206,10 +207,10 @@ def test_forged_log_records_are_bounded_and_sanitized(caplog):
 
 
 def test_sanitized_warning_helper():
-    from trl_marl.rewards import execution
+    from trl_marl.sandbox.warn import clean_text
 
-    assert execution._clean("\x1b[31mred\nline" + "x" * 1000) .startswith("\\x1b[31mred\\nline")
-    assert len(execution._clean("y" * 5000)) == 300
+    assert clean_text("\x1b[31mred\nline" + "x" * 1000) .startswith("\\x1b[31mred\\nline")
+    assert len(clean_text("y" * 5000)) == 300
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="the namespaces level needs root")

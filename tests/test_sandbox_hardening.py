@@ -11,9 +11,15 @@ import time
 
 import pytest
 
-from trl_marl.rewards import execution
-from trl_marl.rewards.execution import SandboxLimits, SandboxUnavailableError, TestSpec, run_program, run_programs
-from trl_marl.sandbox import harness
+from trl_marl.sandbox import (
+    SandboxLimits,
+    SandboxUnavailableError,
+    TestSpec,
+    harness,
+    run_program,
+    run_programs,
+    runner,
+)
 
 FAST = SandboxLimits(wall_time=5, cpu_time=3, memory_mb=512)
 ROOT = os.geteuid() == 0
@@ -158,17 +164,17 @@ def test_program_modules_and_constants_are_visible_to_mbpp_tests():
 
 # ---------------------------------------------------------------------------------------------------- levels
 def test_namespaces_level_fails_clearly_without_root(monkeypatch):
-    monkeypatch.setattr(execution.os, "geteuid", lambda: 1000)
-    monkeypatch.delenv(execution.ISOLATION_ENV, raising=False)
+    monkeypatch.setattr(runner.os, "geteuid", lambda: 1000)
+    monkeypatch.delenv(runner.ISOLATION_ENV, raising=False)
     with pytest.raises(SandboxUnavailableError, match="isolation='process'"):
         run_programs(["x = 1"], [None], FAST)
 
 
 def test_isolation_level_choice(monkeypatch):
-    monkeypatch.delenv(execution.ISOLATION_ENV, raising=False)
+    monkeypatch.delenv(runner.ISOLATION_ENV, raising=False)
     assert SandboxLimits().level == "namespaces"
     assert SandboxLimits(namespaces=False).level == "process"
-    monkeypatch.setenv(execution.ISOLATION_ENV, "process")
+    monkeypatch.setenv(runner.ISOLATION_ENV, "process")
     assert SandboxLimits().level == "process"
     assert SandboxLimits(isolation="namespaces").level == "namespaces"
     with pytest.raises(ValueError, match="isolation"):
@@ -255,7 +261,7 @@ def test_sleeping_program_still_times_out():
 
 
 def test_backstop_bounds_everything():
-    assert execution._backstop(SandboxLimits(wall_time=2, cpu_time=3), 1) == pytest.approx(2 + 6 + 5)
-    assert execution._backstop(SandboxLimits(wall_time=2, cpu_time=3, backstop_time=4), 64) == 4
+    assert runner._backstop(SandboxLimits(wall_time=2, cpu_time=3), 1) == pytest.approx(2 + 6 + 5)
+    assert runner._backstop(SandboxLimits(wall_time=2, cpu_time=3, backstop_time=4), 64) == 4
     cpus = os.cpu_count() or 1
-    assert execution._backstop(SandboxLimits(wall_time=1, cpu_time=1), 4 * cpus) == pytest.approx(1 + 8 + 5)
+    assert runner._backstop(SandboxLimits(wall_time=1, cpu_time=1), 4 * cpus) == pytest.approx(1 + 8 + 5)

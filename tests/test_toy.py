@@ -331,7 +331,7 @@ def test_make_toy_model_caches(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     def fail(*args: object, **kwargs: object) -> None:
         raise AssertionError("the cached model was rebuilt")
 
-    monkeypatch.setattr(toy, "build_toy_model", fail)
+    monkeypatch.setattr(toy.cache, "build_toy_model", fail)
     assert make_toy_model(**kwargs) == path
     monkeypatch.undo()
     monkeypatch.setenv("TRL_MARL_CACHE", str(tmp_path / "cache"))
@@ -371,7 +371,7 @@ def test_toy_names(monkeypatch: pytest.MonkeyPatch) -> None:
         calls.append(kwargs)
         return "/somewhere"
 
-    monkeypatch.setattr(toy, "make_toy_model", fake_make_toy_model)
+    monkeypatch.setattr(toy.cache, "make_toy_model", fake_make_toy_model)
     assert resolve_toy_name("toy") == "/somewhere"
     assert calls[-1]["task"] == "target"
     resolve_toy_name("trl-marl/toy-addition")

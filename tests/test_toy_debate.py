@@ -118,7 +118,7 @@ def test_make_toy_model_builds_the_debate_task(tmp_path: Path, monkeypatch: pyte
     assert make_toy_model(tmp_path / "debate", task="debate", hidden_size=32, num_layers=1, pretrain_steps=2,
                           batch_size=8, noise_prob=0.1) == path  # cached
     seen = {}
-    monkeypatch.setattr(toy, "make_toy_model", lambda **kw: seen.update(kw) or "dir")
+    monkeypatch.setattr(toy.cache, "make_toy_model", lambda **kw: seen.update(kw) or "dir")
     assert toy.resolve_toy_name("toy:debate") == "dir"
     assert seen["task"] == "debate" and seen["hidden_size"] == 64
 
@@ -204,7 +204,7 @@ def test_specialist_revision_copies_a_candidate_or_answers_itself():
 
 
 def test_toy_facts_dataset_rows_hold_true_values():
-    from trl_marl.data import toy_facts_dataset
+    from trl_marl.toy import toy_facts_dataset
 
     data = toy_facts_dataset(50, seed=3)
     table = toy.fact_table()

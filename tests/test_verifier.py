@@ -19,20 +19,10 @@ import pytest
 import torch
 from transformers import Qwen2Config, Qwen2ForSequenceClassification
 
-from trl_marl.rewards.verifier import (
-    AnswerVerifier,
-    ModelVerifier,
-    RemoteVerifier,
-    VerifierError,
-    VerifierServer,
-    VerifierUnavailableError,
-    answers_match,
-    extract_label,
-    extract_math_answer,
-    parse_gold,
-    serve_verifier_main,
-    to_number,
-)
+from trl_marl.rewards.answers import answers_match, extract_label, extract_math_answer, parse_gold, to_number
+from trl_marl.rewards.remote import RemoteVerifier, VerifierError, VerifierServer, VerifierUnavailableError
+from trl_marl.rewards.verifier import AnswerVerifier, ModelVerifier
+from trl_marl.scripts.serve_verifier import serve_verifier_main
 from trl_marl.toy import build_toy_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -462,7 +452,7 @@ def test_client_errors_are_not_retried():
 
 def test_serve_verifier_main(saved_classifier, monkeypatch):
     """`serve_verifier_main` loads a saved model, binds loopback and answers like the in-process verifier."""
-    import trl_marl.rewards.verifier as module
+    import trl_marl.scripts.serve_verifier as module
 
     servers = []
 

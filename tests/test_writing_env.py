@@ -10,23 +10,22 @@ from typing import Any
 import datasets
 import pytest
 
+from trl_marl.data import load_tldr, parse_tldr_prompt
 from trl_marl.envs.base import Transcript
-from trl_marl.envs.writing import (
+from trl_marl.envs.writing import CooperativeWritingEnv
+from trl_marl.rewards.writing import (
     DEFAULT_WRITING_WEIGHTS,
     TRANSITION_PHRASES,
-    CooperativeWritingEnv,
     LengthRangeReward,
     LengthRatioReward,
     LexicalDiversityReward,
     StyleConsistencyReward,
     TransitionWordsReward,
     WritingTeamReward,
-    load_tldr,
-    parse_tldr_prompt,
     type_token_ratio,
-    words,
 )
 from trl_marl.rollout import TeamReward
+from trl_marl.utils.text import words
 
 ROW = {"text": "  My cat ate my homework. The teacher did not believe me.  ", "reference": "cat ate homework"}
 SHORT = "Cat ate homework."

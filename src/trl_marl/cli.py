@@ -1,8 +1,9 @@
 """The `trl-marl` command.
 
-- `trl-marl demo [--quick|--full] [--seed N] [--output-dir DIR]`: the offline toy world (see `trl_marl.demo`).
+- `trl-marl demo [--quick|--full] [--seed N] [--output-dir DIR]`: the offline toy world (see `trl_marl.scripts.demo`).
 - `trl-marl magrpo --config FILE [overrides]`: MAGRPO on a built-in task (see `trl_marl.scripts.magrpo`).
-- `trl-marl serve-verifier --model PATH [--port N]`: an HTTP verifier server (see `trl_marl.rewards.verifier`).
+- `trl-marl maporl {gsm8k,anli} --config FILE [overrides]`: MAPoRL's debate (see `trl_marl.scripts.maporl`).
+- `trl-marl serve-verifier --model PATH [--port N]`: an HTTP verifier server (see `trl_marl.scripts.serve_verifier`).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from .demo import DemoConfig, run_demo
+    from .scripts.demo import DemoConfig, run_demo
 
     run_demo(DemoConfig(preset=args.preset, seed=args.seed, output_dir=args.output_dir))
     return 0
@@ -24,6 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="trl-marl", description="Multi-agent RL for LLM teams, built on TRL.")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("magrpo", help="Train with MAGRPO on a built-in task: `trl-marl magrpo --config FILE`.")
+    sub.add_parser("maporl", help="Train a debate with MAPoRL: `trl-marl maporl {gsm8k,anli} --config FILE`.")
     sub.add_parser("serve-verifier", help="Serve a verifier model over HTTP: `trl-marl serve-verifier --model PATH`.")
     demo = sub.add_parser("demo", help="Offline toy world: MAGRPO vs agents trained alone, and a MAPoRL debate.")
     size = demo.add_mutually_exclusive_group()
@@ -40,7 +42,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `trl-marl` console script."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "serve-verifier":  # the verifier server has its own argument parser
-        from .rewards.verifier import serve_verifier_main
+        from .scripts.serve_verifier import serve_verifier_main
 
         return serve_verifier_main(argv[1:])
     if argv and argv[0] == "magrpo":  # TrlParser owns the rest of the command line (YAML config + overrides)
@@ -48,6 +50,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         from .scripts.magrpo import parse
 
         magrpo_main(*parse(argv[1:]))
+        return 0
+    if argv and argv[0] == "maporl":  # `maporl <task>`, then TrlParser owns the rest
+        from .scripts.maporl import main as maporl_main
+
+        maporl_main(argv[1:])
         return 0
     parser = build_parser()
     args: Any = parser.parse_args(argv)

@@ -188,7 +188,7 @@ class DebateEvaluation:
                 (e.g. `trl_marl.rewards.verifier.AnswerVerifier`).
             correct_threshold (`float`): The score from which an answer counts as right.
         """
-        from .rewards.rouge import completion_text
+        from .utils.text import completion_text
 
         if len(transcripts) != len(golds):
             raise ValueError(f"Got {len(transcripts)} transcripts but {len(golds)} gold answers.")

@@ -31,7 +31,7 @@ from datasets import Dataset  # noqa: E402
 from transformers import set_seed  # noqa: E402
 
 from trl_marl import MAGRPOConfig, MAGRPOTrainer, TargetSumEnv  # noqa: E402
-from trl_marl.envs import TargetSumReward  # noqa: E402
+from trl_marl.rewards.arithmetic import TargetSumReward  # noqa: E402
 
 NUM_AGENTS = 2
 NUM_GENERATIONS = 4

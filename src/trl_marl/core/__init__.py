@@ -1,6 +1,37 @@
-"""Pure tensor math for MAGRPO and multi-agent PPO: returns, advantages and token losses.
+"""Pure tensor math for MAGRPO and multi-agent PPO: returns, advantages, token losses and MAPoRL's rewards.
 
-Every function is one equation of a paper (named in its docstring) and holds no trainer state.
+Every function is one equation of a paper (named in its docstring) and holds no trainer state. The equations of the
+two papers this package implements, and of the works they build on:
+
+| paper | equation | function |
+|---|---|---|
+| MAGRPO (arXiv 2508.04652) | joint actions, aligned or cross (G or G^n per node) | `joint_action_indices` |
+| MAGRPO | a completion's return: mean over the joint actions containing it | `agent_returns_from_joint` |
+| MAGRPO | multi-turn return R_t = r_t + gamma * mean(children's R_{t+1}) | `tree_returns` |
+| MAGRPO | early stop: the remaining turns' discounted reward of a finished node | `early_stop_returns` |
+| MAGRPO; GRPO (2402.03300) Eq. 3 | group-relative advantage A = R - mean(R) | `group_relative_advantages` |
+| GRPO (`scale_rewards="batch"`) | advantages scaled by the batch's std | `batch_scaled_advantages` |
+| PPO (arXiv 1707.06347, Eq. 7), GRPO Eq. 3, GSPO Eq. 7 | clipped surrogate per token | `clipped_surrogate` |
+| GRPO Eq. 3, Dr. GRPO Eq. 3, DAPO Eq. 8 | token aggregation of the loss (`loss_type`) | `aggregate_token_loss` |
+| GRPO Eq. 4 (Schulman 2020) | k3 KL estimator | `k3_kl` |
+| Schulman 2020 | k1 KL estimator | `k1_kl` |
+| MAPoRL (arXiv 2502.18439), Definition 1 | influence-aware verification reward | `influence_aware_reward` |
+| MAPoRL, Tables 1, 2 | majority correctness (of all, of the others) | `(others_)majority_correctness` |
+| MAPoRL, Table 1 | own-revision incentive (alpha0, alpha1) | `revision_incentives` |
+| MAPoRL, Table 2 | influence incentive (beta0, beta1) | `influence_incentives` |
+| MAPoRL, Tables 1 + 2 | all collaboration incentives | `collaboration_incentives` |
+| MAPoRL, Section 3.3 | Definition 1 plus the incentives | `shaped_debate_rewards` |
+| MAPoRL's PPO objective; `core.ppo` eq. 1 | per-token KL penalty (k1 or k3) | `kl_penalty` |
+| `core.ppo` eq. 2 (Ziegler et al. 2019) | per-token reward: -beta * KL plus the score | `shaped_token_rewards` |
+| `core.ppo` eq. 3, GAE (Schulman et al. 2016) | advantages and returns | `generalized_advantage_estimation` |
+| `core.ppo` eq. 4 | clipped policy loss | `ppo_policy_loss` |
+| `core.ppo` eq. 5 | clipped value loss | `clipped_value_loss` |
+| Ziegler et al. 2019, Eq. 2 | the classic loop's KL penalty and variants | `classic_kl_penalty` |
+| Ziegler et al. 2019 | adaptive KL coefficient | `adaptive_kl_coef` |
+
+Helpers without an equation of their own: `masked_mean`, `masked_var`, `nan_std`, `whiten`, `whiten_jointly`,
+`selective_log_softmax`, `entropy_from_logits`, `completion_mask_from_eos`, `response_masks`, `score_positions`,
+`running_moments_update`. `docs/architecture.md` has the same table with the modules.
 """
 
 from .advantages import (
@@ -29,27 +60,69 @@ from .losses import (
     k3_kl,
     selective_log_softmax,
 )
+from .maporl import (
+    collaboration_incentives,
+    influence_aware_reward,
+    influence_incentives,
+    majority_correctness,
+    others_majority_correctness,
+    revision_incentives,
+    shaped_debate_rewards,
+)
+from .ppo import (
+    CLASSIC_KL_PENALTIES,
+    INVALID_LOGPROB,
+    adaptive_kl_coef,
+    classic_kl_penalty,
+    clipped_value_loss,
+    generalized_advantage_estimation,
+    kl_penalty,
+    ppo_policy_loss,
+    response_masks,
+    running_moments_update,
+    score_positions,
+    shaped_token_rewards,
+)
 
 __all__ = [
     "ADVANTAGE_MODES",
+    "CLASSIC_KL_PENALTIES",
     "IMPORTANCE_SAMPLING_LEVELS",
+    "INVALID_LOGPROB",
     "JOINT_MODES",
     "SUPPORTED_LOSS_TYPES",
+    "adaptive_kl_coef",
     "agent_returns_from_joint",
     "aggregate_token_loss",
     "batch_scaled_advantages",
+    "classic_kl_penalty",
     "clipped_surrogate",
+    "clipped_value_loss",
+    "collaboration_incentives",
     "completion_mask_from_eos",
     "early_stop_returns",
     "entropy_from_logits",
+    "generalized_advantage_estimation",
     "group_relative_advantages",
+    "influence_aware_reward",
+    "influence_incentives",
     "joint_action_indices",
     "k1_kl",
     "k3_kl",
+    "kl_penalty",
+    "majority_correctness",
     "masked_mean",
     "masked_var",
     "nan_std",
+    "others_majority_correctness",
+    "ppo_policy_loss",
+    "response_masks",
+    "revision_incentives",
+    "running_moments_update",
+    "score_positions",
     "selective_log_softmax",
+    "shaped_debate_rewards",
+    "shaped_token_rewards",
     "tree_returns",
     "whiten",
     "whiten_jointly",

@@ -22,6 +22,7 @@ import torch
 from torch import Tensor
 
 from .advantages import masked_mean
+from .losses import k1_kl, k3_kl
 
 INVALID_LOGPROB = 1.0
 """Placeholder log-probability written on padding positions (they are masked out of every loss)."""
@@ -49,11 +50,10 @@ def score_positions(sequence_lengths: Tensor, width: int) -> Tensor:
 
 def kl_penalty(logps: Tensor, ref_logps: Tensor, estimator: str = "k1") -> Tensor:
     """Per-token KL(policy || reference) estimate: `k1 = logp - ref`, `k3 = (e^r - 1) - r` with `r = ref - logp`."""
-    log_ratio = ref_logps - logps
     if estimator == "k1":
-        return -log_ratio
+        return k1_kl(logps, ref_logps)
     if estimator == "k3":
-        return (log_ratio.exp() - 1) - log_ratio
+        return k3_kl(logps, ref_logps)
     raise ValueError(f"Unknown KL estimator {estimator!r}; use 'k1' or 'k3'.")
 
 

@@ -2,66 +2,55 @@
 
 - `PromptEnv`, `TokenizedPromptEnv`: plain prompt columns (TRL-style datasets).
 - `TargetSumEnv`: a synthetic coordination task (offline demo and tests).
-- `CooperativeWritingEnv`: MAGRPO's writing task (summary + detailed expansion) with its team rewards.
-- `CooperativeCodingEnv`: MAGRPO's coding task (helper + main function, sandboxed tests) with its team rewards.
+- `CooperativeWritingEnv`: MAGRPO's writing task (summary + detailed expansion).
+- `CooperativeCodingEnv`: MAGRPO's coding task (helper + main function, sandboxed tests as feedback).
 - `DebateEnv`, `ToyDebateEnv`: collaborative debate (Du et al. 2024) as used by MAPoRL.
+
+An environment only describes the interaction; each task's rewards are in `trl_marl.rewards` (`rewards.writing`,
+`rewards.coding`, `rewards.arithmetic`) and its dataset loaders in `trl_marl.data`.
 """
 
-from .arithmetic import TargetSumEnv, TargetSumReward, parse_int, target_sum_reward
+from __future__ import annotations
+
+import importlib
+import warnings
+from typing import Any
+
+from .arithmetic import TargetSumEnv
 from .base import MultiAgentEnv, Prompt, PromptEnv, TokenizedPromptEnv, Transcript, Turn
-from .coding import (
-    CodingTeamReward,
-    CombinedSyntaxReward,
-    CooperativeCodingEnv,
-    HelperDefinedReward,
-    HelperUsedReward,
-    MainDefinedReward,
-    NonTrivialMainReward,
-    PassRateReward,
-    load_humaneval,
-    load_mbpp,
-)
+from .coding import CooperativeCodingEnv
 from .debate import DebateEnv, ToyDebateEnv
-from .writing import (
-    CooperativeWritingEnv,
-    LengthRangeReward,
-    LengthRatioReward,
-    LexicalDiversityReward,
-    StyleConsistencyReward,
-    TransitionWordsReward,
-    WritingTeamReward,
-    load_tldr,
-)
+from .writing import CooperativeWritingEnv
 
 __all__ = [
-    "CodingTeamReward",
-    "CombinedSyntaxReward",
     "CooperativeCodingEnv",
     "CooperativeWritingEnv",
     "DebateEnv",
-    "HelperDefinedReward",
-    "HelperUsedReward",
-    "LengthRangeReward",
-    "LengthRatioReward",
-    "LexicalDiversityReward",
-    "MainDefinedReward",
     "MultiAgentEnv",
-    "NonTrivialMainReward",
-    "PassRateReward",
     "Prompt",
     "PromptEnv",
-    "StyleConsistencyReward",
     "TargetSumEnv",
-    "TargetSumReward",
-    "ToyDebateEnv",
     "TokenizedPromptEnv",
+    "ToyDebateEnv",
     "Transcript",
-    "TransitionWordsReward",
     "Turn",
-    "WritingTeamReward",
-    "load_humaneval",
-    "load_mbpp",
-    "load_tldr",
-    "parse_int",
-    "target_sum_reward",
 ]
+
+# Names that `trl_marl.envs` exported before each task's rewards and loaders moved out of the environments
+# (0.1.0.dev0). They still resolve, with a DeprecationWarning, until the next release.
+_MOVED = {
+    **dict.fromkeys(["TargetSumReward", "target_sum_reward", "parse_int"], "trl_marl.rewards.arithmetic"),
+    **dict.fromkeys(["CodingTeamReward", "CombinedSyntaxReward", "HelperDefinedReward", "HelperUsedReward",
+                     "MainDefinedReward", "NonTrivialMainReward", "PassRateReward"], "trl_marl.rewards.coding"),
+    **dict.fromkeys(["LengthRangeReward", "LengthRatioReward", "LexicalDiversityReward", "StyleConsistencyReward",
+                     "TransitionWordsReward", "WritingTeamReward"], "trl_marl.rewards.writing"),
+    **dict.fromkeys(["load_humaneval", "load_mbpp", "load_tldr"], "trl_marl.data"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _MOVED:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    warnings.warn(f"`trl_marl.envs.{name}` moved to `{_MOVED[name]}.{name}`; the old name will be removed.",
+                  DeprecationWarning, stacklevel=2)
+    return getattr(importlib.import_module(_MOVED[name]), name)

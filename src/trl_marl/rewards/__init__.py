@@ -6,41 +6,73 @@
   memory, file-system, network and output limits).
 - `AnswerVerifier`, `ModelVerifier`, `RemoteVerifier` (+ `VerifierServer`): MAPoRL's verifiers.
 - `InfluenceAwareReward`: MAPoRL's influence-aware reward with collaboration incentives.
+- The team rewards of the built-in tasks: `WritingTeamReward` (`rewards.writing`), `CodingTeamReward`
+  (`rewards.coding`), `TargetSumReward` (`rewards.arithmetic`), each with its terms.
+
+Modules by job: `answers` (answer extraction and matching), `verifier` (in-process verifiers), `remote` (verifiers
+over HTTP), `execution` (unit tests in the sandbox of `trl_marl.sandbox`), `rouge`, `codebleu`, `influence`, and
+one module per task.
 
 ROUGE-L and CodeBLEU need the `rewards` extra: `pip install "trl-marl[rewards]"`.
 """
 
+from ..sandbox import ExecutionResult, SandboxLimits, run_programs
+from .answers import extract_label, extract_math_answer, parse_gold
+from .arithmetic import TargetSumReward, target_sum_reward
 from .codebleu import CodeBLEUReward
-from .execution import ExecutionResult, SandboxLimits, UnitTestReward, run_programs
+from .coding import (
+    CodingTeamReward,
+    CombinedSyntaxReward,
+    HelperDefinedReward,
+    HelperUsedReward,
+    MainDefinedReward,
+    NonTrivialMainReward,
+    PassRateReward,
+)
+from .execution import UnitTestReward
 from .influence import InfluenceAwareReward
+from .remote import RemoteVerifier, VerifierError, VerifierServer, VerifierUnavailableError
 from .rouge import RougeLReward
-from .verifier import (
-    AnswerVerifier,
-    ModelVerifier,
-    RemoteVerifier,
-    VerifierError,
-    VerifierServer,
-    VerifierUnavailableError,
-    extract_label,
-    extract_math_answer,
-    parse_gold,
+from .verifier import AnswerVerifier, ModelVerifier
+from .writing import (
+    LengthRangeReward,
+    LengthRatioReward,
+    LexicalDiversityReward,
+    StyleConsistencyReward,
+    TransitionWordsReward,
+    WritingTeamReward,
 )
 
 __all__ = [
     "AnswerVerifier",
     "CodeBLEUReward",
+    "CodingTeamReward",
+    "CombinedSyntaxReward",
     "ExecutionResult",
+    "HelperDefinedReward",
+    "HelperUsedReward",
     "InfluenceAwareReward",
+    "LengthRangeReward",
+    "LengthRatioReward",
+    "LexicalDiversityReward",
+    "MainDefinedReward",
     "ModelVerifier",
+    "NonTrivialMainReward",
+    "PassRateReward",
     "RemoteVerifier",
     "RougeLReward",
     "SandboxLimits",
+    "StyleConsistencyReward",
+    "TargetSumReward",
+    "TransitionWordsReward",
     "UnitTestReward",
     "VerifierError",
     "VerifierServer",
     "VerifierUnavailableError",
+    "WritingTeamReward",
     "extract_label",
     "extract_math_answer",
     "parse_gold",
     "run_programs",
+    "target_sum_reward",
 ]

@@ -11,7 +11,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from .rouge import AgentSelector, column, is_missing, select_texts
+from ..utils.columns import AgentSelector, column, is_missing, select_texts
 
 _INSTALL_HINT = (
     'install trl-marl\'s `rewards` extra (`pip install "trl-marl[rewards]"`), which pins `codebleu>=0.7` together '

@@ -20,7 +20,7 @@ import torch
 
 from ..core.maporl import shaped_debate_rewards
 from ..envs.base import Transcript
-from .rouge import completion_text
+from ..utils.text import completion_text
 
 __all__ = ["INFLUENCE_MODES", "InfluenceAwareReward", "Scorer"]
 

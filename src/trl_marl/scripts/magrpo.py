@@ -19,6 +19,8 @@ from typing import Any
 
 from datasets import Dataset
 
+from ..toy.rows import toy_coding_rows, toy_writing_rows
+
 TASKS = ("writing", "coding", "target_sum")
 
 
@@ -43,38 +45,21 @@ def is_offline_toy(model_name_or_path: str) -> bool:
     return is_toy_name(model_name_or_path)
 
 
-def toy_writing_rows(n: int) -> Dataset:
-    """Synthetic rows with the schema of the writing loader (`text`, `reference`)."""
-    texts = [f"Q{i}: {i} + {i + 1} = {2 * i + 1}. A: {2 * i + 1}" for i in range(n)]
-    return Dataset.from_dict({"text": texts, "reference": [f"A: {2 * i + 1}" for i in range(n)]})
-
-
-def toy_coding_rows(n: int) -> Dataset:
-    """Synthetic HumanEval-format rows (`prompt`, `test`, `entry_point`, `canonical_solution`)."""
-    rows: dict[str, list[Any]] = {"task_id": [], "prompt": [], "test": [], "entry_point": [], "canonical_solution": []}
-    for i in range(n):
-        k = i % 7 + 1
-        rows["task_id"].append(f"toy/{i}")
-        rows["prompt"].append(f"def add_{k}(x):\n    \"\"\"Return x + {k}.\"\"\"\n")
-        rows["entry_point"].append(f"add_{k}")
-        rows["canonical_solution"].append(f"    return x + {k}\n")
-        rows["test"].append(
-            f"def check(candidate):\n    assert candidate(1) == {1 + k}\n    assert candidate(-{k}) == 0\n"
-        )
-    return Dataset.from_dict(rows)
-
-
 def build_task(script_args: MAGRPOScriptArguments, num_agents: int, num_turns: int,
                offline: bool) -> tuple[Any, Callable[..., Any], Dataset]:
     """The environment, team reward and training rows of a built-in task."""
     if script_args.task == "writing":
-        from ..envs.writing import CooperativeWritingEnv, WritingTeamReward, load_tldr
+        from ..data import load_tldr
+        from ..envs.writing import CooperativeWritingEnv
+        from ..rewards.writing import WritingTeamReward
 
         dataset = (toy_writing_rows(script_args.num_toy_rows) if offline
                    else load_tldr(split=script_args.dataset_split, max_rows=script_args.max_train_samples))
         return CooperativeWritingEnv(num_turns=num_turns), WritingTeamReward(), dataset
     if script_args.task == "coding":
-        from ..envs.coding import CodingTeamReward, CooperativeCodingEnv, load_humaneval, load_mbpp
+        from ..data import load_humaneval, load_mbpp
+        from ..envs.coding import CooperativeCodingEnv
+        from ..rewards.coding import CodingTeamReward
 
         if offline:
             dataset = toy_coding_rows(script_args.num_toy_rows)
@@ -87,7 +72,8 @@ def build_task(script_args: MAGRPOScriptArguments, num_agents: int, num_turns: i
         env = CooperativeCodingEnv(num_turns=num_turns)
         return env, CodingTeamReward(env=env), dataset
     if script_args.task == "target_sum":
-        from ..envs import TargetSumEnv, TargetSumReward
+        from ..envs import TargetSumEnv
+        from ..rewards.arithmetic import TargetSumReward
 
         return (TargetSumEnv(num_agents, num_turns), TargetSumReward(),
                 Dataset.from_dict({"target": [10] * max(script_args.num_toy_rows, 8)}))

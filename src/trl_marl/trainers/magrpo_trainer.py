@@ -116,7 +116,8 @@ class MAGRPOTrainer(TeamCheckpointMixin, TRLBaseTrainer):
     ```python
     from datasets import Dataset
     from trl_marl import MAGRPOConfig, MAGRPOTrainer
-    from trl_marl.envs import TargetSumEnv, target_sum_reward
+    from trl_marl.envs import TargetSumEnv
+    from trl_marl.rewards import target_sum_reward
 
     dataset = Dataset.from_dict({"target": [10] * 64})
     trainer = MAGRPOTrainer(

@@ -204,7 +204,8 @@ class MultiAgentPPOTrainer(TeamCheckpointMixin, TRLBaseTrainer):
 
     ```python
     from trl_marl import MultiAgentPPOConfig, MultiAgentPPOTrainer
-    from trl_marl.envs import TargetSumEnv, target_sum_reward
+    from trl_marl.envs import TargetSumEnv
+    from trl_marl.rewards import target_sum_reward
 
     trainer = MultiAgentPPOTrainer(
         args=MultiAgentPPOConfig(output_dir="ppo-team", num_agents=2, per_device_train_batch_size=16,

@@ -1,7 +1,7 @@
 """Numeric answers: one grammar, one canonical form and one comparison rule for the whole package.
 
 The data loaders (`trl_marl.data`) normalise gold answers with [`normalize_number`], and the answer verifier
-(`trl_marl.rewards.verifier`) reads numbers out of responses with [`NUMBER_PATTERN`] and [`canonical_number`] and
+(`trl_marl.rewards.answers`) reads numbers out of responses with [`NUMBER_PATTERN`] and [`canonical_number`] and
 compares them with [`numbers_match`]. A reward is something a policy optimises against, so the rules are strict and
 written down here.
 
@@ -147,7 +147,7 @@ def is_canonical_number(text: str) -> bool:
 def normalize_number(value: Any, decimals: int | None = 6) -> str | None:
     """The canonical form of a number given as a Python value or as text.
 
-    This is the one normaliser of gold answers: `trl_marl.data`'s loaders and `trl_marl.rewards.verifier.parse_gold`
+    This is the one normaliser of gold answers: `trl_marl.data`'s loaders and `trl_marl.rewards.answers.parse_gold`
     both use it.
 
     Args:

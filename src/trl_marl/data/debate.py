@@ -1,4 +1,4 @@
-"""Datasets of MAPoRL (Park et al., arXiv 2502.18439) in the schema of [`~trl_marl.envs.debate.DebateEnv`].
+"""The debate datasets of MAPoRL (Park et al., arXiv 2502.18439) in the schema of [`~trl_marl.envs.debate.DebateEnv`].
 
 Every loader returns a `datasets.Dataset` with the columns
 
@@ -10,10 +10,8 @@ plus the raw columns that are useful for inspection (listed per loader).
 
 - [`load_gsm8k`]: `openai/gsm8k` (grade-school math; gold after `#### `).
 - [`load_tinygsm`]: `TinyGSM/TinyGSM` (12.3M synthetic GSM8K-style problems whose solutions are Python functions; the
-  gold answer is what the function returns, computed in the sandbox of `trl_marl.rewards.execution`).
+  gold answer is what the function returns, computed in the sandbox of `trl_marl.sandbox`).
 - [`load_anli`]: `facebook/anli` (adversarial natural language inference, rounds 1-3).
-- [`toy_debate_dataset`]: synthetic two-number additions for the offline toy debate
-  ([`~trl_marl.envs.debate.ToyDebateEnv`]).
 
 The Hub loaders call `datasets.load_dataset` (downloaded once, then read from the local cache); a local copy with
 the same columns can be read by passing its path, or a JSON Lines file with `data_files`.
@@ -22,20 +20,19 @@ the same columns can be read by passing its path, or a JSON Lines file with `dat
 from __future__ import annotations
 
 import ast
-import random
 import re
 import secrets
 from collections.abc import Mapping, Sequence
 from itertools import islice
 from typing import TYPE_CHECKING, Any
 
-from .rewards.verifier import ANLI_LABELS
-from .utils.numbers import normalize_number
+from ..rewards.answers import ANLI_LABELS
+from ..utils.numbers import normalize_number
 
 if TYPE_CHECKING:
     import datasets
 
-    from .rewards.execution import SandboxLimits
+    from ..sandbox import SandboxLimits
 
 __all__ = [
     "ANLI_LABELS",
@@ -46,7 +43,6 @@ __all__ = [
     "normalize_number",
     "parse_gsm8k_answer",
     "tinygsm_answers",
-    "toy_debate_dataset",
 ]
 
 
@@ -181,7 +177,7 @@ def tinygsm_answers(
     """The answers of TinyGSM solutions: what each solution's function returns, run in the sandbox.
 
     Dataset code never runs in this process: each solution runs in its own sandboxed interpreter
-    (`trl_marl.rewards.execution.run_programs`, with its resource limits, namespaces and guards), followed by a call of
+    (`trl_marl.sandbox.run_programs`, with its resource limits, namespaces and guards), followed by a call of
     its entry point (`simple_math_problem`, see `_entry_point`) that prints the result after a random marker. The
     printed value is read back with `ast.literal_eval` and normalized with [`normalize_number`].
 
@@ -194,7 +190,7 @@ def tinygsm_answers(
         `list[str | None]`: One answer per solution; `None` where the code does not parse, defines no function,
         fails, times out, or returns something that is not a finite number.
     """
-    from .rewards.execution import SandboxLimits, run_programs
+    from ..sandbox import SandboxLimits, run_programs
 
     if limits is None:
         limits = SandboxLimits(wall_time=5.0, cpu_time=5.0, memory_mb=256)
@@ -355,59 +351,3 @@ def load_anli(
         dataset = dataset.select(keep)
     dataset = _head(dataset, max_rows)
     return dataset.map(_anli_row, fn_kwargs={"template": question_template})
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Toy
-# ----------------------------------------------------------------------------------------------------------------
-
-
-def toy_debate_dataset(n: int, seed: int = 0, max_operand: int = 99) -> datasets.Dataset:
-    """Synthetic additions for the offline toy debate ([`~trl_marl.envs.debate.ToyDebateEnv`]).
-
-    Args:
-        n (`int`): Number of rows.
-        seed (`int`): Seed of the operands.
-        max_operand (`int`): Both operands are drawn uniformly from `[0, max_operand]`.
-
-    Returns:
-        `datasets.Dataset`: `question` (`"12+34"`) and `answer` (`"46"`).
-    """
-    import datasets
-
-    if n < 0:
-        raise ValueError(f"`n` must be >= 0, got {n}.")
-    if max_operand < 0:
-        raise ValueError(f"`max_operand` must be >= 0, got {max_operand}.")
-    rng = random.Random(seed)
-    pairs = [(rng.randint(0, max_operand), rng.randint(0, max_operand)) for _ in range(n)]
-    return datasets.Dataset.from_dict(
-        {"question": [f"{a}+{b}" for a, b in pairs], "answer": [str(a + b) for a, b in pairs]},
-        features=datasets.Features({"question": datasets.Value("string"), "answer": datasets.Value("string")}),
-    )
-
-
-def toy_facts_dataset(n: int, seed: int = 0) -> datasets.Dataset:
-    """Questions of the offline toy fact debate (the heterogeneous team of `trl_marl.toy.SpecialistFactsTask`).
-
-    Args:
-        n (`int`): Number of rows.
-        seed (`int`): Seed of the keys drawn (uniformly from `trl_marl.toy.FACT_KEYS`).
-
-    Returns:
-        `datasets.Dataset`: `question` (a key, `"37"`) and `answer` (its true value, `"52"`), for
-        [`~trl_marl.envs.debate.ToyDebateEnv`].
-    """
-    import datasets
-
-    from .toy import FACT_KEYS, fact_table
-
-    if n < 0:
-        raise ValueError(f"`n` must be >= 0, got {n}.")
-    rng = random.Random(seed)
-    table = fact_table()
-    keys = [rng.choice(FACT_KEYS) for _ in range(n)]
-    return datasets.Dataset.from_dict(
-        {"question": [str(k) for k in keys], "answer": [str(table[k]) for k in keys]},
-        features=datasets.Features({"question": datasets.Value("string"), "answer": datasets.Value("string")}),
-    )

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 import warnings
 from dataclasses import dataclass
@@ -96,8 +97,9 @@ def _magrpo_trainer(model_dir: str, steps: int, seed: int, output_dir: str, froz
     from datasets import Dataset
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
-    from .envs import TargetSumEnv, TargetSumReward
-    from .trainers import MAGRPOConfig, MAGRPOTrainer
+    from ..envs import TargetSumEnv
+    from ..rewards.arithmetic import TargetSumReward
+    from ..trainers import MAGRPOConfig, MAGRPOTrainer
 
     config = MAGRPOConfig(
         output_dir=output_dir, num_agents=2, num_generations=8, per_device_train_batch_size=64,
@@ -119,8 +121,9 @@ def _team_success(team: Any, episodes: int, seed: int) -> float:
     import torch
     from transformers import GenerationConfig
 
-    from .envs import TargetSumEnv, TargetSumReward
-    from .rollout import JointRollout, TeamReward
+    from ..envs import TargetSumEnv
+    from ..rewards.arithmetic import TargetSumReward
+    from ..rollout import JointRollout, TeamReward
 
     torch.manual_seed(seed)
     tok = team.tokenizers[0]
@@ -138,7 +141,7 @@ def _team_success(team: Any, episodes: int, seed: int) -> float:
 def run_magrpo_part(model_dir: str, steps: int, seed: int, episodes: int, work_dir: str,
                     show_progress: bool) -> dict[str, Any]:
     """MAGRPO vs training each agent alone on the coordination task."""
-    from .team import AgentTeam
+    from ..team import AgentTeam
 
     def curve(trainer: Any) -> list[float]:
         return [h["reward"] for h in trainer.state.log_history if "reward" in h]
@@ -200,7 +203,7 @@ def debate_team(seed: int = 0) -> list[str]:
     rest ([`~trl_marl.toy.SpecialistFactsTask`]). All three were pretrained to revise by copying one of the previous
     turn's answers at random: they can read and adopt an answer, but do not know whose answer to trust.
     """
-    from .toy import make_toy_model
+    from ..toy import make_toy_model
 
     return [make_toy_model(task="facts_specialist", hidden_size=64, num_layers=2, pretrain_steps=600, seed=seed,
                            specialty=None, novice_known_prob=1.0 if i == 0 else 0.4, knowledge_seed=i,
@@ -217,11 +220,11 @@ def run_maporl_part(updates: int, seed: int, episodes: int, work_dir: str, show_
     """
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
-    from .data import toy_facts_dataset
-    from .envs.debate import ToyDebateEnv
-    from .rewards.influence import InfluenceAwareReward
-    from .rewards.verifier import AnswerVerifier
-    from .trainers import MultiAgentPPOConfig, MultiAgentPPOTrainer
+    from ..envs.debate import ToyDebateEnv
+    from ..rewards.influence import InfluenceAwareReward
+    from ..rewards.verifier import AnswerVerifier
+    from ..toy import toy_facts_dataset
+    from ..trainers import MultiAgentPPOConfig, MultiAgentPPOTrainer
 
     agents, turns, batch = 3, 3, 16
     verifier = AnswerVerifier(task="math")
@@ -333,7 +336,7 @@ def make_plots(results: dict[str, Any], output_dir: str) -> list[str]:
 def run_demo(config: DemoConfig) -> dict[str, Any]:
     """Run the demo; returns the results written to `demo_metrics.json`."""
     _quiet()
-    from .toy import make_toy_model
+    from ..toy import make_toy_model
 
     preset = PRESETS[config.preset]
     out = os.path.abspath(config.output_dir)
@@ -360,3 +363,9 @@ def run_demo(config: DemoConfig) -> dict[str, Any]:
     print("[4/4] Results\n" + results["table"])
     print(f"Done in {results['seconds']:.0f} s. Plots and metrics in {out}")
     return results
+
+
+if __name__ == "__main__":
+    from ..cli import main as cli_main
+
+    raise SystemExit(cli_main(["demo", *sys.argv[1:]]))

@@ -1,0 +1,43 @@
+"""Dataset loaders, one home for all of them: each returns a `datasets.Dataset` in the schema of its task's env.
+
+- [`~trl_marl.data.debate`] (MAPoRL's debate, [`~trl_marl.envs.debate.DebateEnv`]): [`load_gsm8k`],
+  [`load_tinygsm`], [`load_anli`], [`parse_gsm8k_answer`], [`tinygsm_answers`].
+- [`~trl_marl.data.writing`] (MAGRPO's writing, [`~trl_marl.envs.writing.CooperativeWritingEnv`]): [`load_tldr`],
+  [`parse_tldr_prompt`].
+- [`~trl_marl.data.coding`] (MAGRPO's coding, [`~trl_marl.envs.coding.CooperativeCodingEnv`]): [`load_humaneval`],
+  [`load_mbpp`], [`mbpp_to_humaneval`].
+
+The toy world's synthetic rows are in `trl_marl.toy` (`toy_debate_dataset`, `toy_facts_dataset`, ...). The Hub
+loaders call `datasets.load_dataset` (downloaded once, then read from the local cache); a local copy with the same
+columns can be read by passing its path.
+"""
+
+from ..utils.numbers import normalize_number
+from .coding import HUMANEVAL_COLUMNS, load_humaneval, load_mbpp, mbpp_to_humaneval
+from .debate import (
+    ANLI_LABELS,
+    ANLI_QUESTION_TEMPLATE,
+    load_anli,
+    load_gsm8k,
+    load_tinygsm,
+    parse_gsm8k_answer,
+    tinygsm_answers,
+)
+from .writing import load_tldr, parse_tldr_prompt
+
+__all__ = [
+    "ANLI_LABELS",
+    "ANLI_QUESTION_TEMPLATE",
+    "HUMANEVAL_COLUMNS",
+    "load_anli",
+    "load_gsm8k",
+    "load_humaneval",
+    "load_mbpp",
+    "load_tinygsm",
+    "load_tldr",
+    "mbpp_to_humaneval",
+    "normalize_number",
+    "parse_gsm8k_answer",
+    "parse_tldr_prompt",
+    "tinygsm_answers",
+]

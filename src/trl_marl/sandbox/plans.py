@@ -1,0 +1,123 @@
+"""Test plans: how a test specification (HumanEval's `check`, MBPP's asserts) becomes tests the harness runs one
+by one, each reporting its own verdict (partial credit)."""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+
+from .types import TestSpec
+
+# Names the generated test code uses (chosen so that they do not collide with a program's names).
+_TESTS_FN = "_trl_marl_tests_"
+_RECORD = "_trl_marl_record_"
+_EQ = "_trl_marl_eq_"
+_EXC = "_trl_marl_exc_"
+
+
+# ---------------------------------------------------------------------------------------------------- test plans
+@dataclass(frozen=True)
+class TestPlan:
+    """What the harness runs after the program: `setup` at module level, then the function `_TESTS_FN` defined by
+    `tests_fn`, which reports each of the `len(sources)` tests through its first argument."""
+
+    setup: str
+    tests_fn: str
+    sources: tuple[str, ...]
+    entry_point: str | None = None
+
+
+class _EqAsserts(ast.NodeTransformer):
+    """Rewrites `assert a == b` (no message) as `_EQ(a, b)`, which raises `AssertionError("got .., expected ..")`:
+    same evaluation order and truth test, and an informative message for feedback."""
+
+    def visit_Assert(self, node: ast.Assert) -> ast.AST:
+        test = node.test
+        if (node.msg is None and isinstance(test, ast.Compare) and len(test.ops) == 1
+                and isinstance(test.ops[0], ast.Eq)):
+            call = ast.Call(func=ast.Name(_EQ, ast.Load()), args=[test.left, test.comparators[0]], keywords=[])
+            return ast.copy_location(ast.Expr(call), node)
+        return node
+
+
+def _has_assert(node: ast.AST) -> bool:
+    """Whether `node` contains an assert that tests something (`assert True, "..."` does not count)."""
+    return any(isinstance(n, ast.Assert) and not isinstance(n.test, ast.Constant) for n in ast.walk(node))
+
+
+def _record_call(index: int, value: ast.expr) -> ast.stmt:
+    return ast.Expr(ast.Call(func=ast.Name(_RECORD, ast.Load()), args=[ast.Constant(index), value], keywords=[]))
+
+
+def _guarded(index: int, body: list[ast.stmt]) -> ast.Try:
+    """`try: <body> except Exception as e: record(index, e) else: record(index, None)`."""
+    handler = ast.ExceptHandler(type=ast.Name("Exception", ast.Load()), name=_EXC,
+                                body=[_record_call(index, ast.Name(_EXC, ast.Load()))])
+    return ast.Try(body=body or [ast.Pass()], handlers=[handler], orelse=[_record_call(index, ast.Constant(None))],
+                   finalbody=[])
+
+
+def _tests_function(body: list[ast.stmt]) -> str:
+    module = ast.parse(f"def {_TESTS_FN}({_RECORD}, {_EQ}):\n    pass\n")
+    module.body[0].body = body  # type: ignore[attr-defined]
+    return ast.unparse(ast.fix_missing_locations(module))
+
+
+def _segment(source: str, node: ast.AST) -> str:
+    text = ast.get_source_segment(source, node) or ast.unparse(node)
+    return " ".join(text.split()) if "\n" not in text.strip() else text.strip()
+
+
+def _humaneval_plan(spec: TestSpec) -> TestPlan:
+    code, entry = str(spec.check_code), str(spec.entry_point)
+    check: ast.FunctionDef | None = None
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        tree = None
+    if tree is not None:
+        for node in tree.body:
+            if isinstance(node, ast.FunctionDef) and node.name == "check":
+                check = node
+    args = check.args if check is not None else None
+    simple = (args is not None and len(args.args) == 1 and not args.posonlyargs and not args.kwonlyargs
+              and args.vararg is None and args.kwarg is None)
+    if spec.split and check is not None and simple and any(_has_assert(s) for s in check.body):
+        param = check.args.args[0].arg
+        body: list[ast.stmt] = [ast.Assign(targets=[ast.Name(param, ast.Store())], value=ast.Name(entry, ast.Load()))]
+        sources: list[str] = []
+        for stmt in check.body:
+            is_test, text = _has_assert(stmt), _segment(code, stmt)
+            new = _EqAsserts().visit(stmt)
+            if is_test:
+                body.append(_guarded(len(sources), [new]))
+                sources.append(text)
+            else:
+                body.append(new)
+        return TestPlan(setup=code, tests_fn=_tests_function(body), sources=tuple(sources), entry_point=entry)
+    call = ast.Expr(ast.Call(func=ast.Name("check", ast.Load()), args=[ast.Name(entry, ast.Load())], keywords=[]))
+    return TestPlan(setup=code, tests_fn=_tests_function([_guarded(0, [call])]), sources=(f"check({entry})",),
+                 entry_point=entry)
+
+
+def _mbpp_plan(spec: TestSpec) -> TestPlan:
+    body: list[ast.stmt] = []
+    sources: list[str] = []
+    for index, test in enumerate(spec.asserts):
+        try:
+            stmts = [_EqAsserts().visit(s) for s in ast.parse(test).body]
+        except SyntaxError as exc:
+            message = ast.Constant(f"the test does not parse: {exc.msg}")
+            stmts = [ast.Raise(exc=ast.Call(func=ast.Name("SyntaxError", ast.Load()), args=[message], keywords=[]))]
+        body.append(_guarded(index, stmts))
+        sources.append(" ".join(test.split()) if "\n" not in test.strip() else test.strip())
+    if not spec.asserts:
+        body.append(_guarded(0, [ast.Pass()]))
+        sources.append("(the program runs without an error)")
+    return TestPlan(setup=spec.setup_code, tests_fn=_tests_function(body), sources=tuple(sources))
+
+
+def make_plan(spec: TestSpec) -> TestPlan:
+    return _humaneval_plan(spec) if spec.check_code is not None else _mbpp_plan(spec)
+
+

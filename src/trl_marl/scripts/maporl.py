@@ -1,0 +1,251 @@
+"""`trl-marl maporl`: MAPoRL (Park et al., arXiv 2502.18439) on GSM8K or ANLI: a team of LLMs debates, trained with
+multi-agent PPO on the influence-aware verification reward.
+
+Run with a YAML file holding script, `MultiAgentPPOConfig` and `ModelConfig` fields (see `examples/configs/`):
+
+```bash
+trl-marl maporl gsm8k --config examples/configs/maporl_gsm8k.yaml
+accelerate launch -m trl_marl.scripts.maporl anli --config examples/configs/maporl_anli.yaml
+```
+
+`--model_name_or_path toy` runs offline: the toy debate model on two-number additions (`ToyDebateEnv`, synthetic
+rows). The examples `examples/maporl_gsm8k.py` and `examples/maporl_anli.py` are this module's two tasks.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from datasets import Dataset, concatenate_datasets
+from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
+from trl import ModelConfig, TrlParser, get_peft_config
+
+from ..data import load_anli, load_gsm8k, load_tinygsm
+from ..envs.debate import ANLI_ANSWER_FORMAT, GSM8K_ANSWER_FORMAT, DebateEnv, ToyDebateEnv
+from ..rewards.influence import InfluenceAwareReward
+from ..rewards.verifier import AnswerVerifier
+from ..team import load_tokenizer
+from ..toy import is_toy_name, resolve_toy_name, toy_debate_dataset
+from ..trainers import MultiAgentPPOConfig, MultiAgentPPOTrainer
+from .magrpo import model_init_kwargs
+
+
+@dataclass
+class DebateScriptArguments:
+    """Debate, reward and offline settings shared by the MAPoRL examples (PPO settings: `MultiAgentPPOConfig`)."""
+
+    max_train_samples: int | None = field(default=None, metadata={"help": "Keep at most this many training rows."})
+    eval_split: str | None = field(
+        default=None, metadata={"help": "Split to evaluate the debate on after training ('none': no evaluation)."}
+    )
+    max_eval_samples: int | None = field(default=None, metadata={"help": "Keep at most this many evaluation rows."})
+    num_toy_rows: int = field(default=256, metadata={"help": "Synthetic rows for `--model_name_or_path toy`."})
+    chat_prompts: bool = field(default=True, metadata={"help": "Prompt with chat messages (instruct models)."})
+    history: str = field(
+        default="all", metadata={"help": "Answers shown at later turns: 'all' previous turns (MAPoRL) or 'last'."}
+    )
+    show_verifier_scores: bool = field(
+        default=False, metadata={"help": "Show the verifier's scores of the previous answers in the prompts."}
+    )
+    reward_mode: str = field(
+        default="influence",
+        metadata={"help": "'influence' (Definition 1 + incentives), 'verifier' (own score) or 'final' (last turn)."},
+    )
+    influence_gamma: float = field(default=1.0, metadata={"help": "Discount of future turns in the reward."})
+    alpha0: float = field(default=0.0, metadata={"help": "Incentive: revising relative to a wrong majority."})
+    alpha1: float = field(default=0.0, metadata={"help": "Incentive: revising relative to a right majority."})
+    beta0: float = field(default=0.0, metadata={"help": "Incentive: a wrong answer's influence on the majority."})
+    beta1: float = field(default=0.0, metadata={"help": "Incentive: a right answer's influence on the majority."})
+    value_model_name_or_path: str | None = field(
+        default=None,
+        metadata={"help": "Backbone of the value models (it must share the policy's tokenizer). Default: a copy "
+                  "of the policy's base model."},
+    )
+
+
+@dataclass
+class GSM8KScriptArguments(DebateScriptArguments):
+    """Data settings of the GSM8K example."""
+
+    dataset_name: str = field(default="openai/gsm8k", metadata={"help": "The GSM8K dataset (Hub name or path)."})
+    dataset_config: str = field(default="main", metadata={"help": "GSM8K config: 'main' or 'socratic'."})
+    dataset_split: str = field(default="train", metadata={"help": "Split to train on."})
+    data_files: str | None = field(
+        default=None, metadata={"help": "Train on a local GSM8K JSON Lines file instead (question/answer per line)."}
+    )
+    tinygsm_rows: int = field(
+        default=0,
+        metadata={"help": "Add this many TinyGSM rows (MAPoRL: 12,800); answers are computed in the sandbox."},
+    )
+
+
+def toy_model_path(name: str) -> str:
+    """The toy model of a toy name; plain `toy` is the debate-pretrained toy model (`trl_marl.toy`)."""
+    return resolve_toy_name("toy:debate" if name in ("toy", "trl-marl/toy") else name)
+
+
+def build_models(model_args: ModelConfig, value_model_name: str | None, num_agents: int) -> tuple[Any, Any, Any]:
+    """The policy base model, its tokenizer, and the value models (`None`: the trainer's default copies).
+
+    A 4-bit/8-bit policy (QLoRA) cannot give its weights to the default value models, so each agent then gets a
+    quantized sequence classifier with a LoRA adapter on its backbone and a trainable score head.
+    """
+    offline = is_toy_name(model_args.model_name_or_path)
+    path = toy_model_path(model_args.model_name_or_path) if offline else model_args.model_name_or_path
+    init = model_init_kwargs(model_args)  # dtype, attention implementation, 4-bit/8-bit quantization
+    if offline:
+        init.pop("dtype", None)  # toy models are float32
+    else:
+        init["revision"] = model_args.model_revision
+    policy = AutoModelForCausalLM.from_pretrained(path, **init)
+    quantized = "quantization_config" in init
+    value_models = None
+    if quantized or value_model_name:
+        value_models = [value_model(value_model_name or path, init, model_args, quantized) for _ in range(num_agents)]
+    return policy, load_tokenizer(path), value_models
+
+
+def value_model(path: str, init: dict[str, Any], model_args: ModelConfig, quantized: bool) -> Any:
+    """A value model (`num_labels=1`); quantized, it trains a LoRA adapter on its backbone and its score head."""
+    model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=1, **init)
+    if quantized:
+        from peft import LoraConfig, get_peft_model
+
+        lora = LoraConfig(r=model_args.lora_r, lora_alpha=model_args.lora_alpha, lora_dropout=model_args.lora_dropout,
+                          target_modules=model_args.lora_target_modules or "all-linear",
+                          task_type="FEATURE_EXTRACTION")
+        prefix = model.base_model_prefix
+        setattr(model, prefix, get_peft_model(getattr(model, prefix), lora))
+        model.score.float().requires_grad_(True)
+    return model
+
+
+def wants_eval(script_args: DebateScriptArguments) -> bool:
+    """Whether to evaluate after training (`--eval_split none` or an empty split skips it)."""
+    return bool(script_args.eval_split) and script_args.eval_split.lower() != "none"
+
+
+def reward_function(script_args: DebateScriptArguments, verifier: AnswerVerifier) -> InfluenceAwareReward:
+    """MAPoRL's influence-aware verification reward over `verifier`'s scores (Definition 1, Tables 1-2)."""
+    return InfluenceAwareReward(verifier, gamma=script_args.influence_gamma, alpha0=script_args.alpha0,
+                                alpha1=script_args.alpha1, beta0=script_args.beta0, beta1=script_args.beta1,
+                                mode=script_args.reward_mode)
+
+
+def train(script_args: DebateScriptArguments, training_args: MultiAgentPPOConfig, model_args: ModelConfig,
+          env: Any, verifier: AnswerVerifier, train_dataset: Dataset, eval_dataset: Dataset | None) -> Any:
+    """Build the MAPoRL trainer, train, save every agent, and evaluate the debate when there is evaluation data.
+
+    With a toy model name the environment and data are replaced by the toy debate (`ToyDebateEnv`, synthetic rows).
+    """
+    A = training_args.num_agents
+    if is_toy_name(model_args.model_name_or_path):  # "Q:12+34=A:", then "Q:12+34=46 45 47?A:"
+        env = ToyDebateEnv(num_agents=A, num_turns=training_args.num_turns)
+        verifier = AnswerVerifier(task="math")
+        train_dataset = toy_debate_dataset(script_args.num_toy_rows, seed=training_args.seed)
+        eval_dataset = (toy_debate_dataset(script_args.max_eval_samples or 64, seed=training_args.seed + 1)
+                        if wants_eval(script_args) else None)
+    policy, tokenizer, value_models = build_models(model_args, script_args.value_model_name_or_path, A)
+    trainer = MultiAgentPPOTrainer(
+        args=training_args,
+        model=policy,
+        processing_class=tokenizer,
+        reward_funcs=[reward_function(script_args, verifier)],  # called per (turn, agent) with the whole debates
+        env=env,
+        train_dataset=train_dataset,
+        eval_dataset=eval_dataset,
+        value_model=value_models,
+        peft_config=get_peft_config(model_args),  # one LoRA adapter per agent on one (4-bit) base model
+        eval_verifier=verifier,
+    )
+    trainer.train()
+    trainer.save_model(training_args.output_dir)  # agent_0/ ... agent_{A-1}/, team_config.json, README.md
+    if eval_dataset is not None:  # majority-vote accuracy per turn, collaboration transitions (W->R, R->W, ...)
+        metrics = trainer.evaluate()
+        trainer.log_metrics("eval", metrics)
+        trainer.save_metrics("eval", metrics)
+    return trainer
+
+
+def main_gsm8k(script_args: GSM8KScriptArguments, training_args: MultiAgentPPOConfig, model_args: ModelConfig) -> Any:
+    """MAPoRL on GSM8K: a math debate scored by the rule-based answer verifier; returns the trainer."""
+    verifier = AnswerVerifier(task="math")  # the last \boxed{} / "#### " / "answer is" number vs. the gold number
+    env = DebateEnv(num_agents=training_args.num_agents, num_turns=training_args.num_turns,
+                    chat=script_args.chat_prompts, answer_format=GSM8K_ANSWER_FORMAT, history=script_args.history,
+                    show_verifier_scores=script_args.show_verifier_scores, verifier=verifier)
+    train_dataset = eval_dataset = None
+    if not is_toy_name(model_args.model_name_or_path):
+        train_dataset = load_gsm8k(split=script_args.dataset_split, config=script_args.dataset_config,
+                                   max_rows=script_args.max_train_samples, dataset_name=script_args.dataset_name,
+                                   data_files=script_args.data_files)  # question, answer ("72"), answer_text
+        if script_args.tinygsm_rows > 0:
+            tinygsm = load_tinygsm(max_rows=script_args.tinygsm_rows)  # question, answer, code
+            train_dataset = concatenate_datasets([train_dataset.select_columns(["question", "answer"]),
+                                                  tinygsm.select_columns(["question", "answer"])])
+        if wants_eval(script_args):
+            eval_dataset = load_gsm8k(split=script_args.eval_split, config=script_args.dataset_config,
+                                      max_rows=script_args.max_eval_samples, dataset_name=script_args.dataset_name)
+    return train(script_args, training_args, model_args, env, verifier, train_dataset, eval_dataset)
+
+
+
+@dataclass
+class ANLIScriptArguments(DebateScriptArguments):
+    """Data settings of the ANLI example."""
+
+    dataset_name: str = field(default="facebook/anli", metadata={"help": "The ANLI dataset (Hub name or path)."})
+    anli_rounds: list[int] = field(default_factory=lambda: [1], metadata={"help": "ANLI rounds to use (1, 2, 3)."})
+    dataset_split: str = field(default="train", metadata={"help": "Split to train on: train, dev or test."})
+    skip_train_rows: int = field(
+        default=0, metadata={"help": "Skip the first rows of the training split (MAPoRL: 10,000, the verifier's)."}
+    )
+
+
+def main_anli(script_args: ANLIScriptArguments, training_args: MultiAgentPPOConfig, model_args: ModelConfig) -> Any:
+    """MAPoRL on ANLI: a label debate scored by the rule-based label verifier; returns the trainer."""
+    verifier = AnswerVerifier(task="label")  # the last entailment/neutral/contradiction of an answer vs. the gold
+    env = DebateEnv(num_agents=training_args.num_agents, num_turns=training_args.num_turns,
+                    chat=script_args.chat_prompts, answer_format=ANLI_ANSWER_FORMAT, history=script_args.history,
+                    show_verifier_scores=script_args.show_verifier_scores, verifier=verifier)
+    train_dataset = eval_dataset = None
+    if not is_toy_name(model_args.model_name_or_path):
+        # question (premise + hypothesis + the three labels), answer ("entailment", ...), premise, hypothesis, label
+        train_dataset = load_anli(round=script_args.anli_rounds, split=script_args.dataset_split,
+                                  dataset_name=script_args.dataset_name)
+        start = min(script_args.skip_train_rows, len(train_dataset))
+        stop = len(train_dataset) if script_args.max_train_samples is None else start + script_args.max_train_samples
+        train_dataset = train_dataset.select(range(start, min(stop, len(train_dataset))))
+        if wants_eval(script_args):
+            eval_dataset = load_anli(round=script_args.anli_rounds, split=script_args.eval_split,
+                                     max_rows=script_args.max_eval_samples, dataset_name=script_args.dataset_name)
+    return train(script_args, training_args, model_args, env, verifier, train_dataset, eval_dataset)
+
+
+TASKS: dict[str, tuple[type, Callable[..., Any]]] = {
+    "gsm8k": (GSM8KScriptArguments, main_gsm8k),
+    "anli": (ANLIScriptArguments, main_anli),
+}
+"""The tasks of `trl-marl maporl <task>`: their script arguments and their main function."""
+
+
+def parse(task: str, argv: Sequence[str] | None = None) -> tuple[Any, Any, Any]:
+    """Parse `--config FILE` and overrides into (script, MultiAgentPPOConfig, ModelConfig) arguments of `task`."""
+    if task not in TASKS:
+        raise SystemExit(f"trl-marl maporl: unknown task {task!r}; choose one of {sorted(TASKS)}.")
+    parser = TrlParser((TASKS[task][0], MultiAgentPPOConfig, ModelConfig))
+    return parser.parse_args_and_config(args=list(argv) if argv is not None else None)
+
+
+def main(argv: Sequence[str] | None = None) -> Any:
+    """`trl-marl maporl <gsm8k|anli> --config FILE [overrides]`: train, save and evaluate; returns the trainer."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0].startswith("-"):
+        raise SystemExit(f"usage: trl-marl maporl {{{','.join(sorted(TASKS))}}} --config FILE [overrides]")
+    return TASKS[argv[0]][1](*parse(argv[0], argv[1:]))
+
+
+if __name__ == "__main__":
+    main()

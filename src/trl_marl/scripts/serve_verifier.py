@@ -1,0 +1,87 @@
+"""`trl-marl serve-verifier`: serve a verifier model over HTTP until interrupted."""
+
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+from typing import Any
+
+from ..rewards.remote import VerifierServer
+from ..rewards.verifier import ModelVerifier
+
+__all__ = ["serve_verifier_main"]
+
+# ---------------------------------------------------------------------------------------------------------------
+# `trl-marl serve-verifier`
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _serve_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="trl-marl serve-verifier",
+        description="Serve a verifier model (AutoModelForSequenceClassification, num_labels=1) over HTTP: "
+        'POST /score {"questions": [...], "responses": [...]} -> {"scores": [...]}, GET /health.',
+    )
+    parser.add_argument("--model", required=True, help="Directory or Hub id of the verifier model.")
+    parser.add_argument("--host", default="127.0.0.1", help="Address to bind (default: loopback only).")
+    parser.add_argument("--port", type=int, default=8000, help="Port to bind (0: a free port). Default: 8000.")
+    parser.add_argument("--batch-size", type=int, default=16, help="Texts per forward pass. Default: 16.")
+    parser.add_argument("--max-length", type=int, default=1024, help="Longest text in tokens. Default: 1024.")
+    parser.add_argument("--template", default=None,
+                        help="Format string with {question} and {response} (default: the model's saved template, "
+                        "else '{question}\\n{response}').")
+    parser.add_argument("--device", default=None, help="Device for the model, e.g. cuda:0 (default: cpu).")
+    return parser
+
+
+def serve_verifier_main(argv: list[str]) -> int:
+    """`trl-marl serve-verifier`: loads a [`ModelVerifier`] and serves it until interrupted (blocking).
+
+    Args:
+        argv: Command-line arguments (without the program and subcommand names): `--model PATH` and optionally
+            `--host`, `--port`, `--batch-size`, `--max-length`, `--template`, `--device`.
+
+    Returns:
+        The exit status: 0 after an interrupt (Ctrl-C or SIGTERM), 1 when the model cannot be loaded or the port
+        cannot be bound.
+    """
+    args = _serve_parser().parse_args(argv)
+    try:
+        verifier = ModelVerifier(args.model, batch_size=args.batch_size, max_length=args.max_length,
+                                 template=args.template, device=args.device)
+    except (OSError, ValueError) as exc:
+        print(f"trl-marl serve-verifier: cannot load {args.model!r}: {exc}", file=sys.stderr)
+        return 1
+    server = VerifierServer(verifier, host=args.host, port=args.port)
+    if args.host not in ("127.0.0.1", "localhost", "::1"):
+        print(f"trl-marl serve-verifier: warning: serving on {args.host} without authentication.", file=sys.stderr)
+
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+
+        def _interrupt(signum: int, frame: Any) -> None:
+            raise KeyboardInterrupt
+
+        previous = signal.signal(signal.SIGTERM, _interrupt)  # `kill` stops the server as Ctrl-C does
+    try:
+        server.serve_forever(
+            ready=lambda url: print(f"Serving {args.model} on {url} (POST /score, GET /health); Ctrl-C to stop.",
+                                    flush=True)
+        )
+    except KeyboardInterrupt:
+        pass
+    except OSError as exc:
+        print(f"trl-marl serve-verifier: cannot serve on {args.host}:{args.port}: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+    print("Verifier server stopped.", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(serve_verifier_main(sys.argv[1:]))

@@ -1,0 +1,180 @@
+"""Python code in model answers: extracting it, checking it parses, and assembling a HumanEval program.
+
+One rule for the whole package: the coding environment (`trl_marl.envs.coding`), its rewards and the unit-test
+reward (`trl_marl.rewards.execution`) all read a completion's code with [`extract_code`] and keep a task prompt's
+imports and helper definitions with [`prompt_preamble`].
+
+**What the code of an answer is** ([`extract_code`]):
+
+- A Markdown fence opens with three or more backticks or tildes, optionally followed by a language tag, and closes
+  with the same fence on a line of its own. An opening fence without a closing one (a generation cut off by the
+  length limit) runs to the end of the text.
+- Only Python blocks count: untagged blocks and the tags `python`, `py`, `python3`, `py3`, `ipython`, `pycon`
+  (any case). An answer whose fences are all in other languages (`bash`, `text`, ...) has no code: `""`.
+- With `entry_point`, the first Python block that defines that function is the code; otherwise (or when no block
+  defines it) all Python blocks joined by a blank line.
+- An answer without any fence is code as it stands (a HumanEval function body continuing the prompt).
+- Line ends become `\\n`, leading blank lines and trailing white space are removed, indentation is kept (a fenced
+  function body must still continue its prompt).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import warnings
+from functools import lru_cache
+from typing import Any
+
+from .text import completion_text
+
+__all__ = [
+    "PYTHON_TAGS",
+    "build_humaneval_program",
+    "defines_function",
+    "extract_code",
+    "parse_or_none",
+    "prompt_preamble",
+    "quiet_parse",
+    "syntax_error",
+    "top_level_function",
+]
+
+_FENCE = re.compile(r"^[ \t]*(`{3,}|~{3,})[ \t]*([\w+.#-]*)[^\n]*\n(.*?)(?:^[ \t]*\1[ \t]*$|\Z)", re.M | re.S)
+
+PYTHON_TAGS = frozenset({"", "python", "py", "python3", "py3", "ipython", "pycon"})
+"""Language tags of a fence (lower-cased) whose content counts as Python code."""
+
+
+def _tidy(code: str) -> str:
+    return code.lstrip("\n").rstrip()
+
+
+def extract_code(text: Any, entry_point: str | None = None) -> str:
+    """The Python code of a completion (the rule is in this module's docstring).
+
+    Args:
+        text (`str` or `list[dict]`): A completion; a conversational one is read as its last message.
+        entry_point (`str`, *optional*): The function the code must define: the first Python block defining it wins.
+
+    Returns:
+        `str`: The code, possibly empty.
+
+    Example:
+
+    ```python
+    extract_code("Here:\\n```python\\nx = 1\\n```\\nand\\n```\\ny = 2\\n```")  # "x = 1\\n\\ny = 2"
+    extract_code("```bash\\nrm -rf /\\n```")  # "" (no Python block)
+    ```
+    """
+    text = completion_text(text).replace("\r\n", "\n")
+    fences = list(_FENCE.finditer(text))
+    if not fences:
+        return _tidy(text)
+    blocks = [m.group(3) for m in fences if m.group(2).lower() in PYTHON_TAGS]
+    if not blocks:
+        return ""
+    if entry_point:
+        for block in blocks:
+            if defines_function(block, entry_point):
+                return _tidy(block)
+    return _tidy("\n\n".join(block.rstrip("\n") for block in blocks))
+
+
+def defines_function(code: str, name: str) -> bool:
+    """Whether `code` has a line `def name(` (or `async def name(`), at any indentation; no parsing needed."""
+    return re.search(rf"^[ \t]*(?:async[ \t]+)?def[ \t]+{re.escape(name)}[ \t]*\(", code, re.M) is not None
+
+
+def quiet_parse(code: str) -> ast.Module:
+    """`ast.parse` without the warnings (invalid escapes, `is` with a literal) that model-written code triggers."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return ast.parse(code)
+
+
+def parse_or_none(code: str) -> ast.Module | None:
+    """The module `code` parses to, or `None` when it does not parse (syntax error, null bytes, absurd nesting)."""
+    try:
+        return quiet_parse(code)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+
+
+def syntax_error(code: str) -> str | None:
+    """`None` if `code` parses as a Python module, else a one-line description such as
+    `"SyntaxError at line 2: invalid syntax"`."""
+    try:
+        quiet_parse(code)
+    except SyntaxError as exc:  # IndentationError and TabError are SyntaxErrors
+        where = f" at line {exc.lineno}" if exc.lineno else ""
+        return f"{type(exc).__name__}{where}: {exc.msg}"
+    except (ValueError, RecursionError, MemoryError) as exc:  # null bytes, absurd nesting
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+def top_level_function(tree: ast.Module | None, name: str) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+    """The last top-level definition of function `name` (the one Python keeps), or `None`."""
+    found = None
+    if tree is not None:
+        for node in tree.body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
+                found = node
+    return found
+
+
+def prompt_preamble(prompt: str, entry_point: str) -> str:
+    """What a program keeps from the task prompt: everything except the function to implement.
+
+    HumanEval prompts hold imports (`from typing import List`) and sometimes finished functions the solution needs
+    (e.g. `is_palindrome` before `make_palindrome`), followed by the signature and docstring of `entry_point`. The
+    prompt is parsed and every top-level statement but the definition of `entry_point` is kept, in order. If the
+    prompt does not parse (e.g. an instruction in prose before the signature), only its top-level
+    `import`/`from ... import` lines are kept.
+
+    Args:
+        prompt (`str`): The task prompt.
+        entry_point (`str`): The name of the function to write.
+
+    Returns:
+        `str`: The preamble (possibly empty), without trailing newline.
+    """
+    return _prompt_preamble(prompt, entry_point)
+
+
+@lru_cache(maxsize=4096)
+def _prompt_preamble(prompt: str, entry_point: str) -> str:
+    tree = parse_or_none(prompt)
+    lines = prompt.splitlines()
+    if tree is None:
+        return "\n".join(line for line in lines if re.match(r"(import|from)\s+\S", line)).strip()
+    kept = []
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == entry_point:
+            continue
+        start = min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", []))])
+        kept.append("\n".join(lines[start - 1:node.end_lineno]))
+    return "\n\n".join(kept).strip()
+
+
+def build_humaneval_program(prompt: str, completion: str, entry_point: str) -> str:
+    """A HumanEval program (without the tests): the prompt completed by `completion`.
+
+    When the code of `completion` ([`extract_code`] with `entry_point`) defines `entry_point`, it is a whole function
+    and replaces the prompt's signature: the program is the [`prompt_preamble`] followed by the code. Otherwise the
+    code is a function body and the program is `prompt + code`. The program ends with one newline.
+
+    Args:
+        prompt (`str`): HumanEval's prompt (imports, helpers, signature and docstring).
+        completion (`str`): The model's completion.
+        entry_point (`str`): The name of the function.
+
+    Returns:
+        `str`: The program.
+    """
+    code = extract_code(completion, entry_point)
+    if defines_function(code, entry_point):
+        preamble = prompt_preamble(prompt, entry_point)
+        return (preamble + "\n\n\n" + code if preamble else code) + "\n"
+    return prompt + code + "\n"
