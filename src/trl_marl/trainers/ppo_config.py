@@ -5,8 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .._trl_compat import TRLBaseConfig
-from ..validation import PROMPT_LENGTH_CHECKS, check_choice, check_mixed_precision, check_positive
-from ..validation import has_accelerator as _has_accelerator
+from ..validation import PROMPT_LENGTH_CHECKS, check_choice, check_mixed_precision, check_positive, has_accelerator
 
 POLICY_SHARING = ("shared", "agent", "agent_turn")
 
@@ -141,6 +140,20 @@ class MultiAgentPPOConfig(TRLBaseConfig):
         default=1,
         metadata={"help": "Train only on the responses of turns >= this (2 = MAPoRL's Experiment 1)."},
     )
+    reward_weights: list[float] | None = field(
+        default=None,
+        metadata={
+            "help": "Weights of the reward functions (one per function; default 1 each): a response's score is the "
+            "weighted sum over the functions that scored it (`None` skips; see `trl_marl.rewarding`)."
+        },
+    )
+    max_nonfinite: int = field(
+        default=10,
+        metadata={
+            "help": "NaN or infinite reward scores are skipped (the response leaves the loss, never a replaced "
+            "score) and counted; training raises once more than this many occurred (as in MAGRPO)."
+        },
+    )
     prompt_length_check: str = field(
         default="warn",
         metadata={
@@ -152,7 +165,7 @@ class MultiAgentPPOConfig(TRLBaseConfig):
     )
 
     def __post_init__(self) -> None:
-        if self.bf16 is None and not self.fp16 and not _has_accelerator():
+        if self.bf16 is None and not self.fp16 and not has_accelerator():
             self.bf16 = False  # TRL defaults to bf16, which fails on a machine without GPU unless use_cpu is set
         check_mixed_precision(self)
         super().__post_init__()
