@@ -268,7 +268,8 @@ def test_qlora_trains_on_cpu(qlora_dir: str, tmp_path: Path) -> None:
         with peft_model.disable_adapter():
             disabled = peft_model(**inputs).logits
         pad = trainer.team.tokenizers[0].pad_token_id
-        torch.testing.assert_close(trainer.team.sequence_logits(0, rollout.query_responses, pad, reference=True), disabled)
+        reference = trainer.team.sequence_logits(0, rollout.query_responses, pad, reference=True)
+        torch.testing.assert_close(reference, disabled)
         assert (peft_model(**inputs).logits - disabled).abs().max() > 1e-4
 
 
