@@ -10,8 +10,8 @@ It is an *agent reward* (`reward_kind = "agent"`, see `trl_marl.rewarding`): eve
 debates, so the reward of an early answer can look at the answers it influenced later; MAGRPO scores right after
 each turn (the transcript ends at the scored turn: the future terms of Definition 1 are absent, and MAGRPO's tree
 returns add the future instead) and uses the mean of the agents' rewards as the joint action's team reward.
-Every answer of the batch is verified once (in one `score_batch` call when the verifier has it): the first call of a batch scores the
-whole transcript table and later calls of the same batch read from a cache.
+Every answer of the batch is verified once (in one `score_batch` call when the verifier has it): the first call of a
+batch scores the whole transcript table and later calls of the same batch read from a cache.
 """
 
 from __future__ import annotations
