@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from .._trl_compat import TRLBaseConfig
@@ -207,6 +208,24 @@ class MultiAgentPPOConfig(TRLBaseConfig):
             raise ValueError(
                 "`model_adapter_name`/`ref_adapter_name` are not supported: pass the base model with a `peft_config` "
                 "(the reference policy is then the model with its adapter disabled)."
+            )
+
+
+    def set_batch_sizes(self, num_processes: int, dataset_size: int) -> None:
+        """Fill the computed batch-size fields (TRL 1.12's rules) for `num_processes` processes."""
+        if self.total_episodes is None:
+            self.total_episodes = int(self.num_train_epochs * dataset_size)
+        self.world_size = num_processes
+        self.local_batch_size = self.per_device_train_batch_size * self.gradient_accumulation_steps
+        self.micro_batch_size = self.per_device_train_batch_size * self.world_size
+        self.batch_size = self.local_batch_size * self.world_size
+        self.mini_batch_size = self.batch_size // self.num_mini_batches
+        self.local_mini_batch_size = self.local_batch_size // self.num_mini_batches
+        self.num_total_batches = math.ceil(self.total_episodes / self.batch_size)
+        if self.whiten_rewards and self.local_mini_batch_size < 8:
+            raise ValueError(
+                f"`whiten_rewards` needs at least 8 episodes per mini-batch per process, got "
+                f"{self.local_mini_batch_size}: raise per_device_train_batch_size or gradient_accumulation_steps."
             )
 
 

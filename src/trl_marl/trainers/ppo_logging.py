@@ -12,13 +12,14 @@ TRL 1.12's names for the drop-in (`objective/kl`, `objective/entropy`, `objectiv
 from __future__ import annotations
 
 import time
+from collections import defaultdict
 from typing import Any
 
 import torch
 
 from .ppo_rollout import AgentRollout
 
-__all__ = ["STAT_NAMES", "update_metrics"]
+__all__ = ["STAT_NAMES", "print_sample_completions", "update_metrics", "write_ppo_model_card"]
 
 STAT_NAMES = ("approxkl", "pg_clipfrac", "pg_loss", "vf_loss", "vf_clipfrac", "entropy", "ratio")
 """The per-micro-batch statistics of an update (`compute_agent_loss` fills `pg_*`, `vf_*` and `ratio`)."""
@@ -95,3 +96,59 @@ def update_metrics(trainer: Any, rollouts: list[AgentRollout | None], stats: dic
             metrics[prefix + "loss/value_avg"] = float(stats["vf_loss"][..., column].mean())
     trainer.state.epoch = episode / len(trainer.train_dataset)
     return metrics
+
+
+def print_sample_completions(trainer: Any) -> None:
+    """Print (and report to wandb) a table of near-greedy completions on the evaluation set, with their scores."""
+    if trainer.eval_dataset is None:
+        return
+    dataset = trainer.eval_dataset
+    rows = [dataset[i] for i in range(min(len(dataset), trainer.args.per_device_eval_batch_size))]
+    rollouts = trainer.rollout(rows, temperature=0.01)
+    table: dict[str, list[Any]] = defaultdict(list)
+    for slot, ro in enumerate(rollouts):
+        if ro is None:
+            continue
+        queries = trainer.team.tokenizers[slot].batch_decode(
+            ro.query_responses[:, : ro.context_length], skip_special_tokens=True
+        )
+        table["agent"] += ro.agents.tolist()
+        table["turn"] += ro.turns.tolist()
+        table["query"] += queries
+        table["model response"] += ro.texts
+        table["score"] += [float(s) for s in ro.scores]
+    if not trainer.accelerator.is_main_process:
+        return
+    lines = [" | ".join(str(table[c][i])[:60] for c in table) for i in range(min(5, len(table["query"])))]
+    print("\n".join([" | ".join(table), *lines]))
+    if "wandb" in (trainer.args.report_to or []):
+        import wandb
+
+        if wandb.run is not None:
+            import pandas as pd
+
+            wandb.log({"completions": wandb.Table(dataframe=pd.DataFrame(table))})
+
+
+def write_ppo_model_card(trainer: Any, model_name: str | None, dataset_name: str | None,
+                         tags: str | list[str] | None, output_dir: str | None) -> None:
+    """Write `README.md` in `output_dir`: the algorithm, the paper, the agents and the rewards."""
+    if not trainer.is_world_process_zero():
+        return
+    from ..model_card import write_team_model_card
+
+    args = trainer.args
+    write_team_model_card(
+        output_dir=output_dir or args.output_dir,
+        team=trainer.team,
+        algorithm="PPO" if trainer.env.num_agents == 1 else "multi-agent PPO (MAPoRL-style)",
+        paper=trainer._paper,
+        reward_names=trainer.reward_names,
+        env_name=type(trainer.env).__name__,
+        config_summary={key: getattr(args, key) for key in (
+            "num_agents", "num_turns", "kl_coef", "kl_estimator", "gamma", "lam", "cliprange", "vf_coef",
+            "num_ppo_epochs", "learning_rate")},
+        model_name=model_name,
+        dataset_name=dataset_name,
+        tags=[*trainer._tag_names, *([tags] if isinstance(tags, str) else (tags or []))],
+    )

@@ -6,13 +6,18 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from torch import nn
 
-from ..core import whiten, whiten_jointly
+from ..core import selective_log_softmax, whiten, whiten_jointly
+from ..core.ppo import INVALID_LOGPROB, kl_penalty, response_masks, shaped_token_rewards
+from ..rewarding import RewardSet
 from ..rollout import Rollout
-from ..team import pad_left
-from .ppo_value import truncate_after_stop
+from ..team import AgentTeam, pad_left
+from ..validation import RewardFunctionError, unscorable_message
+from .ppo_value import first_true_index, sequence_scores, truncate_after_stop
 
-__all__ = ["AgentRollout", "slot_rollouts", "whiten_group"]
+__all__ = ["AgentRollout", "forward_targets", "score_with_reward_funcs", "score_with_reward_model", "slot_rollouts",
+           "whiten_group"]
 
 
 @dataclass
@@ -113,3 +118,95 @@ def whiten_group(values: list[torch.Tensor], masks: list[torch.Tensor], shift_me
     if len(values) == 1:
         return [whiten(values[0], masks[0], shift_mean=shift_mean)]
     return whiten_jointly(values, masks, shift_mean=shift_mean)
+
+
+def score_with_reward_model(ro: AgentRollout, reward_model: nn.Module, pad: int, step: int) -> None:
+    """TRL's PPO score: the reward model's output at the last token of query + (stop-truncated) response."""
+    qr = torch.cat([ro.query_responses[:, : ro.context_length], ro.postprocessed], 1)
+    chunks = [sequence_scores(reward_model, qr[i : i + step], pad, ro.context_length)[1]
+              for i in range(0, qr.size(0), step)]
+    ro.scores = torch.cat(chunks).float()
+    ro.scorable = torch.ones_like(ro.scores, dtype=torch.bool)
+
+
+@torch.no_grad()
+def forward_targets(ro: AgentRollout, slot: int, team: AgentTeam, value_model: nn.Module, args: Any) -> None:
+    """Fill a slot's old and reference log-probs, values, masks, KL and per-token rewards (in `ro.returns`).
+
+    The per-token reward is `-kl_coef * KL` at every step plus the score at the last one (`shaped_token_rewards`);
+    an unscorable response leaves both losses (its masks are cleared).
+    """
+    step = args.local_rollout_forward_batch_size
+    pad = team.tokenizers[slot].pad_token_id
+    C, Cv = ro.context_length, ro.value_context_length
+    logps, ref_logps, values = [], [], []
+    for i in range(0, ro.query_responses.size(0), step):
+        qr = ro.query_responses[i : i + step]
+        resp = ro.responses[i : i + step]
+        logits = team.sequence_logits(slot, qr, pad)[:, C - 1 : -1] / (args.temperature + 1e-7)
+        logps.append(selective_log_softmax(logits, resp))
+        ref_logits = team.sequence_logits(slot, qr, pad, reference=True)[:, C - 1 : -1]
+        ref_logps.append(selective_log_softmax(ref_logits / (args.temperature + 1e-7), resp))
+        vqr = ro.value_query_responses[i : i + step]
+        full_values, _ = sequence_scores(value_model, vqr, pad, Cv)
+        values.append(full_values[:, Cv - 1 : -1])
+    logprobs, ref_logprobs, value = torch.cat(logps), torch.cat(ref_logps), torch.cat(values).float()
+    contains_eos = (ro.postprocessed == team.tokenizers[slot].eos_token_id).any(dim=-1)
+    if args.missing_eos_penalty is not None:
+        ro.scores = ro.scores.clone()
+        ro.scores[~contains_eos] -= args.missing_eos_penalty
+    ro.sequence_lengths = first_true_index(ro.postprocessed == pad) - 1
+    policy_mask, value_mask = response_masks(ro.sequence_lengths, ro.responses.size(1))
+    if not bool(ro.scorable.all()):  # an unscorable response teaches nothing: out of both losses
+        keep = ro.scorable.to(policy_mask.device).unsqueeze(1)
+        policy_mask, value_mask = policy_mask & keep, value_mask & keep
+    logprobs = torch.masked_fill(logprobs, ~policy_mask, INVALID_LOGPROB)
+    ref_logprobs = torch.masked_fill(ref_logprobs, ~policy_mask, INVALID_LOGPROB)
+    value = torch.masked_fill(value, ~value_mask, 0)
+    kl = kl_penalty(logprobs, ref_logprobs, args.kl_estimator)
+    rewards, non_score = shaped_token_rewards(ro.scores, kl, args.kl_coef, ro.sequence_lengths)
+    ro.logprobs, ro.ref_logprobs, ro.values = logprobs, ref_logprobs, value
+    ro.policy_mask, ro.value_mask, ro.kl, ro.non_score_rewards = policy_mask, value_mask, kl, non_score
+    ro.returns = rewards  # per-token rewards until `compute_advantages` turns them into returns
+
+
+def score_with_reward_funcs(rollouts: list[AgentRollout | None], played: Rollout, rows: list[dict[str, Any]],
+                            compute_rewards: Any, reward_set: RewardSet, slot_of: Any, train_turns_from: int) -> int:
+    """Score every trained (turn, agent) response after the episode (the whole transcript is known, as MAPoRL's
+    influence-aware reward needs) with `compute_rewards(prompts, completions, rows, transcripts, turn)`.
+
+    Fills `scores` (0 where unscorable) and `scorable` of each slot's samples.
+
+    Returns:
+        How many scores were NaN or infinite (to be counted against `max_nonfinite`).
+
+    Raises:
+        RewardFunctionError: when no response of the whole update got a score.
+    """
+    transcripts = played.episode_transcripts(len(rows))
+    for ro in rollouts:
+        if ro is not None:
+            ro.scores = torch.zeros(len(ro.texts), device=ro.responses.device)
+            ro.scorable = torch.zeros(len(ro.texts), dtype=torch.bool, device=ro.responses.device)
+    scored_any, nonfinite = False, 0
+    for t in played.turns:
+        if t.turn < train_turns_from:
+            continue
+        episode_rows = [rows[node.row_index] for node in t.nodes]
+        episode_transcripts = [transcripts[node.row_index] for node in t.nodes]
+        per_func, bad = compute_rewards(t.prompts, t.completions, episode_rows, episode_transcripts, t.turn)
+        total = reward_set.combine(per_func, bad)  # (B, A), NaN where unscorable
+        nonfinite += int(bad.sum())
+        scored_any = scored_any or bool((~torch.isnan(per_func)).any())
+        for a in range(total.size(1)):
+            ro = rollouts[slot_of(t.turn, a)]
+            where = ((ro.turns == t.turn) & (ro.agents == a)).nonzero().squeeze(-1).to(ro.scores.device)
+            values = total[:, a].to(ro.scores.device)
+            ro.scorable[where] = ~torch.isnan(values)
+            ro.scores[where] = values.nan_to_num(0.0)
+    if not scored_any and not nonfinite:
+        count = sum(len(ro.texts) for ro in rollouts if ro is not None)
+        raise RewardFunctionError(unscorable_message(
+            reward_set.names, f"all {count} responses of this update",
+            "an update in which no response is scored cannot learn anything."))
+    return nonfinite

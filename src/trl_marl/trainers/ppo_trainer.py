@@ -29,24 +29,28 @@ from torch.utils.data import DataLoader
 from transformers import GenerationConfig, PreTrainedModel, TrainerCallback, set_seed
 
 from .._trl_compat import TeamCheckpointMixin, TRLBaseTrainer
-from ..core import entropy_from_logits, selective_log_softmax
+from ..core import entropy_from_logits
 from ..core.ppo import (
     INVALID_LOGPROB,
     clipped_value_loss,
     generalized_advantage_estimation,
-    kl_penalty,
     ppo_policy_loss,
-    response_masks,
-    shaped_token_rewards,
 )
 from ..envs.base import MultiAgentEnv, PromptEnv, TokenizedPromptEnv, Transcript
 from ..rewarding import NonFiniteCounter, RewardSet
 from ..rollout import JointRollout, Rollout
 from ..team import AgentTeam, sequence_model_inputs
-from ..validation import RewardFunctionError, check_prompt_lengths, unscorable_message
-from .ppo_config import MultiAgentPPOConfig, PPOConfig
-from .ppo_logging import STAT_NAMES, update_metrics
-from .ppo_rollout import AgentRollout, slot_rollouts, whiten_group
+from ..validation import check_prompt_lengths
+from .ppo_config import MultiAgentPPOConfig
+from .ppo_logging import STAT_NAMES, print_sample_completions, update_metrics, write_ppo_model_card
+from .ppo_rollout import (
+    AgentRollout,
+    forward_targets,
+    score_with_reward_funcs,
+    score_with_reward_model,
+    slot_rollouts,
+    whiten_group,
+)
 from .ppo_value import (
     PolicyValueTeam,
     build_value_models,
@@ -56,8 +60,8 @@ from .ppo_value import (
 )
 from .team_trainer import TeamTrainerMixin, collate_rows
 
-__all__ = ["AgentRollout", "MultiAgentPPOTrainer", "PPOTrainer", "PolicyValueTeam", "first_true_index",
-           "sequence_model_inputs", "sequence_scores"]
+__all__ = ["AgentRollout", "MultiAgentPPOTrainer", "PolicyValueTeam", "first_true_index", "sequence_model_inputs",
+           "sequence_scores"]
 
 RewardFunc = Callable[..., Sequence[float | None]]
 
@@ -246,22 +250,8 @@ class MultiAgentPPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer
         return stop
 
     def _set_batch_sizes(self) -> None:
-        args = self.args
-        if args.total_episodes is None:
-            args.total_episodes = int(args.num_train_epochs * len(self.train_dataset))
-        args.world_size = self.accelerator.num_processes
-        args.local_batch_size = args.per_device_train_batch_size * args.gradient_accumulation_steps
-        args.micro_batch_size = args.per_device_train_batch_size * args.world_size
-        args.batch_size = args.local_batch_size * args.world_size
-        args.mini_batch_size = args.batch_size // args.num_mini_batches
-        args.local_mini_batch_size = args.local_batch_size // args.num_mini_batches
-        args.num_total_batches = math.ceil(args.total_episodes / args.batch_size)
-        if args.whiten_rewards and args.local_mini_batch_size < 8:
-            raise ValueError(
-                f"`whiten_rewards` needs at least 8 episodes per mini-batch per process, got "
-                f"{args.local_mini_batch_size}: raise per_device_train_batch_size or gradient_accumulation_steps."
-            )
-        self.sample_generations_freq = max(1, args.num_total_batches // max(1, args.num_sample_generations))
+        self.args.set_batch_sizes(self.accelerator.num_processes, len(self.train_dataset))
+        self.sample_generations_freq = max(1, self.args.num_total_batches // max(1, self.args.num_sample_generations))
 
     def get_train_dataloader(self) -> DataLoader:
         return self.rows_dataloader(self.args.local_batch_size, shuffle=True, drop_last=True)
@@ -327,87 +317,23 @@ class MultiAgentPPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer
 
     def _score_with_reward_model(self, rollouts: list[AgentRollout | None]) -> None:
         """TRL's PPO: the reward model's output at the last token of query + (stop-truncated) response."""
-        step = self.args.local_rollout_forward_batch_size
         for s, ro in enumerate(rollouts):
-            if ro is None:
-                continue
-            pad = self.team.tokenizers[s].pad_token_id
-            qr = torch.cat([ro.query_responses[:, : ro.context_length], ro.postprocessed], 1)
-            chunks = [sequence_scores(self.reward_model, qr[i : i + step], pad, ro.context_length)[1]
-                      for i in range(0, qr.size(0), step)]
-            ro.scores = torch.cat(chunks).float()
-            ro.scorable = torch.ones_like(ro.scores, dtype=torch.bool)
+            if ro is not None:
+                score_with_reward_model(ro, self.reward_model, self.team.tokenizers[s].pad_token_id,
+                                        self.args.local_rollout_forward_batch_size)
 
     def _score_with_reward_funcs(self, rollouts: list[AgentRollout | None], played: Rollout,
                                  rows: list[dict[str, Any]]) -> None:
-        """One score per trained (turn, agent) response, by `compute_rewards` (after the episode: the whole
-        transcript is known, as MAPoRL's influence-aware reward needs)."""
-        transcripts = played.episode_transcripts(len(rows))
-        for ro in rollouts:
-            if ro is not None:
-                ro.scores = torch.zeros(len(ro.texts), device=ro.responses.device)
-                ro.scorable = torch.zeros(len(ro.texts), dtype=torch.bool, device=ro.responses.device)
-        scored_any, nonfinite = False, 0
-        for t in played.turns:
-            if t.turn < self.args.train_turns_from:
-                continue
-            episode_rows = [rows[node.row_index] for node in t.nodes]
-            episode_transcripts = [transcripts[node.row_index] for node in t.nodes]
-            per_func, bad = self.compute_rewards(t.prompts, t.completions, episode_rows, episode_transcripts, t.turn)
-            total = self.reward_set.combine(per_func, bad)  # (B, A), NaN where unscorable
-            nonfinite += int(bad.sum())
-            scored_any = scored_any or bool((~torch.isnan(per_func)).any())
-            for a in range(self.env.num_agents):
-                ro = rollouts[self.slot(t.turn, a)]
-                where = ((ro.turns == t.turn) & (ro.agents == a)).nonzero().squeeze(-1).to(ro.scores.device)
-                values = total[:, a].to(ro.scores.device)
-                ro.scorable[where] = ~torch.isnan(values)
-                ro.scores[where] = values.nan_to_num(0.0)
+        """One score per trained (turn, agent) response by `compute_rewards`, once the episode is over."""
+        nonfinite = score_with_reward_funcs(rollouts, played, rows, self.compute_rewards, self.reward_set, self.slot,
+                                            self.args.train_turns_from)
         self.nonfinite.add(nonfinite, "rewards")
-        if not scored_any and not nonfinite:
-            count = sum(len(ro.texts) for ro in rollouts if ro is not None)
-            raise RewardFunctionError(unscorable_message(
-                self.reward_names, f"all {count} responses of this update",
-                "an update in which no response is scored cannot learn anything."))
 
     def _prepare_ppo_targets(self, rollouts: list[AgentRollout | None]) -> None:
         """Old log-probs, reference log-probs, values, KL-shaped rewards, then `compute_advantages` per group."""
-        args = self.args
-        step = args.local_rollout_forward_batch_size
         for s, ro in enumerate(rollouts):
-            if ro is None:
-                continue
-            pad = self.team.tokenizers[s].pad_token_id
-            C, Cv = ro.context_length, ro.value_context_length
-            logps, ref_logps, values = [], [], []
-            for i in range(0, ro.query_responses.size(0), step):
-                qr = ro.query_responses[i : i + step]
-                resp = ro.responses[i : i + step]
-                logits = self.team.sequence_logits(s, qr, pad)[:, C - 1 : -1] / (args.temperature + 1e-7)
-                logps.append(selective_log_softmax(logits, resp))
-                ref_logits = self.team.sequence_logits(s, qr, pad, reference=True)[:, C - 1 : -1]
-                ref_logps.append(selective_log_softmax(ref_logits / (args.temperature + 1e-7), resp))
-                vqr = ro.value_query_responses[i : i + step]
-                full_values, _ = sequence_scores(self.wrapper.value_model(s), vqr, pad, Cv)
-                values.append(full_values[:, Cv - 1 : -1])
-            logprobs, ref_logprobs, value = torch.cat(logps), torch.cat(ref_logps), torch.cat(values).float()
-            contains_eos = (ro.postprocessed == self.team.tokenizers[s].eos_token_id).any(dim=-1)
-            if args.missing_eos_penalty is not None:
-                ro.scores = ro.scores.clone()
-                ro.scores[~contains_eos] -= args.missing_eos_penalty
-            ro.sequence_lengths = first_true_index(ro.postprocessed == pad) - 1
-            policy_mask, value_mask = response_masks(ro.sequence_lengths, ro.responses.size(1))
-            if not bool(ro.scorable.all()):  # an unscorable response teaches nothing: out of both losses
-                keep = ro.scorable.to(policy_mask.device).unsqueeze(1)
-                policy_mask, value_mask = policy_mask & keep, value_mask & keep
-            logprobs = torch.masked_fill(logprobs, ~policy_mask, INVALID_LOGPROB)
-            ref_logprobs = torch.masked_fill(ref_logprobs, ~policy_mask, INVALID_LOGPROB)
-            value = torch.masked_fill(value, ~value_mask, 0)
-            kl = kl_penalty(logprobs, ref_logprobs, args.kl_estimator)
-            rewards, non_score = shaped_token_rewards(ro.scores, kl, args.kl_coef, ro.sequence_lengths)
-            ro.logprobs, ro.ref_logprobs, ro.values = logprobs, ref_logprobs, value
-            ro.policy_mask, ro.value_mask, ro.kl, ro.non_score_rewards = policy_mask, value_mask, kl, non_score
-            ro.returns = rewards  # per-token rewards until `compute_advantages` turns them into returns
+            if ro is not None:
+                forward_targets(ro, s, self.team, self.wrapper.value_model(s), self.args)
         # Whitening groups: the slots that share a value model (every slot when the team shares one policy).
         groups: dict[int, list[AgentRollout]] = defaultdict(list)
         for s, ro in enumerate(rollouts):
@@ -631,33 +557,7 @@ class MultiAgentPPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer
     @torch.no_grad()
     def generate_completions(self, sampling: bool = False) -> None:
         """Print (and report to wandb/comet) a table of completions on the evaluation set, with their scores."""
-        if self.eval_dataset is None:
-            return
-        rows = [self.eval_dataset[i] for i in range(min(len(self.eval_dataset), self.args.per_device_eval_batch_size))]
-        rollouts = self.rollout(rows, temperature=0.01)
-        table = defaultdict(list)
-        for slot, ro in enumerate(rollouts):
-            if ro is None:
-                continue
-            queries = self.team.tokenizers[slot].batch_decode(
-                ro.query_responses[:, : ro.context_length], skip_special_tokens=True
-            )
-            table["agent"] += ro.agents.tolist()
-            table["turn"] += ro.turns.tolist()
-            table["query"] += queries
-            table["model response"] += ro.texts
-            table["score"] += [float(s) for s in ro.scores]
-        if not self.accelerator.is_main_process:
-            return
-        lines = [" | ".join(str(table[c][i])[:60] for c in table) for i in range(min(5, len(table["query"])))]
-        print("\n".join([" | ".join(table), *lines]))
-        if "wandb" in (self.args.report_to or []):
-            import wandb
-
-            if wandb.run is not None:
-                import pandas as pd
-
-                wandb.log({"completions": wandb.Table(dataframe=pd.DataFrame(table))})
+        print_sample_completions(self)
 
     # ------------------------------------------------------------------ saving
     def _save(self, output_dir: str | None = None, state_dict: dict[str, Any] | None = None) -> None:
@@ -675,125 +575,13 @@ class MultiAgentPPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer
         output_dir: str | None = None,
     ) -> None:
         """Write `README.md` in `output_dir`: the algorithm, the paper, the agents and the rewards."""
-        if not self.is_world_process_zero():
-            return
-        from ..model_card import write_team_model_card
-
-        args = self.args
-        write_team_model_card(
-            output_dir=output_dir or args.output_dir,
-            team=self.team,
-            algorithm="PPO" if self.env.num_agents == 1 else "multi-agent PPO (MAPoRL-style)",
-            paper=self._paper,
-            reward_names=self.reward_names,
-            env_name=type(self.env).__name__,
-            config_summary={
-                "num_agents": args.num_agents,
-                "num_turns": args.num_turns,
-                "kl_coef": args.kl_coef,
-                "kl_estimator": args.kl_estimator,
-                "gamma": args.gamma,
-                "lam": args.lam,
-                "cliprange": args.cliprange,
-                "vf_coef": args.vf_coef,
-                "num_ppo_epochs": args.num_ppo_epochs,
-                "learning_rate": args.learning_rate,
-            },
-            model_name=model_name,
-            dataset_name=dataset_name,
-            tags=[*self._tag_names, *([tags] if isinstance(tags, str) else (tags or []))],
-        )
+        write_ppo_model_card(self, model_name, dataset_name, tags, output_dir)
 
 
-class PPOTrainer(MultiAgentPPOTrainer):
-    """Drop-in replacement for TRL 1.12's `trl.experimental.ppo.PPOTrainer` (deleted in TRL 1.13).
+def __getattr__(name: str) -> Any:
+    """`PPOTrainer` lives in `ppo_dropin` (it subclasses this module's trainer); kept importable from here."""
+    if name == "PPOTrainer":
+        from .ppo_dropin import PPOTrainer
 
-    Same constructor, config fields and defaults, dataset format (tokenized `input_ids`), model types (a causal-LM
-    policy; reward and value models as `AutoModelForSequenceClassification` with `num_labels=1`), loop and logged
-    metric names. `ref_model=None` with a `peft_config` uses the adapter-disabled policy as reference.
-    `save_model` writes the policy alone (loadable with `AutoModelForCausalLM.from_pretrained`). As in TRL 1.12,
-    gradients are not clipped (`max_grad_norm` is unused).
-
-    Two deliberate differences from TRL 1.12 (measured in `benchmarks/RESULTS.md`): with `num_mini_batches > 1`,
-    TRL 1.12 averages its per-micro-batch statistics over slots it never fills (so `val/ratio` reads about
-    1 / num_mini_batches too low); this trainer averages the micro-batches it ran. And TRL 1.12 takes an optimizer
-    step at every micro-batch of the update that consumes the dataloader's last batch; this one always steps once
-    every `gradient_accumulation_steps` micro-batches.
-
-    Example:
-
-    ```python
-    # from trl.experimental.ppo import PPOConfig, PPOTrainer
-    from trl_marl import PPOConfig, PPOTrainer
-
-    trainer = PPOTrainer(args=PPOConfig(output_dir="ppo"), processing_class=tokenizer, model=policy,
-                         ref_model=ref_policy, reward_model=reward_model, value_model=value_model,
-                         train_dataset=dataset)
-    trainer.train()
-    ```
-    """
-
-    _tag_names = ["trl", "trl-marl", "ppo"]
-    _name = "PPO"
-    _paper = {"title": "Fine-Tuning Language Models from Human Preferences", "id": "1909.08593"}
-
-    def __init__(
-        self,
-        args: PPOConfig,
-        processing_class: Any,
-        model: PreTrainedModel,
-        ref_model: PreTrainedModel | None,
-        reward_model: nn.Module,
-        train_dataset: Any,
-        value_model: nn.Module | None = None,
-        data_collator: Any = None,
-        eval_dataset: Any = None,
-        optimizers: tuple[Any, Any] = (None, None),
-        callbacks: list[TrainerCallback] | None = None,
-        peft_config: Any = None,
-    ) -> None:
-        if not isinstance(args, MultiAgentPPOConfig):
-            raise TypeError(f"`args` must be a PPOConfig, got {type(args).__name__}.")
-        if args.num_agents != 1 or args.num_turns != 1:
-            raise ValueError("PPOTrainer trains one agent for one turn; use MultiAgentPPOTrainer for teams.")
-        columns = getattr(train_dataset, "column_names", None) or list(train_dataset[0])
-        if "input_ids" not in columns:
-            raise ValueError(
-                f"PPOTrainer expects a tokenized dataset with an `input_ids` column, got columns {list(columns)}: "
-                "map it first, e.g. `dataset.map(lambda x: tokenizer(x['prompt']), remove_columns=...)`."
-            )
-        if processing_class is None or getattr(processing_class, "pad_token_id", None) is None:
-            raise ValueError(
-                "`processing_class` must be a tokenizer with a pad token (e.g. `tokenizer.add_special_tokens("
-                "{'pad_token': '[PAD]'})`)."
-            )
-        super().__init__(
-            args=args,
-            model=model,
-            train_dataset=train_dataset,
-            env=TokenizedPromptEnv(1),
-            reward_model=reward_model,
-            value_model=value_model,
-            processing_class=processing_class,
-            ref_model=ref_model,
-            eval_dataset=eval_dataset,
-            data_collator=data_collator,
-            optimizers=optimizers,
-            callbacks=callbacks,
-            peft_config=peft_config,
-        )
-
-    def _save(self, output_dir: str | None = None, state_dict: dict[str, Any] | None = None) -> None:
-        """Save the policy alone at the top of `output_dir` (what TRL's PPOTrainer writes)."""
-        output_dir = output_dir if output_dir is not None else self.args.output_dir
-        if not self.args.should_save:
-            return
-        os.makedirs(output_dir, exist_ok=True)
-        self.team.policy(0).save_pretrained(output_dir)
-        self.team.tokenizers[0].save_pretrained(output_dir)
-        from transformers.trainer import TRAINING_ARGS_NAME
-
-        torch.save(self.args, os.path.join(output_dir, TRAINING_ARGS_NAME))
-        self.create_model_card(output_dir=output_dir)
-
-
+        return PPOTrainer
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
