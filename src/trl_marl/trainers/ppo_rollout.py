@@ -114,7 +114,12 @@ def slot_rollouts(played: Rollout, slot_of: Any, num_slots: int, tokenizers: lis
 
 
 def whiten_group(values: list[torch.Tensor], masks: list[torch.Tensor], shift_mean: bool) -> list[torch.Tensor]:
-    """PPO whitening of one group: `whiten` for one slot (TRL's numerics), `whiten_jointly` for several."""
+    """PPO whitening of one group: `whiten` for one slot (TRL's numerics), `whiten_jointly` for several.
+
+    A group with fewer than two counted entries (e.g. every response unscorable) has no spread: zeros.
+    """
+    if sum(int(m.sum()) for m in masks) < 2:
+        return [torch.zeros_like(v) for v in values]
     if len(values) == 1:
         return [whiten(values[0], masks[0], shift_mean=shift_mean)]
     return whiten_jointly(values, masks, shift_mean=shift_mean)

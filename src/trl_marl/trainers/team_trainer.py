@@ -187,7 +187,7 @@ class TeamTrainerMixin:
             if len(evaluation):
                 metrics.update({f"{metric_key_prefix}_{k}": v for k, v in evaluation.compute().items()})
         metrics[f"{metric_key_prefix}_runtime"] = time.perf_counter() - start
-        self.log(metrics)  # type: ignore[attr-defined]
+        self.log(dict(metrics))  # type: ignore[attr-defined] - `Trainer.log` adds `epoch` to what it is given
         self.control = self.callback_handler.on_evaluate(  # type: ignore[attr-defined]
             self.args, self.state, self.control, metrics  # type: ignore[attr-defined]
         )
