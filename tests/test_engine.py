@@ -301,3 +301,19 @@ def test_ppo_hooks_change_training(target_dir: str, tmp_path: Path) -> None:
     # without advantages (or without a policy loss) the policies do not move
     assert _train_ppo(ZeroAdvantagePPO, target_dir, tmp_path) == initial
     assert _train_ppo(ValueOnlyPPO, target_dir, tmp_path) == initial
+
+
+def test_the_extending_guide_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/extending.md's first example runs as written (in a temporary folder)."""
+    import re
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "extending.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
+    monkeypatch.chdir(tmp_path)
+    namespace: dict[str, Any] = {}
+    exec(compile(blocks[0], "extending.md", "exec"), namespace)  # noqa: S102 - the project's own documentation
+    trainer = namespace["trainer"]
+    assert trainer.state.global_step == 2
+    assert any("turn_1/reward" in h for h in trainer.state.log_history)
+    exec(compile(blocks[1], "extending.md", "exec"), namespace)  # noqa: S102 - defines the PPO subclass
+    assert issubclass(namespace["ValueWarmupPPO"], MultiAgentPPOTrainer)

@@ -45,6 +45,7 @@ from typing import Any
 import torch
 
 from .envs.base import Prompt, Transcript
+from .team import is_chat
 from .validation import RewardFunctionError, call_reward_function, unscorable_message
 
 __all__ = [
@@ -89,11 +90,7 @@ def reward_kind(func: Any, default: str) -> str:
 
 def completion_objects(prompts: Sequence[Prompt], texts: Sequence[str]) -> list[Any]:
     """TRL's convention: a conversational prompt gets a conversational completion, a plain one a string."""
-    return [[{"role": "assistant", "content": t}] if _is_chat(p) else t for p, t in zip(prompts, texts)]
-
-
-def _is_chat(prompt: Any) -> bool:
-    return isinstance(prompt, list) and (len(prompt) == 0 or isinstance(prompt[0], dict))
+    return [[{"role": "assistant", "content": t}] if is_chat(p) else t for p, t in zip(prompts, texts)]
 
 
 class RewardSet:

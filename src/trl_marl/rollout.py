@@ -6,7 +6,8 @@ One call of [`JointRollout.run`] plays the episodes of a batch of dataset rows:
    one batched generation call;
 2. the agents' samples form joint actions: `aligned` (sample g of every agent forms joint action g, G joint
    actions) or `cross` (the Cartesian product, G^n joint actions);
-3. the reward functions score every joint action (one centralized team reward per joint action);
+3. the reward functions score every joint action (one centralized team reward per joint action; the reward contract
+   of `trl_marl.rewarding`: each joint action's transcript, which includes it, is what the functions see);
 4. with several turns, each joint action (or `max_branches` of them, chosen at random) becomes a child node whose
    transcript holds that joint action; the environment's feedback is appended and the next turn is sampled.
    A node stops early when its mean reward reaches `early_stop_threshold` (its success is then taken to persist
@@ -14,6 +15,9 @@ One call of [`JointRollout.run`] plays the episodes of a batch of dataset rows:
 5. returns are backed up from the leaves: R_t = r_t + gamma * mean(R_{t+1} of the child's joint actions), and
    turned into per-agent group-relative advantages among the G samples of each agent at each node
    (`trl_marl.core`).
+
+The same engine serves every trainer: MAGRPO as above; PPO and evaluation with `num_generations=1` (one joint action
+per node: plain episodes), PPO scoring each (turn, agent) response once the episode is over (`run(score=False)`).
 
 A joint action that is not continued only because of the branching cap is credited the mean future value of its
 continued siblings, so the cap changes the variance of the return estimate but not which sibling looks better.

@@ -131,7 +131,8 @@ def _is_token_ids(prompt: Prompt) -> bool:
     return isinstance(prompt, (list, tuple)) and len(prompt) > 0 and not isinstance(prompt[0], (dict, str))
 
 
-def _is_chat(prompt: Prompt) -> bool:
+def is_chat(prompt: Prompt) -> bool:
+    """Whether a prompt is a conversation (a list of chat messages)."""
     return isinstance(prompt, list) and (len(prompt) == 0 or isinstance(prompt[0], dict))
 
 
@@ -147,7 +148,7 @@ def tokenize_prompts(
         return []
     if _is_token_ids(prompts[0]):  # already tokenized (e.g. a TRL PPO dataset's `input_ids`)
         return [[int(t) for t in ids] for ids in prompts]  # type: ignore[union-attr]
-    if _is_chat(prompts[0]):
+    if is_chat(prompts[0]):
         out = tokenizer.apply_chat_template(
             conversation=list(prompts), add_generation_prompt=True, tokenize=True, return_dict=True,
             **(chat_template_kwargs or {}),
@@ -676,7 +677,7 @@ class AgentTeam(nn.Module):
                     base_path = f"base_model_{i}" if len(self.models) > 1 else "base_model"
                     # The base still holds the LoRA layers (`q_proj.base_layer.weight`, `q_proj.lora_A...`): save
                     # its own weights under their original names, or reloading it leaves those layers random.
-                    base.save_pretrained(os.path.join(output_dir, base_path), state_dict=_base_state_dict(model))
+                    base.save_pretrained(os.path.join(output_dir, base_path), state_dict=base_state_dict(model))
                     self.tokenizers[agents[0]].save_pretrained(os.path.join(output_dir, base_path))
                 else:
                     base_path = name
@@ -778,7 +779,7 @@ def _loadable(name: str | None) -> bool:
     return name.count("/") == 1 and not name.startswith((".", "/"))
 
 
-def _base_state_dict(peft_model: Any) -> dict[str, torch.Tensor]:
+def base_state_dict(peft_model: Any) -> dict[str, torch.Tensor]:
     """The weights of a `PeftModel`'s base model under their original names, without any adapter weight."""
     try:
         from peft import get_base_model_state_dict

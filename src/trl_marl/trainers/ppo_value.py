@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from ..core import selective_log_softmax
-from ..team import AgentTeam, _base_state_dict, sequence_model_inputs
+from ..team import AgentTeam, base_state_dict, sequence_model_inputs
 
 __all__ = [
     "PolicyValueTeam",
@@ -91,7 +91,7 @@ def build_value_models(value_model: Any, team: AgentTeam, policy_sharing: str = 
                     "weights with a new head) cannot be built from it: pass `value_model=AutoModelFor"
                     "SequenceClassification.from_pretrained(..., num_labels=1)`."
                 )
-            full = _base_state_dict(team.policy(a)) if team.agent_adapter[a] is not None else base.state_dict()
+            full = base_state_dict(team.policy(a)) if team.agent_adapter[a] is not None else base.state_dict()
             prefix = base.base_model_prefix + "."
             vm_config = base.config.__class__.from_dict(base.config.to_dict())
             vm_config.num_labels = 1  # `from_config(config, num_labels=1)` passes it to __init__: TypeError
