@@ -92,6 +92,30 @@ def test_ppo_plays_with_the_engine_one_sample_per_agent(target_dir: str, tmp_pat
     assert all(len(ro.texts) == 3 * 2 for ro in rollouts)  # each agent: 3 episodes x 2 turns
 
 
+class EndsEarlyEnv(TargetSumEnv):
+    """TargetSumEnv whose episodes of odd targets end after turn 1 (`is_done`), as a solved coding task does."""
+
+    def is_done(self, row: Any, transcript: Any) -> bool:
+        return len(transcript) >= self.num_turns or (int(row["target"]) % 2 == 1 and len(transcript) >= 1)
+
+
+@pytest.mark.parametrize("policy_sharing", ["agent", "agent_turn"])
+def test_ppo_episodes_end_when_the_env_says_so(target_dir: str, tmp_path: Path, policy_sharing: str) -> None:
+    data = Dataset.from_dict({"target": [10, 11] * 16})
+    trainer = MultiAgentPPOTrainer(args=ppo_args(tmp_path, num_turns=2, policy_sharing=policy_sharing),
+                                   model=target_dir, reward_funcs=TargetSumReward(0.5), env=EndsEarlyEnv(2, 2),
+                                   train_dataset=data)
+    rollouts = trainer.rollout([{"target": 10}, {"target": 11}, {"target": 10}])
+    played = trainer.last_rollout
+    assert [n.row_index for n in played.turns[1].nodes] == [0, 2]  # the odd target's episode ended at turn 1
+    samples = sorted(len(ro.texts) for ro in rollouts if ro is not None)
+    assert samples == ([5, 5] if policy_sharing == "agent" else [2, 2, 3, 3])
+    before = digest(trainer.wrapper)
+    trainer.train()
+    assert digest(trainer.wrapper) != before
+    assert all("turn_2/reward" in h for h in trainer.state.log_history if "objective/scores" in h)
+
+
 # ---------------------------------------------------------------------------------------------- reward contract
 class CountingTeamReward:
     """A team reward that remembers how it was called."""

@@ -150,7 +150,6 @@ class JointRollout:
         chat_template_kwargs: Passed to the chat template.
         seed: A private generator for the branch choice (default: torch's global one).
         stop_token_ids: Completions are cut after the first of these tokens (default: the EOS tokens).
-        stop_when_done: Whether `env.is_done` ends an episode early (PPO plays every episode for `num_turns`).
         score: Overrides `reward.score` (a trainer's `compute_rewards` hook).
         advantages: Overrides the advantages of a turn from its returns (a trainer's `compute_advantages` hook):
             `advantages(turn_result) -> (K, n, G)`.
@@ -171,7 +170,6 @@ class JointRollout:
         chat_template_kwargs: dict | None = None,
         seed: int | None = None,
         stop_token_ids: set[int] | None = None,
-        stop_when_done: bool = True,
         score: ScoreFn | None = None,
         advantages: Callable[[TurnResult], torch.Tensor] | None = None,
     ) -> None:
@@ -187,7 +185,6 @@ class JointRollout:
         self.early_stop_threshold = early_stop_threshold
         self.chat_template_kwargs = chat_template_kwargs
         self.stop_token_ids = stop_token_ids
-        self.stop_when_done = stop_when_done
         self.score_fn = score if score is not None else (reward.score if reward is not None else None)
         self.advantage_fn = advantages
         # Branch choice draws from torch's global generator by default, so that it follows the trainer's seed and
@@ -277,7 +274,7 @@ class JointRollout:
                 feedback = self.env.feedback(row, transcript)
                 if feedback is not None:
                     transcript = node.transcript.extend(transcript[-1].responses, feedback)
-                if self.stop_when_done and self.env.is_done(row, transcript):
+                if self.env.is_done(row, transcript):
                     continue
                 result.children[(k, j)] = len(children)
                 children.append(Node(node.row_index, transcript, parent=(k, j)))

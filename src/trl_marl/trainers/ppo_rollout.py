@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -16,8 +19,15 @@ from ..team import AgentTeam, pad_left
 from ..validation import RewardFunctionError, unscorable_message
 from .ppo_value import first_true_index, sequence_scores, truncate_after_stop
 
-__all__ = ["AgentRollout", "forward_targets", "score_with_reward_funcs", "score_with_reward_model", "slot_rollouts",
-           "whiten_group"]
+__all__ = [
+    "AgentRollout",
+    "forward_targets",
+    "micro_batch_indices",
+    "score_with_reward_funcs",
+    "score_with_reward_model",
+    "slot_rollouts",
+    "whiten_group",
+]
 
 
 @dataclass
@@ -215,3 +225,30 @@ def score_with_reward_funcs(rollouts: list[AgentRollout | None], played: Rollout
             reward_set.names, f"all {count} responses of this update",
             "an update in which no response is scored cannot learn anything."))
     return nonfinite
+
+
+def micro_batch_indices(sizes: dict[int, int], num_mini_batches: int,
+                        num_micro: int) -> Iterator[tuple[int, int, dict[int, torch.Tensor]]]:
+    """One PPO epoch's micro-batches: `(mini-batch, micro-batch, {slot: sample indices})`, in TRL 1.12's order.
+
+    When every trained slot has the same number of samples (every episode lasted every turn), one permutation
+    (`np.random.permutation`, as TRL) orders all of them alike. When episodes ended early (`env.is_done`), slots of
+    later turns have fewer samples: each slot is then shuffled and split on its own into the same number of
+    mini- and micro-batches (a micro-batch without samples of a slot skips that slot).
+    """
+    if len(set(sizes.values())) <= 1:
+        order = np.random.permutation(next(iter(sizes.values()), 0))
+        orders = dict.fromkeys(sizes, order)
+    else:
+        orders = {slot: np.random.permutation(size) for slot, size in sizes.items()}
+    for mb in range(num_mini_batches):
+        for k in range(num_micro):
+            batch: dict[int, torch.Tensor] = {}
+            for slot, order in orders.items():
+                mini = math.ceil(len(order) / num_mini_batches)
+                micro = math.ceil(mini / num_micro)
+                idx = order[mb * mini : (mb + 1) * mini][k * micro : (k + 1) * micro]
+                if len(idx):
+                    batch[slot] = torch.as_tensor(idx)
+            if batch:
+                yield mb, k, batch

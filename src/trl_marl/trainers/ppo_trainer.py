@@ -22,7 +22,6 @@ from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from typing import Any
 
-import numpy as np
 import torch
 from torch import nn
 from torch.utils.data import DataLoader
@@ -46,6 +45,7 @@ from .ppo_logging import STAT_NAMES, print_sample_completions, update_metrics, w
 from .ppo_rollout import (
     AgentRollout,
     forward_targets,
+    micro_batch_indices,
     score_with_reward_funcs,
     score_with_reward_model,
     slot_rollouts,
@@ -226,7 +226,6 @@ class MultiAgentPPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer
         self.engine = JointRollout(
             env, team, self.reward_set, self._generation_config(args.temperature), num_generations=1,
             stop_token_ids={self.stop_token_id} if self.stop_token_id is not None else set(),
-            stop_when_done=False,  # every episode lasts num_turns turns: each policy gets the same number of samples
         )
 
     # ------------------------------------------------------------------ setup helpers
@@ -417,28 +416,21 @@ class MultiAgentPPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer
             episode += args.batch_size
             rows = next(data)
             rollouts = self.rollout(rows)
-            active = [s for s, ro in enumerate(rollouts) if ro is not None]
-            local = len(rollouts[active[0]].texts)  # samples per slot (equal for every trained slot)
-            per_row = local // len(rows)
-            mini = args.local_mini_batch_size * per_row
-            micro = args.per_device_train_batch_size * per_row
-            shape = (args.num_ppo_epochs, args.num_mini_batches, max(1, mini // micro), len(active))
+            sizes = {s: len(ro.texts) for s, ro in enumerate(rollouts) if ro is not None}
+            n_micro = max(1, args.local_mini_batch_size // args.per_device_train_batch_size)
+            shape = (args.num_ppo_epochs, args.num_mini_batches, n_micro, len(sizes))
             stats = {k: torch.zeros(shape) for k in STAT_NAMES}
             for epoch in range(args.num_ppo_epochs):
-                order = np.random.permutation(local)
-                for mb, mb_start in enumerate(range(0, local, mini)):
-                    mini_idx = order[mb_start : mb_start + mini]
-                    for k, micro_start in enumerate(range(0, mini, micro)):
-                        idx = torch.as_tensor(mini_idx[micro_start : micro_start + micro])
-                        micro_step += 1
-                        sync = micro_step % ga == 0
-                        ctx = model.no_sync() if (not sync and hasattr(model, "no_sync")) else nullcontext()
-                        with ctx:
-                            loss = self._ppo_micro_step(model, rollouts, idx, pads, stats, (epoch, mb, k))
-                            self.accelerator.backward(loss / ga)
-                        if sync:
-                            self.optimizer.step()
-                            self.optimizer.zero_grad()
+                for mb, k, idx in micro_batch_indices(sizes, args.num_mini_batches, n_micro):
+                    micro_step += 1
+                    sync = micro_step % ga == 0
+                    ctx = model.no_sync() if (not sync and hasattr(model, "no_sync")) else nullcontext()
+                    with ctx:
+                        loss = self._ppo_micro_step(model, rollouts, idx, pads, stats, (epoch, mb, k))
+                        self.accelerator.backward(loss / ga)
+                    if sync:
+                        self.optimizer.step()
+                        self.optimizer.zero_grad()
             self.state.global_step += 1
             self.log(update_metrics(self, rollouts, stats, episode, start))
             self.lr_scheduler.step()
@@ -448,7 +440,8 @@ class MultiAgentPPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer
                 self.control = self.callback_handler.on_save(args, self.state, self.control)
             if args.num_sample_generations > 0 and (update - 1) % self.sample_generations_freq == 0:
                 self.generate_completions(sampling=True)
-            if self.control.should_evaluate and self.eval_dataset is not None and self.answer_verifier():
+            can_evaluate = self.answer_verifier() is not None or self.reward_set is not None
+            if self.control.should_evaluate and self.eval_dataset is not None and can_evaluate:
                 self.evaluate()
             if self.control.should_training_stop:
                 break
@@ -495,31 +488,33 @@ class MultiAgentPPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer
         self,
         model: nn.Module,
         rollouts: list[AgentRollout | None],
-        idx: torch.Tensor,
+        indices: dict[int, torch.Tensor],
         pads: list[int],
         stats: dict[str, torch.Tensor],
         where: tuple[int, int, int],
     ) -> torch.Tensor:
-        """One forward of every trained slot, `compute_agent_loss` of each, summed."""
+        """One forward of every trained slot on its micro-batch (`indices[slot]`), `compute_agent_loss` of each,
+        summed."""
         args = self.args
         batches = [
             None
-            if ro is None
+            if ro is None or slot not in indices
             else (
-                ro.query_responses[idx],
+                ro.query_responses[indices[slot]],
                 ro.context_length,
-                ro.responses[idx],
-                ro.value_query_responses[idx],
+                ro.responses[indices[slot]],
+                ro.value_query_responses[indices[slot]],
                 ro.value_context_length,
             )
-            for ro in rollouts
+            for slot, ro in enumerate(rollouts)
         ]
         outputs = model(batches, pads, args.temperature)
         total = None
-        column = 0
+        columns = [slot for slot, ro in enumerate(rollouts) if ro is not None]  # the stats column of each slot
         for slot, (ro, out) in enumerate(zip(rollouts, outputs)):
-            if ro is None:
+            if out is None:
                 continue
+            idx, column = indices[slot], columns.index(slot)
             logits, new_logprobs, vpred = out
             new_logprobs = torch.masked_fill(new_logprobs, ~ro.policy_mask[idx], INVALID_LOGPROB)
             vpred = torch.masked_fill(vpred, ~ro.value_mask[idx], 0)
@@ -532,7 +527,6 @@ class MultiAgentPPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer
                 for key, value in loss_stats.items():
                     stats[key][e, m, k, column] = value
                 stats["entropy"][e, m, k, column] = entropy_from_logits(logits).mean()
-            column += 1
         return total
 
     # ------------------------------------------------------------------ evaluation
