@@ -69,12 +69,13 @@ RewardFunc = Callable[..., Sequence[float | None]]
 class MultiAgentPPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer):
     """Multi-agent PPO over a [`MultiAgentEnv`] with a value model per agent (MAPoRL, arXiv 2502.18439).
 
-    Each update plays `local_batch_size` episodes per process: at every turn each agent writes one response to
-    the prompt the environment builds from the transcript. Every response is scored (a reward model, or reward
-    functions called once per (turn, agent) with `agent_index`, `turn` and the whole `transcript`), and becomes
-    one PPO sample of its agent: per-token reward -kl_coef * KL plus the score on the last step, GAE(gamma, lam),
-    whitened advantages, clipped policy and value losses. The agents' losses are summed; each agent's gradients
-    reach only its own parameters (adapter or model, and value model).
+    Each update plays `local_batch_size` episodes per process with the rollout engine (`JointRollout`, one sample
+    per agent per turn, until `num_turns` or `env.is_done`). Every response is scored once the episode is over (a
+    reward model, or `compute_rewards`: the reward functions under the reward contract of `trl_marl.rewarding`,
+    agent rewards once per (turn, agent), team rewards once per joint action), and becomes one PPO sample of its
+    policy slot: per-token reward -kl_coef * KL plus the score on the last step, GAE(gamma, lam) and whitened
+    advantages (`compute_advantages`), clipped policy and value losses (`compute_agent_loss`). The slots' losses
+    are summed; each agent's gradients reach only its own parameters (adapter or model, and value model).
 
     Args:
         args: A [`MultiAgentPPOConfig`].
@@ -82,16 +83,17 @@ class MultiAgentPPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer
         train_dataset: Rows the environment reads.
         env: The environment. Default: `TokenizedPromptEnv` for datasets with `input_ids`, else `PromptEnv`.
         reward_funcs: TRL-style reward functions (see above). Exclusive with `reward_model`. They follow the reward
-            contract of [`~trl_marl.rollout.TeamReward`]: one number or `None` (skip) per response, summed over the
-            functions; a response that every function skips, a string, or a NaN/inf score raises a
-            `RewardFunctionError` (PPO needs a finite score for every response).
+            contract of `trl_marl.rewarding` (as in MAGRPO): one number or `None` (skip) per entry, weighted by
+            `reward_weights`; a response that every function skips, or that got NaN/inf, leaves the loss (NaN/inf
+            counted against `max_nonfinite`); a string or a wrong-length list raises a `RewardFunctionError`.
         reward_model: A sequence classifier (`num_labels=1`) scoring query + response tokens.
         value_model: A sequence classifier (`num_labels=1`) for the value function, or one per agent. Default: a
             fresh head on a copy of each agent's base model.
         processing_class: A tokenizer (or one per agent).
         ref_model: A frozen reference policy (single agent). Default: the adapter-disabled policy with a
             `peft_config`, else a frozen copy.
-        eval_dataset: Optional evaluation rows (sample-completion tables).
+        eval_dataset: Optional evaluation rows (sample-completion tables, and `evaluate()`: the reward per turn,
+            per-turn majority accuracy and collaboration transitions; see `trainers.team_trainer`).
         peft_config: A `peft.LoraConfig` (one adapter per agent on one base model when there are several).
         eval_verifier: An answer verifier (`extract(response)`, `score(response, gold)`, e.g. `AnswerVerifier`) for
             `evaluate()`. Default: the verifier of a reward function that has one.
