@@ -231,6 +231,11 @@ def _grid_cases() -> tuple[dict[str, Any], ...]:
                         "response_length": 4,
                         "rows": "mixed",
                     })
+    # a mini-batch that is not a multiple of the micro-batch: 12 episodes -> micro-batches of 8 and 4 (as TRL 1.12)
+    cases.append({"name": "nmb=2 ga=3 ep=2 whiten eos-penalty", "kl_estimator": "k3", "whiten_rewards": True,
+                  "per_device_train_batch_size": 8, "gradient_accumulation_steps": 3, "num_mini_batches": 2,
+                  "num_ppo_epochs": 2, "missing_eos_penalty": 1.0, "lora": False, "response_length": 4,
+                  "rows": "mixed"})
     return tuple(cases)
 
 
@@ -1096,7 +1101,7 @@ def main() -> None:
     )
     parser.add_argument("--skip-equivalence", action="store_true")
     parser.add_argument("--cases", choices=sorted(CASE_SETS), default="default",
-                        help="equivalence cases (a): the default set, or issue 12's grid (24 configurations)")
+                        help="equivalence cases (a): the default set, or issue 12's grid (25 configurations)")
     parser.add_argument("--skip-training", action="store_true")
     parser.add_argument("--profile", action="store_true", help="also run one cProfile'd training run per side")
     parser.add_argument("--role", default=None, help=argparse.SUPPRESS)

@@ -49,10 +49,10 @@ def test_evaluate_logs_per_turn_accuracy_and_transitions(tmp_path):
     assert trainer.team.num_agents == 9  # theta_{t,a}: one policy (and value model) per agent and turn
     trainer.train()
     metrics = trainer.evaluate()
-    for key in ("eval/turn_1/majority_accuracy", "eval/turn_3/agent_accuracy", "eval/turn_1_2/w_to_r",
-                "eval/turn_2_3/r_to_w", "eval/turn_1_2/persuaded_rate"):
+    for key in ("eval_turn_1/majority_accuracy", "eval_turn_3/agent_accuracy", "eval_turn_1_2/w_to_r",
+                "eval_turn_2_3/r_to_w", "eval_turn_1_2/persuaded_rate"):
         assert key in metrics, key
     logged = set().union(*(h.keys() for h in trainer.state.log_history))
-    assert "eval/turn_2/majority_accuracy" in logged
+    assert "eval_turn_2/majority_accuracy" in logged
     # turn-1 policies are not trained (train_turns_from=2): only turns 2 and 3 are scored
-    assert "turn_1/scores" not in logged and "turn_2/scores" in logged
+    assert "turn_1/reward" not in logged and "turn_2/reward" in logged

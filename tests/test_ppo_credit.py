@@ -73,7 +73,7 @@ def test_every_turn_and_agent_score_lands_on_its_own_sample(target_dir, tmp_path
             assert reward.seen[int(ro.scores[i])] == (turn, agent, ro.prompts[i], ro.texts[i])
             # the sample is what that agent answered at that turn for the row its prompt names ("T=<r + 10 a>:...")
             row = int(ro.prompts[i].split(":")[0][2:]) - 10 * agent
-            assert ro.texts[i] == trainer._turn_texts[turn - 1][agent][row]
+            assert ro.texts[i] == trainer.last_rollout.turns[turn - 1].completions[agent][row]
             checked.add(int(ro.scores[i]))
     assert checked == set(reward.seen) and len(checked) == 3 * 2 * 3  # every (turn, agent, row) exactly once
 

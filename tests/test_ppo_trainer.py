@@ -269,7 +269,8 @@ def test_qlora_trains_on_cpu(qlora_dir: str, tmp_path: Path) -> None:
         with peft_model.disable_adapter():
             disabled = peft_model(**inputs).logits
         pad = trainer.team.tokenizers[0].pad_token_id
-        torch.testing.assert_close(trainer._reference_logits(0, rollout.query_responses, pad), disabled)
+        reference = trainer.team.sequence_logits(0, rollout.query_responses, pad, reference=True)
+        torch.testing.assert_close(reference, disabled)
         assert (peft_model(**inputs).logits - disabled).abs().max() > 1e-4
 
 
@@ -312,12 +313,12 @@ def test_two_agent_team_trains_saves_and_reloads(target_dir: str, tmp_path: Path
     updates = [h for h in trainer.state.log_history if "objective/scores" in h]
     assert len(updates) == 3  # 48 episodes / 16 per update
     for h in updates:
-        for key in (*TRL112_METRICS, "agent_0/scores", "agent_1/scores", "agent_0/kl", "agent_1/kl",
-                    "agent_0/loss/policy_avg", "agent_1/loss/value_avg", "agent_0/turn_1/scores"):
+        for key in (*TRL112_METRICS, "agent_0/reward", "agent_1/reward", "agent_0/kl", "agent_1/kl",
+                    "agent_0/loss/policy_avg", "agent_1/loss/value_avg", "agent_0/turn_1/reward"):
             assert key in h, key
         # a team reward: both agents get the same score for each episode
-        assert h["agent_0/scores"] == pytest.approx(h["agent_1/scores"])
-        assert -0.5 <= h["agent_0/scores"] <= 1.0
+        assert h["agent_0/reward"] == pytest.approx(h["agent_1/reward"])
+        assert -0.5 <= h["agent_0/reward"] <= 1.0
 
     out = tmp_path / "team"
     trainer.save_model(str(out))

@@ -36,10 +36,11 @@ class _ScriptedTeam:
 def _path_reward(table: dict[tuple[int, ...], float]):
     """A team reward read from `table[(joint action at turn 1, ..., joint action now)]`."""
 
-    def reward(prompts, completions, agent_completions, transcript, **kwargs) -> list[float]:
+    def reward(prompts, completions, agent_completions, transcript, turn, **kwargs) -> list[float]:
         out = []
-        for i, tr in enumerate(transcript):
-            path = tuple(int(tr[t].responses[0]) for t in range(len(tr))) + (int(agent_completions[0][i]),)
+        for i, tr in enumerate(transcript):  # the transcript includes the scored turn (the reward contract)
+            assert len(tr) == turn and tr[turn - 1].responses[0] == agent_completions[0][i]
+            path = tuple(int(tr[t].responses[0]) for t in range(len(tr)))
             out.append(table[path])
         return out
 

@@ -632,13 +632,13 @@ def test_base_state_dict_fallback_matches_peft(
     """The fallback for PEFT versions without `get_base_model_state_dict` gives the same weights and names."""
     import peft
 
-    from trl_marl.team import _base_state_dict
+    from trl_marl.team import base_state_dict
 
     team = make_team("adapters", tokenizer)
-    expected = _base_state_dict(team.models[0])
+    expected = base_state_dict(team.models[0])
     assert expected.keys() == toy_model(tokenizer).state_dict().keys()
     monkeypatch.delattr(peft, "get_base_model_state_dict")
-    fallback = _base_state_dict(team.models[0])
+    fallback = base_state_dict(team.models[0])
     assert fallback.keys() == expected.keys()
     for name, value in expected.items():
         assert fallback[name] is value or torch.equal(fallback[name], value)

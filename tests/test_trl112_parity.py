@@ -75,4 +75,4 @@ def test_first_update_matches_trl_112_over_the_grid(
             if written_all and not _close(ours, row["trl"][metric]):
                 failures.append(f"{case['name']}: {metric} ours {ours!r} vs TRL 1.12 as logged {row['trl'][metric]!r}")
     assert not failures, "\n".join(failures)
-    assert len(table) == 24
+    assert len(table) == len(bench_ppo.GRID_CASES) == 25

@@ -9,7 +9,10 @@ Public API:
 - [`trl_marl.toy`]: tiny offline models and tasks for tests and demos.
 """
 
-from . import _trl_compat  # noqa: F401  (fails early, with a clear message, outside the tested TRL range)
+from . import (
+    _trl_compat,  # noqa: F401  (fails early, with a clear message, outside the tested TRL range)
+    toy,  # noqa: F401  (registers the offline toy model names, e.g. "toy")
+)
 from .envs import MultiAgentEnv, PromptEnv, TargetSumEnv
 from .rollout import RewardFunctionError
 from .team import AgentTeam, load_tokenizer

@@ -6,7 +6,8 @@ One call of [`JointRollout.run`] plays the episodes of a batch of dataset rows:
    one batched generation call;
 2. the agents' samples form joint actions: `aligned` (sample g of every agent forms joint action g, G joint
    actions) or `cross` (the Cartesian product, G^n joint actions);
-3. the reward functions score every joint action (one centralized team reward per joint action);
+3. the reward functions score every joint action (one centralized team reward per joint action; the reward contract
+   of `trl_marl.rewarding`: each joint action's transcript, which includes it, is what the functions see);
 4. with several turns, each joint action (or `max_branches` of them, chosen at random) becomes a child node whose
    transcript holds that joint action; the environment's feedback is appended and the next turn is sampled.
    A node stops early when its mean reward reaches `early_stop_threshold` (its success is then taken to persist
@@ -14,6 +15,9 @@ One call of [`JointRollout.run`] plays the episodes of a batch of dataset rows:
 5. returns are backed up from the leaves: R_t = r_t + gamma * mean(R_{t+1} of the child's joint actions), and
    turned into per-agent group-relative advantages among the G samples of each agent at each node
    (`trl_marl.core`).
+
+The same engine serves every trainer: MAGRPO as above; PPO and evaluation with `num_generations=1` (one joint action
+per node: plain episodes), PPO scoring each (turn, agent) response once the episode is over (`run(score=False)`).
 
 A joint action that is not continued only because of the branching cap is credited the mean future value of its
 continued siblings, so the cap changes the variance of the return estimate but not which sibling looks better.
@@ -39,8 +43,9 @@ from .core import (
     tree_returns,
 )
 from .envs.base import MultiAgentEnv, Prompt, Transcript
-from .team import AgentTeam, _is_chat
-from .validation import RewardFunctionError, call_reward_function, unscorable_message
+from .rewarding import RewardSet
+from .team import AgentTeam
+from .validation import RewardFunctionError  # noqa: F401 - re-exported (the reward contract lives in `rewarding`)
 
 
 @dataclass
@@ -75,6 +80,7 @@ class TurnResult:
     returns: torch.Tensor | None = None  # (K, J)
     agent_returns: torch.Tensor | None = None  # (K, n, G)
     advantages: torch.Tensor | None = None  # (K, n, G)
+    transcripts: list[Transcript] = field(default_factory=list)  # (K * J) each joint action's, including it
 
 
 @dataclass
@@ -86,117 +92,74 @@ class Rollout:
     generated_tokens: int
     nonfinite_rewards: int
 
+    def episode_transcripts(self, num_rows: int) -> list[Transcript]:
+        """The transcript of each row's episode (one sample per agent: the last joint action it reached)."""
+        out = [Transcript() for _ in range(num_rows)]
+        for t in self.turns:
+            J = len(t.transcripts) // max(1, len(t.nodes))
+            for k, node in enumerate(t.nodes):
+                out[node.row_index] = t.transcripts[k * J]
+        return out
 
-class TeamReward:
-    """Calls TRL-style reward functions on joint actions and combines them with `reward_weights`.
 
-    Each function is called as `f(prompts, completions, **kwargs)` with one entry per joint action, where
-    `prompts`/`completions` are agent 0's (so a plain TRL reward function works unchanged with one agent), and
-    the keyword arguments hold the multi-agent view: `agent_prompts` and `agent_completions` (one list per
-    agent), `agent_index=None` (a team reward), `turn` (1-based), `transcript` (the episode before this turn),
-    every dataset column, and `trainer_state`.
+class TeamReward(RewardSet):
+    """The reward functions of MAGRPO: one centralized team reward per joint action (see `trl_marl.rewarding`).
 
-    The reward contract (the same for every trl-marl trainer, see `trl_marl.validation`): a function returns a list
-    with one entry per joint action. An entry is a real number (`int`, `float`, `bool`, a NumPy scalar or a
-    one-element tensor), or `None` when the function does not apply to that joint action. Strings (even `"1.0"`)
-    and other types raise a [`RewardFunctionError`] naming the function and the value, as do a function that raises
-    and a list of the wrong length. A joint action that every function skips is *unscorable*: its advantage is 0
-    in MAGRPO. When *no* joint action of a whole rollout (every turn of every episode of an optimizer step) got a
-    score, [`TeamReward.require_some_score`] raises: such a step cannot learn anything, and a function that always
-    returns `None` is a bug. (PPO scores every response on its own and has no group baseline, so for PPO an
-    unscorable response is an error at once.) NaN or infinite scores are skipped and counted against
-    `max_nonfinite`, never replaced.
+    The reward contract is the same for every trl-marl trainer and is documented once in `trl_marl.rewarding`: an
+    entry is a number or `None` (skip); strings, other types, a list of the wrong length or an exception raise a
+    [`RewardFunctionError`]; a joint action that every function skips is unscorable (advantage 0 in MAGRPO), and
+    [`TeamReward.require_some_score`] raises when no joint action of a whole step got a score. NaN or infinite
+    scores are skipped and counted against `max_nonfinite`, never replaced. A function declared an agent reward
+    (`reward_kind = "agent"`, e.g. `InfluenceAwareReward`) is called once per agent; the mean of the agents' scores
+    is the joint action's score.
     """
 
     def __init__(self, funcs: Sequence[Callable[..., Any]], weights: Sequence[float] | None = None) -> None:
-        if not funcs:
-            raise ValueError("Pass at least one reward function in `reward_funcs`.")
-        for f in funcs:
-            if not callable(f):
-                raise TypeError(
-                    f"Reward function {f!r} is not callable. trl-marl takes callables "
-                    "`f(prompts, completions, **kwargs) -> list[float | None]`; wrap a reward model in a function."
-                )
-        self.funcs = list(funcs)
-        self.names = [getattr(f, "name", None) or getattr(f, "__name__", None) or type(f).__name__ for f in funcs]
-        if weights is None:
-            weights = [1.0] * len(funcs)
-        if len(weights) != len(funcs):
-            raise ValueError(
-                f"`reward_weights` has {len(weights)} entries but there are {len(funcs)} reward functions."
-            )
-        self.weights = torch.tensor(list(weights), dtype=torch.float32)
+        super().__init__(funcs, weights, default_kind="team")
 
     def __call__(self, prompts: list[list[Prompt]], completions: list[list[Any]], rows: list[Mapping[str, Any]],
                  transcripts: list[Transcript], turn: int,
                  trainer_state: Any = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """Score joint actions; `prompts[a][i]`/`completions[a][i]` are agent a's part of joint action i.
-
-        Returns:
-            `(rewards_per_func, nonfinite)`: a `(size, F)` tensor with NaN where a function returned `None`, and a
-            bool `(size,)` tensor marking joint actions for which some function returned NaN or infinity.
-        """
-        size = len(rows)
-        columns = {key: [row.get(key) for row in rows] for key in (rows[0] if rows else ())}
-        out = torch.full((size, len(self.funcs)), float("nan"))
-        nonfinite = torch.zeros(size, dtype=torch.bool)
-        for f_index, (func, name) in enumerate(zip(self.funcs, self.names)):
-            kwargs = dict(columns)
-            kwargs.update(agent_prompts=prompts, agent_completions=completions, agent_index=None, turn=turn,
-                          transcript=transcripts, trainer_state=trainer_state)
-            kwargs.update(prompts=prompts[0], completions=completions[0])
-            values = call_reward_function(func, name, size, **kwargs)
-            for i, value in enumerate(values):
-                if value is None:
-                    continue
-                if math.isfinite(value):
-                    out[i, f_index] = value
-                else:
-                    nonfinite[i] = True
-        return out, nonfinite
-
-    def require_some_score(self, rewards_per_func: Sequence[torch.Tensor], nonfinite: int) -> None:
-        """Raise when no joint action of a rollout got a score because every function returned `None` for all.
-
-        Args:
-            rewards_per_func: The `(size, F)` scores of each turn of the rollout (NaN where a function skipped).
-            nonfinite: How many joint actions got a NaN or infinite score (those are handled by `max_nonfinite`).
-
-        Raises:
-            RewardFunctionError: when every entry is `None` and none is non-finite.
-        """
-        if nonfinite or any(bool((~torch.isnan(r)).any()) for r in rewards_per_func):
-            return
-        count = sum(int(r.size(0)) for r in rewards_per_func)
-        raise RewardFunctionError(unscorable_message(
-            self.names, f"all {count} joint actions of this step",
-            "a step in which no joint action is scored gives every advantage 0 (`reward` is logged as nan)."))
-
-    def combine(self, rewards_per_func: torch.Tensor, nonfinite: torch.Tensor) -> torch.Tensor:
-        """The weighted sum of the scores of each joint action (`None`s left out).
-
-        A joint action is unscorable (NaN, hence advantage 0) when every function returned `None` for it, or when a
-        function returned NaN or infinity: such a score is skipped and counted by the caller, never replaced.
-        """
-        scored = ~torch.isnan(rewards_per_func)
-        total = torch.where(scored, rewards_per_func * self.weights, torch.zeros_like(rewards_per_func)).sum(dim=1)
-        unscorable = nonfinite | ~scored.any(dim=1)
-        return torch.where(unscorable, torch.full_like(total, float("nan")), total)
+        """Score joint actions; `prompts[a][i]`/`completions[a][i]` are agent a's part of joint action i (texts)."""
+        texts = [[c[0]["content"] if isinstance(c, list) else c for c in agent] for agent in completions]
+        return self.score(prompts, texts, rows, transcripts, turn, trainer_state)
 
 
-def _completion_objects(prompts: Sequence[Prompt], texts: Sequence[str]) -> list[Any]:
-    """TRL's convention: a conversational prompt gets a conversational completion."""
-    return [[{"role": "assistant", "content": t}] if _is_chat(p) else t for p, t in zip(prompts, texts)]
+ScoreFn = Callable[..., tuple[torch.Tensor, torch.Tensor]]
+"""`score(prompts, texts, rows, transcripts, turn, trainer_state) -> (rewards_per_func, nonfinite)`."""
 
 
 class JointRollout:
-    """Plays batches of episodes of a [`MultiAgentEnv`] with an [`AgentTeam`] (see the module docstring)."""
+    """Plays batches of episodes of a [`MultiAgentEnv`] with an [`AgentTeam`] (see the module docstring).
+
+    The one rollout engine of trl-marl: MAGRPO plays `G = num_generations` samples per agent per node (a tree), PPO
+    plays one sample per agent (`num_generations=1`, one joint action per node: a plain episode) and scores it
+    afterwards (`run(..., score=False)`), evaluation plays one sample per agent and scores every turn.
+
+    Args:
+        env: The environment.
+        team: The policies. A team with one member per (turn, agent) (`AgentTeam.slot`) is played slot by slot.
+        reward: The reward functions (a [`~trl_marl.rewarding.RewardSet`]), called at every turn by `score`.
+        generation_config: Sampling settings.
+        num_generations: Samples per agent per node (G).
+        joint_mode: `"aligned"` or `"cross"`.
+        discount: gamma of the tree returns.
+        advantage_mode: How returns become advantages (`trl_marl.core.group_relative_advantages`).
+        max_branches: The branching cap (joint actions of a node continued at the next turn).
+        early_stop_threshold: A node whose mean reward reaches it stops (its success persists).
+        chat_template_kwargs: Passed to the chat template.
+        seed: A private generator for the branch choice (default: torch's global one).
+        stop_token_ids: Completions are cut after the first of these tokens (default: the EOS tokens).
+        score: Overrides `reward.score` (a trainer's `compute_rewards` hook).
+        advantages: Overrides the advantages of a turn from its returns (a trainer's `compute_advantages` hook):
+            `advantages(turn_result) -> (K, n, G)`.
+    """
 
     def __init__(
         self,
         env: MultiAgentEnv,
         team: AgentTeam,
-        reward: TeamReward,
+        reward: RewardSet | None,
         generation_config: GenerationConfig,
         num_generations: int,
         joint_mode: str = "aligned",
@@ -206,6 +169,9 @@ class JointRollout:
         early_stop_threshold: float | None = None,
         chat_template_kwargs: dict | None = None,
         seed: int | None = None,
+        stop_token_ids: set[int] | None = None,
+        score: ScoreFn | None = None,
+        advantages: Callable[[TurnResult], torch.Tensor] | None = None,
     ) -> None:
         self.env = env
         self.team = team
@@ -218,17 +184,31 @@ class JointRollout:
         self.max_branches = max_branches
         self.early_stop_threshold = early_stop_threshold
         self.chat_template_kwargs = chat_template_kwargs
+        self.stop_token_ids = stop_token_ids
+        self.score_fn = score if score is not None else (reward.score if reward is not None else None)
+        self.advantage_fn = advantages
         # Branch choice draws from torch's global generator by default, so that it follows the trainer's seed and
         # is saved in (and restored from) a checkpoint's RNG state like sampling; `seed` gives the rollout a private
         # generator instead (e.g. for an evaluation that must not disturb training's random stream).
         self.generator = torch.Generator().manual_seed(seed) if seed is not None else None
         self.joint_indices = joint_action_indices(env.num_agents, num_generations, joint_mode)
+        self.num_slots = getattr(team, "num_agents", env.num_agents)  # team members (policies)
+
+    def slot(self, turn: int, agent_index: int) -> int:
+        """The team member that plays agent `agent_index` at turn `turn` (1-based)."""
+        if self.num_slots == self.env.num_agents:
+            return agent_index
+        return self.team.slot(turn, agent_index)
 
     # ------------------------------------------------------------------ sampling
-    def run(self, rows: Sequence[Mapping[str, Any]], trainer_state: Any = None) -> Rollout:
-        """Play one episode tree per row and compute returns and advantages."""
+    def run(self, rows: Sequence[Mapping[str, Any]], trainer_state: Any = None,
+            generation_config: GenerationConfig | None = None, score: bool = True) -> Rollout:
+        """Play one episode tree per row; with `score`, score every turn and compute returns and advantages."""
         n, G = self.env.num_agents, self.num_generations
         J = self.joint_indices.size(0)
+        index = self.joint_indices.tolist()
+        config = generation_config if generation_config is not None else self.generation_config
+        extra = {"stop_token_ids": self.stop_token_ids} if self.stop_token_ids is not None else {}
         nodes = [Node(i, Transcript()) for i in range(len(rows))]
         turns: list[TurnResult] = []
         gen_time, gen_tokens, nonfinite = 0.0, 0, 0
@@ -236,38 +216,44 @@ class JointRollout:
         while nodes:
             prompts = [[self.env.agent_prompt(rows[node.row_index], a, node.transcript)
                         for node in nodes for _ in range(G)] for a in range(n)]
+            slots = [self.slot(turn, a) for a in range(n)]
+            by_slot: list[list[Prompt]] = [[] for _ in range(self.num_slots)]
+            for a in range(n):
+                by_slot[slots[a]] = prompts[a]
             start = time.perf_counter()
-            generated = self.team.generate(prompts, self.generation_config, self.chat_template_kwargs)
+            generated = self.team.generate(by_slot, config, self.chat_template_kwargs, **extra)
             gen_time += time.perf_counter() - start
-            prompt_ids = [g[0] for g in generated]
-            completion_ids = [g[1] for g in generated]
+            prompt_ids = [generated[slots[a]][0] for a in range(n)]
+            completion_ids = [generated[slots[a]][1] for a in range(n)]
             gen_tokens += sum(len(c) for agent in completion_ids for c in agent)
-            texts = [self.team.tokenizers[a].batch_decode(completion_ids[a], skip_special_tokens=True)
+            texts = [self.team.tokenizers[slots[a]].batch_decode(completion_ids[a], skip_special_tokens=True)
                      for a in range(n)]
             # joint action j of node k takes sample k*G + joint_indices[j, a] of agent a
-            index = self.joint_indices.tolist()
             sample = [[k * G + index[j][a] for k in range(len(nodes)) for j in range(J)] for a in range(n)]
-            joint_prompts = [[prompts[a][i] for i in sample[a]] for a in range(n)]
             joint_texts = [[texts[a][i] for i in sample[a]] for a in range(n)]
-            joint_rows = [rows[node.row_index] for node in nodes for _ in range(J)]
-            joint_transcripts = [node.transcript for node in nodes for _ in range(J)]
-            rewards_per_func, bad = self.reward(
-                joint_prompts,
-                [_completion_objects(joint_prompts[a], joint_texts[a]) for a in range(n)],
-                joint_rows, joint_transcripts, turn, trainer_state,
-            )
-            rewards = self.reward.combine(rewards_per_func, bad)
-            nonfinite += int(bad.sum())
+            # each joint action's transcript includes it (what the reward functions see, and the child's history)
+            transcripts = [node.transcript.extend([joint_texts[a][k * J + j] for a in range(n)])
+                           for k, node in enumerate(nodes) for j in range(J)]
+            if score and self.score_fn is not None:
+                joint_prompts = [[prompts[a][i] for i in sample[a]] for a in range(n)]
+                joint_rows = [rows[node.row_index] for node in nodes for _ in range(J)]
+                rewards_per_func, bad = self.score_fn(joint_prompts, joint_texts, joint_rows, transcripts, turn,
+                                                      trainer_state)
+                rewards = self.reward.combine(rewards_per_func, bad)
+                nonfinite += int(bad.sum())
+            else:
+                rewards_per_func = torch.full((len(nodes) * J, 0), float("nan"))
+                rewards = torch.full((len(nodes) * J,), float("nan"))
             result = TurnResult(turn, nodes, prompts, prompt_ids, completion_ids, texts, self.joint_indices,
-                                rewards_per_func, rewards.view(len(nodes), J))
+                                rewards_per_func, rewards.view(len(nodes), J), transcripts=transcripts)
             turns.append(result)
-            nodes = self._expand(result, rows, joint_texts) if turn < self.env.num_turns else []
+            nodes = self._expand(result, rows) if turn < self.env.num_turns else []
             turn += 1
-        self._backup(turns)
+        if score and self.score_fn is not None:
+            self._backup(turns)
         return Rollout(turns, gen_time, gen_tokens, nonfinite)
 
-    def _expand(self, result: TurnResult, rows: Sequence[Mapping[str, Any]],
-                joint_texts: list[list[str]]) -> list[Node]:
+    def _expand(self, result: TurnResult, rows: Sequence[Mapping[str, Any]]) -> list[Node]:
         """Child nodes for the next turn (branching cap, early stop and the env's end condition applied)."""
         J = self.joint_indices.size(0)
         children: list[Node] = []
@@ -284,11 +270,10 @@ class JointRollout:
                 result.capped.update((k, j) for j in range(J) if j not in chosen)
             row = rows[node.row_index]
             for j in chosen:
-                responses = [joint_texts[a][k * J + j] for a in range(self.env.num_agents)]
-                transcript = node.transcript.extend(responses)
+                transcript = result.transcripts[k * J + j]
                 feedback = self.env.feedback(row, transcript)
                 if feedback is not None:
-                    transcript = node.transcript.extend(responses, feedback)
+                    transcript = node.transcript.extend(transcript[-1].responses, feedback)
                 if self.env.is_done(row, transcript):
                     continue
                 result.children[(k, j)] = len(children)
@@ -323,12 +308,28 @@ class JointRollout:
                     result.rewards[stopped], self.env.num_turns - result.turn, self.discount)
             next_values = result.returns.nanmean(dim=1)
             result.agent_returns = agent_returns_from_joint(result.returns, self.joint_indices, G)  # (K, n, G)
-            if self.advantage_mode == "batch":  # the scale is the std of the team's returns, not of every agent's copy
-                result.advantages = batch_scaled_advantages(result.agent_returns, team_returns=result.returns)
+            if self.advantage_fn is not None:
+                result.advantages = self.advantage_fn(result)
             else:
-                result.advantages = group_relative_advantages(result.agent_returns, mode=self.advantage_mode)
+                result.advantages = turn_advantages(result, self.advantage_mode)
             if not torch.isfinite(result.advantages).all():
                 result.advantages = torch.nan_to_num(result.advantages, nan=0.0)
+
+
+def turn_advantages(result: TurnResult, mode: str) -> torch.Tensor:
+    """MAGRPO's advantages of one turn from its returns: group-relative among each agent's G samples of a node.
+
+    Args:
+        result: A turn whose `agent_returns` (K, n, G) and `returns` (K, J) are set.
+        mode: `"mean"`, `"std"`, `"loo"` (`trl_marl.core.group_relative_advantages`) or `"batch"` (scaled by the std
+            of the team's returns over the batch, not of every agent's copy).
+
+    Returns:
+        `(K, n, G)` advantages (NaN where a return is unscorable; the engine turns those into 0).
+    """
+    if mode == "batch":
+        return batch_scaled_advantages(result.agent_returns, team_returns=result.returns)
+    return group_relative_advantages(result.agent_returns, mode=mode)
 
 
 def reward_std_is_zero(rewards: torch.Tensor) -> float:

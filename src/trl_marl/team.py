@@ -29,10 +29,21 @@ from typing import Any
 
 import torch
 from torch import nn
-from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig, PreTrainedModel
+from transformers import AutoModelForCausalLM, GenerationConfig, PreTrainedModel
 
 from .core import entropy_from_logits, selective_log_softmax
-from .envs.base import Prompt
+from .utils.model_names import resolve_model_name
+from .utils.tokens import (  # noqa: F401  (re-exported: importable from trl_marl.team as before)
+    Prompt,
+    is_chat,
+    is_token_ids,
+    load_tokenizer,
+    pad_left,
+    pad_right,
+    sequence_model_inputs,
+    tokenize_prompts,
+    truncate_after_eos,
+)
 
 TEAM_CONFIG_NAME = "team_config.json"
 TEAM_MODES = ("adapters", "models", "shared")
@@ -67,94 +78,6 @@ class AgentBatch:
         return self.prompt_ids.size(0)
 
 
-def pad_left(sequences: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Left-pad token id lists into `(ids, mask)` tensors."""
-    width = max((len(s) for s in sequences), default=0)
-    ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(sequences), width), dtype=torch.long)
-    for i, seq in enumerate(sequences):
-        if len(seq):
-            ids[i, width - len(seq):] = torch.as_tensor(seq, dtype=torch.long)
-            mask[i, width - len(seq):] = 1
-    return ids, mask
-
-
-def pad_right(sequences: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Right-pad token id lists into `(ids, mask)` tensors (at least one column wide)."""
-    width = max(1, max((len(s) for s in sequences), default=0))
-    ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(sequences), width), dtype=torch.long)
-    for i, seq in enumerate(sequences):
-        ids[i, : len(seq)] = torch.as_tensor(seq, dtype=torch.long)
-        mask[i, : len(seq)] = 1
-    return ids, mask
-
-
-def load_tokenizer(name_or_path: str | os.PathLike, **kwargs: Any) -> Any:
-    """Load a tokenizer, honouring a generic fast tokenizer saved in a local folder.
-
-    With transformers 5, `AutoTokenizer` picks the tokenizer class from the *model type* of a folder's
-    `config.json` (a `qwen2` folder always gets `Qwen2Tokenizer`, which re-normalizes the text and drops the
-    spaces of `trl_marl.toy`'s character-level tokenizer). A folder whose tokenizer was saved as a plain
-    `tokenizers` backend is therefore loaded as exactly that; everything else goes through `AutoTokenizer`.
-    A tokenizer without a pad token gets its EOS token as pad token.
-    """
-    from transformers import PreTrainedTokenizerFast
-
-    path = os.fspath(name_or_path)
-    config_file = os.path.join(path, "tokenizer_config.json")
-    saved_class = None
-    if os.path.isfile(config_file):
-        with open(config_file) as f:
-            saved_class = json.load(f).get("tokenizer_class")
-    if saved_class in ("TokenizersBackend", "PreTrainedTokenizerFast"):
-        tokenizer = PreTrainedTokenizerFast.from_pretrained(path, **kwargs)
-    else:
-        tokenizer = AutoTokenizer.from_pretrained(path, **kwargs)
-    if tokenizer.pad_token is None and tokenizer.eos_token is not None:
-        tokenizer.pad_token = tokenizer.eos_token
-    return tokenizer
-
-
-def _is_token_ids(prompt: Prompt) -> bool:
-    return isinstance(prompt, (list, tuple)) and len(prompt) > 0 and not isinstance(prompt[0], (dict, str))
-
-
-def _is_chat(prompt: Prompt) -> bool:
-    return isinstance(prompt, list) and (len(prompt) == 0 or isinstance(prompt[0], dict))
-
-
-def tokenize_prompts(
-    tokenizer: Any, prompts: Sequence[Prompt], chat_template_kwargs: dict | None = None
-) -> list[list[int]]:
-    """Token ids of each prompt: chat messages through the chat template, strings through the tokenizer.
-
-    This follows TRL's `GRPOTrainer`: plain strings are tokenized with the tokenizer's special tokens, chat
-    messages with `apply_chat_template(..., add_generation_prompt=True)`.
-    """
-    if not prompts:
-        return []
-    if _is_token_ids(prompts[0]):  # already tokenized (e.g. a TRL PPO dataset's `input_ids`)
-        return [[int(t) for t in ids] for ids in prompts]  # type: ignore[union-attr]
-    if _is_chat(prompts[0]):
-        out = tokenizer.apply_chat_template(
-            conversation=list(prompts), add_generation_prompt=True, tokenize=True, return_dict=True,
-            **(chat_template_kwargs or {}),
-        )
-        return [list(ids) for ids in out["input_ids"]]
-    return [list(ids) for ids in tokenizer(text=list(prompts))["input_ids"]]
-
-
-def truncate_after_eos(ids: Sequence[int], eos_ids: set[int]) -> list[int]:
-    """Keep tokens up to and including the first EOS (pad tokens after EOS never count)."""
-    out = []
-    for tok in ids:
-        out.append(int(tok))
-        if int(tok) in eos_ids:
-            break
-    return out
-
-
 def _eos_ids(tokenizer: Any, model: PreTrainedModel) -> set[int]:
     ids: set[int] = set()
     gen_eos = getattr(model.generation_config, "eos_token_id", None)
@@ -177,6 +100,8 @@ class AgentTeam(nn.Module):
         mode (`str`): `"adapters"`, `"models"` or `"shared"`.
         agent_model (`list[int]`): For each agent, the index of its model in `models`.
         agent_adapter (`list[str | None]`): For each agent, the PEFT adapter it uses (`None`: no adapter).
+        policy_turns (`int`): 1 (a member per agent), or the number of turns T when every (turn, agent) has its own
+            member (MAPoRL's theta_{t,a}: turn t of agent a is member `(t - 1) * A + a`, see [`AgentTeam.slot`]).
 
     Example:
 
@@ -197,6 +122,7 @@ class AgentTeam(nn.Module):
         mode: str,
         agent_model: Sequence[int],
         agent_adapter: Sequence[str | None],
+        policy_turns: int = 1,
     ) -> None:
         super().__init__()
         if mode not in TEAM_MODES:
@@ -211,6 +137,9 @@ class AgentTeam(nn.Module):
         self.ref_models: list[PreTrainedModel | None] = [None] * len(self.models)  # frozen copies, when needed
         self.temperature = 1.0  # logits are divided by it before log-softmax, as in TRL's GRPO
         self.frozen: set[int] = set()  # agents whose weights are not trained (see `freeze_agents`)
+        if policy_turns < 1 or len(agent_model) % policy_turns:
+            raise ValueError(f"{len(agent_model)} members cannot be split into {policy_turns} turns of agents.")
+        self.policy_turns = policy_turns
         for tok in self.tokenizers:
             if tok.pad_token_id is None:
                 raise ValueError(
@@ -229,6 +158,7 @@ class AgentTeam(nn.Module):
         peft_config: Any = None,
         processing_class: Any = None,
         model_init_kwargs: dict | None = None,
+        policy_turns: int = 1,
     ) -> AgentTeam:
         """Build a team from one model (or name) shared by all agents, or one model (or name) per agent.
 
@@ -240,25 +170,39 @@ class AgentTeam(nn.Module):
             peft_config: A `peft.PeftConfig` (LoRA). Required for `"adapters"`; optional otherwise.
             processing_class: A tokenizer, or one per agent. Default: loaded from each model's name or path.
             model_init_kwargs: Keyword arguments for `AutoModelForCausalLM.from_pretrained` when names are given.
+            policy_turns: With T > 1, every (turn, agent) gets its own policy (MAPoRL's theta_{t,a}): the team has
+                `num_agents * T` members, built from the same model(s) (a list of models is copied per turn).
         """
+        members = num_agents * policy_turns
         if isinstance(model, AgentTeam):
-            if model.num_agents != num_agents:
-                raise ValueError(f"The team has {model.num_agents} agents but `num_agents={num_agents}`.")
+            if model.num_agents != members:
+                raise ValueError(
+                    f"The team has {model.num_agents} members but `num_agents={num_agents}` with "
+                    f"`policy_turns={policy_turns}` needs {members} (one per agent and turn of policies)."
+                )
+            model.policy_turns = policy_turns
             return model
-        from .toy import is_toy_name, resolve_toy_name
-
+        if policy_turns > 1:
+            if isinstance(model, (list, tuple)):
+                if len(model) != num_agents:
+                    raise ValueError(f"Got {len(model)} models for {num_agents} agents.")
+                model = [m if (t == 0 or isinstance(m, str)) else copy.deepcopy(m)
+                         for t in range(policy_turns) for m in model]
+                if isinstance(processing_class, (list, tuple)):
+                    processing_class = list(processing_class) * policy_turns
+            team = cls.build(model, members, mode=mode, peft_config=peft_config, processing_class=processing_class,
+                             model_init_kwargs=model_init_kwargs)
+            team.policy_turns = policy_turns
+            return team
         kwargs = dict(model_init_kwargs or {})
 
         def load(m: str | PreTrainedModel) -> PreTrainedModel:
             if isinstance(m, str):
-                path = resolve_toy_name(m) if is_toy_name(m) else m
-                return AutoModelForCausalLM.from_pretrained(path, **kwargs)
+                return AutoModelForCausalLM.from_pretrained(resolve_model_name(m), **kwargs)
             return m
 
         def tokenizer_for(m: str | PreTrainedModel) -> Any:
-            name = m if isinstance(m, str) else m.config._name_or_path
-            if isinstance(m, str) and is_toy_name(m):
-                name = resolve_toy_name(m)
+            name = resolve_model_name(m) if isinstance(m, str) else m.config._name_or_path
             if not name:
                 raise ValueError("Pass `processing_class`: the model has no name or path to load a tokenizer from.")
             return load_tokenizer(name)
@@ -348,6 +292,21 @@ class AgentTeam(nn.Module):
     def config(self) -> Any:
         """The config of agent 0's model (what `transformers.Trainer` inspects)."""
         return self.policy(0).config
+
+    @property
+    def agents_per_turn(self) -> int:
+        """The number of agents of the environment (members / `policy_turns`)."""
+        return self.num_agents // self.policy_turns
+
+    def slot(self, turn: int, agent_index: int) -> int:
+        """The member (policy) that plays agent `agent_index` at turn `turn` (1-based).
+
+        Member `agent_index` at every turn, or `(turn - 1) * A + agent_index` with per-turn policies (turns past
+        `policy_turns` keep the last turn's policies).
+        """
+        if self.policy_turns == 1:
+            return agent_index
+        return (min(turn, self.policy_turns) - 1) * self.agents_per_turn + agent_index
 
     def policy(self, agent_index: int) -> PreTrainedModel:
         """The model that agent `agent_index` runs (a `PeftModel` when adapters are used)."""
@@ -526,6 +485,34 @@ class AgentTeam(nn.Module):
         return [truncate_after_eos(row.tolist(), stops) for row in out[:, ids.size(1):]]
 
     # ------------------------------------------------------------------ log-probabilities
+    @contextmanager
+    def acting(self, agent_index: int, reference: bool = False) -> Any:
+        """The model that computes member `agent_index`'s policy (or, with `reference`, its reference policy).
+
+        The reference of a member with an adapter is its model with adapters disabled (the trainable flags that
+        `disable_adapter` resets are restored afterwards), else its frozen copy (`create_reference_models`, or a
+        `ref_model` a trainer installed).
+        """
+        if not reference:
+            yield self._activate(agent_index)
+            return
+        model_index = self.agent_model[agent_index]
+        if self.agent_adapter[agent_index] is not None and self.ref_models[model_index] is None:
+            model = self.models[model_index]
+            # Disabling and re-enabling the adapters leaves only the active one trainable: restore the flags.
+            requires_grad = [(p, p.requires_grad) for p in model.parameters()]
+            try:
+                with model.disable_adapter():
+                    yield model
+            finally:
+                for param, flag in requires_grad:
+                    param.requires_grad_(flag)
+            return
+        ref = self.ref_models[model_index]
+        if ref is None:
+            raise RuntimeError("No reference model: call `team.create_reference_models()` first.")
+        yield ref.to(self.device)
+
     def _logps(
         self, model: PreTrainedModel, batch: AgentBatch, compute_entropy: bool
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -556,26 +543,23 @@ class AgentTeam(nn.Module):
     @torch.no_grad()
     def reference_logps(self, agent_index: int, batch: AgentBatch) -> torch.Tensor:
         """Per-token log-probabilities under the reference policy (adapter disabled, or the frozen copy)."""
-        model_index = self.agent_model[agent_index]
-        if self.agent_adapter[agent_index] is not None:
-            model = self.models[model_index]
-            # Disabling and re-enabling the adapters leaves only the active one trainable: restore the flags.
-            requires_grad = [(p, p.requires_grad) for p in model.parameters()]
-            try:
-                with model.disable_adapter():
-                    return self._logps(model, batch, compute_entropy=False)[0]
-            finally:
-                for param, flag in requires_grad:
-                    param.requires_grad_(flag)
-        ref = self.ref_models[model_index]
-        if ref is None:
-            raise RuntimeError("No reference model: call `team.create_reference_models()` first.")
-        return self._logps(ref.to(self.device), batch, compute_entropy=False)[0]
+        with self.acting(agent_index, reference=True) as model:
+            return self._logps(model, batch, compute_entropy=False)[0]
 
     @torch.no_grad()
     def policy_logps(self, agent_index: int, batch: AgentBatch) -> torch.Tensor:
         """Per-token log-probabilities under the current policy, without gradients."""
         return self._logps(self._activate(agent_index), batch, compute_entropy=False)[0]
+
+    def sequence_logits(self, agent_index: int, query_responses: torch.Tensor, pad_token_id: int,
+                        reference: bool = False) -> torch.Tensor:
+        """Logits of member `agent_index`'s policy (or reference) over PPO's layout (`sequence_model_inputs`).
+
+        Returns the logits of every position (not divided by the temperature); gradients flow for the policy.
+        """
+        inputs = sequence_model_inputs(query_responses, pad_token_id)
+        with self.acting(agent_index, reference) as model:
+            return model(**inputs, return_dict=True).logits
 
     # ------------------------------------------------------------------ save / load
     def save_pretrained(self, output_dir: str | os.PathLike, save_base_model: bool | None = None) -> None:
@@ -599,7 +583,7 @@ class AgentTeam(nn.Module):
                     base_path = f"base_model_{i}" if len(self.models) > 1 else "base_model"
                     # The base still holds the LoRA layers (`q_proj.base_layer.weight`, `q_proj.lora_A...`): save
                     # its own weights under their original names, or reloading it leaves those layers random.
-                    base.save_pretrained(os.path.join(output_dir, base_path), state_dict=_base_state_dict(model))
+                    base.save_pretrained(os.path.join(output_dir, base_path), state_dict=base_state_dict(model))
                     self.tokenizers[agents[0]].save_pretrained(os.path.join(output_dir, base_path))
                 else:
                     base_path = name
@@ -618,6 +602,7 @@ class AgentTeam(nn.Module):
             "agent_model": self.agent_model,
             "agent_adapter": self.agent_adapter,
             "base_models": base_paths,
+            "policy_turns": self.policy_turns,
         }
         with open(os.path.join(output_dir, TEAM_CONFIG_NAME), "w") as f:
             json.dump(config, f, indent=2)
@@ -655,7 +640,8 @@ class AgentTeam(nn.Module):
                 peft_model.load_adapter(_agent_dir(path, a), adapter_name=config["agent_adapter"][a],
                                         is_trainable=is_trainable)
             models.append(peft_model)
-        return cls(models, tokenizers, config["mode"], config["agent_model"], config["agent_adapter"])
+        return cls(models, tokenizers, config["mode"], config["agent_model"], config["agent_adapter"],
+                   config.get("policy_turns", 1))
 
     def load_weights_(self, path: str | os.PathLike) -> None:
         """Load the weights of a team saved with the same layout into this team, in place (for resuming)."""
@@ -699,7 +685,7 @@ def _loadable(name: str | None) -> bool:
     return name.count("/") == 1 and not name.startswith((".", "/"))
 
 
-def _base_state_dict(peft_model: Any) -> dict[str, torch.Tensor]:
+def base_state_dict(peft_model: Any) -> dict[str, torch.Tensor]:
     """The weights of a `PeftModel`'s base model under their original names, without any adapter weight."""
     try:
         from peft import get_base_model_state_dict

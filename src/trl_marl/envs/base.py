@@ -24,8 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
-Prompt = str | list[dict[str, str]] | list[int]
-"""What an agent sees: a plain string, chat messages `[{"role": ..., "content": ...}, ...]`, or token ids."""
+from ..utils.tokens import Prompt  # what an agent sees: text, chat messages or token ids
 
 
 def prompt_problem(prompt: Any) -> str | None:

@@ -30,6 +30,8 @@ class TargetSumReward:
 
     name = "target_sum"
 
+    reward_kind = "team"  # a function of the joint action: one call per joint action in every trainer
+
     def __init__(self, invalid_penalty: float = 0.5, target_column: str = "target") -> None:
         self.invalid_penalty = invalid_penalty
         self.target_column = target_column

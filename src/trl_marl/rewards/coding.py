@@ -112,6 +112,8 @@ class CodingRewardTerm:
 
     name = "coding_term"
 
+    reward_kind = "team"  # a function of the joint action: one call per joint action in every trainer
+
     def __init__(self, env: CooperativeCodingEnv | None = None) -> None:
         self.env = env if env is not None else CooperativeCodingEnv()
         self.__name__ = self.name
@@ -265,6 +267,8 @@ class CodingTeamReward:
     """
 
     name = "coding_team"
+
+    reward_kind = "team"  # a function of the joint action: one call per joint action in every trainer
 
     def __init__(self, env: CooperativeCodingEnv | None = None, weights: Mapping[str, float] | None = None,
                  codebleu: CodeBLEUTermReward | None = None) -> None:

@@ -5,10 +5,13 @@ answer (Park et al., arXiv 2502.18439, Definition 1 and Tables 1-2; the math is 
 verifier is any of `trl_marl.rewards.verifier`'s (`AnswerVerifier`, `ModelVerifier`, `RemoteVerifier`: they have
 `score_batch(questions, responses, golds)`) or any object with `score(response, gold) -> float` in `[0, 1]`.
 
-The multi-agent PPO trainer calls reward functions once per `(turn, agent)` with the *complete* transcripts of the
-batch's debates, so the reward of an early answer can look at the answers it influenced later. Every answer of the
-batch is verified once (in one `score_batch` call when the verifier has it): the first call of a batch scores the
-whole transcript table and later calls of the same batch read from a cache.
+It is an *agent reward* (`reward_kind = "agent"`, see `trl_marl.rewarding`): every trainer calls it once per
+`(turn, agent)`. The multi-agent PPO trainer scores after the episode, with the *complete* transcripts of the batch's
+debates, so the reward of an early answer can look at the answers it influenced later; MAGRPO scores right after
+each turn (the transcript ends at the scored turn: the future terms of Definition 1 are absent, and MAGRPO's tree
+returns add the future instead) and uses the mean of the agents' rewards as the joint action's team reward.
+Every answer of the batch is verified once (in one `score_batch` call when the verifier has it): the first call of a
+batch scores the whole transcript table and later calls of the same batch read from a cache.
 """
 
 from __future__ import annotations
@@ -62,7 +65,8 @@ class InfluenceAwareReward:
     An answer is right when its verifier score is at least `correct_threshold`; this decides the R/W cells of the
     incentives and the `"final"` reward. The alpha/beta incentives only exist in `"influence"` mode.
 
-    Called as `f(prompts=..., completions=..., agent_index=a, turn=t, transcript=[...], answer=[...], ...)`:
+    Called as `f(prompts=..., completions=..., agent_index=a, turn=t, transcript=[...], answer=[...], ...)`
+    (with `agent_index=None` it returns the mean of the agents' rewards at turn `t`, a team reward):
     `completions` are agent `a`'s answers at turn `t` (1-based), one per debate; `transcript[i]` is debate `i`'s
     complete [`~trl_marl.envs.base.Transcript`] (`transcript[i][t - 1].responses[a]` is agent `a`'s answer at turn
     `t`); the gold column (default `answer`) holds one gold per debate. Debates may have different lengths (an early
@@ -98,6 +102,7 @@ class InfluenceAwareReward:
     """
 
     name = "influence_aware"
+    reward_kind = "agent"  # one reward per (turn, agent) in every trainer (`trl_marl.rewarding`)
 
     def __init__(
         self,
@@ -162,13 +167,13 @@ class InfluenceAwareReward:
         transcripts = kwargs.get("transcript")
         agent_index = kwargs.get("agent_index")
         turn = kwargs.get("turn")
-        if transcripts is None or agent_index is None or turn is None:
+        if transcripts is None or turn is None:
             if self.mode == "verifier" and completions is not None:
                 texts = [completion_text(c) for c in completions]
                 return self._verify(self._questions(kwargs, len(texts)), texts, list(golds))
             raise ValueError(
-                f"{type(self).__name__}(mode={self.mode!r}) needs `agent_index`, `turn` and the complete "
-                "`transcript` of every debate (the multi-agent PPO trainer passes them); it cannot be a team reward."
+                f"{type(self).__name__}(mode={self.mode!r}) needs `turn` and the `transcript` of every debate "
+                "(every trl-marl trainer passes them)."
             )
         if len(transcripts) != len(golds):
             raise ValueError(f"Got {len(transcripts)} transcripts but {len(golds)} gold answers.")
@@ -183,6 +188,9 @@ class InfluenceAwareReward:
                     f"Debate {i} has {num_turns} turn(s) in its transcript but the reward of turn {turn} was asked: "
                     f"{type(self).__name__} needs the complete transcript (every turn), not the one before `turn`."
                 )
+            if agent_index is None:  # called as a team reward: the mean of the agents' rewards at `turn`
+                out.append(float(table[turn - 1].mean()))
+                continue
             if not 0 <= agent_index < num_agents:
                 raise IndexError(f"`agent_index` is {agent_index} but debate {i} has {num_agents} agents.")
             out.append(float(table[turn - 1, agent_index]))

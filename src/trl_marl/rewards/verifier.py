@@ -368,7 +368,7 @@ class ModelVerifier(_PicklableLock):
         if isinstance(model_or_path, (str, os.PathLike)):
             from transformers import AutoModelForSequenceClassification
 
-            from ..team import load_tokenizer
+            from ..utils.tokens import load_tokenizer
 
             path = os.fspath(model_or_path)
             saved = _read_verifier_config(path) if os.path.isdir(path) else {}
@@ -381,7 +381,7 @@ class ModelVerifier(_PicklableLock):
                 name = getattr(getattr(model, "config", None), "_name_or_path", None)
                 if not name:
                     raise ValueError("Pass `tokenizer`: the model has no name or path to load one from.")
-                from ..team import load_tokenizer
+                from ..utils.tokens import load_tokenizer
 
                 tokenizer = load_tokenizer(name)
         num_labels = getattr(model.config, "num_labels", None)

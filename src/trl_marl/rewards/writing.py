@@ -100,6 +100,8 @@ class LengthRangeReward:
             authors' released TL;DR reward uses 8-256 tokens for both).
     """
 
+    reward_kind = "team"  # a function of the joint action: one call per joint action in every trainer
+
     def __init__(self, ranges: Sequence[tuple[int, int]] = ((8, 64), (16, 256))) -> None:
         ranges = [(int(lo), int(hi)) for lo, hi in ranges]
         if not ranges:
@@ -152,6 +154,8 @@ class LengthRatioReward:
         ceiling (`float`): Where the upper ramp reaches 0 (`high <= ceiling`).
     """
 
+    reward_kind = "team"  # a function of the joint action: one call per joint action in every trainer
+
     def __init__(self, low: float = 2.0, high: float = 3.0, floor: float = 1.0, ceiling: float = 5.0) -> None:
         if not 0 <= floor <= low <= high <= ceiling:
             raise ValueError(f"LengthRatioReward needs 0 <= floor <= low <= high <= ceiling, got "
@@ -197,6 +201,8 @@ class LexicalDiversityReward:
         text_column (`str`): The dataset column holding the source text (with `relative_to_source`).
         agents (`Sequence[int]`, *optional*): Which agents' texts count (default: all).
     """
+
+    reward_kind = "team"  # a function of the joint action: one call per joint action in every trainer
 
     def __init__(
         self,
@@ -255,6 +261,8 @@ class TransitionWordsReward:
         agent (`int`): Whose text is checked (1: the detailed summary).
     """
 
+    reward_kind = "team"  # a function of the joint action: one call per joint action in every trainer
+
     def __init__(
         self, phrases: Sequence[str] = TRANSITION_PHRASES, saturation: int | None = 3, agent: int = 1
     ) -> None:
@@ -299,6 +307,8 @@ class StyleConsistencyReward:
         mode (`"jaccard"` or `"coverage"`): The overlap measure.
         stopwords (`Iterable[str]`): Words left out of the vocabularies.
     """
+
+    reward_kind = "team"  # a function of the joint action: one call per joint action in every trainer
 
     def __init__(self, mode: Literal["jaccard", "coverage"] = "jaccard",
                  stopwords: Sequence[str] | frozenset[str] = STOPWORDS) -> None:
@@ -355,6 +365,8 @@ class WritingTeamReward:
         reference_column (`str`, *optional*): The reference column of the default ROUGE-L term; `None` for
             datasets without references.
     """
+
+    reward_kind = "team"  # a function of the joint action: one call per joint action in every trainer
 
     def __init__(
         self,

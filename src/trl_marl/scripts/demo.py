@@ -179,11 +179,11 @@ def run_magrpo_part(model_dir: str, steps: int, seed: int, episodes: int, work_d
 def _debate_metrics(metrics: dict[str, float], turns: int) -> dict[str, list[float]]:
     """Per-turn lists from `evaluate()`'s flat metrics (majority accuracy, agent accuracy, transitions)."""
     out: dict[str, list[float]] = {
-        "majority_accuracy": [metrics[f"eval/turn_{t}/majority_accuracy"] for t in range(1, turns + 1)],
-        "agent_accuracy": [metrics[f"eval/turn_{t}/agent_accuracy"] for t in range(1, turns + 1)],
+        "majority_accuracy": [metrics[f"eval_turn_{t}/majority_accuracy"] for t in range(1, turns + 1)],
+        "agent_accuracy": [metrics[f"eval_turn_{t}/agent_accuracy"] for t in range(1, turns + 1)],
     }
     for key in ("w_to_r_rate", "r_to_w_rate", "persuaded_rate", "persuader_rate"):
-        values = [metrics.get(f"eval/turn_{t}_{t + 1}/{key}") for t in range(1, turns)]
+        values = [metrics.get(f"eval_turn_{t}_{t + 1}/{key}") for t in range(1, turns)]
         if all(v is not None for v in values):
             out[key] = values
     return out

@@ -18,6 +18,7 @@ Modules: ``model`` (tokenizer and model), ``tasks`` (the synthetic tasks), ``pre
 ``cache`` (cached models and toy names), ``rows`` (datasets).
 """
 
+from ..utils.model_names import register_model_name_resolver
 from .cache import is_toy_name, make_toy_model, resolve_toy_name, toy_cache_dir
 from .model import TOY_CHARS, TOY_CHAT_TEMPLATE, TOY_SPECIAL_TOKENS, build_toy_model, build_toy_tokenizer
 from .pretrain import generate_toy_answers, pretrain_toy_model, toy_accuracy
@@ -59,3 +60,12 @@ __all__ = [
     "toy_facts_dataset",
     "toy_writing_rows",
 ]
+
+
+def _resolve(name: str) -> str | None:
+    return resolve_toy_name(name) if is_toy_name(name) else None
+
+
+# "toy", "toy:<task>", ...: AgentTeam.build and load_tokenizer resolve these names through the registry of the layer
+# below, so that the team never imports this package.
+register_model_name_resolver(_resolve)

@@ -3,7 +3,8 @@
 from .magrpo_config import MAGRPOConfig
 from .magrpo_trainer import MAGRPOTrainer, NonFiniteError
 from .ppo_config import MultiAgentPPOConfig, PPOConfig
-from .ppo_trainer import MultiAgentPPOTrainer, PPOTrainer
+from .ppo_dropin import PPOTrainer
+from .ppo_trainer import MultiAgentPPOTrainer
 
 __all__ = ["MAGRPOConfig", "MAGRPOTrainer", "MultiAgentPPOConfig", "MultiAgentPPOTrainer", "NonFiniteError",
            "PPOConfig", "PPOTrainer"]

@@ -7,8 +7,7 @@ from dataclasses import dataclass, field, fields
 
 from .._trl_compat import GRPOConfig
 from ..core import ADVANTAGE_MODES, JOINT_MODES, SUPPORTED_LOSS_TYPES
-from ..validation import PROMPT_LENGTH_CHECKS, check_choice, check_mixed_precision, check_positive
-from ..validation import has_accelerator as _has_accelerator
+from ..validation import PROMPT_LENGTH_CHECKS, check_choice, check_mixed_precision, check_positive, has_accelerator
 
 # GRPO fields that MAGRPOTrainer implements; any other GRPOConfig field must keep its default (checked below), so
 # that a setting is never silently ignored.
@@ -198,11 +197,11 @@ class MAGRPOConfig(GRPOConfig):
                 f"`num_generations` must be >= 2: MAGRPO's advantages compare several samples per agent per node "
                 f"(got {self.num_generations}). Use e.g. `num_generations=8`."
             )
-        if self.bf16 is None and not self.fp16 and not _has_accelerator():
+        if self.bf16 is None and not self.fp16 and not has_accelerator():
             self.bf16 = False  # TRL defaults to bf16, which fails on a machine without GPU unless use_cpu is set
         check_mixed_precision(self)
         check_positive(self, "max_completion_length", "the tokens each agent may generate per turn")
-        if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not _has_accelerator():
+        if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not has_accelerator():
             self.use_cpu = True  # several processes without GPU (accelerate launch / torchrun): DDP over gloo
         super().__post_init__()
         if self.num_agents < 1:

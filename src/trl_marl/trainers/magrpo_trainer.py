@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 import os
-import time
 import warnings
 from collections import defaultdict
 from collections.abc import Callable, Sequence
@@ -12,22 +11,28 @@ from typing import Any
 
 import torch
 from accelerate.utils import set_seed
-from torch.utils.data import DataLoader, RandomSampler, SequentialSampler
+from torch.utils.data import DataLoader
 from transformers import GenerationConfig, PreTrainedModel, TrainerCallback
 
 from .._trl_compat import TeamCheckpointMixin, TRLBaseTrainer
 from ..core import aggregate_token_loss, clipped_surrogate, k3_kl, masked_mean
-from ..envs.base import MultiAgentEnv, PromptEnv
-from ..rollout import JointRollout, Rollout, TeamReward, finite_mean, flat_group_fraction, reward_std_is_zero
+from ..envs.base import MultiAgentEnv, PromptEnv, Transcript
+from ..rewarding import NonFiniteCounter, NonFiniteError
+from ..rollout import (
+    JointRollout,
+    Rollout,
+    TeamReward,
+    TurnResult,
+    flat_group_fraction,
+    turn_advantages,
+)
 from ..team import AgentBatch, AgentTeam, pad_left, pad_right
-from ..validation import check_dataset_prompts, check_prompt_lengths
+from ..validation import check_prompt_lengths
 from .magrpo_config import MAGRPOConfig
+from .magrpo_logging import ENTROPY_MESSAGE, ZERO_STD_MESSAGE, TrainingDiagnosticWarning, log_rollout
+from .team_trainer import TeamTrainerMixin, collate_rows
 
 RewardFunc = Callable[..., Sequence[float | None]]
-
-
-def _identity(batch: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return batch
 
 
 class _AccumulatedRows:
@@ -52,35 +57,10 @@ class _MicroStep:
         return False  # no tensors by name (`Trainer.floating_point_ops` asks for "input_ids"): rows become them later
 
 
-class TrainingDiagnosticWarning(UserWarning):
-    """A run has stopped learning (no reward spread, or an agent's entropy collapsed): see the message."""
+__all__ = ["MAGRPOTrainer", "NonFiniteError", "TrainingDiagnosticWarning"]
 
 
-ZERO_STD_MESSAGE = (
-    "MAGRPO diagnosis: for the last {steps} optimizer steps, at least {fraction:.0%} of the groups gave every sample "
-    "of the team the same return, so every advantage and every gradient is (almost) exactly 0: the team is not "
-    "learning any more (logged as `frac_reward_zero_std` and `diagnostics/zero_std_streak`; `grad_norm` reads 0). "
-    "If the reward is at its maximum, the task is simply solved. Otherwise, typical causes: the agents collapsed "
-    "onto one output, or onto an invalid output (e.g. a lost EOS or an empty completion) that every sample now "
-    "repeats and the reward scores alike; a learning rate too high for a near-deterministic policy; a task too hard "
-    "for every sample. Typical fixes: a lower `learning_rate` and a warmup (`warmup_steps`), a KL penalty to the "
-    "reference (`beta` > 0), a higher `temperature`, and a reward that separates invalid outputs per agent (e.g. a "
-    "penalty for each agent whose answer is invalid) so that a failing team still gets a gradient."
-)
-
-ENTROPY_MESSAGE = (
-    "MAGRPO diagnosis: the mean token entropy of agent(s) {agents} has stayed below {threshold} nats for {steps} "
-    "optimizer steps (logged as `agent_<i>/entropy` and `diagnostics/entropy_collapse_streak`): the policy is "
-    "(nearly) deterministic, so its samples within a group coincide and their advantages vanish. If rewards are not "
-    "yet where they should be, lower `learning_rate`, add a KL penalty (`beta` > 0) or raise `temperature`."
-)
-
-
-class NonFiniteError(RuntimeError):
-    """Raised when more NaN/inf rewards or losses occurred than `max_nonfinite` allows."""
-
-
-class MAGRPOTrainer(TeamCheckpointMixin, TRLBaseTrainer):
+class MAGRPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer):
     """Trains a team of LLM agents with MAGRPO (Multi-Agent Group Relative Policy Optimization).
 
     Each training micro-step plays `per_device_train_batch_size // num_generations` episodes of a
@@ -101,15 +81,23 @@ class MAGRPOTrainer(TeamCheckpointMixin, TRLBaseTrainer):
             once per turn on all joint actions. Besides the dataset columns they receive `agent_prompts`,
             `agent_completions` (one list per agent), `agent_index=None`, `turn`, `transcript` and
             `trainer_state`. `prompts`/`completions` are agent 0's, so plain TRL functions work with one agent.
-            Each entry is a number, or `None` to skip a joint action (the reward contract: see [`TeamReward`]).
+            Each entry is a number, or `None` to skip a joint action (the reward contract: `trl_marl.rewarding`;
+            a function declared an agent reward, e.g. `InfluenceAwareReward`, is called per agent and averaged).
         args: A [`MAGRPOConfig`].
         train_dataset: A `datasets.Dataset` whose rows the environment reads (by default a `prompt` column).
-        eval_dataset: Optional evaluation dataset; `evaluate()` reports the team reward on it.
+        eval_dataset: Optional evaluation dataset; `evaluate()` reports the team reward per turn on it and, with an
+            answer verifier, per-turn majority accuracy and collaboration transitions (`trainers.team_trainer`).
         processing_class: A tokenizer, or one per agent. Default: loaded from the model names.
         env: The [`MultiAgentEnv`]. Default: [`PromptEnv`] over the `prompt` column.
         callbacks: `transformers.TrainerCallback`s.
         optimizers: `(optimizer, lr_scheduler)`, as in `transformers.Trainer`.
         peft_config: A `peft.LoraConfig`; with one base model and several agents it gives one adapter per agent.
+        eval_verifier: An answer verifier (`extract(response)`, `score(response, gold)`, e.g. `AnswerVerifier`) for
+            `evaluate()`. Default: a reward function that is one, or has one as `verifier`.
+        gold_column: The dataset column holding the gold answer, for `evaluate()`.
+
+    Hooks (override in a subclass): `compute_rewards` (the team reward of each joint action of a turn),
+    `compute_advantages` (a turn's advantages from its returns), `compute_agent_loss` (one agent's loss).
 
     Example:
 
@@ -151,29 +139,23 @@ class MAGRPOTrainer(TeamCheckpointMixin, TRLBaseTrainer):
         callbacks: list[TrainerCallback] | None = None,
         optimizers: tuple[Any, Any] = (None, None),
         peft_config: Any = None,
+        eval_verifier: Any = None,
+        gold_column: str = "answer",
     ) -> None:
+        self.eval_verifier = eval_verifier
+        self.gold_column = gold_column
         if args is None:
             name = model if isinstance(model, str) else "team"
             args = MAGRPOConfig(f"{os.path.basename(str(name))}-MAGRPO")
         if not isinstance(args, MAGRPOConfig):
             raise TypeError(f"`args` must be a MAGRPOConfig, got {type(args).__name__}.")
         env = env if env is not None else PromptEnv(num_agents=args.num_agents, num_turns=args.num_turns)
-        if env.num_agents != args.num_agents:
-            raise ValueError(
-                f"The environment has {env.num_agents} agents but `args.num_agents={args.num_agents}`; "
-                "make them agree."
-            )
-        if env.num_turns != args.num_turns:
-            raise ValueError(
-                f"The environment has {env.num_turns} turns but `args.num_turns={args.num_turns}`; make them agree."
-            )
+        self.check_env_agrees(env, args)
         if train_dataset is None:
             raise ValueError("`train_dataset` is required: MAGRPO plays one episode per dataset row.")
-        self._validate_dataset(env, train_dataset, "train_dataset")
-        checked = {"train_dataset": check_dataset_prompts(env, train_dataset, "train_dataset")}
+        checked = {"train_dataset": self.validate_dataset(env, train_dataset, "train_dataset")}
         if eval_dataset is not None:
-            self._validate_dataset(env, eval_dataset, "eval_dataset")
-            checked["eval_dataset"] = check_dataset_prompts(env, eval_dataset, "eval_dataset")
+            checked["eval_dataset"] = self.validate_dataset(env, eval_dataset, "eval_dataset")
 
         # A run is a function of `args.seed`: LoRA and any other freshly initialised weights are drawn now, before
         # `Trainer.__init__` seeds, so seed here (whatever the global RNG held before the trainer was built).
@@ -188,12 +170,11 @@ class MAGRPOTrainer(TeamCheckpointMixin, TRLBaseTrainer):
         if args.frozen_agents:
             team.freeze_agents(args.frozen_agents)
         if args.disable_dropout:
-            for module in team.modules():
-                if isinstance(module, torch.nn.Dropout):
-                    module.p = 0.0
+            self.disable_dropout([team])
         if args.beta != 0.0:
             team.create_reference_models()
         funcs = list(reward_funcs) if isinstance(reward_funcs, (list, tuple)) else [reward_funcs]
+        self.reward_funcs = funcs
         self.team_reward = TeamReward(funcs, args.reward_weights)
         self.env = env
         args.remove_unused_columns = False  # the environment and the reward functions read the raw rows
@@ -205,7 +186,7 @@ class MAGRPOTrainer(TeamCheckpointMixin, TRLBaseTrainer):
         super().__init__(
             model=team,
             args=args,
-            data_collator=_identity,
+            data_collator=collate_rows,
             train_dataset=train_dataset,
             eval_dataset=eval_dataset,
             processing_class=team.tokenizers[0],
@@ -231,9 +212,17 @@ class MAGRPOTrainer(TeamCheckpointMixin, TRLBaseTrainer):
             max_branches=args.max_branches,
             early_stop_threshold=args.early_stop_threshold,
             chat_template_kwargs=args.chat_template_kwargs,
+            score=self._score_turn,
+            advantages=self.compute_advantages,
+        )
+        # evaluation plays one sample per agent per episode with the same engine, scoring every turn
+        self.eval_rollout = JointRollout(
+            env=env, team=team, reward=self.team_reward, generation_config=self._generation_config(),
+            num_generations=1, discount=args.discount, early_stop_threshold=args.early_stop_threshold,
+            chat_template_kwargs=args.chat_template_kwargs, score=self._score_turn,
         )
         self._metrics: dict[str, dict[str, list[float]]] = {"train": defaultdict(list), "eval": defaultdict(list)}
-        self._nonfinite = 0
+        self.nonfinite = NonFiniteCounter(args.max_nonfinite)
         self._zero_std_streak = 0
         self._entropy_streak = 0
         self._warned: set[str] = set()
@@ -253,20 +242,6 @@ class MAGRPOTrainer(TeamCheckpointMixin, TRLBaseTrainer):
         set_seed(self.args.seed, device_specific=True)
         return super().train(resume_from_checkpoint=resume_from_checkpoint, trial=trial,
                              ignore_keys_for_eval=ignore_keys_for_eval, **kwargs)
-
-    # ------------------------------------------------------------------ validation
-    @staticmethod
-    def _validate_dataset(env: MultiAgentEnv, dataset: Any, where: str) -> None:
-        columns = getattr(dataset, "column_names", None)
-        if columns is None:
-            try:
-                first = dataset[0]
-            except Exception as exc:  # noqa: BLE001 - any indexing failure means we cannot validate
-                raise TypeError(f"`{where}` must be a datasets.Dataset or an indexable sequence of dicts.") from exc
-            columns = list(first)
-        if len(dataset) == 0:
-            raise ValueError(f"`{where}` is empty.")
-        env.validate_row(dict.fromkeys(columns), where=f"`{where}`")
 
     def _generation_config(self) -> GenerationConfig:
         args = self.args
@@ -295,18 +270,42 @@ class MAGRPOTrainer(TeamCheckpointMixin, TRLBaseTrainer):
 
     def get_train_dataloader(self) -> DataLoader:
         """Batches of raw dataset rows: each micro-step plays one episode tree per row."""
-        generator = torch.Generator().manual_seed(self.args.seed)
-        sampler = RandomSampler(self.train_dataset, generator=generator) if self.args.shuffle_dataset else (
-            SequentialSampler(self.train_dataset))
-        loader = DataLoader(
-            self.train_dataset,
-            batch_size=self._episodes_per_step(),
-            sampler=sampler,
-            collate_fn=_identity,
-            drop_last=self.args.dataloader_drop_last,
-            num_workers=0,
-        )
-        return self.accelerator.prepare(loader)
+        return self.rows_dataloader(self._episodes_per_step(), shuffle=self.args.shuffle_dataset,
+                                    drop_last=self.args.dataloader_drop_last)
+
+    # ------------------------------------------------------------------ hooks
+    def compute_rewards(self, prompts: list[list[Any]], completions: list[list[str]], rows: list[dict[str, Any]],
+                        transcripts: list[Transcript], turn: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Score the joint actions of one turn: one team reward per joint action (override to change rewards).
+
+        Like TRL's `GRPOTrainer._calculate_rewards`, but public and multi-agent.
+
+        Args:
+            prompts: `prompts[a][i]`, agent a's prompt in joint action i.
+            completions: `completions[a][i]`, agent a's completion text in joint action i.
+            rows: The dataset row of each joint action.
+            transcripts: Each joint action's transcript, including this turn.
+            turn: The turn (1-based).
+
+        Returns:
+            `(rewards_per_func, nonfinite)`: `(N, F)` scores (NaN where a function returned `None`) and a `(N,)`
+            bool tensor marking NaN/inf scores; they are combined with `reward_weights` (`trl_marl.rewarding`).
+        """
+        return self.team_reward.score(prompts, completions, rows, transcripts, turn, self.state)
+
+    def _score_turn(self, prompts: list[list[Any]], completions: list[list[str]], rows: list[dict[str, Any]],
+                    transcripts: list[Transcript], turn: int, trainer_state: Any = None,
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.compute_rewards(prompts, completions, rows, transcripts, turn)
+
+    def compute_advantages(self, turn: TurnResult) -> torch.Tensor:
+        """The `(K, n, G)` advantages of one turn's samples from its returns (override to change the credit).
+
+        `turn.returns` is `(K, J)` (K nodes, J joint actions), `turn.agent_returns` `(K, n, G)` (each sample's
+        return: in `cross` mode the mean over the joint actions that contain it). The default is MAGRPO's
+        group-relative advantage in `advantage_mode` (`trl_marl.rollout.turn_advantages`); NaN becomes 0.
+        """
+        return turn_advantages(turn, self.args.advantage_mode)
 
     # ------------------------------------------------------------------ training step
     def get_batch_samples(self, epoch_iterator: Any, num_batches: int, device: Any) -> tuple[list[Any], None]:
@@ -466,23 +465,8 @@ class MAGRPOTrainer(TeamCheckpointMixin, TRLBaseTrainer):
             if result is None:
                 continue
             logps, entropy = result
-            batch: AgentBatch = inputs["batches"][a]
-            mask = batch.completion_mask
-            old = logps.detach() if inputs["old_logps"] is None else inputs["old_logps"][a]
-            per_token_loss, clipped = clipped_surrogate(
-                logps, old, inputs["advantages"][a], epsilon_low=args.epsilon, epsilon_high=args.epsilon_high,
-                delta=args.delta, importance_sampling_level=args.importance_sampling_level, mask=mask,
-            )
-            kl = None
-            if args.beta != 0.0:
-                kl = k3_kl(logps, inputs["ref_logps"][a])
-                per_token_loss = per_token_loss + args.beta * kl
-            # dapo: `num_items` counts the tokens of every micro-batch of the step on every process; gradients are
-            # averaged over processes, hence the division by their number (and none by the accumulation steps)
-            num_items = inputs["num_items"][a] / self.accelerator.num_processes
-            loss = aggregate_token_loss(per_token_loss, mask, args.loss_type,
-                                        max_completion_length=args.max_completion_length,
-                                        num_items_in_batch=num_items)
+            mask = inputs["batches"][a].completion_mask
+            loss, kl, clipped = self.compute_agent_loss(a, logps, inputs)
             if mode == "train" and args.loss_type != "dapo":
                 loss = loss / self.current_gradient_accumulation_steps
             if not torch.isfinite(loss):
@@ -504,58 +488,52 @@ class MAGRPOTrainer(TeamCheckpointMixin, TRLBaseTrainer):
             total = sum((p.sum() * 0.0 for p in model.parameters() if p.requires_grad), torch.zeros(()))
         return total
 
+    def compute_agent_loss(self, agent_index: int, logps: torch.Tensor,
+                           inputs: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+        """One agent's loss on a micro-batch (override to change the objective; the trainer sums the agents').
+
+        The default is GRPO's: the clipped surrogate of `logps` against the detached current policy (or
+        `inputs["old_logps"][a]`) with `inputs["advantages"][a]`, plus `beta` times the k3 KL to
+        `inputs["ref_logps"][a]`, aggregated over the tokens by `loss_type` (the trainer then divides by the
+        accumulation steps, except for `dapo`).
+
+        Args:
+            agent_index: The agent.
+            logps: `(B, L)` per-token log-probs of its completions under its current policy (with gradients).
+            inputs: The micro-batch from `_make_batch`: `batches[a]` (an `AgentBatch`), `advantages[a]`,
+                `old_logps`, `ref_logps`, `num_items`, `turn_of_sample[a]`.
+
+        Returns:
+            `(loss, kl, clipped)`: the scalar loss, the per-token KL (`None` without one, for logging) and the
+            clipped mask (for `clip_ratio`).
+        """
+        args = self.args
+        mask = inputs["batches"][agent_index].completion_mask
+        old = logps.detach() if inputs["old_logps"] is None else inputs["old_logps"][agent_index]
+        per_token_loss, clipped = clipped_surrogate(
+            logps, old, inputs["advantages"][agent_index], epsilon_low=args.epsilon, epsilon_high=args.epsilon_high,
+            delta=args.delta, importance_sampling_level=args.importance_sampling_level, mask=mask,
+        )
+        kl = None
+        if args.beta != 0.0:
+            kl = k3_kl(logps, inputs["ref_logps"][agent_index])
+            per_token_loss = per_token_loss + args.beta * kl
+        # dapo: `num_items` counts the tokens of every micro-batch of the step on every process; gradients are
+        # averaged over processes, hence the division by their number (and none by the accumulation steps)
+        num_items = inputs["num_items"][agent_index] / self.accelerator.num_processes
+        loss = aggregate_token_loss(per_token_loss, mask, args.loss_type,
+                                    max_completion_length=args.max_completion_length, num_items_in_batch=num_items)
+        return loss, kl, clipped
+
     def _count_nonfinite(self, count: int, what: str) -> None:
-        if count == 0:
-            return
-        self._nonfinite += count
-        self._metrics["train"][f"nonfinite/{what}"].append(float(count))
-        if self._nonfinite > self.args.max_nonfinite:
-            raise NonFiniteError(
-                f"{self._nonfinite} non-finite rewards/losses so far (latest: {what}), more than "
-                f"`max_nonfinite={self.args.max_nonfinite}`. They were skipped, not replaced; check the reward "
-                "functions for NaN/inf, lower the learning rate, or raise `max_nonfinite`."
-            )
+        if count:
+            self._metrics["train"][f"nonfinite/{what}"].append(float(count))
+        self.nonfinite.add(count, what)
 
     # ------------------------------------------------------------------ logging
     def _log_rollout(self, rollout: Rollout, lengths: list[torch.Tensor], advantages: list[torch.Tensor],
                      turn_of_sample: list[torch.Tensor], mode: str) -> None:
-        metrics = self._metrics[mode]
-        first = rollout.turns[0]
-        metrics["reward"].append(finite_mean(first.rewards))
-        metrics["reward_std"].append(float(first.rewards.nan_to_num(0).std()) if first.rewards.numel() > 1 else 0.0)
-        metrics["frac_reward_zero_std"].append(reward_std_is_zero(first.rewards))
-        for t in rollout.turns:
-            metrics[f"turn_{t.turn}/reward"].append(finite_mean(t.rewards))
-            metrics[f"turn_{t.turn}/num_nodes"].append(float(len(t.nodes)))
-            for f_index, name in enumerate(self.team_reward.names):
-                values = t.rewards_per_func[:, f_index]
-                prefix = f"rewards/{name}" if t.turn == 1 else f"turn_{t.turn}/rewards/{name}"
-                metrics[prefix + "/mean"].append(finite_mean(values))
-                finite = values[torch.isfinite(values)]
-                metrics[prefix + "/std"].append(float(finite.std()) if finite.numel() > 1 else 0.0)
-        for a, agent_lengths in enumerate(lengths):
-            metrics[f"agent_{a}/completion_length"].append(float(agent_lengths.mean()))
-            adv = advantages[a].float().cpu()
-            for t in rollout.turns:
-                sel = turn_of_sample[a] == t.turn
-                metrics[f"agent_{a}/turn_{t.turn}/advantage_abs_mean"].append(float(adv[sel].abs().mean()))
-            metrics[f"agent_{a}/advantage_std"].append(float(adv.std()) if adv.numel() > 1 else 0.0)
-        metrics["num_tokens_generated"].append(float(rollout.generated_tokens))
-        if rollout.generation_time > 0:
-            metrics["tokens_per_second"].append(rollout.generated_tokens / rollout.generation_time)
-        if self.args.log_completions and self.accelerator.is_main_process and mode == "train":
-            self._print_completions(rollout)
-
-    def _print_completions(self, rollout: Rollout) -> None:
-        first = rollout.turns[0]
-        limit = self.args.num_completions_to_print or 4
-        n = self.env.num_agents
-        G = self.args.num_generations
-        lines = []
-        for k in range(min(limit, len(first.nodes))):
-            joint = " | ".join(repr(first.completions[a][k * G]) for a in range(n))
-            lines.append(f"  episode {k}: {joint} -> reward {float(first.rewards[k, 0]):.3f}")
-        print(f"[MAGRPO step {self.state.global_step}] sample joint actions:\n" + "\n".join(lines))
+        log_rollout(self, rollout, lengths, advantages, turn_of_sample, mode)
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         mode = "train" if self.model.training else "eval"
@@ -571,40 +549,25 @@ class MAGRPOTrainer(TeamCheckpointMixin, TRLBaseTrainer):
         self._metrics[mode].clear()
 
     # ------------------------------------------------------------------ evaluation
-    @torch.no_grad()
-    def evaluate(self, eval_dataset: Any = None, ignore_keys: list[str] | None = None,
-                 metric_key_prefix: str = "eval") -> dict[str, float]:
-        """Play the evaluation episodes (no update) and report the mean team reward per turn."""
-        dataset = eval_dataset if eval_dataset is not None else self.eval_dataset
-        if dataset is None:
-            raise ValueError("No evaluation dataset: pass `eval_dataset` to the trainer or to `evaluate()`.")
-        self._validate_dataset(self.env, dataset, "eval_dataset")
-        indices, prompts = check_dataset_prompts(self.env, dataset, "eval_dataset")
+    def check_evaluation_prompts(self, dataset: Any) -> None:
+        indices, prompts = self.validate_dataset(self.env, dataset, "eval_dataset")
         check_prompt_lengths(self.team, prompts, indices, "eval_dataset", self.args.max_completion_length,
                              f"{type(self.args).__name__}.max_completion_length",
                              chat_template_kwargs=self.args.chat_template_kwargs,
                              on_long=self.args.prompt_length_check)
-        was_training = self.model.training
-        self.model.eval()
-        start = time.perf_counter()
-        per_turn: dict[int, list[float]] = defaultdict(list)
-        size = self._episodes_per_step()
-        rows_all = [dataset[i] for i in range(len(dataset))]
-        rows_all = rows_all[self.accelerator.process_index:: self.accelerator.num_processes]
-        for i in range(0, len(rows_all), size):
-            rollout = self.rollout.run(rows_all[i: i + size], trainer_state=self.state)
-            self.team_reward.require_some_score([t.rewards_per_func for t in rollout.turns],
-                                                rollout.nonfinite_rewards)
-            for t in rollout.turns:
-                per_turn[t.turn].append(finite_mean(t.rewards))
-        self.model.train(was_training)
-        metrics = {f"{metric_key_prefix}_reward": _mean(per_turn[1])}
-        for turn, values in per_turn.items():
-            metrics[f"{metric_key_prefix}_turn_{turn}/reward"] = _mean(values)
-        metrics[f"{metric_key_prefix}_runtime"] = time.perf_counter() - start
-        self.log(metrics)
-        self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control, metrics)
-        return metrics
+
+    def play_evaluation_episodes(
+        self, rows: list[dict[str, Any]], temperature: float | None = None
+    ) -> tuple[list[Transcript], dict[int, list[float]]]:
+        """One episode per row, one sample per agent (the training engine with `num_generations=1`)."""
+        config = None
+        if temperature is not None:
+            config = self._generation_config()
+            config.temperature = temperature
+        rollout = self.eval_rollout.run(rows, trainer_state=self.state, generation_config=config)
+        self.team_reward.require_some_score([t.rewards_per_func for t in rollout.turns], rollout.nonfinite_rewards)
+        return (rollout.episode_transcripts(len(rows)),
+                {t.turn: t.rewards[:, 0].tolist() for t in rollout.turns})
 
     # ------------------------------------------------------------------ model card
     def create_model_card(self, model_name: str | None = None, dataset_name: str | None = None,
@@ -633,11 +596,4 @@ class MAGRPOTrainer(TeamCheckpointMixin, TRLBaseTrainer):
 
 
 def _as_list(tags: str | list[str] | None) -> list[str]:
-    if tags is None:
-        return []
-    return [tags] if isinstance(tags, str) else list(tags)
-
-
-def _mean(values: list[float]) -> float:
-    finite = [v for v in values if math.isfinite(v)]
-    return sum(finite) / len(finite) if finite else float("nan")
+    return [] if tags is None else [tags] if isinstance(tags, str) else list(tags)

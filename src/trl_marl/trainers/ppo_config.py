@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from .._trl_compat import TRLBaseConfig
-from ..validation import PROMPT_LENGTH_CHECKS, check_choice, check_mixed_precision, check_positive
-from ..validation import has_accelerator as _has_accelerator
+from ..validation import PROMPT_LENGTH_CHECKS, check_choice, check_mixed_precision, check_positive, has_accelerator
 
 POLICY_SHARING = ("shared", "agent", "agent_turn")
 
@@ -151,6 +151,20 @@ class MultiAgentPPOConfig(TRLBaseConfig):
         default=1,
         metadata={"help": "Train only on the responses of turns >= this (2 = MAPoRL's Experiment 1)."},
     )
+    reward_weights: list[float] | None = field(
+        default=None,
+        metadata={
+            "help": "Weights of the reward functions (one per function; default 1 each): a response's score is the "
+            "weighted sum over the functions that scored it (`None` skips; see `trl_marl.rewarding`)."
+        },
+    )
+    max_nonfinite: int = field(
+        default=10,
+        metadata={
+            "help": "NaN or infinite reward scores are skipped (the response leaves the loss, never a replaced "
+            "score) and counted; training raises once more than this many occurred (as in MAGRPO)."
+        },
+    )
     prompt_length_check: str = field(
         default="warn",
         metadata={
@@ -162,7 +176,7 @@ class MultiAgentPPOConfig(TRLBaseConfig):
     )
 
     def __post_init__(self) -> None:
-        if self.bf16 is None and not self.fp16 and not _has_accelerator():
+        if self.bf16 is None and not self.fp16 and not has_accelerator():
             self.bf16 = False  # TRL defaults to bf16, which fails on a machine without GPU unless use_cpu is set
         check_mixed_precision(self)
         super().__post_init__()
@@ -198,6 +212,24 @@ class MultiAgentPPOConfig(TRLBaseConfig):
             raise ValueError(
                 "`model_adapter_name`/`ref_adapter_name` are not supported: pass the base model with a `peft_config` "
                 "(the reference policy is then the model with its adapter disabled)."
+            )
+
+
+    def set_batch_sizes(self, num_processes: int, dataset_size: int) -> None:
+        """Fill the computed batch-size fields (TRL 1.12's rules) for `num_processes` processes."""
+        if self.total_episodes is None:
+            self.total_episodes = int(self.num_train_epochs * dataset_size)
+        self.world_size = num_processes
+        self.local_batch_size = self.per_device_train_batch_size * self.gradient_accumulation_steps
+        self.micro_batch_size = self.per_device_train_batch_size * self.world_size
+        self.batch_size = self.local_batch_size * self.world_size
+        self.mini_batch_size = self.batch_size // self.num_mini_batches
+        self.local_mini_batch_size = self.local_batch_size // self.num_mini_batches
+        self.num_total_batches = math.ceil(self.total_episodes / self.batch_size)
+        if self.whiten_rewards and self.local_mini_batch_size < 8:
+            raise ValueError(
+                f"`whiten_rewards` needs at least 8 episodes per mini-batch per process, got "
+                f"{self.local_mini_batch_size}: raise per_device_train_batch_size or gradient_accumulation_steps."
             )
 
 

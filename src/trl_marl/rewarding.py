@@ -1,0 +1,224 @@
+"""The reward contract of every trl-marl trainer, written once.
+
+A reward function has TRL's signature, `f(prompts, completions, **kwargs) -> list[float | None]`, and is one of two
+kinds (its `reward_kind` attribute, set by [`team_reward`] / [`agent_reward`] or by the class):
+
+- a **team reward** (`"team"`) scores a *joint action* (what every agent wrote at one turn of one episode): it is
+  called once per turn with one entry per joint action, `agent_index=None`, and `prompts`/`completions` are agent
+  0's (so a plain TRL reward function works unchanged with one agent);
+- an **agent reward** (`"agent"`) scores one agent's response: it is called once per (turn, agent) with one entry
+  per joint action, `agent_index=a`, and `prompts`/`completions` are agent `a`'s.
+
+A function without `reward_kind` takes its trainer's kind: `"team"` in MAGRPO (a centralized reward),
+`"agent"` in (multi-agent) PPO (each response its own score). A declared kind means the same in every trainer:
+
+| trainer | team reward | agent reward |
+|---|---|---|
+| MAGRPO | the joint action's reward | the mean over the agents of their scores is the joint action's reward |
+| PPO | computed once per joint action; every agent's response gets it | each response gets its own score |
+
+Every call receives the same keyword arguments in every trainer: every dataset column (one entry per joint
+action), `agent_prompts` and `agent_completions` (one list per agent), `agent_index`, `turn` (1-based),
+`transcript` (one [`~trl_marl.envs.base.Transcript`] per joint action that *includes* the scored turn:
+`transcript[i][turn - 1].responses` are the responses scored; MAGRPO scores right after each turn, so it ends
+there, while PPO scores once the episode is over, so it also holds the later turns, which is what MAPoRL's
+influence-aware reward reads; the environment's feedback on the scored turn may be absent) and `trainer_state`.
+A completion is a string, or `[{"role": "assistant", "content": ...}]` when its prompt is conversational (TRL's
+convention).
+
+Entries: a real number (`int`, `float`, `bool`, a NumPy scalar or a one-element tensor), or `None` when the
+function does not apply. A string (even `"1.0"`), any other type, a list of the wrong length and an exception in
+the function raise a [`RewardFunctionError`] naming the function. Scores are combined with `reward_weights` (a
+weighted sum over the functions that gave a number). A completion that every function skips is *unscorable*, and
+so is one for which a function returned NaN or infinity (never replaced by a number; such scores are counted
+against `max_nonfinite`, beyond which a [`NonFiniteError`] stops training). An unscorable completion teaches
+nothing: advantage 0 in MAGRPO, left out of the policy and value losses in PPO. A step in which *nothing* is
+scorable raises a `RewardFunctionError`: a function that always returns `None` is a bug.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import torch
+
+from .envs.base import Prompt, Transcript
+from .team import is_chat
+from .validation import RewardFunctionError, call_reward_function, unscorable_message
+
+__all__ = [
+    "REWARD_KINDS",
+    "NonFiniteError",
+    "RewardSet",
+    "agent_reward",
+    "completion_objects",
+    "reward_kind",
+    "team_reward",
+]
+
+REWARD_KINDS = ("team", "agent")
+"""The kinds of reward function (see the module docstring)."""
+
+RewardFunc = Callable[..., Sequence[Any]]
+
+
+class NonFiniteError(RuntimeError):
+    """Raised when more NaN/inf rewards or losses occurred than `max_nonfinite` allows."""
+
+
+def team_reward(func: RewardFunc) -> RewardFunc:
+    """Declare `func` a team reward: one score per joint action, in every trainer (returns `func`)."""
+    func.reward_kind = "team"  # type: ignore[attr-defined]
+    return func
+
+
+def agent_reward(func: RewardFunc) -> RewardFunc:
+    """Declare `func` an agent reward: one score per (turn, agent) response, in every trainer (returns `func`)."""
+    func.reward_kind = "agent"  # type: ignore[attr-defined]
+    return func
+
+
+def reward_kind(func: Any, default: str) -> str:
+    """The kind of `func`: its `reward_kind` attribute, else `default` (the trainer's kind)."""
+    kind = getattr(func, "reward_kind", None) or default
+    if kind not in REWARD_KINDS:
+        raise ValueError(f"`reward_kind` of {func!r} must be one of {REWARD_KINDS}, got {kind!r}.")
+    return kind
+
+
+def completion_objects(prompts: Sequence[Prompt], texts: Sequence[str]) -> list[Any]:
+    """TRL's convention: a conversational prompt gets a conversational completion, a plain one a string."""
+    return [[{"role": "assistant", "content": t}] if is_chat(p) else t for p, t in zip(prompts, texts)]
+
+
+class RewardSet:
+    """Reward functions with their weights, names and kinds, called by the reward contract (module docstring).
+
+    Args:
+        funcs: The reward functions (callables).
+        weights: One weight per function (`reward_weights`); default 1 each.
+        default_kind: The kind of a function that does not declare one: `"team"` or `"agent"`.
+    """
+
+    def __init__(self, funcs: Sequence[RewardFunc], weights: Sequence[float] | None = None,
+                 default_kind: str = "team") -> None:
+        if not funcs:
+            raise ValueError("Pass at least one reward function in `reward_funcs`.")
+        for f in funcs:
+            if not callable(f):
+                raise TypeError(
+                    f"Reward function {f!r} is not callable. trl-marl takes callables "
+                    "`f(prompts, completions, **kwargs) -> list[float | None]`; wrap a reward model in a function."
+                )
+        self.funcs = list(funcs)
+        self.names = [getattr(f, "name", None) or getattr(f, "__name__", None) or type(f).__name__ for f in funcs]
+        self.kinds = [reward_kind(f, default_kind) for f in funcs]
+        if weights is None:
+            weights = [1.0] * len(funcs)
+        if len(weights) != len(funcs):
+            raise ValueError(
+                f"`reward_weights` has {len(weights)} entries but there are {len(funcs)} reward functions."
+            )
+        self.weights = torch.tensor(list(weights), dtype=torch.float32)
+
+    # ------------------------------------------------------------------ calls
+    def _call(self, f_index: int, prompts: list[list[Prompt]], completions: list[list[Any]],
+              columns: dict[str, list[Any]], transcripts: Sequence[Transcript], turn: int, trainer_state: Any,
+              agent_index: int | None) -> list[float | None]:
+        shown = 0 if agent_index is None else agent_index
+        kwargs = dict(columns)  # the multi-agent keywords win over dataset columns of the same name
+        kwargs.update(agent_prompts=prompts, agent_completions=completions, agent_index=agent_index, turn=turn,
+                      transcript=list(transcripts), trainer_state=trainer_state,
+                      prompts=prompts[shown], completions=completions[shown])
+        return call_reward_function(self.funcs[f_index], self.names[f_index], len(transcripts), **kwargs)
+
+    def score(self, prompts: list[list[Prompt]], texts: list[list[str]], rows: Sequence[Mapping[str, Any]],
+              transcripts: Sequence[Transcript], turn: int, trainer_state: Any = None,
+              per_agent: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        """Score the joint actions of one turn; `prompts[a][i]`/`texts[a][i]` are agent a's part of joint action i.
+
+        Args:
+            per_agent: `False` for one score per joint action (MAGRPO), `True` for one per (joint action, agent)
+                (PPO). A team reward is called once either way.
+
+        Returns:
+            `(rewards_per_func, nonfinite)`: `(N, F)` (or `(N, A, F)` with `per_agent`) scores, NaN where a function
+            gave `None`, and a bool `(N,)` (or `(N, A)`) tensor marking entries with a NaN or infinite score.
+        """
+        size, n = len(rows), len(prompts)
+        columns = {key: [row.get(key) for row in rows] for key in (rows[0] if rows else ())}
+        completions = [completion_objects(prompts[a], texts[a]) for a in range(n)]
+        F = len(self.funcs)
+        out = torch.full((size, n, F), float("nan"))  # per (joint action, agent); a team score is copied to all
+        bad = torch.zeros(size, n, F, dtype=torch.bool)
+        for f_index, kind in enumerate(self.kinds):
+            agents: list[int | None] = [None] if kind == "team" else list(range(n))
+            for a in agents:
+                values = self._call(f_index, prompts, completions, columns, transcripts, turn, trainer_state, a)
+                cells = slice(None) if a is None else a
+                for i, value in enumerate(values):
+                    if value is None:
+                        continue
+                    if math.isfinite(value):
+                        out[i, cells, f_index] = value
+                    else:
+                        bad[i, cells, f_index] = True
+        if per_agent:
+            return out, bad.any(dim=-1)
+        # one score per joint action: a team reward's own score (exactly), an agent reward's mean over the agents
+        joint = out[:, 0, :].clone()
+        for f_index, kind in enumerate(self.kinds):
+            if kind == "agent":
+                joint[:, f_index] = out[:, :, f_index].nanmean(dim=1)
+        return joint, bad.any(dim=(1, 2))
+
+    # ------------------------------------------------------------------ combination
+    def combine(self, rewards_per_func: torch.Tensor, nonfinite: torch.Tensor) -> torch.Tensor:
+        """The weighted sum over the functions that scored (`None`s left out); NaN where unscorable.
+
+        Works on `(N, F)` and `(N, A, F)` scores alike. An entry is unscorable when every function returned `None`
+        for it, or when a function returned NaN or infinity (skipped and counted by the caller, never replaced).
+        """
+        scored = ~torch.isnan(rewards_per_func)
+        weighted = torch.where(scored, rewards_per_func * self.weights, torch.zeros_like(rewards_per_func))
+        total = weighted.sum(dim=-1)
+        unscorable = nonfinite | ~scored.any(dim=-1)
+        return torch.where(unscorable, torch.full_like(total, float("nan")), total)
+
+    def require_some_score(self, rewards_per_func: Sequence[torch.Tensor], nonfinite: int) -> None:
+        """Raise when nothing of a step got a score because every function returned `None` for everything.
+
+        Args:
+            rewards_per_func: The scores of each turn of the step (NaN where a function skipped).
+            nonfinite: How many entries got a NaN or infinite score (those are handled by `max_nonfinite`).
+
+        Raises:
+            RewardFunctionError: when every entry is `None` and none is non-finite.
+        """
+        if nonfinite or any(bool((~torch.isnan(r)).any()) for r in rewards_per_func):
+            return
+        count = sum(int(r.size(0)) for r in rewards_per_func)
+        raise RewardFunctionError(unscorable_message(
+            self.names, f"all {count} joint actions of this step",
+            "a step in which nothing is scored gives every advantage 0 (`reward` is logged as nan)."))
+
+
+class NonFiniteCounter:
+    """Counts the NaN/inf rewards and losses of a run and raises past `max_nonfinite` (both trainers)."""
+
+    def __init__(self, max_nonfinite: int) -> None:
+        self.max_nonfinite = max_nonfinite
+        self.count = 0
+
+    def add(self, count: int, what: str) -> None:
+        if count == 0:
+            return
+        self.count += count
+        if self.count > self.max_nonfinite:
+            raise NonFiniteError(
+                f"{self.count} non-finite rewards/losses so far (latest: {what}), more than "
+                f"`max_nonfinite={self.max_nonfinite}`. They were skipped, not replaced; check the reward "
+                "functions for NaN/inf, lower the learning rate, or raise `max_nonfinite`."
+            )

@@ -1,0 +1,154 @@
+"""The metrics PPO logs after each update.
+
+TRL 1.12's names for the drop-in (`objective/kl`, `objective/entropy`, `objective/non_score_reward`,
+`objective/rlhf_reward`, `objective/scores`, `policy/approxkl_avg`, `policy/clipfrac_avg`, `loss/policy_avg`,
+`loss/value_avg`, `val/clipfrac_avg`, `policy/entropy_avg`, `val/ratio`, `val/ratio_var`, `val/num_eos_tokens`,
+`lr`, `episode`, `eps`) and, with several agents or turns, the names MAGRPO uses for the same quantities:
+`turn_{t}/reward`, `agent_{a}/reward`, `agent_{a}/turn_{t}/reward` (mean score of the responses),
+`agent_{a}/kl`, and per policy slot `agent_{a}/loss/policy_avg`, `agent_{a}/loss/value_avg` (prefixed
+`agent_{a}/turn_{t}/` with per-turn policies). Means are over the scorable responses.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from typing import Any
+
+import torch
+
+from .ppo_rollout import AgentRollout
+
+__all__ = ["STAT_NAMES", "print_sample_completions", "update_metrics", "write_ppo_model_card"]
+
+STAT_NAMES = ("approxkl", "pg_clipfrac", "pg_loss", "vf_loss", "vf_clipfrac", "entropy", "ratio")
+"""The per-micro-batch statistics of an update (`compute_agent_loss` fills `pg_*`, `vf_*` and `ratio`)."""
+
+_LOGGED = {
+    "approxkl": "policy/approxkl_avg",
+    "pg_clipfrac": "policy/clipfrac_avg",
+    "pg_loss": "loss/policy_avg",
+    "vf_loss": "loss/value_avg",
+    "vf_clipfrac": "val/clipfrac_avg",
+    "entropy": "policy/entropy_avg",
+}
+
+
+def _mean(values: torch.Tensor, keep: torch.Tensor) -> float:
+    """Mean over the kept entries (all of them when every entry is kept: the same sum as `values.mean()`)."""
+    return float(values.mean() if bool(keep.all()) else values[keep].mean())
+
+
+def update_metrics(trainer: Any, rollouts: list[AgentRollout | None], stats: dict[str, torch.Tensor], episode: int,
+                   start: float) -> dict[str, float]:
+    """The metrics of one PPO update (module docstring)."""
+    gather = trainer.accelerator.gather_for_metrics
+    trained = [ro for ro in rollouts if ro is not None]
+    kl = torch.cat([ro.kl.sum(1) for ro in trained])
+    entropy = torch.cat([((-ro.logprobs) * ro.policy_mask.float()).sum(1) for ro in trained])
+    non_score = torch.cat([ro.non_score_rewards.sum(1) for ro in trained])
+    scores = torch.cat([ro.scores for ro in trained])
+    scorable = torch.cat([ro.scorable for ro in trained]).to(scores.device)
+    score_mean = scores.mean() if bool(scorable.all()) else scores[scorable].mean()
+    metrics: dict[str, float] = {"eps": int(episode / max(time.time() - start, 1e-9))}
+    metrics["objective/kl"] = gather(kl.mean()).mean().item()
+    metrics["objective/entropy"] = gather(entropy.mean()).mean().item()
+    metrics["objective/non_score_reward"] = gather(non_score.mean()).mean().item()
+    metrics["objective/rlhf_reward"] = gather(non_score.mean() + score_mean).mean().item()
+    metrics["objective/scores"] = gather(score_mean).mean().item()
+    device = trainer.accelerator.device
+    for key, name in _LOGGED.items():
+        metrics[name] = gather(stats[key].to(device)).mean().item()
+    metrics["val/ratio"] = gather(stats["ratio"].to(device)).mean().item()
+    metrics["val/ratio_var"] = gather(stats["ratio"].to(device)).var().item()
+    metrics["val/num_eos_tokens"] = sum(
+        int((ro.responses == trainer.team.tokenizers[s].eos_token_id).sum())
+        for s, ro in enumerate(rollouts)
+        if ro is not None
+    )
+    metrics["lr"] = trainer.lr_scheduler.get_last_lr()[0]
+    metrics["episode"] = episode
+    env, args = trainer.env, trainer.args
+    if env.num_agents > 1 or env.num_turns > 1:
+        agents = torch.cat([ro.agents for ro in trained])
+        turns = torch.cat([ro.turns for ro in trained])
+        cpu_scores, cpu_scorable, sample_kl = scores.cpu(), scorable.cpu(), kl.cpu()
+        for a in range(env.num_agents):
+            mine = agents == a
+            if not mine.any():
+                continue
+            metrics[f"agent_{a}/reward"] = _mean(cpu_scores[mine], cpu_scorable[mine])
+            metrics[f"agent_{a}/kl"] = float(sample_kl[mine].mean())
+            for t in turns[mine].unique().tolist():
+                cell = mine & (turns == t)
+                metrics[f"agent_{a}/turn_{t}/reward"] = _mean(cpu_scores[cell], cpu_scorable[cell])
+        for t in turns.unique().tolist():
+            metrics[f"turn_{t}/reward"] = _mean(cpu_scores[turns == t], cpu_scorable[turns == t])
+        active = [slot for slot, ro in enumerate(rollouts) if ro is not None]
+        A = env.num_agents
+        for column, slot in enumerate(active):
+            prefix = (
+                f"agent_{slot % A}/turn_{slot // A + 1}/"
+                if args.policy_sharing == "agent_turn"
+                else (f"agent_{slot}/")
+            )
+            metrics[prefix + "loss/policy_avg"] = float(stats["pg_loss"][..., column].mean())
+            metrics[prefix + "loss/value_avg"] = float(stats["vf_loss"][..., column].mean())
+    trainer.state.epoch = episode / len(trainer.train_dataset)
+    return metrics
+
+
+def print_sample_completions(trainer: Any) -> None:
+    """Print (and report to wandb) a table of near-greedy completions on the evaluation set, with their scores."""
+    if trainer.eval_dataset is None:
+        return
+    dataset = trainer.eval_dataset
+    rows = [dataset[i] for i in range(min(len(dataset), trainer.args.per_device_eval_batch_size))]
+    rollouts = trainer.rollout(rows, temperature=0.01)
+    table: dict[str, list[Any]] = defaultdict(list)
+    for slot, ro in enumerate(rollouts):
+        if ro is None:
+            continue
+        queries = trainer.team.tokenizers[slot].batch_decode(
+            ro.query_responses[:, : ro.context_length], skip_special_tokens=True
+        )
+        table["agent"] += ro.agents.tolist()
+        table["turn"] += ro.turns.tolist()
+        table["query"] += queries
+        table["model response"] += ro.texts
+        table["score"] += [float(s) for s in ro.scores]
+    if not trainer.accelerator.is_main_process:
+        return
+    lines = [" | ".join(str(table[c][i])[:60] for c in table) for i in range(min(5, len(table["query"])))]
+    print("\n".join([" | ".join(table), *lines]))
+    if "wandb" in (trainer.args.report_to or []):
+        import wandb
+
+        if wandb.run is not None:
+            import pandas as pd
+
+            wandb.log({"completions": wandb.Table(dataframe=pd.DataFrame(table))})
+
+
+def write_ppo_model_card(trainer: Any, model_name: str | None, dataset_name: str | None,
+                         tags: str | list[str] | None, output_dir: str | None) -> None:
+    """Write `README.md` in `output_dir`: the algorithm, the paper, the agents and the rewards."""
+    if not trainer.is_world_process_zero():
+        return
+    from ..model_card import write_team_model_card
+
+    args = trainer.args
+    write_team_model_card(
+        output_dir=output_dir or args.output_dir,
+        team=trainer.team,
+        algorithm="PPO" if trainer.env.num_agents == 1 else "multi-agent PPO (MAPoRL-style)",
+        paper=trainer._paper,
+        reward_names=trainer.reward_names,
+        env_name=type(trainer.env).__name__,
+        config_summary={key: getattr(args, key) for key in (
+            "num_agents", "num_turns", "kl_coef", "kl_estimator", "gamma", "lam", "cliprange", "vf_coef",
+            "num_ppo_epochs", "learning_rate")},
+        model_name=model_name,
+        dataset_name=dataset_name,
+        tags=[*trainer._tag_names, *([tags] if isinstance(tags, str) else (tags or []))],
+    )

@@ -1,0 +1,259 @@
+"""PPO's samples: the episodes the rollout engine played, tokenized per policy slot ([`AgentRollout`])."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from ..core import selective_log_softmax, whiten, whiten_jointly
+from ..core.ppo import INVALID_LOGPROB, kl_penalty, response_masks, shaped_token_rewards
+from ..rewarding import RewardSet
+from ..rollout import Rollout
+from ..team import AgentTeam, pad_left
+from ..validation import RewardFunctionError, unscorable_message
+from .ppo_value import first_true_index, sequence_scores, truncate_after_stop
+
+__all__ = [
+    "AgentRollout",
+    "forward_targets",
+    "micro_batch_indices",
+    "score_with_reward_funcs",
+    "score_with_reward_model",
+    "slot_rollouts",
+    "whiten_group",
+]
+
+
+@dataclass
+class AgentRollout:
+    """The PPO samples of one policy slot in an update (its responses, rows in turn-major order)."""
+
+    query_responses: torch.Tensor  # (N, C + L)
+    context_length: int
+    responses: torch.Tensor  # (N, L) raw sampled tokens
+    postprocessed: torch.Tensor  # (N, L) cut after the stop token
+    turns: torch.Tensor  # (N,) 1-based turn of each sample
+    texts: list[str]
+    prompts: list[Any] | None = None  # the prompt each response answers (what reward functions get)
+    agents: torch.Tensor | None = None  # (N,) agent of each sample
+    rows: torch.Tensor | None = None  # (N,) episode (row of the batch) of each sample
+    value_query_responses: torch.Tensor | None = None  # what the value model reads (see `value_input`)
+    value_context_length: int = 0
+    logprobs: torch.Tensor | None = None
+    ref_logprobs: torch.Tensor | None = None
+    values: torch.Tensor | None = None
+    scores: torch.Tensor | None = None  # (N,) 0 where unscorable
+    scorable: torch.Tensor | None = None  # (N,) bool: False where every reward function skipped (or NaN/inf)
+    sequence_lengths: torch.Tensor | None = None
+    policy_mask: torch.Tensor | None = None
+    value_mask: torch.Tensor | None = None
+    advantages: torch.Tensor | None = None
+    returns: torch.Tensor | None = None
+    kl: torch.Tensor | None = None
+    non_score_rewards: torch.Tensor | None = None
+
+
+def slot_rollouts(played: Rollout, slot_of: Any, num_slots: int, tokenizers: list[Any], response_length: int,
+                  stop_token_id: int | None, train_turns_from: int, value_input: str,
+                  device: torch.device) -> list[AgentRollout | None]:
+    """Tokenize the responses of turns >= `train_turns_from` of an episode rollout (one sample per agent) per slot.
+
+    Args:
+        played: What the engine played (`num_generations=1`: node k of a turn is row k of the batch).
+        slot_of: `slot_of(turn, agent)`, the team member that played it.
+        num_slots: The team's members.
+        tokenizers: One per member.
+        response_length: The widest response window (TRL: as wide as the longest response, at most this).
+        stop_token_id: Tokens after it are replaced by padding in `postprocessed`.
+        train_turns_from: The first trained turn.
+        value_input: `"history"` (the value model reads the agent's prompt) or `"answer"` (the turn-1 prompt).
+        device: Where the tensors go.
+
+    Returns:
+        One [`AgentRollout`] per slot (`None` for a slot without trained samples).
+    """
+    store: list[dict[str, list[Any]]] = [{} for _ in range(num_slots)]
+    first_prompt_ids = played.turns[0].prompt_ids  # [agent][row]
+    for t in played.turns:
+        if t.turn < train_turns_from:
+            continue
+        rows = [node.row_index for node in t.nodes]
+        for a in range(len(t.prompt_ids)):
+            s = store[slot_of(t.turn, a)]
+            s.setdefault("prompt_ids", []).extend(t.prompt_ids[a])
+            if value_input == "answer":
+                s.setdefault("value_prompt_ids", []).extend(first_prompt_ids[a][r] for r in rows)
+            s.setdefault("completion_ids", []).extend(t.completion_ids[a])
+            s.setdefault("texts", []).extend(t.completions[a])
+            s.setdefault("prompts", []).extend(t.prompts[a])
+            s.setdefault("turns", []).extend([t.turn] * len(rows))
+            s.setdefault("agents", []).extend([a] * len(rows))
+            s.setdefault("rows", []).extend(rows)
+    rollouts: list[AgentRollout | None] = []
+    for slot, s in enumerate(store):
+        if not s.get("completion_ids"):
+            rollouts.append(None)
+            continue
+        pad = tokenizers[slot].pad_token_id
+        queries, _ = pad_left(s["prompt_ids"], pad)
+        # as TRL: the response window is as wide as the longest response generated (at most response_length)
+        width = max(1, min(response_length, max(len(ids) for ids in s["completion_ids"])))
+        responses = torch.full((len(queries), width), pad, dtype=torch.long)
+        for i, ids in enumerate(s["completion_ids"]):
+            ids = ids[:width]
+            responses[i, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+        post = truncate_after_stop(responses, stop_token_id, pad)
+        query_responses = torch.cat([queries, responses], 1).to(device)
+        value_qr, value_context = query_responses, queries.size(1)
+        if value_input == "answer":
+            value_queries, _ = pad_left(s["value_prompt_ids"], pad)
+            value_qr, value_context = torch.cat([value_queries, responses], 1).to(device), value_queries.size(1)
+        rollouts.append(AgentRollout(
+            query_responses=query_responses, context_length=queries.size(1), responses=responses.to(device),
+            postprocessed=post.to(device), turns=torch.tensor(s["turns"]), texts=s["texts"], prompts=s["prompts"],
+            agents=torch.tensor(s["agents"]), rows=torch.tensor(s["rows"]), value_query_responses=value_qr,
+            value_context_length=value_context,
+        ))
+    return rollouts
+
+
+def whiten_group(values: list[torch.Tensor], masks: list[torch.Tensor], shift_mean: bool) -> list[torch.Tensor]:
+    """PPO whitening of one group: `whiten` for one slot (TRL's numerics), `whiten_jointly` for several.
+
+    A group with fewer than two counted entries (e.g. every response unscorable) has no spread: zeros.
+    """
+    if sum(int(m.sum()) for m in masks) < 2:
+        return [torch.zeros_like(v) for v in values]
+    if len(values) == 1:
+        return [whiten(values[0], masks[0], shift_mean=shift_mean)]
+    return whiten_jointly(values, masks, shift_mean=shift_mean)
+
+
+def score_with_reward_model(ro: AgentRollout, reward_model: nn.Module, pad: int, step: int) -> None:
+    """TRL's PPO score: the reward model's output at the last token of query + (stop-truncated) response."""
+    qr = torch.cat([ro.query_responses[:, : ro.context_length], ro.postprocessed], 1)
+    chunks = [sequence_scores(reward_model, qr[i : i + step], pad, ro.context_length)[1]
+              for i in range(0, qr.size(0), step)]
+    ro.scores = torch.cat(chunks).float()
+    ro.scorable = torch.ones_like(ro.scores, dtype=torch.bool)
+
+
+@torch.no_grad()
+def forward_targets(ro: AgentRollout, slot: int, team: AgentTeam, value_model: nn.Module, args: Any) -> None:
+    """Fill a slot's old and reference log-probs, values, masks, KL and per-token rewards (in `ro.returns`).
+
+    The per-token reward is `-kl_coef * KL` at every step plus the score at the last one (`shaped_token_rewards`);
+    an unscorable response leaves both losses (its masks are cleared).
+    """
+    step = args.local_rollout_forward_batch_size
+    pad = team.tokenizers[slot].pad_token_id
+    C, Cv = ro.context_length, ro.value_context_length
+    logps, ref_logps, values = [], [], []
+    for i in range(0, ro.query_responses.size(0), step):
+        qr = ro.query_responses[i : i + step]
+        resp = ro.responses[i : i + step]
+        logits = team.sequence_logits(slot, qr, pad)[:, C - 1 : -1] / (args.temperature + 1e-7)
+        logps.append(selective_log_softmax(logits, resp))
+        ref_logits = team.sequence_logits(slot, qr, pad, reference=True)[:, C - 1 : -1]
+        ref_logps.append(selective_log_softmax(ref_logits / (args.temperature + 1e-7), resp))
+        vqr = ro.value_query_responses[i : i + step]
+        full_values, _ = sequence_scores(value_model, vqr, pad, Cv)
+        values.append(full_values[:, Cv - 1 : -1])
+    logprobs, ref_logprobs, value = torch.cat(logps), torch.cat(ref_logps), torch.cat(values).float()
+    contains_eos = (ro.postprocessed == team.tokenizers[slot].eos_token_id).any(dim=-1)
+    if args.missing_eos_penalty is not None:
+        ro.scores = ro.scores.clone()
+        ro.scores[~contains_eos] -= args.missing_eos_penalty
+    ro.sequence_lengths = first_true_index(ro.postprocessed == pad) - 1
+    policy_mask, value_mask = response_masks(ro.sequence_lengths, ro.responses.size(1))
+    if not bool(ro.scorable.all()):  # an unscorable response teaches nothing: out of both losses
+        keep = ro.scorable.to(policy_mask.device).unsqueeze(1)
+        policy_mask, value_mask = policy_mask & keep, value_mask & keep
+    logprobs = torch.masked_fill(logprobs, ~policy_mask, INVALID_LOGPROB)
+    ref_logprobs = torch.masked_fill(ref_logprobs, ~policy_mask, INVALID_LOGPROB)
+    value = torch.masked_fill(value, ~value_mask, 0)
+    kl = kl_penalty(logprobs, ref_logprobs, args.kl_estimator)
+    rewards, non_score = shaped_token_rewards(ro.scores, kl, args.kl_coef, ro.sequence_lengths)
+    ro.logprobs, ro.ref_logprobs, ro.values = logprobs, ref_logprobs, value
+    ro.policy_mask, ro.value_mask, ro.kl, ro.non_score_rewards = policy_mask, value_mask, kl, non_score
+    ro.returns = rewards  # per-token rewards until `compute_advantages` turns them into returns
+
+
+def score_with_reward_funcs(rollouts: list[AgentRollout | None], played: Rollout, rows: list[dict[str, Any]],
+                            compute_rewards: Any, reward_set: RewardSet, slot_of: Any, train_turns_from: int) -> int:
+    """Score every trained (turn, agent) response after the episode (the whole transcript is known, as MAPoRL's
+    influence-aware reward needs) with `compute_rewards(prompts, completions, rows, transcripts, turn)`.
+
+    Fills `scores` (0 where unscorable) and `scorable` of each slot's samples.
+
+    Returns:
+        How many scores were NaN or infinite (to be counted against `max_nonfinite`).
+
+    Raises:
+        RewardFunctionError: when no response of the whole update got a score.
+    """
+    transcripts = played.episode_transcripts(len(rows))
+    for ro in rollouts:
+        if ro is not None:
+            ro.scores = torch.zeros(len(ro.texts), device=ro.responses.device)
+            ro.scorable = torch.zeros(len(ro.texts), dtype=torch.bool, device=ro.responses.device)
+    scored_any, nonfinite = False, 0
+    for t in played.turns:
+        if t.turn < train_turns_from:
+            continue
+        episode_rows = [rows[node.row_index] for node in t.nodes]
+        episode_transcripts = [transcripts[node.row_index] for node in t.nodes]
+        per_func, bad = compute_rewards(t.prompts, t.completions, episode_rows, episode_transcripts, t.turn)
+        total = reward_set.combine(per_func, bad)  # (B, A), NaN where unscorable
+        nonfinite += int(bad.sum())
+        scored_any = scored_any or bool((~torch.isnan(per_func)).any())
+        for a in range(total.size(1)):
+            ro = rollouts[slot_of(t.turn, a)]
+            where = ((ro.turns == t.turn) & (ro.agents == a)).nonzero().squeeze(-1).to(ro.scores.device)
+            values = total[:, a].to(ro.scores.device)
+            ro.scorable[where] = ~torch.isnan(values)
+            ro.scores[where] = values.nan_to_num(0.0)
+    if not scored_any and not nonfinite:
+        count = sum(len(ro.texts) for ro in rollouts if ro is not None)
+        raise RewardFunctionError(unscorable_message(
+            reward_set.names, f"all {count} responses of this update",
+            "an update in which no response is scored cannot learn anything."))
+    return nonfinite
+
+
+def micro_batch_indices(sizes: dict[int, int], num_mini_batches: int, num_micro: int,
+                        micro_share: float = 1.0) -> Iterator[tuple[int, int, dict[int, torch.Tensor]]]:
+    """One PPO epoch's micro-batches: `(mini-batch, micro-batch, {slot: sample indices})`, in TRL 1.12's order.
+
+    When every trained slot has the same number of samples (every episode lasted every turn), one permutation
+    (`np.random.permutation`, as TRL) orders all of them alike. When episodes ended early (`env.is_done`), slots of
+    later turns have fewer samples: each slot is then shuffled and split on its own into the same number of
+    mini- and micro-batches (a micro-batch without samples of a slot skips that slot).
+
+    A micro-batch holds `micro_share` of a mini-batch (`per_device_train_batch_size / local_mini_batch_size`,
+    rounded up); the last of the `num_micro` micro-batches takes what is left (TRL 1.12 slices a mini-batch into
+    `per_device_train_batch_size` rows the same way).
+    """
+    if len(set(sizes.values())) <= 1:
+        order = np.random.permutation(next(iter(sizes.values()), 0))
+        orders = dict.fromkeys(sizes, order)
+    else:
+        orders = {slot: np.random.permutation(size) for slot, size in sizes.items()}
+    for mb in range(num_mini_batches):
+        for k in range(num_micro):
+            batch: dict[int, torch.Tensor] = {}
+            for slot, order in orders.items():
+                mini = math.ceil(len(order) / num_mini_batches)
+                micro = min(mini, max(1, math.ceil(mini * micro_share - 1e-9)))
+                end = (k + 1) * micro if k < num_micro - 1 else None
+                idx = order[mb * mini : (mb + 1) * mini][k * micro : end]
+                if len(idx):
+                    batch[slot] = torch.as_tensor(idx)
+            if batch:
+                yield mb, k, batch

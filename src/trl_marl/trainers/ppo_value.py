@@ -1,0 +1,169 @@
+"""PPO's models beside the policies: value models (one per policy, or one for a shared policy), the reward model's
+scores, and [`PolicyValueTeam`], the one `nn.Module` that a PPO update differentiates."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..core import selective_log_softmax
+from ..team import AgentTeam, base_state_dict, sequence_model_inputs
+
+__all__ = [
+    "PolicyValueTeam",
+    "build_value_models",
+    "check_single_label",
+    "first_true_index",
+    "sequence_scores",
+    "truncate_after_stop",
+]
+
+
+def first_true_index(flags: torch.Tensor) -> torch.Tensor:
+    """Index of the first True of each row (the row length when there is none)."""
+    width = flags.size(-1)
+    positions = torch.arange(width, device=flags.device).expand_as(flags)
+    return torch.where(flags, positions, torch.full_like(positions, width)).min(dim=-1).values
+
+
+def truncate_after_stop(responses: torch.Tensor, stop: int | None, pad: int) -> torch.Tensor:
+    """Replace every token after the first stop token with padding."""
+    if stop is None:
+        return responses
+    first = first_true_index(responses == stop).unsqueeze(-1)
+    steps = torch.arange(responses.size(1), device=responses.device).unsqueeze(0)
+    return torch.masked_fill(responses, steps > first, pad)
+
+
+def sequence_scores(
+    model: nn.Module, query_responses: torch.Tensor, pad_token_id: int, context_length: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-token outputs of a sequence-classification model's head, and the output at the last response token.
+
+    Returns:
+        `(per_token, final)`: `(B, S)` per-token scores (the head's single label) and `(B,)` scores at the last
+        non-pad token of each response.
+    """
+    backbone = getattr(model, model.base_model_prefix)
+    output = backbone(
+        **sequence_model_inputs(query_responses, pad_token_id),
+        return_dict=True,
+        output_hidden_states=True,
+        use_cache=False,
+    )
+    per_token = model.score(output.hidden_states[-1]).squeeze(-1)
+    last = first_true_index(query_responses[:, context_length:] == pad_token_id) - 1 + context_length
+    final = per_token[torch.arange(per_token.size(0), device=per_token.device), last]
+    return per_token, final
+
+
+def check_single_label(model: nn.Module, name: str) -> None:
+    """A reward or value model must be a transformers sequence classifier with one output."""
+    labels = getattr(getattr(model, "config", None), "num_labels", None)
+    if labels != 1:
+        raise ValueError(
+            f"`{name}` must be a sequence classifier with one output (`num_labels=1`), got num_labels={labels}: "
+            "load it with `AutoModelForSequenceClassification.from_pretrained(..., num_labels=1)`."
+        )
+    if not hasattr(model, "score") or not hasattr(model, "base_model_prefix"):
+        raise ValueError(f"`{name}` needs a `score` head and a `base_model_prefix` backbone (a transformers model).")
+
+
+def build_value_models(value_model: Any, team: AgentTeam, policy_sharing: str = "agent") -> list[nn.Module]:
+    """One value model per policy slot, or a single one when every agent shares one policy.
+
+    Default: a fresh one-label head on a copy of each policy's base weights.
+    """
+    n = 1 if policy_sharing == "shared" else team.num_agents
+    if value_model is None:
+        from transformers import AutoModelForSequenceClassification
+
+        models = []
+        for a in range(n):
+            base = team.base_model_of(a)
+            if getattr(base, "is_quantized", False):
+                raise ValueError(
+                    f"Agent {a}'s policy is quantized, so the default value model (a copy of the policy's "
+                    "weights with a new head) cannot be built from it: pass `value_model=AutoModelFor"
+                    "SequenceClassification.from_pretrained(..., num_labels=1)`."
+                )
+            full = base_state_dict(team.policy(a)) if team.agent_adapter[a] is not None else base.state_dict()
+            prefix = base.base_model_prefix + "."
+            vm_config = base.config.__class__.from_dict(base.config.to_dict())
+            vm_config.num_labels = 1  # `from_config(config, num_labels=1)` passes it to __init__: TypeError
+            vm = AutoModelForSequenceClassification.from_config(vm_config)
+            getattr(vm, vm.base_model_prefix).load_state_dict(
+                {k[len(prefix) :]: v for k, v in full.items() if k.startswith(prefix)}, strict=True
+            )
+            models.append(vm.to(next(base.parameters()).device))
+        return models
+    models = list(value_model) if isinstance(value_model, (list, tuple)) else [value_model]
+    if len(models) == 1 and n > 1:
+        models = models + [copy.deepcopy(models[0]) for _ in range(n - 1)]
+    if len(models) != n:
+        raise ValueError(
+            f"Got {len(models)} value models for {n} policies (policy_sharing={policy_sharing!r}): pass one, or "
+            "one per policy."
+        )
+    for vm in models:
+        check_single_label(vm, "value_model")
+    return models
+
+
+class PolicyValueTeam(nn.Module):
+    """The trainable modules of PPO in one `nn.Module`: the team's policies and their value models.
+
+    Its `forward` runs every slot's policy and value model on that slot's micro-batch, so one
+    DistributedDataParallel wrapper sees one forward per backward. `value_index[s]` is the value model of policy
+    slot `s` (one per slot, or one for the whole team when it shares one policy). Log-probabilities come from the
+    team ([`AgentTeam.sequence_logits`]), which also gives the reference policy of every layout.
+    """
+
+    def __init__(self, team: AgentTeam, value_models: Sequence[nn.Module],
+                 value_index: Sequence[int] | None = None) -> None:
+        super().__init__()
+        self.team = team
+        self.value_models = nn.ModuleList(value_models)
+        self.value_index = list(value_index) if value_index is not None else list(range(len(value_models)))
+
+    def value_model(self, slot: int) -> nn.Module:
+        """The value model of policy slot `slot`."""
+        return self.value_models[self.value_index[slot]]
+
+    @property
+    def config(self) -> Any:
+        return self.team.config
+
+    def activation_checkpointing_enable(self, **kwargs: Any) -> None:
+        self.team.activation_checkpointing_enable(**kwargs)
+
+    gradient_checkpointing_enable = activation_checkpointing_enable
+
+    def policy_logits(self, slot: int, query_responses: torch.Tensor, pad_token_id: int) -> torch.Tensor:
+        """Slot `slot`'s policy logits over PPO's layout (every position, not divided by the temperature)."""
+        return self.team.sequence_logits(slot, query_responses, pad_token_id)
+
+    def forward(
+        self,
+        batches: Sequence[tuple[torch.Tensor, int, torch.Tensor, torch.Tensor, int] | None],
+        pad_token_ids: Sequence[int],
+        temperature: float,
+    ) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None]:
+        """For each slot's `(query_responses, context, responses, value_query_responses, value_context)`:
+        `(logits, new log-probs, values)` of its policy and value model."""
+        outputs: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None] = []
+        for s, batch in enumerate(batches):
+            if batch is None:
+                outputs.append(None)
+                continue
+            query_responses, context, responses, value_qr, value_context = batch
+            logits = self.policy_logits(s, query_responses, pad_token_ids[s])[:, context - 1 : -1]
+            logits = logits / (temperature + 1e-7)
+            logprobs = selective_log_softmax(logits, responses)
+            values, _ = sequence_scores(self.value_model(s), value_qr, pad_token_ids[s], value_context)
+            outputs.append((logits, logprobs, values[:, value_context - 1 : -1]))
+        return outputs

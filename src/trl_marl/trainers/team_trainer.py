@@ -1,0 +1,199 @@
+"""What every trl-marl trainer does the same way: input checks, the data loader, dropout, and evaluation.
+
+[`TeamTrainerMixin`] is mixed into `MAGRPOTrainer` and `MultiAgentPPOTrainer` (before the TRL base trainer). It
+holds no algorithm: a trainer provides `play_evaluation_episodes(rows, temperature)` (one episode per row with one
+sample per agent, played by the shared rollout engine, `trl_marl.rollout.JointRollout`) and gets `evaluate()`.
+
+Evaluation metrics (the same names in every trainer; `eval` is `metric_key_prefix`, joined TRL-style with `_`):
+
+| key | what |
+|---|---|
+| `eval_reward` | mean reward of turn 1 (the team reward per joint action; in PPO the mean of the agents' scores) |
+| `eval_turn_{t}/reward` | the same at turn `t` |
+| `eval_turn_{t}/majority_accuracy` | majority vote of the agents' answers at turn `t` (ties: expected accuracy) |
+| `eval_turn_{t}/agent_accuracy` | fraction of right answers at turn `t` |
+| `eval_turn_{t}_{t+1}/w_to_r`, `r_to_w`, `persuaded`, `persuader` (+ `_rate`) | collaboration transitions |
+| `eval_final/majority_accuracy`, `eval_final/agent_accuracy`, `eval_num_debates` | the last turn; how many episodes |
+| `eval_runtime` | seconds |
+
+The accuracy and transition metrics need an answer verifier (`eval_verifier`, or a reward function that is one or
+wraps one, e.g. `InfluenceAwareReward(AnswerVerifier(...))`) and the gold answers in `gold_column`
+(`trl_marl.evaluation.DebateEvaluation` defines each of them). The reward metrics need reward functions.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, RandomSampler, SequentialSampler
+
+from ..envs.base import MultiAgentEnv, Transcript
+from ..evaluation import DebateEvaluation
+from ..validation import check_dataset_prompts
+
+__all__ = ["TeamTrainerMixin", "collate_rows", "gather_objects"]
+
+
+def collate_rows(batch: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The data collator of every trl-marl trainer: a batch is the list of raw dataset rows (envs read them)."""
+    return batch
+
+
+def gather_objects(accelerator: Any, items: list[Any]) -> list[Any]:
+    """All processes' items (in process order); the items themselves on a single process."""
+    if accelerator.num_processes == 1:
+        return items
+    from accelerate.utils import gather_object
+
+    return gather_object(items)
+
+
+class TeamTrainerMixin:
+    """Shared parts of the trl-marl trainers (see the module docstring)."""
+
+    env: MultiAgentEnv
+    eval_verifier: Any = None
+    gold_column: str = "answer"
+
+    # ------------------------------------------------------------------ input checks
+    @staticmethod
+    def check_env_agrees(env: MultiAgentEnv, args: Any) -> None:
+        """The environment and the config must give the same numbers of agents and turns."""
+        if env.num_agents != args.num_agents or env.num_turns != args.num_turns:
+            raise ValueError(
+                f"The environment has {env.num_agents} agents and {env.num_turns} turns but "
+                f"`{type(args).__name__}` says num_agents={args.num_agents}, num_turns={args.num_turns}; make "
+                "them agree."
+            )
+
+    @staticmethod
+    def validate_dataset(env: MultiAgentEnv, dataset: Any, where: str) -> tuple[list[int], list[list[Any]]]:
+        """Check a dataset's columns and its first rows' prompts; returns `check_dataset_prompts`'s result."""
+        columns = getattr(dataset, "column_names", None)
+        if columns is None:
+            try:
+                first = dataset[0]
+            except Exception as exc:  # noqa: BLE001 - any indexing failure means we cannot validate
+                raise TypeError(f"`{where}` must be a datasets.Dataset or an indexable sequence of dicts.") from exc
+            columns = list(first)
+        if len(dataset) == 0:
+            raise ValueError(f"`{where}` is empty.")
+        env.validate_row(dict.fromkeys(columns), where=f"`{where}`")
+        return check_dataset_prompts(env, dataset, where)
+
+    @staticmethod
+    def disable_dropout(modules: Iterable[nn.Module | None]) -> None:
+        """Set every dropout probability of `modules` to 0 (RL on sampled tokens needs a deterministic forward)."""
+        for module in modules:
+            if module is None:
+                continue
+            for sub in module.modules():
+                if isinstance(sub, nn.Dropout):
+                    sub.p = 0.0
+
+    # ------------------------------------------------------------------ data
+    def rows_dataloader(self, batch_size: int, shuffle: bool = True, drop_last: bool = True) -> DataLoader:
+        """Batches of raw rows of the training set, shuffled by a generator seeded from `args.seed`."""
+        generator = torch.Generator().manual_seed(self.args.seed)  # type: ignore[attr-defined]
+        dataset = self.train_dataset  # type: ignore[attr-defined]
+        sampler = RandomSampler(dataset, generator=generator) if shuffle else SequentialSampler(dataset)
+        loader = DataLoader(dataset, batch_size=batch_size, sampler=sampler, collate_fn=collate_rows,
+                            drop_last=drop_last, num_workers=0)
+        return self.accelerator.prepare(loader)  # type: ignore[attr-defined]
+
+    # ------------------------------------------------------------------ evaluation
+    def answer_verifier(self) -> Any:
+        """What extracts and checks answers in `evaluate()`: `eval_verifier`, or a reward function's verifier."""
+        if self.eval_verifier is not None:
+            return self.eval_verifier
+        for func in getattr(self, "reward_funcs", []):
+            for candidate in (func, getattr(func, "verifier", None)):
+                if candidate is not None and hasattr(candidate, "extract") and hasattr(candidate, "score"):
+                    return candidate
+        return None
+
+    def play_evaluation_episodes(
+        self, rows: list[dict[str, Any]], temperature: float | None = None
+    ) -> tuple[list[Transcript], dict[int, list[float]]]:
+        """Play one episode per row (one sample per agent): the transcripts, and the rewards of each turn."""
+        raise NotImplementedError
+
+    def check_evaluation_prompts(self, dataset: Any) -> None:
+        """Checks an evaluation set before playing it (the trainer adds its prompt-length check)."""
+        self.validate_dataset(self.env, dataset, "eval_dataset")
+
+    @torch.no_grad()
+    def evaluate(
+        self,
+        eval_dataset: Any = None,
+        ignore_keys: list[str] | None = None,
+        metric_key_prefix: str = "eval",
+        temperature: float | None = None,
+    ) -> dict[str, float]:
+        """Play one episode per evaluation row and report the team reward per turn and, with an answer verifier,
+        MAPoRL's per-turn majority accuracy and collaboration transitions (module docstring: the metric names)."""
+        dataset = eval_dataset if eval_dataset is not None else self.eval_dataset  # type: ignore[attr-defined]
+        if dataset is None:
+            raise ValueError("No evaluation dataset: pass `eval_dataset` to the trainer or to `evaluate()`.")
+        self.check_evaluation_prompts(dataset)
+        verifier = self.answer_verifier()
+        if verifier is None and not getattr(self, "reward_funcs", None):
+            raise ValueError(
+                "evaluate() needs an answer verifier (`eval_verifier=AnswerVerifier(...)`) or reward functions."
+            )
+        accelerator = self.accelerator  # type: ignore[attr-defined]
+        rows = [dataset[i] for i in range(len(dataset))][accelerator.process_index :: accelerator.num_processes]
+        if verifier is not None and rows and self.gold_column not in rows[0]:
+            raise KeyError(f"evaluate() reads the gold answer from the column {self.gold_column!r}, which is missing.")
+        model = self.model  # type: ignore[attr-defined]
+        was_training = model.training
+        model.eval()
+        start = time.perf_counter()
+        debates: list[tuple[list[list[Any]], list[list[bool]]]] = []
+        per_turn: dict[int, list[float]] = defaultdict(list)
+        size = self.args.per_device_eval_batch_size  # type: ignore[attr-defined]
+        try:
+            for i in range(0, len(rows), size):
+                chunk = rows[i : i + size]
+                transcripts, rewards = self.play_evaluation_episodes(chunk, temperature)
+                for turn, values in rewards.items():
+                    per_turn[turn].extend(values)
+                if verifier is not None:
+                    one = DebateEvaluation()
+                    one.add_transcripts(transcripts, [row[self.gold_column] for row in chunk], verifier)
+                    debates.extend(zip(one.answers, one.correct))
+        finally:
+            model.train(was_training)
+        metrics: dict[str, float] = {}
+        if per_turn:
+            gathered = gather_objects(accelerator, [dict(per_turn)])
+            merged: dict[int, list[float]] = defaultdict(list)
+            for part in gathered:
+                for turn, values in part.items():
+                    merged[turn].extend(values)
+            metrics[f"{metric_key_prefix}_reward"] = _finite_mean(merged.get(1, []))
+            for turn in sorted(merged):
+                metrics[f"{metric_key_prefix}_turn_{turn}/reward"] = _finite_mean(merged[turn])
+        if verifier is not None:
+            evaluation = DebateEvaluation()
+            for answers, correct in gather_objects(accelerator, debates):
+                evaluation.add(answers, correct)
+            if len(evaluation):
+                metrics.update({f"{metric_key_prefix}_{k}": v for k, v in evaluation.compute().items()})
+        metrics[f"{metric_key_prefix}_runtime"] = time.perf_counter() - start
+        self.log(dict(metrics))  # type: ignore[attr-defined] - `Trainer.log` adds `epoch` to what it is given
+        self.control = self.callback_handler.on_evaluate(  # type: ignore[attr-defined]
+            self.args, self.state, self.control, metrics  # type: ignore[attr-defined]
+        )
+        return metrics
+
+
+def _finite_mean(values: Sequence[float]) -> float:
+    finite = [v for v in values if math.isfinite(v)]
+    return sum(finite) / len(finite) if finite else float("nan")

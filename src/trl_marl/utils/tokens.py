@@ -1,0 +1,121 @@
+"""Token-level helpers shared by the team, the trainers and the rewards: padding, prompt tokenization, tokenizers.
+
+Nothing here knows about agents: these are the small functions every layer above needs to turn prompts into token
+ids and token ids into model inputs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from transformers import AutoTokenizer
+
+from .model_names import resolve_model_name
+
+Prompt = str | list[dict[str, str]] | list[int]
+"""A prompt: plain text, chat messages (`[{"role": ..., "content": ...}, ...]`) or token ids."""
+
+
+def pad_left(sequences: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-pad token id lists into `(ids, mask)` tensors."""
+    width = max((len(s) for s in sequences), default=0)
+    ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(sequences), width), dtype=torch.long)
+    for i, seq in enumerate(sequences):
+        if len(seq):
+            ids[i, width - len(seq):] = torch.as_tensor(seq, dtype=torch.long)
+            mask[i, width - len(seq):] = 1
+    return ids, mask
+
+
+def pad_right(sequences: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-pad token id lists into `(ids, mask)` tensors (at least one column wide)."""
+    width = max(1, max((len(s) for s in sequences), default=0))
+    ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(sequences), width), dtype=torch.long)
+    for i, seq in enumerate(sequences):
+        ids[i, : len(seq)] = torch.as_tensor(seq, dtype=torch.long)
+        mask[i, : len(seq)] = 1
+    return ids, mask
+
+
+def sequence_model_inputs(query_responses: torch.Tensor, pad_token_id: int) -> dict[str, torch.Tensor]:
+    """Inputs for a forward over left-padded query + right-padded response rows (pads masked, positions shifted).
+
+    This is PPO's batch layout (TRL 1.12's): every pad token is masked, wherever it stands.
+    """
+    attention_mask = query_responses != pad_token_id
+    position_ids = attention_mask.long().cumsum(1) - attention_mask.long()
+    input_ids = torch.masked_fill(query_responses, ~attention_mask, 0)
+    return {"input_ids": input_ids, "attention_mask": attention_mask, "position_ids": position_ids}
+
+
+def load_tokenizer(name_or_path: str | os.PathLike, **kwargs: Any) -> Any:
+    """Load a tokenizer, honouring a generic fast tokenizer saved in a local folder.
+
+    With transformers 5, `AutoTokenizer` picks the tokenizer class from the *model type* of a folder's
+    `config.json` (a `qwen2` folder always gets `Qwen2Tokenizer`, which re-normalizes the text and drops the
+    spaces of `trl_marl.toy`'s character-level tokenizer). A folder whose tokenizer was saved as a plain
+    `tokenizers` backend is therefore loaded as exactly that; everything else goes through `AutoTokenizer`.
+    A tokenizer without a pad token gets its EOS token as pad token. Registered model names (e.g. `"toy"`, see
+    [`register_model_name_resolver`]) are resolved to their folder first.
+    """
+    from transformers import PreTrainedTokenizerFast
+
+    path = resolve_model_name(os.fspath(name_or_path))
+    config_file = os.path.join(path, "tokenizer_config.json")
+    saved_class = None
+    if os.path.isfile(config_file):
+        with open(config_file) as f:
+            saved_class = json.load(f).get("tokenizer_class")
+    if saved_class in ("TokenizersBackend", "PreTrainedTokenizerFast"):
+        tokenizer = PreTrainedTokenizerFast.from_pretrained(path, **kwargs)
+    else:
+        tokenizer = AutoTokenizer.from_pretrained(path, **kwargs)
+    if tokenizer.pad_token is None and tokenizer.eos_token is not None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def is_token_ids(prompt: Prompt) -> bool:
+    return isinstance(prompt, (list, tuple)) and len(prompt) > 0 and not isinstance(prompt[0], (dict, str))
+
+
+def is_chat(prompt: Prompt) -> bool:
+    """Whether a prompt is a conversation (a list of chat messages)."""
+    return isinstance(prompt, list) and (len(prompt) == 0 or isinstance(prompt[0], dict))
+
+
+def tokenize_prompts(
+    tokenizer: Any, prompts: Sequence[Prompt], chat_template_kwargs: dict | None = None
+) -> list[list[int]]:
+    """Token ids of each prompt: chat messages through the chat template, strings through the tokenizer.
+
+    This follows TRL's `GRPOTrainer`: plain strings are tokenized with the tokenizer's special tokens, chat
+    messages with `apply_chat_template(..., add_generation_prompt=True)`.
+    """
+    if not prompts:
+        return []
+    if is_token_ids(prompts[0]):  # already tokenized (e.g. a TRL PPO dataset's `input_ids`)
+        return [[int(t) for t in ids] for ids in prompts]  # type: ignore[union-attr]
+    if is_chat(prompts[0]):
+        out = tokenizer.apply_chat_template(
+            conversation=list(prompts), add_generation_prompt=True, tokenize=True, return_dict=True,
+            **(chat_template_kwargs or {}),
+        )
+        return [list(ids) for ids in out["input_ids"]]
+    return [list(ids) for ids in tokenizer(text=list(prompts))["input_ids"]]
+
+
+def truncate_after_eos(ids: Sequence[int], eos_ids: set[int]) -> list[int]:
+    """Keep tokens up to and including the first EOS (pad tokens after EOS never count)."""
+    out = []
+    for tok in ids:
+        out.append(int(tok))
+        if int(tok) in eos_ids:
+            break
+    return out
