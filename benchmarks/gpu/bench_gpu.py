@@ -132,12 +132,28 @@ class GenerationTimer:
         self.device = device
         self.seconds = 0.0
         self.tokens = 0
+        self.peak_generate = 0.0  # the highest CUDA memory seen inside `generate`
+        self.peak_outside = 0.0  # the highest seen between `generate` calls (log-prob forward, backward, optimizer)
         self._depth = 0
         self._original: Callable[..., Any] | None = None
 
     def _sync(self) -> None:
         if self.device == "cuda":
             torch.cuda.synchronize()
+
+    def reset_peaks(self) -> None:
+        self.peak_generate = self.peak_outside = 0.0
+
+    def _mark(self, phase: str) -> None:
+        """Fold the peak since the last mark into `phase`'s peak and start a new peak window."""
+        if self.device != "cuda":
+            return
+        peak = float(torch.cuda.max_memory_allocated())
+        if phase == "generate":
+            self.peak_generate = max(self.peak_generate, peak)
+        else:
+            self.peak_outside = max(self.peak_outside, peak)
+        torch.cuda.reset_peak_memory_stats()
 
     @contextlib.contextmanager
     def patched(self) -> Iterator[GenerationTimer]:
@@ -149,6 +165,7 @@ class GenerationTimer:
             outer = timer._depth == 1
             if outer:
                 timer._sync()
+                timer._mark("outside")
                 start = time.perf_counter()
             try:
                 out = original(model, *args, **kwargs)
@@ -156,6 +173,7 @@ class GenerationTimer:
                 timer._depth -= 1
             if outer:
                 timer._sync()
+                timer._mark("generate")
                 timer.seconds += time.perf_counter() - start
                 input_ids = kwargs.get("input_ids", args[0] if args else None)
                 sequences = out.sequences if hasattr(out, "sequences") else out
@@ -204,6 +222,8 @@ class RunResult:
     train_tokens_per_s: float
     samples_per_s: float
     peak_mem_gib: float
+    peak_generate_gib: float = float("nan")
+    peak_training_gib: float = float("nan")
     notes: list[str] = field(default_factory=list)
 
 
@@ -224,7 +244,7 @@ class Setting:
         return SIZES[self.size]["vocab_size"]
 
 
-def _summarise(name: str, s: Setting, agents: int, params: int, recorder: StepRecorder, peak: float,
+def _summarise(name: str, s: Setting, agents: int, params: int, recorder: StepRecorder, gen: GenerationTimer,
                notes: list[str]) -> RunResult:
     timed = recorder.steps[1:] or recorder.steps  # the first step warms up kernels and allocator
     step_s = sum(x["step_s"] for x in timed) / len(timed)
@@ -236,7 +256,10 @@ def _summarise(name: str, s: Setting, agents: int, params: int, recorder: StepRe
         name=name, size=s.size, agents=agents, params_m=params / 1e6, steps_timed=len(timed), step_s=step_s,
         gen_tokens_per_s=gen_tokens / gen_s if gen_s > 0 else float("nan"),
         train_tokens_per_s=train_tokens / max(step_s - gen_s, 1e-9),
-        samples_per_s=sequences / agents / step_s, peak_mem_gib=peak / 2**30, notes=notes,
+        samples_per_s=sequences / agents / step_s, notes=notes,
+        peak_mem_gib=max(gen.peak_generate, gen.peak_outside) / 2**30 if s.device == "cuda" else float("nan"),
+        peak_generate_gib=gen.peak_generate / 2**30 if s.device == "cuda" else float("nan"),
+        peak_training_gib=gen.peak_outside / 2**30 if s.device == "cuda" else float("nan"),
     )
 
 
@@ -247,8 +270,6 @@ def _reset_memory(device: str) -> None:
         torch.cuda.reset_peak_memory_stats()
 
 
-def _peak(device: str) -> float:
-    return float(torch.cuda.max_memory_allocated()) if device == "cuda" else float("nan")
 
 
 def _lora() -> Any:
@@ -288,8 +309,10 @@ def run_grpo(s: Setting, gen: GenerationTimer) -> RunResult:
                           train_dataset=_dataset(s), peft_config=_lora())
     recorder = StepRecorder(gen)
     trainer.add_callback(recorder)
+    gen.reset_peaks()
     trainer.train()
-    result = _summarise("grpo", s, 1, params, recorder, _peak(s.device), ["TRL GRPOTrainer, LoRA r=16"])
+    gen._mark("outside")  # the last window: the final step's training
+    result = _summarise("grpo", s, 1, params, recorder, gen, ["TRL GRPOTrainer, LoRA r=16"])
     del trainer, model
     return result
 
@@ -322,8 +345,10 @@ def run_magrpo(s: Setting, gen: GenerationTimer, agents: int, qlora: bool = Fals
                             train_dataset=_dataset(s), peft_config=_lora())
     recorder = StepRecorder(gen)
     trainer.add_callback(recorder)
+    gen.reset_peaks()
     trainer.train()
-    result = _summarise(name, s, agents, params, recorder, _peak(s.device), notes)
+    gen._mark("outside")
+    result = _summarise(name, s, agents, params, recorder, gen, notes)
     del trainer, model
     return result
 
@@ -389,11 +414,12 @@ def environment() -> dict[str, Any]:
 
 
 def markdown(results: list[RunResult], mixed: list[dict[str, Any]]) -> str:
-    lines = ["| size | run | agents | step s | gen tok/s | train tok/s | samples/s per agent | peak GiB |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = ["| size | run | agents | step s | gen tok/s | train tok/s | samples/s per agent | peak GiB "
+             "(generate / training) |", "|---|---|---|---|---|---|---|---|"]
     for r in results:
         lines.append(f"| {r.size} | {r.name} | {r.agents} | {r.step_s:.2f} | {r.gen_tokens_per_s:,.0f} | "
-                     f"{r.train_tokens_per_s:,.0f} | {r.samples_per_s:.2f} | {r.peak_mem_gib:.2f} |")
+                     f"{r.train_tokens_per_s:,.0f} | {r.samples_per_s:.2f} | {r.peak_mem_gib:.2f} "
+                     f"({r.peak_generate_gib:.2f} / {r.peak_training_gib:.2f}) |")
     if mixed:
         lines += ["", "| size | agents | rows/agent | batched s | one generate per agent s | speedup |",
                   "|---|---|---|---|---|---|"]
