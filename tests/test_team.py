@@ -342,6 +342,30 @@ def test_forward_matches_policy_logps_and_entropy(tokenizer: PreTrainedTokenizer
     assert team([None, None]) == [None, None]
 
 
+def test_log_softmax_runs_outside_autocast(tokenizer: PreTrainedTokenizerBase, monkeypatch: pytest.MonkeyPatch) -> None:
+    # accelerate runs the team's forward under autocast in bf16 training; CUDA autocast would take the log-softmax
+    # of every completion logit in float32 and keep that copy for the backward (6.5 bytes per logit more than TRL on
+    # an H100). The model runs under autocast, the log-probabilities in the logits' dtype, as TRL computes them.
+    import trl_marl.team as team_module
+
+    seen: list[tuple[bool, bool]] = []
+    original = team_module.selective_log_softmax
+
+    def spy(logits: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+        seen.append((torch.is_autocast_enabled("cpu"), logits.requires_grad))
+        return original(logits, index)
+
+    monkeypatch.setattr(team_module, "selective_log_softmax", spy)
+    team = make_team("adapters", tokenizer)
+    batches = agent_batches(team)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert torch.is_autocast_enabled("cpu")
+        results = team(batches)
+        assert torch.is_autocast_enabled("cpu")  # restored for the caller
+    assert seen == [(False, True), (False, True)]
+    assert all(r is not None and r[0].dtype == torch.bfloat16 for r in results)  # the model itself ran in bf16
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # 3. Reference policies
 # ----------------------------------------------------------------------------------------------------------------

@@ -22,7 +22,7 @@ import copy
 import json
 import os
 from collections.abc import Sequence
-from contextlib import contextmanager, nullcontext
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -86,6 +86,19 @@ def _eos_ids(tokenizer: Any, model: PreTrainedModel) -> set[int]:
             continue
         ids.update(value if isinstance(value, list) else [value])
     return ids
+
+
+def logits_dtype_autocast(logits: torch.Tensor) -> AbstractContextManager[Any]:
+    """A context in which log-softmaxes of `logits` run in the logits' own dtype (autocast off), as in TRL.
+
+    accelerate runs a prepared model's `forward` under autocast in bf16/fp16 training. `AgentTeam.forward` (and the
+    PPO policy-value wrapper) compute log-probabilities inside that forward, where CUDA autocast would run
+    `log_softmax` in float32 and keep a float32 copy of every completion logit for the backward: on an H100 that was
+    6.5 bytes per logit more than TRL's `GRPOTrainer` (4.2 GiB at 32 x 128 completions over Qwen2.5's 152k-token
+    vocabulary; benchmarks/RESULTS.md). TRL computes log-probabilities outside the model's forward, in the logits'
+    dtype; so do we.
+    """
+    return torch.autocast(device_type=logits.device.type, enabled=False)
 
 
 class AgentTeam(nn.Module):
@@ -518,9 +531,10 @@ class AgentTeam(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         logits_to_keep = batch.completion_ids.size(1)
         out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, logits_to_keep=logits_to_keep + 1)
-        logits = out.logits[:, :-1, :] / self.temperature
-        logps = selective_log_softmax(logits, batch.completion_ids)
-        entropy = entropy_from_logits(logits.detach()) if compute_entropy else None
+        with logits_dtype_autocast(out.logits):
+            logits = out.logits[:, :-1, :] / self.temperature
+            logps = selective_log_softmax(logits, batch.completion_ids)
+            entropy = entropy_from_logits(logits.detach()) if compute_entropy else None
         return logps, entropy
 
     def forward(

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from ..core import selective_log_softmax
-from ..team import AgentTeam, base_state_dict, sequence_model_inputs
+from ..team import AgentTeam, base_state_dict, logits_dtype_autocast, sequence_model_inputs
 
 __all__ = [
     "PolicyValueTeam",
@@ -162,8 +162,9 @@ class PolicyValueTeam(nn.Module):
                 continue
             query_responses, context, responses, value_qr, value_context = batch
             logits = self.policy_logits(s, query_responses, pad_token_ids[s])[:, context - 1 : -1]
-            logits = logits / (temperature + 1e-7)
-            logprobs = selective_log_softmax(logits, responses)
+            with logits_dtype_autocast(logits):  # as TRL 1.12, which takes log-probs outside the model's forward
+                logits = logits / (temperature + 1e-7)
+                logprobs = selective_log_softmax(logits, responses)
             values, _ = sequence_scores(self.value_model(s), value_qr, pad_token_ids[s], value_context)
             outputs.append((logits, logprobs, values[:, value_context - 1 : -1]))
         return outputs
