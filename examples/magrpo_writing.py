@@ -18,13 +18,14 @@ from trl_marl import MAGRPOConfig, MAGRPOTrainer
 from trl_marl.data import load_tldr
 from trl_marl.envs.writing import CooperativeWritingEnv
 from trl_marl.rewards.writing import WritingTeamReward
-from trl_marl.scripts.magrpo import MAGRPOScriptArguments, is_offline_toy, model_init_kwargs
+from trl_marl.scripts.magrpo import MAGRPOScriptArguments, fit_to_toy, is_offline_toy, model_init_kwargs
 from trl_marl.toy import resolve_toy_name, toy_writing_rows
 
 
 def main(script_args: MAGRPOScriptArguments, training_args: MAGRPOConfig, model_args: ModelConfig) -> None:
     offline = is_offline_toy(model_args.model_name_or_path)
     if offline:
+        fit_to_toy(training_args, "max_completion_length")
         model, dataset = resolve_toy_name(model_args.model_name_or_path), toy_writing_rows(script_args.num_toy_rows)
     else:
         model = model_args.model_name_or_path

@@ -120,3 +120,32 @@ def test_two_processes_end_with_identical_weights(toy_model_dir: str, tmp_path: 
     # every row has the same prompt, so only per-process sampling seeds make the processes' rollouts (hence their
     # local gradients) differ; without that, identical weights would not show that gradients were averaged
     assert first["joint_actions"] != second["joint_actions"], "both processes sampled the same completions"
+
+
+def test_launcher_that_drops_processes_is_reported(tmp_path: Path) -> None:
+    # `accelerate launch --num_processes 2` without `--multi_gpu` starts ONE process on a machine without GPUs (an
+    # example used to log epoch 0.375 instead of 0.75 this way): the trainers say so, with the fix.
+    probe = tmp_path / "probe.py"
+    probe.write_text(
+        "import os, warnings\n"
+        "from trl_marl._trl_compat import processes_dropped_by_launcher, warn_if_launcher_dropped_processes\n"
+        "with warnings.catch_warnings(record=True) as caught:\n"
+        "    warnings.simplefilter('always')\n"
+        "    warn_if_launcher_dropped_processes()\n"
+        "print('DROPPED', processes_dropped_by_launcher(), 'WORLD', os.environ.get('WORLD_SIZE'))\n"
+        "print('WARNING', [str(w.message) for w in caught])\n"
+    )
+    base = [sys.executable, "-m", "accelerate.commands.launch", "--num_machines", "1", "--mixed_precision", "no",
+            "--dynamo_backend", "no", "--main_process_port", str(_free_port())]
+    single = subprocess.run([*base, "--num_processes", "2", str(probe)], cwd=REPO_ROOT, env=_launch_env(),
+                            capture_output=True, text=True, timeout=TIMEOUT_S)
+    assert single.returncode == 0, single.stderr[-3000:]
+    assert single.stdout.count("DROPPED") == 1  # accelerate really started one process
+    assert "DROPPED 2 WORLD None" in single.stdout
+    assert "asked for 2 processes but started this script as a single process" in single.stdout
+    assert "--multi_gpu --num_processes 2" in single.stdout
+
+    both = subprocess.run([*base, "--multi_gpu", "--num_processes", "2", str(probe)], cwd=REPO_ROOT,
+                          env=_launch_env(), capture_output=True, text=True, timeout=TIMEOUT_S)
+    assert both.returncode == 0, both.stderr[-3000:]
+    assert both.stdout.count("DROPPED None WORLD 2") == 2 and "WARNING []" in both.stdout

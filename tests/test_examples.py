@@ -64,11 +64,14 @@ def test_maporl_example_runs_offline(tmp_path):
 def test_maporl_command_runs_anli_offline(tmp_path):
     """`trl-marl maporl anli` (the shared MAPoRL setup of `trl_marl.scripts.maporl`) runs on the toy debate."""
     out = tmp_path / "maporl-anli"
-    run(["-m", "trl_marl.cli", "maporl", "anli", "--config", "examples/configs/maporl_anli.yaml",
-         "--model_name_or_path", "toy", "--use_peft", "false", "--load_in_4bit", "false",
-         "--per_device_train_batch_size", "4", "--gradient_accumulation_steps", "1", "--total_episodes", "8",
-         "--num_ppo_epochs", "1", "--response_length", "4", "--max_eval_samples", "8", "--output_dir", str(out),
-         "--report_to", "none"], tmp_path)
+    result = run(["-m", "trl_marl.cli", "maporl", "anli", "--config", "examples/configs/maporl_anli.yaml",
+                  "--model_name_or_path", "toy", "--use_peft", "false", "--load_in_4bit", "false",
+                  "--per_device_train_batch_size", "4", "--gradient_accumulation_steps", "1", "--total_episodes", "8",
+                  "--num_ppo_epochs", "1", "--max_eval_samples", "8", "--output_dir", str(out),
+                  "--report_to", "none"], tmp_path)
     for name in ("agent_0", "value_model_0", "team_config.json"):
         assert (out / name).exists(), name
+    # the config's response_length (250, for a real model) is cut to what the toy answers in
+    assert "response_length 250 -> 8" in result.stdout
+    assert json.loads((out / "team_config.json").read_text())["num_agents"] == 3
 

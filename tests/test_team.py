@@ -342,7 +342,9 @@ def test_forward_matches_policy_logps_and_entropy(tokenizer: PreTrainedTokenizer
     assert team([None, None]) == [None, None]
 
 
-def test_log_softmax_runs_outside_autocast(tokenizer: PreTrainedTokenizerBase, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_log_softmax_runs_outside_autocast(
+    tokenizer: PreTrainedTokenizerBase, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # accelerate runs the team's forward under autocast in bf16 training; CUDA autocast would take the log-softmax
     # of every completion logit in float32 and keep that copy for the backward (6.5 bytes per logit more than TRL on
     # an H100). The model runs under autocast, the log-probabilities in the logits' dtype, as TRL computes them.

@@ -405,3 +405,56 @@ class TeamCheckpointMixin:
 def _team_of(module: Any) -> Any:
     """The `AgentTeam` inside a trainer's model (the model itself, or a wrapper's `team` attribute)."""
     return getattr(module, "team", module)
+
+
+class LaunchWarning(UserWarning):
+    """`accelerate launch` started fewer processes than its command line asked for."""
+
+
+def processes_dropped_by_launcher(parent_pid: int | None = None) -> int | None:
+    """The process count `accelerate launch` was asked for, when it started this script as a single process instead.
+
+    On a machine without several GPUs, `accelerate launch --num_processes 2 script.py` runs *one* process unless
+    `--multi_gpu` is given (then the CPU processes talk over gloo), and it passes the requested count on to nobody.
+    This reads the launcher's command line (Linux `/proc/<parent>/cmdline`) when this process is alone
+    (`WORLD_SIZE` unset) and was started by accelerate's simple launcher (`ACCELERATE_USE_CPU` set). Returns None
+    when nothing was dropped or nothing can be told.
+    """
+    if os.environ.get("WORLD_SIZE") or "ACCELERATE_USE_CPU" not in os.environ:
+        return None
+    try:
+        with open(f"/proc/{parent_pid or os.getppid()}/cmdline", "rb") as f:
+            argv = [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
+    except OSError:
+        return None
+    if not any(a == "launch" or a.endswith((".launch", "/launch", "-launch")) for a in argv):
+        return None
+    if any(a in ("--multi_gpu", "--multi-gpu", "--use_fsdp", "--use-fsdp", "--use_deepspeed", "--use-deepspeed")
+           for a in argv):
+        return None
+    requested = None
+    for i, a in enumerate(argv):
+        for flag in ("--num_processes", "--num-processes"):
+            if a == flag and i + 1 < len(argv):
+                requested = argv[i + 1]
+            elif a.startswith(flag + "="):
+                requested = a.split("=", 1)[1]
+    try:
+        count = int(requested) if requested is not None else 1
+    except ValueError:
+        return None
+    return count if count > 1 else None
+
+
+def warn_if_launcher_dropped_processes() -> None:
+    """Say so when `accelerate launch --num_processes N` started this script alone (see the function above)."""
+    requested = processes_dropped_by_launcher()
+    if requested:
+        warnings.warn(
+            f"`accelerate launch` was asked for {requested} processes but started this script as a single process: "
+            "without several GPUs accelerate runs one process unless `--multi_gpu` is given. This run trains on one "
+            f"process, with 1/{requested} of the intended global batch. For {requested} CPU processes (gloo), run "
+            f"`accelerate launch --multi_gpu --num_processes {requested} ...`; for one, drop `--num_processes`.",
+            LaunchWarning,
+            stacklevel=3,
+        )

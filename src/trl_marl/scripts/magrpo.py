@@ -45,6 +45,20 @@ def is_offline_toy(model_name_or_path: str) -> bool:
     return is_toy_name(model_name_or_path)
 
 
+# The toy models have 128 positions and answer in a few tokens: an offline run with a config written for a real model
+# (256-384 new tokens) would warn about the context and take about a minute a step for nothing.
+TOY_MAX_NEW_TOKENS = 16
+
+
+def fit_to_toy(training_args: Any, field_name: str, limit: int = TOY_MAX_NEW_TOKENS) -> None:
+    """Lower `training_args.<field_name>` (a completion length) to `limit` for an offline toy run, and say so."""
+    value = getattr(training_args, field_name)
+    if value is not None and value > limit:
+        print(f"[trl-marl] offline toy model: {field_name} {value} -> {limit} (the toy has 128 positions and short "
+              "answers; the config's value is meant for a real model)", flush=True)
+        setattr(training_args, field_name, limit)
+
+
 def build_task(script_args: MAGRPOScriptArguments, num_agents: int, num_turns: int,
                offline: bool) -> tuple[Any, Callable[..., Any], Dataset]:
     """The environment, team reward and training rows of a built-in task."""
@@ -107,6 +121,8 @@ def main(script_args: MAGRPOScriptArguments, training_args: Any, model_args: Any
     name = model_args.model_name_or_path or "toy"
     offline = is_offline_toy(name)
     model = resolve_toy_name(name) if offline else name
+    if offline:
+        fit_to_toy(training_args, "max_completion_length")
     env, team_reward, dataset = build_task(script_args, training_args.num_agents, training_args.num_turns, offline)
     if training_args.model_init_kwargs is None:
         training_args.model_init_kwargs = model_init_kwargs(model_args)

@@ -30,7 +30,7 @@ from ..rewards.verifier import AnswerVerifier
 from ..team import load_tokenizer
 from ..toy import is_toy_name, resolve_toy_name, toy_debate_dataset
 from ..trainers import MultiAgentPPOConfig, MultiAgentPPOTrainer
-from .magrpo import model_init_kwargs
+from .magrpo import fit_to_toy, model_init_kwargs
 
 
 @dataclass
@@ -144,6 +144,7 @@ def train(script_args: DebateScriptArguments, training_args: MultiAgentPPOConfig
     A = training_args.num_agents
     if is_toy_name(model_args.model_name_or_path):  # "Q:12+34=A:", then "Q:12+34=46 45 47?A:"
         env = ToyDebateEnv(num_agents=A, num_turns=training_args.num_turns)
+        fit_to_toy(training_args, "response_length", limit=8)  # toy answers are a number and EOS
         verifier = AnswerVerifier(task="math")
         train_dataset = toy_debate_dataset(script_args.num_toy_rows, seed=training_args.seed)
         eval_dataset = (toy_debate_dataset(script_args.max_eval_samples or 64, seed=training_args.seed + 1)

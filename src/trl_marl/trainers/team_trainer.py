@@ -33,6 +33,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, RandomSampler, SequentialSampler
 
+from .._trl_compat import warn_if_launcher_dropped_processes
 from ..envs.base import MultiAgentEnv, Transcript
 from ..evaluation import DebateEvaluation
 from ..validation import check_dataset_prompts
@@ -64,7 +65,12 @@ class TeamTrainerMixin:
     # ------------------------------------------------------------------ input checks
     @staticmethod
     def check_env_agrees(env: MultiAgentEnv, args: Any) -> None:
-        """The environment and the config must give the same numbers of agents and turns."""
+        """The environment and the config must give the same numbers of agents and turns.
+
+        Checked first of all, with the launch itself: a warning when `accelerate launch --num_processes N` started
+        this script as one process (`_trl_compat.warn_if_launcher_dropped_processes`).
+        """
+        warn_if_launcher_dropped_processes()
         if env.num_agents != args.num_agents or env.num_turns != args.num_turns:
             raise ValueError(
                 f"The environment has {env.num_agents} agents and {env.num_turns} turns but "
