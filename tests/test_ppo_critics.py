@@ -6,6 +6,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -13,11 +14,11 @@ import torch
 from datasets import Dataset
 
 from trl_marl import MultiAgentPPOConfig, MultiAgentPPOTrainer
-from trl_marl.core.ppo import generalized_advantage_estimation
+from trl_marl.core.ppo import bootstrap_next_turn, generalized_advantage_estimation, score_positions
 from trl_marl.envs import TargetSumEnv
 from trl_marl.rewards import TargetSumReward
 from trl_marl.toy import make_toy_model
-from trl_marl.trainers.ppo_rollout import joint_value_prompt
+from trl_marl.trainers.ppo_rollout import joint_value_prompt, next_turn_values
 from trl_marl.trainers.ppo_value import check_joint_tokenizers, sequence_scores
 
 warnings.filterwarnings("ignore")
@@ -145,6 +146,7 @@ def test_iac_is_todays_per_agent_critic(target_dir, tmp_path):
     (dict(critic_type="Q"), "centralized critic"),
     (dict(critic="centralized", critic_type="A"), "critic_type"),
     (dict(critic="centralized", value_input="answer"), "value_input"),
+    (dict(turn_gamma=1.5), "turn_gamma"),
 ])
 def test_bad_critic_settings(tmp_path, overrides, message):
     with pytest.raises(ValueError, match=message):
@@ -168,3 +170,67 @@ def test_centralized_critic_needs_one_vocabulary():
     check_joint_tokenizers([Tok({"a": 0}), Tok({"a": 0})])
     with pytest.raises(ValueError, match="agent 1's tokenizer has another vocabulary"):
         check_joint_tokenizers([Tok({"a": 0}), Tok({"b": 0})])
+
+
+# ------------------------------------------------------------------------------------------------ between turns
+def test_bootstrap_next_turn_by_hand():
+    rewards = torch.zeros(2, 4)
+    out = bootstrap_next_turn(rewards, torch.tensor([1, 3]), torch.tensor([0.5, 2.0]), 0.9)
+    # score steps: len + 1 = 2 (fits in the window), and 3 (len + 1 = 4 does not fit: the last step)
+    torch.testing.assert_close(out, torch.tensor([[0.0, 0.0, 0.45, 0.0], [0.0, 0.0, 0.0, 1.8]]))
+    assert torch.equal(rewards, torch.zeros(2, 4))  # not in place
+
+
+def test_next_turn_values_find_the_agents_next_sample_in_any_slot():
+    def slot(turns, agents, rows, first_values):
+        values = torch.tensor(first_values).unsqueeze(1).repeat(1, 3)
+        return SimpleNamespace(turns=torch.tensor(turns), agents=torch.tensor(agents), rows=torch.tensor(rows),
+                               values=values)
+
+    rollouts = [
+        slot([1, 1, 2], [0, 0, 0], [0, 1, 0], [0.1, 0.2, 0.3]),  # agent 0, both turns (row 1 ended after turn 1)
+        slot([1], [1], [0], [0.5]),                                # agent 1, turn 1
+        None,
+        slot([2], [1], [0], [0.7]),                                # agent 1, turn 2 (its own slot: agent_turn)
+    ]
+    out = next_turn_values(rollouts)
+    torch.testing.assert_close(out[0], torch.tensor([0.3, 0.0, 0.0]))
+    torch.testing.assert_close(out[1], torch.tensor([0.7]))
+    assert out[2] is None
+    torch.testing.assert_close(out[3], torch.tensor([0.0]))
+
+
+@pytest.mark.parametrize("critic", ["per_agent", "centralized"])
+def test_turn_gamma_bootstraps_turn_one_from_the_critics_next_state_value(target_dir, tmp_path, critic):
+    tr = trainer(target_dir, tmp_path, critic=critic, turn_gamma=0.5)
+    seen: list[torch.Tensor] = []
+    original = tr.compute_advantages
+
+    def spy(rewards, values, policy_masks, value_masks):
+        seen.append(rewards[0].clone())
+        return original(rewards, values, policy_masks, value_masks)
+
+    tr.compute_advantages = spy
+    with torch.no_grad():
+        rollouts = tr.rollout([{"target": 10}] * 4)
+    nxt = next_turn_values(rollouts)
+    bootstrapped = 0
+    for a, ro in enumerate(rollouts):
+        plain = ro.non_score_rewards.clone()
+        rows = torch.arange(plain.size(0))
+        plain[rows, score_positions(ro.sequence_lengths, plain.size(1))] += ro.scores
+        extra = seen[a] - plain
+        step = score_positions(ro.sequence_lengths, plain.size(1))
+        for i in range(plain.size(0)):
+            if int(ro.turns[i]) == 2:
+                assert nxt[a][i] == 0 and torch.allclose(extra[i], torch.zeros_like(extra[i]), atol=1e-6)
+            else:
+                # V(s_2) of the same agent and episode: the critic's value before its first turn-2 token
+                j = [k for k in range(plain.size(0)) if int(ro.turns[k]) == 2 and ro.rows[k] == ro.rows[i]]
+                assert len(j) == 1 and nxt[a][i] == ro.values[j[0], 0] != 0
+                assert extra[i, step[i]].item() == pytest.approx(0.5 * ro.values[j[0], 0].item(), abs=1e-6)
+                bootstrapped += 1
+    assert bootstrapped == 8  # 4 episodes x 2 agents, each with a second turn
+    tr.train()
+    assert all(torch.isfinite(torch.tensor(h["loss/value_avg"])) for h in tr.state.log_history
+               if "loss/value_avg" in h)

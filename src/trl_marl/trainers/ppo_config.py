@@ -43,7 +43,8 @@ class MultiAgentPPOConfig(TRLBaseConfig):
     agent order, before the agent's response: `critic_type="V"` reads the joint history only (V(s), then the
     agent's own tokens), `critic_type="Q"` the joint history and the other agents' responses of the turn, so that
     at the response's last token it has read the joint action (Q(s, a)). Either critic's values feed the same GAE
-    (`gamma`, `lam`) and the same clipped value loss.
+    (`gamma`, `lam`) and the same clipped value loss; with `turn_gamma`, each turn also bootstraps from the
+    critic's value of the agent's next-turn state (multi-turn with a discount between turns).
 
     Example:
 
@@ -170,6 +171,15 @@ class MultiAgentPPOConfig(TRLBaseConfig):
             "'Q' (Q(s, a): the joint history and the other agents' responses, then the agent's response)."
         },
     )
+    turn_gamma: float | None = field(
+        default=None,
+        metadata={
+            "help": "Discount between turns (multi-turn IAC/MAAC, as CoMLRL's actor-critic): the score step of a "
+            "turn's response also gets turn_gamma * V(s_{k+1}), the critic's value of the agent's next-turn state "
+            "(0 after the last turn), so GAE bootstraps across turns. None: each turn is scored on its own (MAPoRL, "
+            "whose influence-aware reward already looks at the later turns)."
+        },
+    )
     train_turns_from: int = field(
         default=1,
         metadata={"help": "Train only on the responses of turns >= this (2 = MAPoRL's Experiment 1)."},
@@ -240,6 +250,8 @@ class MultiAgentPPOConfig(TRLBaseConfig):
                 "`value_input='answer'` is for per-agent critics: the centralized critic reads the joint history of "
                 "the turn. Set `value_input='history'` or `critic='per_agent'`."
             )
+        if self.turn_gamma is not None and not 0.0 <= self.turn_gamma <= 1.0:
+            raise ValueError(f"`turn_gamma` must be between 0 and 1 (or None), got {self.turn_gamma}.")
         if not 1 <= self.train_turns_from <= self.num_turns:
             raise ValueError(
                 f"`train_turns_from` must be between 1 and num_turns={self.num_turns}, got {self.train_turns_from}."

@@ -24,6 +24,7 @@ __all__ = [
     "forward_targets",
     "joint_value_prompt",
     "micro_batch_indices",
+    "next_turn_values",
     "score_with_reward_funcs",
     "score_with_reward_model",
     "slot_rollouts",
@@ -217,6 +218,28 @@ def forward_targets(ro: AgentRollout, slot: int, team: AgentTeam, value_model: n
     ro.logprobs, ro.ref_logprobs, ro.values = logprobs, ref_logprobs, value
     ro.policy_mask, ro.value_mask, ro.kl, ro.non_score_rewards = policy_mask, value_mask, kl, non_score
     ro.returns = rewards  # per-token rewards until `compute_advantages` turns them into returns
+
+
+def next_turn_values(rollouts: list[AgentRollout | None]) -> list[torch.Tensor | None]:
+    """Per slot, `(N,)` V(s_{k+1}) of each sample: the value before the first response token of the same agent's
+    sample at the next turn of the same episode, whichever slot played it (0 when the episode ended)."""
+    where: dict[tuple[int, int, int], tuple[int, int]] = {}
+    for s, ro in enumerate(rollouts):
+        if ro is not None:
+            for i, key in enumerate(zip(ro.turns.tolist(), ro.agents.tolist(), ro.rows.tolist())):
+                where[key] = (s, i)
+    out: list[torch.Tensor | None] = []
+    for ro in rollouts:
+        if ro is None:
+            out.append(None)
+            continue
+        values = torch.zeros(ro.values.size(0), dtype=ro.values.dtype, device=ro.values.device)
+        for i, (t, a, r) in enumerate(zip(ro.turns.tolist(), ro.agents.tolist(), ro.rows.tolist())):
+            if (t + 1, a, r) in where:
+                s, j = where[(t + 1, a, r)]
+                values[i] = rollouts[s].values[j, 0].to(values.device)
+        out.append(values)
+    return out
 
 
 def score_with_reward_funcs(rollouts: list[AgentRollout | None], played: Rollout, rows: list[dict[str, Any]],

@@ -31,6 +31,7 @@ from .._trl_compat import TeamCheckpointMixin, TRLBaseTrainer
 from ..core import entropy_from_logits
 from ..core.ppo import (
     INVALID_LOGPROB,
+    bootstrap_next_turn,
     clipped_value_loss,
     generalized_advantage_estimation,
     ppo_policy_loss,
@@ -46,6 +47,7 @@ from .ppo_rollout import (
     AgentRollout,
     forward_targets,
     micro_batch_indices,
+    next_turn_values,
     score_with_reward_funcs,
     score_with_reward_model,
     slot_rollouts,
@@ -342,6 +344,10 @@ class MultiAgentPPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer
         for s, ro in enumerate(rollouts):
             if ro is not None:
                 forward_targets(ro, s, self.team, self.wrapper.value_model(s), self.args)
+        if self.args.turn_gamma is not None:  # eq. 6: bootstrap each turn from the next turn's value
+            for ro, nxt in zip(rollouts, next_turn_values(rollouts)):
+                if ro is not None:
+                    ro.returns = bootstrap_next_turn(ro.returns, ro.sequence_lengths, nxt, self.args.turn_gamma)
         # Whitening groups: one per policy slot (one for the whole team when it shares one policy).
         groups: dict[int, list[AgentRollout]] = defaultdict(list)
         for s, ro in enumerate(rollouts):
