@@ -24,6 +24,7 @@ two papers this package implements, and of the works they build on:
 | MAPoRL's PPO objective; `core.ppo` eq. 1 | per-token KL penalty (k1 or k3) | `kl_penalty` |
 | `core.ppo` eq. 2 (Ziegler et al. 2019) | per-token reward: -beta * KL plus the score | `shaped_token_rewards` |
 | `core.ppo` eq. 3, GAE (Schulman et al. 2016) | advantages and returns | `generalized_advantage_estimation` |
+| `core.ppo` eq. 6 (multi-turn actor-critic, IAC/MAAC) | bootstrap from the next turn's value | `bootstrap_next_turn` |
 | `core.ppo` eq. 4 | clipped policy loss | `ppo_policy_loss` |
 | `core.ppo` eq. 5 | clipped value loss | `clipped_value_loss` |
 | Ziegler et al. 2019, Eq. 2 | the classic loop's KL penalty and variants | `classic_kl_penalty` |
@@ -73,6 +74,7 @@ from .ppo import (
     CLASSIC_KL_PENALTIES,
     INVALID_LOGPROB,
     adaptive_kl_coef,
+    bootstrap_next_turn,
     classic_kl_penalty,
     clipped_value_loss,
     generalized_advantage_estimation,
@@ -92,6 +94,7 @@ __all__ = [
     "JOINT_MODES",
     "SUPPORTED_LOSS_TYPES",
     "adaptive_kl_coef",
+    "bootstrap_next_turn",
     "agent_returns_from_joint",
     "aggregate_token_loss",
     "batch_scaled_advantages",

@@ -9,6 +9,9 @@ policy's, `V_t` the value model's estimate before token t, `s` the scalar score 
    returns R_t = A_t + V_t.
 4. Clipped policy loss:    max(-A_t rho_t, -A_t clip(rho_t, 1-eps, 1+eps)),  rho_t = exp(logp_t - logp_old_t).
 5. Clipped value loss:     0.5 max((V'_t - R_t)^2, (clip(V'_t, V_t - eps_v, V_t + eps_v) - R_t)^2).
+6. Between turns (multi-turn actor-critic): the score step of the response of turn k also gets
+   gamma_turn V(s_{k+1}), the critic's value of the agent's next-turn state (0 after the episode's last turn), so
+   that the GAE of eq. 3 bootstraps across turns: delta = r + s + gamma_turn V(s_{k+1}) - V on that step.
 
 Masks follow TRL's PPO (the reference this package's drop-in `PPOTrainer` is tested against): the policy uses
 the response tokens up to and including the last real token (`sequence_length`); the value model and the
@@ -46,6 +49,26 @@ def score_positions(sequence_lengths: Tensor, width: int) -> Tensor:
     """The step that receives the score: `len + 1` when it fits in the response window, else `len`."""
     after = sequence_lengths + 1
     return torch.where(after < width, after, sequence_lengths)
+
+
+def bootstrap_next_turn(
+    rewards: Tensor, sequence_lengths: Tensor, next_values: Tensor, turn_gamma: float
+) -> Tensor:
+    """Equation 6: `rewards` with `turn_gamma * next_values` added on each response's score step.
+
+    Args:
+        rewards: `(B, T)` per-token rewards of eq. 2.
+        sequence_lengths: `(B,)` index of the last real token of each response.
+        next_values: `(B,)` V(s_{k+1}), the value of the next turn's state (0 where the episode ended).
+        turn_gamma: The discount between turns.
+
+    Example: rewards 0, lengths `[1, 3]` in a window of 4 (score steps 2 and 3), next values `[0.5, 2.0]`,
+    `turn_gamma=0.9`: the rewards become `[[0, 0, 0.45, 0], [0, 0, 0, 1.8]]`.
+    """
+    out = rewards.clone()
+    rows = torch.arange(out.size(0), device=out.device)
+    out[rows, score_positions(sequence_lengths, out.size(1))] += turn_gamma * next_values.to(out.dtype)
+    return out
 
 
 def kl_penalty(logps: Tensor, ref_logps: Tensor, estimator: str = "k1") -> Tensor:

@@ -5,6 +5,7 @@
 - `CooperativeWritingEnv`: MAGRPO's writing task (summary + detailed expansion).
 - `CooperativeCodingEnv`: MAGRPO's coding task (helper + main function, sandboxed tests as feedback).
 - `DebateEnv`, `ToyDebateEnv`: collaborative debate (Du et al. 2024) as used by MAPoRL.
+- `CentralizedEnv`: one policy writes every agent's part of any text env in tagged sections (the baseline).
 
 An environment only describes the interaction; each task's rewards are in `trl_marl.rewards` (`rewards.writing`,
 `rewards.coding`, `rewards.arithmetic`) and its dataset loaders in `trl_marl.data`.
@@ -18,11 +19,13 @@ from typing import Any
 
 from .arithmetic import TargetSumEnv
 from .base import MultiAgentEnv, Prompt, PromptEnv, TokenizedPromptEnv, Transcript, Turn
+from .centralized import CentralizedEnv, split_sections
 from .coding import CooperativeCodingEnv
 from .debate import DebateEnv, ToyDebateEnv
 from .writing import CooperativeWritingEnv
 
 __all__ = [
+    "CentralizedEnv",
     "CooperativeCodingEnv",
     "CooperativeWritingEnv",
     "DebateEnv",
@@ -34,6 +37,7 @@ __all__ = [
     "ToyDebateEnv",
     "Transcript",
     "Turn",
+    "split_sections",
 ]
 
 # Names that `trl_marl.envs` exported before each task's rewards and loaders moved out of the environments

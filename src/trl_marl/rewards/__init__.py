@@ -6,6 +6,7 @@
   memory, file-system, network and output limits).
 - `AnswerVerifier`, `ModelVerifier`, `RemoteVerifier` (+ `VerifierServer`): MAPoRL's verifiers.
 - `InfluenceAwareReward`: MAPoRL's influence-aware reward with collaboration incentives.
+- `CentralizedReward`: a team reward on the tagged parts of one policy's completion (`envs.CentralizedEnv`).
 - The team rewards of the built-in tasks: `WritingTeamReward` (`rewards.writing`), `CodingTeamReward`
   (`rewards.coding`), `TargetSumReward` (`rewards.arithmetic`), each with its terms.
 
@@ -19,6 +20,7 @@ ROUGE-L and CodeBLEU need the `rewards` extra: `pip install "trl-marl[rewards]"`
 from ..sandbox import ExecutionResult, SandboxLimits, run_programs
 from .answers import extract_label, extract_math_answer, parse_gold
 from .arithmetic import TargetSumReward, target_sum_reward
+from .centralized import CentralizedReward
 from .codebleu import CodeBLEUReward
 from .coding import (
     CodingTeamReward,
@@ -45,6 +47,7 @@ from .writing import (
 
 __all__ = [
     "AnswerVerifier",
+    "CentralizedReward",
     "CodeBLEUReward",
     "CodingTeamReward",
     "CombinedSyntaxReward",

@@ -9,6 +9,8 @@ from .._trl_compat import TRLBaseConfig
 from ..validation import PROMPT_LENGTH_CHECKS, check_choice, check_mixed_precision, check_positive, has_accelerator
 
 POLICY_SHARING = ("shared", "agent", "agent_turn")
+CRITICS = ("per_agent", "centralized")
+CRITIC_TYPES = ("V", "Q")
 
 
 @dataclass
@@ -34,7 +36,15 @@ class MultiAgentPPOConfig(TRLBaseConfig):
     both trainers against each other over a grid of these settings.
 
     With several agents and turns, every (turn, agent) response is one PPO sample with its own score; each agent
-    is optimized on its own samples with its own value model, and the agents' losses are summed.
+    is optimized on its own samples, and the agents' losses are summed. The critic is IAC's or MAAC's (CoMLRL's
+    names): `critic="per_agent"` (IAC, the default) gives each policy its own value model reading that agent's own
+    history (its prompt, which holds the transcript as it sees it, and its response); `critic="centralized"`
+    (MAAC) gives the whole team one value model reading the joint history of the turn, every agent's prompt in
+    agent order, before the agent's response: `critic_type="V"` reads the joint history only (V(s), then the
+    agent's own tokens), `critic_type="Q"` the joint history and the other agents' responses of the turn, so that
+    at the response's last token it has read the joint action (Q(s, a)). Either critic's values feed the same GAE
+    (`gamma`, `lam`) and the same clipped value loss; with `turn_gamma`, each turn also bootstraps from the
+    critic's value of the agent's next-turn state (multi-turn with a discount between turns).
 
     Example:
 
@@ -147,6 +157,29 @@ class MultiAgentPPOConfig(TRLBaseConfig):
             "its response) or 'answer' (the turn-1 prompt, i.e. the question, and its response)."
         },
     )
+    critic: str = field(
+        default="per_agent",
+        metadata={
+            "help": "The critic: 'per_agent' (IAC: one value model per policy, reading the agent's own history) or "
+            "'centralized' (MAAC: one value model for the team, reading the joint history of every agent)."
+        },
+    )
+    critic_type: str | None = field(
+        default=None,
+        metadata={
+            "help": "With critic='centralized': 'V' (V(s): the joint history, then the agent's response; default) or "
+            "'Q' (Q(s, a): the joint history and the other agents' responses, then the agent's response)."
+        },
+    )
+    turn_gamma: float | None = field(
+        default=None,
+        metadata={
+            "help": "Discount between turns (multi-turn IAC/MAAC, as CoMLRL's actor-critic): the score step of a "
+            "turn's response also gets turn_gamma * V(s_{k+1}), the critic's value of the agent's next-turn state "
+            "(0 after the last turn), so GAE bootstraps across turns. None: each turn is scored on its own (MAPoRL, "
+            "whose influence-aware reward already looks at the later turns)."
+        },
+    )
     train_turns_from: int = field(
         default=1,
         metadata={"help": "Train only on the responses of turns >= this (2 = MAPoRL's Experiment 1)."},
@@ -201,6 +234,24 @@ class MultiAgentPPOConfig(TRLBaseConfig):
             raise ValueError(f"`policy_sharing` must be one of {POLICY_SHARING}, got {self.policy_sharing!r}.")
         if self.value_input not in ("history", "answer"):
             raise ValueError(f"`value_input` must be 'history' or 'answer', got {self.value_input!r}.")
+        check_choice(self, "critic", CRITICS)
+        if self.critic_type is not None:
+            self.critic_type = str(self.critic_type).upper()
+            check_choice(self, "critic_type", CRITIC_TYPES)
+            if self.critic == "per_agent":
+                raise ValueError(
+                    f"`critic_type={self.critic_type!r}` applies to the centralized critic (MAAC) only: set "
+                    "`critic='centralized'`, or leave `critic_type` unset for per-agent critics (IAC)."
+                )
+        elif self.critic == "centralized":
+            self.critic_type = "V"
+        if self.critic == "centralized" and self.value_input != "history":
+            raise ValueError(
+                "`value_input='answer'` is for per-agent critics: the centralized critic reads the joint history of "
+                "the turn. Set `value_input='history'` or `critic='per_agent'`."
+            )
+        if self.turn_gamma is not None and not 0.0 <= self.turn_gamma <= 1.0:
+            raise ValueError(f"`turn_gamma` must be between 0 and 1 (or None), got {self.turn_gamma}.")
         if not 1 <= self.train_turns_from <= self.num_turns:
             raise ValueError(
                 f"`train_turns_from` must be between 1 and num_turns={self.num_turns}, got {self.train_turns_from}."

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,7 +22,9 @@ from .ppo_value import first_true_index, sequence_scores, truncate_after_stop
 __all__ = [
     "AgentRollout",
     "forward_targets",
+    "joint_value_prompt",
     "micro_batch_indices",
+    "next_turn_values",
     "score_with_reward_funcs",
     "score_with_reward_model",
     "slot_rollouts",
@@ -59,9 +61,33 @@ class AgentRollout:
     non_score_rewards: torch.Tensor | None = None
 
 
+def joint_value_prompt(prompt_ids: Sequence[Sequence[int]], completion_ids: Sequence[Sequence[int]], agent: int,
+                       critic_type: str) -> list[int]:
+    """What the centralized critic (MAAC) reads before agent `agent`'s response at one turn of one episode.
+
+    `V`: the joint history, every agent's prompt in agent order, `p_0 + p_1 + ... + p_{n-1}`. `Q`: the joint
+    history, then the other agents' responses in agent order, `p_0 + ... + p_{n-1} + c_j (j != agent)`; with the
+    agent's own response after it, the critic's value at the response's last token has read the joint action.
+
+    Example:
+
+    ```python
+    >>> joint_value_prompt([[1, 2], [3]], [[7], [8, 9]], 0, "V")
+    [1, 2, 3]
+    >>> joint_value_prompt([[1, 2], [3]], [[7], [8, 9]], 0, "Q")
+    [1, 2, 3, 8, 9]
+    ```
+    """
+    ids = [int(t) for p in prompt_ids for t in p]
+    if critic_type == "Q":
+        ids += [int(t) for j, c in enumerate(completion_ids) if j != agent for t in c]
+    return ids
+
+
 def slot_rollouts(played: Rollout, slot_of: Any, num_slots: int, tokenizers: list[Any], response_length: int,
                   stop_token_id: int | None, train_turns_from: int, value_input: str,
-                  device: torch.device) -> list[AgentRollout | None]:
+                  device: torch.device, critic: str = "per_agent",
+                  critic_type: str | None = None) -> list[AgentRollout | None]:
     """Tokenize the responses of turns >= `train_turns_from` of an episode rollout (one sample per agent) per slot.
 
     Args:
@@ -74,6 +100,9 @@ def slot_rollouts(played: Rollout, slot_of: Any, num_slots: int, tokenizers: lis
         train_turns_from: The first trained turn.
         value_input: `"history"` (the value model reads the agent's prompt) or `"answer"` (the turn-1 prompt).
         device: Where the tensors go.
+        critic: `"per_agent"` (IAC: the value model reads what `value_input` says) or `"centralized"` (MAAC: it
+            reads [`joint_value_prompt`] of `critic_type`).
+        critic_type: `"V"` or `"Q"`, with the centralized critic.
 
     Returns:
         One [`AgentRollout`] per slot (`None` for a slot without trained samples).
@@ -87,7 +116,13 @@ def slot_rollouts(played: Rollout, slot_of: Any, num_slots: int, tokenizers: lis
         for a in range(len(t.prompt_ids)):
             s = store[slot_of(t.turn, a)]
             s.setdefault("prompt_ids", []).extend(t.prompt_ids[a])
-            if value_input == "answer":
+            if critic == "centralized":
+                n = len(t.prompt_ids)
+                s.setdefault("value_prompt_ids", []).extend(
+                    joint_value_prompt([t.prompt_ids[b][k] for b in range(n)],
+                                       [t.completion_ids[b][k] for b in range(n)], a, critic_type or "V")
+                    for k in range(len(rows)))
+            elif value_input == "answer":
                 s.setdefault("value_prompt_ids", []).extend(first_prompt_ids[a][r] for r in rows)
             s.setdefault("completion_ids", []).extend(t.completion_ids[a])
             s.setdefault("texts", []).extend(t.completions[a])
@@ -111,7 +146,7 @@ def slot_rollouts(played: Rollout, slot_of: Any, num_slots: int, tokenizers: lis
         post = truncate_after_stop(responses, stop_token_id, pad)
         query_responses = torch.cat([queries, responses], 1).to(device)
         value_qr, value_context = query_responses, queries.size(1)
-        if value_input == "answer":
+        if "value_prompt_ids" in s:
             value_queries, _ = pad_left(s["value_prompt_ids"], pad)
             value_qr, value_context = torch.cat([value_queries, responses], 1).to(device), value_queries.size(1)
         rollouts.append(AgentRollout(
@@ -183,6 +218,28 @@ def forward_targets(ro: AgentRollout, slot: int, team: AgentTeam, value_model: n
     ro.logprobs, ro.ref_logprobs, ro.values = logprobs, ref_logprobs, value
     ro.policy_mask, ro.value_mask, ro.kl, ro.non_score_rewards = policy_mask, value_mask, kl, non_score
     ro.returns = rewards  # per-token rewards until `compute_advantages` turns them into returns
+
+
+def next_turn_values(rollouts: list[AgentRollout | None]) -> list[torch.Tensor | None]:
+    """Per slot, `(N,)` V(s_{k+1}) of each sample: the value before the first response token of the same agent's
+    sample at the next turn of the same episode, whichever slot played it (0 when the episode ended)."""
+    where: dict[tuple[int, int, int], tuple[int, int]] = {}
+    for s, ro in enumerate(rollouts):
+        if ro is not None:
+            for i, key in enumerate(zip(ro.turns.tolist(), ro.agents.tolist(), ro.rows.tolist())):
+                where[key] = (s, i)
+    out: list[torch.Tensor | None] = []
+    for ro in rollouts:
+        if ro is None:
+            out.append(None)
+            continue
+        values = torch.zeros(ro.values.size(0), dtype=ro.values.dtype, device=ro.values.device)
+        for i, (t, a, r) in enumerate(zip(ro.turns.tolist(), ro.agents.tolist(), ro.rows.tolist())):
+            if (t + 1, a, r) in where:
+                s, j = where[(t + 1, a, r)]
+                values[i] = rollouts[s].values[j, 0].to(values.device)
+        out.append(values)
+    return out
 
 
 def score_with_reward_funcs(rollouts: list[AgentRollout | None], played: Rollout, rows: list[dict[str, Any]],

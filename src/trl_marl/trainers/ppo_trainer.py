@@ -31,6 +31,7 @@ from .._trl_compat import TeamCheckpointMixin, TRLBaseTrainer
 from ..core import entropy_from_logits
 from ..core.ppo import (
     INVALID_LOGPROB,
+    bootstrap_next_turn,
     clipped_value_loss,
     generalized_advantage_estimation,
     ppo_policy_loss,
@@ -46,6 +47,7 @@ from .ppo_rollout import (
     AgentRollout,
     forward_targets,
     micro_batch_indices,
+    next_turn_values,
     score_with_reward_funcs,
     score_with_reward_model,
     slot_rollouts,
@@ -54,6 +56,7 @@ from .ppo_rollout import (
 from .ppo_value import (
     PolicyValueTeam,
     build_value_models,
+    check_joint_tokenizers,
     check_single_label,
     first_true_index,
     sequence_scores,
@@ -186,7 +189,9 @@ class MultiAgentPPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer
             team.create_reference_models()
         self.stop_token_id = self._resolve_stop_token(args, team)
 
-        value_models = build_value_models(value_model, team, args.policy_sharing)
+        if args.critic == "centralized":
+            check_joint_tokenizers(team.tokenizers)
+        value_models = build_value_models(value_model, team, args.policy_sharing, args.critic)
         self.reward_model = reward_model
         if reward_model is not None:
             check_single_label(reward_model, "reward_model")
@@ -205,7 +210,9 @@ class MultiAgentPPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer
         self.data_collator_user = data_collator  # accepted for API parity: rows are padded by the trainer
         args.remove_unused_columns = False
         shared = args.policy_sharing == "shared"  # one policy: one value model and one whitening group for the team
-        wrapper = PolicyValueTeam(team, value_models, [0 if shared else s for s in range(team.num_agents)])
+        one_critic = shared or args.critic == "centralized"  # MAAC: one value model, a whitening group per policy
+        self.whitening_group = [0 if shared else s for s in range(team.num_agents)]
+        wrapper = PolicyValueTeam(team, value_models, [0 if one_critic else s for s in range(team.num_agents)])
         super().__init__(
             model=wrapper,
             args=args,
@@ -292,7 +299,8 @@ class MultiAgentPPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer
         self.last_rollout = played  # what the engine played (for inspection, as in MAGRPO)
         rollouts = slot_rollouts(played, self.slot, self.team.num_agents, self.team.tokenizers,
                                  self.args.response_length, self.stop_token_id, self.args.train_turns_from,
-                                 self.args.value_input, self.accelerator.device)
+                                 self.args.value_input, self.accelerator.device, self.args.critic,
+                                 self.args.critic_type)
         if self.reward_model is not None:
             self._score_with_reward_model(rollouts)
         else:
@@ -336,11 +344,15 @@ class MultiAgentPPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer
         for s, ro in enumerate(rollouts):
             if ro is not None:
                 forward_targets(ro, s, self.team, self.wrapper.value_model(s), self.args)
-        # Whitening groups: the slots that share a value model (every slot when the team shares one policy).
+        if self.args.turn_gamma is not None:  # eq. 6: bootstrap each turn from the next turn's value
+            for ro, nxt in zip(rollouts, next_turn_values(rollouts)):
+                if ro is not None:
+                    ro.returns = bootstrap_next_turn(ro.returns, ro.sequence_lengths, nxt, self.args.turn_gamma)
+        # Whitening groups: one per policy slot (one for the whole team when it shares one policy).
         groups: dict[int, list[AgentRollout]] = defaultdict(list)
         for s, ro in enumerate(rollouts):
             if ro is not None:
-                groups[self.wrapper.value_index[s]].append(ro)
+                groups[self.whitening_group[s]].append(ro)
         for members in groups.values():
             advantages, returns = self.compute_advantages(
                 [ro.returns for ro in members], [ro.values for ro in members],
@@ -353,7 +365,7 @@ class MultiAgentPPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer
         self, rewards: list[torch.Tensor], values: list[torch.Tensor], policy_masks: list[torch.Tensor],
         value_masks: list[torch.Tensor],
     ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-        """Per-token advantages and returns of one whitening group (the slots that share a value model).
+        """Per-token advantages and returns of one whitening group (a policy slot; the team when it shares one).
 
         The default is TRL's: optional reward whitening, GAE(gamma, lam) (`trl_marl.core.ppo`), then whitened
         advantages (pads 0). Override to change the credit assignment.

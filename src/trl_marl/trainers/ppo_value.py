@@ -16,6 +16,7 @@ from ..team import AgentTeam, base_state_dict, logits_dtype_autocast, sequence_m
 __all__ = [
     "PolicyValueTeam",
     "build_value_models",
+    "check_joint_tokenizers",
     "check_single_label",
     "first_true_index",
     "sequence_scores",
@@ -73,12 +74,26 @@ def check_single_label(model: nn.Module, name: str) -> None:
         raise ValueError(f"`{name}` needs a `score` head and a `base_model_prefix` backbone (a transformers model).")
 
 
-def build_value_models(value_model: Any, team: AgentTeam, policy_sharing: str = "agent") -> list[nn.Module]:
-    """One value model per policy slot, or a single one when every agent shares one policy.
+def check_joint_tokenizers(tokenizers: Sequence[Any]) -> None:
+    """The centralized critic reads every agent's tokens in one sequence: the agents must share one vocabulary."""
+    vocab = tokenizers[0].get_vocab()
+    for a, tok in enumerate(tokenizers[1:], start=1):
+        if tok.get_vocab() != vocab:
+            raise ValueError(
+                f"`critic='centralized'` reads every agent's prompt and response as one token sequence, but agent "
+                f"{a}'s tokenizer has another vocabulary than agent 0's. Use agents with one tokenizer, or "
+                "`critic='per_agent'` (IAC)."
+            )
 
-    Default: a fresh one-label head on a copy of each policy's base weights.
+
+def build_value_models(value_model: Any, team: AgentTeam, policy_sharing: str = "agent",
+                       critic: str = "per_agent") -> list[nn.Module]:
+    """One value model per policy slot, or a single one when every agent shares one policy or the critic is
+    centralized (MAAC).
+
+    Default: a fresh one-label head on a copy of each policy's base weights (policy 0's for a single one).
     """
-    n = 1 if policy_sharing == "shared" else team.num_agents
+    n = 1 if policy_sharing == "shared" or critic == "centralized" else team.num_agents
     if value_model is None:
         from transformers import AutoModelForSequenceClassification
 
@@ -106,8 +121,8 @@ def build_value_models(value_model: Any, team: AgentTeam, policy_sharing: str = 
         models = models + [copy.deepcopy(models[0]) for _ in range(n - 1)]
     if len(models) != n:
         raise ValueError(
-            f"Got {len(models)} value models for {n} policies (policy_sharing={policy_sharing!r}): pass one, or "
-            "one per policy."
+            f"Got {len(models)} value models for {n} critics (policy_sharing={policy_sharing!r}, critic={critic!r}): "
+            "pass one, or one per critic."
         )
     for vm in models:
         check_single_label(vm, "value_model")

@@ -1,0 +1,236 @@
+"""IAC and MAAC in `MultiAgentPPOTrainer`: per-agent critics (IAC, today's behaviour) and one centralized critic
+over the joint history (MAAC, `critic_type` V or Q), on the same engine, GAE and value loss."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import torch
+from datasets import Dataset
+
+from trl_marl import MultiAgentPPOConfig, MultiAgentPPOTrainer
+from trl_marl.core.ppo import bootstrap_next_turn, generalized_advantage_estimation, score_positions
+from trl_marl.envs import TargetSumEnv
+from trl_marl.rewards import TargetSumReward
+from trl_marl.toy import make_toy_model
+from trl_marl.trainers.ppo_rollout import joint_value_prompt, next_turn_values
+from trl_marl.trainers.ppo_value import check_joint_tokenizers, sequence_scores
+
+warnings.filterwarnings("ignore")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread() -> Iterator[None]:
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
+@pytest.fixture(scope="module")
+def target_dir() -> str:
+    # the default cache directory: the same model as the one the IAC fingerprint below was recorded with
+    return make_toy_model(task="target", hidden_size=32, num_layers=1, pretrain_steps=100, targets=(10,))
+
+
+def trainer(path: str, tmp_path: Path, **overrides: Any) -> MultiAgentPPOTrainer:
+    kwargs: dict[str, Any] = dict(
+        output_dir=str(tmp_path / "out"), num_agents=2, num_turns=2, per_device_train_batch_size=4,
+        gradient_accumulation_steps=1, num_mini_batches=1, num_ppo_epochs=1, total_episodes=8, response_length=4,
+        stop_token="eos", learning_rate=1e-3, report_to="none", save_strategy="no", logging_steps=1,
+        num_sample_generations=0, disable_tqdm=True, seed=0, temperature=1.0,
+    )
+    kwargs.update(overrides)
+    return MultiAgentPPOTrainer(args=MultiAgentPPOConfig(**kwargs), model=path, env=TargetSumEnv(2, num_turns=2),
+                                reward_funcs=TargetSumReward(), train_dataset=Dataset.from_dict({"target": [10] * 16}))
+
+
+def weight_sums(tr: MultiAgentPPOTrainer) -> list[float]:
+    return [float(sum(p.detach().double().abs().sum() for p in m.parameters()))
+            for m in [*tr.team.models, *tr.wrapper.value_models]]
+
+
+# ------------------------------------------------------------------------------------------------ the critic's inputs
+def test_joint_value_prompt_by_hand():
+    prompts, completions = [[1, 2], [3], [4, 5]], [[7], [8, 9], [6]]
+    assert joint_value_prompt(prompts, completions, 0, "V") == [1, 2, 3, 4, 5]  # V(s): every agent's prompt
+    assert joint_value_prompt(prompts, completions, 2, "V") == [1, 2, 3, 4, 5]  # the same state for every agent
+    assert joint_value_prompt(prompts, completions, 0, "Q") == [1, 2, 3, 4, 5, 8, 9, 6]  # + the others' actions
+    assert joint_value_prompt(prompts, completions, 1, "Q") == [1, 2, 3, 4, 5, 7, 6]
+
+
+def strip_left(ids: torch.Tensor, pad: int) -> list[int]:
+    ids = ids.tolist()
+    while ids and ids[0] == pad:
+        ids.pop(0)
+    return ids
+
+
+@pytest.mark.parametrize("critic_type", ["V", "Q"])
+def test_centralized_critic_reads_the_joint_history_and_feeds_gae(target_dir, tmp_path, critic_type):
+    tr = trainer(target_dir, tmp_path, critic="centralized", critic_type=critic_type)
+    assert len(tr.wrapper.value_models) == 1 and tr.wrapper.value_index == [0, 0]
+    seen: list[tuple[list[torch.Tensor], list[torch.Tensor]]] = []
+    original = tr.compute_advantages
+
+    def spy(rewards, values, policy_masks, value_masks):
+        seen.append(([r.clone() for r in rewards], [v.clone() for v in values]))
+        return original(rewards, values, policy_masks, value_masks)
+
+    tr.compute_advantages = spy
+    rows = [{"target": 10}] * 3
+    with torch.no_grad():
+        rollouts = tr.rollout(rows)
+    played = tr.last_rollout
+    pad = tr.team.tokenizers[0].pad_token_id
+    critic = tr.wrapper.value_models[0]
+    assert len(seen) == 2  # one whitening group per agent, both valued by the one critic
+    for a, ro in enumerate(rollouts):
+        for i in range(ro.responses.size(0)):
+            turn = played.turns[int(ro.turns[i]) - 1]
+            k = [node.row_index for node in turn.nodes].index(int(ro.rows[i]))
+            expected = joint_value_prompt([turn.prompt_ids[b][k] for b in range(2)],
+                                          [turn.completion_ids[b][k] for b in range(2)], a, critic_type)
+            query = strip_left(ro.value_query_responses[i, : ro.value_context_length], pad)
+            assert query == expected
+            assert ro.value_query_responses[i, ro.value_context_length:].tolist() == ro.responses[i].tolist()
+        # the values given to GAE are the centralized critic's on those inputs, at the response's positions
+        Cv = ro.value_context_length
+        full, _ = sequence_scores(critic, ro.value_query_responses, pad, Cv)
+        expected_values = torch.masked_fill(full[:, Cv - 1 : -1].float(), ~ro.value_mask, 0)
+        rewards, values = seen[a]
+        torch.testing.assert_close(values[0], expected_values)
+        adv, ret = generalized_advantage_estimation(rewards[0], expected_values, tr.args.gamma, tr.args.lam)
+        torch.testing.assert_close(ro.returns, ret)
+
+
+@pytest.mark.parametrize("critic_type", ["V", "Q"])
+def test_maac_runs_multi_turn_and_updates_its_critic(target_dir, tmp_path, critic_type):
+    tr = trainer(target_dir, tmp_path, critic="centralized", critic_type=critic_type)
+    critic = tr.wrapper.value_models[0]
+    before = {n: p.detach().clone() for n, p in critic.named_parameters()}
+    policies = [{n: p.detach().clone() for n, p in tr.team.policy(a).named_parameters()} for a in range(2)]
+    tr.train()
+    assert any(not torch.equal(before[n], p) for n, p in critic.named_parameters())
+    for a in range(2):
+        assert any(not torch.equal(policies[a][n], p) for n, p in tr.team.policy(a).named_parameters())
+    logs = [h for h in tr.state.log_history if "loss/value_avg" in h]
+    assert len(logs) == 2 and all(torch.isfinite(torch.tensor(h["loss/value_avg"])) for h in logs)
+    assert {"agent_0/turn_2/reward", "agent_1/loss/value_avg"} <= set(logs[-1])
+    out = tmp_path / "saved"
+    tr.save_model(str(out))
+    assert (out / "value_model_0").exists() and not (out / "value_model_1").exists()
+
+
+# ------------------------------------------------------------------------------------------------ IAC
+# Weights after the run of `trainer(...)` with the default critic, recorded on the commit before `critic` existed
+# (policy 0, policy 1, value model 0, value model 1): IAC is exactly what the trainer did before.
+IAC_BEFORE = [479.0322268593, 479.0134796724, 480.1364603109, 480.2381353962]
+
+
+def test_iac_is_todays_per_agent_critic(target_dir, tmp_path):
+    tr = trainer(target_dir, tmp_path, critic="per_agent")
+    assert tr.args.critic_type is None and tr.wrapper.value_index == [0, 1] and len(tr.wrapper.value_models) == 2
+    tr.train()
+    assert weight_sums(tr) == pytest.approx(IAC_BEFORE, rel=1e-9, abs=1e-6)
+
+
+# ------------------------------------------------------------------------------------------------ errors
+@pytest.mark.parametrize("overrides, message", [
+    (dict(critic="joint"), "critic"),
+    (dict(critic_type="Q"), "centralized critic"),
+    (dict(critic="centralized", critic_type="A"), "critic_type"),
+    (dict(critic="centralized", value_input="answer"), "value_input"),
+    (dict(turn_gamma=1.5), "turn_gamma"),
+])
+def test_bad_critic_settings(tmp_path, overrides, message):
+    with pytest.raises(ValueError, match=message):
+        MultiAgentPPOConfig(output_dir=str(tmp_path), report_to="none", **overrides)
+
+
+def test_critic_type_defaults_and_case():
+    assert MultiAgentPPOConfig(output_dir="o", report_to="none", critic="centralized").critic_type == "V"
+    assert MultiAgentPPOConfig(output_dir="o", report_to="none", critic="centralized", critic_type="q").critic_type \
+        == "Q"
+
+
+def test_centralized_critic_needs_one_vocabulary():
+    class Tok:
+        def __init__(self, vocab):
+            self.vocab = vocab
+
+        def get_vocab(self):
+            return self.vocab
+
+    check_joint_tokenizers([Tok({"a": 0}), Tok({"a": 0})])
+    with pytest.raises(ValueError, match="agent 1's tokenizer has another vocabulary"):
+        check_joint_tokenizers([Tok({"a": 0}), Tok({"b": 0})])
+
+
+# ------------------------------------------------------------------------------------------------ between turns
+def test_bootstrap_next_turn_by_hand():
+    rewards = torch.zeros(2, 4)
+    out = bootstrap_next_turn(rewards, torch.tensor([1, 3]), torch.tensor([0.5, 2.0]), 0.9)
+    # score steps: len + 1 = 2 (fits in the window), and 3 (len + 1 = 4 does not fit: the last step)
+    torch.testing.assert_close(out, torch.tensor([[0.0, 0.0, 0.45, 0.0], [0.0, 0.0, 0.0, 1.8]]))
+    assert torch.equal(rewards, torch.zeros(2, 4))  # not in place
+
+
+def test_next_turn_values_find_the_agents_next_sample_in_any_slot():
+    def slot(turns, agents, rows, first_values):
+        values = torch.tensor(first_values).unsqueeze(1).repeat(1, 3)
+        return SimpleNamespace(turns=torch.tensor(turns), agents=torch.tensor(agents), rows=torch.tensor(rows),
+                               values=values)
+
+    rollouts = [
+        slot([1, 1, 2], [0, 0, 0], [0, 1, 0], [0.1, 0.2, 0.3]),  # agent 0, both turns (row 1 ended after turn 1)
+        slot([1], [1], [0], [0.5]),                                # agent 1, turn 1
+        None,
+        slot([2], [1], [0], [0.7]),                                # agent 1, turn 2 (its own slot: agent_turn)
+    ]
+    out = next_turn_values(rollouts)
+    torch.testing.assert_close(out[0], torch.tensor([0.3, 0.0, 0.0]))
+    torch.testing.assert_close(out[1], torch.tensor([0.7]))
+    assert out[2] is None
+    torch.testing.assert_close(out[3], torch.tensor([0.0]))
+
+
+@pytest.mark.parametrize("critic", ["per_agent", "centralized"])
+def test_turn_gamma_bootstraps_turn_one_from_the_critics_next_state_value(target_dir, tmp_path, critic):
+    tr = trainer(target_dir, tmp_path, critic=critic, turn_gamma=0.5)
+    seen: list[torch.Tensor] = []
+    original = tr.compute_advantages
+
+    def spy(rewards, values, policy_masks, value_masks):
+        seen.append(rewards[0].clone())
+        return original(rewards, values, policy_masks, value_masks)
+
+    tr.compute_advantages = spy
+    with torch.no_grad():
+        rollouts = tr.rollout([{"target": 10}] * 4)
+    nxt = next_turn_values(rollouts)
+    bootstrapped = 0
+    for a, ro in enumerate(rollouts):
+        plain = ro.non_score_rewards.clone()
+        rows = torch.arange(plain.size(0))
+        plain[rows, score_positions(ro.sequence_lengths, plain.size(1))] += ro.scores
+        extra = seen[a] - plain
+        step = score_positions(ro.sequence_lengths, plain.size(1))
+        for i in range(plain.size(0)):
+            if int(ro.turns[i]) == 2:
+                assert nxt[a][i] == 0 and torch.allclose(extra[i], torch.zeros_like(extra[i]), atol=1e-6)
+            else:
+                # V(s_2) of the same agent and episode: the critic's value before its first turn-2 token
+                j = [k for k in range(plain.size(0)) if int(ro.turns[k]) == 2 and ro.rows[k] == ro.rows[i]]
+                assert len(j) == 1 and nxt[a][i] == ro.values[j[0], 0] != 0
+                assert extra[i, step[i]].item() == pytest.approx(0.5 * ro.values[j[0], 0].item(), abs=1e-6)
+                bootstrapped += 1
+    assert bootstrapped == 8  # 4 episodes x 2 agents, each with a second turn
+    tr.train()
+    assert all(torch.isfinite(torch.tensor(h["loss/value_avg"])) for h in tr.state.log_history
+               if "loss/value_avg" in h)
