@@ -66,6 +66,28 @@ def test_loo_mode():
     close(group_relative_advantages(torch.tensor([0.0, 3.0]), mode="loo"), [-3.0, 3.0])
 
 
+def test_loo_mode_is_comlrl_rloo():
+    # comlrl's MARLOO: A_i = (G * R_i - sum_j R_j) / (G - 1). R = [2, 0, 1]: sum 3, G 3 -> [3/2, -3/2, 0]
+    close(group_relative_advantages(torch.tensor([2.0, 0.0, 1.0]), mode="loo"), [1.5, -1.5, 0.0])
+
+
+def test_raw_mode_is_the_return():
+    # MAREINFORCE: no baseline, A = R (a constant shift of every return shifts every advantage)
+    close(group_relative_advantages(torch.tensor([[1.0, 0.0, 3.0], [2.0, 2.0, 2.0]]), mode="raw"),
+          [[1.0, 0.0, 3.0], [2.0, 2.0, 2.0]])
+    # NaN (unscorable) -> 0, the others untouched
+    close(group_relative_advantages(torch.tensor([NAN, -1.5]), mode="raw"), [0.0, -1.5])
+
+
+def test_max_mode_subtracts_the_group_max():
+    # MAReMax: A = R - max R per group. [1, 0, 3] -> max 3 -> [-2, -3, 0]; [2, 2] -> [0, 0]
+    close(group_relative_advantages(torch.tensor([1.0, 0.0, 3.0]), mode="max"), [-2.0, -3.0, 0.0])
+    close(group_relative_advantages(torch.tensor([[-1.0, -4.0], [2.0, 2.0]]), mode="max"), [[0.0, -3.0], [0.0, 0.0]])
+    # NaN is left out of the max and gets 0; an all-NaN group gives 0 everywhere
+    close(group_relative_advantages(torch.tensor([[1.0, NAN, 0.5], [NAN, NAN, NAN]]), mode="max"),
+          [[0.0, 0.0, -0.5], [0.0, 0.0, 0.0]])
+
+
 def test_advantage_nan_handling():
     r = torch.tensor([1.0, NAN, 0.0, 2.0])
     # valid [1, 0, 2]: mean 1 -> mean mode A = [0, 0(NaN), -1, 1]

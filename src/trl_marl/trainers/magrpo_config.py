@@ -64,7 +64,9 @@ class MAGRPOConfig(GRPOConfig):
             mean(R_{t+1}).
         advantage_mode (`str`, *optional*): Baseline among the G samples of a node: `"mean"` (the paper, A = R -
             mean R), `"std"` (also divide by the group std, GRPO's `scale_rewards="group"`), `"loo"` (leave-one-out,
-            RLOO), `"batch"` (GRPO's `scale_rewards="batch"`). Default: derived from `scale_rewards`.
+            RLOO / MARLOO), `"raw"` (A = R, no baseline: MAREINFORCE), `"max"` (A = R - max R: MAReMax), `"batch"`
+            (GRPO's `scale_rewards="batch"`). Default: derived from `scale_rewards`. `"loo"`, `"raw"` and `"max"`
+            take `scale_rewards="none"` (see [`MAREINFORCEConfig`]).
         scale_rewards (`str`, defaults to `"none"`): As in GRPO, but the default is the paper's unscaled advantage.
         max_branches (`int`, *optional*): Branching cap: how many joint actions of a node continue to the next turn.
         early_stop_threshold (`float`, *optional*): A node whose mean reward reaches it does not continue; its
@@ -105,8 +107,10 @@ class MAGRPOConfig(GRPOConfig):
         default=None,
         metadata={
             "help": "Baseline among the G samples of one node: 'mean' (the MAGRPO paper: A = R - mean R), 'std' "
-            "(divide by the group std as GRPO's scale_rewards='group'), 'loo' (leave-one-out baseline as RLOO), "
-            "'batch' (GRPO's scale_rewards='batch'). Default: derived from `scale_rewards`."
+            "(divide by the group std as GRPO's scale_rewards='group'), 'loo' (leave-one-out baseline as RLOO: "
+            "MARLOO), 'raw' (A = R, no baseline: MAREINFORCE), 'max' (A = R - max R over the group: MAReMax), "
+            "'batch' (GRPO's scale_rewards='batch'). Default: derived from `scale_rewards`; 'loo', 'raw' and 'max' "
+            "need scale_rewards='none'."
         },
     )
     scale_rewards: str = field(
@@ -224,6 +228,14 @@ class MAGRPOConfig(GRPOConfig):
             raise ValueError(
                 f"`advantage_mode` must be one of {(*ADVANTAGE_MODES, 'batch')}, got {self.advantage_mode!r}."
             )
+        elif self.scale_rewards != "none" and self.advantage_mode in ("loo", "raw", "max"):
+            raise ValueError(
+                f"`advantage_mode={self.advantage_mode!r}` takes `scale_rewards='none'` (got "
+                f"{self.scale_rewards!r}): dividing by the reward std would change what its advantage "
+                "means (MAREINFORCE's would no longer be the return, MAReMax's no longer the distance to the best "
+                "sample). Set "
+                "`scale_rewards='none'`, or use `advantage_mode='std'` for GRPO's normalised advantage."
+            )
         elif self.scale_rewards != "none" and self.advantage_mode != derived:
             raise ValueError(
                 f"`advantage_mode={self.advantage_mode!r}` contradicts `scale_rewards={self.scale_rewards!r}`; set "
@@ -277,3 +289,77 @@ class MAGRPOConfig(GRPOConfig):
                 "MAGRPOTrainer does not implement these GRPO settings; leave them at their defaults: "
                 + "; ".join(problems)
             )
+
+
+_FAMILY_NOTE = """
+    comlrl 1.4.3 ships this algorithm as a trainer of its own; here it is [`MAGRPOTrainer`] with another
+    `advantage_mode`, so every MAGRPO and GRPO field applies unchanged. `scale_rewards` stays `"none"`: the
+    algorithm's advantage is used as it is defined. (comlrl's default `advantage_normalization=True` re-centres and
+    rescales each group's advantages after computing them, which makes `raw`, `max`, `mean` and `loo` all the same
+    `(R - mean R) / std R`; the algorithms differ only with it off, which is what this preset gives. For the
+    normalised variant use `MAGRPOConfig(scale_rewards="group")`.)
+"""
+
+
+@dataclass
+class MAREINFORCEConfig(MAGRPOConfig):
+    __doc__ = r"""Configuration of MAREINFORCE: [`MAGRPOTrainer`] with `advantage_mode="raw"` (REINFORCE, no baseline).
+
+    Each sample's advantage is its return, A_g = R_g (with several turns, R_t = r_t + gamma * mean R_{t+1}).
+    """ + _FAMILY_NOTE + r"""
+    Example:
+
+    ```python
+    from trl_marl import MAGRPOTrainer, MAREINFORCEConfig
+
+    args = MAREINFORCEConfig(output_dir="team", num_agents=2, num_generations=4, per_device_train_batch_size=16)
+    assert args.advantage_mode == "raw"
+    # trainer = MAGRPOTrainer(model=..., reward_funcs=..., args=args, train_dataset=...)
+    ```
+    """
+
+    advantage_mode: str | None = field(
+        default="raw", metadata={"help": "MAREINFORCE's advantage: the return itself (no baseline)."}
+    )
+
+
+@dataclass
+class MARLOOConfig(MAGRPOConfig):
+    __doc__ = r"""Configuration of MARLOO: [`MAGRPOTrainer`] with `advantage_mode="loo"` (leave-one-out baseline).
+
+    A_g = R_g - mean_{k != g} R_k = (G R_g - sum_k R_k) / (G - 1), the definition of comlrl's `"rloo"` mode.
+    """ + _FAMILY_NOTE + r"""
+    Example:
+
+    ```python
+    from trl_marl import MAGRPOTrainer, MARLOOConfig
+
+    args = MARLOOConfig(output_dir="team", num_agents=2, num_generations=4, per_device_train_batch_size=16)
+    assert args.advantage_mode == "loo"
+    ```
+    """
+
+    advantage_mode: str | None = field(
+        default="loo", metadata={"help": "MARLOO's advantage: the return minus the mean of the other samples'."}
+    )
+
+
+@dataclass
+class MAReMaxConfig(MAGRPOConfig):
+    __doc__ = r"""Configuration of MAReMax: [`MAGRPOTrainer`] with `advantage_mode="max"` (max baseline).
+
+    A_g = R_g - max_k R_k over the G samples of a node: the best sample gets 0, the others a negative advantage.
+    """ + _FAMILY_NOTE + r"""
+    Example:
+
+    ```python
+    from trl_marl import MAGRPOTrainer, MAReMaxConfig
+
+    args = MAReMaxConfig(output_dir="team", num_agents=2, num_generations=4, per_device_train_batch_size=16)
+    assert args.advantage_mode == "max"
+    ```
+    """
+
+    advantage_mode: str | None = field(
+        default="max", metadata={"help": "MAReMax's advantage: the return minus the best return of the group."}
+    )
