@@ -20,6 +20,7 @@ from trl_marl.core import (
     joint_action_indices,
     k1_kl,
     k3_kl,
+    log_importance_weights,
     masked_mean,
     masked_var,
     nan_std,
@@ -461,3 +462,15 @@ def test_aggregate_edge_cases():
     with pytest.raises(ValueError, match="grpo.*bnpo.*dr_grpo.*dapo"):
         aggregate_token_loss(LOSS, MASK, "cispo")
     assert SUPPORTED_LOSS_TYPES == ("grpo", "bnpo", "dr_grpo", "dapo")
+
+
+def test_log_importance_weights_token_and_sequence():
+    logps = torch.tensor([[-1.0, -2.0, -3.0]])
+    old = torch.tensor([[-1.5, -2.0, -2.0]])
+    # token: log pi - log pi_old = [0.5, 0, -1]
+    close(log_importance_weights(logps, old), [[0.5, 0.0, -1.0]])
+    # sequence over the first two tokens (mask [1, 1, 0]): mean(0.5, 0) = 0.25
+    close(log_importance_weights(logps, old, "sequence", torch.tensor([[1, 1, 0]])), [[0.25]])
+    with pytest.raises(ValueError, match="importance_sampling_level"):
+        log_importance_weights(logps, old, "word")
+

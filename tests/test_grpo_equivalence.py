@@ -97,18 +97,20 @@ def model_dir(tmp_path_factory) -> str:
                           pretrain_steps=30, seed=3)
 
 
-def common_kwargs(output_dir: str, loss_type: str, prompts: list[str], ga: int) -> dict:
-    return dict(
+def common_kwargs(output_dir: str, loss_type: str, prompts: list[str], ga: int, **extra) -> dict:
+    kwargs = dict(
         output_dir=output_dir, per_device_train_batch_size=len(prompts) // ga * G, num_generations=G,
         gradient_accumulation_steps=ga, max_completion_length=MAX_LEN, learning_rate=1e-2, max_steps=1,
         loss_type=loss_type, beta=0.04, scale_rewards="group", temperature=0.9, epsilon=0.2, report_to="none",
         save_strategy="no", bf16=False, gradient_checkpointing=False, logging_steps=1, seed=0, disable_tqdm=True,
         shuffle_dataset=False, max_grad_norm=0.0,
     )
+    kwargs.update(extra)
+    return kwargs
 
 
 def run_grpo(model_dir: str, out: str, loss_type: str, prompts: list[str] = PROMPTS, ga: int = 1,
-             mapping: Callable[[str], str] = same_text, reward=reward_digits):
+             mapping: Callable[[str], str] = same_text, reward=reward_digits, **extra):
     tokenizer = load_tokenizer(model_dir)
     script = ScriptedGeneration(tokenizer, mapping)
 
@@ -122,7 +124,7 @@ def run_grpo(model_dir: str, out: str, loss_type: str, prompts: list[str] = PROM
     capture = GradientCapture()
     trainer = GRPOTrainer(
         model=model_dir, reward_funcs=reward, processing_class=tokenizer, rollout_func=rollout_func,
-        args=GRPOConfig(**common_kwargs(out, loss_type, prompts, ga)),
+        args=GRPOConfig(**common_kwargs(out, loss_type, prompts, ga, **extra)),
         train_dataset=Dataset.from_dict({"prompt": prompts}), callbacks=[capture],
     )
     capture.parameters = lambda: list(trainer.model.named_parameters())
@@ -142,7 +144,7 @@ def run_grpo(model_dir: str, out: str, loss_type: str, prompts: list[str] = PROM
 
 
 def run_magrpo(model_dir: str, out: str, loss_type: str, prompts: list[str] = PROMPTS, ga: int = 1,
-               mappings: tuple[Callable[[str], str], ...] = (same_text,)):
+               mappings: tuple[Callable[[str], str], ...] = (same_text,), **extra):
     tokenizer = load_tokenizer(model_dir)
     scripts = [ScriptedGeneration(tokenizer, m) for m in mappings]
     n = len(mappings)
@@ -150,7 +152,7 @@ def run_magrpo(model_dir: str, out: str, loss_type: str, prompts: list[str] = PR
     trainer = MAGRPOTrainer(
         model=model_dir, reward_funcs=reward_digits, processing_class=tokenizer, callbacks=[capture],
         args=MAGRPOConfig(num_agents=n, num_turns=1, team_mode="models" if n > 1 else None,
-                          **common_kwargs(out, loss_type, prompts, ga)),
+                          **common_kwargs(out, loss_type, prompts, ga, **extra)),
         train_dataset=Dataset.from_dict({"prompt": prompts}),
     )
     capture.parameters = lambda: [(f"{a}.{name}", p) for a in range(n)
@@ -226,22 +228,59 @@ def test_one_agent_magrpo_equals_grpo_with_gradient_accumulation(model_dir, tmp_
     check_one_agent(model_dir, tmp_path, loss_type, PROMPTS_GA, ga=2)
 
 
-@pytest.mark.parametrize(("loss_type", "ga"), [("grpo", 1), ("dapo", 1), ("dapo", 2)])
-def test_two_agents_sum_one_agent_losses(model_dir, tmp_path, loss_type, ga):
+@pytest.mark.parametrize(("loss_type", "ga", "mu"), [("grpo", 1, 1), ("dapo", 1, 1), ("dapo", 2, 1), ("grpo", 1, 2)])
+def test_two_agents_sum_one_agent_losses(model_dir, tmp_path, loss_type, ga, mu):
     # Agent 0 plays the scripted completions, agent 1 the same with every digit shifted; the team reward reads agent
     # 0's completions. So each agent's advantages are GRPO's for the matching one-agent run (agent 1's with the
     # reward undone through the shift), the team loss is the sum of the two one-agent losses, and each agent's
     # gradient is its one-agent gradient (a swapped agent or a mis-scaled loss would show here).
     warnings.filterwarnings("ignore")
+    # With mu = num_iterations = 2 the check is on the second step over the same rollout (each agent's own old
+    # log-probs in its importance ratio).
     prompts = PROMPTS_GA if ga > 1 else PROMPTS
-    grpo_0, captured_0 = run_grpo(model_dir, str(tmp_path / "grpo0"), loss_type, prompts, ga)
+    extra = dict(num_iterations=2, max_steps=2) if mu == 2 else {}
+    grpo_0, captured_0 = run_grpo(model_dir, str(tmp_path / "grpo0"), loss_type, prompts, ga, **extra)
     grpo_1, captured_1 = run_grpo(model_dir, str(tmp_path / "grpo1"), loss_type, prompts, ga,
-                                  mapping=shift_digits, reward=reward_unshifted)
+                                  mapping=shift_digits, reward=reward_unshifted, **extra)
     magrpo, capture = run_magrpo(model_dir, str(tmp_path / "magrpo"), loss_type, prompts, ga,
-                                 mappings=(same_text, shift_digits))
-    assert logged(magrpo, "loss") == pytest.approx(logged(grpo_0, "loss") + logged(grpo_1, "loss"), abs=1e-5)
+                                 mappings=(same_text, shift_digits), **extra)
+    losses = [[h["loss"] for h in t.state.log_history if "loss" in h] for t in (magrpo, grpo_0, grpo_1)]
+    assert losses[0] == pytest.approx([a + b for a, b in zip(losses[1], losses[2])], abs=1e-5)
     assert_same_gradients(capture.grads, captured_0["capture"].grads, prefix="0.")
     assert_same_gradients(capture.grads, captured_1["capture"].grads, prefix="1.")
     if ga == 1:
         assert_same_weights(magrpo, grpo_0, model_dir, agent=0)
         assert_same_weights(magrpo, grpo_1, model_dir, agent=1)
+
+
+@pytest.mark.parametrize(("mu", "loss_type", "ga"),
+                         [(2, "grpo", 1), (2, "dapo", 1), (2, "dr_grpo", 2), (1, "grpo", 1)])
+def test_one_agent_two_steps_equal_grpo(model_dir, tmp_path, mu, loss_type, ga):
+    # num_iterations=2 (GRPO's mu): one rollout, two optimizer steps on it. The second step's importance ratio is
+    # pi_theta / pi_theta_old with the log-probs kept at sampling time, so its gradients differ from a plain policy
+    # gradient; they must be TRL's, and so must the weights after both steps. With mu=1 the second step plays new
+    # rollouts; there the policy has left the reference, so the KL term's importance weight (TRL's default
+    # `use_bias_correction_kl`) shows in the gradients.
+    warnings.filterwarnings("ignore")
+    prompts = PROMPTS_GA if ga > 1 else PROMPTS
+    extra = dict(num_iterations=mu, max_steps=2, learning_rate=3e-2)
+    grpo, captured = run_grpo(model_dir, str(tmp_path / "grpo"), loss_type, prompts, ga, **extra)
+    magrpo, capture = run_magrpo(model_dir, str(tmp_path / "magrpo"), loss_type, prompts, ga, **extra)
+    assert magrpo.state.global_step == grpo.state.global_step == 2
+    if mu == 1:
+        assert_same_gradients(capture.grads, captured["capture"].grads, prefix="0.")
+        assert_same_weights(magrpo, grpo, model_dir)
+        return
+    losses = [h["loss"] for h in magrpo.state.log_history if "loss" in h]
+    theirs = [h["loss"] for h in grpo.state.log_history if "loss" in h]
+    assert losses == pytest.approx(theirs, abs=1e-5)
+    # the second step clips (its ratio is not 1), as TRL's does; a step against the detached current policy never
+    # clips. (With accumulation TRL shuffles the generation batch into other micro-batches: per-micro-batch means.)
+    clipped = [h["agent_0/clip_ratio"] for h in magrpo.state.log_history if "agent_0/clip_ratio" in h]
+    region = [v for h in grpo.state.log_history for k, v in h.items() if k == "clip_ratio/region_mean"]
+    assert clipped[0] == 0 and clipped[1] > 0
+    if ga == 1:
+        assert clipped == pytest.approx(region, abs=1e-6)
+    assert_same_gradients(capture.grads, captured["capture"].grads, prefix="0.")
+    if ga == 1:
+        assert_same_weights(magrpo, grpo, model_dir)

@@ -1,4 +1,8 @@
-"""The CoMLRL family as MAGRPO presets: MAREINFORCE (raw return), MARLOO (leave-one-out), MAReMax (max baseline)."""
+"""The CoMLRL family as MAGRPO presets (MAREINFORCE, MARLOO, MAReMax) and GRPO's settings on MAGRPO.
+
+MAREINFORCE: the raw return, MARLOO: leave-one-out, MAReMax: max baseline. The GRPO settings' equivalence with TRL's
+GRPOTrainer is in `test_grpo_equivalence.py`; here what a team does with them.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ from trl_marl import MAGRPOConfig, MAGRPOTrainer, MAREINFORCEConfig, MAReMaxConf
 from trl_marl.envs import TargetSumEnv
 from trl_marl.rewards.arithmetic import TargetSumReward
 from trl_marl.toy import make_toy_model
+from trl_marl.trainers.magrpo_steps import BlockRepeatSampler
 
 warnings.filterwarnings("ignore")
 TARGET = 10
@@ -74,3 +79,39 @@ def test_mareinforce_learns_to_coordinate(model_dir, tmp_path):
     trainer.train()
     rewards = [h["reward"] for h in trainer.state.log_history if "reward" in h]
     assert sum(rewards[-5:]) / 5 > sum(rewards[:5]) / 5 + 0.2, rewards
+
+
+def test_block_repeat_sampler():
+    # blocks [0, 1], [2, 3], [4] each twice: what num_iterations=2 reads for generations of two rows
+    assert list(BlockRepeatSampler(range(5), block_size=2, repeat=2)) == [0, 1, 0, 1, 2, 3, 2, 3, 4, 4]
+    assert len(BlockRepeatSampler(range(5), block_size=2, repeat=3)) == 15
+    assert list(BlockRepeatSampler([3, 1], block_size=4, repeat=1)) == [3, 1]
+
+
+@pytest.mark.parametrize("mu", [1, 3])
+def test_num_iterations_reuses_each_rollout(model_dir, tmp_path, mu):
+    # 4 rows, one episode per step: an epoch is 4 rollouts; with mu = 3 each rollout serves 3 optimizer steps in a
+    # row (12 steps in the epoch, as TRL counts), over every row once, and the policy moves on each step.
+    rows = Dataset.from_dict({"target": [TARGET] * 4, "id": list(range(4))})
+    trainer = MAGRPOTrainer(model=model_dir, reward_funcs=TargetSumReward(0.5), env=TargetSumEnv(2),
+                            args=MAGRPOConfig(**kwargs(tmp_path, per_device_train_batch_size=8, max_steps=-1,
+                                                       num_train_epochs=1, num_iterations=mu)),
+                            train_dataset=rows)
+    played, steps = [], []
+    original = trainer.rollout.run
+
+    def run(batch, **kw):
+        played.append([row["id"] for row in batch])
+        steps.append(trainer.state.global_step)
+        return original(batch, **kw)
+
+    trainer.rollout.run = run
+    trainer.train()
+    assert trainer.state.global_step == 4 * mu
+    assert steps == [k * mu for k in range(4)]
+    assert sorted(i for ids in played for i in ids) == [0, 1, 2, 3]
+    clip = [h["agent_0/clip_ratio"] for h in trainer.state.log_history if "agent_0/clip_ratio" in h]
+    if mu == 1:
+        assert max(clip) == 0  # the ratio against the detached current policy is 1
+    else:
+        assert max(clip) > 0  # later passes over a rollout are off-policy: the importance ratio moves and clips

@@ -13,6 +13,7 @@ two papers this package implements, and of the works they build on:
 | GRPO (`scale_rewards="batch"`) | advantages scaled by the batch's std | `batch_scaled_advantages` |
 | PPO (arXiv 1707.06347, Eq. 7), GRPO Eq. 3, GSPO Eq. 7 | clipped surrogate per token | `clipped_surrogate` |
 | GRPO Eq. 3, Dr. GRPO Eq. 3, DAPO Eq. 8 | token aggregation of the loss (`loss_type`) | `aggregate_token_loss` |
+| GRPO Eq. 3, GSPO Eq. 7 | importance ratio pi / pi_old per token or sequence (log) | `log_importance_weights` |
 | GRPO Eq. 4 (Schulman 2020) | k3 KL estimator | `k3_kl` |
 | Schulman 2020 | k1 KL estimator | `k1_kl` |
 | MAPoRL (arXiv 2502.18439), Definition 1 | influence-aware verification reward | `influence_aware_reward` |
@@ -58,6 +59,7 @@ from .losses import (
     entropy_from_logits,
     k1_kl,
     k3_kl,
+    log_importance_weights,
     selective_log_softmax,
 )
 from .maporl import (
@@ -97,6 +99,7 @@ __all__ = [
     "batch_scaled_advantages",
     "classic_kl_penalty",
     "clipped_surrogate",
+    "log_importance_weights",
     "clipped_value_loss",
     "collaboration_incentives",
     "completion_mask_from_eos",

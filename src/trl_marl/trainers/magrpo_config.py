@@ -18,7 +18,7 @@ HONOURED_GRPO_FIELDS = frozenset({
     "importance_sampling_level", "reward_weights", "scale_rewards", "loss_type", "mask_truncated_completions",
     "log_completions", "num_completions_to_print", "learning_rate", "logging_steps", "gradient_checkpointing", "bf16",
     "lr_scheduler_kwargs", "use_liger_kernel", "torch_empty_cache_steps", "num_iterations", "cache_implementation",
-    "trust_remote_code",
+    "trust_remote_code", "use_bias_correction_kl",
     # fields that only matter with vLLM, which is refused as a whole through `use_vllm`
     "vllm_mode", "vllm_model_impl", "vllm_enable_sleep_mode", "vllm_structured_outputs_regex", "vllm_server_base_url",
     "vllm_server_host", "vllm_server_port", "vllm_server_timeout", "vllm_group_port", "vllm_gpu_memory_utilization",
@@ -45,8 +45,14 @@ class MAGRPOConfig(GRPOConfig):
     r"""Configuration of [`MAGRPOTrainer`]: Multi-Agent Group Relative Policy Optimization (arXiv 2508.04652).
 
     It subclasses `trl.GRPOConfig`, so every GRPO field keeps its name and meaning, and adds the multi-agent and
-    multi-turn fields below. A GRPO field that MAGRPO does not implement (vLLM generation, `num_iterations > 1`,
-    entropy bonuses, ...) raises an error when set, instead of being ignored.
+    multi-turn fields below. A GRPO field that MAGRPO does not implement (vLLM generation, entropy bonuses, ...)
+    raises an error when set, instead of being ignored.
+
+    `num_iterations` (GRPO's mu) works as in GRPO: each rollout is used for `num_iterations` optimizer steps in a
+    row; every agent's per-token log-probs at sampling time are kept and the clipped surrogate takes the importance
+    ratio pi_theta / pi_theta_old against them (with `num_iterations=1` no extra forward pass is made: the ratio is
+    1 and its gradient is the policy gradient). The sampler hands out each generation's rows `num_iterations`
+    times, so an epoch still plays every row once, as in TRL.
 
     Batch sizes follow GRPO: `per_device_train_batch_size` counts completions *per agent* per micro-step at turn 1
     and must be a multiple of `num_generations`; each micro-step trains on `per_device_train_batch_size //
@@ -210,6 +216,7 @@ class MAGRPOConfig(GRPOConfig):
         super().__post_init__()
         if self.num_agents < 1:
             raise ValueError(f"`num_agents` must be >= 1, got {self.num_agents}.")
+        check_positive(self, "num_iterations", "the optimizer steps taken on each rollout (GRPO's mu)")
         if self.num_turns < 1:
             raise ValueError(f"`num_turns` must be >= 1, got {self.num_turns}.")
         if self.joint_mode not in JOINT_MODES:
@@ -266,8 +273,6 @@ class MAGRPOConfig(GRPOConfig):
             problems.append(f"loss_type={self.loss_type!r} (supported: {SUPPORTED_LOSS_TYPES})")
         if self.use_vllm:
             problems.append("use_vllm=True (MAGRPO generates with the team's batched `generate`)")
-        if self.num_iterations != 1:
-            problems.append(f"num_iterations={self.num_iterations} (MAGRPO takes one update per rollout)")
         if self.steps_per_generation != self.gradient_accumulation_steps:
             problems.append(
                 f"steps_per_generation={self.steps_per_generation} (MAGRPO generates once per optimizer step, so it "

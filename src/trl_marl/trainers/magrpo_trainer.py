@@ -15,7 +15,7 @@ from torch.utils.data import DataLoader
 from transformers import GenerationConfig, PreTrainedModel, TrainerCallback
 
 from .._trl_compat import TeamCheckpointMixin, TRLBaseTrainer
-from ..core import aggregate_token_loss, clipped_surrogate, k3_kl, masked_mean
+from ..core import aggregate_token_loss, clipped_surrogate, k3_kl, log_importance_weights, masked_mean
 from ..envs.base import MultiAgentEnv, PromptEnv, Transcript
 from ..rewarding import NonFiniteCounter, NonFiniteError
 from ..rollout import (
@@ -30,31 +30,10 @@ from ..team import AgentBatch, AgentTeam, pad_left, pad_right
 from ..validation import check_prompt_lengths
 from .magrpo_config import MAGRPOConfig
 from .magrpo_logging import ENTROPY_MESSAGE, ZERO_STD_MESSAGE, TrainingDiagnosticWarning, log_rollout
+from .magrpo_steps import BlockRepeatSampler, _AccumulatedRows, _MicroStep
 from .team_trainer import TeamTrainerMixin, collate_rows
 
 RewardFunc = Callable[..., Sequence[float | None]]
-
-
-class _AccumulatedRows:
-    """The dataset rows of every micro-step of one optimizer step, and (once rolled out) their micro-batches."""
-
-    def __init__(self, row_batches: list[list[dict[str, Any]]]) -> None:
-        self.row_batches = row_batches
-        self.batches: list[dict[str, Any] | None] | None = None
-
-
-class _MicroStep:
-    """Micro-step `index` of an [`_AccumulatedRows`]: what `training_step` receives from `get_batch_samples`."""
-
-    def __init__(self, group: _AccumulatedRows, index: int) -> None:
-        self.group = group
-        self.index = index
-
-    def __len__(self) -> int:
-        return len(self.group.row_batches[self.index])
-
-    def __contains__(self, key: object) -> bool:
-        return False  # no tensors by name (`Trainer.floating_point_ops` asks for "input_ids"): rows become them later
 
 
 __all__ = ["MAGRPOTrainer", "NonFiniteError", "TrainingDiagnosticWarning"]
@@ -228,6 +207,7 @@ class MAGRPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer):
         self._warned: set[str] = set()
         self._step_flat_fraction = 0.0
         self._step_entropy: dict[int, list[float]] = defaultdict(lambda: [0.0, 0.0])  # agent -> [sum, tokens]
+        self._generation: _AccumulatedRows | None = None  # the rows and rollout reused by num_iterations > 1
         self.last_rollout: Rollout | None = None
         self.last_advantages: list[torch.Tensor] = []
 
@@ -270,8 +250,13 @@ class MAGRPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer):
 
     def get_train_dataloader(self) -> DataLoader:
         """Batches of raw dataset rows: each micro-step plays one episode tree per row."""
-        return self.rows_dataloader(self._episodes_per_step(), shuffle=self.args.shuffle_dataset,
-                                    drop_last=self.args.dataloader_drop_last)
+        args = self.args
+        # num_iterations > 1: the rows of each generation come num_iterations times in a row (BlockRepeatSampler)
+        block = self._episodes_per_step() * args.steps_per_generation * self.accelerator.num_processes
+        return self.rows_dataloader(self._episodes_per_step(), shuffle=args.shuffle_dataset,
+                                    drop_last=args.dataloader_drop_last,
+                                    wrap_sampler=None if args.num_iterations == 1 else
+                                    lambda sampler: BlockRepeatSampler(sampler, block, args.num_iterations))
 
     # ------------------------------------------------------------------ hooks
     def compute_rewards(self, prompts: list[list[Any]], completions: list[list[str]], rows: list[dict[str, Any]],
@@ -323,8 +308,11 @@ class MAGRPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer):
                 row_batches.append(next(epoch_iterator))
             except StopIteration:
                 break
-        group = _AccumulatedRows(row_batches)
-        return [_MicroStep(group, i) for i in range(len(row_batches))], None
+        reuse = self._generation  # num_iterations > 1: the sampler repeated these rows; reuse their rollout
+        if (self.args.num_iterations == 1 or reuse is None or self.state.global_step % self.args.num_iterations == 0
+                or len(reuse.row_batches) != len(row_batches)):
+            reuse = self._generation = _AccumulatedRows(row_batches)
+        return [_MicroStep(reuse, i) for i in range(len(row_batches))], None
 
     def training_step(self, model: torch.nn.Module, inputs: Any, num_items_in_batch: Any = None) -> torch.Tensor:
         """Take the MAGRPO loss on one micro-batch; its first micro-step plays the episodes of the whole step.
@@ -338,7 +326,8 @@ class MAGRPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer):
             if group.batches is None:
                 group.batches = self._make_batches(group.row_batches, mode="train")
             batch = group.batches[inputs.index]
-            group.batches[inputs.index] = None  # free the micro-batch once used
+            if self.args.num_iterations == 1:
+                group.batches[inputs.index] = None  # free the micro-batch once used
             last = inputs.index == len(group.row_batches) - 1
         else:
             batch = self._make_batch(inputs, mode="train")
@@ -433,8 +422,13 @@ class MAGRPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer):
             if self.args.beta != 0.0:
                 ref_logps = [None if a in self.team.frozen else self.team.reference_logps(a, batches[a])
                              for a in range(n)]
-            # one update per rollout: the ratio's denominator is the detached current policy (old_logps None)
-            micro_batches.append({"batches": batches, "advantages": advantages, "old_logps": None,
+            # one update per rollout: the ratio's denominator is the detached current policy (old_logps None, no
+            # extra forward); num_iterations > 1 keeps each agent's log-probs at sampling time for the later passes
+            old_logps = None
+            if self.args.num_iterations > 1 and mode == "train":
+                old_logps = [None if a in self.team.frozen else self.team.policy_logps(a, batches[a])
+                             for a in range(n)]
+            micro_batches.append({"batches": batches, "advantages": advantages, "old_logps": old_logps,
                                   "ref_logps": ref_logps, "turn_of_sample": turn_of_sample})
             all_batches.append(batches)
             all_advantages.append(advantages)
@@ -494,8 +488,9 @@ class MAGRPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer):
 
         The default is GRPO's: the clipped surrogate of `logps` against the detached current policy (or
         `inputs["old_logps"][a]`) with `inputs["advantages"][a]`, plus `beta` times the k3 KL to
-        `inputs["ref_logps"][a]`, aggregated over the tokens by `loss_type` (the trainer then divides by the
-        accumulation steps, except for `dapo`).
+        `inputs["ref_logps"][a]` (times the importance ratio with `use_bias_correction_kl`, TRL's default),
+        aggregated over the tokens by `loss_type` (the trainer then divides by the accumulation steps, except for
+        `dapo`).
 
         Args:
             agent_index: The agent.
@@ -517,6 +512,8 @@ class MAGRPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer):
         kl = None
         if args.beta != 0.0:
             kl = k3_kl(logps, inputs["ref_logps"][agent_index])
+            if args.use_bias_correction_kl:  # TRL's default: kl * rho (rho's gradient acts even where rho = 1)
+                kl = kl * torch.exp(log_importance_weights(logps, old, args.importance_sampling_level, mask))
             per_token_loss = per_token_loss + args.beta * kl
         # dapo: `num_items` counts the tokens of every micro-batch of the step on every process; gradients are
         # averaged over processes, hence the division by their number (and none by the accumulation steps)
