@@ -182,12 +182,13 @@ def assert_same_gradients(ours: dict[str, torch.Tensor], theirs: dict[str, torch
         torch.testing.assert_close(ours[prefix + name], grad, atol=1e-6, rtol=1e-4, msg=lambda m, n=name: f"{n}: {m}")
 
 
-def assert_same_weights(magrpo: MAGRPOTrainer, grpo: GRPOTrainer, model_dir: str, agent: int = 0) -> None:
+def assert_same_weights(magrpo: MAGRPOTrainer, grpo: GRPOTrainer, model_dir: str, agent: int = 0,
+                        atol: float = 1e-5) -> None:
     initial = AutoModelForCausalLM.from_pretrained(model_dir).state_dict()
     theirs = dict(grpo.model.named_parameters())
     moved = 0.0
     for name, param in magrpo.team.policy(agent).named_parameters():
-        torch.testing.assert_close(param.detach(), theirs[name].detach(), atol=1e-5, rtol=0)
+        torch.testing.assert_close(param.detach(), theirs[name].detach(), atol=atol, rtol=0)
         moved = max(moved, float((param.detach() - initial[name]).abs().max()))
     assert moved > 1e-4  # the step really changed the weights
 
@@ -284,3 +285,30 @@ def test_one_agent_two_steps_equal_grpo(model_dir, tmp_path, mu, loss_type, ga):
     assert_same_gradients(capture.grads, captured["capture"].grads, prefix="0.")
     if ga == 1:
         assert_same_weights(magrpo, grpo, model_dir)
+
+
+@pytest.mark.parametrize(("spg", "mu", "ga", "loss_type"),
+                         [(2, 1, 1, "dapo"), (2, 2, 1, "grpo"), (1, 1, 2, "dapo"), (4, 1, 2, "dr_grpo")])
+def test_one_agent_steps_per_generation_equals_grpo(model_dir, tmp_path, monkeypatch, spg, mu, ga, loss_type):
+    # steps_per_generation = spg micro-batches per rollout: spg > ga spreads one rollout over several optimizer steps
+    # (from the second on, the importance ratio is against the log-probs kept at sampling time); spg < ga plays
+    # several rollouts per optimizer step. One prompt per micro-batch. TRL shuffles a generation's completions before
+    # splitting it into micro-batches, we keep whole episodes together: TRL's shuffle is turned off here so that the
+    # two trainers put the same samples in each micro-batch.
+    import trl.trainer.grpo_trainer as grpo_module
+
+    monkeypatch.setattr(grpo_module, "shuffle_sequence_dict", lambda batch: batch)
+    warnings.filterwarnings("ignore")
+    prompts = PROMPTS_GA if ga > 1 else PROMPTS
+    steps = len(prompts) * mu // ga
+    extra = dict(per_device_train_batch_size=G, steps_per_generation=spg, num_iterations=mu, max_steps=steps,
+                 learning_rate=3e-2)
+    grpo, captured = run_grpo(model_dir, str(tmp_path / "grpo"), loss_type, prompts, ga, **extra)
+    magrpo, capture = run_magrpo(model_dir, str(tmp_path / "magrpo"), loss_type, prompts, ga, **extra)
+    assert magrpo.state.global_step == grpo.state.global_step == steps
+    losses = [h["loss"] for h in magrpo.state.log_history if "loss" in h]
+    assert losses == pytest.approx([h["loss"] for h in grpo.state.log_history if "loss" in h], abs=1e-5)
+    assert_same_gradients(capture.grads, captured["capture"].grads, prefix="0.")
+    # Adam turns float-rounding noise of a ~1e-9 gradient into ~1e-5 of weight (see above); a real difference moves
+    # weights by about lr = 3e-2 per step
+    assert_same_weights(magrpo, grpo, model_dir, atol=1e-4)

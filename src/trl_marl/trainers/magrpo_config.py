@@ -56,9 +56,11 @@ class MAGRPOConfig(GRPOConfig):
 
     Batch sizes follow GRPO: `per_device_train_batch_size` counts completions *per agent* per micro-step at turn 1
     and must be a multiple of `num_generations`; each micro-step trains on `per_device_train_batch_size //
-    num_generations` episodes. As in GRPO (`steps_per_generation = gradient_accumulation_steps`), the episodes of
-    all micro-steps of one optimizer step are played together at its first micro-step, so `loss_type="dapo"`
-    divides by the completion tokens of the whole accumulated batch.
+    num_generations` episodes. As in GRPO, the episodes of `steps_per_generation` micro-steps (by default
+    `gradient_accumulation_steps`: one optimizer step) are played together in one rollout at the first of them, and
+    `loss_type="dapo"` divides by that rollout's completion tokens rescaled to one accumulation window. With
+    `steps_per_generation > gradient_accumulation_steps` a rollout serves several optimizer steps (the later ones
+    with the importance ratio against the log-probs kept at sampling time); with fewer, a step plays several.
 
     Parameters that differ from GRPO or are new:
         num_agents (`int`, defaults to `2`): Number of agents in the team.
@@ -273,11 +275,6 @@ class MAGRPOConfig(GRPOConfig):
             problems.append(f"loss_type={self.loss_type!r} (supported: {SUPPORTED_LOSS_TYPES})")
         if self.use_vllm:
             problems.append("use_vllm=True (MAGRPO generates with the team's batched `generate`)")
-        if self.steps_per_generation != self.gradient_accumulation_steps:
-            problems.append(
-                f"steps_per_generation={self.steps_per_generation} (MAGRPO generates once per optimizer step, so it "
-                f"must equal gradient_accumulation_steps={self.gradient_accumulation_steps})"
-            )
         if self.multi_objective_aggregation != "sum_then_normalize":
             problems.append(f"multi_objective_aggregation={self.multi_objective_aggregation!r}")
         defaults = {f.name: f.default for f in fields(GRPOConfig)}

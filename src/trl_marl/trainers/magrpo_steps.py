@@ -6,6 +6,7 @@ ratio's denominator being the log-probs the policy gave the completions when the
 the prompts of one generation mu times over, so that an epoch still plays every prompt once. The same here:
 
 - [`BlockRepeatSampler`] yields each block of indices (the rows of one generation) `repeat` times;
+- [`GenerationSchedule`] turns the data loader's micro-batches of rows into micro-steps of generations;
 - [`_AccumulatedRows`] holds the rows of one generation and, once rolled out, its micro-batches; the trainer keeps it
   for the mu optimizer steps that reuse it;
 - [`_MicroStep`] is what `training_step` receives for one micro-step.
@@ -18,7 +19,7 @@ from typing import Any
 
 from torch.utils.data import Sampler
 
-__all__ = ["BlockRepeatSampler"]
+__all__ = ["BlockRepeatSampler", "GenerationSchedule"]
 
 
 class BlockRepeatSampler(Sampler[int]):
@@ -72,9 +73,69 @@ class _MicroStep:
     def __init__(self, group: _AccumulatedRows, index: int) -> None:
         self.group = group
         self.index = index
+        self.last = False  # the last micro-step of its optimizer step
 
     def __len__(self) -> int:
         return len(self.group.row_batches[self.index])
 
     def __contains__(self, key: object) -> bool:
         return False  # no tensors by name (`Trainer.floating_point_ops` asks for "input_ids"): rows become them later
+
+
+class GenerationSchedule:
+    """Which generation, and which micro-batch of it, each micro-step trains on (TRL GRPO's generation batches).
+
+    A generation is `steps_per_generation` micro-batches of rows, played in one rollout at its first micro-step, so
+    that the token count `loss_type="dapo"` divides by is known before the first backward; with `num_iterations =
+    mu` its micro-batches are taken mu times over (the sampler repeated its rows mu times: the repeats are read and
+    dropped). A generation may span several optimizer steps (`steps_per_generation > gradient_accumulation_steps`:
+    its rows are read ahead) or one optimizer step may hold several generations. TRL shuffles the completions of a
+    generation before splitting them into micro-batches; here a micro-batch keeps whole episodes (every agent's
+    samples of its rows), which only changes which samples share a micro-batch.
+
+    Example:
+
+    ```python
+    >>> schedule = GenerationSchedule(steps_per_generation=2, num_iterations=2)
+    >>> loader = iter([["a"], ["b"], ["a"], ["b"], ["c"], ["d"], ["c"], ["d"]])  # BlockRepeatSampler's order
+    >>> [(s.group.row_batches, s.index) for s in schedule.micro_steps(loader, 3)]
+    [([['a'], ['b']], 0), ([['a'], ['b']], 1), ([['a'], ['b']], 0)]
+    ```
+    """
+
+    def __init__(self, steps_per_generation: int, num_iterations: int) -> None:
+        self.steps_per_generation = steps_per_generation
+        self.num_iterations = num_iterations
+        self.generation: _AccumulatedRows | None = None
+        self.cursor = 0  # the next micro-batch of the generation
+        self.passes_left = 0  # passes over the generation still to come after this one
+
+    def micro_steps(self, epoch_iterator: Iterator[Any], num_batches: int) -> list[_MicroStep]:
+        """The next `num_batches` micro-steps (fewer at the end of the data); the last one is marked `last`."""
+        steps: list[_MicroStep] = []
+        for _ in range(num_batches):
+            group = self.generation
+            if group is None or (self.cursor == len(group.row_batches) and self.passes_left == 0):
+                row_batches = []
+                for _ in range(self.steps_per_generation):  # the rows of a whole generation, read ahead
+                    try:
+                        row_batches.append(next(epoch_iterator))
+                    except StopIteration:
+                        break
+                if not row_batches:
+                    break
+                group = self.generation = _AccumulatedRows(row_batches)
+                self.cursor, self.passes_left = 0, self.num_iterations - 1
+            else:
+                if self.cursor == len(group.row_batches):  # another pass over the same generation
+                    self.cursor, self.passes_left = 0, self.passes_left - 1
+                if self.passes_left < self.num_iterations - 1:
+                    try:
+                        next(epoch_iterator)  # the sampler's repeat of this micro-batch's rows
+                    except StopIteration:
+                        break
+            steps.append(_MicroStep(group, self.cursor))
+            self.cursor += 1
+        if steps:
+            steps[-1].last = True
+        return steps

@@ -30,7 +30,7 @@ from ..team import AgentBatch, AgentTeam, pad_left, pad_right
 from ..validation import check_prompt_lengths
 from .magrpo_config import MAGRPOConfig
 from .magrpo_logging import ENTROPY_MESSAGE, ZERO_STD_MESSAGE, TrainingDiagnosticWarning, log_rollout
-from .magrpo_steps import BlockRepeatSampler, _AccumulatedRows, _MicroStep
+from .magrpo_steps import BlockRepeatSampler, GenerationSchedule, _MicroStep
 from .team_trainer import TeamTrainerMixin, collate_rows
 
 RewardFunc = Callable[..., Sequence[float | None]]
@@ -207,7 +207,7 @@ class MAGRPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer):
         self._warned: set[str] = set()
         self._step_flat_fraction = 0.0
         self._step_entropy: dict[int, list[float]] = defaultdict(lambda: [0.0, 0.0])  # agent -> [sum, tokens]
-        self._generation: _AccumulatedRows | None = None  # the rows and rollout reused by num_iterations > 1
+        self._schedule = GenerationSchedule(args.steps_per_generation, args.num_iterations)
         self.last_rollout: Rollout | None = None
         self.last_advantages: list[torch.Tensor] = []
 
@@ -294,28 +294,14 @@ class MAGRPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer):
 
     # ------------------------------------------------------------------ training step
     def get_batch_samples(self, epoch_iterator: Any, num_batches: int, device: Any) -> tuple[list[Any], None]:
-        """The rows of the `num_batches` micro-steps of one optimizer step, to be rolled out together.
-
-        `transformers.Trainer` fetches every micro-batch of an optimizer step before the first backward; MAGRPO
-        plays all of them in one rollout at the first micro-step (TRL's generation batch of
-        `per_device_train_batch_size * steps_per_generation` completions), so that the token count of the whole
-        accumulated batch, which `loss_type="dapo"` divides by, is known before the first backward. Generation
-        happens in `training_step` (not here) so that a resumed run restores its random state first.
-        """
-        row_batches = []
-        for _ in range(num_batches):
-            try:
-                row_batches.append(next(epoch_iterator))
-            except StopIteration:
-                break
-        reuse = self._generation  # num_iterations > 1: the sampler repeated these rows; reuse their rollout
-        if (self.args.num_iterations == 1 or reuse is None or self.state.global_step % self.args.num_iterations == 0
-                or len(reuse.row_batches) != len(row_batches)):
-            reuse = self._generation = _AccumulatedRows(row_batches)
-        return [_MicroStep(reuse, i) for i in range(len(row_batches))], None
+        """The micro-steps of one optimizer step, each in a generation played at its first micro-step (as TRL's
+        GRPO: `steps_per_generation` micro-batches per generation, taken `num_iterations` times over; see
+        [`GenerationSchedule`]). Generation happens in `training_step`, so that a resumed run restores its random
+        state first."""
+        return self._schedule.micro_steps(epoch_iterator, num_batches), None
 
     def training_step(self, model: torch.nn.Module, inputs: Any, num_items_in_batch: Any = None) -> torch.Tensor:
-        """Take the MAGRPO loss on one micro-batch; its first micro-step plays the episodes of the whole step.
+        """Take the MAGRPO loss on one micro-batch; a generation's first micro-step plays its episodes.
 
         `inputs` is a [`_MicroStep`] from `get_batch_samples`, or a plain list of dataset rows (then played as a
         step of its own).
@@ -328,7 +314,7 @@ class MAGRPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer):
             batch = group.batches[inputs.index]
             if self.args.num_iterations == 1:
                 group.batches[inputs.index] = None  # free the micro-batch once used
-            last = inputs.index == len(group.row_batches) - 1
+            last = inputs.last
         else:
             batch = self._make_batch(inputs, mode="train")
         loss = super().training_step(model, batch, num_items_in_batch)
@@ -380,6 +366,7 @@ class MAGRPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer):
         across processes (the normalizer of `loss_type="dapo"`).
         """
         device = self.accelerator.device
+        args, mu = self.args, self.args.num_iterations
         rows = [row for batch in row_batches for row in batch]
         rollout = self.rollout.run(rows, trainer_state=self.state)
         self.team_reward.require_some_score([t.rewards_per_func for t in rollout.turns], rollout.nonfinite_rewards)
@@ -422,10 +409,11 @@ class MAGRPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer):
             if self.args.beta != 0.0:
                 ref_logps = [None if a in self.team.frozen else self.team.reference_logps(a, batches[a])
                              for a in range(n)]
-            # one update per rollout: the ratio's denominator is the detached current policy (old_logps None, no
-            # extra forward); num_iterations > 1 keeps each agent's log-probs at sampling time for the later passes
+            # as TRL: when every micro-batch of the generation is used within one optimizer step, the ratio's
+            # denominator is the detached current policy (old_logps None, no extra forward); otherwise (num_iterations
+            # > 1, or steps_per_generation > gradient_accumulation_steps) each agent's log-probs at sampling time
             old_logps = None
-            if self.args.num_iterations > 1 and mode == "train":
+            if mode == "train" and args.gradient_accumulation_steps % (args.steps_per_generation * mu) != 0:
                 old_logps = [None if a in self.team.frozen else self.team.policy_logps(a, batches[a])
                              for a in range(n)]
             micro_batches.append({"batches": batches, "advantages": advantages, "old_logps": old_logps,
@@ -434,10 +422,11 @@ class MAGRPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer):
             all_advantages.append(advantages)
             all_turns.append(turn_of_sample)
         # dapo divides by the completion tokens of the whole step: every micro-batch, every process
-        num_items = []
+        num_items = []  # as TRL: the generation's tokens, rescaled to one accumulation window
+        window = args.gradient_accumulation_steps / args.steps_per_generation if mode == "train" else 1.0
         for a in range(n):
             count = sum(batches[a].completion_mask.sum() for batches in all_batches).to(device)
-            num_items.append(self.accelerator.gather(count).sum())
+            num_items.append(self.accelerator.gather(count).sum() * window)
         for micro in micro_batches:
             micro["num_items"] = num_items
         self.last_advantages = [torch.cat([adv[a] for adv in all_advantages]) for a in range(n)]
