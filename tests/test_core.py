@@ -17,6 +17,7 @@ from trl_marl.core import (
     early_stop_returns,
     entropy_from_logits,
     group_relative_advantages,
+    high_entropy_mask,
     joint_action_indices,
     k1_kl,
     k3_kl,
@@ -474,3 +475,17 @@ def test_log_importance_weights_token_and_sequence():
     with pytest.raises(ValueError, match="importance_sampling_level"):
         log_importance_weights(logps, old, "word")
 
+
+
+def test_high_entropy_mask():
+    entropies = torch.tensor([[0.1, 0.5, 0.9, 0.3], [2.0, 0.0, 0.0, 0.0]])
+    mask = torch.tensor([[1, 1, 1, 1], [0, 0, 0, 0]])
+    # pool [0.1, 0.5, 0.9, 0.3]: the median by linear interpolation is 0.4 -> keep 0.5 and 0.9; padding never kept
+    out = high_entropy_mask(entropies, mask, 0.5)
+    assert out.tolist() == [[False, True, True, False], [False, False, False, False]]
+    # top 100%: every completion token; a pool from elsewhere (e.g. every process) sets the threshold
+    assert high_entropy_mask(entropies, mask, 1.0).tolist()[0] == [True] * 4
+    # pool [0, 0.4]: threshold 0.2 -> 0.5, 0.9 and 0.3 are kept
+    assert high_entropy_mask(entropies, mask, 0.5, pool=torch.tensor([0.0, 0.4])).tolist()[0] == [False, True, True,
+                                                                                                   True]
+    assert not high_entropy_mask(entropies, torch.zeros_like(mask), 0.5).any()

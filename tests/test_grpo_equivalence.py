@@ -312,3 +312,18 @@ def test_one_agent_steps_per_generation_equals_grpo(model_dir, tmp_path, monkeyp
     # Adam turns float-rounding noise of a ~1e-9 gradient into ~1e-5 of weight (see above); a real difference moves
     # weights by about lr = 3e-2 per step
     assert_same_weights(magrpo, grpo, model_dir, atol=1e-4)
+
+
+@pytest.mark.parametrize("importance_sampling_level", ["token", "sequence"])
+def test_one_agent_top_entropy_quantile_equals_grpo(model_dir, tmp_path, importance_sampling_level):
+    # the policy gradient only on the 40% highest-entropy completion tokens: TRL's gradients and weights
+    warnings.filterwarnings("ignore")
+    extra = dict(top_entropy_quantile=0.4, importance_sampling_level=importance_sampling_level)
+    grpo, captured = run_grpo(model_dir, str(tmp_path / "grpo"), "grpo", **extra)
+    magrpo, capture = run_magrpo(model_dir, str(tmp_path / "magrpo"), "grpo", **extra)
+    plain, plain_capture = run_magrpo(model_dir, str(tmp_path / "plain"), "grpo")
+    assert logged(magrpo, "loss") == pytest.approx(logged(grpo, "loss"), abs=1e-5)
+    assert_same_gradients(capture.grads, captured["capture"].grads, prefix="0.")
+    assert_same_weights(magrpo, grpo, model_dir, atol=1e-4)  # Adam and ~1e-9 gradients: see the test above
+    # and the mask matters: the gradient without it is another
+    assert max(float((plain_capture.grads[k] - g).abs().max()) for k, g in capture.grads.items()) > 1e-3

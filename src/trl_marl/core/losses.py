@@ -26,6 +26,7 @@ __all__ = [
     "SUPPORTED_LOSS_TYPES",
     "aggregate_token_loss",
     "clipped_surrogate",
+    "high_entropy_mask",
     "log_importance_weights",
     "completion_mask_from_eos",
     "entropy_from_logits",
@@ -150,6 +151,33 @@ def k1_kl(logps: Tensor, ref_logps: Tensor) -> Tensor:
 # ----------------------------------------------------------------------------------------------------------------
 # Clipped surrogate
 # ----------------------------------------------------------------------------------------------------------------
+def high_entropy_mask(entropies: Tensor, mask: Tensor, top_quantile: float, pool: Tensor | None = None) -> Tensor:
+    """Tokens among the ``top_quantile`` fraction of highest entropy (Wang et al., "Beyond the 80/20 rule",
+    arXiv 2506.01939; TRL's ``top_entropy_quantile``): the policy gradient is kept only on them.
+
+    ``tau = quantile(pool, 1 - top_quantile)`` (linear interpolation, ``torch.quantile``) over the entropies of the
+    completion tokens ``pool`` (default: those of ``entropies`` where ``mask`` is set); a token is kept when
+    ``H_t >= tau`` and it is a completion token. With entropies ``[0.1, 0.5, 0.9, 0.3]`` and ``top_quantile=0.5``,
+    ``tau = 0.4`` and the mask is ``[F, T, T, F]``.
+
+    Args:
+        entropies: Per-token entropies ``(B, T)``.
+        mask: Completion mask ``(B, T)``.
+        top_quantile: Fraction of tokens kept, in ``(0, 1]``.
+        pool: The entropies the threshold is taken over (e.g. gathered from every process); default the masked
+            entries of ``entropies``.
+
+    Returns:
+        Bool mask ``(B, T)``; all ``False`` when the pool is empty.
+    """
+    mask = mask.to(torch.bool)
+    pool = entropies[mask] if pool is None else pool
+    if pool.numel() == 0:
+        return torch.zeros_like(mask)
+    threshold = torch.quantile(pool.float(), 1.0 - top_quantile)
+    return (entropies * mask >= threshold) & mask
+
+
 def log_importance_weights(
     logps: Tensor, old_logps: Tensor, importance_sampling_level: str = "token", mask: Tensor | None = None
 ) -> Tensor:

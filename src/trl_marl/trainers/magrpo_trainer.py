@@ -15,7 +15,14 @@ from torch.utils.data import DataLoader
 from transformers import GenerationConfig, PreTrainedModel, TrainerCallback
 
 from .._trl_compat import TeamCheckpointMixin, TRLBaseTrainer
-from ..core import aggregate_token_loss, clipped_surrogate, k3_kl, log_importance_weights, masked_mean
+from ..core import (
+    aggregate_token_loss,
+    clipped_surrogate,
+    high_entropy_mask,
+    k3_kl,
+    log_importance_weights,
+    masked_mean,
+)
 from ..envs.base import MultiAgentEnv, PromptEnv, Transcript
 from ..rewarding import NonFiniteCounter, NonFiniteError
 from ..rollout import (
@@ -442,6 +449,7 @@ class MAGRPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer):
         mode = "train" if self.model.training else "eval"
         frozen = self.team.frozen
         results = model([None if a in frozen else b for a, b in enumerate(inputs["batches"])], compute_entropy=True)
+        inputs["entropy"] = [None if r is None else r[1] for r in results]
         total: torch.Tensor | None = None
         metrics = self._metrics[mode]
         for a, result in enumerate(results):
@@ -485,7 +493,7 @@ class MAGRPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer):
             agent_index: The agent.
             logps: `(B, L)` per-token log-probs of its completions under its current policy (with gradients).
             inputs: The micro-batch from `_make_batch`: `batches[a]` (an `AgentBatch`), `advantages[a]`,
-                `old_logps`, `ref_logps`, `num_items`, `turn_of_sample[a]`.
+                `old_logps`, `ref_logps`, `num_items`, `turn_of_sample[a]`, and `entropy[a]` (per-token entropies).
 
         Returns:
             `(loss, kl, clipped)`: the scalar loss, the per-token KL (`None` without one, for logging) and the
@@ -498,6 +506,13 @@ class MAGRPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer):
             logps, old, inputs["advantages"][agent_index], epsilon_low=args.epsilon, epsilon_high=args.epsilon_high,
             delta=args.delta, importance_sampling_level=args.importance_sampling_level, mask=mask,
         )
+        if args.top_entropy_quantile < 1.0:  # the policy gradient only on this agent's high-entropy tokens
+            entropy, pool = inputs["entropy"][agent_index], None
+            if self.accelerator.num_processes > 1:  # the threshold over every process's tokens, as TRL's
+                pool = self.accelerator.pad_across_processes(entropy[mask.bool()].float(), dim=0, pad_index=-1.0)
+                pool = self.accelerator.gather(pool)
+                pool = pool[pool >= 0]
+            per_token_loss = per_token_loss * high_entropy_mask(entropy, mask, args.top_entropy_quantile, pool)
         kl = None
         if args.beta != 0.0:
             kl = k3_kl(logps, inputs["ref_logps"][agent_index])
