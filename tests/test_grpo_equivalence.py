@@ -327,3 +327,20 @@ def test_one_agent_top_entropy_quantile_equals_grpo(model_dir, tmp_path, importa
     assert_same_weights(magrpo, grpo, model_dir, atol=1e-4)  # Adam and ~1e-9 gradients: see the test above
     # and the mask matters: the gradient without it is another
     assert max(float((plain_capture.grads[k] - g).abs().max()) for k, g in capture.grads.items()) > 1e-3
+
+
+def test_one_agent_sync_ref_model_equals_grpo(model_dir, tmp_path):
+    # TR-DPO's reference sync: after step 1 the reference moves half-way to the policy (alpha 0.5), so step 2's KL
+    # and its gradients depend on it; they must be TRL's.
+    warnings.filterwarnings("ignore")
+    extra = dict(sync_ref_model=True, ref_model_sync_steps=1, ref_model_mixup_alpha=0.5, max_steps=2,
+                 learning_rate=3e-2)
+    grpo, captured = run_grpo(model_dir, str(tmp_path / "grpo"), "grpo", **extra)
+    magrpo, capture = run_magrpo(model_dir, str(tmp_path / "magrpo"), "grpo", **extra)
+    kls = [h["agent_0/kl"] for h in magrpo.state.log_history if "agent_0/kl" in h]
+    assert kls == pytest.approx([h["kl"] for h in grpo.state.log_history if "kl" in h], abs=1e-5)
+    assert_same_gradients(capture.grads, captured["capture"].grads, prefix="0.")
+    assert_same_weights(magrpo, grpo, model_dir, atol=1e-4)
+    theirs = dict(grpo.ref_model.named_parameters())
+    for name, ref_param in magrpo.team.ref_models[0].named_parameters():
+        torch.testing.assert_close(ref_param, theirs[name])

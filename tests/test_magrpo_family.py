@@ -115,3 +115,15 @@ def test_num_iterations_reuses_each_rollout(model_dir, tmp_path, mu):
         assert max(clip) == 0  # the ratio against the detached current policy is 1
     else:
         assert max(clip) > 0  # later passes over a rollout are off-policy: the importance ratio moves and clips
+
+
+def test_sync_ref_model_needs_a_reference_copy(model_dir, tmp_path):
+    with pytest.raises(ValueError, match="beta"):
+        MAGRPOConfig(**kwargs(tmp_path, sync_ref_model=True, beta=0.0))
+    from peft import LoraConfig
+
+    lora = LoraConfig(r=2, lora_alpha=4, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM")
+    with pytest.raises(ValueError, match="adapter"):
+        MAGRPOTrainer(model=model_dir, reward_funcs=TargetSumReward(0.5), env=TargetSumEnv(2), peft_config=lora,
+                      args=MAGRPOConfig(**kwargs(tmp_path, sync_ref_model=True, beta=0.1)),
+                      train_dataset=Dataset.from_dict({"target": [TARGET] * 8}))

@@ -18,7 +18,7 @@ HONOURED_GRPO_FIELDS = frozenset({
     "importance_sampling_level", "reward_weights", "scale_rewards", "loss_type", "mask_truncated_completions",
     "log_completions", "num_completions_to_print", "learning_rate", "logging_steps", "gradient_checkpointing", "bf16",
     "lr_scheduler_kwargs", "use_liger_kernel", "torch_empty_cache_steps", "num_iterations", "cache_implementation",
-    "trust_remote_code", "use_bias_correction_kl", "top_entropy_quantile",
+    "trust_remote_code", "use_bias_correction_kl", "top_entropy_quantile", "sync_ref_model",
     # fields that only matter with vLLM, which is refused as a whole through `use_vllm`
     "vllm_mode", "vllm_model_impl", "vllm_enable_sleep_mode", "vllm_structured_outputs_regex", "vllm_server_base_url",
     "vllm_server_host", "vllm_server_port", "vllm_server_timeout", "vllm_group_port", "vllm_gpu_memory_utilization",
@@ -31,7 +31,7 @@ HONOURED_GRPO_FIELDS = frozenset({
     # entropy-bonus knobs that only act when `entropy_coef`/`use_adaptive_entropy` are set (both refused)
     "entropy_coef_min", "entropy_coef_max", "entropy_coef_delta", "entropy_target",
     # generation backends refused through their switches
-    "transformers_continuous_batching_config", "ref_model_mixup_alpha", "ref_model_sync_steps",
+    "transformers_continuous_batching_config", "ref_model_mixup_alpha", "ref_model_sync_steps",  # sync_ref_model
     "log_multimodal",
 })
 
@@ -230,6 +230,11 @@ class MAGRPOConfig(GRPOConfig):
         if self.team_mode not in (None, "adapters", "models", "shared"):
             raise ValueError(f"`team_mode` must be 'adapters', 'models', 'shared' or None, got {self.team_mode!r}.")
         check_choice(self, "prompt_length_check", PROMPT_LENGTH_CHECKS)
+        if self.sync_ref_model and self.beta == 0.0:
+            raise ValueError(
+                "`sync_ref_model=True` with `beta=0.0`: without a KL term there is no reference policy to sync. Set "
+                "`beta` > 0 or `sync_ref_model=False`."
+            )
         derived = {"none": "mean", "group": "std", "batch": "batch"}[self.scale_rewards]
         if self.advantage_mode is None:
             self.advantage_mode = derived

@@ -17,9 +17,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+import torch
 from torch.utils.data import Sampler
+from transformers import TrainerCallback
 
-__all__ = ["BlockRepeatSampler", "GenerationSchedule"]
+__all__ = ["BlockRepeatSampler", "GenerationSchedule", "ReferenceSync"]
 
 
 class BlockRepeatSampler(Sampler[int]):
@@ -139,3 +141,29 @@ class GenerationSchedule:
         if steps:
             steps[-1].last = True
         return steps
+
+
+class ReferenceSync(TrainerCallback):
+    """GRPO's `sync_ref_model` (TR-DPO, arXiv 2404.09656) for a team: every `steps` optimizer steps each frozen
+    reference copy moves toward its policy, ``theta_ref <- alpha * theta + (1 - alpha) * theta_ref``.
+
+    Args:
+        team: The [`AgentTeam`]; its `ref_models[i]` (frozen copies) follow `models[i]`.
+        steps: `ref_model_sync_steps`.
+        alpha: `ref_model_mixup_alpha`.
+    """
+
+    def __init__(self, team: Any, steps: int, alpha: float) -> None:
+        self.team = team
+        self.steps = steps
+        self.alpha = alpha
+
+    @torch.no_grad()
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if state.global_step % self.steps != 0:
+            return
+        for model, ref in zip(self.team.models, self.team.ref_models):
+            if ref is None:
+                continue
+            for ref_param, param in zip(ref.parameters(), model.parameters()):
+                ref_param.mul_(1.0 - self.alpha).add_(param.detach().to(ref_param.device), alpha=self.alpha)

@@ -37,7 +37,7 @@ from ..team import AgentBatch, AgentTeam, pad_left, pad_right
 from ..validation import check_prompt_lengths
 from .magrpo_config import MAGRPOConfig
 from .magrpo_logging import ENTROPY_MESSAGE, ZERO_STD_MESSAGE, TrainingDiagnosticWarning, log_rollout
-from .magrpo_steps import BlockRepeatSampler, GenerationSchedule, _MicroStep
+from .magrpo_steps import BlockRepeatSampler, GenerationSchedule, ReferenceSync, _MicroStep
 from .team_trainer import TeamTrainerMixin, collate_rows
 
 RewardFunc = Callable[..., Sequence[float | None]]
@@ -159,6 +159,12 @@ class MAGRPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer):
             self.disable_dropout([team])
         if args.beta != 0.0:
             team.create_reference_models()
+        if args.sync_ref_model and any(adapter is not None for adapter in team.agent_adapter):
+            raise ValueError(
+                "`sync_ref_model=True` needs a reference copy to move, but agents with a LoRA adapter take the base "
+                "model under the disabled adapter as their reference (as GRPOTrainer with PEFT, which refuses it "
+                "too). Use `sync_ref_model=False`, or a team without adapters (`team_mode='models'`)."
+            )
         funcs = list(reward_funcs) if isinstance(reward_funcs, (list, tuple)) else [reward_funcs]
         self.reward_funcs = funcs
         self.team_reward = TeamReward(funcs, args.reward_weights)
@@ -180,6 +186,8 @@ class MAGRPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer):
             optimizers=optimizers,
         )
         self.team = team
+        if args.sync_ref_model:
+            self.add_callback(ReferenceSync(team, args.ref_model_sync_steps, args.ref_model_mixup_alpha))
         # Each process must sample its own completions: seed the generators per device, as TRL's GRPOTrainer does.
         set_seed(args.seed, device_specific=True)
         # The loss is summed over agents and already scaled for gradient accumulation in `compute_loss` (divided by
