@@ -344,3 +344,18 @@ def test_one_agent_sync_ref_model_equals_grpo(model_dir, tmp_path):
     theirs = dict(grpo.ref_model.named_parameters())
     for name, ref_param in magrpo.team.ref_models[0].named_parameters():
         torch.testing.assert_close(ref_param, theirs[name])
+
+
+def test_one_agent_pad_to_multiple_of_equals_grpo(model_dir, tmp_path):
+    # padded to multiples of 8 (tensor cores), the training tensors are wider but the loss and gradients unchanged
+    warnings.filterwarnings("ignore")
+    grpo, captured = run_grpo(model_dir, str(tmp_path / "grpo"), "dapo", pad_to_multiple_of=8)
+    magrpo, capture = run_magrpo(model_dir, str(tmp_path / "magrpo"), "dapo", pad_to_multiple_of=8)
+    widths = []
+    original = magrpo.compute_agent_loss
+    magrpo.compute_agent_loss = lambda a, logps, inputs: (widths.append(logps.shape[1]), original(a, logps, inputs))[1]
+    magrpo.compute_loss(magrpo.model, magrpo._make_batch([{"prompt": p} for p in PROMPTS], mode="train"))
+    assert widths and all(w % 8 == 0 for w in widths)
+    assert logged(magrpo, "loss") == pytest.approx(logged(grpo, "loss"), abs=1e-5)
+    assert_same_gradients(capture.grads, captured["capture"].grads, prefix="0.")
+    assert_same_weights(magrpo, grpo, model_dir)

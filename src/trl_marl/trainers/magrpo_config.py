@@ -19,6 +19,7 @@ HONOURED_GRPO_FIELDS = frozenset({
     "log_completions", "num_completions_to_print", "learning_rate", "logging_steps", "gradient_checkpointing", "bf16",
     "lr_scheduler_kwargs", "use_liger_kernel", "torch_empty_cache_steps", "num_iterations", "cache_implementation",
     "trust_remote_code", "use_bias_correction_kl", "top_entropy_quantile", "sync_ref_model",
+    "pad_to_multiple_of",
     # fields that only matter with vLLM, which is refused as a whole through `use_vllm`
     "vllm_mode", "vllm_model_impl", "vllm_enable_sleep_mode", "vllm_structured_outputs_regex", "vllm_server_base_url",
     "vllm_server_host", "vllm_server_port", "vllm_server_timeout", "vllm_group_port", "vllm_gpu_memory_utilization",

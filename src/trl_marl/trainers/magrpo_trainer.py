@@ -412,8 +412,8 @@ class MAGRPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer):
                 adv = torch.cat([t.advantages[:, a, :].reshape(-1)[pick] for t, pick in zip(rollout.turns, picks)])
                 turn_index = torch.cat([torch.full((len(pick),), t.turn) for t, pick in zip(rollout.turns, picks)])
                 pad_id = self.team.tokenizers[a].pad_token_id
-                p_ids, p_mask = pad_left(prompt_ids, pad_id)
-                c_ids, c_mask = pad_right(completion_ids, pad_id)
+                p_ids, p_mask = pad_left(prompt_ids, pad_id, args.pad_to_multiple_of)
+                c_ids, c_mask = pad_right(completion_ids, pad_id, args.pad_to_multiple_of)
                 if self.args.mask_truncated_completions:
                     truncated = torch.tensor([not (ids and ids[-1] in eos_ids) for ids in completion_ids])
                     c_mask = c_mask * (~truncated).unsqueeze(1).long()
