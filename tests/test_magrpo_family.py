@@ -82,10 +82,11 @@ def test_mareinforce_learns_to_coordinate(model_dir, tmp_path):
 
 
 def test_block_repeat_sampler():
-    # blocks [0, 1], [2, 3], [4] each twice: what num_iterations=2 reads for generations of two rows
-    assert list(BlockRepeatSampler(range(5), block_size=2, repeat=2)) == [0, 1, 0, 1, 2, 3, 2, 3, 4, 4]
-    assert len(BlockRepeatSampler(range(5), block_size=2, repeat=3)) == 15
-    assert list(BlockRepeatSampler([3, 1], block_size=4, repeat=1)) == [3, 1]
+    # blocks [0, 1], [2, 3] each twice: what num_iterations=2 reads for generations of two rows; [4] is not a whole
+    # generation and is dropped, as TRL's RepeatSampler drops it
+    assert list(BlockRepeatSampler(range(5), block_size=2, repeat=2)) == [0, 1, 0, 1, 2, 3, 2, 3]
+    assert len(BlockRepeatSampler(range(5), block_size=2, repeat=3)) == 12
+    assert list(BlockRepeatSampler([3, 1, 4], block_size=3, repeat=1)) == [3, 1, 4]
 
 
 @pytest.mark.parametrize("mu", [1, 3])
@@ -127,3 +128,28 @@ def test_sync_ref_model_needs_a_reference_copy(model_dir, tmp_path):
         MAGRPOTrainer(model=model_dir, reward_funcs=TargetSumReward(0.5), env=TargetSumEnv(2), peft_config=lora,
                       args=MAGRPOConfig(**kwargs(tmp_path, sync_ref_model=True, beta=0.1)),
                       train_dataset=Dataset.from_dict({"target": [TARGET] * 8}))
+
+
+def test_num_iterations_over_epochs_with_a_partial_generation(model_dir, tmp_path):
+    # 5 rows, generations of 2 rows (steps_per_generation=2, one row per micro-step), mu = 2, two epochs: the fifth
+    # row is not a whole generation and is dropped (as TRL's sampler does), so each epoch plays 2 generations, each
+    # over 2 micro-batches x 2 passes = 4 optimizer steps, and the passes stay lined up with the repeated rows across
+    # the epoch boundary.
+    rows = Dataset.from_dict({"target": [TARGET] * 5, "id": list(range(5))})
+    trainer = MAGRPOTrainer(model=model_dir, reward_funcs=TargetSumReward(0.5), env=TargetSumEnv(2),
+                            args=MAGRPOConfig(**kwargs(tmp_path, per_device_train_batch_size=8, max_steps=-1,
+                                                       num_train_epochs=2, num_iterations=2, steps_per_generation=2,
+                                                       shuffle_dataset=False)),
+                            train_dataset=rows)
+    played, steps = [], []
+    original = trainer.rollout.run
+
+    def run(batch, **kw):
+        played.append([row["id"] for row in batch])
+        steps.append(trainer.state.global_step)
+        return original(batch, **kw)
+
+    trainer.rollout.run = run
+    trainer.train()
+    assert trainer.state.global_step == 16
+    assert played == [[0, 1], [2, 3], [0, 1], [2, 3]] and steps == [0, 4, 8, 12]

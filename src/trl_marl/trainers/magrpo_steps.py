@@ -21,21 +21,22 @@ import torch
 from torch.utils.data import Sampler
 from transformers import TrainerCallback
 
-__all__ = ["BlockRepeatSampler", "GenerationSchedule", "ReferenceSync"]
+__all__ = ["BlockRepeatSampler", "GenerationSchedule", "ReferenceSync", "gathered_entropies"]
 
 
 class BlockRepeatSampler(Sampler[int]):
     """The indices of `sampler`, in blocks of `block_size`, each block yielded `repeat` times in a row.
 
-    With `block_size` the rows of one generation and `repeat = num_iterations`, each optimizer step of a generation's
-    mu passes reads the same rows (TRL's `RepeatSampler(repeat_count=num_iterations * steps_per_generation)` does the
-    same over its generation batches). The last block may be shorter.
+    With `block_size` the rows of one generation and `repeat = num_iterations`, each pass over a generation reads
+    the same rows (TRL's `RepeatSampler(repeat_count=num_iterations * steps_per_generation)` does the same over its
+    generation batches). As TRL's, a last block shorter than `block_size` is dropped, so that every generation is
+    whole and its repeats line up with the passes.
 
     Example:
 
     ```python
     >>> list(BlockRepeatSampler(range(5), block_size=2, repeat=2))
-    [0, 1, 0, 1, 2, 3, 2, 3, 4, 4]
+    [0, 1, 0, 1, 2, 3, 2, 3]
     ```
     """
 
@@ -54,11 +55,9 @@ class BlockRepeatSampler(Sampler[int]):
                 for _ in range(self.repeat):
                     yield from block
                 block = []
-        for _ in range(self.repeat if block else 0):
-            yield from block
 
     def __len__(self) -> int:
-        return len(self.sampler) * self.repeat
+        return len(self.sampler) // self.block_size * self.block_size * self.repeat
 
 
 class _AccumulatedRows:
@@ -153,6 +152,16 @@ class ReferenceSync(TrainerCallback):
         alpha: `ref_model_mixup_alpha`.
     """
 
+    @staticmethod
+    def check(team: Any) -> None:
+        """Refuse a team with no reference copy to move (its agents' references are base models under adapters)."""
+        if any(adapter is not None for adapter in team.agent_adapter):
+            raise ValueError(
+                "`sync_ref_model=True` needs a reference copy to move, but agents with a LoRA adapter take the base "
+                "model under the disabled adapter as their reference (as GRPOTrainer with PEFT, which refuses it "
+                "too). Use `sync_ref_model=False`, or a team without adapters (`team_mode='models'`)."
+            )
+
     def __init__(self, team: Any, steps: int, alpha: float) -> None:
         self.team = team
         self.steps = steps
@@ -167,3 +176,12 @@ class ReferenceSync(TrainerCallback):
                 continue
             for ref_param, param in zip(ref.parameters(), model.parameters()):
                 ref_param.mul_(1.0 - self.alpha).add_(param.detach().to(ref_param.device), alpha=self.alpha)
+
+
+def gathered_entropies(accelerator: Any, entropy: torch.Tensor, mask: torch.Tensor) -> torch.Tensor | None:
+    """The completion tokens' entropies of every process (`top_entropy_quantile`'s pool, as TRL's); `None` with
+    one process (the local ones are used)."""
+    if accelerator.num_processes == 1:
+        return None
+    pool = accelerator.gather(accelerator.pad_across_processes(entropy[mask.bool()].float(), dim=0, pad_index=-1.0))
+    return pool[pool >= 0]

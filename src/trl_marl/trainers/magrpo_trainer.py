@@ -37,7 +37,7 @@ from ..team import AgentBatch, AgentTeam, pad_left, pad_right
 from ..validation import check_prompt_lengths
 from .magrpo_config import MAGRPOConfig
 from .magrpo_logging import ENTROPY_MESSAGE, ZERO_STD_MESSAGE, TrainingDiagnosticWarning, log_rollout
-from .magrpo_steps import BlockRepeatSampler, GenerationSchedule, ReferenceSync, _MicroStep
+from .magrpo_steps import BlockRepeatSampler, GenerationSchedule, ReferenceSync, _MicroStep, gathered_entropies
 from .team_trainer import TeamTrainerMixin, collate_rows
 
 RewardFunc = Callable[..., Sequence[float | None]]
@@ -159,12 +159,8 @@ class MAGRPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer):
             self.disable_dropout([team])
         if args.beta != 0.0:
             team.create_reference_models()
-        if args.sync_ref_model and any(adapter is not None for adapter in team.agent_adapter):
-            raise ValueError(
-                "`sync_ref_model=True` needs a reference copy to move, but agents with a LoRA adapter take the base "
-                "model under the disabled adapter as their reference (as GRPOTrainer with PEFT, which refuses it "
-                "too). Use `sync_ref_model=False`, or a team without adapters (`team_mode='models'`)."
-            )
+        if args.sync_ref_model:
+            ReferenceSync.check(team)
         funcs = list(reward_funcs) if isinstance(reward_funcs, (list, tuple)) else [reward_funcs]
         self.reward_funcs = funcs
         self.team_reward = TeamReward(funcs, args.reward_weights)
@@ -309,10 +305,8 @@ class MAGRPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer):
 
     # ------------------------------------------------------------------ training step
     def get_batch_samples(self, epoch_iterator: Any, num_batches: int, device: Any) -> tuple[list[Any], None]:
-        """The micro-steps of one optimizer step, each in a generation played at its first micro-step (as TRL's
-        GRPO: `steps_per_generation` micro-batches per generation, taken `num_iterations` times over; see
-        [`GenerationSchedule`]). Generation happens in `training_step`, so that a resumed run restores its random
-        state first."""
+        """The micro-steps of one optimizer step, each in a generation ([`GenerationSchedule`]); generation happens
+        in `training_step`, so that a resumed run restores its random state first."""
         return self._schedule.micro_steps(epoch_iterator, num_batches), None
 
     def training_step(self, model: torch.nn.Module, inputs: Any, num_items_in_batch: Any = None) -> torch.Tensor:
@@ -515,11 +509,8 @@ class MAGRPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer):
             delta=args.delta, importance_sampling_level=args.importance_sampling_level, mask=mask,
         )
         if args.top_entropy_quantile < 1.0:  # the policy gradient only on this agent's high-entropy tokens
-            entropy, pool = inputs["entropy"][agent_index], None
-            if self.accelerator.num_processes > 1:  # the threshold over every process's tokens, as TRL's
-                pool = self.accelerator.pad_across_processes(entropy[mask.bool()].float(), dim=0, pad_index=-1.0)
-                pool = self.accelerator.gather(pool)
-                pool = pool[pool >= 0]
+            entropy = inputs["entropy"][agent_index]
+            pool = gathered_entropies(self.accelerator, entropy, mask)  # the threshold over every process's tokens
             per_token_loss = per_token_loss * high_entropy_mask(entropy, mask, args.top_entropy_quantile, pool)
         kl = None
         if args.beta != 0.0:
