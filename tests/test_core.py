@@ -17,9 +17,11 @@ from trl_marl.core import (
     early_stop_returns,
     entropy_from_logits,
     group_relative_advantages,
+    high_entropy_mask,
     joint_action_indices,
     k1_kl,
     k3_kl,
+    log_importance_weights,
     masked_mean,
     masked_var,
     nan_std,
@@ -64,6 +66,28 @@ def test_loo_mode():
     close(group_relative_advantages(torch.tensor([1.0, 0.0, 0.0, 1.0]), mode="loo"), [2 / 3, -2 / 3, -2 / 3, 2 / 3])
     # R = [0, 3]: A_0 = 0 - 3 = -3 ; A_1 = 3 - 0 = 3
     close(group_relative_advantages(torch.tensor([0.0, 3.0]), mode="loo"), [-3.0, 3.0])
+
+
+def test_loo_mode_is_comlrl_rloo():
+    # comlrl's MARLOO: A_i = (G * R_i - sum_j R_j) / (G - 1). R = [2, 0, 1]: sum 3, G 3 -> [3/2, -3/2, 0]
+    close(group_relative_advantages(torch.tensor([2.0, 0.0, 1.0]), mode="loo"), [1.5, -1.5, 0.0])
+
+
+def test_raw_mode_is_the_return():
+    # MAREINFORCE: no baseline, A = R (a constant shift of every return shifts every advantage)
+    close(group_relative_advantages(torch.tensor([[1.0, 0.0, 3.0], [2.0, 2.0, 2.0]]), mode="raw"),
+          [[1.0, 0.0, 3.0], [2.0, 2.0, 2.0]])
+    # NaN (unscorable) -> 0, the others untouched
+    close(group_relative_advantages(torch.tensor([NAN, -1.5]), mode="raw"), [0.0, -1.5])
+
+
+def test_max_mode_subtracts_the_group_max():
+    # MAReMax: A = R - max R per group. [1, 0, 3] -> max 3 -> [-2, -3, 0]; [2, 2] -> [0, 0]
+    close(group_relative_advantages(torch.tensor([1.0, 0.0, 3.0]), mode="max"), [-2.0, -3.0, 0.0])
+    close(group_relative_advantages(torch.tensor([[-1.0, -4.0], [2.0, 2.0]]), mode="max"), [[0.0, -3.0], [0.0, 0.0]])
+    # NaN is left out of the max and gets 0; an all-NaN group gives 0 everywhere
+    close(group_relative_advantages(torch.tensor([[1.0, NAN, 0.5], [NAN, NAN, NAN]]), mode="max"),
+          [[0.0, 0.0, -0.5], [0.0, 0.0, 0.0]])
 
 
 def test_advantage_nan_handling():
@@ -439,3 +463,29 @@ def test_aggregate_edge_cases():
     with pytest.raises(ValueError, match="grpo.*bnpo.*dr_grpo.*dapo"):
         aggregate_token_loss(LOSS, MASK, "cispo")
     assert SUPPORTED_LOSS_TYPES == ("grpo", "bnpo", "dr_grpo", "dapo")
+
+
+def test_log_importance_weights_token_and_sequence():
+    logps = torch.tensor([[-1.0, -2.0, -3.0]])
+    old = torch.tensor([[-1.5, -2.0, -2.0]])
+    # token: log pi - log pi_old = [0.5, 0, -1]
+    close(log_importance_weights(logps, old), [[0.5, 0.0, -1.0]])
+    # sequence over the first two tokens (mask [1, 1, 0]): mean(0.5, 0) = 0.25
+    close(log_importance_weights(logps, old, "sequence", torch.tensor([[1, 1, 0]])), [[0.25]])
+    with pytest.raises(ValueError, match="importance_sampling_level"):
+        log_importance_weights(logps, old, "word")
+
+
+
+def test_high_entropy_mask():
+    entropies = torch.tensor([[0.1, 0.5, 0.9, 0.3], [2.0, 0.0, 0.0, 0.0]])
+    mask = torch.tensor([[1, 1, 1, 1], [0, 0, 0, 0]])
+    # pool [0.1, 0.5, 0.9, 0.3]: the median by linear interpolation is 0.4 -> keep 0.5 and 0.9; padding never kept
+    out = high_entropy_mask(entropies, mask, 0.5)
+    assert out.tolist() == [[False, True, True, False], [False, False, False, False]]
+    # top 100%: every completion token; a pool from elsewhere (e.g. every process) sets the threshold
+    assert high_entropy_mask(entropies, mask, 1.0).tolist()[0] == [True] * 4
+    # pool [0, 0.4]: threshold 0.2 -> 0.5, 0.9 and 0.3 are kept
+    assert high_entropy_mask(entropies, mask, 0.5, pool=torch.tensor([0.0, 0.4])).tolist()[0] == [False, True, True,
+                                                                                                   True]
+    assert not high_entropy_mask(entropies, torch.zeros_like(mask), 0.5).any()

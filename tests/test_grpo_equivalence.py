@@ -97,18 +97,20 @@ def model_dir(tmp_path_factory) -> str:
                           pretrain_steps=30, seed=3)
 
 
-def common_kwargs(output_dir: str, loss_type: str, prompts: list[str], ga: int) -> dict:
-    return dict(
+def common_kwargs(output_dir: str, loss_type: str, prompts: list[str], ga: int, **extra) -> dict:
+    kwargs = dict(
         output_dir=output_dir, per_device_train_batch_size=len(prompts) // ga * G, num_generations=G,
         gradient_accumulation_steps=ga, max_completion_length=MAX_LEN, learning_rate=1e-2, max_steps=1,
         loss_type=loss_type, beta=0.04, scale_rewards="group", temperature=0.9, epsilon=0.2, report_to="none",
         save_strategy="no", bf16=False, gradient_checkpointing=False, logging_steps=1, seed=0, disable_tqdm=True,
         shuffle_dataset=False, max_grad_norm=0.0,
     )
+    kwargs.update(extra)
+    return kwargs
 
 
 def run_grpo(model_dir: str, out: str, loss_type: str, prompts: list[str] = PROMPTS, ga: int = 1,
-             mapping: Callable[[str], str] = same_text, reward=reward_digits):
+             mapping: Callable[[str], str] = same_text, reward=reward_digits, **extra):
     tokenizer = load_tokenizer(model_dir)
     script = ScriptedGeneration(tokenizer, mapping)
 
@@ -122,7 +124,7 @@ def run_grpo(model_dir: str, out: str, loss_type: str, prompts: list[str] = PROM
     capture = GradientCapture()
     trainer = GRPOTrainer(
         model=model_dir, reward_funcs=reward, processing_class=tokenizer, rollout_func=rollout_func,
-        args=GRPOConfig(**common_kwargs(out, loss_type, prompts, ga)),
+        args=GRPOConfig(**common_kwargs(out, loss_type, prompts, ga, **extra)),
         train_dataset=Dataset.from_dict({"prompt": prompts}), callbacks=[capture],
     )
     capture.parameters = lambda: list(trainer.model.named_parameters())
@@ -142,7 +144,7 @@ def run_grpo(model_dir: str, out: str, loss_type: str, prompts: list[str] = PROM
 
 
 def run_magrpo(model_dir: str, out: str, loss_type: str, prompts: list[str] = PROMPTS, ga: int = 1,
-               mappings: tuple[Callable[[str], str], ...] = (same_text,)):
+               mappings: tuple[Callable[[str], str], ...] = (same_text,), **extra):
     tokenizer = load_tokenizer(model_dir)
     scripts = [ScriptedGeneration(tokenizer, m) for m in mappings]
     n = len(mappings)
@@ -150,7 +152,7 @@ def run_magrpo(model_dir: str, out: str, loss_type: str, prompts: list[str] = PR
     trainer = MAGRPOTrainer(
         model=model_dir, reward_funcs=reward_digits, processing_class=tokenizer, callbacks=[capture],
         args=MAGRPOConfig(num_agents=n, num_turns=1, team_mode="models" if n > 1 else None,
-                          **common_kwargs(out, loss_type, prompts, ga)),
+                          **common_kwargs(out, loss_type, prompts, ga, **extra)),
         train_dataset=Dataset.from_dict({"prompt": prompts}),
     )
     capture.parameters = lambda: [(f"{a}.{name}", p) for a in range(n)
@@ -180,12 +182,13 @@ def assert_same_gradients(ours: dict[str, torch.Tensor], theirs: dict[str, torch
         torch.testing.assert_close(ours[prefix + name], grad, atol=1e-6, rtol=1e-4, msg=lambda m, n=name: f"{n}: {m}")
 
 
-def assert_same_weights(magrpo: MAGRPOTrainer, grpo: GRPOTrainer, model_dir: str, agent: int = 0) -> None:
+def assert_same_weights(magrpo: MAGRPOTrainer, grpo: GRPOTrainer, model_dir: str, agent: int = 0,
+                        atol: float = 1e-5) -> None:
     initial = AutoModelForCausalLM.from_pretrained(model_dir).state_dict()
     theirs = dict(grpo.model.named_parameters())
     moved = 0.0
     for name, param in magrpo.team.policy(agent).named_parameters():
-        torch.testing.assert_close(param.detach(), theirs[name].detach(), atol=1e-5, rtol=0)
+        torch.testing.assert_close(param.detach(), theirs[name].detach(), atol=atol, rtol=0)
         moved = max(moved, float((param.detach() - initial[name]).abs().max()))
     assert moved > 1e-4  # the step really changed the weights
 
@@ -226,22 +229,133 @@ def test_one_agent_magrpo_equals_grpo_with_gradient_accumulation(model_dir, tmp_
     check_one_agent(model_dir, tmp_path, loss_type, PROMPTS_GA, ga=2)
 
 
-@pytest.mark.parametrize(("loss_type", "ga"), [("grpo", 1), ("dapo", 1), ("dapo", 2)])
-def test_two_agents_sum_one_agent_losses(model_dir, tmp_path, loss_type, ga):
+@pytest.mark.parametrize(("loss_type", "ga", "mu"), [("grpo", 1, 1), ("dapo", 1, 1), ("dapo", 2, 1), ("grpo", 1, 2)])
+def test_two_agents_sum_one_agent_losses(model_dir, tmp_path, loss_type, ga, mu):
     # Agent 0 plays the scripted completions, agent 1 the same with every digit shifted; the team reward reads agent
     # 0's completions. So each agent's advantages are GRPO's for the matching one-agent run (agent 1's with the
     # reward undone through the shift), the team loss is the sum of the two one-agent losses, and each agent's
     # gradient is its one-agent gradient (a swapped agent or a mis-scaled loss would show here).
     warnings.filterwarnings("ignore")
+    # With mu = num_iterations = 2 the check is on the second step over the same rollout (each agent's own old
+    # log-probs in its importance ratio).
     prompts = PROMPTS_GA if ga > 1 else PROMPTS
-    grpo_0, captured_0 = run_grpo(model_dir, str(tmp_path / "grpo0"), loss_type, prompts, ga)
+    extra = dict(num_iterations=2, max_steps=2) if mu == 2 else {}
+    grpo_0, captured_0 = run_grpo(model_dir, str(tmp_path / "grpo0"), loss_type, prompts, ga, **extra)
     grpo_1, captured_1 = run_grpo(model_dir, str(tmp_path / "grpo1"), loss_type, prompts, ga,
-                                  mapping=shift_digits, reward=reward_unshifted)
+                                  mapping=shift_digits, reward=reward_unshifted, **extra)
     magrpo, capture = run_magrpo(model_dir, str(tmp_path / "magrpo"), loss_type, prompts, ga,
-                                 mappings=(same_text, shift_digits))
-    assert logged(magrpo, "loss") == pytest.approx(logged(grpo_0, "loss") + logged(grpo_1, "loss"), abs=1e-5)
+                                 mappings=(same_text, shift_digits), **extra)
+    losses = [[h["loss"] for h in t.state.log_history if "loss" in h] for t in (magrpo, grpo_0, grpo_1)]
+    assert losses[0] == pytest.approx([a + b for a, b in zip(losses[1], losses[2])], abs=1e-5)
     assert_same_gradients(capture.grads, captured_0["capture"].grads, prefix="0.")
     assert_same_gradients(capture.grads, captured_1["capture"].grads, prefix="1.")
     if ga == 1:
         assert_same_weights(magrpo, grpo_0, model_dir, agent=0)
         assert_same_weights(magrpo, grpo_1, model_dir, agent=1)
+
+
+@pytest.mark.parametrize(("mu", "loss_type", "ga"),
+                         [(2, "grpo", 1), (2, "dapo", 1), (2, "dr_grpo", 2), (1, "grpo", 1)])
+def test_one_agent_two_steps_equal_grpo(model_dir, tmp_path, mu, loss_type, ga):
+    # num_iterations=2 (GRPO's mu): one rollout, two optimizer steps on it. The second step's importance ratio is
+    # pi_theta / pi_theta_old with the log-probs kept at sampling time, so its gradients differ from a plain policy
+    # gradient; they must be TRL's, and so must the weights after both steps. With mu=1 the second step plays new
+    # rollouts; there the policy has left the reference, so the KL term's importance weight (TRL's default
+    # `use_bias_correction_kl`) shows in the gradients.
+    warnings.filterwarnings("ignore")
+    prompts = PROMPTS_GA if ga > 1 else PROMPTS
+    extra = dict(num_iterations=mu, max_steps=2, learning_rate=3e-2)
+    grpo, captured = run_grpo(model_dir, str(tmp_path / "grpo"), loss_type, prompts, ga, **extra)
+    magrpo, capture = run_magrpo(model_dir, str(tmp_path / "magrpo"), loss_type, prompts, ga, **extra)
+    assert magrpo.state.global_step == grpo.state.global_step == 2
+    if mu == 1:
+        assert_same_gradients(capture.grads, captured["capture"].grads, prefix="0.")
+        assert_same_weights(magrpo, grpo, model_dir)
+        return
+    losses = [h["loss"] for h in magrpo.state.log_history if "loss" in h]
+    theirs = [h["loss"] for h in grpo.state.log_history if "loss" in h]
+    assert losses == pytest.approx(theirs, abs=1e-5)
+    # the second step clips (its ratio is not 1), as TRL's does; a step against the detached current policy never
+    # clips. (With accumulation TRL shuffles the generation batch into other micro-batches: per-micro-batch means.)
+    clipped = [h["agent_0/clip_ratio"] for h in magrpo.state.log_history if "agent_0/clip_ratio" in h]
+    region = [v for h in grpo.state.log_history for k, v in h.items() if k == "clip_ratio/region_mean"]
+    assert clipped[0] == 0 and clipped[1] > 0
+    if ga == 1:
+        assert clipped == pytest.approx(region, abs=1e-6)
+    assert_same_gradients(capture.grads, captured["capture"].grads, prefix="0.")
+    if ga == 1:
+        assert_same_weights(magrpo, grpo, model_dir)
+
+
+@pytest.mark.parametrize(("spg", "mu", "ga", "loss_type"),
+                         [(2, 1, 1, "dapo"), (2, 2, 1, "grpo"), (1, 1, 2, "dapo"), (4, 1, 2, "dr_grpo")])
+def test_one_agent_steps_per_generation_equals_grpo(model_dir, tmp_path, monkeypatch, spg, mu, ga, loss_type):
+    # steps_per_generation = spg micro-batches per rollout: spg > ga spreads one rollout over several optimizer steps
+    # (from the second on, the importance ratio is against the log-probs kept at sampling time); spg < ga plays
+    # several rollouts per optimizer step. One prompt per micro-batch. TRL shuffles a generation's completions before
+    # splitting it into micro-batches, we keep whole episodes together: TRL's shuffle is turned off here so that the
+    # two trainers put the same samples in each micro-batch.
+    import trl.trainer.grpo_trainer as grpo_module
+
+    monkeypatch.setattr(grpo_module, "shuffle_sequence_dict", lambda batch: batch)
+    warnings.filterwarnings("ignore")
+    prompts = PROMPTS_GA if ga > 1 else PROMPTS
+    steps = len(prompts) * mu // ga
+    extra = dict(per_device_train_batch_size=G, steps_per_generation=spg, num_iterations=mu, max_steps=steps,
+                 learning_rate=3e-2)
+    grpo, captured = run_grpo(model_dir, str(tmp_path / "grpo"), loss_type, prompts, ga, **extra)
+    magrpo, capture = run_magrpo(model_dir, str(tmp_path / "magrpo"), loss_type, prompts, ga, **extra)
+    assert magrpo.state.global_step == grpo.state.global_step == steps
+    losses = [h["loss"] for h in magrpo.state.log_history if "loss" in h]
+    assert losses == pytest.approx([h["loss"] for h in grpo.state.log_history if "loss" in h], abs=1e-5)
+    assert_same_gradients(capture.grads, captured["capture"].grads, prefix="0.")
+    # Adam turns float-rounding noise of a ~1e-9 gradient into ~1e-5 of weight (see above); a real difference moves
+    # weights by about lr = 3e-2 per step
+    assert_same_weights(magrpo, grpo, model_dir, atol=1e-4)
+
+
+@pytest.mark.parametrize("importance_sampling_level", ["token", "sequence"])
+def test_one_agent_top_entropy_quantile_equals_grpo(model_dir, tmp_path, importance_sampling_level):
+    # the policy gradient only on the 40% highest-entropy completion tokens: TRL's gradients and weights
+    warnings.filterwarnings("ignore")
+    extra = dict(top_entropy_quantile=0.4, importance_sampling_level=importance_sampling_level)
+    grpo, captured = run_grpo(model_dir, str(tmp_path / "grpo"), "grpo", **extra)
+    magrpo, capture = run_magrpo(model_dir, str(tmp_path / "magrpo"), "grpo", **extra)
+    plain, plain_capture = run_magrpo(model_dir, str(tmp_path / "plain"), "grpo")
+    assert logged(magrpo, "loss") == pytest.approx(logged(grpo, "loss"), abs=1e-5)
+    assert_same_gradients(capture.grads, captured["capture"].grads, prefix="0.")
+    assert_same_weights(magrpo, grpo, model_dir, atol=1e-4)  # Adam and ~1e-9 gradients: see the test above
+    # and the mask matters: the gradient without it is another
+    assert max(float((plain_capture.grads[k] - g).abs().max()) for k, g in capture.grads.items()) > 1e-3
+
+
+def test_one_agent_sync_ref_model_equals_grpo(model_dir, tmp_path):
+    # TR-DPO's reference sync: after step 1 the reference moves half-way to the policy (alpha 0.5), so step 2's KL
+    # and its gradients depend on it; they must be TRL's.
+    warnings.filterwarnings("ignore")
+    extra = dict(sync_ref_model=True, ref_model_sync_steps=1, ref_model_mixup_alpha=0.5, max_steps=2,
+                 learning_rate=3e-2)
+    grpo, captured = run_grpo(model_dir, str(tmp_path / "grpo"), "grpo", **extra)
+    magrpo, capture = run_magrpo(model_dir, str(tmp_path / "magrpo"), "grpo", **extra)
+    kls = [h["agent_0/kl"] for h in magrpo.state.log_history if "agent_0/kl" in h]
+    assert kls == pytest.approx([h["kl"] for h in grpo.state.log_history if "kl" in h], abs=1e-5)
+    assert_same_gradients(capture.grads, captured["capture"].grads, prefix="0.")
+    assert_same_weights(magrpo, grpo, model_dir, atol=1e-4)
+    theirs = dict(grpo.ref_model.named_parameters())
+    for name, ref_param in magrpo.team.ref_models[0].named_parameters():
+        torch.testing.assert_close(ref_param, theirs[name])
+
+
+def test_one_agent_pad_to_multiple_of_equals_grpo(model_dir, tmp_path):
+    # padded to multiples of 8 (tensor cores), the training tensors are wider but the loss and gradients unchanged
+    warnings.filterwarnings("ignore")
+    grpo, captured = run_grpo(model_dir, str(tmp_path / "grpo"), "dapo", pad_to_multiple_of=8)
+    magrpo, capture = run_magrpo(model_dir, str(tmp_path / "magrpo"), "dapo", pad_to_multiple_of=8)
+    widths = []
+    original = magrpo.compute_agent_loss
+    magrpo.compute_agent_loss = lambda a, logps, inputs: (widths.append(logps.shape[1]), original(a, logps, inputs))[1]
+    magrpo.compute_loss(magrpo.model, magrpo._make_batch([{"prompt": p} for p in PROMPTS], mode="train"))
+    assert widths and all(w % 8 == 0 for w in widths)
+    assert logged(magrpo, "loss") == pytest.approx(logged(grpo, "loss"), abs=1e-5)
+    assert_same_gradients(capture.grads, captured["capture"].grads, prefix="0.")
+    assert_same_weights(magrpo, grpo, model_dir)

@@ -197,8 +197,10 @@ def test_num_generations_below_two(tmp_path):
 
 
 def test_unimplemented_grpo_setting_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="entropy_coef"):
+        config(tmp_path, entropy_coef=0.1)
     with pytest.raises(ValueError, match="num_iterations"):
-        config(tmp_path, num_iterations=2)
+        config(tmp_path, num_iterations=0)
     with pytest.raises(ValueError, match="loss_type"):
         config(tmp_path, loss_type="cispo")
 

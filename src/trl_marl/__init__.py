@@ -3,6 +3,8 @@
 Public API:
 
 - [`MAGRPOConfig`], [`MAGRPOTrainer`]: Multi-Agent Group Relative Policy Optimization (arXiv 2508.04652).
+- [`MAREINFORCEConfig`], [`MARLOOConfig`], [`MAReMaxConfig`]: MAGRPO with comlrl's other advantages (no
+  baseline, leave-one-out, max baseline).
 - [`AgentTeam`]: the agents' policies (one LoRA adapter per agent, one model per agent, or shared weights).
 - [`trl_marl.envs`]: the `MultiAgentEnv` protocol and built-in environments.
 - [`trl_marl.core`]: the algorithms' math as pure tensor functions.
@@ -19,6 +21,9 @@ from .team import AgentTeam, load_tokenizer
 from .trainers import (
     MAGRPOConfig,
     MAGRPOTrainer,
+    MAREINFORCEConfig,
+    MAReMaxConfig,
+    MARLOOConfig,
     MultiAgentPPOConfig,
     MultiAgentPPOTrainer,
     NonFiniteError,
@@ -32,6 +37,9 @@ __all__ = [
     "AgentTeam",
     "MAGRPOConfig",
     "MAGRPOTrainer",
+    "MAREINFORCEConfig",
+    "MARLOOConfig",
+    "MAReMaxConfig",
     "MultiAgentEnv",
     "MultiAgentPPOConfig",
     "MultiAgentPPOTrainer",

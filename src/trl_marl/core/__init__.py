@@ -13,6 +13,8 @@ two papers this package implements, and of the works they build on:
 | GRPO (`scale_rewards="batch"`) | advantages scaled by the batch's std | `batch_scaled_advantages` |
 | PPO (arXiv 1707.06347, Eq. 7), GRPO Eq. 3, GSPO Eq. 7 | clipped surrogate per token | `clipped_surrogate` |
 | GRPO Eq. 3, Dr. GRPO Eq. 3, DAPO Eq. 8 | token aggregation of the loss (`loss_type`) | `aggregate_token_loss` |
+| GRPO Eq. 3, GSPO Eq. 7 | importance ratio pi / pi_old per token or sequence (log) | `log_importance_weights` |
+| Beyond the 80/20 rule (arXiv 2506.01939) | gradient on the highest-entropy tokens only | `high_entropy_mask` |
 | GRPO Eq. 4 (Schulman 2020) | k3 KL estimator | `k3_kl` |
 | Schulman 2020 | k1 KL estimator | `k1_kl` |
 | MAPoRL (arXiv 2502.18439), Definition 1 | influence-aware verification reward | `influence_aware_reward` |
@@ -57,8 +59,10 @@ from .losses import (
     clipped_surrogate,
     completion_mask_from_eos,
     entropy_from_logits,
+    high_entropy_mask,
     k1_kl,
     k3_kl,
+    log_importance_weights,
     selective_log_softmax,
 )
 from .maporl import (
@@ -100,11 +104,13 @@ __all__ = [
     "batch_scaled_advantages",
     "classic_kl_penalty",
     "clipped_surrogate",
+    "log_importance_weights",
     "clipped_value_loss",
     "collaboration_incentives",
     "completion_mask_from_eos",
     "early_stop_returns",
     "entropy_from_logits",
+    "high_entropy_mask",
     "generalized_advantage_estimation",
     "group_relative_advantages",
     "influence_aware_reward",

@@ -10,6 +10,8 @@ Pure tensor math, one small function per equation, no trainer state. Notation fo
   ``A_i = (r_i - mean(r)) / std(r)``.
 - RLOO: Ahmadian et al., "Back to Basics", arXiv 2402.14740, Eq. 5 (leave-one-out baseline):
   ``A_i = r_i - 1/(G-1) * sum_{j != i} r_j``.
+- REINFORCE (Williams 1992, no baseline): ``A_i = r_i``; ReMax-style max baseline (as comlrl's MAReMax):
+  ``A_i = r_i - max_j r_j``.
 
 NaN marks an unscorable sample (every reward function declined to score it). As in TRL 1.16's
 ``GRPOTrainer``, NaNs are left out of every mean and standard deviation and their advantage is 0.
@@ -38,7 +40,7 @@ __all__ = [
     "whiten_jointly",
 ]
 
-ADVANTAGE_MODES: tuple[str, ...] = ("mean", "std", "loo")
+ADVANTAGE_MODES: tuple[str, ...] = ("mean", "std", "loo", "raw", "max")
 """Valid ``mode`` values of :func:`group_relative_advantages`."""
 
 JOINT_MODES: tuple[str, ...] = ("aligned", "cross")
@@ -85,7 +87,7 @@ def nan_std(values: Tensor, dim: int | None = None, keepdim: bool = False) -> Te
 # Group-relative advantages
 # ----------------------------------------------------------------------------------------------------------------
 def group_relative_advantages(returns: Tensor, mode: str = "mean", eps: float = 1e-4) -> Tensor:
-    """Group-relative advantage among the G siblings of one node (MAGRPO, GRPO and RLOO baselines).
+    """Group-relative advantage among the G siblings of one node (MAGRPO, GRPO, RLOO, REINFORCE, max baselines).
 
     Groups lie along the last dimension of ``returns`` (shape ``(..., G)``).
 
@@ -93,8 +95,12 @@ def group_relative_advantages(returns: Tensor, mode: str = "mean", eps: float = 
       ``A_i = R_i - mean_j R_j``.
     - ``"std"`` -- GRPO (DeepSeekMath, arXiv 2402.03300, Sec. 4.1.2; TRL ``scale_rewards="group"``):
       ``A_i = (R_i - mean_j R_j) / (std_j R_j + eps)`` with the unbiased std.
-    - ``"loo"`` -- RLOO leave-one-out baseline (arXiv 2402.14740, Eq. 5):
-      ``A_i = R_i - mean_{j != i} R_j = G / (G - 1) * (R_i - mean_j R_j)``.
+    - ``"loo"`` -- RLOO leave-one-out baseline (arXiv 2402.14740, Eq. 5), MARLOO:
+      ``A_i = R_i - mean_{j != i} R_j = (G * R_i - sum_j R_j) / (G - 1) = G / (G - 1) * (R_i - mean_j R_j)``
+      (the same definition as comlrl 1.4.3's ``advantage_mode="rloo"``).
+    - ``"raw"`` -- REINFORCE without a baseline, MAREINFORCE: ``A_i = R_i``.
+    - ``"max"`` -- max baseline, MAReMax: ``A_i = R_i - max_j R_j`` (every advantage <= 0; the best sample of the
+      group gets 0 and the others are pushed down by how far they fall short of it).
 
     NaN returns are excluded from the baseline and the std (``G`` above is then the number of valid
     returns) and get advantage 0. A group whose std is undefined (one valid return) gets 0 in ``"std"``
@@ -102,7 +108,7 @@ def group_relative_advantages(returns: Tensor, mode: str = "mean", eps: float = 
 
     Args:
         returns: Returns ``R``, shape ``(..., G)``.
-        mode: One of ``"mean"``, ``"std"``, ``"loo"``.
+        mode: One of ``"mean"``, ``"std"``, ``"loo"``, ``"raw"``, ``"max"``.
         eps: Added to the std in ``"std"`` mode (TRL uses ``1e-4``).
 
     Returns:
@@ -110,6 +116,13 @@ def group_relative_advantages(returns: Tensor, mode: str = "mean", eps: float = 
 
     Raises:
         ValueError: Unknown ``mode``, or ``G < 2`` for ``"std"`` / ``"loo"``.
+
+    Example:
+
+    ```python
+    >>> group_relative_advantages(torch.tensor([1.0, 0.0, 3.0]), mode="max")
+    tensor([-2., -3.,  0.])
+    ```
     """
     if mode not in ADVANTAGE_MODES:
         raise ValueError(f"Unknown advantage mode {mode!r}; valid modes are {ADVANTAGE_MODES}.")
@@ -117,6 +130,13 @@ def group_relative_advantages(returns: Tensor, mode: str = "mean", eps: float = 
     if mode in ("std", "loo") and group_size < 2:
         raise ValueError(f"Advantage mode {mode!r} needs at least 2 samples per group, got G={group_size}.")
 
+    if mode == "raw":
+        return torch.where(torch.isnan(returns), torch.zeros_like(returns), returns)
+    if mode == "max":
+        best = torch.where(torch.isnan(returns), torch.full_like(returns, float("-inf")), returns)
+        best = best.amax(dim=-1, keepdim=True)
+        # a group without a valid return keeps NaN (-> 0); R - max is 0 at the best sample, never positive
+        return torch.nan_to_num(returns - best, nan=0.0)
     baseline = torch.nanmean(returns, dim=-1, keepdim=True)
     centered = returns - baseline
     if mode == "std":

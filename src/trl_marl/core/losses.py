@@ -26,6 +26,8 @@ __all__ = [
     "SUPPORTED_LOSS_TYPES",
     "aggregate_token_loss",
     "clipped_surrogate",
+    "high_entropy_mask",
+    "log_importance_weights",
     "completion_mask_from_eos",
     "entropy_from_logits",
     "k1_kl",
@@ -149,6 +151,67 @@ def k1_kl(logps: Tensor, ref_logps: Tensor) -> Tensor:
 # ----------------------------------------------------------------------------------------------------------------
 # Clipped surrogate
 # ----------------------------------------------------------------------------------------------------------------
+def high_entropy_mask(entropies: Tensor, mask: Tensor, top_quantile: float, pool: Tensor | None = None) -> Tensor:
+    """Tokens among the ``top_quantile`` fraction of highest entropy (Wang et al., "Beyond the 80/20 rule",
+    arXiv 2506.01939; TRL's ``top_entropy_quantile``): the policy gradient is kept only on them.
+
+    ``tau = quantile(pool, 1 - top_quantile)`` (linear interpolation, ``torch.quantile``) over the entropies of the
+    completion tokens ``pool`` (default: those of ``entropies`` where ``mask`` is set); a token is kept when
+    ``H_t >= tau`` and it is a completion token. With entropies ``[0.1, 0.5, 0.9, 0.3]`` and ``top_quantile=0.5``,
+    ``tau = 0.4`` and the mask is ``[F, T, T, F]``.
+
+    Args:
+        entropies: Per-token entropies ``(B, T)``.
+        mask: Completion mask ``(B, T)``.
+        top_quantile: Fraction of tokens kept, in ``(0, 1]``.
+        pool: The entropies the threshold is taken over (e.g. gathered from every process); default the masked
+            entries of ``entropies``.
+
+    Returns:
+        Bool mask ``(B, T)``; all ``False`` when the pool is empty.
+    """
+    mask = mask.to(torch.bool)
+    pool = entropies[mask] if pool is None else pool
+    if pool.numel() == 0:
+        return torch.zeros_like(mask)
+    threshold = torch.quantile(pool.float(), 1.0 - top_quantile)
+    return (entropies * mask >= threshold) & mask
+
+
+def log_importance_weights(
+    logps: Tensor, old_logps: Tensor, importance_sampling_level: str = "token", mask: Tensor | None = None
+) -> Tensor:
+    """Log of the importance ratio ``rho = pi / pi_old`` of GRPO (per token) or GSPO (per sequence).
+
+    - ``"token"``: ``log rho_t = log pi_t - log pi_old_t``, shape ``(B, T)``.
+    - ``"sequence"`` (GSPO Eq. 7): ``log rho = mean_t over mask of (log pi_t - log pi_old_t)``, shape ``(B, 1)``.
+
+    With ``old_logps = logps.detach()`` (one update per rollout) the value is 0 and the gradient that of ``log pi``.
+
+    Args:
+        logps: Current log-probabilities ``log pi``, shape ``(B, T)``.
+        old_logps: Log-probabilities of the sampling policy ``log pi_old`` (no gradient), shape ``(B, T)``.
+        importance_sampling_level: ``"token"`` or ``"sequence"``.
+        mask: Completion mask ``(B, T)`` for the sequence mean (``None``: every token counts).
+
+    Returns:
+        ``log rho``, ``(B, T)`` or ``(B, 1)``.
+
+    Raises:
+        ValueError: Unknown ``importance_sampling_level``.
+    """
+    log_ratio = logps - old_logps
+    if importance_sampling_level == "token":
+        return log_ratio
+    if importance_sampling_level == "sequence":
+        seq_mask = torch.ones_like(log_ratio) if mask is None else mask.to(log_ratio.dtype)
+        return (log_ratio * seq_mask).sum(-1, keepdim=True) / seq_mask.sum(-1, keepdim=True).clamp(min=1.0)
+    raise ValueError(
+        f"Unknown importance_sampling_level {importance_sampling_level!r}; "
+        f"valid values are {IMPORTANCE_SAMPLING_LEVELS}."
+    )
+
+
 def clipped_surrogate(
     logps: Tensor,
     old_logps: Tensor,
@@ -193,19 +256,7 @@ def clipped_surrogate(
     if advantages.dim() == 1:
         advantages = advantages.unsqueeze(-1)
 
-    log_ratio = logps - old_logps
-    if importance_sampling_level == "token":
-        log_weight = log_ratio
-    elif importance_sampling_level == "sequence":
-        seq_mask = torch.ones_like(log_ratio) if mask is None else mask.to(log_ratio.dtype)
-        log_weight = (log_ratio * seq_mask).sum(-1, keepdim=True) / seq_mask.sum(-1, keepdim=True).clamp(min=1.0)
-    else:
-        raise ValueError(
-            f"Unknown importance_sampling_level {importance_sampling_level!r}; "
-            f"valid values are {IMPORTANCE_SAMPLING_LEVELS}."
-        )
-
-    ratio = torch.exp(log_weight)
+    ratio = torch.exp(log_importance_weights(logps, old_logps, importance_sampling_level, mask))
     clipped_ratio = torch.clamp(ratio, 1 - epsilon_low, 1 + epsilon_high)
     if delta is not None:
         ratio = torch.clamp(ratio, max=delta)

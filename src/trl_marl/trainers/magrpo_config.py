@@ -18,7 +18,8 @@ HONOURED_GRPO_FIELDS = frozenset({
     "importance_sampling_level", "reward_weights", "scale_rewards", "loss_type", "mask_truncated_completions",
     "log_completions", "num_completions_to_print", "learning_rate", "logging_steps", "gradient_checkpointing", "bf16",
     "lr_scheduler_kwargs", "use_liger_kernel", "torch_empty_cache_steps", "num_iterations", "cache_implementation",
-    "trust_remote_code",
+    "trust_remote_code", "use_bias_correction_kl", "top_entropy_quantile", "sync_ref_model",
+    "pad_to_multiple_of",
     # fields that only matter with vLLM, which is refused as a whole through `use_vllm`
     "vllm_mode", "vllm_model_impl", "vllm_enable_sleep_mode", "vllm_structured_outputs_regex", "vllm_server_base_url",
     "vllm_server_host", "vllm_server_port", "vllm_server_timeout", "vllm_group_port", "vllm_gpu_memory_utilization",
@@ -31,7 +32,7 @@ HONOURED_GRPO_FIELDS = frozenset({
     # entropy-bonus knobs that only act when `entropy_coef`/`use_adaptive_entropy` are set (both refused)
     "entropy_coef_min", "entropy_coef_max", "entropy_coef_delta", "entropy_target",
     # generation backends refused through their switches
-    "transformers_continuous_batching_config", "ref_model_mixup_alpha", "ref_model_sync_steps",
+    "transformers_continuous_batching_config", "ref_model_mixup_alpha", "ref_model_sync_steps",  # sync_ref_model
     "log_multimodal",
 })
 
@@ -45,14 +46,22 @@ class MAGRPOConfig(GRPOConfig):
     r"""Configuration of [`MAGRPOTrainer`]: Multi-Agent Group Relative Policy Optimization (arXiv 2508.04652).
 
     It subclasses `trl.GRPOConfig`, so every GRPO field keeps its name and meaning, and adds the multi-agent and
-    multi-turn fields below. A GRPO field that MAGRPO does not implement (vLLM generation, `num_iterations > 1`,
-    entropy bonuses, ...) raises an error when set, instead of being ignored.
+    multi-turn fields below. A GRPO field that MAGRPO does not implement (vLLM generation, entropy bonuses, ...)
+    raises an error when set, instead of being ignored.
+
+    `num_iterations` (GRPO's mu) works as in GRPO: each rollout is used for `num_iterations` optimizer steps in a
+    row; every agent's per-token log-probs at sampling time are kept and the clipped surrogate takes the importance
+    ratio pi_theta / pi_theta_old against them (with `num_iterations=1` no extra forward pass is made: the ratio is
+    1 and its gradient is the policy gradient). The sampler hands out each generation's rows `num_iterations`
+    times, so an epoch still plays every row once, as in TRL.
 
     Batch sizes follow GRPO: `per_device_train_batch_size` counts completions *per agent* per micro-step at turn 1
     and must be a multiple of `num_generations`; each micro-step trains on `per_device_train_batch_size //
-    num_generations` episodes. As in GRPO (`steps_per_generation = gradient_accumulation_steps`), the episodes of
-    all micro-steps of one optimizer step are played together at its first micro-step, so `loss_type="dapo"`
-    divides by the completion tokens of the whole accumulated batch.
+    num_generations` episodes. As in GRPO, the episodes of `steps_per_generation` micro-steps (by default
+    `gradient_accumulation_steps`: one optimizer step) are played together in one rollout at the first of them, and
+    `loss_type="dapo"` divides by that rollout's completion tokens rescaled to one accumulation window. With
+    `steps_per_generation > gradient_accumulation_steps` a rollout serves several optimizer steps (the later ones
+    with the importance ratio against the log-probs kept at sampling time); with fewer, a step plays several.
 
     Parameters that differ from GRPO or are new:
         num_agents (`int`, defaults to `2`): Number of agents in the team.
@@ -64,7 +73,9 @@ class MAGRPOConfig(GRPOConfig):
             mean(R_{t+1}).
         advantage_mode (`str`, *optional*): Baseline among the G samples of a node: `"mean"` (the paper, A = R -
             mean R), `"std"` (also divide by the group std, GRPO's `scale_rewards="group"`), `"loo"` (leave-one-out,
-            RLOO), `"batch"` (GRPO's `scale_rewards="batch"`). Default: derived from `scale_rewards`.
+            RLOO / MARLOO), `"raw"` (A = R, no baseline: MAREINFORCE), `"max"` (A = R - max R: MAReMax), `"batch"`
+            (GRPO's `scale_rewards="batch"`). Default: derived from `scale_rewards`. `"loo"`, `"raw"` and `"max"`
+            take `scale_rewards="none"` (see [`MAREINFORCEConfig`]).
         scale_rewards (`str`, defaults to `"none"`): As in GRPO, but the default is the paper's unscaled advantage.
         max_branches (`int`, *optional*): Branching cap: how many joint actions of a node continue to the next turn.
         early_stop_threshold (`float`, *optional*): A node whose mean reward reaches it does not continue; its
@@ -105,8 +116,10 @@ class MAGRPOConfig(GRPOConfig):
         default=None,
         metadata={
             "help": "Baseline among the G samples of one node: 'mean' (the MAGRPO paper: A = R - mean R), 'std' "
-            "(divide by the group std as GRPO's scale_rewards='group'), 'loo' (leave-one-out baseline as RLOO), "
-            "'batch' (GRPO's scale_rewards='batch'). Default: derived from `scale_rewards`."
+            "(divide by the group std as GRPO's scale_rewards='group'), 'loo' (leave-one-out baseline as RLOO: "
+            "MARLOO), 'raw' (A = R, no baseline: MAREINFORCE), 'max' (A = R - max R over the group: MAReMax), "
+            "'batch' (GRPO's scale_rewards='batch'). Default: derived from `scale_rewards`; 'loo', 'raw' and 'max' "
+            "need scale_rewards='none'."
         },
     )
     scale_rewards: str = field(
@@ -206,6 +219,7 @@ class MAGRPOConfig(GRPOConfig):
         super().__post_init__()
         if self.num_agents < 1:
             raise ValueError(f"`num_agents` must be >= 1, got {self.num_agents}.")
+        check_positive(self, "num_iterations", "the optimizer steps taken on each rollout (GRPO's mu)")
         if self.num_turns < 1:
             raise ValueError(f"`num_turns` must be >= 1, got {self.num_turns}.")
         if self.joint_mode not in JOINT_MODES:
@@ -217,12 +231,25 @@ class MAGRPOConfig(GRPOConfig):
         if self.team_mode not in (None, "adapters", "models", "shared"):
             raise ValueError(f"`team_mode` must be 'adapters', 'models', 'shared' or None, got {self.team_mode!r}.")
         check_choice(self, "prompt_length_check", PROMPT_LENGTH_CHECKS)
+        if self.sync_ref_model and self.beta == 0.0:
+            raise ValueError(
+                "`sync_ref_model=True` with `beta=0.0`: without a KL term there is no reference policy to sync. Set "
+                "`beta` > 0 or `sync_ref_model=False`."
+            )
         derived = {"none": "mean", "group": "std", "batch": "batch"}[self.scale_rewards]
         if self.advantage_mode is None:
             self.advantage_mode = derived
         elif self.advantage_mode not in (*ADVANTAGE_MODES, "batch"):
             raise ValueError(
                 f"`advantage_mode` must be one of {(*ADVANTAGE_MODES, 'batch')}, got {self.advantage_mode!r}."
+            )
+        elif self.scale_rewards != "none" and self.advantage_mode in ("loo", "raw", "max"):
+            raise ValueError(
+                f"`advantage_mode={self.advantage_mode!r}` takes `scale_rewards='none'` (got "
+                f"{self.scale_rewards!r}): dividing by the reward std would change what its advantage "
+                "means (MAREINFORCE's would no longer be the return, MAReMax's no longer the distance to the best "
+                "sample). Set "
+                "`scale_rewards='none'`, or use `advantage_mode='std'` for GRPO's normalised advantage."
             )
         elif self.scale_rewards != "none" and self.advantage_mode != derived:
             raise ValueError(
@@ -254,13 +281,6 @@ class MAGRPOConfig(GRPOConfig):
             problems.append(f"loss_type={self.loss_type!r} (supported: {SUPPORTED_LOSS_TYPES})")
         if self.use_vllm:
             problems.append("use_vllm=True (MAGRPO generates with the team's batched `generate`)")
-        if self.num_iterations != 1:
-            problems.append(f"num_iterations={self.num_iterations} (MAGRPO takes one update per rollout)")
-        if self.steps_per_generation != self.gradient_accumulation_steps:
-            problems.append(
-                f"steps_per_generation={self.steps_per_generation} (MAGRPO generates once per optimizer step, so it "
-                f"must equal gradient_accumulation_steps={self.gradient_accumulation_steps})"
-            )
         if self.multi_objective_aggregation != "sum_then_normalize":
             problems.append(f"multi_objective_aggregation={self.multi_objective_aggregation!r}")
         defaults = {f.name: f.default for f in fields(GRPOConfig)}
@@ -277,3 +297,77 @@ class MAGRPOConfig(GRPOConfig):
                 "MAGRPOTrainer does not implement these GRPO settings; leave them at their defaults: "
                 + "; ".join(problems)
             )
+
+
+_FAMILY_NOTE = """
+    comlrl 1.4.3 ships this algorithm as a trainer of its own; here it is [`MAGRPOTrainer`] with another
+    `advantage_mode`, so every MAGRPO and GRPO field applies unchanged. `scale_rewards` stays `"none"`: the
+    algorithm's advantage is used as it is defined. (comlrl's default `advantage_normalization=True` re-centres and
+    rescales each group's advantages after computing them, which makes `raw`, `max`, `mean` and `loo` all the same
+    `(R - mean R) / std R`; the algorithms differ only with it off, which is what this preset gives. For the
+    normalised variant use `MAGRPOConfig(scale_rewards="group")`.)
+"""
+
+
+@dataclass
+class MAREINFORCEConfig(MAGRPOConfig):
+    __doc__ = r"""Configuration of MAREINFORCE: [`MAGRPOTrainer`] with `advantage_mode="raw"` (REINFORCE, no baseline).
+
+    Each sample's advantage is its return, A_g = R_g (with several turns, R_t = r_t + gamma * mean R_{t+1}).
+    """ + _FAMILY_NOTE + r"""
+    Example:
+
+    ```python
+    from trl_marl import MAGRPOTrainer, MAREINFORCEConfig
+
+    args = MAREINFORCEConfig(output_dir="team", num_agents=2, num_generations=4, per_device_train_batch_size=16)
+    assert args.advantage_mode == "raw"
+    # trainer = MAGRPOTrainer(model=..., reward_funcs=..., args=args, train_dataset=...)
+    ```
+    """
+
+    advantage_mode: str | None = field(
+        default="raw", metadata={"help": "MAREINFORCE's advantage: the return itself (no baseline)."}
+    )
+
+
+@dataclass
+class MARLOOConfig(MAGRPOConfig):
+    __doc__ = r"""Configuration of MARLOO: [`MAGRPOTrainer`] with `advantage_mode="loo"` (leave-one-out baseline).
+
+    A_g = R_g - mean_{k != g} R_k = (G R_g - sum_k R_k) / (G - 1), the definition of comlrl's `"rloo"` mode.
+    """ + _FAMILY_NOTE + r"""
+    Example:
+
+    ```python
+    from trl_marl import MAGRPOTrainer, MARLOOConfig
+
+    args = MARLOOConfig(output_dir="team", num_agents=2, num_generations=4, per_device_train_batch_size=16)
+    assert args.advantage_mode == "loo"
+    ```
+    """
+
+    advantage_mode: str | None = field(
+        default="loo", metadata={"help": "MARLOO's advantage: the return minus the mean of the other samples'."}
+    )
+
+
+@dataclass
+class MAReMaxConfig(MAGRPOConfig):
+    __doc__ = r"""Configuration of MAReMax: [`MAGRPOTrainer`] with `advantage_mode="max"` (max baseline).
+
+    A_g = R_g - max_k R_k over the G samples of a node: the best sample gets 0, the others a negative advantage.
+    """ + _FAMILY_NOTE + r"""
+    Example:
+
+    ```python
+    from trl_marl import MAGRPOTrainer, MAReMaxConfig
+
+    args = MAReMaxConfig(output_dir="team", num_agents=2, num_generations=4, per_device_train_batch_size=16)
+    assert args.advantage_mode == "max"
+    ```
+    """
+
+    advantage_mode: str | None = field(
+        default="max", metadata={"help": "MAReMax's advantage: the return minus the best return of the group."}
+    )

@@ -15,7 +15,14 @@ from torch.utils.data import DataLoader
 from transformers import GenerationConfig, PreTrainedModel, TrainerCallback
 
 from .._trl_compat import TeamCheckpointMixin, TRLBaseTrainer
-from ..core import aggregate_token_loss, clipped_surrogate, k3_kl, masked_mean
+from ..core import (
+    aggregate_token_loss,
+    clipped_surrogate,
+    high_entropy_mask,
+    k3_kl,
+    log_importance_weights,
+    masked_mean,
+)
 from ..envs.base import MultiAgentEnv, PromptEnv, Transcript
 from ..rewarding import NonFiniteCounter, NonFiniteError
 from ..rollout import (
@@ -30,31 +37,10 @@ from ..team import AgentBatch, AgentTeam, pad_left, pad_right
 from ..validation import check_prompt_lengths
 from .magrpo_config import MAGRPOConfig
 from .magrpo_logging import ENTROPY_MESSAGE, ZERO_STD_MESSAGE, TrainingDiagnosticWarning, log_rollout
+from .magrpo_steps import BlockRepeatSampler, GenerationSchedule, ReferenceSync, _MicroStep, gathered_entropies
 from .team_trainer import TeamTrainerMixin, collate_rows
 
 RewardFunc = Callable[..., Sequence[float | None]]
-
-
-class _AccumulatedRows:
-    """The dataset rows of every micro-step of one optimizer step, and (once rolled out) their micro-batches."""
-
-    def __init__(self, row_batches: list[list[dict[str, Any]]]) -> None:
-        self.row_batches = row_batches
-        self.batches: list[dict[str, Any] | None] | None = None
-
-
-class _MicroStep:
-    """Micro-step `index` of an [`_AccumulatedRows`]: what `training_step` receives from `get_batch_samples`."""
-
-    def __init__(self, group: _AccumulatedRows, index: int) -> None:
-        self.group = group
-        self.index = index
-
-    def __len__(self) -> int:
-        return len(self.group.row_batches[self.index])
-
-    def __contains__(self, key: object) -> bool:
-        return False  # no tensors by name (`Trainer.floating_point_ops` asks for "input_ids"): rows become them later
 
 
 __all__ = ["MAGRPOTrainer", "NonFiniteError", "TrainingDiagnosticWarning"]
@@ -173,6 +159,8 @@ class MAGRPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer):
             self.disable_dropout([team])
         if args.beta != 0.0:
             team.create_reference_models()
+        if args.sync_ref_model:
+            ReferenceSync.check(team)
         funcs = list(reward_funcs) if isinstance(reward_funcs, (list, tuple)) else [reward_funcs]
         self.reward_funcs = funcs
         self.team_reward = TeamReward(funcs, args.reward_weights)
@@ -194,6 +182,8 @@ class MAGRPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer):
             optimizers=optimizers,
         )
         self.team = team
+        if args.sync_ref_model:
+            self.add_callback(ReferenceSync(team, args.ref_model_sync_steps, args.ref_model_mixup_alpha))
         # Each process must sample its own completions: seed the generators per device, as TRL's GRPOTrainer does.
         set_seed(args.seed, device_specific=True)
         # The loss is summed over agents and already scaled for gradient accumulation in `compute_loss` (divided by
@@ -228,6 +218,7 @@ class MAGRPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer):
         self._warned: set[str] = set()
         self._step_flat_fraction = 0.0
         self._step_entropy: dict[int, list[float]] = defaultdict(lambda: [0.0, 0.0])  # agent -> [sum, tokens]
+        self._schedule = GenerationSchedule(args.steps_per_generation, args.num_iterations)
         self.last_rollout: Rollout | None = None
         self.last_advantages: list[torch.Tensor] = []
 
@@ -270,8 +261,13 @@ class MAGRPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer):
 
     def get_train_dataloader(self) -> DataLoader:
         """Batches of raw dataset rows: each micro-step plays one episode tree per row."""
-        return self.rows_dataloader(self._episodes_per_step(), shuffle=self.args.shuffle_dataset,
-                                    drop_last=self.args.dataloader_drop_last)
+        args = self.args
+        # num_iterations > 1: the rows of each generation come num_iterations times in a row (BlockRepeatSampler)
+        block = self._episodes_per_step() * args.steps_per_generation * self.accelerator.num_processes
+        return self.rows_dataloader(self._episodes_per_step(), shuffle=args.shuffle_dataset,
+                                    drop_last=args.dataloader_drop_last,
+                                    wrap_sampler=None if args.num_iterations == 1 else
+                                    lambda sampler: BlockRepeatSampler(sampler, block, args.num_iterations))
 
     # ------------------------------------------------------------------ hooks
     def compute_rewards(self, prompts: list[list[Any]], completions: list[list[str]], rows: list[dict[str, Any]],
@@ -309,25 +305,12 @@ class MAGRPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer):
 
     # ------------------------------------------------------------------ training step
     def get_batch_samples(self, epoch_iterator: Any, num_batches: int, device: Any) -> tuple[list[Any], None]:
-        """The rows of the `num_batches` micro-steps of one optimizer step, to be rolled out together.
-
-        `transformers.Trainer` fetches every micro-batch of an optimizer step before the first backward; MAGRPO
-        plays all of them in one rollout at the first micro-step (TRL's generation batch of
-        `per_device_train_batch_size * steps_per_generation` completions), so that the token count of the whole
-        accumulated batch, which `loss_type="dapo"` divides by, is known before the first backward. Generation
-        happens in `training_step` (not here) so that a resumed run restores its random state first.
-        """
-        row_batches = []
-        for _ in range(num_batches):
-            try:
-                row_batches.append(next(epoch_iterator))
-            except StopIteration:
-                break
-        group = _AccumulatedRows(row_batches)
-        return [_MicroStep(group, i) for i in range(len(row_batches))], None
+        """The micro-steps of one optimizer step, each in a generation ([`GenerationSchedule`]); generation happens
+        in `training_step`, so that a resumed run restores its random state first."""
+        return self._schedule.micro_steps(epoch_iterator, num_batches), None
 
     def training_step(self, model: torch.nn.Module, inputs: Any, num_items_in_batch: Any = None) -> torch.Tensor:
-        """Take the MAGRPO loss on one micro-batch; its first micro-step plays the episodes of the whole step.
+        """Take the MAGRPO loss on one micro-batch; a generation's first micro-step plays its episodes.
 
         `inputs` is a [`_MicroStep`] from `get_batch_samples`, or a plain list of dataset rows (then played as a
         step of its own).
@@ -338,8 +321,9 @@ class MAGRPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer):
             if group.batches is None:
                 group.batches = self._make_batches(group.row_batches, mode="train")
             batch = group.batches[inputs.index]
-            group.batches[inputs.index] = None  # free the micro-batch once used
-            last = inputs.index == len(group.row_batches) - 1
+            if self.args.num_iterations == 1:
+                group.batches[inputs.index] = None  # free the micro-batch once used
+            last = inputs.last
         else:
             batch = self._make_batch(inputs, mode="train")
         loss = super().training_step(model, batch, num_items_in_batch)
@@ -391,6 +375,7 @@ class MAGRPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer):
         across processes (the normalizer of `loss_type="dapo"`).
         """
         device = self.accelerator.device
+        args, mu = self.args, self.args.num_iterations
         rows = [row for batch in row_batches for row in batch]
         rollout = self.rollout.run(rows, trainer_state=self.state)
         self.team_reward.require_some_score([t.rewards_per_func for t in rollout.turns], rollout.nonfinite_rewards)
@@ -421,8 +406,8 @@ class MAGRPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer):
                 adv = torch.cat([t.advantages[:, a, :].reshape(-1)[pick] for t, pick in zip(rollout.turns, picks)])
                 turn_index = torch.cat([torch.full((len(pick),), t.turn) for t, pick in zip(rollout.turns, picks)])
                 pad_id = self.team.tokenizers[a].pad_token_id
-                p_ids, p_mask = pad_left(prompt_ids, pad_id)
-                c_ids, c_mask = pad_right(completion_ids, pad_id)
+                p_ids, p_mask = pad_left(prompt_ids, pad_id, args.pad_to_multiple_of)
+                c_ids, c_mask = pad_right(completion_ids, pad_id, args.pad_to_multiple_of)
                 if self.args.mask_truncated_completions:
                     truncated = torch.tensor([not (ids and ids[-1] in eos_ids) for ids in completion_ids])
                     c_mask = c_mask * (~truncated).unsqueeze(1).long()
@@ -433,17 +418,24 @@ class MAGRPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer):
             if self.args.beta != 0.0:
                 ref_logps = [None if a in self.team.frozen else self.team.reference_logps(a, batches[a])
                              for a in range(n)]
-            # one update per rollout: the ratio's denominator is the detached current policy (old_logps None)
-            micro_batches.append({"batches": batches, "advantages": advantages, "old_logps": None,
+            # as TRL: when every micro-batch of the generation is used within one optimizer step, the ratio's
+            # denominator is the detached current policy (old_logps None, no extra forward); otherwise (num_iterations
+            # > 1, or steps_per_generation > gradient_accumulation_steps) each agent's log-probs at sampling time
+            old_logps = None
+            if mode == "train" and args.gradient_accumulation_steps % (args.steps_per_generation * mu) != 0:
+                old_logps = [None if a in self.team.frozen else self.team.policy_logps(a, batches[a])
+                             for a in range(n)]
+            micro_batches.append({"batches": batches, "advantages": advantages, "old_logps": old_logps,
                                   "ref_logps": ref_logps, "turn_of_sample": turn_of_sample})
             all_batches.append(batches)
             all_advantages.append(advantages)
             all_turns.append(turn_of_sample)
         # dapo divides by the completion tokens of the whole step: every micro-batch, every process
-        num_items = []
+        num_items = []  # as TRL: the generation's tokens, rescaled to one accumulation window
+        window = args.gradient_accumulation_steps / args.steps_per_generation if mode == "train" else 1.0
         for a in range(n):
             count = sum(batches[a].completion_mask.sum() for batches in all_batches).to(device)
-            num_items.append(self.accelerator.gather(count).sum())
+            num_items.append(self.accelerator.gather(count).sum() * window)
         for micro in micro_batches:
             micro["num_items"] = num_items
         self.last_advantages = [torch.cat([adv[a] for adv in all_advantages]) for a in range(n)]
@@ -459,6 +451,7 @@ class MAGRPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer):
         mode = "train" if self.model.training else "eval"
         frozen = self.team.frozen
         results = model([None if a in frozen else b for a, b in enumerate(inputs["batches"])], compute_entropy=True)
+        inputs["entropy"] = [None if r is None else r[1] for r in results]
         total: torch.Tensor | None = None
         metrics = self._metrics[mode]
         for a, result in enumerate(results):
@@ -494,14 +487,15 @@ class MAGRPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer):
 
         The default is GRPO's: the clipped surrogate of `logps` against the detached current policy (or
         `inputs["old_logps"][a]`) with `inputs["advantages"][a]`, plus `beta` times the k3 KL to
-        `inputs["ref_logps"][a]`, aggregated over the tokens by `loss_type` (the trainer then divides by the
-        accumulation steps, except for `dapo`).
+        `inputs["ref_logps"][a]` (times the importance ratio with `use_bias_correction_kl`, TRL's default),
+        aggregated over the tokens by `loss_type` (the trainer then divides by the accumulation steps, except for
+        `dapo`).
 
         Args:
             agent_index: The agent.
             logps: `(B, L)` per-token log-probs of its completions under its current policy (with gradients).
             inputs: The micro-batch from `_make_batch`: `batches[a]` (an `AgentBatch`), `advantages[a]`,
-                `old_logps`, `ref_logps`, `num_items`, `turn_of_sample[a]`.
+                `old_logps`, `ref_logps`, `num_items`, `turn_of_sample[a]`, and `entropy[a]` (per-token entropies).
 
         Returns:
             `(loss, kl, clipped)`: the scalar loss, the per-token KL (`None` without one, for logging) and the
@@ -514,9 +508,15 @@ class MAGRPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer):
             logps, old, inputs["advantages"][agent_index], epsilon_low=args.epsilon, epsilon_high=args.epsilon_high,
             delta=args.delta, importance_sampling_level=args.importance_sampling_level, mask=mask,
         )
+        if args.top_entropy_quantile < 1.0:  # the policy gradient only on this agent's high-entropy tokens
+            entropy = inputs["entropy"][agent_index]
+            pool = gathered_entropies(self.accelerator, entropy, mask)  # the threshold over every process's tokens
+            per_token_loss = per_token_loss * high_entropy_mask(entropy, mask, args.top_entropy_quantile, pool)
         kl = None
         if args.beta != 0.0:
             kl = k3_kl(logps, inputs["ref_logps"][agent_index])
+            if args.use_bias_correction_kl:  # TRL's default: kl * rho (rho's gradient acts even where rho = 1)
+                kl = kl * torch.exp(log_importance_weights(logps, old, args.importance_sampling_level, mask))
             per_token_loss = per_token_loss + args.beta * kl
         # dapo: `num_items` counts the tokens of every micro-batch of the step on every process; gradients are
         # averaged over processes, hence the division by their number (and none by the accumulation steps)

@@ -104,11 +104,17 @@ class TeamTrainerMixin:
                     sub.p = 0.0
 
     # ------------------------------------------------------------------ data
-    def rows_dataloader(self, batch_size: int, shuffle: bool = True, drop_last: bool = True) -> DataLoader:
-        """Batches of raw rows of the training set, shuffled by a generator seeded from `args.seed`."""
+    def rows_dataloader(self, batch_size: int, shuffle: bool = True, drop_last: bool = True,
+                        wrap_sampler: Any = None) -> DataLoader:
+        """Batches of raw rows of the training set, shuffled by a generator seeded from `args.seed`.
+
+        `wrap_sampler`, when given, wraps the index sampler (e.g. MAGRPO's `BlockRepeatSampler`).
+        """
         generator = torch.Generator().manual_seed(self.args.seed)  # type: ignore[attr-defined]
         dataset = self.train_dataset  # type: ignore[attr-defined]
         sampler = RandomSampler(dataset, generator=generator) if shuffle else SequentialSampler(dataset)
+        if wrap_sampler is not None:
+            sampler = wrap_sampler(sampler)
         loader = DataLoader(dataset, batch_size=batch_size, sampler=sampler, collate_fn=collate_rows,
                             drop_last=drop_last, num_workers=0)
         return self.accelerator.prepare(loader)  # type: ignore[attr-defined]

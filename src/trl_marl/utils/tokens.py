@@ -20,9 +20,14 @@ Prompt = str | list[dict[str, str]] | list[int]
 """A prompt: plain text, chat messages (`[{"role": ..., "content": ...}, ...]`) or token ids."""
 
 
-def pad_left(sequences: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Left-pad token id lists into `(ids, mask)` tensors."""
-    width = max((len(s) for s in sequences), default=0)
+def _round_up(width: int, multiple_of: int | None) -> int:
+    return width if not multiple_of else -(-width // multiple_of) * multiple_of
+
+
+def pad_left(sequences: Sequence[Sequence[int]], pad_id: int,
+             multiple_of: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-pad token id lists into `(ids, mask)` tensors (the width rounded up to `multiple_of`, when given)."""
+    width = _round_up(max((len(s) for s in sequences), default=0), multiple_of)
     ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
     mask = torch.zeros((len(sequences), width), dtype=torch.long)
     for i, seq in enumerate(sequences):
@@ -32,9 +37,11 @@ def pad_left(sequences: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Ten
     return ids, mask
 
 
-def pad_right(sequences: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Right-pad token id lists into `(ids, mask)` tensors (at least one column wide)."""
-    width = max(1, max((len(s) for s in sequences), default=0))
+def pad_right(sequences: Sequence[Sequence[int]], pad_id: int,
+              multiple_of: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-pad token id lists into `(ids, mask)` tensors (at least one column wide; the width rounded up to
+    `multiple_of`, when given)."""
+    width = _round_up(max(1, max((len(s) for s in sequences), default=0)), multiple_of)
     ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
     mask = torch.zeros((len(sequences), width), dtype=torch.long)
     for i, seq in enumerate(sequences):
