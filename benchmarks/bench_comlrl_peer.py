@@ -1,4 +1,5 @@
-"""comlrl peer for ``bench_magrpo.py``: time comlrl's ``MAGRPOTrainer`` on the two-agent coordination task.
+"""comlrl peer for ``bench_magrpo.py`` and ``bench_family.py``: time comlrl's ``MAGRPOTrainer`` (or, with
+``--algorithm``, ``MAREINFORCETrainer`` / ``MARLOOTrainer`` / ``MAReMaxTrainer``) on the two-agent task.
 
 Run it in the separate comlrl virtualenv (comlrl is not a dependency of trl_marl)::
 
@@ -68,8 +69,24 @@ def team_reward(a: str, b: str) -> float:
     return 1.0 if x + y == TARGET else 0.0
 
 
+# --algorithm -> (config class, trainer class, advantage_mode) in comlrl.trainers.reinforce; the subclasses only
+# change the default advantage_mode, which is also passed explicitly so that the mode in use is recorded.
+ALGORITHMS = {
+    "magrpo": ("MAGRPOConfig", "MAGRPOTrainer", "mean"),
+    "mareinforce": ("MAREINFORCEConfig", "MAREINFORCETrainer", "raw"),
+    "marloo": ("MARLOOConfig", "MARLOOTrainer", "rloo"),
+    "maremax": ("MAReMaxConfig", "MAReMaxTrainer", "max"),
+}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description="Benchmark comlrl's MAGRPOTrainer (2 agents, CPU).")
+    parser.add_argument(
+        "--algorithm",
+        choices=sorted(ALGORITHMS),
+        default="magrpo",
+        help="comlrl reinforce trainer to run (advantage normalization still follows --no-advantage-normalization)",
+    )
     parser.add_argument("--model-dir", required=True, help="local dir with a causal LM and a tokenizer")
     parser.add_argument("--steps", type=int, default=10, help="total steps (updates per agent), warmup included")
     parser.add_argument("--warmup", type=int, default=2, help="leading steps left out of the median")
@@ -96,7 +113,10 @@ def main() -> None:
     torch.manual_seed(args.seed)
 
     t_import = time.perf_counter()
-    from comlrl.trainers.reinforce import MAGRPOConfig, MAGRPOTrainer
+    import comlrl.trainers.reinforce as reinforce
+
+    config_name, trainer_name, advantage_mode = ALGORITHMS[args.algorithm]
+    config_cls, trainer_cls = getattr(reinforce, config_name), getattr(reinforce, trainer_name)
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
 
@@ -116,7 +136,7 @@ def main() -> None:
         parser.error("--steps must be larger than --warmup")
     train_dataset = Dataset.from_list([{"prompt": PROMPT} for _ in range(P * total_steps)])
 
-    config = MAGRPOConfig(
+    config = config_cls(
         num_train_epochs=1,
         agent_learning_rate=args.lr,
         num_agents=2,
@@ -131,7 +151,7 @@ def main() -> None:
         rollout_buffer_size=P,
         train_batch_size=P,
         advantage_normalization=not args.no_advantage_normalization,
-        advantage_mode="mean",
+        advantage_mode=advantage_mode,
         reference_kl_enabled=False,
         agent_devices="cpu",
     )
@@ -144,7 +164,7 @@ def main() -> None:
         reward_log.extend(rewards)
         return rewards
 
-    trainer = MAGRPOTrainer(
+    trainer = trainer_cls(
         agents=agents,
         num_agents=2,
         tokenizer=tokenizer,
@@ -220,6 +240,8 @@ def main() -> None:
 
     result = {
         "peer": "comlrl",
+        "algorithm": trainer_name,
+        "advantage_mode": advantage_mode,
         "comlrl_version": version("comlrl"),
         "torch_version": torch.__version__,
         "transformers_version": version("transformers"),
