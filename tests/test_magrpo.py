@@ -197,8 +197,13 @@ def test_num_generations_below_two(tmp_path):
 
 
 def test_unimplemented_grpo_setting_is_refused(tmp_path):
-    with pytest.raises(ValueError, match="entropy_coef"):
+    with pytest.raises(ValueError, match="entropy_coef=0.1 \\(not implemented yet: the team's entropies"):
         config(tmp_path, entropy_coef=0.1)
+    # a setting that cannot apply to a team says why
+    with pytest.raises(ValueError, match="num_generations_eval=4 \\(MAGRPO's evaluate\\(\\) plays one episode"):
+        config(tmp_path, num_generations_eval=4)
+    with pytest.raises(ValueError, match="use_transformers_paged=True \\(the team generates with `generate` and one"):
+        config(tmp_path, use_transformers_paged=True)
     with pytest.raises(ValueError, match="num_iterations"):
         config(tmp_path, num_iterations=0)
     with pytest.raises(ValueError, match="loss_type"):

@@ -37,6 +37,22 @@ HONOURED_GRPO_FIELDS = frozenset({
 })
 
 
+# Why a GRPO setting is refused, for the ones with a reason worth telling (the others: not implemented in MAGRPO).
+_REFUSAL_REASONS = {
+    "num_generations_eval": "MAGRPO's evaluate() plays one episode per row with one sample per agent, so that "
+    "per-turn majority accuracy and transitions compare one answer per agent; G samples per node are for training",
+    "use_transformers_paged": "the team generates with `generate` and one adapter name per row (mixed-adapter "
+    "batches), which transformers' paged generation does not take",
+    "use_transformers_continuous_batching": "the team generates with `generate` and one adapter name per row "
+    "(mixed-adapter batches), which transformers' continuous batching does not take",
+    "entropy_coef": "not implemented yet: the team's entropies are computed on detached logits (for logging), so an "
+    "entropy bonus would have no gradient",
+    "use_adaptive_entropy": "not implemented yet (see entropy_coef)",
+    "cast_lm_head_to_fp32": "not implemented yet: the team takes log-probs in the lm_head's own dtype",
+    "off_policy_mask_threshold": "not implemented yet in MAGRPO's loss",
+}
+
+
 # GRPOConfig.__post_init__ rewrites some defaults (e.g. pad_to_multiple_of "auto" -> None on CPU and GPU)
 _NORMALIZED_DEFAULTS = {"pad_to_multiple_of": ("auto", None)}
 
@@ -291,7 +307,8 @@ class MAGRPOConfig(GRPOConfig):
                 continue
             accepted = _NORMALIZED_DEFAULTS.get(name, (defaults.get(name),))
             if getattr(self, name) not in accepted:
-                problems.append(f"{name}={getattr(self, name)!r}")
+                reason = _REFUSAL_REASONS.get(name)
+                problems.append(f"{name}={getattr(self, name)!r}" + (f" ({reason})" if reason else ""))
         if problems:
             raise ValueError(
                 "MAGRPOTrainer does not implement these GRPO settings; leave them at their defaults: "
