@@ -87,11 +87,23 @@ def run_comlrl(algorithm: str, model_dir: str, cfg: dict[str, Any], seed: int, j
     }
 
 
+def reward_logger(key: str, sink: list[float]) -> Any:
+    """A `TrainerCallback` that appends the logged `key` of every step to `sink`."""
+    from transformers import TrainerCallback
+
+    class RewardLog(TrainerCallback):
+        def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, float] | None = None,
+                   **kwargs: Any) -> None:
+            if logs and key in logs:
+                sink.append(float(logs[key]))
+
+    return RewardLog()
+
+
 def run_ours(algorithm: str, model_dir: str, cfg: dict[str, Any], seed: int, out_dir: Path) -> dict[str, Any]:
     """One trl_marl run in this process; rewards read from the per-step logs."""
     import torch
     from datasets import Dataset
-    from transformers import TrainerCallback
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
     from trl_marl import MAGRPOConfig, MAGRPOTrainer, MAREINFORCEConfig, MAReMaxConfig, MARLOOConfig, load_tokenizer
@@ -111,12 +123,7 @@ def run_ours(algorithm: str, model_dir: str, cfg: dict[str, Any], seed: int, out
         max_grad_norm=cfg["max_grad_norm"], loss_type=cfg["loss_type"], **extra,
     )
     rewards: list[float] = []
-
-    class RewardLog(TrainerCallback):
-        def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, float] | None = None,
-                   **kwargs: Any) -> None:
-            if logs and "reward" in logs:
-                rewards.append(float(logs["reward"]))
+    reward_log = reward_logger("reward", rewards)
 
     trainer = MAGRPOTrainer(
         model=model_dir, reward_funcs=TargetSumReward(0.5), env=TargetSumEnv(2),
@@ -125,7 +132,7 @@ def run_ours(algorithm: str, model_dir: str, cfg: dict[str, Any], seed: int, out
     )
     for callback in (PrinterCallback, ProgressCallback):
         trainer.remove_callback(callback)
-    trainer.add_callback(RewardLog())
+    trainer.add_callback(reward_log)
     t0 = time.perf_counter()
     trainer.train()
     train_s = time.perf_counter() - t0
@@ -143,7 +150,6 @@ def run_ours_ac(algorithm: str, model_dir: str, cfg: dict[str, Any], seed: int, 
     """One trl_marl IAC (per-agent critics) or MAAC (one centralized V critic) run: `MultiAgentPPOTrainer`."""
     import torch
     from datasets import Dataset
-    from transformers import TrainerCallback
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
     from trl_marl import MultiAgentPPOConfig, MultiAgentPPOTrainer
@@ -162,12 +168,7 @@ def run_ours_ac(algorithm: str, model_dir: str, cfg: dict[str, Any], seed: int, 
         **critic,
     )
     rewards: list[float] = []
-
-    class RewardLog(TrainerCallback):
-        def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, float] | None = None,
-                   **kwargs: Any) -> None:
-            if logs and "objective/scores" in logs:
-                rewards.append(float(logs["objective/scores"]))
+    reward_log = reward_logger("objective/scores", rewards)
 
     trainer = MultiAgentPPOTrainer(
         args=args, model=model_dir, env=TargetSumEnv(2), reward_funcs=TargetSumReward(0.5),
@@ -175,7 +176,7 @@ def run_ours_ac(algorithm: str, model_dir: str, cfg: dict[str, Any], seed: int, 
     )
     for callback in (PrinterCallback, ProgressCallback):
         trainer.remove_callback(callback)
-    trainer.add_callback(RewardLog())
+    trainer.add_callback(reward_log)
     t0 = time.perf_counter()
     trainer.train()
     train_s = time.perf_counter() - t0

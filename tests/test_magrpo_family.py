@@ -40,7 +40,23 @@ def kwargs(tmp_path, **overrides) -> dict:
     return base
 
 
+def record_rollouts(trainer: MAGRPOTrainer) -> tuple[list[list[int]], list[int]]:
+    """Lists filled as the trainer plays: the row ids of each rollout, and the global step it was played at."""
+    played: list[list[int]] = []
+    steps: list[int] = []
+    original = trainer.rollout.run
+
+    def run(batch, **kw):
+        played.append([row["id"] for row in batch])
+        steps.append(trainer.state.global_step)
+        return original(batch, **kw)
+
+    trainer.rollout.run = run
+    return played, steps
+
+
 @pytest.mark.parametrize("preset", list(PRESETS))
+
 def test_preset_sets_the_advantage_and_no_std_scaling(tmp_path, preset):
     args = preset(**kwargs(tmp_path))
     assert isinstance(args, MAGRPOConfig)
@@ -98,15 +114,7 @@ def test_num_iterations_reuses_each_rollout(model_dir, tmp_path, mu):
                             args=MAGRPOConfig(**kwargs(tmp_path, per_device_train_batch_size=8, max_steps=-1,
                                                        num_train_epochs=1, num_iterations=mu)),
                             train_dataset=rows)
-    played, steps = [], []
-    original = trainer.rollout.run
-
-    def run(batch, **kw):
-        played.append([row["id"] for row in batch])
-        steps.append(trainer.state.global_step)
-        return original(batch, **kw)
-
-    trainer.rollout.run = run
+    played, steps = record_rollouts(trainer)
     trainer.train()
     assert trainer.state.global_step == 4 * mu
     assert steps == [k * mu for k in range(4)]
@@ -141,15 +149,7 @@ def test_num_iterations_over_epochs_with_a_partial_generation(model_dir, tmp_pat
                                                        num_train_epochs=2, num_iterations=2, steps_per_generation=2,
                                                        shuffle_dataset=False)),
                             train_dataset=rows)
-    played, steps = [], []
-    original = trainer.rollout.run
-
-    def run(batch, **kw):
-        played.append([row["id"] for row in batch])
-        steps.append(trainer.state.global_step)
-        return original(batch, **kw)
-
-    trainer.rollout.run = run
+    played, steps = record_rollouts(trainer)
     trainer.train()
     assert trainer.state.global_step == 16
     assert played == [[0, 1], [2, 3], [0, 1], [2, 3]] and steps == [0, 4, 8, 12]

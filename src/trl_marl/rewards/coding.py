@@ -120,7 +120,7 @@ class CodingRewardTerm:
 
     def scores(self, batch: CodingBatch) -> list[float]:
         """One score per joint action of `batch`."""
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__} is a CodingRewardTerm: it must define scores(batch)")
 
     def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:
         return self.scores(coding_batch(self.env, completions, kwargs, type(self).__name__))

@@ -46,7 +46,7 @@ class ToyTask:
         Returns:
             A ``(prompt, answer)`` pair of strings; the training target is ``answer``.
         """
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__} is a ToyTask: it must define sample(rng)")
 
     def is_correct(self, prompt: str, completion: str) -> bool:
         """Tells whether a completion correctly answers a prompt of this task.
@@ -58,7 +58,7 @@ class ToyTask:
         Returns:
             Whether the completion is a correct answer.
         """
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__} is a ToyTask: it must define is_correct(prompt, completion)")
 
     def sample_prompts(self, n: int, rng: random.Random) -> list[str]:
         """Samples ``n`` prompts.

@@ -134,7 +134,8 @@ class TeamTrainerMixin:
         self, rows: list[dict[str, Any]], temperature: float | None = None
     ) -> tuple[list[Transcript], dict[int, list[float]]]:
         """Play one episode per row (one sample per agent): the transcripts, and the rewards of each turn."""
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__} uses TeamTrainerMixin: it must define "
+                                  "play_evaluation_episodes(rows, temperature)")
 
     def check_evaluation_prompts(self, dataset: Any) -> None:
         """Checks an evaluation set before playing it (the trainer adds its prompt-length check)."""
