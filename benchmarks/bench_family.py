@@ -120,7 +120,7 @@ def run_ours(algorithm: str, model_dir: str, cfg: dict[str, Any], seed: int, out
         max_completion_length=cfg["max_len"], learning_rate=cfg["lr"], lr_scheduler_type="constant", beta=0.0,
         temperature=1.0, top_p=1.0, top_k=0, bf16=False, gradient_checkpointing=False, report_to="none",
         save_strategy="no", logging_steps=1, disable_tqdm=True, seed=seed, max_steps=cfg["steps"],
-        max_grad_norm=cfg["max_grad_norm"], loss_type=cfg["loss_type"], **extra,
+        max_grad_norm=cfg["max_grad_norm"], loss_type=cfg["loss_type"], weight_decay=cfg["weight_decay"], **extra,
     )
     rewards: list[float] = []
     reward_log = reward_logger("reward", rewards)
@@ -142,7 +142,7 @@ def run_ours(algorithm: str, model_dir: str, cfg: dict[str, Any], seed: int, out
         "rewards": rewards, "train_s": train_s, "joint_samples": P * G * cfg["steps"],
         "settings": {"config": config_cls.__name__, "advantage_mode": args.advantage_mode,
                      "scale_rewards": args.scale_rewards, "loss_type": args.loss_type,
-                     "max_grad_norm": args.max_grad_norm},
+                     "max_grad_norm": args.max_grad_norm, "weight_decay": args.weight_decay},
     }
 
 
@@ -165,7 +165,7 @@ def run_ours_ac(algorithm: str, model_dir: str, cfg: dict[str, Any], seed: int, 
         stop_token="eos", learning_rate=cfg["lr"], lr_scheduler_type="constant", kl_coef=0.0, vf_coef=0.6,
         gamma=1.0, lam=1.0, temperature=1.0, report_to="none", save_strategy="no", logging_steps=1,
         num_sample_generations=0, disable_tqdm=True, seed=seed, bf16=False, max_grad_norm=cfg["max_grad_norm"],
-        **critic,
+        advantage_level=cfg["advantage_level"], weight_decay=cfg["weight_decay"], **critic,
     )
     rewards: list[float] = []
     reward_log = reward_logger("objective/scores", rewards)
@@ -186,7 +186,8 @@ def run_ours_ac(algorithm: str, model_dir: str, cfg: dict[str, Any], seed: int, 
         "rewards": rewards, "train_s": train_s, "joint_samples": P * G * steps,
         "settings": {"config": "MultiAgentPPOConfig", "critic": args.critic, "critic_type": args.critic_type,
                      "num_ppo_epochs": 1, "vf_coef": 0.6, "gamma": 1.0, "lam": 1.0, "advantages": "whitened",
-                     "max_grad_norm": args.max_grad_norm},
+                     "advantage_level": args.advantage_level, "max_grad_norm": args.max_grad_norm,
+                     "weight_decay": args.weight_decay},
     }
 
 
@@ -239,6 +240,10 @@ def main() -> None:
     parser.add_argument("--max-grad-norm", type=float, default=1.0,
                         help="ours: gradient clipping (TRL's default 1.0; comlrl clips nothing; 0 = off)")
     parser.add_argument("--loss-type", default="dapo", help="ours, MAGRPO family: loss_type (TRL's default dapo)")
+    parser.add_argument("--advantage-level", default="turn", choices=["turn", "token"],
+                        help="ours, IAC/MAAC: 'turn' (CoMLRL's actor-critic: R - V(s) for the whole response) or "
+                        "'token' (TRL's PPO: per-token GAE)")
+    parser.add_argument("--weight-decay", type=float, default=0.0, help="ours: AdamW weight decay (comlrl: 0.01)")
     parser.add_argument("--sides", nargs="+", default=["ours", "comlrl"], choices=["ours", "comlrl"])
     parser.add_argument("--work-dir", default=None)
     parser.add_argument("--json", default=str(BENCH_DIR / "results_family.json"))
@@ -252,7 +257,8 @@ def main() -> None:
     builder = build_model_dir(model_dir, hidden_size=args.hidden, num_layers=args.layers, seed=0,
                               pretrain_steps=args.pretrain_steps, allow_fallback=False)
     cfg = {"steps": args.steps, "P": args.prompts, "G": args.num_generations, "max_len": args.max_new_tokens,
-           "lr": args.lr, "max_grad_norm": args.max_grad_norm, "loss_type": args.loss_type}
+           "lr": args.lr, "max_grad_norm": args.max_grad_norm, "loss_type": args.loss_type,
+           "advantage_level": args.advantage_level, "weight_decay": args.weight_decay}
     result: dict[str, Any] = {"config": cfg, "seeds": args.seeds, "model": builder, "argv": sys.argv[1:],
                               "final_window": FINAL_WINDOW, "algorithms": {}}
     for algorithm in args.algorithms:

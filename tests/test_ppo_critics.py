@@ -14,7 +14,12 @@ import torch
 from datasets import Dataset
 
 from trl_marl import MultiAgentPPOConfig, MultiAgentPPOTrainer
-from trl_marl.core.ppo import bootstrap_next_turn, generalized_advantage_estimation, score_positions
+from trl_marl.core.ppo import (
+    bootstrap_next_turn,
+    generalized_advantage_estimation,
+    score_positions,
+    turn_level_advantages,
+)
 from trl_marl.envs import TargetSumEnv
 from trl_marl.rewards import TargetSumReward
 from trl_marl.toy import make_toy_model
@@ -160,6 +165,7 @@ def test_iac_is_todays_per_agent_critic(target_dir, tmp_path):
     (dict(critic="centralized", critic_type="A"), "critic_type"),
     (dict(critic="centralized", value_input="answer"), "value_input"),
     (dict(turn_gamma=1.5), "turn_gamma"),
+    (dict(advantage_level="response"), "advantage_level"),
 ])
 def test_bad_critic_settings(tmp_path, overrides, message):
     with pytest.raises(ValueError, match=message):
@@ -247,3 +253,52 @@ def test_turn_gamma_bootstraps_turn_one_from_the_critics_next_state_value(target
     tr.train()
     assert all(torch.isfinite(torch.tensor(h["loss/value_avg"])) for h in tr.state.log_history
                if "loss/value_avg" in h)
+
+
+# ------------------------------------------------------------------------------------------------ turn-level credit
+def test_turn_level_advantages_by_hand():
+    # GAE with gamma = lam = 1 over a 3-token response scored 1 at its last step, values 0.2, 0.5, 0.9:
+    # A_t = R - V_t = 0.8, 0.5, 0.1 per token; turn-level credit gives every token A_0 = R - V(s_0) = 0.8.
+    rewards = torch.tensor([[0.0, 0.0, 1.0]])
+    values = torch.tensor([[0.2, 0.5, 0.9]])
+    adv, ret = generalized_advantage_estimation(rewards, values, 1.0, 1.0)
+    torch.testing.assert_close(adv, torch.tensor([[0.8, 0.5, 0.1]]))
+    torch.testing.assert_close(turn_level_advantages(adv), torch.tensor([[0.8, 0.8, 0.8]]))
+    torch.testing.assert_close(ret, torch.tensor([[1.0, 1.0, 1.0]]))  # the value targets do not change
+    # gamma = 0.5, lam = 1: A_0 = r_0 + 0.5 r_1 + 0.25 r_2 - V_0 = 0.25 - 0.2
+    adv, _ = generalized_advantage_estimation(rewards, values, 0.5, 1.0)
+    torch.testing.assert_close(turn_level_advantages(adv)[0], torch.full((3,), 0.05))
+
+
+@pytest.mark.parametrize("critic", ["per_agent", "centralized"])
+def test_turn_level_credit_gives_each_response_one_advantage(target_dir, tmp_path, critic):
+    tr = trainer(target_dir, tmp_path, critic=critic, advantage_level="turn")
+    seen: list[tuple[list[torch.Tensor], list[torch.Tensor], list[torch.Tensor]]] = []
+    original = tr.compute_advantages
+
+    def spy(rewards, values, policy_masks, value_masks):
+        out = original(rewards, values, policy_masks, value_masks)
+        seen.append(([r.clone() for r in rewards], [v.clone() for v in values], out[0]))
+        return out
+
+    tr.compute_advantages = spy
+    with torch.no_grad():
+        tr.rollout([{"target": 10}] * 3)
+    assert len(seen) == 2
+    for rewards, values, advantages in seen:
+        gae, _ = generalized_advantage_estimation(rewards[0], values[0], tr.args.gamma, tr.args.lam)
+        adv = advantages[0]
+        first = gae[:, 0]
+        # whitened over the policy's tokens: (A_0 - mean) / std, the same number on every token of a response
+        per_response = [adv[i][adv[i] != 0] for i in range(adv.size(0))]
+        for values_i in per_response:
+            if values_i.numel():
+                torch.testing.assert_close(values_i, values_i[:1].expand_as(values_i))
+        # and ordered as R - V(s_0): a response with a larger first-step advantage never gets a smaller one
+        nonempty = [i for i, v in enumerate(per_response) if v.numel()]
+        order = sorted(nonempty, key=lambda i: float(first[i]))
+        got = [float(per_response[i][0]) for i in order]
+        assert got == sorted(got)
+    tr.train()
+    assert all(torch.isfinite(torch.tensor(h["loss/policy_avg"])) for h in tr.state.log_history
+               if "loss/policy_avg" in h)

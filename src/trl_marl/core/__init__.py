@@ -27,6 +27,7 @@ two papers this package implements, and of the works they build on:
 | `core.ppo` eq. 2 (Ziegler et al. 2019) | per-token reward: -beta * KL plus the score | `shaped_token_rewards` |
 | `core.ppo` eq. 3, GAE (Schulman et al. 2016) | advantages and returns | `generalized_advantage_estimation` |
 | `core.ppo` eq. 6 (multi-turn actor-critic, IAC/MAAC) | bootstrap from the next turn's value | `bootstrap_next_turn` |
+| `core.ppo` eq. 7 (CoMLRL's actor-critic) | one advantage per response, R - V(s) | `turn_level_advantages` |
 | `core.ppo` eq. 4 | clipped policy loss | `ppo_policy_loss` |
 | `core.ppo` eq. 5 | clipped value loss | `clipped_value_loss` |
 | Ziegler et al. 2019, Eq. 2 | the classic loop's KL penalty and variants | `classic_kl_penalty` |
@@ -88,6 +89,7 @@ from .ppo import (
     running_moments_update,
     score_positions,
     shaped_token_rewards,
+    turn_level_advantages,
 )
 
 __all__ = [
@@ -125,6 +127,7 @@ __all__ = [
     "nan_std",
     "others_majority_correctness",
     "ppo_policy_loss",
+    "turn_level_advantages",
     "response_masks",
     "revision_incentives",
     "running_moments_update",

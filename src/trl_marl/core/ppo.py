@@ -116,6 +116,27 @@ def generalized_advantage_estimation(
     return advantages, advantages + values
 
 
+
+def turn_level_advantages(advantages: Tensor) -> Tensor:
+    """Equation 7 (turn-level credit, CoMLRL's actor-critic): one advantage for the whole response.
+
+    The action is the response, the state the history before it, so every token of the response gets the response's
+    first-step advantage A_0 = sum_t (gamma lam)^t delta_t. With gamma = lam = 1 this is R - V(s_0): the return of
+    the turn minus the critic's value of the history (V(s)), or of the history and the others' responses (MAAC's
+    Q critic), before the agent's first token.
+
+    Args:
+        advantages: `(B, T)` per-token advantages (GAE), step 0 being the response's first token.
+
+    Returns:
+        `(B, T)`: `advantages[:, 0]` on every step (mask the padding afterwards, as for per-token advantages).
+
+    Example:
+        >>> turn_level_advantages(torch.tensor([[0.5, 0.2, -0.1]]))
+        tensor([[0.5000, 0.5000, 0.5000]])
+    """
+    return advantages[:, :1].expand_as(advantages).clone()
+
 def ppo_policy_loss(
     logps: Tensor, old_logps: Tensor, advantages: Tensor, cliprange: float, mask: Tensor
 ) -> tuple[Tensor, Tensor, Tensor]:

@@ -11,6 +11,7 @@ from ..validation import PROMPT_LENGTH_CHECKS, check_choice, check_mixed_precisi
 POLICY_SHARING = ("shared", "agent", "agent_turn")
 CRITICS = ("per_agent", "centralized")
 CRITIC_TYPES = ("V", "Q")
+ADVANTAGE_LEVELS = ("token", "turn")
 
 
 @dataclass
@@ -44,7 +45,10 @@ class MultiAgentPPOConfig(TRLBaseConfig):
     agent's own tokens), `critic_type="Q"` the joint history and the other agents' responses of the turn, so that
     at the response's last token it has read the joint action (Q(s, a)). Either critic's values feed the same GAE
     (`gamma`, `lam`) and the same clipped value loss; with `turn_gamma`, each turn also bootstraps from the
-    critic's value of the agent's next-turn state (multi-turn with a discount between turns).
+    critic's value of the agent's next-turn state (multi-turn with a discount between turns). TRL's PPO credits
+    each token (`advantage_level="token"`, A_t = R - V(s_t) with `gamma = lam = 1`); CoMLRL's IAC and MAAC treat the
+    whole response as one action, which is `advantage_level="turn"` (every token gets R - V(s), the critic's value
+    before the response).
 
     Example:
 
@@ -171,6 +175,14 @@ class MultiAgentPPOConfig(TRLBaseConfig):
             "'Q' (Q(s, a): the joint history and the other agents' responses, then the agent's response)."
         },
     )
+    advantage_level: str = field(
+        default="token",
+        metadata={
+            "help": "Credit assignment inside a response: 'token' (TRL's PPO and MAPoRL: per-token GAE, "
+            "A_t = R - V(s_t) with gamma = lam = 1) or 'turn' (CoMLRL's IAC/MAAC: the response is one action, every "
+            "token gets the response's first-step advantage, R - V(s) with gamma = lam = 1)."
+        },
+    )
     turn_gamma: float | None = field(
         default=None,
         metadata={
@@ -235,6 +247,7 @@ class MultiAgentPPOConfig(TRLBaseConfig):
         if self.value_input not in ("history", "answer"):
             raise ValueError(f"`value_input` must be 'history' or 'answer', got {self.value_input!r}.")
         check_choice(self, "critic", CRITICS)
+        check_choice(self, "advantage_level", ADVANTAGE_LEVELS)
         if self.critic_type is not None:
             self.critic_type = str(self.critic_type).upper()
             check_choice(self, "critic_type", CRITIC_TYPES)

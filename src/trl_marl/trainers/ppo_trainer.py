@@ -35,6 +35,7 @@ from ..core.ppo import (
     clipped_value_loss,
     generalized_advantage_estimation,
     ppo_policy_loss,
+    turn_level_advantages,
 )
 from ..envs.base import MultiAgentEnv, PromptEnv, TokenizedPromptEnv, Transcript
 from ..rewarding import NonFiniteCounter, RewardSet
@@ -386,7 +387,7 @@ class MultiAgentPPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer
         advantages, returns = [], []
         for r, v in zip(rewards, values):
             adv, ret = generalized_advantage_estimation(r, v, args.gamma, args.lam)
-            advantages.append(adv)
+            advantages.append(turn_level_advantages(adv) if args.advantage_level == "turn" else adv)
             returns.append(ret)
         advantages = [torch.masked_fill(a, ~m, 0) for a, m in zip(whiten_group(advantages, policy_masks, True),
                                                                   policy_masks)]
