@@ -63,12 +63,12 @@ def _launch_env() -> dict[str, str]:
     return env
 
 
-def _launch(model_dir: str, out_dir: Path, team_mode: str) -> list[dict[str, Any]]:
+def _launch(model_dir: str, out_dir: Path, team_mode: str, *extra: str) -> list[dict[str, Any]]:
     cmd = [
         sys.executable, "-m", "accelerate.commands.launch",
         "--multi_gpu", "--num_processes", str(NUM_PROCESSES), "--num_machines", "1",
         "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(_free_port()),
-        str(SCRIPT), "--model-dir", model_dir, "--out-dir", str(out_dir), "--team-mode", team_mode,
+        str(SCRIPT), "--model-dir", model_dir, "--out-dir", str(out_dir), "--team-mode", team_mode, *extra,
     ]
     try:
         proc = subprocess.run(cmd, cwd=REPO_ROOT, env=_launch_env(), capture_output=True, text=True,
@@ -88,9 +88,13 @@ def _launch(model_dir: str, out_dir: Path, team_mode: str) -> list[dict[str, Any
     return results
 
 
-@pytest.mark.parametrize("team_mode", ["models", "adapters"])
-def test_two_processes_end_with_identical_weights(toy_model_dir: str, tmp_path: Path, team_mode: str) -> None:
-    results = _launch(toy_model_dir, tmp_path / "out", team_mode)
+# the adapters run also has an adaptive entropy bonus (GRPO's `use_adaptive_entropy`), whose controllers must see the
+# entropy of every process's tokens and so agree between the processes
+@pytest.mark.parametrize(("team_mode", "adaptive_entropy"), [("models", False), ("adapters", True)])
+def test_two_processes_end_with_identical_weights(toy_model_dir: str, tmp_path: Path, team_mode: str,
+                                                  adaptive_entropy: bool) -> None:
+    flags = ["--adaptive-entropy"] if adaptive_entropy else []
+    results = _launch(toy_model_dir, tmp_path / "out", team_mode, *flags)
     first, second = results
 
     assert [r["num_processes"] for r in results] == [NUM_PROCESSES] * NUM_PROCESSES
@@ -120,6 +124,10 @@ def test_two_processes_end_with_identical_weights(toy_model_dir: str, tmp_path: 
     # every row has the same prompt, so only per-process sampling seeds make the processes' rollouts (hence their
     # local gradients) differ; without that, identical weights would not show that gradients were averaged
     assert first["joint_actions"] != second["joint_actions"], "both processes sampled the same completions"
+    if adaptive_entropy:  # five steps under the target: +0.01 each; one entropy measured over both processes
+        assert first["entropy_coefs"] == second["entropy_coefs"] == pytest.approx({0: 0.06, 1: 0.06})
+        assert first["last_entropy"] == second["last_entropy"]
+        assert all(0.0 < h < 50.0 for h in first["last_entropy"].values())
 
 
 def test_launcher_that_drops_processes_is_reported(tmp_path: Path) -> None:

@@ -9,12 +9,14 @@ import torch
 
 from trl_marl.core import (
     SUPPORTED_LOSS_TYPES,
+    adaptive_entropy_coef,
     agent_returns_from_joint,
     aggregate_token_loss,
     batch_scaled_advantages,
     clipped_surrogate,
     completion_mask_from_eos,
     early_stop_returns,
+    entropy_bonus,
     entropy_from_logits,
     group_relative_advantages,
     high_entropy_mask,
@@ -25,6 +27,7 @@ from trl_marl.core import (
     masked_mean,
     masked_var,
     nan_std,
+    off_policy_sequence_mask,
     selective_log_softmax,
     tree_returns,
     whiten,
@@ -489,3 +492,35 @@ def test_high_entropy_mask():
     assert high_entropy_mask(entropies, mask, 0.5, pool=torch.tensor([0.0, 0.4])).tolist()[0] == [False, True, True,
                                                                                                    True]
     assert not high_entropy_mask(entropies, torch.zeros_like(mask), 0.5).any()
+
+
+def test_off_policy_sequence_mask():
+    # per-sequence drift mean(log pi_old - log pi) over the mask: [0.3, 0.1, 0.9, 0.5]; threshold 0.2
+    old = torch.tensor([[-1.0, -1.0, 0.0], [-1.0, -2.0, 0.0], [-1.0, -1.0, -1.0], [-1.0, 0.0, 0.0]])
+    logps = torch.tensor([[-1.2, -1.4, 5.0], [-1.1, -2.1, 5.0], [-1.9, -1.9, -1.9], [-1.5, 5.0, 5.0]],
+                         requires_grad=True)
+    mask = torch.tensor([[1, 1, 0], [1, 1, 0], [1, 1, 1], [1, 0, 0]])
+    advantages = torch.tensor([-1.0, -1.0, 2.0, 0.0])
+    out = off_policy_sequence_mask(advantages, logps, old, mask, 0.2)
+    # drifted with A < 0: dropped; little drift: kept; A > 0 or A = 0: kept whatever the drift
+    assert out.tolist() == [[0.0], [1.0], [1.0], [1.0]]
+    assert not out.requires_grad
+    # the threshold is inclusive (drift <= delta keeps), and on-policy nothing drifts
+    assert off_policy_sequence_mask(advantages, logps, old, mask, 0.3)[0].item() == 1.0
+    assert off_policy_sequence_mask(advantages, old, old, mask, 0.0).flatten().tolist() == [1.0] * 4
+
+
+def test_entropy_bonus_and_adaptive_coefficient():
+    entropies = torch.tensor([[1.0, 3.0, 7.0], [2.0, 0.0, 0.0]], requires_grad=True)
+    mask = torch.tensor([[1, 1, 0], [1, 0, 0]])
+    bonus = entropy_bonus(entropies, mask)
+    close(bonus, (1.0 + 3.0 + 2.0) / 3)  # a plain token mean: padding and unmasked tokens do not count
+    bonus.backward()
+    close(entropies.grad, [[1 / 3, 1 / 3, 0.0], [1 / 3, 0.0, 0.0]])
+    assert entropy_bonus(entropies, torch.zeros_like(mask)).item() == 0.0
+    # Skywork-OR1: up by delta at or below the target, down otherwise, within [min, max]
+    assert adaptive_entropy_coef(0.01, 0.1, 0.2, 0.005, 0.0, 1.0) == pytest.approx(0.015)
+    assert adaptive_entropy_coef(0.01, 0.2, 0.2, 0.005, 0.0, 1.0) == pytest.approx(0.015)
+    assert adaptive_entropy_coef(0.01, 0.5, 0.2, 0.005, 0.0, 1.0) == pytest.approx(0.005)
+    assert adaptive_entropy_coef(0.998, 0.1, 0.2, 0.005, 0.0, 1.0) == 1.0
+    assert adaptive_entropy_coef(0.002, 0.5, 0.2, 0.005, 0.0, 1.0) == 0.0

@@ -30,6 +30,9 @@ PROMPTS = ["Q:12+3=A:", "Q:4+45=A:"]
 PROMPTS_GA = ["Q:12+3=A:", "Q:4+45=A:", "Q:1+9=A:", "Q:5+9=A:"]
 G = 4
 MAX_LEN = 4
+# On the second pass over a rollout (lr 3e-3) the negative-advantage samples have drifted by -0.17, 0.51, 0.76 and
+# 0.77 nats per token: this threshold drops two of them and keeps two
+OFF_POLICY_THRESHOLD = 0.6
 
 
 def same_text(text: str) -> str:
@@ -229,8 +232,14 @@ def test_one_agent_magrpo_equals_grpo_with_gradient_accumulation(model_dir, tmp_
     check_one_agent(model_dir, tmp_path, loss_type, PROMPTS_GA, ga=2)
 
 
-@pytest.mark.parametrize(("loss_type", "ga", "mu"), [("grpo", 1, 1), ("dapo", 1, 1), ("dapo", 2, 1), ("grpo", 1, 2)])
-def test_two_agents_sum_one_agent_losses(model_dir, tmp_path, loss_type, ga, mu):
+# the last case: each agent gets its own entropy bonus, and its own adaptive coefficient (logged per agent)
+ADAPTIVE = dict(use_adaptive_entropy=True, entropy_coef=0.2, entropy_target=50.0, entropy_coef_delta=0.1, max_steps=2)
+
+
+@pytest.mark.parametrize(("loss_type", "ga", "mu", "settings"),
+                         [("grpo", 1, 1, {}), ("dapo", 1, 1, {}), ("dapo", 2, 1, {}), ("grpo", 1, 2, {}),
+                          ("grpo", 1, 1, ADAPTIVE)])
+def test_two_agents_sum_one_agent_losses(model_dir, tmp_path, loss_type, ga, mu, settings):
     # Agent 0 plays the scripted completions, agent 1 the same with every digit shifted; the team reward reads agent
     # 0's completions. So each agent's advantages are GRPO's for the matching one-agent run (agent 1's with the
     # reward undone through the shift), the team loss is the sum of the two one-agent losses, and each agent's
@@ -240,6 +249,7 @@ def test_two_agents_sum_one_agent_losses(model_dir, tmp_path, loss_type, ga, mu)
     # log-probs in its importance ratio).
     prompts = PROMPTS_GA if ga > 1 else PROMPTS
     extra = dict(num_iterations=2, max_steps=2) if mu == 2 else {}
+    extra.update(settings)
     grpo_0, captured_0 = run_grpo(model_dir, str(tmp_path / "grpo0"), loss_type, prompts, ga, **extra)
     grpo_1, captured_1 = run_grpo(model_dir, str(tmp_path / "grpo1"), loss_type, prompts, ga,
                                   mapping=shift_digits, reward=reward_unshifted, **extra)
@@ -247,6 +257,10 @@ def test_two_agents_sum_one_agent_losses(model_dir, tmp_path, loss_type, ga, mu)
                                  mappings=(same_text, shift_digits), **extra)
     losses = [[h["loss"] for h in t.state.log_history if "loss" in h] for t in (magrpo, grpo_0, grpo_1)]
     assert losses[0] == pytest.approx([a + b for a, b in zip(losses[1], losses[2])], abs=1e-5)
+    if settings:
+        for a, grpo in enumerate((grpo_0, grpo_1)):
+            ours = [h[f"agent_{a}/entropy_coef"] for h in magrpo.state.log_history if f"agent_{a}/entropy_coef" in h]
+            assert ours == pytest.approx([h["entropy_coef"] for h in grpo.state.log_history if "entropy_coef" in h])
     assert_same_gradients(capture.grads, captured_0["capture"].grads, prefix="0.")
     assert_same_gradients(capture.grads, captured_1["capture"].grads, prefix="1.")
     if ga == 1:
@@ -359,3 +373,92 @@ def test_one_agent_pad_to_multiple_of_equals_grpo(model_dir, tmp_path):
     assert logged(magrpo, "loss") == pytest.approx(logged(grpo, "loss"), abs=1e-5)
     assert_same_gradients(capture.grads, captured["capture"].grads, prefix="0.")
     assert_same_weights(magrpo, grpo, model_dir)
+
+
+def no_grpo_shuffle(monkeypatch) -> None:
+    """TRL shuffles a generation's completions before splitting it into micro-batches; we keep whole episodes. For
+    a per-micro-batch quantity (bnpo's normaliser, the entropy bonus's token mean) the split must be the same."""
+    import trl.trainer.grpo_trainer as grpo_module
+
+    monkeypatch.setattr(grpo_module, "shuffle_sequence_dict", lambda batch: batch)
+
+
+@pytest.mark.parametrize(("loss_type", "ga", "extra"), [
+    ("grpo", 1, {}),
+    ("dapo", 2, {}),  # the bonus is scaled for accumulation only, whatever dapo's normaliser
+    ("dr_grpo", 1, {"top_entropy_quantile": 0.5}),  # the bonus on the tokens the policy loss keeps
+])
+def test_one_agent_entropy_bonus_equals_grpo(model_dir, tmp_path, monkeypatch, loss_type, ga, extra):
+    # entropy_coef: loss - c * H with H the mean token entropy, with its gradient
+    no_grpo_shuffle(monkeypatch)
+    warnings.filterwarnings("ignore")
+    prompts = PROMPTS_GA if ga > 1 else PROMPTS
+    extra = dict(entropy_coef=0.5, **extra)
+    grpo, captured = run_grpo(model_dir, str(tmp_path / "grpo"), loss_type, prompts, ga, **extra)
+    magrpo, capture = run_magrpo(model_dir, str(tmp_path / "magrpo"), loss_type, prompts, ga, **extra)
+    plain, plain_capture = run_magrpo(model_dir, str(tmp_path / "plain"), loss_type, prompts, ga,
+                                      **{k: v for k, v in extra.items() if k != "entropy_coef"})
+    assert logged(magrpo, "loss") == pytest.approx(logged(grpo, "loss"), abs=1e-5)
+    assert logged(magrpo, "agent_0/entropy_coef") == logged(grpo, "entropy_coef") == 0.5
+    assert_same_gradients(capture.grads, captured["capture"].grads, prefix="0.")
+    if ga == 1:
+        assert_same_weights(magrpo, grpo, model_dir, atol=1e-4)
+    # the bonus has a gradient: without it the gradient is another
+    assert max(float((plain_capture.grads[k] - g).abs().max()) for k, g in capture.grads.items()) > 1e-3
+    assert logged(magrpo, "loss") < logged(plain, "loss")  # minus a positive entropy
+
+
+def test_one_agent_adaptive_entropy_equals_grpo(model_dir, tmp_path):
+    # Skywork-OR1's controller: no bonus at step 1 (no measurement yet); every step's entropy is below the target,
+    # so the coefficient grows by delta per step and steps 2 and 3 get the bonus, with TRL's gradients and weights
+    warnings.filterwarnings("ignore")
+    extra = dict(use_adaptive_entropy=True, entropy_coef=0.2, entropy_target=50.0, entropy_coef_delta=0.1,
+                 entropy_coef_max=0.35, max_steps=3, learning_rate=3e-2)
+    grpo, captured = run_grpo(model_dir, str(tmp_path / "grpo"), "grpo", **extra)
+    magrpo, capture = run_magrpo(model_dir, str(tmp_path / "magrpo"), "grpo", **extra)
+    coefs = [h["agent_0/entropy_coef"] for h in magrpo.state.log_history if "agent_0/entropy_coef" in h]
+    assert coefs == pytest.approx([h["entropy_coef"] for h in grpo.state.log_history if "entropy_coef" in h])
+    assert coefs == pytest.approx([0.3, 0.35, 0.35])  # + delta per step, capped at entropy_coef_max
+    losses = [h["loss"] for h in magrpo.state.log_history if "loss" in h]
+    assert losses == pytest.approx([h["loss"] for h in grpo.state.log_history if "loss" in h], abs=1e-5)
+    assert_same_gradients(capture.grads, captured["capture"].grads, prefix="0.")
+    assert_same_weights(magrpo, grpo, model_dir, atol=1e-4)
+
+
+@pytest.mark.parametrize("importance_sampling_level", ["token", "sequence"])
+def test_one_agent_off_policy_mask_equals_grpo(model_dir, tmp_path, importance_sampling_level):
+    # num_iterations=2: on the second pass over the rollout the policy has moved, and the negative-advantage
+    # samples that drifted further than the threshold leave the loss (DeepSeek-V3.2's mask), as in TRL. A wide clip
+    # range (epsilon 0.9), or the clip alone would already zero the gradient of most drifted samples.
+    warnings.filterwarnings("ignore")
+    extra = dict(num_iterations=2, max_steps=2, learning_rate=3e-3, epsilon=0.9,
+                 off_policy_mask_threshold=OFF_POLICY_THRESHOLD, importance_sampling_level=importance_sampling_level)
+    grpo, captured = run_grpo(model_dir, str(tmp_path / "grpo"), "grpo", **extra)
+    magrpo, capture = run_magrpo(model_dir, str(tmp_path / "magrpo"), "grpo", **extra)
+    plain, plain_capture = run_magrpo(model_dir, str(tmp_path / "plain"), "grpo",
+                                      **{k: v for k, v in extra.items() if k != "off_policy_mask_threshold"})
+    losses = [h["loss"] for h in magrpo.state.log_history if "loss" in h]
+    assert losses == pytest.approx([h["loss"] for h in grpo.state.log_history if "loss" in h], abs=1e-5)
+    assert_same_gradients(capture.grads, captured["capture"].grads, prefix="0.")
+    assert_same_weights(magrpo, grpo, model_dir, atol=1e-4)
+    # the mask dropped something at step 2 (the first step is on-policy: nothing drifted, nothing dropped)
+    assert max(float((plain_capture.grads[k] - g).abs().max()) for k, g in capture.grads.items()) > 1e-3
+
+
+def test_one_agent_cast_lm_head_to_fp32_equals_grpo(model_dir, tmp_path):
+    # a bf16 model whose LM head (tied to the embeddings here) is kept and computed in float32 (ScaleRL), policy and
+    # reference alike: TRL's loss and gradients (the bf16 layers' exactly), another gradient than a bf16 head gives
+    warnings.filterwarnings("ignore")
+    extra = dict(cast_lm_head_to_fp32=True, model_init_kwargs={"dtype": torch.bfloat16})
+    grpo, captured = run_grpo(model_dir, str(tmp_path / "grpo"), "grpo", **extra)
+    magrpo, capture = run_magrpo(model_dir, str(tmp_path / "magrpo"), "grpo", **extra)
+    plain, plain_capture = run_magrpo(model_dir, str(tmp_path / "plain"), "grpo",
+                                      model_init_kwargs={"dtype": torch.bfloat16})
+    for model in (magrpo.team.models[0], magrpo.team.ref_models[0]):
+        assert model.lm_head.weight.dtype == torch.float32
+        assert model.model.layers[0].mlp.up_proj.weight.dtype == torch.bfloat16
+    assert logged(magrpo, "loss") == pytest.approx(logged(grpo, "loss"), abs=1e-5)
+    assert_same_gradients(capture.grads, captured["capture"].grads, prefix="0.")
+    assert_same_weights(magrpo, grpo, model_dir)
+    differences = [float((plain_capture.grads[k].float() - g.float()).abs().max()) for k, g in capture.grads.items()]
+    assert max(differences) > 1e-3

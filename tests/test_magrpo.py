@@ -197,13 +197,18 @@ def test_num_generations_below_two(tmp_path):
 
 
 def test_unimplemented_grpo_setting_is_refused(tmp_path):
-    with pytest.raises(ValueError, match="entropy_coef=0.1 \\(not implemented yet: the team's entropies"):
-        config(tmp_path, entropy_coef=0.1)
-    # a setting that cannot apply to a team says why
-    with pytest.raises(ValueError, match="num_generations_eval=4 \\(MAGRPO's evaluate\\(\\) plays one episode"):
-        config(tmp_path, num_generations_eval=4)
-    with pytest.raises(ValueError, match="use_transformers_paged=True \\(the team generates with `generate` and one"):
-        config(tmp_path, use_transformers_paged=True)
+    # a refused setting says why
+    with pytest.raises(ValueError, match="max_tool_calling_iterations=3 \\(not implemented: MAGRPO has no tool-call"):
+        config(tmp_path, max_tool_calling_iterations=3)
+    with pytest.raises(ValueError, match="log_unique_prompts=True"):
+        config(tmp_path, log_unique_prompts=True)
+    # GRPO settings that MAGRPO implements still refuse values that make no sense
+    with pytest.raises(ValueError, match="off_policy_mask_threshold"):
+        config(tmp_path, off_policy_mask_threshold=-0.1)
+    with pytest.raises(ValueError, match="entropy_coef_min <= entropy_coef_max"):
+        config(tmp_path, use_adaptive_entropy=True, entropy_coef_min=0.5, entropy_coef_max=0.1)
+    with pytest.raises(ValueError, match="entropy_coef_delta"):
+        config(tmp_path, use_adaptive_entropy=True, entropy_coef_delta=0.0)
     with pytest.raises(ValueError, match="num_iterations"):
         config(tmp_path, num_iterations=0)
     with pytest.raises(ValueError, match="loss_type"):

@@ -363,6 +363,8 @@ class TeamCheckpointMixin:
             self._save_optimizer_and_scheduler(partial_dir)  # type: ignore[attr-defined]
             self._save_scaler(partial_dir)  # type: ignore[attr-defined]
             self._save_rng_state(partial_dir)  # type: ignore[attr-defined]
+            if args.should_save:
+                self.save_extra_state(partial_dir)
         if args.should_save:
             callbacks = self.callback_handler.callbacks + [self.control]  # type: ignore[attr-defined]
             for callback in [c for c in callbacks if isinstance(c, ExportableState)]:
@@ -400,6 +402,14 @@ class TeamCheckpointMixin:
     def _load_from_checkpoint(self, resume_from_checkpoint: str, model: Any = None) -> None:  # type: ignore[override]
         module = self.accelerator.unwrap_model(model if model is not None else self.model)  # type: ignore[attr-defined]
         _team_of(module).load_weights_(resume_from_checkpoint)
+        self.load_extra_state(resume_from_checkpoint)
+
+    def save_extra_state(self, checkpoint_dir: str) -> None:
+        """Write a trainer's own training state into a checkpoint, beside the optimizer's (main process; not with
+        `save_only_model`). Default: nothing."""
+
+    def load_extra_state(self, checkpoint_dir: str) -> None:
+        """Restore what `save_extra_state` wrote, when resuming from `checkpoint_dir`. Default: nothing."""
 
 
 def _team_of(module: Any) -> Any:

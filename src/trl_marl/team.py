@@ -10,6 +10,8 @@ In `adapters` mode every agent's completions come from **one batched `generate` 
 batches), and the reference policy is the base model with adapters disabled, so memory stays about one base
 model plus N adapters. In `models` mode each agent has its own weights; its reference policy is a frozen copy
 (made only when a KL penalty needs it) or, with a LoRA config, the same model with its adapter disabled.
+`continuous_batching_config` switches generation to transformers' continuous batching (`generate_batch`), which
+runs one policy per model: for `models` and `shared` teams, not for mixed-adapter batches.
 
 The team is an `nn.Module`, so `transformers.Trainer` and `accelerate` can prepare, wrap and checkpoint it.
 Its `forward` computes the per-token log-probabilities of *every* agent in one call (one forward per optimizer
@@ -149,6 +151,9 @@ class AgentTeam(nn.Module):
         self.agent_adapter = list(agent_adapter)
         self.ref_models: list[PreTrainedModel | None] = [None] * len(self.models)  # frozen copies, when needed
         self.temperature = 1.0  # logits are divided by it before log-softmax, as in TRL's GRPO
+        # a `transformers.ContinuousBatchingConfig`: generate with `generate_batch` (continuous batching) instead of
+        # `generate`; only for teams whose models each run one policy (see `generate_with_continuous_batching`)
+        self.continuous_batching_config: Any = None
         self.frozen: set[int] = set()  # agents whose weights are not trained (see `freeze_agents`)
         if policy_turns < 1 or len(agent_model) % policy_turns:
             raise ValueError(f"{len(agent_model)} members cannot be split into {policy_turns} turns of agents.")
@@ -491,11 +496,19 @@ class AgentTeam(nn.Module):
         if not _keeps_train_mode(model):
             model.eval()
         try:
-            out = model.generate(input_ids=ids, attention_mask=mask, generation_config=generation_config, **kwargs)
+            if self.continuous_batching_config is not None:
+                if len(set(adapter_names)) > 1:
+                    raise ValueError("Continuous batching cannot take a mixed-adapter batch (one adapter per row).")
+                outputs = generate_with_continuous_batching(model, rows, generation_config,
+                                                            self.continuous_batching_config)
+            else:
+                out = model.generate(input_ids=ids, attention_mask=mask, generation_config=generation_config,
+                                     **kwargs)
+                outputs = [row.tolist() for row in out[:, ids.size(1):]]
         finally:
             model.train(was_training)
         stops = _eos_ids(tokenizer, self.base_model_of(agent_index)) if stop_token_ids is None else stop_token_ids
-        return [truncate_after_eos(row.tolist(), stops) for row in out[:, ids.size(1):]]
+        return [truncate_after_eos(row, stops) for row in outputs]
 
     # ------------------------------------------------------------------ log-probabilities
     @contextmanager
@@ -527,23 +540,26 @@ class AgentTeam(nn.Module):
         yield ref.to(self.device)
 
     def _logps(
-        self, model: PreTrainedModel, batch: AgentBatch, compute_entropy: bool
+        self, model: PreTrainedModel, batch: AgentBatch, compute_entropy: bool, entropy_grad: bool = False
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         logits_to_keep = batch.completion_ids.size(1)
         out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, logits_to_keep=logits_to_keep + 1)
         with logits_dtype_autocast(out.logits):
             logits = out.logits[:, :-1, :] / self.temperature
             logps = selective_log_softmax(logits, batch.completion_ids)
-            entropy = entropy_from_logits(logits.detach()) if compute_entropy else None
+            entropy = None
+            if compute_entropy:  # with gradients only when asked (an entropy bonus): they keep a softmax per chunk
+                entropy = entropy_from_logits(logits if entropy_grad else logits.detach())
         return logps, entropy
 
     def forward(
-        self, batches: Sequence[AgentBatch | None], compute_entropy: bool = False
+        self, batches: Sequence[AgentBatch | None], compute_entropy: bool = False, entropy_grad: bool = False
     ) -> list[tuple[torch.Tensor, torch.Tensor | None] | None]:
         """Per-token log-probabilities (and entropies) of each agent's completions under its current policy.
 
         One call covers every agent, so that a DistributedDataParallel wrapper sees one forward per backward.
-        `batches[a]` is agent `a`'s samples (or `None` when it has none this step).
+        `batches[a]` is agent `a`'s samples (or `None` when it has none this step). The entropies are computed on
+        detached logits (for logging and token selection) unless `entropy_grad` (an entropy bonus in the loss).
         """
         results: list[tuple[torch.Tensor, torch.Tensor | None] | None] = []
         for agent_index, batch in enumerate(batches):
@@ -551,7 +567,7 @@ class AgentTeam(nn.Module):
                 results.append(None)
                 continue
             model = self._activate(agent_index)
-            results.append(self._logps(model, batch, compute_entropy))
+            results.append(self._logps(model, batch, compute_entropy, entropy_grad))
         return results
 
     @torch.no_grad()
@@ -674,6 +690,23 @@ class AgentTeam(nn.Module):
             elif self.mode != "shared" or a == 0:
                 loaded = type(model).from_pretrained(agent_dir, torch_dtype=next(model.parameters()).dtype)
                 model.load_state_dict(loaded.state_dict())
+
+
+def generate_with_continuous_batching(model: PreTrainedModel, rows: list[list[int]],
+                                      generation_config: GenerationConfig, config: Any) -> list[list[int]]:
+    """Sample one completion per prompt with transformers' continuous batching (`generate_batch`, paged cache).
+
+    The model runs its active policy for every row: `generate_batch` passes no per-row adapter names, so a team
+    whose agents share a model through different LoRA adapters cannot generate this way. A request that fails or
+    goes missing (transformers only logs those) raises instead of silently shortening the batch.
+    """
+    outputs = list(model.generate_batch(rows, generation_config=generation_config, continuous_batching_config=config,
+                                        progress_bar=False).values())
+    failed = [o.error for o in outputs if o.error is not None]
+    if len(outputs) != len(rows) or failed:
+        raise RuntimeError(f"Continuous batching returned {len(outputs) - len(failed)} of {len(rows)} completions"
+                           + (f"; first error: {failed[0]}" if failed else "") + ".")
+    return [list(o.generated_tokens) for o in outputs]
 
 
 def _keeps_train_mode(model: Any) -> bool:

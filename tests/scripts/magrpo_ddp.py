@@ -69,6 +69,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--team-mode", choices=("models", "adapters"), default="models")
     parser.add_argument("--max-steps", type=int, default=5)
     parser.add_argument("--learning-rate", type=float, default=1e-2)
+    parser.add_argument("--adaptive-entropy", action="store_true",
+                        help="An entropy bonus with adaptive control (its entropy is measured over every process).")
     return parser.parse_args(argv)
 
 
@@ -104,6 +106,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         disable_tqdm=True,
         temperature=1.0,
         seed=0,
+        **(dict(use_adaptive_entropy=True, entropy_coef=0.01, entropy_coef_delta=0.01, entropy_target=50.0)
+           if args.adaptive_entropy else {}),
     )
     reward = RecordingReward()
     trainer = MAGRPOTrainer(
@@ -128,6 +132,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         "joint_actions": reward.joint_actions,
         "initial": {name: initial[name] for name in final},
         "final": final,
+        "entropy_coefs": trainer.entropy_control.coefs,
+        "last_entropy": trainer.entropy_control.last_entropy,
     }
     path = out_dir / f"rank{accelerator.process_index}.pt"
     torch.save(result, path)

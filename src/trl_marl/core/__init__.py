@@ -15,6 +15,8 @@ two papers this package implements, and of the works they build on:
 | GRPO Eq. 3, Dr. GRPO Eq. 3, DAPO Eq. 8 | token aggregation of the loss (`loss_type`) | `aggregate_token_loss` |
 | GRPO Eq. 3, GSPO Eq. 7 | importance ratio pi / pi_old per token or sequence (log) | `log_importance_weights` |
 | Beyond the 80/20 rule (arXiv 2506.01939) | gradient on the highest-entropy tokens only | `high_entropy_mask` |
+| DeepSeek-V3.2 (arXiv 2512.02556) Eq. 9 | off-policy sequence mask | `off_policy_sequence_mask` |
+| Skywork-OR1 (arXiv 2505.22312) | entropy bonus, adaptive coefficient | `entropy_bonus`, `adaptive_entropy_coef` |
 | GRPO Eq. 4 (Schulman 2020) | k3 KL estimator | `k3_kl` |
 | Schulman 2020 | k1 KL estimator | `k1_kl` |
 | MAPoRL (arXiv 2502.18439), Definition 1 | influence-aware verification reward | `influence_aware_reward` |
@@ -56,14 +58,17 @@ from .advantages import (
 from .losses import (
     IMPORTANCE_SAMPLING_LEVELS,
     SUPPORTED_LOSS_TYPES,
+    adaptive_entropy_coef,
     aggregate_token_loss,
     clipped_surrogate,
     completion_mask_from_eos,
+    entropy_bonus,
     entropy_from_logits,
     high_entropy_mask,
     k1_kl,
     k3_kl,
     log_importance_weights,
+    off_policy_sequence_mask,
     selective_log_softmax,
 )
 from .maporl import (
@@ -99,6 +104,7 @@ __all__ = [
     "INVALID_LOGPROB",
     "JOINT_MODES",
     "SUPPORTED_LOSS_TYPES",
+    "adaptive_entropy_coef",
     "adaptive_kl_coef",
     "bootstrap_next_turn",
     "agent_returns_from_joint",
@@ -111,6 +117,7 @@ __all__ = [
     "collaboration_incentives",
     "completion_mask_from_eos",
     "early_stop_returns",
+    "entropy_bonus",
     "entropy_from_logits",
     "high_entropy_mask",
     "generalized_advantage_estimation",
@@ -125,6 +132,7 @@ __all__ = [
     "masked_mean",
     "masked_var",
     "nan_std",
+    "off_policy_sequence_mask",
     "others_majority_correctness",
     "ppo_policy_loss",
     "turn_level_advantages",

@@ -13,6 +13,8 @@ References:
 - Constant normalizer: Liu et al. (Dr. GRPO), arXiv 2503.20783, Eq. 3.
 - Sequence-level importance ratio: Zheng et al. (GSPO), arXiv 2507.18071, Eq. 7.
 - Two-sided clip ``delta``: INTELLECT-2 report, arXiv 2505.07291.
+- Off-policy sequence mask: DeepSeek-V3.2 report, arXiv 2512.02556, Eq. 9.
+- Entropy bonus with an adaptive coefficient: Skywork-OR1 report, arXiv 2505.22312 (adaptive entropy control).
 """
 
 from __future__ import annotations
@@ -24,8 +26,11 @@ from torch import Tensor
 __all__ = [
     "IMPORTANCE_SAMPLING_LEVELS",
     "SUPPORTED_LOSS_TYPES",
+    "adaptive_entropy_coef",
     "aggregate_token_loss",
     "clipped_surrogate",
+    "entropy_bonus",
+    "off_policy_sequence_mask",
     "high_entropy_mask",
     "log_importance_weights",
     "completion_mask_from_eos",
@@ -264,6 +269,82 @@ def clipped_surrogate(
 
     is_clipped = ((ratio < 1 - epsilon_low) & (advantages < 0)) | ((ratio > 1 + epsilon_high) & (advantages > 0))
     return per_token_loss, is_clipped
+
+
+def off_policy_sequence_mask(
+    advantages: Tensor, logps: Tensor, old_logps: Tensor, mask: Tensor, threshold: float
+) -> Tensor:
+    """Off-policy sequence mask of DeepSeek-V3.2 (arXiv 2512.02556, Eq. 9; TRL's ``off_policy_mask_threshold``).
+
+    A sequence is dropped from the policy loss when its advantage is negative *and* the policy has drifted from the
+    one that sampled it by more than ``delta = threshold``, measured as the mean over its tokens of
+    ``log pi_old - log pi_theta`` (a sample estimate of ``KL(pi_old || pi_theta)``)::
+
+        M_i = 0  if  A_i < 0  and  (1 / |o_i|) sum_t (log pi_old(o_t) - log pi_theta(o_t)) > delta,  else 1.
+
+    Learning from one's own bad samples is what hurts most once they are off-policy; good samples are always kept.
+    With ``old_logps == logps`` (on-policy) the estimate is 0 and every sequence is kept for ``delta >= 0``. With
+    advantages ``[-1, -1, 2]``, per-sequence KL ``[0.3, 0.1, 0.9]`` and ``delta = 0.2`` the mask is ``[0, 1, 1]``.
+
+    Args:
+        advantages: ``(B,)`` or ``(B, 1)`` per-sequence advantages.
+        logps: Current log-probabilities ``log pi_theta``, ``(B, T)`` (detached here: the mask has no gradient).
+        old_logps: Log-probabilities of the sampling policy ``log pi_old``, ``(B, T)``.
+        mask: Completion mask ``(B, T)``.
+        threshold: ``delta``.
+
+    Returns:
+        ``(B, 1)`` float mask: 1 keeps the sequence, 0 drops it.
+    """
+    mask = mask.to(logps.dtype)
+    drift = ((old_logps - logps.detach()) * mask).sum(-1, keepdim=True) / mask.sum(-1, keepdim=True).clamp(min=1.0)
+    advantages = advantages.reshape(-1, 1)
+    return ((advantages >= 0) | (drift <= threshold)).to(logps.dtype)
+
+
+def entropy_bonus(entropies: Tensor, mask: Tensor) -> Tensor:
+    """Mean per-token entropy ``H = sum_t m_t H_t / max(sum_t m_t, 1)`` over the tokens of ``mask``.
+
+    The objective with an entropy bonus is ``L = L_policy - c * H`` (c: TRL's ``entropy_coef``). As in TRL, ``H`` is
+    a plain token mean whatever ``loss_type`` normalises the policy term by, so ``c`` means the same for every
+    loss type. Gradients flow through ``entropies`` when they carry them.
+
+    Args:
+        entropies: Per-token entropies ``(B, T)``.
+        mask: The tokens the bonus acts on ``(B, T)`` (the completion tokens, or those the policy loss keeps).
+
+    Returns:
+        Scalar ``H``.
+    """
+    mask = mask.to(entropies.dtype)
+    return (entropies * mask).sum() / mask.sum().clamp(min=1.0)
+
+
+def adaptive_entropy_coef(
+    coef: float, entropy: float, target: float, delta: float, coef_min: float, coef_max: float
+) -> float:
+    """One step of Skywork-OR1's adaptive entropy control (arXiv 2505.22312; TRL's ``use_adaptive_entropy``).
+
+    ``c <- min(c + delta, c_max)`` when the measured entropy is at or below the target, else
+    ``c <- max(c - delta, c_min)``. (The bonus itself is applied only while the entropy is at or below the target.)
+
+    Example: ``adaptive_entropy_coef(0.01, entropy=0.1, target=0.2, delta=0.005, coef_min=0.0, coef_max=1.0)`` is
+    ``0.015``; with ``entropy=0.5`` it is ``0.005``.
+
+    Args:
+        coef: The current coefficient ``c``.
+        entropy: The mean token entropy measured over the last optimizer step.
+        target: The target entropy.
+        delta: The step size.
+        coef_min: Lower bound of ``c``.
+        coef_max: Upper bound of ``c``.
+
+    Returns:
+        The next coefficient.
+    """
+    if entropy <= target:
+        return min(coef + delta, coef_max)
+    return max(coef - delta, coef_min)
 
 
 # ----------------------------------------------------------------------------------------------------------------

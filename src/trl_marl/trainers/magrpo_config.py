@@ -19,7 +19,10 @@ HONOURED_GRPO_FIELDS = frozenset({
     "log_completions", "num_completions_to_print", "learning_rate", "logging_steps", "gradient_checkpointing", "bf16",
     "lr_scheduler_kwargs", "use_liger_kernel", "torch_empty_cache_steps", "num_iterations", "cache_implementation",
     "trust_remote_code", "use_bias_correction_kl", "top_entropy_quantile", "sync_ref_model",
-    "pad_to_multiple_of",
+    "pad_to_multiple_of", "entropy_coef", "use_adaptive_entropy", "entropy_coef_min", "entropy_coef_max",
+    "entropy_coef_delta", "entropy_target", "off_policy_mask_threshold", "cast_lm_head_to_fp32",
+    "num_generations_eval", "use_transformers_continuous_batching", "use_transformers_paged",
+    "transformers_continuous_batching_config",
     # fields that only matter with vLLM, which is refused as a whole through `use_vllm`
     "vllm_mode", "vllm_model_impl", "vllm_enable_sleep_mode", "vllm_structured_outputs_regex", "vllm_server_base_url",
     "vllm_server_host", "vllm_server_port", "vllm_server_timeout", "vllm_group_port", "vllm_gpu_memory_utilization",
@@ -29,27 +32,17 @@ HONOURED_GRPO_FIELDS = frozenset({
     # fields of the SAPO/VESPO losses, which are refused through `loss_type`
     "sapo_temperature_neg", "sapo_temperature_pos", "vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg",
     "vespo_lambda_neg",
-    # entropy-bonus knobs that only act when `entropy_coef`/`use_adaptive_entropy` are set (both refused)
-    "entropy_coef_min", "entropy_coef_max", "entropy_coef_delta", "entropy_target",
-    # generation backends refused through their switches
-    "transformers_continuous_batching_config", "ref_model_mixup_alpha", "ref_model_sync_steps",  # sync_ref_model
+    "ref_model_mixup_alpha", "ref_model_sync_steps",  # sync_ref_model's
     "log_multimodal",
 })
 
 
 # Why a GRPO setting is refused, for the ones with a reason worth telling (the others: not implemented in MAGRPO).
 _REFUSAL_REASONS = {
-    "num_generations_eval": "MAGRPO's evaluate() plays one episode per row with one sample per agent, so that "
-    "per-turn majority accuracy and transitions compare one answer per agent; G samples per node are for training",
-    "use_transformers_paged": "the team generates with `generate` and one adapter name per row (mixed-adapter "
-    "batches), which transformers' paged generation does not take",
-    "use_transformers_continuous_batching": "the team generates with `generate` and one adapter name per row "
-    "(mixed-adapter batches), which transformers' continuous batching does not take",
-    "entropy_coef": "not implemented yet: the team's entropies are computed on detached logits (for logging), so an "
-    "entropy bonus would have no gradient",
-    "use_adaptive_entropy": "not implemented yet (see entropy_coef)",
-    "cast_lm_head_to_fp32": "not implemented yet: the team takes log-probs in the lm_head's own dtype",
-    "off_policy_mask_threshold": "not implemented yet in MAGRPO's loss",
+    "max_tool_calling_iterations": "not implemented: MAGRPO has no tool-calling loop inside a turn; a "
+    "MultiAgentEnv's turns carry feedback (e.g. tool or test output) between turns",
+    "router_aux_loss_coef": "not implemented yet: the team's forward does not ask MoE models for their router "
+    "logits, so there is no load-balancing loss to weight",
 }
 
 
@@ -62,7 +55,7 @@ class MAGRPOConfig(GRPOConfig):
     r"""Configuration of [`MAGRPOTrainer`]: Multi-Agent Group Relative Policy Optimization (arXiv 2508.04652).
 
     It subclasses `trl.GRPOConfig`, so every GRPO field keeps its name and meaning, and adds the multi-agent and
-    multi-turn fields below. A GRPO field that MAGRPO does not implement (vLLM generation, entropy bonuses, ...)
+    multi-turn fields below. A GRPO field that MAGRPO does not implement (vLLM generation, tool calling, ...)
     raises an error when set, instead of being ignored.
 
     `num_iterations` (GRPO's mu) works as in GRPO: each rollout is used for `num_iterations` optimizer steps in a
@@ -79,6 +72,17 @@ class MAGRPOConfig(GRPOConfig):
     `steps_per_generation > gradient_accumulation_steps` a rollout serves several optimizer steps (the later ones
     with the importance ratio against the log-probs kept at sampling time); with fewer, a step plays several.
 
+    These GRPO settings act per agent, with GRPO's meaning (tested against `GRPOTrainer` with one agent):
+    `entropy_coef` subtracts `entropy_coef * H_a` from each agent's loss, `H_a` the mean entropy of its policy over
+    the tokens its policy loss acts on; with `use_adaptive_entropy` each agent's coefficient follows its own
+    entropy (`entropy_target`, `entropy_coef_delta/min/max`), logged as `agent_<i>/entropy_coef`
+    (`trainers.magrpo_entropy`). `off_policy_mask_threshold` drops from an agent's loss its negative-advantage
+    samples whose policy drifted further than the threshold since sampling (DeepSeek-V3.2). `cast_lm_head_to_fp32`
+    keeps every model's LM head (and its reference copy's) in float32, LoRA teams included (an adapter on `lm_head`
+    is refused). `use_transformers_continuous_batching` (or the deprecated `use_transformers_paged`) generates with
+    transformers' continuous batching in `models` and `shared` teams; an `adapters` team is refused, since its
+    mixed-adapter batches need one adapter per row, which `generate_batch` does not take.
+
     Parameters that differ from GRPO or are new:
         num_agents (`int`, defaults to `2`): Number of agents in the team.
         num_turns (`int`, defaults to `1`): Maximum number of turns of an episode.
@@ -93,6 +97,10 @@ class MAGRPOConfig(GRPOConfig):
             (GRPO's `scale_rewards="batch"`). Default: derived from `scale_rewards`. `"loo"`, `"raw"` and `"max"`
             take `scale_rewards="none"` (see [`MAREINFORCEConfig`]).
         scale_rewards (`str`, defaults to `"none"`): As in GRPO, but the default is the paper's unscaled advantage.
+        num_generations_eval (`int`, *optional*, defaults to `1`): As in GRPO, the samples per prompt at evaluation:
+            `evaluate()` plays this many independent episodes of every row (one sample per agent per turn each) and
+            averages rewards and accuracies over them; `per_device_eval_batch_size` counts episodes, as GRPO's counts
+            completions. The default is one episode per row (`None`: GRPO's default, `num_generations`).
         max_branches (`int`, *optional*): Branching cap: how many joint actions of a node continue to the next turn.
         early_stop_threshold (`float`, *optional*): A node whose mean reward reaches it does not continue; its
             success is taken to persist for the turns it skips (`trl_marl.core.early_stop_returns`).
@@ -136,6 +144,15 @@ class MAGRPOConfig(GRPOConfig):
             "MARLOO), 'raw' (A = R, no baseline: MAREINFORCE), 'max' (A = R - max R over the group: MAReMax), "
             "'batch' (GRPO's scale_rewards='batch'). Default: derived from `scale_rewards`; 'loo', 'raw' and 'max' "
             "need scale_rewards='none'."
+        },
+    )
+    num_generations_eval: int | None = field(
+        default=1,
+        metadata={
+            "help": "Samples per prompt at evaluation, as in GRPO: evaluate() plays this many independent episodes of "
+            "every evaluation row (one sample per agent per turn each) and averages the team reward, the accuracies "
+            "and the transitions over them. MAGRPO defaults to one episode per row; None takes GRPO's default, "
+            "`num_generations`."
         },
     )
     scale_rewards: str = field(
@@ -229,6 +246,9 @@ class MAGRPOConfig(GRPOConfig):
         if self.bf16 is None and not self.fp16 and not has_accelerator():
             self.bf16 = False  # TRL defaults to bf16, which fails on a machine without GPU unless use_cpu is set
         check_mixed_precision(self)
+        if self.num_generations_eval is None:  # GRPO's default
+            self.num_generations_eval = self.num_generations
+        check_positive(self, "num_generations_eval", "the episodes evaluate() plays per evaluation row")
         check_positive(self, "max_completion_length", "the tokens each agent may generate per turn")
         if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not has_accelerator():
             self.use_cpu = True  # several processes without GPU (accelerate launch / torchrun): DDP over gloo
@@ -247,6 +267,20 @@ class MAGRPOConfig(GRPOConfig):
         if self.team_mode not in (None, "adapters", "models", "shared"):
             raise ValueError(f"`team_mode` must be 'adapters', 'models', 'shared' or None, got {self.team_mode!r}.")
         check_choice(self, "prompt_length_check", PROMPT_LENGTH_CHECKS)
+        if self.use_adaptive_entropy and not 0.0 <= self.entropy_coef_min <= self.entropy_coef_max:
+            raise ValueError(
+                f"`use_adaptive_entropy=True` needs 0 <= entropy_coef_min <= entropy_coef_max, got "
+                f"{self.entropy_coef_min} and {self.entropy_coef_max}: set the bounds of the adaptive coefficient."
+            )
+        if self.use_adaptive_entropy and self.entropy_coef_delta <= 0.0:
+            raise ValueError(f"`entropy_coef_delta` must be > 0 with `use_adaptive_entropy=True`, got "
+                             f"{self.entropy_coef_delta}.")
+        if self.off_policy_mask_threshold is not None and self.off_policy_mask_threshold < 0.0:
+            raise ValueError(
+                f"`off_policy_mask_threshold` must be >= 0 (a KL bound, e.g. 0.5), got "
+                f"{self.off_policy_mask_threshold}: below 0 it would drop every negative-advantage sample, even "
+                "on-policy. Use None to disable it."
+            )
         if self.sync_ref_model and self.beta == 0.0:
             raise ValueError(
                 "`sync_ref_model=True` with `beta=0.0`: without a KL term there is no reference policy to sync. Set "

@@ -3,13 +3,21 @@ stopped learning (see `MAGRPOConfig`'s `zero_std_warning_*` and `entropy_warning
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import torch
 
 from ..rollout import Rollout, finite_mean, reward_std_is_zero
 
-__all__ = ["ENTROPY_MESSAGE", "ZERO_STD_MESSAGE", "TrainingDiagnosticWarning", "log_rollout", "print_completions"]
+__all__ = [
+    "ENTROPY_MESSAGE",
+    "ZERO_STD_MESSAGE",
+    "TrainingDiagnosticWarning",
+    "diagnose_step",
+    "log_rollout",
+    "print_completions",
+]
 
 
 class TrainingDiagnosticWarning(UserWarning):
@@ -34,6 +42,36 @@ ENTROPY_MESSAGE = (
     "(nearly) deterministic, so its samples within a group coincide and their advantages vanish. If rewards are not "
     "yet where they should be, lower `learning_rate`, add a KL penalty (`beta` > 0) or raise `temperature`."
 )
+
+
+def diagnose_step(trainer: Any) -> None:
+    """After the last micro-step of an optimizer step: update the trainer's no-signal and entropy streaks (logged as
+    `diagnostics/*`) and warn once when one reaches its limit."""
+    args = trainer.args
+    metrics = trainer._metrics["train"]
+    if args.zero_std_warning_steps is not None:
+        flat = trainer._step_flat_fraction >= args.zero_std_warning_fraction
+        trainer._zero_std_streak = trainer._zero_std_streak + 1 if flat else 0
+        metrics["diagnostics/zero_std_streak"].append(float(trainer._zero_std_streak))
+        if trainer._zero_std_streak >= args.zero_std_warning_steps:
+            _warn_once(trainer, "zero_std", ZERO_STD_MESSAGE.format(steps=trainer._zero_std_streak,
+                                                                    fraction=args.zero_std_warning_fraction))
+    if args.entropy_warning_threshold is not None:
+        entropies = {a: total / count for a, (total, count) in trainer._step_entropy.items() if count > 0}
+        low = sorted(a for a, h in entropies.items() if h < args.entropy_warning_threshold)
+        trainer._entropy_streak = trainer._entropy_streak + 1 if low else 0
+        metrics["diagnostics/entropy_collapse_streak"].append(float(trainer._entropy_streak))
+        if trainer._entropy_streak >= args.entropy_warning_steps:
+            _warn_once(trainer, "entropy", ENTROPY_MESSAGE.format(
+                agents=low, threshold=args.entropy_warning_threshold, steps=trainer._entropy_streak))
+    trainer._step_entropy.clear()
+
+
+def _warn_once(trainer: Any, key: str, message: str) -> None:
+    if key in trainer._warned or not trainer.accelerator.is_main_process:
+        return
+    trainer._warned.add(key)
+    warnings.warn(message, TrainingDiagnosticWarning, stacklevel=3)
 
 
 def log_rollout(trainer: Any, rollout: Rollout, lengths: list[torch.Tensor], advantages: list[torch.Tensor],

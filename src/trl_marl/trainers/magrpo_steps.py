@@ -10,6 +10,9 @@ the prompts of one generation mu times over, so that an epoch still plays every 
 - [`_AccumulatedRows`] holds the rows of one generation and, once rolled out, its micro-batches; the trainer keeps it
   for the mu optimizer steps that reuse it;
 - [`_MicroStep`] is what `training_step` receives for one micro-step.
+
+Also here: the sampling settings of a step (`generation_config`, `continuous_batching_config`) and the token
+selection of `top_entropy_quantile` (`high_entropy_masks`).
 """
 
 from __future__ import annotations
@@ -19,9 +22,19 @@ from typing import Any
 
 import torch
 from torch.utils.data import Sampler
-from transformers import TrainerCallback
+from transformers import GenerationConfig, TrainerCallback
 
-__all__ = ["BlockRepeatSampler", "GenerationSchedule", "ReferenceSync", "gathered_entropies"]
+from ..core import high_entropy_mask
+
+__all__ = [
+    "BlockRepeatSampler",
+    "GenerationSchedule",
+    "ReferenceSync",
+    "continuous_batching_config",
+    "gathered_entropies",
+    "generation_config",
+    "high_entropy_masks",
+]
 
 
 class BlockRepeatSampler(Sampler[int]):
@@ -185,3 +198,53 @@ def gathered_entropies(accelerator: Any, entropy: torch.Tensor, mask: torch.Tens
         return None
     pool = accelerator.gather(accelerator.pad_across_processes(entropy[mask.bool()].float(), dim=0, pad_index=-1.0))
     return pool[pool >= 0]
+
+
+def high_entropy_masks(accelerator: Any, inputs: dict[str, Any], top_quantile: float) -> list[torch.Tensor | None]:
+    """Each agent's `top_entropy_quantile` token mask (`core.high_entropy_mask`, the threshold over every process's
+    tokens of that agent); all `None` when the quantile is 1 (every token kept)."""
+    masks: list[torch.Tensor | None] = [None] * len(inputs["entropy"])
+    if top_quantile >= 1.0:
+        return masks
+    for a, entropy in enumerate(inputs["entropy"]):
+        if entropy is not None:
+            mask = inputs["batches"][a].completion_mask
+            entropy = entropy.detach()
+            masks[a] = high_entropy_mask(entropy, mask, top_quantile, gathered_entropies(accelerator, entropy, mask))
+    return masks
+
+
+def generation_config(args: Any, team: Any) -> GenerationConfig:
+    """The sampling settings of a `MAGRPOConfig` (GRPO's fields), for every agent of `team`."""
+    tokenizer = team.tokenizers[0]
+    eos = team.base_model_of(0).generation_config.eos_token_id
+    return GenerationConfig(
+        max_new_tokens=args.max_completion_length, do_sample=True, temperature=args.temperature, top_p=args.top_p,
+        top_k=args.top_k, min_p=args.min_p, repetition_penalty=args.repetition_penalty,
+        pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id if eos is None else eos,
+        cache_implementation=args.cache_implementation, **(args.generation_kwargs or {}),
+    )
+
+
+def continuous_batching_config(args: Any, team: Any) -> Any:
+    """GRPO's `use_transformers_continuous_batching` for a team: the `ContinuousBatchingConfig` its models generate
+    with (`transformers_continuous_batching_config`, with TRL's default of half the memory for the cache), or `None`.
+
+    transformers' `generate_batch` runs one policy per model: it takes no per-row adapter names, so a team in
+    `adapters` mode (its agents are LoRA adapters of one model, generated in one mixed-adapter batch) is refused.
+    `models` mode (one model per agent, each with at most one adapter) and `shared` mode work.
+    """
+    if not args.use_transformers_continuous_batching:
+        return None
+    if team.mode == "adapters" and len(set(team.agent_adapter)) > 1:
+        raise ValueError(
+            "`use_transformers_continuous_batching=True` (or `use_transformers_paged`) cannot generate for a team in "
+            "`adapters` mode: its agents are LoRA adapters of one model, sampled in one batch with one adapter per "
+            "row, and transformers' continuous batching (`generate_batch`) takes no per-row adapter. Use "
+            "`team_mode='models'` (one model per agent) or `'shared'`, or turn continuous batching off."
+        )
+    from transformers.generation import ContinuousBatchingConfig
+
+    kwargs = dict(args.transformers_continuous_batching_config or {})
+    kwargs.setdefault("max_memory_percent", 0.5)  # as TRL: leave room for the training step
+    return ContinuousBatchingConfig(**kwargs)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 import os
-import warnings
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -15,14 +14,8 @@ from torch.utils.data import DataLoader
 from transformers import GenerationConfig, PreTrainedModel, TrainerCallback
 
 from .._trl_compat import TeamCheckpointMixin, TRLBaseTrainer
-from ..core import (
-    aggregate_token_loss,
-    clipped_surrogate,
-    high_entropy_mask,
-    k3_kl,
-    log_importance_weights,
-    masked_mean,
-)
+from ..core import aggregate_token_loss, clipped_surrogate, k3_kl, log_importance_weights, masked_mean
+from ..core import off_policy_sequence_mask as off_policy_mask
 from ..envs.base import MultiAgentEnv, PromptEnv, Transcript
 from ..rewarding import NonFiniteCounter, NonFiniteError
 from ..rollout import (
@@ -34,10 +27,20 @@ from ..rollout import (
     turn_advantages,
 )
 from ..team import AgentBatch, AgentTeam, pad_left, pad_right
+from ..utils.precision import cast_lm_head_to_fp32
 from ..validation import check_prompt_lengths
 from .magrpo_config import MAGRPOConfig
-from .magrpo_logging import ENTROPY_MESSAGE, ZERO_STD_MESSAGE, TrainingDiagnosticWarning, log_rollout
-from .magrpo_steps import BlockRepeatSampler, GenerationSchedule, ReferenceSync, _MicroStep, gathered_entropies
+from .magrpo_entropy import EntropyControl
+from .magrpo_logging import TrainingDiagnosticWarning, diagnose_step, log_rollout
+from .magrpo_steps import (
+    BlockRepeatSampler,
+    GenerationSchedule,
+    ReferenceSync,
+    _MicroStep,
+    continuous_batching_config,
+    generation_config,
+    high_entropy_masks,
+)
 from .team_trainer import TeamTrainerMixin, collate_rows
 
 RewardFunc = Callable[..., Sequence[float | None]]
@@ -157,6 +160,10 @@ class MAGRPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer):
             team.freeze_agents(args.frozen_agents)
         if args.disable_dropout:
             self.disable_dropout([team])
+        if args.cast_lm_head_to_fp32:  # before the reference copies are made, so that they get it too
+            for member in [*team.models, *(ref for ref in team.ref_models if ref is not None)]:
+                cast_lm_head_to_fp32(member)
+        team.continuous_batching_config = continuous_batching_config(args, team)
         if args.beta != 0.0:
             team.create_reference_models()
         if args.sync_ref_model:
@@ -219,6 +226,7 @@ class MAGRPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer):
         self._step_flat_fraction = 0.0
         self._step_entropy: dict[int, list[float]] = defaultdict(lambda: [0.0, 0.0])  # agent -> [sum, tokens]
         self._schedule = GenerationSchedule(args.steps_per_generation, args.num_iterations)
+        self.entropy_control = EntropyControl(args, [a for a in range(env.num_agents) if a not in team.frozen])
         self.last_rollout: Rollout | None = None
         self.last_advantages: list[torch.Tensor] = []
 
@@ -235,25 +243,7 @@ class MAGRPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer):
                              ignore_keys_for_eval=ignore_keys_for_eval, **kwargs)
 
     def _generation_config(self) -> GenerationConfig:
-        args = self.args
-        tokenizer = self.team.tokenizers[0]
-        eos = self.team.base_model_of(0).generation_config.eos_token_id
-        if eos is None:
-            eos = tokenizer.eos_token_id
-        config = GenerationConfig(
-            max_new_tokens=args.max_completion_length,
-            do_sample=True,
-            temperature=args.temperature,
-            top_p=args.top_p,
-            top_k=args.top_k,
-            min_p=args.min_p,
-            repetition_penalty=args.repetition_penalty,
-            pad_token_id=tokenizer.pad_token_id,
-            eos_token_id=eos,
-            cache_implementation=args.cache_implementation,
-            **(args.generation_kwargs or {}),
-        )
-        return config
+        return generation_config(self.args, self.team)
 
     # ------------------------------------------------------------------ data
     def _episodes_per_step(self) -> int:
@@ -327,36 +317,10 @@ class MAGRPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer):
         else:
             batch = self._make_batch(inputs, mode="train")
         loss = super().training_step(model, batch, num_items_in_batch)
-        if last:
-            self._diagnose_step()
+        if last:  # the optimizer step's last micro-step: the entropy controllers and the diagnostics
+            self.entropy_control.end_step(self.accelerator, self._metrics["train"])
+            diagnose_step(self)
         return loss
-
-    def _diagnose_step(self) -> None:
-        """After the last micro-step of an optimizer step: update the no-signal and entropy streaks, warn once."""
-        args = self.args
-        metrics = self._metrics["train"]
-        if args.zero_std_warning_steps is not None:
-            flat = self._step_flat_fraction >= args.zero_std_warning_fraction
-            self._zero_std_streak = self._zero_std_streak + 1 if flat else 0
-            metrics["diagnostics/zero_std_streak"].append(float(self._zero_std_streak))
-            if self._zero_std_streak >= args.zero_std_warning_steps:
-                self._warn_once("zero_std", ZERO_STD_MESSAGE.format(steps=self._zero_std_streak,
-                                                                    fraction=args.zero_std_warning_fraction))
-        if args.entropy_warning_threshold is not None:
-            entropies = {a: total / count for a, (total, count) in self._step_entropy.items() if count > 0}
-            low = sorted(a for a, h in entropies.items() if h < args.entropy_warning_threshold)
-            self._entropy_streak = self._entropy_streak + 1 if low else 0
-            metrics["diagnostics/entropy_collapse_streak"].append(float(self._entropy_streak))
-            if self._entropy_streak >= args.entropy_warning_steps:
-                self._warn_once("entropy", ENTROPY_MESSAGE.format(agents=low, threshold=args.entropy_warning_threshold,
-                                                                  steps=self._entropy_streak))
-        self._step_entropy.clear()
-
-    def _warn_once(self, key: str, message: str) -> None:
-        if key in self._warned or not self.accelerator.is_main_process:
-            return
-        self._warned.add(key)
-        warnings.warn(message, TrainingDiagnosticWarning, stacklevel=2)
 
     def _prepare_inputs(self, inputs: Any) -> Any:
         return inputs  # `_make_batches` already placed the tensors on the device
@@ -446,12 +410,16 @@ class MAGRPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer):
 
     def compute_loss(self, model: torch.nn.Module, inputs: dict[str, Any], return_outputs: bool = False,
                      num_items_in_batch: Any = None) -> torch.Tensor:
-        """Sum over agents of the GRPO clipped-surrogate loss on each agent's own tokens (+ beta * k3 KL)."""
+        """Sum over agents of the GRPO clipped-surrogate loss on each agent's own tokens (+ beta * k3 KL, - the
+        entropy bonus `c_a * H_a` with `entropy_coef`, see `magrpo_entropy`)."""
         args = self.args
         mode = "train" if self.model.training else "eval"
         frozen = self.team.frozen
-        results = model([None if a in frozen else b for a, b in enumerate(inputs["batches"])], compute_entropy=True)
+        bonus = self.entropy_control
+        results = model([None if a in frozen else b for a, b in enumerate(inputs["batches"])], compute_entropy=True,
+                        entropy_grad=bonus.enabled)  # entropies with gradients only for a bonus
         inputs["entropy"] = [None if r is None else r[1] for r in results]
+        inputs["entropy_mask"] = high_entropy_masks(self.accelerator, inputs, args.top_entropy_quantile)
         total: torch.Tensor | None = None
         metrics = self._metrics[mode]
         for a, result in enumerate(results):
@@ -462,11 +430,16 @@ class MAGRPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer):
             loss, kl, clipped = self.compute_agent_loss(a, logps, inputs)
             if mode == "train" and args.loss_type != "dapo":
                 loss = loss / self.current_gradient_accumulation_steps
+            prefix = f"agent_{a}/"
+            if bonus.enabled:  # over the tokens the policy loss acts on, scaled for accumulation only (as TRL)
+                metrics[prefix + "policy_loss"].append(float(loss.detach()))
+                tokens = mask if inputs["entropy_mask"][a] is None else mask * inputs["entropy_mask"][a]
+                scale = self.current_gradient_accumulation_steps if mode == "train" else 1.0
+                loss = loss - bonus.bonus(a, entropy, tokens, scale, train=mode == "train")
             if not torch.isfinite(loss):
                 self._count_nonfinite(1, "loss")
                 continue
             total = loss if total is None else total + loss
-            prefix = f"agent_{a}/"
             fmask = mask.float()
             metrics[prefix + "entropy"].append(float(masked_mean(entropy, fmask)) if fmask.sum() else 0.0)
             if mode == "train":
@@ -486,16 +459,18 @@ class MAGRPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer):
         """One agent's loss on a micro-batch (override to change the objective; the trainer sums the agents').
 
         The default is GRPO's: the clipped surrogate of `logps` against the detached current policy (or
-        `inputs["old_logps"][a]`) with `inputs["advantages"][a]`, plus `beta` times the k3 KL to
-        `inputs["ref_logps"][a]` (times the importance ratio with `use_bias_correction_kl`, TRL's default),
-        aggregated over the tokens by `loss_type` (the trainer then divides by the accumulation steps, except for
-        `dapo`).
+        `inputs["old_logps"][a]`) with `inputs["advantages"][a]`, without the drifted negative-advantage samples
+        (`off_policy_mask_threshold`) and on the tokens of `inputs["entropy_mask"][a]` (`top_entropy_quantile`),
+        plus `beta` times the k3 KL to `inputs["ref_logps"][a]` (times the importance ratio with
+        `use_bias_correction_kl`, TRL's default), aggregated over the tokens by `loss_type` (the trainer then
+        divides by the accumulation steps, except for `dapo`, and subtracts the entropy bonus).
 
         Args:
             agent_index: The agent.
             logps: `(B, L)` per-token log-probs of its completions under its current policy (with gradients).
             inputs: The micro-batch from `_make_batch`: `batches[a]` (an `AgentBatch`), `advantages[a]`,
-                `old_logps`, `ref_logps`, `num_items`, `turn_of_sample[a]`, and `entropy[a]` (per-token entropies).
+                `old_logps`, `ref_logps`, `num_items`, `turn_of_sample[a]`, `entropy[a]` (per-token entropies) and
+                `entropy_mask[a]` (`None`: every token).
 
         Returns:
             `(loss, kl, clipped)`: the scalar loss, the per-token KL (`None` without one, for logging) and the
@@ -508,10 +483,12 @@ class MAGRPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer):
             logps, old, inputs["advantages"][agent_index], epsilon_low=args.epsilon, epsilon_high=args.epsilon_high,
             delta=args.delta, importance_sampling_level=args.importance_sampling_level, mask=mask,
         )
-        if args.top_entropy_quantile < 1.0:  # the policy gradient only on this agent's high-entropy tokens
-            entropy = inputs["entropy"][agent_index]
-            pool = gathered_entropies(self.accelerator, entropy, mask)  # the threshold over every process's tokens
-            per_token_loss = per_token_loss * high_entropy_mask(entropy, mask, args.top_entropy_quantile, pool)
+        if args.off_policy_mask_threshold is not None:  # drop drifted sequences of negative advantage
+            per_token_loss = per_token_loss * off_policy_mask(inputs["advantages"][agent_index], logps, old, mask,
+                                                              args.off_policy_mask_threshold)
+        entropy_mask = inputs.get("entropy_mask", [None] * (agent_index + 1))[agent_index]
+        if entropy_mask is not None:  # top_entropy_quantile: the policy gradient only on high-entropy tokens
+            per_token_loss = per_token_loss * entropy_mask
         kl = None
         if args.beta != 0.0:
             kl = k3_kl(logps, inputs["ref_logps"][agent_index])
@@ -524,6 +501,12 @@ class MAGRPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer):
         loss = aggregate_token_loss(per_token_loss, mask, args.loss_type,
                                     max_completion_length=args.max_completion_length, num_items_in_batch=num_items)
         return loss, kl, clipped
+
+    def save_extra_state(self, checkpoint_dir: str) -> None:
+        self.entropy_control.save(checkpoint_dir)
+
+    def load_extra_state(self, checkpoint_dir: str) -> None:
+        self.entropy_control.load(checkpoint_dir)
 
     def _count_nonfinite(self, count: int, what: str) -> None:
         if count:
@@ -555,6 +538,9 @@ class MAGRPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer):
                              f"{type(self.args).__name__}.max_completion_length",
                              chat_template_kwargs=self.args.chat_template_kwargs,
                              on_long=self.args.prompt_length_check)
+
+    def evaluation_samples_per_row(self) -> int:
+        return self.args.num_generations_eval
 
     def play_evaluation_episodes(
         self, rows: list[dict[str, Any]], temperature: float | None = None

@@ -2,7 +2,9 @@
 
 [`TeamTrainerMixin`] is mixed into `MAGRPOTrainer` and `MultiAgentPPOTrainer` (before the TRL base trainer). It
 holds no algorithm: a trainer provides `play_evaluation_episodes(rows, temperature)` (one episode per row with one
-sample per agent, played by the shared rollout engine, `trl_marl.rollout.JointRollout`) and gets `evaluate()`.
+sample per agent, played by the shared rollout engine, `trl_marl.rollout.JointRollout`) and gets `evaluate()`, which
+plays `evaluation_samples_per_row()` independent episodes of every row (MAGRPO: `num_generations_eval`; default 1)
+and computes every metric over all of them.
 
 Evaluation metrics (the same names in every trainer; `eval` is `metric_key_prefix`, joined TRL-style with `_`):
 
@@ -137,6 +139,10 @@ class TeamTrainerMixin:
         raise NotImplementedError(f"{type(self).__name__} uses TeamTrainerMixin: it must define "
                                   "play_evaluation_episodes(rows, temperature)")
 
+    def evaluation_samples_per_row(self) -> int:
+        """How many independent episodes `evaluate()` plays of every row (GRPO's samples per prompt at evaluation)."""
+        return 1
+
     def check_evaluation_prompts(self, dataset: Any) -> None:
         """Checks an evaluation set before playing it (the trainer adds its prompt-length check)."""
         self.validate_dataset(self.env, dataset, "eval_dataset")
@@ -149,8 +155,12 @@ class TeamTrainerMixin:
         metric_key_prefix: str = "eval",
         temperature: float | None = None,
     ) -> dict[str, float]:
-        """Play one episode per evaluation row and report the team reward per turn and, with an answer verifier,
-        MAPoRL's per-turn majority accuracy and collaboration transitions (module docstring: the metric names)."""
+        """Play the episodes of every evaluation row and report the team reward per turn and, with an answer verifier,
+        MAPoRL's per-turn majority accuracy and collaboration transitions (module docstring: the metric names).
+
+        Each row is played `evaluation_samples_per_row()` times (independent episodes); `per_device_eval_batch_size`
+        counts episodes, so a batch holds that many divided by the episodes per row of rows (at least one).
+        """
         dataset = eval_dataset if eval_dataset is not None else self.eval_dataset  # type: ignore[attr-defined]
         if dataset is None:
             raise ValueError("No evaluation dataset: pass `eval_dataset` to the trainer or to `evaluate()`.")
@@ -170,10 +180,11 @@ class TeamTrainerMixin:
         start = time.perf_counter()
         debates: list[tuple[list[list[Any]], list[list[bool]]]] = []
         per_turn: dict[int, list[float]] = defaultdict(list)
-        size = self.args.per_device_eval_batch_size  # type: ignore[attr-defined]
+        repeats = self.evaluation_samples_per_row()
+        size = max(1, self.args.per_device_eval_batch_size // repeats)  # type: ignore[attr-defined]
         try:
             for i in range(0, len(rows), size):
-                chunk = rows[i : i + size]
+                chunk = [row for row in rows[i : i + size] for _ in range(repeats)]
                 transcripts, rewards = self.play_evaluation_episodes(chunk, temperature)
                 for turn, values in rewards.items():
                     per_turn[turn].extend(values)
