@@ -10,6 +10,9 @@ Offline smoke run (tiny toy model, synthetic rows, no network):
     python examples/magrpo_writing.py --config examples/configs/magrpo_writing.yaml \
         --model_name_or_path toy --max_steps 2 --per_device_train_batch_size 4 --num_generations 2 \
         --max_completion_length 8 --use_peft false --output_dir /tmp/magrpo-writing
+
+Add `--centralized true` to train the baseline instead: one model writes every agent's part in tagged sections,
+on the same team reward (does the task need a team at all?).
 """
 
 from trl import ModelConfig, TrlParser, get_peft_config
@@ -18,7 +21,7 @@ from trl_marl import MAGRPOConfig, MAGRPOTrainer
 from trl_marl.data import load_tldr
 from trl_marl.envs.writing import CooperativeWritingEnv
 from trl_marl.rewards.writing import WritingTeamReward
-from trl_marl.scripts.magrpo import MAGRPOScriptArguments, fit_to_toy, is_offline_toy, model_init_kwargs
+from trl_marl.scripts.magrpo import MAGRPOScriptArguments, centralize, fit_to_toy, is_offline_toy, model_init_kwargs
 from trl_marl.toy import resolve_toy_name, toy_writing_rows
 
 
@@ -34,10 +37,13 @@ def main(script_args: MAGRPOScriptArguments, training_args: MAGRPOConfig, model_
     training_args.model_init_kwargs = training_args.model_init_kwargs or model_init_kwargs(model_args)
     team_reward = WritingTeamReward()  # length range, length ratio, diversity, transitions, style, ROUGE-L
     training_args.reward_weights = training_args.reward_weights or team_reward.reward_weights()
+    env, reward_funcs = CooperativeWritingEnv(num_turns=training_args.num_turns), team_reward.reward_funcs()
+    if script_args.centralized:  # the baseline: one model writes both parts, scored by the same team reward
+        env, reward_funcs = centralize(env, reward_funcs, training_args)
     trainer = MAGRPOTrainer(
         model=model,
-        reward_funcs=team_reward.reward_funcs(),  # one function per term: each is logged as rewards/<term>/mean
-        env=CooperativeWritingEnv(num_turns=training_args.num_turns),
+        reward_funcs=reward_funcs,  # one function per term: each is logged as rewards/<term>/mean
+        env=env,
         args=training_args,
         train_dataset=dataset,
         peft_config=get_peft_config(model_args),  # one LoRA adapter per agent on one base model

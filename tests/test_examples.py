@@ -41,6 +41,21 @@ def test_example_runs_offline(task, tmp_path):
         assert f"`{term}`" in card, (term, card)
 
 
+@pytest.mark.parametrize("entry", ["examples/magrpo_writing.py", "cli"])
+def test_centralized_baseline_runs_offline(entry, tmp_path):
+    # the same task and team reward, played by one policy that writes both agents' parts in tagged sections
+    out = tmp_path / "centralized"
+    command = ([entry, "--config", "examples/configs/magrpo_writing.yaml"] if entry != "cli" else
+               ["-m", "trl_marl.cli", "magrpo", "--config", "examples/configs/magrpo_coding.yaml"])
+    result = run([*command, *SMOKE, "--centralized", "true", "--output_dir", str(out)], tmp_path)
+    assert "max_completion_length 6 -> 12" in result.stdout
+    layout = json.loads((out / "team_config.json").read_text())
+    assert layout["num_agents"] == 1 and (out / "agent_0").exists() and not (out / "agent_1").exists()
+    card = (out / "README.md").read_text()
+    term = "centralized_length_ratio" if entry != "cli" else "centralized_tests"
+    assert f"`{term}`" in card, card
+
+
 def test_cli_magrpo_with_config(tmp_path):
     out = tmp_path / "cli"
     run(["-m", "trl_marl.cli", "magrpo", "--config", "examples/configs/magrpo_coding.yaml", *SMOKE,

@@ -37,6 +37,12 @@ class MAGRPOScriptArguments:
     dataset_split: str = field(default="train", metadata={"help": "Dataset split to train on."})
     max_train_samples: int | None = field(default=None, metadata={"help": "Keep at most this many rows."})
     num_toy_rows: int = field(default=64, metadata={"help": "Synthetic rows for the offline toy model."})
+    centralized: bool = field(
+        default=False,
+        metadata={"help": "Train the centralised single-policy baseline instead of the team: one model writes every "
+                  "agent's part in tagged sections (`CentralizedEnv`), scored by the same team reward, with "
+                  "`num_agents=1` and `max_completion_length` times the team's size (docs/centralized.md)."},
+    )
 
 
 def is_offline_toy(model_name_or_path: str) -> bool:
@@ -94,6 +100,25 @@ def build_task(script_args: MAGRPOScriptArguments, num_agents: int, num_turns: i
     raise ValueError(f"Unknown task {script_args.task!r}; choose one of {TASKS}.")
 
 
+def centralize(env: Any, reward_funcs: Sequence[Any], training_args: Any) -> tuple[Any, list[Any]]:
+    """The centralised baseline of a team task: one policy plays every agent of `env`, on the same team reward.
+
+    Returns the single-policy environment and the reward functions wrapped for it; `training_args` gets
+    `num_agents=1` and the team's total completion budget (`max_completion_length` times the number of agents), so
+    that "team vs one model doing everything" compares the same number of generated tokens per step.
+    """
+    from ..envs.centralized import CentralizedEnv
+    from ..rewards.centralized import CentralizedReward
+
+    single = CentralizedEnv(env)
+    print(f"[trl-marl] centralised baseline: one policy writes the parts of all {env.num_agents} agents "
+          f"(max_completion_length {training_args.max_completion_length} -> "
+          f"{training_args.max_completion_length * env.num_agents})", flush=True)
+    training_args.num_agents = 1
+    training_args.max_completion_length *= env.num_agents
+    return single, [CentralizedReward(single, f) for f in reward_funcs]
+
+
 def model_init_kwargs(model_args: Any) -> dict[str, Any]:
     """`from_pretrained` keyword arguments from a `trl.ModelConfig` (dtype, attention, 4/8-bit quantization)."""
     from trl import get_quantization_config
@@ -130,6 +155,8 @@ def main(script_args: MAGRPOScriptArguments, training_args: Any, model_args: Any
     if hasattr(team_reward, "reward_funcs"):  # log every term of a composite team reward
         reward_funcs = team_reward.reward_funcs()
         training_args.reward_weights = training_args.reward_weights or team_reward.reward_weights()
+    if script_args.centralized:
+        env, reward_funcs = centralize(env, reward_funcs, training_args)
     trainer = MAGRPOTrainer(model=model, reward_funcs=reward_funcs, env=env, args=training_args,
                             train_dataset=dataset, peft_config=get_peft_config(model_args))
     trainer.train()
