@@ -160,6 +160,14 @@ def test_nothing_to_share_or_settings_that_rule_it_out(tokenizer: PreTrainedToke
         config = GenerationConfig(max_new_tokens=4, **settings)
         assert reason in prefill_sharing_unsupported(model, config)
         assert shared_prefill_cache(model, ids, mask, config) is None
+    # an unset field takes the model's own generation config, as in `generate`
+    model.generation_config.num_beams = 2
+    assert "beam search" in prefill_sharing_unsupported(model, GREEDY)
+    model.generation_config.num_beams = 1
+    model.generation_config.cache_implementation = "static"
+    assert prefill_sharing_unsupported(model, GREEDY) == "cache_implementation='static'"
+    assert prefill_sharing_unsupported(model, GenerationConfig(max_new_tokens=4, cache_implementation="dynamic"))
+    model.generation_config.cache_implementation = None
     model.gradient_checkpointing_enable()
     assert prefill_sharing_unsupported(model, GREEDY) is None  # eval mode: the cache is kept
     model.train()

@@ -96,6 +96,8 @@ def _takes_logits_to_keep(model_class: type) -> bool:
 def prefill_sharing_unsupported(model: Any, generation_config: GenerationConfig) -> str | None:
     """Why `model.generate` with `generation_config` cannot start from a shared prefill (None: it can).
 
+    A setting left unset (None) in `generation_config` is read from `model.generation_config`, as `generate` does.
+
     Refused: beam search and several sequences per prompt (`generate` expands the batch itself), a cache other than
     the default `DynamicCache` (`cache_implementation`, or a model that does not use one), `use_cache=False`, prompt
     lookup decoding, encoder-decoder models, a model whose forward takes no `logits_to_keep`, PEFT prompt learning
@@ -103,13 +105,18 @@ def prefill_sharing_unsupported(model: Any, generation_config: GenerationConfig)
     drop the cache).
     """
     base = _base_model(model)
-    if (generation_config.num_beams or 1) != 1 or (generation_config.num_return_sequences or 1) != 1:
+
+    def setting(name: str) -> Any:  # as `generate` resolves it: unset (None) fields come from the model's config
+        value = getattr(generation_config, name, None)
+        return value if value is not None else getattr(getattr(base, "generation_config", None), name, None)
+
+    if (setting("num_beams") or 1) != 1 or (setting("num_return_sequences") or 1) != 1:
         return "beam search or several sequences per prompt"
-    if generation_config.use_cache is False:
+    if setting("use_cache") is False:
         return "use_cache=False"
-    if generation_config.cache_implementation is not None:
-        return f"cache_implementation={generation_config.cache_implementation!r}"
-    if getattr(generation_config, "prompt_lookup_num_tokens", None) is not None:
+    if setting("cache_implementation") not in (None, "hybrid"):  # `generate` turns "hybrid" into the default cache
+        return f"cache_implementation={setting('cache_implementation')!r}"
+    if setting("prompt_lookup_num_tokens") is not None:
         return "prompt lookup decoding"
     if getattr(base.config, "is_encoder_decoder", False):
         return "an encoder-decoder model"
