@@ -63,11 +63,9 @@ def group_identical_rows(input_ids: torch.Tensor, tags: Sequence[Hashable] | Non
     Example:
 
     ```python
-    >>> groups = group_identical_rows(torch.tensor([[0, 5, 6], [0, 5, 6], [7, 8, 9], [0, 5, 6]]))
-    >>> groups.first_rows.tolist(), groups.row_to_group.tolist()
-    ([0, 2], [0, 0, 1, 0])
-    >>> group_identical_rows(torch.tensor([[5, 6], [5, 6]]), tags=["agent_0", "agent_1"]).num_groups
-    2
+    groups = group_identical_rows(torch.tensor([[0, 5, 6], [0, 5, 6], [7, 8, 9], [0, 5, 6]]))
+    groups.first_rows.tolist(), groups.row_to_group.tolist()  # ([0, 2], [0, 0, 1, 0])
+    group_identical_rows(torch.tensor([[5, 6], [5, 6]]), tags=["agent_0", "agent_1"]).num_groups  # 2
     ```
     """
     if tags is not None and len(tags) != input_ids.size(0):
