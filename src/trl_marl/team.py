@@ -35,6 +35,7 @@ from transformers import AutoModelForCausalLM, GenerationConfig, PreTrainedModel
 
 from .core import entropy_from_logits, selective_log_softmax
 from .utils.model_names import resolve_model_name
+from .utils.prefill import shared_prefill_cache
 from .utils.tokens import (  # noqa: F401  (re-exported: importable from trl_marl.team as before)
     Prompt,
     is_chat,
@@ -117,6 +118,11 @@ class AgentTeam(nn.Module):
         agent_adapter (`list[str | None]`): For each agent, the PEFT adapter it uses (`None`: no adapter).
         policy_turns (`int`): 1 (a member per agent), or the number of turns T when every (turn, agent) has its own
             member (MAPoRL's theta_{t,a}: turn t of agent a is member `(t - 1) * A + a`, see [`AgentTeam.slot`]).
+        share_prompt_prefill (`bool`): In [`AgentTeam.generate`], run the prompt's forward once for rows that repeat
+            the same prompt through the same weights (the G samples of a node; agents of one model and one adapter
+            that see the same prompt) and copy its KV cache to every such row (`trl_marl.utils.prefill`). Agents
+            with different adapters or models never share a prefill: their keys and values differ. Sampling is
+            unchanged up to floating-point reordering; False runs one prefill per row, as a plain `generate`.
 
     Example:
 
@@ -138,6 +144,7 @@ class AgentTeam(nn.Module):
         agent_model: Sequence[int],
         agent_adapter: Sequence[str | None],
         policy_turns: int = 1,
+        share_prompt_prefill: bool = True,
     ) -> None:
         super().__init__()
         if mode not in TEAM_MODES:
@@ -158,6 +165,7 @@ class AgentTeam(nn.Module):
         if policy_turns < 1 or len(agent_model) % policy_turns:
             raise ValueError(f"{len(agent_model)} members cannot be split into {policy_turns} turns of agents.")
         self.policy_turns = policy_turns
+        self.share_prompt_prefill = share_prompt_prefill
         for tok in self.tokenizers:
             if tok.pad_token_id is None:
                 raise ValueError(
@@ -449,6 +457,9 @@ class AgentTeam(nn.Module):
     ) -> list[tuple[list[list[int]], list[list[int]]]]:
         """Sample one completion per prompt for every agent.
 
+        Rows that repeat a prompt through the same weights share one prefill when `share_prompt_prefill` is on (see
+        the class docstring); agents with different adapters or models never do.
+
         Args:
             prompts: `prompts[a]` is the list of prompts of agent `a` (strings, chat messages or token ids).
             generation_config: Sampling settings (`max_new_tokens`, `temperature`, ...).
@@ -502,6 +513,10 @@ class AgentTeam(nn.Module):
                 outputs = generate_with_continuous_batching(model, rows, generation_config,
                                                             self.continuous_batching_config)
             else:
+                if self.share_prompt_prefill:  # one prefill per distinct (prompt, adapter), see `utils.prefill`
+                    cache = shared_prefill_cache(model, ids, mask, generation_config, kwargs.get("adapter_names"))
+                    if cache is not None:
+                        kwargs["past_key_values"] = cache
                 out = model.generate(input_ids=ids, attention_mask=mask, generation_config=generation_config,
                                      **kwargs)
                 outputs = [row.tolist() for row in out[:, ids.size(1):]]

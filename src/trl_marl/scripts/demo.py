@@ -106,6 +106,9 @@ def _magrpo_trainer(model_dir: str, steps: int, seed: int, output_dir: str, froz
         max_completion_length=4, learning_rate=MAGRPO_LEARNING_RATE, lr_scheduler_type="constant", max_steps=steps,
         logging_steps=1, report_to="none", save_strategy="no", gradient_checkpointing=False, temperature=1.0,
         seed=seed, disable_tqdm=True, frozen_agents=frozen,
+        # 6-token prompts on an 11k-parameter model: a shared prefill's extra forward costs more than it saves (6%
+        # slower generation, benchmarks/bench_prefill.py)
+        share_prompt_prefill=False,
     )
     trainer = MAGRPOTrainer(model=model_dir, reward_funcs=TargetSumReward(invalid_penalty=0.5),
                             env=TargetSumEnv(num_agents=2), args=config,

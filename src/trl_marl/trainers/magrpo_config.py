@@ -105,6 +105,9 @@ class MAGRPOConfig(GRPOConfig):
         early_stop_threshold (`float`, *optional*): A node whose mean reward reaches it does not continue; its
             success is taken to persist for the turns it skips (`trl_marl.core.early_stop_returns`).
         team_mode (`str`, *optional*): `"adapters"`, `"models"` or `"shared"` (see [`AgentTeam`]).
+        share_prompt_prefill (`bool`, defaults to `True`): Run each node's prompt prefill once for its G samples
+            (and for agents of the same weights that see the same prompt) and copy the KV cache to every sample
+            (`AgentTeam.share_prompt_prefill`).
         zero_std_warning_fraction (`float`, defaults to `0.9`), zero_std_warning_steps (`int`, defaults to `20`):
             Warn once when at least this fraction of groups had zero return std (no learning signal) for this many
             consecutive optimizer steps.
@@ -183,6 +186,16 @@ class MAGRPOConfig(GRPOConfig):
             "help": "Team layout: 'adapters' (one base model + one LoRA adapter per agent; needs a peft_config), "
             "'models' (one model per agent) or 'shared' (one set of weights for all agents). Default: 'adapters' "
             "with a peft_config, else 'models'."
+        },
+    )
+    share_prompt_prefill: bool = field(
+        default=True,
+        metadata={
+            "help": "Generate the G samples of a node from one prompt prefill: the prompt's forward runs once per "
+            "distinct (prompt, weights) and its KV cache is copied to every sample (agents with different adapters "
+            "or models never share one: their keys and values differ). Sampling is unchanged up to floating-point "
+            "reordering; False runs one prefill per sample (a plain `generate`), which is faster only for tiny "
+            "models with prompts of a few tokens (sharing costs one more forward call)."
         },
     )
     frozen_agents: list[int] = field(

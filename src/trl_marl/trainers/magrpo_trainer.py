@@ -156,6 +156,7 @@ class MAGRPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer):
                                  f"{type(args).__name__}.max_completion_length",
                                  chat_template_kwargs=args.chat_template_kwargs, on_long=args.prompt_length_check)
         team.temperature = args.temperature
+        team.share_prompt_prefill = args.share_prompt_prefill
         if args.frozen_agents:
             team.freeze_agents(args.frozen_agents)
         if args.disable_dropout:

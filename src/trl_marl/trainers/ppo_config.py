@@ -145,6 +145,13 @@ class MultiAgentPPOConfig(TRLBaseConfig):
         default=None,
         metadata={"help": "Team layout: 'adapters', 'models' or 'shared' (see AgentTeam). Default: automatic."},
     )
+    share_prompt_prefill: bool = field(
+        default=True,
+        metadata={
+            "help": "Rows that repeat a prompt through the same weights (e.g. agents of a 'shared' team that see the "
+            "same prompt) run its prefill once and share the KV cache (see AgentTeam). False: one prefill per row."
+        },
+    )
     policy_sharing: str = field(
         default="agent",
         metadata={

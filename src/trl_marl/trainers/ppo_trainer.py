@@ -180,7 +180,7 @@ class MultiAgentPPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer
         for where, (indices, prompts) in checked.items():  # turn 1 of agent a is played by team member a
             check_prompt_lengths(team, prompts, indices, where, args.response_length,
                                  f"{type(args).__name__}.response_length", on_long=args.prompt_length_check)
-        team.temperature = args.temperature + 1e-7
+        team.temperature, team.share_prompt_prefill = args.temperature + 1e-7, args.share_prompt_prefill
         if ref_model is not None:
             if args.num_agents != 1:
                 raise ValueError("`ref_model` is for a single agent; multi-agent teams use their own references.")
