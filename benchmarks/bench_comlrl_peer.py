@@ -20,6 +20,13 @@ Timing is observed without changing comlrl's algorithm: the trainer instance's p
 ``_generate_completions``, ``_update_from_samples`` and ``_drain_ready_buffers`` are wrapped with
 timers (the last marks the end of each step, i.e. each optimizer update). Everything runs through the
 public ``MAGRPOTrainer.train()``.
+
+With ``--profile`` (used by ``bench_profile.py``) the step is also split into parts by ``profile_hooks.py`` (the
+same code that times trl_marl's side): forward hooks on each agent's decoder stack and ``lm_head`` (prefill /
+decode inside generation, the training forwards inside ``_compute_loss_with_gradients``, with every forward's
+shape), wrappers around ``_generate_completions``, ``_compute_rewards``, ``_train_step_returns``,
+``_update_from_samples`` and ``_compute_loss_with_gradients``, ``torch.autograd.backward`` and the optimizers'
+``step``. The JSON then has ``profile.steps``: one record per optimizer step (see ``StepProfiler.step``).
 """
 
 from __future__ import annotations
@@ -105,6 +112,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", default=None, help="write the results here")
+    parser.add_argument("--profile", action="store_true",
+                        help="split every step into parts and record every forward's shape (profile_hooks.py)")
     args = parser.parse_args()
 
     torch.set_num_threads(args.threads)
@@ -175,6 +184,21 @@ def main() -> None:
     )
     trainer.verbose = False  # no tqdm bar
 
+    profiler = None
+    if args.profile:  # time comlrl's own methods and forwards, without changing what they do
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from profile_hooks import StepProfiler, instrumentation_cost
+
+        profiler = StepProfiler()
+        for agent in trainer.agents:
+            profiler.hook_causal_lm(agent)
+        for method, part in (("_generate_completions", "generate"), ("_compute_rewards", "reward"),
+                             ("_train_step_returns", "rollout"), ("_update_from_samples", "update"),
+                             ("_compute_loss_with_gradients", "loss")):
+            profiler.wrap_method(trainer, method, part)
+        profiler.install_global()
+    profile_steps: list[dict] = []
+
     # --- timers around comlrl's own methods (no behavioural change) ---
     stats = {"gen_s": 0.0, "update_s": 0.0, "gen_calls": 0, "tokens": 0, "positions": 0}
     step_ends: list[float] = []
@@ -212,6 +236,8 @@ def main() -> None:
             step_tokens.append(stats["tokens"] - marks["tok"])
             step_rewards.append(float(np.mean(reward_log[marks["rew"] :])) if reward_log[marks["rew"] :] else 0.0)
             marks.update(gen=stats["gen_s"], upd=stats["update_s"], tok=stats["tokens"], rew=len(reward_log))
+            if profiler is not None:
+                profile_steps.append({**profiler.step(), "tokens": step_tokens[-1]})
         return out
 
     trainer._generate_completions = timed_generate
@@ -219,6 +245,8 @@ def main() -> None:
     trainer._drain_ready_buffers = timed_drain
 
     t0 = time.perf_counter()
+    if profiler is not None:
+        profiler.mark()
     trainer.train()
     total_s = time.perf_counter() - t0
 
@@ -282,6 +310,9 @@ def main() -> None:
         "invalid_rate_total": sum(r == -0.5 for r in reward_log) / len(reward_log),
         "argv": sys.argv[1:],
     }
+    if profiler is not None:
+        profiler.remove()
+        result["profile"] = {"steps": profile_steps, "region_cost_s": instrumentation_cost()}
     text = json.dumps(result, indent=2)
     if args.json:
         with open(args.json, "w") as f:
