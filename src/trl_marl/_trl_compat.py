@@ -389,8 +389,10 @@ class TeamCheckpointMixin:
         if not self.args.should_save:  # type: ignore[attr-defined]
             return
         os.makedirs(output_dir, exist_ok=True)
-        team = _team_of(self.accelerator.unwrap_model(self.model))  # type: ignore[attr-defined]
-        team.save_pretrained(output_dir)
+        root = self.accelerator.unwrap_model(self.model)  # type: ignore[attr-defined]
+        team = _team_of(root)
+        # under FSDP `Trainer.save_model` passes the full weights that it gathered from the shards (keys of the root)
+        team.save_pretrained(output_dir, state_dict=_team_state_dict(root, state_dict) if state_dict else None)
         self.create_model_card(output_dir=output_dir)  # type: ignore[attr-defined]
         import torch
         from transformers.trainer import TRAINING_ARGS_NAME
@@ -399,12 +401,37 @@ class TeamCheckpointMixin:
 
     def _load_from_checkpoint(self, resume_from_checkpoint: str, model: Any = None) -> None:  # type: ignore[override]
         module = self.accelerator.unwrap_model(model if model is not None else self.model)  # type: ignore[attr-defined]
-        _team_of(module).load_weights_(resume_from_checkpoint)
+        team = _team_of(module)
+        if getattr(self, "is_fsdp_enabled", False):  # sharded: every process loads the full team, keeps its shards
+            saved = type(team).from_pretrained(resume_from_checkpoint).state_dict()
+            prefix = "team." if team is not module else ""
+            _load_full_state_dict(module, {prefix + key: value for key, value in saved.items()})
+            return
+        team.load_weights_(resume_from_checkpoint)
 
 
 def _team_of(module: Any) -> Any:
     """The `AgentTeam` inside a trainer's model (the model itself, or a wrapper's `team` attribute)."""
     return getattr(module, "team", module)
+
+
+def _load_full_state_dict(root: Any, state_dict: dict[str, Any]) -> None:
+    """Load a full (unsharded) state dict, keyed as `root.state_dict()`, into an FSDP2-sharded `root`: every process
+    passes the same full tensors and keeps its own shards."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+    result = set_model_state_dict(root, state_dict, options=StateDictOptions(full_state_dict=True, strict=False))
+    missing = [key for key in result.missing_keys if key in state_dict]
+    if result.unexpected_keys or missing:
+        raise KeyError(f"The checkpoint does not fit the sharded team: unexpected {sorted(result.unexpected_keys)}, "
+                       f"not loaded {missing}.")
+
+
+def _team_state_dict(root: Any, state_dict: dict[str, Any]) -> dict[str, Any]:
+    """The team's entries of a state dict of the trainer's model (the team itself, or a wrapper with `team.`)."""
+    if _team_of(root) is root:
+        return state_dict
+    return {key[len("team."):]: value for key, value in state_dict.items() if key.startswith("team.")}
 
 
 class LaunchWarning(UserWarning):
@@ -458,3 +485,32 @@ def warn_if_launcher_dropped_processes() -> None:
             LaunchWarning,
             stacklevel=3,
         )
+
+
+def enable_fsdp_on_cpu_processes(trainer: Any) -> Any:
+    """Turn FSDP on for a trainer whose CPU processes (gloo) asked for it; returns the FSDP plugin, or None.
+
+    accelerate (1.15) enables FSDP only for processes on GPUs and other accelerators: for CPU processes
+    (`DistributedType.MULTI_CPU`) its `AcceleratorState` drops the FSDP plugin and trains with DDP, without a word.
+    FSDP2 itself runs on CPU processes (gloo has all-gather and reduce-scatter), and the rest of accelerate's FSDP2
+    path (`fsdp2_prepare_model`, gradient clipping, full state dicts) works there unchanged, so this sets the shared
+    state that accelerate would have set on a GPU: the distributed type, the plugin (built from the trainer config's
+    `fsdp_config`, else from `accelerate launch`'s environment) and its mixed precision, and the trainer's
+    `is_fsdp_enabled`. Must run right after the trainer's `Accelerator` is created, before anything is prepared.
+    """
+    from accelerate.state import PartialState
+    from accelerate.utils import DistributedType, FullyShardedDataParallelPlugin
+
+    state = trainer.accelerator.state
+    if state.distributed_type != DistributedType.MULTI_CPU:
+        return getattr(state, "fsdp_plugin", None)
+    plugin_args = getattr(trainer.args, "fsdp_plugin_args", None)
+    plugin = FullyShardedDataParallelPlugin(**plugin_args) if plugin_args is not None else (
+        FullyShardedDataParallelPlugin())
+    if state.mixed_precision != "no":
+        plugin.set_mixed_precision(state.mixed_precision)
+    state.fsdp_plugin = plugin
+    state.distributed_type = DistributedType.FSDP
+    PartialState._shared_state["distributed_type"] = DistributedType.FSDP
+    trainer.is_fsdp_enabled = True
+    return plugin

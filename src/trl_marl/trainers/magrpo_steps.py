@@ -21,6 +21,8 @@ import torch
 from torch.utils.data import Sampler
 from transformers import TrainerCallback
 
+from .distributed import full_tensor
+
 __all__ = ["BlockRepeatSampler", "GenerationSchedule", "ReferenceSync", "gathered_entropies"]
 
 
@@ -175,7 +177,8 @@ class ReferenceSync(TrainerCallback):
             if ref is None:
                 continue
             for ref_param, param in zip(ref.parameters(), model.parameters()):
-                ref_param.mul_(1.0 - self.alpha).add_(param.detach().to(ref_param.device), alpha=self.alpha)
+                policy = full_tensor(param.detach())  # FSDP2: the shards of every process, gathered
+                ref_param.mul_(1.0 - self.alpha).add_(policy.to(ref_param.device), alpha=self.alpha)
 
 
 def gathered_entropies(accelerator: Any, entropy: torch.Tensor, mask: torch.Tensor) -> torch.Tensor | None:

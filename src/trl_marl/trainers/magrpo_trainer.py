@@ -38,7 +38,7 @@ from ..validation import check_prompt_lengths
 from .magrpo_config import MAGRPOConfig
 from .magrpo_logging import ENTROPY_MESSAGE, ZERO_STD_MESSAGE, TrainingDiagnosticWarning, log_rollout
 from .magrpo_steps import BlockRepeatSampler, GenerationSchedule, ReferenceSync, _MicroStep, gathered_entropies
-from .team_trainer import TeamTrainerMixin, collate_rows
+from .team_trainer import TeamTrainerMixin, collate_rows, rollout_phase
 
 RewardFunc = Callable[..., Sequence[float | None]]
 
@@ -366,7 +366,7 @@ class MAGRPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer):
         """Roll out, score and tokenize the episodes of `rows` as one micro-batch (see `_make_batches`)."""
         return self._make_batches([rows], mode)[0]
 
-    @torch.no_grad()
+    @rollout_phase
     def _make_batches(self, row_batches: list[list[dict[str, Any]]], mode: str) -> list[dict[str, Any]]:
         """Play the episodes of every micro-batch of one optimizer step in one rollout, then split it by episode.
 

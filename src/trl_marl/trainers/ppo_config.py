@@ -6,7 +6,14 @@ import math
 from dataclasses import dataclass, field
 
 from .._trl_compat import TRLBaseConfig
-from ..validation import PROMPT_LENGTH_CHECKS, check_choice, check_mixed_precision, check_positive, has_accelerator
+from ..validation import (
+    PROMPT_LENGTH_CHECKS,
+    check_choice,
+    check_mixed_precision,
+    check_positive,
+    has_accelerator,
+    use_cpu_for_cpu_processes,
+)
 
 POLICY_SHARING = ("shared", "agent", "agent_turn")
 CRITICS = ("per_agent", "centralized")
@@ -212,6 +219,7 @@ class MultiAgentPPOConfig(TRLBaseConfig):
         if self.bf16 is None and not self.fp16 and not has_accelerator():
             self.bf16 = False  # TRL defaults to bf16, which fails on a machine without GPU unless use_cpu is set
         check_mixed_precision(self)
+        use_cpu_for_cpu_processes(self)  # several processes without GPU (accelerate launch / torchrun): gloo
         super().__post_init__()
         if self.kl_estimator not in ("k1", "k3"):
             raise ValueError(f"`kl_estimator` must be 'k1' or 'k3', got {self.kl_estimator!r}.")

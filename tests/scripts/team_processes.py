@@ -1,0 +1,161 @@
+"""A short multi-process training run of a 2-agent team, launched by `tests/test_accelerate.py`.
+
+Every process trains the same team on `TargetSumEnv` (MAGRPO, or multi-agent PPO with `--trainer ppo`) for a few
+steps, optionally saves it (`trainer.save_model(<out-dir>/final)`), then writes `<out-dir>/rank<process_index>.pt`
+holding its trainable parameters before and after training (whole tensors: FSDP2's shards are gathered), the
+number of processes and the distributed type it saw, the dataset rows (`row_id` column) it played, the joint
+actions it sampled and the logged losses. The test then checks that the processes got different shards of the data
+and sampled different completions, yet ended with identical weights, and compares strategies (DDP, FSDP2).
+
+Training runs on the CPU (`use_cpu=True`), so the script works under any multi-process launcher
+(`accelerate launch --multi_gpu` or with an FSDP config, `torchrun`) with the gloo backend.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+try:
+    import trl_marl  # noqa: F401
+except ImportError:  # running from a source checkout without an install
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
+
+from datasets import Dataset  # noqa: E402
+from transformers import set_seed  # noqa: E402
+
+from trl_marl import MAGRPOConfig, MAGRPOTrainer, MultiAgentPPOConfig, MultiAgentPPOTrainer, TargetSumEnv  # noqa: E402
+from trl_marl.rewards.arithmetic import TargetSumReward  # noqa: E402
+from trl_marl.trainers.distributed import full_tensor  # noqa: E402
+
+NUM_AGENTS = 2
+NUM_GENERATIONS = 4
+EPISODES_PER_STEP = 4
+NUM_ROWS = 128
+
+
+class RecordingReward(TargetSumReward):
+    """`TargetSumReward` that also remembers the `row_id` of every episode it scored and the joint actions."""
+
+    name = "target_sum"
+    __name__ = "target_sum"
+
+    def __init__(self) -> None:
+        super().__init__(invalid_penalty=0.5)
+        self.row_ids: set[int] = set()
+        self.joint_actions: list[list[str]] = []
+
+    def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:
+        self.row_ids.update(int(i) for i in kwargs["row_id"])
+        team = kwargs.get("agent_completions") or [completions]
+        self.joint_actions.extend([str(agent[j]) for agent in team] for j in range(len(completions)))
+        return super().__call__(prompts, completions, **kwargs)
+
+
+def parameters(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """A detached whole CPU copy of the trainable parameters, by name (on every process: gathering is collective)."""
+    return {name: full_tensor(p.detach()).cpu().clone() for name, p in module.named_parameters() if p.requires_grad}
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--model-dir", required=True, help="A toy model directory (trl_marl.toy.make_toy_model).")
+    parser.add_argument("--out-dir", required=True, help="Where each run writes <run>/rank<i>.pt.")
+    parser.add_argument("--runs", default="magrpo:models",
+                        help="Comma-separated runs, one after the other in the same processes: trainer:team_mode "
+                        "(trainer magrpo or ppo, team mode models or adapters).")
+    parser.add_argument("--max-steps", type=int, default=5)
+    parser.add_argument("--learning-rate", type=float, default=1e-2)
+    parser.add_argument("--save", action="store_true", help="Save each team to <out-dir>/<run>/final.")
+    parser.add_argument("--resume-check", action="store_true",
+                        help="MAGRPO runs also save a checkpoint one step before the end, and a second trainer "
+                        "resumes from it and trains to the end (its result: <run>_resumed/rank<i>.pt).")
+    return parser.parse_args(argv)
+
+
+def build_trainer(args: argparse.Namespace, trainer: str, team_mode: str, reward: RecordingReward, out_dir: Path,
+                  save_steps: int = 0) -> Any:
+    dataset = Dataset.from_dict({"target": [10] * NUM_ROWS, "row_id": list(range(NUM_ROWS))})
+    peft_config = None
+    if team_mode == "adapters":
+        from peft import LoraConfig
+
+        peft_config = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], lora_dropout=0.0)
+    common = dict(output_dir=str(out_dir / "trainer"), num_agents=NUM_AGENTS, team_mode=team_mode,
+                  learning_rate=args.learning_rate, logging_steps=1, bf16=False, use_cpu=True, report_to="none",
+                  save_strategy="steps" if save_steps else "no", save_steps=save_steps or 500, disable_tqdm=True,
+                  temperature=1.0, seed=0)
+    set_seed(0)  # same LoRA initialisation on every process
+    if trainer == "ppo":
+        config = MultiAgentPPOConfig(per_device_train_batch_size=EPISODES_PER_STEP, gradient_accumulation_steps=1,
+                                     num_mini_batches=1, num_ppo_epochs=1, response_length=4, stop_token="eos",
+                                     total_episodes=EPISODES_PER_STEP * 2 * args.max_steps,
+                                     num_sample_generations=0, **common)
+        return MultiAgentPPOTrainer(args=config, model=args.model_dir, reward_funcs=reward,
+                                    env=TargetSumEnv(NUM_AGENTS), train_dataset=dataset, peft_config=peft_config)
+    config = MAGRPOConfig(num_generations=NUM_GENERATIONS,
+                          per_device_train_batch_size=NUM_GENERATIONS * EPISODES_PER_STEP, max_completion_length=4,
+                          max_steps=args.max_steps, gradient_checkpointing=False, **common)
+    return MAGRPOTrainer(model=args.model_dir, reward_funcs=reward, env=TargetSumEnv(NUM_AGENTS), args=config,
+                         train_dataset=dataset, peft_config=peft_config)
+
+
+def train_and_record(args: argparse.Namespace, name: str, trainer_name: str, team_mode: str, save_steps: int = 0,
+                     resume: str | None = None) -> Any:
+    """Train one team and write `<out-dir>/<name>/rank<process_index>.pt`; returns the trainer."""
+    out_dir = Path(args.out_dir) / name
+    out_dir.mkdir(parents=True, exist_ok=True)
+    reward = RecordingReward()
+    trainer = build_trainer(args, trainer_name, team_mode, reward, out_dir, save_steps)
+    initial = parameters(trainer.model)
+    trainer.train(resume_from_checkpoint=resume)
+    # every parameter the team trains (in `adapters` mode each agent's adapter; in PPO also the value models)
+    final = parameters(trainer.model)
+    if args.save:
+        trainer.save_model(str(out_dir / "final"))
+    accelerator = trainer.accelerator
+    result = {
+        "process_index": accelerator.process_index,
+        "num_processes": accelerator.num_processes,
+        "distributed_type": str(accelerator.distributed_type),
+        "sharded": type(trainer.model).__name__.startswith("FSDP"),
+        "global_step": trainer.state.global_step,
+        "row_ids": sorted(reward.row_ids),
+        "joint_actions": reward.joint_actions,
+        "losses": [log.get("loss", log.get("loss/policy_avg")) for log in trainer.state.log_history
+                   if "loss" in log or "loss/policy_avg" in log],
+        "initial": {name: initial[name] for name in final},
+        "final": final,
+    }
+    path = out_dir / f"rank{accelerator.process_index}.pt"
+    torch.save(result, path)
+    print(f"[rank {accelerator.process_index}/{accelerator.num_processes}] {name}: wrote {path} "
+          f"({len(final)} trainable tensors, {len(reward.row_ids)} rows, pid {os.getpid()})")
+    accelerator.wait_for_everyone()
+    return trainer
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = parse_args(argv)
+    warnings.filterwarnings("ignore")
+    torch.set_num_threads(1)
+    for run in args.runs.split(","):
+        trainer_name, team_mode = run.split(":")
+        name = f"{trainer_name}_{team_mode}"
+        resume_check = args.resume_check and trainer_name == "magrpo"
+        save_steps = args.max_steps - 1 if resume_check else 0
+        trainer = train_and_record(args, name, trainer_name, team_mode, save_steps)
+        if resume_check:
+            checkpoint = os.path.join(trainer.args.output_dir, f"checkpoint-{save_steps}")
+            train_and_record(args, f"{name}_resumed", trainer_name, team_mode, resume=checkpoint)
+
+
+if __name__ == "__main__":
+    main()
