@@ -39,7 +39,7 @@ from torch import nn
 from .._trl_compat import enable_fsdp_on_cpu_processes
 
 __all__ = [
-    "check_fsdp_request", "full_tensor", "gathered_root", "is_fsdp2_module", "rollout_context",
+    "check_fsdp_plugin", "check_fsdp_request", "full_tensor", "gathered_root", "is_fsdp2_module", "rollout_context",
     "rollout_phase", "setup_strategy",
 ]
 
@@ -109,10 +109,11 @@ def setup_strategy(trainer: Any) -> None:
         enable_fsdp_on_cpu_processes(trainer)
     plugin = getattr(accelerator.state, "fsdp_plugin", None)
     if plugin is not None:
-        _check_fsdp_plugin(plugin)
+        check_fsdp_plugin(plugin)
 
 
-def _check_fsdp_plugin(plugin: Any) -> None:
+def check_fsdp_plugin(plugin: Any) -> None:
+    """Refuse the FSDP settings that a team cannot train or save with (accelerate FSDP plugin)."""
     if getattr(plugin, "fsdp_version", 1) != 2:
         raise ValueError(FSDP1_MESSAGE)
     if getattr(plugin, "activation_checkpointing", False):
