@@ -16,11 +16,13 @@ One launch per strategy trains all four teams one after the other (about 20-30 s
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import os
 import socket
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -71,12 +73,13 @@ def _launch_env() -> dict[str, str]:
     return env
 
 
-def _launch(model_dir: str, out_dir: Path, strategy: list[str], *extra: str) -> dict[str, list[dict[str, Any]]]:
-    """Train every team of RUNS in one launch; returns each run's per-process results (`<run>/rank<i>.pt`)."""
+def _launch(model_dir: str, out_dir: Path, strategy: list[str], *extra: str,
+            runs: Sequence[str] = RUNS) -> dict[str, list[dict[str, Any]]]:
+    """Train every team of `runs` in one launch; returns each run's per-process results (`<run>/rank<i>.pt`)."""
     cmd = [
         sys.executable, "-m", "accelerate.commands.launch", *strategy,
         "--num_processes", str(NUM_PROCESSES), "--main_process_port", str(_free_port()),
-        str(SCRIPT), "--model-dir", model_dir, "--out-dir", str(out_dir), "--runs", ",".join(RUNS), *extra,
+        str(SCRIPT), "--model-dir", model_dir, "--out-dir", str(out_dir), "--runs", ",".join(runs), *extra,
     ]
     try:
         proc = subprocess.run(cmd, cwd=REPO_ROOT, env=_launch_env(), capture_output=True, text=True,
@@ -237,6 +240,31 @@ def test_launcher_that_drops_processes_is_reported(tmp_path: Path) -> None:
     assert both.stdout.count("DROPPED None WORLD 2") == 2 and "WARNING []" in both.stdout
 
 
+# ---------------------------------------------------------------------------------------------- DeepSpeed
+# deepspeed is not a test dependency: these run where it is installed (README "Scaling out" lists what was verified).
+@pytest.mark.skipif(importlib.util.find_spec("deepspeed") is None, reason="deepspeed is not installed")
+@pytest.mark.parametrize("stage", [2, 3])
+def test_deepspeed_trains_magrpo_like_ddp(toy_model_dir, tmp_path, ddp_results, stage: int) -> None:
+    config = REPO_ROOT / "examples" / "accelerate_configs" / f"deepspeed_zero{stage}.yaml"
+    runs = ["magrpo:models", "magrpo:adapters"] + (["ppo:adapters"] if stage == 2 else [])
+    results = _launch(toy_model_dir, tmp_path, ["--config_file", str(config), "--mixed_precision", "no"],
+                      "--save", runs=runs)
+    from trl_marl import AgentTeam
+
+    for run in runs:
+        for ds, ddp in zip(results[_name(run)], ddp_results[_name(run)]):
+            assert ds["distributed_type"] == "DistributedType.DEEPSPEED" and ds["num_processes"] == NUM_PROCESSES
+            assert ds["joint_actions"] == ddp["joint_actions"]  # the same samples, so (nearly) the same weights
+            for name, value in ds["final"].items():
+                torch.testing.assert_close(value, ddp["final"][name], rtol=0, atol=1e-4, msg=name)
+        final = results[_name(run)][0]["final"]
+        loaded = dict(AgentTeam.from_pretrained(tmp_path / _name(run) / "final").named_parameters())
+        root = "team." if run.startswith("ppo") else ""
+        for name, value in final.items():
+            if not name.startswith("value_models."):
+                assert torch.equal(loaded[name[len(root):]].detach(), value), name
+
+
 # ---------------------------------------------------------------------------------------------- refused setups
 def _tiny_trainer(tmp_path: Path, model_dir: str, trainer: str) -> Any:
     from datasets import Dataset
@@ -298,3 +326,27 @@ def test_a_process_that_accelerate_runs_alone_is_refused(monkeypatch):
     config = SimpleNamespace(use_cpu=False)
     use_cpu_for_cpu_processes(config)
     assert config.use_cpu is False
+
+
+def test_deepspeed_zero3_partitioned_weights_are_never_copied(toy_model_dir):
+    # transformers' from_pretrained partitions weights under a ZeRO-3 config (each parameter then carries a `ds_id`
+    # and an empty local tensor); a deep copy of such a model is empty, so the team refuses or reloads instead
+    from trl_marl import AgentTeam
+    from trl_marl.team import is_partitioned
+    from trl_marl.toy import build_toy_model, build_toy_tokenizer
+    from trl_marl.trainers.ppo_value import build_value_models
+
+    tokenizer = build_toy_tokenizer()
+    model = build_toy_model(tokenizer, hidden_size=16, num_layers=1)
+    assert not is_partitioned(model)
+    for param in model.parameters():
+        param.ds_id = 0  # what DeepSpeed's partitioning leaves on every parameter
+    assert is_partitioned(model)
+    with pytest.raises(ValueError, match="ZeRO-3.*pass the model's name or path"):
+        AgentTeam.build(model, 2, mode="models", processing_class=tokenizer)
+    team = AgentTeam.build([model, build_toy_model(tokenizer, hidden_size=16, num_layers=1)], 2,
+                           processing_class=tokenizer)
+    with pytest.raises(ValueError, match="reference copy.*ZeRO-3.*team_mode='adapters'"):
+        team.create_reference_models()
+    with pytest.raises(ValueError, match=r"Agent 0's weights were partitioned.*value_model="):
+        build_value_models(None, team)

@@ -49,6 +49,8 @@ TRL_VERSION = _check_trl_version()
 
 # Public TRL API re-exported for the rest of the package (kept here so one file lists what we rely on).
 from trl import GRPOConfig, GRPOTrainer, ModelConfig, TrlParser  # noqa: E402
+from trl.models.utils import add_hooks as add_zero3_hooks  # noqa: E402
+from trl.models.utils import remove_hooks as remove_zero3_hooks  # noqa: E402
 from trl.trainer.base_config import _BaseConfig as TRLBaseConfig  # noqa: E402
 from trl.trainer.base_trainer import _BaseTrainer as TRLBaseTrainer  # noqa: E402
 from trl.trainer.utils import generate_model_card, get_comet_experiment_url, nanstd  # noqa: E402
@@ -69,6 +71,8 @@ __all__ = [
     "get_comet_experiment_url",
     "nanstd",
     "grpo_config_field_names",
+    "add_zero3_hooks",
+    "remove_zero3_hooks",
 ]
 
 

@@ -240,7 +240,7 @@ class AgentTeam(nn.Module):
             base = load(model)
             tokenizers = cls._per_agent_tokenizers(processing_class, [model] * num_agents, num_agents, tokenizer_for)
             if mode == "models":
-                models = [base] + [copy.deepcopy(base) for _ in range(num_agents - 1)]
+                models = [base] + [_agent_copy(model, base, load) for _ in range(num_agents - 1)]
             else:
                 models = [base]
         return cls._assemble(models, tokenizers, mode, num_agents, peft_config)
@@ -437,6 +437,13 @@ class AgentTeam(nn.Module):
         for i, model in enumerate(self.models):
             has_adapter = any(self.agent_adapter[a] is not None for a, m in enumerate(self.agent_model) if m == i)
             if not has_adapter and self.ref_models[i] is None:
+                if is_partitioned(model):
+                    raise ValueError(
+                        "A frozen reference copy of an agent's model cannot be made from weights that DeepSpeed "
+                        "ZeRO-3 partitioned when it loaded them. Under ZeRO-3 use `team_mode='adapters'` (the "
+                        "reference is the base model with the adapter disabled), or `beta=0.0` in MAGRPO, or ZeRO-2 / "
+                        "FSDP2."
+                    )
                 ref = copy.deepcopy(model).eval()
                 ref.requires_grad_(False)
                 # stored outside the module tree: never trained, never checkpointed, never wrapped by DDP
@@ -685,6 +692,25 @@ class AgentTeam(nn.Module):
             elif self.mode != "shared" or a == 0:
                 loaded = type(model).from_pretrained(agent_dir, torch_dtype=next(model.parameters()).dtype)
                 model.load_state_dict(loaded.state_dict())
+
+
+def is_partitioned(model: nn.Module) -> bool:
+    """Whether DeepSpeed ZeRO-3 partitioned `model`'s weights (transformers' `from_pretrained` does so when a ZeRO-3
+    config is active): each process then holds a slice of every weight, and the module's own tensors are empty."""
+    return any(hasattr(param, "ds_id") for param in model.parameters())
+
+
+def _agent_copy(model: str | PreTrainedModel, base: PreTrainedModel, load: Any) -> PreTrainedModel:
+    """Another agent's own copy of `base` (`models` mode from one model): a deep copy, or a fresh load of the same
+    name when DeepSpeed ZeRO-3 partitioned the weights at load time (a deep copy of those is empty)."""
+    if not is_partitioned(base):
+        return copy.deepcopy(base)
+    if isinstance(model, str):
+        return load(model)
+    raise ValueError(
+        "Under DeepSpeed ZeRO-3 the model's weights are partitioned and cannot be copied for the other agents: pass "
+        "the model's name or path (each agent then loads its own copy), or one model per agent."
+    )
 
 
 def _keeps_train_mode(model: Any) -> bool:

@@ -60,8 +60,15 @@ class RecordingReward(TargetSumReward):
 
 
 def parameters(module: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """A detached whole CPU copy of the trainable parameters, by name (on every process: gathering is collective)."""
-    return {name: full_tensor(p.detach()).cpu().clone() for name, p in module.named_parameters() if p.requires_grad}
+    """A detached whole CPU copy of the trainable parameters, by name (on every process: gathering is collective;
+    FSDP2 shards and DeepSpeed ZeRO-3 partitions are gathered)."""
+    named = [(name, p) for name, p in module.named_parameters() if p.requires_grad]
+    if any(hasattr(p, "ds_id") for _, p in named):
+        import deepspeed
+
+        with deepspeed.zero.GatheredParameters([p for _, p in named]):
+            return {name: p.detach().cpu().clone() for name, p in named}
+    return {name: full_tensor(p.detach()).cpu().clone() for name, p in named}
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:

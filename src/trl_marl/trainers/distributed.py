@@ -36,11 +36,18 @@ from typing import Any, TypeVar
 import torch
 from torch import nn
 
-from .._trl_compat import enable_fsdp_on_cpu_processes
+from .._trl_compat import add_zero3_hooks, enable_fsdp_on_cpu_processes, remove_zero3_hooks
 
 __all__ = [
-    "check_fsdp_plugin", "check_fsdp_request", "full_tensor", "gathered_root", "is_fsdp2_module", "rollout_context",
-    "rollout_phase", "setup_strategy",
+    "check_fsdp_plugin",
+    "check_fsdp_request",
+    "full_tensor",
+    "gathered_root",
+    "gathered_zero3",
+    "is_fsdp2_module",
+    "rollout_context",
+    "rollout_phase",
+    "setup_strategy",
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -148,16 +155,35 @@ def gathered_root(root: nn.Module) -> Any:
 
 
 @contextmanager
+def gathered_zero3(trainer: Any) -> Any:
+    """Under DeepSpeed ZeRO-3, every parameter of the trainer's engine gathered and its partitioning hooks removed
+    (as TRL gathers a policy for `generate`), so that the agents' models run outside the engine's forward."""
+    engine = getattr(trainer, "deepspeed", None)
+    plugin = getattr(trainer.accelerator.state, "deepspeed_plugin", None)
+    if engine is None or plugin is None or plugin.zero_stage != 3:
+        yield
+        return
+    import deepspeed
+
+    with deepspeed.zero.GatheredParameters(list(engine.module.parameters())):
+        remove_zero3_hooks(engine)
+        try:
+            yield
+        finally:
+            add_zero3_hooks(engine)
+
+
+@contextmanager
 def rollout_context(trainer: Any) -> Any:
-    """No gradients and, when the trainer's model is FSDP2-sharded, its root parameters gathered
-    ([`gathered_root`]); nested contexts gather once."""
+    """No gradients and the parameters that the rollout needs gathered: the root unit's under FSDP2
+    ([`gathered_root`]), all of them under DeepSpeed ZeRO-3 ([`gathered_zero3`]); nested contexts gather once."""
     if trainer.__dict__.get("_in_rollout_phase"):
         with torch.no_grad():
             yield
         return
     trainer.__dict__["_in_rollout_phase"] = True
     try:
-        with torch.no_grad(), gathered_root(trainer.model):
+        with torch.no_grad(), gathered_root(trainer.model), gathered_zero3(trainer):
             yield
     finally:
         trainer.__dict__["_in_rollout_phase"] = False

@@ -221,6 +221,9 @@ class MultiAgentPPOConfig(TRLBaseConfig):
         check_mixed_precision(self)
         use_cpu_for_cpu_processes(self)  # several processes without GPU (accelerate launch / torchrun): gloo
         super().__post_init__()
+        if self.world_size is None:  # the field hides TrainingArguments.world_size, which DeepSpeed's setup reads
+            state = getattr(self, "distributed_state", None)
+            self.world_size = state.num_processes if state is not None else 1
         if self.kl_estimator not in ("k1", "k3"):
             raise ValueError(f"`kl_estimator` must be 'k1' or 'k3', got {self.kl_estimator!r}.")
         if self.stop_token not in (None, "eos"):

@@ -403,6 +403,7 @@ class MultiAgentPPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer
             self.wrapper, self.optimizer, self.get_train_dataloader()
         )
         self.model_wrapped = model
+        self.deepspeed = model if self.is_deepspeed_enabled else None  # what Trainer.save_model saves under DeepSpeed
         torch.manual_seed(args.seed + self.accelerator.process_index * 100003)
         ga = args.gradient_accumulation_steps
         pads = [tok.pad_token_id for tok in self.team.tokenizers]

@@ -12,7 +12,14 @@ import torch
 from torch import nn
 
 from ..core import selective_log_softmax
-from ..team import AgentTeam, base_state_dict, logits_dtype_autocast, no_split_modules, sequence_model_inputs
+from ..team import (
+    AgentTeam,
+    base_state_dict,
+    is_partitioned,
+    logits_dtype_autocast,
+    no_split_modules,
+    sequence_model_inputs,
+)
 
 __all__ = [
     "PolicyValueTeam",
@@ -101,6 +108,13 @@ def build_value_models(value_model: Any, team: AgentTeam, policy_sharing: str = 
         models = []
         for a in range(n):
             base = team.base_model_of(a)
+            if is_partitioned(base):
+                raise ValueError(
+                    f"Agent {a}'s weights were partitioned by DeepSpeed ZeRO-3 when they were loaded, so the default "
+                    "value model (a copy of the policy's weights with a new head) cannot be built from them: pass "
+                    "`value_model=AutoModelForSequenceClassification.from_pretrained(..., num_labels=1)` (loaded "
+                    "under the same ZeRO-3 config), or use ZeRO-2 / FSDP2."
+                )
             if getattr(base, "is_quantized", False):
                 raise ValueError(
                     f"Agent {a}'s policy is quantized, so the default value model (a copy of the policy's "
