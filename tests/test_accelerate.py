@@ -37,6 +37,8 @@ FSDP2_CONFIG = REPO_ROOT / "examples" / "accelerate_configs" / "fsdp2.yaml"
 NUM_PROCESSES = 2
 TIMEOUT_S = 400
 RUNS = ("magrpo:models", "magrpo:adapters", "ppo:models", "ppo:adapters")
+# two turns, but every episode of process 0 ends after the first (as early stopping can make it)
+UNEVEN = ("magrpo:adapters:uneven", "ppo:models:uneven")
 
 
 @pytest.fixture(scope="module")
@@ -104,7 +106,7 @@ def _launch(model_dir: str, out_dir: Path, strategy: list[str], *extra: str,
 @pytest.fixture(scope="module")
 def ddp_results(toy_model_dir: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[str, Any]]]:
     ddp = ["--multi_gpu", "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no"]
-    return _launch(toy_model_dir, tmp_path_factory.mktemp("ddp"), ddp)
+    return _launch(toy_model_dir, tmp_path_factory.mktemp("ddp"), ddp, runs=RUNS + UNEVEN)
 
 
 @pytest.fixture(scope="module")
@@ -114,11 +116,24 @@ def fsdp_out(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def fsdp_results(toy_model_dir: str, fsdp_out: Path) -> dict[str, list[dict[str, Any]]]:
-    return _launch(toy_model_dir, fsdp_out, ["--config_file", str(FSDP2_CONFIG)], "--save", "--resume-check")
+    return _launch(toy_model_dir, fsdp_out, ["--config_file", str(FSDP2_CONFIG)], "--save", "--resume-check",
+                   runs=RUNS + UNEVEN)
 
 
 def _name(run: str) -> str:
     return run.replace(":", "_")
+
+
+def _assert_same_training(fsdp: dict[str, Any], ddp: dict[str, Any]) -> None:
+    assert fsdp["distributed_type"] == "DistributedType.FSDP" and fsdp["sharded"]
+    assert fsdp["num_processes"] == NUM_PROCESSES and fsdp["global_step"] == ddp["global_step"] == 5
+    assert fsdp["row_ids"] == ddp["row_ids"] and fsdp["turns"] == ddp["turns"]
+    assert fsdp["joint_actions"] == ddp["joint_actions"]
+    assert fsdp["losses"] == pytest.approx(ddp["losses"], abs=1e-6)
+    assert sorted(fsdp["final"]) == sorted(ddp["final"])
+    for name, value in fsdp["final"].items():
+        torch.testing.assert_close(value, ddp["final"][name], rtol=0, atol=1e-6, msg=name)
+        assert not torch.equal(value, fsdp["initial"][name]), f"{name} did not train"
 
 
 @pytest.mark.parametrize("run", RUNS)
@@ -164,15 +179,18 @@ def test_fsdp2_trains_exactly_like_ddp(fsdp_results, ddp_results, run: str) -> N
     # FSDP2 shards every agent's layers and reduce-scatters gradients instead of all-reducing them: with the same
     # seeds each process must sample the same completions as under DDP, and end with the same weights
     for fsdp, ddp in zip(fsdp_results[_name(run)], ddp_results[_name(run)]):
-        assert fsdp["distributed_type"] == "DistributedType.FSDP" and fsdp["sharded"]
-        assert fsdp["num_processes"] == NUM_PROCESSES and fsdp["global_step"] == ddp["global_step"] == 5
-        assert fsdp["row_ids"] == ddp["row_ids"]
-        assert fsdp["joint_actions"] == ddp["joint_actions"]
-        assert fsdp["losses"] == pytest.approx(ddp["losses"], abs=1e-6)
-        assert sorted(fsdp["final"]) == sorted(ddp["final"])
-        for name, value in fsdp["final"].items():
-            torch.testing.assert_close(value, ddp["final"][name], rtol=0, atol=1e-6, msg=name)
-            assert not torch.equal(value, fsdp["initial"][name]), f"{name} did not train"
+        _assert_same_training(fsdp, ddp)
+
+
+@pytest.mark.parametrize("run", UNEVEN)
+def test_fsdp2_follows_a_process_that_plays_more_turns(fsdp_results, ddp_results, run: str) -> None:
+    # every forward over sharded weights is a collective: process 0, whose episodes ended, generates along with
+    # process 1's second turn (a placeholder, its random state restored) instead of leaving it waiting
+    first, second = fsdp_results[_name(run)]
+    assert first["turns"] == [1] and second["turns"] == [1, 2]
+    assert all(torch.equal(first["final"][n], second["final"][n]) for n in first["final"])
+    for fsdp, ddp in zip(fsdp_results[_name(run)], ddp_results[_name(run)]):
+        _assert_same_training(fsdp, ddp)
 
 
 @pytest.mark.parametrize("run", RUNS)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import copy
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from functools import partial
@@ -150,6 +150,9 @@ class AgentTeam(nn.Module):
         self.ref_models: list[PreTrainedModel | None] = [None] * len(self.models)  # frozen copies, when needed
         self.temperature = 1.0  # logits are divided by it before log-softmax, as in TRL's GRPO
         self.frozen: set[int] = set()  # agents whose weights are not trained (see `freeze_agents`)
+        # Set by a trainer while the team's weights are sharded across processes (FSDP2, DeepSpeed ZeRO-3): given
+        # whether this process has episodes left, whether any process has; the rollout then plays turns in lockstep.
+        self.lockstep: Callable[[bool], bool] | None = None
         if policy_turns < 1 or len(agent_model) % policy_turns:
             raise ValueError(f"{len(agent_model)} members cannot be split into {policy_turns} turns of agents.")
         self.policy_turns = policy_turns

@@ -51,12 +51,25 @@ class RecordingReward(TargetSumReward):
         super().__init__(invalid_penalty=0.5)
         self.row_ids: set[int] = set()
         self.joint_actions: list[list[str]] = []
+        self.turns: set[int] = set()
 
     def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:
         self.row_ids.update(int(i) for i in kwargs["row_id"])
+        self.turns.add(int(kwargs["turn"]))
         team = kwargs.get("agent_completions") or [completions]
         self.joint_actions.extend([str(agent[j]) for agent in team] for j in range(len(completions)))
         return super().__call__(prompts, completions, **kwargs)
+
+
+class EndsFirstOnProcessZero(TargetSumEnv):
+    """Two turns of `TargetSumEnv`, except that every episode of process 0 ends after turn 1: the processes then
+    play different numbers of turns (what early stopping or an environment's end condition can do)."""
+
+    def __init__(self, num_agents: int) -> None:
+        super().__init__(num_agents, num_turns=2)
+
+    def is_done(self, row: Any, transcript: Any) -> bool:
+        return int(os.environ.get("RANK", "0")) == 0
 
 
 def parameters(module: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -77,7 +90,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--out-dir", required=True, help="Where each run writes <run>/rank<i>.pt.")
     parser.add_argument("--runs", default="magrpo:models",
                         help="Comma-separated runs, one after the other in the same processes: trainer:team_mode "
-                        "(trainer magrpo or ppo, team mode models or adapters).")
+                        "(trainer magrpo or ppo, team mode models or adapters), optionally :uneven (2 turns, "
+                        "episodes of process 0 end after the first).")
     parser.add_argument("--max-steps", type=int, default=5)
     parser.add_argument("--learning-rate", type=float, default=1e-2)
     parser.add_argument("--save", action="store_true", help="Save each team to <out-dir>/<run>/final.")
@@ -88,7 +102,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 
 def build_trainer(args: argparse.Namespace, trainer: str, team_mode: str, reward: RecordingReward, out_dir: Path,
-                  save_steps: int = 0) -> Any:
+                  save_steps: int = 0, uneven: bool = False) -> Any:
     dataset = Dataset.from_dict({"target": [10] * NUM_ROWS, "row_id": list(range(NUM_ROWS))})
     peft_config = None
     if team_mode == "adapters":
@@ -100,27 +114,29 @@ def build_trainer(args: argparse.Namespace, trainer: str, team_mode: str, reward
                   save_strategy="steps" if save_steps else "no", save_steps=save_steps or 500, disable_tqdm=True,
                   temperature=1.0, seed=0)
     set_seed(0)  # same LoRA initialisation on every process
+    env = EndsFirstOnProcessZero(NUM_AGENTS) if uneven else TargetSumEnv(NUM_AGENTS)
+    common["num_turns"] = env.num_turns
     if trainer == "ppo":
         config = MultiAgentPPOConfig(per_device_train_batch_size=EPISODES_PER_STEP, gradient_accumulation_steps=1,
                                      num_mini_batches=1, num_ppo_epochs=1, response_length=4, stop_token="eos",
                                      total_episodes=EPISODES_PER_STEP * 2 * args.max_steps,
                                      num_sample_generations=0, **common)
-        return MultiAgentPPOTrainer(args=config, model=args.model_dir, reward_funcs=reward,
-                                    env=TargetSumEnv(NUM_AGENTS), train_dataset=dataset, peft_config=peft_config)
+        return MultiAgentPPOTrainer(args=config, model=args.model_dir, reward_funcs=reward, env=env,
+                                    train_dataset=dataset, peft_config=peft_config)
     config = MAGRPOConfig(num_generations=NUM_GENERATIONS,
                           per_device_train_batch_size=NUM_GENERATIONS * EPISODES_PER_STEP, max_completion_length=4,
                           max_steps=args.max_steps, gradient_checkpointing=False, **common)
-    return MAGRPOTrainer(model=args.model_dir, reward_funcs=reward, env=TargetSumEnv(NUM_AGENTS), args=config,
-                         train_dataset=dataset, peft_config=peft_config)
+    return MAGRPOTrainer(model=args.model_dir, reward_funcs=reward, env=env, args=config, train_dataset=dataset,
+                         peft_config=peft_config)
 
 
 def train_and_record(args: argparse.Namespace, name: str, trainer_name: str, team_mode: str, save_steps: int = 0,
-                     resume: str | None = None) -> Any:
+                     resume: str | None = None, uneven: bool = False) -> Any:
     """Train one team and write `<out-dir>/<name>/rank<process_index>.pt`; returns the trainer."""
     out_dir = Path(args.out_dir) / name
     out_dir.mkdir(parents=True, exist_ok=True)
     reward = RecordingReward()
-    trainer = build_trainer(args, trainer_name, team_mode, reward, out_dir, save_steps)
+    trainer = build_trainer(args, trainer_name, team_mode, reward, out_dir, save_steps, uneven)
     initial = parameters(trainer.model)
     trainer.train(resume_from_checkpoint=resume)
     # every parameter the team trains (in `adapters` mode each agent's adapter; in PPO also the value models)
@@ -135,6 +151,7 @@ def train_and_record(args: argparse.Namespace, name: str, trainer_name: str, tea
         "sharded": type(trainer.model).__name__.startswith("FSDP"),
         "global_step": trainer.state.global_step,
         "row_ids": sorted(reward.row_ids),
+        "turns": sorted(reward.turns),
         "joint_actions": reward.joint_actions,
         "losses": [log.get("loss", log.get("loss/policy_avg")) for log in trainer.state.log_history
                    if "loss" in log or "loss/policy_avg" in log],
@@ -154,11 +171,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     warnings.filterwarnings("ignore")
     torch.set_num_threads(1)
     for run in args.runs.split(","):
-        trainer_name, team_mode = run.split(":")
-        name = f"{trainer_name}_{team_mode}"
-        resume_check = args.resume_check and trainer_name == "magrpo"
+        trainer_name, team_mode, *variant = run.split(":")
+        uneven = variant == ["uneven"]
+        name = "_".join([trainer_name, team_mode, *variant])
+        resume_check = args.resume_check and trainer_name == "magrpo" and not uneven
         save_steps = args.max_steps - 1 if resume_check else 0
-        trainer = train_and_record(args, name, trainer_name, team_mode, save_steps)
+        trainer = train_and_record(args, name, trainer_name, team_mode, save_steps, uneven=uneven)
         if resume_check:
             checkpoint = os.path.join(trainer.args.output_dir, f"checkpoint-{save_steps}")
             train_and_record(args, f"{name}_resumed", trainer_name, team_mode, resume=checkpoint)

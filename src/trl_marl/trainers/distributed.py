@@ -1,7 +1,7 @@
-"""How the trl-marl trainers run on several processes: DDP, and FSDP2 (`torch.distributed.fsdp.fully_shard`).
+"""How the trl-marl trainers run on several processes: DDP, FSDP2 (`torch.distributed.fsdp.fully_shard`), DeepSpeed.
 
 Both trainers are `transformers.Trainer`s, so `accelerate launch` (or `torchrun`) and accelerate's plugins decide the
-strategy. A team differs from the single model that accelerate's FSDP support has in mind in two ways, handled here:
+strategy. A team differs from the single model that accelerate's sharding support has in mind; handled here:
 
 * **The root is the team.** FSDP2 shards every decoder layer of every agent (the team names them through
   `_no_split_modules`) and leaves the rest (embeddings, final norms, heads) to the root unit, the team, which
@@ -9,9 +9,13 @@ strategy. A team differs from the single model that accelerate's FSDP support ha
   calling their own models, outside that forward. [`rollout_phase`] wraps the rollout methods: it runs one forward
   of the root over no batch first (FSDP2 makes the first module that runs forward its root; without it an agent's
   model would claim the role and the next training step fails), gathers the root's parameters for the whole
-  rollout, and frees them afterwards. The layers all-gather their own shards in their forwards, and `generate`
-  keeps every process stepping until all are done (transformers' `synced_gpus`, on for FSDP-managed modules), so
-  the processes issue the same collectives.
+  rollout, and frees them afterwards. Under DeepSpeed ZeRO-3 it gathers every parameter instead and lifts the
+  engine's partitioning hooks meanwhile, as TRL does for `generate` ([`gathered_zero3`]).
+* **Forwards are collectives.** With sharded weights every forward all-gathers, so every process must run the same
+  forwards: `generate` keeps every process stepping until all are done (transformers' `synced_gpus`, on for FSDP-
+  and ZeRO-3-managed modules), the rollout plays turns in lockstep (`AgentTeam.lockstep`: a process whose episodes
+  ended generates a placeholder, with its random state restored, while others play on), PPO's old/reference/value
+  forwards run as many chunks on every process, and evaluation plays as many chunks on every process.
 * **CPU processes.** accelerate (1.15) runs FSDP only on GPUs and other accelerators: on CPU processes it ignores an
   FSDP config and falls back to DDP without a word, although FSDP2 itself runs there (gloo has the all-gather and
   reduce-scatter it needs). [`setup_strategy`] turns FSDP on for such a run, so that the same code path can be
@@ -48,6 +52,7 @@ __all__ = [
     "rollout_context",
     "rollout_phase",
     "setup_strategy",
+    "zero3_engine",
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -154,13 +159,19 @@ def gathered_root(root: nn.Module) -> Any:
         root.reshard()
 
 
+def zero3_engine(trainer: Any) -> Any:
+    """The trainer's DeepSpeed engine when it partitions the weights (ZeRO-3), else None."""
+    engine = getattr(trainer, "deepspeed", None)
+    plugin = getattr(trainer.accelerator.state, "deepspeed_plugin", None)
+    return engine if engine is not None and plugin is not None and plugin.zero_stage == 3 else None
+
+
 @contextmanager
 def gathered_zero3(trainer: Any) -> Any:
     """Under DeepSpeed ZeRO-3, every parameter of the trainer's engine gathered and its partitioning hooks removed
     (as TRL gathers a policy for `generate`), so that the agents' models run outside the engine's forward."""
-    engine = getattr(trainer, "deepspeed", None)
-    plugin = getattr(trainer.accelerator.state, "deepspeed_plugin", None)
-    if engine is None or plugin is None or plugin.zero_stage != 3:
+    engine = zero3_engine(trainer)
+    if engine is None:
         yield
         return
     import deepspeed
@@ -182,11 +193,24 @@ def rollout_context(trainer: Any) -> Any:
             yield
         return
     trainer.__dict__["_in_rollout_phase"] = True
+    team = getattr(trainer, "team", None)
+    accelerator = trainer.accelerator
+    sharded = is_fsdp2_module(trainer.model) or zero3_engine(trainer) is not None
+    if team is not None and sharded and accelerator.num_processes > 1:
+        team.lockstep = functools.partial(_any_process, accelerator)  # turns in lockstep: forwards are collectives
     try:
         with torch.no_grad(), gathered_root(trainer.model), gathered_zero3(trainer):
             yield
     finally:
         trainer.__dict__["_in_rollout_phase"] = False
+        if team is not None:
+            team.lockstep = None
+
+
+def _any_process(accelerator: Any, active: bool) -> bool:
+    """Whether `active` holds on any process (a collective: every process calls it)."""
+    flag = torch.tensor([int(active)], device=accelerator.device)
+    return bool(accelerator.reduce(flag, reduction="sum").item())
 
 
 def rollout_phase(method: F) -> F:
