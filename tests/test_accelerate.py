@@ -106,7 +106,7 @@ def _launch(model_dir: str, out_dir: Path, strategy: list[str], *extra: str,
 @pytest.fixture(scope="module")
 def ddp_results(toy_model_dir: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[str, Any]]]:
     ddp = ["--multi_gpu", "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no"]
-    return _launch(toy_model_dir, tmp_path_factory.mktemp("ddp"), ddp, runs=RUNS + UNEVEN)
+    return _launch(toy_model_dir, tmp_path_factory.mktemp("ddp"), ddp, "--evaluate", runs=RUNS + UNEVEN)
 
 
 @pytest.fixture(scope="module")
@@ -117,7 +117,7 @@ def fsdp_out(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def fsdp_results(toy_model_dir: str, fsdp_out: Path) -> dict[str, list[dict[str, Any]]]:
     return _launch(toy_model_dir, fsdp_out, ["--config_file", str(FSDP2_CONFIG)], "--save", "--resume-check",
-                   runs=RUNS + UNEVEN)
+                   "--evaluate", runs=RUNS + UNEVEN)
 
 
 def _name(run: str) -> str:
@@ -134,6 +134,9 @@ def _assert_same_training(fsdp: dict[str, Any], ddp: dict[str, Any]) -> None:
     for name, value in fsdp["final"].items():
         torch.testing.assert_close(value, ddp["final"][name], rtol=0, atol=1e-6, msg=name)
         assert not torch.equal(value, fsdp["initial"][name]), f"{name} did not train"
+    # evaluation on 5 rows in chunks of 2: 2 chunks on process 0, 1 on process 1 (which plays a discarded one more)
+    assert fsdp["eval_reward"] is not None and math.isfinite(fsdp["eval_reward"])
+    assert fsdp["eval_reward"] == pytest.approx(ddp["eval_reward"], abs=1e-6)
 
 
 @pytest.mark.parametrize("run", RUNS)

@@ -95,6 +95,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--max-steps", type=int, default=5)
     parser.add_argument("--learning-rate", type=float, default=1e-2)
     parser.add_argument("--save", action="store_true", help="Save each team to <out-dir>/<run>/final.")
+    parser.add_argument("--evaluate", action="store_true",
+                        help="Evaluate each team after training on 5 rows, 2 per chunk (the processes then have "
+                        "different numbers of chunks).")
     parser.add_argument("--resume-check", action="store_true",
                         help="MAGRPO runs also save a checkpoint one step before the end, and a second trainer "
                         "resumes from it and trains to the end (its result: <run>_resumed/rank<i>.pt).")
@@ -141,6 +144,11 @@ def train_and_record(args: argparse.Namespace, name: str, trainer_name: str, tea
     trainer.train(resume_from_checkpoint=resume)
     # every parameter the team trains (in `adapters` mode each agent's adapter; in PPO also the value models)
     final = parameters(trainer.model)
+    row_ids, joint_actions = sorted(reward.row_ids), list(reward.joint_actions)  # training's, not evaluation's
+    evaluation = {}
+    if args.evaluate:
+        trainer.args.per_device_eval_batch_size = 2
+        evaluation = trainer.evaluate(Dataset.from_dict({"target": [10] * 5, "row_id": list(range(1000, 1005))}))
     if args.save:
         trainer.save_model(str(out_dir / "final"))
     accelerator = trainer.accelerator
@@ -150,9 +158,10 @@ def train_and_record(args: argparse.Namespace, name: str, trainer_name: str, tea
         "distributed_type": str(accelerator.distributed_type),
         "sharded": type(trainer.model).__name__.startswith("FSDP"),
         "global_step": trainer.state.global_step,
-        "row_ids": sorted(reward.row_ids),
+        "row_ids": row_ids,
+        "eval_reward": evaluation.get("eval_reward"),
         "turns": sorted(reward.turns),
-        "joint_actions": reward.joint_actions,
+        "joint_actions": joint_actions,
         "losses": [log.get("loss", log.get("loss/policy_avg")) for log in trainer.state.log_history
                    if "loss" in log or "loss/policy_avg" in log],
         "initial": {name: initial[name] for name in final},

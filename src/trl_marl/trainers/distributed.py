@@ -49,6 +49,7 @@ __all__ = [
     "gathered_root",
     "gathered_zero3",
     "is_fsdp2_module",
+    "is_sharded",
     "rollout_context",
     "rollout_phase",
     "setup_strategy",
@@ -159,6 +160,13 @@ def gathered_root(root: nn.Module) -> Any:
         root.reshard()
 
 
+def is_sharded(trainer: Any) -> bool:
+    """Whether the trainer's weights are sharded across several processes (FSDP2, DeepSpeed ZeRO-3): every forward
+    is then a collective that all processes must run."""
+    sharded = is_fsdp2_module(trainer.model) or zero3_engine(trainer) is not None
+    return sharded and trainer.accelerator.num_processes > 1
+
+
 def zero3_engine(trainer: Any) -> Any:
     """The trainer's DeepSpeed engine when it partitions the weights (ZeRO-3), else None."""
     engine = getattr(trainer, "deepspeed", None)
@@ -195,8 +203,7 @@ def rollout_context(trainer: Any) -> Any:
     trainer.__dict__["_in_rollout_phase"] = True
     team = getattr(trainer, "team", None)
     accelerator = trainer.accelerator
-    sharded = is_fsdp2_module(trainer.model) or zero3_engine(trainer) is not None
-    if team is not None and sharded and accelerator.num_processes > 1:
+    if team is not None and is_sharded(trainer):
         team.lockstep = functools.partial(_any_process, accelerator)  # turns in lockstep: forwards are collectives
     try:
         with torch.no_grad(), gathered_root(trainer.model), gathered_zero3(trainer):

@@ -37,7 +37,7 @@ from .._trl_compat import warn_if_launcher_dropped_processes
 from ..envs.base import MultiAgentEnv, Transcript
 from ..evaluation import DebateEvaluation
 from ..validation import check_dataset_prompts
-from .distributed import check_fsdp_request, is_fsdp2_module, rollout_context, rollout_phase, setup_strategy
+from .distributed import check_fsdp_request, is_sharded, rollout_context, rollout_phase, setup_strategy
 
 __all__ = ["TeamTrainerMixin", "collate_rows", "gather_objects", "rollout_phase"]
 
@@ -181,14 +181,16 @@ class TeamTrainerMixin:
         per_turn: dict[int, list[float]] = defaultdict(list)
         size = self.args.per_device_eval_batch_size  # type: ignore[attr-defined]
         chunks = [rows[i : i + size] for i in range(0, len(rows), size)]
-        # FSDP2: every process all-gathers the same layers in the same order, so each plays as many chunks as the
-        # busiest one (a process short of rows plays the first evaluation row and discards it)
-        extra = _missing_chunks(accelerator, len(chunks)) if is_fsdp2_module(model) else 0
+        # sharded weights: every forward is a collective, so each process plays as many chunks as the busiest one (a
+        # process short of rows then plays the first evaluation row, discarded, with its random state restored)
+        extra = _missing_chunks(accelerator, len(chunks)) if is_sharded(self) else 0
         try:
             with rollout_context(self):
-                for _ in range(extra):
-                    self.play_evaluation_episodes([dataset[0]], temperature)
                 played = [(chunk, *self.play_evaluation_episodes(chunk, temperature)) for chunk in chunks]
+                for _ in range(extra):
+                    with torch.random.fork_rng(devices=[accelerator.device] if accelerator.device.type == "cuda"
+                                               else []):
+                        self.play_evaluation_episodes([dataset[0]], temperature)
             for chunk, transcripts, rewards in played:
                 for turn, values in rewards.items():
                     per_turn[turn].extend(values)
