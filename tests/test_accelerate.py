@@ -371,3 +371,24 @@ def test_deepspeed_zero3_partitioned_weights_are_never_copied(toy_model_dir):
         team.create_reference_models()
     with pytest.raises(ValueError, match=r"Agent 0's weights were partitioned.*value_model="):
         build_value_models(None, team)
+
+
+def test_deepspeed_zero3_without_gathered_saves_is_refused(monkeypatch):
+    # ZeRO-3 leaves each process a slice of every weight: without gathering them at save time, checkpoints would
+    # hold empty agents
+    from types import SimpleNamespace
+
+    from trl_marl.trainers.distributed import setup_strategy
+
+    monkeypatch.delenv("ACCELERATE_USE_FSDP", raising=False)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+
+    def trainer(stage: int, gather: bool) -> SimpleNamespace:
+        plugin = SimpleNamespace(zero_stage=stage, zero3_save_16bit_model=gather)
+        return SimpleNamespace(accelerator=SimpleNamespace(num_processes=2, state=SimpleNamespace(
+            deepspeed_plugin=plugin)), args=SimpleNamespace(fsdp_plugin_args=None))
+
+    with pytest.raises(ValueError, match="zero3_save_16bit_model: true"):
+        setup_strategy(trainer(3, False))
+    setup_strategy(trainer(3, True))
+    setup_strategy(trainer(2, False))

@@ -395,6 +395,11 @@ class TeamCheckpointMixin:
         os.makedirs(output_dir, exist_ok=True)
         root = self.accelerator.unwrap_model(self.model)  # type: ignore[attr-defined]
         team = _team_of(root)
+        from .team import is_partitioned
+
+        if not state_dict and is_partitioned(team):  # a ZeRO-3 engine that did not gather the weights for saving
+            raise RuntimeError("DeepSpeed ZeRO-3 did not gather the team's weights for saving: set "
+                               "`zero3_save_16bit_model: true` in the accelerate config.")
         # under FSDP `Trainer.save_model` passes the full weights that it gathered from the shards (keys of the root)
         team.save_pretrained(output_dir, state_dict=_team_state_dict(root, state_dict) if state_dict else None)
         self.create_model_card(output_dir=output_dir)  # type: ignore[attr-defined]

@@ -123,6 +123,13 @@ def setup_strategy(trainer: Any) -> None:
     plugin = getattr(accelerator.state, "fsdp_plugin", None)
     if plugin is not None:
         check_fsdp_plugin(plugin)
+    deepspeed = getattr(accelerator.state, "deepspeed_plugin", None)
+    if deepspeed is not None and deepspeed.zero_stage == 3 and not deepspeed.zero3_save_16bit_model:
+        raise ValueError(
+            "Under DeepSpeed ZeRO-3 trl-marl saves every agent as a loadable folder from the weights that DeepSpeed "
+            "gathers at save time: set `zero3_save_16bit_model: true` in the accelerate config "
+            "(`stage3_gather_16bit_weights_on_model_save: true` in a DeepSpeed JSON config)."
+        )
 
 
 def check_fsdp_plugin(plugin: Any) -> None:
