@@ -260,6 +260,17 @@ def test_launcher_that_drops_processes_is_reported(tmp_path: Path) -> None:
     assert both.returncode == 0, both.stderr[-3000:]
     assert both.stdout.count("DROPPED None WORLD 2") == 2 and "WARNING []" in both.stdout
 
+    # a config file that asks for 2 processes with `use_cpu: true` also starts one, without --num_processes on the line
+    config = tmp_path / "cpu.yaml"
+    config.write_text("compute_environment: LOCAL_MACHINE\ndistributed_type: MULTI_CPU\nnum_machines: 1\n"
+                      "num_processes: 2\nmixed_precision: 'no'\nuse_cpu: true\n")
+    from_file = subprocess.run([sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(config),
+                                "--main_process_port", str(_free_port()), str(probe)], cwd=REPO_ROOT,
+                               env=_launch_env(), capture_output=True, text=True, timeout=TIMEOUT_S)
+    assert from_file.returncode == 0, from_file.stderr[-3000:]
+    assert from_file.stdout.count("DROPPED") == 1 and "DROPPED 2 WORLD None" in from_file.stdout
+    assert "use_cpu: false" in from_file.stdout
+
 
 # ---------------------------------------------------------------------------------------------- DeepSpeed
 # deepspeed is not a test dependency: these run where it is installed (README "Scaling out" lists what was verified).

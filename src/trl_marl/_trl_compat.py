@@ -451,7 +451,8 @@ def processes_dropped_by_launcher(parent_pid: int | None = None) -> int | None:
     """The process count `accelerate launch` was asked for, when it started this script as a single process instead.
 
     On a machine without several GPUs, `accelerate launch --num_processes 2 script.py` runs *one* process unless
-    `--multi_gpu` is given (then the CPU processes talk over gloo), and it passes the requested count on to nobody.
+    `--multi_gpu` is given (then the CPU processes talk over gloo), and it passes the requested count on to nobody;
+    so does a config file with `use_cpu: true` (the count is then read from the file).
     This reads the launcher's command line (Linux `/proc/<parent>/cmdline`) when this process is alone
     (`WORLD_SIZE` unset) and was started by accelerate's simple launcher (`ACCELERATE_USE_CPU` set). Returns None
     when nothing was dropped or nothing can be told.
@@ -468,18 +469,47 @@ def processes_dropped_by_launcher(parent_pid: int | None = None) -> int | None:
     if any(a in ("--multi_gpu", "--multi-gpu", "--use_fsdp", "--use-fsdp", "--use_deepspeed", "--use-deepspeed")
            for a in argv):
         return None
-    requested = None
-    for i, a in enumerate(argv):
-        for flag in ("--num_processes", "--num-processes"):
-            if a == flag and i + 1 < len(argv):
-                requested = argv[i + 1]
-            elif a.startswith(flag + "="):
-                requested = a.split("=", 1)[1]
+    requested = _flag_value(argv, "num_processes")
+    config_file = _flag_value(argv, "config_file")
+    if requested is None and (config_file is not None or "--cpu" not in argv):
+        # the config file's count (`--config_file`, else accelerate's default config, which `--cpu` ignores)
+        requested = _config_file_num_processes(config_file)
     try:
         count = int(requested) if requested is not None else 1
     except ValueError:
         return None
     return count if count > 1 else None
+
+
+def _flag_value(argv: list[str], name: str) -> str | None:
+    """The value of `--name` (or `--name-with-dashes`) on a command line, the last one given."""
+    value = None
+    for i, a in enumerate(argv):
+        for flag in (f"--{name}", f"--{name.replace('_', '-')}"):
+            if a == flag and i + 1 < len(argv):
+                value = argv[i + 1]
+            elif a.startswith(flag + "="):
+                value = a.split("=", 1)[1]
+    return value
+
+
+def _config_file_num_processes(path: str | None) -> Any:
+    """`num_processes` of an accelerate config file (default: accelerate's default config, when there is one)."""
+    try:
+        if path is None:
+            from accelerate.commands.config import default_config_file
+
+            path = default_config_file
+        if not os.path.isfile(path):
+            return None
+        with open(path) as f:
+            if path.endswith(".json"):
+                return json.load(f).get("num_processes")
+            import yaml
+
+            return (yaml.safe_load(f) or {}).get("num_processes")
+    except Exception:  # noqa: BLE001 - an unreadable config says nothing about dropped processes
+        return None
 
 
 def warn_if_launcher_dropped_processes() -> None:
@@ -490,7 +520,8 @@ def warn_if_launcher_dropped_processes() -> None:
             f"`accelerate launch` was asked for {requested} processes but started this script as a single process: "
             "without several GPUs accelerate runs one process unless `--multi_gpu` is given. This run trains on one "
             f"process, with 1/{requested} of the intended global batch. For {requested} CPU processes (gloo), run "
-            f"`accelerate launch --multi_gpu --num_processes {requested} ...`; for one, drop `--num_processes`.",
+            f"`accelerate launch --multi_gpu --num_processes {requested} ...` (with a config file: `use_cpu: false`, "
+            "as in examples/accelerate_configs/ddp.yaml); for one, drop `--num_processes`.",
             LaunchWarning,
             stacklevel=3,
         )
