@@ -1,20 +1,28 @@
-"""Multi-process training with `accelerate launch`: 2 CPU processes (gloo) train one MAGRPO team.
+"""Multi-process training with `accelerate launch`: 2 CPU processes (gloo) train a team with DDP and with FSDP2.
 
 Each process plays different dataset rows and samples different completions, so its local gradients differ; the
-test checks that DistributedDataParallel still leaves both processes with identical weights, and that the weights
-moved away from their initial values.
+tests check that DistributedDataParallel still leaves both processes with identical weights that training moved,
+for both trainers (MAGRPO, multi-agent PPO) and both team modes (`models`, `adapters`). FSDP2
+(`examples/accelerate_configs/fsdp2.yaml`) must then train *exactly* like DDP (same samples, same weights), save
+checkpoints whose agents load back with `from_pretrained`, and resume from one to the same result.
 
 `accelerate launch --cpu --num_processes 2` starts a *single* process unless an MPI hostfile is given (accelerate's
-simple launcher does not spawn CPU workers), so the processes are started with `--multi_gpu` (torchrun) and the
-script trains with `use_cpu=True`, which gives accelerate's `MULTI_CPU` mode with the gloo backend.
+simple launcher does not spawn CPU workers), so the processes are started with `--multi_gpu` (torchrun) or an FSDP
+config, and the trainer configs switch to `use_cpu=True`, which gives accelerate's `MULTI_CPU` mode with gloo (for
+FSDP2, `trl_marl.trainers.distributed` turns FSDP on in that mode).
+
+One launch per strategy trains all four teams one after the other (about 20-30 s each on 2 cores).
 """
 
 from __future__ import annotations
 
+import importlib.util
+import math
 import os
 import socket
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,9 +32,13 @@ import torch
 from trl_marl.toy import make_toy_model
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = REPO_ROOT / "tests" / "scripts" / "magrpo_ddp.py"
+SCRIPT = REPO_ROOT / "tests" / "scripts" / "team_processes.py"
+FSDP2_CONFIG = REPO_ROOT / "examples" / "accelerate_configs" / "fsdp2.yaml"
 NUM_PROCESSES = 2
-TIMEOUT_S = 300
+TIMEOUT_S = 400
+RUNS = ("magrpo:models", "magrpo:adapters", "ppo:models", "ppo:adapters")
+# two turns, but every episode of process 0 ends after the first (as early stopping can make it)
+UNEVEN = ("magrpo:adapters:uneven", "ppo:models:uneven")
 
 
 @pytest.fixture(scope="module")
@@ -63,12 +75,13 @@ def _launch_env() -> dict[str, str]:
     return env
 
 
-def _launch(model_dir: str, out_dir: Path, team_mode: str, *extra: str) -> list[dict[str, Any]]:
+def _launch(model_dir: str, out_dir: Path, strategy: list[str], *extra: str,
+            runs: Sequence[str] = RUNS) -> dict[str, list[dict[str, Any]]]:
+    """Train every team of `runs` in one launch; returns each run's per-process results (`<run>/rank<i>.pt`)."""
     cmd = [
-        sys.executable, "-m", "accelerate.commands.launch",
-        "--multi_gpu", "--num_processes", str(NUM_PROCESSES), "--num_machines", "1",
-        "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(_free_port()),
-        str(SCRIPT), "--model-dir", model_dir, "--out-dir", str(out_dir), "--team-mode", team_mode, *extra,
+        sys.executable, "-m", "accelerate.commands.launch", *strategy,
+        "--num_processes", str(NUM_PROCESSES), "--main_process_port", str(_free_port()),
+        str(SCRIPT), "--model-dir", model_dir, "--out-dir", str(out_dir), "--runs", ",".join(runs), *extra,
     ]
     try:
         proc = subprocess.run(cmd, cwd=REPO_ROOT, env=_launch_env(), capture_output=True, text=True,
@@ -80,36 +93,73 @@ def _launch(model_dir: str, out_dir: Path, team_mode: str, *extra: str) -> list[
         f"`accelerate launch` exited with {proc.returncode}.\nstdout:\n{proc.stdout[-5000:]}\n"
         f"stderr:\n{proc.stderr[-10000:]}"
     )
-    results = []
-    for rank in range(NUM_PROCESSES):
-        path = out_dir / f"rank{rank}.pt"
-        assert path.is_file(), f"process {rank} wrote no result.\nstderr:\n{proc.stderr[-10000:]}"
-        results.append(torch.load(path, weights_only=False))
+    results = {}
+    for run in sorted({p.name for p in out_dir.iterdir() if p.is_dir()}):
+        results[run] = []
+        for rank in range(NUM_PROCESSES):
+            path = out_dir / run / f"rank{rank}.pt"
+            assert path.is_file(), f"process {rank} wrote no result for {run}.\nstderr:\n{proc.stderr[-10000:]}"
+            results[run].append(torch.load(path, weights_only=False))
     return results
 
 
-# the adapters run also has an adaptive entropy bonus (GRPO's `use_adaptive_entropy`), whose controllers must see the
-# entropy of every process's tokens and so agree between the processes
-@pytest.mark.parametrize(("team_mode", "adaptive_entropy"), [("models", False), ("adapters", True)])
-def test_two_processes_end_with_identical_weights(toy_model_dir: str, tmp_path: Path, team_mode: str,
-                                                  adaptive_entropy: bool) -> None:
-    flags = ["--adaptive-entropy"] if adaptive_entropy else []
-    results = _launch(toy_model_dir, tmp_path / "out", team_mode, *flags)
-    first, second = results
+@pytest.fixture(scope="module")
+def ddp_results(toy_model_dir: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[str, Any]]]:
+    ddp = ["--multi_gpu", "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no"]
+    return _launch(toy_model_dir, tmp_path_factory.mktemp("ddp"), ddp, "--evaluate", runs=RUNS + UNEVEN)
+
+
+@pytest.fixture(scope="module")
+def fsdp_out(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("fsdp2")
+
+
+@pytest.fixture(scope="module")
+def fsdp_results(toy_model_dir: str, fsdp_out: Path) -> dict[str, list[dict[str, Any]]]:
+    return _launch(toy_model_dir, fsdp_out, ["--config_file", str(FSDP2_CONFIG)], "--save", "--resume-check",
+                   "--evaluate", runs=RUNS + UNEVEN)
+
+
+def _name(run: str) -> str:
+    return run.replace(":", "_")
+
+
+def _assert_same_training(fsdp: dict[str, Any], ddp: dict[str, Any]) -> None:
+    assert fsdp["distributed_type"] == "DistributedType.FSDP" and fsdp["sharded"]
+    assert fsdp["num_processes"] == NUM_PROCESSES and fsdp["global_step"] == ddp["global_step"] == 5
+    assert fsdp["row_ids"] == ddp["row_ids"] and fsdp["turns"] == ddp["turns"]
+    assert fsdp["joint_actions"] == ddp["joint_actions"]
+    assert fsdp["losses"] == pytest.approx(ddp["losses"], abs=1e-6)
+    assert sorted(fsdp["final"]) == sorted(ddp["final"])
+    for name, value in fsdp["final"].items():
+        torch.testing.assert_close(value, ddp["final"][name], rtol=0, atol=1e-6, msg=name)
+        assert not torch.equal(value, fsdp["initial"][name]), f"{name} did not train"
+    # evaluation on 5 rows in chunks of 2: 2 chunks on process 0, 1 on process 1 (which plays a discarded one more)
+    assert fsdp["eval_reward"] is not None and math.isfinite(fsdp["eval_reward"])
+    assert fsdp["eval_reward"] == pytest.approx(ddp["eval_reward"], abs=1e-6)
+
+
+@pytest.mark.parametrize("run", RUNS)
+def test_two_processes_end_with_identical_weights(ddp_results, run: str) -> None:
+    first, second = results = ddp_results[_name(run)]
+    trainer, team_mode = run.split(":")
 
     assert [r["num_processes"] for r in results] == [NUM_PROCESSES] * NUM_PROCESSES
     assert [r["process_index"] for r in results] == list(range(NUM_PROCESSES))
-    assert first["global_step"] == second["global_step"] > 0
+    assert all(r["distributed_type"] == "DistributedType.MULTI_CPU" and not r["sharded"] for r in results)
+    assert first["global_step"] == second["global_step"] == 5
 
     # the data was sharded: each process played its own rows
     assert first["row_ids"] and second["row_ids"]
     shared_rows = sorted(set(first["row_ids"]) & set(second["row_ids"]))
     assert not shared_rows, f"both processes played the dataset rows {shared_rows}"
 
-    # every agent has trainable parameters
+    # every agent (and in PPO every value model) has trainable parameters
     names = sorted(first["final"])
     assert names == sorted(second["final"])
-    prefixes = ("agent_0", "agent_1") if team_mode == "adapters" else ("models.0.", "models.1.")
+    root = "team." if trainer == "ppo" else ""
+    prefixes = ["agent_0", "agent_1"] if team_mode == "adapters" else [f"{root}models.0.", f"{root}models.1."]
+    prefixes += ["value_models.0.", "value_models.1."] if trainer == "ppo" else []
     for prefix in prefixes:
         assert any(prefix in name for name in names), f"no trainable parameter of {prefix!r} in {names}"
 
@@ -120,14 +170,70 @@ def test_two_processes_end_with_identical_weights(toy_model_dir: str, tmp_path: 
         assert all(torch.equal(result["initial"][n], first["initial"][n]) for n in names)
     unchanged = [n for n in names if torch.equal(first["final"][n], first["initial"][n])]
     assert not unchanged, f"parameters that training did not change: {unchanged}"
+    assert all(math.isfinite(loss) for loss in first["losses"]) and len(first["losses"]) == 5
 
     # every row has the same prompt, so only per-process sampling seeds make the processes' rollouts (hence their
     # local gradients) differ; without that, identical weights would not show that gradients were averaged
     assert first["joint_actions"] != second["joint_actions"], "both processes sampled the same completions"
-    if adaptive_entropy:  # five steps under the target: +0.01 each; one entropy measured over both processes
+    if run == "magrpo:adapters":  # adaptive entropy: five steps under the target, +0.01 each, one shared entropy
         assert first["entropy_coefs"] == second["entropy_coefs"] == pytest.approx({0: 0.06, 1: 0.06})
         assert first["last_entropy"] == second["last_entropy"]
         assert all(0.0 < h < 50.0 for h in first["last_entropy"].values())
+
+
+@pytest.mark.parametrize("run", RUNS)
+def test_fsdp2_trains_exactly_like_ddp(fsdp_results, ddp_results, run: str) -> None:
+    # FSDP2 shards every agent's layers and reduce-scatters gradients instead of all-reducing them: with the same
+    # seeds each process must sample the same completions as under DDP, and end with the same weights
+    for fsdp, ddp in zip(fsdp_results[_name(run)], ddp_results[_name(run)]):
+        _assert_same_training(fsdp, ddp)
+
+
+@pytest.mark.parametrize("run", UNEVEN)
+def test_fsdp2_follows_a_process_that_plays_more_turns(fsdp_results, ddp_results, run: str) -> None:
+    # every forward over sharded weights is a collective: process 0, whose episodes ended, generates along with
+    # process 1's second turn (a placeholder, its random state restored) instead of leaving it waiting
+    first, second = fsdp_results[_name(run)]
+    assert first["turns"] == [1] and second["turns"] == [1, 2]
+    assert all(torch.equal(first["final"][n], second["final"][n]) for n in first["final"])
+    for fsdp, ddp in zip(fsdp_results[_name(run)], ddp_results[_name(run)]):
+        _assert_same_training(fsdp, ddp)
+
+
+@pytest.mark.parametrize("run", RUNS)
+def test_fsdp2_saves_the_gathered_team(fsdp_results, fsdp_out: Path, run: str) -> None:
+    # `save_model` under FSDP2 gathers the shards: every agent (and PPO's value models) loads back on its own
+    from transformers import AutoModelForSequenceClassification
+
+    from trl_marl import AgentTeam
+
+    final = fsdp_results[_name(run)][0]["final"]
+    folder = fsdp_out / _name(run) / "final"
+    team = AgentTeam.from_pretrained(folder)
+    loaded = {name: p.detach() for name, p in team.named_parameters()}
+    root = "team." if run.startswith("ppo") else ""
+    team_keys = [name for name in final if name.startswith(root) and not name.startswith("value_models.")]
+    assert team_keys
+    for name in team_keys:
+        assert torch.equal(loaded[name[len(root):]], final[name]), name
+    if run.startswith("ppo"):
+        for index in range(2):
+            value = AutoModelForSequenceClassification.from_pretrained(folder / f"value_model_{index}")
+            params = dict(value.named_parameters())
+            prefix = f"value_models.{index}."
+            keys = [name for name in final if name.startswith(prefix)]
+            assert keys and all(torch.equal(params[k[len(prefix):]].detach(), final[k]) for k in keys)
+
+
+@pytest.mark.parametrize("run", ["magrpo:models", "magrpo:adapters"])
+def test_fsdp2_resumes_to_the_same_weights(fsdp_results, run: str) -> None:
+    # a run resumed from its checkpoint after step 4 (weights loaded into the shards, optimizer and RNG states)
+    # ends its step 5 with the weights of the run that never stopped
+    for whole, resumed in zip(fsdp_results[_name(run)], fsdp_results[_name(run) + "_resumed"]):
+        assert resumed["global_step"] == whole["global_step"] == 5
+        assert resumed["joint_actions"] == whole["joint_actions"][-len(resumed["joint_actions"]):]
+        for name, value in whole["final"].items():
+            assert torch.equal(resumed["final"][name], value), name
 
 
 def test_launcher_that_drops_processes_is_reported(tmp_path: Path) -> None:
@@ -157,3 +263,147 @@ def test_launcher_that_drops_processes_is_reported(tmp_path: Path) -> None:
                           env=_launch_env(), capture_output=True, text=True, timeout=TIMEOUT_S)
     assert both.returncode == 0, both.stderr[-3000:]
     assert both.stdout.count("DROPPED None WORLD 2") == 2 and "WARNING []" in both.stdout
+
+    # a config file that asks for 2 processes with `use_cpu: true` also starts one, without --num_processes on the line
+    config = tmp_path / "cpu.yaml"
+    config.write_text("compute_environment: LOCAL_MACHINE\ndistributed_type: MULTI_CPU\nnum_machines: 1\n"
+                      "num_processes: 2\nmixed_precision: 'no'\nuse_cpu: true\n")
+    from_file = subprocess.run([sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(config),
+                                "--main_process_port", str(_free_port()), str(probe)], cwd=REPO_ROOT,
+                               env=_launch_env(), capture_output=True, text=True, timeout=TIMEOUT_S)
+    assert from_file.returncode == 0, from_file.stderr[-3000:]
+    assert from_file.stdout.count("DROPPED") == 1 and "DROPPED 2 WORLD None" in from_file.stdout
+    assert "use_cpu: false" in from_file.stdout
+
+
+# ---------------------------------------------------------------------------------------------- DeepSpeed
+# deepspeed is not a test dependency: these run where it is installed (README "Scaling out" lists what was verified).
+@pytest.mark.skipif(importlib.util.find_spec("deepspeed") is None, reason="deepspeed is not installed")
+@pytest.mark.parametrize("stage", [2, 3])
+def test_deepspeed_trains_magrpo_like_ddp(toy_model_dir, tmp_path, ddp_results, stage: int) -> None:
+    config = REPO_ROOT / "examples" / "accelerate_configs" / f"deepspeed_zero{stage}.yaml"
+    runs = ["magrpo:models", "magrpo:adapters"] + (["ppo:adapters"] if stage == 2 else [])
+    results = _launch(toy_model_dir, tmp_path, ["--config_file", str(config), "--mixed_precision", "no"],
+                      "--save", runs=runs)
+    from trl_marl import AgentTeam
+
+    for run in runs:
+        for ds, ddp in zip(results[_name(run)], ddp_results[_name(run)]):
+            assert ds["distributed_type"] == "DistributedType.DEEPSPEED" and ds["num_processes"] == NUM_PROCESSES
+            assert ds["joint_actions"] == ddp["joint_actions"]  # the same samples, so (nearly) the same weights
+            for name, value in ds["final"].items():
+                torch.testing.assert_close(value, ddp["final"][name], rtol=0, atol=1e-4, msg=name)
+        final = results[_name(run)][0]["final"]
+        loaded = dict(AgentTeam.from_pretrained(tmp_path / _name(run) / "final").named_parameters())
+        root = "team." if run.startswith("ppo") else ""
+        for name, value in final.items():
+            if not name.startswith("value_models."):
+                assert torch.equal(loaded[name[len(root):]].detach(), value), name
+
+
+# ---------------------------------------------------------------------------------------------- refused setups
+def _tiny_trainer(tmp_path: Path, model_dir: str, trainer: str) -> Any:
+    from datasets import Dataset
+
+    from trl_marl import MAGRPOConfig, MAGRPOTrainer, MultiAgentPPOConfig, MultiAgentPPOTrainer, TargetSumEnv
+    from trl_marl.rewards.arithmetic import TargetSumReward
+
+    dataset = Dataset.from_dict({"target": [10] * 8})
+    common = dict(output_dir=str(tmp_path / "out"), num_agents=2, report_to="none", save_strategy="no")
+    if trainer == "ppo":
+        return MultiAgentPPOTrainer(args=MultiAgentPPOConfig(total_episodes=8, response_length=2, **common),
+                                    model=model_dir, reward_funcs=TargetSumReward(), env=TargetSumEnv(2),
+                                    train_dataset=dataset)
+    return MAGRPOTrainer(model=model_dir, reward_funcs=TargetSumReward(), env=TargetSumEnv(2), train_dataset=dataset,
+                         args=MAGRPOConfig(num_generations=2, per_device_train_batch_size=4, max_completion_length=2,
+                                           **common))
+
+
+@pytest.mark.parametrize("trainer", ["magrpo", "ppo"])
+def test_fsdp_version_1_is_refused_when_the_trainer_is_built(toy_model_dir, tmp_path, monkeypatch, trainer):
+    # what `accelerate launch` with an FSDP1 config sets: the trainer refuses before accelerate builds its plugin
+    monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")
+    monkeypatch.setenv("FSDP_VERSION", "1")
+    with pytest.raises(ValueError, match=r"FSDP2 only.*fsdp_version: 2"):
+        _tiny_trainer(tmp_path, toy_model_dir, trainer)
+
+
+def test_fsdp_settings_a_team_cannot_use_are_refused():
+    from accelerate.utils import FullyShardedDataParallelPlugin
+
+    from trl_marl.trainers.distributed import check_fsdp_plugin
+
+    full = {"fsdp_version": 2, "state_dict_type": "FULL_STATE_DICT"}
+    check_fsdp_plugin(FullyShardedDataParallelPlugin(**full))  # the example config's settings pass
+    with pytest.raises(ValueError, match=r"activation checkpointing.*gradient_checkpointing=True"):
+        check_fsdp_plugin(FullyShardedDataParallelPlugin(**full, activation_checkpointing=True))
+    with pytest.raises(ValueError, match="FULL_STATE_DICT"):
+        check_fsdp_plugin(FullyShardedDataParallelPlugin(fsdp_version=2, state_dict_type="SHARDED_STATE_DICT"))
+
+
+def test_a_process_that_accelerate_runs_alone_is_refused(monkeypatch):
+    # torchrun started 2 processes, but accelerate (no GPU, use_cpu=False) runs each alone: each would train its own
+    # team on all the data, which multi-agent PPO did before its config set use_cpu itself
+    from types import SimpleNamespace
+
+    from trl_marl.trainers.distributed import setup_strategy
+    from trl_marl.validation import has_accelerator, use_cpu_for_cpu_processes
+
+    monkeypatch.delenv("ACCELERATE_USE_FSDP", raising=False)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    alone = SimpleNamespace(accelerator=SimpleNamespace(num_processes=1, state=SimpleNamespace()),
+                            args=SimpleNamespace(fsdp_plugin_args=None))
+    with pytest.raises(RuntimeError, match=r"one of 2 processes.*use_cpu=True"):
+        setup_strategy(alone)
+    config = SimpleNamespace(use_cpu=False)
+    use_cpu_for_cpu_processes(config)
+    assert config.use_cpu is (not has_accelerator())
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    config = SimpleNamespace(use_cpu=False)
+    use_cpu_for_cpu_processes(config)
+    assert config.use_cpu is False
+
+
+def test_deepspeed_zero3_partitioned_weights_are_never_copied(toy_model_dir):
+    # transformers' from_pretrained partitions weights under a ZeRO-3 config (each parameter then carries a `ds_id`
+    # and an empty local tensor); a deep copy of such a model is empty, so the team refuses or reloads instead
+    from trl_marl import AgentTeam
+    from trl_marl.team import is_partitioned
+    from trl_marl.toy import build_toy_model, build_toy_tokenizer
+    from trl_marl.trainers.ppo_value import build_value_models
+
+    tokenizer = build_toy_tokenizer()
+    model = build_toy_model(tokenizer, hidden_size=16, num_layers=1)
+    assert not is_partitioned(model)
+    for param in model.parameters():
+        param.ds_id = 0  # what DeepSpeed's partitioning leaves on every parameter
+    assert is_partitioned(model)
+    with pytest.raises(ValueError, match="ZeRO-3.*pass the model's name or path"):
+        AgentTeam.build(model, 2, mode="models", processing_class=tokenizer)
+    team = AgentTeam.build([model, build_toy_model(tokenizer, hidden_size=16, num_layers=1)], 2,
+                           processing_class=tokenizer)
+    with pytest.raises(ValueError, match="reference copy.*ZeRO-3.*team_mode='adapters'"):
+        team.create_reference_models()
+    with pytest.raises(ValueError, match=r"Agent 0's weights were partitioned.*value_model="):
+        build_value_models(None, team)
+
+
+def test_deepspeed_zero3_without_gathered_saves_is_refused(monkeypatch):
+    # ZeRO-3 leaves each process a slice of every weight: without gathering them at save time, checkpoints would
+    # hold empty agents
+    from types import SimpleNamespace
+
+    from trl_marl.trainers.distributed import setup_strategy
+
+    monkeypatch.delenv("ACCELERATE_USE_FSDP", raising=False)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+
+    def trainer(stage: int, gather: bool) -> SimpleNamespace:
+        plugin = SimpleNamespace(zero_stage=stage, zero3_save_16bit_model=gather)
+        return SimpleNamespace(accelerator=SimpleNamespace(num_processes=2, state=SimpleNamespace(
+            deepspeed_plugin=plugin)), args=SimpleNamespace(fsdp_plugin_args=None))
+
+    with pytest.raises(ValueError, match="zero3_save_16bit_model: true"):
+        setup_strategy(trainer(3, False))
+    setup_strategy(trainer(3, True))
+    setup_strategy(trainer(2, False))

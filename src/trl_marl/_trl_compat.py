@@ -49,6 +49,8 @@ TRL_VERSION = _check_trl_version()
 
 # Public TRL API re-exported for the rest of the package (kept here so one file lists what we rely on).
 from trl import GRPOConfig, GRPOTrainer, ModelConfig, TrlParser  # noqa: E402
+from trl.models.utils import add_hooks as add_zero3_hooks  # noqa: E402
+from trl.models.utils import remove_hooks as remove_zero3_hooks  # noqa: E402
 from trl.trainer.base_config import _BaseConfig as TRLBaseConfig  # noqa: E402
 from trl.trainer.base_trainer import _BaseTrainer as TRLBaseTrainer  # noqa: E402
 from trl.trainer.utils import generate_model_card, get_comet_experiment_url, nanstd  # noqa: E402
@@ -69,6 +71,8 @@ __all__ = [
     "get_comet_experiment_url",
     "nanstd",
     "grpo_config_field_names",
+    "add_zero3_hooks",
+    "remove_zero3_hooks",
 ]
 
 
@@ -391,8 +395,15 @@ class TeamCheckpointMixin:
         if not self.args.should_save:  # type: ignore[attr-defined]
             return
         os.makedirs(output_dir, exist_ok=True)
-        team = _team_of(self.accelerator.unwrap_model(self.model))  # type: ignore[attr-defined]
-        team.save_pretrained(output_dir)
+        root = self.accelerator.unwrap_model(self.model)  # type: ignore[attr-defined]
+        team = _team_of(root)
+        from .team import is_partitioned
+
+        if not state_dict and is_partitioned(team):  # a ZeRO-3 engine that did not gather the weights for saving
+            raise RuntimeError("DeepSpeed ZeRO-3 did not gather the team's weights for saving: set "
+                               "`zero3_save_16bit_model: true` in the accelerate config.")
+        # under FSDP `Trainer.save_model` passes the full weights that it gathered from the shards (keys of the root)
+        team.save_pretrained(output_dir, state_dict=_team_state_dict(root, state_dict) if state_dict else None)
         self.create_model_card(output_dir=output_dir)  # type: ignore[attr-defined]
         import torch
         from transformers.trainer import TRAINING_ARGS_NAME
@@ -401,7 +412,13 @@ class TeamCheckpointMixin:
 
     def _load_from_checkpoint(self, resume_from_checkpoint: str, model: Any = None) -> None:  # type: ignore[override]
         module = self.accelerator.unwrap_model(model if model is not None else self.model)  # type: ignore[attr-defined]
-        _team_of(module).load_weights_(resume_from_checkpoint)
+        team = _team_of(module)
+        if getattr(self, "is_fsdp_enabled", False):  # sharded: every process loads the full team, keeps its shards
+            saved = type(team).from_pretrained(resume_from_checkpoint).state_dict()
+            prefix = "team." if team is not module else ""
+            _load_full_state_dict(module, {prefix + key: value for key, value in saved.items()})
+        else:
+            team.load_weights_(resume_from_checkpoint)
         self.load_extra_state(resume_from_checkpoint)
 
     def save_extra_state(self, checkpoint_dir: str) -> None:
@@ -417,6 +434,25 @@ def _team_of(module: Any) -> Any:
     return getattr(module, "team", module)
 
 
+def _load_full_state_dict(root: Any, state_dict: dict[str, Any]) -> None:
+    """Load a full (unsharded) state dict, keyed as `root.state_dict()`, into an FSDP2-sharded `root`: every process
+    passes the same full tensors and keeps its own shards."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+    result = set_model_state_dict(root, state_dict, options=StateDictOptions(full_state_dict=True, strict=False))
+    missing = [key for key in result.missing_keys if key in state_dict]
+    if result.unexpected_keys or missing:
+        raise KeyError(f"The checkpoint does not fit the sharded team: unexpected {sorted(result.unexpected_keys)}, "
+                       f"not loaded {missing}.")
+
+
+def _team_state_dict(root: Any, state_dict: dict[str, Any]) -> dict[str, Any]:
+    """The team's entries of a state dict of the trainer's model (the team itself, or a wrapper with `team.`)."""
+    if _team_of(root) is root:
+        return state_dict
+    return {key[len("team."):]: value for key, value in state_dict.items() if key.startswith("team.")}
+
+
 class LaunchWarning(UserWarning):
     """`accelerate launch` started fewer processes than its command line asked for."""
 
@@ -425,7 +461,8 @@ def processes_dropped_by_launcher(parent_pid: int | None = None) -> int | None:
     """The process count `accelerate launch` was asked for, when it started this script as a single process instead.
 
     On a machine without several GPUs, `accelerate launch --num_processes 2 script.py` runs *one* process unless
-    `--multi_gpu` is given (then the CPU processes talk over gloo), and it passes the requested count on to nobody.
+    `--multi_gpu` is given (then the CPU processes talk over gloo), and it passes the requested count on to nobody;
+    so does a config file with `use_cpu: true` (the count is then read from the file).
     This reads the launcher's command line (Linux `/proc/<parent>/cmdline`) when this process is alone
     (`WORLD_SIZE` unset) and was started by accelerate's simple launcher (`ACCELERATE_USE_CPU` set). Returns None
     when nothing was dropped or nothing can be told.
@@ -442,18 +479,47 @@ def processes_dropped_by_launcher(parent_pid: int | None = None) -> int | None:
     if any(a in ("--multi_gpu", "--multi-gpu", "--use_fsdp", "--use-fsdp", "--use_deepspeed", "--use-deepspeed")
            for a in argv):
         return None
-    requested = None
-    for i, a in enumerate(argv):
-        for flag in ("--num_processes", "--num-processes"):
-            if a == flag and i + 1 < len(argv):
-                requested = argv[i + 1]
-            elif a.startswith(flag + "="):
-                requested = a.split("=", 1)[1]
+    requested = _flag_value(argv, "num_processes")
+    config_file = _flag_value(argv, "config_file")
+    if requested is None and (config_file is not None or "--cpu" not in argv):
+        # the config file's count (`--config_file`, else accelerate's default config, which `--cpu` ignores)
+        requested = _config_file_num_processes(config_file)
     try:
         count = int(requested) if requested is not None else 1
     except ValueError:
         return None
     return count if count > 1 else None
+
+
+def _flag_value(argv: list[str], name: str) -> str | None:
+    """The value of `--name` (or `--name-with-dashes`) on a command line, the last one given."""
+    value = None
+    for i, a in enumerate(argv):
+        for flag in (f"--{name}", f"--{name.replace('_', '-')}"):
+            if a == flag and i + 1 < len(argv):
+                value = argv[i + 1]
+            elif a.startswith(flag + "="):
+                value = a.split("=", 1)[1]
+    return value
+
+
+def _config_file_num_processes(path: str | None) -> Any:
+    """`num_processes` of an accelerate config file (default: accelerate's default config, when there is one)."""
+    try:
+        if path is None:
+            from accelerate.commands.config import default_config_file
+
+            path = default_config_file
+        if not os.path.isfile(path):
+            return None
+        with open(path) as f:
+            if path.endswith(".json"):
+                return json.load(f).get("num_processes")
+            import yaml
+
+            return (yaml.safe_load(f) or {}).get("num_processes")
+    except Exception:  # noqa: BLE001 - an unreadable config says nothing about dropped processes
+        return None
 
 
 def warn_if_launcher_dropped_processes() -> None:
@@ -464,7 +530,37 @@ def warn_if_launcher_dropped_processes() -> None:
             f"`accelerate launch` was asked for {requested} processes but started this script as a single process: "
             "without several GPUs accelerate runs one process unless `--multi_gpu` is given. This run trains on one "
             f"process, with 1/{requested} of the intended global batch. For {requested} CPU processes (gloo), run "
-            f"`accelerate launch --multi_gpu --num_processes {requested} ...`; for one, drop `--num_processes`.",
+            f"`accelerate launch --multi_gpu --num_processes {requested} ...` (with a config file: `use_cpu: false`, "
+            "as in examples/accelerate_configs/ddp.yaml); for one, drop `--num_processes`.",
             LaunchWarning,
             stacklevel=3,
         )
+
+
+def enable_fsdp_on_cpu_processes(trainer: Any) -> Any:
+    """Turn FSDP on for a trainer whose CPU processes (gloo) asked for it; returns the FSDP plugin, or None.
+
+    accelerate (1.15) enables FSDP only for processes on GPUs and other accelerators: for CPU processes
+    (`DistributedType.MULTI_CPU`) its `AcceleratorState` drops the FSDP plugin and trains with DDP, without a word.
+    FSDP2 itself runs on CPU processes (gloo has all-gather and reduce-scatter), and the rest of accelerate's FSDP2
+    path (`fsdp2_prepare_model`, gradient clipping, full state dicts) works there unchanged, so this sets the shared
+    state that accelerate would have set on a GPU: the distributed type, the plugin (built from the trainer config's
+    `fsdp_config`, else from `accelerate launch`'s environment) and its mixed precision, and the trainer's
+    `is_fsdp_enabled`. Must run right after the trainer's `Accelerator` is created, before anything is prepared.
+    """
+    from accelerate.state import PartialState
+    from accelerate.utils import DistributedType, FullyShardedDataParallelPlugin
+
+    state = trainer.accelerator.state
+    if state.distributed_type != DistributedType.MULTI_CPU:
+        return getattr(state, "fsdp_plugin", None)
+    plugin_args = getattr(trainer.args, "fsdp_plugin_args", None)
+    plugin = FullyShardedDataParallelPlugin(**plugin_args) if plugin_args is not None else (
+        FullyShardedDataParallelPlugin())
+    if state.mixed_precision != "no":
+        plugin.set_mixed_precision(state.mixed_precision)
+    state.fsdp_plugin = plugin
+    state.distributed_type = DistributedType.FSDP
+    PartialState._shared_state["distributed_type"] = DistributedType.FSDP
+    trainer.is_fsdp_enabled = True
+    return plugin

@@ -213,7 +213,12 @@ class JointRollout:
         turns: list[TurnResult] = []
         gen_time, gen_tokens, nonfinite = 0.0, 0, 0
         turn = 1
-        while nodes:
+        lockstep = getattr(self.team, "lockstep", None)
+        while lockstep(bool(nodes)) if lockstep is not None else nodes:
+            if not nodes:  # other processes play this turn: generate as they do (sharded weights), discard it
+                self._idle_turn(rows[0] if rows else None, turn, config, extra)
+                turn += 1
+                continue
             prompts = [[self.env.agent_prompt(rows[node.row_index], a, node.transcript)
                         for node in nodes for _ in range(G)] for a in range(n)]
             slots = [self.slot(turn, a) for a in range(n)]
@@ -252,6 +257,23 @@ class JointRollout:
         if score and self.score_fn is not None:
             self._backup(turns)
         return Rollout(turns, gen_time, gen_tokens, nonfinite)
+
+    def _idle_turn(self, row: Mapping[str, Any] | None, turn: int, config: GenerationConfig,
+                   extra: dict[str, Any]) -> None:
+        """Generate what a process without episodes left must, while other processes play turn `turn`.
+
+        With sharded weights (FSDP2, DeepSpeed ZeRO-3) every forward is a collective: every process must run the
+        same generations. This one samples a placeholder (turn-1 prompts of `row`) with the random state restored
+        afterwards, so that its own later samples are those it would have drawn without the placeholder.
+        """
+        if row is None:
+            raise RuntimeError("A process with no rows cannot follow the others' turns: give every process rows.")
+        by_slot: list[list[Prompt]] = [[] for _ in range(self.num_slots)]
+        for a in range(self.env.num_agents):
+            by_slot[self.slot(turn, a)] = [self.env.agent_prompt(row, a, Transcript())]
+        devices = [self.team.device] if self.team.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices):
+            self.team.generate(by_slot, config, self.chat_template_kwargs, **extra)
 
     def _expand(self, result: TurnResult, rows: Sequence[Mapping[str, Any]]) -> list[Node]:
         """Child nodes for the next turn (branching cap, early stop and the env's end condition applied)."""

@@ -23,7 +23,7 @@ from __future__ import annotations
 import copy
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from functools import partial
@@ -162,6 +162,9 @@ class AgentTeam(nn.Module):
         # `generate`; only for teams whose models each run one policy (see `generate_with_continuous_batching`)
         self.continuous_batching_config: Any = None
         self.frozen: set[int] = set()  # agents whose weights are not trained (see `freeze_agents`)
+        # Set by a trainer while the team's weights are sharded across processes (FSDP2, DeepSpeed ZeRO-3): given
+        # whether this process has episodes left, whether any process has; the rollout then plays turns in lockstep.
+        self.lockstep: Callable[[bool], bool] | None = None
         if policy_turns < 1 or len(agent_model) % policy_turns:
             raise ValueError(f"{len(agent_model)} members cannot be split into {policy_turns} turns of agents.")
         self.policy_turns = policy_turns
@@ -253,7 +256,7 @@ class AgentTeam(nn.Module):
             base = load(model)
             tokenizers = cls._per_agent_tokenizers(processing_class, [model] * num_agents, num_agents, tokenizer_for)
             if mode == "models":
-                models = [base] + [copy.deepcopy(base) for _ in range(num_agents - 1)]
+                models = [base] + [_agent_copy(model, base, load) for _ in range(num_agents - 1)]
             else:
                 models = [base]
         return cls._assemble(models, tokenizers, mode, num_agents, peft_config)
@@ -318,6 +321,12 @@ class AgentTeam(nn.Module):
     def config(self) -> Any:
         """The config of agent 0's model (what `transformers.Trainer` inspects)."""
         return self.policy(0).config
+
+    @property
+    def _no_split_modules(self) -> list[str]:
+        """The layer classes of the agents' models: FSDP (accelerate's transformer wrap policy) shards each such
+        layer of every agent as a unit of its own."""
+        return no_split_modules(self.models)
 
     @property
     def agents_per_turn(self) -> int:
@@ -444,6 +453,13 @@ class AgentTeam(nn.Module):
         for i, model in enumerate(self.models):
             has_adapter = any(self.agent_adapter[a] is not None for a, m in enumerate(self.agent_model) if m == i)
             if not has_adapter and self.ref_models[i] is None:
+                if is_partitioned(model):
+                    raise ValueError(
+                        "A frozen reference copy of an agent's model cannot be made from weights that DeepSpeed "
+                        "ZeRO-3 partitioned when it loaded them. Under ZeRO-3 use `team_mode='adapters'` (the "
+                        "reference is the base model with the adapter disabled), or `beta=0.0` in MAGRPO, or ZeRO-2 / "
+                        "FSDP2."
+                    )
                 ref = copy.deepcopy(model).eval()
                 ref.requires_grad_(False)
                 # stored outside the module tree: never trained, never checkpointed, never wrapped by DDP
@@ -607,18 +623,23 @@ class AgentTeam(nn.Module):
             return model(**inputs, return_dict=True).logits
 
     # ------------------------------------------------------------------ save / load
-    def save_pretrained(self, output_dir: str | os.PathLike, save_base_model: bool | None = None) -> None:
+    def save_pretrained(self, output_dir: str | os.PathLike, save_base_model: bool | None = None,
+                        state_dict: dict[str, torch.Tensor] | None = None) -> None:
         """Save every agent to `output_dir/agent_<i>/` plus `team_config.json`.
 
         Each `agent_<i>/` is loadable on its own: a full model (`AutoModelForCausalLM.from_pretrained`) or a PEFT
         adapter (`PeftModel.from_pretrained(base, "agent_<i>")`), with the agent's tokenizer. When adapters are
         used and the base model has no loadable name or path, the base is saved to `base_model/` too.
+
+        `state_dict` (keys as in `self.state_dict()`) replaces the team's own weights, e.g. the full weights that
+        FSDP gathered from the processes' shards (the team's parameters are then shards and are not read).
         """
         output_dir = os.fspath(output_dir)
         os.makedirs(output_dir, exist_ok=True)
         base_paths: list[str | None] = []
         for i, model in enumerate(self.models):
             agents = [a for a in range(self.num_agents) if self.agent_model[a] == i]
+            own = None if state_dict is None else _sub_state_dict(state_dict, f"models.{i}.")
             base_path = None
             if self.agent_adapter[agents[0]] is not None:
                 base = model.get_base_model()
@@ -628,7 +649,7 @@ class AgentTeam(nn.Module):
                     base_path = f"base_model_{i}" if len(self.models) > 1 else "base_model"
                     # The base still holds the LoRA layers (`q_proj.base_layer.weight`, `q_proj.lora_A...`): save
                     # its own weights under their original names, or reloading it leaves those layers random.
-                    base.save_pretrained(os.path.join(output_dir, base_path), state_dict=base_state_dict(model))
+                    base.save_pretrained(os.path.join(output_dir, base_path), state_dict=base_state_dict(model, own))
                     self.tokenizers[agents[0]].save_pretrained(os.path.join(output_dir, base_path))
                 else:
                     base_path = name
@@ -637,9 +658,9 @@ class AgentTeam(nn.Module):
                 agent_dir = _agent_dir(output_dir, a)
                 adapter = self.agent_adapter[a]
                 if adapter is None:
-                    model.save_pretrained(agent_dir)
+                    model.save_pretrained(agent_dir, state_dict=own)
                 else:
-                    _save_adapter(model, adapter, agent_dir)
+                    _save_adapter(model, adapter, agent_dir, own)
                 self.tokenizers[a].save_pretrained(agent_dir)
         config = {
             "mode": self.mode,
@@ -724,6 +745,25 @@ def generate_with_continuous_batching(model: PreTrainedModel, rows: list[list[in
     return [list(o.generated_tokens) for o in outputs]
 
 
+def is_partitioned(model: nn.Module) -> bool:
+    """Whether DeepSpeed ZeRO-3 partitioned `model`'s weights (transformers' `from_pretrained` does so when a ZeRO-3
+    config is active): each process then holds a slice of every weight, and the module's own tensors are empty."""
+    return any(hasattr(param, "ds_id") for param in model.parameters())
+
+
+def _agent_copy(model: str | PreTrainedModel, base: PreTrainedModel, load: Any) -> PreTrainedModel:
+    """Another agent's own copy of `base` (`models` mode from one model): a deep copy, or a fresh load of the same
+    name when DeepSpeed ZeRO-3 partitioned the weights at load time (a deep copy of those is empty)."""
+    if not is_partitioned(base):
+        return copy.deepcopy(base)
+    if isinstance(model, str):
+        return load(model)
+    raise ValueError(
+        "Under DeepSpeed ZeRO-3 the model's weights are partitioned and cannot be copied for the other agents: pass "
+        "the model's name or path (each agent then loads its own copy), or one model per agent."
+    )
+
+
 def _keeps_train_mode(model: Any) -> bool:
     """Whether `model` must generate in train mode: a bitsandbytes 4-bit model on CPU.
 
@@ -747,8 +787,28 @@ def _loadable(name: str | None) -> bool:
     return name.count("/") == 1 and not name.startswith((".", "/"))
 
 
-def base_state_dict(peft_model: Any) -> dict[str, torch.Tensor]:
-    """The weights of a `PeftModel`'s base model under their original names, without any adapter weight."""
+def no_split_modules(modules: Sequence[nn.Module]) -> list[str]:
+    """The union, in order, of the `_no_split_modules` (layer classes) of `modules` (or of their PEFT base models)."""
+    names: dict[str, None] = {}
+    for module in modules:
+        base = module.get_base_model() if hasattr(module, "get_base_model") else module
+        names.update(dict.fromkeys(getattr(base, "_no_split_modules", None) or []))
+    return list(names)
+
+
+def _sub_state_dict(state_dict: dict[str, torch.Tensor], prefix: str) -> dict[str, torch.Tensor]:
+    return {key[len(prefix):]: value for key, value in state_dict.items() if key.startswith(prefix)}
+
+
+def base_state_dict(peft_model: Any, state_dict: dict[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
+    """The weights of a `PeftModel`'s base model under their original names, without any adapter weight.
+
+    `state_dict` (keys as in `peft_model.state_dict()`) replaces the model's own weights (LoRA's key layout).
+    """
+    if state_dict is not None:
+        inner, prefix = "base_model.model.", peft_model.base_model.prefix
+        return {key[len(inner):].replace(".base_layer.", "."): value for key, value in state_dict.items()
+                if key.startswith(inner) and prefix not in key}
     try:
         from peft import get_base_model_state_dict
     except ImportError:  # older PEFT: LoRA wraps each target module and keeps its weights under `base_layer`
@@ -758,13 +818,14 @@ def base_state_dict(peft_model: Any) -> dict[str, torch.Tensor]:
     return get_base_model_state_dict(peft_model)
 
 
-def _save_adapter(model: Any, adapter: str, agent_dir: str) -> None:
-    """Save one adapter of a PeftModel as a standalone adapter folder."""
+def _save_adapter(model: Any, adapter: str, agent_dir: str, state_dict: dict[str, torch.Tensor] | None = None) -> None:
+    """Save one adapter of a PeftModel as a standalone adapter folder (from `state_dict`, keyed as
+    `model.state_dict()`, when given)."""
     from peft import get_peft_model_state_dict
     from safetensors.torch import save_file
 
     os.makedirs(agent_dir, exist_ok=True)
-    state = get_peft_model_state_dict(model, adapter_name=adapter)
+    state = get_peft_model_state_dict(model, state_dict=state_dict, adapter_name=adapter)
     save_file({k: v.detach().contiguous().cpu() for k, v in state.items()},
               os.path.join(agent_dir, "adapter_model.safetensors"), metadata={"format": "pt"})
     config = copy.deepcopy(model.peft_config[adapter])

@@ -18,6 +18,7 @@ every function skips is *unscorable*. Anything else, a string such as `"1.0"` in
 from __future__ import annotations
 
 import numbers
+import os
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -238,6 +239,14 @@ def check_prompt_lengths(team: Any, prompts: Sequence[Sequence[Prompt]], row_ind
 def has_accelerator() -> bool:
     """Whether a CUDA (or XPU) device is available."""
     return torch.cuda.is_available() or (hasattr(torch, "xpu") and torch.xpu.is_available())
+
+
+def use_cpu_for_cpu_processes(config: Any) -> None:
+    """Set `use_cpu=True` when the config is built in one of several processes (`WORLD_SIZE` > 1: `accelerate
+    launch --multi_gpu`, `torchrun`) on a machine without GPU: accelerate then runs them as CPU processes over gloo
+    (DDP, or FSDP2). Without it, accelerate runs each process alone, each training a copy on all the data."""
+    if int(os.environ.get("WORLD_SIZE", "1") or 1) > 1 and not has_accelerator():
+        config.use_cpu = True
 
 
 def check_mixed_precision(config: Any) -> None:

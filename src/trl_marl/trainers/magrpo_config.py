@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field, fields
 
 from .._trl_compat import GRPOConfig
 from ..core import ADVANTAGE_MODES, JOINT_MODES, SUPPORTED_LOSS_TYPES
-from ..validation import PROMPT_LENGTH_CHECKS, check_choice, check_mixed_precision, check_positive, has_accelerator
+from ..validation import (
+    PROMPT_LENGTH_CHECKS,
+    check_choice,
+    check_mixed_precision,
+    check_positive,
+    has_accelerator,
+    use_cpu_for_cpu_processes,
+)
 
 # GRPO fields that MAGRPOTrainer implements; any other GRPOConfig field must keep its default (checked below), so
 # that a setting is never silently ignored.
@@ -263,8 +269,7 @@ class MAGRPOConfig(GRPOConfig):
             self.num_generations_eval = self.num_generations
         check_positive(self, "num_generations_eval", "the episodes evaluate() plays per evaluation row")
         check_positive(self, "max_completion_length", "the tokens each agent may generate per turn")
-        if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not has_accelerator():
-            self.use_cpu = True  # several processes without GPU (accelerate launch / torchrun): DDP over gloo
+        use_cpu_for_cpu_processes(self)  # several processes without GPU (accelerate launch / torchrun): gloo
         super().__post_init__()
         if self.num_agents < 1:
             raise ValueError(f"`num_agents` must be >= 1, got {self.num_agents}.")

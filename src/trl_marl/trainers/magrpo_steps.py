@@ -25,6 +25,7 @@ from torch.utils.data import Sampler
 from transformers import GenerationConfig, TrainerCallback
 
 from ..core import high_entropy_mask
+from .distributed import full_tensor
 
 __all__ = [
     "BlockRepeatSampler",
@@ -188,7 +189,8 @@ class ReferenceSync(TrainerCallback):
             if ref is None:
                 continue
             for ref_param, param in zip(ref.parameters(), model.parameters()):
-                ref_param.mul_(1.0 - self.alpha).add_(param.detach().to(ref_param.device), alpha=self.alpha)
+                policy = full_tensor(param.detach())  # FSDP2: the shards of every process, gathered
+                ref_param.mul_(1.0 - self.alpha).add_(policy.to(ref_param.device), alpha=self.alpha)
 
 
 def gathered_entropies(accelerator: Any, entropy: torch.Tensor, mask: torch.Tensor) -> torch.Tensor | None:

@@ -41,7 +41,7 @@ from .magrpo_steps import (
     generation_config,
     high_entropy_masks,
 )
-from .team_trainer import TeamTrainerMixin, collate_rows
+from .team_trainer import TeamTrainerMixin, collate_rows, rollout_phase
 
 RewardFunc = Callable[..., Sequence[float | None]]
 
@@ -331,7 +331,7 @@ class MAGRPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer):
         """Roll out, score and tokenize the episodes of `rows` as one micro-batch (see `_make_batches`)."""
         return self._make_batches([rows], mode)[0]
 
-    @torch.no_grad()
+    @rollout_phase
     def _make_batches(self, row_batches: list[list[dict[str, Any]]], mode: str) -> list[dict[str, Any]]:
         """Play the episodes of every micro-batch of one optimizer step in one rollout, then split it by episode.
 

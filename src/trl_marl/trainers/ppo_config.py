@@ -6,7 +6,14 @@ import math
 from dataclasses import dataclass, field
 
 from .._trl_compat import TRLBaseConfig
-from ..validation import PROMPT_LENGTH_CHECKS, check_choice, check_mixed_precision, check_positive, has_accelerator
+from ..validation import (
+    PROMPT_LENGTH_CHECKS,
+    check_choice,
+    check_mixed_precision,
+    check_positive,
+    has_accelerator,
+    use_cpu_for_cpu_processes,
+)
 
 POLICY_SHARING = ("shared", "agent", "agent_turn")
 CRITICS = ("per_agent", "centralized")
@@ -231,7 +238,11 @@ class MultiAgentPPOConfig(TRLBaseConfig):
         if self.bf16 is None and not self.fp16 and not has_accelerator():
             self.bf16 = False  # TRL defaults to bf16, which fails on a machine without GPU unless use_cpu is set
         check_mixed_precision(self)
+        use_cpu_for_cpu_processes(self)  # several processes without GPU (accelerate launch / torchrun): gloo
         super().__post_init__()
+        if self.world_size is None:  # the field hides TrainingArguments.world_size, which DeepSpeed's setup reads
+            state = getattr(self, "distributed_state", None)
+            self.world_size = state.num_processes if state is not None else 1
         if self.kl_estimator not in ("k1", "k3"):
             raise ValueError(f"`kl_estimator` must be 'k1' or 'k3', got {self.kl_estimator!r}.")
         if self.stop_token not in (None, "eos"):

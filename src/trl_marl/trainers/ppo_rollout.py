@@ -190,16 +190,22 @@ def forward_targets(ro: AgentRollout, slot: int, team: AgentTeam, value_model: n
     pad = team.tokenizers[slot].pad_token_id
     C, Cv = ro.context_length, ro.value_context_length
     logps, ref_logps, values = [], [], []
-    for i in range(0, ro.query_responses.size(0), step):
+    starts = list(range(0, ro.query_responses.size(0), step))
+    # sharded weights (`team.lockstep`): every process runs as many chunks as the busiest (extra ones are discarded)
+    chunk = 0
+    while team.lockstep(chunk < len(starts)) if team.lockstep is not None else chunk < len(starts):
+        i = starts[chunk] if chunk < len(starts) else 0
         qr = ro.query_responses[i : i + step]
         resp = ro.responses[i : i + step]
         logits = team.sequence_logits(slot, qr, pad)[:, C - 1 : -1] / (args.temperature + 1e-7)
-        logps.append(selective_log_softmax(logits, resp))
         ref_logits = team.sequence_logits(slot, qr, pad, reference=True)[:, C - 1 : -1]
-        ref_logps.append(selective_log_softmax(ref_logits / (args.temperature + 1e-7), resp))
         vqr = ro.value_query_responses[i : i + step]
         full_values, _ = sequence_scores(value_model, vqr, pad, Cv)
-        values.append(full_values[:, Cv - 1 : -1])
+        if chunk < len(starts):
+            logps.append(selective_log_softmax(logits, resp))
+            ref_logps.append(selective_log_softmax(ref_logits / (args.temperature + 1e-7), resp))
+            values.append(full_values[:, Cv - 1 : -1])
+        chunk += 1
     logprobs, ref_logprobs, value = torch.cat(logps), torch.cat(ref_logps), torch.cat(values).float()
     contains_eos = (ro.postprocessed == team.tokenizers[slot].eos_token_id).any(dim=-1)
     if args.missing_eos_penalty is not None:

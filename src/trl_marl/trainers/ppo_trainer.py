@@ -15,7 +15,6 @@ Modules: `ppo_value` (value/reward models, `PolicyValueTeam`), `ppo_rollout` (sa
 from __future__ import annotations
 
 import math
-import os
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
@@ -62,7 +61,7 @@ from .ppo_value import (
     first_true_index,
     sequence_scores,
 )
-from .team_trainer import TeamTrainerMixin, collate_rows
+from .team_trainer import TeamTrainerMixin, collate_rows, rollout_phase
 
 __all__ = ["AgentRollout", "MultiAgentPPOTrainer", "PolicyValueTeam", "first_true_index", "sequence_model_inputs",
            "sequence_scores"]
@@ -283,13 +282,13 @@ class MultiAgentPPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer
             eos_token_id=self.stop_token_id,
         )
 
-    @torch.no_grad()
+    @rollout_phase
     def play_episodes(self, rows: list[dict[str, Any]], temperature: float | None = None) -> Rollout:
         """Play the episodes of `rows` with the rollout engine (one sample per agent per turn, no scoring)."""
         config = self._generation_config(self.args.temperature if temperature is None else temperature)
         return self.engine.run(rows, trainer_state=self.state, generation_config=config, score=False)
 
-    @torch.no_grad()
+    @rollout_phase
     def rollout(self, rows: list[dict[str, Any]], temperature: float | None = None) -> list[AgentRollout | None]:
         """Play the episodes of `rows`, score every trained (turn, agent) response and compute the PPO targets.
 
@@ -405,6 +404,7 @@ class MultiAgentPPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer
             self.wrapper, self.optimizer, self.get_train_dataloader()
         )
         self.model_wrapped = model
+        self.deepspeed = model if self.is_deepspeed_enabled else None  # what Trainer.save_model saves under DeepSpeed
         torch.manual_seed(args.seed + self.accelerator.process_index * 100003)
         ga = args.gradient_accumulation_steps
         pads = [tok.pad_token_id for tok in self.team.tokenizers]
@@ -577,8 +577,7 @@ class MultiAgentPPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer
         super()._save(output_dir, state_dict)
         output_dir = output_dir if output_dir is not None else self.args.output_dir
         if self.args.should_save:
-            for a, vm in enumerate(self.wrapper.value_models):
-                vm.save_pretrained(os.path.join(output_dir, f"value_model_{a}"))
+            self.wrapper.save_value_models(output_dir, state_dict)  # value_model_<i>/
 
     def create_model_card(
         self,

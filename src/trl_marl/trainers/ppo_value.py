@@ -4,6 +4,7 @@ scores, and [`PolicyValueTeam`], the one `nn.Module` that a PPO update different
 from __future__ import annotations
 
 import copy
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -11,7 +12,14 @@ import torch
 from torch import nn
 
 from ..core import selective_log_softmax
-from ..team import AgentTeam, base_state_dict, logits_dtype_autocast, sequence_model_inputs
+from ..team import (
+    AgentTeam,
+    base_state_dict,
+    is_partitioned,
+    logits_dtype_autocast,
+    no_split_modules,
+    sequence_model_inputs,
+)
 
 __all__ = [
     "PolicyValueTeam",
@@ -100,6 +108,13 @@ def build_value_models(value_model: Any, team: AgentTeam, policy_sharing: str = 
         models = []
         for a in range(n):
             base = team.base_model_of(a)
+            if is_partitioned(base):
+                raise ValueError(
+                    f"Agent {a}'s weights were partitioned by DeepSpeed ZeRO-3 when they were loaded, so the default "
+                    "value model (a copy of the policy's weights with a new head) cannot be built from them: pass "
+                    "`value_model=AutoModelForSequenceClassification.from_pretrained(..., num_labels=1)` (loaded "
+                    "under the same ZeRO-3 config), or use ZeRO-2 / FSDP2."
+                )
             if getattr(base, "is_quantized", False):
                 raise ValueError(
                     f"Agent {a}'s policy is quantized, so the default value model (a copy of the policy's "
@@ -145,6 +160,20 @@ class PolicyValueTeam(nn.Module):
         self.value_models = nn.ModuleList(value_models)
         self.value_index = list(value_index) if value_index is not None else list(range(len(value_models)))
 
+    @property
+    def _no_split_modules(self) -> list[str]:
+        """The layer classes of the policies and value models (FSDP shards each such layer as a unit)."""
+        return no_split_modules([*self.team.models, *self.value_models])
+
+    def save_value_models(self, output_dir: str, state_dict: dict[str, torch.Tensor] | None = None) -> None:
+        """Save value model `i` to `output_dir/value_model_<i>/`, from `state_dict` (keyed as this module's
+        `state_dict()`, e.g. the full weights FSDP gathered) when given, else from its own weights."""
+        for index, model in enumerate(self.value_models):
+            prefix = f"value_models.{index}."
+            own = None if state_dict is None else {
+                key[len(prefix):]: value for key, value in state_dict.items() if key.startswith(prefix)}
+            model.save_pretrained(os.path.join(output_dir, f"value_model_{index}"), state_dict=own)
+
     def value_model(self, slot: int) -> nn.Module:
         """The value model of policy slot `slot`."""
         return self.value_models[self.value_index[slot]]
@@ -165,11 +194,12 @@ class PolicyValueTeam(nn.Module):
     def forward(
         self,
         batches: Sequence[tuple[torch.Tensor, int, torch.Tensor, torch.Tensor, int] | None],
-        pad_token_ids: Sequence[int],
-        temperature: float,
+        pad_token_ids: Sequence[int] = (),
+        temperature: float = 1.0,
     ) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None]:
         """For each slot's `(query_responses, context, responses, value_query_responses, value_context)`:
-        `(logits, new log-probs, values)` of its policy and value model."""
+        `(logits, new log-probs, values)` of its policy and value model (nothing for no batches: `model([])` is
+        how FSDP2 learns that this module is its root, `trainers.distributed`)."""
         outputs: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None] = []
         for s, batch in enumerate(batches):
             if batch is None:
@@ -183,3 +213,4 @@ class PolicyValueTeam(nn.Module):
             values, _ = sequence_scores(self.value_model(s), value_qr, pad_token_ids[s], value_context)
             outputs.append((logits, logprobs, values[:, value_context - 1 : -1]))
         return outputs
+

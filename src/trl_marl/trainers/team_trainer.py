@@ -39,8 +39,9 @@ from .._trl_compat import warn_if_launcher_dropped_processes
 from ..envs.base import MultiAgentEnv, Transcript
 from ..evaluation import DebateEvaluation
 from ..validation import check_dataset_prompts
+from .distributed import check_fsdp_request, is_sharded, rollout_context, rollout_phase, setup_strategy
 
-__all__ = ["TeamTrainerMixin", "collate_rows", "gather_objects"]
+__all__ = ["TeamTrainerMixin", "collate_rows", "gather_objects", "rollout_phase"]
 
 
 def collate_rows(batch: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -104,6 +105,14 @@ class TeamTrainerMixin:
             for sub in module.modules():
                 if isinstance(sub, nn.Dropout):
                     sub.p = 0.0
+
+    # ------------------------------------------------------------------ processes
+    def create_accelerator_and_postprocess(self) -> None:
+        """`transformers.Trainer`'s accelerator, checked for what a team can run on several processes: FSDP2 (also on
+        CPU processes), never FSDP1, and no process that would silently train alone (`trainers.distributed`)."""
+        check_fsdp_request(self.args)  # type: ignore[attr-defined]
+        super().create_accelerator_and_postprocess()  # type: ignore[misc]
+        setup_strategy(self)
 
     # ------------------------------------------------------------------ data
     def rows_dataloader(self, batch_size: int, shuffle: bool = True, drop_last: bool = True,
@@ -182,10 +191,18 @@ class TeamTrainerMixin:
         per_turn: dict[int, list[float]] = defaultdict(list)
         repeats = self.evaluation_samples_per_row()
         size = max(1, self.args.per_device_eval_batch_size // repeats)  # type: ignore[attr-defined]
+        chunks = [[row for row in rows[i : i + size] for _ in range(repeats)] for i in range(0, len(rows), size)]
+        # sharded weights: every forward is a collective, so each process plays as many chunks as the busiest one (a
+        # process short of rows then plays the first evaluation row, discarded, with its random state restored)
+        extra = _missing_chunks(accelerator, len(chunks)) if is_sharded(self) else 0
         try:
-            for i in range(0, len(rows), size):
-                chunk = [row for row in rows[i : i + size] for _ in range(repeats)]
-                transcripts, rewards = self.play_evaluation_episodes(chunk, temperature)
+            with rollout_context(self):
+                played = [(chunk, *self.play_evaluation_episodes(chunk, temperature)) for chunk in chunks]
+                for _ in range(extra):
+                    with torch.random.fork_rng(devices=[accelerator.device] if accelerator.device.type == "cuda"
+                                               else []):
+                        self.play_evaluation_episodes([dataset[0]], temperature)
+            for chunk, transcripts, rewards in played:
                 for turn, values in rewards.items():
                     per_turn[turn].extend(values)
                 if verifier is not None:
@@ -216,6 +233,12 @@ class TeamTrainerMixin:
             self.args, self.state, self.control, metrics  # type: ignore[attr-defined]
         )
         return metrics
+
+
+def _missing_chunks(accelerator: Any, count: int) -> int:
+    """How many chunks fewer than the busiest process this one has to play."""
+    counts = gather_objects(accelerator, [count])
+    return max(counts) - count
 
 
 def _finite_mean(values: Sequence[float]) -> float:

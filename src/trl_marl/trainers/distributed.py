@@ -1,0 +1,239 @@
+"""How the trl-marl trainers run on several processes: DDP, FSDP2 (`torch.distributed.fsdp.fully_shard`), DeepSpeed.
+
+Both trainers are `transformers.Trainer`s, so `accelerate launch` (or `torchrun`) and accelerate's plugins decide the
+strategy. A team differs from the single model that accelerate's sharding support has in mind; handled here:
+
+* **The root is the team.** FSDP2 shards every decoder layer of every agent (the team names them through
+  `_no_split_modules`) and leaves the rest (embeddings, final norms, heads) to the root unit, the team, which
+  all-gathers them in *its* forward. Agents generate, and the rollout takes old, reference and value forwards, by
+  calling their own models, outside that forward. [`rollout_phase`] wraps the rollout methods: it runs one forward
+  of the root over no batch first (FSDP2 makes the first module that runs forward its root; without it an agent's
+  model would claim the role and the next training step fails), gathers the root's parameters for the whole
+  rollout, and frees them afterwards. Under DeepSpeed ZeRO-3 it gathers every parameter instead and lifts the
+  engine's partitioning hooks meanwhile, as TRL does for `generate` ([`gathered_zero3`]).
+* **Forwards are collectives.** With sharded weights every forward all-gathers, so every process must run the same
+  forwards: `generate` keeps every process stepping until all are done (transformers' `synced_gpus`, on for FSDP-
+  and ZeRO-3-managed modules), the rollout plays turns in lockstep (`AgentTeam.lockstep`: a process whose episodes
+  ended generates a placeholder, with its random state restored, while others play on), PPO's old/reference/value
+  forwards run as many chunks on every process, and evaluation plays as many chunks on every process.
+* **CPU processes.** accelerate (1.15) runs FSDP only on GPUs and other accelerators: on CPU processes it ignores an
+  FSDP config and falls back to DDP without a word, although FSDP2 itself runs there (gloo has the all-gather and
+  reduce-scatter it needs). [`setup_strategy`] turns FSDP on for such a run, so that the same code path can be
+  tested on a CPU machine (`tests/test_accelerate.py`).
+
+Refused before training, each with what to use instead: FSDP version 1 (its flat parameters cannot be gathered for
+generation outside the root's forward), FSDP's own activation checkpointing (use the trainer's
+`gradient_checkpointing`, which in `adapters` mode recomputes every layer with the right agent's adapter), sharded
+state dicts (a checkpoint holds every agent as a loadable model: `FULL_STATE_DICT` gathers them), and processes that
+the launcher started but accelerate runs alone (no GPU and `use_cpu=False`: each process would train a model of its
+own on all the data).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Callable
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+import torch
+from torch import nn
+
+from .._trl_compat import add_zero3_hooks, enable_fsdp_on_cpu_processes, remove_zero3_hooks
+
+__all__ = [
+    "check_fsdp_plugin",
+    "check_fsdp_request",
+    "full_tensor",
+    "gathered_root",
+    "gathered_zero3",
+    "is_fsdp2_module",
+    "is_sharded",
+    "rollout_context",
+    "rollout_phase",
+    "setup_strategy",
+    "zero3_engine",
+]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+FSDP1_MESSAGE = (
+    "trl-marl's trainers shard with FSDP2 only: FSDP version 1 keeps each unit's parameters in one flat sharded "
+    "tensor that the agents' models cannot use when they generate outside the team's forward. Set `fsdp_version: 2` "
+    "in the accelerate config (or `fsdp_config={'version': 2}` in the trainer's config)."
+)
+
+
+def is_fsdp2_module(module: Any) -> bool:
+    """Whether `module` was sharded by FSDP2's `fully_shard` (in place: it is then an `FSDPModule`)."""
+    try:
+        from torch.distributed.fsdp import FSDPModule
+    except ImportError:  # a torch without FSDP2
+        return False
+    return isinstance(module, FSDPModule)
+
+
+def full_tensor(tensor: torch.Tensor) -> torch.Tensor:
+    """The whole tensor of a (possibly FSDP2-sharded) parameter: a `DTensor` is all-gathered (a collective: every
+    process must call this for the same parameters in the same order)."""
+    from torch.distributed.tensor import DTensor
+
+    return tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
+
+
+# ---------------------------------------------------------------------------------------------- setup
+def requested_fsdp_version(args: Any) -> int | None:
+    """The FSDP version a run asks for (the trainer config's `fsdp_config`, else `accelerate launch`'s FSDP config),
+    or None when it asks for no FSDP."""
+    plugin_args = getattr(args, "fsdp_plugin_args", None)
+    if plugin_args is not None:
+        return int(plugin_args.get("fsdp_version", 2))
+    if os.environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true":
+        return int(os.environ.get("FSDP_VERSION", "1") or 1)
+    return None
+
+
+def check_fsdp_request(args: Any) -> None:
+    """Refuse FSDP version 1 before accelerate builds its plugin (which, on a machine without GPU, fails with a
+    message about missing devices)."""
+    version = requested_fsdp_version(args)
+    if version is not None and version != 2:
+        raise ValueError(FSDP1_MESSAGE)
+
+
+def setup_strategy(trainer: Any) -> None:
+    """Check the launch and the distributed strategy right after the trainer's `Accelerator` is created.
+
+    Turns FSDP2 on for CPU processes that asked for it (see the module docstring), and raises an error that names
+    the fix for everything the trainers cannot run.
+    """
+    accelerator = trainer.accelerator
+    world = int(os.environ.get("WORLD_SIZE", "1") or 1)
+    if world > 1 and accelerator.num_processes == 1:
+        raise RuntimeError(
+            f"This script runs as one of {world} processes (WORLD_SIZE={world}), but accelerate trains each of them "
+            "alone, so each would train its own copy of the team on all the data: without a GPU, processes need "
+            "`use_cpu=True` in the trainer's config (MAGRPOConfig and MultiAgentPPOConfig set it themselves when "
+            "they see several processes and no GPU; a config built before the processes started, or another "
+            "TrainingArguments, does not). Set `use_cpu=True`, or launch one process."
+        )
+    if requested_fsdp_version(trainer.args) is not None:
+        enable_fsdp_on_cpu_processes(trainer)
+    plugin = getattr(accelerator.state, "fsdp_plugin", None)
+    if plugin is not None:
+        check_fsdp_plugin(plugin)
+    deepspeed = getattr(accelerator.state, "deepspeed_plugin", None)
+    if deepspeed is not None and deepspeed.zero_stage == 3 and not deepspeed.zero3_save_16bit_model:
+        raise ValueError(
+            "Under DeepSpeed ZeRO-3 trl-marl saves every agent as a loadable folder from the weights that DeepSpeed "
+            "gathers at save time: set `zero3_save_16bit_model: true` in the accelerate config "
+            "(`stage3_gather_16bit_weights_on_model_save: true` in a DeepSpeed JSON config)."
+        )
+
+
+def check_fsdp_plugin(plugin: Any) -> None:
+    """Refuse the FSDP settings that a team cannot train or save with (accelerate FSDP plugin)."""
+    if getattr(plugin, "fsdp_version", 1) != 2:
+        raise ValueError(FSDP1_MESSAGE)
+    if getattr(plugin, "activation_checkpointing", False):
+        raise ValueError(
+            "FSDP's own activation checkpointing (`fsdp_activation_checkpointing: true`) would recompute every "
+            "layer with whichever LoRA adapter is active at the time, which in `adapters` mode is the wrong agent's. "
+            "Set it to false and use the trainer's `gradient_checkpointing=True` instead (it checkpoints every "
+            "agent's layers and recomputes each with its own adapter)."
+        )
+    if "SHARDED" in str(getattr(plugin, "state_dict_type", "")):
+        raise ValueError(
+            "trl-marl saves every agent of a team as a model (or adapter) folder that loads on its own, which needs "
+            "the full weights: set `fsdp_state_dict_type: FULL_STATE_DICT` (SHARDED_STATE_DICT would leave "
+            "checkpoints without the agents' weights)."
+        )
+
+
+# ---------------------------------------------------------------------------------------------- rollouts
+@contextmanager
+def gathered_root(root: nn.Module) -> Any:
+    """The root unit's parameters gathered for a rollout (nothing to do unless `root` is FSDP2-sharded)."""
+    if not is_fsdp2_module(root):
+        yield
+        return
+    with torch.no_grad():
+        root([])  # a forward over no batch: FSDP2 takes the first module to run forward as its root
+    root.unshard()
+    try:
+        yield
+    finally:
+        root.reshard()
+
+
+def is_sharded(trainer: Any) -> bool:
+    """Whether the trainer's weights are sharded across several processes (FSDP2, DeepSpeed ZeRO-3): every forward
+    is then a collective that all processes must run."""
+    sharded = is_fsdp2_module(trainer.model) or zero3_engine(trainer) is not None
+    return sharded and trainer.accelerator.num_processes > 1
+
+
+def zero3_engine(trainer: Any) -> Any:
+    """The trainer's DeepSpeed engine when it partitions the weights (ZeRO-3), else None."""
+    engine = getattr(trainer, "deepspeed", None)
+    plugin = getattr(trainer.accelerator.state, "deepspeed_plugin", None)
+    return engine if engine is not None and plugin is not None and plugin.zero_stage == 3 else None
+
+
+@contextmanager
+def gathered_zero3(trainer: Any) -> Any:
+    """Under DeepSpeed ZeRO-3, every parameter of the trainer's engine gathered and its partitioning hooks removed
+    (as TRL gathers a policy for `generate`), so that the agents' models run outside the engine's forward."""
+    engine = zero3_engine(trainer)
+    if engine is None:
+        yield
+        return
+    import deepspeed
+
+    with deepspeed.zero.GatheredParameters(list(engine.module.parameters())):
+        remove_zero3_hooks(engine)
+        try:
+            yield
+        finally:
+            add_zero3_hooks(engine)
+
+
+@contextmanager
+def rollout_context(trainer: Any) -> Any:
+    """No gradients and the parameters that the rollout needs gathered: the root unit's under FSDP2
+    ([`gathered_root`]), all of them under DeepSpeed ZeRO-3 ([`gathered_zero3`]); nested contexts gather once."""
+    if trainer.__dict__.get("_in_rollout_phase"):
+        with torch.no_grad():
+            yield
+        return
+    trainer.__dict__["_in_rollout_phase"] = True
+    team = getattr(trainer, "team", None)
+    accelerator = trainer.accelerator
+    if team is not None and is_sharded(trainer):
+        team.lockstep = functools.partial(_any_process, accelerator)  # turns in lockstep: forwards are collectives
+    try:
+        with torch.no_grad(), gathered_root(trainer.model), gathered_zero3(trainer):
+            yield
+    finally:
+        trainer.__dict__["_in_rollout_phase"] = False
+        if team is not None:
+            team.lockstep = None
+
+
+def _any_process(accelerator: Any, active: bool) -> bool:
+    """Whether `active` holds on any process (a collective: every process calls it)."""
+    flag = torch.tensor([int(active)], device=accelerator.device)
+    return bool(accelerator.reduce(flag, reduction="sum").item())
+
+
+def rollout_phase(method: F) -> F:
+    """Decorate a trainer method that generates or scores without gradients (a rollout, an evaluation episode): it
+    runs in [`rollout_context`]."""
+
+    @functools.wraps(method)
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        with rollout_context(self):
+            return method(self, *args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
