@@ -210,8 +210,12 @@ def rollout_context(trainer: Any) -> Any:
     trainer.__dict__["_in_rollout_phase"] = True
     team = getattr(trainer, "team", None)
     accelerator = trainer.accelerator
+    sharing = getattr(team, "share_prompt_prefill", False)
     if team is not None and is_sharded(trainer):
         team.lockstep = functools.partial(_any_process, accelerator)  # turns in lockstep: forwards are collectives
+        # a shared prefill is one more forward on a process whose rows repeat a prompt, which the others (e.g. one
+        # playing a placeholder) would not run: with sharded weights that forward would wait forever
+        team.share_prompt_prefill = False
     try:
         with torch.no_grad(), gathered_root(trainer.model), gathered_zero3(trainer):
             yield
@@ -219,6 +223,7 @@ def rollout_context(trainer: Any) -> Any:
         trainer.__dict__["_in_rollout_phase"] = False
         if team is not None:
             team.lockstep = None
+            team.share_prompt_prefill = sharing
 
 
 def _any_process(accelerator: Any, active: bool) -> bool:
