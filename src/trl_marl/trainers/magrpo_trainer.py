@@ -14,8 +14,14 @@ from torch.utils.data import DataLoader
 from transformers import GenerationConfig, PreTrainedModel, TrainerCallback
 
 from .._trl_compat import TeamCheckpointMixin, TRLBaseTrainer
-from ..core import aggregate_token_loss, clipped_surrogate, k3_kl, log_importance_weights, masked_mean
-from ..core import off_policy_sequence_mask as off_policy_mask
+from ..core import (
+    aggregate_token_loss,
+    clipped_surrogate,
+    k3_kl,
+    log_importance_weights,
+    masked_mean,
+    off_policy_sequence_mask,
+)
 from ..envs.base import MultiAgentEnv, PromptEnv, Transcript
 from ..rewarding import NonFiniteCounter, NonFiniteError
 from ..rollout import (
@@ -485,9 +491,10 @@ class MAGRPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer):
             delta=args.delta, importance_sampling_level=args.importance_sampling_level, mask=mask,
         )
         if args.off_policy_mask_threshold is not None:  # drop drifted sequences of negative advantage
-            per_token_loss = per_token_loss * off_policy_mask(inputs["advantages"][agent_index], logps, old, mask,
-                                                              args.off_policy_mask_threshold)
-        entropy_mask = inputs.get("entropy_mask", [None] * (agent_index + 1))[agent_index]
+            per_token_loss = per_token_loss * off_policy_sequence_mask(
+                inputs["advantages"][agent_index], logps, old, mask, args.off_policy_mask_threshold)
+        entropy_masks = inputs.get("entropy_mask")  # absent when a subclass builds its own inputs
+        entropy_mask = None if entropy_masks is None else entropy_masks[agent_index]
         if entropy_mask is not None:  # top_entropy_quantile: the policy gradient only on high-entropy tokens
             per_token_loss = per_token_loss * entropy_mask
         kl = None
