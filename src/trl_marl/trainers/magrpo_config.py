@@ -114,6 +114,10 @@ class MAGRPOConfig(GRPOConfig):
         share_prompt_prefill (`bool`, defaults to `True`): Run each node's prompt prefill once for its G samples
             (and for agents of the same weights that see the same prompt) and copy the KV cache to every sample
             (`AgentTeam.share_prompt_prefill`).
+        backward_per_agent (`bool`, defaults to `True`): Backpropagate the team loss one agent at a time (forward, loss
+            and backward of agent 0, then of agent 1, ...), so that one agent's activations are alive at a time
+            instead of every agent's; the same gradient as one backward of the summed loss (`False`), up to
+            floating-point summation order (`trainers.magrpo_backward`).
         zero_std_warning_fraction (`float`, defaults to `0.9`), zero_std_warning_steps (`int`, defaults to `20`):
             Warn once when at least this fraction of groups had zero return std (no learning signal) for this many
             consecutive optimizer steps.
@@ -202,6 +206,19 @@ class MAGRPOConfig(GRPOConfig):
             "or models never share one: their keys and values differ). Sampling is unchanged up to floating-point "
             "reordering; False runs one prefill per sample (a plain `generate`), which is faster only for tiny "
             "models with prompts of a few tokens (sharing costs one more forward call)."
+        },
+    )
+    backward_per_agent: bool = field(
+        default=True,
+        metadata={
+            "help": "Take each trained agent's forward, loss and backward in turn, freeing its activations (the "
+            "[batch, length, vocab] logits among them) before the next agent's forward: peak training memory holds "
+            "one agent's activations instead of all of them. The gradient is that of one backward of the summed "
+            "loss (False) up to floating-point summation order, at the same compute. Under DDP the backwards run "
+            "under `no_sync` and the gradients are averaged once per synchronising step. The summed loss and one "
+            "backward are used anyway with sharded weights (FSDP2, DeepSpeed), LOMO optimizers, and a subclass that "
+            "overrides `compute_loss`. A `compute_agent_loss` override of agent a finds `inputs['entropy']` and "
+            "`inputs['entropy_mask']` of agents 0..a only (False: of every agent)."
         },
     )
     frozen_agents: list[int] = field(

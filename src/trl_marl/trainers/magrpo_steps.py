@@ -31,6 +31,7 @@ __all__ = [
     "BlockRepeatSampler",
     "GenerationSchedule",
     "ReferenceSync",
+    "agent_high_entropy_mask",
     "continuous_batching_config",
     "gathered_entropies",
     "generation_config",
@@ -202,18 +203,22 @@ def gathered_entropies(accelerator: Any, entropy: torch.Tensor, mask: torch.Tens
     return pool[pool >= 0]
 
 
-def high_entropy_masks(accelerator: Any, inputs: dict[str, Any], top_quantile: float) -> list[torch.Tensor | None]:
-    """Each agent's `top_entropy_quantile` token mask (`core.high_entropy_mask`, the threshold over every process's
-    tokens of that agent); all `None` when the quantile is 1 (every token kept)."""
-    masks: list[torch.Tensor | None] = [None] * len(inputs["entropy"])
+def agent_high_entropy_mask(accelerator: Any, entropy: torch.Tensor, mask: torch.Tensor,
+                            top_quantile: float) -> torch.Tensor | None:
+    """One agent's `top_entropy_quantile` token mask (`core.high_entropy_mask`, the threshold over every process's
+    tokens of that agent, so a collective with several processes); `None` when the quantile is 1 (every token)."""
     if top_quantile >= 1.0:
-        return masks
-    for a, entropy in enumerate(inputs["entropy"]):
-        if entropy is not None:
-            mask = inputs["batches"][a].completion_mask
-            entropy = entropy.detach()
-            masks[a] = high_entropy_mask(entropy, mask, top_quantile, gathered_entropies(accelerator, entropy, mask))
-    return masks
+        return None
+    entropy = entropy.detach()
+    return high_entropy_mask(entropy, mask, top_quantile, gathered_entropies(accelerator, entropy, mask))
+
+
+def high_entropy_masks(accelerator: Any, inputs: dict[str, Any], top_quantile: float) -> list[torch.Tensor | None]:
+    """Each agent's [`agent_high_entropy_mask`] (`None` for an agent without entropies); each depends on that
+    agent's entropies only."""
+    return [None if entropy is None else
+            agent_high_entropy_mask(accelerator, entropy, inputs["batches"][a].completion_mask, top_quantile)
+            for a, entropy in enumerate(inputs["entropy"])]
 
 
 def generation_config(args: Any, team: Any) -> GenerationConfig:

@@ -19,7 +19,6 @@ from ..core import (
     clipped_surrogate,
     k3_kl,
     log_importance_weights,
-    masked_mean,
     off_policy_sequence_mask,
 )
 from ..envs.base import MultiAgentEnv, PromptEnv, Transcript
@@ -35,6 +34,7 @@ from ..rollout import (
 from ..team import AgentBatch, AgentTeam, pad_left, pad_right
 from ..utils.precision import cast_lm_head_to_fp32
 from ..validation import check_prompt_lengths
+from .magrpo_backward import agent_loss, backward_per_agent, takes_backward_per_agent, zero_loss
 from .magrpo_config import MAGRPOConfig
 from .magrpo_entropy import EntropyControl
 from .magrpo_logging import TrainingDiagnosticWarning, diagnose_step, log_rollout
@@ -63,8 +63,9 @@ class MAGRPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer):
     actions (`aligned` or `cross`), the reward functions give each joint action one centralized team reward, the
     episode continues for up to `num_turns` turns as a tree, and returns R_t = r_t + gamma * mean(R_{t+1}) become
     group-relative advantages among each agent's samples of a node. Each agent is then updated with the GRPO
-    clipped surrogate over its own tokens (optionally with a k3 KL penalty to its reference policy); the agents'
-    losses are summed into one backward pass and one optimizer step.
+    clipped surrogate over its own tokens (optionally with a k3 KL penalty to its reference policy); the team loss is
+    the sum of the agents' losses, backpropagated one agent at a time (`backward_per_agent`), and every agent takes
+    one optimizer step.
 
     With `num_agents=1` and `num_turns=1` the advantages, loss and update equal TRL's `GRPOTrainer`'s for the same
     rollouts (tested for every supported `loss_type`).
@@ -323,7 +324,10 @@ class MAGRPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer):
             last = inputs.last
         else:
             batch = self._make_batch(inputs, mode="train")
-        loss = super().training_step(model, batch, num_items_in_batch)
+        if takes_backward_per_agent(self, model, type(self).compute_loss is MAGRPOTrainer.compute_loss):
+            loss = backward_per_agent(self, model, batch)  # `backward_per_agent`: one agent's graph at a time
+        else:
+            loss = super().training_step(model, batch, num_items_in_batch)
         if last:  # the optimizer step's last micro-step: the entropy controllers and the diagnostics
             self.entropy_control.end_step(self.accelerator, self._metrics["train"])
             diagnose_step(self)
@@ -418,48 +422,20 @@ class MAGRPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer):
     def compute_loss(self, model: torch.nn.Module, inputs: dict[str, Any], return_outputs: bool = False,
                      num_items_in_batch: Any = None) -> torch.Tensor:
         """Sum over agents of the GRPO clipped-surrogate loss on each agent's own tokens (+ beta * k3 KL, - the
-        entropy bonus `c_a * H_a` with `entropy_coef`, see `magrpo_entropy`)."""
-        args = self.args
+        entropy bonus `c_a * H_a` with `entropy_coef`, see `magrpo_entropy`). Training backpropagates the same sum
+        one agent at a time instead (`backward_per_agent`, `magrpo_backward`) unless a subclass overrides this."""
         mode = "train" if self.model.training else "eval"
         frozen = self.team.frozen
-        bonus = self.entropy_control
         results = model([None if a in frozen else b for a, b in enumerate(inputs["batches"])], compute_entropy=True,
-                        entropy_grad=bonus.enabled)  # entropies with gradients only for a bonus
+                        entropy_grad=self.entropy_control.enabled)  # entropies with gradients only for a bonus
         inputs["entropy"] = [None if r is None else r[1] for r in results]
-        inputs["entropy_mask"] = high_entropy_masks(self.accelerator, inputs, args.top_entropy_quantile)
+        inputs["entropy_mask"] = high_entropy_masks(self.accelerator, inputs, self.args.top_entropy_quantile)
+        losses = [agent_loss(self, a, *result, inputs, mode) for a, result in enumerate(results) if result is not None]
         total: torch.Tensor | None = None
-        metrics = self._metrics[mode]
-        for a, result in enumerate(results):
-            if result is None:
-                continue
-            logps, entropy = result
-            mask = inputs["batches"][a].completion_mask
-            loss, kl, clipped = self.compute_agent_loss(a, logps, inputs)
-            if mode == "train" and args.loss_type != "dapo":
-                loss = loss / self.current_gradient_accumulation_steps
-            prefix = f"agent_{a}/"
-            if bonus.enabled:  # over the tokens the policy loss acts on, scaled for accumulation only (as TRL)
-                metrics[prefix + "policy_loss"].append(float(loss.detach()))
-                tokens = mask if inputs["entropy_mask"][a] is None else mask * inputs["entropy_mask"][a]
-                scale = self.current_gradient_accumulation_steps if mode == "train" else 1.0
-                loss = loss - bonus.bonus(a, entropy, tokens, scale, train=mode == "train")
-            if not torch.isfinite(loss):
-                self._count_nonfinite(1, "loss")
-                continue
-            total = loss if total is None else total + loss
-            fmask = mask.float()
-            metrics[prefix + "entropy"].append(float(masked_mean(entropy, fmask)) if fmask.sum() else 0.0)
-            if mode == "train":
-                self._step_entropy[a][0] += float((entropy.detach() * fmask).sum())
-                self._step_entropy[a][1] += float(fmask.sum())
-            if kl is not None:
-                metrics[prefix + "kl"].append(float(masked_mean(kl.detach(), fmask)) if fmask.sum() else 0.0)
-            clip_mask = clipped.expand_as(fmask).float() if clipped.dim() == 2 else clipped.float()
-            metrics[prefix + "clip_ratio"].append(float(masked_mean(clip_mask, fmask)) if fmask.sum() else 0.0)
-            metrics[prefix + "loss"].append(float(loss.detach()))
-        if total is None:  # every agent's loss was non-finite: a zero loss that still touches every parameter
-            total = sum((p.sum() * 0.0 for p in model.parameters() if p.requires_grad), torch.zeros(()))
-        return total
+        for loss in losses:
+            if loss is not None:  # a non-finite loss is skipped (and counted)
+                total = loss if total is None else total + loss
+        return zero_loss(model) if total is None else total
 
     def compute_agent_loss(self, agent_index: int, logps: torch.Tensor,
                            inputs: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
