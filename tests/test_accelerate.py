@@ -39,6 +39,8 @@ TIMEOUT_S = 400
 RUNS = ("magrpo:models", "magrpo:adapters", "ppo:models", "ppo:adapters")
 # two turns, but every episode of process 0 ends after the first (as early stopping can make it)
 UNEVEN = ("magrpo:adapters:uneven", "ppo:models:uneven")
+# MAGRPO with 2 accumulated micro-steps per step, with a backward per agent (the default) and with one backward
+BACKWARD = ("magrpo:adapters:ga2", "magrpo:adapters:ga2:single")
 
 
 @pytest.fixture(scope="module")
@@ -106,7 +108,7 @@ def _launch(model_dir: str, out_dir: Path, strategy: list[str], *extra: str,
 @pytest.fixture(scope="module")
 def ddp_results(toy_model_dir: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[str, Any]]]:
     ddp = ["--multi_gpu", "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no"]
-    return _launch(toy_model_dir, tmp_path_factory.mktemp("ddp"), ddp, "--evaluate", runs=RUNS + UNEVEN)
+    return _launch(toy_model_dir, tmp_path_factory.mktemp("ddp"), ddp, "--evaluate", runs=RUNS + UNEVEN + BACKWARD)
 
 
 @pytest.fixture(scope="module")
@@ -179,6 +181,29 @@ def test_two_processes_end_with_identical_weights(ddp_results, run: str) -> None
         assert first["entropy_coefs"] == second["entropy_coefs"] == pytest.approx({0: 0.06, 1: 0.06})
         assert first["last_entropy"] == second["last_entropy"]
         assert all(0.0 < h < 50.0 for h in first["last_entropy"].values())
+
+
+def test_ddp_backward_per_agent_trains_like_one_backward(ddp_results) -> None:
+    # under DDP the per-agent backwards run under `no_sync` and the trainer averages the gradients over the processes
+    # itself at the synchronising micro-step (the second of each step here): the same training as DDP's own
+    # all-reduce after one backward of the summed loss
+    per_agent, summed = ddp_results["magrpo_adapters_ga2"], ddp_results["magrpo_adapters_ga2_single"]
+    for mine, theirs in zip(per_agent, summed):
+        assert mine["agents_per_forward"] and set(mine["agents_per_forward"]) == {1}
+        assert set(theirs["agents_per_forward"]) == {2}
+        assert len(mine["agents_per_forward"]) == 2 * len(theirs["agents_per_forward"]) == 2 * 2 * 3
+        assert mine["global_step"] == theirs["global_step"] == 3
+        assert mine["joint_actions"] == theirs["joint_actions"]
+        assert mine["losses"] == pytest.approx(theirs["losses"], abs=1e-6)
+        # the norm of the averaged gradient (Adam's update hardly changes with the gradient's scale: this does)
+        assert len(mine["grad_norms"]) == 3 and mine["grad_norms"] == pytest.approx(theirs["grad_norms"], rel=1e-5)
+        assert mine["last_entropy"] == pytest.approx(theirs["last_entropy"], abs=1e-6)
+        for name, value in theirs["final"].items():
+            torch.testing.assert_close(mine["final"][name], value, rtol=0, atol=1e-6, msg=name)
+            assert not torch.equal(value, theirs["initial"][name]), f"{name} did not train"
+    first, second = per_agent
+    assert first["joint_actions"] != second["joint_actions"]  # different local gradients, yet the same weights
+    assert all(torch.equal(first["final"][n], second["final"][n]) for n in first["final"])
 
 
 @pytest.mark.parametrize("run", RUNS)

@@ -91,7 +91,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--runs", default="magrpo:models",
                         help="Comma-separated runs, one after the other in the same processes: trainer:team_mode "
                         "(trainer magrpo or ppo, team mode models or adapters), optionally :uneven (2 turns, "
-                        "episodes of process 0 end after the first).")
+                        "episodes of process 0 end after the first); for MAGRPO also :ga2 (3 steps of 2 "
+                        "accumulated micro-steps) and :single (`backward_per_agent=False`: the summed loss and one "
+                        "backward).")
     parser.add_argument("--max-steps", type=int, default=5)
     parser.add_argument("--learning-rate", type=float, default=1e-2)
     parser.add_argument("--save", action="store_true", help="Save each team to <out-dir>/<run>/final.")
@@ -105,7 +107,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 
 def build_trainer(args: argparse.Namespace, trainer: str, team_mode: str, reward: RecordingReward, out_dir: Path,
-                  save_steps: int = 0, uneven: bool = False) -> Any:
+                  save_steps: int = 0, uneven: bool = False, variant: Sequence[str] = ()) -> Any:
     dataset = Dataset.from_dict({"target": [10] * NUM_ROWS, "row_id": list(range(NUM_ROWS))})
     peft_config = None
     if team_mode == "adapters":
@@ -130,21 +132,33 @@ def build_trainer(args: argparse.Namespace, trainer: str, team_mode: str, reward
     # see the entropy of every process's tokens and so agree between the processes
     entropy = (dict(use_adaptive_entropy=True, entropy_coef=0.01, entropy_coef_delta=0.01, entropy_target=50.0)
                if team_mode == "adapters" else {})
+    accumulation = dict(gradient_accumulation_steps=2, max_steps=3) if "ga2" in variant else {}
     config = MAGRPOConfig(num_generations=NUM_GENERATIONS,
                           per_device_train_batch_size=NUM_GENERATIONS * EPISODES_PER_STEP, max_completion_length=4,
-                          max_steps=args.max_steps, gradient_checkpointing=False, **entropy, **common)
+                          gradient_checkpointing=False, backward_per_agent="single" not in variant,
+                          **{"max_steps": args.max_steps, **accumulation}, **entropy, **common)
     return MAGRPOTrainer(model=args.model_dir, reward_funcs=reward, env=env, args=config, train_dataset=dataset,
                          peft_config=peft_config)
 
 
 def train_and_record(args: argparse.Namespace, name: str, trainer_name: str, team_mode: str, save_steps: int = 0,
-                     resume: str | None = None, uneven: bool = False) -> Any:
+                     resume: str | None = None, uneven: bool = False, variant: Sequence[str] = ()) -> Any:
     """Train one team and write `<out-dir>/<name>/rank<process_index>.pt`; returns the trainer."""
     out_dir = Path(args.out_dir) / name
     out_dir.mkdir(parents=True, exist_ok=True)
     reward = RecordingReward()
-    trainer = build_trainer(args, trainer_name, team_mode, reward, out_dir, save_steps, uneven)
+    trainer = build_trainer(args, trainer_name, team_mode, reward, out_dir, save_steps, uneven, variant)
     initial = parameters(trainer.model)
+    agents_per_forward: list[int] = []  # per training forward of the team, how many agents it ran
+    if trainer_name == "magrpo":
+        forward = trainer.team.forward
+
+        def counting_forward(batches: Sequence[Any], *rest: Any, **kwargs: Any) -> Any:
+            if torch.is_grad_enabled():
+                agents_per_forward.append(sum(batch is not None for batch in batches))
+            return forward(batches, *rest, **kwargs)
+
+        trainer.team.forward = counting_forward
     trainer.train(resume_from_checkpoint=resume)
     # every parameter the team trains (in `adapters` mode each agent's adapter; in PPO also the value models)
     final = parameters(trainer.model)
@@ -165,9 +179,11 @@ def train_and_record(args: argparse.Namespace, name: str, trainer_name: str, tea
         "row_ids": row_ids,
         "eval_reward": evaluation.get("eval_reward"),
         "turns": sorted(reward.turns),
+        "agents_per_forward": agents_per_forward,
         "joint_actions": joint_actions,
         "losses": [log.get("loss", log.get("loss/policy_avg")) for log in trainer.state.log_history
                    if "loss" in log or "loss/policy_avg" in log],
+        "grad_norms": [log["grad_norm"] for log in trainer.state.log_history if "grad_norm" in log],
         "entropy_coefs": dict(trainer.entropy_control.coefs) if getattr(trainer, "entropy_control", None) else None,
         "last_entropy": dict(trainer.entropy_control.last_entropy) if getattr(trainer, "entropy_control", None)
         else None,
@@ -188,11 +204,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     torch.set_num_threads(1)
     for run in args.runs.split(","):
         trainer_name, team_mode, *variant = run.split(":")
-        uneven = variant == ["uneven"]
+        uneven = "uneven" in variant
         name = "_".join([trainer_name, team_mode, *variant])
-        resume_check = args.resume_check and trainer_name == "magrpo" and not uneven
+        resume_check = args.resume_check and trainer_name == "magrpo" and not variant
         save_steps = args.max_steps - 1 if resume_check else 0
-        trainer = train_and_record(args, name, trainer_name, team_mode, save_steps, uneven=uneven)
+        trainer = train_and_record(args, name, trainer_name, team_mode, save_steps, uneven=uneven, variant=variant)
         if resume_check:
             checkpoint = os.path.join(trainer.args.output_dir, f"checkpoint-{save_steps}")
             train_and_record(args, f"{name}_resumed", trainer_name, team_mode, resume=checkpoint)
