@@ -785,7 +785,7 @@ def markdown_table(results: dict[str, Any]) -> str:
             f"| peak RSS, 4-agent vs 1-agent `adapters` team, same per-agent batch ({model}) "
             f"| {m['n4']['peak_rss_mb']:.0f} MB | {m['n1']['peak_rss_mb']:.0f} MB | {m['ratio_peak_rss']:.3f}x "
             f"(above the {m['import_baseline_mb']:.0f} MB import baseline: {m['ratio_above_import']:.2f}x) "
-            "| <= 1.25x |"
+            "| <= 1.15x |"
         )
         rows.append(
             f"| peak RSS, 4-agent team vs 1 agent with 4x the prompts (same completions per step; info) "
