@@ -34,6 +34,7 @@ from torch import nn
 from transformers import AutoModelForCausalLM, GenerationConfig, PreTrainedModel
 
 from .core import entropy_from_logits, selective_log_softmax
+from .utils.forward import dropout_active, no_autograd, takes_logits_to_keep
 from .utils.model_names import resolve_model_name
 from .utils.prefill import shared_prefill_cache
 from .utils.tokens import (  # noqa: F401  (re-exported: importable from trl_marl.team as before)
@@ -529,13 +530,17 @@ class AgentTeam(nn.Module):
                 outputs = generate_with_continuous_batching(model, rows, generation_config,
                                                             self.continuous_batching_config)
             else:
-                if self.share_prompt_prefill:  # one prefill per distinct (prompt, adapter), see `utils.prefill`
-                    cache = shared_prefill_cache(model, ids, mask, generation_config, kwargs.get("adapter_names"))
-                    if cache is not None:
-                        kwargs["past_key_values"] = cache
-                out = model.generate(input_ids=ids, attention_mask=mask, generation_config=generation_config,
-                                     **kwargs)
-                outputs = [row.tolist() for row in out[:, ids.size(1):]]
+                # `inference_mode` when safe (`no_autograd`): no autograd bookkeeping in the many small ops of
+                # decoding; nothing made here outlives the call but token id lists (continuous batching, above, keeps
+                # its own cache and thread, and stays under `no_grad`)
+                with no_autograd():
+                    if self.share_prompt_prefill:  # one prefill per distinct (prompt, adapter), see `utils.prefill`
+                        cache = shared_prefill_cache(model, ids, mask, generation_config, kwargs.get("adapter_names"))
+                        if cache is not None:
+                            kwargs["past_key_values"] = cache
+                    out = model.generate(input_ids=ids, attention_mask=mask, generation_config=generation_config,
+                                         **kwargs)
+                    outputs = [row.tolist() for row in out[:, ids.size(1):]]
         finally:
             model.train(was_training)
         stops = _eos_ids(tokenizer, self.base_model_of(agent_index)) if stop_token_ids is None else stop_token_ids
@@ -573,10 +578,16 @@ class AgentTeam(nn.Module):
     def _logps(
         self, model: PreTrainedModel, batch: AgentBatch, compute_entropy: bool, entropy_grad: bool = False
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        logits_to_keep = batch.completion_ids.size(1)
-        out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, logits_to_keep=logits_to_keep + 1)
-        with logits_dtype_autocast(out.logits):
-            logits = out.logits[:, :-1, :] / self.temperature
+        width = batch.completion_ids.size(1)
+        if dropout_active(model):  # TRL's layout, so that dropout draws the same masks (`utils.forward`)
+            logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
+                           logits_to_keep=width + 1).logits[:, :-1, :]
+        else:  # the last completion token predicts nothing that is scored: the forward stops before it
+            input_ids = torch.cat([batch.prompt_ids, batch.completion_ids[:, :-1]], dim=1)
+            attention_mask = torch.cat([batch.prompt_mask, batch.completion_mask[:, :-1]], dim=1)
+            logits = model(input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=width).logits
+        with logits_dtype_autocast(logits):
+            logits = logits / self.temperature
             logps = selective_log_softmax(logits, batch.completion_ids)
             entropy = None
             if compute_entropy:  # with gradients only when asked (an entropy bonus): they keep a softmax per chunk
@@ -605,12 +616,19 @@ class AgentTeam(nn.Module):
     def reference_logps(self, agent_index: int, batch: AgentBatch) -> torch.Tensor:
         """Per-token log-probabilities under the reference policy (adapter disabled, or the frozen copy)."""
         with self.acting(agent_index, reference=True) as model:
-            return self._logps(model, batch, compute_entropy=False)[0]
+            return self._inference_logps(model, batch)
 
     @torch.no_grad()
     def policy_logps(self, agent_index: int, batch: AgentBatch) -> torch.Tensor:
         """Per-token log-probabilities under the current policy, without gradients."""
-        return self._logps(self._activate(agent_index), batch, compute_entropy=False)[0]
+        return self._inference_logps(self._activate(agent_index), batch)
+
+    def _inference_logps(self, model: PreTrainedModel, batch: AgentBatch) -> torch.Tensor:
+        # `inference_mode` when safe (`no_autograd`); the clone, outside it, is a normal tensor that a loss may use
+        # anywhere (inference tensors cannot be saved for a backward or changed in place)
+        with no_autograd():
+            logps = self._logps(model, batch, compute_entropy=False)[0]
+        return logps.clone() if logps.is_inference() else logps
 
     def sequence_logits(self, agent_index: int, query_responses: torch.Tensor, pad_token_id: int,
                         reference: bool = False) -> torch.Tensor:
@@ -621,6 +639,24 @@ class AgentTeam(nn.Module):
         inputs = sequence_model_inputs(query_responses, pad_token_id)
         with self.acting(agent_index, reference) as model:
             return model(**inputs, return_dict=True).logits
+
+    def response_logits(self, agent_index: int, query_responses: torch.Tensor, context_length: int,
+                        pad_token_id: int, reference: bool = False) -> torch.Tensor:
+        """The logits that score the response tokens of PPO's layout: those of `sequence_logits` at positions
+        `context_length - 1` to the second to last (`sequence_logits(...)[:, context_length - 1 : -1]`).
+
+        Only those are computed: the forward stops before the last token and the LM head runs over the response
+        window alone (`logits_to_keep`, when the model takes it), unless dropout is active (`utils.forward`).
+        """
+        with self.acting(agent_index, reference) as model:
+            if dropout_active(model):
+                inputs = sequence_model_inputs(query_responses, pad_token_id)
+                return model(**inputs, return_dict=True).logits[:, context_length - 1 : -1]
+            inputs = sequence_model_inputs(query_responses[:, :-1], pad_token_id)
+            window = query_responses.size(1) - context_length
+            if takes_logits_to_keep(model) and window > 0:  # (`logits_to_keep=0` would keep every position)
+                return model(**inputs, logits_to_keep=window, return_dict=True).logits
+            return model(**inputs, return_dict=True).logits[:, context_length - 1 :]
 
     # ------------------------------------------------------------------ save / load
     def save_pretrained(self, output_dir: str | os.PathLike, save_base_model: bool | None = None,

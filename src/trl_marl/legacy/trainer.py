@@ -386,18 +386,23 @@ class PPOTrainer:
     def _forward(
         self, model: Any, layout: _Layout, with_values: bool, keep_logits: bool
     ) -> tuple[Tensor, Tensor | None, Tensor | None]:
-        """Log-probs `(B, R)` of the response tokens, their values and (optionally) logits `(B, R, V)`."""
+        """Log-probs `(B, R)` of the response tokens, their values and (optionally) logits `(B, R, V)`.
+
+        The forward stops before the last column: the layout reads positions up to the second to last only (the last
+        token predicts nothing), and this loop runs its models in eval mode, so no dropout draw changes.
+        """
         first = int(layout.positions.min())
+        input_ids, attention_mask = layout.input_ids[:, :-1], layout.attention_mask[:, :-1]
         kwargs: dict[str, Any] = {}
         offset = 0
         if self._logits_to_keep:
-            kwargs["logits_to_keep"] = layout.input_ids.size(1) - first
+            kwargs["logits_to_keep"] = input_ids.size(1) - first
             offset = first
         if with_values:
-            logits, _, values = model(input_ids=layout.input_ids, attention_mask=layout.attention_mask, **kwargs)
+            logits, _, values = model(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
             values = values.gather(1, layout.positions).float()
         else:
-            logits = model(input_ids=layout.input_ids, attention_mask=layout.attention_mask, **kwargs).logits
+            logits = model(input_ids=input_ids, attention_mask=attention_mask, **kwargs).logits
             values = None
         index = (layout.positions - offset).unsqueeze(-1).expand(-1, -1, logits.size(-1))
         window_logits = logits.gather(1, index).float()

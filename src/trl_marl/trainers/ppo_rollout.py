@@ -17,7 +17,7 @@ from ..rewarding import RewardSet
 from ..rollout import Rollout
 from ..team import AgentTeam, pad_left
 from ..validation import RewardFunctionError, unscorable_message
-from .ppo_value import first_true_index, sequence_scores, truncate_after_stop
+from .ppo_value import first_true_index, response_values, sequence_scores, truncate_after_stop
 
 __all__ = [
     "AgentRollout",
@@ -197,14 +197,13 @@ def forward_targets(ro: AgentRollout, slot: int, team: AgentTeam, value_model: n
         i = starts[chunk] if chunk < len(starts) else 0
         qr = ro.query_responses[i : i + step]
         resp = ro.responses[i : i + step]
-        logits = team.sequence_logits(slot, qr, pad)[:, C - 1 : -1] / (args.temperature + 1e-7)
-        ref_logits = team.sequence_logits(slot, qr, pad, reference=True)[:, C - 1 : -1]
-        vqr = ro.value_query_responses[i : i + step]
-        full_values, _ = sequence_scores(value_model, vqr, pad, Cv)
+        logits = team.response_logits(slot, qr, C, pad) / (args.temperature + 1e-7)
+        ref_logits = team.response_logits(slot, qr, C, pad, reference=True)
+        values_now = response_values(value_model, ro.value_query_responses[i : i + step], pad, Cv)
         if chunk < len(starts):
             logps.append(selective_log_softmax(logits, resp))
             ref_logps.append(selective_log_softmax(ref_logits / (args.temperature + 1e-7), resp))
-            values.append(full_values[:, Cv - 1 : -1])
+            values.append(values_now)
         chunk += 1
     logprobs, ref_logprobs, value = torch.cat(logps), torch.cat(ref_logps), torch.cat(values).float()
     contains_eos = (ro.postprocessed == team.tokenizers[slot].eos_token_id).any(dim=-1)

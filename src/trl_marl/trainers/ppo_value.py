@@ -20,6 +20,7 @@ from ..team import (
     no_split_modules,
     sequence_model_inputs,
 )
+from ..utils.forward import dropout_active
 
 __all__ = [
     "PolicyValueTeam",
@@ -27,6 +28,7 @@ __all__ = [
     "check_joint_tokenizers",
     "check_single_label",
     "first_true_index",
+    "response_values",
     "sequence_scores",
     "truncate_after_stop",
 ]
@@ -68,6 +70,24 @@ def sequence_scores(
     last = first_true_index(query_responses[:, context_length:] == pad_token_id) - 1 + context_length
     final = per_token[torch.arange(per_token.size(0), device=per_token.device), last]
     return per_token, final
+
+
+def response_values(
+    model: nn.Module, query_responses: torch.Tensor, pad_token_id: int, context_length: int
+) -> torch.Tensor:
+    """`(B, R)` values of the response window: `sequence_scores(...)[0][:, context_length - 1 : -1]` (the value before
+    each response token), computed without the last token (it precedes no response token) unless dropout is active
+    (`utils.forward`)."""
+    if dropout_active(model):
+        return sequence_scores(model, query_responses, pad_token_id, context_length)[0][:, context_length - 1 : -1]
+    backbone = getattr(model, model.base_model_prefix)
+    output = backbone(
+        **sequence_model_inputs(query_responses[:, :-1], pad_token_id),
+        return_dict=True,
+        output_hidden_states=True,
+        use_cache=False,
+    )
+    return model.score(output.hidden_states[-1][:, context_length - 1 :]).squeeze(-1)
 
 
 def check_single_label(model: nn.Module, name: str) -> None:
@@ -206,11 +226,11 @@ class PolicyValueTeam(nn.Module):
                 outputs.append(None)
                 continue
             query_responses, context, responses, value_qr, value_context = batch
-            logits = self.policy_logits(s, query_responses, pad_token_ids[s])[:, context - 1 : -1]
+            logits = self.team.response_logits(s, query_responses, context, pad_token_ids[s])
             with logits_dtype_autocast(logits):  # as TRL 1.12, which takes log-probs outside the model's forward
                 logits = logits / (temperature + 1e-7)
                 logprobs = selective_log_softmax(logits, responses)
-            values, _ = sequence_scores(self.value_model(s), value_qr, pad_token_ids[s], value_context)
-            outputs.append((logits, logprobs, values[:, value_context - 1 : -1]))
+            values = response_values(self.value_model(s), value_qr, pad_token_ids[s], value_context)
+            outputs.append((logits, logprobs, values))
         return outputs
 

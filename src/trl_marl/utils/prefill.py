@@ -26,14 +26,14 @@ layers below the first adapted module would be exact but is not done), and in `m
 
 from __future__ import annotations
 
-import functools
-import inspect
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from transformers import DynamicCache, GenerationConfig
+
+from .forward import takes_logits_to_keep
 
 
 @dataclass
@@ -86,11 +86,6 @@ def _base_model(model: Any) -> Any:
     return model.get_base_model() if hasattr(model, "get_base_model") else model
 
 
-@functools.lru_cache
-def _takes_logits_to_keep(model_class: type) -> bool:
-    return "logits_to_keep" in inspect.signature(model_class.forward).parameters
-
-
 def prefill_sharing_unsupported(model: Any, generation_config: GenerationConfig) -> str | None:
     """Why `model.generate` with `generation_config` cannot start from a shared prefill (None: it can).
 
@@ -121,7 +116,7 @@ def prefill_sharing_unsupported(model: Any, generation_config: GenerationConfig)
     supports_dynamic = getattr(type(base), "_supports_default_dynamic_cache", None)
     if supports_dynamic is None or not supports_dynamic():
         return f"{type(base).__name__} does not generate with a DynamicCache"
-    if not _takes_logits_to_keep(type(base)):
+    if not takes_logits_to_keep(base):
         return f"{type(base).__name__}.forward takes no `logits_to_keep`"
     peft_config = getattr(model, "active_peft_config", None)
     if peft_config is not None and getattr(peft_config, "is_prompt_learning", False):

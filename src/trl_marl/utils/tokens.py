@@ -103,19 +103,43 @@ def tokenize_prompts(
     """Token ids of each prompt: chat messages through the chat template, strings through the tokenizer.
 
     This follows TRL's `GRPOTrainer`: plain strings are tokenized with the tokenizer's special tokens, chat
-    messages with `apply_chat_template(..., add_generation_prompt=True)`.
+    messages with `apply_chat_template(..., add_generation_prompt=True)`. A prompt that repeats (the G samples of a
+    GRPO group) is tokenized once, and every row gets its own copy of the ids; chat messages count as repeats when
+    their fields are plain strings (others are all tokenized).
     """
     if not prompts:
         return []
     if is_token_ids(prompts[0]):  # already tokenized (e.g. a TRL PPO dataset's `input_ids`)
         return [[int(t) for t in ids] for ids in prompts]  # type: ignore[union-attr]
+    keys = [_prompt_key(p) for p in prompts]
+    if any(key is None for key in keys):
+        return _tokenize(tokenizer, list(prompts), chat_template_kwargs)
+    first: dict[Any, int] = {}
+    for row, key in enumerate(keys):
+        first.setdefault(key, row)
+    distinct = _tokenize(tokenizer, [prompts[row] for row in first.values()], chat_template_kwargs)
+    index = dict(zip(first, range(len(first))))
+    return [list(distinct[index[key]]) for key in keys]
+
+
+def _prompt_key(prompt: Prompt) -> Any:
+    """A hashable stand-in for a text or plain-text chat prompt (equal keys: equal token ids), or None."""
+    if isinstance(prompt, str):
+        return prompt
+    if is_chat(prompt) and all(isinstance(m, dict) and all(isinstance(k, str) and isinstance(v, str)
+                                                           for k, v in m.items()) for m in prompt):
+        return tuple(tuple(m.items()) for m in prompt)  # type: ignore[union-attr]
+    return None
+
+
+def _tokenize(tokenizer: Any, prompts: list[Prompt], chat_template_kwargs: dict | None) -> list[list[int]]:
     if is_chat(prompts[0]):
         out = tokenizer.apply_chat_template(
-            conversation=list(prompts), add_generation_prompt=True, tokenize=True, return_dict=True,
+            conversation=prompts, add_generation_prompt=True, tokenize=True, return_dict=True,
             **(chat_template_kwargs or {}),
         )
         return [list(ids) for ids in out["input_ids"]]
-    return [list(ids) for ids in tokenizer(text=list(prompts))["input_ids"]]
+    return [list(ids) for ids in tokenizer(text=prompts)["input_ids"]]
 
 
 def truncate_after_eos(ids: Sequence[int], eos_ids: set[int]) -> list[int]:
