@@ -4,6 +4,7 @@
   models are tiny, and on a small shared CPU several OpenMP threads oversubscribe the cores (DESIGN.md measured a
   200x slowdown of a small `Linear`). It also fixes the float summation order of the in-process computations.
 - No network: `HF_HUB_OFFLINE=1`, `HF_HUB_DISABLE_TELEMETRY=1`; `TOKENIZERS_PARALLELISM=false` (no fork warnings).
+- `tokenizer`: the toy tokenizer (`trl_marl.toy.build_toy_tokenizer`), built once per test module.
 - One toy-model cache for the session (`TRL_MARL_CACHE`, a fresh temporary folder deleted at the end) unless the
   caller sets one: the tests that run the demo and the examples in child processes then build each toy model once
   per session instead of once per test, and the suite never writes into the user's `~/.cache`. Set
@@ -17,6 +18,7 @@ import shutil
 import tempfile
 
 import pytest
+from transformers import PreTrainedTokenizerBase
 
 _CREATED_CACHE: str | None = None
 
@@ -45,3 +47,11 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         shutil.rmtree(_CREATED_CACHE, ignore_errors=True)
         os.environ.pop("TRL_MARL_CACHE", None)
         _CREATED_CACHE = None
+
+
+@pytest.fixture(scope="module")
+def tokenizer() -> PreTrainedTokenizerBase:
+    """The toy tokenizer, shared by the tests of a module (a module may define its own `tokenizer` instead)."""
+    from trl_marl.toy import build_toy_tokenizer
+
+    return build_toy_tokenizer()

@@ -14,7 +14,7 @@ from transformers import GenerationConfig, PreTrainedTokenizerBase
 import trl_marl.team as team_module
 from trl_marl import MAGRPOConfig
 from trl_marl.team import AgentTeam, pad_left, tokenize_prompts
-from trl_marl.toy import build_toy_model, build_toy_tokenizer, make_toy_model
+from trl_marl.toy import build_toy_model, make_toy_model
 from trl_marl.utils.prefill import group_identical_rows, prefill_sharing_unsupported, shared_prefill_cache
 
 G = 3
@@ -32,11 +32,6 @@ def single_thread() -> Iterator[None]:
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
-
-
-@pytest.fixture(scope="module")
-def tokenizer() -> PreTrainedTokenizerBase:
-    return build_toy_tokenizer()
 
 
 def make_team(mode: str, tokenizer: PreTrainedTokenizerBase, model=None) -> AgentTeam:

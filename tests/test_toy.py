@@ -18,7 +18,6 @@ from trl_marl.toy import (
     AdditionTask,
     TargetNumberTask,
     build_toy_model,
-    build_toy_tokenizer,
     generate_toy_answers,
     is_toy_name,
     make_toy_model,
@@ -38,12 +37,6 @@ def single_thread() -> Iterator[None]:
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
-
-
-@pytest.fixture(scope="module")
-def tokenizer() -> PreTrainedTokenizerBase:
-    """The toy tokenizer, shared by the tests of this module."""
-    return build_toy_tokenizer()
 
 
 @pytest.fixture(scope="module")

@@ -263,8 +263,8 @@ class JointRollout:
         """Generate what a process without episodes left must, while other processes play turn `turn`.
 
         With sharded weights (FSDP2, DeepSpeed ZeRO-3) every forward is a collective: every process must run the
-        same generations. This one samples a placeholder (turn-1 prompts of `row`) with the random state restored
-        afterwards, so that its own later samples are those it would have drawn without the placeholder.
+        same generations. This one samples a turn that it then discards (the turn-1 prompts of `row`), with the random
+        state restored afterwards, so that its own later samples are those it would have drawn without it.
         """
         if row is None:
             raise RuntimeError("A process with no rows cannot follow the others' turns: give every process rows.")

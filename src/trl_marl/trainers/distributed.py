@@ -14,7 +14,7 @@ strategy. A team differs from the single model that accelerate's sharding suppor
 * **Forwards are collectives.** With sharded weights every forward all-gathers, so every process must run the same
   forwards: `generate` keeps every process stepping until all are done (transformers' `synced_gpus`, on for FSDP-
   and ZeRO-3-managed modules), the rollout plays turns in lockstep (`AgentTeam.lockstep`: a process whose episodes
-  ended generates a placeholder, with its random state restored, while others play on), PPO's old/reference/value
+  ended generates a discarded turn, with its random state restored, while others play on), PPO's old/reference/value
   forwards run as many chunks on every process, and evaluation plays as many chunks on every process.
 * **CPU processes.** accelerate (1.15) runs FSDP only on GPUs and other accelerators: on CPU processes it ignores an
   FSDP config and falls back to DDP without a word, although FSDP2 itself runs there (gloo has the all-gather and
@@ -214,7 +214,7 @@ def rollout_context(trainer: Any) -> Any:
     if team is not None and is_sharded(trainer):
         team.lockstep = functools.partial(_any_process, accelerator)  # turns in lockstep: forwards are collectives
         # a shared prefill is one more forward on a process whose rows repeat a prompt, which the others (e.g. one
-        # playing a placeholder) would not run: with sharded weights that forward would wait forever
+        # playing a discarded turn) would not run: with sharded weights that forward would wait forever
         team.share_prompt_prefill = False
     try:
         with torch.no_grad(), gathered_root(trainer.model), gathered_zero3(trainer):
