@@ -34,6 +34,7 @@ from torch import nn
 from transformers import AutoModelForCausalLM, GenerationConfig, PreTrainedModel
 
 from .core import entropy_from_logits, selective_log_softmax
+from .utils.adapters import AdapterSwitch
 from .utils.forward import dropout_active, no_autograd, takes_logits_to_keep
 from .utils.model_names import resolve_model_name
 from .utils.prefill import shared_prefill_cache
@@ -163,6 +164,7 @@ class AgentTeam(nn.Module):
         # `generate`; only for teams whose models each run one policy (see `generate_with_continuous_batching`)
         self.continuous_batching_config: Any = None
         self.frozen: set[int] = set()  # agents whose weights are not trained (see `freeze_agents`)
+        self._adapter_switches: dict[int, AdapterSwitch] = {}  # per PEFT model, made on the first switch
         # Set by a trainer while the team's weights are sharded across processes (FSDP2, DeepSpeed ZeRO-3): given
         # whether this process has episodes left, whether any process has; the rollout then plays turns in lockstep.
         self.lockstep: Callable[[bool], bool] | None = None
@@ -387,11 +389,12 @@ class AgentTeam(nn.Module):
 
     def _set_active_adapter(self, model: Any, name: str) -> None:
         if model.active_adapter != name:
-            model.set_adapter(name)
-            # `set_adapter` freezes the other adapters; the optimizer must keep updating all of them.
+            switch = self._adapter_switches.get(id(model))
+            if switch is None or switch.model is not model:
+                switch = self._adapter_switches[id(model)] = AdapterSwitch(model)
+            # every adapter but the frozen agents' stays trainable: the optimizer keeps updating all of them
             trainable = [a for i, a in enumerate(self.agent_adapter) if a is not None and i not in self.frozen]
-            if trainable:
-                model.set_requires_grad(trainable, requires_grad=True)
+            switch.activate(name, trainable)
 
     def _checkpoint_contexts(self, user_context_fn: Any = None) -> tuple[Any, Any]:
         """`context_fn` of `torch.utils.checkpoint.checkpoint` in `adapters` mode.
