@@ -125,7 +125,8 @@ def run_ours(algorithm: str, model_dir: str, cfg: dict[str, Any], seed: int, out
     rewards: list[float] = []
     reward_log = reward_logger("reward", rewards)
 
-    trainer = MAGRPOTrainer(
+    trainer_cls = LastTokenSkippingMAGRPO() if cfg.get("emulate_comlrl_last_token") else MAGRPOTrainer
+    trainer = trainer_cls(
         model=model_dir, reward_funcs=TargetSumReward(0.5), env=TargetSumEnv(2),
         processing_class=load_tokenizer(model_dir), args=args,
         train_dataset=Dataset.from_dict({"target": [10] * (P * cfg["steps"] * 2)}),
@@ -142,8 +143,44 @@ def run_ours(algorithm: str, model_dir: str, cfg: dict[str, Any], seed: int, out
         "rewards": rewards, "train_s": train_s, "joint_samples": P * G * cfg["steps"],
         "settings": {"config": config_cls.__name__, "advantage_mode": args.advantage_mode,
                      "scale_rewards": args.scale_rewards, "loss_type": args.loss_type,
-                     "max_grad_norm": args.max_grad_norm, "weight_decay": args.weight_decay},
+                     "max_grad_norm": args.max_grad_norm, "weight_decay": args.weight_decay,
+                     "emulate_comlrl_last_token": bool(cfg.get("emulate_comlrl_last_token"))},
     }
+
+
+def LastTokenSkippingMAGRPO() -> type:  # noqa: N802 - returns a class, built lazily (trl_marl imported late)
+    """A diagnostic MAGRPOTrainer whose loss skips the tokens comlrl 1.4.3's REINFORCE-family loss never trains.
+
+    comlrl's `_compute_loss_with_gradients` feeds `prompt + completion[:-1]` of each prompt's G completions (padded to
+    the group's longest) and drops the last logit too, so the last position of that padded width is never trained:
+    the EOS of every completion of the group's maximal length (or its last token when it was cut at
+    `max_new_tokens`). This subclass masks exactly those tokens out of our loss (the groups are the G consecutive
+    samples of a prompt), to measure how much of the learning-speed gap on the target-sum task that skip explains.
+    It does not emulate the other half of that off-by-one (comlrl also trains the padding after a shorter
+    completion's EOS, which only touches states that sampling never visits). Benchmark code, not a library option.
+    """
+    import torch
+
+    from trl_marl import MAGRPOTrainer
+
+    class _Trainer(MAGRPOTrainer):
+        def compute_agent_loss(self, agent_index: int, logps: torch.Tensor, inputs: dict[str, Any]) -> Any:
+            batches = inputs["batches"]
+            batch = batches[agent_index]
+            mask = batch.completion_mask.clone()
+            lengths = mask.sum(dim=1)
+            G = self.args.num_generations
+            for start in range(0, mask.size(0), G):
+                block = lengths[start:start + G]
+                longest = int(block.max())
+                if longest > 0:
+                    rows = start + torch.nonzero(block == longest).flatten()
+                    mask[rows, longest - 1] = 0
+            patched = list(batches)
+            patched[agent_index] = type(batch)(batch.prompt_ids, batch.prompt_mask, batch.completion_ids, mask)
+            return super().compute_agent_loss(agent_index, logps, {**inputs, "batches": patched})
+
+    return _Trainer
 
 
 def run_ours_ac(algorithm: str, model_dir: str, cfg: dict[str, Any], seed: int, out_dir: Path) -> dict[str, Any]:
@@ -244,6 +281,9 @@ def main() -> None:
                         help="ours, IAC/MAAC: 'turn' (CoMLRL's actor-critic: R - V(s) for the whole response) or "
                         "'token' (TRL's PPO: per-token GAE)")
     parser.add_argument("--weight-decay", type=float, default=0.0, help="ours: AdamW weight decay (comlrl: 0.01)")
+    parser.add_argument("--emulate-comlrl-last-token", action="store_true",
+                        help="ours, MAGRPO family (diagnostic): skip in the loss the tokens comlrl's REINFORCE-family "
+                        "loss never trains (the last position of each prompt group's padded width)")
     parser.add_argument("--sides", nargs="+", default=["ours", "comlrl"], choices=["ours", "comlrl"])
     parser.add_argument("--work-dir", default=None)
     parser.add_argument("--json", default=str(BENCH_DIR / "results_family.json"))
@@ -258,7 +298,8 @@ def main() -> None:
                               pretrain_steps=args.pretrain_steps, allow_fallback=False)
     cfg = {"steps": args.steps, "P": args.prompts, "G": args.num_generations, "max_len": args.max_new_tokens,
            "lr": args.lr, "max_grad_norm": args.max_grad_norm, "loss_type": args.loss_type,
-           "advantage_level": args.advantage_level, "weight_decay": args.weight_decay}
+           "advantage_level": args.advantage_level, "weight_decay": args.weight_decay,
+           "emulate_comlrl_last_token": args.emulate_comlrl_last_token}
     result: dict[str, Any] = {"config": cfg, "seeds": args.seeds, "model": builder, "argv": sys.argv[1:],
                               "final_window": FINAL_WINDOW, "algorithms": {}}
     for algorithm in args.algorithms:
