@@ -48,6 +48,7 @@ from bench_magrpo import (  # also sets one thread and offline mode, and puts sr
     _source_state,
     _versions,
     current_mb,
+    memory_team_kwargs,
     peak_mb,
 )
 
@@ -68,18 +69,13 @@ def child(model_dir: str, num_agents: int, episodes: int, updates: int, max_len:
 
     torch.set_num_threads(1)
     from datasets import Dataset
-    from peft import LoraConfig
 
-    from trl_marl import MultiAgentPPOConfig, MultiAgentPPOTrainer, load_tokenizer
-    from trl_marl.envs import TargetSumEnv
-    from trl_marl.rewards.arithmetic import TargetSumReward
+    from trl_marl import MultiAgentPPOConfig, MultiAgentPPOTrainer
 
     after_import = current_mb()
     output_dir = tempfile.mkdtemp(prefix="bench-ppo-mem-")
     trainer = MultiAgentPPOTrainer(
-        model=model_dir, reward_funcs=TargetSumReward(0.5), env=TargetSumEnv(num_agents),
-        processing_class=load_tokenizer(model_dir),
-        peft_config=LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"], lora_dropout=0.0),
+        **memory_team_kwargs(model_dir, num_agents),
         args=MultiAgentPPOConfig(
             output_dir=output_dir, num_agents=num_agents, team_mode="adapters", critic=critic,
             backward_per_agent=backward_per_agent, per_device_train_batch_size=episodes, num_mini_batches=1,
