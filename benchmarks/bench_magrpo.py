@@ -610,44 +610,59 @@ def _memory_model_dir(cfg: dict[str, Any], work_dir: Path) -> str:
     return str(directory)
 
 
+def _status_mb(field_name: str) -> float | None:
+    try:
+        with open("/proc/self/status") as f:
+            line = next(x for x in f if x.startswith(field_name + ":"))
+        return int(line.split()[1]) / 1024.0  # kB
+    except (OSError, StopIteration):
+        return None
+
+
+def ru_maxrss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # KiB on Linux
+
+
+def peak_mb() -> float:
+    """This process's peak RSS in MB. Linux carries a process's ru_maxrss across execve: a child started by
+    `subprocess` (vfork + exec) begins with its parent's peak RSS. VmHWM is the high-water mark of this process's own
+    address space since exec."""
+    hwm = _status_mb("VmHWM")
+    return hwm if hwm is not None else ru_maxrss_mb()
+
+
+def current_mb() -> float:
+    """This process's current RSS in MB."""
+    rss = _status_mb("VmRSS")
+    return rss if rss is not None else float("nan")
+
+
+def memory_team_kwargs(model_dir: str, num_agents: int) -> dict[str, Any]:
+    """The trainer arguments of a memory benchmark's team (here and in ``bench_ppo_memory.py``): ``num_agents``
+    LoRA adapters (r=8 on ``q_proj``/``v_proj``) on the model of ``model_dir``, on ``TargetSumEnv``."""
+    from peft import LoraConfig
+
+    from trl_marl import load_tokenizer
+    from trl_marl.envs import TargetSumEnv
+    from trl_marl.rewards.arithmetic import TargetSumReward
+
+    return dict(model=model_dir, reward_funcs=TargetSumReward(0.5), env=TargetSumEnv(num_agents),
+                processing_class=load_tokenizer(model_dir),
+                peft_config=LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"], lora_dropout=0.0))
+
+
 def memory_child(model_dir: str, num_agents: int, steps: int, prompts: int, generations: int, max_len: int) -> None:
     """Runs in a fresh process: build an ``adapters`` team, train ``steps`` steps, print peak RSS as JSON."""
     torch.set_num_threads(1)
 
-    def status_mb(field_name: str) -> float | None:
-        try:
-            with open("/proc/self/status") as f:
-                line = next(x for x in f if x.startswith(field_name + ":"))
-            return int(line.split()[1]) / 1024.0  # kB
-        except (OSError, StopIteration):
-            return None
-
-    def ru_maxrss_mb() -> float:
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # KiB on Linux
-
-    def peak_mb() -> float:
-        # Linux carries a process's ru_maxrss across execve: a child started by `subprocess` (vfork + exec) begins
-        # with its parent's peak RSS. VmHWM is the high-water mark of this process's own address space since exec.
-        hwm = status_mb("VmHWM")
-        return hwm if hwm is not None else ru_maxrss_mb()
-
-    def current_mb() -> float:
-        rss = status_mb("VmRSS")
-        return rss if rss is not None else float("nan")
-
     from datasets import Dataset
-    from peft import LoraConfig
 
-    from trl_marl import MAGRPOConfig, MAGRPOTrainer, load_tokenizer
-    from trl_marl.envs import TargetSumEnv
-    from trl_marl.rewards.arithmetic import TargetSumReward
+    from trl_marl import MAGRPOConfig, MAGRPOTrainer
 
     after_import, rss_import = peak_mb(), current_mb()
     output_dir = tempfile.mkdtemp(prefix="bench-mem-")
     trainer = MAGRPOTrainer(
-        model=model_dir, reward_funcs=TargetSumReward(0.5), env=TargetSumEnv(num_agents),
-        processing_class=load_tokenizer(model_dir),
-        peft_config=LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"], lora_dropout=0.0),
+        **memory_team_kwargs(model_dir, num_agents),
         args=MAGRPOConfig(
             output_dir=output_dir, num_agents=num_agents, team_mode="adapters", num_generations=generations,
             per_device_train_batch_size=prompts * generations, max_completion_length=max_len, learning_rate=1e-4,

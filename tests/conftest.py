@@ -5,6 +5,7 @@
   200x slowdown of a small `Linear`). It also fixes the float summation order of the in-process computations.
 - No network: `HF_HUB_OFFLINE=1`, `HF_HUB_DISABLE_TELEMETRY=1`; `TOKENIZERS_PARALLELISM=false` (no fork warnings).
 - `tokenizer`: the toy tokenizer (`trl_marl.toy.build_toy_tokenizer`), built once per test module.
+- `target_model_dir`: a tiny toy model pretrained on the target-sum task, built once per session.
 - One toy-model cache for the session (`TRL_MARL_CACHE`, a fresh temporary folder deleted at the end) unless the
   caller sets one: the tests that run the demo and the examples in child processes then build each toy model once
   per session instead of once per test, and the suite never writes into the user's `~/.cache`. Set
@@ -55,3 +56,35 @@ def tokenizer() -> PreTrainedTokenizerBase:
     from trl_marl.toy import build_toy_tokenizer
 
     return build_toy_tokenizer()
+
+
+@pytest.fixture(scope="session")
+def target_model_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A tiny toy model (hidden size 32, one layer) pretrained on the target-sum task (T=10), built once per session:
+    the gradient-equivalence tests of both trainers' backward per agent train it."""
+    from trl_marl.toy import make_toy_model
+
+    return make_toy_model(tmp_path_factory.mktemp("toy-target"), task="target", hidden_size=32, num_layers=1,
+                          pretrain_steps=100, seed=0, targets=(10,))
+
+
+def _assert_same_gradients(ours: list[dict], theirs: list[dict], rtol: float = 1e-5, atol: float = 1e-7) -> None:
+    """Two runs' gradients at each optimizer step (`{parameter name: gradient or None}` per step) are the same: the
+    same parameters, the same ones without a gradient, and close gradients."""
+    import torch
+
+    assert len(ours) == len(theirs)
+    for mine, reference in zip(ours, theirs):
+        assert mine.keys() == reference.keys()
+        for name, grad in reference.items():
+            if grad is None:
+                assert mine[name] is None, name
+                continue
+            torch.testing.assert_close(mine[name], grad, rtol=rtol, atol=atol, msg=lambda m, n=name: f"{n}: {m}")
+
+
+@pytest.fixture(scope="session")
+def assert_same_gradients():
+    """`assert_same_gradients(ours, theirs)`: see `_assert_same_gradients` (the equivalence tests of a backward per
+    agent, MAGRPO's and PPO's, compare each optimizer step's gradients with it)."""
+    return _assert_same_gradients

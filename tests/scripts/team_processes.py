@@ -91,9 +91,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--runs", default="magrpo:models",
                         help="Comma-separated runs, one after the other in the same processes: trainer:team_mode "
                         "(trainer magrpo or ppo, team mode models or adapters), optionally :uneven (2 turns, "
-                        "episodes of process 0 end after the first); for MAGRPO also :ga2 (3 steps of 2 "
-                        "accumulated micro-steps) and :single (`backward_per_agent=False`: the summed loss and one "
-                        "backward).")
+                        "episodes of process 0 end after the first); also :ga2 (3 steps of 2 accumulated micro-steps; "
+                        "PPO: with a centralized critic) and :single (`backward_per_agent=False`: the summed loss "
+                        "and one backward).")
     parser.add_argument("--max-steps", type=int, default=5)
     parser.add_argument("--learning-rate", type=float, default=1e-2)
     parser.add_argument("--save", action="store_true", help="Save each team to <out-dir>/<run>/final.")
@@ -122,10 +122,14 @@ def build_trainer(args: argparse.Namespace, trainer: str, team_mode: str, reward
     env = EndsFirstOnProcessZero(NUM_AGENTS) if uneven else TargetSumEnv(NUM_AGENTS)
     common["num_turns"] = env.num_turns
     if trainer == "ppo":
-        config = MultiAgentPPOConfig(per_device_train_batch_size=EPISODES_PER_STEP, gradient_accumulation_steps=1,
-                                     num_mini_batches=1, num_ppo_epochs=1, response_length=4, stop_token="eos",
-                                     total_episodes=EPISODES_PER_STEP * 2 * args.max_steps,
-                                     num_sample_generations=0, **common)
+        # :ga2: 3 updates of 2 accumulated micro-batches, with one centralized critic that both slots' backwards reach
+        ga2 = "ga2" in variant
+        config = MultiAgentPPOConfig(per_device_train_batch_size=EPISODES_PER_STEP // (2 if ga2 else 1),
+                                     gradient_accumulation_steps=2 if ga2 else 1, num_mini_batches=1,
+                                     num_ppo_epochs=1, response_length=4, stop_token="eos",
+                                     total_episodes=EPISODES_PER_STEP * 2 * (3 if ga2 else args.max_steps),
+                                     num_sample_generations=0, critic="centralized" if ga2 else "per_agent",
+                                     backward_per_agent="single" not in variant, **common)
         return MultiAgentPPOTrainer(args=config, model=args.model_dir, reward_funcs=reward, env=env,
                                     train_dataset=dataset, peft_config=peft_config)
     # the adapters team also has an adaptive entropy bonus (GRPO's `use_adaptive_entropy`), whose controllers must
@@ -150,15 +154,29 @@ def train_and_record(args: argparse.Namespace, name: str, trainer_name: str, tea
     trainer = build_trainer(args, trainer_name, team_mode, reward, out_dir, save_steps, uneven, variant)
     initial = parameters(trainer.model)
     agents_per_forward: list[int] = []  # per training forward of the team, how many agents it ran
-    if trainer_name == "magrpo":
-        forward = trainer.team.forward
+    counted = trainer.team if trainer_name == "magrpo" else trainer.wrapper  # PPO: policies and value models
+    forward = counted.forward
 
-        def counting_forward(batches: Sequence[Any], *rest: Any, **kwargs: Any) -> Any:
-            if torch.is_grad_enabled():
-                agents_per_forward.append(sum(batch is not None for batch in batches))
-            return forward(batches, *rest, **kwargs)
+    def counting_forward(batches: Sequence[Any], *rest: Any, **kwargs: Any) -> Any:
+        if torch.is_grad_enabled():
+            agents_per_forward.append(sum(batch is not None for batch in batches))
+        return forward(batches, *rest, **kwargs)
 
-        trainer.team.forward = counting_forward
+    counted.forward = counting_forward
+    ppo_grad_norms: list[float] = []  # PPO logs no gradient norm: the norm of the gradient each optimizer step got
+    if trainer_name == "ppo":
+        create = trainer.create_optimizer_and_scheduler
+
+        def create_recording(num_training_steps: int) -> None:
+            create(num_training_steps)
+
+            def record(optimizer: Any, *_: Any) -> None:
+                grads = [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
+                ppo_grad_norms.append(float(torch.linalg.vector_norm(torch.stack([g.norm() for g in grads]))))
+
+            trainer.optimizer.register_step_pre_hook(record)
+
+        trainer.create_optimizer_and_scheduler = create_recording
     trainer.train(resume_from_checkpoint=resume)
     # every parameter the team trains (in `adapters` mode each agent's adapter; in PPO also the value models)
     final = parameters(trainer.model)
@@ -183,7 +201,7 @@ def train_and_record(args: argparse.Namespace, name: str, trainer_name: str, tea
         "joint_actions": joint_actions,
         "losses": [log.get("loss", log.get("loss/policy_avg")) for log in trainer.state.log_history
                    if "loss" in log or "loss/policy_avg" in log],
-        "grad_norms": [log["grad_norm"] for log in trainer.state.log_history if "grad_norm" in log],
+        "grad_norms": ppo_grad_norms or [log["grad_norm"] for log in trainer.state.log_history if "grad_norm" in log],
         "entropy_coefs": dict(trainer.entropy_control.coefs) if getattr(trainer, "entropy_control", None) else None,
         "last_entropy": dict(trainer.entropy_control.last_entropy) if getattr(trainer, "entropy_control", None)
         else None,

@@ -12,33 +12,23 @@ it) until the end, the loop frees agent ``a``'s before agent ``a + 1``'s forward
 [`agent_loss`] is agent ``a``'s term with its metrics, shared by both ways (`MAGRPOTrainer.compute_loss` sums it).
 [`takes_backward_per_agent`] says which way a step goes: the loop needs `MAGRPOConfig.backward_per_agent`, the
 trainer's own `compute_loss` (a subclass that overrides it keeps the summed loss, so its override is honoured), and
-a team that is run as is or wrapped by DistributedDataParallel. Sharded weights (FSDP2, DeepSpeed) and optimizers
-that update inside the backward (LOMO) take the summed loss: their engines count or hook backwards per step.
-
-Under DDP the agents' forwards and backwards run under `no_sync` (DDP's reducer expects one backward per forward,
-each touching every trained parameter), and at a step that synchronises (the last micro-step of an accumulation
-window, where DDP would all-reduce) [`average_gradients`] averages every trained parameter's gradient over the
-processes, as DDP's reducer does (each process's gradient divided by the number of processes, then summed). DDP's
-own communication hooks (`ddp_kwargs` `comm_hook`) and its broadcast of module buffers before a synchronising forward
-are then not used: a language model's buffers (e.g. rotary frequencies) are constants; `backward_per_agent=False`
-keeps DDP's reducer for a setup that needs them.
+a setup that `agent_backward.backward_per_agent_supported` accepts (the team run as is or wrapped by
+DistributedDataParallel; not FSDP2, DeepSpeed or LOMO). Under DDP the backwards run in
+`agent_backward.agent_backwards` (`no_sync`, then the trainer's own gradient averaging at a synchronising micro-step),
+which multi-agent PPO's backward per policy slot (`ppo_backward`) shares.
 """
 
 from __future__ import annotations
 
-from contextlib import nullcontext
 from typing import Any
 
 import torch
-from torch.nn.parallel import DistributedDataParallel
 
 from ..core import masked_mean
-from .distributed import is_fsdp2_module
+from .agent_backward import agent_backwards, backward_per_agent_supported
 from .magrpo_steps import agent_high_entropy_mask
 
-__all__ = ["agent_loss", "average_gradients", "backward_per_agent", "takes_backward_per_agent", "zero_loss"]
-
-BUCKET_BYTES = 25 * 2**20  # gradients all-reduced per call, as DDP's default bucket
+__all__ = ["agent_loss", "backward_per_agent", "takes_backward_per_agent", "zero_loss"]
 
 
 def agent_loss(trainer: Any, agent: int, logps: torch.Tensor, entropy: torch.Tensor, inputs: dict[str, Any],
@@ -91,14 +81,9 @@ def takes_backward_per_agent(trainer: Any, model: torch.nn.Module, own_compute_l
         model: The module `training_step` received: the team, or the team wrapped by accelerate.
         own_compute_loss: Whether `trainer.compute_loss` is `MAGRPOTrainer`'s (not a subclass's override).
     """
-    from transformers.training_args import OptimizerNames
-
     if not (trainer.args.backward_per_agent and own_compute_loss):
         return False
-    if trainer.args.optim in (OptimizerNames.LOMO, OptimizerNames.ADALOMO):  # they update inside the backward
-        return False
-    team = model.module if isinstance(model, DistributedDataParallel) else model
-    return team is trainer.team and not is_fsdp2_module(team)
+    return backward_per_agent_supported(trainer.args, model, trainer.team)
 
 
 def backward_per_agent(trainer: Any, model: torch.nn.Module, inputs: dict[str, Any]) -> torch.Tensor:
@@ -107,8 +92,6 @@ def backward_per_agent(trainer: Any, model: torch.nn.Module, inputs: dict[str, A
     model.train()
     if callable(getattr(trainer.optimizer, "train", None)):  # schedule-free optimizers, as `Trainer.training_step`
         trainer.optimizer.train()
-    ddp = isinstance(model, DistributedDataParallel)
-    synchronise = ddp and model.require_backward_grad_sync  # False under the trainer's own `no_sync`
     frozen = trainer.team.frozen
     batches = inputs["batches"]
     n = len(batches)
@@ -116,7 +99,8 @@ def backward_per_agent(trainer: Any, model: torch.nn.Module, inputs: dict[str, A
     inputs["entropy_mask"] = [None] * n
     entropy_grad = trainer.entropy_control.enabled  # entropies with gradients only for a bonus
     total: torch.Tensor | None = None
-    with model.no_sync() if ddp else nullcontext():
+    # under DDP: `no_sync`, then the gradients averaged when DDP would (not under the trainer's own `no_sync`)
+    with agent_backwards(model, trainer.accelerator.num_processes):
         for a, batch in enumerate(batches):
             if a in frozen or batch is None or len(batch) == 0:
                 continue
@@ -137,51 +121,9 @@ def backward_per_agent(trainer: Any, model: torch.nn.Module, inputs: dict[str, A
                 loss = zero_loss(model)
             trainer.accelerator.backward(loss)
             total = loss.detach()
-    if synchronise:
-        average_gradients(model.module, trainer.accelerator.num_processes)
     steps = trainer.args.torch_empty_cache_steps
     if steps is not None and trainer.state.global_step % steps == 0:
         from accelerate.utils.memory import clear_device_cache
 
         clear_device_cache()
     return total
-
-
-@torch.no_grad()
-def average_gradients(module: torch.nn.Module, num_processes: int) -> None:
-    """Average the gradient of every trained parameter of `module` over the processes, as DDP's reducer does at a
-    synchronising backward: each gradient is divided by `num_processes`, then summed over the processes (in buckets
-    of about 25 MiB). A parameter that has no gradient on some process counts zeros there; one that has none on any
-    process keeps none (as DDP leaves a parameter no process used)."""
-    import torch.distributed as dist
-
-    params = [p for p in module.parameters() if p.requires_grad]
-    if not params or num_processes == 1:
-        return
-    device = params[0].device
-    has_grad = torch.tensor([float(p.grad is not None) for p in params], device=device)
-    dist.all_reduce(has_grad)
-    params = [p for p, count in zip(params, has_grad.tolist()) if count > 0]
-    bucket: list[torch.nn.Parameter] = []
-    size = 0
-    for i, param in enumerate(params):
-        bucket.append(param)
-        size += param.numel() * param.element_size()
-        following = params[i + 1] if i + 1 < len(params) else None
-        if (following is None or size >= BUCKET_BYTES or following.dtype != param.dtype
-                or following.device != param.device):
-            _all_reduce_bucket(bucket, num_processes)
-            bucket, size = [], 0
-
-
-def _all_reduce_bucket(params: list[torch.nn.Parameter], num_processes: int) -> None:
-    import torch.distributed as dist
-
-    flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in params])
-    flat.div_(num_processes)
-    dist.all_reduce(flat)
-    for param, chunk in zip(params, flat.split([p.numel() for p in params])):
-        if param.grad is None:
-            param.grad = chunk.view_as(param).clone()
-        else:
-            param.grad.copy_(chunk.view_as(param.grad))

@@ -43,19 +43,19 @@ class MultiAgentPPOConfig(TRLBaseConfig):
     these metrics average the micro-batches that ran. `tests/test_trl112_parity.py` checks the first update of
     both trainers against each other over a grid of these settings.
 
-    With several agents and turns, every (turn, agent) response is one PPO sample with its own score; each agent
-    is optimized on its own samples, and the agents' losses are summed. The critic is IAC's or MAAC's (CoMLRL's
-    names): `critic="per_agent"` (IAC, the default) gives each policy its own value model reading that agent's own
-    history (its prompt, which holds the transcript as it sees it, and its response); `critic="centralized"`
-    (MAAC) gives the whole team one value model reading the joint history of the turn, every agent's prompt in
-    agent order, before the agent's response: `critic_type="V"` reads the joint history only (V(s), then the
-    agent's own tokens), `critic_type="Q"` the joint history and the other agents' responses of the turn, so that
-    at the response's last token it has read the joint action (Q(s, a)). Either critic's values feed the same GAE
-    (`gamma`, `lam`) and the same clipped value loss; with `turn_gamma`, each turn also bootstraps from the
-    critic's value of the agent's next-turn state (multi-turn with a discount between turns). TRL's PPO credits
-    each token (`advantage_level="token"`, A_t = R - V(s_t) with `gamma = lam = 1`); CoMLRL's IAC and MAAC treat the
-    whole response as one action, which is `advantage_level="turn"` (every token gets R - V(s), the critic's value
-    before the response).
+    With several agents and turns, every (turn, agent) response is one PPO sample with its own score; each agent is
+    optimized on its own samples, and the agents' losses are summed (and backpropagated one policy slot at a time,
+    `backward_per_agent`). The critic is IAC's or MAAC's (CoMLRL's names): `critic="per_agent"` (IAC, the default)
+    gives each policy its own value model reading that agent's own history (its prompt, which holds the transcript
+    as it sees it, and its response); `critic="centralized"` (MAAC) gives the whole team one value model reading the
+    joint history of the turn, every agent's prompt in agent order, before the agent's response: `critic_type="V"`
+    reads the joint history only (V(s), then the agent's own tokens), `critic_type="Q"` the joint history and the
+    other agents' responses of the turn, so that at the response's last token it has read the joint action
+    (Q(s, a)). Either critic's values feed the same GAE (`gamma`, `lam`) and the same clipped value loss; with
+    `turn_gamma`, each turn also bootstraps from the critic's value of the agent's next-turn state (multi-turn with
+    a discount between turns). TRL's PPO credits each token (`advantage_level="token"`, A_t = R - V(s_t) with
+    `gamma = lam = 1`); CoMLRL's IAC and MAAC treat the whole response as one action, which is
+    `advantage_level="turn"` (every token gets R - V(s), the critic's value before the response).
 
     Example:
 
@@ -157,6 +157,19 @@ class MultiAgentPPOConfig(TRLBaseConfig):
         metadata={
             "help": "Rows that repeat a prompt through the same weights (e.g. agents of a 'shared' team that see the "
             "same prompt) run its prefill once and share the KV cache (see AgentTeam). False: one prefill per row."
+        },
+    )
+    backward_per_agent: bool = field(
+        default=True,
+        metadata={
+            "help": "Take each policy slot's forward (policy log-probs and values), loss and backward in turn, "
+            "freeing its activations (the [batch, length, vocab] logits among them) before the next slot's forward: "
+            "peak training memory holds one slot's activations instead of all of them. The gradient is that of one "
+            "backward of the summed loss (False) up to floating-point summation order, at the same compute; a "
+            "value model that several slots share (critic='centralized') accumulates every slot's gradient. Under "
+            "DDP the backwards run under `no_sync` and the gradients are averaged once per optimizer step. The "
+            "summed loss and one backward are used anyway with one policy slot, sharded weights (FSDP2, DeepSpeed), "
+            "LOMO optimizers, and a subclass that overrides `_ppo_micro_step`."
         },
     )
     policy_sharing: str = field(

@@ -27,9 +27,7 @@ from torch.utils.data import DataLoader
 from transformers import GenerationConfig, PreTrainedModel, TrainerCallback, set_seed
 
 from .._trl_compat import TeamCheckpointMixin, TRLBaseTrainer
-from ..core import entropy_from_logits
 from ..core.ppo import (
-    INVALID_LOGPROB,
     bootstrap_next_turn,
     clipped_value_loss,
     generalized_advantage_estimation,
@@ -41,6 +39,7 @@ from ..rewarding import NonFiniteCounter, RewardSet
 from ..rollout import JointRollout, Rollout
 from ..team import AgentTeam, sequence_model_inputs
 from ..validation import check_prompt_lengths
+from .ppo_backward import backward_per_slot, micro_batches, slot_loss, takes_backward_per_slot
 from .ppo_config import MultiAgentPPOConfig
 from .ppo_logging import STAT_NAMES, print_sample_completions, update_metrics, write_ppo_model_card
 from .ppo_rollout import (
@@ -408,6 +407,8 @@ class MultiAgentPPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer
         torch.manual_seed(args.seed + self.accelerator.process_index * 100003)
         ga = args.gradient_accumulation_steps
         pads = [tok.pad_token_id for tok in self.team.tokenizers]
+        own_step = type(self)._ppo_micro_step is MultiAgentPPOTrainer._ppo_micro_step
+        per_slot = takes_backward_per_slot(self, model, own_step)
 
         def batches_forever() -> Any:
             while True:
@@ -443,10 +444,12 @@ class MultiAgentPPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer
                 for mb, k, idx in micro_batch_indices(sizes, args.num_mini_batches, n_micro, micro_share):
                     micro_step += 1
                     sync = micro_step % ga == 0
-                    ctx = model.no_sync() if (not sync and hasattr(model, "no_sync")) else nullcontext()
-                    with ctx:
-                        loss = self._ppo_micro_step(model, rollouts, idx, pads, stats, (epoch, mb, k))
-                        self.accelerator.backward(loss / ga)
+                    if per_slot:  # one slot's forward, loss and backward at a time (`backward_per_agent`)
+                        backward_per_slot(self, model, rollouts, idx, pads, stats, (epoch, mb, k), sync)
+                    else:
+                        with model.no_sync() if (not sync and hasattr(model, "no_sync")) else nullcontext():
+                            loss = self._ppo_micro_step(model, rollouts, idx, pads, stats, (epoch, mb, k))
+                            self.accelerator.backward(loss / ga)
                     if sync:
                         self.optimizer.step()
                         self.optimizer.zero_grad()
@@ -513,40 +516,11 @@ class MultiAgentPPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer
         where: tuple[int, int, int],
     ) -> torch.Tensor:
         """One forward of every trained slot on its micro-batch (`indices[slot]`), `compute_agent_loss` of each,
-        summed."""
-        args = self.args
-        batches = [
-            None
-            if ro is None or slot not in indices
-            else (
-                ro.query_responses[indices[slot]],
-                ro.context_length,
-                ro.responses[indices[slot]],
-                ro.value_query_responses[indices[slot]],
-                ro.value_context_length,
-            )
-            for slot, ro in enumerate(rollouts)
-        ]
-        outputs = model(batches, pads, args.temperature)
-        total = None
-        columns = [slot for slot, ro in enumerate(rollouts) if ro is not None]  # the stats column of each slot
-        for slot, (ro, out) in enumerate(zip(rollouts, outputs)):
-            if out is None:
-                continue
-            idx, column = indices[slot], columns.index(slot)
-            logits, new_logprobs, vpred = out
-            new_logprobs = torch.masked_fill(new_logprobs, ~ro.policy_mask[idx], INVALID_LOGPROB)
-            vpred = torch.masked_fill(vpred, ~ro.value_mask[idx], 0)
-            loss, loss_stats = self.compute_agent_loss(slot, new_logprobs, vpred, ro, idx)
-            total = loss if total is None else total + loss
-            with torch.no_grad():
-                e, m, k = where
-                log_diff = new_logprobs - ro.logprobs[idx]
-                stats["approxkl"][e, m, k, column] = 0.5 * (log_diff**2).mean()
-                for key, value in loss_stats.items():
-                    stats[key][e, m, k, column] = value
-                stats["entropy"][e, m, k, column] = entropy_from_logits(logits).mean()
-        return total
+        summed (the way of `backward_per_agent=False`; `ppo_backward.backward_per_slot` takes the slots in turn)."""
+        outputs = model(micro_batches(rollouts, indices), pads, self.args.temperature)
+        losses = [slot_loss(self, slot, out, rollouts, indices, stats, where)
+                  for slot, out in enumerate(outputs) if out is not None]
+        return sum(losses[1:], losses[0])
 
     # ------------------------------------------------------------------ evaluation
     def check_evaluation_prompts(self, dataset: Any) -> None:

@@ -1,0 +1,126 @@
+"""One backward per agent: what MAGRPO (`magrpo_backward`) and multi-agent PPO (`ppo_backward`) share.
+
+A team's loss is a sum of per-agent terms, ``L = sum_a L_a``, where ``L_a`` reads agent ``a``'s micro-batch and
+weights only (in PPO a term may also reach a value model that several agents share, the centralized critic). Then
+``grad L = sum_a grad L_a``, and taking agent ``a``'s forward, loss and backward before agent ``a + 1``'s gives the
+gradient of one backward of the sum (up to the order of floating-point sums) while only one agent's forward graph
+(its `(B, L, vocab)` logits among it) is alive at a time. A weight that several terms reach (PPO's centralized
+critic, the one policy of a `shared` team) gets each term's gradient added to its `.grad` by the backwards in turn,
+as one backward of the sum adds them.
+
+Which setups can take it ([`backward_per_agent_supported`]): the trainer's module run as is or wrapped by
+DistributedDataParallel. Sharded weights (FSDP2, DeepSpeed) and optimizers that update inside the backward (LOMO)
+take one backward of the summed loss: their engines count or hook backwards per step.
+
+Under DDP ([`agent_backwards`]) the agents' forwards and backwards run under `no_sync` (DDP's reducer expects one
+backward per forward, each touching every trained parameter), and at a micro-step that synchronises (the last of an
+accumulation window, where DDP would all-reduce) [`average_gradients`] averages every trained parameter's gradient
+over the processes as DDP's reducer does (each process's gradient divided by the number of processes, then summed).
+DDP's own communication hooks (`ddp_kwargs` `comm_hook`) and its broadcast of module buffers before a synchronising
+forward are then not used: a language model's buffers (e.g. rotary frequencies) are constants; the trainers'
+`backward_per_agent=False` keeps DDP's reducer for a setup that needs them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
+from typing import Any
+
+import torch
+from torch.nn.parallel import DistributedDataParallel
+
+from .distributed import is_fsdp2_module
+
+__all__ = ["agent_backwards", "average_gradients", "backward_per_agent_supported"]
+
+BUCKET_BYTES = 25 * 2**20  # gradients all-reduced per call, as DDP's default bucket
+
+
+def backward_per_agent_supported(args: Any, model: torch.nn.Module, root: torch.nn.Module) -> bool:
+    """Whether a training step may take one backward per agent (see the module docstring).
+
+    Args:
+        args: The trainer's config (its `optim` is read).
+        model: The module the step runs: the trainer's own module, or that module wrapped by accelerate.
+        root: The trainer's own module (`MAGRPOTrainer.team`, `MultiAgentPPOTrainer.wrapper`).
+
+    Example:
+
+    ```python
+    >>> from types import SimpleNamespace
+    >>> import torch
+    >>> root = torch.nn.Linear(2, 2)
+    >>> backward_per_agent_supported(SimpleNamespace(optim="adamw_torch"), root, root)
+    True
+    >>> backward_per_agent_supported(SimpleNamespace(optim="lomo"), root, root)
+    False
+    ```
+    """
+    from transformers.training_args import OptimizerNames
+
+    if args.optim in (OptimizerNames.LOMO, OptimizerNames.ADALOMO):  # they update inside the backward
+        return False
+    inner = model.module if isinstance(model, DistributedDataParallel) else model
+    return inner is root and not is_fsdp2_module(inner)  # a DeepSpeed engine is not `root`
+
+
+@contextmanager
+def agent_backwards(model: torch.nn.Module, num_processes: int, synchronise: bool | None = None) -> Iterator[None]:
+    """The context of one micro-step's per-agent forwards and backwards: under DDP they run under `no_sync`, and
+    when the micro-step synchronises the gradients are averaged over the processes on leaving (not when an error
+    leaves it). Outside DDP it does nothing.
+
+    Args:
+        model: The module the step runs (DDP-wrapped or not).
+        num_processes: The number of processes.
+        synchronise: Whether this micro-step ends an accumulation window. Default: what DDP would do, i.e. not under
+            an enclosing `no_sync` (`model.require_backward_grad_sync`, read before this context's own `no_sync`).
+    """
+    ddp = isinstance(model, DistributedDataParallel)
+    if synchronise is None:
+        synchronise = ddp and model.require_backward_grad_sync
+    with model.no_sync() if ddp else nullcontext():
+        yield
+    if ddp and synchronise:
+        average_gradients(model.module, num_processes)
+
+
+@torch.no_grad()
+def average_gradients(module: torch.nn.Module, num_processes: int) -> None:
+    """Average the gradient of every trained parameter of `module` over the processes, as DDP's reducer does at a
+    synchronising backward: each gradient is divided by `num_processes`, then summed over the processes (in buckets
+    of about 25 MiB). A parameter that has no gradient on some process counts zeros there; one that has none on any
+    process keeps none (as DDP leaves a parameter no process used)."""
+    import torch.distributed as dist
+
+    params = [p for p in module.parameters() if p.requires_grad]
+    if not params or num_processes == 1:
+        return
+    device = params[0].device
+    has_grad = torch.tensor([float(p.grad is not None) for p in params], device=device)
+    dist.all_reduce(has_grad)
+    params = [p for p, count in zip(params, has_grad.tolist()) if count > 0]
+    bucket: list[torch.nn.Parameter] = []
+    size = 0
+    for i, param in enumerate(params):
+        bucket.append(param)
+        size += param.numel() * param.element_size()
+        following = params[i + 1] if i + 1 < len(params) else None
+        if (following is None or size >= BUCKET_BYTES or following.dtype != param.dtype
+                or following.device != param.device):
+            _all_reduce_bucket(bucket, num_processes)
+            bucket, size = [], 0
+
+
+def _all_reduce_bucket(params: list[torch.nn.Parameter], num_processes: int) -> None:
+    import torch.distributed as dist
+
+    flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in params])
+    flat.div_(num_processes)
+    dist.all_reduce(flat)
+    for param, chunk in zip(params, flat.split([p.numel() for p in params])):
+        if param.grad is None:
+            param.grad = chunk.view_as(param).clone()
+        else:
+            param.grad.copy_(chunk.view_as(param.grad))
