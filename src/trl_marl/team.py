@@ -36,6 +36,7 @@ from transformers import AutoModelForCausalLM, GenerationConfig, PreTrainedModel
 from .core import entropy_from_logits, selective_log_softmax
 from .utils.adapters import AdapterSwitch
 from .utils.forward import dropout_active, no_autograd, takes_logits_to_keep
+from .utils.lean_decode import decode
 from .utils.model_names import resolve_model_name
 from .utils.prefill import shared_prefill_cache
 from .utils.tokens import (  # noqa: F401  (re-exported: importable from trl_marl.team as before)
@@ -163,6 +164,8 @@ class AgentTeam(nn.Module):
         # a `transformers.ContinuousBatchingConfig`: generate with `generate_batch` (continuous batching) instead of
         # `generate`; only for teams whose models each run one policy (see `generate_with_continuous_batching`)
         self.continuous_batching_config: Any = None
+        # decode with `utils.lean_decode` (generate's tokens without its per-call setup) where it supports the settings
+        self.lean_decode = True
         self.frozen: set[int] = set()  # agents whose weights are not trained (see `freeze_agents`)
         self._adapter_switches: dict[int, AdapterSwitch] = {}  # per PEFT model, made on the first switch
         # Set by a trainer while the team's weights are sharded across processes (FSDP2, DeepSpeed ZeRO-3): given
@@ -541,8 +544,7 @@ class AgentTeam(nn.Module):
                         cache = shared_prefill_cache(model, ids, mask, generation_config, kwargs.get("adapter_names"))
                         if cache is not None:
                             kwargs["past_key_values"] = cache
-                    out = model.generate(input_ids=ids, attention_mask=mask, generation_config=generation_config,
-                                         **kwargs)
+                    out = decode(model, ids, mask, generation_config, lean=self.lean_decode, **kwargs)
                     outputs = [row.tolist() for row in out[:, ids.size(1):]]
         finally:
             model.train(was_training)
