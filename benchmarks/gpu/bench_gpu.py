@@ -15,8 +15,8 @@ step, prompts of ``--prompt-tokens`` tokens and ``--new-tokens`` new tokens (a r
 among ~152k tokens, so every completion has the full length). For each run the script reports, over the steps after
 the first (warm-up):
 
-* generation tokens/s: positions decoded by ``generate`` (batch x new tokens, timed around every ``generate`` call
-  with CUDA synchronised) per second of generation;
+* generation tokens/s: positions decoded by ``generate`` or trl_marl's lean decoding loop (batch x new tokens,
+  timed around every such call with CUDA synchronised) per second of generation;
 * training tokens/s: sequences x (prompt + completion) tokens per second of the rest of the step (log-prob forward,
   backward, optimizer step, trainer overheads);
 * joint samples/s: scored samples per agent per second of the whole step;
@@ -155,12 +155,11 @@ class GenerationTimer:
             self.peak_outside = max(self.peak_outside, peak)
         torch.cuda.reset_peak_memory_stats()
 
-    @contextlib.contextmanager
-    def patched(self) -> Iterator[GenerationTimer]:
-        original = GenerationMixin.generate
+    def _timed(self, original: Callable[..., Any], input_ids_of: Callable[[tuple, dict], Any]) -> Callable[..., Any]:
+        """`original` timed when it is the outermost generation call (nested ones are part of the outer call)."""
         timer = self
 
-        def timed_generate(model: Any, *args: Any, **kwargs: Any) -> Any:
+        def timed(*args: Any, **kwargs: Any) -> Any:
             timer._depth += 1
             outer = timer._depth == 1
             if outer:
@@ -168,24 +167,37 @@ class GenerationTimer:
                 timer._mark("outside")
                 start = time.perf_counter()
             try:
-                out = original(model, *args, **kwargs)
+                out = original(*args, **kwargs)
             finally:
                 timer._depth -= 1
             if outer:
                 timer._sync()
                 timer._mark("generate")
                 timer.seconds += time.perf_counter() - start
-                input_ids = kwargs.get("input_ids", args[0] if args else None)
+                input_ids = input_ids_of(args, kwargs)
                 sequences = out.sequences if hasattr(out, "sequences") else out
                 prompt_len = input_ids.shape[1] if input_ids is not None else 0
                 timer.tokens += sequences.shape[0] * (sequences.shape[1] - prompt_len)
             return out
 
-        GenerationMixin.generate = timed_generate  # type: ignore[method-assign]
+        return timed
+
+    @contextlib.contextmanager
+    def patched(self) -> Iterator[GenerationTimer]:
+        """Time `GenerationMixin.generate` and trl_marl's lean decoding loop (`utils.lean_decode._run`, which
+        `AgentTeam.generate` runs instead of `generate` for the settings it supports)."""
+        from trl_marl.utils import lean_decode
+
+        originals = [(GenerationMixin, "generate", GenerationMixin.generate,
+                      lambda a, k: k.get("input_ids", a[1] if len(a) > 1 else None)),
+                     (lean_decode, "_run", lean_decode._run, lambda a, k: a[2])]
+        for owner, name, original, input_ids_of in originals:
+            setattr(owner, name, self._timed(original, input_ids_of))
         try:
             yield self
         finally:
-            GenerationMixin.generate = original  # type: ignore[method-assign]
+            for owner, name, original, _ in originals:
+                setattr(owner, name, original)
 
 
 class StepRecorder(TrainerCallback):
