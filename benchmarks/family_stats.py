@@ -1,0 +1,152 @@
+"""Merge `bench_family.py` results over seeds and test whether ours and comlrl differ.
+
+`bench_family.py` runs each algorithm of the CoMLRL family here and in comlrl 1.4.3, seed by seed; long seed sweeps
+end up in several JSON files (one run per seed, or a few seeds per file). This script reads any number of them,
+keeps one final reward per (algorithm, side, seed) (the mean team reward of the last `final_window` updates, never
+the peak; a seed found twice must agree, or the script stops), and prints per algorithm: the mean over the seeds both
+sides ran with its standard error, the difference ours - comlrl, the number of seeds above +0.5 (the task's outcome
+is close to bimodal: a team takes off to about +0.85 or stays near +0.1), and a two-sided permutation p-value for the
+difference of the means (the side labels shuffled within the pooled finals, 20000 draws, fixed seed).
+
+Usage::
+
+    python benchmarks/family_stats.py benchmarks/results_family_100steps.json run-*.json --json merged.json
+
+Two input layouts are read: `bench_family.py`'s own (`algorithms[a]["runs"][side]`, one entry per seed of
+`seeds`, with the per-update `rewards`) and the compact one this script writes (`algorithms[a][side]` with
+`seeds` and `curves`), so merged files can be merged again. Keys of the compact layout other than an algorithm name
+(e.g. `iac_seeds_20_39` in older files) are read as that algorithm when their prefix is one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+ALGORITHMS = ("magrpo", "mareinforce", "marloo", "maremax", "iac", "maac")
+SIDES = ("ours", "comlrl")
+
+
+def _algorithm_of(key: str) -> str | None:
+    for name in ALGORITHMS:
+        if key == name or key.startswith(name + "_seeds_"):
+            return name
+    return None
+
+
+def read_curves(path: Path) -> Iterable[tuple[str, str, int, list[float]]]:
+    """`(algorithm, side, seed, per-update team rewards)` for every run stored in `path`."""
+    data = json.loads(path.read_text())
+    for key, entry in data.get("algorithms", {}).items():
+        algorithm = _algorithm_of(key)
+        if algorithm is None or not isinstance(entry, dict):
+            continue
+        if "runs" in entry:  # bench_family.py's layout: runs in the order of the file's seeds
+            for side, runs in entry["runs"].items():
+                for seed, run in zip(data["seeds"], runs):
+                    yield algorithm, side, int(seed), [float(r) for r in run["rewards"]]
+            continue
+        for side in SIDES:  # the compact layout
+            block = entry.get(side)
+            if isinstance(block, dict) and "curves" in block:
+                for seed, curve in zip(block["seeds"], block["curves"]):
+                    yield algorithm, side, int(seed), [float(r) for r in curve]
+
+
+def merge(paths: Sequence[Path], window: int) -> dict[str, dict[str, dict[int, list[float]]]]:
+    """Every run of `paths`, keyed by algorithm, side and seed; duplicates must give the same final reward."""
+    merged: dict[str, dict[str, dict[int, list[float]]]] = {}
+    for path in paths:
+        for algorithm, side, seed, curve in read_curves(path):
+            runs = merged.setdefault(algorithm, {}).setdefault(side, {})
+            if seed in runs and abs(final(runs[seed], window) - final(curve, window)) > 1e-9:
+                raise ValueError(f"{path}: {algorithm} {side} seed {seed} differs from an earlier file's run.")
+            runs[seed] = curve
+    return merged
+
+
+def final(curve: Sequence[float], window: int) -> float:
+    """The mean team reward of the last `window` updates."""
+    return statistics.fmean(curve[-window:])
+
+
+def sem(values: Sequence[float]) -> float:
+    return statistics.stdev(values) / len(values) ** 0.5 if len(values) > 1 else float("nan")
+
+
+def permutation_p(a: Sequence[float], b: Sequence[float], draws: int = 20000, seed: int = 0) -> float:
+    """Two-sided p-value of `mean(a) - mean(b)` under random relabelling of the pooled values."""
+    observed = abs(statistics.fmean(a) - statistics.fmean(b))
+    pooled, n = list(a) + list(b), len(a)
+    rng = random.Random(seed)
+    hits = 0
+    for _ in range(draws):
+        rng.shuffle(pooled)
+        if abs(statistics.fmean(pooled[:n]) - statistics.fmean(pooled[n:])) >= observed - 1e-12:
+            hits += 1
+    return (hits + 1) / (draws + 1)
+
+
+def summarize(merged: dict[str, dict[str, dict[int, list[float]]]], window: int) -> list[dict[str, Any]]:
+    rows = []
+    for algorithm in ALGORITHMS:
+        sides = merged.get(algorithm, {})
+        seeds = sorted(set(sides.get("ours", {})) & set(sides.get("comlrl", {})))
+        if not seeds:
+            continue
+        ours = [final(sides["ours"][s], window) for s in seeds]
+        peer = [final(sides["comlrl"][s], window) for s in seeds]
+        rows.append({
+            "algorithm": algorithm, "seeds": seeds, "ours": statistics.fmean(ours), "ours_sem": sem(ours),
+            "comlrl": statistics.fmean(peer), "comlrl_sem": sem(peer),
+            "difference": statistics.fmean(ours) - statistics.fmean(peer),
+            "difference_se": (sem(ours) ** 2 + sem(peer) ** 2) ** 0.5,
+            "above_half": [sum(v > 0.5 for v in ours), sum(v > 0.5 for v in peer)],
+            "permutation_p": permutation_p(ours, peer),
+        })
+    return rows
+
+
+def _seed_ranges(seeds: Sequence[int]) -> str:
+    parts, start = [], seeds[0]
+    for prev, cur in zip(seeds, list(seeds[1:]) + [None]):
+        if cur != prev + 1:
+            parts.append(f"{start}-{prev}" if prev != start else f"{start}")
+            start = cur
+    return ", ".join(parts)
+
+
+def markdown(rows: Sequence[dict[str, Any]]) -> str:
+    lines = ["| algorithm | seeds | ours | comlrl | ours - comlrl (SE) | seeds above +0.5 (ours / comlrl) | "
+             "permutation p |", "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(
+            f"| {r['algorithm']} | {_seed_ranges(r['seeds'])} ({len(r['seeds'])}) | {r['ours']:+.3f} +- "
+            f"{r['ours_sem']:.3f} | {r['comlrl']:+.3f} +- {r['comlrl_sem']:.3f} | {r['difference']:+.3f} "
+            f"({r['difference_se']:.3f}) | {r['above_half'][0]} / {r['above_half'][1]} | {r['permutation_p']:.2f} |")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("files", nargs="+", type=Path, help="bench_family.py results (or files this script wrote)")
+    parser.add_argument("--window", type=int, default=5, help="final reward = mean of the last WINDOW updates")
+    parser.add_argument("--json", type=Path, help="write the merged runs (compact layout) and the summary here")
+    args = parser.parse_args(argv)
+    merged = merge(args.files, args.window)
+    rows = summarize(merged, args.window)
+    print(markdown(rows))
+    if args.json:
+        out = {"sources": [str(p) for p in args.files], "final_window": args.window, "summary": rows,
+               "algorithms": {a: {side: {"seeds": sorted(runs), "curves": [runs[s] for s in sorted(runs)]}
+                                  for side, runs in sides.items()} for a, sides in merged.items()}}
+        args.json.write_text(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()
