@@ -80,6 +80,11 @@ def _plan(model: Any, adapter_names: Sequence[str | None]) -> tuple[list[Any], l
     """The LoRA layers to slice and the runs of rows, or why the batch takes PEFT's path."""
     if not hasattr(model, "_enable_peft_forward_hooks") or not hasattr(model, "base_model"):
         return "not a PEFT model"
+    from peft import PeftModel
+
+    if not isinstance(model, PeftModel) or (
+            type(model)._enable_peft_forward_hooks is not PeftModel._enable_peft_forward_hooks):
+        return f"{type(model).__name__} is not a PeftModel with PEFT's forward hooks"
     linear_cls, tuner_layer_cls, lora_model_cls, aux_cls = _peft_classes()
     tuner = model.base_model
     if not isinstance(tuner, lora_model_cls) or (

@@ -149,7 +149,8 @@ def shared_prefill_cache(
         generation_config: The settings `generate` will run with (some rule sharing out, see
             [`prefill_sharing_unsupported`]).
         adapter_names: PEFT's per-row adapter names for a mixed-adapter batch (rows with different adapters never
-            share a prefill), or None when every row runs the active adapter.
+            share a prefill; each adapter runs on its slice of rows when its rows form one run, see
+            `utils.mixed_adapters`), or None when every row runs the active adapter.
 
     Returns:
         The expanded cache, or None when nothing is shared: no two rows are identical, prompts of one token, or a
