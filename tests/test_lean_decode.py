@@ -11,10 +11,12 @@ from typing import Any
 import pytest
 import torch
 from peft import IA3Config, LoraConfig, get_peft_model
+from peft.tuners.lora.layer import Linear as LoraLinear
 from transformers import DynamicCache, GenerationConfig, PreTrainedTokenizerBase
 
 from trl_marl.team import AgentTeam, pad_left
 from trl_marl.toy import build_toy_model
+from trl_marl.utils import mixed_adapters
 from trl_marl.utils.lean_decode import decode, lean_decode_unsupported, lean_generate
 from trl_marl.utils.prefill import shared_prefill_cache
 
@@ -192,6 +194,46 @@ def test_mixed_adapter_batch(lora_model, tokenizer, prefill, task_type) -> None:
     adapter_names = ["a0", "a0", "a1", "a1", "__base__", "__base__"]  # (prompt, adapter) pairs repeat: shared
     for settings in (SUPPORTED["GRPO-like"], SUPPORTED["greedy"]):
         both_ways(lora_model, ids, mask, config(**settings), adapter_names=adapter_names, prefill=prefill)
+
+
+def lean_with_logits(model: Any, ids: torch.Tensor, mask: torch.Tensor, generation_config: GenerationConfig,
+                     names: list[str], prefill: bool, monkeypatch: pytest.MonkeyPatch,
+                     force_peft: bool) -> tuple[torch.Tensor, list[torch.Tensor], int]:
+    """The lean loop's sequences, the logits of every step, and how many PEFT mixed-batch forwards ran."""
+    logits: list[torch.Tensor] = []
+    mixed: list[int] = []
+    original = LoraLinear._mixed_batch_forward
+    with monkeypatch.context() as patch:
+        if force_peft:
+            patch.setattr(mixed_adapters, "_plan", lambda *_: "forced")
+        patch.setattr(LoraLinear, "_mixed_batch_forward",
+                      lambda self, *a, **k: mixed.append(1) or original(self, *a, **k))
+        handle = model.get_base_model().lm_head.register_forward_hook(lambda _m, _i, out: logits.append(out.clone()))
+        try:
+            torch.manual_seed(2)
+            cache = shared_prefill_cache(model, ids, mask, generation_config, names) if prefill else None
+            with torch.inference_mode():
+                out = lean_generate(model, ids, mask, generation_config, adapter_names=names, past_key_values=cache)
+        finally:
+            handle.remove()
+    return out, logits, len(mixed)
+
+
+@pytest.mark.parametrize("prefill", [False, True])
+def test_sliced_adapter_rows_give_pefts_logits_at_every_step(lora_model, tokenizer, monkeypatch, prefill) -> None:
+    # rows in one run per adapter (as AgentTeam orders them): the loop slices the rows (`utils.mixed_adapters`);
+    # forcing PEFT's hooks instead must give the same logits, bit for bit, at every step
+    ids, mask = batch(tokenizer, repeat=3)
+    names = ["a1"] * 3 + ["a0"] * 4 + ["__base__"] * 2
+    generation_config = config(**SUPPORTED["GRPO-like"])
+    sliced, sliced_logits, sliced_mixed = lean_with_logits(lora_model, ids, mask, generation_config, names, prefill,
+                                                           monkeypatch, force_peft=False)
+    peft, peft_logits, peft_mixed = lean_with_logits(lora_model, ids, mask, generation_config, names, prefill,
+                                                     monkeypatch, force_peft=True)
+    assert sliced_mixed == 0 and peft_mixed > 0
+    assert torch.equal(sliced, peft) and len(sliced_logits) == len(peft_logits) > 1
+    for step, (a, b) in enumerate(zip(sliced_logits, peft_logits, strict=True)):
+        assert torch.equal(a, b), step
 
 
 def test_single_adapter_and_hooks_registered_once(lora_model, tokenizer, monkeypatch) -> None:

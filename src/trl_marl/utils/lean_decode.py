@@ -24,8 +24,10 @@ What it does, step for step as `generate`'s sampling loop (transformers 5.x `Gen
 - a finished row gets the pad token (the first EOS id when no pad id is set); a row finishes at any of the EOS ids;
   the loop stops when every row has finished or after `max_new_tokens` tokens.
 
-A PEFT model's per-row adapters (`adapter_names`) are set up once for the whole loop, through the forward pre-hooks
-that `PeftModel.generate` registers for its call.
+A PEFT model's per-row adapters (`adapter_names`) are set up once for the whole loop: when each adapter's rows form
+one contiguous run (as `AgentTeam` orders them), every LoRA layer applies each adapter to its slice of rows
+(`utils.mixed_adapters.sliced_adapter_rows`: the same arithmetic, without PEFT's per-layer index lists); otherwise
+through the forward pre-hooks that `PeftModel.generate` registers for its call.
 
 Anything else goes to `model.generate` ([`lean_decode_unsupported`] says why): beam search, several sequences per
 prompt, assisted, prompt-lookup, contrastive and DoLa decoding, stop strings, `max_time`, a cache other than the
@@ -76,6 +78,7 @@ from transformers.generation import (
 )
 
 from .forward import takes_logits_to_keep
+from .mixed_adapters import sliced_adapter_rows
 
 __all__ = ["decode", "lean_decode_unsupported", "lean_generate"]
 
@@ -327,10 +330,11 @@ def _logits_processors(settings: dict[str, Any], do_sample: bool, prompt_length:
 
 
 def _peft_hooks(model: Any, adapter_names: Sequence[str | None] | None) -> AbstractContextManager[Any]:
-    """The context `PeftModel.generate` runs its whole call in: LoRA layers read `adapter_names` (one per row)."""
+    """The context `PeftModel.generate` runs its whole call in: LoRA layers read `adapter_names` (one per row), on
+    row slices when each adapter's rows form one run (`utils.mixed_adapters`), else through PEFT's hooks."""
     if not _is_peft(model):
         return nullcontext()
-    return model._enable_peft_forward_hooks(**({"adapter_names": list(adapter_names)} if adapter_names else {}))
+    return sliced_adapter_rows(model, list(adapter_names) if adapter_names else None)
 
 
 def _run(model: Any, plan: _Plan, input_ids: torch.Tensor, attention_mask: torch.Tensor,

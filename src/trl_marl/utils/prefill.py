@@ -27,6 +27,7 @@ layers below the first adapted module would be exact but is not done), and in `m
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +35,7 @@ import torch
 from transformers import DynamicCache, GenerationConfig
 
 from .forward import takes_logits_to_keep
+from .mixed_adapters import sliced_adapter_rows
 
 
 @dataclass
@@ -147,7 +149,8 @@ def shared_prefill_cache(
         generation_config: The settings `generate` will run with (some rule sharing out, see
             [`prefill_sharing_unsupported`]).
         adapter_names: PEFT's per-row adapter names for a mixed-adapter batch (rows with different adapters never
-            share a prefill), or None when every row runs the active adapter.
+            share a prefill; each adapter runs on its slice of rows when its rows form one run, see
+            `utils.mixed_adapters`), or None when every row runs the active adapter.
 
     Returns:
         The expanded cache, or None when nothing is shared: no two rows are identical, prompts of one token, or a
@@ -171,12 +174,12 @@ def shared_prefill_cache(
     ids, mask = input_ids[first, :-1], attention_mask[first, :-1]
     # `generate`'s position ids for left-padded rows: count the real tokens, padding at 0
     position_ids = (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 0)
-    kwargs: dict[str, Any] = {}
-    if adapter_names is not None:
-        kwargs["adapter_names"] = [adapter_names[i] for i in groups.first_rows.tolist()]
     cache = DynamicCache(config=_base_model(model).config.get_text_config(decoder=True))
-    out = model(input_ids=ids, attention_mask=mask, position_ids=position_ids, past_key_values=cache, use_cache=True,
-                logits_to_keep=1, **kwargs)
+    # the distinct rows keep the batch's order, so each adapter's rows stay one run when they were one
+    names = None if adapter_names is None else [adapter_names[i] for i in groups.first_rows.tolist()]
+    with nullcontext() if names is None else sliced_adapter_rows(model, names):
+        out = model(input_ids=ids, attention_mask=mask, position_ids=position_ids, past_key_values=cache,
+                    use_cache=True, logits_to_keep=1)
     cache = out.past_key_values
     if cache is None or cache.get_seq_length() != ids.size(1):  # a model that did not fill the cache: do not share
         return None
