@@ -22,37 +22,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
-import time
 import warnings
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
-
-
-def _time_ab(run: Callable[[bool], Any], reps: int) -> dict[str, float]:
-    """Median wall and CPU milliseconds of `run(lean)` for lean in (False, True), alternated A B B A ..."""
-    samples: dict[bool, list[tuple[float, float]]] = {False: [], True: []}
-    outputs = {lean: run(lean) for lean in (False, True)}  # warm-up, and the check that the samples agree
-    if outputs[False] != outputs[True]:
-        raise AssertionError("the lean loop changed the samples")
-    for rep in range(reps):
-        for lean in ((False, True) if rep % 2 == 0 else (True, False)):
-            wall, cpu = time.perf_counter(), time.process_time()
-            run(lean)
-            samples[lean].append((time.perf_counter() - wall, time.process_time() - cpu))
-    result = {}
-    for lean, name in ((False, "generate"), (True, "lean")):
-        result[f"{name}_wall_ms"] = 1e3 * statistics.median(s[0] for s in samples[lean])
-        result[f"{name}_cpu_ms"] = 1e3 * statistics.median(s[1] for s in samples[lean])
-        result[f"{name}_min_wall_ms"] = 1e3 * min(s[0] for s in samples[lean])  # least disturbed by neighbours
-    result["saved_wall_ms"] = result["generate_wall_ms"] - result["lean_wall_ms"]
-    result["saved_min_wall_ms"] = result["generate_min_wall_ms"] - result["lean_min_wall_ms"]
-    result["speedup_wall"] = result["generate_wall_ms"] / result["lean_wall_ms"]
-    result["speedup_cpu"] = result["generate_cpu_ms"] / result["lean_cpu_ms"]
-    return result
+from ab_timing import time_ab
 
 
 def main() -> None:
@@ -97,7 +72,7 @@ def main() -> None:
                     return team.generate(prompts, config)
 
                 name = f"{mode}_rows{rows}_new{new_tokens}"
-                results[name] = _time_ab(run, cli.reps)
+                results[name] = time_ab(run, cli.reps, ("generate", "lean"), "the lean loop")
                 print(name, json.dumps({k: round(v, 3) for k, v in results[name].items()}), flush=True)
     if cli.out:
         Path(cli.out).write_text(json.dumps(results, indent=2))

@@ -23,38 +23,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
-import time
 import warnings
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from unittest import mock
 
 import torch
-
-
-def _time_ab(run: Callable[[bool], Any], reps: int) -> dict[str, float]:
-    """Median wall and CPU milliseconds of `run(sliced)` for sliced in (False, True), alternated A B B A ..."""
-    samples: dict[bool, list[tuple[float, float]]] = {False: [], True: []}
-    outputs = {sliced: run(sliced) for sliced in (False, True)}  # warm-up, and the check that the samples agree
-    if outputs[False] != outputs[True]:
-        raise AssertionError("slicing the adapter rows changed the samples")
-    for rep in range(reps):
-        for sliced in ((False, True) if rep % 2 == 0 else (True, False)):
-            wall, cpu = time.perf_counter(), time.process_time()
-            run(sliced)
-            samples[sliced].append((time.perf_counter() - wall, time.process_time() - cpu))
-    result = {}
-    for sliced, name in ((False, "peft"), (True, "sliced")):
-        result[f"{name}_wall_ms"] = 1e3 * statistics.median(s[0] for s in samples[sliced])
-        result[f"{name}_cpu_ms"] = 1e3 * statistics.median(s[1] for s in samples[sliced])
-        result[f"{name}_min_wall_ms"] = 1e3 * min(s[0] for s in samples[sliced])  # least disturbed by neighbours
-    result["saved_wall_ms"] = result["peft_wall_ms"] - result["sliced_wall_ms"]
-    result["saved_min_wall_ms"] = result["peft_min_wall_ms"] - result["sliced_min_wall_ms"]
-    result["speedup_wall"] = result["peft_wall_ms"] / result["sliced_wall_ms"]
-    result["speedup_cpu"] = result["peft_cpu_ms"] / result["sliced_cpu_ms"]
-    return result
+from ab_timing import time_ab
 
 
 def main() -> None:
@@ -107,7 +82,7 @@ def main() -> None:
                         return team.generate(prompts, config)
 
                 name = f"agents{agents}_rows{rows}_new{new_tokens}"
-                results[name] = _time_ab(run, cli.reps)
+                results[name] = time_ab(run, cli.reps, ("peft", "sliced"), "slicing the adapter rows")
                 print(name, json.dumps({k: round(v, 3) for k, v in results[name].items()}), flush=True)
     if cli.out:
         Path(cli.out).write_text(json.dumps(results, indent=2))
