@@ -125,7 +125,8 @@ def run_ours(algorithm: str, model_dir: str, cfg: dict[str, Any], seed: int, out
     rewards: list[float] = []
     reward_log = reward_logger("reward", rewards)
 
-    trainer_cls = LastTokenSkippingMAGRPO() if cfg.get("emulate_comlrl_last_token") else MAGRPOTrainer
+    emulate = cfg.get("emulate_comlrl_last_token") or cfg.get("emulate_comlrl_padding")
+    trainer_cls = LastTokenSkippingMAGRPO(bool(cfg.get("emulate_comlrl_padding"))) if emulate else MAGRPOTrainer
     trainer = trainer_cls(
         model=model_dir, reward_funcs=TargetSumReward(0.5), env=TargetSumEnv(2),
         processing_class=load_tokenizer(model_dir), args=args,
@@ -144,11 +145,12 @@ def run_ours(algorithm: str, model_dir: str, cfg: dict[str, Any], seed: int, out
         "settings": {"config": config_cls.__name__, "advantage_mode": args.advantage_mode,
                      "scale_rewards": args.scale_rewards, "loss_type": args.loss_type,
                      "max_grad_norm": args.max_grad_norm, "weight_decay": args.weight_decay,
-                     "emulate_comlrl_last_token": bool(cfg.get("emulate_comlrl_last_token"))},
+                     "emulate_comlrl_last_token": bool(cfg.get("emulate_comlrl_last_token")),
+                     "emulate_comlrl_padding": bool(cfg.get("emulate_comlrl_padding"))},
     }
 
 
-def LastTokenSkippingMAGRPO() -> type:  # noqa: N802 - returns a class, built lazily (trl_marl imported late)
+def LastTokenSkippingMAGRPO(train_padding: bool = False) -> type:  # noqa: N802 - a class, built lazily
     """A diagnostic MAGRPOTrainer whose loss skips the tokens comlrl 1.4.3's REINFORCE-family loss never trains.
 
     comlrl's `_compute_loss_with_gradients` feeds `prompt + completion[:-1]` of each prompt's G completions (padded to
@@ -156,8 +158,10 @@ def LastTokenSkippingMAGRPO() -> type:  # noqa: N802 - returns a class, built la
     the EOS of every completion of the group's maximal length (or its last token when it was cut at
     `max_new_tokens`). This subclass masks exactly those tokens out of our loss (the groups are the G consecutive
     samples of a prompt), to measure how much of the learning-speed gap on the target-sum task that skip explains.
-    It does not emulate the other half of that off-by-one (comlrl also trains the padding after a shorter
-    completion's EOS, which only touches states that sampling never visits). Benchmark code, not a library option.
+    With `train_padding` it also emulates the other half of that off-by-one: comlrl trains every position of the
+    group's padded width but the last, so a shorter completion's padding after its EOS is trained (as the pad
+    token, with that completion's advantage); here those positions join the loss too (our forward does not attend to
+    them, comlrl's does). Benchmark code, not a library option.
     """
     import torch
 
@@ -173,7 +177,10 @@ def LastTokenSkippingMAGRPO() -> type:  # noqa: N802 - returns a class, built la
             for start in range(0, mask.size(0), G):
                 block = lengths[start:start + G]
                 longest = int(block.max())
-                if longest > 0:
+                if longest > 0 and train_padding:  # positions 0 .. longest - 2 of every row, padding included
+                    mask[start:start + G, :longest - 1] = 1
+                    mask[start:start + G, longest - 1:] = 0
+                elif longest > 0:
                     rows = start + torch.nonzero(block == longest).flatten()
                     mask[rows, longest - 1] = 0
             patched = list(batches)
@@ -284,6 +291,9 @@ def main() -> None:
     parser.add_argument("--emulate-comlrl-last-token", action="store_true",
                         help="ours, MAGRPO family (diagnostic): skip in the loss the tokens comlrl's REINFORCE-family "
                         "loss never trains (the last position of each prompt group's padded width)")
+    parser.add_argument("--emulate-comlrl-padding", action="store_true",
+                        help="with the last-token skip, also train (as comlrl does) the padding after a shorter "
+                        "completion's EOS, up to the group's padded width minus one (diagnostic)")
     parser.add_argument("--sides", nargs="+", default=["ours", "comlrl"], choices=["ours", "comlrl"])
     parser.add_argument("--work-dir", default=None)
     parser.add_argument("--json", default=str(BENCH_DIR / "results_family.json"))
@@ -299,7 +309,8 @@ def main() -> None:
     cfg = {"steps": args.steps, "P": args.prompts, "G": args.num_generations, "max_len": args.max_new_tokens,
            "lr": args.lr, "max_grad_norm": args.max_grad_norm, "loss_type": args.loss_type,
            "advantage_level": args.advantage_level, "weight_decay": args.weight_decay,
-           "emulate_comlrl_last_token": args.emulate_comlrl_last_token}
+           "emulate_comlrl_last_token": args.emulate_comlrl_last_token,
+           "emulate_comlrl_padding": args.emulate_comlrl_padding}
     result: dict[str, Any] = {"config": cfg, "seeds": args.seeds, "model": builder, "argv": sys.argv[1:],
                               "final_window": FINAL_WINDOW, "algorithms": {}}
     for algorithm in args.algorithms:
