@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import re
 import statistics
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -145,7 +146,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         out = {"sources": [str(p) for p in args.files], "final_window": args.window, "summary": rows,
                "algorithms": {a: {side: {"seeds": sorted(runs), "curves": [runs[s] for s in sorted(runs)]}
                                   for side, runs in sides.items()} for a, sides in merged.items()}}
-        args.json.write_text(json.dumps(out, indent=1))
+        text = json.dumps(out, indent=1)  # then one line per list of numbers (a reward curve, a seed list)
+        text = re.sub(r"\[\s+([-+0-9.eE,\s]+?)\s+\]", lambda m: "[" + ", ".join(m.group(1).split()).replace(",,", ",")
+                      + "]", text)
+        args.json.write_text(text)
 
 
 if __name__ == "__main__":
