@@ -1,11 +1,20 @@
-"""Paired A/B timing of two settings of one call, shared by the benchmarks that compare a path with its fallback."""
+"""Paired A/B timing of two settings of one call, and the setup shared by the generation benchmarks that use it.
+
+`bench_lean_decode.py` and `bench_mixed_adapters.py` compare a fast path of `AgentTeam.generate` with its fallback on
+the same toy model, prompts and fixed-length generation config; what they share lives here.
+"""
 
 from __future__ import annotations
 
+import argparse
+import json
 import statistics
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
+
+import torch
 
 
 def time_ab(run: Callable[[bool], Any], reps: int, labels: tuple[str, str], changed: str) -> dict[str, float]:
@@ -39,3 +48,69 @@ def time_ab(run: Callable[[bool], Any], reps: int, labels: tuple[str, str], chan
     result["speedup_wall"] = result[f"{a}_wall_ms"] / result[f"{b}_wall_ms"]
     result["speedup_cpu"] = result[f"{a}_cpu_ms"] / result[f"{b}_cpu_ms"]
     return result
+
+
+def add_generation_arguments(parser: argparse.ArgumentParser, rows: str) -> None:
+    """`--model-dir`, `--reps`, `--rows` (default `rows`), `--new-tokens` and `--out`."""
+    parser.add_argument("--model-dir", default=None, help="a toy model directory (default: build the 2.6M one)")
+    parser.add_argument("--reps", type=int, default=30, help="timed calls per setting and case")
+    parser.add_argument("--rows", default=rows, help="comma-separated rows per agent")
+    parser.add_argument("--new-tokens", default="4,16", help="comma-separated max_new_tokens")
+    parser.add_argument("--out", default=None, help="write the results as JSON here")
+
+
+def ints(text: str) -> list[int]:
+    """`"4,16"` -> `[4, 16]`."""
+    return [int(t) for t in text.split(",")]
+
+
+def toy_model_dir(model_dir: str | None) -> str:
+    """`model_dir`, or the 2.6M-parameter toy Qwen2 (hidden 256, 4 layers, pretrained 150 steps on T=10) built once."""
+    from trl_marl.toy import make_toy_model
+
+    return str(model_dir or make_toy_model(task="target", hidden_size=256, num_layers=4, pretrain_steps=150, seed=0,
+                                           targets=(10,)))
+
+
+def lora_team(model_dir: str, num_agents: int, mode: str = "adapters") -> Any:
+    """A team of `num_agents`; in `adapters` mode one LoRA adapter (r=8 on q/v, non-zero init) per agent."""
+    from peft import LoraConfig
+
+    from trl_marl import AgentTeam
+
+    torch.manual_seed(0)
+    peft_config = LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"], lora_dropout=0.0,
+                             init_lora_weights=False) if mode == "adapters" else None
+    return AgentTeam.build(model_dir, num_agents, mode=mode, peft_config=peft_config)
+
+
+def fixed_length_config(team: Any, new_tokens: int) -> Any:
+    """The MAGRPO trainer's generation config for `team`, with `min_new_tokens = max_new_tokens = new_tokens` so that
+    every call decodes the same number of tokens."""
+    from trl_marl import MAGRPOConfig
+    from trl_marl.trainers.magrpo_steps import generation_config
+
+    args = MAGRPOConfig(output_dir="/tmp/bench_generation", num_agents=team.num_agents,
+                        max_completion_length=new_tokens, report_to="none", save_strategy="no")
+    config = generation_config(args, team)
+    config.min_new_tokens = new_tokens
+    return config
+
+
+def target_prompts(num_agents: int, rows: int) -> list[list[Any]]:
+    """Each agent's first-turn `TargetSumEnv` prompt (T=10), `rows` times."""
+    from trl_marl.envs import TargetSumEnv, Transcript
+
+    env = TargetSumEnv(num_agents=num_agents)
+    return [[env.agent_prompt({"target": 10}, a, Transcript())] * rows for a in range(num_agents)]
+
+
+def report(results: dict[str, Any], name: str, result: dict[str, float]) -> None:
+    """Store `result` under `name` and print it (rounded)."""
+    results[name] = result
+    print(name, json.dumps({k: round(v, 3) for k, v in result.items()}), flush=True)
+
+
+def write_results(path: str | None, results: dict[str, Any]) -> None:
+    if path:
+        Path(path).write_text(json.dumps(results, indent=2))
