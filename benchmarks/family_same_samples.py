@@ -152,7 +152,12 @@ def run_ours(args: argparse.Namespace, model_dir: str, comlrl: dict[str, Any]) -
         seed=args.seed, max_steps=args.steps, max_grad_norm=0.0, weight_decay=0.0, loss_type="dr_grpo",
         adam_epsilon=1e-8 / args.max_new_tokens, **extra,
     )
-    trainer = MAGRPOTrainer(model=model_dir, reward_funcs=TargetSumReward(0.5), env=TargetSumEnv(2), args=config,
+    trainer_cls = MAGRPOTrainer
+    if args.emulate_comlrl:  # the diagnostic subclass of bench_family.py: comlrl's off-by-one, both halves
+        from bench_family import LastTokenSkippingMAGRPO
+
+        trainer_cls = LastTokenSkippingMAGRPO(train_padding=True)
+    trainer = trainer_cls(model=model_dir, reward_funcs=TargetSumReward(0.5), env=TargetSumEnv(2), args=config,
                             processing_class=load_tokenizer(model_dir),
                             train_dataset=Dataset.from_dict({"target": [10] * (2 * P * G * args.steps)}))
     for callback in (PrinterCallback, ProgressCallback):
@@ -198,6 +203,10 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=4)
     parser.add_argument("--lr", type=float, default=3e-4)
     parser.add_argument("--work-dir", default="/tmp/family-same-samples")
+    parser.add_argument("--emulate-comlrl", action="store_true",
+                        help="ours with bench_family.py's emulation of comlrl's off-by-one (last token of each group's "
+                             "padded width skipped, the padding after shorter completions trained), so that the "
+                             "update, not only the textbook gradient, can be compared with comlrl's")
     parser.add_argument("--comlrl-site", default=None,
                         help="comlrl's site-packages (default: /work/venv-comlrl/lib/python3*/site-packages)")
     args = parser.parse_args()
