@@ -204,9 +204,9 @@ def main() -> None:
     parser.add_argument("--lr", type=float, default=3e-4)
     parser.add_argument("--work-dir", default="/tmp/family-same-samples")
     parser.add_argument("--emulate-comlrl", action="store_true",
-                        help="ours with bench_family.py's emulation of comlrl's off-by-one (last token of each group's "
-                             "padded width skipped, the padding after shorter completions trained), so that the "
-                             "update, not only the textbook gradient, can be compared with comlrl's")
+                        help="ours with bench_family.py's emulation of comlrl's off-by-one (last token of each "
+                             "group's padded width skipped, the padding after shorter completions trained), so that "
+                             "the update, not only the textbook gradient, can be compared with comlrl's")
     parser.add_argument("--comlrl-site", default=None,
                         help="comlrl's site-packages (default: /work/venv-comlrl/lib/python3*/site-packages)")
     args = parser.parse_args()

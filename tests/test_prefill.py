@@ -184,10 +184,14 @@ def test_train_mode_generation_shares_per_agent(tokenizer: PreTrainedTokenizerBa
     team.generate(prompts(), GREEDY)
     # agent 0's 2 distinct prompts (10 tokens wide, padded), then agent 1's (14 wide), each without its last token
     assert counter.prompt_forwards() == [(2, 9), (2, 13)]
+    torch.manual_seed(2)
+    before = team.generate(prompts(), SAMPLED)
     team.activation_checkpointing_enable()
     counter.shapes.clear()
-    team.generate(prompts(), GREEDY)
-    assert [rows for rows, _ in counter.prompt_forwards()] == [6, 6]  # checkpointed layers drop the cache: no sharing
+    torch.manual_seed(2)
+    # checkpointed layers would drop the cache in train mode: the team pauses checkpointing while it generates
+    assert team.generate(prompts(), SAMPLED) == before
+    assert counter.prompt_forwards() == [(2, 9), (2, 13)]
 
 
 def test_4bit_team_shares_prefill(tokenizer: PreTrainedTokenizerBase, tmp_path: Path) -> None:
@@ -205,6 +209,19 @@ def test_4bit_team_shares_prefill(tokenizer: PreTrainedTokenizerBase, tmp_path: 
         plain, shared = generate_both_ways(team, config)
         assert shared == plain
     assert counter.prompt_forwards()[-2:] == [(2, 9), (2, 13)]  # the shared run: one agent after the other
+
+    # A 4-bit model on CPU decodes in train mode, where checkpointed layers drop the KV cache: the team pauses
+    # checkpointing while it generates, so the samples (and the shared prefill) are the same with it on.
+    samples = {}
+    for checkpointing in (False, True):
+        if checkpointing:
+            team.activation_checkpointing_enable()
+        torch.manual_seed(5)
+        samples[checkpointing] = team.generate(prompts(), SAMPLED)
+        assert team.models[0].training
+    assert samples[True] == samples[False]
+    assert counter.prompt_forwards()[-2:] == [(2, 9), (2, 13)]
+    assert any(getattr(m, "gradient_checkpointing", False) for m in team.models[0].modules())  # restored
 
 
 @pytest.mark.parametrize("share", [True, False])

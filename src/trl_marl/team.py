@@ -35,7 +35,7 @@ from transformers import AutoModelForCausalLM, GenerationConfig, PreTrainedModel
 
 from .core import entropy_from_logits, selective_log_softmax
 from .utils.adapters import AdapterSwitch
-from .utils.forward import dropout_active, no_autograd, takes_logits_to_keep
+from .utils.forward import checkpointing_paused, dropout_active, no_autograd, takes_logits_to_keep
 from .utils.lean_decode import decode
 from .utils.model_names import resolve_model_name
 from .utils.prefill import shared_prefill_cache
@@ -527,29 +527,36 @@ class AgentTeam(nn.Module):
         elif self.mode == "adapters":
             self._activate(agent_index)
         was_training = model.training
-        if not _keeps_train_mode(model):
+        keeps_train_mode = _keeps_train_mode(model)
+        if not keeps_train_mode:
             model.eval()
         try:
-            if self.continuous_batching_config is not None:
-                if len(set(adapter_names)) > 1:
-                    raise ValueError("Continuous batching cannot take a mixed-adapter batch (one adapter per row).")
-                outputs = generate_with_continuous_batching(model, rows, generation_config,
-                                                            self.continuous_batching_config)
-            else:
-                # `inference_mode` when safe (`no_autograd`): no autograd bookkeeping in the many small ops of
-                # decoding; nothing made here outlives the call but token id lists (continuous batching, above, keeps
-                # its own cache and thread, and stays under `no_grad`)
-                with no_autograd():
-                    if self.share_prompt_prefill:  # one prefill per distinct (prompt, adapter), see `utils.prefill`
-                        cache = shared_prefill_cache(model, ids, mask, generation_config, kwargs.get("adapter_names"))
-                        if cache is not None:
-                            kwargs["past_key_values"] = cache
-                    out = decode(model, ids, mask, generation_config, lean=self.lean_decode, **kwargs)
-                    outputs = [row.tolist() for row in out[:, ids.size(1):]]
+            # in train mode, checkpointed layers would drop the KV cache while decoding: pause checkpointing there
+            with checkpointing_paused(model) if keeps_train_mode else nullcontext():
+                outputs = self._decode_rows(model, ids, mask, rows, generation_config, adapter_names, kwargs)
         finally:
             model.train(was_training)
         stops = _eos_ids(tokenizer, self.base_model_of(agent_index)) if stop_token_ids is None else stop_token_ids
         return [truncate_after_eos(row, stops) for row in outputs]
+
+    def _decode_rows(self, model: PreTrainedModel, ids: torch.Tensor, mask: torch.Tensor, rows: list[list[int]],
+                     generation_config: GenerationConfig, adapter_names: list[str | None],
+                     kwargs: dict[str, Any]) -> list[list[int]]:
+        """The generated token ids of each row (prompt excluded, not yet cut at EOS)."""
+        if self.continuous_batching_config is not None:
+            if len(set(adapter_names)) > 1:
+                raise ValueError("Continuous batching cannot take a mixed-adapter batch (one adapter per row).")
+            return generate_with_continuous_batching(model, rows, generation_config, self.continuous_batching_config)
+        # `inference_mode` when safe (`no_autograd`): no autograd bookkeeping in the many small ops of decoding;
+        # nothing made here outlives the call but token id lists (continuous batching, above, keeps its own cache and
+        # thread, and stays under `no_grad`)
+        with no_autograd():
+            if self.share_prompt_prefill:  # one prefill per distinct (prompt, adapter), see `utils.prefill`
+                cache = shared_prefill_cache(model, ids, mask, generation_config, kwargs.get("adapter_names"))
+                if cache is not None:
+                    kwargs["past_key_values"] = cache
+            out = decode(model, ids, mask, generation_config, lean=self.lean_decode, **kwargs)
+            return [row.tolist() for row in out[:, ids.size(1):]]
 
     # ------------------------------------------------------------------ log-probabilities
     @contextmanager

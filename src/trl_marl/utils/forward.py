@@ -22,7 +22,8 @@ from __future__ import annotations
 import functools
 import inspect
 import weakref
-from contextlib import AbstractContextManager
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 import torch
@@ -107,3 +108,30 @@ def no_autograd() -> AbstractContextManager[Any]:
         return torch.no_grad()
     return torch.inference_mode()
 
+
+
+@contextmanager
+def checkpointing_paused(model: nn.Module) -> Iterator[None]:
+    """Turn gradient checkpointing off in every layer of `model` for the duration of the context, then restore it.
+
+    transformers' checkpointed layers drop the KV cache (`past_key_values=None`) in *train mode*, whatever the grad
+    mode: a model that has to decode in train mode (a 4-bit model on CPU, see `trl_marl.team`) would then feed each
+    new token without the cache of the tokens before it and sample from the wrong distribution. Generation computes
+    no gradient, so checkpointing has nothing to save there.
+
+    Example:
+
+    ```python
+    model.gradient_checkpointing_enable()
+    with checkpointing_paused(model), torch.no_grad():
+        out = model.generate(ids, max_new_tokens=8)  # decodes with its KV cache, even in train mode
+    ```
+    """
+    paused = [m for m in model.modules() if getattr(m, "gradient_checkpointing", False) is True]
+    for module in paused:
+        module.gradient_checkpointing = False
+    try:
+        yield
+    finally:
+        for module in paused:
+            module.gradient_checkpointing = True
