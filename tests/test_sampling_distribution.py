@@ -71,7 +71,8 @@ def draw(team: AgentTeam, generation_config: GenerationConfig) -> list[dict[str,
 
 
 def check_team(team: AgentTeam, tokenizer: PreTrainedTokenizerBase, logits_of: Any, temperature: float) -> None:
-    """Each agent's samples fit its own exact distribution (p > 0.001); agent 0's samples do not fit agent 1's."""
+    """Each agent's samples fit its own exact distribution (p > 1e-5: a correct sampler fails a check once in 10^5
+    random streams); agent 0's samples do not fit agent 1's (p < 1e-8; observed: 1e-13 and below)."""
     generation_config = GenerationConfig(max_new_tokens=3, do_sample=True, temperature=temperature, top_k=0,
                                          top_p=1.0, pad_token_id=tokenizer.pad_token_id,
                                          eos_token_id=tokenizer.eos_token_id)
@@ -82,9 +83,9 @@ def check_team(team: AgentTeam, tokenizer: PreTrainedTokenizerBase, logits_of: A
                  for a in range(team.num_agents)]
         for agent in range(team.num_agents):
             p = chi_square_p(counts[agent][prompt], exact[agent])
-            assert p > 1e-3, f"agent {agent}, prompt {prompt!r}: samples do not fit its policy (p = {p:.2e})"
+            assert p > 1e-5, f"agent {agent}, prompt {prompt!r}: samples do not fit its policy (p = {p:.2e})"
         swapped = {c: completion_probability(logits_of(1), prompt_ids, c, temperature) for c in counts[0][prompt]}
-        assert chi_square_p(counts[0][prompt], swapped) < 1e-6, "the test cannot tell the two agents apart"
+        assert chi_square_p(counts[0][prompt], swapped) < 1e-8, "the test cannot tell the two agents apart"
 
 
 def sharpened_toy(tokenizer: PreTrainedTokenizerBase, seed: int) -> Any:
@@ -111,7 +112,7 @@ def test_adapters_team_samples_each_adapters_distribution(tokenizer) -> None:
     """Two LoRA adapters of one base model, generated in one mixed-adapter batch (row slices)."""
     base = sharpened_toy(tokenizer, 0)
     torch.manual_seed(2)
-    peft_config = LoraConfig(r=4, lora_alpha=64, target_modules=["q_proj", "v_proj", "up_proj"], lora_dropout=0.0,
+    peft_config = LoraConfig(r=4, lora_alpha=128, target_modules=["q_proj", "v_proj", "up_proj"], lora_dropout=0.0,
                              init_lora_weights=False)
     team = AgentTeam.build(base, 2, mode="adapters", peft_config=peft_config, processing_class=tokenizer)
     peft_model = team.models[0]
