@@ -8,6 +8,14 @@ sides ran with its standard error, the difference ours - comlrl, the number of s
 is close to bimodal: a team takes off to about +0.85 or stays near +0.1), and a two-sided permutation p-value for the
 difference of the means (the side labels shuffled within the pooled finals, 20000 draws, fixed seed).
 
+The final reward mostly counts how many seeds took off before the last updates. Two measures that use the whole curve
+are reported beside it, with their own permutation p-values: the mean reward over all updates (the area under the
+learning curve), and the take-off update (the first update at which the mean of the last `final_window` updates
+exceeds `--takeoff`, default +0.5; a run that never does counts as one update past its end).
+
+`--ours-from FILE ...` takes our side from other files than comlrl's (e.g. a diagnostic variant of ours run with
+`bench_family.py --sides ours`): the positional files then give comlrl's runs, and their `ours` runs are ignored.
+
 Usage::
 
     python benchmarks/family_stats.py benchmarks/results_family_100steps.json run-*.json --json merged.json
@@ -93,7 +101,17 @@ def permutation_p(a: Sequence[float], b: Sequence[float], draws: int = 20000, se
     return (hits + 1) / (draws + 1)
 
 
-def summarize(merged: dict[str, dict[str, dict[int, list[float]]]], window: int) -> list[dict[str, Any]]:
+def takeoff(curve: Sequence[float], window: int, threshold: float) -> int:
+    """The first update (1-based) at which the mean reward of the last `window` updates exceeds `threshold`;
+    `len(curve) + 1` if it never does."""
+    for end in range(window, len(curve) + 1):
+        if statistics.fmean(curve[end - window:end]) > threshold:
+            return end
+    return len(curve) + 1
+
+
+def summarize(merged: dict[str, dict[str, dict[int, list[float]]]], window: int,
+              threshold: float = 0.5) -> list[dict[str, Any]]:
     rows = []
     for algorithm in ALGORITHMS:
         sides = merged.get(algorithm, {})
@@ -110,6 +128,12 @@ def summarize(merged: dict[str, dict[str, dict[int, list[float]]]], window: int)
             "above_half": [sum(v > 0.5 for v in ours), sum(v > 0.5 for v in peer)],
             "permutation_p": permutation_p(ours, peer),
         })
+        for name, measure in (("mean_reward", lambda c: statistics.fmean(c)),
+                              ("takeoff", lambda c: float(takeoff(c, window, threshold)))):
+            a = [measure(sides["ours"][s]) for s in seeds]
+            b = [measure(sides["comlrl"][s]) for s in seeds]
+            rows[-1][name] = {"ours": statistics.fmean(a), "ours_sem": sem(a), "comlrl": statistics.fmean(b),
+                              "comlrl_sem": sem(b), "permutation_p": permutation_p(a, b)}
     return rows
 
 
@@ -130,6 +154,13 @@ def markdown(rows: Sequence[dict[str, Any]]) -> str:
             f"| {r['algorithm']} | {_seed_ranges(r['seeds'])} ({len(r['seeds'])}) | {r['ours']:+.3f} +- "
             f"{r['ours_sem']:.3f} | {r['comlrl']:+.3f} +- {r['comlrl_sem']:.3f} | {r['difference']:+.3f} "
             f"({r['difference_se']:.3f}) | {r['above_half'][0]} / {r['above_half'][1]} | {r['permutation_p']:.2f} |")
+    lines += ["", "| algorithm | mean reward over all updates (ours / comlrl) | p | take-off update (ours / comlrl) "
+              "| p |", "|---|---|---|---|---|"]
+    for r in rows:
+        m, t = r["mean_reward"], r["takeoff"]
+        lines.append(f"| {r['algorithm']} | {m['ours']:+.3f} +- {m['ours_sem']:.3f} / {m['comlrl']:+.3f} +- "
+                     f"{m['comlrl_sem']:.3f} | {m['permutation_p']:.3f} | {t['ours']:.1f} +- {t['ours_sem']:.1f} / "
+                     f"{t['comlrl']:.1f} +- {t['comlrl_sem']:.1f} | {t['permutation_p']:.3f} |")
     return "\n".join(lines)
 
 
@@ -137,13 +168,24 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("files", nargs="+", type=Path, help="bench_family.py results (or files this script wrote)")
     parser.add_argument("--window", type=int, default=5, help="final reward = mean of the last WINDOW updates")
+    parser.add_argument("--takeoff", type=float, default=0.5,
+                        help="take-off = first update whose last-WINDOW mean reward exceeds this")
+    parser.add_argument("--ours-from", nargs="+", type=Path, default=None,
+                        help="take our runs from these files instead (the positional files then give comlrl's)")
     parser.add_argument("--json", type=Path, help="write the merged runs (compact layout) and the summary here")
     args = parser.parse_args(argv)
     merged = merge(args.files, args.window)
-    rows = summarize(merged, args.window)
+    if args.ours_from:
+        ours = merge(args.ours_from, args.window)
+        for algorithm, sides in merged.items():
+            sides.pop("ours", None)
+            if "ours" in ours.get(algorithm, {}):
+                sides["ours"] = ours[algorithm]["ours"]
+    rows = summarize(merged, args.window, args.takeoff)
     print(markdown(rows))
     if args.json:
-        out = {"sources": [str(p) for p in args.files], "final_window": args.window, "summary": rows,
+        out = {"sources": [str(p) for p in args.files], "ours_from": [str(p) for p in args.ours_from or []],
+               "final_window": args.window, "takeoff_threshold": args.takeoff, "summary": rows,
                "algorithms": {a: {side: {"seeds": sorted(runs), "curves": [runs[s] for s in sorted(runs)]}
                                   for side, runs in sides.items()} for a, sides in merged.items()}}
         text = json.dumps(out, indent=1)  # then one line per list of numbers (a reward curve, a seed list)

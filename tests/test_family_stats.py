@@ -61,3 +61,22 @@ def test_conflicting_duplicate_seed_is_an_error(tmp_path: Path) -> None:
 def test_permutation_p_detects_a_clear_difference() -> None:
     stats = _load()
     assert stats.permutation_p([1.0] * 10, [0.0] * 10, draws=2000) < 0.01
+
+
+def test_whole_curve_measures_and_ours_from(tmp_path: Path) -> None:
+    stats = _load()
+    # window 2, threshold 0.5: a curve takes off at the first update whose mean with the one before exceeds 0.5
+    assert stats.takeoff([0, 0, 1, 1, 1], 2, 0.5) == 4  # (1 + 1) / 2 > 0.5 first at update 4
+    assert stats.takeoff([0, 1, 0, 1], 2, 0.5) == 5  # never above (0.5 is not above 0.5): one past the end
+    bench = _bench_file(tmp_path / "a.json", [0, 1], [[0, 0, 0, 0], [0, 1, 1, 1]], [[0, 0, 1, 1], [1, 1, 1, 1]])
+    (row,) = stats.summarize(stats.merge([bench], window=2), window=2, threshold=0.5)
+    assert row["mean_reward"]["ours"] == pytest.approx((0 + 0.75) / 2)
+    assert row["mean_reward"]["comlrl"] == pytest.approx((0.5 + 1) / 2)
+    assert row["takeoff"]["ours"] == pytest.approx((5 + 3) / 2)  # never; update 3
+    assert row["takeoff"]["comlrl"] == pytest.approx((4 + 2) / 2)
+    variant = _bench_file(tmp_path / "v.json", [0, 1], [[1, 1, 1, 1], [1, 1, 1, 1]], [[9, 9, 9, 9], [9, 9, 9, 9]])
+    out = tmp_path / "m.json"
+    stats.main([str(bench), "--window", "2", "--ours-from", str(variant), "--json", str(out)])
+    summary = json.loads(out.read_text())["summary"][0]
+    assert summary["ours"] == pytest.approx(1.0)  # the variant's runs
+    assert summary["comlrl"] == pytest.approx(1.0)  # comlrl's from the positional file, not the variant's 9s
