@@ -193,6 +193,22 @@ def run_ours(args: argparse.Namespace, model_dir: str, comlrl: dict[str, Any]) -
     return {"grads": grads, "deltas": deltas, "rewards": rewards}
 
 
+def comlrl_and_model_dir(parser: argparse.ArgumentParser, args: argparse.Namespace) -> str:
+    """Puts comlrl's site-packages (`--comlrl-site`) on `sys.path` after ours, sets one torch thread, and builds (or
+    reuses) the family benchmark's toy model in `--work-dir`; returns that model's folder."""
+    site = args.comlrl_site or next(iter(glob.glob("/work/venv-comlrl/lib/python3*/site-packages")), None)
+    if site is None:
+        parser.error("comlrl's site-packages not found: pass --comlrl-site")
+    sys.path.append(site)
+    torch.set_num_threads(1)
+
+    from toy_model_dir import build_model_dir
+
+    model_dir = str(Path(args.work_dir) / "target10-h64-l2")
+    build_model_dir(model_dir, hidden_size=64, num_layers=2, seed=0, pretrain_steps=300, allow_fallback=False)
+    return model_dir
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--algorithm", default="maremax", choices=["magrpo", "mareinforce", "marloo", "maremax"])
@@ -210,16 +226,7 @@ def main() -> None:
     parser.add_argument("--comlrl-site", default=None,
                         help="comlrl's site-packages (default: /work/venv-comlrl/lib/python3*/site-packages)")
     args = parser.parse_args()
-    site = args.comlrl_site or next(iter(glob.glob("/work/venv-comlrl/lib/python3*/site-packages")), None)
-    if site is None:
-        parser.error("comlrl's site-packages not found: pass --comlrl-site")
-    sys.path.append(site)
-    torch.set_num_threads(1)
-
-    from toy_model_dir import build_model_dir
-
-    model_dir = str(Path(args.work_dir) / "target10-h64-l2")
-    build_model_dir(model_dir, hidden_size=64, num_layers=2, seed=0, pretrain_steps=300, allow_fallback=False)
+    model_dir = comlrl_and_model_dir(parser, args)
     random.seed(args.seed)
     np.random.seed(args.seed)
     torch.manual_seed(args.seed)

@@ -27,7 +27,6 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import argparse  # noqa: E402
 import copy  # noqa: E402
-import glob  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 from collections import Counter  # noqa: E402
@@ -40,6 +39,8 @@ import torch  # noqa: E402
 BENCH_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH_DIR))
 sys.path.insert(0, str(BENCH_DIR.parent / "tests"))
+
+from family_same_samples import comlrl_and_model_dir  # noqa: E402
 
 PROMPT = "T=10:"
 
@@ -78,21 +79,13 @@ def main() -> None:
     parser.add_argument("--comlrl-site", default=None,
                         help="comlrl's site-packages (default: /work/venv-comlrl/lib/python3*/site-packages)")
     args = parser.parse_args()
-    site = args.comlrl_site or next(iter(glob.glob("/work/venv-comlrl/lib/python3*/site-packages")), None)
-    if site is None:
-        parser.error("comlrl's site-packages not found: pass --comlrl-site")
-    sys.path.append(site)
-    torch.set_num_threads(1)
+    model_dir = comlrl_and_model_dir(parser, args)
 
     from datasets import Dataset
-    from toy_model_dir import build_model_dir
 
     from trl_marl import MAGRPOConfig, MAGRPOTrainer, load_tokenizer
     from trl_marl.envs import TargetSumEnv
     from trl_marl.rewards.arithmetic import TargetSumReward
-
-    model_dir = str(Path(args.work_dir) / "target10-h64-l2")
-    build_model_dir(model_dir, hidden_size=64, num_layers=2, seed=0, pretrain_steps=300, allow_fallback=False)
     P, G, max_new = 4, 8, 4
     config = MAGRPOConfig(
         output_dir=str(Path(args.work_dir) / "ours"), num_agents=2, num_generations=G,
