@@ -64,6 +64,18 @@ def ints(text: str) -> list[int]:
     return [int(t) for t in text.split(",")]
 
 
+def start(parser: argparse.ArgumentParser) -> tuple[argparse.Namespace, str, dict[str, Any]]:
+    """Parse the arguments, silence warnings, use one torch thread, and find the model: `(arguments, model folder,
+    the results dict with the run's settings)`."""
+    import warnings
+
+    cli = parser.parse_args()
+    warnings.filterwarnings("ignore")
+    torch.set_num_threads(1)
+    model_dir = toy_model_dir(cli.model_dir)
+    return cli, model_dir, {"threads": torch.get_num_threads(), "reps": cli.reps, "model_dir": model_dir}
+
+
 def toy_model_dir(model_dir: str | None) -> str:
     """`model_dir`, or the 2.6M-parameter toy Qwen2 (hidden 256, 4 layers, pretrained 150 steps on T=10) built once."""
     from trl_marl.toy import make_toy_model

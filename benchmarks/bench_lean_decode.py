@@ -21,7 +21,6 @@ Run (1 thread; a few minutes)::
 from __future__ import annotations
 
 import argparse
-import warnings
 from typing import Any
 
 import torch
@@ -31,9 +30,9 @@ from ab_timing import (
     ints,
     lora_team,
     report,
+    start,
     target_prompts,
     time_ab,
-    toy_model_dir,
     write_results,
 )
 
@@ -42,12 +41,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_generation_arguments(parser, rows="8,32")
     parser.add_argument("--modes", default="models,adapters", help="comma-separated team modes")
-    cli = parser.parse_args()
-    warnings.filterwarnings("ignore")
-    torch.set_num_threads(1)
+    cli, model_dir, results = start(parser)
 
-    model_dir = toy_model_dir(cli.model_dir)
-    results: dict[str, Any] = {"threads": torch.get_num_threads(), "reps": cli.reps, "model_dir": model_dir}
     for mode in cli.modes.split(","):
         team = lora_team(model_dir, 2, mode)
         for new_tokens in ints(cli.new_tokens):

@@ -22,7 +22,6 @@ Run (1 thread; a few minutes)::
 from __future__ import annotations
 
 import argparse
-import warnings
 from typing import Any
 from unittest import mock
 
@@ -33,9 +32,9 @@ from ab_timing import (
     ints,
     lora_team,
     report,
+    start,
     target_prompts,
     time_ab,
-    toy_model_dir,
     write_results,
 )
 
@@ -44,14 +43,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_generation_arguments(parser, rows="8")
     parser.add_argument("--agents", default="2,4", help="comma-separated team sizes")
-    cli = parser.parse_args()
-    warnings.filterwarnings("ignore")
-    torch.set_num_threads(1)
+    cli, model_dir, results = start(parser)
 
     from trl_marl.utils import mixed_adapters
 
-    model_dir = toy_model_dir(cli.model_dir)
-    results: dict[str, Any] = {"threads": torch.get_num_threads(), "reps": cli.reps, "model_dir": model_dir}
     for agents in ints(cli.agents):
         team = lora_team(model_dir, agents)
         team.eval()

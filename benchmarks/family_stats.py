@@ -128,7 +128,7 @@ def summarize(merged: dict[str, dict[str, dict[int, list[float]]]], window: int,
             "above_half": [sum(v > 0.5 for v in ours), sum(v > 0.5 for v in peer)],
             "permutation_p": permutation_p(ours, peer),
         })
-        for name, measure in (("mean_reward", lambda c: statistics.fmean(c)),
+        for name, measure in (("mean_reward", statistics.fmean),
                               ("takeoff", lambda c: float(takeoff(c, window, threshold)))):
             a = [measure(sides["ours"][s]) for s in seeds]
             b = [measure(sides["comlrl"][s]) for s in seeds]
