@@ -109,7 +109,6 @@ def no_autograd() -> AbstractContextManager[Any]:
     return torch.inference_mode()
 
 
-
 @contextmanager
 def checkpointing_paused(model: nn.Module) -> Iterator[None]:
     """Turn gradient checkpointing off in every layer of `model` for the duration of the context, then restore it.
