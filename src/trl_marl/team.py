@@ -35,6 +35,7 @@ from transformers import AutoModelForCausalLM, GenerationConfig, PreTrainedModel
 
 from .core import entropy_from_logits, selective_log_softmax
 from .utils.adapters import AdapterSwitch
+from .utils.compiled import CompiledForward, call_model
 from .utils.forward import checkpointing_paused, dropout_active, no_autograd, takes_logits_to_keep
 from .utils.lean_decode import decode
 from .utils.model_names import resolve_model_name
@@ -166,6 +167,10 @@ class AgentTeam(nn.Module):
         self.continuous_batching_config: Any = None
         # decode with `utils.lean_decode` (generate's tokens without its per-call setup) where it supports the settings
         self.lean_decode = True
+        # the causal LM call of the log-probability forwards: eager, or a `utils.compiled.CompiledForward`
+        # (`compile_forwards`; generation always runs eager)
+        self.forward_call: Callable[..., Any] = call_model
+        self._checkpointing_kwargs: dict | None = None  # set by `activation_checkpointing_enable`
         self.frozen: set[int] = set()  # agents whose weights are not trained (see `freeze_agents`)
         self._adapter_switches: dict[int, AdapterSwitch] = {}  # per PEFT model, made on the first switch
         # Set by a trainer while the team's weights are sharded across processes (FSDP2, DeepSpeed ZeRO-3): given
@@ -440,13 +445,17 @@ class AgentTeam(nn.Module):
                 "`activation_checkpointing_kwargs`."
             )
         kwargs = dict(activation_checkpointing_kwargs or gradient_checkpointing_kwargs or {"use_reentrant": False})
+        self._checkpointing_kwargs = dict(kwargs)  # (`compile_forwards` enables it again)
         if self.mode == "adapters" and len(set(self.agent_adapter)) > 1:
             if kwargs.setdefault("use_reentrant", False):
                 raise ValueError(
                     "`adapters` mode needs non-reentrant activation checkpointing (`use_reentrant=False`): the "
                     "recomputation in the backward must switch to each agent's adapter."
                 )
-            kwargs["context_fn"] = partial(self._checkpoint_contexts, kwargs.get("context_fn"))
+            # A compiled forward's backward recomputes from its graph, whose inputs are the adapter weights that the
+            # forward used (and dynamo refuses a `context_fn` that is not a pair of dispatch modes).
+            if not isinstance(self.forward_call, CompiledForward):
+                kwargs["context_fn"] = partial(self._checkpoint_contexts, kwargs.get("context_fn"))
         for model in self.models:
             base = model.get_base_model() if hasattr(model, "get_base_model") else model
             base.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
@@ -559,6 +568,18 @@ class AgentTeam(nn.Module):
             return [row.tolist() for row in out[:, ids.size(1):]]
 
     # ------------------------------------------------------------------ log-probabilities
+    def compile_forwards(self, backend: str | None = None, mode: str | None = None) -> None:
+        """Run the log-probability forwards (training, old-policy, reference; not generation) through
+        `torch.compile` with dynamic shapes (`utils.compiled`): the same values, one graph per model architecture,
+        adapter and grad mode, compiled on first use. A trainer calls it when `args.torch_compile` is set.
+
+        Example: `team.compile_forwards(backend="inductor")`; `team.forward_call = trl_marl.utils.compiled.call_model`
+        goes back to eager.
+        """
+        self.forward_call = CompiledForward(backend, mode, num_agents=self.num_agents)
+        if self._checkpointing_kwargs is not None:  # already on: without the eager recomputation's adapter switch
+            self.activation_checkpointing_enable(self._checkpointing_kwargs)
+
     @contextmanager
     def acting(self, agent_index: int, reference: bool = False) -> Any:
         """The model that computes member `agent_index`'s policy (or, with `reference`, its reference policy).
@@ -592,12 +613,13 @@ class AgentTeam(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         width = batch.completion_ids.size(1)
         if dropout_active(model):  # TRL's layout, so that dropout draws the same masks (`utils.forward`)
-            logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
-                           logits_to_keep=width + 1).logits[:, :-1, :]
+            logits = self.forward_call(model, input_ids=batch.input_ids, attention_mask=batch.attention_mask,
+                                       logits_to_keep=width + 1).logits[:, :-1, :]
         else:  # the last completion token predicts nothing that is scored: the forward stops before it
             input_ids = torch.cat([batch.prompt_ids, batch.completion_ids[:, :-1]], dim=1)
             attention_mask = torch.cat([batch.prompt_mask, batch.completion_mask[:, :-1]], dim=1)
-            logits = model(input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=width).logits
+            logits = self.forward_call(model, input_ids=input_ids, attention_mask=attention_mask,
+                                       logits_to_keep=width).logits
         with logits_dtype_autocast(logits):
             logits = logits / self.temperature
             logps = selective_log_softmax(logits, batch.completion_ids)
@@ -650,7 +672,7 @@ class AgentTeam(nn.Module):
         """
         inputs = sequence_model_inputs(query_responses, pad_token_id)
         with self.acting(agent_index, reference) as model:
-            return model(**inputs, return_dict=True).logits
+            return self.forward_call(model, **inputs, return_dict=True).logits
 
     def response_logits(self, agent_index: int, query_responses: torch.Tensor, context_length: int,
                         pad_token_id: int, reference: bool = False) -> torch.Tensor:
@@ -663,12 +685,12 @@ class AgentTeam(nn.Module):
         with self.acting(agent_index, reference) as model:
             if dropout_active(model):
                 inputs = sequence_model_inputs(query_responses, pad_token_id)
-                return model(**inputs, return_dict=True).logits[:, context_length - 1 : -1]
+                return self.forward_call(model, **inputs, return_dict=True).logits[:, context_length - 1 : -1]
             inputs = sequence_model_inputs(query_responses[:, :-1], pad_token_id)
             window = query_responses.size(1) - context_length
             if takes_logits_to_keep(model) and window > 0:  # (`logits_to_keep=0` would keep every position)
-                return model(**inputs, logits_to_keep=window, return_dict=True).logits
-            return model(**inputs, return_dict=True).logits[:, context_length - 1 :]
+                return self.forward_call(model, **inputs, logits_to_keep=window, return_dict=True).logits
+            return self.forward_call(model, **inputs, return_dict=True).logits[:, context_length - 1 :]
 
     # ------------------------------------------------------------------ save / load
     def save_pretrained(self, output_dir: str | os.PathLike, save_base_model: bool | None = None,

@@ -109,10 +109,41 @@ class TeamTrainerMixin:
     # ------------------------------------------------------------------ processes
     def create_accelerator_and_postprocess(self) -> None:
         """`transformers.Trainer`'s accelerator, checked for what a team can run on several processes: FSDP2 (also on
-        CPU processes), never FSDP1, and no process that would silently train alone (`trainers.distributed`)."""
+        CPU processes), never FSDP1, and no process that would silently train alone (`trainers.distributed`).
+
+        With `torch_compile`, the team compiles its log-probability forwards itself (`compile_team_forwards`).
+        """
         check_fsdp_request(self.args)  # type: ignore[attr-defined]
         super().create_accelerator_and_postprocess()  # type: ignore[misc]
         setup_strategy(self)
+        if self.args.torch_compile:  # type: ignore[attr-defined]
+            self.compile_team_forwards()
+
+    def _build_accelerator_args(self, **kwargs: Any) -> dict[str, Any]:
+        """`Trainer`'s accelerator arguments, without its `torch_compile` plugin: accelerate would compile the whole
+        team (its Python loop over agents recompiles at every new length); `compile_team_forwards` does instead."""
+        args = super()._build_accelerator_args(**kwargs)  # type: ignore[misc]
+        if self.args.torch_compile and "dynamo_plugin" in args:  # type: ignore[attr-defined]
+            from accelerate.utils import TorchDynamoPlugin
+
+            args["dynamo_plugin"] = TorchDynamoPlugin(backend="no")
+        return args
+
+    def compile_team_forwards(self) -> None:
+        """`torch_compile=True`: compile the team's log-probability forwards (`AgentTeam.compile_forwards`, with
+        `torch_compile_backend` and `torch_compile_mode`); generation, value models and rewards stay eager."""
+        args = self.args  # type: ignore[attr-defined]
+        state = self.accelerator.state  # type: ignore[attr-defined]
+        strategy = next((name for name, attribute in (("FSDP", "fsdp_plugin"), ("DeepSpeed", "deepspeed_plugin"))
+                         if getattr(state, attribute, None) is not None), None)
+        if strategy is not None:
+            raise ValueError(
+                f"`torch_compile=True` with {strategy} is not supported by trl-marl's trainers (compiled forwards of "
+                f"sharded agents are not tested): set `torch_compile=False`, or train without {strategy}."
+            )
+        model = self.model  # type: ignore[attr-defined]
+        team = model if hasattr(model, "compile_forwards") else model.team
+        team.compile_forwards(args.torch_compile_backend, args.torch_compile_mode)
 
     # ------------------------------------------------------------------ data
     def rows_dataloader(self, batch_size: int, shuffle: bool = True, drop_last: bool = True,
