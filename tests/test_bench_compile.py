@@ -1,0 +1,42 @@
+"""`benchmarks/bench_compile.py`: its step accounting (by hand) and a smoke run (dynamo's "eager" backend, no comlrl)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH_DIR = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("bench_compile", BENCH_DIR / "bench_compile.py")
+    module = importlib.util.module_from_spec(spec)
+    assert spec.loader is not None
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_step_times_leave_out_each_rounds_warmup(bench) -> None:
+    # round 1 starts at 0.0 and its steps end at 5.0 (compiling), 5.1, 5.3; round 2 starts at 10, steps end 10.2, 10.3
+    rounds = [[0.0, 5.0, 5.1, 5.3], [10.0, 10.2, 10.3]]
+    assert bench.step_times(rounds, warmup=1) == pytest.approx([0.1, 0.2, 0.1])
+    assert bench.step_times(rounds, warmup=0) == pytest.approx([5.0, 0.1, 0.2, 0.2, 0.1])
+
+
+def test_smoke_run_writes_every_column(bench, tmp_path) -> None:
+    out = tmp_path / "compile.json"
+    results = bench.main(["--sizes", "small", "--prompts", "1", "--modes", "adapters", "--rounds", "1", "--steps", "3",
+                          "--warmup", "1", "--backend", "eager", "--no-comlrl", "--work-dir", str(tmp_path),
+                          "--json", str(out)])
+    assert out.exists()
+    (row,) = results["rows"]
+    assert row["team_mode"] == "adapters" and row["comlrl_step_ms"] is None
+    assert row["eager_steps_timed"] == row["compiled_steps_timed"] == 2
+    assert row["eager_step_ms"] > 0 and row["compiled_step_ms"] > 0
+    assert row["compiled_speedup"] == pytest.approx(row["eager_step_ms"] / row["compiled_step_ms"])
+    assert "| 84k | 1 | `adapters` |" in results["table_markdown"]
