@@ -1,4 +1,4 @@
-"""`benchmarks/bench_compile.py`: its step accounting (by hand) and a smoke run (dynamo's "eager" backend, no comlrl)."""
+"""`benchmarks/bench_compile.py`: its step accounting (by hand) and a smoke run (dynamo's "eager" backend)."""
 
 from __future__ import annotations
 
