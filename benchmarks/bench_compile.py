@@ -133,6 +133,8 @@ def bench_config(size: str, P: int, modes: list[str], cfg: dict[str, Any], work_
         first_round_steps = len(sides[f"{mode}_compiled"][1][0]) - 1
         row["compile_s"] = round_wall[f"{mode}_compiled"][0] - first_round_steps * row["compiled_step_ms"] / 1e3
         row["compiled_speedup"] = row["eager_step_ms"] / row["compiled_step_ms"]
+        # a graph that failed to compile makes the compiled side run eager from then on (`CompiledForward.failure`)
+        row["compile_failure"] = sides[f"{mode}_compiled"][0].team.forward_call.failure
         results.append(row)
     del sides
     gc.collect()
@@ -149,7 +151,8 @@ def markdown_table(rows: list[dict[str, Any]]) -> str:
               else ("-", "-"))
         lines.append(f"| {label.get(row['size'], row['size'])} | {row['prompts_per_step']} | `{row['team_mode']}` | "
                      f"{row['eager_step_ms']:.1f} | {row['compiled_step_ms']:.1f} | {row['compiled_speedup']:.2f}x | "
-                     f"{'-' if comlrl is None else f'{comlrl:.1f}'} | {vs[0]} | {vs[1]} | {row['compile_s']:.0f} |")
+                     f"{'-' if comlrl is None else f'{comlrl:.1f}'} | {vs[0]} | {vs[1]} | {row['compile_s']:.0f}"
+                     f"{' (failed: ran eager)' if row.get('compile_failure') else ''} |")
     return "\n".join(lines)
 
 
@@ -189,13 +192,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         for P in args.prompts:
             print(f"[bench_compile] {size} P={P} (load {os.getloadavg()[0]:.2f})", flush=True)
             results["rows"] += bench_config(size, P, args.modes, cfg, work_dir, args.backend, not args.no_comlrl)
-    results["load_at_end"] = [round(x, 2) for x in os.getloadavg()]
-    results["total_wall_s"] = time.perf_counter() - started
-    results["cpu_over_wall"] = (_cpu_seconds() - cpu_start) / results["total_wall_s"]
-    results["table_markdown"] = markdown_table(results["rows"])
-    with open(args.json, "w") as f:
-        json.dump(results, f, indent=2)
-        f.write("\n")
+            results["load_at_end"] = [round(x, 2) for x in os.getloadavg()]
+            results["total_wall_s"] = time.perf_counter() - started
+            results["cpu_over_wall"] = (_cpu_seconds() - cpu_start) / results["total_wall_s"]
+            results["table_markdown"] = markdown_table(results["rows"])
+            with open(args.json, "w") as f:  # after every configuration: a crash later keeps what was measured
+                json.dump(results, f, indent=2)
+                f.write("\n")
     print()
     print(results["table_markdown"])
     print(f"\nCPU/wall {results['cpu_over_wall']:.2f}; load {results['load_at_start']} -> {results['load_at_end']}; "

@@ -168,3 +168,25 @@ def test_ppo_with_torch_compile_trains_as_eager(target_model_dir, tmp_path):
         for key, value in reference.items():
             if "time" not in key and "per_second" not in key and key != "eps":  # (episodes per second)
                 assert mine[key] == pytest.approx(value, rel=1e-5, abs=1e-6, nan_ok=True), key
+
+
+def test_a_compiler_failure_warns_once_and_runs_eager(target_model_dir):
+    model = AutoModelForCausalLM.from_pretrained(target_model_dir)
+    calls = []
+
+    def broken(graph_module: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
+        calls.append(1)
+        raise RuntimeError("C++ compile error")
+
+    forward = CompiledForward(backend=broken)
+    with torch.no_grad():
+        with pytest.warns(RuntimeWarning, match="torch.compile failed .*C\\+\\+ compile error.*run eager"):
+            first = forward(model, **inputs(8)).logits
+        assert forward.failure is not None and "C++ compile error" in forward.failure
+        tries = len(calls)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # no second warning
+            later = forward(model, **inputs(10)).logits
+    assert len(calls) == tries, "compiling was tried again after the failure"
+    torch.testing.assert_close(first, call_model(model, **inputs(8)).logits, rtol=0, atol=0)
+    torch.testing.assert_close(later, call_model(model, **inputs(10)).logits, rtol=0, atol=0)

@@ -14,6 +14,10 @@ adapter of a reference forward, and each grad mode (a training forward, a `no_gr
 
 Generation stays eager: its KV cache grows by one token per forward.
 
+A compiler failure never stops training: when a graph fails to compile (`BackendCompilerFailed`, e.g. a C++ compiler
+error in inductor's generated code), `CompiledForward` warns once and runs every later forward eager (`failure` says
+why). A graph fails before it runs, so the forward that hit it is simply run again eager.
+
 Example:
 
 ```python
@@ -25,6 +29,7 @@ Example:
 from __future__ import annotations
 
 import types
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -73,9 +78,24 @@ class CompiledForward:
         code = call_model.__code__.replace(co_name=f"call_model_{id(self):x}")
         own_copy = types.FunctionType(code, call_model.__globals__, code.co_name)
         self._compiled = torch.compile(own_copy, backend=self.backend, mode=mode, dynamic=True)
+        self.failure: str | None = None  # why compiling failed; every forward then runs eager
 
     def __call__(self, model: nn.Module, **inputs: Any) -> Any:
-        return self._compiled(model, **inputs)
+        if self.failure is None:
+            from torch._dynamo.exc import BackendCompilerFailed
+
+            try:
+                return self._compiled(model, **inputs)
+            except BackendCompilerFailed as exc:
+                lines = [line.strip() for line in str(exc).splitlines() if line.strip()][:2]  # backend; its error
+                self.failure = f"{type(exc).__name__}: {' '.join(lines)}"
+                warnings.warn(
+                    f"torch.compile failed ({self.failure}); the team's log-probability forwards run eager from now "
+                    "on, so training goes on at eager speed. To stop trying, set `torch_compile=False`; another "
+                    "`torch_compile_backend` (e.g. 'aot_eager') may compile.",
+                    RuntimeWarning, stacklevel=2,
+                )
+        return call_model(model, **inputs)
 
     def __repr__(self) -> str:
         return f"CompiledForward(backend={self.backend!r}, mode={self.mode!r})"
