@@ -7,6 +7,8 @@ One command measures, for each model size:
 * ``magrpo-2`` / ``magrpo-4``: teams of 2 and 4 agents in ``adapters`` mode (one base model, one LoRA adapter per
   agent, mixed-adapter batched generation);
 * ``magrpo-2-qlora``: the 2-agent team on a 4-bit (NF4, bitsandbytes) base model (CUDA only);
+* ``magrpo-2-compile``: the 2-agent team with ``torch_compile=True`` (compiled log-probability forwards; the graphs
+  compile during the warm-up step);
 * ``mixed-adapter generation``: one batched ``generate`` over every agent's rows (one adapter name per row) vs one
   ``generate`` call per agent, on the same team and prompts.
 
@@ -329,7 +331,8 @@ def run_grpo(s: Setting, gen: GenerationTimer) -> RunResult:
     return result
 
 
-def run_magrpo(s: Setting, gen: GenerationTimer, agents: int, qlora: bool = False) -> RunResult:
+def run_magrpo(s: Setting, gen: GenerationTimer, agents: int, qlora: bool = False,
+               compiled: bool = False) -> RunResult:
     from trl_marl import MAGRPOConfig, MAGRPOTrainer
 
     _reset_memory(s.device)
@@ -350,10 +353,12 @@ def run_magrpo(s: Setting, gen: GenerationTimer, agents: int, qlora: bool = Fals
     else:
         model = build_model(s.size, s.dtype, s.device)
     params = sum(p.numel() for p in model.parameters())
-    name = f"magrpo-{agents}" + ("-qlora" if qlora else "")
+    name = f"magrpo-{agents}" + ("-qlora" if qlora else "") + ("-compile" if compiled else "")
+    if compiled:
+        notes.append("torch_compile=True: compiled log-probability forwards (the first step compiles)")
     trainer = MAGRPOTrainer(model=model, reward_funcs=even_word_reward, processing_class=tokenizer,
                             args=MAGRPOConfig(**_common_args(s, str(s.workdir / name)), num_agents=agents,
-                                              team_mode="adapters"),
+                                              team_mode="adapters", torch_compile=compiled),
                             train_dataset=_dataset(s), peft_config=_lora())
     recorder = StepRecorder(gen)
     trainer.add_callback(recorder)
@@ -445,8 +450,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", nargs="+", default=["0.5b", "1.5b"], choices=sorted(SIZES))
     parser.add_argument("--runs", nargs="+", default=["grpo", "magrpo-1", "magrpo-2", "magrpo-4", "magrpo-2-qlora",
-                                                      "mixed"],
-                        help="Which runs: grpo, magrpo-N, magrpo-N-qlora, mixed.")
+                                                      "magrpo-2-compile", "mixed"],
+                        help="Which runs: grpo, magrpo-N, magrpo-N-qlora, magrpo-N-compile (torch_compile=True; "
+                             "also magrpo-N-qlora-compile), mixed.")
     parser.add_argument("--prompts", type=int, default=4, help="Prompts per step (P); G samples each.")
     parser.add_argument("--generations", type=int, default=8, help="Samples per prompt (G).")
     parser.add_argument("--prompt-tokens", type=int, default=128)
@@ -472,11 +478,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     mixed.append(run_mixed_generation(s, agents=4))
                 elif run.startswith("magrpo-"):
                     parts = run.split("-")
-                    qlora = parts[-1] == "qlora"
+                    flags = set(parts[2:])
+                    if not flags <= {"qlora", "compile"}:
+                        raise SystemExit(f"unknown run {run!r}")
+                    qlora = "qlora" in flags
                     if qlora and device != "cuda":
                         print(f"skip {run}: 4-bit bitsandbytes needs CUDA", flush=True)
                         continue
-                    results.append(run_magrpo(s, gen, int(parts[1]), qlora=qlora))
+                    results.append(run_magrpo(s, gen, int(parts[1]), qlora=qlora, compiled="compile" in flags))
                 else:
                     raise SystemExit(f"unknown run {run!r}")
                 print(f"[{size}] {run} done in {time.perf_counter() - start:.1f}s", flush=True)
