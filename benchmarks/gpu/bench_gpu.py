@@ -450,7 +450,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", nargs="+", default=["0.5b", "1.5b"], choices=sorted(SIZES))
     parser.add_argument("--runs", nargs="+", default=["grpo", "magrpo-1", "magrpo-2", "magrpo-4", "magrpo-2-qlora",
-                                                      "magrpo-2-compile", "mixed"],
+                                                      "mixed", "magrpo-2-compile"],
                         help="Which runs: grpo, magrpo-N, magrpo-N-qlora, magrpo-N-compile (torch_compile=True; "
                              "also magrpo-N-qlora-compile), mixed.")
     parser.add_argument("--prompts", type=int, default=4, help="Prompts per step (P); G samples each.")

@@ -14,9 +14,10 @@ adapter of a reference forward, and each grad mode (a training forward, a `no_gr
 
 Generation stays eager: its KV cache grows by one token per forward.
 
-A compiler failure never stops training: when a graph fails to compile (`BackendCompilerFailed`, e.g. a C++ compiler
-error in inductor's generated code), `CompiledForward` warns once and runs every later forward eager (`failure` says
-why). A graph fails before it runs, so the forward that hit it is simply run again eager.
+A compiler failure never stops training: when tracing or compiling fails (any `torch._dynamo` error, e.g. a C++
+compiler error in inductor's generated code), `CompiledForward` warns once and runs every later forward eager
+(`failure` says why). The forward that hit it is run again eager: the forwards have no side effects, and an error
+of the model or its inputs then surfaces as the eager forward raises it.
 
 Example:
 
@@ -82,11 +83,11 @@ class CompiledForward:
 
     def __call__(self, model: nn.Module, **inputs: Any) -> Any:
         if self.failure is None:
-            from torch._dynamo.exc import BackendCompilerFailed
+            from torch._dynamo.exc import TorchDynamoException
 
             try:
                 return self._compiled(model, **inputs)
-            except BackendCompilerFailed as exc:
+            except TorchDynamoException as exc:
                 lines = [line.strip() for line in str(exc).splitlines() if line.strip()][:2]  # backend; its error
                 self.failure = f"{type(exc).__name__}: {' '.join(lines)}"
                 warnings.warn(
