@@ -190,3 +190,47 @@ def test_a_compiler_failure_warns_once_and_runs_eager(target_model_dir):
     assert len(calls) == tries, "compiling was tried again after the failure"
     torch.testing.assert_close(first, call_model(model, **inputs(8)).logits, rtol=0, atol=0)
     torch.testing.assert_close(later, call_model(model, **inputs(10)).logits, rtol=0, atol=0)
+
+
+def summed_backward_gradients(model_dir: str, checkpointing: bool, backend: Any = None,
+                              restore_on_failure: bool = True) -> tuple[Any, dict[str, torch.Tensor]]:
+    """Both agents' forwards, then one backward of the summed log-probabilities: the case where an eager
+    recomputation of a checkpointed layer must switch back to each agent's own adapter."""
+    from trl_marl.team import AgentBatch, AgentTeam
+
+    torch.manual_seed(0)  # the same (random, nonzero) adapters in every call
+    team = AgentTeam.build(model_dir, 2, mode="adapters",
+                           peft_config=LoraConfig(r=4, target_modules=["q_proj", "v_proj"], lora_dropout=0.0,
+                                                  init_lora_weights=False))
+    team.train()
+    if checkpointing:
+        team.activation_checkpointing_enable()
+    if backend is not None:
+        team.compile_forwards(backend=backend)
+        if not restore_on_failure:
+            team.forward_call.on_failure = None
+    generator = torch.Generator().manual_seed(1)
+    batches = [AgentBatch(torch.randint(4, 20, (3, 5), generator=generator), torch.ones(3, 5, dtype=torch.long),
+                          torch.randint(4, 20, (3, 4), generator=generator), torch.ones(3, 4, dtype=torch.long))
+               for _ in range(2)]
+    sum(logps.sum() for logps, _ in team(batches)).backward()
+    return team, {n: p.grad.clone() for n, p in team.named_parameters() if p.grad is not None}
+
+
+def broken_backend(graph_module: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
+    raise RuntimeError("C++ compile error")
+
+
+def test_after_a_compiler_failure_checkpointed_layers_recompute_with_their_own_adapter(target_model_dir):
+    _, reference = summed_backward_gradients(target_model_dir, checkpointing=False)
+    with pytest.warns(RuntimeWarning, match="torch.compile failed"):
+        team, grads = summed_backward_gradients(target_model_dir, checkpointing=True, backend=broken_backend)
+    assert team.forward_call is call_model  # back to eager for good
+    assert grads.keys() == reference.keys() and len(grads) == 8  # q/v, A/B, two adapters
+    for name, grad in reference.items():
+        torch.testing.assert_close(grads[name], grad, rtol=1e-5, atol=1e-7, msg=lambda m, n=name: f"{n}: {m}")
+    # the control: falling back without the team's eager checkpointing settings gets agent 0's gradients wrong
+    with pytest.warns(RuntimeWarning, match="torch.compile failed"):
+        _, wrong = summed_backward_gradients(target_model_dir, checkpointing=True, backend=broken_backend,
+                                             restore_on_failure=False)
+    assert any(not torch.allclose(wrong[n], g, rtol=1e-4, atol=1e-6) for n, g in reference.items())

@@ -576,8 +576,16 @@ class AgentTeam(nn.Module):
         Example: `team.compile_forwards(backend="inductor")`; `team.forward_call = trl_marl.utils.compiled.call_model`
         goes back to eager.
         """
-        self.forward_call = CompiledForward(backend, mode, num_agents=self.num_agents)
+        self.forward_call = CompiledForward(backend, mode, num_agents=self.num_agents,
+                                            on_failure=self._forwards_run_eager)
         if self._checkpointing_kwargs is not None:  # already on: without the eager recomputation's adapter switch
+            self.activation_checkpointing_enable(self._checkpointing_kwargs)
+
+    def _forwards_run_eager(self, reason: str) -> None:
+        """A compiled forward failed (`CompiledForward` warned with `reason`): back to eager forwards, and to the
+        eager recomputation's adapter switch when activation checkpointing is on."""
+        self.forward_call = call_model
+        if self._checkpointing_kwargs is not None:
             self.activation_checkpointing_enable(self._checkpointing_kwargs)
 
     @contextmanager

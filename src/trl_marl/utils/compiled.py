@@ -65,10 +65,12 @@ class CompiledForward:
             default.
         num_agents: the team's members; dynamo's recompile limit is raised to `graphs_needed(num_agents)` when it is
             lower (a process-wide setting of `torch._dynamo.config`), so that no agent falls back to eager.
+        on_failure: called with the reason when compiling fails, before the failed forward runs again eager (the
+            team goes back to its eager settings there).
     """
 
     def __init__(self, backend: str | Callable[..., Any] | None = None, mode: str | None = None,
-                 num_agents: int = 1) -> None:
+                 num_agents: int = 1, on_failure: Callable[[str], None] | None = None) -> None:
         import torch._dynamo.config as dynamo_config
 
         self.backend = backend or "inductor"
@@ -80,6 +82,7 @@ class CompiledForward:
         own_copy = types.FunctionType(code, call_model.__globals__, code.co_name)
         self._compiled = torch.compile(own_copy, backend=self.backend, mode=mode, dynamic=True)
         self.failure: str | None = None  # why compiling failed; every forward then runs eager
+        self.on_failure = on_failure
 
     def __call__(self, model: nn.Module, **inputs: Any) -> Any:
         if self.failure is None:
@@ -96,6 +99,8 @@ class CompiledForward:
                     "`torch_compile_backend` (e.g. 'aot_eager') may compile.",
                     RuntimeWarning, stacklevel=2,
                 )
+                if self.on_failure is not None:
+                    self.on_failure(self.failure)
         return call_model(model, **inputs)
 
     def __repr__(self) -> str:
