@@ -40,21 +40,18 @@ DEFAULT_JSON = BENCH_DIR / "results_compile.json"
 MODES = ("models", "adapters")
 
 
-class StepClock:
-    """A `TrainerCallback` (built by `make`) that records every round's step end times."""
+def step_clock(rounds: list[list[float]]) -> Any:
+    """A `TrainerCallback` appending each `train()` call as a round to `rounds`: its start, then each step's end."""
+    from transformers import TrainerCallback
 
-    @staticmethod
-    def make(rounds: list[list[float]]) -> Any:
-        from transformers import TrainerCallback
+    class StepClock(TrainerCallback):
+        def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            rounds.append([time.perf_counter()])
 
-        class _Clock(TrainerCallback):
-            def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-                rounds.append([time.perf_counter()])
+        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            rounds[-1].append(time.perf_counter())
 
-            def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-                rounds[-1].append(time.perf_counter())
-
-        return _Clock()
+    return StepClock()
 
 
 def build_trainer(model_dir: str, mode: str, P: int, cfg: dict[str, Any], out: Path, compiled: bool,
@@ -78,7 +75,7 @@ def build_trainer(model_dir: str, mode: str, P: int, cfg: dict[str, Any], out: P
     )
     _quiet_trainer(trainer)
     rounds: list[list[float]] = []
-    trainer.add_callback(StepClock.make(rounds))
+    trainer.add_callback(step_clock(rounds))
     return trainer, rounds
 
 

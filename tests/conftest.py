@@ -6,6 +6,7 @@
 - No network: `HF_HUB_OFFLINE=1`, `HF_HUB_DISABLE_TELEMETRY=1`; `TOKENIZERS_PARALLELISM=false` (no fork warnings).
 - `tokenizer`: the toy tokenizer (`trl_marl.toy.build_toy_tokenizer`), built once per test module.
 - `target_model_dir`: a tiny toy model pretrained on the target-sum task, built once per session.
+- `gradient_capture`, `assert_same_gradients`: record each optimizer step's gradients, and compare two runs' records.
 - One toy-model cache for the session (`TRL_MARL_CACHE`, a fresh temporary folder deleted at the end) unless the
   caller sets one: the tests that run the demo and the examples in child processes then build each toy model once
   per session instead of once per test, and the suite never writes into the user's `~/.cache`. Set
@@ -17,9 +18,10 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from typing import Any
 
 import pytest
-from transformers import PreTrainedTokenizerBase
+from transformers import PreTrainedTokenizerBase, TrainerCallback
 
 _CREATED_CACHE: str | None = None
 
@@ -81,6 +83,25 @@ def _assert_same_gradients(ours: list[dict], theirs: list[dict], rtol: float = 1
                 assert mine[name] is None, name
                 continue
             torch.testing.assert_close(mine[name], grad, rtol=rtol, atol=atol, msg=lambda m, n=name: f"{n}: {m}")
+
+
+class GradientCapture(TrainerCallback):
+    """Keeps the trained parameters' gradients right before each optimizer step: `grads[k]` is `{parameter name:
+    gradient or None}` of step k; set `team` to the module whose parameters to read."""
+
+    def __init__(self) -> None:
+        self.team: Any = None
+        self.grads: list[dict[str, Any]] = []
+
+    def on_pre_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.grads.append({name: None if p.grad is None else p.grad.detach().clone()
+                           for name, p in self.team.named_parameters() if p.requires_grad})
+
+
+@pytest.fixture(scope="session")
+def gradient_capture() -> type[GradientCapture]:
+    """The `GradientCapture` callback class (the equivalence tests pass an instance to the trainer's `callbacks`)."""
+    return GradientCapture
 
 
 @pytest.fixture(scope="session")

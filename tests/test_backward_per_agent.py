@@ -19,7 +19,6 @@ import pytest
 import torch
 from datasets import Dataset
 from peft import LoraConfig
-from transformers import TrainerCallback
 
 from trl_marl import MAGRPOConfig, MAGRPOTrainer
 from trl_marl.envs import TargetSumEnv
@@ -33,21 +32,10 @@ def spread_reward(prompts, completions, agent_completions, **kwargs) -> list[flo
     return [float(sum(map(ord, "|".join(joint))) % 7) for joint in zip(*agent_completions)]
 
 
-class GradientCapture(TrainerCallback):
-    """The trained parameters' gradients right before each optimizer step."""
-
-    def __init__(self) -> None:
-        self.team: Any = None
-        self.grads: list[dict[str, torch.Tensor | None]] = []
-
-    def on_pre_optimizer_step(self, args, state, control, **kwargs):
-        self.grads.append({name: None if p.grad is None else p.grad.detach().clone()
-                           for name, p in self.team.named_parameters() if p.requires_grad})
-
-
-def train(model_dir: str, tmp_path, cls: type = MAGRPOTrainer, peft_config: Any = None, num_agents: int = 2,
-          **overrides) -> tuple[MAGRPOTrainer, GradientCapture, list[int]]:
-    """Train; returns the trainer, its gradients and, per forward of the team, how many agents it ran."""
+def train(model_dir: str, tmp_path, capture_cls: type, cls: type = MAGRPOTrainer, peft_config: Any = None,
+          num_agents: int = 2, **overrides) -> tuple[MAGRPOTrainer, Any, list[int]]:
+    """Train; returns the trainer, its gradients (a `capture_cls`, conftest's `GradientCapture`) and, per forward
+    of the team, how many agents it ran."""
     kwargs = dict(
         output_dir=str(tmp_path / f"out-{overrides.get('backward_per_agent', True)}"), num_agents=num_agents,
         num_generations=4, per_device_train_batch_size=8, max_completion_length=4, learning_rate=1e-2,
@@ -55,7 +43,7 @@ def train(model_dir: str, tmp_path, cls: type = MAGRPOTrainer, peft_config: Any 
         disable_tqdm=True, seed=0, max_grad_norm=0.0,
     )
     kwargs.update(overrides)
-    capture = GradientCapture()
+    capture = capture_cls()
     trainer = cls(model=model_dir, reward_funcs=spread_reward, env=TargetSumEnv(num_agents),
                   args=MAGRPOConfig(**kwargs), train_dataset=Dataset.from_dict({"target": [10] * 32}),
                   peft_config=peft_config, callbacks=[capture])
@@ -110,10 +98,10 @@ def assert_same_training(per_agent: tuple, summed: tuple, trained_agents: int, s
     ids=["adapters-kl-quantile-bonus-dapo-ga2", "models-adaptive-mu2", "adapters-frozen-checkpointing"],
 )
 def test_backward_per_agent_gives_the_summed_loss_gradient(target_model_dir, tmp_path, team_mode, num_agents, settings,
-                                                           assert_same_gradients):
+                                                           assert_same_gradients, gradient_capture):
     peft = LORA if team_mode == "adapters" else None
-    runs = [train(target_model_dir, tmp_path, peft_config=peft, num_agents=num_agents, team_mode=team_mode,
-                  backward_per_agent=flag, **settings) for flag in (True, False)]
+    runs = [train(target_model_dir, tmp_path, gradient_capture, peft_config=peft, num_agents=num_agents,
+                  team_mode=team_mode, backward_per_agent=flag, **settings) for flag in (True, False)]
     trained = num_agents - len(settings.get("frozen_agents", []))
     assert_same_training(*runs, trained_agents=trained, same_gradients=assert_same_gradients)
 
@@ -126,9 +114,10 @@ class NonFiniteAgentOne(MAGRPOTrainer):
         return (loss * math.nan if agent_index == 1 else loss), kl, clipped
 
 
-def test_a_non_finite_agent_loss_is_skipped_alike(target_model_dir, tmp_path, assert_same_gradients):
-    runs = [train(target_model_dir, tmp_path, cls=NonFiniteAgentOne, backward_per_agent=flag, max_nonfinite=100)
-            for flag in (True, False)]
+def test_a_non_finite_agent_loss_is_skipped_alike(target_model_dir, tmp_path, assert_same_gradients,
+                                                  gradient_capture):
+    runs = [train(target_model_dir, tmp_path, gradient_capture, cls=NonFiniteAgentOne, backward_per_agent=flag,
+                  max_nonfinite=100) for flag in (True, False)]
     assert_same_training(*runs, trained_agents=2, same_gradients=assert_same_gradients)
     grads = runs[0][1].grads[0]
     assert all(g is None for name, g in grads.items() if name.startswith("models.1."))
@@ -143,9 +132,9 @@ class HalvedLoss(MAGRPOTrainer):
         return 0.5 * super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
 
 
-def test_a_compute_loss_override_keeps_one_backward(target_model_dir, tmp_path):
-    _, halved, forwards = train(target_model_dir, tmp_path, cls=HalvedLoss, max_steps=1)
-    _, default, _ = train(target_model_dir, tmp_path, max_steps=1, backward_per_agent=False)
+def test_a_compute_loss_override_keeps_one_backward(target_model_dir, tmp_path, gradient_capture):
+    _, halved, forwards = train(target_model_dir, tmp_path, gradient_capture, cls=HalvedLoss, max_steps=1)
+    _, default, _ = train(target_model_dir, tmp_path, gradient_capture, max_steps=1, backward_per_agent=False)
     assert forwards == [2]  # one forward of both agents: `Trainer.training_step` over the override
     for name, grad in default.grads[0].items():
         torch.testing.assert_close(halved.grads[0][name], 0.5 * grad, rtol=1e-5, atol=1e-8, msg=name)

@@ -17,7 +17,7 @@ import pytest
 import torch
 from datasets import Dataset
 from peft import LoraConfig
-from transformers import AutoModelForCausalLM, TrainerCallback
+from transformers import AutoModelForCausalLM
 
 from trl_marl import MAGRPOConfig, MAGRPOTrainer
 from trl_marl.envs import TargetSumEnv
@@ -82,22 +82,12 @@ def test_each_instance_has_graphs_of_its_own_and_the_limit_fits_the_team(target_
         dynamo_config.recompile_limit = limit
 
 
-class GradientCapture(TrainerCallback):
-    def __init__(self) -> None:
-        self.team: Any = None
-        self.grads: list[dict[str, torch.Tensor | None]] = []
-
-    def on_pre_optimizer_step(self, args, state, control, **kwargs):
-        self.grads.append({name: None if p.grad is None else p.grad.detach().clone()
-                           for name, p in self.team.named_parameters() if p.requires_grad})
-
-
 def spread_reward(prompts, completions, agent_completions, **kwargs) -> list[float]:
     return [float(sum(map(ord, "|".join(joint))) % 7) for joint in zip(*agent_completions)]
 
 
-def train(model_dir: str, out: str, **overrides: Any) -> tuple[MAGRPOTrainer, GradientCapture]:
-    capture = GradientCapture()
+def train(model_dir: str, out: str, capture_cls: type, **overrides: Any) -> tuple[MAGRPOTrainer, Any]:
+    capture = capture_cls()  # conftest's `GradientCapture`
     args = MAGRPOConfig(output_dir=out, num_agents=2, team_mode="adapters", num_generations=4,
                         per_device_train_batch_size=8, max_completion_length=4, learning_rate=1e-2, max_steps=2,
                         logging_steps=1, report_to="none", save_strategy="no", disable_tqdm=True, seed=0,
@@ -110,10 +100,11 @@ def train(model_dir: str, out: str, **overrides: Any) -> tuple[MAGRPOTrainer, Gr
     return trainer, capture
 
 
-def test_trainer_with_torch_compile_trains_as_eager(target_model_dir, tmp_path, assert_same_gradients):
-    eager, eager_grads = train(target_model_dir, str(tmp_path / "eager"))
-    compiled, compiled_grads = train(target_model_dir, str(tmp_path / "compiled"), torch_compile=True,
-                                     torch_compile_backend="aot_eager")
+def test_trainer_with_torch_compile_trains_as_eager(target_model_dir, tmp_path, assert_same_gradients,
+                                                    gradient_capture):
+    eager, eager_grads = train(target_model_dir, str(tmp_path / "eager"), gradient_capture)
+    compiled, compiled_grads = train(target_model_dir, str(tmp_path / "compiled"), gradient_capture,
+                                     torch_compile=True, torch_compile_backend="aot_eager")
     assert eager.team.forward_call is call_model
     assert isinstance(compiled.team.forward_call, CompiledForward)
     assert compiled.team.forward_call.backend == "aot_eager"

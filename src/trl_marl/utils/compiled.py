@@ -72,6 +72,7 @@ class CompiledForward:
     def __init__(self, backend: str | Callable[..., Any] | None = None, mode: str | None = None,
                  num_agents: int = 1, on_failure: Callable[[str], None] | None = None) -> None:
         import torch._dynamo.config as dynamo_config
+        from torch._dynamo.exc import TorchDynamoException
 
         self.backend = backend or "inductor"
         self.mode = mode
@@ -83,14 +84,13 @@ class CompiledForward:
         self._compiled = torch.compile(own_copy, backend=self.backend, mode=mode, dynamic=True)
         self.failure: str | None = None  # why compiling failed; every forward then runs eager
         self.on_failure = on_failure
+        self._compiler_errors = TorchDynamoException  # (looked up once, not on every forward)
 
     def __call__(self, model: nn.Module, **inputs: Any) -> Any:
         if self.failure is None:
-            from torch._dynamo.exc import TorchDynamoException
-
             try:
                 return self._compiled(model, **inputs)
-            except TorchDynamoException as exc:
+            except self._compiler_errors as exc:
                 lines = [line.strip() for line in str(exc).splitlines() if line.strip()][:2]  # backend; its error
                 self.failure = f"{type(exc).__name__}: {' '.join(lines)}"
                 warnings.warn(
