@@ -184,9 +184,11 @@ def test_a_compiler_failure_warns_once_and_runs_eager(target_model_dir):
 
 
 def summed_backward_gradients(model_dir: str, checkpointing: bool, backend: Any = None,
-                              restore_on_failure: bool = True) -> tuple[Any, dict[str, torch.Tensor]]:
-    """Both agents' forwards, then one backward of the summed log-probabilities: the case where an eager
-    recomputation of a checkpointed layer must switch back to each agent's own adapter."""
+                              restore_on_failure: bool = True,
+                              joint: bool = True) -> tuple[Any, dict[str, torch.Tensor]]:
+    """Both agents' forwards (one joint forward over both agents' rows, or one forward per agent), then one backward
+    of the summed log-probabilities: the case where an eager recomputation of a checkpointed layer must run each
+    row through its agent's own adapter again."""
     from trl_marl.team import AgentBatch, AgentTeam
 
     torch.manual_seed(0)  # the same (random, nonzero) adapters in every call
@@ -194,6 +196,7 @@ def summed_backward_gradients(model_dir: str, checkpointing: bool, backend: Any 
                            peft_config=LoraConfig(r=4, target_modules=["q_proj", "v_proj"], lora_dropout=0.0,
                                                   init_lora_weights=False))
     team.train()
+    team.joint_adapter_forward = joint
     if checkpointing:
         team.activation_checkpointing_enable()
     if backend is not None:
@@ -212,16 +215,25 @@ def broken_backend(graph_module: torch.fx.GraphModule, example_inputs: list[Any]
     raise RuntimeError("C++ compile error")
 
 
-def test_after_a_compiler_failure_checkpointed_layers_recompute_with_their_own_adapter(target_model_dir):
-    _, reference = summed_backward_gradients(target_model_dir, checkpointing=False)
+@pytest.mark.parametrize("joint", [True, False], ids=["joint-forward", "forward-per-agent"])
+def test_after_a_compiler_failure_checkpointed_layers_recompute_with_their_own_adapter(target_model_dir, joint):
+    _, reference = summed_backward_gradients(target_model_dir, checkpointing=False, joint=joint)
     with pytest.warns(RuntimeWarning, match="torch.compile failed"):
-        team, grads = summed_backward_gradients(target_model_dir, checkpointing=True, backend=broken_backend)
+        team, grads = summed_backward_gradients(target_model_dir, checkpointing=True, backend=broken_backend,
+                                                joint=joint)
     assert team.forward_call is call_model  # back to eager for good
     assert grads.keys() == reference.keys() and len(grads) == 8  # q/v, A/B, two adapters
     for name, grad in reference.items():
         torch.testing.assert_close(grads[name], grad, rtol=1e-5, atol=1e-7, msg=lambda m, n=name: f"{n}: {m}")
-    # the control: falling back without the team's eager checkpointing settings gets agent 0's gradients wrong
+    # the control: falling back without the team's eager checkpointing settings recomputes the layers with the
+    # active adapter only: one forward per agent gets agent 0's gradients wrong; the joint forward's recomputation
+    # (no row slices) saves other tensors than its forward did, which torch's checkpoint catches
     with pytest.warns(RuntimeWarning, match="torch.compile failed"):
+        if joint:
+            with pytest.raises(torch.utils.checkpoint.CheckpointError):
+                summed_backward_gradients(target_model_dir, checkpointing=True, backend=broken_backend,
+                                          restore_on_failure=False, joint=joint)
+            return
         _, wrong = summed_backward_gradients(target_model_dir, checkpointing=True, backend=broken_backend,
-                                             restore_on_failure=False)
+                                             restore_on_failure=False, joint=joint)
     assert any(not torch.allclose(wrong[n], g, rtol=1e-4, atol=1e-6) for n, g in reference.items())

@@ -38,12 +38,14 @@ from .utils.adapters import AdapterSwitch
 from .utils.compiled import CompiledForward, call_model
 from .utils.forward import checkpointing_paused, dropout_active, no_autograd, takes_logits_to_keep
 from .utils.lean_decode import decode
+from .utils.mixed_adapters import sliced_adapter_rows, sliced_adapter_rows_unsupported
 from .utils.model_names import resolve_model_name
 from .utils.prefill import shared_prefill_cache
 from .utils.tokens import (  # noqa: F401  (re-exported: importable from trl_marl.team as before)
     Prompt,
     is_chat,
     is_token_ids,
+    joint_model_inputs,
     load_tokenizer,
     pad_left,
     pad_right,
@@ -170,6 +172,10 @@ class AgentTeam(nn.Module):
         # the causal LM call of the log-probability forwards: eager, or a `utils.compiled.CompiledForward`
         # (`compile_forwards`; generation always runs eager)
         self.forward_call: Callable[..., Any] = call_model
+        # `adapters` mode: `forward` runs the batches of several agents as one forward through the shared base model,
+        # each row through its agent's adapter (`_joint_logps`), where it can; False: one forward per agent
+        self.joint_adapter_forward = True
+        self._joint_names: list[str] | None = None  # the rows' adapters while a joint forward runs
         self._checkpointing_kwargs: dict | None = None  # set by `activation_checkpointing_enable`
         self.frozen: set[int] = set()  # agents whose weights are not trained (see `freeze_agents`)
         self._adapter_switches: dict[int, AdapterSwitch] = {}  # per PEFT model, made on the first switch
@@ -409,14 +415,20 @@ class AgentTeam(nn.Module):
 
         The agents of one forward share the checkpointed layers but not the active adapter, and the backward
         recomputes every layer after the last agent's forward: the recomputation must run with the adapter that was
-        active when the layer first ran, or every agent but the last gets the gradients of the wrong policy.
+        active when the layer first ran, or every agent but the last gets the gradients of the wrong policy. A joint
+        forward over several agents' rows (`_joint_logps`) is recomputed with each row's adapter again.
         """
         model = self.models[0]
         name = model.active_adapter
+        joint_names = self._joint_names  # a forward over several agents' rows (`_joint_logps`)
         forward_ctx, recompute_ctx = user_context_fn() if user_context_fn else (nullcontext(), nullcontext())
 
         @contextmanager
         def recompute() -> Any:
+            if joint_names is not None:  # each row through its agent's adapter again
+                with sliced_adapter_rows(model, joint_names, training=True), recompute_ctx:
+                    yield
+                return
             previous = model.active_adapter
             self._set_active_adapter(model, name)
             try:
@@ -628,6 +640,11 @@ class AgentTeam(nn.Module):
             attention_mask = torch.cat([batch.prompt_mask, batch.completion_mask[:, :-1]], dim=1)
             logits = self.forward_call(model, input_ids=input_ids, attention_mask=attention_mask,
                                        logits_to_keep=width).logits
+        return self._score(logits, batch, compute_entropy, entropy_grad)
+
+    def _score(self, logits: torch.Tensor, batch: AgentBatch, compute_entropy: bool,
+               entropy_grad: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Per-token log-probabilities (and entropies) of `batch`'s completions from the logits that predict them."""
         with logits_dtype_autocast(logits):
             logits = logits / self.temperature
             logps = selective_log_softmax(logits, batch.completion_ids)
@@ -645,6 +662,9 @@ class AgentTeam(nn.Module):
         `batches[a]` is agent `a`'s samples (or `None` when it has none this step). The entropies are computed on
         detached logits (for logging and token selection) unless `entropy_grad` (an entropy bonus in the loss).
         """
+        joint = self._joint_adapter_names(batches)
+        if joint is not None:
+            return self._joint_logps(batches, joint, compute_entropy, entropy_grad)
         results: list[tuple[torch.Tensor, torch.Tensor | None] | None] = []
         for agent_index, batch in enumerate(batches):
             if batch is None or len(batch) == 0:
@@ -652,6 +672,52 @@ class AgentTeam(nn.Module):
                 continue
             model = self._activate(agent_index)
             results.append(self._logps(model, batch, compute_entropy, entropy_grad))
+        return results
+
+    def _joint_adapter_names(self, batches: Sequence[AgentBatch | None]) -> list[str] | None:
+        """One adapter name per row of the agents' batches in order, when [`AgentTeam.forward`] can run them as one
+        forward through the shared base model (see `joint_adapter_forward`), else None."""
+        agents = [a for a, batch in enumerate(batches) if batch is not None and len(batch) > 0]
+        if not self.joint_adapter_forward or self.mode != "adapters" or len(agents) < 2:
+            return None
+        if any(self.agent_adapter[a] is None or self.agent_model[a] != self.agent_model[agents[0]] for a in agents):
+            return None
+        model = self.policy(agents[0])
+        if dropout_active(model):  # the per-agent forwards keep TRL's layout and dropout draws
+            return None
+        names = [self.agent_adapter[a] for a in agents for _ in range(len(batches[a]))]
+        if sliced_adapter_rows_unsupported(model, names, training=model.training) is not None:
+            return None
+        return names
+
+    def _joint_logps(
+        self, batches: Sequence[AgentBatch | None], names: list[str], compute_entropy: bool, entropy_grad: bool
+    ) -> list[tuple[torch.Tensor, torch.Tensor | None] | None]:
+        """[`AgentTeam.forward`] of an `adapters` team as one forward over every agent's rows, each row through its
+        agent's adapter (`utils.mixed_adapters`), instead of one forward per agent.
+
+        The rows of each agent keep the inputs they have in their own forward: prompts padded further on the left
+        keep their position ids (passed explicitly), completions padded further on the right are masked and come
+        after every scored position, so each agent's logits are those of its own forward up to floating-point
+        reordering; each adapter gets the gradient of its own rows only.
+        """
+        agents = [a for a, batch in enumerate(batches) if batch is not None and len(batch) > 0]
+        model = self._activate(agents[0])  # (keeps every trained adapter trainable)
+        input_ids, attention_mask, position_ids = joint_model_inputs([batches[a] for a in agents])
+        widths = [batches[a].completion_ids.size(1) for a in agents]
+        self._joint_names = names  # for the recomputation of checkpointed layers (`_checkpoint_contexts`)
+        try:
+            with sliced_adapter_rows(model, names, training=model.training):
+                logits = self.forward_call(model, input_ids=input_ids, attention_mask=attention_mask,
+                                           position_ids=position_ids, logits_to_keep=max(widths)).logits
+        finally:
+            self._joint_names = None
+        results: list[tuple[torch.Tensor, torch.Tensor | None] | None] = [None] * len(batches)
+        start = 0
+        for a, width in zip(agents, widths, strict=True):
+            rows = len(batches[a])
+            results[a] = self._score(logits[start: start + rows, :width], batches[a], compute_entropy, entropy_grad)
+            start += rows
         return results
 
     @torch.no_grad()

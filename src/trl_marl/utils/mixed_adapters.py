@@ -24,7 +24,8 @@ results, or PEFT's errors. [`sliced_adapter_rows_unsupported`] says why a batch 
 Rows named `"__base__"` (PEFT's name for the base model) or None get the base model's output. PEFT itself rejects
 None in `adapter_names`; both paths here pass it on as `"__base__"`.
 
-With LoRA dropout active (train mode) PEFT refuses mixed-adapter batches; so does the fallback.
+In train mode PEFT refuses mixed-adapter batches; so does the fallback. `training=True` slices a model in train mode
+too (an `adapters` team's training forward over several agents' rows, `AgentTeam.forward`).
 """
 
 from __future__ import annotations
@@ -76,7 +77,8 @@ def _peft_classes() -> tuple[type, type, type, type | None]:
     return Linear, BaseTunerLayer, LoraModel, AuxiliaryTrainingWrapper
 
 
-def _plan(model: Any, adapter_names: Sequence[str | None]) -> tuple[list[Any], list[tuple[str, int, int]]] | str:
+def _plan(model: Any, adapter_names: Sequence[str | None],
+          training: bool = False) -> tuple[list[Any], list[tuple[str, int, int]]] | str:
     """The LoRA layers to slice and the runs of rows, or why the batch takes PEFT's path."""
     if not hasattr(model, "_enable_peft_forward_hooks") or not hasattr(model, "base_model"):
         return "not a PEFT model"
@@ -90,7 +92,7 @@ def _plan(model: Any, adapter_names: Sequence[str | None]) -> tuple[list[Any], l
     if not isinstance(tuner, lora_model_cls) or (
             type(tuner)._enable_peft_forward_hooks is not lora_model_cls._enable_peft_forward_hooks):
         return f"{type(tuner).__name__} is not PEFT's LoraModel"
-    if tuner.training:  # where PEFT refuses `adapter_names`
+    if tuner.training and not training:  # where PEFT refuses `adapter_names`
         return "train mode"
     if not getattr(model, "has_active_enabled_adapter", False):
         return "adapters disabled"
@@ -126,11 +128,13 @@ def _plan(model: Any, adapter_names: Sequence[str | None]) -> tuple[list[Any], l
     return layers, runs
 
 
-def sliced_adapter_rows_unsupported(model: Any, adapter_names: Sequence[str | None] | None) -> str | None:
-    """Why [`sliced_adapter_rows`] would enter PEFT's hooks for this batch (None: it slices)."""
+def sliced_adapter_rows_unsupported(model: Any, adapter_names: Sequence[str | None] | None,
+                                    training: bool = False) -> str | None:
+    """Why [`sliced_adapter_rows`] (with the same `training`) would enter PEFT's hooks for this batch (None: it
+    slices)."""
     if adapter_names is None:
         return "no adapter_names"
-    plan = _plan(model, adapter_names)
+    plan = _plan(model, adapter_names, training)
     return plan if isinstance(plan, str) else None
 
 
@@ -150,8 +154,30 @@ def _sliced_forward(layer: Any, runs: list[tuple[str, int, int]], adapter_names:
     return result
 
 
+# A LoRA layer keeps its sliced forwards by batch layout in its `__dict__` under this name. The same layout gets the
+# same forward object again: a compiled forward (`utils.compiled`) guards on the identity of every layer's `forward`,
+# and would compile a new graph for every new object. A few layouts per layer are kept (a trainer's batches have one
+# or two); the layer and its forwards reference each other, so they are freed together.
+_FORWARDS_ATTRIBUTE = "_trl_marl_sliced_forwards"
+_LAYOUTS_KEPT = 8
+
+
+def _layer_forward(layer: Any, runs: list[tuple[str, int, int]], names: list[str]) -> functools.partial:
+    """`layer`'s sliced forward for this layout of rows (the same object as last time for the same layout)."""
+    layer_runs = [(name, start, stop) for name, start, stop in runs if name != BASE_ADAPTER and name in layer.lora_A]
+    key = (tuple(names), tuple(layer_runs))
+    forwards = vars(layer).setdefault(_FORWARDS_ATTRIBUTE, {})
+    forward = forwards.get(key)
+    if forward is None:
+        if len(forwards) >= _LAYOUTS_KEPT:
+            forwards.clear()
+        forward = forwards[key] = functools.partial(_sliced_forward, layer, layer_runs, list(names))
+    return forward
+
+
 @contextmanager
-def sliced_adapter_rows(model: Any, adapter_names: Sequence[str | None] | None) -> Iterator[bool]:
+def sliced_adapter_rows(model: Any, adapter_names: Sequence[str | None] | None,
+                        training: bool = False) -> Iterator[bool]:
     """Run `model`'s forwards inside it with one adapter per row, as PEFT's `adapter_names` do.
 
     When the rows of each adapter form one contiguous run and the model qualifies (see the module docstring), every
@@ -163,6 +189,10 @@ def sliced_adapter_rows(model: Any, adapter_names: Sequence[str | None] | None) 
         model: A PEFT model (or any model when `adapter_names` is None).
         adapter_names: One adapter name per row of every forward inside (`"__base__"` or None: the base model), or
             None for the active adapter(s) (then it enters PEFT's hooks without names, as `PeftModel.generate` does).
+        training: Also slice a model in train mode (a training forward of several agents' rows: autograd gives each
+            adapter the gradient of its own rows; LoRA dropout, if any, draws its masks per run). PEFT refuses
+            `adapter_names` in train mode, so a batch that cannot be sliced then gets PEFT's error: check
+            [`sliced_adapter_rows_unsupported`] first.
 
     Yields:
         True when the layers run sliced, False when PEFT's hooks (or nothing) are in place.
@@ -185,7 +215,7 @@ def sliced_adapter_rows(model: Any, adapter_names: Sequence[str | None] | None) 
     if not hasattr(model, "_enable_peft_forward_hooks"):
         raise ValueError(f"`adapter_names` were given for a {type(model).__name__}, which has no PEFT adapters.")
     names = [BASE_ADAPTER if name is None else name for name in adapter_names]
-    plan = _plan(model, names)
+    plan = _plan(model, names, training)
     if isinstance(plan, str):
         with model._enable_peft_forward_hooks(adapter_names=names):
             yield False
@@ -194,9 +224,7 @@ def sliced_adapter_rows(model: Any, adapter_names: Sequence[str | None] | None) 
     installed = []
     try:
         for layer in layers:
-            layer_runs = [(name, start, stop) for name, start, stop in runs
-                          if name != BASE_ADAPTER and name in layer.lora_A]
-            forward = functools.partial(_sliced_forward, layer, layer_runs, names)
+            forward = _layer_forward(layer, runs, names)
             layer.forward = forward
             installed.append((layer, forward))
         yield True

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from transformers import AutoTokenizer
 
 from .model_names import resolve_model_name
@@ -59,6 +60,40 @@ def sequence_model_inputs(query_responses: torch.Tensor, pad_token_id: int) -> d
     position_ids = attention_mask.long().cumsum(1) - attention_mask.long()
     input_ids = torch.masked_fill(query_responses, ~attention_mask, 0)
     return {"input_ids": input_ids, "attention_mask": attention_mask, "position_ids": position_ids}
+
+
+def joint_model_inputs(batches: Sequence[Any]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """`(input_ids, attention_mask, position_ids)` of one forward over the rows of several batches of left-padded
+    prompts and right-padded completions (`AgentBatch`es), in order, that scores every row as its own batch's forward
+    does.
+
+    A batch's own forward reads `prompt_ids + completion_ids[:, :-1]` at positions `0, 1, ...` (the model's default,
+    left padding included) and scores the logits of its last `completion_ids.size(1)` positions. Here every batch is
+    padded further on the left to the widest prompt and on the right to the widest completion, with masked zeros;
+    the position ids keep each row's own numbering (the columns added on the left get position 0). The logits of a
+    batch's completion are then the first `completion_ids.size(1)` of the last `max(widths)` positions.
+
+    Example:
+
+    ```python
+    # one batch with a 3-token prompt and 2 completion tokens, one with a 1-token prompt and 3 completion tokens
+    ids, mask, positions = joint_model_inputs([a, b])  # both rows 3 + 2 = 5 columns wide
+    positions  # tensor([[0, 1, 2, 3, 4], [0, 0, 0, 1, 2]])
+    ```
+    """
+    prompt_width = max(batch.prompt_ids.size(1) for batch in batches)
+    completion_width = max(batch.completion_ids.size(1) for batch in batches)
+    ids, masks, positions = [], [], []
+    for batch in batches:
+        left = prompt_width - batch.prompt_ids.size(1)
+        right = completion_width - batch.completion_ids.size(1)
+        pad = (left, right)
+        ids.append(F.pad(torch.cat([batch.prompt_ids, batch.completion_ids[:, :-1]], dim=1), pad))
+        masks.append(F.pad(torch.cat([batch.prompt_mask, batch.completion_mask[:, :-1]], dim=1), pad))
+        width = ids[-1].size(1)
+        row = torch.arange(-left, width - left, device=batch.prompt_ids.device).clamp(min=0)
+        positions.append(row.expand(len(ids[-1]), -1))
+    return torch.cat(ids), torch.cat(masks), torch.cat(positions)
 
 
 def load_tokenizer(name_or_path: str | os.PathLike, **kwargs: Any) -> Any:
