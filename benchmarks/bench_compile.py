@@ -12,7 +12,11 @@ also caches generated code on disk, under `/tmp/torchinductor_<user>`, which a l
 ```
 PYTHONPATH=src python benchmarks/bench_compile.py                       # both sizes, P = 1 and 4, both team modes
 PYTHONPATH=src python benchmarks/bench_compile.py --sizes large --prompts 1 --modes adapters
+PYTHONPATH=src python benchmarks/bench_compile.py --modes adapters --backward both   # + one forward of all agents
 ```
+
+`--backward summed` (or `both`) runs the trainers with `backward_per_agent=False`: the summed loss and one backward,
+where an `adapters` team runs every agent's rows as one forward through the base model.
 """
 
 from __future__ import annotations
@@ -55,7 +59,7 @@ def step_clock(rounds: list[list[float]]) -> Any:
 
 
 def build_trainer(model_dir: str, mode: str, P: int, cfg: dict[str, Any], out: Path, compiled: bool,
-                  backend: str | None) -> tuple[Any, list[list[float]]]:
+                  backend: str | None, backward_per_agent: bool = True) -> tuple[Any, list[list[float]]]:
     """A two-agent MAGRPOTrainer with bench_profile's settings; returns it and its clock's rounds."""
     from bench_magrpo import _quiet_trainer
     from datasets import Dataset
@@ -70,7 +74,8 @@ def build_trainer(model_dir: str, mode: str, P: int, cfg: dict[str, Any], out: P
     trainer = MAGRPOTrainer(
         model=model_dir, reward_funcs=TargetSumReward(0.5), env=TargetSumEnv(2),
         processing_class=load_tokenizer(model_dir), peft_config=lora if mode == "adapters" else None,
-        args=MAGRPOConfig(output_dir=str(out), team_mode=mode, **compile_args, **_trainer_kwargs(P, cfg)),
+        args=MAGRPOConfig(output_dir=str(out), team_mode=mode, backward_per_agent=backward_per_agent, **compile_args,
+                          **_trainer_kwargs(P, cfg)),
         train_dataset=Dataset.from_dict({"target": [10] * (P * cfg["steps"] * 4)}),
     )
     _quiet_trainer(trainer)
@@ -88,8 +93,19 @@ def step_times(rounds: list[list[float]], warmup: int) -> list[float]:
     return steps
 
 
+def variants(modes: list[str], backward: str) -> list[tuple[str, bool]]:
+    """The (team mode, backward_per_agent) pairs to run: `backward` is "per-agent", "summed" or "both" (a summed loss
+    and one backward is the joint forward over every agent's rows in `adapters` mode)."""
+    flags = {"per-agent": [True], "summed": [False], "both": [True, False]}[backward]
+    return [(mode, flag) for mode in modes for flag in flags]
+
+
+def variant_name(mode: str, backward_per_agent: bool) -> str:
+    return mode if backward_per_agent else f"{mode}_summed"
+
+
 def bench_config(size: str, P: int, modes: list[str], cfg: dict[str, Any], work_dir: Path, backend: str | None,
-                 with_comlrl: bool) -> list[dict[str, Any]]:
+                 with_comlrl: bool, backward: str = "per-agent") -> list[dict[str, Any]]:
     from toy_model_dir import build_model_dir
 
     spec = SIZES[size]
@@ -98,10 +114,11 @@ def bench_config(size: str, P: int, modes: list[str], cfg: dict[str, Any], work_
                     pretrain_steps=spec["pretrain_steps"], allow_fallback=False)
     sides: dict[str, tuple[Any, list[list[float]]]] = {}
     round_wall: dict[str, list[float]] = {}
-    for mode in modes:
+    for mode, per_agent in variants(modes, backward):
         for compiled in (False, True):
-            name = f"{mode}_{'compiled' if compiled else 'eager'}"
-            sides[name] = build_trainer(model_dir, mode, P, cfg, work_dir / f"out-compile-{name}", compiled, backend)
+            name = f"{variant_name(mode, per_agent)}_{'compiled' if compiled else 'eager'}"
+            sides[name] = build_trainer(model_dir, mode, P, cfg, work_dir / f"out-compile-{name}", compiled, backend,
+                                        per_agent)
             round_wall[name] = []
     order = [*sides, *(["comlrl"] if with_comlrl else [])]
     comlrl_runs: list[dict[str, Any]] = []
@@ -117,21 +134,23 @@ def bench_config(size: str, P: int, modes: list[str], cfg: dict[str, Any], work_
             round_wall[side].append(time.perf_counter() - start)
     comlrl_ms = 1e3 * statistics.median(run["median_step_s"] for run in comlrl_runs) if comlrl_runs else None
     results = []
-    for mode in modes:
-        row: dict[str, Any] = {"size": size, "prompts_per_step": P, "team_mode": mode, "comlrl_step_ms": comlrl_ms,
+    for mode, per_agent in variants(modes, backward):
+        variant = variant_name(mode, per_agent)
+        row: dict[str, Any] = {"size": size, "prompts_per_step": P, "team_mode": mode,
+                               "backward_per_agent": per_agent, "comlrl_step_ms": comlrl_ms,
                                "comlrl_step_ms_per_run": [1e3 * run["median_step_s"] for run in comlrl_runs]}
         for kind in ("eager", "compiled"):
-            name = f"{mode}_{kind}"
+            name = f"{variant}_{kind}"
             steps = step_times(sides[name][1], cfg["warmup"])
             row[f"{kind}_step_ms"] = 1e3 * statistics.median(steps)
             row[f"{kind}_steps_timed"] = len(steps)
             if comlrl_ms is not None:
                 row[f"{kind}_vs_comlrl"] = comlrl_ms / row[f"{kind}_step_ms"]
-        first_round_steps = len(sides[f"{mode}_compiled"][1][0]) - 1
-        row["compile_s"] = round_wall[f"{mode}_compiled"][0] - first_round_steps * row["compiled_step_ms"] / 1e3
+        first_round_steps = len(sides[f"{variant}_compiled"][1][0]) - 1
+        row["compile_s"] = round_wall[f"{variant}_compiled"][0] - first_round_steps * row["compiled_step_ms"] / 1e3
         row["compiled_speedup"] = row["eager_step_ms"] / row["compiled_step_ms"]
         # a graph that failed to compile makes the compiled side run eager from then on (`CompiledForward.failure`)
-        row["compile_failure"] = sides[f"{mode}_compiled"][0].team.forward_call.failure
+        row["compile_failure"] = sides[f"{variant}_compiled"][0].team.forward_call.failure
         results.append(row)
     del sides
     gc.collect()
@@ -139,14 +158,16 @@ def bench_config(size: str, P: int, modes: list[str], cfg: dict[str, Any], work_
 
 
 def markdown_table(rows: list[dict[str, Any]]) -> str:
-    lines = ["| model | P | team | eager step ms | compiled step ms | compiled speed-up | comlrl step ms | "
-             "eager vs comlrl | compiled vs comlrl | compile s |", "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| model | P | team | backward | eager step ms | compiled step ms | compiled speed-up | comlrl step ms | "
+             "eager vs comlrl | compiled vs comlrl | compile s |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     label = {"small": "84k", "large": "2.6M"}
     for row in rows:
         comlrl = row["comlrl_step_ms"]
         vs = ((f"{row['eager_vs_comlrl']:.2f}x", f"{row['compiled_vs_comlrl']:.2f}x") if comlrl is not None
               else ("-", "-"))
+        backward = "per agent" if row.get("backward_per_agent", True) else "summed"
         lines.append(f"| {label.get(row['size'], row['size'])} | {row['prompts_per_step']} | `{row['team_mode']}` | "
+                     f"{backward} | "
                      f"{row['eager_step_ms']:.1f} | {row['compiled_step_ms']:.1f} | {row['compiled_speedup']:.2f}x | "
                      f"{'-' if comlrl is None else f'{comlrl:.1f}'} | {vs[0]} | {vs[1]} | {row['compile_s']:.0f}"
                      f"{' (failed: ran eager)' if row.get('compile_failure') else ''} |")
@@ -162,6 +183,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--steps", type=int, default=20, help="steps per side per round, warmup included")
     parser.add_argument("--warmup", type=int, default=3, help="leading steps of every round left out")
     parser.add_argument("--backend", default=None, help="torch_compile_backend (default: inductor)")
+    parser.add_argument("--backward", default="per-agent", choices=["per-agent", "summed", "both"],
+                        help="backward_per_agent=True (per-agent), False (summed: in `adapters` mode one forward over "
+                        "every agent's rows), or both, interleaved")
     parser.add_argument("--no-comlrl", action="store_true", help="leave comlrl out (no peer virtualenv needed)")
     parser.add_argument("--work-dir", default=os.path.join(os.environ.get("TMPDIR", "/tmp"), "trl_marl_bench"))
     parser.add_argument("--json", default=str(DEFAULT_JSON), help="where to write the results")
@@ -188,7 +212,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     for size in args.sizes:
         for P in args.prompts:
             print(f"[bench_compile] {size} P={P} (load {os.getloadavg()[0]:.2f})", flush=True)
-            results["rows"] += bench_config(size, P, args.modes, cfg, work_dir, args.backend, not args.no_comlrl)
+            results["rows"] += bench_config(size, P, args.modes, cfg, work_dir, args.backend, not args.no_comlrl,
+                                            args.backward)
             results["load_at_end"] = [round(x, 2) for x in os.getloadavg()]
             results["total_wall_s"] = time.perf_counter() - started
             results["cpu_over_wall"] = (_cpu_seconds() - cpu_start) / results["total_wall_s"]

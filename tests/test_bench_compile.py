@@ -32,11 +32,20 @@ def test_smoke_run_writes_every_column(bench, tmp_path) -> None:
     out = tmp_path / "compile.json"
     results = bench.main(["--sizes", "small", "--prompts", "1", "--modes", "adapters", "--rounds", "1", "--steps", "3",
                           "--warmup", "1", "--backend", "eager", "--no-comlrl", "--work-dir", str(tmp_path),
-                          "--json", str(out)])
+                          "--json", str(out), "--backward", "both"])
     assert out.exists()
-    (row,) = results["rows"]
-    assert row["team_mode"] == "adapters" and row["comlrl_step_ms"] is None
-    assert row["eager_steps_timed"] == row["compiled_steps_timed"] == 2
-    assert row["eager_step_ms"] > 0 and row["compiled_step_ms"] > 0
-    assert row["compiled_speedup"] == pytest.approx(row["eager_step_ms"] / row["compiled_step_ms"])
-    assert "| 84k | 1 | `adapters` |" in results["table_markdown"]
+    per_agent, summed = results["rows"]
+    assert per_agent["backward_per_agent"] and not summed["backward_per_agent"]
+    for row in (per_agent, summed):
+        assert row["team_mode"] == "adapters" and row["comlrl_step_ms"] is None
+        assert row["eager_steps_timed"] == row["compiled_steps_timed"] == 2
+        assert row["eager_step_ms"] > 0 and row["compiled_step_ms"] > 0
+        assert row["compiled_speedup"] == pytest.approx(row["eager_step_ms"] / row["compiled_step_ms"])
+    assert "| 84k | 1 | `adapters` | per agent |" in results["table_markdown"]
+    assert "| 84k | 1 | `adapters` | summed |" in results["table_markdown"]
+
+
+def test_backward_variants(bench) -> None:
+    assert bench.variants(["models", "adapters"], "per-agent") == [("models", True), ("adapters", True)]
+    assert bench.variants(["adapters"], "both") == [("adapters", True), ("adapters", False)]
+    assert bench.variant_name("adapters", False) == "adapters_summed"
