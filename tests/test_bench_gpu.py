@@ -27,11 +27,12 @@ def test_gpu_benchmark_smoke_on_cpu(tmp_path: Path) -> None:
     out = tmp_path / "results.json"
     report = bench.main(["--sizes", "tiny", "--prompts", "2", "--generations", "2", "--prompt-tokens", "8",
                          "--new-tokens", "4", "--steps", "2", "--runs", "grpo", "magrpo-1", "magrpo-2",
-                         "magrpo-2-qlora", "mixed", "--out", str(out)])
+                         "magrpo-2-qlora", "magrpo-2-summed", "mixed", "--out", str(out)])
     saved = json.loads(out.read_text())
     names = [run["name"] for run in saved["runs"]]
     assert names == [run["name"] for run in report["runs"]]
-    assert names == ["grpo", "magrpo-1", "magrpo-2"]  # QLoRA is skipped without CUDA
+    assert names == ["grpo", "magrpo-1", "magrpo-2", "magrpo-2-summed"]  # QLoRA is skipped without CUDA
+    assert any("one training forward" in note for note in saved["runs"][-1]["notes"])
     for run in saved["runs"]:
         assert run["steps_timed"] == 1
         assert run["gen_tokens_per_s"] > 0 and math.isfinite(run["train_tokens_per_s"])

@@ -7,6 +7,8 @@ One command measures, for each model size:
 * ``magrpo-2`` / ``magrpo-4``: teams of 2 and 4 agents in ``adapters`` mode (one base model, one LoRA adapter per
   agent, mixed-adapter batched generation);
 * ``magrpo-2-qlora``: the 2-agent team on a 4-bit (NF4, bitsandbytes) base model (CUDA only);
+* ``magrpo-2-summed``: the 2-agent team with ``backward_per_agent=False`` (the summed loss and one backward: one
+  training forward over both agents' rows through the base model, each row through its agent's adapter);
 * ``magrpo-2-compile``: the 2-agent team with ``torch_compile=True`` (compiled log-probability forwards; the graphs
   compile during the warm-up step);
 * ``mixed-adapter generation``: one batched ``generate`` over every agent's rows (one adapter name per row) vs one
@@ -332,7 +334,7 @@ def run_grpo(s: Setting, gen: GenerationTimer) -> RunResult:
 
 
 def run_magrpo(s: Setting, gen: GenerationTimer, agents: int, qlora: bool = False,
-               compiled: bool = False) -> RunResult:
+               compiled: bool = False, summed: bool = False) -> RunResult:
     from trl_marl import MAGRPOConfig, MAGRPOTrainer
 
     _reset_memory(s.device)
@@ -353,14 +355,18 @@ def run_magrpo(s: Setting, gen: GenerationTimer, agents: int, qlora: bool = Fals
     else:
         model = build_model(s.size, s.dtype, s.device)
     params = sum(p.numel() for p in model.parameters())
-    name = f"magrpo-{agents}" + ("-qlora" if qlora else "") + ("-compile" if compiled else "")
+    name = (f"magrpo-{agents}" + ("-qlora" if qlora else "") + ("-summed" if summed else "")
+            + ("-compile" if compiled else ""))
+    if summed:
+        notes.append("backward_per_agent=False: one training forward over every agent's rows, one backward")
     warmup = 1
     if compiled:  # the graphs compile during the first two steps (the second adapter's in step 2): one more step,
         warmup = 2  # so that as many steps are timed as in the other runs
         s = replace(s, steps=s.steps + 1)
     trainer = MAGRPOTrainer(model=model, reward_funcs=even_word_reward, processing_class=tokenizer,
                             args=MAGRPOConfig(**_common_args(s, str(s.workdir / name)), num_agents=agents,
-                                              team_mode="adapters", torch_compile=compiled),
+                                              team_mode="adapters", torch_compile=compiled,
+                                              backward_per_agent=not summed),
                             train_dataset=_dataset(s), peft_config=_lora())
     recorder = StepRecorder(gen)
     trainer.add_callback(recorder)
@@ -456,9 +462,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", nargs="+", default=["0.5b", "1.5b"], choices=sorted(SIZES))
     parser.add_argument("--runs", nargs="+", default=["grpo", "magrpo-1", "magrpo-2", "magrpo-4", "magrpo-2-qlora",
-                                                      "mixed", "magrpo-2-compile"],
-                        help="Which runs: grpo, magrpo-N, magrpo-N-qlora, magrpo-N-compile (torch_compile=True; "
-                             "also magrpo-N-qlora-compile), mixed.")
+                                                      "mixed", "magrpo-2-summed", "magrpo-2-compile"],
+                        help="Which runs: grpo, magrpo-N, magrpo-N-qlora, magrpo-N-summed (backward_per_agent=False: "
+                             "one training forward of all agents), magrpo-N-compile (torch_compile=True), flags "
+                             "combined in this order (e.g. magrpo-2-summed-compile), mixed.")
     parser.add_argument("--prompts", type=int, default=4, help="Prompts per step (P); G samples each.")
     parser.add_argument("--generations", type=int, default=8, help="Samples per prompt (G).")
     parser.add_argument("--prompt-tokens", type=int, default=128)
@@ -485,13 +492,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 elif run.startswith("magrpo-"):
                     parts = run.split("-")
                     flags = set(parts[2:])
-                    if not flags <= {"qlora", "compile"}:
+                    if not flags <= {"qlora", "summed", "compile"}:
                         raise SystemExit(f"unknown run {run!r}")
                     qlora = "qlora" in flags
                     if qlora and device != "cuda":
                         print(f"skip {run}: 4-bit bitsandbytes needs CUDA", flush=True)
                         continue
-                    results.append(run_magrpo(s, gen, int(parts[1]), qlora=qlora, compiled="compile" in flags))
+                    results.append(run_magrpo(s, gen, int(parts[1]), qlora=qlora, compiled="compile" in flags,
+                                              summed="summed" in flags))
                 else:
                     raise SystemExit(f"unknown run {run!r}")
                 print(f"[{size}] {run} done in {time.perf_counter() - start:.1f}s", flush=True)
