@@ -114,6 +114,33 @@ def test_one_forward_gives_each_agents_own_forward(target_model_dir, checkpointi
         torch.testing.assert_close(joint_grads[name], grad, rtol=1e-4, atol=1e-6, msg=lambda m, n=name: f"{n}: {m}")
 
 
+@pytest.mark.parametrize("reference", [False, True], ids=["old-policy", "reference"])
+def test_no_grad_log_probs_of_every_agent_in_one_forward(target_model_dir, reference):
+    team = build_team(target_model_dir)
+    generator = torch.Generator().manual_seed(1)
+    batches = [random_batch(generator, 3, 6, 2), None, random_batch(generator, 2, 3, 5)]  # agent 1 frozen
+    calls = []
+    call = team.forward_call
+
+    def counting(model: Any, **inputs: Any) -> Any:
+        calls.append(inputs["input_ids"].size(0))
+        return call(model, **inputs)
+
+    team.forward_call = counting
+    joint = team.inference_logps_all(batches, reference=reference)
+    assert calls == [5]
+    team.joint_adapter_forward = False
+    alone = team.inference_logps_all(batches, reference=reference)
+    assert calls == [5, 3, 2]
+    assert joint[1] is None and alone[1] is None
+    for a in (0, 2):
+        assert not joint[a].is_inference() and not joint[a].requires_grad
+        torch.testing.assert_close(joint[a], alone[a], rtol=1e-5, atol=1e-5)
+    # the reference (adapters disabled) differs from the policy: the adapters are random, not zero
+    other = team.inference_logps_all(batches, reference=not reference)
+    assert not torch.allclose(other[0], alone[0], atol=1e-3)
+
+
 def test_checkpointed_recomputation_without_the_row_slices_is_caught(target_model_dir, monkeypatch):
     """The control of the test above: a recomputation that does not slice the rows again runs every row through
     the active adapter, and torch's checkpoint sees other tensors saved than in the forward."""
@@ -182,14 +209,14 @@ def train(model_dir: str, out: str, capture_cls: type, joint: bool, **overrides:
                             callbacks=[capture])
     trainer.team.joint_adapter_forward = joint
     capture.team = trainer.team
-    trainer.joint_forwards = 0
-    joint_logps = trainer.team._joint_logps
+    trainer.joint_forwards = []  # per joint forward: whether it built a graph (training) or not (reference, old)
+    joint_forward = trainer.team._joint_forward
 
     def counting(*args: Any, **kwargs: Any) -> Any:
-        trainer.joint_forwards += 1
-        return joint_logps(*args, **kwargs)
+        trainer.joint_forwards.append(torch.is_grad_enabled())
+        return joint_forward(*args, **kwargs)
 
-    trainer.team._joint_logps = counting
+    trainer.team._joint_forward = counting
     trainer.train()
     return trainer, capture
 
@@ -200,7 +227,9 @@ def test_a_trainer_trains_alike_with_one_forward(target_model_dir, tmp_path, ass
                     gradient_accumulation_steps=2, per_device_train_batch_size=4)
     joint, joint_grads = train(target_model_dir, str(tmp_path / "joint"), gradient_capture, True, **settings)
     alone, alone_grads = train(target_model_dir, str(tmp_path / "alone"), gradient_capture, False, **settings)
-    assert joint.joint_forwards > 0 and alone.joint_forwards == 0
+    # 2 steps of 2 micro-batches, each used twice (num_iterations): 4 training forwards; the reference and the old
+    # policy score the 2 micro-batches of the one generation: 4 no-grad forwards
+    assert sorted(joint.joint_forwards) == [False] * 4 + [True] * 4 and alone.joint_forwards == []
     assert len(joint_grads.grads) == len(alone_grads.grads) == 2
     assert_same_gradients(joint_grads.grads, alone_grads.grads, rtol=1e-4, atol=1e-6)
     for (name, p), q in zip(joint.team.named_parameters(), alone.team.parameters()):

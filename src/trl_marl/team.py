@@ -701,13 +701,21 @@ class AgentTeam(nn.Module):
         after every scored position, so each agent's logits are those of its own forward up to floating-point
         reordering; each adapter gets the gradient of its own rows only.
         """
+        model = self._activate(next(a for a, b in enumerate(batches) if b is not None and len(b) > 0))
+        return self._joint_forward(model, batches, names, compute_entropy, entropy_grad)
+
+    def _joint_forward(
+        self, model: PreTrainedModel, batches: Sequence[AgentBatch | None], names: list[str] | None,
+        compute_entropy: bool, entropy_grad: bool,
+    ) -> list[tuple[torch.Tensor, torch.Tensor | None] | None]:
+        """One forward of `model` over the rows of every non-empty batch, scored per batch; each row through the
+        adapter `names` gives it (row slices), or, with `names` None, every row through the model as it is."""
         agents = [a for a, batch in enumerate(batches) if batch is not None and len(batch) > 0]
-        model = self._activate(agents[0])  # (keeps every trained adapter trainable)
         input_ids, attention_mask, position_ids = joint_model_inputs([batches[a] for a in agents])
         widths = [batches[a].completion_ids.size(1) for a in agents]
         self._joint_names = names  # for the recomputation of checkpointed layers (`_checkpoint_contexts`)
         try:
-            with sliced_adapter_rows(model, names, training=model.training):
+            with nullcontext() if names is None else sliced_adapter_rows(model, names, training=model.training):
                 logits = self.forward_call(model, input_ids=input_ids, attention_mask=attention_mask,
                                            position_ids=position_ids, logits_to_keep=max(widths)).logits
         finally:
@@ -730,6 +738,29 @@ class AgentTeam(nn.Module):
     def policy_logps(self, agent_index: int, batch: AgentBatch) -> torch.Tensor:
         """Per-token log-probabilities under the current policy, without gradients."""
         return self._inference_logps(self._activate(agent_index), batch)
+
+    @torch.no_grad()
+    def inference_logps_all(self, batches: Sequence[AgentBatch | None],
+                            reference: bool = False) -> list[torch.Tensor | None]:
+        """[`AgentTeam.policy_logps`] (or, with `reference`, [`AgentTeam.reference_logps`]) of every agent that has a
+        batch, as one forward over all their rows where the team's training forward takes one (`adapters` mode, see
+        [`AgentTeam.forward`]; the reference of adapters is their base model, every row through it): fewer, larger
+        forwards, with every agent's logits at once.
+
+        Example: `old_logps = team.inference_logps_all([batch_0, None, batch_2])  # [tensor, None, tensor]`
+        """
+        names = self._joint_adapter_names(batches)
+        if names is not None and reference and any(self.ref_models[self.agent_model[a]] is not None
+                                                   for a, b in enumerate(batches) if b is not None):
+            names = None  # frozen copies: one forward per agent
+        if names is None or any(b is not None and len(b) == 0 for b in batches):
+            scored = self.reference_logps if reference else self.policy_logps
+            return [None if b is None else scored(a, b) for a, b in enumerate(batches)]
+        first = next(a for a, b in enumerate(batches) if b is not None)
+        with self.acting(first, reference=reference) as model, no_autograd():
+            results = self._joint_forward(model, batches, None if reference else names, False, False)
+        # (clones outside `inference_mode`: normal tensors a loss may use, as `_inference_logps` returns)
+        return [None if r is None else (r[0].clone() if r[0].is_inference() else r[0]) for r in results]
 
     def _inference_logps(self, model: PreTrainedModel, batch: AgentBatch) -> torch.Tensor:
         # `inference_mode` when safe (`no_autograd`); the clone, outside it, is a normal tensor that a loss may use

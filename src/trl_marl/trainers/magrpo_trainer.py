@@ -333,6 +333,16 @@ class MAGRPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer):
             diagnose_step(self)
         return loss
 
+    def _inference_logps(self, batches: list[AgentBatch | None], reference: bool = False) -> list[Any]:
+        """The old-policy (or reference) log-probabilities of each agent's batch (None: frozen). When the training
+        step takes the summed loss (every agent's activations at once), an `adapters` team scores every agent's rows
+        in one forward (`AgentTeam.inference_logps_all`); with a backward per agent, one forward per agent."""
+        own_compute_loss = type(self).compute_loss is MAGRPOTrainer.compute_loss
+        if not takes_backward_per_agent(self, self.model_wrapped, own_compute_loss):
+            return self.team.inference_logps_all(batches, reference=reference)
+        scored = self.team.reference_logps if reference else self.team.policy_logps
+        return [None if b is None else scored(a, b) for a, b in enumerate(batches)]
+
     def _prepare_inputs(self, inputs: Any) -> Any:
         return inputs  # `_make_batches` already placed the tensors on the device
 
@@ -389,17 +399,16 @@ class MAGRPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer):
                 batches.append(AgentBatch(p_ids, p_mask, c_ids, c_mask).to(device))
                 advantages.append(adv.float().to(device))
                 turn_of_sample.append(turn_index)
+            trained = [None if a in self.team.frozen else batches[a] for a in range(n)]
             ref_logps = None
             if self.args.beta != 0.0:
-                ref_logps = [None if a in self.team.frozen else self.team.reference_logps(a, batches[a])
-                             for a in range(n)]
+                ref_logps = self._inference_logps(trained, reference=True)
             # as TRL: when every micro-batch of the generation is used within one optimizer step, the ratio's
             # denominator is the detached current policy (old_logps None, no extra forward); otherwise (num_iterations
             # > 1, or steps_per_generation > gradient_accumulation_steps) each agent's log-probs at sampling time
             old_logps = None
             if mode == "train" and args.gradient_accumulation_steps % (args.steps_per_generation * mu) != 0:
-                old_logps = [None if a in self.team.frozen else self.team.policy_logps(a, batches[a])
-                             for a in range(n)]
+                old_logps = self._inference_logps(trained)
             micro_batches.append({"batches": batches, "advantages": advantages, "old_logps": old_logps,
                                   "ref_logps": ref_logps, "turn_of_sample": turn_of_sample})
             all_batches.append(batches)
