@@ -81,10 +81,13 @@ def grads(team: AgentTeam) -> dict[str, torch.Tensor]:
     return out
 
 
-@pytest.mark.parametrize("mode", ["models", "adapters"])
-def test_training_forward_stops_before_the_last_token(tokenizer: PreTrainedTokenizerBase, mode: str) -> None:
+@pytest.mark.parametrize(("mode", "joint"), [("models", False), ("adapters", False), ("adapters", True)],
+                         ids=["models", "adapters", "adapters-joint"])
+def test_training_forward_stops_before_the_last_token(tokenizer: PreTrainedTokenizerBase, mode: str,
+                                                      joint: bool) -> None:
     team = make_team(tokenizer, mode)
     team.train()
+    team.joint_adapter_forward = joint  # one forward over both agents' rows (`AgentTeam._joint_logps`), or one each
     team.temperature = 0.7
     batches = [make_batch(tokenizer, PROMPTS[a], COMPLETIONS[a]) for a in range(2)]
     recorders = [Recorder(team.base_model_of(a)) for a in range(2)] if mode == "models" else [
@@ -93,7 +96,11 @@ def test_training_forward_stops_before_the_last_token(tokenizer: PreTrainedToken
     for r in recorders:
         r.remove()
     widths = [w for r in recorders for w in r.widths]
-    assert widths == [b.input_ids.size(1) - 1 for b in batches]  # one column fewer than prompt + completion
+    if joint:  # the widest prompt and the widest completion, one column fewer
+        assert widths == [max(b.prompt_ids.size(1) for b in batches) + max(b.completion_ids.size(1) for b in batches)
+                          - 1]
+    else:
+        assert widths == [b.input_ids.size(1) - 1 for b in batches]  # one column fewer than prompt + completion
     weights = [torch.linspace(0.5, 1.5, b.completion_ids.numel()).view_as(b.completion_ids) for b in batches]
     sum(((r[0] * w) * b.completion_mask).sum() for r, w, b in zip(results, weights, batches)).backward()
     ours = grads(team)
