@@ -98,6 +98,23 @@ class GradientCapture(TrainerCallback):
                            for name, p in self.team.named_parameters() if p.requires_grad})
 
 
+class GraphCounter:
+    """A dynamo backend that runs each graph as traced and counts the graphs it was given."""
+
+    def __init__(self) -> None:
+        self.graphs = 0
+
+    def __call__(self, graph_module: Any, example_inputs: list[Any]) -> Any:
+        self.graphs += 1
+        return graph_module.forward
+
+
+@pytest.fixture(scope="session")
+def graph_counter() -> type[GraphCounter]:
+    """The `GraphCounter` backend class (the compile tests count the graphs dynamo hands it)."""
+    return GraphCounter
+
+
 @pytest.fixture(scope="session")
 def gradient_capture() -> type[GradientCapture]:
     """The `GradientCapture` callback class (the equivalence tests pass an instance to the trainer's `callbacks`)."""

@@ -70,12 +70,9 @@ def build_team(model_dir: str, num_agents: int = 3, dropout: float = 0.0) -> Age
     return team
 
 
-def forward_and_backward(team: AgentTeam, batches: list[AgentBatch | None], joint: bool) -> tuple[list, dict, int]:
-    """The team's log-probabilities and entropies, the gradients of a loss that weighs the agents differently, and
-    how many model forwards ran."""
-    team.joint_adapter_forward = joint
-    team.zero_grad(set_to_none=True)
-    calls = []
+def count_forwards(team: AgentTeam) -> list[int]:
+    """Wrap the team's model call: the returned list gets the rows of every forward from then on."""
+    calls: list[int] = []
     call = team.forward_call
 
     def counting(model: Any, **inputs: Any) -> Any:
@@ -83,6 +80,16 @@ def forward_and_backward(team: AgentTeam, batches: list[AgentBatch | None], join
         return call(model, **inputs)
 
     team.forward_call = counting
+    return calls
+
+
+def forward_and_backward(team: AgentTeam, batches: list[AgentBatch | None], joint: bool) -> tuple[list, dict, int]:
+    """The team's log-probabilities and entropies, the gradients of a loss that weighs the agents differently, and
+    how many model forwards ran."""
+    team.joint_adapter_forward = joint
+    team.zero_grad(set_to_none=True)
+    call = team.forward_call
+    calls = count_forwards(team)
     try:
         out = team(batches, compute_entropy=True)
     finally:
@@ -119,14 +126,7 @@ def test_no_grad_log_probs_of_every_agent_in_one_forward(target_model_dir, refer
     team = build_team(target_model_dir)
     generator = torch.Generator().manual_seed(1)
     batches = [random_batch(generator, 3, 6, 2), None, random_batch(generator, 2, 3, 5)]  # agent 1 frozen
-    calls = []
-    call = team.forward_call
-
-    def counting(model: Any, **inputs: Any) -> Any:
-        calls.append(inputs["input_ids"].size(0))
-        return call(model, **inputs)
-
-    team.forward_call = counting
+    calls = count_forwards(team)
     joint = team.inference_logps_all(batches, reference=reference)
     assert calls == [5]
     team.joint_adapter_forward = False
@@ -240,20 +240,11 @@ def test_a_trainer_trains_alike_with_one_forward(target_model_dir, tmp_path, ass
                 assert mine[key] == pytest.approx(value, rel=1e-4, abs=1e-6, nan_ok=True), key
 
 
-class GraphCounter:
-    def __init__(self) -> None:
-        self.graphs = 0
-
-    def __call__(self, graph_module: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
-        self.graphs += 1
-        return graph_module.forward
-
-
-def test_a_compiled_joint_forward_keeps_its_graph_across_steps(target_model_dir):
+def test_a_compiled_joint_forward_keeps_its_graph_across_steps(target_model_dir, graph_counter):
     """The row slices installed for a joint forward are the same objects at every step of the same layout (a
     compiled forward guards on each layer's `forward`), so steps with new lengths reuse the graph."""
     team = build_team(target_model_dir, num_agents=2)
-    counter = GraphCounter()
+    counter = graph_counter()
     team.compile_forwards(backend=counter)
     generator = torch.Generator().manual_seed(0)
     for step in range(4):

@@ -4,7 +4,8 @@ The compiled forwards give the eager values, one graph serves every sequence len
 architecture, a trainer trains exactly as it does eager (the gradients of each optimizer step, with activation
 checkpointing and both agents' forwards before one backward, the case where an eager recomputation needs the right
 adapter), and a strategy that is not supported is refused before training. The backends here are "aot_eager" and a
-graph-counting one (inductor's code generation would take minutes on a CPU; `benchmarks/bench_compile.py` times it).
+graph-counting one (conftest's `GraphCounter`); inductor's code generation would take minutes on a CPU
+(`benchmarks/bench_compile.py` times it).
 """
 
 from __future__ import annotations
@@ -28,17 +29,6 @@ warnings.filterwarnings("ignore")
 LORA = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], lora_dropout=0.0)
 
 
-class GraphCounter:
-    """A dynamo backend that runs each graph as traced and counts the graphs it was given."""
-
-    def __init__(self) -> None:
-        self.graphs = 0
-
-    def __call__(self, graph_module: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
-        self.graphs += 1
-        return graph_module.forward
-
-
 def inputs(length: int, rows: int = 3, vocab: int = 20) -> dict[str, Any]:
     generator = torch.Generator().manual_seed(length)
     ids = torch.randint(4, vocab, (rows, length), generator=generator)
@@ -47,13 +37,13 @@ def inputs(length: int, rows: int = 3, vocab: int = 20) -> dict[str, Any]:
     return dict(input_ids=ids, attention_mask=mask, logits_to_keep=2)
 
 
-def test_one_graph_for_every_length_and_model_of_the_architecture(target_model_dir):
+def test_one_graph_for_every_length_and_model_of_the_architecture(target_model_dir, graph_counter):
     first = AutoModelForCausalLM.from_pretrained(target_model_dir)
     second = AutoModelForCausalLM.from_pretrained(target_model_dir)
     with torch.no_grad():
         for p in second.parameters():
             p.add_(0.01 * torch.randn_like(p))
-    counter = GraphCounter()
+    counter = graph_counter()
     forward = CompiledForward(backend=counter, num_agents=2)
     with torch.no_grad():
         for model, length in ((first, 7), (first, 9), (second, 11), (second, 6), (first, 13)):
@@ -65,11 +55,11 @@ def test_one_graph_for_every_length_and_model_of_the_architecture(target_model_d
     assert counter.graphs == after_first, "a new length or a second model of the same architecture recompiled"
 
 
-def test_each_instance_has_graphs_of_its_own_and_the_limit_fits_the_team(target_model_dir):
+def test_each_instance_has_graphs_of_its_own_and_the_limit_fits_the_team(target_model_dir, graph_counter):
     import torch._dynamo.config as dynamo_config
 
     model = AutoModelForCausalLM.from_pretrained(target_model_dir)
-    counters = [GraphCounter(), GraphCounter()]
+    counters = [graph_counter(), graph_counter()]
     with torch.no_grad():
         for counter in counters:
             CompiledForward(backend=counter)(model, **inputs(8))
