@@ -147,11 +147,11 @@ def test_checkpointed_recomputation_without_the_row_slices_is_caught(target_mode
     contexts = AgentTeam._checkpoint_contexts
 
     def without_joint_rows(self: AgentTeam, *args: Any) -> Any:
-        self._joint_names, names = None, self._joint_names
+        self._joint_rows, rows = None, self._joint_rows
         try:
             return contexts(self, *args)
         finally:
-            self._joint_names = names
+            self._joint_rows = rows
 
     monkeypatch.setattr(AgentTeam, "_checkpoint_contexts", without_joint_rows)
     team = build_team(target_model_dir, num_agents=2)
@@ -162,22 +162,28 @@ def test_checkpointed_recomputation_without_the_row_slices_is_caught(target_mode
         forward_and_backward(team, batches, joint=True)
 
 
+def joint_names(team: AgentTeam, batches: list[AgentBatch | None]) -> list[str] | None:
+    """The adapter of each row when the team's forward runs the batches as one forward, else None."""
+    rows = team._joint_adapter_rows(batches)
+    return None if rows is None else rows[0]
+
+
 def test_where_the_team_keeps_one_forward_per_agent(target_model_dir):
     generator = torch.Generator().manual_seed(0)
     batches = [random_batch(generator, 2, 4, 3) for _ in range(3)]
     team = build_team(target_model_dir)
-    assert team._joint_adapter_names(batches) == ["agent_0"] * 2 + ["agent_1"] * 2 + ["agent_2"] * 2
+    assert joint_names(team, batches) == ["agent_0"] * 2 + ["agent_1"] * 2 + ["agent_2"] * 2
     # a frozen agent (no batch) is left out; a single agent with rows runs alone
-    assert team._joint_adapter_names([batches[0], None, batches[2]]) == ["agent_0"] * 2 + ["agent_2"] * 2
-    assert team._joint_adapter_names([batches[0], None, None]) is None
+    assert joint_names(team, [batches[0], None, batches[2]]) == ["agent_0"] * 2 + ["agent_2"] * 2
+    assert joint_names(team, [batches[0], None, None]) is None
     team.joint_adapter_forward = False
-    assert team._joint_adapter_names(batches) is None
+    assert joint_names(team, batches) is None
     # LoRA dropout in train mode: the per-agent forwards keep TRL's layout and dropout draws
-    assert build_team(target_model_dir, dropout=0.1)._joint_adapter_names(batches) is None
+    assert joint_names(build_team(target_model_dir, dropout=0.1), batches) is None
     # a full model per agent has nothing to share
     models = AgentTeam.build(target_model_dir, 3, mode="models")
     models.train()
-    assert models._joint_adapter_names(batches) is None
+    assert joint_names(models, batches) is None
 
 
 def test_slicing_a_model_in_train_mode_is_asked_for(target_model_dir):

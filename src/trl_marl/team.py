@@ -38,7 +38,7 @@ from .utils.adapters import AdapterSwitch
 from .utils.compiled import CompiledForward, call_model
 from .utils.forward import checkpointing_paused, dropout_active, no_autograd, takes_logits_to_keep
 from .utils.lean_decode import decode
-from .utils.mixed_adapters import sliced_adapter_rows, sliced_adapter_rows_unsupported
+from .utils.mixed_adapters import sliced_adapter_rows, sliced_adapter_rows_plan
 from .utils.model_names import resolve_model_name
 from .utils.prefill import shared_prefill_cache
 from .utils.tokens import (  # noqa: F401  (re-exported: importable from trl_marl.team as before)
@@ -175,7 +175,7 @@ class AgentTeam(nn.Module):
         # `adapters` mode: `forward` runs the batches of several agents as one forward through the shared base model,
         # each row through its agent's adapter (`_joint_logps`), where it can; False: one forward per agent
         self.joint_adapter_forward = True
-        self._joint_names: list[str] | None = None  # the rows' adapters while a joint forward runs
+        self._joint_rows: tuple[list[str], Any] | None = None  # the rows' adapters and plan while a joint forward runs
         self._checkpointing_kwargs: dict | None = None  # set by `activation_checkpointing_enable`
         self.frozen: set[int] = set()  # agents whose weights are not trained (see `freeze_agents`)
         self._adapter_switches: dict[int, AdapterSwitch] = {}  # per PEFT model, made on the first switch
@@ -420,13 +420,14 @@ class AgentTeam(nn.Module):
         """
         model = self.models[0]
         name = model.active_adapter
-        joint_names = self._joint_names  # a forward over several agents' rows (`_joint_logps`)
+        joint_rows = self._joint_rows  # a forward over several agents' rows (`_joint_logps`)
         forward_ctx, recompute_ctx = user_context_fn() if user_context_fn else (nullcontext(), nullcontext())
 
         @contextmanager
         def recompute() -> Any:
-            if joint_names is not None:  # each row through its agent's adapter again
-                with sliced_adapter_rows(model, joint_names, training=True), recompute_ctx:
+            if joint_rows is not None:  # each row through its agent's adapter again (the forward's plan)
+                names, plan = joint_rows
+                with sliced_adapter_rows(model, names, training=True, plan=plan), recompute_ctx:
                     yield
                 return
             previous = model.active_adapter
@@ -662,7 +663,7 @@ class AgentTeam(nn.Module):
         `batches[a]` is agent `a`'s samples (or `None` when it has none this step). The entropies are computed on
         detached logits (for logging and token selection) unless `entropy_grad` (an entropy bonus in the loss).
         """
-        joint = self._joint_adapter_names(batches)
+        joint = self._joint_adapter_rows(batches)
         if joint is not None:
             return self._joint_logps(batches, joint, compute_entropy, entropy_grad)
         results: list[tuple[torch.Tensor, torch.Tensor | None] | None] = []
@@ -674,9 +675,10 @@ class AgentTeam(nn.Module):
             results.append(self._logps(model, batch, compute_entropy, entropy_grad))
         return results
 
-    def _joint_adapter_names(self, batches: Sequence[AgentBatch | None]) -> list[str] | None:
-        """One adapter name per row of the agents' batches in order, when [`AgentTeam.forward`] can run them as one
-        forward through the shared base model (see `joint_adapter_forward`), else None."""
+    def _joint_adapter_rows(self, batches: Sequence[AgentBatch | None]) -> tuple[list[str], Any] | None:
+        """One adapter name per row of the agents' batches in order, and the row slices' plan for them
+        (`utils.mixed_adapters.sliced_adapter_rows_plan`), when [`AgentTeam.forward`] can run them as one forward
+        through the shared base model (see `joint_adapter_forward`), else None."""
         agents = [a for a, batch in enumerate(batches) if batch is not None and len(batch) > 0]
         if not self.joint_adapter_forward or self.mode != "adapters" or len(agents) < 2:
             return None
@@ -686,12 +688,12 @@ class AgentTeam(nn.Module):
         if dropout_active(model):  # the per-agent forwards keep TRL's layout and dropout draws
             return None
         names = [self.agent_adapter[a] for a in agents for _ in range(len(batches[a]))]
-        if sliced_adapter_rows_unsupported(model, names, training=model.training) is not None:
-            return None
-        return names
+        plan = sliced_adapter_rows_plan(model, names, training=model.training)
+        return None if isinstance(plan, str) else (names, plan)
 
     def _joint_logps(
-        self, batches: Sequence[AgentBatch | None], names: list[str], compute_entropy: bool, entropy_grad: bool
+        self, batches: Sequence[AgentBatch | None], rows: tuple[list[str], Any], compute_entropy: bool,
+        entropy_grad: bool,
     ) -> list[tuple[torch.Tensor, torch.Tensor | None] | None]:
         """[`AgentTeam.forward`] of an `adapters` team as one forward over every agent's rows, each row through its
         agent's adapter (`utils.mixed_adapters`), instead of one forward per agent.
@@ -702,30 +704,32 @@ class AgentTeam(nn.Module):
         reordering; each adapter gets the gradient of its own rows only.
         """
         model = self._activate(next(a for a, b in enumerate(batches) if b is not None and len(b) > 0))
-        return self._joint_forward(model, batches, names, compute_entropy, entropy_grad)
+        return self._joint_forward(model, batches, rows, compute_entropy, entropy_grad)
 
     def _joint_forward(
-        self, model: PreTrainedModel, batches: Sequence[AgentBatch | None], names: list[str] | None,
+        self, model: PreTrainedModel, batches: Sequence[AgentBatch | None], rows: tuple[list[str], Any] | None,
         compute_entropy: bool, entropy_grad: bool,
     ) -> list[tuple[torch.Tensor, torch.Tensor | None] | None]:
         """One forward of `model` over the rows of every non-empty batch, scored per batch; each row through the
-        adapter `names` gives it (row slices), or, with `names` None, every row through the model as it is."""
+        adapter that `rows` (`_joint_adapter_rows`) names for it (row slices), or, with `rows` None, every row through
+        the model as it is."""
         agents = [a for a, batch in enumerate(batches) if batch is not None and len(batch) > 0]
         input_ids, attention_mask, position_ids = joint_model_inputs([batches[a] for a in agents])
         widths = [batches[a].completion_ids.size(1) for a in agents]
-        self._joint_names = names  # for the recomputation of checkpointed layers (`_checkpoint_contexts`)
+        self._joint_rows = rows  # for the recomputation of checkpointed layers (`_checkpoint_contexts`)
         try:
-            with nullcontext() if names is None else sliced_adapter_rows(model, names, training=model.training):
+            with nullcontext() if rows is None else sliced_adapter_rows(model, rows[0], training=model.training,
+                                                                        plan=rows[1]):
                 logits = self.forward_call(model, input_ids=input_ids, attention_mask=attention_mask,
                                            position_ids=position_ids, logits_to_keep=max(widths)).logits
         finally:
-            self._joint_names = None
+            self._joint_rows = None
         results: list[tuple[torch.Tensor, torch.Tensor | None] | None] = [None] * len(batches)
         start = 0
         for a, width in zip(agents, widths, strict=True):
-            rows = len(batches[a])
-            results[a] = self._score(logits[start: start + rows, :width], batches[a], compute_entropy, entropy_grad)
-            start += rows
+            stop = start + len(batches[a])
+            results[a] = self._score(logits[start:stop, :width], batches[a], compute_entropy, entropy_grad)
+            start = stop
         return results
 
     @torch.no_grad()
@@ -749,16 +753,16 @@ class AgentTeam(nn.Module):
 
         Example: `old_logps = team.inference_logps_all([batch_0, None, batch_2])  # [tensor, None, tensor]`
         """
-        names = self._joint_adapter_names(batches)
-        if names is not None and reference and any(self.ref_models[self.agent_model[a]] is not None
-                                                   for a, b in enumerate(batches) if b is not None):
-            names = None  # frozen copies: one forward per agent
-        if names is None or any(b is not None and len(b) == 0 for b in batches):
+        rows = self._joint_adapter_rows(batches)
+        if rows is not None and reference and any(self.ref_models[self.agent_model[a]] is not None
+                                                  for a, b in enumerate(batches) if b is not None):
+            rows = None  # frozen copies: one forward per agent
+        if rows is None or any(b is not None and len(b) == 0 for b in batches):
             scored = self.reference_logps if reference else self.policy_logps
             return [None if b is None else scored(a, b) for a, b in enumerate(batches)]
         first = next(a for a, b in enumerate(batches) if b is not None)
         with self.acting(first, reference=reference) as model, no_autograd():
-            results = self._joint_forward(model, batches, None if reference else names, False, False)
+            results = self._joint_forward(model, batches, None if reference else rows, False, False)
         # (clones outside `inference_mode`: normal tensors a loss may use, as `_inference_logps` returns)
         return [None if r is None else (r[0].clone() if r[0].is_inference() else r[0]) for r in results]
 

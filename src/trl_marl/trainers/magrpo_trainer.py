@@ -324,7 +324,7 @@ class MAGRPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer):
             last = inputs.last
         else:
             batch = self._make_batch(inputs, mode="train")
-        if takes_backward_per_agent(self, model, type(self).compute_loss is MAGRPOTrainer.compute_loss):
+        if self._takes_backward_per_agent(model):
             loss = backward_per_agent(self, model, batch)  # `backward_per_agent`: one agent's graph at a time
         else:
             loss = super().training_step(model, batch, num_items_in_batch)
@@ -333,12 +333,16 @@ class MAGRPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer):
             diagnose_step(self)
         return loss
 
+    def _takes_backward_per_agent(self, model: torch.nn.Module) -> bool:
+        """Whether a training step on `model` (the team, or the team wrapped by accelerate) takes a backward per agent
+        (`magrpo_backward`) rather than one of the summed loss."""
+        return takes_backward_per_agent(self, model, type(self).compute_loss is MAGRPOTrainer.compute_loss)
+
     def _inference_logps(self, batches: list[AgentBatch | None], reference: bool = False) -> list[Any]:
         """The old-policy (or reference) log-probabilities of each agent's batch (None: frozen). When the training
         step takes the summed loss (every agent's activations at once), an `adapters` team scores every agent's rows
         in one forward (`AgentTeam.inference_logps_all`); with a backward per agent, one forward per agent."""
-        own_compute_loss = type(self).compute_loss is MAGRPOTrainer.compute_loss
-        if not takes_backward_per_agent(self, self.model_wrapped, own_compute_loss):
+        if not self._takes_backward_per_agent(self.model_wrapped):
             return self.team.inference_logps_all(batches, reference=reference)
         scored = self.team.reference_logps if reference else self.team.policy_logps
         return [None if b is None else scored(a, b) for a, b in enumerate(batches)]

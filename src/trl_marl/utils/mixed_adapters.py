@@ -37,7 +37,8 @@ from typing import Any
 
 import torch
 
-__all__ = ["BASE_ADAPTER", "adapter_runs", "sliced_adapter_rows", "sliced_adapter_rows_unsupported"]
+__all__ = ["BASE_ADAPTER", "adapter_runs", "sliced_adapter_rows", "sliced_adapter_rows_plan",
+           "sliced_adapter_rows_unsupported"]
 
 BASE_ADAPTER = "__base__"  # PEFT's name for "no adapter" in `adapter_names`
 
@@ -128,13 +129,21 @@ def _plan(model: Any, adapter_names: Sequence[str | None],
     return layers, runs
 
 
+def sliced_adapter_rows_plan(model: Any, adapter_names: Sequence[str | None],
+                             training: bool = False) -> tuple[list[Any], list[tuple[str, int, int]]] | str:
+    """What [`sliced_adapter_rows`] (with the same `training`) would install for this batch: the LoRA layers and the
+    runs of rows, or why it would enter PEFT's hooks instead. Pass it back as `plan` to skip walking the model again
+    (the model's adapters must not have changed in between)."""
+    return _plan(model, [BASE_ADAPTER if name is None else name for name in adapter_names], training)
+
+
 def sliced_adapter_rows_unsupported(model: Any, adapter_names: Sequence[str | None] | None,
                                     training: bool = False) -> str | None:
     """Why [`sliced_adapter_rows`] (with the same `training`) would enter PEFT's hooks for this batch (None: it
     slices)."""
     if adapter_names is None:
         return "no adapter_names"
-    plan = _plan(model, adapter_names, training)
+    plan = sliced_adapter_rows_plan(model, adapter_names, training)
     return plan if isinstance(plan, str) else None
 
 
@@ -176,8 +185,8 @@ def _layer_forward(layer: Any, runs: list[tuple[str, int, int]], names: list[str
 
 
 @contextmanager
-def sliced_adapter_rows(model: Any, adapter_names: Sequence[str | None] | None,
-                        training: bool = False) -> Iterator[bool]:
+def sliced_adapter_rows(model: Any, adapter_names: Sequence[str | None] | None, training: bool = False,
+                        plan: tuple[list[Any], list[tuple[str, int, int]]] | str | None = None) -> Iterator[bool]:
     """Run `model`'s forwards inside it with one adapter per row, as PEFT's `adapter_names` do.
 
     When the rows of each adapter form one contiguous run and the model qualifies (see the module docstring), every
@@ -193,6 +202,7 @@ def sliced_adapter_rows(model: Any, adapter_names: Sequence[str | None] | None,
             adapter the gradient of its own rows; LoRA dropout, if any, draws its masks per run). PEFT refuses
             `adapter_names` in train mode, so a batch that cannot be sliced then gets PEFT's error: check
             [`sliced_adapter_rows_unsupported`] first.
+        plan: [`sliced_adapter_rows_plan`] of the same model, names and `training`, when the caller already has it.
 
     Yields:
         True when the layers run sliced, False when PEFT's hooks (or nothing) are in place.
@@ -215,7 +225,8 @@ def sliced_adapter_rows(model: Any, adapter_names: Sequence[str | None] | None,
     if not hasattr(model, "_enable_peft_forward_hooks"):
         raise ValueError(f"`adapter_names` were given for a {type(model).__name__}, which has no PEFT adapters.")
     names = [BASE_ADAPTER if name is None else name for name in adapter_names]
-    plan = _plan(model, names, training)
+    if plan is None:
+        plan = _plan(model, names, training)
     if isinstance(plan, str):
         with model._enable_peft_forward_hooks(adapter_names=names):
             yield False
