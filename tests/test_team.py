@@ -663,3 +663,24 @@ def test_base_state_dict_fallback_matches_peft(
     assert fallback.keys() == expected.keys()
     for name, value in expected.items():
         assert fallback[name] is value or torch.equal(fallback[name], value)
+
+
+ROLE_TEMPLATE = (
+    "{{ bos_token }}{% for m in messages %}{{ 'Q' if m['role'] == 'user' else 'A' }}{{ m['content'] }}:{% endfor %}"
+    "{% if add_generation_prompt %}A{% endif %}"
+)
+"""A chat template with role markers and an end-of-message marker (`:`), in the toy tokenizer's characters."""
+
+
+def test_conversation_ending_with_assistant_message_is_continued(tokenizer: PreTrainedTokenizerBase) -> None:
+    """A prompt whose last message is the assistant's is a prefill: the model continues that message (no end marker
+    after it, no new assistant turn), as TRL's `apply_chat_template` renders it; other rows of the same batch keep
+    the generation prompt, each row in its place."""
+    chat = build_toy_tokenizer()
+    chat.chat_template = ROLE_TEMPLATE
+    question = [{"role": "user", "content": "1+2=?"}]
+    prefilled = question + [{"role": "assistant", "content": "A 3"}]
+    ids = tokenize_prompts(chat, [question, prefilled, question])
+    texts = [chat.decode(row, skip_special_tokens=True) for row in ids]
+    assert texts == ["Q1+2=?:A", "Q1+2=?:AA 3", "Q1+2=?:A"]
+    assert ids[0] == ids[2] and ids[0][0] == chat.bos_token_id

@@ -138,9 +138,12 @@ def tokenize_prompts(
     """Token ids of each prompt: chat messages through the chat template, strings through the tokenizer.
 
     This follows TRL's `GRPOTrainer`: plain strings are tokenized with the tokenizer's special tokens, chat
-    messages with `apply_chat_template(..., add_generation_prompt=True)`. A prompt that repeats (the G samples of a
-    GRPO group) is tokenized once, and every row gets its own copy of the ids; chat messages count as repeats when
-    their fields are plain strings (others are all tokenized).
+    messages with `apply_chat_template(..., add_generation_prompt=True)`. A conversation whose last message is the
+    assistant's is a prefill (as in TRL's `apply_chat_template` of `trl.data_utils`): the template renders it with
+    `continue_final_message=True` and the model continues that message, e.g. after `"My answer is"`.
+
+    A prompt that repeats (the G samples of a GRPO group) is tokenized once, and every row gets its own copy of the
+    ids; chat messages count as repeats when their fields are plain strings (others are all tokenized).
     """
     if not prompts:
         return []
@@ -168,13 +171,23 @@ def _prompt_key(prompt: Prompt) -> Any:
 
 
 def _tokenize(tokenizer: Any, prompts: list[Prompt], chat_template_kwargs: dict | None) -> list[list[int]]:
-    if is_chat(prompts[0]):
+    if not is_chat(prompts[0]):
+        return [list(ids) for ids in tokenizer(text=prompts)["input_ids"]]
+    # A conversation that ends with an assistant message is a prefill: the model continues that message (the
+    # template's `continue_final_message`) instead of starting a new assistant turn after it.
+    prefill = [bool(p) and p[-1].get("role") == "assistant" for p in prompts]  # type: ignore[union-attr]
+    ids: list[list[int]] = [[] for _ in prompts]
+    for continues in (False, True):
+        rows = [i for i, flag in enumerate(prefill) if flag is continues]
+        if not rows:
+            continue
         out = tokenizer.apply_chat_template(
-            conversation=prompts, add_generation_prompt=True, tokenize=True, return_dict=True,
-            **(chat_template_kwargs or {}),
+            conversation=[prompts[i] for i in rows], add_generation_prompt=not continues,
+            continue_final_message=continues, tokenize=True, return_dict=True, **(chat_template_kwargs or {}),
         )
-        return [list(ids) for ids in out["input_ids"]]
-    return [list(ids) for ids in tokenizer(text=prompts)["input_ids"]]
+        for i, row_ids in zip(rows, out["input_ids"]):
+            ids[i] = list(row_ids)
+    return ids
 
 
 def truncate_after_eos(ids: Sequence[int], eos_ids: set[int]) -> list[int]:
