@@ -76,7 +76,7 @@ def bootstrap_next_turn(
 
 
 def kl_penalty(logps: Tensor, ref_logps: Tensor, estimator: str = "k1") -> Tensor:
-    """Per-token KL(policy || reference) estimate: `k1 = logp - ref`, `k3 = (e^r - 1) - r` with `r = ref - logp`."""
+    """Equation 1: per-token KL(policy || ref), `k1 = logp - ref` or `k3 = (e^r - 1) - r` with `r = ref - logp`."""
     if estimator == "k1":
         return k1_kl(logps, ref_logps)
     if estimator == "k3":
