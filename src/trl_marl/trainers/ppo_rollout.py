@@ -184,10 +184,11 @@ def turn_level_group_advantages(rewards: list[torch.Tensor], values: list[torch.
     """Turn-level credit (`advantage_level="turn"`) of one whitening group: one advantage per response.
 
     Each response's `A = R - V(s)` (`core.ppo.turn_level_advantages`, eq. 7) is whitened over the group's responses,
-    one entry per response that has policy tokens (as CoMLRL normalizes its actor-critic advantages over samples),
-    and only then given to every token of the response (0 on padding). Whitening the broadcast tokens instead would
-    weigh each response by its length: a long failing response would drag the mean down until a short failing one
-    sits above it and gets a positive advantage.
+    one entry per response that has policy tokens (as CoMLRL normalizes its actor-critic advantages over samples;
+    with the numerics of TRL's whitening used at the token level, the unbiased variance, where CoMLRL divides by the
+    population std), and only then given to every token of the response (0 on padding). Whitening the broadcast
+    tokens instead would weigh each response by its length: a long failing response would drag the mean down until a
+    short failing one sits above it and gets a positive advantage.
 
     Args:
         rewards: Per slot, `(N, L)` per-token rewards.
