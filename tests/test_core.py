@@ -143,6 +143,37 @@ def test_batch_scale_is_the_std_of_team_returns():
     close(batch_scaled_advantages(team), batch_scaled_advantages(team, team_returns=team))
 
 
+def test_batch_scale_over_two_processes():
+    # The audit's numbers: team returns [0, 1, 0, 1] on process 0 and [0, 10, 0, 10] on process 1 (one node each).
+    # TRL's GRPOTrainer takes the std of the gathered rewards: mean 2.75, squared deviations 4 * 7.5625 + 2 * 3.0625
+    # + 2 * 52.5625 = 141.5, var 141.5 / 7, std 4.49603 -> process 0: +-.5 / 4.49613 = +-.11121, process 1: +-1.11207.
+    # Each process alone would give +-.866 on both (std .57735 and 5.7735).
+    here, there = torch.tensor([[0.0, 1.0, 0.0, 1.0]]), torch.tensor([[0.0, 10.0, 0.0, 10.0]])
+    gathered = torch.cat([here, there], dim=1)
+    s = math.sqrt(141.5 / 7) + 1e-4
+    close(batch_scaled_advantages(here, team_returns=gathered), [[-0.5 / s, 0.5 / s] * 2])
+    close(batch_scaled_advantages(there, team_returns=gathered), [[-5 / s, 5 / s] * 2], atol=1e-5)
+    assert float(batch_scaled_advantages(here, team_returns=gathered)[0, 1]) == pytest.approx(0.11121, abs=1e-5)
+    assert float(batch_scaled_advantages(here)[0, 1]) == pytest.approx(0.866, abs=1e-3)
+
+
+def test_every_advantage_mode_has_a_row_in_the_equation_tables():
+    # the MAGRPO family (MAREINFORCE raw, MARLOO loo, MAReMax max, MAGRPO mean / std) in both equation tables, each
+    # naming its function in core/
+    from pathlib import Path
+
+    import trl_marl.core
+
+    rows = [line for line in (trl_marl.core.__doc__ or "").splitlines() if "`group_relative_advantages`" in line]
+    arch = (Path(__file__).resolve().parents[1] / "docs" / "architecture.md").read_text(encoding="utf-8")
+    for mode in ("mean", "std", "loo", "raw", "max"):
+        assert any(f'"{mode}"' in row for row in rows), mode
+        assert f'`core.advantages.group_relative_advantages(mode="{mode}")`' in arch, mode
+    for text in (*rows, arch):  # CoMLRL's MAReMax is a group-max baseline, not ReMax's greedy-rollout one
+        if "MAReMax" in text:
+            assert "not ReMax" in text
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # Equivalence with TRL's GRPO advantage numerics
 # ----------------------------------------------------------------------------------------------------------------

@@ -201,6 +201,31 @@ def test_num_generations_eval_plays_several_episodes_per_row(model_dir, tmp_path
         config(tmp_path, num_generations_eval=0)
 
 
+# ------------------------------------------------------------------------------------------ scale_rewards="batch"
+def test_batch_scaling_takes_the_std_of_every_process(model_dir, tmp_path, monkeypatch):
+    # The trainer's rollout pools each turn's team returns over the processes through the accelerator, as TRL's
+    # GRPOTrainer gathers its rewards before `scale_rewards="batch"`'s std. A second process is simulated: it holds
+    # team returns [0, 10, 0, 10] (padded to this process's 4 rows + 2 with NaN rows, as `pad_across_processes`
+    # pads), this one [0, 1, 0, 1]: std([0, 1, 0, 1, 0, 10, 0, 10]) = sqrt(141.5 / 7) -> +-.11121 (this process
+    # alone: +-.866).
+    from trl_marl.rollout import Node, TurnResult
+
+    trainer = trainer_for(model_dir, tmp_path, scale_rewards="batch")
+    accelerator = trainer.accelerator
+    other = torch.tensor([[1.0, 0.0], [1.0, 10.0], [1.0, 0.0], [1.0, 10.0]] + [[float("nan")] * 2] * 2,
+                         dtype=torch.float64)
+    monkeypatch.setattr(type(accelerator), "num_processes", property(lambda self: 2))
+    monkeypatch.setattr(accelerator, "pad_across_processes", lambda rows, dim, pad_index: torch.cat(
+        [rows, torch.full((2, 2), pad_index, dtype=rows.dtype)]), raising=False)
+    monkeypatch.setattr(accelerator, "gather", lambda rows: torch.cat([rows, other]), raising=False)
+    turn = TurnResult(1, [Node(0, None)], [], [], [], [], torch.zeros(0), torch.zeros(0),
+                      torch.tensor([[0.0, 1.0, 0.0, 1.0]]))
+    trainer.rollout._backup([turn])
+    a = 0.5 / ((141.5 / 7) ** 0.5 + 1e-4)
+    assert a == pytest.approx(0.11121, abs=1e-5)
+    torch.testing.assert_close(turn.advantages, torch.tensor([[[-a, a, -a, a]] * 2]))
+
+
 # ------------------------------------------------------------------------------------------ continuous batching
 def test_continuous_batching_generates_what_generate_generates(model_dir):
     # greedy decoding: the paged engine must give each prompt generate's completion, in order, cut after EOS

@@ -36,6 +36,19 @@ def close(actual: torch.Tensor, expected: list | float, atol: float = 1e-6) -> N
 
 
 # ---------------------------------------------------------------------------------------------------- masks
+def test_every_equation_of_the_module_is_in_its_header() -> None:
+    # each "Equation N" that a function of core.ppo implements is written out in the module's numbered header
+    import inspect
+    import re
+
+    import trl_marl.core.ppo as ppo
+
+    implemented = {int(n) for n in re.findall(r"Equation (\d+)", inspect.getsource(ppo))}
+    written = {int(n) for n in re.findall(r"^(\d+)\. ", ppo.__doc__ or "", flags=re.M)}
+    assert implemented == set(range(1, 8)) and implemented <= written
+    assert "lam" in (ppo.__doc__ or "").split("7. ")[1]  # eq. 7 says that lam does not enter
+
+
 def test_response_masks() -> None:
     # last real token at index 1, an empty response (-1), and a response filling the 4 positions (3)
     policy, value = response_masks(torch.tensor([1, -1, 3]), width=4)

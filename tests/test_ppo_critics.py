@@ -69,6 +69,17 @@ def test_joint_value_prompt_by_hand():
     assert joint_value_prompt(prompts, completions, 1, "Q") == [1, 2, 3, 4, 5, 7, 6]
 
 
+def test_q_critic_baseline_reads_the_others_actions_not_its_own():
+    # critic_type="Q" values agent 0's response from Q(s, a_-0): the joint history and agent 1's response, not agent
+    # 0's own (a baseline that read it would depend on the action it judges, see `joint_value_prompt`)
+    prompts = [[1, 2], [3]]
+    base = joint_value_prompt(prompts, [[7], [8, 9]], 0, "Q")
+    assert base == [1, 2, 3, 8, 9]
+    assert joint_value_prompt(prompts, [[5, 5, 5], [8, 9]], 0, "Q") == base  # its own response: not read
+    assert joint_value_prompt(prompts, [[7], [4]], 0, "Q") == [1, 2, 3, 4]  # the other agent's: read
+    assert joint_value_prompt(prompts, [[7], [8, 9]], 1, "Q") == [1, 2, 3, 7]
+
+
 def strip_left(ids: torch.Tensor, pad: int) -> list[int]:
     ids = ids.tolist()
     while ids and ids[0] == pad:
@@ -257,48 +268,105 @@ def test_turn_gamma_bootstraps_turn_one_from_the_critics_next_state_value(target
 
 # ------------------------------------------------------------------------------------------------ turn-level credit
 def test_turn_level_advantages_by_hand():
-    # GAE with gamma = lam = 1 over a 3-token response scored 1 at its last step, values 0.2, 0.5, 0.9:
-    # A_t = R - V_t = 0.8, 0.5, 0.1 per token; turn-level credit gives every token A_0 = R - V(s_0) = 0.8.
+    # A 3-token response scored 1 at its last step, values 0.2, 0.5, 0.9: per-token GAE (gamma = lam = 1) gives
+    # A_t = R - V_t = 0.8, 0.5, 0.1; turn-level credit gives the response A = R - V(s_0) = 0.8.
     rewards = torch.tensor([[0.0, 0.0, 1.0]])
     values = torch.tensor([[0.2, 0.5, 0.9]])
     adv, ret = generalized_advantage_estimation(rewards, values, 1.0, 1.0)
     torch.testing.assert_close(adv, torch.tensor([[0.8, 0.5, 0.1]]))
-    torch.testing.assert_close(turn_level_advantages(adv), torch.tensor([[0.8, 0.8, 0.8]]))
-    torch.testing.assert_close(ret, torch.tensor([[1.0, 1.0, 1.0]]))  # the value targets do not change
-    # gamma = 0.5, lam = 1: A_0 = r_0 + 0.5 r_1 + 0.25 r_2 - V_0 = 0.25 - 0.2
-    adv, _ = generalized_advantage_estimation(rewards, values, 0.5, 1.0)
-    torch.testing.assert_close(turn_level_advantages(adv)[0], torch.full((3,), 0.05))
+    torch.testing.assert_close(turn_level_advantages(rewards, values, 1.0), torch.tensor([0.8]))
+    torch.testing.assert_close(ret, torch.tensor([[1.0, 1.0, 1.0]]))
+    # gamma = 0.5: R = r_0 + 0.5 r_1 + 0.25 r_2 = 0.25, A = 0.25 - 0.2
+    torch.testing.assert_close(turn_level_advantages(rewards, values, 0.5), torch.tensor([0.05]))
+    # the KL penalty of every token counts: R = 1 - 0.1 - 0.1 - 0.1
+    torch.testing.assert_close(turn_level_advantages(rewards - 0.1, values, 1.0), torch.tensor([0.5]))
+
+
+def test_turn_level_advantage_does_not_depend_on_lam():
+    # The audit's example: a 53-token response (last token at step 52) scored 1 on step 53, V = 0 everywhere.
+    # R - V(s) = 1; GAE's first step at the default lam = 0.95 is 0.95^53 = 0.066.
+    rewards, values = torch.zeros(1, 60), torch.zeros(1, 60)
+    rewards[0, 53] = 1.0
+    gae, _ = generalized_advantage_estimation(rewards, values, 1.0, 0.95)
+    assert gae[0, 0].item() == pytest.approx(0.95**53) == pytest.approx(0.06597, abs=1e-5)
+    torch.testing.assert_close(turn_level_advantages(rewards, values, 1.0), torch.tensor([1.0]))
+
+
+def _turn_level_group() -> tuple[list[torch.Tensor], list[torch.Tensor], list[torch.Tensor], list[torch.Tensor]]:
+    """One whitening group (one slot) of three responses in a window of 10 steps, gamma = 1:
+
+    - 0: one token (step 0), KL penalty -0.05 on it, scored 1 on step 1; V = 0.2, 0.6: A = 0.95 - 0.2 = 0.75;
+    - 1: one token, scored 0 (it failed); V = 0.2, 0.6: A = 0 - 0.2 = -0.2;
+    - 2: eight tokens (steps 0-7), scored 0 on step 8 (it failed); V = 0.5, then 0.3 on steps 1-8: A = -0.5.
+    """
+    rewards, values = torch.zeros(3, 10), torch.zeros(3, 10)
+    rewards[0, 0] = -0.05
+    rewards[0, 1] = 1.0
+    values[0, :2] = values[1, :2] = torch.tensor([0.2, 0.6])
+    values[2, 0], values[2, 1:9] = 0.5, 0.3
+    lengths = torch.tensor([0, 0, 7])
+    steps = torch.arange(10).unsqueeze(0)
+    return [rewards], [values], [steps <= lengths.unsqueeze(1)], [steps <= (lengths + 1).unsqueeze(1)]
+
+
+def test_turn_level_credit_whitens_one_advantage_per_response(tmp_path):
+    # A = [0.75, -0.2, -0.5], whitened over the three responses (mean 0.016667, unbiased std 0.652559), then given
+    # to every token: [1.12378, -0.33203, -0.79176]. The failing one-token response stays negative. Whitening the
+    # broadcast tokens instead (ten tokens, eight of them -0.5: mean -0.345, std 0.3961) would give it
+    # +0.145 / 0.3961 = +0.366; with lam = 0.95's first-step advantages [0.73, -0.17, -0.399] as well, +0.262.
+    args = MultiAgentPPOConfig(output_dir=str(tmp_path), report_to="none", advantage_level="turn")
+    assert (args.gamma, args.lam, args.whiten_rewards) == (1.0, 0.95, False)
+    rewards, values, policy_masks, value_masks = _turn_level_group()
+    advantages, returns = MultiAgentPPOTrainer.compute_advantages(
+        SimpleNamespace(args=args), rewards, values, policy_masks, value_masks)
+    expected = torch.zeros(3, 10)
+    expected[0, 0], expected[1, 0], expected[2, :8] = 1.12378, -0.33203, -0.79176
+    torch.testing.assert_close(advantages[0], expected, atol=1e-4, rtol=0)
+    # the value targets stay GAE(gamma, lam)'s returns
+    torch.testing.assert_close(returns[0], generalized_advantage_estimation(rewards[0], values[0], 1.0, 0.95)[1])
+
+
+def test_turn_level_credit_whitens_a_shared_group_jointly(tmp_path):
+    # Two slots of one whitening group (a team that shares one policy): the three responses of the example above,
+    # split over the slots, are whitened together, as one group of three.
+    args = MultiAgentPPOConfig(output_dir=str(tmp_path), report_to="none", advantage_level="turn")
+    (rewards,), (values,), (policy,), (value,) = _turn_level_group()
+    split = [slice(0, 1), slice(1, 3)]
+    advantages, _ = MultiAgentPPOTrainer.compute_advantages(
+        SimpleNamespace(args=args), [rewards[i] for i in split], [values[i] for i in split],
+        [policy[i] for i in split], [value[i] for i in split])
+    torch.testing.assert_close(advantages[0][0, 0], torch.tensor(1.12378), atol=1e-4, rtol=0)
+    torch.testing.assert_close(advantages[1][:, 0], torch.tensor([-0.33203, -0.79176]), atol=1e-4, rtol=0)
+    assert advantages[1][0, 1:].abs().sum() == 0 and advantages[1][1, 8:].abs().sum() == 0
 
 
 @pytest.mark.parametrize("critic", ["per_agent", "centralized"])
 def test_turn_level_credit_gives_each_response_one_advantage(target_dir, tmp_path, critic):
+    # In a real rollout: every token of a response gets the response's R - V(s) (eq. 7), whitened over the group's
+    # responses, one entry each.
     tr = trainer(target_dir, tmp_path, critic=critic, advantage_level="turn")
-    seen: list[tuple[list[torch.Tensor], list[torch.Tensor], list[torch.Tensor]]] = []
+    seen: list[tuple[list[torch.Tensor], list[torch.Tensor], list[torch.Tensor], list[torch.Tensor]]] = []
     original = tr.compute_advantages
 
     def spy(rewards, values, policy_masks, value_masks):
         out = original(rewards, values, policy_masks, value_masks)
-        seen.append(([r.clone() for r in rewards], [v.clone() for v in values], out[0]))
+        seen.append(([r.clone() for r in rewards], [v.clone() for v in values], policy_masks, out[0]))
         return out
 
     tr.compute_advantages = spy
     with torch.no_grad():
         tr.rollout([{"target": 10}] * 3)
     assert len(seen) == 2
-    for rewards, values, advantages in seen:
-        gae, _ = generalized_advantage_estimation(rewards[0], values[0], tr.args.gamma, tr.args.lam)
-        adv = advantages[0]
-        first = gae[:, 0]
-        # whitened over the policy's tokens: (A_0 - mean) / std, the same number on every token of a response
-        per_response = [adv[i][adv[i] != 0] for i in range(adv.size(0))]
-        for values_i in per_response:
-            if values_i.numel():
-                torch.testing.assert_close(values_i, values_i[:1].expand_as(values_i))
-        # and ordered as R - V(s_0): a response with a larger first-step advantage never gets a smaller one
-        nonempty = [i for i, v in enumerate(per_response) if v.numel()]
-        order = sorted(nonempty, key=lambda i: float(first[i]))
-        got = [float(per_response[i][0]) for i in order]
-        assert got == sorted(got)
+    for rewards, values, masks, advantages in seen:
+        r, v, m, adv = rewards[0], values[0], masks[0], advantages[0]
+        counted = m.any(dim=1)
+        assert int(counted.sum()) >= 2
+        a = r.sum(dim=1) - v[:, 0]  # R - V(s) with gamma = 1, by hand
+        a = a[counted]
+        whitened = (a - a.mean()) / torch.sqrt(a.var() + 1e-8)
+        expected = torch.zeros_like(adv)
+        expected[counted] = whitened.unsqueeze(1).expand(-1, adv.size(1))
+        torch.testing.assert_close(adv, torch.where(m, expected, torch.zeros_like(expected)), atol=1e-5, rtol=0)
     tr.train()
     assert all(torch.isfinite(torch.tensor(h["loss/policy_avg"])) for h in tr.state.log_history
                if "loss/policy_avg" in h)

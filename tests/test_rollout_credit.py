@@ -147,3 +147,139 @@ def test_batch_mode_scales_by_the_team_std(joint_mode):
         expected = torch.tensor([[[-0.5 / scale, 0.5 / scale] * 2] * 2])
     adv = rollout.run([{}]).turns[0].advantages
     torch.testing.assert_close(adv, expected)
+
+
+# ------------------------------------------------------------------------------------------ batch std over processes
+# The audit's numbers: team rewards [0, 1, 0, 1] here and [0, 10, 0, 10] on a second process (one node, G = 4,
+# aligned). TRL's GRPOTrainer gathers the rewards before the batch std: std([0, 1, 0, 1, 0, 10, 0, 10]) =
+# sqrt(141.5 / 7) = 4.49603, so this process's advantages are +-.5 / 4.49613 = +-.11121 (and the other's
+# +-5 / 4.49613 = +-1.11207); the std of this process alone (.57735) gave +-.866.
+POOLED_STD = (141.5 / 7) ** 0.5 + 1e-4
+
+
+def _other_process(*turn_returns: tuple[int, list[float]]):
+    """A `gather` as process 0 of two sees it: its own rows, then those the other process sends ((turn, return))."""
+    other = torch.tensor([[float(turn), r] for turn, returns in turn_returns for r in returns], dtype=torch.float64)
+    sent: list[torch.Tensor] = []
+
+    def gather(rows: torch.Tensor) -> torch.Tensor:
+        sent.append(rows.clone())
+        return torch.cat([rows, other])
+
+    return gather, sent
+
+
+def test_batch_std_pools_the_returns_of_every_process():
+    gather, sent = _other_process((1, [0.0, 10.0, 0.0, 10.0]))
+    rollout = _rollout(1, 1.0, {(g,): float(g % 2) for g in range(4)}, G=4, advantage_mode="batch", gather=gather)
+    turn = rollout.run([{}]).turns[0]
+    torch.testing.assert_close(turn.pooled_returns, torch.tensor([0.0, 1.0, 0.0, 1.0, 0.0, 10.0, 0.0, 10.0]))
+    a = 0.5 / POOLED_STD
+    assert a == pytest.approx(0.11121, abs=1e-5)
+    torch.testing.assert_close(turn.advantages, torch.tensor([[[-a, a, -a, a]] * 2]))
+    # one collective per rollout: this process's (turn, return) rows, in one call
+    assert len(sent) == 1
+    torch.testing.assert_close(sent[0], torch.tensor([[1.0, 0.0], [1.0, 1.0], [1.0, 0.0], [1.0, 1.0]],
+                                                     dtype=torch.float64))
+
+
+def test_batch_std_pools_each_turn_with_the_processes_that_reached_it():
+    # This process plays two turns (gamma = 0, so R = r), the other only the first: turn 1 pools both processes
+    # (+-.11121 as above); turn 2 only this process's [0, 2, 0, 2] (std 1.1547: +-1 / 1.1548 = +-.86596).
+    gather, sent = _other_process((1, [0.0, 10.0, 0.0, 10.0]))
+    rollout = _rollout(2, 0.0, {}, G=4, advantage_mode="batch", gather=gather)
+    turns = [_turn(1, [[0.0, 1.0, 0.0, 1.0]], {(0, 0): 0}, {(0, 1), (0, 2), (0, 3)}),
+             _turn(2, [[0.0, 2.0, 0.0, 2.0]], {}, set())]
+    rollout._backup(turns)
+    assert len(sent) == 1 and sent[0][:, 0].tolist() == [1.0] * 4 + [2.0] * 4
+    a1, a2 = 0.5 / POOLED_STD, 1.0 / ((4 / 3) ** 0.5 + 1e-4)
+    assert a2 == pytest.approx(0.86596, abs=1e-5)
+    torch.testing.assert_close(turns[0].advantages, torch.tensor([[[-a1, a1, -a1, a1]] * 2]))
+    torch.testing.assert_close(turns[1].advantages, torch.tensor([[[-a2, a2, -a2, a2]] * 2]))
+
+
+def test_group_modes_ignore_the_other_processes():
+    # the group baselines are each node's own: pooling changes nothing outside "batch"
+    gather, _ = _other_process((1, [0.0, 10.0, 0.0, 10.0]))
+    rollout = _rollout(1, 1.0, {(g,): float(g % 2) for g in range(4)}, G=4, advantage_mode="mean", gather=gather)
+    torch.testing.assert_close(rollout.run([{}]).turns[0].advantages, torch.tensor([[[-0.5, 0.5, -0.5, 0.5]] * 2]))
+
+
+TWO_PROCESS_SCRIPT = '''
+import os, sys, torch
+from functools import partial
+from accelerate import Accelerator
+from trl_marl.envs.base import MultiAgentEnv
+from trl_marl.rollout import JointRollout, TeamReward
+from trl_marl.trainers.magrpo_steps import gathered_rows
+
+accelerator = Accelerator(cpu=True)
+rank = accelerator.process_index
+
+
+class Env(MultiAgentEnv):
+    def agent_prompt(self, row, agent_index, transcript):
+        return "p"
+
+    def is_done(self, row, transcript):  # process 0's episodes end after turn 1, process 1's play two turns
+        return rank == 0
+
+
+class Tokenizer:
+    def batch_decode(self, ids, skip_special_tokens=True):
+        return ["".join(map(str, x)) for x in ids]
+
+
+class Team:  # sample g of every node is the completion "g"
+    tokenizers = [Tokenizer()] * 2
+
+    def generate(self, prompts, generation_config, chat_template_kwargs=None):
+        return [([[0]] * len(p), [[i % 4] for i in range(len(p))]) for p in prompts]
+
+
+def reward(prompts, completions, agent_completions, turn, **kwargs):
+    scale = (1.0 if rank == 0 else 10.0) if turn == 1 else 2.0
+    return [scale * (int(c) % 2) for c in agent_completions[0]]
+
+
+rollout = JointRollout(Env(num_agents=2, num_turns=2), Team(), TeamReward([reward]), None, num_generations=4,
+                       discount=0.0, advantage_mode="batch", gather=partial(gathered_rows, accelerator))
+turns = rollout.run([{}]).turns
+torch.save({"world": accelerator.num_processes, "turns": [t.turn for t in turns],
+            "advantages": [t.advantages for t in turns]}, os.path.join(sys.argv[1], f"rank{rank}.pt"))
+'''
+
+
+def test_batch_std_over_two_processes(tmp_path):
+    # Two real processes (gloo on CPU, started as tests/test_accelerate.py starts them) and the MAGRPO trainer's
+    # all-gather (`gathered_rows`): turn 1 pools both processes' returns (+-.11121 on process 0, +-1.11207 on process
+    # 1); only process 1 reaches turn 2, whose 4 nodes' returns [0, 2, 0, 2] give std sqrt(16 / 15) (+-.96815).
+    import os
+    import socket
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = tmp_path / "two_processes.py"
+    script.write_text(TWO_PROCESS_SCRIPT)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    env.update(PYTHONPATH=os.pathsep.join(filter(None, [src, env.get("PYTHONPATH")])), OMP_NUM_THREADS="1",
+               CUDA_VISIBLE_DEVICES="", TOKENIZERS_PARALLELISM="false")
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_machines", "1",
+           "--num_processes", "2", "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port",
+           str(port), str(script), str(tmp_path)]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-5000:]
+    first, second = (torch.load(tmp_path / f"rank{r}.pt") for r in range(2))
+    assert first["world"] == second["world"] == 2
+    assert first["turns"] == [1] and second["turns"] == [1, 2]
+    a, b = 0.5 / POOLED_STD, 5.0 / POOLED_STD
+    c = 1.0 / ((16 / 15) ** 0.5 + 1e-4)
+    torch.testing.assert_close(first["advantages"][0], torch.tensor([[[-a, a, -a, a]] * 2]))
+    torch.testing.assert_close(second["advantages"][0], torch.tensor([[[-b, b, -b, b]] * 2]))
+    torch.testing.assert_close(second["advantages"][1], torch.tensor([[[-c, c, -c, c]] * 2] * 4))

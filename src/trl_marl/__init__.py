@@ -4,7 +4,7 @@ Public API:
 
 - [`MAGRPOConfig`], [`MAGRPOTrainer`]: Multi-Agent Group Relative Policy Optimization (arXiv 2508.04652).
 - [`MAREINFORCEConfig`], [`MARLOOConfig`], [`MAReMaxConfig`]: MAGRPO with comlrl's other advantages (no
-  baseline, leave-one-out, max baseline).
+  baseline, leave-one-out, group-max baseline: the best sampled return, not ReMax's greedy-rollout baseline).
 - [`AgentTeam`]: the agents' policies (one LoRA adapter per agent, one model per agent, or shared weights).
 - [`trl_marl.envs`]: the `MultiAgentEnv` protocol and built-in environments.
 - [`trl_marl.core`]: the algorithms' math as pure tensor functions.

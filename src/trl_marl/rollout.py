@@ -80,6 +80,8 @@ class TurnResult:
     returns: torch.Tensor | None = None  # (K, J)
     agent_returns: torch.Tensor | None = None  # (K, n, G)
     advantages: torch.Tensor | None = None  # (K, n, G)
+    # this turn's team returns on every process, flat (set when the engine has a `gather`): batch statistics' batch
+    pooled_returns: torch.Tensor | None = None
     transcripts: list[Transcript] = field(default_factory=list)  # (K * J) each joint action's, including it
 
 
@@ -153,6 +155,12 @@ class JointRollout:
         score: Overrides `reward.score` (a trainer's `compute_rewards` hook).
         advantages: Overrides the advantages of a turn from its returns (a trainer's `compute_advantages` hook):
             `advantages(turn_result) -> (K, n, G)`.
+        gather: Concatenates a `(N, C)` float tensor over every process, in process order (N may differ between
+            processes; a trainer's all-gather, e.g. `trl_marl.trainers.magrpo_steps.gathered_rows`). With it, every
+            turn's `pooled_returns` holds that turn's team returns on every process, so that batch statistics
+            (`advantage_mode="batch"`) are those of the whole batch, as TRL's `GRPOTrainer` gathers its rewards before
+            taking them. It is called once per scored `run` on every process (a collective), however many turns
+            each process played. None: this process's batch is the whole batch.
     """
 
     def __init__(
@@ -172,6 +180,7 @@ class JointRollout:
         stop_token_ids: set[int] | None = None,
         score: ScoreFn | None = None,
         advantages: Callable[[TurnResult], torch.Tensor] | None = None,
+        gather: Callable[[torch.Tensor], torch.Tensor] | None = None,
     ) -> None:
         self.env = env
         self.team = team
@@ -187,6 +196,7 @@ class JointRollout:
         self.stop_token_ids = stop_token_ids
         self.score_fn = score if score is not None else (reward.score if reward is not None else None)
         self.advantage_fn = advantages
+        self.gather = gather
         # Branch choice draws from torch's global generator by default, so that it follows the trainer's seed and
         # is saved in (and restored from) a checkpoint's RNG state like sampling; `seed` gives the rollout a private
         # generator instead (e.g. for an evaluation that must not disturb training's random stream).
@@ -330,6 +340,9 @@ class JointRollout:
                     result.rewards[stopped], self.env.num_turns - result.turn, self.discount)
             next_values = result.returns.nanmean(dim=1)
             result.agent_returns = agent_returns_from_joint(result.returns, self.joint_indices, G)  # (K, n, G)
+        if self.gather is not None:  # every process's returns, for batch statistics (one collective per rollout)
+            pool_turn_returns(turns, self.gather)
+        for result in turns:
             if self.advantage_fn is not None:
                 result.advantages = self.advantage_fn(result)
             else:
@@ -338,19 +351,39 @@ class JointRollout:
                 result.advantages = torch.nan_to_num(result.advantages, nan=0.0)
 
 
+def pool_turn_returns(turns: Sequence[TurnResult], gather: Callable[[torch.Tensor], torch.Tensor]) -> None:
+    """Set every turn's `pooled_returns`: the team returns of that turn on every process.
+
+    Each process sends one `(turn, return)` row per joint action of every turn it played, in one call of `gather`
+    (so the call is the same collective on every process, whatever turns each played); a turn that only some
+    processes reached pools the returns of those. Unscorable (NaN) returns are kept: the statistics leave them out.
+
+    Args:
+        turns: The turns of one rollout, with `returns` set.
+        gather: Concatenates a `(N, 2)` tensor over the processes (see [`JointRollout`]).
+    """
+    rows = [torch.stack([torch.full_like(flat, float(t.turn)), flat], dim=1)
+            for t in turns for flat in [t.returns.reshape(-1).double()]]
+    pooled = gather(torch.cat(rows) if rows else torch.zeros((0, 2), dtype=torch.float64))
+    for t in turns:
+        t.pooled_returns = pooled[pooled[:, 0] == t.turn, 1].to(t.returns.dtype)
+
+
 def turn_advantages(result: TurnResult, mode: str) -> torch.Tensor:
     """MAGRPO's advantages of one turn from its returns: group-relative among each agent's G samples of a node.
 
     Args:
         result: A turn whose `agent_returns` (K, n, G) and `returns` (K, J) are set.
-        mode: `"mean"`, `"std"`, `"loo"` (`trl_marl.core.group_relative_advantages`) or `"batch"` (scaled by the std
-            of the team's returns over the batch, not of every agent's copy).
+        mode: `"mean"`, `"std"`, `"loo"`, `"raw"`, `"max"` (`trl_marl.core.group_relative_advantages`) or `"batch"`
+            (scaled by the std of the turn's team returns over the batch, not of every agent's copy: over every
+            process when the turn's `pooled_returns` is set, as TRL's `GRPOTrainer` gathers its rewards first).
 
     Returns:
         `(K, n, G)` advantages (NaN where a return is unscorable; the engine turns those into 0).
     """
     if mode == "batch":
-        return batch_scaled_advantages(result.agent_returns, team_returns=result.returns)
+        pool = result.pooled_returns if result.pooled_returns is not None else result.returns
+        return batch_scaled_advantages(result.agent_returns, team_returns=pool)
     return group_relative_advantages(result.agent_returns, mode=mode)
 
 

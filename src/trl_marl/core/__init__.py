@@ -9,8 +9,12 @@ two papers this package implements, and of the works they build on:
 | MAGRPO | a completion's return: mean over the joint actions containing it | `agent_returns_from_joint` |
 | MAGRPO | multi-turn return R_t = r_t + gamma * mean(children's R_{t+1}) | `tree_returns` |
 | MAGRPO | early stop: the remaining turns' discounted reward of a finished node | `early_stop_returns` |
-| MAGRPO; GRPO (2402.03300) Eq. 3 | group-relative advantage A = R - mean(R) | `group_relative_advantages` |
-| GRPO (`scale_rewards="batch"`) | advantages scaled by the batch's std | `batch_scaled_advantages` |
+| MAGRPO (`advantage_mode="mean"`); Dr. GRPO | group-relative advantage A = R - mean(R) | `group_relative_advantages` |
+| GRPO (2402.03300) Sec. 4.1.2 (`"std"`) | A = (R - mean R) / (std R + eps) | `group_relative_advantages` |
+| MARLOO (CoMLRL); RLOO (2402.14740) Eq. 5 (`"loo"`) | A = R - mean of the others' R | `group_relative_advantages` |
+| MAREINFORCE (CoMLRL); REINFORCE (`"raw"`) | no baseline: A = R | `group_relative_advantages` |
+| MAReMax (CoMLRL's group-max, not ReMax's greedy baseline; `"max"`) | A = R - max(R) | `group_relative_advantages` |
+| GRPO (`scale_rewards="batch"`) | A = (R - mean R) / std of every process's team returns | `batch_scaled_advantages` |
 | PPO (arXiv 1707.06347, Eq. 7), GRPO Eq. 3, GSPO Eq. 7 | clipped surrogate per token | `clipped_surrogate` |
 | GRPO Eq. 3, Dr. GRPO Eq. 3, DAPO Eq. 8 | token aggregation of the loss (`loss_type`) | `aggregate_token_loss` |
 | GRPO Eq. 3, GSPO Eq. 7 | importance ratio pi / pi_old per token or sequence (log) | `log_importance_weights` |
@@ -29,7 +33,7 @@ two papers this package implements, and of the works they build on:
 | `core.ppo` eq. 2 (Ziegler et al. 2019) | per-token reward: -beta * KL plus the score | `shaped_token_rewards` |
 | `core.ppo` eq. 3, GAE (Schulman et al. 2016) | advantages and returns | `generalized_advantage_estimation` |
 | `core.ppo` eq. 6 (multi-turn actor-critic, IAC/MAAC) | bootstrap from the next turn's value | `bootstrap_next_turn` |
-| `core.ppo` eq. 7 (CoMLRL's actor-critic) | one advantage per response, R - V(s) | `turn_level_advantages` |
+| `core.ppo` eq. 7 (CoMLRL's actor-critic) | one advantage per response, R - V(s) (any lam) | `turn_level_advantages` |
 | `core.ppo` eq. 4 | clipped policy loss | `ppo_policy_loss` |
 | `core.ppo` eq. 5 | clipped value loss | `clipped_value_loss` |
 | Ziegler et al. 2019, Eq. 2 | the classic loop's KL penalty and variants | `classic_kl_penalty` |

@@ -10,8 +10,10 @@ Pure tensor math, one small function per equation, no trainer state. Notation fo
   ``A_i = (r_i - mean(r)) / std(r)``.
 - RLOO: Ahmadian et al., "Back to Basics", arXiv 2402.14740, Eq. 5 (leave-one-out baseline):
   ``A_i = r_i - 1/(G-1) * sum_{j != i} r_j``.
-- REINFORCE (Williams 1992, no baseline): ``A_i = r_i``; ReMax-style max baseline (as comlrl's MAReMax):
-  ``A_i = r_i - max_j r_j``.
+- REINFORCE (Williams 1992, no baseline): ``A_i = r_i`` (comlrl's MAREINFORCE); comlrl's MAReMax group-max
+  baseline: ``A_i = r_i - max_j r_j``, the best *sampled* return of the group. Despite comlrl's name this is not
+  ReMax's baseline (Li et al., arXiv 2310.10505: the reward of a greedy, argmax-decoded response), which
+  would need an extra greedy rollout per prompt.
 
 NaN marks an unscorable sample (every reward function declined to score it). As in TRL 1.16's
 ``GRPOTrainer``, NaNs are left out of every mean and standard deviation and their advantage is 0.
@@ -87,7 +89,7 @@ def nan_std(values: Tensor, dim: int | None = None, keepdim: bool = False) -> Te
 # Group-relative advantages
 # ----------------------------------------------------------------------------------------------------------------
 def group_relative_advantages(returns: Tensor, mode: str = "mean", eps: float = 1e-4) -> Tensor:
-    """Group-relative advantage among the G siblings of one node (MAGRPO, GRPO, RLOO, REINFORCE, max baselines).
+    """Group-relative advantage among the G siblings of one node (MAGRPO, GRPO, RLOO, REINFORCE, group-max baselines).
 
     Groups lie along the last dimension of ``returns`` (shape ``(..., G)``).
 
@@ -99,8 +101,9 @@ def group_relative_advantages(returns: Tensor, mode: str = "mean", eps: float = 
       ``A_i = R_i - mean_{j != i} R_j = (G * R_i - sum_j R_j) / (G - 1) = G / (G - 1) * (R_i - mean_j R_j)``
       (the same definition as comlrl 1.4.3's ``advantage_mode="rloo"``).
     - ``"raw"`` -- REINFORCE without a baseline, MAREINFORCE: ``A_i = R_i``.
-    - ``"max"`` -- max baseline, MAReMax: ``A_i = R_i - max_j R_j`` (every advantage <= 0; the best sample of the
-      group gets 0 and the others are pushed down by how far they fall short of it).
+    - ``"max"`` -- comlrl's group-max baseline, MAReMax: ``A_i = R_i - max_j R_j`` (every advantage <= 0; the best
+      sample of the group gets 0 and the others are pushed down by how far they fall short of it). Not ReMax's
+      greedy-rollout baseline (see the module docstring).
 
     NaN returns are excluded from the baseline and the std (``G`` above is then the number of valid
     returns) and get advantage 0. A group whose std is undefined (one valid return) gets 0 in ``"std"``
@@ -159,12 +162,17 @@ def batch_scaled_advantages(returns: Tensor, eps: float = 1e-4, team_returns: Te
     std must not be taken over every agent's copy: for one node with team returns ``[0, 1, 0, 1]`` and two
     agents the scale is ``std([0, 1, 0, 1]) = 0.577`` (advantages ``+-0.866``), not the std of the eight
     copies (``0.535``, advantages ``+-0.935``).
+    The batch is that of *every process*: as TRL 1.16's ``GRPOTrainer`` gathers its rewards before the std, callers
+    on several processes pass the gathered team returns (the MAGRPO trainer's rollout pools them,
+    ``trl_marl.rollout.pool_turn_returns``). With ``[0, 1, 0, 1]`` here and ``[0, 10, 0, 10]`` on a second process
+    the scale is ``std([0, 1, 0, 1, 0, 10, 0, 10]) = 4.496``: advantages ``+-0.111`` here, not this process's
+    ``+-0.866``.
     NaN returns are excluded from both statistics and get advantage 0.
 
     Args:
         returns: Returns credited to each sample, shape ``(..., G)``; groups lie along the last dimension.
         eps: Added to the std (TRL uses ``1e-4``).
-        team_returns: The team-level returns of the batch (any shape; every entry enters the std).
+        team_returns: The team-level returns of the batch, of every process (any shape; every entry enters the std).
 
     Returns:
         Advantages, same shape as ``returns``, with no NaN.

@@ -12,6 +12,10 @@ policy's, `V_t` the value model's estimate before token t, `s` the scalar score 
 6. Between turns (multi-turn actor-critic): the score step of the response of turn k also gets
    gamma_turn V(s_{k+1}), the critic's value of the agent's next-turn state (0 after the episode's last turn), so
    that the GAE of eq. 3 bootstraps across turns: delta = r + s + gamma_turn V(s_{k+1}) - V on that step.
+7. Turn-level credit (CoMLRL's IAC/MAAC: the response is one action):  A = R - V_0 for every token of the response,
+   R = sum_t gamma^t r_t the response's return (eq. 2's rewards, with eq. 6's bootstrap when it applies) and V_0 the
+   critic's value before the response's first token, V(s). It does not depend on lam (GAE's A_0 equals it only at
+   lam = 1); the value targets stay eq. 3's returns.
 
 Masks follow TRL's PPO (the reference this package's drop-in `PPOTrainer` is tested against): the policy uses
 the response tokens up to and including the last real token (`sequence_length`); the value model and the
@@ -72,7 +76,7 @@ def bootstrap_next_turn(
 
 
 def kl_penalty(logps: Tensor, ref_logps: Tensor, estimator: str = "k1") -> Tensor:
-    """Per-token KL(policy || reference) estimate: `k1 = logp - ref`, `k3 = (e^r - 1) - r` with `r = ref - logp`."""
+    """Equation 1: per-token KL(policy || ref), `k1 = logp - ref` or `k3 = (e^r - 1) - r` with `r = ref - logp`."""
     if estimator == "k1":
         return k1_kl(logps, ref_logps)
     if estimator == "k3":
@@ -116,26 +120,33 @@ def generalized_advantage_estimation(
     return advantages, advantages + values
 
 
+def turn_level_advantages(rewards: Tensor, values: Tensor, gamma: float) -> Tensor:
+    """Equation 7 (turn-level credit, CoMLRL's IAC/MAAC): one advantage per response, A = R - V(s).
 
-def turn_level_advantages(advantages: Tensor) -> Tensor:
-    """Equation 7 (turn-level credit, CoMLRL's actor-critic): one advantage for the whole response.
-
-    The action is the response, the state the history before it, so every token of the response gets the response's
-    first-step advantage A_0 = sum_t (gamma lam)^t delta_t. With gamma = lam = 1 this is R - V(s_0): the return of
-    the turn minus the critic's value of the history (V(s)), or of the history and the others' responses (MAAC's
-    Q critic), before the agent's first token.
+    The action is the whole response and the state the history before it, so the advantage is the response's return
+    minus the critic's value of that state: `R = sum_t gamma^t r_t` over the response's steps (eq. 2's rewards: the
+    score minus the KL penalty of its tokens, plus `gamma_turn V(s_{k+1})` on the score step with eq. 6; with
+    `gamma = 1` their plain sum) and `V(s) = V_0`, the critic's value before the response's first token (of the
+    history; with MAAC's `critic_type="Q"`, of the history and the other agents' responses: Q(s, a_-i)). This is
+    GAE's first-step advantage at `lam = 1` whatever the trainer's `lam`: at `lam = 0.95` GAE's A_0 of a 53-token
+    response scored 1 with V = 0 would be 0.95^53 = 0.066 instead of R - V(s) = 1.
 
     Args:
-        advantages: `(B, T)` per-token advantages (GAE), step 0 being the response's first token.
+        rewards: `(B, T)` per-token rewards (eq. 2, 0 past each response's value mask), step 0 the response's first
+            token.
+        values: `(B, T)` the critic's values; only step 0, V(s), is read.
+        gamma: The discount between the response's steps.
 
     Returns:
-        `(B, T)`: `advantages[:, 0]` on every step (mask the padding afterwards, as for per-token advantages).
+        `(B,)`: each response's advantage (the trainer gives it to every token of the response).
 
     Example:
-        >>> turn_level_advantages(torch.tensor([[0.5, 0.2, -0.1]]))
-        tensor([[0.5000, 0.5000, 0.5000]])
+        >>> turn_level_advantages(torch.tensor([[0.0, 0.0, 1.0]]), torch.tensor([[0.2, 0.5, 0.9]]), 1.0)
+        tensor([0.8000])
     """
-    return advantages[:, :1].expand_as(advantages).clone()
+    discounts = gamma ** torch.arange(rewards.size(1), device=rewards.device, dtype=rewards.dtype)
+    return (rewards * discounts).sum(dim=1) - values[:, 0].to(rewards.dtype)
+
 
 def ppo_policy_loss(
     logps: Tensor, old_logps: Tensor, advantages: Tensor, cliprange: float, mask: Tensor

@@ -99,8 +99,10 @@ class MAGRPOConfig(GRPOConfig):
             mean(R_{t+1}).
         advantage_mode (`str`, *optional*): Baseline among the G samples of a node: `"mean"` (the paper, A = R -
             mean R), `"std"` (also divide by the group std, GRPO's `scale_rewards="group"`), `"loo"` (leave-one-out,
-            RLOO / MARLOO), `"raw"` (A = R, no baseline: MAREINFORCE), `"max"` (A = R - max R: MAReMax), `"batch"`
-            (GRPO's `scale_rewards="batch"`). Default: derived from `scale_rewards`. `"loo"`, `"raw"` and `"max"`
+            RLOO / MARLOO), `"raw"` (A = R, no baseline: MAREINFORCE), `"max"` (A = R - max R over the group:
+            MAReMax, CoMLRL's group-max baseline, not ReMax's greedy-rollout baseline), `"batch"` (GRPO's
+            `scale_rewards="batch"`: A = (R - mean R) / std, the std of the turn's team returns over the whole batch,
+            every process's, as TRL gathers them). Default: derived from `scale_rewards`. `"loo"`, `"raw"` and `"max"`
             take `scale_rewards="none"` (see [`MAREINFORCEConfig`]).
         scale_rewards (`str`, defaults to `"none"`): As in GRPO, but the default is the paper's unscaled advantage.
         num_generations_eval (`int`, *optional*, defaults to `1`): As in GRPO, the samples per prompt at evaluation:
@@ -156,9 +158,11 @@ class MAGRPOConfig(GRPOConfig):
         metadata={
             "help": "Baseline among the G samples of one node: 'mean' (the MAGRPO paper: A = R - mean R), 'std' "
             "(divide by the group std as GRPO's scale_rewards='group'), 'loo' (leave-one-out baseline as RLOO: "
-            "MARLOO), 'raw' (A = R, no baseline: MAREINFORCE), 'max' (A = R - max R over the group: MAReMax), "
-            "'batch' (GRPO's scale_rewards='batch'). Default: derived from `scale_rewards`; 'loo', 'raw' and 'max' "
-            "need scale_rewards='none'."
+            "MARLOO), 'raw' (A = R, no baseline: MAREINFORCE), 'max' (A = R - max R over the group: MAReMax, "
+            "CoMLRL's group-max baseline, not ReMax's greedy-rollout baseline), 'batch' (GRPO's "
+            "scale_rewards='batch': the group's A = R - mean R divided by the std of the turn's team returns over the "
+            "whole batch of every process, as TRL gathers them). Default: derived from `scale_rewards`; 'loo', 'raw' "
+            "and 'max' need scale_rewards='none'."
         },
     )
     num_generations_eval: int | None = field(
@@ -444,9 +448,12 @@ class MARLOOConfig(MAGRPOConfig):
 
 @dataclass
 class MAReMaxConfig(MAGRPOConfig):
-    __doc__ = r"""Configuration of MAReMax: [`MAGRPOTrainer`] with `advantage_mode="max"` (max baseline).
+    __doc__ = r"""Configuration of MAReMax: [`MAGRPOTrainer`] with `advantage_mode="max"` (a group-max baseline).
 
     A_g = R_g - max_k R_k over the G samples of a node: the best sample gets 0, the others a negative advantage.
+    The name is CoMLRL's. The baseline is the best *sampled* return of the group, not the baseline of ReMax (Li et al.,
+    arXiv 2310.10505), which is the reward of one extra greedy (argmax-decoded) response to the same prompt: no greedy
+    rollout is played here.
     """ + _FAMILY_NOTE + r"""
     Example:
 
@@ -459,5 +466,9 @@ class MAReMaxConfig(MAGRPOConfig):
     """
 
     advantage_mode: str | None = field(
-        default="max", metadata={"help": "MAReMax's advantage: the return minus the best return of the group."}
+        default="max",
+        metadata={
+            "help": "MAReMax's advantage (CoMLRL's name): the return minus the best return of the group's samples "
+            "(a group-max baseline, not ReMax's greedy-rollout baseline)."
+        },
     )

@@ -12,7 +12,8 @@ the prompts of one generation mu times over, so that an epoch still plays every 
 - [`_MicroStep`] is what `training_step` receives for one micro-step.
 
 Also here: the sampling settings of a step (`generation_config`, `continuous_batching_config`) and the token
-selection of `top_entropy_quantile` (`high_entropy_masks`).
+selection of `top_entropy_quantile` (`high_entropy_masks`), and the all-gather through which the rollout's batch
+statistics see every process's returns (`gathered_rows`).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ __all__ = [
     "agent_high_entropy_mask",
     "continuous_batching_config",
     "gathered_entropies",
+    "gathered_rows",
     "generation_config",
     "high_entropy_masks",
 ]
@@ -201,6 +203,25 @@ def gathered_entropies(accelerator: Any, entropy: torch.Tensor, mask: torch.Tens
         return None
     pool = accelerator.gather(accelerator.pad_across_processes(entropy[mask.bool()].float(), dim=0, pad_index=-1.0))
     return pool[pool >= 0]
+
+
+def gathered_rows(accelerator: Any, rows: torch.Tensor) -> torch.Tensor:
+    """The rows of a float `(N, C)` tensor of every process, concatenated in process order (a collective).
+
+    N may differ between processes: each pads its rows to the longest with NaN rows, and the rows whose first column
+    is NaN are dropped after the gather, so the first column must hold no NaN (the rollout sends the turn there).
+    This is the `gather` of the MAGRPO trainer's rollout (`trl_marl.rollout.JointRollout`), through which
+    `advantage_mode="batch"` takes the std of every process's returns, as TRL's `GRPOTrainer` does.
+
+    Example: with two processes holding rows `[[1, 0.5]]` and `[[1, 2.0], [2, 3.0]]`, both get
+    `[[1, 0.5], [1, 2.0], [2, 3.0]]`.
+    """
+    if accelerator.num_processes == 1:
+        return rows
+    local = rows.to(accelerator.device)
+    padded = accelerator.pad_across_processes(local, dim=0, pad_index=float("nan"))
+    pooled = accelerator.gather(padded).to(rows.device)
+    return pooled[~torch.isnan(pooled[:, 0])]
 
 
 def agent_high_entropy_mask(accelerator: Any, entropy: torch.Tensor, mask: torch.Tensor,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from collections import defaultdict
@@ -44,6 +45,7 @@ from .magrpo_steps import (
     ReferenceSync,
     _MicroStep,
     continuous_batching_config,
+    gathered_rows,
     generation_config,
     high_entropy_masks,
 )
@@ -219,6 +221,7 @@ class MAGRPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer):
             chat_template_kwargs=args.chat_template_kwargs,
             score=self._score_turn,
             advantages=self.compute_advantages,
+            gather=functools.partial(gathered_rows, self.accelerator),  # batch statistics over every process
         )
         # evaluation plays one sample per agent per episode with the same engine, scoring every turn
         self.eval_rollout = JointRollout(
@@ -298,6 +301,8 @@ class MAGRPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer):
         `turn.returns` is `(K, J)` (K nodes, J joint actions), `turn.agent_returns` `(K, n, G)` (each sample's
         return: in `cross` mode the mean over the joint actions that contain it). The default is MAGRPO's
         group-relative advantage in `advantage_mode` (`trl_marl.rollout.turn_advantages`); NaN becomes 0.
+        `turn.pooled_returns` holds the turn's team returns on every process (what `advantage_mode="batch"` takes the
+        std of, as TRL's `GRPOTrainer` gathers its rewards over the processes first).
         """
         return turn_advantages(turn, self.args.advantage_mode)
 

@@ -50,12 +50,23 @@ class MultiAgentPPOConfig(TRLBaseConfig):
     as it sees it, and its response); `critic="centralized"` (MAAC) gives the whole team one value model reading the
     joint history of the turn, every agent's prompt in agent order, before the agent's response: `critic_type="V"`
     reads the joint history only (V(s), then the agent's own tokens), `critic_type="Q"` the joint history and the
-    other agents' responses of the turn, so that at the response's last token it has read the joint action
-    (Q(s, a)). Either critic's values feed the same GAE (`gamma`, `lam`) and the same clipped value loss; with
-    `turn_gamma`, each turn also bootstraps from the critic's value of the agent's next-turn state (multi-turn with
-    a discount between turns). TRL's PPO credits each token (`advantage_level="token"`, A_t = R - V(s_t) with
+    other agents' responses of the turn, then the agent's own tokens. Before the agent's first token the Q critic's
+    value is therefore Q(s, a_-i), the return expected from the state and the other agents' actions, averaged over
+    the agent's own response (COMA's counterfactual baseline, learned directly), and at the response's last token
+    it has read the joint action, Q(s, a). This is not CoMLRL's MAAC `critic_type="q"`, whose critic reads the whole
+    joint action, the agent's own response included, and whose advantage is r - Q(s, a): a baseline that depends on
+    the action it judges biases the policy gradient (with an exact critic every advantage is the reward's noise
+    around Q(s, a), 0 for a deterministic reward), while Q(s, a_-i) does not depend on the agent's action (the
+    agents of a turn answer independently), so R - Q(s, a_-i) is a sound advantage of that action. Either critic's
+    values feed the same GAE (`gamma`, `lam`) and the same clipped value loss; with `turn_gamma`, each turn also
+    bootstraps from the critic's value of the agent's next-turn state (multi-turn with a discount between turns).
+    TRL's PPO credits each token (`advantage_level="token"`, GAE(gamma, lam) per token: A_t = R - V(s_t) with
     `gamma = lam = 1`); CoMLRL's IAC and MAAC treat the whole response as one action, which is
-    `advantage_level="turn"` (every token gets R - V(s), the critic's value before the response).
+    `advantage_level="turn"`: every token gets the response's A = R - V(s) (R its return, the score minus the KL
+    penalty of its tokens plus `turn_gamma * V(s_{k+1})`; V(s) the critic's value before its first token, Q(s, a_-i)
+    with `critic_type="Q"`), whatever `lam` is, whitened over the responses of the policy (one entry per response,
+    whatever its length) before it is given to the tokens. The value targets are GAE(gamma, lam)'s returns at
+    either level.
 
     Example:
 
@@ -199,15 +210,18 @@ class MultiAgentPPOConfig(TRLBaseConfig):
         default=None,
         metadata={
             "help": "With critic='centralized': 'V' (V(s): the joint history, then the agent's response; default) or "
-            "'Q' (Q(s, a): the joint history and the other agents' responses, then the agent's response)."
+            "'Q' (the joint history and the other agents' responses, then the agent's response: Q(s, a_-i) before "
+            "the agent's first token, Q(s, a) at its last; unlike CoMLRL's MAAC 'q', whose baseline Q(s, a) also "
+            "reads the agent's own response, see MultiAgentPPOConfig)."
         },
     )
     advantage_level: str = field(
         default="token",
         metadata={
-            "help": "Credit assignment inside a response: 'token' (TRL's PPO and MAPoRL: per-token GAE, "
-            "A_t = R - V(s_t) with gamma = lam = 1) or 'turn' (CoMLRL's IAC/MAAC: the response is one action, every "
-            "token gets the response's first-step advantage, R - V(s) with gamma = lam = 1)."
+            "help": "Credit assignment inside a response: 'token' (TRL's PPO and MAPoRL: per-token GAE(gamma, lam), "
+            "A_t = R - V(s_t) with gamma = lam = 1) or 'turn' (CoMLRL's IAC/MAAC: the response is one action; every "
+            "token gets the response's A = R - V(s), its return minus the critic's value before its first token, "
+            "whatever lam is, whitened over the responses rather than the tokens)."
         },
     )
     turn_gamma: float | None = field(

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from ..core import selective_log_softmax, whiten, whiten_jointly
-from ..core.ppo import INVALID_LOGPROB, kl_penalty, response_masks, shaped_token_rewards
+from ..core.ppo import INVALID_LOGPROB, kl_penalty, response_masks, shaped_token_rewards, turn_level_advantages
 from ..rewarding import RewardSet
 from ..rollout import Rollout
 from ..team import AgentTeam, pad_left
@@ -28,6 +28,7 @@ __all__ = [
     "score_with_reward_funcs",
     "score_with_reward_model",
     "slot_rollouts",
+    "turn_level_group_advantages",
     "whiten_group",
 ]
 
@@ -68,6 +69,14 @@ def joint_value_prompt(prompt_ids: Sequence[Sequence[int]], completion_ids: Sequ
     `V`: the joint history, every agent's prompt in agent order, `p_0 + p_1 + ... + p_{n-1}`. `Q`: the joint
     history, then the other agents' responses in agent order, `p_0 + ... + p_{n-1} + c_j (j != agent)`; with the
     agent's own response after it, the critic's value at the response's last token has read the joint action.
+
+    Why the agent's own response is left out of `Q`'s prompt: the value before the response's first token is the
+    baseline of the agent's action (turn-level credit takes A = R - V_0). Here V_0 = Q(s, a_-i), the return
+    expected from the state and the others' actions, averaged over the agent's own response: it does not depend on
+    the action it judges (the agents of a turn answer independently), so R - Q(s, a_-i) is an unbiased advantage of
+    the agent's response (COMA's counterfactual baseline, learned directly). CoMLRL's MAAC `critic_type="q"` reads the
+    agent's own response too and takes r - Q(s, a): a baseline that depends on the action itself, so that under an
+    exact critic every action's expected advantage is 0 and the policy gradient is biased (to 0 in expectation).
 
     Example:
 
@@ -168,6 +177,32 @@ def whiten_group(values: list[torch.Tensor], masks: list[torch.Tensor], shift_me
     if len(values) == 1:
         return [whiten(values[0], masks[0], shift_mean=shift_mean)]
     return whiten_jointly(values, masks, shift_mean=shift_mean)
+
+
+def turn_level_group_advantages(rewards: list[torch.Tensor], values: list[torch.Tensor],
+                                policy_masks: list[torch.Tensor], gamma: float) -> list[torch.Tensor]:
+    """Turn-level credit (`advantage_level="turn"`) of one whitening group: one advantage per response.
+
+    Each response's `A = R - V(s)` (`core.ppo.turn_level_advantages`, eq. 7) is whitened over the group's responses,
+    one entry per response that has policy tokens (as CoMLRL normalizes its actor-critic advantages over samples;
+    with the numerics of TRL's whitening used at the token level, the unbiased variance, where CoMLRL divides by the
+    population std), and only then given to every token of the response (0 on padding). Whitening the broadcast
+    tokens instead would weigh each response by its length: a long failing response would drag the mean down until a
+    short failing one sits above it and gets a positive advantage.
+
+    Args:
+        rewards: Per slot, `(N, L)` per-token rewards.
+        values: Per slot, `(N, L)` values (step 0: V(s)).
+        policy_masks: Per slot, `(N, L)` bool, the steps the policy loss counts (none for an unscorable response).
+        gamma: The discount between steps.
+
+    Returns:
+        Per slot, `(N, L)` advantages: each response's whitened advantage on its policy steps.
+    """
+    per_response = [turn_level_advantages(r, v, gamma) for r, v in zip(rewards, values)]
+    counted = [m.any(dim=1) for m in policy_masks]
+    whitened = whiten_group(per_response, counted, True)
+    return [torch.masked_fill(w.unsqueeze(1).expand(m.shape), ~m, 0) for w, m in zip(whitened, policy_masks)]
 
 
 def score_with_reward_model(ro: AgentRollout, reward_model: nn.Module, pad: int, step: int) -> None:

@@ -32,7 +32,6 @@ from ..core.ppo import (
     clipped_value_loss,
     generalized_advantage_estimation,
     ppo_policy_loss,
-    turn_level_advantages,
 )
 from ..envs.base import MultiAgentEnv, PromptEnv, TokenizedPromptEnv, Transcript
 from ..rewarding import NonFiniteCounter, RewardSet
@@ -50,6 +49,7 @@ from .ppo_rollout import (
     score_with_reward_funcs,
     score_with_reward_model,
     slot_rollouts,
+    turn_level_group_advantages,
     whiten_group,
 )
 from .ppo_value import (
@@ -367,7 +367,10 @@ class MultiAgentPPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer
         """Per-token advantages and returns of one whitening group (a policy slot; the team when it shares one).
 
         The default is TRL's: optional reward whitening, GAE(gamma, lam) (`trl_marl.core.ppo`), then whitened
-        advantages (pads 0). Override to change the credit assignment.
+        advantages (pads 0). With `advantage_level="turn"` each response's advantage is R - V(s) instead (eq. 7,
+        independent of lam), whitened over the group's responses and given to every token
+        (`trl_marl.trainers.ppo_rollout.turn_level_group_advantages`); the returns (value targets) are GAE's either
+        way. Override to change the credit assignment.
 
         Args:
             rewards: Per slot, `(N, L)` per-token rewards (KL penalty plus the score at the last step).
@@ -385,8 +388,10 @@ class MultiAgentPPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer
         advantages, returns = [], []
         for r, v in zip(rewards, values):
             adv, ret = generalized_advantage_estimation(r, v, args.gamma, args.lam)
-            advantages.append(turn_level_advantages(adv) if args.advantage_level == "turn" else adv)
+            advantages.append(adv)
             returns.append(ret)
+        if args.advantage_level == "turn":  # eq. 7: R - V(s) per response (not lam's A_0), whitened over responses
+            return turn_level_group_advantages(rewards, values, policy_masks, args.gamma), returns
         advantages = [torch.masked_fill(a, ~m, 0) for a, m in zip(whiten_group(advantages, policy_masks, True),
                                                                   policy_masks)]
         return advantages, returns
