@@ -392,11 +392,20 @@ class Channel:
         raise ProgramGone("the program broke the protocol")
 
 
+# Exceptions that Python itself treats as control flow: a `StopIteration` from the program, re-raised inside `map`,
+# `filter` or `iter(callable, sentinel)` in a test, would silently end the iteration (`all(map(...))` true).
+CONTROL_FLOW = (StopIteration, StopAsyncIteration)
+
+
 def _exception(name: str, message: str) -> Exception:
-    """A fresh exception of H for one the program raised: the built-in type of that name, else `ProgramError`."""
+    """A fresh exception of H for one the program raised: the built-in type of that name, else `ProgramError`.
+
+    Never a type Python treats as control flow ([`CONTROL_FLOW`], and `BaseException`s such as `GeneratorExit`):
+    those become `ProgramError`, so an exception from the program can only fail a test, never steer the test code.
+    """
     message = clean(message, 300)
     cls = getattr(builtins, name, None) if name.isidentifier() else None
-    if isinstance(cls, type) and issubclass(cls, Exception):
+    if isinstance(cls, type) and issubclass(cls, Exception) and not issubclass(cls, CONTROL_FLOW):
         try:
             return cls(message)
         except Exception:
@@ -413,20 +422,28 @@ def clean(text: str, limit: int) -> str:
 
 class TestGlobals(dict):
     """The tests' global namespace: names the tests do not define resolve to the program's top-level names (as
-    when program and tests share one module), except built-in names, which the program cannot shadow (only the
-    entry point may carry a built-in's name)."""
+    when program and tests share one module), except the names whose meaning the tests fix: built-in names, which
+    the program cannot shadow (only the entry point may carry a built-in's name), and the standard modules the tests
+    read as modules (`modules`: `math` in `math.isclose(...)`), which are H's own, whatever the program binds to
+    those names. So only the functions under test (and plain constants) come from the program."""
 
     __test__ = False  # not a pytest class
 
-    def __init__(self, channel: Channel, names: dict[str, Any], entry_point: str | None) -> None:
+    def __init__(self, channel: Channel, names: dict[str, Any], entry_point: str | None,
+                 modules: frozenset[str] = frozenset()) -> None:
         super().__init__(__name__="__tests__", __builtins__=builtins)
         self._channel, self._names, self._entry = channel, names, entry_point
+        self._modules = modules & SAFE_MODULES
 
     def __missing__(self, key: str) -> Any:
+        if key in self._modules:
+            value: Any = __import__(key)
+            self[key] = value
+            return value
         info = self._names.get(key)
         if info is None or (key != self._entry and hasattr(builtins, key)):
             raise KeyError(key)
-        value: Any = Remote(self._channel, ("n", key))
+        value = Remote(self._channel, ("n", key))
         if type(info) is tuple and len(info) == 2 and info[0] == "m" and info[1] in SAFE_MODULES:
             value = __import__(info[1])
             for part in info[1].split(".")[1:]:
@@ -490,7 +507,9 @@ def run_tests(req: dict[str, Any], emit: Callable[..., None], channel: Channel) 
         emit("abort", kind, clean(_str(first[1]), 400))
     elif kind == "ready" and _len(first) == 2 and _type(first[1]) is dict:
         names = {k: v for k, v in first[1].items() if _type(k) is str and k.isidentifier()}
-        namespace = TestGlobals(channel, names, req.get("entry_point"))
+        modules = req.get("modules")
+        modules = frozenset(m for m in modules if _type(m) is str) if _type(modules) is list else frozenset()
+        namespace = TestGlobals(channel, names, req.get("entry_point"), modules)
         phase = "test_error"
         try:
             if req["setup"]:

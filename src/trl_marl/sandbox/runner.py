@@ -51,8 +51,9 @@ Test formats:
       `check(entry_point)` is one test.
     - MBPP rows (`test_list`, a list of assert statements, and optional `test_setup_code`): each assert is a test.
       The tests see the program's top-level names as they would in one module (functions and classes as stubs,
-      plain constants as values, common standard modules such as `math` imported by H), except that the program
-      cannot shadow built-ins (only the entry point may carry a built-in's name). A test that mutates an argument
+      plain constants as values), except that the program cannot shadow built-ins (only the entry point may carry a
+      built-in's name) and that a standard module the tests read as `name.attribute` (`math.isclose`) is always H's
+      own (see `plans.modules_read`). A test that mutates an argument
       in place and checks it afterwards sees no change (the program worked on a copy).
 
 Example:
@@ -239,7 +240,8 @@ def _execute(program: str, plan: TestPlan, limits: SandboxLimits, backstop: floa
             "entry_point": plan.entry_point, "level": limits.level, "wall_time": float(limits.wall_time),
             "cgroup_join": cgroup.join_files if cgroup is not None else [],
         }))
-        request = b"%d\n" % len(request) + request + marshal.dumps({"setup": plan.setup, "tests_fn": plan.tests_fn})
+        request = b"%d\n" % len(request) + request + marshal.dumps({"setup": plan.setup, "tests_fn": plan.tests_fn,
+                                                                         "modules": list(plan.modules)})
         try:
             proc = subprocess.Popen(
                 [python, "-I", "-c", _BOOT], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
