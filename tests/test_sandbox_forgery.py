@@ -200,7 +200,8 @@ def test_forged_log_records_are_bounded_and_sanitized(caplog):
     with caplog.at_level(logging.WARNING, logger="trl_marl.sandbox"):
         [result] = run_programs([program], [HUMANEVAL], SandboxLimits(wall_time=10, cpu_time=5))
     # It scribbled on its pipe to the harness too: that breaks the protocol, which fails the program.
-    assert result.passed == 0 and result.reason == "error: the program broke the harness protocol", result
+    assert result.passed == 0, result
+    assert result.reason == "error: the program broke the harness protocol: malformed message header", result
     forged = [r for r in caplog.records if "forged" in r.getMessage()]
     assert forged == []
     assert all("\x1b" not in r.getMessage() and len(r.getMessage()) <= 300 for r in caplog.records)

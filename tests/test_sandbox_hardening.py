@@ -80,6 +80,74 @@ def test_frame_reader_refuses_oversized_and_malformed_messages():
         os.close(read)
 
 
+# What H decodes from the program is bounded before it is built: values, their estimated memory, hash collisions.
+COLLIDING = [1 + k * (2**61 - 1) for k in range(200)]  # distinct ints, one hash value
+
+
+def test_codec_bounds_what_it_decodes(monkeypatch):
+    monkeypatch.setattr(harness, "MAX_DECODED_BYTES", 1 << 20)
+    empty_sets = b"l20000:" + b"S0:" * 20000  # 60 kB of message, 4.5 MB of sets once built
+    with pytest.raises(harness.CodecError, match="more than 1 MiB of values"):
+        harness.decode(empty_sets)
+    monkeypatch.setattr(harness, "MAX_VALUES", 1000)
+    with pytest.raises(harness.CodecError, match="more than 1000 values"):
+        harness.decode(harness.encode([0] * 1000))
+    assert harness.decode(harness.encode([0] * 998)) == [0] * 998
+    assert len(harness.decode(empty_sets, limited=False)) == 20000  # P decoding the tests' own values: unlimited
+
+
+@pytest.mark.parametrize("value", [set(COLLIDING), frozenset(COLLIDING), dict.fromkeys(COLLIDING), COLLIDING,
+                                   [(x,) for x in COLLIDING[:1]] + COLLIDING, {(x, 0) for x in COLLIDING}])
+def test_codec_refuses_hash_collisions(value):
+    data = harness.encode(value)
+    with pytest.raises(harness.CodecError, match="share one hash value"):
+        harness.decode(data)
+    with pytest.raises(harness.CodecError, match="share one hash value"):
+        harness.encode(value, limited=True)  # P checks its answers the same way
+
+
+def test_codec_limits_leave_ordinary_values_alone():
+    ordinary = [list(range(20_000)), {i: str(i) for i in range(5_000)}, set(range(-5, 5)), [0] * 20_000,
+                [float("nan")] * 20, [-1, -2] * 10, ("x" * 1_000_000,)]
+    for value in ordinary:
+        decoded = harness.decode(harness.encode(value, limited=True))
+        assert type(decoded) is type(value) and len(decoded) == len(value)
+
+
+# A program that writes raw frames to its reply pipe (fd 4) at import time, where H expects its first message.
+RAW_FRAME = (
+    "import os\n"
+    "payload = {payload}\n"
+    "frame = b'%d\\n' % len(payload) + payload\n"
+    "while frame:\n"
+    "    frame = frame[os.write(4, frame):]\n"
+    "def f():\n"
+    "    return 1\n"
+)
+
+
+@pytest.mark.parametrize("payload, why", [
+    ("b't2:s2:okl5592398:' + b'S0:' * 5592398", "more than 64 MiB of values"),  # 16 MiB: 1.2 GB of sets
+    ("b't2:s2:okS200000:' + b''.join(b'i%x;' % (1 + k * (2**61 - 1)) for k in range(200000))",
+     "share one hash value"),
+    ("b't2:s2:okl1500000:' + b'N' * 1500000", "more than 1000000 values"),
+    ("b'l1:' * 200 + b'N'", "malformed plain data"),  # nested too deeply
+])
+def test_raw_frames_on_the_reply_pipe_fail_with_a_clear_reason(payload, why):
+    limits = SandboxLimits(wall_time=10, cpu_time=5, memory_mb=512)
+    result = run_program(RAW_FRAME.format(payload=payload), ["assert f() == 1"], limits)
+    assert result.passed == 0 and result.reason.startswith("error: the program broke the harness protocol: "), result
+    assert why in result.reason, result
+
+
+def test_an_answer_over_the_limits_fails_its_test_only():
+    program = ("def colliding():\n    return {1 + k * (2**61 - 1) for k in range(20)}\n"
+               "def f():\n    return 1\n")
+    result = run_program(program, ["assert len(colliding()) == 20", "assert f() == 1"], FAST)
+    assert result.per_test == [False, True], result
+    assert "share one hash value" in result.failures[0], result
+
+
 def test_seccomp_program_is_well_formed():
     for machine in ("x86_64", "aarch64"):
         prog = harness.seccomp_filter(machine)
