@@ -333,3 +333,88 @@ def test_backstop_bounds_everything():
     assert runner._backstop(SandboxLimits(wall_time=2, cpu_time=3, backstop_time=4), 64) == 4
     cpus = os.cpu_count() or 1
     assert runner._backstop(SandboxLimits(wall_time=1, cpu_time=1), 4 * cpus) == pytest.approx(1 + 8 + 5)
+
+
+# ---------------------------------------------------------------------------------------------------- leftovers
+LEAVE_BEHIND = (
+    "import os, sys\n"
+    "tag, sentinel, shared = sys.argv[1:] if len(sys.argv) > 3 else {args!r}\n"
+    "for d in ('/tmp', '/var/tmp', '/dev/shm', shared):\n"
+    "    os.mkfifo(f'{{d}}/fifo_{{tag}}')  # not audited: gets past the Python guard\n"
+    "os.makedirs(f'/tmp/dir_{{tag}}/sub')\n"
+    "os.symlink(sentinel, f'/tmp/dir_{{tag}}/sub/link')\n"
+    "os.symlink(sentinel, f'/tmp/link_{{tag}}')\n"
+    "pid = os.posix_spawn('/bin/sh', ['sh', '-c', f'echo x > /dev/shm/file_{{tag}}; ipcmk -M 4096 -Q -S 1'], {{}})\n"
+    "assert os.waitpid(pid, 0)[1] == 0\n"
+)
+
+
+@needs_root
+def test_process_level_as_root_leaves_nothing_in_the_hosts_temp_dirs(tmp_path):
+    import glob
+    import secrets
+
+    tag = secrets.token_hex(6)
+    sentinel = tmp_path / "root_file"
+    sentinel.write_text("keep me")
+    shared = f"/tmp/shared_{tag}"  # a root-owned world-writable directory, like /tmp/.X11-unix
+    os.mkdir(shared)
+    os.chmod(shared, 0o1777)
+    try:
+        limits = SandboxLimits(wall_time=10, namespaces=False, python_guards=False)
+        result = run_program(LEAVE_BEHIND.format(args=(tag, str(sentinel), shared)), None, limits)
+        assert result.reason == "ok" and "mountns" not in result.isolation, result
+        left = [p for d in ("/tmp", "/var/tmp", "/dev/shm", shared) for p in glob.glob(f"{d}/*{tag}*")]
+        assert left == [shared], left
+        assert sentinel.read_text() == "keep me"
+        assert not [uid for uid in ipc_owners() if uid >= limits.uid_base]
+    finally:
+        for path in glob.glob(f"/tmp/*{tag}*") + glob.glob(f"/var/tmp/*{tag}*") + glob.glob(f"/dev/shm/*{tag}*"):
+            subprocess_free_remove(path)
+
+
+def ipc_owners() -> list[int]:
+    """The owners and creators of the System V IPC objects of this host."""
+    owners = []
+    for name in ("shm", "msg", "sem"):
+        with open(f"/proc/sysvipc/{name}") as f:
+            header, *rows = [line.split() for line in f]
+        owners += [int(row[header.index(col)]) for row in rows for col in ("uid", "cuid")]
+    return owners
+
+
+def subprocess_free_remove(path: str) -> None:
+    import shutil
+
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path)
+    else:
+        os.unlink(path)
+
+
+@needs_root
+def test_remove_user_files_follows_no_link_and_spares_others(tmp_path):
+    from trl_marl.sandbox.cleanup import remove_user_files
+
+    uid = 1_999_999_999
+    keep = tmp_path / "keep"
+    keep.mkdir()
+    (keep / "root_file").write_text("x")
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o777)
+    shared.chmod(0o1777)
+    mine = [tmp_path / "a", tmp_path / "d", shared / "nested", tmp_path / "link"]
+    mine[0].write_text("a")
+    (mine[1] / "e").mkdir(parents=True)
+    os.symlink(keep, mine[1] / "e" / "to_keep")
+    mine[2].write_text("n")
+    os.symlink(keep / "root_file", mine[3])
+    for path in mine + [mine[1] / "e", mine[1] / "e" / "to_keep"]:
+        os.lchown(path, uid, uid)
+    (tmp_path / "other").write_text("o")
+    removed = remove_user_files(uid, (str(tmp_path),))
+    assert sorted(removed) == sorted(str(p) for p in mine)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["keep", "other", "shared"]
+    assert (keep / "root_file").read_text() == "x" and list(shared.iterdir()) == []
+    with pytest.raises(ValueError, match="root"):
+        remove_user_files(0, (str(tmp_path),))

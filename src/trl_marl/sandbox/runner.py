@@ -90,6 +90,7 @@ from pathlib import Path
 from typing import Any
 
 from .cgroup import Cgroup
+from .cleanup import remove_user_files, remove_user_ipc
 from .plans import TestPlan, make_plan
 from .types import (
     ISOLATION_ENV,
@@ -267,8 +268,14 @@ def _execute(program: str, plan: TestPlan, limits: SandboxLimits, backstop: floa
                         stream.close()
                     except OSError:
                         pass
-        if os.geteuid() == 0 and not any(r[0] == "iso" and "pidns" in r[1] for r in raw.records if len(r) > 1):
+        layers = {layer for r in raw.records if r[0] == "iso" and len(r) > 1 for layer in r[1]}
+        if os.geteuid() == 0 and "pidns" not in layers:
             _kill_user(uid)  # no PID namespace: end what escaped the process group (setsid) by its user id
+        if os.geteuid() == 0 and "mountns" not in layers:
+            # no mount namespace: the host's /tmp, /var/tmp, /dev/shm were the program's; nothing of it runs now
+            remove_user_files(uid)
+            if "ipcns" not in layers:
+                remove_user_ipc(uid)
         raw.returncode = proc.returncode
         raw.oom_killed = cgroup is not None and cgroup.oom_killed()
         raw.duration = time.monotonic() - start

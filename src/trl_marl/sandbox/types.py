@@ -51,8 +51,10 @@ class SandboxLimits:
         isolation (`str`, *optional*): The isolation level (see `docs/sandbox.md`): `"namespaces"` (the default;
             root, Linux namespaces, a sandbox user id; a clear `SandboxUnavailableError` where that is not
             possible) or `"process"` (an explicit opt-in to a weaker level: a separate process with resource limits,
-            `no_new_privs`, seccomp and the Python guards, but, run as a non-root user, the program shares that
-            user's files, network and processes). `None` reads the environment variable
+            `no_new_privs`, seccomp and the Python guards; as root without namespaces it runs as a sandbox user
+            that reads the host's world-readable files and has its network, and what that user leaves in the
+            shared temporary directories is removed after the run; run as a non-root user, the program shares that
+            user's files, network and processes: see `docs/sandbox.md`). `None` reads the environment variable
             `TRL_MARL_SANDBOX_ISOLATION`, else `"namespaces"`. Whatever the level, the verdict is decided outside
             the program's process.
         namespaces (`bool`): Use Linux namespaces (network, PID, mount, IPC, UTS). `False` is an explicit opt-in to
