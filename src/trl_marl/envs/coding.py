@@ -225,6 +225,12 @@ class CooperativeCodingEnv(MultiAgentEnv):
         return analyze_solution(extract_code(helper_completion), extract_code(main_completion), entry_point,
                                 self.helper_name, preamble)
 
+    def without_helper(self, row: Mapping[str, Any], solution: CodingSolution) -> CodingSolution:
+        """`solution` with the helper's code left out (the prompt's preamble and the main code only): what the
+        team's program would be without the helper, to tell whether the helper made a difference."""
+        preamble = prompt_preamble(self._value(row, self.prompt_column), solution.entry_point)
+        return analyze_solution("", solution.main_code, solution.entry_point, solution.helper_name, preamble)
+
     def execute(self, rows: Sequence[Mapping[str, Any]],
                 solutions: Sequence[CodingSolution]) -> list[ExecutionResultLike | None]:
         """Sandbox results of the solutions whose combined program parses (`None` for the others), in one batch."""
