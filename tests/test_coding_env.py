@@ -93,7 +93,7 @@ class FakeRunner:
         self.calls.append(list(programs))
         out = []
         for program, spec in zip(programs, tests):
-            assert spec == {"test": ROW["test"], "entry_point": ROW["entry_point"]}
+            assert spec == {"test": ROW["test"], "entry_point": ROW["entry_point"], "prompt": PROMPT}
             if "[1:]" in program:  # passes `candidate([]) == 0` only, with or without a helper (it calls none)
                 out.append(FakeResult(1, 3, FAILURE))
             elif "aux(" in program and "def aux" not in program:  # a main without its helper (see helper_credit)
@@ -564,7 +564,7 @@ def test_bad_configuration():
 def test_executor_cache_is_bounded():
     runner = FakeRunner()
     executor = ProgramExecutor(runner, cache_size=2)
-    spec = {"test": ROW["test"], "entry_point": ROW["entry_point"]}
+    spec = {"test": ROW["test"], "entry_point": ROW["entry_point"], "prompt": PROMPT}
     executor.run(["a", "b", "a"], [spec] * 3)
     assert runner.calls == [["a", "b"]] and (executor.hits, executor.misses) == (1, 2)
     executor.run(["c"], [spec])

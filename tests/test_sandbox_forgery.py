@@ -363,3 +363,52 @@ def test_modules_read_are_the_names_used_only_as_modules():
     assert modules_read(["assert np.isclose(f(), 1)", "assert math.pi == f("]) == ()  # not allowlisted; unparsable
     assert modules_read(["def check(c):\n    assert string.ascii_letters == c()\n"], entry_point="string") == ()
     assert make_plan(SPHERE).modules == ("math",)
+
+
+# The task's own helpers (HumanEval's prompt defines `poly` for `find_zero`, `encode_cyclic` for `decode_cyclic`):
+# the tests call them to check the answer, so a program that redefines them judged itself.
+POLY_PROMPT = (
+    "import math\n\n\n"
+    "def poly(xs: list, x: float):\n"
+    "    return sum([coeff * math.pow(x, i) for i, coeff in enumerate(xs)])\n\n\n"
+    "def find_zero(xs: list):\n"
+    '    """A zero of the polynomial with coefficients xs."""\n'
+)
+POLY_TEST = (
+    "def check(candidate):\n"
+    "    import math\n"
+    "    for coeffs in ([1, 2], [-6, 11, -6, 1], [2, -3]):\n"
+    "        solution = candidate(list(coeffs))\n"
+    "        assert math.fabs(poly(coeffs, solution)) < 1e-4\n"
+)
+POLY_FORGED = "def poly(xs, x):\n    return 0\n\n\ndef find_zero(xs):\n    return 123.0\n"
+POLY_HONEST = (
+    "def find_zero(xs):\n"
+    "    lo, hi = -100.0, 100.0\n"
+    "    for _ in range(200):\n"
+    "        mid = (lo + hi) / 2\n"
+    "        if (poly(xs, lo) > 0) == (poly(xs, mid) > 0):\n"
+    "            lo = mid\n"
+    "        else:\n"
+    "            hi = mid\n"
+    "    return lo\n"
+)
+
+
+def test_the_tasks_own_helpers_are_not_the_programs():
+    from trl_marl.utils.code import build_humaneval_program
+
+    spec = TestSpec.humaneval(POLY_TEST, "find_zero", prompt=POLY_PROMPT)
+    programs = [build_humaneval_program(POLY_PROMPT, code, "find_zero") for code in (POLY_FORGED, POLY_HONEST)]
+    forged, honest = run_programs(programs, [spec, spec], LIMITS)
+    assert forged.passed == 0 and honest.reason == "ok", (forged, honest)
+    # the same through the reward, which passes each row's prompt
+    reward = UnitTestReward(limits=LIMITS)
+    scores = reward(prompts=[POLY_PROMPT] * 2, completions=[POLY_FORGED, POLY_HONEST], test=[POLY_TEST] * 2,
+                    entry_point=["find_zero"] * 2)
+    assert scores == [0.0, 1.0]
+    # a row dict with its prompt does the same; a prompt statement that fails in the harness is skipped
+    row = {"test": POLY_TEST, "entry_point": "find_zero", "prompt": "import not_a_module_26\n" + POLY_PROMPT}
+    assert "import not_a_module_26" in TestSpec.from_row(row).task_code
+    [forged] = run_programs([programs[0]], [row], LIMITS)
+    assert forged.passed == 0 and forged.reason.startswith("failed: "), forged

@@ -208,8 +208,10 @@ class CooperativeCodingEnv(MultiAgentEnv):
         return self._value(row, self.entry_point_column).strip()
 
     def test_spec(self, row: Mapping[str, Any]) -> dict[str, Any]:
-        """What the sandbox needs to test a program of this row: `{"test", "entry_point"}` (HumanEval style)."""
-        return {"test": self._value(row, self.test_column), "entry_point": self.entry_point(row)}
+        """What the sandbox needs to test a program of this row: `{"test", "entry_point", "prompt"}` (HumanEval
+        style; the prompt's own helpers are the ones the tests see, whatever the team redefines)."""
+        return {"test": self._value(row, self.test_column), "entry_point": self.entry_point(row),
+                "prompt": self._value(row, self.prompt_column)}
 
     def assemble(self, row: Mapping[str, Any], helper_completion: Any, main_completion: Any) -> CodingSolution:
         """The joint action (helper agent's and main agent's completions) as a `CodingSolution`.

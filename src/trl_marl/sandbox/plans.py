@@ -102,8 +102,20 @@ def _segment(source: str, node: ast.AST) -> str:
     return " ".join(text.split()) if "\n" not in text.strip() else text.strip()
 
 
+def _task_setup(task_code: str) -> str:
+    """The task's own definitions as set-up code: each top-level statement on its own, one that fails skipped."""
+    try:
+        tree = ast.parse(task_code)
+    except SyntaxError:
+        return ""
+    handler = ast.ExceptHandler(type=ast.Name("Exception", ast.Load()), name=None, body=[ast.Pass()])
+    body = [ast.Try(body=[stmt], handlers=[handler], orelse=[], finalbody=[]) for stmt in tree.body]
+    return ast.unparse(ast.fix_missing_locations(ast.Module(body=body, type_ignores=[]))) + "\n" if body else ""
+
+
 def _humaneval_plan(spec: TestSpec) -> TestPlan:
     code, entry = str(spec.check_code), str(spec.entry_point)
+    task = _task_setup(spec.task_code)
     check: ast.FunctionDef | None = None
     try:
         tree = ast.parse(code)
@@ -128,11 +140,11 @@ def _humaneval_plan(spec: TestSpec) -> TestPlan:
                 sources.append(text)
             else:
                 body.append(new)
-        return TestPlan(setup=code, tests_fn=_tests_function(body), sources=tuple(sources), entry_point=entry,
-                        modules=modules_read([code], entry))
+        return TestPlan(setup=task + code, tests_fn=_tests_function(body), sources=tuple(sources),
+                        entry_point=entry, modules=modules_read([code], entry))
     call = ast.Expr(ast.Call(func=ast.Name("check", ast.Load()), args=[ast.Name(entry, ast.Load())], keywords=[]))
-    return TestPlan(setup=code, tests_fn=_tests_function([_guarded(0, [call])]), sources=(f"check({entry})",),
-                    entry_point=entry, modules=modules_read([code], entry))
+    return TestPlan(setup=task + code, tests_fn=_tests_function([_guarded(0, [call])]),
+                    sources=(f"check({entry})",), entry_point=entry, modules=modules_read([code], entry))
 
 
 def _mbpp_plan(spec: TestSpec) -> TestPlan:

@@ -45,7 +45,8 @@ counts as passing. What a program can make the caller log is sanitized and bound
 Test formats:
     - HumanEval rows (`prompt`, `test` defining `check(candidate)`, `entry_point`): the program is the
       completion (a whole function when it defines `entry_point`, else a body appended to the prompt); the test code
-      runs in H with `candidate` the program's `entry_point`. For partial credit the top-level statements of
+      runs in H with `candidate` the program's `entry_point`, after the prompt's own definitions (`task_code`, when
+      the spec has the prompt), so a test's `poly(...)` is the task's, whatever the program redefines. For partial credit the top-level statements of
       `check` that contain an `assert` are run one by one, each catching its own exception (statements without an
       assert, or with only `assert <constant>`, run in order as set-up); when `check` has no such statement,
       `check(entry_point)` is one test.
