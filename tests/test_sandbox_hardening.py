@@ -84,6 +84,29 @@ def test_frame_reader_refuses_oversized_and_malformed_messages():
 COLLIDING = [1 + k * (2**61 - 1) for k in range(200)]  # distinct ints, one hash value
 
 
+def colliding_pairs(count: int) -> list[tuple[int, int]]:
+    """Distinct pairs of ints, all of whose elements have distinct hashes, with one tuple hash (CPython's xxHash-
+    based tuple hash inverted for the second element)."""
+    m, p1, p2, p5 = 1 << 64, 11400714785074694791, 14029467366897019727, 2870177450012600261
+
+    def step(acc: int, lane: int) -> int:
+        acc = (acc + lane * p2) % m
+        return ((acc << 31 | acc >> 33) % m) * p1 % m
+
+    before = step(step(p5, 1), 2) * pow(p1, -1, m) % m  # the state of (1, 2) before its last multiplication
+    target = (before >> 31 | before << 33) % m
+    pairs, first = [], 10
+    while len(pairs) < count:
+        second = (target - step(p5, first)) * pow(p2, -1, m) % m
+        if second < 2**61 - 2:  # an int below the modulus hashes to itself
+            pairs.append((first, second))
+        first += 1
+    return pairs
+
+
+PAIRS = colliding_pairs(100)
+
+
 def test_codec_bounds_what_it_decodes(monkeypatch):
     monkeypatch.setattr(harness, "MAX_DECODED_BYTES", 1 << 20)
     empty_sets = b"l20000:" + b"S0:" * 20000  # 60 kB of message, 4.5 MB of sets once built
@@ -97,8 +120,10 @@ def test_codec_bounds_what_it_decodes(monkeypatch):
 
 
 @pytest.mark.parametrize("value", [set(COLLIDING), frozenset(COLLIDING), dict.fromkeys(COLLIDING), COLLIDING,
-                                   [(x,) for x in COLLIDING[:1]] + COLLIDING, {(x, 0) for x in COLLIDING}])
+                                   [(x,) for x in COLLIDING[:1]] + COLLIDING, {(x, 0) for x in COLLIDING}, PAIRS,
+                                   [[pair] for pair in PAIRS], [frozenset([pair]) for pair in PAIRS]])
 def test_codec_refuses_hash_collisions(value):
+    assert len({hash(pair) for pair in PAIRS}) == 1 and len({hash(x) for pair in PAIRS for x in pair}) == 200
     data = harness.encode(value)
     with pytest.raises(harness.CodecError, match="share one hash value"):
         harness.decode(data)

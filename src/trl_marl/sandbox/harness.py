@@ -47,7 +47,7 @@ MAX_DEPTH = 100  # nesting of a plain value
 MAX_MESSAGE = 16 * 1024 * 1024  # bytes of one message between H and P
 MAX_VALUES = 1_000_000  # values in one message from P (each costs H about a microsecond to decode)
 MAX_DECODED_BYTES = 64 * 1024 * 1024  # estimated memory of the values of one message from P, decoded
-MAX_COLLISIONS = 8  # distinct numbers, or set members / dict keys, of one message from P sharing one hash value
+MAX_COLLISIONS = 8  # distinct numbers / tuples / frozensets, or set members / dict keys, sharing one hash value
 MAX_NAMES = 2000  # top-level names of a program that H learns about
 MAX_VALUE_BYTES = 64 * 1024  # a program's top-level plain value larger than this is only a reference
 MAX_HANDLES = 100_000
@@ -79,18 +79,18 @@ _NUMBER_TAGS = (b"i", b"f", b"c")
 
 class Budget:
     """The limits of one decoded (or encoded) message beyond its size and nesting: values, estimated memory, and
-    hash collisions (many distinct numbers, set members or dict keys sharing one hash value, which would make
-    building a set, or a test's `set(...)` of a list, quadratic in H).
+    hash collisions (many distinct numbers, tuples, frozensets, set members or dict keys sharing one hash value,
+    which would make building a set, or a test's `set(...)` of a list, quadratic in H).
 
     Every check runs before the value it is about is built, so a message that breaks a limit costs at most the
     limit.
     """
 
-    __slots__ = ("values", "memory", "numbers")
+    __slots__ = ("values", "memory", "hashes")
 
     def __init__(self, values: int, memory: int) -> None:
         self.values, self.memory = values, memory
-        self.numbers: dict[int, list[Any]] = {}  # hash -> the distinct numbers with that hash seen so far
+        self.hashes: dict[int, list[Any]] = {}  # hash -> the distinct hashable values with that hash seen so far
 
     def charge(self, tag: bytes, n: int) -> None:
         """Count one value of `tag` with `n` items (or bytes); `CodecError` past a limit."""
@@ -101,16 +101,22 @@ class Budget:
         if self.memory < 0:
             raise CodecError("more than %d MiB of values in one message" % (MAX_DECODED_BYTES >> 20))
 
-    def number(self, value: Any) -> None:
-        """Record a number; too many distinct numbers with one hash value are refused."""
-        if value != value:  # NaN: equal to nothing, its hash is its identity's
+    def hashable(self, value: Any) -> None:
+        """Record a number, tuple or frozenset (anywhere in the message: a test may hash it later, e.g. in
+        `set(result)`); more than `MAX_COLLISIONS` distinct ones with one hash value are refused. Strings need no
+        check: their hashes are salted per process."""
+        try:
+            key = hash(value)
+        except TypeError:  # a tuple holding a list: no one can hash it
             return
-        same = self.numbers.setdefault(hash(value), [])
-        if len(same) < MAX_COLLISIONS:
-            if value not in same:
-                same.append(value)
-        elif value not in same:
-            raise CodecError("more than %d distinct numbers share one hash value" % MAX_COLLISIONS)
+        if value != value:  # NaN (or a tuple holding one): equal to nothing, hashed by identity
+            return
+        same = self.hashes.setdefault(key, [])
+        if value in same:
+            return
+        if len(same) >= MAX_COLLISIONS:
+            raise CodecError("more than %d distinct values share one hash value" % MAX_COLLISIONS)
+        same.append(value)
 
 
 def check_collisions(items: Any) -> None:
@@ -161,7 +167,7 @@ def _encode(value: Any, out: list[bytes], handle: Callable[[Any], int | str | No
             out.append(b"c" + value.real.hex().encode() + b"," + value.imag.hex().encode() + b";")
         if budget is not None:
             budget.charge(b"i" if kind is int else b"f" if kind is float else b"c", (len(out[-1]) - 2) // 2)
-            budget.number(value)
+            budget.hashable(value)
     elif kind is str or kind is bytes:
         data = value.encode("utf-8", "surrogatepass") if kind is str else value
         if budget is not None:
@@ -182,6 +188,8 @@ def _encode(value: Any, out: list[bytes], handle: Callable[[Any], int | str | No
         else:
             for item in value:
                 _encode(item, out, handle, depth + 1, budget)
+        if budget is not None and (kind is tuple or kind is frozenset):
+            budget.hashable(value)
     else:
         ref = handle(value) if handle is not None else None
         if type(ref) is int:
@@ -261,7 +269,7 @@ def _decode(data: bytes, at: int, ref: Callable[[int | str], Any] | None, depth:
             real, imag = text.decode("ascii").split(",")
             number = complex(float.fromhex(real), float.fromhex(imag))
         if budget is not None:
-            budget.number(number)
+            budget.hashable(number)
         return number, at
     if tag in (b"s", b"b", b"r"):
         n, at = _count(data, at)
@@ -293,11 +301,12 @@ def _decode(data: bytes, at: int, ref: Callable[[int | str], Any] | None, depth:
             items.append(item)
         if tag == b"l":
             return items, at
-        if tag == b"t":
-            return tuple(items), at
-        if budget is not None:
+        if budget is not None and tag != b"t":
             check_collisions(items)
-        return (set if tag == b"S" else frozenset)(items), at
+        value = tuple(items) if tag == b"t" else set(items) if tag == b"S" else frozenset(items)
+        if budget is not None and tag != b"S":
+            budget.hashable(value)
+        return value, at
     if tag == b"d":
         n, at = _count(data, at)
         if budget is not None:

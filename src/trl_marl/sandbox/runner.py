@@ -46,10 +46,10 @@ Test formats:
     - HumanEval rows (`prompt`, `test` defining `check(candidate)`, `entry_point`): the program is the
       completion (a whole function when it defines `entry_point`, else a body appended to the prompt); the test code
       runs in H with `candidate` the program's `entry_point`, after the prompt's own definitions (`task_code`, when
-      the spec has the prompt), so a test's `poly(...)` is the task's, whatever the program redefines. For partial credit the top-level statements of
-      `check` that contain an `assert` are run one by one, each catching its own exception (statements without an
-      assert, or with only `assert <constant>`, run in order as set-up); when `check` has no such statement,
-      `check(entry_point)` is one test.
+      the spec has the prompt), so a test's `poly(...)` is the task's, whatever the program redefines. For partial
+      credit the top-level statements of `check` that contain an `assert` are run one by one, each catching its own
+      exception (statements without an assert, or with only `assert <constant>`, run in order as set-up); when
+      `check` has no such statement, `check(entry_point)` is one test.
     - MBPP rows (`test_list`, a list of assert statements, and optional `test_setup_code`): each assert is a test.
       The tests see the program's top-level names as they would in one module (functions and classes as stubs,
       plain constants as values), except that the program cannot shadow built-ins (only the entry point may carry a
