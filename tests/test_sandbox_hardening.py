@@ -400,7 +400,7 @@ def test_process_level_as_root_leaves_nothing_in_the_hosts_temp_dirs(tmp_path):
         assert not [uid for uid in ipc_owners() if uid >= limits.uid_base]
     finally:
         for path in glob.glob(f"/tmp/*{tag}*") + glob.glob(f"/var/tmp/*{tag}*") + glob.glob(f"/dev/shm/*{tag}*"):
-            subprocess_free_remove(path)
+            remove_path(path)
 
 
 def ipc_owners() -> list[int]:
@@ -413,7 +413,7 @@ def ipc_owners() -> list[int]:
     return owners
 
 
-def subprocess_free_remove(path: str) -> None:
+def remove_path(path: str) -> None:
     import shutil
 
     if os.path.isdir(path) and not os.path.islink(path):
