@@ -93,9 +93,11 @@ class FakeRunner:
         self.calls.append(list(programs))
         out = []
         for program, spec in zip(programs, tests):
-            assert spec == {"test": ROW["test"], "entry_point": ROW["entry_point"]}
-            if "[1:]" in program:
+            assert spec == {"test": ROW["test"], "entry_point": ROW["entry_point"], "prompt": PROMPT}
+            if "[1:]" in program:  # passes `candidate([]) == 0` only, with or without a helper (it calls none)
                 out.append(FakeResult(1, 3, FAILURE))
+            elif "aux(" in program and "def aux" not in program:  # a main without its helper (see helper_credit)
+                out.append(FakeResult(0, 3, "failed: NameError: name 'aux' is not defined"))
             else:
                 out.append(FakeResult(3, 3, "passed"))
         return out
@@ -274,10 +276,10 @@ def test_multi_turn_episode_with_fake_runner_shows_the_failing_assert():
     env = CooperativeCodingEnv(num_turns=3, runner=runner)
     reward = CodingTeamReward(env)
     # turn 1: the reward runs the program, then the rollout asks for feedback on the same joint action
-    assert call(reward, [HELPER], [MAIN_SKIPS_FIRST]) == [0.25 + 0.25 + 0.5 + 2.0 / 3 + 0.5 + 0.5]
+    assert call(reward, [HELPER], [MAIN_SKIPS_FIRST]) == [0.25 + 0.25 + 0.5 + 2.0 / 3 + 0.5]  # aux adds no pass
     transcript = Transcript().extend([HELPER, MAIN_SKIPS_FIRST])
     feedback = env.feedback(ROW, transcript)
-    assert len(runner.calls) == 1  # cached: one run for the reward and the feedback
+    assert len(runner.calls) == 2  # the program and its main without the helper; the feedback hits the cache
     assert feedback == FEEDBACK
     transcript = Transcript().extend([HELPER, MAIN_SKIPS_FIRST], feedback)
     assert not env.is_done(ROW, transcript)
@@ -288,7 +290,7 @@ def test_multi_turn_episode_with_fake_runner_shows_the_failing_assert():
     assert transcript[-1].feedback == "All 3 tests passed."
     assert "All 3 tests passed." in env.agent_prompt(ROW, 0, transcript) and "Turn 3." in env.agent_prompt(ROW, 0,
                                                                                                         transcript)
-    assert env.is_done(ROW, transcript.extend([HELPER, MAIN])) and len(runner.calls) == 2
+    assert env.is_done(ROW, transcript.extend([HELPER, MAIN])) and len(runner.calls) == 3
 
 
 def test_feedback_reports_syntax_errors_and_missing_functions_without_running():
@@ -323,7 +325,7 @@ EXPECTED = {  # term -> scores of the pairs above, in order
     "main_defined": [1, 0, 1, 1, 1],
     "syntax": [1, 0, 1, 1, 1],
     "tests": [1, 0, 1, 1, 1 / 3],
-    "helper_used": [1, 0, 0, 1, 1],
+    "helper_used": [1, 0, 0, 1, 0],  # "failing" passes only the test that never calls `aux`
     "nontrivial": [1, 0, 1, 0, 1],
 }
 TERMS = {
@@ -357,7 +359,9 @@ def test_team_reward_weights_and_terms():
     assert values[0] == pytest.approx(4.0)  # the maximum
     assert reward.last_terms["tests"] == pytest.approx(EXPECTED["tests"])
     assert "codebleu" not in reward.last_terms  # weight 0: not computed
-    assert len(runner.calls) == 1 and len(runner.calls[0]) == 4  # one batch; the broken program never runs
+    assert len(runner.calls[0]) == 4  # one batch; the broken program never runs
+    # then the mains that refer to `aux` in teams that pass a test, without the helper: "correct", "wrapper", "failing"
+    assert len(runner.calls) == 2 and [p.count("def aux") for p in runner.calls[1]] == [0, 0, 0]
     custom = CodingTeamReward(env, weights={"tests": 1.0, "helper_used": 0.0, "nontrivial": 0.0})
     assert [f.name for f in custom.reward_funcs()] == ["helper_defined", "main_defined", "syntax", "tests"]
     assert custom.reward_weights() == [0.25, 0.25, 0.5, 1.0]
@@ -419,7 +423,29 @@ def test_reward_terms_with_the_sandbox(sandbox_env):
         assert reward.last_terms[name] == pytest.approx(expected), name
         assert call(TERMS[name](sandbox_env), list(helpers), list(mains)) == pytest.approx(expected), name
     assert values[0] == pytest.approx(4.0)
-    assert sandbox_env.executor.misses - misses == 4  # the broken program never runs; repeated calls hit the cache
+    # 4 programs (the broken one never runs) and 3 mains without their helper; repeated calls hit the cache
+    assert sandbox_env.executor.misses - misses == 7
+
+
+DEAD_CALL_WRONG = "```python\ndef sum_of_squares(numbers):\n    if False:\n        aux(0)\n    return -1\n```"
+DEAD_CALL_ALONE = ("```python\ndef sum_of_squares(numbers):\n    if False:\n        return aux(0)\n"
+                   "    return sum(x * x for x in numbers)\n```")
+UNREACHED_CALL = ("```python\ndef sum_of_squares(numbers):\n    if len(numbers) < 0:\n        return aux(0)\n"
+                  "    return sum(x * x for x in numbers)\n```")
+IGNORED_CALL = ("```python\ndef sum_of_squares(numbers):\n    try:\n        aux(numbers)\n    except Exception:\n"
+                "        pass\n    return sum(x * x for x in numbers)\n```")
+
+
+def test_cooperation_terms_cannot_be_had_without_a_call_that_matters(sandbox_env):
+    """Issue 26: a main calling `aux` under `if False:` and passing no test scored 2.0 of 4.0; calls that never run
+    or do not matter scored the full cooperation bonus. Only a helper that adds passing tests earns it."""
+    reward = CodingTeamReward(sandbox_env)
+    mains = [DEAD_CALL_WRONG, DEAD_CALL_ALONE, UNREACHED_CALL, IGNORED_CALL, MAIN]
+    values = call(reward, [HELPER] * len(mains), mains)
+    assert reward.last_terms["tests"] == [0.0, 1.0, 1.0, 1.0, 1.0]
+    assert reward.last_terms["helper_used"] == [0.0, 0.0, 0.0, 0.0, 1.0]
+    assert reward.last_terms["nontrivial"] == [0.0, 1.0, 1.0, 1.0, 1.0]
+    assert values == pytest.approx([1.0, 3.5, 3.5, 3.5, 4.0])
 
 
 def test_multi_turn_episode_with_the_sandbox(sandbox_env):
@@ -538,7 +564,7 @@ def test_bad_configuration():
 def test_executor_cache_is_bounded():
     runner = FakeRunner()
     executor = ProgramExecutor(runner, cache_size=2)
-    spec = {"test": ROW["test"], "entry_point": ROW["entry_point"]}
+    spec = {"test": ROW["test"], "entry_point": ROW["entry_point"], "prompt": PROMPT}
     executor.run(["a", "b", "a"], [spec] * 3)
     assert runner.calls == [["a", "b"]] and (executor.hits, executor.misses) == (1, 2)
     executor.run(["c"], [spec])

@@ -200,7 +200,8 @@ def test_forged_log_records_are_bounded_and_sanitized(caplog):
     with caplog.at_level(logging.WARNING, logger="trl_marl.sandbox"):
         [result] = run_programs([program], [HUMANEVAL], SandboxLimits(wall_time=10, cpu_time=5))
     # It scribbled on its pipe to the harness too: that breaks the protocol, which fails the program.
-    assert result.passed == 0 and result.reason == "error: the program broke the harness protocol", result
+    assert result.passed == 0, result
+    assert result.reason == "error: the program broke the harness protocol: malformed message header", result
     forged = [r for r in caplog.records if "forged" in r.getMessage()]
     assert forged == []
     assert all("\x1b" not in r.getMessage() and len(r.getMessage()) <= 300 for r in caplog.records)
@@ -217,3 +218,197 @@ def test_sanitized_warning_helper():
 def test_results_report_hardening_layers():
     [result] = run_programs(["def add(a, b):\n    return a + b\n"], [HUMANEVAL], LIMITS)
     assert {"no_new_privs", "uid", "pidns", "mountns", "netns", "nosuid"} <= set(result.isolation), result.isolation
+
+
+# ---------------------------------------------------------------------------------------------------- issue 26
+# Names a test uses must mean what the test's author meant: a module the test reads (`math.isclose`, `re.search`)
+# is the real module whatever the program binds to that name, the built-ins are the real ones, and only the
+# functions under test come from the program. Each program below returns a wrong answer (or raises) and passed
+# every test before issue 26 by rebinding a name the test reads, or by raising an exception that the harness
+# re-raised as control flow.
+SPHERE = TestSpec.mbpp(["assert math.isclose(volume_sphere(10), 4188.79, rel_tol=0.001)",
+                        "assert math.isclose(volume_sphere(25), 65449.84, rel_tol=0.001)"])
+NAME_ATTACKS: dict[str, tuple[str, TestSpec]] = {
+    "math_class": (
+        "class math:\n"
+        "    @staticmethod\n"
+        "    def isclose(*args, **kwargs):\n"
+        "        return True\n"
+        "def volume_sphere(r):\n"
+        "    return 0\n", SPHERE),
+    "math_simplenamespace": (
+        "import types\n"
+        "math = types.SimpleNamespace(isclose=lambda *a, **k: True)\n"
+        "def volume_sphere(r):\n"
+        "    return 0\n", SPHERE),
+    "math_function_with_attribute": (
+        "def math():\n"
+        "    pass\n"
+        "math.isclose = lambda *a, **k: True\n"
+        "def volume_sphere(r):\n"
+        "    return 0\n", SPHERE),
+    "math_forged_module_object": (  # a module object under another name, passed off as `math`
+        "import types\n"
+        "math = types.ModuleType('mathx')\n"
+        "math.isclose = lambda *a, **k: True\n"
+        "def volume_sphere(r):\n"
+        "    return 0\n", SPHERE),
+    "cmath_as_math_patched": (  # a real module that H would import, patched in the program's process
+        "import cmath as math\n"
+        "math.isclose = lambda *a, **k: True\n"
+        "def volume_sphere(r):\n"
+        "    return 0\n", SPHERE),
+    "re_class": (
+        "class re:\n"
+        "    @staticmethod\n"
+        "    def fullmatch(*args, **kwargs):\n"
+        "        return True\n"
+        "def digits(text):\n"
+        "    return 'no digits here'\n",
+        TestSpec.mbpp(["assert re.fullmatch('[0-9]+', digits('a1b22c'))",
+                       "assert re.fullmatch('[0-9]+', digits('x7'))"])),
+    "statistics_namespace": (
+        "import types\n"
+        "statistics = types.SimpleNamespace(mean=lambda xs: 0)\n"
+        "def average(xs):\n"
+        "    return 0\n",
+        TestSpec.mbpp(["assert average([1, 2, 3]) == statistics.mean([1, 2, 3])",
+                       "assert average([4, 8]) == statistics.mean([4, 8])"])),
+    # A program exception is never control flow in the harness: StopIteration ends `map`, `filter` and
+    # `iter(callable, sentinel)` early, so `all(...)` sees nothing false and `not any(...)` nothing true.
+    "stopiteration_all_map": (
+        "def square(x):\n"
+        "    raise StopIteration\n",
+        TestSpec.mbpp(["assert all(map(lambda x: square(x) == x * x, range(10)))",
+                       "assert all(map(lambda x: square(x) >= 0, [-3, 3]))"])),
+    "stopiteration_not_any_filter": (
+        "def is_odd(x):\n"
+        "    raise StopIteration('done')\n",
+        TestSpec.mbpp(["assert not any(filter(is_odd, [2, 4, 6]))",
+                       "assert not any(map(is_odd, [8, 10]))"])),
+    "stopiteration_humaneval": (
+        "def add(a, b):\n"
+        "    raise StopIteration\n",
+        TestSpec.humaneval("def check(candidate):\n"
+                           "    assert all(map(lambda p: candidate(*p) == p[0] + p[1], [(1, 2), (3, 4)]))\n"
+                           "    assert list(iter(lambda: candidate(1, 1), 2)) == []\n", "add")),
+    "stopasynciteration": (
+        "def square(x):\n"
+        "    raise StopAsyncIteration\n",
+        TestSpec.mbpp(["assert all(map(lambda x: square(x) == x * x, range(10)))"])),
+    # Built-ins redefined at module level (regression: the program never shadows the tests' built-ins).
+    "builtins_redefined": (
+        "def all(*a, **k):\n    return True\n"
+        "def any(*a, **k):\n    return True\n"
+        "def len(x):\n    return 3\n"
+        "def abs(x):\n    return 0\n"
+        "def isinstance(*a):\n    return True\n"
+        "def round(*a, **k):\n    return 0\n"
+        "def sorted(*a, **k):\n    return [1, 2, 3]\n"
+        "def set(*a):\n    return 0\n"
+        "def float(*a):\n    return 0.0\n"
+        "def f(x):\n    return None\n",
+        TestSpec.mbpp(["assert all(f(x) for x in range(3))", "assert len(f(1)) == 3", "assert abs(f(2)) == 0",
+                       "assert isinstance(f(3), list)", "assert round(f(4)) == 0", "assert sorted(f(5)) == [1, 2, 3]",
+                       "assert set(f(6)) == 0", "assert float(f(7)) == 0.0", "assert any([f(8)])"])),
+}
+
+
+def test_rebound_names_and_control_flow_exceptions_score_zero():
+    names = list(NAME_ATTACKS)
+    results = run_programs([p for p, _ in NAME_ATTACKS.values()], [s for _, s in NAME_ATTACKS.values()], LIMITS)
+    scores = {name: result.passed for name, result in zip(names, results)}
+    assert scores == dict.fromkeys(names, 0), {n: (r.passed, r.reason) for n, r in zip(names, results)}
+
+
+def test_honest_programs_pass_the_same_tests():
+    programs = [
+        ("import math\ndef volume_sphere(r):\n    return 4 / 3 * math.pi * r ** 3\n", SPHERE),
+        ("from math import pi\ndef volume_sphere(r):\n    return 4 / 3 * pi * r ** 3\n", SPHERE),  # no `math`
+        ("import re\ndef digits(text):\n    return ''.join(re.findall('[0-9]', text))\n",
+         NAME_ATTACKS["re_class"][1]),
+        ("def average(xs):\n    return sum(xs) / len(xs)\n", NAME_ATTACKS["statistics_namespace"][1]),
+        ("def square(x):\n    return x * x\n", NAME_ATTACKS["stopiteration_all_map"][1]),
+        ("def is_odd(x):\n    return x % 2 == 1\n", NAME_ATTACKS["stopiteration_not_any_filter"][1]),
+        ("def f(x):\n    return [x, x, x]\n",
+         TestSpec.mbpp(["assert len(f(1)) == 3", "assert all(f(x) for x in range(1, 3))"])),
+    ]
+    results = run_programs([p for p, _ in programs], [s for _, s in programs], LIMITS)
+    assert [r.reason for r in results] == ["ok"] * len(programs), results
+
+
+def test_a_function_under_test_may_carry_a_module_name():
+    """A test that calls `copy(...)` itself means the program's function, not the module."""
+    [result] = run_programs(["def copy(xs):\n    return list(xs)\n"], [["assert copy((1, 2)) == [1, 2]"]], LIMITS)
+    assert result.reason == "ok", result
+
+
+def test_program_exceptions_reach_the_tests_as_failures_not_control_flow():
+    from trl_marl.sandbox import harness
+
+    for name in ("StopIteration", "StopAsyncIteration", "GeneratorExit", "KeyboardInterrupt", "SystemExit"):
+        exc = harness._exception(name, "stop")
+        assert type(exc) is harness.ProgramError and str(exc) == name + ": stop", (name, exc)
+    assert type(harness._exception("ValueError", "bad")) is ValueError  # tests expecting ValueError keep working
+    [result] = run_programs(["def f(x):\n    raise StopIteration('stop')\n"], [["assert f(1) == 1"]], LIMITS)
+    assert result.passed == 0 and result.reason.endswith("ProgramError: StopIteration: stop (program line 2)"), result
+
+
+def test_modules_read_are_the_names_used_only_as_modules():
+    from trl_marl.sandbox.plans import make_plan, modules_read
+
+    assert modules_read(["assert math.isclose(f(1), 2.0)", "assert re.search('a', g()).group() == 'a'"]) == (
+        "math", "re")
+    assert modules_read(["assert copy(x) == copy.deepcopy(x)"]) == ()  # also called: a function under test
+    assert modules_read(["assert np.isclose(f(), 1)", "assert math.pi == f("]) == ()  # not allowlisted; unparsable
+    assert modules_read(["def check(c):\n    assert string.ascii_letters == c()\n"], entry_point="string") == ()
+    assert make_plan(SPHERE).modules == ("math",)
+
+
+# The task's own helpers (HumanEval's prompt defines `poly` for `find_zero`, `encode_cyclic` for `decode_cyclic`):
+# the tests call them to check the answer, so a program that redefines them judged itself.
+POLY_PROMPT = (
+    "import math\n\n\n"
+    "def poly(xs: list, x: float):\n"
+    "    return sum([coeff * math.pow(x, i) for i, coeff in enumerate(xs)])\n\n\n"
+    "def find_zero(xs: list):\n"
+    '    """A zero of the polynomial with coefficients xs."""\n'
+)
+POLY_TEST = (
+    "def check(candidate):\n"
+    "    import math\n"
+    "    for coeffs in ([1, 2], [-6, 11, -6, 1], [2, -3]):\n"
+    "        solution = candidate(list(coeffs))\n"
+    "        assert math.fabs(poly(coeffs, solution)) < 1e-4\n"
+)
+POLY_FORGED = "def poly(xs, x):\n    return 0\n\n\ndef find_zero(xs):\n    return 123.0\n"
+POLY_HONEST = (
+    "def find_zero(xs):\n"
+    "    lo, hi = -100.0, 100.0\n"
+    "    for _ in range(200):\n"
+    "        mid = (lo + hi) / 2\n"
+    "        if (poly(xs, lo) > 0) == (poly(xs, mid) > 0):\n"
+    "            lo = mid\n"
+    "        else:\n"
+    "            hi = mid\n"
+    "    return lo\n"
+)
+
+
+def test_the_tasks_own_helpers_are_not_the_programs():
+    from trl_marl.utils.code import build_humaneval_program
+
+    spec = TestSpec.humaneval(POLY_TEST, "find_zero", prompt=POLY_PROMPT)
+    programs = [build_humaneval_program(POLY_PROMPT, code, "find_zero") for code in (POLY_FORGED, POLY_HONEST)]
+    forged, honest = run_programs(programs, [spec, spec], LIMITS)
+    assert forged.passed == 0 and honest.reason == "ok", (forged, honest)
+    # the same through the reward, which passes each row's prompt
+    reward = UnitTestReward(limits=LIMITS)
+    scores = reward(prompts=[POLY_PROMPT] * 2, completions=[POLY_FORGED, POLY_HONEST], test=[POLY_TEST] * 2,
+                    entry_point=["find_zero"] * 2)
+    assert scores == [0.0, 1.0]
+    # a row dict with its prompt does the same; a prompt statement that fails in the harness is skipped
+    row = {"test": POLY_TEST, "entry_point": "find_zero", "prompt": "import not_a_module_26\n" + POLY_PROMPT}
+    assert "import not_a_module_26" in TestSpec.from_row(row).task_code
+    [forged] = run_programs([programs[0]], [row], LIMITS)
+    assert forged.passed == 0 and forged.reason.startswith("failed: "), forged

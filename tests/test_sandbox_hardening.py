@@ -80,6 +80,99 @@ def test_frame_reader_refuses_oversized_and_malformed_messages():
         os.close(read)
 
 
+# What H decodes from the program is bounded before it is built: values, their estimated memory, hash collisions.
+COLLIDING = [1 + k * (2**61 - 1) for k in range(200)]  # distinct ints, one hash value
+
+
+def colliding_pairs(count: int) -> list[tuple[int, int]]:
+    """Distinct pairs of ints, all of whose elements have distinct hashes, with one tuple hash (CPython's xxHash-
+    based tuple hash inverted for the second element)."""
+    m, p1, p2, p5 = 1 << 64, 11400714785074694791, 14029467366897019727, 2870177450012600261
+
+    def step(acc: int, lane: int) -> int:
+        acc = (acc + lane * p2) % m
+        return ((acc << 31 | acc >> 33) % m) * p1 % m
+
+    before = step(step(p5, 1), 2) * pow(p1, -1, m) % m  # the state of (1, 2) before its last multiplication
+    target = (before >> 31 | before << 33) % m
+    pairs, first = [], 10
+    while len(pairs) < count:
+        second = (target - step(p5, first)) * pow(p2, -1, m) % m
+        if second < 2**61 - 2:  # an int below the modulus hashes to itself
+            pairs.append((first, second))
+        first += 1
+    return pairs
+
+
+PAIRS = colliding_pairs(100)
+
+
+def test_codec_bounds_what_it_decodes(monkeypatch):
+    monkeypatch.setattr(harness, "MAX_DECODED_BYTES", 1 << 20)
+    empty_sets = b"l20000:" + b"S0:" * 20000  # 60 kB of message, 4.5 MB of sets once built
+    with pytest.raises(harness.CodecError, match="more than 1 MiB of values"):
+        harness.decode(empty_sets)
+    monkeypatch.setattr(harness, "MAX_VALUES", 1000)
+    with pytest.raises(harness.CodecError, match="more than 1000 values"):
+        harness.decode(harness.encode([0] * 1000))
+    assert harness.decode(harness.encode([0] * 998)) == [0] * 998
+    assert len(harness.decode(empty_sets, limited=False)) == 20000  # P decoding the tests' own values: unlimited
+
+
+@pytest.mark.parametrize("value", [set(COLLIDING), frozenset(COLLIDING), dict.fromkeys(COLLIDING), COLLIDING,
+                                   [(x,) for x in COLLIDING[:1]] + COLLIDING, {(x, 0) for x in COLLIDING}, PAIRS,
+                                   [[pair] for pair in PAIRS], [frozenset([pair]) for pair in PAIRS]])
+def test_codec_refuses_hash_collisions(value):
+    assert len({hash(pair) for pair in PAIRS}) == 1 and len({hash(x) for pair in PAIRS for x in pair}) == 200
+    data = harness.encode(value)
+    with pytest.raises(harness.CodecError, match="share one hash value"):
+        harness.decode(data)
+    with pytest.raises(harness.CodecError, match="share one hash value"):
+        harness.encode(value, limited=True)  # P checks its answers the same way
+
+
+def test_codec_limits_leave_ordinary_values_alone():
+    ordinary = [list(range(20_000)), {i: str(i) for i in range(5_000)}, set(range(-5, 5)), [0] * 20_000,
+                [float("nan")] * 20, [-1, -2] * 10, ("x" * 1_000_000,)]
+    for value in ordinary:
+        decoded = harness.decode(harness.encode(value, limited=True))
+        assert type(decoded) is type(value) and len(decoded) == len(value)
+
+
+# A program that writes raw frames to its reply pipe (fd 4) at import time, where H expects its first message.
+RAW_FRAME = (
+    "import os\n"
+    "payload = {payload}\n"
+    "frame = b'%d\\n' % len(payload) + payload\n"
+    "while frame:\n"
+    "    frame = frame[os.write(4, frame):]\n"
+    "def f():\n"
+    "    return 1\n"
+)
+
+
+@pytest.mark.parametrize("payload, why", [
+    ("b't2:s2:okl5592398:' + b'S0:' * 5592398", "more than 64 MiB of values"),  # 16 MiB: 1.2 GB of sets
+    ("b't2:s2:okS200000:' + b''.join(b'i%x;' % (1 + k * (2**61 - 1)) for k in range(200000))",
+     "share one hash value"),
+    ("b't2:s2:okl1500000:' + b'N' * 1500000", "more than 1000000 values"),
+    ("b'l1:' * 200 + b'N'", "malformed plain data"),  # nested too deeply
+])
+def test_raw_frames_on_the_reply_pipe_fail_with_a_clear_reason(payload, why):
+    limits = SandboxLimits(wall_time=10, cpu_time=5, memory_mb=512)
+    result = run_program(RAW_FRAME.format(payload=payload), ["assert f() == 1"], limits)
+    assert result.passed == 0 and result.reason.startswith("error: the program broke the harness protocol: "), result
+    assert why in result.reason, result
+
+
+def test_an_answer_over_the_limits_fails_its_test_only():
+    program = ("def colliding():\n    return {1 + k * (2**61 - 1) for k in range(20)}\n"
+               "def f():\n    return 1\n")
+    result = run_program(program, ["assert len(colliding()) == 20", "assert f() == 1"], FAST)
+    assert result.per_test == [False, True], result
+    assert "share one hash value" in result.failures[0], result
+
+
 def test_seccomp_program_is_well_formed():
     for machine in ("x86_64", "aarch64"):
         prog = harness.seccomp_filter(machine)
@@ -265,3 +358,93 @@ def test_backstop_bounds_everything():
     assert runner._backstop(SandboxLimits(wall_time=2, cpu_time=3, backstop_time=4), 64) == 4
     cpus = os.cpu_count() or 1
     assert runner._backstop(SandboxLimits(wall_time=1, cpu_time=1), 4 * cpus) == pytest.approx(1 + 8 + 5)
+
+
+# ---------------------------------------------------------------------------------------------------- leftovers
+LEAVE_BEHIND = (
+    "import os, sys\n"
+    "tag, sentinel, shared = sys.argv[1:] if len(sys.argv) > 3 else {args!r}\n"
+    "for d in ('/tmp', '/var/tmp', '/dev/shm', shared):\n"
+    "    if os.path.isdir(d):\n"
+    "        os.mkfifo(f'{{d}}/fifo_{{tag}}')  # not audited: gets past the Python guard\n"
+    "os.makedirs(f'/tmp/dir_{{tag}}/sub')\n"
+    "os.symlink(sentinel, f'/tmp/dir_{{tag}}/sub/link')\n"
+    "os.symlink(sentinel, f'/tmp/link_{{tag}}')\n"
+    "script = f'echo x > /var/tmp/file_{{tag}}; if command -v ipcmk; then ipcmk -M 4096 -Q -S 1; fi'\n"
+    "pid = os.posix_spawn('/bin/sh', ['sh', '-c', script], {{}})\n"
+    "assert os.waitpid(pid, 0)[1] == 0\n"
+)
+
+
+@needs_root
+def test_process_level_as_root_leaves_nothing_in_the_hosts_temp_dirs(tmp_path):
+    import glob
+    import secrets
+
+    tag = secrets.token_hex(6)
+    sentinel = tmp_path / "root_file"
+    sentinel.write_text("keep me")
+    shared = f"/tmp/shared_{tag}"  # a root-owned world-writable directory, like /tmp/.X11-unix
+    os.mkdir(shared)
+    os.chmod(shared, 0o1777)
+    try:
+        limits = SandboxLimits(wall_time=10, namespaces=False, python_guards=False)
+        result = run_program(LEAVE_BEHIND.format(args=(tag, str(sentinel), shared)), None, limits)
+        assert result.reason == "ok" and "mountns" not in result.isolation, result
+        import shutil
+
+        assert ("Shared memory id" in result.stdout) is (shutil.which("ipcmk") is not None), result.stdout
+        left = [p for d in ("/tmp", "/var/tmp", "/dev/shm", shared) for p in glob.glob(f"{d}/*{tag}*")]
+        assert left == [shared], left
+        assert sentinel.read_text() == "keep me"
+        assert not [uid for uid in ipc_owners() if uid >= limits.uid_base]
+    finally:
+        for path in glob.glob(f"/tmp/*{tag}*") + glob.glob(f"/var/tmp/*{tag}*") + glob.glob(f"/dev/shm/*{tag}*"):
+            remove_path(path)
+
+
+def ipc_owners() -> list[int]:
+    """The owners and creators of the System V IPC objects of this host."""
+    owners = []
+    for name in ("shm", "msg", "sem"):
+        with open(f"/proc/sysvipc/{name}") as f:
+            header, *rows = [line.split() for line in f]
+        owners += [int(row[header.index(col)]) for row in rows for col in ("uid", "cuid")]
+    return owners
+
+
+def remove_path(path: str) -> None:
+    import shutil
+
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path)
+    else:
+        os.unlink(path)
+
+
+@needs_root
+def test_remove_user_files_follows_no_link_and_spares_others(tmp_path):
+    from trl_marl.sandbox.cleanup import remove_user_files
+
+    uid = 1_999_999_999
+    keep = tmp_path / "keep"
+    keep.mkdir()
+    (keep / "root_file").write_text("x")
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o777)
+    shared.chmod(0o1777)
+    mine = [tmp_path / "a", tmp_path / "d", shared / "nested", tmp_path / "link"]
+    mine[0].write_text("a")
+    (mine[1] / "e").mkdir(parents=True)
+    os.symlink(keep, mine[1] / "e" / "to_keep")
+    mine[2].write_text("n")
+    os.symlink(keep / "root_file", mine[3])
+    for path in mine + [mine[1] / "e", mine[1] / "e" / "to_keep"]:
+        os.lchown(path, uid, uid)
+    (tmp_path / "other").write_text("o")
+    removed = remove_user_files(uid, (str(tmp_path),))
+    assert sorted(removed) == sorted(str(p) for p in mine)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["keep", "other", "shared"]
+    assert (keep / "root_file").read_text() == "x" and list(shared.iterdir()) == []
+    with pytest.raises(ValueError, match="root"):
+        remove_user_files(0, (str(tmp_path),))

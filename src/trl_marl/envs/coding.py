@@ -208,8 +208,10 @@ class CooperativeCodingEnv(MultiAgentEnv):
         return self._value(row, self.entry_point_column).strip()
 
     def test_spec(self, row: Mapping[str, Any]) -> dict[str, Any]:
-        """What the sandbox needs to test a program of this row: `{"test", "entry_point"}` (HumanEval style)."""
-        return {"test": self._value(row, self.test_column), "entry_point": self.entry_point(row)}
+        """What the sandbox needs to test a program of this row: `{"test", "entry_point", "prompt"}` (HumanEval
+        style; the prompt's own helpers are the ones the tests see, whatever the team redefines)."""
+        return {"test": self._value(row, self.test_column), "entry_point": self.entry_point(row),
+                "prompt": self._value(row, self.prompt_column)}
 
     def assemble(self, row: Mapping[str, Any], helper_completion: Any, main_completion: Any) -> CodingSolution:
         """The joint action (helper agent's and main agent's completions) as a `CodingSolution`.
@@ -224,6 +226,12 @@ class CooperativeCodingEnv(MultiAgentEnv):
         preamble = prompt_preamble(self._value(row, self.prompt_column), entry_point)
         return analyze_solution(extract_code(helper_completion), extract_code(main_completion), entry_point,
                                 self.helper_name, preamble)
+
+    def without_helper(self, row: Mapping[str, Any], solution: CodingSolution) -> CodingSolution:
+        """`solution` with the helper's code left out (the prompt's preamble and the main code only): what the
+        team's program would be without the helper, to tell whether the helper made a difference."""
+        preamble = prompt_preamble(self._value(row, self.prompt_column), solution.entry_point)
+        return analyze_solution("", solution.main_code, solution.entry_point, solution.helper_name, preamble)
 
     def execute(self, rows: Sequence[Mapping[str, Any]],
                 solutions: Sequence[CodingSolution]) -> list[ExecutionResultLike | None]:

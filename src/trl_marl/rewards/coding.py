@@ -8,12 +8,20 @@ Rewards (each a TRL reward function reading the team's completions from `agent_c
 | `main_defined` | 1 if the main code parses and defines `entry_point` at top level, else 0 | [`MainDefinedReward`] |
 | `syntax` | 1 if the combined program parses, else 0 | [`CombinedSyntaxReward`] |
 | `tests` | passed / total unit tests of the combined program (0 if it does not parse) | [`PassRateReward`] |
-| `helper_used` | 1 if `entry_point` refers to `aux` (and the main code does not rebind it) | [`HelperUsedReward`] |
-| `nontrivial` | 1 if `entry_point` is defined, not a mere `return aux(...)` | [`NonTrivialMainReward`] |
+| `helper_used` | 1 if `entry_point` calls `aux` and the helper's code adds passing tests | [`HelperUsedReward`] |
+| `nontrivial` | 1 if a test passes and `entry_point` is not a mere `return aux(...)` | [`NonTrivialMainReward`] |
 | `codebleu` | CodeBLEU of helper + main against the reference solution | [`CodeBLEUTermReward`] |
 
 [`CodingTeamReward`] is their weighted sum, r = sum_k w_k * term_k (defaults in `DEFAULT_CODING_WEIGHTS`); its
 [`~CodingTeamReward.reward_funcs`] gives the terms as separate reward functions, so that a trainer logs each.
+
+The two cooperation terms are earned only by a team that passes tests, as in MAGRPO's coding reward (its authors'
+`execution_reward_aux` grants the "main uses aux" and anti-wrapper bonuses only when at least one test passes): a
+structural check alone is gamed, e.g. by a main that calls `aux` under `if False:` or on a branch no test reaches.
+So `helper_used` is decided by running the program: the combined program must pass more tests than the main code
+without the helper's code (the preamble and the main code alone, one more sandbox run, only for teams that pass a
+test and refer to `aux`): the call runs and it matters. A pair that passes no test earns at most the structure and
+syntax terms (1.0 of 4.0 with the default weights).
 """
 
 
@@ -55,12 +63,38 @@ class CodingBatch:
     solutions: list[CodingSolution]
     _results: list[ExecutionResultLike | None] | None = field(default=None, repr=False)
 
+    _helper_credit: list[bool] | None = field(default=None, repr=False)
+
     @property
     def results(self) -> list[ExecutionResultLike | None]:
         """Sandbox results (`None` where the program does not parse), computed on first access."""
         if self._results is None:
             self._results = self.env.execute(self.rows, self.solutions)
         return self._results
+
+    def passes_some(self, index: int) -> bool:
+        """Whether the combined program of joint action `index` passes at least one test."""
+        result = self.results[index]
+        return result is not None and result.total > 0 and result.passed > 0
+
+    @property
+    def helper_credit(self) -> list[bool]:
+        """Per joint action, whether the helper's code made a difference: the main function refers to the helper
+        (statically) and the combined program passes more tests than the main code alone (the prompt's preamble
+        and the main code, run in one more sandbox batch for the joint actions that pass a test and refer to the
+        helper). Computed on first access."""
+        if self._helper_credit is None:
+            todo = [i for i, s in enumerate(self.solutions) if s.helper_used and self.passes_some(i)]
+            alone = [self.env.without_helper(self.rows[i], self.solutions[i]) for i in todo]
+            ablated = self.env.execute([self.rows[i] for i in todo], alone) if todo else []
+            credit = [False] * len(self.solutions)
+            for i, result in zip(todo, ablated):
+                with_helper = self.results[i]
+                credit[i] = (with_helper is not None and not str(with_helper.reason).startswith("sandbox_error")
+                             and (result is None or (not str(result.reason).startswith("sandbox_error")
+                                                     and result.passed < with_helper.passed)))
+            self._helper_credit = credit
+        return self._helper_credit
 
 
 def coding_batch(env: CooperativeCodingEnv, completions: Sequence[Any], kwargs: Mapping[str, Any],
@@ -164,27 +198,35 @@ class PassRateReward(CodingRewardTerm):
 
 
 class HelperUsedReward(CodingRewardTerm):
-    """1 if the main function refers to the helper (`aux(...)`, or `aux` passed as a value, anywhere in its body)
-    and the main code does not define or assign that name itself, else 0 (static analysis; nothing runs)."""
+    """1 if the helper's code makes the team pass more tests, else 0.
+
+    That is: the main function refers to the helper (`aux(...)`, or `aux` passed as a value) and does not define or
+    assign that name itself (static analysis), and the combined program passes more unit tests than the main code
+    without the helper's code (one more sandbox run, see [`CodingBatch.helper_credit`]). A call that never runs
+    (`if False: aux(x)`, a branch no test reaches) or whose result does not matter earns nothing; so does any call
+    of a team that passes no test.
+    """
 
     name = "helper_used"
 
     def scores(self, batch: CodingBatch) -> list[float]:
-        return [float(s.helper_used) for s in batch.solutions]
+        return [float(credit) for credit in batch.helper_credit]
 
 
 class NonTrivialMainReward(CodingRewardTerm):
-    """1 if the main function is defined and does work of its own, else 0.
+    """1 if the combined program passes at least one test and the main function does work of its own, else 0.
 
     Trivial (0): no `entry_point`, an empty body (docstring, `pass`, `...`, a lone `raise`), or a body that only
     forwards to the helper: `return aux(...)`, `aux(...)`, or `x = aux(...); return x` (see `envs.coding_analysis`).
-    A main that solves the task without the helper is non-trivial; [`HelperUsedReward`] scores cooperation.
+    A main that solves the task without the helper is non-trivial; [`HelperUsedReward`] scores cooperation. As in
+    MAGRPO's reward, a team that passes no test earns nothing here (the body's shape alone is easily gamed).
     """
 
     name = "nontrivial"
 
     def scores(self, batch: CodingBatch) -> list[float]:
-        return [float(s.main_error is None and not s.main_trivial) for s in batch.solutions]
+        return [float(s.main_error is None and not s.main_trivial and batch.passes_some(i))
+                for i, s in enumerate(batch.solutions)]
 
 
 def reference_code(row: Mapping[str, Any], env: CooperativeCodingEnv, reference_column: str) -> str:
@@ -252,8 +294,8 @@ class CodingTeamReward:
     """The team reward of [`CooperativeCodingEnv`]: a weighted sum of the coding reward terms.
 
     r = w_helper_defined * [helper defined] + w_main_defined * [main defined] + w_syntax * [program parses]
-        + w_tests * passed/total + w_helper_used * [main calls helper] + w_nontrivial * [main not a trivial wrapper]
-        + w_codebleu * CodeBLEU
+        + w_tests * passed/total + w_helper_used * [the helper's code adds passing tests]
+        + w_nontrivial * [a test passes and main is not a trivial wrapper] + w_codebleu * CodeBLEU
 
     Terms with weight 0 are not computed (CodeBLEU is off by default). The programs run once per call, in one
     sandbox batch, through the environment's cached executor. After each call, `last_terms` maps each term's name

@@ -139,7 +139,7 @@ class UnitTestReward:
             entry: str | None = None
             if not is_missing(he_tests[i]) and not is_missing(entries[i]):
                 entry = str(entries[i])
-                spec = TestSpec.humaneval(he_tests[i], entry)
+                spec = TestSpec.humaneval(he_tests[i], entry, prompt=prompt)
             elif not is_missing(mbpp_tests[i]):
                 spec = TestSpec.mbpp(mbpp_tests[i], None if is_missing(setups[i]) else setups[i])
             else:

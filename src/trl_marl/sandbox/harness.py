@@ -45,6 +45,9 @@ PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP = 1, 4, 3
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 MAX_DEPTH = 100  # nesting of a plain value
 MAX_MESSAGE = 16 * 1024 * 1024  # bytes of one message between H and P
+MAX_VALUES = 1_000_000  # values in one message from P (each costs H about a microsecond to decode)
+MAX_DECODED_BYTES = 64 * 1024 * 1024  # estimated memory of the values of one message from P, decoded
+MAX_COLLISIONS = 8  # distinct numbers / tuples / frozensets, or set members / dict keys, sharing one hash value
 MAX_NAMES = 2000  # top-level names of a program that H learns about
 MAX_VALUE_BYTES = 64 * 1024  # a program's top-level plain value larger than this is only a reference
 MAX_HANDLES = 100_000
@@ -65,56 +68,128 @@ class CodecError(ValueError):
 
 
 _SEQUENCE_TAGS = {list: b"l", tuple: b"t", set: b"S", frozenset: b"z"}
+# What one value costs H once decoded, in estimated bytes of memory (CPython, 64-bit, generously rounded up): the
+# fixed part per tag, and the part per item of a container or per byte of a string. Each value also takes a slot
+# (8 bytes) in its container.
+_FIXED_COST = {b"N": 0, b"T": 0, b"F": 0, b"i": 32, b"f": 24, b"c": 32, b"s": 56, b"b": 40, b"r": 56, b"h": 56,
+               b"l": 56, b"t": 40, b"S": 216, b"z": 216, b"d": 232}
+_ITEM_COST = {b"s": 1, b"b": 1, b"r": 1, b"l": 8, b"t": 8, b"S": 64, b"z": 64, b"d": 64}
+_NUMBER_TAGS = (b"i", b"f", b"c")
 
 
-def encode(value: Any, handle: Callable[[Any], int | str | None] | None = None) -> bytes:
+class Budget:
+    """The limits of one decoded (or encoded) message beyond its size and nesting: values, estimated memory, and
+    hash collisions (many distinct numbers, tuples, frozensets, set members or dict keys sharing one hash value,
+    which would make building a set, or a test's `set(...)` of a list, quadratic in H).
+
+    Every check runs before the value it is about is built, so a message that breaks a limit costs at most the
+    limit.
+    """
+
+    __slots__ = ("values", "memory", "hashes")
+
+    def __init__(self, values: int, memory: int) -> None:
+        self.values, self.memory = values, memory
+        self.hashes: dict[int, list[Any]] = {}  # hash -> the distinct hashable values with that hash seen so far
+
+    def charge(self, tag: bytes, n: int) -> None:
+        """Count one value of `tag` with `n` items (or bytes); `CodecError` past a limit."""
+        self.values -= 1
+        self.memory -= 8 + _FIXED_COST[tag] + _ITEM_COST.get(tag, 0) * n
+        if self.values < 0:
+            raise CodecError("more than %d values in one message" % MAX_VALUES)
+        if self.memory < 0:
+            raise CodecError("more than %d MiB of values in one message" % (MAX_DECODED_BYTES >> 20))
+
+    def hashable(self, value: Any) -> None:
+        """Record a number, tuple or frozenset (anywhere in the message: a test may hash it later, e.g. in
+        `set(result)`); more than `MAX_COLLISIONS` distinct ones with one hash value are refused. Strings need no
+        check: their hashes are salted per process."""
+        try:
+            key = hash(value)
+        except TypeError:  # a tuple holding a list: no one can hash it
+            return
+        if value != value:  # NaN (or a tuple holding one): equal to nothing, hashed by identity
+            return
+        same = self.hashes.setdefault(key, [])
+        if value in same:
+            return
+        if len(same) >= MAX_COLLISIONS:
+            raise CodecError("more than %d distinct values share one hash value" % MAX_COLLISIONS)
+        same.append(value)
+
+
+def check_collisions(items: Any) -> None:
+    """Refuse set members or dict keys of which more than `MAX_COLLISIONS` share one hash value (linear time)."""
+    if len(items) <= MAX_COLLISIONS:
+        return
+    counts: dict[int, int] = {}
+    for item in items:
+        key = hash(item)
+        counts[key] = counts.get(key, 0) + 1
+        if counts[key] > MAX_COLLISIONS:
+            raise CodecError("more than %d set members or dict keys share one hash value" % MAX_COLLISIONS)
+
+
+def encode(value: Any, handle: Callable[[Any], int | str | None] | None = None, limited: bool = False) -> bytes:
     """Encode a plain value (exact built-in types only; subclasses are not plain).
 
     Args:
         value: The value.
         handle: Called for any other object; returns an `int` (an opaque reference id), a `str` (a reference to a
             top-level name of the program) or `None` (not encodable: `CodecError`).
+        limited: Refuse (`CodecError`) a value that [`decode`] would refuse for its number of values, memory or hash
+            collisions (P checks its answers so, to fail one test with a clear error rather than the protocol).
 
     Returns:
         `bytes`: The encoding.
     """
     out: list[bytes] = []
-    _encode(value, out, handle, 0)
+    _encode(value, out, handle, 0, Budget(MAX_VALUES, MAX_DECODED_BYTES) if limited else None)
     return b"".join(out)
 
 
-def _encode(value: Any, out: list[bytes], handle: Callable[[Any], int | str | None] | None, depth: int) -> None:
+def _encode(value: Any, out: list[bytes], handle: Callable[[Any], int | str | None] | None, depth: int,
+            budget: Budget | None) -> None:
     if depth > MAX_DEPTH:
         raise CodecError("the value is nested too deeply")
     kind = type(value)
-    if value is None:
-        out.append(b"N")
-    elif value is True:
-        out.append(b"T")
-    elif value is False:
-        out.append(b"F")
-    elif kind is int:
-        out.append(b"i%x;" % value)
-    elif kind is float:
-        out.append(b"f" + value.hex().encode() + b";")
-    elif kind is complex:
-        out.append(b"c" + value.real.hex().encode() + b"," + value.imag.hex().encode() + b";")
-    elif kind is str:
-        data = value.encode("utf-8", "surrogatepass")
-        out.append(b"s%d:" % len(data))
+    if value is None or value is True or value is False:
+        out.append(b"N" if value is None else b"T" if value else b"F")
+        if budget is not None:
+            budget.charge(b"N", 0)
+    elif kind is int or kind is float or kind is complex:
+        if kind is int:
+            out.append(b"i%x;" % value)
+        elif kind is float:
+            out.append(b"f" + value.hex().encode() + b";")
+        else:
+            out.append(b"c" + value.real.hex().encode() + b"," + value.imag.hex().encode() + b";")
+        if budget is not None:
+            budget.charge(b"i" if kind is int else b"f" if kind is float else b"c", (len(out[-1]) - 2) // 2)
+            budget.hashable(value)
+    elif kind is str or kind is bytes:
+        data = value.encode("utf-8", "surrogatepass") if kind is str else value
+        if budget is not None:
+            budget.charge(b"s", len(data))
+        out.append((b"s%d:" if kind is str else b"b%d:") % len(data))
         out.append(data)
-    elif kind is bytes:
-        out.append(b"b%d:" % len(value))
-        out.append(value)
-    elif kind in _SEQUENCE_TAGS:
-        out.append(_SEQUENCE_TAGS[kind] + b"%d:" % len(value))
-        for item in value:
-            _encode(item, out, handle, depth + 1)
-    elif kind is dict:
-        out.append(b"d%d:" % len(value))
-        for key, item in value.items():
-            _encode(key, out, handle, depth + 1)
-            _encode(item, out, handle, depth + 1)
+    elif kind in _SEQUENCE_TAGS or kind is dict:
+        tag = b"d" if kind is dict else _SEQUENCE_TAGS[kind]
+        if budget is not None:
+            budget.charge(tag, len(value))
+            if kind is not list and kind is not tuple:
+                check_collisions(value)
+        out.append(tag + b"%d:" % len(value))
+        if kind is dict:
+            for key, item in value.items():
+                _encode(key, out, handle, depth + 1, budget)
+                _encode(item, out, handle, depth + 1, budget)
+        else:
+            for item in value:
+                _encode(item, out, handle, depth + 1, budget)
+        if budget is not None and (kind is tuple or kind is frozenset):
+            budget.hashable(value)
     else:
         ref = handle(value) if handle is not None else None
         if type(ref) is int:
@@ -125,21 +200,29 @@ def _encode(value: Any, out: list[bytes], handle: Callable[[Any], int | str | No
             out.append(data)
         else:
             raise CodecError("a %s is not plain data" % kind.__name__)
+        if budget is not None:
+            budget.charge(b"h", len(out[-1]))
 
 
-def decode(data: bytes, ref: Callable[[int | str], Any] | None = None) -> Any:
+def decode(data: bytes, ref: Callable[[int | str], Any] | None = None, limited: bool = True) -> Any:
     """Decode bytes made by [`encode`], strictly: anything malformed or trailing raises `CodecError`.
 
     Args:
         data: The encoding.
         ref: Turns an opaque reference (an `int` id or a `str` name) into an object; without it references are
             malformed.
+        limited: Enforce, before building each value, the limits on the number of values (`MAX_VALUES`), their
+            estimated memory (`MAX_DECODED_BYTES`) and hash collisions (`MAX_COLLISIONS`): what H decodes comes
+            from the program. (Nesting is always limited to `MAX_DEPTH`.)
 
     Returns:
         The value.
     """
+    budget = Budget(MAX_VALUES, MAX_DECODED_BYTES) if limited else None
     try:
-        value, end = _decode(data, 0, ref, 0)
+        value, end = _decode(data, 0, ref, 0, budget)
+    except CodecError:
+        raise
     except (IndexError, ValueError, TypeError, OverflowError, UnicodeDecodeError) as exc:
         raise CodecError("malformed plain data: %s" % type(exc).__name__) from None
     if end != len(data):
@@ -162,31 +245,36 @@ def _count(data: bytes, at: int) -> tuple[int, int]:
     return n, at
 
 
-def _decode(data: bytes, at: int, ref: Callable[[int | str], Any] | None, depth: int) -> tuple[Any, int]:
+def _decode(data: bytes, at: int, ref: Callable[[int | str], Any] | None, depth: int,
+            budget: Budget | None) -> tuple[Any, int]:
     if depth > MAX_DEPTH:
         raise ValueError("nested too deeply")
     tag = data[at:at + 1]
     at += 1
-    if tag == b"N":
-        return None, at
-    if tag == b"T":
-        return True, at
-    if tag == b"F":
-        return False, at
-    if tag == b"i":
+    if tag in (b"N", b"T", b"F"):
+        if budget is not None:
+            budget.charge(tag, 0)
+        return (None if tag == b"N" else tag == b"T"), at
+    if tag in _NUMBER_TAGS:
         text, at = _until(data, at, b";")
-        if not text.lstrip(b"-").isalnum():
-            raise ValueError("bad int")
-        return int(text, 16), at
-    if tag == b"f":
-        text, at = _until(data, at, b";")
-        return float.fromhex(text.decode("ascii")), at
-    if tag == b"c":
-        text, at = _until(data, at, b";")
-        real, imag = text.decode("ascii").split(",")
-        return complex(float.fromhex(real), float.fromhex(imag)), at
+        if budget is not None:
+            budget.charge(tag, len(text) // 2)
+        if tag == b"i":
+            if not text.lstrip(b"-").isalnum():
+                raise ValueError("bad int")
+            number: Any = int(text, 16)
+        elif tag == b"f":
+            number = float.fromhex(text.decode("ascii"))
+        else:
+            real, imag = text.decode("ascii").split(",")
+            number = complex(float.fromhex(real), float.fromhex(imag))
+        if budget is not None:
+            budget.hashable(number)
+        return number, at
     if tag in (b"s", b"b", b"r"):
         n, at = _count(data, at)
+        if budget is not None:
+            budget.charge(tag, n)
         raw = data[at:at + n]
         if tag == b"b":
             return raw, at + n
@@ -200,23 +288,37 @@ def _decode(data: bytes, at: int, ref: Callable[[int | str], Any] | None, depth:
         text, at = _until(data, at, b";")
         if ref is None or not text.isdigit():
             raise ValueError("unexpected reference")
+        if budget is not None:
+            budget.charge(tag, 0)
         return ref(int(text)), at
     if tag in (b"l", b"t", b"S", b"z"):
         n, at = _count(data, at)
+        if budget is not None:
+            budget.charge(tag, n)
         items = []
         for _ in range(n):
-            item, at = _decode(data, at, ref, depth + 1)
+            item, at = _decode(data, at, ref, depth + 1, budget)
             items.append(item)
         if tag == b"l":
             return items, at
-        return (tuple if tag == b"t" else set if tag == b"S" else frozenset)(items), at
+        if budget is not None and tag != b"t":
+            check_collisions(items)
+        value = tuple(items) if tag == b"t" else set(items) if tag == b"S" else frozenset(items)
+        if budget is not None and tag != b"S":
+            budget.hashable(value)
+        return value, at
     if tag == b"d":
         n, at = _count(data, at)
-        result = {}
+        if budget is not None:
+            budget.charge(tag, n)
+        pairs = []
         for _ in range(n):
-            key, at = _decode(data, at, ref, depth + 1)
-            result[key], at = _decode(data, at, ref, depth + 1)
-        return result, at
+            key, at = _decode(data, at, ref, depth + 1, budget)
+            item, at = _decode(data, at, ref, depth + 1, budget)
+            pairs.append((key, item))
+        if budget is not None:
+            check_collisions([key for key, _ in pairs])
+        return dict(pairs), at
     raise ValueError("unknown tag")
 
 
@@ -333,6 +435,7 @@ class Channel:
     def __init__(self, call_fd: int, reply_fd: int) -> None:
         self.call_fd, self.reader = call_fd, FrameReader(reply_fd)
         self.gone: str | None = None  # why the program can no longer answer
+        self.why = ""  # how it broke the protocol
         self.exit_code: str | None = None
 
     def _handle(self, value: Any) -> int | str | None:
@@ -351,13 +454,13 @@ class Channel:
         try:
             message = decode(self.reader.read(), self._ref)
         except FrameError as exc:
-            self.gone = "protocol"
+            self.gone, self.why = "protocol", str(exc)
             raise ProgramGone("the program broke the protocol: %s" % exc) from None
         except ChannelClosed:
             self.gone = "ended"
             raise ProgramGone("the program ended") from None
         except CodecError as exc:
-            self.gone = "protocol"
+            self.gone, self.why = "protocol", str(exc)
             raise ProgramGone("the program broke the protocol: %s" % exc) from None
         if type(message) is not tuple or not message or type(message[0]) is not str:
             self.gone = "protocol"
@@ -392,11 +495,20 @@ class Channel:
         raise ProgramGone("the program broke the protocol")
 
 
+# Exceptions that Python itself treats as control flow: a `StopIteration` from the program, re-raised inside `map`,
+# `filter` or `iter(callable, sentinel)` in a test, would silently end the iteration (`all(map(...))` true).
+CONTROL_FLOW = (StopIteration, StopAsyncIteration)
+
+
 def _exception(name: str, message: str) -> Exception:
-    """A fresh exception of H for one the program raised: the built-in type of that name, else `ProgramError`."""
+    """A fresh exception of H for one the program raised: the built-in type of that name, else `ProgramError`.
+
+    Never a type Python treats as control flow ([`CONTROL_FLOW`], and `BaseException`s such as `GeneratorExit`):
+    those become `ProgramError`, so an exception from the program can only fail a test, never steer the test code.
+    """
     message = clean(message, 300)
     cls = getattr(builtins, name, None) if name.isidentifier() else None
-    if isinstance(cls, type) and issubclass(cls, Exception):
+    if isinstance(cls, type) and issubclass(cls, Exception) and not issubclass(cls, CONTROL_FLOW):
         try:
             return cls(message)
         except Exception:
@@ -413,20 +525,28 @@ def clean(text: str, limit: int) -> str:
 
 class TestGlobals(dict):
     """The tests' global namespace: names the tests do not define resolve to the program's top-level names (as
-    when program and tests share one module), except built-in names, which the program cannot shadow (only the
-    entry point may carry a built-in's name)."""
+    when program and tests share one module), except the names whose meaning the tests fix: built-in names, which
+    the program cannot shadow (only the entry point may carry a built-in's name), and the standard modules the tests
+    read as modules (`modules`: `math` in `math.isclose(...)`), which are H's own, whatever the program binds to
+    those names. So only the functions under test (and plain constants) come from the program."""
 
     __test__ = False  # not a pytest class
 
-    def __init__(self, channel: Channel, names: dict[str, Any], entry_point: str | None) -> None:
+    def __init__(self, channel: Channel, names: dict[str, Any], entry_point: str | None,
+                 modules: frozenset[str] = frozenset()) -> None:
         super().__init__(__name__="__tests__", __builtins__=builtins)
         self._channel, self._names, self._entry = channel, names, entry_point
+        self._modules = modules & SAFE_MODULES
 
     def __missing__(self, key: str) -> Any:
+        if key in self._modules:
+            value: Any = __import__(key)
+            self[key] = value
+            return value
         info = self._names.get(key)
         if info is None or (key != self._entry and hasattr(builtins, key)):
             raise KeyError(key)
-        value: Any = Remote(self._channel, ("n", key))
+        value = Remote(self._channel, ("n", key))
         if type(info) is tuple and len(info) == 2 and info[0] == "m" and info[1] in SAFE_MODULES:
             value = __import__(info[1])
             for part in info[1].split(".")[1:]:
@@ -435,6 +555,11 @@ class TestGlobals(dict):
             value = info[1]
         self[key] = value
         return value
+
+
+def protocol_error(channel: Channel) -> str:
+    """The reason of a run whose program broke the protocol (a malformed or over-limit message), for the verdict."""
+    return "the program broke the harness protocol" + (": " + clean(channel.why, 200) if channel.why else "")
 
 
 def run_tests(req: dict[str, Any], emit: Callable[..., None], channel: Channel) -> None:
@@ -479,7 +604,7 @@ def run_tests(req: dict[str, Any], emit: Callable[..., None], channel: Channel) 
         first = channel.receive()
     except ProgramGone:
         if channel.gone == "protocol":
-            emit("abort", "error", "the program broke the harness protocol")
+            emit("abort", "error", protocol_error(channel))
             emit("done")
         return  # else no verdict: the caller reports how P ended
     kind = first[0]
@@ -490,7 +615,9 @@ def run_tests(req: dict[str, Any], emit: Callable[..., None], channel: Channel) 
         emit("abort", kind, clean(_str(first[1]), 400))
     elif kind == "ready" and _len(first) == 2 and _type(first[1]) is dict:
         names = {k: v for k, v in first[1].items() if _type(k) is str and k.isidentifier()}
-        namespace = TestGlobals(channel, names, req.get("entry_point"))
+        modules = req.get("modules")
+        modules = frozenset(m for m in modules if _type(m) is str) if _type(modules) is list else frozenset()
+        namespace = TestGlobals(channel, names, req.get("entry_point"), modules)
         phase = "test_error"
         try:
             if req["setup"]:
@@ -509,7 +636,7 @@ def run_tests(req: dict[str, Any], emit: Callable[..., None], channel: Channel) 
             if channel.gone == "exit":
                 emit("abort", "exit", channel.exit_code)
             elif channel.gone == "protocol":
-                emit("abort", "error", "the program broke the harness protocol")
+                emit("abort", "error", protocol_error(channel))
             else:
                 return  # P ended: no `done`; the caller reports how (timeout, memory, signal, exit code)
         except MemoryError as exc:
@@ -517,7 +644,7 @@ def run_tests(req: dict[str, Any], emit: Callable[..., None], channel: Channel) 
         except Exception as exc:
             emit("abort", phase if phase != "tests" else "error", describe(exc))
     else:
-        emit("abort", "error", "the program broke the harness protocol")
+        emit("abort", "error", protocol_error(channel))
     emit("done")
 
 
@@ -1004,7 +1131,7 @@ def serve(req: dict[str, Any]) -> None:
 
     def send(message: tuple[Any, ...]) -> None:
         try:
-            payload = encode(message, handle)
+            payload = encode(message, handle, limited=True)  # what H would refuse fails this call only
             if _len(payload) > MAX_MESSAGE:
                 raise CodecError("too large")
         except (_MemoryError, RecursionError, CodecError, ValueError) as exc:
@@ -1055,7 +1182,7 @@ def serve(req: dict[str, Any]) -> None:
             names[name] = ("m", _str(_getattr(value, "__name__", "")))
             continue
         try:
-            data = encode(value)
+            data = encode(value, limited=True)
             names[name] = ("v", value) if _len(data) <= MAX_VALUE_BYTES else ("o", None)
         except (CodecError, RecursionError, _MemoryError):
             names[name] = ("o", None)
@@ -1072,7 +1199,7 @@ def serve(req: dict[str, Any]) -> None:
 
     while True:
         try:
-            message = decode(reader.read(), unref)
+            message = decode(reader.read(), unref, limited=False)  # H's calls: the tests' own values
         except ChannelClosed:
             quit_()
         kind = message[0]

@@ -4,8 +4,10 @@ by one, each reporting its own verdict (partial credit)."""
 from __future__ import annotations
 
 import ast
+from collections.abc import Sequence
 from dataclasses import dataclass
 
+from .harness import SAFE_MODULES
 from .types import TestSpec
 
 # Names the generated test code uses (chosen so that they do not collide with a program's names).
@@ -25,6 +27,9 @@ class TestPlan:
     tests_fn: str
     sources: tuple[str, ...]
     entry_point: str | None = None
+    modules: tuple[str, ...] = ()
+    """Standard modules the tests read by name (`math` in `math.isclose(...)`): the harness binds the real module
+    to these names whatever the program binds to them (see [`modules_read`])."""
 
 
 class _EqAsserts(ast.NodeTransformer):
@@ -38,6 +43,35 @@ class _EqAsserts(ast.NodeTransformer):
             call = ast.Call(func=ast.Name(_EQ, ast.Load()), args=[test.left, test.comparators[0]], keywords=[])
             return ast.copy_location(ast.Expr(call), node)
         return node
+
+
+def modules_read(codes: Sequence[str], entry_point: str | None = None) -> tuple[str, ...]:
+    """The names of standard modules (the harness's `SAFE_MODULES`) that the test code reads only as modules, i.e.
+    only as `name.attribute`: what the test's author meant by them is the module the reference solution imported,
+    never whatever a program binds to that name. A name the tests also call or pass as a value (`copy(x)`) is a
+    function under test, as is the entry point.
+
+    Args:
+        codes (`Sequence[str]`): Test code (setup, asserts or HumanEval's `check`); code that does not parse reads
+            nothing.
+        entry_point (`str`, *optional*): The function under test, never a module.
+
+    Returns:
+        `tuple[str, ...]`: The names, sorted.
+    """
+    bases: set[str] = set()
+    other: set[str] = set()
+    for code in codes:
+        try:
+            tree = ast.parse(code)
+        except SyntaxError:
+            continue
+        values = [node.value for node in ast.walk(tree)
+                  if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)]
+        as_base = {id(node) for node in values}
+        bases.update(node.id for node in values)
+        other.update(node.id for node in ast.walk(tree) if isinstance(node, ast.Name) and id(node) not in as_base)
+    return tuple(sorted((bases - other) & (SAFE_MODULES - {entry_point})))
 
 
 def _has_assert(node: ast.AST) -> bool:
@@ -68,8 +102,20 @@ def _segment(source: str, node: ast.AST) -> str:
     return " ".join(text.split()) if "\n" not in text.strip() else text.strip()
 
 
+def _task_setup(task_code: str) -> str:
+    """The task's own definitions as set-up code: each top-level statement on its own, one that fails skipped."""
+    try:
+        tree = ast.parse(task_code)
+    except SyntaxError:
+        return ""
+    handler = ast.ExceptHandler(type=ast.Name("Exception", ast.Load()), name=None, body=[ast.Pass()])
+    body = [ast.Try(body=[stmt], handlers=[handler], orelse=[], finalbody=[]) for stmt in tree.body]
+    return ast.unparse(ast.fix_missing_locations(ast.Module(body=body, type_ignores=[]))) + "\n" if body else ""
+
+
 def _humaneval_plan(spec: TestSpec) -> TestPlan:
     code, entry = str(spec.check_code), str(spec.entry_point)
+    task = _task_setup(spec.task_code)
     check: ast.FunctionDef | None = None
     try:
         tree = ast.parse(code)
@@ -94,10 +140,11 @@ def _humaneval_plan(spec: TestSpec) -> TestPlan:
                 sources.append(text)
             else:
                 body.append(new)
-        return TestPlan(setup=code, tests_fn=_tests_function(body), sources=tuple(sources), entry_point=entry)
+        return TestPlan(setup=task + code, tests_fn=_tests_function(body), sources=tuple(sources),
+                        entry_point=entry, modules=modules_read([code], entry))
     call = ast.Expr(ast.Call(func=ast.Name("check", ast.Load()), args=[ast.Name(entry, ast.Load())], keywords=[]))
-    return TestPlan(setup=code, tests_fn=_tests_function([_guarded(0, [call])]), sources=(f"check({entry})",),
-                 entry_point=entry)
+    return TestPlan(setup=task + code, tests_fn=_tests_function([_guarded(0, [call])]),
+                    sources=(f"check({entry})",), entry_point=entry, modules=modules_read([code], entry))
 
 
 def _mbpp_plan(spec: TestSpec) -> TestPlan:
@@ -114,7 +161,8 @@ def _mbpp_plan(spec: TestSpec) -> TestPlan:
     if not spec.asserts:
         body.append(_guarded(0, [ast.Pass()]))
         sources.append("(the program runs without an error)")
-    return TestPlan(setup=spec.setup_code, tests_fn=_tests_function(body), sources=tuple(sources))
+    return TestPlan(setup=spec.setup_code, tests_fn=_tests_function(body), sources=tuple(sources),
+                    modules=modules_read([spec.setup_code, *spec.asserts]))
 
 
 def make_plan(spec: TestSpec) -> TestPlan:

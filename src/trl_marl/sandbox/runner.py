@@ -45,14 +45,16 @@ counts as passing. What a program can make the caller log is sanitized and bound
 Test formats:
     - HumanEval rows (`prompt`, `test` defining `check(candidate)`, `entry_point`): the program is the
       completion (a whole function when it defines `entry_point`, else a body appended to the prompt); the test code
-      runs in H with `candidate` the program's `entry_point`. For partial credit the top-level statements of
-      `check` that contain an `assert` are run one by one, each catching its own exception (statements without an
-      assert, or with only `assert <constant>`, run in order as set-up); when `check` has no such statement,
-      `check(entry_point)` is one test.
+      runs in H with `candidate` the program's `entry_point`, after the prompt's own definitions (`task_code`, when
+      the spec has the prompt), so a test's `poly(...)` is the task's, whatever the program redefines. For partial
+      credit the top-level statements of `check` that contain an `assert` are run one by one, each catching its own
+      exception (statements without an assert, or with only `assert <constant>`, run in order as set-up); when
+      `check` has no such statement, `check(entry_point)` is one test.
     - MBPP rows (`test_list`, a list of assert statements, and optional `test_setup_code`): each assert is a test.
       The tests see the program's top-level names as they would in one module (functions and classes as stubs,
-      plain constants as values, common standard modules such as `math` imported by H), except that the program
-      cannot shadow built-ins (only the entry point may carry a built-in's name). A test that mutates an argument
+      plain constants as values), except that the program cannot shadow built-ins (only the entry point may carry a
+      built-in's name) and that a standard module the tests read as `name.attribute` (`math.isclose`) is always H's
+      own (see `plans.modules_read`). A test that mutates an argument
       in place and checks it afterwards sees no change (the program worked on a copy).
 
 Example:
@@ -89,6 +91,7 @@ from pathlib import Path
 from typing import Any
 
 from .cgroup import Cgroup
+from .cleanup import remove_user_files, remove_user_ipc
 from .plans import TestPlan, make_plan
 from .types import (
     ISOLATION_ENV,
@@ -239,7 +242,8 @@ def _execute(program: str, plan: TestPlan, limits: SandboxLimits, backstop: floa
             "entry_point": plan.entry_point, "level": limits.level, "wall_time": float(limits.wall_time),
             "cgroup_join": cgroup.join_files if cgroup is not None else [],
         }))
-        request = b"%d\n" % len(request) + request + marshal.dumps({"setup": plan.setup, "tests_fn": plan.tests_fn})
+        request = b"%d\n" % len(request) + request + marshal.dumps({"setup": plan.setup, "tests_fn": plan.tests_fn,
+                                                                         "modules": list(plan.modules)})
         try:
             proc = subprocess.Popen(
                 [python, "-I", "-c", _BOOT], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -265,8 +269,14 @@ def _execute(program: str, plan: TestPlan, limits: SandboxLimits, backstop: floa
                         stream.close()
                     except OSError:
                         pass
-        if os.geteuid() == 0 and not any(r[0] == "iso" and "pidns" in r[1] for r in raw.records if len(r) > 1):
+        layers = {layer for r in raw.records if r[0] == "iso" and len(r) > 1 for layer in r[1]}
+        if os.geteuid() == 0 and "pidns" not in layers:
             _kill_user(uid)  # no PID namespace: end what escaped the process group (setsid) by its user id
+        if os.geteuid() == 0 and "mountns" not in layers:
+            # no mount namespace: the host's /tmp, /var/tmp, /dev/shm were the program's; nothing of it runs now
+            remove_user_files(uid)
+            if "ipcns" not in layers:
+                remove_user_ipc(uid)
         raw.returncode = proc.returncode
         raw.oom_killed = cgroup is not None and cgroup.oom_killed()
         raw.duration = time.monotonic() - start

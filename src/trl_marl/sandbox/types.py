@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..utils.code import prompt_preamble
 from ..utils.columns import is_missing
 
 SLOTS_PER_PROCESS = 256
@@ -51,8 +52,10 @@ class SandboxLimits:
         isolation (`str`, *optional*): The isolation level (see `docs/sandbox.md`): `"namespaces"` (the default;
             root, Linux namespaces, a sandbox user id; a clear `SandboxUnavailableError` where that is not
             possible) or `"process"` (an explicit opt-in to a weaker level: a separate process with resource limits,
-            `no_new_privs`, seccomp and the Python guards, but, run as a non-root user, the program shares that
-            user's files, network and processes). `None` reads the environment variable
+            `no_new_privs`, seccomp and the Python guards; as root without namespaces it runs as a sandbox user
+            that reads the host's world-readable files and has its network, and what that user leaves in the
+            shared temporary directories is removed after the run; run as a non-root user, the program shares that
+            user's files, network and processes: see `docs/sandbox.md`). `None` reads the environment variable
             `TRL_MARL_SANDBOX_ISOLATION`, else `"namespaces"`. Whatever the level, the verdict is decided outside
             the program's process.
         namespaces (`bool`): Use Linux namespaces (network, PID, mount, IPC, UTS). `False` is an explicit opt-in to
@@ -168,6 +171,10 @@ class TestSpec:
         entry_point (`str`, *optional*): The function `check` is called with (required with `check_code`).
         split (`bool`): Split `check` into one test per top-level statement containing an assert (partial
             credit); `False` runs `check(entry_point)` as one test.
+        task_code (`str`): Definitions of the task itself that the tests may use, run (trusted, in the harness)
+            before the tests: for HumanEval, the prompt without the entry point (imports and helpers such as
+            `poly`, `encode_cyclic`), so that a test's `poly(...)` is the task's `poly` even when the program
+            redefines it. Statements that fail are skipped.
     """
 
     __test__ = False  # not a pytest test class
@@ -177,6 +184,7 @@ class TestSpec:
     check_code: str | None = None
     entry_point: str | None = None
     split: bool = True
+    task_code: str = ""
 
     def __post_init__(self) -> None:
         if self.check_code is not None:
@@ -186,9 +194,11 @@ class TestSpec:
                 raise ValueError("A TestSpec has either check_code (HumanEval) or asserts (MBPP), not both.")
 
     @classmethod
-    def humaneval(cls, test: str, entry_point: str, split: bool = True) -> TestSpec:
-        """Tests of a HumanEval row: `test` defines `check(candidate)`, called with `entry_point`."""
-        return cls(check_code=str(test), entry_point=str(entry_point), split=split)
+    def humaneval(cls, test: str, entry_point: str, split: bool = True, prompt: str | None = None) -> TestSpec:
+        """Tests of a HumanEval row: `test` defines `check(candidate)`, called with `entry_point`; with the row's
+        `prompt`, the prompt's own definitions (all but `entry_point`) are the ones the tests see (`task_code`)."""
+        task_code = prompt_preamble(str(prompt), str(entry_point)) if prompt and not is_missing(prompt) else ""
+        return cls(check_code=str(test), entry_point=str(entry_point), split=split, task_code=task_code)
 
     @classmethod
     def mbpp(cls, test_list: Sequence[str], setup_code: str | None = "") -> TestSpec:
@@ -211,7 +221,7 @@ class TestSpec:
             return row
         if isinstance(row, Mapping):
             if not is_missing(row.get("test")) and "entry_point" in row:
-                return cls.humaneval(row["test"], row["entry_point"], split=split)
+                return cls.humaneval(row["test"], row["entry_point"], split=split, prompt=row.get("prompt"))
             if not is_missing(row.get("test_list")):
                 return cls.mbpp(row["test_list"], row.get("test_setup_code") or row.get("setup_code") or "")
             if not is_missing(row.get("test")):
