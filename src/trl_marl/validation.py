@@ -17,8 +17,10 @@ every function skips is *unscorable*. Anything else, a string such as `"1.0"` in
 
 from __future__ import annotations
 
+import contextvars
 import numbers
 import os
+import threading
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -41,6 +43,14 @@ class ContextLengthWarning(UserWarning):
 
 class RewardFunctionError(RuntimeError):
     """A reward function raised, or returned something other than one score (or `None`) per completion."""
+
+
+class RewardTimeoutError(RewardFunctionError):
+    """A reward function call took longer than the config's `reward_timeout` (its thread is abandoned, not killed)."""
+
+
+DEFAULT_REWARD_TIMEOUT = 600.0
+"""The configs' default `reward_timeout` (seconds per reward function call; see [`call_reward_function`])."""
 
 
 # ---------------------------------------------------------------------------------------------- reward contract
@@ -71,24 +81,41 @@ def reward_value(value: Any, name: str, index: int) -> float | None:
     )
 
 
-def call_reward_function(func: Callable[..., Any], name: str, size: int, **kwargs: Any) -> list[float | None]:
+def call_reward_function(func: Callable[..., Any], name: str, size: int, timeout: float | None = None,
+                         timeout_field: str = "reward_timeout", **kwargs: Any) -> list[float | None]:
     """Call one reward function on `size` completions and check its output against the reward contract.
+
+    With a `timeout`, the call runs in a worker thread and the caller waits at most `timeout` seconds for it. Python
+    cannot kill a thread: a call that overruns is *abandoned* (a daemon thread, so it never keeps the process alive
+    at exit) and goes on running in the background until it returns on its own, while the caller raises a
+    [`RewardTimeoutError`] (the trainers then save the last completed step and stop). The worker thread gets the
+    caller's context variables, autograd mode and CUDA device. Without a timeout the function is called directly.
 
     Args:
         func: The reward function, called as `func(**kwargs)`.
         name: Its name, for messages.
         size: The number of completions it must score.
+        timeout: Seconds one call may take; `None` waits as long as it takes.
+        timeout_field: The config field that holds `timeout`, for the message (e.g. `"MAGRPOConfig.reward_timeout"`).
         **kwargs: What the function receives (`prompts`, `completions` and the keyword arguments).
 
     Returns:
         One float (possibly NaN or infinite) or `None` per completion.
 
     Raises:
+        RewardTimeoutError: when the call did not return within `timeout` seconds.
         RewardFunctionError: when the function raises, returns something that is not a list of `size` entries,
             or an entry that is not a number or `None`.
     """
     try:
-        values = func(**kwargs)
+        values = func(**kwargs) if timeout is None else _call_with_timeout(func, kwargs, timeout)
+    except _Overran:
+        raise RewardTimeoutError(
+            f"Reward function `{name}` did not return within {timeout:g} s (`{timeout_field}`) while scoring {size} "
+            "completions; it may hang (a dead server, a deadlock, an endless loop). Its call was abandoned (a Python "
+            f"thread cannot be killed, so it may still run in the background). Fix the function, or raise "
+            f"`{timeout_field}` if such calls are legitimately slow (`None` disables the limit)."
+        ) from None
     except Exception as exc:  # noqa: BLE001 - re-raised with the function's name
         raise RewardFunctionError(f"Reward function `{name}` raised {type(exc).__name__}: {exc}") from exc
     if values is None or isinstance(values, (str, bytes, Mapping)) or not hasattr(values, "__len__"):
@@ -102,6 +129,38 @@ def call_reward_function(func: Callable[..., Any], name: str, size: int, **kwarg
             "float (or None) per completion."
         )
     return [reward_value(v, name, i) for i, v in enumerate(values)]
+
+
+class _Overran(Exception):
+    """A reward call did not return in time (turned into a [`RewardTimeoutError`] by [`call_reward_function`])."""
+
+
+def _call_with_timeout(func: Callable[..., Any], kwargs: dict[str, Any], timeout: float) -> Any:
+    """`func(**kwargs)` in a daemon thread, awaited at most `timeout` seconds: its result, or its exception re-raised
+    here; [`_Overran`] when it is still running (the thread is left to finish on its own)."""
+    outcome: dict[str, Any] = {}
+    context = contextvars.copy_context()
+    grad = torch.is_grad_enabled()
+    device = torch.cuda.current_device() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
+
+    def work() -> None:
+        try:
+            if device is not None:
+                torch.cuda.set_device(device)
+            with torch.set_grad_enabled(grad):
+                outcome["value"] = context.run(func, **kwargs)
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=work, name=f"reward:{getattr(func, '__name__', type(func).__name__)}",
+                              daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if thread.is_alive():
+        raise _Overran
+    if "error" in outcome:
+        raise outcome.pop("error")
+    return outcome["value"]
 
 
 def unscorable_message(names: Sequence[str], what: str, fix: str) -> str:
@@ -274,6 +333,17 @@ def check_choice(config: Any, field: str, choices: Sequence[str]) -> None:
     value = getattr(config, field)
     if value not in choices:
         raise ValueError(f"`{type(config).__name__}.{field}` must be one of {tuple(choices)}, got {value!r}.")
+
+
+def check_timeout(config: Any, field: str) -> None:
+    """Refuse a timeout field that is neither `None` (no limit) nor a number of seconds > 0."""
+    value = getattr(config, field)
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 < value < float("inf"):
+        raise ValueError(
+            f"`{type(config).__name__}.{field}` must be a number of seconds > 0, or None for no limit, got {value!r}."
+        )
 
 
 def check_positive(config: Any, field: str, meaning: str) -> None:

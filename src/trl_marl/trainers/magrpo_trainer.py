@@ -33,7 +33,7 @@ from ..rollout import (
 )
 from ..team import AgentBatch, AgentTeam, pad_left, pad_right
 from ..utils.precision import cast_lm_head_to_fp32
-from ..validation import check_prompt_lengths
+from ..validation import RewardFunctionError, check_prompt_lengths
 from .magrpo_backward import agent_loss, backward_per_agent, takes_backward_per_agent, zero_loss
 from .magrpo_config import MAGRPOConfig
 from .magrpo_entropy import EntropyControl
@@ -179,6 +179,7 @@ class MAGRPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer):
         funcs = list(reward_funcs) if isinstance(reward_funcs, (list, tuple)) else [reward_funcs]
         self.reward_funcs = funcs
         self.team_reward = TeamReward(funcs, args.reward_weights)
+        self.team_reward.set_timeout(args.reward_timeout, f"{type(args).__name__}.reward_timeout")
         self.env = env
         args.remove_unused_columns = False  # the environment and the reward functions read the raw rows
         if args.data_seed is None:
@@ -245,10 +246,17 @@ class MAGRPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer):
         Sampling, dropout and branch choice draw from the global generators; reseeding them here (per device, as in
         `__init__`) makes the run independent of whatever ran between building the trainer and training it (e.g. an
         evaluation). A resumed run then restores the checkpoint's generator states on top, as `Trainer` does.
+
+        Raises:
+            RewardFunctionError: a reward function raised or timed out (`reward_timeout`); the last completed step
+                was saved first (`stop_after_reward_error`).
         """
         set_seed(self.args.seed, device_specific=True)
-        return super().train(resume_from_checkpoint=resume_from_checkpoint, trial=trial,
-                             ignore_keys_for_eval=ignore_keys_for_eval, **kwargs)
+        try:
+            return super().train(resume_from_checkpoint=resume_from_checkpoint, trial=trial,
+                                 ignore_keys_for_eval=ignore_keys_for_eval, **kwargs)
+        except RewardFunctionError as error:  # a reward raised or timed out: save the last completed step, stop
+            self.stop_after_reward_error(error)
 
     def _generation_config(self) -> GenerationConfig:
         return generation_config(self.args, self.team)

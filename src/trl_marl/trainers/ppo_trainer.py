@@ -38,7 +38,7 @@ from ..envs.base import MultiAgentEnv, PromptEnv, TokenizedPromptEnv, Transcript
 from ..rewarding import NonFiniteCounter, RewardSet
 from ..rollout import JointRollout, Rollout
 from ..team import AgentTeam, sequence_model_inputs
-from ..validation import check_prompt_lengths
+from ..validation import RewardFunctionError, check_prompt_lengths
 from .ppo_backward import backward_per_slot, micro_batches, slot_loss, takes_backward_per_slot
 from .ppo_config import MultiAgentPPOConfig
 from .ppo_logging import STAT_NAMES, print_sample_completions, update_metrics, write_ppo_model_card
@@ -202,6 +202,8 @@ class MultiAgentPPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer
         )
         # the reward contract (`trl_marl.rewarding`): a function without a kind scores each (turn, agent) response
         self.reward_set = RewardSet(self.reward_funcs, args.reward_weights, "agent") if self.reward_funcs else None
+        if self.reward_set is not None:
+            self.reward_set.set_timeout(args.reward_timeout, f"{type(args).__name__}.reward_timeout")
         self.reward_names = self.reward_set.names if self.reward_set is not None else ["reward_model"]
         self.disable_dropout([*team.models, *value_models, reward_model, ref_model, *team.ref_models])
         self.env = env
@@ -392,10 +394,24 @@ class MultiAgentPPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer
         return advantages, returns
 
     # ------------------------------------------------------------------ training loop
+    resumable = False
+
     def train(self, resume_from_checkpoint: str | bool | None = None, **kwargs: Any) -> Any:
-        """Run PPO for `num_total_batches` updates (TRL 1.12's loop, over every policy slot of the team)."""
+        """Run PPO for `num_total_batches` updates (TRL 1.12's loop, over every policy slot of the team).
+
+        Raises:
+            RewardFunctionError: a reward function raised or timed out (`reward_timeout`); the last completed
+                update was saved first (`stop_after_reward_error`).
+        """
         if resume_from_checkpoint:
             raise ValueError("Resuming PPO from a checkpoint is not supported yet; start from the saved team instead.")
+        try:
+            return self._train_updates()
+        except RewardFunctionError as error:  # a reward raised or timed out: save the last completed update, stop
+            self.stop_after_reward_error(error)
+
+    def _train_updates(self) -> None:
+        """The PPO loop of `train()`."""
         args = self.args
         self.create_optimizer_and_scheduler(num_training_steps=args.num_total_batches)
         set_seed(args.seed)  # python, numpy (mini-batch order) and torch, whatever ran since `__init__`
