@@ -17,6 +17,7 @@ from typing import Any
 from packaging.version import Version
 
 from .utils.checkpoint_files import (
+    MANIFEST_FILE,
     CorruptCheckpointWarning,
     IncompleteCheckpointWarning,
     checkpoint_problem,
@@ -180,7 +181,7 @@ def last_complete_checkpoint(output_dir: str | os.PathLike[str]) -> str | None:
     found: tuple[int, str] | None = None
     for step, name in sorted(candidates, reverse=True):
         path = os.path.join(output_dir, name)
-        if not is_complete_checkpoint(path):
+        if not os.path.exists(os.path.join(path, MANIFEST_FILE)) and not is_complete_checkpoint(path):
             warnings.warn(
                 f"Skipping the incomplete checkpoint {path} (no readable {TRAINER_STATE_FILE}: its save was "
                 "interrupted); looking for an older one.",
@@ -188,7 +189,7 @@ def last_complete_checkpoint(output_dir: str | os.PathLike[str]) -> str | None:
                 stacklevel=2,
             )
             continue
-        problem = checkpoint_problem(path)
+        problem = _damage(path)
         if problem is None:
             found = (step, path)
             break
@@ -207,6 +208,15 @@ def last_complete_checkpoint(output_dir: str | os.PathLike[str]) -> str | None:
                 stacklevel=2,
             )
     return None if found is None else found[1]
+
+
+def _damage(path: str) -> str | None:
+    """What is wrong with a checkpoint that has a manifest or a `trainer_state.json` ([`checkpoint_problem`], then
+    whether `trainer_state.json` is a JSON object); `None` when it is whole."""
+    problem = checkpoint_problem(path)
+    if problem is None and not is_complete_checkpoint(path):
+        problem = f"{os.path.join(path, TRAINER_STATE_FILE)} is missing or not a JSON object"
+    return problem
 
 
 def _remove_tree(path: str) -> None:
@@ -323,10 +333,11 @@ class TeamCheckpointMixin:
             if resume_from_checkpoint is None:
                 raise ValueError(f"No complete checkpoint to resume from in the output directory ({output_dir}).")
         elif isinstance(resume_from_checkpoint, (str, os.PathLike)):
-            if not is_complete_checkpoint(resume_from_checkpoint):
+            folder = os.fspath(resume_from_checkpoint)
+            if not os.path.exists(os.path.join(folder, MANIFEST_FILE)) and not is_complete_checkpoint(folder):
                 problem = (f"it is not a complete checkpoint (no readable {TRAINER_STATE_FILE}; its save was "
                            "interrupted or it is not a checkpoint folder)")
-            elif (damage := checkpoint_problem(os.fspath(resume_from_checkpoint))) is not None:
+            elif (damage := _damage(folder)) is not None:
                 problem = f"it is damaged: {damage}"
             else:
                 problem = None
