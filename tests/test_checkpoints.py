@@ -365,3 +365,11 @@ def test_resume_falls_back_past_a_damaged_checkpoint_and_keeps_it(model_dir, sav
     assert sorted(os.listdir(output_dir)) == ["checkpoint-4-corrupt", "checkpoint-6", "checkpoint-6-corrupt"]
     assert checkpoint_problem(str(output_dir / "checkpoint-6")) is None
     assert checkpoint_problem(str(output_dir / "checkpoint-6-corrupt")) is not None
+
+
+def test_checkpoint_model_cards_name_the_published_folder(saved_run):
+    for step in (2, 4, 6):
+        card = (saved_run / f"checkpoint-{step}" / "README.md").read_text()
+        assert f"\n# checkpoint-{step}\n" in card
+        assert f'AgentTeam.from_pretrained("checkpoint-{step}")' in card
+        assert "tmp-" not in card

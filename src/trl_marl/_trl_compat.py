@@ -422,7 +422,10 @@ class TeamCheckpointMixin:
                                "`zero3_save_16bit_model: true` in the accelerate config.")
         # under FSDP `Trainer.save_model` passes the full weights that it gathered from the shards (keys of the root)
         team.save_pretrained(output_dir, state_dict=_team_state_dict(root, state_dict) if state_dict else None)
-        self.create_model_card(output_dir=output_dir)  # type: ignore[attr-defined]
+        # a checkpoint is written under `tmp-checkpoint-<step>`: its card is titled (and loads) `checkpoint-<step>`
+        folder = os.path.basename(os.path.normpath(output_dir))
+        published = folder[len(PARTIAL_PREFIX):] if _PARTIAL_RE.match(folder) else None
+        self.create_model_card(output_dir=output_dir, model_name=published)  # type: ignore[attr-defined]
         import torch
         from transformers.trainer import TRAINING_ARGS_NAME
 
