@@ -373,3 +373,18 @@ def test_checkpoint_model_cards_name_the_published_folder(saved_run):
         assert f"\n# checkpoint-{step}\n" in card
         assert f'AgentTeam.from_pretrained("checkpoint-{step}")' in card
         assert "tmp-" not in card
+
+
+def test_resuming_a_finished_run_is_refused(model_dir, saved_run, tmp_path):
+    """transformers trains one step past `max_steps` when resumed from the last checkpoint of a finished run."""
+    output_dir = tmp_path / "out"
+    shutil.copytree(saved_run, output_dir)
+    trainer = build_trainer(model_dir, str(output_dir))
+    with pytest.raises(ValueError, match=r"checkpoint-6: it is at step 6 and `MAGRPOConfig.max_steps=6`, so this "
+                                         r"run is finished .*raise `max_steps` above 6"):
+        trainer.train(resume_from_checkpoint=True)
+    with pytest.raises(ValueError, match="at step 4 and `MAGRPOConfig.max_steps=4`"):
+        build_trainer(model_dir, str(output_dir), max_steps=4).train(
+            resume_from_checkpoint=str(output_dir / "checkpoint-4"))
+    assert trainer.state.global_step == 0
+    assert sorted(os.listdir(output_dir)) == ["checkpoint-2", "checkpoint-4", "checkpoint-6"]  # nothing trained

@@ -324,8 +324,9 @@ class TeamCheckpointMixin:
         """`Trainer.train`, resuming from the newest complete checkpoint when `resume_from_checkpoint=True`.
 
         Raises:
-            ValueError: `resume_from_checkpoint=True` and `output_dir` holds no complete checkpoint, or a given
-                checkpoint path is incomplete (no readable `trainer_state.json`).
+            ValueError: `resume_from_checkpoint=True` and `output_dir` holds no complete checkpoint, a given
+                checkpoint path is incomplete (no readable `trainer_state.json`) or damaged, or the checkpoint is
+                already at `max_steps` (the run is finished: transformers would train one step past it).
         """
         if isinstance(resume_from_checkpoint, bool) and resume_from_checkpoint:
             output_dir = self.args.output_dir  # type: ignore[attr-defined]
@@ -349,10 +350,26 @@ class TeamCheckpointMixin:
                     f"Cannot resume from {resume_from_checkpoint}: {problem}. "
                     + (f"The newest complete checkpoint next to it is {newest}." if newest else "")
                 )
+        if resume_from_checkpoint:
+            self._refuse_finished_run(os.fspath(resume_from_checkpoint))
         return super().train(  # type: ignore[misc]
             resume_from_checkpoint=resume_from_checkpoint, trial=trial, ignore_keys_for_eval=ignore_keys_for_eval,
             **kwargs,
         )
+
+    def _refuse_finished_run(self, checkpoint: str) -> None:
+        """Refuse to resume from a checkpoint that already reached `max_steps` (transformers would train one more step
+        past it, and save it)."""
+        max_steps = self.args.max_steps  # type: ignore[attr-defined]
+        with open(os.path.join(checkpoint, TRAINER_STATE_FILE), encoding="utf-8") as handle:
+            step = json.load(handle).get("global_step", 0)
+        if isinstance(max_steps, int) and 0 < max_steps <= step:
+            raise ValueError(
+                f"Cannot resume from {checkpoint}: it is at step {step} and `{type(self.args).__name__}.max_steps="  # type: ignore[attr-defined]
+                f"{max_steps}`, so this run is finished (resuming would train a step past `max_steps`). To train "
+                f"further, raise `max_steps` above {step}; to use the trained team, load it with "
+                f'`AgentTeam.from_pretrained("{checkpoint}")`.'
+            )
 
     def _save_checkpoint(self, model: Any, trial: Any) -> None:
         """Saves a checkpoint atomically (transformers 5.23's `_save_checkpoint`, written elsewhere then renamed)."""
