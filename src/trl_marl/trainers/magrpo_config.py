@@ -267,10 +267,13 @@ class MAGRPOConfig(GRPOConfig):
     prompt_length_check: str = field(
         default="warn",
         metadata={
-            "help": "What to do when a turn-1 prompt of the first rows of a dataset plus `max_completion_length` "
-            "exceeds the model's context window (`max_position_embeddings`), checked when the trainer is built: "
-            "'warn' (a ContextLengthWarning naming the row and the fixes; rotary models such as Qwen or Llama still "
-            "run past it, with degraded output), 'error' (a ValueError), or 'ignore'."
+            "help": "What to do when the turn-1 prompt of a dataset row plus `max_completion_length` exceeds the "
+            "model's "
+            "context window (`max_position_embeddings`), checked on every row when the trainer is built: 'warn' "
+            "(one ContextLengthWarning naming the first such row, the count and the fixes; rotary models such as "
+            "Qwen or Llama still run past it, with degraded output), 'error' (a ValueError), or 'ignore' (no "
+            "check). With 'warn' or 'error', a prompt longer than 4 context windows cannot fit and is always a "
+            "ValueError naming the row and its longest field."
         },
     )
     reward_timeout: float | None = field(

@@ -149,19 +149,20 @@ class MAGRPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer):
         self.check_env_agrees(env, args)
         if train_dataset is None:
             raise ValueError("`train_dataset` is required: MAGRPO plays one episode per dataset row.")
-        checked = {"train_dataset": self.validate_dataset(env, train_dataset, "train_dataset")}
+        self.validate_dataset(env, train_dataset, "train_dataset")  # the first rows, before a model is loaded
         if eval_dataset is not None:
-            checked["eval_dataset"] = self.validate_dataset(env, eval_dataset, "eval_dataset")
+            self.validate_dataset(env, eval_dataset, "eval_dataset")
 
         # A run is a function of `args.seed`: LoRA and any other freshly initialised weights are drawn now, before
         # `Trainer.__init__` seeds, so seed here (whatever the global RNG held before the trainer was built).
         set_seed(args.seed)
         team = AgentTeam.build(model, args.num_agents, mode=args.team_mode, peft_config=peft_config,
                                processing_class=processing_class, model_init_kwargs=args.model_init_kwargs)
-        for where, (indices, prompts) in checked.items():
-            check_prompt_lengths(team, prompts, indices, where, args.max_completion_length,
-                                 f"{type(args).__name__}.max_completion_length",
-                                 chat_template_kwargs=args.chat_template_kwargs, on_long=args.prompt_length_check)
+        for where, dataset in (("train_dataset", train_dataset), ("eval_dataset", eval_dataset)):
+            if dataset is not None:  # every row, before the first step
+                check_prompt_lengths(team, env, dataset, where, args.max_completion_length,
+                                     f"{type(args).__name__}.max_completion_length",
+                                     chat_template_kwargs=args.chat_template_kwargs, on_long=args.prompt_length_check)
         team.temperature = args.temperature
         team.share_prompt_prefill = args.share_prompt_prefill
         if args.frozen_agents:
@@ -538,8 +539,8 @@ class MAGRPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer):
 
     # ------------------------------------------------------------------ evaluation
     def check_evaluation_prompts(self, dataset: Any) -> None:
-        indices, prompts = self.validate_dataset(self.env, dataset, "eval_dataset")
-        check_prompt_lengths(self.team, prompts, indices, "eval_dataset", self.args.max_completion_length,
+        self.validate_dataset(self.env, dataset, "eval_dataset")
+        check_prompt_lengths(self.team, self.env, dataset, "eval_dataset", self.args.max_completion_length,
                              f"{type(self.args).__name__}.max_completion_length",
                              chat_template_kwargs=self.args.chat_template_kwargs,
                              on_long=self.args.prompt_length_check)

@@ -164,9 +164,9 @@ class MultiAgentPPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer
                 else PromptEnv(args.num_agents, args.num_turns)
             )
         self.check_env_agrees(env, args)
-        checked = {"train_dataset": self.validate_dataset(env, train_dataset, "train_dataset")}
+        self.validate_dataset(env, train_dataset, "train_dataset")  # the first rows, before a model is loaded
         if eval_dataset is not None:
-            checked["eval_dataset"] = self.validate_dataset(env, eval_dataset, "eval_dataset")
+            self.validate_dataset(env, eval_dataset, "eval_dataset")
 
         # A run is a function of `args.seed`: adapters and value heads are initialised now, before `Trainer.__init__`
         # seeds, so seed here (whatever the global RNG held before the trainer was built).
@@ -175,9 +175,10 @@ class MultiAgentPPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer
         for tok in team.tokenizers:
             if tok.pad_token_id is None:
                 raise ValueError("The tokenizer has no pad token: set one, e.g. `tokenizer.pad_token = ...`.")
-        for where, (indices, prompts) in checked.items():  # turn 1 of agent a is played by team member a
-            check_prompt_lengths(team, prompts, indices, where, args.response_length,
-                                 f"{type(args).__name__}.response_length", on_long=args.prompt_length_check)
+        for where, dataset in (("train_dataset", train_dataset), ("eval_dataset", eval_dataset)):
+            if dataset is not None:  # every row, before the first step; turn 1 of agent a: team member a
+                check_prompt_lengths(team, env, dataset, where, args.response_length,
+                                     f"{type(args).__name__}.response_length", on_long=args.prompt_length_check)
         team.temperature, team.share_prompt_prefill = args.temperature + 1e-7, args.share_prompt_prefill
         if ref_model is not None:
             if args.num_agents != 1:
@@ -540,8 +541,8 @@ class MultiAgentPPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer
 
     # ------------------------------------------------------------------ evaluation
     def check_evaluation_prompts(self, dataset: Any) -> None:
-        indices, prompts = self.validate_dataset(self.env, dataset, "eval_dataset")
-        check_prompt_lengths(self.team, prompts, indices, "eval_dataset", self.args.response_length,
+        self.validate_dataset(self.env, dataset, "eval_dataset")
+        check_prompt_lengths(self.team, self.env, dataset, "eval_dataset", self.args.response_length,
                              f"{type(self.args).__name__}.response_length", on_long=self.args.prompt_length_check)
 
     def play_evaluation_episodes(
