@@ -268,10 +268,9 @@ class MAGRPOConfig(GRPOConfig):
         default="warn",
         metadata={
             "help": "What to do when the turn-1 prompt of a dataset row plus `max_completion_length` exceeds the "
-            "model's "
-            "context window (`max_position_embeddings`), checked on every row when the trainer is built: 'warn' "
-            "(one ContextLengthWarning naming the first such row, the count and the fixes; rotary models such as "
-            "Qwen or Llama still run past it, with degraded output), 'error' (a ValueError), or 'ignore' (no "
+            "model's context window (`max_position_embeddings`), checked on every row when the trainer is built: "
+            "'warn' (one ContextLengthWarning naming the first such row, the count and the fixes; rotary models "
+            "such as Qwen or Llama still run past it, with degraded output), 'error' (a ValueError), or 'ignore' (no "
             "check). With 'warn' or 'error', a prompt longer than 4 context windows cannot fit and is always a "
             "ValueError naming the row and its longest field."
         },
