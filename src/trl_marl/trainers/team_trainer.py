@@ -159,9 +159,10 @@ class TeamTrainerMixin:
         """Save the last completed step, then raise `error` again, saying where that checkpoint is.
 
         Called by `train()` when a reward function raised, timed out (`reward_timeout`) or broke the reward contract.
-        The step in progress is lost (its rollout is incomplete); the weights, optimizer, scheduler and random state
-        of the last completed step are saved as `checkpoint-<step>` (whatever `save_strategy` says, unless a good
-        checkpoint of that step exists already), so `train(resume_from_checkpoint=True)` goes on from there once the
+        The step in progress is lost (its rollout is incomplete); the weights, optimizer and scheduler of the last
+        completed step are saved as `checkpoint-<step>` (whatever `save_strategy` says, unless a good checkpoint of
+        that step exists already; the random state saved is the one at the failure, so the resumed run samples anew
+        rather than replaying the failed step), and `train(resume_from_checkpoint=True)` goes on from there once the
         reward is fixed. Nothing is saved before the first step completes, nor with several processes: a checkpoint
         needs every process, and the others may be waiting inside the failed step.
 
