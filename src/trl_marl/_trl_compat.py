@@ -125,9 +125,10 @@ _REPLACED_RE = re.compile(rf"^{PARTIAL_PREFIX}{CHECKPOINT_PREFIX}-([0-9]+){REPLA
 def is_complete_checkpoint(path: str | os.PathLike[str]) -> bool:
     """Whether a folder is a complete checkpoint: it holds a readable `trainer_state.json`.
 
-    trl-marl writes that file last, into a temporary folder that is renamed only when everything is on disk, so a
-    `checkpoint-<step>` folder of trl-marl is complete by construction; the check catches folders left half-written
-    by other code (or copied partially).
+    trl-marl writes that file last (then only the manifest of every file, `utils.checkpoint_files`), into a
+    temporary folder that is renamed only when everything is on disk, so a `checkpoint-<step>` folder of trl-marl is
+    complete by construction; the check catches folders left half-written by other code (or copied partially).
+    Whether the files are still intact is [`checkpoint_problem`]'s question.
 
     Args:
         path: The folder.
