@@ -18,9 +18,12 @@ from packaging.version import Version
 
 from .utils.checkpoint_files import (
     MANIFEST_FILE,
+    TRAINER_STATE_FILE,
     CorruptCheckpointWarning,
     IncompleteCheckpointWarning,
+    checkpoint_damage,
     checkpoint_problem,
+    finished_run_problem,
     keep_damaged,
     write_manifest,
 )
@@ -114,8 +117,6 @@ REPLACED_SUFFIX = "-replaced"
 """`tmp-checkpoint-<step>-replaced`: a complete checkpoint moved aside while a new save of the same step takes its
 name (deleted once the new one is in place; a resume uses it if a crash came between the two renames)."""
 
-TRAINER_STATE_FILE = "trainer_state.json"
-"""The file transformers writes last into a checkpoint, and what resuming needs first."""
 
 _CHECKPOINT_RE = re.compile(rf"^{CHECKPOINT_PREFIX}-([0-9]+)$")
 _PARTIAL_RE = re.compile(rf"^{PARTIAL_PREFIX}{CHECKPOINT_PREFIX}-([0-9]+)$")
@@ -190,7 +191,7 @@ def last_complete_checkpoint(output_dir: str | os.PathLike[str]) -> str | None:
                 stacklevel=2,
             )
             continue
-        problem = _damage(path)
+        problem = checkpoint_damage(path)
         if problem is None:
             found = (step, path)
             break
@@ -209,15 +210,6 @@ def last_complete_checkpoint(output_dir: str | os.PathLike[str]) -> str | None:
                 stacklevel=2,
             )
     return None if found is None else found[1]
-
-
-def _damage(path: str) -> str | None:
-    """What is wrong with a checkpoint that has a manifest or a `trainer_state.json` ([`checkpoint_problem`], then
-    whether `trainer_state.json` is a JSON object); `None` when it is whole."""
-    problem = checkpoint_problem(path)
-    if problem is None and not is_complete_checkpoint(path):
-        problem = f"{os.path.join(path, TRAINER_STATE_FILE)} is missing or not a JSON object"
-    return problem
 
 
 def _remove_tree(path: str) -> None:
@@ -339,7 +331,7 @@ class TeamCheckpointMixin:
             if not os.path.exists(os.path.join(folder, MANIFEST_FILE)) and not is_complete_checkpoint(folder):
                 problem = (f"it is not a complete checkpoint (no readable {TRAINER_STATE_FILE}; its save was "
                            "interrupted or it is not a checkpoint folder)")
-            elif (damage := _damage(folder)) is not None:
+            elif (damage := checkpoint_damage(folder)) is not None:
                 problem = f"it is damaged: {damage}"
             else:
                 problem = None
@@ -351,26 +343,13 @@ class TeamCheckpointMixin:
                     f"Cannot resume from {resume_from_checkpoint}: {problem}. "
                     + (f"The newest complete checkpoint next to it is {newest}." if newest else "")
                 )
-        if resume_from_checkpoint:
-            self._refuse_finished_run(os.fspath(resume_from_checkpoint))
+        if resume_from_checkpoint and (finished := finished_run_problem(
+                os.fspath(resume_from_checkpoint), self.args.max_steps, type(self.args).__name__)):  # type: ignore[attr-defined]
+            raise ValueError(finished)
         return super().train(  # type: ignore[misc]
             resume_from_checkpoint=resume_from_checkpoint, trial=trial, ignore_keys_for_eval=ignore_keys_for_eval,
             **kwargs,
         )
-
-    def _refuse_finished_run(self, checkpoint: str) -> None:
-        """Refuse to resume from a checkpoint that already reached `max_steps` (transformers would train one more step
-        past it, and save it)."""
-        max_steps = self.args.max_steps  # type: ignore[attr-defined]
-        with open(os.path.join(checkpoint, TRAINER_STATE_FILE), encoding="utf-8") as handle:
-            step = json.load(handle).get("global_step", 0)
-        if isinstance(max_steps, int) and 0 < max_steps <= step:
-            raise ValueError(
-                f"Cannot resume from {checkpoint}: it is at step {step} and `{type(self.args).__name__}.max_steps="  # type: ignore[attr-defined]
-                f"{max_steps}`, so this run is finished (resuming would train a step past `max_steps`). To train "
-                f"further, raise `max_steps` above {step}; to use the trained team, load it with "
-                f'`AgentTeam.from_pretrained("{checkpoint}")`.'
-            )
 
     def _save_checkpoint(self, model: Any, trial: Any) -> None:
         """Saves a checkpoint atomically (transformers 5.23's `_save_checkpoint`, written elsewhere then renamed)."""

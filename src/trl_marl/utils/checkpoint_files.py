@@ -29,6 +29,9 @@ MANIFEST_FILE = "checkpoint_manifest.json"
 
 MANIFEST_FORMAT = 1
 
+TRAINER_STATE_FILE = "trainer_state.json"
+"""The file transformers writes last into a checkpoint (before the manifest), and what resuming needs first."""
+
 CORRUPT_SUFFIX = "-corrupt"
 """`checkpoint-<step>-corrupt`: a damaged checkpoint moved aside (never deleted) when its step is saved again."""
 
@@ -124,6 +127,39 @@ def checkpoint_problem(folder: str, checksums: bool = True) -> str | None:
             except OSError as exc:
                 return f"{label} cannot be read ({exc})"
     return None
+
+
+def checkpoint_damage(folder: str) -> str | None:
+    """[`checkpoint_problem`] with checksums, then whether `trainer_state.json` is a JSON object (a manifest does not
+    say that); `None` when the checkpoint is whole."""
+    problem = checkpoint_problem(folder)
+    if problem is None:
+        try:
+            with open(os.path.join(folder, TRAINER_STATE_FILE), encoding="utf-8") as handle:
+                whole = isinstance(json.load(handle), dict)
+        except (OSError, ValueError):
+            whole = False
+        if not whole:
+            problem = f"{os.path.join(folder, TRAINER_STATE_FILE)} is missing or not a JSON object"
+    return problem
+
+
+def finished_run_problem(checkpoint: str, max_steps: int, config_name: str) -> str | None:
+    """Why a run must not resume from `checkpoint`: it is at `max_steps` already (transformers would train one step
+    past it, and save that step); `None` otherwise (also with `max_steps <= 0`: epochs decide, and a finished run
+    then trains nothing)."""
+    try:
+        with open(os.path.join(checkpoint, TRAINER_STATE_FILE), encoding="utf-8") as handle:
+            step = json.load(handle).get("global_step", 0)
+    except (OSError, ValueError, AttributeError):
+        return None  # the completeness checks report an unreadable state
+    if not (isinstance(max_steps, int) and 0 < max_steps <= step):
+        return None
+    return (
+        f"Cannot resume from {checkpoint}: it is at step {step} and `{config_name}.max_steps={max_steps}`, so this "
+        f"run is finished (resuming would train a step past `max_steps`). To train further, raise `max_steps` above "
+        f'{step}; to use the trained team, load it with `AgentTeam.from_pretrained("{checkpoint}")`.'
+    )
 
 
 def _structure_problem(folder: str) -> str | None:
