@@ -17,7 +17,6 @@ from typing import Any
 from packaging.version import Version
 
 from .utils.checkpoint_files import (
-    MANIFEST_FILE,
     TRAINER_STATE_FILE,
     CorruptCheckpointWarning,
     IncompleteCheckpointWarning,
@@ -183,7 +182,7 @@ def last_complete_checkpoint(output_dir: str | os.PathLike[str]) -> str | None:
     found: tuple[int, str] | None = None
     for step, name in sorted(candidates, reverse=True):
         path = os.path.join(output_dir, name)
-        if not os.path.exists(os.path.join(path, MANIFEST_FILE)) and not is_complete_checkpoint(path):
+        if not os.path.isfile(os.path.join(path, TRAINER_STATE_FILE)):  # an interrupted save, or no checkpoint
             warnings.warn(
                 f"Skipping the incomplete checkpoint {path} (no readable {TRAINER_STATE_FILE}: its save was "
                 "interrupted); looking for an older one.",
@@ -328,7 +327,7 @@ class TeamCheckpointMixin:
                 raise ValueError(f"No complete checkpoint to resume from in the output directory ({output_dir}).")
         elif isinstance(resume_from_checkpoint, (str, os.PathLike)):
             folder = os.fspath(resume_from_checkpoint)
-            if not os.path.exists(os.path.join(folder, MANIFEST_FILE)) and not is_complete_checkpoint(folder):
+            if not os.path.isfile(os.path.join(folder, TRAINER_STATE_FILE)):
                 problem = (f"it is not a complete checkpoint (no readable {TRAINER_STATE_FILE}; its save was "
                            "interrupted or it is not a checkpoint folder)")
             elif (damage := checkpoint_damage(folder)) is not None:
