@@ -49,12 +49,14 @@ import torch
 
 from .envs.base import Prompt, Transcript
 from .team import is_chat
-from .validation import RewardFunctionError, call_reward_function, unscorable_message
+from .validation import RewardFunctionError, RewardTimeoutError, call_reward_function, unscorable_message
 
 __all__ = [
     "REWARD_KINDS",
     "NonFiniteError",
+    "RewardFunctionError",
     "RewardSet",
+    "RewardTimeoutError",
     "agent_reward",
     "completion_objects",
     "reward_kind",
