@@ -202,3 +202,21 @@ def test_ppo_saves_the_last_completed_update_when_a_reward_hangs(model_dir: str,
     assert str(out / "checkpoint-1") in message and "AgentTeam.from_pretrained" in message
     assert is_complete_checkpoint(out / "checkpoint-1")
     assert (out / "checkpoint-1" / "value_model_0").is_dir()
+
+
+def test_a_failed_save_is_reported_with_the_reward_error(model_dir: str, tmp_path: Path,
+                                                         release: threading.Event) -> None:
+    out = tmp_path / "out"
+    trainer = magrpo(model_dir, out, FailingReward(2, "raise", release))
+
+    def full_disk(model: Any, trial: Any) -> None:
+        raise OSError(28, "No space left on device")
+
+    trainer._save_checkpoint = full_disk
+    with pytest.raises(RewardFunctionError) as caught:
+        trainer.train()
+    message = str(caught.value)
+    assert "`flaky_verifier` raised ConnectionError" in message
+    assert f"Saving the last completed step (1) in {out / 'checkpoint-1'} failed too (OSError: " in message
+    assert "the newest checkpoint is none" in message
+    assert isinstance(caught.value.__cause__, RewardFunctionError)
