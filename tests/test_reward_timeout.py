@@ -27,7 +27,12 @@ from trl_marl.rewarding import RewardSet
 from trl_marl.rewards.arithmetic import TargetSumReward
 from trl_marl.toy import make_toy_model
 from trl_marl.utils.checkpoint_files import MANIFEST_FILE
-from trl_marl.validation import DEFAULT_REWARD_TIMEOUT, RewardTimeoutError, call_reward_function
+from trl_marl.validation import (
+    DEFAULT_REWARD_TIMEOUT,
+    RewardTimeoutError,
+    RewardTimeoutWarning,
+    call_reward_function,
+)
 
 warnings.filterwarnings("ignore")
 
@@ -86,6 +91,26 @@ def test_a_call_within_the_timeout_behaves_as_a_direct_call() -> None:
     # without a timeout the function runs in the calling thread
     call_reward_function(reward, "reward", 1, timeout=None, prompts=["a"], completions=["x"])
     assert seen["thread"] == threading.current_thread().name
+
+
+def test_a_function_that_sets_signal_handlers_runs_in_the_main_thread() -> None:
+    """Python allows `signal.signal` in the main thread only (e.g. a reward with a `signal.alarm` time limit, as
+    math_verify has): such a function is called there, without the timeout, and says so once."""
+    import signal
+
+    calls: list[str] = []
+
+    def alarmed(prompts: list[str], completions: list[str], **kwargs: Any) -> list[float]:
+        calls.append(threading.current_thread().name)
+        previous = signal.signal(signal.SIGALRM, signal.getsignal(signal.SIGALRM))
+        signal.signal(signal.SIGALRM, previous)
+        return [1.0] * len(completions)
+
+    with pytest.warns(RewardTimeoutWarning, match="`alarmed` sets signal handlers.*without `MAGRPOConfig.reward_time"):
+        values = call_reward_function(alarmed, "alarmed", 1, timeout=30.0,
+                                      timeout_field="MAGRPOConfig.reward_timeout", prompts=["a"], completions=["x"])
+    assert values == [1.0]
+    assert calls == ["reward:alarmed", threading.main_thread().name]
 
 
 def test_reward_set_applies_the_timeout_and_a_function_may_keep_its_own(release: threading.Event) -> None:

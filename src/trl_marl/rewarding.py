@@ -49,7 +49,13 @@ import torch
 
 from .envs.base import Prompt, Transcript
 from .team import is_chat
-from .validation import RewardFunctionError, RewardTimeoutError, call_reward_function, unscorable_message
+from .validation import (
+    RewardFunctionError,
+    RewardTimeoutError,
+    RewardTimeoutWarning,
+    call_reward_function,
+    unscorable_message,
+)
 
 __all__ = [
     "REWARD_KINDS",
@@ -57,6 +63,7 @@ __all__ = [
     "RewardFunctionError",
     "RewardSet",
     "RewardTimeoutError",
+    "RewardTimeoutWarning",
     "agent_reward",
     "completion_objects",
     "reward_kind",

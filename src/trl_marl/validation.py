@@ -59,6 +59,10 @@ class RewardTimeoutError(RewardFunctionError):
     """A reward function call took longer than the config's `reward_timeout` (its thread is abandoned, not killed)."""
 
 
+class RewardTimeoutWarning(UserWarning):
+    """A reward function runs without `reward_timeout`: it sets signal handlers, so it must run in the main thread."""
+
+
 DEFAULT_REWARD_TIMEOUT = 600.0
 """The configs' default `reward_timeout` (seconds per reward function call; see [`call_reward_function`])."""
 
@@ -99,7 +103,9 @@ def call_reward_function(func: Callable[..., Any], name: str, size: int, timeout
     cannot kill a thread: a call that overruns is *abandoned* (a daemon thread, so it never keeps the process alive
     at exit) and goes on running in the background until it returns on its own, while the caller raises a
     [`RewardTimeoutError`] (the trainers then save the last completed step and stop). The worker thread gets the
-    caller's context variables, autograd mode and CUDA device. Without a timeout the function is called directly.
+    caller's context variables, autograd mode and CUDA device. Without a timeout the function is called directly,
+    and so is a function that fails in the worker because it sets signal handlers (Python allows that in the main
+    thread only, e.g. a `signal.alarm` time limit of its own), with a [`RewardTimeoutWarning`].
 
     Args:
         func: The reward function, called as `func(**kwargs)`.
@@ -119,6 +125,14 @@ def call_reward_function(func: Callable[..., Any], name: str, size: int, timeout
     """
     try:
         values = func(**kwargs) if timeout is None else _call_with_timeout(func, kwargs, timeout)
+    except _NeedsMainThread:
+        warnings.warn(
+            f"Reward function `{name}` sets signal handlers (e.g. a `signal.alarm` time limit), which Python allows "
+            f"in the main thread only, so it runs there, without `{timeout_field}`: a hang in it is not caught. Give "
+            "it a time limit of its own, or avoid signals in it.",
+            RewardTimeoutWarning, stacklevel=3,
+        )
+        return call_reward_function(func, name, size, None, timeout_field, **kwargs)
     except _Overran:
         raise RewardTimeoutError(
             f"Reward function `{name}` did not return within {timeout:g} s (`{timeout_field}`) while scoring {size} "
@@ -145,6 +159,10 @@ class _Overran(Exception):
     """A reward call did not return in time (turned into a [`RewardTimeoutError`] by [`call_reward_function`])."""
 
 
+class _NeedsMainThread(Exception):
+    """A reward function failed in the worker thread because it sets signal handlers (main thread only)."""
+
+
 def _call_with_timeout(func: Callable[..., Any], kwargs: dict[str, Any], timeout: float) -> Any:
     """`func(**kwargs)` in a daemon thread, awaited at most `timeout` seconds: its result, or its exception re-raised
     here; [`_Overran`] when it is still running (the thread is left to finish on its own)."""
@@ -169,7 +187,10 @@ def _call_with_timeout(func: Callable[..., Any], kwargs: dict[str, Any], timeout
     if thread.is_alive():
         raise _Overran
     if "error" in outcome:
-        raise outcome.pop("error")
+        error = outcome.pop("error")
+        if isinstance(error, ValueError) and "main thread" in str(error):  # `signal.signal` outside the main thread
+            raise _NeedsMainThread from error
+        raise error
     return outcome["value"]
 
 
