@@ -113,19 +113,18 @@ def checkpoint_problem(folder: str, checksums: bool = True) -> str | None:
         if os.path.isabs(name) or ".." in name.split("/"):
             return f"{manifest_path} lists a path outside the checkpoint ({name!r})"
         path = os.path.join(folder, *name.split("/"))
-        label = path
         try:
             actual = os.path.getsize(path)
         except OSError:
-            return f"{label} is missing (the manifest lists it)"
+            return f"{path} is missing (the manifest lists it)"
         if actual != size:
-            return f"{label} has {actual} bytes, its manifest says {size}"
+            return f"{path} has {actual} bytes, its manifest says {size}"
         if checksums:
             try:
                 if file_sha256(path) != sha256:
-                    return f"{label} does not match the SHA-256 in its manifest (its content changed)"
+                    return f"{path} does not match the SHA-256 in its manifest (its content changed)"
             except OSError as exc:
-                return f"{label} cannot be read ({exc})"
+                return f"{path} cannot be read ({exc})"
     return None
 
 
@@ -166,14 +165,13 @@ def _structure_problem(folder: str) -> str | None:
     """The structural check of a checkpoint without a manifest (module docstring)."""
     for relative in _files_of(folder):
         path = os.path.join(folder, *relative.split("/"))
-        label = path
         suffix = os.path.splitext(relative)[1]
         if suffix not in (".safetensors", ".pt", ".pth", ".bin", ".json"):
             continue
         try:
             size = os.path.getsize(path)
             if size == 0:
-                return f"{label} is empty"
+                return f"{path} is empty"
             if suffix == ".safetensors":
                 problem = _safetensors_problem(path, size)
             elif suffix in (".pt", ".pth"):
@@ -187,9 +185,9 @@ def _structure_problem(folder: str) -> str | None:
             else:  # `.bin`: torch.save's zip or a legacy pickle, nothing to check but its size
                 problem = None
         except (OSError, ValueError, zipfile.BadZipFile) as exc:
-            return f"{label} is damaged ({type(exc).__name__}: {exc})"
+            return f"{path} is damaged ({type(exc).__name__}: {exc})"
         if problem is not None:
-            return f"{label} {problem}"
+            return f"{path} {problem}"
     return None
 
 
