@@ -19,7 +19,16 @@ from typing import Any
 import pytest
 import torch
 
-from trl_marl._trl_compat import IncompleteCheckpointWarning, is_complete_checkpoint, last_complete_checkpoint
+from trl_marl._trl_compat import (
+    CorruptCheckpointWarning,
+    IncompleteCheckpointWarning,
+    TeamCheckpointMixin,
+    _rotate_complete_checkpoints,
+    checkpoint_problem,
+    is_complete_checkpoint,
+    last_complete_checkpoint,
+)
+from trl_marl.utils.checkpoint_files import MANIFEST_FILE
 
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
@@ -249,3 +258,133 @@ def test_exact_resume_after_sigkill(model_dir, tmp_path, reference, kill_at, res
     assert len(incomplete) == (1 if kill_at == "save4" else 0)
     assert resumed.state.log_history[resumed_from - 1]["step"] == resumed_from
     assert_same_run(resumed, reference)
+
+
+# ------------------------------------------------------------------------------------------------ damaged checkpoints
+
+
+def damage(path: Path, how: str) -> None:
+    """Truncate a file to half its size, empty it, or flip one byte in its middle (same size)."""
+    data = path.read_bytes()
+    if how == "truncate":
+        path.write_bytes(data[: len(data) // 2])
+    elif how == "empty":
+        path.write_bytes(b"")
+    else:
+        middle = len(data) // 2
+        path.write_bytes(data[:middle] + bytes([data[middle] ^ 0xFF]) + data[middle + 1:])
+
+
+@pytest.fixture(scope="module")
+def saved_run(model_dir, tmp_path_factory) -> Path:
+    """checkpoint-2, -4 and -6 of the reference settings (copied by the tests that damage them)."""
+    output_dir = tmp_path_factory.mktemp("saved") / "out"
+    build_trainer(model_dir, str(output_dir)).train()
+    return output_dir
+
+
+@pytest.mark.parametrize(("name", "how"), [
+    ("agent_0/adapter_model.safetensors", "truncate"), ("agent_1/adapter_model.safetensors", "empty"),
+    ("optimizer.pt", "truncate"), ("rng_state.pth", "truncate"), ("scheduler.pt", "empty"),
+    ("agent_0/adapter_model.safetensors", "flip"), ("trainer_state.json", "flip"),
+])
+def test_a_damaged_checkpoint_is_named_and_skipped(saved_run, tmp_path, name, how):
+    output_dir = tmp_path / "out"
+    shutil.copytree(saved_run, output_dir)
+    assert checkpoint_problem(str(output_dir / "checkpoint-6")) is None
+    damage(output_dir / "checkpoint-6" / name, how)
+    bad_file = str(output_dir / "checkpoint-6" / name)
+    problem = checkpoint_problem(str(output_dir / "checkpoint-6"))
+    assert problem is not None and problem.startswith(bad_file)
+    with pytest.warns(CorruptCheckpointWarning) as caught:
+        assert last_complete_checkpoint(output_dir) == str(output_dir / "checkpoint-4")
+    assert [str(w.message).count(bad_file) for w in caught] == [1]
+    assert "left in place" in str(caught[0].message)
+    assert (output_dir / "checkpoint-6" / name).exists()  # never deleted
+
+    # an explicit path: a clear error naming the bad file and the good checkpoint next to it
+    with pytest.raises(ValueError, match="checkpoint-6: it is damaged: .*checkpoint-6/.*checkpoint-4"):
+        TeamCheckpointMixin.train(type("T", (), {})(), resume_from_checkpoint=str(output_dir / "checkpoint-6"))
+
+
+def test_checkpoints_without_a_manifest_get_a_structural_check(saved_run, tmp_path):
+    """Checkpoints of earlier versions have no manifest: accepted when their files are whole, not when they are
+    empty or truncated (a flipped byte goes unseen: only a manifest's checksums catch that)."""
+    output_dir = tmp_path / "out"
+    shutil.copytree(saved_run, output_dir)
+    for step in (2, 4, 6):
+        os.remove(output_dir / f"checkpoint-{step}" / MANIFEST_FILE)
+    six = output_dir / "checkpoint-6"
+    assert checkpoint_problem(str(six)) is None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert last_complete_checkpoint(output_dir) == str(six)
+    for name, how, expected in [
+        ("agent_0/adapter_model.safetensors", "truncate", "header describes"),
+        ("agent_0/adapter_model.safetensors", "empty", "is empty"),
+        ("optimizer.pt", "truncate", "BadZipFile"),
+        ("rng_state.pth", "truncate", "BadZipFile"),
+        ("scheduler.pt", "empty", "is empty"),
+        ("team_config.json", "truncate", "JSONDecodeError"),
+    ]:
+        original = (six / name).read_bytes()
+        damage(six / name, how)
+        problem = checkpoint_problem(str(six))
+        assert problem is not None and problem.startswith(str(six / name)) and expected in problem, problem
+        with pytest.warns(CorruptCheckpointWarning, match=name):
+            assert last_complete_checkpoint(output_dir) == str(output_dir / "checkpoint-4")
+        (six / name).write_bytes(original)
+
+
+def test_rotation_never_counts_or_deletes_a_damaged_checkpoint(saved_run, tmp_path):
+    output_dir = tmp_path / "out"
+    shutil.copytree(saved_run, output_dir)
+    damage(output_dir / "checkpoint-6" / "optimizer.pt", "truncate")
+    shutil.copytree(saved_run / "checkpoint-6", output_dir / "checkpoint-8")  # the newly published one
+    _rotate_complete_checkpoints(str(output_dir), 2, keep={str(output_dir / "checkpoint-8")})
+    # the two newest good ones stay (4 and 8), the damaged 6 is kept aside from the count, 2 goes
+    assert sorted(os.listdir(output_dir)) == ["checkpoint-4", "checkpoint-6", "checkpoint-8"]
+
+
+def test_resume_falls_back_past_a_damaged_checkpoint_and_keeps_it(model_dir, saved_run, tmp_path, reference):
+    output_dir = tmp_path / "out"
+    shutil.copytree(saved_run, output_dir)
+    damage(output_dir / "checkpoint-6" / "agent_0" / "adapter_model.safetensors", "truncate")
+    damage(output_dir / "checkpoint-4" / "optimizer.pt", "truncate")
+    resumed = build_trainer(model_dir, str(output_dir), save_total_limit=1)
+    with pytest.warns(CorruptCheckpointWarning) as caught:
+        resumed.train(resume_from_checkpoint=True)
+    messages = [str(w.message) for w in caught]
+    assert any("checkpoint-6/agent_0/adapter_model.safetensors" in m for m in messages)
+    assert any("checkpoint-4/optimizer.pt" in m for m in messages)
+    assert any("kept as" in m and "checkpoint-6-corrupt" in m for m in messages)  # re-saving step 6 kept it
+    assert any("kept as" in m and "checkpoint-4-corrupt" in m for m in messages)
+    assert resumed.state.log_history[1]["step"] == 2  # resumed from checkpoint-2
+    assert_same_run(resumed, reference)
+    # re-saving steps 4 and 6 moved the damaged ones aside (kept); save_total_limit=1 counts the new, good ones only
+    assert sorted(os.listdir(output_dir)) == ["checkpoint-4-corrupt", "checkpoint-6", "checkpoint-6-corrupt"]
+    assert checkpoint_problem(str(output_dir / "checkpoint-6")) is None
+    assert checkpoint_problem(str(output_dir / "checkpoint-6-corrupt")) is not None
+
+
+def test_checkpoint_model_cards_name_the_published_folder(saved_run):
+    for step in (2, 4, 6):
+        card = (saved_run / f"checkpoint-{step}" / "README.md").read_text()
+        assert f"\n# checkpoint-{step}\n" in card
+        assert f'AgentTeam.from_pretrained("checkpoint-{step}")' in card
+        assert "tmp-" not in card
+
+
+def test_resuming_a_finished_run_is_refused(model_dir, saved_run, tmp_path):
+    """transformers trains one step past `max_steps` when resumed from the last checkpoint of a finished run."""
+    output_dir = tmp_path / "out"
+    shutil.copytree(saved_run, output_dir)
+    trainer = build_trainer(model_dir, str(output_dir))
+    with pytest.raises(ValueError, match=r"checkpoint-6: it is at step 6 and `MAGRPOConfig.max_steps=6`, so this "
+                                         r"run is finished .*raise `max_steps` above 6"):
+        trainer.train(resume_from_checkpoint=True)
+    with pytest.raises(ValueError, match="at step 4 and `MAGRPOConfig.max_steps=4`"):
+        build_trainer(model_dir, str(output_dir), max_steps=4).train(
+            resume_from_checkpoint=str(output_dir / "checkpoint-4"))
+    assert trainer.state.global_step == 0
+    assert sorted(os.listdir(output_dir)) == ["checkpoint-2", "checkpoint-4", "checkpoint-6"]  # nothing trained

@@ -224,6 +224,61 @@ def test_prompt_longer_than_the_context_warns_by_default(model_dir: str, tmp_pat
         TRAINERS[trainer](model_dir, tmp_path, LONG, args=ARGS[trainer](tmp_path, prompt_length_check="ignore"))
 
 
+def rows_with(n: int, long_rows: dict[int, Any], chat: bool = False) -> Dataset:
+    """`n` rows of the short toy prompt, with the given rows replaced (a string, or a chat message's content)."""
+    texts = [long_rows.get(i, PROMPT) for i in range(n)]
+    if chat:
+        return Dataset.from_dict({"prompt": [[{"role": "user", "content": t}] for t in texts]})
+    return Dataset.from_dict({"prompt": texts})
+
+
+@pytest.mark.parametrize("trainer", sorted(TRAINERS))
+@pytest.mark.parametrize("chat", [False, True])
+def test_a_prompt_that_cannot_fit_fails_before_training_naming_the_row(model_dir: str, tmp_path: Path, trainer: str,
+                                                                       chat: bool) -> None:
+    """1 MB prompts from row 64 on (past the rows whose prompts are built first): refused when the trainer is built,
+    naming the row and its field, even with the default `prompt_length_check='warn'` (was: no word, then an attempt
+    to allocate 10^12 bytes at step 0)."""
+    huge = "1" * 1_000_000
+    dataset = rows_with(70, {i: huge for i in range(64, 70)}, chat=chat)
+    with pytest.raises(ValueError, match=r"agent 0 for row 64 of `train_dataset` is at least \d+ \(from its size\) "
+                                         r"tokens, more than 4 times the model's context window "
+                                         r"\(max_position_embeddings=128\): it cannot fit\. "
+                                         r"The row's longest field is `prompt` \(\d+ characters\)"):
+        TRAINERS[trainer](model_dir, tmp_path, dataset)
+    with pytest.raises(ValueError, match=r"row 2 of `eval_dataset` .* it cannot fit"):
+        TRAINERS[trainer](model_dir, tmp_path, prompts(), eval_dataset=rows_with(3, {2: huge}, chat=chat))
+    # just past 4 context windows: too short for the size bound alone, tokenized and refused with its exact count
+    with pytest.raises(ValueError, match=r"row 1 of `train_dataset` is 601 tokens, more than 4 times"):
+        TRAINERS[trainer](model_dir, tmp_path, rows_with(3, {1: "1" * 600}, chat=chat))
+    # 'ignore' skips every length check (the user takes the risk)
+    TRAINERS[trainer](model_dir, tmp_path, dataset, args=ARGS[trainer](tmp_path, prompt_length_check="ignore"))
+
+
+@pytest.mark.parametrize("trainer", sorted(TRAINERS))
+def test_every_row_is_checked_and_only_long_rows_are_tokenized(model_dir: str, tmp_path: Path, trainer: str,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    import trl_marl.utils.tokens as tokens
+
+    tokenized: list[Any] = []
+    tokenize_prompts = tokens.tokenize_prompts
+
+    def counting(tokenizer: Any, batch: Any, *args: Any) -> Any:
+        tokenized.extend(batch)
+        return tokenize_prompts(tokenizer, batch, *args)
+
+    monkeypatch.setattr(tokens, "tokenize_prompts", counting)
+    long = "1" * 200  # past the context (128) with the completion, not 4 times past it
+    dataset = rows_with(2100, {1500: long, 2099: long})
+    with pytest.warns(ContextLengthWarning, match=r"row 1500 of `train_dataset` is \d+ tokens.* \(2 of the 2100 rows "
+                                                  r"have a turn-1 prompt this long\.\)"):
+        TRAINERS[trainer](model_dir, tmp_path, dataset)
+    # the short rows fit by their byte count alone: only the long ones (of both agents) were tokenized
+    assert len(tokenized) == 4 and set(tokenized) == {long}
+    with pytest.raises(ValueError, match=r"agent 0 for row 1500 of `train_dataset` is \d+ tokens; with"):
+        TRAINERS[trainer](model_dir, tmp_path, dataset, args=ARGS[trainer](tmp_path, prompt_length_check="error"))
+
+
 # ---------------------------------------------------------------------------------------------- configuration
 @pytest.mark.skipif(has_accelerator(), reason="fp16 is valid with a GPU")
 @pytest.mark.parametrize("cls", [MAGRPOConfig, MultiAgentPPOConfig, PPOConfig])

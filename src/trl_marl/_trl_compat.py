@@ -16,6 +16,19 @@ from typing import Any
 
 from packaging.version import Version
 
+from .utils.checkpoint_files import (
+    TRAINER_STATE_FILE,
+    CorruptCheckpointWarning,
+    IncompleteCheckpointWarning,
+    checkpoint_damage,
+    checkpoint_problem,
+    finished_run_problem,
+    keep_damaged,
+    write_manifest,
+)
+from .utils.checkpoint_files import fsync_dir as _fsync_dir
+from .utils.checkpoint_files import fsync_tree as _fsync_tree
+
 TESTED_TRL_RANGE = (Version("1.16.0"), Version("1.17.0"))
 """trl-marl is tested against TRL versions in [low, high)."""
 
@@ -63,8 +76,10 @@ __all__ = [
     "TrlParser",
     "TRLBaseConfig",
     "TRLBaseTrainer",
+    "CorruptCheckpointWarning",
     "IncompleteCheckpointWarning",
     "TeamCheckpointMixin",
+    "checkpoint_problem",
     "is_complete_checkpoint",
     "last_complete_checkpoint",
     "generate_model_card",
@@ -101,24 +116,19 @@ REPLACED_SUFFIX = "-replaced"
 """`tmp-checkpoint-<step>-replaced`: a complete checkpoint moved aside while a new save of the same step takes its
 name (deleted once the new one is in place; a resume uses it if a crash came between the two renames)."""
 
-TRAINER_STATE_FILE = "trainer_state.json"
-"""The file transformers writes last into a checkpoint, and what resuming needs first."""
 
 _CHECKPOINT_RE = re.compile(rf"^{CHECKPOINT_PREFIX}-([0-9]+)$")
 _PARTIAL_RE = re.compile(rf"^{PARTIAL_PREFIX}{CHECKPOINT_PREFIX}-([0-9]+)$")
 _REPLACED_RE = re.compile(rf"^{PARTIAL_PREFIX}{CHECKPOINT_PREFIX}-([0-9]+){REPLACED_SUFFIX}$")
 
 
-class IncompleteCheckpointWarning(UserWarning):
-    """An incomplete checkpoint folder (an interrupted save) was skipped when looking for one to resume from."""
-
-
 def is_complete_checkpoint(path: str | os.PathLike[str]) -> bool:
     """Whether a folder is a complete checkpoint: it holds a readable `trainer_state.json`.
 
-    trl-marl writes that file last, into a temporary folder that is renamed only when everything is on disk, so a
-    `checkpoint-<step>` folder of trl-marl is complete by construction; the check catches folders left half-written
-    by other code (or copied partially).
+    trl-marl writes that file last (then only the manifest of every file, `utils.checkpoint_files`), into a
+    temporary folder that is renamed only when everything is on disk, so a `checkpoint-<step>` folder of trl-marl is
+    complete by construction; the check catches folders left half-written by other code (or copied partially).
+    Whether the files are still intact is [`checkpoint_problem`]'s question.
 
     Args:
         path: The folder.
@@ -138,7 +148,9 @@ def last_complete_checkpoint(output_dir: str | os.PathLike[str]) -> str | None:
 
     Candidates are the `checkpoint-<step>` folders, newest step first, and a `tmp-checkpoint-<step>-replaced` folder
     whose `checkpoint-<step>` is missing (a crash between the two renames of a same-step re-save). Folders left by an
-    interrupted save (`tmp-checkpoint-<step>`) are never used.
+    interrupted save (`tmp-checkpoint-<step>`) are never used. A complete candidate is verified before it is chosen
+    ([`checkpoint_problem`]: every file against the manifest's sizes and SHA-256, or a structural check for a folder
+    without manifest); a damaged one is skipped with a [`CorruptCheckpointWarning`] naming the bad file, and kept.
 
     Args:
         output_dir: The run's `output_dir`.
@@ -149,6 +161,7 @@ def last_complete_checkpoint(output_dir: str | os.PathLike[str]) -> str | None:
     Warns:
         IncompleteCheckpointWarning: For every newer checkpoint folder that is skipped because it is incomplete, and
             for every interrupted save newer than the checkpoint returned.
+        CorruptCheckpointWarning: For every newer complete checkpoint skipped because a file is damaged.
     """
     output_dir = os.fspath(output_dir)
     try:
@@ -169,13 +182,22 @@ def last_complete_checkpoint(output_dir: str | os.PathLike[str]) -> str | None:
     found: tuple[int, str] | None = None
     for step, name in sorted(candidates, reverse=True):
         path = os.path.join(output_dir, name)
-        if is_complete_checkpoint(path):
+        if not os.path.isfile(os.path.join(path, TRAINER_STATE_FILE)):  # an interrupted save, or no checkpoint
+            warnings.warn(
+                f"Skipping the incomplete checkpoint {path} (no readable {TRAINER_STATE_FILE}: its save was "
+                "interrupted); looking for an older one.",
+                IncompleteCheckpointWarning,
+                stacklevel=2,
+            )
+            continue
+        problem = checkpoint_damage(path)
+        if problem is None:
             found = (step, path)
             break
         warnings.warn(
-            f"Skipping the incomplete checkpoint {path} (no readable {TRAINER_STATE_FILE}: its save was "
-            "interrupted); looking for an older one.",
-            IncompleteCheckpointWarning,
+            f"Skipping the damaged checkpoint {path}: {problem}. Falling back to an older checkpoint; the damaged "
+            "one is left in place (delete it yourself once you no longer need it).",
+            CorruptCheckpointWarning,
             stacklevel=2,
         )
     for step in sorted(partial_steps):
@@ -187,32 +209,6 @@ def last_complete_checkpoint(output_dir: str | os.PathLike[str]) -> str | None:
                 stacklevel=2,
             )
     return None if found is None else found[1]
-
-
-def _fsync_tree(root: str) -> None:
-    """Flushes every file and folder under `root` to disk (where the platform allows fsync on folders)."""
-    for folder, _, files in os.walk(root):
-        for name in files:
-            descriptor = os.open(os.path.join(folder, name), os.O_RDONLY)
-            try:
-                os.fsync(descriptor)
-            finally:
-                os.close(descriptor)
-        _fsync_dir(folder)
-
-
-def _fsync_dir(folder: str) -> None:
-    """Flushes a folder's entries (new names, renames) to disk; a no-op where folders cannot be opened."""
-    try:
-        descriptor = os.open(folder, os.O_RDONLY)
-    except OSError:  # pragma: no cover - e.g. Windows
-        return
-    try:
-        os.fsync(descriptor)
-    except OSError:  # pragma: no cover - some file systems refuse fsync on folders
-        pass
-    finally:
-        os.close(descriptor)
 
 
 def _remove_tree(path: str) -> None:
@@ -233,9 +229,12 @@ def _publish_checkpoint(partial_dir: str, final_dir: str) -> None:
     after the rename; between the two renames it stays complete under `tmp-checkpoint-<step>-replaced`, which
     [`last_complete_checkpoint`] accepts.
     """
+    write_manifest(partial_dir)  # last: every other file of every process is written
     _fsync_tree(partial_dir)
     run_dir = os.path.dirname(final_dir)
     replaced = None
+    if os.path.exists(final_dir) and checkpoint_problem(final_dir, checksums=False) is not None:
+        keep_damaged(final_dir)  # a damaged checkpoint is never deleted
     if os.path.exists(final_dir):
         replaced = f"{os.path.join(run_dir, PARTIAL_PREFIX + os.path.basename(final_dir))}{REPLACED_SUFFIX}"
         shutil.rmtree(replaced, ignore_errors=True)
@@ -258,7 +257,9 @@ def _rotate_complete_checkpoints(run_dir: str, save_total_limit: int | None, kee
     """Deletes the oldest complete checkpoints beyond `save_total_limit` (transformers' rule, by step number).
 
     Runs only after the newest checkpoint is published, so the last complete checkpoint is never deleted before a
-    newer complete one exists. Incomplete `checkpoint-<step>` folders are neither counted nor deleted.
+    newer complete one exists. Incomplete `checkpoint-<step>` folders, and damaged ones (a file whose size differs
+    from the manifest's, or structurally broken: [`checkpoint_problem`] without checksums), are neither counted nor
+    deleted, so a damaged checkpoint never takes the place of a good one.
 
     Args:
         run_dir: The folder holding the checkpoints.
@@ -274,6 +275,7 @@ def _rotate_complete_checkpoints(run_dir: str, save_total_limit: int | None, kee
         (int(match.group(1)), os.path.join(run_dir, name))
         for name in os.listdir(run_dir)
         if (match := _CHECKPOINT_RE.match(name)) and is_complete_checkpoint(os.path.join(run_dir, name))
+        and checkpoint_problem(os.path.join(run_dir, name), checksums=False) is None
     )
     keep = {os.path.normpath(path) for path in keep}
     removable = [path for _, path in steps if os.path.normpath(path) not in keep]
@@ -297,9 +299,11 @@ class TeamCheckpointMixin:
     - every process writes into `tmp-checkpoint-<step>`; when all of them are done, the main process fsyncs it and
       renames it to `checkpoint-<step>` (other processes wait for the rename);
     - `save_total_limit` deletes old checkpoints only after that rename, and counts complete checkpoints only;
-    - `train(resume_from_checkpoint=True)` resumes from the newest *complete* checkpoint
-      ([`last_complete_checkpoint`]), warning about every incomplete folder it skips; an explicit path to an
-      incomplete checkpoint is a clear `ValueError`.
+    - the last file written is a manifest of every file's size and SHA-256 (`utils.checkpoint_files`);
+    - `train(resume_from_checkpoint=True)` resumes from the newest *complete* and *intact* checkpoint
+      ([`last_complete_checkpoint`]), warning about every incomplete or damaged folder it skips (a damaged one is
+      kept, never deleted); an explicit path to an incomplete or damaged checkpoint is a clear `ValueError` naming
+      the bad file;
     """
 
     def train(
@@ -312,25 +316,35 @@ class TeamCheckpointMixin:
         """`Trainer.train`, resuming from the newest complete checkpoint when `resume_from_checkpoint=True`.
 
         Raises:
-            ValueError: `resume_from_checkpoint=True` and `output_dir` holds no complete checkpoint, or a given
-                checkpoint path is incomplete (no readable `trainer_state.json`).
+            ValueError: `resume_from_checkpoint=True` and `output_dir` holds no complete checkpoint, a given
+                checkpoint path is incomplete (no readable `trainer_state.json`) or damaged, or the checkpoint is
+                already at `max_steps` (the run is finished: transformers would train one step past it).
         """
         if isinstance(resume_from_checkpoint, bool) and resume_from_checkpoint:
             output_dir = self.args.output_dir  # type: ignore[attr-defined]
             resume_from_checkpoint = last_complete_checkpoint(output_dir)
             if resume_from_checkpoint is None:
                 raise ValueError(f"No complete checkpoint to resume from in the output directory ({output_dir}).")
-        elif isinstance(resume_from_checkpoint, (str, os.PathLike)) and not is_complete_checkpoint(
-            resume_from_checkpoint
-        ):
-            with warnings.catch_warnings():  # only its name is wanted here
-                warnings.simplefilter("ignore", IncompleteCheckpointWarning)
-                newest = last_complete_checkpoint(os.path.dirname(os.path.normpath(resume_from_checkpoint)))
-            raise ValueError(
-                f"Cannot resume from {resume_from_checkpoint}: it is not a complete checkpoint (no readable "
-                f"{TRAINER_STATE_FILE}; its save was interrupted or it is not a checkpoint folder). "
-                + (f"The newest complete checkpoint next to it is {newest}." if newest else "")
-            )
+        elif isinstance(resume_from_checkpoint, (str, os.PathLike)):
+            folder = os.fspath(resume_from_checkpoint)
+            if not os.path.isfile(os.path.join(folder, TRAINER_STATE_FILE)):
+                problem = (f"it is not a complete checkpoint (no readable {TRAINER_STATE_FILE}; its save was "
+                           "interrupted or it is not a checkpoint folder)")
+            elif (damage := checkpoint_damage(folder)) is not None:
+                problem = f"it is damaged: {damage}"
+            else:
+                problem = None
+            if problem is not None:
+                with warnings.catch_warnings():  # only its name is wanted here
+                    warnings.simplefilter("ignore", IncompleteCheckpointWarning)
+                    newest = last_complete_checkpoint(os.path.dirname(os.path.normpath(resume_from_checkpoint)))
+                raise ValueError(
+                    f"Cannot resume from {resume_from_checkpoint}: {problem}. "
+                    + (f"The newest complete checkpoint next to it is {newest}." if newest else "")
+                )
+        if resume_from_checkpoint and (finished := finished_run_problem(
+                os.fspath(resume_from_checkpoint), self.args.max_steps, type(self.args).__name__)):  # type: ignore[attr-defined]
+            raise ValueError(finished)
         return super().train(  # type: ignore[misc]
             resume_from_checkpoint=resume_from_checkpoint, trial=trial, ignore_keys_for_eval=ignore_keys_for_eval,
             **kwargs,
@@ -404,7 +418,10 @@ class TeamCheckpointMixin:
                                "`zero3_save_16bit_model: true` in the accelerate config.")
         # under FSDP `Trainer.save_model` passes the full weights that it gathered from the shards (keys of the root)
         team.save_pretrained(output_dir, state_dict=_team_state_dict(root, state_dict) if state_dict else None)
-        self.create_model_card(output_dir=output_dir)  # type: ignore[attr-defined]
+        # a checkpoint is written under `tmp-checkpoint-<step>`: its card is titled (and loads) `checkpoint-<step>`
+        folder = os.path.basename(os.path.normpath(output_dir))
+        published = folder[len(PARTIAL_PREFIX):] if _PARTIAL_RE.match(folder) else None
+        self.create_model_card(output_dir=output_dir, model_name=published)  # type: ignore[attr-defined]
         import torch
         from transformers.trainer import TRAINING_ARGS_NAME
 

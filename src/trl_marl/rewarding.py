@@ -28,12 +28,15 @@ convention).
 
 Entries: a real number (`int`, `float`, `bool`, a NumPy scalar or a one-element tensor), or `None` when the
 function does not apply. A string (even `"1.0"`), any other type, a list of the wrong length and an exception in
-the function raise a [`RewardFunctionError`] naming the function. Scores are combined with `reward_weights` (a
-weighted sum over the functions that gave a number). A completion that every function skips is *unscorable*, and
-so is one for which a function returned NaN or infinity (never replaced by a number; such scores are counted
-against `max_nonfinite`, beyond which a [`NonFiniteError`] stops training). An unscorable completion teaches
-nothing: advantage 0 in MAGRPO, left out of the policy and value losses in PPO. A step in which *nothing* is
-scorable raises a `RewardFunctionError`: a function that always returns `None` is a bug.
+the function raise a [`RewardFunctionError`] naming the function; so does a call that takes longer than the
+config's `reward_timeout` (a [`RewardTimeoutError`]; default 600 s, `None` disables; a function's own
+`reward_timeout` attribute wins). Training stops on such an error: a single-process run first saves a checkpoint of
+the last completed step (`TeamTrainerMixin.stop_after_reward_error`). Scores are combined with `reward_weights` (a
+weighted sum over the functions that gave a number). A completion that every function skips is *unscorable*, and so
+is one for which a function returned NaN or infinity (never replaced by a number; such scores are counted against
+`max_nonfinite`, beyond which a [`NonFiniteError`] stops training). An unscorable completion teaches nothing:
+advantage 0 in MAGRPO, left out of the policy and value losses in PPO. A step in which *nothing* is scorable raises
+a `RewardFunctionError`: a function that always returns `None` is a bug.
 """
 
 from __future__ import annotations
@@ -46,12 +49,21 @@ import torch
 
 from .envs.base import Prompt, Transcript
 from .team import is_chat
-from .validation import RewardFunctionError, call_reward_function, unscorable_message
+from .validation import (
+    RewardFunctionError,
+    RewardTimeoutError,
+    RewardTimeoutWarning,
+    call_reward_function,
+    unscorable_message,
+)
 
 __all__ = [
     "REWARD_KINDS",
     "NonFiniteError",
+    "RewardFunctionError",
     "RewardSet",
+    "RewardTimeoutError",
+    "RewardTimeoutWarning",
     "agent_reward",
     "completion_objects",
     "reward_kind",
@@ -122,6 +134,22 @@ class RewardSet:
                 f"`reward_weights` has {len(weights)} entries but there are {len(funcs)} reward functions."
             )
         self.weights = torch.tensor(list(weights), dtype=torch.float32)
+        self.timeout: float | None = None
+        self.timeout_field = "reward_timeout"
+
+    def set_timeout(self, seconds: float | None, field: str) -> None:
+        """Limit every call of a reward function to `seconds` (`None`: no limit); `field` names the config field.
+
+        A function with its own `reward_timeout` attribute (seconds, or `None` for no limit) keeps it instead, e.g.
+        a remote verifier whose retry budget is longer than the run's limit. A call that overruns raises a
+        [`RewardTimeoutError`] (see [`call_reward_function`] for what happens to its thread).
+        """
+        self.timeout = seconds
+        self.timeout_field = field
+
+    def timeout_of(self, f_index: int) -> float | None:
+        """The time limit of one call of function `f_index` (its own `reward_timeout`, else the set's)."""
+        return getattr(self.funcs[f_index], "reward_timeout", self.timeout)
 
     # ------------------------------------------------------------------ calls
     def _call(self, f_index: int, prompts: list[list[Prompt]], completions: list[list[Any]],
@@ -132,7 +160,10 @@ class RewardSet:
         kwargs.update(agent_prompts=prompts, agent_completions=completions, agent_index=agent_index, turn=turn,
                       transcript=list(transcripts), trainer_state=trainer_state,
                       prompts=prompts[shown], completions=completions[shown])
-        return call_reward_function(self.funcs[f_index], self.names[f_index], len(transcripts), **kwargs)
+        field = self.timeout_field if not hasattr(self.funcs[f_index], "reward_timeout") else (
+            f"{self.names[f_index]}.reward_timeout")
+        return call_reward_function(self.funcs[f_index], self.names[f_index], len(transcripts),
+                                    timeout=self.timeout_of(f_index), timeout_field=field, **kwargs)
 
     def score(self, prompts: list[list[Prompt]], texts: list[list[str]], rows: Sequence[Mapping[str, Any]],
               transcripts: Sequence[Transcript], turn: int, trainer_state: Any = None,

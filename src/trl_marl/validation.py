@@ -4,7 +4,7 @@ Both trainers (and the drop-in `PPOTrainer`) call these functions; nothing here 
 
 - [`check_env_protocol`]: an environment implements `agent_prompt` (the method the trainers call).
 - [`check_dataset_prompts`]: the environment turns the first rows of a dataset into one valid prompt per agent.
-- [`check_prompt_lengths`]: prompt + completion fit in each agent's context window.
+- [`check_prompt_lengths`]: every row's prompt + completion fit in each agent's context window.
 - [`check_mixed_precision`]: `fp16`/`bf16` are only set where they take effect.
 - [`call_reward_function`] and [`reward_value`]: the reward contract, one rule for every trainer.
 
@@ -17,8 +17,10 @@ every function skips is *unscorable*. Anything else, a string such as `"1.0"` in
 
 from __future__ import annotations
 
+import contextvars
 import numbers
 import os
+import threading
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -34,6 +36,16 @@ ROWS_CHECKED = 64
 PROMPT_LENGTH_CHECKS = ("warn", "error", "ignore")
 """The choices of the configs' `prompt_length_check` field."""
 
+CONTEXT_OVERRUN_LIMIT = 4
+"""A turn-1 prompt longer than this many context windows cannot fit: refused unless `prompt_length_check='ignore'`."""
+
+ROWS_PER_CHUNK = 1024
+"""[`check_prompt_lengths`] builds and measures the prompts of this many rows at a time."""
+
+SPECIAL_TOKENS_SLACK = 16
+"""Tokens allowed for the special tokens a tokenizer adds to a text (or a chat template adds per message) in the
+bound of [`check_prompt_lengths`]."""
+
 
 class ContextLengthWarning(UserWarning):
     """A prompt plus the completion length exceeds the model's context window (`prompt_length_check='warn'`)."""
@@ -41,6 +53,18 @@ class ContextLengthWarning(UserWarning):
 
 class RewardFunctionError(RuntimeError):
     """A reward function raised, or returned something other than one score (or `None`) per completion."""
+
+
+class RewardTimeoutError(RewardFunctionError):
+    """A reward function call took longer than the config's `reward_timeout` (its thread is abandoned, not killed)."""
+
+
+class RewardTimeoutWarning(UserWarning):
+    """A reward function runs without `reward_timeout`: it sets signal handlers, so it must run in the main thread."""
+
+
+DEFAULT_REWARD_TIMEOUT = 600.0
+"""The configs' default `reward_timeout` (seconds per reward function call; see [`call_reward_function`])."""
 
 
 # ---------------------------------------------------------------------------------------------- reward contract
@@ -71,24 +95,51 @@ def reward_value(value: Any, name: str, index: int) -> float | None:
     )
 
 
-def call_reward_function(func: Callable[..., Any], name: str, size: int, **kwargs: Any) -> list[float | None]:
+def call_reward_function(func: Callable[..., Any], name: str, size: int, timeout: float | None = None,
+                         timeout_field: str = "reward_timeout", **kwargs: Any) -> list[float | None]:
     """Call one reward function on `size` completions and check its output against the reward contract.
+
+    With a `timeout`, the call runs in a worker thread and the caller waits at most `timeout` seconds for it. Python
+    cannot kill a thread: a call that overruns is *abandoned* (a daemon thread, so it never keeps the process alive
+    at exit) and goes on running in the background until it returns on its own, while the caller raises a
+    [`RewardTimeoutError`] (the trainers then save the last completed step and stop). The worker thread gets the
+    caller's context variables, autograd mode and CUDA device. Without a timeout the function is called directly,
+    and so is a function that fails in the worker because it sets signal handlers (Python allows that in the main
+    thread only, e.g. a `signal.alarm` time limit of its own), with a [`RewardTimeoutWarning`].
 
     Args:
         func: The reward function, called as `func(**kwargs)`.
         name: Its name, for messages.
         size: The number of completions it must score.
+        timeout: Seconds one call may take; `None` waits as long as it takes.
+        timeout_field: The config field that holds `timeout`, for the message (e.g. `"MAGRPOConfig.reward_timeout"`).
         **kwargs: What the function receives (`prompts`, `completions` and the keyword arguments).
 
     Returns:
         One float (possibly NaN or infinite) or `None` per completion.
 
     Raises:
+        RewardTimeoutError: when the call did not return within `timeout` seconds.
         RewardFunctionError: when the function raises, returns something that is not a list of `size` entries,
             or an entry that is not a number or `None`.
     """
     try:
-        values = func(**kwargs)
+        values = func(**kwargs) if timeout is None else _call_with_timeout(func, kwargs, timeout)
+    except _NeedsMainThread:
+        warnings.warn(
+            f"Reward function `{name}` sets signal handlers (e.g. a `signal.alarm` time limit), which Python allows "
+            f"in the main thread only, so it runs there, without `{timeout_field}`: a hang in it is not caught. Give "
+            "it a time limit of its own, or avoid signals in it.",
+            RewardTimeoutWarning, stacklevel=3,
+        )
+        return call_reward_function(func, name, size, None, timeout_field, **kwargs)
+    except _Overran:
+        raise RewardTimeoutError(
+            f"Reward function `{name}` did not return within {timeout:g} s (`{timeout_field}`) while scoring {size} "
+            "completions; it may hang (a dead server, a deadlock, an endless loop). Its call was abandoned (a Python "
+            f"thread cannot be killed, so it may still run in the background). Fix the function, or raise "
+            f"`{timeout_field}` if such calls are legitimately slow (`None` disables the limit)."
+        ) from None
     except Exception as exc:  # noqa: BLE001 - re-raised with the function's name
         raise RewardFunctionError(f"Reward function `{name}` raised {type(exc).__name__}: {exc}") from exc
     if values is None or isinstance(values, (str, bytes, Mapping)) or not hasattr(values, "__len__"):
@@ -102,6 +153,45 @@ def call_reward_function(func: Callable[..., Any], name: str, size: int, **kwarg
             "float (or None) per completion."
         )
     return [reward_value(v, name, i) for i, v in enumerate(values)]
+
+
+class _Overran(Exception):
+    """A reward call did not return in time (turned into a [`RewardTimeoutError`] by [`call_reward_function`])."""
+
+
+class _NeedsMainThread(Exception):
+    """A reward function failed in the worker thread because it sets signal handlers (main thread only)."""
+
+
+def _call_with_timeout(func: Callable[..., Any], kwargs: dict[str, Any], timeout: float) -> Any:
+    """`func(**kwargs)` in a daemon thread, awaited at most `timeout` seconds: its result, or its exception re-raised
+    here; [`_Overran`] when it is still running (the thread is left to finish on its own)."""
+    outcome: dict[str, Any] = {}
+    context = contextvars.copy_context()
+    grad = torch.is_grad_enabled()
+    device = torch.cuda.current_device() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
+
+    def work() -> None:
+        try:
+            if device is not None:
+                torch.cuda.set_device(device)
+            with torch.set_grad_enabled(grad):
+                outcome["value"] = context.run(func, **kwargs)
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=work, name=f"reward:{getattr(func, '__name__', type(func).__name__)}",
+                              daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if thread.is_alive():
+        raise _Overran
+    if "error" in outcome:
+        error = outcome.pop("error")
+        if isinstance(error, ValueError) and "main thread" in str(error):  # `signal.signal` outside the main thread
+            raise _NeedsMainThread from error
+        raise error
+    return outcome["value"]
 
 
 def unscorable_message(names: Sequence[str], what: str, fix: str) -> str:
@@ -128,9 +218,9 @@ def check_env_protocol(env: MultiAgentEnv) -> None:
         )
 
 
-def check_dataset_prompts(env: MultiAgentEnv, dataset: Any, where: str,
-                          rows: int = ROWS_CHECKED) -> tuple[list[int], list[list[Prompt]]]:
-    """Build the turn-1 prompt of every agent for the first `rows` rows of `dataset`, checking each one.
+def check_dataset_prompts(env: MultiAgentEnv, dataset: Any, where: str, rows: int = ROWS_CHECKED,
+                          start: int = 0) -> tuple[list[int], list[list[Prompt]]]:
+    """Build the turn-1 prompt of every agent for rows `start` to `rows - 1` of `dataset`, checking each one.
 
     Each row is first checked by the environment (`env.check_row_values`, e.g. the types of `PromptEnv`'s
     columns), then `env.agent_prompt(row, agent_index, Transcript())` must return a string, chat messages or token
@@ -140,7 +230,8 @@ def check_dataset_prompts(env: MultiAgentEnv, dataset: Any, where: str,
         env: The environment.
         dataset: The dataset (a `datasets.Dataset` or a sequence of dicts).
         where: Its name in messages, e.g. `"train_dataset"`.
-        rows: How many leading rows to check.
+        rows: The row after the last one checked (default: the first [`ROWS_CHECKED`] rows).
+        start: The first row checked.
 
     Returns:
         `(row_indices, prompts)` with `prompts[agent][i]` the prompt of agent `agent` for row `row_indices[i]`.
@@ -151,7 +242,7 @@ def check_dataset_prompts(env: MultiAgentEnv, dataset: Any, where: str,
     """
     check_env_protocol(env)
     name = type(env).__name__
-    indices = list(range(min(len(dataset), rows)))
+    indices = list(range(start, min(len(dataset), rows)))
     prompts: list[list[Prompt]] = [[] for _ in range(env.num_agents)]
     for i in indices:
         row = dataset[i]
@@ -184,44 +275,73 @@ def context_window(config: Any) -> int | None:
     return None
 
 
-def check_prompt_lengths(team: Any, prompts: Sequence[Sequence[Prompt]], row_indices: Sequence[int], where: str,
-                         completion_length: int, field: str, slots: Sequence[int] | None = None,
-                         chat_template_kwargs: dict | None = None, on_long: str = "error") -> None:
-    """Report prompts that leave no room for `completion_length` tokens in the model's context window.
+def check_prompt_lengths(team: Any, env: MultiAgentEnv, dataset: Any, where: str, completion_length: int, field: str,
+                         slots: Sequence[int] | None = None, chat_template_kwargs: dict | None = None,
+                         on_long: str = "warn") -> None:
+    """Check the turn-1 prompt of every agent for *every* row of a dataset against each agent's context window.
 
-    A model with learned absolute positions fails on such a prompt; a rotary one (Qwen, Llama) runs past its
-    context with degraded output. Since a user may mean that (e.g. a toy model), the configs' `prompt_length_check`
-    chooses between a warning (the default), an error and silence.
+    Each row is measured once, before the first step, in chunks of [`ROWS_PER_CHUNK`] rows (so a large dataset is
+    never held as prompts at once): first a bound that needs no tokenizer (the prompt's UTF-8 bytes, plus the chat
+    template's own tokens for chat prompts; no tokenizer makes more tokens than bytes), and only where that bound
+    does not show that the prompt fits, the prompt is tokenized as generation will tokenize it.
+
+    - A prompt longer than [`CONTEXT_OVERRUN_LIMIT`] context windows cannot fit: a `ValueError` naming the row, the
+      agent and the row's longest field (unless `on_long="ignore"`). No model uses that much context (learned
+      positions end at the window, rotary models degrade past it) and its attention alone may not fit in memory
+      (a 1 MB prompt asks for a 10^12-byte attention mask).
+    - A prompt that leaves no room for `completion_length` tokens: a model with learned absolute positions fails
+      on it; a rotary one (Qwen, Llama) runs past its context with degraded output. Since a user may mean that (e.g.
+      a toy model), `on_long` (the configs' `prompt_length_check`) chooses between one warning naming the first
+      such row and their count (the default), an error, and silence.
 
     Args:
         team: The [`~trl_marl.AgentTeam`].
-        prompts: `prompts[agent][i]`, as returned by [`check_dataset_prompts`].
-        row_indices: The dataset row of each `i`.
+        env: The environment that turns a row into each agent's prompt.
+        dataset: The dataset (a `datasets.Dataset` or a sequence of dicts).
         where: The dataset's name in messages.
         completion_length: How many tokens each agent may generate.
         field: The config field holding `completion_length`, e.g. `"MAGRPOConfig.max_completion_length"`.
         slots: The team member that plays each agent at turn 1 (default: agent `a` is member `a`).
         chat_template_kwargs: Passed to the chat template, as in generation.
-        on_long: `"error"` (raise), `"warn"` (one [`ContextLengthWarning`]) or `"ignore"`.
+        on_long: `"error"` (raise), `"warn"` (one [`ContextLengthWarning`]) or `"ignore"` (no check at all).
 
     Raises:
-        ValueError: with `on_long="error"`, naming the row, the agent, the lengths and the fixes.
+        ValueError: a prompt that cannot fit, or with `on_long="error"` one that leaves no room for the completion,
+            naming the row, the agent, the lengths and the fixes; or `env.agent_prompt` raised on a row.
+        TypeError: `env.agent_prompt` returned something that is not a prompt (see [`check_dataset_prompts`]).
     """
-    from .team import tokenize_prompts
-
     if on_long == "ignore":
         return
-
-    for a, agent_prompts in enumerate(prompts):
+    limits = {}
+    for a in range(env.num_agents):
         slot = slots[a] if slots is not None else a
         limit = context_window(team.base_model_of(slot).config)
-        if limit is None:
-            continue
-        tokenizer = team.tokenizers[slot]
-        for i, prompt in zip(row_indices, agent_prompts):
-            length = len(tokenize_prompts(tokenizer, [prompt], chat_template_kwargs)[0])
-            if length + completion_length > limit:
-                config_name = field.split(".")[0]
+        if limit is not None:
+            limits[a] = (team.tokenizers[slot], limit)
+    if not limits:
+        return
+    config_name = field.split(".")[0]
+    first_long: str | None = None
+    long_rows: set[int] = set()
+    overheads: dict[Any, int] = {}
+    for start in range(0, len(dataset), ROWS_PER_CHUNK):
+        indices, prompts = check_dataset_prompts(env, dataset, where, rows=start + ROWS_PER_CHUNK, start=start)
+        for a, (tokenizer, limit) in limits.items():
+            lengths = _prompt_lengths(tokenizer, prompts[a], limit - completion_length, CONTEXT_OVERRUN_LIMIT * limit,
+                                      chat_template_kwargs, overheads)
+            for i, length in zip(indices, lengths):
+                if length is None or length + completion_length <= limit:
+                    continue
+                if length > CONTEXT_OVERRUN_LIMIT * limit:
+                    name, size = _longest_field(dataset[i])
+                    count = f"{length}" if length.exact else f"at least {length} (from its size)"
+                    raise ValueError(
+                        f"The turn-1 prompt of agent {a} for row {i} of `{where}` is {count} tokens, more than "
+                        f"{CONTEXT_OVERRUN_LIMIT} times the model's context window (max_position_embeddings={limit}): "
+                        f"it cannot fit. The row's longest field is `{name}` ({size} characters). Remove or shorten "
+                        f"that row (e.g. `{where}.filter(...)`) or use a model with a longer context; "
+                        f"`{config_name}.prompt_length_check='ignore'` skips every prompt length check."
+                    )
                 message = (
                     f"The turn-1 prompt of agent {a} for row {i} of `{where}` is {length} tokens; with "
                     f"`{field}={completion_length}` that makes {length + completion_length} tokens, more than the "
@@ -231,8 +351,98 @@ def check_prompt_lengths(team: Any, prompts: Sequence[Sequence[Prompt]], row_ind
                 )
                 if on_long == "error":
                     raise ValueError(message)
-                warnings.warn(message, ContextLengthWarning, stacklevel=3)
-                return
+                long_rows.add(i)
+                first_long = first_long or message
+    if first_long is not None:
+        warnings.warn(f"{first_long} ({len(long_rows)} of the {len(dataset)} rows have a turn-1 prompt this long.)",
+                      ContextLengthWarning, stacklevel=3)
+
+
+class _Length(int):
+    """A prompt's token count: `exact`, or a lower bound from its size (`exact=False`)."""
+
+    exact: bool = True
+
+
+def _lower_bound(size: int, tokenizer: Any) -> _Length:
+    """At least how many tokens a text of `size` UTF-8 bytes makes: no token of the vocabulary is longer than its
+    longest entry, divided by 4 more for normalizers that shrink text (e.g. NFKC maps a 3-byte full-width letter to
+    one byte)."""
+    longest = getattr(tokenizer, "_trl_marl_longest_token", None)
+    if longest is None:
+        try:
+            longest = max((len(str(t).encode("utf-8", "surrogatepass")) for t in tokenizer.get_vocab()), default=1)
+        except Exception:  # noqa: BLE001 - a tokenizer without a readable vocabulary: no bound
+            longest = size + 1
+        try:
+            tokenizer._trl_marl_longest_token = longest
+        except Exception:  # noqa: BLE001 - a tokenizer that takes no attributes is measured again
+            pass
+    bound = _Length(size // (4 * max(longest, 1)))
+    bound.exact = False
+    return bound
+
+
+def _prompt_lengths(tokenizer: Any, prompts: Sequence[Prompt], budget: int, ceiling: int,
+                    chat_template_kwargs: dict | None, overheads: dict[Any, int]) -> list[_Length | None]:
+    """Each prompt's token count, `None` where a bound without tokenizing shows it is at most `budget` tokens, or a
+    lower bound where that alone is above `ceiling` (so a 1 MB prompt is refused without tokenizing it).
+
+    The upper bound: a string's UTF-8 bytes (a token covers at least one byte) plus [`SPECIAL_TOKENS_SLACK`] for the
+    special tokens the tokenizer adds; for chat messages of plain strings, the contents' bytes plus the template's
+    own tokens for the same roles with empty contents (measured once per sequence of roles, cached in `overheads`)
+    plus the slack per message. The lower bound: [`_lower_bound`]. Token ids are counted exactly. Everything else
+    is tokenized.
+    """
+    from .utils.tokens import is_chat, is_token_ids, tokenize_prompts
+
+    out: list[_Length | None] = [None] * len(prompts)
+    exact: list[int] = []
+    for k, prompt in enumerate(prompts):
+        size = None
+        if isinstance(prompt, str):
+            size = len(prompt.encode("utf-8", "surrogatepass"))
+            bound = size + SPECIAL_TOKENS_SLACK
+        elif is_chat(prompt) and all(isinstance(m.get("content"), str) for m in prompt):  # type: ignore[union-attr]
+            roles = tuple((m.get("role"), tuple(sorted(m))) for m in prompt)  # type: ignore[union-attr]
+            if roles not in overheads:
+                empty = [{**m, "content": ""} for m in prompt]  # type: ignore[union-attr]
+                try:
+                    overheads[roles] = len(tokenize_prompts(tokenizer, [empty], chat_template_kwargs)[0])
+                except Exception:  # noqa: BLE001 - a template that refuses empty messages: tokenize instead
+                    overheads[roles] = budget + 1
+            size = sum(len(m["content"].encode("utf-8", "surrogatepass")) for m in prompt)  # type: ignore[union-attr]
+            bound = overheads[roles] + size + SPECIAL_TOKENS_SLACK * len(prompt)
+        elif is_token_ids(prompt):
+            out[k] = _Length(len(prompt))  # type: ignore[arg-type]
+            continue
+        else:
+            bound = budget + 1
+        if bound <= budget:
+            continue
+        if size is not None and size > ceiling and (lower := _lower_bound(size, tokenizer)) > ceiling:
+            out[k] = lower
+            continue
+        exact.append(k)
+    if exact:
+        for k, ids in zip(exact, tokenize_prompts(tokenizer, [prompts[k] for k in exact], chat_template_kwargs)):
+            out[k] = _Length(len(ids))
+    return out
+
+
+def _longest_field(row: Mapping[str, Any]) -> tuple[str, int]:
+    """The column of a row with the longest value (by `len`, or the length of its text), and that length."""
+    best, size = "?", -1
+    for key, value in row.items():
+        try:
+            length = len(value) if isinstance(value, (str, bytes, list, tuple, dict)) else len(str(value))
+        except Exception:  # noqa: BLE001 - an object without a length says nothing
+            continue
+        if isinstance(value, (list, tuple)):
+            length = max(length, len(str(value)))
+        if length > size:
+            best, size = str(key), length
+    return best, size
 
 
 # ---------------------------------------------------------------------------------------------- configuration
@@ -274,6 +484,17 @@ def check_choice(config: Any, field: str, choices: Sequence[str]) -> None:
     value = getattr(config, field)
     if value not in choices:
         raise ValueError(f"`{type(config).__name__}.{field}` must be one of {tuple(choices)}, got {value!r}.")
+
+
+def check_timeout(config: Any, field: str) -> None:
+    """Refuse a timeout field that is neither `None` (no limit) nor a number of seconds > 0."""
+    value = getattr(config, field)
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 < value < float("inf"):
+        raise ValueError(
+            f"`{type(config).__name__}.{field}` must be a number of seconds > 0, or None for no limit, got {value!r}."
+        )
 
 
 def check_positive(config: Any, field: str, meaning: str) -> None:

@@ -34,7 +34,7 @@ from ..rollout import (
 )
 from ..team import AgentBatch, AgentTeam, pad_left, pad_right
 from ..utils.precision import cast_lm_head_to_fp32
-from ..validation import check_prompt_lengths
+from ..validation import RewardFunctionError, check_prompt_lengths
 from .magrpo_backward import agent_loss, backward_per_agent, takes_backward_per_agent, zero_loss
 from .magrpo_config import MAGRPOConfig
 from .magrpo_entropy import EntropyControl
@@ -151,19 +151,20 @@ class MAGRPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer):
         self.check_env_agrees(env, args)
         if train_dataset is None:
             raise ValueError("`train_dataset` is required: MAGRPO plays one episode per dataset row.")
-        checked = {"train_dataset": self.validate_dataset(env, train_dataset, "train_dataset")}
+        self.validate_dataset(env, train_dataset, "train_dataset")  # the first rows, before a model is loaded
         if eval_dataset is not None:
-            checked["eval_dataset"] = self.validate_dataset(env, eval_dataset, "eval_dataset")
+            self.validate_dataset(env, eval_dataset, "eval_dataset")
 
         # A run is a function of `args.seed`: LoRA and any other freshly initialised weights are drawn now, before
         # `Trainer.__init__` seeds, so seed here (whatever the global RNG held before the trainer was built).
         set_seed(args.seed)
         team = AgentTeam.build(model, args.num_agents, mode=args.team_mode, peft_config=peft_config,
                                processing_class=processing_class, model_init_kwargs=args.model_init_kwargs)
-        for where, (indices, prompts) in checked.items():
-            check_prompt_lengths(team, prompts, indices, where, args.max_completion_length,
-                                 f"{type(args).__name__}.max_completion_length",
-                                 chat_template_kwargs=args.chat_template_kwargs, on_long=args.prompt_length_check)
+        for where, dataset in (("train_dataset", train_dataset), ("eval_dataset", eval_dataset)):
+            if dataset is not None:  # every row, before the first step
+                check_prompt_lengths(team, env, dataset, where, args.max_completion_length,
+                                     f"{type(args).__name__}.max_completion_length",
+                                     chat_template_kwargs=args.chat_template_kwargs, on_long=args.prompt_length_check)
         team.temperature = args.temperature
         team.share_prompt_prefill = args.share_prompt_prefill
         if args.frozen_agents:
@@ -181,6 +182,7 @@ class MAGRPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer):
         funcs = list(reward_funcs) if isinstance(reward_funcs, (list, tuple)) else [reward_funcs]
         self.reward_funcs = funcs
         self.team_reward = TeamReward(funcs, args.reward_weights)
+        self.team_reward.set_timeout(args.reward_timeout, f"{type(args).__name__}.reward_timeout")
         self.env = env
         args.remove_unused_columns = False  # the environment and the reward functions read the raw rows
         if args.data_seed is None:
@@ -248,10 +250,17 @@ class MAGRPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer):
         Sampling, dropout and branch choice draw from the global generators; reseeding them here (per device, as in
         `__init__`) makes the run independent of whatever ran between building the trainer and training it (e.g. an
         evaluation). A resumed run then restores the checkpoint's generator states on top, as `Trainer` does.
+
+        Raises:
+            RewardFunctionError: a reward function raised or timed out (`reward_timeout`); the last completed step
+                was saved first (`stop_after_reward_error`).
         """
         set_seed(self.args.seed, device_specific=True)
-        return super().train(resume_from_checkpoint=resume_from_checkpoint, trial=trial,
-                             ignore_keys_for_eval=ignore_keys_for_eval, **kwargs)
+        try:
+            return super().train(resume_from_checkpoint=resume_from_checkpoint, trial=trial,
+                                 ignore_keys_for_eval=ignore_keys_for_eval, **kwargs)
+        except RewardFunctionError as error:  # a reward raised or timed out: save the last completed step, stop
+            self.stop_after_reward_error(error)
 
     def _generation_config(self) -> GenerationConfig:
         return generation_config(self.args, self.team)
@@ -535,8 +544,8 @@ class MAGRPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer):
 
     # ------------------------------------------------------------------ evaluation
     def check_evaluation_prompts(self, dataset: Any) -> None:
-        indices, prompts = self.validate_dataset(self.env, dataset, "eval_dataset")
-        check_prompt_lengths(self.team, prompts, indices, "eval_dataset", self.args.max_completion_length,
+        self.validate_dataset(self.env, dataset, "eval_dataset")
+        check_prompt_lengths(self.team, self.env, dataset, "eval_dataset", self.args.max_completion_length,
                              f"{type(self.args).__name__}.max_completion_length",
                              chat_template_kwargs=self.args.chat_template_kwargs,
                              on_long=self.args.prompt_length_check)

@@ -7,10 +7,12 @@ from dataclasses import dataclass, field
 
 from .._trl_compat import TRLBaseConfig
 from ..validation import (
+    DEFAULT_REWARD_TIMEOUT,
     PROMPT_LENGTH_CHECKS,
     check_choice,
     check_mixed_precision,
     check_positive,
+    check_timeout,
     has_accelerator,
     use_cpu_for_cpu_processes,
 )
@@ -244,6 +246,18 @@ class MultiAgentPPOConfig(TRLBaseConfig):
             "weighted sum over the functions that scored it (`None` skips; see `trl_marl.rewarding`)."
         },
     )
+    reward_timeout: float | None = field(
+        default=DEFAULT_REWARD_TIMEOUT,
+        metadata={
+            "help": "Seconds one call of a reward function may take before training stops with a RewardTimeoutError "
+            "naming the function (a single-process run first saves a checkpoint of the last completed step). The "
+            "default, 600, is far above a local Python reward (milliseconds) and leaves room for a sandboxed "
+            "coding reward (parallel programs, seconds each) or a remote verifier that retries; set it above the "
+            "longest legitimate call, e.g. the remote client's whole retry budget. None disables the limit. The "
+            "call runs in a worker thread that is abandoned, not killed, when it overruns (Python cannot kill a "
+            "thread); a function's own `reward_timeout` attribute overrides this value for that function."
+        },
+    )
     max_nonfinite: int = field(
         default=10,
         metadata={
@@ -254,10 +268,12 @@ class MultiAgentPPOConfig(TRLBaseConfig):
     prompt_length_check: str = field(
         default="warn",
         metadata={
-            "help": "What to do when a turn-1 prompt of the first rows of a dataset plus `response_length` exceeds "
-            "the model's context window (`max_position_embeddings`), checked when the trainer is built: 'warn' (a "
-            "ContextLengthWarning naming the row and the fixes; rotary models such as Qwen or Llama still run past "
-            "it, with degraded output), 'error' (a ValueError), or 'ignore'."
+            "help": "What to do when the turn-1 prompt of a dataset row plus `response_length` exceeds the model's "
+            "context window (`max_position_embeddings`), checked on every row when the trainer is built: 'warn' "
+            "(one ContextLengthWarning naming the first such row, the count and the fixes; rotary models such as "
+            "Qwen or Llama still run past it, with degraded output), 'error' (a ValueError), or 'ignore' (no "
+            "check). With 'warn' or 'error', a prompt longer than 4 context windows cannot fit and is always a "
+            "ValueError naming the row and its longest field."
         },
     )
 
@@ -317,6 +333,7 @@ class MultiAgentPPOConfig(TRLBaseConfig):
         if self.team_mode not in (None, "adapters", "models", "shared"):
             raise ValueError(f"`team_mode` must be 'adapters', 'models', 'shared' or None, got {self.team_mode!r}.")
         check_choice(self, "prompt_length_check", PROMPT_LENGTH_CHECKS)
+        check_timeout(self, "reward_timeout")
         if self.model_adapter_name is not None or self.ref_adapter_name is not None:
             raise ValueError(
                 "`model_adapter_name`/`ref_adapter_name` are not supported: pass the base model with a `peft_config` "

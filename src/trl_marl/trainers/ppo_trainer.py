@@ -37,7 +37,7 @@ from ..envs.base import MultiAgentEnv, PromptEnv, TokenizedPromptEnv, Transcript
 from ..rewarding import NonFiniteCounter, RewardSet
 from ..rollout import JointRollout, Rollout
 from ..team import AgentTeam, sequence_model_inputs
-from ..validation import check_prompt_lengths
+from ..validation import RewardFunctionError, check_prompt_lengths
 from .ppo_backward import backward_per_slot, micro_batches, slot_loss, takes_backward_per_slot
 from .ppo_config import MultiAgentPPOConfig
 from .ppo_logging import STAT_NAMES, print_sample_completions, update_metrics, write_ppo_model_card
@@ -164,9 +164,9 @@ class MultiAgentPPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer
                 else PromptEnv(args.num_agents, args.num_turns)
             )
         self.check_env_agrees(env, args)
-        checked = {"train_dataset": self.validate_dataset(env, train_dataset, "train_dataset")}
+        self.validate_dataset(env, train_dataset, "train_dataset")  # the first rows, before a model is loaded
         if eval_dataset is not None:
-            checked["eval_dataset"] = self.validate_dataset(env, eval_dataset, "eval_dataset")
+            self.validate_dataset(env, eval_dataset, "eval_dataset")
 
         # A run is a function of `args.seed`: adapters and value heads are initialised now, before `Trainer.__init__`
         # seeds, so seed here (whatever the global RNG held before the trainer was built).
@@ -175,9 +175,10 @@ class MultiAgentPPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer
         for tok in team.tokenizers:
             if tok.pad_token_id is None:
                 raise ValueError("The tokenizer has no pad token: set one, e.g. `tokenizer.pad_token = ...`.")
-        for where, (indices, prompts) in checked.items():  # turn 1 of agent a is played by team member a
-            check_prompt_lengths(team, prompts, indices, where, args.response_length,
-                                 f"{type(args).__name__}.response_length", on_long=args.prompt_length_check)
+        for where, dataset in (("train_dataset", train_dataset), ("eval_dataset", eval_dataset)):
+            if dataset is not None:  # every row, before the first step; turn 1 of agent a: team member a
+                check_prompt_lengths(team, env, dataset, where, args.response_length,
+                                     f"{type(args).__name__}.response_length", on_long=args.prompt_length_check)
         team.temperature, team.share_prompt_prefill = args.temperature + 1e-7, args.share_prompt_prefill
         if ref_model is not None:
             if args.num_agents != 1:
@@ -202,6 +203,8 @@ class MultiAgentPPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer
         )
         # the reward contract (`trl_marl.rewarding`): a function without a kind scores each (turn, agent) response
         self.reward_set = RewardSet(self.reward_funcs, args.reward_weights, "agent") if self.reward_funcs else None
+        if self.reward_set is not None:
+            self.reward_set.set_timeout(args.reward_timeout, f"{type(args).__name__}.reward_timeout")
         self.reward_names = self.reward_set.names if self.reward_set is not None else ["reward_model"]
         self.disable_dropout([*team.models, *value_models, reward_model, ref_model, *team.ref_models])
         self.env = env
@@ -397,10 +400,24 @@ class MultiAgentPPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer
         return advantages, returns
 
     # ------------------------------------------------------------------ training loop
+    resumable = False
+
     def train(self, resume_from_checkpoint: str | bool | None = None, **kwargs: Any) -> Any:
-        """Run PPO for `num_total_batches` updates (TRL 1.12's loop, over every policy slot of the team)."""
+        """Run PPO for `num_total_batches` updates (TRL 1.12's loop, over every policy slot of the team).
+
+        Raises:
+            RewardFunctionError: a reward function raised or timed out (`reward_timeout`); the last completed
+                update was saved first (`stop_after_reward_error`).
+        """
         if resume_from_checkpoint:
             raise ValueError("Resuming PPO from a checkpoint is not supported yet; start from the saved team instead.")
+        try:
+            return self._train_updates()
+        except RewardFunctionError as error:  # a reward raised or timed out: save the last completed update, stop
+            self.stop_after_reward_error(error)
+
+    def _train_updates(self) -> None:
+        """The PPO loop of `train()`."""
         args = self.args
         self.create_optimizer_and_scheduler(num_training_steps=args.num_total_batches)
         set_seed(args.seed)  # python, numpy (mini-batch order) and torch, whatever ran since `__init__`
@@ -529,8 +546,8 @@ class MultiAgentPPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer
 
     # ------------------------------------------------------------------ evaluation
     def check_evaluation_prompts(self, dataset: Any) -> None:
-        indices, prompts = self.validate_dataset(self.env, dataset, "eval_dataset")
-        check_prompt_lengths(self.team, prompts, indices, "eval_dataset", self.args.response_length,
+        self.validate_dataset(self.env, dataset, "eval_dataset")
+        check_prompt_lengths(self.team, self.env, dataset, "eval_dataset", self.args.response_length,
                              f"{type(self.args).__name__}.response_length", on_long=self.args.prompt_length_check)
 
     def play_evaluation_episodes(

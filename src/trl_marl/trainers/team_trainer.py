@@ -26,19 +26,25 @@ wraps one, e.g. `InfluenceAwareReward(AnswerVerifier(...))`) and the gold answer
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, RandomSampler, SequentialSampler
 
-from .._trl_compat import warn_if_launcher_dropped_processes
+from .._trl_compat import (
+    CHECKPOINT_PREFIX,
+    checkpoint_problem,
+    last_complete_checkpoint,
+    warn_if_launcher_dropped_processes,
+)
 from ..envs.base import MultiAgentEnv, Transcript
 from ..evaluation import DebateEvaluation
-from ..validation import check_dataset_prompts
+from ..validation import RewardFunctionError, check_dataset_prompts
 from .distributed import check_fsdp_request, is_sharded, rollout_context, rollout_phase, setup_strategy
 
 __all__ = ["TeamTrainerMixin", "collate_rows", "gather_objects", "rollout_phase"]
@@ -144,6 +150,52 @@ class TeamTrainerMixin:
         model = self.model  # type: ignore[attr-defined]
         team = model if hasattr(model, "compile_forwards") else model.team
         team.compile_forwards(args.torch_compile_backend, args.torch_compile_mode)
+
+    # ------------------------------------------------------------------ stopping on a broken reward
+    resumable = True
+    """Whether `train(resume_from_checkpoint=...)` continues a run from its checkpoints (for messages)."""
+
+    def stop_after_reward_error(self, error: RewardFunctionError) -> NoReturn:
+        """Save the last completed step, then raise `error` again, saying where that checkpoint is.
+
+        Called by `train()` when a reward function raised, timed out (`reward_timeout`) or broke the reward contract.
+        The step in progress is lost (its rollout is incomplete); the weights, optimizer and scheduler of the last
+        completed step are saved as `checkpoint-<step>` (whatever `save_strategy` says, unless a good checkpoint of
+        that step exists already; the random state saved is the one at the failure, so the resumed run samples anew
+        rather than replaying the failed step), and `train(resume_from_checkpoint=True)` goes on from there once the
+        reward is fixed. Nothing is saved before the first step completes, nor with several processes: a checkpoint
+        needs every process, and the others may be waiting inside the failed step.
+
+        Raises:
+            RewardFunctionError: always (of `error`'s type, with the checkpoint's path or why none was written).
+        """
+        args, state = self.args, self.state  # type: ignore[attr-defined]
+        step = int(state.global_step)
+        final_dir = os.path.join(args.output_dir, f"{CHECKPOINT_PREFIX}-{step}")
+        resume = (" Resume with `trainer.train(resume_from_checkpoint=True)` once the reward is fixed."
+                  if self.resumable else " Load the team from it with `AgentTeam.from_pretrained`.")
+        if step == 0:
+            where = "No training step had completed, so nothing was saved."
+        elif self.accelerator.num_processes > 1:  # type: ignore[attr-defined]
+            newest = last_complete_checkpoint(args.output_dir)
+            where = ("Nothing was saved now (a checkpoint needs every process, and the others may be waiting in the "
+                     f"failed step); the newest checkpoint is {newest or 'none'}.")
+        elif os.path.isdir(final_dir) and checkpoint_problem(final_dir, checksums=False) is None:
+            where = f"The last completed step ({step}) is already saved in {final_dir}.{resume}"
+        else:
+            try:
+                self._save_checkpoint(self.model_wrapped, trial=None)  # type: ignore[attr-defined]
+                where = f"The last completed step ({step}) was saved in {final_dir}.{resume}"
+            except Exception as save_error:  # noqa: BLE001 - reported with the reward's error, which stays the cause
+                newest = last_complete_checkpoint(args.output_dir)
+                where = (f"Saving the last completed step ({step}) in {final_dir} failed too "
+                         f"({type(save_error).__name__}: {save_error}); the newest checkpoint is {newest or 'none'}.")
+        message = f"Training stopped during step {step + 1}: {error} {where}"
+        try:
+            stopped = type(error)(message)
+        except Exception:  # noqa: BLE001 - a subclass with another constructor
+            stopped = RewardFunctionError(message)
+        raise stopped from error
 
     # ------------------------------------------------------------------ data
     def rows_dataloader(self, batch_size: int, shuffle: bool = True, drop_last: bool = True,
