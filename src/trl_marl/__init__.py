@@ -30,6 +30,7 @@ from .trainers import (
     PPOConfig,
     PPOTrainer,
 )
+from .validation import RewardTimeoutError
 
 __version__ = "0.1.0.dev0"
 
@@ -48,6 +49,7 @@ __all__ = [
     "PPOTrainer",
     "PromptEnv",
     "RewardFunctionError",
+    "RewardTimeoutError",
     "TargetSumEnv",
     "load_tokenizer",
     "__version__",
