@@ -244,7 +244,10 @@ class AgentTeam(nn.Module):
 
         def load(m: str | PreTrainedModel) -> PreTrainedModel:
             if isinstance(m, str):
-                return AutoModelForCausalLM.from_pretrained(resolve_model_name(m), **kwargs)
+                loaded = AutoModelForCausalLM.from_pretrained(resolve_model_name(m), **kwargs)
+                if resolve_model_name(m) != m:  # a registered name ("toy", "smollm2-135m-instruct"): keep it, not
+                    loaded.config.name_or_path = loaded.name_or_path = m  # its cache folder (cards, adapters)
+                return loaded
             return m
 
         def tokenizer_for(m: str | PreTrainedModel) -> Any:
@@ -875,8 +878,8 @@ class AgentTeam(nn.Module):
             from peft import PeftModel
 
             local_base = os.path.join(path, base_path)
-            base = AutoModelForCausalLM.from_pretrained(local_base if os.path.isdir(local_base) else base_path,
-                                                        **kwargs)
+            base = AutoModelForCausalLM.from_pretrained(
+                local_base if os.path.isdir(local_base) else resolve_model_name(base_path), **kwargs)
             first, *rest = agents
             peft_model = PeftModel.from_pretrained(base, _agent_dir(path, first),
                                                    adapter_name=config["agent_adapter"][first],
@@ -961,6 +964,8 @@ def _loadable(name: str | None) -> bool:
     """Whether `name` can be given to `from_pretrained` later: a local model folder or a Hub id."""
     if not name:
         return False
+    if resolve_model_name(name) != name:  # a registered name (e.g. "smollm2-135m-instruct")
+        return True
     if os.path.isdir(name):
         return os.path.isfile(os.path.join(name, "config.json"))
     return name.count("/") == 1 and not name.startswith((".", "/"))
@@ -1004,7 +1009,15 @@ def _save_adapter(model: Any, adapter: str, agent_dir: str, state_dict: dict[str
     from safetensors.torch import save_file
 
     os.makedirs(agent_dir, exist_ok=True)
-    state = get_peft_model_state_dict(model, state_dict=state_dict, adapter_name=adapter)
+    # PEFT reads the base's config.json (to see whether the vocabulary grew) from `base_model_name_or_path`: give it
+    # the folder of a registered name ("smollm2-135m-instruct"), which it would otherwise look up on the Hub.
+    peft_config, recorded = model.peft_config[adapter], model.peft_config[adapter].base_model_name_or_path
+    if recorded:
+        peft_config.base_model_name_or_path = resolve_model_name(recorded)
+    try:
+        state = get_peft_model_state_dict(model, state_dict=state_dict, adapter_name=adapter)
+    finally:
+        peft_config.base_model_name_or_path = recorded
     save_file({k: v.detach().contiguous().cpu() for k, v in state.items()},
               os.path.join(agent_dir, "adapter_model.safetensors"), metadata={"format": "pt"})
     config = copy.deepcopy(model.peft_config[adapter])
