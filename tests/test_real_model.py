@@ -360,3 +360,97 @@ def test_magrpo_by_name_saves_resumes_and_names_the_base(real_model_dir: str, tm
     with torch.no_grad():
         for a in range(2):
             torch.testing.assert_close(loaded.policy_logps(a, batch[a]), reference.team.policy_logps(a, batch[a]))
+
+
+# ----------------------------------------------------------------------------- the name everywhere a name is taken
+
+
+@pytest.mark.parametrize("mode", ["adapters", "models", "shared"])
+def test_agent_team_builds_from_the_name_in_every_mode(real_model_dir: str, mode: str) -> None:
+    team = AgentTeam.build(NAME, 2, mode=mode, peft_config=lora() if mode == "adapters" else None)
+    assert team.mode == mode and len(team.models) == (2 if mode == "models" else 1)
+    for a in range(2):
+        assert team.base_model_of(a).name_or_path == NAME
+        assert (team.tokenizers[a].eos_token_id, team.tokenizers[a].pad_token_id) == (EOS, PAD)
+    generated = team.generate([[chat(YES_NO)], [chat(ANSWER_YES)]], greedy(4))
+    assert [c for _, c in generated] == [[[5230, EOS]], [[10539, 30, EOS]]]  # the pretrained weights
+
+
+def test_multi_agent_ppo_trains_and_saves_by_name(real_model_dir: str, tmp_path: Path) -> None:
+    from datasets import Dataset
+
+    from trl_marl import MultiAgentPPOConfig, MultiAgentPPOTrainer
+
+    args = MultiAgentPPOConfig(
+        output_dir=str(tmp_path / "out"), num_agents=2, per_device_train_batch_size=2, gradient_accumulation_steps=1,
+        num_mini_batches=1, num_ppo_epochs=1, total_episodes=2, response_length=4, stop_token="eos",
+        learning_rate=1e-3, report_to="none", save_strategy="no", logging_steps=1, num_sample_generations=0,
+        disable_tqdm=True, seed=0, critic="centralized",
+    )
+    trainer = MultiAgentPPOTrainer(args=args, model=NAME, reward_funcs=length_reward, peft_config=lora(),
+                                   train_dataset=Dataset.from_dict({"prompt": [chat(YES_NO), chat(ANSWER_YES)]}))
+    trainer.train()
+    assert trainer.state.global_step == 1 and trainer.team.base_model_of(0).name_or_path == NAME
+    trainer.save_model(str(tmp_path / "final"))
+    assert json.loads((tmp_path / "final" / "team_config.json").read_text())["base_models"] == [NAME]
+    card = (tmp_path / "final" / "README.md").read_text()
+    assert NAME in card and real_model_dir not in card
+
+
+def test_legacy_value_head_model_loads_the_name_and_steps(real_model_dir: str, tok: Any) -> None:
+    from trl_marl.legacy import AutoModelForCausalLMWithValueHead, PPOConfig, PPOTrainer
+
+    model = AutoModelForCausalLMWithValueHead.from_pretrained(NAME)
+    assert model.pretrained_model.name_or_path == NAME
+    trainer = PPOTrainer(PPOConfig(batch_size=2, mini_batch_size=2, ppo_epochs=1), model, None, tok)
+    queries = [torch.tensor(ids) for ids in tokenize_prompts(tok, [chat(YES_NO), chat(ANSWER_YES)])]
+    responses = trainer.generate(queries, return_prompt=False, max_new_tokens=4, do_sample=False,
+                                 pad_token_id=PAD, eos_token_id=EOS)
+    assert [r.tolist() for r in responses] == [[5230, EOS], [10539, 30, EOS]]  # cut at EOS, no pad kept
+    stats = trainer.step(queries, list(responses), [torch.tensor(1.0), torch.tensor(0.0)])
+    assert stats["tokens/responses_dist"].tolist() == [2, 3]
+
+
+def test_ppo_dropin_runs_on_the_real_model(real_model_dir: str, tok: Any, tmp_path: Path) -> None:
+    """TRL 1.12's PPOTrainer as its users build it, from the folder the name resolves to: the policy stops at EOS
+    (`<|im_end|>`), and the pad token that fills the rest is not EOS."""
+    from datasets import Dataset
+    from transformers import AutoModelForSequenceClassification
+
+    from trl_marl import PPOConfig, PPOTrainer
+
+    path = resolve_model_name(NAME)
+    dataset = Dataset.from_dict({"input_ids": tokenize_prompts(tok, [chat(YES_NO), chat(ANSWER_YES)])})
+    args = PPOConfig(output_dir=str(tmp_path / "out"), per_device_train_batch_size=2, gradient_accumulation_steps=1,
+                     num_mini_batches=1, num_ppo_epochs=1, total_episodes=2, response_length=4, stop_token="eos",
+                     learning_rate=1e-5, report_to="none", save_strategy="no", num_sample_generations=0,
+                     disable_tqdm=True, seed=0)
+    trainer = PPOTrainer(args=args, processing_class=tok, model=AutoModelForCausalLM.from_pretrained(path),
+                         ref_model=AutoModelForCausalLM.from_pretrained(path),
+                         reward_model=AutoModelForSequenceClassification.from_pretrained(path, num_labels=1),
+                         value_model=AutoModelForSequenceClassification.from_pretrained(path, num_labels=1),
+                         train_dataset=dataset)
+    trainer.train()
+    assert trainer.state.global_step == 1
+
+
+def test_cli_magrpo_takes_the_name(real_model_dir: str, tmp_path: Path) -> None:
+    from trl_marl.cli import main
+
+    out = tmp_path / "cli"
+    main(["magrpo", "--model_name_or_path", NAME, "--task", "target_sum", "--output_dir", str(out), "--max_steps",
+          "1", "--per_device_train_batch_size", "2", "--num_generations", "2", "--max_completion_length", "4",
+          "--report_to", "none", "--save_strategy", "no", "--use_peft", "--lora_r", "8", "--lora_target_modules",
+          "q_proj", "v_proj", "--disable_tqdm", "true"])
+    assert json.loads((out / "team_config.json").read_text())["base_models"] == [NAME]
+    assert f"| {NAME} |" in (out / "README.md").read_text()
+
+
+def test_maporl_script_loads_the_name(real_model_dir: str) -> None:
+    from trl import ModelConfig
+
+    from trl_marl.scripts.maporl import build_models
+
+    policy, tokenizer, value_models = build_models(ModelConfig(model_name_or_path=NAME), None, 2)
+    assert policy.name_or_path == NAME and value_models is None
+    assert (tokenizer.eos_token_id, tokenizer.pad_token_id) == (EOS, PAD)
