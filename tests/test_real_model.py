@@ -259,8 +259,14 @@ def greedy_trainer(base: Any, tok: Any, tmp_path_factory: pytest.TempPathFactory
     batches = trainer._make_batch([dict(zip(rows, values)) for values in zip(*rows.values())], "eval")["batches"]
     trainer.args.mask_truncated_completions = True
     masked = trainer._make_batch([dict(zip(rows, values)) for values in zip(*rows.values())], "eval")["batches"]
+    # a model with several EOS tokens in its generation config (as Qwen2.5 and Llama 3 instruct models have): here
+    # "." (id 30) also ends a completion, so "Yes." stops at "." ([10539, 30])
+    generation_config = trainer.team.base_model_of(0).generation_config
+    generation_config.eos_token_id = [EOS, 30]
+    two_eos = trainer._make_batch([dict(zip(rows, values)) for values in zip(*rows.values())], "eval")["batches"]
+    generation_config.eos_token_id = EOS
     trainer.args.mask_truncated_completions = False
-    return trainer, batches, masked
+    return trainer, batches, (masked, two_eos)
 
 
 def test_completion_masks_stop_at_eos_and_truncation(greedy_trainer: tuple[Any, Any, Any], tok: Any) -> None:
@@ -279,8 +285,13 @@ def test_completion_masks_stop_at_eos_and_truncation(greedy_trainer: tuple[Any, 
         assert batch.prompt_ids[:, -4:].tolist() == [[BOS, *tok("assistant\n")["input_ids"]]] * 4
     assert (stopped.prompt_mask[2:] == 0).any() and stopped.prompt_mask[:2].all()
     # mask_truncated_completions: agent 1's truncated completions drop out of the loss, agent 0's stay
+    masked, two_eos = masked
     assert masked[0].completion_mask.tolist() == stopped.completion_mask.tolist()
     assert masked[1].completion_mask.sum() == 0
+    # ... also when a completion ends at an EOS token of the generation config that is not the tokenizer's
+    assert two_eos[0].completion_ids.tolist() == [[5230, EOS]] * 2 + [[10539, 30]] * 2
+    assert two_eos[0].completion_mask.tolist() == [[1, 1]] * 4
+    assert two_eos[1].completion_mask.sum() == 0
 
 
 def test_trainer_log_probs_equal_a_plain_forward(greedy_trainer: tuple[Any, Any, Any]) -> None:
@@ -355,6 +366,10 @@ def test_magrpo_by_name_saves_resumes_and_names_the_base(real_model_dir: str, tm
         assert real_model_dir not in card and str(Path(real_model_dir).parent) not in card
     loaded = AgentTeam.from_pretrained(tmp_path / "final")
     loaded.eval()
+    for a in range(2):  # the saved tokenizers keep the chat template and the pad token
+        assert (loaded.tokenizers[a].pad_token_id, loaded.tokenizers[a].eos_token_id) == (PAD, EOS)
+        assert tokenize_prompts(loaded.tokenizers[a], [chat(YES_NO)]) == tokenize_prompts(reference.team.tokenizers[a],
+                                                                                           [chat(YES_NO)])
     reference.team.eval()
     batch = reference._make_batch([dataset[0]], "eval")["batches"]
     with torch.no_grad():
@@ -385,7 +400,7 @@ def test_multi_agent_ppo_trains_and_saves_by_name(real_model_dir: str, tmp_path:
         output_dir=str(tmp_path / "out"), num_agents=2, per_device_train_batch_size=2, gradient_accumulation_steps=1,
         num_mini_batches=1, num_ppo_epochs=1, total_episodes=2, response_length=4, stop_token="eos",
         learning_rate=1e-3, report_to="none", save_strategy="no", logging_steps=1, num_sample_generations=0,
-        disable_tqdm=True, seed=0, critic="centralized",
+        disable_tqdm=True, seed=0, critic="centralized", gradient_checkpointing=False,
     )
     trainer = MultiAgentPPOTrainer(args=args, model=NAME, reward_funcs=length_reward, peft_config=lora(),
                                    train_dataset=Dataset.from_dict({"prompt": [chat(YES_NO), chat(ANSWER_YES)]}))
@@ -424,7 +439,7 @@ def test_ppo_dropin_runs_on_the_real_model(real_model_dir: str, tok: Any, tmp_pa
     args = PPOConfig(output_dir=str(tmp_path / "out"), per_device_train_batch_size=2, gradient_accumulation_steps=1,
                      num_mini_batches=1, num_ppo_epochs=1, total_episodes=2, response_length=4, stop_token="eos",
                      learning_rate=1e-5, report_to="none", save_strategy="no", num_sample_generations=0,
-                     disable_tqdm=True, seed=0)
+                     disable_tqdm=True, seed=0, gradient_checkpointing=False)
     trainer = PPOTrainer(args=args, processing_class=tok, model=AutoModelForCausalLM.from_pretrained(path),
                          ref_model=AutoModelForCausalLM.from_pretrained(path),
                          reward_model=AutoModelForSequenceClassification.from_pretrained(path, num_labels=1),

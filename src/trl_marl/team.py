@@ -371,6 +371,11 @@ class AgentTeam(nn.Module):
         model = self.policy(agent_index)
         return model.get_base_model() if self.agent_adapter[agent_index] is not None else model
 
+    def stop_token_ids(self, agent_index: int) -> set[int]:
+        """The tokens that end agent `agent_index`'s completions by default: its tokenizer's EOS and every EOS of its
+        model's generation config (instruct models often have several, e.g. `<|im_end|>` and `<|endoftext|>`)."""
+        return _eos_ids(self.tokenizers[agent_index], self.base_model_of(agent_index))
+
     @property
     def device(self) -> torch.device:
         return next(self.parameters()).device
@@ -561,7 +566,7 @@ class AgentTeam(nn.Module):
                 outputs = self._decode_rows(model, ids, mask, rows, generation_config, adapter_names, kwargs)
         finally:
             model.train(was_training)
-        stops = _eos_ids(tokenizer, self.base_model_of(agent_index)) if stop_token_ids is None else stop_token_ids
+        stops = self.stop_token_ids(agent_index) if stop_token_ids is None else stop_token_ids
         return [truncate_after_eos(row, stops) for row in outputs]
 
     def _decode_rows(self, model: PreTrainedModel, ids: torch.Tensor, mask: torch.Tensor, rows: list[list[int]],
