@@ -42,7 +42,8 @@ _MAX_LENGTH = 8192  # the model's max_position_embeddings (the GGUF tokenizer re
 
 
 def is_real_model_name(name: Any) -> bool:
-    """Tells whether a model name is the registered real model (``"smollm2-135m-instruct"``, any case).
+    """Tells whether a model name is the registered real model, ``"smollm2-135m-instruct"`` (exactly: a folder named
+    ``SmolLM2-135M-Instruct``, e.g. a download of the Hub model, stays a folder).
 
     Args:
         name: A model name or path.
@@ -50,7 +51,7 @@ def is_real_model_name(name: Any) -> bool:
     Returns:
         True for the registered name.
     """
-    return isinstance(name, str) and name.lower() == REAL_MODEL_NAME
+    return isinstance(name, str) and name == REAL_MODEL_NAME
 
 
 def real_model_cache_dir() -> Path:
