@@ -427,8 +427,7 @@ def test_legacy_value_head_model_loads_the_name_and_steps(real_model_dir: str, t
 
 
 def test_ppo_dropin_runs_on_the_real_model(real_model_dir: str, tok: Any, tmp_path: Path) -> None:
-    """TRL 1.12's PPOTrainer as its users build it, from the folder the name resolves to: the policy stops at EOS
-    (`<|im_end|>`), and the pad token that fills the rest is not EOS."""
+    """TRL 1.12's PPOTrainer as its users build it (here with LoRA), from the folder the name resolves to."""
     from datasets import Dataset
     from transformers import AutoModelForSequenceClassification
 
@@ -441,12 +440,14 @@ def test_ppo_dropin_runs_on_the_real_model(real_model_dir: str, tok: Any, tmp_pa
                      learning_rate=1e-5, report_to="none", save_strategy="no", num_sample_generations=0,
                      disable_tqdm=True, seed=0, gradient_checkpointing=False)
     trainer = PPOTrainer(args=args, processing_class=tok, model=AutoModelForCausalLM.from_pretrained(path),
-                         ref_model=AutoModelForCausalLM.from_pretrained(path),
+                         ref_model=None, peft_config=lora(),
                          reward_model=AutoModelForSequenceClassification.from_pretrained(path, num_labels=1),
                          value_model=AutoModelForSequenceClassification.from_pretrained(path, num_labels=1),
                          train_dataset=dataset)
     trainer.train()
     assert trainer.state.global_step == 1
+    generated = trainer.team.generate([[chat(YES_NO), chat(ANSWER_YES)]], greedy(4))
+    assert generated[0][1] == [[5230, EOS], [10539, 30, EOS]]
 
 
 def test_cli_magrpo_takes_the_name(real_model_dir: str, tmp_path: Path) -> None:
