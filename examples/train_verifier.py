@@ -52,6 +52,7 @@ from trl_marl import AgentTeam, load_tokenizer
 from trl_marl.rewards.answers import ANLI_LABELS
 from trl_marl.rewards.verifier import VERIFIER_CONFIG_FILE, AnswerVerifier, ModelVerifier
 from trl_marl.toy import AdditionTask, is_toy_name, make_toy_model, resolve_toy_name
+from trl_marl.utils.model_names import resolve_model_name
 
 INSTRUCTIONS = {
     "math": "Solve the problem step by step. Write the final answer as a number after '####'.",
@@ -253,8 +254,7 @@ def main(args: VerifierScriptArguments, training_args: TrainingArguments) -> dic
           f"{len(eval_records)}", flush=True)
 
     base = args.verifier_model_name_or_path or names[0]
-    if is_toy_name(base):
-        base = resolve_toy_name(base)
+    base = resolve_model_name(base)  # a registered name ("toy", "smollm2-135m-instruct") -> its cached folder
     tokenizer = load_tokenizer(base)
     model = AutoModelForSequenceClassification.from_pretrained(base, num_labels=1)
     if model.config.pad_token_id is None:
