@@ -44,7 +44,15 @@ class VerifierUnavailableError(VerifierError):
 
 
 class _BadRequest(ValueError):
-    """A request the server refuses with HTTP 400."""
+    """A request the server refuses with HTTP 400 (or another 4xx `status`)."""
+
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+_DRAIN_CHUNK = 1 << 16
+"""Bytes read at a time when the server discards the body of a request it refuses."""
 
 
 class _VerifierHTTPServer(ThreadingHTTPServer):
@@ -52,9 +60,10 @@ class _VerifierHTTPServer(ThreadingHTTPServer):
 
     daemon_threads = True
 
-    def __init__(self, address: tuple[str, int], verifier: Any, max_body_bytes: int) -> None:
+    def __init__(self, address: tuple[str, int], verifier: Any, max_body_bytes: int, timeout_s: float) -> None:
         self.verifier = verifier
         self.max_body_bytes = max_body_bytes
+        self.timeout_s = timeout_s
         self.num_requests = 0
         self.counter_lock = threading.Lock()
         super().__init__(address, _VerifierHandler)
@@ -69,10 +78,18 @@ class _VerifierHTTPServer(ThreadingHTTPServer):
 
 
 class _VerifierHandler(BaseHTTPRequestHandler):
-    """`GET /health` and `POST /score` (JSON in, JSON out; one request per connection)."""
+    """`GET /health` and `POST /score` (JSON in, JSON out; one request per connection).
+
+    Every read from the client's socket waits at most the server's `timeout_s`: a connection that sends nothing
+    (an idle keep-alive, a client that stalls halfway through its body) is closed and its thread ends.
+    """
 
     server: _VerifierHTTPServer
     server_version = "trl-marl-verifier"
+
+    def setup(self) -> None:
+        self.timeout = self.server.timeout_s  # `StreamRequestHandler.setup` applies it to the socket
+        super().setup()
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002  (the base class's signature)
         logger.debug("verifier server: " + format, *args)
@@ -90,7 +107,8 @@ class _VerifierHandler(BaseHTTPRequestHandler):
         if path == "/health":
             verifier = self.server.verifier
             name = getattr(verifier, "name", type(verifier).__name__)
-            self._send(200, {"status": "ok", "verifier": name, "requests": self.server.num_requests})
+            self._send(200, {"status": "ok", "verifier": name, "requests": self.server.num_requests,
+                             "max_body_bytes": self.server.max_body_bytes})
         else:
             self._send(404, {"error": f"unknown path {self.path!r}; use GET /health or POST /score"})
 
@@ -102,8 +120,17 @@ class _VerifierHandler(BaseHTTPRequestHandler):
             length = int(length_header)
         except ValueError as exc:
             raise _BadRequest(f"bad Content-Length {length_header!r}") from exc
-        if length < 0 or length > self.server.max_body_bytes:
-            raise _BadRequest(f"body of {length} bytes exceeds the limit of {self.server.max_body_bytes}")
+        if length < 0:
+            raise _BadRequest(f"bad Content-Length {length_header!r}")
+        limit = self.server.max_body_bytes
+        if length > limit:
+            self._discard_body(length)
+            raise _BadRequest(
+                f"request body of {length} bytes exceeds this server's limit of {limit} bytes; send fewer responses "
+                "per request (RemoteVerifier(batch_size=...)) or shorter ones, or start the server with a larger "
+                "--max-body-mb",
+                status=413,
+            )
         try:
             data = json.loads(self.rfile.read(length) or b"null")
         except (ValueError, UnicodeDecodeError) as exc:
@@ -125,6 +152,20 @@ class _VerifierHandler(BaseHTTPRequestHandler):
             raise _BadRequest(str(exc)) from exc
         return questions, responses, golds
 
+    def _discard_body(self, length: int) -> None:
+        """Reads and drops up to 4x the body limit of a refused body (nothing is kept), so that the client, still
+        sending, gets the 413 answer instead of a reset connection; a longer body is cut off by closing."""
+        self.close_connection = True
+        left = min(length, 4 * self.server.max_body_bytes)
+        try:
+            while left > 0:
+                chunk = self.rfile.read(min(left, _DRAIN_CHUNK))
+                if not chunk:
+                    break
+                left -= len(chunk)
+        except OSError:  # a timeout or a client that left: the answer below may not arrive, which is fine
+            pass
+
     def do_POST(self) -> None:  # noqa: N802  (http.server's naming)
         if self.path.split("?", 1)[0].rstrip("/") != "/score":
             self._send(404, {"error": f"unknown path {self.path!r}; use POST /score"})
@@ -142,7 +183,10 @@ class _VerifierHandler(BaseHTTPRequestHandler):
             if len(scores) != len(responses) or not all(math.isfinite(s) for s in scores):
                 raise RuntimeError(f"the verifier returned {len(scores)} scores (finite: "
                                    f"{all(math.isfinite(s) for s in scores)}) for {len(responses)} responses")
-        except (_BadRequest, ValueError, KeyError, TypeError) as exc:
+        except _BadRequest as exc:
+            self._send(exc.status, {"error": str(exc)})
+            return
+        except (ValueError, KeyError, TypeError) as exc:
             self._send(400, {"error": f"{type(exc).__name__}: {exc}"})
             return
         except Exception as exc:  # a verifier failure: report it, keep serving
@@ -159,8 +203,14 @@ class VerifierServer:
 
     - `POST /score` with `{"questions": [...], "responses": [...]}` (and `"golds": [...]` for a rule-based verifier)
       returns `{"scores": [...]}`, one float per response. A malformed request gets 400 with `{"error": ...}`, a
-      verifier failure 500 (the server keeps running).
-    - `GET /health` returns `{"status": "ok", "verifier": name, "requests": n}`.
+      body over `max_body_bytes` 413 (refused from its `Content-Length`, before anything is decoded), a verifier
+      failure 500 (the server keeps running).
+    - `GET /health` returns `{"status": "ok", "verifier": name, "requests": n, "max_body_bytes": limit}`.
+
+    Limits, as inference servers have them: the body size (`max_body_bytes`); the length of each response is the
+    verifier's to bound ([`ModelVerifier`] cuts every text to a number of characters derived from its `max_length`
+    before tokenizing; [`AnswerVerifier`]'s extraction is linear in the text); and every read from a client waits at
+    most `timeout_s`, so idle or stalled connections are closed instead of holding a thread each.
 
     There is no authentication: keep the default loopback `host` unless the network is trusted.
 
@@ -169,7 +219,9 @@ class VerifierServer:
             [`ModelVerifier`], an [`AnswerVerifier`], ...
         host: Address to bind.
         port: Port to bind (0: a free port, see `port` after `start()`).
-        max_body_bytes: Largest accepted request body.
+        max_body_bytes: Largest accepted request body (default 16 MiB); a larger one is answered with HTTP 413.
+        timeout_s: Seconds a connection may stay silent (before its request, or in the middle of its body) before
+            the server closes it.
 
     Example:
 
@@ -181,15 +233,25 @@ class VerifierServer:
     """
 
     def __init__(
-        self, verifier: BatchVerifier, host: str = "127.0.0.1", port: int = 0, max_body_bytes: int = 64 << 20
+        self,
+        verifier: BatchVerifier,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        max_body_bytes: int = 16 << 20,
+        timeout_s: float = 30.0,
     ) -> None:
         if not callable(getattr(verifier, "score_batch", None)):
             raise TypeError(
                 f"{type(verifier).__name__} has no `score_batch(questions, responses, golds=None)` method."
             )
+        if isinstance(max_body_bytes, bool) or not isinstance(max_body_bytes, int) or max_body_bytes < 1:
+            raise ValueError(f"`max_body_bytes` must be a positive number of bytes, got {max_body_bytes!r}.")
+        if not timeout_s > 0 or not math.isfinite(timeout_s):
+            raise ValueError(f"`timeout_s` must be a positive number of seconds, got {timeout_s!r}.")
         self.verifier = verifier
         self.host = host
         self.max_body_bytes = max_body_bytes
+        self.timeout_s = float(timeout_s)
         self._requested_port = port
         self._httpd: _VerifierHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -197,7 +259,9 @@ class VerifierServer:
     def _bind(self) -> _VerifierHTTPServer:
         if self._httpd is not None:
             raise RuntimeError("The verifier server is already running.")
-        self._httpd = _VerifierHTTPServer((self.host, self._requested_port), self.verifier, self.max_body_bytes)
+        self._httpd = _VerifierHTTPServer(
+            (self.host, self._requested_port), self.verifier, self.max_body_bytes, self.timeout_s
+        )
         return self._httpd
 
     @property
@@ -265,42 +329,54 @@ class VerifierServer:
 class RemoteVerifier:
     """Client of a [`VerifierServer`] with the reward-function API of the in-process verifiers.
 
-    Each request has a per-request `timeout`. Connection errors, timeouts and HTTP 5xx answers are retried `retries`
-    times, waiting `backoff * 2**k` seconds before retry k + 1; after the last retry a [`VerifierUnavailableError`]
-    naming the URL is raised. So a call never takes longer than about
-    `(retries + 1) * timeout + backoff * (2**retries - 1)` seconds (`max_wait_s`). HTTP 4xx answers (a malformed
-    request) and answers that are not a list of scores raise [`VerifierError`] at once. (The bound does not cover
-    resolving a host name, which the operating system does; an IP address or `localhost` avoids it.)
+    Each request has a per-request `timeout`. Connection errors, timeouts and HTTP 5xx answers mean the server is
+    down, restarting or overloaded: the request is retried, waiting `backoff * 2**k` seconds (at most `max_backoff`)
+    before retry k + 1, for as long as the next attempt starts within `retry_budget_s` seconds of the first one (and
+    for at most `retries` retries when that is set). So a server restart that takes less than `retry_budget_s` costs
+    a pause, not the training step. When the budget is spent, a [`VerifierUnavailableError`] says for how long the
+    server at the URL was unreachable and what to do; a trainer's reward call turns it into a
+    `RewardFunctionError` naming the reward function. A call never takes longer than `max_wait_s` (about
+    `retry_budget_s + timeout`). HTTP 4xx answers (a malformed or oversized request) and answers that are not a
+    list of scores raise [`VerifierError`] at once. (The bound does not cover resolving a host name, which the
+    operating system does; an IP address or `localhost` avoids it.)
 
     Args:
         url: The server, `http://host:port` (a trailing `/score` is accepted).
         timeout: Seconds per request (connecting, and each wait for data).
-        retries: Retries after the first attempt.
-        backoff: Base of the exponential wait between attempts, in seconds.
+        retries: At most this many retries after the first attempt (`None`: as many as `retry_budget_s` allows).
+        backoff: Seconds before the first retry; each further retry waits twice as long, up to `max_backoff`.
         question_column: The dataset column holding the question; `None` uses the prompt text.
         gold_column: A dataset column sent as `golds` (for a served [`AnswerVerifier`]); `None` sends none.
         agent_index: Which completions are scored (see [`AnswerVerifier`]).
         batch_size: Responses per request (`None`: all of a call in one request).
         proxies: Proxies for `urllib` (default none: environment proxy settings are ignored, so a loopback verifier
             is never sent through a proxy).
+        retry_budget_s: Seconds, from the first failed attempt, during which an unreachable server is retried
+            (default 300: five minutes, enough for a restart that reloads a model).
+        max_backoff: Longest wait between two attempts, in seconds.
     """
 
     def __init__(
         self,
         url: str,
         timeout: float = 10.0,
-        retries: int = 3,
+        retries: int | None = None,
         backoff: float = 0.5,
         question_column: str | None = "question",
         gold_column: str | None = None,
         agent_index: AgentSelector = None,
         batch_size: int | None = None,
         proxies: dict[str, str] | None = None,
+        retry_budget_s: float = 300.0,
+        max_backoff: float = 30.0,
     ) -> None:
-        if timeout <= 0:
-            raise ValueError(f"`timeout` must be > 0, got {timeout}.")
-        if retries < 0 or backoff < 0:
-            raise ValueError("`retries` and `backoff` must be >= 0.")
+        if not timeout > 0 or not math.isfinite(timeout):
+            raise ValueError(f"`timeout` must be a positive number of seconds, got {timeout}.")
+        if retries is not None and (isinstance(retries, bool) or not isinstance(retries, int) or retries < 0):
+            raise ValueError(f"`retries` must be an integer >= 0 or None, got {retries!r}.")
+        for field, value in (("backoff", backoff), ("retry_budget_s", retry_budget_s), ("max_backoff", max_backoff)):
+            if not value >= 0 or not math.isfinite(value):
+                raise ValueError(f"`{field}` must be a finite number of seconds >= 0, got {value!r}.")
         if batch_size is not None and batch_size < 1:
             raise ValueError(f"`batch_size` must be >= 1 or None, got {batch_size}.")
         base = url.strip().rstrip("/")
@@ -312,32 +388,46 @@ class RemoteVerifier:
         self.__name__ = self.name
         self.url = base
         self.timeout = float(timeout)
-        self.retries = int(retries)
+        self.retries = retries
         self.backoff = float(backoff)
+        self.max_backoff = float(max_backoff)
+        self.retry_budget_s = float(retry_budget_s)
         self.question_column = question_column
         self.gold_column = gold_column
         self.agent_index = agent_index
         self.batch_size = batch_size
         self.proxies = dict(proxies or {})
 
+    def _wait(self, retry: int) -> float:
+        """Seconds to wait before retry `retry` (0-based): `backoff * 2**retry`, at most `max_backoff`."""
+        return min(self.backoff * 2.0 ** min(retry, 60), self.max_backoff)
+
     @property
     def max_wait_s(self) -> float:
-        """An upper bound (up to network jitter) of how long one request may take with all its retries."""
-        return (self.retries + 1) * self.timeout + self.backoff * (2**self.retries - 1)
+        """An upper bound (up to network jitter) of how long one request may take with all its retries: the retry
+        budget plus one last request's `timeout`, or less when `retries` caps the attempts."""
+        budget = self.retry_budget_s + self.timeout
+        if self.retries is None:
+            return budget
+        capped = (self.retries + 1) * self.timeout + sum(self._wait(k) for k in range(min(self.retries, 10_000)))
+        return min(budget, capped)
 
     def _request(self, method: str, path: str, payload: dict[str, Any] | None = None) -> Any:
         """Sends one request with retries and returns the decoded JSON answer.
 
         Raises:
-            VerifierUnavailableError: Every attempt failed with a connection error, a timeout or HTTP 5xx.
+            VerifierUnavailableError: Every attempt within the retry budget failed with a connection error, a
+                timeout or HTTP 5xx.
             VerifierError: HTTP 4xx, or an answer that is not JSON.
         """
         url = self.url + path
         data = None if payload is None else json.dumps(payload).encode()
         opener = urllib.request.build_opener(urllib.request.ProxyHandler(self.proxies))
-        attempts = self.retries + 1
+        first = time.monotonic()
+        attempt = 0
         last = "no attempt"
-        for attempt in range(attempts):
+        while True:
+            attempt += 1
             request = urllib.request.Request(
                 url, data=data, method=method, headers={"Content-Type": "application/json"}
             )
@@ -365,12 +455,20 @@ class RemoteVerifier:
                     raise VerifierError(
                         f"The verifier at {url} answered something that is not JSON: {body[:200]!r}"
                     ) from exc
-            logger.warning("verifier at %s: attempt %d/%d failed (%s)", url, attempt + 1, attempts, last)
-            if attempt + 1 < attempts:
-                time.sleep(self.backoff * 2**attempt)
+            wait = self._wait(attempt - 1)
+            elapsed = time.monotonic() - first
+            out_of_retries = self.retries is not None and attempt > self.retries
+            if out_of_retries or elapsed + wait > self.retry_budget_s:
+                break
+            logger.warning("verifier at %s: attempt %d failed (%s); retrying in %.2g s (%.0f s of the %g s retry "
+                           "budget used)", url, attempt, last, wait, elapsed, self.retry_budget_s)
+            time.sleep(wait)
+        elapsed = time.monotonic() - first
         raise VerifierUnavailableError(
-            f"The verifier at {url} is unavailable: {attempts} attempt(s) failed (timeout {self.timeout:g} s per "
-            f"request); last error: {last}. Is `trl-marl serve-verifier` running there?"
+            f"The verifier at {url} was unreachable for {elapsed:.1f} s: {attempt} attempt(s) failed (timeout "
+            f"{self.timeout:g} s per request, retry budget {self.retry_budget_s:g} s); last error: {last}. Check "
+            "that the server runs there (`trl-marl serve-verifier --model PATH --port PORT`) and that the URL is "
+            "right; to ride out longer restarts, raise `RemoteVerifier(retry_budget_s=...)`."
         )
 
     def health(self) -> dict[str, Any]:
@@ -426,7 +524,8 @@ class RemoteVerifier:
         return self.score_batch(questions, texts, golds)
 
     def __repr__(self) -> str:
-        return f"RemoteVerifier(url={self.url!r}, timeout={self.timeout:g}, retries={self.retries})"
+        return (f"RemoteVerifier(url={self.url!r}, timeout={self.timeout:g}, retries={self.retries}, "
+                f"retry_budget_s={self.retry_budget_s:g})")
 
 
 def _error_detail(exc: urllib.error.HTTPError) -> str:
