@@ -235,6 +235,9 @@ HOSTILE_ANSWERS = [
     (r"\boxed{5} and the answer is 5.", "5"),  # repeated, not a hedge
     (r"\boxed{1/2} and #### 0.5", "0.5"),  # the same value
     (r"\boxed{\boxed{5}}", "5"),  # a box in a box is one answer
+    (r"Let's find the answer: 3 + 4 = 5. \boxed{5}", "5"),  # reasoning after a marker is no statement beside a box
+    ("The answer is 5 or 6. The answer is 5.", "5"),  # committed after thinking aloud: one value can be right
+    ("The answer is 6 or 5.", None),  # only ambiguous: no answer
     # plain variants that are 5
     ("The answer is 05", "5"),
     ("The answer is +5", "5"),

@@ -8,8 +8,8 @@ fullwidth hyphen-minus, ...) is read as `-`, and a sign separated from its numbe
 (`"- 5"` is -5) unless it follows an operand (`"10 - 5"`) or starts a line (a list item); see
 `trl_marl.utils.numbers.normalize_signs`. Then:
 
-1. **Final-answer statements.** Each is one value; a response states its final answer once, or repeats the same
-   value. The statements are:
+1. **Final-answer statements.** A response states its final answer once, or repeats the same value. The
+   statements are:
    - every complete outermost `\\boxed{...}` (nested braces allowed; `\\fbox{...}` and `\\boxed 5` too): its
      content with LaTeX markup removed (`\\frac{a}{b}` -> `a/b`, `\\text{...}` -> its text); the number when it
      holds exactly one and otherwise only words (units), else the text (`\\boxed{1450000 \\text{ or } 1450001}` is
@@ -17,17 +17,20 @@ fullwidth hyphen-minus, ...) is read as `-`, and a sign separated from its numbe
      none matches a number);
    - every `####` (GSM8K's marker) and every "answer is X", "answer: X" or "answer = X" (any case, "final answer",
      Markdown bold allowed): the numbers of the rest of the marker's sentence (up to `.`, `!`, `?` or `;` before a
-     space or the line end, or the next non-blank line when the marker ends its line; never past the next marker).
-     No numeral at all: the marker states nothing (it is skipped). One value (repeated or not) is the statement.
-     **An ambiguous statement makes the whole response have no answer**, with no fallback to another rule: several
-     different values ("1450000 or 1450001", "18 (9 * 2)"), a numeral that is no plain number (`5e0`, `5½`, `5²`,
-     `5!`, `5̸`, fullwidth or other scripts' digits, `√25`, `≠5`, `≈5`, `~5`, `±5`, `--5`; see
-     `trl_marl.utils.numbers.find_numbers` and `has_stray_numerals`), or a qualifier before the number ("not 5",
-     "about 5", "at least 5", "more than 5").
+     space or the line end, or the next non-blank line when the marker ends its line; never past the next marker or
+     box).
+     No numeral at all: the marker states nothing. One value (repeated or not) is a statement. Anything else is
+     *ambiguous*: several different values ("1450000 or 1450001", "18 (9 * 2)", "the answer: 3 + 4 = 7"), a
+     numeral that is no plain number (`5e0`, `5½`, `5²`, `5!`, `5̸`, fullwidth or other scripts' digits, `√25`,
+     `≠5`, `≈5`, `~5`, `±5`, `--5`; see `trl_marl.utils.numbers.find_numbers` and `has_stray_numerals`), or a
+     qualifier before the number ("not 5", "about 5", "at least 5", "more than 5").
 
    **Several statements with different values are a hedge: no answer** (`\\boxed{5}\\boxed{6}`, "The answer is 5.
-   ... The answer is 6.", `\\boxed{5}` with "#### 6"). Numbers agree by value (`0.5` and `\\boxed{1/2}`), texts
-   ignoring case; a number never agrees with a text.
+   ... The answer is 6.", `\\boxed{5}` with "#### 6"; quoting another agent's boxed answer counts too). Numbers
+   agree by value (`0.5` and `\\boxed{1/2}`), texts ignoring case; a number never agrees with a text. So the
+   verifier reads one value or none, and stating several candidates can never earn more than stating one. Ambiguous
+   markers do not count beside statements ("Let's find the answer: 3 + 4 = 7. \\boxed{7}" is 7), but **only
+   ambiguous markers are no answer**, with no fallback to the last number ("I got 5. The answer is 5e0").
 2. **Otherwise the last number of the text**, unless a numeral that is no plain number follows it or a negation
    stands right before it ("it isn't 5"): then no answer.
 3. Otherwise no answer (`None`).
@@ -62,9 +65,11 @@ matched against the labels.
 
 from __future__ import annotations
 
+import bisect
 import re
 import unicodedata
-from collections.abc import Mapping, Sequence
+from array import array
+from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal
 from fractions import Fraction
 from typing import Any
@@ -103,8 +108,9 @@ TASKS = ("math", "label")
 # Answer extraction and normalisation
 # ---------------------------------------------------------------------------------------------------------------
 
-_UNIT_WORDS = re.compile(r"(?:[^\W\d_]|[\s=:.])*")  # letters, spaces, "=", ":" and "." (numerals: see below)
+_UNIT_WORDS = re.compile(r"(?:[^\W\d_]|[\s=:.{}])*")  # letters, spaces, "=", ":", "." and braces (not numerals)
 _BOXED = re.compile(r"\\(?:boxed|fbox)\s*")
+_BRACE = re.compile(r"[{}]")
 _BOX_TOKEN = re.compile(r"[^\s$\\{}]+")  # `\boxed 5`: up to a space, `$`, a brace or the next command
 _ANSWER_MARKER = re.compile(r"\banswer\b\**[ \t]*(?:is\b[ \t]*:?|:|=)|####", re.IGNORECASE)
 _SENTENCE_END = re.compile(r"[.?;](?=\s|$)|(?<![0-9])!(?=\s|$)")  # "5!" is a factorial, not a sentence end
@@ -144,26 +150,39 @@ def _boxed_contents(text: str) -> list[str]:
     Returns:
         The raw contents (an empty list when there is no complete boxed expression).
     """
-    markers = list(_BOXED.finditer(text))
-    if not markers:
+    starts, ends = array("q"), array("q")  # the markers, in machine integers: 16 bytes each whatever the text
+    for match in _BOXED.finditer(text):
+        starts.append(match.start())
+        ends.append(match.end())
+    if not starts:
         return []
-    closing: dict[int, int] = {}
-    stack: list[int] = []
-    for index, char in enumerate(text):
-        if char == "{":
-            stack.append(index)
-        elif char == "}" and stack:
-            closing[stack.pop()] = index
+    # One pass over the braces with a depth counter; only the braces that open a box are remembered.
+    closing = array("q", [-1]) * len(ends)  # per marker: the index of the brace that closes its box
+    open_markers, open_depths = array("q"), array("q")
+    depth = marker = 0
+    for brace in _BRACE.finditer(text):
+        index = brace.start()
+        if text[index] == "{":
+            depth += 1
+            while marker < len(ends) and ends[marker] < index:
+                marker += 1
+            if marker < len(ends) and ends[marker] == index:
+                open_markers.append(marker)
+                open_depths.append(depth)
+        elif depth:
+            if open_depths and open_depths[-1] == depth:
+                open_depths.pop()
+                closing[open_markers.pop()] = index
+            depth -= 1
     contents: list[str] = []
     covered = 0  # the end of the last box taken: a marker before it lies inside that box
-    for match in markers:
-        if match.start() < covered:
+    for marker, (start, end) in enumerate(zip(starts, ends)):
+        if start < covered:
             continue
-        end = match.end()
-        if end < len(text) and text[end] == "{":
-            if end in closing:
-                contents.append(text[end + 1 : closing[end]])
-                covered = closing[end] + 1
+        if text.startswith("{", end):
+            if closing[marker] >= 0:
+                contents.append(text[end + 1 : closing[marker]])
+                covered = closing[marker] + 1
         else:  # `\boxed 5`: the next token
             token = _BOX_TOKEN.match(text, end)
             if token:
@@ -225,7 +244,9 @@ def _first_sentence(line: str) -> str:
     return line[: end.start()] if end else line
 
 
-def _after_marker(text: str, end: int, limit: int) -> tuple[bool, str | None]:
+def _after_marker(
+    text: str, end: int, limit: int, read: Callable[[str], tuple[bool, str | None]] = _span_answer
+) -> tuple[bool, str | None]:
     """The answer stated after a marker ending at `end`: in the rest of its sentence, or the next non-blank line's,
     never past `limit` (the next marker), so the spans of all markers are disjoint and read in linear time.
 
@@ -233,6 +254,7 @@ def _after_marker(text: str, end: int, limit: int) -> tuple[bool, str | None]:
         text: The text.
         end: Index just after the marker.
         limit: Index of the next marker (or the end of the text).
+        read: Reads a span ([`_span_answer`], or a memoised version of it).
 
     Returns:
         As [`_span_answer`]: `(False, None)` when the marker is followed by no numeral (it states nothing),
@@ -241,7 +263,7 @@ def _after_marker(text: str, end: int, limit: int) -> tuple[bool, str | None]:
     line_end = text.find("\n", end, limit)
     line_end = limit if line_end < 0 else line_end
     first = text[end:line_end]
-    found, value = _span_answer(_first_sentence(first))
+    found, value = read(_first_sentence(first))
     if found or first.strip(" \t*:$"):
         return found, value
     start = line_end + 1
@@ -250,7 +272,7 @@ def _after_marker(text: str, end: int, limit: int) -> tuple[bool, str | None]:
         stop = limit if stop < 0 else stop
         line = text[start:stop]
         if line.strip():
-            return _span_answer(_first_sentence(line))
+            return read(_first_sentence(line))
         start = stop + 1
     return False, None
 
@@ -274,7 +296,8 @@ def normalize_answer(text: str) -> str:
 
     Returns:
         The canonical number (`trl_marl.utils.numbers`) when the (LaTeX-stripped) text holds exactly one number and
-        otherwise only words, spaces, `=`, `:` or `.` (`"1234"`, `"3/4"`, `"18"`, `"x = 5"` -> `"5"`); otherwise
+        otherwise only words, spaces, `=`, `:`, `.` or braces, no other numeral and no qualifier before the number
+        (`"1234"`, `"3/4"`, `"18"`, `"x = 5"`, `"{5}"` -> `"5"`; `"not 5"`, `"5½"` stay texts); otherwise
         the stripped text without a trailing period (`"x+1"`, `"1450000 or 1450001"`).
     """
     cleaned = _strip_latex(_clean(str(text)))
@@ -315,20 +338,36 @@ def extract_math_answer(text: str | None) -> str | None:
         return None
     text = _clean(str(text))
     statements: list[str] = []
+    ambiguous = False
+    # A text that repeats one statement many times reads it once (the contents are disjoint, so this holds at most
+    # the text's length).
+    boxes: dict[str, str] = {}
+    spans: dict[str, tuple[bool, str | None]] = {}
+
+    def read_span(span: str) -> tuple[bool, str | None]:
+        if span not in spans:
+            spans[span] = _span_answer(span)
+        return spans[span]
+
     for content in _boxed_contents(text):
-        value = normalize_answer(content)
+        if content not in boxes:
+            boxes[content] = normalize_answer(content)
+        value = boxes[content]
         if value:
             statements.append(value)
-    markers = [(match.start(), match.end()) for match in _ANSWER_MARKER.finditer(text)]
-    for index, (_, end) in enumerate(markers):
-        limit = markers[index + 1][0] if index + 1 < len(markers) else len(text)
-        found, value = _after_marker(text, end, limit)
-        if found and value is None:
-            return None  # an ambiguous statement: no answer, and no other rule applies
-        if found:
+    # A marker's span ends where the next marker or box starts ("The answer is 5 \\boxed{6}" is 5, then 6).
+    boundaries = array("q", sorted(m.start() for pattern in (_ANSWER_MARKER, _BOXED) for m in pattern.finditer(text)))
+    boundaries.append(len(text))
+    for match in _ANSWER_MARKER.finditer(text):
+        limit = boundaries[bisect.bisect_right(boundaries, match.start())]
+        found, value = _after_marker(text, match.end(), limit, read_span)
+        if value is not None:
             statements.append(value)
+        ambiguous = ambiguous or found and value is None
     if statements:
-        return _agreed(statements)
+        return _agreed(statements)  # several different ones: a hedge, no answer
+    if ambiguous:
+        return None  # only ambiguous statements: no answer, and no fallback to the last number
     stripped = _strip_latex(text)
     numbers = find_numbers(stripped)
     if not numbers:
