@@ -69,6 +69,8 @@ def test_server_rejects_bad_limits():
         VerifierServer(CountingVerifier(), max_body_bytes=0)
     with pytest.raises(ValueError, match="timeout_s"):
         VerifierServer(CountingVerifier(), timeout_s=0.0)
+    with pytest.raises(ValueError, match="max_connections"):
+        VerifierServer(CountingVerifier(), max_connections=0)
 
 
 def recv_until_closed(sock: socket.socket) -> bytes:
@@ -94,6 +96,26 @@ def test_idle_and_stalled_connections_are_closed():
         assert RemoteVerifier(server.url, timeout=5.0).score_batch(["q"], ["r"]) == [0.5]
 
 
+def test_connections_beyond_the_limit_wait_for_a_free_thread():
+    verifier = CountingVerifier()
+    with VerifierServer(verifier, timeout_s=5.0, max_connections=2) as server:
+        held = [socket.create_connection(("127.0.0.1", server.port), timeout=5.0) for _ in range(2)]
+        try:
+            deadline = time.monotonic() + 5.0
+            while server._httpd.num_connections < 2 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert server._httpd.num_connections == 2  # two idle connections hold both threads
+            with pytest.raises(VerifierUnavailableError, match="timed out"):  # a third waits, not served
+                RemoteVerifier(server.url, timeout=0.3, retries=0).score_batch(["q"], ["r"])
+            assert verifier.calls == 0 and server._httpd.num_connections == 2
+            held[0].close()  # a thread frees up: waiting and new requests are served
+            assert RemoteVerifier(server.url, timeout=2.0, backoff=0.05, retry_budget_s=5.0).score_batch(
+                ["q"], ["r"]) == [0.5]
+        finally:
+            for sock in held:
+                sock.close()
+
+
 def test_cli_passes_the_limits_and_rejects_bad_ones(monkeypatch, capsys):
     import trl_marl.scripts.serve_verifier as module
 
@@ -112,8 +134,9 @@ def test_cli_passes_the_limits_and_rejects_bad_ones(monkeypatch, capsys):
 
     monkeypatch.setattr(module, "ModelVerifier", FakeModelVerifier)
     monkeypatch.setattr(module, "VerifierServer", FakeServer)
-    assert serve_verifier_main(["--model", "m", "--max-body-mb", "0.5", "--timeout", "7"]) == 0
-    assert seen["max_body_bytes"] == 1 << 19 and seen["timeout_s"] == 7.0
+    argv = ["--model", "m", "--max-body-mb", "0.5", "--timeout", "7", "--max-connections", "3"]
+    assert serve_verifier_main(argv) == 0
+    assert seen["max_body_bytes"] == 1 << 19 and seen["timeout_s"] == 7.0 and seen["max_connections"] == 3
     with pytest.raises(SystemExit):
         serve_verifier_main(["--model", "m", "--max-body-mb", "0"])
     assert "--max-body-mb must be a positive number" in capsys.readouterr().err

@@ -60,13 +60,49 @@ class _VerifierHTTPServer(ThreadingHTTPServer):
 
     daemon_threads = True
 
-    def __init__(self, address: tuple[str, int], verifier: Any, max_body_bytes: int, timeout_s: float) -> None:
+    def __init__(
+        self, address: tuple[str, int], verifier: Any, max_body_bytes: int, timeout_s: float, max_connections: int
+    ) -> None:
         self.verifier = verifier
         self.max_body_bytes = max_body_bytes
         self.timeout_s = timeout_s
+        self.max_connections = max_connections
+        self.num_connections = 0
+        self.slots = threading.BoundedSemaphore(max_connections)
+        self.closing = False
         self.num_requests = 0
         self.counter_lock = threading.Lock()
         super().__init__(address, _VerifierHandler)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        """Serves the connection in a thread once fewer than `max_connections` are being served.
+
+        While all are busy the accept loop waits, and further connections queue in the socket's backlog until a
+        handler finishes (each ends within `timeout_s` of silence): a flood of idle connections holds at most
+        `max_connections` threads.
+        """
+        while not self.slots.acquire(timeout=0.1):
+            if self.closing:
+                self.shutdown_request(request)
+                return
+        with self.counter_lock:
+            self.num_connections += 1
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._release()
+
+    def _release(self) -> None:
+        with self.counter_lock:
+            self.num_connections -= 1
+        self.slots.release()
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         """Logs a failed connection (a client that timed out and left is routine) instead of printing it."""
@@ -210,7 +246,8 @@ class VerifierServer:
     Limits, as inference servers have them: the body size (`max_body_bytes`); the length of each response is the
     verifier's to bound ([`ModelVerifier`] cuts every text to a number of characters derived from its `max_length`
     before tokenizing; [`AnswerVerifier`]'s extraction is linear in the text); and every read from a client waits at
-    most `timeout_s`, so idle or stalled connections are closed instead of holding a thread each.
+    most `timeout_s`, so idle or stalled connections are closed instead of holding a thread each; at most
+    `max_connections` are served at once (more wait to be accepted).
 
     There is no authentication: keep the default loopback `host` unless the network is trusted.
 
@@ -222,6 +259,8 @@ class VerifierServer:
         max_body_bytes: Largest accepted request body (default 16 MiB); a larger one is answered with HTTP 413.
         timeout_s: Seconds a connection may stay silent (before its request, or in the middle of its body) before
             the server closes it.
+        max_connections: Connections served at once (one thread each); further ones wait in the socket's backlog
+            until one of them ends.
 
     Example:
 
@@ -239,6 +278,7 @@ class VerifierServer:
         port: int = 0,
         max_body_bytes: int = 16 << 20,
         timeout_s: float = 30.0,
+        max_connections: int = 64,
     ) -> None:
         if not callable(getattr(verifier, "score_batch", None)):
             raise TypeError(
@@ -248,10 +288,13 @@ class VerifierServer:
             raise ValueError(f"`max_body_bytes` must be a positive number of bytes, got {max_body_bytes!r}.")
         if not timeout_s > 0 or not math.isfinite(timeout_s):
             raise ValueError(f"`timeout_s` must be a positive number of seconds, got {timeout_s!r}.")
+        if isinstance(max_connections, bool) or not isinstance(max_connections, int) or max_connections < 1:
+            raise ValueError(f"`max_connections` must be an integer >= 1, got {max_connections!r}.")
         self.verifier = verifier
         self.host = host
         self.max_body_bytes = max_body_bytes
         self.timeout_s = float(timeout_s)
+        self.max_connections = max_connections
         self._requested_port = port
         self._httpd: _VerifierHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -260,7 +303,7 @@ class VerifierServer:
         if self._httpd is not None:
             raise RuntimeError("The verifier server is already running.")
         self._httpd = _VerifierHTTPServer(
-            (self.host, self._requested_port), self.verifier, self.max_body_bytes, self.timeout_s
+            (self.host, self._requested_port), self.verifier, self.max_body_bytes, self.timeout_s, self.max_connections
         )
         return self._httpd
 
@@ -313,6 +356,7 @@ class VerifierServer:
         httpd, thread = self._httpd, self._thread
         if httpd is None:
             return
+        httpd.closing = True  # an accept loop waiting for a free slot gives up
         httpd.shutdown()
         httpd.server_close()
         if thread is not None:
