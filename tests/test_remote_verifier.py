@@ -229,6 +229,21 @@ def test_client_gives_up_after_its_budget_with_a_clear_error():
         call_reward_function(remote, "remote_verifier", 1, prompts=["p"], completions=["r"], question=["q"])
 
 
+class FailingVerifier(CountingVerifier):
+    def score_batch(self, questions, responses, golds=None):
+        self.calls += 1
+        raise RuntimeError("CUDA out of memory")
+
+
+def test_a_failing_verifier_is_reported_after_a_few_retries_not_the_whole_budget():
+    verifier = FailingVerifier()
+    with VerifierServer(verifier) as server:
+        remote = RemoteVerifier(server.url, timeout=5.0, backoff=0.01, retry_budget_s=300.0)
+        with pytest.raises(VerifierUnavailableError, match=r"failed 4 times in a row \(HTTP 500.*CUDA out of memory"):
+            remote.score_batch(["q"], ["r"])
+    assert verifier.calls == 4  # the first attempt and 3 retries
+
+
 def test_retries_caps_the_attempts_within_the_budget():
     url = f"http://127.0.0.1:{free_port()}"
     remote = RemoteVerifier(url, timeout=0.5, retries=2, backoff=0.01, retry_budget_s=60.0)

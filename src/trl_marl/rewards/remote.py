@@ -51,6 +51,10 @@ class _BadRequest(ValueError):
         self.status = status
 
 
+_VERIFIER_FAILURE_RETRIES = 3
+"""HTTP 500 (the served verifier raised: the server is up and said why) is retried this often, not for the whole
+retry budget that an unreachable or overloaded server gets."""
+
 _DRAIN_CHUNK = 1 << 16
 """Bytes read at a time when the server discards the body of a request it refuses."""
 
@@ -373,16 +377,17 @@ class VerifierServer:
 class RemoteVerifier:
     """Client of a [`VerifierServer`] with the reward-function API of the in-process verifiers.
 
-    Each request has a per-request `timeout`. Connection errors, timeouts and HTTP 5xx answers mean the server is
-    down, restarting or overloaded: the request is retried, waiting `backoff * 2**k` seconds (at most `max_backoff`)
-    before retry k + 1, for as long as the next attempt starts within `retry_budget_s` seconds of the first one (and
-    for at most `retries` retries when that is set). So a server restart that takes less than `retry_budget_s` costs
-    a pause, not the training step. When the budget is spent, a [`VerifierUnavailableError`] says for how long the
-    server at the URL was unreachable and what to do; a trainer's reward call turns it into a
-    `RewardFunctionError` naming the reward function. A call never takes longer than `max_wait_s` (about
-    `retry_budget_s + timeout`). HTTP 4xx answers (a malformed or oversized request) and answers that are not a
-    list of scores raise [`VerifierError`] at once. (The bound does not cover resolving a host name, which the
-    operating system does; an IP address or `localhost` avoids it.)
+    Each request has a per-request `timeout`. Connection errors, timeouts and HTTP 5xx answers other than 500 mean
+    the server is down, restarting or overloaded: the request is retried, waiting `backoff * 2**k` seconds (at most
+    `max_backoff`) before retry k + 1, for as long as the next attempt starts within `retry_budget_s` seconds of the
+    first one (and for at most `retries` retries when that is set). So a server restart that takes less than
+    `retry_budget_s` costs a pause, not the training step. When the budget is spent, a
+    [`VerifierUnavailableError`] says for how long the server at the URL was unreachable and what to do; a
+    trainer's reward call turns it into a `RewardFunctionError` naming the reward function. HTTP 500 (the served
+    verifier raised: the server is up and says why) is retried 3 times only, then reported the same way. A call
+    never takes longer than `max_wait_s` (about `retry_budget_s + timeout`). HTTP 4xx answers (a malformed or
+    oversized request) and answers that are not a list of scores raise [`VerifierError`] at once. (The bound does
+    not cover resolving a host name, which the operating system does; an IP address or `localhost` avoids it.)
 
     Args:
         url: The server, `http://host:port` (a trailing `/score` is accepted).
@@ -468,7 +473,7 @@ class RemoteVerifier:
         data = None if payload is None else json.dumps(payload).encode()
         opener = urllib.request.build_opener(urllib.request.ProxyHandler(self.proxies))
         first = time.monotonic()
-        attempt = 0
+        attempt = failures_of_verifier = 0
         last = "no attempt"
         while True:
             attempt += 1
@@ -482,12 +487,14 @@ class RemoteVerifier:
                 detail = _error_detail(exc)
                 if 500 <= exc.code < 600:
                     last = f"HTTP {exc.code}: {detail}"
+                    failures_of_verifier = failures_of_verifier + 1 if exc.code == 500 else 0
                 else:
                     raise VerifierError(
                         f"The verifier at {url} rejected the request: HTTP {exc.code}: {detail}"
                     ) from exc
             except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
                 reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
+                failures_of_verifier = 0
                 if isinstance(reason, (TimeoutError, socket.timeout)):
                     last = f"timed out after {self.timeout:g} s"
                 else:
@@ -502,12 +509,18 @@ class RemoteVerifier:
             wait = self._wait(attempt - 1)
             elapsed = time.monotonic() - first
             out_of_retries = self.retries is not None and attempt > self.retries
-            if out_of_retries or elapsed + wait > self.retry_budget_s:
+            verifier_broken = failures_of_verifier > _VERIFIER_FAILURE_RETRIES
+            if out_of_retries or verifier_broken or elapsed + wait > self.retry_budget_s:
                 break
             logger.warning("verifier at %s: attempt %d failed (%s); retrying in %.2g s (%.0f s of the %g s retry "
                            "budget used)", url, attempt, last, wait, elapsed, self.retry_budget_s)
             time.sleep(wait)
         elapsed = time.monotonic() - first
+        if failures_of_verifier:  # the last attempt reached the server, whose verifier raised
+            raise VerifierUnavailableError(
+                f"The verifier at {url} failed {failures_of_verifier} times in a row (HTTP 500: the server runs, the "
+                f"verifier it serves raised); last error: {last}. See the server's log."
+            )
         raise VerifierUnavailableError(
             f"The verifier at {url} was unreachable for {elapsed:.1f} s: {attempt} attempt(s) failed (timeout "
             f"{self.timeout:g} s per request, retry budget {self.retry_budget_s:g} s); last error: {last}. Check "
