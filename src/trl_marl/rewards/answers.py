@@ -323,14 +323,18 @@ def extract_math_answer(text: str | None) -> str | None:
 
     Returns:
         The normalised answer (a canonical number such as `"1234"`, `"-3"`, `"0.5"`, `"3/4"`, or the text of a
-        boxed non-numeric answer), or `None` when the response has no answer or an ambiguous one.
+        boxed non-numeric answer), or `None` when the response has no answer, an ambiguous one, or several
+        different ones (a hedge).
 
     Example:
 
     ```python
     extract_math_answer("So she makes 9 * 2 = $18.\\n#### 18")  # "18"
     extract_math_answer("The answer is \\\\boxed{\\\\frac{3}{4}}")  # "3/4"
+    extract_math_answer("The answer is \u2013 5")  # "-5": an en dash is a minus sign
     extract_math_answer("The answer is 1450000 or 1450001.")  # None: two different numbers
+    extract_math_answer("\\\\boxed{5} \\\\boxed{6}")  # None: two final answers
+    extract_math_answer("The answer is 5\u00bd")  # None: 5½ is not 5
     extract_math_answer("I don't know.")  # None
     ```
     """
