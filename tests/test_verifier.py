@@ -36,7 +36,8 @@ ROOT = Path(__file__).resolve().parents[1]
         (r"So the total is \boxed{18}.", "18"),
         (r"\boxed{\frac{3}{4}}", "3/4"),  # nested braces
         (r"\boxed{-\dfrac{1}{2}}", "-1/2"),
-        (r"First \boxed{3}, on second thought \boxed{5}", "5"),  # the last boxed answer
+        (r"First \boxed{3}, on second thought \boxed{5}", None),  # two final answers: a hedge, no answer
+        (r"\boxed{5} so \boxed{5.0}", "5"),  # the same value twice
         (r"\boxed{\text{18 dollars}}", "18"),
         (r"\boxed{\$1{,}234.00}", "1234"),
         (r"\boxed{x+1}", "x+1"),  # an expression stays text
@@ -104,7 +105,7 @@ def test_numbers_compare_exactly_or_at_the_golds_precision():
         ("The answer is 18 (9 * 2).", None),
         ("The answer is 18 eggs, i.e. 18.", "18"),  # one value, repeated
         ("The answer is 1450000. Or maybe 1450001.", "1450000"),  # the marker's sentence decides
-        ("The answer is 1450000.\nThe answer is 1450001.", "1450001"),  # the last marker decides
+        ("The answer is 1450000.\nThe answer is 1450001.", None),  # two different final answers: a hedge
         (r"\boxed{1450000 \text{ or } 1450001}", "1450000 or 1450001"),  # text, matches no number
         (r"\boxed{1450000, 1450001}", "1450000, 1450001"),
         # scientific notation is no number
@@ -160,6 +161,152 @@ def test_extraction_is_linear_on_huge_inputs(response):
     AnswerVerifier().score(response, "5")
     # a quadratic scan of these inputs takes minutes; linear ones take well under a second
     assert time.process_time() - start < 10.0
+
+
+# Issue 26: hostile spellings of a final answer, each decided deliberately. `expected` is what the verifier reads
+# (None: no answer); every entry is also scored against the gold 5 and the gold -5 below.
+HOSTILE_ANSWERS = [
+    # dash-like minus signs are minus signs; a spaced sign belongs to its number unless it is binary or a bullet
+    ("The answer is \u22125", "-5"),  # minus sign
+    ("The answer is \u20135", "-5"),  # en dash
+    ("The answer is \u20145", "-5"),  # em dash
+    ("The answer is \u20125", "-5"),  # figure dash
+    ("The answer is \u20105", "-5"),  # hyphen
+    ("The answer is \u20115", "-5"),  # non-breaking hyphen
+    ("The answer is \ufe635", "-5"),  # small hyphen-minus
+    ("The answer is \ufe585", "-5"),  # small em dash
+    ("The answer is \uff0d5", "-5"),  # fullwidth hyphen-minus
+    ("The answer is \u27965", "-5"),  # heavy minus sign
+    ("\\boxed{\u2013 5}", "-5"),
+    ("The answer is - 5", "-5"),
+    ("The answer is -\t5", "-5"),
+    ("#### - 5", "-5"),
+    ("The answer is \uff0b5", "5"),  # fullwidth plus
+    ("10 - 5", "5"),  # binary minus: the last number is 5
+    ("so x - 5", "5"),  # binary minus after a one-letter variable
+    ("Answer:\n- 5", "5"),  # a Markdown list item
+    ("The answer is \u2e405", None),  # double hyphen: two signs
+    ("The answer is --5", None),
+    ("The answer is -+5", None),
+    ("The answer is \u301c5", None),  # wave dash: "approximately"
+    # numerals that are no plain number: ambiguous, never 5 (and no fallback to an earlier 5)
+    ("The answer is 5\u00bd", None),  # 5½
+    ("The answer is 5 \u00bd", None),
+    ("The answer is 5!", None),  # factorial
+    ("The answer is 5! Great.", None),
+    ("The answer is 5!!", None),
+    ("The answer is 5\u0338", None),  # combining long solidus overlay
+    ("The answer is 5\u0305", None),  # combining overline
+    ("The answer is 5\u20e3", None),  # keycap
+    ("The answer is 5\u2030", None),  # per mille
+    ("The answer is \uff15", None),  # fullwidth digit
+    ("The answer is \U0001d7d3", None),  # mathematical bold digit
+    ("The answer is \u0665", None),  # Arabic-Indic digit
+    ("The answer is \u2075", None),  # superscript
+    ("The answer is 5\u00b2", None),
+    ("The answer is 5^2", None),
+    ("I got 5. The answer is 5e0", None),  # was: the earlier 5
+    ("I got 5. The answer is 5\u00b2", None),
+    ("so 5 and then 5e0", None),  # the last numeral is no number
+    ("The answer is \u221a25", None),  # root
+    (r"The answer is \sqrt{25}", None),
+    ("The answer is \u00b15", None),  # plus-minus
+    (r"\boxed{\pm 5}", r"\pm 5"),  # a text, matches no number
+    ("The answer is \u22605", None),  # not equal
+    ("The answer is \u22485", None),  # approximately
+    ("The answer is ~5", None),
+    ("The answer is |-5|", None),  # absolute value
+    ("The answer is not 5", None),
+    ("The answer isn't 5", None),  # no marker ("answer is" needs a word end): the last number, negated
+    ("so it is not 5", None),
+    ("so roughly 5", "5"),  # the last number of a text without statements may be approximate
+    ("The answer is about 5", None),
+    ("The answer is at least 5", None),
+    ("The answer is more than 5", None),
+    (r"\boxed{\text{not } 5}", "not 5"),
+    ("The answer is 5\u20441", None),  # fraction slash: two numbers
+    # hedges: several final answers that differ are no answer
+    (r"\boxed{5}\boxed{6}", None),
+    ("The answer is 5. The answer is 6.", None),
+    ("#### 5\n#### 6", None),
+    (r"The answer is 5 \boxed{6}", None),
+    (r"\boxed{5} so the answer is 6", None),
+    ("The answer is 5, and the final answer: 6", None),
+    (r"\boxed{5} and the answer is 5.", "5"),  # repeated, not a hedge
+    (r"\boxed{1/2} and #### 0.5", "0.5"),  # the same value
+    (r"\boxed{\boxed{5}}", "5"),  # a box in a box is one answer
+    (r"Let's find the answer: 3 + 4 = 5. \boxed{5}", "5"),  # reasoning after a marker is no statement beside a box
+    ("The answer is 5 or 6. The answer is 5.", "5"),  # committed after thinking aloud: one value can be right
+    ("The answer is 6 or 5.", None),  # only ambiguous: no answer
+    # plain variants that are 5
+    ("The answer is 05", "5"),
+    ("The answer is +5", "5"),
+    ("The answer is 5.0", "5"),
+    ("The answer is 10/2", "5"),
+    ("The answer is 5 kg", "5"),
+    ("The answer is 5kg", "5"),
+    ("The answer is $5", "5"),
+    ("The answer is (5)", "5"),
+    ("The answer is 5?", "5"),
+    ("The answer is 5 and it's not prime.", "5"),  # a qualifier after the number is about something else
+    ("The answer is 12 m^2", "12"),  # an exponent of a unit
+    ("The answer is 12 cm\u00b2", "12"),
+    # thousands separators: commas in groups of three only
+    ("The answer is 5,000", "5000"),
+    ("The answer is 5 000", None),
+    ("The answer is 5\u202f000", None),
+    ("The answer is 5'000", None),
+    ("The answer is 5,5", None),
+    ("The answer is 5.000", "5"),
+]
+
+
+@pytest.mark.parametrize(("response", "expected"), HOSTILE_ANSWERS)
+def test_hostile_answers(response, expected):
+    assert extract_math_answer(response) == expected
+    verifier = AnswerVerifier()
+    assert verifier.score(response, "5") == float(expected is not None and to_number(expected) == 5)
+    assert verifier.score(response, "-5") == float(expected is not None and to_number(expected) == -5)
+
+
+class SliceCountingStr(str):
+    """A string that counts the characters of every slice taken from it."""
+
+    sliced = 0
+
+    def __getitem__(self, key):
+        piece = super().__getitem__(key)
+        if isinstance(key, slice):
+            SliceCountingStr.sliced += len(piece)
+        return piece
+
+
+@pytest.mark.parametrize(
+    ("unit", "tail", "expected"),
+    [("\\boxed$", "", None), ("\\boxed", " 5", "5"), ("\\boxed{5}", "", "5"), ("answer is ", "5.", "5"),
+     ("#### 5\n", "", "5"), ("- ", "5", None), ("5 - ", "x", "5")],
+)
+def test_extraction_reads_each_character_a_bounded_number_of_times(monkeypatch, unit, tail, expected):
+    """Issue 26: `"\\boxed$" * k` made the old extraction slice the rest of the text once per marker (quadratic).
+    Counted structurally: the characters sliced out of the text stay within a small multiple of its length."""
+    import trl_marl.rewards.answers as answers
+
+    clean = answers._clean
+    monkeypatch.setattr(answers, "_clean", lambda text: SliceCountingStr(clean(text)))
+    text = unit * 3000 + tail
+    SliceCountingStr.sliced = 0
+    assert extract_math_answer(text) == expected
+    assert SliceCountingStr.sliced <= 3 * len(text), (SliceCountingStr.sliced, len(text))
+
+
+def test_signs_and_stray_numerals_helpers():
+    from trl_marl.utils.numbers import MINUS_SIGNS, find_numbers, has_stray_numerals, normalize_signs
+
+    assert normalize_signs("".join(f"{sign}5 " for sign in MINUS_SIGNS)) == "-5 " * len(MINUS_SIGNS)
+    assert normalize_signs("is - 5, 10 - 5, x - 5, (2) - 5\n- 5") == "is -5, 10 - 5, x - 5, (2) - 5\n- 5"
+    assert [m.group(0) for m in find_numbers("5! 5\u00bd \u22605 \u221a5 --5 |-5| 7 -8")] == ["7", "-8"]
+    assert has_stray_numerals("5e0") and has_stray_numerals("\uff15") and has_stray_numerals("5!")
+    assert not has_stray_numerals("x3 m\u00b2 cm^2 5 kg") and not has_stray_numerals("no numbers")
 
 
 def test_parse_gold_gsm8k_and_plain_values():

@@ -10,9 +10,9 @@
 - The team rewards of the built-in tasks: `WritingTeamReward` (`rewards.writing`), `CodingTeamReward`
   (`rewards.coding`), `TargetSumReward` (`rewards.arithmetic`), each with its terms.
 
-Modules by job: `answers` (answer extraction and matching), `verifier` (in-process verifiers), `remote` (verifiers
-over HTTP), `execution` (unit tests in the sandbox of `trl_marl.sandbox`), `rouge`, `codebleu`, `influence`, and
-one module per task.
+Modules by job: `answers` (answer extraction and matching), `verifier` (in-process verifiers), `remote` and
+`verifier_server` (verifiers over HTTP: client and server), `execution` (unit tests in the sandbox of
+`trl_marl.sandbox`), `rouge`, `codebleu`, `influence`, and one module per task.
 
 ROUGE-L and CodeBLEU need the `rewards` extra: `pip install "trl-marl[rewards]"`.
 """

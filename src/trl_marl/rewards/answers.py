@@ -1,29 +1,52 @@
 """Answer extraction for MAPoRL's verifiers (Park et al., arXiv 2502.18439): the final answer of a response, the
 gold answer of a row, and whether they agree. Used by `trl_marl.rewards.verifier.AnswerVerifier`; usable on its own.
 
-Math answers are read like security-sensitive input: a policy will find any way to get a wrong answer accepted. First
-invisible format characters (zero-width spaces and joiners, direction marks, soft hyphens) are removed and the Unicode
-minus (U+2212) is read as `-`. Then the first rule that applies wins:
+Math answers are read like security-sensitive input: a policy will find any way to get a wrong answer accepted, or
+to hedge. First the text is composed (Unicode NFC), invisible format characters (zero-width spaces and joiners,
+direction marks, soft hyphens) are removed, every dash-like minus sign (U+2212, en and em dashes, small and
+fullwidth hyphen-minus, ...) is read as `-`, and a sign separated from its number by spaces is glued to it
+(`"- 5"` is -5) unless it follows an operand (`"10 - 5"`) or starts a line (a list item); see
+`trl_marl.utils.numbers.normalize_signs`. Then:
 
-1. the last complete `\\boxed{...}` (nested braces allowed; `\\fbox{...}` too): its content with LaTeX markup removed
-   (`\\frac{a}{b}` -> `a/b`, `\\text{...}` -> its text); the number when it holds exactly one and otherwise only words
-   (units), else the text (`\\boxed{1450000 \\text{ or } 1450001}` is the text "1450000 or 1450001", which matches
-   no number);
-2. the last `#### ` (GSM8K's marker), then
-3. the last "answer is X", "answer: X" or "answer = X" (any case, "final answer", Markdown bold allowed): the
-   numbers of the rest of the marker's sentence (up to `.`, `!`, `?` or `;` before a space or the line end, or the
-   next non-blank line when the marker ends its line). One value (repeated or not) is the answer; **several
-   different values ("1450000 or 1450001", "18 (9 * 2)") are an ambiguous answer: no answer**, and no later rule
-   applies; no number at all lets the next rule apply;
-4. the last number of the text;
-5. otherwise no answer (`None`).
+1. **Final-answer statements.** A response states its final answer once, or repeats the same value. The
+   statements are:
+   - every complete outermost `\\boxed{...}` (nested braces allowed; `\\fbox{...}` and `\\boxed 5` too): its
+     content with LaTeX markup removed (`\\frac{a}{b}` -> `a/b`, `\\text{...}` -> its text); the number when it
+     holds exactly one and otherwise only words (units), else the text (`\\boxed{1450000 \\text{ or } 1450001}` is
+     the text "1450000 or 1450001", `\\boxed{5½}` the text "5½", `\\boxed{\\text{not } 5}` the text "not 5":
+     none matches a number);
+   - every `####` (GSM8K's marker) and every "answer is X", "answer: X" or "answer = X" (any case, "final answer",
+     Markdown bold allowed): the numbers of the rest of the marker's sentence (up to `.`, `!`, `?` or `;` before a
+     space or the line end, or the next non-blank line when the marker ends its line; never past the next marker or
+     box).
+     No numeral at all: the marker states nothing. One value (repeated or not) is a statement. Anything else is
+     *ambiguous*: several different values ("1450000 or 1450001", "18 (9 * 2)", "the answer: 3 + 4 = 7"), a
+     numeral that is no plain number (`5e0`, `5½`, `5²`, `5!`, `5̸`, fullwidth or other scripts' digits, `√25`,
+     `≠5`, `≈5`, `~5`, `±5`, `--5`; see `trl_marl.utils.numbers.find_numbers` and `has_stray_numerals`), or a
+     qualifier before the number ("not 5", "about 5", "at least 5", "more than 5").
+
+   **Several statements with different values are a hedge: no answer** (`\\boxed{5}\\boxed{6}`, "The answer is 5.
+   ... The answer is 6.", `\\boxed{5}` with "#### 6"; quoting another agent's boxed answer counts too). Numbers
+   agree by value (`0.5` and `\\boxed{1/2}`), texts ignoring case; a number never agrees with a text. So the
+   verifier reads one value or none, and stating several candidates can never earn more than stating one. Ambiguous
+   markers do not count beside statements ("Let's find the answer: 3 + 4 = 7. \\boxed{7}" is 7), but **only
+   ambiguous markers are no answer**, with no fallback to the last number ("I got 5. The answer is 5e0").
+2. **Otherwise the last number of the text**, unless a numeral that is no plain number follows it or a negation
+   stands right before it ("it isn't 5"): then no answer.
+3. Otherwise no answer (`None`).
+
+Every step is linear in the length of the text: boxes are matched in one pass and taken outermost only, and the
+spans of markers end at the next marker, so no character is read twice whatever the text repeats
+(`"\\boxed$" * k`, `"answer is " * k`).
 
 What a number is, its canonical form and how two numbers compare are the rules of `trl_marl.utils.numbers`, the one
-normaliser of the package (the data loaders use it too). In short: ASCII digits only (no other scripts' digits, no
-superscripts); an optional sign, `$`, `%` (`50%` is 50), thousands separators in groups of three, decimals,
-fractions `3/4`; no scientific notation (`1e6` holds no number); at most 50 digits (a longer number is no answer);
-a `-` glued to a preceding digit or letter is a minus operator (the last number of "5-3" is 3). **An integer gold
-answer matches only the exact value** (`1450001` is wrong for `1450000`, `1450000.0` is right), a fraction gold
+normaliser of the package (the data loaders use it too). In short: ASCII digits only (fullwidth, superscript and
+other scripts' digits are numerals but no numbers); an optional sign, `$`, `%` (`50%` is 50), thousands separators
+in groups of three (`5,000`; a space or an apostrophe separates two numbers: `5 000` is ambiguous), decimals with a
+`.` (`5.000` is 5), fractions `3/4`, leading zeros (`05` is 5), a leading `+`; no scientific notation (`1e6` holds
+no number); at most 50 digits (a longer number is no answer); letters glued after a number are a unit (`5kg`, `5i`
+are 5); a `-` glued to a preceding digit or letter is a minus operator (the last number of "5-3" is 3). **An integer
+gold answer matches only the exact value** (`1450001` is wrong for `1450000`, `1450000.0` is right), a fraction gold
 its exact value (`0.75` is right for `3/4`, `0.333333` wrong for `1/3`), and a decimal gold with d decimal places
 a prediction that rounds to it at d places (`0.333` is right for `0.33`). Non-numeric answers are compared as texts,
 ignoring case.
@@ -42,8 +65,11 @@ matched against the labels.
 
 from __future__ import annotations
 
+import bisect
 import re
-from collections.abc import Mapping, Sequence
+import unicodedata
+from array import array
+from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal
 from fractions import Fraction
 from typing import Any
@@ -53,7 +79,9 @@ from ..utils.numbers import (
     MAX_DIGITS,
     canonical_number,
     find_numbers,
+    has_stray_numerals,
     normalize_number,
+    normalize_signs,
     number_value,
     numbers_match,
 )
@@ -80,55 +108,87 @@ TASKS = ("math", "label")
 # Answer extraction and normalisation
 # ---------------------------------------------------------------------------------------------------------------
 
-_UNIT_WORDS = re.compile(r"(?:[^\W\d_]|[\s=:.])*")  # letters, spaces, "=", ":" and "."
+_UNIT_WORDS = re.compile(r"(?:[^\W\d_]|[\s=:.{}])*")  # letters, spaces, "=", ":", "." and braces (not numerals)
 _BOXED = re.compile(r"\\(?:boxed|fbox)\s*")
-_HASHES = re.compile(r"####")
-_ANSWER_MARKER = re.compile(r"\banswer\b\**[ \t]*(?:is\b[ \t]*:?|:|=)", re.IGNORECASE)
-_SENTENCE_END = re.compile(r"[.!?;](?=\s|$)")
+_BRACE = re.compile(r"[{}]")
+_BOX_TOKEN = re.compile(r"[^\s$\\{}]+")  # `\boxed 5`: up to a space, `$`, a brace or the next command
+_ANSWER_MARKER = re.compile(r"\banswer\b\**[ \t]*(?:is\b[ \t]*:?|:|=)|####", re.IGNORECASE)
+_SENTENCE_END = re.compile(r"[.?;](?=\s|$)|(?<![0-9])!(?=\s|$)")  # "5!" is a factorial, not a sentence end
 _LATEX_FRAC = re.compile(r"\\[dt]?frac\s*\{([^{}]*)\}\s*\{([^{}]*)\}")
-_LATEX_TEXT = re.compile(r"\\(?:text|textbf|mathrm|mathbf|textit|mbox|operatorname)\s*\{([^{}]*)\}")
+_LATEX_TEXT = re.compile(r"\\(?:text|textbf|mathrm|mathbf|textit|mbox|operatorname|boxed|fbox)\s*\{([^{}]*)\}")
 _LATEX_DROP = re.compile(r"\\(?:left|right|displaystyle|!|,|;|:| )|\^\s*\{?\\circ\}?|\^\\circ")
 # Invisible format characters (soft hyphen, zero-width spaces and joiners, direction marks and isolates, word
 # joiner, invisible operators, byte order mark): removed, so the verifier reads what a person sees.
 _INVISIBLE = re.compile("[\u00ad\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff]")
+# Words that make the number after them something other than the answer: a negation, a bound, an approximation.
+_QUALIFIER = re.compile(
+    r"(?:\b(?:not|never|neither|nor|cannot|about|approx(?:imately)?|roughly|around|nearly|almost|circa|except"
+    r"|(?:at|up)[ \t]+(?:least|most|to)|(?:more|less|fewer|greater|smaller|larger|bigger|higher|lower)[ \t]+than)\b"
+    r"|n't\b)",
+    re.IGNORECASE,
+)
+# A negation right before a number ("it isn't 5"): checked before the last number of a text without statements.
+_NEGATED = re.compile(r"(?:\b(?:not|never|neither|nor|cannot)\b|n't\b)[ \t$]*$", re.IGNORECASE)
 
 
 def _clean(text: str) -> str:
-    """Removes invisible format characters and writes the Unicode minus sign (U+2212) as `-`."""
-    return _INVISIBLE.sub("", text).replace("\u2212", "-")
+    """Composes characters (NFC), removes invisible format characters, and writes every dash-like minus sign as
+    `-` and a spaced sign glued to its number (`trl_marl.utils.numbers.normalize_signs`)."""
+    return normalize_signs(unicodedata.normalize("NFC", _INVISIBLE.sub("", text)))
 
 
-def _last_boxed(text: str) -> str | None:
-    """The content of the last complete `\\boxed{...}` (or `\\fbox{...}`, or `\\boxed 5`) of a text.
+def _boxed_contents(text: str) -> list[str]:
+    """The contents of the complete outermost `\\boxed{...}` (or `\\fbox{...}`, or `\\boxed 5`) of a text, in order.
 
-    Braces are matched in one pass over the text, so the time is linear in its length whatever it holds.
+    Braces are matched in one pass over the text, a box inside another box is part of the outer one, and `\\boxed 5`
+    takes the token up to the next space, `$`, brace or backslash: the contents are disjoint, so the time is linear
+    in the length of the text whatever it holds (`"\\boxed$" * k`, `"\\boxed{" * k`, ...).
 
     Args:
         text: The text.
 
     Returns:
-        The raw content, or `None` when there is no complete boxed expression.
+        The raw contents (an empty list when there is no complete boxed expression).
     """
-    markers = list(_BOXED.finditer(text))
-    if not markers:
-        return None
-    closing: dict[int, int] = {}
-    stack: list[int] = []
-    for index, char in enumerate(text):
-        if char == "{":
-            stack.append(index)
-        elif char == "}" and stack:
-            closing[stack.pop()] = index
-    for match in reversed(markers):
-        end = match.end()
-        if end < len(text) and text[end] == "{":
-            if end in closing:
-                return text[end + 1 : closing[end]]
-        else:  # `\boxed 5`: the next whitespace-free token
-            token = re.match(r"[^\s$]+", text[end:])
+    starts, ends = array("q"), array("q")  # the markers, in machine integers: 16 bytes each whatever the text
+    for match in _BOXED.finditer(text):
+        starts.append(match.start())
+        ends.append(match.end())
+    if not starts:
+        return []
+    # One pass over the braces with a depth counter; only the braces that open a box are remembered.
+    closing = array("q", [-1]) * len(ends)  # per marker: the index of the brace that closes its box
+    open_markers, open_depths = array("q"), array("q")
+    depth = marker = 0
+    for brace in _BRACE.finditer(text):
+        index = brace.start()
+        if text[index] == "{":
+            depth += 1
+            while marker < len(ends) and ends[marker] < index:
+                marker += 1
+            if marker < len(ends) and ends[marker] == index:
+                open_markers.append(marker)
+                open_depths.append(depth)
+        elif depth:
+            if open_depths and open_depths[-1] == depth:
+                open_depths.pop()
+                closing[open_markers.pop()] = index
+            depth -= 1
+    contents: list[str] = []
+    covered = 0  # the end of the last box taken: a marker before it lies inside that box
+    for marker, (start, end) in enumerate(zip(starts, ends)):
+        if start < covered:
+            continue
+        if text.startswith("{", end):
+            if closing[marker] >= 0:
+                contents.append(text[end + 1 : closing[marker]])
+                covered = closing[marker] + 1
+        else:  # `\boxed 5`: the next token
+            token = _BOX_TOKEN.match(text, end)
             if token:
-                return token.group(0)
-    return None
+                contents.append(token.group(0))
+                covered = token.end()
+    return contents
 
 
 def _strip_latex(text: str) -> str:
@@ -157,13 +217,20 @@ def _span_answer(span: str) -> tuple[bool, str | None]:
         span: The text after an answer marker, up to the end of its sentence.
 
     Returns:
-        `(False, None)` when the span holds no number; `(True, value)` when all its numbers have one canonical value;
-        `(True, None)` when it holds several different values ("1450000 or 1450001": ambiguous, no answer) or a
-        number that is too long or has a zero denominator.
+        `(False, None)` when the span holds no numeral at all; `(True, value)` when all its numbers have one
+        canonical value; `(True, None)` when it is ambiguous: several different values ("1450000 or 1450001"), a
+        numeral that is no plain number (`5e0`, `5½`, `５`, `5!`, `≠5`; see
+        `trl_marl.utils.numbers.has_stray_numerals`), a qualifier before the number ("not 5", "about 5", "at least
+        5"), or a number that is too long or has a zero denominator.
     """
-    matches = find_numbers(_strip_latex(span))
+    text = _strip_latex(span)
+    matches = find_numbers(text)
+    if has_stray_numerals(text, matches):
+        return True, None
     if not matches:
         return False, None
+    if _QUALIFIER.search(text, 0, matches[0].start()):
+        return True, None
     values = {canonical_number(match.group(0)) for match in matches}
     if len(values) != 1 or None in values:
         return True, None
@@ -171,30 +238,54 @@ def _span_answer(span: str) -> tuple[bool, str | None]:
 
 
 def _first_sentence(line: str) -> str:
-    """A line up to its first sentence end (`.`, `!`, `?` or `;` before a space or the end; `2.5` is no end)."""
+    """A line up to its first sentence end (`.`, `!`, `?` or `;` before a space or the end; `2.5` is no end, nor is
+    the `!` of `5!`)."""
     end = _SENTENCE_END.search(line)
     return line[: end.start()] if end else line
 
 
-def _after_marker(text: str, end: int) -> tuple[bool, str | None]:
-    """The answer stated after a marker ending at `end`: in the rest of its sentence, or the next non-blank line's.
+def _after_marker(
+    text: str, end: int, limit: int, read: Callable[[str], tuple[bool, str | None]] = _span_answer
+) -> tuple[bool, str | None]:
+    """The answer stated after a marker ending at `end`: in the rest of its sentence, or the next non-blank line's,
+    never past `limit` (the next marker), so the spans of all markers are disjoint and read in linear time.
 
     Args:
         text: The text.
         end: Index just after the marker.
+        limit: Index of the next marker (or the end of the text).
+        read: Reads a span ([`_span_answer`], or a memoised version of it).
 
     Returns:
-        As [`_span_answer`]: `(False, None)` when the marker is followed by no number (the next rule applies),
-        `(True, value)` for an answer, `(True, None)` for an ambiguous one (no answer, and no other rule applies).
+        As [`_span_answer`]: `(False, None)` when the marker is followed by no numeral (it states nothing),
+        `(True, value)` for an answer, `(True, None)` for an ambiguous one.
     """
-    lines = text[end:].split("\n")
-    found, value = _span_answer(_first_sentence(lines[0]))
-    if found or lines[0].strip(" \t*:$"):
+    line_end = text.find("\n", end, limit)
+    line_end = limit if line_end < 0 else line_end
+    first = text[end:line_end]
+    found, value = read(_first_sentence(first))
+    if found or first.strip(" \t*:$"):
         return found, value
-    for line in lines[1:]:
+    start = line_end + 1
+    while start < limit:
+        stop = text.find("\n", start, limit)
+        stop = limit if stop < 0 else stop
+        line = text[start:stop]
         if line.strip():
-            return _span_answer(_first_sentence(line))
+            return read(_first_sentence(line))
+        start = stop + 1
     return False, None
+
+
+def _agreed(values: list[str]) -> str | None:
+    """The answer that several final-answer statements agree on: numbers by value (`0.5` and `1/2` agree), texts
+    ignoring case; `None` when two of them differ (a hedge) or a number meets a text."""
+    numbers = [number_value(value) for value in values]
+    if all(number is not None for number in numbers):
+        return values[-1] if len(set(numbers)) == 1 else None
+    if any(number is not None for number in numbers):
+        return None
+    return values[-1] if len({value.casefold() for value in values}) == 1 else None
 
 
 def normalize_answer(text: str) -> str:
@@ -205,7 +296,8 @@ def normalize_answer(text: str) -> str:
 
     Returns:
         The canonical number (`trl_marl.utils.numbers`) when the (LaTeX-stripped) text holds exactly one number and
-        otherwise only words, spaces, `=`, `:` or `.` (`"1234"`, `"3/4"`, `"18"`, `"x = 5"` -> `"5"`); otherwise
+        otherwise only words, spaces, `=`, `:`, `.` or braces, no other numeral and no qualifier before the number
+        (`"1234"`, `"3/4"`, `"18"`, `"x = 5"`, `"{5}"` -> `"5"`; `"not 5"`, `"5½"` stay texts); otherwise
         the stripped text without a trailing period (`"x+1"`, `"1450000 or 1450001"`).
     """
     cleaned = _strip_latex(_clean(str(text)))
@@ -213,10 +305,12 @@ def normalize_answer(text: str) -> str:
     if len(numbers) == 1:
         number = numbers[0]
         # Words around the number are units or a variable name ("18 dollars", "x = 5"); an operator makes it an
-        # expression ("x+1"), which is compared as text.
-        rest = cleaned[: number.start()] + " " + cleaned[number.end() :]
+        # expression ("x+1"), a qualifier something else ("not 5", "about 5"): those are compared as text.
+        before, after = cleaned[: number.start()], cleaned[number.end() :]
+        rest = before + " " + after
         value = canonical_number(number.group(0))
-        if value is not None and _UNIT_WORDS.fullmatch(rest):
+        if (value is not None and _UNIT_WORDS.fullmatch(rest) and not has_stray_numerals(rest, [])
+                and not _QUALIFIER.search(before)):
             return value
     return re.sub(r"\s+", " ", cleaned).strip().rstrip(".").strip()
 
@@ -229,35 +323,65 @@ def extract_math_answer(text: str | None) -> str | None:
 
     Returns:
         The normalised answer (a canonical number such as `"1234"`, `"-3"`, `"0.5"`, `"3/4"`, or the text of a
-        boxed non-numeric answer), or `None` when the response has no answer or an ambiguous one.
+        boxed non-numeric answer), or `None` when the response has no answer, an ambiguous one, or several
+        different ones (a hedge).
 
     Example:
 
     ```python
     extract_math_answer("So she makes 9 * 2 = $18.\\n#### 18")  # "18"
     extract_math_answer("The answer is \\\\boxed{\\\\frac{3}{4}}")  # "3/4"
+    extract_math_answer("The answer is \u2013 5")  # "-5": an en dash is a minus sign
     extract_math_answer("The answer is 1450000 or 1450001.")  # None: two different numbers
+    extract_math_answer("\\\\boxed{5} \\\\boxed{6}")  # None: two final answers
+    extract_math_answer("The answer is 5\u00bd")  # None: 5½ is not 5
     extract_math_answer("I don't know.")  # None
     ```
     """
     if not text:
         return None
     text = _clean(str(text))
-    boxed = _last_boxed(text)
-    if boxed is not None:
-        value = normalize_answer(boxed)
+    statements: list[str] = []
+    ambiguous = False
+    # A text that repeats one statement many times reads it once (the contents are disjoint, so this holds at most
+    # the text's length).
+    boxes: dict[str, str] = {}
+    spans: dict[str, tuple[bool, str | None]] = {}
+
+    def read_span(span: str) -> tuple[bool, str | None]:
+        if span not in spans:
+            spans[span] = _span_answer(span)
+        return spans[span]
+
+    for content in _boxed_contents(text):
+        if content not in boxes:
+            boxes[content] = normalize_answer(content)
+        value = boxes[content]
         if value:
-            return value
-    for marker in (_HASHES, _ANSWER_MARKER):
-        last = None
-        for last in marker.finditer(text):  # noqa: B007 - only the last marker counts
-            pass
-        if last is not None:
-            found, value = _after_marker(text, last.end())
-            if found:
-                return value
-    numbers = find_numbers(_strip_latex(text))
-    return canonical_number(numbers[-1].group(0)) if numbers else None
+            statements.append(value)
+    # A marker's span ends where the next marker or box starts ("The answer is 5 \\boxed{6}" is 5, then 6).
+    boundaries = array("q", sorted(m.start() for pattern in (_ANSWER_MARKER, _BOXED) for m in pattern.finditer(text)))
+    boundaries.append(len(text))
+    for match in _ANSWER_MARKER.finditer(text):
+        limit = boundaries[bisect.bisect_right(boundaries, match.start())]
+        found, value = _after_marker(text, match.end(), limit, read_span)
+        if value is not None:
+            statements.append(value)
+        ambiguous = ambiguous or found and value is None
+    if statements:
+        return _agreed(statements)  # several different ones: a hedge, no answer
+    if ambiguous:
+        return None  # only ambiguous statements: no answer, and no fallback to the last number
+    stripped = _strip_latex(text)
+    numbers = find_numbers(stripped)
+    if not numbers:
+        return None
+    last = numbers[-1]
+    if has_stray_numerals(stripped[last.end() :], []):
+        return None  # the text ends with a numeral that is no plain number ("... so 5e0", "... 5½")
+    if _NEGATED.search(stripped, max(0, last.start() - 40), last.start()):
+        return None  # "... it isn't 5"
+    return canonical_number(last.group(0))
 
 
 def extract_label(text: str | None, labels: Sequence[str] = ANLI_LABELS) -> str | None:

@@ -42,6 +42,9 @@ logger = logging.getLogger(__name__)
 DEFAULT_TEMPLATE = "{question}\n{response}"
 """How [`ModelVerifier`] joins a question and a response into the text it scores."""
 
+CHARS_PER_TOKEN = 32
+"""[`ModelVerifier`] keeps the last `max_length * CHARS_PER_TOKEN` characters of a text before tokenizing it."""
+
 VERIFIER_CONFIG_FILE = "verifier_config.json"
 """A file next to a saved verifier model with the settings it was trained with (its `template`)."""
 
@@ -329,12 +332,21 @@ class ModelVerifier(_PicklableLock):
     text. A text that ends with the pad token (pad = eos and a trailing eos) is therefore pooled one token
     earlier: use a distinct pad token, or a template that does not end with it.
 
+    Long texts cost no more than texts of `max_length` tokens: before anything is tokenized, the question, the
+    response and the formatted text are each cut to their last `max_chars` characters (default
+    `max_length * CHARS_PER_TOKEN`, 32 characters per token: tokens of prose and code average 3-5 characters), so
+    a response of many megabytes is tokenized as a short one. The tokens kept are the same as without the cut
+    unless the last `max_length` tokens span more than `max_chars` characters (long runs of long tokens); then the
+    text is scored on fewer, still final, tokens.
+
     Args:
         model_or_path: A sequence-classification model, or a directory / Hub id to load one from.
         tokenizer: Its tokenizer. Default: loaded from `model_or_path` (with `trl_marl.load_tokenizer`, which also
             handles `trl_marl.toy` tokenizers). A tokenizer without a pad token gets its eos token.
         batch_size: Texts per forward pass.
         max_length: Longest text in tokens; longer texts keep their last `max_length` tokens.
+        max_chars: Characters of each text kept before tokenizing (its last ones); default
+            `max_length * CHARS_PER_TOKEN`.
         template: Format string with `{question}` and `{response}` fields, or a callable `(question, response) ->
             text`. Default: the `template` saved in `verifier_config.json` next to a loaded model (written by
             `examples/train_verifier.py`), else [`DEFAULT_TEMPLATE`] (`"{question}\\n{response}"`).
@@ -359,11 +371,19 @@ class ModelVerifier(_PicklableLock):
         agent_index: AgentSelector = None,
         device: Any = None,
         model_init_kwargs: dict[str, Any] | None = None,
+        max_chars: int | None = None,
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"`batch_size` must be >= 1, got {batch_size}.")
         if max_length < 1:
             raise ValueError(f"`max_length` must be >= 1, got {max_length}.")
+        if max_chars is None:
+            max_chars = max_length * CHARS_PER_TOKEN
+        if isinstance(max_chars, bool) or not isinstance(max_chars, int) or max_chars < max_length:
+            raise ValueError(
+                f"`max_chars` must be an integer >= max_length ({max_length}), got {max_chars!r}: every token is at "
+                "least one character, so fewer characters could never fill `max_length` tokens."
+            )
         saved: dict[str, Any] = {}
         if isinstance(model_or_path, (str, os.PathLike)):
             from transformers import AutoModelForSequenceClassification
@@ -407,6 +427,7 @@ class ModelVerifier(_PicklableLock):
         self.tokenizer = tokenizer
         self.batch_size = batch_size
         self.max_length = max_length
+        self.max_chars = max_chars
         self.template = template if template is not None else saved.get("template", DEFAULT_TEMPLATE)
         self.question_column = question_column
         self.agent_index = agent_index
@@ -418,14 +439,24 @@ class ModelVerifier(_PicklableLock):
         return next(self.model.parameters()).device
 
     def format(self, question: str, response: str) -> str:
-        """The text the model scores for a (question, response) pair."""
+        """The text the model scores for a (question, response) pair, cut to its last `max_chars` characters.
+
+        The question and the response are cut the same way first: the last `max_chars` characters of the text come
+        from the last `max_chars` characters of each field, so the cut changes nothing that is kept, and a
+        megabyte-long response costs no more than a short one.
+        """
+        question, response = question[-self.max_chars :], response[-self.max_chars :]
         if callable(self.template):
-            return self.template(question, response)
-        return self.template.format(question=question, response=response)
+            text = self.template(question, response)
+        else:
+            text = self.template.format(question=question, response=response)
+        return text[-self.max_chars :]
 
     def encode(self, texts: Sequence[str]) -> list[list[int]]:
-        """Token ids of texts: special tokens added, cut to the last `max_length` tokens, never empty."""
-        ids = self.tokenizer(list(texts), add_special_tokens=True, truncation=False)["input_ids"]
+        """Token ids of texts: each text cut to its last `max_chars` characters, special tokens added, cut to the
+        last `max_length` tokens, never empty."""
+        texts = [text[-self.max_chars :] for text in texts]
+        ids = self.tokenizer(texts, add_special_tokens=True, truncation=False)["input_ids"]
         fallback = self.tokenizer.eos_token_id if self.tokenizer.eos_token_id is not None else self.pad_id
         return [list(row[-self.max_length :]) if row else [fallback] for row in ids]
 

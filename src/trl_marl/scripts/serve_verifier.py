@@ -34,6 +34,12 @@ def _serve_parser() -> argparse.ArgumentParser:
                         help="Format string with {question} and {response} (default: the model's saved template, "
                         "else '{question}\\n{response}').")
     parser.add_argument("--device", default=None, help="Device for the model, e.g. cuda:0 (default: cpu).")
+    parser.add_argument("--max-body-mb", type=float, default=16.0,
+                        help="Largest request body in MiB; a larger one is refused with HTTP 413. Default: 16.")
+    parser.add_argument("--timeout", type=float, default=30.0,
+                        help="Seconds a connection may stay silent before it is closed. Default: 30.")
+    parser.add_argument("--max-connections", type=int, default=64,
+                        help="Connections served at once (one thread each); more wait. Default: 64.")
     return parser
 
 
@@ -42,20 +48,30 @@ def serve_verifier_main(argv: list[str]) -> int:
 
     Args:
         argv: Command-line arguments (without the program and subcommand names): `--model PATH` and optionally
-            `--host`, `--port`, `--batch-size`, `--max-length`, `--template`, `--device`.
+            `--host`, `--port`, `--batch-size`, `--max-length`, `--template`, `--device`, `--max-body-mb`,
+            `--timeout`, `--max-connections`.
 
     Returns:
         The exit status: 0 after an interrupt (Ctrl-C or SIGTERM), 1 when the model cannot be loaded or the port
         cannot be bound.
     """
-    args = _serve_parser().parse_args(argv)
+    parser = _serve_parser()
+    args = parser.parse_args(argv)
+    if not 0 < args.max_body_mb < 1 << 20:
+        parser.error(f"--max-body-mb must be a positive number of MiB, got {args.max_body_mb:g}.")
+    if not 0 < args.timeout < float("inf"):
+        parser.error(f"--timeout must be a positive number of seconds, got {args.timeout:g}.")
+    if args.max_connections < 1:
+        parser.error(f"--max-connections must be at least 1, got {args.max_connections}.")
     try:
         verifier = ModelVerifier(args.model, batch_size=args.batch_size, max_length=args.max_length,
                                  template=args.template, device=args.device)
     except (OSError, ValueError) as exc:
         print(f"trl-marl serve-verifier: cannot load {args.model!r}: {exc}", file=sys.stderr)
         return 1
-    server = VerifierServer(verifier, host=args.host, port=args.port)
+    server = VerifierServer(verifier, host=args.host, port=args.port,
+                            max_body_bytes=max(1, int(args.max_body_mb * (1 << 20))), timeout_s=args.timeout,
+                            max_connections=args.max_connections)
     if args.host not in ("127.0.0.1", "localhost", "::1"):
         print(f"trl-marl serve-verifier: warning: serving on {args.host} without authentication.", file=sys.stderr)
 

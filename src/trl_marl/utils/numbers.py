@@ -18,6 +18,15 @@ written down here.
 - No scientific notation: `1e6`, `1.45E+6` and `1450000e0` are not numbers (and hold none).
 - At most [`MAX_DIGITS`] digits; a longer digit string matches the pattern but [`canonical_number`] rejects it, so a
   response cannot make the verifier build huge integers.
+- Where it stands, a match must mean its number ([`find_numbers`]): not glued to a factorial, per-mille sign,
+  combining mark or another numeral after it (`5!`, `5‰`, `5̸`, `5½` are not 5), and not after a relation, an
+  approximation, a root, `±`, a second sign or an absolute-value bar (`≠5`, `≈5`, `~5`, `√25`, `±5`, `--5`, `|-5|`,
+  `\\neq 5`, `\\sqrt{25}`). Such a numeral is *stray* ([`has_stray_numerals`]): a text that holds one is not one
+  plain number, and the answer verifier reads it as ambiguous rather than as a text without numbers.
+- Signs in text ([`normalize_signs`], applied by the answer verifier before reading numbers): every dash-like minus
+  sign ([`MINUS_SIGNS`]: U+2212, en and em dashes, figure dash, hyphen, small and fullwidth hyphen-minus, ...) is a
+  `-`, fullwidth and other plus signs a `+`; a sign separated from its number by spaces belongs to it (`- 5` is -5)
+  unless it follows an operand (`10 - 5`, `x - 5`) or starts a line (a list item `- 5`).
 
 **Canonical form** ([`canonical_number`], [`normalize_number`]): no sign for zero or positive values, no separators,
 currency or percent signs; integers as digits (`1450000`); decimals without trailing zeros and with a leading zero
@@ -40,18 +49,22 @@ from __future__ import annotations
 import math
 import operator
 import re
+import unicodedata
 from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
 from fractions import Fraction
 from typing import Any
 
 __all__ = [
     "MAX_DIGITS",
+    "MINUS_SIGNS",
     "NUMBER_PATTERN",
     "canonical_number",
     "decimal_places",
     "find_numbers",
+    "has_stray_numerals",
     "is_canonical_number",
     "normalize_number",
+    "normalize_signs",
     "number_value",
     "numbers_match",
 ]
@@ -70,13 +83,94 @@ NUMBER_PATTERN = (
 )
 """A regular expression (a string) for one number in text; the rules are in the module docstring."""
 
+MINUS_SIGNS = (
+    "\u2212\u2796\u02d7"  # minus sign, heavy minus sign, modifier letter minus sign
+    "\u2010\u2011\u2012\u2013\u2014\u2015"  # hyphen, non-breaking hyphen, figure dash, en dash, em dash, bar
+    "\u2e3a\u2e3b\u2e5d\ufe31\ufe32\ufe58\ufe63\uff0d"  # two- and three-em, oblique, vertical, small, fullwidth
+    "\u058a\u05be\u1806\U00010ead"  # Armenian hyphen, Hebrew maqaf, Mongolian todo hyphen, Yezidi hyphenation mark
+)
+"""Characters [`normalize_signs`] reads as `-`: every dash and hyphen of Unicode (category Pd) that is drawn as one
+stroke, and the minus signs of other categories."""
+
+_SIGN_TABLE = str.maketrans(
+    {**{char: "-" for char in MINUS_SIGNS},
+     **{char: "+" for char in "\u2795\ufe62\uff0b"},  # heavy, small and fullwidth plus signs
+     **{char: "--" for char in "\u2e17\u2e1a\u2e40\u30a0\u1400"},  # double hyphens: two signs, no number
+     **{char: "~" for char in "\u301c\u3030\uff5e\u223c\u2053"}}  # wave dashes and tildes: "approximately"
+)
+# A sign, spaces and a number: the sign belongs to the number ("- 5" is -5) unless it follows an operand (a digit, a
+# closing bracket, "%", "!" or a one-letter variable: "10 - 5" and "x - 5" subtract) or starts a line (a Markdown
+# list item "- 5").
+_SPACED_SIGN = re.compile(
+    r"(?P<operand>(?:[0-9)\]}%!]|\b[^\W\d_])[ \t]*)?(?P<bullet>^[ \t]*)?(?P<sign>[-+])[ \t]+(?=\$?[0-9]|\.[0-9])",
+    re.MULTILINE,
+)
+# What makes the number after it something else: a relation or an approximation, a root, a "±", two signs in a row
+# ("--5"), their LaTeX commands, and an absolute-value bar glued to it. Checked on the few characters before a number
+# (see `find_numbers`).
+_LOOKBACK = 24
+_OPERATOR_BEFORE = re.compile(
+    r"(?:(?:[\u00b1\u2213\u2260\u2248\u2249~\u223c\u2243\u2245\u221a\u221b\u221c\u2264\u2265\u2266\u2267\u2272\u2273"
+    r"\u226a\u226b]"
+    r"|[-+][ \t]*[-+]"
+    r"|\\(?:pm|mp|neq?|approx|sim(?:eq)?|cong|sqrt(?:\[[^\]]*\])?|leq?|geq?|leqslant|geqslant|ll|gg|not)(?![a-zA-Z]))"
+    r"[ \t{]*|\|[-+]?)$"
+)
+# Glued after a number, these make it something else: a factorial ("5!"), per mille and per ten thousand.
+_AFTER_NUMBER = frozenset("!\u2030\u2031")
+# Runs of word characters (with LaTeX exponents, "m^2", "m^{2}"): a run that starts with a letter is a word or a
+# unit ("x3", "m²", "kg"); one that starts otherwise and holds a numeral is a numeral that is no number.
+_WORD_RUN = re.compile(r"\w+(?:\^\{?\w+\}?)*")
+
 _NUMBER = re.compile(NUMBER_PATTERN)
 _FULL_NUMBER = re.compile(r"\s*(?:" + NUMBER_PATTERN + r")\s*")
 _CANONICAL = re.compile(r"-?(?:[1-9][0-9]*/[1-9][0-9]*|(?:0|[1-9][0-9]*)(?:\.[0-9]*[1-9])?)")
 
 
+def normalize_signs(text: str) -> str:
+    """Writes every sign of a text as ASCII `-` or `+`, and glues a spaced sign to its number.
+
+    - Every dash and minus sign of [`MINUS_SIGNS`] (en and em dashes, U+2212, small and fullwidth hyphen-minus,
+      ...) becomes `-`; heavy, small and fullwidth plus signs become `+`. A double hyphen becomes `--` (two signs:
+      the number after it is no number), a wave dash or fullwidth tilde `~` ("approximately": no number either).
+    - A sign followed by spaces and a number is glued to it (`"The answer is - 5"` -> `"The answer is -5"`), unless
+      it follows an operand (a digit, a closing bracket, `%`, `!` or a one-letter variable: `"10 - 5"` and
+      `"x - 5"` stay subtractions, whose last number is 5) or starts a line (`"- 5 apples"` is a Markdown list
+      item, the number 5).
+
+    Args:
+        text: The text.
+
+    Returns:
+        The text with ASCII signs.
+    """
+    text = text.translate(_SIGN_TABLE)
+    return _SPACED_SIGN.sub(
+        lambda m: m.group(0) if m.group("operand") is not None or m.group("bullet") is not None else m.group("sign"),
+        text,
+    )
+
+
+def _is_number_here(text: str, match: re.Match[str]) -> bool:
+    """Whether a match of [`NUMBER_PATTERN`] means its number where it stands (see [`find_numbers`])."""
+    end = match.end()
+    if end < len(text):
+        after = text[end]
+        if after in _AFTER_NUMBER or unicodedata.category(after)[0] in "MN":  # "5!", "5̸", "5½"
+            return False
+    token = match.group(0)
+    head = text[max(0, match.start() - _LOOKBACK) : match.start()] + token[: len(token) - len(token.lstrip("+-"))]
+    return _OPERATOR_BEFORE.search(head) is None
+
+
 def find_numbers(text: str) -> list[re.Match[str]]:
-    """The numbers of a text, in order (see [`NUMBER_PATTERN`]).
+    """The numbers of a text, in order (see [`NUMBER_PATTERN`]), without those that mean something else there.
+
+    A match of the pattern is dropped when it is glued to a factorial or per-mille sign, a combining mark or another
+    numeral (`5!`, `5‰`, `5̸`, `5½` are not 5), or follows a relation, an approximation, a root, a `±` or a second
+    sign (`≠5`, `≈ 5`, `~5`, `√25`, `±5`, `--5`, `\\pm 5`, `\\sqrt{25}`, `\\neq 5`). Use [`has_stray_numerals`] to
+    tell such a text from one without numbers. Signs are read as they are: apply [`normalize_signs`] first to read
+    Unicode dashes and spaced signs.
 
     Args:
         text: The text.
@@ -85,7 +179,35 @@ def find_numbers(text: str) -> list[re.Match[str]]:
         The regular-expression matches; `canonical_number(match.group(0))` is each one's canonical form (or `None`
         for a number that is too long or has a zero denominator).
     """
-    return list(_NUMBER.finditer(text))
+    return [match for match in _NUMBER.finditer(text) if _is_number_here(text, match)]
+
+
+def has_stray_numerals(text: str, numbers: list[re.Match[str]] | None = None) -> bool:
+    """Whether a text holds a numeral that is not part of one of its numbers.
+
+    A numeral is any character Unicode calls numeric: ASCII digits, other scripts' and fullwidth digits,
+    superscripts, vulgar fractions, Roman numerals. Numerals inside a word that starts with a letter (`x3`, `m²`,
+    `cm^2`, `mp3`) are part of that word. All others outside `numbers` are stray: `5e0`, `5½`, `５`, `٥`, `≠5`,
+    `5!` and `10^2` hold stray numerals, `5 kg` and `x = 5` do not. An answer with a stray numeral is not one plain
+    number, and the answer verifier reads it as ambiguous (no answer) rather than looking elsewhere for one.
+
+    Args:
+        text: The text.
+        numbers: Its numbers (default: `find_numbers(text)`).
+
+    Returns:
+        `True` when some numeral of the text lies outside `numbers` and outside words.
+    """
+    if numbers is None:
+        numbers = find_numbers(text)
+    start = 0
+    for end, next_start in [*((m.start(), m.end()) for m in numbers), (len(text), len(text))]:
+        for run in _WORD_RUN.finditer(text, start, end):
+            word = run.group(0)
+            if not word[0].isalpha() and any(char.isnumeric() for char in word):
+                return True
+        start = next_start
+    return False
 
 
 def _format_fraction(value: Fraction) -> str:
@@ -138,8 +260,11 @@ def canonical_number(token: str) -> str | None:
 
 
 def is_canonical_number(text: str) -> bool:
-    """Whether a string is a number in canonical form (`"12"`, `"-0.5"`, `"3/4"`; not `"12.0"`, `"1,000"`)."""
-    return isinstance(text, str) and _CANONICAL.fullmatch(text) is not None and (
+    """Whether a string is a number in canonical form (`"12"`, `"-0.5"`, `"3/4"`; not `"12.0"`, `"1,000"`, nor a
+    number of more than [`MAX_DIGITS`] digits)."""
+    if not isinstance(text, str) or len(text) > MAX_DIGITS + 2 or sum(char.isdigit() for char in text) > MAX_DIGITS:
+        return False
+    return _CANONICAL.fullmatch(text) is not None and (
         "/" not in text or Fraction(text).denominator != 1
     )
 
