@@ -49,16 +49,20 @@ def success_rate(trainer: MAGRPOTrainer, episodes: int = 32) -> float:
 
 
 def test_two_agents_learn_to_coordinate(model_dir, tmp_path):
+    # lr 2e-3 for 80 steps, not the suite's 3e-3 for 60: at 3e-3 one Adam step can push a near-deterministic team onto
+    # an answer that is wrong in every sample, after which every group has zero advantage and nothing is learnt again
+    # (scripts/demo.py's MAGRPO_LEARNING_RATE). 3e-3/60 passed on 6 of seeds 0-7 on one machine, and which seeds pass
+    # moves with the CPU's float summation; 2e-3/80 passed on 16 of 16 (converged by step 35-67); lr 0 fails.
     torch.manual_seed(0)
     trainer = MAGRPOTrainer(model=model_dir, reward_funcs=TargetSumReward(0.5), env=TargetSumEnv(2),
-                            args=config(tmp_path, max_steps=60), train_dataset=dataset(1024))
+                            args=config(tmp_path, learning_rate=2e-3, max_steps=80), train_dataset=dataset(1024))
     before = success_rate(trainer)
     trainer.train()
     after = success_rate(trainer)
     assert before < 0.3
     assert after > 0.6 and after > before + 0.4, (before, after)
     rewards = [h["reward"] for h in trainer.state.log_history if "reward" in h]
-    assert sum(rewards[-5:]) / 5 > sum(rewards[:5]) / 5 + 0.3
+    assert sum(rewards[-5:]) / 5 > sum(rewards[:5]) / 5 + 0.3, rewards
     # the metrics a user expects are logged per agent and per turn
     logged = set().union(*(h.keys() for h in trainer.state.log_history))
     for key in ("agent_0/entropy", "agent_1/clip_ratio", "agent_1/completion_length", "turn_1/reward",
