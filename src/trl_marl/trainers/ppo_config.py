@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass, field
 
 from .._trl_compat import TRLBaseConfig
+from ..generation import check_generation_backend
 from ..validation import (
     PROMPT_LENGTH_CHECKS,
     check_choice,
@@ -163,6 +164,37 @@ class MultiAgentPPOConfig(TRLBaseConfig):
         default=None,
         metadata={"help": "Team layout: 'adapters', 'models' or 'shared' (see AgentTeam). Default: automatic."},
     )
+    generation_backend: str = field(
+        default="transformers",
+        metadata={
+            "help": "What samples the responses: 'transformers' (the team's own batched decoding) or 'vllm' (one "
+            "in-process vLLM engine for the whole team, every agent's LoRA adapter a LoRARequest, adapters "
+            "re-uploaded after each optimizer step; needs LoRA adapters (a peft_config) and vLLM installed). "
+            "`use_vllm=True` selects 'vllm'. Log-probabilities and values are recomputed by the training model."
+        },
+    )
+    use_vllm: bool = field(
+        default=False, metadata={"help": "TRL's switch for vLLM generation: sets `generation_backend='vllm'`."}
+    )
+    vllm_mode: str = field(
+        default="colocate",
+        metadata={"help": "As in TRL's GRPOConfig; only 'colocate' (an in-process engine) is implemented."},
+    )
+    vllm_gpu_memory_utilization: float = field(
+        default=0.3,
+        metadata={"help": "As in TRL: the share of the GPU's memory the vLLM engine may take (unused on a CPU)."},
+    )
+    vllm_kv_cache_memory_bytes: int | None = field(
+        default=None,
+        metadata={
+            "help": "Size of the vLLM engine's KV cache in bytes. Default: sized from `vllm_gpu_memory_utilization` "
+            "on a GPU, 256 MiB on a CPU (where vLLM's memory share means host RAM)."
+        },
+    )
+    vllm_max_model_length: int | None = field(
+        default=None,
+        metadata={"help": "As in TRL: the vLLM engine's context length (default: the model's)."},
+    )
     share_prompt_prefill: bool = field(
         default=True,
         metadata={
@@ -317,6 +349,7 @@ class MultiAgentPPOConfig(TRLBaseConfig):
         if self.team_mode not in (None, "adapters", "models", "shared"):
             raise ValueError(f"`team_mode` must be 'adapters', 'models', 'shared' or None, got {self.team_mode!r}.")
         check_choice(self, "prompt_length_check", PROMPT_LENGTH_CHECKS)
+        check_generation_backend(self)
         if self.model_adapter_name is not None or self.ref_adapter_name is not None:
             raise ValueError(
                 "`model_adapter_name`/`ref_adapter_name` are not supported: pass the base model with a `peft_config` "
