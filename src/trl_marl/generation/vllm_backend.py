@@ -6,8 +6,9 @@ engine in ONE `generate` call, one `LoRARequest` per row. Nobody else in the TRL
 single adapter into the base and pushes full weights (which fails on vLLM's CPU build, which repacks its weights).
 
 Adapter-only sync: before each call, every agent whose adapter changed since its last upload (an optimizer step,
-`load_weights_`; detected through the version counters that every in-place update of a parameter bumps) is saved to
-a fresh folder and registered under a NEW `lora_int_id`, and its previous version is removed from the engine. A new
+`load_weights_`, any edit: its weights are compared with a copy kept at the upload, since fused optimizers update
+parameters without bumping their version counters) is saved to a fresh folder and registered under a NEW
+`lora_int_id`, and its previous version is removed from the engine. A new
 id is what keeps the engine correct: vLLM caches adapters by id (reusing an id with a new path silently keeps the old
 weights) and its prefix cache keys blocks by adapter, so a new id never reuses KV computed with the old adapter.
 
@@ -168,7 +169,7 @@ class VLLMBackend(GenerationBackend):
             skip_tokenizer_init=True, logprobs_mode="processed_logprobs", seed=seed, model_impl=model_impl,
             enable_prefix_caching=True, **kwargs,
         )
-        self._versions: dict[str, tuple] = {}  # adapter name -> the parameter versions last uploaded
+        self._uploaded: dict[str, list[torch.Tensor]] = {}  # adapter name -> a copy of its weights as last uploaded
         self._requests: dict[str, Any] = {}  # adapter name -> its current LoRARequest
         self._next_id = 1
         self.uploads = 0  # adapter versions registered so far (one per agent at the start, then one per change)
@@ -184,9 +185,16 @@ class VLLMBackend(GenerationBackend):
         base.save_pretrained(path, state_dict=state)
         base.generation_config.save_pretrained(path)
 
-    def _adapter_version(self, model: Any, adapter: str) -> tuple:
+    @staticmethod
+    def _adapter_weights(model: Any, adapter: str) -> list[torch.Tensor]:
         marker = f".{adapter}."
-        return tuple((name, p.data_ptr(), p._version) for name, p in model.named_parameters() if marker in name)
+        return [p for name, p in model.named_parameters() if marker in name]
+
+    def _changed(self, model: Any, adapter: str) -> bool:
+        last = self._uploaded.get(adapter)
+        weights = self._adapter_weights(model, adapter)
+        return last is None or len(last) != len(weights) or not all(
+            torch.equal(old, new) for old, new in zip(last, weights))
 
     def sync(self, team: Any, force: bool = False) -> list[str]:
         """Upload every adapter that changed since its last upload (all of them with `force`); returns their names.
@@ -200,8 +208,7 @@ class VLLMBackend(GenerationBackend):
         model = team.models[0]
         uploaded = []
         for adapter in sorted(set(team.agent_adapter)):
-            version = self._adapter_version(model, adapter)
-            if not force and self._versions.get(adapter) == version:
+            if not force and not self._changed(model, adapter):
                 continue
             lora_id = self._next_id
             self._next_id += 1
@@ -209,7 +216,7 @@ class VLLMBackend(GenerationBackend):
             _save_adapter(model, adapter, path)
             old = self._requests.get(adapter)
             self._requests[adapter] = LoRARequest(f"{adapter}-v{lora_id}", lora_id, path)
-            self._versions[adapter] = version
+            self._uploaded[adapter] = [p.detach().clone() for p in self._adapter_weights(model, adapter)]
             if old is not None:
                 self.llm.llm_engine.remove_lora(old.lora_int_id)
                 shutil.rmtree(old.lora_path, ignore_errors=True)
