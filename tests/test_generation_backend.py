@@ -1,6 +1,6 @@
 """The generation-backend seam, without vLLM installed: config fields, the team's hand-off, and clear refusals.
 
-The vLLM engine itself is tested in `tests/vllm/` (its own virtualenv; see `.ci/run`).
+The vLLM engine itself is tested in `tests/with_vllm/` (its own virtualenv; see `.ci/run`).
 """
 
 from __future__ import annotations
