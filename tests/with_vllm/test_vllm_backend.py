@@ -99,23 +99,29 @@ def test_adapters_sync_after_a_change_and_no_stale_prefix_cache(served_team: tup
     assert set(backend.llm.llm_engine.list_loras()) == current  # the old version left the engine
 
 
-def test_magrpo_trains_end_to_end_with_vllm(tmp_path: Any) -> None:
+@pytest.fixture(scope="module")
+def target_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The toy pretrained on the target-sum task (T=10), with one head of size 32 (vLLM's CPU attention minimum)."""
+    from trl_marl.toy import make_toy_model
+
+    return make_toy_model(tmp_path_factory.mktemp("toy"), task="target", hidden_size=32, num_layers=1, num_heads=1,
+                          pretrain_steps=100, seed=0, targets=(10,))
+
+
+def test_magrpo_trains_end_to_end_with_vllm(target_dir: str, tmp_path: Any) -> None:
     from datasets import Dataset
     from peft import LoraConfig
 
     from trl_marl import MAGRPOConfig, MAGRPOTrainer
     from trl_marl.envs import TargetSumEnv
     from trl_marl.rewards.arithmetic import TargetSumReward
-    from trl_marl.toy import make_toy_model
 
-    model_dir = make_toy_model(tmp_path / "toy", task="target", hidden_size=32, num_layers=1, num_heads=1,
-                               pretrain_steps=100, seed=0, targets=(10,))
     args = MAGRPOConfig(
         output_dir=str(tmp_path / "out"), num_agents=2, num_generations=4, per_device_train_batch_size=16,
         max_completion_length=4, learning_rate=1e-2, max_steps=3, logging_steps=1, report_to="none",
         save_strategy="no", disable_tqdm=True, seed=0, use_vllm=True, vllm_kv_cache_memory_bytes=16 << 20,
     )
-    trainer = MAGRPOTrainer(model=model_dir, reward_funcs=TargetSumReward(0.5), env=TargetSumEnv(2), args=args,
+    trainer = MAGRPOTrainer(model=target_dir, reward_funcs=TargetSumReward(0.5), env=TargetSumEnv(2), args=args,
                             train_dataset=Dataset.from_dict({"target": [10] * 64}),
                             peft_config=LoraConfig(r=8, target_modules=["q_proj", "v_proj"], lora_dropout=0.0))
     backend = trainer.team.generation_backend
@@ -126,4 +132,31 @@ def test_magrpo_trains_end_to_end_with_vllm(tmp_path: Any) -> None:
     assert backend.uploads == 2 + 2 * 2  # both adapters at the start, then after each step that a rollout followed
     rollout = trainer.last_rollout
     assert all(len(row) <= 4 for agent in rollout.turns[0].completion_ids for row in agent)
+    backend.close()
+
+
+def test_multi_agent_ppo_trains_end_to_end_with_vllm(target_dir: str, tmp_path: Any) -> None:
+    from datasets import Dataset
+    from peft import LoraConfig
+
+    from trl_marl import MultiAgentPPOConfig, MultiAgentPPOTrainer
+    from trl_marl.envs import TargetSumEnv
+    from trl_marl.rewards.arithmetic import TargetSumReward
+
+    args = MultiAgentPPOConfig(
+        output_dir=str(tmp_path / "out"), num_agents=2, per_device_train_batch_size=4, gradient_accumulation_steps=2,
+        num_mini_batches=2, num_ppo_epochs=1, total_episodes=16, response_length=4, stop_token="eos",
+        learning_rate=1e-3, report_to="none", save_strategy="no", logging_steps=1, num_sample_generations=0,
+        disable_tqdm=True, seed=0, temperature=1.0, generation_backend="vllm", vllm_kv_cache_memory_bytes=16 << 20,
+    )
+    trainer = MultiAgentPPOTrainer(args=args, model=target_dir, env=TargetSumEnv(2), reward_funcs=TargetSumReward(),
+                                   train_dataset=Dataset.from_dict({"target": [10] * 16}),
+                                   peft_config=LoraConfig(r=8, target_modules=["q_proj", "v_proj"], lora_dropout=0.0))
+    backend = trainer.team.generation_backend
+    assert backend is not None and backend.name == "vllm"
+    trainer.train()
+    updates = [h for h in trainer.state.log_history if "objective/scores" in h]
+    assert len(updates) == 2  # 16 episodes / 8 per update
+    assert all(-0.5 <= h["agent_0/reward"] <= 1.0 for h in updates)
+    assert backend.uploads == 2 + 2  # both adapters at the start, then both again for the second update's rollout
     backend.close()
