@@ -160,3 +160,26 @@ def test_multi_agent_ppo_trains_end_to_end_with_vllm(target_dir: str, tmp_path: 
     assert all(-0.5 <= h["agent_0/reward"] <= 1.0 for h in updates)
     assert backend.uploads == 2 + 2  # both adapters at the start, then both again for the second update's rollout
     backend.close()
+
+
+def test_one_agent_with_an_adapter_is_served(target_dir: str) -> None:
+    """One agent with a `peft_config` is a `models` team of one model with its `default` adapter: servable too."""
+    from peft import LoraConfig
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from trl_marl.generation.vllm_backend import VLLMBackend
+
+    tokenizer = AutoTokenizer.from_pretrained(target_dir)
+    team = AgentTeam.build(AutoModelForCausalLM.from_pretrained(target_dir), 1, processing_class=tokenizer,
+                           peft_config=LoraConfig(r=4, target_modules=["q_proj", "v_proj"], lora_dropout=0.0))
+    assert (team.mode, team.agent_adapter) == ("models", ["default"])
+    with torch.no_grad():
+        for name, param in team.models[0].named_parameters():
+            if "lora_B" in name:
+                param.normal_(0.0, 0.5, generator=torch.Generator().manual_seed(2))
+    backend = VLLMBackend(team, kv_cache_memory_bytes=16 << 20)
+    prompts = [["T=10:", "T=10:1"]]
+    assert generate_with(team, backend, prompts, greedy(tokenizer, 3)) == generate_with(team, None, prompts,
+                                                                                       greedy(tokenizer, 3))
+    assert backend.lora_request("default").lora_int_id == 1
+    backend.close()
