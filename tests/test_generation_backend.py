@@ -87,7 +87,10 @@ def test_vllm_refuses_teams_without_adapters_before_importing_vllm(tokenizer: ob
     for mode in ("shared", "models"):
         team = AgentTeam.build(model, 2, mode=mode, processing_class=tokenizer)
         with pytest.raises(NotImplementedError, match="LoRA adapters of one base model.*peft_config"):
-            build_generation_backend(magrpo(use_vllm=True), team)
+            build_generation_backend(magrpo(use_vllm=True, vllm_importance_sampling_correction=False), team)
+    with pytest.warns(UserWarning, match="vllm_importance_sampling_correction=True.*not applied"):
+        with pytest.raises(NotImplementedError):
+            build_generation_backend(magrpo(use_vllm=True), team)  # TRL's default asks for a correction
     team = AgentTeam.build(model, 2, peft_config=LoraConfig(r=4, target_modules=["q_proj"],
                                                              modules_to_save=["lm_head"]), processing_class=tokenizer)
     with pytest.raises(NotImplementedError, match="modules_to_save"):

