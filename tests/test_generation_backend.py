@@ -38,8 +38,10 @@ def test_use_vllm_selects_the_vllm_backend(make: object) -> None:
 def test_backend_settings_that_do_not_work_are_refused(make: object) -> None:
     with pytest.raises(ValueError, match="generation_backend.*one of"):
         make(generation_backend="sglang")
-    with pytest.raises(NotImplementedError, match="vllm_mode='server'.*Set `vllm_mode='colocate'`"):
-        make(use_vllm=True, vllm_mode="server")
+    with pytest.raises(NotImplementedError, match="vllm_mode='async'.*'colocate'.*'server'"):
+        make(use_vllm=True, vllm_mode="async")
+    with pytest.raises(ValueError, match="vllm_server_timeout` must be > 0"):
+        make(use_vllm=True, vllm_mode="server", vllm_server_timeout=0)
     with pytest.raises(ValueError, match="vllm_kv_cache_memory_bytes` must be a positive"):
         make(use_vllm=True, vllm_kv_cache_memory_bytes=0)
     make(vllm_mode="server")  # vLLM settings mean nothing (and are not checked) while vLLM is off, as in TRL
@@ -108,3 +110,17 @@ def test_sampling_settings_mean_what_they_mean_in_generate() -> None:
     with pytest.raises(ValueError, match="num_beams=4"):
         sampling_settings(GenerationConfig(num_beams=4, max_new_tokens=3))
     assert [vllm_lora_rank(r) for r in (1, 4, 8, 9, 64)] == [1, 8, 8, 16, 64]
+
+
+def test_server_mode_names_the_url_and_the_fix_when_no_server_answers(tokenizer: object) -> None:
+    import socket
+
+    with socket.socket() as sock:  # a port that nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    model = build_toy_model(tokenizer, hidden_size=32, num_layers=1)
+    team = AgentTeam.build(model, 2, peft_config=LoraConfig(r=4, target_modules=["q_proj"]),
+                           processing_class=tokenizer)
+    config = ppo(use_vllm=True, vllm_mode="server", vllm_server_port=port, vllm_server_timeout=5.0)
+    with pytest.raises(RuntimeError, match=rf"No vLLM server answers at http://127.0.0.1:{port}.*trl-marl vllm-serve"):
+        build_generation_backend(config, team)

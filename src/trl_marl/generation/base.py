@@ -14,7 +14,7 @@ from typing import Any
 from transformers import GenerationConfig
 
 GENERATION_BACKENDS = ("transformers", "vllm")
-VLLM_MODES = ("colocate",)
+VLLM_MODES = ("colocate", "server")
 
 
 class GenerationBackend:
@@ -59,9 +59,12 @@ def check_generation_backend(config: Any) -> None:
     mode = getattr(config, "vllm_mode", "colocate")
     if mode not in VLLM_MODES:
         raise NotImplementedError(
-            f"`vllm_mode={mode!r}` is not implemented yet: the vLLM backend runs colocated (one in-process "
-            "`vllm.LLM` serving every agent's adapter). Set `vllm_mode='colocate'`."
+            f"`vllm_mode={mode!r}` is not implemented: the vLLM backend runs 'colocate' (one in-process `vllm.LLM` "
+            "serving every agent's adapter) or 'server' (a running vLLM server, see `trl-marl vllm-serve`)."
         )
+    timeout = getattr(config, "vllm_server_timeout", 240.0)
+    if mode == "server" and not timeout > 0:
+        raise ValueError(f"`vllm_server_timeout` must be > 0 seconds, got {timeout}.")
     if getattr(config, "vllm_enable_sleep_mode", False):
         raise NotImplementedError(
             "`vllm_enable_sleep_mode=True` is not implemented yet: the colocated engine keeps its memory during "
@@ -99,6 +102,14 @@ def build_generation_backend(config: Any, team: Any) -> GenerationBackend | None
             "`vllm_importance_sampling_correction=False` to acknowledge it.",
             UserWarning, stacklevel=2,
         )
+    if getattr(config, "vllm_mode", "colocate") == "server":
+        from .vllm_server import VLLMServerBackend
+
+        url = config.vllm_server_base_url
+        if url is None:
+            host = "127.0.0.1" if config.vllm_server_host in ("0.0.0.0", "") else config.vllm_server_host
+            url = f"http://{host}:{config.vllm_server_port}"
+        return VLLMServerBackend(team, url, timeout=config.vllm_server_timeout)
     from .vllm_backend import VLLMBackend
 
     return VLLMBackend(

@@ -63,7 +63,7 @@ class MAGRPOConfig(GRPOConfig):
     r"""Configuration of [`MAGRPOTrainer`]: Multi-Agent Group Relative Policy Optimization (arXiv 2508.04652).
 
     It subclasses `trl.GRPOConfig`, so every GRPO field keeps its name and meaning, and adds the multi-agent and
-    multi-turn fields below. A GRPO field that MAGRPO does not implement (tool calling, vLLM server mode, ...)
+    multi-turn fields below. A GRPO field that MAGRPO does not implement (tool calling, vLLM sleep mode, ...)
     raises an error when set, instead of being ignored.
 
     `num_iterations` (GRPO's mu) works as in GRPO: each rollout is used for `num_iterations` optimizer steps in a
@@ -116,8 +116,9 @@ class MAGRPOConfig(GRPOConfig):
             success is taken to persist for the turns it skips (`trl_marl.core.early_stop_returns`).
         team_mode (`str`, *optional*): `"adapters"`, `"models"` or `"shared"` (see [`AgentTeam`]).
         generation_backend (`str`, defaults to `"transformers"`): What samples the completions: the team's own
-            decoding, or `"vllm"` (one in-process vLLM engine serving every agent's LoRA adapter; `use_vllm=True`
-            selects it; see `trl_marl.generation.vllm_backend`).
+            decoding, or `"vllm"` (one vLLM engine serving every agent's LoRA adapter, in-process with
+            `vllm_mode="colocate"` or a running server with `vllm_mode="server"`; `use_vllm=True` selects it; see
+            `trl_marl.generation`).
         vllm_kv_cache_memory_bytes (`int`, *optional*): The vLLM engine's KV cache in bytes (default on a CPU:
             256 MiB; on a GPU: sized from `vllm_gpu_memory_utilization`).
         share_prompt_prefill (`bool`, defaults to `True`): Run each node's prompt prefill once for its G samples
@@ -227,10 +228,12 @@ class MAGRPOConfig(GRPOConfig):
             "help": "What samples the agents' completions: 'transformers' (the team's own batched decoding) or "
             "'vllm' (one in-process vLLM engine for the whole team, every agent's LoRA adapter a LoRARequest, all "
             "agents' rows in one call, adapters re-uploaded after each optimizer step; needs LoRA adapters "
-            "(a peft_config) and vLLM installed). `use_vllm=True` selects 'vllm'; `vllm_mode='colocate'`, "
-            "`vllm_gpu_memory_utilization`, `vllm_max_model_length`, `vllm_model_impl` and "
-            "`vllm_kv_cache_memory_bytes` configure it. Log-probabilities are recomputed by the training model either "
-            "way; TRL's importance-sampling correction of the engine/trainer mismatch is not applied yet."
+            "(a peft_config) and vLLM installed). `use_vllm=True` selects 'vllm'. `vllm_mode='colocate'` runs the "
+            "engine in-process (`vllm_gpu_memory_utilization`, `vllm_max_model_length`, `vllm_model_impl`, "
+            "`vllm_kv_cache_memory_bytes`); `vllm_mode='server'` uses a running server on the team's base model "
+            "(`trl-marl vllm-serve`; `vllm_server_base_url` or `vllm_server_host`/`vllm_server_port`, "
+            "`vllm_server_timeout`). Log-probabilities are recomputed by the training model either way; TRL's "
+            "importance-sampling correction of the engine/trainer mismatch is not applied yet."
         },
     )
     vllm_kv_cache_memory_bytes: int | None = field(

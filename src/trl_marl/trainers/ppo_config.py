@@ -178,7 +178,19 @@ class MultiAgentPPOConfig(TRLBaseConfig):
     )
     vllm_mode: str = field(
         default="colocate",
-        metadata={"help": "As in TRL's GRPOConfig; only 'colocate' (an in-process engine) is implemented."},
+        metadata={
+            "help": "As in TRL's GRPOConfig: 'colocate' (an in-process engine) or 'server' (a running vLLM server "
+            "on the team's base model, see `trl-marl vllm-serve`)."
+        },
+    )
+    vllm_server_base_url: str | None = field(
+        default=None,
+        metadata={"help": "Server mode: the server URL (default: from vllm_server_host and vllm_server_port)."},
+    )
+    vllm_server_host: str = field(default="127.0.0.1", metadata={"help": "Server mode: the server's host."})
+    vllm_server_port: int = field(default=8000, metadata={"help": "Server mode: the server's port."})
+    vllm_server_timeout: float = field(
+        default=240.0, metadata={"help": "Server mode: seconds one request to the server may take."}
     )
     vllm_gpu_memory_utilization: float = field(
         default=0.3,
