@@ -167,6 +167,8 @@ class AgentTeam(nn.Module):
         # a `transformers.ContinuousBatchingConfig`: generate with `generate_batch` (continuous batching) instead of
         # `generate`; only for teams whose models each run one policy (see `generate_with_continuous_batching`)
         self.continuous_batching_config: Any = None
+        # a `trl_marl.generation.GenerationBackend` that samples instead of the team's own decoding (None: our own)
+        self.generation_backend: Any = None
         # decode with `utils.lean_decode` (generate's tokens without its per-call setup) where it supports the settings
         self.lean_decode = True
         # the causal LM call of the log-probability forwards: eager, or a `utils.compiled.CompiledForward`
@@ -526,6 +528,10 @@ class AgentTeam(nn.Module):
             raise ValueError(f"Expected prompts for {self.num_agents} agents, got {len(prompts)}.")
         prompt_ids = [tokenize_prompts(self.tokenizers[a], prompts[a], chat_template_kwargs)
                       for a in range(self.num_agents)]
+        if self.generation_backend is not None:  # e.g. vLLM: every agent's rows, cut after EOS as below
+            outputs = self.generation_backend.generate(self, prompt_ids, generation_config)
+            return [(prompt_ids[a], [truncate_after_eos(row, self._stop_ids(a, stop_token_ids)) for row in outputs[a]])
+                    for a in range(self.num_agents)]
         completion_ids: list[list[list[int]] | None] = [None] * self.num_agents
         # Agents that run on the same model generate in one batch (one adapter name per row in `adapters` mode).
         for model_index, model in enumerate(self.models):
@@ -566,8 +572,11 @@ class AgentTeam(nn.Module):
                 outputs = self._decode_rows(model, ids, mask, rows, generation_config, adapter_names, kwargs)
         finally:
             model.train(was_training)
-        stops = self.stop_token_ids(agent_index) if stop_token_ids is None else stop_token_ids
-        return [truncate_after_eos(row, stops) for row in outputs]
+        return [truncate_after_eos(row, self._stop_ids(agent_index, stop_token_ids)) for row in outputs]
+
+    def _stop_ids(self, agent_index: int, stop_token_ids: set[int] | None) -> set[int]:
+        """The tokens an agent's completions are cut after: `stop_token_ids`, or [`stop_token_ids`] when None."""
+        return self.stop_token_ids(agent_index) if stop_token_ids is None else stop_token_ids
 
     def _decode_rows(self, model: PreTrainedModel, ids: torch.Tensor, mask: torch.Tensor, rows: list[list[int]],
                      generation_config: GenerationConfig, adapter_names: list[str | None],

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field, fields
 
 from .._trl_compat import GRPOConfig
 from ..core import ADVANTAGE_MODES, JOINT_MODES, SUPPORTED_LOSS_TYPES
+from ..generation import check_generation_backend
 from ..validation import (
     DEFAULT_REWARD_TIMEOUT,
     PROMPT_LENGTH_CHECKS,
@@ -31,7 +32,8 @@ HONOURED_GRPO_FIELDS = frozenset({
     "entropy_coef_delta", "entropy_target", "off_policy_mask_threshold", "cast_lm_head_to_fp32",
     "num_generations_eval", "use_transformers_continuous_batching", "use_transformers_paged",
     "transformers_continuous_batching_config",
-    # fields that only matter with vLLM, which is refused as a whole through `use_vllm`
+    # vLLM's fields: honoured by `generation_backend="vllm"` (which `use_vllm` selects), or refused there with a reason
+    # (`trl_marl.generation.check_generation_backend`)
     "vllm_mode", "vllm_model_impl", "vllm_enable_sleep_mode", "vllm_structured_outputs_regex", "vllm_server_base_url",
     "vllm_server_host", "vllm_server_port", "vllm_server_timeout", "vllm_group_port", "vllm_gpu_memory_utilization",
     "vllm_max_model_length", "vllm_tensor_parallel_size", "vllm_importance_sampling_correction",
@@ -63,7 +65,7 @@ class MAGRPOConfig(GRPOConfig):
     r"""Configuration of [`MAGRPOTrainer`]: Multi-Agent Group Relative Policy Optimization (arXiv 2508.04652).
 
     It subclasses `trl.GRPOConfig`, so every GRPO field keeps its name and meaning, and adds the multi-agent and
-    multi-turn fields below. A GRPO field that MAGRPO does not implement (vLLM generation, tool calling, ...)
+    multi-turn fields below. A GRPO field that MAGRPO does not implement (tool calling, vLLM sleep mode, ...)
     raises an error when set, instead of being ignored.
 
     `num_iterations` (GRPO's mu) works as in GRPO: each rollout is used for `num_iterations` optimizer steps in a
@@ -115,6 +117,12 @@ class MAGRPOConfig(GRPOConfig):
         early_stop_threshold (`float`, *optional*): A node whose mean reward reaches it does not continue; its
             success is taken to persist for the turns it skips (`trl_marl.core.early_stop_returns`).
         team_mode (`str`, *optional*): `"adapters"`, `"models"` or `"shared"` (see [`AgentTeam`]).
+        generation_backend (`str`, defaults to `"transformers"`): What samples the completions: the team's own
+            decoding, or `"vllm"` (one vLLM engine serving every agent's LoRA adapter, in-process with
+            `vllm_mode="colocate"` or a running server with `vllm_mode="server"`; `use_vllm=True` selects it; see
+            `trl_marl.generation`).
+        vllm_kv_cache_memory_bytes (`int`, *optional*): The vLLM engine's KV cache in bytes (default on a CPU:
+            256 MiB; on a GPU: sized from `vllm_gpu_memory_utilization`).
         share_prompt_prefill (`bool`, defaults to `True`): Run each node's prompt prefill once for its G samples
             (and for agents of the same weights that see the same prompt) and copy the KV cache to every sample
             (`AgentTeam.share_prompt_prefill`).
@@ -216,6 +224,27 @@ class MAGRPOConfig(GRPOConfig):
             "or models never share one: their keys and values differ). Sampling is unchanged up to floating-point "
             "reordering; False runs one prefill per sample (a plain `generate`), which is faster only for tiny "
             "models with prompts of a few tokens (sharing costs one more forward call)."
+        },
+    )
+    generation_backend: str = field(
+        default="transformers",
+        metadata={
+            "help": "What samples the agents' completions: 'transformers' (the team's own batched decoding) or "
+            "'vllm' (one in-process vLLM engine for the whole team, every agent's LoRA adapter a LoRARequest, all "
+            "agents' rows in one call, adapters re-uploaded after each optimizer step; needs LoRA adapters "
+            "(a peft_config) and vLLM installed). `use_vllm=True` selects 'vllm'. `vllm_mode='colocate'` runs the "
+            "engine in-process (`vllm_gpu_memory_utilization`, `vllm_max_model_length`, `vllm_model_impl`, "
+            "`vllm_kv_cache_memory_bytes`); `vllm_mode='server'` uses a running server on the team's base model "
+            "(`trl-marl vllm-serve`; `vllm_server_base_url` or `vllm_server_host`/`vllm_server_port`, "
+            "`vllm_server_timeout`). Log-probabilities are recomputed by the training model either way; TRL's "
+            "importance-sampling correction of the engine/trainer mismatch is not applied yet."
+        },
+    )
+    vllm_kv_cache_memory_bytes: int | None = field(
+        default=None,
+        metadata={
+            "help": "Size of the vLLM engine's KV cache in bytes (`generation_backend='vllm'`). Default: sized from "
+            "`vllm_gpu_memory_utilization` on a GPU, 256 MiB on a CPU (where vLLM's memory share means host RAM)."
         },
     )
     backward_per_agent: bool = field(
@@ -385,14 +414,13 @@ class MAGRPOConfig(GRPOConfig):
             raise ValueError(f"`frozen_agents` {bad} are not agents of a team of {self.num_agents}.")
         if len(set(self.frozen_agents)) >= self.num_agents:
             raise ValueError("`frozen_agents` freezes every agent: nothing would be trained.")
+        check_generation_backend(self)
         self._refuse_unsupported()
 
     def _refuse_unsupported(self) -> None:
         problems = []
         if self.loss_type not in SUPPORTED_LOSS_TYPES:
             problems.append(f"loss_type={self.loss_type!r} (supported: {SUPPORTED_LOSS_TYPES})")
-        if self.use_vllm:
-            problems.append("use_vllm=True (MAGRPO generates with the team's batched `generate`)")
         if self.multi_objective_aggregation != "sum_then_normalize":
             problems.append(f"multi_objective_aggregation={self.multi_objective_aggregation!r}")
         defaults = {f.name: f.default for f in fields(GRPOConfig)}

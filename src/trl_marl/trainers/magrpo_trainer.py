@@ -23,6 +23,7 @@ from ..core import (
     off_policy_sequence_mask,
 )
 from ..envs.base import MultiAgentEnv, PromptEnv, Transcript
+from ..generation import build_generation_backend
 from ..rewarding import NonFiniteCounter, NonFiniteError
 from ..rollout import (
     JointRollout,
@@ -175,6 +176,7 @@ class MAGRPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer):
             for member in [*team.models, *(ref for ref in team.ref_models if ref is not None)]:
                 cast_lm_head_to_fp32(member)
         team.continuous_batching_config = continuous_batching_config(args, team)
+        team.generation_backend = build_generation_backend(args, team)
         if args.beta != 0.0:
             team.create_reference_models()
         if args.sync_ref_model:

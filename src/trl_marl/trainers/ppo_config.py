@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass, field
 
 from .._trl_compat import TRLBaseConfig
+from ..generation import check_generation_backend
 from ..validation import (
     DEFAULT_REWARD_TIMEOUT,
     PROMPT_LENGTH_CHECKS,
@@ -164,6 +165,49 @@ class MultiAgentPPOConfig(TRLBaseConfig):
     team_mode: str | None = field(
         default=None,
         metadata={"help": "Team layout: 'adapters', 'models' or 'shared' (see AgentTeam). Default: automatic."},
+    )
+    generation_backend: str = field(
+        default="transformers",
+        metadata={
+            "help": "What samples the responses: 'transformers' (the team's own batched decoding) or 'vllm' (one "
+            "in-process vLLM engine for the whole team, every agent's LoRA adapter a LoRARequest, adapters "
+            "re-uploaded after each optimizer step; needs LoRA adapters (a peft_config) and vLLM installed). "
+            "`use_vllm=True` selects 'vllm'. Log-probabilities and values are recomputed by the training model."
+        },
+    )
+    use_vllm: bool = field(
+        default=False, metadata={"help": "TRL's switch for vLLM generation: sets `generation_backend='vllm'`."}
+    )
+    vllm_mode: str = field(
+        default="colocate",
+        metadata={
+            "help": "As in TRL's GRPOConfig: 'colocate' (an in-process engine) or 'server' (a running vLLM server "
+            "on the team's base model, see `trl-marl vllm-serve`)."
+        },
+    )
+    vllm_server_base_url: str | None = field(
+        default=None,
+        metadata={"help": "Server mode: the server URL (default: from vllm_server_host and vllm_server_port)."},
+    )
+    vllm_server_host: str = field(default="127.0.0.1", metadata={"help": "Server mode: the server's host."})
+    vllm_server_port: int = field(default=8000, metadata={"help": "Server mode: the server's port."})
+    vllm_server_timeout: float = field(
+        default=240.0, metadata={"help": "Server mode: seconds one request to the server may take."}
+    )
+    vllm_gpu_memory_utilization: float = field(
+        default=0.3,
+        metadata={"help": "As in TRL: the share of the GPU's memory the vLLM engine may take (unused on a CPU)."},
+    )
+    vllm_kv_cache_memory_bytes: int | None = field(
+        default=None,
+        metadata={
+            "help": "Size of the vLLM engine's KV cache in bytes. Default: sized from `vllm_gpu_memory_utilization` "
+            "on a GPU, 256 MiB on a CPU (where vLLM's memory share means host RAM)."
+        },
+    )
+    vllm_max_model_length: int | None = field(
+        default=None,
+        metadata={"help": "As in TRL: the vLLM engine's context length (default: the model's)."},
     )
     share_prompt_prefill: bool = field(
         default=True,
@@ -334,6 +378,7 @@ class MultiAgentPPOConfig(TRLBaseConfig):
             raise ValueError(f"`team_mode` must be 'adapters', 'models', 'shared' or None, got {self.team_mode!r}.")
         check_choice(self, "prompt_length_check", PROMPT_LENGTH_CHECKS)
         check_timeout(self, "reward_timeout")
+        check_generation_backend(self)
         if self.model_adapter_name is not None or self.ref_adapter_name is not None:
             raise ValueError(
                 "`model_adapter_name`/`ref_adapter_name` are not supported: pass the base model with a `peft_config` "

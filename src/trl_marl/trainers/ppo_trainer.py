@@ -34,6 +34,7 @@ from ..core.ppo import (
     ppo_policy_loss,
 )
 from ..envs.base import MultiAgentEnv, PromptEnv, TokenizedPromptEnv, Transcript
+from ..generation import build_generation_backend
 from ..rewarding import NonFiniteCounter, RewardSet
 from ..rollout import JointRollout, Rollout
 from ..team import AgentTeam, sequence_model_inputs
@@ -180,6 +181,7 @@ class MultiAgentPPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer
                 check_prompt_lengths(team, env, dataset, where, args.response_length,
                                      f"{type(args).__name__}.response_length", on_long=args.prompt_length_check)
         team.temperature, team.share_prompt_prefill = args.temperature + 1e-7, args.share_prompt_prefill
+        team.generation_backend = build_generation_backend(args, team)
         if ref_model is not None:
             if args.num_agents != 1:
                 raise ValueError("`ref_model` is for a single agent; multi-agent teams use their own references.")

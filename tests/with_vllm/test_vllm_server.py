@@ -1,0 +1,115 @@
+"""`vllm_mode="server"`: a server started with `trl-marl vllm-serve` serves each agent's adapter over HTTP, and
+adapters follow training (see `conftest.py`; the server is a separate process, started once for this module)."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from transformers import GenerationConfig
+
+from trl_marl.team import AgentTeam
+
+pytest.importorskip("vllm")
+
+PROMPTS = [["Q:12+3=A:", "T:5?", "Q:45+67=A:"], ["Q:12+3=A:", "Q:1+1=A:"]]
+HIDDEN, HEADS, CONTEXT = 64, 2, 512  # a head size of 32, vLLM's CPU minimum
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
+    """(base model folder, URL) of a vLLM server started with `trl-marl vllm-serve` on a toy base model."""
+    from trl_marl.toy import build_toy_model, build_toy_tokenizer
+
+    base = tmp_path_factory.mktemp("server-base")
+    tokenizer = build_toy_tokenizer()
+    build_toy_model(tokenizer, hidden_size=HIDDEN, num_layers=2, num_heads=HEADS,
+                    max_position_embeddings=CONTEXT).save_pretrained(base)
+    tokenizer.save_pretrained(base)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    log = Path(base) / "server.log"
+    with open(log, "w") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "trl_marl.cli", "vllm-serve", "--model", str(base), "--max-loras", "2",
+             "--max-lora-rank", "8", "--port", str(port), "--dtype", "float32", "--kv-cache-memory-bytes",
+             str(32 << 20), "--max-model-len", str(CONTEXT)], stdout=out, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 300
+        while True:
+            try:
+                with urllib.request.urlopen(url + "/health", timeout=5):
+                    break
+            except OSError:
+                if process.poll() is not None or time.monotonic() > deadline:
+                    pytest.fail("the vLLM server did not start:\n" + log.read_text()[-3000:])
+                time.sleep(2)
+        yield str(base), url
+    finally:
+        process.terminate()
+        try:
+            process.wait(60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+
+
+def served_adapters(url: str) -> set[str]:
+    with urllib.request.urlopen(url + "/v1/models", timeout=30) as response:
+        models = json.loads(response.read())["data"]
+    return {model["id"] for model in models if model.get("parent")}
+
+
+def test_server_serves_each_agents_adapter_and_follows_training(server: tuple[str, str]) -> None:
+    from peft import LoraConfig
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from trl_marl import MultiAgentPPOConfig
+    from trl_marl.generation import build_generation_backend
+
+    base, url = server
+    tokenizer = AutoTokenizer.from_pretrained(base)
+    torch.manual_seed(0)
+    team = AgentTeam.build(AutoModelForCausalLM.from_pretrained(base), 2, processing_class=tokenizer,
+                           peft_config=LoraConfig(r=8, target_modules=["q_proj", "v_proj"], lora_dropout=0.0))
+    with torch.no_grad():
+        for name, param in team.models[0].named_parameters():
+            if "lora_B" in name:
+                param.normal_(0.0, 0.5)
+    config = MultiAgentPPOConfig(output_dir="/tmp/unused", report_to=[], use_vllm=True, vllm_mode="server",
+                                 vllm_server_base_url=url, vllm_server_timeout=120.0)
+    backend = build_generation_backend(config, team)
+    greedy = GenerationConfig(do_sample=False, max_new_tokens=5, eos_token_id=tokenizer.eos_token_id,
+                              pad_token_id=tokenizer.pad_token_id)
+
+    def generate(with_backend: Any) -> list:
+        team.generation_backend = with_backend
+        try:
+            return [completions for _, completions in team.generate(PROMPTS, greedy)]
+        finally:
+            team.generation_backend = None
+
+    before = generate(backend)
+    assert before == generate(None)  # each row its own agent's greedy tokens
+    assert before[0][0] != before[1][0]
+    assert served_adapters(url) == {backend.lora_name("agent_0"), backend.lora_name("agent_1")}
+    old = backend.lora_name("agent_0")
+    with torch.no_grad():
+        for name, param in team.models[0].named_parameters():
+            if "lora_B.agent_0." in name:
+                param.copy_(torch.randn(param.shape, generator=torch.Generator().manual_seed(1)) * 0.5)
+    after = generate(backend)
+    assert after == generate(None) and after[0] != before[0] and after[1] == before[1]
+    assert backend.uploads == 3 and old not in served_adapters(url)  # the old version was unloaded
+    backend.close()
+    assert served_adapters(url) == set()
