@@ -242,15 +242,18 @@ def test_a_prompt_that_cannot_fit_fails_before_training_naming_the_row(model_dir
     huge = "1" * 1_000_000
     dataset = rows_with(70, {i: huge for i in range(64, 70)}, chat=chat)
     with pytest.raises(ValueError, match=r"agent 0 for row 64 of `train_dataset` is at least \d+ \(from its size\) "
-                                         r"tokens, more than 4 times the model's context window "
-                                         r"\(max_position_embeddings=128\): it cannot fit\. "
+                                         r"tokens, more than 4096 \(4 times the model's context window, "
+                                         r"max_position_embeddings=128, and at least 4096\): it cannot fit\. "
                                          r"The row's longest field is `prompt` \(\d+ characters\)"):
         TRAINERS[trainer](model_dir, tmp_path, dataset)
     with pytest.raises(ValueError, match=r"row 2 of `eval_dataset` .* it cannot fit"):
         TRAINERS[trainer](model_dir, tmp_path, prompts(), eval_dataset=rows_with(3, {2: huge}, chat=chat))
-    # just past 4 context windows: too short for the size bound alone, tokenized and refused with its exact count
-    with pytest.raises(ValueError, match=r"row 1 of `train_dataset` is 601 tokens, more than 4 times"):
-        TRAINERS[trainer](model_dir, tmp_path, rows_with(3, {1: "1" * 600}, chat=chat))
+    # just past the bound (4 context windows of the toy are 512 tokens, but the bound is never under 4096): too short
+    # for the size bound alone, tokenized and refused with its exact count; 8 context windows only warn
+    with pytest.raises(ValueError, match=r"row 1 of `train_dataset` is 4097 tokens, more than 4096 "):
+        TRAINERS[trainer](model_dir, tmp_path, rows_with(3, {1: "1" * 4096}, chat=chat))
+    with pytest.warns(ContextLengthWarning, match=r"row 1 of `train_dataset` is 1025 tokens"):
+        TRAINERS[trainer](model_dir, tmp_path, rows_with(3, {1: "1" * 1024}, chat=chat))
     # 'ignore' skips every length check (the user takes the risk)
     TRAINERS[trainer](model_dir, tmp_path, dataset, args=ARGS[trainer](tmp_path, prompt_length_check="ignore"))
 

@@ -37,7 +37,18 @@ PROMPT_LENGTH_CHECKS = ("warn", "error", "ignore")
 """The choices of the configs' `prompt_length_check` field."""
 
 CONTEXT_OVERRUN_LIMIT = 4
-"""A turn-1 prompt longer than this many context windows cannot fit: refused unless `prompt_length_check='ignore'`."""
+"""A turn-1 prompt longer than this many context windows (and than [`MIN_OVERRUN_TOKENS`]) cannot fit: refused unless
+`prompt_length_check='ignore'`."""
+
+MIN_OVERRUN_TOKENS = 4096
+"""The refusal bound never falls below this many tokens: a rotary model with a tiny window (the toy models: 128) runs
+prompts of a few thousand tokens (degraded, as the user may mean), which take little memory; the bound is there for
+prompts whose attention alone cannot fit (a 1 MB prompt)."""
+
+
+def overrun_limit(context_window: int) -> int:
+    """The prompt length (tokens) past which a turn-1 prompt cannot fit a model with this context window."""
+    return max(CONTEXT_OVERRUN_LIMIT * context_window, MIN_OVERRUN_TOKENS)
 
 ROWS_PER_CHUNK = 1024
 """[`check_prompt_lengths`] builds and measures the prompts of this many rows at a time."""
@@ -285,10 +296,10 @@ def check_prompt_lengths(team: Any, env: MultiAgentEnv, dataset: Any, where: str
     template's own tokens for chat prompts; no tokenizer makes more tokens than bytes), and only where that bound
     does not show that the prompt fits, the prompt is tokenized as generation will tokenize it.
 
-    - A prompt longer than [`CONTEXT_OVERRUN_LIMIT`] context windows cannot fit: a `ValueError` naming the row, the
-      agent and the row's longest field (unless `on_long="ignore"`). No model uses that much context (learned
-      positions end at the window, rotary models degrade past it) and its attention alone may not fit in memory
-      (a 1 MB prompt asks for a 10^12-byte attention mask).
+    - A prompt longer than [`overrun_limit`] (4 context windows, and at least 4,096 tokens) cannot fit: a
+      `ValueError` naming the row, the agent and the row's longest field (unless `on_long="ignore"`). No model uses
+      that much context (learned positions end at the window, rotary models degrade past it) and its attention alone
+      may not fit in memory (a 1 MB prompt asks for a 10^12-byte attention mask).
     - A prompt that leaves no room for `completion_length` tokens: a model with learned absolute positions fails
       on it; a rotary one (Qwen, Llama) runs past its context with degraded output. Since a user may mean that (e.g.
       a toy model), `on_long` (the configs' `prompt_length_check`) chooses between one warning naming the first
@@ -327,19 +338,20 @@ def check_prompt_lengths(team: Any, env: MultiAgentEnv, dataset: Any, where: str
     for start in range(0, len(dataset), ROWS_PER_CHUNK):
         indices, prompts = check_dataset_prompts(env, dataset, where, rows=start + ROWS_PER_CHUNK, start=start)
         for a, (tokenizer, limit) in limits.items():
-            lengths = _prompt_lengths(tokenizer, prompts[a], limit - completion_length, CONTEXT_OVERRUN_LIMIT * limit,
+            lengths = _prompt_lengths(tokenizer, prompts[a], limit - completion_length, overrun_limit(limit),
                                       chat_template_kwargs, overheads)
             for i, length in zip(indices, lengths):
                 if length is None or length + completion_length <= limit:
                     continue
-                if length > CONTEXT_OVERRUN_LIMIT * limit:
+                if length > overrun_limit(limit):
                     name, size = _longest_field(dataset[i])
                     count = f"{length}" if length.exact else f"at least {length} (from its size)"
                     raise ValueError(
                         f"The turn-1 prompt of agent {a} for row {i} of `{where}` is {count} tokens, more than "
-                        f"{CONTEXT_OVERRUN_LIMIT} times the model's context window (max_position_embeddings={limit}): "
-                        f"it cannot fit. The row's longest field is `{name}` ({size} characters). Remove or shorten "
-                        f"that row (e.g. `{where}.filter(...)`) or use a model with a longer context; "
+                        f"{overrun_limit(limit)} (4 times the model's context window, "
+                        f"max_position_embeddings={limit}, and at least {MIN_OVERRUN_TOKENS}): it cannot fit. The "
+                        f"row's longest field is `{name}` ({size} characters). Remove or shorten that row (e.g. "
+                        f"`{where}.filter(...)`) or use a model with a longer context; "
                         f"`{config_name}.prompt_length_check='ignore'` skips every prompt length check."
                     )
                 message = (
