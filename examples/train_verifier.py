@@ -52,6 +52,7 @@ from trl_marl import AgentTeam, load_tokenizer
 from trl_marl.rewards.answers import ANLI_LABELS
 from trl_marl.rewards.verifier import VERIFIER_CONFIG_FILE, AnswerVerifier, ModelVerifier
 from trl_marl.toy import AdditionTask, is_toy_name, make_toy_model, resolve_toy_name
+from trl_marl.utils.threads import apply_cpu_threads, show_thread_choice
 
 INSTRUCTIONS = {
     "math": "Solve the problem step by step. Write the final answer as a number after '####'.",
@@ -241,6 +242,8 @@ def main(args: VerifierScriptArguments, training_args: TrainingArguments) -> dic
                            mode=None if len(names) > 1 else "shared")
     if torch.cuda.is_available():
         team.to("cuda")
+    show_thread_choice()
+    apply_cpu_threads(team.models)  # on CPU: 1 thread for a tiny model (OMP_NUM_THREADS wins)
     checker = AnswerVerifier(task=args.task, labels=tuple(label.strip() for label in args.labels.split(",")))
     records = sample_and_label(args, team, rows, checker)
     del team

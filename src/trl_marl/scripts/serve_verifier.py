@@ -9,9 +9,6 @@ import sys
 import threading
 from typing import Any
 
-from ..rewards.remote import VerifierServer
-from ..rewards.verifier import ModelVerifier
-
 __all__ = ["serve_verifier_main"]
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -49,6 +46,9 @@ def serve_verifier_main(argv: list[str]) -> int:
         cannot be bound.
     """
     args = _serve_parser().parse_args(argv)
+    from ..rewards.remote import VerifierServer  # after parsing: `--help` does not load torch
+    from ..rewards.verifier import ModelVerifier
+
     try:
         verifier = ModelVerifier(args.model, batch_size=args.batch_size, max_length=args.max_length,
                                  template=args.template, device=args.device)

@@ -298,6 +298,13 @@ class MAGRPOConfig(GRPOConfig):
             "training raises once more than this many occurred."
         },
     )
+    cpu_threads: int | None = field(
+        default=None,
+        metadata={
+            "help": "Torch threads of a CPU run. None: chosen for you (1 for models under 20M parameters, which run "
+            "fastest on one thread; one per core above), unless OMP_NUM_THREADS is set, which then decides."
+        },
+    )
 
     def __post_init__(self) -> None:
         if self.num_generations is not None and self.num_generations < 2:

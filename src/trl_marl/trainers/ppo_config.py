@@ -265,6 +265,13 @@ class MultiAgentPPOConfig(TRLBaseConfig):
             "score) and counted; training raises once more than this many occurred (as in MAGRPO)."
         },
     )
+    cpu_threads: int | None = field(
+        default=None,
+        metadata={
+            "help": "Torch threads of a CPU run. None: chosen for you (1 for models under 20M parameters, which run "
+            "fastest on one thread; one per core above), unless OMP_NUM_THREADS is set, which then decides."
+        },
+    )
     prompt_length_check: str = field(
         default="warn",
         metadata={
