@@ -8,8 +8,10 @@ from typing import Any
 
 
 def _base_name(model: Any) -> str:
+    """The name the user passed for the base model (e.g. "toy"), else its config's name or path, else its class."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    return getattr(base.config, "_name_or_path", "") or type(base).__name__
+    passed = getattr(base, "trl_marl_model_name", None) or getattr(model, "trl_marl_model_name", None)
+    return passed or getattr(base.config, "_name_or_path", "") or type(base).__name__
 
 
 def write_team_model_card(

@@ -37,6 +37,7 @@ from .core import entropy_from_logits, selective_log_softmax
 from .utils.adapters import AdapterSwitch
 from .utils.compiled import CompiledForward, call_model
 from .utils.forward import checkpointing_paused, dropout_active, no_autograd, takes_logits_to_keep
+from .utils.inputs import check_lora_targets, check_model_path
 from .utils.lean_decode import decode
 from .utils.mixed_adapters import sliced_adapter_rows, sliced_adapter_rows_plan
 from .utils.model_names import resolve_model_name
@@ -244,7 +245,10 @@ class AgentTeam(nn.Module):
 
         def load(m: str | PreTrainedModel) -> PreTrainedModel:
             if isinstance(m, str):
-                return AutoModelForCausalLM.from_pretrained(resolve_model_name(m), **kwargs)
+                check_model_path(resolve_model_name(m))
+                loaded = AutoModelForCausalLM.from_pretrained(resolve_model_name(m), **kwargs)
+                loaded.trl_marl_model_name = m  # the name the user passed (e.g. "toy"), for the model card
+                return loaded
             return m
 
         def tokenizer_for(m: str | PreTrainedModel) -> Any:
@@ -293,6 +297,9 @@ class AgentTeam(nn.Module):
     def _assemble(
         cls, models: list[PreTrainedModel], tokenizers: list[Any], mode: str, num_agents: int, peft_config: Any
     ) -> AgentTeam:
+        if peft_config is not None:
+            for model in models:
+                check_lora_targets(model, peft_config)
         if mode == "adapters":
             from peft import get_peft_model
 

@@ -30,6 +30,7 @@ from ..rewards.verifier import AnswerVerifier
 from ..team import load_tokenizer
 from ..toy import is_toy_name, resolve_toy_name, toy_debate_dataset
 from ..trainers import MultiAgentPPOConfig, MultiAgentPPOTrainer
+from ..utils.inputs import check_model_path
 from ..utils.threads import show_thread_choice
 from .magrpo import describe_model_option, fit_to_toy, model_init_kwargs
 
@@ -101,7 +102,9 @@ def build_models(model_args: ModelConfig, value_model_name: str | None, num_agen
         init.pop("dtype", None)  # toy models are float32
     else:
         init["revision"] = model_args.model_revision
+    check_model_path(path, "model_name_or_path")
     policy = AutoModelForCausalLM.from_pretrained(path, **init)
+    policy.trl_marl_model_name = model_args.model_name_or_path  # the name the user passed, for the model card
     quantized = "quantization_config" in init
     value_models = None
     if quantized or value_model_name:

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field, fields
 
 from .._trl_compat import GRPOConfig
 from ..core import ADVANTAGE_MODES, JOINT_MODES, SUPPORTED_LOSS_TYPES
+from ..utils.inputs import check_learning_rate, generation_batch_error
 from ..validation import (
     DEFAULT_REWARD_TIMEOUT,
     PROMPT_LENGTH_CHECKS,
@@ -319,6 +320,10 @@ class MAGRPOConfig(GRPOConfig):
             self.num_generations_eval = self.num_generations
         check_positive(self, "num_generations_eval", "the episodes evaluate() plays per evaluation row")
         check_positive(self, "max_completion_length", "the tokens each agent may generate per turn")
+        check_learning_rate(self)
+        batch_error = generation_batch_error(self)
+        if batch_error is not None:  # before TRL's message, which names `generation_batch_size`
+            raise batch_error
         use_cpu_for_cpu_processes(self)  # several processes without GPU (accelerate launch / torchrun): gloo
         super().__post_init__()
         if self.num_agents < 1:

@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass, field
 
 from .._trl_compat import TRLBaseConfig
+from ..utils.inputs import check_learning_rate
 from ..validation import (
     DEFAULT_REWARD_TIMEOUT,
     PROMPT_LENGTH_CHECKS,
@@ -288,6 +289,7 @@ class MultiAgentPPOConfig(TRLBaseConfig):
         if self.bf16 is None and not self.fp16 and not has_accelerator():
             self.bf16 = False  # TRL defaults to bf16, which fails on a machine without GPU unless use_cpu is set
         check_mixed_precision(self)
+        check_learning_rate(self)
         use_cpu_for_cpu_processes(self)  # several processes without GPU (accelerate launch / torchrun): gloo
         super().__post_init__()
         if self.world_size is None:  # the field hides TrainingArguments.world_size, which DeepSpeed's setup reads
