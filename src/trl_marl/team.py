@@ -478,7 +478,10 @@ class AgentTeam(nn.Module):
                 kwargs["context_fn"] = partial(self._checkpoint_contexts, kwargs.get("context_fn"))
         for model in self.models:
             base = model.get_base_model() if hasattr(model, "get_base_model") else model
-            base.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+            if hasattr(base, "activation_checkpointing_enable"):  # transformers' current name (5.2x)
+                base.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+            else:
+                base.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
             if hasattr(model, "enable_input_require_grads"):
                 model.enable_input_require_grads()
 

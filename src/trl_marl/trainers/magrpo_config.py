@@ -6,7 +6,7 @@ from dataclasses import dataclass, field, fields
 
 from .._trl_compat import GRPOConfig
 from ..core import ADVANTAGE_MODES, JOINT_MODES, SUPPORTED_LOSS_TYPES
-from ..utils.inputs import check_learning_rate, generation_batch_error
+from ..utils.inputs import check_learning_rate, generation_batch_error, use_activation_checkpointing_name
 from ..validation import (
     DEFAULT_REWARD_TIMEOUT,
     PROMPT_LENGTH_CHECKS,
@@ -325,6 +325,7 @@ class MAGRPOConfig(GRPOConfig):
         if batch_error is not None:  # before TRL's message, which names `generation_batch_size`
             raise batch_error
         use_cpu_for_cpu_processes(self)  # several processes without GPU (accelerate launch / torchrun): gloo
+        use_activation_checkpointing_name(self)
         super().__post_init__()
         if self.num_agents < 1:
             raise ValueError(f"`num_agents` must be >= 1, got {self.num_agents}.")

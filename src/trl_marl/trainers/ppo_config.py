@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass, field
 
 from .._trl_compat import TRLBaseConfig
-from ..utils.inputs import check_learning_rate
+from ..utils.inputs import check_learning_rate, use_activation_checkpointing_name
 from ..validation import (
     DEFAULT_REWARD_TIMEOUT,
     PROMPT_LENGTH_CHECKS,
@@ -291,6 +291,7 @@ class MultiAgentPPOConfig(TRLBaseConfig):
         check_mixed_precision(self)
         check_learning_rate(self)
         use_cpu_for_cpu_processes(self)  # several processes without GPU (accelerate launch / torchrun): gloo
+        use_activation_checkpointing_name(self)
         super().__post_init__()
         if self.world_size is None:  # the field hides TrainingArguments.world_size, which DeepSpeed's setup reads
             state = getattr(self, "distributed_state", None)

@@ -136,3 +136,15 @@ def check_lora_targets(model: Any, peft_config: Any) -> None:
 
 def _as_list(targets: Iterable[str] | Sequence[str]) -> list[str]:
     return sorted(targets) if isinstance(targets, (set, frozenset)) else list(targets)
+
+
+def use_activation_checkpointing_name(config: Any) -> None:
+    """Carry TRL's `gradient_checkpointing` (its configs' default, True) over to transformers' current name.
+
+    transformers renamed `gradient_checkpointing` to `activation_checkpointing` and warns whenever only the old name
+    is set, which TRL's configs always do: setting the new name first keeps every run free of that warning, with the
+    same value (the old name keeps mirroring it). A transformers without the new field is left alone.
+    """
+    if (hasattr(config, "activation_checkpointing") and config.activation_checkpointing is None
+            and config.gradient_checkpointing is not None):
+        config.activation_checkpointing = config.gradient_checkpointing

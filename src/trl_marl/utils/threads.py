@@ -90,7 +90,7 @@ def apply_cpu_threads(models: Iterable[Any], cpu_threads: int | None = None, on_
     if threads is not None and threads != torch.get_num_threads():
         torch.set_num_threads(threads)
     if not _announced:
-        logger.info("trl-marl: %s", reason)
+        logger.info("%s", reason)
         _announced = True
     return torch.get_num_threads()
 
@@ -100,6 +100,7 @@ def show_thread_choice() -> None:
     log = logging.getLogger(__name__)
     if not log.handlers:
         handler = logging.StreamHandler()
-        handler.setFormatter(logging.Formatter("[%(message)s]"))
+        handler.setFormatter(logging.Formatter("[trl-marl] %(message)s"))
         log.addHandler(handler)
     log.setLevel(logging.INFO)
+    log.propagate = False  # said once, not again by a root handler that a library configured
