@@ -422,7 +422,8 @@ def test_bad_learning_rate_is_refused_by_the_config(tmp_path: Path, make: Any, v
 @pytest.mark.parametrize("name", ["./no-such-model", "~/no-such-model-of-trl-marl", "runs/a/no-such-model"])
 def test_a_missing_local_model_folder_is_named(tmp_path: Path, trainer: str, name: str) -> None:
     # the Hub client would say "Repo id must be in the form 'repo_name'..."
-    with pytest.raises(FileNotFoundError, match=r"`model` '.*no-such-model.*' looks like a local folder, but") as info:
+    with pytest.raises(FileNotFoundError, match=r"`model` \(`model_name_or_path`\) '.*no-such-model.*' looks like a "
+                                                r"local folder, but") as info:
         TRAINERS[trainer](name, tmp_path)
     assert "does not exist" in str(info.value) and "'toy'" in str(info.value)
 

@@ -155,10 +155,12 @@ def main(script_args: MAGRPOScriptArguments, training_args: Any, model_args: Any
 
     from ..toy import resolve_toy_name
     from ..trainers import MAGRPOTrainer
+    from ..utils.inputs import check_model_path
     from ..utils.threads import show_thread_choice
 
     show_thread_choice()  # the torch threads chosen for a CPU run, in one line
     name = model_args.model_name_or_path or "toy"
+    check_model_path(name, "`model_name_or_path`")  # before any dataset is downloaded
     offline = is_offline_toy(name)
     model = resolve_toy_name(name) if offline else name
     if offline:

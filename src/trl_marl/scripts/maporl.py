@@ -102,7 +102,7 @@ def build_models(model_args: ModelConfig, value_model_name: str | None, num_agen
         init.pop("dtype", None)  # toy models are float32
     else:
         init["revision"] = model_args.model_revision
-    check_model_path(path, "model_name_or_path")
+    check_model_path(path, "`model_name_or_path`")
     policy = AutoModelForCausalLM.from_pretrained(path, **init)
     policy.trl_marl_model_name = model_args.model_name_or_path  # the name the user passed, for the model card
     quantized = "quantization_config" in init
@@ -263,7 +263,9 @@ def main(argv: Sequence[str] | None = None) -> Any:
             print(short_help("maporl"))
             raise SystemExit(0)
         raise SystemExit(f"usage: trl-marl maporl {{{','.join(sorted(TASKS))}}} --config FILE [overrides]")
-    return TASKS[argv[0]][1](*parse(argv[0], argv[1:]))
+    script_args, training_args, model_args = parse(argv[0], argv[1:])
+    check_model_path(model_args.model_name_or_path, "`model_name_or_path`")  # before any dataset is downloaded
+    return TASKS[argv[0]][1](script_args, training_args, model_args)
 
 
 if __name__ == "__main__":

@@ -46,7 +46,7 @@ def looks_like_path(name: str) -> bool:
     return name.count("/") > 1
 
 
-def check_model_path(name: str, field: str = "model") -> None:
+def check_model_path(name: str, field: str = "`model` (`model_name_or_path`)") -> None:
     """Refuse a model name that looks like a local folder (see [`looks_like_path`]) but does not exist."""
     if not isinstance(name, str) or not looks_like_path(name):
         return
@@ -54,7 +54,7 @@ def check_model_path(name: str, field: str = "model") -> None:
     if os.path.exists(path):
         return
     raise FileNotFoundError(
-        f"`{field}` {name!r} looks like a local folder, but {os.path.abspath(path)} does not exist. Pass an existing "
+        f"{field} {name!r} looks like a local folder, but {os.path.abspath(path)} does not exist. Pass an existing "
         "folder (one holding config.json, e.g. a saved agent_0/), a Hub id such as 'Qwen/Qwen2.5-0.5B-Instruct', or "
         "an offline name such as 'toy'."
     )
