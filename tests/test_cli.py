@@ -86,3 +86,26 @@ def test_help_all_names_the_command_and_the_offline_models(capsys):
     assert "smollm2-135m-instruct" in " ".join(out.split())
     assert main(["maporl", "anli", "--help-all"]) == 0
     assert capsys.readouterr().out.startswith("usage: trl-marl maporl anli [-h]")
+
+
+LAZY = """
+import sys
+import trl_marl
+from trl_marl.utils.model_names import resolve_model_name
+assert "torch" not in sys.modules and "trl_marl.toy" not in sys.modules, "import trl_marl stays light"
+assert resolve_model_name("gpt2") == "gpt2" and "trl_marl.toy" not in sys.modules
+assert "AgentTeam" in dir(trl_marl) and "MAGRPOTrainer" in trl_marl.__all__
+import trl_marl.toy
+trl_marl.toy.resolve_toy_name = lambda name: "/resolved/" + name  # instead of building the toy model
+assert resolve_model_name("toy") == "/resolved/toy", resolve_model_name("toy")
+from trl_marl import MAGRPOTrainer, AgentTeam  # the public names load on first use
+assert MAGRPOTrainer.__module__ == "trl_marl.trainers.magrpo_trainer" and trl_marl.AgentTeam is AgentTeam
+print("OK")
+"""
+
+
+def test_import_is_lazy_and_toy_names_still_resolve():
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
+    result = subprocess.run([sys.executable, "-c", LAZY], cwd=ROOT, env=env, capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0 and result.stdout.strip().endswith("OK"), result.stdout + result.stderr[-2000:]

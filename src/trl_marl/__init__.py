@@ -43,6 +43,10 @@ def __getattr__(name: str) -> Any:
     return globals()[name]
 
 
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_PUBLIC})
+
+
 def _toy_name(name: str) -> str | None:
     """Resolve "toy", "toy:<task>", ... through `trl_marl.toy`, imported only when a name is resolved."""
     if not isinstance(name, str) or not name.startswith(("toy", "trl-marl/toy")):
