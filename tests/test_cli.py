@@ -93,11 +93,13 @@ import sys
 import trl_marl
 from trl_marl.utils.model_names import resolve_model_name
 assert "torch" not in sys.modules and "trl_marl.toy" not in sys.modules, "import trl_marl stays light"
-assert resolve_model_name("gpt2") == "gpt2" and "trl_marl.toy" not in sys.modules
 assert "AgentTeam" in dir(trl_marl) and "MAGRPOTrainer" in trl_marl.__all__
-import trl_marl.toy
-trl_marl.toy.resolve_toy_name = lambda name: "/resolved/" + name  # instead of building the toy model
-assert resolve_model_name("toy") == "/resolved/toy", resolve_model_name("toy")
+try:  # the first name resolved loads the toy world, whose resolver answers (here: an unknown toy task)
+    resolve_model_name("toy:no-such-task")
+    raise AssertionError("toy names are not resolved")
+except ValueError as exc:
+    assert "unknown toy task 'no-such-task'" in str(exc), exc
+assert "trl_marl.toy" in sys.modules and resolve_model_name("gpt2") == "gpt2"
 from trl_marl import MAGRPOTrainer, AgentTeam  # the public names load on first use
 assert MAGRPOTrainer.__module__ == "trl_marl.trainers.magrpo_trainer" and trl_marl.AgentTeam is AgentTeam
 print("OK")

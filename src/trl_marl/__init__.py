@@ -47,16 +47,16 @@ def __dir__() -> list[str]:
     return sorted({*globals(), *_PUBLIC})
 
 
-def _toy_name(name: str) -> str | None:
-    """Resolve "toy", "toy:<task>", ... through `trl_marl.toy`, imported only when a name is resolved."""
-    if not isinstance(name, str) or not name.startswith(("toy", "trl-marl/toy")):
-        return None
-    from .toy import is_toy_name, resolve_toy_name
+def _offline_names(name: str) -> str | None:
+    """Import `trl_marl.toy` the first time a model name is resolved: it registers the offline names ("toy",
+    "toy:<task>", ...) right after this resolver, and `resolve_model_name` asks it next."""
+    import importlib
 
-    return resolve_toy_name(name) if is_toy_name(name) else None
+    importlib.import_module(".toy", __name__)
+    return None
 
 
-register_model_name_resolver(_toy_name)  # `trl_marl.toy` registers the same names when it is imported
+register_model_name_resolver(_offline_names)  # `import trl_marl` stays light; a name resolved loads the toy world
 
 if TYPE_CHECKING:
     from .envs import MultiAgentEnv, PromptEnv, TargetSumEnv
