@@ -262,6 +262,8 @@ def main(args: VerifierScriptArguments, training_args: TrainingArguments) -> dic
     model = AutoModelForSequenceClassification.from_pretrained(base, num_labels=1)
     if model.config.pad_token_id is None:
         model.config.pad_token_id = tokenizer.pad_token_id
+    if not torch.cuda.is_available():
+        training_args.dataloader_pin_memory = False  # pinning needs an accelerator (else a warning every epoch)
     trainer = VerifierTrainer(
         model=model,
         args=training_args,
