@@ -3,6 +3,9 @@
 Agent 0 writes an auxiliary function, agent 1 the entry point, which may call it. The joint program runs against
 the task's unit tests in a sandbox; between turns both agents see the test feedback and revise.
 
+Needs the `rewards` extra for the CodeBLEU term (`codebleu`): `pip install "trl-marl[rewards]"` (from a clone:
+`pip install -e ".[rewards]"`).
+
     accelerate launch examples/magrpo_coding.py --config examples/configs/magrpo_coding.yaml
 
 Offline smoke run (tiny toy model, synthetic HumanEval-format rows, no network):
@@ -23,6 +26,7 @@ from trl_marl.envs.coding import CooperativeCodingEnv
 from trl_marl.rewards.coding import CodingTeamReward
 from trl_marl.scripts.magrpo import MAGRPOScriptArguments, centralize, fit_to_toy, is_offline_toy, model_init_kwargs
 from trl_marl.toy import resolve_toy_name, toy_coding_rows
+from trl_marl.utils.threads import show_thread_choice
 
 
 def main(script_args: MAGRPOScriptArguments, training_args: MAGRPOConfig, model_args: ModelConfig) -> None:
@@ -43,6 +47,7 @@ def main(script_args: MAGRPOScriptArguments, training_args: MAGRPOConfig, model_
     reward_funcs = team_reward.reward_funcs()
     if script_args.centralized:  # the baseline: one model writes helper and main, scored by the same team reward
         env, reward_funcs = centralize(env, reward_funcs, training_args)
+    show_thread_choice()  # on CPU the trainer picks the torch threads for the model's size and says so here
     trainer = MAGRPOTrainer(
         model=model,
         reward_funcs=reward_funcs,  # one function per term: each is logged as rewards/<term>/mean

@@ -3,6 +3,9 @@
 Agent 0 writes a concise summary, agent 1 a more detailed expansion; the team is rewarded for the structure of
 the *pair* (lengths, their ratio, lexical diversity, transitions, style consistency, ROUGE-L to the reference).
 
+Needs the `rewards` extra for the ROUGE-L term (`rouge-score`): `pip install "trl-marl[rewards]"` (from a clone:
+`pip install -e ".[rewards]"`).
+
     accelerate launch examples/magrpo_writing.py --config examples/configs/magrpo_writing.yaml
 
 Offline smoke run (tiny toy model, synthetic rows, no network):
@@ -23,6 +26,7 @@ from trl_marl.envs.writing import CooperativeWritingEnv
 from trl_marl.rewards.writing import WritingTeamReward
 from trl_marl.scripts.magrpo import MAGRPOScriptArguments, centralize, fit_to_toy, is_offline_toy, model_init_kwargs
 from trl_marl.toy import resolve_toy_name, toy_writing_rows
+from trl_marl.utils.threads import show_thread_choice
 
 
 def main(script_args: MAGRPOScriptArguments, training_args: MAGRPOConfig, model_args: ModelConfig) -> None:
@@ -40,6 +44,7 @@ def main(script_args: MAGRPOScriptArguments, training_args: MAGRPOConfig, model_
     env, reward_funcs = CooperativeWritingEnv(num_turns=training_args.num_turns), team_reward.reward_funcs()
     if script_args.centralized:  # the baseline: one model writes both parts, scored by the same team reward
         env, reward_funcs = centralize(env, reward_funcs, training_args)
+    show_thread_choice()  # on CPU the trainer picks the torch threads for the model's size and says so here
     trainer = MAGRPOTrainer(
         model=model,
         reward_funcs=reward_funcs,  # one function per term: each is logged as rewards/<term>/mean

@@ -9,6 +9,9 @@ Qwen2.5-3B-Instruct base model with one LoRA adapter per agent; `--load_in_4bit 
 The paper trains its verifier on the first 10,000 ANLI training rows and MAPoRL on the next 12,800
 (`skip_train_rows: 10000`, `max_train_samples: 12800` in the config, over rounds 1-3 concatenated).
 
+No extra is needed for the rule-based verifier; `--load_in_4bit true` (QLoRA) needs the `qlora` extra:
+`pip install "trl-marl[qlora]"` (from a clone: `pip install -e ".[qlora]"`).
+
     accelerate launch examples/maporl_anli.py --config examples/configs/maporl_anli.yaml
 
 Offline smoke run (the toy debate model on two-number additions; no network):

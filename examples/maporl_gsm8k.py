@@ -8,6 +8,9 @@ plus the alpha/beta collaboration incentives (Definition 1 and Tables 1-2 of the
 Phi-3-mini base model with one LoRA adapter per agent; `--load_in_4bit true` makes it QLoRA, as in the paper (the
 value models are then 4-bit copies of the base with LoRA adapters and a trainable head).
 
+No extra is needed for the rule-based verifier; `--load_in_4bit true` (QLoRA) needs the `qlora` extra:
+`pip install "trl-marl[qlora]"` (from a clone: `pip install -e ".[qlora]"`).
+
     accelerate launch examples/maporl_gsm8k.py --config examples/configs/maporl_gsm8k.yaml
 
 Offline smoke run (a tiny toy model debating two-number additions, `Q:12+34=46 45 47?A:`; no network):

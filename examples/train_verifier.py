@@ -53,6 +53,7 @@ from trl_marl.rewards.answers import ANLI_LABELS
 from trl_marl.rewards.verifier import VERIFIER_CONFIG_FILE, AnswerVerifier, ModelVerifier
 from trl_marl.toy import AdditionTask, is_toy_name, make_toy_model, resolve_toy_name
 from trl_marl.utils.model_names import resolve_model_name
+from trl_marl.utils.threads import apply_cpu_threads, show_thread_choice
 
 INSTRUCTIONS = {
     "math": "Solve the problem step by step. Write the final answer as a number after '####'.",
@@ -242,6 +243,8 @@ def main(args: VerifierScriptArguments, training_args: TrainingArguments) -> dic
                            mode=None if len(names) > 1 else "shared")
     if torch.cuda.is_available():
         team.to("cuda")
+    show_thread_choice()
+    apply_cpu_threads(team.models)  # on CPU: 1 thread for a tiny model (OMP_NUM_THREADS wins)
     checker = AnswerVerifier(task=args.task, labels=tuple(label.strip() for label in args.labels.split(",")))
     records = sample_and_label(args, team, rows, checker)
     del team
@@ -259,6 +262,8 @@ def main(args: VerifierScriptArguments, training_args: TrainingArguments) -> dic
     model = AutoModelForSequenceClassification.from_pretrained(base, num_labels=1)
     if model.config.pad_token_id is None:
         model.config.pad_token_id = tokenizer.pad_token_id
+    if not torch.cuda.is_available():
+        training_args.dataloader_pin_memory = False  # pinning needs an accelerator (else a warning every epoch)
     trainer = VerifierTrainer(
         model=model,
         args=training_args,

@@ -16,9 +16,12 @@ def test_quick_demo_end_to_end(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), OMP_NUM_THREADS="1",
                TRL_MARL_CACHE=os.environ.get("TRL_MARL_CACHE", str(tmp_path / "cache")))
     result = subprocess.run([sys.executable, "-m", "trl_marl.cli", "demo", "--quick", "--output-dir", str(out)],
-                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+                            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     metrics = json.loads((out / "demo_metrics.json").read_text())
+    # only the plots and the metrics are left behind: no empty `runs/` (trainer output) folders, here or in the cwd
+    assert sorted(os.listdir(out)) == ["demo_metrics.json", "magrpo_team_reward.png", "maporl_accuracy_per_turn.png"]
+    assert set(os.listdir(tmp_path)) <= {"demo", "cache"}, os.listdir(tmp_path)
     for plot in ("magrpo_team_reward.png", "maporl_accuracy_per_turn.png"):
         assert (out / plot).stat().st_size > 1000, plot
         assert str(out / plot) in metrics["plots"]

@@ -409,3 +409,66 @@ def test_prompt_problem() -> None:
     assert "lacking 'role'" in str(prompt_problem([{"text": "x"}]))
     assert "empty list" in str(prompt_problem([]))
     assert "int" in str(prompt_problem(3))
+
+
+# ------------------------------------------------------------- errors that would come from torch, the Hub, TRL, PEFT
+@pytest.mark.parametrize("make", [magrpo_args, ppo_args, lambda tmp_path, **kw: ppo_args(tmp_path, PPOConfig, **kw)])
+@pytest.mark.parametrize("value", [-1e-5, float("nan")])
+def test_bad_learning_rate_is_refused_by_the_config(tmp_path: Path, make: Any, value: float) -> None:
+    # torch would say "Invalid learning rate" only at train()
+    with pytest.raises(ValueError, match=r"Config.learning_rate` must be a finite number >= 0") as info:
+        make(tmp_path, learning_rate=value)
+    assert "learning_rate=1e-5" in str(info.value)
+
+
+@pytest.mark.parametrize("trainer", sorted(TRAINERS))
+@pytest.mark.parametrize("name", ["./no-such-model", "~/no-such-model-of-trl-marl", "runs/a/no-such-model"])
+def test_a_missing_local_model_folder_is_named(tmp_path: Path, trainer: str, name: str) -> None:
+    # the Hub client would say "Repo id must be in the form 'repo_name'..."
+    with pytest.raises(FileNotFoundError, match=r"`model` \(`model_name_or_path`\) '.*no-such-model.*' looks like a "
+                                                r"local folder, but") as info:
+        TRAINERS[trainer](name, tmp_path)
+    assert "does not exist" in str(info.value) and "'toy'" in str(info.value)
+
+
+def test_hub_ids_are_not_taken_for_folders() -> None:
+    from trl_marl.utils.inputs import looks_like_path
+
+    assert not looks_like_path("Qwen/Qwen2.5-0.5B-Instruct") and not looks_like_path("gpt2")
+    assert looks_like_path("./model") and looks_like_path("/abs/model") and looks_like_path("a/b/c")
+
+
+def test_a_batch_without_whole_groups_names_the_fields_the_user_sets(tmp_path: Path) -> None:
+    # TRL would name `generation_batch_size`, which the user never set, and give no fix
+    with pytest.raises(ValueError) as info:
+        magrpo_args(tmp_path, per_device_train_batch_size=10, num_generations=4)
+    message = str(info.value)
+    assert "`MAGRPOConfig.per_device_train_batch_size` (10) must be a multiple of `num_generations` (4)" in message
+    assert "set `per_device_train_batch_size` to 8 or 12, or `num_generations` to 2 or 5" in message
+    assert "generation_batch_size" not in message
+    with pytest.raises(ValueError, match=r"`per_device_train_batch_size` to 3 or 6, or `num_generations` to 5\."):
+        magrpo_args(tmp_path, per_device_train_batch_size=5, gradient_accumulation_steps=2, num_generations=3)
+    assert magrpo_args(tmp_path, per_device_train_batch_size=8, gradient_accumulation_steps=2,
+                       num_generations=4).generation_batch_size == 16
+
+
+@pytest.mark.parametrize("trainer", sorted(TRAINERS))
+def test_a_reward_without_kwargs_is_refused_at_construction(model_dir: str, tmp_path: Path, trainer: str) -> None:
+    def exact(prompts: list[Any], completions: list[Any], target: list[int]) -> list[float]:
+        return [0.0] * len(completions)
+
+    with pytest.raises(TypeError, match=r"Reward function `exact` does not take `\*\*kwargs`") as info:
+        TRAINERS[trainer](model_dir, tmp_path, reward=exact)
+    assert "`agent_completions`" in str(info.value)
+    assert "def exact(prompts, completions, **kwargs)" in str(info.value)
+
+
+@pytest.mark.parametrize("trainer", sorted(TRAINERS))
+def test_a_lora_target_that_does_not_exist_lists_the_valid_ones(model_dir: str, tmp_path: Path,
+                                                                 trainer: str) -> None:
+    lora = LoraConfig(r=2, target_modules=["q_proj", "query"])
+    with pytest.raises(ValueError, match=r"LoRA `target_modules` \['query'\] match no module") as info:
+        TRAINERS[trainer](model_dir, tmp_path, peft_config=lora)
+    for name in ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "lm_head"):
+        assert name in str(info.value), name
+    assert "all-linear" in str(info.value)

@@ -11,26 +11,70 @@ Public API:
 - [`trl_marl.toy`]: tiny offline models and tasks for tests and demos.
 """
 
-from . import (
-    _trl_compat,  # noqa: F401  (fails early, with a clear message, outside the tested TRL range)
-    toy,  # noqa: F401  (registers the offline toy model names, e.g. "toy")
-)
-from .envs import MultiAgentEnv, PromptEnv, TargetSumEnv
-from .rollout import RewardFunctionError
-from .team import AgentTeam, load_tokenizer
-from .trainers import (
-    MAGRPOConfig,
-    MAGRPOTrainer,
-    MAREINFORCEConfig,
-    MAReMaxConfig,
-    MARLOOConfig,
-    MultiAgentPPOConfig,
-    MultiAgentPPOTrainer,
-    NonFiniteError,
-    PPOConfig,
-    PPOTrainer,
-)
-from .validation import RewardTimeoutError
+from typing import TYPE_CHECKING, Any
+
+from .utils.model_names import register_model_name_resolver
+
+# The public names are imported on first use (PEP 562), so that `trl-marl --help` and `import trl_marl.cli` do not pay
+# for torch, transformers and TRL. The first access to any of them imports the whole public API (and checks TRL's
+# version, `_trl_compat`), as an eager `import trl_marl` did.
+_PUBLIC = {
+    "AgentTeam": ".team",
+    "load_tokenizer": ".team",
+    "MultiAgentEnv": ".envs",
+    "PromptEnv": ".envs",
+    "TargetSumEnv": ".envs",
+    "RewardFunctionError": ".rollout",
+    "RewardTimeoutError": ".validation",
+    **{name: ".trainers" for name in ("MAGRPOConfig", "MAGRPOTrainer", "MAREINFORCEConfig", "MAReMaxConfig",
+                                      "MARLOOConfig", "MultiAgentPPOConfig", "MultiAgentPPOTrainer",
+                                      "NonFiniteError", "PPOConfig", "PPOTrainer")},
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _PUBLIC:
+        raise AttributeError(f"module 'trl_marl' has no attribute {name!r}")
+    import importlib
+
+    importlib.import_module("._trl_compat", __name__)  # fails early, with a clear message, outside TRL's range
+    for public, module in _PUBLIC.items():
+        globals()[public] = getattr(importlib.import_module(module, __name__), public)
+    return globals()[name]
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_PUBLIC})
+
+
+def _offline_names(name: str) -> str | None:
+    """Import `trl_marl.toy` the first time a model name is resolved: it registers the offline names ("toy",
+    "toy:<task>", ...) right after this resolver, and `resolve_model_name` asks it next."""
+    import importlib
+
+    importlib.import_module(".toy", __name__)
+    return None
+
+
+register_model_name_resolver(_offline_names)  # `import trl_marl` stays light; a name resolved loads the toy world
+
+if TYPE_CHECKING:
+    from .envs import MultiAgentEnv, PromptEnv, TargetSumEnv
+    from .rollout import RewardFunctionError
+    from .team import AgentTeam, load_tokenizer
+    from .trainers import (
+        MAGRPOConfig,
+        MAGRPOTrainer,
+        MAREINFORCEConfig,
+        MAReMaxConfig,
+        MARLOOConfig,
+        MultiAgentPPOConfig,
+        MultiAgentPPOTrainer,
+        NonFiniteError,
+        PPOConfig,
+        PPOTrainer,
+    )
+    from .validation import RewardTimeoutError
 
 __version__ = "0.1.0.dev0"
 

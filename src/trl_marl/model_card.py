@@ -8,8 +8,10 @@ from typing import Any
 
 
 def _base_name(model: Any) -> str:
+    """The name the user passed for the base model (e.g. "toy"), else its config's name or path, else its class."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    return getattr(base.config, "_name_or_path", "") or type(base).__name__
+    passed = getattr(base, "trl_marl_model_name", None) or getattr(model, "trl_marl_model_name", None)
+    return passed or getattr(base.config, "_name_or_path", "") or type(base).__name__
 
 
 def write_team_model_card(
@@ -24,21 +26,51 @@ def write_team_model_card(
     dataset_name: str | None = None,
     tags: Sequence[str] = (),
 ) -> str:
-    """Write `README.md` (a Hugging Face model card with YAML metadata) describing a trained team.
+    """Write `README.md` (a Hugging Face model card with YAML metadata) describing what `output_dir` holds.
+
+    A team saved by `AgentTeam.save_pretrained` (`team_config.json`, `agent_<i>/`) gets a card with one row per agent
+    and an `AgentTeam.from_pretrained` snippet; a single policy saved at the top of the folder (the drop-in
+    `PPOTrainer`: `config.json`, no `team_config.json`) gets a card with a `transformers` snippet. The snippet loads
+    the folder by its name, as written, from the folder's parent directory (or from the Hub once pushed there).
 
     Returns:
         The path of the card.
     """
     os.makedirs(output_dir, exist_ok=True)
-    agents = []
-    for a in range(team.num_agents):
-        adapter = team.agent_adapter[a]
-        kind = f"LoRA adapter `{adapter}`" if adapter is not None else "full weights"
-        agents.append(f"| {a} | `agent_{a}/` | {_base_name(team.policy(a))} | {kind} |")
+    single = (os.path.exists(os.path.join(output_dir, "config.json"))
+              and not os.path.exists(os.path.join(output_dir, "team_config.json")))
     settings = "\n".join(f"- `{k}`: {v}" for k, v in config_summary.items())
     rewards = ", ".join(f"`{r}`" for r in reward_names)
     unique_tags = sorted(set(tags))
     title = model_name or os.path.basename(os.path.abspath(output_dir))
+    trained = (f"trained with **{algorithm}** using [trl-marl](https://github.com/trl-marl/trl-marl), on the "
+               f"`{env_name}` environment" + (f" and the `{dataset_name}` dataset." if dataset_name else "."))
+    if single:
+        policy = team.policy(0)
+        adapter = team.agent_adapter[0]
+        weights = f"a LoRA adapter on `{_base_name(policy)}`" if adapter is not None else "full weights"
+        intro = [f"A language model (base model `{_base_name(policy)}`) {trained}", "",
+                 f"The folder holds the policy alone ({weights}), loadable with `transformers`."]
+        snippet = ["from transformers import AutoModelForCausalLM, AutoTokenizer", "",
+                   f'model = AutoModelForCausalLM.from_pretrained("{title}")',
+                   f'tokenizer = AutoTokenizer.from_pretrained("{title}")']
+        if adapter is not None:  # a PEFT folder: adapter_config.json names the base model
+            snippet = ["from peft import AutoPeftModelForCausalLM", "from transformers import AutoTokenizer", "",
+                       f'model = AutoPeftModelForCausalLM.from_pretrained("{title}")',
+                       f'tokenizer = AutoTokenizer.from_pretrained("{title}")']
+    else:
+        agents = []
+        for a in range(team.num_agents):
+            adapter = team.agent_adapter[a]
+            kind = f"LoRA adapter `{adapter}`" if adapter is not None else "full weights"
+            agents.append(f"| {a} | `agent_{a}/` | {_base_name(team.policy(a))} | {kind} |")
+        who = ("One LLM agent " + trained if team.num_agents == 1 else
+               f"A team of {team.num_agents} LLM agents " + trained.replace("trained with", "trained together with"))
+        intro = [who,
+                 "", f"## Agents (team mode `{team.mode}`)", "",
+                 "| agent | folder | base model | trained weights |", "|---|---|---|---|", *agents]
+        snippet = ["from trl_marl import AgentTeam", "", f'team = AgentTeam.from_pretrained("{title}")',
+                   "print(team.num_agents)"]
     lines = [
         "---",
         "library_name: trl-marl",
@@ -49,18 +81,10 @@ def write_team_model_card(
         "",
         f"# {title}",
         "",
-        f"A team of {team.num_agents} LLM agents trained together with **{algorithm}** using "
-        f"[trl-marl](https://github.com/trl-marl/trl-marl), on the `{env_name}` environment"
-        + (f" and the `{dataset_name}` dataset." if dataset_name else "."),
+        *intro,
         "",
         f"Paper: [{paper.get('title', '')}](https://arxiv.org/abs/{paper.get('id', '')}) "
         f"(arXiv {paper.get('id', '')}).",
-        "",
-        f"## Agents (team mode `{team.mode}`)",
-        "",
-        "| agent | folder | base model | trained weights |",
-        "|---|---|---|---|",
-        *agents,
         "",
         f"## Rewards\n\n{rewards}",
         "",
@@ -69,9 +93,7 @@ def write_team_model_card(
         "## Loading",
         "",
         "```python",
-        "from trl_marl import AgentTeam",
-        "",
-        f'team = AgentTeam.from_pretrained("{title}")',
+        *snippet,
         "```",
         "",
     ]

@@ -49,6 +49,7 @@ import torch
 
 from .envs.base import Prompt, Transcript
 from .team import is_chat
+from .utils.inputs import check_reward_signature
 from .validation import (
     RewardFunctionError,
     RewardTimeoutError,
@@ -124,8 +125,10 @@ class RewardSet:
                     f"Reward function {f!r} is not callable. trl-marl takes callables "
                     "`f(prompts, completions, **kwargs) -> list[float | None]`; wrap a reward model in a function."
                 )
-        self.funcs = list(funcs)
         self.names = [getattr(f, "name", None) or getattr(f, "__name__", None) or type(f).__name__ for f in funcs]
+        for f, name in zip(funcs, self.names):
+            check_reward_signature(f, name)  # now, not at the first reward call
+        self.funcs = list(funcs)
         self.kinds = [reward_kind(f, default_kind) for f in funcs]
         if weights is None:
             weights = [1.0] * len(funcs)

@@ -37,6 +37,7 @@ from .core import entropy_from_logits, selective_log_softmax
 from .utils.adapters import AdapterSwitch
 from .utils.compiled import CompiledForward, call_model
 from .utils.forward import checkpointing_paused, dropout_active, no_autograd, takes_logits_to_keep
+from .utils.inputs import check_lora_targets, check_model_path
 from .utils.lean_decode import decode
 from .utils.mixed_adapters import sliced_adapter_rows, sliced_adapter_rows_plan
 from .utils.model_names import resolve_model_name
@@ -246,9 +247,11 @@ class AgentTeam(nn.Module):
 
         def load(m: str | PreTrainedModel) -> PreTrainedModel:
             if isinstance(m, str):
+                check_model_path(resolve_model_name(m))
                 loaded = AutoModelForCausalLM.from_pretrained(resolve_model_name(m), **kwargs)
                 if resolve_model_name(m) != m:  # a registered name ("toy", "smollm2-135m-instruct"): keep it, not
                     loaded.config.name_or_path = loaded.name_or_path = m  # its cache folder (cards, adapters)
+                loaded.trl_marl_model_name = m  # the name the user passed (e.g. "toy"), for the model card
                 return loaded
             return m
 
@@ -298,6 +301,9 @@ class AgentTeam(nn.Module):
     def _assemble(
         cls, models: list[PreTrainedModel], tokenizers: list[Any], mode: str, num_agents: int, peft_config: Any
     ) -> AgentTeam:
+        if peft_config is not None:
+            for model in models:
+                check_lora_targets(model, peft_config)
         if mode == "adapters":
             from peft import get_peft_model
 
@@ -481,7 +487,10 @@ class AgentTeam(nn.Module):
                 kwargs["context_fn"] = partial(self._checkpoint_contexts, kwargs.get("context_fn"))
         for model in self.models:
             base = model.get_base_model() if hasattr(model, "get_base_model") else model
-            base.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+            if hasattr(base, "activation_checkpointing_enable"):  # transformers' current name (5.2x)
+                base.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+            else:
+                base.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
             if hasattr(model, "enable_input_require_grads"):
                 model.enable_input_require_grads()
 

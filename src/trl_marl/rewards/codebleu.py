@@ -14,7 +14,8 @@ from typing import Any
 from ..utils.columns import AgentSelector, column, is_missing, select_texts
 
 _INSTALL_HINT = (
-    'install trl-marl\'s `rewards` extra (`pip install "trl-marl[rewards]"`), which pins `codebleu>=0.7` together '
+    'install trl-marl\'s `rewards` extra, `pip install "trl-marl[rewards]"` (from a clone: `pip install -e '
+    '".[rewards]"`), which pins `codebleu>=0.7` together '
     "with `tree-sitter-python~=0.21.0` (codebleu 0.7 fails with tree-sitter-python 0.23+: \"an integer is "
     'required"), or `pip install codebleu "tree-sitter-python~=0.21.0"`'
 )

@@ -58,8 +58,9 @@ class RougeLReward:
             from rouge_score import rouge_scorer
         except ImportError as exc:  # pragma: no cover - depends on the environment
             raise ImportError(
-                "RougeLReward needs the `rouge-score` package: install trl-marl's `rewards` extra "
-                '(`pip install "trl-marl[rewards]"`) or `pip install rouge-score`.'
+                "RougeLReward needs the `rouge-score` package (the writing task's ROUGE-L term uses it): install "
+                'trl-marl\'s `rewards` extra, `pip install "trl-marl[rewards]"` (from a clone: `pip install -e '
+                '".[rewards]"`), or just `pip install rouge-score`.'
             ) from exc
         if agent_index is not None and agent_index != "concat" and not isinstance(agent_index, int):
             raise ValueError(f"`agent_index` must be None, an int or 'concat', got {agent_index!r}.")

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import tempfile
 import time
 import warnings
 from dataclasses import dataclass
@@ -104,7 +105,7 @@ def _magrpo_trainer(model_dir: str, steps: int, seed: int, output_dir: str, froz
     config = MAGRPOConfig(
         output_dir=output_dir, num_agents=2, num_generations=8, per_device_train_batch_size=64,
         max_completion_length=4, learning_rate=MAGRPO_LEARNING_RATE, lr_scheduler_type="constant", max_steps=steps,
-        logging_steps=1, report_to="none", save_strategy="no", gradient_checkpointing=False, temperature=1.0,
+        logging_steps=1, report_to="none", save_strategy="no", activation_checkpointing=False, temperature=1.0,
         seed=seed, disable_tqdm=True, frozen_agents=frozen,
         # 6-token prompts on an 11k-parameter model: a shared prefill's extra forward costs more than it saves (6%
         # slower generation, benchmarks/bench_prefill.py)
@@ -239,7 +240,7 @@ def run_maporl_part(updates: int, seed: int, episodes: int, work_dir: str, show_
         per_device_train_batch_size=batch, total_episodes=updates * batch, response_length=4, stop_token="eos",
         num_ppo_epochs=int(hp["num_ppo_epochs"]), learning_rate=hp["learning_rate"], kl_coef=hp["kl_coef"],
         temperature=1.0, missing_eos_penalty=1.0, train_turns_from=int(hp["train_turns_from"]),
-        policy_sharing=hp["policy_sharing"], report_to="none", save_strategy="no", gradient_checkpointing=False,
+        policy_sharing=hp["policy_sharing"], report_to="none", save_strategy="no", activation_checkpointing=False,
         num_sample_generations=0, logging_steps=1, seed=seed, per_device_eval_batch_size=64, disable_tqdm=True,
     )
     trainer = MultiAgentPPOTrainer(
@@ -310,30 +311,50 @@ def make_plots(results: dict[str, Any], output_dir: str) -> list[str]:
     fig.savefig(paths[-1], dpi=100)
     plt.close(fig)
     if "maporl" in results:
-        d = results["maporl"]
-        turns = list(range(1, len(d["before"]["majority_accuracy"]) + 1))
-        fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-        axes[0].plot(turns, d["before"]["majority_accuracy"], "o-", label="before training")
-        axes[0].plot(turns, d["after"]["majority_accuracy"], "o-", label="after MAPoRL")
-        axes[0].set_xticks(turns)
-        axes[0].set_xlabel("debate turn")
-        axes[0].set_ylabel("majority-vote accuracy")
-        axes[0].legend()
-        changes = [f"{t}->{t + 1}" for t in turns[:-1]]
-        width = 0.2
-        labels = {"w_to_r_rate": "wrong->right", "r_to_w_rate": "right->wrong"}
-        for i, (key, phase) in enumerate([(k, p) for k in labels for p in ("before", "after")]):
-            xs = [j + (i - 1.5) * width for j in range(len(changes))]
-            axes[1].bar(xs, d[phase].get(key, [0] * len(changes)), width, label=f"{labels[key]} ({phase})")
-        axes[1].set_xticks(range(len(changes)), changes)
-        axes[1].set_xlabel("turn change")
-        axes[1].set_ylabel("rate (of wrong, resp. right, answers)")
-        axes[1].legend(fontsize=8)
-        fig.tight_layout()
+        fig = maporl_figure(results["maporl"])
         paths.append(os.path.join(output_dir, "maporl_accuracy_per_turn.png"))
         fig.savefig(paths[-1], dpi=100)
         plt.close(fig)
     return paths
+
+
+PHASE_COLORS = {"before": "tab:gray", "after": "tab:green"}
+"""One colour per phase in both panels of the MAPoRL plot: before training, after MAPoRL."""
+
+
+def maporl_figure(d: dict[str, Any]) -> Any:
+    """The MAPoRL plot: majority-vote accuracy per debate turn, and how often answers flip between turns, before
+    and after training (one colour per phase in both panels, both on a 0-1 scale)."""
+    import matplotlib.pyplot as plt
+
+    turns = list(range(1, len(d["before"]["majority_accuracy"]) + 1))
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
+    fig.suptitle("MAPoRL on the toy debate: 3 agents answer, then revise after reading each other")
+    names = {"before": "before training", "after": "after MAPoRL"}
+    for phase in ("before", "after"):
+        axes[0].plot(turns, d[phase]["majority_accuracy"], "o-", color=PHASE_COLORS[phase], label=names[phase])
+    axes[0].set_xticks(turns)
+    axes[0].set_ylim(0, 1)
+    axes[0].set_xlabel("debate turn")
+    axes[0].set_ylabel("majority-vote accuracy")
+    axes[0].set_title("Accuracy per turn")
+    axes[0].legend()
+    changes = [f"{t} -> {t + 1}" for t in turns[:-1]]
+    width = 0.2
+    kinds = {"w_to_r_rate": ("wrong -> right", None), "r_to_w_rate": ("right -> wrong", "//")}
+    for i, (key, phase) in enumerate([(k, p) for k in kinds for p in ("before", "after")]):
+        xs = [j + (i - 1.5) * width for j in range(len(changes))]
+        label, hatch = kinds[key]
+        axes[1].bar(xs, d[phase].get(key, [0] * len(changes)), width, color=PHASE_COLORS[phase], hatch=hatch,
+                    edgecolor="black", linewidth=0.5, label=f"{label}, {names[phase]}")
+    axes[1].set_xticks(range(len(changes)), changes)
+    axes[1].set_ylim(0, 1)
+    axes[1].set_xlabel("turn change")
+    axes[1].set_ylabel("share of answers that flip")
+    axes[1].set_title("Flips: wrong -> right (of wrong answers),\nright -> wrong (of right answers)", fontsize=10)
+    axes[1].legend(fontsize=8)
+    fig.tight_layout()
+    return fig
 
 
 def run_demo(config: DemoConfig) -> dict[str, Any]:
@@ -343,8 +364,11 @@ def run_demo(config: DemoConfig) -> dict[str, Any]:
 
     preset = PRESETS[config.preset]
     out = os.path.abspath(config.output_dir)
-    work = os.path.join(out, "runs")
-    os.makedirs(work, exist_ok=True)
+    os.makedirs(out, exist_ok=True)
+    # the trainers save nothing (save_strategy="no", report_to="none"): their output folders live in a temporary
+    # folder, so that the demo leaves only its plots and metrics behind
+    work_dir = tempfile.TemporaryDirectory(prefix="trl-marl-demo-")
+    work = work_dir.name
     start = time.perf_counter()
     print("[1/4] Tiny language models pretrained on synthetic tasks (built once, then cached)", flush=True)
     model_dir = make_toy_model(task="target", hidden_size=32, num_layers=1, pretrain_steps=100, seed=0,
@@ -365,6 +389,7 @@ def run_demo(config: DemoConfig) -> dict[str, Any]:
         json.dump(results, f, indent=2)
     print("[4/4] Results\n" + results["table"])
     print(f"Done in {results['seconds']:.0f} s. Plots and metrics in {out}")
+    work_dir.cleanup()
     return results
 
 

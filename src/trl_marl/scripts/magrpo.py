@@ -132,8 +132,21 @@ def model_init_kwargs(model_args: Any) -> dict[str, Any]:
         kwargs["attn_implementation"] = model_args.attn_implementation
     quantization = get_quantization_config(model_args)
     if quantization is not None:
+        require_bitsandbytes()
         kwargs["quantization_config"] = quantization
     return kwargs
+
+
+def require_bitsandbytes() -> None:
+    """Refuse `--load_in_4bit`/`--load_in_8bit` without bitsandbytes, naming the extra that installs it."""
+    import importlib.util
+
+    if importlib.util.find_spec("bitsandbytes") is None:
+        raise ImportError(
+            "`load_in_4bit`/`load_in_8bit` (QLoRA) need the `bitsandbytes` package: install trl-marl's `qlora` "
+            'extra, `pip install "trl-marl[qlora]"` (from a clone: `pip install -e ".[qlora]"`), or set '
+            "`--load_in_4bit false`."
+        )
 
 
 def main(script_args: MAGRPOScriptArguments, training_args: Any, model_args: Any) -> Any:
@@ -142,8 +155,12 @@ def main(script_args: MAGRPOScriptArguments, training_args: Any, model_args: Any
 
     from ..toy import resolve_toy_name
     from ..trainers import MAGRPOTrainer
+    from ..utils.inputs import check_model_path
+    from ..utils.threads import show_thread_choice
 
+    show_thread_choice()  # the torch threads chosen for a CPU run, in one line
     name = model_args.model_name_or_path or "toy"
+    check_model_path(name, "`model_name_or_path`")  # before any dataset is downloaded
     offline = is_offline_toy(name)
     model = resolve_toy_name(name) if offline else name
     if offline:
@@ -164,15 +181,29 @@ def main(script_args: MAGRPOScriptArguments, training_args: Any, model_args: Any
     return trainer
 
 
-def parse(argv: Sequence[str] | None = None) -> tuple[Any, Any, Any]:
-    """Parse `--config FILE` and command-line overrides into (script, MAGRPOConfig, ModelConfig) arguments."""
+def build_parser(prog: str | None = None) -> Any:
+    """The `TrlParser` of (script, MAGRPOConfig, ModelConfig) arguments, with the offline model names in the help."""
     from trl import ModelConfig, TrlParser
 
+    from ..cli import MODEL_HELP
     from ..trainers import MAGRPOConfig
 
-    parser = TrlParser((MAGRPOScriptArguments, MAGRPOConfig, ModelConfig))
-    return parser.parse_args_and_config(args=list(argv) if argv is not None else None)
+    parser = TrlParser((MAGRPOScriptArguments, MAGRPOConfig, ModelConfig), prog=prog)
+    describe_model_option(parser, MODEL_HELP)
+    return parser
+
+
+def describe_model_option(parser: Any, text: str) -> None:
+    """Replace the help of `--model_name_or_path` (TRL's `ModelConfig` does not know the offline names)."""
+    for action in parser._actions:
+        if action.dest == "model_name_or_path":
+            action.help = text
+
+
+def parse(argv: Sequence[str] | None = None, prog: str | None = None) -> tuple[Any, Any, Any]:
+    """Parse `--config FILE` and command-line overrides into (script, MAGRPOConfig, ModelConfig) arguments."""
+    return build_parser(prog).parse_args_and_config(args=list(argv) if argv is not None else None)
 
 
 if __name__ == "__main__":
-    main(*parse())
+    main(*parse(prog="python -m trl_marl.scripts.magrpo"))

@@ -30,8 +30,10 @@ from ..rewards.verifier import AnswerVerifier
 from ..team import load_tokenizer
 from ..toy import is_toy_name, resolve_toy_name, toy_debate_dataset
 from ..trainers import MultiAgentPPOConfig, MultiAgentPPOTrainer
+from ..utils.inputs import check_model_path
 from ..utils.model_names import resolve_model_name
-from .magrpo import fit_to_toy, model_init_kwargs
+from ..utils.threads import show_thread_choice
+from .magrpo import describe_model_option, fit_to_toy, model_init_kwargs
 
 
 @dataclass
@@ -102,9 +104,11 @@ def build_models(model_args: ModelConfig, value_model_name: str | None, num_agen
         init.pop("dtype", None)  # toy models are float32
     else:
         init["revision"] = model_args.model_revision
+    check_model_path(path, "`model_name_or_path`")
     policy = AutoModelForCausalLM.from_pretrained(path, **init)
     if path != name:  # a registered name: the model card and adapters name it, not its cache folder
         policy.config.name_or_path = policy.name_or_path = name
+    policy.trl_marl_model_name = model_args.model_name_or_path  # the name the user passed, for the model card
     quantized = "quantization_config" in init
     value_models = None
     if quantized or value_model_name:
@@ -146,6 +150,7 @@ def train(script_args: DebateScriptArguments, training_args: MultiAgentPPOConfig
     With a toy model name the environment and data are replaced by the toy debate (`ToyDebateEnv`, synthetic rows).
     """
     A = training_args.num_agents
+    show_thread_choice()  # the torch threads chosen for a CPU run, in one line
     if is_toy_name(model_args.model_name_or_path):  # "Q:12+34=A:", then "Q:12+34=46 45 47?A:"
         env = ToyDebateEnv(num_agents=A, num_turns=training_args.num_turns)
         fit_to_toy(training_args, "response_length", limit=8)  # toy answers are a number and EOS
@@ -236,20 +241,35 @@ TASKS: dict[str, tuple[type, Callable[..., Any]]] = {
 """The tasks of `trl-marl maporl <task>`: their script arguments and their main function."""
 
 
-def parse(task: str, argv: Sequence[str] | None = None) -> tuple[Any, Any, Any]:
-    """Parse `--config FILE` and overrides into (script, MultiAgentPPOConfig, ModelConfig) arguments of `task`."""
+def build_parser(task: str, prog: str | None = None) -> TrlParser:
+    """The `TrlParser` of (script, MultiAgentPPOConfig, ModelConfig) arguments of `task`."""
     if task not in TASKS:
         raise SystemExit(f"trl-marl maporl: unknown task {task!r}; choose one of {sorted(TASKS)}.")
-    parser = TrlParser((TASKS[task][0], MultiAgentPPOConfig, ModelConfig))
-    return parser.parse_args_and_config(args=list(argv) if argv is not None else None)
+    from ..cli import MODEL_HELP
+
+    parser = TrlParser((TASKS[task][0], MultiAgentPPOConfig, ModelConfig), prog=prog or f"trl-marl maporl {task}")
+    describe_model_option(parser, MODEL_HELP)
+    return parser
+
+
+def parse(task: str, argv: Sequence[str] | None = None) -> tuple[Any, Any, Any]:
+    """Parse `--config FILE` and overrides into (script, MultiAgentPPOConfig, ModelConfig) arguments of `task`."""
+    return build_parser(task).parse_args_and_config(args=list(argv) if argv is not None else None)
 
 
 def main(argv: Sequence[str] | None = None) -> Any:
     """`trl-marl maporl <gsm8k|anli> --config FILE [overrides]`: train, save and evaluate; returns the trainer."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0].startswith("-"):
+        from ..cli import short_help
+
+        if argv and argv[0] in ("-h", "--help", "--help-all"):
+            print(short_help("maporl"))
+            raise SystemExit(0)
         raise SystemExit(f"usage: trl-marl maporl {{{','.join(sorted(TASKS))}}} --config FILE [overrides]")
-    return TASKS[argv[0]][1](*parse(argv[0], argv[1:]))
+    script_args, training_args, model_args = parse(argv[0], argv[1:])
+    check_model_path(model_args.model_name_or_path, "`model_name_or_path`")  # before any dataset is downloaded
+    return TASKS[argv[0]][1](script_args, training_args, model_args)
 
 
 if __name__ == "__main__":

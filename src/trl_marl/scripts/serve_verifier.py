@@ -9,9 +9,6 @@ import sys
 import threading
 from typing import Any
 
-from ..rewards.remote import VerifierServer
-from ..rewards.verifier import ModelVerifier
-
 __all__ = ["serve_verifier_main"]
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -63,6 +60,9 @@ def serve_verifier_main(argv: list[str]) -> int:
         parser.error(f"--timeout must be a positive number of seconds, got {args.timeout:g}.")
     if args.max_connections < 1:
         parser.error(f"--max-connections must be at least 1, got {args.max_connections}.")
+    from ..rewards.remote import VerifierServer  # after parsing: `--help` does not load torch
+    from ..rewards.verifier import ModelVerifier
+
     try:
         verifier = ModelVerifier(args.model, batch_size=args.batch_size, max_length=args.max_length,
                                  template=args.template, device=args.device)

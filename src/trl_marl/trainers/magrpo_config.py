@@ -7,6 +7,7 @@ from dataclasses import dataclass, field, fields
 from .._trl_compat import GRPOConfig
 from ..core import ADVANTAGE_MODES, JOINT_MODES, SUPPORTED_LOSS_TYPES
 from ..generation import check_generation_backend
+from ..utils.inputs import check_learning_rate, generation_batch_error, use_activation_checkpointing_name
 from ..validation import (
     DEFAULT_REWARD_TIMEOUT,
     PROMPT_LENGTH_CHECKS,
@@ -327,6 +328,13 @@ class MAGRPOConfig(GRPOConfig):
             "training raises once more than this many occurred."
         },
     )
+    cpu_threads: int | None = field(
+        default=None,
+        metadata={
+            "help": "Torch threads of a CPU run. None: chosen for you (1 for models under 20M parameters, which run "
+            "fastest on one thread; one per core above), unless OMP_NUM_THREADS is set, which then decides."
+        },
+    )
 
     def __post_init__(self) -> None:
         if self.num_generations is not None and self.num_generations < 2:
@@ -341,7 +349,12 @@ class MAGRPOConfig(GRPOConfig):
             self.num_generations_eval = self.num_generations
         check_positive(self, "num_generations_eval", "the episodes evaluate() plays per evaluation row")
         check_positive(self, "max_completion_length", "the tokens each agent may generate per turn")
+        check_learning_rate(self)
+        batch_error = generation_batch_error(self)
+        if batch_error is not None:  # before TRL's message, which names `generation_batch_size`
+            raise batch_error
         use_cpu_for_cpu_processes(self)  # several processes without GPU (accelerate launch / torchrun): gloo
+        use_activation_checkpointing_name(self)
         super().__post_init__()
         if self.num_agents < 1:
             raise ValueError(f"`num_agents` must be >= 1, got {self.num_agents}.")

@@ -35,6 +35,7 @@ from ..rollout import (
 )
 from ..team import AgentBatch, AgentTeam, pad_left, pad_right
 from ..utils.precision import cast_lm_head_to_fp32
+from ..utils.threads import apply_cpu_threads
 from ..validation import RewardFunctionError, check_prompt_lengths
 from .magrpo_backward import agent_loss, backward_per_agent, takes_backward_per_agent, zero_loss
 from .magrpo_config import MAGRPOConfig
@@ -161,6 +162,7 @@ class MAGRPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer):
         set_seed(args.seed)
         team = AgentTeam.build(model, args.num_agents, mode=args.team_mode, peft_config=peft_config,
                                processing_class=processing_class, model_init_kwargs=args.model_init_kwargs)
+        apply_cpu_threads(team.models, args.cpu_threads, on_cpu=True if args.use_cpu else None)
         for where, dataset in (("train_dataset", train_dataset), ("eval_dataset", eval_dataset)):
             if dataset is not None:  # every row, before the first step
                 check_prompt_lengths(team, env, dataset, where, args.max_completion_length,

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from .._trl_compat import TRLBaseConfig
 from ..generation import check_generation_backend
+from ..utils.inputs import check_learning_rate, use_activation_checkpointing_name
 from ..validation import (
     DEFAULT_REWARD_TIMEOUT,
     PROMPT_LENGTH_CHECKS,
@@ -309,6 +310,13 @@ class MultiAgentPPOConfig(TRLBaseConfig):
             "score) and counted; training raises once more than this many occurred (as in MAGRPO)."
         },
     )
+    cpu_threads: int | None = field(
+        default=None,
+        metadata={
+            "help": "Torch threads of a CPU run. None: chosen for you (1 for models under 20M parameters, which run "
+            "fastest on one thread; one per core above), unless OMP_NUM_THREADS is set, which then decides."
+        },
+    )
     prompt_length_check: str = field(
         default="warn",
         metadata={
@@ -325,7 +333,9 @@ class MultiAgentPPOConfig(TRLBaseConfig):
         if self.bf16 is None and not self.fp16 and not has_accelerator():
             self.bf16 = False  # TRL defaults to bf16, which fails on a machine without GPU unless use_cpu is set
         check_mixed_precision(self)
+        check_learning_rate(self)
         use_cpu_for_cpu_processes(self)  # several processes without GPU (accelerate launch / torchrun): gloo
+        use_activation_checkpointing_name(self)
         super().__post_init__()
         if self.world_size is None:  # the field hides TrainingArguments.world_size, which DeepSpeed's setup reads
             state = getattr(self, "distributed_state", None)

@@ -38,6 +38,7 @@ from ..generation import build_generation_backend
 from ..rewarding import NonFiniteCounter, RewardSet
 from ..rollout import JointRollout, Rollout
 from ..team import AgentTeam, sequence_model_inputs
+from ..utils.threads import apply_cpu_threads
 from ..validation import RewardFunctionError, check_prompt_lengths
 from .ppo_backward import backward_per_slot, micro_batches, slot_loss, takes_backward_per_slot
 from .ppo_config import MultiAgentPPOConfig
@@ -173,6 +174,7 @@ class MultiAgentPPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer
         # seeds, so seed here (whatever the global RNG held before the trainer was built).
         set_seed(args.seed)
         team = self._build_team(model, args, peft_config, processing_class)
+        apply_cpu_threads(team.models, args.cpu_threads, on_cpu=True if args.use_cpu else None)
         for tok in team.tokenizers:
             if tok.pad_token_id is None:
                 raise ValueError("The tokenizer has no pad token: set one, e.g. `tokenizer.pad_token = ...`.")

@@ -77,6 +77,7 @@ from transformers.generation import (
     TypicalLogitsWarper,
 )
 
+from .cache_names import cache_kwarg, output_cache
 from .forward import takes_logits_to_keep
 from .mixed_adapters import sliced_adapter_rows
 
@@ -359,12 +360,12 @@ def _run(model: Any, plan: _Plan, input_ids: torch.Tensor, attention_mask: torch
     unfinished = torch.ones(batch, dtype=torch.long, device=device)
     with torch.no_grad(), _peft_hooks(model, adapter_names):
         for _ in range(plan.max_new_tokens):
-            inputs = {"input_ids": step_ids, "position_ids": step_positions, "past_key_values": cache,
+            inputs = {"input_ids": step_ids, "position_ids": step_positions, cache_kwarg(): cache,
                       "logits_to_keep": 1, "use_cache": True, "return_dict": True}
             if mask is not None:
                 inputs["attention_mask"] = mask
             outputs = base(**inputs)
-            cache = outputs.past_key_values
+            cache = output_cache(outputs)
             scores = outputs.logits[:, -1].to(copy=True, dtype=torch.float32, device=device)
             del outputs
             for processor in processors:
@@ -435,7 +436,7 @@ def decode(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, ge
         if adapter_names is not None:
             kwargs["adapter_names"] = list(adapter_names)
         if past_key_values is not None:
-            kwargs["past_key_values"] = past_key_values
+            kwargs[cache_kwarg()] = past_key_values
         return model.generate(input_ids=input_ids, attention_mask=attention_mask, generation_config=generation_config,
                               **kwargs)
     return _run(model, plan, input_ids, attention_mask, adapter_names, past_key_values)

@@ -34,6 +34,7 @@ from typing import Any
 import torch
 from transformers import DynamicCache, GenerationConfig
 
+from .cache_names import cache_kwarg, output_cache
 from .forward import takes_logits_to_keep
 from .mixed_adapters import sliced_adapter_rows
 
@@ -178,9 +179,9 @@ def shared_prefill_cache(
     # the distinct rows keep the batch's order, so each adapter's rows stay one run when they were one
     names = None if adapter_names is None else [adapter_names[i] for i in groups.first_rows.tolist()]
     with nullcontext() if names is None else sliced_adapter_rows(model, names):
-        out = model(input_ids=ids, attention_mask=mask, position_ids=position_ids, past_key_values=cache,
-                    use_cache=True, logits_to_keep=1)
-    cache = out.past_key_values
+        out = model(input_ids=ids, attention_mask=mask, position_ids=position_ids, use_cache=True, logits_to_keep=1,
+                    **{cache_kwarg(): cache})
+    cache = output_cache(out)
     if cache is None or cache.get_seq_length() != ids.size(1):  # a model that did not fill the cache: do not share
         return None
     cache.batch_select_indices(groups.row_to_group.to(input_ids.device))
