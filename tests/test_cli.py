@@ -38,6 +38,7 @@ def run_cli(*args: str) -> subprocess.CompletedProcess:
     (["maporl", "gsm8k", "-h"], "usage: trl-marl maporl {gsm8k,anli} --config FILE"),
     (["demo", "--help"], "usage: trl-marl demo [-h]"),
     (["serve-verifier", "--help"], "usage: trl-marl serve-verifier [-h]"),
+    (["vllm-serve", "--help"], "usage: trl-marl vllm-serve [-h]"),
 ])
 def test_help_is_fast_and_names_its_command(args, usage):
     result = run_cli(*args)

@@ -133,8 +133,6 @@ def _demo(args: argparse.Namespace) -> int:
 
 def _vllm_serve(argv: list[str]) -> int:
     """Replace this process with vLLM's OpenAI server, LoRA enabled with runtime loading, on 127.0.0.1 by default."""
-    from .generation.vllm_server import serve_command
-
     parser = argparse.ArgumentParser(prog="trl-marl vllm-serve", description="A vLLM server for a team's adapters; "
                                      "options not listed here go to vLLM's server unchanged.")
     parser.add_argument("--model", required=True, help="The team's base model (name or path).")
@@ -143,6 +141,8 @@ def _vllm_serve(argv: list[str]) -> int:
     parser.add_argument("--host", default="127.0.0.1", help="Interface to bind (127.0.0.1: this machine only).")
     parser.add_argument("--port", type=int, default=8000)
     args, extra = parser.parse_known_args(argv)
+    from .generation.vllm_server import serve_command  # after parsing: `--help` does not load torch
+
     command, env = serve_command(args.model, args.max_loras, args.max_lora_rank, args.host, args.port, extra)
     os.execve(command[0], command, env)
     return 0  # not reached
