@@ -188,13 +188,43 @@ def test_unsupported_settings_fall_back_with_one_reason(tokenizer, monkeypatch, 
     assert not decoder._caches.get(model)  # the static loop never ran
 
 
-def test_config_accepts_compiled(tmp_path) -> None:
-    from trl_marl import MAGRPOConfig
+def test_configs_accept_compiled(tmp_path) -> None:
+    from trl_marl import MAGRPOConfig, MultiAgentPPOConfig
 
-    config = MAGRPOConfig(output_dir=str(tmp_path), generation_backend="compiled")
-    check_generation_backend(config)
-    assert config.generation_backend == "compiled" and not config.use_vllm
-    assert isinstance(build_generation_backend(config, None), CompiledBackend)
-    assert "'compiled'" in MAGRPOConfig.__dataclass_fields__["generation_backend"].metadata["help"]
-    with pytest.raises(ValueError, match="set only one"):
-        MAGRPOConfig(output_dir=str(tmp_path), generation_backend="compiled", use_vllm=True)
+    for config_class in (MAGRPOConfig, MultiAgentPPOConfig):
+        config = config_class(output_dir=str(tmp_path), report_to=[], generation_backend="compiled")
+        check_generation_backend(config)
+        assert config.generation_backend == "compiled" and not config.use_vllm
+        assert isinstance(build_generation_backend(config, None), CompiledBackend)
+        assert "'compiled'" in config_class.__dataclass_fields__["generation_backend"].metadata["help"]
+        with pytest.raises(ValueError, match="set only one"):
+            config_class(output_dir=str(tmp_path), report_to=[], generation_backend="compiled", use_vllm=True)
+
+
+def test_magrpo_trains_with_the_compiled_backend(target_model_dir, tmp_path, graph_counter, caplog) -> None:
+    from datasets import Dataset
+
+    from trl_marl import MAGRPOConfig, MAGRPOTrainer
+    from trl_marl.envs import TargetSumEnv
+    from trl_marl.rewards.arithmetic import TargetSumReward
+
+    args = MAGRPOConfig(
+        output_dir=str(tmp_path / "out"), num_agents=2, num_generations=4, per_device_train_batch_size=8,
+        max_completion_length=4, learning_rate=1e-2, max_steps=2, logging_steps=1, report_to="none",
+        save_strategy="no", disable_tqdm=True, seed=0, generation_backend="compiled",
+    )
+    trainer = MAGRPOTrainer(model=target_model_dir, reward_funcs=TargetSumReward(0.5), env=TargetSumEnv(2), args=args,
+                            train_dataset=Dataset.from_dict({"target": [10] * 32}),
+                            peft_config=LoraConfig(r=4, target_modules=["q_proj", "v_proj"], lora_dropout=0.0))
+    backend = trainer.team.generation_backend
+    assert isinstance(backend, CompiledBackend)
+    counter = backend.decoder.backend = graph_counter()  # dynamo's tracing, without inductor's code generation
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        trainer.train()
+    assert not ours(caplog) and backend.decoder.failure is None  # every rollout took the static, compiled path
+    logs = [h for h in trainer.state.log_history if "reward" in h]
+    assert len(logs) == 2 and all(0 < h["agent_0/completion_length"] <= 4 for h in logs)
+    # both steps' rollouts (2 agents x 8 rows, in one batch): one batch bucket, one length bucket, one graph
+    assert counter.graphs == 1
+    assert [list(caches) for caches in backend.decoder._caches.values()] == [[(16, 64, torch.float32,
+                                                                              torch.device("cpu"))]]
