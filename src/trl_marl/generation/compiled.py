@@ -32,9 +32,9 @@ sends it) and a warning says why, once per reason: every setting the lean loop i
 search, several sequences per prompt, stop strings, ...; see `utils.lean_decode`), `AgentTeam.lean_decode=False`,
 continuous batching, a cache passed in (a shared prompt prefill: the team does not make one for this backend), a
 model class that cannot take a static cache (transformers' `_can_compile_fullgraph`), a model in train mode (a 4-bit
-model generates in it), mixed-adapter rows that PEFT's slicing does not take, and any failure to build the cache or
-to compile (then every later call runs eager too). A compile failure never stops training: the call is run again
-eager from the random state it started with.
+model generates in it), mixed-adapter rows that PEFT's slicing does not take, and any error on the static path
+(compiling, building the cache: every later call then runs eager too). A compile failure never stops training: the
+call is run again eager from the random state it started with (an error of the model itself is raised again there).
 
 GPU speed is the target (the issue's: >= 5x the transformers backend's generation tokens/s at 0.5B and 32 rows); it
 has not been measured here (no GPU was available when this landed). On a CPU, compiling a first graph takes tens of
@@ -112,7 +112,7 @@ class CompiledDecoder:
         self.backend = backend or "inductor"
         self.mode = mode
         self.length_bucket = length_bucket
-        self.failure: str | None = None  # why compiling failed; every later call then runs eager
+        self.failure: str | None = None  # why the static path (compiling, the cache) failed; later calls run eager
         self._warned: set[str] = set()
         self._compiled: dict[str | None, Any] = {}  # by mode
         self._caches: weakref.WeakKeyDictionary[Any, dict[tuple, Any]] = weakref.WeakKeyDictionary()
@@ -123,7 +123,7 @@ class CompiledDecoder:
                     lean: bool = True) -> str | None:
         """Why this call would run the eager loop (None: the static, compiled path takes it)."""
         if self.failure is not None:  # (the reason already logged)
-            return f"torch.compile failed ({self.failure})"
+            return f"the static-cache path failed ({self.failure})"
         if not lean:
             return "`lean_decode=False` (model.generate)"
         if past_key_values is not None:
@@ -164,7 +164,7 @@ class CompiledDecoder:
             except Exception as exc:  # noqa: BLE001 - an error of the model itself surfaces again from the eager loop
                 lines = [line.strip() for line in str(exc).splitlines() if line.strip()][:2]
                 self.failure = f"{type(exc).__name__}: {' '.join(lines)}"
-                reason = f"torch.compile failed ({self.failure})"
+                reason = f"the static-cache path failed ({self.failure})"
                 self._caches = weakref.WeakKeyDictionary()
                 torch.set_rng_state(cpu_state)
                 if cuda_state is not None:
