@@ -88,6 +88,21 @@ def test_static_loop_gives_the_eager_tokens(tokenizer, setting, caplog) -> None:
         assert any(tokenizer.pad_token_id in row[ids.size(1):] for row in static)
 
 
+def test_inference_mode_and_no_grad_calls_keep_their_own_caches(tokenizer, caplog) -> None:
+    model = toy(tokenizer)
+    ids, mask = batch(tokenizer)
+    decoder = CompiledDecoder(compile=False)
+    config = GenerationConfig(**SETTINGS["greedy"])
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        with torch.inference_mode():  # as `AgentTeam` decodes
+            first = decoder.decode(model, ids, mask, config).tolist()
+        with torch.no_grad():  # the same shapes outside inference mode: the first cache cannot be written here
+            second = decoder.decode(model, ids, mask, config).tolist()
+    assert first == second == decode(model, ids, mask, config).tolist()
+    assert not ours(caplog) and decoder.failure is None
+    assert len(decoder._caches[model]) == 2
+
+
 @pytest.mark.parametrize("setting", ["greedy", "sampled"])
 def test_mixed_adapter_rows_give_the_eager_tokens(tokenizer, lora_model, setting) -> None:
     ids, mask = batch(tokenizer, PROMPTS + PROMPTS[:2])  # 5 rows: 3 padding rows under the last adapter
@@ -227,4 +242,4 @@ def test_magrpo_trains_with_the_compiled_backend(target_model_dir, tmp_path, gra
     # both steps' rollouts (2 agents x 8 rows, in one batch): one batch bucket, one length bucket, one graph
     assert counter.graphs == 1
     assert [list(caches) for caches in backend.decoder._caches.values()] == [[(16, 64, torch.float32,
-                                                                              torch.device("cpu"))]]
+                                                                              torch.device("cpu"), True)]]

@@ -191,7 +191,8 @@ class CompiledDecoder:
 
     def _cache(self, base: Any, batch: int, length: int, dtype: torch.dtype, device: torch.device) -> Any:
         caches = self._caches.setdefault(base, {})
-        key = (batch, length, dtype, device)
+        # a cache made under inference mode cannot be written outside it (and one made outside is kept apart too)
+        key = (batch, length, dtype, device, torch.is_inference_mode_enabled())
         cache = caches.pop(key, None)
         if cache is None:
             if len(caches) >= _CACHES_KEPT:
