@@ -590,7 +590,8 @@ class AgentTeam(nn.Module):
         # `inference_mode` when safe (`no_autograd`): no autograd bookkeeping in the many small ops of decoding;
         # nothing made here outlives the call but token id lists (continuous batching, above, keeps its own cache and
         # thread, and stays under `no_grad`)
-        # a row-decoding backend (`"compiled"`) decodes the same batches, without a shared prefill
+        # a row-decoding backend (`"compiled"`) decodes the same batches, without a shared prefill (its static KV
+        # caches outlive the call, kept apart per inference/no_grad mode)
         backend = self.generation_backend
         row_decode = backend.decode if backend is not None else decode
         with no_autograd():
