@@ -537,7 +537,8 @@ class AgentTeam(nn.Module):
             raise ValueError(f"Expected prompts for {self.num_agents} agents, got {len(prompts)}.")
         prompt_ids = [tokenize_prompts(self.tokenizers[a], prompts[a], chat_template_kwargs)
                       for a in range(self.num_agents)]
-        if self.generation_backend is not None:  # e.g. vLLM: every agent's rows, cut after EOS as below
+        backend = self.generation_backend
+        if backend is not None and not getattr(backend, "decodes_rows", False):  # e.g. vLLM: all rows, cut below
             outputs = self.generation_backend.generate(self, prompt_ids, generation_config)
             return [(prompt_ids[a], [truncate_after_eos(row, self._stop_ids(a, stop_token_ids)) for row in outputs[a]])
                     for a in range(self.num_agents)]
@@ -598,12 +599,16 @@ class AgentTeam(nn.Module):
         # `inference_mode` when safe (`no_autograd`): no autograd bookkeeping in the many small ops of decoding;
         # nothing made here outlives the call but token id lists (continuous batching, above, keeps its own cache and
         # thread, and stays under `no_grad`)
+        # a row-decoding backend (`"compiled"`) decodes the same batches, without a shared prefill (its static KV
+        # caches outlive the call, kept apart per inference/no_grad mode)
+        backend = self.generation_backend
+        row_decode = backend.decode if backend is not None else decode
         with no_autograd():
-            if self.share_prompt_prefill:  # one prefill per distinct (prompt, adapter), see `utils.prefill`
+            if self.share_prompt_prefill and backend is None:  # one prefill per distinct (prompt, adapter)
                 cache = shared_prefill_cache(model, ids, mask, generation_config, kwargs.get("adapter_names"))
                 if cache is not None:
                     kwargs["past_key_values"] = cache
-            out = decode(model, ids, mask, generation_config, lean=self.lean_decode, **kwargs)
+            out = row_decode(model, ids, mask, generation_config, lean=self.lean_decode, **kwargs)
             return [row.tolist() for row in out[:, ids.size(1):]]
 
     # ------------------------------------------------------------------ log-probabilities

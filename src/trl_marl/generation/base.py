@@ -13,7 +13,7 @@ from typing import Any
 
 from transformers import GenerationConfig
 
-GENERATION_BACKENDS = ("transformers", "vllm")
+GENERATION_BACKENDS = ("transformers", "compiled", "vllm")
 VLLM_MODES = ("colocate", "server")
 
 
@@ -21,6 +21,9 @@ class GenerationBackend:
     """What samples a team's completions in place of the team's own decoding (see the module docstring)."""
 
     name: str = ""
+    # True for a backend that decodes the team's own batches: `AgentTeam` then calls its `decode` (the signature of
+    # `utils.lean_decode.decode`) for each batch in place of the eager loop, and never its `generate`
+    decodes_rows: bool = False
 
     def generate(self, team: Any, prompt_ids: list[list[list[int]]],
                  generation_config: GenerationConfig) -> list[list[list[int]]]:
@@ -94,6 +97,10 @@ def build_generation_backend(config: Any, team: Any) -> GenerationBackend | None
     """The backend that `config.generation_backend` names, built for `team` (None: the team's own decoding)."""
     if config.generation_backend == "transformers":
         return None
+    if config.generation_backend == "compiled":
+        from .compiled import CompiledBackend
+
+        return CompiledBackend(team)
     if getattr(config, "vllm_importance_sampling_correction", False):
         warnings.warn(
             "`vllm_importance_sampling_correction=True` (TRL's default) is not applied yet: completions sampled by "

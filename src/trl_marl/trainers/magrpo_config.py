@@ -119,9 +119,10 @@ class MAGRPOConfig(GRPOConfig):
             success is taken to persist for the turns it skips (`trl_marl.core.early_stop_returns`).
         team_mode (`str`, *optional*): `"adapters"`, `"models"` or `"shared"` (see [`AgentTeam`]).
         generation_backend (`str`, defaults to `"transformers"`): What samples the completions: the team's own
-            decoding, or `"vllm"` (one vLLM engine serving every agent's LoRA adapter, in-process with
-            `vllm_mode="colocate"` or a running server with `vllm_mode="server"`; `use_vllm=True` selects it; see
-            `trl_marl.generation`).
+            decoding, `"compiled"` (the same decoding on a static KV cache with the decode forward compiled: CUDA
+            graphs on a GPU; `trl_marl.generation.compiled`), or `"vllm"` (one vLLM engine serving every agent's
+            LoRA adapter, in-process with `vllm_mode="colocate"` or a running server with `vllm_mode="server"`;
+            `use_vllm=True` selects it; see `trl_marl.generation`).
         vllm_kv_cache_memory_bytes (`int`, *optional*): The vLLM engine's KV cache in bytes (default on a CPU:
             256 MiB; on a GPU: sized from `vllm_gpu_memory_utilization`).
         share_prompt_prefill (`bool`, defaults to `True`): Run each node's prompt prefill once for its G samples
@@ -230,7 +231,10 @@ class MAGRPOConfig(GRPOConfig):
     generation_backend: str = field(
         default="transformers",
         metadata={
-            "help": "What samples the agents' completions: 'transformers' (the team's own batched decoding) or "
+            "help": "What samples the agents' completions: 'transformers' (the team's own batched decoding), "
+            "'compiled' (the same decoding and tokens on a static KV cache, bucketed to a few shapes, with the "
+            "one-token decode forward compiled by torch.compile: CUDA graphs on a GPU; where that cannot run, e.g. "
+            "beam search or a model without static-cache support, it decodes eager and logs why once), or "
             "'vllm' (one in-process vLLM engine for the whole team, every agent's LoRA adapter a LoRARequest, all "
             "agents' rows in one call, adapters re-uploaded after each optimizer step; needs LoRA adapters "
             "(a peft_config) and vLLM installed). `use_vllm=True` selects 'vllm'. `vllm_mode='colocate'` runs the "

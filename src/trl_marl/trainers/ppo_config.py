@@ -170,7 +170,9 @@ class MultiAgentPPOConfig(TRLBaseConfig):
     generation_backend: str = field(
         default="transformers",
         metadata={
-            "help": "What samples the responses: 'transformers' (the team's own batched decoding) or 'vllm' (one "
+            "help": "What samples the responses: 'transformers' (the team's own batched decoding), 'compiled' (the "
+            "same decoding and tokens on a static KV cache with the decode forward compiled by torch.compile: CUDA "
+            "graphs on a GPU; eager, with the reason logged once, where it cannot run) or 'vllm' (one "
             "in-process vLLM engine for the whole team, every agent's LoRA adapter a LoRARequest, adapters "
             "re-uploaded after each optimizer step; needs LoRA adapters (a peft_config) and vLLM installed). "
             "`use_vllm=True` selects 'vllm'. Log-probabilities and values are recomputed by the training model."
