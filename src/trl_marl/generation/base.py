@@ -3,12 +3,14 @@
 A backend turns the tokenized prompts of every agent into completion token ids, in the structure of the team's own
 decoding: `completions[a][i]` is the list of token ids generated for prompt `i` of agent `a` (prompt excluded, not
 yet cut after EOS: [`AgentTeam.generate`] cuts every backend's rows the same way). The trainers recompute every
-log-probability with the training model, so a backend only has to return tokens.
+log-probability with the training model; a backend that can also returns its own log-probability of every sampled
+token (`generate_with_logprobs`), with which the trainers apply TRL's truncated importance-sampling correction of the
+engine/trainer mismatch (`vllm_importance_sampling_correction`, `trl_marl.core.engine_importance_sampling_ratio`).
+A backend that returns none (`None`) gets no correction.
 """
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
 from transformers import GenerationConfig
@@ -21,6 +23,9 @@ class GenerationBackend:
     """What samples a team's completions in place of the team's own decoding (see the module docstring)."""
 
     name: str = ""
+    # whether `generate_with_logprobs` returns the engine's log-probabilities (the factory sets it from the config's
+    # `vllm_importance_sampling_correction`)
+    sampling_logprobs: bool = False
 
     def generate(self, team: Any, prompt_ids: list[list[list[int]]],
                  generation_config: GenerationConfig) -> list[list[list[int]]]:
@@ -33,6 +38,14 @@ class GenerationBackend:
         """
         raise NotImplementedError
 
+    def generate_with_logprobs(
+        self, team: Any, prompt_ids: list[list[list[int]]], generation_config: GenerationConfig,
+    ) -> tuple[list[list[list[int]]], list[list[list[float]]] | None]:
+        """[`GenerationBackend.generate`], plus the engine's log-probability of every generated token
+        (`logprobs[a][i][t]` for `completions[a][i][t]`), or None when the backend does not give them (the default)
+        or `sampling_logprobs` is off. [`AgentTeam.generate`] calls this one."""
+        return self.generate(team, prompt_ids, generation_config), None
+
     def close(self) -> None:
         """Release the backend's resources (engine, temporary folders). The default holds none."""
 
@@ -43,6 +56,7 @@ def check_generation_backend(config: Any) -> None:
     `use_vllm=True` (TRL's switch) selects `generation_backend="vllm"`. Settings of vLLM that the backend does not
     implement are refused with the setting that works, never ignored.
     """
+    check_importance_sampling(config)
     backend = config.generation_backend
     if backend not in GENERATION_BACKENDS:
         raise ValueError(f"`generation_backend` must be one of {GENERATION_BACKENDS}, got {backend!r}.")
@@ -90,18 +104,34 @@ def check_generation_backend(config: Any) -> None:
         raise ValueError(f"`vllm_gpu_memory_utilization` must be in (0, 1], got {share}.")
 
 
+def check_importance_sampling(config: Any) -> None:
+    """Validate TRL's `vllm_importance_sampling_*` fields of a config (those that it has), as TRL 1.16 does."""
+    from ..core.losses import VLLM_IMPORTANCE_SAMPLING_MODES
+
+    mode = getattr(config, "vllm_importance_sampling_mode", "sequence_mask")
+    if mode not in VLLM_IMPORTANCE_SAMPLING_MODES:
+        raise ValueError(
+            f"`vllm_importance_sampling_mode` must be one of {VLLM_IMPORTANCE_SAMPLING_MODES}, got {mode!r}."
+        )
+    low = getattr(config, "vllm_importance_sampling_clip_min", None)
+    high = getattr(config, "vllm_importance_sampling_clip_max", 3.0)
+    if low is not None and high is not None and low >= high:
+        raise ValueError(
+            f"`vllm_importance_sampling_clip_min` ({low}) must be less than `vllm_importance_sampling_clip_max` "
+            f"({high})."
+        )
+    if (getattr(config, "vllm_importance_sampling_correction", False) and mode.endswith("truncate")
+            and low is None and high is None):
+        raise ValueError(
+            f"`vllm_importance_sampling_mode={mode!r}` needs a bound: set `vllm_importance_sampling_clip_max` (e.g. "
+            "3.0) or `vllm_importance_sampling_clip_min`."
+        )
+
+
 def build_generation_backend(config: Any, team: Any) -> GenerationBackend | None:
     """The backend that `config.generation_backend` names, built for `team` (None: the team's own decoding)."""
     if config.generation_backend == "transformers":
         return None
-    if getattr(config, "vllm_importance_sampling_correction", False):
-        warnings.warn(
-            "`vllm_importance_sampling_correction=True` (TRL's default) is not applied yet: completions sampled by "
-            "vLLM are trained on as if the training model had sampled them (their log-probabilities are recomputed "
-            "by it; in float32 the two agree to ~1e-5 per token, in bfloat16 to a few 1e-2). Set "
-            "`vllm_importance_sampling_correction=False` to acknowledge it.",
-            UserWarning, stacklevel=2,
-        )
     if getattr(config, "vllm_mode", "colocate") == "server":
         from .vllm_server import VLLMServerBackend
 
@@ -109,14 +139,17 @@ def build_generation_backend(config: Any, team: Any) -> GenerationBackend | None
         if url is None:
             host = "127.0.0.1" if config.vllm_server_host in ("0.0.0.0", "") else config.vllm_server_host
             url = f"http://{host}:{config.vllm_server_port}"
-        return VLLMServerBackend(team, url, timeout=config.vllm_server_timeout)
-    from .vllm_backend import VLLMBackend
+        backend: GenerationBackend = VLLMServerBackend(team, url, timeout=config.vllm_server_timeout)
+    else:
+        from .vllm_backend import VLLMBackend
 
-    return VLLMBackend(
-        team,
-        gpu_memory_utilization=getattr(config, "vllm_gpu_memory_utilization", 0.3),
-        kv_cache_memory_bytes=getattr(config, "vllm_kv_cache_memory_bytes", None),
-        max_model_len=getattr(config, "vllm_max_model_length", None),
-        model_impl=getattr(config, "vllm_model_impl", "auto"),
-        seed=getattr(config, "seed", 0),
-    )
+        backend = VLLMBackend(
+            team,
+            gpu_memory_utilization=getattr(config, "vllm_gpu_memory_utilization", 0.3),
+            kv_cache_memory_bytes=getattr(config, "vllm_kv_cache_memory_bytes", None),
+            max_model_len=getattr(config, "vllm_max_model_length", None),
+            model_impl=getattr(config, "vllm_model_impl", "auto"),
+            seed=getattr(config, "seed", 0),
+        )
+    backend.sampling_logprobs = bool(getattr(config, "vllm_importance_sampling_correction", False))
+    return backend
