@@ -180,3 +180,84 @@ def test_magrpo_trains_with_the_correction_and_logs_trls_metrics(target_model_di
     logged = next(h for h in trainer.state.log_history if "sampling/importance_sampling_ratio/mean" in h)
     assert logged["sampling/sampling_logp_difference/mean"] == pytest.approx(0.1, abs=1e-4)
     assert 1.0 < logged["sampling/importance_sampling_ratio/max"] <= 3.0
+
+
+def make_ppo_trainer(model_dir: str, tmp_path: Any, monkeypatch: pytest.MonkeyPatch, engine: ShiftedEngine | None,
+                     **kwargs: Any) -> Any:
+    from datasets import Dataset
+    from peft import LoraConfig
+
+    from trl_marl import MultiAgentPPOConfig, MultiAgentPPOTrainer
+    from trl_marl.envs import TargetSumEnv
+    from trl_marl.rewards.arithmetic import TargetSumReward
+    from trl_marl.trainers import ppo_trainer
+
+    if engine is not None:
+        monkeypatch.setattr(ppo_trainer, "build_generation_backend", lambda args, team: engine)
+    args = MultiAgentPPOConfig(
+        output_dir=str(tmp_path), num_agents=2, per_device_train_batch_size=4, gradient_accumulation_steps=1,
+        num_mini_batches=1, num_ppo_epochs=1, total_episodes=4, response_length=3, stop_token="eos",
+        learning_rate=1e-3, report_to=[], save_strategy="no", logging_steps=1, num_sample_generations=0,
+        disable_tqdm=True, seed=0, temperature=1.0, use_vllm=engine is not None, **kwargs)
+    return MultiAgentPPOTrainer(args=args, model=model_dir, env=TargetSumEnv(2), reward_funcs=TargetSumReward(),
+                                train_dataset=Dataset.from_dict({"target": [10] * 4}),
+                                peft_config=LoraConfig(r=4, target_modules=["q_proj", "v_proj"], lora_dropout=0.0))
+
+
+def test_ppo_weights_each_slots_policy_loss_by_the_truncated_ratio(target_model_dir: str, tmp_path: Any,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    trainer = make_ppo_trainer(target_model_dir, tmp_path, monkeypatch, ShiftedEngine(math.log(1.5)),
+                               vllm_importance_sampling_mode="token_truncate", vllm_importance_sampling_clip_max=10.0)
+    rollouts = trainer.rollout([{"target": 10}] * 4)
+    for slot, ro in enumerate(rollouts):
+        mask = ro.policy_mask
+        torch.testing.assert_close(ro.importance_sampling_ratio[mask], torch.full((int(mask.sum()),), 1.5),
+                                   rtol=1e-4, atol=1e-4)
+        ro.advantages = torch.linspace(0.5, 2.0, ro.advantages.numel()).view_as(ro.advantages)  # loss not ~0
+        idx = torch.arange(len(ro.texts))
+        new = ro.logprobs.clone() + 0.01 * mask  # a policy one step on: the clip is inactive (ratio 1.01)
+        _, weighted = trainer.compute_agent_loss(slot, new, ro.values.clone(), ro, idx)
+        ratio, ro.importance_sampling_ratio = ro.importance_sampling_ratio, None
+        _, plain = trainer.compute_agent_loss(slot, new, ro.values.clone(), ro, idx)
+        assert abs(plain["pg_loss"].item()) > 1e-3
+        torch.testing.assert_close(weighted["pg_loss"], 1.5 * plain["pg_loss"], rtol=1e-4, atol=1e-7)
+        torch.testing.assert_close(weighted["vf_loss"], plain["vf_loss"])  # the value loss is not weighted
+        ro.importance_sampling_ratio = ratio
+
+
+def test_ppo_without_engine_logprobs_has_no_ratio_and_logs_trls_metrics_with_them(
+        target_model_dir: str, tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    for engine in (None, ShiftedEngine(0.2, logprobs=False)):
+        trainer = make_ppo_trainer(target_model_dir, tmp_path, monkeypatch, engine)
+        assert all(ro.importance_sampling_ratio is None and ro.sampling_logprobs is None
+                   for ro in trainer.rollout([{"target": 10}] * 4))
+    trainer = make_ppo_trainer(target_model_dir, tmp_path, monkeypatch, ShiftedEngine(0.2))
+    trainer.train()
+    logged = next(h for h in trainer.state.log_history if "sampling/importance_sampling_ratio/mean" in h)
+    assert logged["sampling/sampling_logp_difference/mean"] == pytest.approx(0.2, abs=1e-4)
+    assert logged["sampling/importance_sampling_ratio/max"] <= 3.0  # TRL's default: sequence_mask, C_max = 3
+
+
+@pytest.mark.parametrize("make", ["magrpo", "ppo"])
+def test_config_checks_trls_importance_sampling_fields(make: str, tmp_path: Any) -> None:
+    from trl_marl import MAGRPOConfig, MultiAgentPPOConfig
+
+    def build(**kwargs: Any) -> Any:
+        if make == "magrpo":
+            return MAGRPOConfig(output_dir=str(tmp_path), num_generations=2, per_device_train_batch_size=2,
+                                report_to=[], **kwargs)
+        return MultiAgentPPOConfig(output_dir=str(tmp_path), report_to=[], **kwargs)
+
+    config = build(use_vllm=True)
+    assert (config.vllm_importance_sampling_correction, config.vllm_importance_sampling_mode,
+            config.vllm_importance_sampling_clip_max, config.vllm_importance_sampling_clip_min) == (
+        True, "sequence_mask", 3.0, None)  # TRL 1.16's defaults
+    with pytest.raises(ValueError, match="vllm_importance_sampling_mode"):
+        build(use_vllm=True, vllm_importance_sampling_mode="sequence")
+    with pytest.raises(ValueError, match="vllm_importance_sampling_clip_min"):
+        build(use_vllm=True, vllm_importance_sampling_clip_min=2.0, vllm_importance_sampling_clip_max=1.0)
+    with pytest.raises(ValueError, match="clip_m"):
+        build(use_vllm=True, vllm_importance_sampling_mode="token_truncate", vllm_importance_sampling_clip_max=None)
+    with pytest.warns(FutureWarning, match="vllm_importance_sampling_cap"):
+        config = build(use_vllm=True, vllm_importance_sampling_cap=5.0)
+    assert config.vllm_importance_sampling_clip_max == 5.0

@@ -11,6 +11,7 @@ A backend that returns none (`None`) gets no correction.
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 from transformers import GenerationConfig
@@ -108,6 +109,13 @@ def check_importance_sampling(config: Any) -> None:
     """Validate TRL's `vllm_importance_sampling_*` fields of a config (those that it has), as TRL 1.16 does."""
     from ..core.losses import VLLM_IMPORTANCE_SAMPLING_MODES
 
+    cap = getattr(config, "vllm_importance_sampling_cap", None)
+    if cap is not None and config.vllm_importance_sampling_clip_max != cap:  # TRL's deprecated name (GRPOConfig
+        warnings.warn(  # maps it itself, with this warning)
+            "`vllm_importance_sampling_cap` is deprecated (as in TRL): use `vllm_importance_sampling_clip_max`.",
+            FutureWarning, stacklevel=3,
+        )
+        config.vllm_importance_sampling_clip_max = cap
     mode = getattr(config, "vllm_importance_sampling_mode", "sequence_mask")
     if mode not in VLLM_IMPORTANCE_SAMPLING_MODES:
         raise ValueError(

@@ -25,7 +25,10 @@ from ..core import engine_importance_sampling_ratio
 from ..rollout import TurnResult
 from ..team import AgentBatch
 
-__all__ = ["corrects_engine_mismatch", "engine_correction", "engine_logps", "padded_logps"]
+__all__ = [
+    "correction_metrics", "corrects_engine_mismatch", "engine_correction", "engine_logps", "mismatch_values",
+    "padded_logps",
+]
 
 
 def corrects_engine_mismatch(args: Any, mode: str = "train") -> bool:
@@ -63,44 +66,48 @@ def engine_correction(trainer: Any, old_logps: Sequence[torch.Tensor | None] | N
         return {}
     args = trainer.args
     ratios: list[torch.Tensor | None] = []
-    pooled: dict[str, list[torch.Tensor]] = {"delta": [], "ratio": []}
+    pooled: list[tuple[torch.Tensor, torch.Tensor]] = []
+    metrics = trainer._metrics["train"]
     for a, batch in enumerate(batches):
         old = old_logps[a]
         if batch is None or old is None:
             ratios.append(None)
             continue
-        mask = batch.completion_mask
         ratio = engine_importance_sampling_ratio(
-            old.float(), sampling[a], mask, args.vllm_importance_sampling_mode,
+            old.float(), sampling[a], batch.completion_mask, args.vllm_importance_sampling_mode,
             args.vllm_importance_sampling_clip_min, args.vllm_importance_sampling_clip_max)
         ratios.append(ratio)
-        delta = (old.float() - sampling[a]).abs()
-        tokens = mask.bool()
-        delta = delta[tokens & ~torch.isnan(delta)]
-        per_ratio = ratio.flatten() if args.vllm_importance_sampling_mode.startswith("sequence") else ratio[tokens]
-        _log(trainer, f"agent_{a}/", delta, per_ratio)
-        pooled["delta"].append(delta)
-        pooled["ratio"].append(per_ratio)
-    if pooled["delta"]:
-        _log(trainer, "", torch.cat(pooled["delta"]), torch.cat(pooled["ratio"]))
+        pooled.append(mismatch_values(old, sampling[a], ratio, batch.completion_mask,
+                                      args.vllm_importance_sampling_mode))
+        for name, value in correction_metrics(trainer.accelerator, [pooled[-1]]).items():
+            metrics[f"agent_{a}/{name}"].append(value)
+    for name, value in correction_metrics(trainer.accelerator, pooled).items():
+        metrics[name].append(value)
     return {"sampling_logps": list(sampling), "importance_sampling_ratio": ratios}
 
 
-def _log(trainer: Any, prefix: str, delta: torch.Tensor, ratio: torch.Tensor) -> None:
-    """TRL's five metrics of the correction, each reduced over every process."""
-    gather = trainer.accelerator.gather
-    metrics = trainer._metrics["train"]
-    device = trainer.accelerator.device
+def mismatch_values(old: torch.Tensor, sampling: torch.Tensor, ratio: torch.Tensor, mask: torch.Tensor,
+                    mode: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """The values TRL's metrics reduce: |log pi_old - log pi_engine| on the completion tokens (NaN left out), and the
+    ratios on those tokens (token modes) or of every sequence (sequence modes: `ratio` is `(B, 1)`)."""
+    tokens = mask.bool()
+    delta = (old.float() - sampling.float()).abs()
+    delta = delta[tokens & ~torch.isnan(delta)]
+    return delta, (ratio.flatten() if mode.startswith("sequence") else ratio[tokens])
 
-    def stat(values: torch.Tensor, reduce: str) -> torch.Tensor:
-        if values.numel() == 0:
-            return torch.tensor(float("nan"), device=device)
-        return getattr(values.float(), reduce)().reshape(()).to(device)
 
-    for name, values, reductions in (("sampling/sampling_logp_difference", delta, ("mean", "max")),
-                                     ("sampling/importance_sampling_ratio", ratio, ("min", "mean", "max"))):
+def correction_metrics(accelerator: Any, values: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> dict[str, float]:
+    """TRL's five metrics over `values` (pairs from [`mismatch_values`], pooled), each reduced over every process."""
+    if not values:
+        return {}
+    out: dict[str, float] = {}
+    pooled = {"sampling/sampling_logp_difference": (torch.cat([d for d, _ in values]), ("mean", "max")),
+              "sampling/importance_sampling_ratio": (torch.cat([r for _, r in values]), ("min", "mean", "max"))}
+    for name, (tensor, reductions) in pooled.items():
         for reduce in reductions:
-            every = gather(stat(values, reduce).reshape(1))
+            local = (getattr(tensor.float(), reduce)() if tensor.numel() else torch.tensor(float("nan"))).reshape(1)
+            every = accelerator.gather(local.to(accelerator.device))
             every = every[~torch.isnan(every)]
             if every.numel():
-                metrics[f"{prefix}{name}/{reduce}"].append(getattr(every, reduce)().item())
+                out[f"{name}/{reduce}"] = getattr(every, reduce)().item()
+    return out
