@@ -254,6 +254,7 @@ def test_config_checks_trls_importance_sampling_fields(make: str, tmp_path: Any)
         True, "sequence_mask", 3.0, None)  # TRL 1.16's defaults
     with pytest.raises(ValueError, match="vllm_importance_sampling_mode"):
         build(use_vllm=True, vllm_importance_sampling_mode="sequence")
+    build(vllm_importance_sampling_mode="sequence")  # as TRL: the mode means nothing (unchecked) while vLLM is off
     with pytest.raises(ValueError, match="vllm_importance_sampling_clip_min"):
         build(use_vllm=True, vllm_importance_sampling_clip_min=2.0, vllm_importance_sampling_clip_max=1.0)
     with pytest.raises(ValueError, match="clip_m"):

@@ -57,7 +57,6 @@ def check_generation_backend(config: Any) -> None:
     `use_vllm=True` (TRL's switch) selects `generation_backend="vllm"`. Settings of vLLM that the backend does not
     implement are refused with the setting that works, never ignored.
     """
-    check_importance_sampling(config)
     backend = config.generation_backend
     if backend not in GENERATION_BACKENDS:
         raise ValueError(f"`generation_backend` must be one of {GENERATION_BACKENDS}, got {backend!r}.")
@@ -68,6 +67,7 @@ def check_generation_backend(config: Any) -> None:
                 "too: set only one of them."
             )
         config.generation_backend = backend = "vllm"
+    check_importance_sampling(config)
     if backend != "vllm":
         return
     config.use_vllm = True  # TRL's reading of the same choice
@@ -117,7 +117,8 @@ def check_importance_sampling(config: Any) -> None:
         )
         config.vllm_importance_sampling_clip_max = cap
     mode = getattr(config, "vllm_importance_sampling_mode", "sequence_mask")
-    if mode not in VLLM_IMPORTANCE_SAMPLING_MODES:
+    # as TRL: the mode is checked where it is used (vLLM on), the bounds always
+    if config.generation_backend == "vllm" and mode not in VLLM_IMPORTANCE_SAMPLING_MODES:
         raise ValueError(
             f"`vllm_importance_sampling_mode` must be one of {VLLM_IMPORTANCE_SAMPLING_MODES}, got {mode!r}."
         )
