@@ -5,6 +5,8 @@ The vLLM engine itself is tested in `tests/with_vllm/` (its own virtualenv; see 
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 from peft import LoraConfig
 from transformers import GenerationConfig
@@ -90,9 +92,11 @@ def test_vllm_refuses_teams_without_adapters_before_importing_vllm(tokenizer: ob
         team = AgentTeam.build(model, 2, mode=mode, processing_class=tokenizer)
         with pytest.raises(NotImplementedError, match="LoRA adapters of one base model.*peft_config"):
             build_generation_backend(magrpo(use_vllm=True, vllm_importance_sampling_correction=False), team)
-    with pytest.warns(UserWarning, match="vllm_importance_sampling_correction=True.*not applied"):
+    config = magrpo(use_vllm=True)  # TRL's default: vllm_importance_sampling_correction=True
+    with warnings.catch_warnings():  # the correction is applied now: no "not applied" warning any more
+        warnings.simplefilter("error", UserWarning)
         with pytest.raises(NotImplementedError):
-            build_generation_backend(magrpo(use_vllm=True), team)  # TRL's default asks for a correction
+            build_generation_backend(config, team)
     team = AgentTeam.build(model, 2, peft_config=LoraConfig(r=4, target_modules=["q_proj"],
                                                              modules_to_save=["lm_head"]), processing_class=tokenizer)
     with pytest.raises(NotImplementedError, match="modules_to_save"):

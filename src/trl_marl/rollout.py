@@ -83,6 +83,8 @@ class TurnResult:
     # this turn's team returns on every process, flat (set when the engine has a `gather`): batch statistics' batch
     pooled_returns: torch.Tensor | None = None
     transcripts: list[Transcript] = field(default_factory=list)  # (K * J) each joint action's, including it
+    # [agent][K * G] the generation backend's log-probability of every completion token (vLLM), else None
+    sampling_logps: list[list[list[float]]] | None = None
 
 
 @dataclass
@@ -240,6 +242,7 @@ class JointRollout:
             gen_time += time.perf_counter() - start
             prompt_ids = [generated[slots[a]][0] for a in range(n)]
             completion_ids = [generated[slots[a]][1] for a in range(n)]
+            engine_logps = getattr(self.team, "sampling_logps", None)
             gen_tokens += sum(len(c) for agent in completion_ids for c in agent)
             texts = [self.team.tokenizers[slots[a]].batch_decode(completion_ids[a], skip_special_tokens=True)
                      for a in range(n)]
@@ -260,7 +263,8 @@ class JointRollout:
                 rewards_per_func = torch.full((len(nodes) * J, 0), float("nan"))
                 rewards = torch.full((len(nodes) * J,), float("nan"))
             result = TurnResult(turn, nodes, prompts, prompt_ids, completion_ids, texts, self.joint_indices,
-                                rewards_per_func, rewards.view(len(nodes), J), transcripts=transcripts)
+                                rewards_per_func, rewards.view(len(nodes), J), transcripts=transcripts,
+                                sampling_logps=None if engine_logps is None else [engine_logps[s] for s in slots])
             turns.append(result)
             nodes = self._expand(result, rows) if turn < self.env.num_turns else []
             turn += 1

@@ -170,6 +170,9 @@ class AgentTeam(nn.Module):
         self.continuous_batching_config: Any = None
         # a `trl_marl.generation.GenerationBackend` that samples instead of the team's own decoding (None: our own)
         self.generation_backend: Any = None
+        # the backend's log-probability of every token of the last `generate` call's completions ([agent][row][t]),
+        # None when the team decoded itself or the backend gave none (TRL's importance-sampling correction)
+        self.sampling_logps: list[list[list[float]]] | None = None
         # decode with `utils.lean_decode` (generate's tokens without its per-call setup) where it supports the settings
         self.lean_decode = True
         # the causal LM call of the log-probability forwards: eager, or a `utils.compiled.CompiledForward`
@@ -537,11 +540,16 @@ class AgentTeam(nn.Module):
             raise ValueError(f"Expected prompts for {self.num_agents} agents, got {len(prompts)}.")
         prompt_ids = [tokenize_prompts(self.tokenizers[a], prompts[a], chat_template_kwargs)
                       for a in range(self.num_agents)]
+        self.sampling_logps = None
         backend = self.generation_backend
         if backend is not None and not getattr(backend, "decodes_rows", False):  # e.g. vLLM: all rows, cut below
-            outputs = self.generation_backend.generate(self, prompt_ids, generation_config)
-            return [(prompt_ids[a], [truncate_after_eos(row, self._stop_ids(a, stop_token_ids)) for row in outputs[a]])
-                    for a in range(self.num_agents)]
+            outputs, logps = backend.generate_with_logprobs(self, prompt_ids, generation_config)
+            cut = [[truncate_after_eos(row, self._stop_ids(a, stop_token_ids)) for row in outputs[a]]
+                   for a in range(self.num_agents)]
+            if logps is not None:
+                self.sampling_logps = [[list(lp[: len(row)]) for lp, row in zip(logps[a], cut[a])]
+                                       for a in range(self.num_agents)]
+            return [(prompt_ids[a], cut[a]) for a in range(self.num_agents)]
         completion_ids: list[list[list[int]] | None] = [None] * self.num_agents
         # Agents that run on the same model generate in one batch (one adapter name per row in `adapters` mode).
         for model_index, model in enumerate(self.models):

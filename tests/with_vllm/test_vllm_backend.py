@@ -129,6 +129,9 @@ def test_magrpo_trains_end_to_end_with_vllm(target_dir: str, tmp_path: Any) -> N
     trainer.train()
     logs = [h for h in trainer.state.log_history if "reward" in h]
     assert len(logs) == 3 and all(0 < h["agent_0/completion_length"] <= 4 for h in logs)
+    # TRL's correction (on by default): in float32 vLLM's log-probs are the training model's, the ratio ~1
+    assert all(h["sampling/sampling_logp_difference/max"] < 1e-3 for h in logs)
+    assert all(abs(h["sampling/importance_sampling_ratio/mean"] - 1.0) < 1e-2 for h in logs)
     assert backend.uploads == 2 + 2 * 2  # both adapters at the start, then after each step that a rollout followed
     rollout = trainer.last_rollout
     assert all(len(row) <= 4 for agent in rollout.turns[0].completion_ids for row in agent)
@@ -157,6 +160,7 @@ def test_multi_agent_ppo_trains_end_to_end_with_vllm(target_dir: str, tmp_path: 
     trainer.train()
     updates = [h for h in trainer.state.log_history if "objective/scores" in h]
     assert len(updates) == 2  # 16 episodes / 8 per update
+    assert all(h["sampling/sampling_logp_difference/max"] < 1e-3 for h in updates)  # TRL's correction, on
     assert all(-0.5 <= h["agent_0/reward"] <= 1.0 for h in updates)
     assert backend.uploads == 2 + 2  # both adapters at the start, then both again for the second update's rollout
     backend.close()

@@ -4,6 +4,7 @@ adapters follow training (see `conftest.py`; the server is a separate process, s
 from __future__ import annotations
 
 import json
+import math
 import socket
 import subprocess
 import sys
@@ -100,6 +101,10 @@ def test_server_serves_each_agents_adapter_and_follows_training(server: tuple[st
             team.generation_backend = None
 
     before = generate(backend)
+    # the sampled tokens' log-probs come back over HTTP (`vllm_importance_sampling_correction`, TRL's default)
+    scores = team.sampling_logps
+    assert scores is not None and [[len(r) for r in a] for a in scores] == [[len(r) for r in a] for a in before]
+    assert all(math.isfinite(lp) and lp <= 0.0 for a in scores for r in a for lp in r)
     assert before == generate(None)  # each row its own agent's greedy tokens
     assert before[0][0] != before[1][0]
     assert served_adapters(url) == {backend.lora_name("agent_0"), backend.lora_name("agent_1")}

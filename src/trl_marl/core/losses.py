@@ -15,6 +15,8 @@ References:
 - Two-sided clip ``delta``: INTELLECT-2 report, arXiv 2505.07291.
 - Off-policy sequence mask: DeepSeek-V3.2 report, arXiv 2512.02556, Eq. 9.
 - Entropy bonus with an adaptive coefficient: Skywork-OR1 report, arXiv 2505.22312 (adaptive entropy control).
+- Truncated importance sampling of the engine/trainer mismatch: Yao et al. (2025), "Your Efficient RL Framework
+  Secretly Brings You Off-Policy RL Training" (TRL's ``vllm_importance_sampling_*`` settings).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from torch import Tensor
 __all__ = [
     "IMPORTANCE_SAMPLING_LEVELS",
     "SUPPORTED_LOSS_TYPES",
+    "VLLM_IMPORTANCE_SAMPLING_MODES",
     "adaptive_entropy_coef",
     "aggregate_token_loss",
     "clipped_surrogate",
@@ -38,6 +41,7 @@ __all__ = [
     "k1_kl",
     "k3_kl",
     "selective_log_softmax",
+    "engine_importance_sampling_ratio",
 ]
 
 SUPPORTED_LOSS_TYPES: tuple[str, ...] = ("grpo", "bnpo", "dr_grpo", "dapo")
@@ -45,6 +49,10 @@ SUPPORTED_LOSS_TYPES: tuple[str, ...] = ("grpo", "bnpo", "dr_grpo", "dapo")
 
 IMPORTANCE_SAMPLING_LEVELS: tuple[str, ...] = ("token", "sequence")
 """Valid ``importance_sampling_level`` values of :func:`clipped_surrogate`."""
+
+VLLM_IMPORTANCE_SAMPLING_MODES: tuple[str, ...] = (
+    "token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
+"""Valid ``vllm_importance_sampling_mode`` values of :func:`engine_importance_sampling_ratio` (TRL's names)."""
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -300,6 +308,60 @@ def off_policy_sequence_mask(
     drift = ((old_logps - logps.detach()) * mask).sum(-1, keepdim=True) / mask.sum(-1, keepdim=True).clamp(min=1.0)
     advantages = advantages.reshape(-1, 1)
     return ((advantages >= 0) | (drift <= threshold)).to(logps.dtype)
+
+
+def engine_importance_sampling_ratio(
+    old_logps: Tensor,
+    sampling_logps: Tensor,
+    mask: Tensor,
+    mode: str = "sequence_mask",
+    clip_min: float | None = None,
+    clip_max: float | None = 3.0,
+) -> Tensor:
+    """Truncated (or masked) importance weight of the sampling engine's mismatch with the training model.
+
+    Yao et al. (2025), "Your Efficient RL Framework Secretly Brings You Off-Policy RL Training": an inference engine
+    (vLLM) samples from ``pi_engine``, which differs numerically from the training model's ``pi_old`` (other kernels,
+    precision, batching), so the policy gradient is off-policy. Reweighting each token's loss by
+    ``rho = pi_old / pi_engine``, bounded by ``C_max`` (and optionally ``C_min``), corrects it (TIS). With
+    ``d_t = (log pi_old(o_t) - log pi_engine(o_t)) * m_t`` (``m`` the completion mask; a NaN engine log-prob counts as
+    ``d_t = 0``):
+
+    - ``"token_truncate"``: ``w_t = clamp(exp(d_t), C_min, C_max)``, one weight per token;
+    - ``"token_mask"``: ``w_t = exp(d_t)`` where ``C_min <= exp(d_t) <= C_max``, else 0;
+    - ``"sequence_truncate"``: ``w = clamp(exp(sum_t d_t), C_min, C_max)``, one weight per sequence;
+    - ``"sequence_mask"`` (TRL's default): ``w = exp(sum_t d_t)`` inside the bounds, else 0 (the sequence is dropped).
+
+    A missing bound is no bound. The weight multiplies the per-token policy loss (not the KL term), as in TRL 1.16's
+    ``GRPOTrainer``. Example: ``d = [ln 2, ln 2]`` with ``C_max = 3``: token modes give ``[2, 2]``; the sequence
+    ratio is 4, so ``"sequence_truncate"`` gives 3 and ``"sequence_mask"`` gives 0.
+
+    Args:
+        old_logps: ``(B, T)`` log-probabilities of the sampled tokens under the training model at sampling time.
+        sampling_logps: ``(B, T)`` the engine's log-probabilities of the same tokens (vLLM's processed log-probs).
+        mask: ``(B, T)`` completion mask.
+        mode: One of :data:`VLLM_IMPORTANCE_SAMPLING_MODES`.
+        clip_min: ``C_min`` (None: no lower bound).
+        clip_max: ``C_max`` (None: no upper bound).
+
+    Returns:
+        ``(B, T)`` weights for the token modes, ``(B, 1)`` for the sequence modes; no gradient.
+
+    Raises:
+        ValueError: Unknown ``mode``.
+    """
+    if mode not in VLLM_IMPORTANCE_SAMPLING_MODES:
+        raise ValueError(
+            f"Unknown vllm_importance_sampling_mode {mode!r}; choose one of {VLLM_IMPORTANCE_SAMPLING_MODES}.")
+    diff = torch.nan_to_num((old_logps.detach() - sampling_logps) * mask.to(old_logps.dtype), nan=0.0)
+    if mode.startswith("sequence"):
+        diff = diff.sum(-1, keepdim=True)
+    ratio = torch.exp(diff)
+    if mode.endswith("truncate"):
+        return torch.clamp(ratio, min=clip_min, max=clip_max)
+    low = float("-inf") if clip_min is None else clip_min
+    high = float("inf") if clip_max is None else clip_max
+    return ratio.masked_fill((ratio < low) | (ratio > high), 0.0)
 
 
 def entropy_bonus(entropies: Tensor, mask: Tensor) -> Tensor:

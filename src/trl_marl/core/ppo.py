@@ -149,9 +149,14 @@ def turn_level_advantages(rewards: Tensor, values: Tensor, gamma: float) -> Tens
 
 
 def ppo_policy_loss(
-    logps: Tensor, old_logps: Tensor, advantages: Tensor, cliprange: float, mask: Tensor
+    logps: Tensor, old_logps: Tensor, advantages: Tensor, cliprange: float, mask: Tensor,
+    weight: Tensor | None = None,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Equation 4, averaged over the masked tokens of the batch.
+
+    ``weight`` (``(B, T)`` or ``(B, 1)``, no gradient) multiplies each token's clipped loss before the average: the
+    truncated importance weight of a generation engine's mismatch with the training model
+    (:func:`trl_marl.core.engine_importance_sampling_ratio`); None weighs every token 1.
 
     Returns:
         `(loss, clip_fraction, ratio)`: the scalar loss, the fraction of tokens where clipping is active, and
@@ -160,7 +165,8 @@ def ppo_policy_loss(
     ratio = torch.exp(logps - old_logps)
     unclipped = -advantages * ratio
     clipped = -advantages * torch.clamp(ratio, 1.0 - cliprange, 1.0 + cliprange)
-    loss = masked_mean(torch.max(unclipped, clipped), mask)
+    per_token = torch.max(unclipped, clipped)
+    loss = masked_mean(per_token if weight is None else per_token * weight, mask)
     clip_fraction = masked_mean((clipped > unclipped).float(), mask)
     return loss, clip_fraction, ratio
 

@@ -3,7 +3,10 @@
 A backend turns the tokenized prompts of every agent into completion token ids, in the structure of the team's own
 decoding: `completions[a][i]` is the list of token ids generated for prompt `i` of agent `a` (prompt excluded, not
 yet cut after EOS: [`AgentTeam.generate`] cuts every backend's rows the same way). The trainers recompute every
-log-probability with the training model, so a backend only has to return tokens.
+log-probability with the training model; a backend that can also returns its own log-probability of every sampled
+token (`generate_with_logprobs`), with which the trainers apply TRL's truncated importance-sampling correction of the
+engine/trainer mismatch (`vllm_importance_sampling_correction`, `trl_marl.core.engine_importance_sampling_ratio`).
+A backend that returns none (`None`) gets no correction.
 """
 
 from __future__ import annotations
@@ -24,6 +27,9 @@ class GenerationBackend:
     # True for a backend that decodes the team's own batches: `AgentTeam` then calls its `decode` (the signature of
     # `utils.lean_decode.decode`) for each batch in place of the eager loop, and never its `generate`
     decodes_rows: bool = False
+    # whether `generate_with_logprobs` returns the engine's log-probabilities (the factory sets it from the config's
+    # `vllm_importance_sampling_correction`)
+    sampling_logprobs: bool = False
 
     def generate(self, team: Any, prompt_ids: list[list[list[int]]],
                  generation_config: GenerationConfig) -> list[list[list[int]]]:
@@ -35,6 +41,14 @@ class GenerationBackend:
             generation_config: The sampling settings, with the meaning they have in `transformers`' `generate`.
         """
         raise NotImplementedError
+
+    def generate_with_logprobs(
+        self, team: Any, prompt_ids: list[list[list[int]]], generation_config: GenerationConfig,
+    ) -> tuple[list[list[list[int]]], list[list[list[float]]] | None]:
+        """[`GenerationBackend.generate`], plus the engine's log-probability of every generated token
+        (`logprobs[a][i][t]` for `completions[a][i][t]`), or None when the backend does not give them (the default)
+        or `sampling_logprobs` is off. [`AgentTeam.generate`] calls this one."""
+        return self.generate(team, prompt_ids, generation_config), None
 
     def close(self) -> None:
         """Release the backend's resources (engine, temporary folders). The default holds none."""
@@ -56,6 +70,7 @@ def check_generation_backend(config: Any) -> None:
                 "too: set only one of them."
             )
         config.generation_backend = backend = "vllm"
+    check_importance_sampling(config)
     if backend != "vllm":
         return
     config.use_vllm = True  # TRL's reading of the same choice
@@ -93,6 +108,38 @@ def check_generation_backend(config: Any) -> None:
         raise ValueError(f"`vllm_gpu_memory_utilization` must be in (0, 1], got {share}.")
 
 
+def check_importance_sampling(config: Any) -> None:
+    """Validate TRL's `vllm_importance_sampling_*` fields of a config (those that it has), as TRL 1.16 does."""
+    from ..core.losses import VLLM_IMPORTANCE_SAMPLING_MODES
+
+    cap = getattr(config, "vllm_importance_sampling_cap", None)
+    if cap is not None and config.vllm_importance_sampling_clip_max != cap:  # TRL's deprecated name (GRPOConfig
+        warnings.warn(  # maps it itself, with this warning)
+            "`vllm_importance_sampling_cap` is deprecated (as in TRL): use `vllm_importance_sampling_clip_max`.",
+            FutureWarning, stacklevel=3,
+        )
+        config.vllm_importance_sampling_clip_max = cap
+    mode = getattr(config, "vllm_importance_sampling_mode", "sequence_mask")
+    # as TRL: the mode is checked where it is used (vLLM on), the bounds always
+    if config.generation_backend == "vllm" and mode not in VLLM_IMPORTANCE_SAMPLING_MODES:
+        raise ValueError(
+            f"`vllm_importance_sampling_mode` must be one of {VLLM_IMPORTANCE_SAMPLING_MODES}, got {mode!r}."
+        )
+    low = getattr(config, "vllm_importance_sampling_clip_min", None)
+    high = getattr(config, "vllm_importance_sampling_clip_max", 3.0)
+    if low is not None and high is not None and low >= high:
+        raise ValueError(
+            f"`vllm_importance_sampling_clip_min` ({low}) must be less than `vllm_importance_sampling_clip_max` "
+            f"({high})."
+        )
+    if (getattr(config, "vllm_importance_sampling_correction", False) and mode.endswith("truncate")
+            and low is None and high is None):
+        raise ValueError(
+            f"`vllm_importance_sampling_mode={mode!r}` needs a bound: set `vllm_importance_sampling_clip_max` (e.g. "
+            "3.0) or `vllm_importance_sampling_clip_min`."
+        )
+
+
 def build_generation_backend(config: Any, team: Any) -> GenerationBackend | None:
     """The backend that `config.generation_backend` names, built for `team` (None: the team's own decoding)."""
     if config.generation_backend == "transformers":
@@ -101,14 +148,6 @@ def build_generation_backend(config: Any, team: Any) -> GenerationBackend | None
         from .compiled import CompiledBackend
 
         return CompiledBackend(team)
-    if getattr(config, "vllm_importance_sampling_correction", False):
-        warnings.warn(
-            "`vllm_importance_sampling_correction=True` (TRL's default) is not applied yet: completions sampled by "
-            "vLLM are trained on as if the training model had sampled them (their log-probabilities are recomputed "
-            "by it; in float32 the two agree to ~1e-5 per token, in bfloat16 to a few 1e-2). Set "
-            "`vllm_importance_sampling_correction=False` to acknowledge it.",
-            UserWarning, stacklevel=2,
-        )
     if getattr(config, "vllm_mode", "colocate") == "server":
         from .vllm_server import VLLMServerBackend
 
@@ -116,14 +155,17 @@ def build_generation_backend(config: Any, team: Any) -> GenerationBackend | None
         if url is None:
             host = "127.0.0.1" if config.vllm_server_host in ("0.0.0.0", "") else config.vllm_server_host
             url = f"http://{host}:{config.vllm_server_port}"
-        return VLLMServerBackend(team, url, timeout=config.vllm_server_timeout)
-    from .vllm_backend import VLLMBackend
+        backend: GenerationBackend = VLLMServerBackend(team, url, timeout=config.vllm_server_timeout)
+    else:
+        from .vllm_backend import VLLMBackend
 
-    return VLLMBackend(
-        team,
-        gpu_memory_utilization=getattr(config, "vllm_gpu_memory_utilization", 0.3),
-        kv_cache_memory_bytes=getattr(config, "vllm_kv_cache_memory_bytes", None),
-        max_model_len=getattr(config, "vllm_max_model_length", None),
-        model_impl=getattr(config, "vllm_model_impl", "auto"),
-        seed=getattr(config, "seed", 0),
-    )
+        backend = VLLMBackend(
+            team,
+            gpu_memory_utilization=getattr(config, "vllm_gpu_memory_utilization", 0.3),
+            kv_cache_memory_bytes=getattr(config, "vllm_kv_cache_memory_bytes", None),
+            max_model_len=getattr(config, "vllm_max_model_length", None),
+            model_impl=getattr(config, "vllm_model_impl", "auto"),
+            seed=getattr(config, "seed", 0),
+        )
+    backend.sampling_logprobs = bool(getattr(config, "vllm_importance_sampling_correction", False))
+    return backend

@@ -15,11 +15,11 @@ weights) and its prefix cache keys blocks by adapter, so a new id never reuses K
 Sampling settings mean what they mean in `transformers`' `generate` (temperature, top-k, top-p, min-p, repetition
 penalty, max/min new tokens, greedy when `do_sample=False`, stop at the EOS tokens of the generation config); a
 setting vLLM has no equivalent for is refused. Each row is one request with its own seed, drawn from torch's global
-generator, so a run is a function of its seed. Log-probabilities, when asked for, are vLLM's
-`processed_logprobs` (after temperature and truncation, as the trainer's own log-softmax of logits / temperature
-over the unrestricted vocabulary only when no truncation applies); the trainers recompute log-probabilities with the
-training model anyway, and TRL's truncated importance-sampling correction for the engine/trainer mismatch is not
-applied yet.
+generator, so a run is a function of its seed. Log-probabilities, when asked for (`sampling_logprobs`, on unless
+the trainer's `vllm_importance_sampling_correction` is off), are vLLM's `processed_logprobs` (after temperature and
+truncation, as the trainer's own log-softmax of logits / temperature over the unrestricted vocabulary only when no
+truncation applies); the trainers recompute log-probabilities with the training model and weight the loss by TRL's
+truncated importance ratio of the two (`trl_marl.core.engine_importance_sampling_ratio`).
 
 Only a team over one base model whose every agent is a LoRA adapter is served (`team_mode="adapters"`, or one agent
 with a `peft_config`): a full fine-tune (`"shared"` or `"models"` without adapters) would need a full-weight push
@@ -139,6 +139,7 @@ class VLLMBackend(GenerationBackend):
     """
 
     name = "vllm"
+    sampling_logprobs = True
 
     def __init__(self, team: Any, gpu_memory_utilization: float = 0.3, kv_cache_memory_bytes: int | None = None,
                  max_model_len: int | None = None, model_impl: str = "auto", seed: int = 0,
@@ -236,10 +237,14 @@ class VLLMBackend(GenerationBackend):
         return completions
 
     def generate_with_logprobs(
-        self, team: Any, prompt_ids: list[list[list[int]]], generation_config: GenerationConfig, logprobs: bool = True,
+        self, team: Any, prompt_ids: list[list[list[int]]], generation_config: GenerationConfig,
+        logprobs: bool | None = None,
     ) -> tuple[list[list[list[int]]], list[list[list[float]]] | None]:
-        """[`VLLMBackend.generate`], plus vLLM's log-probability of every sampled token (`processed_logprobs`)."""
+        """[`VLLMBackend.generate`], plus vLLM's log-probability of every sampled token (`processed_logprobs`) when
+        `logprobs` (default: `sampling_logprobs`), else None."""
         from vllm import SamplingParams
+
+        logprobs = self.sampling_logprobs if logprobs is None else logprobs
         from vllm.inputs import TokensPrompt
 
         self.sync(team)

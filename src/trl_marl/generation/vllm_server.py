@@ -9,6 +9,11 @@ ids, sent together so that the engine batches every agent's rows. Every request 
 gone raises an error naming the URL and how to start one. The adapter folders are written to a temporary folder of
 the trainer's machine, which the server must be able to read (same machine or shared file system).
 
+With `sampling_logprobs` (the trainer's `vllm_importance_sampling_correction`), each request asks for the sampled
+tokens' log-probabilities (`logprobs=0`), which the server computes after temperature and truncation when it runs
+with `--logprobs-mode processed_logprobs` (what `trl-marl vllm-serve` passes); a token the server gives none for
+counts as no mismatch (NaN, as in TRL).
+
 Unlike colocate mode, sampling is not a function of the trainer's seed: one request carries several rows, and a
 per-request seed would give rows that repeat a prompt the same completion, so none is sent.
 """
@@ -38,7 +43,8 @@ def serve_command(model: str, max_loras: int, max_lora_rank: int, host: str = "1
     """The command line and environment of a vLLM server for a team (`trl-marl vllm-serve`)."""
     argv = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model, "--enable-lora",
             "--max-loras", str(max_loras), "--max-lora-rank", str(max_lora_rank), "--host", host, "--port", str(port),
-            *(extra or [])]
+            # the log-probabilities of the importance-sampling correction: after temperature and truncation
+            "--logprobs-mode", "processed_logprobs", *(extra or [])]
     env = dict(os.environ)
     env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"  # adapters are loaded and unloaded over HTTP while training
     if not torch.cuda.is_available():
@@ -124,6 +130,16 @@ class VLLMServerBackend(GenerationBackend):
 
     def generate(self, team: Any, prompt_ids: list[list[list[int]]],
                  generation_config: GenerationConfig) -> list[list[list[int]]]:
+        completions, _ = self.generate_with_logprobs(team, prompt_ids, generation_config, logprobs=False)
+        return completions
+
+    def generate_with_logprobs(
+        self, team: Any, prompt_ids: list[list[list[int]]], generation_config: GenerationConfig,
+        logprobs: bool | None = None,
+    ) -> tuple[list[list[list[int]]], list[list[list[float]]] | None]:
+        """[`VLLMServerBackend.generate`], plus the server's log-probability of every sampled token when `logprobs`
+        (default: `sampling_logprobs`), else None (NaN where the server gave none)."""
+        logprobs = self.sampling_logprobs if logprobs is None else logprobs
         self.sync(team)
         settings = sampling_settings(generation_config)
         settings.pop("detokenize")
@@ -131,22 +147,29 @@ class VLLMServerBackend(GenerationBackend):
         for a, rows in enumerate(prompt_ids):
             by_adapter.setdefault(team.agent_adapter[a], []).extend((a, i) for i in range(len(rows)))
 
-        def complete(adapter: str) -> list[list[int]]:
+        extra = {"logprobs": 0, "return_tokens_as_token_ids": True} if logprobs else {}
+
+        def complete(adapter: str) -> list[tuple[list[int], list[float]]]:
             rows = by_adapter[adapter]
             reply = self._request("POST", "/v1/completions", {
                 "model": self._names[adapter], "prompt": [list(prompt_ids[a][i]) for a, i in rows],
-                "return_token_ids": True, **settings,
+                "return_token_ids": True, **settings, **extra,
             })
             choices = sorted(reply["choices"], key=lambda choice: choice["index"])
-            return [list(choice["token_ids"]) for choice in choices]
+            return [(list(choice["token_ids"]), [float("nan") if lp is None else float(lp) for lp in
+                                                 (choice.get("logprobs") or {}).get("token_logprobs") or []])
+                    for choice in choices]
 
         completions: list[list[list[int]]] = [[[] for _ in rows] for rows in prompt_ids]
+        scores: list[list[list[float]]] = [[[] for _ in rows] for rows in prompt_ids]
         adapters = [adapter for adapter, rows in by_adapter.items() if rows]
         with ThreadPoolExecutor(max_workers=max(1, len(adapters))) as pool:  # every agent's rows in flight at once
-            for adapter, tokens in zip(adapters, pool.map(complete, adapters)):
-                for (a, i), row in zip(by_adapter[adapter], tokens):
-                    completions[a][i] = row
-        return completions
+            for adapter, rows in zip(adapters, pool.map(complete, adapters)):
+                for (a, i), (tokens, row_logprobs) in zip(by_adapter[adapter], rows):
+                    completions[a][i] = tokens
+                    # a missing score is NaN: the correction then treats the token as no mismatch
+                    scores[a][i] = (row_logprobs + [float("nan")] * len(tokens))[: len(tokens)]
+        return completions, (scores if logprobs else None)
 
     def close(self) -> None:
         """Unload this trainer's adapters from the server and delete their folders (the server keeps running)."""

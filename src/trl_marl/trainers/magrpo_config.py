@@ -122,7 +122,10 @@ class MAGRPOConfig(GRPOConfig):
             decoding, `"compiled"` (the same decoding on a static KV cache with the decode forward compiled: CUDA
             graphs on a GPU; `trl_marl.generation.compiled`), or `"vllm"` (one vLLM engine serving every agent's
             LoRA adapter, in-process with `vllm_mode="colocate"` or a running server with `vllm_mode="server"`;
-            `use_vllm=True` selects it; see `trl_marl.generation`).
+            `use_vllm=True` selects it; see `trl_marl.generation`). TRL's `vllm_importance_sampling_correction`
+            (default True), `_mode`, `_clip_min` and `_clip_max` work as in `GRPOTrainer`: the completions are scored
+            by the training model at sampling time (also with `num_iterations=1`) and each agent's per-token policy
+            loss is multiplied by the bounded ratio of the two (`trainers.engine_correction`).
         vllm_kv_cache_memory_bytes (`int`, *optional*): The vLLM engine's KV cache in bytes (default on a CPU:
             256 MiB; on a GPU: sized from `vllm_gpu_memory_utilization`).
         share_prompt_prefill (`bool`, defaults to `True`): Run each node's prompt prefill once for its G samples
@@ -241,8 +244,10 @@ class MAGRPOConfig(GRPOConfig):
             "engine in-process (`vllm_gpu_memory_utilization`, `vllm_max_model_length`, `vllm_model_impl`, "
             "`vllm_kv_cache_memory_bytes`); `vllm_mode='server'` uses a running server on the team's base model "
             "(`trl-marl vllm-serve`; `vllm_server_base_url` or `vllm_server_host`/`vllm_server_port`, "
-            "`vllm_server_timeout`). Log-probabilities are recomputed by the training model either way; TRL's "
-            "importance-sampling correction of the engine/trainer mismatch is not applied yet."
+            "`vllm_server_timeout`). Log-probabilities are recomputed by the training model either way, and with "
+            "`vllm_importance_sampling_correction=True` (TRL's default) each agent's per-token policy loss is "
+            "weighted by TRL's truncated importance ratio of the training model over vLLM "
+            "(`vllm_importance_sampling_mode`, `_clip_min`, `_clip_max`; logged as `sampling/*`)."
         },
     )
     vllm_kv_cache_memory_bytes: int | None = field(

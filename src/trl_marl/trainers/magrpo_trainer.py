@@ -25,18 +25,12 @@ from ..core import (
 from ..envs.base import MultiAgentEnv, PromptEnv, Transcript
 from ..generation import build_generation_backend
 from ..rewarding import NonFiniteCounter, NonFiniteError
-from ..rollout import (
-    JointRollout,
-    Rollout,
-    TeamReward,
-    TurnResult,
-    flat_group_fraction,
-    turn_advantages,
-)
+from ..rollout import JointRollout, Rollout, TeamReward, TurnResult, flat_group_fraction, turn_advantages
 from ..team import AgentBatch, AgentTeam, pad_left, pad_right
 from ..utils.precision import cast_lm_head_to_fp32
 from ..utils.threads import apply_cpu_threads
 from ..validation import RewardFunctionError, check_prompt_lengths
+from .engine_correction import corrects_engine_mismatch, engine_correction, engine_logps
 from .magrpo_backward import agent_loss, backward_per_agent, takes_backward_per_agent, zero_loss
 from .magrpo_config import MAGRPOConfig
 from .magrpo_entropy import EntropyControl
@@ -426,13 +420,14 @@ class MAGRPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer):
             if self.args.beta != 0.0:
                 ref_logps = self._inference_logps(trained, reference=True)
             # as TRL: when every micro-batch of the generation is used within one optimizer step, the ratio's
-            # denominator is the detached current policy (old_logps None, no extra forward); otherwise (num_iterations
-            # > 1, or steps_per_generation > gradient_accumulation_steps) each agent's log-probs at sampling time
-            old_logps = None
-            if mode == "train" and args.gradient_accumulation_steps % (args.steps_per_generation * mu) != 0:
-                old_logps = self._inference_logps(trained)
+            # denominator is the detached current policy (old_logps None, no extra forward); otherwise (mu > 1, or
+            # steps_per_generation > GA steps, or vLLM's mismatch to correct) each agent's log-probs at sampling time
+            engine = engine_logps(rollout.turns, picks, batches) if corrects_engine_mismatch(args, mode) else None
+            aligned = args.gradient_accumulation_steps % (args.steps_per_generation * mu) == 0
+            old_logps = self._inference_logps(trained) if mode == "train" and (engine or not aligned) else None
             micro_batches.append({"batches": batches, "advantages": advantages, "old_logps": old_logps,
-                                  "ref_logps": ref_logps, "turn_of_sample": turn_of_sample})
+                                  "ref_logps": ref_logps, "turn_of_sample": turn_of_sample,
+                                  **engine_correction(self, old_logps, engine, trained)})
             all_batches.append(batches)
             all_advantages.append(advantages)
             all_turns.append(turn_of_sample)
@@ -497,13 +492,17 @@ class MAGRPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer):
             logps, old, inputs["advantages"][agent_index], epsilon_low=args.epsilon, epsilon_high=args.epsilon_high,
             delta=args.delta, importance_sampling_level=args.importance_sampling_level, mask=mask,
         )
-        if args.off_policy_mask_threshold is not None:  # drop drifted sequences of negative advantage
-            per_token_loss = per_token_loss * off_policy_sequence_mask(
-                inputs["advantages"][agent_index], logps, old, mask, args.off_policy_mask_threshold)
+        engine = inputs.get("sampling_logps")  # vLLM's log-probs: drift and the engine mismatch (`engine_correction`)
+        if args.off_policy_mask_threshold is not None:  # drop drifted sequences of negative advantage (TRL: vs vLLM's)
+            per_token_loss = per_token_loss * off_policy_sequence_mask(inputs["advantages"][agent_index], logps, old if
+                                                                       engine is None else engine[agent_index], mask,
+                                                                       args.off_policy_mask_threshold)
         entropy_masks = inputs.get("entropy_mask")  # absent when a subclass builds its own inputs
         entropy_mask = None if entropy_masks is None else entropy_masks[agent_index]
         if entropy_mask is not None:  # top_entropy_quantile: the policy gradient only on high-entropy tokens
             per_token_loss = per_token_loss * entropy_mask
+        if engine is not None:  # TRL's truncated importance-sampling weight of the engine mismatch
+            per_token_loss = per_token_loss * inputs["importance_sampling_ratio"][agent_index]
         kl = None
         if args.beta != 0.0:
             kl = k3_kl(logps, inputs["ref_logps"][agent_index])
@@ -589,12 +588,8 @@ class MAGRPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer):
                 "num_agents": self.args.num_agents, "num_turns": self.args.num_turns,
                 "num_generations": self.args.num_generations, "joint_mode": self.args.joint_mode,
                 "advantage_mode": self.args.advantage_mode, "discount": self.args.discount,
-                "loss_type": self.args.loss_type, "beta": self.args.beta,
-                "learning_rate": self.args.learning_rate,
+                "loss_type": self.args.loss_type, "beta": self.args.beta, "learning_rate": self.args.learning_rate,
             },
-            model_name=model_name, dataset_name=dataset_name, tags=[*self._tag_names, *(_as_list(tags))],
+            model_name=model_name, dataset_name=dataset_name,
+            tags=[*self._tag_names, *([] if tags is None else [tags] if isinstance(tags, str) else tags)],
         )
-
-
-def _as_list(tags: str | list[str] | None) -> list[str]:
-    return [] if tags is None else [tags] if isinstance(tags, str) else list(tags)

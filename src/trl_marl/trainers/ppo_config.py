@@ -175,7 +175,8 @@ class MultiAgentPPOConfig(TRLBaseConfig):
             "graphs on a GPU; eager, with the reason logged once, where it cannot run) or 'vllm' (one "
             "in-process vLLM engine for the whole team, every agent's LoRA adapter a LoRARequest, adapters "
             "re-uploaded after each optimizer step; needs LoRA adapters (a peft_config) and vLLM installed). "
-            "`use_vllm=True` selects 'vllm'. Log-probabilities and values are recomputed by the training model."
+            "`use_vllm=True` selects 'vllm'. Log-probabilities and values are recomputed by the training model; "
+            "the policy loss is weighted by the engine/trainer importance ratio (`vllm_importance_sampling_*`)."
         },
     )
     use_vllm: bool = field(
@@ -211,6 +212,36 @@ class MultiAgentPPOConfig(TRLBaseConfig):
     vllm_max_model_length: int | None = field(
         default=None,
         metadata={"help": "As in TRL: the vLLM engine's context length (default: the model's)."},
+    )
+    vllm_importance_sampling_correction: bool = field(
+        default=True,
+        metadata={
+            "help": "As TRL's GRPOConfig (TRL's PPO has no vLLM): with `generation_backend='vllm'`, weight each "
+            "token's policy loss by the bounded importance ratio pi_old / pi_vllm of the training model (its "
+            "log-probs at sampling time, PPO's old log-probs) over the vLLM engine that sampled it (truncated IS, "
+            "Yao et al. 2025), correcting the engine/trainer mismatch. The value loss is not weighted. False: no "
+            "correction."
+        },
+    )
+    vllm_importance_sampling_mode: str = field(
+        default="sequence_mask",
+        metadata={
+            "help": "As in TRL: 'token_truncate' (each token's ratio clipped to [clip_min, clip_max]), 'token_mask' "
+            "(ratios outside the bounds set to 0), 'sequence_truncate' / 'sequence_mask' (one ratio per response, "
+            "the product over its tokens, clipped, or the response dropped when outside the bounds)."
+        },
+    )
+    vllm_importance_sampling_clip_max: float | None = field(
+        default=3.0,
+        metadata={"help": "As in TRL: the upper bound C_max of the importance ratio (None: no upper bound)."},
+    )
+    vllm_importance_sampling_clip_min: float | None = field(
+        default=None,
+        metadata={"help": "As in TRL: the lower bound C_min of the importance ratio (None: no lower bound)."},
+    )
+    vllm_importance_sampling_cap: float | None = field(
+        default=None,
+        metadata={"help": "Deprecated in TRL, kept for its name: sets `vllm_importance_sampling_clip_max`."},
     )
     share_prompt_prefill: bool = field(
         default=True,

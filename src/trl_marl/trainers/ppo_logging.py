@@ -6,7 +6,8 @@ TRL 1.12's names for the drop-in (`objective/kl`, `objective/entropy`, `objectiv
 `lr`, `episode`, `eps`) and, with several agents or turns, the names MAGRPO uses for the same quantities:
 `turn_{t}/reward`, `agent_{a}/reward`, `agent_{a}/turn_{t}/reward` (mean score of the responses),
 `agent_{a}/kl`, and per policy slot `agent_{a}/loss/policy_avg`, `agent_{a}/loss/value_avg` (prefixed
-`agent_{a}/turn_{t}/` with per-turn policies). Means are over the scorable responses.
+`agent_{a}/turn_{t}/` with per-turn policies). Means are over the scorable responses. With vLLM's importance-sampling
+correction, TRL's `sampling/sampling_logp_difference/mean|max` and `sampling/importance_sampling_ratio/min|mean|max`.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 
 import torch
 
+from .engine_correction import correction_metrics, mismatch_values
 from .ppo_rollout import AgentRollout
 
 __all__ = ["STAT_NAMES", "print_sample_completions", "update_metrics", "write_ppo_model_card"]
@@ -66,6 +68,10 @@ def update_metrics(trainer: Any, rollouts: list[AgentRollout | None], stats: dic
         for s, ro in enumerate(rollouts)
         if ro is not None
     )
+    corrected = [mismatch_values(ro.logprobs, ro.sampling_logprobs, ro.importance_sampling_ratio, ro.policy_mask,
+                                 trainer.args.vllm_importance_sampling_mode)
+                 for ro in trained if ro.importance_sampling_ratio is not None]
+    metrics.update(correction_metrics(trainer.accelerator, corrected))  # TRL's `sampling/*` (vLLM's mismatch)
     metrics["lr"] = trainer.lr_scheduler.get_last_lr()[0]
     metrics["episode"] = episode
     env, args = trainer.env, trainer.args

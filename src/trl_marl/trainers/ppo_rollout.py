@@ -11,12 +11,13 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..core import selective_log_softmax, whiten, whiten_jointly
+from ..core import engine_importance_sampling_ratio, selective_log_softmax, whiten, whiten_jointly
 from ..core.ppo import INVALID_LOGPROB, kl_penalty, response_masks, shaped_token_rewards, turn_level_advantages
 from ..rewarding import RewardSet
 from ..rollout import Rollout
 from ..team import AgentTeam, pad_left
 from ..validation import RewardFunctionError, unscorable_message
+from .engine_correction import corrects_engine_mismatch, padded_logps
 from .ppo_value import first_true_index, response_values, sequence_scores, truncate_after_stop
 
 __all__ = [
@@ -60,6 +61,10 @@ class AgentRollout:
     returns: torch.Tensor | None = None
     kl: torch.Tensor | None = None
     non_score_rewards: torch.Tensor | None = None
+    # the generation engine's log-probs of `responses` (vLLM), and the truncated importance weight of its mismatch
+    # with `logprobs` that multiplies the policy loss (`engine_correction`); None without them
+    sampling_logprobs: torch.Tensor | None = None
+    importance_sampling_ratio: torch.Tensor | None = None
 
 
 def joint_value_prompt(prompt_ids: Sequence[Sequence[int]], completion_ids: Sequence[Sequence[int]], agent: int,
@@ -134,6 +139,8 @@ def slot_rollouts(played: Rollout, slot_of: Any, num_slots: int, tokenizers: lis
             elif value_input == "answer":
                 s.setdefault("value_prompt_ids", []).extend(first_prompt_ids[a][r] for r in rows)
             s.setdefault("completion_ids", []).extend(t.completion_ids[a])
+            if t.sampling_logps is not None:
+                s.setdefault("sampling_logps", []).extend(t.sampling_logps[a])
             s.setdefault("texts", []).extend(t.completions[a])
             s.setdefault("prompts", []).extend(t.prompts[a])
             s.setdefault("turns", []).extend([t.turn] * len(rows))
@@ -164,6 +171,9 @@ def slot_rollouts(played: Rollout, slot_of: Any, num_slots: int, tokenizers: lis
             agents=torch.tensor(s["agents"]), rows=torch.tensor(s["rows"]), value_query_responses=value_qr,
             value_context_length=value_context,
         ))
+        if len(s.get("sampling_logps", ())) == len(responses):  # every turn's engine log-probs, in the same order
+            rollouts[-1].sampling_logprobs = padded_logps([row[:width] for row in s["sampling_logps"]], responses).to(
+                device)
     return rollouts
 
 
@@ -253,6 +263,10 @@ def forward_targets(ro: AgentRollout, slot: int, team: AgentTeam, value_model: n
     logprobs = torch.masked_fill(logprobs, ~policy_mask, INVALID_LOGPROB)
     ref_logprobs = torch.masked_fill(ref_logprobs, ~policy_mask, INVALID_LOGPROB)
     value = torch.masked_fill(value, ~value_mask, 0)
+    if ro.sampling_logprobs is not None and corrects_engine_mismatch(args):  # pi_old / pi_engine, bounded
+        ro.importance_sampling_ratio = engine_importance_sampling_ratio(
+            logprobs.float(), ro.sampling_logprobs, policy_mask, args.vllm_importance_sampling_mode,
+            args.vllm_importance_sampling_clip_min, args.vllm_importance_sampling_clip_max)
     kl = kl_penalty(logprobs, ref_logprobs, args.kl_estimator)
     rewards, non_score = shaped_token_rewards(ro.scores, kl, args.kl_coef, ro.sequence_lengths)
     ro.logprobs, ro.ref_logprobs, ro.values = logprobs, ref_logprobs, value

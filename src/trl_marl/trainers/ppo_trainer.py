@@ -525,9 +525,10 @@ class MultiAgentPPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer
         vf_loss, vf_clipfrac = clipped_value_loss(
             values, rollout.values[idx], rollout.returns[idx], args.cliprange_value, value_mask
         )
+        weight = rollout.importance_sampling_ratio  # vLLM's mismatch: TRL's truncated IS (`engine_correction`)
         pg_loss, pg_clipfrac, ratio = ppo_policy_loss(
-            new_logprobs, rollout.logprobs[idx], rollout.advantages[idx], args.cliprange, policy_mask
-        )
+            new_logprobs, rollout.logprobs[idx], rollout.advantages[idx], args.cliprange, policy_mask,
+            None if weight is None else weight[idx])
         stats = {"pg_loss": pg_loss, "vf_loss": vf_loss, "pg_clipfrac": pg_clipfrac, "vf_clipfrac": vf_clipfrac,
                  "ratio": ratio.mean()}
         return pg_loss + args.vf_coef * vf_loss, stats

@@ -1,0 +1,113 @@
+"""TRL's truncated importance-sampling correction of the generation engine's mismatch with the training model.
+
+With `generation_backend="vllm"` the completions are sampled by vLLM, whose log-probabilities differ numerically from
+the training model's (other kernels and precision): training on them is slightly off-policy. As TRL 1.16's
+`GRPOTrainer` does with `use_vllm=True` and `vllm_importance_sampling_correction=True` (its default), the trainer then
+always scores the completions with the training model at sampling time (`old_logps`, even with `num_iterations=1`),
+and multiplies each trained agent's per-token policy loss by the bounded ratio of the two
+(`trl_marl.core.engine_importance_sampling_ratio`: Yao et al., 2025; `vllm_importance_sampling_mode`, `_clip_min`,
+`_clip_max`). The KL term is not weighted. A backend that gives no log-probabilities (the team's own decoding) gets no
+correction: nothing is computed, and training is exactly what it was.
+
+Logged as TRL does, pooled over the trained agents (and per agent with an `agent_<i>/` prefix):
+`sampling/sampling_logp_difference/mean|max` (|log pi_old - log pi_engine| over the completion tokens) and
+`sampling/importance_sampling_ratio/min|mean|max` (over the tokens, or over the sequences in the sequence modes).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from ..core import engine_importance_sampling_ratio
+from ..rollout import TurnResult
+from ..team import AgentBatch
+
+__all__ = [
+    "correction_metrics", "corrects_engine_mismatch", "engine_correction", "engine_logps", "mismatch_values",
+    "padded_logps",
+]
+
+
+def corrects_engine_mismatch(args: Any, mode: str = "train") -> bool:
+    """Whether a training batch (`mode="train"`) gets the correction: the vLLM backend with
+    `vllm_importance_sampling_correction`."""
+    return mode == "train" and getattr(args, "generation_backend", "transformers") == "vllm" and bool(
+        getattr(args, "vllm_importance_sampling_correction", False))
+
+
+def padded_logps(rows: Sequence[Sequence[float]], like: torch.Tensor) -> torch.Tensor:
+    """Per-token log-probability lists as a float32 tensor of `like`'s shape and device (0 after each row's end)."""
+    out = torch.zeros(like.shape, dtype=torch.float32)
+    for i, row in enumerate(rows):
+        if row:
+            out[i, : len(row)] = torch.tensor(row, dtype=torch.float32)
+    return out.to(like.device)
+
+
+def engine_logps(turns: Sequence[TurnResult], picks: Sequence[Sequence[int]],
+                 batches: Sequence[AgentBatch]) -> list[torch.Tensor] | None:
+    """The engine's log-probabilities of the completions of one micro-batch, per agent, padded like its
+    `completion_ids` (the samples `picks[t]` of every turn `t`, in order); None when a turn has none."""
+    if not turns or any(t.sampling_logps is None for t in turns):
+        return None
+    return [padded_logps([t.sampling_logps[a][i] for t, pick in zip(turns, picks) for i in pick],
+                         batch.completion_ids) for a, batch in enumerate(batches)]
+
+
+def engine_correction(trainer: Any, old_logps: Sequence[torch.Tensor | None] | None,
+                      sampling: Sequence[torch.Tensor] | None,
+                      batches: Sequence[AgentBatch | None]) -> dict[str, Any]:
+    """The micro-batch entries of the correction: `sampling_logps[a]` and `importance_sampling_ratio[a]` (None for
+    a frozen agent); empty without engine log-probabilities. Logs the metrics (see the module docstring)."""
+    if sampling is None or old_logps is None:
+        return {}
+    args = trainer.args
+    ratios: list[torch.Tensor | None] = []
+    pooled: list[tuple[torch.Tensor, torch.Tensor]] = []
+    metrics = trainer._metrics["train"]
+    for a, batch in enumerate(batches):
+        old = old_logps[a]
+        if batch is None or old is None:
+            ratios.append(None)
+            continue
+        ratio = engine_importance_sampling_ratio(
+            old.float(), sampling[a], batch.completion_mask, args.vllm_importance_sampling_mode,
+            args.vllm_importance_sampling_clip_min, args.vllm_importance_sampling_clip_max)
+        ratios.append(ratio)
+        pooled.append(mismatch_values(old, sampling[a], ratio, batch.completion_mask,
+                                      args.vllm_importance_sampling_mode))
+        for name, value in correction_metrics(trainer.accelerator, [pooled[-1]]).items():
+            metrics[f"agent_{a}/{name}"].append(value)
+    for name, value in correction_metrics(trainer.accelerator, pooled).items():
+        metrics[name].append(value)
+    return {"sampling_logps": list(sampling), "importance_sampling_ratio": ratios}
+
+
+def mismatch_values(old: torch.Tensor, sampling: torch.Tensor, ratio: torch.Tensor, mask: torch.Tensor,
+                    mode: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """The values TRL's metrics reduce: |log pi_old - log pi_engine| on the completion tokens (NaN left out), and the
+    ratios on those tokens (token modes) or of every sequence (sequence modes: `ratio` is `(B, 1)`)."""
+    tokens = mask.bool()
+    delta = (old.float() - sampling.float()).abs()
+    delta = delta[tokens & ~torch.isnan(delta)]
+    return delta, (ratio.flatten() if mode.startswith("sequence") else ratio[tokens])
+
+
+def correction_metrics(accelerator: Any, values: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> dict[str, float]:
+    """TRL's five metrics over `values` (pairs from [`mismatch_values`], pooled), each reduced over every process."""
+    if not values:
+        return {}
+    out: dict[str, float] = {}
+    pooled = {"sampling/sampling_logp_difference": (torch.cat([d for d, _ in values]), ("mean", "max")),
+              "sampling/importance_sampling_ratio": (torch.cat([r for _, r in values]), ("min", "mean", "max"))}
+    for name, (tensor, reductions) in pooled.items():
+        for reduce in reductions:
+            local = (getattr(tensor.float(), reduce)() if tensor.numel() else torch.tensor(float("nan"))).reshape(1)
+            every = accelerator.gather(local.to(accelerator.device))
+            every = every[~torch.isnan(every)]
+            if every.numel():
+                out[f"{name}/{reduce}"] = getattr(every, reduce)().item()
+    return out
