@@ -54,7 +54,7 @@ from typing import Any
 import torch
 from transformers import GenerationConfig, StaticCache
 
-from ..utils.lean_decode import _base_model, _is_peft, _logits_processors, _Plan, _plan, decode
+from ..utils.lean_decode import _base_model, _is_peft, _logits_processors, _Plan, _plan, decode, next_token_step
 from ..utils.mixed_adapters import BASE_ADAPTER, sliced_adapter_rows, sliced_adapter_rows_unsupported
 from .base import GenerationBackend
 
@@ -241,19 +241,10 @@ class CompiledDecoder:
             step_positions = positions[:, -1:]
             for index in range(plan.max_new_tokens):
                 scores = logits[:rows].to(copy=True, dtype=torch.float32, device=device)
-                for processor in processors:
-                    scores = processor(sequences, scores)
-                if plan.do_sample:
-                    next_tokens = torch.multinomial(torch.softmax(scores, dim=-1), num_samples=1).squeeze(1)
-                else:
-                    next_tokens = torch.argmax(scores, dim=-1)
-                if eos is not None:
-                    next_tokens = next_tokens * unfinished + pad * (1 - unfinished)
-                sequences = torch.cat([sequences, next_tokens[:, None]], dim=-1)
-                if eos is not None:
-                    unfinished = unfinished & ~torch.isin(next_tokens, eos)
-                    if unfinished.max() == 0:
-                        break
+                sequences, next_tokens, unfinished = next_token_step(scores, sequences, processors, plan.do_sample,
+                                                                     eos, pad, unfinished)
+                if eos is not None and unfinished.max() == 0:
+                    break
                 if index + 1 == plan.max_new_tokens:
                     break
                 step_ids = next_tokens[:, None]

@@ -338,6 +338,30 @@ def _peft_hooks(model: Any, adapter_names: Sequence[str | None] | None) -> Abstr
     return sliced_adapter_rows(model, list(adapter_names) if adapter_names else None)
 
 
+def next_token_step(scores: torch.Tensor, sequences: torch.Tensor, processors: Sequence[Any], do_sample: bool,
+                    eos: torch.Tensor | None, pad: torch.Tensor | None,
+                    unfinished: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One token of every row after the forward, as `generate` picks it (shared by the eager loop and the compiled
+    backend, so both draw the same tokens from the same random state).
+
+    The logits processors see the sequences so far; the token is sampled from the softmax (`do_sample`) or the
+    argmax; a row that already ended gets `pad`. Returns the sequences with the new column, the new tokens, and the
+    rows still unfinished (a row ends at any `eos` token).
+    """
+    for processor in processors:
+        scores = processor(sequences, scores)
+    if do_sample:
+        next_tokens = torch.multinomial(torch.softmax(scores, dim=-1), num_samples=1).squeeze(1)
+    else:
+        next_tokens = torch.argmax(scores, dim=-1)
+    if eos is not None:
+        next_tokens = next_tokens * unfinished + pad * (1 - unfinished)
+    sequences = torch.cat([sequences, next_tokens[:, None]], dim=-1)
+    if eos is not None:
+        unfinished = unfinished & ~torch.isin(next_tokens, eos)
+    return sequences, next_tokens, unfinished
+
+
 def _run(model: Any, plan: _Plan, input_ids: torch.Tensor, attention_mask: torch.Tensor,
          adapter_names: Sequence[str | None] | None, past_key_values: Any) -> torch.Tensor:
     settings, device = plan.settings, input_ids.device
@@ -368,19 +392,10 @@ def _run(model: Any, plan: _Plan, input_ids: torch.Tensor, attention_mask: torch
             cache = output_cache(outputs)
             scores = outputs.logits[:, -1].to(copy=True, dtype=torch.float32, device=device)
             del outputs
-            for processor in processors:
-                scores = processor(sequences, scores)
-            if plan.do_sample:
-                next_tokens = torch.multinomial(torch.softmax(scores, dim=-1), num_samples=1).squeeze(1)
-            else:
-                next_tokens = torch.argmax(scores, dim=-1)
-            if eos is not None:
-                next_tokens = next_tokens * unfinished + pad * (1 - unfinished)
-            sequences = torch.cat([sequences, next_tokens[:, None]], dim=-1)
-            if eos is not None:
-                unfinished = unfinished & ~torch.isin(next_tokens, eos)
-                if unfinished.max() == 0:
-                    break
+            sequences, next_tokens, unfinished = next_token_step(scores, sequences, processors, plan.do_sample, eos,
+                                                                 pad, unfinished)
+            if eos is not None and unfinished.max() == 0:
+                break
             step_ids, step_positions = next_tokens[:, None], step_positions[:, -1:] + 1
             if mask is not None:
                 mask = torch.cat([mask, mask.new_ones((batch, 1))], dim=-1)
