@@ -100,12 +100,19 @@ def lora_config(first_layer: int = 22, num_layers: int = 30) -> Any:
 
 
 # ------------------------------------------------------------------------------------------------------ MAGRPO
+def central_prompt(agent_texts: Sequence[str], tags: Sequence[str]) -> str:
+    """The centralised policy's prompt: the rules once (without the player line) and the tagged answer format."""
+    rules = agent_texts[0].rsplit(" You are player", 1)[0]
+    sections = "".join(f"<{t}>number</{t}>" for t in tags)
+    return f"{rules}\n\nWrite both players' numbers, exactly in this form: {sections}"
+
+
 def sum_env(central: bool) -> Any:
-    """The team env, or the centralised one (the agents' user messages combined into one tagged-sections prompt)."""
+    """The team env, or the centralised one (one user message: the rules and the tagged-sections format)."""
     from trl_marl.envs import CentralizedEnv, ChatTargetSumEnv
 
     if central:
-        return CentralizedEnv(ChatTargetSumEnv(2, system_prompt=None, prefill=""))
+        return CentralizedEnv(ChatTargetSumEnv(2, system_prompt=None, prefill=""), format_prompt=central_prompt)
     return ChatTargetSumEnv(2)
 
 
