@@ -83,7 +83,7 @@ SIZES: dict[str, dict[str, Any]] = {
     # rows per step = batch // generations; eval: joint actions sampled per target (multiples of 8)
     "magrpo": {"batch": 16, "generations": 8, "completion": 3, "central_completion": 24, "lr": 5e-4,
                "eval_per_target": 64},
-    "maporl": {"batch": 8, "response": 8, "lr": 5e-4, "ppo_epochs": 2, "eval_rows": 60},
+    "maporl": {"batch": 8, "response": 8, "lr": 5e-4, "ppo_epochs": 2, "eval_rows": 60, "value_layers": 8},
 }
 SMOKE: dict[str, dict[str, Any]] = {
     "magrpo": {"batch": 8, "generations": 4, "eval_per_target": 8, "train_eval_targets": 2},
@@ -240,6 +240,30 @@ DEBATE_SYSTEM = "Answer with the number only."
 DEBATE_FORMAT = "Give the result as a number."
 
 
+def value_models(model: str, top_layers: int, count: int = 2) -> list[Any] | None:
+    """Value models whose backward stops at the top `top_layers` layers (their lower layers, embeddings frozen).
+
+    The trainer's default value model is a full copy of the policy trained end to end: on a CPU its backward
+    through all 30 layers costs more than the LoRA policy's. `top_layers=0` keeps the default (None)."""
+    if top_layers <= 0:
+        return None
+    from transformers import AutoModelForSequenceClassification
+
+    from trl_marl.utils.model_names import resolve_model_name
+
+    out = []
+    for _ in range(count):
+        vm = AutoModelForSequenceClassification.from_pretrained(resolve_model_name(model), num_labels=1)
+        vm.requires_grad_(False)
+        layers = vm.model.layers
+        for layer in list(layers)[len(layers) - top_layers:]:
+            layer.requires_grad_(True)
+        vm.model.norm.requires_grad_(True)
+        vm.score.requires_grad_(True)
+        out.append(vm)
+    return out
+
+
 def build_maporl(seed: int, steps: int, sizes: dict[str, Any], output_dir: str, model: str) -> Any:
     """Multi-agent PPO on a 2-agent, 2-turn debate of 1-digit additions; eval rows are held-out pairs."""
     from datasets import Dataset
@@ -265,7 +289,7 @@ def build_maporl(seed: int, steps: int, sizes: dict[str, Any], output_dir: str, 
         args=config, model=model, reward_funcs=[reward], env=env,
         train_dataset=Dataset.from_list(addition_rows(train_pairs, max(64, 2 * steps * batch), seed)),
         eval_dataset=Dataset.from_list(addition_rows(heldout_pairs, sizes["eval_rows"], 10_000 + seed)),
-        eval_verifier=verifier, peft_config=lora_config(),
+        eval_verifier=verifier, peft_config=lora_config(), value_model=value_models(model, sizes["value_layers"]),
     )
 
 
@@ -353,6 +377,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--batch", type=int, default=None)
     parser.add_argument("--eval-per-target", type=int, default=None, help="MAGRPO: joint actions per target")
     parser.add_argument("--eval-rows", type=int, default=None, help="MAPoRL: held-out questions")
+    parser.add_argument("--value-layers", type=int, default=None,
+                        help="MAPoRL: value models train only their top N layers (0: the trainer's full default)")
     parser.add_argument("--output", default=None, help="JSON path (default benchmarks/results_learning_real_*)")
     return parser.parse_args(argv)
 
@@ -362,7 +388,7 @@ def settings_for(args: argparse.Namespace) -> dict[str, Any]:
     if args.smoke:
         sizes.update(SMOKE[args.kind])
     for key, value in (("lr", args.lr), ("batch", args.batch), ("eval_per_target", args.eval_per_target),
-                       ("eval_rows", args.eval_rows)):
+                       ("eval_rows", args.eval_rows), ("value_layers", args.value_layers)):
         if value is not None and key in sizes:
             sizes[key] = value
     steps = 1 if args.smoke else args.steps

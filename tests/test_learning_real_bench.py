@@ -123,5 +123,8 @@ def test_record_fields_and_summary(bench: Any, tmp_path: Path) -> None:
 def test_smoke_settings(bench: Any) -> None:
     settings = bench.settings_for(bench.parse_args(["maporl", "--smoke", "--steps", "50"]))
     assert settings["steps"] == 1 and settings["sizes"]["eval_rows"] == 6 and settings["sizes"]["response"] == 8
+    assert settings["sizes"]["value_layers"] == 8
+    assert bench.settings_for(bench.parse_args(["maporl", "--value-layers", "0"]))["sizes"]["value_layers"] == 0
+    assert bench.value_models("unused", 0) is None  # 0: the trainer builds its default (full) value models
     settings = bench.settings_for(bench.parse_args(["magrpo", "--lr", "1e-4"]))
     assert settings["steps"] == 60 and settings["sizes"]["lr"] == 1e-4 and settings["sizes"]["eval_per_target"] == 64
