@@ -141,7 +141,7 @@ def build_magrpo(arm: str, seed: int, steps: int, sizes: dict[str, Any], output_
         max_completion_length=sizes["central_completion"] if central else sizes["completion"],
         learning_rate=sizes["lr"], lr_scheduler_type="constant", max_steps=steps, logging_steps=1,
         report_to="none", save_strategy="no", temperature=1.0, seed=seed, disable_tqdm=True, beta=0.0,
-        frozen_agents=list(frozen),
+        frozen_agents=list(frozen), activation_checkpointing=False,  # short CPU sequences: no recompute
     )
     return MAGRPOTrainer(model=model, reward_funcs=sum_reward(env), env=env, args=config,
                          train_dataset=Dataset.from_dict({"target": rows}).shuffle(seed=seed),
@@ -282,6 +282,7 @@ def build_maporl(seed: int, steps: int, sizes: dict[str, Any], output_dir: str, 
         total_episodes=steps * batch, response_length=sizes["response"], stop_token="eos",
         num_ppo_epochs=sizes["ppo_epochs"], learning_rate=sizes["lr"], kl_coef=0.02, temperature=1.0,
         policy_sharing="agent", report_to="none", save_strategy="no", num_sample_generations=0, logging_steps=1,
+        activation_checkpointing=False,
         seed=seed, per_device_eval_batch_size=max(2, min(32, sizes["eval_rows"])), disable_tqdm=True,
     )
     env = DebateEnv(num_agents=2, num_turns=2, chat=True, system_prompt=DEBATE_SYSTEM, answer_format=DEBATE_FORMAT)
