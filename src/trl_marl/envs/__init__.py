@@ -1,7 +1,8 @@
 """Multi-agent environments: the `MultiAgentEnv` protocol and built-in environments.
 
 - `PromptEnv`, `TokenizedPromptEnv`: plain prompt columns (TRL-style datasets).
-- `TargetSumEnv`: a synthetic coordination task (offline demo and tests).
+- `TargetSumEnv`: a synthetic coordination task (offline demo and tests); `ChatTargetSumEnv` its chat form for real
+  instruct models (assistant prefill).
 - `CooperativeWritingEnv`: MAGRPO's writing task (summary + detailed expansion).
 - `CooperativeCodingEnv`: MAGRPO's coding task (helper + main function, sandboxed tests as feedback).
 - `DebateEnv`, `ToyDebateEnv`: collaborative debate (Du et al. 2024) as used by MAPoRL.
@@ -17,7 +18,7 @@ import importlib
 import warnings
 from typing import Any
 
-from .arithmetic import TargetSumEnv
+from .arithmetic import ChatTargetSumEnv, TargetSumEnv
 from .base import MultiAgentEnv, Prompt, PromptEnv, TokenizedPromptEnv, Transcript, Turn
 from .centralized import CentralizedEnv, split_sections
 from .coding import CooperativeCodingEnv
@@ -27,6 +28,7 @@ from .writing import CooperativeWritingEnv
 __all__ = [
     "CentralizedEnv",
     "CooperativeCodingEnv",
+    "ChatTargetSumEnv",
     "CooperativeWritingEnv",
     "DebateEnv",
     "MultiAgentEnv",

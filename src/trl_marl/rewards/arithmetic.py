@@ -7,6 +7,8 @@ from collections.abc import Sequence
 from typing import Any
 
 _INT = re.compile(r"^\s*(-?\d+)\s*$")
+# a leading integer: digits not continued by more digits or by a decimal/thousands part ("5.5", "5,000" are not 5)
+_LEADING_INT = re.compile(r"^\s*(-?\d+)(?![\d])(?![.,]\d)")
 
 
 def parse_int(text: Any) -> int | None:
@@ -14,6 +16,26 @@ def parse_int(text: Any) -> int | None:
     if isinstance(text, list):  # conversational completion
         text = text[-1]["content"] if text else ""
     match = _INT.match(str(text))
+    return int(match.group(1)) if match else None
+
+
+def parse_leading_int(text: Any) -> int | None:
+    """The integer a completion starts with (leading spaces allowed), or `None`.
+
+    What follows the integer is ignored (`" 7. I pick 7"` is 7, `"7<|im_end|>"` is 7) unless it continues the number:
+    `"5.5"` and `"5,000"` are `None`, not 5. Text before the integer is not skipped (`"I pick 7"` is `None`): with an
+    assistant prefill such as `"My number is"` the completion must *start* with the number.
+
+    Example:
+
+    ```python
+    >>> parse_leading_int(" 12. Because"), parse_leading_int("seven"), parse_leading_int("3.5")
+    (12, None, None)
+    ```
+    """
+    if isinstance(text, list):  # conversational completion
+        text = text[-1]["content"] if text else ""
+    match = _LEADING_INT.match(str(text))
     return int(match.group(1)) if match else None
 
 
@@ -26,15 +48,21 @@ class TargetSumReward:
     Args:
         invalid_penalty (`float`): Penalty for a joint action with an unparseable answer.
         target_column (`str`): The dataset column holding the target.
+        leading (`bool`): Read the *leading* integer of each completion ([`parse_leading_int`]: `" 7. I pick
+            7"` is 7) instead of requiring the whole completion to be one integer ([`parse_int`]). Use it with an
+            assistant prefill (`ChatTargetSumEnv`), where a real model continues "My number is" with " 7." or
+            " 7 because ...".
     """
 
     name = "target_sum"
 
     reward_kind = "team"  # a function of the joint action: one call per joint action in every trainer
 
-    def __init__(self, invalid_penalty: float = 0.5, target_column: str = "target") -> None:
+    def __init__(self, invalid_penalty: float = 0.5, target_column: str = "target", leading: bool = False) -> None:
         self.invalid_penalty = invalid_penalty
         self.target_column = target_column
+        self.leading = leading
+        self.parse = parse_leading_int if leading else parse_int
 
     def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], *,
                  agent_completions: Sequence[Sequence[Any]] | None = None, **kwargs: Any) -> list[float]:
@@ -44,7 +72,7 @@ class TargetSumReward:
         team = agent_completions if agent_completions is not None else [completions]
         rewards = []
         for j, target in enumerate(targets):
-            numbers = [parse_int(agent[j]) for agent in team]
+            numbers = [self.parse(agent[j]) for agent in team]
             if any(x is None for x in numbers):
                 rewards.append(-self.invalid_penalty)
             else:

@@ -1,0 +1,446 @@
+"""Learning benchmark on the real offline model "smollm2-135m-instruct" (issue 24, deliverable 3).
+
+Two entry points, each run over several seeds, every number measured on held-out data that no arm trains on, with
+the untrained team as the baseline and every value taken at the END of training (never the best step):
+
+- `magrpo`: the target-sum coordination game (`trl_marl.envs.ChatTargetSumEnv`, an assistant prefill "My number
+  is", `TargetSumReward(leading=True)`). Train targets 4..16 except the held-out {5, 9, 13}; success (the two
+  leading integers add up to the target) is reported on the held-out targets and, separately, on the train targets.
+  Arms at the same number of optimizer steps:
+  `team` (MAGRPO, both agents trained on the team reward), `alone` (each agent trained with its partner frozen at
+  the pretrained policy via `frozen_agents`, then the two trained agents paired, as `trl-marl demo` does) and
+  `central` (one policy writes both numbers in `<agent_0>..</agent_0><agent_1>..</agent_1>` sections through
+  `CentralizedEnv`, `num_agents=1`). The untrained team and the untrained central policy are measured before
+  training.
+- `maporl`: a 2-agent, 2-turn debate (`DebateEnv`, chat prompts) on generated 1-digit additions "a + b" with an
+  answer verifier and MAPoRL's influence-aware reward (multi-agent PPO, LoRA adapters). The held-out questions are
+  unordered pairs {a, b} that never occur in training (either order). Majority accuracy per turn before and after.
+
+Results (per seed, plus mean and spread over seeds) go to a JSON file under benchmarks/ with the command, the git
+commit and the machine. `--smoke` runs 1 step with tiny evaluation sets to check the wiring (not a measurement).
+
+    python benchmarks/learning_real.py magrpo --seeds 0 1 2 3 4 --steps 60
+    python benchmarks/learning_real.py maporl --seeds 0 1 2 3 4 --steps 40
+    python benchmarks/learning_real.py magrpo --seeds 0 --smoke
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+MODEL = "smollm2-135m-instruct"
+HELDOUT_TARGETS = (5, 9, 13)
+TARGET_RANGE = (4, 16)
+INVALID_PENALTY = 0.5
+ARMS = ("team", "alone", "central")
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+# ------------------------------------------------------------------------------------------------------ data
+def target_split(low: int = TARGET_RANGE[0], high: int = TARGET_RANGE[1],
+                 heldout: Sequence[int] = HELDOUT_TARGETS) -> tuple[list[int], list[int]]:
+    """Train and held-out targets of the target-sum game: `low..high` without `heldout`, and `heldout`."""
+    bad = [t for t in heldout if not low <= t <= high]
+    if bad:
+        raise ValueError(f"held-out targets {bad} are outside {low}..{high}.")
+    return [t for t in range(low, high + 1) if t not in heldout], sorted(heldout)
+
+
+def addition_split(seed: int, num_heldout: int = 15) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+    """1-digit additions `a + b` (0 <= a, b <= 9) split by UNORDERED pair: a held-out pair {a, b} never occurs in
+    training in either order. Returns (train, held-out) lists of ordered pairs; `num_heldout` of the 55 unordered
+    pairs are held out, chosen with `seed`."""
+    unordered = [(a, b) for a in range(10) for b in range(a, 10)]
+    if not 0 < num_heldout < len(unordered):
+        raise ValueError(f"num_heldout must be in 1..{len(unordered) - 1}, got {num_heldout}.")
+    held = set(random.Random(seed).sample(unordered, num_heldout))
+    train = [(a, b) for a in range(10) for b in range(10) if (min(a, b), max(a, b)) not in held]
+    heldout = [(a, b) for a in range(10) for b in range(10) if (min(a, b), max(a, b)) in held]
+    return train, heldout
+
+
+def addition_rows(pairs: Sequence[tuple[int, int]], n: int, seed: int) -> list[dict[str, str]]:
+    """`n` debate rows (`question`, `answer`) drawn with `seed` from `pairs` (cycling through a shuffled copy)."""
+    order = list(pairs)
+    random.Random(seed).shuffle(order)
+    return [{"question": f"What is {a} + {b}?", "answer": str(a + b)}
+            for a, b in (order[i % len(order)] for i in range(n))]
+
+
+# ------------------------------------------------------------------------------------------------------ sizes
+SIZES: dict[str, dict[str, Any]] = {
+    # rows per step = batch // generations; eval: joint actions sampled per target (multiples of 8)
+    "magrpo": {"batch": 16, "generations": 8, "completion": 3, "central_completion": 24, "lr": 5e-4,
+               "eval_per_target": 64},
+    "maporl": {"batch": 8, "response": 8, "lr": 5e-4, "ppo_epochs": 2, "eval_rows": 60, "value_layers": 8},
+}
+SMOKE: dict[str, dict[str, Any]] = {
+    "magrpo": {"batch": 8, "generations": 4, "eval_per_target": 8, "train_eval_targets": 2},
+    "maporl": {"batch": 4, "eval_rows": 6},
+}
+
+
+def lora_config(first_layer: int = 22, num_layers: int = 30) -> Any:
+    """LoRA r=8 on q/v of the top layers only: the backward stops at `first_layer` (top 8 of SmolLM2's 30)."""
+    from peft import LoraConfig
+
+    return LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM",
+                      layers_to_transform=list(range(first_layer, num_layers)))
+
+
+# ------------------------------------------------------------------------------------------------------ MAGRPO
+def central_prompt(agent_texts: Sequence[str], tags: Sequence[str]) -> str:
+    """The centralised policy's prompt: the rules once (without the player line) and the tagged answer format."""
+    rules = agent_texts[0].rsplit(" You are player", 1)[0]
+    sections = "".join(f"<{t}>number</{t}>" for t in tags)
+    return f"{rules}\n\nWrite both players' numbers, exactly in this form: {sections}"
+
+
+def sum_env(central: bool) -> Any:
+    """The team env, or the centralised one (one user message: the rules and the tagged-sections format)."""
+    from trl_marl.envs import CentralizedEnv, ChatTargetSumEnv
+
+    if central:
+        return CentralizedEnv(ChatTargetSumEnv(2, system_prompt=None, prefill=""), format_prompt=central_prompt)
+    return ChatTargetSumEnv(2)
+
+
+def sum_reward(env: Any) -> Any:
+    from trl_marl.envs import CentralizedEnv
+    from trl_marl.rewards import CentralizedReward, TargetSumReward
+
+    team = TargetSumReward(invalid_penalty=INVALID_PENALTY, leading=True)
+    return CentralizedReward(env, team) if isinstance(env, CentralizedEnv) else team
+
+
+def build_magrpo(arm: str, seed: int, steps: int, sizes: dict[str, Any], output_dir: str, model: str,
+                 frozen: Sequence[int] = ()) -> Any:
+    """One MAGRPO trainer of an arm (`team`/`alone`: 2 agents with adapters; `central`: one policy)."""
+    from datasets import Dataset
+
+    from trl_marl import MAGRPOConfig, MAGRPOTrainer
+
+    central = arm == "central"
+    env = sum_env(central)
+    train, _ = target_split()
+    rows = [train[i % len(train)] for i in range(max(64, steps * sizes["batch"]))]
+    config = MAGRPOConfig(
+        output_dir=output_dir, num_agents=1 if central else 2, num_generations=sizes["generations"],
+        per_device_train_batch_size=sizes["batch"],
+        max_completion_length=sizes["central_completion"] if central else sizes["completion"],
+        learning_rate=sizes["lr"], lr_scheduler_type="constant", max_steps=steps, logging_steps=1,
+        report_to="none", save_strategy="no", temperature=1.0, seed=seed, disable_tqdm=True, beta=0.0,
+        frozen_agents=list(frozen), activation_checkpointing=False,  # short CPU sequences: no recompute
+    )
+    return MAGRPOTrainer(model=model, reward_funcs=sum_reward(env), env=env, args=config,
+                         train_dataset=Dataset.from_dict({"target": rows}).shuffle(seed=seed),
+                         peft_config=lora_config())
+
+
+def evaluate_sum(team: Any, central: bool, targets: Sequence[int], per_target: int, seed: int,
+                 max_new_tokens: int) -> dict[str, Any]:
+    """Sampled (T=1) team success and valid rate on `targets`: `per_target` joint actions each (8 per prompt)."""
+    import torch
+    from transformers import GenerationConfig
+
+    from trl_marl.rollout import JointRollout, TeamReward
+
+    env = sum_env(central)
+    tok = team.tokenizers[0]
+    torch.manual_seed(seed)
+    rollout = JointRollout(env, team, TeamReward([sum_reward(env)]),
+                           GenerationConfig(max_new_tokens=max_new_tokens, do_sample=True, temperature=1.0, top_k=0,
+                                            pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id),
+                           num_generations=8, seed=seed)
+    per: dict[str, float] = {}
+    valid: list[float] = []
+    success: list[float] = []
+    team.eval()
+    with torch.no_grad():
+        for target in targets:
+            rewards = rollout.run([{"target": target}] * max(1, per_target // 8)).turns[0].rewards.flatten()
+            per[str(target)] = (rewards == 1.0).float().mean().item()
+            success += (rewards == 1.0).float().tolist()
+            valid += (rewards != -INVALID_PENALTY).float().tolist()
+    return {"success": sum(success) / len(success), "valid": sum(valid) / len(valid), "per_target": per,
+            "joint_actions": len(success)}
+
+
+def pair_alone_agents(trainers: Sequence[Any]) -> Any:
+    """The team of two separately trained agents: trainer 0's team with agent 1's adapter taken from trainer 1."""
+    from peft import get_peft_model_state_dict, set_peft_model_state_dict
+
+    team, other = trainers[0].team, trainers[1].team
+    weights = get_peft_model_state_dict(other.policy(1), adapter_name=other.agent_adapter[1])
+    set_peft_model_state_dict(team.policy(1), weights, adapter_name=team.agent_adapter[1])
+    return team
+
+
+def train_timed(trainer: Any) -> dict[str, Any]:
+    start = time.perf_counter()
+    trainer.train()
+    seconds = time.perf_counter() - start
+    steps = max(1, trainer.state.global_step)
+    curve = [h["reward"] for h in trainer.state.log_history if "reward" in h]
+    return {"train_seconds": seconds, "steps": trainer.state.global_step, "s_per_step": seconds / steps,
+            "reward_curve": curve}
+
+
+def run_magrpo_seed(seed: int, steps: int, sizes: dict[str, Any], arms: Sequence[str], work: str, model: str,
+                    build: Callable[..., Any] = build_magrpo, evaluate: Callable[..., dict[str, Any]] = evaluate_sum,
+                    pair: Callable[[Sequence[Any]], Any] = pair_alone_agents) -> dict[str, Any]:
+    """Every arm of one seed: held-out and train-target success before (untrained) and after training."""
+    train_targets, heldout = target_split()
+    train_eval = train_targets[:: max(1, len(train_targets) // sizes.get("train_eval_targets", len(train_targets)))]
+    eval_seed = 10_000 + seed
+
+    def measure(team: Any, central: bool) -> dict[str, Any]:
+        length = sizes["central_completion"] if central else sizes["completion"]
+        return {"heldout": evaluate(team, central, heldout, sizes["eval_per_target"], eval_seed, length),
+                "train_targets": evaluate(team, central, train_eval, sizes["eval_per_target"], eval_seed, length)}
+
+    out: dict[str, Any] = {"seed": seed}
+    if "team" in arms or "alone" in arms:
+        trainer = build("team", seed, steps, sizes, os.path.join(work, f"team{seed}"), model)
+        out["untrained"] = measure(trainer.team, False)
+        if "team" in arms:
+            out["team"] = {**train_timed(trainer), **measure(trainer.team, False)}
+        del trainer
+    if "alone" in arms:
+        alone = []
+        timings = []
+        for agent in (0, 1):
+            trainer = build("alone", seed, steps, sizes, os.path.join(work, f"alone{seed}_{agent}"), model,
+                            frozen=[1 - agent])
+            timings.append(train_timed(trainer))
+            alone.append(trainer)
+        out["alone"] = {"agents": timings, "s_per_step": statistics.mean(t["s_per_step"] for t in timings),
+                        **measure(pair(alone), False)}
+        del alone
+    if "central" in arms:
+        trainer = build("central", seed, steps, sizes, os.path.join(work, f"central{seed}"), model)
+        out["central_untrained"] = measure(trainer.team, True)
+        out["central"] = {**train_timed(trainer), **measure(trainer.team, True)}
+    return out
+
+
+# ------------------------------------------------------------------------------------------------------ MAPoRL
+DEBATE_SYSTEM = "Answer with the number only."
+DEBATE_FORMAT = "Give the result as a number."
+
+
+def value_models(model: str, top_layers: int, count: int = 2) -> list[Any] | None:
+    """Value models whose backward stops at the top `top_layers` layers (their lower layers, embeddings frozen).
+
+    The trainer's default value model is a full copy of the policy trained end to end: on a CPU its backward
+    through all 30 layers costs more than the LoRA policy's. `top_layers=0` keeps the default (None)."""
+    if top_layers <= 0:
+        return None
+    from transformers import AutoModelForSequenceClassification
+
+    from trl_marl.utils.model_names import resolve_model_name
+
+    out = []
+    for _ in range(count):
+        vm = AutoModelForSequenceClassification.from_pretrained(resolve_model_name(model), num_labels=1)
+        vm.requires_grad_(False)
+        layers = vm.model.layers
+        for layer in list(layers)[len(layers) - top_layers:]:
+            layer.requires_grad_(True)
+        vm.model.norm.requires_grad_(True)
+        vm.score.requires_grad_(True)
+        out.append(vm)
+    return out
+
+
+def build_maporl(seed: int, steps: int, sizes: dict[str, Any], output_dir: str, model: str) -> Any:
+    """Multi-agent PPO on a 2-agent, 2-turn debate of 1-digit additions; eval rows are held-out pairs."""
+    from datasets import Dataset
+
+    from trl_marl.envs.debate import DebateEnv
+    from trl_marl.rewards.influence import InfluenceAwareReward
+    from trl_marl.rewards.verifier import AnswerVerifier
+    from trl_marl.trainers import MultiAgentPPOConfig, MultiAgentPPOTrainer
+
+    train_pairs, heldout_pairs = addition_split(seed)
+    verifier = AnswerVerifier(task="math")
+    reward = InfluenceAwareReward(verifier, gamma=1.0, alpha0=0.5, alpha1=0.5, beta0=0.2, beta1=0.2)
+    batch = sizes["batch"]
+    config = MultiAgentPPOConfig(
+        output_dir=output_dir, num_agents=2, num_turns=2, per_device_train_batch_size=batch,
+        total_episodes=steps * batch, response_length=sizes["response"], stop_token="eos",
+        num_ppo_epochs=sizes["ppo_epochs"], learning_rate=sizes["lr"], kl_coef=0.02, temperature=1.0,
+        policy_sharing="agent", report_to="none", save_strategy="no", num_sample_generations=0, logging_steps=1,
+        activation_checkpointing=False,
+        seed=seed, per_device_eval_batch_size=max(2, min(32, sizes["eval_rows"])), disable_tqdm=True,
+    )
+    env = DebateEnv(num_agents=2, num_turns=2, chat=True, system_prompt=DEBATE_SYSTEM, answer_format=DEBATE_FORMAT)
+    return MultiAgentPPOTrainer(
+        args=config, model=model, reward_funcs=[reward], env=env,
+        train_dataset=Dataset.from_list(addition_rows(train_pairs, max(64, 2 * steps * batch), seed)),
+        eval_dataset=Dataset.from_list(addition_rows(heldout_pairs, sizes["eval_rows"], 10_000 + seed)),
+        eval_verifier=verifier, peft_config=lora_config(), value_model=value_models(model, sizes["value_layers"]),
+    )
+
+
+def debate_metrics(metrics: dict[str, float], turns: int = 2) -> dict[str, list[float]]:
+    return {key: [metrics[f"eval_turn_{t}/{key}"] for t in range(1, turns + 1)]
+            for key in ("majority_accuracy", "agent_accuracy")}
+
+
+def run_maporl_seed(seed: int, steps: int, sizes: dict[str, Any], work: str, model: str,
+                    build: Callable[..., Any] = build_maporl) -> dict[str, Any]:
+    trainer = build(seed, steps, sizes, os.path.join(work, f"maporl{seed}"), model)
+    before = debate_metrics(trainer.evaluate())
+    start = time.perf_counter()
+    trainer.train()
+    seconds = time.perf_counter() - start
+    updates = max(1, trainer.state.global_step)
+    after = debate_metrics(trainer.evaluate())
+    curve = [h["objective/scores"] for h in trainer.state.log_history if "objective/scores" in h]
+    return {"seed": seed, "before": before, "after": after, "train_seconds": seconds, "updates": updates,
+            "s_per_step": seconds / updates, "score_curve": curve}
+
+
+# ------------------------------------------------------------------------------------------------------ record
+def _spread(values: list[float]) -> dict[str, float]:
+    return {"mean": statistics.mean(values), "std": statistics.stdev(values) if len(values) > 1 else 0.0,
+            "min": min(values), "max": max(values)}
+
+
+def summarize(kind: str, runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Mean, standard deviation and range over seeds of every end-of-training value (and of the baselines)."""
+    out: dict[str, Any] = {}
+    if kind == "magrpo":
+        for arm in ("untrained", "team", "alone", "central_untrained", "central"):
+            if all(arm in r for r in runs):
+                for split in ("heldout", "train_targets"):
+                    out[f"{arm}/{split}/success"] = _spread([r[arm][split]["success"] for r in runs])
+                    out[f"{arm}/{split}/valid"] = _spread([r[arm][split]["valid"] for r in runs])
+    else:
+        for phase in ("before", "after"):
+            for t in range(len(runs[0][phase]["majority_accuracy"])):
+                out[f"{phase}/turn_{t + 1}/majority_accuracy"] = _spread(
+                    [r[phase]["majority_accuracy"][t] for r in runs])
+    return out
+
+
+def _commit() -> str:
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=HERE, capture_output=True, text=True, check=True)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=HERE,
+                               capture_output=True, text=True, check=True).stdout.strip()
+        return head.stdout.strip() + ("-dirty" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def machine() -> dict[str, Any]:
+    import torch
+
+    return {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
+            "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(), "python": platform.python_version(),
+            "torch": torch.__version__}
+
+
+def make_record(kind: str, argv: Sequence[str], settings: dict[str, Any], runs: list[dict[str, Any]],
+                seconds: float) -> dict[str, Any]:
+    """The JSON record of one benchmark run."""
+    return {"benchmark": f"learning_real/{kind}", "command": "python benchmarks/learning_real.py " + " ".join(argv),
+            "commit": _commit(), "machine": machine(), "model": settings["model"], "settings": settings,
+            "seeds": [r["seed"] for r in runs], "runs": runs, "summary": summarize(kind, runs),
+            "seconds": seconds, "note": "values at the end of training; held-out data never trained on"}
+
+
+# ------------------------------------------------------------------------------------------------------ CLI
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("kind", choices=("magrpo", "maporl"))
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
+    parser.add_argument("--steps", type=int, default=60, help="optimizer steps (MAGRPO) / PPO updates (MAPoRL)")
+    parser.add_argument("--arms", nargs="+", choices=ARMS, default=list(ARMS), help="MAGRPO arms to run")
+    parser.add_argument("--model", default=MODEL)
+    parser.add_argument("--smoke", action="store_true", help="1 step, tiny eval sets: checks the wiring only")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (1 on a shared machine)")
+    parser.add_argument("--lr", type=float, default=None)
+    parser.add_argument("--batch", type=int, default=None)
+    parser.add_argument("--eval-per-target", type=int, default=None, help="MAGRPO: joint actions per target")
+    parser.add_argument("--eval-rows", type=int, default=None, help="MAPoRL: held-out questions")
+    parser.add_argument("--value-layers", type=int, default=None,
+                        help="MAPoRL: value models train only their top N layers (0: the trainer's full default)")
+    parser.add_argument("--output", default=None, help="JSON path (default benchmarks/results_learning_real_*)")
+    return parser.parse_args(argv)
+
+
+def settings_for(args: argparse.Namespace) -> dict[str, Any]:
+    sizes = dict(SIZES[args.kind])
+    if args.smoke:
+        sizes.update(SMOKE[args.kind])
+    for key, value in (("lr", args.lr), ("batch", args.batch), ("eval_per_target", args.eval_per_target),
+                       ("eval_rows", args.eval_rows), ("value_layers", args.value_layers)):
+        if value is not None and key in sizes:
+            sizes[key] = value
+    steps = 1 if args.smoke else args.steps
+    return {"model": args.model, "steps": steps, "sizes": sizes, "smoke": args.smoke, "threads": args.threads,
+            "arms": args.arms if args.kind == "magrpo" else ["maporl"], "heldout_targets": list(HELDOUT_TARGETS),
+            "lora": "r=8 alpha=16 q_proj,v_proj layers 22-29"}
+
+
+def main(argv: Sequence[str] | None = None, run_seed: Callable[..., dict[str, Any]] | None = None) -> dict[str, Any]:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parse_args(argv)
+    import torch
+
+    torch.set_num_threads(args.threads)
+    settings = settings_for(args)
+    start = time.perf_counter()
+    runs = []
+    with tempfile.TemporaryDirectory(prefix="learning-real-") as work:
+        for seed in args.seeds:
+            if run_seed is not None:
+                run = run_seed(seed, settings, work)
+            elif args.kind == "magrpo":
+                run = run_magrpo_seed(seed, settings["steps"], settings["sizes"], args.arms, work, args.model)
+            else:
+                run = run_maporl_seed(seed, settings["steps"], settings["sizes"], work, args.model)
+            runs.append(run)
+            print(json.dumps(brief(args.kind, run)), flush=True)
+    record = make_record(args.kind, argv, settings, runs, time.perf_counter() - start)
+    output = args.output or os.path.join(
+        HERE, f"results_learning_real_{args.kind}{'_smoke' if args.smoke else ''}.json")
+    with open(output, "w") as f:
+        json.dump(record, f, indent=2)
+    print(f"wrote {output}")
+    return record
+
+
+def brief(kind: str, run: dict[str, Any]) -> dict[str, Any]:
+    """One line per seed: end-of-training held-out values and s/step per arm."""
+    if kind == "maporl":
+        return {"seed": run["seed"], "majority_before": run["before"]["majority_accuracy"],
+                "majority_after": run["after"]["majority_accuracy"], "s_per_step": round(run["s_per_step"], 1)}
+    out: dict[str, Any] = {"seed": run["seed"]}
+    for arm in ("untrained", "team", "alone", "central_untrained", "central"):
+        if arm in run:
+            out[arm] = {"heldout": round(run[arm]["heldout"]["success"], 3),
+                        "train": round(run[arm]["train_targets"]["success"], 3),
+                        "valid": round(run[arm]["heldout"]["valid"], 3)}
+            if "s_per_step" in run[arm]:
+                out[arm]["s_per_step"] = round(run[arm]["s_per_step"], 1)
+    return out
+
+
+if __name__ == "__main__":
+    main()
