@@ -117,7 +117,8 @@ def test_connections_beyond_the_limit_wait_for_a_free_thread():
 
 
 def test_cli_passes_the_limits_and_rejects_bad_ones(monkeypatch, capsys):
-    import trl_marl.scripts.serve_verifier as module
+    import trl_marl.rewards.remote as remote  # the command imports both classes from their modules when it runs
+    import trl_marl.rewards.verifier as verifier
 
     seen = {}
 
@@ -132,8 +133,8 @@ def test_cli_passes_the_limits_and_rejects_bad_ones(monkeypatch, capsys):
         def serve_forever(self, ready=None):
             raise KeyboardInterrupt
 
-    monkeypatch.setattr(module, "ModelVerifier", FakeModelVerifier)
-    monkeypatch.setattr(module, "VerifierServer", FakeServer)
+    monkeypatch.setattr(verifier, "ModelVerifier", FakeModelVerifier)
+    monkeypatch.setattr(remote, "VerifierServer", FakeServer)
     argv = ["--model", "m", "--max-body-mb", "0.5", "--timeout", "7", "--max-connections", "3"]
     assert serve_verifier_main(argv) == 0
     assert seen["max_body_bytes"] == 1 << 19 and seen["timeout_s"] == 7.0 and seen["max_connections"] == 3
