@@ -46,6 +46,7 @@ def test_apply_sets_and_announces_once(monkeypatch, caplog):
         assert apply_cpu_threads([model], on_cpu=True) == 2  # the environment wins: left alone
         monkeypatch.delenv("OMP_NUM_THREADS")
         monkeypatch.setattr(threads, "_announced", False)
+        caplog.clear()  # an earlier test may have left the logger at INFO: only what follows counts
         with caplog.at_level("INFO", logger="trl_marl.utils.threads"):
             assert apply_cpu_threads([model], on_cpu=True) == 1
             assert apply_cpu_threads([model], on_cpu=True) == 1
