@@ -40,7 +40,8 @@ class GenerationBackend:
             prompt_ids: `prompt_ids[a]` is the list of tokenized prompts of agent `a` (may be empty).
             generation_config: The sampling settings, with the meaning they have in `transformers`' `generate`.
         """
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__} is a GenerationBackend: it must define `generate` (or "
+                                  "`generate_with_logprobs`, or set `decodes_rows` and define `decode`).")
 
     def generate_with_logprobs(
         self, team: Any, prompt_ids: list[list[list[int]]], generation_config: GenerationConfig,
