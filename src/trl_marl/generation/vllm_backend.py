@@ -65,6 +65,22 @@ def vllm_lora_rank(rank: int) -> int:
     raise ValueError(f"LoRA rank {rank} is above the largest rank vLLM serves ({VLLM_LORA_RANKS[-1]}).")
 
 
+def adapter_weights(model: Any, adapter: str) -> list[torch.Tensor]:
+    """The parameters of one LoRA adapter of a PEFT model, in module order."""
+    marker = f".{adapter}."
+    return [p for name, p in model.named_parameters() if marker in name]
+
+
+def adapter_changed(last: list[torch.Tensor] | None, weights: list[torch.Tensor]) -> bool:
+    """Whether an adapter's weights differ from the copy kept at its last upload (None: never uploaded).
+
+    Compared by value: fused AdamW updates parameters without bumping their version counters.
+    """
+    return last is None or len(last) != len(weights) or not all(
+        old.device == new.device and old.shape == new.shape and torch.equal(old, new)
+        for old, new in zip(last, weights))
+
+
 def check_servable(team: Any) -> None:
     """Raise a clear error when the vLLM backend cannot serve `team` (see the module docstring)."""
     adapters = team.agent_adapter
@@ -187,17 +203,6 @@ class VLLMBackend(GenerationBackend):
         base.save_pretrained(path, state_dict=state)
         base.generation_config.save_pretrained(path)
 
-    @staticmethod
-    def _adapter_weights(model: Any, adapter: str) -> list[torch.Tensor]:
-        marker = f".{adapter}."
-        return [p for name, p in model.named_parameters() if marker in name]
-
-    def _changed(self, model: Any, adapter: str) -> bool:
-        last = self._uploaded.get(adapter)
-        weights = self._adapter_weights(model, adapter)
-        return last is None or len(last) != len(weights) or not all(
-            old.device == new.device and old.shape == new.shape and torch.equal(old, new)
-            for old, new in zip(last, weights))
 
     def sync(self, team: Any, force: bool = False) -> list[str]:
         """Upload every adapter that changed since its last upload (all of them with `force`); returns their names.
@@ -211,7 +216,7 @@ class VLLMBackend(GenerationBackend):
         model = team.models[0]
         uploaded = []
         for adapter in sorted(set(team.agent_adapter)):
-            if not force and not self._changed(model, adapter):
+            if not force and not adapter_changed(self._uploaded.get(adapter), adapter_weights(model, adapter)):
                 continue
             lora_id = self._next_id
             self._next_id += 1
@@ -219,7 +224,7 @@ class VLLMBackend(GenerationBackend):
             _save_adapter(model, adapter, path)
             old = self._requests.get(adapter)
             self._requests[adapter] = LoRARequest(f"{adapter}-v{lora_id}", lora_id, path)
-            self._uploaded[adapter] = [p.detach().clone() for p in self._adapter_weights(model, adapter)]
+            self._uploaded[adapter] = [p.detach().clone() for p in adapter_weights(model, adapter)]
             if old is not None:
                 self.llm.llm_engine.remove_lora(old.lora_int_id)
                 shutil.rmtree(old.lora_path, ignore_errors=True)

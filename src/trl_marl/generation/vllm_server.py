@@ -35,7 +35,7 @@ import torch
 from transformers import GenerationConfig
 
 from .base import GenerationBackend
-from .vllm_backend import check_servable, sampling_settings
+from .vllm_backend import adapter_changed, adapter_weights, check_servable, sampling_settings
 
 
 def serve_command(model: str, max_loras: int, max_lora_rank: int, host: str = "127.0.0.1", port: int = 8000,
@@ -104,10 +104,8 @@ class VLLMServerBackend(GenerationBackend):
         model = team.models[0]
         uploaded = []
         for adapter in sorted(set(team.agent_adapter)):
-            weights = [p for name, p in model.named_parameters() if f".{adapter}." in name]
-            last = self._uploaded.get(adapter)
-            if not force and last is not None and len(last) == len(weights) and all(
-                    a.device == b.device and a.shape == b.shape and torch.equal(a, b) for a, b in zip(last, weights)):
+            weights = adapter_weights(model, adapter)
+            if not force and not adapter_changed(self._uploaded.get(adapter), weights):
                 continue
             self._version += 1
             name = f"{adapter}-v{self._version}"
