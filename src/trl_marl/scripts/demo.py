@@ -108,7 +108,7 @@ def _magrpo_trainer(model_dir: str, steps: int, seed: int, output_dir: str, froz
         logging_steps=1, report_to="none", save_strategy="no", activation_checkpointing=False, temperature=1.0,
         seed=seed, disable_tqdm=True, frozen_agents=frozen,
         # 6-token prompts on an 11k-parameter model: a shared prefill's extra forward costs more than it saves (6%
-        # slower generation, benchmarks/bench_prefill.py)
+        # slower generation, benchmarks/speed/bench_prefill.py)
         share_prompt_prefill=False,
     )
     trainer = MAGRPOTrainer(model=model_dir, reward_funcs=TargetSumReward(invalid_penalty=0.5),
