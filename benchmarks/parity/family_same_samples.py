@@ -15,7 +15,7 @@ in one process on the same torch::
 
 Besides ours vs comlrl, it compares comlrl's gradient with the policy gradient of its own batch written out at its
 own weights ("textbook": every completion token up to and including EOS, no padding). What it shows (2026-11-22,
-see benchmarks/RESULTS.md): ours equals the textbook gradient (cosine 1.0000); comlrl's equals it only on some
+see benchmarks/README.md): ours equals the textbook gradient (cosine 1.0000); comlrl's equals it only on some
 updates, because its loss feeds `prompt + completion[:-1]` and then also drops the last logit
 (`logits[prompt_len - 1 : -1]`), so the last token of each row's padded width is never trained: the EOS of a row's
 longest completions, or the last padding token of the shorter ones (whose earlier padding it does train on).
