@@ -109,7 +109,7 @@ GROUPS: dict[str, tuple[str, tuple[Bench, ...]]] = {
     )),
     "gpu": ("MAGRPO teams at real model sizes on a GPU, vs TRL GRPOTrainer (needs CUDA)", (
         Bench("gpu", "gpu/bench_gpu.py", "GRPO vs MAGRPO 1/2/4 agents, QLoRA, summed loss, compile (0.5B, 1.5B)",
-              ("--sizes", "0.5b", "1.5b"), ("--sizes", "tiny32", "--steps", "1"), output="--out"),
+              ("--sizes", "0.5b", "1.5b"), ("--sizes", "tiny32", "--steps", "2"), output="--out"),
     )),
 }
 

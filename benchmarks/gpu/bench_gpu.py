@@ -45,7 +45,7 @@ After the runs, an N-agent table gives each ``magrpo-N`` run's generation second
 
 Run on a GPU machine (torch, transformers, trl, peft, datasets and, for QLoRA, bitsandbytes installed)::
 
-    PYTHONPATH=src python benchmarks/gpu/bench_gpu.py --sizes 0.5b 1.5b --out benchmarks/gpu/results.json
+    PYTHONPATH=src python benchmarks/gpu/bench_gpu.py --sizes 0.5b 1.5b --out benchmarks/results/gpu.json
 
 The lent GPU machines have torch and transformers but no trl, datasets or network: bring the wheels (trl 1.16.0,
 transformers 5.23.0, datasets 5.2.0, dill, multiprocess) unpacked in a folder carried with the tree (here
