@@ -25,7 +25,7 @@ from trl_marl.data import load_humaneval, load_mbpp
 from trl_marl.envs.coding import CooperativeCodingEnv
 from trl_marl.rewards.coding import CodingTeamReward
 from trl_marl.scripts.magrpo import MAGRPOScriptArguments, centralize, fit_to_toy, is_offline_toy, model_init_kwargs
-from trl_marl.toy import resolve_toy_name, toy_coding_rows
+from trl_marl.toy import TOY_CODING_PROMPTS, resolve_toy_name, toy_coding_rows
 from trl_marl.utils.threads import show_thread_choice
 
 
@@ -40,7 +40,8 @@ def main(script_args: MAGRPOScriptArguments, training_args: MAGRPOConfig, model_
         dataset = load_mbpp() if use_mbpp else load_humaneval()
     if script_args.max_train_samples is not None:
         dataset = dataset.select(range(min(len(dataset), script_args.max_train_samples)))
-    env = CooperativeCodingEnv(num_turns=training_args.num_turns)
+    # the toy model has 128 positions: offline, the task's prompts without their instructions
+    env = CooperativeCodingEnv(num_turns=training_args.num_turns, **(TOY_CODING_PROMPTS if offline else {}))
     training_args.model_init_kwargs = training_args.model_init_kwargs or model_init_kwargs(model_args)
     team_reward = CodingTeamReward(env=env)  # tests passed + helper/main structure terms
     training_args.reward_weights = training_args.reward_weights or team_reward.reward_weights()

@@ -25,7 +25,7 @@ from trl_marl.data import load_tldr
 from trl_marl.envs.writing import CooperativeWritingEnv
 from trl_marl.rewards.writing import WritingTeamReward
 from trl_marl.scripts.magrpo import MAGRPOScriptArguments, centralize, fit_to_toy, is_offline_toy, model_init_kwargs
-from trl_marl.toy import resolve_toy_name, toy_writing_rows
+from trl_marl.toy import TOY_WRITING_PROMPTS, resolve_toy_name, toy_writing_rows
 from trl_marl.utils.threads import show_thread_choice
 
 
@@ -41,7 +41,9 @@ def main(script_args: MAGRPOScriptArguments, training_args: MAGRPOConfig, model_
     training_args.model_init_kwargs = training_args.model_init_kwargs or model_init_kwargs(model_args)
     team_reward = WritingTeamReward()  # length range, length ratio, diversity, transitions, style, ROUGE-L
     training_args.reward_weights = training_args.reward_weights or team_reward.reward_weights()
-    env, reward_funcs = CooperativeWritingEnv(num_turns=training_args.num_turns), team_reward.reward_funcs()
+    # the toy model has 128 positions: offline, the task's prompts without their instructions
+    env = CooperativeWritingEnv(num_turns=training_args.num_turns, **(TOY_WRITING_PROMPTS if offline else {}))
+    reward_funcs = team_reward.reward_funcs()
     if script_args.centralized:  # the baseline: one model writes both parts, scored by the same team reward
         env, reward_funcs = centralize(env, reward_funcs, training_args)
     show_thread_choice()  # on CPU the trainer picks the torch threads for the model's size and says so here

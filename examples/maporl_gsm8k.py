@@ -15,7 +15,7 @@ No extra is needed for the rule-based verifier; `--load_in_4bit true` (QLoRA) ne
 
 Offline smoke run (a tiny toy model debating two-number additions, `Q:12+34=46 45 47?A:`; no network):
 
-    python examples/maporl_gsm8k.py --config examples/configs/maporl_gsm8k.yaml --model_name_or_path toy \\
+    python examples/maporl_gsm8k.py --config examples/configs/maporl_gsm8k.yaml --model_name_or_path toy:debate \\
         --use_peft false --load_in_4bit false --per_device_train_batch_size 4 \\
         --gradient_accumulation_steps 1 --total_episodes 8 --num_ppo_epochs 1 --response_length 4 \\
         --max_eval_samples 16 --output_dir /tmp/maporl-toy

@@ -1,4 +1,4 @@
-"""`benchmarks/bench_compile.py`: its step accounting (by hand) and a smoke run (dynamo's "eager" backend)."""
+"""`benchmarks/speed/bench_compile.py`: its step accounting (by hand) and a smoke run (dynamo's "eager" backend)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-BENCH_DIR = Path(__file__).resolve().parents[1] / "benchmarks"
+BENCH_DIR = Path(__file__).resolve().parents[1] / "benchmarks" / "speed"
 
 
 @pytest.fixture(scope="module")

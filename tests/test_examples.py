@@ -27,8 +27,9 @@ def run(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
 @pytest.mark.parametrize("task", ["writing", "coding"])
 def test_example_runs_offline(task, tmp_path):
     out = tmp_path / task
-    run([f"examples/magrpo_{task}.py", "--config", f"examples/configs/magrpo_{task}.yaml", *SMOKE,
-         "--output_dir", str(out)], tmp_path)
+    result = run([f"examples/magrpo_{task}.py", "--config", f"examples/configs/magrpo_{task}.yaml", *SMOKE,
+                  "--output_dir", str(out)], tmp_path)
+    assert "ContextLengthWarning" not in result.stderr  # the toy's prompts fit its 128 positions
     for name in ("agent_0", "agent_1", "team_config.json", "README.md"):
         assert (out / name).exists(), name
     layout = json.loads((out / "team_config.json").read_text())
@@ -67,11 +68,12 @@ def test_cli_magrpo_with_config(tmp_path):
 
 def test_maporl_example_runs_offline(tmp_path):
     out = tmp_path / "maporl"
-    run(["examples/maporl_gsm8k.py", "--config", "examples/configs/maporl_gsm8k.yaml", "--model_name_or_path", "toy",
-         "--use_peft", "false", "--load_in_4bit", "false", "--per_device_train_batch_size", "4",
-         "--gradient_accumulation_steps", "1", "--total_episodes", "8", "--num_ppo_epochs", "1",
-         "--response_length", "4", "--max_eval_samples", "8", "--output_dir", str(out), "--report_to", "none"],
-        tmp_path)
+    result = run(["examples/maporl_gsm8k.py", "--config", "examples/configs/maporl_gsm8k.yaml",
+                  "--model_name_or_path", "toy:debate", "--use_peft", "false", "--load_in_4bit", "false",
+                  "--per_device_train_batch_size", "4", "--gradient_accumulation_steps", "1", "--total_episodes", "8",
+                  "--num_ppo_epochs", "1", "--response_length", "4", "--max_eval_samples", "8",
+                  "--output_dir", str(out), "--report_to", "none"], tmp_path)
+    assert "ContextLengthWarning" not in result.stderr
     for name in ("agent_0", "agent_2", "value_model_0", "team_config.json"):
         assert (out / name).exists(), name
 
@@ -80,7 +82,7 @@ def test_maporl_command_runs_anli_offline(tmp_path):
     """`trl-marl maporl anli` (the shared MAPoRL setup of `trl_marl.scripts.maporl`) runs on the toy debate."""
     out = tmp_path / "maporl-anli"
     result = run(["-m", "trl_marl.cli", "maporl", "anli", "--config", "examples/configs/maporl_anli.yaml",
-                  "--model_name_or_path", "toy", "--use_peft", "false", "--load_in_4bit", "false",
+                  "--model_name_or_path", "toy:debate", "--use_peft", "false", "--load_in_4bit", "false",
                   "--per_device_train_batch_size", "4", "--gradient_accumulation_steps", "1", "--total_episodes", "8",
                   "--num_ppo_epochs", "1", "--max_eval_samples", "8", "--output_dir", str(out),
                   "--report_to", "none"], tmp_path)

@@ -1,4 +1,4 @@
-"""`benchmarks/family_stats.py`: merging bench_family results over files and the statistics it reports."""
+"""`benchmarks/learning/family_stats.py`: merging bench_family results over files and the statistics it reports."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "family_stats.py"
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "learning" / "family_stats.py"
 
 
 def _load():

@@ -1,4 +1,4 @@
-"""The pieces of benchmarks/learning_real.py (the real-model learning benchmark): data splits, arm wiring, records.
+"""The pieces of benchmarks/learning/learning_real.py (the real-model learning benchmark): splits, arm wiring, records.
 
 The benchmark itself only makes sense on the real model and one step of it takes far more than a test may, so these
 tests check its pieces with fake trainers: that no held-out item is ever trained on, that every arm is built,
@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "learning_real.py"
+PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "learning" / "learning_real.py"
 
 
 @pytest.fixture(scope="module")
@@ -109,7 +109,7 @@ def test_record_fields_and_summary(bench: Any, tmp_path: Path) -> None:
     argv = ["magrpo", "--seeds", "0", "2", "--steps", "5", "--arms", "team", "--output", str(out)]
     bench.main(argv, run_seed=fake_seed)
     record = json.loads(out.read_text())
-    assert record["command"] == "python benchmarks/learning_real.py " + " ".join(argv)
+    assert record["command"] == "python benchmarks/learning/learning_real.py " + " ".join(argv)
     assert set(record) >= {"commit", "machine", "model", "settings", "seeds", "runs", "summary", "seconds"}
     assert record["seeds"] == [0, 2] and record["model"] == "smollm2-135m-instruct"
     assert record["settings"]["steps"] == 5 and record["settings"]["heldout_targets"] == [5, 9, 13]

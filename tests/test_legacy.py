@@ -1,6 +1,6 @@
 """`trl_marl.legacy`: the classic PPO API (TRL <= 0.11) on a toy model.
 
-The numerical comparison with TRL 0.11.4 itself needs its own virtualenv: `benchmarks/bench_legacy_peer.py`.
+The numerical comparison with TRL 0.11.4 itself needs its own virtualenv: `benchmarks/parity/bench_legacy_peer.py`.
 """
 
 from __future__ import annotations

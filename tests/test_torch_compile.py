@@ -5,7 +5,7 @@ architecture, a trainer trains exactly as it does eager (the gradients of each o
 checkpointing and both agents' forwards before one backward, the case where an eager recomputation needs the right
 adapter), and a strategy that is not supported is refused before training. The backends here are "aot_eager" and a
 graph-counting one (conftest's `GraphCounter`); inductor's code generation would take minutes on a CPU
-(`benchmarks/bench_compile.py` times it).
+(`benchmarks/speed/bench_compile.py` times it).
 """
 
 from __future__ import annotations

@@ -2,14 +2,14 @@
 
 TRL 1.12 (`trl.experimental.ppo`) is installed by pip into a folder of its own (`pip install --no-deps --target`)
 and run in a child process with that folder first on `PYTHONPATH`, on top of this environment's transformers,
-accelerate and peft. Both sides replay the same recorded rollouts (see `benchmarks/bench_ppo.py`, part (a)) for
+accelerate and peft. Both sides replay the same recorded rollouts (see `benchmarks/parity/bench_ppo.py`, part (a)) for
 every configuration of the grid: num_mini_batches 1/2/4 x gradient_accumulation_steps 1/2 x num_ppo_epochs 1/4,
 each with and without LoRA, with whitened rewards wherever TRL 1.12 accepts them and with and without the
 missing-EOS penalty. Every configuration TRL 1.12 accepts must run here, and every logged metric must agree.
 
 TRL 1.12 averages its per-micro-batch statistics over `(epochs, num_mini_batches, gradient_accumulation_steps)`
 slots and leaves the slots of micro-batches that never happen at zero; those metrics are compared once the
-never-written zeros are removed (documented in `PPOConfig`'s docstring and benchmarks/RESULTS.md), and as logged
+never-written zeros are removed (documented in `PPOConfig`'s docstring and benchmarks/README.md), and as logged
 where no slot is left empty.
 """
 
@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-BENCH_DIR = Path(__file__).resolve().parents[1] / "benchmarks"
+BENCH_DIR = Path(__file__).resolve().parents[1] / "benchmarks" / "parity"
 ATOL, RTOL = 5e-5, 1e-4  # float32 round-off of up to 4 epochs x 4 mini-batches of Adam steps
 
 

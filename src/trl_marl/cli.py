@@ -21,7 +21,8 @@ from collections.abc import Sequence
 from typing import Any
 
 MODEL_HELP = ("Hub id or local folder of the model. Offline names (nothing downloaded): `toy`, a tiny model from "
-              "trl_marl.toy for smoke runs, and `smollm2-135m-instruct`, the real 135M-parameter SmolLM2 chat model.")
+              "trl_marl.toy for smoke runs (`toy:debate` for maporl, its default), and `smollm2-135m-instruct`, the "
+              "real 135M-parameter SmolLM2 chat model.")
 """Help of `--model_name_or_path` in every subcommand (the short lists below and the full `--help-all`)."""
 
 _COMMON_FIRST = [
@@ -102,7 +103,7 @@ EXAMPLES = {
     "magrpo": ["trl-marl magrpo --config examples/configs/magrpo_writing.yaml",
                "trl-marl magrpo --config examples/configs/magrpo_writing.yaml --model_name_or_path toy --max_steps 2"],
     "maporl": ["trl-marl maporl gsm8k --config examples/configs/maporl_gsm8k.yaml",
-               "trl-marl maporl gsm8k --config examples/configs/maporl_gsm8k.yaml --model_name_or_path toy "
+               "trl-marl maporl gsm8k --config examples/configs/maporl_gsm8k.yaml --model_name_or_path toy:debate "
                "--use_peft false --load_in_4bit false --total_episodes 8"],
 }
 

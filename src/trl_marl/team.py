@@ -105,7 +105,7 @@ def logits_dtype_autocast(logits: torch.Tensor) -> AbstractContextManager[Any]:
     PPO policy-value wrapper) compute log-probabilities inside that forward, where CUDA autocast would run
     `log_softmax` in float32 and keep a float32 copy of every completion logit for the backward: on an H100 that was
     6.5 bytes per logit more than TRL's `GRPOTrainer` (4.2 GiB at 32 x 128 completions over Qwen2.5's 152k-token
-    vocabulary; benchmarks/RESULTS.md). TRL computes log-probabilities outside the model's forward, in the logits'
+    vocabulary; benchmarks/README.md). TRL computes log-probabilities outside the model's forward, in the logits'
     dtype; so do we.
     """
     return torch.autocast(device_type=logits.device.type, enabled=False)

@@ -88,6 +88,9 @@ class CooperativeWritingEnv(MultiAgentEnv):
         length_feedback (`bool`): Give the length check as feedback between turns.
         ratio_range (`tuple[float, float]`): The target range of |d| / |s| named in the feedback (keep it equal to
             [`LengthRatioReward`]'s `low`/`high`).
+        first_turn_template (`str`): Turn-1 prompt (placeholders `{instruction}`, `{text}`, `{cue}`).
+        revision_template (`str`): Prompt of later turns (also `{role}`, `{partner_role}`, `{own}`, `{partner}`,
+            `{feedback}`). The offline toy model uses shorter ones (`trl_marl.toy.TOY_WRITING_PROMPTS`).
 
     Example:
 
@@ -105,6 +108,8 @@ class CooperativeWritingEnv(MultiAgentEnv):
         system_prompt: str | None = None,
         length_feedback: bool = True,
         ratio_range: tuple[float, float] = (2.0, 3.0),
+        first_turn_template: str = FIRST_TURN_TEMPLATE,
+        revision_template: str = REVISION_TEMPLATE,
     ) -> None:
         super().__init__(num_agents=2, num_turns=num_turns)
         if not 0 < ratio_range[0] <= ratio_range[1]:
@@ -114,6 +119,8 @@ class CooperativeWritingEnv(MultiAgentEnv):
         self.system_prompt = system_prompt
         self.length_feedback = length_feedback
         self.ratio_range = (float(ratio_range[0]), float(ratio_range[1]))
+        self.first_turn_template = first_turn_template
+        self.revision_template = revision_template
         self.required_columns = (text_column,)
 
     def render(self, row: Mapping[str, Any], agent_index: int, transcript: Transcript) -> str:
@@ -138,10 +145,10 @@ class CooperativeWritingEnv(MultiAgentEnv):
             "cue": _CUES[agent_index],
         }
         if len(transcript) == 0:
-            return FIRST_TURN_TEMPLATE.format(**fields)
+            return self.first_turn_template.format(**fields)
         last = transcript[-1]
         feedback = last.feedback_for(agent_index)
-        return REVISION_TEMPLATE.format(
+        return self.revision_template.format(
             **fields,
             role=_ROLES[agent_index],
             partner_role=_ROLES[1 - agent_index],

@@ -41,7 +41,7 @@ Adam update moved a near-deterministic agent onto an output that is wrong in eve
 or every completion became empty), after which every group had identical rewards, hence zero advantages and zero
 gradients for good (`frac_reward_zero_std` 1.0, `grad_norm` 0.0), while Adam's momentum kept moving the other agent
 for several steps. At 1e-3 the team converges by step 87-139 and stays converged to step 600 on 10 of 10 seeds
-(benchmarks/RESULTS.md).
+(benchmarks/README.md).
 """
 
 
@@ -108,7 +108,7 @@ def _magrpo_trainer(model_dir: str, steps: int, seed: int, output_dir: str, froz
         logging_steps=1, report_to="none", save_strategy="no", activation_checkpointing=False, temperature=1.0,
         seed=seed, disable_tqdm=True, frozen_agents=frozen,
         # 6-token prompts on an 11k-parameter model: a shared prefill's extra forward costs more than it saves (6%
-        # slower generation, benchmarks/bench_prefill.py)
+        # slower generation, benchmarks/speed/bench_prefill.py)
         share_prompt_prefill=False,
     )
     trainer = MAGRPOTrainer(model=model_dir, reward_funcs=TargetSumReward(invalid_penalty=0.5),
@@ -197,7 +197,7 @@ MAPORL_SETTINGS: dict[str, Any] = {
     "learning_rate": 1e-3, "kl_coef": 0.02, "alpha": 0.5, "beta": 0.2, "gamma": 1.0, "train_turns_from": 2,
     "policy_sharing": "agent_turn", "num_ppo_epochs": 4,
 }
-"""Hyperparameters of the demo debate (see benchmarks/RESULTS.md for how they were chosen)."""
+"""Hyperparameters of the demo debate (see benchmarks/README.md for how they were chosen)."""
 
 
 def debate_team(seed: int = 0) -> list[str]:

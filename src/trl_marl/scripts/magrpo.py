@@ -19,7 +19,7 @@ from typing import Any
 
 from datasets import Dataset
 
-from ..toy.rows import toy_coding_rows, toy_writing_rows
+from ..toy.rows import TOY_CODING_PROMPTS, TOY_WRITING_PROMPTS, toy_coding_rows, toy_writing_rows
 
 TASKS = ("writing", "coding", "target_sum")
 
@@ -75,7 +75,8 @@ def build_task(script_args: MAGRPOScriptArguments, num_agents: int, num_turns: i
 
         dataset = (toy_writing_rows(script_args.num_toy_rows) if offline
                    else load_tldr(split=script_args.dataset_split, max_rows=script_args.max_train_samples))
-        return CooperativeWritingEnv(num_turns=num_turns), WritingTeamReward(), dataset
+        env = CooperativeWritingEnv(num_turns=num_turns, **(TOY_WRITING_PROMPTS if offline else {}))
+        return env, WritingTeamReward(), dataset
     if script_args.task == "coding":
         from ..data import load_humaneval, load_mbpp
         from ..envs.coding import CooperativeCodingEnv
@@ -89,7 +90,7 @@ def build_task(script_args: MAGRPOScriptArguments, num_agents: int, num_turns: i
             dataset = load_humaneval()
         if script_args.max_train_samples is not None:
             dataset = dataset.select(range(min(len(dataset), script_args.max_train_samples)))
-        env = CooperativeCodingEnv(num_turns=num_turns)
+        env = CooperativeCodingEnv(num_turns=num_turns, **(TOY_CODING_PROMPTS if offline else {}))
         return env, CodingTeamReward(env=env), dataset
     if script_args.task == "target_sum":
         from ..envs import TargetSumEnv

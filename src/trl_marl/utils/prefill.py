@@ -14,7 +14,7 @@ decoding and seeded samples are the same in practice but not guaranteed bit for 
 The price is one more forward call (the last prompt token runs as its own step): it pays off when the prefill saved,
 (B - U) x (L - 1) token positions for B rows of U distinct prompts of width L, outweighs a forward's fixed cost. For
 an 11k-parameter toy model with 6-token prompts (the demo's MAGRPO run) it does not: generation took 6% longer
-there, and half as long for 256-token prompts on a 2.6M-parameter model (benchmarks/bench_prefill.py).
+there, and half as long for 256-token prompts on a 2.6M-parameter model (benchmarks/speed/bench_prefill.py).
 
 What can be shared, and what cannot: rows share a prefill only when the same weights produce it. The G samples of a
 node share it; so do two agents that see the same prompt through the same weights (`shared` mode, or one adapter).

@@ -2,8 +2,8 @@
 
 Run from the repository root with the development virtualenv::
 
-    PYTHONPATH=src python benchmarks/bench_magrpo.py            # full run (a few minutes)
-    PYTHONPATH=src python benchmarks/bench_magrpo.py --quick    # smoke run (about a minute)
+    PYTHONPATH=src python benchmarks/speed/bench_magrpo.py            # full run (a few minutes)
+    PYTHONPATH=src python benchmarks/speed/bench_magrpo.py --quick    # smoke run (about a minute)
 
 Three measurements, each side of a comparison run back to back (interleaved rounds) in one run of this script,
 with one torch thread (``torch.set_num_threads(1)``, ``OMP_NUM_THREADS=1``) and medians over the steps that follow
@@ -31,7 +31,7 @@ a warmup in every round:
    ``q_proj``/``v_proj``) and trains a few steps, for 1 and for 4 agents on the same base model, with the same
    batch per agent; plus a control with 1 agent and 4x the prompts (the 4-agent team's number of completions).
 
-The script prints a markdown table and writes ``benchmarks/results_magrpo.json``.
+The script prints a markdown table and writes ``benchmarks/results/magrpo.json``.
 """
 
 from __future__ import annotations
@@ -74,20 +74,24 @@ from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
 BENCH_DIR = Path(__file__).resolve().parent
-REPO_ROOT = BENCH_DIR.parent
+BENCH_ROOT = BENCH_DIR.parent
+REPO_ROOT = BENCH_ROOT.parent
 SRC_DIR = REPO_ROOT / "src"
 if str(SRC_DIR) not in sys.path:  # run from a source checkout without `pip install -e .`
     sys.path.insert(0, str(SRC_DIR))
-if str(BENCH_DIR) not in sys.path:
-    sys.path.insert(0, str(BENCH_DIR))
+for _path in (BENCH_ROOT, BENCH_DIR):
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
 
 import torch  # noqa: E402
 
 warnings.filterwarnings("ignore")
 
-COMLRL_PYTHON = os.environ.get("COMLRL_PYTHON", "/work/venv-comlrl/bin/python")
-PEER_SCRIPT = BENCH_DIR / "bench_comlrl_peer.py"
-DEFAULT_JSON = BENCH_DIR / "results_magrpo.json"
+from peers import peer_python  # noqa: E402
+
+COMLRL_PYTHON = peer_python("comlrl")
+PEER_SCRIPT = BENCH_ROOT / "parity" / "bench_comlrl_peer.py"
+DEFAULT_JSON = BENCH_ROOT / "results" / "magrpo.json"
 ADDITION_PROMPT = re.compile(r"Q:(\d+)\+(\d+)=A:")
 
 
@@ -500,15 +504,18 @@ def _run_comlrl(model_dir: str, cfg: dict[str, Any], json_path: Path) -> dict[st
 def bench_vs_comlrl(cfg: dict[str, Any], work_dir: Path) -> dict[str, Any]:
     from datasets import Dataset
     from peft import LoraConfig
-    from toy_model_dir import build_model_dir
 
     from trl_marl import MAGRPOConfig, MAGRPOTrainer, load_tokenizer
     from trl_marl.envs import TargetSumEnv
     from trl_marl.rewards.arithmetic import TargetSumReward
+    from trl_marl.toy import make_toy_model
 
     model_dir = str(work_dir / f"target10-h{cfg['hidden']}-l{cfg['layers']}")
-    builder = build_model_dir(model_dir, hidden_size=cfg["hidden"], num_layers=cfg["layers"], seed=0,
-                              pretrain_steps=cfg["pretrain_steps"], allow_fallback=False)
+    make_toy_model(model_dir, task="target", targets=(10,), hidden_size=cfg["hidden"], num_layers=cfg["layers"],
+                   seed=0, pretrain_steps=cfg["pretrain_steps"])
+    builder = {"builder": "trl_marl.toy.make_toy_model", "task": "target", "targets": [10],
+               "hidden_size": cfg["hidden"], "num_layers": cfg["layers"], "seed": 0,
+               "pretrain_steps": cfg["pretrain_steps"]}
     P, G = cfg["prompts"], cfg["num_generations"]
     dataset = Dataset.from_dict({"target": [10] * (P * cfg["steps"] * 4)})
     common: dict[str, Any] = dict(
@@ -867,7 +874,7 @@ def main() -> None:
     started = time.perf_counter()
     results: dict[str, Any] = {
         "date_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "command": " ".join(["python", "benchmarks/bench_magrpo.py", *sys.argv[1:]]),
+        "command": " ".join(["python", "benchmarks/speed/bench_magrpo.py", *sys.argv[1:]]),
         "machine": {"cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
                     "platform": platform.platform(), "processor": platform.processor() or platform.machine()},
         "versions": _versions(),

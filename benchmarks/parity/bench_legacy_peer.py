@@ -1,9 +1,8 @@
 """`trl_marl.legacy.PPOTrainer` against TRL 0.11.4's `PPOTrainer`, side by side on identical inputs.
 
-TRL 0.11.4 needs transformers 4.4x, so it runs in its own virtualenv (default `/tmp/trl011`, built when missing):
-
-    python3 -m venv /tmp/trl011 && /tmp/trl011/bin/pip install torch==2.13.0 \
-        && /tmp/trl011/bin/pip install trl==0.11.4 transformers==4.46.3 rich
+TRL 0.11.4 needs transformers 4.4x, so it runs in its own virtualenv: `--peer-python`, else `$TRL011_PYTHON`, else
+the cached one of `benchmarks/peers.py` (torch==2.13.0, then trl==0.11.4 transformers==4.46.3 rich), built when
+missing.
 
 What it does (GPT-2 built from config, 2 layers x 64, on the toy character tokenizer):
 
@@ -14,7 +13,7 @@ What it does (GPT-2 built from config, 2 layers x 64, on the toy character token
 4. TRL saves its model; `trl_marl.legacy` loads it and checks the value head and the logits (cross-load 2);
 5. times `--steps` further `step()` calls on each side (one torch thread each, same inputs).
 
-Usage: `OMP_NUM_THREADS=1 python benchmarks/bench_legacy_peer.py [--venv /tmp/trl011] [--steps 10]`
+Usage: `OMP_NUM_THREADS=1 python benchmarks/parity/bench_legacy_peer.py [--peer-python PATH] [--steps 10]`
 """
 
 from __future__ import annotations
@@ -61,15 +60,15 @@ np.savez(out_file, **{k.replace("/", "|"): v for k, v in arrays.items()})
 '''
 
 
-def ensure_venv(venv: Path) -> Path:
-    python = venv / "bin" / "python"
-    if python.exists():
+def peer_interpreter(explicit: str | None) -> str:
+    """TRL 0.11.4's python: `--peer-python`, else `$TRL011_PYTHON`, else the cached virtualenv (built if missing)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from peers import ensure_peer, peer_python
+
+    python = explicit or peer_python("trl011")
+    if Path(python).exists():
         return python
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    pip = str(venv / "bin" / "pip")
-    subprocess.run([pip, "install", "-q", "torch==2.13.0"], check=True)
-    subprocess.run([pip, "install", "-q", "trl==0.11.4", "transformers==4.46.3", "rich"], check=True)
-    return python
+    return ensure_peer("trl011")
 
 
 def build_model(directory: str, vocab_size: int) -> None:
@@ -159,13 +158,15 @@ def compare(ours: dict, theirs: dict, spec: dict) -> list[tuple[str, str]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--venv", default="/tmp/trl011")
+    parser.add_argument("--peer-python", default=None,
+                        help="a python with trl==0.11.4 and transformers==4.46.3 (default: $TRL011_PYTHON, else the "
+                        "cached virtualenv of benchmarks/peers.py, built when missing)")
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--vocab-size", type=int, default=50257, help="GPT-2's by default (the toy ids use 23)")
     args = parser.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    python = ensure_venv(Path(args.venv))
+    python = peer_interpreter(args.peer_python)
     with tempfile.TemporaryDirectory() as tmp:
         model_dir, trl_dir = os.path.join(tmp, "model"), os.path.join(tmp, "trl_saved")
         build_model(model_dir, args.vocab_size)

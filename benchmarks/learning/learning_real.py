@@ -19,9 +19,9 @@ the untrained team as the baseline and every value taken at the END of training 
 Results (per seed, plus mean and spread over seeds) go to a JSON file under benchmarks/ with the command, the git
 commit and the machine. `--smoke` runs 1 step with tiny evaluation sets to check the wiring (not a measurement).
 
-    python benchmarks/learning_real.py magrpo --seeds 0 1 2 3 4 --steps 60
-    python benchmarks/learning_real.py maporl --seeds 0 1 2 3 4 --steps 40
-    python benchmarks/learning_real.py magrpo --seeds 0 --smoke
+    python benchmarks/learning/learning_real.py magrpo --seeds 0 1 2 3 4 --steps 60
+    python benchmarks/learning/learning_real.py maporl --seeds 0 1 2 3 4 --steps 40
+    python benchmarks/learning/learning_real.py magrpo --seeds 0 --smoke
 """
 
 from __future__ import annotations
@@ -357,7 +357,8 @@ def machine() -> dict[str, Any]:
 def make_record(kind: str, argv: Sequence[str], settings: dict[str, Any], runs: list[dict[str, Any]],
                 seconds: float) -> dict[str, Any]:
     """The JSON record of one benchmark run."""
-    return {"benchmark": f"learning_real/{kind}", "command": "python benchmarks/learning_real.py " + " ".join(argv),
+    return {"benchmark": f"learning_real/{kind}",
+            "command": "python benchmarks/learning/learning_real.py " + " ".join(argv),
             "commit": _commit(), "machine": machine(), "model": settings["model"], "settings": settings,
             "seeds": [r["seed"] for r in runs], "runs": runs, "summary": summarize(kind, runs),
             "seconds": seconds, "note": "values at the end of training; held-out data never trained on"}
@@ -380,7 +381,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--eval-rows", type=int, default=None, help="MAPoRL: held-out questions")
     parser.add_argument("--value-layers", type=int, default=None,
                         help="MAPoRL: value models train only their top N layers (0: the trainer's full default)")
-    parser.add_argument("--output", default=None, help="JSON path (default benchmarks/results_learning_real_*)")
+    parser.add_argument("--output", default=None, help="JSON path (default benchmarks/results/learning_real_*)")
     return parser.parse_args(argv)
 
 
@@ -419,7 +420,7 @@ def main(argv: Sequence[str] | None = None, run_seed: Callable[..., dict[str, An
             print(json.dumps(brief(args.kind, run)), flush=True)
     record = make_record(args.kind, argv, settings, runs, time.perf_counter() - start)
     output = args.output or os.path.join(
-        HERE, f"results_learning_real_{args.kind}{'_smoke' if args.smoke else ''}.json")
+        os.path.dirname(HERE), "results", f"learning_real_{args.kind}{'_smoke' if args.smoke else ''}.json")
     with open(output, "w") as f:
         json.dump(record, f, indent=2)
     print(f"wrote {output}")

@@ -5,7 +5,7 @@ MAPoRL debate (`MultiAgentPPOTrainer`, per-turn policies, influence-aware reward
 (G=8). To compare two source trees, run it once per tree, alternating, and compare medians (another busy process
 on the machine changes every number; see DESIGN.md's CPU timing pitfall)::
 
-    PYTHONPATH=src python benchmarks/bench_engine.py --workdir /tmp/bench_engine --out after.json
+    PYTHONPATH=src python benchmarks/speed/bench_engine.py --workdir /tmp/bench_engine --out after.json
 """
 
 from __future__ import annotations

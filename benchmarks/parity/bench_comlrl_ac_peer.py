@@ -1,8 +1,8 @@
 """comlrl peer for ``bench_family.py``: comlrl's ``IACTrainer`` / ``MAACTrainer`` on the two-agent target-sum task.
 
-Run it in the separate comlrl virtualenv (comlrl is not a dependency of trl_marl)::
+Run it in the separate comlrl virtualenv (comlrl is not a dependency of trl_marl; see ``benchmarks/peers.py``)::
 
-    /work/venv-comlrl/bin/python benchmarks/bench_comlrl_ac_peer.py --algorithm iac --model-dir /tmp/toy-qwen2 \
+    $COMLRL_PYTHON benchmarks/parity/bench_comlrl_ac_peer.py --algorithm iac --model-dir /tmp/toy-qwen2 \
         --steps 30 --num-generations 8 --prompts-per-step 4 --json /tmp/comlrl-iac.json
 
 Same task and reward as ``bench_comlrl_peer.py`` (both agents see ``T=10:``; team reward 1 if the two integers sum

@@ -10,9 +10,9 @@ first round minus that round's steps at the compiled median (the graphs compile 
 also caches generated code on disk, under `/tmp/torchinductor_<user>`, which a later process reuses).
 
 ```
-PYTHONPATH=src python benchmarks/bench_compile.py                       # both sizes, P = 1 and 4, both team modes
-PYTHONPATH=src python benchmarks/bench_compile.py --sizes large --prompts 1 --modes adapters
-PYTHONPATH=src python benchmarks/bench_compile.py --modes adapters --backward both   # + one forward of all agents
+PYTHONPATH=src python benchmarks/speed/bench_compile.py                     # both sizes, P = 1 and 4, both team modes
+PYTHONPATH=src python benchmarks/speed/bench_compile.py --sizes large --prompts 1 --modes adapters
+PYTHONPATH=src python benchmarks/speed/bench_compile.py --modes adapters --backward both # + one forward of all agents
 ```
 
 `--backward summed` (or `both`) runs the trainers with `backward_per_agent=False`: the summed loss and one backward,
@@ -33,14 +33,14 @@ from pathlib import Path
 from typing import Any
 
 BENCH_DIR = Path(__file__).resolve().parent
-for _path in (BENCH_DIR, BENCH_DIR.parent / "src"):
+for _path in (BENCH_DIR, BENCH_DIR.parents[1] / "src"):
     if str(_path) not in sys.path:
         sys.path.insert(0, str(_path))
 
 import torch  # noqa: E402
 from bench_profile import COMLRL_PYTHON, LORA_R, LORA_TARGETS, SIZES, _trainer_kwargs, run_comlrl  # noqa: E402
 
-DEFAULT_JSON = BENCH_DIR / "results_compile.json"
+DEFAULT_JSON = BENCH_DIR.parent / "results" / "compile.json"
 MODES = ("models", "adapters")
 
 
@@ -106,12 +106,12 @@ def variant_name(mode: str, backward_per_agent: bool) -> str:
 
 def bench_config(size: str, P: int, modes: list[str], cfg: dict[str, Any], work_dir: Path, backend: str | None,
                  with_comlrl: bool, backward: str = "per-agent") -> list[dict[str, Any]]:
-    from toy_model_dir import build_model_dir
+    from trl_marl.toy import make_toy_model
 
     spec = SIZES[size]
     model_dir = str(work_dir / f"target10-h{spec['hidden']}-l{spec['layers']}")
-    build_model_dir(model_dir, hidden_size=spec["hidden"], num_layers=spec["layers"], seed=0,
-                    pretrain_steps=spec["pretrain_steps"], allow_fallback=False)
+    make_toy_model(model_dir, task="target", targets=(10,), hidden_size=spec["hidden"], num_layers=spec["layers"],
+                   seed=0, pretrain_steps=spec["pretrain_steps"])
     sides: dict[str, tuple[Any, list[list[float]]]] = {}
     round_wall: dict[str, list[float]] = {}
     for mode, per_agent in variants(modes, backward):
@@ -193,7 +193,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if args.steps <= args.warmup:
         parser.error(f"--steps ({args.steps}) must be larger than --warmup ({args.warmup})")
     if not args.no_comlrl and not os.path.exists(COMLRL_PYTHON):
-        parser.error(f"no comlrl interpreter at {COMLRL_PYTHON}: set COMLRL_PYTHON, or pass --no-comlrl")
+        parser.error(f"no comlrl interpreter at {COMLRL_PYTHON}: set COMLRL_PYTHON, run `python -m benchmarks speed "
+                     "--only compile` (builds it), or pass --no-comlrl")
     torch.set_num_threads(1)
     from bench_magrpo import _cpu_seconds, _source_state, _versions
     from transformers.utils import logging as hf_logging
@@ -205,7 +206,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     started, cpu_start = time.perf_counter(), _cpu_seconds()
     results: dict[str, Any] = {
         "date_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "command": " ".join(["python", "benchmarks/bench_compile.py", *(sys.argv[1:] if argv is None else argv)]),
+        "command": " ".join(["python", "benchmarks/speed/bench_compile.py",
+                             *(sys.argv[1:] if argv is None else argv)]),
         "versions": _versions(), "source": _source_state(), "config": cfg, "backend": args.backend or "inductor",
         "load_at_start": [round(x, 2) for x in os.getloadavg()], "rows": [],
     }

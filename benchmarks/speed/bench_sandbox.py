@@ -7,13 +7,13 @@ Measures, on this machine:
    next to the start-up time of a bare `python -I -c pass` (the floor of any fresh-interpreter sandbox);
 2. programs per second for a HumanEval-sized batch (164 synthetic programs, one function + 7 asserts each) with
    `os.cpu_count()` workers;
-3. if `--humaneval` exists (by default `/work/shared/data/HumanEval.jsonl.gz`, never read by the package itself):
+3. with `--humaneval PATH` (OpenAI's `HumanEval.jsonl.gz`, never read by the package itself):
    HumanEval's 164 canonical solutions (every one must pass: a check of the harness) and 164 wrong solutions
    (`return None`), with their throughput.
 
 Run it alone: other busy processes on the cores change every number (see DESIGN.md, "CPU timing pitfall").
 
-    PYTHONPATH=src python benchmarks/bench_sandbox.py [--runs 50] [--json out.json]
+    PYTHONPATH=src python benchmarks/speed/bench_sandbox.py [--runs 50] [--json out.json]
 """
 
 from __future__ import annotations
@@ -111,7 +111,7 @@ def throughput(programs: list[str], specs: list[TestSpec], limits: SandboxLimits
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=50, help="sequential runs for the overhead")
-    parser.add_argument("--humaneval", default="/work/shared/data/HumanEval.jsonl.gz")
+    parser.add_argument("--humaneval", default=None, help="HumanEval.jsonl.gz (part 3 runs only with it)")
     parser.add_argument("--json", default=None, help="also write the results here")
     args = parser.parse_args()
 
@@ -133,8 +133,10 @@ def main() -> None:
     programs, specs = synthetic_batch()
     report["synthetic_164"] = throughput(programs, specs, full, workers)
     report["synthetic_164_sequential"] = throughput(programs, specs, full, 1)
-    path = Path(args.humaneval)
-    if path.exists():
+    path = Path(args.humaneval) if args.humaneval else None
+    if path is not None:
+        if not path.exists():
+            raise SystemExit(f"--humaneval: no file at {path}")
         with gzip.open(path, "rt") as f:
             rows = [json.loads(line) for line in f]
         he_specs = [TestSpec.humaneval(r["test"], r["entry_point"]) for r in rows]

@@ -1,9 +1,10 @@
 """The TRL 1.12 side of ``bench_ppo.py``: ``trl.experimental.ppo.PPOTrainer`` on the same models, data and settings.
 
-Runs in the TRL 1.12 virtualenv (``/work/venv-trl112``, ``trl==1.12.0``); ``bench_ppo.py`` starts it::
+Runs in the TRL 1.12 virtualenv (``trl==1.12.0``, ``$TRL112_PYTHON``: see ``benchmarks/peers.py``); ``bench_ppo.py``
+starts it::
 
-    /work/venv-trl112/bin/python benchmarks/bench_ppo_trl112_peer.py --role equiv --workdir /tmp/bench_ppo --out x.json
-    /work/venv-trl112/bin/python benchmarks/bench_ppo_trl112_peer.py --role train --workdir /tmp/bench_ppo --out y.json
+    $TRL112_PYTHON benchmarks/parity/bench_ppo_trl112_peer.py --role equiv --workdir /tmp/bench_ppo --out x.json
+    $TRL112_PYTHON benchmarks/parity/bench_ppo_trl112_peer.py --role train --workdir /tmp/bench_ppo --out y.json
 
 Settings, models and helpers come from ``bench_ppo.py`` (which imports neither ``trl`` nor ``trl_marl`` at import
 time), so both sides are configured by the same code.

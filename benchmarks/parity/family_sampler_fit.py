@@ -14,7 +14,7 @@ and compares each side's completion frequencies with the exact completion probab
 chi-square test of `tests/test_sampling_distribution.py`. comlrl is imported from its own virtualenv's site-packages
 (appended to `sys.path`, after ours), as `family_same_samples.py` does::
 
-    PYTHONPATH=src python benchmarks/family_sampler_fit.py --seed 1 --train-steps 60 --samples 25600
+    PYTHONPATH=src python benchmarks/parity/family_sampler_fit.py --seed 1 --train-steps 60 --samples 25600
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ import torch  # noqa: E402
 
 BENCH_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH_DIR))
-sys.path.insert(0, str(BENCH_DIR.parent / "tests"))
+sys.path.insert(0, str(BENCH_DIR.parents[1] / "tests"))
 
 from family_same_samples import comlrl_and_model_dir  # noqa: E402
 
@@ -77,7 +77,7 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=25600, help="completions per agent and side")
     parser.add_argument("--work-dir", default="/tmp/family-sampler-fit")
     parser.add_argument("--comlrl-site", default=None,
-                        help="comlrl's site-packages (default: /work/venv-comlrl/lib/python3*/site-packages)")
+                        help="comlrl's site-packages (default: $COMLRL_PYTHON's, or the cached comlrl virtualenv's)")
     args = parser.parse_args()
     model_dir = comlrl_and_model_dir(parser, args)
 

@@ -17,7 +17,7 @@ they decode the same number of tokens. Cases:
 
 Run (1 thread, as the demo; about 4 minutes on a busy 2-core machine)::
 
-    PYTHONPATH=src python benchmarks/bench_prefill.py --reps 5 --demo-reps 40 --out prefill.json
+    PYTHONPATH=src python benchmarks/speed/bench_prefill.py --reps 5 --demo-reps 40 --out prefill.json
 """
 
 from __future__ import annotations

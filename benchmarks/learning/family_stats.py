@@ -18,7 +18,7 @@ exceeds `--takeoff`, default +0.5; a run that never does counts as one update pa
 
 Usage::
 
-    python benchmarks/family_stats.py benchmarks/results_family_100steps.json run-*.json --json merged.json
+    python benchmarks/learning/family_stats.py benchmarks/results/family_100steps.json run-*.json --json merged.json
 
 Two input layouts are read: `bench_family.py`'s own (`algorithms[a]["runs"][side]`, one entry per seed of
 `seeds`, with the per-update `rewards`) and the compact one this script writes (`algorithms[a][side]` with

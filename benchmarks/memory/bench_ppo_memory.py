@@ -4,8 +4,8 @@
 
 Run from the repository root with the development virtualenv::
 
-    PYTHONPATH=src python benchmarks/bench_ppo_memory.py           # 84M-parameter model, 2 runs per variant
-    PYTHONPATH=src python benchmarks/bench_ppo_memory.py --quick   # smaller model, 1 run per variant
+    PYTHONPATH=src python benchmarks/memory/bench_ppo_memory.py           # 84M-parameter model, 2 runs per variant
+    PYTHONPATH=src python benchmarks/memory/bench_ppo_memory.py --quick   # smaller model, 1 run per variant
 
 Measured as benchmark (3) of ``bench_magrpo.py`` (whose helpers this script imports): the peak RSS (``VmHWM``) of a
 fresh process that builds a LoRA ``adapters`` team (r=8 on ``q_proj``/``v_proj``, one adapter per agent on one
@@ -22,7 +22,7 @@ Variants, each in its own process, interleaved over the repeats:
 * ``n1_same_total``: one agent with 4x the episodes (the four-agent team's samples per update; information).
 
 Memory is not disturbed by other processes' CPU load. The script prints the peaks and ratios and writes
-``benchmarks/results_ppo_memory.json``.
+``benchmarks/results/ppo_memory.json``.
 """
 
 from __future__ import annotations
@@ -39,7 +39,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from bench_magrpo import (  # also sets one thread and offline mode, and puts src/ on sys.path
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "speed"))
+
+from bench_magrpo import (  # noqa: E402  # also sets one thread and offline mode, and puts src/ on sys.path
     SRC_DIR,
     _load,
     _median,
@@ -53,7 +55,7 @@ from bench_magrpo import (  # also sets one thread and offline mode, and puts sr
 )
 
 BENCH_DIR = Path(__file__).resolve().parent
-DEFAULT_JSON = BENCH_DIR / "results_ppo_memory.json"
+DEFAULT_JSON = BENCH_DIR.parent / "results" / "ppo_memory.json"
 VARIANTS = {  # name -> (agents, episodes per update as a multiple of --episodes, backward_per_agent)
     "n1": (1, 1, True),
     "n4_summed": (4, 1, False),
@@ -160,7 +162,7 @@ def main() -> None:
     started = time.perf_counter()
     results = {
         "date_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "command": " ".join(["python", "benchmarks/bench_ppo_memory.py", *sys.argv[1:]]),
+        "command": " ".join(["python", "benchmarks/memory/bench_ppo_memory.py", *sys.argv[1:]]),
         "versions": _versions(), "source": _source_state(), "load_at_start": _load(),
         **bench(cfg, work_dir),
     }

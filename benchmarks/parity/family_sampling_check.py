@@ -10,7 +10,7 @@ two samplers are counted per distinct token sequence and compared with a two-sam
 fewer than 10 counts pooled), separately for the first `--near-init` updates (weights close to the start) and for the
 updates after them (weights that have moved).
 
-    PYTHONPATH=src python benchmarks/family_sampling_check.py --seed 7 --steps 70
+    PYTHONPATH=src python benchmarks/parity/family_sampling_check.py --seed 7 --steps 70
 
 Both samplers draw from torch's global generator in turn, so the direct draws shift the random stream of the run
 (its learning curve is not the `bench_family.py` one); the test only asks whether the two samplers' completions come
@@ -76,17 +76,17 @@ def main() -> None:
     args = parser.parse_args()
 
     from datasets import Dataset
-    from toy_model_dir import build_model_dir
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
     from trl_marl import MultiAgentPPOConfig, MultiAgentPPOTrainer
     from trl_marl.envs import TargetSumEnv
     from trl_marl.rewards.arithmetic import TargetSumReward
+    from trl_marl.toy import make_toy_model
 
     torch.set_num_threads(1)
     work_dir = Path(args.work_dir or tempfile.mkdtemp(prefix="family-sampling-"))
     model_dir = str(work_dir / "target10-h64-l2")
-    build_model_dir(model_dir, hidden_size=64, num_layers=2, seed=0, pretrain_steps=300, allow_fallback=False)
+    make_toy_model(model_dir, task="target", targets=(10,), hidden_size=64, num_layers=2, seed=0, pretrain_steps=300)
     P, G, steps = args.prompts, args.num_generations, args.steps
     config = MultiAgentPPOConfig(
         output_dir=str(work_dir / "out"), num_agents=2, per_device_train_batch_size=P * G,

@@ -16,7 +16,7 @@ R times (R = rows per agent, sharing one prefill: the team default), the MAGRPO 
 
 Run (1 thread; a few minutes)::
 
-    PYTHONPATH=src python benchmarks/bench_mixed_adapters.py --model-dir /tmp/prof/model-large --reps 30 --out m.json
+    PYTHONPATH=src python benchmarks/speed/bench_mixed_adapters.py --model-dir /tmp/model-large --reps 30 --out m.json
 """
 
 from __future__ import annotations

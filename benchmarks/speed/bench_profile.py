@@ -1,14 +1,14 @@
 """Where a MAGRPO step's time goes, how far each part is from its matmul floor, and the same for comlrl 1.4.3.
 
-Run from the repository root with the development virtualenv (comlrl in ``/work/venv-comlrl``, or set
-``COMLRL_PYTHON``), alone on the machine::
+Run from the repository root with the development virtualenv (comlrl in ``$COMLRL_PYTHON``, else the cached virtualenv
+of ``benchmarks/peers.py``; ``python -m benchmarks speed --only profile`` builds it), alone on the machine::
 
-    PYTHONPATH=src python benchmarks/bench_profile.py            # full run (~5 min quiet, + first model builds)
-    PYTHONPATH=src python benchmarks/bench_profile.py --quick    # smoke run (about a minute)
+    PYTHONPATH=src python benchmarks/speed/bench_profile.py            # full run (~5 min quiet, + first model builds)
+    PYTHONPATH=src python benchmarks/speed/bench_profile.py --quick    # smoke run (about a minute)
 
 The task is the two-agent target sum of ``bench_magrpo.py``'s comlrl comparison (``bench_comlrl_peer.py``): both
 agents see ``T=10:``, G=8 samples per agent per prompt, 4 new tokens at most, temperature 1, top_p 1, no top_k, lr
-3e-4, group mean/std advantages, no KL; one model folder per size built by ``toy_model_dir.build_model_dir`` (a
+3e-4, group mean/std advantages, no KL; one model folder per size built by ``trl_marl.toy.make_toy_model`` (a
 Qwen2 toy pretrained to output numbers) and loaded by both sides. Measured for two sizes (``small``: hidden 64, 2
 layers, ~84k parameters; ``large``: hidden 256, 4 layers, ~2.6M, the sizes of ``bench_magrpo.py``), P = 1 and 4
 dataset rows (prompts) per optimizer update, and three sides: our ``MAGRPOTrainer`` with ``team_mode="models"``
@@ -50,7 +50,7 @@ of every round left out.
    per completion (batch 1), over the prompt plus every generated position (post-EOS padding included), with
    logits at every position; its recorded shapes are counted the same way.
 
-The script prints markdown tables and writes ``benchmarks/results_profile.json`` (``--json``): per size, P and
+The script prints markdown tables and writes ``benchmarks/results/profile.json`` (``--json``): per size, P and
 side the median step time, joint samples (scored joint actions) per second, the parts (mean wall and CPU ms per
 step over the timed steps), FLOPs, floor and achieved/floor, plus ours/comlrl and adapters/models ratios. The
 hooks cost a few microseconds per forward and per timed call (``instrumentation_ms_per_step`` estimates it).
@@ -88,21 +88,23 @@ from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
 BENCH_DIR = Path(__file__).resolve().parent
-REPO_ROOT = BENCH_DIR.parent
+BENCH_ROOT = BENCH_DIR.parent
+REPO_ROOT = BENCH_ROOT.parent
 SRC_DIR = REPO_ROOT / "src"
-for _path in (SRC_DIR, BENCH_DIR):
+for _path in (SRC_DIR, BENCH_ROOT, BENCH_DIR):
     if str(_path) not in sys.path:
         sys.path.insert(0, str(_path))
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
+from peers import peer_python  # noqa: E402
 from profile_hooks import StepProfiler, instrumentation_cost  # noqa: E402
 
 warnings.filterwarnings("ignore")
 
-COMLRL_PYTHON = os.environ.get("COMLRL_PYTHON", "/work/venv-comlrl/bin/python")
-PEER_SCRIPT = BENCH_DIR / "bench_comlrl_peer.py"
-DEFAULT_JSON = BENCH_DIR / "results_profile.json"
+COMLRL_PYTHON = peer_python("comlrl")
+PEER_SCRIPT = BENCH_ROOT / "parity" / "bench_comlrl_peer.py"
+DEFAULT_JSON = BENCH_ROOT / "results" / "profile.json"
 SIDES = ("ours_models", "ours_adapters", "comlrl")
 SIZES = {  # the two sizes of bench_magrpo.py's comlrl comparison (pretraining steps as there)
     "small": dict(hidden=64, layers=2, pretrain_steps=300),
@@ -504,12 +506,15 @@ def run_comlrl(model_dir: str, P: int, cfg: dict[str, Any], json_path: Path) -> 
 
 def bench_config(size: str, P: int, cfg: dict[str, Any], work_dir: Path, rates: RateTable,
                  region_cost_s: float) -> dict[str, Any]:
-    from toy_model_dir import build_model_dir
+    from trl_marl.toy import make_toy_model
 
     spec = SIZES[size]
     model_dir = str(work_dir / f"target10-h{spec['hidden']}-l{spec['layers']}")
-    builder = build_model_dir(model_dir, hidden_size=spec["hidden"], num_layers=spec["layers"], seed=0,
-                              pretrain_steps=spec["pretrain_steps"], allow_fallback=False)
+    make_toy_model(model_dir, task="target", targets=(10,), hidden_size=spec["hidden"], num_layers=spec["layers"],
+                   seed=0, pretrain_steps=spec["pretrain_steps"])
+    builder = {"builder": "trl_marl.toy.make_toy_model", "task": "target", "targets": [10],
+               "hidden_size": spec["hidden"], "num_layers": spec["layers"], "seed": 0,
+               "pretrain_steps": spec["pretrain_steps"]}
     with open(os.path.join(model_dir, "config.json")) as f:
         shape = ModelShape.from_config(json.load(f))
 
@@ -644,7 +649,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     if cfg["steps"] <= cfg["warmup"]:
         parser.error(f"--steps ({cfg['steps']}) must be larger than --warmup ({cfg['warmup']})")
     if not os.path.exists(COMLRL_PYTHON):
-        parser.error(f"no comlrl interpreter at {COMLRL_PYTHON}: point COMLRL_PYTHON at a python with comlrl 1.4.3")
+        parser.error(f"no comlrl interpreter at {COMLRL_PYTHON}: point COMLRL_PYTHON at a python with comlrl 1.4.3, "
+                     "or run `python -m benchmarks speed --only profile` (builds it)")
 
     torch.set_num_threads(1)
     from bench_magrpo import _cpu_seconds, _source_state, _versions
@@ -658,7 +664,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     rates = RateTable()
     results: dict[str, Any] = {
         "date_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "command": " ".join(["python", "benchmarks/bench_profile.py", *(sys.argv[1:] if argv is None else argv)]),
+        "command": " ".join(["python", "benchmarks/speed/bench_profile.py",
+                             *(sys.argv[1:] if argv is None else argv)]),
         "machine": {"cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
                     "platform": platform.platform(), "processor": platform.processor() or platform.machine()},
         "versions": _versions(),

@@ -11,11 +11,11 @@ gradients per agent (cosine) and, every few updates, the cumulative weight chang
 It imports comlrl from its own virtualenv's site-packages (appended to `sys.path`, after ours), so both trainers run
 in one process on the same torch::
 
-    PYTHONPATH=src python benchmarks/family_same_samples.py --algorithm maremax --steps 12 --seed 0
+    PYTHONPATH=src python benchmarks/parity/family_same_samples.py --algorithm maremax --steps 12 --seed 0
 
 Besides ours vs comlrl, it compares comlrl's gradient with the policy gradient of its own batch written out at its
 own weights ("textbook": every completion token up to and including EOS, no padding). What it shows (2026-11-22,
-see benchmarks/RESULTS.md): ours equals the textbook gradient (cosine 1.0000); comlrl's equals it only on some
+see benchmarks/README.md): ours equals the textbook gradient (cosine 1.0000); comlrl's equals it only on some
 updates, because its loss feeds `prompt + completion[:-1]` and then also drops the last logit
 (`logits[prompt_len - 1 : -1]`), so the last token of each row's padded width is never trained: the EOS of a row's
 longest completions, or the last padding token of the shorter ones (whose earlier padding it does train on).
@@ -34,7 +34,6 @@ os.environ.setdefault("WANDB_MODE", "disabled")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import argparse  # noqa: E402
-import glob  # noqa: E402
 import random  # noqa: E402
 import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -44,6 +43,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 BENCH_DIR = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCH_DIR.parent))
 sys.path.insert(0, str(BENCH_DIR))
 
 
@@ -196,16 +196,18 @@ def run_ours(args: argparse.Namespace, model_dir: str, comlrl: dict[str, Any]) -
 def comlrl_and_model_dir(parser: argparse.ArgumentParser, args: argparse.Namespace) -> str:
     """Puts comlrl's site-packages (`--comlrl-site`) on `sys.path` after ours, sets one torch thread, and builds (or
     reuses) the family benchmark's toy model in `--work-dir`; returns that model's folder."""
-    site = args.comlrl_site or next(iter(glob.glob("/work/venv-comlrl/lib/python3*/site-packages")), None)
+    from peers import peer_python, site_packages
+
+    site = args.comlrl_site or site_packages(peer_python("comlrl"))
     if site is None:
         parser.error("comlrl's site-packages not found: pass --comlrl-site")
     sys.path.append(site)
     torch.set_num_threads(1)
 
-    from toy_model_dir import build_model_dir
+    from trl_marl.toy import make_toy_model
 
     model_dir = str(Path(args.work_dir) / "target10-h64-l2")
-    build_model_dir(model_dir, hidden_size=64, num_layers=2, seed=0, pretrain_steps=300, allow_fallback=False)
+    make_toy_model(model_dir, task="target", targets=(10,), hidden_size=64, num_layers=2, seed=0, pretrain_steps=300)
     return model_dir
 
 
@@ -224,7 +226,7 @@ def main() -> None:
                              "group's padded width skipped, the padding after shorter completions trained), so that "
                              "the update, not only the textbook gradient, can be compared with comlrl's")
     parser.add_argument("--comlrl-site", default=None,
-                        help="comlrl's site-packages (default: /work/venv-comlrl/lib/python3*/site-packages)")
+                        help="comlrl's site-packages (default: $COMLRL_PYTHON's, or the cached comlrl virtualenv's)")
     args = parser.parse_args()
     model_dir = comlrl_and_model_dir(parser, args)
     random.seed(args.seed)

@@ -1,10 +1,11 @@
 """``trl_marl.PPOTrainer`` (drop-in) against TRL 1.12's ``trl.experimental.ppo.PPOTrainer`` on CPU.
 
 Run from the repository root with the development virtualenv (TRL 1.16); the TRL 1.12 side runs in its own
-virtualenv (``/work/venv-trl112``, or ``$TRL112_PYTHON``) through ``bench_ppo_trl112_peer.py`` (a subprocess)::
+virtualenv (``$TRL112_PYTHON``, else the cached one of ``benchmarks/peers.py``) through ``bench_ppo_trl112_peer.py``
+(a subprocess)::
 
-    PYTHONPATH=src /work/venv/bin/python benchmarks/bench_ppo.py              # (a), (b), (c): about 5 minutes
-    PYTHONPATH=src /work/venv/bin/python benchmarks/bench_ppo.py --profile    # + one cProfile run per side (+1 min)
+    PYTHONPATH=src python benchmarks/parity/bench_ppo.py              # (a), (b), (c): about 5 minutes
+    PYTHONPATH=src python benchmarks/parity/bench_ppo.py --profile    # + one cProfile run per side (+1 min)
 
 Every side runs in its own process, one process at a time, with ``torch.set_num_threads(1)`` and
 ``OMP_NUM_THREADS=1`` (DESIGN.md, "CPU timing pitfall"). Before each timed process the script waits (up to
@@ -78,10 +79,13 @@ from transformers import TrainerCallback  # noqa: E402
 warnings.filterwarnings("ignore")
 
 BENCH_DIR = Path(__file__).resolve().parent
-REPO_ROOT = BENCH_DIR.parent
+REPO_ROOT = BENCH_DIR.parents[1]
 SRC_DIR = REPO_ROOT / "src"
 PEER_SCRIPT = BENCH_DIR / "bench_ppo_trl112_peer.py"
-TRL112_PYTHON = os.environ.get("TRL112_PYTHON", "/work/venv-trl112/bin/python")
+sys.path.insert(0, str(BENCH_DIR.parent))
+from peers import peer_python  # noqa: E402
+
+TRL112_PYTHON = peer_python("trl112")
 DEFAULT_WORKDIR = Path(os.environ.get("BENCH_PPO_WORKDIR", "/tmp/bench_ppo"))
 
 SEED = 0

@@ -15,7 +15,7 @@ Prompts are shared through one prefill (`share_prompt_prefill`, the team default
 
 Run (1 thread; a few minutes)::
 
-    PYTHONPATH=src python benchmarks/bench_lean_decode.py --model-dir /tmp/prof/model-large --reps 30 --out lean.json
+    PYTHONPATH=src python benchmarks/speed/bench_lean_decode.py --model-dir /tmp/model-large --reps 30 --out l.json
 """
 
 from __future__ import annotations

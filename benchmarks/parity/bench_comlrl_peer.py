@@ -1,10 +1,11 @@
 """comlrl peer for ``bench_magrpo.py`` and ``bench_family.py``: time comlrl's ``MAGRPOTrainer`` (or, with
 ``--algorithm``, ``MAREINFORCETrainer`` / ``MARLOOTrainer`` / ``MAReMaxTrainer``) on the two-agent task.
 
-Run it in the separate comlrl virtualenv (comlrl is not a dependency of trl_marl)::
+Run it in the separate comlrl virtualenv (comlrl is not a dependency of trl_marl; ``python -m benchmarks`` builds
+it, see ``benchmarks/peers.py``), on a model folder built with our environment, shared by both sides::
 
-    /work/venv/bin/python benchmarks/toy_model_dir.py /tmp/toy-qwen2   # once, shared by both sides
-    /work/venv-comlrl/bin/python benchmarks/bench_comlrl_peer.py --model-dir /tmp/toy-qwen2 \
+    PYTHONPATH=src python -c "from trl_marl.toy import make_toy_model; make_toy_model('/tmp/toy-qwen2')"
+    $COMLRL_PYTHON benchmarks/parity/bench_comlrl_peer.py --model-dir /tmp/toy-qwen2 \
         --steps 10 --num-generations 8 --max-new-tokens 4 --prompts-per-step 4 --json /tmp/comlrl.json
 
 Task: both agents get the prompt ``T=10:`` and answer with a number; the team reward of a joint action
@@ -186,7 +187,7 @@ def main() -> None:
 
     profiler = None
     if args.profile:  # time comlrl's own methods and forwards, without changing what they do
-        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "speed"))
         from profile_hooks import StepProfiler, instrumentation_cost
 
         profiler = StepProfiler()
@@ -260,7 +261,7 @@ def main() -> None:
     assert joint_total == joint_per_step * total_steps == len(reward_log)
 
     builder_info = None
-    for marker in ("toy_builder.json", "trl_marl_toy.json"):
+    for marker in ("trl_marl_toy.json",):
         marker_path = os.path.join(args.model_dir, marker)
         if builder_info is None and os.path.exists(marker_path):
             with open(marker_path) as f:

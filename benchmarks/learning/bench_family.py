@@ -14,7 +14,8 @@ which makes raw / rloo / max / mean identical; the three family members only dif
 
 Task: two agents both see ``T=10:``; the team reward of a joint action is 1 if the two answers are integers
 summing to 10, -0.5 if either is not an integer, else 0. Both sides load the same model folder
-(``toy_model_dir.py``: a tiny Qwen2 pretrained to output numbers), one full model per agent, and use the same
+(``trl_marl.toy.make_toy_model(task="target")``: a tiny Qwen2 pretrained to output numbers), one full model per
+agent, and use the same
 budget per step: ``P`` prompts x ``G`` samples (``P * G`` scored joint actions), one optimizer step per agent,
 the same number of steps, learning rate (constant), max new tokens, temperature 1, top_p 1, no top_k, no KL.
 
@@ -24,7 +25,7 @@ actions / wall time of ``train()``, first steps included). comlrl runs in its ow
 ``bench_comlrl_peer.py --algorithm ...`` (a child process); ours in this process. Runs are sequential, never two
 at once, and the order of the two sides alternates between seeds.
 
-    PYTHONPATH=src /work/main/.venv/bin/python benchmarks/bench_family.py --seeds 0 1 2 --steps 30
+    PYTHONPATH=src python benchmarks/learning/bench_family.py --seeds 0 1 2 --steps 30
 """
 
 from __future__ import annotations
@@ -46,11 +47,13 @@ import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
-BENCH_DIR = Path(__file__).resolve().parent
-sys.path.insert(0, str(BENCH_DIR))
-COMLRL_PYTHON = os.environ.get("COMLRL_PYTHON", "/work/venv-comlrl/bin/python")
-PEER_SCRIPT = BENCH_DIR / "bench_comlrl_peer.py"
-AC_PEER_SCRIPT = BENCH_DIR / "bench_comlrl_ac_peer.py"
+BENCH_ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(BENCH_ROOT))
+from peers import peer_python  # noqa: E402
+
+COMLRL_PYTHON = peer_python("comlrl")
+PEER_SCRIPT = BENCH_ROOT / "parity" / "bench_comlrl_peer.py"
+AC_PEER_SCRIPT = BENCH_ROOT / "parity" / "bench_comlrl_ac_peer.py"
 ALGORITHMS = ("magrpo", "mareinforce", "marloo", "maremax", "iac", "maac")
 AC_ALGORITHMS = ("iac", "maac")
 FINAL_WINDOW = 5
@@ -296,16 +299,18 @@ def main() -> None:
                         "completion's EOS, up to the group's padded width minus one (diagnostic)")
     parser.add_argument("--sides", nargs="+", default=["ours", "comlrl"], choices=["ours", "comlrl"])
     parser.add_argument("--work-dir", default=None)
-    parser.add_argument("--json", default=str(BENCH_DIR / "results_family.json"))
+    parser.add_argument("--json", default=str(BENCH_ROOT / "results" / "family.json"))
     args = parser.parse_args()
 
-    from toy_model_dir import build_model_dir
+    from trl_marl.toy import make_toy_model
 
     work_dir = Path(args.work_dir or tempfile.mkdtemp(prefix="bench-family-"))
     work_dir.mkdir(parents=True, exist_ok=True)
     model_dir = str(work_dir / f"target10-h{args.hidden}-l{args.layers}")
-    builder = build_model_dir(model_dir, hidden_size=args.hidden, num_layers=args.layers, seed=0,
-                              pretrain_steps=args.pretrain_steps, allow_fallback=False)
+    make_toy_model(model_dir, task="target", targets=(10,), hidden_size=args.hidden, num_layers=args.layers, seed=0,
+                   pretrain_steps=args.pretrain_steps)
+    builder = {"builder": "trl_marl.toy.make_toy_model", "task": "target", "targets": [10], "hidden_size": args.hidden,
+               "num_layers": args.layers, "seed": 0, "pretrain_steps": args.pretrain_steps}
     cfg = {"steps": args.steps, "P": args.prompts, "G": args.num_generations, "max_len": args.max_new_tokens,
            "lr": args.lr, "max_grad_norm": args.max_grad_norm, "loss_type": args.loss_type,
            "advantage_level": args.advantage_level, "weight_decay": args.weight_decay,

@@ -11,7 +11,7 @@ MAPoRL training, and the demo's wall time. Targets (issue 9):
 
 Run alone on the machine (see DESIGN.md, "CPU timing pitfall"), once with the toy models already cached:
 
-    PYTHONPATH=src python benchmarks/bench_demo.py --json /tmp/bench_demo.json
+    PYTHONPATH=src python benchmarks/speed/bench_demo.py --json /tmp/bench_demo.json
 """
 
 from __future__ import annotations

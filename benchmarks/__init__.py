@@ -1,0 +1,1 @@
+"""trl-marl's benchmark suite: ``python -m benchmarks --help`` (see ``benchmarks/README.md``)."""
