@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu" / "bench_gpu.py"
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu" / "bench_gpu.py"
 
 
 def _load_bench():

@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch import nn
 
-BENCH_DIR = Path(__file__).resolve().parents[1] / "benchmarks"
+BENCH_DIR = Path(__file__).resolve().parents[2] / "benchmarks"
 
 
 def _load(name: str):

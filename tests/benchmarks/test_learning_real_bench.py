@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "learning_real.py"
+PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "learning_real.py"
 
 
 @pytest.fixture(scope="module")

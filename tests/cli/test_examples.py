@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SMOKE = ["--model_name_or_path", "toy", "--max_steps", "2", "--per_device_train_batch_size", "4",
          "--num_generations", "2", "--max_completion_length", "6", "--use_peft", "false", "--num_toy_rows", "8",
          "--logging_steps", "1", "--save_strategy", "no"]

@@ -165,7 +165,7 @@ def test_every_advantage_mode_has_a_row_in_the_equation_tables():
     import trl_marl.core
 
     rows = [line for line in (trl_marl.core.__doc__ or "").splitlines() if "`group_relative_advantages`" in line]
-    arch = (Path(__file__).resolve().parents[1] / "docs" / "architecture.md").read_text(encoding="utf-8")
+    arch = (Path(__file__).resolve().parents[2] / "docs" / "architecture.md").read_text(encoding="utf-8")
     for mode in ("mean", "std", "loo", "raw", "max"):
         assert any(f'"{mode}"' in row for row in rows), mode
         assert f'`core.advantages.group_relative_advantages(mode="{mode}")`' in arch, mode

@@ -25,7 +25,7 @@ from trl_marl.rewards.verifier import AnswerVerifier, ModelVerifier
 from trl_marl.scripts.serve_verifier import serve_verifier_main
 from trl_marl.toy import build_toy_tokenizer
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 # ------------------------------------------------------------------------------------------------ extraction
 

@@ -331,7 +331,7 @@ def test_the_extending_guide_example_runs(tmp_path: Path, monkeypatch: pytest.Mo
     """docs/extending.md's first example runs as written (in a temporary folder)."""
     import re
 
-    text = (Path(__file__).resolve().parents[1] / "docs" / "extending.md").read_text()
+    text = (Path(__file__).resolve().parents[2] / "docs" / "extending.md").read_text()
     blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
     monkeypatch.chdir(tmp_path)
     namespace: dict[str, Any] = {}

@@ -267,7 +267,7 @@ def test_batch_std_over_two_processes(tmp_path):
         port = sock.getsockname()[1]
     env = {k: v for k, v in os.environ.items()
            if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
-    src = str(Path(__file__).resolve().parents[1] / "src")
+    src = str(Path(__file__).resolve().parents[2] / "src")
     env.update(PYTHONPATH=os.pathsep.join(filter(None, [src, env.get("PYTHONPATH")])), OMP_NUM_THREADS="1",
                CUDA_VISIBLE_DEVICES="", TOKENIZERS_PARALLELISM="false")
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_machines", "1",

@@ -31,7 +31,7 @@ import torch
 
 from trl_marl.toy import make_toy_model
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = REPO_ROOT / "tests" / "scripts" / "team_processes.py"
 FSDP2_CONFIG = REPO_ROOT / "examples" / "accelerate_configs" / "fsdp2.yaml"
 NUM_PROCESSES = 2

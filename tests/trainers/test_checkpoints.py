@@ -31,7 +31,7 @@ from trl_marl._trl_compat import (
 from trl_marl.utils.checkpoint_files import MANIFEST_FILE
 
 TESTS = Path(__file__).resolve().parent
-ROOT = TESTS.parent
+ROOT = TESTS.parents[1]
 TARGET = 10
 STEPS = 6
 

@@ -35,7 +35,7 @@ from trl_marl.trainers.ppo_trainer import sequence_model_inputs
 
 warnings.filterwarnings("ignore")
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[3]
 SCRIPT = REPO / "tests" / "scripts" / "trl112_ppo_script.py"
 TRL112_IMPORT = "from trl.experimental.ppo import PPOConfig, PPOTrainer"
 TRL_MARL_IMPORT = "from trl_marl import PPOConfig, PPOTrainer"

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-BENCH_DIR = Path(__file__).resolve().parents[1] / "benchmarks"
+BENCH_DIR = Path(__file__).resolve().parents[3] / "benchmarks"
 ATOL, RTOL = 5e-5, 1e-4  # float32 round-off of up to 4 epochs x 4 mini-batches of Adam steps
 
 
