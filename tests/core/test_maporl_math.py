@@ -6,7 +6,6 @@ Every expected number is worked out by hand in the comments next to it (Definiti
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -27,14 +26,6 @@ from trl_marl.rewards.influence import InfluenceAwareReward
 R, W = True, False
 # Powers of two so that every sum of incentives is unambiguous.
 A0, A1, B0, B1 = 1.0, 2.0, 4.0, 8.0
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread() -> Iterator[None]:
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
 
 
 def close(actual: torch.Tensor, expected: list | float, atol: float = 1e-6) -> None:

@@ -6,7 +6,6 @@ Every expected number is worked out in the comments next to it, so a failure poi
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
 
 import pytest
 import torch
@@ -21,14 +20,6 @@ from trl_marl.core.ppo import (
     score_positions,
     shaped_token_rewards,
 )
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread() -> Iterator[None]:
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
 
 
 def close(actual: torch.Tensor, expected: list | float, atol: float = 1e-6) -> None:

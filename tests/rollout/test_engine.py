@@ -22,14 +22,6 @@ from trl_marl.toy import make_toy_model, toy_debate_dataset
 warnings.filterwarnings("ignore")
 
 
-@pytest.fixture(autouse=True)
-def one_thread() -> Any:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture(scope="module")
 def target_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
     return make_toy_model(tmp_path_factory.mktemp("target"), task="target", hidden_size=32, num_layers=1,

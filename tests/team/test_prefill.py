@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,14 +23,6 @@ GREEDY = GenerationConfig(do_sample=False, max_new_tokens=12)
 # every sampling setting that acts on the logits or on the ids so far
 SAMPLED = GenerationConfig(do_sample=True, max_new_tokens=12, temperature=1.3, top_k=20, top_p=0.95, min_p=0.02,
                            repetition_penalty=1.3)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def single_thread() -> Iterator[None]:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def make_team(mode: str, tokenizer: PreTrainedTokenizerBase, model=None) -> AgentTeam:

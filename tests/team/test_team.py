@@ -23,15 +23,6 @@ PROMPTS: list[list[str]] = [["Q:12+3=A:", "T:5?"], ["Q:1+1=A:", "Q:45+67=A:"]]
 COMPLETIONS: list[list[str]] = [["15", "7 "], ["2", "112"]]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def single_thread() -> Iterator[None]:
-    """Runs the tiny models on one thread: with a busy second core, intra-op threads slow them down a lot."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture(autouse=True)
 def seeded() -> None:
     """LoRA initialisation draws from the global RNG: seed it so that every test is deterministic."""

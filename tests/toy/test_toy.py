@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import random
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,18 +24,6 @@ from trl_marl.toy import (
     resolve_toy_name,
     toy_accuracy,
 )
-
-
-@pytest.fixture(scope="module", autouse=True)
-def single_thread() -> Iterator[None]:
-    """Runs the tiny models of this module on one thread (restored afterwards).
-
-    With a busy second core, PyTorch's intra-op threads oversubscribe and tiny models slow down by 10-20x.
-    """
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")

@@ -5,11 +5,9 @@ from __future__ import annotations
 import json
 import random
 import re
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import torch
 
 from trl_marl import toy
 from trl_marl.envs.base import Transcript
@@ -25,15 +23,6 @@ from trl_marl.toy import (
 )
 
 PROMPT = re.compile(r"^Q:(\d+)\+(\d+)=(?:A:|(\d+(?: \d+){0,2})\?A:)$")
-
-
-@pytest.fixture(scope="module", autouse=True)
-def single_thread() -> Iterator[None]:
-    """Tiny models run on one thread (a busy second core slows them down by 10-20x otherwise)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def test_samples_have_the_toy_debate_format():

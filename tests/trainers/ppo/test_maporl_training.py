@@ -4,23 +4,12 @@ from __future__ import annotations
 
 import warnings
 
-import pytest
-import torch
-
 from trl_marl.envs.debate import ToyDebateEnv
 from trl_marl.rewards import AnswerVerifier, InfluenceAwareReward
 from trl_marl.toy import make_toy_model, toy_debate_dataset
 from trl_marl.trainers import MultiAgentPPOConfig, MultiAgentPPOTrainer
 
 warnings.filterwarnings("ignore")
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def test_trained_debate_team_beats_untrained_at_the_final_turn(tmp_path):

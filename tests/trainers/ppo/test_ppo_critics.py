@@ -4,7 +4,6 @@ over the joint history (MAAC, `critic_type` V or Q), on the same engine, GAE and
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -27,14 +26,6 @@ from trl_marl.trainers.ppo_rollout import joint_value_prompt, next_turn_values
 from trl_marl.trainers.ppo_value import check_joint_tokenizers, sequence_scores
 
 warnings.filterwarnings("ignore")
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread() -> Iterator[None]:
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
 
 
 @pytest.fixture(scope="module")
