@@ -16,7 +16,6 @@ from trl_marl.envs import CentralizedEnv, TargetSumEnv, Transcript, split_sectio
 from trl_marl.envs.writing import CooperativeWritingEnv
 from trl_marl.rewards import CentralizedReward, TargetSumReward
 from trl_marl.rewards.writing import WritingTeamReward
-from trl_marl.toy import make_toy_model
 
 warnings.filterwarnings("ignore")
 TAGS = ["agent_0", "agent_1"]
@@ -163,14 +162,8 @@ def test_agent_rewards_are_averaged_over_the_agents():
 
 
 # ----------------------------------------------------------------------------------------------------------- training
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory) -> str:
-    return make_toy_model(tmp_path_factory.mktemp("toy"), task="target", hidden_size=32, num_layers=1,
-                          pretrain_steps=100, seed=0, targets=(10,))
-
-
 @pytest.mark.parametrize("num_turns", [1, 2])
-def test_one_policy_trains_with_magrpo_on_the_team_reward(model_dir, tmp_path, num_turns):
+def test_one_policy_trains_with_magrpo_on_the_team_reward(target_model_dir, tmp_path, num_turns):
     """MAGRPOTrainer(num_agents=1) runs unchanged on the centralised env; the team reward sees two agents' parts."""
     torch.manual_seed(0)
     # a short prompt: the toy model has 128 positions
@@ -185,8 +178,8 @@ def test_one_policy_trains_with_magrpo_on_the_team_reward(model_dir, tmp_path, n
         per_device_train_batch_size=8, max_completion_length=6, learning_rate=3e-3, max_steps=2, logging_steps=1,
         report_to="none", save_strategy="no", disable_tqdm=True, seed=0,
     )
-    trainer = MAGRPOTrainer(model=model_dir, reward_funcs=[CentralizedReward(env, spy), length], env=env, args=args,
-                            train_dataset=Dataset.from_dict({"target": [10] * 16}))
+    trainer = MAGRPOTrainer(model=target_model_dir, reward_funcs=[CentralizedReward(env, spy), length], env=env,
+                            args=args, train_dataset=Dataset.from_dict({"target": [10] * 16}))
     before = [p.detach().clone() for p in trainer.team.parameters()]
     trainer.train()
     after = list(trainer.team.parameters())

@@ -23,12 +23,6 @@ warnings.filterwarnings("ignore")
 
 
 @pytest.fixture(scope="module")
-def target_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
-    return make_toy_model(tmp_path_factory.mktemp("target"), task="target", hidden_size=32, num_layers=1,
-                          pretrain_steps=100, targets=(10,))
-
-
-@pytest.fixture(scope="module")
 def debate_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
     return make_toy_model(tmp_path_factory.mktemp("debate"), task="debate", hidden_size=32, num_layers=1,
                           pretrain_steps=50)
@@ -67,8 +61,8 @@ def targets(n: int = 64) -> Dataset:
 
 
 # ---------------------------------------------------------------------------------------------- one rollout engine
-def test_ppo_plays_with_the_engine_one_sample_per_agent(target_dir: str, tmp_path: Path) -> None:
-    trainer = MultiAgentPPOTrainer(args=ppo_args(tmp_path, num_turns=2), model=target_dir,
+def test_ppo_plays_with_the_engine_one_sample_per_agent(target_model_dir: str, tmp_path: Path) -> None:
+    trainer = MultiAgentPPOTrainer(args=ppo_args(tmp_path, num_turns=2), model=target_model_dir,
                                    reward_funcs=TargetSumReward(0.5), env=TargetSumEnv(2, 2), train_dataset=targets())
     assert isinstance(trainer.engine, JointRollout) and trainer.engine.num_generations == 1
     rows = [{"target": 10}] * 3
@@ -91,10 +85,10 @@ class EndsEarlyEnv(TargetSumEnv):
 
 
 @pytest.mark.parametrize("policy_sharing", ["agent", "agent_turn"])
-def test_ppo_episodes_end_when_the_env_says_so(target_dir: str, tmp_path: Path, policy_sharing: str) -> None:
+def test_ppo_episodes_end_when_the_env_says_so(target_model_dir: str, tmp_path: Path, policy_sharing: str) -> None:
     data = Dataset.from_dict({"target": [10, 11] * 16})
     trainer = MultiAgentPPOTrainer(args=ppo_args(tmp_path, num_turns=2, policy_sharing=policy_sharing),
-                                   model=target_dir, reward_funcs=TargetSumReward(0.5), env=EndsEarlyEnv(2, 2),
+                                   model=target_model_dir, reward_funcs=TargetSumReward(0.5), env=EndsEarlyEnv(2, 2),
                                    train_dataset=data)
     rollouts = trainer.rollout([{"target": 10}, {"target": 11}, {"target": 10}])
     played = trainer.last_rollout
@@ -125,15 +119,15 @@ class CountingTeamReward:
         return self.inner(prompts, completions, **kwargs)
 
 
-def test_a_team_reward_works_unchanged_under_both_trainers(target_dir: str, tmp_path: Path) -> None:
+def test_a_team_reward_works_unchanged_under_both_trainers(target_model_dir: str, tmp_path: Path) -> None:
     reward = CountingTeamReward()
-    magrpo = MAGRPOTrainer(model=target_dir, reward_funcs=reward, env=TargetSumEnv(2),
+    magrpo = MAGRPOTrainer(model=target_model_dir, reward_funcs=reward, env=TargetSumEnv(2),
                            args=magrpo_args(tmp_path, max_steps=1), train_dataset=targets())
     magrpo.train()
     assert reward.calls == [(None, 1, 16)]  # once per turn, one entry per joint action (4 episodes x G=4)
 
     reward.calls.clear()
-    ppo = MultiAgentPPOTrainer(args=ppo_args(tmp_path, num_turns=2), model=target_dir, reward_funcs=reward,
+    ppo = MultiAgentPPOTrainer(args=ppo_args(tmp_path, num_turns=2), model=target_model_dir, reward_funcs=reward,
                                env=TargetSumEnv(2, 2), train_dataset=targets())
     rollouts = ppo.rollout([{"target": 10}] * 5)
     # once per turn for the whole team (not once per agent), one entry per joint action (episode)
@@ -165,11 +159,11 @@ def test_agent_and_team_kinds_mean_the_same_in_both_trainers() -> None:
     torch.testing.assert_close(rewards.combine(per_agent_scores, bad), torch.tensor([[2.0, 3.0], [0.0, 1.0]]))
 
 
-def test_ppo_leaves_unscorable_responses_out_and_counts_nonfinite(target_dir: str, tmp_path: Path) -> None:
+def test_ppo_leaves_unscorable_responses_out_and_counts_nonfinite(target_model_dir: str, tmp_path: Path) -> None:
     def agent_zero_only(prompts: list[Any], completions: list[Any], agent_index: int, **kwargs: Any) -> list[Any]:
         return [1.0 if agent_index == 0 else None] * len(completions)
 
-    trainer = MultiAgentPPOTrainer(args=ppo_args(tmp_path), model=target_dir, reward_funcs=agent_zero_only,
+    trainer = MultiAgentPPOTrainer(args=ppo_args(tmp_path), model=target_model_dir, reward_funcs=agent_zero_only,
                                    env=TargetSumEnv(2), train_dataset=targets())
     rollouts = trainer.rollout([{"target": 10}] * 4)
     assert rollouts[0].scorable.all() and not rollouts[1].scorable.any()
@@ -179,7 +173,7 @@ def test_ppo_leaves_unscorable_responses_out_and_counts_nonfinite(target_dir: st
     def nan_reward(prompts: list[Any], completions: list[Any], **kwargs: Any) -> list[float]:
         return [float("nan")] + [1.0] * (len(completions) - 1)
 
-    trainer = MultiAgentPPOTrainer(args=ppo_args(tmp_path, max_nonfinite=2), model=target_dir,
+    trainer = MultiAgentPPOTrainer(args=ppo_args(tmp_path, max_nonfinite=2), model=target_model_dir,
                                    reward_funcs=nan_reward, env=TargetSumEnv(2), train_dataset=targets())
     with pytest.raises(NonFiniteError, match="max_nonfinite=2"):
         trainer.train()  # 2 NaN scores (one per agent) per update: the second update passes the limit
@@ -237,11 +231,11 @@ def test_multi_agent_ppo_trains_on_the_cooperative_writing_env(tmp_path: Path) -
             assert torch.isfinite(torch.tensor(h[key])), key
 
 
-def test_one_set_of_evaluation_metric_names(target_dir: str, tmp_path: Path) -> None:
+def test_one_set_of_evaluation_metric_names(target_model_dir: str, tmp_path: Path) -> None:
     data = Dataset.from_dict({"target": [10] * 8})
-    magrpo = MAGRPOTrainer(model=target_dir, reward_funcs=TargetSumReward(0.5), env=TargetSumEnv(2, 2),
+    magrpo = MAGRPOTrainer(model=target_model_dir, reward_funcs=TargetSumReward(0.5), env=TargetSumEnv(2, 2),
                            args=magrpo_args(tmp_path, num_turns=2), train_dataset=targets(), eval_dataset=data)
-    ppo = MultiAgentPPOTrainer(args=ppo_args(tmp_path, num_turns=2), model=target_dir,
+    ppo = MultiAgentPPOTrainer(args=ppo_args(tmp_path, num_turns=2), model=target_model_dir,
                                reward_funcs=TargetSumReward(0.5), env=TargetSumEnv(2, 2), train_dataset=targets(),
                                eval_dataset=data)
     names = [set(trainer.evaluate()) for trainer in (magrpo, ppo)]
@@ -273,14 +267,14 @@ class DoubledLossMAGRPO(MAGRPOTrainer):
         return 2.0 * loss if agent_index == 0 else 0.0 * loss, kl, clipped
 
 
-def test_magrpo_hooks_change_training(target_dir: str, tmp_path: Path) -> None:
-    initial = digest(MAGRPOTrainer(model=target_dir, reward_funcs=TargetSumReward(0.5), env=TargetSumEnv(2),
+def test_magrpo_hooks_change_training(target_model_dir: str, tmp_path: Path) -> None:
+    initial = digest(MAGRPOTrainer(model=target_model_dir, reward_funcs=TargetSumReward(0.5), env=TargetSumEnv(2),
                                    args=magrpo_args(tmp_path), train_dataset=targets()).team)
-    default = _train_magrpo(MAGRPOTrainer, target_dir, tmp_path)
+    default = _train_magrpo(MAGRPOTrainer, target_model_dir, tmp_path)
     assert default != initial
-    assert _train_magrpo(ConstantRewardMAGRPO, target_dir, tmp_path) == initial  # all advantages 0
+    assert _train_magrpo(ConstantRewardMAGRPO, target_model_dir, tmp_path) == initial  # all advantages 0
     for cls in (NegatedAdvantageMAGRPO, DoubledLossMAGRPO):
-        assert _train_magrpo(cls, target_dir, tmp_path) not in (default, initial), cls.__name__
+        assert _train_magrpo(cls, target_model_dir, tmp_path) not in (default, initial), cls.__name__
 
 
 def _train_ppo(cls: type, target_dir: str, tmp_path: Path) -> str:
@@ -308,15 +302,16 @@ class ValueOnlyPPO(MultiAgentPPOTrainer):
         return self.args.vf_coef * stats["vf_loss"] + 0.0 * new_logprobs.sum(), stats
 
 
-def test_ppo_hooks_change_training(target_dir: str, tmp_path: Path) -> None:
-    initial = digest(MultiAgentPPOTrainer(args=ppo_args(tmp_path), model=target_dir, reward_funcs=TargetSumReward(),
-                                          env=TargetSumEnv(2), train_dataset=targets()).team)
-    default = _train_ppo(MultiAgentPPOTrainer, target_dir, tmp_path)
+def test_ppo_hooks_change_training(target_model_dir: str, tmp_path: Path) -> None:
+    initial = digest(MultiAgentPPOTrainer(args=ppo_args(tmp_path), model=target_model_dir,
+                                          reward_funcs=TargetSumReward(), env=TargetSumEnv(2),
+                                          train_dataset=targets()).team)
+    default = _train_ppo(MultiAgentPPOTrainer, target_model_dir, tmp_path)
     assert default != initial
-    assert _train_ppo(ConstantRewardPPO, target_dir, tmp_path) not in (default, initial)
+    assert _train_ppo(ConstantRewardPPO, target_model_dir, tmp_path) not in (default, initial)
     # without advantages (or without a policy loss) the policies do not move
-    assert _train_ppo(ZeroAdvantagePPO, target_dir, tmp_path) == initial
-    assert _train_ppo(ValueOnlyPPO, target_dir, tmp_path) == initial
+    assert _train_ppo(ZeroAdvantagePPO, target_model_dir, tmp_path) == initial
+    assert _train_ppo(ValueOnlyPPO, target_model_dir, tmp_path) == initial
 
 
 def test_the_extending_guide_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

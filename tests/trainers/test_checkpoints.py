@@ -106,17 +106,9 @@ def logged_metrics(trainer: Any) -> list[dict[str, Any]]:
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory) -> str:
-    from trl_marl.toy import make_toy_model
-
-    return make_toy_model(tmp_path_factory.mktemp("toy"), task="target", hidden_size=32, num_layers=1,
-                          pretrain_steps=100, seed=0, targets=(TARGET,))
-
-
-@pytest.fixture(scope="module")
-def reference(model_dir, tmp_path_factory) -> Any:
+def reference(target_model_dir, tmp_path_factory) -> Any:
     """The uninterrupted run of STEPS steps."""
-    trainer = build_trainer(model_dir, str(tmp_path_factory.mktemp("reference")))
+    trainer = build_trainer(target_model_dir, str(tmp_path_factory.mktemp("reference")))
     trainer.train()
     return trainer
 
@@ -176,9 +168,9 @@ def test_last_complete_checkpoint_skips_incomplete_folders(tmp_path):
 # ------------------------------------------------------------------------------------------------ saves and rotation
 
 
-def test_save_is_atomic_and_rotation_keeps_the_last_complete_checkpoint(model_dir, tmp_path):
+def test_save_is_atomic_and_rotation_keeps_the_last_complete_checkpoint(target_model_dir, tmp_path):
     output_dir = tmp_path / "out"
-    trainer = build_trainer(model_dir, str(output_dir), max_steps=4, save_total_limit=1)
+    trainer = build_trainer(target_model_dir, str(output_dir), max_steps=4, save_total_limit=1)
     calls = []
     save_rng_state = trainer._save_rng_state
 
@@ -201,7 +193,7 @@ def test_save_is_atomic_and_rotation_keeps_the_last_complete_checkpoint(model_di
 
     # resume=True: warns about the interrupted save, resumes from checkpoint-2, then the interrupted folder and
     # (save_total_limit=1) checkpoint-2 go once checkpoint-4 is complete
-    resumed = build_trainer(model_dir, str(output_dir), max_steps=4, save_total_limit=1)
+    resumed = build_trainer(target_model_dir, str(output_dir), max_steps=4, save_total_limit=1)
     with pytest.warns(IncompleteCheckpointWarning, match="tmp-checkpoint-4"):
         resumed.train(resume_from_checkpoint=True)
     assert resumed.state.global_step == 4
@@ -213,17 +205,17 @@ def test_save_is_atomic_and_rotation_keeps_the_last_complete_checkpoint(model_di
     assert sorted(os.listdir(output_dir)) == ["checkpoint-4"]
 
 
-def test_resume_skips_a_partial_checkpoint_folder(model_dir, tmp_path, reference):
+def test_resume_skips_a_partial_checkpoint_folder(target_model_dir, tmp_path, reference):
     output_dir = tmp_path / "out"
-    build_trainer(model_dir, str(output_dir)).train()
+    build_trainer(target_model_dir, str(output_dir)).train()
     shutil.rmtree(output_dir / "checkpoint-6")
     # a half-written folder as transformers' own save leaves it when killed: no trainer_state.json
     os.remove(output_dir / "checkpoint-4" / "trainer_state.json")
     os.remove(output_dir / "checkpoint-4" / "rng_state.pth")
 
     with pytest.raises(ValueError, match="not a complete checkpoint.*checkpoint-2"):
-        build_trainer(model_dir, str(output_dir)).train(resume_from_checkpoint=str(output_dir / "checkpoint-4"))
-    resumed = build_trainer(model_dir, str(output_dir))
+        build_trainer(target_model_dir, str(output_dir)).train(resume_from_checkpoint=str(output_dir / "checkpoint-4"))
+    resumed = build_trainer(target_model_dir, str(output_dir))
     with pytest.warns(IncompleteCheckpointWarning, match="checkpoint-4"):
         resumed.train(resume_from_checkpoint=True)
     assert is_complete_checkpoint(output_dir / "checkpoint-4")  # rewritten by the resumed run
@@ -232,25 +224,25 @@ def test_resume_skips_a_partial_checkpoint_folder(model_dir, tmp_path, reference
     empty = tmp_path / "empty"
     empty.mkdir()
     with pytest.raises(ValueError, match="No complete checkpoint"):
-        build_trainer(model_dir, str(empty)).train(resume_from_checkpoint=True)
+        build_trainer(target_model_dir, str(empty)).train(resume_from_checkpoint=True)
 
 
 # ------------------------------------------------------------------------------------------------ SIGKILL
 
 
 @pytest.mark.parametrize(("kill_at", "resumed_from"), [("step5", 4), ("save4", 2)])
-def test_exact_resume_after_sigkill(model_dir, tmp_path, reference, kill_at, resumed_from):
+def test_exact_resume_after_sigkill(target_model_dir, tmp_path, reference, kill_at, resumed_from):
     """Killed after step 5 (checkpoint-4 complete) or in the middle of saving checkpoint-4: resuming reproduces the
     uninterrupted run exactly (every adapter weight and every logged metric)."""
     output_dir = tmp_path / "out"
-    result = child(model_dir, output_dir, kill_at)
+    result = child(target_model_dir, output_dir, kill_at)
     assert result.returncode == -signal.SIGKILL, result.stderr[-3000:]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         assert last_complete_checkpoint(output_dir) == str(output_dir / f"checkpoint-{resumed_from}")
     if kill_at == "save4":
         assert "checkpoint-4" not in os.listdir(output_dir) and "tmp-checkpoint-4" in os.listdir(output_dir)
-    resumed = build_trainer(model_dir, str(output_dir))
+    resumed = build_trainer(target_model_dir, str(output_dir))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         resumed.train(resume_from_checkpoint=True)
@@ -276,10 +268,10 @@ def damage(path: Path, how: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def saved_run(model_dir, tmp_path_factory) -> Path:
+def saved_run(target_model_dir, tmp_path_factory) -> Path:
     """checkpoint-2, -4 and -6 of the reference settings (copied by the tests that damage them)."""
     output_dir = tmp_path_factory.mktemp("saved") / "out"
-    build_trainer(model_dir, str(output_dir)).train()
+    build_trainer(target_model_dir, str(output_dir)).train()
     return output_dir
 
 
@@ -346,12 +338,12 @@ def test_rotation_never_counts_or_deletes_a_damaged_checkpoint(saved_run, tmp_pa
     assert sorted(os.listdir(output_dir)) == ["checkpoint-4", "checkpoint-6", "checkpoint-8"]
 
 
-def test_resume_falls_back_past_a_damaged_checkpoint_and_keeps_it(model_dir, saved_run, tmp_path, reference):
+def test_resume_falls_back_past_a_damaged_checkpoint_and_keeps_it(target_model_dir, saved_run, tmp_path, reference):
     output_dir = tmp_path / "out"
     shutil.copytree(saved_run, output_dir)
     damage(output_dir / "checkpoint-6" / "agent_0" / "adapter_model.safetensors", "truncate")
     damage(output_dir / "checkpoint-4" / "optimizer.pt", "truncate")
-    resumed = build_trainer(model_dir, str(output_dir), save_total_limit=1)
+    resumed = build_trainer(target_model_dir, str(output_dir), save_total_limit=1)
     with pytest.warns(CorruptCheckpointWarning) as caught:
         resumed.train(resume_from_checkpoint=True)
     messages = [str(w.message) for w in caught]
@@ -375,16 +367,16 @@ def test_checkpoint_model_cards_name_the_published_folder(saved_run):
         assert "tmp-" not in card
 
 
-def test_resuming_a_finished_run_is_refused(model_dir, saved_run, tmp_path):
+def test_resuming_a_finished_run_is_refused(target_model_dir, saved_run, tmp_path):
     """transformers trains one step past `max_steps` when resumed from the last checkpoint of a finished run."""
     output_dir = tmp_path / "out"
     shutil.copytree(saved_run, output_dir)
-    trainer = build_trainer(model_dir, str(output_dir))
+    trainer = build_trainer(target_model_dir, str(output_dir))
     with pytest.raises(ValueError, match=r"checkpoint-6: it is at step 6 and `MAGRPOConfig.max_steps=6`, so this "
                                          r"run is finished .*raise `max_steps` above 6"):
         trainer.train(resume_from_checkpoint=True)
     with pytest.raises(ValueError, match="at step 4 and `MAGRPOConfig.max_steps=4`"):
-        build_trainer(model_dir, str(output_dir), max_steps=4).train(
+        build_trainer(target_model_dir, str(output_dir), max_steps=4).train(
             resume_from_checkpoint=str(output_dir / "checkpoint-4"))
     assert trainer.state.global_step == 0
     assert sorted(os.listdir(output_dir)) == ["checkpoint-2", "checkpoint-4", "checkpoint-6"]  # nothing trained

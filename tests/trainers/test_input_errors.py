@@ -34,18 +34,10 @@ from trl_marl.envs import TargetSumEnv
 from trl_marl.envs.base import MultiAgentEnv, Prompt, Transcript, prompt_problem
 from trl_marl.rewards.arithmetic import TargetSumReward
 from trl_marl.rollout import TeamReward
-from trl_marl.toy import make_toy_model
 from trl_marl.validation import ContextLengthWarning, has_accelerator, reward_value
 
 warnings.filterwarnings("ignore")
 PROMPT = "T=10:"
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """DESIGN.md's unit-test model: 11k parameters, pretrained to answer `T=10:` with a valid number."""
-    return make_toy_model(tmp_path_factory.mktemp("toy"), task="target", hidden_size=32, num_layers=1,
-                          pretrain_steps=100, seed=0, targets=(10,))
 
 
 def magrpo_args(tmp_path: Path, **overrides: Any) -> MAGRPOConfig:
@@ -134,69 +126,70 @@ class PromptsEnv(PromptEnv):
 
 # ---------------------------------------------------------------------------------------------- dataset columns
 @pytest.mark.parametrize("trainer", sorted(TRAINERS))
-def test_agent_prompts_given_as_a_string(model_dir: str, tmp_path: Path, trainer: str) -> None:
+def test_agent_prompts_given_as_a_string(target_model_dir: str, tmp_path: Path, trainer: str) -> None:
     data = prompts(agent_prompts=["T=10:T=10:"] * 4)
     with pytest.raises(TypeError, match=r'`train_dataset\["agent_prompts"\]` at row 0 is a str.*one prompt per agent'):
-        TRAINERS[trainer](model_dir, tmp_path, data)
+        TRAINERS[trainer](target_model_dir, tmp_path, data)
 
 
 @pytest.mark.parametrize("trainer", sorted(TRAINERS))
 @pytest.mark.parametrize("count", [1, 3])
-def test_agent_prompts_with_the_wrong_number_of_entries(model_dir: str, tmp_path: Path, trainer: str,
+def test_agent_prompts_with_the_wrong_number_of_entries(target_model_dir: str, tmp_path: Path, trainer: str,
                                                         count: int) -> None:
     data = prompts(agent_prompts=[[PROMPT] * count] * 4)
     with pytest.raises(ValueError, match=rf'`train_dataset\["agent_prompts"\]` at row 0 has {count} entries but the '
                                          "team has 2 agents"):
-        TRAINERS[trainer](model_dir, tmp_path, data)
+        TRAINERS[trainer](target_model_dir, tmp_path, data)
 
 
 @pytest.mark.parametrize("trainer", sorted(TRAINERS))
 @pytest.mark.parametrize("column, found", [([7, 8, 9, 10], "row 0 is int 7"),
                                            ([PROMPT, PROMPT, None, PROMPT], "row 2 is NoneType None")])
-def test_prompt_column_of_ints_or_none(model_dir: str, tmp_path: Path, trainer: str, column: list[Any],
+def test_prompt_column_of_ints_or_none(target_model_dir: str, tmp_path: Path, trainer: str, column: list[Any],
                                        found: str) -> None:
     data = Dataset.from_dict({"prompt": column})
     with pytest.raises(TypeError, match=rf'`train_dataset\["prompt"\]` at {found}'):
-        TRAINERS[trainer](model_dir, tmp_path, data)
+        TRAINERS[trainer](target_model_dir, tmp_path, data)
 
 
 @pytest.mark.parametrize("trainer", sorted(TRAINERS))
-def test_eval_dataset_is_checked_too(model_dir: str, tmp_path: Path, trainer: str) -> None:
+def test_eval_dataset_is_checked_too(target_model_dir: str, tmp_path: Path, trainer: str) -> None:
     bad = Dataset.from_dict({"prompt": [3] * 4})
     with pytest.raises(TypeError, match=r'`eval_dataset\["prompt"\]` at row 0'):
-        TRAINERS[trainer](model_dir, tmp_path, eval_dataset=bad)
-    built = TRAINERS[trainer](model_dir, tmp_path, **({"eval_verifier": ExactVerifier()} if trainer == "ppo" else {}))
+        TRAINERS[trainer](target_model_dir, tmp_path, eval_dataset=bad)
+    built = TRAINERS[trainer](target_model_dir, tmp_path,
+                              **({"eval_verifier": ExactVerifier()} if trainer == "ppo" else {}))
     with pytest.raises(TypeError, match=r'`eval_dataset\["prompt"\]` at row 0'):
         built.evaluate(bad)
 
 
 # ---------------------------------------------------------------------------------------------- environments
 @pytest.mark.parametrize("trainer", sorted(TRAINERS))
-def test_env_prompt_returning_a_list_of_prompts(model_dir: str, tmp_path: Path, trainer: str) -> None:
+def test_env_prompt_returning_a_list_of_prompts(target_model_dir: str, tmp_path: Path, trainer: str) -> None:
     with pytest.raises(TypeError, match=r"ListEnv.agent_prompt\(row 0 of `train_dataset`, agent_index=0\) returned "
                                         "a list of 2 strings"):
-        TRAINERS[trainer](model_dir, tmp_path, env=ListEnv(2))
+        TRAINERS[trainer](target_model_dir, tmp_path, env=ListEnv(2))
 
 
 @pytest.mark.parametrize("trainer", sorted(TRAINERS))
-def test_env_prompt_of_none(model_dir: str, tmp_path: Path, trainer: str) -> None:
+def test_env_prompt_of_none(target_model_dir: str, tmp_path: Path, trainer: str) -> None:
     with pytest.raises(TypeError, match=r"NoneEnv.agent_prompt\(row 0 of `train_dataset`, agent_index=0\) returned "
                                         "NoneType"):
-        TRAINERS[trainer](model_dir, tmp_path, env=NoneEnv(2))
+        TRAINERS[trainer](target_model_dir, tmp_path, env=NoneEnv(2))
 
 
 @pytest.mark.parametrize("trainer", sorted(TRAINERS))
-def test_env_overriding_prompts_is_refused(model_dir: str, tmp_path: Path, trainer: str) -> None:
+def test_env_overriding_prompts_is_refused(target_model_dir: str, tmp_path: Path, trainer: str) -> None:
     with pytest.raises(TypeError, match=r"PromptsEnv overrides `prompts\(\)`.*Override `agent_prompt` instead"):
-        TRAINERS[trainer](model_dir, tmp_path, env=PromptsEnv(2))
+        TRAINERS[trainer](target_model_dir, tmp_path, env=PromptsEnv(2))
 
 
-def test_env_agent_prompt_that_raises_names_the_row(model_dir: str, tmp_path: Path) -> None:
+def test_env_agent_prompt_that_raises_names_the_row(target_model_dir: str, tmp_path: Path) -> None:
     # TargetSumEnv reads `target`: a row with a non-numeric target makes agent_prompt raise
     data = Dataset.from_dict({"target": ["10", "ten"]})
     with pytest.raises(ValueError, match=r"TargetSumEnv.agent_prompt\(row 1 of `train_dataset`, agent_index=0, "
                                          "empty transcript\\) raised ValueError"):
-        magrpo(model_dir, tmp_path, data, env=TargetSumEnv(2))
+        magrpo(target_model_dir, tmp_path, data, env=TargetSumEnv(2))
 
 
 # ---------------------------------------------------------------------------------------------- prompt length
@@ -206,22 +199,23 @@ ARGS = {"magrpo": magrpo_args, "ppo": ppo_args}
 
 
 @pytest.mark.parametrize("trainer", sorted(TRAINERS))
-def test_prompt_longer_than_the_context_is_refused_on_request(model_dir: str, tmp_path: Path, trainer: str) -> None:
+def test_prompt_longer_than_the_context_is_refused_on_request(target_model_dir: str, tmp_path: Path,
+                                                               trainer: str) -> None:
     args = ARGS[trainer](tmp_path, prompt_length_check="error")
     with pytest.raises(ValueError, match=rf"agent 0 for row 1 of `train_dataset` is \d+ tokens; with "
                                          rf"`{FIELDS[trainer]}=3`.*max_position_embeddings=128"):
-        TRAINERS[trainer](model_dir, tmp_path, LONG, args=args)
+        TRAINERS[trainer](target_model_dir, tmp_path, LONG, args=args)
 
 
 @pytest.mark.parametrize("trainer", sorted(TRAINERS))
-def test_prompt_longer_than_the_context_warns_by_default(model_dir: str, tmp_path: Path, trainer: str) -> None:
+def test_prompt_longer_than_the_context_warns_by_default(target_model_dir: str, tmp_path: Path, trainer: str) -> None:
     """Rotary models run past their context (the toy writing demo does): a user may mean it, so a warning."""
     with pytest.warns(ContextLengthWarning, match=rf"row 1 of `train_dataset`.*`{FIELDS[trainer]}=3`.*"
                                                   "prompt_length_check"):
-        TRAINERS[trainer](model_dir, tmp_path, LONG)
+        TRAINERS[trainer](target_model_dir, tmp_path, LONG)
     with warnings.catch_warnings():
         warnings.simplefilter("error", ContextLengthWarning)
-        TRAINERS[trainer](model_dir, tmp_path, LONG, args=ARGS[trainer](tmp_path, prompt_length_check="ignore"))
+        TRAINERS[trainer](target_model_dir, tmp_path, LONG, args=ARGS[trainer](tmp_path, prompt_length_check="ignore"))
 
 
 def rows_with(n: int, long_rows: dict[int, Any], chat: bool = False) -> Dataset:
@@ -234,8 +228,8 @@ def rows_with(n: int, long_rows: dict[int, Any], chat: bool = False) -> Dataset:
 
 @pytest.mark.parametrize("trainer", sorted(TRAINERS))
 @pytest.mark.parametrize("chat", [False, True])
-def test_a_prompt_that_cannot_fit_fails_before_training_naming_the_row(model_dir: str, tmp_path: Path, trainer: str,
-                                                                       chat: bool) -> None:
+def test_a_prompt_that_cannot_fit_fails_before_training_naming_the_row(target_model_dir: str, tmp_path: Path,
+                                                                       trainer: str, chat: bool) -> None:
     """1 MB prompts from row 64 on (past the rows whose prompts are built first): refused when the trainer is built,
     naming the row and its field, even with the default `prompt_length_check='warn'` (was: no word, then an attempt
     to allocate 10^12 bytes at step 0)."""
@@ -245,21 +239,21 @@ def test_a_prompt_that_cannot_fit_fails_before_training_naming_the_row(model_dir
                                          r"tokens, more than 4096 \(4 times the model's context window, "
                                          r"max_position_embeddings=128, and at least 4096\): it cannot fit\. "
                                          r"The row's longest field is `prompt` \(\d+ characters\)"):
-        TRAINERS[trainer](model_dir, tmp_path, dataset)
+        TRAINERS[trainer](target_model_dir, tmp_path, dataset)
     with pytest.raises(ValueError, match=r"row 2 of `eval_dataset` .* it cannot fit"):
-        TRAINERS[trainer](model_dir, tmp_path, prompts(), eval_dataset=rows_with(3, {2: huge}, chat=chat))
+        TRAINERS[trainer](target_model_dir, tmp_path, prompts(), eval_dataset=rows_with(3, {2: huge}, chat=chat))
     # just past the bound (4 context windows of the toy are 512 tokens, but the bound is never under 4096): too short
     # for the size bound alone, tokenized and refused with its exact count; 8 context windows only warn
     with pytest.raises(ValueError, match=r"row 1 of `train_dataset` is 4097 tokens, more than 4096 "):
-        TRAINERS[trainer](model_dir, tmp_path, rows_with(3, {1: "1" * 4096}, chat=chat))
+        TRAINERS[trainer](target_model_dir, tmp_path, rows_with(3, {1: "1" * 4096}, chat=chat))
     with pytest.warns(ContextLengthWarning, match=r"row 1 of `train_dataset` is 1025 tokens"):
-        TRAINERS[trainer](model_dir, tmp_path, rows_with(3, {1: "1" * 1024}, chat=chat))
+        TRAINERS[trainer](target_model_dir, tmp_path, rows_with(3, {1: "1" * 1024}, chat=chat))
     # 'ignore' skips every length check (the user takes the risk)
-    TRAINERS[trainer](model_dir, tmp_path, dataset, args=ARGS[trainer](tmp_path, prompt_length_check="ignore"))
+    TRAINERS[trainer](target_model_dir, tmp_path, dataset, args=ARGS[trainer](tmp_path, prompt_length_check="ignore"))
 
 
 @pytest.mark.parametrize("trainer", sorted(TRAINERS))
-def test_every_row_is_checked_and_only_long_rows_are_tokenized(model_dir: str, tmp_path: Path, trainer: str,
+def test_every_row_is_checked_and_only_long_rows_are_tokenized(target_model_dir: str, tmp_path: Path, trainer: str,
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     import trl_marl.utils.tokens as tokens
 
@@ -275,11 +269,12 @@ def test_every_row_is_checked_and_only_long_rows_are_tokenized(model_dir: str, t
     dataset = rows_with(2100, {1500: long, 2099: long})
     with pytest.warns(ContextLengthWarning, match=r"row 1500 of `train_dataset` is \d+ tokens.* \(2 of the 2100 rows "
                                                   r"have a turn-1 prompt this long\.\)"):
-        TRAINERS[trainer](model_dir, tmp_path, dataset)
+        TRAINERS[trainer](target_model_dir, tmp_path, dataset)
     # the short rows fit by their byte count alone: only the long ones (of both agents) were tokenized
     assert len(tokenized) == 4 and set(tokenized) == {long}
     with pytest.raises(ValueError, match=r"agent 0 for row 1500 of `train_dataset` is \d+ tokens; with"):
-        TRAINERS[trainer](model_dir, tmp_path, dataset, args=ARGS[trainer](tmp_path, prompt_length_check="error"))
+        TRAINERS[trainer](target_model_dir, tmp_path, dataset,
+                          args=ARGS[trainer](tmp_path, prompt_length_check="error"))
 
 
 # ---------------------------------------------------------------------------------------------- configuration
@@ -303,11 +298,11 @@ def test_zero_completion_length(tmp_path: Path, cls: type, field: str) -> None:
         cls(output_dir=str(tmp_path), report_to="none", **{field: 0})
 
 
-def test_adapters_with_different_tokenizers_name_team_mode(model_dir: str, tmp_path: Path) -> None:
-    other = load_tokenizer(model_dir)
+def test_adapters_with_different_tokenizers_name_team_mode(target_model_dir: str, tmp_path: Path) -> None:
+    other = load_tokenizer(target_model_dir)
     other.add_tokens(["<extra>"])
     with pytest.raises(ValueError, match="agent 1") as info:
-        magrpo(model_dir, tmp_path, processing_class=[load_tokenizer(model_dir), other],
+        magrpo(target_model_dir, tmp_path, processing_class=[load_tokenizer(target_model_dir), other],
                peft_config=LoraConfig(r=4, target_modules=["q_proj"]),
                args=magrpo_args(tmp_path, team_mode="adapters"))
     assert "team_mode='models'" in str(info.value)
@@ -326,14 +321,14 @@ def drop_in(model_dir: str, tmp_path: Path, input_ids: list[Any], **overrides: A
 @pytest.mark.parametrize("column, found", [([[1, 2, 3], None], "row 1 is NoneType"),
                                            (["T=10:", "T=10:"], "row 0 is a string"),
                                            ([[1, 2, 3], []], "row 1 is an empty list")])
-def test_drop_in_ppo_bad_input_ids(model_dir: str, tmp_path: Path, column: list[Any], found: str) -> None:
+def test_drop_in_ppo_bad_input_ids(target_model_dir: str, tmp_path: Path, column: list[Any], found: str) -> None:
     with pytest.raises(TypeError, match=rf'`train_dataset\["input_ids"\]` at {found}.*tokenize'):
-        drop_in(model_dir, tmp_path, column)
+        drop_in(target_model_dir, tmp_path, column)
 
 
-def test_drop_in_ppo_prompt_longer_than_the_context(model_dir: str, tmp_path: Path) -> None:
+def test_drop_in_ppo_prompt_longer_than_the_context(target_model_dir: str, tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"row 1 of `train_dataset` is 127 tokens; with `PPOConfig.response_length"):
-        drop_in(model_dir, tmp_path, [[1, 2, 3], [5] * 127], prompt_length_check="error")
+        drop_in(target_model_dir, tmp_path, [[1, 2, 3], [5] * 127], prompt_length_check="error")
 
 
 def test_prompt_length_check_choices(tmp_path: Path) -> None:
@@ -343,8 +338,8 @@ def test_prompt_length_check_choices(tmp_path: Path) -> None:
 
 # ---------------------------------------------------------------------------------------------- rewards
 @pytest.mark.parametrize("trainer", sorted(TRAINERS))
-def test_reward_returning_none_for_everything(model_dir: str, tmp_path: Path, trainer: str) -> None:
-    built = TRAINERS[trainer](model_dir, tmp_path, reward=constant(None))
+def test_reward_returning_none_for_everything(target_model_dir: str, tmp_path: Path, trainer: str) -> None:
+    built = TRAINERS[trainer](target_model_dir, tmp_path, reward=constant(None))
     before = {k: v.clone() for k, v in built.team.state_dict().items()}
     with pytest.raises(RewardFunctionError, match=r"Every reward function \(`constant_NoneType`\) returned None"):
         built.train()
@@ -353,30 +348,30 @@ def test_reward_returning_none_for_everything(model_dir: str, tmp_path: Path, tr
 
 @pytest.mark.parametrize("trainer", sorted(TRAINERS))
 @pytest.mark.parametrize("value", ["1.0", "good"])
-def test_reward_returning_strings(model_dir: str, tmp_path: Path, trainer: str, value: str) -> None:
-    built = TRAINERS[trainer](model_dir, tmp_path, reward=constant(value))
+def test_reward_returning_strings(target_model_dir: str, tmp_path: Path, trainer: str, value: str) -> None:
+    built = TRAINERS[trainer](target_model_dir, tmp_path, reward=constant(value))
     with pytest.raises(RewardFunctionError, match=rf"`constant_str` returned '{value}' \(str\) for completion 0.*"
                                                   "Strings are not parsed"):
         built.train()
 
 
-def test_a_reward_for_the_last_turn_only_is_not_an_error(model_dir: str, tmp_path: Path) -> None:
+def test_a_reward_for_the_last_turn_only_is_not_an_error(target_model_dir: str, tmp_path: Path) -> None:
     """A rollout is unscorable only when no joint action of any turn got a score."""
     scorer = TargetSumReward(0.5)
 
     def final_turn_only(prompts: list[Any], completions: list[Any], turn: int, **kwargs: Any) -> list[Any]:
         return [None] * len(completions) if turn == 1 else scorer(prompts, completions, turn=turn, **kwargs)
 
-    built = magrpo(model_dir, tmp_path, Dataset.from_dict({"target": [10] * 4}), reward=final_turn_only,
+    built = magrpo(target_model_dir, tmp_path, Dataset.from_dict({"target": [10] * 4}), reward=final_turn_only,
                    env=TargetSumEnv(2, num_turns=2), args=magrpo_args(tmp_path, num_turns=2))
     built.train()
     turns = built.last_rollout.turns
     assert torch.isnan(turns[0].rewards).all() and torch.isfinite(turns[1].rewards).all()
 
 
-def test_a_function_may_skip_what_another_scores(model_dir: str, tmp_path: Path) -> None:
+def test_a_function_may_skip_what_another_scores(target_model_dir: str, tmp_path: Path) -> None:
     """None means "skip": with a second function scoring every response, PPO trains (as MAGRPO does)."""
-    built = ppo(model_dir, tmp_path, reward=[constant(None), constant(1.0)])
+    built = ppo(target_model_dir, tmp_path, reward=[constant(None), constant(1.0)])
     built.train()
     assert [h["objective/scores"] for h in built.state.log_history if "objective/scores" in h] == [1.0]
 
@@ -453,22 +448,23 @@ def test_a_batch_without_whole_groups_names_the_fields_the_user_sets(tmp_path: P
 
 
 @pytest.mark.parametrize("trainer", sorted(TRAINERS))
-def test_a_reward_without_kwargs_is_refused_at_construction(model_dir: str, tmp_path: Path, trainer: str) -> None:
+def test_a_reward_without_kwargs_is_refused_at_construction(target_model_dir: str, tmp_path: Path,
+                                                            trainer: str) -> None:
     def exact(prompts: list[Any], completions: list[Any], target: list[int]) -> list[float]:
         return [0.0] * len(completions)
 
     with pytest.raises(TypeError, match=r"Reward function `exact` does not take `\*\*kwargs`") as info:
-        TRAINERS[trainer](model_dir, tmp_path, reward=exact)
+        TRAINERS[trainer](target_model_dir, tmp_path, reward=exact)
     assert "`agent_completions`" in str(info.value)
     assert "def exact(prompts, completions, **kwargs)" in str(info.value)
 
 
 @pytest.mark.parametrize("trainer", sorted(TRAINERS))
-def test_a_lora_target_that_does_not_exist_lists_the_valid_ones(model_dir: str, tmp_path: Path,
+def test_a_lora_target_that_does_not_exist_lists_the_valid_ones(target_model_dir: str, tmp_path: Path,
                                                                  trainer: str) -> None:
     lora = LoraConfig(r=2, target_modules=["q_proj", "query"])
     with pytest.raises(ValueError, match=r"LoRA `target_modules` \['query'\] match no module") as info:
-        TRAINERS[trainer](model_dir, tmp_path, peft_config=lora)
+        TRAINERS[trainer](target_model_dir, tmp_path, peft_config=lora)
     for name in ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "lm_head"):
         assert name in str(info.value), name
     assert "all-linear" in str(info.value)

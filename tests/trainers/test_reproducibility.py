@@ -21,17 +21,10 @@ from peft import LoraConfig
 from trl_marl import MAGRPOConfig, MAGRPOTrainer, MultiAgentPPOConfig, MultiAgentPPOTrainer
 from trl_marl.envs import TargetSumEnv
 from trl_marl.rewards.arithmetic import TargetSumReward
-from trl_marl.toy import make_toy_model
 
 warnings.filterwarnings("ignore")
 TARGET = 10
 _TIMING = ("runtime", "per_second")  # wall-clock metrics (and PPO's `eps`, episodes per second) differ run to run
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
-    return make_toy_model(tmp_path_factory.mktemp("toy"), task="target", hidden_size=32, num_layers=1,
-                          pretrain_steps=100, seed=0, targets=(TARGET,))
 
 
 def scramble_global_rng(state: int) -> None:
@@ -80,21 +73,21 @@ def magrpo_run(model_dir: str, tmp_path: Path, rng_state: int, seed: int, team_m
 
 
 @pytest.mark.parametrize("team_mode", ["adapters", "models"])
-def test_magrpo_run_is_a_function_of_its_seed(model_dir: str, tmp_path: Path, team_mode: str) -> None:
-    first = magrpo_run(model_dir, tmp_path, rng_state=1, seed=7, team_mode=team_mode)
-    second = magrpo_run(model_dir, tmp_path, rng_state=2, seed=7, team_mode=team_mode)
+def test_magrpo_run_is_a_function_of_its_seed(target_model_dir: str, tmp_path: Path, team_mode: str) -> None:
+    first = magrpo_run(target_model_dir, tmp_path, rng_state=1, seed=7, team_mode=team_mode)
+    second = magrpo_run(target_model_dir, tmp_path, rng_state=2, seed=7, team_mode=team_mode)
     assert_same(weights(first), weights(second))
     assert logs(first) == logs(second)
-    other = magrpo_run(model_dir, tmp_path, rng_state=1, seed=8, team_mode=team_mode)
+    other = magrpo_run(target_model_dir, tmp_path, rng_state=1, seed=8, team_mode=team_mode)
     assert differs(weights(first), weights(other))
 
 
-def test_lora_initialisation_follows_the_seed(model_dir: str, tmp_path: Path) -> None:
+def test_lora_initialisation_follows_the_seed(target_model_dir: str, tmp_path: Path) -> None:
     """The adapters' initial weights (before any step) depend on `args.seed` alone."""
     def initial(rng_state: int, seed: int) -> dict[str, torch.Tensor]:
         scramble_global_rng(rng_state)
         trainer = MAGRPOTrainer(
-            model=model_dir, reward_funcs=TargetSumReward(0.5), env=TargetSumEnv(2),
+            model=target_model_dir, reward_funcs=TargetSumReward(0.5), env=TargetSumEnv(2),
             args=MAGRPOConfig(output_dir=str(tmp_path / "init"), num_agents=2, num_generations=4,
                               per_device_train_batch_size=8, max_completion_length=4, report_to="none",
                               seed=seed),
@@ -124,12 +117,12 @@ def ppo_run(model_dir: str, tmp_path: Path, rng_state: int, seed: int) -> MultiA
     return trainer
 
 
-def test_multi_agent_ppo_run_is_a_function_of_its_seed(model_dir: str, tmp_path: Path) -> None:
+def test_multi_agent_ppo_run_is_a_function_of_its_seed(target_model_dir: str, tmp_path: Path) -> None:
     """Policies and the freshly initialised value heads, mini-batch order and sampling all follow `args.seed`."""
-    first = ppo_run(model_dir, tmp_path, rng_state=1, seed=5)
-    second = ppo_run(model_dir, tmp_path, rng_state=2, seed=5)
+    first = ppo_run(target_model_dir, tmp_path, rng_state=1, seed=5)
+    second = ppo_run(target_model_dir, tmp_path, rng_state=2, seed=5)
     a, b = weights(first), weights(second)
     assert any("value_models" in k for k in a)
     assert_same(a, b)
     assert logs(first) == logs(second)
-    assert differs(a, weights(ppo_run(model_dir, tmp_path, rng_state=1, seed=6)))
+    assert differs(a, weights(ppo_run(target_model_dir, tmp_path, rng_state=1, seed=6)))

@@ -25,7 +25,6 @@ from trl_marl._trl_compat import is_complete_checkpoint
 from trl_marl.envs import TargetSumEnv
 from trl_marl.rewarding import RewardSet
 from trl_marl.rewards.arithmetic import TargetSumReward
-from trl_marl.toy import make_toy_model
 from trl_marl.utils.checkpoint_files import MANIFEST_FILE
 from trl_marl.validation import (
     DEFAULT_REWARD_TIMEOUT,
@@ -35,12 +34,6 @@ from trl_marl.validation import (
 )
 
 warnings.filterwarnings("ignore")
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
-    return make_toy_model(tmp_path_factory.mktemp("toy"), task="target", hidden_size=32, num_layers=1,
-                          pretrain_steps=100, seed=0, targets=(10,))
 
 
 @pytest.fixture
@@ -173,10 +166,10 @@ def magrpo(model_dir: str, output_dir: Path, reward: Any, max_steps: int = 3, **
 
 
 @pytest.mark.parametrize("how", ["hang", "raise"])
-def test_a_failing_reward_saves_the_last_completed_step_and_stops(model_dir: str, tmp_path: Path,
+def test_a_failing_reward_saves_the_last_completed_step_and_stops(target_model_dir: str, tmp_path: Path,
                                                                   release: threading.Event, how: str) -> None:
     out = tmp_path / "out"
-    trainer = magrpo(model_dir, out, FailingReward(3, how, release), reward_timeout=0.5)
+    trainer = magrpo(target_model_dir, out, FailingReward(3, how, release), reward_timeout=0.5)
     error = RewardTimeoutError if how == "hang" else RewardFunctionError
     with pytest.raises(error) as caught:
         trainer.train()
@@ -195,22 +188,22 @@ def test_a_failing_reward_saves_the_last_completed_step_and_stops(model_dir: str
     assert "optimizer.pt" in saved and "agent_0/model.safetensors" in saved
 
     # once the reward works again, the run goes on from step 2 to the end
-    resumed = magrpo(model_dir, out, TargetSumReward(0.5))
+    resumed = magrpo(target_model_dir, out, TargetSumReward(0.5))
     resumed.train(resume_from_checkpoint=True)
     assert resumed.state.global_step == 3
     assert [entry["step"] for entry in resumed.state.log_history if "loss" in entry] == [1, 2, 3]
 
 
-def test_a_reward_failing_in_the_first_step_saves_nothing(model_dir: str, tmp_path: Path,
+def test_a_reward_failing_in_the_first_step_saves_nothing(target_model_dir: str, tmp_path: Path,
                                                            release: threading.Event) -> None:
     out = tmp_path / "out"
-    trainer = magrpo(model_dir, out, FailingReward(1, "raise", release))
+    trainer = magrpo(target_model_dir, out, FailingReward(1, "raise", release))
     with pytest.raises(RewardFunctionError, match="during step 1: .*No training step had completed"):
         trainer.train()
     assert not any(name.startswith("checkpoint-") for name in os.listdir(out)) if out.exists() else True
 
 
-def test_ppo_saves_the_last_completed_update_when_a_reward_hangs(model_dir: str, tmp_path: Path,
+def test_ppo_saves_the_last_completed_update_when_a_reward_hangs(target_model_dir: str, tmp_path: Path,
                                                                  release: threading.Event) -> None:
     out = tmp_path / "out"
     args = MultiAgentPPOConfig(
@@ -218,7 +211,7 @@ def test_ppo_saves_the_last_completed_update_when_a_reward_hangs(model_dir: str,
         num_ppo_epochs=1, learning_rate=1e-3, report_to="none", save_strategy="no", num_sample_generations=0,
         disable_tqdm=True, seed=0, reward_timeout=0.5,
     )
-    trainer = MultiAgentPPOTrainer(args=args, model=model_dir, reward_funcs=FailingReward(2, "hang", release),
+    trainer = MultiAgentPPOTrainer(args=args, model=target_model_dir, reward_funcs=FailingReward(2, "hang", release),
                                    train_dataset=Dataset.from_dict({"prompt": ["T=10:"] * 4, "target": [10] * 4}))
     with pytest.raises(RewardTimeoutError) as caught:
         trainer.train()
@@ -229,10 +222,10 @@ def test_ppo_saves_the_last_completed_update_when_a_reward_hangs(model_dir: str,
     assert (out / "checkpoint-1" / "value_model_0").is_dir()
 
 
-def test_a_failed_save_is_reported_with_the_reward_error(model_dir: str, tmp_path: Path,
+def test_a_failed_save_is_reported_with_the_reward_error(target_model_dir: str, tmp_path: Path,
                                                          release: threading.Event) -> None:
     out = tmp_path / "out"
-    trainer = magrpo(model_dir, out, FailingReward(2, "raise", release))
+    trainer = magrpo(target_model_dir, out, FailingReward(2, "raise", release))
 
     def full_disk(model: Any, trial: Any) -> None:
         raise OSError(28, "No space left on device")

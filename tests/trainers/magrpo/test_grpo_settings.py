@@ -18,19 +18,13 @@ from transformers import GenerationConfig
 
 from trl_marl import AgentTeam, MAGRPOConfig, MAGRPOTrainer
 from trl_marl.envs import TargetSumEnv
-from trl_marl.toy import build_toy_model, build_toy_tokenizer, make_toy_model
+from trl_marl.toy import build_toy_model, build_toy_tokenizer
 from trl_marl.trainers.magrpo_entropy import ENTROPY_STATE_FILE, EntropyControl
 from trl_marl.utils.precision import Float32Head, cast_lm_head_to_fp32
 
 warnings.filterwarnings("ignore")
 # a tiny paged cache: transformers sizes the default one from the free memory, which takes seconds to set up on CPU
 SMALL_CACHE = {"num_blocks": 16, "page_size": 32, "max_batch_tokens": 256}
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory) -> str:
-    return make_toy_model(tmp_path_factory.mktemp("toy"), task="target", hidden_size=32, num_layers=1,
-                          pretrain_steps=100, seed=0, targets=(10,))
 
 
 def config(tmp_path, **overrides) -> MAGRPOConfig:
@@ -95,16 +89,16 @@ def test_each_agent_has_its_own_adaptive_entropy_coefficient(tmp_path):
     assert restored.coefs == control.coefs and restored.last_entropy == control.last_entropy
 
 
-def test_adaptive_entropy_state_survives_a_resume(model_dir, tmp_path):
+def test_adaptive_entropy_state_survives_a_resume(target_model_dir, tmp_path):
     settings = dict(use_adaptive_entropy=True, entropy_coef=0.1, entropy_target=50.0, entropy_coef_delta=0.1,
                     max_steps=2, save_strategy="steps", save_steps=1)
-    full = trainer_for(model_dir, tmp_path / "full", **settings)
+    full = trainer_for(target_model_dir, tmp_path / "full", **settings)
     full.train()
     checkpoint = os.path.join(full.args.output_dir, "checkpoint-1")
     with open(os.path.join(checkpoint, ENTROPY_STATE_FILE)) as f:
         saved = json.load(f)
     assert saved["0"]["entropy_coef"] == pytest.approx(0.2) and saved["1"]["last_entropy"] < 50.0
-    resumed = trainer_for(model_dir, tmp_path / "resumed", **settings)
+    resumed = trainer_for(target_model_dir, tmp_path / "resumed", **settings)
     resumed.train(resume_from_checkpoint=checkpoint)
     # step 2 of the resumed run applies the restored coefficient (0.2, not a fresh controller's nothing) and ends
     # where the uninterrupted run ended
@@ -147,10 +141,10 @@ def test_cast_lm_head_to_fp32_refuses_a_lora_head():
         cast_lm_head_to_fp32(peft_model)
 
 
-def test_lora_team_takes_log_probs_from_a_float32_head(model_dir, tmp_path):
+def test_lora_team_takes_log_probs_from_a_float32_head(target_model_dir, tmp_path):
     # adapters mode: one bf16 base model under both agents' adapters; the agents' log-probs (with gradients to
     # their adapters) come from the float32 head, and the step trains
-    trainer = trainer_for(model_dir, tmp_path, peft_config=LoraConfig(r=4, target_modules=["q_proj", "v_proj"]),
+    trainer = trainer_for(target_model_dir, tmp_path, peft_config=LoraConfig(r=4, target_modules=["q_proj", "v_proj"]),
                           cast_lm_head_to_fp32=True, model_init_kwargs={"dtype": torch.bfloat16}, beta=0.04)
     team = trainer.team
     assert team.mode == "adapters" and isinstance(team.models[0].get_output_embeddings(), Float32Head)
@@ -176,7 +170,7 @@ class EchoVerifier:
         return float(self.extract(response) == str(gold))
 
 
-def test_num_generations_eval_plays_several_episodes_per_row(model_dir, tmp_path):
+def test_num_generations_eval_plays_several_episodes_per_row(target_model_dir, tmp_path):
     calls = []
 
     def reward(prompts, completions, target, **kwargs):
@@ -184,7 +178,7 @@ def test_num_generations_eval_plays_several_episodes_per_row(model_dir, tmp_path
         return [float(i) for i in range(len(completions))]
 
     rows = Dataset.from_dict({"target": [10, 11, 12], "answer": ["5", "5", "5"]})
-    trainer = MAGRPOTrainer(model=model_dir, reward_funcs=reward, env=TargetSumEnv(2),
+    trainer = MAGRPOTrainer(model=target_model_dir, reward_funcs=reward, env=TargetSumEnv(2),
                             args=config(tmp_path, num_generations_eval=4, per_device_eval_batch_size=8),
                             train_dataset=Dataset.from_dict({"target": [10] * 8}), eval_dataset=rows,
                             eval_verifier=EchoVerifier())
@@ -202,7 +196,7 @@ def test_num_generations_eval_plays_several_episodes_per_row(model_dir, tmp_path
 
 
 # ------------------------------------------------------------------------------------------ scale_rewards="batch"
-def test_batch_scaling_takes_the_std_of_every_process(model_dir, tmp_path, monkeypatch):
+def test_batch_scaling_takes_the_std_of_every_process(target_model_dir, tmp_path, monkeypatch):
     # The trainer's rollout pools each turn's team returns over the processes through the accelerator, as TRL's
     # GRPOTrainer gathers its rewards before `scale_rewards="batch"`'s std. A second process is simulated: it holds
     # team returns [0, 10, 0, 10] (padded to this process's 4 rows + 2 with NaN rows, as `pad_across_processes`
@@ -210,7 +204,7 @@ def test_batch_scaling_takes_the_std_of_every_process(model_dir, tmp_path, monke
     # alone: +-.866).
     from trl_marl.rollout import Node, TurnResult
 
-    trainer = trainer_for(model_dir, tmp_path, scale_rewards="batch")
+    trainer = trainer_for(target_model_dir, tmp_path, scale_rewards="batch")
     accelerator = trainer.accelerator
     other = torch.tensor([[1.0, 0.0], [1.0, 10.0], [1.0, 0.0], [1.0, 10.0]] + [[float("nan")] * 2] * 2,
                          dtype=torch.float64)
@@ -227,9 +221,9 @@ def test_batch_scaling_takes_the_std_of_every_process(model_dir, tmp_path, monke
 
 
 # ------------------------------------------------------------------------------------------ continuous batching
-def test_continuous_batching_generates_what_generate_generates(model_dir):
+def test_continuous_batching_generates_what_generate_generates(target_model_dir):
     # greedy decoding: the paged engine must give each prompt generate's completion, in order, cut after EOS
-    team = AgentTeam.build([model_dir, model_dir], num_agents=2)
+    team = AgentTeam.build([target_model_dir, target_model_dir], num_agents=2)
     greedy = GenerationConfig(max_new_tokens=4, do_sample=False, pad_token_id=team.tokenizers[0].pad_token_id,
                               eos_token_id=team.tokenizers[0].eos_token_id)
     prompts = [["T=10:", "T=10: 3+", "T=1"], ["T=10: 9+", "T=", "T=10:"]]
@@ -244,9 +238,9 @@ def test_continuous_batching_generates_what_generate_generates(model_dir):
 
 
 @pytest.mark.parametrize(("team_mode", "lora"), [("models", False), ("models", True), ("shared", False)])
-def test_continuous_batching_trains_models_and_shared_teams(model_dir, tmp_path, team_mode, lora):
+def test_continuous_batching_trains_models_and_shared_teams(target_model_dir, tmp_path, team_mode, lora):
     peft_config = LoraConfig(r=4, target_modules=["q_proj", "v_proj"]) if lora else None
-    trainer = trainer_for(model_dir, tmp_path, peft_config=peft_config, team_mode=team_mode,
+    trainer = trainer_for(target_model_dir, tmp_path, peft_config=peft_config, team_mode=team_mode,
                           use_transformers_continuous_batching=True,
                           transformers_continuous_batching_config=SMALL_CACHE)
     assert trainer.team.continuous_batching_config.num_blocks == 16
@@ -260,9 +254,9 @@ def test_continuous_batching_trains_models_and_shared_teams(model_dir, tmp_path,
     assert any(not torch.equal(v, trainer.team.state_dict()[k]) for k, v in before.items())
 
 
-def test_continuous_batching_refuses_an_adapters_team(model_dir, tmp_path):
+def test_continuous_batching_refuses_an_adapters_team(target_model_dir, tmp_path):
     with pytest.raises(ValueError, match="takes no per-row adapter"):
-        trainer_for(model_dir, tmp_path, peft_config=LoraConfig(r=4, target_modules=["q_proj"]),
+        trainer_for(target_model_dir, tmp_path, peft_config=LoraConfig(r=4, target_modules=["q_proj"]),
                     use_transformers_continuous_batching=True)
     with pytest.warns(FutureWarning, match="use_transformers_paged"):  # GRPO's deprecated name, same meaning
         args = config(tmp_path, use_transformers_paged=True)

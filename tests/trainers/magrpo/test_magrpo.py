@@ -15,17 +15,10 @@ from peft import LoraConfig
 from trl_marl import AgentTeam, MAGRPOConfig, MAGRPOTrainer, NonFiniteError, RewardFunctionError
 from trl_marl.envs import PromptEnv, TargetSumEnv
 from trl_marl.rewards.arithmetic import TargetSumReward
-from trl_marl.toy import build_toy_tokenizer, make_toy_model
+from trl_marl.toy import build_toy_tokenizer
 
 warnings.filterwarnings("ignore")
 TARGET = 10
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory) -> str:
-    """A 11k-parameter model pretrained to answer `T=10:` with a random valid number (DESIGN.md's test size)."""
-    return make_toy_model(tmp_path_factory.mktemp("toy"), task="target", hidden_size=32, num_layers=1,
-                          pretrain_steps=100, seed=0, targets=(TARGET,))
 
 
 def config(tmp_path, **overrides) -> MAGRPOConfig:
@@ -48,13 +41,13 @@ def success_rate(trainer: MAGRPOTrainer, episodes: int = 32) -> float:
     return float((rollout.turns[0].rewards == 1.0).float().mean())
 
 
-def test_two_agents_learn_to_coordinate(model_dir, tmp_path):
+def test_two_agents_learn_to_coordinate(target_model_dir, tmp_path):
     # lr 2e-3 for 80 steps, not the suite's 3e-3 for 60: at 3e-3 one Adam step can push a near-deterministic team onto
     # an answer that is wrong in every sample, after which every group has zero advantage and nothing is learnt again
     # (scripts/demo.py's MAGRPO_LEARNING_RATE). 3e-3/60 passed on 6 of seeds 0-7 on one machine, and which seeds pass
     # moves with the CPU's float summation; 2e-3/80 passed on 16 of 16 (converged by step 35-67); lr 0 fails.
     torch.manual_seed(0)
-    trainer = MAGRPOTrainer(model=model_dir, reward_funcs=TargetSumReward(0.5), env=TargetSumEnv(2),
+    trainer = MAGRPOTrainer(model=target_model_dir, reward_funcs=TargetSumReward(0.5), env=TargetSumEnv(2),
                             args=config(tmp_path, learning_rate=2e-3, max_steps=80), train_dataset=dataset(1024))
     before = success_rate(trainer)
     trainer.train()
@@ -72,10 +65,10 @@ def test_two_agents_learn_to_coordinate(model_dir, tmp_path):
 
 
 @pytest.mark.parametrize("joint_mode", ["aligned", "cross"])
-def test_multi_turn_tree_returns(model_dir, tmp_path, joint_mode):
+def test_multi_turn_tree_returns(target_model_dir, tmp_path, joint_mode):
     G, gamma = 2, 0.5
     trainer = MAGRPOTrainer(
-        model=model_dir, reward_funcs=TargetSumReward(0.5), env=TargetSumEnv(2, num_turns=2),
+        model=target_model_dir, reward_funcs=TargetSumReward(0.5), env=TargetSumEnv(2, num_turns=2),
         args=config(tmp_path, num_turns=2, num_generations=G, per_device_train_batch_size=4, joint_mode=joint_mode,
                     discount=gamma, max_steps=2),
         train_dataset=dataset(),
@@ -111,9 +104,9 @@ def test_multi_turn_tree_returns(model_dir, tmp_path, joint_mode):
     torch.testing.assert_close(first.advantages, expected_adv)
 
 
-def test_branching_cap_and_early_stop(model_dir, tmp_path):
+def test_branching_cap_and_early_stop(target_model_dir, tmp_path):
     trainer = MAGRPOTrainer(
-        model=model_dir, reward_funcs=TargetSumReward(0.5), env=TargetSumEnv(2, num_turns=3),
+        model=target_model_dir, reward_funcs=TargetSumReward(0.5), env=TargetSumEnv(2, num_turns=3),
         args=config(tmp_path, num_turns=3, num_generations=4, per_device_train_batch_size=8, max_branches=2,
                     max_steps=1),
         train_dataset=dataset(),
@@ -132,12 +125,12 @@ def test_branching_cap_and_early_stop(model_dir, tmp_path):
 
 
 @pytest.mark.parametrize("team_mode", ["adapters", "models", "shared"])
-def test_modes_train_checkpoint_and_resume(model_dir, tmp_path, team_mode):
+def test_modes_train_checkpoint_and_resume(target_model_dir, tmp_path, team_mode):
     peft_config = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], lora_dropout=0.0) if (
         team_mode == "adapters") else None
     args = config(tmp_path, team_mode=team_mode, max_steps=4, save_strategy="steps", save_steps=2,
                   per_device_train_batch_size=16, beta=0.05)
-    trainer = MAGRPOTrainer(model=model_dir, reward_funcs=TargetSumReward(0.5), env=TargetSumEnv(2), args=args,
+    trainer = MAGRPOTrainer(model=target_model_dir, reward_funcs=TargetSumReward(0.5), env=TargetSumEnv(2), args=args,
                             train_dataset=dataset(), peft_config=peft_config)
     initial = {k: v.clone() for k, v in trainer.team.state_dict().items()}
     trainer.train()
@@ -159,7 +152,7 @@ def test_modes_train_checkpoint_and_resume(model_dir, tmp_path, team_mode):
         torch.testing.assert_close(loaded.policy_logps(a, batch[a]), trainer.team.policy_logps(a, batch[a]))
 
     # resuming from checkpoint-2 reproduces the weights of the uninterrupted run at step 4
-    resumed = MAGRPOTrainer(model=model_dir, reward_funcs=TargetSumReward(0.5), env=TargetSumEnv(2),
+    resumed = MAGRPOTrainer(model=target_model_dir, reward_funcs=TargetSumReward(0.5), env=TargetSumEnv(2),
                             args=config(tmp_path, team_mode=team_mode, max_steps=4, per_device_train_batch_size=16,
                                         beta=0.05, output_dir=str(tmp_path / "resumed")),
                             train_dataset=dataset(), peft_config=peft_config)
@@ -189,9 +182,9 @@ def test_plain_trl_reward_function_with_prompt_dataset(tmp_path):
 
 
 # ----------------------------------------------------------------------------------------------- bad input
-def test_missing_dataset_column_is_named(model_dir, tmp_path):
+def test_missing_dataset_column_is_named(target_model_dir, tmp_path):
     with pytest.raises(KeyError, match="target"):
-        MAGRPOTrainer(model=model_dir, reward_funcs=TargetSumReward(), env=TargetSumEnv(2),
+        MAGRPOTrainer(model=target_model_dir, reward_funcs=TargetSumReward(), env=TargetSumEnv(2),
                       args=config(tmp_path), train_dataset=Dataset.from_dict({"goal": [10] * 8}))
 
 
@@ -219,9 +212,9 @@ def test_unimplemented_grpo_setting_is_refused(tmp_path):
         config(tmp_path, loss_type="cispo")
 
 
-def test_env_and_config_must_agree(model_dir, tmp_path):
+def test_env_and_config_must_agree(target_model_dir, tmp_path):
     with pytest.raises(ValueError, match="num_agents"):
-        MAGRPOTrainer(model=model_dir, reward_funcs=TargetSumReward(), env=TargetSumEnv(3),
+        MAGRPOTrainer(model=target_model_dir, reward_funcs=TargetSumReward(), env=TargetSumEnv(3),
                       args=config(tmp_path), train_dataset=dataset())
 
 
@@ -233,8 +226,8 @@ def test_env_and_config_must_agree(model_dir, tmp_path):
         (lambda prompts, completions, **kw: None, "returned NoneType"),
     ],
 )
-def test_bad_reward_functions_fail_before_the_first_update(model_dir, tmp_path, reward, match):
-    trainer = MAGRPOTrainer(model=model_dir, reward_funcs=reward, env=TargetSumEnv(2), args=config(tmp_path),
+def test_bad_reward_functions_fail_before_the_first_update(target_model_dir, tmp_path, reward, match):
+    trainer = MAGRPOTrainer(model=target_model_dir, reward_funcs=reward, env=TargetSumEnv(2), args=config(tmp_path),
                             train_dataset=dataset())
     before = {k: v.clone() for k, v in trainer.team.state_dict().items()}
     with pytest.raises(RewardFunctionError, match=match):
@@ -242,26 +235,26 @@ def test_bad_reward_functions_fail_before_the_first_update(model_dir, tmp_path, 
     assert all(torch.equal(before[k], v) for k, v in trainer.team.state_dict().items())
 
 
-def test_tokenizers_that_cannot_share_a_batch(model_dir, tmp_path):
+def test_tokenizers_that_cannot_share_a_batch(target_model_dir, tmp_path):
     from transformers import AutoTokenizer
 
-    other = AutoTokenizer.from_pretrained(model_dir)
+    other = AutoTokenizer.from_pretrained(target_model_dir)
     other.add_tokens(["<extra>"])
     with pytest.raises(ValueError, match="agent 1"):
-        MAGRPOTrainer(model=model_dir, reward_funcs=TargetSumReward(), env=TargetSumEnv(2),
-                      processing_class=[AutoTokenizer.from_pretrained(model_dir), other],
+        MAGRPOTrainer(model=target_model_dir, reward_funcs=TargetSumReward(), env=TargetSumEnv(2),
+                      processing_class=[AutoTokenizer.from_pretrained(target_model_dir), other],
                       peft_config=LoraConfig(r=4, target_modules=["q_proj"]),
                       args=config(tmp_path, team_mode="adapters"), train_dataset=dataset())
 
 
-def test_nonfinite_rewards_are_skipped_counted_then_fatal(model_dir, tmp_path):
+def test_nonfinite_rewards_are_skipped_counted_then_fatal(target_model_dir, tmp_path):
     calls = {"n": 0}
 
     def sometimes_nan(prompts, completions, **kwargs):
         calls["n"] += 1
         return [float("nan")] + [1.0 if i % 2 else 0.0 for i in range(len(completions) - 1)]
 
-    trainer = MAGRPOTrainer(model=model_dir, reward_funcs=sometimes_nan, env=TargetSumEnv(2),
+    trainer = MAGRPOTrainer(model=target_model_dir, reward_funcs=sometimes_nan, env=TargetSumEnv(2),
                             args=config(tmp_path, max_steps=2, max_nonfinite=5), train_dataset=dataset())
     trainer.train()
     first = trainer.last_rollout.turns[0]
@@ -271,14 +264,14 @@ def test_nonfinite_rewards_are_skipped_counted_then_fatal(model_dir, tmp_path):
     counted = [h["nonfinite/rewards"] for h in trainer.state.log_history if "nonfinite/rewards" in h]
     assert sum(counted) == 2  # one per step
 
-    trainer = MAGRPOTrainer(model=model_dir, reward_funcs=sometimes_nan, env=TargetSumEnv(2),
+    trainer = MAGRPOTrainer(model=target_model_dir, reward_funcs=sometimes_nan, env=TargetSumEnv(2),
                             args=config(tmp_path, max_steps=10, max_nonfinite=3), train_dataset=dataset())
     with pytest.raises(NonFiniteError, match="max_nonfinite=3"):
         trainer.train()
 
 
-def test_team_config_records_layout(model_dir, tmp_path):
-    trainer = MAGRPOTrainer(model=model_dir, reward_funcs=TargetSumReward(), env=TargetSumEnv(2),
+def test_team_config_records_layout(target_model_dir, tmp_path):
+    trainer = MAGRPOTrainer(model=target_model_dir, reward_funcs=TargetSumReward(), env=TargetSumEnv(2),
                             args=config(tmp_path, max_steps=1), train_dataset=dataset())
     trainer.train()
     trainer.save_model(str(tmp_path / "saved"))
@@ -288,10 +281,10 @@ def test_team_config_records_layout(model_dir, tmp_path):
 
 
 @pytest.mark.parametrize("team_mode", ["models", "adapters"])
-def test_frozen_partner_is_not_trained(model_dir, tmp_path, team_mode):
+def test_frozen_partner_is_not_trained(target_model_dir, tmp_path, team_mode):
     peft_config = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], lora_dropout=0.0,
                              init_lora_weights=False) if team_mode == "adapters" else None
-    trainer = MAGRPOTrainer(model=model_dir, reward_funcs=TargetSumReward(0.5), env=TargetSumEnv(2),
+    trainer = MAGRPOTrainer(model=target_model_dir, reward_funcs=TargetSumReward(0.5), env=TargetSumEnv(2),
                             args=config(tmp_path, team_mode=team_mode, frozen_agents=[1], max_steps=3, beta=0.05),
                             train_dataset=dataset(), peft_config=peft_config)
 
@@ -311,7 +304,7 @@ def test_frozen_partner_is_not_trained(model_dir, tmp_path, team_mode):
         config(tmp_path, frozen_agents=[0, 1])
 
 
-def test_dapo_normalises_over_the_whole_accumulated_step(model_dir, tmp_path, monkeypatch):
+def test_dapo_normalises_over_the_whole_accumulated_step(target_model_dir, tmp_path, monkeypatch):
     # gradient_accumulation_steps = 2, one episode of G = 2 samples per micro-step. Micro-step 1's completions have
     # 1 token each (2 tokens), micro-step 2's 3 tokens each (6 tokens): 8 tokens in the step. DAPO weighs every token
     # of the step alike: d loss / d l_token = 1/8 = 0.125 in both micro-steps (a per-micro-step normaliser gave
@@ -319,7 +312,7 @@ def test_dapo_normalises_over_the_whole_accumulated_step(model_dir, tmp_path, mo
     import trl_marl.trainers.magrpo_trainer as module
 
     trainer = MAGRPOTrainer(
-        model=model_dir, reward_funcs=TargetSumReward(0.5), env=TargetSumEnv(2),
+        model=target_model_dir, reward_funcs=TargetSumReward(0.5), env=TargetSumEnv(2),
         args=config(tmp_path, num_generations=2, per_device_train_batch_size=2, gradient_accumulation_steps=2,
                     loss_type="dapo", beta=0.0),
         train_dataset=dataset(),
@@ -363,7 +356,7 @@ def test_dapo_normalises_over_the_whole_accumulated_step(model_dir, tmp_path, mo
         torch.testing.assert_close(grads, torch.full_like(grads, 0.125))
 
 
-def test_no_learning_signal_is_diagnosed(model_dir, tmp_path):
+def test_no_learning_signal_is_diagnosed(target_model_dir, tmp_path):
     # A reward that returns a constant gives every group zero std: every advantage and gradient is 0. The trainer
     # logs the streak of such steps and warns once when it reaches `zero_std_warning_steps` (here 3 of 5 steps).
     # The entropy threshold is set above any entropy so that the entropy-collapse warning fires too (after 2 steps).
@@ -373,7 +366,7 @@ def test_no_learning_signal_is_diagnosed(model_dir, tmp_path):
         return [1.0] * len(completions)
 
     trainer = MAGRPOTrainer(
-        model=model_dir, reward_funcs=constant, env=TargetSumEnv(2),
+        model=target_model_dir, reward_funcs=constant, env=TargetSumEnv(2),
         args=config(tmp_path, max_steps=5, per_device_train_batch_size=16, zero_std_warning_steps=3,
                     entropy_warning_threshold=100.0, entropy_warning_steps=2),
         train_dataset=dataset(),
@@ -391,13 +384,13 @@ def test_no_learning_signal_is_diagnosed(model_dir, tmp_path):
     assert all(h["frac_reward_zero_std"] == 1.0 for h in trainer.state.log_history if "frac_reward_zero_std" in h)
 
 
-def test_a_learning_run_is_not_diagnosed(model_dir, tmp_path):
+def test_a_learning_run_is_not_diagnosed(target_model_dir, tmp_path):
     import warnings as _warnings
 
     from trl_marl.trainers.magrpo_trainer import TrainingDiagnosticWarning
 
     trainer = MAGRPOTrainer(
-        model=model_dir, reward_funcs=TargetSumReward(0.5), env=TargetSumEnv(2),
+        model=target_model_dir, reward_funcs=TargetSumReward(0.5), env=TargetSumEnv(2),
         args=config(tmp_path, max_steps=4, zero_std_warning_steps=2, entropy_warning_steps=2),
         train_dataset=dataset(),
     )

@@ -15,18 +15,11 @@ from datasets import Dataset
 from trl_marl import MAGRPOConfig, MAGRPOTrainer, MAREINFORCEConfig, MAReMaxConfig, MARLOOConfig
 from trl_marl.envs import TargetSumEnv
 from trl_marl.rewards.arithmetic import TargetSumReward
-from trl_marl.toy import make_toy_model
 from trl_marl.trainers.magrpo_steps import BlockRepeatSampler
 
 warnings.filterwarnings("ignore")
 TARGET = 10
 PRESETS = {MAREINFORCEConfig: "raw", MARLOOConfig: "loo", MAReMaxConfig: "max"}
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory) -> str:
-    return make_toy_model(tmp_path_factory.mktemp("toy"), task="target", hidden_size=32, num_layers=1,
-                          pretrain_steps=100, seed=0, targets=(TARGET,))
 
 
 def kwargs(tmp_path, **overrides) -> dict:
@@ -69,8 +62,8 @@ def test_preset_sets_the_advantage_and_no_std_scaling(tmp_path, preset):
 
 
 @pytest.mark.parametrize("preset", list(PRESETS))
-def test_preset_trains_on_its_advantage(model_dir, tmp_path, preset):
-    trainer = MAGRPOTrainer(model=model_dir, reward_funcs=TargetSumReward(0.5), env=TargetSumEnv(2),
+def test_preset_trains_on_its_advantage(target_model_dir, tmp_path, preset):
+    trainer = MAGRPOTrainer(model=target_model_dir, reward_funcs=TargetSumReward(0.5), env=TargetSumEnv(2),
                             args=preset(**kwargs(tmp_path)),
                             train_dataset=Dataset.from_dict({"target": [TARGET] * 64}))
     trainer.train()
@@ -87,9 +80,9 @@ def test_preset_trains_on_its_advantage(model_dir, tmp_path, preset):
         torch.testing.assert_close(trainer.last_advantages[a].cpu(), expected[:, a, :].reshape(-1))
 
 
-def test_mareinforce_learns_to_coordinate(model_dir, tmp_path):
+def test_mareinforce_learns_to_coordinate(target_model_dir, tmp_path):
     torch.manual_seed(0)
-    trainer = MAGRPOTrainer(model=model_dir, reward_funcs=TargetSumReward(0.5), env=TargetSumEnv(2),
+    trainer = MAGRPOTrainer(model=target_model_dir, reward_funcs=TargetSumReward(0.5), env=TargetSumEnv(2),
                             args=MAREINFORCEConfig(**kwargs(tmp_path, max_steps=40)),
                             train_dataset=Dataset.from_dict({"target": [TARGET] * 4096}))
     trainer.train()
@@ -106,11 +99,11 @@ def test_block_repeat_sampler():
 
 
 @pytest.mark.parametrize("mu", [1, 3])
-def test_num_iterations_reuses_each_rollout(model_dir, tmp_path, mu):
+def test_num_iterations_reuses_each_rollout(target_model_dir, tmp_path, mu):
     # 4 rows, one episode per step: an epoch is 4 rollouts; with mu = 3 each rollout serves 3 optimizer steps in a
     # row (12 steps in the epoch, as TRL counts), over every row once, and the policy moves on each step.
     rows = Dataset.from_dict({"target": [TARGET] * 4, "id": list(range(4))})
-    trainer = MAGRPOTrainer(model=model_dir, reward_funcs=TargetSumReward(0.5), env=TargetSumEnv(2),
+    trainer = MAGRPOTrainer(model=target_model_dir, reward_funcs=TargetSumReward(0.5), env=TargetSumEnv(2),
                             args=MAGRPOConfig(**kwargs(tmp_path, per_device_train_batch_size=8, max_steps=-1,
                                                        num_train_epochs=1, num_iterations=mu)),
                             train_dataset=rows)
@@ -126,25 +119,25 @@ def test_num_iterations_reuses_each_rollout(model_dir, tmp_path, mu):
         assert max(clip) > 0  # later passes over a rollout are off-policy: the importance ratio moves and clips
 
 
-def test_sync_ref_model_needs_a_reference_copy(model_dir, tmp_path):
+def test_sync_ref_model_needs_a_reference_copy(target_model_dir, tmp_path):
     with pytest.raises(ValueError, match="beta"):
         MAGRPOConfig(**kwargs(tmp_path, sync_ref_model=True, beta=0.0))
     from peft import LoraConfig
 
     lora = LoraConfig(r=2, lora_alpha=4, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM")
     with pytest.raises(ValueError, match="adapter"):
-        MAGRPOTrainer(model=model_dir, reward_funcs=TargetSumReward(0.5), env=TargetSumEnv(2), peft_config=lora,
+        MAGRPOTrainer(model=target_model_dir, reward_funcs=TargetSumReward(0.5), env=TargetSumEnv(2), peft_config=lora,
                       args=MAGRPOConfig(**kwargs(tmp_path, sync_ref_model=True, beta=0.1)),
                       train_dataset=Dataset.from_dict({"target": [TARGET] * 8}))
 
 
-def test_num_iterations_over_epochs_with_a_partial_generation(model_dir, tmp_path):
+def test_num_iterations_over_epochs_with_a_partial_generation(target_model_dir, tmp_path):
     # 5 rows, generations of 2 rows (steps_per_generation=2, one row per micro-step), mu = 2, two epochs: the fifth
     # row is not a whole generation and is dropped (as TRL's sampler does), so each epoch plays 2 generations, each
     # over 2 micro-batches x 2 passes = 4 optimizer steps, and the passes stay lined up with the repeated rows across
     # the epoch boundary.
     rows = Dataset.from_dict({"target": [TARGET] * 5, "id": list(range(5))})
-    trainer = MAGRPOTrainer(model=model_dir, reward_funcs=TargetSumReward(0.5), env=TargetSumEnv(2),
+    trainer = MAGRPOTrainer(model=target_model_dir, reward_funcs=TargetSumReward(0.5), env=TargetSumEnv(2),
                             args=MAGRPOConfig(**kwargs(tmp_path, per_device_train_batch_size=8, max_steps=-1,
                                                        num_train_epochs=2, num_iterations=2, steps_per_generation=2,
                                                        shuffle_dataset=False)),

@@ -14,15 +14,8 @@ from datasets import Dataset
 from trl_marl import MultiAgentPPOConfig, MultiAgentPPOTrainer
 from trl_marl.core import whiten_jointly
 from trl_marl.envs import PromptEnv, TargetSumEnv
-from trl_marl.toy import make_toy_model
 
 warnings.filterwarnings("ignore")
-
-
-@pytest.fixture(scope="module")
-def target_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
-    return make_toy_model(tmp_path_factory.mktemp("target"), task="target", hidden_size=32, num_layers=1,
-                          pretrain_steps=100, targets=(10,))
 
 
 def args(tmp_path: Path, **overrides: Any) -> MultiAgentPPOConfig:
@@ -53,14 +46,14 @@ class RecordingReward:
 
 
 @pytest.mark.parametrize("policy_sharing", ["agent", "agent_turn", "shared"])
-def test_every_turn_and_agent_score_lands_on_its_own_sample(target_dir, tmp_path, policy_sharing):
+def test_every_turn_and_agent_score_lands_on_its_own_sample(target_model_dir, tmp_path, policy_sharing):
     # Two agents, three turns, distinct prompts per agent and row: a score that landed on another turn's, agent's or
     # row's sample would carry the id of a different (turn, agent, prompt, completion).
     reward = RecordingReward()
     rows = {"prompt": [f"T={r}:" for r in range(3)],
             "agent_prompts": [[f"T={r}:", f"T={r + 10}:"] for r in range(3)]}
     trainer = MultiAgentPPOTrainer(
-        args=args(tmp_path, num_turns=3, policy_sharing=policy_sharing), model=target_dir,
+        args=args(tmp_path, num_turns=3, policy_sharing=policy_sharing), model=target_model_dir,
         env=PromptEnv(num_agents=2, num_turns=3), reward_funcs=reward, train_dataset=Dataset.from_dict(rows),
     )
     batch = [Dataset.from_dict(rows)[i] for i in range(3)]
@@ -78,7 +71,7 @@ def test_every_turn_and_agent_score_lands_on_its_own_sample(target_dir, tmp_path
     assert checked == set(reward.seen) and len(checked) == 3 * 2 * 3  # every (turn, agent, row) exactly once
 
 
-def test_shared_policy_has_one_value_model_and_one_whitening_group(target_dir, tmp_path):
+def test_shared_policy_has_one_value_model_and_one_whitening_group(target_model_dir, tmp_path):
     # Agent 0 always scores 1 and agent 1 always 0. Whitened per agent, each agent's advantages would have mean 0;
     # whitened as one group (one shared policy), agent 0's are above the team mean and agent 1's below it.
     def by_agent(prompts, completions, agent_index, **kwargs):
@@ -87,7 +80,7 @@ def test_shared_policy_has_one_value_model_and_one_whitening_group(target_dir, t
     trainer = MultiAgentPPOTrainer(
         args=args(tmp_path, policy_sharing="shared", team_mode="shared", per_device_train_batch_size=8,
                   total_episodes=16, kl_coef=0.0),
-        model=target_dir, env=TargetSumEnv(2), reward_funcs=by_agent,
+        model=target_model_dir, env=TargetSumEnv(2), reward_funcs=by_agent,
         train_dataset=Dataset.from_dict({"target": [10] * 16}),
     )
     wrapper = trainer.wrapper
@@ -102,12 +95,12 @@ def test_shared_policy_has_one_value_model_and_one_whitening_group(target_dir, t
     assert (tmp_path / "team" / "value_model_0").exists() and not (tmp_path / "team" / "value_model_1").exists()
 
 
-def test_per_agent_policies_keep_their_own_whitening(target_dir, tmp_path):
+def test_per_agent_policies_keep_their_own_whitening(target_model_dir, tmp_path):
     def by_agent(prompts, completions, agent_index, **kwargs):
         return [1.0 if agent_index == 0 else 0.0] * len(completions)
 
     trainer = MultiAgentPPOTrainer(
-        args=args(tmp_path, per_device_train_batch_size=8, total_episodes=16, kl_coef=0.0), model=target_dir,
+        args=args(tmp_path, per_device_train_batch_size=8, total_episodes=16, kl_coef=0.0), model=target_model_dir,
         env=TargetSumEnv(2), reward_funcs=by_agent, train_dataset=Dataset.from_dict({"target": [10] * 16}),
     )
     assert len(trainer.wrapper.value_models) == 2

@@ -21,17 +21,10 @@ from trl_marl.core.ppo import (
 )
 from trl_marl.envs import TargetSumEnv
 from trl_marl.rewards import TargetSumReward
-from trl_marl.toy import make_toy_model
 from trl_marl.trainers.ppo_rollout import joint_value_prompt, next_turn_values
 from trl_marl.trainers.ppo_value import check_joint_tokenizers, sequence_scores
 
 warnings.filterwarnings("ignore")
-
-
-@pytest.fixture(scope="module")
-def target_dir() -> str:
-    # the default cache directory: the same model as the one the IAC fingerprint below was recorded with
-    return make_toy_model(task="target", hidden_size=32, num_layers=1, pretrain_steps=100, targets=(10,))
 
 
 def trainer(path: str, tmp_path: Path, **overrides: Any) -> MultiAgentPPOTrainer:
@@ -79,8 +72,8 @@ def strip_left(ids: torch.Tensor, pad: int) -> list[int]:
 
 
 @pytest.mark.parametrize("critic_type", ["V", "Q"])
-def test_centralized_critic_reads_the_joint_history_and_feeds_gae(target_dir, tmp_path, critic_type):
-    tr = trainer(target_dir, tmp_path, critic="centralized", critic_type=critic_type)
+def test_centralized_critic_reads_the_joint_history_and_feeds_gae(target_model_dir, tmp_path, critic_type):
+    tr = trainer(target_model_dir, tmp_path, critic="centralized", critic_type=critic_type)
     assert len(tr.wrapper.value_models) == 1 and tr.wrapper.value_index == [0, 0]
     seen: list[tuple[list[torch.Tensor], list[torch.Tensor]]] = []
     original = tr.compute_advantages
@@ -117,8 +110,8 @@ def test_centralized_critic_reads_the_joint_history_and_feeds_gae(target_dir, tm
 
 
 @pytest.mark.parametrize("critic_type", ["V", "Q"])
-def test_maac_runs_multi_turn_and_updates_its_critic(target_dir, tmp_path, critic_type):
-    tr = trainer(target_dir, tmp_path, critic="centralized", critic_type=critic_type)
+def test_maac_runs_multi_turn_and_updates_its_critic(target_model_dir, tmp_path, critic_type):
+    tr = trainer(target_model_dir, tmp_path, critic="centralized", critic_type=critic_type)
     critic = tr.wrapper.value_models[0]
     before = {n: p.detach().clone() for n, p in critic.named_parameters()}
     policies = [{n: p.detach().clone() for n, p in tr.team.policy(a).named_parameters()} for a in range(2)]
@@ -137,8 +130,8 @@ def test_maac_runs_multi_turn_and_updates_its_critic(target_dir, tmp_path, criti
 # ------------------------------------------------------------------------------------------------ IAC
 # IAC is the trainer's per-agent value models as they were before `critic` existed (checked once when it was added:
 # the weights of a fixed-seed run equal those of the commit before). Here: its inputs and values, by construction.
-def test_iac_is_todays_per_agent_critic(target_dir, tmp_path):
-    tr = trainer(target_dir, tmp_path, critic="per_agent")
+def test_iac_is_todays_per_agent_critic(target_model_dir, tmp_path):
+    tr = trainer(target_model_dir, tmp_path, critic="per_agent")
     assert tr.args.critic_type is None and tr.wrapper.value_index == [0, 1] and len(tr.wrapper.value_models) == 2
     with torch.no_grad():
         rollouts = tr.rollout([{"target": 10}] * 3)
@@ -222,8 +215,8 @@ def test_next_turn_values_find_the_agents_next_sample_in_any_slot():
 
 
 @pytest.mark.parametrize("critic", ["per_agent", "centralized"])
-def test_turn_gamma_bootstraps_turn_one_from_the_critics_next_state_value(target_dir, tmp_path, critic):
-    tr = trainer(target_dir, tmp_path, critic=critic, turn_gamma=0.5)
+def test_turn_gamma_bootstraps_turn_one_from_the_critics_next_state_value(target_model_dir, tmp_path, critic):
+    tr = trainer(target_model_dir, tmp_path, critic=critic, turn_gamma=0.5)
     seen: list[torch.Tensor] = []
     original = tr.compute_advantages
 
@@ -332,10 +325,10 @@ def test_turn_level_credit_whitens_a_shared_group_jointly(tmp_path):
 
 
 @pytest.mark.parametrize("critic", ["per_agent", "centralized"])
-def test_turn_level_credit_gives_each_response_one_advantage(target_dir, tmp_path, critic):
+def test_turn_level_credit_gives_each_response_one_advantage(target_model_dir, tmp_path, critic):
     # In a real rollout: every token of a response gets the response's R - V(s) (eq. 7), whitened over the group's
     # responses, one entry each.
-    tr = trainer(target_dir, tmp_path, critic=critic, advantage_level="turn")
+    tr = trainer(target_model_dir, tmp_path, critic=critic, advantage_level="turn")
     seen: list[tuple[list[torch.Tensor], list[torch.Tensor], list[torch.Tensor], list[torch.Tensor]]] = []
     original = tr.compute_advantages
 

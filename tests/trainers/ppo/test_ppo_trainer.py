@@ -53,13 +53,6 @@ def addition_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
                           pretrain_steps=50)
 
 
-@pytest.fixture(scope="module")
-def target_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """A model pretrained to answer `T=10:` with a random valid number (DESIGN.md's unit-test size)."""
-    return make_toy_model(tmp_path_factory.mktemp("target"), task="target", hidden_size=32, num_layers=1,
-                          pretrain_steps=100, targets=(10,))
-
-
 def addition_prompts(n: int, seed: int = 0) -> list[str]:
     rng = random.Random(seed)
     return [f"Q:{rng.randint(0, 49)}+{rng.randint(0, 49)}=A:" for _ in range(n)]
@@ -293,10 +286,11 @@ def test_qlora_gradients_survive_generation(qlora_dir: str, tmp_path: Path) -> N
 
 
 # ---------------------------------------------------------------------------------------------------- team
-def test_two_agent_team_trains_saves_and_reloads(target_dir: str, tmp_path: Path) -> None:
+def test_two_agent_team_trains_saves_and_reloads(target_model_dir: str, tmp_path: Path) -> None:
     args = ppo_args(tmp_path, cls=MultiAgentPPOConfig, num_agents=2, per_device_train_batch_size=8,
                     total_episodes=48, learning_rate=1e-3, temperature=1.0)
-    trainer = MultiAgentPPOTrainer(args=args, model=target_dir, env=TargetSumEnv(2), reward_funcs=TargetSumReward(),
+    trainer = MultiAgentPPOTrainer(args=args, model=target_model_dir, env=TargetSumEnv(2),
+                                   reward_funcs=TargetSumReward(),
                                    train_dataset=Dataset.from_dict({"target": [10] * 64}))
     assert trainer.team.num_agents == 2 and len(trainer.wrapper.value_models) == 2
     trainer.train()
