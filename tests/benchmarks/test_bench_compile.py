@@ -2,23 +2,18 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
+
+from helpers import load_script
 
 BENCH_DIR = Path(__file__).resolve().parents[2] / "benchmarks"
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("bench_compile", BENCH_DIR / "bench_compile.py")
-    module = importlib.util.module_from_spec(spec)
-    assert spec.loader is not None
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script(BENCH_DIR / "bench_compile.py")
 
 
 def test_step_times_leave_out_each_rounds_warmup(bench) -> None:

@@ -2,28 +2,19 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-import sys
 from pathlib import Path
 
 import pytest
 
+from helpers import load_script
+
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu" / "bench_gpu.py"
 
 
-def _load_bench():
-    spec = importlib.util.spec_from_file_location("bench_gpu", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    assert spec.loader is not None
-    sys.modules[spec.name] = module  # dataclasses look their module up while the class is created
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_gpu_benchmark_smoke_on_cpu(tmp_path: Path) -> None:
-    bench = _load_bench()
+    bench = load_script(BENCH)
     out = tmp_path / "results.json"
     report = bench.main(["--sizes", "tiny", "--prompts", "2", "--generations", "2", "--prompt-tokens", "8",
                          "--new-tokens", "4", "--steps", "2", "--runs", "grpo", "magrpo-1", "magrpo-2",
@@ -55,7 +46,7 @@ def test_gpu_benchmark_smoke_on_cpu(tmp_path: Path) -> None:
 
 
 def test_word_tokenizer_round_trips_prompts() -> None:
-    bench = _load_bench()
+    bench = load_script(BENCH)
     tokenizer = bench.build_tokenizer(64)
     prompt = bench.word_prompts(1, 5, 64, seed=0)[0]
     ids = tokenizer(prompt)["input_ids"]
@@ -66,7 +57,7 @@ def test_word_tokenizer_round_trips_prompts() -> None:
 
 @pytest.mark.parametrize("size", ["0.5b", "1.5b"])
 def test_sizes_follow_the_qwen25_shapes(size: str) -> None:
-    bench = _load_bench()
+    bench = load_script(BENCH)
     shape = bench.SIZES[size]
     assert shape["vocab_size"] == 151936 and shape["num_key_value_heads"] == 2
     assert shape["hidden_size"] % shape["num_attention_heads"] == 0
@@ -79,7 +70,7 @@ def _run(bench, name: str, backend: str = "transformers", agents: int = 1, **num
 
 
 def test_bandwidth_floor_and_grpo_ratios_on_hand_made_numbers() -> None:
-    bench = _load_bench()
+    bench = load_script(BENCH)
     # the H200 figures: 0.99 GB of weights per decode step at 4.28 TB/s, 32 rows -> 138,400 tokens/s
     assert bench.bandwidth_floor(0.99e9, 4.28e12, 32) == pytest.approx(138_343.4, rel=1e-4)
     common = dict(weight_bytes=1e9, copy_bytes_per_s=4e12)
@@ -109,7 +100,7 @@ def test_bandwidth_floor_and_grpo_ratios_on_hand_made_numbers() -> None:
 
 
 def test_agent_scaling_pairs_runs_of_the_same_backend() -> None:
-    bench = _load_bench()
+    bench = load_script(BENCH)
     results = [_run(bench, "magrpo-1", gen_s=1.0), _run(bench, "magrpo-2", agents=2, gen_s=1.3),
                _run(bench, "magrpo-1", backend="compiled", gen_s=0.2),
                _run(bench, "magrpo-4", backend="compiled", agents=4, gen_s=0.22),
@@ -120,7 +111,7 @@ def test_agent_scaling_pairs_runs_of_the_same_backend() -> None:
 
 
 def test_an_unavailable_backend_gives_a_row_not_a_crash(monkeypatch: pytest.MonkeyPatch) -> None:
-    bench = _load_bench()
+    bench = load_script(BENCH)
     setting = bench.Setting("tiny", "cpu", bench.torch.float32, 2, 2, 8, 4, 2, Path("."))
     results, mixed = [], []
 
@@ -140,7 +131,7 @@ def test_an_unavailable_backend_gives_a_row_not_a_crash(monkeypatch: pytest.Monk
 
 
 def test_vllm_availability_is_told_before_building(monkeypatch: pytest.MonkeyPatch) -> None:
-    bench = _load_bench()
+    bench = load_script(BENCH)
     assert bench.backend_unavailable("compiled", "cuda") is None
     monkeypatch.setattr("importlib.util.find_spec", lambda name: None)
     assert bench.backend_unavailable("vllm", "cpu").startswith("vLLM is not installed")
@@ -157,7 +148,7 @@ def test_vllm_availability_is_told_before_building(monkeypatch: pytest.MonkeyPat
 
 
 def test_generation_timer_counts_rows_and_tokens_of_both_kinds_of_call() -> None:
-    bench = _load_bench()
+    bench = load_script(BENCH)
     torch = bench.torch
     timer = bench.GenerationTimer("cpu")
     # a backend's generation: token-id lists per agent and row (new tokens only), with log-probs as a pair

@@ -2,23 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
+from helpers import load_script
+
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "family_stats.py"
-
-
-def _load():
-    spec = importlib.util.spec_from_file_location("family_stats", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    assert spec.loader is not None
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def _bench_file(path: Path, seeds: list[int], ours: list[list[float]], peer: list[list[float]]) -> Path:
@@ -29,7 +20,7 @@ def _bench_file(path: Path, seeds: list[int], ours: list[list[float]], peer: lis
 
 
 def test_merge_summary_and_round_trip(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    stats = _load()
+    stats = load_script(SCRIPT)
     # finals over the last 2 updates: ours 0.5, 1.0, 0.0; comlrl 0.25, 0.75, 0.5
     first = _bench_file(tmp_path / "a.json", [0, 1], [[9, 0, 1], [9, 1, 1]], [[9, 0, 0.5], [9, 0.5, 1]])
     second = _bench_file(tmp_path / "b.json", [1, 2], [[7, 1, 1], [9, 0, 0]], [[7, 0.5, 1], [9, 0.5, 0.5]])
@@ -51,7 +42,7 @@ def test_merge_summary_and_round_trip(tmp_path: Path, capsys: pytest.CaptureFixt
 
 
 def test_conflicting_duplicate_seed_is_an_error(tmp_path: Path) -> None:
-    stats = _load()
+    stats = load_script(SCRIPT)
     first = _bench_file(tmp_path / "a.json", [0], [[0, 1]], [[0, 1]])
     second = _bench_file(tmp_path / "b.json", [0], [[0, 0]], [[0, 1]])
     with pytest.raises(ValueError, match="seed 0 differs"):
@@ -59,12 +50,12 @@ def test_conflicting_duplicate_seed_is_an_error(tmp_path: Path) -> None:
 
 
 def test_permutation_p_detects_a_clear_difference() -> None:
-    stats = _load()
+    stats = load_script(SCRIPT)
     assert stats.permutation_p([1.0] * 10, [0.0] * 10, draws=2000) < 0.01
 
 
 def test_whole_curve_measures_and_ours_from(tmp_path: Path) -> None:
-    stats = _load()
+    stats = load_script(SCRIPT)
     # window 2, threshold 0.5: a curve takes off at the first update whose mean with the one before exceeds 0.5
     assert stats.takeoff([0, 0, 1, 1, 1], 2, 0.5) == 4  # (1 + 1) / 2 > 0.5 first at update 4
     assert stats.takeoff([0, 1, 0, 1], 2, 0.5) == 5  # never above (0.5 is not above 0.5): one past the end

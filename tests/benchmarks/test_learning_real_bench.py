@@ -7,25 +7,21 @@ trained and measured as documented (before = untrained, after = end of training)
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
+from helpers import load_script
+
 PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "learning_real.py"
 
 
 @pytest.fixture(scope="module")
 def bench() -> Any:
-    spec = importlib.util.spec_from_file_location("learning_real", PATH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["learning_real"] = module
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
-    return module
+    return load_script(PATH)
 
 
 def test_target_split_holds_out_5_9_13(bench: Any) -> None:

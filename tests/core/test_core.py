@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import pytest
 import torch
 
+from helpers import close as close_within
 from trl_marl.core import (
     SUPPORTED_LOSS_TYPES,
     adaptive_entropy_coef,
@@ -36,9 +38,7 @@ from trl_marl.core import (
 NAN = float("nan")
 
 
-def close(actual: torch.Tensor, expected, atol: float = 1e-6) -> None:
-    expected = torch.as_tensor(expected, dtype=actual.dtype)
-    torch.testing.assert_close(actual, expected, atol=atol, rtol=0)
+close = partial(close_within, rtol=0)  # the values of this module: within `atol`, no relative slack
 
 
 # ----------------------------------------------------------------------------------------------------------------

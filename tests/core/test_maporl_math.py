@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import torch
 
+from helpers import close
 from trl_marl.core.maporl import (
     collaboration_incentives,
     influence_aware_reward,
@@ -26,10 +27,6 @@ from trl_marl.rewards.influence import InfluenceAwareReward
 R, W = True, False
 # Powers of two so that every sum of incentives is unambiguous.
 A0, A1, B0, B1 = 1.0, 2.0, 4.0, 8.0
-
-
-def close(actual: torch.Tensor, expected: list | float, atol: float = 1e-6) -> None:
-    torch.testing.assert_close(actual, torch.tensor(expected, dtype=actual.dtype), atol=atol, rtol=1e-6)
 
 
 def incentives(correct: list[list[bool]]) -> torch.Tensor:

@@ -10,6 +10,7 @@ import math
 import pytest
 import torch
 
+from helpers import close
 from trl_marl.core import whiten
 from trl_marl.core.ppo import (
     clipped_value_loss,
@@ -20,10 +21,6 @@ from trl_marl.core.ppo import (
     score_positions,
     shaped_token_rewards,
 )
-
-
-def close(actual: torch.Tensor, expected: list | float, atol: float = 1e-6) -> None:
-    torch.testing.assert_close(actual, torch.tensor(expected, dtype=actual.dtype), atol=atol, rtol=1e-6)
 
 
 # ---------------------------------------------------------------------------------------------------- masks

@@ -14,17 +14,12 @@ import pytest
 import torch
 from transformers import Qwen2Config, Qwen2ForSequenceClassification
 
+from helpers import free_port
 from trl_marl.rewards.remote import RemoteVerifier, VerifierError, VerifierServer, VerifierUnavailableError
 from trl_marl.rewards.verifier import AnswerVerifier, ModelVerifier
 from trl_marl.scripts.serve_verifier import serve_verifier_main
 from trl_marl.toy import build_toy_tokenizer
 from trl_marl.validation import RewardFunctionError, call_reward_function
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class CountingVerifier:

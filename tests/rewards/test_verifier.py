@@ -6,7 +6,6 @@ import json
 import math
 import os
 import pickle
-import socket
 import subprocess
 import sys
 import threading
@@ -19,6 +18,7 @@ import pytest
 import torch
 from transformers import Qwen2Config, Qwen2ForSequenceClassification
 
+from helpers import free_port
 from trl_marl.rewards.answers import answers_match, extract_label, extract_math_answer, parse_gold, to_number
 from trl_marl.rewards.remote import RemoteVerifier, VerifierError, VerifierServer, VerifierUnavailableError
 from trl_marl.rewards.verifier import AnswerVerifier, ModelVerifier
@@ -479,12 +479,6 @@ def test_model_verifier_from_path_uses_saved_template(classifier, saved_classifi
 
 
 # ------------------------------------------------------------------------------------------------ HTTP
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def test_server_round_trip_equals_in_process(classifier):

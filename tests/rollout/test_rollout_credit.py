@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 import torch
 
+from helpers import free_port
 from trl_marl.envs.base import MultiAgentEnv, Transcript
 from trl_marl.rollout import JointRollout, Node, TeamReward, TurnResult
 
@@ -255,16 +256,13 @@ def test_batch_std_over_two_processes(tmp_path):
     # all-gather (`gathered_rows`): turn 1 pools both processes' returns (+-.11121 on process 0, +-1.11207 on process
     # 1); only process 1 reaches turn 2, whose 4 nodes' returns [0, 2, 0, 2] give std sqrt(16 / 15) (+-.96815).
     import os
-    import socket
     import subprocess
     import sys
     from pathlib import Path
 
     script = tmp_path / "two_processes.py"
     script.write_text(TWO_PROCESS_SCRIPT)
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     env = {k: v for k, v in os.environ.items()
            if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
     src = str(Path(__file__).resolve().parents[2] / "src")

@@ -11,6 +11,7 @@ import pytest
 from peft import LoraConfig
 from transformers import GenerationConfig
 
+from helpers import free_port
 from trl_marl import MAGRPOConfig, MultiAgentPPOConfig, PPOConfig
 from trl_marl.generation import GenerationBackend, build_generation_backend
 from trl_marl.generation.vllm_backend import check_servable, sampling_settings, vllm_lora_rank
@@ -117,11 +118,7 @@ def test_sampling_settings_mean_what_they_mean_in_generate() -> None:
 
 
 def test_server_mode_names_the_url_and_the_fix_when_no_server_answers(tokenizer: object) -> None:
-    import socket
-
-    with socket.socket() as sock:  # a port that nothing listens on
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()  # a port that nothing listens on
     model = build_toy_model(tokenizer, hidden_size=32, num_layers=1)
     team = AgentTeam.build(model, 2, peft_config=LoraConfig(r=4, target_modules=["q_proj"]),
                            processing_class=tokenizer)

@@ -19,6 +19,7 @@ import torch
 from datasets import Dataset
 from peft import LoraConfig
 
+from helpers import spread_reward
 from trl_marl import MAGRPOConfig, MAGRPOTrainer
 from trl_marl.envs import TargetSumEnv
 from trl_marl.team import AgentBatch, AgentTeam
@@ -195,10 +196,6 @@ def test_slicing_a_model_in_train_mode_is_asked_for(target_model_dir):
         assert sliced
     with pytest.raises(ValueError, match="training mode"), sliced_adapter_rows(model, names):
         model(input_ids=torch.tensor([[4, 5], [6, 7]]))  # PEFT's hooks, which refuse it
-
-
-def spread_reward(prompts, completions, agent_completions, **kwargs) -> list[float]:
-    return [float(sum(map(ord, "|".join(joint))) % 7) for joint in zip(*agent_completions)]
 
 
 def train(model_dir: str, out: str, capture_cls: type, joint: bool, **overrides: Any) -> tuple[MAGRPOTrainer, Any]:

@@ -20,6 +20,7 @@ from datasets import Dataset
 from peft import LoraConfig
 from transformers import AutoModelForCausalLM
 
+from helpers import spread_reward
 from trl_marl import MAGRPOConfig, MAGRPOTrainer
 from trl_marl.envs import TargetSumEnv
 from trl_marl.trainers.team_trainer import TeamTrainerMixin
@@ -70,10 +71,6 @@ def test_each_instance_has_graphs_of_its_own_and_the_limit_fits_the_team(target_
         assert dynamo_config.recompile_limit >= graphs_needed(4) == 15
     finally:
         dynamo_config.recompile_limit = limit
-
-
-def spread_reward(prompts, completions, agent_completions, **kwargs) -> list[float]:
-    return [float(sum(map(ord, "|".join(joint))) % 7) for joint in zip(*agent_completions)]
 
 
 def train(model_dir: str, out: str, capture_cls: type, **overrides: Any) -> tuple[MAGRPOTrainer, Any]:

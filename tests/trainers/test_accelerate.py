@@ -19,7 +19,6 @@ from __future__ import annotations
 import importlib.util
 import math
 import os
-import socket
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -29,6 +28,7 @@ from typing import Any
 import pytest
 import torch
 
+from helpers import free_port
 from trl_marl.toy import make_toy_model
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -55,12 +55,6 @@ def toy_model_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
         torch.set_num_threads(threads)
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _launch_env() -> dict[str, str]:
     """The current environment, with `src/` importable (installed or not) and one thread per process."""
     import trl_marl
@@ -83,7 +77,7 @@ def _launch(model_dir: str, out_dir: Path, strategy: list[str], *extra: str,
     """Train every team of `runs` in one launch; returns each run's per-process results (`<run>/rank<i>.pt`)."""
     cmd = [
         sys.executable, "-m", "accelerate.commands.launch", *strategy,
-        "--num_processes", str(NUM_PROCESSES), "--main_process_port", str(_free_port()),
+        "--num_processes", str(NUM_PROCESSES), "--main_process_port", str(free_port()),
         str(SCRIPT), "--model-dir", model_dir, "--out-dir", str(out_dir), "--runs", ",".join(runs), *extra,
     ]
     try:
@@ -296,7 +290,7 @@ def test_launcher_that_drops_processes_is_reported(tmp_path: Path) -> None:
         "print('WARNING', [str(w.message) for w in caught])\n"
     )
     base = [sys.executable, "-m", "accelerate.commands.launch", "--num_machines", "1", "--mixed_precision", "no",
-            "--dynamo_backend", "no", "--main_process_port", str(_free_port())]
+            "--dynamo_backend", "no", "--main_process_port", str(free_port())]
     single = subprocess.run([*base, "--num_processes", "2", str(probe)], cwd=REPO_ROOT, env=_launch_env(),
                             capture_output=True, text=True, timeout=TIMEOUT_S)
     assert single.returncode == 0, single.stderr[-3000:]
@@ -315,7 +309,7 @@ def test_launcher_that_drops_processes_is_reported(tmp_path: Path) -> None:
     config.write_text("compute_environment: LOCAL_MACHINE\ndistributed_type: MULTI_CPU\nnum_machines: 1\n"
                       "num_processes: 2\nmixed_precision: 'no'\nuse_cpu: true\n")
     from_file = subprocess.run([sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(config),
-                                "--main_process_port", str(_free_port()), str(probe)], cwd=REPO_ROOT,
+                                "--main_process_port", str(free_port()), str(probe)], cwd=REPO_ROOT,
                                env=_launch_env(), capture_output=True, text=True, timeout=TIMEOUT_S)
     assert from_file.returncode == 0, from_file.stderr[-3000:]
     assert from_file.stdout.count("DROPPED") == 1 and "DROPPED 2 WORLD None" in from_file.stdout

@@ -20,16 +20,12 @@ import torch
 from datasets import Dataset
 from peft import LoraConfig
 
+from helpers import spread_reward
 from trl_marl import MAGRPOConfig, MAGRPOTrainer
 from trl_marl.envs import TargetSumEnv
 
 warnings.filterwarnings("ignore")
 LORA = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], lora_dropout=0.0)
-
-
-def spread_reward(prompts, completions, agent_completions, **kwargs) -> list[float]:
-    """A team reward that tells almost any two joint actions apart (so that every step has a gradient)."""
-    return [float(sum(map(ord, "|".join(joint))) % 7) for joint in zip(*agent_completions)]
 
 
 def train(model_dir: str, tmp_path, capture_cls: type, cls: type = MAGRPOTrainer, peft_config: Any = None,

@@ -16,6 +16,7 @@ from datasets import Dataset
 from peft import LoraConfig
 from transformers import GenerationConfig
 
+from helpers import spread_reward
 from trl_marl import AgentTeam, MAGRPOConfig, MAGRPOTrainer
 from trl_marl.envs import TargetSumEnv
 from trl_marl.toy import build_toy_model, build_toy_tokenizer
@@ -35,11 +36,6 @@ def config(tmp_path, **overrides) -> MAGRPOConfig:
     )
     kwargs.update(overrides)
     return MAGRPOConfig(**kwargs)
-
-
-def spread_reward(prompts, completions, agent_completions, **kwargs) -> list[float]:
-    """A team reward that tells almost any two joint actions apart (so that one step surely has a gradient)."""
-    return [float(sum(map(ord, "|".join(joint))) % 7) for joint in zip(*agent_completions)]
 
 
 def trainer_for(model_dir, tmp_path, peft_config=None, **overrides) -> MAGRPOTrainer:
