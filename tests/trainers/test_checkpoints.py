@@ -1,7 +1,8 @@
 """Checkpoints survive a kill: atomic saves, rotation that keeps the last complete checkpoint, exact resume.
 
-The trainer runs below are MAGRPO on DESIGN.md's unit-test toy (11k parameters, two LoRA agents, 16 samples per
-step); the killed runs are child processes that SIGKILL themselves at a chosen moment.
+The trainer runs below are MAGRPO on the suite's toy target model (conftest.py's `target_model_dir`, 11k parameters;
+two LoRA agents, 16 samples per step); the killed runs are child processes that SIGKILL themselves at a chosen
+moment.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Every reward function call is limited by the configs' `reward_timeout` (a worker thread, abandoned on timeout); a
 reward that times out or raises during `train()` saves the last completed step as a checkpoint and stops with an
 error naming the function, the field and the checkpoint. The trainer runs below are MAGRPO and multi-agent PPO on
-DESIGN.md's unit-test toy model.
+the suite's toy target model (conftest.py's `target_model_dir`).
 """
 
 from __future__ import annotations
