@@ -252,9 +252,10 @@ torch.save({"world": accelerator.num_processes, "turns": [t.turn for t in turns]
 
 
 def test_batch_std_over_two_processes(tmp_path):
-    # Two real processes (gloo on CPU, started as tests/test_accelerate.py starts them) and the MAGRPO trainer's
-    # all-gather (`gathered_rows`): turn 1 pools both processes' returns (+-.11121 on process 0, +-1.11207 on process
-    # 1); only process 1 reaches turn 2, whose 4 nodes' returns [0, 2, 0, 2] give std sqrt(16 / 15) (+-.96815).
+    # Two real processes (gloo on CPU, started as tests/trainers/test_accelerate.py starts them) and the MAGRPO
+    # trainer's all-gather (`gathered_rows`): turn 1 pools both processes' returns (+-.11121 on process 0, +-1.11207
+    # on process 1); only process 1 reaches turn 2, whose 4 nodes' returns [0, 2, 0, 2] give std sqrt(16 / 15)
+    # (+-.96815).
     import os
     import subprocess
     import sys

@@ -6,7 +6,7 @@ the optimizer gets at every step, the logged losses and metrics, and the final w
 couple the agents' losses are on: a reference KL (`beta`), the `top_entropy_quantile` token mask, an entropy bonus
 (fixed and adaptive), `dapo`'s step-wide normaliser, gradient accumulation, `num_iterations=2` (old log-probs),
 frozen agents and gradient checkpointing. A forward spy shows which way each step went. (Two processes under DDP:
-`tests/test_accelerate.py`.)
+`tests/trainers/test_accelerate.py`.)
 """
 
 from __future__ import annotations

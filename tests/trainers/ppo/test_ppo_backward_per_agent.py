@@ -8,7 +8,7 @@ cover `models` and `adapters` teams, per-agent critics and the centralized criti
 backward reaches), `policy_sharing="agent_turn"` (a policy per (turn, agent)) and `"shared"`, `num_ppo_epochs=2`,
 `num_mini_batches=2`, `gradient_accumulation_steps=2` (two micro-batches per mini-batch, too), a frozen agent and
 gradient checkpointing. A forward spy shows which way each micro-step went. (Two processes under DDP:
-`tests/test_accelerate.py`.)
+`tests/trainers/test_accelerate.py`.)
 """
 
 from __future__ import annotations

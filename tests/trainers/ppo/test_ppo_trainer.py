@@ -367,7 +367,7 @@ def test_bad_config(tmp_path: Path, overrides: dict[str, Any], message: str) -> 
 
 
 def test_mini_batch_smaller_than_a_micro_batch_is_accepted(tmp_path: Path) -> None:
-    # TRL 1.12 accepts it (a mini-batch of 2 episodes is one micro-batch of 2); tests/test_trl112_parity.py
-    # compares the resulting update with TRL's
+    # TRL 1.12 accepts it (a mini-batch of 2 episodes is one micro-batch of 2);
+    # tests/trainers/ppo/test_trl112_parity.py compares the resulting update with TRL's
     args = ppo_args(tmp_path, num_mini_batches=4)
     assert args.per_device_train_batch_size * args.gradient_accumulation_steps // args.num_mini_batches == 2
