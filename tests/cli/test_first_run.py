@@ -108,17 +108,14 @@ class _Messages(logging.Handler):
         self.messages.append(record.getMessage())
 
 
-def test_a_short_run_prints_no_deprecation_of_ours(tmp_path):
+def test_a_short_run_prints_no_deprecation_of_ours(untrained_target_model_dir, tmp_path):
     """No transformers FutureWarning or logged deprecation that our code triggers (checkpointing, cache names)."""
     import transformers.utils.logging as hf_logging
     from datasets import Dataset
 
     from trl_marl import MAGRPOConfig, MAGRPOTrainer, MultiAgentPPOConfig, MultiAgentPPOTrainer
     from trl_marl.rewards.arithmetic import TargetSumReward
-    from trl_marl.toy import make_toy_model
 
-    model_dir = make_toy_model(tmp_path / "toy", task="target", hidden_size=32, num_layers=1, pretrain_steps=0,
-                               seed=0, targets=(10,))
     handler = _Messages()
     hf_logging.get_logger("transformers").addHandler(handler)
     hf_logging.warning_once.cache_clear()  # "once" per process: forget what earlier tests logged
@@ -131,10 +128,11 @@ def test_a_short_run_prints_no_deprecation_of_ours(tmp_path):
             args = MAGRPOConfig(str(tmp_path / "m"), num_generations=2, per_device_train_batch_size=4,
                                 max_completion_length=3, share_prompt_prefill=True, **common)
             assert args.activation_checkpointing is True
-            MAGRPOTrainer(model=model_dir, reward_funcs=TargetSumReward(0.5), args=args, train_dataset=rows).train()
+            MAGRPOTrainer(model=untrained_target_model_dir, reward_funcs=TargetSumReward(0.5), args=args,
+                          train_dataset=rows).train()
             ppo = MultiAgentPPOConfig(str(tmp_path / "p"), per_device_train_batch_size=2, total_episodes=2,
                                       response_length=3, num_ppo_epochs=1, num_sample_generations=0, **common)
-            MultiAgentPPOTrainer(args=ppo, model=model_dir, reward_funcs=TargetSumReward(0.5),
+            MultiAgentPPOTrainer(args=ppo, model=untrained_target_model_dir, reward_funcs=TargetSumReward(0.5),
                                  train_dataset=rows).train()
     finally:
         hf_logging.get_logger("transformers").removeHandler(handler)

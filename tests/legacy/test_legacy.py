@@ -20,7 +20,6 @@ from trl_marl.legacy import (
     create_reference_model,
 )
 from trl_marl.team import load_tokenizer
-from trl_marl.toy import make_toy_model
 
 # Every key TRL 0.11.4's `PPOTrainer.step` returns (read from its `step`, `loss` and `record_step_stats`).
 TRL_011_STATS_KEYS = {
@@ -39,14 +38,9 @@ TRL_011_STATS_KEYS = {
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
 
-@pytest.fixture(scope="module")
-def toy_dir() -> str:
-    return make_toy_model(task="addition", hidden_size=32, num_layers=1, pretrain_steps=50, seed=0)
-
-
 @pytest.fixture()
-def tokenizer(toy_dir: str):  # noqa: ANN201 - a transformers tokenizer
-    return load_tokenizer(toy_dir)
+def tokenizer(addition_model_dir: str):  # noqa: ANN201 - a transformers tokenizer
+    return load_tokenizer(addition_model_dir)
 
 
 def queries_of(tokenizer, texts: list[str]) -> list[torch.Tensor]:  # noqa: ANN001
@@ -81,11 +75,12 @@ def test_config_defaults_and_derived_fields() -> None:
 
 
 # ---------------------------------------------------------------------------------------------------- the classic loop
-def test_classic_sentiment_style_loop(toy_dir: str, tokenizer) -> None:  # noqa: ANN001
+def test_classic_sentiment_style_loop(addition_model_dir: str, tokenizer) -> None:  # noqa: ANN001
     """The gpt2-sentiment notebook's loop, with only the import changed (and a toy reward)."""
     from datasets import Dataset
 
-    config = PPOConfig(model_name=toy_dir, learning_rate=1e-3, batch_size=8, mini_batch_size=4, log_with=None)
+    config = PPOConfig(model_name=addition_model_dir, learning_rate=1e-3, batch_size=8, mini_batch_size=4,
+                       log_with=None)
     texts = [f"{a}+{b}=" for a, b in zip(range(10, 26), range(30, 46))]
     dataset = Dataset.from_dict({"query": texts, "review": texts})
     dataset = dataset.map(lambda row: {"input_ids": tokenizer(row["query"])["input_ids"]})
@@ -94,7 +89,7 @@ def test_classic_sentiment_style_loop(toy_dir: str, tokenizer) -> None:  # noqa:
     def collator(data: list[dict]) -> dict:
         return {key: [d[key] for d in data] for key in data[0]}
 
-    model = AutoModelForCausalLMWithValueHead.from_pretrained(toy_dir)
+    model = AutoModelForCausalLMWithValueHead.from_pretrained(addition_model_dir)
     ref_model = create_reference_model(model)
     trainer = PPOTrainer(config, model, ref_model, tokenizer, dataset=dataset, data_collator=collator)
     sampler = LengthSampler(2, 5)
@@ -115,8 +110,8 @@ def test_classic_sentiment_style_loop(toy_dir: str, tokenizer) -> None:  # noqa:
         stats["objective/kl"] / 6.0 - 1, -0.2), 0.2) * 8 / 1e4))
 
 
-def test_batched_generate_returns_prompt_and_cuts_at_eos(toy_dir: str, tokenizer) -> None:  # noqa: ANN001
-    model = AutoModelForCausalLMWithValueHead.from_pretrained(toy_dir)
+def test_batched_generate_returns_prompt_and_cuts_at_eos(addition_model_dir: str, tokenizer) -> None:  # noqa: ANN001
+    model = AutoModelForCausalLMWithValueHead.from_pretrained(addition_model_dir)
     trainer = PPOTrainer(PPOConfig(batch_size=4, mini_batch_size=4), model, None, tokenizer)
     queries = queries_of(tokenizer, ["1+2=", "10+20=", "3+4=", "50+5="])
     with_prompt = trainer.generate(queries, batch_size=3, pad_token_id=tokenizer.pad_token_id, **GEN_KWARGS)
@@ -127,14 +122,14 @@ def test_batched_generate_returns_prompt_and_cuts_at_eos(toy_dir: str, tokenizer
 
 
 # ---------------------------------------------------------------------------------------------------- step()
-def test_step_with_queries_and_responses_of_different_lengths(toy_dir: str, tokenizer) -> None:  # noqa: ANN001
+def test_step_with_queries_and_responses_of_different_lengths(addition_model_dir: str, tokenizer) -> None:  # noqa: ANN001
     """A sample's log-probs do not depend on what it is batched with (padding never leaks in)."""
     queries = queries_of(tokenizer, ["1+2=", "10+20="])
     short, long = torch.tensor([5, 2]), torch.tensor([6, 7, 8, 9, 2])
 
     def first_logprobs(responses: list[torch.Tensor]) -> torch.Tensor:
         torch.manual_seed(0)
-        model = AutoModelForCausalLMWithValueHead.from_pretrained(toy_dir)
+        model = AutoModelForCausalLMWithValueHead.from_pretrained(addition_model_dir)
         trainer = PPOTrainer(PPOConfig(batch_size=2, mini_batch_size=1, ppo_epochs=1), model, None, tokenizer)
         stats = trainer.step(queries, responses, [torch.tensor(1.0), torch.tensor(0.0)])
         assert stats["tokens/responses_dist"].tolist() == [len(r) for r in responses]
@@ -146,16 +141,16 @@ def test_step_with_queries_and_responses_of_different_lengths(toy_dir: str, toke
     assert mixed.shape == (2, 5)
 
 
-def test_step_rejects_wrong_batch_size(toy_dir: str, tokenizer) -> None:  # noqa: ANN001
-    model = AutoModelForCausalLMWithValueHead.from_pretrained(toy_dir)
+def test_step_rejects_wrong_batch_size(addition_model_dir: str, tokenizer) -> None:  # noqa: ANN001
+    model = AutoModelForCausalLMWithValueHead.from_pretrained(addition_model_dir)
     trainer = PPOTrainer(PPOConfig(batch_size=2, mini_batch_size=2), model, None, tokenizer)
     q = queries_of(tokenizer, ["1+2="])
     with pytest.raises(ValueError, match="Batch size"):
         trainer.step(q, [torch.tensor([5])], [torch.tensor(1.0)])
 
 
-def test_response_masks_exclude_tokens(toy_dir: str, tokenizer) -> None:  # noqa: ANN001
-    model = AutoModelForCausalLMWithValueHead.from_pretrained(toy_dir)
+def test_response_masks_exclude_tokens(addition_model_dir: str, tokenizer) -> None:  # noqa: ANN001
+    model = AutoModelForCausalLMWithValueHead.from_pretrained(addition_model_dir)
     trainer = PPOTrainer(PPOConfig(batch_size=2, mini_batch_size=2, ppo_epochs=1), model, None, tokenizer)
     q = queries_of(tokenizer, ["1+2=", "3+4="])
     responses = [torch.tensor([5, 6, 2]), torch.tensor([7, 2])]
@@ -165,10 +160,10 @@ def test_response_masks_exclude_tokens(toy_dir: str, tokenizer) -> None:  # noqa
 
 
 # ---------------------------------------------------------------------------------------------------- value head
-def test_value_head_save_load_round_trip(toy_dir: str, tmp_path) -> None:  # noqa: ANN001
+def test_value_head_save_load_round_trip(addition_model_dir: str, tmp_path) -> None:  # noqa: ANN001
     from safetensors import safe_open
 
-    model = AutoModelForCausalLMWithValueHead.from_pretrained(toy_dir, v_head_init_strategy="normal")
+    model = AutoModelForCausalLMWithValueHead.from_pretrained(addition_model_dir, v_head_init_strategy="normal")
     model.save_pretrained(tmp_path)
     with safe_open(os.path.join(tmp_path, "model.safetensors"), framework="pt") as f:
         keys = set(f.keys())
@@ -181,11 +176,11 @@ def test_value_head_save_load_round_trip(toy_dir: str, tmp_path) -> None:  # noq
             torch.testing.assert_close(a, b)
 
 
-def test_lora_policy_reference_is_adapters_disabled(toy_dir: str, tokenizer, tmp_path) -> None:  # noqa: ANN001
+def test_lora_policy_reference_is_adapters_disabled(addition_model_dir: str, tokenizer, tmp_path) -> None:  # noqa: ANN001
     from peft import LoraConfig
 
     lora = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], lora_dropout=0.0)
-    model = AutoModelForCausalLMWithValueHead.from_pretrained(toy_dir, peft_config=lora)
+    model = AutoModelForCausalLMWithValueHead.from_pretrained(addition_model_dir, peft_config=lora)
     base_before = {n: p.clone() for n, p in model.pretrained_model.get_base_model().named_parameters()
                    if "lora" not in n}
     trainer = PPOTrainer(PPOConfig(batch_size=4, mini_batch_size=2, learning_rate=1e-2), model, None, tokenizer)
@@ -209,8 +204,8 @@ def test_lora_policy_reference_is_adapters_disabled(toy_dir: str, tokenizer, tmp
     torch.testing.assert_close(loaded.v_head.summary.bias, model.v_head.summary.bias)
 
 
-def test_create_reference_model_shares_first_layers(toy_dir: str) -> None:
-    model = AutoModelForCausalLMWithValueHead.from_pretrained(toy_dir)
+def test_create_reference_model_shares_first_layers(addition_model_dir: str) -> None:
+    model = AutoModelForCausalLMWithValueHead.from_pretrained(addition_model_dir)
     ref = create_reference_model(model, num_shared_layers=0)  # share the embeddings only
     assert all(not p.requires_grad for p in ref.parameters())
     emb = "pretrained_model.model.embed_tokens.weight"
@@ -220,8 +215,8 @@ def test_create_reference_model_shares_first_layers(toy_dir: str) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------- multi-agent
-def test_two_agents_one_call_per_agent_or_lists(toy_dir: str, tokenizer) -> None:  # noqa: ANN001
-    models = [AutoModelForCausalLMWithValueHead.from_pretrained(toy_dir) for _ in range(2)]
+def test_two_agents_one_call_per_agent_or_lists(addition_model_dir: str, tokenizer) -> None:  # noqa: ANN001
+    models = [AutoModelForCausalLMWithValueHead.from_pretrained(addition_model_dir) for _ in range(2)]
     trainer = PPOTrainer(PPOConfig(batch_size=2, mini_batch_size=2, learning_rate=1e-2), models, None, tokenizer)
     q = queries_of(tokenizer, ["1+2=", "3+4="])
     r = [torch.tensor([5, 2]), torch.tensor([6, 2])]
@@ -237,10 +232,10 @@ def test_two_agents_one_call_per_agent_or_lists(toy_dir: str, tokenizer) -> None
 
 
 # ---------------------------------------------------------------------------------------------------- learning
-def test_mean_score_goes_up_on_a_toy_reward(toy_dir: str, tokenizer) -> None:  # noqa: ANN001
+def test_mean_score_goes_up_on_a_toy_reward(addition_model_dir: str, tokenizer) -> None:  # noqa: ANN001
     """Reward: 1 when the response's first token is the digit '1'. The mean score must rise within 20 steps."""
     torch.manual_seed(0)
-    model = AutoModelForCausalLMWithValueHead.from_pretrained(toy_dir)
+    model = AutoModelForCausalLMWithValueHead.from_pretrained(addition_model_dir)
     config = PPOConfig(batch_size=16, mini_batch_size=8, learning_rate=3e-3, init_kl_coef=0.01, seed=0)
     trainer = PPOTrainer(config, model, None, tokenizer)
     target = tokenizer.convert_tokens_to_ids("1")

@@ -17,15 +17,9 @@ from trl_marl.envs.debate import DebateEnv
 from trl_marl.rewarding import NonFiniteError, RewardSet, agent_reward, team_reward
 from trl_marl.rewards import AnswerVerifier, InfluenceAwareReward, TargetSumReward
 from trl_marl.rollout import JointRollout, Rollout
-from trl_marl.toy import make_toy_model, toy_debate_dataset
+from trl_marl.toy import toy_debate_dataset
 
 warnings.filterwarnings("ignore")
-
-
-@pytest.fixture(scope="module")
-def debate_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
-    return make_toy_model(tmp_path_factory.mktemp("debate"), task="debate", hidden_size=32, num_layers=1,
-                          pretrain_steps=50)
 
 
 COMMON = dict(report_to="none", save_strategy="no", logging_steps=1, disable_tqdm=True, seed=0)
@@ -179,13 +173,13 @@ def test_ppo_leaves_unscorable_responses_out_and_counts_nonfinite(target_model_d
         trainer.train()  # 2 NaN scores (one per agent) per update: the second update passes the limit
 
 
-def test_influence_reward_works_under_magrpo_on_debate_env(debate_dir: str, tmp_path: Path) -> None:
+def test_influence_reward_works_under_magrpo_on_debate_env(debate_model_dir: str, tmp_path: Path) -> None:
     """MAGRPO trains on DebateEnv with MAPoRL's influence-aware reward and reports per-turn majority accuracy."""
     verifier = AnswerVerifier(task="math")
     influence = InfluenceAwareReward(verifier, alpha0=0.1, alpha1=0.1, beta0=0.1, beta1=0.1)
     env = DebateEnv(num_agents=2, num_turns=2, first_turn_template="Q:{question}=A:",
                     revision_template="Q:{question}={own_answers} {other_answers}?A:")
-    trainer = MAGRPOTrainer(model=debate_dir, reward_funcs=influence, env=env,
+    trainer = MAGRPOTrainer(model=debate_model_dir, reward_funcs=influence, env=env,
                             args=magrpo_args(tmp_path, num_turns=2, max_steps=2, max_completion_length=4,
                                              eval_strategy="steps", eval_steps=2),
                             train_dataset=toy_debate_dataset(32, seed=0), eval_dataset=toy_debate_dataset(8, seed=1))

@@ -26,22 +26,15 @@ from trl_marl import (
     load_tokenizer,
 )
 from trl_marl.rewards.arithmetic import TargetSumReward
-from trl_marl.toy import make_toy_model
 from trl_marl.utils import model_names
 
 NAME = "my-tiny-model"  # a name that resolves to a local folder, as "toy" does
 
 
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
-    return make_toy_model(tmp_path_factory.mktemp("toy"), task="target", hidden_size=32, num_layers=1,
-                          pretrain_steps=0, seed=0, targets=(10,))
-
-
 @pytest.fixture
-def named(model_dir: str, monkeypatch: pytest.MonkeyPatch) -> str:
+def named(untrained_target_model_dir: str, monkeypatch: pytest.MonkeyPatch) -> str:
     """`NAME` resolves to the toy model's folder (an absolute cache path the card must not show)."""
-    monkeypatch.setattr(model_names, "_RESOLVERS", [lambda name: model_dir if name == NAME else None])
+    monkeypatch.setattr(model_names, "_RESOLVERS", [lambda name: untrained_target_model_dir if name == NAME else None])
     return NAME
 
 
@@ -101,13 +94,14 @@ def test_multi_agent_ppo_team_card(named: str, tmp_path: Path, monkeypatch: pyte
     assert run_snippet(folder, monkeypatch)["team"].num_agents == 2
 
 
-def test_drop_in_ppo_card_describes_one_policy(model_dir: str, tmp_path: Path,
+def test_drop_in_ppo_card_describes_one_policy(untrained_target_model_dir: str, tmp_path: Path,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     args = PPOConfig(per_device_train_batch_size=2, total_episodes=2, response_length=3, num_ppo_epochs=1,
                      num_sample_generations=0, **common(tmp_path))
-    trainer = PPOTrainer(args=args, processing_class=load_tokenizer(model_dir),
-                         model=AutoModelForCausalLM.from_pretrained(model_dir), ref_model=None,
-                         reward_model=AutoModelForSequenceClassification.from_pretrained(model_dir, num_labels=1),
+    trainer = PPOTrainer(args=args, processing_class=load_tokenizer(untrained_target_model_dir),
+                         model=AutoModelForCausalLM.from_pretrained(untrained_target_model_dir), ref_model=None,
+                         reward_model=AutoModelForSequenceClassification.from_pretrained(untrained_target_model_dir,
+                                                                                         num_labels=1),
                          train_dataset=Dataset.from_dict({"input_ids": [[1, 2, 3], [4, 5]]}))
     folder = tmp_path / "ppo-policy"
     trainer.save_model(str(folder))

@@ -6,7 +6,7 @@ import warnings
 
 from trl_marl.envs.debate import ToyDebateEnv
 from trl_marl.rewards import AnswerVerifier, InfluenceAwareReward
-from trl_marl.toy import make_toy_model, toy_debate_dataset
+from trl_marl.toy import toy_debate_dataset
 from trl_marl.trainers import MultiAgentPPOConfig, MultiAgentPPOTrainer
 
 warnings.filterwarnings("ignore")
@@ -21,8 +21,7 @@ def test_trained_debate_team_beats_untrained_at_the_final_turn(tmp_path):
     assert len(result["before"]["w_to_r_rate"]) == 2  # transitions for turn changes 1->2 and 2->3
 
 
-def test_evaluate_logs_per_turn_accuracy_and_transitions(tmp_path):
-    model_dir = make_toy_model(tmp_path / "toy", task="debate", hidden_size=32, num_layers=1, pretrain_steps=50)
+def test_evaluate_logs_per_turn_accuracy_and_transitions(debate_model_dir, tmp_path):
     verifier = AnswerVerifier(task="math")
     trainer = MultiAgentPPOTrainer(
         args=MultiAgentPPOConfig(output_dir=str(tmp_path / "out"), num_agents=3, num_turns=3,
@@ -31,7 +30,8 @@ def test_evaluate_logs_per_turn_accuracy_and_transitions(tmp_path):
                                  save_strategy="no", num_sample_generations=0, logging_steps=1,
                                  per_device_eval_batch_size=16, policy_sharing="agent_turn", value_input="answer",
                                  train_turns_from=2),
-        model=model_dir, reward_funcs=[InfluenceAwareReward(verifier, alpha0=0.1, alpha1=0.1, beta0=0.1, beta1=0.1)],
+        model=debate_model_dir,
+        reward_funcs=[InfluenceAwareReward(verifier, alpha0=0.1, alpha1=0.1, beta0=0.1, beta1=0.1)],
         env=ToyDebateEnv(3, 3), train_dataset=toy_debate_dataset(32, seed=0),
         eval_dataset=toy_debate_dataset(16, seed=1),
     )

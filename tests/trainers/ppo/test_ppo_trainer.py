@@ -46,13 +46,6 @@ TRL112_METRICS = (
 )
 
 
-@pytest.fixture(scope="module")
-def addition_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """An 11k-parameter model briefly pretrained on `Q:a+b=A:` (it answers with digits and `</s>`)."""
-    return make_toy_model(tmp_path_factory.mktemp("addition"), task="addition", hidden_size=32, num_layers=1,
-                          pretrain_steps=50)
-
-
 def addition_prompts(n: int, seed: int = 0) -> list[str]:
     rng = random.Random(seed)
     return [f"Q:{rng.randint(0, 49)}+{rng.randint(0, 49)}=A:" for _ in range(n)]
@@ -95,14 +88,14 @@ def logged(trainer: Any, key: str) -> list[float]:
 
 
 # ---------------------------------------------------------------------------------------------------- drop-in
-def test_trl112_script_runs_after_changing_only_the_import(addition_dir: str, tmp_path: Path) -> None:
+def test_trl112_script_runs_after_changing_only_the_import(addition_model_dir: str, tmp_path: Path) -> None:
     source = SCRIPT.read_text()
     assert source.count(TRL112_IMPORT + "\n") == 1, "the script must import PPO from TRL 1.12 on one line"
     script = tmp_path / "ppo_script.py"
     script.write_text(source.replace(TRL112_IMPORT + "\n", TRL_MARL_IMPORT + "\n"))
     out_dir, log_json = tmp_path / "policy", tmp_path / "log.json"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO / "src"), os.environ.get("PYTHONPATH")])))
-    result = subprocess.run([sys.executable, str(script), addition_dir, str(out_dir), str(log_json)], env=env,
+    result = subprocess.run([sys.executable, str(script), addition_model_dir, str(out_dir), str(log_json)], env=env,
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-4000:]
 
@@ -117,15 +110,15 @@ def test_trl112_script_runs_after_changing_only_the_import(addition_dir: str, tm
 
     # the saved policy is a plain causal LM, trained away from the initial weights
     saved = AutoModelForCausalLM.from_pretrained(out_dir)
-    initial = AutoModelForCausalLM.from_pretrained(addition_dir)
+    initial = AutoModelForCausalLM.from_pretrained(addition_model_dir)
     assert saved.state_dict().keys() == initial.state_dict().keys()
     assert any(not torch.equal(saved.state_dict()[k], v) for k, v in initial.state_dict().items())
     assert load_tokenizer(str(out_dir)).pad_token_id is not None
 
 
-def test_zero_learning_rate_changes_nothing(addition_dir: str, tmp_path: Path) -> None:
+def test_zero_learning_rate_changes_nothing(addition_model_dir: str, tmp_path: Path) -> None:
     """With lr 0 the rollout's log-probs must equal the training forward's: ratio 1, no KL, no clipping."""
-    trainer = ppo_trainer(addition_dir, tmp_path, args=ppo_args(tmp_path, learning_rate=0.0))
+    trainer = ppo_trainer(addition_model_dir, tmp_path, args=ppo_args(tmp_path, learning_rate=0.0))
     before = {k: v.clone() for k, v in trainer.team.policy(0).state_dict().items()}
     trainer.train()
     for k, v in trainer.team.policy(0).state_dict().items():
@@ -139,7 +132,7 @@ def test_zero_learning_rate_changes_nothing(addition_dir: str, tmp_path: Path) -
 
 
 # ---------------------------------------------------------------------------------------------------- learning
-def test_ppo_learns_a_reward_function(addition_dir: str, tmp_path: Path) -> None:
+def test_ppo_learns_a_reward_function(addition_model_dir: str, tmp_path: Path) -> None:
     """One agent, a reward function: answer with a one-digit number (the toy mostly writes two digits at first).
 
     Checked offline on seeds 0-9: the mean score of the first 5 updates is 0.10-0.51, of the last 5 0.90-0.97.
@@ -154,7 +147,7 @@ def test_ppo_learns_a_reward_function(addition_dir: str, tmp_path: Path) -> None
                     gradient_accumulation_steps=1, num_mini_batches=1, num_ppo_epochs=4, total_episodes=16 * 30,
                     learning_rate=1e-3, temperature=1.0)
     dataset = Dataset.from_dict({"prompt": addition_prompts(512)})
-    trainer = MultiAgentPPOTrainer(args=args, model=addition_dir, reward_funcs=one_digit, train_dataset=dataset)
+    trainer = MultiAgentPPOTrainer(args=args, model=addition_model_dir, reward_funcs=one_digit, train_dataset=dataset)
     trainer.train()
     scores = logged(trainer, "objective/scores")
     assert len(scores) == 30
@@ -165,9 +158,9 @@ def test_ppo_learns_a_reward_function(addition_dir: str, tmp_path: Path) -> None
 
 
 # ---------------------------------------------------------------------------------------------------- LoRA
-def test_lora_trains_adapter_only_against_adapter_disabled_reference(addition_dir: str, tmp_path: Path) -> None:
-    tokenizer = load_tokenizer(addition_dir)
-    trainer = ppo_trainer(addition_dir, tmp_path, ref_model=None,
+def test_lora_trains_adapter_only_against_adapter_disabled_reference(addition_model_dir: str, tmp_path: Path) -> None:
+    tokenizer = load_tokenizer(addition_model_dir)
+    trainer = ppo_trainer(addition_model_dir, tmp_path, ref_model=None,
                           peft_config=LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "up_proj"]))
     policy = trainer.team.policy(0)
     assert isinstance(policy, PeftModel)
@@ -187,7 +180,7 @@ def test_lora_trains_adapter_only_against_adapter_disabled_reference(addition_di
     rows = [trainer.train_dataset[i] for i in range(8)]
     with torch.no_grad():
         rollout = trainer.rollout(rows)[0]
-        base = AutoModelForCausalLM.from_pretrained(addition_dir)
+        base = AutoModelForCausalLM.from_pretrained(addition_model_dir)
         qr, C = rollout.query_responses, rollout.context_length
         base_logits = base(**sequence_model_inputs(qr, tokenizer.pad_token_id)).logits[:, C - 1 : -1]
         base_logps = selective_log_softmax(base_logits / (trainer.args.temperature + 1e-7), rollout.responses)
@@ -198,7 +191,7 @@ def test_lora_trains_adapter_only_against_adapter_disabled_reference(addition_di
     # save_model writes the adapter, as TRL 1.12 does for a PEFT policy
     trainer.save_model(str(tmp_path / "saved"))
     assert (tmp_path / "saved" / "adapter_config.json").is_file()
-    reloaded = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(addition_dir), tmp_path / "saved")
+    reloaded = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(addition_model_dir), tmp_path / "saved")
     with torch.no_grad():
         inputs = sequence_model_inputs(qr, tokenizer.pad_token_id)
         torch.testing.assert_close(reloaded(**inputs).logits, policy(**inputs).logits)
@@ -327,28 +320,28 @@ def test_two_agent_team_trains_saves_and_reloads(target_model_dir: str, tmp_path
 
 
 # ---------------------------------------------------------------------------------------------------- errors
-def test_dataset_without_input_ids(addition_dir: str, tmp_path: Path) -> None:
+def test_dataset_without_input_ids(addition_model_dir: str, tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="`input_ids` column"):
-        ppo_trainer(addition_dir, tmp_path, train_dataset=Dataset.from_dict({"prompt": ["Q:1+2=A:"] * 8}))
+        ppo_trainer(addition_model_dir, tmp_path, train_dataset=Dataset.from_dict({"prompt": ["Q:1+2=A:"] * 8}))
 
 
 @pytest.mark.parametrize("which", ["reward_model", "value_model"])
-def test_sequence_classifier_with_two_labels(addition_dir: str, tmp_path: Path, which: str) -> None:
+def test_sequence_classifier_with_two_labels(addition_model_dir: str, tmp_path: Path, which: str) -> None:
     with pytest.raises(ValueError, match=rf"`{which}` must be a sequence classifier with one output.*num_labels=2"):
-        ppo_trainer(addition_dir, tmp_path, **{which: classifier(addition_dir, num_labels=2)})
+        ppo_trainer(addition_model_dir, tmp_path, **{which: classifier(addition_model_dir, num_labels=2)})
 
 
-def test_tokenizer_without_pad_token(addition_dir: str, tmp_path: Path) -> None:
-    tokenizer = copy.deepcopy(load_tokenizer(addition_dir))
+def test_tokenizer_without_pad_token(addition_model_dir: str, tmp_path: Path) -> None:
+    tokenizer = copy.deepcopy(load_tokenizer(addition_model_dir))
     tokenizer.pad_token = None
     with pytest.raises(ValueError, match="pad token"):
-        ppo_trainer(addition_dir, tmp_path, processing_class=tokenizer)
+        ppo_trainer(addition_model_dir, tmp_path, processing_class=tokenizer)
 
 
-def test_model_is_ref_model(addition_dir: str, tmp_path: Path) -> None:
-    policy = AutoModelForCausalLM.from_pretrained(addition_dir)
+def test_model_is_ref_model(addition_model_dir: str, tmp_path: Path) -> None:
+    policy = AutoModelForCausalLM.from_pretrained(addition_model_dir)
     with pytest.raises(ValueError, match="cannot be the same object"):
-        ppo_trainer(addition_dir, tmp_path, model=policy, ref_model=policy)
+        ppo_trainer(addition_model_dir, tmp_path, model=policy, ref_model=policy)
 
 
 @pytest.mark.parametrize(
