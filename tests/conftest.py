@@ -1,5 +1,13 @@
 """What the whole test suite needs, set inside the suite: `python -m pytest tests` works as README.md writes it.
 
+The folders mirror the package: `core/`, `team/` (`AgentTeam`, its adapters, forwards and generation backends),
+`rollout/`, `trainers/` (`magrpo/`, `ppo/`, and what both share: accelerate, checkpoints, reproducibility, input
+errors, model cards), `legacy/`, `envs/`, `rewards/`, `sandbox/`, `data/`, `evaluation/`, `toy/`, `utils/`; `cli/`
+holds the command line, the demo, the examples and a first run, `benchmarks/` the tests of `benchmarks/`;
+`scripts/` holds programs that tests start as child processes (not tests); `with_vllm/` is the vLLM tier (its own
+virtualenv, `.ci/run`; skipped without vLLM). Every test file's name is unique across the folders (pytest imports
+each by its name; no `__init__.py`).
+
 - One torch thread (`torch.set_num_threads(1)`, and `OMP_NUM_THREADS=1` for the processes the tests start): the
   models are tiny, and on a small shared CPU several OpenMP threads oversubscribe the cores
   (`trl_marl.utils.threads` records a small `Linear` at 7.8 ms a call on 2 threads against 33 us on one). It also
