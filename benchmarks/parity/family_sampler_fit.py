@@ -11,8 +11,8 @@ differ, as they do when a run takes off), then draws `--samples` completions per
   eval mode, `num_return_sequences=G`),
 
 and compares each side's completion frequencies with the exact completion probabilities (teacher forcing), with the
-chi-square test of `tests/test_sampling_distribution.py`. comlrl is imported from its own virtualenv's site-packages
-(appended to `sys.path`, after ours), as `family_same_samples.py` does::
+chi-square test of `tests/team/test_sampling_distribution.py`. comlrl is imported from its own virtualenv's
+site-packages (appended to `sys.path`, after ours), as `family_same_samples.py` does::
 
     PYTHONPATH=src python benchmarks/parity/family_sampler_fit.py --seed 1 --train-steps 60 --samples 25600
 """

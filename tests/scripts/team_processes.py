@@ -1,4 +1,4 @@
-"""A short multi-process training run of a 2-agent team, launched by `tests/test_accelerate.py`.
+"""A short multi-process training run of a 2-agent team, launched by `tests/trainers/test_accelerate.py`.
 
 Every process trains the same team on `TargetSumEnv` (MAGRPO, or multi-agent PPO with `--trainer ppo`) for a few
 steps, optionally saves it (`trainer.save_model(<out-dir>/final)`), then writes `<out-dir>/rank<process_index>.pt`

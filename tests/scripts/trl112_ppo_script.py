@@ -1,8 +1,8 @@
 """A PPO training script written for TRL 1.12's `trl.experimental.ppo` (the PPO example of TRL's docs, shrunk).
 
-It does not know about trl-marl: `tests/test_ppo_trainer.py` runs it after replacing only the import line of
-`PPOConfig, PPOTrainer` with `from trl_marl import PPOConfig, PPOTrainer`, which is the whole migration a TRL 1.12
-user has to do. Unchanged, it runs with TRL 1.12 itself.
+It does not know about trl-marl: `tests/trainers/ppo/test_ppo_trainer.py` runs it after replacing only the import
+line of `PPOConfig, PPOTrainer` with `from trl_marl import PPOConfig, PPOTrainer`, which is the whole migration a
+TRL 1.12 user has to do. Unchanged, it runs with TRL 1.12 itself.
 
 Usage: python trl112_ppo_script.py MODEL_DIR OUTPUT_DIR LOG_JSON
 

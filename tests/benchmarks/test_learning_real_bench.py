@@ -1,0 +1,126 @@
+"""The pieces of benchmarks/learning/learning_real.py (the real-model learning benchmark): splits, arm wiring, records.
+
+The benchmark itself only makes sense on the real model and one step of it takes far more than a test may, so these
+tests check its pieces with fake trainers: that no held-out item is ever trained on, that every arm is built,
+trained and measured as documented (before = untrained, after = end of training), and the JSON record's fields.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from helpers import load_script
+
+PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "learning" / "learning_real.py"
+
+
+@pytest.fixture(scope="module")
+def bench() -> Any:
+    return load_script(PATH)
+
+
+def test_target_split_holds_out_5_9_13(bench: Any) -> None:
+    train, heldout = bench.target_split()
+    assert heldout == [5, 9, 13]
+    assert train == [4, 6, 7, 8, 10, 11, 12, 14, 15, 16]
+    with pytest.raises(ValueError, match=r"held-out targets \[20\] are outside 4..16"):
+        bench.target_split(heldout=(5, 20))
+
+
+@pytest.mark.parametrize("seed", [0, 1, 7])
+def test_addition_split_is_disjoint_in_either_order(bench: Any, seed: int) -> None:
+    train, heldout = bench.addition_split(seed)
+    assert len(train) + len(heldout) == 100
+    unordered = {frozenset(p) for p in heldout}
+    assert len(unordered) == 15
+    assert not any(frozenset(p) in unordered for p in train)  # (3, 4) held out => (4, 3) never trained on
+    rows = bench.addition_rows(heldout, 40, seed)
+    assert len(rows) == 40 and all(int(r["answer"]) == sum(map(int, r["question"][8:-1].split(" + "))) for r in rows)
+    train_questions = {r["question"] for r in bench.addition_rows(train, 200, seed)}
+    assert train_questions.isdisjoint(r["question"] for r in rows)
+    assert bench.addition_split(seed) == (train, heldout) and bench.addition_split(seed + 1)[1] != heldout
+
+
+class FakeTrainer:
+    """Stands in for MAGRPOTrainer: `train()` sets a marker on its team, so evaluations show when they ran."""
+
+    def __init__(self, log: list, arm: str, frozen: list[int]) -> None:
+        self.arm, self.frozen, self.log = arm, frozen, log
+        self.team = SimpleNamespace(trained=False, arm=arm, frozen=frozen)
+        self.state = SimpleNamespace(global_step=0, log_history=[])
+
+    def train(self) -> None:
+        self.log.append(("train", self.arm, tuple(self.frozen)))
+        self.team.trained = True
+        self.state.global_step = 2
+        self.state.log_history = [{"reward": -0.3}, {"reward": 0.1}]
+
+
+def test_magrpo_arms_wiring(bench: Any) -> None:
+    log: list = []
+
+    def build(arm: str, seed: int, steps: int, sizes: dict, output_dir: str, model: str, frozen: Any = ()) -> Any:
+        log.append(("build", arm, tuple(frozen)))
+        return FakeTrainer(log, arm, list(frozen))
+
+    def evaluate(team: Any, central: bool, targets: list, per_target: int, seed: int, length: int) -> dict:
+        log.append(("eval", getattr(team, "arm", "paired"), getattr(team, "trained", None), central, tuple(targets),
+                    length))
+        return {"success": 1.0 if getattr(team, "trained", True) else 0.0, "valid": 1.0}
+
+    def pair(trainers: list) -> Any:
+        assert [t.frozen for t in trainers] == [[1], [0]] and all(t.team.trained for t in trainers)
+        return SimpleNamespace(arm="paired", trained=True)
+
+    sizes = {"completion": 3, "central_completion": 24, "eval_per_target": 8, "train_eval_targets": 2}
+    run = bench.run_magrpo_seed(3, 2, sizes, bench.ARMS, "/tmp/x", "m", build=build, evaluate=evaluate, pair=pair)
+    assert [e for e in log if e[0] != "eval"] == [
+        ("build", "team", ()), ("train", "team", ()),
+        ("build", "alone", (1,)), ("train", "alone", (1,)), ("build", "alone", (0,)), ("train", "alone", (0,)),
+        ("build", "central", ()), ("train", "central", ()),
+    ]
+    evals = [e for e in log if e[0] == "eval"]
+    assert evals[0] == ("eval", "team", False, False, (5, 9, 13), 3)  # the untrained team, held-out first
+    assert evals[1] == ("eval", "team", False, False, (4, 11), 3)  # then 2 train targets, never a held-out one
+    assert ("eval", "central", False, True, (5, 9, 13), 24) in evals  # untrained central, its own length
+    assert run["untrained"]["heldout"]["success"] == 0.0 and run["central_untrained"]["heldout"]["success"] == 0.0
+    for arm in ("team", "alone", "central"):
+        assert run[arm]["heldout"]["success"] == 1.0  # measured after train()
+    assert run["team"]["reward_curve"] == [-0.3, 0.1] and run["team"]["steps"] == 2
+    assert len(run["alone"]["agents"]) == 2
+
+
+def test_record_fields_and_summary(bench: Any, tmp_path: Path) -> None:
+    def fake_seed(seed: int, settings: dict, work: str) -> dict:
+        def res(x: float) -> dict:
+            return {"heldout": {"success": x, "valid": 1.0}, "train_targets": {"success": x + 0.1, "valid": 1.0}}
+        return {"seed": seed, "untrained": res(0.0), "team": {**res(0.2 + seed / 10), "s_per_step": 9.0}}
+
+    out = tmp_path / "r.json"
+    argv = ["magrpo", "--seeds", "0", "2", "--steps", "5", "--arms", "team", "--output", str(out)]
+    bench.main(argv, run_seed=fake_seed)
+    record = json.loads(out.read_text())
+    assert record["command"] == "python benchmarks/learning/learning_real.py " + " ".join(argv)
+    assert set(record) >= {"commit", "machine", "model", "settings", "seeds", "runs", "summary", "seconds"}
+    assert record["seeds"] == [0, 2] and record["model"] == "smollm2-135m-instruct"
+    assert record["settings"]["steps"] == 5 and record["settings"]["heldout_targets"] == [5, 9, 13]
+    assert record["summary"]["team/heldout/success"] == pytest.approx(
+        {"mean": 0.3, "std": 0.1414213, "min": 0.2, "max": 0.4}, abs=1e-6)
+    assert record["summary"]["untrained/heldout/success"]["mean"] == 0.0
+    assert "alone/heldout/success" not in record["summary"]
+    assert len(record["commit"]) >= 40 or record["commit"] == "unknown"
+
+
+def test_smoke_settings(bench: Any) -> None:
+    settings = bench.settings_for(bench.parse_args(["maporl", "--smoke", "--steps", "50"]))
+    assert settings["steps"] == 1 and settings["sizes"]["eval_rows"] == 6 and settings["sizes"]["response"] == 8
+    assert settings["sizes"]["value_layers"] == 8
+    assert bench.settings_for(bench.parse_args(["maporl", "--value-layers", "0"]))["sizes"]["value_layers"] == 0
+    assert bench.value_models("unused", 0) is None  # 0: the trainer builds its default (full) value models
+    settings = bench.settings_for(bench.parse_args(["magrpo", "--lr", "1e-4"]))
+    assert settings["steps"] == 60 and settings["sizes"]["lr"] == 1e-4 and settings["sizes"]["eval_per_target"] == 64

@@ -1,0 +1,49 @@
+"""Plain functions that several test modules share (the fixtures are in `conftest.py`).
+
+Under pytest `tests/` is on `sys.path` (the folder of the top `conftest.py`), so a test module in any folder imports
+them as `from helpers import ...`.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import socket
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import torch
+
+
+def close(actual: torch.Tensor, expected: Any, atol: float = 1e-6, rtol: float = 1e-6) -> None:
+    """`actual` equals `expected` (a number, a nested list or a tensor, taken at `actual`'s dtype) within `atol` and
+    `rtol`, as `torch.testing.assert_close` measures them."""
+    torch.testing.assert_close(actual, torch.as_tensor(expected, dtype=actual.dtype), atol=atol, rtol=rtol)
+
+
+def spread_reward(prompts: list[Any], completions: list[Any], agent_completions: list[list[Any]],
+                  **kwargs: Any) -> list[float]:
+    """A team reward that tells almost any two joint actions apart (so that every training step has a gradient)."""
+    return [float(sum(map(ord, "|".join(joint))) % 7) for joint in zip(*agent_completions)]
+
+
+def free_port() -> int:
+    """A local TCP port that nothing listened on a moment ago."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def load_script(path: Path) -> ModuleType:
+    """Imports the Python file `path` (a benchmark script, not a package module) as the module named after its stem.
+
+    The module is in `sys.modules` before its code runs: dataclasses look their module up while the class is
+    created.
+    """
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module

@@ -1,0 +1,127 @@
+"""The generation-backend seam, without vLLM installed: config fields, the team's hand-off, and clear refusals.
+
+The vLLM engine itself is tested in `tests/with_vllm/` (its own virtualenv; see `.ci/run`).
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+from peft import LoraConfig
+from transformers import GenerationConfig
+
+from helpers import free_port
+from trl_marl import MAGRPOConfig, MultiAgentPPOConfig, PPOConfig
+from trl_marl.generation import GenerationBackend, build_generation_backend
+from trl_marl.generation.vllm_backend import check_servable, sampling_settings, vllm_lora_rank
+from trl_marl.team import AgentTeam
+from trl_marl.toy import build_toy_model
+
+
+def magrpo(**kwargs: object) -> MAGRPOConfig:
+    return MAGRPOConfig(output_dir="/tmp/unused", num_generations=2, per_device_train_batch_size=2, report_to=[],
+                        **kwargs)
+
+
+def ppo(**kwargs: object) -> MultiAgentPPOConfig:
+    return MultiAgentPPOConfig(output_dir="/tmp/unused", report_to=[], **kwargs)
+
+
+@pytest.mark.parametrize("make", [magrpo, ppo, lambda **kw: PPOConfig(output_dir="/tmp/unused", report_to=[], **kw)])
+def test_use_vllm_selects_the_vllm_backend(make: object) -> None:
+    assert make().generation_backend == "transformers"
+    config = make(use_vllm=True)
+    assert (config.generation_backend, config.use_vllm) == ("vllm", True)
+    config = make(generation_backend="vllm", vllm_kv_cache_memory_bytes=64 << 20)
+    assert (config.use_vllm, config.vllm_kv_cache_memory_bytes) == (True, 64 << 20)
+
+
+@pytest.mark.parametrize("make", [magrpo, ppo])
+def test_backend_settings_that_do_not_work_are_refused(make: object) -> None:
+    with pytest.raises(ValueError, match="generation_backend.*one of"):
+        make(generation_backend="sglang")
+    with pytest.raises(NotImplementedError, match="vllm_mode='async'.*'colocate'.*'server'"):
+        make(use_vllm=True, vllm_mode="async")
+    with pytest.raises(ValueError, match="vllm_server_timeout` must be > 0"):
+        make(use_vllm=True, vllm_mode="server", vllm_server_timeout=0)
+    with pytest.raises(ValueError, match="vllm_kv_cache_memory_bytes` must be a positive"):
+        make(use_vllm=True, vllm_kv_cache_memory_bytes=0)
+    make(vllm_mode="server")  # vLLM settings mean nothing (and are not checked) while vLLM is off, as in TRL
+
+
+def test_magrpo_refuses_vllm_settings_it_does_not_implement() -> None:
+    with pytest.raises(NotImplementedError, match="vllm_enable_sleep_mode"):
+        magrpo(use_vllm=True, vllm_enable_sleep_mode=True)
+    with pytest.raises(NotImplementedError, match="vllm_tensor_parallel_size"):
+        magrpo(use_vllm=True, vllm_tensor_parallel_size=2)
+
+
+class Scripted(GenerationBackend):
+    """Returns fixed completions and records what the team handed over."""
+
+    name = "scripted"
+
+    def __init__(self, completions: list[list[list[int]]]) -> None:
+        self.completions = completions
+        self.calls: list[list[list[list[int]]]] = []
+
+    def generate(self, team: AgentTeam, prompt_ids: list[list[list[int]]],
+                 generation_config: GenerationConfig) -> list[list[list[int]]]:
+        self.calls.append(prompt_ids)
+        return self.completions
+
+
+def test_team_hands_every_agents_rows_to_its_backend_and_cuts_after_eos(tokenizer: object) -> None:
+    model = build_toy_model(tokenizer, hidden_size=32, num_layers=1)
+    team = AgentTeam.build(model, 2, peft_config=LoraConfig(r=4, target_modules=["q_proj"]),
+                           processing_class=tokenizer)
+    eos = tokenizer.eos_token_id
+    team.generation_backend = Scripted([[[5, eos, 6, 7]], [[8, 9], [eos, 4]]])
+    out = team.generate([["T:5?"], ["Q:1+1=A:", "T:7?"]], GenerationConfig(max_new_tokens=4, do_sample=False))
+    assert [completions for _, completions in out] == [[[5, eos]], [[8, 9], [eos]]]
+    prompts = team.generation_backend.calls[0]
+    assert [len(rows) for rows in prompts] == [1, 2]
+    assert prompts[1][0] == tokenizer("Q:1+1=A:")["input_ids"]
+    out = team.generate([["T:5?"], ["T:1?", "T:7?"]], GenerationConfig(max_new_tokens=4), stop_token_ids=set())
+    assert out[0][1] == [[5, eos, 6, 7]]  # an empty stop set keeps every generated token, as on the HF path
+
+
+def test_vllm_refuses_teams_without_adapters_before_importing_vllm(tokenizer: object) -> None:
+    model = build_toy_model(tokenizer, hidden_size=32, num_layers=1)
+    for mode in ("shared", "models"):
+        team = AgentTeam.build(model, 2, mode=mode, processing_class=tokenizer)
+        with pytest.raises(NotImplementedError, match="LoRA adapters of one base model.*peft_config"):
+            build_generation_backend(magrpo(use_vllm=True, vllm_importance_sampling_correction=False), team)
+    config = magrpo(use_vllm=True)  # TRL's default: vllm_importance_sampling_correction=True
+    with warnings.catch_warnings():  # the correction is applied now: no "not applied" warning any more
+        warnings.simplefilter("error", UserWarning)
+        with pytest.raises(NotImplementedError):
+            build_generation_backend(config, team)
+    team = AgentTeam.build(model, 2, peft_config=LoraConfig(r=4, target_modules=["q_proj"],
+                                                             modules_to_save=["lm_head"]), processing_class=tokenizer)
+    with pytest.raises(NotImplementedError, match="modules_to_save"):
+        check_servable(team)
+    assert build_generation_backend(magrpo(), team) is None
+
+
+def test_sampling_settings_mean_what_they_mean_in_generate() -> None:
+    sampled = sampling_settings(GenerationConfig(do_sample=True, temperature=0.7, top_k=5, top_p=0.9, min_p=0.1,
+                                                 max_new_tokens=6, eos_token_id=[2, 3], repetition_penalty=1.2))
+    assert sampled == {"max_tokens": 6, "min_tokens": 0, "temperature": 0.7, "top_k": 5, "top_p": 0.9, "min_p": 0.1,
+                       "repetition_penalty": 1.2, "ignore_eos": True, "stop_token_ids": [2, 3], "detokenize": False}
+    greedy = sampling_settings(GenerationConfig(do_sample=False, temperature=0.7, max_new_tokens=3, eos_token_id=2))
+    assert (greedy["temperature"], greedy["top_k"], greedy["top_p"], greedy["stop_token_ids"]) == (0.0, 0, 1.0, [2])
+    with pytest.raises(ValueError, match="num_beams=4"):
+        sampling_settings(GenerationConfig(num_beams=4, max_new_tokens=3))
+    assert [vllm_lora_rank(r) for r in (1, 4, 8, 9, 64)] == [1, 8, 8, 16, 64]
+
+
+def test_server_mode_names_the_url_and_the_fix_when_no_server_answers(tokenizer: object) -> None:
+    port = free_port()  # a port that nothing listens on
+    model = build_toy_model(tokenizer, hidden_size=32, num_layers=1)
+    team = AgentTeam.build(model, 2, peft_config=LoraConfig(r=4, target_modules=["q_proj"]),
+                           processing_class=tokenizer)
+    config = ppo(use_vllm=True, vllm_mode="server", vllm_server_port=port, vllm_server_timeout=5.0)
+    with pytest.raises(RuntimeError, match=rf"No vLLM server answers at http://127.0.0.1:{port}.*trl-marl vllm-serve"):
+        build_generation_backend(config, team)

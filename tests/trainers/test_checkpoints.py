@@ -1,0 +1,383 @@
+"""Checkpoints survive a kill: atomic saves, rotation that keeps the last complete checkpoint, exact resume.
+
+The trainer runs below are MAGRPO on the suite's toy target model (conftest.py's `target_model_dir`, 11k parameters;
+two LoRA agents, 16 samples per step); the killed runs are child processes that SIGKILL themselves at a chosen
+moment.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from trl_marl._trl_compat import (
+    CorruptCheckpointWarning,
+    IncompleteCheckpointWarning,
+    TeamCheckpointMixin,
+    _rotate_complete_checkpoints,
+    checkpoint_problem,
+    is_complete_checkpoint,
+    last_complete_checkpoint,
+)
+from trl_marl.utils.checkpoint_files import MANIFEST_FILE
+
+TESTS = Path(__file__).resolve().parent
+ROOT = TESTS.parents[1]
+TARGET = 10
+STEPS = 6
+
+
+def build_trainer(model_dir: str, output_dir: str, max_steps: int = STEPS, **overrides: Any) -> Any:
+    """A MAGRPO trainer of two LoRA agents that saves every 2 steps (also used by the child processes)."""
+    from datasets import Dataset
+    from peft import LoraConfig
+
+    from trl_marl import MAGRPOConfig, MAGRPOTrainer
+    from trl_marl.envs import TargetSumEnv
+    from trl_marl.rewards.arithmetic import TargetSumReward
+
+    kwargs = dict(
+        output_dir=output_dir, num_agents=2, num_generations=8, per_device_train_batch_size=16,
+        max_completion_length=4, learning_rate=3e-3, lr_scheduler_type="linear", max_steps=max_steps,
+        logging_steps=1, report_to="none", save_strategy="steps", save_steps=2, gradient_checkpointing=False,
+        temperature=1.0, disable_tqdm=True, seed=0, beta=0.05,
+    )
+    kwargs.update(overrides)
+    peft_config = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], lora_dropout=0.0)
+    return MAGRPOTrainer(model=model_dir, reward_funcs=TargetSumReward(0.5), env=TargetSumEnv(2),
+                         args=MAGRPOConfig(**kwargs), train_dataset=Dataset.from_dict({"target": [TARGET] * 64}),
+                         peft_config=peft_config)
+
+
+def run_child(argv: list[str]) -> None:
+    """A child process: train, and SIGKILL itself at `step<N>` (after step N) or `save<N>` (during the save of N)."""
+    model_dir, output_dir, kill_at = argv
+    torch.set_num_threads(1)
+    warnings.filterwarnings("ignore")
+    trainer = build_trainer(model_dir, output_dir)
+    step = int(kill_at[4:])
+    if kill_at.startswith("step"):
+        from transformers import TrainerCallback
+
+        class KillAfterStep(TrainerCallback):
+            def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+                if state.global_step == step:
+                    os.kill(os.getpid(), signal.SIGKILL)
+
+        trainer.add_callback(KillAfterStep())
+    else:  # die in the middle of the save: the model is written, the optimizer too, the RNG state not yet
+        save_rng_state = trainer._save_rng_state
+
+        def dying_save_rng_state(output_dir: str) -> None:
+            if trainer.state.global_step == step:
+                os.kill(os.getpid(), signal.SIGKILL)
+            save_rng_state(output_dir)
+
+        trainer._save_rng_state = dying_save_rng_state
+    trainer.train()
+
+
+def child(model_dir: str, output_dir: Path, kill_at: str) -> subprocess.CompletedProcess[str]:
+    code = f"import sys; sys.path.insert(0, {str(TESTS)!r}); from test_checkpoints import run_child; " \
+           "run_child(sys.argv[1:])"
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1",
+               TOKENIZERS_PARALLELISM="false")
+    return subprocess.run([sys.executable, "-c", code, model_dir, str(output_dir), kill_at], env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def logged_metrics(trainer: Any) -> list[dict[str, Any]]:
+    """Every per-step log entry, without wall-clock metrics (the run summary, runtime, throughput) ."""
+    entries = []
+    for entry in trainer.state.log_history:
+        if "train_runtime" in entry:
+            continue
+        entries.append({k: v for k, v in entry.items() if "time" not in k and "per_second" not in k})
+    return entries
+
+
+@pytest.fixture(scope="module")
+def reference(target_model_dir, tmp_path_factory) -> Any:
+    """The uninterrupted run of STEPS steps."""
+    trainer = build_trainer(target_model_dir, str(tmp_path_factory.mktemp("reference")))
+    trainer.train()
+    return trainer
+
+
+def assert_same_run(resumed: Any, reference: Any) -> None:
+    assert resumed.state.global_step == reference.state.global_step == STEPS
+    expected = reference.team.state_dict()
+    got = resumed.team.state_dict()
+    assert got.keys() == expected.keys()
+    different = [k for k in expected if not torch.equal(got[k], expected[k])]
+    assert not different, different
+    assert logged_metrics(resumed) == logged_metrics(reference)
+    assert len(logged_metrics(reference)) == STEPS
+
+
+# ------------------------------------------------------------------------------------------------ finding checkpoints
+
+
+def make_folder(root: Path, name: str, state: str | None = "{}") -> Path:
+    folder = root / name
+    folder.mkdir()
+    (folder / "adapter.bin").write_text("weights")
+    if state is not None:
+        (folder / "trainer_state.json").write_text(state)
+    return folder
+
+
+def test_last_complete_checkpoint_skips_incomplete_folders(tmp_path):
+    assert last_complete_checkpoint(tmp_path / "missing") is None
+    assert last_complete_checkpoint(tmp_path) is None
+    make_folder(tmp_path, "checkpoint-2")
+    make_folder(tmp_path, "checkpoint-7", state='{"global_step": ')  # cut off mid-write
+    make_folder(tmp_path, "checkpoint-10", state=None)  # no trainer_state.json
+    make_folder(tmp_path, "checkpoint-3x")  # not a checkpoint name
+    (tmp_path / "checkpoint-11").write_text("a file, not a folder")
+    with pytest.warns(IncompleteCheckpointWarning) as caught:
+        assert last_complete_checkpoint(tmp_path) == str(tmp_path / "checkpoint-2")
+    messages = [str(w.message) for w in caught]
+    assert len(messages) == 2 and "checkpoint-10" in messages[0] and "checkpoint-7" in messages[1]
+
+    # an interrupted save is never used, and is reported when it is newer than what is returned
+    make_folder(tmp_path, "tmp-checkpoint-12")
+    make_folder(tmp_path, "tmp-checkpoint-1")
+    with pytest.warns(IncompleteCheckpointWarning) as caught:
+        assert last_complete_checkpoint(tmp_path) == str(tmp_path / "checkpoint-2")
+    assert sum("tmp-checkpoint-12" in str(w.message) for w in caught) == 1
+    assert not any("tmp-checkpoint-1 " in str(w.message) or "tmp-checkpoint-1:" in str(w.message) for w in caught)
+
+    # a complete copy moved aside by a same-step re-save counts when its checkpoint-<step> is missing
+    make_folder(tmp_path, "tmp-checkpoint-9-replaced")
+    make_folder(tmp_path, "tmp-checkpoint-2-replaced")  # checkpoint-2 exists: ignored
+    with pytest.warns(IncompleteCheckpointWarning):
+        assert last_complete_checkpoint(tmp_path) == str(tmp_path / "tmp-checkpoint-9-replaced")
+    assert is_complete_checkpoint(tmp_path / "checkpoint-2") and not is_complete_checkpoint(tmp_path / "checkpoint-7")
+
+
+# ------------------------------------------------------------------------------------------------ saves and rotation
+
+
+def test_save_is_atomic_and_rotation_keeps_the_last_complete_checkpoint(target_model_dir, tmp_path):
+    output_dir = tmp_path / "out"
+    trainer = build_trainer(target_model_dir, str(output_dir), max_steps=4, save_total_limit=1)
+    calls = []
+    save_rng_state = trainer._save_rng_state
+
+    def failing_save_rng_state(folder: str) -> None:
+        calls.append(os.path.basename(folder))
+        if trainer.state.global_step == 4:
+            raise OSError("No space left on device")
+        save_rng_state(folder)
+
+    trainer._save_rng_state = failing_save_rng_state
+    with pytest.raises(OSError, match="No space left"):
+        trainer.train()
+    assert calls == ["tmp-checkpoint-2", "tmp-checkpoint-4"]  # written under a temporary name
+    names = sorted(os.listdir(output_dir))
+    assert "checkpoint-2" in names and "checkpoint-4" not in names and "tmp-checkpoint-4" in names
+    assert is_complete_checkpoint(output_dir / "checkpoint-2")
+    for name in ("agent_0", "agent_1", "team_config.json", "optimizer.pt", "scheduler.pt", "rng_state.pth"):
+        assert (output_dir / "checkpoint-2" / name).exists(), name
+    assert json.loads((output_dir / "checkpoint-2" / "trainer_state.json").read_text())["global_step"] == 2
+
+    # resume=True: warns about the interrupted save, resumes from checkpoint-2, then the interrupted folder and
+    # (save_total_limit=1) checkpoint-2 go once checkpoint-4 is complete
+    resumed = build_trainer(target_model_dir, str(output_dir), max_steps=4, save_total_limit=1)
+    with pytest.warns(IncompleteCheckpointWarning, match="tmp-checkpoint-4"):
+        resumed.train(resume_from_checkpoint=True)
+    assert resumed.state.global_step == 4
+    assert sorted(os.listdir(output_dir)) == ["checkpoint-4"]
+    assert is_complete_checkpoint(output_dir / "checkpoint-4")
+
+    # a second save at the same step replaces the checkpoint in place
+    resumed._save_checkpoint(resumed.model, trial=None)
+    assert sorted(os.listdir(output_dir)) == ["checkpoint-4"]
+
+
+def test_resume_skips_a_partial_checkpoint_folder(target_model_dir, tmp_path, reference):
+    output_dir = tmp_path / "out"
+    build_trainer(target_model_dir, str(output_dir)).train()
+    shutil.rmtree(output_dir / "checkpoint-6")
+    # a half-written folder as transformers' own save leaves it when killed: no trainer_state.json
+    os.remove(output_dir / "checkpoint-4" / "trainer_state.json")
+    os.remove(output_dir / "checkpoint-4" / "rng_state.pth")
+
+    with pytest.raises(ValueError, match="not a complete checkpoint.*checkpoint-2"):
+        build_trainer(target_model_dir, str(output_dir)).train(resume_from_checkpoint=str(output_dir / "checkpoint-4"))
+    resumed = build_trainer(target_model_dir, str(output_dir))
+    with pytest.warns(IncompleteCheckpointWarning, match="checkpoint-4"):
+        resumed.train(resume_from_checkpoint=True)
+    assert is_complete_checkpoint(output_dir / "checkpoint-4")  # rewritten by the resumed run
+    assert_same_run(resumed, reference)
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(ValueError, match="No complete checkpoint"):
+        build_trainer(target_model_dir, str(empty)).train(resume_from_checkpoint=True)
+
+
+# ------------------------------------------------------------------------------------------------ SIGKILL
+
+
+@pytest.mark.parametrize(("kill_at", "resumed_from"), [("step5", 4), ("save4", 2)])
+def test_exact_resume_after_sigkill(target_model_dir, tmp_path, reference, kill_at, resumed_from):
+    """Killed after step 5 (checkpoint-4 complete) or in the middle of saving checkpoint-4: resuming reproduces the
+    uninterrupted run exactly (every adapter weight and every logged metric)."""
+    output_dir = tmp_path / "out"
+    result = child(target_model_dir, output_dir, kill_at)
+    assert result.returncode == -signal.SIGKILL, result.stderr[-3000:]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert last_complete_checkpoint(output_dir) == str(output_dir / f"checkpoint-{resumed_from}")
+    if kill_at == "save4":
+        assert "checkpoint-4" not in os.listdir(output_dir) and "tmp-checkpoint-4" in os.listdir(output_dir)
+    resumed = build_trainer(target_model_dir, str(output_dir))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        resumed.train(resume_from_checkpoint=True)
+    incomplete = [w for w in caught if issubclass(w.category, IncompleteCheckpointWarning)]
+    assert len(incomplete) == (1 if kill_at == "save4" else 0)
+    assert resumed.state.log_history[resumed_from - 1]["step"] == resumed_from
+    assert_same_run(resumed, reference)
+
+
+# ------------------------------------------------------------------------------------------------ damaged checkpoints
+
+
+def damage(path: Path, how: str) -> None:
+    """Truncate a file to half its size, empty it, or flip one byte in its middle (same size)."""
+    data = path.read_bytes()
+    if how == "truncate":
+        path.write_bytes(data[: len(data) // 2])
+    elif how == "empty":
+        path.write_bytes(b"")
+    else:
+        middle = len(data) // 2
+        path.write_bytes(data[:middle] + bytes([data[middle] ^ 0xFF]) + data[middle + 1:])
+
+
+@pytest.fixture(scope="module")
+def saved_run(target_model_dir, tmp_path_factory) -> Path:
+    """checkpoint-2, -4 and -6 of the reference settings (copied by the tests that damage them)."""
+    output_dir = tmp_path_factory.mktemp("saved") / "out"
+    build_trainer(target_model_dir, str(output_dir)).train()
+    return output_dir
+
+
+@pytest.mark.parametrize(("name", "how"), [
+    ("agent_0/adapter_model.safetensors", "truncate"), ("agent_1/adapter_model.safetensors", "empty"),
+    ("optimizer.pt", "truncate"), ("rng_state.pth", "truncate"), ("scheduler.pt", "empty"),
+    ("agent_0/adapter_model.safetensors", "flip"), ("trainer_state.json", "flip"),
+])
+def test_a_damaged_checkpoint_is_named_and_skipped(saved_run, tmp_path, name, how):
+    output_dir = tmp_path / "out"
+    shutil.copytree(saved_run, output_dir)
+    assert checkpoint_problem(str(output_dir / "checkpoint-6")) is None
+    damage(output_dir / "checkpoint-6" / name, how)
+    bad_file = str(output_dir / "checkpoint-6" / name)
+    problem = checkpoint_problem(str(output_dir / "checkpoint-6"))
+    assert problem is not None and problem.startswith(bad_file)
+    with pytest.warns(CorruptCheckpointWarning) as caught:
+        assert last_complete_checkpoint(output_dir) == str(output_dir / "checkpoint-4")
+    assert [str(w.message).count(bad_file) for w in caught] == [1]
+    assert "left in place" in str(caught[0].message)
+    assert (output_dir / "checkpoint-6" / name).exists()  # never deleted
+
+    # an explicit path: a clear error naming the bad file and the good checkpoint next to it
+    with pytest.raises(ValueError, match="checkpoint-6: it is damaged: .*checkpoint-6/.*checkpoint-4"):
+        TeamCheckpointMixin.train(type("T", (), {})(), resume_from_checkpoint=str(output_dir / "checkpoint-6"))
+
+
+def test_checkpoints_without_a_manifest_get_a_structural_check(saved_run, tmp_path):
+    """Checkpoints of earlier versions have no manifest: accepted when their files are whole, not when they are
+    empty or truncated (a flipped byte goes unseen: only a manifest's checksums catch that)."""
+    output_dir = tmp_path / "out"
+    shutil.copytree(saved_run, output_dir)
+    for step in (2, 4, 6):
+        os.remove(output_dir / f"checkpoint-{step}" / MANIFEST_FILE)
+    six = output_dir / "checkpoint-6"
+    assert checkpoint_problem(str(six)) is None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert last_complete_checkpoint(output_dir) == str(six)
+    for name, how, expected in [
+        ("agent_0/adapter_model.safetensors", "truncate", "header describes"),
+        ("agent_0/adapter_model.safetensors", "empty", "is empty"),
+        ("optimizer.pt", "truncate", "BadZipFile"),
+        ("rng_state.pth", "truncate", "BadZipFile"),
+        ("scheduler.pt", "empty", "is empty"),
+        ("team_config.json", "truncate", "JSONDecodeError"),
+    ]:
+        original = (six / name).read_bytes()
+        damage(six / name, how)
+        problem = checkpoint_problem(str(six))
+        assert problem is not None and problem.startswith(str(six / name)) and expected in problem, problem
+        with pytest.warns(CorruptCheckpointWarning, match=name):
+            assert last_complete_checkpoint(output_dir) == str(output_dir / "checkpoint-4")
+        (six / name).write_bytes(original)
+
+
+def test_rotation_never_counts_or_deletes_a_damaged_checkpoint(saved_run, tmp_path):
+    output_dir = tmp_path / "out"
+    shutil.copytree(saved_run, output_dir)
+    damage(output_dir / "checkpoint-6" / "optimizer.pt", "truncate")
+    shutil.copytree(saved_run / "checkpoint-6", output_dir / "checkpoint-8")  # the newly published one
+    _rotate_complete_checkpoints(str(output_dir), 2, keep={str(output_dir / "checkpoint-8")})
+    # the two newest good ones stay (4 and 8), the damaged 6 is kept aside from the count, 2 goes
+    assert sorted(os.listdir(output_dir)) == ["checkpoint-4", "checkpoint-6", "checkpoint-8"]
+
+
+def test_resume_falls_back_past_a_damaged_checkpoint_and_keeps_it(target_model_dir, saved_run, tmp_path, reference):
+    output_dir = tmp_path / "out"
+    shutil.copytree(saved_run, output_dir)
+    damage(output_dir / "checkpoint-6" / "agent_0" / "adapter_model.safetensors", "truncate")
+    damage(output_dir / "checkpoint-4" / "optimizer.pt", "truncate")
+    resumed = build_trainer(target_model_dir, str(output_dir), save_total_limit=1)
+    with pytest.warns(CorruptCheckpointWarning) as caught:
+        resumed.train(resume_from_checkpoint=True)
+    messages = [str(w.message) for w in caught]
+    assert any("checkpoint-6/agent_0/adapter_model.safetensors" in m for m in messages)
+    assert any("checkpoint-4/optimizer.pt" in m for m in messages)
+    assert any("kept as" in m and "checkpoint-6-corrupt" in m for m in messages)  # re-saving step 6 kept it
+    assert any("kept as" in m and "checkpoint-4-corrupt" in m for m in messages)
+    assert resumed.state.log_history[1]["step"] == 2  # resumed from checkpoint-2
+    assert_same_run(resumed, reference)
+    # re-saving steps 4 and 6 moved the damaged ones aside (kept); save_total_limit=1 counts the new, good ones only
+    assert sorted(os.listdir(output_dir)) == ["checkpoint-4-corrupt", "checkpoint-6", "checkpoint-6-corrupt"]
+    assert checkpoint_problem(str(output_dir / "checkpoint-6")) is None
+    assert checkpoint_problem(str(output_dir / "checkpoint-6-corrupt")) is not None
+
+
+def test_checkpoint_model_cards_name_the_published_folder(saved_run):
+    for step in (2, 4, 6):
+        card = (saved_run / f"checkpoint-{step}" / "README.md").read_text()
+        assert f"\n# checkpoint-{step}\n" in card
+        assert f'AgentTeam.from_pretrained("checkpoint-{step}")' in card
+        assert "tmp-" not in card
+
+
+def test_resuming_a_finished_run_is_refused(target_model_dir, saved_run, tmp_path):
+    """transformers trains one step past `max_steps` when resumed from the last checkpoint of a finished run."""
+    output_dir = tmp_path / "out"
+    shutil.copytree(saved_run, output_dir)
+    trainer = build_trainer(target_model_dir, str(output_dir))
+    with pytest.raises(ValueError, match=r"checkpoint-6: it is at step 6 and `MAGRPOConfig.max_steps=6`, so this "
+                                         r"run is finished .*raise `max_steps` above 6"):
+        trainer.train(resume_from_checkpoint=True)
+    with pytest.raises(ValueError, match="at step 4 and `MAGRPOConfig.max_steps=4`"):
+        build_trainer(target_model_dir, str(output_dir), max_steps=4).train(
+            resume_from_checkpoint=str(output_dir / "checkpoint-4"))
+    assert trainer.state.global_step == 0
+    assert sorted(os.listdir(output_dir)) == ["checkpoint-2", "checkpoint-4", "checkpoint-6"]  # nothing trained
