@@ -211,7 +211,7 @@ class VLLMBackend(GenerationBackend):
         """
         from vllm.lora.request import LoRARequest
 
-        from ..team import _save_adapter
+        from ..team.policies import _save_adapter
 
         model = team.models[0]
         uploaded = []

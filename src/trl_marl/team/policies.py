@@ -33,16 +33,16 @@ import torch
 from torch import nn
 from transformers import AutoModelForCausalLM, GenerationConfig, PreTrainedModel
 
-from .core import entropy_from_logits, selective_log_softmax
-from .utils.adapters import AdapterSwitch
-from .utils.compiled import CompiledForward, call_model
-from .utils.forward import checkpointing_paused, dropout_active, no_autograd, takes_logits_to_keep
-from .utils.inputs import check_lora_targets, check_model_path
-from .utils.lean_decode import decode
-from .utils.mixed_adapters import sliced_adapter_rows, sliced_adapter_rows_plan
-from .utils.model_names import resolve_model_name
-from .utils.prefill import shared_prefill_cache
-from .utils.tokens import (  # noqa: F401  (re-exported: importable from trl_marl.team as before)
+from ..core import entropy_from_logits, selective_log_softmax
+from ..utils.adapters import AdapterSwitch
+from ..utils.compiled import CompiledForward, call_model
+from ..utils.forward import checkpointing_paused, dropout_active, no_autograd, takes_logits_to_keep
+from ..utils.inputs import check_lora_targets, check_model_path
+from ..utils.lean_decode import decode
+from ..utils.mixed_adapters import sliced_adapter_rows, sliced_adapter_rows_plan
+from ..utils.model_names import resolve_model_name
+from ..utils.prefill import shared_prefill_cache
+from ..utils.tokens import (  # noqa: F401  (re-exported: importable from trl_marl.team as before)
     Prompt,
     is_chat,
     is_token_ids,
