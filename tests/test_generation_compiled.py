@@ -17,11 +17,11 @@ import torch
 from peft import LoraConfig, get_peft_model
 from transformers import GenerationConfig, PreTrainedTokenizerBase
 
-from trl_marl.generation import build_generation_backend, check_generation_backend
-from trl_marl.generation.compiled import CompiledBackend, CompiledDecoder, bucket_batch, bucket_length
 from trl_marl.team import AgentTeam, pad_left
+from trl_marl.team.generation import build_generation_backend, check_generation_backend
+from trl_marl.team.generation.compiled import CompiledBackend, CompiledDecoder, bucket_batch, bucket_length
+from trl_marl.team.generation.lean import decode
 from trl_marl.toy import build_toy_model
-from trl_marl.utils.lean_decode import decode
 
 PROMPTS = ["Q:12+3=A:", "T:5?", "Q:45+67=A: go"]
 EOS = [9, 19]  # two frequent tokens of the random toy model: sampled rows stop at different steps
@@ -31,7 +31,7 @@ SETTINGS = {
                     max_new_tokens=10),
     "sampled, EOS": dict(do_sample=True, top_k=0, max_new_tokens=10, eos_token_id=EOS),
 }
-LOGGER = "trl_marl.generation.compiled"
+LOGGER = "trl_marl.team.generation.compiled"
 
 
 def toy(tokenizer: PreTrainedTokenizerBase) -> Any:

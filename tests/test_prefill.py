@@ -14,8 +14,8 @@ from transformers import GenerationConfig, PreTrainedTokenizerBase
 import trl_marl.team.policies as team_module
 from trl_marl import MAGRPOConfig
 from trl_marl.team import AgentTeam, pad_left, tokenize_prompts
+from trl_marl.team.generation.prefill import group_identical_rows, prefill_sharing_unsupported, shared_prefill_cache
 from trl_marl.toy import build_toy_model, make_toy_model
-from trl_marl.utils.prefill import group_identical_rows, prefill_sharing_unsupported, shared_prefill_cache
 
 G = 3
 # Prompts of different lengths (left padding), each sampled G times; agent 1 sees one of agent 0's prompts.

@@ -241,9 +241,9 @@ class GenerationTimer:
         `AgentTeam.generate` runs instead of `generate` for the settings it supports), the `"compiled"` backend's
         `CompiledDecoder.decode` (its eager fallback nested inside) and the `"vllm"` backend's
         `generate_with_logprobs` (which its `generate` calls; the adapter upload before sampling included)."""
-        from trl_marl.generation.compiled import CompiledDecoder
-        from trl_marl.generation.vllm_backend import VLLMBackend
-        from trl_marl.utils import lean_decode
+        from trl_marl.team.generation import lean as lean_decode
+        from trl_marl.team.generation.compiled import CompiledDecoder
+        from trl_marl.team.generation.vllm import VLLMBackend
 
         originals = [(GenerationMixin, "generate", GenerationMixin.generate,
                       lambda a, k: k.get("input_ids", a[1] if len(a) > 1 else None)),
@@ -596,8 +596,8 @@ def run_mixed_generation(s: Setting, agents: int, repeats: int = 2, backend: str
 
     from transformers import GenerationConfig
 
-    from trl_marl.generation import build_generation_backend
     from trl_marl.team import AgentTeam
+    from trl_marl.team.generation import build_generation_backend
 
     _reset_memory(s.device)
     tokenizer = build_tokenizer(s.vocab)

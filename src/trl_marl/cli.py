@@ -141,7 +141,7 @@ def _vllm_serve(argv: list[str]) -> int:
     parser.add_argument("--host", default="127.0.0.1", help="Interface to bind (127.0.0.1: this machine only).")
     parser.add_argument("--port", type=int, default=8000)
     args, extra = parser.parse_known_args(argv)
-    from .generation.vllm_server import serve_command  # after parsing: `--help` does not load torch
+    from .team.generation.vllm_server import serve_command  # after parsing: `--help` does not load torch
 
     command, env = serve_command(args.model, args.max_loras, args.max_lora_rank, args.host, args.port, extra)
     os.execve(command[0], command, env)

@@ -38,10 +38,8 @@ from ..utils.adapters import AdapterSwitch
 from ..utils.compiled import CompiledForward, call_model
 from ..utils.forward import checkpointing_paused, dropout_active, no_autograd, takes_logits_to_keep
 from ..utils.inputs import check_lora_targets, check_model_path
-from ..utils.lean_decode import decode
 from ..utils.mixed_adapters import sliced_adapter_rows, sliced_adapter_rows_plan
 from ..utils.model_names import resolve_model_name
-from ..utils.prefill import shared_prefill_cache
 from ..utils.tokens import (  # noqa: F401  (re-exported: importable from trl_marl.team as before)
     Prompt,
     is_chat,
@@ -54,6 +52,8 @@ from ..utils.tokens import (  # noqa: F401  (re-exported: importable from trl_ma
     tokenize_prompts,
     truncate_after_eos,
 )
+from .generation.lean import decode
+from .generation.prefill import shared_prefill_cache
 
 TEAM_CONFIG_NAME = "team_config.json"
 TEAM_MODES = ("adapters", "models", "shared")
@@ -127,9 +127,9 @@ class AgentTeam(nn.Module):
             member (MAPoRL's theta_{t,a}: turn t of agent a is member `(t - 1) * A + a`, see [`AgentTeam.slot`]).
         share_prompt_prefill (`bool`): In [`AgentTeam.generate`], run the prompt's forward once for rows that repeat
             the same prompt through the same weights (the G samples of a node; agents of one model and one adapter
-            that see the same prompt) and copy its KV cache to every such row (`trl_marl.utils.prefill`). Agents
-            with different adapters or models never share a prefill: their keys and values differ. Sampling is
-            unchanged up to floating-point reordering; False runs one prefill per row, as a plain `generate`.
+            that see the same prompt) and copy its KV cache to every such row (`trl_marl.team.generation.prefill`).
+            Agents with different adapters or models never share a prefill: their keys and values differ. Sampling
+            is unchanged up to floating-point reordering; False runs one prefill per row, as a plain `generate`.
 
     Example:
 
@@ -168,12 +168,13 @@ class AgentTeam(nn.Module):
         # a `transformers.ContinuousBatchingConfig`: generate with `generate_batch` (continuous batching) instead of
         # `generate`; only for teams whose models each run one policy (see `generate_with_continuous_batching`)
         self.continuous_batching_config: Any = None
-        # a `trl_marl.generation.GenerationBackend` that samples instead of the team's own decoding (None: our own)
+        # a `team.generation.GenerationBackend` that samples instead of the team's own decoding (None: our own)
         self.generation_backend: Any = None
         # the backend's log-probability of every token of the last `generate` call's completions ([agent][row][t]),
         # None when the team decoded itself or the backend gave none (TRL's importance-sampling correction)
         self.sampling_logps: list[list[list[float]]] | None = None
-        # decode with `utils.lean_decode` (generate's tokens without its per-call setup) where it supports the settings
+        # decode with `team.generation.lean` (generate's tokens without its per-call setup) where it supports the
+        # settings
         self.lean_decode = True
         # the causal LM call of the log-probability forwards: eager, or a `utils.compiled.CompiledForward`
         # (`compile_forwards`; generation always runs eager)

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field, fields
 
 from .._trl_compat import GRPOConfig
 from ..core import ADVANTAGE_MODES, JOINT_MODES, SUPPORTED_LOSS_TYPES
-from ..generation import check_generation_backend
+from ..team.generation import check_generation_backend
 from ..utils.inputs import check_learning_rate, generation_batch_error, use_activation_checkpointing_name
 from ..validation import (
     DEFAULT_REWARD_TIMEOUT,

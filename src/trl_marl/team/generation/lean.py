@@ -14,8 +14,8 @@ What it does, step for step as `generate`'s sampling loop (transformers 5.x `Gen
 - settings left unset (None) in the generation config come from `model.generation_config`, then from transformers'
   global defaults (`top_k=50` among them), as `generate` merges them;
 - position ids count each row's real tokens (left padding at 0); an attention mask of all ones is dropped;
-- the first forward runs the prompt (or, after a shared prefill (`utils.prefill`), the prompt tokens its cache does
-  not hold yet) into a `DynamicCache`, then one token per step, with `logits_to_keep=1`;
+- the first forward runs the prompt (or, after a shared prefill (`team.generation.prefill`), the prompt tokens its
+  cache does not hold yet) into a `DynamicCache`, then one token per step, with `logits_to_keep=1`;
 - the last logits, copied to float32, go through transformers' own logits processors in `generate`'s order
   (repetition penalty, no-repeat n-grams, bad words, minimum lengths, invalid-value removal, suppressed tokens, then,
   when sampling, temperature, top-h, top-k, top-p, min-p, typical-p, epsilon and eta cutoffs, and renormalization);
@@ -77,9 +77,9 @@ from transformers.generation import (
     TypicalLogitsWarper,
 )
 
+from ...utils.forward import takes_logits_to_keep
+from ...utils.mixed_adapters import sliced_adapter_rows
 from .cache_names import cache_kwarg, output_cache
-from .forward import takes_logits_to_keep
-from .mixed_adapters import sliced_adapter_rows
 
 __all__ = ["decode", "lean_decode_unsupported", "lean_generate"]
 
@@ -427,8 +427,8 @@ def decode(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, ge
         attention_mask: `(B, L)` their mask.
         generation_config: The sampling settings (`max_new_tokens`, `do_sample`, `temperature`, ...).
         adapter_names: PEFT's per-row adapter names for a mixed-adapter batch, or None.
-        past_key_values: A cache that already holds a prefix of every row (`utils.prefill.shared_prefill_cache`),
-            or None.
+        past_key_values: A cache that already holds a prefix of every row
+            (`team.generation.prefill.shared_prefill_cache`), or None.
         lean: False always calls `model.generate`.
 
     Returns:
