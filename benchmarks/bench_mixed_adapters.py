@@ -45,7 +45,7 @@ def main() -> None:
     parser.add_argument("--agents", default="2,4", help="comma-separated team sizes")
     cli, model_dir, results = start(parser)
 
-    from trl_marl.utils import mixed_adapters
+    from trl_marl.team import mixed_adapters
 
     for agents in ints(cli.agents):
         team = lora_team(model_dir, agents)

@@ -22,8 +22,8 @@ from peft import LoraConfig
 from trl_marl import MAGRPOConfig, MAGRPOTrainer
 from trl_marl.envs import TargetSumEnv
 from trl_marl.team import AgentBatch, AgentTeam
-from trl_marl.utils.compiled import call_model
-from trl_marl.utils.mixed_adapters import sliced_adapter_rows, sliced_adapter_rows_unsupported
+from trl_marl.team.compile import call_model
+from trl_marl.team.mixed_adapters import sliced_adapter_rows, sliced_adapter_rows_unsupported
 from trl_marl.utils.tokens import joint_model_inputs, pad_left, pad_right
 
 warnings.filterwarnings("ignore")

@@ -14,11 +14,10 @@ from peft import IA3Config, LoraConfig, get_peft_model
 from peft.tuners.lora.layer import Linear as LoraLinear
 from transformers import DynamicCache, GenerationConfig, PreTrainedTokenizerBase
 
-from trl_marl.team import AgentTeam, pad_left
+from trl_marl.team import AgentTeam, mixed_adapters, pad_left
 from trl_marl.team.generation.lean import decode, lean_decode_unsupported, lean_generate
 from trl_marl.team.generation.prefill import shared_prefill_cache
 from trl_marl.toy import build_toy_model
-from trl_marl.utils import mixed_adapters
 
 PROMPTS = ["Q:12+3=A:", "T:5?", "Q:45+67=A: go"]
 EOS = [9, 19]  # two frequent tokens of the random toy model ('5', 'T'): sampled rows stop at different steps

@@ -34,11 +34,7 @@ from torch import nn
 from transformers import AutoModelForCausalLM, GenerationConfig, PreTrainedModel
 
 from ..core import entropy_from_logits, selective_log_softmax
-from ..utils.adapters import AdapterSwitch
-from ..utils.compiled import CompiledForward, call_model
-from ..utils.forward import checkpointing_paused, dropout_active, no_autograd, takes_logits_to_keep
 from ..utils.inputs import check_lora_targets, check_model_path
-from ..utils.mixed_adapters import sliced_adapter_rows, sliced_adapter_rows_plan
 from ..utils.model_names import resolve_model_name
 from ..utils.tokens import (  # noqa: F401  (re-exported: importable from trl_marl.team as before)
     Prompt,
@@ -52,8 +48,12 @@ from ..utils.tokens import (  # noqa: F401  (re-exported: importable from trl_ma
     tokenize_prompts,
     truncate_after_eos,
 )
+from .adapters import AdapterSwitch
+from .compile import CompiledForward, call_model
+from .forward import checkpointing_paused, dropout_active, no_autograd, takes_logits_to_keep
 from .generation.lean import decode
 from .generation.prefill import shared_prefill_cache
+from .mixed_adapters import sliced_adapter_rows, sliced_adapter_rows_plan
 
 TEAM_CONFIG_NAME = "team_config.json"
 TEAM_MODES = ("adapters", "models", "shared")
@@ -176,7 +176,7 @@ class AgentTeam(nn.Module):
         # decode with `team.generation.lean` (generate's tokens without its per-call setup) where it supports the
         # settings
         self.lean_decode = True
-        # the causal LM call of the log-probability forwards: eager, or a `utils.compiled.CompiledForward`
+        # the causal LM call of the log-probability forwards: eager, or a `team.compile.CompiledForward`
         # (`compile_forwards`; generation always runs eager)
         self.forward_call: Callable[..., Any] = call_model
         # `adapters` mode: `forward` runs the batches of several agents as one forward through the shared base model,
@@ -623,10 +623,10 @@ class AgentTeam(nn.Module):
     # ------------------------------------------------------------------ log-probabilities
     def compile_forwards(self, backend: str | None = None, mode: str | None = None) -> None:
         """Run the log-probability forwards (training, old-policy, reference; not generation) through
-        `torch.compile` with dynamic shapes (`utils.compiled`): the same values, one graph per model architecture,
+        `torch.compile` with dynamic shapes (`team.compile`): the same values, one graph per model architecture,
         adapter and grad mode, compiled on first use. A trainer calls it when `args.torch_compile` is set.
 
-        Example: `team.compile_forwards(backend="inductor")`; `team.forward_call = trl_marl.utils.compiled.call_model`
+        Example: `team.compile_forwards(backend="inductor")`; `team.forward_call = trl_marl.team.compile.call_model`
         goes back to eager.
         """
         self.forward_call = CompiledForward(backend, mode, num_agents=self.num_agents,
@@ -673,7 +673,7 @@ class AgentTeam(nn.Module):
         self, model: PreTrainedModel, batch: AgentBatch, compute_entropy: bool, entropy_grad: bool = False
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         width = batch.completion_ids.size(1)
-        if dropout_active(model):  # TRL's layout, so that dropout draws the same masks (`utils.forward`)
+        if dropout_active(model):  # TRL's layout, so that dropout draws the same masks (`team.forward`)
             logits = self.forward_call(model, input_ids=batch.input_ids, attention_mask=batch.attention_mask,
                                        logits_to_keep=width + 1).logits[:, :-1, :]
         else:  # the last completion token predicts nothing that is scored: the forward stops before it
@@ -717,7 +717,7 @@ class AgentTeam(nn.Module):
 
     def _joint_adapter_rows(self, batches: Sequence[AgentBatch | None]) -> tuple[list[str], Any] | None:
         """One adapter name per row of the agents' batches in order, and the row slices' plan for them
-        (`utils.mixed_adapters.sliced_adapter_rows_plan`), when [`AgentTeam.forward`] can run them as one forward
+        (`team.mixed_adapters.sliced_adapter_rows_plan`), when [`AgentTeam.forward`] can run them as one forward
         through the shared base model (see `joint_adapter_forward`), else None."""
         agents = [a for a, batch in enumerate(batches) if batch is not None and len(batch) > 0]
         if not self.joint_adapter_forward or self.mode != "adapters" or len(agents) < 2:
@@ -736,7 +736,7 @@ class AgentTeam(nn.Module):
         entropy_grad: bool,
     ) -> list[tuple[torch.Tensor, torch.Tensor | None] | None]:
         """[`AgentTeam.forward`] of an `adapters` team as one forward over every agent's rows, each row through its
-        agent's adapter (`utils.mixed_adapters`), instead of one forward per agent.
+        agent's adapter (`team.mixed_adapters`), instead of one forward per agent.
 
         The rows of each agent keep the inputs they have in their own forward: prompts padded further on the left
         keep their position ids (passed explicitly), completions padded further on the right are masked and come
@@ -829,7 +829,7 @@ class AgentTeam(nn.Module):
         `context_length - 1` to the second to last (`sequence_logits(...)[:, context_length - 1 : -1]`).
 
         Only those are computed: the forward stops before the last token and the LM head runs over the response
-        window alone (`logits_to_keep`, when the model takes it), unless dropout is active (`utils.forward`).
+        window alone (`logits_to_keep`, when the model takes it), unless dropout is active (`team.forward`).
         """
         with self.acting(agent_index, reference) as model:
             if dropout_active(model):

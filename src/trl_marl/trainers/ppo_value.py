@@ -20,7 +20,7 @@ from ..team import (
     no_split_modules,
     sequence_model_inputs,
 )
-from ..utils.forward import dropout_active
+from ..team.forward import dropout_active
 
 __all__ = [
     "PolicyValueTeam",

@@ -7,7 +7,7 @@ GPU with `mode="reduce-overhead"` (CUDA graphs: one replay per token instead of 
 Python), on a CPU in the default mode. Everything between the forwards is the eager loop's, step for step: the same
 settings (resolved as `generate` resolves them), transformers' own logits processors in the same order, one draw
 per step over the real rows, the same EOS and padding rules. Mixed-adapter rows (an `adapters` team's agents in one
-batch) run through the same per-row adapter slicing (`utils.mixed_adapters.sliced_adapter_rows`), inside the graph.
+batch) run through the same per-row adapter slicing (`team.mixed_adapters.sliced_adapter_rows`), inside the graph.
 
 Shapes are bucketed so that a training run compiles a few graphs, not one per step:
 
@@ -54,7 +54,7 @@ from typing import Any
 import torch
 from transformers import GenerationConfig, StaticCache
 
-from ...utils.mixed_adapters import BASE_ADAPTER, sliced_adapter_rows, sliced_adapter_rows_unsupported
+from ..mixed_adapters import BASE_ADAPTER, sliced_adapter_rows, sliced_adapter_rows_unsupported
 from .base import GenerationBackend
 from .lean import _base_model, _is_peft, _logits_processors, _Plan, _plan, decode, next_token_step
 

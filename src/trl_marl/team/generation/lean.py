@@ -26,7 +26,7 @@ What it does, step for step as `generate`'s sampling loop (transformers 5.x `Gen
 
 A PEFT model's per-row adapters (`adapter_names`) are set up once for the whole loop: when each adapter's rows form
 one contiguous run (as `AgentTeam` orders them), every LoRA layer applies each adapter to its slice of rows
-(`utils.mixed_adapters.sliced_adapter_rows`: the same arithmetic, without PEFT's per-layer index lists); otherwise
+(`team.mixed_adapters.sliced_adapter_rows`: the same arithmetic, without PEFT's per-layer index lists); otherwise
 through the forward pre-hooks that `PeftModel.generate` registers for its call.
 
 Anything else goes to `model.generate` ([`lean_decode_unsupported`] says why): beam search, several sequences per
@@ -77,8 +77,8 @@ from transformers.generation import (
     TypicalLogitsWarper,
 )
 
-from ...utils.forward import takes_logits_to_keep
-from ...utils.mixed_adapters import sliced_adapter_rows
+from ..forward import takes_logits_to_keep
+from ..mixed_adapters import sliced_adapter_rows
 from .cache_names import cache_kwarg, output_cache
 
 __all__ = ["decode", "lean_decode_unsupported", "lean_generate"]
@@ -332,7 +332,7 @@ def _logits_processors(settings: dict[str, Any], do_sample: bool, prompt_length:
 
 def _peft_hooks(model: Any, adapter_names: Sequence[str | None] | None) -> AbstractContextManager[Any]:
     """The context `PeftModel.generate` runs its whole call in: LoRA layers read `adapter_names` (one per row), on
-    row slices when each adapter's rows form one run (`utils.mixed_adapters`), else through PEFT's hooks."""
+    row slices when each adapter's rows form one run (`team.mixed_adapters`), else through PEFT's hooks."""
     if not _is_peft(model):
         return nullcontext()
     return sliced_adapter_rows(model, list(adapter_names) if adapter_names else None)
