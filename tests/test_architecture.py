@@ -40,7 +40,6 @@ KNOWN_UPWARD: dict[tuple[str, str], str] = {}
 MAX_LINES = 600
 LONG_MODULES: dict[str, str] = {
     "trl_marl/sandbox/harness.py": "sent as one source file to each sandbox interpreter (stdlib only, no imports)",
-    "trl_marl/team/policies.py": "AgentTeam alone (layouts, slots, generation, log-probs, saving); split next",
     "trl_marl/legacy/trainer.py": "the classic TRL 0.11 PPO loop, kept whole for drop-in users",
 }
 

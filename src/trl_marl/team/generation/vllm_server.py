@@ -99,7 +99,7 @@ class VLLMServerBackend(GenerationBackend):
 
     def sync(self, team: Any, force: bool = False) -> list[str]:
         """Load every adapter that changed since its last upload under a new name; unload its previous version."""
-        from ..policies import _save_adapter
+        from ..saving import _save_adapter
 
         model = team.models[0]
         uploaded = []
