@@ -237,7 +237,7 @@ class GenerationTimer:
 
     @contextlib.contextmanager
     def patched(self) -> Iterator[GenerationTimer]:
-        """Time `GenerationMixin.generate`, trl_marl's lean decoding loop (`utils.lean_decode._run`, which
+        """Time `GenerationMixin.generate`, trl_marl's lean decoding loop (`team.generation.lean._run`, which
         `AgentTeam.generate` runs instead of `generate` for the settings it supports), the `"compiled"` backend's
         `CompiledDecoder.decode` (its eager fallback nested inside) and the `"vllm"` backend's
         `generate_with_logprobs` (which its `generate` calls; the adapter upload before sampling included)."""
