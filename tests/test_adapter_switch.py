@@ -1,4 +1,4 @@
-"""`trl_marl.utils.adapters.AdapterSwitch`: the same state as PEFT's `set_adapter`, without walking the module tree."""
+"""`trl_marl.team.adapters.AdapterSwitch`: the same state as PEFT's `set_adapter`, without walking the module tree."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""`generation_backend="compiled"` (`trl_marl.generation.compiled`): the eager lean loop's tokens from a static KV
+"""`generation_backend="compiled"` (`trl_marl.team.generation.compiled`): the eager lean loop's tokens from a static KV
 cache and a compiled decode forward, for one model and a mixed-adapter team; the eager loop, with one warning, where
 the static path cannot stand in; a bounded number of compiled graphs.
 

@@ -1,5 +1,6 @@
-"""The lean decoding loop (`trl_marl.utils.lean_decode`): the tokens of `model.generate` under the same random state,
-for every setting it supports; `generate` itself for the others; the same completions from `AgentTeam.generate`."""
+"""The lean decoding loop (`trl_marl.team.generation.lean`): the tokens of `model.generate` under the same random
+state, for every setting it supports; `generate` itself for the others; the same completions from
+`AgentTeam.generate`."""
 
 from __future__ import annotations
 
@@ -220,7 +221,7 @@ def lean_with_logits(model: Any, ids: torch.Tensor, mask: torch.Tensor, generati
 
 @pytest.mark.parametrize("prefill", [False, True])
 def test_sliced_adapter_rows_give_pefts_logits_at_every_step(lora_model, tokenizer, monkeypatch, prefill) -> None:
-    # rows in one run per adapter (as AgentTeam orders them): the loop slices the rows (`utils.mixed_adapters`);
+    # rows in one run per adapter (as AgentTeam orders them): the loop slices the rows (`team.mixed_adapters`);
     # forcing PEFT's hooks instead must give the same logits, bit for bit, at every step
     ids, mask = batch(tokenizer, repeat=3)
     names = ["a1"] * 3 + ["a0"] * 4 + ["__base__"] * 2

@@ -1,7 +1,7 @@
 """Log-prob forwards that stop before the last token, and generation / no-grad forwards under `inference_mode`.
 
 The log-probability of token t comes from the logits at position t - 1: the forward over prompt + completion never
-needs the last token as input (`trl_marl.utils.forward`). Every test here checks two things: the trimmed forward
+needs the last token as input (`trl_marl.team.forward`). Every test here checks two things: the trimmed forward
 really ran (the model saw one column fewer, or ran under inference mode), and what comes out is what the full layout
 (TRL's: the whole sequence in, the last position's logits thrown away) gives, gradients included.
 """

@@ -1,4 +1,4 @@
-"""`trl_marl.utils.mixed_adapters.sliced_adapter_rows`: PEFT's mixed-adapter forward, on row slices.
+"""`trl_marl.team.mixed_adapters.sliced_adapter_rows`: PEFT's mixed-adapter forward, on row slices.
 
 Every comparison is with PEFT's own `adapter_names` forward (`model(..., adapter_names=...)`) on the same inputs;
 the sliced path runs the same float operations on the same rows, so the logits agree bit for bit.

@@ -1,5 +1,5 @@
-"""Shared prompt prefill (`trl_marl.utils.prefill`, `AgentTeam.share_prompt_prefill`): one prefill per distinct
-(prompt, weights), the same completions as one prefill per row."""
+"""Shared prompt prefill (`trl_marl.team.generation.prefill`, `AgentTeam.share_prompt_prefill`): one prefill per
+distinct (prompt, weights), the same completions as one prefill per row."""
 
 from __future__ import annotations
 

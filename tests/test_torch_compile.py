@@ -1,4 +1,4 @@
-"""`torch_compile=True`: the team compiles its log-probability forwards (`utils.compiled`), not accelerate the team.
+"""`torch_compile=True`: the team compiles its log-probability forwards (`team.compile`), not accelerate the team.
 
 The compiled forwards give the eager values, one graph serves every sequence length and every model of the same
 architecture, a trainer trains exactly as it does eager (the gradients of each optimizer step, with activation

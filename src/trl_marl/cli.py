@@ -5,7 +5,7 @@
 - `trl-marl maporl {gsm8k,anli} --config FILE [overrides]`: MAPoRL's debate (see `trl_marl.scripts.maporl`).
 - `trl-marl serve-verifier --model PATH [--port N]`: an HTTP verifier server (see `trl_marl.scripts.serve_verifier`).
 - `trl-marl vllm-serve --model PATH [--max-loras N] [--max-lora-rank R] [--host H] [--port N] [vLLM options]`: a vLLM
-  server for `generation_backend="vllm", vllm_mode="server"` (see `trl_marl.generation.vllm_server`).
+  server for `generation_backend="vllm", vllm_mode="server"` (see `trl_marl.team.generation.vllm_server`).
 
 The command line is parsed before anything heavy is imported: `--help` of the command and of every subcommand
 answers without loading torch, transformers or TRL. `magrpo` and `maporl` take every field of their configs
