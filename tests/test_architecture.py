@@ -26,7 +26,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("rewards", ("trl_marl.rewards",)),
     ("data", ("trl_marl.data",)),
     ("team", ("trl_marl._trl_compat", "trl_marl.model_card", "trl_marl.team", "trl_marl.validation",
-              "trl_marl.rewarding", "trl_marl.generation")),
+              "trl_marl.rewarding")),
     ("rollout", ("trl_marl.rollout", "trl_marl.evaluation")),
     ("trainers", ("trl_marl.trainers", "trl_marl.legacy")),
     ("toy", ("trl_marl.toy",)),
@@ -40,7 +40,6 @@ KNOWN_UPWARD: dict[tuple[str, str], str] = {}
 MAX_LINES = 600
 LONG_MODULES: dict[str, str] = {
     "trl_marl/sandbox/harness.py": "sent as one source file to each sandbox interpreter (stdlib only, no imports)",
-    "trl_marl/team.py": "AgentTeam alone (layouts, slots, generation, log-probs, saving); helpers are in utils.tokens",
     "trl_marl/legacy/trainer.py": "the classic TRL 0.11 PPO loop, kept whole for drop-in users",
 }
 

@@ -238,13 +238,13 @@ class GenerationTimer:
 
     @contextlib.contextmanager
     def patched(self) -> Iterator[GenerationTimer]:
-        """Time `GenerationMixin.generate`, trl_marl's lean decoding loop (`utils.lean_decode._run`, which
+        """Time `GenerationMixin.generate`, trl_marl's lean decoding loop (`team.generation.lean._run`, which
         `AgentTeam.generate` runs instead of `generate` for the settings it supports), the `"compiled"` backend's
         `CompiledDecoder.decode` (its eager fallback nested inside) and the `"vllm"` backend's
         `generate_with_logprobs` (which its `generate` calls; the adapter upload before sampling included)."""
-        from trl_marl.generation.compiled import CompiledDecoder
-        from trl_marl.generation.vllm_backend import VLLMBackend
-        from trl_marl.utils import lean_decode
+        from trl_marl.team.generation import lean as lean_decode
+        from trl_marl.team.generation.compiled import CompiledDecoder
+        from trl_marl.team.generation.vllm import VLLMBackend
 
         originals = [(GenerationMixin, "generate", GenerationMixin.generate,
                       lambda a, k: k.get("input_ids", a[1] if len(a) > 1 else None)),
@@ -597,8 +597,8 @@ def run_mixed_generation(s: Setting, agents: int, repeats: int = 2, backend: str
 
     from transformers import GenerationConfig
 
-    from trl_marl.generation import build_generation_backend
     from trl_marl.team import AgentTeam
+    from trl_marl.team.generation import build_generation_backend
 
     _reset_memory(s.device)
     tokenizer = build_tokenizer(s.vocab)

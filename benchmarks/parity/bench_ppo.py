@@ -462,7 +462,8 @@ def source_fingerprint() -> dict[str, str]:
         out["git_head"] = head.stdout.strip() + (" (src/ modified)" if dirty.stdout.strip() else "")
     except OSError:
         out["git_head"] = "unknown"
-    for rel in ("trainers/ppo_trainer.py", "trainers/ppo_config.py", "core/ppo.py", "team.py"):
+    for rel in ("trainers/ppo_trainer.py", "trainers/ppo_config.py", "core/ppo.py", "team/policies.py",
+                "team/forward.py", "team/sampling.py"):
         path = SRC_DIR / "trl_marl" / rel
         if path.exists():
             out[rel] = hashlib.sha256(path.read_bytes()).hexdigest()[:12]

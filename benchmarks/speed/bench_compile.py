@@ -1,6 +1,6 @@
 """A MAGRPO step with `torch_compile=True` against the same trainer eager and against comlrl 1.4.3 (issue 14).
 
-`torch_compile=True` makes the team compile its log-probability forwards (`trl_marl.utils.compiled`; generation stays
+`torch_compile=True` makes the team compile its log-probability forwards (`trl_marl.team.compile`; generation stays
 eager). This benchmark runs `bench_profile.py`'s task and settings (two agents, target-sum reward, G = 8, 4 new
 tokens, P prompts per optimizer step, one torch thread) with three sides per configuration: ours eager, ours
 compiled, and comlrl's `MAGRPOTrainer` in its own virtualenv (`bench_comlrl_peer.py`, as `bench_profile.py` runs it).

@@ -1,7 +1,7 @@
 """Mixed-adapter generation time of an `adapters` team: LoRA on row slices vs PEFT's per-layer index lists.
 
 `AgentTeam.generate` gives every agent's rows to one batched call with one adapter name per row. Its LoRA layers
-either apply each adapter to its contiguous slice of rows (`trl_marl.utils.mixed_adapters.sliced_adapter_rows`, the
+either apply each adapter to its contiguous slice of rows (`trl_marl.team.mixed_adapters.sliced_adapter_rows`, the
 default wherever it applies) or go through PEFT's hooks, whose mixed-batch forward builds index lists and
 gathers/scatters rows in every layer at every forward. This script times `team.generate` both ways on one batch,
 alternating them (A B B A ...) so that a busy neighbour on the machine slows both alike, and reports the median and
@@ -45,7 +45,7 @@ def main() -> None:
     parser.add_argument("--agents", default="2,4", help="comma-separated team sizes")
     cli, model_dir, results = start(parser)
 
-    from trl_marl.utils import mixed_adapters
+    from trl_marl.team import mixed_adapters
 
     for agents in ints(cli.agents):
         team = lora_team(model_dir, agents)

@@ -5,7 +5,7 @@
 - `trl-marl maporl {gsm8k,anli} --config FILE [overrides]`: MAPoRL's debate (see `trl_marl.scripts.maporl`).
 - `trl-marl serve-verifier --model PATH [--port N]`: an HTTP verifier server (see `trl_marl.scripts.serve_verifier`).
 - `trl-marl vllm-serve --model PATH [--max-loras N] [--max-lora-rank R] [--host H] [--port N] [vLLM options]`: a vLLM
-  server for `generation_backend="vllm", vllm_mode="server"` (see `trl_marl.generation.vllm_server`).
+  server for `generation_backend="vllm", vllm_mode="server"` (see `trl_marl.team.generation.vllm_server`).
 
 The command line is parsed before anything heavy is imported: `--help` of the command and of every subcommand
 answers without loading torch, transformers or TRL. `magrpo` and `maporl` take every field of their configs
@@ -142,7 +142,7 @@ def _vllm_serve(argv: list[str]) -> int:
     parser.add_argument("--host", default="127.0.0.1", help="Interface to bind (127.0.0.1: this machine only).")
     parser.add_argument("--port", type=int, default=8000)
     args, extra = parser.parse_known_args(argv)
-    from .generation.vllm_server import serve_command  # after parsing: `--help` does not load torch
+    from .team.generation.vllm_server import serve_command  # after parsing: `--help` does not load torch
 
     command, env = serve_command(args.model, args.max_loras, args.max_lora_rank, args.host, args.port, extra)
     os.execve(command[0], command, env)

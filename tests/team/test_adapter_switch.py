@@ -1,4 +1,4 @@
-"""`trl_marl.utils.adapters.AdapterSwitch`: the same state as PEFT's `set_adapter`, without walking the module tree."""
+"""`trl_marl.team.adapters.AdapterSwitch`: the same state as PEFT's `set_adapter`, without walking the module tree."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from peft import LoraConfig, get_peft_model
 from transformers import PreTrainedTokenizerBase
 
 from trl_marl.team import AgentTeam
+from trl_marl.team.adapters import AdapterSwitch
 from trl_marl.toy import build_toy_model
-from trl_marl.utils.adapters import AdapterSwitch
 
 NAMES = ["agent_0", "agent_1", "agent_2"]
 

@@ -13,9 +13,9 @@ from transformers import GenerationConfig
 
 from helpers import free_port
 from trl_marl import MAGRPOConfig, MultiAgentPPOConfig, PPOConfig
-from trl_marl.generation import GenerationBackend, build_generation_backend
-from trl_marl.generation.vllm_backend import check_servable, sampling_settings, vllm_lora_rank
 from trl_marl.team import AgentTeam
+from trl_marl.team.generation import GenerationBackend, build_generation_backend
+from trl_marl.team.generation.vllm import check_servable, sampling_settings, vllm_lora_rank
 from trl_marl.toy import build_toy_model
 
 

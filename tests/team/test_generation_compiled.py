@@ -1,4 +1,4 @@
-"""`generation_backend="compiled"` (`trl_marl.generation.compiled`): the eager lean loop's tokens from a static KV
+"""`generation_backend="compiled"` (`trl_marl.team.generation.compiled`): the eager lean loop's tokens from a static KV
 cache and a compiled decode forward, for one model and a mixed-adapter team; the eager loop, with one warning, where
 the static path cannot stand in; a bounded number of compiled graphs.
 
@@ -17,11 +17,11 @@ import torch
 from peft import LoraConfig, get_peft_model
 from transformers import GenerationConfig, PreTrainedTokenizerBase
 
-from trl_marl.generation import build_generation_backend, check_generation_backend
-from trl_marl.generation.compiled import CompiledBackend, CompiledDecoder, bucket_batch, bucket_length
 from trl_marl.team import AgentTeam, pad_left
+from trl_marl.team.generation import build_generation_backend, check_generation_backend
+from trl_marl.team.generation.compiled import CompiledBackend, CompiledDecoder, bucket_batch, bucket_length
+from trl_marl.team.generation.lean import decode
 from trl_marl.toy import build_toy_model
-from trl_marl.utils.lean_decode import decode
 
 PROMPTS = ["Q:12+3=A:", "T:5?", "Q:45+67=A: go"]
 EOS = [9, 19]  # two frequent tokens of the random toy model: sampled rows stop at different steps
@@ -31,7 +31,7 @@ SETTINGS = {
                     max_new_tokens=10),
     "sampled, EOS": dict(do_sample=True, top_k=0, max_new_tokens=10, eos_token_id=EOS),
 }
-LOGGER = "trl_marl.generation.compiled"
+LOGGER = "trl_marl.team.generation.compiled"
 
 
 def toy(tokenizer: PreTrainedTokenizerBase) -> Any:

@@ -1,7 +1,7 @@
 """An `adapters` team's forward over several agents' batches runs as one forward through the shared base model.
 
 `AgentTeam.forward` (MAGRPO's summed loss, `backward_per_agent=False`, and the family trainers on it) puts every
-agent's rows in one batch, each row through its agent's LoRA adapter (`utils.mixed_adapters`, in train mode), with
+agent's rows in one batch, each row through its agent's LoRA adapter (`team.mixed_adapters`, in train mode), with
 `utils.tokens.joint_model_inputs` keeping each row's positions. These tests check the layout by hand, that the
 log-probabilities, entropies and gradients equal those of one forward per agent when the agents' prompts and
 completions differ in width, that a trainer trains alike either way (with activation checkpointing, whose
@@ -23,8 +23,8 @@ from helpers import spread_reward
 from trl_marl import MAGRPOConfig, MAGRPOTrainer
 from trl_marl.envs import TargetSumEnv
 from trl_marl.team import AgentBatch, AgentTeam
-from trl_marl.utils.compiled import call_model
-from trl_marl.utils.mixed_adapters import sliced_adapter_rows, sliced_adapter_rows_unsupported
+from trl_marl.team.compile import call_model
+from trl_marl.team.mixed_adapters import sliced_adapter_rows, sliced_adapter_rows_unsupported
 from trl_marl.utils.tokens import joint_model_inputs, pad_left, pad_right
 
 warnings.filterwarnings("ignore")

@@ -1,5 +1,6 @@
-"""The lean decoding loop (`trl_marl.utils.lean_decode`): the tokens of `model.generate` under the same random state,
-for every setting it supports; `generate` itself for the others; the same completions from `AgentTeam.generate`."""
+"""The lean decoding loop (`trl_marl.team.generation.lean`): the tokens of `model.generate` under the same random
+state, for every setting it supports; `generate` itself for the others; the same completions from
+`AgentTeam.generate`."""
 
 from __future__ import annotations
 
@@ -14,11 +15,10 @@ from peft import IA3Config, LoraConfig, get_peft_model
 from peft.tuners.lora.layer import Linear as LoraLinear
 from transformers import DynamicCache, GenerationConfig, PreTrainedTokenizerBase
 
-from trl_marl.team import AgentTeam, pad_left
+from trl_marl.team import AgentTeam, mixed_adapters, pad_left
+from trl_marl.team.generation.lean import decode, lean_decode_unsupported, lean_generate
+from trl_marl.team.generation.prefill import shared_prefill_cache
 from trl_marl.toy import build_toy_model
-from trl_marl.utils import mixed_adapters
-from trl_marl.utils.lean_decode import decode, lean_decode_unsupported, lean_generate
-from trl_marl.utils.prefill import shared_prefill_cache
 
 PROMPTS = ["Q:12+3=A:", "T:5?", "Q:45+67=A: go"]
 EOS = [9, 19]  # two frequent tokens of the random toy model ('5', 'T'): sampled rows stop at different steps
@@ -221,7 +221,7 @@ def lean_with_logits(model: Any, ids: torch.Tensor, mask: torch.Tensor, generati
 
 @pytest.mark.parametrize("prefill", [False, True])
 def test_sliced_adapter_rows_give_pefts_logits_at_every_step(lora_model, tokenizer, monkeypatch, prefill) -> None:
-    # rows in one run per adapter (as AgentTeam orders them): the loop slices the rows (`utils.mixed_adapters`);
+    # rows in one run per adapter (as AgentTeam orders them): the loop slices the rows (`team.mixed_adapters`);
     # forcing PEFT's hooks instead must give the same logits, bit for bit, at every step
     ids, mask = batch(tokenizer, repeat=3)
     names = ["a1"] * 3 + ["a0"] * 4 + ["__base__"] * 2

@@ -1,7 +1,7 @@
 """Log-prob forwards that stop before the last token, and generation / no-grad forwards under `inference_mode`.
 
 The log-probability of token t comes from the logits at position t - 1: the forward over prompt + completion never
-needs the last token as input (`trl_marl.utils.forward`). Every test here checks two things: the trimmed forward
+needs the last token as input (`trl_marl.team.forward`). Every test here checks two things: the trimmed forward
 really ran (the model saw one column fewer, or ran under inference mode), and what comes out is what the full layout
 (TRL's: the whole sequence in, the last position's logits thrown away) gives, gradients included.
 """
@@ -18,10 +18,10 @@ from transformers import GenerationConfig, PreTrainedTokenizerBase
 from trl_marl.core import entropy_from_logits, selective_log_softmax
 from trl_marl.legacy import AutoModelForCausalLMWithValueHead, PPOConfig, PPOTrainer
 from trl_marl.team import AgentBatch, AgentTeam, pad_left, pad_right, sequence_model_inputs, tokenize_prompts
+from trl_marl.team.forward import dropout_active, no_autograd
 from trl_marl.toy import build_toy_model
 from trl_marl.trainers.ppo_value import build_value_models, response_values, sequence_scores
 from trl_marl.trainers.team_trainer import TeamTrainerMixin
-from trl_marl.utils.forward import dropout_active, no_autograd
 
 PROMPTS = [["Q:12+3=A:", "T:5?", "Q:7="], ["Q:1+1=A:", "Q:45+67=A:", "9"]]  # left padding
 COMPLETIONS = [["15", "7 ", "1234"], ["2", "112", ""]]  # right padding (every completion ends with EOS)

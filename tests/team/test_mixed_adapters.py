@@ -1,4 +1,4 @@
-"""`trl_marl.utils.mixed_adapters.sliced_adapter_rows`: PEFT's mixed-adapter forward, on row slices.
+"""`trl_marl.team.mixed_adapters.sliced_adapter_rows`: PEFT's mixed-adapter forward, on row slices.
 
 Every comparison is with PEFT's own `adapter_names` forward (`model(..., adapter_names=...)`) on the same inputs;
 the sliced path runs the same float operations on the same rows, so the logits agree bit for bit.
@@ -17,10 +17,9 @@ from peft import LoraConfig, get_peft_model
 from peft.tuners.lora.layer import Linear as LoraLinear
 from transformers import GenerationConfig, PreTrainedTokenizerBase
 
-from trl_marl.team import AgentTeam
+from trl_marl.team import AgentTeam, mixed_adapters
+from trl_marl.team.mixed_adapters import adapter_runs, sliced_adapter_rows, sliced_adapter_rows_unsupported
 from trl_marl.toy import build_toy_model
-from trl_marl.utils import mixed_adapters
-from trl_marl.utils.mixed_adapters import adapter_runs, sliced_adapter_rows, sliced_adapter_rows_unsupported
 
 TARGETS = ["q_proj", "v_proj", "up_proj"]
 

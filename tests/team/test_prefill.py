@@ -1,5 +1,5 @@
-"""Shared prompt prefill (`trl_marl.utils.prefill`, `AgentTeam.share_prompt_prefill`): one prefill per distinct
-(prompt, weights), the same completions as one prefill per row."""
+"""Shared prompt prefill (`trl_marl.team.generation.prefill`, `AgentTeam.share_prompt_prefill`): one prefill per
+distinct (prompt, weights), the same completions as one prefill per row."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ import torch
 from peft import LoraConfig
 from transformers import GenerationConfig, PreTrainedTokenizerBase
 
-import trl_marl.team as team_module
+import trl_marl.team.sampling as team_module
 from trl_marl import MAGRPOConfig
 from trl_marl.team import AgentTeam, pad_left, tokenize_prompts
+from trl_marl.team.generation.prefill import group_identical_rows, prefill_sharing_unsupported, shared_prefill_cache
 from trl_marl.toy import build_toy_model, make_toy_model
-from trl_marl.utils.prefill import group_identical_rows, prefill_sharing_unsupported, shared_prefill_cache
 
 G = 3
 # Prompts of different lengths (left padding), each sampled G times; agent 1 sees one of agent 0's prompts.

@@ -334,7 +334,7 @@ def test_log_softmax_runs_outside_autocast(
     # accelerate runs the team's forward under autocast in bf16 training; CUDA autocast would take the log-softmax
     # of every completion logit in float32 and keep that copy for the backward (6.5 bytes per logit more than TRL on
     # an H100). The model runs under autocast, the log-probabilities in the logits' dtype, as TRL computes them.
-    import trl_marl.team as team_module
+    import trl_marl.team.forward as team_module
 
     seen: list[tuple[bool, bool]] = []
     original = team_module.selective_log_softmax

@@ -1,4 +1,4 @@
-"""`torch_compile=True`: the team compiles its log-probability forwards (`utils.compiled`), not accelerate the team.
+"""`torch_compile=True`: the team compiles its log-probability forwards (`team.compile`), not accelerate the team.
 
 The compiled forwards give the eager values, one graph serves every sequence length and every model of the same
 architecture, a trainer trains exactly as it does eager (the gradients of each optimizer step, with activation
@@ -23,8 +23,8 @@ from transformers import AutoModelForCausalLM
 from helpers import spread_reward
 from trl_marl import MAGRPOConfig, MAGRPOTrainer
 from trl_marl.envs import TargetSumEnv
+from trl_marl.team.compile import CompiledForward, call_model, graphs_needed
 from trl_marl.trainers.team_trainer import TeamTrainerMixin
-from trl_marl.utils.compiled import CompiledForward, call_model, graphs_needed
 
 warnings.filterwarnings("ignore")
 LORA = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], lora_dropout=0.0)

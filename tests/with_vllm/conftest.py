@@ -32,8 +32,8 @@ def served_team() -> Iterator[tuple[Any, Any]]:
     import torch
     from peft import LoraConfig
 
-    from trl_marl.generation.vllm_backend import VLLMBackend
     from trl_marl.team import AgentTeam
+    from trl_marl.team.generation.vllm import VLLMBackend
     from trl_marl.toy import build_toy_model, build_toy_tokenizer
 
     tokenizer = build_toy_tokenizer()

@@ -171,7 +171,7 @@ def test_one_agent_with_an_adapter_is_served(target_dir: str) -> None:
     from peft import LoraConfig
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from trl_marl.generation.vllm_backend import VLLMBackend
+    from trl_marl.team.generation.vllm import VLLMBackend
 
     tokenizer = AutoTokenizer.from_pretrained(target_dir)
     team = AgentTeam.build(AutoModelForCausalLM.from_pretrained(target_dir), 1, processing_class=tokenizer,

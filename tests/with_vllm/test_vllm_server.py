@@ -76,7 +76,7 @@ def test_server_serves_each_agents_adapter_and_follows_training(server: tuple[st
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from trl_marl import MultiAgentPPOConfig
-    from trl_marl.generation import build_generation_backend
+    from trl_marl.team.generation import build_generation_backend
 
     base, url = server
     tokenizer = AutoTokenizer.from_pretrained(base)

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field, fields
 
 from .._trl_compat import GRPOConfig
 from ..core import ADVANTAGE_MODES, JOINT_MODES, SUPPORTED_LOSS_TYPES
-from ..generation import check_generation_backend
+from ..team.generation import check_generation_backend
 from ..utils.inputs import check_learning_rate, generation_batch_error, use_activation_checkpointing_name
 from ..validation import (
     DEFAULT_REWARD_TIMEOUT,
@@ -34,7 +34,7 @@ HONOURED_GRPO_FIELDS = frozenset({
     "num_generations_eval", "use_transformers_continuous_batching", "use_transformers_paged",
     "transformers_continuous_batching_config",
     # vLLM's fields: honoured by `generation_backend="vllm"` (which `use_vllm` selects), or refused there with a reason
-    # (`trl_marl.generation.check_generation_backend`)
+    # (`trl_marl.team.generation.check_generation_backend`)
     "vllm_mode", "vllm_model_impl", "vllm_enable_sleep_mode", "vllm_structured_outputs_regex", "vllm_server_base_url",
     "vllm_server_host", "vllm_server_port", "vllm_server_timeout", "vllm_group_port", "vllm_gpu_memory_utilization",
     "vllm_max_model_length", "vllm_tensor_parallel_size", "vllm_importance_sampling_correction",
@@ -120,9 +120,9 @@ class MAGRPOConfig(GRPOConfig):
         team_mode (`str`, *optional*): `"adapters"`, `"models"` or `"shared"` (see [`AgentTeam`]).
         generation_backend (`str`, defaults to `"transformers"`): What samples the completions: the team's own
             decoding, `"compiled"` (the same decoding on a static KV cache with the decode forward compiled: CUDA
-            graphs on a GPU; `trl_marl.generation.compiled`), or `"vllm"` (one vLLM engine serving every agent's
+            graphs on a GPU; `trl_marl.team.generation.compiled`), or `"vllm"` (one vLLM engine serving every agent's
             LoRA adapter, in-process with `vllm_mode="colocate"` or a running server with `vllm_mode="server"`;
-            `use_vllm=True` selects it; see `trl_marl.generation`). TRL's `vllm_importance_sampling_correction`
+            `use_vllm=True` selects it; see `trl_marl.team.generation`). TRL's `vllm_importance_sampling_correction`
             (default True), `_mode`, `_clip_min` and `_clip_max` work as in `GRPOTrainer`: the completions are scored
             by the training model at sampling time (also with `num_iterations=1`) and each agent's per-token policy
             loss is multiplied by the bounded ratio of the two (`trainers.engine_correction`).

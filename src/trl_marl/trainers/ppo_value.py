@@ -20,7 +20,7 @@ from ..team import (
     no_split_modules,
     sequence_model_inputs,
 )
-from ..utils.forward import dropout_active
+from ..team.forward import dropout_active
 
 __all__ = [
     "PolicyValueTeam",
@@ -77,7 +77,7 @@ def response_values(
 ) -> torch.Tensor:
     """`(B, R)` values of the response window: `sequence_scores(...)[0][:, context_length - 1 : -1]` (the value before
     each response token), computed without the last token (it precedes no response token) unless dropout is active
-    (`utils.forward`)."""
+    (`team.forward`)."""
     if dropout_active(model):
         return sequence_scores(model, query_responses, pad_token_id, context_length)[0][:, context_length - 1 : -1]
     backbone = getattr(model, model.base_model_prefix)

@@ -35,7 +35,7 @@ import torch
 from transformers import GenerationConfig
 
 from .base import GenerationBackend
-from .vllm_backend import adapter_changed, adapter_weights, check_servable, sampling_settings
+from .vllm import adapter_changed, adapter_weights, check_servable, sampling_settings
 
 
 def serve_command(model: str, max_loras: int, max_lora_rank: int, host: str = "127.0.0.1", port: int = 8000,
@@ -99,7 +99,7 @@ class VLLMServerBackend(GenerationBackend):
 
     def sync(self, team: Any, force: bool = False) -> list[str]:
         """Load every adapter that changed since its last upload under a new name; unload its previous version."""
-        from ..team import _save_adapter
+        from ..saving import _save_adapter
 
         model = team.models[0]
         uploaded = []

@@ -34,9 +34,9 @@ from typing import Any
 import torch
 from transformers import DynamicCache, GenerationConfig
 
+from ..forward import takes_logits_to_keep
+from ..mixed_adapters import sliced_adapter_rows
 from .cache_names import cache_kwarg, output_cache
-from .forward import takes_logits_to_keep
-from .mixed_adapters import sliced_adapter_rows
 
 
 @dataclass
@@ -151,7 +151,7 @@ def shared_prefill_cache(
             [`prefill_sharing_unsupported`]).
         adapter_names: PEFT's per-row adapter names for a mixed-adapter batch (rows with different adapters never
             share a prefill; each adapter runs on its slice of rows when its rows form one run, see
-            `utils.mixed_adapters`), or None when every row runs the active adapter.
+            `team.mixed_adapters`), or None when every row runs the active adapter.
 
     Returns:
         The expanded cache, or None when nothing is shared: no two rows are identical, prompts of one token, or a

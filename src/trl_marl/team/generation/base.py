@@ -25,7 +25,7 @@ class GenerationBackend:
 
     name: str = ""
     # True for a backend that decodes the team's own batches: `AgentTeam` then calls its `decode` (the signature of
-    # `utils.lean_decode.decode`) for each batch in place of the eager loop, and never its `generate`
+    # `team.generation.lean.decode`) for each batch in place of the eager loop, and never its `generate`
     decodes_rows: bool = False
     # whether `generate_with_logprobs` returns the engine's log-probabilities (the factory sets it from the config's
     # `vllm_importance_sampling_correction`)
@@ -111,7 +111,7 @@ def check_generation_backend(config: Any) -> None:
 
 def check_importance_sampling(config: Any) -> None:
     """Validate TRL's `vllm_importance_sampling_*` fields of a config (those that it has), as TRL 1.16 does."""
-    from ..core.losses import VLLM_IMPORTANCE_SAMPLING_MODES
+    from ...core.losses import VLLM_IMPORTANCE_SAMPLING_MODES
 
     cap = getattr(config, "vllm_importance_sampling_cap", None)
     if cap is not None and config.vllm_importance_sampling_clip_max != cap:  # TRL's deprecated name (GRPOConfig
@@ -158,7 +158,7 @@ def build_generation_backend(config: Any, team: Any) -> GenerationBackend | None
             url = f"http://{host}:{config.vllm_server_port}"
         backend: GenerationBackend = VLLMServerBackend(team, url, timeout=config.vllm_server_timeout)
     else:
-        from .vllm_backend import VLLMBackend
+        from .vllm import VLLMBackend
 
         backend = VLLMBackend(
             team,

@@ -14,8 +14,8 @@ What it does, step for step as `generate`'s sampling loop (transformers 5.x `Gen
 - settings left unset (None) in the generation config come from `model.generation_config`, then from transformers'
   global defaults (`top_k=50` among them), as `generate` merges them;
 - position ids count each row's real tokens (left padding at 0); an attention mask of all ones is dropped;
-- the first forward runs the prompt (or, after a shared prefill (`utils.prefill`), the prompt tokens its cache does
-  not hold yet) into a `DynamicCache`, then one token per step, with `logits_to_keep=1`;
+- the first forward runs the prompt (or, after a shared prefill (`team.generation.prefill`), the prompt tokens its
+  cache does not hold yet) into a `DynamicCache`, then one token per step, with `logits_to_keep=1`;
 - the last logits, copied to float32, go through transformers' own logits processors in `generate`'s order
   (repetition penalty, no-repeat n-grams, bad words, minimum lengths, invalid-value removal, suppressed tokens, then,
   when sampling, temperature, top-h, top-k, top-p, min-p, typical-p, epsilon and eta cutoffs, and renormalization);
@@ -26,7 +26,7 @@ What it does, step for step as `generate`'s sampling loop (transformers 5.x `Gen
 
 A PEFT model's per-row adapters (`adapter_names`) are set up once for the whole loop: when each adapter's rows form
 one contiguous run (as `AgentTeam` orders them), every LoRA layer applies each adapter to its slice of rows
-(`utils.mixed_adapters.sliced_adapter_rows`: the same arithmetic, without PEFT's per-layer index lists); otherwise
+(`team.mixed_adapters.sliced_adapter_rows`: the same arithmetic, without PEFT's per-layer index lists); otherwise
 through the forward pre-hooks that `PeftModel.generate` registers for its call.
 
 Anything else goes to `model.generate` ([`lean_decode_unsupported`] says why): beam search, several sequences per
@@ -77,9 +77,9 @@ from transformers.generation import (
     TypicalLogitsWarper,
 )
 
+from ..forward import takes_logits_to_keep
+from ..mixed_adapters import sliced_adapter_rows
 from .cache_names import cache_kwarg, output_cache
-from .forward import takes_logits_to_keep
-from .mixed_adapters import sliced_adapter_rows
 
 __all__ = ["decode", "lean_decode_unsupported", "lean_generate"]
 
@@ -332,7 +332,7 @@ def _logits_processors(settings: dict[str, Any], do_sample: bool, prompt_length:
 
 def _peft_hooks(model: Any, adapter_names: Sequence[str | None] | None) -> AbstractContextManager[Any]:
     """The context `PeftModel.generate` runs its whole call in: LoRA layers read `adapter_names` (one per row), on
-    row slices when each adapter's rows form one run (`utils.mixed_adapters`), else through PEFT's hooks."""
+    row slices when each adapter's rows form one run (`team.mixed_adapters`), else through PEFT's hooks."""
     if not _is_peft(model):
         return nullcontext()
     return sliced_adapter_rows(model, list(adapter_names) if adapter_names else None)
@@ -427,8 +427,8 @@ def decode(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, ge
         attention_mask: `(B, L)` their mask.
         generation_config: The sampling settings (`max_new_tokens`, `do_sample`, `temperature`, ...).
         adapter_names: PEFT's per-row adapter names for a mixed-adapter batch, or None.
-        past_key_values: A cache that already holds a prefix of every row (`utils.prefill.shared_prefill_cache`),
-            or None.
+        past_key_values: A cache that already holds a prefix of every row
+            (`team.generation.prefill.shared_prefill_cache`), or None.
         lean: False always calls `model.generate`.
 
     Returns:

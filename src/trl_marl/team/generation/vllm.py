@@ -195,7 +195,7 @@ class VLLMBackend(GenerationBackend):
     @staticmethod
     def _save_base(team: Any, path: str) -> None:
         """The team's frozen base model (without adapter weights) as a model folder vLLM loads."""
-        from ..team import base_state_dict
+        from ..saving import base_state_dict
 
         model = team.models[0]
         base = model.get_base_model()
@@ -211,7 +211,7 @@ class VLLMBackend(GenerationBackend):
         """
         from vllm.lora.request import LoRARequest
 
-        from ..team import _save_adapter
+        from ..saving import _save_adapter
 
         model = team.models[0]
         uploaded = []

@@ -1,13 +1,13 @@
 """`generation_backend="compiled"`: the lean decode loop on a static KV cache, its one-token forward compiled.
 
-The eager lean loop (`utils.lean_decode`) grows a `DynamicCache` by one token per forward, so every decode step has
+The eager lean loop (`team.generation.lean`) grows a `DynamicCache` by one token per forward, so every decode step has
 new shapes and nothing can be captured. This backend preallocates a `StaticCache` for the prompt and every new token,
 runs the prompt's forward eager into it, and then runs each one-token decode forward through `torch.compile`: on a
 GPU with `mode="reduce-overhead"` (CUDA graphs: one replay per token instead of hundreds of kernel launches from
 Python), on a CPU in the default mode. Everything between the forwards is the eager loop's, step for step: the same
 settings (resolved as `generate` resolves them), transformers' own logits processors in the same order, one draw
 per step over the real rows, the same EOS and padding rules. Mixed-adapter rows (an `adapters` team's agents in one
-batch) run through the same per-row adapter slicing (`utils.mixed_adapters.sliced_adapter_rows`), inside the graph.
+batch) run through the same per-row adapter slicing (`team.mixed_adapters.sliced_adapter_rows`), inside the graph.
 
 Shapes are bucketed so that a training run compiles a few graphs, not one per step:
 
@@ -29,7 +29,7 @@ near-tie can still resolve differently, as between any two attention kernels.
 
 Where the static path cannot stand in, the call runs the eager lean loop (or `model.generate`, where the lean loop
 sends it) and a warning says why, once per reason: every setting the lean loop itself sends to `generate` (beam
-search, several sequences per prompt, stop strings, ...; see `utils.lean_decode`), `AgentTeam.lean_decode=False`,
+search, several sequences per prompt, stop strings, ...; see `team.generation.lean`), `AgentTeam.lean_decode=False`,
 continuous batching, a cache passed in (a shared prompt prefill: the team does not make one for this backend), a
 model class that cannot take a static cache (transformers' `_can_compile_fullgraph`), a model in train mode (a 4-bit
 model generates in it), mixed-adapter rows that PEFT's slicing does not take, and any error on the static path
@@ -54,9 +54,9 @@ from typing import Any
 import torch
 from transformers import GenerationConfig, StaticCache
 
-from ..utils.lean_decode import _base_model, _is_peft, _logits_processors, _Plan, _plan, decode, next_token_step
-from ..utils.mixed_adapters import BASE_ADAPTER, sliced_adapter_rows, sliced_adapter_rows_unsupported
+from ..mixed_adapters import BASE_ADAPTER, sliced_adapter_rows, sliced_adapter_rows_unsupported
 from .base import GenerationBackend
+from .lean import _base_model, _is_peft, _logits_processors, _Plan, _plan, decode, next_token_step
 
 __all__ = ["CompiledBackend", "CompiledDecoder", "bucket_batch", "bucket_length"]
 
@@ -94,7 +94,7 @@ def decode_step(model: Any, input_ids: torch.Tensor, position_ids: torch.Tensor,
 
 
 class CompiledDecoder:
-    """`lean_decode.decode` on a static KV cache with the decode forward compiled (see the module docstring).
+    """`lean.decode` on a static KV cache with the decode forward compiled (see the module docstring).
 
     Args:
         compile: False runs the static-cache loop with the eager forward (same tokens; for tests and debugging).
@@ -152,7 +152,7 @@ class CompiledDecoder:
     def decode(self, model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                generation_config: GenerationConfig, adapter_names: Sequence[str | None] | None = None,
                past_key_values: Any = None, lean: bool = True) -> torch.Tensor:
-        """The prompts followed by the generated tokens, as `utils.lean_decode.decode` returns them."""
+        """The prompts followed by the generated tokens, as `team.generation.lean.decode` returns them."""
         reason = self.unsupported(model, generation_config, input_ids, adapter_names, past_key_values, lean)
         if reason is None:
             plan = _plan(model, generation_config, input_ids.device, adapter_names)
@@ -261,7 +261,7 @@ class CompiledBackend(GenerationBackend):
     """The team's own decoding with [`CompiledDecoder`] in place of the eager lean loop (see the module docstring).
 
     A row-decoding backend: [`AgentTeam`] keeps its batching (agents over one model in one batch, mixed-adapter rows
-    in `adapters` mode, EOS cuts) and calls [`decode`] for each batch instead of `utils.lean_decode.decode`, without
+    in `adapters` mode, EOS cuts) and calls [`decode`] for each batch instead of `team.generation.lean.decode`, without
     a shared prompt prefill.
     """
 
@@ -277,7 +277,7 @@ class CompiledBackend(GenerationBackend):
     def decode(self, model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                generation_config: GenerationConfig, adapter_names: Sequence[str | None] | None = None,
                past_key_values: Any = None, lean: bool = True) -> torch.Tensor:
-        """`utils.lean_decode.decode`'s call, through the static-cache loop where it can (see the module docstring)."""
+        """`lean.decode`'s call, through the static-cache loop where it can (see the module docstring)."""
         return self.decoder.decode(model, input_ids, attention_mask, generation_config, adapter_names,
                                    past_key_values, lean)
 

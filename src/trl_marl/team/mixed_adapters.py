@@ -164,7 +164,7 @@ def _sliced_forward(layer: Any, runs: list[tuple[str, int, int]], adapter_names:
 
 
 # A LoRA layer keeps its sliced forwards by batch layout in its `__dict__` under this name. The same layout gets the
-# same forward object again: a compiled forward (`utils.compiled`) guards on the identity of every layer's `forward`,
+# same forward object again: a compiled forward (`team.compile`) guards on the identity of every layer's `forward`,
 # and would compile a new graph for every new object. A few layouts per layer are kept (a trainer's batches have one
 # or two); the layer and its forwards reference each other, so they are freed together.
 _FORWARDS_ATTRIBUTE = "_trl_marl_sliced_forwards"

@@ -1,0 +1,56 @@
+"""The team: its agents' policies (`AgentTeam`) and everything that runs them, one module per role.
+
+- [`~trl_marl.team.policies`]: `AgentTeam`, the policies of a team in one of three layouts (an adapter per agent on
+  one base model, a model per agent, shared weights), its per-(turn, agent) slots and reference policies. The class
+  is assembled from the parts below.
+- [`~trl_marl.team.forward`]: the log-probability forwards (`AgentTeam.forward`, old-policy and reference
+  log-probabilities, PPO's logits) on `AgentBatch`es, and what such a forward may leave out.
+- [`~trl_marl.team.sampling`]: `AgentTeam.generate`: which rows decode together, and through what.
+- [`~trl_marl.team.generation`]: the generation backends behind one interface (`generation.base`): the team's own
+  lean decoding loop (`generation.lean`) with shared prompt prefills (`generation.prefill`), static-cache compiled
+  decoding (`generation.compiled`), vLLM in process (`generation.vllm`) or as a server (`generation.vllm_server`).
+- [`~trl_marl.team.adapters`]: switching the active LoRA adapter, and activation checkpointing across adapters.
+- [`~trl_marl.team.mixed_adapters`]: one batch over several agents' adapters, each adapter on its run of rows (for
+  generation and for training forwards).
+- [`~trl_marl.team.compile`]: `torch.compile` of the log-probability forwards.
+- [`~trl_marl.team.saving`]: `save_pretrained`, `from_pretrained`, and the weights of a PEFT model's base.
+"""
+
+from ..utils.tokens import (
+    Prompt,
+    is_chat,
+    is_token_ids,
+    joint_model_inputs,
+    load_tokenizer,
+    pad_left,
+    pad_right,
+    sequence_model_inputs,
+    tokenize_prompts,
+    truncate_after_eos,
+)
+from .forward import AgentBatch, logits_dtype_autocast
+from .policies import TEAM_MODES, AgentTeam, is_partitioned, no_split_modules
+from .sampling import generate_with_continuous_batching
+from .saving import TEAM_CONFIG_NAME, base_state_dict
+
+__all__ = [
+    "TEAM_CONFIG_NAME",
+    "TEAM_MODES",
+    "AgentBatch",
+    "AgentTeam",
+    "Prompt",
+    "base_state_dict",
+    "generate_with_continuous_batching",
+    "is_chat",
+    "is_partitioned",
+    "is_token_ids",
+    "joint_model_inputs",
+    "load_tokenizer",
+    "logits_dtype_autocast",
+    "no_split_modules",
+    "pad_left",
+    "pad_right",
+    "sequence_model_inputs",
+    "tokenize_prompts",
+    "truncate_after_eos",
+]

@@ -1,0 +1,204 @@
+"""Switching the active LoRA adapter of a PEFT model at the cost of its adapter layers, not of its module tree.
+
+An `adapters` team runs every agent on one base model with one LoRA adapter per agent, and a training step switches
+the active adapter before each agent's forward (and back, in the recomputation of activation checkpointing). PEFT's
+`PeftModel.set_adapter` walks every module of the model twice (auxiliary wrappers, then adapter layers), and resets
+the trainable flags of every adapter but the active one, which the team must then set back (`set_requires_grad`
+walks the tree again). On a 4-layer model with two adapters that is about 1.2 ms a switch on one CPU thread, several
+times a step; on a 24-layer model with LoRA on every projection it grows with the module count.
+
+[`AdapterSwitch`] finds the adapter layers once and switches with each layer's own `set_adapter` (the public
+per-layer API), then sets the trainable flags from a cached parameter list. The result is the state
+`model.set_adapter(name)` followed by `model.set_requires_grad(trainable, True)` leaves, except that an adapter
+outside `trainable` (a frozen agent) stays frozen when it becomes the active one. Models it cannot switch this way
+(auxiliary modules such as `modules_to_save`, merged adapters, prompt-learning methods, variants that
+declare some of their weights frozen) take PEFT's own path.
+
+[`AdapterMixin`] is the part of `AgentTeam` that uses it: it activates an agent's adapter before its forward, and
+enables activation checkpointing so that the backward recomputes each layer with the adapter (or, for a forward over
+several agents' rows, the adapters) that ran it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from contextlib import contextmanager, nullcontext
+from functools import partial
+from typing import Any
+
+import torch
+from transformers import PreTrainedModel
+
+from .compile import CompiledForward
+from .mixed_adapters import sliced_adapter_rows
+
+
+def _tuner_layer_class() -> type | None:
+    try:
+        from peft.tuners.tuners_utils import BaseTunerLayer
+    except ImportError:  # pragma: no cover - peft is a dependency
+        return None
+    return BaseTunerLayer
+
+
+def _auxiliary_wrapper_class() -> type | None:
+    try:
+        from peft.utils.other import AuxiliaryTrainingWrapper
+    except ImportError:  # older PEFT: no auxiliary wrappers to care about
+        return None
+    return AuxiliaryTrainingWrapper
+
+
+class AdapterSwitch:
+    """Switch between the adapters of one PEFT model without walking its module tree.
+
+    Args:
+        model: A `peft.PeftModel` whose adapters are all loaded (adding or deleting adapters afterwards needs a new
+            `AdapterSwitch`).
+
+    Example:
+        ```python
+        switch = AdapterSwitch(peft_model)
+        switch.activate("agent_1", trainable=["agent_0", "agent_1"])
+        assert peft_model.active_adapter == "agent_1"
+        ```
+    """
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+        layer_cls, aux_cls = _tuner_layer_class(), _auxiliary_wrapper_class()
+        modules = list(model.modules())
+        self.layers = [m for m in modules if layer_cls is not None and isinstance(m, layer_cls)]
+        has_auxiliary = aux_cls is not None and any(isinstance(m, aux_cls) for m in modules)
+        configs = getattr(model, "peft_config", {})
+        prompt_learning = any(getattr(c, "is_prompt_learning", False) for c in configs.values())
+        declared_frozen = any(getattr(layer, "frozen_peft_weight_names", None) for layer in self.layers)
+        self.fast = bool(self.layers) and not (has_auxiliary or prompt_learning or declared_frozen)
+        self._params: dict[str, list[torch.nn.Parameter]] = {}
+        for layer in self.layers:
+            for attribute in getattr(layer, "adapter_layer_names", ()):
+                container = getattr(layer, attribute, None)
+                if not hasattr(container, "items"):
+                    continue
+                for name, sub in container.items():
+                    params = [sub] if isinstance(sub, torch.nn.Parameter) else list(sub.parameters())
+                    self._params.setdefault(name, []).extend(params)
+
+    def activate(self, name: str, trainable: Sequence[str]) -> None:
+        """Make `name` the active adapter; afterwards exactly the adapters in `trainable` require gradients.
+
+        Raises:
+            ValueError: If the model has no adapter `name`.
+        """
+        model = self.model
+        if name not in getattr(model, "peft_config", {}):
+            raise ValueError(f"Adapter {name!r} not found; the model has {sorted(model.peft_config)}.")
+        if not self.fast or any(getattr(layer, "merged", False) for layer in self.layers):
+            model.set_adapter(name)
+            if trainable:
+                model.set_requires_grad(list(trainable), requires_grad=True)
+            if name not in trainable:
+                model.set_requires_grad([name], requires_grad=False)
+            return
+        for layer in self.layers:
+            layer.set_adapter(name)
+        model.active_adapter = name
+        model.base_model.active_adapter = name
+        keep = set(trainable)
+        for adapter, params in self._params.items():
+            flag = adapter in keep
+            for param in params:
+                if param.requires_grad != flag:
+                    param.requires_grad_(flag)
+
+
+class AdapterMixin:
+    """The active adapter and activation checkpointing of `AgentTeam` (one of its bases: it reads the team's models,
+    adapters, frozen agents and `forward_call`)."""
+
+    def _activate(self, agent_index: int) -> PreTrainedModel:
+        """Make agent `agent_index`'s adapter the active one while keeping every adapter trainable."""
+        model = self.policy(agent_index)
+        name = self.agent_adapter[agent_index]
+        if name is not None and self.mode == "adapters":
+            self._set_active_adapter(model, name)
+        return model
+
+    def _set_active_adapter(self, model: Any, name: str) -> None:
+        if model.active_adapter != name:
+            switch = self._adapter_switches.get(id(model))
+            if switch is None or switch.model is not model:
+                switch = self._adapter_switches[id(model)] = AdapterSwitch(model)
+            # every adapter but the frozen agents' stays trainable: the optimizer keeps updating all of them
+            trainable = [a for i, a in enumerate(self.agent_adapter) if a is not None and i not in self.frozen]
+            switch.activate(name, trainable)
+
+    def _checkpoint_contexts(self, user_context_fn: Any = None) -> tuple[Any, Any]:
+        """`context_fn` of `torch.utils.checkpoint.checkpoint` in `adapters` mode.
+
+        The agents of one forward share the checkpointed layers but not the active adapter, and the backward
+        recomputes every layer after the last agent's forward: the recomputation must run with the adapter that was
+        active when the layer first ran, or every agent but the last gets the gradients of the wrong policy. A joint
+        forward over several agents' rows (`_joint_logps`) is recomputed with each row's adapter again.
+        """
+        model = self.models[0]
+        name = model.active_adapter
+        joint_rows = self._joint_rows  # a forward over several agents' rows (`_joint_logps`)
+        forward_ctx, recompute_ctx = user_context_fn() if user_context_fn else (nullcontext(), nullcontext())
+
+        @contextmanager
+        def recompute() -> Any:
+            if joint_rows is not None:  # each row through its agent's adapter again (the forward's plan)
+                names, plan = joint_rows
+                with sliced_adapter_rows(model, names, training=True, plan=plan), recompute_ctx:
+                    yield
+                return
+            previous = model.active_adapter
+            self._set_active_adapter(model, name)
+            try:
+                with recompute_ctx:
+                    yield
+            finally:
+                self._set_active_adapter(model, previous)
+
+        return forward_ctx, recompute()
+
+    def activation_checkpointing_enable(
+        self,
+        activation_checkpointing_kwargs: dict | None = None,
+        every_n_layers: int = 1,
+        offload: bool = False,
+        gradient_checkpointing_kwargs: dict | None = None,
+    ) -> None:
+        """Enable activation (gradient) checkpointing in every model (called by `transformers.Trainer`).
+
+        Every layer is checkpointed; checkpointing only every n-th layer and offloading activations are not
+        supported for teams and raise an error rather than being ignored.
+        """
+        if every_n_layers != 1 or offload:
+            raise ValueError(
+                "AgentTeam checkpoints every layer: remove `every_n_layers`/`offload` from "
+                "`activation_checkpointing_kwargs`."
+            )
+        kwargs = dict(activation_checkpointing_kwargs or gradient_checkpointing_kwargs or {"use_reentrant": False})
+        self._checkpointing_kwargs = dict(kwargs)  # (`compile_forwards` enables it again)
+        if self.mode == "adapters" and len(set(self.agent_adapter)) > 1:
+            if kwargs.setdefault("use_reentrant", False):
+                raise ValueError(
+                    "`adapters` mode needs non-reentrant activation checkpointing (`use_reentrant=False`): the "
+                    "recomputation in the backward must switch to each agent's adapter."
+                )
+            # A compiled forward's backward recomputes from its graph, whose inputs are the adapter weights that the
+            # forward used (and dynamo refuses a `context_fn` that is not a pair of dispatch modes).
+            if not isinstance(self.forward_call, CompiledForward):
+                kwargs["context_fn"] = partial(self._checkpoint_contexts, kwargs.get("context_fn"))
+        for model in self.models:
+            base = model.get_base_model() if hasattr(model, "get_base_model") else model
+            if hasattr(base, "activation_checkpointing_enable"):  # transformers' current name (5.2x)
+                base.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+            else:
+                base.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+            if hasattr(model, "enable_input_require_grads"):
+                model.enable_input_require_grads()
+
+    gradient_checkpointing_enable = activation_checkpointing_enable
