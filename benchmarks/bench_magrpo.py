@@ -119,7 +119,7 @@ def _source_state() -> dict[str, Any]:
         except OSError:
             return ""
 
-    files = ["trainers/magrpo_trainer.py", "team.py", "rollout.py", "core/losses.py", "core/advantages.py"]
+    files = ["trainers/magrpo/trainer.py", "team.py", "rollout.py", "core/losses.py", "core/advantages.py"]
     hashes = {}
     for name in files:
         path = SRC_DIR / "trl_marl" / name

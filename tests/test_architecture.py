@@ -42,6 +42,8 @@ LONG_MODULES: dict[str, str] = {
     "trl_marl/sandbox/harness.py": "sent as one source file to each sandbox interpreter (stdlib only, no imports)",
     "trl_marl/team.py": "AgentTeam alone (layouts, slots, generation, log-probs, saving); helpers are in utils.tokens",
     "trl_marl/legacy/trainer.py": "the classic TRL 0.11 PPO loop, kept whole for drop-in users",
+    "trl_marl/trainers/magrpo/trainer.py": "MAGRPOTrainer read top to bottom in one file, as TRL keeps GRPOTrainer",
+    "trl_marl/trainers/ppo/trainer.py": "MultiAgentPPOTrainer read top to bottom in one file, as TRL keeps PPOTrainer",
 }
 
 

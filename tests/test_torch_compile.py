@@ -22,7 +22,7 @@ from transformers import AutoModelForCausalLM
 
 from trl_marl import MAGRPOConfig, MAGRPOTrainer
 from trl_marl.envs import TargetSumEnv
-from trl_marl.trainers.team_trainer import TeamTrainerMixin
+from trl_marl.trainers.base import TeamTrainerMixin
 from trl_marl.utils.compiled import CompiledForward, call_model, graphs_needed
 
 warnings.filterwarnings("ignore")
