@@ -2,7 +2,9 @@
 
 Every `import` statement of every module under `src/trl_marl` is read with `ast` (top-level, in functions and under
 `if TYPE_CHECKING:` alike: a lazy import is still a dependency), resolved to a `trl_marl` module, and compared by
-layer. A module may import its own layer and the layers below it, never one above.
+layer. A module may import its own layer and the layers below it, never one above. The same imports make a graph
+that must have no circle, even within a layer. No module-level function takes the trainer: what reads or writes a
+trainer's state is a method of the class that owns that state.
 """
 
 from __future__ import annotations
@@ -36,11 +38,22 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
 # (importer, imported module prefix) -> why it is tolerated for now. Keep this list very short.
 KNOWN_UPWARD: dict[tuple[str, str], str] = {}
 
-# Modules over MAX_LINES lines, each with the one responsibility that justifies its size. Keep this list very short.
+# Circles of imports tolerated for now: the modules of the circle -> why. Keep this list very short; it only shrinks.
+KNOWN_CIRCLES: dict[frozenset[str], str] = {}
+
+# Modules over MAX_LINES lines, each with the one responsibility that justifies its size, as a sentence. Keep this
+# list very short.
 MAX_LINES = 600
 LONG_MODULES: dict[str, str] = {
-    "trl_marl/sandbox/harness.py": "sent as one source file to each sandbox interpreter (stdlib only, no imports)",
-    "trl_marl/legacy/trainer.py": "the classic TRL 0.11 PPO loop, kept whole for drop-in users",
+    "trl_marl/sandbox/harness.py": "It is sent as one source file to each sandbox interpreter (stdlib only, no "
+                                   "imports).",
+    "trl_marl/legacy/trainer.py": "The classic TRL 0.11 PPO loop is kept whole for drop-in users.",
+    "trl_marl/trainers/magrpo/trainer.py": "MAGRPOTrainer reads top to bottom in one file (constructor, hooks, "
+                                           "training step, backward per agent, logging, evaluation), as TRL keeps "
+                                           "GRPOTrainer.",
+    "trl_marl/trainers/ppo/trainer.py": "MultiAgentPPOTrainer reads top to bottom in one file (constructor, rollout "
+                                        "and targets, hooks, the PPO loop, backward per policy slot), as TRL keeps "
+                                        "PPOTrainer.",
 }
 
 
@@ -131,6 +144,132 @@ def test_modules_stay_small():
     for relative in LONG_MODULES:
         lines = len((SRC / relative).read_text(encoding="utf-8").splitlines())
         assert lines > MAX_LINES, f"{relative} has {lines} lines now: remove it from LONG_MODULES."
+
+
+def test_long_modules_state_a_reason_each():
+    """Each entry of LONG_MODULES says, in a sentence, why the module stays whole."""
+    vague = []
+    for relative, reason in LONG_MODULES.items():
+        text = reason.strip() if isinstance(reason, str) else ""
+        if len(text.split()) < 5 or not text[0].isupper() or not text.endswith("."):
+            vague.append(f"{relative}: {reason!r}")
+    assert not vague, ("Each LONG_MODULES entry needs its reason as a sentence (a capital, five words or more, a "
+                       "full stop):\n" + "\n".join(vague))
+
+
+def parameter_names(function: ast.FunctionDef | ast.AsyncFunctionDef) -> list[str]:
+    args = function.args
+    named = [*args.posonlyargs, *args.args, *args.kwonlyargs, *(a for a in (args.vararg, args.kwarg) if a)]
+    return [a.arg for a in named]
+
+
+def module_level_functions(tree: ast.Module) -> list[ast.FunctionDef | ast.AsyncFunctionDef]:
+    """The functions defined at module level (also under a module-level `if` or `try`), not methods."""
+    found: list[ast.FunctionDef | ast.AsyncFunctionDef] = []
+    pending: list[ast.stmt] = list(tree.body)
+    while pending:
+        node = pending.pop(0)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            found.append(node)
+        elif isinstance(node, (ast.If, ast.Try)):
+            pending += [*node.body, *node.orelse, *getattr(node, "finalbody", []),
+                        *(stmt for handler in getattr(node, "handlers", []) for stmt in handler.body)]
+    return found
+
+
+def test_no_module_level_function_takes_the_trainer():
+    """A function that reads or writes a trainer's state is a method of the class that owns it (the trainer, or a
+    small class such as `trainers.magrpo.diagnostics.TrainingDiagnostics`), or it takes exactly the values it needs."""
+    offenders = []
+    for path in SOURCES:
+        for function in module_level_functions(ast.parse(path.read_text(encoding="utf-8"))):
+            if "trainer" in parameter_names(function):
+                offenders.append(f"{path.relative_to(SRC)}:{function.lineno} {function.name}(trainer, ...)")
+    assert not offenders, "Module-level functions that take the trainer:\n" + "\n".join(offenders)
+
+
+def import_graph() -> dict[str, set[str]]:
+    """module -> the trl_marl modules it imports (each import resolved to the longest module name it starts with)."""
+    modules = {module_name(path): path for path in SOURCES}
+
+    def resolve(target: str) -> str | None:
+        while target and target not in modules:
+            target = target.rpartition(".")[0]
+        return target or None
+
+    graph: dict[str, set[str]] = {}
+    for module, path in modules.items():
+        targets = {resolve(target) for _, target in imported_modules(path)}
+        graph[module] = {t for t in targets if t is not None and t != module}
+    return graph
+
+
+def import_circles(graph: dict[str, set[str]]) -> list[tuple[frozenset[str], list[str]]]:
+    """The circles of `graph`: one per strongly connected component of two or more modules, as the component and a
+    path through it that starts and ends at the same module (Tarjan's algorithm, then a shortest way back)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    components: list[set[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for other in sorted(graph[node]):
+            if other not in index:
+                visit(other)
+                low[node] = min(low[node], low[other])
+            elif other in on_stack:
+                low[node] = min(low[node], index[other])
+        if low[node] == index[node]:
+            component = set()
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.add(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                components.append(component)
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    circles = []
+    for component in components:
+        start = min(component)
+        paths = {other: [start, other] for other in sorted(graph[start] & component)}
+        frontier = list(paths)
+        while start not in paths and frontier:
+            node = frontier.pop(0)
+            for other in sorted(graph[node] & component):
+                if other not in paths:
+                    paths[other] = [*paths[node], other]
+                    frontier.append(other)
+        circles.append((frozenset(component), paths.get(start, sorted(component))))
+    return circles
+
+
+def test_import_circles_are_found():
+    assert import_circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [
+        (frozenset("abc"), ["a", "b", "c", "a"])]
+    assert import_circles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_circle():
+    """No circle of imports among trl_marl modules, lazy imports included: what two modules share moves down."""
+    circles = [path for component, path in import_circles(import_graph()) if component not in KNOWN_CIRCLES]
+    assert not circles, "Import circles (move what they share into a module below both):\n" + "\n".join(
+        " -> ".join(circle) for circle in circles)
+
+
+def test_known_circles_still_exist():
+    """An entry of KNOWN_CIRCLES that no longer happens must be removed (the list only shrinks)."""
+    found = {component for component, _ in import_circles(import_graph())}
+    for circle, reason in KNOWN_CIRCLES.items():
+        assert circle in found, f"{sorted(circle)} is no longer a circle: remove it from KNOWN_CIRCLES ({reason})"
 
 
 def test_only_trl_compat_imports_trl_internals():

@@ -421,10 +421,10 @@ PROFILE_LABELS: dict[str, tuple[str, str]] = {
     "HF generate": ("generation/utils.py", "generate"),
     "backward": ("torch/_tensor.py", "backward"),
     "optimizer step": ("accelerate/optimizer.py", "step"),
-    "ours: rollout": ("trainers/ppo_trainer.py", "rollout"),
-    "ours: old/ref logprobs, values, GAE": ("trainers/ppo_trainer.py", "_prepare_ppo_targets"),
-    "ours: reward model": ("trainers/ppo_trainer.py", "_score"),
-    "ours: PPO micro-steps (forward)": ("trainers/ppo_trainer.py", "_ppo_micro_step"),
+    "ours: rollout": ("trainers/ppo/trainer.py", "rollout"),
+    "ours: old/ref logprobs, values, GAE": ("trainers/ppo/trainer.py", "_prepare_ppo_targets"),
+    "ours: reward model": ("trainers/ppo/trainer.py", "_score"),
+    "ours: PPO micro-steps (forward)": ("trainers/ppo/trainer.py", "_ppo_micro_step"),
     "TRL: reward/value forward (get_reward)": ("experimental/utils.py", "get_reward"),
     "TRL: forward() (ref + PPO micro-steps)": ("experimental/ppo/ppo_trainer.py", "forward"),
 }
@@ -462,7 +462,7 @@ def source_fingerprint() -> dict[str, str]:
         out["git_head"] = head.stdout.strip() + (" (src/ modified)" if dirty.stdout.strip() else "")
     except OSError:
         out["git_head"] = "unknown"
-    for rel in ("trainers/ppo_trainer.py", "trainers/ppo_config.py", "core/ppo.py", "team/policies.py",
+    for rel in ("trainers/ppo/trainer.py", "trainers/ppo/config.py", "core/ppo.py", "team/policies.py",
                 "team/forward.py", "team/sampling.py"):
         path = SRC_DIR / "trl_marl" / rel
         if path.exists():

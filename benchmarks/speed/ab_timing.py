@@ -100,7 +100,7 @@ def fixed_length_config(team: Any, new_tokens: int) -> Any:
     """The MAGRPO trainer's generation config for `team`, with `min_new_tokens = max_new_tokens = new_tokens` so that
     every call decodes the same number of tokens."""
     from trl_marl import MAGRPOConfig
-    from trl_marl.trainers.magrpo_steps import generation_config
+    from trl_marl.trainers.magrpo.schedule import generation_config
 
     args = MAGRPOConfig(output_dir="/tmp/bench_generation", num_agents=team.num_agents,
                         max_completion_length=new_tokens, report_to="none", save_strategy="no")

@@ -9,7 +9,7 @@ figure least disturbed by other processes.
 The model is the 2.6M-parameter toy Qwen2 (hidden 256, 4 layers, pretrained 150 steps on the target-sum task; or
 `--model-dir`), a 2-agent team in `models` mode (one model per agent: one `generate` call per agent) or `adapters`
 mode (LoRA r=8 on q/v, one adapter per agent: one mixed-adapter call), one 6-token `TargetSumEnv` prompt per agent
-sampled R times (R = rows per agent), the MAGRPO trainer's own generation config (`magrpo_steps.generation_config`,
+sampled R times (R = rows per agent), the MAGRPO trainer's own generation config (`magrpo.schedule.generation_config`,
 MAGRPOConfig's sampling defaults) with `min_new_tokens = max_new_tokens` so that every call decodes T tokens.
 Prompts are shared through one prefill (`share_prompt_prefill`, the team default) in both settings.
 

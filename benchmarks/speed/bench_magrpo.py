@@ -123,7 +123,7 @@ def _source_state() -> dict[str, Any]:
         except OSError:
             return ""
 
-    files = ["trainers/magrpo_trainer.py", "team/policies.py", "team/forward.py", "team/sampling.py",
+    files = ["trainers/magrpo/trainer.py", "team/policies.py", "team/forward.py", "team/sampling.py",
              "rollout.py", "core/losses.py", "core/advantages.py"]
     hashes = {}
     for name in files:

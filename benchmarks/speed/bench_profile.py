@@ -452,9 +452,9 @@ def build_ours(model_dir: str, mode: str, P: int, cfg: dict[str, Any], work_dir:
                               (trainer, "_clip_grad_norm", "grad_clip")):
         profiler.wrap_method(obj, method, part)
     # with `backward_per_agent` (the default) `training_step` runs each agent's forward, loss and backward in
-    # `magrpo_backward.backward_per_agent`, not in `compute_loss`: time it as the loss phase too (its backwards are
-    # nested regions of their own), so that its forwards count as training forwards
-    from trl_marl.trainers import magrpo_trainer
+    # `per_agent.backward_per_agent` (as `trainers.magrpo.trainer` calls it), not in `compute_loss`: time it as the
+    # loss phase too (its backwards are nested regions of their own), so that its forwards count as training forwards
+    from trl_marl.trainers.magrpo import trainer as magrpo_trainer
 
     if not hasattr(magrpo_trainer.backward_per_agent, "__wrapped__"):  # once for both teams
         profiler.wrap_method(magrpo_trainer, "backward_per_agent", "loss")

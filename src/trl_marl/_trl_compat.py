@@ -554,24 +554,28 @@ def warn_if_launcher_dropped_processes() -> None:
         )
 
 
-def enable_fsdp_on_cpu_processes(trainer: Any) -> Any:
-    """Turn FSDP on for a trainer whose CPU processes (gloo) asked for it; returns the FSDP plugin, or None.
+def enable_fsdp_on_cpu_processes(state: Any, args: Any) -> bool:
+    """Turn FSDP on for CPU processes (gloo) that asked for it; returns whether it did (the trainer then sets its
+    `is_fsdp_enabled`).
 
     accelerate (1.15) enables FSDP only for processes on GPUs and other accelerators: for CPU processes
     (`DistributedType.MULTI_CPU`) its `AcceleratorState` drops the FSDP plugin and trains with DDP, without a word.
     FSDP2 itself runs on CPU processes (gloo has all-gather and reduce-scatter), and the rest of accelerate's FSDP2
     path (`fsdp2_prepare_model`, gradient clipping, full state dicts) works there unchanged, so this sets the shared
     state that accelerate would have set on a GPU: the distributed type, the plugin (built from the trainer config's
-    `fsdp_config`, else from `accelerate launch`'s environment) and its mixed precision, and the trainer's
-    `is_fsdp_enabled`. Must run right after the trainer's `Accelerator` is created, before anything is prepared.
+    `fsdp_config`, else from `accelerate launch`'s environment) and its mixed precision. Must run right after the
+    trainer's `Accelerator` is created, before anything is prepared.
+
+    Args:
+        state: The trainer accelerator's `AcceleratorState`.
+        args: The trainer's config (its `fsdp_plugin_args`).
     """
     from accelerate.state import PartialState
     from accelerate.utils import DistributedType, FullyShardedDataParallelPlugin
 
-    state = trainer.accelerator.state
     if state.distributed_type != DistributedType.MULTI_CPU:
-        return getattr(state, "fsdp_plugin", None)
-    plugin_args = getattr(trainer.args, "fsdp_plugin_args", None)
+        return False
+    plugin_args = getattr(args, "fsdp_plugin_args", None)
     plugin = FullyShardedDataParallelPlugin(**plugin_args) if plugin_args is not None else (
         FullyShardedDataParallelPlugin())
     if state.mixed_precision != "no":
@@ -579,5 +583,4 @@ def enable_fsdp_on_cpu_processes(trainer: Any) -> Any:
     state.fsdp_plugin = plugin
     state.distributed_type = DistributedType.FSDP
     PartialState._shared_state["distributed_type"] = DistributedType.FSDP
-    trainer.is_fsdp_enabled = True
-    return plugin
+    return True

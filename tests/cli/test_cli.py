@@ -102,7 +102,7 @@ except ValueError as exc:
     assert "unknown toy task 'no-such-task'" in str(exc), exc
 assert "trl_marl.toy" in sys.modules and resolve_model_name("gpt2") == "gpt2"
 from trl_marl import MAGRPOTrainer, AgentTeam  # the public names load on first use
-assert MAGRPOTrainer.__module__ == "trl_marl.trainers.magrpo_trainer" and trl_marl.AgentTeam is AgentTeam
+assert MAGRPOTrainer.__module__ == "trl_marl.trainers.magrpo.trainer" and trl_marl.AgentTeam is AgentTeam
 print("OK")
 """
 

@@ -95,7 +95,7 @@ def make_trainer(model_dir: str, tmp_path: Any, monkeypatch: pytest.MonkeyPatch,
     from trl_marl import MAGRPOConfig, MAGRPOTrainer
     from trl_marl.envs import TargetSumEnv
     from trl_marl.rewards.arithmetic import TargetSumReward
-    from trl_marl.trainers import magrpo_trainer
+    from trl_marl.trainers.magrpo import trainer as magrpo_trainer
 
     if engine is not None:  # what `build_generation_backend` would build for `use_vllm=True`, without vLLM
         monkeypatch.setattr(magrpo_trainer, "build_generation_backend", lambda args, team: engine)
@@ -190,7 +190,7 @@ def make_ppo_trainer(model_dir: str, tmp_path: Any, monkeypatch: pytest.MonkeyPa
     from trl_marl import MultiAgentPPOConfig, MultiAgentPPOTrainer
     from trl_marl.envs import TargetSumEnv
     from trl_marl.rewards.arithmetic import TargetSumReward
-    from trl_marl.trainers import ppo_trainer
+    from trl_marl.trainers.ppo import trainer as ppo_trainer
 
     if engine is not None:
         monkeypatch.setattr(ppo_trainer, "build_generation_backend", lambda args, team: engine)

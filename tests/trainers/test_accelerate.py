@@ -394,7 +394,7 @@ def test_a_process_that_accelerate_runs_alone_is_refused(monkeypatch):
     alone = SimpleNamespace(accelerator=SimpleNamespace(num_processes=1, state=SimpleNamespace()),
                             args=SimpleNamespace(fsdp_plugin_args=None))
     with pytest.raises(RuntimeError, match=r"one of 2 processes.*use_cpu=True"):
-        setup_strategy(alone)
+        setup_strategy(alone.accelerator, alone.args)
     config = SimpleNamespace(use_cpu=False)
     use_cpu_for_cpu_processes(config)
     assert config.use_cpu is (not has_accelerator())
@@ -410,7 +410,7 @@ def test_deepspeed_zero3_partitioned_weights_are_never_copied(toy_model_dir):
     from trl_marl import AgentTeam
     from trl_marl.team import is_partitioned
     from trl_marl.toy import build_toy_model, build_toy_tokenizer
-    from trl_marl.trainers.ppo_value import build_value_models
+    from trl_marl.trainers.ppo.value import build_value_models
 
     tokenizer = build_toy_tokenizer()
     model = build_toy_model(tokenizer, hidden_size=16, num_layers=1)
@@ -438,12 +438,12 @@ def test_deepspeed_zero3_without_gathered_saves_is_refused(monkeypatch):
     monkeypatch.delenv("ACCELERATE_USE_FSDP", raising=False)
     monkeypatch.delenv("WORLD_SIZE", raising=False)
 
-    def trainer(stage: int, gather: bool) -> SimpleNamespace:
+    def accelerator(stage: int, gather: bool) -> SimpleNamespace:
         plugin = SimpleNamespace(zero_stage=stage, zero3_save_16bit_model=gather)
-        return SimpleNamespace(accelerator=SimpleNamespace(num_processes=2, state=SimpleNamespace(
-            deepspeed_plugin=plugin)), args=SimpleNamespace(fsdp_plugin_args=None))
+        return SimpleNamespace(num_processes=2, state=SimpleNamespace(deepspeed_plugin=plugin))
 
+    args = SimpleNamespace(fsdp_plugin_args=None)
     with pytest.raises(ValueError, match="zero3_save_16bit_model: true"):
-        setup_strategy(trainer(3, False))
-    setup_strategy(trainer(3, True))
-    setup_strategy(trainer(2, False))
+        setup_strategy(accelerator(3, False), args)
+    setup_strategy(accelerator(3, True), args)
+    setup_strategy(accelerator(2, False), args)

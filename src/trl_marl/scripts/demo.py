@@ -17,6 +17,7 @@ collaboration transitions between turns.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
@@ -25,6 +26,9 @@ import time
 import warnings
 from dataclasses import dataclass
 from typing import Any
+
+DESCRIPTION = "Offline toy world: MAGRPO vs agents trained alone, and a MAPoRL debate."
+"""What `trl-marl demo` does, in one line (its help)."""
 
 PRESETS: dict[str, dict[str, int]] = {
     # steps of MAGRPO (and of each train-alone run), PPO updates of the debate, evaluation episodes
@@ -164,7 +168,7 @@ def run_magrpo_part(model_dir: str, steps: int, seed: int, episodes: int, work_d
     paired = AgentTeam([alone[0].team.policy(0), alone[1].team.policy(1)],
                        [alone[0].team.tokenizers[0], alone[1].team.tokenizers[1]], "models", [0, 1], [None, None])
     alone_after = _team_success(paired, episodes, seed + 1)
-    sample = magrpo.rollout.run([{"target": TARGET}]).turns[0].completions
+    sample = magrpo.engine.run([{"target": TARGET}]).turns[0].completions
     magrpo_curve = curve(magrpo)
     return {
         "task": f"2 agents, each sees only T={TARGET} and writes a number; team reward 1 if they sum to {TARGET}",
@@ -393,7 +397,24 @@ def run_demo(config: DemoConfig) -> dict[str, Any]:
     return results
 
 
-if __name__ == "__main__":
-    from ..cli import main as cli_main
+def add_demo_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of `trl-marl demo` (also `python -m trl_marl.scripts.demo`): `--quick`/`--full`, `--seed`,
+    `--output-dir`."""
+    size = parser.add_mutually_exclusive_group()
+    size.add_argument("--quick", dest="preset", action="store_const", const="quick", help="A ~30 s run.")
+    size.add_argument("--full", dest="preset", action="store_const", const="full", help="A longer run.")
+    parser.set_defaults(preset="default")
+    parser.add_argument("--seed", type=int, default=0, help="Random seed.")
+    parser.add_argument("--output-dir", default="trl-marl-demo", help="Where plots and metrics are written.")
 
-    raise SystemExit(cli_main(["demo", *sys.argv[1:]]))
+
+def demo_command(args: argparse.Namespace) -> int:
+    """Run the demo with the parsed options of [`add_demo_arguments`]."""
+    run_demo(DemoConfig(preset=args.preset, seed=args.seed, output_dir=args.output_dir))
+    return 0
+
+
+if __name__ == "__main__":
+    _parser = argparse.ArgumentParser(prog="python -m trl_marl.scripts.demo", description=DESCRIPTION)
+    add_demo_arguments(_parser)
+    raise SystemExit(demo_command(_parser.parse_args(sys.argv[1:])))

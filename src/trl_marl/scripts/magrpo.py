@@ -186,8 +186,8 @@ def build_parser(prog: str | None = None) -> Any:
     """The `TrlParser` of (script, MAGRPOConfig, ModelConfig) arguments, with the offline model names in the help."""
     from trl import ModelConfig, TrlParser
 
-    from ..cli import MODEL_HELP
     from ..trainers import MAGRPOConfig
+    from .help import MODEL_HELP
 
     parser = TrlParser((MAGRPOScriptArguments, MAGRPOConfig, ModelConfig), prog=prog)
     describe_model_option(parser, MODEL_HELP)

@@ -266,7 +266,7 @@ def build_parser(task: str, prog: str | None = None) -> TrlParser:
     """The `TrlParser` of (script, MultiAgentPPOConfig, ModelConfig) arguments of `task`."""
     if task not in TASKS:
         raise SystemExit(f"trl-marl maporl: unknown task {task!r}; choose one of {sorted(TASKS)}.")
-    from ..cli import MODEL_HELP
+    from .help import MODEL_HELP
 
     parser = TrlParser((TASKS[task][0], MultiAgentPPOConfig, ModelConfig), prog=prog or f"trl-marl maporl {task}")
     describe_model_option(parser, MODEL_HELP)
@@ -282,7 +282,7 @@ def main(argv: Sequence[str] | None = None) -> Any:
     """`trl-marl maporl <gsm8k|anli> --config FILE [overrides]`: train, save and evaluate; returns the trainer."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0].startswith("-"):
-        from ..cli import short_help
+        from .help import short_help
 
         if argv and argv[0] in ("-h", "--help", "--help-all"):
             print(short_help("maporl"))

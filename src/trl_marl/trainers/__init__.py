@@ -1,10 +1,8 @@
-"""trl-marl trainers and their configurations."""
+"""trl-marl trainers and their configurations: one package per algorithm (`magrpo`, `ppo`) over what they share
+(`base`, `per_agent`, `distributed`, `engine_correction`)."""
 
-from .magrpo_config import MAGRPOConfig, MAREINFORCEConfig, MAReMaxConfig, MARLOOConfig
-from .magrpo_trainer import MAGRPOTrainer, NonFiniteError
-from .ppo_config import MultiAgentPPOConfig, PPOConfig
-from .ppo_dropin import PPOTrainer
-from .ppo_trainer import MultiAgentPPOTrainer
+from .magrpo import MAGRPOConfig, MAGRPOTrainer, MAREINFORCEConfig, MAReMaxConfig, MARLOOConfig, NonFiniteError
+from .ppo import MultiAgentPPOConfig, MultiAgentPPOTrainer, PPOConfig, PPOTrainer
 
 __all__ = [
     "MAGRPOConfig",

@@ -44,13 +44,12 @@ from .._trl_compat import add_zero3_hooks, enable_fsdp_on_cpu_processes, remove_
 
 __all__ = [
     "check_fsdp_plugin",
+    "any_process",
     "check_fsdp_request",
     "full_tensor",
     "gathered_root",
     "gathered_zero3",
     "is_fsdp2_module",
-    "is_sharded",
-    "rollout_context",
     "rollout_phase",
     "setup_strategy",
     "zero3_engine",
@@ -102,13 +101,19 @@ def check_fsdp_request(args: Any) -> None:
         raise ValueError(FSDP1_MESSAGE)
 
 
-def setup_strategy(trainer: Any) -> None:
+def setup_strategy(accelerator: Any, args: Any) -> bool:
     """Check the launch and the distributed strategy right after the trainer's `Accelerator` is created.
 
     Turns FSDP2 on for CPU processes that asked for it (see the module docstring), and raises an error that names
     the fix for everything the trainers cannot run.
+
+    Args:
+        accelerator: The trainer's `Accelerator`.
+        args: The trainer's config.
+
+    Returns:
+        Whether FSDP was turned on here (for CPU processes): the trainer then sets its `is_fsdp_enabled`.
     """
-    accelerator = trainer.accelerator
     world = int(os.environ.get("WORLD_SIZE", "1") or 1)
     if world > 1 and accelerator.num_processes == 1:
         raise RuntimeError(
@@ -118,8 +123,9 @@ def setup_strategy(trainer: Any) -> None:
             "they see several processes and no GPU; a config built before the processes started, or another "
             "TrainingArguments, does not). Set `use_cpu=True`, or launch one process."
         )
-    if requested_fsdp_version(trainer.args) is not None:
-        enable_fsdp_on_cpu_processes(trainer)
+    enabled = False
+    if requested_fsdp_version(args) is not None:
+        enabled = enable_fsdp_on_cpu_processes(accelerator.state, args)
     plugin = getattr(accelerator.state, "fsdp_plugin", None)
     if plugin is not None:
         check_fsdp_plugin(plugin)
@@ -130,6 +136,7 @@ def setup_strategy(trainer: Any) -> None:
             "gathers at save time: set `zero3_save_16bit_model: true` in the accelerate config "
             "(`stage3_gather_16bit_weights_on_model_save: true` in a DeepSpeed JSON config)."
         )
+    return enabled
 
 
 def check_fsdp_plugin(plugin: Any) -> None:
@@ -167,25 +174,18 @@ def gathered_root(root: nn.Module) -> Any:
         root.reshard()
 
 
-def is_sharded(trainer: Any) -> bool:
-    """Whether the trainer's weights are sharded across several processes (FSDP2, DeepSpeed ZeRO-3): every forward
-    is then a collective that all processes must run."""
-    sharded = is_fsdp2_module(trainer.model) or zero3_engine(trainer) is not None
-    return sharded and trainer.accelerator.num_processes > 1
-
-
-def zero3_engine(trainer: Any) -> Any:
-    """The trainer's DeepSpeed engine when it partitions the weights (ZeRO-3), else None."""
-    engine = getattr(trainer, "deepspeed", None)
-    plugin = getattr(trainer.accelerator.state, "deepspeed_plugin", None)
+def zero3_engine(engine: Any, state: Any) -> Any:
+    """`engine` (a trainer's `deepspeed`, or None) when the accelerator `state` partitions the weights (ZeRO-3), else
+    None."""
+    plugin = getattr(state, "deepspeed_plugin", None)
     return engine if engine is not None and plugin is not None and plugin.zero_stage == 3 else None
 
 
 @contextmanager
-def gathered_zero3(trainer: Any) -> Any:
-    """Under DeepSpeed ZeRO-3, every parameter of the trainer's engine gathered and its partitioning hooks removed
-    (as TRL gathers a policy for `generate`), so that the agents' models run outside the engine's forward."""
-    engine = zero3_engine(trainer)
+def gathered_zero3(engine: Any) -> Any:
+    """Every parameter of a DeepSpeed ZeRO-3 `engine` gathered and its partitioning hooks removed (as TRL gathers a
+    policy for `generate`), so that the agents' models run outside the engine's forward; nothing when `engine` is
+    None ([`zero3_engine`])."""
     if engine is None:
         yield
         return
@@ -199,34 +199,7 @@ def gathered_zero3(trainer: Any) -> Any:
             add_zero3_hooks(engine)
 
 
-@contextmanager
-def rollout_context(trainer: Any) -> Any:
-    """No gradients and the parameters that the rollout needs gathered: the root unit's under FSDP2
-    ([`gathered_root`]), all of them under DeepSpeed ZeRO-3 ([`gathered_zero3`]); nested contexts gather once."""
-    if trainer.__dict__.get("_in_rollout_phase"):
-        with torch.no_grad():
-            yield
-        return
-    trainer.__dict__["_in_rollout_phase"] = True
-    team = getattr(trainer, "team", None)
-    accelerator = trainer.accelerator
-    sharing = getattr(team, "share_prompt_prefill", False)
-    if team is not None and is_sharded(trainer):
-        team.lockstep = functools.partial(_any_process, accelerator)  # turns in lockstep: forwards are collectives
-        # a shared prefill is one more forward on a process whose rows repeat a prompt, which the others (e.g. one
-        # playing a discarded turn) would not run: with sharded weights that forward would wait forever
-        team.share_prompt_prefill = False
-    try:
-        with torch.no_grad(), gathered_root(trainer.model), gathered_zero3(trainer):
-            yield
-    finally:
-        trainer.__dict__["_in_rollout_phase"] = False
-        if team is not None:
-            team.lockstep = None
-            team.share_prompt_prefill = sharing
-
-
-def _any_process(accelerator: Any, active: bool) -> bool:
+def any_process(accelerator: Any, active: bool) -> bool:
     """Whether `active` holds on any process (a collective: every process calls it)."""
     flag = torch.tensor([int(active)], device=accelerator.device)
     return bool(accelerator.reduce(flag, reduction="sum").item())
@@ -234,11 +207,11 @@ def _any_process(accelerator: Any, active: bool) -> bool:
 
 def rollout_phase(method: F) -> F:
     """Decorate a trainer method that generates or scores without gradients (a rollout, an evaluation episode): it
-    runs in [`rollout_context`]."""
+    runs in the trainer's `rollout_context()` (`TeamTrainerMixin.rollout_context`)."""
 
     @functools.wraps(method)
     def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
-        with rollout_context(self):
+        with self.rollout_context():
             return method(self, *args, **kwargs)
 
     return wrapper  # type: ignore[return-value]

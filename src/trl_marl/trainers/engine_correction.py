@@ -57,17 +57,25 @@ def engine_logps(turns: Sequence[TurnResult], picks: Sequence[Sequence[int]],
                          batch.completion_ids) for a, batch in enumerate(batches)]
 
 
-def engine_correction(trainer: Any, old_logps: Sequence[torch.Tensor | None] | None,
-                      sampling: Sequence[torch.Tensor] | None,
+def engine_correction(args: Any, accelerator: Any, metrics: dict[str, list[float]],
+                      old_logps: Sequence[torch.Tensor | None] | None, sampling: Sequence[torch.Tensor] | None,
                       batches: Sequence[AgentBatch | None]) -> dict[str, Any]:
     """The micro-batch entries of the correction: `sampling_logps[a]` and `importance_sampling_ratio[a]` (None for
-    a frozen agent); empty without engine log-probabilities. Logs the metrics (see the module docstring)."""
+    a frozen agent); empty without engine log-probabilities. Records the metrics in `metrics` (the trainer's
+    training metrics; see the module docstring).
+
+    Args:
+        args: The trainer's config (`vllm_importance_sampling_mode`, `..._clip_min`, `..._clip_max`).
+        accelerator: The trainer's `Accelerator` (the metrics are reduced over every process).
+        metrics: Where the metrics go: name -> values.
+        old_logps: Each agent's old-policy log-probs of the micro-batch (None for a frozen agent).
+        sampling: Each agent's engine log-probs ([`engine_logps`]).
+        batches: Each agent's batch (None for a frozen agent).
+    """
     if sampling is None or old_logps is None:
         return {}
-    args = trainer.args
     ratios: list[torch.Tensor | None] = []
     pooled: list[tuple[torch.Tensor, torch.Tensor]] = []
-    metrics = trainer._metrics["train"]
     for a, batch in enumerate(batches):
         old = old_logps[a]
         if batch is None or old is None:
@@ -79,9 +87,9 @@ def engine_correction(trainer: Any, old_logps: Sequence[torch.Tensor | None] | N
         ratios.append(ratio)
         pooled.append(mismatch_values(old, sampling[a], ratio, batch.completion_mask,
                                       args.vllm_importance_sampling_mode))
-        for name, value in correction_metrics(trainer.accelerator, [pooled[-1]]).items():
+        for name, value in correction_metrics(accelerator, [pooled[-1]]).items():
             metrics[f"agent_{a}/{name}"].append(value)
-    for name, value in correction_metrics(trainer.accelerator, pooled).items():
+    for name, value in correction_metrics(accelerator, pooled).items():
         metrics[name].append(value)
     return {"sampling_logps": list(sampling), "importance_sampling_ratio": ratios}
 

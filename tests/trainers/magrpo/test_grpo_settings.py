@@ -19,8 +19,8 @@ from transformers import GenerationConfig
 from helpers import spread_reward
 from trl_marl import AgentTeam, MAGRPOConfig, MAGRPOTrainer
 from trl_marl.envs import TargetSumEnv
-from trl_marl.toy import build_toy_model, build_toy_tokenizer
-from trl_marl.trainers.magrpo_entropy import ENTROPY_STATE_FILE, EntropyControl
+from trl_marl.toy import build_toy_model, build_toy_tokenizer, make_toy_model
+from trl_marl.trainers.magrpo.entropy import ENTROPY_STATE_FILE, EntropyControl
 from trl_marl.utils.precision import Float32Head, cast_lm_head_to_fp32
 
 warnings.filterwarnings("ignore")
@@ -210,7 +210,7 @@ def test_batch_scaling_takes_the_std_of_every_process(target_model_dir, tmp_path
     monkeypatch.setattr(accelerator, "gather", lambda rows: torch.cat([rows, other]), raising=False)
     turn = TurnResult(1, [Node(0, None)], [], [], [], [], torch.zeros(0), torch.zeros(0),
                       torch.tensor([[0.0, 1.0, 0.0, 1.0]]))
-    trainer.rollout._backup([turn])
+    trainer.engine._backup([turn])
     a = 0.5 / ((141.5 / 7) ** 0.5 + 1e-4)
     assert a == pytest.approx(0.11121, abs=1e-5)
     torch.testing.assert_close(turn.advantages, torch.tensor([[[-a, a, -a, a]] * 2]))

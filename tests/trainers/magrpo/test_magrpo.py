@@ -37,7 +37,7 @@ def dataset(n: int = 256) -> Dataset:
 
 
 def success_rate(trainer: MAGRPOTrainer, episodes: int = 32) -> float:
-    rollout = trainer.rollout.run([{"target": TARGET}] * episodes)
+    rollout = trainer.engine.run([{"target": TARGET}] * episodes)
     return float((rollout.turns[0].rewards == 1.0).float().mean())
 
 
@@ -111,7 +111,7 @@ def test_branching_cap_and_early_stop(target_model_dir, tmp_path):
                     max_steps=1),
         train_dataset=dataset(),
     )
-    rollout = trainer.rollout.run([{"target": TARGET}] * 2)
+    rollout = trainer.engine.run([{"target": TARGET}] * 2)
     assert [len(t.nodes) for t in rollout.turns] == [2, 4, 8]  # each node continues 2 of its 4 joint actions
     first = rollout.turns[0]
     assert len(first.capped) == 4
@@ -120,8 +120,8 @@ def test_branching_cap_and_early_stop(target_model_dir, tmp_path):
         expected = first.rewards[k, j] + sum(siblings) / len(siblings)
         assert math.isclose(float(first.returns[k, j]), float(expected), abs_tol=1e-5)
 
-    trainer.rollout.early_stop_threshold = -10.0  # every node is "good enough": nothing continues
-    assert len(trainer.rollout.run([{"target": TARGET}] * 2).turns) == 1
+    trainer.engine.early_stop_threshold = -10.0  # every node is "good enough": nothing continues
+    assert len(trainer.engine.run([{"target": TARGET}] * 2).turns) == 1
 
 
 @pytest.mark.parametrize("team_mode", ["adapters", "models", "shared"])
@@ -309,7 +309,7 @@ def test_dapo_normalises_over_the_whole_accumulated_step(target_model_dir, tmp_p
     # 1 token each (2 tokens), micro-step 2's 3 tokens each (6 tokens): 8 tokens in the step. DAPO weighs every token
     # of the step alike: d loss / d l_token = 1/8 = 0.125 in both micro-steps (a per-micro-step normaliser gave
     # 1/2 * 1/2 = 0.25 and 1/6 * 1/2 = 0.083).
-    import trl_marl.trainers.magrpo_trainer as module
+    import trl_marl.trainers.magrpo.trainer as module
 
     trainer = MAGRPOTrainer(
         model=target_model_dir, reward_funcs=TargetSumReward(0.5), env=TargetSumEnv(2),
@@ -360,7 +360,7 @@ def test_no_learning_signal_is_diagnosed(target_model_dir, tmp_path):
     # A reward that returns a constant gives every group zero std: every advantage and gradient is 0. The trainer
     # logs the streak of such steps and warns once when it reaches `zero_std_warning_steps` (here 3 of 5 steps).
     # The entropy threshold is set above any entropy so that the entropy-collapse warning fires too (after 2 steps).
-    from trl_marl.trainers.magrpo_trainer import TrainingDiagnosticWarning
+    from trl_marl.trainers.magrpo import TrainingDiagnosticWarning
 
     def constant(prompts, completions, **kwargs):
         return [1.0] * len(completions)
@@ -387,7 +387,7 @@ def test_no_learning_signal_is_diagnosed(target_model_dir, tmp_path):
 def test_a_learning_run_is_not_diagnosed(target_model_dir, tmp_path):
     import warnings as _warnings
 
-    from trl_marl.trainers.magrpo_trainer import TrainingDiagnosticWarning
+    from trl_marl.trainers.magrpo import TrainingDiagnosticWarning
 
     trainer = MAGRPOTrainer(
         model=target_model_dir, reward_funcs=TargetSumReward(0.5), env=TargetSumEnv(2),

@@ -15,7 +15,8 @@ from datasets import Dataset
 from trl_marl import MAGRPOConfig, MAGRPOTrainer, MAREINFORCEConfig, MAReMaxConfig, MARLOOConfig
 from trl_marl.envs import TargetSumEnv
 from trl_marl.rewards.arithmetic import TargetSumReward
-from trl_marl.trainers.magrpo_steps import BlockRepeatSampler
+from trl_marl.toy import make_toy_model
+from trl_marl.trainers.magrpo.schedule import BlockRepeatSampler
 
 warnings.filterwarnings("ignore")
 TARGET = 10
@@ -37,14 +38,14 @@ def record_rollouts(trainer: MAGRPOTrainer) -> tuple[list[list[int]], list[int]]
     """Lists filled as the trainer plays: the row ids of each rollout, and the global step it was played at."""
     played: list[list[int]] = []
     steps: list[int] = []
-    original = trainer.rollout.run
+    original = trainer.engine.run
 
     def run(batch, **kw):
         played.append([row["id"] for row in batch])
         steps.append(trainer.state.global_step)
         return original(batch, **kw)
 
-    trainer.rollout.run = run
+    trainer.engine.run = run
     return played, steps
 
 

@@ -30,7 +30,7 @@ from trl_marl.core import selective_log_softmax
 from trl_marl.envs import TargetSumEnv
 from trl_marl.rewards.arithmetic import TargetSumReward, parse_int
 from trl_marl.toy import make_toy_model
-from trl_marl.trainers.ppo_trainer import sequence_model_inputs
+from trl_marl.trainers.ppo.trainer import sequence_model_inputs
 
 warnings.filterwarnings("ignore")
 

@@ -9,6 +9,7 @@ rollout engine never knows which one runs: it calls `AgentTeam.generate`, and th
 its backend.
 """
 
-from .base import GENERATION_BACKENDS, GenerationBackend, build_generation_backend, check_generation_backend
+from .base import GENERATION_BACKENDS, GenerationBackend, check_generation_backend
+from .build import build_generation_backend
 
 __all__ = ["GENERATION_BACKENDS", "GenerationBackend", "build_generation_backend", "check_generation_backend"]

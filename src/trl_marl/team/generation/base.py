@@ -139,34 +139,3 @@ def check_importance_sampling(config: Any) -> None:
             f"`vllm_importance_sampling_mode={mode!r}` needs a bound: set `vllm_importance_sampling_clip_max` (e.g. "
             "3.0) or `vllm_importance_sampling_clip_min`."
         )
-
-
-def build_generation_backend(config: Any, team: Any) -> GenerationBackend | None:
-    """The backend that `config.generation_backend` names, built for `team` (None: the team's own decoding)."""
-    if config.generation_backend == "transformers":
-        return None
-    if config.generation_backend == "compiled":
-        from .compiled import CompiledBackend
-
-        return CompiledBackend(team)
-    if getattr(config, "vllm_mode", "colocate") == "server":
-        from .vllm_server import VLLMServerBackend
-
-        url = config.vllm_server_base_url
-        if url is None:
-            host = "127.0.0.1" if config.vllm_server_host in ("0.0.0.0", "") else config.vllm_server_host
-            url = f"http://{host}:{config.vllm_server_port}"
-        backend: GenerationBackend = VLLMServerBackend(team, url, timeout=config.vllm_server_timeout)
-    else:
-        from .vllm import VLLMBackend
-
-        backend = VLLMBackend(
-            team,
-            gpu_memory_utilization=getattr(config, "vllm_gpu_memory_utilization", 0.3),
-            kv_cache_memory_bytes=getattr(config, "vllm_kv_cache_memory_bytes", None),
-            max_model_len=getattr(config, "vllm_max_model_length", None),
-            model_impl=getattr(config, "vllm_model_impl", "auto"),
-            seed=getattr(config, "seed", 0),
-        )
-    backend.sampling_logprobs = bool(getattr(config, "vllm_importance_sampling_correction", False))
-    return backend

@@ -11,8 +11,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..core import selective_log_softmax
-from ..team import (
+from ...core import selective_log_softmax
+from ...team import (
     AgentTeam,
     base_state_dict,
     is_partitioned,
@@ -20,7 +20,7 @@ from ..team import (
     no_split_modules,
     sequence_model_inputs,
 )
-from ..team.forward import dropout_active
+from ...team.forward import dropout_active
 
 __all__ = [
     "PolicyValueTeam",

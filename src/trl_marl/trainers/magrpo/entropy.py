@@ -9,6 +9,9 @@ all processes) was at or below `entropy_target`, toward less otherwise (`core.ad
 `entropy_coef_min`/`entropy_coef_max`), and the bonus is applied only while that measured entropy is at or below the
 target (none before the first measurement). The coefficients are logged as `agent_<i>/entropy_coef` and saved in
 checkpoints (`entropy_control.json`), so a resumed run continues with them.
+
+Also here: the token selection of `top_entropy_quantile` ([`high_entropy_masks`], [`agent_high_entropy_mask`]): the
+policy gradient only on each agent's highest-entropy tokens, the threshold taken over every process's tokens.
 """
 
 from __future__ import annotations
@@ -20,9 +23,15 @@ from typing import Any
 
 import torch
 
-from ..core import adaptive_entropy_coef, entropy_bonus
+from ...core import adaptive_entropy_coef, entropy_bonus, high_entropy_mask
 
-__all__ = ["ENTROPY_STATE_FILE", "EntropyControl"]
+__all__ = [
+    "ENTROPY_STATE_FILE",
+    "EntropyControl",
+    "agent_high_entropy_mask",
+    "gathered_entropies",
+    "high_entropy_masks",
+]
 
 ENTROPY_STATE_FILE = "entropy_control.json"
 
@@ -113,3 +122,30 @@ class EntropyControl:
             if str(a) in state:
                 self.coefs[a] = float(state[str(a)]["entropy_coef"])
                 self.last_entropy[a] = float(state[str(a)]["last_entropy"])
+
+
+def gathered_entropies(accelerator: Any, entropy: torch.Tensor, mask: torch.Tensor) -> torch.Tensor | None:
+    """The completion tokens' entropies of every process (`top_entropy_quantile`'s pool, as TRL's); `None` with
+    one process (the local ones are used)."""
+    if accelerator.num_processes == 1:
+        return None
+    pool = accelerator.gather(accelerator.pad_across_processes(entropy[mask.bool()].float(), dim=0, pad_index=-1.0))
+    return pool[pool >= 0]
+
+
+def agent_high_entropy_mask(accelerator: Any, entropy: torch.Tensor, mask: torch.Tensor,
+                            top_quantile: float) -> torch.Tensor | None:
+    """One agent's `top_entropy_quantile` token mask (`core.high_entropy_mask`, the threshold over every process's
+    tokens of that agent, so a collective with several processes); `None` when the quantile is 1 (every token)."""
+    if top_quantile >= 1.0:
+        return None
+    entropy = entropy.detach()
+    return high_entropy_mask(entropy, mask, top_quantile, gathered_entropies(accelerator, entropy, mask))
+
+
+def high_entropy_masks(accelerator: Any, inputs: dict[str, Any], top_quantile: float) -> list[torch.Tensor | None]:
+    """Each agent's [`agent_high_entropy_mask`] (`None` for an agent without entropies); each depends on that
+    agent's entropies only."""
+    return [None if entropy is None else
+            agent_high_entropy_mask(accelerator, entropy, inputs["batches"][a].completion_mask, top_quantile)
+            for a, entropy in enumerate(inputs["entropy"])]

@@ -1,7 +1,10 @@
-"""What every trl-marl trainer does the same way: input checks, the data loader, dropout, and evaluation.
+"""What every trl-marl trainer does the same way: input checks, the data loader, dropout, the processes, the metrics
+book, and evaluation.
 
 [`TeamTrainerMixin`] is mixed into `MAGRPOTrainer` and `MultiAgentPPOTrainer` (before the TRL base trainer). It
-holds no algorithm: a trainer provides `play_evaluation_episodes(rows, temperature)` (one episode per row with one
+holds no algorithm. It checks the launch (`trainers.distributed`), gathers sharded weights for rollouts
+(`rollout_context`), and logs what the trainer recorded in its [`MetricsBook`] (`self._metrics`) with every `log`.
+For evaluation, a trainer provides `play_evaluation_episodes(rows, temperature)` (one episode per row with one
 sample per agent, played by the shared rollout engine, `trl_marl.rollout.JointRollout`) and gets `evaluate()`, which
 plays `evaluation_samples_per_row()` independent episodes of every row (MAGRPO: `num_generations_eval`; default 1)
 and computes every metric over all of them.
@@ -25,11 +28,13 @@ wraps one, e.g. `InfluenceAwareReward(AnswerVerifier(...))`) and the gold answer
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import time
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, NoReturn
 
 import torch
@@ -45,9 +50,18 @@ from .._trl_compat import (
 from ..envs.base import MultiAgentEnv, Transcript
 from ..evaluation import DebateEvaluation
 from ..validation import RewardFunctionError, check_dataset_prompts
-from .distributed import check_fsdp_request, is_sharded, rollout_context, rollout_phase, setup_strategy
+from .distributed import (
+    any_process,
+    check_fsdp_request,
+    gathered_root,
+    gathered_zero3,
+    is_fsdp2_module,
+    rollout_phase,
+    setup_strategy,
+    zero3_engine,
+)
 
-__all__ = ["TeamTrainerMixin", "collate_rows", "gather_objects", "rollout_phase"]
+__all__ = ["MetricsBook", "TeamTrainerMixin", "collate_rows", "gather_objects", "rollout_phase"]
 
 
 def collate_rows(batch: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -62,6 +76,49 @@ def gather_objects(accelerator: Any, items: list[Any]) -> list[Any]:
     from accelerate.utils import gather_object
 
     return gather_object(items)
+
+
+class MetricsBook:
+    """The metrics a trainer records between two logs, per mode (`"train"`, `"eval"`): a list of values per name.
+
+    `book[mode][name].append(value)` records; [`logged`] gives what `log` adds to its line, then [`clear`].
+
+    Example:
+
+    ```python
+    >>> book = MetricsBook()
+    >>> book["train"]["reward"] += [0.5, 1.0]
+    >>> book["train"]["nonfinite/rewards"] += [1.0, 2.0]
+    >>> book.logged("train")
+    {'reward': 0.75, 'nonfinite/rewards': 3.0}
+    >>> book.clear("train")
+    >>> book.logged("train")
+    {}
+    ```
+    """
+
+    def __init__(self) -> None:
+        self._modes: dict[str, dict[str, list[float]]] = {"train": defaultdict(list), "eval": defaultdict(list)}
+
+    def __getitem__(self, mode: str) -> dict[str, list[float]]:
+        return self._modes[mode]
+
+    def logged(self, mode: str) -> dict[str, float]:
+        """The mode's metrics as `log` adds them to its line: each name's mean; the latest value of a `diagnostics/`
+        streak (a state, not a rate); the sum of a `nonfinite/` count; a non-finite result as NaN; `eval_` before
+        every name in `eval` mode (TRL's style)."""
+        metrics = self._modes[mode]
+        averaged = {k: sum(v) / len(v) for k, v in metrics.items() if v and not k.startswith("nonfinite")}
+        averaged.update({k: v[-1] for k, v in metrics.items() if v and k.startswith("diagnostics/")})
+        averaged.update({k: float(sum(v)) for k, v in metrics.items() if k.startswith("nonfinite")})
+        averaged = {k: (v if math.isfinite(v) else float("nan")) for k, v in averaged.items()}
+        if mode == "eval":
+            averaged = {f"eval_{k}": v for k, v in averaged.items()}
+        return averaged
+
+    def clear(self, mode: str) -> None:
+        """Forget the mode's metrics (once logged)."""
+        self._modes[mode].clear()
 
 
 class TeamTrainerMixin:
@@ -121,9 +178,48 @@ class TeamTrainerMixin:
         """
         check_fsdp_request(self.args)  # type: ignore[attr-defined]
         super().create_accelerator_and_postprocess()  # type: ignore[misc]
-        setup_strategy(self)
+        if setup_strategy(self.accelerator, self.args):  # type: ignore[attr-defined]
+            self.is_fsdp_enabled = True  # FSDP2 turned on for CPU processes
         if self.args.torch_compile:  # type: ignore[attr-defined]
             self.compile_team_forwards()
+
+    def is_sharded(self) -> bool:
+        """Whether the weights are sharded across several processes (FSDP2, DeepSpeed ZeRO-3): every forward is then
+        a collective that all processes must run."""
+        sharded = is_fsdp2_module(self.model) or self.zero3_engine() is not None  # type: ignore[attr-defined]
+        return sharded and self.accelerator.num_processes > 1  # type: ignore[attr-defined]
+
+    def zero3_engine(self) -> Any:
+        """The trainer's DeepSpeed engine when it partitions the weights (ZeRO-3), else None."""
+        return zero3_engine(getattr(self, "deepspeed", None), self.accelerator.state)  # type: ignore[attr-defined]
+
+    @contextmanager
+    def rollout_context(self) -> Iterator[None]:
+        """No gradients and the parameters that the rollout needs gathered: the root unit's under FSDP2
+        (`distributed.gathered_root`), all of them under DeepSpeed ZeRO-3 (`distributed.gathered_zero3`); nested
+        contexts gather once. With sharded weights the team plays its turns in lockstep (`AgentTeam.lockstep`) and
+        without a shared prompt prefill (one more forward on some processes only)."""
+        if self.__dict__.get("_in_rollout_phase"):
+            with torch.no_grad():
+                yield
+            return
+        self.__dict__["_in_rollout_phase"] = True
+        team = getattr(self, "team", None)
+        accelerator = self.accelerator  # type: ignore[attr-defined]
+        sharing = getattr(team, "share_prompt_prefill", False)
+        if team is not None and self.is_sharded():
+            team.lockstep = functools.partial(any_process, accelerator)  # turns in lockstep: forwards are collectives
+            # a shared prefill is one more forward on a process whose rows repeat a prompt, which the others (e.g.
+            # one playing a discarded turn) would not run: with sharded weights that forward would wait forever
+            team.share_prompt_prefill = False
+        try:
+            with torch.no_grad(), gathered_root(self.model), gathered_zero3(self.zero3_engine()):  # type: ignore
+                yield
+        finally:
+            self.__dict__["_in_rollout_phase"] = False
+            if team is not None:
+                team.lockstep = None
+                team.share_prompt_prefill = sharing
 
     def _build_accelerator_args(self, **kwargs: Any) -> dict[str, Any]:
         """`Trainer`'s accelerator arguments, without its `torch_compile` plugin: accelerate would compile the whole
@@ -150,6 +246,41 @@ class TeamTrainerMixin:
         model = self.model  # type: ignore[attr-defined]
         team = model if hasattr(model, "compile_forwards") else model.team
         team.compile_forwards(args.torch_compile_backend, args.torch_compile_mode)
+
+    # ------------------------------------------------------------------ logging
+    _metrics: MetricsBook
+    """What the trainer recorded since the last `log` (each trainer creates its own in `__init__`)."""
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        """`Trainer.log` of `logs` and of what the trainer recorded in its metrics book for the current mode (train
+        or eval), which is emptied afterwards."""
+        mode = "train" if self.model.training else "eval"  # type: ignore[attr-defined]
+        logs = {**logs, **self._metrics.logged(mode)}
+        super().log(logs, start_time)  # type: ignore[misc]
+        self._metrics.clear(mode)
+
+    # ------------------------------------------------------------------ model card
+    def write_model_card(self, algorithm: str, reward_names: list[str], config_summary: dict[str, Any],
+                         model_name: str | None, dataset_name: str | None, tags: str | list[str] | None,
+                         output_dir: str | None) -> None:
+        """Write `README.md` in `output_dir` (default: `args.output_dir`) on the main process: the algorithm, the
+        trainer's paper (`_paper`), the agents, the rewards and the main settings (`trl_marl.model_card`)."""
+        if not self.is_world_process_zero():  # type: ignore[attr-defined]
+            return
+        from ..model_card import write_team_model_card
+
+        write_team_model_card(
+            output_dir=output_dir or self.args.output_dir,  # type: ignore[attr-defined]
+            team=self.team,  # type: ignore[attr-defined]
+            algorithm=algorithm,
+            paper=self._paper,  # type: ignore[attr-defined]
+            reward_names=reward_names,
+            env_name=type(self.env).__name__,
+            config_summary=config_summary,
+            model_name=model_name,
+            dataset_name=dataset_name,
+            tags=[*self._tag_names, *([tags] if isinstance(tags, str) else (tags or []))],  # type: ignore
+        )
 
     # ------------------------------------------------------------------ stopping on a broken reward
     resumable = True
@@ -277,9 +408,9 @@ class TeamTrainerMixin:
         chunks = [[row for row in rows[i : i + size] for _ in range(repeats)] for i in range(0, len(rows), size)]
         # sharded weights: every forward is a collective, so each process plays as many chunks as the busiest one (a
         # process short of rows then plays the first evaluation row, discarded, with its random state restored)
-        extra = _missing_chunks(accelerator, len(chunks)) if is_sharded(self) else 0
+        extra = _missing_chunks(accelerator, len(chunks)) if self.is_sharded() else 0
         try:
-            with rollout_context(self):
+            with self.rollout_context():
                 played = [(chunk, *self.play_evaluation_episodes(chunk, temperature)) for chunk in chunks]
                 for _ in range(extra):
                     with torch.random.fork_rng(devices=[accelerator.device] if accelerator.device.type == "cuda"

@@ -12,9 +12,9 @@ import torch
 from torch import nn
 from transformers import PreTrainedModel, TrainerCallback
 
-from ..envs.base import TokenizedPromptEnv
-from .ppo_config import MultiAgentPPOConfig, PPOConfig
-from .ppo_trainer import MultiAgentPPOTrainer
+from ...envs.base import TokenizedPromptEnv
+from .config import MultiAgentPPOConfig, PPOConfig
+from .trainer import MultiAgentPPOTrainer
 
 __all__ = ["PPOConfig", "PPOTrainer"]
 

@@ -18,10 +18,10 @@ from typing import Any
 
 import torch
 
-from .engine_correction import correction_metrics, mismatch_values
-from .ppo_rollout import AgentRollout
+from ..engine_correction import correction_metrics, mismatch_values
+from .samples import AgentRollout
 
-__all__ = ["STAT_NAMES", "print_sample_completions", "update_metrics", "write_ppo_model_card"]
+__all__ = ["STAT_NAMES", "completions_table", "print_completions_table", "update_metrics"]
 
 STAT_NAMES = ("approxkl", "pg_clipfrac", "pg_loss", "vf_loss", "vf_clipfrac", "entropy", "ratio")
 """The per-micro-batch statistics of an update (`compute_agent_loss` fills `pg_*`, `vf_*` and `ratio`)."""
@@ -41,10 +41,23 @@ def _mean(values: torch.Tensor, keep: torch.Tensor) -> float:
     return float(values.mean() if bool(keep.all()) else values[keep].mean())
 
 
-def update_metrics(trainer: Any, rollouts: list[AgentRollout | None], stats: dict[str, torch.Tensor], episode: int,
+def update_metrics(accelerator: Any, args: Any, env: Any, tokenizers: list[Any], lr: float,
+                   rollouts: list[AgentRollout | None], stats: dict[str, torch.Tensor], episode: int,
                    start: float) -> dict[str, float]:
-    """The metrics of one PPO update (module docstring)."""
-    gather = trainer.accelerator.gather_for_metrics
+    """The metrics of one PPO update (module docstring).
+
+    Args:
+        accelerator: The trainer's `Accelerator` (the objective metrics are gathered over every process).
+        args: The trainer's `MultiAgentPPOConfig`.
+        env: The environment (its numbers of agents and turns).
+        tokenizers: Each policy slot's tokenizer (its EOS token is counted).
+        lr: The learning rate of the update.
+        rollouts: Each policy slot's samples (`None` for a slot without any).
+        stats: The update's per-micro-batch statistics (`STAT_NAMES`).
+        episode: Episodes played so far.
+        start: When training started (`time.time()`), for `eps`.
+    """
+    gather = accelerator.gather_for_metrics
     trained = [ro for ro in rollouts if ro is not None]
     kl = torch.cat([ro.kl.sum(1) for ro in trained])
     entropy = torch.cat([((-ro.logprobs) * ro.policy_mask.float()).sum(1) for ro in trained])
@@ -58,23 +71,22 @@ def update_metrics(trainer: Any, rollouts: list[AgentRollout | None], stats: dic
     metrics["objective/non_score_reward"] = gather(non_score.mean()).mean().item()
     metrics["objective/rlhf_reward"] = gather(non_score.mean() + score_mean).mean().item()
     metrics["objective/scores"] = gather(score_mean).mean().item()
-    device = trainer.accelerator.device
+    device = accelerator.device
     for key, name in _LOGGED.items():
         metrics[name] = gather(stats[key].to(device)).mean().item()
     metrics["val/ratio"] = gather(stats["ratio"].to(device)).mean().item()
     metrics["val/ratio_var"] = gather(stats["ratio"].to(device)).var().item()
     metrics["val/num_eos_tokens"] = sum(
-        int((ro.responses == trainer.team.tokenizers[s].eos_token_id).sum())
+        int((ro.responses == tokenizers[s].eos_token_id).sum())
         for s, ro in enumerate(rollouts)
         if ro is not None
     )
     corrected = [mismatch_values(ro.logprobs, ro.sampling_logprobs, ro.importance_sampling_ratio, ro.policy_mask,
-                                 trainer.args.vllm_importance_sampling_mode)
+                                 args.vllm_importance_sampling_mode)
                  for ro in trained if ro.importance_sampling_ratio is not None]
-    metrics.update(correction_metrics(trainer.accelerator, corrected))  # TRL's `sampling/*` (vLLM's mismatch)
-    metrics["lr"] = trainer.lr_scheduler.get_last_lr()[0]
+    metrics.update(correction_metrics(accelerator, corrected))  # TRL's `sampling/*` (vLLM's mismatch)
+    metrics["lr"] = lr
     metrics["episode"] = episode
-    env, args = trainer.env, trainer.args
     if env.num_agents > 1 or env.num_turns > 1:
         agents = torch.cat([ro.agents for ro in trained])
         turns = torch.cat([ro.turns for ro in trained])
@@ -100,61 +112,32 @@ def update_metrics(trainer: Any, rollouts: list[AgentRollout | None], stats: dic
             )
             metrics[prefix + "loss/policy_avg"] = float(stats["pg_loss"][..., column].mean())
             metrics[prefix + "loss/value_avg"] = float(stats["vf_loss"][..., column].mean())
-    trainer.state.epoch = episode / len(trainer.train_dataset)
     return metrics
 
 
-def print_sample_completions(trainer: Any) -> None:
-    """Print (and report to wandb) a table of near-greedy completions on the evaluation set, with their scores."""
-    if trainer.eval_dataset is None:
-        return
-    dataset = trainer.eval_dataset
-    rows = [dataset[i] for i in range(min(len(dataset), trainer.args.per_device_eval_batch_size))]
-    rollouts = trainer.rollout(rows, temperature=0.01)
+def completions_table(rollouts: list[AgentRollout | None], tokenizers: list[Any]) -> dict[str, list[Any]]:
+    """The columns of a table of completions: each trained response's agent, turn, query, text and score."""
     table: dict[str, list[Any]] = defaultdict(list)
     for slot, ro in enumerate(rollouts):
         if ro is None:
             continue
-        queries = trainer.team.tokenizers[slot].batch_decode(
-            ro.query_responses[:, : ro.context_length], skip_special_tokens=True
-        )
+        queries = tokenizers[slot].batch_decode(ro.query_responses[:, : ro.context_length], skip_special_tokens=True)
         table["agent"] += ro.agents.tolist()
         table["turn"] += ro.turns.tolist()
         table["query"] += queries
         table["model response"] += ro.texts
         table["score"] += [float(s) for s in ro.scores]
-    if not trainer.accelerator.is_main_process:
-        return
+    return table
+
+
+def print_completions_table(table: dict[str, list[Any]], report_to: list[str] | None) -> None:
+    """Print the first rows of `table` (and report it to wandb when `report_to` names it and a run is open)."""
     lines = [" | ".join(str(table[c][i])[:60] for c in table) for i in range(min(5, len(table["query"])))]
     print("\n".join([" | ".join(table), *lines]))
-    if "wandb" in (trainer.args.report_to or []):
+    if "wandb" in (report_to or []):
         import wandb
 
         if wandb.run is not None:
             import pandas as pd
 
             wandb.log({"completions": wandb.Table(dataframe=pd.DataFrame(table))})
-
-
-def write_ppo_model_card(trainer: Any, model_name: str | None, dataset_name: str | None,
-                         tags: str | list[str] | None, output_dir: str | None) -> None:
-    """Write `README.md` in `output_dir`: the algorithm, the paper, the agents and the rewards."""
-    if not trainer.is_world_process_zero():
-        return
-    from ..model_card import write_team_model_card
-
-    args = trainer.args
-    write_team_model_card(
-        output_dir=output_dir or args.output_dir,
-        team=trainer.team,
-        algorithm="PPO" if trainer.env.num_agents == 1 else "multi-agent PPO (MAPoRL-style)",
-        paper=trainer._paper,
-        reward_names=trainer.reward_names,
-        env_name=type(trainer.env).__name__,
-        config_summary={key: getattr(args, key) for key in (
-            "num_agents", "num_turns", "kl_coef", "kl_estimator", "gamma", "lam", "cliprange", "vf_coef",
-            "num_ppo_epochs", "learning_rate")},
-        model_name=model_name,
-        dataset_name=dataset_name,
-        tags=[*trainer._tag_names, *([tags] if isinstance(tags, str) else (tags or []))],
-    )

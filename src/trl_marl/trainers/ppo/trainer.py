@@ -9,7 +9,19 @@ agent, one turn, a tokenized `input_ids` dataset and a reward model, it is TRL 1
 constructor, config fields, loop and metric names), so code written for it runs after changing only the import.
 
 Hooks to override (no private method needed): `compute_rewards`, `compute_advantages`, `compute_agent_loss`.
-Modules: `ppo_value` (value/reward models, `PolicyValueTeam`), `ppo_rollout` (samples per slot), `ppo_logging`.
+Modules of this package: `config` (`MultiAgentPPOConfig`, `PPOConfig`), `value` (value/reward models,
+`PolicyValueTeam`), `samples` (each policy slot's samples and PPO targets), `logging` (the metrics of an update),
+`dropin` (TRL's `PPOTrainer` interface).
+
+One backward per policy slot: a micro-batch's loss is a sum over the slots, ``L = sum_s L_s`` with ``L_s = pg_loss_s
++ vf_coef * vf_loss_s``, and ``L_s`` reads slot ``s``'s samples, policy and value model only (old log-probs, values,
+advantages and returns are fixed by the rollout, each slot's advantages whitened then). So ``grad L = sum_s grad
+L_s``: `_ppo_micro_step` runs every slot's forward and sums the losses for one backward; with `backward_per_agent`
+(two or more slots, the trainer's own `_ppo_micro_step`, a setup that `per_agent.backward_per_agent_supported`
+accepts) each slot's forward, loss and backward run in turn (`per_agent.backward_per_agent`), so that one slot's
+graph is alive at a time. A value model that several slots share (the centralized critic; the one critic of a
+`shared` team) gets each slot's value-loss gradient added in turn, as the summed backward adds them. The logged
+statistics are the same either way (`_agent_loss`).
 """
 
 from __future__ import annotations
@@ -26,27 +38,31 @@ from torch import nn
 from torch.utils.data import DataLoader
 from transformers import GenerationConfig, PreTrainedModel, TrainerCallback, set_seed
 
-from .._trl_compat import TeamCheckpointMixin, TRLBaseTrainer
-from ..core.ppo import (
+from ..._trl_compat import TeamCheckpointMixin, TRLBaseTrainer
+from ...core import entropy_from_logits
+from ...core.ppo import (
+    INVALID_LOGPROB,
     bootstrap_next_turn,
     clipped_value_loss,
     generalized_advantage_estimation,
     ppo_policy_loss,
 )
-from ..envs.base import MultiAgentEnv, PromptEnv, TokenizedPromptEnv, Transcript
-from ..rewarding import NonFiniteCounter, RewardSet
-from ..rollout import JointRollout, Rollout
-from ..team import AgentTeam, sequence_model_inputs
-from ..team.generation import build_generation_backend
-from ..utils.threads import apply_cpu_threads
-from ..validation import RewardFunctionError, check_prompt_lengths
-from .ppo_backward import backward_per_slot, micro_batches, slot_loss, takes_backward_per_slot
-from .ppo_config import MultiAgentPPOConfig
-from .ppo_logging import STAT_NAMES, print_sample_completions, update_metrics, write_ppo_model_card
-from .ppo_rollout import (
+from ...envs.base import MultiAgentEnv, PromptEnv, TokenizedPromptEnv, Transcript
+from ...team.generation import build_generation_backend
+from ...rewarding import NonFiniteCounter, RewardSet
+from ...rollout import JointRollout, Rollout
+from ...team import AgentTeam, sequence_model_inputs
+from ...utils.threads import apply_cpu_threads
+from ...validation import RewardFunctionError, check_prompt_lengths
+from ..base import MetricsBook, TeamTrainerMixin, collate_rows, rollout_phase
+from ..per_agent import backward_per_agent, backward_per_agent_supported
+from .config import MultiAgentPPOConfig
+from .logging import STAT_NAMES, completions_table, print_completions_table, update_metrics
+from .samples import (
     AgentRollout,
     forward_targets,
     micro_batch_indices,
+    micro_batches,
     next_turn_values,
     score_with_reward_funcs,
     score_with_reward_model,
@@ -54,7 +70,7 @@ from .ppo_rollout import (
     turn_level_group_advantages,
     whiten_group,
 )
-from .ppo_value import (
+from .value import (
     PolicyValueTeam,
     build_value_models,
     check_joint_tokenizers,
@@ -62,7 +78,6 @@ from .ppo_value import (
     first_true_index,
     sequence_scores,
 )
-from .team_trainer import TeamTrainerMixin, collate_rows, rollout_phase
 
 __all__ = ["AgentRollout", "MultiAgentPPOTrainer", "PolicyValueTeam", "first_true_index", "sequence_model_inputs",
            "sequence_scores"]
@@ -97,7 +112,7 @@ class MultiAgentPPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer
         ref_model: A frozen reference policy (single agent). Default: the adapter-disabled policy with a
             `peft_config`, else a frozen copy.
         eval_dataset: Optional evaluation rows (sample-completion tables, and `evaluate()`: the reward per turn,
-            per-turn majority accuracy and collaboration transitions; see `trainers.team_trainer`).
+            per-turn majority accuracy and collaboration transitions; see `trainers.base`).
         peft_config: A `peft.LoraConfig` (one adapter per agent on one base model when there are several).
         eval_verifier: An answer verifier (`extract(response)`, `score(response, gold)`, e.g. `AnswerVerifier`) for
             `evaluate()`. Default: the verifier of a reward function that has one.
@@ -206,10 +221,10 @@ class MultiAgentPPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer
             else ([reward_funcs] if reward_funcs is not None else [])
         )
         # the reward contract (`trl_marl.rewarding`): a function without a kind scores each (turn, agent) response
-        self.reward_set = RewardSet(self.reward_funcs, args.reward_weights, "agent") if self.reward_funcs else None
-        if self.reward_set is not None:
-            self.reward_set.set_timeout(args.reward_timeout, f"{type(args).__name__}.reward_timeout")
-        self.reward_names = self.reward_set.names if self.reward_set is not None else ["reward_model"]
+        self.rewards = RewardSet(self.reward_funcs, args.reward_weights, "agent") if self.reward_funcs else None
+        if self.rewards is not None:
+            self.rewards.set_timeout(args.reward_timeout, f"{type(args).__name__}.reward_timeout")
+        self.reward_names = self.rewards.names if self.rewards is not None else ["reward_model"]
         self.disable_dropout([*team.models, *value_models, reward_model, ref_model, *team.ref_models])
         self.env = env
         self.team = team
@@ -219,6 +234,7 @@ class MultiAgentPPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer
         one_critic = shared or args.critic == "centralized"  # MAAC: one value model, a whitening group per policy
         self.whitening_group = [0 if shared else s for s in range(team.num_agents)]
         wrapper = PolicyValueTeam(team, value_models, [0 if one_critic else s for s in range(team.num_agents)])
+        self._metrics = MetricsBook()  # what `log` adds (multi-agent PPO logs each update's metrics directly)
         super().__init__(
             model=wrapper,
             args=args,
@@ -240,7 +256,7 @@ class MultiAgentPPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer
         self.last_rollout: Rollout | None = None
         # the rollout engine, with one sample per agent: episodes over turns, scored afterwards (`compute_rewards`)
         self.engine = JointRollout(
-            env, team, self.reward_set, self._generation_config(args.temperature), num_generations=1,
+            env, team, self.rewards, self._generation_config(args.temperature), num_generations=1,
             stop_token_ids={self.stop_token_id} if self.stop_token_id is not None else set(),
         )
 
@@ -329,7 +345,7 @@ class MultiAgentPPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer
             `(rewards_per_func, nonfinite)`: `(B, A, F)` scores (NaN where a function returned `None`) and a
             `(B, A)` bool tensor marking NaN/inf scores; combined by `reward_weights` (`trl_marl.rewarding`).
         """
-        return self.reward_set.score(prompts, completions, rows, transcripts, turn, self.state, per_agent=True)
+        return self.rewards.score(prompts, completions, rows, transcripts, turn, self.state, per_agent=True)
 
     def _score_with_reward_model(self, rollouts: list[AgentRollout | None]) -> None:
         """TRL's PPO: the reward model's output at the last token of query + (stop-truncated) response."""
@@ -341,7 +357,7 @@ class MultiAgentPPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer
     def _score_with_reward_funcs(self, rollouts: list[AgentRollout | None], played: Rollout,
                                  rows: list[dict[str, Any]]) -> None:
         """One score per trained (turn, agent) response by `compute_rewards`, once the episode is over."""
-        nonfinite = score_with_reward_funcs(rollouts, played, rows, self.compute_rewards, self.reward_set, self.slot,
+        nonfinite = score_with_reward_funcs(rollouts, played, rows, self.compute_rewards, self.rewards, self.slot,
                                             self.args.train_turns_from)
         self.nonfinite.add(nonfinite, "rewards")
 
@@ -376,7 +392,7 @@ class MultiAgentPPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer
         The default is TRL's: optional reward whitening, GAE(gamma, lam) (`trl_marl.core.ppo`), then whitened
         advantages (pads 0). With `advantage_level="turn"` each response's advantage is R - V(s) instead (eq. 7,
         independent of lam), whitened over the group's responses and given to every token
-        (`trl_marl.trainers.ppo_rollout.turn_level_group_advantages`); the returns (value targets) are GAE's either
+        (`trl_marl.trainers.ppo.samples.turn_level_group_advantages`); the returns (value targets) are GAE's either
         way. Override to change the credit assignment.
 
         Args:
@@ -433,8 +449,7 @@ class MultiAgentPPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer
         torch.manual_seed(args.seed + self.accelerator.process_index * 100003)
         ga = args.gradient_accumulation_steps
         pads = [tok.pad_token_id for tok in self.team.tokenizers]
-        own_step = type(self)._ppo_micro_step is MultiAgentPPOTrainer._ppo_micro_step
-        per_slot = takes_backward_per_slot(self, model, own_step)
+        per_agent = self._takes_backward_per_agent(model)
 
         def batches_forever() -> Any:
             while True:
@@ -470,8 +485,8 @@ class MultiAgentPPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer
                 for mb, k, idx in micro_batch_indices(sizes, args.num_mini_batches, n_micro, micro_share):
                     micro_step += 1
                     sync = micro_step % ga == 0
-                    if per_slot:  # one slot's forward, loss and backward at a time (`backward_per_agent`)
-                        backward_per_slot(self, model, rollouts, idx, pads, stats, (epoch, mb, k), sync)
+                    if per_agent:  # one slot's forward, loss and backward at a time (`backward_per_agent`)
+                        self._backward_per_agent(model, rollouts, idx, pads, stats, (epoch, mb, k), sync)
                     else:
                         with model.no_sync() if (not sync and hasattr(model, "no_sync")) else nullcontext():
                             loss = self._ppo_micro_step(model, rollouts, idx, pads, stats, (epoch, mb, k))
@@ -480,7 +495,10 @@ class MultiAgentPPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer
                         self.optimizer.step()
                         self.optimizer.zero_grad()
             self.state.global_step += 1
-            self.log(update_metrics(self, rollouts, stats, episode, start))
+            metrics = update_metrics(self.accelerator, args, self.env, self.team.tokenizers,
+                                     self.lr_scheduler.get_last_lr()[0], rollouts, stats, episode, start)
+            self.state.epoch = episode / len(self.train_dataset)
+            self.log(metrics)
             self.lr_scheduler.step()
             self.control = self.callback_handler.on_step_end(args, self.state, self.control)
             if self.control.should_save:
@@ -488,7 +506,7 @@ class MultiAgentPPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer
                 self.control = self.callback_handler.on_save(args, self.state, self.control)
             if args.num_sample_generations > 0 and (update - 1) % self.sample_generations_freq == 0:
                 self.generate_completions(sampling=True)
-            can_evaluate = self.answer_verifier() is not None or self.reward_set is not None
+            can_evaluate = self.answer_verifier() is not None or self.rewards is not None
             if self.control.should_evaluate and self.eval_dataset is not None and can_evaluate:
                 self.evaluate()
             if self.control.should_training_stop:
@@ -543,11 +561,85 @@ class MultiAgentPPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer
         where: tuple[int, int, int],
     ) -> torch.Tensor:
         """One forward of every trained slot on its micro-batch (`indices[slot]`), `compute_agent_loss` of each,
-        summed (the way of `backward_per_agent=False`; `ppo_backward.backward_per_slot` takes the slots in turn)."""
+        summed (the way of `backward_per_agent=False`; `_backward_per_agent` takes the slots in turn)."""
         outputs = model(micro_batches(rollouts, indices), pads, self.args.temperature)
-        losses = [slot_loss(self, slot, out, rollouts, indices, stats, where)
+        losses = [self._agent_loss(slot, out, rollouts, indices, stats, where)
                   for slot, out in enumerate(outputs) if out is not None]
         return sum(losses[1:], losses[0])
+
+    def _agent_loss(
+        self,
+        slot: int,
+        output: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+        rollouts: Sequence[AgentRollout | None],
+        indices: dict[int, torch.Tensor],
+        stats: dict[str, torch.Tensor],
+        where: tuple[int, int, int],
+    ) -> torch.Tensor:
+        """Slot `slot`'s PPO loss on its micro-batch (`compute_agent_loss` of its masked log-probs and values), not
+        divided by the accumulation steps; fills the slot's column of `stats` at `where` (epoch, mini-batch,
+        micro-batch): `approxkl`, the loss statistics and the mean entropy.
+
+        Args:
+            slot: The policy slot.
+            output: `(logits, new log-probs, values)` of the slot (`PolicyValueTeam.forward`).
+            rollouts: Every slot's samples (`None` for a slot without any); a slot's stats column counts the slots
+                with samples before it.
+            indices: Each slot's sample indices in this micro-batch.
+            stats: The update's statistics, `(epochs, mini-batches, micro-batches, slots with samples)` each.
+            where: `(epoch, mini-batch, micro-batch)`.
+        """
+        ro, idx = rollouts[slot], indices[slot]
+        column = [s for s, r in enumerate(rollouts) if r is not None].index(slot)
+        logits, new_logprobs, vpred = output
+        new_logprobs = torch.masked_fill(new_logprobs, ~ro.policy_mask[idx], INVALID_LOGPROB)
+        vpred = torch.masked_fill(vpred, ~ro.value_mask[idx], 0)
+        loss, loss_stats = self.compute_agent_loss(slot, new_logprobs, vpred, ro, idx)
+        with torch.no_grad():
+            e, m, k = where
+            log_diff = new_logprobs - ro.logprobs[idx]
+            stats["approxkl"][e, m, k, column] = 0.5 * (log_diff**2).mean()
+            for key, value in loss_stats.items():
+                stats[key][e, m, k, column] = value
+            stats["entropy"][e, m, k, column] = entropy_from_logits(logits).mean()
+        return loss
+
+    def _takes_backward_per_agent(self, model: nn.Module) -> bool:
+        """Whether the PPO loop takes a backward per policy slot (module docstring) or one of the summed loss:
+        `backward_per_agent`, two or more slots (with one there is one backward either way, and DDP's own reducer
+        is kept), the trainer's own `_ppo_micro_step` (a subclass that overrides it keeps the summed loss; the hook
+        `compute_agent_loss` is called per slot both ways), and a setup that `per_agent.backward_per_agent_supported`
+        accepts (`model`: the wrapper, or the wrapper as accelerate prepared it)."""
+        own_step = type(self)._ppo_micro_step is MultiAgentPPOTrainer._ppo_micro_step
+        if not (self.args.backward_per_agent and own_step) or self.team.num_agents < 2:
+            return False
+        return backward_per_agent_supported(self.args, model, self.wrapper)
+
+    def _backward_per_agent(
+        self,
+        model: nn.Module,
+        rollouts: Sequence[AgentRollout | None],
+        indices: dict[int, torch.Tensor],
+        pads: Sequence[int],
+        stats: dict[str, torch.Tensor],
+        where: tuple[int, int, int],
+        synchronise: bool,
+    ) -> None:
+        """One PPO micro-step with a forward, loss and backward per policy slot (`per_agent.backward_per_agent`):
+        the gradient that `backward(_ppo_micro_step(...) / gradient_accumulation_steps)` accumulates, and the same
+        `stats`. `synchronise`: whether this micro-step ends an accumulation window (under DDP the gradients are then
+        averaged over the processes once every slot's backward ran); the rest as for [`_agent_loss`]."""
+        batches = micro_batches(rollouts, indices)
+        ga = self.args.gradient_accumulation_steps
+
+        def one_slot(slot: int) -> torch.Tensor:
+            alone = [batches[slot] if s == slot else None for s in range(len(batches))]
+            output = model(alone, pads, self.args.temperature)[slot]
+            return self._agent_loss(slot, output, rollouts, indices, stats, where)
+
+        slots = [slot for slot, batch in enumerate(batches) if batch is not None]
+        backward_per_agent(model, self.accelerator.num_processes, slots, one_slot,
+                           lambda loss: self.accelerator.backward(loss / ga), synchronise)
 
     # ------------------------------------------------------------------ evaluation
     def check_evaluation_prompts(self, dataset: Any) -> None:
@@ -561,17 +653,22 @@ class MultiAgentPPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer
         played = self.play_episodes(rows, temperature)
         transcripts = played.episode_transcripts(len(rows))
         rewards: dict[int, list[float]] = {}
-        if self.reward_set is not None:
+        if self.rewards is not None:
             for t in played.turns:
                 per_func, bad = self.compute_rewards(t.prompts, t.completions, [rows[n.row_index] for n in t.nodes],
                                                      [transcripts[n.row_index] for n in t.nodes], t.turn)
-                rewards[t.turn] = self.reward_set.combine(per_func, bad).nanmean(dim=1).tolist()
+                rewards[t.turn] = self.rewards.combine(per_func, bad).nanmean(dim=1).tolist()
         return transcripts, rewards
 
     @torch.no_grad()
     def generate_completions(self, sampling: bool = False) -> None:
         """Print (and report to wandb/comet) a table of completions on the evaluation set, with their scores."""
-        print_sample_completions(self)
+        if self.eval_dataset is None:
+            return
+        rows = [self.eval_dataset[i] for i in range(min(len(self.eval_dataset), self.args.per_device_eval_batch_size))]
+        table = completions_table(self.rollout(rows, temperature=0.01), self.team.tokenizers)
+        if self.accelerator.is_main_process:
+            print_completions_table(table, self.args.report_to)
 
     # ------------------------------------------------------------------ saving
     def _save(self, output_dir: str | None = None, state_dict: dict[str, Any] | None = None) -> None:
@@ -588,13 +685,9 @@ class MultiAgentPPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer
         output_dir: str | None = None,
     ) -> None:
         """Write `README.md` in `output_dir`: the algorithm, the paper, the agents and the rewards."""
-        write_ppo_model_card(self, model_name, dataset_name, tags, output_dir)
-
-
-def __getattr__(name: str) -> Any:
-    """`PPOTrainer` lives in `ppo_dropin` (it subclasses this module's trainer); kept importable from here."""
-    if name == "PPOTrainer":
-        from .ppo_dropin import PPOTrainer
-
-        return PPOTrainer
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        args = self.args
+        self.write_model_card(
+            "PPO" if self.env.num_agents == 1 else "multi-agent PPO (MAPoRL-style)", self.reward_names,
+            {key: getattr(args, key) for key in ("num_agents", "num_turns", "kl_coef", "kl_estimator", "gamma", "lam",
+                                                 "cliprange", "vf_coef", "num_ppo_epochs", "learning_rate")},
+            model_name, dataset_name, tags, output_dir)

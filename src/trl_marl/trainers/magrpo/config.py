@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 
-from .._trl_compat import GRPOConfig
-from ..core import ADVANTAGE_MODES, JOINT_MODES, SUPPORTED_LOSS_TYPES
-from ..team.generation import check_generation_backend
-from ..utils.inputs import check_learning_rate, generation_batch_error, use_activation_checkpointing_name
-from ..validation import (
+from ..._trl_compat import GRPOConfig
+from ...core import ADVANTAGE_MODES, JOINT_MODES, SUPPORTED_LOSS_TYPES
+from ...team.generation import check_generation_backend
+from ...utils.inputs import check_learning_rate, generation_batch_error, use_activation_checkpointing_name
+from ...validation import (
     DEFAULT_REWARD_TIMEOUT,
     PROMPT_LENGTH_CHECKS,
     check_choice,
@@ -87,7 +87,7 @@ class MAGRPOConfig(GRPOConfig):
     `entropy_coef` subtracts `entropy_coef * H_a` from each agent's loss, `H_a` the mean entropy of its policy over
     the tokens its policy loss acts on; with `use_adaptive_entropy` each agent's coefficient follows its own
     entropy (`entropy_target`, `entropy_coef_delta/min/max`), logged as `agent_<i>/entropy_coef`
-    (`trainers.magrpo_entropy`). `off_policy_mask_threshold` drops from an agent's loss its negative-advantage
+    (`trainers.magrpo.entropy`). `off_policy_mask_threshold` drops from an agent's loss its negative-advantage
     samples whose policy drifted further than the threshold since sampling (DeepSeek-V3.2). `cast_lm_head_to_fp32`
     keeps every model's LM head (and its reference copy's) in float32, LoRA teams included (an adapter on `lm_head`
     is refused). `use_transformers_continuous_batching` (or the deprecated `use_transformers_paged`) generates with
@@ -134,7 +134,7 @@ class MAGRPOConfig(GRPOConfig):
         backward_per_agent (`bool`, defaults to `True`): Backpropagate the team loss one agent at a time (forward, loss
             and backward of agent 0, then of agent 1, ...), so that one agent's activations are alive at a time
             instead of every agent's; the same gradient as one backward of the summed loss (`False`), up to
-            floating-point summation order (`trainers.magrpo_backward`). With `False` an `adapters` team runs every
+            floating-point summation order (`trainers.per_agent`). With `False` an `adapters` team runs every
             agent's rows as one forward through the shared base model, each row through its agent's adapter: fewer,
             larger forwards (faster where steps are small or kernel launches dominate), more activation memory.
         zero_std_warning_fraction (`float`, defaults to `0.9`), zero_std_warning_steps (`int`, defaults to `20`):
@@ -446,7 +446,7 @@ class MAGRPOConfig(GRPOConfig):
         if self.multi_objective_aggregation != "sum_then_normalize":
             problems.append(f"multi_objective_aggregation={self.multi_objective_aggregation!r}")
         defaults = {f.name: f.default for f in fields(GRPOConfig)}
-        from .._trl_compat import grpo_config_field_names
+        from ..._trl_compat import grpo_config_field_names
 
         for name in sorted(grpo_config_field_names() - HONOURED_GRPO_FIELDS):
             if name in ("use_vllm", "loss_type", "multi_objective_aggregation"):

@@ -11,20 +11,21 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..core import engine_importance_sampling_ratio, selective_log_softmax, whiten, whiten_jointly
-from ..core.ppo import INVALID_LOGPROB, kl_penalty, response_masks, shaped_token_rewards, turn_level_advantages
-from ..rewarding import RewardSet
-from ..rollout import Rollout
-from ..team import AgentTeam, pad_left
-from ..validation import RewardFunctionError, unscorable_message
-from .engine_correction import corrects_engine_mismatch, padded_logps
-from .ppo_value import first_true_index, response_values, sequence_scores, truncate_after_stop
+from ...core import engine_importance_sampling_ratio, selective_log_softmax, whiten, whiten_jointly
+from ...core.ppo import INVALID_LOGPROB, kl_penalty, response_masks, shaped_token_rewards, turn_level_advantages
+from ...rewarding import RewardSet
+from ...rollout import Rollout
+from ...team import AgentTeam, pad_left
+from ...validation import RewardFunctionError, unscorable_message
+from ..engine_correction import corrects_engine_mismatch, padded_logps
+from .value import first_true_index, response_values, sequence_scores, truncate_after_stop
 
 __all__ = [
     "AgentRollout",
     "forward_targets",
     "joint_value_prompt",
     "micro_batch_indices",
+    "micro_batches",
     "next_turn_values",
     "score_with_reward_funcs",
     "score_with_reward_model",
@@ -297,7 +298,7 @@ def next_turn_values(rollouts: list[AgentRollout | None]) -> list[torch.Tensor |
 
 
 def score_with_reward_funcs(rollouts: list[AgentRollout | None], played: Rollout, rows: list[dict[str, Any]],
-                            compute_rewards: Any, reward_set: RewardSet, slot_of: Any, train_turns_from: int) -> int:
+                            compute_rewards: Any, rewards: RewardSet, slot_of: Any, train_turns_from: int) -> int:
     """Score every trained (turn, agent) response after the episode (the whole transcript is known, as MAPoRL's
     influence-aware reward needs) with `compute_rewards(prompts, completions, rows, transcripts, turn)`.
 
@@ -321,7 +322,7 @@ def score_with_reward_funcs(rollouts: list[AgentRollout | None], played: Rollout
         episode_rows = [rows[node.row_index] for node in t.nodes]
         episode_transcripts = [transcripts[node.row_index] for node in t.nodes]
         per_func, bad = compute_rewards(t.prompts, t.completions, episode_rows, episode_transcripts, t.turn)
-        total = reward_set.combine(per_func, bad)  # (B, A), NaN where unscorable
+        total = rewards.combine(per_func, bad)  # (B, A), NaN where unscorable
         nonfinite += int(bad.sum())
         scored_any = scored_any or bool((~torch.isnan(per_func)).any())
         for a in range(total.size(1)):
@@ -333,9 +334,30 @@ def score_with_reward_funcs(rollouts: list[AgentRollout | None], played: Rollout
     if not scored_any and not nonfinite:
         count = sum(len(ro.texts) for ro in rollouts if ro is not None)
         raise RewardFunctionError(unscorable_message(
-            reward_set.names, f"all {count} responses of this update",
+            rewards.names, f"all {count} responses of this update",
             "an update in which no response is scored cannot learn anything."))
     return nonfinite
+
+
+SlotBatch = tuple[torch.Tensor, int, torch.Tensor, torch.Tensor, int]
+"""A policy slot's micro-batch: `(query_responses, context, responses, value_query_responses, value_context)`."""
+
+
+def micro_batches(rollouts: Sequence[AgentRollout | None], indices: dict[int, torch.Tensor]) -> list[SlotBatch | None]:
+    """Each slot's `(query_responses, context, responses, value_query_responses, value_context)` rows of the
+    micro-batch `indices[slot]` (the input of `PolicyValueTeam.forward`); `None` for a slot without samples in it."""
+    return [
+        None
+        if ro is None or slot not in indices
+        else (
+            ro.query_responses[indices[slot]],
+            ro.context_length,
+            ro.responses[indices[slot]],
+            ro.value_query_responses[indices[slot]],
+            ro.value_context_length,
+        )
+        for slot, ro in enumerate(rollouts)
+    ]
 
 
 def micro_batch_indices(sizes: dict[int, int], num_mini_batches: int, num_micro: int,

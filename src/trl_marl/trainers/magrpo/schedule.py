@@ -11,8 +11,8 @@ the prompts of one generation mu times over, so that an epoch still plays every 
   for the mu optimizer steps that reuse it;
 - [`_MicroStep`] is what `training_step` receives for one micro-step.
 
-Also here: the sampling settings of a step (`generation_config`, `continuous_batching_config`) and the token
-selection of `top_entropy_quantile` (`high_entropy_masks`), and the all-gather through which the rollout's batch
+Also here: the sampling settings of a step (`generation_config`, `continuous_batching_config`), the reference
+policy's periodic sync (`ReferenceSync`, `sync_ref_model`), and the all-gather through which the rollout's batch
 statistics see every process's returns (`gathered_rows`).
 """
 
@@ -25,19 +25,15 @@ import torch
 from torch.utils.data import Sampler
 from transformers import GenerationConfig, TrainerCallback
 
-from ..core import high_entropy_mask
-from .distributed import full_tensor
+from ..distributed import full_tensor
 
 __all__ = [
     "BlockRepeatSampler",
     "GenerationSchedule",
     "ReferenceSync",
-    "agent_high_entropy_mask",
     "continuous_batching_config",
-    "gathered_entropies",
     "gathered_rows",
     "generation_config",
-    "high_entropy_masks",
 ]
 
 
@@ -196,15 +192,6 @@ class ReferenceSync(TrainerCallback):
                 ref_param.mul_(1.0 - self.alpha).add_(policy.to(ref_param.device), alpha=self.alpha)
 
 
-def gathered_entropies(accelerator: Any, entropy: torch.Tensor, mask: torch.Tensor) -> torch.Tensor | None:
-    """The completion tokens' entropies of every process (`top_entropy_quantile`'s pool, as TRL's); `None` with
-    one process (the local ones are used)."""
-    if accelerator.num_processes == 1:
-        return None
-    pool = accelerator.gather(accelerator.pad_across_processes(entropy[mask.bool()].float(), dim=0, pad_index=-1.0))
-    return pool[pool >= 0]
-
-
 def gathered_rows(accelerator: Any, rows: torch.Tensor) -> torch.Tensor:
     """The rows of a float `(N, C)` tensor of every process, concatenated in process order (a collective).
 
@@ -222,24 +209,6 @@ def gathered_rows(accelerator: Any, rows: torch.Tensor) -> torch.Tensor:
     padded = accelerator.pad_across_processes(local, dim=0, pad_index=float("nan"))
     pooled = accelerator.gather(padded).to(rows.device)
     return pooled[~torch.isnan(pooled[:, 0])]
-
-
-def agent_high_entropy_mask(accelerator: Any, entropy: torch.Tensor, mask: torch.Tensor,
-                            top_quantile: float) -> torch.Tensor | None:
-    """One agent's `top_entropy_quantile` token mask (`core.high_entropy_mask`, the threshold over every process's
-    tokens of that agent, so a collective with several processes); `None` when the quantile is 1 (every token)."""
-    if top_quantile >= 1.0:
-        return None
-    entropy = entropy.detach()
-    return high_entropy_mask(entropy, mask, top_quantile, gathered_entropies(accelerator, entropy, mask))
-
-
-def high_entropy_masks(accelerator: Any, inputs: dict[str, Any], top_quantile: float) -> list[torch.Tensor | None]:
-    """Each agent's [`agent_high_entropy_mask`] (`None` for an agent without entropies); each depends on that
-    agent's entropies only."""
-    return [None if entropy is None else
-            agent_high_entropy_mask(accelerator, entropy, inputs["batches"][a].completion_mask, top_quantile)
-            for a, entropy in enumerate(inputs["entropy"])]
 
 
 def generation_config(args: Any, team: Any) -> GenerationConfig:

@@ -1,11 +1,29 @@
-"""`MAGRPOTrainer`: Multi-Agent Group Relative Policy Optimization (Liu et al., arXiv 2508.04652)."""
+"""`MAGRPOTrainer`: Multi-Agent Group Relative Policy Optimization (Liu et al., arXiv 2508.04652).
+
+Read top to bottom, as TRL keeps `GRPOTrainer` in one file: the constructor, the data, the hooks
+(`compute_rewards`, `compute_advantages`, `compute_agent_loss`), the training step (`training_step ->
+_make_batches -> compute_loss`, or one backward per agent), logging and evaluation. Beside it in this package:
+`config` (`MAGRPOConfig` and its family), `schedule` (which rows each micro-step plays, the sampling settings, the
+reference sync), `entropy` (the entropy bonus and the high-entropy token masks) and `diagnostics` (the rollout metrics
+and the no-learning warnings).
+
+One backward per agent: the team loss is a sum over the trained agents, ``L = sum_a L_a``, and each ``L_a`` depends
+on agent ``a``'s micro-batch and policy only: its advantages, reference and old log-probs are fixed before the step,
+the `loss_type="dapo"` normaliser counts tokens of the whole step in advance, and the `top_entropy_quantile` token
+mask and the entropy bonus of agent ``a`` read agent ``a``'s entropies only. So ``grad L = sum_a grad L_a``: taking
+agent ``a``'s forward, loss and backward, then agent ``a + 1``'s (`trainers.per_agent.backward_per_agent`),
+accumulates the same gradient (up to the order of floating-point sums) as the summed loss with one backward, which
+`transformers.Trainer.training_step` takes, while only one agent's forward graph (its `(B, L, vocab)` logits among
+it) is alive at a time. The loop needs `MAGRPOConfig.backward_per_agent`, the trainer's own `compute_loss` (a
+subclass that overrides it keeps the summed loss, so its override is honoured), and a setup that
+`per_agent.backward_per_agent_supported` accepts (the team run as is or wrapped by DistributedDataParallel; not FSDP2,
+DeepSpeed or LOMO).
+"""
 
 from __future__ import annotations
 
 import functools
-import math
 import os
-from collections import defaultdict
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -14,28 +32,30 @@ from accelerate.utils import set_seed
 from torch.utils.data import DataLoader
 from transformers import GenerationConfig, PreTrainedModel, TrainerCallback
 
-from .._trl_compat import TeamCheckpointMixin, TRLBaseTrainer
-from ..core import (
+from ..._trl_compat import TeamCheckpointMixin, TRLBaseTrainer
+from ...core import (
     aggregate_token_loss,
     clipped_surrogate,
     k3_kl,
     log_importance_weights,
+    masked_mean,
     off_policy_sequence_mask,
 )
-from ..envs.base import MultiAgentEnv, PromptEnv, Transcript
-from ..rewarding import NonFiniteCounter, NonFiniteError
-from ..rollout import JointRollout, Rollout, TeamReward, TurnResult, flat_group_fraction, turn_advantages
-from ..team import AgentBatch, AgentTeam, pad_left, pad_right
-from ..team.generation import build_generation_backend
-from ..utils.precision import cast_lm_head_to_fp32
-from ..utils.threads import apply_cpu_threads
-from ..validation import RewardFunctionError, check_prompt_lengths
-from .engine_correction import corrects_engine_mismatch, engine_correction, engine_logps
-from .magrpo_backward import agent_loss, backward_per_agent, takes_backward_per_agent, zero_loss
-from .magrpo_config import MAGRPOConfig
-from .magrpo_entropy import EntropyControl
-from .magrpo_logging import TrainingDiagnosticWarning, diagnose_step, log_rollout
-from .magrpo_steps import (
+from ...envs.base import MultiAgentEnv, PromptEnv, Transcript
+from ...team.generation import build_generation_backend
+from ...rewarding import NonFiniteCounter, NonFiniteError
+from ...rollout import JointRollout, Rollout, TeamReward, TurnResult, flat_group_fraction, turn_advantages
+from ...team import AgentBatch, AgentTeam, pad_left, pad_right
+from ...utils.precision import cast_lm_head_to_fp32
+from ...utils.threads import apply_cpu_threads
+from ...validation import RewardFunctionError, check_prompt_lengths
+from ..base import MetricsBook, TeamTrainerMixin, collate_rows, rollout_phase
+from ..engine_correction import corrects_engine_mismatch, engine_correction, engine_logps
+from ..per_agent import backward_per_agent, backward_per_agent_supported
+from .config import MAGRPOConfig
+from .diagnostics import TrainingDiagnostics, TrainingDiagnosticWarning, log_rollout, print_completions
+from .entropy import EntropyControl, agent_high_entropy_mask, high_entropy_masks
+from .schedule import (
     BlockRepeatSampler,
     GenerationSchedule,
     ReferenceSync,
@@ -43,14 +63,12 @@ from .magrpo_steps import (
     continuous_batching_config,
     gathered_rows,
     generation_config,
-    high_entropy_masks,
 )
-from .team_trainer import TeamTrainerMixin, collate_rows, rollout_phase
 
 RewardFunc = Callable[..., Sequence[float | None]]
 
 
-__all__ = ["MAGRPOTrainer", "NonFiniteError", "TrainingDiagnosticWarning"]
+__all__ = ["MAGRPOTrainer", "NonFiniteError", "TrainingDiagnosticWarning", "zero_loss"]
 
 
 class MAGRPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer):
@@ -80,7 +98,7 @@ class MAGRPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer):
         args: A [`MAGRPOConfig`].
         train_dataset: A `datasets.Dataset` whose rows the environment reads (by default a `prompt` column).
         eval_dataset: Optional evaluation dataset; `evaluate()` reports the team reward per turn on it and, with an
-            answer verifier, per-turn majority accuracy and collaboration transitions (`trainers.team_trainer`).
+            answer verifier, per-turn majority accuracy and collaboration transitions (`trainers.base`).
         processing_class: A tokenizer, or one per agent. Default: loaded from the model names.
         env: The [`MultiAgentEnv`]. Default: [`PromptEnv`] over the `prompt` column.
         callbacks: `transformers.TrainerCallback`s.
@@ -179,8 +197,8 @@ class MAGRPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer):
             ReferenceSync.check(team)
         funcs = list(reward_funcs) if isinstance(reward_funcs, (list, tuple)) else [reward_funcs]
         self.reward_funcs = funcs
-        self.team_reward = TeamReward(funcs, args.reward_weights)
-        self.team_reward.set_timeout(args.reward_timeout, f"{type(args).__name__}.reward_timeout")
+        self.rewards = TeamReward(funcs, args.reward_weights)
+        self.rewards.set_timeout(args.reward_timeout, f"{type(args).__name__}.reward_timeout")
         self.env = env
         args.remove_unused_columns = False  # the environment and the reward functions read the raw rows
         if args.data_seed is None:
@@ -207,10 +225,10 @@ class MAGRPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer):
         # the accumulation steps, or for dapo normalised by the token count of the whole accumulated step).
         self.loss_is_scaled_for_ga = True
         self.model_accepts_loss_kwargs = False
-        self.rollout = JointRollout(
+        self.engine = JointRollout(
             env=env,
             team=team,
-            reward=self.team_reward,
+            reward=self.rewards,
             generation_config=self._generation_config(),
             num_generations=args.num_generations,
             joint_mode=args.joint_mode,
@@ -224,18 +242,14 @@ class MAGRPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer):
             gather=functools.partial(gathered_rows, self.accelerator),  # batch statistics over every process
         )
         # evaluation plays one sample per agent per episode with the same engine, scoring every turn
-        self.eval_rollout = JointRollout(
-            env=env, team=team, reward=self.team_reward, generation_config=self._generation_config(),
+        self.eval_engine = JointRollout(
+            env=env, team=team, reward=self.rewards, generation_config=self._generation_config(),
             num_generations=1, discount=args.discount, early_stop_threshold=args.early_stop_threshold,
             chat_template_kwargs=args.chat_template_kwargs, score=self._score_turn,
         )
-        self._metrics: dict[str, dict[str, list[float]]] = {"train": defaultdict(list), "eval": defaultdict(list)}
+        self._metrics = MetricsBook()
         self.nonfinite = NonFiniteCounter(args.max_nonfinite)
-        self._zero_std_streak = 0
-        self._entropy_streak = 0
-        self._warned: set[str] = set()
-        self._step_flat_fraction = 0.0
-        self._step_entropy: dict[int, list[float]] = defaultdict(lambda: [0.0, 0.0])  # agent -> [sum, tokens]
+        self.diagnostics = TrainingDiagnostics(args, self.accelerator.is_main_process)
         self._schedule = GenerationSchedule(args.steps_per_generation, args.num_iterations)
         self.entropy_control = EntropyControl(args, [a for a in range(env.num_agents) if a not in team.frozen])
         self.last_rollout: Rollout | None = None
@@ -295,7 +309,7 @@ class MAGRPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer):
             `(rewards_per_func, nonfinite)`: `(N, F)` scores (NaN where a function returned `None`) and a `(N,)`
             bool tensor marking NaN/inf scores; they are combined with `reward_weights` (`trl_marl.rewarding`).
         """
-        return self.team_reward.score(prompts, completions, rows, transcripts, turn, self.state)
+        return self.rewards.score(prompts, completions, rows, transcripts, turn, self.state)
 
     def _score_turn(self, prompts: list[list[Any]], completions: list[list[str]], rows: list[dict[str, Any]],
                     transcripts: list[Transcript], turn: int, trainer_state: Any = None,
@@ -337,18 +351,62 @@ class MAGRPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer):
         else:
             batch = self._make_batch(inputs, mode="train")
         if self._takes_backward_per_agent(model):
-            loss = backward_per_agent(self, model, batch)  # `backward_per_agent`: one agent's graph at a time
+            loss = self._backward_per_agent(model, batch)  # one agent's graph at a time
         else:
             loss = super().training_step(model, batch, num_items_in_batch)
         if last:  # the optimizer step's last micro-step: the entropy controllers and the diagnostics
             self.entropy_control.end_step(self.accelerator, self._metrics["train"])
-            diagnose_step(self)
+            self.diagnostics.end_step(self._metrics["train"])
         return loss
 
     def _takes_backward_per_agent(self, model: torch.nn.Module) -> bool:
         """Whether a training step on `model` (the team, or the team wrapped by accelerate) takes a backward per agent
-        (`magrpo_backward`) rather than one of the summed loss."""
-        return takes_backward_per_agent(self, model, type(self).compute_loss is MAGRPOTrainer.compute_loss)
+        (module docstring) rather than one of the summed loss: `backward_per_agent`, the trainer's own
+        `compute_loss`, and a setup that `per_agent.backward_per_agent_supported` accepts."""
+        if not (self.args.backward_per_agent and type(self).compute_loss is MAGRPOTrainer.compute_loss):
+            return False
+        return backward_per_agent_supported(self.args, model, self.team)
+
+    def _backward_per_agent(self, model: torch.nn.Module, inputs: dict[str, Any]) -> torch.Tensor:
+        """One training micro-step on `inputs` (a micro-batch of `_make_batches`) with a forward, loss and backward
+        per trained agent (`per_agent.backward_per_agent`); returns the detached sum of the agents' losses, as
+        `compute_loss` would (a zero loss over every trained parameter when no agent has a finite one)."""
+        model.train()
+        if callable(getattr(self.optimizer, "train", None)):  # schedule-free optimizers, as `Trainer.training_step`
+            self.optimizer.train()
+        frozen = self.team.frozen
+        batches = inputs["batches"]
+        n = len(batches)
+        inputs["entropy"] = [None] * n
+        inputs["entropy_mask"] = [None] * n
+        entropy_grad = self.entropy_control.enabled  # entropies with gradients only for a bonus
+
+        def one_agent(a: int) -> torch.Tensor | None:
+            batch = batches[a]
+            with self.compute_loss_context_manager():
+                logps, entropy = model([batch if b == a else None for b in range(n)], compute_entropy=True,
+                                       entropy_grad=entropy_grad)[a]
+                inputs["entropy"][a] = entropy
+                inputs["entropy_mask"][a] = agent_high_entropy_mask(
+                    self.accelerator, entropy, batch.completion_mask, self.args.top_entropy_quantile)
+                loss = self._agent_loss(a, logps, entropy, inputs, "train")
+            inputs["entropy"][a] = entropy.detach()
+            return loss
+
+        def zero() -> torch.Tensor:
+            with self.compute_loss_context_manager():
+                return zero_loss(model)
+
+        agents = [a for a, batch in enumerate(batches) if not (a in frozen or batch is None or len(batch) == 0)]
+        # under DDP: `no_sync`, then the gradients averaged when DDP would (not under the trainer's own `no_sync`)
+        total = backward_per_agent(model, self.accelerator.num_processes, agents, one_agent,
+                                   self.accelerator.backward, fallback=zero)
+        steps = self.args.torch_empty_cache_steps
+        if steps is not None and self.state.global_step % steps == 0:
+            from accelerate.utils.memory import clear_device_cache
+
+            clear_device_cache()
+        return total
 
     def _inference_logps(self, batches: list[AgentBatch | None], reference: bool = False) -> list[Any]:
         """The old-policy (or reference) log-probabilities of each agent's batch (None: frozen). When the training
@@ -378,12 +436,12 @@ class MAGRPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer):
         device = self.accelerator.device
         args, mu = self.args, self.args.num_iterations
         rows = [row for batch in row_batches for row in batch]
-        rollout = self.rollout.run(rows, trainer_state=self.state)
-        self.team_reward.require_some_score([t.rewards_per_func for t in rollout.turns], rollout.nonfinite_rewards)
+        rollout = self.engine.run(rows, trainer_state=self.state)
+        self.rewards.require_some_score([t.rewards_per_func for t in rollout.turns], rollout.nonfinite_rewards)
         self.last_rollout = rollout
         self._count_nonfinite(rollout.nonfinite_rewards, "rewards")
         if mode == "train":
-            self._step_flat_fraction = flat_group_fraction(rollout.turns)
+            self.diagnostics.flat_fraction = flat_group_fraction(rollout.turns)
         n = self.env.num_agents
         eos_ids = set().union(*(self.team.stop_token_ids(a) for a in range(n)))  # where generation stopped
         bounds = [0]
@@ -427,7 +485,8 @@ class MAGRPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer):
             old_logps = self._inference_logps(trained) if mode == "train" and (engine or not aligned) else None
             micro_batches.append({"batches": batches, "advantages": advantages, "old_logps": old_logps,
                                   "ref_logps": ref_logps, "turn_of_sample": turn_of_sample,
-                                  **engine_correction(self, old_logps, engine, trained)})
+                                  **engine_correction(args, self.accelerator, self._metrics["train"], old_logps,
+                                                      engine, trained)})
             all_batches.append(batches)
             all_advantages.append(advantages)
             all_turns.append(turn_of_sample)
@@ -448,20 +507,53 @@ class MAGRPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer):
     def compute_loss(self, model: torch.nn.Module, inputs: dict[str, Any], return_outputs: bool = False,
                      num_items_in_batch: Any = None) -> torch.Tensor:
         """Sum over agents of the GRPO clipped-surrogate loss on each agent's own tokens (+ beta * k3 KL, - the
-        entropy bonus `c_a * H_a` with `entropy_coef`, see `magrpo_entropy`). Training backpropagates the same sum
-        one agent at a time instead (`backward_per_agent`, `magrpo_backward`) unless a subclass overrides this."""
+        entropy bonus `c_a * H_a` with `entropy_coef`, see `magrpo.entropy`). Training backpropagates the same sum
+        one agent at a time instead (`backward_per_agent`, module docstring) unless a subclass overrides this."""
         mode = "train" if self.model.training else "eval"
         frozen = self.team.frozen
         results = model([None if a in frozen else b for a, b in enumerate(inputs["batches"])], compute_entropy=True,
                         entropy_grad=self.entropy_control.enabled)  # entropies with gradients only for a bonus
         inputs["entropy"] = [None if r is None else r[1] for r in results]
         inputs["entropy_mask"] = high_entropy_masks(self.accelerator, inputs, self.args.top_entropy_quantile)
-        losses = [agent_loss(self, a, *result, inputs, mode) for a, result in enumerate(results) if result is not None]
+        losses = [self._agent_loss(a, *result, inputs, mode) for a, result in enumerate(results) if result is not None]
         total: torch.Tensor | None = None
         for loss in losses:
             if loss is not None:  # a non-finite loss is skipped (and counted)
                 total = loss if total is None else total + loss
         return zero_loss(model) if total is None else total
+
+    def _agent_loss(self, agent: int, logps: torch.Tensor, entropy: torch.Tensor, inputs: dict[str, Any],
+                    mode: str) -> torch.Tensor | None:
+        """Agent `agent`'s term of the MAGRPO loss, its metrics recorded: `compute_agent_loss`, divided by the
+        accumulation steps in training (except for `dapo`), minus the entropy bonus; `None` (counted under
+        `nonfinite/loss`) when it is not finite. `inputs["entropy"][agent]` and `inputs["entropy_mask"][agent]` must
+        be set."""
+        args = self.args
+        bonus = self.entropy_control
+        metrics = self._metrics[mode]
+        mask = inputs["batches"][agent].completion_mask
+        loss, kl, clipped = self.compute_agent_loss(agent, logps, inputs)
+        if mode == "train" and args.loss_type != "dapo":
+            loss = loss / self.current_gradient_accumulation_steps
+        prefix = f"agent_{agent}/"
+        if bonus.enabled:  # over the tokens the policy loss acts on, scaled for accumulation only (as TRL)
+            metrics[prefix + "policy_loss"].append(float(loss.detach()))
+            tokens = mask if inputs["entropy_mask"][agent] is None else mask * inputs["entropy_mask"][agent]
+            scale = self.current_gradient_accumulation_steps if mode == "train" else 1.0
+            loss = loss - bonus.bonus(agent, entropy, tokens, scale, train=mode == "train")
+        if not torch.isfinite(loss):
+            self._count_nonfinite(1, "loss")
+            return None
+        fmask = mask.float()
+        metrics[prefix + "entropy"].append(float(masked_mean(entropy.detach(), fmask)) if fmask.sum() else 0.0)
+        if mode == "train":
+            self.diagnostics.add_entropy(agent, entropy, fmask)
+        if kl is not None:
+            metrics[prefix + "kl"].append(float(masked_mean(kl.detach(), fmask)) if fmask.sum() else 0.0)
+        clip_mask = clipped.expand_as(fmask).float() if clipped.dim() == 2 else clipped.float()
+        metrics[prefix + "clip_ratio"].append(float(masked_mean(clip_mask, fmask)) if fmask.sum() else 0.0)
+        metrics[prefix + "loss"].append(float(loss.detach()))
+        return loss
 
     def compute_agent_loss(self, agent_index: int, logps: torch.Tensor,
                            inputs: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
@@ -530,20 +622,12 @@ class MAGRPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer):
     # ------------------------------------------------------------------ logging
     def _log_rollout(self, rollout: Rollout, lengths: list[torch.Tensor], advantages: list[torch.Tensor],
                      turn_of_sample: list[torch.Tensor], mode: str) -> None:
-        log_rollout(self, rollout, lengths, advantages, turn_of_sample, mode)
-
-    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
-        mode = "train" if self.model.training else "eval"
-        averaged = {k: sum(v) / len(v) for k, v in self._metrics[mode].items() if v and not k.startswith("nonfinite")}
-        # a streak is a state, not a rate: report its latest value
-        averaged.update({k: v[-1] for k, v in self._metrics[mode].items() if v and k.startswith("diagnostics/")})
-        averaged.update({k: float(sum(v)) for k, v in self._metrics[mode].items() if k.startswith("nonfinite")})
-        averaged = {k: (v if math.isfinite(v) else float("nan")) for k, v in averaged.items()}
-        if mode == "eval":
-            averaged = {f"eval_{k}": v for k, v in averaged.items()}
-        logs = {**logs, **averaged}
-        super().log(logs, start_time)
-        self._metrics[mode].clear()
+        """Record a rollout's metrics (`diagnostics.log_rollout`), and print a few joint actions with
+        `log_completions`."""
+        log_rollout(self._metrics[mode], rollout, self.rewards.names, lengths, advantages, turn_of_sample)
+        if self.args.log_completions and self.accelerator.is_main_process and mode == "train":
+            print_completions(rollout, self.env.num_agents, self.args.num_generations,
+                              self.args.num_completions_to_print or 4, self.state.global_step)
 
     # ------------------------------------------------------------------ evaluation
     def check_evaluation_prompts(self, dataset: Any) -> None:
@@ -564,8 +648,8 @@ class MAGRPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer):
         if temperature is not None:
             config = self._generation_config()
             config.temperature = temperature
-        rollout = self.eval_rollout.run(rows, trainer_state=self.state, generation_config=config)
-        self.team_reward.require_some_score([t.rewards_per_func for t in rollout.turns], rollout.nonfinite_rewards)
+        rollout = self.eval_engine.run(rows, trainer_state=self.state, generation_config=config)
+        self.rewards.require_some_score([t.rewards_per_func for t in rollout.turns], rollout.nonfinite_rewards)
         return (rollout.episode_transcripts(len(rows)),
                 {t.turn: t.rewards[:, 0].tolist() for t in rollout.turns})
 
@@ -573,23 +657,15 @@ class MAGRPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer):
     def create_model_card(self, model_name: str | None = None, dataset_name: str | None = None,
                           tags: str | list[str] | None = None, output_dir: str | None = None) -> None:
         """Write `README.md` in `output_dir`: the algorithm, the paper, the agents and the rewards."""
-        if not self.is_world_process_zero():
-            return
-        from ..model_card import write_team_model_card
+        args = self.args
+        self.write_model_card(
+            "MAGRPO (Multi-Agent Group Relative Policy Optimization)", self.rewards.names,
+            {"num_agents": args.num_agents, "num_turns": args.num_turns, "num_generations": args.num_generations,
+             "joint_mode": args.joint_mode, "advantage_mode": args.advantage_mode, "discount": args.discount,
+             "loss_type": args.loss_type, "beta": args.beta, "learning_rate": args.learning_rate},
+            model_name, dataset_name, tags, output_dir)
 
-        write_team_model_card(
-            output_dir=output_dir or self.args.output_dir,
-            team=self.team,
-            algorithm="MAGRPO (Multi-Agent Group Relative Policy Optimization)",
-            paper=self._paper,
-            reward_names=self.team_reward.names,
-            env_name=type(self.env).__name__,
-            config_summary={
-                "num_agents": self.args.num_agents, "num_turns": self.args.num_turns,
-                "num_generations": self.args.num_generations, "joint_mode": self.args.joint_mode,
-                "advantage_mode": self.args.advantage_mode, "discount": self.args.discount,
-                "loss_type": self.args.loss_type, "beta": self.args.beta, "learning_rate": self.args.learning_rate,
-            },
-            model_name=model_name, dataset_name=dataset_name,
-            tags=[*self._tag_names, *([] if tags is None else [tags] if isinstance(tags, str) else tags)],
-        )
+
+def zero_loss(model: torch.nn.Module) -> torch.Tensor:
+    """A zero loss that touches every trained parameter (when every agent's loss was non-finite)."""
+    return sum((p.sum() * 0.0 for p in model.parameters() if p.requires_grad), torch.zeros(()))

@@ -1,4 +1,4 @@
-"""One backward per agent: what MAGRPO (`magrpo_backward`) and multi-agent PPO (`ppo_backward`) share.
+"""One backward per agent: the loop that MAGRPO and multi-agent PPO share ([`backward_per_agent`]).
 
 A team's loss is a sum of per-agent terms, ``L = sum_a L_a``, where ``L_a`` reads agent ``a``'s micro-batch and
 weights only (in PPO a term may also reach a value model that several agents share, the centralized critic). Then
@@ -7,6 +7,11 @@ gradient of one backward of the sum (up to the order of floating-point sums) whi
 (its `(B, L, vocab)` logits among it) is alive at a time. A weight that several terms reach (PPO's centralized
 critic, the one policy of a `shared` team) gets each term's gradient added to its `.grad` by the backwards in turn,
 as one backward of the sum adds them.
+
+[`backward_per_agent`] is that loop: for each agent in turn, the trainer's closure runs the agent's forward and
+loss, the loop takes its backward and frees its graph before the next agent's forward. MAGRPO calls it with one
+closure per trained agent (`MAGRPOTrainer.training_step`), multi-agent PPO with one per policy slot
+(`MultiAgentPPOTrainer`'s micro-steps).
 
 Which setups can take it ([`backward_per_agent_supported`]): the trainer's module run as is or wrapped by
 DistributedDataParallel. Sharded weights (FSDP2, DeepSpeed) and optimizers that update inside the backward (LOMO)
@@ -23,7 +28,7 @@ forward are then not used: a language model's buffers (e.g. rotary frequencies) 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, nullcontext
 from typing import Any
 
@@ -32,7 +37,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from .distributed import is_fsdp2_module
 
-__all__ = ["agent_backwards", "average_gradients", "backward_per_agent_supported"]
+__all__ = ["agent_backwards", "average_gradients", "backward_per_agent", "backward_per_agent_supported"]
 
 BUCKET_BYTES = 25 * 2**20  # gradients all-reduced per call, as DDP's default bucket
 
@@ -84,6 +89,44 @@ def agent_backwards(model: torch.nn.Module, num_processes: int, synchronise: boo
         yield
     if ddp and synchronise:
         average_gradients(model.module, num_processes)
+
+
+def backward_per_agent(
+    model: torch.nn.Module,
+    num_processes: int,
+    agents: Iterable[int],
+    agent_loss: Callable[[int], torch.Tensor | None],
+    backward: Callable[[torch.Tensor], None],
+    synchronise: bool | None = None,
+    fallback: Callable[[], torch.Tensor] | None = None,
+) -> torch.Tensor | None:
+    """One micro-step with a forward, loss and backward per agent, in [`agent_backwards`]; returns the detached sum
+    of the agents' losses (`None` when no agent had one and there is no `fallback`).
+
+    Args:
+        model: The module the step runs (DDP-wrapped or not).
+        num_processes: The number of processes.
+        agents: The agents (or policy slots) to take, in order.
+        agent_loss: `agent_loss(a)` runs agent `a`'s forward and returns its loss (`None`: nothing to backpropagate,
+            e.g. a non-finite loss). Its graph is freed once its backward ran, before the next agent's forward.
+        backward: Backpropagates one agent's loss (e.g. `accelerator.backward`, with any scaling it applies).
+        synchronise: As for [`agent_backwards`].
+        fallback: When no agent gave a loss, a loss to backpropagate instead (e.g. a zero loss that touches every
+            trained parameter), inside the same context.
+    """
+    total: torch.Tensor | None = None
+    with agent_backwards(model, num_processes, synchronise):
+        for agent in agents:
+            loss = agent_loss(agent)
+            if loss is not None:
+                backward(loss)
+                total = loss.detach() if total is None else total + loss.detach()
+            del loss  # agent a's graph is gone before agent a + 1's forward
+        if total is None and fallback is not None:
+            loss = fallback()
+            backward(loss)
+            total = loss.detach()
+    return total
 
 
 @torch.no_grad()

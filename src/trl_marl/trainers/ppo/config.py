@@ -5,10 +5,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from .._trl_compat import TRLBaseConfig
-from ..team.generation import check_generation_backend
-from ..utils.inputs import check_learning_rate, use_activation_checkpointing_name
-from ..validation import (
+from ..._trl_compat import TRLBaseConfig
+from ...team.generation import check_generation_backend
+from ...utils.inputs import check_learning_rate, use_activation_checkpointing_name
+from ...validation import (
     DEFAULT_REWARD_TIMEOUT,
     PROMPT_LENGTH_CHECKS,
     check_choice,

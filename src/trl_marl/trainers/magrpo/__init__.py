@@ -1,0 +1,20 @@
+"""MAGRPO and its family (MAREINFORCE, MARLOO, MAReMax): the trainer, its configs, and what it is made of.
+
+`trainer` (`MAGRPOTrainer`, read top to bottom), `config` (`MAGRPOConfig` and the family's configs), `schedule`
+(which rows each micro-step plays, the sampling settings, `ReferenceSync`), `entropy` (the entropy bonus and the
+`top_entropy_quantile` token masks), `diagnostics` (the rollout metrics and the no-learning warnings).
+"""
+
+from .config import MAGRPOConfig, MAREINFORCEConfig, MAReMaxConfig, MARLOOConfig
+from .diagnostics import TrainingDiagnosticWarning
+from .trainer import MAGRPOTrainer, NonFiniteError
+
+__all__ = [
+    "MAGRPOConfig",
+    "MAGRPOTrainer",
+    "MAREINFORCEConfig",
+    "MARLOOConfig",
+    "MAReMaxConfig",
+    "NonFiniteError",
+    "TrainingDiagnosticWarning",
+]
