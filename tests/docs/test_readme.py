@@ -54,6 +54,7 @@ def test_environment_page_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     assert [m["role"] for m in later] == ["user", "assistant", "user"]
     assert "A summary." in later[-1]["content"]
     reward = namespace["shared_words"]
-    completions = [[[{"role": "assistant", "content": "Bees dance"}]], [[{"role": "assistant", "content": "bees fly."}]]]
+    title, summary = [{"role": "assistant", "content": "Bees dance"}], [{"role": "assistant", "content": "bees fly."}]
+    completions = [[title], [summary]]
     assert reward([], [], agent_completions=completions) == [0.5]
     assert namespace["trainer"].state.global_step == 1

@@ -22,7 +22,6 @@ from trl_marl.team.forward import dropout_active, no_autograd
 from trl_marl.toy import build_toy_model
 from trl_marl.trainers.base import TeamTrainerMixin
 from trl_marl.trainers.ppo.value import build_value_models, response_values, sequence_scores
-from trl_marl.team.forward import dropout_active, no_autograd
 
 PROMPTS = [["Q:12+3=A:", "T:5?", "Q:7="], ["Q:1+1=A:", "Q:45+67=A:", "9"]]  # left padding
 COMPLETIONS = [["15", "7 ", "1234"], ["2", "112", ""]]  # right padding (every completion ends with EOS)

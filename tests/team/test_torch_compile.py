@@ -23,8 +23,8 @@ from transformers import AutoModelForCausalLM
 from helpers import spread_reward
 from trl_marl import MAGRPOConfig, MAGRPOTrainer
 from trl_marl.envs import TargetSumEnv
-from trl_marl.trainers.base import TeamTrainerMixin
 from trl_marl.team.compile import CompiledForward, call_model, graphs_needed
+from trl_marl.trainers.base import TeamTrainerMixin
 
 warnings.filterwarnings("ignore")
 LORA = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], lora_dropout=0.0)

@@ -19,7 +19,7 @@ from transformers import GenerationConfig
 from helpers import spread_reward
 from trl_marl import AgentTeam, MAGRPOConfig, MAGRPOTrainer
 from trl_marl.envs import TargetSumEnv
-from trl_marl.toy import build_toy_model, build_toy_tokenizer, make_toy_model
+from trl_marl.toy import build_toy_model, build_toy_tokenizer
 from trl_marl.trainers.magrpo.entropy import ENTROPY_STATE_FILE, EntropyControl
 from trl_marl.utils.precision import Float32Head, cast_lm_head_to_fp32
 

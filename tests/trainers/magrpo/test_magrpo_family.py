@@ -15,7 +15,6 @@ from datasets import Dataset
 from trl_marl import MAGRPOConfig, MAGRPOTrainer, MAREINFORCEConfig, MAReMaxConfig, MARLOOConfig
 from trl_marl.envs import TargetSumEnv
 from trl_marl.rewards.arithmetic import TargetSumReward
-from trl_marl.toy import make_toy_model
 from trl_marl.trainers.magrpo.schedule import BlockRepeatSampler
 
 warnings.filterwarnings("ignore")

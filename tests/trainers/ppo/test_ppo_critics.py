@@ -21,7 +21,6 @@ from trl_marl.core.ppo import (
 )
 from trl_marl.envs import TargetSumEnv
 from trl_marl.rewards import TargetSumReward
-from trl_marl.toy import make_toy_model
 from trl_marl.trainers.ppo.samples import joint_value_prompt, next_turn_values
 from trl_marl.trainers.ppo.value import check_joint_tokenizers, sequence_scores
 

@@ -42,10 +42,10 @@ from ...core import (
     off_policy_sequence_mask,
 )
 from ...envs.base import MultiAgentEnv, PromptEnv, Transcript
-from ...team.generation import build_generation_backend
 from ...rewarding import NonFiniteCounter, NonFiniteError
 from ...rollout import JointRollout, Rollout, TeamReward, TurnResult, flat_group_fraction, turn_advantages
 from ...team import AgentBatch, AgentTeam, pad_left, pad_right
+from ...team.generation import build_generation_backend
 from ...utils.precision import cast_lm_head_to_fp32
 from ...utils.threads import apply_cpu_threads
 from ...validation import RewardFunctionError, check_prompt_lengths

@@ -48,10 +48,10 @@ from ...core.ppo import (
     ppo_policy_loss,
 )
 from ...envs.base import MultiAgentEnv, PromptEnv, TokenizedPromptEnv, Transcript
-from ...team.generation import build_generation_backend
 from ...rewarding import NonFiniteCounter, RewardSet
 from ...rollout import JointRollout, Rollout
 from ...team import AgentTeam, sequence_model_inputs
+from ...team.generation import build_generation_backend
 from ...utils.threads import apply_cpu_threads
 from ...validation import RewardFunctionError, check_prompt_lengths
 from ..base import MetricsBook, TeamTrainerMixin, collate_rows, rollout_phase
