@@ -199,16 +199,18 @@ def test_a_models_team_gets_one_engine_per_distinct_base_and_syncs_each(monkeypa
     from trl_marl.team.generation.vllm import VLLMBackend
     from trl_marl.toy import build_toy_model, build_toy_tokenizer
 
+    torch.manual_seed(0)  # LoRA A's initialisation: the same agents whatever ran before
     tokenizer = build_toy_tokenizer()
     bases = [build_toy_model(tokenizer, hidden_size=64, num_layers=1, num_heads=2, seed=seed,
                              max_position_embeddings=512) for seed in (0, 1)]
     team = AgentTeam.build([bases[0], copy.deepcopy(bases[0]), bases[1]], 3, processing_class=tokenizer,
-                           peft_config=LoraConfig(r=8, target_modules=["q_proj", "v_proj"], lora_dropout=0.0))
+                           peft_config=LoraConfig(r=8, target_modules=["q_proj", "v_proj", "o_proj", "up_proj"],
+                                                  lora_dropout=0.0))
     with torch.no_grad():
         for m, model in enumerate(team.models):
             for name, param in model.named_parameters():
                 if "lora_B" in name:
-                    param.copy_(torch.randn(param.shape, generator=torch.Generator().manual_seed(m)) * 0.5)
+                    param.copy_(torch.randn(param.shape, generator=torch.Generator().manual_seed(m)))
     backend = VLLMBackend(team, kv_cache_memory_bytes=32 << 20, max_model_len=512)
     try:
         assert backend.groups == [[0, 1], [2]] and len(backend.engines) == 2
@@ -235,7 +237,7 @@ def test_a_models_team_gets_one_engine_per_distinct_base_and_syncs_each(monkeypa
         with torch.no_grad():  # a new agent 2, as an optimizer step would make it
             for name, param in team.models[2].named_parameters():
                 if "lora_B" in name:
-                    param.copy_(torch.randn(param.shape, generator=torch.Generator().manual_seed(7)) * 0.5)
+                    param.copy_(torch.randn(param.shape, generator=torch.Generator().manual_seed(7)))
         after = generate_with(team, backend, prompts, greedy(tokenizer))
         assert after == generate_with(team, None, prompts, greedy(tokenizer))
         assert after[2] != served[2] and after[:2] == served[:2]
