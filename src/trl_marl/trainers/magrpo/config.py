@@ -127,7 +127,8 @@ class MAGRPOConfig(GRPOConfig):
             by the training model at sampling time (also with `num_iterations=1`) and each agent's per-token policy
             loss is multiplied by the bounded ratio of the two (`trainers.engine_correction`).
         vllm_kv_cache_memory_bytes (`int`, *optional*): The vLLM engine's KV cache in bytes (default on a CPU:
-            256 MiB; on a GPU: sized from `vllm_gpu_memory_utilization`).
+            256 MiB; on a GPU: sized from `vllm_gpu_memory_utilization`). A `models` team of LoRA agents over N
+            distinct base models gets N engines, which split this (or `vllm_gpu_memory_utilization`) evenly.
         share_prompt_prefill (`bool`, defaults to `True`): Run each node's prompt prefill once for its G samples
             (and for agents of the same weights that see the same prompt) and copy the KV cache to every sample
             (`AgentTeam.share_prompt_prefill`).
@@ -254,7 +255,8 @@ class MAGRPOConfig(GRPOConfig):
         default=None,
         metadata={
             "help": "Size of the vLLM engine's KV cache in bytes (`generation_backend='vllm'`). Default: sized from "
-            "`vllm_gpu_memory_utilization` on a GPU, 256 MiB on a CPU (where vLLM's memory share means host RAM)."
+            "`vllm_gpu_memory_utilization` on a GPU, 256 MiB on a CPU (where vLLM's memory share means host RAM). "
+            "Split evenly between the engines of a `models` team over several base models (one engine per base)."
         },
     )
     backward_per_agent: bool = field(

@@ -200,13 +200,15 @@ class MultiAgentPPOConfig(TRLBaseConfig):
     )
     vllm_gpu_memory_utilization: float = field(
         default=0.3,
-        metadata={"help": "As in TRL: the share of the GPU's memory the vLLM engine may take (unused on a CPU)."},
+        metadata={"help": "As in TRL: the share of the GPU's memory the vLLM engine may take (unused on a CPU); the "
+                  "N engines of a `models` team over N base models take 1/N of it each."},
     )
     vllm_kv_cache_memory_bytes: int | None = field(
         default=None,
         metadata={
             "help": "Size of the vLLM engine's KV cache in bytes. Default: sized from `vllm_gpu_memory_utilization` "
-            "on a GPU, 256 MiB on a CPU (where vLLM's memory share means host RAM)."
+            "on a GPU, 256 MiB on a CPU (where vLLM's memory share means host RAM). Split evenly between the engines "
+            "of a `models` team over several base models."
         },
     )
     vllm_max_model_length: int | None = field(
