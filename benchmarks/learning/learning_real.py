@@ -404,6 +404,9 @@ def main(argv: Sequence[str] | None = None, run_seed: Callable[..., dict[str, An
     args = parse_args(argv)
     import torch
 
+    # an explicit OMP_NUM_THREADS is what the trainers' own thread choice respects (`trl_marl.utils.threads`): without
+    # it they would pick one thread per core for this 135M-parameter model, whatever `--threads` says
+    os.environ["OMP_NUM_THREADS"] = str(args.threads)
     torch.set_num_threads(args.threads)
     settings = settings_for(args)
     start = time.perf_counter()

@@ -124,3 +124,27 @@ def test_smoke_settings(bench: Any) -> None:
     assert bench.value_models("unused", 0) is None  # 0: the trainer builds its default (full) value models
     settings = bench.settings_for(bench.parse_args(["magrpo", "--lr", "1e-4"]))
     assert settings["steps"] == 60 and settings["sizes"]["lr"] == 1e-4 and settings["sizes"]["eval_per_target"] == 64
+
+
+def test_threads_option_is_what_the_trainers_use(bench: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--threads N` must reach the trainers, whose own choice (one thread per core for a 135M model) respects only an
+    explicit OMP_NUM_THREADS (`trl_marl.utils.threads.choose_cpu_threads`)."""
+    import torch
+
+    from trl_marl.utils.threads import choose_cpu_threads
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "")  # unset for the thread choice; restored after the test
+    seen = {}
+
+    def fake_seed(seed: int, settings: dict, work: str) -> dict:
+        seen["choice"], seen["torch"] = choose_cpu_threads(135_000_000, cores=2)[0], torch.get_num_threads()
+        result = {"heldout": {"success": 0.0, "valid": 1.0}, "train_targets": {"success": 0.0, "valid": 1.0}}
+        return {"seed": seed, "untrained": result, "team": result}
+
+    previous = torch.get_num_threads()
+    try:
+        bench.main(["magrpo", "--seeds", "0", "--threads", "1", "--arms", "team", "--output",
+                    str(tmp_path / "r.json")], run_seed=fake_seed)
+    finally:
+        torch.set_num_threads(previous)
+    assert seen["choice"] is None and seen["torch"] == 1  # the trainers leave the harness's one thread alone
