@@ -55,6 +55,25 @@ class GenerationBackend:
         """Release the backend's resources (engine, temporary folders). The default holds none."""
 
 
+class EngineBackend(GenerationBackend):
+    """A backend whose engine returns log-probabilities with its samples (vLLM, in process or as a server): it
+    defines `generate_with_logprobs` with a `logprobs` switch, and `generate` is that call without them."""
+
+    def generate(self, team: Any, prompt_ids: list[list[list[int]]],
+                 generation_config: GenerationConfig) -> list[list[list[int]]]:
+        completions, _ = self.generate_with_logprobs(team, prompt_ids, generation_config, logprobs=False)
+        return completions
+
+    def generate_with_logprobs(
+        self, team: Any, prompt_ids: list[list[list[int]]], generation_config: GenerationConfig,
+        logprobs: bool | None = None,
+    ) -> tuple[list[list[list[int]]], list[list[list[float]]] | None]:
+        """Completions and, when `logprobs` (default: `sampling_logprobs`), the engine's log-probability of every
+        sampled token."""
+        raise NotImplementedError(f"{type(self).__name__} is an EngineBackend: it must define "
+                                  "`generate_with_logprobs`.")
+
+
 def check_generation_backend(config: Any) -> None:
     """Validate (and normalise) the generation-backend fields of a trainer config, in its `__post_init__`.
 

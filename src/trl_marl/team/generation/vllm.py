@@ -51,7 +51,7 @@ from typing import Any
 import torch
 from transformers import GenerationConfig
 
-from .base import GenerationBackend
+from .base import EngineBackend
 
 # LoRA ranks vLLM's `max_lora_rank` accepts
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
@@ -196,7 +196,7 @@ def sampling_settings(generation_config: GenerationConfig) -> dict[str, Any]:
     }
 
 
-class VLLMBackend(GenerationBackend):
+class VLLMBackend(EngineBackend):
     """One in-process `vllm.LLM` per distinct base model of a team of LoRA agents (see the module docstring).
 
     Args:
@@ -321,11 +321,6 @@ class VLLMBackend(GenerationBackend):
     def engine_of(self, model: int) -> Any:
         """The engine (`vllm.LLM`) that serves `team.models[model]`."""
         return self.engines[self._engine_of[model]]
-
-    def generate(self, team: Any, prompt_ids: list[list[list[int]]],
-                 generation_config: GenerationConfig) -> list[list[list[int]]]:
-        completions, _ = self.generate_with_logprobs(team, prompt_ids, generation_config, logprobs=False)
-        return completions
 
     def generate_with_logprobs(
         self, team: Any, prompt_ids: list[list[list[int]]], generation_config: GenerationConfig,

@@ -34,7 +34,7 @@ from typing import Any
 import torch
 from transformers import GenerationConfig
 
-from .base import GenerationBackend
+from .base import EngineBackend
 from .vllm import adapter_changed, adapter_weights, check_servable, sampling_settings
 
 
@@ -52,7 +52,7 @@ def serve_command(model: str, max_loras: int, max_lora_rank: int, host: str = "1
     return argv, env
 
 
-class VLLMServerBackend(GenerationBackend):
+class VLLMServerBackend(EngineBackend):
     """A team's generation through a running vLLM server (see the module docstring).
 
     Args:
@@ -125,11 +125,6 @@ class VLLMServerBackend(GenerationBackend):
     def lora_name(self, adapter: str) -> str:
         """The server-side name of an adapter's current version (after [`VLLMServerBackend.sync`])."""
         return self._names[adapter]
-
-    def generate(self, team: Any, prompt_ids: list[list[list[int]]],
-                 generation_config: GenerationConfig) -> list[list[list[int]]]:
-        completions, _ = self.generate_with_logprobs(team, prompt_ids, generation_config, logprobs=False)
-        return completions
 
     def generate_with_logprobs(
         self, team: Any, prompt_ids: list[list[list[int]]], generation_config: GenerationConfig,
