@@ -37,12 +37,16 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 MODEL = "smollm2-135m-instruct"
 HELDOUT_TARGETS = (5, 9, 13)
 TARGET_RANGE = (4, 16)
 INVALID_PENALTY = 0.5
+HELDOUT_NUMBERS = 18
+SPLIT_SEED = 1234
+EVAL_SEED = 99
 ARMS = ("team", "alone", "central")
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -55,6 +59,20 @@ def target_split(low: int = TARGET_RANGE[0], high: int = TARGET_RANGE[1],
     if bad:
         raise ValueError(f"held-out targets {bad} are outside {low}..{high}.")
     return [t for t in range(low, high + 1) if t not in heldout], sorted(heldout)
+
+
+def number_split(num_heldout: int = HELDOUT_NUMBERS, seed: int = SPLIT_SEED) -> tuple[list[int], list[int]]:
+    """The two-digit numbers 10..99 split into (train, held-out) pools; the held-out pool is fixed by `seed`, the
+    same for every training seed, and no training row of the split task ever contains one of its numbers."""
+    numbers = list(range(10, 100))
+    held = sorted(random.Random(seed).sample(numbers, num_heldout))
+    return [n for n in numbers if n not in held], held
+
+
+def item_pairs(pool: Sequence[int], n: int, seed: int) -> list[list[int]]:
+    """`n` lists of two different numbers drawn from `pool` with `seed`."""
+    rng = random.Random(seed)
+    return [rng.sample(list(pool), 2) for _ in range(n)]
 
 
 def addition_split(seed: int, num_heldout: int = 15) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
@@ -78,17 +96,88 @@ def addition_rows(pairs: Sequence[tuple[int, int]], n: int, seed: int) -> list[d
             for a, b in (order[i % len(order)] for i in range(n))]
 
 
-# ------------------------------------------------------------------------------------------------------ sizes
-SIZES: dict[str, dict[str, Any]] = {
-    # rows per step = batch // generations; eval: joint actions sampled per target (multiples of 8)
-    "magrpo": {"batch": 16, "generations": 8, "completion": 3, "central_completion": 24, "lr": 5e-4,
-               "eval_per_target": 64},
-    "maporl": {"batch": 8, "response": 8, "lr": 5e-4, "ppo_epochs": 2, "eval_rows": 60, "value_layers": 8},
-}
-SMOKE: dict[str, dict[str, Any]] = {
-    "magrpo": {"batch": 8, "generations": 4, "eval_per_target": 8, "train_eval_targets": 2},
-    "maporl": {"batch": 4, "eval_rows": 6},
-}
+# ------------------------------------------------------------------------------------------------------ tasks
+@dataclass(frozen=True)
+class Task:
+    """A MAGRPO task of this benchmark: its env and team reward, and its train / held-out rows.
+
+    `eval_rows(split, count)` gives the evaluation rows (`split` "heldout" or "train"); each is sampled 8 times.
+    A joint action succeeds when its team reward is 1."""
+
+    name: str
+    env: Callable[[bool], Any]
+    reward: Callable[[Any], Any]
+    train_rows: Callable[[int, int], list[dict[str, Any]]]
+    eval_rows: Callable[[str, int], list[dict[str, Any]]]
+
+
+def central_prompt(agent_texts: Sequence[str], tags: Sequence[str]) -> str:
+    """The centralised policy's prompt: the rules once (without the player line) and the tagged answer format."""
+    rules = agent_texts[0].rsplit(" You are player", 1)[0]
+    sections = "".join(f"<{t}>number</{t}>" for t in tags)
+    return f"{rules}\n\nWrite both players' numbers, exactly in this form: {sections}"
+
+
+def _centralized(env: Any, central: bool) -> Any:
+    from trl_marl.envs import CentralizedEnv
+
+    return CentralizedEnv(env, format_prompt=central_prompt) if central else env
+
+
+def _team_reward(env: Any, team: Any) -> Any:
+    from trl_marl.envs import CentralizedEnv
+    from trl_marl.rewards import CentralizedReward
+
+    return CentralizedReward(env, team) if isinstance(env, CentralizedEnv) else team
+
+
+def split_task() -> Task:
+    """Division of labour (`ChatSplitItemsEnv`): both agents see two numbers and each says one; the team wins when
+    they say different ones. Training rows use numbers of the train pool only, held-out rows the held-out pool only."""
+    from trl_marl.envs.coordination import ChatSplitItemsEnv
+    from trl_marl.rewards.coordination import SplitItemsReward
+
+    train_pool, held_pool = number_split()
+
+    def env(central: bool) -> Any:
+        base = ChatSplitItemsEnv(2, system_prompt=None, prefill="") if central else ChatSplitItemsEnv(2)
+        return _centralized(base, central)
+
+    def train_rows(count: int, seed: int) -> list[dict[str, Any]]:
+        return [{"items": items} for items in item_pairs(train_pool, count, seed)]
+
+    def eval_rows(split: str, count: int) -> list[dict[str, Any]]:
+        pool = held_pool if split == "heldout" else train_pool
+        return [{"items": items} for items in item_pairs(pool, count, EVAL_SEED)]
+
+    return Task("split", env, lambda env: _team_reward(env, SplitItemsReward()), train_rows, eval_rows)
+
+
+def target_sum_task() -> Task:
+    """The target-sum game (`ChatTargetSumEnv`, prefill "My number is", leading integers): train targets 4..16
+    without the held-out {5, 9, 13}."""
+    from trl_marl.envs import ChatTargetSumEnv
+    from trl_marl.rewards import TargetSumReward
+
+    train, heldout = target_split()
+
+    def env(central: bool) -> Any:
+        return _centralized(ChatTargetSumEnv(2, system_prompt=None, prefill="") if central else ChatTargetSumEnv(2),
+                            central)
+
+    def train_rows(count: int, seed: int) -> list[dict[str, Any]]:
+        order = random.Random(seed).choices(train, k=count)
+        return [{"target": t} for t in order]
+
+    def eval_rows(split: str, count: int) -> list[dict[str, Any]]:
+        targets = heldout if split == "heldout" else train
+        return [{"target": targets[i % len(targets)]} for i in range(count)]
+
+    team = TargetSumReward(invalid_penalty=INVALID_PENALTY, leading=True)
+    return Task("target_sum", env, lambda env: _team_reward(env, team), train_rows, eval_rows)
+
+
+TASKS: dict[str, Callable[[], Task]] = {"split": split_task, "target_sum": target_sum_task}
 
 
 def lora_config(first_layer: int = 22, num_layers: int = 30) -> Any:
@@ -99,32 +188,21 @@ def lora_config(first_layer: int = 22, num_layers: int = 30) -> Any:
                       layers_to_transform=list(range(first_layer, num_layers)))
 
 
+# ------------------------------------------------------------------------------------------------------ sizes
+SIZES: dict[str, dict[str, Any]] = {
+    # rows per step = batch // generations; eval: `eval_rows` rows per split, 8 sampled joint actions each
+    "magrpo": {"batch": 16, "generations": 8, "completion": 3, "central_completion": 24, "lr": 1e-3,
+               "eval_rows": 24},
+    "maporl": {"batch": 8, "response": 8, "lr": 5e-4, "ppo_epochs": 2, "eval_rows": 60, "value_layers": 8},
+}
+SMOKE: dict[str, dict[str, Any]] = {
+    "magrpo": {"batch": 8, "generations": 4, "eval_rows": 2},
+    "maporl": {"batch": 4, "eval_rows": 6},
+}
+
+
 # ------------------------------------------------------------------------------------------------------ MAGRPO
-def central_prompt(agent_texts: Sequence[str], tags: Sequence[str]) -> str:
-    """The centralised policy's prompt: the rules once (without the player line) and the tagged answer format."""
-    rules = agent_texts[0].rsplit(" You are player", 1)[0]
-    sections = "".join(f"<{t}>number</{t}>" for t in tags)
-    return f"{rules}\n\nWrite both players' numbers, exactly in this form: {sections}"
-
-
-def sum_env(central: bool) -> Any:
-    """The team env, or the centralised one (one user message: the rules and the tagged-sections format)."""
-    from trl_marl.envs import CentralizedEnv, ChatTargetSumEnv
-
-    if central:
-        return CentralizedEnv(ChatTargetSumEnv(2, system_prompt=None, prefill=""), format_prompt=central_prompt)
-    return ChatTargetSumEnv(2)
-
-
-def sum_reward(env: Any) -> Any:
-    from trl_marl.envs import CentralizedEnv
-    from trl_marl.rewards import CentralizedReward, TargetSumReward
-
-    team = TargetSumReward(invalid_penalty=INVALID_PENALTY, leading=True)
-    return CentralizedReward(env, team) if isinstance(env, CentralizedEnv) else team
-
-
-def build_magrpo(arm: str, seed: int, steps: int, sizes: dict[str, Any], output_dir: str, model: str,
+def build_magrpo(task: Task, arm: str, seed: int, steps: int, sizes: dict[str, Any], output_dir: str, model: str,
                  frozen: Sequence[int] = ()) -> Any:
     """One MAGRPO trainer of an arm (`team`/`alone`: 2 agents with adapters; `central`: one policy)."""
     from datasets import Dataset
@@ -132,9 +210,8 @@ def build_magrpo(arm: str, seed: int, steps: int, sizes: dict[str, Any], output_
     from trl_marl import MAGRPOConfig, MAGRPOTrainer
 
     central = arm == "central"
-    env = sum_env(central)
-    train, _ = target_split()
-    rows = [train[i % len(train)] for i in range(max(64, steps * sizes["batch"]))]
+    env = task.env(central)
+    rows = task.train_rows(max(64, steps * sizes["batch"] // sizes["generations"]), seed)
     config = MAGRPOConfig(
         output_dir=output_dir, num_agents=1 if central else 2, num_generations=sizes["generations"],
         per_device_train_batch_size=sizes["batch"],
@@ -143,38 +220,32 @@ def build_magrpo(arm: str, seed: int, steps: int, sizes: dict[str, Any], output_
         report_to="none", save_strategy="no", temperature=1.0, seed=seed, disable_tqdm=True, beta=0.0,
         frozen_agents=list(frozen), activation_checkpointing=False,  # short CPU sequences: no recompute
     )
-    return MAGRPOTrainer(model=model, reward_funcs=sum_reward(env), env=env, args=config,
-                         train_dataset=Dataset.from_dict({"target": rows}).shuffle(seed=seed),
-                         peft_config=lora_config())
+    return MAGRPOTrainer(model=model, reward_funcs=task.reward(env), env=env, args=config,
+                         train_dataset=Dataset.from_list(rows), peft_config=lora_config())
 
 
-def evaluate_sum(team: Any, central: bool, targets: Sequence[int], per_target: int, seed: int,
-                 max_new_tokens: int) -> dict[str, Any]:
-    """Sampled (T=1) team success and valid rate on `targets`: `per_target` joint actions each (8 per prompt)."""
+def evaluate_task(task: Task, team: Any, central: bool, rows: Sequence[dict[str, Any]], seed: int,
+                  max_new_tokens: int) -> dict[str, Any]:
+    """Sampled (T=1) team success (team reward 1) and mean team reward over `rows`, 8 joint actions per row."""
     import torch
     from transformers import GenerationConfig
 
     from trl_marl.rollout import JointRollout, TeamReward
 
-    env = sum_env(central)
+    env = task.env(central)
     tok = team.tokenizers[0]
     torch.manual_seed(seed)
-    rollout = JointRollout(env, team, TeamReward([sum_reward(env)]),
+    rollout = JointRollout(env, team, TeamReward([task.reward(env)]),
                            GenerationConfig(max_new_tokens=max_new_tokens, do_sample=True, temperature=1.0, top_k=0,
                                             pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id),
                            num_generations=8, seed=seed)
-    per: dict[str, float] = {}
-    valid: list[float] = []
-    success: list[float] = []
     team.eval()
     with torch.no_grad():
-        for target in targets:
-            rewards = rollout.run([{"target": target}] * max(1, per_target // 8)).turns[0].rewards.flatten()
-            per[str(target)] = (rewards == 1.0).float().mean().item()
-            success += (rewards == 1.0).float().tolist()
-            valid += (rewards != -INVALID_PENALTY).float().tolist()
-    return {"success": sum(success) / len(success), "valid": sum(valid) / len(valid), "per_target": per,
-            "joint_actions": len(success)}
+        rewards = rollout.run(list(rows)).turns[0].rewards.reshape(len(rows), -1)
+    team.train()
+    success = (rewards == 1.0).float()
+    return {"success": success.mean().item(), "reward": rewards.mean().item(),
+            "per_row": [round(x, 3) for x in success.mean(dim=1).tolist()], "joint_actions": rewards.numel()}
 
 
 def pair_alone_agents(trainers: Sequence[Any]) -> Any:
@@ -197,22 +268,22 @@ def train_timed(trainer: Any) -> dict[str, Any]:
             "reward_curve": curve}
 
 
-def run_magrpo_seed(seed: int, steps: int, sizes: dict[str, Any], arms: Sequence[str], work: str, model: str,
-                    build: Callable[..., Any] = build_magrpo, evaluate: Callable[..., dict[str, Any]] = evaluate_sum,
+def run_magrpo_seed(task: Task, seed: int, steps: int, sizes: dict[str, Any], arms: Sequence[str], work: str,
+                    model: str, build: Callable[..., Any] = build_magrpo,
+                    evaluate: Callable[..., dict[str, Any]] = evaluate_task,
                     pair: Callable[[Sequence[Any]], Any] = pair_alone_agents) -> dict[str, Any]:
-    """Every arm of one seed: held-out and train-target success before (untrained) and after training."""
-    train_targets, heldout = target_split()
-    train_eval = train_targets[:: max(1, len(train_targets) // sizes.get("train_eval_targets", len(train_targets)))]
+    """Every arm of one seed: held-out and train-row success before (untrained) and after training."""
     eval_seed = 10_000 + seed
+    heldout, train_eval = task.eval_rows("heldout", sizes["eval_rows"]), task.eval_rows("train", sizes["eval_rows"])
 
     def measure(team: Any, central: bool) -> dict[str, Any]:
         length = sizes["central_completion"] if central else sizes["completion"]
-        return {"heldout": evaluate(team, central, heldout, sizes["eval_per_target"], eval_seed, length),
-                "train_targets": evaluate(team, central, train_eval, sizes["eval_per_target"], eval_seed, length)}
+        return {"heldout": evaluate(task, team, central, heldout, eval_seed, length),
+                "train_rows": evaluate(task, team, central, train_eval, eval_seed, length)}
 
     out: dict[str, Any] = {"seed": seed}
     if "team" in arms or "alone" in arms:
-        trainer = build("team", seed, steps, sizes, os.path.join(work, f"team{seed}"), model)
+        trainer = build(task, "team", seed, steps, sizes, os.path.join(work, f"team{seed}"), model)
         out["untrained"] = measure(trainer.team, False)
         if "team" in arms:
             out["team"] = {**train_timed(trainer), **measure(trainer.team, False)}
@@ -221,7 +292,7 @@ def run_magrpo_seed(seed: int, steps: int, sizes: dict[str, Any], arms: Sequence
         alone = []
         timings = []
         for agent in (0, 1):
-            trainer = build("alone", seed, steps, sizes, os.path.join(work, f"alone{seed}_{agent}"), model,
+            trainer = build(task, "alone", seed, steps, sizes, os.path.join(work, f"alone{seed}_{agent}"), model,
                             frozen=[1 - agent])
             timings.append(train_timed(trainer))
             alone.append(trainer)
@@ -229,7 +300,7 @@ def run_magrpo_seed(seed: int, steps: int, sizes: dict[str, Any], arms: Sequence
                         **measure(pair(alone), False)}
         del alone
     if "central" in arms:
-        trainer = build("central", seed, steps, sizes, os.path.join(work, f"central{seed}"), model)
+        trainer = build(task, "central", seed, steps, sizes, os.path.join(work, f"central{seed}"), model)
         out["central_untrained"] = measure(trainer.team, True)
         out["central"] = {**train_timed(trainer), **measure(trainer.team, True)}
     return out
@@ -325,9 +396,9 @@ def summarize(kind: str, runs: list[dict[str, Any]]) -> dict[str, Any]:
     if kind == "magrpo":
         for arm in ("untrained", "team", "alone", "central_untrained", "central"):
             if all(arm in r for r in runs):
-                for split in ("heldout", "train_targets"):
-                    out[f"{arm}/{split}/success"] = _spread([r[arm][split]["success"] for r in runs])
-                    out[f"{arm}/{split}/valid"] = _spread([r[arm][split]["valid"] for r in runs])
+                for split in ("heldout", "train_rows"):
+                    for key in ("success", "reward"):
+                        out[f"{arm}/{split}/{key}"] = _spread([r[arm][split][key] for r in runs])
     else:
         for phase in ("before", "after"):
             for t in range(len(runs[0][phase]["majority_accuracy"])):
@@ -372,13 +443,14 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     parser.add_argument("--steps", type=int, default=60, help="optimizer steps (MAGRPO) / PPO updates (MAPoRL)")
     parser.add_argument("--arms", nargs="+", choices=ARMS, default=list(ARMS), help="MAGRPO arms to run")
+    parser.add_argument("--task", choices=sorted(TASKS), default="split", help="MAGRPO task")
     parser.add_argument("--model", default=MODEL)
     parser.add_argument("--smoke", action="store_true", help="1 step, tiny eval sets: checks the wiring only")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (1 on a shared machine)")
     parser.add_argument("--lr", type=float, default=None)
     parser.add_argument("--batch", type=int, default=None)
-    parser.add_argument("--eval-per-target", type=int, default=None, help="MAGRPO: joint actions per target")
-    parser.add_argument("--eval-rows", type=int, default=None, help="MAPoRL: held-out questions")
+    parser.add_argument("--eval-rows", type=int, default=None,
+                        help="evaluation rows per split (MAGRPO: each sampled 8 times; MAPoRL: held-out questions)")
     parser.add_argument("--value-layers", type=int, default=None,
                         help="MAPoRL: value models train only their top N layers (0: the trainer's full default)")
     parser.add_argument("--output", default=None, help="JSON path (default benchmarks/results/learning_real_*)")
@@ -389,13 +461,14 @@ def settings_for(args: argparse.Namespace) -> dict[str, Any]:
     sizes = dict(SIZES[args.kind])
     if args.smoke:
         sizes.update(SMOKE[args.kind])
-    for key, value in (("lr", args.lr), ("batch", args.batch), ("eval_per_target", args.eval_per_target),
-                       ("eval_rows", args.eval_rows), ("value_layers", args.value_layers)):
+    for key, value in (("lr", args.lr), ("batch", args.batch), ("eval_rows", args.eval_rows),
+                       ("value_layers", args.value_layers)):
         if value is not None and key in sizes:
             sizes[key] = value
     steps = 1 if args.smoke else args.steps
     return {"model": args.model, "steps": steps, "sizes": sizes, "smoke": args.smoke, "threads": args.threads,
-            "arms": args.arms if args.kind == "magrpo" else ["maporl"], "heldout_targets": list(HELDOUT_TARGETS),
+            "arms": args.arms if args.kind == "magrpo" else ["maporl"],
+            "task": args.task if args.kind == "magrpo" else "debate_1digit_addition",
             "lora": "r=8 alpha=16 q_proj,v_proj layers 22-29"}
 
 
@@ -416,7 +489,8 @@ def main(argv: Sequence[str] | None = None, run_seed: Callable[..., dict[str, An
             if run_seed is not None:
                 run = run_seed(seed, settings, work)
             elif args.kind == "magrpo":
-                run = run_magrpo_seed(seed, settings["steps"], settings["sizes"], args.arms, work, args.model)
+                run = run_magrpo_seed(TASKS[args.task](), seed, settings["steps"], settings["sizes"], args.arms,
+                                      work, args.model)
             else:
                 run = run_maporl_seed(seed, settings["steps"], settings["sizes"], work, args.model)
             runs.append(run)
@@ -439,8 +513,8 @@ def brief(kind: str, run: dict[str, Any]) -> dict[str, Any]:
     for arm in ("untrained", "team", "alone", "central_untrained", "central"):
         if arm in run:
             out[arm] = {"heldout": round(run[arm]["heldout"]["success"], 3),
-                        "train": round(run[arm]["train_targets"]["success"], 3),
-                        "valid": round(run[arm]["heldout"]["valid"], 3)}
+                        "train": round(run[arm]["train_rows"]["success"], 3),
+                        "heldout_reward": round(run[arm]["heldout"]["reward"], 3)}
             if "s_per_step" in run[arm]:
                 out[arm]["s_per_step"] = round(run[arm]["s_per_step"], 1)
     return out

@@ -46,6 +46,28 @@ def test_addition_split_is_disjoint_in_either_order(bench: Any, seed: int) -> No
     assert bench.addition_split(seed) == (train, heldout) and bench.addition_split(seed + 1)[1] != heldout
 
 
+def test_split_task_never_trains_on_a_heldout_number(bench: Any) -> None:
+    train_pool, held_pool = bench.number_split()
+    assert len(held_pool) == 18 and sorted(train_pool + held_pool) == list(range(10, 100))
+    assert bench.number_split() == (train_pool, held_pool)  # fixed: the same for every training seed
+    task = bench.split_task()
+    held = set(held_pool)
+    for seed in (0, 1, 4):
+        rows = task.train_rows(500, seed)
+        assert len(rows) == 500 and all(len(set(r["items"])) == 2 for r in rows)
+        assert not any(held & set(r["items"]) for r in rows)
+    assert task.train_rows(50, 0) != task.train_rows(50, 1)
+    heldout = task.eval_rows("heldout", 24)
+    assert len(heldout) == 24 and all(set(r["items"]) <= held for r in heldout)
+    assert all(not held & set(r["items"]) for r in task.eval_rows("train", 24))
+
+
+def test_target_sum_task_rows(bench: Any) -> None:
+    task = bench.target_sum_task()
+    assert {r["target"] for r in task.train_rows(300, 0)} == {4, 6, 7, 8, 10, 11, 12, 14, 15, 16}
+    assert [r["target"] for r in task.eval_rows("heldout", 6)] == [5, 9, 13, 5, 9, 13]
+
+
 class FakeTrainer:
     """Stands in for MAGRPOTrainer: `train()` sets a marker on its team, so evaluations show when they ran."""
 
@@ -63,31 +85,36 @@ class FakeTrainer:
 
 def test_magrpo_arms_wiring(bench: Any) -> None:
     log: list = []
+    task = bench.Task("fake", env=None, reward=None, train_rows=None,
+                      eval_rows=lambda split, count: [{"split": split}] * count)
 
-    def build(arm: str, seed: int, steps: int, sizes: dict, output_dir: str, model: str, frozen: Any = ()) -> Any:
+    def build(task_: Any, arm: str, seed: int, steps: int, sizes: dict, output_dir: str, model: str,
+              frozen: Any = ()) -> Any:
+        assert task_ is task
         log.append(("build", arm, tuple(frozen)))
         return FakeTrainer(log, arm, list(frozen))
 
-    def evaluate(team: Any, central: bool, targets: list, per_target: int, seed: int, length: int) -> dict:
-        log.append(("eval", getattr(team, "arm", "paired"), getattr(team, "trained", None), central, tuple(targets),
-                    length))
-        return {"success": 1.0 if getattr(team, "trained", True) else 0.0, "valid": 1.0}
+    def evaluate(task_: Any, team: Any, central: bool, rows: list, seed: int, length: int) -> dict:
+        log.append(("eval", getattr(team, "arm", "paired"), getattr(team, "trained", None), central,
+                    rows[0]["split"], len(rows), length))
+        return {"success": 1.0 if getattr(team, "trained", True) else 0.0, "reward": 0.5}
 
     def pair(trainers: list) -> Any:
         assert [t.frozen for t in trainers] == [[1], [0]] and all(t.team.trained for t in trainers)
         return SimpleNamespace(arm="paired", trained=True)
 
-    sizes = {"completion": 3, "central_completion": 24, "eval_per_target": 8, "train_eval_targets": 2}
-    run = bench.run_magrpo_seed(3, 2, sizes, bench.ARMS, "/tmp/x", "m", build=build, evaluate=evaluate, pair=pair)
+    sizes = {"completion": 3, "central_completion": 24, "eval_rows": 5}
+    run = bench.run_magrpo_seed(task, 3, 2, sizes, bench.ARMS, "/tmp/x", "m", build=build, evaluate=evaluate,
+                                pair=pair)
     assert [e for e in log if e[0] != "eval"] == [
         ("build", "team", ()), ("train", "team", ()),
         ("build", "alone", (1,)), ("train", "alone", (1,)), ("build", "alone", (0,)), ("train", "alone", (0,)),
         ("build", "central", ()), ("train", "central", ()),
     ]
     evals = [e for e in log if e[0] == "eval"]
-    assert evals[0] == ("eval", "team", False, False, (5, 9, 13), 3)  # the untrained team, held-out first
-    assert evals[1] == ("eval", "team", False, False, (4, 11), 3)  # then 2 train targets, never a held-out one
-    assert ("eval", "central", False, True, (5, 9, 13), 24) in evals  # untrained central, its own length
+    assert evals[0] == ("eval", "team", False, False, "heldout", 5, 3)  # the untrained team, held-out first
+    assert evals[1] == ("eval", "team", False, False, "train", 5, 3)
+    assert ("eval", "central", False, True, "heldout", 5, 24) in evals  # untrained central, its own length
     assert run["untrained"]["heldout"]["success"] == 0.0 and run["central_untrained"]["heldout"]["success"] == 0.0
     for arm in ("team", "alone", "central"):
         assert run[arm]["heldout"]["success"] == 1.0  # measured after train()
@@ -98,7 +125,7 @@ def test_magrpo_arms_wiring(bench: Any) -> None:
 def test_record_fields_and_summary(bench: Any, tmp_path: Path) -> None:
     def fake_seed(seed: int, settings: dict, work: str) -> dict:
         def res(x: float) -> dict:
-            return {"heldout": {"success": x, "valid": 1.0}, "train_targets": {"success": x + 0.1, "valid": 1.0}}
+            return {"heldout": {"success": x, "reward": 1.0}, "train_rows": {"success": x + 0.1, "reward": 1.0}}
         return {"seed": seed, "untrained": res(0.0), "team": {**res(0.2 + seed / 10), "s_per_step": 9.0}}
 
     out = tmp_path / "r.json"
@@ -108,7 +135,7 @@ def test_record_fields_and_summary(bench: Any, tmp_path: Path) -> None:
     assert record["command"] == "python benchmarks/learning/learning_real.py " + " ".join(argv)
     assert set(record) >= {"commit", "machine", "model", "settings", "seeds", "runs", "summary", "seconds"}
     assert record["seeds"] == [0, 2] and record["model"] == "smollm2-135m-instruct"
-    assert record["settings"]["steps"] == 5 and record["settings"]["heldout_targets"] == [5, 9, 13]
+    assert record["settings"]["steps"] == 5 and record["settings"]["task"] == "split"
     assert record["summary"]["team/heldout/success"] == pytest.approx(
         {"mean": 0.3, "std": 0.1414213, "min": 0.2, "max": 0.4}, abs=1e-6)
     assert record["summary"]["untrained/heldout/success"]["mean"] == 0.0
@@ -122,8 +149,9 @@ def test_smoke_settings(bench: Any) -> None:
     assert settings["sizes"]["value_layers"] == 8
     assert bench.settings_for(bench.parse_args(["maporl", "--value-layers", "0"]))["sizes"]["value_layers"] == 0
     assert bench.value_models("unused", 0) is None  # 0: the trainer builds its default (full) value models
-    settings = bench.settings_for(bench.parse_args(["magrpo", "--lr", "1e-4"]))
-    assert settings["steps"] == 60 and settings["sizes"]["lr"] == 1e-4 and settings["sizes"]["eval_per_target"] == 64
+    settings = bench.settings_for(bench.parse_args(["magrpo", "--lr", "1e-4", "--task", "target_sum"]))
+    assert settings["steps"] == 60 and settings["sizes"]["lr"] == 1e-4 and settings["sizes"]["eval_rows"] == 24
+    assert settings["task"] == "target_sum"
 
 
 def test_threads_option_is_what_the_trainers_use(bench: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -138,7 +166,7 @@ def test_threads_option_is_what_the_trainers_use(bench: Any, tmp_path: Path, mon
 
     def fake_seed(seed: int, settings: dict, work: str) -> dict:
         seen["choice"], seen["torch"] = choose_cpu_threads(135_000_000, cores=2)[0], torch.get_num_threads()
-        result = {"heldout": {"success": 0.0, "valid": 1.0}, "train_targets": {"success": 0.0, "valid": 1.0}}
+        result = {"heldout": {"success": 0.0, "reward": 1.0}, "train_rows": {"success": 0.0, "reward": 1.0}}
         return {"seed": seed, "untrained": result, "team": result}
 
     previous = torch.get_num_threads()

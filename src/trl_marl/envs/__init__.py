@@ -3,13 +3,15 @@
 - `PromptEnv`, `TokenizedPromptEnv`: plain prompt columns (TRL-style datasets).
 - `TargetSumEnv`: a synthetic coordination task (offline demo and tests); `ChatTargetSumEnv` its chat form for real
   instruct models (assistant prefill).
+- `ChatSplitItemsEnv`: division of labour for real instruct models: the agents must name different items of a
+  list without seeing each other's answer (a position convention, which transfers to unseen lists).
 - `CooperativeWritingEnv`: MAGRPO's writing task (summary + detailed expansion).
 - `CooperativeCodingEnv`: MAGRPO's coding task (helper + main function, sandboxed tests as feedback).
 - `DebateEnv`, `ToyDebateEnv`: collaborative debate (Du et al. 2024) as used by MAPoRL.
 - `CentralizedEnv`: one policy writes every agent's part of any text env in tagged sections (the baseline).
 
 An environment only describes the interaction; each task's rewards are in `trl_marl.rewards` (`rewards.writing`,
-`rewards.coding`, `rewards.arithmetic`) and its dataset loaders in `trl_marl.data`.
+`rewards.coding`, `rewards.arithmetic`, `rewards.coordination`) and its dataset loaders in `trl_marl.data`.
 """
 
 from __future__ import annotations
@@ -22,12 +24,14 @@ from .arithmetic import ChatTargetSumEnv, TargetSumEnv
 from .base import MultiAgentEnv, Prompt, PromptEnv, TokenizedPromptEnv, Transcript, Turn
 from .centralized import CentralizedEnv, split_sections
 from .coding import CooperativeCodingEnv
+from .coordination import ChatSplitItemsEnv
 from .debate import DebateEnv, ToyDebateEnv
 from .writing import CooperativeWritingEnv
 
 __all__ = [
     "CentralizedEnv",
     "CooperativeCodingEnv",
+    "ChatSplitItemsEnv",
     "ChatTargetSumEnv",
     "CooperativeWritingEnv",
     "DebateEnv",

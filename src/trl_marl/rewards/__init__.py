@@ -8,7 +8,8 @@
 - `InfluenceAwareReward`: MAPoRL's influence-aware reward with collaboration incentives.
 - `CentralizedReward`: a team reward on the tagged parts of one policy's completion (`envs.CentralizedEnv`).
 - The team rewards of the built-in tasks: `WritingTeamReward` (`rewards.writing`), `CodingTeamReward`
-  (`rewards.coding`), `TargetSumReward` (`rewards.arithmetic`), each with its terms.
+  (`rewards.coding`), `TargetSumReward` (`rewards.arithmetic`), `SplitItemsReward` (`rewards.coordination`), each
+  with its terms.
 
 Modules by job: `answers` (answer extraction and matching), `verifier` (in-process verifiers), `remote` and
 `verifier_server` (verifiers over HTTP: client and server), `execution` (unit tests in the sandbox of
@@ -31,6 +32,7 @@ from .coding import (
     NonTrivialMainReward,
     PassRateReward,
 )
+from .coordination import SplitItemsReward
 from .execution import UnitTestReward
 from .influence import InfluenceAwareReward
 from .remote import RemoteVerifier, VerifierError, VerifierServer, VerifierUnavailableError
@@ -65,6 +67,7 @@ __all__ = [
     "RemoteVerifier",
     "RougeLReward",
     "SandboxLimits",
+    "SplitItemsReward",
     "StyleConsistencyReward",
     "TargetSumReward",
     "TransitionWordsReward",
