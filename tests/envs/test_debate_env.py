@@ -151,6 +151,9 @@ def test_history_last_keeps_only_the_previous_turn():
     assert chat.agent_prompt(ROW, 1, transcript_before(3, 3)) == [
         user(FIRST), assistant("7"), user("Answers from the other agents:\n\nAgent 1: 7\n\nAgent 3: 8\n\n" + REVISE)
     ]
+    # the first turn shows no previous turn (it used to index the empty transcript's "last" turn and raise)
+    assert chat.agent_prompt(ROW, 1, Transcript()) == [user(FIRST)]
+    assert env.agent_prompt(ROW, 1, Transcript()) == FIRST
 
 
 def test_system_prompt_string_and_chat():

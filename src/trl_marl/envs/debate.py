@@ -275,7 +275,7 @@ class DebateEnv(MultiAgentEnv):
 
     def _shown_turns(self, transcript: Transcript) -> range:
         """The (0-based) indices of the previous turns a prompt shows."""
-        return range(len(transcript)) if self.history == "all" else range(len(transcript) - 1, len(transcript))
+        return range(len(transcript)) if self.history == "all" else range(max(0, len(transcript) - 1), len(transcript))
 
     def _others(self, agent_index: int) -> list[int]:
         return [j for j in range(self.num_agents) if j != agent_index]
