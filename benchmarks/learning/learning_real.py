@@ -73,6 +73,9 @@ class Task:
     eval_rows: Callable[[str, int], list[dict[str, Any]]]
 
 
+CENTRAL_TAGS = ("agent_0", "agent_1")
+
+
 def central_prompt(agent_texts: Sequence[str], tags: Sequence[str]) -> str:
     """The centralised policy's prompt: the rules once (without the player line) and the tagged answer format."""
     rules = agent_texts[0].rsplit(" You are player", 1)[0]
@@ -83,7 +86,9 @@ def central_prompt(agent_texts: Sequence[str], tags: Sequence[str]) -> str:
 def _centralized(env: Any, central: bool) -> Any:
     from trl_marl.envs import CentralizedEnv
 
-    return CentralizedEnv(env, format_prompt=central_prompt) if central else env
+    # the opening tag as a prefill: from the instruction alone the untrained model writes the two-section format in
+    # 0 of 64 samples (split task), with it 12% of its samples already win
+    return CentralizedEnv(env, format_prompt=central_prompt, prefill=f"<{CENTRAL_TAGS[0]}>") if central else env
 
 
 def _team_reward(env: Any, team: Any) -> Any:

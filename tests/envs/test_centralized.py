@@ -84,6 +84,28 @@ def test_feedback_and_chat_prompts_are_the_wrapped_envs():
     assert all(e in prompt[0]["content"] for e in expected)
 
 
+def test_prefill_starts_the_completion_and_counts_in_the_parts():
+    from trl_marl.envs import ChatSplitItemsEnv
+    from trl_marl.rewards import CentralizedReward, SplitItemsReward
+
+    chat = CentralizedEnv(ChatSplitItemsEnv(2, system_prompt=None, prefill=""), prefill="<agent_0>")
+    prompt = chat.agent_prompt({"items": [37, 52]}, 0, Transcript())
+    assert [m["role"] for m in prompt] == ["user", "assistant"] and prompt[1]["content"] == "<agent_0>"
+    assert chat.split("37</agent_0><agent_1>52</agent_1>") == ["37", "52"]
+    assert chat.split([{"role": "assistant", "content": " 37</agent_0>"}]) == ["37", ""]
+    transcript = Transcript().extend(["37</agent_0><agent_1>52</agent_1>"])
+    assert chat.team_transcript(transcript)[0].responses == ("37", "52")
+    reward = CentralizedReward(chat, SplitItemsReward())
+    completions = ["37</agent_0><agent_1>52</agent_1>", "37</agent_0><agent_1>37</agent_1>", "<agent_0>37</agent_0>"]
+    assert reward([prompt] * 3, completions, items=[[37, 52]] * 3) == [1.0, 0.5, 0.0]  # a second opening tag is
+    # malformed: the prefill already opened the section
+    text = CentralizedEnv(TargetSumEnv(2), prefill="<agent_0>")
+    assert text.agent_prompt({"target": 10}, 0, Transcript()).endswith("Every agent sees:\nT=10:<agent_0>")
+    assert CentralizedEnv(TargetSumEnv(2)).split("3</agent_0>") == ["", ""]  # no prefill: nothing is prepended
+    with pytest.raises(TypeError, match="`prefill` must be a string"):
+        CentralizedEnv(TargetSumEnv(2), prefill=None)
+
+
 def test_token_id_prompts_are_refused_with_a_clear_error():
     from trl_marl.envs import TokenizedPromptEnv
 

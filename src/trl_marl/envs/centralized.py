@@ -114,6 +114,12 @@ class CentralizedEnv(MultiAgentEnv):
         format_prompt (`Callable`, *optional*): `format_prompt(agent_texts, tags) -> str`, the single prompt from the
             text each agent would see; default [`default_prompt`]. When the wrapped env's prompts are chat messages,
             the result becomes one user message.
+        prefill (`str`): The start of the single completion, which the policy continues, e.g. `"<agent_0>"` (default
+            `""`: none). With chat prompts it is an assistant message after the user message (rendered with the
+            chat template's `continue_final_message`); with string prompts it is appended to the prompt. The parts
+            are split from `prefill + completion`, so a prefilled opening tag counts as written. A weak model that
+            never writes the tagged format from the instruction alone gets rewards, hence a learning signal, this
+            way.
 
     Example:
 
@@ -126,7 +132,7 @@ class CentralizedEnv(MultiAgentEnv):
     """
 
     def __init__(self, env: MultiAgentEnv, tags: Sequence[str] | None = None,
-                 format_prompt: PromptFormatter | None = None) -> None:
+                 format_prompt: PromptFormatter | None = None, prefill: str = "") -> None:
         if not isinstance(env, MultiAgentEnv):
             raise TypeError(f"`env` must be a MultiAgentEnv, got {type(env).__name__}.")
         super().__init__(num_agents=1, num_turns=env.num_turns)
@@ -140,6 +146,9 @@ class CentralizedEnv(MultiAgentEnv):
         self.env = env
         self.tags = tags
         self.format_prompt = format_prompt or default_prompt
+        if not isinstance(prefill, str):
+            raise TypeError(f"`prefill` must be a string (\"\" for none), got {type(prefill).__name__}.")
+        self.prefill = prefill
         self.required_columns = tuple(env.required_columns)
 
     # ----- the team's view of a centralised episode -----
@@ -147,7 +156,7 @@ class CentralizedEnv(MultiAgentEnv):
         """Each agent's part of one centralised completion (a string or TRL's conversational completion)."""
         if isinstance(text, list):
             text = text[-1]["content"] if text else ""
-        return split_sections(str(text), self.tags)
+        return split_sections(self.prefill + str(text), self.tags)
 
     def team_transcript(self, transcript: Transcript) -> Transcript:
         """The wrapped env's transcript of a centralised one: each turn's response split into the agents' parts."""
@@ -163,8 +172,9 @@ class CentralizedEnv(MultiAgentEnv):
         prompts = self.agent_prompts(row, transcript)
         text = self.format_prompt([_prompt_text(p, a) for a, p in enumerate(prompts)], self.tags)
         if any(isinstance(p, list) for p in prompts):
-            return [{"role": "user", "content": text}]
-        return text
+            messages = [{"role": "user", "content": text}]
+            return messages + [{"role": "assistant", "content": self.prefill}] if self.prefill else messages
+        return text + self.prefill
 
     def feedback(self, row: Mapping[str, Any], transcript: Transcript) -> str | Sequence[str | None] | None:
         return self.env.feedback(row, self.team_transcript(transcript))
