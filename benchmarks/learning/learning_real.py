@@ -3,24 +3,31 @@
 Two entry points, each run over several seeds, every number measured on held-out data that no arm trains on, with
 the untrained team as the baseline and every value taken at the END of training (never the best step):
 
-- `magrpo`: the target-sum coordination game (`trl_marl.envs.ChatTargetSumEnv`, an assistant prefill "My number
-  is", `TargetSumReward(leading=True)`). Train targets 4..16 except the held-out {5, 9, 13}; success (the two
-  leading integers add up to the target) is reported on the held-out targets and, separately, on the train targets.
+- `magrpo`: a cooperative task, by default the division of labour of `trl_marl.envs.ChatSplitItemsEnv` (`--task
+  split`): both agents see the same two numbers and each says one (assistant prefill "My number is"); the team
+  reward (`SplitItemsReward`) is the share of the two numbers said, so the team wins only when the agents say
+  different ones. The two-digit numbers are split once into 72 training and 18 held-out numbers
+  (`trl_marl.scripts.demo_real.number_split`): training lists use only the former, the held-out evaluation lists
+  only the latter, so winning there needs a convention over positions, not over numbers. Success (team reward 1) is
+  sampled at T=1, 8 joint actions per list. `--task target_sum` is the target-sum game of the earlier pilots (train
+  targets 4..16 without the held-out {5, 9, 13}).
   Arms at the same number of optimizer steps:
   `team` (MAGRPO, both agents trained on the team reward), `alone` (each agent trained with its partner frozen at
   the pretrained policy via `frozen_agents`, then the two trained agents paired, as `trl-marl demo` does) and
   `central` (one policy writes both numbers in `<agent_0>..</agent_0><agent_1>..</agent_1>` sections through
-  `CentralizedEnv`, `num_agents=1`). The untrained team and the untrained central policy are measured before
-  training.
+  `CentralizedEnv`, `num_agents=1`, with the opening tag prefilled). The untrained team and the untrained central
+  policy are measured before training.
 - `maporl`: a 2-agent, 2-turn debate (`DebateEnv`, chat prompts) on generated 1-digit additions "a + b" with an
   answer verifier and MAPoRL's influence-aware reward (multi-agent PPO, LoRA adapters). The held-out questions are
   unordered pairs {a, b} that never occur in training (either order). Majority accuracy per turn before and after.
 
-Results (per seed, plus mean and spread over seeds) go to a JSON file under benchmarks/ with the command, the git
-commit and the machine. `--smoke` runs 1 step with tiny evaluation sets to check the wiring (not a measurement).
+The recipes (LoRA placement, trainers, evaluation, data splits) are `trl_marl.scripts.demo_real`'s, which
+`trl-marl demo --real` runs once. Results (per seed, plus mean and spread over seeds) go to a JSON file under
+benchmarks/results with the command, the git commit and the machine. `--smoke` runs 1 step with tiny evaluation
+sets to check the wiring (not a measurement).
 
-    python benchmarks/learning/learning_real.py magrpo --seeds 0 1 2 3 4 --steps 60
-    python benchmarks/learning/learning_real.py maporl --seeds 0 1 2 3 4 --steps 40
+    python benchmarks/learning/learning_real.py magrpo --seeds 0 1 2 3 4 --steps 30
+    python benchmarks/learning/learning_real.py maporl --seeds 0 1 2 3 4 --steps 10
     python benchmarks/learning/learning_real.py magrpo --seeds 0 --smoke
 """
 
