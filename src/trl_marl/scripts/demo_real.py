@@ -46,7 +46,7 @@ EVAL_SEED = 99
 REAL_PRESETS: dict[str, dict[str, Any]] = {
     # MAGRPO steps, PPO updates, evaluation lists (8 joint actions each), held-out debate questions
     "quick": {"magrpo_steps": 8, "maporl_updates": 2, "eval_lists": 8, "debate_questions": 12},
-    "default": {"magrpo_steps": 30, "maporl_updates": 6, "eval_lists": 24, "debate_questions": 40},
+    "default": {"magrpo_steps": 24, "maporl_updates": 6, "eval_lists": 16, "debate_questions": 40},
     "full": {"magrpo_steps": 60, "maporl_updates": 16, "eval_lists": 48, "debate_questions": 60},
 }
 
