@@ -375,6 +375,8 @@ def main(argv: Sequence[str] | None = None, run_seed: Callable[..., dict[str, An
     os.environ["OMP_NUM_THREADS"] = str(args.threads)
     torch.set_num_threads(args.threads)
     settings = settings_for(args)
+    output = args.output or os.path.join(
+        os.path.dirname(HERE), "results", f"learning_real_{args.kind}{'_smoke' if args.smoke else ''}.json")
     start = time.perf_counter()
     runs = []
     with tempfile.TemporaryDirectory(prefix="learning-real-") as work:
@@ -388,11 +390,10 @@ def main(argv: Sequence[str] | None = None, run_seed: Callable[..., dict[str, An
                 run = run_maporl_seed(seed, settings["steps"], settings["sizes"], work, args.model)
             runs.append(run)
             print(json.dumps(brief(args.kind, run)), flush=True)
-    record = make_record(args.kind, argv, settings, runs, time.perf_counter() - start)
-    output = args.output or os.path.join(
-        os.path.dirname(HERE), "results", f"learning_real_{args.kind}{'_smoke' if args.smoke else ''}.json")
-    with open(output, "w") as f:
-        json.dump(record, f, indent=2)
+            # the record is rewritten after every seed: a run cut short keeps the seeds it finished
+            record = make_record(args.kind, argv, settings, runs, time.perf_counter() - start)
+            with open(output, "w") as f:
+                json.dump(record, f, indent=2)
     print(f"wrote {output}")
     return record
 

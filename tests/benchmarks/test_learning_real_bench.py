@@ -161,3 +161,17 @@ def test_threads_option_is_what_the_trainers_use(bench: Any, tmp_path: Path, mon
     finally:
         torch.set_num_threads(previous)
     assert seen["choice"] is None and seen["torch"] == 1  # the trainers leave the harness's one thread alone
+
+
+def test_a_run_cut_short_keeps_the_seeds_it_finished(bench: Any, tmp_path: Path) -> None:
+    def fake_seed(seed: int, settings: dict, work: str) -> dict:
+        if seed == 2:
+            raise KeyboardInterrupt  # the run is cut off during its second seed
+        result = {"heldout": {"success": 0.5, "reward": 0.7}, "train_rows": {"success": 0.5, "reward": 0.7}}
+        return {"seed": seed, "untrained": result, "team": result}
+
+    out = tmp_path / "r.json"
+    with pytest.raises(KeyboardInterrupt):
+        bench.main(["magrpo", "--seeds", "0", "2", "--arms", "team", "--output", str(out)], run_seed=fake_seed)
+    record = json.loads(out.read_text())
+    assert record["seeds"] == [0] and record["summary"]["team/heldout/success"]["mean"] == 0.5
