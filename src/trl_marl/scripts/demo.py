@@ -27,7 +27,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Any
 
-from .progress import progress_callback, replace_progress
+from .progress import progress_callback, replace_progress, turn_accuracy_rows
 
 DESCRIPTION = "Offline toy world: MAGRPO vs agents trained alone, and a MAPoRL debate."
 """What `trl-marl demo` does, in one line (its help)."""
@@ -249,13 +249,9 @@ def format_table(results: dict[str, Any]) -> str:
     ]
     if "maporl" in results:
         d = results["maporl"]
-        turns = len(d["before"]["majority_accuracy"])
-        head = "".join(f"{'turn ' + str(t + 1):>9s}" for t in range(turns))
         lines += [
             "MAPoRL debate (3 agents of different strengths, 3 turns): majority-vote accuracy per turn",
-            f"  {'':16s}{head}",
-            f"  {'before training':16s}" + "".join(f"{v:9.3f}" for v in d["before"]["majority_accuracy"]),
-            f"  {'after training':16s}" + "".join(f"{v:9.3f}" for v in d["after"]["majority_accuracy"]),
+            *turn_accuracy_rows(d["before"]["majority_accuracy"], d["after"]["majority_accuracy"]),
         ]
         names = {"w_to_r_rate": "wrong -> right", "r_to_w_rate": "right -> wrong"}
         for key, name in names.items():

@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .progress import progress_callback, replace_progress
+from .progress import progress_callback, replace_progress, turn_accuracy_rows
 
 REAL_MODEL = "smollm2-135m-instruct"
 """The registered name of SmolLM2-135M-Instruct (`HuggingFaceTB/SmolLM2-135M-Instruct` on the Hub)."""
@@ -284,13 +284,9 @@ def format_real_table(results: dict[str, Any]) -> str:
     ]
     if "maporl" in results:
         d = results["maporl"]
-        turns = len(d["before"]["majority_accuracy"])
-        head = "".join(f"{'turn ' + str(t + 1):>9s}" for t in range(turns))
         lines += [
             f"MAPoRL debate (2 agents, 2 turns): majority-vote accuracy on {d['questions']} held-out additions",
-            f"  {'':16s}{head}",
-            f"  {'before training':16s}" + "".join(f"{v:9.3f}" for v in d["before"]["majority_accuracy"]),
-            f"  {'after training':16s}" + "".join(f"{v:9.3f}" for v in d["after"]["majority_accuracy"]),
+            *turn_accuracy_rows(d["before"]["majority_accuracy"], d["after"]["majority_accuracy"]),
         ]
     return "\n".join(lines)
 

@@ -1,4 +1,5 @@
-"""The demos' progress display: one bar per training run that shows the latest reward, instead of printed logs."""
+"""What the demos show while and after they train: one bar per training run with the latest reward (instead of
+printed logs), and the per-turn accuracy rows of their tables."""
 
 from __future__ import annotations
 
@@ -36,3 +37,13 @@ def replace_progress(callbacks: Any, callback: Any) -> None:
     callbacks.remove_callback(PrinterCallback)
     callbacks.remove_callback(ProgressCallback)
     callbacks.add_callback(callback)
+
+
+def turn_accuracy_rows(before: list[float], after: list[float]) -> list[str]:
+    """The rows of a demo table with one column per debate turn: a header, then the accuracies before and after."""
+    head = "".join(f"{'turn ' + str(t + 1):>9s}" for t in range(len(before)))
+    return [
+        f"  {'':16s}{head}",
+        f"  {'before training':16s}" + "".join(f"{v:9.3f}" for v in before),
+        f"  {'after training':16s}" + "".join(f"{v:9.3f}" for v in after),
+    ]
