@@ -23,11 +23,10 @@ import os
 import sys
 import tempfile
 import time
-import warnings
 from dataclasses import dataclass
 from typing import Any
 
-from .progress import progress_callback, replace_progress, turn_accuracy_rows
+from .progress import progress_callback, quiet_logs, replace_progress, turn_accuracy_rows
 
 DESCRIPTION = "Offline toy world: MAGRPO vs agents trained alone, and a MAPoRL debate."
 """What `trl-marl demo` does, in one line (its help)."""
@@ -62,16 +61,9 @@ class DemoConfig:
 
 
 def _quiet() -> None:
-    import logging
-
-    logging.getLogger("bitsandbytes").setLevel(logging.ERROR)  # its optional CPU kernel hub warns at import
     import torch
-    from transformers.utils import logging as hf_logging
 
-    warnings.filterwarnings("ignore")
-    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
+    quiet_logs()
     torch.set_num_threads(1)  # tiny models: more threads only add overhead on 2 cores
 
 

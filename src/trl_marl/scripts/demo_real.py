@@ -26,12 +26,11 @@ import os
 import random
 import tempfile
 import time
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .progress import progress_callback, replace_progress, turn_accuracy_rows
+from .progress import progress_callback, quiet_logs, replace_progress, turn_accuracy_rows
 
 REAL_MODEL = "smollm2-135m-instruct"
 """The registered name of SmolLM2-135M-Instruct (`HuggingFaceTB/SmolLM2-135M-Instruct` on the Hub)."""
@@ -291,21 +290,9 @@ def format_real_table(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _quiet_real() -> None:
-    import logging
-
-    logging.getLogger("bitsandbytes").setLevel(logging.ERROR)
-    from transformers.utils import logging as hf_logging
-
-    warnings.filterwarnings("ignore")
-    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
-
-
 def run_real_demo(config: RealDemoConfig) -> dict[str, Any]:
     """Run `trl-marl demo --real`; returns the results written to `demo_real_metrics.json`."""
-    _quiet_real()
+    quiet_logs()
     from ..utils.model_names import resolve_model_name
 
     preset = REAL_PRESETS[config.preset]

@@ -3,6 +3,8 @@ printed logs), and the per-turn accuracy rows of their tables."""
 
 from __future__ import annotations
 
+import os
+import warnings
 from typing import Any
 
 
@@ -47,3 +49,16 @@ def turn_accuracy_rows(before: list[float], after: list[float]) -> list[str]:
         f"  {'before training':16s}" + "".join(f"{v:9.3f}" for v in before),
         f"  {'after training':16s}" + "".join(f"{v:9.3f}" for v in after),
     ]
+
+
+def quiet_logs() -> None:
+    """Silence the warnings and library logs that would drown a demo's own output."""
+    import logging
+
+    logging.getLogger("bitsandbytes").setLevel(logging.ERROR)  # its optional CPU kernel hub warns at import
+    from transformers.utils import logging as hf_logging
+
+    warnings.filterwarnings("ignore")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
