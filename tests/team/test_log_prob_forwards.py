@@ -49,12 +49,16 @@ def make_batch(tokenizer: PreTrainedTokenizerBase, prompts: list[str], completio
 
 
 class Recorder:
-    """Records, for every forward of `model`, the width of its `input_ids` and whether it ran in inference mode."""
+    """Records, for every forward of `model`'s backbone (`model.model` of a causal LM, under any PEFT wrapper), the
+    width of its `input_ids` and whether it ran in inference mode. The backbone, because the log-probability forwards
+    call it and then the LM head a chunk of positions at a time (`core.head_logprobs`), without the model's own
+    forward; every full forward calls it too."""
 
     def __init__(self, model: torch.nn.Module) -> None:
         self.widths: list[int] = []
         self.inference: list[bool] = []
-        self.handle = model.register_forward_pre_hook(self._hook, with_kwargs=True)
+        base = model.get_base_model() if hasattr(model, "get_base_model") else model
+        self.handle = base.model.register_forward_pre_hook(self._hook, with_kwargs=True)
 
     def _hook(self, module: torch.nn.Module, args: tuple, kwargs: dict) -> None:
         ids = kwargs.get("input_ids", args[0] if args else None)

@@ -345,6 +345,7 @@ def test_log_softmax_runs_outside_autocast(
 
     monkeypatch.setattr(team_module, "selective_log_softmax", spy)
     team = make_team("adapters", tokenizer)
+    team.logprob_chunk_elements = 0  # the full-logits path (models that `head_path` refuses)
     batches = agent_batches(team)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert torch.is_autocast_enabled("cpu")
@@ -352,6 +353,15 @@ def test_log_softmax_runs_outside_autocast(
         assert torch.is_autocast_enabled("cpu")  # restored for the caller
     assert seen == [(False, True), (False, True)]
     assert all(r is not None and r[0].dtype == torch.bfloat16 for r in results)  # the model itself ran in bf16
+    # the default path: the LM head under autocast a chunk at a time, each chunk's log-softmax in float32
+    team.logprob_chunk_elements = 2**24
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        chunked = team(batches)
+        assert torch.is_autocast_enabled("cpu")
+    assert len(seen) == 2  # no full logits
+    for r, full in zip(chunked, results, strict=True):
+        assert r[0].dtype == torch.float32 and r[0].requires_grad
+        torch.testing.assert_close(r[0], full[0].float(), atol=0.1, rtol=0.05)  # bf16 logits either way
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -40,8 +40,9 @@ two papers this package implements, and of the works they build on:
 | Ziegler et al. 2019 | adaptive KL coefficient | `adaptive_kl_coef` |
 
 Helpers without an equation of their own: `masked_mean`, `masked_var`, `nan_std`, `whiten`, `whiten_jointly`,
-`selective_log_softmax`, `entropy_from_logits`, `completion_mask_from_eos`, `response_masks`, `score_positions`,
-`running_moments_update`. `docs/architecture.md` has the same table with the modules.
+`selective_log_softmax`, `entropy_from_logits`, `head_logprobs` (log-probabilities and entropies through the LM
+head, a chunk of positions at a time: `core.lm_head`), `completion_mask_from_eos`, `response_masks`,
+`score_positions`, `running_moments_update`. `docs/architecture.md` has the same table with the modules.
 """
 
 from .advantages import (
@@ -59,6 +60,7 @@ from .advantages import (
     whiten,
     whiten_jointly,
 )
+from .lm_head import DEFAULT_CHUNK_ELEMENTS, chunk_positions, head_logprobs
 from .losses import (
     IMPORTANCE_SAMPLING_LEVELS,
     SUPPORTED_LOSS_TYPES,
@@ -127,6 +129,9 @@ __all__ = [
     "engine_importance_sampling_ratio",
     "entropy_bonus",
     "entropy_from_logits",
+    "head_logprobs",
+    "chunk_positions",
+    "DEFAULT_CHUNK_ELEMENTS",
     "high_entropy_mask",
     "generalized_advantage_estimation",
     "group_relative_advantages",

@@ -36,13 +36,13 @@ import torch
 from torch import nn
 from transformers import PreTrainedModel
 
-from ..core import entropy_from_logits, selective_log_softmax
+from ..core import chunk_positions, entropy_from_logits, head_logprobs, selective_log_softmax
 from ..utils.tokens import joint_model_inputs, sequence_model_inputs
 from .compile import CompiledForward, call_model
 from .mixed_adapters import sliced_adapter_rows, sliced_adapter_rows_plan
 
-__all__ = ["AgentBatch", "LogProbMixin", "checkpointing_paused", "dropout_active", "logits_dtype_autocast",
-           "no_autograd", "takes_logits_to_keep"]
+__all__ = ["AgentBatch", "LogProbMixin", "checkpointing_paused", "dropout_active", "head_path",
+           "logits_dtype_autocast", "no_autograd", "takes_logits_to_keep"]
 
 
 # float attributes through which transformers' modules pass a dropout probability to a kernel or `F.dropout`
@@ -105,6 +105,42 @@ def takes_logits_to_keep(model: Any) -> bool:
     (compute the LM head over the last k positions only)."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     return _forward_takes_logits_to_keep(type(base))
+
+
+# config attributes with which a causal LM's forward changes the logits after its LM head (Gemma's soft-capping,
+# Cohere's and Granite's scales, ...): such a model keeps the full-logits path
+_LOGIT_TRANSFORMS = ("final_logit_softcapping", "logit_scale", "logits_scaling", "output_multiplier",
+                     "lm_head_multiplier")
+
+
+def head_path(model: Any) -> tuple[nn.Module, nn.Module] | str:
+    """`(backbone, lm_head)` of a causal LM whose logits are `lm_head(backbone(...).last_hidden_state)`, or why not.
+
+    Then the log-probability forwards run the backbone and take each completion token's log-probability through the
+    LM head a chunk of positions at a time (`core.head_logprobs`), never holding the `[batch, length, vocab]`
+    logits (TRL's `GRPOTrainer` does the same with its fused LM head). Not for: a model whose forward transforms the
+    logits after the head (soft-capping, a logit scale), prompt-learning PEFT (its forward adds virtual tokens), a
+    LoRA adapter on the LM head itself, or a model without the transformers layout (`base_model_prefix`,
+    `get_output_embeddings`).
+    """
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    peft_config = getattr(model, "active_peft_config", None)
+    if getattr(peft_config, "is_prompt_learning", False):
+        return "prompt-learning PEFT adds virtual tokens in its forward"
+    config = getattr(base, "config", None)
+    text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
+    for name in _LOGIT_TRANSFORMS:
+        if getattr(text_config, name, None) not in (None, 1, 1.0):
+            return f"its config's {name} changes the logits after the LM head"
+    head = base.get_output_embeddings() if hasattr(base, "get_output_embeddings") else None
+    backbone = getattr(base, getattr(base, "base_model_prefix", ""), None)
+    if not isinstance(head, nn.Module) or not isinstance(backbone, nn.Module) or backbone is base:
+        return "no transformers backbone and LM head (`base_model_prefix`, `get_output_embeddings`)"
+    if hasattr(head, "lora_A") or hasattr(head, "base_layer"):
+        return "the LM head carries an adapter"
+    if not takes_logits_to_keep(model):
+        return "its forward does not take `logits_to_keep`, so it may do more than head(backbone)"
+    return backbone, head
 
 
 def no_autograd() -> AbstractContextManager[Any]:
@@ -215,15 +251,37 @@ class LogProbMixin:
         self, model: PreTrainedModel, batch: AgentBatch, compute_entropy: bool, entropy_grad: bool = False
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         width = batch.completion_ids.size(1)
+        head = self._chunked_head(model)
         if dropout_active(model):  # TRL's layout, so that dropout draws the same masks (`team.forward`)
-            logits = self.forward_call(model, input_ids=batch.input_ids, attention_mask=batch.attention_mask,
-                                       logits_to_keep=width + 1).logits[:, :-1, :]
+            inputs = {"input_ids": batch.input_ids, "attention_mask": batch.attention_mask}
+            if head is not None:
+                hidden = self.forward_call(head[0], **inputs).last_hidden_state[:, -(width + 1):-1]
+                return self._score_hidden(hidden, head[1], batch.completion_ids, compute_entropy, entropy_grad)
+            logits = self.forward_call(model, **inputs, logits_to_keep=width + 1).logits[:, :-1, :]
         else:  # the last completion token predicts nothing that is scored: the forward stops before it
-            input_ids = torch.cat([batch.prompt_ids, batch.completion_ids[:, :-1]], dim=1)
-            attention_mask = torch.cat([batch.prompt_mask, batch.completion_mask[:, :-1]], dim=1)
-            logits = self.forward_call(model, input_ids=input_ids, attention_mask=attention_mask,
-                                       logits_to_keep=width).logits
+            inputs = {"input_ids": torch.cat([batch.prompt_ids, batch.completion_ids[:, :-1]], dim=1),
+                      "attention_mask": torch.cat([batch.prompt_mask, batch.completion_mask[:, :-1]], dim=1)}
+            if head is not None:
+                hidden = self.forward_call(head[0], **inputs).last_hidden_state[:, -width:]
+                return self._score_hidden(hidden, head[1], batch.completion_ids, compute_entropy, entropy_grad)
+            logits = self.forward_call(model, **inputs, logits_to_keep=width).logits
         return self._score(logits, batch, compute_entropy, entropy_grad)
+
+    def _chunked_head(self, model: PreTrainedModel) -> tuple[nn.Module, nn.Module] | None:
+        """`head_path(model)` when the team takes log-probabilities through the LM head in chunks
+        (`logprob_chunk_elements` > 0) and `model` allows it, else None (the full logits)."""
+        if self.logprob_chunk_elements <= 0:
+            return None
+        path = head_path(model)
+        return None if isinstance(path, str) else path
+
+    def _score_hidden(self, hidden: torch.Tensor, head: nn.Module, labels: torch.Tensor, compute_entropy: bool,
+                      entropy_grad: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """`_score` from the last hidden states: the LM head a chunk of positions at a time (`core.head_logprobs`),
+        in float32, without the full logits."""
+        chunk = chunk_positions(head.weight.size(0) if hasattr(head, "weight") else 1, self.logprob_chunk_elements)
+        return head_logprobs(hidden, head, labels, temperature=self.temperature, chunk_size=chunk,
+                             compute_entropy=compute_entropy, entropy_grad=entropy_grad)
 
     def _score(self, logits: torch.Tensor, batch: AgentBatch, compute_entropy: bool,
                entropy_grad: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -299,18 +357,26 @@ class LogProbMixin:
         input_ids, attention_mask, position_ids = joint_model_inputs([batches[a] for a in agents])
         widths = [batches[a].completion_ids.size(1) for a in agents]
         self._joint_rows = rows  # for the recomputation of checkpointed layers (`_checkpoint_contexts`)
+        head = self._chunked_head(model)
+        inputs = {"input_ids": input_ids, "attention_mask": attention_mask, "position_ids": position_ids}
         try:
             with nullcontext() if rows is None else sliced_adapter_rows(model, rows[0], training=model.training,
                                                                         plan=rows[1]):
-                logits = self.forward_call(model, input_ids=input_ids, attention_mask=attention_mask,
-                                           position_ids=position_ids, logits_to_keep=max(widths)).logits
+                if head is not None:
+                    out = self.forward_call(head[0], **inputs).last_hidden_state[:, -max(widths):]
+                else:
+                    out = self.forward_call(model, **inputs, logits_to_keep=max(widths)).logits
         finally:
             self._joint_rows = None
         results: list[tuple[torch.Tensor, torch.Tensor | None] | None] = [None] * len(batches)
         start = 0
         for a, width in zip(agents, widths, strict=True):
             stop = start + len(batches[a])
-            results[a] = self._score(logits[start:stop, :width], batches[a], compute_entropy, entropy_grad)
+            if head is not None:
+                results[a] = self._score_hidden(out[start:stop, :width], head[1], batches[a].completion_ids,
+                                                compute_entropy, entropy_grad)
+            else:
+                results[a] = self._score(out[start:stop, :width], batches[a], compute_entropy, entropy_grad)
             start = stop
         return results
 

@@ -34,6 +34,7 @@ import torch
 from torch import nn
 from transformers import AutoModelForCausalLM, PreTrainedModel
 
+from ..core import DEFAULT_CHUNK_ELEMENTS
 from ..utils.inputs import check_lora_targets, check_model_path
 from ..utils.model_names import resolve_model_name
 from ..utils.tokens import load_tokenizer
@@ -117,6 +118,10 @@ class AgentTeam(LogProbMixin, SamplingMixin, AdapterMixin, SavingMixin, nn.Modul
         # `adapters` mode: `forward` runs the batches of several agents as one forward through the shared base model,
         # each row through its agent's adapter (`_joint_logps`), where it can; False: one forward per agent
         self.joint_adapter_forward = True
+        # log-probability forwards take each token's log-probability through the LM head a chunk of positions at a
+        # time, with at most this many logits per chunk (`team.forward.head_path`; TRL's fused LM head does the same);
+        # 0: the full [batch, length, vocab] logits at once (the path of models that `head_path` refuses)
+        self.logprob_chunk_elements = DEFAULT_CHUNK_ELEMENTS
         self._joint_rows: tuple[list[str], Any] | None = None  # the rows' adapters and plan while a joint forward runs
         self._checkpointing_kwargs: dict | None = None  # set by `activation_checkpointing_enable`
         self.frozen: set[int] = set()  # agents whose weights are not trained (see `freeze_agents`)
