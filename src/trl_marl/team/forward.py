@@ -107,10 +107,11 @@ def takes_logits_to_keep(model: Any) -> bool:
     return _forward_takes_logits_to_keep(type(base))
 
 
-# config attributes with which a causal LM's forward changes the logits after its LM head (Gemma's soft-capping,
-# Cohere's and Granite's scales, ...): such a model keeps the full-logits path
+# config attributes with which a causal LM's forward changes the hidden states or logits between its backbone and
+# its LM head's output (Gemma's soft-capping, Cohere's and Granite's scales, MiniCPM's width scaling, ...): such a
+# model keeps the full-logits path
 _LOGIT_TRANSFORMS = ("final_logit_softcapping", "logit_scale", "logits_scaling", "output_multiplier",
-                     "lm_head_multiplier")
+                     "lm_head_multiplier", "dim_model_base")
 
 
 def head_path(model: Any) -> tuple[nn.Module, nn.Module] | str:
