@@ -86,8 +86,8 @@ def test_no_positions_and_a_bad_chunk_size():
 
 
 class LargestLogits(TorchDispatchMode):
-    """Records the most elements of any op output whose last dimension is the vocabulary, except the `(D, V)`
-    transposed head weight and its gradient."""
+    """Records the most elements of any op output whose last dimension is the vocabulary, except views of the
+    transposed `(D, V)` head weight (and its gradient), whose last two dimensions are `(D, V)`."""
 
     def __init__(self, vocab: int, hidden_size: int) -> None:
         super().__init__()
@@ -97,7 +97,7 @@ class LargestLogits(TorchDispatchMode):
         out = func(*args, **(kwargs or {}))
         for t in out if isinstance(out, (tuple, list)) else (out,):
             if (isinstance(t, torch.Tensor) and t.dim() >= 1 and t.size(-1) == self.vocab
-                    and tuple(t.shape) != (self.hidden_size, self.vocab)):
+                    and tuple(t.shape[-2:]) != (self.hidden_size, self.vocab)):
                 self.largest = max(self.largest, t.numel())
         return out
 
@@ -188,3 +188,66 @@ def test_which_models_keep_the_full_logits(target_model_dir):
                               peft_config=LoraConfig(r=4, target_modules=["q_proj", "lm_head"]))
     assert head_path(on_head.policy(0)) == "the LM head carries an adapter"
     assert "backbone" in head_path(torch.nn.Linear(2, 2))
+
+
+@pytest.mark.parametrize("dropout", [False, True], ids=["plain", "dropout"])
+def test_ppo_response_logprobs_match_the_response_logits(target_model_dir, dropout):
+    from trl_marl.core import entropy_from_logits, selective_log_softmax
+
+    torch.manual_seed(0)
+    team = AgentTeam.build(target_model_dir, 2, mode="adapters", peft_config=lora(0.3 if dropout else 0))
+    team.train()
+    g = torch.Generator().manual_seed(3)
+    context, width = 5, 4
+    query_responses = torch.randint(4, 20, (3, context + width), generator=g)
+    query_responses[1, :2] = 0  # a left-padded query (pad id 0)
+    query_responses[2, -1] = 0  # a response that ends early
+    responses = query_responses[:, context:]
+    temperature = 0.7 + 1e-7
+    for reference in (False, True):
+        team.zero_grad(set_to_none=True)
+        torch.manual_seed(5)
+        logps, entropy = team.response_logprobs(1, query_responses, context, 0, responses, temperature,
+                                                reference=reference, compute_entropy=True)
+        assert logps.shape == entropy.shape == responses.shape and not entropy.requires_grad
+        if not reference:
+            logps.sum().backward()
+            ours = {n: p.grad.clone() for n, p in team.named_parameters() if p.grad is not None}
+            team.zero_grad(set_to_none=True)
+        torch.manual_seed(5)
+        logits = team.response_logits(1, query_responses, context, 0, reference=reference) / temperature
+        full = selective_log_softmax(logits, responses)
+        torch.testing.assert_close(logps, full, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(entropy, entropy_from_logits(logits.detach()), rtol=1e-5, atol=1e-5)
+        if not reference:
+            full.sum().backward()
+            theirs = {n: p.grad.clone() for n, p in team.named_parameters() if p.grad is not None}
+            assert ours.keys() == theirs.keys() and len(ours) == 4  # agent 1's adapter: q/v, A/B
+            for name, grad in theirs.items():
+                torch.testing.assert_close(ours[name], grad, rtol=1e-4, atol=1e-6)
+    team.logprob_chunk_elements = 0  # the full-logits path gives the same
+    torch.manual_seed(5)
+    again, _ = team.response_logprobs(1, query_responses, context, 0, responses, temperature)
+    torch.manual_seed(5)
+    torch.testing.assert_close(again, selective_log_softmax(
+        team.response_logits(1, query_responses, context, 0) / temperature, responses))
+
+
+def test_ppo_response_logprobs_hold_one_chunk_of_logits(target_model_dir):
+    torch.manual_seed(0)
+    team = AgentTeam.build(target_model_dir, 1, mode="adapters", peft_config=lora())
+    team.train()
+    model = team.policy(0)
+    vocab, hidden_size = model.config.vocab_size, model.config.hidden_size
+    query_responses = torch.randint(4, 20, (3, 9), generator=torch.Generator().manual_seed(4))
+    responses = query_responses[:, 5:]
+    team.logprob_chunk_elements = 2 * vocab  # two positions per chunk
+    with LargestLogits(vocab, hidden_size) as counted:
+        logps, _ = team.response_logprobs(0, query_responses, 5, 0, responses, 1.0, compute_entropy=True)
+        logps.sum().backward()
+    assert counted.largest == 2 * vocab
+    team.logprob_chunk_elements = 0
+    with LargestLogits(vocab, hidden_size) as counted:
+        logps, _ = team.response_logprobs(0, query_responses, 5, 0, responses, 1.0, compute_entropy=True)
+        logps.sum().backward()
+    assert counted.largest == 3 * 4 * vocab  # every response position's logits at once

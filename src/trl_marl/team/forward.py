@@ -2,7 +2,8 @@
 
 [`LogProbMixin`] scores each agent's [`AgentBatch`] under its policy or its reference: `AgentTeam.forward` (with
 gradients, every agent in one call), the old-policy and reference log-probabilities (`policy_logps`,
-`reference_logps`, `inference_logps_all`) and PPO's logits (`sequence_logits`, `response_logits`). In `adapters` mode
+`reference_logps`, `inference_logps_all`), PPO's response log-probabilities (`response_logprobs`) and logits
+(`sequence_logits`, `response_logits`). In `adapters` mode
 the rows of several agents run as one forward, each row through its own adapter (`team.mixed_adapters`).
 
 These forwards skip the one position whose logits are never used. The log-probability of token t of a sequence is
@@ -276,12 +277,15 @@ class LogProbMixin:
         path = head_path(model)
         return None if isinstance(path, str) else path
 
-    def _score_hidden(self, hidden: torch.Tensor, head: nn.Module, labels: torch.Tensor, compute_entropy: bool,
-                      entropy_grad: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def _score_hidden(
+        self, hidden: torch.Tensor, head: nn.Module, labels: torch.Tensor, compute_entropy: bool, entropy_grad: bool,
+        temperature: float | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """`_score` from the last hidden states: the LM head a chunk of positions at a time (`core.head_logprobs`),
-        in float32, without the full logits."""
+        in float32, without the full logits (`temperature`: the team's by default)."""
         chunk = chunk_positions(head.weight.size(0) if hasattr(head, "weight") else 1, self.logprob_chunk_elements)
-        return head_logprobs(hidden, head, labels, temperature=self.temperature, chunk_size=chunk,
+        temperature = self.temperature if temperature is None else temperature
+        return head_logprobs(hidden, head, labels, temperature=temperature, chunk_size=chunk,
                              compute_entropy=compute_entropy, entropy_grad=entropy_grad)
 
     def _score(self, logits: torch.Tensor, batch: AgentBatch, compute_entropy: bool,
@@ -449,3 +453,31 @@ class LogProbMixin:
             if takes_logits_to_keep(model) and window > 0:  # (`logits_to_keep=0` would keep every position)
                 return self.forward_call(model, **inputs, logits_to_keep=window, return_dict=True).logits
             return self.forward_call(model, **inputs, return_dict=True).logits[:, context_length - 1 :]
+
+    def response_logprobs(self, agent_index: int, query_responses: torch.Tensor, context_length: int,
+                          pad_token_id: int, responses: torch.Tensor, temperature: float, reference: bool = False,
+                          compute_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Log-probabilities of PPO's `responses` (and, with `compute_entropy`, the detached entropy of every
+        response position) under member `agent_index`'s policy or reference, the logits divided by `temperature`:
+        `selective_log_softmax(response_logits(...) / temperature, responses)`, without the response logits where
+        the model allows it (`head_path`: the LM head a chunk of positions at a time, in float32, as MAGRPO's
+        forwards). Gradients flow for the policy.
+
+        Example: `logps, entropy = team.response_logprobs(0, query_responses, context, pad, responses, 0.7 + 1e-7,
+        compute_entropy=True)`
+        """
+        with self.acting(agent_index, reference) as model:
+            head = self._chunked_head(model)
+            if head is not None:
+                if dropout_active(model):  # the full layout: the same dropout draws as `response_logits`
+                    inputs = sequence_model_inputs(query_responses, pad_token_id)
+                    hidden = self.forward_call(head[0], **inputs).last_hidden_state[:, context_length - 1 : -1]
+                else:
+                    inputs = sequence_model_inputs(query_responses[:, :-1], pad_token_id)
+                    hidden = self.forward_call(head[0], **inputs).last_hidden_state[:, context_length - 1 :]
+                return self._score_hidden(hidden, head[1], responses, compute_entropy, False, temperature)
+        logits = self.response_logits(agent_index, query_responses, context_length, pad_token_id, reference)
+        with logits_dtype_autocast(logits):
+            logits = logits / temperature
+            entropy = entropy_from_logits(logits.detach()) if compute_entropy else None
+            return selective_log_softmax(logits, responses), entropy

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ...core import engine_importance_sampling_ratio, selective_log_softmax, whiten, whiten_jointly
+from ...core import engine_importance_sampling_ratio, whiten, whiten_jointly
 from ...core.ppo import INVALID_LOGPROB, kl_penalty, response_masks, shaped_token_rewards, turn_level_advantages
 from ...rewarding import RewardSet
 from ...rollout import Rollout
@@ -243,12 +243,12 @@ def forward_targets(ro: AgentRollout, slot: int, team: AgentTeam, value_model: n
         i = starts[chunk] if chunk < len(starts) else 0
         qr = ro.query_responses[i : i + step]
         resp = ro.responses[i : i + step]
-        logits = team.response_logits(slot, qr, C, pad) / (args.temperature + 1e-7)
-        ref_logits = team.response_logits(slot, qr, C, pad, reference=True)
+        logps_now = team.response_logprobs(slot, qr, C, pad, resp, args.temperature + 1e-7)[0]
+        ref_logps_now = team.response_logprobs(slot, qr, C, pad, resp, args.temperature + 1e-7, reference=True)[0]
         values_now = response_values(value_model, ro.value_query_responses[i : i + step], pad, Cv)
         if chunk < len(starts):
-            logps.append(selective_log_softmax(logits, resp))
-            ref_logps.append(selective_log_softmax(ref_logits / (args.temperature + 1e-7), resp))
+            logps.append(logps_now)
+            ref_logps.append(ref_logps_now)
             values.append(values_now)
         chunk += 1
     logprobs, ref_logprobs, value = torch.cat(logps), torch.cat(ref_logps), torch.cat(values).float()

@@ -39,7 +39,6 @@ from torch.utils.data import DataLoader
 from transformers import GenerationConfig, PreTrainedModel, TrainerCallback, set_seed
 
 from ..._trl_compat import TeamCheckpointMixin, TRLBaseTrainer
-from ...core import entropy_from_logits
 from ...core.ppo import (
     INVALID_LOGPROB,
     bootstrap_next_turn,
@@ -582,7 +581,7 @@ class MultiAgentPPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer
 
         Args:
             slot: The policy slot.
-            output: `(logits, new log-probs, values)` of the slot (`PolicyValueTeam.forward`).
+            output: `(entropies, new log-probs, values)` of the slot (`PolicyValueTeam.forward`).
             rollouts: Every slot's samples (`None` for a slot without any); a slot's stats column counts the slots
                 with samples before it.
             indices: Each slot's sample indices in this micro-batch.
@@ -591,7 +590,7 @@ class MultiAgentPPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer
         """
         ro, idx = rollouts[slot], indices[slot]
         column = [s for s, r in enumerate(rollouts) if r is not None].index(slot)
-        logits, new_logprobs, vpred = output
+        entropy, new_logprobs, vpred = output
         new_logprobs = torch.masked_fill(new_logprobs, ~ro.policy_mask[idx], INVALID_LOGPROB)
         vpred = torch.masked_fill(vpred, ~ro.value_mask[idx], 0)
         loss, loss_stats = self.compute_agent_loss(slot, new_logprobs, vpred, ro, idx)
@@ -601,7 +600,7 @@ class MultiAgentPPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer
             stats["approxkl"][e, m, k, column] = 0.5 * (log_diff**2).mean()
             for key, value in loss_stats.items():
                 stats[key][e, m, k, column] = value
-            stats["entropy"][e, m, k, column] = entropy_from_logits(logits).mean()
+            stats["entropy"][e, m, k, column] = entropy.mean()
         return loss
 
     def _takes_backward_per_agent(self, model: nn.Module) -> bool:

@@ -11,12 +11,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from ...core import selective_log_softmax
 from ...team import (
     AgentTeam,
     base_state_dict,
     is_partitioned,
-    logits_dtype_autocast,
     no_split_modules,
     sequence_model_inputs,
 )
@@ -218,19 +216,19 @@ class PolicyValueTeam(nn.Module):
         temperature: float = 1.0,
     ) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None]:
         """For each slot's `(query_responses, context, responses, value_query_responses, value_context)`:
-        `(logits, new log-probs, values)` of its policy and value model (nothing for no batches: `model([])` is
-        how FSDP2 learns that this module is its root, `trainers.distributed`)."""
+        `(entropies, new log-probs, values)` of its policy (per response position; the entropies detached) and
+        value model (nothing for no batches: `model([])` is how FSDP2 learns that this module is its root,
+        `trainers.distributed`)."""
         outputs: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None] = []
         for s, batch in enumerate(batches):
             if batch is None:
                 outputs.append(None)
                 continue
             query_responses, context, responses, value_qr, value_context = batch
-            logits = self.team.response_logits(s, query_responses, context, pad_token_ids[s])
-            with logits_dtype_autocast(logits):  # as TRL 1.12, which takes log-probs outside the model's forward
-                logits = logits / (temperature + 1e-7)
-                logprobs = selective_log_softmax(logits, responses)
+            # the log-probs outside the model's forward (autocast off) as in TRL 1.12; the entropies are detached
+            logprobs, entropy = self.team.response_logprobs(s, query_responses, context, pad_token_ids[s], responses,
+                                                            temperature + 1e-7, compute_entropy=True)
             values = response_values(self.value_model(s), value_qr, pad_token_ids[s], value_context)
-            outputs.append((logits, logprobs, values))
+            outputs.append((entropy, logprobs, values))
         return outputs
 
