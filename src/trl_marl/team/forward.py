@@ -43,7 +43,7 @@ from .compile import CompiledForward, call_model
 from .mixed_adapters import sliced_adapter_rows, sliced_adapter_rows_plan
 
 __all__ = ["AgentBatch", "LogProbMixin", "checkpointing_paused", "dropout_active", "head_path",
-           "logits_dtype_autocast", "no_autograd", "takes_logits_to_keep"]
+           "logits_dtype_autocast", "no_autograd", "response_layout", "takes_logits_to_keep"]
 
 
 # float attributes through which transformers' modules pass a dropout probability to a kernel or `F.dropout`
@@ -143,6 +143,16 @@ def head_path(model: Any) -> tuple[nn.Module, nn.Module] | str:
     if not takes_logits_to_keep(model):
         return "its forward does not take `logits_to_keep`, so it may do more than head(backbone)"
     return backbone, head
+
+
+def response_layout(query_responses: torch.Tensor, context_length: int, pad_token_id: int,
+                    dropout: bool) -> tuple[dict[str, torch.Tensor], slice]:
+    """PPO's model inputs for `query_responses` and the output positions that score its response tokens: without
+    dropout the forward stops before the last token (positions `context_length - 1` onwards); with dropout it takes
+    the whole sequence, so that the masks are drawn as in TRL, and drops the last position."""
+    if dropout:
+        return sequence_model_inputs(query_responses, pad_token_id), slice(context_length - 1, -1)
+    return sequence_model_inputs(query_responses[:, :-1], pad_token_id), slice(context_length - 1, None)
 
 
 def no_autograd() -> AbstractContextManager[Any]:
@@ -253,20 +263,18 @@ class LogProbMixin:
         self, model: PreTrainedModel, batch: AgentBatch, compute_entropy: bool, entropy_grad: bool = False
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         width = batch.completion_ids.size(1)
-        head = self._chunked_head(model)
         if dropout_active(model):  # TRL's layout, so that dropout draws the same masks (`team.forward`)
             inputs = {"input_ids": batch.input_ids, "attention_mask": batch.attention_mask}
-            if head is not None:
-                hidden = self.forward_call(head[0], **inputs).last_hidden_state[:, -(width + 1):-1]
-                return self._score_hidden(hidden, head[1], batch.completion_ids, compute_entropy, entropy_grad)
-            logits = self.forward_call(model, **inputs, logits_to_keep=width + 1).logits[:, :-1, :]
+            keep, scored = width + 1, slice(-(width + 1), -1)
         else:  # the last completion token predicts nothing that is scored: the forward stops before it
             inputs = {"input_ids": torch.cat([batch.prompt_ids, batch.completion_ids[:, :-1]], dim=1),
                       "attention_mask": torch.cat([batch.prompt_mask, batch.completion_mask[:, :-1]], dim=1)}
-            if head is not None:
-                hidden = self.forward_call(head[0], **inputs).last_hidden_state[:, -width:]
-                return self._score_hidden(hidden, head[1], batch.completion_ids, compute_entropy, entropy_grad)
-            logits = self.forward_call(model, **inputs, logits_to_keep=width).logits
+            keep, scored = width, slice(-width, None)
+        head = self._chunked_head(model)
+        if head is not None:
+            hidden = self.forward_call(head[0], **inputs).last_hidden_state[:, scored]
+            return self._score_hidden(hidden, head[1], batch.completion_ids, compute_entropy, entropy_grad)
+        logits = self.forward_call(model, **inputs, logits_to_keep=keep).logits[:, scored]
         return self._score(logits, batch, compute_entropy, entropy_grad)
 
     def _chunked_head(self, model: PreTrainedModel) -> tuple[nn.Module, nn.Module] | None:
@@ -445,14 +453,12 @@ class LogProbMixin:
         window alone (`logits_to_keep`, when the model takes it), unless dropout is active (`team.forward`).
         """
         with self.acting(agent_index, reference) as model:
-            if dropout_active(model):
-                inputs = sequence_model_inputs(query_responses, pad_token_id)
-                return self.forward_call(model, **inputs, return_dict=True).logits[:, context_length - 1 : -1]
-            inputs = sequence_model_inputs(query_responses[:, :-1], pad_token_id)
+            dropout = dropout_active(model)
+            inputs, scored = response_layout(query_responses, context_length, pad_token_id, dropout)
             window = query_responses.size(1) - context_length
-            if takes_logits_to_keep(model) and window > 0:  # (`logits_to_keep=0` would keep every position)
+            if not dropout and takes_logits_to_keep(model) and window > 0:  # (`logits_to_keep=0` keeps them all)
                 return self.forward_call(model, **inputs, logits_to_keep=window, return_dict=True).logits
-            return self.forward_call(model, **inputs, return_dict=True).logits[:, context_length - 1 :]
+            return self.forward_call(model, **inputs, return_dict=True).logits[:, scored]
 
     def response_logprobs(self, agent_index: int, query_responses: torch.Tensor, context_length: int,
                           pad_token_id: int, responses: torch.Tensor, temperature: float, reference: bool = False,
@@ -468,13 +474,9 @@ class LogProbMixin:
         """
         with self.acting(agent_index, reference) as model:
             head = self._chunked_head(model)
-            if head is not None:
-                if dropout_active(model):  # the full layout: the same dropout draws as `response_logits`
-                    inputs = sequence_model_inputs(query_responses, pad_token_id)
-                    hidden = self.forward_call(head[0], **inputs).last_hidden_state[:, context_length - 1 : -1]
-                else:
-                    inputs = sequence_model_inputs(query_responses[:, :-1], pad_token_id)
-                    hidden = self.forward_call(head[0], **inputs).last_hidden_state[:, context_length - 1 :]
+            if head is not None:  # the layout of `response_logits` (the same dropout draws)
+                inputs, scored = response_layout(query_responses, context_length, pad_token_id, dropout_active(model))
+                hidden = self.forward_call(head[0], **inputs).last_hidden_state[:, scored]
                 return self._score_hidden(hidden, head[1], responses, compute_entropy, False, temperature)
         logits = self.response_logits(agent_index, query_responses, context_length, pad_token_id, reference)
         with logits_dtype_autocast(logits):
