@@ -5,7 +5,8 @@
 - [`~trl_marl.data.writing`] (MAGRPO's writing, [`~trl_marl.envs.writing.CooperativeWritingEnv`]): [`load_tldr`],
   [`parse_tldr_prompt`].
 - [`~trl_marl.data.coding`] (MAGRPO's coding, [`~trl_marl.envs.coding.CooperativeCodingEnv`]): [`load_humaneval`],
-  [`load_mbpp`], [`mbpp_to_humaneval`].
+  [`load_mbpp`], [`mbpp_to_humaneval`]; [`~trl_marl.data.team_coding`]: [`load_team_coding`], cooperative coding
+  problems written for small models, split by family into training and held-out problems.
 
 The toy world's synthetic rows are in `trl_marl.toy` (`toy_debate_dataset`, `toy_facts_dataset`, ...). The Hub
 loaders call `datasets.load_dataset` (downloaded once, then read from the local cache); a local copy with the same
@@ -23,6 +24,7 @@ from .debate import (
     parse_gsm8k_answer,
     tinygsm_answers,
 )
+from .team_coding import load_team_coding
 from .writing import load_tldr, parse_tldr_prompt
 
 __all__ = [
@@ -33,6 +35,7 @@ __all__ = [
     "load_gsm8k",
     "load_humaneval",
     "load_mbpp",
+    "load_team_coding",
     "load_tinygsm",
     "load_tldr",
     "mbpp_to_humaneval",

@@ -1,0 +1,551 @@
+"""A cooperative coding problem set written for trl-marl: small two-step problems where a helper is natural.
+
+MAGRPO's coding task ([`~trl_marl.envs.coding.CooperativeCodingEnv`]) has a helper agent write `aux` and a main
+agent write the function the problem asks for. On HumanEval a small model passes almost nothing, so a team of small
+models has no signal to learn from. These problems are sized for such models: each asks for one function whose work
+splits into a step that is worth a function of its own (a check, a conversion, a parse: "is this a prime?",
+"the vowels of a word", "the digit sum of a number") and a loop or aggregate over it.
+
+Every problem is in HumanEval's schema (`task_id`, `prompt`, `entry_point`, `test`, `canonical_solution`) plus
+`family` (the helper concept; related problems share it) and `helper_solution` (the reference `aux`). The prompt
+shows the signature, one sentence and one example; the tests in `test` (`check(candidate)`, four or more asserts)
+are hidden from the agents and include edge cases the example does not show. `canonical_solution` is a whole
+program, reference helper first, so CodeBLEU compares a team's helper + main with a helper + main.
+
+**Held-out split by family.** [`team_coding_split`] splits the *families*, not the problems, into training and
+held-out ones (a fixed list, chosen before any model was run on them): no held-out problem shares its helper concept
+with a training problem, so a team that scores on the held-out problems has learned to cooperate on new code, not
+recalled a neighbour of a training problem.
+
+Written for this project (same licence as trl-marl); no problem is copied from HumanEval, MBPP or any other set.
+
+Example:
+
+```python
+>>> from trl_marl.data.team_coding import TEAM_CODING_PROBLEMS, load_team_coding
+>>> train, heldout = load_team_coding("train"), load_team_coding("heldout")
+>>> len(train) + len(heldout) == len(TEAM_CODING_PROBLEMS)
+True
+```
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import datasets
+
+
+@dataclass(frozen=True)
+class TeamCodingProblem:
+    """One problem: the function to write, one visible example, the hidden tests and a reference helper + main.
+
+    Attributes:
+        family (`str`): The helper concept; the train/held-out split is by family.
+        entry_point (`str`): The function the main agent writes.
+        signature (`str`): Its parameters and return annotation, e.g. `"(words: list) -> int"`.
+        doc (`str`): One sentence: what it returns.
+        example (`tuple[str, str]`): A visible call and its result, e.g. `("f([1, 2])", "3")`.
+        helper (`str`): A reference helper `aux`.
+        main (`str`): A reference main function that calls `aux`.
+        tests (`tuple[str, ...]`): Hidden asserts over `candidate`.
+    """
+
+    family: str
+    entry_point: str
+    signature: str
+    doc: str
+    example: tuple[str, str]
+    helper: str
+    main: str
+    tests: tuple[str, ...]
+
+    def prompt(self) -> str:
+        """The signature and docstring the agents see."""
+        call, result = self.example
+        return (f"def {self.entry_point}{self.signature}:\n    \"\"\"{self.doc}\n\n    >>> {call}\n    {result}\n"
+                f"    \"\"\"\n")
+
+    def test(self) -> str:
+        """HumanEval's `check(candidate)` with the hidden asserts."""
+        return "def check(candidate):\n" + "".join(f"    assert {t}\n" for t in self.tests)
+
+    def row(self, index: int) -> dict[str, Any]:
+        """The problem as a row of HumanEval's schema plus `family` and `helper_solution`."""
+        return {"task_id": f"TeamCoding/{index}", "prompt": self.prompt(), "entry_point": self.entry_point,
+                "test": self.test(), "canonical_solution": f"{self.helper}\n\n\n{self.main}\n",
+                "helper_solution": self.helper, "family": self.family}
+
+
+def _p(family: str, entry_point: str, signature: str, doc: str, example: tuple[str, str], helper: str, main: str,
+       *tests: str) -> TeamCodingProblem:
+    return TeamCodingProblem(family, entry_point, signature, doc, example, helper.strip("\n"), main.strip("\n"),
+                             tests)
+
+
+VOWELS = "def aux(word):\n    return sum(1 for c in word.lower() if c in 'aeiou')"
+PRIME = ("def aux(n):\n    if n < 2:\n        return False\n    for d in range(2, int(n ** 0.5) + 1):\n"
+         "        if n % d == 0:\n            return False\n    return True")
+PALINDROME = "def aux(word):\n    w = word.lower()\n    return w == w[::-1]"
+DIGIT_SUM = "def aux(n):\n    return sum(int(d) for d in str(abs(n)))"
+GCD = "def aux(a, b):\n    while b:\n        a, b = b, a % b\n    return abs(a)"
+C_TO_F = "def aux(c):\n    return c * 9 / 5 + 32"
+COUNTS = ("def aux(items):\n    counts = {}\n    for x in items:\n        counts[x] = counts.get(x, 0) + 1\n"
+          "    return counts")
+SHIFT = ("def aux(c, k):\n    if 'a' <= c <= 'z':\n        return chr((ord(c) - ord('a') + k) % 26 + ord('a'))\n"
+         "    return c")
+EVEN = "def aux(n):\n    return n % 2 == 0"
+SQUARE = "def aux(n):\n    if n < 0:\n        return False\n    r = int(n ** 0.5)\n    return r * r == n"
+FACTORIAL = "def aux(n):\n    result = 1\n    for i in range(2, n + 1):\n        result *= i\n    return result"
+LEAP = "def aux(year):\n    return year % 4 == 0 and (year % 100 != 0 or year % 400 == 0)"
+WORDS = "def aux(text):\n    return text.split()"
+DIST = "def aux(p, q):\n    return ((p[0] - q[0]) ** 2 + (p[1] - q[1]) ** 2) ** 0.5"
+SORTED_LETTERS = "def aux(word):\n    return ''.join(sorted(word.lower().replace(' ', '')))"
+NUMBERS = "import re\n\n\ndef aux(text):\n    return [int(m) for m in re.findall(r'[0-9]+', text)]"
+PAIRS = ("def aux(text):\n    out = {}\n    for part in text.split(';'):\n        if part:\n"
+         "            key, value = part.split('=')\n            out[key] = int(value)\n    return out")
+GRADE = ("def aux(score):\n    for cut, letter in ((90, 'A'), (80, 'B'), (70, 'C'), (60, 'D')):\n"
+         "        if score >= cut:\n            return letter\n    return 'F'")
+BINARY = "def aux(n):\n    return bin(n)[2:]"
+COLLATZ = ("def aux(n):\n    steps = 0\n    while n != 1:\n        n = n // 2 if n % 2 == 0 else 3 * n + 1\n"
+           "        steps += 1\n    return steps")
+DIVISORS = "def aux(n):\n    return [d for d in range(1, n + 1) if n % d == 0]"
+RUNS = ("def aux(text):\n    runs = []\n    for c in text:\n        if runs and runs[-1][0] == c:\n"
+        "            runs[-1][1] += 1\n        else:\n            runs.append([c, 1])\n    return runs")
+VALID = ("def aux(p):\n    return len(p) >= 8 and any(c.isdigit() for c in p) and any(c.isupper() for c in p)")
+CLEAN = "def aux(text):\n    return ''.join(c.lower() for c in text if c.isalnum())"
+BRACKETS = ("def aux(c):\n    return {')': '(', ']': '[', '}': '{'}.get(c)")
+
+TEAM_CODING_PROBLEMS: tuple[TeamCodingProblem, ...] = (
+    # ----- vowels
+    _p("vowels", "count_vowels_per_word", "(sentence: str) -> list",
+       "Return the number of vowels (a, e, i, o, u, in either case) in each space-separated word of `sentence`.",
+       ("count_vowels_per_word('hello big world')", "[2, 1, 1]"), VOWELS,
+       "def count_vowels_per_word(sentence):\n    return [aux(w) for w in sentence.split()]",
+       "candidate('a e i') == [1, 1, 1]", "candidate('Sky') == [0]", "candidate('') == []",
+       "candidate('Banana APPLE') == [3, 2]"),
+    _p("vowels", "word_with_most_vowels", "(sentence: str) -> str",
+       "Return the first word of `sentence` that has the most vowels (a, e, i, o, u, in either case).",
+       ("word_with_most_vowels('the quick brown fox')", "'quick'"), VOWELS,
+       "def word_with_most_vowels(sentence):\n    words = sentence.split()\n    return max(words, key=aux)",
+       "candidate('sky is blue') == 'blue'", "candidate('aa bb ee') == 'aa'", "candidate('Oil tea') == 'Oil'",
+       "candidate('rhythm') == 'rhythm'"),
+    _p("vowels", "remove_vowels", "(text: str) -> str",
+       "Return `text` without its vowels (a, e, i, o, u, in either case).",
+       ("remove_vowels('banana')", "'bnn'"), VOWELS,
+       "def remove_vowels(text):\n    return ''.join(c for c in text if aux(c) == 0)",
+       "candidate('Hello World') == 'Hll Wrld'", "candidate('AEIOU') == ''", "candidate('xyz') == 'xyz'",
+       "candidate('') == ''"),
+    # ----- primes
+    _p("primes", "count_primes", "(numbers: list) -> int",
+       "Return how many of the integers in `numbers` are prime.",
+       ("count_primes([2, 3, 4, 5, 6])", "3"), PRIME,
+       "def count_primes(numbers):\n    return sum(1 for n in numbers if aux(n))",
+       "candidate([1, 0, -7]) == 0", "candidate([11, 13, 15]) == 2", "candidate([]) == 0",
+       "candidate([97, 100, 2]) == 2"),
+    _p("primes", "primes_below", "(n: int) -> list",
+       "Return the prime numbers smaller than `n`, in increasing order.",
+       ("primes_below(10)", "[2, 3, 5, 7]"), PRIME,
+       "def primes_below(n):\n    return [k for k in range(n) if aux(k)]",
+       "candidate(2) == []", "candidate(3) == [2]", "candidate(20) == [2, 3, 5, 7, 11, 13, 17, 19]",
+       "candidate(1) == []"),
+    _p("primes", "sum_of_primes", "(numbers: list) -> int",
+       "Return the sum of the prime numbers in `numbers`.",
+       ("sum_of_primes([1, 2, 3, 4])", "5"), PRIME,
+       "def sum_of_primes(numbers):\n    return sum(n for n in numbers if aux(n))",
+       "candidate([]) == 0", "candidate([4, 6, 8]) == 0", "candidate([5, 7, 9]) == 12", "candidate([2, 2]) == 4"),
+    # ----- palindromes
+    _p("palindromes", "count_palindromes", "(words: list) -> int",
+       "Return how many strings in `words` read the same backwards, ignoring case.",
+       ("count_palindromes(['level', 'hello', 'Anna'])", "2"), PALINDROME,
+       "def count_palindromes(words):\n    return sum(1 for w in words if aux(w))",
+       "candidate(['a', 'ab', 'aba']) == 2", "candidate([]) == 0", "candidate(['Noon', 'moon']) == 1",
+       "candidate(['racecar', 'xyz', 'kayak']) == 2"),
+    _p("palindromes", "longest_palindrome_word", "(sentence: str) -> str",
+       "Return the first longest word of `sentence` that reads the same backwards (ignoring case), or '' if none.",
+       ("longest_palindrome_word('my mom saw a racecar')", "'racecar'"), PALINDROME,
+       "def longest_palindrome_word(sentence):\n    best = ''\n    for w in sentence.split():\n"
+       "        if aux(w) and len(w) > len(best):\n            best = w\n    return best",
+       "candidate('hello world') == ''", "candidate('wow level') == 'level'", "candidate('a b') == 'a'",
+       "candidate('') == ''"),
+    # ----- sentence palindromes need a cleaning step
+    _p("clean_text", "is_palindrome_sentence", "(text: str) -> bool",
+       "Return True if `text` reads the same backwards when only its letters and digits are kept, ignoring case.",
+       ("is_palindrome_sentence('Never odd or even')", "True"), CLEAN,
+       "def is_palindrome_sentence(text):\n    t = aux(text)\n    return t == t[::-1]",
+       "candidate('A man, a plan, a canal: Panama') is True", "candidate('hello') is False",
+       "candidate('') is True", "candidate('No lemon, no melon') is True", "candidate('ab') is False"),
+    _p("clean_text", "count_letters_and_digits", "(text: str) -> int",
+       "Return how many characters of `text` are letters or digits.",
+       ("count_letters_and_digits('Hi, 2 you!')", "6"), CLEAN,
+       "def count_letters_and_digits(text):\n    return len(aux(text))",
+       "candidate('') == 0", "candidate('!!!') == 0", "candidate('abc 123') == 6", "candidate('a-b_c') == 3"),
+    # ----- digit sums
+    _p("digit_sum", "digit_sums", "(numbers: list) -> list",
+       "Return the sum of the decimal digits of each integer in `numbers` (the sign is ignored).",
+       ("digit_sums([12, 305])", "[3, 8]"), DIGIT_SUM,
+       "def digit_sums(numbers):\n    return [aux(n) for n in numbers]",
+       "candidate([0]) == [0]", "candidate([-45]) == [9]", "candidate([999, 1]) == [27, 1]", "candidate([]) == []"),
+    _p("digit_sum", "largest_digit_sum", "(numbers: list) -> int",
+       "Return the first integer of `numbers` whose digit sum (sign ignored) is the largest.",
+       ("largest_digit_sum([19, 55, 90])", "19"), DIGIT_SUM,
+       "def largest_digit_sum(numbers):\n    return max(numbers, key=aux)",
+       "candidate([1, 2, 3]) == 3", "candidate([100, 11]) == 11", "candidate([-99, 5]) == -99",
+       "candidate([7]) == 7"),
+    _p("digit_sum", "is_harshad", "(n: int) -> bool",
+       "Return True if the positive integer `n` is divisible by the sum of its digits.",
+       ("is_harshad(18)", "True"), DIGIT_SUM,
+       "def is_harshad(n):\n    return n % aux(n) == 0",
+       "candidate(19) is False", "candidate(21) is True", "candidate(1) is True", "candidate(11) is False"),
+    # ----- words
+    _p("words", "longest_word", "(sentence: str) -> str",
+       "Return the first longest space-separated word of `sentence`, or '' if there is none.",
+       ("longest_word('I love programming')", "'programming'"), WORDS,
+       "def longest_word(sentence):\n    best = ''\n    for w in aux(sentence):\n        if len(w) > len(best):\n"
+       "            best = w\n    return best",
+       "candidate('a bb cc') == 'bb'", "candidate('one') == 'one'", "candidate('') == ''",
+       "candidate('tie tie') == 'tie'"),
+    _p("words", "average_word_length", "(sentence: str) -> float",
+       "Return the average length of the words of `sentence`, rounded to 2 decimals (0.0 if there are none).",
+       ("average_word_length('hi there')", "3.5"), WORDS,
+       "def average_word_length(sentence):\n    words = aux(sentence)\n    if not words:\n        return 0.0\n"
+       "    return round(sum(len(w) for w in words) / len(words), 2)",
+       "candidate('a') == 1.0", "candidate('') == 0.0", "candidate('abc de') == 2.5",
+       "candidate('one two three') == 3.67"),
+    _p("words", "count_words_longer_than", "(sentence: str, n: int) -> int",
+       "Return how many words of `sentence` have more than `n` letters.",
+       ("count_words_longer_than('a tiny example', 3)", "2"), WORDS,
+       "def count_words_longer_than(sentence, n):\n    return sum(1 for w in aux(sentence) if len(w) > n)",
+       "candidate('', 0) == 0", "candidate('xx yyy', 3) == 0", "candidate('hello hi', 1) == 2",
+       "candidate('hello hi', 2) == 1"),
+    # ----- gcd
+    _p("gcd", "gcd_of_list", "(numbers: list) -> int",
+       "Return the greatest common divisor of the non-negative integers in `numbers` (not all zero).",
+       ("gcd_of_list([12, 18, 24])", "6"), GCD,
+       "def gcd_of_list(numbers):\n    g = 0\n    for n in numbers:\n        g = aux(g, n)\n    return g",
+       "candidate([7]) == 7", "candidate([5, 10]) == 5", "candidate([9, 28]) == 1", "candidate([0, 4]) == 4"),
+    _p("gcd", "lcm", "(a: int, b: int) -> int",
+       "Return the least common multiple of the positive integers `a` and `b`.",
+       ("lcm(4, 6)", "12"), GCD,
+       "def lcm(a, b):\n    return a * b // aux(a, b)",
+       "candidate(3, 5) == 15", "candidate(7, 7) == 7", "candidate(1, 9) == 9", "candidate(12, 18) == 36"),
+    _p("gcd", "simplify_fraction", "(numerator: int, denominator: int) -> tuple",
+       "Return the fraction numerator/denominator (denominator > 0) in lowest terms, as a tuple.",
+       ("simplify_fraction(6, 8)", "(3, 4)"), GCD,
+       "def simplify_fraction(numerator, denominator):\n    g = aux(numerator, denominator)\n"
+       "    return (numerator // g, denominator // g)",
+       "candidate(10, 5) == (2, 1)", "candidate(3, 7) == (3, 7)", "candidate(0, 5) == (0, 1)",
+       "candidate(-4, 6) == (-2, 3)"),
+    # ----- temperatures
+    _p("temperature", "fahrenheit_list", "(celsius: list) -> list",
+       "Convert each Celsius temperature in `celsius` to Fahrenheit, rounded to 1 decimal.",
+       ("fahrenheit_list([0, 100])", "[32.0, 212.0]"), C_TO_F,
+       "def fahrenheit_list(celsius):\n    return [round(aux(c), 1) for c in celsius]",
+       "candidate([]) == []", "candidate([-40]) == [-40.0]", "candidate([37]) == [98.6]",
+       "candidate([20.5]) == [68.9]"),
+    _p("temperature", "average_fahrenheit", "(celsius: list) -> float",
+       "Return the average of the Celsius temperatures `celsius` in Fahrenheit, rounded to 1 decimal.",
+       ("average_fahrenheit([0, 10])", "41.0"), C_TO_F,
+       "def average_fahrenheit(celsius):\n    return round(sum(aux(c) for c in celsius) / len(celsius), 1)",
+       "candidate([100]) == 212.0", "candidate([-40, 40]) == 32.0", "candidate([1, 2, 3]) == 35.6",
+       "candidate([0]) == 32.0"),
+    _p("temperature", "hottest_in_fahrenheit", "(celsius: list) -> float",
+       "Return the highest of the Celsius temperatures `celsius` in Fahrenheit, rounded to 1 decimal.",
+       ("hottest_in_fahrenheit([10, 30, 20])", "86.0"), C_TO_F,
+       "def hottest_in_fahrenheit(celsius):\n    return round(max(aux(c) for c in celsius), 1)",
+       "candidate([0]) == 32.0", "candidate([-5, -10]) == 23.0", "candidate([36.6, 36.7]) == 98.1",
+       "candidate([100, -100]) == 212.0"),
+    # ----- counting
+    _p("counting", "most_common", "(items: list)",
+       "Return the item that occurs most often in `items`; on a tie, the one that occurs first.",
+       ("most_common([1, 2, 2, 3])", "2"), COUNTS,
+       "def most_common(items):\n    counts = aux(items)\n    return max(items, key=lambda x: counts[x])",
+       "candidate(['a']) == 'a'", "candidate([3, 3, 1, 1]) == 3", "candidate([5, 4, 4, 5, 5]) == 5",
+       "candidate(['x', 'y', 'y']) == 'y'"),
+    _p("counting", "count_unique_words", "(sentence: str) -> int",
+       "Return how many different words `sentence` has, ignoring case.",
+       ("count_unique_words('the cat and The dog')", "4"), COUNTS,
+       "def count_unique_words(sentence):\n    return len(aux(sentence.lower().split()))",
+       "candidate('') == 0", "candidate('a a a') == 1", "candidate('Hi hi HI there') == 2",
+       "candidate('one two') == 2"),
+    _p("counting", "items_seen_once", "(items: list) -> list",
+       "Return the items of `items` that occur exactly once, in their order.",
+       ("items_seen_once([1, 2, 1, 3])", "[2, 3]"), COUNTS,
+       "def items_seen_once(items):\n    counts = aux(items)\n    return [x for x in items if counts[x] == 1]",
+       "candidate([]) == []", "candidate(['a', 'a']) == []", "candidate([3, 2, 1]) == [3, 2, 1]",
+       "candidate([1, 1, 2, 3, 3]) == [2]"),
+    # ----- caesar
+    _p("caesar", "caesar", "(text: str, shift: int) -> str",
+       "Shift each lowercase letter of `text` by `shift` places in the alphabet (wrapping z to a); keep the rest.",
+       ("caesar('abc', 1)", "'bcd'"), SHIFT,
+       "def caesar(text, shift):\n    return ''.join(aux(c, shift) for c in text)",
+       "candidate('xyz', 2) == 'zab'", "candidate('hello world', 13) == 'uryyb jbeyq'",
+       "candidate('a-b', 1) == 'b-c'", "candidate('abc', 26) == 'abc'"),
+    _p("caesar", "decode_caesar", "(text: str, shift: int) -> str",
+       "Undo a shift of lowercase letters by `shift` places (wrapping a to z); keep every other character.",
+       ("decode_caesar('bcd', 1)", "'abc'"), SHIFT,
+       "def decode_caesar(text, shift):\n    return ''.join(aux(c, -shift) for c in text)",
+       "candidate('zab', 2) == 'xyz'", "candidate('uryyb', 13) == 'hello'", "candidate('a b', 0) == 'a b'",
+       "candidate('cde!', 2) == 'abc!'"),
+    # ----- parity
+    _p("parity", "sum_of_evens", "(numbers: list) -> int",
+       "Return the sum of the even integers in `numbers`.",
+       ("sum_of_evens([1, 2, 3, 4])", "6"), EVEN,
+       "def sum_of_evens(numbers):\n    return sum(n for n in numbers if aux(n))",
+       "candidate([]) == 0", "candidate([1, 3]) == 0", "candidate([-2, 2, 5]) == 0", "candidate([10]) == 10"),
+    _p("parity", "count_evens_and_odds", "(numbers: list) -> tuple",
+       "Return a tuple (how many integers in `numbers` are even, how many are odd).",
+       ("count_evens_and_odds([1, 2, 3])", "(1, 2)"), EVEN,
+       "def count_evens_and_odds(numbers):\n    evens = sum(1 for n in numbers if aux(n))\n"
+       "    return (evens, len(numbers) - evens)",
+       "candidate([]) == (0, 0)", "candidate([0]) == (1, 0)", "candidate([-1, -2, 7]) == (1, 2)",
+       "candidate([2, 4]) == (2, 0)"),
+    _p("parity", "mean_of_odds", "(numbers: list) -> float",
+       "Return the mean of the odd integers in `numbers` (0.0 if there are none).",
+       ("mean_of_odds([1, 2, 3])", "2.0"), EVEN,
+       "def mean_of_odds(numbers):\n    odds = [n for n in numbers if not aux(n)]\n"
+       "    return sum(odds) / len(odds) if odds else 0.0",
+       "candidate([2, 4]) == 0.0", "candidate([5]) == 5.0", "candidate([1, 4, 6, 7]) == 4.0",
+       "candidate([-3, 3]) == 0.0"),
+    # ----- perfect squares
+    _p("squares", "perfect_square_flags", "(numbers: list) -> list",
+       "Return, for each integer in `numbers`, whether it is a perfect square (0 is; negative numbers are not).",
+       ("perfect_square_flags([4, 5, 9])", "[True, False, True]"), SQUARE,
+       "def perfect_square_flags(numbers):\n    return [aux(n) for n in numbers]",
+       "candidate([0]) == [True]", "candidate([-4]) == [False]", "candidate([1, 2, 16]) == [True, False, True]",
+       "candidate([]) == []"),
+    _p("squares", "count_perfect_squares", "(numbers: list) -> int",
+       "Return how many integers in `numbers` are perfect squares (0 is; negative numbers are not).",
+       ("count_perfect_squares([1, 2, 3, 4])", "2"), SQUARE,
+       "def count_perfect_squares(numbers):\n    return sum(1 for n in numbers if aux(n))",
+       "candidate([]) == 0", "candidate([0, -1]) == 1", "candidate([25, 26, 36]) == 2", "candidate([2, 3]) == 0"),
+    # ----- factorials
+    _p("factorial", "sum_of_factorials", "(n: int) -> int",
+       "Return 1! + 2! + ... + n! (0 when n is 0).",
+       ("sum_of_factorials(3)", "9"), FACTORIAL,
+       "def sum_of_factorials(n):\n    return sum(aux(k) for k in range(1, n + 1))",
+       "candidate(0) == 0", "candidate(1) == 1", "candidate(4) == 33", "candidate(5) == 153"),
+    _p("factorial", "factorial_digits", "(n: int) -> int",
+       "Return the number of decimal digits of n! (n >= 0).",
+       ("factorial_digits(5)", "3"), FACTORIAL,
+       "def factorial_digits(n):\n    return len(str(aux(n)))",
+       "candidate(0) == 1", "candidate(10) == 7", "candidate(3) == 1", "candidate(7) == 4"),
+    _p("factorial", "binomial", "(n: int, k: int) -> int",
+       "Return the number of ways to choose `k` items out of `n` (0 <= k <= n).",
+       ("binomial(5, 2)", "10"), FACTORIAL,
+       "def binomial(n, k):\n    return aux(n) // (aux(k) * aux(n - k))",
+       "candidate(4, 0) == 1", "candidate(6, 3) == 20", "candidate(10, 1) == 10", "candidate(3, 3) == 1"),
+    # ----- leap years
+    _p("leap_year", "count_leap_years", "(years: list) -> int",
+       "Return how many of `years` are leap years in the Gregorian calendar.",
+       ("count_leap_years([2000, 1900, 2024])", "2"), LEAP,
+       "def count_leap_years(years):\n    return sum(1 for y in years if aux(y))",
+       "candidate([]) == 0", "candidate([2023]) == 0", "candidate([1600, 1700, 1996]) == 2",
+       "candidate([2004, 2008]) == 2"),
+    _p("leap_year", "days_in_month", "(year: int, month: int) -> int",
+       "Return the number of days of month `month` (1-12) of `year` in the Gregorian calendar.",
+       ("days_in_month(2024, 2)", "29"), LEAP,
+       "def days_in_month(year, month):\n    if month == 2:\n        return 29 if aux(year) else 28\n"
+       "    return 30 if month in (4, 6, 9, 11) else 31",
+       "candidate(2023, 2) == 28", "candidate(2023, 1) == 31", "candidate(2023, 4) == 30",
+       "candidate(1900, 2) == 28", "candidate(2000, 2) == 29"),
+    # ----- geometry
+    _p("distance", "path_length", "(points: list) -> float",
+       "Return the length of the path through the (x, y) `points` in order, rounded to 2 decimals.",
+       ("path_length([(0, 0), (3, 4)])", "5.0"), DIST,
+       "def path_length(points):\n    return round(sum(aux(p, q) for p, q in zip(points, points[1:])), 2)",
+       "candidate([(0, 0)]) == 0.0", "candidate([]) == 0.0", "candidate([(0, 0), (1, 0), (1, 1)]) == 2.0",
+       "candidate([(0, 0), (1, 1)]) == 1.41"),
+    _p("distance", "closest_to_origin", "(points: list) -> tuple",
+       "Return the first of the (x, y) `points` that is closest to (0, 0).",
+       ("closest_to_origin([(3, 4), (1, 1), (0, 2)])", "(1, 1)"), DIST,
+       "def closest_to_origin(points):\n    return min(points, key=lambda p: aux(p, (0, 0)))",
+       "candidate([(5, 5)]) == (5, 5)", "candidate([(0, -1), (1, 0)]) == (0, -1)",
+       "candidate([(2, 2), (-1, -1)]) == (-1, -1)", "candidate([(3, 0), (0, 3), (2, 2)]) == (2, 2)"),
+    _p("distance", "perimeter", "(points: list) -> float",
+       "Return the perimeter of the polygon with corners `points` (x, y) in order, rounded to 2 decimals.",
+       ("perimeter([(0, 0), (0, 1), (1, 1), (1, 0)])", "4.0"), DIST,
+       "def perimeter(points):\n    n = len(points)\n"
+       "    return round(sum(aux(points[i], points[(i + 1) % n]) for i in range(n)), 2)",
+       "candidate([(0, 0), (3, 0), (0, 4)]) == 12.0", "candidate([(0, 0), (2, 0)]) == 4.0",
+       "candidate([(1, 1), (1, 1), (1, 1)]) == 0.0", "candidate([(0, 0), (1, 1), (2, 0)]) == 4.83"),
+    # ----- anagrams
+    _p("anagram", "are_anagrams", "(a: str, b: str) -> bool",
+       "Return True if `a` and `b` use the same letters the same number of times, ignoring case and spaces.",
+       ("are_anagrams('listen', 'silent')", "True"), SORTED_LETTERS,
+       "def are_anagrams(a, b):\n    return aux(a) == aux(b)",
+       "candidate('Dormitory', 'dirty room') is True", "candidate('abc', 'abd') is False",
+       "candidate('', '') is True", "candidate('aab', 'abb') is False"),
+    _p("anagram", "count_anagram_groups", "(words: list) -> int",
+       "Return how many groups of anagrams `words` forms (words with the same letters, ignoring case).",
+       ("count_anagram_groups(['eat', 'tea', 'tan', 'ate', 'nat', 'bat'])", "3"), SORTED_LETTERS,
+       "def count_anagram_groups(words):\n    return len({aux(w) for w in words})",
+       "candidate([]) == 0", "candidate(['a']) == 1", "candidate(['ab', 'ba', 'abc']) == 2",
+       "candidate(['Tea', 'eat', 'x']) == 2"),
+    # ----- numbers in text
+    _p("numbers_in_text", "sum_numbers_in_text", "(text: str) -> int",
+       "Return the sum of the whole numbers written with digits in `text` (each run of digits is one number).",
+       ("sum_numbers_in_text('I have 3 apples and 12 pears')", "15"), NUMBERS,
+       "def sum_numbers_in_text(text):\n    return sum(aux(text))",
+       "candidate('none') == 0", "candidate('1a2b3') == 6", "candidate('100') == 100", "candidate('') == 0"),
+    _p("numbers_in_text", "largest_number_in_text", "(text: str) -> int",
+       "Return the largest run of digits in `text` read as a number, or -1 if `text` has no digit.",
+       ("largest_number_in_text('a1b22c3')", "22"), NUMBERS,
+       "def largest_number_in_text(text):\n    numbers = aux(text)\n    return max(numbers) if numbers else -1",
+       "candidate('abc') == -1", "candidate('7') == 7", "candidate('10 and 9') == 10", "candidate('x 05 4') == 5"),
+    _p("numbers_in_text", "count_numbers_in_text", "(text: str) -> int",
+       "Return how many runs of digits `text` contains.",
+       ("count_numbers_in_text('a1b22c3')", "3"), NUMBERS,
+       "def count_numbers_in_text(text):\n    return len(aux(text))",
+       "candidate('') == 0", "candidate('abc') == 0", "candidate('12 34') == 2", "candidate('007') == 1"),
+    # ----- key=value pairs
+    _p("pairs", "parse_pairs", "(text: str) -> dict",
+       "Parse `text` of the form 'key=number;key=number' into a dict of int values (a later key wins).",
+       ("parse_pairs('x=5;y=10')", "{'x': 5, 'y': 10}"), PAIRS,
+       "def parse_pairs(text):\n    return aux(text)",
+       "candidate('') == {}", "candidate('k=0') == {'k': 0}", "candidate('a=1;a=2') == {'a': 2}",
+       "candidate('one=1;two=22') == {'one': 1, 'two': 22}"),
+    _p("pairs", "sum_of_values", "(text: str) -> int",
+       "Return the sum of the values in `text` of the form 'key=number;key=number' (a later key wins).",
+       ("sum_of_values('x=5;y=10')", "15"), PAIRS,
+       "def sum_of_values(text):\n    return sum(aux(text).values())",
+       "candidate('') == 0", "candidate('k=7') == 7", "candidate('a=1;b=2;c=3') == 6", "candidate('a=1;a=5') == 5"),
+    # ----- grades
+    _p("grades", "letter_grades", "(scores: list) -> list",
+       "Return the letter of each score: 90 and up A, 80 B, 70 C, 60 D, below 60 F.",
+       ("letter_grades([95, 72])", "['A', 'C']"), GRADE,
+       "def letter_grades(scores):\n    return [aux(s) for s in scores]",
+       "candidate([]) == []", "candidate([60, 59]) == ['D', 'F']", "candidate([80, 100, 0]) == ['B', 'A', 'F']",
+       "candidate([89.5]) == ['B']"),
+    _p("grades", "grade_counts", "(scores: list) -> dict",
+       "Return how many scores got each letter (90 and up A, 80 B, 70 C, 60 D, below 60 F), letters seen only.",
+       ("grade_counts([95, 91, 72])", "{'A': 2, 'C': 1}"), GRADE,
+       "def grade_counts(scores):\n    out = {}\n    for s in scores:\n        out[aux(s)] = out.get(aux(s), 0) + 1\n"
+       "    return out",
+       "candidate([]) == {}", "candidate([50]) == {'F': 1}", "candidate([85, 65, 85]) == {'B': 2, 'D': 1}",
+       "candidate([90, 89]) == {'A': 1, 'B': 1}"),
+    # ----- binary
+    _p("binary", "to_binary_list", "(numbers: list) -> list",
+       "Return each non-negative integer of `numbers` written in binary, as a string without a prefix.",
+       ("to_binary_list([2, 5])", "['10', '101']"), BINARY,
+       "def to_binary_list(numbers):\n    return [aux(n) for n in numbers]",
+       "candidate([0]) == ['0']", "candidate([]) == []", "candidate([1, 8]) == ['1', '1000']",
+       "candidate([255]) == ['11111111']"),
+    _p("binary", "count_one_bits", "(numbers: list) -> int",
+       "Return the total number of 1 digits in the binary forms of the non-negative integers in `numbers`.",
+       ("count_one_bits([3, 4])", "3"), BINARY,
+       "def count_one_bits(numbers):\n    return sum(aux(n).count('1') for n in numbers)",
+       "candidate([]) == 0", "candidate([0]) == 0", "candidate([255]) == 8", "candidate([1, 2, 4]) == 3"),
+    # ----- collatz
+    _p("collatz", "collatz_steps_list", "(numbers: list) -> list",
+       "Return, for each positive integer n in `numbers`, how many steps (n -> n/2 if even, else 3n+1) reach 1.",
+       ("collatz_steps_list([6, 1])", "[8, 0]"), COLLATZ,
+       "def collatz_steps_list(numbers):\n    return [aux(n) for n in numbers]",
+       "candidate([]) == []", "candidate([2]) == [1]", "candidate([3, 7]) == [7, 16]", "candidate([1, 1]) == [0, 0]"),
+    _p("collatz", "longest_collatz", "(limit: int) -> int",
+       "Return the n in 1..limit whose sequence n -> n/2 (even) or 3n+1 (odd) takes the most steps to reach 1 "
+       "(the smallest such n).",
+       ("longest_collatz(10)", "9"), COLLATZ,
+       "def longest_collatz(limit):\n    return max(range(1, limit + 1), key=aux)",
+       "candidate(1) == 1", "candidate(2) == 2", "candidate(3) == 3", "candidate(7) == 7"),
+    # ----- divisors
+    _p("divisors", "count_divisors_list", "(numbers: list) -> list",
+       "Return, for each positive integer in `numbers`, how many positive divisors it has.",
+       ("count_divisors_list([1, 6, 7])", "[1, 4, 2]"), DIVISORS,
+       "def count_divisors_list(numbers):\n    return [len(aux(n)) for n in numbers]",
+       "candidate([]) == []", "candidate([12]) == [6]", "candidate([16, 2]) == [5, 2]", "candidate([1]) == [1]"),
+    _p("divisors", "is_abundant", "(n: int) -> bool",
+       "Return True if the sum of the divisors of the positive integer `n` smaller than `n` is larger than `n`.",
+       ("is_abundant(12)", "True"), DIVISORS,
+       "def is_abundant(n):\n    return sum(aux(n)) - n > n",
+       "candidate(6) is False", "candidate(18) is True", "candidate(1) is False", "candidate(20) is True"),
+    _p("divisors", "perfect_numbers", "(limit: int) -> list",
+       "Return the numbers up to `limit` that equal the sum of their divisors smaller than themselves.",
+       ("perfect_numbers(30)", "[6, 28]"), DIVISORS,
+       "def perfect_numbers(limit):\n    return [n for n in range(1, limit + 1) if sum(aux(n)) - n == n]",
+       "candidate(5) == []", "candidate(6) == [6]", "candidate(500) == [6, 28, 496]", "candidate(27) == [6]"),
+    # ----- run-length
+    _p("runs", "run_length_encode", "(text: str) -> str",
+       "Encode `text` as each character followed by how many times it repeats in a row.",
+       ("run_length_encode('aaab')", "'a3b1'"), RUNS,
+       "def run_length_encode(text):\n    return ''.join(f'{c}{n}' for c, n in aux(text))",
+       "candidate('') == ''", "candidate('abc') == 'a1b1c1'", "candidate('zzzz') == 'z4'",
+       "candidate('aabbba') == 'a2b3a1'"),
+    _p("runs", "longest_run", "(text: str) -> int",
+       "Return the length of the longest run of one repeated character in `text` (0 for '').",
+       ("longest_run('abbbcc')", "3"), RUNS,
+       "def longest_run(text):\n    return max((n for _, n in aux(text)), default=0)",
+       "candidate('') == 0", "candidate('a') == 1", "candidate('aabbb') == 3", "candidate('xyz') == 1"),
+    # ----- passwords
+    _p("passwords", "count_valid_passwords", "(passwords: list) -> int",
+       "Return how many passwords are valid: at least 8 characters, with a digit and an uppercase letter.",
+       ("count_valid_passwords(['Password1', 'short1A', 'nodigitsHere'])", "1"), VALID,
+       "def count_valid_passwords(passwords):\n    return sum(1 for p in passwords if aux(p))",
+       "candidate([]) == 0", "candidate(['ABCDEFG1']) == 1", "candidate(['abcdefg1']) == 0",
+       "candidate(['Aa1Aa1Aa1', '12345678']) == 1"),
+    _p("passwords", "first_valid_password", "(passwords: list) -> str",
+       "Return the first valid password (at least 8 characters, a digit, an uppercase letter), or '' if none.",
+       ("first_valid_password(['abc', 'Secret123'])", "'Secret123'"), VALID,
+       "def first_valid_password(passwords):\n    for p in passwords:\n        if aux(p):\n            return p\n"
+       "    return ''",
+       "candidate([]) == ''", "candidate(['abcdefgh']) == ''", "candidate(['X1xxxxxx', 'Y2yyyyyy']) == 'X1xxxxxx'",
+       "candidate(['Short1', 'LongEnough9']) == 'LongEnough9'"),
+    # ----- brackets
+    _p("brackets", "is_balanced", "(text: str) -> bool",
+       "Return True if the brackets (), [] and {} in `text` are balanced and properly nested.",
+       ("is_balanced('(a[b]{c})')", "True"), BRACKETS,
+       "def is_balanced(text):\n    stack = []\n    for c in text:\n        if c in '([{':\n            stack.append(c)\n"
+       "        elif aux(c):\n            if not stack or stack.pop() != aux(c):\n                return False\n"
+       "    return not stack",
+       "candidate('(]') is False", "candidate('') is True", "candidate('((') is False",
+       "candidate('{[()()]}') is True", "candidate(')(') is False"),
+    _p("brackets", "count_unmatched_closers", "(text: str) -> int",
+       "Return how many closing brackets ), ] or } in `text` have no open bracket of the same kind before them.",
+       ("count_unmatched_closers('())]')", "2"), BRACKETS,
+       "def count_unmatched_closers(text):\n    open_ = {'(': 0, '[': 0, '{': 0}\n    bad = 0\n    for c in text:\n"
+       "        if c in open_:\n            open_[c] += 1\n        elif aux(c):\n            if open_[aux(c)]:\n"
+       "                open_[aux(c)] -= 1\n            else:\n                bad += 1\n    return bad",
+       "candidate('') == 0", "candidate('()') == 0", "candidate(']]') == 2", "candidate('([)]') == 0"),
+)
+"""Every problem, in a fixed order (`task_id` is `TeamCoding/<index>`)."""
+
+FAMILIES: tuple[str, ...] = tuple(dict.fromkeys(p.family for p in TEAM_CODING_PROBLEMS))
+"""The families in the order they are written."""
+
+HELDOUT_FAMILIES: tuple[str, ...] = FAMILIES[2::3]
+"""The held-out families: every third family in the order written, from the third. The rule was fixed with the
+problems, before any model was run on them; never tune anything on these problems."""
+
+
+def team_coding_split() -> tuple[list[int], list[int]]:
+    """Indices of the training and the held-out problems in [`TEAM_CODING_PROBLEMS`] (split by family)."""
+    train = [i for i, p in enumerate(TEAM_CODING_PROBLEMS) if p.family not in HELDOUT_FAMILIES]
+    held = [i for i, p in enumerate(TEAM_CODING_PROBLEMS) if p.family in HELDOUT_FAMILIES]
+    return train, held
+
+
+def team_coding_rows(split: str = "train") -> list[dict[str, Any]]:
+    """The problems of `split` (`"train"`, `"heldout"` or `"all"`) as rows of HumanEval's schema (plus `family` and
+    `helper_solution`)."""
+    train, held = team_coding_split()
+    chosen = {"train": train, "heldout": held, "all": train + held}
+    if split not in chosen:
+        raise ValueError(f"split must be 'train', 'heldout' or 'all', got {split!r}.")
+    return [TEAM_CODING_PROBLEMS[i].row(i) for i in sorted(chosen[split])]
+
+
+def load_team_coding(split: str = "train") -> datasets.Dataset:
+    """The cooperative coding problems of `split` as a `datasets.Dataset` for
+    [`~trl_marl.envs.coding.CooperativeCodingEnv`] (see the module docstring).
+
+    Args:
+        split (`str`): `"train"`, `"heldout"` or `"all"`.
+
+    Returns:
+        `datasets.Dataset`
+    """
+    import datasets
+
+    return datasets.Dataset.from_list(team_coding_rows(split))
