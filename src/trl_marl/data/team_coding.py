@@ -496,7 +496,8 @@ TEAM_CODING_PROBLEMS: tuple[TeamCodingProblem, ...] = (
     _p("brackets", "is_balanced", "(text: str) -> bool",
        "Return True if the brackets (), [] and {} in `text` are balanced and properly nested.",
        ("is_balanced('(a[b]{c})')", "True"), BRACKETS,
-       "def is_balanced(text):\n    stack = []\n    for c in text:\n        if c in '([{':\n            stack.append(c)\n"
+       "def is_balanced(text):\n    stack = []\n    for c in text:\n        if c in '([{':\n"
+       "            stack.append(c)\n"
        "        elif aux(c):\n            if not stack or stack.pop() != aux(c):\n                return False\n"
        "    return not stack",
        "candidate('(]') is False", "candidate('') is True", "candidate('((') is False",
