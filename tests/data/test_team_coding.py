@@ -78,3 +78,14 @@ def test_the_team_reward_gives_the_maximum_to_the_reference_pair():
     columns = {c: [r[c] for r in rows] for c in ("prompt", "entry_point", "test")}
     values = reward(prompts=["p"] * 3, completions=helpers, agent_completions=[helpers, mains], **columns)
     assert values == pytest.approx([4.0, 4.0, 4.0])
+
+
+def test_every_problem_states_a_helper_contract_that_its_reference_helper_keeps():
+    """The contract both agents see names the reference helper's parameters, in order."""
+    env = CooperativeCodingEnv()
+    for row in ROWS:
+        contract = env.helper_prompt(row)
+        assert contract is not None and contract.startswith("def aux("), row["task_id"]
+        stated = ast.parse(contract + "\n    pass").body[0]
+        reference = next(n for n in ast.parse(row["helper_solution"]).body if isinstance(n, ast.FunctionDef))
+        assert [a.arg for a in stated.args.args] == [a.arg for a in reference.args.args], row["task_id"]

@@ -673,3 +673,44 @@ def test_load_mbpp(monkeypatch, config, row):
     env = CooperativeCodingEnv(runner=FakeRunner())
     env.validate_row(dataset[0])
     assert "```python\ndef " in env.agent_prompt(dataset[0], 1, Transcript())
+
+
+# ------------------------------------------------------------------------------------------------ helper contracts
+SPEC_ROW = {**ROW, "helper_signature": "(x: int) -> int", "helper_doc": "Return the square of `x`."}
+
+
+def test_a_stated_helper_contract_is_shown_to_both_agents():
+    env = CooperativeCodingEnv(chat=True)
+    helper_prompt, main_prompt = (env.agent_prompt(SPEC_ROW, i, Transcript())[0]["content"] for i in (0, 1))
+    contract = 'def aux(x: int) -> int:\n    """Return the square of `x`."""'
+    assert contract in helper_prompt and contract in main_prompt
+    assert "Reply with only the code of `aux`" in helper_prompt
+    assert "Reply with only the code of `sum_of_squares`" in main_prompt and PROMPT.strip("\n") in main_prompt
+    # the helper's name follows the env, and a row without a contract (or with an empty one) keeps the open prompts
+    renamed = CooperativeCodingEnv(helper_name="square").agent_prompt(SPEC_ROW, 1, Transcript())
+    assert "def square(x: int) -> int:" in renamed
+    for row in (ROW, {**SPEC_ROW, "helper_doc": " "}):
+        assert "does a useful part of the work" in env.agent_prompt(row, 0, Transcript())[0]["content"]
+
+
+def test_code_prefill_is_continued_and_read_back_with_the_completion():
+    """The model continues the assistant prefill "```python\\n": its completion is the code and the closing fence
+    only, and the program is read from prefill + completion (without the prefill it has no fence and is prose)."""
+    env = CooperativeCodingEnv(chat=True, code_prefill="```python\n", runner=FakeRunner())
+    prompt = env.agent_prompt(SPEC_ROW, 0, Transcript())
+    assert prompt[-1] == {"role": "assistant", "content": "```python\n"}
+    helper = "def aux(x):\n    return x * x\n```\nThis squares x."
+    main = "def sum_of_squares(numbers):\n    return sum(aux(x) for x in numbers)\n```"
+    solution = env.assemble(SPEC_ROW, [{"role": "assistant", "content": helper}], main)
+    assert solution.helper_code == "def aux(x):\n    return x * x" and solution.parses and solution.helper_used
+    values = PassRateReward(env)(prompts=["p"], completions=[helper], **team_kwargs([helper], [main], SPEC_ROW))
+    assert values == [1.0]
+    # turn 2 in chat mode: the agent's own last answer is shown whole (prefill included), then the prefill again
+    env2 = CooperativeCodingEnv(num_turns=2, chat=True, code_prefill="```python\n", runner=FakeRunner())
+    transcript = Transcript().extend([helper, main], "All 3 tests passed.")
+    messages = env2.agent_prompt(SPEC_ROW, 0, transcript)
+    assert messages[1] == {"role": "assistant", "content": "```python\n" + helper}
+    assert messages[-1] == {"role": "assistant", "content": "```python\n"}
+    assert "def sum_of_squares(numbers):" in messages[2]["content"]  # the partner's code, read with the prefill
+    with pytest.raises(ValueError, match="`code_prefill` needs chat prompts"):
+        CooperativeCodingEnv(code_prefill="```python\n")

@@ -7,7 +7,9 @@ splits into a step that is worth a function of its own (a check, a conversion, a
 "the vowels of a word", "the digit sum of a number") and a loop or aggregate over it.
 
 Every problem is in HumanEval's schema (`task_id`, `prompt`, `entry_point`, `test`, `canonical_solution`) plus
-`family` (the helper concept; related problems share it) and `helper_solution` (the reference `aux`). The prompt
+`family` (the helper concept; related problems share it), `helper_solution` (the reference `aux`) and the helper's
+contract, `helper_signature` and `helper_doc`, which [`~trl_marl.envs.coding.CooperativeCodingEnv`] shows to both
+agents (the helper agent writes that function, the main agent may call it). The prompt
 shows the signature, one sentence and one example; the tests in `test` (`check(candidate)`, four or more asserts)
 are hidden from the agents and include edge cases the example does not show. `canonical_solution` is a whole
 program, reference helper first, so CodeBLEU compares a team's helper + main with a helper + main.
@@ -49,6 +51,8 @@ class TeamCodingProblem:
         doc (`str`): One sentence: what it returns.
         example (`tuple[str, str]`): A visible call and its result, e.g. `("f([1, 2])", "3")`.
         helper (`str`): A reference helper `aux`.
+        helper_signature (`str`): The helper's parameters, e.g. `"(word)"`.
+        helper_doc (`str`): One sentence: what the helper returns.
         main (`str`): A reference main function that calls `aux`.
         tests (`tuple[str, ...]`): Hidden asserts over `candidate`.
     """
@@ -61,6 +65,8 @@ class TeamCodingProblem:
     helper: str
     main: str
     tests: tuple[str, ...]
+    helper_signature: str = ""
+    helper_doc: str = ""
 
     def prompt(self) -> str:
         """The signature and docstring the agents see."""
@@ -76,13 +82,15 @@ class TeamCodingProblem:
         """The problem as a row of HumanEval's schema plus `family` and `helper_solution`."""
         return {"task_id": f"TeamCoding/{index}", "prompt": self.prompt(), "entry_point": self.entry_point,
                 "test": self.test(), "canonical_solution": f"{self.helper}\n\n\n{self.main}\n",
-                "helper_solution": self.helper, "family": self.family}
+                "helper_solution": self.helper, "helper_signature": self.helper_signature,
+                "helper_doc": self.helper_doc, "family": self.family}
 
 
 def _p(family: str, entry_point: str, signature: str, doc: str, example: tuple[str, str], helper: str, main: str,
        *tests: str) -> TeamCodingProblem:
+    helper_signature, helper_doc = HELPER_CONTRACTS[family]
     return TeamCodingProblem(family, entry_point, signature, doc, example, helper.strip("\n"), main.strip("\n"),
-                             tests)
+                             tests, helper_signature, helper_doc)
 
 
 VOWELS = "def aux(word):\n    return sum(1 for c in word.lower() if c in 'aeiou')"
@@ -117,6 +125,44 @@ RUNS = ("def aux(text):\n    runs = []\n    for c in text:\n        if runs and 
 VALID = ("def aux(p):\n    return len(p) >= 8 and any(c.isdigit() for c in p) and any(c.isupper() for c in p)")
 CLEAN = "def aux(text):\n    return ''.join(c.lower() for c in text if c.isalnum())"
 BRACKETS = ("def aux(c):\n    return {')': '(', ']': '[', '}': '{'}.get(c)")
+
+HELPER_CONTRACTS: dict[str, tuple[str, str]] = {
+    "vowels": ("(word: str) -> int", "Return the number of vowels (a, e, i, o, u, in either case) in `word`."),
+    "primes": ("(n: int) -> bool", "Return True if the integer `n` is a prime number."),
+    "palindromes": ("(word: str) -> bool", "Return True if `word` reads the same backwards, ignoring case."),
+    "clean_text": ("(text: str) -> str", "Return the letters and digits of `text`, lower-cased, in order."),
+    "digit_sum": ("(n: int) -> int", "Return the sum of the decimal digits of the integer `n`, ignoring its sign."),
+    "words": ("(text: str) -> list", "Return the space-separated words of `text`."),
+    "gcd": ("(a: int, b: int) -> int", "Return the greatest common divisor of `a` and `b` (never negative)."),
+    "temperature": ("(c: float) -> float", "Return the Celsius temperature `c` in Fahrenheit."),
+    "counting": ("(items: list) -> dict", "Return a dict from each item of `items` to how many times it occurs."),
+    "caesar": ("(c: str, k: int) -> str",
+               "Shift the lowercase letter `c` by `k` places in the alphabet (wrapping around); return other "
+               "characters unchanged."),
+    "parity": ("(n: int) -> bool", "Return True if the integer `n` is even."),
+    "squares": ("(n: int) -> bool", "Return True if the integer `n` is a perfect square (negative numbers are not)."),
+    "factorial": ("(n: int) -> int", "Return n! for an integer `n` >= 0."),
+    "leap_year": ("(year: int) -> bool", "Return True if `year` is a leap year in the Gregorian calendar."),
+    "distance": ("(p: tuple, q: tuple) -> float",
+                 "Return the Euclidean distance between the points (x, y) `p` and `q`."),
+    "anagram": ("(word: str) -> str", "Return the letters of `word`, lower-cased and without spaces, sorted."),
+    "numbers_in_text": ("(text: str) -> list", "Return the runs of digits in `text` as a list of ints, in order."),
+    "pairs": ("(text: str) -> dict",
+              "Parse 'key=number;key=number' into a dict from key to int (a later key wins; '' gives {})."),
+    "grades": ("(score: float) -> str", "Return the letter of `score`: 90 and up A, 80 B, 70 C, 60 D, below 60 F."),
+    "binary": ("(n: int) -> str", "Return the non-negative integer `n` in binary, as a string without a prefix."),
+    "collatz": ("(n: int) -> int",
+                "Return how many steps n -> n/2 (n even) or 3n+1 (n odd) take the positive integer `n` to 1."),
+    "divisors": ("(n: int) -> list", "Return the positive divisors of the positive integer `n`, in increasing order."),
+    "runs": ("(text: str) -> list",
+             "Return the runs of repeated characters of `text` as [character, length] lists, in order."),
+    "passwords": ("(password: str) -> bool",
+                  "Return True if `password` has at least 8 characters, a digit and an uppercase letter."),
+    "brackets": ("(c: str) -> str",
+                 "Return the opening bracket that matches the closing bracket `c` (one of ), ], }), else None."),
+}
+"""Each family's helper contract: its parameters and its one-sentence docstring, shown to both agents."""
+
 
 TEAM_CODING_PROBLEMS: tuple[TeamCodingProblem, ...] = (
     # ----- vowels

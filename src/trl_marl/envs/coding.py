@@ -105,6 +105,35 @@ Revise your {own_role} and write it again in one ```python code block."""
 """The last user message at later turns in chat mode (the agent's own previous answer is the assistant message
 before it). Same placeholders as `REVISION_TEMPLATE`."""
 
+SPEC_HELPER_TEMPLATE = """\
+Write this Python function. Your partner will call it to implement `{entry_point}`.
+
+```python
+{helper_prompt}
+```
+
+Reply with only the code of `{helper_name}`, in one ```python code block."""
+"""Turn-1 prompt of the helper agent when the row states the helper's contract (`helper_signature` and
+`helper_doc`; see the class docstring). Placeholders: `{helper_prompt}` (the helper's `def` line and docstring),
+`{prompt}`, `{entry_point}`, `{helper_name}`."""
+
+SPEC_MAIN_TEMPLATE = """\
+Write this Python function. Your partner has written this helper, which you can call (do not write it yourself):
+
+```python
+{helper_prompt}
+```
+
+The function to write:
+
+```python
+{prompt}
+```
+
+Reply with only the code of `{entry_point}`, in one ```python code block."""
+"""Turn-1 prompt of the main agent when the row states the helper's contract (same placeholders as
+`SPEC_HELPER_TEMPLATE`)."""
+
 NO_CODE = "# (no code)"
 """Shown in prompts in place of an empty piece of code."""
 
@@ -125,6 +154,18 @@ class CooperativeCodingEnv(MultiAgentEnv):
     test line of `sandbox.describe_result` (`All 3 tests passed.`, or `Tests passed: 1/3. First failure: <assert> ->
     <error>`, a timeout, ...) or why the tests did not run. Both agents get the same feedback.
 
+    **Stated helper contracts.** When a row has a non-empty `helper_signature` (e.g. `"(word: str) -> int"`) and
+    `helper_doc` (one sentence), the agents agree on the helper before they write: agent 0 gets
+    `spec_helper_template`, which asks for exactly that function, and agent 1 `spec_main_template`, which shows the
+    helper's `def` line and docstring as something it may call. The team still has to make the two parts work
+    together (the helper must do what its docstring says, the main function must call it correctly and not redefine
+    it). Small models need this: from the open-ended prompts SmolLM2-135M-Instruct wrote no working pair in 64
+    sampled joint actions on [`~trl_marl.data.load_team_coding`]'s problems, whose rows carry both columns.
+
+    **Code prefill.** In chat mode, `code_prefill` (e.g. ```` "```python\n" ````) is an assistant message that the
+    model continues; the code is read from the prefill followed by the completion, so a completion `"def f(): ..."`
+    after the prefill ```` "```python\n" ```` is the block it closes.
+
     Episodes last `num_turns` turns. To stop a node once the team solves the task, use the trainer's
     `early_stop_threshold` on the team reward (stopping in `is_done` would credit a solved joint action less
     future reward than its unsolved siblings).
@@ -139,9 +180,14 @@ class CooperativeCodingEnv(MultiAgentEnv):
         revision_template (`str`): Text appended at later turns in string mode (placeholders `{turn}`,
             `{own_role}`, `{partner_role}`, `{own_code}`, `{partner_code}`, `{feedback}`).
         chat_revision_template (`str`): The last user message at later turns in chat mode (same placeholders).
+        spec_helper_template (`str`): Turn-1 prompt of the helper agent for rows that state the helper's contract.
+        spec_main_template (`str`): Turn-1 prompt of the main agent for such rows.
+        code_prefill (`str`): Chat mode only: the start of each agent's answer, which the model continues (`""`: none).
         prompt_column (`str`): Column of the task prompt (signature and docstring).
         entry_point_column (`str`): Column of the name of the function to write.
         test_column (`str`): Column of the unit tests (HumanEval's `check(candidate)` code).
+        helper_signature_column (`str`): Column of the helper's parameters and return annotation (optional per row).
+        helper_doc_column (`str`): Column of the helper's one-sentence docstring (optional per row).
         executor (`ProgramExecutor`, *optional*): Runs programs; by default `sandbox.shared_executor` (the sandbox with
             its default limits, one cache for all such environments).
         runner (`Callable`, *optional*): Shortcut for `ProgramExecutor(runner=runner)`.
@@ -157,9 +203,14 @@ class CooperativeCodingEnv(MultiAgentEnv):
         main_template: str = MAIN_TEMPLATE,
         revision_template: str = REVISION_TEMPLATE,
         chat_revision_template: str = CHAT_REVISION_TEMPLATE,
+        spec_helper_template: str = SPEC_HELPER_TEMPLATE,
+        spec_main_template: str = SPEC_MAIN_TEMPLATE,
+        code_prefill: str = "",
         prompt_column: str = "prompt",
         entry_point_column: str = "entry_point",
         test_column: str = "test",
+        helper_signature_column: str = "helper_signature",
+        helper_doc_column: str = "helper_doc",
         executor: ProgramExecutor | None = None,
         runner: Runner | None = None,
         limits: Any = None,
@@ -169,12 +220,20 @@ class CooperativeCodingEnv(MultiAgentEnv):
             raise ValueError(f"`helper_name` must be a Python identifier, got {helper_name!r}.")
         if executor is not None and (runner is not None or limits is not None):
             raise ValueError("Pass either `executor` or `runner`/`limits`, not both.")
+        if code_prefill and not chat:
+            raise ValueError("`code_prefill` needs chat prompts (`chat=True`): it is an assistant message the model "
+                             "continues.")
         self.helper_name = helper_name
         self.chat = chat
         self.helper_template = helper_template
         self.main_template = main_template
         self.revision_template = revision_template
         self.chat_revision_template = chat_revision_template
+        self.spec_helper_template = spec_helper_template
+        self.spec_main_template = spec_main_template
+        self.code_prefill = code_prefill
+        self.helper_signature_column = helper_signature_column
+        self.helper_doc_column = helper_doc_column
         self.prompt_column = prompt_column
         self.entry_point_column = entry_point_column
         self.test_column = test_column
@@ -224,8 +283,22 @@ class CooperativeCodingEnv(MultiAgentEnv):
         self.check_row(row)
         entry_point = self.entry_point(row)
         preamble = prompt_preamble(self._value(row, self.prompt_column), entry_point)
-        return analyze_solution(extract_code(helper_completion), extract_code(main_completion), entry_point,
-                                self.helper_name, preamble)
+        return analyze_solution(extract_code(self.answer_text(helper_completion)),
+                                extract_code(self.answer_text(main_completion)), entry_point, self.helper_name,
+                                preamble)
+
+    def answer_text(self, completion: Any) -> str:
+        """An agent's whole answer: `code_prefill` (which the model continued) followed by the completion's text."""
+        return self.code_prefill + completion_text(completion)
+
+    def helper_prompt(self, row: Mapping[str, Any]) -> str | None:
+        """The helper's `def` line and docstring when the row states its contract (`helper_signature` and
+        `helper_doc`, both non-empty), else `None`."""
+        signature, doc = row.get(self.helper_signature_column), row.get(self.helper_doc_column)
+        if not (isinstance(signature, str) and signature.strip() and isinstance(doc, str) and doc.strip()):
+            return None
+        return f'def {self.helper_name}{signature.strip()}:\n    """{doc.strip()}"""'
+
 
     def without_helper(self, row: Mapping[str, Any], solution: CodingSolution) -> CodingSolution:
         """`solution` with the helper's code left out (the prompt's preamble and the main code only): what the
@@ -256,11 +329,16 @@ class CooperativeCodingEnv(MultiAgentEnv):
             raise IndexError(f"{type(self).__name__} has agents 0 (helper) and 1 (main), got {agent_index}.")
         self.check_row(row)
         entry_point = self.entry_point(row)
-        template = self.helper_template if agent_index == HELPER_AGENT else self.main_template
+        helper_prompt = self.helper_prompt(row)
+        if helper_prompt is None:
+            template = self.helper_template if agent_index == HELPER_AGENT else self.main_template
+        else:
+            template = self.spec_helper_template if agent_index == HELPER_AGENT else self.spec_main_template
         first = template.format(prompt=self._value(row, self.prompt_column).strip("\n"), entry_point=entry_point,
-                                helper_name=self.helper_name)
+                                helper_name=self.helper_name, helper_prompt=helper_prompt)
+        prefill = [{"role": "assistant", "content": self.code_prefill}] if self.code_prefill else []
         if len(transcript) == 0:
-            return [{"role": "user", "content": first}] if self.chat else first
+            return [{"role": "user", "content": first}, *prefill] if self.chat else first
         last = transcript[-1]
         partner = MAIN_AGENT if agent_index == HELPER_AGENT else HELPER_AGENT
         feedback = last.feedback_for(agent_index)
@@ -270,15 +348,16 @@ class CooperativeCodingEnv(MultiAgentEnv):
             "turn": len(transcript) + 1,
             "own_role": self._role(agent_index, entry_point),
             "partner_role": self._role(partner, entry_point),
-            "own_code": extract_code(last.responses[agent_index]) or NO_CODE,
-            "partner_code": extract_code(last.responses[partner]) or NO_CODE,
+            "own_code": extract_code(self.answer_text(last.responses[agent_index])) or NO_CODE,
+            "partner_code": extract_code(self.answer_text(last.responses[partner])) or NO_CODE,
             "feedback": feedback,
         }
         if self.chat:
             return [
                 {"role": "user", "content": first},
-                {"role": "assistant", "content": completion_text(last.responses[agent_index])},
+                {"role": "assistant", "content": self.answer_text(last.responses[agent_index])},
                 {"role": "user", "content": self.chat_revision_template.format(**fields)},
+                *prefill,
             ]
         return first + "\n\n" + self.revision_template.format(**fields)
 
