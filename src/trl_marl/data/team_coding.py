@@ -122,7 +122,8 @@ COLLATZ = ("def aux(n):\n    steps = 0\n    while n != 1:\n        n = n // 2 if
 DIVISORS = "def aux(n):\n    return [d for d in range(1, n + 1) if n % d == 0]"
 RUNS = ("def aux(text):\n    runs = []\n    for c in text:\n        if runs and runs[-1][0] == c:\n"
         "            runs[-1][1] += 1\n        else:\n            runs.append([c, 1])\n    return runs")
-VALID = ("def aux(p):\n    return len(p) >= 8 and any(c.isdigit() for c in p) and any(c.isupper() for c in p)")
+VALID = ("def aux(password):\n    return len(password) >= 8 and any(c.isdigit() for c in password) and "
+         "any(c.isupper() for c in password)")
 CLEAN = "def aux(text):\n    return ''.join(c.lower() for c in text if c.isalnum())"
 BRACKETS = ("def aux(c):\n    return {')': '(', ']': '[', '}': '{'}.get(c)")
 
