@@ -13,7 +13,7 @@ import time
 from collections import deque
 from typing import Any
 
-__all__ = ["DEFAULT_CHUNK", "DeadlineReader", "ScoreJob", "Scorer", "ScoringTimeError"]
+__all__ = ["DEFAULT_CHUNK", "DeadlineReader", "ScoreJob", "Scorer", "ScorerBusyError", "ScoringTimeError"]
 
 DEFAULT_CHUNK = 64
 """Items scored in one call of the verifier when neither `chunk_size` nor the verifier's `batch_size` says more."""
@@ -54,6 +54,10 @@ class ScoringTimeError(RuntimeError):
     """A request's scoring used more than the server's `max_score_s` (the server answers HTTP 413)."""
 
 
+class ScorerBusyError(RuntimeError):
+    """A request waited longer than its limit for its scores (the server answers HTTP 503, which clients retry)."""
+
+
 class ScoreJob:
     """One request's items, scored a chunk at a time; `done` is set when all are scored or the job failed."""
 
@@ -63,6 +67,7 @@ class ScoreJob:
         self.spent_s = 0.0
         self.error: BaseException | None = None
         self.done = threading.Event()
+        self.cancelled = False
 
 
 class Scorer:
@@ -82,14 +87,28 @@ class Scorer:
         self._thread = threading.Thread(target=self._run, name="verifier-scorer", daemon=True)
         self._thread.start()
 
-    def score(self, job: ScoreJob) -> list[float]:
-        """Queues `job`, waits for it and returns its scores (or raises what scoring raised)."""
+    def score(self, job: ScoreJob, wait_s: float) -> list[float]:
+        """Queues `job`, waits for it and returns its scores (or raises what scoring raised).
+
+        Raises:
+            ScorerBusyError: The job was not done within `wait_s` seconds (the verifier is stuck in a call, or many
+                requests are waiting); it is dropped.
+        """
         with self._ready:
             if self._closing:
                 raise RuntimeError("the verifier server is stopping")
             self._queue.append(job)
             self._ready.notify()
-        job.done.wait()
+        if not job.done.wait(wait_s):
+            with self._ready:
+                job.cancelled = True
+                if job in self._queue:
+                    self._queue.remove(job)
+            if not job.done.is_set():
+                raise ScorerBusyError(
+                    f"this request waited {wait_s:g} s for the verifier without being scored ({len(job.scores)} of "
+                    f"{len(job.responses)} responses done): the verifier is stuck or overloaded; try again later"
+                )
         if job.error is not None:
             raise job.error
         return job.scores
@@ -112,6 +131,8 @@ class Scorer:
                 if self._closing:
                     return
                 job = self._queue.popleft()
+            if job.cancelled:
+                continue
             try:
                 finished = self._step(job)
             except Exception as exc:  # handed to the request's thread, which answers it
@@ -125,7 +146,7 @@ class Scorer:
                 if self._closing:
                     job.error = RuntimeError("the verifier server is stopping")
                     job.done.set()
-                else:
+                elif not job.cancelled:
                     self._queue.append(job)  # behind the requests that waited meanwhile
 
     def _step(self, job: ScoreJob) -> bool:

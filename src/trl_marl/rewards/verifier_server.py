@@ -23,7 +23,7 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from .serving import DEFAULT_CHUNK, DeadlineReader, ScoreJob, Scorer, ScoringTimeError
+from .serving import DEFAULT_CHUNK, DeadlineReader, ScoreJob, Scorer, ScorerBusyError, ScoringTimeError
 from .verifier import BatchVerifier, validate_pairs
 
 __all__ = ["VerifierServer"]
@@ -303,12 +303,16 @@ class _VerifierHandler(BaseHTTPRequestHandler):
             self.server.num_requests += 1
         try:
             questions, responses, golds = self._payload()
-            scores = self.server.scorer.score(ScoreJob(questions, responses, golds))
+            wait_s = self.server.scorer.max_score_s + self.server.request_timeout_s
+            scores = self.server.scorer.score(ScoreJob(questions, responses, golds), wait_s)
         except _BadRequest as exc:
             self._send(exc.status, {"error": str(exc)})
             return
         except ScoringTimeError as exc:
             self._send(413, {"error": str(exc)})
+            return
+        except ScorerBusyError as exc:
+            self._send(503, {"error": str(exc)})
             return
         except (ValueError, KeyError, TypeError) as exc:
             self._send(400, {"error": f"{type(exc).__name__}: {exc}"})
@@ -330,7 +334,8 @@ class VerifierServer:
       400 with `{"error": ...}` (JSON nested too deeply included), a body over `max_body_bytes` 413 (refused from
       its `Content-Length`, before anything is decoded), more than `max_items` responses 413, a request whose
       scoring takes longer than `max_score_s` 413, a request not received within `request_timeout_s` 408 (or a
-      closed connection), a verifier failure 500 (the server keeps running).
+      closed connection), a verifier failure 500 (the server keeps running), a request not scored within
+      `max_score_s + request_timeout_s` of its arrival (a stuck or overloaded verifier) 503.
     - `GET /health` returns `{"status": "ok", "verifier": name, "requests": n, ...}` with the limits below.
 
     What each limit protects against (a client may be hostile or broken):
