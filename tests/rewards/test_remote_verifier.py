@@ -4,6 +4,7 @@ server that restarts or stays down. Everything runs on 127.0.0.1 with short time
 from __future__ import annotations
 
 import contextlib
+import inspect
 import json
 import re
 import socket
@@ -61,13 +62,24 @@ def test_oversized_body_is_refused_with_413_before_decoding():
         assert remote.health()["max_body_bytes"] == 1000
 
 
-def test_server_rejects_bad_limits():
-    with pytest.raises(ValueError, match="max_body_bytes"):
-        VerifierServer(CountingVerifier(), max_body_bytes=0)
-    with pytest.raises(ValueError, match="timeout_s"):
-        VerifierServer(CountingVerifier(), timeout_s=0.0)
-    with pytest.raises(ValueError, match="max_connections"):
-        VerifierServer(CountingVerifier(), max_connections=0)
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("max_body_bytes", 0),
+        ("timeout_s", 0.0),
+        ("max_connections", 0),
+        ("request_timeout_s", float("inf")),
+        ("request_timeout_s", -1.0),
+        ("max_items", 0),
+        ("max_items", 2.5),
+        ("max_score_s", float("nan")),
+        ("chunk_size", 0),
+        ("max_connections", True),
+    ],
+)
+def test_server_rejects_bad_limits(field, value):
+    with pytest.raises(ValueError, match=f"`{field}` must be a positive"):
+        VerifierServer(CountingVerifier(), **{field: value})
 
 
 def recv_until_closed(sock: socket.socket) -> bytes:
@@ -134,11 +146,25 @@ def test_cli_passes_the_limits_and_rejects_bad_ones(monkeypatch, capsys):
     monkeypatch.setattr(verifier, "ModelVerifier", FakeModelVerifier)
     monkeypatch.setattr(remote, "VerifierServer", FakeServer)
     argv = ["--model", "m", "--max-body-mb", "0.5", "--timeout", "7", "--max-connections", "3"]
+    argv += ["--request-timeout", "11", "--max-items", "50", "--max-score-s", "2.5"]
     assert serve_verifier_main(argv) == 0
     assert seen["max_body_bytes"] == 1 << 19 and seen["timeout_s"] == 7.0 and seen["max_connections"] == 3
-    with pytest.raises(SystemExit):
-        serve_verifier_main(["--model", "m", "--max-body-mb", "0"])
-    assert "--max-body-mb must be a positive number" in capsys.readouterr().err
+    assert seen["request_timeout_s"] == 11.0 and seen["max_items"] == 50 and seen["max_score_s"] == 2.5
+    for flag, value, message in [
+        ("--max-body-mb", "0", "--max-body-mb must be a positive number"),
+        ("--request-timeout", "0", "--request-timeout must be a positive number of seconds"),
+        ("--max-score-s", "inf", "--max-score-s must be a positive number of seconds"),
+        ("--max-items", "0", "--max-items must be at least 1"),
+    ]:
+        with pytest.raises(SystemExit):
+            serve_verifier_main(["--model", "m", flag, value])
+        assert message in capsys.readouterr().err
+    # without flags, the server's own defaults
+    seen.clear()
+    assert serve_verifier_main(["--model", "m"]) == 0
+    defaults = inspect.signature(VerifierServer).parameters
+    for name in ("timeout_s", "max_connections", "request_timeout_s", "max_items", "max_score_s", "max_body_bytes"):
+        assert seen[name] == defaults[name].default, name
 
 
 # ------------------------------------------------------------------------------------------------ long responses
