@@ -138,8 +138,9 @@ class RemoteVerifier:
 
     @property
     def max_wait_s(self) -> float:
-        """An upper bound (up to network jitter) of how long one request may take with all its retries: the retry
-        budget plus one last request's `timeout`, or less when `retries` caps the attempts."""
+        """How long one request may take with all its retries (enforced: the last attempt is cut off at it, however
+        slowly the server answers): the retry budget plus one last attempt's `timeout`, or less when `retries` caps
+        the attempts."""
         budget = self.retry_budget_s + self.timeout
         if self.retries is None:
             return budget
