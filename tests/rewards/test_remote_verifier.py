@@ -3,7 +3,10 @@ server that restarts or stays down. Everything runs on 127.0.0.1 with short time
 
 from __future__ import annotations
 
+import contextlib
+import inspect
 import json
+import re
 import socket
 import threading
 import time
@@ -59,13 +62,24 @@ def test_oversized_body_is_refused_with_413_before_decoding():
         assert remote.health()["max_body_bytes"] == 1000
 
 
-def test_server_rejects_bad_limits():
-    with pytest.raises(ValueError, match="max_body_bytes"):
-        VerifierServer(CountingVerifier(), max_body_bytes=0)
-    with pytest.raises(ValueError, match="timeout_s"):
-        VerifierServer(CountingVerifier(), timeout_s=0.0)
-    with pytest.raises(ValueError, match="max_connections"):
-        VerifierServer(CountingVerifier(), max_connections=0)
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("max_body_bytes", 0),
+        ("timeout_s", 0.0),
+        ("max_connections", 0),
+        ("request_timeout_s", float("inf")),
+        ("request_timeout_s", -1.0),
+        ("max_items", 0),
+        ("max_items", 2.5),
+        ("max_score_s", float("nan")),
+        ("chunk_size", 0),
+        ("max_connections", True),
+    ],
+)
+def test_server_rejects_bad_limits(field, value):
+    with pytest.raises(ValueError, match=f"`{field}` must be a positive"):
+        VerifierServer(CountingVerifier(), **{field: value})
 
 
 def recv_until_closed(sock: socket.socket) -> bytes:
@@ -82,7 +96,7 @@ def test_idle_and_stalled_connections_are_closed():
         idle = socket.create_connection(("127.0.0.1", server.port), timeout=5.0)
         stalled = socket.create_connection(("127.0.0.1", server.port), timeout=5.0)
         with idle, stalled:
-            stalled.sendall(b"POST /score HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"responses\"")
+            stalled.sendall(b'POST /score HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{"responses"')
             # closed by the server within its timeout (without it, recv waits 5 s and raises socket.timeout)
             assert recv_until_closed(idle) == b""
             assert b"200 OK" not in recv_until_closed(stalled)
@@ -105,7 +119,8 @@ def test_connections_beyond_the_limit_wait_for_a_free_thread():
             assert verifier.calls == 0 and server._httpd.num_connections == 2
             held[0].close()  # a thread frees up: waiting and new requests are served
             assert RemoteVerifier(server.url, timeout=2.0, backoff=0.05, retry_budget_s=5.0).score_batch(
-                ["q"], ["r"]) == [0.5]
+                ["q"], ["r"]
+            ) == [0.5]
         finally:
             for sock in held:
                 sock.close()
@@ -131,11 +146,25 @@ def test_cli_passes_the_limits_and_rejects_bad_ones(monkeypatch, capsys):
     monkeypatch.setattr(verifier, "ModelVerifier", FakeModelVerifier)
     monkeypatch.setattr(remote, "VerifierServer", FakeServer)
     argv = ["--model", "m", "--max-body-mb", "0.5", "--timeout", "7", "--max-connections", "3"]
+    argv += ["--request-timeout", "11", "--max-items", "50", "--max-score-s", "2.5"]
     assert serve_verifier_main(argv) == 0
     assert seen["max_body_bytes"] == 1 << 19 and seen["timeout_s"] == 7.0 and seen["max_connections"] == 3
-    with pytest.raises(SystemExit):
-        serve_verifier_main(["--model", "m", "--max-body-mb", "0"])
-    assert "--max-body-mb must be a positive number" in capsys.readouterr().err
+    assert seen["request_timeout_s"] == 11.0 and seen["max_items"] == 50 and seen["max_score_s"] == 2.5
+    for flag, value, message in [
+        ("--max-body-mb", "0", "--max-body-mb must be a positive number"),
+        ("--request-timeout", "0", "--request-timeout must be a positive number of seconds"),
+        ("--max-score-s", "inf", "--max-score-s must be a positive number of seconds"),
+        ("--max-items", "0", "--max-items must be at least 1"),
+    ]:
+        with pytest.raises(SystemExit):
+            serve_verifier_main(["--model", "m", flag, value])
+        assert message in capsys.readouterr().err
+    # without flags, the server's own defaults
+    seen.clear()
+    assert serve_verifier_main(["--model", "m"]) == 0
+    defaults = inspect.signature(VerifierServer).parameters
+    for name in ("timeout_s", "max_connections", "request_timeout_s", "max_items", "max_score_s", "max_body_bytes"):
+        assert seen[name] == defaults[name].default, name
 
 
 # ------------------------------------------------------------------------------------------------ long responses
@@ -159,8 +188,15 @@ class RecordingTokenizer:
 def test_model_verifier_cuts_long_responses_before_tokenizing():
     tokenizer = build_toy_tokenizer()
     config = Qwen2Config(
-        vocab_size=len(tokenizer), hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
-        num_key_value_heads=2, max_position_embeddings=64, num_labels=1, pad_token_id=tokenizer.pad_token_id,
+        vocab_size=len(tokenizer),
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        num_labels=1,
+        pad_token_id=tokenizer.pad_token_id,
         use_sliding_window=False,
     )
     with torch.random.fork_rng(devices=[]):
@@ -199,8 +235,7 @@ def test_client_rides_out_a_server_restart():
 
     thread = threading.Thread(target=restart_later, daemon=True)
     thread.start()
-    remote = RemoteVerifier(f"http://127.0.0.1:{port}", timeout=1.0, backoff=0.02, max_backoff=0.1,
-                            retry_budget_s=4.0)
+    remote = RemoteVerifier(f"http://127.0.0.1:{port}", timeout=1.0, backoff=0.02, max_backoff=0.1, retry_budget_s=4.0)
     assert remote.score_batch(["q"], ["r"]) == [0.5]
     assert restarted.is_set() and verifier.calls == 1
 
@@ -250,8 +285,13 @@ def test_retries_caps_the_attempts_within_the_budget():
 
 @pytest.mark.parametrize(
     ("kwargs", "field"),
-    [({"timeout": 0}, "timeout"), ({"retries": -1}, "retries"), ({"backoff": -1.0}, "backoff"),
-     ({"retry_budget_s": float("inf")}, "retry_budget_s"), ({"max_backoff": float("nan")}, "max_backoff")],
+    [
+        ({"timeout": 0}, "timeout"),
+        ({"retries": -1}, "retries"),
+        ({"backoff": -1.0}, "backoff"),
+        ({"retry_budget_s": float("inf")}, "retry_budget_s"),
+        ({"max_backoff": float("nan")}, "max_backoff"),
+    ],
 )
 def test_client_rejects_bad_settings(kwargs, field):
     with pytest.raises(ValueError, match=f"`{field}`"):
@@ -262,3 +302,361 @@ def test_answer_verifier_served_within_limits():
     with VerifierServer(AnswerVerifier(), max_body_bytes=1 << 20) as server:
         remote = RemoteVerifier(server.url, gold_column="answer", timeout=5.0)
         assert remote(prompts=["p"], completions=["#### 18"], question=["q"], answer=["18"]) == [1.0]
+
+
+# ------------------------------------------------------------------------------------------------ slow and hostile
+# clients (issue 35, item 5): a deadline per request, slow senders evicted when every thread is busy, caps on the
+# items and the scoring time of a request, requests scored in turn, 400 for JSON nested too deeply
+
+
+def closed_after(sock: socket.socket, limit_s: float) -> float:
+    """Seconds until the server closed `sock` (EOF or a reset), reading whatever it answers; fails past `limit_s`."""
+    start = time.monotonic()
+    sock.settimeout(limit_s)
+    try:
+        while sock.recv(4096):
+            pass
+    except ConnectionResetError:
+        pass
+    return time.monotonic() - start
+
+
+class Trickler:
+    """Keeps sockets sending one byte of an endless header every `interval` seconds (a "slowloris" client)."""
+
+    def __init__(self, port: int, count: int, interval: float = 0.2) -> None:
+        self.socks = [socket.create_connection(("127.0.0.1", port), timeout=5.0) for _ in range(count)]
+        self.alive = list(self.socks)
+        self.stop = threading.Event()
+        for sock in self.socks:
+            sock.sendall(b"POST /score HTTP/1.1\r\nX-Pad: ")
+        self.thread = threading.Thread(target=self._run, args=(interval,), daemon=True)
+        self.thread.start()
+
+    def _run(self, interval: float) -> None:
+        while not self.stop.wait(interval):
+            for sock in list(self.alive):
+                try:
+                    sock.sendall(b"a")
+                except OSError:  # the server closed it
+                    self.alive.remove(sock)
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(timeout=5.0)
+        for sock in self.socks:
+            sock.close()
+
+
+@pytest.mark.parametrize("part", ["headers", "body"])
+def test_a_request_trickling_in_is_dropped_at_its_deadline(part):
+    verifier = CountingVerifier()
+    # silence is allowed for 5 s; the whole request must arrive within 1 s
+    with VerifierServer(verifier, timeout_s=5.0, request_timeout_s=1.0) as server:
+        with socket.create_connection(("127.0.0.1", server.port), timeout=5.0) as sock:
+            if part == "body":
+                sock.sendall(b"POST /score HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n")
+            else:
+                sock.sendall(b"POST /score HTTP/1.1\r\nX-Pad: ")
+            sent = threading.Event()
+
+            def trickle() -> None:  # one byte every 0.1 s: 100 s for the 1000 bytes, never 5 s of silence
+                for _ in range(1000):
+                    try:
+                        sock.sendall(b" " if part == "body" else b"a")
+                    except OSError:
+                        return
+                    sent.set()
+                    time.sleep(0.1)
+
+            threading.Thread(target=trickle, daemon=True).start()
+            assert sent.wait(5.0)
+            elapsed = closed_after(sock, limit_s=6.0)  # before the fix: still open after 6 s (socket.timeout)
+        assert 0.5 <= elapsed < 2.5, elapsed
+        assert verifier.calls == 0
+        assert RemoteVerifier(server.url, timeout=5.0, retries=0).score_batch(["q"], ["r"]) == [0.5]
+
+
+@pytest.mark.parametrize(("max_connections", "slow_clients"), [(4, 4), (2, 5), (64, 66)])
+def test_slow_senders_do_not_keep_a_legitimate_request_out(max_connections, slow_clients):
+    """The shapes observed: 4 connections sending a byte a second held `--max-connections 4` for 15 s, and 66 held
+    the default 64 for 75 s. Now, when every thread is busy, the connection that has been sending its request the
+    longest (over a second) is closed for the newcomer."""
+    verifier = CountingVerifier()
+    with VerifierServer(verifier, timeout_s=30.0, request_timeout_s=30.0, max_connections=max_connections) as server:
+        slow = Trickler(server.port, slow_clients)
+        try:
+            deadline = time.monotonic() + 5.0
+            while server._httpd.num_connections < max_connections and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert server._httpd.num_connections == max_connections  # every thread is held by a slow sender
+            start = time.monotonic()
+            remote = RemoteVerifier(server.url, timeout=8.0, retries=0)
+            assert remote.score_batch(["q"], ["r"]) == [0.5]  # before the fix: timed out after 8 s
+            assert time.monotonic() - start < 4.0
+            evicted = remote.health()["evicted"]
+            assert evicted >= 1 + slow_clients - max_connections
+            deadline = time.monotonic() + 3.0  # the evicted ones were closed by the server (a send fails)
+            while len(slow.alive) > slow_clients - evicted and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert len(slow.alive) <= slow_clients - evicted
+        finally:
+            slow.close()
+
+
+def test_too_many_items_are_refused_with_413():
+    verifier = CountingVerifier()
+    with VerifierServer(verifier, max_items=100) as server:
+        remote = RemoteVerifier(server.url, timeout=5.0, retries=0)
+        with pytest.raises(VerifierError, match="HTTP 413: 101 responses exceed this server's limit of 100") as info:
+            remote.score_batch(["q"] * 101, ["r"] * 101)
+        assert "batch_size" in str(info.value) and "--max-items" in str(info.value)
+        assert verifier.calls == 0
+        assert remote.score_batch(["q"] * 100, ["r"] * 100) == [0.5] * 100
+        assert RemoteVerifier(server.url, timeout=5.0, batch_size=100).score_batch(["q"] * 101, ["r"] * 101) == (
+            [0.5] * 101
+        )  # split by the client, as the message says
+    # the observed shape: 80,000 empty responses in a third of a MiB, refused by the default limit before scoring
+    verifier = CountingVerifier()
+    with VerifierServer(verifier) as server:
+        body = json.dumps({"responses": [""] * 80_000}).encode()
+        assert len(body) < 0.35 * (1 << 20)
+        with pytest.raises(urllib.error.HTTPError) as error:
+            urllib.request.urlopen(urllib.request.Request(server.url + "/score", data=body, method="POST"), timeout=5)
+        assert error.value.code == 413
+        assert "80000 responses exceed this server's limit of 4096" in json.loads(error.value.read())["error"]
+        assert verifier.calls == 0
+
+
+class SlowVerifier:
+    """Takes 10 ms per response under a lock (as the real verifiers hold one); the score is len(response) / 100."""
+
+    name = "slow"
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.calls = 0
+        self.scored = 0
+
+    def score_batch(self, questions, responses, golds=None):
+        with self.lock:
+            self.calls += 1
+            self.scored += len(responses)
+            time.sleep(0.01 * len(responses))
+            return [len(r) / 100 for r in responses]
+
+
+def test_a_large_request_is_scored_in_turn_with_a_small_one():
+    verifier = SlowVerifier()
+    responses = ["x" * (i % 101) for i in range(200)]  # 2 s of scoring
+    with VerifierServer(verifier, chunk_size=5, max_score_s=60.0) as server:
+        results = {}
+        big = threading.Thread(
+            target=lambda: results.update(
+                big=RemoteVerifier(server.url, timeout=30.0, retries=0).score_batch(["q"] * 200, responses)
+            )
+        )
+        big.start()
+        deadline = time.monotonic() + 5.0
+        while verifier.calls < 2 and time.monotonic() < deadline:
+            time.sleep(0.005)
+        start = time.monotonic()
+        assert RemoteVerifier(server.url, timeout=10.0, retries=0).score_batch(["q"], ["x" * 7]) == [0.07]
+        waited = time.monotonic() - start
+        big.join(timeout=30.0)
+    assert waited < 1.0, waited  # one chunk of 5 (50 ms) ahead of it, not the rest of the 2 s
+    assert results["big"] == [len(r) / 100 for r in responses]  # in order, chunk after chunk
+    assert verifier.scored == 201
+
+
+def test_a_request_over_its_scoring_time_is_stopped_with_413():
+    verifier = SlowVerifier()
+    with VerifierServer(verifier, chunk_size=5, max_score_s=0.3) as server:
+        remote = RemoteVerifier(server.url, timeout=10.0, retries=0)
+        start = time.monotonic()
+        with pytest.raises(
+            VerifierError,
+            match=r"HTTP 413: scoring this request took more than this server's "
+            r"limit of 0.3 s \(stopped after \d+ of 200 responses\)",
+        ) as info:
+            remote.score_batch(["q"] * 200, ["r"] * 200)
+        assert time.monotonic() - start < 1.5
+        assert "--max-score-s" in str(info.value) and "batch_size" in str(info.value)
+        assert verifier.scored <= 40  # 0.3 s of 50 ms chunks, plus the chunk that crossed the limit
+        assert remote.score_batch(["q"] * 10, ["r"] * 10) == [0.01] * 10  # the server goes on serving
+
+
+DEEP = 100_000
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"[" * DEEP + b"]" * DEEP,
+        b'{"responses": ' + b"[" * DEEP + b"]" * DEEP + b"}",
+        b'{"responses": ["r"], "golds": ' + b'{"a": ' * DEEP + b"1" + b"}" * DEEP + b"}",
+        b'{"responses": ["r"], "golds": [[[["5"]]]]}',  # within the recursion limit, still no gold value
+        b'{"responses": ["r"], "golds": [{"value": 5}]}',
+    ],
+    ids=["list", "responses", "golds", "nested-gold", "object-gold"],
+)
+def test_deeply_nested_json_is_refused_with_400(body):
+    verifier = CountingVerifier()
+    with VerifierServer(verifier) as server:
+        request = urllib.request.Request(server.url + "/score", data=body, method="POST")
+        with pytest.raises(urllib.error.HTTPError) as info:
+            urllib.request.urlopen(request, timeout=10)
+        assert info.value.code == 400  # before the fix: 500 with a RecursionError, or 200
+        error = json.loads(info.value.read())["error"]
+        assert "nested too deeply" in error or '"golds" must be a list of strings, numbers or nulls' in error
+        assert verifier.calls == 0
+        assert RemoteVerifier(server.url, timeout=5.0, retries=0).score_batch(["q"], ["r"]) == [0.5]
+
+
+# ------------------------------------------------------------------------------------------------ hostile servers
+
+
+@contextlib.contextmanager
+def raw_server(answer):
+    """A TCP server on loopback that reads each request and calls `answer(sock)`; yields its URL and a dict with the
+    bytes it managed to send (`sent`)."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(0.1)
+    stats = {"sent": 0}
+    stop = threading.Event()
+
+    def serve_one(sock: socket.socket) -> None:
+        with sock:
+            sock.settimeout(5.0)
+            data = b""
+            while b"\r\n\r\n" not in data:
+                data += sock.recv(4096)
+            head, _, body = data.partition(b"\r\n\r\n")
+            length = int(
+                next(
+                    (
+                        line.split(b":")[1]
+                        for line in head.split(b"\r\n")
+                        if line.lower().startswith(b"content-length:")
+                    ),
+                    b"0",
+                )
+            )
+            while len(body) < length:
+                body += sock.recv(4096)
+            try:
+                answer(sock, stats, stop)
+            except OSError:  # the client went away
+                pass
+
+    def accept_loop() -> None:
+        while not stop.is_set():
+            try:
+                sock, _ = listener.accept()
+            except TimeoutError:
+                continue
+            threading.Thread(target=serve_one, args=(sock,), daemon=True).start()
+
+    thread = threading.Thread(target=accept_loop, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}", stats
+    finally:
+        stop.set()
+        thread.join(timeout=5.0)
+        listener.close()
+
+
+def send_slowly(data: bytes, interval: float = 0.05):
+    def answer(sock, stats, stop):
+        for byte in data:
+            if stop.is_set():
+                return
+            sock.sendall(bytes([byte]))
+            stats["sent"] += 1
+            time.sleep(interval)
+
+    return answer
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        b"HTTP/1.0 200 OK\r\nX-Pad: " + b"a" * 400 + b'\r\n\r\n{"scores": [0.5]}',
+        b"HTTP/1.0 200 OK\r\nContent-Type: application/json\r\n\r\n" + b" " * 400 + b'{"scores": [0.5]}',
+    ],
+    ids=["headers", "body"],
+)
+@pytest.mark.parametrize("retries", [0, None])
+def test_a_server_trickling_its_answer_cannot_stretch_a_call(answer, retries):
+    """The observed shape: a server sending a byte a second made a call take 16 s against `max_wait_s=5`."""
+    with raw_server(send_slowly(answer)) as (url, stats):
+        remote = RemoteVerifier(url, timeout=0.5, retries=retries, backoff=0.05, max_backoff=0.05, retry_budget_s=1.0)
+        start = time.monotonic()
+        with pytest.raises(VerifierUnavailableError, match="timed out: no complete answer within 0.5 s"):
+            remote.score_batch(["q"], ["r"])
+        elapsed = time.monotonic() - start
+    assert remote.max_wait_s == pytest.approx(0.5 if retries == 0 else 1.5)
+    assert elapsed < remote.max_wait_s + 0.5, elapsed  # before the fix: the whole trickle, 20 s and more
+
+
+def send_endlessly(declare: bool):
+    def answer(sock, stats, stop):
+        head = b"HTTP/1.0 200 OK\r\nContent-Type: application/json\r\n"
+        sock.sendall(head + (b"Content-Length: %d\r\n" % (200 << 20) if declare else b"") + b"\r\n")
+        chunk = b" " * (1 << 16)
+        while stats["sent"] < 200 << 20 and not stop.is_set():  # 200 MiB of whitespace, which is valid JSON
+            sock.sendall(chunk)
+            stats["sent"] += len(chunk)
+
+    return answer
+
+
+@pytest.mark.parametrize("declare", [True, False], ids=["content-length", "until-closed"])
+def test_an_oversized_answer_is_refused_without_reading_it(declare):
+    with raw_server(send_endlessly(declare)) as (url, stats):
+        limit = 16 << 20 if declare else 1 << 20  # the default, and a smaller one
+        remote = RemoteVerifier(url, timeout=10.0, retries=0, max_response_bytes=limit)
+        with pytest.raises(VerifierError, match=rf"answered more than max_response_bytes={limit} bytes") as info:
+            remote.score_batch(["q"], ["r"])
+        assert not isinstance(info.value, VerifierUnavailableError)  # not retried
+        time.sleep(0.2)
+    # the client stopped reading at its limit; the server could only fill the sockets' buffers beyond it
+    assert stats["sent"] < limit + (32 << 20) < 200 << 20, stats["sent"]
+
+
+def answer_json(body: bytes):
+    def answer(sock, stats, stop):
+        sock.sendall(
+            b"HTTP/1.0 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body) + body
+        )
+
+    return answer
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (b'{"scores": [NaN]}', "the score nan for response 0"),
+        (b'{"scores": [Infinity]}', "the score inf for response 0"),
+        (b'{"scores": [-Infinity]}', "the score -inf for response 0"),
+        (b'{"scores": [1.5]}', "the score 1.5 for response 0"),
+        (b'{"scores": [-0.25]}', "the score -0.25 for response 0"),
+        (b'{"scores": [1e400]}', "the score inf for response 0"),
+        (b'{"scores": [true]}', "the score True for response 0"),
+        (b'{"scores": ["0.5"]}', "the score '0.5' for response 0"),
+        (b'{"scores": [0.5, 0.5]}', "answered 2 scores for 1 responses"),
+        (b'{"scores": []}', "answered 0 scores for 1 responses"),
+        (b'{"scores": 0.5}', 'not {"scores": [...]}'),
+    ],
+)
+def test_scores_that_are_not_probabilities_are_refused(body, message):
+    with raw_server(answer_json(body)) as (url, _):
+        with pytest.raises(VerifierError, match=re.escape(message)) as info:
+            RemoteVerifier(url, timeout=5.0, retries=0).score_batch(["q"], ["r"])
+        assert not isinstance(info.value, VerifierUnavailableError)
+
+
+def test_scores_at_the_bounds_are_accepted():
+    with raw_server(answer_json(b'{"scores": [0, 1.0, 0.25]}')) as (url, _):
+        assert RemoteVerifier(url, timeout=5.0, retries=0).score_batch(["q"] * 3, ["r"] * 3) == [0.0, 1.0, 0.25]

@@ -561,7 +561,9 @@ def test_slow_server_times_out_without_hanging():
         elapsed = time.perf_counter() - start
         assert server.url in str(info.value)
         assert elapsed < remote.max_wait_s + 1.0 < 3.0, elapsed
-        assert slow.calls == 2  # the first attempt and one retry
+        # the first attempt's call still hangs; the retry waits behind it (the server calls its verifier from one
+        # thread, as the real verifiers' locks did) and is dropped when its client gives up
+        assert slow.calls == 1
     finally:
         release.set()
         server.stop()

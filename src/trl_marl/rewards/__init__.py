@@ -12,8 +12,9 @@
   with its terms.
 
 Modules by job: `answers` (answer extraction and matching), `verifier` (in-process verifiers), `remote` and
-`verifier_server` (verifiers over HTTP: client and server), `execution` (unit tests in the sandbox of
-`trl_marl.sandbox`), `rouge`, `codebleu`, `influence`, and one module per task.
+`verifier_server` (verifiers over HTTP: client and server; `serving` holds the deadlines and the scorer they share),
+`execution` (unit tests in the sandbox of `trl_marl.sandbox`), `rouge`, `codebleu`, `influence`, and one module per
+task.
 
 ROUGE-L and CodeBLEU need the `rewards` extra: `pip install "trl-marl[rewards]"`.
 """
