@@ -8,10 +8,11 @@ which repacks its weights).
 
 Adapter-only sync: before each call, every agent whose adapter changed since its last upload (an optimizer step,
 `load_weights_`, any edit: its weights are compared with a copy kept at the upload, since fused optimizers update
-parameters without bumping their version counters) is saved to a fresh folder and registered under a NEW `lora_int_id` and a new name (`<adapter>-v<id>`), and its
-previous version is removed from the engine. Both keep the engine correct: vLLM caches adapters by id (reusing an id
-with a new path silently keeps the old weights), and its prefix cache keys blocks by the adapter's NAME (vLLM 0.32,
-`lora_name` in the block hash), so a new name per version never reuses KV computed with the old adapter.
+parameters without bumping their version counters) is saved to a fresh folder and registered under a NEW
+`lora_int_id` and a new name (`<adapter>-v<id>`), and its previous version is removed from the engine. Both keep the
+engine correct: vLLM caches adapters by id (reusing an id with a new path silently keeps the old weights), and its
+prefix cache keys blocks by the adapter's name and path, not its id (vLLM 0.32's block hash), so a new name and
+folder per version never reuse KV computed with the old adapter.
 
 Sampling settings are resolved as `generate` resolves them (the call's generation config, else the model's
 `generation_config`, else transformers' defaults: `base.resolve_generation_settings`, the resolution of the team's
