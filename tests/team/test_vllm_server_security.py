@@ -46,8 +46,9 @@ class App:
         await send({"type": "http.response.body", "body": b"{}"})
 
 
-def call(guard: ServerGuard, path: str, method: str = "GET", body: bytes = b"",
-         key: str | None = KEY) -> tuple[int, bytes]:
+def call(
+    guard: ServerGuard, path: str, method: str = "GET", body: bytes = b"", key: str | None = KEY
+) -> tuple[int, bytes]:
     """One HTTP request through `guard`: (status, body)."""
     headers = [(b"content-type", b"application/json")]
     if key is not None:
@@ -76,7 +77,7 @@ def adapter_root(tmp_path: Path) -> Path:
 
 
 def test_the_guard_asks_for_the_key_everywhere_but_health_and_closes_docs_and_metrics(adapter_root: Path) -> None:
-    """vLLM's own key check covers /v1 (and a few prefixes) only; /tokenize, /pause, /metrics and the docs were open."""
+    """vLLM checks the key on /v1 and a few prefixes only; /tokenize, /pause, /metrics and the docs were open."""
     app = App()
     guard = ServerGuard(app, {"VLLM_API_KEY": KEY, "TRL_MARL_VLLM_ADAPTER_DIR": str(adapter_root)})
     for path in ("/v1/models", "/tokenize", "/pause", "/v1/load_lora_adapter", "/collective_rpc"):
@@ -101,19 +102,36 @@ def test_adapters_load_only_from_the_adapter_folder_with_one_message(adapter_roo
     outside.mkdir()
     (tmp_path / "file.txt").write_text("x")
     (adapter_root / "escape").symlink_to(outside)
-    refused = [str(outside), str(tmp_path / "file.txt"), str(tmp_path / "missing"), "/etc", "/", "../secret",
-               "run-1/../../secret", f"{root}/../secret", "escape", "escape/x", root, "", "\x00", None, 3]
+    refused = [
+        str(outside),
+        str(tmp_path / "file.txt"),
+        str(tmp_path / "missing"),
+        "/etc",
+        "/",
+        "../secret",
+        "run-1/../../secret",
+        f"{root}/../secret",
+        "escape",
+        "escape/x",
+        root,
+        "",
+        "\x00",
+        None,
+        3,
+    ]
     answers = set()
     for path in refused:
-        status, body = call(guard, "/v1/load_lora_adapter", "POST",
-                            json.dumps({"lora_name": "a", "lora_path": path}).encode())
+        status, body = call(
+            guard, "/v1/load_lora_adapter", "POST", json.dumps({"lora_name": "a", "lora_path": path}).encode()
+        )
         assert status == 403, path
         answers.add(body)
     assert answers == {json.dumps({"error": REFUSED_ADAPTER}).encode()}  # nothing tells a file from a folder
     assert app.seen == []
     for path in ("run-1/agent_0-v1", f"{root}/run-1/agent_0-v1", f"{adapter_root}/run-1/agent_0-v1"):
-        status, _ = call(guard, "/v1/load_lora_adapter", "POST",
-                         json.dumps({"lora_name": "a", "lora_path": path}).encode())
+        status, _ = call(
+            guard, "/v1/load_lora_adapter", "POST", json.dumps({"lora_name": "a", "lora_path": path}).encode()
+        )
         assert status == 200
         assert json.loads(app.seen[-1][1]) == {"lora_name": "a", "lora_path": f"{root}/run-1/agent_0-v1"}
     assert call(guard, "/v1/load_lora_adapter", "POST", b"[1]")[0] == 400
@@ -123,7 +141,8 @@ def test_adapters_load_only_from_the_adapter_folder_with_one_message(adapter_roo
 
 
 def test_vllm_serve_generates_a_key_shares_it_privately_and_warns_off_loopback(
-        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
     """Before: no key, any adapter path, /docs /openapi.json /metrics open, no word about a public --host."""
     monkeypatch.setenv("TRL_MARL_VLLM_SERVE_DIR", str(tmp_path / "state"))
     monkeypatch.delenv("VLLM_API_KEY", raising=False)
@@ -191,9 +210,19 @@ class FakeVLLM(BaseHTTPRequestHandler):
             return
         rows = payload["prompt"]
         value = self.server.logprob if payload.get("top_k") == 1 else -0.5
-        self._answer(200, {"choices": [{"index": i, "token_ids": [5] * payload["max_tokens"],
-                                        "logprobs": {"token_logprobs": [value] * payload["max_tokens"]}}
-                                       for i in range(len(rows))]})
+        self._answer(
+            200,
+            {
+                "choices": [
+                    {
+                        "index": i,
+                        "token_ids": [5] * payload["max_tokens"],
+                        "logprobs": {"token_logprobs": [value] * payload["max_tokens"]},
+                    }
+                    for i in range(len(rows))
+                ]
+            },
+        )
 
 
 @pytest.fixture()
@@ -211,12 +240,14 @@ def fake_server() -> Iterator[ThreadingHTTPServer]:
 
 def lora_team(tokenizer: object) -> AgentTeam:
     model = build_toy_model(tokenizer, hidden_size=32, num_layers=1)
-    return AgentTeam.build(model, 2, peft_config=LoraConfig(r=4, target_modules=["q_proj"]), processing_class=tokenizer)
+    return AgentTeam.build(
+        model, 2, peft_config=LoraConfig(r=4, target_modules=["q_proj"]), processing_class=tokenizer
+    )
 
 
 def test_the_trainer_reads_the_key_and_folder_and_checks_the_servers_logprobs(
-        tokenizer: object, fake_server: ThreadingHTTPServer, monkeypatch: pytest.MonkeyPatch,
-        tmp_path: Path) -> None:
+    tokenizer: object, fake_server: ThreadingHTTPServer, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     """Before: no key was ever sent, adapters went to a folder of the trainer's choosing, and a server returning raw
     log-probabilities (a hand-started one) went unnoticed."""
     monkeypatch.setenv("TRL_MARL_VLLM_SERVE_DIR", str(tmp_path / "state"))
@@ -234,14 +265,24 @@ def test_the_trainer_reads_the_key_and_folder_and_checks_the_servers_logprobs(
     probe = fake_server.posts[-1][1]
     assert (probe["top_k"], probe["max_tokens"], probe["logprobs"], probe["model"]) == (1, 1, 0, "base")
     team.base_model_of(0).generation_config = GenerationConfig(
-        do_sample=True, temperature=0.7, top_k=20, top_p=0.8, repetition_penalty=1.1,
-        eos_token_id=[tokenizer.eos_token_id, 3])
+        do_sample=True,
+        temperature=0.7,
+        top_k=20,
+        top_p=0.8,
+        repetition_penalty=1.1,
+        eos_token_id=[tokenizer.eos_token_id, 3],
+    )
     team.generation_backend = backend
     with pytest.warns(UserWarning, match="systematic bias"):
         team.generate([["T:5?"], ["T:7?"]], GenerationConfig(max_new_tokens=2))
     sent = [payload for path, payload in fake_server.posts if path == "/v1/completions"][-1]
     assert {name: sent[name] for name in ("temperature", "top_k", "top_p", "min_p", "repetition_penalty")} == {
-        "temperature": 0.7, "top_k": 20, "top_p": 0.8, "min_p": 0.0, "repetition_penalty": 1.1}
+        "temperature": 0.7,
+        "top_k": 20,
+        "top_p": 0.8,
+        "min_p": 0.0,
+        "repetition_penalty": 1.1,
+    }
     assert sent["stop_token_ids"] == [tokenizer.eos_token_id, 3]
     loads = [payload for path, payload in fake_server.posts if path == "/v1/load_lora_adapter"]
     assert loads and all(Path(p["lora_path"]).parent == Path(backend._root) for p in loads)

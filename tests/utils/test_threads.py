@@ -14,8 +14,9 @@ def skip_set_num_threads(count: int) -> None:
     """What vLLM's CPU worker installs as `torch.set_num_threads` for the whole process: a call that does nothing."""
 
 
-def test_a_replaced_set_num_threads_is_said_once(monkeypatch: pytest.MonkeyPatch,
-                                                 caplog: pytest.LogCaptureFixture) -> None:
+def test_a_replaced_set_num_threads_is_said_once(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     """Before: `apply_cpu_threads` called the replaced function and went on as if the count were set."""
     before = torch.get_num_threads()
     wanted = before + 1

@@ -36,8 +36,14 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
-    "ADAPTER_DIR_ENV", "ServerGuard", "adapter_path_error", "connection_path", "new_api_key", "read_connection",
-    "state_dir", "write_connection",
+    "ADAPTER_DIR_ENV",
+    "ServerGuard",
+    "adapter_path_error",
+    "connection_path",
+    "new_api_key",
+    "read_connection",
+    "state_dir",
+    "write_connection",
 ]
 
 ADAPTER_DIR_ENV = "TRL_MARL_VLLM_ADAPTER_DIR"
@@ -46,8 +52,10 @@ OPEN_METRICS_ENV = "TRL_MARL_VLLM_OPEN_METRICS"
 DOCS_PATHS = ("/docs", "/redoc", "/openapi.json")
 OPEN_PATHS = ("/health",)
 MAX_LOAD_BODY = 64 << 10  # bytes of a `/v1/load_lora_adapter` request
-REFUSED_ADAPTER = ("`lora_path` must name an adapter folder inside the adapter folder this server was started with "
-                   "(`trl-marl vllm-serve --adapter-dir`); this one is not allowed.")
+REFUSED_ADAPTER = (
+    "`lora_path` must name an adapter folder inside the adapter folder this server was started with "
+    "(`trl-marl vllm-serve --adapter-dir`); this one is not allowed."
+)
 
 
 def state_dir() -> Path:
@@ -126,8 +134,13 @@ Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 async def _reply(send: Send, status: int, payload: dict[str, Any]) -> None:
     body = json.dumps(payload).encode()
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+        }
+    )
     await send({"type": "http.response.body", "body": body})
 
 
@@ -167,8 +180,9 @@ class ServerGuard:
             return
         path = scope.get("path", "").removeprefix(scope.get("root_path", "") or "")
         path = "/" + path.lstrip("/")
-        closed = ((not self.open_docs and (path in DOCS_PATHS or path.startswith("/docs/")))
-                  or (not self.open_metrics and (path == "/metrics" or path.startswith("/metrics/"))))
+        closed = (not self.open_docs and (path in DOCS_PATHS or path.startswith("/docs/"))) or (
+            not self.open_metrics and (path == "/metrics" or path.startswith("/metrics/"))
+        )
         if scope["type"] == "websocket":
             if closed or (path not in OPEN_PATHS and not self._authorized(scope)):
                 await send({"type": "websocket.close", "code": 1008})
