@@ -255,6 +255,11 @@ def test_the_correction_warns_once_under_truncation_and_raw_logprobs_need_temper
         check(sampling_settings(GenerationConfig(max_new_tokens=4, do_sample=True, top_k=0)))  # untruncated
     with pytest.warns(UserWarning, match=r"min_p=0.1 "):
         check(sampling_settings(GenerationConfig(max_new_tokens=4, do_sample=True, top_k=0, min_p=0.1)))
+    with warnings.catch_warnings():  # a top-k of the vocabulary or more truncates nothing
+        warnings.simplefilter("error")
+        check(sampling_settings(GenerationConfig(max_new_tokens=4, do_sample=True, top_k=50)), vocab_size=50)
+    with pytest.warns(UserWarning, match=r"with top_k=50 and"):
+        check(sampling_settings(GenerationConfig(max_new_tokens=4, do_sample=True, top_k=50)), vocab_size=51)
     raw = LogprobSettingsCheck("raw_logprobs")
     with warnings.catch_warnings():
         warnings.simplefilter("error")

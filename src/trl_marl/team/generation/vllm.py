@@ -277,15 +277,16 @@ def sampling_settings(generation_config: GenerationConfig, model: Any = None) ->
     }
 
 
-def truncating_settings(settings: dict[str, Any]) -> list[str]:
+def truncating_settings(settings: dict[str, Any], vocab_size: int | None = None) -> list[str]:
     """The settings of a `SamplingParams` dict ([`sampling_settings`]) that make vLLM's processed log-probabilities
     differ from the training model's log-softmax by more than numerics: truncation (top-k, top-p, min-p) and the
     repetition penalty. Each sampled token's processed log-probability is then >= the trainer's, so the importance
-    ratio pi_trainer / pi_vllm is <= 1 per token and shrinks with the completion's length: a systematic bias."""
+    ratio pi_trainer / pi_vllm is <= 1 per token and shrinks with the completion's length: a systematic bias. A top-k
+    of at least `vocab_size` truncates nothing (both vLLM and transformers clamp it)."""
     if settings["temperature"] == 0.0:  # greedy: nothing is sampled, the correction's ratios mean nothing anyway
         return []
     named = []
-    if settings["top_k"] > 0:
+    if settings["top_k"] > 0 and (vocab_size is None or settings["top_k"] < vocab_size):
         named.append(f"top_k={settings['top_k']}")
     if settings["top_p"] < 1.0:
         named.append(f"top_p={settings['top_p']}")
@@ -317,7 +318,7 @@ class LogprobSettingsCheck:
         self.mode = check_logprobs_mode(mode)
         self._warned: set[tuple[str, ...]] = set()
 
-    def __call__(self, settings: dict[str, Any]) -> None:
+    def __call__(self, settings: dict[str, Any], vocab_size: int | None = None) -> None:
         sampled = settings["temperature"] != 0.0
         if self.mode == "raw_logprobs":
             if sampled and abs(settings["temperature"] - 1.0) > 1e-6:
@@ -328,7 +329,7 @@ class LogprobSettingsCheck:
                     "`vllm_logprobs_mode='processed_logprobs'`."
                 )
             return
-        named = tuple(truncating_settings(settings))
+        named = tuple(truncating_settings(settings, vocab_size))
         if named and named not in self._warned:
             self._warned.add(named)
             warnings.warn(
@@ -488,8 +489,8 @@ class VLLMBackend(EngineBackend):
         # resolved per model, as each model's `generate` resolves them (its own `generation_config`)
         settings = {m: sampling_settings(generation_config, team.models[m]) for m in sorted(set(team.agent_model))}
         if logprobs:
-            for one in settings.values():
-                self.logprob_check(one)
+            for m, one in settings.items():
+                self.logprob_check(one, getattr(team.models[m].config, "vocab_size", None))
         completions: list[list[list[int]]] = [[[] for _ in rows] for rows in prompt_ids]
         scores: list[list[list[float]]] = [[[] for _ in rows] for rows in prompt_ids]
         rows = [(a, i) for a in range(len(prompt_ids)) for i in range(len(prompt_ids[a]))]

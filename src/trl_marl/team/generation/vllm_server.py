@@ -251,7 +251,7 @@ class VLLMServerBackend(EngineBackend):
         self.sync(team)
         settings = sampling_settings(generation_config, team.models[0])  # resolved as its `generate` would
         if logprobs:
-            self.logprob_check(settings)
+            self.logprob_check(settings, getattr(team.models[0].config, "vocab_size", None))
         settings.pop("detokenize")
         by_adapter: dict[str, list[tuple[int, int]]] = {}
         for a, rows in enumerate(prompt_ids):
