@@ -57,6 +57,9 @@ def test_backend_settings_that_do_not_work_are_refused(make: object) -> None:
         make(use_vllm=True, vllm_mode="server", vllm_server_timeout=0)
     with pytest.raises(ValueError, match="vllm_kv_cache_memory_bytes` must be a positive"):
         make(use_vllm=True, vllm_kv_cache_memory_bytes=0)
+    with pytest.raises(ValueError, match="vllm_logprobs_mode` must be one of"):
+        make(use_vllm=True, vllm_logprobs_mode="processed_logits")
+    assert make(use_vllm=True, vllm_logprobs_mode="raw_logprobs").vllm_logprobs_mode == "raw_logprobs"
     make(vllm_mode="server")  # vLLM settings mean nothing (and are not checked) while vLLM is off, as in TRL
 
 

@@ -25,6 +25,9 @@ from transformers import GenerationConfig
 
 GENERATION_BACKENDS = ("transformers", "compiled", "vllm")
 VLLM_MODES = ("colocate", "server")
+# vLLM's `logprobs_mode` values the backends take: after the repetition penalty, temperature and truncation (the
+# distribution the tokens were drawn from), or the model's own log-softmax before any of them (at temperature 1 only)
+LOGPROBS_MODES = ("processed_logprobs", "raw_logprobs")
 
 # Settings that `generate`'s greedy/sampling loop never reads for a decoder-only model given `input_ids` and a
 # `max_new_tokens`, with a dynamic cache, no assistant and no dict output (what the lean loop and vLLM require).
@@ -201,6 +204,13 @@ def check_generation_backend(config: Any) -> None:
         raise ValueError(
             f"`vllm_kv_cache_memory_bytes` must be a positive number of bytes or None, got {kv_bytes!r} (e.g. "
             "`256 << 20` for 256 MiB)."
+        )
+    logprobs_mode = getattr(config, "vllm_logprobs_mode", "processed_logprobs")
+    if logprobs_mode not in LOGPROBS_MODES:
+        raise ValueError(
+            f"`vllm_logprobs_mode` must be one of {LOGPROBS_MODES}, got {logprobs_mode!r}: 'processed_logprobs' "
+            "(after temperature, penalties and truncation) or 'raw_logprobs' (the model's untruncated log-softmax, at "
+            "temperature 1 only)."
         )
     share = getattr(config, "vllm_gpu_memory_utilization", 0.3)
     if not 0.0 < share <= 1.0:

@@ -67,6 +67,7 @@ from transformers import GenerationConfig
 
 from .base import (
     INERT_SETTINGS,
+    LOGPROBS_MODES,
     EngineBackend,
     global_generation_defaults,
     is_default_setting,
@@ -96,9 +97,6 @@ _REFUSAL_REASONS = {
     "num_beams": "vLLM's `SamplingParams` samples one sequence per request here: beam search is not implemented",
     "num_return_sequences": "one completion per prompt row: repeat the prompt instead",
 }
-# vLLM's `logprobs_mode` values the backends take: after temperature, penalties and truncation (the distribution the
-# tokens were drawn from), or the model's own log-softmax before any of them (at temperature 1 only)
-LOGPROBS_MODES = ("processed_logprobs", "raw_logprobs")
 
 
 def vllm_lora_rank(rank: int) -> int:
