@@ -81,12 +81,19 @@ def test_truncation_biases_processed_log_probs_and_the_models_settings_are_used(
     assert max(gaps) < 1e-4 and min(gaps) < -1e-2  # never above, often below: the ratio shrinks with length
     model_config = team.base_model_of(0).generation_config
     model_config.repetition_penalty = 3.0
+    # rows of one length (no padding) and `generate` itself: the lean loop's per-row penalty offsets need
+    # transformers >= 5.20, and this virtualenv has vLLM's 5.19
+    prompts = [["Q:12+3=A:", "Q:45+6=A:"], ["Q:12+3=A:"]]
+    team.lean_decode = False
     try:
         bare = GenerationConfig(do_sample=False, max_new_tokens=8)
-        served = generate_with(team, backend, PROMPTS, bare)
-        assert served == generate_with(team, None, PROMPTS, bare)
+        served = generate_with(team, backend, prompts, bare)
+        assert served == generate_with(team, None, prompts, bare)
+        model_config.repetition_penalty = None
+        assert generate_with(team, backend, prompts, bare) != served  # the penalty changed the tokens
     finally:
         model_config.repetition_penalty = None
+        team.lean_decode = True
 
 
 def test_a_colocated_cpu_engine_makes_set_num_threads_a_no_op_and_it_is_said(
