@@ -53,13 +53,18 @@ MAX_VALUE_BYTES = 64 * 1024  # a program's top-level plain value larger than thi
 MAX_HANDLES = 100_000
 CALL_FD, REPLY_FD = 3, 4  # P's ends of the two pipes
 
-# Modules H imports itself when the program bound one of them to a top-level name (MBPP tests use `math.isclose`
-# without importing math, relying on the program's import). Any other module stays a reference into P.
-SAFE_MODULES = frozenset([
+# Standard modules: a name the tests read as a module (`os.path.join`, `calendar.isleap`, `math.isclose`: MBPP tests
+# use `math` without importing it, relying on the program's import), or that the program bound to one of them, is
+# H's own import of that module, whatever the program bound to the name. Any other module stays a reference into P.
+# Every top-level standard module (`sys.stdlib_module_names`), except those with modules whose import acts (a web
+# browser, a print, an IDE, a demo); the fixed list is the floor for an interpreter without it. H never imports a
+# `__main__` submodule.
+_NEVER_IMPORTED = frozenset(["antigravity", "this", "idlelib", "turtledemo"])
+STANDARD_MODULES = (frozenset(getattr(sys, "stdlib_module_names", ())) | frozenset([
     "math", "cmath", "re", "string", "itertools", "functools", "collections", "heapq", "bisect", "operator",
     "statistics", "fractions", "decimal", "random", "copy", "datetime", "typing", "numbers", "array", "textwrap",
-    "unicodedata", "hashlib", "json", "sys",
-])
+    "unicodedata", "hashlib", "json", "sys", "os", "calendar", "time", "types",
+])) - _NEVER_IMPORTED
 
 
 # ---------------------------------------------------------------------------------------------------- the codec
@@ -394,23 +399,16 @@ class ProgramError(Exception):
 
 
 class Remote:
-    """A stand-in for an object that lives in the program's process: it can be called (the call runs there, with
-    plain-data arguments) and its attributes read; comparing, hashing, iterating or testing its truth raises
-    [`NotPlainData`], so a test never trusts an object of the program."""
+    """A stand-in for an object that lives in the program's process. Comparing, hashing, iterating, converting or
+    testing its truth raises [`NotPlainData`], so a test never trusts an object of the program. Two kinds:
+    [`Definition`] (a top-level name of the program: a function under test, a class, a module) and
+    [`ProgramValue`] (an object a call returned)."""
 
     __slots__ = ("_channel", "_target")
 
     def __init__(self, channel: Channel, target: tuple[str, int | str]) -> None:
         object.__setattr__(self, "_channel", channel)
         object.__setattr__(self, "_target", target)
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self._channel.request(("call", self._target, args, kwargs))
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return self._channel.request(("getattr", self._target, name))
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise NotPlainData("objects of the program cannot be changed by the tests")
@@ -429,6 +427,34 @@ class Remote:
     __hash__ = None  # type: ignore[assignment]
 
 
+class Definition(Remote):
+    """A top-level name of the program (or an attribute of one): the function under test, a class, a module. It can
+    be called (the call runs in P, with plain-data arguments) and its attributes read (`Pair.count`, `np.allclose`),
+    as the tests' author meant the program's definitions to be used."""
+
+    __slots__ = ()
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._channel.request(("call", self._target, args, kwargs))
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return self._channel.request(("getattr", self._target, name))
+
+
+class ProgramValue(Remote):
+    """An object that a call of the program returned and that is not plain data (a `str` look-alike, a generator, an
+    instance of the program's class). It can only be passed back to the program as an argument: reading any of its
+    attributes (`result.startswith`, `hasattr(result, 'send')`, `result.real`) raises [`NotPlainData`] and it cannot
+    be called, so no method of the program's choosing ever answers in place of a built-in type's."""
+
+    __slots__ = ()
+
+    def __getattr__(self, name: str) -> Any:
+        raise NotPlainData("%r is not plain data: the tests cannot read its attribute %s" % (self, clean(name, 60)))
+
+
 class Channel:
     """H's side of the conversation with P: sends requests, decodes answers as plain data."""
 
@@ -439,20 +465,25 @@ class Channel:
         self.exit_code: str | None = None
 
     def _handle(self, value: Any) -> int | str | None:
-        if type(value) is Remote:
+        if type(value) is Definition or type(value) is ProgramValue:
             kind, key = value._target
             return key
         return None
 
-    def _ref(self, key: int | str) -> Remote:
-        return Remote(self, ("h", key) if type(key) is int else ("n", key))
+    def _definition(self, key: int | str) -> Remote:
+        return Definition(self, ("h", key) if type(key) is int else ("n", key))
 
-    def receive(self) -> tuple[Any, ...]:
-        """The next message of P as a tuple starting with a string tag (`ProgramGone` at the end)."""
+    def _value(self, key: int | str) -> Remote:
+        return ProgramValue(self, ("h", key) if type(key) is int else ("n", key))
+
+    def receive(self, values: bool = True) -> tuple[Any, ...]:
+        """The next message of P as a tuple starting with a string tag (`ProgramGone` at the end). Objects in it
+        that are not plain data become [`ProgramValue`]s, or with `values=False` (attributes of a definition)
+        [`Definition`]s."""
         if self.gone is not None:
             raise ProgramGone(self.gone)
         try:
-            message = decode(self.reader.read(), self._ref)
+            message = decode(self.reader.read(), self._value if values else self._definition)
         except FrameError as exc:
             self.gone, self.why = "protocol", str(exc)
             raise ProgramGone("the program broke the protocol: %s" % exc) from None
@@ -480,7 +511,7 @@ class Channel:
         except ChannelClosed:
             self.gone = "ended"
             raise ProgramGone("the program ended") from None
-        reply = self.receive()
+        reply = self.receive(values=message[0] != "getattr")  # only a `Definition` reads attributes
         kind = reply[0]
         if kind == "ok" and len(reply) == 2:
             return reply[1]
@@ -536,7 +567,7 @@ class TestGlobals(dict):
                  modules: frozenset[str] = frozenset()) -> None:
         super().__init__(__name__="__tests__", __builtins__=builtins)
         self._channel, self._names, self._entry = channel, names, entry_point
-        self._modules = modules & SAFE_MODULES
+        self._modules = modules & STANDARD_MODULES
 
     def __missing__(self, key: str) -> Any:
         if key in self._modules:
@@ -546,8 +577,9 @@ class TestGlobals(dict):
         info = self._names.get(key)
         if info is None or (key != self._entry and hasattr(builtins, key)):
             raise KeyError(key)
-        value = Remote(self._channel, ("n", key))
-        if type(info) is tuple and len(info) == 2 and info[0] == "m" and info[1] in SAFE_MODULES:
+        value = Definition(self._channel, ("n", key))
+        if (type(info) is tuple and len(info) == 2 and info[0] == "m" and type(info[1]) is str
+                and info[1].split(".")[0] in STANDARD_MODULES and "__main__" not in info[1].split(".")):
             value = __import__(info[1])
             for part in info[1].split(".")[1:]:
                 value = getattr(value, part)
