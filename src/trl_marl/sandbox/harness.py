@@ -1018,7 +1018,8 @@ def build_root(libc: Any, uid: int, disk_mb: int, extra: list[str], emit: Callab
     new = "/tmp"
     mount("tmpfs", new, "tmpfs", MS_NOSUID | MS_NODEV, "size=4m,mode=0755")
     os.makedirs(new + "/tmp")
-    mount("tmpfs", new + "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "size=%dm,mode=0700,uid=%d,gid=%d" % (disk_mb, uid, uid))
+    private = "size=%dm,mode=0700,uid=%d,gid=%d" % (disk_mb, uid, uid)
+    mount("tmpfs", new + "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, private)
     for shared in ("/var/tmp", "/dev/shm"):
         os.makedirs(new + shared)
         mount(new + "/tmp", new + shared, None, MS_BIND, None)

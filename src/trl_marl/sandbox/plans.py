@@ -47,9 +47,9 @@ class _EqAsserts(ast.NodeTransformer):
 
 def modules_read(codes: Sequence[str], entry_point: str | None = None) -> tuple[str, ...]:
     """The names of standard modules (every top-level one, `sys.stdlib_module_names`: the harness's
-    `STANDARD_MODULES`) that the test code reads only as modules, i.e. only as `name.attribute`: what the test's author meant by them is the module the reference solution imported,
-    never whatever a program binds to that name. A name the tests also call or pass as a value (`copy(x)`) is a
-    function under test, as is the entry point.
+    `STANDARD_MODULES`) that the test code reads only as modules, i.e. only as `name.attribute`: what the test's
+    author meant by them is the module the reference solution imported, never whatever a program binds to that name.
+    A name the tests also call or pass as a value (`copy(x)`) is a function under test, as is the entry point.
 
     Args:
         codes (`Sequence[str]`): Test code (setup, asserts or HumanEval's `check`); code that does not parse reads
