@@ -8,7 +8,7 @@ interpreter the caller picks. Three processes take part in a run:
   namespaces (as root), forks C, then runs the *tests* (dataset code, trusted) in a namespace where the program's
   names are stubs that forward calls to P over a pipe and decode the answers as plain data. H alone decides and
   reports the verdict, on a pipe that neither C's program nor P holds.
-* **C** (trusted, pid 1 of the new PID namespace): sets up the mounts, forks P, kills it when its *charged* time
+* **C** (trusted, pid 1 of the new PID namespace): builds the run's root from an allowlist, forks P, kills it when its *charged* time
   (wall-clock time minus the time it waited for a CPU) passes the limit, and reports how P ended.
 * **P** (untrusted once the program starts): applies the resource limits, drops to the sandbox user, sets
   `no_new_privs`, installs a seccomp filter, installs the Python guards, closes every file descriptor but stdio and
@@ -16,7 +16,8 @@ interpreter the caller picks. Three processes take part in a run:
 
 Nothing P sends can change a verdict by itself: H compares the decoded plain values (exact `int`, `float`, `str`,
 `bool`, `None`, `bytes`, `complex`, `list`, `tuple`, `dict`, `set`, `frozenset`) with the test's expectations; any
-other result is an opaque reference whose comparison, truth value, hashing and iteration raise, so the test fails.
+other result is an opaque reference whose comparison, truth value, hashing and iteration raise, so the test fails,
+and whose attributes cannot be read (no duck-typed `startswith` of the program's choosing answers).
 A test that never reports, or that finishes after P has died, has failed.
 """
 # ruff: noqa: UP031  (%-formatting: the harness avoids importing anything it can do without)
