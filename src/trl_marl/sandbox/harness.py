@@ -8,8 +8,8 @@ interpreter the caller picks. Three processes take part in a run:
   namespaces (as root), forks C, then runs the *tests* (dataset code, trusted) in a namespace where the program's
   names are stubs that forward calls to P over a pipe and decode the answers as plain data. H alone decides and
   reports the verdict, on a pipe that neither C's program nor P holds.
-* **C** (trusted, pid 1 of the new PID namespace): builds the run's root from an allowlist, forks P, kills it when its *charged* time
-  (wall-clock time minus the time it waited for a CPU) passes the limit, and reports how P ended.
+* **C** (trusted, pid 1 of the new PID namespace): builds the run's root from an allowlist, forks P, kills it when
+  its *charged* time (wall-clock time minus the time it waited for a CPU) passes the limit, and reports how P ended.
 * **P** (untrusted once the program starts): applies the resource limits, drops to the sandbox user, sets
   `no_new_privs`, installs a seccomp filter, installs the Python guards, closes every file descriptor but stdio and
   its two pipe ends, runs the program, then answers H's calls with plain data.
