@@ -187,8 +187,9 @@ def test_root_layout_recreates_links_and_binds_outermost_real_paths(tmp_path):
     links, binds = root_layout([f"{t}/lib/x86", f"{t}/venv/bin/python", f"{t}/usr/lib/python", f"{t}/missing"])
     assert links == {f"{t}/lib": "usr/lib", f"{t}/venv/bin/python": "../../usr/bin/python3"}
     assert binds == [f"{t}/usr/bin/python3", f"{t}/usr/lib/python", f"{t}/usr/lib/x86"]
-    # A directory's bind covers what is inside it, links inside it included; `/` is never bound.
-    links, binds = root_layout([f"{t}/usr/lib/x86", t, f"{t}/lib", "/"])
+    # A directory's bind covers what is inside it, links inside it included; `/`, `/dev`, `/proc` and `/sys` are
+    # never bound (the root has its own devices and `/proc`), nor links there recreated.
+    links, binds = root_layout([f"{t}/usr/lib/x86", t, f"{t}/lib", "/", "/dev/shm", "/proc/self/maps", "/sys"])
     assert (links, binds) == ({}, [t])
 
 

@@ -934,20 +934,22 @@ SYSTEM_PATHS = ("/lib", "/lib64", "/lib32", "/libx32", "/usr/lib", "/usr/lib64",
                 "/usr/local/lib", "/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/alternatives",
                 "/etc/localtime", "/usr/share/zoneinfo")
 DEVICES = ("null", "zero", "full", "random", "urandom")
+_NEVER_BOUND = frozenset(["", "dev", "proc", "sys"])  # first components: `/` itself, devices, kernel views
 MNT_DETACH = 2
 _PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}
 
 
 def visible_paths(extra: list[str]) -> list[str]:
     """The host paths (files or directories) that the program's root shows, read-only: the interpreter's executable,
-    its import path, the directories of the shared objects this interpreter has mapped, [`SYSTEM_PATHS`] and
-    `extra` (`SandboxLimits.visible_paths`: a task's own files). Paths that do not exist are left out."""
+    its import path, the directories of the shared objects (`*.so*`) this interpreter has mapped, [`SYSTEM_PATHS`]
+    and `extra` (`SandboxLimits.visible_paths`: a task's own files). Paths that do not exist are left out."""
     paths = [sys.executable, *sys.path, *SYSTEM_PATHS]
     try:
         with open("/proc/self/maps") as f:
             for line in f:
                 fields = line.rstrip("\n").split(None, 5)
-                if len(fields) == 6 and fields[5].startswith("/") and not fields[5].endswith(" (deleted)"):
+                if (len(fields) == 6 and fields[5].startswith("/") and ".so" in os.path.basename(fields[5])
+                        and not fields[5].endswith(" (deleted)")):
                     paths.append(os.path.dirname(fields[5]))
     except OSError:
         pass
@@ -980,19 +982,20 @@ def follow(path: str, links: dict[str, str], hops: int = 0) -> str | None:
 def root_layout(paths: list[str]) -> tuple[dict[str, str], list[str]]:
     """How a root built from scratch shows `paths` as on the host: the symbolic links to recreate (path -> target;
     `/lib -> usr/lib`, `venv/bin/python -> /usr/bin/python3.11`) and the real files and directories to bind, the
-    outermost only (a directory's bind shows what is inside it). `/` itself is never bound."""
+    outermost only (a directory's bind shows what is inside it). `/` itself is never bound, nor anything under
+    `/dev`, `/proc` or `/sys` (the root has its own devices and `/proc`)."""
     links: dict[str, str] = {}
     real = set()
     for path in paths:
         resolved = follow(path, links)
-        if resolved is not None and resolved != "/":
+        if resolved is not None and resolved.split("/")[1] not in _NEVER_BOUND:
             real.add(resolved)
     binds: list[str] = []
     for path in sorted(real):  # a directory sorts before what is inside it
         if not any(path.startswith(outer + "/") for outer in binds):
             binds.append(path)
-    links = {path: target for path, target in links.items()
-             if not any(path == outer or path.startswith(outer + "/") for outer in binds)}
+    links = {path: target for path, target in links.items() if path.split("/")[1] not in _NEVER_BOUND
+             and not any(path == outer or path.startswith(outer + "/") for outer in binds)}
     return links, binds
 
 
