@@ -19,6 +19,8 @@ import json
 import os
 import shutil
 import stat
+import subprocess
+import sys
 import uuid
 from pathlib import Path
 
@@ -172,6 +174,21 @@ def test_a_program_sees_only_the_allowlisted_root(planted_dataset):
         "alternatives",
         "localtime",
     }
+
+
+@needs_os_layer
+def test_the_trainers_own_package_is_hidden_from_the_program():
+    """`trl_marl` (task generators such as `trl_marl.toy.rows`, dataset loaders) is on the sandbox interpreter's import
+    path when installed in it; the program cannot import it."""
+    found = subprocess.run([sys.executable, "-I", "-c", "import trl_marl.toy.rows"], capture_output=True)
+    if found.returncode != 0:
+        pytest.skip("trl_marl is not installed in the sandbox's interpreter: nothing to hide")
+    program = (
+        "try:\n    from trl_marl.toy import rows\n    print('found')\n"
+        "except ImportError as exc:\n    print(type(exc).__name__)\n"
+    )
+    result = run_program(program, None, LIMITS)
+    assert (result.reason, result.stdout) == ("ok", "ModuleNotFoundError\n"), result
 
 
 def test_root_layout_recreates_links_and_binds_outermost_real_paths(tmp_path):

@@ -808,7 +808,7 @@ def init(req: dict[str, Any], emit: Callable[..., None], libc: Any, isolated: bo
     uid = req["uid"]
     layers = ["rlimits", "cgroup"] if req["in_cgroup"] else ["rlimits"]
     if isolated:
-        build_root(libc, uid, req["disk_mb"], list(req.get("visible") or []), emit)
+        build_root(libc, uid, req["disk_mb"], list(req.get("visible") or []), list(req.get("hide") or []), emit)
         # a fresh, empty working directory inside the private /tmp
         workdir, allowed = "/tmp/work", ["/tmp", "/var/tmp", "/dev/shm"]
         os.makedirs(workdir, mode=0o700, exist_ok=True)
@@ -999,12 +999,26 @@ def root_layout(paths: list[str]) -> tuple[dict[str, str], list[str]]:
     return links, binds
 
 
-def build_root(libc: Any, uid: int, disk_mb: int, extra: list[str], emit: Callable[..., None]) -> None:
+def hidden_packages(names: list[str]) -> list[str]:
+    """The real directories of the packages `names` (top-level names, e.g. `trl_marl`) on this interpreter's import
+    path, found without importing them."""
+    found = []
+    for entry in sys.path:
+        for name in names:
+            path = os.path.join(entry, name) if entry and name.isidentifier() else ""
+            if path and os.path.isdir(path):
+                found.append(os.path.realpath(path))
+    return list(dict.fromkeys(found))
+
+
+def build_root(libc: Any, uid: int, disk_mb: int, extra: list[str], hide: list[str],
+               emit: Callable[..., None]) -> None:
     """C, in the new mount namespace: make the root a tmpfs built from an allowlist ([`visible_paths`], bound
     read-only, `nosuid`, `nodev`, at their host paths, with the symbolic links on the way to them), a private
     size-limited `/tmp` (also `/var/tmp` and `/dev/shm`) owned by the sandbox user, the devices `null`, `zero`,
-    `full`, `random`, `urandom`, and a private `/proc`; then `pivot_root` into it and detach the host's root. No
-    other host file or directory is reachable from the run (H's tests included)."""
+    `full`, `random`, `urandom`, and a private `/proc`; the packages `hide` (the trainer's own, whose task
+    generators and dataset loaders a program could import) covered by an empty directory; then `pivot_root` into it
+    and detach the host's root. No other host file or directory is reachable from the program."""
     import ctypes
 
     def mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None) -> None:
@@ -1050,6 +1064,9 @@ def build_root(libc: Any, uid: int, disk_mb: int, extra: list[str], emit: Callab
         mount("/proc/self/fd/%d" % fd, target, None, MS_BIND, None)  # not recursive: no mount below it comes along
         mount(None, target, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, None)
         os.close(fd)
+    for path in hidden_packages(hide):  # the trainer's own package: task generators and dataset loaders
+        if os.path.isdir(new + path):
+            mount("tmpfs", new + path, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k,mode=0555")
     os.chdir(new)
     number = _PIVOT_ROOT.get(os.uname().machine)
     if number is not None and libc.syscall(number, b".", b".") == 0:
