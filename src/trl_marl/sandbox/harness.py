@@ -941,9 +941,13 @@ _PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}
 
 def visible_paths(extra: list[str]) -> list[str]:
     """The host paths (files or directories) that the program's root shows, read-only: the interpreter's executable,
-    its import path, the directories of the shared objects (`*.so*`) this interpreter has mapped, [`SYSTEM_PATHS`]
-    and `extra` (`SandboxLimits.visible_paths`: a task's own files). Paths that do not exist are left out."""
-    paths = [sys.executable, *sys.path, *SYSTEM_PATHS]
+    its import path, its prefixes' `lib` and `lib64`, the directories of the shared objects (`*.so*`) this
+    interpreter has mapped, [`SYSTEM_PATHS`] and `extra` (`SandboxLimits.visible_paths`: a task's own files). Paths
+    that do not exist are left out."""
+    prefixes = dict.fromkeys([sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix])
+    # `<prefix>/lib`: where a conda or self-built Python keeps the shared libraries its extension modules load lazily
+    paths = [sys.executable, *sys.path, *SYSTEM_PATHS, *[os.path.join(p, d) for p in prefixes if p
+                                                          for d in ("lib", "lib64")]]
     try:
         with open("/proc/self/maps") as f:
             for line in f:
