@@ -667,7 +667,7 @@ def test_the_manifest_itself_is_checked(run_copy, resumer):
 
 @pytest.mark.parametrize("damaged", [
     {"global_step": "4"},  # crashed with TypeError (compared with max_steps)
-    {"stateful_callbacks": []},  # crashed with AttributeError inside transformers' resume
+    {"stateful_callbacks": []},  # crashed with KeyError when the resumed run saved its next checkpoint
 ])
 def test_a_damaged_state_falls_back_instead_of_crashing_the_resume(target_model_dir, run_copy, reference, damaged):
     shutil.rmtree(run_copy / "checkpoint-6")
@@ -679,3 +679,50 @@ def test_a_damaged_state_falls_back_instead_of_crashing_the_resume(target_model_
         resumed.train(resume_from_checkpoint=True)
     assert resumed.state.log_history[1]["step"] == 2  # resumed from checkpoint-2
     assert_same_run(resumed, reference)
+
+
+# ------------------------------------------------------------------------------------------------ multi-agent PPO
+# MultiAgentPPOTrainer does not resume (`train(resume_from_checkpoint=...)` is refused); its checkpoints are read
+# back when a failing reward asks whether the last completed update is saved already: a damaged checkpoint of that
+# step is not "already saved" (it is kept aside, and the step saved again).
+
+
+def test_ppo_does_not_take_a_damaged_checkpoint_for_its_last_completed_update(target_model_dir, tmp_path):
+    from datasets import Dataset
+
+    from trl_marl import MultiAgentPPOConfig, MultiAgentPPOTrainer, RewardFunctionError
+    from trl_marl.rewards.arithmetic import TargetSumReward
+
+    out = tmp_path / "out"
+    elsewhere = tmp_path / "elsewhere"
+
+    class TamperingReward(TargetSumReward):
+        """Update 2's reward links checkpoint-1's value model to another folder (same files), then fails."""
+
+        def __call__(self, prompts: list[Any], completions: list[Any], **kwargs: Any) -> list[float | None]:
+            if (out / "checkpoint-1").is_dir():
+                folder = out / "checkpoint-1" / "value_model_0"
+                shutil.copytree(folder, elsewhere)
+                shutil.rmtree(folder)
+                os.symlink(elsewhere, folder)
+                raise ConnectionError("verifier at http://127.0.0.1:9 refused the connection")
+            return super().__call__(prompts, completions, **kwargs)
+
+    reward = TamperingReward(0.5)
+    reward.__name__ = "tampering_verifier"
+    args = MultiAgentPPOConfig(
+        output_dir=str(out), num_agents=2, per_device_train_batch_size=2, total_episodes=6, response_length=3,
+        num_ppo_epochs=1, learning_rate=1e-3, report_to="none", save_strategy="steps", save_steps=1,
+        num_sample_generations=0, disable_tqdm=True, seed=0,
+    )
+    trainer = MultiAgentPPOTrainer(args=args, model=target_model_dir, reward_funcs=reward,
+                                   train_dataset=Dataset.from_dict({"prompt": ["T=10:"] * 4, "target": [10] * 4}))
+    with pytest.warns(CorruptCheckpointWarning, match=f"{out / 'checkpoint-1'} is damaged .*value_model_0 is a "
+                                                      f"symbolic link .*kept as {out / 'checkpoint-1-corrupt'}"):
+        with pytest.raises(RewardFunctionError) as caught:
+            trainer.train()
+    assert f"The last completed step (1) was saved in {out / 'checkpoint-1'}" in str(caught.value)
+    assert sorted(os.listdir(out)) == ["checkpoint-1", "checkpoint-1-corrupt"]
+    assert checkpoint_problem(str(out / "checkpoint-1")) is None  # saved again, whole (value models included)
+    assert (out / "checkpoint-1" / "value_model_0" / "model.safetensors").is_file()
+    assert (out / "checkpoint-1-corrupt" / "value_model_0").is_symlink()  # kept as it was
