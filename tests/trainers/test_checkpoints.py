@@ -633,12 +633,16 @@ def wrong_types(**changes: Any) -> Any:
     (lambda six: edit_json(six / "team_config.json", agent_adapter="default"), "team_config.json",
      "is not a team layout"),
     (directory_for_a_file, "rng_state.pth", "is a directory"),
+    (lambda six: (six / "optimizer.pt").write_text("{}"), "optimizer.pt", "is damaged (BadZipFile"),
+    (lambda six: (six / "agent_0" / "adapter_config.json").write_text("{"), "agent_0/adapter_config.json",
+     "JSONDecodeError"),
 ], ids=["truncated-state", "step-a-string", "log-a-number", "callbacks-a-list", "unknown-key", "state-a-list",
-        "team-config-types", "directory"])
+        "team-config-types", "directory", "optimizer-not-a-zip", "truncated-adapter-config"])
 @pytest.mark.parametrize("manifest", ["rewritten", "removed"])
 def test_wrong_json_types_and_odd_files_are_refused_never_crash(run_copy, resumer, shape, bad, fragment, manifest):
     """The OSError/TypeError-type crashes of the red team: a truncated or mistyped JSON file, a directory where a
-    file is expected. Each is named; nothing raises, so an older good checkpoint is found."""
+    file is expected, a file of the wrong kind. Each is named; nothing raises, so an older good checkpoint is
+    found."""
     six = run_copy / "checkpoint-6"
     shape(six)
     os.remove(six / MANIFEST_FILE)

@@ -15,16 +15,17 @@ file says. So [`checkpoint_problem`] judges a folder before it is used, in this 
    adds: the optimizer, the scheduler, the RNG state, its own state files), and so are the weights of every agent
    that `team_config.json` names;
 4. every file has the SHA-256 its manifest lists (with `checksums`);
-5. `trainer_state.json` is a JSON object with the JSON types of transformers' `TrainerState` fields (and, with
+5. every file has the structure its kind needs (a structural check: no empty weight, state or JSON file, every
+   `*.safetensors` file exactly as long as its header says, every `*.pt`/`*.pth` zip with its directory, every
+   `*.json` file parsed), which catches a file of the wrong kind behind a manifest rewritten to fit it;
+6. `trainer_state.json` is a JSON object with the JSON types of transformers' `TrainerState` fields (and, with
    [`CheckpointSpec.state_keys`], no other key), no log entry after its `global_step`, and a `global_step` equal to
    the step in the folder's name (`checkpoint-<step>`): an edited step or swapped folders are refused.
 
-A folder without a manifest is refused, after the checks that need none and a structural check of its files (no
-empty weight, state or JSON file, every `*.safetensors` file exactly as long as its header says, every
-`*.pt`/`*.pth` zip with its directory, every `*.json` file parsed). Every checkpoint trl-marl writes ends with a
-manifest, so a folder without one lost it (deleted, left out of a copy) or was written by a development version of
-trl-marl from before manifests (0.1.0.dev), and without one nothing tells a deleted, swapped or edited file from a
-whole checkpoint. The refusal names the way to accept such a folder knowingly: `write_manifest` on it.
+A folder without a manifest is refused, after all the checks that need none. Every checkpoint trl-marl writes ends
+with a manifest, so a folder without one lost it (deleted, left out of a copy) or was written by a development
+version of trl-marl from before manifests (0.1.0.dev), and without one nothing tells a deleted, swapped or edited
+file from a whole checkpoint. The refusal names the way to accept such a folder knowingly: `write_manifest` on it.
 
 A check never raises: whatever goes wrong while reading a folder (an `OSError`, JSON of the wrong shape) is that
 folder's problem, a sentence that names the file, so a damaged checkpoint is skipped for an older one instead of
@@ -138,8 +139,7 @@ def _check_folder(folder: str, checksums: bool, spec: CheckpointSpec) -> None:
             path = os.path.join(folder, *name.split("/"))
             if file_sha256(path) != sha256:
                 raise CheckpointDamage(f"{path} does not match the SHA-256 in its manifest (its content changed)")
-    if listed is None:
-        _check_structure(folder, found)
+    _check_structure(folder, found)  # with a manifest too: one rewritten to fit a file of the wrong kind
     _check_required(folder, present, _team_requirements(folder, present))
     _check_trainer_state(folder, spec.state_keys)
     if listed is None:
@@ -312,7 +312,7 @@ def _short(value: object) -> str:
 
 
 def _check_structure(folder: str, found: dict[str, int]) -> None:
-    """The structural check of a folder without a manifest (module docstring); `CheckpointDamage` at a bad file."""
+    """The structural check of the module docstring (point 5); `CheckpointDamage` at the first bad file."""
     for relative, size in sorted(found.items()):
         path = os.path.join(folder, *relative.split("/"))
         suffix = os.path.splitext(relative)[1]
