@@ -489,6 +489,24 @@ def test_the_files_a_resume_needs_are_required(run_copy, resumer, deleted, manif
         assert checkpoint_problem(str(six)).startswith(f"{six / deleted[0]} is missing")
 
 
+def test_the_trainer_says_what_it_needs(target_model_dir, saved_run, resumer, tmp_path):
+    """MAGRPO's adaptive entropy controllers keep their state in a file of their own: required when they are on."""
+    adapters = [("agent_0/adapter_model.safetensors",), ("agent_1/adapter_model.safetensors",)]
+    training = [("optimizer.pt",), ("scheduler.pt",), ("rng_state.pth", "rng_state_0.pth")]
+    assert resumer.checkpoint_spec().required == (("trainer_state.json",), ("team_config.json",), *adapters,
+                                                  *training)
+    assert "global_step" in resumer.checkpoint_spec().state_keys
+    adaptive = build_trainer(target_model_dir, str(tmp_path / "adaptive"), use_adaptive_entropy=True,
+                             entropy_coef=0.1)
+    assert adaptive.checkpoint_spec().required[-1] == ("entropy_control.json",)
+    six = saved_run / "checkpoint-6"  # written without adaptive entropy
+    assert checkpoint_problem(str(six), spec=adaptive.checkpoint_spec()) == (
+        f"{six / 'entropy_control.json'} is missing: resuming needs it (without it the run would resume silently in "
+        "another state)")
+    only_model = build_trainer(target_model_dir, str(tmp_path / "only-model"), save_only_model=True)
+    assert only_model.checkpoint_spec().required == (("trainer_state.json",), ("team_config.json",), *adapters)
+
+
 def test_a_resume_never_continues_without_the_optimizer_and_scheduler(target_model_dir, run_copy, reference):
     """The red team's shape: checkpoint-4's optimizer and scheduler (and its manifest) deleted. The resume falls back
     to checkpoint-2 and reproduces the uninterrupted run (not step 4's weights with a fresh optimizer and the

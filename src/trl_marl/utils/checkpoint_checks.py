@@ -187,7 +187,7 @@ def _check_required(folder: str, present: set[str], required: Sequence[tuple[str
             first = os.path.join(folder, *alternatives[0].split("/"))
             others = "".join(f" or {name}" for name in alternatives[1:])
             raise CheckpointDamage(
-                f"{first}{others} is missing: resuming needs it (without it transformers resumes silently "
+                f"{first}{others} is missing: resuming needs it (without it the run would resume silently "
                 "in another state)"
             )
 
