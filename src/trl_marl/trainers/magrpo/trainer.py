@@ -54,7 +54,7 @@ from ..engine_correction import corrects_engine_mismatch, engine_correction, eng
 from ..per_agent import backward_per_agent, backward_per_agent_supported
 from .config import MAGRPOConfig
 from .diagnostics import TrainingDiagnostics, TrainingDiagnosticWarning, log_rollout, print_completions
-from .entropy import EntropyControl, agent_high_entropy_mask, high_entropy_masks
+from .entropy import ENTROPY_STATE_FILE, EntropyControl, agent_high_entropy_mask, high_entropy_masks
 from .schedule import (
     BlockRepeatSampler,
     GenerationSchedule,
@@ -613,6 +613,9 @@ class MAGRPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer):
 
     def load_extra_state(self, checkpoint_dir: str) -> None:
         self.entropy_control.load(checkpoint_dir)
+
+    def extra_state_files(self) -> list[str]:
+        return [ENTROPY_STATE_FILE] if self.entropy_control.adaptive else []
 
     def _count_nonfinite(self, count: int, what: str) -> None:
         if count:
