@@ -181,9 +181,6 @@ def test_which_models_keep_the_full_logits(target_model_dir):
     model = team.policy(0)
     backbone, head = head_path(model)
     assert head is model.get_base_model().lm_head and backbone is model.get_base_model().model
-    model.config.final_logit_softcapping = 30.0
-    assert "final_logit_softcapping" in head_path(model)
-    model.config.final_logit_softcapping = None
     on_head = AgentTeam.build(target_model_dir, 1, mode="adapters",
                               peft_config=LoraConfig(r=4, target_modules=["q_proj", "lm_head"]))
     assert head_path(on_head.policy(0)) == "the LM head carries an adapter"
