@@ -115,3 +115,22 @@ def test_a_family_whose_logits_are_not_the_head_keeps_the_full_logits(family, to
     expected = selective_log_softmax(logits.float(), batch.completion_ids)
     torch.testing.assert_close(logps.detach(), expected, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(old, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_the_probe_runs_once_in_eval_mode_and_leaves_the_random_state_and_modes(tokenizer):
+    torch.manual_seed(0)
+    model = build_toy_model(tokenizer, hidden_size=16, num_layers=1, seed=0).train()
+    model.model.layers[0].self_attn.attention_dropout = 0.5  # draws dropout masks in train mode
+    model.model.norm.eval()  # one module in eval mode inside a train-mode model
+    modes = {name: m.training for name, m in model.named_modules()}
+    calls: list[bool] = []
+    model.model.register_forward_pre_hook(lambda module, args: calls.append(module.training))
+    state = torch.get_rng_state()
+    found = head_path_checked(model)
+    # in train mode the two forwards would draw different dropout masks and disagree
+    assert not isinstance(found, str), found
+    assert found.head is model.lm_head and found.backbone is model.model and found.vocab_size == 23
+    assert calls == [False, False]  # the direct backbone call and the model's own forward, both in eval mode
+    assert torch.equal(torch.get_rng_state(), state)
+    assert {name: m.training for name, m in model.named_modules()} == modes
+    assert head_path_checked(model) is found and len(calls) == 2  # cached: no second probe
