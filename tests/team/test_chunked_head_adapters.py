@@ -30,8 +30,7 @@ HEADS = {
 
 def make_team(target_model_dir: str, head: str) -> AgentTeam:
     torch.manual_seed(0)
-    config = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False,
-                        **HEADS[head])
+    config = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False, **HEADS[head])
     team = AgentTeam.build(target_model_dir, 2, mode="adapters", peft_config=config)
     team.train()
     generator = torch.Generator().manual_seed(1)
@@ -69,8 +68,10 @@ def gradients(team: AgentTeam, layout: str, chunk_elements: int) -> tuple[list[t
         sum((a + 1) * o.sum() for a, o in enumerate(out)).backward()
         logps = [o.detach() for o in out]
     else:  # PPO's summed micro-step: each agent's response log-probs, then one backward
-        out = [team.response_logprobs(a, query_responses(a + 3), 5, 0, query_responses(a + 3)[:, 5:], 0.7)[0]
-               for a in range(2)]
+        out = [
+            team.response_logprobs(a, query_responses(a + 3), 5, 0, query_responses(a + 3)[:, 5:], 0.7)[0]
+            for a in range(2)
+        ]
         sum((a + 1) * o.sum() for a, o in enumerate(out)).backward()
         logps = [o.detach() for o in out]
     return logps, {n: p.grad.clone() for n, p in team.named_parameters() if p.grad is not None}

@@ -27,15 +27,26 @@ from trl_marl.utils.tokens import pad_left, pad_right
 
 warnings.filterwarnings("ignore")
 
-SMALL = {"vocab_size": 40, "hidden_size": 16, "num_hidden_layers": 1, "num_attention_heads": 2,
-         "intermediate_size": 32}
+SMALL = {
+    "vocab_size": 40,
+    "hidden_size": 16,
+    "num_hidden_layers": 1,
+    "num_attention_heads": 2,
+    "intermediate_size": 32,
+}
 BERT_LIKE = {**SMALL, "is_decoder": True, "max_position_embeddings": 32, "pad_token_id": 0}
 
 
 def recurrent_gemma() -> PreTrainedModel:
-    config = transformers.RecurrentGemmaConfig(**{**SMALL, "num_hidden_layers": 2}, lru_width=16, head_dim=8,
-                                               num_key_value_heads=1, attention_window_size=8,
-                                               block_types=["recurrent", "attention"], logits_soft_cap=30.0)
+    config = transformers.RecurrentGemmaConfig(
+        **{**SMALL, "num_hidden_layers": 2},
+        lru_width=16,
+        head_dim=8,
+        num_key_value_heads=1,
+        attention_window_size=8,
+        block_types=["recurrent", "attention"],
+        logits_soft_cap=30.0,
+    )
     model = transformers.RecurrentGemmaForCausalLM(config)
     with torch.no_grad():  # large head weights: logits well past the cap of 30
         model.lm_head.weight.mul_(300.0)
@@ -50,17 +61,38 @@ def gemma2_cap_one() -> PreTrainedModel:
 def inkling() -> PreTrainedModel:
     from transformers.models.inkling.configuration_inkling import InklingTextConfig
 
-    config = InklingTextConfig(vocab_size=48, unpadded_vocab_size=40, hidden_size=16, num_hidden_layers=1,
-                               num_attention_heads=2, num_key_value_heads=1, head_dim=8, swa_num_attention_heads=2,
-                               swa_num_key_value_heads=1, swa_head_dim=8, intermediate_size=32, dense_mlp_idx=1,
-                               logits_mup_width_multiplier=1.0, d_rel=4, rel_extent=16, max_position_embeddings=64,
-                               sliding_window_size=8)
+    config = InklingTextConfig(
+        vocab_size=48,
+        unpadded_vocab_size=40,
+        hidden_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=8,
+        swa_num_attention_heads=2,
+        swa_num_key_value_heads=1,
+        swa_head_dim=8,
+        intermediate_size=32,
+        dense_mlp_idx=1,
+        logits_mup_width_multiplier=1.0,
+        d_rel=4,
+        rel_extent=16,
+        max_position_embeddings=64,
+        sliding_window_size=8,
+    )
     return transformers.InklingForCausalLM(config)
 
 
 def modernbert_decoder() -> PreTrainedModel:
-    config = transformers.ModernBertDecoderConfig(**SMALL, max_position_embeddings=32, pad_token_id=0,
-                                                  bos_token_id=1, eos_token_id=2, cls_token_id=1, sep_token_id=2)
+    config = transformers.ModernBertDecoderConfig(
+        **SMALL,
+        max_position_embeddings=32,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+        cls_token_id=1,
+        sep_token_id=2,
+    )
     return transformers.ModernBertDecoderForCausalLM(config)
 
 
@@ -71,14 +103,26 @@ def class_available(name: str) -> bool:
 # family -> (builder, the transformers class it needs, the words of the reason)
 FAMILIES: dict[str, tuple[Callable[[], PreTrainedModel], str, str]] = {
     "recurrent-gemma-soft-cap": (recurrent_gemma, "RecurrentGemmaForCausalLM", "not `lm_head(last_hidden_state)`"),
-    "roberta": (lambda: transformers.RobertaForCausalLM(transformers.RobertaConfig(**BERT_LIKE)),
-                "RobertaForCausalLM", "not `lm_head(last_hidden_state)`"),
-    "xlm-roberta": (lambda: transformers.XLMRobertaForCausalLM(transformers.XLMRobertaConfig(**BERT_LIKE)),
-                    "XLMRobertaForCausalLM", "not `lm_head(last_hidden_state)`"),
-    "bert": (lambda: transformers.BertLMHeadModel(transformers.BertConfig(**BERT_LIKE)), "BertLMHeadModel",
-             "not `lm_head(last_hidden_state)`"),
-    "electra": (lambda: transformers.ElectraForCausalLM(transformers.ElectraConfig(**BERT_LIKE, embedding_size=16)),
-                "ElectraForCausalLM", "not `lm_head(last_hidden_state)`"),
+    "roberta": (
+        lambda: transformers.RobertaForCausalLM(transformers.RobertaConfig(**BERT_LIKE)),
+        "RobertaForCausalLM",
+        "not `lm_head(last_hidden_state)`",
+    ),
+    "xlm-roberta": (
+        lambda: transformers.XLMRobertaForCausalLM(transformers.XLMRobertaConfig(**BERT_LIKE)),
+        "XLMRobertaForCausalLM",
+        "not `lm_head(last_hidden_state)`",
+    ),
+    "bert": (
+        lambda: transformers.BertLMHeadModel(transformers.BertConfig(**BERT_LIKE)),
+        "BertLMHeadModel",
+        "not `lm_head(last_hidden_state)`",
+    ),
+    "electra": (
+        lambda: transformers.ElectraForCausalLM(transformers.ElectraConfig(**BERT_LIKE, embedding_size=16)),
+        "ElectraForCausalLM",
+        "not `lm_head(last_hidden_state)`",
+    ),
     "modernbert-decoder": (modernbert_decoder, "ModernBertDecoderForCausalLM", "not `lm_head(last_hidden_state)`"),
     "inkling-unpadded-vocab": (inkling, "InklingForCausalLM", "its logits have shape (2, 4, 40) where"),
     "gemma2-soft-cap-1": (gemma2_cap_one, "Gemma2ForCausalLM", "not `lm_head(last_hidden_state)`"),

@@ -70,8 +70,12 @@ def _adapter_state(modules: list[nn.Module]) -> tuple[tuple[Any, bool], ...]:
     state = []
     for module in modules:
         active = module.__dict__["_active_adapter"]
-        state.append((tuple(active) if isinstance(active, list) else active,
-                      bool(module.__dict__.get("_disable_adapters", False))))
+        state.append(
+            (
+                tuple(active) if isinstance(active, list) else active,
+                bool(module.__dict__.get("_disable_adapters", False)),
+            )
+        )
     return tuple(state)
 
 
@@ -208,13 +212,17 @@ def _probe(model: nn.Module, backbone: nn.Module, head: nn.Module) -> HeadPath |
     ):
         return "its forward runs its backbone with other inputs than the chunked path does"
     if logits.shape != expected.shape:
-        return (f"its logits have shape {tuple(logits.shape)} where `lm_head(last_hidden_state)` has "
-                f"{tuple(expected.shape)}")
+        return (
+            f"its logits have shape {tuple(logits.shape)} where `lm_head(last_hidden_state)` has "
+            f"{tuple(expected.shape)}"
+        )
     difference = float((logits.float() - expected.float()).abs().max())
     if not difference <= _tolerance(expected.float(), logits.dtype, expected.dtype):
-        return (f"its logits are not `lm_head(last_hidden_state)`: a probe whose head logits reach "
-                f"{_PROBE_LOGIT:g} gave logits {difference:.3g} away from them (a soft cap, a logit scale, "
-                "a transform between the backbone and the head, ...)")
+        return (
+            f"its logits are not `lm_head(last_hidden_state)`: a probe whose head logits reach "
+            f"{_PROBE_LOGIT:g} gave logits {difference:.3g} away from them (a soft cap, a logit scale, "
+            "a transform between the backbone and the head, ...)"
+        )
     return HeadPath(backbone, head, int(expected.size(-1)))
 
 
@@ -236,9 +244,11 @@ def head_path_checked(model: Any) -> HeadPath | str:
         logged = _LOGGED.setdefault(model, set())
         if isinstance(found, str) and found not in logged:
             logged.add(found)
-            logger.warning("%s: log-probabilities from the full logits, not the LM head in chunks, because %s.",
-                           type(model.get_base_model() if hasattr(model, "get_base_model") else model).__name__,
-                           found)
+            logger.warning(
+                "%s: log-probabilities from the full logits, not the LM head in chunks, because %s.",
+                type(model.get_base_model() if hasattr(model, "get_base_model") else model).__name__,
+                found,
+            )
     return found
 
 

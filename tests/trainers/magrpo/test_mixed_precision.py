@@ -37,17 +37,35 @@ class Recording(MAGRPOTrainer):
 
 
 @pytest.mark.parametrize(("mode", "backward_per_agent"), [("models", True), ("adapters", False)])
-def test_old_and_reference_log_probs_under_the_training_autocast(target_model_dir, tmp_path, mode,
-                                                                 backward_per_agent):
+def test_old_and_reference_log_probs_under_the_training_autocast(target_model_dir, tmp_path, mode, backward_per_agent):
     args = MAGRPOConfig(
-        output_dir=str(tmp_path / "out"), num_agents=2, num_generations=4, per_device_train_batch_size=8,
-        max_completion_length=4, learning_rate=1e-2, max_steps=1, report_to="none", save_strategy="no",
-        disable_tqdm=True, seed=0, bf16=True, use_cpu=True, num_iterations=2, beta=0.04, backward_per_agent=backward_per_agent,
+        output_dir=str(tmp_path / "out"),
+        num_agents=2,
+        num_generations=4,
+        per_device_train_batch_size=8,
+        max_completion_length=4,
+        learning_rate=1e-2,
+        max_steps=1,
+        report_to="none",
+        save_strategy="no",
+        disable_tqdm=True,
+        seed=0,
+        bf16=True,
+        use_cpu=True,
+        num_iterations=2,
+        beta=0.04,
+        backward_per_agent=backward_per_agent,
         team_mode=mode,
     )
     peft_config = LoraConfig(r=4, target_modules=["q_proj", "v_proj"]) if mode == "adapters" else None
-    trainer = Recording(model=target_model_dir, reward_funcs=spread_reward, env=TargetSumEnv(2), args=args,
-                        train_dataset=Dataset.from_dict({"target": [10] * 16}), peft_config=peft_config)
+    trainer = Recording(
+        model=target_model_dir,
+        reward_funcs=spread_reward,
+        env=TargetSumEnv(2),
+        args=args,
+        train_dataset=Dataset.from_dict({"target": [10] * 16}),
+        peft_config=peft_config,
+    )
     trainer.recorded = []
     assert trainer.accelerator.mixed_precision == "bf16"
     assert all(p.dtype == torch.float32 for p in trainer.team.parameters())  # float32 weights

@@ -31,26 +31,56 @@ def spread_reward(prompts, completions, **kwargs) -> list[float]:
 class Recording(MultiAgentPPOTrainer):
     """Records, at every slot's loss, its new and old log-probs and values on the response positions."""
 
-    def compute_agent_loss(self, slot: int, new_logprobs: torch.Tensor, values: torch.Tensor, rollout: Any,
-                           idx: torch.Tensor) -> Any:
+    def compute_agent_loss(
+        self, slot: int, new_logprobs: torch.Tensor, values: torch.Tensor, rollout: Any, idx: torch.Tensor
+    ) -> Any:
         policy, value = rollout.policy_mask[idx], rollout.value_mask[idx]
-        self.recorded.append((new_logprobs.detach()[policy], rollout.logprobs[idx][policy],
-                              values.detach()[value], rollout.values[idx][value]))
+        self.recorded.append(
+            (
+                new_logprobs.detach()[policy],
+                rollout.logprobs[idx][policy],
+                values.detach()[value],
+                rollout.values[idx][value],
+            )
+        )
         return super().compute_agent_loss(slot, new_logprobs, values, rollout, idx)
 
 
 @pytest.mark.parametrize(("mode", "backward_per_agent"), [("models", True), ("adapters", False)])
 def test_rollout_forwards_under_the_update_autocast(target_model_dir, tmp_path, mode, backward_per_agent):
     args = MultiAgentPPOConfig(
-        output_dir=str(tmp_path / "out"), num_agents=2, per_device_train_batch_size=4, num_mini_batches=1,
-        num_ppo_epochs=1, total_episodes=4, response_length=4, stop_token="eos", learning_rate=1e-2,
-        report_to="none", save_strategy="no", logging_steps=1, num_sample_generations=0, disable_tqdm=True, seed=0,
-        temperature=0.7, gradient_checkpointing=False, kl_coef=0.05, bf16=True, use_cpu=True, team_mode=mode,
+        output_dir=str(tmp_path / "out"),
+        num_agents=2,
+        per_device_train_batch_size=4,
+        num_mini_batches=1,
+        num_ppo_epochs=1,
+        total_episodes=4,
+        response_length=4,
+        stop_token="eos",
+        learning_rate=1e-2,
+        report_to="none",
+        save_strategy="no",
+        logging_steps=1,
+        num_sample_generations=0,
+        disable_tqdm=True,
+        seed=0,
+        temperature=0.7,
+        gradient_checkpointing=False,
+        kl_coef=0.05,
+        bf16=True,
+        use_cpu=True,
+        team_mode=mode,
         backward_per_agent=backward_per_agent,
     )
     peft = LoraConfig(r=4, target_modules=["q_proj", "v_proj"]) if mode == "adapters" else None
-    trainer = Recording(args=args, model=target_model_dir, env=TargetSumEnv(2), reward_funcs=spread_reward,
-                        train_dataset=Dataset.from_dict({"target": [10] * 8}), peft_config=peft)
+    trainer = Recording(
+        args=args,
+        model=target_model_dir,
+        env=TargetSumEnv(2),
+        reward_funcs=spread_reward,
+        train_dataset=Dataset.from_dict({"target": [10] * 8}),
+        peft_config=peft,
+    )
     trainer.recorded = []
     fp32: list[torch.Tensor] = []
     original = trainer._prepare_ppo_targets
