@@ -125,6 +125,20 @@ FAMILIES: dict[str, tuple[Callable[[], PreTrainedModel], str, str]] = {
     ),
     "modernbert-decoder": (modernbert_decoder, "ModernBertDecoderForCausalLM", "not `lm_head(last_hidden_state)`"),
     "inkling-unpadded-vocab": (inkling, "InklingForCausalLM", "its logits have shape (2, 4, 40) where"),
+    "cohere-logit-scale": (
+        lambda: transformers.CohereForCausalLM(
+            transformers.CohereConfig(**SMALL, num_key_value_heads=1, logit_scale=0.0625)
+        ),
+        "CohereForCausalLM",
+        "not `lm_head(last_hidden_state)`",
+    ),
+    "granite-logits-scaling": (
+        lambda: transformers.GraniteForCausalLM(
+            transformers.GraniteConfig(**SMALL, num_key_value_heads=1, logits_scaling=8.0)
+        ),
+        "GraniteForCausalLM",
+        "not `lm_head(last_hidden_state)`",
+    ),
     "gemma2-soft-cap-1": (gemma2_cap_one, "Gemma2ForCausalLM", "not `lm_head(last_hidden_state)`"),
 }
 
@@ -159,6 +173,33 @@ def test_a_family_whose_logits_are_not_the_head_keeps_the_full_logits(family, to
     expected = selective_log_softmax(logits.float(), batch.completion_ids)
     torch.testing.assert_close(logps.detach(), expected, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(old, expected, rtol=1e-5, atol=1e-5)
+
+
+# families whose logits are `lm_head(last_hidden_state)`: the chunked path
+PLAIN: dict[str, Callable[[], PreTrainedModel]] = {
+    "llama": lambda: transformers.LlamaForCausalLM(transformers.LlamaConfig(**SMALL, num_key_value_heads=1)),
+    "gpt2": lambda: transformers.GPT2LMHeadModel(
+        transformers.GPT2Config(vocab_size=40, n_embd=16, n_layer=1, n_head=2)
+    ),
+}
+
+
+@pytest.mark.parametrize("family", list(PLAIN))
+def test_a_family_whose_logits_are_the_head_takes_the_chunked_path(family, tokenizer):
+    torch.manual_seed(0)
+    model = PLAIN[family]().eval()
+    team = AgentTeam.build(model, 1, mode="models", processing_class=tokenizer)
+    found = head_path_checked(team.policy(0))
+    assert not isinstance(found, str), found
+    assert found.head is model.get_output_embeddings() and found.vocab_size == 40
+    batch = a_batch()
+    logps = team([batch])[0][0]
+    width = batch.completion_ids.size(1)
+    with torch.no_grad():
+        logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits[:, -width - 1 : -1]
+    torch.testing.assert_close(
+        logps.detach(), selective_log_softmax(logits, batch.completion_ids), rtol=1e-5, atol=1e-5
+    )
 
 
 def test_the_probe_runs_once_in_eval_mode_and_leaves_the_random_state_and_modes(tokenizer):
