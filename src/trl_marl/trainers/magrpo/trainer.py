@@ -411,11 +411,16 @@ class MAGRPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer):
     def _inference_logps(self, batches: list[AgentBatch | None], reference: bool = False) -> list[Any]:
         """The old-policy (or reference) log-probabilities of each agent's batch (None: frozen). When the training
         step takes the summed loss (every agent's activations at once), an `adapters` team scores every agent's rows
-        in one forward (`AgentTeam.inference_logps_all`); with a backward per agent, one forward per agent."""
-        if not self._takes_backward_per_agent(self.model_wrapped):
-            return self.team.inference_logps_all(batches, reference=reference)
-        scored = self.team.reference_logps if reference else self.team.policy_logps
-        return [None if b is None else scored(a, b) for a, b in enumerate(batches)]
+        in one forward (`AgentTeam.inference_logps_all`); with a backward per agent, one forward per agent.
+
+        Under the accelerator's autocast, as the training forward (and TRL's): with mixed precision the old-policy
+        and reference log-probs are those of the same bf16/fp16 computation, so before any update the ratio is 1
+        and the KL 0, not the gap between fp32 and mixed-precision logits."""
+        with self.accelerator.autocast():
+            if not self._takes_backward_per_agent(self.model_wrapped):
+                return self.team.inference_logps_all(batches, reference=reference)
+            scored = self.team.reference_logps if reference else self.team.policy_logps
+            return [None if b is None else scored(a, b) for a, b in enumerate(batches)]
 
     def _prepare_inputs(self, inputs: Any) -> Any:
         return inputs  # `_make_batches` already placed the tensors on the device
