@@ -65,6 +65,8 @@ __all__ = [
     "is_canonical_number",
     "normalize_number",
     "normalize_signs",
+    "normalize_text",
+    "dash_like",
     "number_value",
     "numbers_match",
 ]
@@ -75,36 +77,147 @@ MAX_DIGITS = 50
 NUMBER_PATTERN = (
     r"(?<![\w./,)\]}^\u00b2\u00b3\u00b9\u2070-\u209f])"  # not after a word, ".", "/", ",", ")", "^", sup/subscripts
     r"[-+]?(?:\$[ \t]?)?"
-    r"(?:[0-9]+/[0-9]+"
-    r"|(?:[0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)(?:\.[0-9]+)?"
+    r"(?:[0-9]+[ \t][0-9]+/[0-9]+"  # a mixed number, 1 1/2
+    r"|[0-9]+/[0-9]+"
+    r"|(?:[0-9]{1,3}(?:,[0-9]{3})+|[0-9]{1,3}(?:_[0-9]{3})+|[0-9]+)(?:\.[0-9]+)?"
     r"|\.[0-9]+)"
-    r"(?!\d|[.,/][0-9]|[eE][-+]?[0-9]|[\^\u00b2\u00b3\u00b9\u2070-\u209f])"  # no digit, 2.5.3, exponent, power
+    r"(?!\d|[.,/_][0-9]|[eE][-+]?[0-9]|[\^\u00b2\u00b3\u00b9\u2070-\u209f])"  # no digit, 2.5.3, exponent, power
     r"(?:[ \t]?%)?"
 )
 """A regular expression (a string) for one number in text; the rules are in the module docstring."""
 
 MINUS_SIGNS = (
-    "\u2212\u2796\u02d7"  # minus sign, heavy minus sign, modifier letter minus sign
+    "\u2212\u2796\u02d7\u2052"  # minus sign; heavy, modifier letter and commercial minus signs
     "\u2010\u2011\u2012\u2013\u2014\u2015"  # hyphen, non-breaking hyphen, figure dash, en dash, em dash, bar
     "\u2e3a\u2e3b\u2e5d\ufe31\ufe32\ufe58\ufe63\uff0d"  # two- and three-em, oblique, vertical, small, fullwidth
     "\u058a\u05be\u1806\U00010ead"  # Armenian hyphen, Hebrew maqaf, Mongolian todo hyphen, Yezidi hyphenation mark
+    "\u2043\u23af\u2500\u2501\u00af\u02c9\u203e\uffe3\u30fc"  # hyphen bullet, line extension, box lines, macrons, ...
 )
-"""Characters [`normalize_signs`] reads as `-`: every dash and hyphen of Unicode (category Pd) that is drawn as one
-stroke, and the minus signs of other categories."""
+"""Examples of the characters [`normalize_text`] reads as `-`. The rule itself is categorical (see
+[`dash_like`]): every dash of Unicode (category Pd) drawn as one stroke, and every symbol, punctuation mark or modifier
+whose Unicode name says it is drawn as one horizontal stroke (minus signs, macrons, overlines, horizontal box-drawing
+lines and line extensions, the hyphen bullet, ...)."""
 
-_SIGN_TABLE = str.maketrans(
-    {**{char: "-" for char in MINUS_SIGNS},
-     **{char: "+" for char in "\u2795\ufe62\uff0b"},  # heavy, small and fullwidth plus signs
-     **{char: "--" for char in "\u2e17\u2e1a\u2e40\u30a0\u1400"},  # double hyphens: two signs, no number
-     **{char: "~" for char in "\u301c\u3030\uff5e\u223c\u2053"}}  # wave dashes and tildes: "approximately"
+# Symbols, punctuation and modifiers whose names describe one horizontal stroke: read as a minus sign.
+_STROKE_NAME = re.compile(
+    r"(?:(?:HEAVY|MODIFIER LETTER|COMMERCIAL|FULLWIDTH|SMALL) )?MINUS SIGN"
+    r"|(?:(?:MODIFIER LETTER (?:LOW )?|FULLWIDTH )?MACRON)"
+    r"|(?:(?:CENTRELINE|DASHED) )?OVERLINE|HYPHEN BULLET|OCR DASH"
+    r"|(?:HALFWIDTH )?KATAKANA-HIRAGANA PROLONGED SOUND MARK"
+    r"|HORIZONTAL LINE EXTENSION|HORIZONTAL SCAN LINE-\d|HORIZONTAL ONE EIGHTH BLOCK-\d+"
+    r"|(?:UPPER|LOWER) ONE EIGHTH BLOCK"
+    r"|BOX DRAWINGS (?:LIGHT|HEAVY)(?: (?:DOUBLE|TRIPLE|QUADRUPLE) DASH)? (?:HORIZONTAL|LEFT|RIGHT)"
+    r"|BOX DRAWINGS (?:LIGHT LEFT AND HEAVY RIGHT|HEAVY LEFT AND LIGHT RIGHT)"
 )
+_PLUS_NAME = re.compile(r"(?:(?:HEAVY|MODIFIER LETTER|FULLWIDTH|SMALL) )?PLUS SIGN")
+_TILDE_NAME = re.compile(r".*(?:TILDE|WAVE DASH|WAVY DASH|SWUNG DASH).*")
+# Letters and symbols that are drawn blank (Hangul fillers, the blank Braille pattern): spaces.
+_BLANK_LOOKING = frozenset("\u115f\u1160\u3164\uffa0\u2800")
+# Dashes drawn with two strokes: two signs, so the number after them is no number.
+_DOUBLE_DASHES = frozenset("\u1400\u2e17\u2e1a\u2e40\u30a0")
+
+
+def dash_like(char: str) -> str | None:
+    """What a sign-like character reads as: `"-"`, `"+"`, `"--"` (two strokes), `"~"` (a wave: "approximately"), or
+    `None` for any other character.
+
+    Decided from the Unicode database, not from a list of code points: category Pd (dash punctuation) is a minus sign
+    (or `--`/`~` when its name says double or wave), and so is a symbol, punctuation mark or modifier (categories S*,
+    P*, Lm) whose name describes one horizontal stroke (`MINUS SIGN`, `MACRON`, `OVERLINE`, `HYPHEN BULLET`,
+    `BOX DRAWINGS LIGHT HORIZONTAL`, `HORIZONTAL LINE EXTENSION`, ...). Plus signs and tildes by name likewise.
+
+    Args:
+        char: One character.
+
+    Returns:
+        Its ASCII reading, or `None`.
+    """
+    category = unicodedata.category(char)
+    if category not in ("Pd", "Lm") and category[0] not in "SP":
+        return None
+    name = unicodedata.name(char, "")
+    if _TILDE_NAME.fullmatch(name) and "COMBINING" not in name:
+        return "~"
+    if char in _DOUBLE_DASHES or (category == "Pd" and ("DOUBLE" in name or "DIAERESIS" in name)):
+        return "--"
+    if category == "Pd" or _STROKE_NAME.fullmatch(name):
+        return "-"
+    if _PLUS_NAME.fullmatch(name):
+        return "+"
+    return None
+
+
+def _fold(char: str) -> str | None:
+    """The replacement of one character in [`normalize_text`] (`None`: removed)."""
+    if char == "\t" or char in _BLANK_LOOKING:
+        return " "
+    category = unicodedata.category(char)
+    if category == "Zs":
+        return " "  # every space: no-break, thin, narrow no-break, ideographic, ...
+    if category in ("Zl", "Zp") or (category == "Cc" and char.isspace()):
+        return "\n"  # line and paragraph separators, vertical tab, form feed, NEL, ...
+    if category in ("Cf", "Cc"):
+        return None  # invisible: zero-width spaces and joiners, direction marks, soft hyphen, controls, BOM, ...
+    sign = dash_like(char)
+    return char if sign is None or char in "-+~" else sign
+
+
+class _FoldTable(dict):
+    """A `str.translate` table that decides each character on first sight (by [`_fold`]) and remembers at most
+    65,536 of them, so its size stays bounded whatever the texts hold."""
+
+    def __missing__(self, code: int) -> str | None:
+        result = _fold(chr(code))
+        if len(self) < 65536:
+            self[code] = result
+        return result
+
+
+_FOLD = _FoldTable({ord("\n"): "\n", ord(" "): " "})
+# A Markdown list item: an ASCII "-", "+" or "*" and a space or tab that start a line. Found before any other sign is
+# made ASCII, so that "\u2212\u00a05" (a minus and a no-break space) is -5, not a list item.
+_BULLET = re.compile(r"^([ \t]*)[-+*][ \t]+", re.MULTILINE)
 # A sign, spaces and a number: the sign belongs to the number ("- 5" is -5) unless it follows an operand (a digit, a
-# closing bracket, "%", "!" or a one-letter variable: "10 - 5" and "x - 5" subtract) or starts a line (a Markdown
-# list item "- 5").
-_SPACED_SIGN = re.compile(
-    r"(?P<operand>(?:[0-9)\]}%!]|\b[^\W\d_])[ \t]*)?(?P<bullet>^[ \t]*)?(?P<sign>[-+])[ \t]+(?=\$?[0-9]|\.[0-9])",
-    re.MULTILINE,
-)
+# closing bracket, "%", "!" or a one-letter variable: "10 - 5" and "x - 5" subtract).
+_SPACED_SIGN = re.compile(r"(?P<operand>(?:[0-9)\]}%!]|\b[^\W\d_])[ \t]*)?(?P<sign>[-+])[ \t]+(?=\$?[0-9]|\.[0-9])")
+
+
+def normalize_text(text: str) -> str:
+    """What a person sees, in the characters the number grammar reads: the one normalisation of answer texts.
+
+    - Unicode NFC; `\\r\\n` and `\\r` become `\\n`; every space character (category Zs: no-break, thin, narrow
+      no-break, ideographic, ...) and the tab become a space; line and paragraph separators become `\\n`; invisible
+      characters (categories Cf and Cc: zero-width spaces and joiners, direction marks, soft hyphens, controls) are
+      removed.
+    - A Markdown list item (an ASCII `-`, `+` or `*` and a space at the start of a line) loses its bullet.
+    - Every dash-like character becomes `-`, plus-like `+`, double dashes `--`, waves and tildes `~` ([`dash_like`]).
+    - A sign followed by spaces and a number is glued to it (`"The answer is - 5"` -> `"The answer is -5"`), unless
+      it follows an operand (a digit, a closing bracket, `%`, `!` or a one-letter variable: `"10 - 5"` and `"x - 5"`
+      stay subtractions, whose last number is 5).
+
+    Args:
+        text: The text.
+
+    Returns:
+        The normalised text.
+    """
+    text = unicodedata.normalize("NFC", text.replace("\r\n", "\n").replace("\r", "\n"))
+    text = _BULLET.sub(r"\1  ", text).translate(_FOLD)
+    return _SPACED_SIGN.sub(lambda m: m.group(0) if m.group("operand") is not None else m.group("sign"), text)
+
+
+def normalize_signs(text: str) -> str:
+    """[`normalize_text`] (kept under its former name: it reads every sign as ASCII `-` or `+`).
+
+    Args:
+        text: The text.
+
+    Returns:
+        The normalised text.
+    """
+    return normalize_text(text)
+
+
 # What makes the number after it something else: a relation or an approximation, a root, a "±", two signs in a row
 # ("--5"), their LaTeX commands, and an absolute-value bar glued to it. Checked on the few characters before a number
 # (see `find_numbers`).
@@ -127,28 +240,37 @@ _FULL_NUMBER = re.compile(r"\s*(?:" + NUMBER_PATTERN + r")\s*")
 _CANONICAL = re.compile(r"-?(?:[1-9][0-9]*/[1-9][0-9]*|(?:0|[1-9][0-9]*)(?:\.[0-9]*[1-9])?)")
 
 
-def normalize_signs(text: str) -> str:
-    """Writes every sign of a text as ASCII `-` or `+`, and glues a spaced sign to its number.
+# ASCII punctuation that may stand before a number (spaces between allowed): brackets, quotes, Markdown, sentence
+# punctuation, binary operators ("3 + 4 = 7") and "->"/"=>" arrows (see `_neutral_before`). Not "<", ">", "^", "|",
+# "~": relations, powers, absolute values and approximations.
+_NEUTRAL_ASCII = frozenset("!\"#$%&'()*+,-./:;=?@[\\]_`{}")
+# A sign glued after a number and followed by no operand: "5+" is "5 or more".
+_OPEN_SIGN_AFTER = re.compile(r"[-+](?![ \t]*(?:[0-9($\\a-zA-Z]|\.[0-9]))")
 
-    - Every dash and minus sign of [`MINUS_SIGNS`] (en and em dashes, U+2212, small and fullwidth hyphen-minus,
-      ...) becomes `-`; heavy, small and fullwidth plus signs become `+`. A double hyphen becomes `--` (two signs:
-      the number after it is no number), a wave dash or fullwidth tilde `~` ("approximately": no number either).
-    - A sign followed by spaces and a number is glued to it (`"The answer is - 5"` -> `"The answer is -5"`), unless
-      it follows an operand (a digit, a closing bracket, `%`, `!` or a one-letter variable: `"10 - 5"` and
-      `"x - 5"` stay subtractions, whose last number is 5) or starts a line (`"- 5 apples"` is a Markdown list
-      item, the number 5).
 
-    Args:
-        text: The text.
+def _neutral_before(char: str, previous: str) -> bool:
+    """Whether a character that stands before a number (with at most spaces between) leaves it its value.
 
-    Returns:
-        The text with ASCII signs.
+    Default deny: letters, digits, line breaks, the ASCII punctuation of `_NEUTRAL_ASCII`, currency signs, opening
+    and closing brackets and quotes (categories Ps, Pe, Pi, Pf), punctuation whose compatibility form is such ASCII
+    (fullwidth colon, ellipsis), CJK commas and full stops, bullets and rightwards arrows (`->`, `=>`, `→`) are
+    neutral. Every other symbol, punctuation mark, combining mark or unassigned character (`<`, `>`, `≥`, `¬`, `§`,
+    `№`, a dash look-alike [`dash_like`] does not know, ...) means something the number does not, so it is no number.
     """
-    text = text.translate(_SIGN_TABLE)
-    return _SPACED_SIGN.sub(
-        lambda m: m.group(0) if m.group("operand") is not None or m.group("bullet") is not None else m.group("sign"),
-        text,
-    )
+    if char in _NEUTRAL_ASCII or char == "\n" or char.isalnum():
+        return True
+    if char == ">":
+        return previous in "-="
+    category = unicodedata.category(char)
+    if category in ("Sc", "Ps", "Pe", "Pi", "Pf") or char in "\u3001\u3002":
+        return True
+    if category[0] not in "SP":
+        return False
+    name = unicodedata.name(char, "")
+    if (category == "Po" and "BULLET" in name) or ("RIGHTWARDS" in name and "ARROW" in name):
+        return True
+    folded = unicodedata.normalize("NFKC", char)
+    return folded != char and all(c in _NEUTRAL_ASCII or c == " " for c in folded)
 
 
 def _is_number_here(text: str, match: re.Match[str]) -> bool:
@@ -158,9 +280,15 @@ def _is_number_here(text: str, match: re.Match[str]) -> bool:
         after = text[end]
         if after in _AFTER_NUMBER or unicodedata.category(after)[0] in "MN":  # "5!", "5̸", "5½"
             return False
+        if _OPEN_SIGN_AFTER.match(text, end):  # "5+", "5-"
+            return False
     token = match.group(0)
     head = text[max(0, match.start() - _LOOKBACK) : match.start()] + token[: len(token) - len(token.lstrip("+-"))]
-    return _OPERATOR_BEFORE.search(head) is None
+    if _OPERATOR_BEFORE.search(head) is not None:
+        return False
+    before = head[: len(head) - len(token) + len(token.lstrip("+-"))] if token[:1] in "+-" else head
+    stripped = before.rstrip(" \t")
+    return not stripped or _neutral_before(stripped[-1], stripped[-2:-1])
 
 
 def find_numbers(text: str) -> list[re.Match[str]]:
@@ -243,14 +371,15 @@ def canonical_number(token: str) -> str | None:
     text = token.strip()
     if sum(char.isdigit() for char in text) > MAX_DIGITS:
         return None
-    text = re.sub(r"[\s$%,]", "", text)
+    text = re.sub(r"[$%,_]|[ \t]+(?=%)", "", text)
     negative = text.startswith("-")
-    text = text.lstrip("+-")
+    text = " ".join(text.lstrip("+-").split())  # what space is left separates a mixed number's parts
     if "/" in text:
-        numerator, denominator = (int(part) for part in text.split("/"))
-        if denominator == 0:
-            return None
-        value = Fraction(numerator, denominator)
+        whole, _, fraction = text.rpartition(" ")
+        numerator, denominator = (int(part) for part in fraction.split("/"))
+        if denominator == 0 or (whole and numerator >= denominator):
+            return None  # a zero denominator; a mixed number must have a proper fraction (1 1/2, not 1 3/2)
+        value = Fraction(numerator, denominator) + int(whole.strip() or 0)
         return _format_fraction(-value if negative else value)
     try:
         number = Decimal(text)
@@ -348,28 +477,20 @@ def decimal_places(canonical: str) -> int | None:
 
 
 def numbers_match(prediction: str, gold: str) -> bool:
-    """Whether a predicted number equals a gold number under the rules of the module docstring.
+    """Whether a predicted number equals a gold number: their exact values are equal (no tolerance, no rounding).
+
+    Both are read as exact rationals (`Fraction`), never as binary floats, so equality needs no tolerance: `2.5`,
+    `2.50`, `5/2` and `2 1/2` are equal, `2.46` and `2.549` are not `2.5`, `0.333333` is not `1/3`. The one rounding
+    of the package is of gold answers given as Python floats, to 6 decimal places by [`normalize_number`] (a float's
+    binary noise sits near its 16th significant digit); a prediction must equal that decimal.
 
     Args:
         prediction: The predicted number (canonical form, or any single number of the grammar).
         gold: The gold number (canonical form, or any single number of the grammar).
 
     Returns:
-        `True` when the gold is an integer or a fraction and the values are equal, or the gold is a decimal with d
-        places and the prediction rounded to d places (half away from zero) equals it. `False` when either is not a
-        number.
+        `True` when both are numbers with equal values; `False` otherwise.
     """
-    gold_canonical = gold if is_canonical_number(gold) else canonical_number(gold)
+    gold_value = number_value(gold)
     predicted = number_value(prediction)
-    if gold_canonical is None or predicted is None:
-        return False
-    expected = Fraction(gold_canonical)
-    places = decimal_places(gold_canonical)
-    if not places:  # an integer (0 places) or a fraction (None): exact
-        return predicted == expected
-    scale = 10**places
-    scaled = abs(predicted) * scale
-    rounded = math.floor(scaled + Fraction(1, 2))
-    if predicted < 0:
-        rounded = -rounded
-    return rounded == expected * scale
+    return gold_value is not None and predicted is not None and predicted == gold_value
