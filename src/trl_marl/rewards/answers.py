@@ -75,19 +75,22 @@ from fractions import Fraction
 from typing import Any
 
 from ..utils.columns import is_missing
+from ..utils.number_words import words_to_digits
 from ..utils.numbers import (
     MAX_DIGITS,
     canonical_number,
     find_numbers,
     has_stray_numerals,
+    neutral_before,
     normalize_number,
-    normalize_signs,
+    normalize_text,
     number_value,
     numbers_match,
 )
 
 __all__ = [
     "ANLI_LABELS",
+    "MAX_RESPONSE_CHARS",
     "TASKS",
     "answers_match",
     "extract_label",
@@ -95,6 +98,7 @@ __all__ = [
     "label_index_map",
     "normalize_answer",
     "parse_gold",
+    "response_tail",
     "to_number",
 ]
 
@@ -108,47 +112,116 @@ TASKS = ("math", "label")
 # Answer extraction and normalisation
 # ---------------------------------------------------------------------------------------------------------------
 
+MAX_RESPONSE_CHARS = 32_768
+"""The most characters of a response the extraction reads: its last ones (see [`response_tail`]). About 8,000 tokens:
+more than a completion's usual `max_completion_length`, and the final answer is at the end. The work of every rule is
+linear in what is read, so a response of megabytes costs what one of this length does."""
+
 _UNIT_WORDS = re.compile(r"(?:[^\W\d_]|[\s=:.{}])*")  # letters, spaces, "=", ":", "." and braces (not numerals)
 _BOXED = re.compile(r"\\(?:boxed|fbox)\s*")
 _BRACE = re.compile(r"[{}]")
 _BOX_TOKEN = re.compile(r"[^\s$\\{}]+")  # `\boxed 5`: up to a space, `$`, a brace or the next command
 _ANSWER_MARKER = re.compile(r"\banswer\b\**[ \t]*(?:is\b[ \t]*:?|:|=)|####", re.IGNORECASE)
 _SENTENCE_END = re.compile(r"[.?;](?=\s|$)|(?<![0-9])!(?=\s|$)")  # "5!" is a factorial, not a sentence end
-_LATEX_FRAC = re.compile(r"\\[dt]?frac\s*\{([^{}]*)\}\s*\{([^{}]*)\}")
+# Where a sentence ends: its punctuation, a blank line, or a line that starts a Markdown block (a heading such as
+# GSM8K's "####", a list item, a quotation, a table row). A single line break does not end a sentence: Markdown
+# joins the lines, and "The answer is not\n\\boxed{5}" is one sentence.
+_BOUNDARY = re.compile(
+    r"[.?;](?=\s|$)|(?<![0-9])!(?=\s|$)|\n[ \t]*\n|\n(?=[ \t]*(?:#|\u2022|[0-9]+[.)][ \t]|>|\|))"
+)
+_LATEX_FRAC = re.compile(
+    r"\\(?:[dtc]?frac|sfrac|nicefrac)\s*(?:\[[a-z]\]\s*)?"
+    r"(?P<a>\{[^{}]*\}|[0-9a-zA-Z]|\\[a-zA-Z]+)\s*(?P<b>\{[^{}]*\}|[0-9a-zA-Z]|\\[a-zA-Z]+)"
+)
+_SIMPLE_ARGUMENT = re.compile(r"-?(?:[0-9]+(?:\.[0-9]+)?|[a-zA-Z])")
 _LATEX_TEXT = re.compile(r"\\(?:text|textbf|mathrm|mathbf|textit|mbox|operatorname|boxed|fbox)\s*\{([^{}]*)\}")
-_LATEX_DROP = re.compile(r"\\(?:left|right|displaystyle|!|,|;|:| )|\^\s*\{?\\circ\}?|\^\\circ")
-# Invisible format characters (soft hyphen, zero-width spaces and joiners, direction marks and isolates, word
-# joiner, invisible operators, byte order mark): removed, so the verifier reads what a person sees.
-_INVISIBLE = re.compile("[\u00ad\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff]")
-# Words that make the number after them something other than the answer: a negation, a bound, an approximation.
+_LATEX_SPACE = re.compile(r"\\(?:[,;: ]|quad|qquad|enspace|thinspace)(?![a-zA-Z])")
+_LATEX_DROP = re.compile(r"\\(?:left|right|displaystyle|!)|\^\s*\{?\\circ\}?|\^\\circ")
+# Words that make the sentence of an answer something other than a plain statement of it: a negation ("not", "no",
+# "cannot", "isn't", "5 is not the answer"), a bound ("at least", "or more", "up to", "more than", "over 5"), an
+# approximation ("about", "roughly", "nearly"), a hedge ("maybe", "probably", "my guess"), or a judgement ("wrong").
 _QUALIFIER = re.compile(
-    r"(?:\b(?:not|never|neither|nor|cannot|about|approx(?:imately)?|roughly|around|nearly|almost|circa|except"
-    r"|(?:at|up)[ \t]+(?:least|most|to)|(?:more|less|fewer|greater|smaller|larger|bigger|higher|lower)[ \t]+than)\b"
-    r"|n't\b)",
+    r"\b(?:not|no|never|neither|nor|none|cannot|without|except|excluding|unless|otherwise|instead|rather"
+    r"|about|approx(?:imately)?|roughly|around|nearly|almost|circa|close[ \t]+to|estimated?|estimates?"
+    r"|maybe|perhaps|probably|possibly|likely|unlikely|guess|false|wrong|incorrect"
+    r"|(?:at|up)[ \t]+(?:least|most|to)|(?:more|less|fewer|greater|smaller|larger|bigger|higher|lower|other)[ \t]+than"
+    r"|or[ \t]+(?:more|less|fewer|greater|higher|lower|above|below|so|thereabouts|over|under|earlier|later)"
+    r"|and[ \t]+(?:up|above|over|more)|(?:over|under|above|below|beyond|near|exceeding)(?=[ \t]+[-$.]?[0-9])"
+    r"|minimum|maximum)\b|n't\b",
     re.IGNORECASE,
 )
-# A negation right before a number ("it isn't 5"): checked before the last number of a text without statements.
-_NEGATED = re.compile(r"(?:\b(?:not|never|neither|nor|cannot)\b|n't\b)[ \t$]*$", re.IGNORECASE)
+# A retraction: what came before it is withdrawn ("The answer is 5.\n\nWait, that's wrong: it is 6." is 6). Most cues
+# start a clause (after the start of the text, a sentence mark, a comma, a colon, a bracket, a dash or a line break);
+# "... is not the answer" and "... is wrong" retract wherever they stand.
+_RETRACTION = re.compile(
+    r"(?:^|[.!?;:,(\n-])[ \t*_]*"
+    r"(?:wait|actually|oops|correction|scratch[ \t]+that|on[ \t]+(?:second|further)[ \t]+thought|on[ \t]+reflection"
+    r"|hold[ \t]+on|no(?=[ \t]*[,.!]|[ \t]+wait)|nope|sorry|my[ \t]+(?:mistake|bad|error)"
+    r"|I[ \t]+(?:was|am|'m)[ \t]+wrong|I[ \t]+made[ \t]+(?:a|an)[ \t]+(?:mistake|error)"
+    r"|let(?:[ \t]+me|'s|[ \t]+us)[ \t]+(?:re-?(?:check|consider|compute|calculate|do|evaluate|think|examine)"
+    r"|redo|correct)"
+    r"|(?:that|this|it)(?:'s|[ \t]+is|[ \t]+was)[ \t]+(?:wrong|incorrect|not[ \t]+(?:right|correct)|a[ \t]+mistake"
+    r"|an[ \t]+error))\b"
+    r"|\b(?:is|was|are)(?:[ \t]+not|n't)[ \t]+(?:the|my|our|a)[ \t]+(?:final[ \t]+|correct[ \t]+|right[ \t]+)?answer\b"
+    r"|\b(?:is|was|are|'s)[ \t]+(?:wrong|incorrect)\b",
+    re.IGNORECASE | re.MULTILINE,
+)
+# Next to a box, these make its value something else (`-\boxed{5}`, `2\boxed{5}`, `\boxed{5}^2`, `\boxed{5}!`,
+# `\boxed{5} \cdot 2`): the box is ambiguous. LaTeX commands beside a box are refused unless they only format.
+_FORMATTING_COMMANDS = frozenset(
+    "text textrm textbf textit mathrm mathbf mbox quad qquad enspace hfill hspace displaystyle left right big Big "
+    "bigl bigr Bigl Bigr end begin label tag newline boxed fbox".split()
+)
+_BOX_SKIP = frozenset(" \t\n$")
+_COMMAND = re.compile(r"\\([a-zA-Z]+|.)", re.DOTALL)
+_OPERAND_AFTER_SIGN = re.compile(r"[+-][ \t]*(?:[0-9({\[\\$]|\.[0-9]|[a-zA-Z](?![a-zA-Z]))")
+_LOOK = 64  # at most this many characters are skipped beside a box (spaces, `$`, brackets, formatting)
 
 
 def _clean(text: str) -> str:
-    """Composes characters (NFC), removes invisible format characters, and writes every dash-like minus sign as
-    `-` and a spaced sign glued to its number (`trl_marl.utils.numbers.normalize_signs`)."""
-    return normalize_signs(unicodedata.normalize("NFC", _INVISIBLE.sub("", text)))
+    """What a person sees, in the characters the grammar reads (`trl_marl.utils.numbers.normalize_text`)."""
+    return normalize_text(text)
 
 
-def _boxed_contents(text: str) -> list[str]:
-    """The contents of the complete outermost `\\boxed{...}` (or `\\fbox{...}`, or `\\boxed 5`) of a text, in order.
+def response_tail(text: str, max_chars: int = MAX_RESPONSE_CHARS) -> str:
+    """The part of a response that the extraction reads: all of it, or its last `max_chars` characters.
 
-    Braces are matched in one pass over the text, a box inside another box is part of the outer one, and `\\boxed 5`
-    takes the token up to the next space, `$`, brace or backslash: the contents are disjoint, so the time is linear
-    in the length of the text whatever it holds (`"\\boxed$" * k`, `"\\boxed{" * k`, ...).
+    A longer response is cut before its last `max_chars` characters and read from the first line after the cut (or,
+    in a tail without a line break, from the first character after a space), so that no number, word or command is
+    read in half (`"...12345"` cut inside the number is not `"345"`). A tail without any space holds no answer.
 
     Args:
-        text: The text.
+        text: The response.
+        max_chars: The most characters read.
 
     Returns:
-        The raw contents (an empty list when there is no complete boxed expression).
+        The text that is read.
+
+    Raises:
+        ValueError: If `max_chars` is not a positive integer.
+    """
+    if isinstance(max_chars, bool) or not isinstance(max_chars, int) or max_chars < 1:
+        raise ValueError(f"`max_chars` (the most characters of a response that are read) must be a positive integer, "
+                         f"got {max_chars!r}; the default is MAX_RESPONSE_CHARS = {MAX_RESPONSE_CHARS}.")
+    if len(text) <= max_chars:
+        return text
+    tail = text[len(text) - max_chars :]
+    start = tail.find("\n")
+    if start < 0:
+        space = re.search(r"\s", tail)
+        if space is None:
+            return ""
+        start = space.start()
+    return tail[start + 1 :]
+
+
+def _boxes(text: str) -> list[tuple[int, int, int, int]]:
+    """The complete outermost `\\boxed{...}` (or `\\fbox{...}`, or `\\boxed 5`) of a text, in order, as `(start,
+    content start, content end, end)`.
+
+    Braces are matched in one pass over the text, a box inside another box is part of the outer one, and `\\boxed 5`
+    takes the token up to the next space, `$`, brace or backslash: the boxes are disjoint, so the time is linear in
+    the length of the text whatever it holds (`"\\boxed$" * k`, `"\\boxed{" * k`, ...).
     """
     starts, ends = array("q"), array("q")  # the markers, in machine integers: 16 bytes each whatever the text
     for match in _BOXED.finditer(text):
@@ -174,40 +247,132 @@ def _boxed_contents(text: str) -> list[str]:
                 open_depths.pop()
                 closing[open_markers.pop()] = index
             depth -= 1
-    contents: list[str] = []
+    boxes: list[tuple[int, int, int, int]] = []
     covered = 0  # the end of the last box taken: a marker before it lies inside that box
     for marker, (start, end) in enumerate(zip(starts, ends)):
         if start < covered:
             continue
         if text.startswith("{", end):
             if closing[marker] >= 0:
-                contents.append(text[end + 1 : closing[marker]])
+                boxes.append((start, end + 1, closing[marker], closing[marker] + 1))
                 covered = closing[marker] + 1
         else:  # `\boxed 5`: the next token
             token = _BOX_TOKEN.match(text, end)
             if token:
-                contents.append(token.group(0))
+                boxes.append((start, token.start(), token.end(), token.end()))
                 covered = token.end()
-    return contents
+    return boxes
+
+
+def _command_before(text: str, index: int) -> tuple[str | None, int]:
+    """The LaTeX command (letters after a backslash) that ends at `index`, and where its backslash stands; `(None,
+    index)` when the letters there are a word."""
+    start = index
+    while start > 0 and index - start < _LOOK and text[start - 1].isascii() and text[start - 1].isalpha():
+        start -= 1
+    if 0 < start < index and text[start - 1] == "\\":
+        return text[start:index], start - 1
+    return None, index
+
+
+def _box_touches_operator(text: str, start: int, end: int) -> bool:
+    """Whether a sign, an operator, a power, a digit or a LaTeX command that is no formatting stands next to a box
+    (spaces, `$`, brackets and Markdown emphasis between allowed): `-\\boxed{5}`, `2\\boxed{5}`, `\\sqrt{\\boxed{25}}`,
+    `\\boxed{5}^2`, `(\\boxed{5})^2`, `\\boxed{5}!`, `\\boxed{5}0`, `\\boxed{5} \\cdot 2`, `\\boxed{5} + 1`."""
+    index, limit = start, max(0, start - _LOOK)
+    while index > limit:  # before the box
+        char = text[index - 1]
+        if char in _BOX_SKIP or char in "([{":
+            index -= 1
+        elif text.startswith(("\\(", "\\["), index - 2):
+            index -= 2
+        elif char == "*":  # Markdown emphasis, unless it follows an operand (`2*\boxed{5}`)
+            while index > limit and text[index - 1] == "*":
+                index -= 1
+            if index and (text[index - 1].isdigit() or text[index - 1] in ")]}"):
+                return True
+        elif char.isascii() and char.isalpha():
+            command, command_start = _command_before(text, index)
+            if command is None:
+                break  # a word: "is \boxed{5}"
+            if command not in _FORMATTING_COMMANDS:
+                return True
+            index = command_start
+        else:
+            previous = text[index - 2] if index >= 2 else ""
+            if char.isnumeric() or char in "-+/^_|!~<>" or not neutral_before(char, previous):
+                return True
+            break
+    index, limit = end, min(len(text), end + _LOOK)
+    glued = True
+    while index < limit:  # after the box
+        char = text[index]
+        if char in _BOX_SKIP or char in ")]}":
+            index += 1
+            glued = glued and char not in " \t\n"
+        elif text.startswith(("\\)", "\\]"), index):
+            index += 2
+        elif char == "*":
+            while index < limit and text[index] == "*":
+                index += 1
+            if index < len(text) and (text[index].isdigit() or text[index] in "({\\"):
+                return True
+        elif char == "\\":
+            command = _COMMAND.match(text, index, index + 40)
+            name = command.group(1) if command else ""
+            if name in _FORMATTING_COMMANDS or name in (",", ";", ":", " ", "!", "%", "\\", "$"):
+                return False
+            return True
+        elif char in "+-":
+            return _OPERAND_AFTER_SIGN.match(text, index, index + 8) is not None
+        elif char == "!":
+            return glued
+        elif char.isnumeric() or char in "^_'*/" or (char in ".," and index + 1 < len(text)
+                                                         and text[index + 1].isdigit()):
+            return True
+        elif unicodedata.category(char) == "Sm" and char != "=":
+            return True
+        else:
+            return False
+    return False
+
+
+def _render_fraction(match: re.Match[str]) -> str:
+    """`\\frac{a}{b}` (and `\\frac12`, `\\dfrac`, `\\tfrac`, `\\cfrac[l]{a}{b}`, `\\sfrac`, `\\nicefrac`) as
+    `a/b`, with brackets around arguments that are no plain number or letter, a space after a digit before it
+    (`2\\frac{1}{2}` is the mixed number `2 1/2`) and a space before a digit after it (`\\frac{1}{2}3` is two
+    numbers, not `1/23`)."""
+    parts = [match.group(name).strip() for name in ("a", "b")]
+    parts = [part[1:-1].strip() if part.startswith("{") else part for part in parts]
+    text = "/".join(part if _SIMPLE_ARGUMENT.fullmatch(part) else f"({part})" for part in parts)
+    before = match.string[match.start() - 1 : match.start()]
+    after = match.string[match.end() : match.end() + 1]
+    return (" " if before.isdigit() else "") + text + (" " if after.isdigit() or after == "." else "")
 
 
 def _strip_latex(text: str) -> str:
-    """Removes common LaTeX markup from an answer (`\\frac`, `\\text`, `\\left`, `\\$`, `{,}`, `^\\circ`, ...).
+    """Removes common LaTeX markup from an answer (`\\frac`, `\\text`, `\\left`, `\\$`, `{,}`, `^\\circ`, spacing).
 
     Args:
         text: The text, e.g. the content of a `\\boxed{...}`.
 
     Returns:
-        The text with the markup replaced by plain text (`\\frac{3}{4}` -> `3/4`).
+        The text with the markup replaced by plain text (`\\frac{3}{4}` and `\\frac34` -> `3/4`, `\\,` -> a space).
     """
     text = text.replace("{,}", ",").replace("\\$", "$").replace("\\%", "%")
+    text = _LATEX_SPACE.sub(" ", text)
     for _ in range(4):  # nested \text{\frac{..}{..}} and the like
-        new = _LATEX_TEXT.sub(r"\1", _LATEX_FRAC.sub(r"\1/\2", text))
+        new = _LATEX_TEXT.sub(r"\1", _LATEX_FRAC.sub(_render_fraction, text))
         if new == text:
             break
         text = new
     text = _LATEX_DROP.sub("", text)
     return text.strip()
+
+
+def _read(text: str) -> str:
+    """An answer's text as the grammar reads it: LaTeX removed, number words in digits."""
+    return words_to_digits(_strip_latex(text))
 
 
 def _span_answer(span: str) -> tuple[bool, str | None]:
@@ -219,17 +384,17 @@ def _span_answer(span: str) -> tuple[bool, str | None]:
     Returns:
         `(False, None)` when the span holds no numeral at all; `(True, value)` when all its numbers have one
         canonical value; `(True, None)` when it is ambiguous: several different values ("1450000 or 1450001"), a
-        numeral that is no plain number (`5e0`, `5½`, `５`, `5!`, `≠5`; see
-        `trl_marl.utils.numbers.has_stray_numerals`), a qualifier before the number ("not 5", "about 5", "at least
-        5"), or a number that is too long or has a zero denominator.
+        numeral that is no plain number (`5e0`, `5½`, `５`, `5!`, `≠5`, "two thirds"; see
+        `trl_marl.utils.numbers.has_stray_numerals`), a qualifier in it ("not 5", "about 5", "5 or more"), or a
+        number that is too long or has a zero denominator.
     """
-    text = _strip_latex(span)
+    text = _read(span)
     matches = find_numbers(text)
     if has_stray_numerals(text, matches):
         return True, None
     if not matches:
         return False, None
-    if _QUALIFIER.search(text, 0, matches[0].start()):
+    if _QUALIFIER.search(text):
         return True, None
     values = {canonical_number(match.group(0)) for match in matches}
     if len(values) != 1 or None in values:
@@ -246,35 +411,37 @@ def _first_sentence(line: str) -> str:
 
 def _after_marker(
     text: str, end: int, limit: int, read: Callable[[str], tuple[bool, str | None]] = _span_answer
-) -> tuple[bool, str | None]:
+) -> tuple[bool, str | None, int]:
     """The answer stated after a marker ending at `end`: in the rest of its sentence, or the next non-blank line's,
-    never past `limit` (the next marker), so the spans of all markers are disjoint and read in linear time.
+    never past `limit` (the next marker or box), so the spans of all markers are disjoint and read in linear time.
 
     Args:
         text: The text.
         end: Index just after the marker.
-        limit: Index of the next marker (or the end of the text).
+        limit: Index of the next marker or box (or the end of the text).
         read: Reads a span ([`_span_answer`], or a memoised version of it).
 
     Returns:
-        As [`_span_answer`]: `(False, None)` when the marker is followed by no numeral (it states nothing),
-        `(True, value)` for an answer, `(True, None)` for an ambiguous one.
+        As [`_span_answer`], and the index where the span read ends: `(False, None, _)` when the marker is followed
+        by no numeral (it states nothing), `(True, value, _)` for an answer, `(True, None, _)` for an ambiguous one.
     """
     line_end = text.find("\n", end, limit)
     line_end = limit if line_end < 0 else line_end
-    first = text[end:line_end]
-    found, value = read(_first_sentence(first))
-    if found or first.strip(" \t*:$"):
-        return found, value
+    first = _first_sentence(text[end:line_end])
+    found, value = read(first)
+    if found or text[end:line_end].strip(" \t*:$"):
+        return found, value, end + len(first)
     start = line_end + 1
     while start < limit:
         stop = text.find("\n", start, limit)
         stop = limit if stop < 0 else stop
         line = text[start:stop]
         if line.strip():
-            return read(_first_sentence(line))
+            sentence = _first_sentence(line)
+            found, value = read(sentence)
+            return found, value, start + len(sentence)
         start = stop + 1
-    return False, None
+    return False, None, end
 
 
 def _agreed(values: list[str]) -> str | None:
@@ -292,34 +459,87 @@ def normalize_answer(text: str) -> str:
     """Normalises an answer string: a lone number becomes its canonical form, other text is cleaned of LaTeX.
 
     Args:
-        text: An answer, e.g. `"$1,234.00"`, `"\\frac{3}{4}"`, `"18 dollars"` or `"x+1"`.
+        text: An answer, e.g. `"$1,234.00"`, `"\\frac{3}{4}"`, `"18 dollars"`, `"five"` or `"x+1"`.
 
     Returns:
-        The canonical number (`trl_marl.utils.numbers`) when the (LaTeX-stripped) text holds exactly one number and
-        otherwise only words, spaces, `=`, `:`, `.` or braces, no other numeral and no qualifier before the number
-        (`"1234"`, `"3/4"`, `"18"`, `"x = 5"`, `"{5}"` -> `"5"`; `"not 5"`, `"5½"` stay texts); otherwise
-        the stripped text without a trailing period (`"x+1"`, `"1450000 or 1450001"`).
+        The canonical number (`trl_marl.utils.numbers`) when the (LaTeX-stripped, number words read) text holds
+        exactly one number and otherwise only words, spaces, `=`, `:`, `.` or braces, no other numeral and no
+        qualifier (`"1234"`, `"3/4"`, `"18"`, `"x = 5"`, `"{5}"`, `"five"` -> `"5"`; `"not 5"`, `"5 or more"`,
+        `"5½"` stay texts); otherwise the stripped text without a trailing period (`"x+1"`, `"1450000 or 1450001"`).
     """
     cleaned = _strip_latex(_clean(str(text)))
-    numbers = find_numbers(cleaned)
+    read = words_to_digits(cleaned)
+    numbers = find_numbers(read)
     if len(numbers) == 1:
         number = numbers[0]
         # Words around the number are units or a variable name ("18 dollars", "x = 5"); an operator makes it an
-        # expression ("x+1"), a qualifier something else ("not 5", "about 5"): those are compared as text.
-        before, after = cleaned[: number.start()], cleaned[number.end() :]
-        rest = before + " " + after
+        # expression ("x+1"), a qualifier something else ("not 5", "about 5", "5 or more"): those are texts.
+        rest = read[: number.start()] + " " + read[number.end() :]
         value = canonical_number(number.group(0))
         if (value is not None and _UNIT_WORDS.fullmatch(rest) and not has_stray_numerals(rest, [])
-                and not _QUALIFIER.search(before)):
+                and not _QUALIFIER.search(rest)):
             return value
     return re.sub(r"\s+", " ", cleaned).strip().rstrip(".").strip()
 
 
-def extract_math_answer(text: str | None) -> str | None:
+class _Sentences:
+    """The sentences of a text (see `_BOUNDARY`), and whether each holds a qualifier, each read at most once."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.ends = array("q", (match.end() for match in _BOUNDARY.finditer(text)))
+        self.qualified: dict[int, bool] = {}
+
+    def index(self, position: int) -> int:
+        return bisect.bisect_right(self.ends, position)
+
+    def has_qualifier(self, start: int, end: int) -> bool:
+        """Whether a sentence touched by `[start, end]` holds a qualifier."""
+        for sentence in range(self.index(start), self.index(max(start, end - 1)) + 1):
+            if sentence not in self.qualified:
+                begin = self.ends[sentence - 1] if sentence else 0
+                stop = self.ends[sentence] if sentence < len(self.ends) else len(self.text)
+                self.qualified[sentence] = _QUALIFIER.search(self.text, begin, stop) is not None
+            if self.qualified[sentence]:
+                return True
+        return False
+
+
+def _masked(text: str, boxes: list[tuple[int, int, int, int]]) -> str:
+    """The text with the contents of its boxes blanked (their own rules read them), the length unchanged."""
+    parts, position = [], 0
+    for _, content_start, content_end, _ in boxes:
+        parts.append(text[position:content_start])
+        parts.append(" " * (content_end - content_start))
+        position = content_end
+    parts.append(text[position:])
+    return "".join(parts)
+
+
+def _fallback(text: str) -> str | None:
+    """The last number of a text without final-answer statements (number words when it has no number in digits),
+    unless a numeral that is no plain number follows it or its sentence holds a qualifier."""
+    stripped = _strip_latex(text)
+    numbers = find_numbers(stripped)
+    if not numbers and not has_stray_numerals(stripped, numbers):
+        stripped = words_to_digits(stripped)
+        numbers = find_numbers(stripped)
+    if not numbers:
+        return None
+    last = numbers[-1]
+    if has_stray_numerals(stripped[last.end() :], []):
+        return None  # the text ends with a numeral that is no plain number ("... so 5e0", "... 5½")
+    if _Sentences(stripped).has_qualifier(last.start(), last.end()):
+        return None  # "It is at least 5.", "5 is not the answer."
+    return canonical_number(last.group(0))
+
+
+def extract_math_answer(text: str | None, max_chars: int = MAX_RESPONSE_CHARS) -> str | None:
     """Extracts the final answer of a math response (rules in the module docstring).
 
     Args:
         text: The response.
+        max_chars: The most characters read, the last ones ([`response_tail`]).
 
     Returns:
         The normalised answer (a canonical number such as `"1234"`, `"-3"`, `"0.5"`, `"3/4"`, or the text of a
@@ -334,18 +554,29 @@ def extract_math_answer(text: str | None) -> str | None:
     extract_math_answer("The answer is \u2013 5")  # "-5": an en dash is a minus sign
     extract_math_answer("The answer is 1450000 or 1450001.")  # None: two different numbers
     extract_math_answer("\\\\boxed{5} \\\\boxed{6}")  # None: two final answers
-    extract_math_answer("The answer is 5\u00bd")  # None: 5½ is not 5
+    extract_math_answer("The answer is 5 or more.")  # None: a qualifier
+    extract_math_answer("The answer is 5.\\n\\nWait, that's wrong: it is 6.")  # "6": the retraction wins
     extract_math_answer("I don't know.")  # None
     ```
     """
     if not text:
         return None
-    text = _clean(str(text))
-    statements: list[str] = []
-    ambiguous = False
+    text = _clean(response_tail(str(text), max_chars))
+    # Everything before the last retraction (outside boxes) is withdrawn.
+    boxes = _boxes(text)
+    masked = _masked(text, boxes) if boxes else text
+    cut = 0
+    for match in _RETRACTION.finditer(masked):  # box contents are blanked: a retraction outside boxes
+        cut = match.end()
+    if cut:
+        text = text[cut:]
+        boxes = _boxes(text)
+        masked = _masked(text, boxes) if boxes else text
+    sentences = _Sentences(masked)
+    statements: list[tuple[int, str | None]] = []  # (position, value or None when ambiguous), in text order
     # A text that repeats one statement many times reads it once (the contents are disjoint, so this holds at most
     # the text's length).
-    boxes: dict[str, str] = {}
+    values: dict[str, str] = {}
     spans: dict[str, tuple[bool, str | None]] = {}
 
     def read_span(span: str) -> tuple[bool, str | None]:
@@ -353,35 +584,36 @@ def extract_math_answer(text: str | None) -> str | None:
             spans[span] = _span_answer(span)
         return spans[span]
 
-    for content in _boxed_contents(text):
-        if content not in boxes:
-            boxes[content] = normalize_answer(content)
-        value = boxes[content]
-        if value:
-            statements.append(value)
+    for start, content_start, content_end, end in boxes:
+        content = text[content_start:content_end]
+        if content not in values:
+            values[content] = normalize_answer(content)
+        value = values[content]
+        if not value:
+            continue
+        if _box_touches_operator(text, start, end) or sentences.has_qualifier(start, end):
+            statements.append((start, None))
+        else:
+            statements.append((start, value))
     # A marker's span ends where the next marker or box starts ("The answer is 5 \\boxed{6}" is 5, then 6).
-    boundaries = array("q", sorted(m.start() for pattern in (_ANSWER_MARKER, _BOXED) for m in pattern.finditer(text)))
+    markers = list(_ANSWER_MARKER.finditer(masked))
+    boundaries = array("q", sorted([m.start() for m in markers] + [start for start, _, _, _ in boxes]))
     boundaries.append(len(text))
-    for match in _ANSWER_MARKER.finditer(text):
+    for match in markers:
         limit = boundaries[bisect.bisect_right(boundaries, match.start())]
-        found, value = _after_marker(text, match.end(), limit, read_span)
-        if value is not None:
-            statements.append(value)
-        ambiguous = ambiguous or found and value is None
+        found, value, span_end = _after_marker(text, match.end(), limit, read_span)
+        if not found:
+            continue
+        if value is not None and sentences.has_qualifier(match.start(), span_end):
+            value = None
+        statements.append((match.start(), value))
     if statements:
-        return _agreed(statements)  # several different ones: a hedge, no answer
-    if ambiguous:
-        return None  # only ambiguous statements: no answer, and no fallback to the last number
-    stripped = _strip_latex(text)
-    numbers = find_numbers(stripped)
-    if not numbers:
-        return None
-    last = numbers[-1]
-    if has_stray_numerals(stripped[last.end() :], []):
-        return None  # the text ends with a numeral that is no plain number ("... so 5e0", "... 5½")
-    if _NEGATED.search(stripped, max(0, last.start() - 40), last.start()):
-        return None  # "... it isn't 5"
-    return canonical_number(last.group(0))
+        statements.sort(key=lambda statement: statement[0])
+        if statements[-1][1] is None:
+            return None  # the final statement is ambiguous: no answer, and no fallback to the last number
+        # Several different ones: a hedge, no answer. Ambiguous statements before the last one are reasoning.
+        return _agreed([value for _, value in statements if value is not None])
+    return _fallback(text)
 
 
 def extract_label(text: str | None, labels: Sequence[str] = ANLI_LABELS) -> str | None:

@@ -67,6 +67,7 @@ __all__ = [
     "normalize_signs",
     "normalize_text",
     "dash_like",
+    "neutral_before",
     "number_value",
     "numbers_match",
 ]
@@ -189,7 +190,8 @@ def normalize_text(text: str) -> str:
       no-break, ideographic, ...) and the tab become a space; line and paragraph separators become `\\n`; invisible
       characters (categories Cf and Cc: zero-width spaces and joiners, direction marks, soft hyphens, controls) are
       removed.
-    - A Markdown list item (an ASCII `-`, `+` or `*` and a space at the start of a line) loses its bullet.
+    - A Markdown list item (an ASCII `-`, `+` or `*` and a space at the start of a line) gets the bullet `\u2022`,
+      which is no sign.
     - Every dash-like character becomes `-`, plus-like `+`, double dashes `--`, waves and tildes `~` ([`dash_like`]).
     - A sign followed by spaces and a number is glued to it (`"The answer is - 5"` -> `"The answer is -5"`), unless
       it follows an operand (a digit, a closing bracket, `%`, `!` or a one-letter variable: `"10 - 5"` and `"x - 5"`
@@ -202,7 +204,7 @@ def normalize_text(text: str) -> str:
         The normalised text.
     """
     text = unicodedata.normalize("NFC", text.replace("\r\n", "\n").replace("\r", "\n"))
-    text = _BULLET.sub(r"\1  ", text).translate(_FOLD)
+    text = _BULLET.sub("\\1\u2022 ", text).translate(_FOLD)
     return _SPACED_SIGN.sub(lambda m: m.group(0) if m.group("operand") is not None else m.group("sign"), text)
 
 
@@ -241,14 +243,15 @@ _CANONICAL = re.compile(r"-?(?:[1-9][0-9]*/[1-9][0-9]*|(?:0|[1-9][0-9]*)(?:\.[0-
 
 
 # ASCII punctuation that may stand before a number (spaces between allowed): brackets, quotes, Markdown, sentence
-# punctuation, binary operators ("3 + 4 = 7") and "->"/"=>" arrows (see `_neutral_before`). Not "<", ">", "^", "|",
-# "~": relations, powers, absolute values and approximations.
-_NEUTRAL_ASCII = frozenset("!\"#$%&'()*+,-./:;=?@[\\]_`{}")
+# punctuation, binary operators ("3 + 4 = 7"), a spaced bar (a table cell; a bar glued to a number is an absolute
+# value, see `_OPERATOR_BEFORE`) and "->"/"=>" arrows (see `neutral_before`). Not "<", ">", "^", "~": relations,
+# powers and approximations.
+_NEUTRAL_ASCII = frozenset("!\"#$%&'()*+,-./:;=?@[\\]_`{|}")
 # A sign glued after a number and followed by no operand: "5+" is "5 or more".
 _OPEN_SIGN_AFTER = re.compile(r"[-+](?![ \t]*(?:[0-9($\\a-zA-Z]|\.[0-9]))")
 
 
-def _neutral_before(char: str, previous: str) -> bool:
+def neutral_before(char: str, previous: str) -> bool:
     """Whether a character that stands before a number (with at most spaces between) leaves it its value.
 
     Default deny: letters, digits, line breaks, the ASCII punctuation of `_NEUTRAL_ASCII`, currency signs, opening
@@ -288,7 +291,7 @@ def _is_number_here(text: str, match: re.Match[str]) -> bool:
         return False
     before = head[: len(head) - len(token) + len(token.lstrip("+-"))] if token[:1] in "+-" else head
     stripped = before.rstrip(" \t")
-    return not stripped or _neutral_before(stripped[-1], stripped[-2:-1])
+    return not stripped or neutral_before(stripped[-1], stripped[-2:-1])
 
 
 def find_numbers(text: str) -> list[re.Match[str]]:
