@@ -151,10 +151,10 @@ _QUALIFIER = re.compile(
     re.IGNORECASE,
 )
 # A retraction: what came before it is withdrawn ("The answer is 5.\n\nWait, that's wrong: it is 6." is 6). Most cues
-# start a clause (after the start of the text, a sentence mark, a comma, a colon, a bracket, a dash or a line break);
-# "... is not the answer" and "... is wrong" retract wherever they stand.
+# start a clause (at the start of the text or after anything but a word: a sentence mark, a comma, a bracket, a box, a
+# line break; not "a wait of 5 minutes"); "... is not the answer" and "... is wrong" retract wherever they stand.
 _RETRACTION = re.compile(
-    r"(?:^|[.!?;:,(\n-])[ \t*_]*"
+    r"(?:^|[^\w \t*])[ \t*_]*"  # no "*" at the start: a run of them is skipped once, in linear time
     r"(?:wait|actually|oops|correction|scratch[ \t]+that|on[ \t]+(?:second|further)[ \t]+thought|on[ \t]+reflection"
     r"|hold[ \t]+on|no(?=[ \t]*[,.!]|[ \t]+wait)|nope|sorry|my[ \t]+(?:mistake|bad|error)"
     r"|I[ \t]+(?:was|am|'m)[ \t]+wrong|I[ \t]+made[ \t]+(?:a|an)[ \t]+(?:mistake|error)"
@@ -201,8 +201,9 @@ def response_tail(text: str, max_chars: int = MAX_RESPONSE_CHARS) -> str:
         ValueError: If `max_chars` is not a positive integer.
     """
     if isinstance(max_chars, bool) or not isinstance(max_chars, int) or max_chars < 1:
-        raise ValueError(f"`max_chars` (the most characters of a response that are read) must be a positive integer, "
-                         f"got {max_chars!r}; the default is MAX_RESPONSE_CHARS = {MAX_RESPONSE_CHARS}.")
+        raise ValueError(f"`max_chars` / `max_response_chars` (the most characters of a response that are read) must "
+                         f"be a positive integer, got {max_chars!r}; the default is MAX_RESPONSE_CHARS = "
+                         f"{MAX_RESPONSE_CHARS}.")
     if len(text) <= max_chars:
         return text
     tail = text[len(text) - max_chars :]

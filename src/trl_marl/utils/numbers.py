@@ -263,7 +263,7 @@ def neutral_before(char: str, previous: str) -> bool:
     if char in _NEUTRAL_ASCII or char == "\n" or char.isalnum():
         return True
     if char == ">":
-        return previous in "-="
+        return previous != "" and previous in "-="
     category = unicodedata.category(char)
     if category in ("Sc", "Ps", "Pe", "Pi", "Pf") or char in "\u3001\u3002":
         return True
