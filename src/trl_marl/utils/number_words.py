@@ -8,8 +8,9 @@ units, at most one `hundred` per group, scales in decreasing order); where the g
 
 Phrases that are no cardinal are never read as one: a number followed by a fraction or ordinal word (`"two
 thirds"`, `"one-half"`, `"five and a half"`, `"twenty-fifth"`), by `"point"` (`"two point five"`), or glued by a
-hyphen to another word (`"five-year-old"`) becomes the stray numeral [`STRAY`] glued to its digits (`2` + `STRAY`), which
-`trl_marl.utils.numbers.find_numbers` does not read and `has_stray_numerals` reports: the answer is ambiguous, not 2.
+hyphen to another word (`"five-year-old"`) becomes the stray numeral [`STRAY`] glued to its digits (`2` +
+`STRAY`), which `trl_marl.utils.numbers.find_numbers` does not read and `has_stray_numerals` reports: the answer is
+ambiguous, not 2.
 So is a number in digits followed by a fraction word (`"5 and a half"`, `"5 thirds"`). A digit number followed by a
 scale word is multiplied out (`"5 million"` -> `5000000`, `"1.5 thousand"` -> `1500`). A lone `"one"` after a
 determiner (`"the one"`, `"each one"`, `"no one"`) or before `'s` is a pronoun, not a number.
@@ -70,68 +71,84 @@ _DIGITS_SCALE = re.compile(
 )
 
 
-def _parse(tokens: list[str]) -> list[int]:
-    """The numbers of a run of number words (`"and"` and gaps already removed), by the grammar of cardinals."""
-    numbers: list[int] = []
+def _parse(tokens: list[str]) -> list[tuple[int, int, int]]:
+    """The numbers of a run of number words (without the gaps and `"and"`s), by the grammar of cardinals, each as
+    `(value, index of its first token, index of its last token)`."""
+    numbers: list[tuple[int, int, int]] = []
     total = group = 0  # the value of the scales done, and of the group below the last scale (0..999)
     last_scale = 10**15
     previous = ""  # the kind of the previous token: "", "unit", "teen", "tens", "hundred", "scale"
-    for token in tokens:
+    first = 0
+    for index, token in enumerate(tokens):
         value = _VALUES[token]
-        kind = ("unit" if value < 10 else "teen" if value < 20 else "tens") if token not in _SCALES else (
-            "hundred" if token == "hundred" else "scale")
-        low = group % 100
+        if token in _SCALES:
+            kind = "hundred" if token == "hundred" else "scale"
+        else:
+            kind = "unit" if value < 10 else "teen" if value < 20 else "tens"
         if kind == "unit" and value == 0:
             fits = False  # zero is a number of its own
         elif kind == "unit":
-            fits = previous in ("hundred", "scale") or (previous == "tens" and low % 10 == 0)
+            fits = previous in ("hundred", "scale") or (previous == "tens" and group % 10 == 0)
         elif kind in ("teen", "tens"):
             fits = previous in ("hundred", "scale")
         elif kind == "hundred":
-            fits = previous in ("unit", "teen", "tens") and group < 100 and group > 0
+            fits = previous in ("unit", "teen", "tens") and 0 < group < 100
         else:
             fits = previous in ("unit", "teen", "tens", "hundred") and value < last_scale and group > 0
         if previous and not fits:
-            numbers.append(total + group)
+            numbers.append((total + group, first, index - 1))
             total = group = 0
             last_scale = 10**15
             previous = ""
-        if kind == "hundred":
-            if not previous:  # "hundred" alone: no number
+        if not previous:
+            first = index
+            if kind in ("hundred", "scale"):  # a scale word alone is no number
                 continue
+        if kind == "hundred":
             group *= 100
         elif kind == "scale":
-            if not previous:
-                continue
             total += group * value
             group = 0
             last_scale = value
         else:
             group += value
-            if value == 0:  # zero stands alone
-                numbers.append(0)
-                kind = ""
-        previous = kind
+        previous = "" if value == 0 and kind == "unit" else kind
+        if not previous:
+            numbers.append((0, index, index))
     if previous:
-        numbers.append(total + group)
+        numbers.append((total + group, first, len(tokens) - 1))
     return numbers
 
 
 def _phrase(match: re.Match[str]) -> str:
     text = match.string
-    words = [t.lower() for t in _TOKEN.findall(match.group("words")) if t.strip(" \t-").lower() not in ("", "and")]
+    spans = [
+        token.span()
+        for token in _TOKEN.finditer(text, match.start("words"), match.end("words"))
+        if token.group(0).strip(" \t-").lower() not in ("", "and")
+    ]
+    words = [text[start:end].lower() for start, end in spans]
     numbers = _parse(words)
     if not numbers:
         return match.group(0)
-    if len(words) == 1 and words[0] == "one" and match.group("sign") is None and (
-        _DETERMINER.search(text, max(0, match.start() - 12), match.start()) or text.startswith("'", match.end())
+    if (
+        len(words) == 1
+        and words[0] == "one"
+        and match.group("sign") is None
+        and (_DETERMINER.search(text, max(0, match.start() - 12), match.start()) or text.startswith("'", match.end()))
     ):
         return match.group(0)  # "the one", "each one", "one's": a pronoun
-    sign = "-" if match.group("sign") else ""
-    digits = " ".join(str(number) for number in numbers)
-    stray = STRAY if _NO_CARDINAL_AFTER.match(text, match.end()) or (
-        match.start() and text[match.start() - 1] == "-") else ""
-    return sign + digits + stray
+    out = ["-" if match.group("sign") else ""]
+    position = spans[numbers[0][1]][0]
+    out.append(text[match.start("words") : position])  # a scale word alone before the first number stays
+    for value, first, last in numbers:
+        out.append(text[position : spans[first][0]])  # what stands between two numbers ("five, and six")
+        out.append(str(value))
+        position = spans[last][1]
+    out.append(text[position : match.end()])
+    if _NO_CARDINAL_AFTER.match(text, match.end()) or (match.start() and text[match.start() - 1] == "-"):
+        out.append(STRAY)
+    return "".join(out)
 
 
 def _scaled(match: re.Match[str]) -> str:
