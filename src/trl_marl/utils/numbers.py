@@ -254,14 +254,14 @@ _OPEN_SIGN_AFTER = re.compile(r"[-+](?![ \t]*(?:[0-9($\\a-zA-Z]|\.[0-9]))")
 def neutral_before(char: str, previous: str) -> bool:
     """Whether a character that stands before a number (with at most spaces between) leaves it its value.
 
-    Default deny: letters, digits, line breaks, the ASCII punctuation of `_NEUTRAL_ASCII`, currency signs, opening
+    Default deny: letters (but not modifier letters), digits, line breaks, the ASCII punctuation of `_NEUTRAL_ASCII`, currency signs, opening
     and closing brackets and quotes (categories Ps, Pe, Pi, Pf), punctuation whose compatibility form is such ASCII
     (fullwidth colon, ellipsis), CJK commas and full stops, bullets and rightwards arrows (`->`, `=>`, `→`) are
     neutral. Every other symbol, punctuation mark, combining mark or unassigned character (`<`, `>`, `≥`, `¬`, `§`,
     `№`, a dash look-alike [`dash_like`] does not know, ...) means something the number does not, so it is no number.
     """
-    if char in _NEUTRAL_ASCII or char == "\n" or char.isalnum():
-        return True
+    if char in _NEUTRAL_ASCII or char == "\n" or (char.isalnum() and unicodedata.category(char) != "Lm"):
+        return True  # letters and digits, but not modifier letters (a macron, a bar, a prime)
     if char == ">":
         return previous != "" and previous in "-="
     category = unicodedata.category(char)
