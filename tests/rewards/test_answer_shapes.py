@@ -59,24 +59,15 @@ QUALIFIERS = [
     ("The answer is 5+.", None),  # "5 or more"
     ("It is no more than 5.", None),
     ("It is more than 5.", None),
-    ("The answer is up to 5.", None),
     ("The answer is over 5.", None),
-    ("The answer is approximately 5.", None),
     ("The answer is probably 5.", None),
     ("The answer is maybe 5.", None),
     ("I'm not sure, but the answer is 5.", None),  # a negation before the marker
-    ("The answer isn't 5.", None),
-    ("Five is not the answer.", None),
-    ("The answer is not five.", None),
     (r"\boxed{5} is not the answer.", None),  # a box in a negated sentence
     (r"The answer is not \boxed{5}.", None),
     ("The answer is not\n\\boxed{5}", None),  # a single line break does not end the sentence
     (r"\boxed{5 \text{ or more}}", "5 or more"),  # a text, matches no number
     ("so it is roughly 5", None),  # the last number of a text without statements
-    ("The answer is 5. It is not prime.", "5"),  # the next sentence is not the answer's
-    ("The answer is 5.\n\nIt is not prime.", "5"),
-    ("Not 4. The answer is 5.", "5"),
-    ("The answer is 5, I am sure.", "5"),
 ]
 
 BOXES = [
@@ -93,14 +84,6 @@ BOXES = [
     (r"\sqrt{\boxed{25}}", None),
     (r"\pm\boxed{5}", None),
     ("\u00ac\\boxed{5}", None),  # logical not: a symbol the rules do not know is refused
-    (r"\boxed{5}\%", "5"),
-    (r"**Final Answer:** \boxed{5}", "5"),
-    (r"**\boxed{5}**", "5"),
-    (r"x = \boxed{5}", "5"),
-    (r"\[\boxed{5}\]", "5"),
-    (r"$\boxed{5}$.", "5"),
-    ("\\boxed{5} \u2014 that is the count", "5"),  # a dash before words is punctuation
-    (r"\boxed{5}\text{ apples}", "5"),
 ]
 
 SPACES_AND_DASHES = [
@@ -108,21 +91,16 @@ SPACES_AND_DASHES = [
     ("The answer is \u2212\u202f5", "-5"),  # narrow no-break space
     ("The answer is \u2212\u30005", "-5"),  # ideographic space
     ("The answer is \u2212\u16805", "-5"),  # ogham space mark (category Zs)
-    ("The answer is 5\u00a0000", None),  # a space between digit groups: two numbers
-    ("The answer is 5\u2009000", None),
     ("The answer is \u02c95", "-5"),  # modifier letter macron
     ("The answer is \u203e5", "-5"),  # overline
     ("The answer is \u30fc5", "-5"),  # katakana prolonged sound mark
     ("The answer is \u20525", "-5"),  # commercial minus sign
     ("The answer is \u25015", "-5"),  # box drawings heavy horizontal
     ("The answer is \uff0d\u00a05", "-5"),  # fullwidth hyphen-minus, no-break space
-    ("Answer:\n- 5", "5"),  # an ASCII list item is still a list item
     ("Answer:\n\u2212 5", "-5"),  # a minus sign is no list item
     ("The answer is <5", None),  # relations before a number
     ("The answer is > 5", None),
     ("The answer is \u00a75", None),  # section sign: an unknown symbol is refused
-    ("3 + 2 => 5", "5"),  # an arrow is neutral
-    ("| Total | 5 |", "5"),  # a table cell
 ]
 
 RETRACTIONS = [
@@ -136,24 +114,16 @@ RETRACTIONS = [
     ("The answer is 5. I made a mistake: it is 7.", "7"),
     ("The answer is 5. Wait.", None),  # retracted, and nothing stated after
     ("The answer is 5. Oops, that's wrong.", None),
-    ("Wait, let me think. 3 + 4 = 7, so the answer is 7.", "7"),  # a retraction before the answer
-    ("The answer is 5. A common mistake is to answer 6.", "5"),  # not a retraction of one's own answer
-    (r"\boxed{5} \boxed{6}", None),  # still a hedge
 ]
 
 FRACTIONS_AND_WORDS = [
-    (r"\boxed{\frac{1}{2}}", "1/2"),
-    (r"\boxed{\dfrac{1}{2}}", "1/2"),
     (r"\boxed{\tfrac12}", "1/2"),
     (r"\boxed{\cfrac[l]{1}{2}}", "1/2"),
     (r"The answer is $\frac 3 4$.", "3/4"),
-    (r"\boxed{-\frac{1}{2}}", "-1/2"),
-    (r"\boxed{\frac{-1}{2}}", "-1/2"),
     (r"\boxed{1\frac{1}{2}}", "3/2"),  # a mixed number in LaTeX
     (r"\boxed{1\,1/2}", "3/2"),
     (r"\boxed{\frac{1}{2}3}", "1/2 3"),  # not 1/23: a text, matches no number
     ("The answer is 2 3/4 cups.", "11/4"),
-    ("The answer is 1 3/2.", None),  # no proper mixed number
     ("The answer is -1 1/2.", "-3/2"),
     ("The answer is twenty-one.", "21"),
     ("The answer is twenty one.", "21"),
@@ -161,14 +131,49 @@ FRACTIONS_AND_WORDS = [
     ("The answer is one hundred and five apples.", "105"),
     ("The answer is minus five.", "-5"),
     ("The answer is five five.", "5"),  # the same value twice
+    ("The answer is 5 and a half.", None),
+    ("The answer is 5 million.", "5000000"),
+    ("The answer is 1_000_000.", "1000000"),
+]
+
+# Guards: shapes that the old rules read the same way, kept here so that the new rules above cannot over-reach (a
+# format beside a box, a qualifier in another sentence, an arrow, a table cell, ...). They pass before and after.
+KEPT = [
+    ("The answer is up to 5.", None),
+    ("The answer is approximately 5.", None),
+    ("The answer isn't 5.", None),
+    ("Five is not the answer.", None),
+    ("The answer is not five.", None),
+    ("The answer is 5. It is not prime.", "5"),  # the next sentence is not the answer's
+    ("The answer is 5.\n\nIt is not prime.", "5"),
+    ("Not 4. The answer is 5.", "5"),
+    ("The answer is 5, I am sure.", "5"),
+    (r"\boxed{5}\%", "5"),
+    (r"**Final Answer:** \boxed{5}", "5"),
+    (r"**\boxed{5}**", "5"),
+    (r"x = \boxed{5}", "5"),
+    (r"\[\boxed{5}\]", "5"),
+    (r"$\boxed{5}$.", "5"),
+    ("\\boxed{5} \u2014 that is the count", "5"),  # a dash before words is punctuation
+    (r"\boxed{5}\text{ apples}", "5"),
+    ("The answer is 5\u00a0000", None),  # a space between digit groups: two numbers
+    ("The answer is 5\u2009000", None),
+    ("Answer:\n- 5", "5"),  # an ASCII list item is still a list item
+    ("3 + 2 => 5", "5"),  # an arrow is neutral
+    ("| Total | 5 |", "5"),  # a table cell
+    ("Wait, let me think. 3 + 4 = 7, so the answer is 7.", "7"),  # a retraction before the answer
+    ("The answer is 5. A common mistake is to answer 6.", "5"),  # not a retraction of one's own answer
+    (r"\boxed{5} \boxed{6}", None),  # still a hedge
+    (r"\boxed{\frac{1}{2}}", "1/2"),
+    (r"\boxed{\dfrac{1}{2}}", "1/2"),
+    (r"\boxed{-\frac{1}{2}}", "-1/2"),
+    (r"\boxed{\frac{-1}{2}}", "-1/2"),
+    ("The answer is 1 3/2.", None),  # no proper mixed number
     ("The answer is five or six.", None),
     ("The answer is two thirds.", None),  # a fraction in words is no cardinal
     ("The answer is five and a half.", None),
-    ("The answer is 5 and a half.", None),
     ("The answer is two point five.", None),
     ("The answer is the one on the left.", None),  # a pronoun: no number, no answer
-    ("The answer is 5 million.", "5000000"),
-    ("The answer is 1_000_000.", "1000000"),
     ("The answer is 1,000.", "1000"),
     ("The answer is 1,2", None),  # a list, not 1.2 nor 12
     ("The answer is 1_0", None),
@@ -186,6 +191,16 @@ def test_quoted_answers(response, expected, gold, score):
     ("response", "expected"), QUALIFIERS + BOXES + SPACES_AND_DASHES + RETRACTIONS + FRACTIONS_AND_WORDS
 )
 def test_new_shapes(response, expected):
+    check_reading(response, expected)
+
+
+@pytest.mark.parametrize(("response", "expected"), KEPT)
+def test_kept_shapes(response, expected):
+    check_reading(response, expected)
+
+
+def check_reading(response: str, expected: str | None) -> None:
+    """The verifier reads `expected`, and scores the response 1.0 exactly for the golds equal to it."""
     assert extract_math_answer(response) == expected
     verifier = AnswerVerifier()
     for gold in ("5", "-5", "6", "1/2", "3/2"):

@@ -142,9 +142,16 @@ def test_adversarial_answers_are_wrong_for_the_gold():
     verifier = AnswerVerifier()
     gold = "1,450,000 dollars in total.\n#### 1450000"
     hedges = [
-        "The answer is 1450000 or 1450001.", "#### 1450001", "#### 1450000 1450001", "The answer is 1.45e6",
-        "#### 1450000e0", "#### \uff11\uff14\uff15\uff10\uff10\uff10\uff10", "#### 1450000.01", "#### 1450001/1",
-        r"\boxed{1450000 \text{ or } 1450001}", "#### 1,450,0000",
+        "The answer is 1450000 or 1450001.",
+        "#### 1450001",
+        "#### 1450000 1450001",
+        "The answer is 1.45e6",
+        "#### 1450000e0",
+        "#### \uff11\uff14\uff15\uff10\uff10\uff10\uff10",
+        "#### 1450000.01",
+        "#### 1450001/1",
+        r"\boxed{1450000 \text{ or } 1450001}",
+        "#### 1,450,0000",
     ]
     assert verifier([""] * len(hedges), hedges, answer=[gold] * len(hedges)) == [0.0] * len(hedges)
     right = ["#### 1,450,000", "The answer is $1,450,000.", r"\boxed{1450000}", "#### 1450000.00", "so 1450000"]
@@ -154,8 +161,14 @@ def test_adversarial_answers_are_wrong_for_the_gold():
 
 @pytest.mark.parametrize(
     "response",
-    ["\\boxed{" * 40_000, "\\boxed{1}" + "{" * 200_000, "answer is " * 20_000 + "5", "1," * 100_000 + "5",
-     "9" * 300_000, "\\frac{" * 40_000],
+    [
+        "\\boxed{" * 40_000,
+        "\\boxed{1}" + "{" * 200_000,
+        "answer is " * 20_000 + "5",
+        "1," * 100_000 + "5",
+        "9" * 300_000,
+        "\\frac{" * 40_000,
+    ],
 )
 def test_extraction_is_linear_on_huge_inputs(response):
     start = time.process_time()
@@ -286,8 +299,15 @@ class SliceCountingStr(str):
 
 @pytest.mark.parametrize(
     ("unit", "tail", "expected"),
-    [("\\boxed$", "", None), ("\\boxed", " 5", "5"), ("\\boxed{5}", "", "5"), ("answer is ", "5.", "5"),
-     ("#### 5\n", "", "5"), ("- ", "5", None), ("5 - ", "x", "5")],
+    [
+        ("\\boxed$", "", None),
+        ("\\boxed", " 5", "5"),
+        ("\\boxed{5}", "", "5"),
+        ("answer is ", "5.", "5"),
+        ("#### 5\n", "", "5"),
+        ("- ", "5", None),
+        ("5 - ", "x", "5"),
+    ],
 )
 def test_extraction_reads_each_character_a_bounded_number_of_times(monkeypatch, unit, tail, expected):
     """Issue 26: `"\\boxed$" * k` made the old extraction slice the rest of the text once per marker (quadratic).
@@ -341,7 +361,12 @@ def test_labels():
     assert extract_label("yes, clearly", labels=("yes", "no")) == "yes"
     assert [parse_gold(g, "label") for g in (0, 1, 2)] == ["entailment", "neutral", "contradiction"]
     assert [parse_gold(g, "label") for g in ("e", "N", "c", "2", "Contradiction")] == [
-        "entailment", "neutral", "contradiction", "contradiction", "contradiction"]
+        "entailment",
+        "neutral",
+        "contradiction",
+        "contradiction",
+        "contradiction",
+    ]
     assert parse_gold(0, "label", label_map={0: "contradiction", 1: "neutral", 2: "entailment"}) == "contradiction"
     with pytest.raises(ValueError, match="not in the label mapping"):
         parse_gold(5, "label")
@@ -397,8 +422,15 @@ def test_answer_verifier_missing_gold_is_a_clear_error():
 def tiny_classifier(num_labels: int = 1, seed: int = 0) -> tuple[Qwen2ForSequenceClassification, object]:
     tokenizer = build_toy_tokenizer()
     config = Qwen2Config(
-        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4,
-        num_key_value_heads=4, max_position_embeddings=128, num_labels=num_labels, pad_token_id=tokenizer.pad_token_id,
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        max_position_embeddings=128,
+        num_labels=num_labels,
+        pad_token_id=tokenizer.pad_token_id,
         use_sliding_window=False,
     )
     with torch.random.fork_rng(devices=[]):
@@ -494,8 +526,11 @@ def test_server_round_trip_equals_in_process(classifier):
     # them exactly (`repr` round-trips a float). Other batches pad to other lengths and split the matrix products
     # differently, which changes the float32 summation order: each logit moves by a few float32 ulps (~1e-7
     # relative, a logit here is < 10), and a sigmoid's slope is at most 1/4, so the scores agree to ~1e-6.
-    same_batches = [s for start in (0, 2, 4) for s in verifier.score_batch(QUESTIONS[start : start + 2],
-                                                                            RESPONSES[start : start + 2])]
+    same_batches = [
+        s
+        for start in (0, 2, 4)
+        for s in verifier.score_batch(QUESTIONS[start : start + 2], RESPONSES[start : start + 2])
+    ]
     assert same_batches == pytest.approx(local, abs=1e-6, rel=0)
     with VerifierServer(verifier) as server:
         assert server.url.startswith("http://127.0.0.1:") and server.port != 0
@@ -506,8 +541,9 @@ def test_server_round_trip_equals_in_process(classifier):
         assert remote.score_batch(QUESTIONS, RESPONSES) == pytest.approx(local, abs=1e-6, rel=0)
         assert remote.score(QUESTIONS[1], RESPONSES[1]) == verifier.score(QUESTIONS[1], RESPONSES[1])
         # a malformed request is refused (400)
-        request = urllib.request.Request(server.url + "/score", data=b'{"questions": ["a"], "responses": ["x", "y"]}',
-                                         method="POST")
+        request = urllib.request.Request(
+            server.url + "/score", data=b'{"questions": ["a"], "responses": ["x", "y"]}', method="POST"
+        )
         with pytest.raises(urllib.error.HTTPError) as info:
             urllib.request.urlopen(request, timeout=5)
         assert info.value.code == 400 and b"1 questions for 2 responses" in info.value.read()
@@ -517,8 +553,9 @@ def test_server_round_trip_equals_in_process(classifier):
 def test_server_serves_answer_verifier_with_golds():
     with VerifierServer(AnswerVerifier()) as server:
         remote = RemoteVerifier(server.url + "/score", retries=0, gold_column="answer")
-        scores = remote(prompts=["p", "p"], completions=["#### 18", "#### 3"], question=["q", "q"],
-                        answer=["x\n#### 18", "4"])
+        scores = remote(
+            prompts=["p", "p"], completions=["#### 18", "#### 3"], question=["q", "q"], answer=["x\n#### 18", "4"]
+        )
         assert scores == [1.0, 0.0]
         with pytest.raises(VerifierError, match="golds"):  # no gold answers: a 400 naming what is missing
             RemoteVerifier(server.url, retries=0).score_batch(["q"], ["1"])
@@ -540,8 +577,9 @@ class ScriptedVerifier:
 
     name = "scripted"
 
-    def __init__(self, fail: type[Exception] | None = None, release: threading.Event | None = None,
-                 sleep: float = 0.0) -> None:
+    def __init__(
+        self, fail: type[Exception] | None = None, release: threading.Event | None = None, sleep: float = 0.0
+    ) -> None:
         self.fail, self.release, self.sleep, self.calls = fail, release, sleep, 0
 
     def score_batch(self, questions, responses, golds=None):
@@ -609,8 +647,9 @@ def test_serve_verifier_main(saved_classifier, monkeypatch):
     monkeypatch.setattr(module, "VerifierServer", RecordingServer)
     status = []
     thread = threading.Thread(
-        target=lambda: status.append(serve_verifier_main(["--model", str(saved_classifier), "--port", "0",
-                                                          "--batch-size", "2"])),
+        target=lambda: status.append(
+            serve_verifier_main(["--model", str(saved_classifier), "--port", "0", "--batch-size", "2"])
+        ),
         daemon=True,
     )
     thread.start()
@@ -644,11 +683,31 @@ def test_serve_verifier_main_rejects_a_bad_model(tmp_path, capsys):
 
 def test_train_verifier_example_runs_offline(tmp_path):
     out = tmp_path / "verifier"
-    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), OMP_NUM_THREADS="1",
-               TRL_MARL_CACHE=os.environ.get("TRL_MARL_CACHE", str(tmp_path / "cache")))
-    args = ["examples/train_verifier.py", "--model_name_or_path", "toy", "--output_dir", str(out),
-            "--num_toy_questions", "24", "--num_train_epochs", "1", "--report_to", "none",
-            "--save_strategy", "no", "--disable_tqdm", "true", "--toy_pretrain_steps", "80"]
+    env = dict(
+        os.environ,
+        PYTHONPATH=str(ROOT / "src"),
+        OMP_NUM_THREADS="1",
+        TRL_MARL_CACHE=os.environ.get("TRL_MARL_CACHE", str(tmp_path / "cache")),
+    )
+    args = [
+        "examples/train_verifier.py",
+        "--model_name_or_path",
+        "toy",
+        "--output_dir",
+        str(out),
+        "--num_toy_questions",
+        "24",
+        "--num_train_epochs",
+        "1",
+        "--report_to",
+        "none",
+        "--save_strategy",
+        "no",
+        "--disable_tqdm",
+        "true",
+        "--toy_pretrain_steps",
+        "80",
+    ]
     result = subprocess.run([sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     metrics = json.loads((out / "verifier_metrics.json").read_text())

@@ -62,7 +62,6 @@ the Hugging Face `anli` dataset), a single letter `e`/`n`/`c` is the label it st
 matched against the labels.
 """
 
-
 from __future__ import annotations
 
 import bisect
@@ -126,9 +125,7 @@ _SENTENCE_END = re.compile(r"[.?;](?=\s|$)|(?<![0-9])!(?=\s|$)")  # "5!" is a fa
 # Where a sentence ends: its punctuation, a blank line, or a line that starts a Markdown block (a heading such as
 # GSM8K's "####", a list item, a quotation, a table row). A single line break does not end a sentence: Markdown
 # joins the lines, and "The answer is not\n\\boxed{5}" is one sentence.
-_BOUNDARY = re.compile(
-    r"[.?;](?=\s|$)|(?<![0-9])!(?=\s|$)|\n[ \t]*\n|\n(?=[ \t]*(?:#|\u2022|[0-9]+[.)][ \t]|>|\|))"
-)
+_BOUNDARY = re.compile(r"[.?;](?=\s|$)|(?<![0-9])!(?=\s|$)|\n[ \t]*\n|\n(?=[ \t]*(?:#|\u2022|[0-9]+[.)][ \t]|>|\|))")
 _LATEX_FRAC = re.compile(
     r"\\(?:[dtc]?frac|sfrac|nicefrac)\s*(?:\[[a-z]\]\s*)?"
     r"(?P<a>\{[^{}]*\}|[0-9a-zA-Z]|\\[a-zA-Z]+)\s*(?P<b>\{[^{}]*\}|[0-9a-zA-Z]|\\[a-zA-Z]+)"
@@ -201,9 +198,11 @@ def response_tail(text: str, max_chars: int = MAX_RESPONSE_CHARS) -> str:
         ValueError: If `max_chars` is not a positive integer.
     """
     if isinstance(max_chars, bool) or not isinstance(max_chars, int) or max_chars < 1:
-        raise ValueError(f"`max_chars` / `max_response_chars` (the most characters of a response that are read) must "
-                         f"be a positive integer, got {max_chars!r}; the default is MAX_RESPONSE_CHARS = "
-                         f"{MAX_RESPONSE_CHARS}.")
+        raise ValueError(
+            f"`max_chars` / `max_response_chars` (the most characters of a response that are read) must "
+            f"be a positive integer, got {max_chars!r}; the default is MAX_RESPONSE_CHARS = "
+            f"{MAX_RESPONSE_CHARS}."
+        )
     if len(text) <= max_chars:
         return text
     tail = text[len(text) - max_chars :]
@@ -328,8 +327,11 @@ def _box_touches_operator(text: str, start: int, end: int) -> bool:
             return _OPERAND_AFTER_SIGN.match(text, index, index + 8) is not None
         elif char == "!":
             return glued
-        elif char.isnumeric() or char in "^_'*/" or (char in ".," and index + 1 < len(text)
-                                                         and text[index + 1].isdigit()):
+        elif (
+            char.isnumeric()
+            or char in "^_'*/"
+            or (char in ".," and index + 1 < len(text) and text[index + 1].isdigit())
+        ):
             return True
         elif unicodedata.category(char) == "Sm" and char != "=":
             return True
@@ -477,8 +479,12 @@ def normalize_answer(text: str) -> str:
         # expression ("x+1"), a qualifier something else ("not 5", "about 5", "5 or more"): those are texts.
         rest = read[: number.start()] + " " + read[number.end() :]
         value = canonical_number(number.group(0))
-        if (value is not None and _UNIT_WORDS.fullmatch(rest) and not has_stray_numerals(rest, [])
-                and not _QUALIFIER.search(rest)):
+        if (
+            value is not None
+            and _UNIT_WORDS.fullmatch(rest)
+            and not has_stray_numerals(rest, [])
+            and not _QUALIFIER.search(rest)
+        ):
             return value
     return re.sub(r"\s+", " ", cleaned).strip().rstrip(".").strip()
 
@@ -752,5 +758,3 @@ def answers_match(prediction: str | None, gold: str) -> bool:
     if number_value(prediction) is not None:
         return False
     return prediction.strip().casefold() == str(gold).strip().casefold()
-
-

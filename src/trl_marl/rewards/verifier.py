@@ -15,7 +15,6 @@ The same scores over HTTP are in `trl_marl.rewards.remote` ([`~trl_marl.rewards.
 saved model). Answer extraction and its rules are in `trl_marl.rewards.answers`.
 """
 
-
 from __future__ import annotations
 
 import json
@@ -535,5 +534,3 @@ class ModelVerifier(_PicklableLock):
 
     def __repr__(self) -> str:
         return f"ModelVerifier(model={type(self.model).__name__}, batch_size={self.batch_size})"
-
-

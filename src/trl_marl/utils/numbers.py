@@ -254,11 +254,19 @@ _OPEN_SIGN_AFTER = re.compile(r"[-+](?![ \t]*(?:[0-9($\\a-zA-Z]|\.[0-9]))")
 def neutral_before(char: str, previous: str) -> bool:
     """Whether a character that stands before a number (with at most spaces between) leaves it its value.
 
-    Default deny: letters (but not modifier letters), digits, line breaks, the ASCII punctuation of `_NEUTRAL_ASCII`, currency signs, opening
-    and closing brackets and quotes (categories Ps, Pe, Pi, Pf), punctuation whose compatibility form is such ASCII
-    (fullwidth colon, ellipsis), CJK commas and full stops, bullets and rightwards arrows (`->`, `=>`, `→`) are
-    neutral. Every other symbol, punctuation mark, combining mark or unassigned character (`<`, `>`, `≥`, `¬`, `§`,
-    `№`, a dash look-alike [`dash_like`] does not know, ...) means something the number does not, so it is no number.
+    Default deny: letters (but not modifier letters), digits, line breaks, the ASCII punctuation of
+    `_NEUTRAL_ASCII`, currency signs, opening and closing brackets and quotes (categories Ps, Pe, Pi, Pf), punctuation
+    whose compatibility form is such ASCII (fullwidth colon, ellipsis), CJK commas and full stops, bullets and
+    rightwards arrows (`->`, `=>`, `→`) are neutral. Every other symbol, punctuation mark, modifier, combining mark or
+    unassigned character (`<`, `>`, `≥`, `¬`, `§`, `№`, a dash look-alike [`dash_like`] does not know, ...) means
+    something the number does not, so it is no number.
+
+    Args:
+        char: The character before the number (spaces skipped).
+        previous: The character before it (`""` at the start of the text).
+
+    Returns:
+        Whether the number keeps its value.
     """
     if char in _NEUTRAL_ASCII or char == "\n" or (char.isalnum() and unicodedata.category(char) != "Lm"):
         return True  # letters and digits, but not modifier letters (a macron, a bar, a prime)
@@ -396,9 +404,7 @@ def is_canonical_number(text: str) -> bool:
     number of more than [`MAX_DIGITS`] digits)."""
     if not isinstance(text, str) or len(text) > MAX_DIGITS + 2 or sum(char.isdigit() for char in text) > MAX_DIGITS:
         return False
-    return _CANONICAL.fullmatch(text) is not None and (
-        "/" not in text or Fraction(text).denominator != 1
-    )
+    return _CANONICAL.fullmatch(text) is not None and ("/" not in text or Fraction(text).denominator != 1)
 
 
 def normalize_number(value: Any, decimals: int | None = 6) -> str | None:
