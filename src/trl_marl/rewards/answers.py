@@ -2,53 +2,76 @@
 gold answer of a row, and whether they agree. Used by `trl_marl.rewards.verifier.AnswerVerifier`; usable on its own.
 
 Math answers are read like security-sensitive input: a policy will find any way to get a wrong answer accepted, or
-to hedge. First the text is composed (Unicode NFC), invisible format characters (zero-width spaces and joiners,
-direction marks, soft hyphens) are removed, every dash-like minus sign (U+2212, en and em dashes, small and
-fullwidth hyphen-minus, ...) is read as `-`, and a sign separated from its number by spaces is glued to it
-(`"- 5"` is -5) unless it follows an operand (`"10 - 5"`) or starts a line (a list item); see
-`trl_marl.utils.numbers.normalize_signs`. Then:
+to hedge. The rules, in the order they apply:
 
-1. **Final-answer statements.** A response states its final answer once, or repeats the same value. The
+0. **What is read.** At most the last `max_chars` characters ([`MAX_RESPONSE_CHARS`], 32,768 by default), from the
+   first line after the cut (`trl_marl.rewards.answer_text.response_tail`): the final answer is at the end, and a
+   response of megabytes costs what one of this length does. Then the text is normalised as a person sees it
+   (`trl_marl.utils.numbers.normalize_text`): Unicode NFC; every space character (category Zs: no-break, thin,
+   narrow no-break, ...) is a space; invisible characters (categories Cf and Cc) are removed; every dash and minus
+   look-alike is `-`, decided from the Unicode database (category Pd, and symbols whose names describe one
+   horizontal stroke: U+2212, U+2043, U+23AF, U+2500, U+00AF, ...; `trl_marl.utils.numbers.dash_like`); a sign
+   separated from its number by spaces is glued to it (`"\u2212\u00a05"` is -5) unless it follows an operand
+   (`"10 - 5"`); an ASCII `- ` starting a line is a list item, not a sign.
+1. **Retractions.** Everything before the last retraction is withdrawn: "wait", "actually", "no,", "oops",
+   "correction", "on second thought", "I made a mistake", "let me recompute", "that's wrong" starting a clause, and
+   "... is not the answer", "... is wrong" anywhere ("The answer is 5.\\n\\nWait, that's wrong: it is 6." is 6;
+   "The answer is 5. Wait." is no answer). Retractions inside boxes do not count.
+2. **Final-answer statements.** A response states its final answer once, or repeats the same value. The
    statements are:
    - every complete outermost `\\boxed{...}` (nested braces allowed; `\\fbox{...}` and `\\boxed 5` too): its
-     content with LaTeX markup removed (`\\frac{a}{b}` -> `a/b`, `\\text{...}` -> its text); the number when it
-     holds exactly one and otherwise only words (units), else the text (`\\boxed{1450000 \\text{ or } 1450001}` is
-     the text "1450000 or 1450001", `\\boxed{5½}` the text "5½", `\\boxed{\\text{not } 5}` the text "not 5":
-     none matches a number);
+     content with LaTeX markup removed (`\\frac{a}{b}`, `\\frac12`, `\\dfrac`, `\\tfrac`, `\\cfrac[l]{a}{b}` ->
+     `a/b`; `2\\frac{1}{2}` is the mixed number 5/2; `\\text{...}` -> its text; `\\,` -> a space) and number words
+     read (`\\boxed{five}` is 5); the number when it holds exactly one and otherwise only words (units), else the
+     text (`\\boxed{1450000 \\text{ or } 1450001}` is the text "1450000 or 1450001", `\\boxed{\\text{not } 5}`
+     the text "not 5": none matches a number). A box with a sign, an operator, a power, a digit or a LaTeX command
+     that does not only format next to it is ambiguous (`-\\boxed{5}`, `\\boxed{5}^2`, `2\\boxed{5}`,
+     `\\boxed{5}!`, `\\sqrt{\\boxed{25}}`, `\\boxed{5} \\cdot 2`; `**\\boxed{5}**`, `x = \\boxed{5}` and
+     `\\boxed{5}\\%` are 5);
    - every `####` (GSM8K's marker) and every "answer is X", "answer: X" or "answer = X" (any case, "final answer",
      Markdown bold allowed): the numbers of the rest of the marker's sentence (up to `.`, `!`, `?` or `;` before a
      space or the line end, or the next non-blank line when the marker ends its line; never past the next marker or
-     box).
+     box), number words read ("twenty-one", "one hundred and five").
      No numeral at all: the marker states nothing. One value (repeated or not) is a statement. Anything else is
      *ambiguous*: several different values ("1450000 or 1450001", "18 (9 * 2)", "the answer: 3 + 4 = 7"), a
-     numeral that is no plain number (`5e0`, `5½`, `5²`, `5!`, `5̸`, fullwidth or other scripts' digits, `√25`,
-     `≠5`, `≈5`, `~5`, `±5`, `--5`; see `trl_marl.utils.numbers.find_numbers` and `has_stray_numerals`), or a
-     qualifier before the number ("not 5", "about 5", "at least 5", "more than 5").
+     numeral that is no plain number (`5e0`, `5½`, `5²`, `5!`, `5+`, `5̸`, fullwidth or other scripts' digits,
+     `√25`, `≠5`, `≈5`, `~5`, `±5`, `--5`, `<5`, a symbol the rules do not know before it, "two thirds", "five and
+     a half"; see `trl_marl.utils.numbers.find_numbers` and `has_stray_numerals`).
 
-   **Several statements with different values are a hedge: no answer** (`\\boxed{5}\\boxed{6}`, "The answer is 5.
-   ... The answer is 6.", `\\boxed{5}` with "#### 6"; quoting another agent's boxed answer counts too). Numbers
-   agree by value (`0.5` and `\\boxed{1/2}`), texts ignoring case; a number never agrees with a text. So the
-   verifier reads one value or none, and stating several candidates can never earn more than stating one. Ambiguous
-   markers do not count beside statements ("Let's find the answer: 3 + 4 = 7. \\boxed{7}" is 7), but **only
-   ambiguous markers are no answer**, with no fallback to the last number ("I got 5. The answer is 5e0").
-2. **Otherwise the last number of the text**, unless a numeral that is no plain number follows it or a negation
-   stands right before it ("it isn't 5"): then no answer.
-3. Otherwise no answer (`None`).
+   **A qualifier or a negation anywhere in the sentence of a statement makes it ambiguous**: "not", "no", "never",
+   "cannot", "n't", "at least", "at most", "up to", "more than", "or more", "or less", "or so", "about", "roughly",
+   "approximately", "nearly", "maybe", "probably", "wrong", "over 5", ... ("The answer is 5 or more.", "I'm not sure,
+   but the answer is 5.", "\\boxed{5} is not the answer."). A sentence ends at `.`, `!`, `?` or `;` before a space,
+   at a blank line or at a line that starts a Markdown block (a heading such as `####`, a list item, a quotation);
+   a single line break does not end it ("The answer is not\\n\\boxed{5}" is one sentence).
 
-Every step is linear in the length of the text: boxes are matched in one pass and taken outermost only, and the
-spans of markers end at the next marker, so no character is read twice whatever the text repeats
-(`"\\boxed$" * k`, `"answer is " * k`).
+   **The last statement decides**: when it is ambiguous there is no answer, with no fallback to the last number
+   ("I got 5. The answer is 5e0"). Ambiguous statements before it are reasoning ("Let's find the answer: 3 + 4 =
+   7. \\boxed{7}" is 7). **Several statements with different values are a hedge: no answer**
+   (`\\boxed{5}\\boxed{6}`, "The answer is 5. ... The answer is 6.", `\\boxed{5}` with "#### 6"; quoting another
+   agent's boxed answer counts too). Numbers agree by value (`0.5` and `\\boxed{1/2}`), texts ignoring case; a
+   number never agrees with a text. So the verifier reads one value or none, and stating several candidates can
+   never earn more than stating one.
+3. **Otherwise the last number of the text** (in digits; number words when the text has no number in digits:
+   "five" is 5), unless a numeral that is no plain number follows it or its sentence holds a qualifier or a negation
+   ("It is at least 5.", "5 is not the answer.", "so roughly 5"): then no answer.
+4. Otherwise no answer (`None`).
+
+Every step is linear in the length of the text: boxes are matched in one pass and taken outermost only, the spans
+of markers end at the next marker, and each sentence is searched for qualifiers once, so no character is read more
+than a few times whatever the text repeats (`"\\boxed$" * k`, `"answer is " * k`).
 
 What a number is, its canonical form and how two numbers compare are the rules of `trl_marl.utils.numbers`, the one
 normaliser of the package (the data loaders use it too). In short: ASCII digits only (fullwidth, superscript and
-other scripts' digits are numerals but no numbers); an optional sign, `$`, `%` (`50%` is 50), thousands separators
-in groups of three (`5,000`; a space or an apostrophe separates two numbers: `5 000` is ambiguous), decimals with a
-`.` (`5.000` is 5), fractions `3/4`, leading zeros (`05` is 5), a leading `+`; no scientific notation (`1e6` holds
-no number); at most 50 digits (a longer number is no answer); letters glued after a number are a unit (`5kg`, `5i`
-are 5); a `-` glued to a preceding digit or letter is a minus operator (the last number of "5-3" is 3). **An integer
-gold answer matches only the exact value** (`1450001` is wrong for `1450000`, `1450000.0` is right), a fraction gold
-its exact value (`0.75` is right for `3/4`, `0.333333` wrong for `1/3`), and a decimal gold with d decimal places
-a prediction that rounds to it at d places (`0.333` is right for `0.33`). Non-numeric answers are compared as texts,
+other scripts' digits are numerals but no numbers); an optional sign, `$`, `%` (`50%` is 50), digit groups of three
+separated by `,` or `_` (`5,000`, `1_000`; `1,2` is a list, no number; a space or an apostrophe separates two
+numbers: `5 000` is ambiguous), decimals with a `.` (`5.000` is 5), fractions `3/4`, mixed numbers with a proper
+fraction (`1 1/2` is 3/2; `1 3/2` is no number), leading zeros (`05` is 5), a leading `+`; no scientific notation
+(`1e6` holds no number); at most 50 digits (a longer number is no answer); letters glued after a number are a unit
+(`5kg`, `5i` are 5) and a scale word multiplies (`5 million` is 5000000); a `-` glued to a preceding digit or
+letter is a minus operator (the last number of "5-3" is 3). **Numbers match only by exact value** (answers are
+exact rationals, never binary floats, so no tolerance is needed): `1450001` is wrong for `1450000`, `2.46` and
+`2.549` are wrong for `2.5`, `0.75`, `3/4` and `6/8` are equal. Non-numeric answers are compared as texts,
 ignoring case.
 
 Labels (ANLI's entailment / neutral / contradiction by default): the last whole-word occurrence of any label in any
@@ -56,10 +79,10 @@ case wins ("... so it is not a contradiction; NEUTRAL" -> "neutral"). Beware tha
 ("Neutral, not contradiction") also counts as the last occurrence.
 
 Gold answers: GSM8K's answer text (reasoning, then `#### 72`) gives what follows the last `####`; plain values
-pass through the same normalisation (`72`, `72.0`, `"$1,234"`; a float is rounded to 6 decimal places); for labels
-an integer (or a digit string) is an index into `label_map` (default `0: entailment, 1: neutral, 2: contradiction`,
-the Hugging Face `anli` dataset), a single letter `e`/`n`/`c` is the label it starts (ANLI's raw files), and text is
-matched against the labels.
+pass through the same normalisation (`72`, `72.0`, `"$1,234"`; a float is rounded to 6 decimal places, the only
+rounding anywhere: a prediction must equal that decimal); for labels an integer (or a digit string) is an index into
+`label_map` (default `0: entailment, 1: neutral, 2: contradiction`, the Hugging Face `anli` dataset), a single
+letter `e`/`n`/`c` is the label it starts (ANLI's raw files), and text is matched against the labels.
 """
 
 from __future__ import annotations

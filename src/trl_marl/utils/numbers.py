@@ -10,8 +10,9 @@ written down here.
 - ASCII digits only (`0-9`). Other scripts' digits (Arabic-Indic, fullwidth) are not digits, and a number glued to
   one is not a number; nor is a number glued to a power (`10^2`, `10²`: neither 10 nor 2 is a number there).
 - An optional sign (`-3`, `+3`), an optional currency sign (`$12`, `-$12`), an optional percent sign (`50%` is 50).
-- An integer (`1450000`), optionally with thousands separators in groups of exactly three (`1,450,000`), a decimal
-  (`2.50`, `.5`), or a fraction of two integers (`3/4`).
+- An integer (`1450000`), optionally with digit groups of exactly three separated by `,` or `_` (`1,450,000`,
+  `1_450_000`; not mixed, and `1,2` is a list: no number), a decimal (`2.50`, `.5`), a fraction of two integers
+  (`3/4`), or a mixed number: an integer, one space and a proper fraction (`1 1/2` is 3/2; `1 3/2` is no number).
 - Not glued to a word, another number, `.`, `,`, `/` or a closing bracket before it (the `3` of `x3` or `v2.3` is not
   a number), and not followed by a digit of any script or by `.`, `,` or `/` and a digit (`2.5.3`, `1,450,0001` and
   `1/2/3` hold no number). A `-` glued to a preceding digit or letter is a minus operator (`5-3`: the number `3`).
@@ -21,12 +22,18 @@ written down here.
 - Where it stands, a match must mean its number ([`find_numbers`]): not glued to a factorial, per-mille sign,
   combining mark or another numeral after it (`5!`, `5‰`, `5̸`, `5½` are not 5), and not after a relation, an
   approximation, a root, `±`, a second sign or an absolute-value bar (`≠5`, `≈5`, `~5`, `√25`, `±5`, `--5`, `|-5|`,
-  `\\neq 5`, `\\sqrt{25}`). Such a numeral is *stray* ([`has_stray_numerals`]): a text that holds one is not one
-  plain number, and the answer verifier reads it as ambiguous rather than as a text without numbers.
-- Signs in text ([`normalize_signs`], applied by the answer verifier before reading numbers): every dash-like minus
-  sign ([`MINUS_SIGNS`]: U+2212, en and em dashes, figure dash, hyphen, small and fullwidth hyphen-minus, ...) is a
-  `-`, fullwidth and other plus signs a `+`; a sign separated from its number by spaces belongs to it (`- 5` is -5)
-  unless it follows an operand (`10 - 5`, `x - 5`) or starts a line (a list item `- 5`).
+  `\\neq 5`, `\\sqrt{25}`), nor followed by a sign that has no operand (`5+` is "5 or more"). Before it (spaces
+  between allowed), only what [`neutral_before`] allows may stand (default deny): letters, digits, brackets, quotes,
+  currency signs, sentence punctuation, Markdown, binary operators and rightwards arrows; any other symbol (`<5`,
+  `> 5`, `§5`, `¬5`, a look-alike nobody listed) makes it no number. Such a numeral is *stray*
+  ([`has_stray_numerals`]): a text that holds one is not one plain number, and the answer verifier reads it as
+  ambiguous rather than as a text without numbers.
+- Text is read as a person sees it ([`normalize_text`], applied by the answer verifier before reading numbers):
+  every Unicode space (category Zs) is a space, invisible characters (categories Cf, Cc) are removed, and every
+  dash-like character ([`dash_like`], decided from the Unicode database: category Pd and the symbols whose names
+  describe one horizontal stroke, such as U+2212, U+2043, U+23AF, U+2500, U+00AF; examples in [`MINUS_SIGNS`]) is a
+  `-`, plus signs a `+`; a sign separated from its number by spaces belongs to it (`- 5` and `\u2212\u00a05` are
+  -5) unless it follows an operand (`10 - 5`, `x - 5`) or is an ASCII list item (`- 5` starting a line).
 
 **Canonical form** ([`canonical_number`], [`normalize_number`]): no sign for zero or positive values, no separators,
 currency or percent signs; integers as digits (`1450000`); decimals without trailing zeros and with a leading zero
@@ -35,13 +42,12 @@ currency or percent signs; integers as digits (`1450000`); decimals without trai
 `decimals` places (6 by default: a binary float such as `0.1 + 0.2` is `0.3`), NaN and infinities are no number;
 `bool` is no number; `Fraction` and `Decimal` exactly.
 
-**Comparison** ([`numbers_match`]), by the gold answer's canonical form:
-
-- an integer gold: the prediction's exact value must equal it (`1450001` is not `1450000`; `1450000.0`, `2900000/2`
-  are);
-- a fraction gold: exact value (`3/4` == `0.75` == `6/8`, but `0.333333` != `1/3`);
-- a decimal gold with d decimal places: the prediction rounded to d places (half away from zero) must equal it
-  (`0.333` and `1/3` match `0.33`; `0.34` does not; `2.55` rounds to `2.6` and does not match `2.5`).
+**Comparison** ([`numbers_match`]): exact values, no tolerance. Texts are read into exact rationals (`Fraction`),
+never into binary floats, so nothing in the reading introduces an error that a tolerance would have to absorb:
+`1450001` is not `1450000`, `2.46` and `2.549` are not `2.5` (rounding at the gold's places accepted them), `0.333`
+is not `1/3` nor `0.33`, while `3/4`, `0.75`, `6/8` and `1450000.0`, `2900000/2` are equal. The one rounding is of
+gold answers given as Python floats (6 decimal places, above), which removes their binary noise; a prediction must
+equal that decimal.
 """
 
 from __future__ import annotations
