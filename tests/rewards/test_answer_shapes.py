@@ -156,6 +156,8 @@ KEPT = [
     (r"$\boxed{5}$.", "5"),
     ("\\boxed{5} \u2014 that is the count", "5"),  # a dash before words is punctuation
     (r"\boxed{5}\text{ apples}", "5"),
+    (r"\therefore \boxed{5}", "5"),  # a conclusion formats, it is no operator
+    (r"x = 2 + 3 \Rightarrow \boxed{5}", "5"),
     ("The answer is 5\u00a0000", None),  # a space between digit groups: two numbers
     ("The answer is 5\u2009000", None),
     ("Answer:\n- 5", "5"),  # an ASCII list item is still a list item

@@ -81,6 +81,8 @@ _FORMATTING_COMMANDS = frozenset(
     "text textrm textbf textit mathrm mathbf mbox quad qquad enspace hfill hspace displaystyle left right big Big "
     "bigl bigr Bigl Bigr end begin label tag newline boxed fbox".split()
 )
+# Conclusions before a box end the look back: what comes before them is reasoning ("2 + 3 \\Rightarrow \\boxed{5}").
+_CONCLUSIONS = frozenset("therefore implies Rightarrow rightarrow Longrightarrow longrightarrow to iff".split())
 _BOX_SKIP = frozenset(" \t\n$")
 _COMMAND = re.compile(r"\\([a-zA-Z]+|.)", re.DOTALL)
 _OPERAND_AFTER_SIGN = re.compile(r"[+-][ \t]*(?:[0-9({\[\\$]|\.[0-9]|[a-zA-Z](?![a-zA-Z]))")
@@ -200,8 +202,8 @@ def box_touches_operator(text: str, start: int, end: int) -> bool:
                 return True
         elif char.isascii() and char.isalpha():
             command, command_start = _command_before(text, index)
-            if command is None:
-                break  # a word: "is \boxed{5}"
+            if command is None or command in _CONCLUSIONS:
+                break  # a word ("is \\boxed{5}") or a conclusion ("\\therefore \\boxed{5}")
             if command not in _FORMATTING_COMMANDS:
                 return True
             index = command_start
