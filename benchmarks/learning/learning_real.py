@@ -161,8 +161,9 @@ def target_sum_task() -> Task:
 def coding_task() -> Task:
     """MAGRPO's cooperative coding on `trl_marl.data.team_coding`'s level-1 problems (a one-line helper `aux` and a
     one-line main function; the helper's contract is stated to both agents): agent 0 writes `aux`, agent 1 the main
-    function, each after the assistant prefill "```python". Trained on `CodingTeamReward` (structure, syntax, pass
-    rate, helper used, non-trivial main); success is a joint program that passes every hidden test. Training and
+    function, each after the assistant prefill "```python", sampled at T = 0.7. Trained on `CodingTeamReward`
+    (structure, syntax, pass rate, helper used, non-trivial main); success is a joint program that passes every hidden
+    test. Training and
     held-out problems are split by family (`team_coding_split`), so no held-out problem shares its helper with a
     training problem. No centralised arm yet."""
     from trl_marl.data.team_coding import team_coding_rows
@@ -183,7 +184,9 @@ def coding_task() -> Task:
         rows = heldout if split == "heldout" else train
         return [rows[i % len(rows)] for i in range(min(count, len(rows)))]
 
-    sizes = {"batch": 8, "generations": 4, "completion": 96, "eval_rows": 8}
+    # T = 0.7 for training and evaluation: at T = 1 the 135M model's code is mostly broken (on eight training problems
+    # its untrained team passed every test in 28% of joint actions at T = 0.7, 12% at T = 1 in a smoke run)
+    sizes = {"batch": 8, "generations": 4, "completion": 96, "eval_rows": 8, "temperature": 0.7}
     return Task("coding", env, CodingTeamReward, train_rows, eval_rows, success=PassRateReward, sizes=sizes,
                 central=False)
 
@@ -226,7 +229,8 @@ def evaluate_task(task: Task, team: Any, central: bool, rows: Sequence[dict[str,
 
     env = task.env(central)
     score = task.success(env) if task.success is not None else task.reward(env)
-    result = sampled_team_success(env, score, team, rows, seed, max_new_tokens)
+    temperature = (task.sizes or {}).get("temperature", 1.0)
+    result = sampled_team_success(env, score, team, rows, seed, max_new_tokens, temperature)
     result.pop("completions")
     return result
 

@@ -72,6 +72,7 @@ def test_coding_task_rows_sizes_and_success(bench: Any) -> None:
         task.env(True)
     settings = bench.settings_for(bench.parse_args(["magrpo", "--task", "coding", "--arms", "team", "alone"]))
     assert settings["sizes"]["completion"] == 96 and settings["sizes"]["generations"] == 4
+    assert settings["sizes"]["temperature"] == 0.7 == task.sizes["temperature"]
     with pytest.raises(SystemExit, match="no centralised arm"):
         bench.settings_for(bench.parse_args(["magrpo", "--task", "coding"]))
 
