@@ -122,8 +122,9 @@ class RewardSet:
         default_kind: The kind of a function that does not declare one: `"team"` or `"agent"`.
     """
 
-    def __init__(self, funcs: Sequence[RewardFunc], weights: Sequence[float] | None = None,
-                 default_kind: str = "team") -> None:
+    def __init__(
+        self, funcs: Sequence[RewardFunc], weights: Sequence[float] | None = None, default_kind: str = "team"
+    ) -> None:
         if not funcs:
             raise ValueError("Pass at least one reward function in `reward_funcs`.")
         for f in funcs:
@@ -149,8 +150,9 @@ class RewardSet:
         self.isolation = "process"
         self.isolation_field = "reward_isolation"
 
-    def set_timeout(self, seconds: float | None, field: str, isolation: str = "process",
-                    isolation_field: str | None = None) -> None:
+    def set_timeout(
+        self, seconds: float | None, field: str, isolation: str = "process", isolation_field: str | None = None
+    ) -> None:
         """Limit every call of a reward function to `seconds` (`None`: no limit); `field` names the config field.
 
         A function with its own `reward_timeout` attribute (seconds, or `None` for no limit) keeps it instead, e.g.
@@ -168,8 +170,10 @@ class RewardSet:
         for f, name in zip(self.funcs, self.names):
             own = getattr(f, "reward_isolation", isolation)
             if own not in REWARD_ISOLATIONS:
-                raise ValueError(f"Reward function `{name}` has `reward_isolation={own!r}`; it must be one of "
-                                 f"{REWARD_ISOLATIONS} (or no such attribute, to take `{isolation_field}`).")
+                raise ValueError(
+                    f"Reward function `{name}` has `reward_isolation={own!r}`; it must be one of "
+                    f"{REWARD_ISOLATIONS} (or no such attribute, to take `{isolation_field}`)."
+                )
         self.timeout = seconds
         self.timeout_field = field
         self.isolation = isolation
@@ -180,25 +184,55 @@ class RewardSet:
         return getattr(self.funcs[f_index], "reward_timeout", self.timeout)
 
     # ------------------------------------------------------------------ calls
-    def _call(self, f_index: int, prompts: list[list[Prompt]], completions: list[list[Any]],
-              columns: dict[str, list[Any]], transcripts: Sequence[Transcript], turn: int, trainer_state: Any,
-              agent_index: int | None) -> list[float | None]:
+    def _call(
+        self,
+        f_index: int,
+        prompts: list[list[Prompt]],
+        completions: list[list[Any]],
+        columns: dict[str, list[Any]],
+        transcripts: Sequence[Transcript],
+        turn: int,
+        trainer_state: Any,
+        agent_index: int | None,
+    ) -> list[float | None]:
         shown = 0 if agent_index is None else agent_index
         kwargs = dict(columns)  # the multi-agent keywords win over dataset columns of the same name
-        kwargs.update(agent_prompts=prompts, agent_completions=completions, agent_index=agent_index, turn=turn,
-                      transcript=list(transcripts), trainer_state=trainer_state,
-                      prompts=prompts[shown], completions=completions[shown])
+        kwargs.update(
+            agent_prompts=prompts,
+            agent_completions=completions,
+            agent_index=agent_index,
+            turn=turn,
+            transcript=list(transcripts),
+            trainer_state=trainer_state,
+            prompts=prompts[shown],
+            completions=completions[shown],
+        )
         func, name = self.funcs[f_index], self.names[f_index]
         field = self.timeout_field if not hasattr(func, "reward_timeout") else f"{name}.reward_timeout"
-        isolation_field = self.isolation_field if not hasattr(func, "reward_isolation") else (
-            f"{name}.reward_isolation")
-        return call_reward_function(func, name, len(transcripts), timeout=self.timeout_of(f_index),
-                                    timeout_field=field, isolation=getattr(func, "reward_isolation", self.isolation),
-                                    isolation_field=isolation_field, arguments=kwargs)
+        isolation_field = (
+            self.isolation_field if not hasattr(func, "reward_isolation") else (f"{name}.reward_isolation")
+        )
+        return call_reward_function(
+            func,
+            name,
+            len(transcripts),
+            timeout=self.timeout_of(f_index),
+            timeout_field=field,
+            isolation=getattr(func, "reward_isolation", self.isolation),
+            isolation_field=isolation_field,
+            arguments=kwargs,
+        )
 
-    def score(self, prompts: list[list[Prompt]], texts: list[list[str]], rows: Sequence[Mapping[str, Any]],
-              transcripts: Sequence[Transcript], turn: int, trainer_state: Any = None,
-              per_agent: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    def score(
+        self,
+        prompts: list[list[Prompt]],
+        texts: list[list[str]],
+        rows: Sequence[Mapping[str, Any]],
+        transcripts: Sequence[Transcript],
+        turn: int,
+        trainer_state: Any = None,
+        per_agent: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Score the joint actions of one turn; `prompts[a][i]`/`texts[a][i]` are agent a's part of joint action i.
 
         Args:
@@ -262,9 +296,13 @@ class RewardSet:
         if nonfinite or any(bool((~torch.isnan(r)).any()) for r in rewards_per_func):
             return
         count = sum(int(r.size(0)) for r in rewards_per_func)
-        raise RewardFunctionError(unscorable_message(
-            self.names, f"all {count} joint actions of this step",
-            "a step in which nothing is scored gives every advantage 0 (`reward` is logged as nan)."))
+        raise RewardFunctionError(
+            unscorable_message(
+                self.names,
+                f"all {count} joint actions of this step",
+                "a step in which nothing is scored gives every advantage 0 (`reward` is logged as nan).",
+            )
+        )
 
 
 class NonFiniteCounter:
