@@ -159,12 +159,12 @@ def call_reward_function(func: Callable[..., Any], name: str, size: int, /, time
     """
     kwargs = {**(arguments or {}), **kwargs}
     if timeout is not None and isolation == "process":
-        reason = _CUDA_REASON if id(func) in _THREAD_ONLY else fork_obstacle(func)
+        reason = _CUDA_REASON if _THREAD_ONLY.get(id(func)) is func else fork_obstacle(func)
         try:
             if reason is None:
                 return _call_in_process(func, name, size, kwargs, timeout, timeout_field, isolation_field)
         except _NeedsCuda:
-            _THREAD_ONLY.add(id(func))
+            _THREAD_ONLY[id(func)] = func
             reason = _CUDA_REASON
         _warn_once(name, f"Reward function `{name}` runs in a thread, not in a worker process (`{isolation_field}="
                    f"'process'`), because {reason}. A call stuck in C code that holds the GIL (e.g. a backtracking "
@@ -234,7 +234,7 @@ class _NeedsCuda(Exception):
 
 
 _CUDA_REASON = "it uses CUDA, which a forked process cannot"
-_THREAD_ONLY: set[int] = set()  # ids of functions that failed in a worker process for want of CUDA
+_THREAD_ONLY: dict[int, Any] = {}  # functions that failed in a worker process for want of CUDA (kept: ids stay theirs)
 _WARNED: set[str] = set()  # the functions warned about (by name), once each per process
 
 def _warn_once(name: str, message: str) -> None:
