@@ -105,19 +105,34 @@ def first_lora_a(model: str, output_dir: Path) -> list[float]:
     """Agent 0's first three `lora_A` values of a seeded MAGRPO trainer built on `model`."""
     from peft import LoraConfig
 
-    args = MAGRPOConfig(output_dir=str(output_dir), num_agents=2, num_generations=2, per_device_train_batch_size=4,
-                        max_completion_length=3, max_steps=1, report_to="none", save_strategy="no", seed=0,
-                        disable_tqdm=True)
-    trainer = MAGRPOTrainer(model=model, reward_funcs=TargetSumReward(0.5), args=args,
-                            train_dataset=Dataset.from_dict({"target": [10] * 4}), env=TargetSumEnv(2),
-                            peft_config=LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]))
+    args = MAGRPOConfig(
+        output_dir=str(output_dir),
+        num_agents=2,
+        num_generations=2,
+        per_device_train_batch_size=4,
+        max_completion_length=3,
+        max_steps=1,
+        report_to="none",
+        save_strategy="no",
+        seed=0,
+        disable_tqdm=True,
+    )
+    trainer = MAGRPOTrainer(
+        model=model,
+        reward_funcs=TargetSumReward(0.5),
+        args=args,
+        train_dataset=Dataset.from_dict({"target": [10] * 4}),
+        env=TargetSumEnv(2),
+        peft_config=LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]),
+    )
     name, weight = next((n, p) for n, p in trainer.team.models[0].named_parameters() if "lora_A" in n)
     assert "lora_A" in name
     return [round(v, 6) for v in weight.detach().flatten()[:3].tolist()]
 
 
-def test_a_seeded_trainer_is_the_same_whether_the_model_cache_was_built_or_not(fake_real_build: list[Path],
-                                                                                tmp_path: Path) -> None:
+def test_a_seeded_trainer_is_the_same_whether_the_model_cache_was_built_or_not(
+    fake_real_build: list[Path], tmp_path: Path
+) -> None:
     """The shape of the report: agent 0's first `lora_A` values differed between an empty and a built cache."""
     torch.manual_seed(123)  # what the caller did before does not matter: the trainer seeds
     fresh = first_lora_a(real.REAL_MODEL_NAME, tmp_path / "first")

@@ -62,8 +62,15 @@ def test_a_hanging_call_times_out_naming_the_function_and_the_field(release: thr
 
     start = time.monotonic()
     with pytest.raises(RewardTimeoutError) as caught:
-        call_reward_function(stuck_verifier, "stuck_verifier", 2, timeout=0.2,
-                             timeout_field="MAGRPOConfig.reward_timeout", prompts=["a", "b"], completions=["1", "2"])
+        call_reward_function(
+            stuck_verifier,
+            "stuck_verifier",
+            2,
+            timeout=0.2,
+            timeout_field="MAGRPOConfig.reward_timeout",
+            prompts=["a", "b"],
+            completions=["1", "2"],
+        )
     assert time.monotonic() - start < 5.0  # returned although the function never did
     message = str(caught.value)
     assert "`stuck_verifier`" in message and "0.2 s" in message and "`MAGRPOConfig.reward_timeout`" in message
@@ -79,8 +86,9 @@ def test_a_call_in_a_thread_behaves_as_a_direct_call() -> None:
         return [float(len(c)) for c in completions]
 
     with torch.no_grad():
-        values = call_reward_function(reward, "reward", 2, timeout=30.0, isolation="thread",
-                                      prompts=["a", "b"], completions=["x", "yz"])
+        values = call_reward_function(
+            reward, "reward", 2, timeout=30.0, isolation="thread", prompts=["a", "b"], completions=["x", "yz"]
+        )
     assert values == [1.0, 2.0]
     assert seen == {"grad": False, "thread": "reward:reward"}  # in a worker thread, under the caller's no_grad
 
@@ -89,8 +97,9 @@ def test_a_call_in_a_thread_behaves_as_a_direct_call() -> None:
 
     for isolation in ("thread", "process"):
         with pytest.raises(RewardFunctionError, match="`broken` raised KeyError: 'gold'"):
-            call_reward_function(broken, "broken", 1, timeout=30.0, isolation=isolation, prompts=["a"],
-                                 completions=["x"])
+            call_reward_function(
+                broken, "broken", 1, timeout=30.0, isolation=isolation, prompts=["a"], completions=["x"]
+            )
 
     # without a timeout the function runs in the calling thread
     call_reward_function(reward, "reward", 1, timeout=None, prompts=["a"], completions=["x"])
@@ -109,9 +118,18 @@ def test_a_call_in_a_worker_process_gets_the_arguments_and_sends_back_only_check
         return [torch.tensor(float(pid != parent)), float(torch.is_grad_enabled()), None, kwargs["target"][3]]
 
     with torch.no_grad():
-        values = call_reward_function(reward, "reward", 4, timeout=30.0, arguments={
-            "prompts": ["p"] * 4, "completions": ["c"] * 4, "target": [1, 2, 3, float("nan")],
-            "timeout": "a dataset column may be named like a parameter"})
+        values = call_reward_function(
+            reward,
+            "reward",
+            4,
+            timeout=30.0,
+            arguments={
+                "prompts": ["p"] * 4,
+                "completions": ["c"] * 4,
+                "target": [1, 2, 3, float("nan")],
+                "timeout": "a dataset column may be named like a parameter",
+            },
+        )
     assert values[:3] == [1.0, 0.0, None] and values[3] != values[3]  # NaN comes back as NaN (counted by trainers)
     assert seen == []
 
@@ -177,8 +195,15 @@ def deaf(prompts: list[str], completions: list[str], **kwargs: Any) -> list[floa
 def test_a_call_stuck_in_c_code_is_killed_at_the_limit(func: Any) -> None:
     start = time.monotonic()
     with pytest.raises(RewardTimeoutError) as caught:
-        call_reward_function(func, func.__name__, 2, timeout=1.0, timeout_field="MAGRPOConfig.reward_timeout",
-                             prompts=["a", "b"], completions=["1", "2"])
+        call_reward_function(
+            func,
+            func.__name__,
+            2,
+            timeout=1.0,
+            timeout_field="MAGRPOConfig.reward_timeout",
+            prompts=["a", "b"],
+            completions=["1", "2"],
+        )
     assert time.monotonic() - start < 6.0  # about the limit (1 s), not the call's tens of seconds
     message = str(caught.value)
     assert f"`{func.__name__}`" in message and "`MAGRPOConfig.reward_timeout`" in message
@@ -212,8 +237,9 @@ def test_a_late_result_in_a_thread_is_refused() -> None:
         return [float(re.match(r"(a+)+$", "a" * 22 + "b") is None)] * len(completions)
 
     with pytest.raises(RewardTimeoutError, match=r"`slow_regex` (returned after .* s, past|did not return within)"):
-        call_reward_function(slow_regex, "slow_regex", 1, timeout=0.05, isolation="thread", prompts=["a"],
-                             completions=["1"])
+        call_reward_function(
+            slow_regex, "slow_regex", 1, timeout=0.05, isolation="thread", prompts=["a"], completions=["1"]
+        )
 
 
 @pytest.mark.parametrize("isolation", ["process", "thread"])
@@ -224,8 +250,9 @@ def test_system_exit_and_keyboard_interrupt_become_reward_errors(isolation: str,
 
     name = type(raised).__name__
     with pytest.raises(RewardFunctionError, match=f"`quitter` raised {name}.*may not end or interrupt training"):
-        call_reward_function(quitter, "quitter", 1, timeout=30.0, isolation=isolation, prompts=["a"],
-                             completions=["1"])
+        call_reward_function(
+            quitter, "quitter", 1, timeout=30.0, isolation=isolation, prompts=["a"], completions=["1"]
+        )
     if isolation == "thread":  # and without a limit, called directly
         with pytest.raises(RewardFunctionError, match=f"`quitter` raised {name}"):
             call_reward_function(quitter, "quitter", 1, timeout=None, prompts=["a"], completions=["1"])
@@ -242,8 +269,11 @@ def test_a_worker_that_dies_is_a_reward_error(how: str) -> None:
             ctypes.string_at(0)
         return [1.0] * 3_000_000  # checked in the worker: the wrong length, reported without sending it
 
-    expected = {"os._exit": "exited with status 0 without a reply", "segfault": "killed by SIGSEGV",
-                "huge reply": "returned 3000000 values for 1 completions"}[how]
+    expected = {
+        "os._exit": "exited with status 0 without a reply",
+        "segfault": "killed by SIGSEGV",
+        "huge reply": "returned 3000000 values for 1 completions",
+    }[how]
     with pytest.raises(RewardFunctionError, match=re.escape(expected)):
         call_reward_function(crashing, "crashing", 1, timeout=30.0, prompts=["a"], completions=["1"])
 
@@ -265,12 +295,14 @@ def test_a_function_with_a_model_on_a_gpu_runs_in_a_thread_and_says_so(monkeypat
 
     parent = os.getpid()
     with pytest.warns(RewardIsolationWarning, match="`needs_cuda` runs in a thread.*it uses CUDA"):
-        assert call_reward_function(needs_cuda, "needs_cuda", 1, timeout=30.0, prompts=["a"],
-                                    completions=["1"]) == [1.0]
+        assert call_reward_function(needs_cuda, "needs_cuda", 1, timeout=30.0, prompts=["a"], completions=["1"]) == [
+            1.0
+        ]
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # said once; the next call goes to a thread at once
-        assert call_reward_function(needs_cuda, "needs_cuda", 1, timeout=30.0, prompts=["a"],
-                                    completions=["1"]) == [1.0]
+        assert call_reward_function(needs_cuda, "needs_cuda", 1, timeout=30.0, prompts=["a"], completions=["1"]) == [
+            1.0
+        ]
     assert calls == ["reward:needs_cuda", "reward:needs_cuda"]
 
     class OnGpu(torch.nn.Module):
@@ -304,8 +336,16 @@ def test_a_function_that_sets_signal_handlers_runs_in_a_main_thread() -> None:
         assert call_reward_function(alarmed, "alarmed", 1, timeout=30.0, prompts=["a"], completions=["x"]) == [1.0]
     assert calls == []  # it ran in the worker process
     with pytest.warns(RewardTimeoutWarning, match="`alarmed` sets signal handlers.*without `MAGRPOConfig.reward_time"):
-        values = call_reward_function(alarmed, "alarmed", 1, timeout=30.0, isolation="thread",
-                                      timeout_field="MAGRPOConfig.reward_timeout", prompts=["a"], completions=["x"])
+        values = call_reward_function(
+            alarmed,
+            "alarmed",
+            1,
+            timeout=30.0,
+            isolation="thread",
+            timeout_field="MAGRPOConfig.reward_timeout",
+            prompts=["a"],
+            completions=["x"],
+        )
     assert values == [1.0]
     assert calls == ["reward:alarmed", threading.main_thread().name]
 
@@ -364,7 +404,8 @@ def test_reward_timeout_field(tmp_path: Path, cls: type) -> None:
             cls(output_dir=str(tmp_path), report_to="none", reward_timeout=bad, **extra)
     assert cls(output_dir=str(tmp_path), report_to="none", **extra).reward_isolation == "process"
     assert cls(output_dir=str(tmp_path), report_to="none", reward_isolation="thread", **extra).reward_isolation == (
-        "thread")
+        "thread"
+    )
     with pytest.raises(ValueError, match=f"`{cls.__name__}.reward_isolation` must be one of"):
         cls(output_dir=str(tmp_path), report_to="none", reward_isolation="none", **extra)
 
@@ -400,19 +441,33 @@ class FailingReward(TargetSumReward):
 
 def magrpo(model_dir: str, output_dir: Path, reward: Any, max_steps: int = 3, **overrides: Any) -> MAGRPOTrainer:
     kwargs: dict[str, Any] = dict(
-        output_dir=str(output_dir), num_agents=2, num_generations=2, per_device_train_batch_size=4,
-        max_completion_length=3, learning_rate=1e-3, max_steps=max_steps, report_to="none", save_strategy="no",
-        disable_tqdm=True, seed=0, logging_steps=1,
+        output_dir=str(output_dir),
+        num_agents=2,
+        num_generations=2,
+        per_device_train_batch_size=4,
+        max_completion_length=3,
+        learning_rate=1e-3,
+        max_steps=max_steps,
+        report_to="none",
+        save_strategy="no",
+        disable_tqdm=True,
+        seed=0,
+        logging_steps=1,
     )
     kwargs.update(overrides)
-    return MAGRPOTrainer(model=model_dir, reward_funcs=reward, args=MAGRPOConfig(**kwargs),
-                         train_dataset=Dataset.from_dict({"target": [10] * 8}),
-                         env=TargetSumEnv(2))
+    return MAGRPOTrainer(
+        model=model_dir,
+        reward_funcs=reward,
+        args=MAGRPOConfig(**kwargs),
+        train_dataset=Dataset.from_dict({"target": [10] * 8}),
+        env=TargetSumEnv(2),
+    )
 
 
 @pytest.mark.parametrize("how", ["hang", "raise"])
-def test_a_failing_reward_saves_the_last_completed_step_and_stops(target_model_dir: str, tmp_path: Path,
-                                                                  release: threading.Event, how: str) -> None:
+def test_a_failing_reward_saves_the_last_completed_step_and_stops(
+    target_model_dir: str, tmp_path: Path, release: threading.Event, how: str
+) -> None:
     out = tmp_path / "out"
     trainer = magrpo(target_model_dir, out, FailingReward(3, how, release), reward_timeout=0.5)
     error = RewardTimeoutError if how == "hang" else RewardFunctionError
@@ -439,16 +494,18 @@ def test_a_failing_reward_saves_the_last_completed_step_and_stops(target_model_d
     assert [entry["step"] for entry in resumed.state.log_history if "loss" in entry] == [1, 2, 3]
 
 
-@pytest.mark.parametrize(("how", "isolation"), [("regex", "process"), ("exit", "process"), ("exit", "thread"),
-                                               ("interrupt", "process")])
-def test_a_reward_stuck_in_c_code_or_ending_the_process_saves_and_stops(target_model_dir: str, tmp_path: Path,
-                                                                         release: threading.Event, how: str,
-                                                                         isolation: str) -> None:
+@pytest.mark.parametrize(
+    ("how", "isolation"), [("regex", "process"), ("exit", "process"), ("exit", "thread"), ("interrupt", "process")]
+)
+def test_a_reward_stuck_in_c_code_or_ending_the_process_saves_and_stops(
+    target_model_dir: str, tmp_path: Path, release: threading.Event, how: str, isolation: str
+) -> None:
     """The report's shapes during training: the backtracking expression ran 51.6 s past `reward_timeout=3` and
     training went on; `SystemExit(0)` ended the process with status 0 and no checkpoint after 2 steps."""
     out = tmp_path / "out"
-    trainer = magrpo(target_model_dir, out, FailingReward(3, how, release), reward_timeout=1.5,
-                     reward_isolation=isolation)
+    trainer = magrpo(
+        target_model_dir, out, FailingReward(3, how, release), reward_timeout=1.5, reward_isolation=isolation
+    )
     error = RewardTimeoutError if how == "regex" else RewardFunctionError
     start = time.monotonic()
     with pytest.raises(error) as caught:
@@ -463,8 +520,9 @@ def test_a_reward_stuck_in_c_code_or_ending_the_process_saves_and_stops(target_m
     assert is_complete_checkpoint(out / "checkpoint-2")
 
 
-def test_a_reward_failing_in_the_first_step_saves_nothing(target_model_dir: str, tmp_path: Path,
-                                                           release: threading.Event) -> None:
+def test_a_reward_failing_in_the_first_step_saves_nothing(
+    target_model_dir: str, tmp_path: Path, release: threading.Event
+) -> None:
     out = tmp_path / "out"
     trainer = magrpo(target_model_dir, out, FailingReward(1, "raise", release))
     with pytest.raises(RewardFunctionError, match="during step 1: .*No training step had completed"):
@@ -472,16 +530,31 @@ def test_a_reward_failing_in_the_first_step_saves_nothing(target_model_dir: str,
     assert not any(name.startswith("checkpoint-") for name in os.listdir(out)) if out.exists() else True
 
 
-def test_ppo_saves_the_last_completed_update_when_a_reward_hangs(target_model_dir: str, tmp_path: Path,
-                                                                 release: threading.Event) -> None:
+def test_ppo_saves_the_last_completed_update_when_a_reward_hangs(
+    target_model_dir: str, tmp_path: Path, release: threading.Event
+) -> None:
     out = tmp_path / "out"
     args = MultiAgentPPOConfig(
-        output_dir=str(out), num_agents=2, per_device_train_batch_size=2, total_episodes=6, response_length=3,
-        num_ppo_epochs=1, learning_rate=1e-3, report_to="none", save_strategy="no", num_sample_generations=0,
-        disable_tqdm=True, seed=0, reward_timeout=0.5,
+        output_dir=str(out),
+        num_agents=2,
+        per_device_train_batch_size=2,
+        total_episodes=6,
+        response_length=3,
+        num_ppo_epochs=1,
+        learning_rate=1e-3,
+        report_to="none",
+        save_strategy="no",
+        num_sample_generations=0,
+        disable_tqdm=True,
+        seed=0,
+        reward_timeout=0.5,
     )
-    trainer = MultiAgentPPOTrainer(args=args, model=target_model_dir, reward_funcs=FailingReward(2, "hang", release),
-                                   train_dataset=Dataset.from_dict({"prompt": ["T=10:"] * 4, "target": [10] * 4}))
+    trainer = MultiAgentPPOTrainer(
+        args=args,
+        model=target_model_dir,
+        reward_funcs=FailingReward(2, "hang", release),
+        train_dataset=Dataset.from_dict({"prompt": ["T=10:"] * 4, "target": [10] * 4}),
+    )
     with pytest.raises(RewardTimeoutError) as caught:
         trainer.train()
     message = str(caught.value)
@@ -491,8 +564,9 @@ def test_ppo_saves_the_last_completed_update_when_a_reward_hangs(target_model_di
     assert (out / "checkpoint-1" / "value_model_0").is_dir()
 
 
-def test_a_failed_save_is_reported_with_the_reward_error(target_model_dir: str, tmp_path: Path,
-                                                         release: threading.Event) -> None:
+def test_a_failed_save_is_reported_with_the_reward_error(
+    target_model_dir: str, tmp_path: Path, release: threading.Event
+) -> None:
     out = tmp_path / "out"
     trainer = magrpo(target_model_dir, out, FailingReward(2, "raise", release))
 
