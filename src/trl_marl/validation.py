@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from .envs.base import MultiAgentEnv, Prompt, Transcript, prompt_problem
-from .utils.bounded import ChildDied, Overran, call_in_child, call_in_thread, exception_text, fork_obstacle
+from .utils.bounded import ChildDied, ForkFailed, Overran, call_in_child, call_in_thread, exception_text, fork_obstacle
 
 ROWS_CHECKED = 64
 """How many leading rows of a dataset are turned into prompts (and measured) when a trainer is built."""
@@ -166,6 +166,8 @@ def call_reward_function(func: Callable[..., Any], name: str, size: int, /, time
         except _NeedsCuda:
             _THREAD_ONLY[id(func)] = func
             reason = _CUDA_REASON
+        except ForkFailed as exc:
+            reason = f"no worker process could be started ({exc})"
         _warn_once(name, f"Reward function `{name}` runs in a thread, not in a worker process (`{isolation_field}="
                    f"'process'`), because {reason}. A call stuck in C code that holds the GIL (e.g. a backtracking "
                    f"regular expression) cannot be stopped at `{timeout_field}` there (its late result is refused). "

@@ -581,3 +581,21 @@ def test_a_failed_save_is_reported_with_the_reward_error(
     assert f"Saving the last completed step (1) in {out / 'checkpoint-1'} failed too (OSError: " in message
     assert "the newest checkpoint is none" in message
     assert isinstance(caught.value.__cause__, RewardFunctionError)
+
+
+def test_a_failed_fork_runs_the_call_in_a_thread_and_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A process whose memory the system will not duplicate (strict overcommit) still scores, in a thread."""
+    from trl_marl import validation
+    from trl_marl.utils import bounded
+
+    def no_memory() -> int:
+        raise OSError(12, "Cannot allocate memory")
+
+    monkeypatch.setattr(validation, "_WARNED", set())
+    monkeypatch.setattr(bounded.os, "fork", no_memory)
+
+    def reward(prompts: list[str], completions: list[str], **kwargs: Any) -> list[float]:
+        return [float(threading.current_thread().name == "reward:reward")]
+
+    with pytest.warns(RewardIsolationWarning, match=r"`reward` runs in a thread.*no worker process could be started"):
+        assert call_reward_function(reward, "reward", 1, timeout=30.0, prompts=["a"], completions=["1"]) == [1.0]

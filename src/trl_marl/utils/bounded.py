@@ -25,7 +25,16 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["ChildDied", "Overran", "call_in_child", "call_in_thread", "can_fork", "exception_text", "fork_obstacle"]
+__all__ = [
+    "ChildDied",
+    "ForkFailed",
+    "Overran",
+    "call_in_child",
+    "call_in_thread",
+    "can_fork",
+    "exception_text",
+    "fork_obstacle",
+]
 
 MAX_CHILD_BYTES = 16 * 1024 * 1024
 """The most bytes a child may send back (its JSON reply); more is a [`ChildDied`] (the child is killed)."""
@@ -33,6 +42,10 @@ MAX_CHILD_BYTES = 16 * 1024 * 1024
 
 class Overran(Exception):
     """The call did not return within its time limit (a child was killed; a thread was abandoned)."""
+
+
+class ForkFailed(Exception):
+    """No child process could be started (`os.pipe` or `os.fork` failed, e.g. for want of memory)."""
 
 
 class ChildDied(Exception):
@@ -117,6 +130,7 @@ def call_in_child(work: Callable[[], Any], timeout: float) -> Any:
     ...}`; nothing else of the child reaches the parent but the JSON reply.
 
     Raises:
+        ForkFailed: no child could be started.
         Overran: `work()` did not reply within `timeout` seconds; the child and its process group were killed.
         ChildDied: the child ended without a complete reply (the message says how it ended).
     """
@@ -125,11 +139,19 @@ def call_in_child(work: Callable[[], Any], timeout: float) -> Any:
             stream.flush()
         except Exception:  # noqa: BLE001 - a closed or odd stream
             pass
-    read_fd, write_fd = os.pipe()
+    try:
+        read_fd, write_fd = os.pipe()
+    except OSError as exc:
+        raise ForkFailed(f"{type(exc).__name__}: {exc}") from exc
     deadline = time.monotonic() + timeout
-    with warnings.catch_warnings():  # Python 3.12+ warns on fork in a process with threads; the child starts none
-        warnings.simplefilter("ignore", DeprecationWarning)
-        pid = os.fork()
+    try:
+        with warnings.catch_warnings():  # Python 3.12+ warns on fork in a process with threads; the child starts none
+            warnings.simplefilter("ignore", DeprecationWarning)
+            pid = os.fork()
+    except OSError as exc:
+        os.close(read_fd)
+        os.close(write_fd)
+        raise ForkFailed(f"{type(exc).__name__}: {exc}") from exc
     if pid == 0:  # the child: never returns
         os.close(read_fd)
         _child_main(work, write_fd)
