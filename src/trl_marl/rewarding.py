@@ -26,17 +26,20 @@ influence-aware reward reads; the environment's feedback on the scored turn may 
 A completion is a string, or `[{"role": "assistant", "content": ...}]` when its prompt is conversational (TRL's
 convention).
 
-Entries: a real number (`int`, `float`, `bool`, a NumPy scalar or a one-element tensor), or `None` when the
-function does not apply. A string (even `"1.0"`), any other type, a list of the wrong length and an exception in
-the function raise a [`RewardFunctionError`] naming the function; so does a call that takes longer than the
-config's `reward_timeout` (a [`RewardTimeoutError`]; default 600 s, `None` disables; a function's own
-`reward_timeout` attribute wins). Training stops on such an error: a single-process run first saves a checkpoint of
-the last completed step (`TeamTrainerMixin.stop_after_reward_error`). Scores are combined with `reward_weights` (a
-weighted sum over the functions that gave a number). A completion that every function skips is *unscorable*, and so
-is one for which a function returned NaN or infinity (never replaced by a number; such scores are counted against
-`max_nonfinite`, beyond which a [`NonFiniteError`] stops training). An unscorable completion teaches nothing:
-advantage 0 in MAGRPO, left out of the policy and value losses in PPO. A step in which *nothing* is scorable raises
-a `RewardFunctionError`: a function that always returns `None` is a bug.
+Entries: a real number (`int`, `float`, `bool`, a NumPy scalar or a one-element tensor), or `None` when the function
+does not apply. A string (even `"1.0"`), any other type, a list of the wrong length and an exception in the function
+raise a [`RewardFunctionError`] naming the function; so does a call that takes longer than the config's
+`reward_timeout` (a [`RewardTimeoutError`]; default 600 s, `None` disables; a function's own `reward_timeout`
+attribute wins). A call with a limit runs in a worker process forked for it, killed at the limit
+(`reward_isolation="process"`, the default), or in a thread of the trainer's process (`"thread"`, for a function
+whose side effects the caller reads; a late result is refused); see [`call_reward_function`]. A `SystemExit` or
+`KeyboardInterrupt` from a function is a `RewardFunctionError` too. Training stops on such an error: a
+single-process run first saves a checkpoint of the last completed step (`TeamTrainerMixin.stop_after_reward_error`).
+Scores are combined with `reward_weights` (a weighted sum over the functions that gave a number). A completion that
+every function skips is *unscorable*, and so is one for which a function returned NaN or infinity (never replaced by
+a number; such scores are counted against `max_nonfinite`, beyond which a [`NonFiniteError`] stops training). An
+unscorable completion teaches nothing: advantage 0 in MAGRPO, left out of the policy and value losses in PPO. A step
+in which *nothing* is scorable raises a `RewardFunctionError`: a function that always returns `None` is a bug.
 """
 
 from __future__ import annotations
@@ -51,7 +54,9 @@ from .envs.base import Prompt, Transcript
 from .team import is_chat
 from .utils.inputs import check_reward_signature
 from .validation import (
+    REWARD_ISOLATIONS,
     RewardFunctionError,
+    RewardIsolationWarning,
     RewardTimeoutError,
     RewardTimeoutWarning,
     call_reward_function,
@@ -61,7 +66,9 @@ from .validation import (
 __all__ = [
     "REWARD_KINDS",
     "NonFiniteError",
+    "REWARD_ISOLATIONS",
     "RewardFunctionError",
+    "RewardIsolationWarning",
     "RewardSet",
     "RewardTimeoutError",
     "RewardTimeoutWarning",
@@ -115,8 +122,9 @@ class RewardSet:
         default_kind: The kind of a function that does not declare one: `"team"` or `"agent"`.
     """
 
-    def __init__(self, funcs: Sequence[RewardFunc], weights: Sequence[float] | None = None,
-                 default_kind: str = "team") -> None:
+    def __init__(
+        self, funcs: Sequence[RewardFunc], weights: Sequence[float] | None = None, default_kind: str = "team"
+    ) -> None:
         if not funcs:
             raise ValueError("Pass at least one reward function in `reward_funcs`.")
         for f in funcs:
@@ -139,38 +147,92 @@ class RewardSet:
         self.weights = torch.tensor(list(weights), dtype=torch.float32)
         self.timeout: float | None = None
         self.timeout_field = "reward_timeout"
+        self.isolation = "process"
+        self.isolation_field = "reward_isolation"
 
-    def set_timeout(self, seconds: float | None, field: str) -> None:
+    def set_timeout(
+        self, seconds: float | None, field: str, isolation: str = "process", isolation_field: str | None = None
+    ) -> None:
         """Limit every call of a reward function to `seconds` (`None`: no limit); `field` names the config field.
 
         A function with its own `reward_timeout` attribute (seconds, or `None` for no limit) keeps it instead, e.g.
         a remote verifier whose retry budget is longer than the run's limit. A call that overruns raises a
-        [`RewardTimeoutError`] (see [`call_reward_function`] for what happens to its thread).
+        [`RewardTimeoutError`]. `isolation` says where a call with a limit runs: `"process"` (a worker process,
+        killed at the limit) or `"thread"` (see [`call_reward_function`]); a function's own `reward_isolation`
+        attribute wins, e.g. `"thread"` for one whose side effects the caller reads.
+
+        Raises:
+            ValueError: an `isolation` (the config's or a function's) that is not one of [`REWARD_ISOLATIONS`].
         """
+        isolation_field = isolation_field or field.replace("reward_timeout", "reward_isolation")
+        if isolation not in REWARD_ISOLATIONS:
+            raise ValueError(f"`{isolation_field}` must be one of {REWARD_ISOLATIONS}, got {isolation!r}.")
+        for f, name in zip(self.funcs, self.names):
+            own = getattr(f, "reward_isolation", isolation)
+            if own not in REWARD_ISOLATIONS:
+                raise ValueError(
+                    f"Reward function `{name}` has `reward_isolation={own!r}`; it must be one of "
+                    f"{REWARD_ISOLATIONS} (or no such attribute, to take `{isolation_field}`)."
+                )
         self.timeout = seconds
         self.timeout_field = field
+        self.isolation = isolation
+        self.isolation_field = isolation_field
 
     def timeout_of(self, f_index: int) -> float | None:
         """The time limit of one call of function `f_index` (its own `reward_timeout`, else the set's)."""
         return getattr(self.funcs[f_index], "reward_timeout", self.timeout)
 
     # ------------------------------------------------------------------ calls
-    def _call(self, f_index: int, prompts: list[list[Prompt]], completions: list[list[Any]],
-              columns: dict[str, list[Any]], transcripts: Sequence[Transcript], turn: int, trainer_state: Any,
-              agent_index: int | None) -> list[float | None]:
+    def _call(
+        self,
+        f_index: int,
+        prompts: list[list[Prompt]],
+        completions: list[list[Any]],
+        columns: dict[str, list[Any]],
+        transcripts: Sequence[Transcript],
+        turn: int,
+        trainer_state: Any,
+        agent_index: int | None,
+    ) -> list[float | None]:
         shown = 0 if agent_index is None else agent_index
         kwargs = dict(columns)  # the multi-agent keywords win over dataset columns of the same name
-        kwargs.update(agent_prompts=prompts, agent_completions=completions, agent_index=agent_index, turn=turn,
-                      transcript=list(transcripts), trainer_state=trainer_state,
-                      prompts=prompts[shown], completions=completions[shown])
-        field = self.timeout_field if not hasattr(self.funcs[f_index], "reward_timeout") else (
-            f"{self.names[f_index]}.reward_timeout")
-        return call_reward_function(self.funcs[f_index], self.names[f_index], len(transcripts),
-                                    timeout=self.timeout_of(f_index), timeout_field=field, **kwargs)
+        kwargs.update(
+            agent_prompts=prompts,
+            agent_completions=completions,
+            agent_index=agent_index,
+            turn=turn,
+            transcript=list(transcripts),
+            trainer_state=trainer_state,
+            prompts=prompts[shown],
+            completions=completions[shown],
+        )
+        func, name = self.funcs[f_index], self.names[f_index]
+        field = self.timeout_field if not hasattr(func, "reward_timeout") else f"{name}.reward_timeout"
+        isolation_field = (
+            self.isolation_field if not hasattr(func, "reward_isolation") else (f"{name}.reward_isolation")
+        )
+        return call_reward_function(
+            func,
+            name,
+            len(transcripts),
+            timeout=self.timeout_of(f_index),
+            timeout_field=field,
+            isolation=getattr(func, "reward_isolation", self.isolation),
+            isolation_field=isolation_field,
+            arguments=kwargs,
+        )
 
-    def score(self, prompts: list[list[Prompt]], texts: list[list[str]], rows: Sequence[Mapping[str, Any]],
-              transcripts: Sequence[Transcript], turn: int, trainer_state: Any = None,
-              per_agent: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    def score(
+        self,
+        prompts: list[list[Prompt]],
+        texts: list[list[str]],
+        rows: Sequence[Mapping[str, Any]],
+        transcripts: Sequence[Transcript],
+        turn: int,
+        trainer_state: Any = None,
+        per_agent: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Score the joint actions of one turn; `prompts[a][i]`/`texts[a][i]` are agent a's part of joint action i.
 
         Args:
@@ -234,9 +296,13 @@ class RewardSet:
         if nonfinite or any(bool((~torch.isnan(r)).any()) for r in rewards_per_func):
             return
         count = sum(int(r.size(0)) for r in rewards_per_func)
-        raise RewardFunctionError(unscorable_message(
-            self.names, f"all {count} joint actions of this step",
-            "a step in which nothing is scored gives every advantage 0 (`reward` is logged as nan)."))
+        raise RewardFunctionError(
+            unscorable_message(
+                self.names,
+                f"all {count} joint actions of this step",
+                "a step in which nothing is scored gives every advantage 0 (`reward` is logged as nan).",
+            )
+        )
 
 
 class NonFiniteCounter:

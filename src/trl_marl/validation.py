@@ -17,10 +17,8 @@ every function skips is *unscorable*. Anything else, a string such as `"1.0"` in
 
 from __future__ import annotations
 
-import contextvars
 import numbers
 import os
-import threading
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -29,6 +27,7 @@ import numpy as np
 import torch
 
 from .envs.base import MultiAgentEnv, Prompt, Transcript, prompt_problem
+from .utils.bounded import ChildDied, ForkFailed, Overran, call_in_child, call_in_thread, exception_text, fork_obstacle
 
 ROWS_CHECKED = 64
 """How many leading rows of a dataset are turned into prompts (and measured) when a trainer is built."""
@@ -67,12 +66,20 @@ class RewardFunctionError(RuntimeError):
 
 
 class RewardTimeoutError(RewardFunctionError):
-    """A reward function call took longer than the config's `reward_timeout` (its thread is abandoned, not killed)."""
+    """A reward function call took longer than the config's `reward_timeout` (its worker process was killed, or
+    its thread abandoned; see [`call_reward_function`])."""
 
 
 class RewardTimeoutWarning(UserWarning):
     """A reward function runs without `reward_timeout`: it sets signal handlers, so it must run in the main thread."""
 
+
+class RewardIsolationWarning(UserWarning):
+    """A reward function meant for a worker process (`reward_isolation='process'`) runs in a thread (said once)."""
+
+
+REWARD_ISOLATIONS = ("process", "thread")
+"""The choices of the configs' `reward_isolation` field (and of a function's own `reward_isolation` attribute)."""
 
 DEFAULT_REWARD_TIMEOUT = 600.0
 """The configs' default `reward_timeout` (seconds per reward function call; see [`call_reward_function`])."""
@@ -106,25 +113,41 @@ def reward_value(value: Any, name: str, index: int) -> float | None:
     )
 
 
-def call_reward_function(func: Callable[..., Any], name: str, size: int, timeout: float | None = None,
-                         timeout_field: str = "reward_timeout", **kwargs: Any) -> list[float | None]:
+def call_reward_function(func: Callable[..., Any], name: str, size: int, /, timeout: float | None = None,
+                         timeout_field: str = "reward_timeout", *, isolation: str = "process",
+                         isolation_field: str = "reward_isolation", arguments: Mapping[str, Any] | None = None,
+                         **kwargs: Any) -> list[float | None]:
     """Call one reward function on `size` completions and check its output against the reward contract.
 
-    With a `timeout`, the call runs in a worker thread and the caller waits at most `timeout` seconds for it. Python
-    cannot kill a thread: a call that overruns is *abandoned* (a daemon thread, so it never keeps the process alive
-    at exit) and goes on running in the background until it returns on its own, while the caller raises a
-    [`RewardTimeoutError`] (the trainers then save the last completed step and stop). The worker thread gets the
-    caller's context variables, autograd mode and CUDA device. Without a timeout the function is called directly,
-    and so is a function that fails in the worker because it sets signal handlers (Python allows that in the main
-    thread only, e.g. a `signal.alarm` time limit of its own), with a [`RewardTimeoutWarning`].
+    Without a `timeout` the function is called directly. With one, `isolation` says where (docs/extending.md):
+
+    - `"process"` (the default): in a child process forked for the call ([`~trl_marl.utils.bounded`]); it inherits
+      the function and its arguments (nothing is pickled) and sends back only the checked scores. A call that
+      overruns is *killed* at the limit, even in C code that holds the GIL (a backtracking regular expression); a
+      crash or `os._exit` is a [`RewardFunctionError`]. What the function changes in its own memory stays in the
+      child: a function whose side effects the caller reads must run in `"thread"` mode. A function that holds a
+      model or tensor on a GPU, or fails in the child because CUDA cannot be used after a fork, runs in a thread,
+      as every function does where `os.fork` is missing (Windows), with a [`RewardIsolationWarning`] once.
+    - `"thread"`: in a daemon thread, awaited at most `timeout` seconds. A call that overruns is *abandoned* (Python
+      cannot kill a thread), and a result that comes back after the limit (C code holding the GIL keeps the caller
+      from noticing the limit on time) is refused. The thread gets the caller's context variables, autograd mode
+      and CUDA device. A function that fails there because it sets signal handlers (main thread only) is called
+      again directly, without the limit, with a [`RewardTimeoutWarning`].
+
+    A `SystemExit` or `KeyboardInterrupt` from the function (or a Ctrl-C while it runs here) is a
+    [`RewardFunctionError`] too: a reward cannot end training without its checkpoint.
 
     Args:
-        func: The reward function, called as `func(**kwargs)`.
+        func: The reward function, called as `func(**arguments, **kwargs)`.
         name: Its name, for messages.
         size: The number of completions it must score.
         timeout: Seconds one call may take; `None` waits as long as it takes.
         timeout_field: The config field that holds `timeout`, for the message (e.g. `"MAGRPOConfig.reward_timeout"`).
-        **kwargs: What the function receives (`prompts`, `completions` and the keyword arguments).
+        isolation: `"process"` or `"thread"` (see above; [`REWARD_ISOLATIONS`]).
+        isolation_field: The config field that holds `isolation`, for messages.
+        arguments: What the function receives (`prompts`, `completions` and the keyword arguments), as a mapping,
+            so that a dataset column may have any name (`timeout`, `name`, ...).
+        **kwargs: More arguments for the function.
 
     Returns:
         One float (possibly NaN or infinite) or `None` per completion.
@@ -134,25 +157,63 @@ def call_reward_function(func: Callable[..., Any], name: str, size: int, timeout
         RewardFunctionError: when the function raises, returns something that is not a list of `size` entries,
             or an entry that is not a number or `None`.
     """
+    kwargs = {**(arguments or {}), **kwargs}
+    if timeout is not None and isolation == "process":
+        reason = _CUDA_REASON if _THREAD_ONLY.get(id(func)) is func else fork_obstacle(func)
+        try:
+            if reason is None:
+                return _call_in_process(func, name, size, kwargs, timeout, timeout_field, isolation_field)
+        except _NeedsCuda:
+            _THREAD_ONLY[id(func)] = func
+            reason = _CUDA_REASON
+        except ForkFailed as exc:
+            reason = f"no worker process could be started ({exc})"
+        _warn_once(name, f"Reward function `{name}` runs in a thread, not in a worker process (`{isolation_field}="
+                   f"'process'`), because {reason}. A call stuck in C code that holds the GIL (e.g. a backtracking "
+                   f"regular expression) cannot be stopped at `{timeout_field}` there (its late result is refused). "
+                   f"Set `{isolation_field}='thread'` (or the function's `reward_isolation`) to silence this.")
     try:
-        values = func(**kwargs) if timeout is None else _call_with_timeout(func, kwargs, timeout)
-    except _NeedsMainThread:
-        warnings.warn(
-            f"Reward function `{name}` sets signal handlers (e.g. a `signal.alarm` time limit), which Python allows "
-            f"in the main thread only, so it runs there, without `{timeout_field}`: a hang in it is not caught. Give "
-            "it a time limit of its own, or avoid signals in it.",
-            RewardTimeoutWarning, stacklevel=3,
-        )
-        return call_reward_function(func, name, size, None, timeout_field, **kwargs)
-    except _Overran:
+        if timeout is None:
+            values = func(**kwargs)
+        else:
+            values, seconds = call_in_thread(func, kwargs, timeout)
+            if seconds > timeout:
+                raise RewardTimeoutError(
+                    f"Reward function `{name}` returned after {seconds:.1f} s, past `{timeout_field}` ({timeout:g} s)"
+                    f", while scoring {size} completions: its result is refused. It ran in a thread "
+                    f"(`{isolation_field}='thread'`) and held the GIL (C code such as a backtracking regular "
+                    f"expression), so the limit could not stop it; `{isolation_field}='process'` kills such a call at "
+                    "the limit."
+                )
+    except Overran:
         raise RewardTimeoutError(
             f"Reward function `{name}` did not return within {timeout:g} s (`{timeout_field}`) while scoring {size} "
-            "completions; it may hang (a dead server, a deadlock, an endless loop). Its call was abandoned (a Python "
-            f"thread cannot be killed, so it may still run in the background). Fix the function, or raise "
-            f"`{timeout_field}` if such calls are legitimately slow (`None` disables the limit)."
+            "completions; it may hang (a dead server, a deadlock, an endless loop). Its thread was abandoned "
+            f"(`{isolation_field}='thread'`; Python cannot kill it). Fix the function, or raise `{timeout_field}` "
+            "if such calls are legitimately slow (`None` disables the limit)."
         ) from None
+    except RewardFunctionError:
+        raise
     except Exception as exc:  # noqa: BLE001 - re-raised with the function's name
+        if timeout is not None and isinstance(exc, ValueError) and "main thread" in str(exc):  # `signal.signal`
+            warnings.warn(
+                f"Reward function `{name}` sets signal handlers (e.g. a `signal.alarm` time limit), which Python "
+                f"allows in the main thread only, so it runs there, without `{timeout_field}`: a hang in it is not "
+                f"caught. Give it a time limit of its own, avoid signals in it, or run it with "
+                f"`{isolation_field}='process'` (in a worker process, whose main thread it gets).",
+                RewardTimeoutWarning, stacklevel=2,
+            )
+            return call_reward_function(func, name, size, None, timeout_field, isolation=isolation,
+                                        isolation_field=isolation_field, arguments=kwargs)
         raise RewardFunctionError(f"Reward function `{name}` raised {type(exc).__name__}: {exc}") from exc
+    except BaseException as exc:  # SystemExit, KeyboardInterrupt: never end training without its checkpoint
+        raise RewardFunctionError(_ended_message(name, type(exc).__name__, exception_text(exc))) from exc
+    return checked_reward_values(values, name, size)
+
+
+def checked_reward_values(values: Any, name: str, size: int) -> list[float | None]:
+    """A reward function's output checked against the contract: one float (or `None`) per completion; a
+    [`RewardFunctionError`] for anything else (not a list of `size` entries, an entry that is not a number)."""
     if values is None or isinstance(values, (str, bytes, Mapping)) or not hasattr(values, "__len__"):
         raise RewardFunctionError(
             f"Reward function `{name}` returned {type(values).__name__}; it must return a list with one float "
@@ -166,43 +227,66 @@ def call_reward_function(func: Callable[..., Any], name: str, size: int, timeout
     return [reward_value(v, name, i) for i, v in enumerate(values)]
 
 
-class _Overran(Exception):
-    """A reward call did not return in time (turned into a [`RewardTimeoutError`] by [`call_reward_function`])."""
+class RewardWorkerTraceback(Exception):
+    """The traceback of an exception raised by a reward function in its worker process (the error's cause)."""
 
 
-class _NeedsMainThread(Exception):
-    """A reward function failed in the worker thread because it sets signal handlers (main thread only)."""
+class _NeedsCuda(Exception):
+    """A reward function failed in its worker process because CUDA cannot be used after a fork."""
 
 
-def _call_with_timeout(func: Callable[..., Any], kwargs: dict[str, Any], timeout: float) -> Any:
-    """`func(**kwargs)` in a daemon thread, awaited at most `timeout` seconds: its result, or its exception re-raised
-    here; [`_Overran`] when it is still running (the thread is left to finish on its own)."""
-    outcome: dict[str, Any] = {}
-    context = contextvars.copy_context()
-    grad = torch.is_grad_enabled()
-    device = torch.cuda.current_device() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
+_CUDA_REASON = "it uses CUDA, which a forked process cannot"
+_THREAD_ONLY: dict[int, Any] = {}  # functions that failed in a worker process for want of CUDA (kept: ids stay theirs)
+_WARNED: set[str] = set()  # the functions warned about (by name), once each per process
 
-    def work() -> None:
-        try:
-            if device is not None:
-                torch.cuda.set_device(device)
-            with torch.set_grad_enabled(grad):
-                outcome["value"] = context.run(func, **kwargs)
-        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
-            outcome["error"] = exc
+def _warn_once(name: str, message: str) -> None:
+    if name not in _WARNED:
+        _WARNED.add(name)
+        warnings.warn(message, RewardIsolationWarning, stacklevel=3)
 
-    thread = threading.Thread(target=work, name=f"reward:{getattr(func, '__name__', type(func).__name__)}",
-                              daemon=True)
-    thread.start()
-    thread.join(timeout)
-    if thread.is_alive():
-        raise _Overran
-    if "error" in outcome:
-        error = outcome.pop("error")
-        if isinstance(error, ValueError) and "main thread" in str(error):  # `signal.signal` outside the main thread
-            raise _NeedsMainThread from error
-        raise error
-    return outcome["value"]
+
+def _ended_message(name: str, kind: str, text: str) -> str:
+    return (f"Reward function `{name}` raised {kind}: {text} (or was interrupted). A reward function may not end or "
+            "interrupt training: raise an ordinary exception, or return None for what it cannot score.")
+
+
+def _call_in_process(func: Callable[..., Any], name: str, size: int, kwargs: dict[str, Any], timeout: float,
+                     timeout_field: str, isolation_field: str) -> list[float | None]:
+    """One call in a forked worker process (see [`call_reward_function`]): the checked scores, or the error."""
+
+    def work() -> list[float | None]:
+        return checked_reward_values(func(**kwargs), name, size)
+
+    try:
+        reply = call_in_child(work, timeout)
+    except Overran:
+        raise RewardTimeoutError(
+            f"Reward function `{name}` did not return within {timeout:g} s (`{timeout_field}`) while scoring {size} "
+            "completions; it may hang (a dead server, a deadlock, an endless loop, C code such as a backtracking "
+            "regular expression). Its worker process was killed. Fix the function, or raise "
+            f"`{timeout_field}` if such calls are legitimately slow (`None` disables the limit)."
+        ) from None
+    except ChildDied as exc:
+        raise RewardFunctionError(f"Reward function `{name}` ran in a worker process (`{isolation_field}='process'`) "
+                                  f"that ended without its scores: {exc}. Fix the function.") from None
+    reply = reply if isinstance(reply, dict) else {}
+    if "raised" in reply:
+        kind, text = str(reply.get("raised")), str(reply.get("message", ""))
+        cause = RewardWorkerTraceback(str(reply.get("traceback", "")))
+        if kind == "RewardFunctionError":  # the contract check, run in the worker
+            raise RewardFunctionError(text) from cause
+        if "Cannot re-initialize CUDA in forked subprocess" in text:
+            raise _NeedsCuda
+        if kind in ("SystemExit", "KeyboardInterrupt", "GeneratorExit"):
+            raise RewardFunctionError(_ended_message(name, kind, text)) from cause
+        raise RewardFunctionError(f"Reward function `{name}` raised {kind}: {text}") from cause
+    values = reply.get("value")
+    if (not isinstance(values, list) or len(values) != size
+            or not all(v is None or type(v) is float for v in values)):
+        raise RewardFunctionError(
+            f"Reward function `{name}`'s worker process sent {str(values)[:200]!r}, not {size} scores (float or None)."
+        )
+    return values
 
 
 def unscorable_message(names: Sequence[str], what: str, fix: str) -> str:

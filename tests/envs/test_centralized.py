@@ -199,6 +199,7 @@ def test_one_policy_trains_with_magrpo_on_the_team_reward(target_model_dir, tmp_
         output_dir=str(tmp_path / "out"), num_agents=1, num_turns=num_turns, num_generations=4,
         per_device_train_batch_size=8, max_completion_length=6, learning_rate=3e-3, max_steps=2, logging_steps=1,
         report_to="none", save_strategy="no", disable_tqdm=True, seed=0,
+        reward_isolation="thread",  # the test reads what the spy saw: run the rewards in the trainer's process
     )
     trainer = MAGRPOTrainer(model=target_model_dir, reward_funcs=[CentralizedReward(env, spy), length], env=env,
                             args=args, train_dataset=Dataset.from_dict({"target": [10] * 16}))

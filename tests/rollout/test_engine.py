@@ -101,6 +101,7 @@ class CountingTeamReward:
 
     name = "counting"
     reward_kind = "team"
+    reward_isolation = "thread"  # the tests read `calls`: run in the trainer's process, not in a worker
 
     def __init__(self) -> None:
         self.calls: list[tuple[Any, int, int]] = []

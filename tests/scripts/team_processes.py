@@ -46,6 +46,7 @@ class RecordingReward(TargetSumReward):
 
     name = "target_sum"
     __name__ = "target_sum"
+    reward_isolation = "thread"  # the script reports what it saw: run in the trainer's process, not in a worker
 
     def __init__(self) -> None:
         super().__init__(invalid_penalty=0.5)

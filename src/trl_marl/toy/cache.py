@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from .model import build_toy_model, build_toy_tokenizer
-from .pretrain import pretrain_toy_model
+from .pretrain import isolated_rng, pretrain_toy_model
 from .tasks import AdditionTask, DebateAdditionTask, SpecialistFactsTask, TargetNumberTask, ToyTask
 
 _MARKER_FILE = "trl_marl_toy.json"
@@ -33,7 +33,6 @@ _MAKE_KWARGS_DEFAULTS: dict[str, Any] = {
     "novice_known_prob": 0.4,
     "knowledge_seed": 0,
 }
-
 
 
 def toy_cache_dir() -> Path:
@@ -146,15 +145,26 @@ def make_toy_model(
     if _read_marker(directory) == args:
         return str(directory)
 
+    with isolated_rng():  # building draws nothing from the caller's generators (same run, cache or not)
+        _build_toy_model(args, directory)
+    return str(directory)
+
+
+def _build_toy_model(args: dict[str, Any], directory: Path) -> None:
+    """Build, pretrain and save the toy model that `args` (as [`make_toy_model`] normalised them) describe."""
+    task = args["task"]
     toy_task: ToyTask
     if task == "target":
         toy_task = TargetNumberTask(targets=args["targets"])
     elif task == "debate":
         toy_task = DebateAdditionTask(max_operand=args["max_operand"], noise_prob=args["noise_prob"])
     elif task == "facts_specialist":
-        toy_task = SpecialistFactsTask(specialty=args["specialty"], copy_prob=args["copy_prob"],
-                                       novice_known_prob=args["novice_known_prob"],
-                                       knowledge_seed=args["knowledge_seed"])
+        toy_task = SpecialistFactsTask(
+            specialty=args["specialty"],
+            copy_prob=args["copy_prob"],
+            novice_known_prob=args["novice_known_prob"],
+            knowledge_seed=args["knowledge_seed"],
+        )
     else:
         toy_task = AdditionTask(max_operand=args["max_operand"], noise_prob=args["noise_prob"])
     tokenizer = build_toy_tokenizer()
@@ -185,7 +195,6 @@ def make_toy_model(
     temporary = directory / f".{_MARKER_FILE}.{os.getpid()}.tmp"
     temporary.write_text(json.dumps(args, indent=2, sort_keys=True))
     os.replace(temporary, directory / _MARKER_FILE)
-    return str(directory)
 
 
 def is_toy_name(name: str | os.PathLike) -> bool:

@@ -1,15 +1,51 @@
-"""Supervised pretraining of a toy model on toy tasks, greedy generation, and task accuracy."""
+"""Supervised pretraining of a toy model on toy tasks, greedy generation, and task accuracy; [`isolated_rng`], under
+which every cached model is built."""
 
 from __future__ import annotations
 
+import contextlib
 import random
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
 from transformers import PreTrainedTokenizerBase
 
 from .tasks import ToyTask
+
+
+@contextlib.contextmanager
+def isolated_rng() -> Iterator[None]:
+    """Run a block without touching the caller's random generators: the global states of torch (CPU, and every CUDA
+    device once CUDA is initialised), Python's `random` and NumPy's legacy `numpy.random` are saved on entry and put
+    back on exit, whatever the block drew from them.
+
+    Building a cached model (a toy model, the real model) runs under it, so that a run seeded before its model cache
+    was built draws the same numbers (LoRA initialisation, sampling) as a run whose cache already existed.
+    """
+    python_state = random.getstate()
+    torch_state = torch.random.get_rng_state()
+    cuda_states = torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
+    numpy = _numpy_random()
+    numpy_state = numpy.get_state() if numpy is not None else None
+    try:
+        yield
+    finally:
+        random.setstate(python_state)
+        torch.random.set_rng_state(torch_state)
+        if cuda_states is not None:
+            torch.cuda.set_rng_state_all(cuda_states)
+        if numpy is not None:
+            numpy.set_state(numpy_state)
+
+
+def _numpy_random() -> Any:
+    """`numpy.random`, or None without NumPy."""
+    try:
+        import numpy.random
+    except ImportError:  # pragma: no cover - NumPy comes with torch's and transformers' dependencies
+        return None
+    return numpy.random
 
 
 def _sample_examples(tasks: Sequence[ToyTask], n: int, rng: random.Random) -> list[tuple[ToyTask, str, str]]:
@@ -101,9 +137,17 @@ def pretrain_toy_model(
         torch.set_num_threads(threads)
 
 
-def _pretrain(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, task: ToyTask | list[ToyTask],
-              steps: int, batch_size: int, lr: float, seed: int, progress: bool,
-              max_grad_norm: float | None) -> list[float]:
+def _pretrain(
+    model: torch.nn.Module,
+    tokenizer: PreTrainedTokenizerBase,
+    task: ToyTask | list[ToyTask],
+    steps: int,
+    batch_size: int,
+    lr: float,
+    seed: int,
+    progress: bool,
+    max_grad_norm: float | None,
+) -> list[float]:
     """The body of [`pretrain_toy_model`], run on one thread."""
     tasks = _as_task_list(task)
     rng = random.Random(seed)
@@ -121,7 +165,7 @@ def _pretrain(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, task: 
         iterator = tqdm(iterator, desc="pretraining toy model")
     losses: list[float] = []
     cache: dict[str, list[int]] = {}  # token ids of the distinct prompts and answers
-    with torch.random.fork_rng(devices=[]):
+    with isolated_rng():
         torch.manual_seed(seed)
         for _ in iterator:
             examples = _sample_examples(tasks, batch_size, rng)
@@ -190,7 +234,7 @@ def generate_toy_answers(
     answers: list[str] = []
     try:
         tokenizer.padding_side = "left"
-        with torch.random.fork_rng(devices=[]), torch.no_grad():
+        with isolated_rng(), torch.no_grad():
             torch.manual_seed(seed)
             for start in range(0, len(prompts), batch_size):
                 batch = tokenizer(list(prompts[start : start + batch_size]), padding=True, return_tensors="pt")

@@ -107,8 +107,12 @@ def _read_marker(directory: Path) -> dict[str, Any] | None:
 
 
 def _marker() -> dict[str, Any]:
-    return {"format_version": _FORMAT_VERSION, "name": REAL_MODEL_NAME, "hub_id": HUB_MODEL_ID,
-            "source": f"{WHEEL_NAME}=={WHEEL_VERSION}/{GGUF_FILE}"}
+    return {
+        "format_version": _FORMAT_VERSION,
+        "name": REAL_MODEL_NAME,
+        "hub_id": HUB_MODEL_ID,
+        "source": f"{WHEEL_NAME}=={WHEEL_VERSION}/{GGUF_FILE}",
+    }
 
 
 def _write_model(gguf_path: Path, directory: Path) -> None:
@@ -146,7 +150,8 @@ def make_real_model(directory: str | os.PathLike | None = None) -> str:
 
     The folder is complete once a marker file is in it; it is written under a temporary name and renamed, so a
     reader never sees half a model, and two processes building at once both succeed (the second rename loses and
-    its copy is deleted).
+    its copy is deleted). Building draws nothing from the caller's random generators (torch, `random`, NumPy): a
+    seeded run is the same whether the folder had to be built first or not.
 
     Args:
         directory: Where to build it. Default: :func:`real_model_cache_dir`.
@@ -165,7 +170,10 @@ def make_real_model(directory: str | os.PathLike | None = None) -> str:
     target.parent.mkdir(parents=True, exist_ok=True)
     temporary = target.parent / f".{target.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
     try:
-        _write_model(gguf_path, temporary)
+        from .pretrain import isolated_rng
+
+        with isolated_rng():  # `from_config` initialises weights from the global generator: leave the caller's alone
+            _write_model(gguf_path, temporary)
         (temporary / _MARKER_FILE).write_text(json.dumps(_marker(), indent=2, sort_keys=True))
         if target.exists() and _read_marker(target) != _marker():  # a stale or broken build: replace it
             shutil.rmtree(target, ignore_errors=True)

@@ -173,6 +173,8 @@ def test_num_generations_eval_plays_several_episodes_per_row(target_model_dir, t
         calls.append(list(target))
         return [float(i) for i in range(len(completions))]
 
+    reward.reward_isolation = "thread"  # the test reads `calls`: run in the trainer's process, not in a worker
+
     rows = Dataset.from_dict({"target": [10, 11, 12], "answer": ["5", "5", "5"]})
     trainer = MAGRPOTrainer(model=target_model_dir, reward_funcs=reward, env=TargetSumEnv(2),
                             args=config(tmp_path, num_generations_eval=4, per_device_eval_batch_size=8),

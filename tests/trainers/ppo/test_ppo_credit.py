@@ -33,6 +33,7 @@ class RecordingReward:
     """Scores each (turn, agent, row) with a fresh id and remembers what it scored under that id."""
 
     __name__ = "recording"
+    reward_isolation = "thread"  # the test reads `seen`: run in the trainer's process, not in a worker
 
     def __init__(self) -> None:
         self.seen: dict[int, tuple[int, int, str, str]] = {}

@@ -11,6 +11,7 @@ from ...utils.inputs import check_learning_rate, generation_batch_error, use_act
 from ...validation import (
     DEFAULT_REWARD_TIMEOUT,
     PROMPT_LENGTH_CHECKS,
+    REWARD_ISOLATIONS,
     check_choice,
     check_mixed_precision,
     check_positive,
@@ -150,6 +151,9 @@ class MAGRPOConfig(GRPOConfig):
             with an error after this many.
         reward_timeout (`float` or `None`, defaults to `600`): Seconds one reward function call may take; training
             then stops with an error naming the function, after saving the last completed step. `None`: no limit.
+        reward_isolation (`str`, defaults to `"process"`): Where a limited reward call runs: `"process"` (a worker
+            process, killed at the limit; the function's side effects stay there) or `"thread"` (keeps them, cannot
+            be killed).
 
     Example:
 
@@ -342,8 +346,20 @@ class MAGRPOConfig(GRPOConfig):
             "default, 600, is far above a local Python reward (milliseconds) and leaves room for a sandboxed "
             "coding reward (parallel programs, seconds each) or a remote verifier that retries; set it above the "
             "longest legitimate call, e.g. the remote client's whole retry budget. None disables the limit. The "
-            "call runs in a worker thread that is abandoned, not killed, when it overruns (Python cannot kill a "
-            "thread); a function's own `reward_timeout` attribute overrides this value for that function."
+            "call runs where `reward_isolation` says; a function's own `reward_timeout` attribute overrides this "
+            "value for that function."
+        },
+    )
+    reward_isolation: str = field(
+        default="process",
+        metadata={
+            "help": "Where a reward call with a `reward_timeout` runs. 'process': in a worker process forked for the "
+            "call, killed at the limit even when stuck in C code (a backtracking regular expression); a crash, "
+            "SystemExit or os._exit there is a RewardFunctionError; what the function changes in its own memory "
+            "(counters, caches, recorded inputs) does not reach the trainer. 'thread': in a thread of the trainer's "
+            "process, which keeps such side effects but cannot be killed (an overrunning call is abandoned, a late "
+            "result refused). A function with a model on a GPU runs in a thread either way. A function's own "
+            "`reward_isolation` attribute overrides this value for that function."
         },
     )
     max_nonfinite: int = field(
@@ -396,6 +412,7 @@ class MAGRPOConfig(GRPOConfig):
             raise ValueError(f"`team_mode` must be 'adapters', 'models', 'shared' or None, got {self.team_mode!r}.")
         check_choice(self, "prompt_length_check", PROMPT_LENGTH_CHECKS)
         check_timeout(self, "reward_timeout")
+        check_choice(self, "reward_isolation", REWARD_ISOLATIONS)
         if self.use_adaptive_entropy and not 0.0 <= self.entropy_coef_min <= self.entropy_coef_max:
             raise ValueError(
                 f"`use_adaptive_entropy=True` needs 0 <= entropy_coef_min <= entropy_coef_max, got "

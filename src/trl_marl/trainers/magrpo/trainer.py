@@ -198,7 +198,8 @@ class MAGRPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer):
         funcs = list(reward_funcs) if isinstance(reward_funcs, (list, tuple)) else [reward_funcs]
         self.reward_funcs = funcs
         self.rewards = TeamReward(funcs, args.reward_weights)
-        self.rewards.set_timeout(args.reward_timeout, f"{type(args).__name__}.reward_timeout")
+        self.rewards.set_timeout(args.reward_timeout, f"{type(args).__name__}.reward_timeout",
+                                 getattr(args, "reward_isolation", "process"))
         self.env = env
         args.remove_unused_columns = False  # the environment and the reward functions read the raw rows
         if args.data_seed is None:

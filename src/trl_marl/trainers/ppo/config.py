@@ -11,6 +11,7 @@ from ...utils.inputs import check_learning_rate, use_activation_checkpointing_na
 from ...validation import (
     DEFAULT_REWARD_TIMEOUT,
     PROMPT_LENGTH_CHECKS,
+    REWARD_ISOLATIONS,
     check_choice,
     check_mixed_precision,
     check_positive,
@@ -345,8 +346,20 @@ class MultiAgentPPOConfig(TRLBaseConfig):
             "default, 600, is far above a local Python reward (milliseconds) and leaves room for a sandboxed "
             "coding reward (parallel programs, seconds each) or a remote verifier that retries; set it above the "
             "longest legitimate call, e.g. the remote client's whole retry budget. None disables the limit. The "
-            "call runs in a worker thread that is abandoned, not killed, when it overruns (Python cannot kill a "
-            "thread); a function's own `reward_timeout` attribute overrides this value for that function."
+            "call runs where `reward_isolation` says; a function's own `reward_timeout` attribute overrides this "
+            "value for that function."
+        },
+    )
+    reward_isolation: str = field(
+        default="process",
+        metadata={
+            "help": "Where a reward call with a `reward_timeout` runs. 'process': in a worker process forked for the "
+            "call, killed at the limit even when stuck in C code (a backtracking regular expression); a crash, "
+            "SystemExit or os._exit there is a RewardFunctionError; what the function changes in its own memory "
+            "(counters, caches, recorded inputs) does not reach the trainer. 'thread': in a thread of the trainer's "
+            "process, which keeps such side effects but cannot be killed (an overrunning call is abandoned, a late "
+            "result refused). A function with a model on a GPU runs in a thread either way. A function's own "
+            "`reward_isolation` attribute overrides this value for that function."
         },
     )
     max_nonfinite: int = field(
@@ -434,6 +447,7 @@ class MultiAgentPPOConfig(TRLBaseConfig):
             raise ValueError(f"`team_mode` must be 'adapters', 'models', 'shared' or None, got {self.team_mode!r}.")
         check_choice(self, "prompt_length_check", PROMPT_LENGTH_CHECKS)
         check_timeout(self, "reward_timeout")
+        check_choice(self, "reward_isolation", REWARD_ISOLATIONS)
         check_generation_backend(self)
         if self.model_adapter_name is not None or self.ref_adapter_name is not None:
             raise ValueError(

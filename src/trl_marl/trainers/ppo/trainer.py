@@ -222,7 +222,8 @@ class MultiAgentPPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer
         # the reward contract (`trl_marl.rewarding`): a function without a kind scores each (turn, agent) response
         self.rewards = RewardSet(self.reward_funcs, args.reward_weights, "agent") if self.reward_funcs else None
         if self.rewards is not None:
-            self.rewards.set_timeout(args.reward_timeout, f"{type(args).__name__}.reward_timeout")
+            self.rewards.set_timeout(args.reward_timeout, f"{type(args).__name__}.reward_timeout",
+                                     getattr(args, "reward_isolation", "process"))
         self.reward_names = self.rewards.names if self.rewards is not None else ["reward_model"]
         self.disable_dropout([*team.models, *value_models, reward_model, ref_model, *team.ref_models])
         self.env = env

@@ -1,0 +1,290 @@
+"""Calls bounded in time: in a worker thread (abandoned when late) or in a forked child process (killed when late).
+
+A Python thread cannot be stopped, and code that holds the GIL in C (a backtracking `re.match`, `sum(range(10**9))`)
+does not even let the waiting thread notice that the time is up: only a separate process can be stopped on time.
+
+- [`call_in_thread`]: `func(**kwargs)` in a daemon thread, awaited at most `timeout` seconds; the elapsed time is
+  returned with the result, so that a result that came back after the limit can be refused by the caller.
+- [`call_in_child`]: `work()` in a child forked from the calling thread, which inherits the caller's memory (the
+  function and its arguments are never pickled); `work()` returns a JSON-serializable value, the only thing that
+  comes back. A child that overruns is killed with its process group (`SIGKILL`), one that dies is reported.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import json
+import os
+import select
+import signal
+import sys
+import threading
+import time
+import traceback
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+__all__ = [
+    "ChildDied",
+    "ForkFailed",
+    "Overran",
+    "call_in_child",
+    "call_in_thread",
+    "can_fork",
+    "exception_text",
+    "fork_obstacle",
+]
+
+MAX_CHILD_BYTES = 16 * 1024 * 1024
+"""The most bytes a child may send back (its JSON reply); more is a [`ChildDied`] (the child is killed)."""
+
+
+class Overran(Exception):
+    """The call did not return within its time limit (a child was killed; a thread was abandoned)."""
+
+
+class ForkFailed(Exception):
+    """No child process could be started (`os.pipe` or `os.fork` failed, e.g. for want of memory)."""
+
+
+class ChildDied(Exception):
+    """The child process ended without a complete reply (a crash, `os._exit`, a reply too large or malformed)."""
+
+
+def can_fork() -> bool:
+    """Whether this platform has `os.fork` (Linux, macOS; not Windows)."""
+    return hasattr(os, "fork")
+
+
+def fork_obstacle(func: Any) -> str | None:
+    """Why `func` cannot run in a forked child (no `os.fork` here; it holds a model or tensor on a GPU, which CUDA does
+    not allow after a fork: looked for in `func`, its `__self__`, its attributes and its closure), or None."""
+    import torch
+
+    if not can_fork():
+        return "this platform has no `os.fork`"
+    seen: list[Any] = [func, getattr(func, "__self__", None), *getattr(func, "__dict__", {}).values()]
+    for cell in getattr(func, "__closure__", None) or ():
+        try:
+            seen.append(cell.cell_contents)
+        except ValueError:  # an empty cell
+            pass
+    for value in seen:
+        if isinstance(value, torch.nn.Module):
+            value = next(iter([*value.parameters(), *value.buffers()]), None)
+        if isinstance(value, torch.Tensor) and value.device.type != "cpu":
+            return f"it holds a model or tensor on {value.device} (a forked process cannot use it)"
+    return None
+
+
+def call_in_thread(func: Callable[..., Any], kwargs: dict[str, Any], timeout: float) -> tuple[Any, float]:
+    """`func(**kwargs)` in a daemon thread, awaited at most `timeout` seconds.
+
+    The thread gets the caller's context variables, autograd mode and CUDA device.
+
+    Returns:
+        `(result, seconds)`: the call's result and how long it took (which may exceed `timeout` when the call held
+        the GIL in C code, so that the waiting thread could not run at the deadline).
+
+    Raises:
+        Overran: when the call is still running after `timeout` seconds (its thread is left to finish on its own).
+        BaseException: whatever the call raised, re-raised in the caller's thread.
+    """
+    import torch
+
+    outcome: dict[str, Any] = {}
+    context = contextvars.copy_context()
+    grad = torch.is_grad_enabled()
+    device = torch.cuda.current_device() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
+
+    def work() -> None:
+        try:
+            if device is not None:
+                torch.cuda.set_device(device)
+            with torch.set_grad_enabled(grad):
+                outcome["value"] = context.run(func, **kwargs)
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+            outcome["error"] = exc
+
+    start = time.monotonic()
+    thread = threading.Thread(
+        target=work, name=f"reward:{getattr(func, '__name__', type(func).__name__)}", daemon=True
+    )
+    thread.start()
+    thread.join(timeout)
+    if thread.is_alive():
+        raise Overran
+    seconds = time.monotonic() - start
+    if "error" in outcome:
+        raise outcome.pop("error")
+    return outcome["value"], seconds
+
+
+def call_in_child(work: Callable[[], Any], timeout: float) -> Any:
+    """`work()` in a forked child process, awaited at most `timeout` seconds; its JSON-serializable return value.
+
+    The child runs in its own process group (a Ctrl-C at the terminal reaches the parent only, which then kills the
+    child) on one torch thread, and ends with `os._exit` (no `atexit` handler of the parent runs twice). Whatever
+    `work` raises, `BaseException`s included, comes back as `{"raised": type name, "message": ..., "traceback":
+    ...}`; nothing else of the child reaches the parent but the JSON reply.
+
+    Raises:
+        ForkFailed: no child could be started.
+        Overran: `work()` did not reply within `timeout` seconds; the child and its process group were killed.
+        ChildDied: the child ended without a complete reply (the message says how it ended).
+    """
+    for stream in (sys.stdout, sys.stderr):  # or the child would print the parent's buffered text again
+        try:
+            stream.flush()
+        except Exception:  # noqa: BLE001 - a closed or odd stream
+            pass
+    try:
+        read_fd, write_fd = os.pipe()
+    except OSError as exc:
+        raise ForkFailed(f"{type(exc).__name__}: {exc}") from exc
+    deadline = time.monotonic() + timeout
+    try:
+        with warnings.catch_warnings():  # Python 3.12+ warns on fork in a process with threads; the child starts none
+            warnings.simplefilter("ignore", DeprecationWarning)
+            pid = os.fork()
+    except OSError as exc:
+        os.close(read_fd)
+        os.close(write_fd)
+        raise ForkFailed(f"{type(exc).__name__}: {exc}") from exc
+    if pid == 0:  # the child: never returns
+        os.close(read_fd)
+        _child_main(work, write_fd)
+    os.close(write_fd)
+    try:
+        os.setpgid(pid, pid)  # the child does the same; whichever runs first wins
+    except OSError:
+        pass
+    reaped = False
+    try:
+        reply = _read_reply(read_fd, deadline, pid)
+        status = _wait(pid, deadline)
+        reaped = status is not None
+        if reply is None:
+            raise ChildDied(_how_it_ended(status))
+        return reply
+    finally:
+        os.close(read_fd)
+        if not reaped:
+            _kill(pid)
+
+
+def _child_main(work: Callable[[], Any], write_fd: int) -> None:
+    """The child's whole life: run `work`, write the reply (8-byte length, then JSON), `os._exit`."""
+    code = 0
+    try:
+        try:
+            os.setpgid(0, 0)
+        except OSError:
+            pass
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        try:
+            torch = sys.modules.get("torch")
+            if torch is not None:
+                torch.set_num_threads(1)  # the parent's OpenMP pool does not survive the fork
+            reply: Any = {"value": work()}
+        except BaseException as exc:  # noqa: BLE001 - SystemExit and KeyboardInterrupt included: all go back
+            reply = {"raised": type(exc).__name__, "message": exception_text(exc), "traceback": _traceback_text(exc)}
+        try:
+            data = json.dumps(reply).encode()
+        except Exception as exc:  # noqa: BLE001 - a value that JSON cannot hold
+            data = json.dumps(
+                {"raised": type(exc).__name__, "message": f"the reply is not JSON: {exc}", "traceback": ""}
+            ).encode()
+        data = len(data).to_bytes(8, "big") + data
+        view = memoryview(data)
+        while view:
+            view = view[os.write(write_fd, view) :]
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except BaseException:  # noqa: BLE001 - nothing may stop the exit below
+                pass
+    except BaseException:  # noqa: BLE001 - e.g. the parent closed the pipe: exit without a reply
+        code = 70
+    finally:
+        os._exit(code)
+
+
+def exception_text(exc: BaseException) -> str:
+    """`str(exc)`, or a placeholder when that raises."""
+    try:
+        return str(exc)
+    except Exception:  # noqa: BLE001 - an exception whose __str__ raises
+        return f"<{type(exc).__name__} whose str() raised>"
+
+
+def _traceback_text(exc: BaseException) -> str:
+    try:
+        return "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-20_000:]
+    except Exception:  # noqa: BLE001
+        return ""
+
+
+def _read_reply(fd: int, deadline: float, pid: int) -> Any:
+    """The child's JSON reply, or None when the pipe closed before a complete one; [`Overran`] at the deadline."""
+    data = bytearray()
+    expected: int | None = None
+    while expected is None or len(data) < expected + 8:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise Overran
+        ready, _, _ = select.select([fd], [], [], remaining)
+        if not ready:
+            continue
+        chunk = os.read(fd, 1 << 16)
+        if not chunk:
+            return None
+        data += chunk
+        if expected is None and len(data) >= 8:
+            expected = int.from_bytes(data[:8], "big")
+            if expected > MAX_CHILD_BYTES:
+                raise ChildDied(f"its reply is {expected} bytes, more than {MAX_CHILD_BYTES}")
+    try:
+        return json.loads(bytes(data[8 : 8 + expected]))
+    except ValueError as exc:
+        raise ChildDied(f"its reply is not JSON ({exc})") from None
+
+
+def _wait(pid: int, deadline: float) -> int | None:
+    """The child's wait status once it exits, or None if it still runs at the deadline (then the caller kills it)."""
+    delay = 0.0005
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return status
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(delay)
+        delay = min(delay * 2, 0.05)
+
+
+def _kill(pid: int) -> None:
+    """Kill the child and its process group, and reap it."""
+    for kill in (lambda: os.killpg(pid, signal.SIGKILL), lambda: os.kill(pid, signal.SIGKILL)):
+        try:
+            kill()
+        except OSError:
+            pass
+    try:
+        os.waitpid(pid, 0)
+    except ChildProcessError:
+        pass
+
+
+def _how_it_ended(status: int | None) -> str:
+    if status is None:
+        return "it ended without a reply"
+    if os.WIFSIGNALED(status):
+        number = os.WTERMSIG(status)
+        try:
+            name = signal.Signals(number).name
+        except ValueError:
+            name = f"signal {number}"
+        return f"it was killed by {name}"
+    return f"it exited with status {os.WEXITSTATUS(status)} without a reply (os._exit, or the interpreter crashed)"
