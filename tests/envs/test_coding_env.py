@@ -734,3 +734,22 @@ def test_only_top_level_definitions_of_an_answer_are_kept():
     assert "print(aux(num))" in kept.helper_code
     broken = "```python\ndef aux(x)\n    return x\nprint(1)\n```"  # no parse: kept whole, its error reported
     assert env.assemble(ROW, broken, MAIN).helper_error is not None
+
+
+def test_coding_rewards_run_in_the_trainers_process_under_a_reward_timeout():
+    """With a `reward_timeout` a reward is called in a forked worker by default (`reward_isolation="process"`), whose
+    memory changes never come back. The coding rewards opt out: their programs run in the sandbox with their own
+    limits, and the executor's cache is shared with the environment, so each program runs once for every term and
+    for the feedback (a forked worker would run it again for each term, and `last_terms` would stay empty)."""
+    from trl_marl.rewarding import RewardSet
+
+    runner = FakeRunner()
+    env = CooperativeCodingEnv(runner=runner)
+    team = CodingTeamReward(env)
+    rewards = RewardSet([*team.reward_funcs(), team])
+    rewards.set_timeout(30.0, "MAGRPOConfig.reward_timeout")
+    assert rewards.isolation == "process"
+    per_func, bad = rewards.score([["p"], ["q"]], [[HELPER], [MAIN]], [ROW], [Transcript()], 1)
+    assert per_func[0].tolist() == pytest.approx([1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 4.0]) and not bad.any()
+    assert len(runner.calls) == 2  # the program once, and the main without its helper once: one cache, here
+    assert team.last_terms["tests"] == [1.0]

@@ -148,6 +148,11 @@ class CodingRewardTerm:
 
     reward_kind = "team"  # a function of the joint action: one call per joint action in every trainer
 
+    reward_isolation = "thread"
+    """Runs in the trainer's process, not a forked worker: the model's programs already run in the sandbox with their
+    own time limits, and the environment's executor cache (one sandbox run per program for every term and for the
+    feedback) lives here."""
+
     def __init__(self, env: CooperativeCodingEnv | None = None) -> None:
         self.env = env if env is not None else CooperativeCodingEnv()
         self.__name__ = self.name
@@ -293,6 +298,9 @@ class CodeBLEUTermReward(CodingRewardTerm):
 class CodingTeamReward:
     """The team reward of [`CooperativeCodingEnv`]: a weighted sum of the coding reward terms.
 
+    Like its terms, it runs in the trainer's process (`reward_isolation = "thread"`): the programs run in the sandbox,
+    the executor's cache is shared with the environment, and `last_terms` is read after the call.
+
     r = w_helper_defined * [helper defined] + w_main_defined * [main defined] + w_syntax * [program parses]
         + w_tests * passed/total + w_helper_used * [the helper's code adds passing tests]
         + w_nontrivial * [a test passes and main is not a trivial wrapper] + w_codebleu * CodeBLEU
@@ -311,6 +319,8 @@ class CodingTeamReward:
     name = "coding_team"
 
     reward_kind = "team"  # a function of the joint action: one call per joint action in every trainer
+
+    reward_isolation = "thread"
 
     def __init__(self, env: CooperativeCodingEnv | None = None, weights: Mapping[str, float] | None = None,
                  codebleu: CodeBLEUTermReward | None = None) -> None:
