@@ -19,7 +19,8 @@ micro-step, as DistributedDataParallel requires).
 
 `AgentTeam` is assembled from one mixin per role, each in its own module of `trl_marl.team`: the log-probability
 forwards (`forward.LogProbMixin`), sampling (`sampling.SamplingMixin`, which hands rows to `generation`), the
-active adapter and activation checkpointing (`adapters.AdapterMixin`), saving and loading (`saving.SavingMixin`).
+active adapter and activation checkpointing (`adapters.AdapterMixin`), saving and loading (`saving.SavingMixin`),
+text in and text out and merged adapters (`chat.ChatMixin`).
 This module holds the layouts, the per-(turn, agent) slots and the reference policies.
 """
 
@@ -39,6 +40,7 @@ from ..utils.inputs import check_lora_targets, check_model_path
 from ..utils.model_names import resolve_model_name
 from ..utils.tokens import load_tokenizer
 from .adapters import AdapterMixin, AdapterSwitch
+from .chat import ChatMixin
 from .compile import call_model
 from .forward import LogProbMixin
 from .sampling import SamplingMixin
@@ -47,7 +49,7 @@ from .saving import SavingMixin
 TEAM_MODES = ("adapters", "models", "shared")
 
 
-class AgentTeam(LogProbMixin, SamplingMixin, AdapterMixin, SavingMixin, nn.Module):
+class AgentTeam(LogProbMixin, SamplingMixin, ChatMixin, AdapterMixin, SavingMixin, nn.Module):
     """The policies of a team of agents (see the module docstring for the three modes).
 
     Build a team with [`AgentTeam.build`] (from a model name, a model, or a list of them) or reload a saved one
@@ -74,8 +76,9 @@ class AgentTeam(LogProbMixin, SamplingMixin, AdapterMixin, SavingMixin, nn.Modul
     from trl_marl import AgentTeam
 
     team = AgentTeam.build("Qwen/Qwen2.5-0.5B-Instruct", num_agents=2, peft_config=LoraConfig(r=16))
-    completions = team.generate([["Write a haiku."] * 4, ["Summarize it."] * 4], GenerationConfig(max_new_tokens=32))
+    answers = team.chat(0, ["Write a haiku."], max_new_tokens=32)  # text in, text out (see `team.chat`)
     team.save_pretrained("my-team")  # my-team/agent_0/, my-team/agent_1/, my-team/team_config.json
+    team = AgentTeam.from_pretrained("my-team")
     ```
     """
 
