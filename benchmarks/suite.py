@@ -101,7 +101,7 @@ GROUPS: dict[str, tuple[str, tuple[Bench, ...]]] = {
         Bench("family", "learning/bench_family.py", "the CoMLRL family here and in comlrl 1.4.3, same task and budget",
               (), ("--algorithms", "magrpo", "--seeds", "0", "--steps", "2"), peers=("comlrl",)),
         Bench("learning_real_magrpo", "learning/learning_real.py",
-              "target-sum coordination on smollm2-135m-instruct: team vs alone vs untrained", ("magrpo",),
+              "split-items coordination (`--task split`) on smollm2-135m-instruct: team vs alone vs untrained", ("magrpo",),
               ("magrpo", "--seeds", "0", "--smoke"), output="--output"),
         Bench("learning_real_maporl", "learning/learning_real.py",
               "MAPoRL debate on smollm2-135m-instruct: majority accuracy per turn", ("maporl",),
