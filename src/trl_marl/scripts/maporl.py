@@ -141,11 +141,14 @@ def value_model(path: str, init: dict[str, Any], model_args: ModelConfig, quanti
     if quantized:
         from peft import LoraConfig, get_peft_model
 
+        from ..utils.quiet import peft_quietly
+
         lora = LoraConfig(r=model_args.lora_r, lora_alpha=model_args.lora_alpha, lora_dropout=model_args.lora_dropout,
                           target_modules=model_args.lora_target_modules or "all-linear",
                           task_type="FEATURE_EXTRACTION")
         prefix = model.base_model_prefix
-        setattr(model, prefix, get_peft_model(getattr(model, prefix), lora))
+        with peft_quietly():
+            setattr(model, prefix, get_peft_model(getattr(model, prefix), lora))
         model.score.float().requires_grad_(True)
     return model
 

@@ -38,6 +38,7 @@ from transformers import AutoModelForCausalLM, PreTrainedModel
 from ..core import DEFAULT_CHUNK_ELEMENTS
 from ..utils.inputs import check_lora_targets, check_model_path
 from ..utils.model_names import resolve_model_name
+from ..utils.quiet import peft_quietly
 from ..utils.tokens import load_tokenizer
 from .adapters import AdapterMixin, AdapterSwitch
 from .chat import ChatMixin
@@ -255,9 +256,10 @@ class AgentTeam(LogProbMixin, SamplingMixin, ChatMixin, AdapterMixin, SavingMixi
             from peft import get_peft_model
 
             names = [f"agent_{i}" for i in range(num_agents)]
-            peft_model = get_peft_model(models[0], peft_config, adapter_name=names[0])
-            for name in names[1:]:
-                peft_model.add_adapter(name, peft_config)
+            with peft_quietly():
+                peft_model = get_peft_model(models[0], peft_config, adapter_name=names[0])
+                for name in names[1:]:
+                    peft_model.add_adapter(name, peft_config)
             # `add_adapter` leaves only the active adapter trainable, but `Trainer.create_optimizer` runs before any
             # forward and keeps only parameters that require gradients: every agent's adapter must be trainable now.
             peft_model.set_requires_grad(names, requires_grad=True)
@@ -265,7 +267,8 @@ class AgentTeam(LogProbMixin, SamplingMixin, ChatMixin, AdapterMixin, SavingMixi
         if peft_config is not None:
             from peft import get_peft_model
 
-            models = [get_peft_model(m, peft_config) for m in models]
+            with peft_quietly():
+                models = [get_peft_model(m, peft_config) for m in models]
             adapters: list[str | None] = ["default"] * num_agents
         else:
             adapters = [None] * num_agents

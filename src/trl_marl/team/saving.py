@@ -18,6 +18,7 @@ import torch
 from transformers import AutoModelForCausalLM, PreTrainedModel
 
 from ..utils.model_names import resolve_model_name
+from ..utils.quiet import peft_quietly
 from ..utils.tokens import load_tokenizer
 
 TEAM_CONFIG_NAME = "team_config.json"
@@ -109,12 +110,13 @@ class SavingMixin:
             base = AutoModelForCausalLM.from_pretrained(
                 local_base if os.path.isdir(local_base) else resolve_model_name(base_path), **kwargs)
             first, *rest = agents
-            peft_model = PeftModel.from_pretrained(base, _agent_dir(path, first),
-                                                   adapter_name=config["agent_adapter"][first],
-                                                   is_trainable=is_trainable)
-            for a in rest:
-                peft_model.load_adapter(_agent_dir(path, a), adapter_name=config["agent_adapter"][a],
-                                        is_trainable=is_trainable)
+            with peft_quietly():
+                peft_model = PeftModel.from_pretrained(base, _agent_dir(path, first),
+                                                       adapter_name=config["agent_adapter"][first],
+                                                       is_trainable=is_trainable)
+                for a in rest:
+                    peft_model.load_adapter(_agent_dir(path, a), adapter_name=config["agent_adapter"][a],
+                                            is_trainable=is_trainable)
             models.append(peft_model)
         return cls(models, tokenizers, config["mode"], config["agent_model"], config["agent_adapter"],
                    config.get("policy_turns", 1))
