@@ -32,12 +32,12 @@ def test_the_silencing_is_exact_other_future_warnings_pass() -> None:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         with peft_quietly():
-            warnings.warn("`is_gradient_checkpointing` is deprecated and will be removed in v6.", FutureWarning)
-            warnings.warn("something else is deprecated", FutureWarning)
+            warnings.warn("`is_gradient_checkpointing` is deprecated and will be removed in v6.", FutureWarning, stacklevel=1)
+            warnings.warn("something else is deprecated", FutureWarning, stacklevel=1)
     assert [str(w.message) for w in caught] == ["something else is deprecated"]
     with warnings.catch_warnings(record=True) as caught:  # outside the context the alias warning shows again
         warnings.simplefilter("always")
-        warnings.warn("`is_gradient_checkpointing` is deprecated and will be removed in v6.", FutureWarning)
+        warnings.warn("`is_gradient_checkpointing` is deprecated and will be removed in v6.", FutureWarning, stacklevel=1)
     assert len(caught) == 1
 
 
