@@ -12,6 +12,9 @@ from peft import LoraConfig
 from trl_marl import AgentTeam
 
 
+ALIAS = "`is_gradient_checkpointing` is deprecated and will be removed in v6. Use `is_activation_checkpointing`."
+
+
 def alias_warnings(caught: list[warnings.WarningMessage]) -> list[str]:
     return [str(w.message) for w in caught if "is_gradient_checkpointing" in str(w.message)]
 
@@ -32,12 +35,12 @@ def test_the_silencing_is_exact_other_future_warnings_pass() -> None:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         with peft_quietly():
-            warnings.warn("`is_gradient_checkpointing` is deprecated and will be removed in v6.", FutureWarning, stacklevel=1)
+            warnings.warn(ALIAS, FutureWarning, stacklevel=1)
             warnings.warn("something else is deprecated", FutureWarning, stacklevel=1)
     assert [str(w.message) for w in caught] == ["something else is deprecated"]
     with warnings.catch_warnings(record=True) as caught:  # outside the context the alias warning shows again
         warnings.simplefilter("always")
-        warnings.warn("`is_gradient_checkpointing` is deprecated and will be removed in v6.", FutureWarning, stacklevel=1)
+        warnings.warn(ALIAS, FutureWarning, stacklevel=1)
     assert len(caught) == 1
 
 
