@@ -11,7 +11,6 @@ from peft import LoraConfig
 
 from trl_marl import AgentTeam
 
-
 ALIAS = "`is_gradient_checkpointing` is deprecated and will be removed in v6. Use `is_activation_checkpointing`."
 
 
