@@ -43,7 +43,7 @@ from ...core import (
 )
 from ...envs.base import MultiAgentEnv, PromptEnv, Transcript
 from ...rewarding import NonFiniteCounter, NonFiniteError
-from ...rollout import JointRollout, Rollout, TeamReward, TurnResult, flat_group_fraction, turn_advantages
+from ...rollout import JointRollout, Rollout, TeamReward, TurnResult, turn_advantages
 from ...team import AgentBatch, AgentTeam, pad_left, pad_right
 from ...team.generation import build_generation_backend
 from ...utils.precision import cast_lm_head_to_fp32
@@ -440,10 +440,10 @@ class MAGRPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer):
         self.rewards.require_some_score([t.rewards_per_func for t in rollout.turns], rollout.nonfinite_rewards)
         self.last_rollout = rollout
         self._count_nonfinite(rollout.nonfinite_rewards, "rewards")
-        if mode == "train":
-            self.diagnostics.flat_fraction = flat_group_fraction(rollout.turns)
         n = self.env.num_agents
         eos_ids = set().union(*(self.team.stop_token_ids(a) for a in range(n)))  # where generation stopped
+        if mode == "train":
+            self.diagnostics.see_rollout(rollout, eos_ids)  # flat groups, rewards, cut completions
         bounds = [0]
         for batch in row_batches:
             bounds.append(bounds[-1] + len(batch))
@@ -548,6 +548,7 @@ class MAGRPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer):
         metrics[prefix + "entropy"].append(float(masked_mean(entropy.detach(), fmask)) if fmask.sum() else 0.0)
         if mode == "train":
             self.diagnostics.add_entropy(agent, entropy, fmask)
+            self.diagnostics.add_loss(loss)
         if kl is not None:
             metrics[prefix + "kl"].append(float(masked_mean(kl.detach(), fmask)) if fmask.sum() else 0.0)
         clip_mask = clipped.expand_as(fmask).float() if clipped.dim() == 2 else clipped.float()
