@@ -266,12 +266,15 @@ TASKS: dict[str, tuple[type, Callable[..., Any]]] = {
 
 
 def build_parser(task: str, prog: str | None = None) -> TrlParser:
-    """The `TrlParser` of (script, MultiAgentPPOConfig, ModelConfig) arguments of `task`."""
+    """The `TrlParser` of (script, MultiAgentPPOConfig, ModelConfig) arguments of `task` (unknown names answered with
+    the closest known ones: `scripts.arguments.SuggestingParser`)."""
     if task not in TASKS:
         raise SystemExit(f"trl-marl maporl: unknown task {task!r}; choose one of {sorted(TASKS)}.")
+    from .arguments import SuggestingParser
     from .help import MODEL_HELP
 
-    parser = TrlParser((TASKS[task][0], MultiAgentPPOConfig, ModelConfig), prog=prog or f"trl-marl maporl {task}")
+    parser = SuggestingParser((TASKS[task][0], MultiAgentPPOConfig, ModelConfig),
+                              prog=prog or f"trl-marl maporl {task}")
     describe_model_option(parser, MODEL_HELP)
     return parser
 
