@@ -13,7 +13,7 @@ Example:
 from trl_marl import AgentTeam
 
 team = AgentTeam.from_pretrained("my-team")
-print(team.chat(0, ["What is 2 + 3?"], max_new_tokens=32))  # ['2 + 3 = 5.']
+print(team.chat(0, ["What is 2 + 3?"], max_new_tokens=32))  # a list with agent 0's answer
 team.save_merged(0, "my-team-agent0")  # AutoModelForCausalLM.from_pretrained("my-team-agent0")
 ```
 """
