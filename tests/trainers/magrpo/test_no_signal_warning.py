@@ -9,7 +9,6 @@ from collections import defaultdict
 from types import SimpleNamespace
 
 import pytest
-import torch
 from datasets import Dataset
 
 from trl_marl import MAGRPOConfig, MAGRPOTrainer
@@ -39,7 +38,7 @@ def test_a_constant_reward_warns_at_once_then_every_interval(target_model_dir: s
     assert len(messages) == 3  # steps 1, 3 and 5 of 5
     assert "for 1 optimizer step in a row" in messages[0] and "for 3 optimizer steps in a row" in messages[1]
     for message in messages:
-        assert "`frac_reward_zero_std` = 1" in message and "the loss was exactly 0" in message
+        assert "every group gave all its samples the same return (`frac_reward_zero_std` = 1)" in message
         assert "Every reward of the last rollout was -0.5." in message
         for cause in ("the reward is constant", "format the reward parses is never met", "`max_completion_length`",
                       "log_completions=True"):
@@ -75,13 +74,11 @@ def diagnostics(interval: int | None = 3) -> TrainingDiagnostics:
     return TrainingDiagnostics(args, is_main_process=True)
 
 
-def steps(diag: TrainingDiagnostics, plan: list[tuple[float, list[float]]]) -> list[int]:
-    """Run optimizer steps of (flat fraction, agents' losses); the steps (1-based) that warned."""
+def steps(diag: TrainingDiagnostics, plan: list[tuple[float, bool]]) -> list[int]:
+    """Run optimizer steps of (flat fraction, every advantage 0); the steps (1-based) that warned."""
     warned = []
-    for step, (flat, losses) in enumerate(plan, start=1):
-        diag.flat_fraction = flat
-        for loss in losses:
-            diag.add_loss(torch.tensor(loss))
+    for step, (flat, zero_advantages) in enumerate(plan, start=1):
+        diag.flat_fraction, diag.zero_advantages = flat, zero_advantages
         with warnings.catch_warnings(record=True) as record:
             warnings.simplefilter("always")
             diag.end_step(defaultdict(list))
@@ -91,19 +88,30 @@ def steps(diag: TrainingDiagnostics, plan: list[tuple[float, list[float]]]) -> l
 
 
 def test_the_streak_warns_first_then_every_interval_and_restarts_after_a_signal() -> None:
-    flat, learning = (1.0, [0.0, 0.0]), (0.5, [0.3, -0.1])
+    flat, learning = (1.0, True), (0.5, False)
     plan = [flat] * 7 + [learning] + [flat] * 2
     assert steps(diagnostics(3), plan) == [1, 4, 7, 9]
 
 
 @pytest.mark.parametrize("step, warns", [
-    ((0.5, [0.0, 0.0]), True),    # some groups have spread, but the loss is exactly 0 (e.g. advantages all clipped)
-    ((1.0, [0.02, 0.01]), True),  # every group flat; a KL penalty keeps the loss off 0
-    ((0.99, [0.0, 0.2]), False),
-    ((0.5, []), False),           # no loss recorded (every loss skipped as non-finite): no claim about it
+    ((0.5, True), True),    # some groups have spread, yet every advantage is 0 (e.g. a custom advantage)
+    ((1.0, False), True),   # every group flat (MAREINFORCE's raw advantages are the rewards, not 0)
+    ((0.99, False), False),
 ])
-def test_either_sign_is_enough(step: tuple[float, list[float]], warns: bool) -> None:
+def test_either_sign_is_enough(step: tuple[float, bool], warns: bool) -> None:
     assert steps(diagnostics(), [step]) == ([1] if warns else [])
+
+
+def test_a_zero_loss_alone_is_no_sign(target_model_dir: str, tmp_path) -> None:
+    """On-policy (ratio 1) the surrogate loss of a group is minus the mean of its centred advantages: with completions
+    of one length (here one token) and G = 8 (dyadic means: exact sums) it reads exactly 0 at every step, also at
+    steps whose groups differ and whose gradient is not 0. Only the steps with every group flat warn."""
+    trainer, messages = run(target_model_dir, tmp_path, TargetSumReward(0.5), max_steps=4, num_generations=8,
+                            per_device_train_batch_size=16, max_completion_length=1, no_signal_warning_interval=1)
+    history = [h for h in trainer.state.log_history if "frac_reward_zero_std" in h]
+    assert all(h["agent_0/loss"] == 0.0 and h["agent_1/loss"] == 0.0 for h in history)
+    assert any(h["frac_reward_zero_std"] < 1.0 for h in history)  # steps that learn, with a loss of 0
+    assert len(messages) == sum(h["frac_reward_zero_std"] == 1.0 for h in history)
 
 
 def test_the_interval_must_be_positive(tmp_path) -> None:

@@ -142,7 +142,7 @@ class MAGRPOConfig(GRPOConfig):
             Warn once when at least this fraction of groups had zero return std (no learning signal) for this many
             consecutive optimizer steps.
         no_signal_warning_interval (`int` or `None`, defaults to `10`): Warn at the first step with no learning signal
-            at all (every group flat, or a loss of exactly 0), with what was measured and the likely causes, then
+            at all (every group flat, or every advantage 0), with what was measured and the likely causes, then
             every this many steps while it lasts.
         entropy_warning_threshold (`float`, defaults to `0.01`), entropy_warning_steps (`int`, defaults to `20`):
             Warn once when an agent's mean token entropy stays below the threshold for this many steps.
@@ -304,7 +304,7 @@ class MAGRPOConfig(GRPOConfig):
         default=10,
         metadata={
             "help": "Warn at the first optimizer step without any learning signal (every group's samples got the "
-            "same return, `frac_reward_zero_std` = 1, or the loss was exactly 0), naming what it measured and the "
+            "same return, `frac_reward_zero_std` = 1, or every advantage was 0), naming what it measured and the "
             "likely causes (a constant reward, an answer format never met, a too short `max_completion_length`), "
             "then every this many steps while it lasts. None disables."
         },

@@ -29,8 +29,11 @@ class TrainingDiagnosticWarning(UserWarning):
 
 
 class NoLearningSignalWarning(TrainingDiagnosticWarning):
-    """An optimizer step had no learning signal at all: every group's samples got the same return, or the loss was
-    exactly 0 (see `MAGRPOConfig.no_signal_warning_interval`)."""
+    """An optimizer step had no learning signal at all: every group's samples got the same return, or every advantage
+    was exactly 0 (see `MAGRPOConfig.no_signal_warning_interval`).
+
+    The loss value is no such sign: on-policy (ratio 1) a group's mean-centred advantages sum to 0, so the surrogate
+    loss reads 0 (up to rounding) at steps whose gradient is not 0."""
 
 
 NO_SIGNAL_CAUSES = (
@@ -85,7 +88,7 @@ class TrainingDiagnostics:
         self.flat_fraction = 0.0
         """The fraction of the groups of the step's rollout whose samples all had the same return."""
         self.no_signal_streak = 0
-        self.step_losses: list[float] = []  # each agent's loss of each micro-step of the optimizer step
+        self.zero_advantages = False  # every advantage of the step's rollout is exactly 0
         self.rollout_facts: dict[str, Any] = {}  # what `see_rollout` measured, for the no-signal warning
         self.step_entropy: dict[int, list[float]] = defaultdict(lambda: [0.0, 0.0])  # agent -> [sum, tokens]
 
@@ -93,6 +96,8 @@ class TrainingDiagnostics:
         """Measure a training rollout: its fraction of flat groups, its distinct rewards and its completions cut at
         `max_completion_length` (no token of `eos_ids` at the end)."""
         self.flat_fraction = flat_group_fraction(rollout.turns)
+        self.zero_advantages = all(t.advantages is not None and not bool(t.advantages.nan_to_num(0.0).any())
+                                   for t in rollout.turns)
         rewards = torch.cat([t.rewards.reshape(-1) for t in rollout.turns]) if rollout.turns else torch.zeros(0)
         finite = rewards[torch.isfinite(rewards)]
         completions = [ids for t in rollout.turns for agent in t.completion_ids for ids in agent]
@@ -105,10 +110,6 @@ class TrainingDiagnostics:
             "cut": cut,
             "max_completion_length": limit,
         }
-
-    def add_loss(self, loss: torch.Tensor) -> None:
-        """Count one agent's loss of a micro-step towards the step's no-signal check."""
-        self.step_losses.append(float(loss.detach()))
 
     def add_entropy(self, agent: int, entropy: torch.Tensor, mask: torch.Tensor) -> None:
         """Count agent `agent`'s token entropies on the float `mask` towards the step's mean entropy."""
@@ -141,26 +142,23 @@ class TrainingDiagnostics:
         """Warn when the step had no learning signal: at its first such step, then every
         `no_signal_warning_interval` steps while it lasts."""
         interval = getattr(self.args, "no_signal_warning_interval", None)
-        all_flat = self.flat_fraction >= 1.0
-        zero_loss = bool(self.step_losses) and all(v == 0.0 for v in self.step_losses)
-        self.step_losses = []
-        if not (all_flat or zero_loss):
+        all_flat, zero_advantages = self.flat_fraction >= 1.0, self.zero_advantages
+        if not (all_flat or zero_advantages):
             self.no_signal_streak = 0
             return
         self.no_signal_streak += 1
         if interval is None or not self.is_main_process or (self.no_signal_streak - 1) % interval:
             return
-        warnings.warn(self.no_signal_message(all_flat, zero_loss), NoLearningSignalWarning, stacklevel=4)
+        warnings.warn(self.no_signal_message(all_flat), NoLearningSignalWarning, stacklevel=4)
 
-    def no_signal_message(self, all_flat: bool, zero_loss: bool) -> str:
-        """The no-signal warning: what was measured (flat groups, a zero loss, the rewards, cut completions), then the
-        likely causes."""
-        what = " and ".join(part for part, on in (
-            ("every group gave all its samples the same return (`frac_reward_zero_std` = 1, every advantage 0)",
-             all_flat), ("the loss was exactly 0", zero_loss)) if on)
+    def no_signal_message(self, all_flat: bool) -> str:
+        """The no-signal warning: what was measured (flat groups or zero advantages, the rewards, cut completions),
+        then the likely causes."""
+        what = ("every group gave all its samples the same return (`frac_reward_zero_std` = 1)" if all_flat else
+                "every advantage was exactly 0")
         steps = self.no_signal_streak
         lines = [f"MAGRPO: no learning signal for {steps} optimizer step{'s' if steps > 1 else ''} in a row: {what}, "
-                 "so the weights do not change."]
+                 "so no sample is preferred to another and the policy gradient gives the weights nothing to learn."]
         facts = self.rollout_facts
         distinct = facts.get("distinct_rewards", [])
         if len(distinct) == 1:

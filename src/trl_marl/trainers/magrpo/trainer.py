@@ -548,7 +548,6 @@ class MAGRPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer):
         metrics[prefix + "entropy"].append(float(masked_mean(entropy.detach(), fmask)) if fmask.sum() else 0.0)
         if mode == "train":
             self.diagnostics.add_entropy(agent, entropy, fmask)
-            self.diagnostics.add_loss(loss)
         if kl is not None:
             metrics[prefix + "kl"].append(float(masked_mean(kl.detach(), fmask)) if fmask.sum() else 0.0)
         clip_mask = clipped.expand_as(fmask).float() if clipped.dim() == 2 else clipped.float()
