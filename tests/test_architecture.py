@@ -47,6 +47,8 @@ MAX_LINES = 600
 LONG_MODULES: dict[str, str] = {
     "trl_marl/sandbox/harness.py": "It is sent as one source file to each sandbox interpreter (stdlib only, no "
                                    "imports).",
+    "trl_marl/data/team_coding.py": "It is a table of coding problems written as data, one entry per problem, with "
+                                    "the split and loaders that read it.",
     "trl_marl/legacy/trainer.py": "The classic TRL 0.11 PPO loop is kept whole for drop-in users.",
     "trl_marl/trainers/magrpo/trainer.py": "MAGRPOTrainer reads top to bottom in one file (constructor, hooks, "
                                            "training step, backward per agent, logging, evaluation), as TRL keeps "

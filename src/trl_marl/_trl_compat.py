@@ -9,23 +9,36 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import warnings
 from typing import Any
 
 from packaging.version import Version
 
-from .utils.checkpoint_files import (
-    TRAINER_STATE_FILE,
-    CorruptCheckpointWarning,
-    IncompleteCheckpointWarning,
+from .utils.checkpoint_checks import (
+    agent_weight_files,
     checkpoint_damage,
     checkpoint_problem,
-    finished_run_problem,
+    choose_checkpoint,
     keep_damaged,
+    last_complete_checkpoint,
+)
+from .utils.checkpoint_files import (
+    CHECKPOINT_PREFIX,
+    PARTIAL_PREFIX,
+    REPLACED_SUFFIX,
+    TEAM_CONFIG_FILE,
+    TRAINER_STATE_FILE,
+    CheckpointSpec,
+    CorruptCheckpointWarning,
+    IncompleteCheckpointWarning,
+    finished_run_problem,
+    is_complete_checkpoint,
     write_manifest,
 )
+from .utils.checkpoint_files import CHECKPOINT_RE as _CHECKPOINT_RE
+from .utils.checkpoint_files import PARTIAL_RE as _PARTIAL_RE
+from .utils.checkpoint_files import REPLACED_RE as _REPLACED_RE
 from .utils.checkpoint_files import fsync_dir as _fsync_dir
 from .utils.checkpoint_files import fsync_tree as _fsync_tree
 
@@ -76,6 +89,7 @@ __all__ = [
     "TrlParser",
     "TRLBaseConfig",
     "TRLBaseTrainer",
+    "CheckpointSpec",
     "CorruptCheckpointWarning",
     "IncompleteCheckpointWarning",
     "TeamCheckpointMixin",
@@ -105,110 +119,8 @@ def grpo_config_field_names() -> set[str]:
 # Checkpoints: atomic saves, rotation that never loses the last complete checkpoint, resume from a complete one
 # ---------------------------------------------------------------------------------------------------------------
 
-CHECKPOINT_PREFIX = "checkpoint"
-"""Checkpoint folders are `checkpoint-<global step>` (transformers' `PREFIX_CHECKPOINT_DIR`)."""
-
-PARTIAL_PREFIX = "tmp-"
-"""A checkpoint is written into `tmp-checkpoint-<step>` and renamed when complete. Neither transformers'
-`get_last_checkpoint` (`^checkpoint-\\d+$`) nor its rotation (`checkpoint-*`) sees such a folder."""
-
-REPLACED_SUFFIX = "-replaced"
-"""`tmp-checkpoint-<step>-replaced`: a complete checkpoint moved aside while a new save of the same step takes its
-name (deleted once the new one is in place; a resume uses it if a crash came between the two renames)."""
-
-
-_CHECKPOINT_RE = re.compile(rf"^{CHECKPOINT_PREFIX}-([0-9]+)$")
-_PARTIAL_RE = re.compile(rf"^{PARTIAL_PREFIX}{CHECKPOINT_PREFIX}-([0-9]+)$")
-_REPLACED_RE = re.compile(rf"^{PARTIAL_PREFIX}{CHECKPOINT_PREFIX}-([0-9]+){REPLACED_SUFFIX}$")
-
-
-def is_complete_checkpoint(path: str | os.PathLike[str]) -> bool:
-    """Whether a folder is a complete checkpoint: it holds a readable `trainer_state.json`.
-
-    trl-marl writes that file last (then only the manifest of every file, `utils.checkpoint_files`), into a
-    temporary folder that is renamed only when everything is on disk, so a `checkpoint-<step>` folder of trl-marl is
-    complete by construction; the check catches folders left half-written by other code (or copied partially).
-    Whether the files are still intact is [`checkpoint_problem`]'s question.
-
-    Args:
-        path: The folder.
-
-    Returns:
-        `True` when `path/trainer_state.json` exists and is a JSON object.
-    """
-    try:
-        with open(os.path.join(path, TRAINER_STATE_FILE), encoding="utf-8") as handle:
-            return isinstance(json.load(handle), dict)
-    except (OSError, ValueError):
-        return False
-
-
-def last_complete_checkpoint(output_dir: str | os.PathLike[str]) -> str | None:
-    """The newest complete checkpoint of a run folder; incomplete ones are skipped with a warning.
-
-    Candidates are the `checkpoint-<step>` folders, newest step first, and a `tmp-checkpoint-<step>-replaced` folder
-    whose `checkpoint-<step>` is missing (a crash between the two renames of a same-step re-save). Folders left by an
-    interrupted save (`tmp-checkpoint-<step>`) are never used. A complete candidate is verified before it is chosen
-    ([`checkpoint_problem`]: every file against the manifest's sizes and SHA-256, or a structural check for a folder
-    without manifest); a damaged one is skipped with a [`CorruptCheckpointWarning`] naming the bad file, and kept.
-
-    Args:
-        output_dir: The run's `output_dir`.
-
-    Returns:
-        The path of the newest complete checkpoint, or `None` when there is none (or no such folder).
-
-    Warns:
-        IncompleteCheckpointWarning: For every newer checkpoint folder that is skipped because it is incomplete, and
-            for every interrupted save newer than the checkpoint returned.
-        CorruptCheckpointWarning: For every newer complete checkpoint skipped because a file is damaged.
-    """
-    output_dir = os.fspath(output_dir)
-    try:
-        names = os.listdir(output_dir)
-    except FileNotFoundError:
-        return None
-    candidates: list[tuple[int, str]] = []
-    partial_steps: list[int] = []
-    for name in names:
-        if not os.path.isdir(os.path.join(output_dir, name)):
-            continue
-        if match := _CHECKPOINT_RE.match(name):
-            candidates.append((int(match.group(1)), name))
-        elif (match := _REPLACED_RE.match(name)) and f"{CHECKPOINT_PREFIX}-{match.group(1)}" not in names:
-            candidates.append((int(match.group(1)), name))
-        elif match := _PARTIAL_RE.match(name):
-            partial_steps.append(int(match.group(1)))
-    found: tuple[int, str] | None = None
-    for step, name in sorted(candidates, reverse=True):
-        path = os.path.join(output_dir, name)
-        if not os.path.isfile(os.path.join(path, TRAINER_STATE_FILE)):  # an interrupted save, or no checkpoint
-            warnings.warn(
-                f"Skipping the incomplete checkpoint {path} (no readable {TRAINER_STATE_FILE}: its save was "
-                "interrupted); looking for an older one.",
-                IncompleteCheckpointWarning,
-                stacklevel=2,
-            )
-            continue
-        problem = checkpoint_damage(path)
-        if problem is None:
-            found = (step, path)
-            break
-        warnings.warn(
-            f"Skipping the damaged checkpoint {path}: {problem}. Falling back to an older checkpoint; the damaged "
-            "one is left in place (delete it yourself once you no longer need it).",
-            CorruptCheckpointWarning,
-            stacklevel=2,
-        )
-    for step in sorted(partial_steps):
-        if found is None or step > found[0]:
-            warnings.warn(
-                f"Ignoring {os.path.join(output_dir, f'{PARTIAL_PREFIX}{CHECKPOINT_PREFIX}-{step}')}: the save of "
-                f"step {step} was interrupted before it completed.",
-                IncompleteCheckpointWarning,
-                stacklevel=2,
-            )
-    return None if found is None else found[1]
+# The names, manifests and checks of checkpoint folders are `utils.checkpoint_files` and `utils.checkpoint_checks`
+# (standard library only); what follows hooks them into `transformers.Trainer`.
 
 
 def _remove_tree(path: str) -> None:
@@ -233,8 +145,8 @@ def _publish_checkpoint(partial_dir: str, final_dir: str) -> None:
     _fsync_tree(partial_dir)
     run_dir = os.path.dirname(final_dir)
     replaced = None
-    if os.path.exists(final_dir) and checkpoint_problem(final_dir, checksums=False) is not None:
-        keep_damaged(final_dir)  # a damaged checkpoint is never deleted
+    if os.path.exists(final_dir) and (problem := checkpoint_problem(final_dir, checksums=False)) is not None:
+        keep_damaged(final_dir, problem)  # a damaged checkpoint is never deleted
     if os.path.exists(final_dir):
         replaced = f"{os.path.join(run_dir, PARTIAL_PREFIX + os.path.basename(final_dir))}{REPLACED_SUFFIX}"
         shutil.rmtree(replaced, ignore_errors=True)
@@ -300,11 +212,36 @@ class TeamCheckpointMixin:
       renames it to `checkpoint-<step>` (other processes wait for the rename);
     - `save_total_limit` deletes old checkpoints only after that rename, and counts complete checkpoints only;
     - the last file written is a manifest of every file's size and SHA-256 (`utils.checkpoint_files`);
-    - `train(resume_from_checkpoint=True)` resumes from the newest *complete* and *intact* checkpoint
-      ([`last_complete_checkpoint`]), warning about every incomplete or damaged folder it skips (a damaged one is
-      kept, never deleted); an explicit path to an incomplete or damaged checkpoint is a clear `ValueError` naming
-      the bad file;
+    - `train(resume_from_checkpoint=True)` resumes from the newest *complete* checkpoint that passes every check of
+      `utils.checkpoint_checks` for this trainer ([`checkpoint_spec`]: its manifest, its files, its state and its
+      step), warning about every folder it skips and why (a damaged one is kept, never deleted); an explicit path to
+      an incomplete or damaged checkpoint is a clear `ValueError` naming the bad file and the problem.
     """
+
+    def checkpoint_spec(self) -> CheckpointSpec:
+        """What this trainer needs of a checkpoint to resume from it exactly, beyond its manifest.
+
+        The trainer state (with the fields of transformers' `TrainerState` only), the team layout and every agent's
+        weights; unless `save_only_model`, also the optimizer (`optimizer.pt`; `optimizer.bin` under FSDP; DeepSpeed
+        keeps it in its own files, covered by the manifest only), the scheduler (not under DeepSpeed), the RNG state
+        (`rng_state.pth`, or `rng_state_0.pth` of a run of several processes) and the trainer's own state files
+        ([`extra_state_files`]). transformers resumes without an optimizer, a scheduler or an RNG state it does not
+        find, silently: an empty optimizer and a learning rate back at its start.
+        """
+        from dataclasses import fields
+
+        from transformers import TrainerState
+
+        args = self.args  # type: ignore[attr-defined]
+        team = _team_of(self.accelerator.unwrap_model(self.model))  # type: ignore[attr-defined]
+        required = [(TRAINER_STATE_FILE,), (TEAM_CONFIG_FILE,)]
+        required += [agent_weight_files(a, team.agent_adapter[a] is not None) for a in range(team.num_agents)]
+        if not args.save_only_model:
+            if not getattr(self, "is_deepspeed_enabled", False):
+                fsdp = getattr(self, "is_fsdp_enabled", False)
+                required += [("optimizer.bin", "optimizer.pt") if fsdp else ("optimizer.pt",), ("scheduler.pt",)]
+            required += [("rng_state.pth", "rng_state_0.pth"), *((name,) for name in self.extra_state_files())]
+        return CheckpointSpec(tuple(required), frozenset(field.name for field in fields(TrainerState)))
 
     def train(
         self,
@@ -313,31 +250,36 @@ class TeamCheckpointMixin:
         ignore_keys_for_eval: list[str] | None = None,
         **kwargs: Any,
     ) -> Any:
-        """`Trainer.train`, resuming from the newest complete checkpoint when `resume_from_checkpoint=True`.
+        """`Trainer.train`, resuming from the newest good checkpoint when `resume_from_checkpoint=True`.
 
         Raises:
-            ValueError: `resume_from_checkpoint=True` and `output_dir` holds no complete checkpoint, a given
-                checkpoint path is incomplete (no readable `trainer_state.json`) or damaged, or the checkpoint is
+            ValueError: `resume_from_checkpoint=True` and `output_dir` holds no good checkpoint (the message lists
+                why each was skipped), a given checkpoint path is incomplete (no `trainer_state.json`) or damaged
+                (`utils.checkpoint_checks`: the message names the file and the problem), or the checkpoint is
                 already at `max_steps` (the run is finished: transformers would train one step past it).
         """
         if isinstance(resume_from_checkpoint, bool) and resume_from_checkpoint:
             output_dir = self.args.output_dir  # type: ignore[attr-defined]
-            resume_from_checkpoint = last_complete_checkpoint(output_dir)
+            resume_from_checkpoint, skipped = choose_checkpoint(output_dir, self.checkpoint_spec())
             if resume_from_checkpoint is None:
-                raise ValueError(f"No complete checkpoint to resume from in the output directory ({output_dir}).")
+                why = "".join(f"\n- {reason}" for reason in skipped)
+                raise ValueError(f"No complete checkpoint to resume from in the output directory ({output_dir})."
+                                 + (f" Skipped:{why}" if why else ""))
         elif isinstance(resume_from_checkpoint, (str, os.PathLike)):
             folder = os.fspath(resume_from_checkpoint)
-            if not os.path.isfile(os.path.join(folder, TRAINER_STATE_FILE)):
+            state = os.path.join(folder, TRAINER_STATE_FILE)
+            if not os.path.lexists(state) or os.path.isdir(state):
                 problem = (f"it is not a complete checkpoint (no readable {TRAINER_STATE_FILE}; its save was "
                            "interrupted or it is not a checkpoint folder)")
-            elif (damage := checkpoint_damage(folder)) is not None:
+            elif (damage := checkpoint_damage(folder, self.checkpoint_spec())) is not None:
                 problem = f"it is damaged: {damage}"
             else:
                 problem = None
             if problem is not None:
                 with warnings.catch_warnings():  # only its name is wanted here
                     warnings.simplefilter("ignore", IncompleteCheckpointWarning)
-                    newest = last_complete_checkpoint(os.path.dirname(os.path.normpath(resume_from_checkpoint)))
+                    newest = last_complete_checkpoint(os.path.dirname(os.path.normpath(folder)),
+                                                      self.checkpoint_spec())
                 raise ValueError(
                     f"Cannot resume from {resume_from_checkpoint}: {problem}. "
                     + (f"The newest complete checkpoint next to it is {newest}." if newest else "")
@@ -444,6 +386,11 @@ class TeamCheckpointMixin:
 
     def load_extra_state(self, checkpoint_dir: str) -> None:
         """Restore what `save_extra_state` wrote, when resuming from `checkpoint_dir`. Default: nothing."""
+
+    def extra_state_files(self) -> list[str]:
+        """The files `save_extra_state` writes with this trainer's settings (relative to the checkpoint): a resume
+        requires them ([`checkpoint_spec`]). Default: none."""
+        return []
 
 
 def _team_of(module: Any) -> Any:

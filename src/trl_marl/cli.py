@@ -34,7 +34,9 @@ __all__ = ["DESCRIPTION", "EXAMPLES", "FULL_HELP", "MODEL_HELP", "SHORT_OPTIONS"
 
 
 def _vllm_serve(argv: list[str]) -> int:
-    """Replace this process with vLLM's OpenAI server, LoRA enabled with runtime loading, on 127.0.0.1 by default."""
+    """Replace this process with vLLM's OpenAI server for a team: LoRA enabled with runtime loading restricted to an
+    adapter folder, an API key on every request, docs and metrics closed, 127.0.0.1 by default (see
+    `trl_marl.team.generation.serve_guard`)."""
     parser = argparse.ArgumentParser(prog="trl-marl vllm-serve", description="A vLLM server for a team's adapters; "
                                      "options not listed here go to vLLM's server unchanged.")
     parser.add_argument("--model", required=True, help="The team's base model (name or path).")
@@ -42,10 +44,37 @@ def _vllm_serve(argv: list[str]) -> int:
     parser.add_argument("--max-lora-rank", type=int, default=16, help="The largest LoRA rank (1, 8, 16, 32, ...).")
     parser.add_argument("--host", default="127.0.0.1", help="Interface to bind (127.0.0.1: this machine only).")
     parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--adapter-dir", default=None,
+                        help="The only folder adapters are loaded from (the trainer writes its adapters there). "
+                        "Default: a folder private to you next to the connection file.")
+    parser.add_argument("--api-key", default=None,
+                        help="The key every request must carry. Default: $VLLM_API_KEY, else a new random key. It "
+                        "is written to the connection file, never shown.")
+    parser.add_argument("--logprobs-mode", default="processed_logprobs",
+                        choices=("processed_logprobs", "raw_logprobs"),
+                        help="The log-probabilities returned for the importance-sampling correction (default "
+                        "processed_logprobs: after temperature and truncation; raw_logprobs: the model's, at "
+                        "temperature 1; the trainer's `vllm_logprobs_mode` must agree).")
+    parser.add_argument("--open-docs", action="store_true", help="Serve /docs, /redoc and /openapi.json.")
+    parser.add_argument("--open-metrics", action="store_true", help="Serve /metrics (with the API key).")
     args, extra = parser.parse_known_args(argv)
+    from .team.generation.serve_guard import new_api_key, state_dir, write_connection
     from .team.generation.vllm_server import serve_command  # after parsing: `--help` does not load torch
 
-    command, env = serve_command(args.model, args.max_loras, args.max_lora_rank, args.host, args.port, extra)
+    api_key = args.api_key or os.environ.get("VLLM_API_KEY") or new_api_key()
+    adapter_dir = args.adapter_dir or str(state_dir() / f"port-{args.port}" / "adapters")
+    connection = write_connection(args.port, api_key, adapter_dir)
+    adapter_dir = str(os.path.realpath(os.path.expanduser(adapter_dir)))
+    print(f"trl-marl vllm-serve: the API key and the adapter folder ({adapter_dir}) are in {connection} (readable "
+          f"by you only): a trainer on this machine with `vllm_server_port={args.port}` reads them there; from "
+          "another machine set VLLM_API_KEY and TRL_MARL_VLLM_ADAPTER_DIR.", file=sys.stderr, flush=True)
+    if args.host not in ("127.0.0.1", "localhost", "::1"):
+        print(f"trl-marl vllm-serve: warning: serving on {args.host}, reachable from other machines: anyone with "
+              f"the API key can generate and load adapters from {adapter_dir}; traffic is not encrypted.",
+              file=sys.stderr, flush=True)
+    command, env = serve_command(args.model, args.max_loras, args.max_lora_rank, args.host, args.port, extra,
+                                 api_key=api_key, adapter_dir=adapter_dir, open_docs=args.open_docs,
+                                 open_metrics=args.open_metrics, logprobs_mode=args.logprobs_mode)
     os.execve(command[0], command, env)
     return 0  # not reached
 

@@ -54,6 +54,29 @@ def test_target_sum_task_rows(bench: Any) -> None:
     assert [r["target"] for r in task.eval_rows("heldout", 6)] == [5, 9, 13, 5, 9, 13]
 
 
+def test_coding_task_rows_sizes_and_success(bench: Any) -> None:
+    """The coding task trains on level-1 training problems only, evaluates on each held-out problem once, counts a
+    joint action as a success only when every hidden test passes, and has no centralised arm."""
+    from trl_marl.data.team_coding import team_coding_rows
+    from trl_marl.rewards.coding import CodingTeamReward, PassRateReward
+
+    task = bench.coding_task()
+    held = {r["task_id"] for r in team_coding_rows("heldout", (1,))}
+    rows = task.train_rows(200, 0)
+    assert not held & {r["task_id"] for r in rows} and {r["level"] for r in rows} == {1}
+    assert [r["task_id"] for r in task.eval_rows("heldout", 100)] == sorted(held, key=lambda t: int(t.split("/")[1]))
+    env = task.env(False)
+    assert env.code_prefill == "```python\n" and env.chat
+    assert isinstance(task.reward(env), CodingTeamReward) and isinstance(task.success(env), PassRateReward)
+    with pytest.raises(ValueError, match="no centralised arm"):
+        task.env(True)
+    settings = bench.settings_for(bench.parse_args(["magrpo", "--task", "coding", "--arms", "team", "alone"]))
+    assert settings["sizes"]["completion"] == 96 and settings["sizes"]["generations"] == 4
+    assert settings["sizes"]["temperature"] == 0.7 == task.sizes["temperature"]
+    with pytest.raises(SystemExit, match="no centralised arm"):
+        bench.settings_for(bench.parse_args(["magrpo", "--task", "coding"]))
+
+
 class FakeTrainer:
     """Stands in for MAGRPOTrainer: `train()` sets a marker on its team, so evaluations show when they ran."""
 

@@ -54,12 +54,16 @@ def test_split_is_by_family_fixed_and_disjoint():
     train, held = team_coding_split()
     assert sorted(train + held) == list(range(len(TEAM_CODING_PROBLEMS))) and not set(train) & set(held)
     assert HELDOUT_FAMILIES == ("palindromes", "words", "counting", "squares", "distance", "pairs", "collatz",
-                                "passwords")  # every third family from the third: changing it voids the records
+                                "passwords", "even", "reverse", "double", "cube")  # changing it voids the records
     assert HELDOUT_FAMILIES == FAMILIES[2::3]
     train_families = {TEAM_CODING_PROBLEMS[i].family for i in train}
     held_families = {TEAM_CODING_PROBLEMS[i].family for i in held}
     assert not train_families & held_families
-    assert (len(train), len(held)) == (43, 19)
+    assert (len(train), len(held)) == (59, 27)
+    assert [len(team_coding_rows(split, (level,))) for split in ("train", "heldout") for level in (1, 2)] == [
+        16, 43, 8, 19]
+    with pytest.raises(ValueError, match="levels must be"):
+        team_coding_rows("train", (3,))
     held_rows = load_team_coding("heldout")
     assert held_rows["task_id"] == [f"TeamCoding/{i}" for i in held]
     assert len({r["entry_point"] for r in ROWS}) == len(ROWS)  # no problem twice

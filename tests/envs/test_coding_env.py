@@ -682,13 +682,16 @@ SPEC_ROW = {**ROW, "helper_signature": "(x: int) -> int", "helper_doc": "Return 
 def test_a_stated_helper_contract_is_shown_to_both_agents():
     env = CooperativeCodingEnv(chat=True)
     helper_prompt, main_prompt = (env.agent_prompt(SPEC_ROW, i, Transcript())[0]["content"] for i in (0, 1))
-    contract = 'def aux(x: int) -> int:\n    """Return the square of `x`."""'
-    assert contract in helper_prompt and contract in main_prompt
-    assert "Reply with only the code of `aux`" in helper_prompt
-    assert "Reply with only the code of `sum_of_squares`" in main_prompt and PROMPT.strip("\n") in main_prompt
+    assert helper_prompt == ("Write a Python function `aux(x: int) -> int`. Return the square of `x`. Your partner "
+                             "will call it to write `sum_of_squares`. Reply with only the code.")
+    assert main_prompt == (
+        "Write a Python function `sum_of_squares(numbers: List[int]) -> int`. Return the sum of the squares of "
+        "`numbers`.\n>>> sum_of_squares([1, 2])\n5\n\nYou can call `aux(x: int) -> int`, which your partner writes "
+        "(do not write it yourself): Return the square of `x`.\n\nReply with only the code."
+    )
     # the helper's name follows the env, and a row without a contract (or with an empty one) keeps the open prompts
     renamed = CooperativeCodingEnv(helper_name="square").agent_prompt(SPEC_ROW, 1, Transcript())
-    assert "def square(x: int) -> int:" in renamed
+    assert "You can call `square(x: int) -> int`" in renamed
     for row in (ROW, {**SPEC_ROW, "helper_doc": " "}):
         assert "does a useful part of the work" in env.agent_prompt(row, 0, Transcript())[0]["content"]
 
@@ -714,3 +717,20 @@ def test_code_prefill_is_continued_and_read_back_with_the_completion():
     assert "def sum_of_squares(numbers):" in messages[2]["content"]  # the partner's code, read with the prefill
     with pytest.raises(ValueError, match="`code_prefill` needs chat prompts"):
         CooperativeCodingEnv(code_prefill="```python\n")
+
+
+def test_only_top_level_definitions_of_an_answer_are_kept():
+    """Example usage after the function (a `print` of a name that does not exist) would fail the whole program at
+    import; it is dropped, while imports, functions, decorators and literal constants stay."""
+    helper = ("```python\nimport math\nSCALE = 1\n\n@staticmethod\ndef unused():\n    pass\n\ndef aux(x):\n"
+              "    # square\n    return x * x * SCALE\n\n# Example usage:\nprint(aux(num))\nif True:\n    aux = None\n"
+              "table = dict(a=1)\n```")
+    env = CooperativeCodingEnv(runner=FakeRunner())
+    solution = env.assemble(ROW, helper, MAIN)
+    assert solution.helper_code == ("import math\n\nSCALE = 1\n\n@staticmethod\ndef unused():\n    pass\n\n"
+                                    "def aux(x):\n    # square\n    return x * x * SCALE")
+    assert solution.parses and solution.helper_defined
+    kept = CooperativeCodingEnv(runner=FakeRunner(), keep_definitions_only=False).assemble(ROW, helper, MAIN)
+    assert "print(aux(num))" in kept.helper_code
+    broken = "```python\ndef aux(x)\n    return x\nprint(1)\n```"  # no parse: kept whole, its error reported
+    assert env.assemble(ROW, broken, MAIN).helper_error is not None

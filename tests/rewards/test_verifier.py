@@ -36,7 +36,8 @@ ROOT = Path(__file__).resolve().parents[2]
         (r"So the total is \boxed{18}.", "18"),
         (r"\boxed{\frac{3}{4}}", "3/4"),  # nested braces
         (r"\boxed{-\dfrac{1}{2}}", "-1/2"),
-        (r"First \boxed{3}, on second thought \boxed{5}", None),  # two final answers: a hedge, no answer
+        (r"First \boxed{3}, on second thought \boxed{5}", "5"),  # issue 35: a retraction, the last answer wins
+        (r"First \boxed{3}, then \boxed{5}", None),  # two final answers: a hedge, no answer
         (r"\boxed{5} so \boxed{5.0}", "5"),  # the same value twice
         (r"\boxed{\text{18 dollars}}", "18"),
         (r"\boxed{\$1{,}234.00}", "1234"),
@@ -60,7 +61,8 @@ ROOT = Path(__file__).resolve().parents[2]
         ("5-3", "3"),  # a minus glued to a digit is an operator
         ("a loss of -$5", "-5"),
         ("−4 degrees", "-4"),  # unicode minus
-        ("about .5 of it", "0.5"),
+        ("about .5 of it", None),  # issue 35: a qualifier in the final answer's sentence
+        ("half of it: .5", "0.5"),
         ("I don't know.", None),
         ("", None),
         (None, None),
@@ -80,11 +82,11 @@ def test_numbers_compare_exactly_or_at_the_golds_precision():
     assert not answers_match("1450000.0000001", "1450000")
     assert answers_match("1450000", "1450000") and answers_match("2900000/2", "1450000")
     assert not answers_match("18", "18.0000000001")  # the gold states 10 places: 18 is not it
-    # decimals: the prediction rounded (half away from zero) to the gold's places
-    assert answers_match("0.333", "0.33") and answers_match("1/3", "0.33")
+    # decimals: exact values too (issue 35: rounding at the gold's places accepted 2.46 for 2.5)
+    assert not answers_match("0.333", "0.33") and not answers_match("1/3", "0.33") and answers_match("0.330", "0.33")
     assert not answers_match("0.34", "0.33") and not answers_match("0.3", "0.33")
-    assert answers_match("2.549", "2.5") and not answers_match("2.55", "2.5") and answers_match("2.45", "2.5")
-    assert answers_match("-2.45", "-2.5") and not answers_match("-2.55", "-2.5") and not answers_match("2.5", "-2.5")
+    assert not answers_match("2.549", "2.5") and not answers_match("2.55", "2.5") and not answers_match("2.45", "2.5")
+    assert answers_match("5/2", "2.5") and answers_match("-2.50", "-2.5") and not answers_match("2.5", "-2.5")
     assert not answers_match("18", "18.01")
     # text answers
     assert answers_match("X+1", "x+1")
@@ -140,9 +142,16 @@ def test_adversarial_answers_are_wrong_for_the_gold():
     verifier = AnswerVerifier()
     gold = "1,450,000 dollars in total.\n#### 1450000"
     hedges = [
-        "The answer is 1450000 or 1450001.", "#### 1450001", "#### 1450000 1450001", "The answer is 1.45e6",
-        "#### 1450000e0", "#### \uff11\uff14\uff15\uff10\uff10\uff10\uff10", "#### 1450000.01", "#### 1450001/1",
-        r"\boxed{1450000 \text{ or } 1450001}", "#### 1,450,0000",
+        "The answer is 1450000 or 1450001.",
+        "#### 1450001",
+        "#### 1450000 1450001",
+        "The answer is 1.45e6",
+        "#### 1450000e0",
+        "#### \uff11\uff14\uff15\uff10\uff10\uff10\uff10",
+        "#### 1450000.01",
+        "#### 1450001/1",
+        r"\boxed{1450000 \text{ or } 1450001}",
+        "#### 1,450,0000",
     ]
     assert verifier([""] * len(hedges), hedges, answer=[gold] * len(hedges)) == [0.0] * len(hedges)
     right = ["#### 1,450,000", "The answer is $1,450,000.", r"\boxed{1450000}", "#### 1450000.00", "so 1450000"]
@@ -152,8 +161,14 @@ def test_adversarial_answers_are_wrong_for_the_gold():
 
 @pytest.mark.parametrize(
     "response",
-    ["\\boxed{" * 40_000, "\\boxed{1}" + "{" * 200_000, "answer is " * 20_000 + "5", "1," * 100_000 + "5",
-     "9" * 300_000, "\\frac{" * 40_000],
+    [
+        "\\boxed{" * 40_000,
+        "\\boxed{1}" + "{" * 200_000,
+        "answer is " * 20_000 + "5",
+        "1," * 100_000 + "5",
+        "9" * 300_000,
+        "\\frac{" * 40_000,
+    ],
 )
 def test_extraction_is_linear_on_huge_inputs(response):
     start = time.process_time()
@@ -219,7 +234,7 @@ HOSTILE_ANSWERS = [
     ("The answer is not 5", None),
     ("The answer isn't 5", None),  # no marker ("answer is" needs a word end): the last number, negated
     ("so it is not 5", None),
-    ("so roughly 5", "5"),  # the last number of a text without statements may be approximate
+    ("so roughly 5", None),  # issue 35: a qualifier in the final answer's sentence, wherever the answer stands
     ("The answer is about 5", None),
     ("The answer is at least 5", None),
     ("The answer is more than 5", None),
@@ -248,7 +263,8 @@ HOSTILE_ANSWERS = [
     ("The answer is $5", "5"),
     ("The answer is (5)", "5"),
     ("The answer is 5?", "5"),
-    ("The answer is 5 and it's not prime.", "5"),  # a qualifier after the number is about something else
+    ("The answer is 5 and it's not prime.", None),  # issue 35: a negation anywhere in the sentence
+    ("The answer is 5. It is not prime.", "5"),  # ... but not in the next one
     ("The answer is 12 m^2", "12"),  # an exponent of a unit
     ("The answer is 12 cm\u00b2", "12"),
     # thousands separators: commas in groups of three only
@@ -283,8 +299,15 @@ class SliceCountingStr(str):
 
 @pytest.mark.parametrize(
     ("unit", "tail", "expected"),
-    [("\\boxed$", "", None), ("\\boxed", " 5", "5"), ("\\boxed{5}", "", "5"), ("answer is ", "5.", "5"),
-     ("#### 5\n", "", "5"), ("- ", "5", None), ("5 - ", "x", "5")],
+    [
+        ("\\boxed$", "", None),
+        ("\\boxed", " 5", "5"),
+        ("\\boxed{5}", "", "5"),
+        ("answer is ", "5.", "5"),
+        ("#### 5\n", "", "5"),
+        ("- ", "5", None),
+        ("5 - ", "x", "5"),
+    ],
 )
 def test_extraction_reads_each_character_a_bounded_number_of_times(monkeypatch, unit, tail, expected):
     """Issue 26: `"\\boxed$" * k` made the old extraction slice the rest of the text once per marker (quadratic).
@@ -303,7 +326,8 @@ def test_signs_and_stray_numerals_helpers():
     from trl_marl.utils.numbers import MINUS_SIGNS, find_numbers, has_stray_numerals, normalize_signs
 
     assert normalize_signs("".join(f"{sign}5 " for sign in MINUS_SIGNS)) == "-5 " * len(MINUS_SIGNS)
-    assert normalize_signs("is - 5, 10 - 5, x - 5, (2) - 5\n- 5") == "is -5, 10 - 5, x - 5, (2) - 5\n- 5"
+    # a Markdown list item keeps its place, with the bullet \u2022 (no sign): "- 5" is the item 5
+    assert normalize_signs("is - 5, 10 - 5, x - 5, (2) - 5\n- 5") == "is -5, 10 - 5, x - 5, (2) - 5\n\u2022 5"
     assert [m.group(0) for m in find_numbers("5! 5\u00bd \u22605 \u221a5 --5 |-5| 7 -8")] == ["7", "-8"]
     assert has_stray_numerals("5e0") and has_stray_numerals("\uff15") and has_stray_numerals("5!")
     assert not has_stray_numerals("x3 m\u00b2 cm^2 5 kg") and not has_stray_numerals("no numbers")
@@ -337,7 +361,12 @@ def test_labels():
     assert extract_label("yes, clearly", labels=("yes", "no")) == "yes"
     assert [parse_gold(g, "label") for g in (0, 1, 2)] == ["entailment", "neutral", "contradiction"]
     assert [parse_gold(g, "label") for g in ("e", "N", "c", "2", "Contradiction")] == [
-        "entailment", "neutral", "contradiction", "contradiction", "contradiction"]
+        "entailment",
+        "neutral",
+        "contradiction",
+        "contradiction",
+        "contradiction",
+    ]
     assert parse_gold(0, "label", label_map={0: "contradiction", 1: "neutral", 2: "entailment"}) == "contradiction"
     with pytest.raises(ValueError, match="not in the label mapping"):
         parse_gold(5, "label")
@@ -393,8 +422,15 @@ def test_answer_verifier_missing_gold_is_a_clear_error():
 def tiny_classifier(num_labels: int = 1, seed: int = 0) -> tuple[Qwen2ForSequenceClassification, object]:
     tokenizer = build_toy_tokenizer()
     config = Qwen2Config(
-        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4,
-        num_key_value_heads=4, max_position_embeddings=128, num_labels=num_labels, pad_token_id=tokenizer.pad_token_id,
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        max_position_embeddings=128,
+        num_labels=num_labels,
+        pad_token_id=tokenizer.pad_token_id,
         use_sliding_window=False,
     )
     with torch.random.fork_rng(devices=[]):
@@ -490,8 +526,11 @@ def test_server_round_trip_equals_in_process(classifier):
     # them exactly (`repr` round-trips a float). Other batches pad to other lengths and split the matrix products
     # differently, which changes the float32 summation order: each logit moves by a few float32 ulps (~1e-7
     # relative, a logit here is < 10), and a sigmoid's slope is at most 1/4, so the scores agree to ~1e-6.
-    same_batches = [s for start in (0, 2, 4) for s in verifier.score_batch(QUESTIONS[start : start + 2],
-                                                                            RESPONSES[start : start + 2])]
+    same_batches = [
+        s
+        for start in (0, 2, 4)
+        for s in verifier.score_batch(QUESTIONS[start : start + 2], RESPONSES[start : start + 2])
+    ]
     assert same_batches == pytest.approx(local, abs=1e-6, rel=0)
     with VerifierServer(verifier) as server:
         assert server.url.startswith("http://127.0.0.1:") and server.port != 0
@@ -502,8 +541,9 @@ def test_server_round_trip_equals_in_process(classifier):
         assert remote.score_batch(QUESTIONS, RESPONSES) == pytest.approx(local, abs=1e-6, rel=0)
         assert remote.score(QUESTIONS[1], RESPONSES[1]) == verifier.score(QUESTIONS[1], RESPONSES[1])
         # a malformed request is refused (400)
-        request = urllib.request.Request(server.url + "/score", data=b'{"questions": ["a"], "responses": ["x", "y"]}',
-                                         method="POST")
+        request = urllib.request.Request(
+            server.url + "/score", data=b'{"questions": ["a"], "responses": ["x", "y"]}', method="POST"
+        )
         with pytest.raises(urllib.error.HTTPError) as info:
             urllib.request.urlopen(request, timeout=5)
         assert info.value.code == 400 and b"1 questions for 2 responses" in info.value.read()
@@ -513,8 +553,9 @@ def test_server_round_trip_equals_in_process(classifier):
 def test_server_serves_answer_verifier_with_golds():
     with VerifierServer(AnswerVerifier()) as server:
         remote = RemoteVerifier(server.url + "/score", retries=0, gold_column="answer")
-        scores = remote(prompts=["p", "p"], completions=["#### 18", "#### 3"], question=["q", "q"],
-                        answer=["x\n#### 18", "4"])
+        scores = remote(
+            prompts=["p", "p"], completions=["#### 18", "#### 3"], question=["q", "q"], answer=["x\n#### 18", "4"]
+        )
         assert scores == [1.0, 0.0]
         with pytest.raises(VerifierError, match="golds"):  # no gold answers: a 400 naming what is missing
             RemoteVerifier(server.url, retries=0).score_batch(["q"], ["1"])
@@ -536,8 +577,9 @@ class ScriptedVerifier:
 
     name = "scripted"
 
-    def __init__(self, fail: type[Exception] | None = None, release: threading.Event | None = None,
-                 sleep: float = 0.0) -> None:
+    def __init__(
+        self, fail: type[Exception] | None = None, release: threading.Event | None = None, sleep: float = 0.0
+    ) -> None:
         self.fail, self.release, self.sleep, self.calls = fail, release, sleep, 0
 
     def score_batch(self, questions, responses, golds=None):
@@ -607,8 +649,9 @@ def test_serve_verifier_main(saved_classifier, monkeypatch):
     monkeypatch.setattr(module, "VerifierServer", RecordingServer)
     status = []
     thread = threading.Thread(
-        target=lambda: status.append(serve_verifier_main(["--model", str(saved_classifier), "--port", "0",
-                                                          "--batch-size", "2"])),
+        target=lambda: status.append(
+            serve_verifier_main(["--model", str(saved_classifier), "--port", "0", "--batch-size", "2"])
+        ),
         daemon=True,
     )
     thread.start()
@@ -642,11 +685,31 @@ def test_serve_verifier_main_rejects_a_bad_model(tmp_path, capsys):
 
 def test_train_verifier_example_runs_offline(tmp_path):
     out = tmp_path / "verifier"
-    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), OMP_NUM_THREADS="1",
-               TRL_MARL_CACHE=os.environ.get("TRL_MARL_CACHE", str(tmp_path / "cache")))
-    args = ["examples/train_verifier.py", "--model_name_or_path", "toy", "--output_dir", str(out),
-            "--num_toy_questions", "24", "--num_train_epochs", "1", "--report_to", "none",
-            "--save_strategy", "no", "--disable_tqdm", "true", "--toy_pretrain_steps", "80"]
+    env = dict(
+        os.environ,
+        PYTHONPATH=str(ROOT / "src"),
+        OMP_NUM_THREADS="1",
+        TRL_MARL_CACHE=os.environ.get("TRL_MARL_CACHE", str(tmp_path / "cache")),
+    )
+    args = [
+        "examples/train_verifier.py",
+        "--model_name_or_path",
+        "toy",
+        "--output_dir",
+        str(out),
+        "--num_toy_questions",
+        "24",
+        "--num_train_epochs",
+        "1",
+        "--report_to",
+        "none",
+        "--save_strategy",
+        "no",
+        "--disable_tqdm",
+        "true",
+        "--toy_pretrain_steps",
+        "80",
+    ]
     result = subprocess.run([sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     metrics = json.loads((out / "verifier_metrics.json").read_text())

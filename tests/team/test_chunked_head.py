@@ -181,9 +181,6 @@ def test_which_models_keep_the_full_logits(target_model_dir):
     model = team.policy(0)
     backbone, head = head_path(model)
     assert head is model.get_base_model().lm_head and backbone is model.get_base_model().model
-    model.config.final_logit_softcapping = 30.0
-    assert "final_logit_softcapping" in head_path(model)
-    model.config.final_logit_softcapping = None
     on_head = AgentTeam.build(target_model_dir, 1, mode="adapters",
                               peft_config=LoraConfig(r=4, target_modules=["q_proj", "lm_head"]))
     assert head_path(on_head.policy(0)) == "the LM head carries an adapter"
@@ -241,6 +238,7 @@ def test_ppo_response_logprobs_hold_one_chunk_of_logits(target_model_dir):
     vocab, hidden_size = model.config.vocab_size, model.config.hidden_size
     query_responses = torch.randint(4, 20, (3, 9), generator=torch.Generator().manual_seed(4))
     responses = query_responses[:, 5:]
+    head_path(model)  # the one-time probe of the model's forward (`team.head`) runs before the count
     team.logprob_chunk_elements = 2 * vocab  # two positions per chunk
     with LargestLogits(vocab, hidden_size) as counted:
         logps, _ = team.response_logprobs(0, query_responses, 5, 0, responses, 1.0, compute_entropy=True)

@@ -19,6 +19,7 @@ from trl_marl.core import entropy_from_logits, selective_log_softmax
 from trl_marl.legacy import AutoModelForCausalLMWithValueHead, PPOConfig, PPOTrainer
 from trl_marl.team import AgentBatch, AgentTeam, pad_left, pad_right, sequence_model_inputs, tokenize_prompts
 from trl_marl.team.forward import dropout_active, no_autograd
+from trl_marl.team.head import head_path_checked
 from trl_marl.toy import build_toy_model
 from trl_marl.trainers.base import TeamTrainerMixin
 from trl_marl.trainers.ppo.value import build_value_models, response_values, sequence_scores
@@ -38,6 +39,15 @@ def make_team(tokenizer: PreTrainedTokenizerBase, mode: str, share_prompt_prefil
         for name, param in team.named_parameters():
             if mode == "models" or "lora_" in name:
                 param.add_(torch.randn(param.shape, generator=generator) * 0.2)
+    return probed(team)
+
+
+def probed(team: AgentTeam) -> AgentTeam:
+    """`team` after the one-time probe of each of its models (`team.head`: a forward of the model and of its
+    backbone on a probe input), so that the recorders below see the team's own forwards only."""
+    for model in [*team.models, *team.ref_models]:
+        if model is not None:
+            head_path_checked(model)
     return team
 
 
@@ -158,6 +168,7 @@ def test_no_grad_log_probs_run_in_inference_mode_and_return_normal_tensors(
 ) -> None:
     team = make_team(tokenizer, "models")
     team.create_reference_models()
+    probed(team)
     team.train()
     batch = make_batch(tokenizer, PROMPTS[1], COMPLETIONS[1])
     with team.acting(1, reference) as model:

@@ -43,8 +43,8 @@ def test_log_probs_of_sampled_tokens_equal_the_training_models(served_team: tupl
     team, backend = served_team
     tokenizer = team.tokenizers[0]
     prompt_ids = [tokenize_prompts(tokenizer, prompts) * 2 for prompts in PROMPTS]
-    config = GenerationConfig(do_sample=True, temperature=temperature, max_new_tokens=8,
-                              eos_token_id=tokenizer.eos_token_id)
+    config = GenerationConfig(do_sample=True, temperature=temperature, top_k=0, max_new_tokens=8,
+                              eos_token_id=tokenizer.eos_token_id)  # no truncation (transformers' default is 50)
     completions, logprobs = backend.generate_with_logprobs(team, prompt_ids, config)
     team.temperature = temperature  # the trainers' log-softmax of logits / temperature
     try:
@@ -59,6 +59,58 @@ def test_log_probs_of_sampled_tokens_equal_the_training_models(served_team: tupl
             torch.testing.assert_close(ours[mask], theirs[mask], rtol=0, atol=1e-4)
     finally:
         team.temperature = 1.0
+
+
+def test_truncation_biases_processed_log_probs_and_the_models_settings_are_used(served_team: tuple) -> None:
+    """With top-k on, vLLM's processed log-probs are after truncation: each sampled token's is >= the training
+    model's (the log-ratio <= 0), and the backend says so once. Greedy decoding with the model's own repetition
+    penalty (its generation_config, not the call's) gives the tokens of the team's own decoding."""
+    team, backend = served_team
+    tokenizer = team.tokenizers[0]
+    prompt_ids = [tokenize_prompts(tokenizer, prompts) for prompts in PROMPTS]
+    config = GenerationConfig(do_sample=True, temperature=1.0, top_k=3, max_new_tokens=8,
+                              eos_token_id=tokenizer.eos_token_id)
+    with pytest.warns(UserWarning, match="top_k=3 .*systematic bias"):
+        completions, logprobs = backend.generate_with_logprobs(team, prompt_ids, config)
+    gaps = []
+    for a in range(team.num_agents):
+        agent_batch = batch(tokenizer, prompt_ids[a], completions[a])
+        ours = team.policy_logps(a, agent_batch)
+        for i, row in enumerate(logprobs[a]):
+            gaps += (ours[i, : len(row)] - torch.tensor(row, dtype=ours.dtype)).tolist()
+    assert max(gaps) < 1e-4 and min(gaps) < -1e-2  # never above, often below: the ratio shrinks with length
+    model_config = team.base_model_of(0).generation_config
+    model_config.repetition_penalty = 3.0
+    # rows of one length (no padding) and `generate` itself: the lean loop's per-row penalty offsets need
+    # transformers >= 5.20, and this virtualenv has vLLM's 5.19
+    prompts = [["Q:12+3=A:", "Q:45+6=A:"], ["Q:12+3=A:"]]
+    team.lean_decode = False
+    try:
+        bare = GenerationConfig(do_sample=False, max_new_tokens=8)
+        served = generate_with(team, backend, prompts, bare)
+        assert served == generate_with(team, None, prompts, bare)
+        model_config.repetition_penalty = None
+        assert generate_with(team, backend, prompts, bare) != served  # the penalty changed the tokens
+    finally:
+        model_config.repetition_penalty = None
+        team.lean_decode = True
+
+
+def test_a_colocated_cpu_engine_makes_set_num_threads_a_no_op_and_it_is_said(
+        served_team: tuple, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    import logging
+
+    from trl_marl.utils import threads
+
+    if torch.cuda.is_available():
+        pytest.skip("vLLM replaces torch.set_num_threads on its CPU build only")
+    assert threads.set_num_threads_replaced() is not None  # vLLM's CPU worker did it when the engine started
+    monkeypatch.setattr(threads, "_replaced_warned", False)
+    before = torch.get_num_threads()
+    with caplog.at_level(logging.WARNING, logger=threads.__name__):
+        assert threads.apply_cpu_threads([team.models[0] for team in [served_team[0]]], cpu_threads=before + 1,
+                                         on_cpu=True) == before
+    assert "trl-marl's setting of" in caplog.text and "not applied" in caplog.text
 
 
 def test_one_call_serves_every_agents_adapter(served_team: tuple, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -181,10 +233,23 @@ def test_one_agent_with_an_adapter_is_served(target_dir: str) -> None:
         for name, param in team.models[0].named_parameters():
             if "lora_B" in name:
                 param.normal_(0.0, 0.5, generator=torch.Generator().manual_seed(2))
-    backend = VLLMBackend(team, kv_cache_memory_bytes=16 << 20)
+    # raw (untruncated) log-probs: at temperature 1 with top-k on, the training model's own log-softmax
+    backend = VLLMBackend(team, kv_cache_memory_bytes=16 << 20, logprobs_mode="raw_logprobs")
     prompts = [["T=10:", "T=10:1"]]
     assert generate_with(team, backend, prompts, greedy(tokenizer, 3)) == generate_with(team, None, prompts,
                                                                                        greedy(tokenizer, 3))
+    prompt_ids = [tokenize_prompts(tokenizer, prompts[0]) * 4]
+    sampled = GenerationConfig(do_sample=True, temperature=1.0, top_k=2, max_new_tokens=4,
+                               eos_token_id=tokenizer.eos_token_id)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)  # no bias warning: the log-probs are untruncated
+        completions, logprobs = backend.generate_with_logprobs(team, prompt_ids, sampled)
+    ours = team.policy_logps(0, batch(tokenizer, prompt_ids[0], completions[0]))
+    for i, row in enumerate(logprobs[0]):
+        torch.testing.assert_close(ours[i, : len(row)], torch.tensor(row, dtype=ours.dtype), rtol=0, atol=1e-4)
+    with pytest.raises(ValueError, match="raw_logprobs.*temperature 0.5"):
+        backend.generate_with_logprobs(team, prompt_ids, GenerationConfig(do_sample=True, temperature=0.5,
+                                                                          max_new_tokens=2))
     assert backend.lora_request("default").lora_int_id == 1
     backend.close()
 

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,6 +34,11 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]
     from trl_marl.toy import build_toy_model, build_toy_tokenizer
 
     base = tmp_path_factory.mktemp("server-base")
+    # `vllm-serve` writes its key and adapter folder to a connection file here; the trainer (this process) reads it
+    state = tmp_path_factory.mktemp("server-state")
+    previous = os.environ.get("TRL_MARL_VLLM_SERVE_DIR")
+    os.environ["TRL_MARL_VLLM_SERVE_DIR"] = str(state)
+    os.environ.pop("VLLM_API_KEY", None)
     tokenizer = build_toy_tokenizer()
     build_toy_model(tokenizer, hidden_size=HIDDEN, num_layers=2, num_heads=HEADS,
                     max_position_embeddings=CONTEXT).save_pretrained(base)
@@ -58,6 +65,10 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]
                 time.sleep(2)
         yield str(base), url
     finally:
+        if previous is None:
+            os.environ.pop("TRL_MARL_VLLM_SERVE_DIR", None)
+        else:
+            os.environ["TRL_MARL_VLLM_SERVE_DIR"] = previous
         process.terminate()
         try:
             process.wait(60)
@@ -65,10 +76,42 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]
             process.kill()
 
 
+def get(url: str, path: str, key: str | None = None, payload: dict | None = None) -> tuple[int, Any]:
+    """(status, JSON body) of a request to the server, with the API key when given."""
+    headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {key}"} if key else {})}
+    data = None if payload is None else json.dumps(payload).encode()
+    request = urllib.request.Request(url + path, data=data, headers=headers, method="GET" if data is None else "POST")
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, json.loads(response.read() or b"null")
+    except urllib.error.HTTPError as error:
+        return error.code, error.read()
+
+
 def served_adapters(url: str) -> set[str]:
-    with urllib.request.urlopen(url + "/v1/models", timeout=30) as response:
-        models = json.loads(response.read())["data"]
-    return {model["id"] for model in models if model.get("parent")}
+    status, models = get(url, "/v1/models", server_key(url))
+    assert status == 200
+    return {model["id"] for model in models["data"] if model.get("parent")}
+
+
+def server_key(url: str) -> str:
+    from trl_marl.team.generation.serve_guard import read_connection
+
+    return read_connection(int(url.rsplit(":", 1)[1]))["api_key"]
+
+
+def test_the_server_wants_its_key_loads_only_its_folder_and_hides_docs(server: tuple[str, str],
+                                                                       tmp_path: Path) -> None:
+    _, url = server
+    key = server_key(url)
+    assert get(url, "/health")[0] == 200
+    assert get(url, "/v1/models")[0] == 401 and get(url, "/tokenize", payload={"prompt": "x"})[0] == 401
+    for path in ("/docs", "/openapi.json", "/metrics"):
+        assert get(url, path, key)[0] == 404, path
+    (tmp_path / "adapter").mkdir()
+    refused = [get(url, "/v1/load_lora_adapter", key, {"lora_name": "x", "lora_path": path})
+               for path in (str(tmp_path / "adapter"), "/etc", "../../../etc", str(tmp_path / "missing"))]
+    assert {status for status, _ in refused} == {403} and len({body for _, body in refused}) == 1
 
 
 def test_server_serves_each_agents_adapter_and_follows_training(server: tuple[str, str]) -> None:
@@ -89,7 +132,8 @@ def test_server_serves_each_agents_adapter_and_follows_training(server: tuple[st
                 param.normal_(0.0, 0.5)
     config = MultiAgentPPOConfig(output_dir="/tmp/unused", report_to=[], use_vllm=True, vllm_mode="server",
                                  vllm_server_base_url=url, vllm_server_timeout=120.0)
-    backend = build_generation_backend(config, team)
+    backend = build_generation_backend(config, team)  # reads the key and folder; checks the log-probs' kind
+    assert backend.api_key == server_key(url)
     greedy = GenerationConfig(do_sample=False, max_new_tokens=5, eos_token_id=tokenizer.eos_token_id,
                               pad_token_id=tokenizer.pad_token_id)
 

@@ -67,6 +67,7 @@ class TeamCodingProblem:
     tests: tuple[str, ...]
     helper_signature: str = ""
     helper_doc: str = ""
+    level: int = 2
 
     def prompt(self) -> str:
         """The signature and docstring the agents see."""
@@ -83,14 +84,19 @@ class TeamCodingProblem:
         return {"task_id": f"TeamCoding/{index}", "prompt": self.prompt(), "entry_point": self.entry_point,
                 "test": self.test(), "canonical_solution": f"{self.helper}\n\n\n{self.main}\n",
                 "helper_solution": self.helper, "helper_signature": self.helper_signature,
-                "helper_doc": self.helper_doc, "family": self.family}
+                "helper_doc": self.helper_doc, "family": self.family, "level": self.level}
 
 
 def _p(family: str, entry_point: str, signature: str, doc: str, example: tuple[str, str], helper: str, main: str,
        *tests: str) -> TeamCodingProblem:
     helper_signature, helper_doc = HELPER_CONTRACTS[family]
     return TeamCodingProblem(family, entry_point, signature, doc, example, helper.strip("\n"), main.strip("\n"),
-                             tests, helper_signature, helper_doc)
+                             tests, helper_signature, helper_doc, level=1 if family in LEVEL_1_FAMILIES else 2)
+
+
+LEVEL_1_FAMILIES = frozenset({"square", "even", "positive", "upper", "reverse", "length", "first_letter", "double",
+                              "vowel_char", "last_digit", "cube", "fahrenheit"})
+"""The families of level 1: a one-line helper and a one-line main."""
 
 
 VOWELS = "def aux(word):\n    return sum(1 for c in word.lower() if c in 'aeiou')"
@@ -161,9 +167,33 @@ HELPER_CONTRACTS: dict[str, tuple[str, str]] = {
                   "Return True if `password` has at least 8 characters, a digit and an uppercase letter."),
     "brackets": ("(c: str) -> str",
                  "Return the opening bracket that matches the closing bracket `c` (one of ), ], }), else None."),
+    # level 1
+    "square": ("(x: int) -> int", "Return `x` squared."),
+    "even": ("(n: int) -> bool", "Return True if `n` is even."),
+    "positive": ("(n: int) -> bool", "Return True if `n` is greater than zero."),
+    "upper": ("(word: str) -> str", "Return `word` in capital letters."),
+    "reverse": ("(text: str) -> str", "Return `text` written backwards."),
+    "length": ("(text: str) -> int", "Return the number of characters of `text`."),
+    "first_letter": ("(word: str) -> str", "Return the first character of `word`."),
+    "double": ("(x: int) -> int", "Return `x` multiplied by 2."),
+    "vowel_char": ("(c: str) -> bool", "Return True if the character `c` is a vowel (a, e, i, o, u, either case)."),
+    "last_digit": ("(n: int) -> int", "Return the last decimal digit of the integer `n`, ignoring its sign."),
+    "cube": ("(x: int) -> int", "Return `x` cubed."),
+    "fahrenheit": ("(c: float) -> float", "Return the Celsius temperature `c` in Fahrenheit (F = C * 9 / 5 + 32)."),
 }
 """Each family's helper contract: its parameters and its one-sentence docstring, shown to both agents."""
 
+
+SQUARE1 = "def aux(x):\n    return x * x"
+POSITIVE = "def aux(n):\n    return n > 0"
+UPPER = "def aux(word):\n    return word.upper()"
+REVERSE = "def aux(text):\n    return text[::-1]"
+LENGTH = "def aux(text):\n    return len(text)"
+FIRST = "def aux(word):\n    return word[0]"
+DOUBLE = "def aux(x):\n    return 2 * x"
+IS_VOWEL = "def aux(c):\n    return c.lower() in 'aeiou'"
+LAST_DIGIT = "def aux(n):\n    return abs(n) % 10"
+CUBE = "def aux(x):\n    return x ** 3"
 
 TEAM_CODING_PROBLEMS: tuple[TeamCodingProblem, ...] = (
     # ----- vowels
@@ -556,8 +586,143 @@ TEAM_CODING_PROBLEMS: tuple[TeamCodingProblem, ...] = (
        "        if c in open_:\n            open_[c] += 1\n        elif aux(c):\n            if open_[aux(c)]:\n"
        "                open_[aux(c)] -= 1\n            else:\n                bad += 1\n    return bad",
        "candidate('') == 0", "candidate('()') == 0", "candidate(']]') == 2", "candidate('([)]') == 0"),
+    # ================================================================ level 1: one-line helpers, one-line mains
+    _p("square", "squares", "(numbers: list) -> list",
+       "Return the square of each number in `numbers`.",
+       ("squares([1, 2, 3])", "[1, 4, 9]"), SQUARE1,
+       "def squares(numbers):\n    return [aux(x) for x in numbers]",
+       "candidate([]) == []", "candidate([-2]) == [4]", "candidate([0, 5]) == [0, 25]",
+       "candidate([10, 1]) == [100, 1]"),
+    _p("square", "sum_of_squares", "(numbers: list) -> int",
+       "Return the sum of the squares of the numbers in `numbers`.",
+       ("sum_of_squares([1, 2, 3])", "14"), SQUARE1,
+       "def sum_of_squares(numbers):\n    return sum(aux(x) for x in numbers)",
+       "candidate([]) == 0", "candidate([-2]) == 4", "candidate([0, 5]) == 25", "candidate([1, 1, 1]) == 3"),
+    _p("even", "evens", "(numbers: list) -> list",
+       "Return the even numbers of `numbers`, in order.",
+       ("evens([1, 2, 3, 4])", "[2, 4]"), EVEN,
+       "def evens(numbers):\n    return [n for n in numbers if aux(n)]",
+       "candidate([]) == []", "candidate([1, 3]) == []", "candidate([0, -2, 5]) == [0, -2]",
+       "candidate([6, 7, 8]) == [6, 8]"),
+    _p("even", "count_evens", "(numbers: list) -> int",
+       "Return how many numbers in `numbers` are even.",
+       ("count_evens([1, 2, 3, 4])", "2"), EVEN,
+       "def count_evens(numbers):\n    return sum(1 for n in numbers if aux(n))",
+       "candidate([]) == 0", "candidate([1, 3]) == 0", "candidate([0, -2, 5]) == 2", "candidate([8]) == 1"),
+    _p("positive", "positives", "(numbers: list) -> list",
+       "Return the numbers of `numbers` that are greater than zero, in order.",
+       ("positives([-1, 2, 0, 3])", "[2, 3]"), POSITIVE,
+       "def positives(numbers):\n    return [n for n in numbers if aux(n)]",
+       "candidate([]) == []", "candidate([0, -5]) == []", "candidate([7]) == [7]", "candidate([1, -1, 2]) == [1, 2]"),
+    _p("positive", "count_positives", "(numbers: list) -> int",
+       "Return how many numbers in `numbers` are greater than zero.",
+       ("count_positives([-1, 2, 0, 3])", "2"), POSITIVE,
+       "def count_positives(numbers):\n    return sum(1 for n in numbers if aux(n))",
+       "candidate([]) == 0", "candidate([0, -5]) == 0", "candidate([7]) == 1", "candidate([1, -1, 2]) == 2"),
+    _p("upper", "shout_words", "(words: list) -> list",
+       "Return each word of `words` in capital letters.",
+       ("shout_words(['hi', 'there'])", "['HI', 'THERE']"), UPPER,
+       "def shout_words(words):\n    return [aux(w) for w in words]",
+       "candidate([]) == []", "candidate(['a']) == ['A']", "candidate(['Hello', 'WORLD']) == ['HELLO', 'WORLD']",
+       "candidate(['x1']) == ['X1']"),
+    _p("upper", "shout_sentence", "(sentence: str) -> str",
+       "Return `sentence` with every word in capital letters, the words joined by single spaces.",
+       ("shout_sentence('hi there')", "'HI THERE'"), UPPER,
+       "def shout_sentence(sentence):\n    return ' '.join(aux(w) for w in sentence.split())",
+       "candidate('') == ''", "candidate('a') == 'A'", "candidate('Hello  world') == 'HELLO WORLD'",
+       "candidate('x y z') == 'X Y Z'"),
+    _p("reverse", "reverse_all", "(words: list) -> list",
+       "Return each string of `words` written backwards.",
+       ("reverse_all(['abc', 'xy'])", "['cba', 'yx']"), REVERSE,
+       "def reverse_all(words):\n    return [aux(w) for w in words]",
+       "candidate([]) == []", "candidate(['a']) == ['a']", "candidate(['hello']) == ['olleh']",
+       "candidate(['ab', '']) == ['ba', '']"),
+    _p("reverse", "reverse_each_word", "(sentence: str) -> str",
+       "Return `sentence` with each word written backwards, the words kept in order and joined by single spaces.",
+       ("reverse_each_word('abc xy')", "'cba yx'"), REVERSE,
+       "def reverse_each_word(sentence):\n    return ' '.join(aux(w) for w in sentence.split())",
+       "candidate('') == ''", "candidate('a') == 'a'", "candidate('hello world') == 'olleh dlrow'",
+       "candidate('ab cd ef') == 'ba dc fe'"),
+    _p("length", "word_lengths", "(words: list) -> list",
+       "Return the number of characters of each string in `words`.",
+       ("word_lengths(['hi', 'there'])", "[2, 5]"), LENGTH,
+       "def word_lengths(words):\n    return [aux(w) for w in words]",
+       "candidate([]) == []", "candidate(['']) == [0]", "candidate(['abc', 'a']) == [3, 1]",
+       "candidate(['hello']) == [5]"),
+    _p("length", "total_length", "(words: list) -> int",
+       "Return the total number of characters of the strings in `words`.",
+       ("total_length(['hi', 'there'])", "7"), LENGTH,
+       "def total_length(words):\n    return sum(aux(w) for w in words)",
+       "candidate([]) == 0", "candidate(['']) == 0", "candidate(['abc', 'a']) == 4", "candidate(['hello']) == 5"),
+    _p("first_letter", "initials", "(words: list) -> list",
+       "Return the first character of each non-empty string in `words`.",
+       ("initials(['big', 'red', 'dog'])", "['b', 'r', 'd']"), FIRST,
+       "def initials(words):\n    return [aux(w) for w in words]",
+       "candidate([]) == []", "candidate(['a']) == ['a']", "candidate(['Hello', 'World']) == ['H', 'W']",
+       "candidate(['xyz', 'abc']) == ['x', 'a']"),
+    _p("first_letter", "initials_string", "(words: list) -> str",
+       "Return the first characters of the non-empty strings in `words`, joined into one string.",
+       ("initials_string(['big', 'red', 'dog'])", "'brd'"), FIRST,
+       "def initials_string(words):\n    return ''.join(aux(w) for w in words)",
+       "candidate([]) == ''", "candidate(['a']) == 'a'", "candidate(['Hello', 'World']) == 'HW'",
+       "candidate(['xyz', 'abc', 'q']) == 'xaq'"),
+    _p("double", "doubled", "(numbers: list) -> list",
+       "Return each number of `numbers` multiplied by 2.",
+       ("doubled([1, 2, 3])", "[2, 4, 6]"), DOUBLE,
+       "def doubled(numbers):\n    return [aux(x) for x in numbers]",
+       "candidate([]) == []", "candidate([-4]) == [-8]", "candidate([0, 5]) == [0, 10]", "candidate([7]) == [14]"),
+    _p("double", "sum_doubled", "(numbers: list) -> int",
+       "Return the sum of the numbers of `numbers`, each multiplied by 2.",
+       ("sum_doubled([1, 2, 3])", "12"), DOUBLE,
+       "def sum_doubled(numbers):\n    return sum(aux(x) for x in numbers)",
+       "candidate([]) == 0", "candidate([-4]) == -8", "candidate([0, 5]) == 10", "candidate([1, 1]) == 4"),
+    _p("vowel_char", "count_vowels", "(text: str) -> int",
+       "Return how many characters of `text` are vowels (a, e, i, o, u, in either case).",
+       ("count_vowels('banana')", "3"), IS_VOWEL,
+       "def count_vowels(text):\n    return sum(1 for c in text if aux(c))",
+       "candidate('') == 0", "candidate('xyz') == 0", "candidate('AEIOU') == 5", "candidate('Hello World') == 3"),
+    _p("vowel_char", "strip_vowels", "(text: str) -> str",
+       "Return `text` without its vowels (a, e, i, o, u, in either case).",
+       ("strip_vowels('banana')", "'bnn'"), IS_VOWEL,
+       "def strip_vowels(text):\n    return ''.join(c for c in text if not aux(c))",
+       "candidate('') == ''", "candidate('xyz') == 'xyz'", "candidate('AEIOU') == ''",
+       "candidate('Hello World') == 'Hll Wrld'"),
+    _p("last_digit", "last_digits", "(numbers: list) -> list",
+       "Return the last decimal digit of each integer in `numbers` (the sign is ignored).",
+       ("last_digits([12, 305])", "[2, 5]"), LAST_DIGIT,
+       "def last_digits(numbers):\n    return [aux(n) for n in numbers]",
+       "candidate([]) == []", "candidate([0]) == [0]", "candidate([-47]) == [7]", "candidate([10, 99]) == [0, 9]"),
+    _p("last_digit", "sum_of_last_digits", "(numbers: list) -> int",
+       "Return the sum of the last decimal digits of the integers in `numbers` (the sign is ignored).",
+       ("sum_of_last_digits([12, 305])", "7"), LAST_DIGIT,
+       "def sum_of_last_digits(numbers):\n    return sum(aux(n) for n in numbers)",
+       "candidate([]) == 0", "candidate([0]) == 0", "candidate([-47]) == 7", "candidate([10, 99, 1]) == 10"),
+    _p("cube", "cubes", "(numbers: list) -> list",
+       "Return the cube of each number in `numbers`.",
+       ("cubes([1, 2, 3])", "[1, 8, 27]"), CUBE,
+       "def cubes(numbers):\n    return [aux(x) for x in numbers]",
+       "candidate([]) == []", "candidate([-2]) == [-8]", "candidate([0, 4]) == [0, 64]", "candidate([10]) == [1000]"),
+    _p("cube", "sum_of_cubes", "(numbers: list) -> int",
+       "Return the sum of the cubes of the numbers in `numbers`.",
+       ("sum_of_cubes([1, 2])", "9"), CUBE,
+       "def sum_of_cubes(numbers):\n    return sum(aux(x) for x in numbers)",
+       "candidate([]) == 0", "candidate([-2]) == -8", "candidate([0, 4]) == 64", "candidate([1, 1, 1]) == 3"),
+    _p("fahrenheit", "to_fahrenheit", "(celsius: list) -> list",
+       "Convert each Celsius temperature in `celsius` to Fahrenheit (F = C * 9 / 5 + 32).",
+       ("to_fahrenheit([0, 100])", "[32.0, 212.0]"), C_TO_F,
+       "def to_fahrenheit(celsius):\n    return [aux(c) for c in celsius]",
+       "candidate([]) == []", "candidate([-40]) == [-40.0]", "candidate([10, 20]) == [50.0, 68.0]",
+       "candidate([5]) == [41.0]"),
+    _p("fahrenheit", "warmest_fahrenheit", "(celsius: list) -> float",
+       "Return the highest of the Celsius temperatures `celsius` in Fahrenheit (F = C * 9 / 5 + 32).",
+       ("warmest_fahrenheit([0, 100])", "212.0"), C_TO_F,
+       "def warmest_fahrenheit(celsius):\n    return max(aux(c) for c in celsius)",
+       "candidate([0]) == 32.0", "candidate([-40, -50]) == -40.0", "candidate([10, 20, 15]) == 68.0",
+       "candidate([5]) == 41.0"),
 )
-"""Every problem, in a fixed order (`task_id` is `TeamCoding/<index>`)."""
+"""Every problem, in a fixed order (`task_id` is `TeamCoding/<index>`): the 62 problems of level 2 (a helper of a
+few lines, a main with a loop or an aggregate), then the 24 of level 1 (a one-line helper and a one-line main), which
+a 135M-parameter model can already solve now and then."""
 
 FAMILIES: tuple[str, ...] = tuple(dict.fromkeys(p.family for p in TEAM_CODING_PROBLEMS))
 """The families in the order they are written."""
@@ -574,26 +739,30 @@ def team_coding_split() -> tuple[list[int], list[int]]:
     return train, held
 
 
-def team_coding_rows(split: str = "train") -> list[dict[str, Any]]:
-    """The problems of `split` (`"train"`, `"heldout"` or `"all"`) as rows of HumanEval's schema (plus `family` and
-    `helper_solution`)."""
+def team_coding_rows(split: str = "train", levels: tuple[int, ...] = (1, 2)) -> list[dict[str, Any]]:
+    """The problems of `split` (`"train"`, `"heldout"` or `"all"`) and `levels` as rows of HumanEval's schema (plus
+    `family`, `level`, `helper_solution`, `helper_signature` and `helper_doc`)."""
     train, held = team_coding_split()
     chosen = {"train": train, "heldout": held, "all": train + held}
     if split not in chosen:
         raise ValueError(f"split must be 'train', 'heldout' or 'all', got {split!r}.")
-    return [TEAM_CODING_PROBLEMS[i].row(i) for i in sorted(chosen[split])]
+    bad = [level for level in levels if level not in (1, 2)]
+    if bad or not levels:
+        raise ValueError(f"levels must be a non-empty tuple of 1 and/or 2, got {levels!r}.")
+    return [TEAM_CODING_PROBLEMS[i].row(i) for i in sorted(chosen[split]) if TEAM_CODING_PROBLEMS[i].level in levels]
 
 
-def load_team_coding(split: str = "train") -> datasets.Dataset:
+def load_team_coding(split: str = "train", levels: tuple[int, ...] = (1, 2)) -> datasets.Dataset:
     """The cooperative coding problems of `split` as a `datasets.Dataset` for
     [`~trl_marl.envs.coding.CooperativeCodingEnv`] (see the module docstring).
 
     Args:
         split (`str`): `"train"`, `"heldout"` or `"all"`.
+        levels (`tuple[int, ...]`): Which levels: 1 (one-line helper and main) and/or 2 (a few lines each).
 
     Returns:
         `datasets.Dataset`
     """
     import datasets
 
-    return datasets.Dataset.from_list(team_coding_rows(split))
+    return datasets.Dataset.from_list(team_coding_rows(split, tuple(levels)))

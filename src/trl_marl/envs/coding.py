@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..sandbox.executor import ExecutionResultLike, ProgramExecutor, Runner, shared_executor
 from ..sandbox.feedback import describe_result
-from ..utils.code import extract_code, prompt_preamble
+from ..utils.code import definitions_only, extract_code, function_parts, prompt_preamble
 from ..utils.text import completion_text
 from .base import MultiAgentEnv, Prompt, Transcript
 from .coding_analysis import CodingSolution, analyze_solution
@@ -106,31 +106,21 @@ Revise your {own_role} and write it again in one ```python code block."""
 before it). Same placeholders as `REVISION_TEMPLATE`."""
 
 SPEC_HELPER_TEMPLATE = """\
-Write this Python function. Your partner will call it to implement `{entry_point}`.
-
-```python
-{helper_prompt}
-```
-
-Reply with only the code of `{helper_name}`, in one ```python code block."""
+Write a Python function `{helper_signature}`. {helper_doc} Your partner will call it to write `{entry_point}`. \
+Reply with only the code."""
 """Turn-1 prompt of the helper agent when the row states the helper's contract (`helper_signature` and
-`helper_doc`; see the class docstring). Placeholders: `{helper_prompt}` (the helper's `def` line and docstring),
-`{prompt}`, `{entry_point}`, `{helper_name}`."""
+`helper_doc`; see the class docstring). Placeholders: `{helper_signature}` (`"aux(word: str) -> int"`),
+`{helper_doc}`, `{entry_signature}` (the main function's signature), `{description}` (its docstring),
+`{helper_prompt}` (the helper's `def` line and docstring as code), `{prompt}`, `{entry_point}`, `{helper_name}`.
+The tasks are stated in prose, not as code to complete: shown a signature and docstring in a code block, small
+models copy the docstring and run out of tokens before the body."""
 
 SPEC_MAIN_TEMPLATE = """\
-Write this Python function. Your partner has written this helper, which you can call (do not write it yourself):
+Write a Python function `{entry_signature}`. {description}
 
-```python
-{helper_prompt}
-```
+You can call `{helper_signature}`, which your partner writes (do not write it yourself): {helper_doc}
 
-The function to write:
-
-```python
-{prompt}
-```
-
-Reply with only the code of `{entry_point}`, in one ```python code block."""
+Reply with only the code."""
 """Turn-1 prompt of the main agent when the row states the helper's contract (same placeholders as
 `SPEC_HELPER_TEMPLATE`)."""
 
@@ -183,6 +173,9 @@ class CooperativeCodingEnv(MultiAgentEnv):
         spec_helper_template (`str`): Turn-1 prompt of the helper agent for rows that state the helper's contract.
         spec_main_template (`str`): Turn-1 prompt of the main agent for such rows.
         code_prefill (`str`): Chat mode only: the start of each agent's answer, which the model continues (`""`: none).
+        keep_definitions_only (`bool`): Keep only each agent's top-level definitions (imports, functions, classes,
+            literal constants) and drop other top-level statements such as example calls
+            ([`~trl_marl.utils.code.definitions_only`]).
         prompt_column (`str`): Column of the task prompt (signature and docstring).
         entry_point_column (`str`): Column of the name of the function to write.
         test_column (`str`): Column of the unit tests (HumanEval's `check(candidate)` code).
@@ -206,6 +199,7 @@ class CooperativeCodingEnv(MultiAgentEnv):
         spec_helper_template: str = SPEC_HELPER_TEMPLATE,
         spec_main_template: str = SPEC_MAIN_TEMPLATE,
         code_prefill: str = "",
+        keep_definitions_only: bool = True,
         prompt_column: str = "prompt",
         entry_point_column: str = "entry_point",
         test_column: str = "test",
@@ -232,6 +226,7 @@ class CooperativeCodingEnv(MultiAgentEnv):
         self.spec_helper_template = spec_helper_template
         self.spec_main_template = spec_main_template
         self.code_prefill = code_prefill
+        self.keep_definitions_only = keep_definitions_only
         self.helper_signature_column = helper_signature_column
         self.helper_doc_column = helper_doc_column
         self.prompt_column = prompt_column
@@ -283,9 +278,14 @@ class CooperativeCodingEnv(MultiAgentEnv):
         self.check_row(row)
         entry_point = self.entry_point(row)
         preamble = prompt_preamble(self._value(row, self.prompt_column), entry_point)
-        return analyze_solution(extract_code(self.answer_text(helper_completion)),
-                                extract_code(self.answer_text(main_completion)), entry_point, self.helper_name,
-                                preamble)
+        return analyze_solution(self.code_of(helper_completion), self.code_of(main_completion), entry_point,
+                                self.helper_name, preamble)
+
+    def code_of(self, completion: Any) -> str:
+        """The code of an agent's answer (`code_prefill` + completion): the fenced Python, reduced to its top-level
+        definitions when `keep_definitions_only` is set."""
+        code = extract_code(self.answer_text(completion))
+        return definitions_only(code) if self.keep_definitions_only else code
 
     def answer_text(self, completion: Any) -> str:
         """An agent's whole answer: `code_prefill` (which the model continued) followed by the completion's text."""
@@ -329,13 +329,18 @@ class CooperativeCodingEnv(MultiAgentEnv):
             raise IndexError(f"{type(self).__name__} has agents 0 (helper) and 1 (main), got {agent_index}.")
         self.check_row(row)
         entry_point = self.entry_point(row)
+        prompt = self._value(row, self.prompt_column).strip("\n")
+        task = {"prompt": prompt, "entry_point": entry_point, "helper_name": self.helper_name}
         helper_prompt = self.helper_prompt(row)
         if helper_prompt is None:
             template = self.helper_template if agent_index == HELPER_AGENT else self.main_template
         else:
             template = self.spec_helper_template if agent_index == HELPER_AGENT else self.spec_main_template
-        first = template.format(prompt=self._value(row, self.prompt_column).strip("\n"), entry_point=entry_point,
-                                helper_name=self.helper_name, helper_prompt=helper_prompt)
+            entry_signature, description = function_parts(prompt, entry_point) or (entry_point + "(...)", "")
+            helper_signature, helper_doc = function_parts(helper_prompt, self.helper_name) or ("", "")
+            task.update(helper_prompt=helper_prompt, helper_signature=helper_signature, helper_doc=helper_doc,
+                        entry_signature=entry_signature, description=description)
+        first = template.format(**task)
         prefill = [{"role": "assistant", "content": self.code_prefill}] if self.code_prefill else []
         if len(transcript) == 0:
             return [{"role": "user", "content": first}, *prefill] if self.chat else first
@@ -348,8 +353,8 @@ class CooperativeCodingEnv(MultiAgentEnv):
             "turn": len(transcript) + 1,
             "own_role": self._role(agent_index, entry_point),
             "partner_role": self._role(partner, entry_point),
-            "own_code": extract_code(self.answer_text(last.responses[agent_index])) or NO_CODE,
-            "partner_code": extract_code(self.answer_text(last.responses[partner])) or NO_CODE,
+            "own_code": self.code_of(last.responses[agent_index]) or NO_CODE,
+            "partner_code": self.code_of(last.responses[partner]) or NO_CODE,
             "feedback": feedback,
         }
         if self.chat:

@@ -2,53 +2,76 @@
 gold answer of a row, and whether they agree. Used by `trl_marl.rewards.verifier.AnswerVerifier`; usable on its own.
 
 Math answers are read like security-sensitive input: a policy will find any way to get a wrong answer accepted, or
-to hedge. First the text is composed (Unicode NFC), invisible format characters (zero-width spaces and joiners,
-direction marks, soft hyphens) are removed, every dash-like minus sign (U+2212, en and em dashes, small and
-fullwidth hyphen-minus, ...) is read as `-`, and a sign separated from its number by spaces is glued to it
-(`"- 5"` is -5) unless it follows an operand (`"10 - 5"`) or starts a line (a list item); see
-`trl_marl.utils.numbers.normalize_signs`. Then:
+to hedge. The rules, in the order they apply:
 
-1. **Final-answer statements.** A response states its final answer once, or repeats the same value. The
+0. **What is read.** At most the last `max_chars` characters ([`MAX_RESPONSE_CHARS`], 32,768 by default), from the
+   first line after the cut (`trl_marl.rewards.answer_text.response_tail`): the final answer is at the end, and a
+   response of megabytes costs what one of this length does. Then the text is normalised as a person sees it
+   (`trl_marl.utils.numbers.normalize_text`): Unicode NFC; every space character (category Zs: no-break, thin,
+   narrow no-break, ...) is a space; invisible characters (categories Cf and Cc) are removed; every dash and minus
+   look-alike is `-`, decided from the Unicode database (category Pd, and symbols whose names describe one
+   horizontal stroke: U+2212, U+2043, U+23AF, U+2500, U+00AF, ...; `trl_marl.utils.numbers.dash_like`); a sign
+   separated from its number by spaces is glued to it (`"\u2212\u00a05"` is -5) unless it follows an operand
+   (`"10 - 5"`); an ASCII `- ` starting a line is a list item, not a sign.
+1. **Retractions.** Everything before the last retraction is withdrawn: "wait", "actually", "no,", "oops",
+   "correction", "on second thought", "I made a mistake", "let me recompute", "that's wrong" starting a clause, and
+   "... is not the answer", "... is wrong" anywhere ("The answer is 5.\\n\\nWait, that's wrong: it is 6." is 6;
+   "The answer is 5. Wait." is no answer). Retractions inside boxes do not count.
+2. **Final-answer statements.** A response states its final answer once, or repeats the same value. The
    statements are:
    - every complete outermost `\\boxed{...}` (nested braces allowed; `\\fbox{...}` and `\\boxed 5` too): its
-     content with LaTeX markup removed (`\\frac{a}{b}` -> `a/b`, `\\text{...}` -> its text); the number when it
-     holds exactly one and otherwise only words (units), else the text (`\\boxed{1450000 \\text{ or } 1450001}` is
-     the text "1450000 or 1450001", `\\boxed{5½}` the text "5½", `\\boxed{\\text{not } 5}` the text "not 5":
-     none matches a number);
+     content with LaTeX markup removed (`\\frac{a}{b}`, `\\frac12`, `\\dfrac`, `\\tfrac`, `\\cfrac[l]{a}{b}` ->
+     `a/b`; `2\\frac{1}{2}` is the mixed number 5/2; `\\text{...}` -> its text; `\\,` -> a space) and number words
+     read (`\\boxed{five}` is 5); the number when it holds exactly one and otherwise only words (units), else the
+     text (`\\boxed{1450000 \\text{ or } 1450001}` is the text "1450000 or 1450001", `\\boxed{\\text{not } 5}`
+     the text "not 5": none matches a number). A box with a sign, an operator, a power, a digit or a LaTeX command
+     that does not only format next to it is ambiguous (`-\\boxed{5}`, `\\boxed{5}^2`, `2\\boxed{5}`,
+     `\\boxed{5}!`, `\\sqrt{\\boxed{25}}`, `\\boxed{5} \\cdot 2`; `**\\boxed{5}**`, `x = \\boxed{5}` and
+     `\\boxed{5}\\%` are 5);
    - every `####` (GSM8K's marker) and every "answer is X", "answer: X" or "answer = X" (any case, "final answer",
      Markdown bold allowed): the numbers of the rest of the marker's sentence (up to `.`, `!`, `?` or `;` before a
      space or the line end, or the next non-blank line when the marker ends its line; never past the next marker or
-     box).
+     box), number words read ("twenty-one", "one hundred and five").
      No numeral at all: the marker states nothing. One value (repeated or not) is a statement. Anything else is
      *ambiguous*: several different values ("1450000 or 1450001", "18 (9 * 2)", "the answer: 3 + 4 = 7"), a
-     numeral that is no plain number (`5e0`, `5½`, `5²`, `5!`, `5̸`, fullwidth or other scripts' digits, `√25`,
-     `≠5`, `≈5`, `~5`, `±5`, `--5`; see `trl_marl.utils.numbers.find_numbers` and `has_stray_numerals`), or a
-     qualifier before the number ("not 5", "about 5", "at least 5", "more than 5").
+     numeral that is no plain number (`5e0`, `5½`, `5²`, `5!`, `5+`, `5̸`, fullwidth or other scripts' digits,
+     `√25`, `≠5`, `≈5`, `~5`, `±5`, `--5`, `<5`, a symbol the rules do not know before it, "two thirds", "five and
+     a half"; see `trl_marl.utils.numbers.find_numbers` and `has_stray_numerals`).
 
-   **Several statements with different values are a hedge: no answer** (`\\boxed{5}\\boxed{6}`, "The answer is 5.
-   ... The answer is 6.", `\\boxed{5}` with "#### 6"; quoting another agent's boxed answer counts too). Numbers
-   agree by value (`0.5` and `\\boxed{1/2}`), texts ignoring case; a number never agrees with a text. So the
-   verifier reads one value or none, and stating several candidates can never earn more than stating one. Ambiguous
-   markers do not count beside statements ("Let's find the answer: 3 + 4 = 7. \\boxed{7}" is 7), but **only
-   ambiguous markers are no answer**, with no fallback to the last number ("I got 5. The answer is 5e0").
-2. **Otherwise the last number of the text**, unless a numeral that is no plain number follows it or a negation
-   stands right before it ("it isn't 5"): then no answer.
-3. Otherwise no answer (`None`).
+   **A qualifier or a negation anywhere in the sentence of a statement makes it ambiguous**: "not", "no", "never",
+   "cannot", "n't", "at least", "at most", "up to", "more than", "or more", "or less", "or so", "about", "roughly",
+   "approximately", "nearly", "maybe", "probably", "wrong", "over 5", ... ("The answer is 5 or more.", "I'm not sure,
+   but the answer is 5.", "\\boxed{5} is not the answer."). A sentence ends at `.`, `!`, `?` or `;` before a space,
+   at a blank line or at a line that starts a Markdown block (a heading such as `####`, a list item, a quotation);
+   a single line break does not end it ("The answer is not\\n\\boxed{5}" is one sentence).
 
-Every step is linear in the length of the text: boxes are matched in one pass and taken outermost only, and the
-spans of markers end at the next marker, so no character is read twice whatever the text repeats
-(`"\\boxed$" * k`, `"answer is " * k`).
+   **The last statement decides**: when it is ambiguous there is no answer, with no fallback to the last number
+   ("I got 5. The answer is 5e0"). Ambiguous statements before it are reasoning ("Let's find the answer: 3 + 4 =
+   7. \\boxed{7}" is 7). **Several statements with different values are a hedge: no answer**
+   (`\\boxed{5}\\boxed{6}`, "The answer is 5. ... The answer is 6.", `\\boxed{5}` with "#### 6"; quoting another
+   agent's boxed answer counts too). Numbers agree by value (`0.5` and `\\boxed{1/2}`), texts ignoring case; a
+   number never agrees with a text. So the verifier reads one value or none, and stating several candidates can
+   never earn more than stating one.
+3. **Otherwise the last number of the text** (in digits; number words when the text has no number in digits:
+   "five" is 5), unless a numeral that is no plain number follows it or its sentence holds a qualifier or a negation
+   ("It is at least 5.", "5 is not the answer.", "so roughly 5"): then no answer.
+4. Otherwise no answer (`None`).
+
+Every step is linear in the length of the text: boxes are matched in one pass and taken outermost only, the spans
+of markers end at the next marker, and each sentence is searched for qualifiers once, so no character is read more
+than a few times whatever the text repeats (`"\\boxed$" * k`, `"answer is " * k`).
 
 What a number is, its canonical form and how two numbers compare are the rules of `trl_marl.utils.numbers`, the one
 normaliser of the package (the data loaders use it too). In short: ASCII digits only (fullwidth, superscript and
-other scripts' digits are numerals but no numbers); an optional sign, `$`, `%` (`50%` is 50), thousands separators
-in groups of three (`5,000`; a space or an apostrophe separates two numbers: `5 000` is ambiguous), decimals with a
-`.` (`5.000` is 5), fractions `3/4`, leading zeros (`05` is 5), a leading `+`; no scientific notation (`1e6` holds
-no number); at most 50 digits (a longer number is no answer); letters glued after a number are a unit (`5kg`, `5i`
-are 5); a `-` glued to a preceding digit or letter is a minus operator (the last number of "5-3" is 3). **An integer
-gold answer matches only the exact value** (`1450001` is wrong for `1450000`, `1450000.0` is right), a fraction gold
-its exact value (`0.75` is right for `3/4`, `0.333333` wrong for `1/3`), and a decimal gold with d decimal places
-a prediction that rounds to it at d places (`0.333` is right for `0.33`). Non-numeric answers are compared as texts,
+other scripts' digits are numerals but no numbers); an optional sign, `$`, `%` (`50%` is 50), digit groups of three
+separated by `,` or `_` (`5,000`, `1_000`; `1,2` is a list, no number; a space or an apostrophe separates two
+numbers: `5 000` is ambiguous), decimals with a `.` (`5.000` is 5), fractions `3/4`, mixed numbers with a proper
+fraction (`1 1/2` is 3/2; `1 3/2` is no number), leading zeros (`05` is 5), a leading `+`; no scientific notation
+(`1e6` holds no number); at most 50 digits (a longer number is no answer); letters glued after a number are a unit
+(`5kg`, `5i` are 5) and a scale word multiplies (`5 million` is 5000000); a `-` glued to a preceding digit or
+letter is a minus operator (the last number of "5-3" is 3). **Numbers match only by exact value** (answers are
+exact rationals, never binary floats, so no tolerance is needed): `1450001` is wrong for `1450000`, `2.46` and
+`2.549` are wrong for `2.5`, `0.75`, `3/4` and `6/8` are equal. Non-numeric answers are compared as texts,
 ignoring case.
 
 Labels (ANLI's entailment / neutral / contradiction by default): the last whole-word occurrence of any label in any
@@ -56,18 +79,16 @@ case wins ("... so it is not a contradiction; NEUTRAL" -> "neutral"). Beware tha
 ("Neutral, not contradiction") also counts as the last occurrence.
 
 Gold answers: GSM8K's answer text (reasoning, then `#### 72`) gives what follows the last `####`; plain values
-pass through the same normalisation (`72`, `72.0`, `"$1,234"`; a float is rounded to 6 decimal places); for labels
-an integer (or a digit string) is an index into `label_map` (default `0: entailment, 1: neutral, 2: contradiction`,
-the Hugging Face `anli` dataset), a single letter `e`/`n`/`c` is the label it starts (ANLI's raw files), and text is
-matched against the labels.
+pass through the same normalisation (`72`, `72.0`, `"$1,234"`; a float is rounded to 6 decimal places, the only
+rounding anywhere: a prediction must equal that decimal); for labels an integer (or a digit string) is an index into
+`label_map` (default `0: entailment, 1: neutral, 2: contradiction`, the Hugging Face `anli` dataset), a single
+letter `e`/`n`/`c` is the label it starts (ANLI's raw files), and text is matched against the labels.
 """
-
 
 from __future__ import annotations
 
 import bisect
 import re
-import unicodedata
 from array import array
 from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal
@@ -75,19 +96,32 @@ from fractions import Fraction
 from typing import Any
 
 from ..utils.columns import is_missing
+from ..utils.number_words import words_to_digits
 from ..utils.numbers import (
     MAX_DIGITS,
     canonical_number,
     find_numbers,
     has_stray_numerals,
     normalize_number,
-    normalize_signs,
+    normalize_text,
     number_value,
     numbers_match,
+)
+from .answer_text import (
+    MAX_RESPONSE_CHARS,
+    QUALIFIER,
+    RETRACTION,
+    Sentences,
+    box_touches_operator,
+    find_boxes,
+    mask_boxes,
+    response_tail,
+    strip_latex,
 )
 
 __all__ = [
     "ANLI_LABELS",
+    "MAX_RESPONSE_CHARS",
     "TASKS",
     "answers_match",
     "extract_label",
@@ -95,6 +129,7 @@ __all__ = [
     "label_index_map",
     "normalize_answer",
     "parse_gold",
+    "response_tail",
     "to_number",
 ]
 
@@ -109,105 +144,18 @@ TASKS = ("math", "label")
 # ---------------------------------------------------------------------------------------------------------------
 
 _UNIT_WORDS = re.compile(r"(?:[^\W\d_]|[\s=:.{}])*")  # letters, spaces, "=", ":", "." and braces (not numerals)
-_BOXED = re.compile(r"\\(?:boxed|fbox)\s*")
-_BRACE = re.compile(r"[{}]")
-_BOX_TOKEN = re.compile(r"[^\s$\\{}]+")  # `\boxed 5`: up to a space, `$`, a brace or the next command
 _ANSWER_MARKER = re.compile(r"\banswer\b\**[ \t]*(?:is\b[ \t]*:?|:|=)|####", re.IGNORECASE)
 _SENTENCE_END = re.compile(r"[.?;](?=\s|$)|(?<![0-9])!(?=\s|$)")  # "5!" is a factorial, not a sentence end
-_LATEX_FRAC = re.compile(r"\\[dt]?frac\s*\{([^{}]*)\}\s*\{([^{}]*)\}")
-_LATEX_TEXT = re.compile(r"\\(?:text|textbf|mathrm|mathbf|textit|mbox|operatorname|boxed|fbox)\s*\{([^{}]*)\}")
-_LATEX_DROP = re.compile(r"\\(?:left|right|displaystyle|!|,|;|:| )|\^\s*\{?\\circ\}?|\^\\circ")
-# Invisible format characters (soft hyphen, zero-width spaces and joiners, direction marks and isolates, word
-# joiner, invisible operators, byte order mark): removed, so the verifier reads what a person sees.
-_INVISIBLE = re.compile("[\u00ad\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff]")
-# Words that make the number after them something other than the answer: a negation, a bound, an approximation.
-_QUALIFIER = re.compile(
-    r"(?:\b(?:not|never|neither|nor|cannot|about|approx(?:imately)?|roughly|around|nearly|almost|circa|except"
-    r"|(?:at|up)[ \t]+(?:least|most|to)|(?:more|less|fewer|greater|smaller|larger|bigger|higher|lower)[ \t]+than)\b"
-    r"|n't\b)",
-    re.IGNORECASE,
-)
-# A negation right before a number ("it isn't 5"): checked before the last number of a text without statements.
-_NEGATED = re.compile(r"(?:\b(?:not|never|neither|nor|cannot)\b|n't\b)[ \t$]*$", re.IGNORECASE)
 
 
 def _clean(text: str) -> str:
-    """Composes characters (NFC), removes invisible format characters, and writes every dash-like minus sign as
-    `-` and a spaced sign glued to its number (`trl_marl.utils.numbers.normalize_signs`)."""
-    return normalize_signs(unicodedata.normalize("NFC", _INVISIBLE.sub("", text)))
+    """What a person sees, in the characters the grammar reads (`trl_marl.utils.numbers.normalize_text`)."""
+    return normalize_text(text)
 
 
-def _boxed_contents(text: str) -> list[str]:
-    """The contents of the complete outermost `\\boxed{...}` (or `\\fbox{...}`, or `\\boxed 5`) of a text, in order.
-
-    Braces are matched in one pass over the text, a box inside another box is part of the outer one, and `\\boxed 5`
-    takes the token up to the next space, `$`, brace or backslash: the contents are disjoint, so the time is linear
-    in the length of the text whatever it holds (`"\\boxed$" * k`, `"\\boxed{" * k`, ...).
-
-    Args:
-        text: The text.
-
-    Returns:
-        The raw contents (an empty list when there is no complete boxed expression).
-    """
-    starts, ends = array("q"), array("q")  # the markers, in machine integers: 16 bytes each whatever the text
-    for match in _BOXED.finditer(text):
-        starts.append(match.start())
-        ends.append(match.end())
-    if not starts:
-        return []
-    # One pass over the braces with a depth counter; only the braces that open a box are remembered.
-    closing = array("q", [-1]) * len(ends)  # per marker: the index of the brace that closes its box
-    open_markers, open_depths = array("q"), array("q")
-    depth = marker = 0
-    for brace in _BRACE.finditer(text):
-        index = brace.start()
-        if text[index] == "{":
-            depth += 1
-            while marker < len(ends) and ends[marker] < index:
-                marker += 1
-            if marker < len(ends) and ends[marker] == index:
-                open_markers.append(marker)
-                open_depths.append(depth)
-        elif depth:
-            if open_depths and open_depths[-1] == depth:
-                open_depths.pop()
-                closing[open_markers.pop()] = index
-            depth -= 1
-    contents: list[str] = []
-    covered = 0  # the end of the last box taken: a marker before it lies inside that box
-    for marker, (start, end) in enumerate(zip(starts, ends)):
-        if start < covered:
-            continue
-        if text.startswith("{", end):
-            if closing[marker] >= 0:
-                contents.append(text[end + 1 : closing[marker]])
-                covered = closing[marker] + 1
-        else:  # `\boxed 5`: the next token
-            token = _BOX_TOKEN.match(text, end)
-            if token:
-                contents.append(token.group(0))
-                covered = token.end()
-    return contents
-
-
-def _strip_latex(text: str) -> str:
-    """Removes common LaTeX markup from an answer (`\\frac`, `\\text`, `\\left`, `\\$`, `{,}`, `^\\circ`, ...).
-
-    Args:
-        text: The text, e.g. the content of a `\\boxed{...}`.
-
-    Returns:
-        The text with the markup replaced by plain text (`\\frac{3}{4}` -> `3/4`).
-    """
-    text = text.replace("{,}", ",").replace("\\$", "$").replace("\\%", "%")
-    for _ in range(4):  # nested \text{\frac{..}{..}} and the like
-        new = _LATEX_TEXT.sub(r"\1", _LATEX_FRAC.sub(r"\1/\2", text))
-        if new == text:
-            break
-        text = new
-    text = _LATEX_DROP.sub("", text)
-    return text.strip()
+def _read(text: str) -> str:
+    """An answer's text as the grammar reads it: LaTeX removed, number words in digits."""
+    return words_to_digits(strip_latex(text))
 
 
 def _span_answer(span: str) -> tuple[bool, str | None]:
@@ -219,17 +167,17 @@ def _span_answer(span: str) -> tuple[bool, str | None]:
     Returns:
         `(False, None)` when the span holds no numeral at all; `(True, value)` when all its numbers have one
         canonical value; `(True, None)` when it is ambiguous: several different values ("1450000 or 1450001"), a
-        numeral that is no plain number (`5e0`, `5½`, `５`, `5!`, `≠5`; see
-        `trl_marl.utils.numbers.has_stray_numerals`), a qualifier before the number ("not 5", "about 5", "at least
-        5"), or a number that is too long or has a zero denominator.
+        numeral that is no plain number (`5e0`, `5½`, `５`, `5!`, `≠5`, "two thirds"; see
+        `trl_marl.utils.numbers.has_stray_numerals`), a qualifier in it ("not 5", "about 5", "5 or more"), or a
+        number that is too long or has a zero denominator.
     """
-    text = _strip_latex(span)
+    text = _read(span)
     matches = find_numbers(text)
     if has_stray_numerals(text, matches):
         return True, None
     if not matches:
         return False, None
-    if _QUALIFIER.search(text, 0, matches[0].start()):
+    if QUALIFIER.search(text):
         return True, None
     values = {canonical_number(match.group(0)) for match in matches}
     if len(values) != 1 or None in values:
@@ -246,35 +194,37 @@ def _first_sentence(line: str) -> str:
 
 def _after_marker(
     text: str, end: int, limit: int, read: Callable[[str], tuple[bool, str | None]] = _span_answer
-) -> tuple[bool, str | None]:
+) -> tuple[bool, str | None, int]:
     """The answer stated after a marker ending at `end`: in the rest of its sentence, or the next non-blank line's,
-    never past `limit` (the next marker), so the spans of all markers are disjoint and read in linear time.
+    never past `limit` (the next marker or box), so the spans of all markers are disjoint and read in linear time.
 
     Args:
         text: The text.
         end: Index just after the marker.
-        limit: Index of the next marker (or the end of the text).
+        limit: Index of the next marker or box (or the end of the text).
         read: Reads a span ([`_span_answer`], or a memoised version of it).
 
     Returns:
-        As [`_span_answer`]: `(False, None)` when the marker is followed by no numeral (it states nothing),
-        `(True, value)` for an answer, `(True, None)` for an ambiguous one.
+        As [`_span_answer`], and the index where the span read ends: `(False, None, _)` when the marker is followed
+        by no numeral (it states nothing), `(True, value, _)` for an answer, `(True, None, _)` for an ambiguous one.
     """
     line_end = text.find("\n", end, limit)
     line_end = limit if line_end < 0 else line_end
-    first = text[end:line_end]
-    found, value = read(_first_sentence(first))
-    if found or first.strip(" \t*:$"):
-        return found, value
+    first = _first_sentence(text[end:line_end])
+    found, value = read(first)
+    if found or text[end:line_end].strip(" \t*:$"):
+        return found, value, end + len(first)
     start = line_end + 1
     while start < limit:
         stop = text.find("\n", start, limit)
         stop = limit if stop < 0 else stop
         line = text[start:stop]
         if line.strip():
-            return read(_first_sentence(line))
+            sentence = _first_sentence(line)
+            found, value = read(sentence)
+            return found, value, start + len(sentence)
         start = stop + 1
-    return False, None
+    return False, None, end
 
 
 def _agreed(values: list[str]) -> str | None:
@@ -292,34 +242,57 @@ def normalize_answer(text: str) -> str:
     """Normalises an answer string: a lone number becomes its canonical form, other text is cleaned of LaTeX.
 
     Args:
-        text: An answer, e.g. `"$1,234.00"`, `"\\frac{3}{4}"`, `"18 dollars"` or `"x+1"`.
+        text: An answer, e.g. `"$1,234.00"`, `"\\frac{3}{4}"`, `"18 dollars"`, `"five"` or `"x+1"`.
 
     Returns:
-        The canonical number (`trl_marl.utils.numbers`) when the (LaTeX-stripped) text holds exactly one number and
-        otherwise only words, spaces, `=`, `:`, `.` or braces, no other numeral and no qualifier before the number
-        (`"1234"`, `"3/4"`, `"18"`, `"x = 5"`, `"{5}"` -> `"5"`; `"not 5"`, `"5½"` stay texts); otherwise
-        the stripped text without a trailing period (`"x+1"`, `"1450000 or 1450001"`).
+        The canonical number (`trl_marl.utils.numbers`) when the (LaTeX-stripped, number words read) text holds
+        exactly one number and otherwise only words, spaces, `=`, `:`, `.` or braces, no other numeral and no
+        qualifier (`"1234"`, `"3/4"`, `"18"`, `"x = 5"`, `"{5}"`, `"five"` -> `"5"`; `"not 5"`, `"5 or more"`,
+        `"5½"` stay texts); otherwise the stripped text without a trailing period (`"x+1"`, `"1450000 or 1450001"`).
     """
-    cleaned = _strip_latex(_clean(str(text)))
-    numbers = find_numbers(cleaned)
+    cleaned = strip_latex(_clean(str(text)))
+    read = words_to_digits(cleaned)
+    numbers = find_numbers(read)
     if len(numbers) == 1:
         number = numbers[0]
         # Words around the number are units or a variable name ("18 dollars", "x = 5"); an operator makes it an
-        # expression ("x+1"), a qualifier something else ("not 5", "about 5"): those are compared as text.
-        before, after = cleaned[: number.start()], cleaned[number.end() :]
-        rest = before + " " + after
+        # expression ("x+1"), a qualifier something else ("not 5", "about 5", "5 or more"): those are texts.
+        rest = read[: number.start()] + " " + read[number.end() :]
         value = canonical_number(number.group(0))
-        if (value is not None and _UNIT_WORDS.fullmatch(rest) and not has_stray_numerals(rest, [])
-                and not _QUALIFIER.search(before)):
+        if (
+            value is not None
+            and _UNIT_WORDS.fullmatch(rest)
+            and not has_stray_numerals(rest, [])
+            and not QUALIFIER.search(rest)
+        ):
             return value
     return re.sub(r"\s+", " ", cleaned).strip().rstrip(".").strip()
 
 
-def extract_math_answer(text: str | None) -> str | None:
+def _fallback(text: str) -> str | None:
+    """The last number of a text without final-answer statements (number words when it has no number in digits),
+    unless a numeral that is no plain number follows it or its sentence holds a qualifier."""
+    stripped = strip_latex(text)
+    numbers = find_numbers(stripped)
+    if not numbers and not has_stray_numerals(stripped, numbers):
+        stripped = words_to_digits(stripped)
+        numbers = find_numbers(stripped)
+    if not numbers:
+        return None
+    last = numbers[-1]
+    if has_stray_numerals(stripped[last.end() :], []):
+        return None  # the text ends with a numeral that is no plain number ("... so 5e0", "... 5½")
+    if Sentences(stripped).has_qualifier(last.start(), last.end()):
+        return None  # "It is at least 5.", "5 is not the answer."
+    return canonical_number(last.group(0))
+
+
+def extract_math_answer(text: str | None, max_chars: int = MAX_RESPONSE_CHARS) -> str | None:
     """Extracts the final answer of a math response (rules in the module docstring).
 
     Args:
         text: The response.
+        max_chars: The most characters read, the last ones ([`response_tail`]).
 
     Returns:
         The normalised answer (a canonical number such as `"1234"`, `"-3"`, `"0.5"`, `"3/4"`, or the text of a
@@ -334,18 +307,29 @@ def extract_math_answer(text: str | None) -> str | None:
     extract_math_answer("The answer is \u2013 5")  # "-5": an en dash is a minus sign
     extract_math_answer("The answer is 1450000 or 1450001.")  # None: two different numbers
     extract_math_answer("\\\\boxed{5} \\\\boxed{6}")  # None: two final answers
-    extract_math_answer("The answer is 5\u00bd")  # None: 5½ is not 5
+    extract_math_answer("The answer is 5 or more.")  # None: a qualifier
+    extract_math_answer("The answer is 5.\\n\\nWait, that's wrong: it is 6.")  # "6": the retraction wins
     extract_math_answer("I don't know.")  # None
     ```
     """
     if not text:
         return None
-    text = _clean(str(text))
-    statements: list[str] = []
-    ambiguous = False
+    text = _clean(response_tail(str(text), max_chars))
+    # Everything before the last retraction (outside boxes) is withdrawn.
+    boxes = find_boxes(text)
+    masked = mask_boxes(text, boxes) if boxes else text
+    cut = 0
+    for match in RETRACTION.finditer(masked):  # box contents are blanked: a retraction outside boxes
+        cut = match.end()
+    if cut:
+        text = text[cut:]
+        boxes = find_boxes(text)
+        masked = mask_boxes(text, boxes) if boxes else text
+    sentences = Sentences(masked)
+    statements: list[tuple[int, str | None]] = []  # (position, value or None when ambiguous), in text order
     # A text that repeats one statement many times reads it once (the contents are disjoint, so this holds at most
     # the text's length).
-    boxes: dict[str, str] = {}
+    values: dict[str, str] = {}
     spans: dict[str, tuple[bool, str | None]] = {}
 
     def read_span(span: str) -> tuple[bool, str | None]:
@@ -353,35 +337,36 @@ def extract_math_answer(text: str | None) -> str | None:
             spans[span] = _span_answer(span)
         return spans[span]
 
-    for content in _boxed_contents(text):
-        if content not in boxes:
-            boxes[content] = normalize_answer(content)
-        value = boxes[content]
-        if value:
-            statements.append(value)
+    for start, content_start, content_end, end in boxes:
+        content = text[content_start:content_end]
+        if content not in values:
+            values[content] = normalize_answer(content)
+        value = values[content]
+        if not value:
+            continue
+        if box_touches_operator(text, start, end) or sentences.has_qualifier(start, end):
+            statements.append((start, None))
+        else:
+            statements.append((start, value))
     # A marker's span ends where the next marker or box starts ("The answer is 5 \\boxed{6}" is 5, then 6).
-    boundaries = array("q", sorted(m.start() for pattern in (_ANSWER_MARKER, _BOXED) for m in pattern.finditer(text)))
+    markers = list(_ANSWER_MARKER.finditer(masked))
+    boundaries = array("q", sorted([m.start() for m in markers] + [start for start, _, _, _ in boxes]))
     boundaries.append(len(text))
-    for match in _ANSWER_MARKER.finditer(text):
+    for match in markers:
         limit = boundaries[bisect.bisect_right(boundaries, match.start())]
-        found, value = _after_marker(text, match.end(), limit, read_span)
-        if value is not None:
-            statements.append(value)
-        ambiguous = ambiguous or found and value is None
+        found, value, span_end = _after_marker(text, match.end(), limit, read_span)
+        if not found:
+            continue
+        if value is not None and sentences.has_qualifier(match.start(), span_end):
+            value = None
+        statements.append((match.start(), value))
     if statements:
-        return _agreed(statements)  # several different ones: a hedge, no answer
-    if ambiguous:
-        return None  # only ambiguous statements: no answer, and no fallback to the last number
-    stripped = _strip_latex(text)
-    numbers = find_numbers(stripped)
-    if not numbers:
-        return None
-    last = numbers[-1]
-    if has_stray_numerals(stripped[last.end() :], []):
-        return None  # the text ends with a numeral that is no plain number ("... so 5e0", "... 5½")
-    if _NEGATED.search(stripped, max(0, last.start() - 40), last.start()):
-        return None  # "... it isn't 5"
-    return canonical_number(last.group(0))
+        statements.sort(key=lambda statement: statement[0])
+        if statements[-1][1] is None:
+            return None  # the final statement is ambiguous: no answer, and no fallback to the last number
+        # Several different ones: a hedge, no answer. Ambiguous statements before the last one are reasoning.
+        return _agreed([value for _, value in statements if value is not None])
+    return _fallback(text)
 
 
 def extract_label(text: str | None, labels: Sequence[str] = ANLI_LABELS) -> str | None:
@@ -519,5 +504,3 @@ def answers_match(prediction: str | None, gold: str) -> bool:
     if number_value(prediction) is not None:
         return False
     return prediction.strip().casefold() == str(gold).strip().casefold()
-
-

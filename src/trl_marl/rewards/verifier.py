@@ -15,7 +15,6 @@ The same scores over HTTP are in `trl_marl.rewards.remote` ([`~trl_marl.rewards.
 saved model). Answer extraction and its rules are in `trl_marl.rewards.answers`.
 """
 
-
 from __future__ import annotations
 
 import json
@@ -28,7 +27,17 @@ from typing import Any, Protocol, runtime_checkable
 
 from ..utils.columns import MULTI_AGENT_KWARGS, AgentSelector, is_missing, select_texts
 from ..utils.text import completion_text
-from .answers import ANLI_LABELS, TASKS, answers_match, extract_label, extract_math_answer, label_index_map, parse_gold
+from .answers import (
+    ANLI_LABELS,
+    MAX_RESPONSE_CHARS,
+    TASKS,
+    answers_match,
+    extract_label,
+    extract_math_answer,
+    label_index_map,
+    parse_gold,
+    response_tail,
+)
 
 __all__ = [
     "DEFAULT_TEMPLATE",
@@ -186,6 +195,10 @@ class AnswerVerifier(_PicklableLock):
         label_map: Integer gold label -> label word (default: ANLI's `0: entailment, 1: neutral, 2: contradiction`).
         agent_index: Which completions are scored: `None` the `completions` argument, an int `i` agent `i`'s
             (`agent_completions[i]`, passed by trl-marl's trainers).
+        max_response_chars: The most characters of a response that are read: its last ones, from the first line
+            after the cut (`trl_marl.rewards.answers.response_tail`; default
+            `trl_marl.rewards.answers.MAX_RESPONSE_CHARS`, 32,768), so a response of megabytes is scored as fast as
+            one of this length.
 
     Example:
 
@@ -202,9 +215,11 @@ class AnswerVerifier(_PicklableLock):
         labels: Sequence[str] = ANLI_LABELS,
         label_map: Mapping[int, str] | Sequence[str] | None = None,
         agent_index: AgentSelector = None,
+        max_response_chars: int = MAX_RESPONSE_CHARS,
     ) -> None:
         if task not in TASKS:
             raise ValueError(f"Unknown task {task!r}; choose one of {TASKS}.")
+        response_tail("", max_response_chars)  # checks the value, with a message that names it
         if task == "label" and not labels:
             raise ValueError("A label task needs at least one label.")
         self.name = "answer_verifier"
@@ -214,6 +229,7 @@ class AnswerVerifier(_PicklableLock):
         self.labels = tuple(labels)
         self.label_map = label_index_map(self.labels, label_map)
         self.agent_index = agent_index
+        self.max_response_chars = max_response_chars
         self.num_scored = 0
         self.num_unparseable = 0
         self._lock = threading.Lock()
@@ -230,10 +246,11 @@ class AnswerVerifier(_PicklableLock):
             self.num_unparseable = 0
 
     def extract(self, response: str) -> str | None:
-        """The normalised final answer of a response (`None` when there is none)."""
+        """The normalised final answer of a response (`None` when there is none), read from its last
+        `max_response_chars` characters."""
         if self.task == "label":
-            return extract_label(response, self.labels)
-        return extract_math_answer(response)
+            return extract_label(response_tail(response or "", self.max_response_chars), self.labels)
+        return extract_math_answer(response, self.max_response_chars)
 
     def parse_gold(self, gold: Any) -> str:
         """The normalised gold answer (see [`parse_gold`])."""
@@ -517,5 +534,3 @@ class ModelVerifier(_PicklableLock):
 
     def __repr__(self) -> str:
         return f"ModelVerifier(model={type(self.model).__name__}, batch_size={self.batch_size})"
-
-

@@ -8,15 +8,16 @@ interpreter the caller picks. Three processes take part in a run:
   namespaces (as root), forks C, then runs the *tests* (dataset code, trusted) in a namespace where the program's
   names are stubs that forward calls to P over a pipe and decode the answers as plain data. H alone decides and
   reports the verdict, on a pipe that neither C's program nor P holds.
-* **C** (trusted, pid 1 of the new PID namespace): sets up the mounts, forks P, kills it when its *charged* time
-  (wall-clock time minus the time it waited for a CPU) passes the limit, and reports how P ended.
+* **C** (trusted, pid 1 of the new PID namespace): builds the run's root from an allowlist, forks P, kills it when
+  its *charged* time (wall-clock time minus the time it waited for a CPU) passes the limit, and reports how P ended.
 * **P** (untrusted once the program starts): applies the resource limits, drops to the sandbox user, sets
   `no_new_privs`, installs a seccomp filter, installs the Python guards, closes every file descriptor but stdio and
   its two pipe ends, runs the program, then answers H's calls with plain data.
 
 Nothing P sends can change a verdict by itself: H compares the decoded plain values (exact `int`, `float`, `str`,
 `bool`, `None`, `bytes`, `complex`, `list`, `tuple`, `dict`, `set`, `frozenset`) with the test's expectations; any
-other result is an opaque reference whose comparison, truth value, hashing and iteration raise, so the test fails.
+other result is an opaque reference whose comparison, truth value, hashing and iteration raise, so the test fails,
+and whose attributes cannot be read (no duck-typed `startswith` of the program's choosing answers).
 A test that never reports, or that finishes after P has died, has failed.
 """
 # ruff: noqa: UP031  (%-formatting: the harness avoids importing anything it can do without)
@@ -37,8 +38,7 @@ if TYPE_CHECKING:
 NS_FLAGS = 0x40000000 | 0x20000000 | 0x00020000 | 0x08000000 | 0x04000000  # NET | PID | NS | IPC | UTS
 CLONE_NEWUSER, CLONE_NEWNET = 0x10000000, 0x40000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT = 1, 2, 4, 8, 32
-MS_NOATIME, MS_NODIRATIME, MS_RELATIME, MS_STRICTATIME = 1024, 2048, 1 << 21, 1 << 24
-MS_BIND, MS_REC, MS_PRIVATE = 4096, 16384, 1 << 18
+MS_BIND, MS_MOVE, MS_REC, MS_PRIVATE = 4096, 8192, 16384, 1 << 18
 WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP = 1, 4, 38, 22
 
@@ -53,13 +53,18 @@ MAX_VALUE_BYTES = 64 * 1024  # a program's top-level plain value larger than thi
 MAX_HANDLES = 100_000
 CALL_FD, REPLY_FD = 3, 4  # P's ends of the two pipes
 
-# Modules H imports itself when the program bound one of them to a top-level name (MBPP tests use `math.isclose`
-# without importing math, relying on the program's import). Any other module stays a reference into P.
-SAFE_MODULES = frozenset([
+# Standard modules: a name the tests read as a module (`os.path.join`, `calendar.isleap`, `math.isclose`: MBPP tests
+# use `math` without importing it, relying on the program's import), or that the program bound to one of them, is
+# H's own import of that module, whatever the program bound to the name. Any other module stays a reference into P.
+# Every top-level standard module (`sys.stdlib_module_names`), except those with modules whose import acts (a web
+# browser, a print, an IDE, a demo); the fixed list is the floor for an interpreter without it. H never imports a
+# `__main__` submodule.
+_NEVER_IMPORTED = frozenset(["antigravity", "this", "idlelib", "turtledemo"])
+STANDARD_MODULES = (frozenset(getattr(sys, "stdlib_module_names", ())) | frozenset([
     "math", "cmath", "re", "string", "itertools", "functools", "collections", "heapq", "bisect", "operator",
     "statistics", "fractions", "decimal", "random", "copy", "datetime", "typing", "numbers", "array", "textwrap",
-    "unicodedata", "hashlib", "json", "sys",
-])
+    "unicodedata", "hashlib", "json", "sys", "os", "calendar", "time", "types",
+])) - _NEVER_IMPORTED
 
 
 # ---------------------------------------------------------------------------------------------------- the codec
@@ -394,23 +399,16 @@ class ProgramError(Exception):
 
 
 class Remote:
-    """A stand-in for an object that lives in the program's process: it can be called (the call runs there, with
-    plain-data arguments) and its attributes read; comparing, hashing, iterating or testing its truth raises
-    [`NotPlainData`], so a test never trusts an object of the program."""
+    """A stand-in for an object that lives in the program's process. Comparing, hashing, iterating, converting or
+    testing its truth raises [`NotPlainData`], so a test never trusts an object of the program. Two kinds:
+    [`Definition`] (a top-level name of the program: a function under test, a class, a module) and
+    [`ProgramValue`] (an object a call returned)."""
 
     __slots__ = ("_channel", "_target")
 
     def __init__(self, channel: Channel, target: tuple[str, int | str]) -> None:
         object.__setattr__(self, "_channel", channel)
         object.__setattr__(self, "_target", target)
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self._channel.request(("call", self._target, args, kwargs))
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return self._channel.request(("getattr", self._target, name))
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise NotPlainData("objects of the program cannot be changed by the tests")
@@ -429,6 +427,34 @@ class Remote:
     __hash__ = None  # type: ignore[assignment]
 
 
+class Definition(Remote):
+    """A top-level name of the program (or an attribute of one): the function under test, a class, a module. It can
+    be called (the call runs in P, with plain-data arguments) and its attributes read (`Pair.count`, `np.allclose`),
+    as the tests' author meant the program's definitions to be used."""
+
+    __slots__ = ()
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._channel.request(("call", self._target, args, kwargs))
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return self._channel.request(("getattr", self._target, name))
+
+
+class ProgramValue(Remote):
+    """An object that a call of the program returned and that is not plain data (a `str` look-alike, a generator, an
+    instance of the program's class). It can only be passed back to the program as an argument: reading any of its
+    attributes (`result.startswith`, `hasattr(result, 'send')`, `result.real`) raises [`NotPlainData`] and it cannot
+    be called, so no method of the program's choosing ever answers in place of a built-in type's."""
+
+    __slots__ = ()
+
+    def __getattr__(self, name: str) -> Any:
+        raise NotPlainData("%r is not plain data: the tests cannot read its attribute %s" % (self, clean(name, 60)))
+
+
 class Channel:
     """H's side of the conversation with P: sends requests, decodes answers as plain data."""
 
@@ -439,20 +465,25 @@ class Channel:
         self.exit_code: str | None = None
 
     def _handle(self, value: Any) -> int | str | None:
-        if type(value) is Remote:
+        if type(value) is Definition or type(value) is ProgramValue:
             kind, key = value._target
             return key
         return None
 
-    def _ref(self, key: int | str) -> Remote:
-        return Remote(self, ("h", key) if type(key) is int else ("n", key))
+    def _definition(self, key: int | str) -> Remote:
+        return Definition(self, ("h", key) if type(key) is int else ("n", key))
 
-    def receive(self) -> tuple[Any, ...]:
-        """The next message of P as a tuple starting with a string tag (`ProgramGone` at the end)."""
+    def _value(self, key: int | str) -> Remote:
+        return ProgramValue(self, ("h", key) if type(key) is int else ("n", key))
+
+    def receive(self, values: bool = True) -> tuple[Any, ...]:
+        """The next message of P as a tuple starting with a string tag (`ProgramGone` at the end). Objects in it
+        that are not plain data become [`ProgramValue`]s, or with `values=False` (attributes of a definition)
+        [`Definition`]s."""
         if self.gone is not None:
             raise ProgramGone(self.gone)
         try:
-            message = decode(self.reader.read(), self._ref)
+            message = decode(self.reader.read(), self._value if values else self._definition)
         except FrameError as exc:
             self.gone, self.why = "protocol", str(exc)
             raise ProgramGone("the program broke the protocol: %s" % exc) from None
@@ -480,7 +511,7 @@ class Channel:
         except ChannelClosed:
             self.gone = "ended"
             raise ProgramGone("the program ended") from None
-        reply = self.receive()
+        reply = self.receive(values=message[0] != "getattr")  # only a `Definition` reads attributes
         kind = reply[0]
         if kind == "ok" and len(reply) == 2:
             return reply[1]
@@ -536,7 +567,7 @@ class TestGlobals(dict):
                  modules: frozenset[str] = frozenset()) -> None:
         super().__init__(__name__="__tests__", __builtins__=builtins)
         self._channel, self._names, self._entry = channel, names, entry_point
-        self._modules = modules & SAFE_MODULES
+        self._modules = modules & STANDARD_MODULES
 
     def __missing__(self, key: str) -> Any:
         if key in self._modules:
@@ -546,8 +577,9 @@ class TestGlobals(dict):
         info = self._names.get(key)
         if info is None or (key != self._entry and hasattr(builtins, key)):
             raise KeyError(key)
-        value = Remote(self._channel, ("n", key))
-        if type(info) is tuple and len(info) == 2 and info[0] == "m" and info[1] in SAFE_MODULES:
+        value = Definition(self._channel, ("n", key))
+        if (type(info) is tuple and len(info) == 2 and info[0] == "m" and type(info[1]) is str
+                and info[1].split(".")[0] in STANDARD_MODULES and "__main__" not in info[1].split(".")):
             value = __import__(info[1])
             for part in info[1].split(".")[1:]:
                 value = getattr(value, part)
@@ -776,9 +808,8 @@ def init(req: dict[str, Any], emit: Callable[..., None], libc: Any, isolated: bo
     uid = req["uid"]
     layers = ["rlimits", "cgroup"] if req["in_cgroup"] else ["rlimits"]
     if isolated:
-        setup_mounts(libc, uid, req["disk_mb"], emit)
-        # a fresh, empty working directory inside the private /tmp (which may also hold read-only mounts of the
-        # interpreter's own directories when Python lives under /tmp, e.g. a CI virtualenv)
+        build_root(libc, uid, req["disk_mb"], list(req.get("visible") or []), list(req.get("hide") or []), emit)
+        # a fresh, empty working directory inside the private /tmp
         workdir, allowed = "/tmp/work", ["/tmp", "/var/tmp", "/dev/shm"]
         os.makedirs(workdir, mode=0o700, exist_ok=True)
         os.chown(workdir, uid, uid)
@@ -895,13 +926,103 @@ def kill_user(uid: int) -> None:
             return
 
 
-_MOUNT_FLAGS = {"ro": MS_RDONLY, "nodev": MS_NODEV, "noexec": MS_NOEXEC, "noatime": MS_NOATIME,
-                "nodiratime": MS_NODIRATIME, "relatime": MS_RELATIME, "strictatime": MS_STRICTATIME}
+# What the program's root shows of the host besides the interpreter's executable, its import path (`sys.path`: the
+# standard library, `lib-dynload`, site-packages) and the directories of the shared objects it has loaded: the system
+# library directories and the dynamic loader's cache and configuration (extension modules load libraries), and the
+# time zone data. Nothing else: no home, no datasets cache, no `/work`, no `/etc/passwd`.
+SYSTEM_PATHS = ("/lib", "/lib64", "/lib32", "/libx32", "/usr/lib", "/usr/lib64", "/usr/lib32", "/usr/libx32",
+                "/usr/local/lib", "/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/alternatives",
+                "/etc/localtime", "/usr/share/zoneinfo")
+DEVICES = ("null", "zero", "full", "random", "urandom")
+_NEVER_BOUND = frozenset(["", "dev", "proc", "sys"])  # first components: `/` itself, devices, kernel views
+MNT_DETACH = 2
+_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}
 
 
-def setup_mounts(libc: Any, uid: int, disk_mb: int, emit: Callable[..., None]) -> None:
-    """C, in the new mount namespace: `/` read-only and nosuid everywhere, a private size-limited `/tmp`,
-    interpreter directories the sandbox user could not traverse bound read-only, a private `/proc`."""
+def visible_paths(extra: list[str]) -> list[str]:
+    """The host paths (files or directories) that the program's root shows, read-only: the interpreter's executable,
+    its import path, its prefixes' `lib` and `lib64`, the directories of the shared objects (`*.so*`) this
+    interpreter has mapped, [`SYSTEM_PATHS`] and `extra` (`SandboxLimits.visible_paths`: a task's own files). Paths
+    that do not exist are left out."""
+    prefixes = dict.fromkeys([sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix])
+    # `<prefix>/lib`: where a conda or self-built Python keeps the shared libraries its extension modules load lazily
+    paths = [sys.executable, *sys.path, *SYSTEM_PATHS, *[os.path.join(p, d) for p in prefixes if p
+                                                          for d in ("lib", "lib64")]]
+    try:
+        with open("/proc/self/maps") as f:
+            for line in f:
+                fields = line.rstrip("\n").split(None, 5)
+                if (len(fields) == 6 and fields[5].startswith("/") and ".so" in os.path.basename(fields[5])
+                        and not fields[5].endswith(" (deleted)")):
+                    paths.append(os.path.dirname(fields[5]))
+    except OSError:
+        pass
+    paths += extra
+    return [p for p in dict.fromkeys(paths) if type(p) is str and p.startswith("/") and os.path.lexists(p)]
+
+
+def follow(path: str, links: dict[str, str], hops: int = 0) -> str | None:
+    """The real path of the absolute `path` on the host, recording in `links` every symbolic link met on the way
+    (its path -> its target, as written); `None` for a path that does not exist or loops."""
+    parts = [p for p in path.split("/") if p and p != "."]
+    current = "/"
+    for index, part in enumerate(parts):
+        if part == "..":
+            current = os.path.dirname(current)
+            continue
+        step = os.path.join(current, part)
+        if os.path.islink(step):
+            if hops >= 40:
+                return None
+            target = os.readlink(step)
+            links[step] = target
+            rest = "/".join(parts[index + 1:])
+            base = os.path.join(current, target)  # an absolute target replaces `current`
+            return follow(os.path.join(base, rest) if rest else base, links, hops + 1)
+        current = step
+    return current if os.path.exists(current) else None
+
+
+def root_layout(paths: list[str]) -> tuple[dict[str, str], list[str]]:
+    """How a root built from scratch shows `paths` as on the host: the symbolic links to recreate (path -> target;
+    `/lib -> usr/lib`, `venv/bin/python -> /usr/bin/python3.11`) and the real files and directories to bind, the
+    outermost only (a directory's bind shows what is inside it). `/` itself is never bound, nor anything under
+    `/dev`, `/proc` or `/sys` (the root has its own devices and `/proc`)."""
+    links: dict[str, str] = {}
+    real = set()
+    for path in paths:
+        resolved = follow(path, links)
+        if resolved is not None and resolved.split("/")[1] not in _NEVER_BOUND:
+            real.add(resolved)
+    binds: list[str] = []
+    for path in sorted(real):  # a directory sorts before what is inside it
+        if not any(path.startswith(outer + "/") for outer in binds):
+            binds.append(path)
+    links = {path: target for path, target in links.items() if path.split("/")[1] not in _NEVER_BOUND
+             and not any(path == outer or path.startswith(outer + "/") for outer in binds)}
+    return links, binds
+
+
+def hidden_packages(names: list[str]) -> list[str]:
+    """The real directories of the packages `names` (top-level names, e.g. `trl_marl`) on this interpreter's import
+    path, found without importing them."""
+    found = []
+    for entry in sys.path:
+        for name in names:
+            path = os.path.join(entry, name) if entry and name.isidentifier() else ""
+            if path and os.path.isdir(path):
+                found.append(os.path.realpath(path))
+    return list(dict.fromkeys(found))
+
+
+def build_root(libc: Any, uid: int, disk_mb: int, extra: list[str], hide: list[str],
+               emit: Callable[..., None]) -> None:
+    """C, in the new mount namespace: make the root a tmpfs built from an allowlist ([`visible_paths`], bound
+    read-only, `nosuid`, `nodev`, at their host paths, with the symbolic links on the way to them), a private
+    size-limited `/tmp` (also `/var/tmp` and `/dev/shm`) owned by the sandbox user, the devices `null`, `zero`,
+    `full`, `random`, `urandom`, and a private `/proc`; the packages `hide` (the trainer's own, whose task
+    generators and dataset loaders a program could import) covered by an empty directory; then `pivot_root` into it
+    and detach the host's root. No other host file or directory is reachable from the program."""
     import ctypes
 
     def mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None) -> None:
@@ -911,66 +1032,55 @@ def setup_mounts(libc: Any, uid: int, disk_mb: int, emit: Callable[..., None]) -
             raise OSError(err, "mount(%r, %r): %s" % (source, target, os.strerror(err)))
 
     mount(None, "/", None, MS_REC | MS_PRIVATE, None)
-    tmp_dirs = [d for d in ("/tmp", "/var/tmp", "/dev/shm") if os.path.isdir(d) and not os.path.islink(d)]
-    if "/tmp" not in tmp_dirs:
-        raise OSError("/tmp is not a directory")
-    # Directories the interpreter needs that the tmpfs would hide or the sandbox user could not traverse.
-    needed = set()
-    for path in [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
-                 os.path.dirname(os.path.realpath(sys.executable)), *sys.path]:
-        if path and os.path.isdir(path):
-            needed.add(os.path.realpath(path))
-    covers: dict[str, set[str]] = {}
-    for path in needed:
-        parts = path.strip("/").split("/")
-        for depth in range(1, len(parts)):
-            ancestor = "/" + "/".join(parts[:depth])
-            if ancestor in tmp_dirs or not os.stat(ancestor).st_mode & 0o001:
-                covers.setdefault(ancestor, set()).add(path)
-                break
-        if path in tmp_dirs:
-            covers.setdefault(path, set()).add(path)
-    fds = {}
-    for leaves in covers.values():
-        for leaf in leaves:
-            if not any(leaf != o and leaf.startswith(o + "/") for o in leaves):
-                fds[leaf] = os.open(leaf, os.O_PATH | os.O_DIRECTORY)
-    options = "size=%dm,mode=0700,uid=%d,gid=%d" % (disk_mb, uid, uid)
-    mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, options)
-    for d in tmp_dirs[1:]:
-        mount("/tmp", d, None, MS_BIND, None)
-    private = [c for c in covers if c not in tmp_dirs]
-    for cover in private:
-        mount("tmpfs", cover, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0755")
-    for leaf, fd in sorted(fds.items()):
-        os.makedirs(leaf, mode=0o755, exist_ok=True)
-        mount("/proc/self/fd/%d" % fd, leaf, None, MS_BIND | MS_REC, None)
-        mount(None, leaf, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, None)
+    links, binds = root_layout(visible_paths(extra))
+    # Handles on the sources, taken before the new root (built on /tmp) hides what the host has there.
+    sources = {path: os.open(path, os.O_PATH | os.O_CLOEXEC) for path in binds}
+    devices = {name: os.open("/dev/" + name, os.O_PATH | os.O_CLOEXEC) for name in DEVICES
+               if os.path.exists("/dev/" + name)}
+    new = "/tmp"
+    mount("tmpfs", new, "tmpfs", MS_NOSUID | MS_NODEV, "size=4m,mode=0755")
+    os.makedirs(new + "/tmp")
+    private = "size=%dm,mode=0700,uid=%d,gid=%d" % (disk_mb, uid, uid)
+    mount("tmpfs", new + "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, private)
+    for shared in ("/var/tmp", "/dev/shm"):
+        os.makedirs(new + shared)
+        mount(new + "/tmp", new + shared, None, MS_BIND, None)
+    for name, fd in devices.items():
+        open(new + "/dev/" + name, "w").close()
+        mount("/proc/self/fd/%d" % fd, new + "/dev/" + name, None, MS_BIND, None)
+        mount(None, new + "/dev/" + name, None, MS_REMOUNT | MS_BIND | MS_NOSUID | MS_NOEXEC, None)
         os.close(fd)
-    for cover in private:
-        mount(None, cover, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, "size=1m,mode=0755")
-    mount(None, "/", None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID, None)
-    # Every other mount of this view nosuid too (its other flags kept), so no set-uid binary runs with privileges.
-    failed = []
-    with open("/proc/self/mountinfo") as f:
-        mounts = [line.split() for line in f]
-    for fields in mounts:
-        if len(fields) < 6 or fields[4] == "/":
-            continue
-        target = fields[4].replace("\\040", " ").replace("\\011", "\t").replace("\\012", "\n")
-        target = target.replace("\\134", "\\")
-        options_ = fields[5].split(",")
-        if "nosuid" in options_:
-            continue
-        flags = MS_REMOUNT | MS_BIND | MS_NOSUID
-        for option in options_:
-            flags |= _MOUNT_FLAGS.get(option, 0)
-        try:
-            mount(None, target, None, flags, None)
-        except OSError:
-            failed.append(target)
-    if failed:
-        emit("note", "could not remount nosuid: %s" % ", ".join(sorted(failed)[:5]))
+    for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
+                         ("stderr", "/proc/self/fd/2")):
+        os.symlink(target, new + "/dev/" + name)
+    os.makedirs(new + "/proc")
+    for path, target in sorted(links.items()):
+        os.makedirs(os.path.dirname(new + path), mode=0o755, exist_ok=True)
+        if not os.path.lexists(new + path):
+            os.symlink(target, new + path)
+    for path in binds:
+        fd, target = sources[path], new + path
+        if os.path.isdir("/proc/self/fd/%d" % fd):
+            os.makedirs(target, mode=0o755, exist_ok=True)
+        else:
+            os.makedirs(os.path.dirname(target), mode=0o755, exist_ok=True)
+            open(target, "a").close()
+        mount("/proc/self/fd/%d" % fd, target, None, MS_BIND, None)  # not recursive: no mount below it comes along
+        mount(None, target, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, None)
+        os.close(fd)
+    for path in hidden_packages(hide):  # the trainer's own package: task generators and dataset loaders
+        if os.path.isdir(new + path):
+            mount("tmpfs", new + path, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k,mode=0555")
+    os.chdir(new)
+    number = _PIVOT_ROOT.get(os.uname().machine)
+    if number is not None and libc.syscall(number, b".", b".") == 0:
+        if libc.umount2(b".", MNT_DETACH) != 0:  # the host's root, stacked under the new one
+            raise OSError(ctypes.get_errno(), "umount2 of the host's root failed")
+    else:  # no pivot_root (another architecture, or a root that is no mount point): move the new root over `/`
+        mount(new, "/", None, MS_MOVE, None)
+        os.chroot(".")
+    os.chdir("/")
+    mount(None, "/", None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, None)
     try:
         mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
     except OSError as exc:

@@ -7,7 +7,7 @@ import ast
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .harness import SAFE_MODULES
+from .harness import STANDARD_MODULES
 from .types import TestSpec
 
 # Names the generated test code uses (chosen so that they do not collide with a program's names).
@@ -46,10 +46,10 @@ class _EqAsserts(ast.NodeTransformer):
 
 
 def modules_read(codes: Sequence[str], entry_point: str | None = None) -> tuple[str, ...]:
-    """The names of standard modules (the harness's `SAFE_MODULES`) that the test code reads only as modules, i.e.
-    only as `name.attribute`: what the test's author meant by them is the module the reference solution imported,
-    never whatever a program binds to that name. A name the tests also call or pass as a value (`copy(x)`) is a
-    function under test, as is the entry point.
+    """The names of standard modules (every top-level one, `sys.stdlib_module_names`: the harness's
+    `STANDARD_MODULES`) that the test code reads only as modules, i.e. only as `name.attribute`: what the test's
+    author meant by them is the module the reference solution imported, never whatever a program binds to that name.
+    A name the tests also call or pass as a value (`copy(x)`) is a function under test, as is the entry point.
 
     Args:
         codes (`Sequence[str]`): Test code (setup, asserts or HumanEval's `check`); code that does not parse reads
@@ -71,12 +71,56 @@ def modules_read(codes: Sequence[str], entry_point: str | None = None) -> tuple[
         as_base = {id(node) for node in values}
         bases.update(node.id for node in values)
         other.update(node.id for node in ast.walk(tree) if isinstance(node, ast.Name) and id(node) not in as_base)
-    return tuple(sorted((bases - other) & (SAFE_MODULES - {entry_point})))
+    return tuple(sorted((bases - other) & (STANDARD_MODULES - {entry_point})))
 
 
-def _has_assert(node: ast.AST) -> bool:
-    """Whether `node` contains an assert that tests something (`assert True, "..."` does not count)."""
-    return any(isinstance(n, ast.Assert) and not isinstance(n.test, ast.Constant) for n in ast.walk(node))
+_NESTED = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
+
+
+def _walk_body(node: ast.AST) -> list[ast.AST]:
+    """The nodes of `node` that run when it runs: function and lambda bodies excluded (a definition runs only its
+    decorators and defaults; a class body runs)."""
+    found: list[ast.AST] = []
+    todo = [node]
+    while todo:
+        current = todo.pop()
+        found.append(current)
+        if isinstance(current, _NESTED):
+            todo.extend(current.args.defaults + [d for d in current.args.kw_defaults if d is not None])
+            if not isinstance(current, ast.Lambda):
+                todo.extend(current.decorator_list)
+            continue
+        todo.extend(ast.iter_child_nodes(current))
+    return found
+
+
+def _asserts_or_raises(node: ast.AST, helpers: frozenset[str]) -> bool:
+    """Whether running `node` can fail a test by itself: it asserts something (`assert True, "..."` does not count),
+    raises, or calls one of the test code's own `helpers` (functions that assert or raise)."""
+    for n in _walk_body(node):
+        if isinstance(n, ast.Assert) and not (isinstance(n.test, ast.Constant) and n.test.value):
+            return True
+        if isinstance(n, ast.Raise):
+            return True
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in helpers:
+            return True
+    return False
+
+
+def _failing_helpers(scopes: Sequence[Sequence[ast.stmt]]) -> frozenset[str]:
+    """Names of the functions defined at the top of `scopes` (the test module, `check`'s body) that assert or raise,
+    directly or through another such function (`def t(args, want): assert c(*args) == want`)."""
+    defs = {stmt.name: stmt for body in scopes for stmt in body
+            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    helpers: set[str] = set()
+    changed = True
+    while changed:
+        changed = False
+        for name, node in defs.items():
+            if name not in helpers and any(_asserts_or_raises(s, frozenset(helpers)) for s in node.body):
+                helpers.add(name)
+                changed = True
+    return frozenset(helpers)
 
 
 def _record_call(index: int, value: ast.expr) -> ast.stmt:
@@ -128,20 +172,26 @@ def _humaneval_plan(spec: TestSpec) -> TestPlan:
     args = check.args if check is not None else None
     simple = (args is not None and len(args.args) == 1 and not args.posonlyargs and not args.kwonlyargs
               and args.vararg is None and args.kwarg is None)
-    if spec.split and check is not None and simple and any(_has_assert(s) for s in check.body):
-        param = check.args.args[0].arg
-        body: list[ast.stmt] = [ast.Assign(targets=[ast.Name(param, ast.Store())], value=ast.Name(entry, ast.Load()))]
-        sources: list[str] = []
-        for stmt in check.body:
-            is_test, text = _has_assert(stmt), _segment(code, stmt)
-            new = _EqAsserts().visit(stmt)
-            if is_test:
-                body.append(_guarded(len(sources), [new]))
-                sources.append(text)
-            else:
-                body.append(new)
-        return TestPlan(setup=task + code, tests_fn=_tests_function(body), sources=tuple(sources),
-                        entry_point=entry, modules=modules_read([code], entry))
+    if spec.split and check is not None and tree is not None and simple:
+        helpers = _failing_helpers([tree.body, check.body])
+        tests = [i for i, stmt in enumerate(check.body) if _asserts_or_raises(stmt, helpers)]
+        if tests:
+            # Every statement of `check` belongs to one test: the statements before a test (set-up, helper
+            # definitions, calls that assert nothing visibly) to it, those after the last test to the last one. So a
+            # failure anywhere in `check` fails a test, as it would fail `check(candidate)` itself.
+            param = check.args.args[0].arg
+            body: list[ast.stmt] = [ast.Assign(targets=[ast.Name(param, ast.Store())],
+                                               value=ast.Name(entry, ast.Load()))]
+            sources: list[str] = []
+            start = 0
+            for number, index in enumerate(tests):
+                end = index + 1 if number < len(tests) - 1 else len(check.body)
+                group = [_EqAsserts().visit(stmt) for stmt in check.body[start:end]]
+                body.append(_guarded(len(sources), group))
+                sources.append(_segment(code, check.body[index]))
+                start = end
+            return TestPlan(setup=task + code, tests_fn=_tests_function(body), sources=tuple(sources),
+                            entry_point=entry, modules=modules_read([code], entry))
     call = ast.Expr(ast.Call(func=ast.Name("check", ast.Load()), args=[ast.Name(entry, ast.Load())], keywords=[]))
     return TestPlan(setup=task + code, tests_fn=_tests_function([_guarded(0, [call])]),
                     sources=(f"check({entry})",), entry_point=entry, modules=modules_read([code], entry))

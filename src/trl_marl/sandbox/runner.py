@@ -19,16 +19,18 @@ impossible -- `"process"` is the explicit opt-in to a weaker level, also through
       least the CPU time of all its processes) passes `wall_time`, so load from other runs does not time it out;
       the caller kills everything after a generous plain wall-clock backstop;
     - Linux namespaces: a network namespace with no interface up (no network at all, not even 127.0.0.1), a PID
-      namespace (when the program's process ends, the kernel kills everything it started), a mount namespace in
-      which `/` is read-only, every mount is `nosuid`, and `/tmp`, `/var/tmp` and `/dev/shm` are one private
-      size-limited tmpfs (`max_disk_mb`), the program's working directory, gone when the run ends;
+      namespace (when the program's process ends, the kernel kills everything it started), a mount namespace whose
+      root is built from an allowlist (the interpreter, its import path, the system libraries, a few loader and
+      time zone files, `SandboxLimits.visible_paths`; read-only, `nosuid`; no home, no datasets cache, no host data
+      directory), and where `/tmp`, `/var/tmp` and `/dev/shm` are one private size-limited tmpfs (`max_disk_mb`),
+      the program's working directory, gone when the run ends;
     - a memory + pids cgroup per run (where `/sys/fs/cgroup` is writable) bounds the memory and the number of all
       the run's processes together (`RLIMIT_AS` only bounds each process);
     - the program runs as an unprivileged user id of its own (`uid_base` + a slot number unique among the sandboxes
       running at the same time), with `no_new_privs` (set-uid binaries gain nothing) and a seccomp filter that
       refuses nested namespaces (user namespaces above all), mounts, `ptrace`, keyrings, BPF, perf, `userfaultfd`
-      and `io_uring`. Interpreter directories that this user could not traverse (e.g. a Python under `/root`) are
-      bind-mounted read-only into the namespace; everything else in them stays hidden.
+      and `io_uring`. The directories on the way to an allowlisted path (e.g. a Python under `/root`) are the new
+      root's own, traversable, and hold nothing else.
 
 Python layer (defense in depth; it can be bypassed by determined code, the OS layer cannot):
     - an audit hook (`sys.addaudithook`, which a program cannot remove) refuses process creation, signals,
@@ -47,15 +49,17 @@ Test formats:
       completion (a whole function when it defines `entry_point`, else a body appended to the prompt); the test code
       runs in H with `candidate` the program's `entry_point`, after the prompt's own definitions (`task_code`, when
       the spec has the prompt), so a test's `poly(...)` is the task's, whatever the program redefines. For partial
-      credit the top-level statements of `check` that contain an `assert` are run one by one, each catching its own
-      exception (statements without an assert, or with only `assert <constant>`, run in order as set-up); when
-      `check` has no such statement, `check(entry_point)` is one test.
+      credit each top-level statement of `check` that can fail (it asserts, `assert True, ...` aside, raises, or
+      calls a helper of the test code that does) is a test, and every other statement runs inside the next test
+      (after the last test: inside the last one), so any failure in `check` fails a test; when `check` has no such
+      statement, `check(entry_point)` is one test.
     - MBPP rows (`test_list`, a list of assert statements, and optional `test_setup_code`): each assert is a test.
       The tests see the program's top-level names as they would in one module (functions and classes as stubs,
       plain constants as values), except that the program cannot shadow built-ins (only the entry point may carry a
       built-in's name) and that a standard module the tests read as `name.attribute` (`math.isclose`) is always H's
-      own (see `plans.modules_read`). A test that mutates an argument
-      in place and checks it afterwards sees no change (the program worked on a copy).
+      own (see `plans.modules_read`). An object a call returned that is not plain data can only be passed back to
+      the program: reading its attributes (`f(x).startswith(...)`) or calling it fails the test. A test that mutates
+      an argument in place and checks it afterwards sees no change (the program worked on a copy).
 
 Example:
 
@@ -241,6 +245,7 @@ def _execute(program: str, plan: TestPlan, limits: SandboxLimits, backstop: floa
             "program": program, "total": len(plan.sources),
             "entry_point": plan.entry_point, "level": limits.level, "wall_time": float(limits.wall_time),
             "cgroup_join": cgroup.join_files if cgroup is not None else [],
+            "visible": list(limits.visible_paths), "hide": [__name__.split(".")[0]],
         }))
         request = b"%d\n" % len(request) + request + marshal.dumps({"setup": plan.setup, "tests_fn": plan.tests_fn,
                                                                          "modules": list(plan.modules)})

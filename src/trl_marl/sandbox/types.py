@@ -69,6 +69,10 @@ class SandboxLimits:
         python_executable (`str`, *optional*): The interpreter that runs programs (default: `sys.executable`).
         uid_base (`int`): First user id of the sandbox users (as root). A run uses
             `uid_base + 256 * (caller pid) + slot`, so pick a range no real user or container uses.
+        visible_paths (`tuple[str, ...]`): Absolute host paths (files or directories) the program may read besides
+            the interpreter and its libraries, e.g. a task's own data files. With namespaces the program's root is
+            built from an allowlist (the interpreter, its import path, the system libraries, these paths) and shows
+            nothing else of the host; without namespaces there is no such root (see `docs/sandbox.md`).
     """
 
     wall_time: float = 5.0
@@ -86,6 +90,7 @@ class SandboxLimits:
     python_guards: bool = True
     python_executable: str | None = None
     uid_base: int = 1_000_000_000
+    visible_paths: tuple[str, ...] = ()
 
     @property
     def level(self) -> str:
@@ -111,6 +116,11 @@ class SandboxLimits:
                              f"{self.isolation!r}.")
         if self.max_processes < 1:
             raise ValueError("SandboxLimits.max_processes must be at least 1 (the program itself).")
+        if isinstance(self.visible_paths, str) or not all(
+                isinstance(p, str) and os.path.isabs(p) and "\0" not in p for p in self.visible_paths):
+            raise ValueError(f"SandboxLimits.visible_paths must be a tuple of absolute paths, got "
+                             f"{self.visible_paths!r}.")
+        self.visible_paths = tuple(self.visible_paths)
         if not 0 < self.uid_base < 2**31 - PID_SPACE * SLOTS_PER_PROCESS:
             raise ValueError(f"SandboxLimits.uid_base={self.uid_base} leaves no room for the sandbox user ids.")
 

@@ -128,7 +128,8 @@ def magrpo_trainer(env: Any, reward: Any, rows: Sequence[dict[str, Any]], *, see
         output_dir=output_dir, num_agents=num_agents, num_generations=sizes["generations"],
         per_device_train_batch_size=sizes["batch"], max_completion_length=sizes["completion"],
         learning_rate=sizes["lr"], lr_scheduler_type="constant", max_steps=steps, logging_steps=1,
-        report_to="none", save_strategy="no", temperature=1.0, seed=seed, disable_tqdm=True, beta=0.0,
+        report_to="none", save_strategy="no", temperature=sizes.get("temperature", 1.0), seed=seed,
+        disable_tqdm=True, beta=0.0,
         frozen_agents=list(frozen), activation_checkpointing=False,  # short CPU sequences: no recompute
     )
     return MAGRPOTrainer(model=model, reward_funcs=reward, env=env, args=config,
@@ -136,8 +137,9 @@ def magrpo_trainer(env: Any, reward: Any, rows: Sequence[dict[str, Any]], *, see
 
 
 def sampled_team_success(env: Any, reward: Any, team: Any, rows: Sequence[dict[str, Any]], seed: int,
-                         max_new_tokens: int) -> dict[str, Any]:
-    """Team success (team reward 1) and mean team reward over `rows`, 8 joint actions sampled at T=1 per row."""
+                         max_new_tokens: int, temperature: float = 1.0) -> dict[str, Any]:
+    """Team success (team reward 1) and mean team reward over `rows`, 8 joint actions sampled at `temperature` (the
+    training temperature) per row."""
     import torch
     from transformers import GenerationConfig
 
@@ -146,7 +148,8 @@ def sampled_team_success(env: Any, reward: Any, team: Any, rows: Sequence[dict[s
     tok = team.tokenizers[0]
     torch.manual_seed(seed)
     rollout = JointRollout(env, team, TeamReward([reward]),
-                           GenerationConfig(max_new_tokens=max_new_tokens, do_sample=True, temperature=1.0, top_k=0,
+                           GenerationConfig(max_new_tokens=max_new_tokens, do_sample=True, temperature=temperature,
+                                            top_k=0,
                                             pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id),
                            num_generations=8, seed=seed)
     was_training = team.training

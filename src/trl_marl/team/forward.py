@@ -40,6 +40,7 @@ from transformers import PreTrainedModel
 from ..core import chunk_positions, entropy_from_logits, head_logprobs, selective_log_softmax
 from ..utils.tokens import joint_model_inputs, sequence_model_inputs
 from .compile import CompiledForward, call_model
+from .head import bound_head, head_path, head_path_checked
 from .mixed_adapters import sliced_adapter_rows, sliced_adapter_rows_plan
 
 __all__ = ["AgentBatch", "LogProbMixin", "checkpointing_paused", "dropout_active", "head_path",
@@ -106,43 +107,6 @@ def takes_logits_to_keep(model: Any) -> bool:
     (compute the LM head over the last k positions only)."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     return _forward_takes_logits_to_keep(type(base))
-
-
-# config attributes with which a causal LM's forward changes the hidden states or logits between its backbone and
-# its LM head's output (Gemma's soft-capping, Cohere's and Granite's scales, MiniCPM's width scaling, ...): such a
-# model keeps the full-logits path
-_LOGIT_TRANSFORMS = ("final_logit_softcapping", "logit_scale", "logits_scaling", "output_multiplier",
-                     "lm_head_multiplier", "dim_model_base")
-
-
-def head_path(model: Any) -> tuple[nn.Module, nn.Module] | str:
-    """`(backbone, lm_head)` of a causal LM whose logits are `lm_head(backbone(...).last_hidden_state)`, or why not.
-
-    Then the log-probability forwards run the backbone and take each completion token's log-probability through the
-    LM head a chunk of positions at a time (`core.head_logprobs`), never holding the `[batch, length, vocab]`
-    logits (TRL's `GRPOTrainer` does the same with its fused LM head). Not for: a model whose forward transforms the
-    logits after the head (soft-capping, a logit scale), prompt-learning PEFT (its forward adds virtual tokens), a
-    LoRA adapter on the LM head itself, or a model without the transformers layout (`base_model_prefix`,
-    `get_output_embeddings`).
-    """
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    peft_config = getattr(model, "active_peft_config", None)
-    if getattr(peft_config, "is_prompt_learning", False):
-        return "prompt-learning PEFT adds virtual tokens in its forward"
-    config = getattr(base, "config", None)
-    text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
-    for name in _LOGIT_TRANSFORMS:
-        if getattr(text_config, name, None) not in (None, 1, 1.0):
-            return f"its config's {name} changes the logits after the LM head"
-    head = base.get_output_embeddings() if hasattr(base, "get_output_embeddings") else None
-    backbone = getattr(base, getattr(base, "base_model_prefix", ""), None)
-    if not isinstance(head, nn.Module) or not isinstance(backbone, nn.Module) or backbone is base:
-        return "no transformers backbone and LM head (`base_model_prefix`, `get_output_embeddings`)"
-    if hasattr(head, "lora_A") or hasattr(head, "base_layer"):
-        return "the LM head carries an adapter"
-    if not takes_logits_to_keep(model):
-        return "its forward does not take `logits_to_keep`, so it may do more than head(backbone)"
-    return backbone, head
 
 
 def response_layout(query_responses: torch.Tensor, context_length: int, pad_token_id: int,
@@ -273,25 +237,30 @@ class LogProbMixin:
         head = self._chunked_head(model)
         if head is not None:
             hidden = self.forward_call(head[0], **inputs).last_hidden_state[:, scored]
-            return self._score_hidden(hidden, head[1], batch.completion_ids, compute_entropy, entropy_grad)
+            return self._score_hidden(hidden, head, batch.completion_ids, compute_entropy, entropy_grad)
         logits = self.forward_call(model, **inputs, logits_to_keep=keep).logits[:, scored]
         return self._score(logits, batch, compute_entropy, entropy_grad)
 
-    def _chunked_head(self, model: PreTrainedModel) -> tuple[nn.Module, nn.Module] | None:
-        """`head_path(model)` when the team takes log-probabilities through the LM head in chunks
-        (`logprob_chunk_elements` > 0) and `model` allows it, else None (the full logits)."""
+    def _chunked_head(self, model: PreTrainedModel) -> tuple[nn.Module, Any, int] | None:
+        """`(backbone, head, vocabulary size)` when the team takes log-probabilities through the LM head in chunks
+        (`logprob_chunk_elements` > 0) and `model` allows it (`team.head.head_path_checked`), else None (the full
+        logits). The head is bound to the adapter state it has now (`team.head.bound_head`): the backward recomputes
+        its chunks with the adapter of this forward, whichever agent's forward ran last."""
         if self.logprob_chunk_elements <= 0:
             return None
-        path = head_path(model)
-        return None if isinstance(path, str) else path
+        path = head_path_checked(model)
+        if isinstance(path, str):
+            return None
+        return path.backbone, bound_head(path.head), path.vocab_size
 
     def _score_hidden(
-        self, hidden: torch.Tensor, head: nn.Module, labels: torch.Tensor, compute_entropy: bool, entropy_grad: bool,
-        temperature: float | None = None,
+        self, hidden: torch.Tensor, head: tuple[nn.Module, Any, int], labels: torch.Tensor, compute_entropy: bool,
+        entropy_grad: bool, temperature: float | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """`_score` from the last hidden states: the LM head a chunk of positions at a time (`core.head_logprobs`),
-        in float32, without the full logits (`temperature`: the team's by default)."""
-        chunk = chunk_positions(head.weight.size(0) if hasattr(head, "weight") else 1, self.logprob_chunk_elements)
+        """`_score` from the last hidden states: the LM head (`head`, from `_chunked_head`) a chunk of positions at a
+        time (`core.head_logprobs`), in float32, without the full logits (`temperature`: the team's by default)."""
+        _, head, vocab_size = head
+        chunk = chunk_positions(vocab_size, self.logprob_chunk_elements)
         temperature = self.temperature if temperature is None else temperature
         return head_logprobs(hidden, head, labels, temperature=temperature, chunk_size=chunk,
                              compute_entropy=compute_entropy, entropy_grad=entropy_grad)
@@ -386,7 +355,7 @@ class LogProbMixin:
         for a, width in zip(agents, widths, strict=True):
             stop = start + len(batches[a])
             if head is not None:
-                results[a] = self._score_hidden(out[start:stop, :width], head[1], batches[a].completion_ids,
+                results[a] = self._score_hidden(out[start:stop, :width], head, batches[a].completion_ids,
                                                 compute_entropy, entropy_grad)
             else:
                 results[a] = self._score(out[start:stop, :width], batches[a], compute_entropy, entropy_grad)
@@ -477,7 +446,7 @@ class LogProbMixin:
             if head is not None:  # the layout of `response_logits` (the same dropout draws)
                 inputs, scored = response_layout(query_responses, context_length, pad_token_id, dropout_active(model))
                 hidden = self.forward_call(head[0], **inputs).last_hidden_state[:, scored]
-                return self._score_hidden(hidden, head[1], responses, compute_entropy, False, temperature)
+                return self._score_hidden(hidden, head, responses, compute_entropy, False, temperature)
         logits = self.response_logits(agent_index, query_responses, context_length, pad_token_id, reference)
         with logits_dtype_autocast(logits):
             logits = logits / temperature

@@ -1,13 +1,23 @@
 """TRL's truncated importance-sampling correction of the generation engine's mismatch with the training model.
 
-With `generation_backend="vllm"` the completions are sampled by vLLM, whose log-probabilities differ numerically from
-the training model's (other kernels and precision): training on them is slightly off-policy. As TRL 1.16's
-`GRPOTrainer` does with `use_vllm=True` and `vllm_importance_sampling_correction=True` (its default), the trainer then
-always scores the completions with the training model at sampling time (`old_logps`, even with `num_iterations=1`),
-and multiplies each trained agent's per-token policy loss by the bounded ratio of the two
-(`trl_marl.core.engine_importance_sampling_ratio`: Yao et al., 2025; `vllm_importance_sampling_mode`, `_clip_min`,
-`_clip_max`). The KL term is not weighted. A backend that gives no log-probabilities (the team's own decoding) gets no
-correction: nothing is computed, and training is exactly what it was.
+With `generation_backend="vllm"` the completions are sampled by vLLM, whose log-probabilities differ from the
+training model's: training on them is off-policy. As TRL 1.16's `GRPOTrainer` does with `use_vllm=True` and
+`vllm_importance_sampling_correction=True` (its default), the trainer then always scores the completions with the
+training model at sampling time (`old_logps`, even with `num_iterations=1`), and multiplies each trained agent's
+per-token policy loss by the bounded ratio of the two (`trl_marl.core.engine_importance_sampling_ratio`: Yao et al.,
+2025; `vllm_importance_sampling_mode`, default `"sequence_mask"`, which drops a sequence whose ratio leaves the
+bounds rather than capping it; `_clip_min`, `_clip_max`; TRL's older `vllm_importance_sampling_cap` is deprecated
+and sets `_clip_max`). The KL term is not weighted. A backend that gives no log-probabilities (the team's own
+decoding) gets no correction: nothing is computed, and training is exactly what it was.
+
+What the ratio measures depends on the engine's log-probabilities (`vllm_logprobs_mode`). TRL's and the default,
+`"processed_logprobs"`, are taken after the repetition penalty, temperature and top-k/top-p/min-p truncation: with
+any of these, a sampled token's engine probability is renormalized over the kept tokens and is at least the training
+model's, so every token's log-ratio is <= 0 and a sequence's ratio shrinks with its length. That is a systematic
+bias against long completions (the sequence modes drop them first), not a numerical mismatch; the backend warns
+once (`team.generation.vllm.LogprobSettingsCheck`). `"raw_logprobs"` (temperature 1 only) compares the model's
+untruncated log-softmax on both sides, and the ratio is then the engine's numerical mismatch alone. See
+docs/scaling.md.
 
 Logged as TRL does, pooled over the trained agents (and per agent with an `agent_<i>/` prefix):
 `sampling/sampling_logp_difference/mean|max` (|log pi_old - log pi_engine| over the completion tokens) and

@@ -1,16 +1,12 @@
-"""Checkpoint manifests: every file's size and SHA-256, written last, checked before a checkpoint is resumed from.
+"""Checkpoint folders on disk: their names, their manifests, and reading their files without following links.
 
-A checkpoint that was published whole can still be damaged afterwards: a disk that fills or fails, a copy cut
-short, a file truncated by hand. Loading such a file fails deep inside safetensors or `torch.load` (a
-`SafetensorError`, a zip-reader error, `OSError: [Errno 22]` without a path), long after the checkpoint was chosen.
-So a checkpoint folder gets a manifest, [`MANIFEST_FILE`], written after every other file (atomically: a temporary
-file, fsync, rename), and [`checkpoint_problem`] compares the folder with it before the folder is used.
+A checkpoint folder gets a manifest, [`MANIFEST_FILE`] (every file's size and SHA-256), written after every other
+file, atomically (a temporary file, fsync, rename): [`write_manifest`]. What a checkpoint is judged by before a run
+resumes from it, and how the newest good one is chosen, is `utils.checkpoint_checks`.
 
-Folders without a manifest (written by trl-marl before manifests existed, or by other code) get a structural check
-instead: no empty weight, state or JSON file; every `*.safetensors` file holds its header and exactly the bytes the
-header describes; every `*.pt`/`*.pth` file (`torch.save`'s zip format) has a readable zip directory (a truncated
-zip loses its directory, which sits at the end); every `*.json` file parses. That catches truncation and emptying,
-not a flipped bit inside the data, which only a manifest's checksums catch.
+Files of a checkpoint are read through [`CheckpointDamage`]-raising helpers that open regular files only: a symbolic
+link is never followed and a FIFO or a device is never read (a manifest entry linked to `/dev/zero` would otherwise
+hash forever).
 
 Standard library only, so that it can run before anything heavy is imported.
 """
@@ -20,9 +16,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import struct
-import warnings
-import zipfile
+import re
+import stat
+from dataclasses import dataclass
 
 MANIFEST_FILE = "checkpoint_manifest.json"
 """The manifest of a checkpoint folder: `{"format": 1, "files": {relative path: {"size": n, "sha256": hex}}}`."""
@@ -32,11 +28,31 @@ MANIFEST_FORMAT = 1
 TRAINER_STATE_FILE = "trainer_state.json"
 """The file transformers writes last into a checkpoint (before the manifest), and what resuming needs first."""
 
+TEAM_CONFIG_FILE = "team_config.json"
+"""A saved team's layout (`team.saving.TEAM_CONFIG_NAME`): the agents whose weights a checkpoint must hold."""
+
+CHECKPOINT_PREFIX = "checkpoint"
+"""Checkpoint folders are `checkpoint-<global step>` (transformers' `PREFIX_CHECKPOINT_DIR`)."""
+
+PARTIAL_PREFIX = "tmp-"
+"""A checkpoint is written into `tmp-checkpoint-<step>` and renamed when complete. Neither transformers'
+`get_last_checkpoint` (`^checkpoint-\\d+$`) nor its rotation (`checkpoint-*`) sees such a folder."""
+
+REPLACED_SUFFIX = "-replaced"
+"""`tmp-checkpoint-<step>-replaced`: a complete checkpoint moved aside while a new save of the same step takes its
+name (deleted once the new one is in place; a resume uses it if a crash came between the two renames)."""
+
 CORRUPT_SUFFIX = "-corrupt"
 """`checkpoint-<step>-corrupt`: a damaged checkpoint moved aside (never deleted) when its step is saved again."""
 
+CHECKPOINT_RE = re.compile(rf"^{CHECKPOINT_PREFIX}-([0-9]+)$")
+PARTIAL_RE = re.compile(rf"^{PARTIAL_PREFIX}{CHECKPOINT_PREFIX}-([0-9]+)$")
+REPLACED_RE = re.compile(rf"^{PARTIAL_PREFIX}{CHECKPOINT_PREFIX}-([0-9]+){REPLACED_SUFFIX}$")
+
+MANIFEST_TEMPORARY = f".{MANIFEST_FILE}.tmp"
+"""Where [`write_manifest`] writes before it renames."""
 _CHUNK = 8 * 1024 * 1024
-_MAX_SAFETENSORS_HEADER = 100 * 1024 * 1024  # the safetensors format's own limit on the JSON header
+_READ_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
 
 
 class IncompleteCheckpointWarning(UserWarning):
@@ -44,40 +60,167 @@ class IncompleteCheckpointWarning(UserWarning):
 
 
 class CorruptCheckpointWarning(IncompleteCheckpointWarning):
-    """A checkpoint whose files do not match its manifest (or are structurally damaged) was skipped; it is kept."""
+    """A checkpoint that fails [`checkpoint_problem`] (a file damaged, missing, added or linked, no manifest, a state
+    that disagrees with its folder) was skipped; it is kept."""
+
+
+@dataclass(frozen=True)
+class CheckpointSpec:
+    """What a trainer needs of a checkpoint to resume from it, beyond what the checkpoint's own manifest lists.
+
+    A manifest says which files a checkpoint had when it was written; it cannot say which files it should have had
+    (a manifest rewritten after a deletion lists what is left). The trainer says that
+    (`TeamCheckpointMixin.checkpoint_spec`).
+
+    Args:
+        required: The files that must be in the folder (and in its manifest), each as a tuple of alternatives of
+            which one suffices (e.g. `("rng_state.pth", "rng_state_0.pth")`), `/`-joined relative paths.
+        state_keys: The keys `trainer_state.json` may have (the fields of transformers' `TrainerState`: any other key
+            makes `TrainerState.load_from_json` fail); `None` does not check them.
+    """
+
+    required: tuple[tuple[str, ...], ...] = ((TRAINER_STATE_FILE,),)
+    state_keys: frozenset[str] | None = None
+
+
+class CheckpointDamage(Exception):
+    """A problem of a checkpoint folder, as the sentence that names the file. Raised by this module's readers and
+    `utils.checkpoint_checks`' checks; the public checks return the sentence instead."""
+
+
+def folder_step(folder: str | os.PathLike[str]) -> int | None:
+    """The step in a checkpoint folder's name (`checkpoint-<step>` or `tmp-checkpoint-<step>-replaced`); `None`
+    for any other name (a checkpoint copied elsewhere under a name of its own)."""
+    name = os.path.basename(os.path.normpath(os.fspath(folder)))
+    match = CHECKPOINT_RE.match(name) or REPLACED_RE.match(name)
+    return int(match.group(1)) if match else None
+
+
+# ------------------------------------------------------------------------------------------------ reading safely
+
+
+def file_kind(mode: int) -> str:
+    """What a file of this `st_mode` is, with its article."""
+    for test, name in (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISLNK, "a symbolic link"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def open_regular(path: str) -> int:
+    """A read descriptor of `path` if it is a regular file: a symbolic link is not followed and a FIFO or a device is
+    never read (it could block or never end)."""
+    try:
+        descriptor = os.open(path, _READ_FLAGS)
+    except FileNotFoundError:
+        raise CheckpointDamage(f"{path} is missing") from None
+    except OSError as exc:  # ELOOP: a symbolic link; EACCES, ...
+        try:
+            kind = file_kind(os.lstat(path).st_mode)
+        except OSError:
+            kind = "unreadable"
+        raise CheckpointDamage(f"{path} cannot be opened ({kind}: {exc.strerror})") from None
+    mode = os.fstat(descriptor).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(descriptor)
+        raise CheckpointDamage(f"{path} is {file_kind(mode)}, not a regular file")
+    return descriptor
+
+
+def read_json(path: str) -> object:
+    """The JSON value in a regular file; `CheckpointDamage` naming the file when it is not one or does not parse."""
+    with os.fdopen(open_regular(path), "rb") as handle:
+        data = handle.read()
+    try:
+        return json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise CheckpointDamage(f"{path} is not valid JSON ({type(exc).__name__}: {exc})") from None
 
 
 def file_sha256(path: str) -> str:
-    """The SHA-256 of a file's bytes, as hex (read in 8 MiB chunks)."""
+    """The SHA-256 of a regular file's bytes, as hex (read in 8 MiB chunks; a link, FIFO or device is refused with
+    `ValueError`)."""
+    try:
+        descriptor = open_regular(path)
+    except CheckpointDamage as damage:
+        raise ValueError(str(damage)) from None
     digest = hashlib.sha256()
-    with open(path, "rb") as handle:
+    with os.fdopen(descriptor, "rb") as handle:
         while chunk := handle.read(_CHUNK):
             digest.update(chunk)
     return digest.hexdigest()
 
 
-def _files_of(folder: str) -> list[str]:
-    """Every regular file under `folder` but the manifest (and its temporary copy), as sorted `/`-joined paths."""
-    found = []
-    for root, _, names in os.walk(folder):
-        for name in names:
-            relative = os.path.relpath(os.path.join(root, name), folder).replace(os.sep, "/")
-            if relative not in (MANIFEST_FILE, f".{MANIFEST_FILE}.tmp") and os.path.isfile(os.path.join(root, name)):
-                found.append(relative)
-    return sorted(found)
+def scan_folder(folder: str) -> dict[str, int]:
+    """Every regular file under `folder` but the manifest's temporary copy, as `/`-joined relative path -> size;
+    `CheckpointDamage` at the first symbolic link or special file (nothing is followed)."""
+    found: dict[str, int] = {}
+    pending = [(folder, "")]
+    while pending:
+        directory, prefix = pending.pop()
+        with os.scandir(directory) as entries:
+            for entry in sorted(entries, key=lambda e: e.name):
+                relative = prefix + entry.name
+                mode = entry.stat(follow_symlinks=False).st_mode
+                if stat.S_ISDIR(mode):
+                    pending.append((entry.path, relative + "/"))
+                elif stat.S_ISREG(mode):
+                    if relative != MANIFEST_TEMPORARY:
+                        found[relative] = entry.stat(follow_symlinks=False).st_size
+                elif stat.S_ISLNK(mode):
+                    raise CheckpointDamage(
+                        f"{entry.path} is a symbolic link (to {os.readlink(entry.path)!r}): a checkpoint holds "
+                        "regular files only (a link brings in files that are not the checkpoint's)"
+                    )
+                else:
+                    raise CheckpointDamage(f"{entry.path} is {file_kind(mode)}, not a regular file")
+    return found
+
+
+def relative_path_problem(name: str) -> str | None:
+    """Why a manifest entry is not a plain relative path inside the folder (`a/b.json`); `None` when it is one."""
+    parts = name.split("/")
+    if not name or "\\" in name or "\0" in name or os.path.isabs(name) or re.match(r"^[A-Za-z]:", name):
+        return "which is not a relative path"
+    if any(part in ("", ".", "..") for part in parts):
+        return "which is not a plain path inside the checkpoint (no `..`, `.` or empty parts)"
+    if name in (MANIFEST_FILE, MANIFEST_TEMPORARY):
+        return "which is the manifest itself"
+    return None
+
+
+# ------------------------------------------------------------------------------------------------ writing manifests
 
 
 def write_manifest(folder: str) -> str:
     """Write the manifest of every file now in `folder` (sizes and SHA-256), atomically; returns its path.
 
-    Call it once everything else of the checkpoint is written: a file written later is not covered.
+    Call it once everything else of the checkpoint is written: a file written later is flagged as not listed. By hand,
+    it accepts a checkpoint without a manifest (one of a development version from before manifests) once you know
+    that its files are the ones that were saved.
+
+    Raises:
+        ValueError: The folder holds a symbolic link or a special file (a checkpoint holds regular files only).
     """
+    try:
+        found = scan_folder(folder)
+    except CheckpointDamage as damage:
+        raise ValueError(f"Cannot write a manifest for {folder}: {damage}.") from None
     files = {}
-    for relative in _files_of(folder):
-        path = os.path.join(folder, relative)
+    for relative in sorted(found):
+        if relative == MANIFEST_FILE:
+            continue
+        path = os.path.join(folder, *relative.split("/"))
         files[relative] = {"size": os.path.getsize(path), "sha256": file_sha256(path)}
     path = os.path.join(folder, MANIFEST_FILE)
-    temporary = os.path.join(folder, f".{MANIFEST_FILE}.tmp")
+    temporary = os.path.join(folder, MANIFEST_TEMPORARY)
     with open(temporary, "w", encoding="utf-8") as handle:
         json.dump({"format": MANIFEST_FORMAT, "files": files}, handle, indent=1, sort_keys=True)
         handle.flush()
@@ -86,61 +229,27 @@ def write_manifest(folder: str) -> str:
     return path
 
 
-def checkpoint_problem(folder: str, checksums: bool = True) -> str | None:
-    """What is wrong with a checkpoint folder's files, naming the first bad file; `None` when nothing is.
+# ------------------------------------------------------------------------------------------------ reading a state
 
-    With a manifest, every file it lists must exist with its size and (with `checksums`) its SHA-256; files it does
-    not list are not judged. Without one, the structural check of the module docstring.
+
+def is_complete_checkpoint(path: str | os.PathLike[str]) -> bool:
+    """Whether a folder is a complete checkpoint: it holds a readable `trainer_state.json` (a regular file).
+
+    trl-marl writes that file last (then only the manifest of every file), into a temporary folder that is renamed
+    only when everything is on disk, so a `checkpoint-<step>` folder of trl-marl is complete by construction; the
+    check catches folders left half-written by other code (or copied partially). Whether the files are still intact
+    is [`checkpoint_problem`]'s question.
 
     Args:
-        folder: The checkpoint folder.
-        checksums: Compare the SHA-256 of every file (reads the whole checkpoint); `False` compares sizes only.
+        path: The folder.
 
     Returns:
-        A sentence such as `"out/checkpoint-4/optimizer.pt has 1000 bytes, its manifest says 7400"`, or `None`.
+        `True` when `path/trainer_state.json` is a regular file holding a JSON object.
     """
-    manifest_path = os.path.join(folder, MANIFEST_FILE)
-    if not os.path.exists(manifest_path):
-        return _structure_problem(folder)
     try:
-        with open(manifest_path, encoding="utf-8") as handle:
-            manifest = json.load(handle)
-        files = manifest["files"]
-        entries = [(str(name), int(entry["size"]), str(entry["sha256"])) for name, entry in files.items()]
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-        return f"{os.path.join(folder, MANIFEST_FILE)} is unreadable ({type(exc).__name__}: {exc})"
-    for name, size, sha256 in entries:
-        if os.path.isabs(name) or ".." in name.split("/"):
-            return f"{manifest_path} lists a path outside the checkpoint ({name!r})"
-        path = os.path.join(folder, *name.split("/"))
-        try:
-            actual = os.path.getsize(path)
-        except OSError:
-            return f"{path} is missing (the manifest lists it)"
-        if actual != size:
-            return f"{path} has {actual} bytes, its manifest says {size}"
-        if checksums:
-            try:
-                if file_sha256(path) != sha256:
-                    return f"{path} does not match the SHA-256 in its manifest (its content changed)"
-            except OSError as exc:
-                return f"{path} cannot be read ({exc})"
-    return None
-
-
-def checkpoint_damage(folder: str) -> str | None:
-    """[`checkpoint_problem`] with checksums, then whether `trainer_state.json` is a JSON object (a manifest does not
-    say that); `None` when the checkpoint is whole."""
-    problem = checkpoint_problem(folder)
-    if problem is None:
-        try:
-            with open(os.path.join(folder, TRAINER_STATE_FILE), encoding="utf-8") as handle:
-                whole = isinstance(json.load(handle), dict)
-        except (OSError, ValueError):
-            whole = False
-        if not whole:
-            problem = f"{os.path.join(folder, TRAINER_STATE_FILE)} is missing or not a JSON object"
-    return problem
+        return isinstance(read_json(os.path.join(os.fspath(path), TRAINER_STATE_FILE)), dict)
+    except (CheckpointDamage, OSError):
+        return False
 
 
 def finished_run_problem(checkpoint: str, max_steps: int, config_name: str) -> str | None:
@@ -148,86 +257,17 @@ def finished_run_problem(checkpoint: str, max_steps: int, config_name: str) -> s
     past it, and save that step); `None` otherwise (also with `max_steps <= 0`: epochs decide, and a finished run
     then trains nothing)."""
     try:
-        with open(os.path.join(checkpoint, TRAINER_STATE_FILE), encoding="utf-8") as handle:
-            step = json.load(handle).get("global_step", 0)
-    except (OSError, ValueError, AttributeError):
+        state = read_json(os.path.join(checkpoint, TRAINER_STATE_FILE))
+    except (CheckpointDamage, OSError):
         return None  # the completeness checks report an unreadable state
-    if not (isinstance(max_steps, int) and 0 < max_steps <= step):
+    step = state.get("global_step") if isinstance(state, dict) else None
+    if not (type(step) is int and type(max_steps) is int and 0 < max_steps <= step):
         return None
     return (
         f"Cannot resume from {checkpoint}: it is at step {step} and `{config_name}.max_steps={max_steps}`, so this "
         f"run is finished (resuming would train a step past `max_steps`). To train further, raise `max_steps` above "
         f'{step}; to use the trained team, load it with `AgentTeam.from_pretrained("{checkpoint}")`.'
     )
-
-
-def _structure_problem(folder: str) -> str | None:
-    """The structural check of a checkpoint without a manifest (module docstring)."""
-    for relative in _files_of(folder):
-        path = os.path.join(folder, *relative.split("/"))
-        suffix = os.path.splitext(relative)[1]
-        if suffix not in (".safetensors", ".pt", ".pth", ".bin", ".json"):
-            continue
-        try:
-            size = os.path.getsize(path)
-            if size == 0:
-                return f"{path} is empty"
-            if suffix == ".safetensors":
-                problem = _safetensors_problem(path, size)
-            elif suffix in (".pt", ".pth"):
-                with zipfile.ZipFile(path) as archive:
-                    archive.namelist()
-                problem = None
-            elif suffix == ".json":
-                with open(path, encoding="utf-8") as handle:
-                    json.load(handle)
-                problem = None
-            else:  # `.bin`: torch.save's zip or a legacy pickle, nothing to check but its size
-                problem = None
-        except (OSError, ValueError, zipfile.BadZipFile) as exc:
-            return f"{path} is damaged ({type(exc).__name__}: {exc})"
-        if problem is not None:
-            return f"{path} {problem}"
-    return None
-
-
-def _safetensors_problem(path: str, size: int) -> str | None:
-    """Whether a safetensors file holds its whole header and exactly the data bytes that the header describes."""
-    with open(path, "rb") as handle:
-        prefix = handle.read(8)
-        if len(prefix) < 8:
-            return f"is truncated ({size} bytes, shorter than the 8-byte header length)"
-        (length,) = struct.unpack("<Q", prefix)
-        if length > min(size - 8, _MAX_SAFETENSORS_HEADER):
-            return f"is truncated ({size} bytes; its header alone says {length + 8})"
-        header = json.loads(handle.read(length))
-    if not isinstance(header, dict):
-        return "has a header that is not a JSON object"
-    end = 0
-    for name, entry in header.items():
-        if name == "__metadata__":
-            continue
-        offsets = entry.get("data_offsets") if isinstance(entry, dict) else None
-        if not (isinstance(offsets, list) and len(offsets) == 2 and all(isinstance(o, int) for o in offsets)):
-            return f"has no valid data_offsets for tensor {name!r}"
-        end = max(end, offsets[1])
-    expected = 8 + length + end
-    if size != expected:
-        return f"has {size} bytes, its header describes {expected} (truncated or padded)"
-    return None
-
-
-def keep_damaged(path: str) -> str:
-    """Move a damaged checkpoint aside to `<path>-corrupt` (or `-corrupt-2`, ...), with a warning; returns the new
-    path. Used where a checkpoint folder of the same step is about to be written: the damaged one is never deleted."""
-    target, count = f"{path}{CORRUPT_SUFFIX}", 1
-    while os.path.exists(target):
-        count += 1
-        target = f"{path}{CORRUPT_SUFFIX}-{count}"
-    os.rename(path, target)
-    warnings.warn(f"{path} is damaged ({checkpoint_problem(target, checksums=False)}); it is kept as {target} and "
-                  "its step is saved again.", CorruptCheckpointWarning, stacklevel=3)
-    return target
 
 
 def fsync_tree(root: str) -> None:

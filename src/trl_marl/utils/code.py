@@ -32,7 +32,9 @@ __all__ = [
     "PYTHON_TAGS",
     "build_humaneval_program",
     "defines_function",
+    "definitions_only",
     "extract_code",
+    "function_parts",
     "parse_or_none",
     "prompt_preamble",
     "quiet_parse",
@@ -79,6 +81,56 @@ def extract_code(text: Any, entry_point: str | None = None) -> str:
             if defines_function(block, entry_point):
                 return _tidy(block)
     return _tidy("\n\n".join(block.rstrip("\n") for block in blocks))
+
+
+def _is_definition(node: ast.stmt) -> bool:
+    if isinstance(node, (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return True
+    if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+        try:
+            ast.literal_eval(node.value)
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+            return False
+        return all(isinstance(t, ast.Name) for t in (node.targets if isinstance(node, ast.Assign) else [node.target]))
+    return False
+
+
+def definitions_only(code: str) -> str:
+    """The definitions of `code`: its top-level imports, functions, classes and assignments of literal constants
+    (`VOWELS = "aeiou"`), in order, each with its decorators and comments inside it; every other top-level statement
+    (an example call, a `print`, an `if __name__ == "__main__":` block, a loop) is left out. Code that does not
+    parse is returned as it is, so that its syntax error is still reported.
+
+    Small models follow a function with example usage (`print(aux(num))`) inside the same code block; run at import
+    it fails the whole program before any test does, although the function asked for may be right. Top-level
+    statements are never what a function-writing task asks for, so they are dropped.
+
+    Example:
+
+    ```python
+    definitions_only("def f(x):\n    return x\n\nprint(f(y))")  # "def f(x):\n    return x"
+    ```
+    """
+    tree = parse_or_none(code)
+    if tree is None:
+        return code
+    lines = code.splitlines()
+    kept = []
+    for node in tree.body:
+        if _is_definition(node):
+            start = min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", []))])
+            kept.append("\n".join(lines[start - 1:node.end_lineno]))
+    return "\n\n".join(kept)
+
+
+def function_parts(prompt: str, name: str) -> tuple[str, str] | None:
+    """The signature (`"f(x: int) -> int"`) and the docstring (dedented) of the top-level function `name` of
+    `prompt`, or `None` when `prompt` does not parse or does not define it."""
+    node = top_level_function(parse_or_none(prompt), name)
+    if node is None:
+        return None
+    returns = f" -> {ast.unparse(node.returns)}" if node.returns is not None else ""
+    return f"{name}({ast.unparse(node.args)}){returns}", (ast.get_docstring(node) or "").strip()
 
 
 def defines_function(code: str, name: str) -> bool:

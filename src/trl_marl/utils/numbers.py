@@ -10,8 +10,9 @@ written down here.
 - ASCII digits only (`0-9`). Other scripts' digits (Arabic-Indic, fullwidth) are not digits, and a number glued to
   one is not a number; nor is a number glued to a power (`10^2`, `10²`: neither 10 nor 2 is a number there).
 - An optional sign (`-3`, `+3`), an optional currency sign (`$12`, `-$12`), an optional percent sign (`50%` is 50).
-- An integer (`1450000`), optionally with thousands separators in groups of exactly three (`1,450,000`), a decimal
-  (`2.50`, `.5`), or a fraction of two integers (`3/4`).
+- An integer (`1450000`), optionally with digit groups of exactly three separated by `,` or `_` (`1,450,000`,
+  `1_450_000`; not mixed, and `1,2` is a list: no number), a decimal (`2.50`, `.5`), a fraction of two integers
+  (`3/4`), or a mixed number: an integer, one space and a proper fraction (`1 1/2` is 3/2; `1 3/2` is no number).
 - Not glued to a word, another number, `.`, `,`, `/` or a closing bracket before it (the `3` of `x3` or `v2.3` is not
   a number), and not followed by a digit of any script or by `.`, `,` or `/` and a digit (`2.5.3`, `1,450,0001` and
   `1/2/3` hold no number). A `-` glued to a preceding digit or letter is a minus operator (`5-3`: the number `3`).
@@ -21,12 +22,18 @@ written down here.
 - Where it stands, a match must mean its number ([`find_numbers`]): not glued to a factorial, per-mille sign,
   combining mark or another numeral after it (`5!`, `5‰`, `5̸`, `5½` are not 5), and not after a relation, an
   approximation, a root, `±`, a second sign or an absolute-value bar (`≠5`, `≈5`, `~5`, `√25`, `±5`, `--5`, `|-5|`,
-  `\\neq 5`, `\\sqrt{25}`). Such a numeral is *stray* ([`has_stray_numerals`]): a text that holds one is not one
-  plain number, and the answer verifier reads it as ambiguous rather than as a text without numbers.
-- Signs in text ([`normalize_signs`], applied by the answer verifier before reading numbers): every dash-like minus
-  sign ([`MINUS_SIGNS`]: U+2212, en and em dashes, figure dash, hyphen, small and fullwidth hyphen-minus, ...) is a
-  `-`, fullwidth and other plus signs a `+`; a sign separated from its number by spaces belongs to it (`- 5` is -5)
-  unless it follows an operand (`10 - 5`, `x - 5`) or starts a line (a list item `- 5`).
+  `\\neq 5`, `\\sqrt{25}`), nor followed by a sign that has no operand (`5+` is "5 or more"). Before it (spaces
+  between allowed), only what [`neutral_before`] allows may stand (default deny): letters, digits, brackets, quotes,
+  currency signs, sentence punctuation, Markdown, binary operators and rightwards arrows; any other symbol (`<5`,
+  `> 5`, `§5`, `¬5`, a look-alike nobody listed) makes it no number. Such a numeral is *stray*
+  ([`has_stray_numerals`]): a text that holds one is not one plain number, and the answer verifier reads it as
+  ambiguous rather than as a text without numbers.
+- Text is read as a person sees it ([`normalize_text`], applied by the answer verifier before reading numbers):
+  every Unicode space (category Zs) is a space, invisible characters (categories Cf, Cc) are removed, and every
+  dash-like character ([`dash_like`], decided from the Unicode database: category Pd and the symbols whose names
+  describe one horizontal stroke, such as U+2212, U+2043, U+23AF, U+2500, U+00AF; examples in [`MINUS_SIGNS`]) is a
+  `-`, plus signs a `+`; a sign separated from its number by spaces belongs to it (`- 5` and `\u2212\u00a05` are
+  -5) unless it follows an operand (`10 - 5`, `x - 5`) or is an ASCII list item (`- 5` starting a line).
 
 **Canonical form** ([`canonical_number`], [`normalize_number`]): no sign for zero or positive values, no separators,
 currency or percent signs; integers as digits (`1450000`); decimals without trailing zeros and with a leading zero
@@ -35,13 +42,12 @@ currency or percent signs; integers as digits (`1450000`); decimals without trai
 `decimals` places (6 by default: a binary float such as `0.1 + 0.2` is `0.3`), NaN and infinities are no number;
 `bool` is no number; `Fraction` and `Decimal` exactly.
 
-**Comparison** ([`numbers_match`]), by the gold answer's canonical form:
-
-- an integer gold: the prediction's exact value must equal it (`1450001` is not `1450000`; `1450000.0`, `2900000/2`
-  are);
-- a fraction gold: exact value (`3/4` == `0.75` == `6/8`, but `0.333333` != `1/3`);
-- a decimal gold with d decimal places: the prediction rounded to d places (half away from zero) must equal it
-  (`0.333` and `1/3` match `0.33`; `0.34` does not; `2.55` rounds to `2.6` and does not match `2.5`).
+**Comparison** ([`numbers_match`]): exact values, no tolerance. Texts are read into exact rationals (`Fraction`),
+never into binary floats, so nothing in the reading introduces an error that a tolerance would have to absorb:
+`1450001` is not `1450000`, `2.46` and `2.549` are not `2.5` (rounding at the gold's places accepted them), `0.333`
+is not `1/3` nor `0.33`, while `3/4`, `0.75`, `6/8` and `1450000.0`, `2900000/2` are equal. The one rounding is of
+gold answers given as Python floats (6 decimal places, above), which removes their binary noise; a prediction must
+equal that decimal.
 """
 
 from __future__ import annotations
@@ -65,6 +71,9 @@ __all__ = [
     "is_canonical_number",
     "normalize_number",
     "normalize_signs",
+    "normalize_text",
+    "dash_like",
+    "neutral_before",
     "number_value",
     "numbers_match",
 ]
@@ -75,36 +84,148 @@ MAX_DIGITS = 50
 NUMBER_PATTERN = (
     r"(?<![\w./,)\]}^\u00b2\u00b3\u00b9\u2070-\u209f])"  # not after a word, ".", "/", ",", ")", "^", sup/subscripts
     r"[-+]?(?:\$[ \t]?)?"
-    r"(?:[0-9]+/[0-9]+"
-    r"|(?:[0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)(?:\.[0-9]+)?"
+    r"(?:[0-9]+[ \t][0-9]+/[0-9]+"  # a mixed number, 1 1/2
+    r"|[0-9]+/[0-9]+"
+    r"|(?:[0-9]{1,3}(?:,[0-9]{3})+|[0-9]{1,3}(?:_[0-9]{3})+|[0-9]+)(?:\.[0-9]+)?"
     r"|\.[0-9]+)"
-    r"(?!\d|[.,/][0-9]|[eE][-+]?[0-9]|[\^\u00b2\u00b3\u00b9\u2070-\u209f])"  # no digit, 2.5.3, exponent, power
+    r"(?!\d|[.,/_][0-9]|[eE][-+]?[0-9]|[\^\u00b2\u00b3\u00b9\u2070-\u209f])"  # no digit, 2.5.3, exponent, power
     r"(?:[ \t]?%)?"
 )
 """A regular expression (a string) for one number in text; the rules are in the module docstring."""
 
 MINUS_SIGNS = (
-    "\u2212\u2796\u02d7"  # minus sign, heavy minus sign, modifier letter minus sign
+    "\u2212\u2796\u02d7\u2052"  # minus sign; heavy, modifier letter and commercial minus signs
     "\u2010\u2011\u2012\u2013\u2014\u2015"  # hyphen, non-breaking hyphen, figure dash, en dash, em dash, bar
     "\u2e3a\u2e3b\u2e5d\ufe31\ufe32\ufe58\ufe63\uff0d"  # two- and three-em, oblique, vertical, small, fullwidth
     "\u058a\u05be\u1806\U00010ead"  # Armenian hyphen, Hebrew maqaf, Mongolian todo hyphen, Yezidi hyphenation mark
+    "\u2043\u23af\u2500\u2501\u00af\u02c9\u203e\uffe3\u30fc"  # hyphen bullet, line extension, box lines, macrons, ...
 )
-"""Characters [`normalize_signs`] reads as `-`: every dash and hyphen of Unicode (category Pd) that is drawn as one
-stroke, and the minus signs of other categories."""
+"""Examples of the characters [`normalize_text`] reads as `-`. The rule itself is categorical (see
+[`dash_like`]): every dash of Unicode (category Pd) drawn as one stroke, and every symbol, punctuation mark or modifier
+whose Unicode name says it is drawn as one horizontal stroke (minus signs, macrons, overlines, horizontal box-drawing
+lines and line extensions, the hyphen bullet, ...)."""
 
-_SIGN_TABLE = str.maketrans(
-    {**{char: "-" for char in MINUS_SIGNS},
-     **{char: "+" for char in "\u2795\ufe62\uff0b"},  # heavy, small and fullwidth plus signs
-     **{char: "--" for char in "\u2e17\u2e1a\u2e40\u30a0\u1400"},  # double hyphens: two signs, no number
-     **{char: "~" for char in "\u301c\u3030\uff5e\u223c\u2053"}}  # wave dashes and tildes: "approximately"
+# Symbols, punctuation and modifiers whose names describe one horizontal stroke: read as a minus sign.
+_STROKE_NAME = re.compile(
+    r"(?:(?:HEAVY|MODIFIER LETTER|COMMERCIAL|FULLWIDTH|SMALL) )?MINUS SIGN"
+    r"|(?:(?:MODIFIER LETTER (?:LOW )?|FULLWIDTH )?MACRON)"
+    r"|(?:(?:CENTRELINE|DASHED) )?OVERLINE|HYPHEN BULLET|OCR DASH"
+    r"|(?:HALFWIDTH )?KATAKANA-HIRAGANA PROLONGED SOUND MARK"
+    r"|HORIZONTAL LINE EXTENSION|HORIZONTAL SCAN LINE-\d|HORIZONTAL ONE EIGHTH BLOCK-\d+"
+    r"|(?:UPPER|LOWER) ONE EIGHTH BLOCK"
+    r"|BOX DRAWINGS (?:LIGHT|HEAVY)(?: (?:DOUBLE|TRIPLE|QUADRUPLE) DASH)? (?:HORIZONTAL|LEFT|RIGHT)"
+    r"|BOX DRAWINGS (?:LIGHT LEFT AND HEAVY RIGHT|HEAVY LEFT AND LIGHT RIGHT)"
 )
+_PLUS_NAME = re.compile(r"(?:(?:HEAVY|MODIFIER LETTER|FULLWIDTH|SMALL) )?PLUS SIGN")
+_TILDE_NAME = re.compile(r".*(?:TILDE|WAVE DASH|WAVY DASH|SWUNG DASH).*")
+# Letters and symbols that are drawn blank (Hangul fillers, the blank Braille pattern): spaces.
+_BLANK_LOOKING = frozenset("\u115f\u1160\u3164\uffa0\u2800")
+# Dashes drawn with two strokes: two signs, so the number after them is no number.
+_DOUBLE_DASHES = frozenset("\u1400\u2e17\u2e1a\u2e40\u30a0")
+
+
+def dash_like(char: str) -> str | None:
+    """What a sign-like character reads as: `"-"`, `"+"`, `"--"` (two strokes), `"~"` (a wave: "approximately"), or
+    `None` for any other character.
+
+    Decided from the Unicode database, not from a list of code points: category Pd (dash punctuation) is a minus sign
+    (or `--`/`~` when its name says double or wave), and so is a symbol, punctuation mark or modifier (categories S*,
+    P*, Lm) whose name describes one horizontal stroke (`MINUS SIGN`, `MACRON`, `OVERLINE`, `HYPHEN BULLET`,
+    `BOX DRAWINGS LIGHT HORIZONTAL`, `HORIZONTAL LINE EXTENSION`, ...). Plus signs and tildes by name likewise.
+
+    Args:
+        char: One character.
+
+    Returns:
+        Its ASCII reading, or `None`.
+    """
+    category = unicodedata.category(char)
+    if category not in ("Pd", "Lm") and category[0] not in "SP":
+        return None
+    name = unicodedata.name(char, "")
+    if _TILDE_NAME.fullmatch(name) and "COMBINING" not in name:
+        return "~"
+    if char in _DOUBLE_DASHES or (category == "Pd" and ("DOUBLE" in name or "DIAERESIS" in name)):
+        return "--"
+    if category == "Pd" or _STROKE_NAME.fullmatch(name):
+        return "-"
+    if _PLUS_NAME.fullmatch(name):
+        return "+"
+    return None
+
+
+def _fold(char: str) -> str | None:
+    """The replacement of one character in [`normalize_text`] (`None`: removed)."""
+    if char == "\t" or char in _BLANK_LOOKING:
+        return " "
+    category = unicodedata.category(char)
+    if category == "Zs":
+        return " "  # every space: no-break, thin, narrow no-break, ideographic, ...
+    if category in ("Zl", "Zp") or (category == "Cc" and char.isspace()):
+        return "\n"  # line and paragraph separators, vertical tab, form feed, NEL, ...
+    if category in ("Cf", "Cc"):
+        return None  # invisible: zero-width spaces and joiners, direction marks, soft hyphen, controls, BOM, ...
+    sign = dash_like(char)
+    return char if sign is None or char in "-+~" else sign
+
+
+class _FoldTable(dict):
+    """A `str.translate` table that decides each character on first sight (by [`_fold`]) and remembers at most
+    65,536 of them, so its size stays bounded whatever the texts hold."""
+
+    def __missing__(self, code: int) -> str | None:
+        result = _fold(chr(code))
+        if len(self) < 65536:
+            self[code] = result
+        return result
+
+
+_FOLD = _FoldTable({ord("\n"): "\n", ord(" "): " "})
+# A Markdown list item: an ASCII "-", "+" or "*" and a space or tab that start a line. Found before any other sign is
+# made ASCII, so that "\u2212\u00a05" (a minus and a no-break space) is -5, not a list item.
+_BULLET = re.compile(r"^([ \t]*)[-+*][ \t]+", re.MULTILINE)
 # A sign, spaces and a number: the sign belongs to the number ("- 5" is -5) unless it follows an operand (a digit, a
-# closing bracket, "%", "!" or a one-letter variable: "10 - 5" and "x - 5" subtract) or starts a line (a Markdown
-# list item "- 5").
-_SPACED_SIGN = re.compile(
-    r"(?P<operand>(?:[0-9)\]}%!]|\b[^\W\d_])[ \t]*)?(?P<bullet>^[ \t]*)?(?P<sign>[-+])[ \t]+(?=\$?[0-9]|\.[0-9])",
-    re.MULTILINE,
-)
+# closing bracket, "%", "!" or a one-letter variable: "10 - 5" and "x - 5" subtract).
+_SPACED_SIGN = re.compile(r"(?P<operand>(?:[0-9)\]}%!]|\b[^\W\d_])[ \t]*)?(?P<sign>[-+])[ \t]+(?=\$?[0-9]|\.[0-9])")
+
+
+def normalize_text(text: str) -> str:
+    """What a person sees, in the characters the number grammar reads: the one normalisation of answer texts.
+
+    - Unicode NFC; `\\r\\n` and `\\r` become `\\n`; every space character (category Zs: no-break, thin, narrow
+      no-break, ideographic, ...) and the tab become a space; line and paragraph separators become `\\n`; invisible
+      characters (categories Cf and Cc: zero-width spaces and joiners, direction marks, soft hyphens, controls) are
+      removed.
+    - A Markdown list item (an ASCII `-`, `+` or `*` and a space at the start of a line) gets the bullet `\u2022`,
+      which is no sign.
+    - Every dash-like character becomes `-`, plus-like `+`, double dashes `--`, waves and tildes `~` ([`dash_like`]).
+    - A sign followed by spaces and a number is glued to it (`"The answer is - 5"` -> `"The answer is -5"`), unless
+      it follows an operand (a digit, a closing bracket, `%`, `!` or a one-letter variable: `"10 - 5"` and `"x - 5"`
+      stay subtractions, whose last number is 5).
+
+    Args:
+        text: The text.
+
+    Returns:
+        The normalised text.
+    """
+    text = unicodedata.normalize("NFC", text.replace("\r\n", "\n").replace("\r", "\n"))
+    text = _BULLET.sub("\\1\u2022 ", text).translate(_FOLD)
+    return _SPACED_SIGN.sub(lambda m: m.group(0) if m.group("operand") is not None else m.group("sign"), text)
+
+
+def normalize_signs(text: str) -> str:
+    """[`normalize_text`] (kept under its former name: it reads every sign as ASCII `-` or `+`).
+
+    Args:
+        text: The text.
+
+    Returns:
+        The normalised text.
+    """
+    return normalize_text(text)
+
+
 # What makes the number after it something else: a relation or an approximation, a root, a "±", two signs in a row
 # ("--5"), their LaTeX commands, and an absolute-value bar glued to it. Checked on the few characters before a number
 # (see `find_numbers`).
@@ -127,28 +248,46 @@ _FULL_NUMBER = re.compile(r"\s*(?:" + NUMBER_PATTERN + r")\s*")
 _CANONICAL = re.compile(r"-?(?:[1-9][0-9]*/[1-9][0-9]*|(?:0|[1-9][0-9]*)(?:\.[0-9]*[1-9])?)")
 
 
-def normalize_signs(text: str) -> str:
-    """Writes every sign of a text as ASCII `-` or `+`, and glues a spaced sign to its number.
+# ASCII punctuation that may stand before a number (spaces between allowed): brackets, quotes, Markdown, sentence
+# punctuation, binary operators ("3 + 4 = 7"), a spaced bar (a table cell; a bar glued to a number is an absolute
+# value, see `_OPERATOR_BEFORE`) and "->"/"=>" arrows (see `neutral_before`). Not "<", ">", "^", "~": relations,
+# powers and approximations.
+_NEUTRAL_ASCII = frozenset("!\"#$%&'()*+,-./:;=?@[\\]_`{|}")
+# A sign glued after a number and followed by no operand: "5+" is "5 or more".
+_OPEN_SIGN_AFTER = re.compile(r"[-+](?![ \t]*(?:[0-9($\\a-zA-Z]|\.[0-9]))")
 
-    - Every dash and minus sign of [`MINUS_SIGNS`] (en and em dashes, U+2212, small and fullwidth hyphen-minus,
-      ...) becomes `-`; heavy, small and fullwidth plus signs become `+`. A double hyphen becomes `--` (two signs:
-      the number after it is no number), a wave dash or fullwidth tilde `~` ("approximately": no number either).
-    - A sign followed by spaces and a number is glued to it (`"The answer is - 5"` -> `"The answer is -5"`), unless
-      it follows an operand (a digit, a closing bracket, `%`, `!` or a one-letter variable: `"10 - 5"` and
-      `"x - 5"` stay subtractions, whose last number is 5) or starts a line (`"- 5 apples"` is a Markdown list
-      item, the number 5).
+
+def neutral_before(char: str, previous: str) -> bool:
+    """Whether a character that stands before a number (with at most spaces between) leaves it its value.
+
+    Default deny: letters (but not modifier letters), digits, line breaks, the ASCII punctuation of
+    `_NEUTRAL_ASCII`, currency signs, opening and closing brackets and quotes (categories Ps, Pe, Pi, Pf), punctuation
+    whose compatibility form is such ASCII (fullwidth colon, ellipsis), CJK commas and full stops, bullets and
+    rightwards arrows (`->`, `=>`, `→`) are neutral. Every other symbol, punctuation mark, modifier, combining mark or
+    unassigned character (`<`, `>`, `≥`, `¬`, `§`, `№`, a dash look-alike [`dash_like`] does not know, ...) means
+    something the number does not, so it is no number.
 
     Args:
-        text: The text.
+        char: The character before the number (spaces skipped).
+        previous: The character before it (`""` at the start of the text).
 
     Returns:
-        The text with ASCII signs.
+        Whether the number keeps its value.
     """
-    text = text.translate(_SIGN_TABLE)
-    return _SPACED_SIGN.sub(
-        lambda m: m.group(0) if m.group("operand") is not None or m.group("bullet") is not None else m.group("sign"),
-        text,
-    )
+    if char in _NEUTRAL_ASCII or char == "\n" or (char.isalnum() and unicodedata.category(char) != "Lm"):
+        return True  # letters and digits, but not modifier letters (a macron, a bar, a prime)
+    if char == ">":
+        return previous != "" and previous in "-="
+    category = unicodedata.category(char)
+    if category in ("Sc", "Ps", "Pe", "Pi", "Pf") or char in "\u3001\u3002":
+        return True
+    if category[0] not in "SP":
+        return False
+    name = unicodedata.name(char, "")
+    if (category == "Po" and "BULLET" in name) or ("RIGHTWARDS" in name and "ARROW" in name):
+        return True
+    folded = unicodedata.normalize("NFKC", char)
+    return folded != char and all(c in _NEUTRAL_ASCII or c == " " for c in folded)
 
 
 def _is_number_here(text: str, match: re.Match[str]) -> bool:
@@ -158,9 +297,15 @@ def _is_number_here(text: str, match: re.Match[str]) -> bool:
         after = text[end]
         if after in _AFTER_NUMBER or unicodedata.category(after)[0] in "MN":  # "5!", "5̸", "5½"
             return False
+        if _OPEN_SIGN_AFTER.match(text, end):  # "5+", "5-"
+            return False
     token = match.group(0)
     head = text[max(0, match.start() - _LOOKBACK) : match.start()] + token[: len(token) - len(token.lstrip("+-"))]
-    return _OPERATOR_BEFORE.search(head) is None
+    if _OPERATOR_BEFORE.search(head) is not None:
+        return False
+    before = head[: len(head) - len(token) + len(token.lstrip("+-"))] if token[:1] in "+-" else head
+    stripped = before.rstrip(" \t")
+    return not stripped or neutral_before(stripped[-1], stripped[-2:-1])
 
 
 def find_numbers(text: str) -> list[re.Match[str]]:
@@ -243,14 +388,15 @@ def canonical_number(token: str) -> str | None:
     text = token.strip()
     if sum(char.isdigit() for char in text) > MAX_DIGITS:
         return None
-    text = re.sub(r"[\s$%,]", "", text)
+    text = re.sub(r"[$%,_]|[ \t]+(?=%)", "", text)
     negative = text.startswith("-")
-    text = text.lstrip("+-")
+    text = " ".join(text.lstrip("+-").split())  # what space is left separates a mixed number's parts
     if "/" in text:
-        numerator, denominator = (int(part) for part in text.split("/"))
-        if denominator == 0:
-            return None
-        value = Fraction(numerator, denominator)
+        whole, _, fraction = text.rpartition(" ")
+        numerator, denominator = (int(part) for part in fraction.split("/"))
+        if denominator == 0 or (whole and numerator >= denominator):
+            return None  # a zero denominator; a mixed number must have a proper fraction (1 1/2, not 1 3/2)
+        value = Fraction(numerator, denominator) + int(whole.strip() or 0)
         return _format_fraction(-value if negative else value)
     try:
         number = Decimal(text)
@@ -264,9 +410,7 @@ def is_canonical_number(text: str) -> bool:
     number of more than [`MAX_DIGITS`] digits)."""
     if not isinstance(text, str) or len(text) > MAX_DIGITS + 2 or sum(char.isdigit() for char in text) > MAX_DIGITS:
         return False
-    return _CANONICAL.fullmatch(text) is not None and (
-        "/" not in text or Fraction(text).denominator != 1
-    )
+    return _CANONICAL.fullmatch(text) is not None and ("/" not in text or Fraction(text).denominator != 1)
 
 
 def normalize_number(value: Any, decimals: int | None = 6) -> str | None:
@@ -348,28 +492,20 @@ def decimal_places(canonical: str) -> int | None:
 
 
 def numbers_match(prediction: str, gold: str) -> bool:
-    """Whether a predicted number equals a gold number under the rules of the module docstring.
+    """Whether a predicted number equals a gold number: their exact values are equal (no tolerance, no rounding).
+
+    Both are read as exact rationals (`Fraction`), never as binary floats, so equality needs no tolerance: `2.5`,
+    `2.50`, `5/2` and `2 1/2` are equal, `2.46` and `2.549` are not `2.5`, `0.333333` is not `1/3`. The one rounding
+    of the package is of gold answers given as Python floats, to 6 decimal places by [`normalize_number`] (a float's
+    binary noise sits near its 16th significant digit); a prediction must equal that decimal.
 
     Args:
         prediction: The predicted number (canonical form, or any single number of the grammar).
         gold: The gold number (canonical form, or any single number of the grammar).
 
     Returns:
-        `True` when the gold is an integer or a fraction and the values are equal, or the gold is a decimal with d
-        places and the prediction rounded to d places (half away from zero) equals it. `False` when either is not a
-        number.
+        `True` when both are numbers with equal values; `False` otherwise.
     """
-    gold_canonical = gold if is_canonical_number(gold) else canonical_number(gold)
+    gold_value = number_value(gold)
     predicted = number_value(prediction)
-    if gold_canonical is None or predicted is None:
-        return False
-    expected = Fraction(gold_canonical)
-    places = decimal_places(gold_canonical)
-    if not places:  # an integer (0 places) or a fraction (None): exact
-        return predicted == expected
-    scale = 10**places
-    scaled = abs(predicted) * scale
-    rounded = math.floor(scaled + Fraction(1, 2))
-    if predicted < 0:
-        rounded = -rounded
-    return rounded == expected * scale
+    return gold_value is not None and predicted is not None and predicted == gold_value

@@ -8,6 +8,11 @@ parameter model does enough work per op to use every core. The rule ([`choose_cp
 `OMP_NUM_THREADS` in the environment, or the trainer configs' `cpu_threads` field.
 
 The trainers call [`apply_cpu_threads`] when they start on CPU, and it says once per process what it chose.
+
+A colocated vLLM engine on CPU (vLLM's CPU worker) replaces `torch.set_num_threads` with a function that only logs,
+for the whole process and for good: every later thread setting is skipped. [`set_torch_threads`] (which
+[`apply_cpu_threads`] calls) notices a replaced `torch.set_num_threads` and says once that the setting was not
+applied and how many threads torch runs instead.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ SMALL_MODEL_PARAMS = 20_000_000
 """Below this many parameters a CPU run uses one torch thread (the toy models have 0.1-2M; SmolLM2 has 135M)."""
 
 _announced = False
+_replaced_warned = False
 
 
 def choose_cpu_threads(num_params: int, cores: int, environ: Mapping[str, str] | None = None,
@@ -66,6 +72,44 @@ def count_parameters(models: Iterable[Any]) -> int:
     return max((sum(p.numel() for p in model.parameters()) for model in models), default=0)
 
 
+def set_num_threads_replaced() -> str | None:
+    """The import path of what replaced `torch.set_num_threads` (e.g. vLLM's CPU worker), or None when it is torch's
+    own."""
+    import torch
+
+    current = torch.set_num_threads
+    if current is torch._C.set_num_threads:
+        return None
+    return f"{getattr(current, '__module__', None) or '?'}.{getattr(current, '__qualname__', repr(current))}"
+
+
+def set_torch_threads(threads: int) -> bool:
+    """`torch.set_num_threads(threads)`, or, when something replaced it for the process (a colocated vLLM engine on
+    CPU does), one warning per process that the setting was skipped.
+
+    Returns:
+        Whether torch now runs `threads` threads.
+    """
+    import torch
+
+    global _replaced_warned
+    if torch.get_num_threads() == threads:
+        return True
+    replaced = set_num_threads_replaced()
+    if replaced is None:
+        torch.set_num_threads(threads)
+        return torch.get_num_threads() == threads
+    if not _replaced_warned:
+        _replaced_warned = True
+        logger.warning(
+            "torch.set_num_threads has been replaced in this process by %s (a colocated vLLM engine on CPU does this "
+            "for the whole process, and every later call does nothing): trl-marl's setting of %d torch thread(s) is "
+            "not applied, torch keeps %d. Set OMP_NUM_THREADS before starting Python to choose, or run vLLM as a "
+            "server (`vllm_mode='server'`).", replaced, threads, torch.get_num_threads(),
+        )
+    return False
+
+
 def apply_cpu_threads(models: Iterable[Any], cpu_threads: int | None = None, on_cpu: bool | None = None) -> int:
     """Set torch's thread count for a CPU run of `models` ([`choose_cpu_threads`]), saying once what was chosen.
 
@@ -87,8 +131,8 @@ def apply_cpu_threads(models: Iterable[Any], cpu_threads: int | None = None, on_
     if not on_cpu and cpu_threads is None:
         return torch.get_num_threads()
     threads, reason = choose_cpu_threads(count_parameters(models), available_cores(), cpu_threads=cpu_threads)
-    if threads is not None and threads != torch.get_num_threads():
-        torch.set_num_threads(threads)
+    if threads is not None:
+        set_torch_threads(threads)
     if not _announced:
         logger.info("%s", reason)
         _announced = True

@@ -466,3 +466,28 @@ def test_one_agent_cast_lm_head_to_fp32_equals_grpo(model_dir, tmp_path):
     assert_same_weights(magrpo, grpo, model_dir)
     differences = [float((plain_capture.grads[k].float() - g.float()).abs().max()) for k, g in capture.grads.items()]
     assert max(differences) > 1e-3
+
+
+def test_one_agent_bf16_autocast_equals_grpo(model_dir, tmp_path):
+    # float32 weights under bf16 autocast (CPU), num_iterations=2 and beta > 0: TRL computes the old-policy and
+    # reference log-probs under the same autocast as the training forward, so its first step has ratio 1 and KL 0;
+    # so must ours. The two then differ by the precision of the log-softmax only (TRL's of the bf16 logits, ours in
+    # float32 from the same bf16 logits): 6e-5 in the second step's loss, 4% of the largest gradient element here.
+    # Old-policy and reference forwards outside autocast gave a KL of 3e-6 and a loss of 6e-4 at the first step,
+    # a second-step loss 6e-4 off and gradients 19% off.
+    warnings.filterwarnings("ignore")
+    extra = dict(num_iterations=2, max_steps=2, learning_rate=3e-2, bf16=True, use_cpu=True)
+    grpo, captured = run_grpo(model_dir, str(tmp_path / "grpo"), "grpo", **extra)
+    magrpo, capture = run_magrpo(model_dir, str(tmp_path / "magrpo"), "grpo", **extra)
+    assert magrpo.accelerator.mixed_precision == grpo.accelerator.mixed_precision == "bf16"
+    ours = [h for h in magrpo.state.log_history if "loss" in h]
+    theirs = [h for h in grpo.state.log_history if "loss" in h]
+    assert [h["agent_0/kl"] for h in ours][0] == pytest.approx(0.0, abs=1e-9) == theirs[0]["kl"]
+    assert [h["loss"] for h in ours] == pytest.approx([h["loss"] for h in theirs], abs=2e-4)
+    assert ours[1]["agent_0/kl"] == pytest.approx(theirs[1]["kl"], abs=5e-4) and theirs[1]["kl"] > 0.1
+    assert [h["agent_0/clip_ratio"] for h in ours] == pytest.approx(
+        [h["clip_ratio/region_mean"] for h in theirs], abs=1e-6)
+    largest = max(float(g.abs().max()) for g in captured["capture"].grads.values())
+    assert largest > 1e-3
+    for name, grad in captured["capture"].grads.items():
+        torch.testing.assert_close(capture.grads["0." + name], grad, atol=0.1 * largest, rtol=0, msg=name)

@@ -7,10 +7,17 @@ log-probability with the training model; a backend that can also returns its own
 token (`generate_with_logprobs`), with which the trainers apply TRL's truncated importance-sampling correction of the
 engine/trainer mismatch (`vllm_importance_sampling_correction`, `trl_marl.core.engine_importance_sampling_ratio`).
 A backend that returns none (`None`) gets no correction.
+
+Every backend samples with the same settings, resolved once as `generate` resolves them
+([`resolve_generation_settings`]: the call's generation config, else the model's `generation_config`, else
+transformers' defaults): the team's own decoding and the compiled backend through the lean loop's plan, vLLM through
+the `SamplingParams` it builds from them (`team.generation.vllm.sampling_settings`), which refuses, naming it, any
+setting the engine cannot mean the same way.
 """
 
 from __future__ import annotations
 
+import functools
 import warnings
 from typing import Any
 
@@ -18,6 +25,81 @@ from transformers import GenerationConfig
 
 GENERATION_BACKENDS = ("transformers", "compiled", "vllm")
 VLLM_MODES = ("colocate", "server")
+# vLLM's `logprobs_mode` values the backends take: after the repetition penalty, temperature and truncation (the
+# distribution the tokens were drawn from), or the model's own log-softmax before any of them (at temperature 1 only)
+LOGPROBS_MODES = ("processed_logprobs", "raw_logprobs")
+
+# Settings that `generate`'s greedy/sampling loop never reads for a decoder-only model given `input_ids` and a
+# `max_new_tokens`, with a dynamic cache, no assistant and no dict output (what the lean loop and vLLM require).
+INERT_SETTINGS = frozenset({
+    "max_length",  # replaced by prompt length + max_new_tokens
+    "bos_token_id", "decoder_start_token_id",  # only to start sequences that have no prompt / encoder-decoder
+    "early_stopping", "length_penalty",  # beam search
+    "num_assistant_tokens", "num_assistant_tokens_schedule", "assistant_confidence_threshold",
+    "assistant_lookbehind", "target_lookbehind", "max_matching_ngram_size", "assistant_ensemble_weight",
+    "speculation_type",  # assisted decoding
+    "compile_config", "disable_compile",  # `generate` compiles only with a compileable (static) cache
+    "cache_config", "max_cache_len",  # quantized and static caches
+    "output_scores", "output_logits",  # read only with return_dict_in_generate
+    "transformers_version",
+})
+
+
+@functools.cache
+def global_generation_defaults() -> dict[str, Any] | None:
+    """transformers' defaults for the settings that neither the call nor the model set (None if it has none)."""
+    defaults = getattr(GenerationConfig, "_get_default_generation_params", None)
+    return dict(defaults()) if callable(defaults) else None
+
+
+def is_default_setting(name: str, value: Any, defaults: dict[str, Any]) -> bool:
+    """Whether a resolved setting is transformers' default (None, or False for a setting without a default,
+    counts as the default)."""
+    default = defaults.get(name)
+    if value is None or (default is None and value is False):
+        return True
+    try:
+        return bool(value == default)
+    except (TypeError, ValueError, RuntimeError):  # e.g. a tensor: not known to be the default
+        return False
+
+
+def generation_config_owner(model: Any) -> Any:
+    """The model whose `generation_config` `model.generate` merges in: a `PeftModelForCausalLM` installs its own on
+    the base model for the call, a plain `PeftModel` leaves the base model's."""
+    if hasattr(model, "get_base_model") and hasattr(model, "peft_config"):
+        from peft import PeftModelForCausalLM
+
+        return model if isinstance(model, PeftModelForCausalLM) else model.get_base_model()
+    return model
+
+
+def resolve_generation_settings(generation_config: GenerationConfig, model: Any = None) -> dict[str, Any]:
+    """Every public setting as `generate` resolves it for `model`: the call's (`generation_config`), else the
+    model's `generation_config`, else transformers' default. The one resolution every backend samples with.
+
+    Args:
+        generation_config: The call's settings (unset fields are None).
+        model: The model that generates (a PEFT model, its base model, or None: no model settings), or directly a
+            `GenerationConfig` standing for the model's.
+    """
+    defaults = global_generation_defaults() or {}
+    if model is None or isinstance(model, GenerationConfig):
+        model_config = model
+    else:
+        model_config = getattr(generation_config_owner(model), "generation_config", None)
+    names = set(vars(generation_config)) | (set(vars(model_config)) if model_config is not None else set())
+    settings = {}
+    for name in names:
+        if name.startswith("_"):
+            continue
+        value = getattr(generation_config, name, None)
+        if value is None and model_config is not None:
+            value = getattr(model_config, name, None)
+        settings[name] = defaults.get(name) if value is None else value
+    if settings.get("cache_implementation") == "hybrid":  # `generate` reads it as the default (dynamic) cache
+        settings["cache_implementation"] = None
+    return settings
 
 
 class GenerationBackend:
@@ -122,6 +204,13 @@ def check_generation_backend(config: Any) -> None:
         raise ValueError(
             f"`vllm_kv_cache_memory_bytes` must be a positive number of bytes or None, got {kv_bytes!r} (e.g. "
             "`256 << 20` for 256 MiB)."
+        )
+    logprobs_mode = getattr(config, "vllm_logprobs_mode", "processed_logprobs")
+    if logprobs_mode not in LOGPROBS_MODES:
+        raise ValueError(
+            f"`vllm_logprobs_mode` must be one of {LOGPROBS_MODES}, got {logprobs_mode!r}: 'processed_logprobs' "
+            "(after temperature, penalties and truncation) or 'raw_logprobs' (the model's untruncated log-softmax, at "
+            "temperature 1 only)."
         )
     share = getattr(config, "vllm_gpu_memory_utilization", 0.3)
     if not 0.0 < share <= 1.0:

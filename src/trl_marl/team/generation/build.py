@@ -19,6 +19,8 @@ def build_generation_backend(config: Any, team: Any) -> GenerationBackend | None
         from .compiled import CompiledBackend
 
         return CompiledBackend(team)
+    # which log-probabilities the engine returns for the importance-sampling correction (`vllm.LOGPROBS_MODES`)
+    logprobs_mode = getattr(config, "vllm_logprobs_mode", "processed_logprobs")
     if getattr(config, "vllm_mode", "colocate") == "server":
         from .vllm_server import VLLMServerBackend
 
@@ -26,7 +28,9 @@ def build_generation_backend(config: Any, team: Any) -> GenerationBackend | None
         if url is None:
             host = "127.0.0.1" if config.vllm_server_host in ("0.0.0.0", "") else config.vllm_server_host
             url = f"http://{host}:{config.vllm_server_port}"
-        backend: GenerationBackend = VLLMServerBackend(team, url, timeout=config.vllm_server_timeout)
+        backend: GenerationBackend = VLLMServerBackend(
+            team, url, timeout=config.vllm_server_timeout, logprobs_mode=logprobs_mode,
+            sampling_logprobs=bool(getattr(config, "vllm_importance_sampling_correction", False)))
     else:
         from .vllm import VLLMBackend
 
@@ -37,6 +41,7 @@ def build_generation_backend(config: Any, team: Any) -> GenerationBackend | None
             max_model_len=getattr(config, "vllm_max_model_length", None),
             model_impl=getattr(config, "vllm_model_impl", "auto"),
             seed=getattr(config, "seed", 0),
+            logprobs_mode=logprobs_mode,
         )
     backend.sampling_logprobs = bool(getattr(config, "vllm_importance_sampling_correction", False))
     return backend

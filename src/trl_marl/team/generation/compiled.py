@@ -36,9 +36,11 @@ model generates in it), mixed-adapter rows that PEFT's slicing does not take, an
 (compiling, building the cache: every later call then runs eager too). A compile failure never stops training: the
 call is run again eager from the random state it started with (an error of the model itself is raised again there).
 
-GPU speed is the target (the issue's: >= 5x the transformers backend's generation tokens/s at 0.5B and 32 rows); it
-has not been measured here (no GPU was available when this landed). On a CPU, compiling a first graph takes tens of
-seconds and decoding is not meant to be faster.
+GPU speed is the target: on an NVIDIA H100 (Qwen2.5-0.5B shapes, random weights, bf16, 32 rows of 128 new tokens
+per agent) this backend generated 5.08x the transformers backend's tokens/s for one agent (2,582 vs 508), and two
+agents' generation took 1.43x one agent's (2.16x with transformers): benchmarks/README.md, `gpu` row, and
+`benchmarks/results/gpu_h100_backends_0.5b.json`. On a CPU, compiling a first graph takes tens of seconds and
+decoding is not meant to be faster.
 """
 
 from __future__ import annotations

@@ -12,7 +12,8 @@ forwards itself when the settings are ones it supports, and calls `model.generat
 What it does, step for step as `generate`'s sampling loop (transformers 5.x `GenerationMixin._sample`):
 
 - settings left unset (None) in the generation config come from `model.generation_config`, then from transformers'
-  global defaults (`top_k=50` among them), as `generate` merges them;
+  global defaults (`top_k=50` among them), as `generate` merges them (`generation.base.resolve_generation_settings`,
+  the resolution every backend samples with);
 - position ids count each row's real tokens (left padding at 0); an attention mask of all ones is dropped;
 - the first forward runs the prompt (or, after a shared prefill (`team.generation.prefill`), the prompt tokens its
   cache does not hold yet) into a `DynamicCache`, then one token per step, with `logits_to_keep=1`;
@@ -47,7 +48,6 @@ built with the same arguments, and the draws happen in the same order.
 
 from __future__ import annotations
 
-import functools
 import logging
 from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
@@ -79,6 +79,7 @@ from transformers.generation import (
 
 from ..forward import takes_logits_to_keep
 from ..mixed_adapters import sliced_adapter_rows
+from .base import INERT_SETTINGS, global_generation_defaults, is_default_setting, resolve_generation_settings
 from .cache_names import cache_kwarg, output_cache
 
 __all__ = ["decode", "lean_decode_unsupported", "lean_generate"]
@@ -92,54 +93,6 @@ _HANDLED = frozenset({
     "no_repeat_ngram_size", "bad_words_ids", "suppress_tokens", "begin_suppress_tokens", "remove_invalid_values",
     "renormalize_logits", "num_beams", "num_return_sequences", "use_cache", "cache_implementation",
 })
-# Settings that `generate`'s greedy/sampling loop never reads for a decoder-only model given `input_ids` and a
-# `max_new_tokens`, with a dynamic cache, no assistant and no dict output (all of which `_plan` requires).
-_INERT = frozenset({
-    "max_length",  # replaced by prompt length + max_new_tokens
-    "bos_token_id", "decoder_start_token_id",  # only to start sequences that have no prompt / encoder-decoder
-    "early_stopping", "length_penalty",  # beam search
-    "num_assistant_tokens", "num_assistant_tokens_schedule", "assistant_confidence_threshold",
-    "assistant_lookbehind", "target_lookbehind", "max_matching_ngram_size", "assistant_ensemble_weight",
-    "speculation_type",  # assisted decoding
-    "compile_config", "disable_compile",  # `generate` compiles only with a compileable (static) cache
-    "cache_config", "max_cache_len",  # quantized and static caches
-    "output_scores", "output_logits",  # read only with return_dict_in_generate
-    "transformers_version",
-})
-
-
-@functools.cache
-def _global_defaults() -> dict[str, Any] | None:
-    """transformers' defaults for the settings that neither the call nor the model set (None if it has none)."""
-    defaults = getattr(GenerationConfig, "_get_default_generation_params", None)
-    return dict(defaults()) if callable(defaults) else None
-
-
-def _is_default(name: str, value: Any, defaults: dict[str, Any]) -> bool:
-    default = defaults.get(name)
-    if value is None or (default is None and value is False):
-        return True
-    try:
-        return bool(value == default)
-    except (TypeError, ValueError, RuntimeError):  # e.g. a tensor: not known to be the default
-        return False
-
-
-def _resolve(generation_config: GenerationConfig, model_config: GenerationConfig | None,
-             defaults: dict[str, Any]) -> dict[str, Any]:
-    """Every public setting as `generate` resolves it: the call's, else the model's, else the global default."""
-    names = set(vars(generation_config)) | (set(vars(model_config)) if model_config is not None else set())
-    settings = {}
-    for name in names:
-        if name.startswith("_"):
-            continue
-        value = getattr(generation_config, name, None)
-        if value is None and model_config is not None:
-            value = getattr(model_config, name, None)
-        settings[name] = defaults.get(name) if value is None else value
-    if settings.get("cache_implementation") == "hybrid":  # `generate` reads it as the default (dynamic) cache
-        settings["cache_implementation"] = None
-    return settings
 
 
 def _base_model(model: Any) -> Any:
@@ -215,16 +168,6 @@ class _Plan:
     max_new_tokens: int
 
 
-def _generation_config_owner(model: Any) -> Any:
-    """The model whose `generation_config` `model.generate` merges in: a `PeftModelForCausalLM` installs its own on
-    the base model for the call, a plain `PeftModel` leaves the base model's."""
-    if _is_peft(model):
-        from peft import PeftModelForCausalLM
-
-        return model if isinstance(model, PeftModelForCausalLM) else _base_model(model)
-    return model
-
-
 def _plan(model: Any, generation_config: GenerationConfig | None, device: torch.device,
           adapter_names: Sequence[str | None] | None, past_key_values: Any = None,
           prompt_length: int | None = None) -> _Plan | str:
@@ -234,16 +177,15 @@ def _plan(model: Any, generation_config: GenerationConfig | None, device: torch.
     if past_key_values is not None and (type(past_key_values) is not DynamicCache or prompt_length is None
                                         or past_key_values.get_seq_length() >= prompt_length):
         return "a cache other than a DynamicCache holding part of the prompt"
-    defaults = _global_defaults()
+    defaults = global_generation_defaults()
     if defaults is None:
         return "transformers exposes no default generation settings"
     reason = _model_unsupported(model, device, adapter_names)
     if reason is not None:
         return reason
-    settings = _resolve(generation_config, getattr(_generation_config_owner(model), "generation_config", None),
-                        defaults)
+    settings = resolve_generation_settings(generation_config, model)
     for name, value in settings.items():
-        if name not in _HANDLED and name not in _INERT and not _is_default(name, value, defaults):
+        if name not in _HANDLED and name not in INERT_SETTINGS and not is_default_setting(name, value, defaults):
             return f"`{name}={value!r}`"
     max_new_tokens = settings.get("max_new_tokens")
     if not isinstance(max_new_tokens, int) or isinstance(max_new_tokens, bool) or max_new_tokens < 1:

@@ -9,18 +9,31 @@ which repacks its weights).
 Adapter-only sync: before each call, every agent whose adapter changed since its last upload (an optimizer step,
 `load_weights_`, any edit: its weights are compared with a copy kept at the upload, since fused optimizers update
 parameters without bumping their version counters) is saved to a fresh folder and registered under a NEW
-`lora_int_id`, and its previous version is removed from the engine. A new
-id is what keeps the engine correct: vLLM caches adapters by id (reusing an id with a new path silently keeps the old
-weights) and its prefix cache keys blocks by adapter, so a new id never reuses KV computed with the old adapter.
+`lora_int_id` and a new name (`<adapter>-v<id>`), and its previous version is removed from the engine. Both keep the
+engine correct: vLLM caches adapters by id (reusing an id with a new path silently keeps the old weights), and its
+prefix cache keys blocks by the adapter's name and path, not its id (vLLM 0.32's block hash), so a new name and
+folder per version never reuse KV computed with the old adapter.
 
-Sampling settings mean what they mean in `transformers`' `generate` (temperature, top-k, top-p, min-p, repetition
-penalty, max/min new tokens, greedy when `do_sample=False`, stop at the EOS tokens of the generation config); a
-setting vLLM has no equivalent for is refused. Each row is one request with its own seed, drawn from torch's global
-generator, so a run is a function of its seed. Log-probabilities, when asked for (`sampling_logprobs`, on unless
-the trainer's `vllm_importance_sampling_correction` is off), are vLLM's `processed_logprobs` (after temperature and
-truncation, as the trainer's own log-softmax of logits / temperature over the unrestricted vocabulary only when no
-truncation applies); the trainers recompute log-probabilities with the training model and weight the loss by TRL's
-truncated importance ratio of the two (`trl_marl.core.engine_importance_sampling_ratio`).
+Sampling settings are resolved as `generate` resolves them (the call's generation config, else the model's
+`generation_config`, else transformers' defaults: `base.resolve_generation_settings`, the resolution of the team's
+own decoding and of the compiled backend) and mean what they mean in `generate` (temperature, top-k, top-p, min-p,
+repetition penalty, max/min new tokens, greedy when `do_sample=False`, stop at the resolved EOS tokens); a setting
+vLLM cannot mean the same way is refused by name ([`sampling_settings`]: stop strings, `min_length`, `max_time`,
+the exponential length penalty, min-p together with top-p, ...). Each row is one request with its own seed, drawn
+from torch's global generator, so a run is a function of its seed.
+
+Log-probabilities, when asked for (`sampling_logprobs`, on unless the trainer's
+`vllm_importance_sampling_correction` is off), are vLLM's `processed_logprobs` by default: taken after the repetition
+penalty, temperature and truncation (top-k, top-p, min-p), i.e. the distribution the token was drawn from. The
+trainers recompute log-probabilities with the training model (log-softmax of logits / temperature over the whole
+vocabulary) and weight the loss by TRL's truncated importance ratio of the two
+(`trl_marl.core.engine_importance_sampling_ratio`). With truncation or a penalty on, a kept token's processed
+log-probability is at least the trainer's, so every token's log-ratio is <= 0 and a sequence's ratio shrinks with
+its length: a systematic bias (TRL 1.16 has it too), not a numerical mismatch; the backend warns once
+([`LogprobSettingsCheck`]). At temperature 1, `logprobs_mode="raw_logprobs"` (`vllm_logprobs_mode`) returns the
+model's untruncated log-softmax instead, and the ratio then measures the engine's numerical mismatch only. vLLM
+0.32 offers no untruncated log-probabilities at another temperature (its `logprobs_mode` values are
+`raw_logprobs`/`raw_logits`, before every processing step, and `processed_logprobs`/`processed_logits`, after all).
 
 Every agent must be a LoRA adapter (`team_mode="adapters"`, or `"models"`/`"shared"` with a `peft_config`): a full
 fine-tune (`"shared"` or `"models"` without adapters) would need a full-weight push into the engine at every step,
@@ -45,24 +58,44 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import warnings
 import weakref
 from typing import Any
 
 import torch
 from transformers import GenerationConfig
 
-from .base import EngineBackend
+from .base import (
+    INERT_SETTINGS,
+    LOGPROBS_MODES,
+    EngineBackend,
+    global_generation_defaults,
+    is_default_setting,
+    resolve_generation_settings,
+)
 
 # LoRA ranks vLLM's `max_lora_rank` accepts
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 CPU_KV_CACHE_BYTES = 256 << 20
 
-# `GenerationConfig` settings that vLLM cannot reproduce, with the values that mean "off" (besides None)
-_UNSUPPORTED_SETTINGS: dict[str, tuple] = {
-    "num_beams": (1,), "num_return_sequences": (1,), "no_repeat_ngram_size": (0,), "bad_words_ids": (),
-    "force_words_ids": (), "typical_p": (1.0,), "epsilon_cutoff": (0.0,), "eta_cutoff": (0.0,),
-    "suppress_tokens": (), "begin_suppress_tokens": (), "sequence_bias": (), "forced_bos_token_id": (),
-    "forced_eos_token_id": (), "encoder_repetition_penalty": (1.0,), "penalty_alpha": (), "top_h": (),
+# `generate` settings that vLLM's `SamplingParams` implements with the same meaning (read in `sampling_settings`);
+# any other setting away from transformers' default is refused
+_ENGINE_SETTINGS = frozenset({
+    "do_sample", "max_new_tokens", "min_new_tokens", "eos_token_id", "pad_token_id", "temperature", "top_k", "top_p",
+    "min_p", "repetition_penalty", "num_beams", "num_return_sequences",
+})
+# settings that change how `generate` computes, never what it samples (the engine has its own KV cache; scores are
+# renormalized before every draw anyway)
+_ENGINE_INERT = INERT_SETTINGS | {"use_cache", "cache_implementation", "renormalize_logits"}
+# why a setting cannot mean the same on vLLM, where a reason is more than "no equivalent"
+_REFUSAL_REASONS = {
+    "stop_strings": "the engine runs without a tokenizer and stops at token ids: stop at tokens with `eos_token_id`",
+    "min_length": "`generate` counts the prompt and its left padding in it, so a row's minimum depends on the batch: "
+                  "use `min_new_tokens`",
+    "exponential_decay_length_penalty": "vLLM has no length-dependent EOS boost",
+    "max_time": "vLLM has no time limit per call: bound the length with `max_new_tokens`",
+    "num_beams": "vLLM's `SamplingParams` samples one sequence per request here: beam search is not implemented",
+    "num_return_sequences": "one completion per prompt row: repeat the prompt instead",
 }
 
 
@@ -165,35 +198,148 @@ def base_groups(team: Any) -> list[list[int]]:
     return groups
 
 
-def sampling_settings(generation_config: GenerationConfig) -> dict[str, Any]:
-    """The keyword arguments of `vllm.SamplingParams` that mean what `generation_config` means in `generate`."""
-    for name, off in _UNSUPPORTED_SETTINGS.items():
-        value = getattr(generation_config, name, None)
-        if value is not None and value not in off:
+def sampling_settings(generation_config: GenerationConfig, model: Any = None) -> dict[str, Any]:
+    """The keyword arguments of `vllm.SamplingParams` that sample as `model.generate(generation_config=...)` does.
+
+    The settings are resolved as `generate` resolves them ([`resolve_generation_settings`]: the call's, else the
+    model's `generation_config`, else transformers' defaults), the resolution the team's own decoding and the
+    compiled backend use, so every backend samples with the same temperature, top-k, top-p, min-p, repetition
+    penalty, lengths and EOS tokens. A setting the engine cannot mean the same way is refused, naming it.
+
+    Args:
+        generation_config: The call's sampling settings.
+        model: The model whose `generation_config` fills the unset fields (a PEFT model or its base model), a
+            `GenerationConfig` standing for it, or None (transformers' defaults only).
+
+    Raises:
+        ValueError: For a setting vLLM has no equivalent for (`stop_strings`, `min_length`, `max_time`,
+            `exponential_decay_length_penalty`, beam search, ...), or `min_p` with `top_p` (vLLM applies min-p
+            before top-p, transformers after: other distributions).
+    """
+    settings = resolve_generation_settings(generation_config, model)
+    defaults = global_generation_defaults() or {}
+    for name in sorted(settings):
+        value = settings[name]
+        if name in _ENGINE_INERT or (name in _ENGINE_SETTINGS and name not in _REFUSAL_REASONS):
+            continue
+        if is_default_setting(name, value, defaults):
+            continue
+        source = "the call's generation config" if getattr(generation_config, name, None) is not None else (
+            "the model's `generation_config`")
+        reason = _REFUSAL_REASONS.get(name, "vLLM has no equivalent")
+        raise ValueError(
+            f"`generation_backend='vllm'` cannot sample with the generation setting `{name}={value!r}` (from "
+            f"{source}) the way `generate` does: {reason}. Leave it unset, or use `generation_backend='transformers'` "
+            "(or 'compiled')."
+        )
+    max_new_tokens = settings.get("max_new_tokens")
+    if not isinstance(max_new_tokens, int) or isinstance(max_new_tokens, bool) or max_new_tokens < 1:
+        raise ValueError(f"`generation_backend='vllm'` needs a positive `max_new_tokens` in the generation config, "
+                         f"got {max_new_tokens!r}.")
+    eos = settings.get("eos_token_id")
+    if isinstance(eos, torch.Tensor):
+        eos = eos.tolist()
+    eos_ids = [] if eos is None else ([int(eos)] if isinstance(eos, int) else [int(t) for t in eos])
+    sample = settings.get("do_sample") is True
+    temperature = float(settings["temperature"] if settings.get("temperature") is not None else 1.0)
+    top_k = int(settings.get("top_k") or 0)
+    top_p = float(settings["top_p"] if settings.get("top_p") is not None else 1.0)
+    min_p = float(settings.get("min_p") or 0.0)
+    if sample:
+        if not temperature > 0:
+            raise ValueError(f"`temperature` must be > 0 when sampling (`do_sample=True`), got {temperature}: "
+                             "`generate` refuses it too. Set `do_sample=False` for greedy decoding.")
+        # top-k and min-p keep the same tokens in either order (a rank, and a ratio to the most likely token that
+        # renormalizing leaves alone); top-p's cumulative mass is taken over what min-p left on vLLM and over the
+        # untouched distribution in `generate`: [.4, .3, .2, .1] with top_p=0.75, min_p=0.3 samples
+        # [.571, .429, 0, 0] on vLLM and [.444, .333, .222, 0] in `generate`
+        if min_p > 0 and top_p < 1:
             raise ValueError(
-                f"`generation_backend='vllm'` has no equivalent of the generation setting `{name}={value!r}`: "
-                "leave it at its default, or use `generation_backend='transformers'`."
+                f"`generation_backend='vllm'` cannot sample with both `min_p={min_p}` and `top_p={top_p}` the way "
+                "`generate` does: vLLM applies min-p before top-p, transformers after, which keeps other tokens. "
+                "Set `top_p=1.0` (min-p alone, or with `top_k`) or `min_p=0.0`."
             )
-    if generation_config.max_new_tokens is None:
-        raise ValueError("`generation_backend='vllm'` needs `max_new_tokens` in the generation config.")
-    eos = generation_config.eos_token_id
-    eos_ids = [] if eos is None else ([eos] if isinstance(eos, int) else list(eos))
-    sample = bool(generation_config.do_sample)
-    temperature = generation_config.temperature if generation_config.temperature is not None else 1.0
     return {
-        "max_tokens": int(generation_config.max_new_tokens),
-        "min_tokens": int(generation_config.min_new_tokens or 0),
-        "temperature": float(temperature) if sample else 0.0,
-        "top_k": int(generation_config.top_k or 0) if sample else 0,
-        "top_p": float(generation_config.top_p if generation_config.top_p is not None else 1.0) if sample else 1.0,
-        "min_p": float(generation_config.min_p or 0.0) if sample else 0.0,
-        "repetition_penalty": float(generation_config.repetition_penalty or 1.0),
-        # stop exactly where `generate` stops: at the generation config's EOS tokens (kept in the output), not at
-        # the engine's own idea of EOS
+        "max_tokens": max_new_tokens,
+        "min_tokens": int(settings.get("min_new_tokens") or 0),
+        "temperature": temperature if sample else 0.0,
+        "top_k": top_k if sample else 0,
+        "top_p": top_p if sample else 1.0,
+        "min_p": min_p if sample else 0.0,
+        "repetition_penalty": float(settings.get("repetition_penalty") or 1.0),
+        # stop exactly where `generate` stops: at the resolved EOS tokens (kept in the output), not at the engine's
+        # own idea of EOS
         "ignore_eos": True,
         "stop_token_ids": eos_ids,
         "detokenize": False,
     }
+
+
+def truncating_settings(settings: dict[str, Any], vocab_size: int | None = None) -> list[str]:
+    """The settings of a `SamplingParams` dict ([`sampling_settings`]) that make vLLM's processed log-probabilities
+    differ from the training model's log-softmax by more than numerics: truncation (top-k, top-p, min-p) and the
+    repetition penalty. Each sampled token's processed log-probability is then >= the trainer's, so the importance
+    ratio pi_trainer / pi_vllm is <= 1 per token and shrinks with the completion's length: a systematic bias. A top-k
+    of at least `vocab_size` truncates nothing (both vLLM and transformers clamp it)."""
+    if settings["temperature"] == 0.0:  # greedy: nothing is sampled, the correction's ratios mean nothing anyway
+        return []
+    named = []
+    if settings["top_k"] > 0 and (vocab_size is None or settings["top_k"] < vocab_size):
+        named.append(f"top_k={settings['top_k']}")
+    if settings["top_p"] < 1.0:
+        named.append(f"top_p={settings['top_p']}")
+    if settings["min_p"] > 0.0:
+        named.append(f"min_p={settings['min_p']}")
+    if settings["repetition_penalty"] != 1.0:
+        named.append(f"repetition_penalty={settings['repetition_penalty']}")
+    return named
+
+
+def check_logprobs_mode(mode: str) -> str:
+    """`mode` if the backends take it as vLLM's `logprobs_mode` ([`LOGPROBS_MODES`]), else a clear error."""
+    if mode not in LOGPROBS_MODES:
+        raise ValueError(
+            f"`vllm_logprobs_mode` must be one of {LOGPROBS_MODES}, got {mode!r}: 'processed_logprobs' (after "
+            "temperature, penalties and truncation) or 'raw_logprobs' (the model's untruncated log-softmax, at "
+            "temperature 1 only)."
+        )
+    return mode
+
+
+class LogprobSettingsCheck:
+    """What the engine's log-probabilities mean under a call's settings, checked at every call that asks for them:
+    raw log-probabilities at a temperature other than 1 are refused (they would be compared with the trainer's
+    log-softmax of logits / T); processed ones under truncation or a repetition penalty give one warning per
+    distinct set of settings (the importance ratio is then biased low, see docs/scaling.md)."""
+
+    def __init__(self, mode: str) -> None:
+        self.mode = check_logprobs_mode(mode)
+        self._warned: set[tuple[str, ...]] = set()
+
+    def __call__(self, settings: dict[str, Any], vocab_size: int | None = None) -> None:
+        sampled = settings["temperature"] != 0.0
+        if self.mode == "raw_logprobs":
+            if sampled and abs(settings["temperature"] - 1.0) > 1e-6:
+                raise ValueError(
+                    f"`vllm_logprobs_mode='raw_logprobs'` gives the model's log-softmax at temperature 1, and the "
+                    f"completions are sampled at temperature {settings['temperature']}: the importance ratio would "
+                    "compare two different distributions. Sample at temperature 1.0, or use "
+                    "`vllm_logprobs_mode='processed_logprobs'`."
+                )
+            return
+        named = tuple(truncating_settings(settings, vocab_size))
+        if named and named not in self._warned:
+            self._warned.add(named)
+            warnings.warn(
+                f"vLLM samples with {', '.join(named)} and the importance-sampling correction is on: vLLM's "
+                "processed log-probabilities are taken after truncation and penalties, so every token's log-ratio "
+                "log pi_trainer - log pi_vllm is <= 0 and each sequence's ratio shrinks with its length (a "
+                "systematic bias, as in TRL, not a numerical mismatch; the default 'sequence_mask' mode then drops "
+                "long completions). Sample at temperature 1 with `vllm_logprobs_mode='raw_logprobs'` (the "
+                "untruncated log-probabilities), drop the truncation (top_k=0, top_p=1.0, min_p=0.0, "
+                "repetition_penalty=1.0), or set `vllm_importance_sampling_correction=False`.",
+                UserWarning, stacklevel=3,
+            )
 
 
 class VLLMBackend(EngineBackend):
@@ -210,6 +356,9 @@ class VLLMBackend(EngineBackend):
         model_impl: vLLM's `model_impl` (`"auto"`, `"vllm"`, `"transformers"`).
         seed: The engines' seed.
         dtype: The engines' weight dtype. Default: the dtype of each base model's weights.
+        logprobs_mode: The log-probabilities the engines return ([`LOGPROBS_MODES`]): `"processed_logprobs"`
+            (after temperature, penalties and truncation) or `"raw_logprobs"` (the model's untruncated log-softmax;
+            temperature 1 only).
     """
 
     name = "vllm"
@@ -217,8 +366,9 @@ class VLLMBackend(EngineBackend):
 
     def __init__(self, team: Any, gpu_memory_utilization: float = 0.3, kv_cache_memory_bytes: int | None = None,
                  max_model_len: int | None = None, model_impl: str = "auto", seed: int = 0,
-                 dtype: str | None = None) -> None:
+                 dtype: str | None = None, logprobs_mode: str = "processed_logprobs") -> None:
         check_servable(team)
+        self.logprob_check = LogprobSettingsCheck(logprobs_mode)
         on_cpu = not torch.cuda.is_available()
         # in-process engine, and no rebinding of the trainer's threads (vLLM's CPU platform pins them otherwise)
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
@@ -250,7 +400,7 @@ class VLLMBackend(EngineBackend):
                 model=base_dir, enable_lora=True, max_loras=len(pairs), max_lora_rank=vllm_lora_rank(rank),
                 max_cpu_loras=len(pairs), dtype=dtype or str(base.dtype).removeprefix("torch."),
                 max_model_len=max_model_len or getattr(base.config, "max_position_embeddings", None),
-                skip_tokenizer_init=True, logprobs_mode="processed_logprobs", seed=seed, model_impl=model_impl,
+                skip_tokenizer_init=True, logprobs_mode=logprobs_mode, seed=seed, model_impl=model_impl,
                 enable_prefix_caching=True, **kwargs,
             ))
         # (model index, adapter name) -> a copy of its weights as last uploaded / its current LoRARequest
@@ -326,7 +476,7 @@ class VLLMBackend(EngineBackend):
         self, team: Any, prompt_ids: list[list[list[int]]], generation_config: GenerationConfig,
         logprobs: bool | None = None,
     ) -> tuple[list[list[list[int]]], list[list[list[float]]] | None]:
-        """[`VLLMBackend.generate`], plus vLLM's log-probability of every sampled token (`processed_logprobs`) when
+        """[`VLLMBackend.generate`], plus vLLM's log-probability of every sampled token (of its `logprobs_mode`) when
         `logprobs` (default: `sampling_logprobs`), else None."""
         from vllm import SamplingParams
 
@@ -334,7 +484,11 @@ class VLLMBackend(EngineBackend):
         from vllm.inputs import TokensPrompt
 
         self.sync(team)
-        settings = sampling_settings(generation_config)
+        # resolved per model, as each model's `generate` resolves them (its own `generation_config`)
+        settings = {m: sampling_settings(generation_config, team.models[m]) for m in sorted(set(team.agent_model))}
+        if logprobs:
+            for m, one in settings.items():
+                self.logprob_check(one, getattr(team.models[m].config, "vocab_size", None))
         completions: list[list[list[int]]] = [[[] for _ in rows] for rows in prompt_ids]
         scores: list[list[list[float]]] = [[[] for _ in rows] for rows in prompt_ids]
         rows = [(a, i) for a in range(len(prompt_ids)) for i in range(len(prompt_ids[a]))]
@@ -347,7 +501,8 @@ class VLLMBackend(EngineBackend):
             mine = [(a, i) for a, i in rows if self._engine_of[team.agent_model[a]] == e]
             if not mine:
                 continue
-            params = [SamplingParams(seed=seeds[row], logprobs=0 if logprobs else None, **settings) for row in mine]
+            params = [SamplingParams(seed=seeds[(a, i)], logprobs=0 if logprobs else None,
+                                     **settings[team.agent_model[a]]) for a, i in mine]
             outputs = self.engines[e].generate(
                 [TokensPrompt(prompt_token_ids=list(prompt_ids[a][i])) for a, i in mine], sampling_params=params,
                 lora_request=[self._requests[(team.agent_model[a], team.agent_adapter[a])] for a, _ in mine],

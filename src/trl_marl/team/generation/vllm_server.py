@@ -2,17 +2,24 @@
 
 Start the server on the team's base model with runtime LoRA loading and room for every agent's adapter, e.g.
 `trl-marl vllm-serve --model Qwen/Qwen2.5-0.5B-Instruct --max-loras 4 --max-lora-rank 16` (vLLM's
-`vllm.entrypoints.openai.api_server`, bound to 127.0.0.1 by default; see [`serve_command`]). The trainer then talks
-HTTP to it: adapter-only sync as in colocate mode, through `/v1/load_lora_adapter` (each version under a new name;
-the previous version is unloaded), and one `/v1/completions` request per adapter with that agent's prompts as token
-ids, sent together so that the engine batches every agent's rows. Every request has a timeout, and a server that is
-gone raises an error naming the URL and how to start one. The adapter folders are written to a temporary folder of
-the trainer's machine, which the server must be able to read (same machine or shared file system).
+`vllm.entrypoints.openai.api_server`, bound to 127.0.0.1 by default; see [`serve_command`]). It asks every request
+for an API key, loads adapters only from its adapter folder and keeps `/docs`, `/openapi.json` and `/metrics` closed
+(`serve_guard`); it writes the key and the folder to a connection file that the trainer reads for the port it talks
+to, so a trainer on the same machine needs no setting (from elsewhere: `VLLM_API_KEY` and
+`TRL_MARL_VLLM_ADAPTER_DIR`, see `serve_guard`). The trainer then talks HTTP to it: adapter-only sync as in colocate
+mode, through `/v1/load_lora_adapter` (each version under a new name, written to a folder of this trainer inside the
+server's adapter folder; the previous version is unloaded), and one `/v1/completions` request per adapter with that
+agent's prompts as token ids, sent together so that the engine batches every agent's rows. Every request has a
+timeout and carries the key, and a server that is gone raises an error naming the URL and how to start one. The
+adapter folder must be readable by the server (same machine or shared file system).
 
-With `sampling_logprobs` (the trainer's `vllm_importance_sampling_correction`), each request asks for the sampled
-tokens' log-probabilities (`logprobs=0`), which the server computes after temperature and truncation when it runs
-with `--logprobs-mode processed_logprobs` (what `trl-marl vllm-serve` passes); a token the server gives none for
-counts as no mismatch (NaN, as in TRL).
+Sampling settings are resolved as the model's `generate` resolves them (`vllm.sampling_settings`). With
+`sampling_logprobs` (the trainer's `vllm_importance_sampling_correction`), each request asks for the sampled tokens'
+log-probabilities (`logprobs=0`), which must be the kind the correction expects: `--logprobs-mode
+processed_logprobs` by default (what `trl-marl vllm-serve` passes; vLLM's own default is `raw_logprobs`, the model's
+log-softmax at temperature 1), checked when the backend starts with a one-token probe
+([`VLLMServerBackend.check_server_logprobs`]); a token the server gives none for counts as no mismatch (NaN, as in
+TRL).
 
 Unlike colocate mode, sampling is not a function of the trainer's seed: one request carries several rows, and a
 per-request seed would give rows that repeat a prompt the same completion, so none is sent.
@@ -26,6 +33,7 @@ import shutil
 import sys
 import tempfile
 import urllib.error
+import urllib.parse
 import urllib.request
 import weakref
 from concurrent.futures import ThreadPoolExecutor
@@ -35,21 +43,63 @@ import torch
 from transformers import GenerationConfig
 
 from .base import EngineBackend
-from .vllm import adapter_changed, adapter_weights, check_servable, sampling_settings
+from .serve_guard import ADAPTER_DIR_ENV, read_connection
+from .vllm import LogprobSettingsCheck, adapter_changed, adapter_weights, check_servable, sampling_settings
 
 
 def serve_command(model: str, max_loras: int, max_lora_rank: int, host: str = "127.0.0.1", port: int = 8000,
-                  extra: list[str] | None = None) -> tuple[list[str], dict[str, str]]:
-    """The command line and environment of a vLLM server for a team (`trl-marl vllm-serve`)."""
+                  extra: list[str] | None = None, api_key: str | None = None, adapter_dir: str | None = None,
+                  open_docs: bool = False, open_metrics: bool = False,
+                  logprobs_mode: str = "processed_logprobs") -> tuple[list[str], dict[str, str]]:
+    """The command line and environment of a vLLM server for a team (`trl-marl vllm-serve`).
+
+    Args:
+        model: The team's base model (name or path).
+        max_loras: Adapters served at once.
+        max_lora_rank: The largest LoRA rank.
+        host: The interface to bind.
+        port: The port.
+        extra: Further vLLM server options, passed unchanged.
+        api_key: The key every request but `/health` must carry (in the server's environment, not its command line).
+        adapter_dir: The only folder runtime adapter loading reads from (None: every load is refused).
+        open_docs: Serve `/docs`, `/redoc` and `/openapi.json`.
+        open_metrics: Serve `/metrics`.
+        logprobs_mode: vLLM's `--logprobs-mode` (`processed_logprobs`: what the importance-sampling correction
+            expects by default).
+    """
+    from .serve_guard import ADAPTER_DIR_ENV, OPEN_DOCS_ENV, OPEN_METRICS_ENV
+
     argv = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model, "--enable-lora",
             "--max-loras", str(max_loras), "--max-lora-rank", str(max_lora_rank), "--host", host, "--port", str(port),
-            # the log-probabilities of the importance-sampling correction: after temperature and truncation
-            "--logprobs-mode", "processed_logprobs", *(extra or [])]
+            # the log-probabilities of the importance-sampling correction (after temperature and truncation)
+            "--logprobs-mode", logprobs_mode,
+            # the key, the adapter folder and the closed paths (`serve_guard`); vLLM's own docs routes off too
+            "--middleware", "trl_marl.team.generation.serve_guard.ServerGuard",
+            *([] if open_docs else ["--disable-fastapi-docs"]), *(extra or [])]
     env = dict(os.environ)
     env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"  # adapters are loaded and unloaded over HTTP while training
+    env.pop("VLLM_API_KEY", None)
+    if api_key:
+        env["VLLM_API_KEY"] = api_key
+    env.pop(ADAPTER_DIR_ENV, None)
+    if adapter_dir is not None:
+        env[ADAPTER_DIR_ENV] = str(adapter_dir)
+    env[OPEN_DOCS_ENV] = "1" if open_docs else "0"
+    env[OPEN_METRICS_ENV] = "1" if open_metrics else "0"
     if not torch.cuda.is_available():
         env.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
     return argv, env
+
+
+def _probe_token(team: Any) -> int:
+    """A token id of the team's vocabulary for the log-probability probe (its first tokenizer's EOS, else 0)."""
+    eos = getattr(team.tokenizers[0], "eos_token_id", None) if getattr(team, "tokenizers", None) else None
+    return int(eos) if isinstance(eos, int) else 0
+
+
+def _loopback(url: str) -> bool:
+    host = urllib.parse.urlsplit(url).hostname or ""
+    return host in ("127.0.0.1", "localhost", "::1")
 
 
 class VLLMServerBackend(EngineBackend):
@@ -59,30 +109,60 @@ class VLLMServerBackend(EngineBackend):
         team: The [`AgentTeam`] to serve: one base model (the server's), a LoRA adapter per agent.
         base_url: The server's URL, e.g. `http://127.0.0.1:8000`.
         timeout: Seconds one HTTP request may take.
+        api_key: The server's API key. Default: `VLLM_API_KEY` from the environment, else the key in the connection
+            file `trl-marl vllm-serve` wrote for the URL's port (a server on this machine), else none.
+        adapter_dir: The server's adapter folder, where this trainer writes its adapter versions (in a folder of its
+            own). Default: `TRL_MARL_VLLM_ADAPTER_DIR`, else the connection file's, else a temporary folder (a
+            server that takes any path, e.g. one started by hand).
+        logprobs_mode: The log-probabilities the server must return (`--logprobs-mode`): `"processed_logprobs"`
+            or `"raw_logprobs"`.
+        sampling_logprobs: Whether the trainer asks for log-probabilities (the importance-sampling correction): the
+            server's `--logprobs-mode` is then checked at once.
     """
 
     name = "vllm-server"
 
-    def __init__(self, team: Any, base_url: str, timeout: float = 240.0) -> None:
+    def __init__(self, team: Any, base_url: str, timeout: float = 240.0, api_key: str | None = None,
+                 adapter_dir: str | None = None, logprobs_mode: str = "processed_logprobs",
+                 sampling_logprobs: bool = False) -> None:
         check_servable(team, one_base=True)
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
+        self.logprob_check = LogprobSettingsCheck(logprobs_mode)
+        self.sampling_logprobs = sampling_logprobs
+        port = urllib.parse.urlsplit(self.base_url).port or 80
+        connection = (read_connection(port) or {}) if _loopback(self.base_url) else {}
+        self.api_key = api_key or os.environ.get("VLLM_API_KEY") or connection.get("api_key") or None
+        adapter_dir = adapter_dir or os.environ.get(ADAPTER_DIR_ENV) or connection.get("adapter_dir")
         self._request("GET", "/health")  # fail now, with the fix, if no server answers
-        self._root = tempfile.mkdtemp(prefix="trl-marl-vllm-server-")
+        if adapter_dir is not None:
+            os.makedirs(adapter_dir, mode=0o700, exist_ok=True)
+        self._root = tempfile.mkdtemp(prefix="trl-marl-vllm-server-", dir=adapter_dir)
         self._cleanup = weakref.finalize(self, shutil.rmtree, self._root, True)
         self._uploaded: dict[str, list[torch.Tensor]] = {}
         self._names: dict[str, str] = {}  # adapter -> the name of its current version on the server
         self._version = 0
         self.uploads = 0
+        if sampling_logprobs:
+            self.check_server_logprobs(probe_token=_probe_token(team))
 
     def _request(self, method: str, path: str, payload: dict | None = None) -> Any:
         data = None if payload is None else json.dumps(payload).encode()
-        request = urllib.request.Request(self.base_url + path, data=data, method=method,
-                                         headers={"Content-Type": "application/json"})
+        headers = {"Content-Type": "application/json"}
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        request = urllib.request.Request(self.base_url + path, data=data, method=method, headers=headers)
         try:
             with urllib.request.urlopen(request, timeout=self.timeout) as response:
                 body = response.read().decode()
         except urllib.error.HTTPError as error:
+            if error.code == 401:
+                raise RuntimeError(
+                    f"The vLLM server at {self.base_url} wants an API key ({method} {path} answered 401) and "
+                    f"{'the one sent is not it' if self.api_key else 'none was found'}: a server started with "
+                    "`trl-marl vllm-serve` on this machine writes its key to a connection file the trainer reads "
+                    "(`trl_marl.team.generation.serve_guard`); elsewhere set `VLLM_API_KEY` to the server's key."
+                ) from error
             raise RuntimeError(f"The vLLM server at {self.base_url} refused {method} {path} "
                                f"({error.code}): {error.read().decode()[:500]}") from error
         except (urllib.error.URLError, TimeoutError, ConnectionError) as error:
@@ -96,6 +176,41 @@ class VLLMServerBackend(EngineBackend):
             return json.loads(body)
         except json.JSONDecodeError:
             return body
+
+    def check_server_logprobs(self, probe_token: int = 0) -> None:
+        """Check that the server returns the log-probabilities this backend expects (`logprobs_mode`).
+
+        One token is sampled from the base model with `top_k=1`: after truncation its probability is 1, so a server
+        with `--logprobs-mode processed_logprobs` returns exactly 0.0 for it, and one returning the model's raw
+        log-softmax (vLLM's default, e.g. a server started by hand) a negative number. A raw server would make the
+        importance ratio compare a temperature-1, untruncated distribution with the trainer's at its temperature.
+        """
+        models = self._request("GET", "/v1/models")
+        bases = [m["id"] for m in (models.get("data") or []) if not m.get("parent")] if isinstance(models, dict) \
+            else []
+        if not bases:
+            raise RuntimeError(f"The vLLM server at {self.base_url} lists no base model at /v1/models.")
+        reply = self._request("POST", "/v1/completions", {
+            "model": bases[0], "prompt": [[int(probe_token)]], "max_tokens": 1, "temperature": 1.0, "top_k": 1,
+            "logprobs": 0, "return_tokens_as_token_ids": True, "ignore_eos": True,
+        })
+        try:
+            value = float(reply["choices"][0]["logprobs"]["token_logprobs"][0])
+        except (KeyError, IndexError, TypeError, ValueError) as error:
+            raise RuntimeError(f"The vLLM server at {self.base_url} returned no log-probability for a probe "
+                               f"request: {str(reply)[:300]}") from error
+        processed = abs(value) <= 1e-6
+        wanted = self.logprob_check.mode
+        if processed != (wanted == "processed_logprobs"):
+            found = "processed log-probabilities" if processed else (
+                "raw log-probabilities (vLLM's default `--logprobs-mode raw_logprobs`: a server started by hand?)"
+                if value < 0 else f"a value of {value} (logits?)")
+            raise RuntimeError(
+                f"The vLLM server at {self.base_url} returns {found}, and the importance-sampling correction "
+                f"expects `{wanted}`: a top_k=1 probe token got log-probability {value:.4g}. Start the server with "
+                f"`trl-marl vllm-serve` (it passes `--logprobs-mode {wanted}`) or add `--logprobs-mode {wanted}` to "
+                "its command line; or set `vllm_importance_sampling_correction=False`."
+            )
 
     def sync(self, team: Any, force: bool = False) -> list[str]:
         """Load every adapter that changed since its last upload under a new name; unload its previous version."""
@@ -134,7 +249,9 @@ class VLLMServerBackend(EngineBackend):
         (default: `sampling_logprobs`), else None (NaN where the server gave none)."""
         logprobs = self.sampling_logprobs if logprobs is None else logprobs
         self.sync(team)
-        settings = sampling_settings(generation_config)
+        settings = sampling_settings(generation_config, team.models[0])  # resolved as its `generate` would
+        if logprobs:
+            self.logprob_check(settings, getattr(team.models[0].config, "vocab_size", None))
         settings.pop("detokenize")
         by_adapter: dict[str, list[tuple[int, int]]] = {}
         for a, rows in enumerate(prompt_ids):

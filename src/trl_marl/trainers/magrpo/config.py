@@ -126,6 +126,9 @@ class MAGRPOConfig(GRPOConfig):
             (default True), `_mode`, `_clip_min` and `_clip_max` work as in `GRPOTrainer`: the completions are scored
             by the training model at sampling time (also with `num_iterations=1`) and each agent's per-token policy
             loss is multiplied by the bounded ratio of the two (`trainers.engine_correction`).
+        vllm_logprobs_mode (`str`, defaults to `"processed_logprobs"`): The engine's log-probabilities for the
+            correction: `"processed_logprobs"` (after penalties, temperature and truncation: biased low with any
+            truncation, see docs/scaling.md) or `"raw_logprobs"` (untruncated; sampling at temperature 1 only).
         vllm_kv_cache_memory_bytes (`int`, *optional*): The vLLM engine's KV cache in bytes (default on a CPU:
             256 MiB; on a GPU: sized from `vllm_gpu_memory_utilization`). A `models` team of LoRA agents over N
             distinct base models gets N engines, which split this (or `vllm_gpu_memory_utilization`) evenly.
@@ -252,6 +255,17 @@ class MAGRPOConfig(GRPOConfig):
             "`vllm_importance_sampling_correction=True` (TRL's default) each agent's per-token policy loss is "
             "weighted by TRL's truncated importance ratio of the training model over vLLM "
             "(`vllm_importance_sampling_mode`, `_clip_min`, `_clip_max`; logged as `sampling/*`)."
+        },
+    )
+    vllm_logprobs_mode: str = field(
+        default="processed_logprobs",
+        metadata={
+            "help": "Which log-probabilities vLLM returns for `vllm_importance_sampling_correction`: "
+            "'processed_logprobs' (TRL's: after the repetition penalty, temperature and top-k/top-p/min-p "
+            "truncation, so with any of these each token's log-ratio is <= 0 and the ratio is biased low, more so "
+            "for longer completions) or 'raw_logprobs' (the model's untruncated log-softmax: the ratio then "
+            "measures only the engine's numerical mismatch; sampling at temperature 1 only). A `trl-marl "
+            "vllm-serve` server must run with the same `--logprobs-mode`."
         },
     )
     vllm_kv_cache_memory_bytes: int | None = field(

@@ -54,7 +54,7 @@ from ..engine_correction import corrects_engine_mismatch, engine_correction, eng
 from ..per_agent import backward_per_agent, backward_per_agent_supported
 from .config import MAGRPOConfig
 from .diagnostics import TrainingDiagnostics, TrainingDiagnosticWarning, log_rollout, print_completions
-from .entropy import EntropyControl, agent_high_entropy_mask, high_entropy_masks
+from .entropy import ENTROPY_STATE_FILE, EntropyControl, agent_high_entropy_mask, high_entropy_masks
 from .schedule import (
     BlockRepeatSampler,
     GenerationSchedule,
@@ -411,11 +411,16 @@ class MAGRPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer):
     def _inference_logps(self, batches: list[AgentBatch | None], reference: bool = False) -> list[Any]:
         """The old-policy (or reference) log-probabilities of each agent's batch (None: frozen). When the training
         step takes the summed loss (every agent's activations at once), an `adapters` team scores every agent's rows
-        in one forward (`AgentTeam.inference_logps_all`); with a backward per agent, one forward per agent."""
-        if not self._takes_backward_per_agent(self.model_wrapped):
-            return self.team.inference_logps_all(batches, reference=reference)
-        scored = self.team.reference_logps if reference else self.team.policy_logps
-        return [None if b is None else scored(a, b) for a, b in enumerate(batches)]
+        in one forward (`AgentTeam.inference_logps_all`); with a backward per agent, one forward per agent.
+
+        Under the accelerator's autocast, as the training forward (and TRL's): with mixed precision the old-policy
+        and reference log-probs are those of the same bf16/fp16 computation, so before any update the ratio is 1
+        and the KL 0, not the gap between fp32 and mixed-precision logits."""
+        with self.accelerator.autocast():
+            if not self._takes_backward_per_agent(self.model_wrapped):
+                return self.team.inference_logps_all(batches, reference=reference)
+            scored = self.team.reference_logps if reference else self.team.policy_logps
+            return [None if b is None else scored(a, b) for a, b in enumerate(batches)]
 
     def _prepare_inputs(self, inputs: Any) -> Any:
         return inputs  # `_make_batches` already placed the tensors on the device
@@ -613,6 +618,9 @@ class MAGRPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer):
 
     def load_extra_state(self, checkpoint_dir: str) -> None:
         self.entropy_control.load(checkpoint_dir)
+
+    def extra_state_files(self) -> list[str]:
+        return [ENTROPY_STATE_FILE] if self.entropy_control.adaptive else []
 
     def _count_nonfinite(self, count: int, what: str) -> None:
         if count:

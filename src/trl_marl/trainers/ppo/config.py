@@ -225,6 +225,17 @@ class MultiAgentPPOConfig(TRLBaseConfig):
             "correction."
         },
     )
+    vllm_logprobs_mode: str = field(
+        default="processed_logprobs",
+        metadata={
+            "help": "Which log-probabilities vLLM returns for `vllm_importance_sampling_correction`: "
+            "'processed_logprobs' (TRL's: after the repetition penalty, temperature and top-k/top-p/min-p "
+            "truncation, so with any of these each token's log-ratio is <= 0 and the ratio is biased low, more so "
+            "for longer completions) or 'raw_logprobs' (the model's untruncated log-softmax: the ratio then "
+            "measures only the engine's numerical mismatch; sampling at temperature 1 only). A `trl-marl "
+            "vllm-serve` server must run with the same `--logprobs-mode`."
+        },
+    )
     vllm_importance_sampling_mode: str = field(
         default="sequence_mask",
         metadata={

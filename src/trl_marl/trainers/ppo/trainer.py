@@ -361,10 +361,15 @@ class MultiAgentPPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer
         self.nonfinite.add(nonfinite, "rewards")
 
     def _prepare_ppo_targets(self, rollouts: list[AgentRollout | None]) -> None:
-        """Old log-probs, reference log-probs, values, KL-shaped rewards, then `compute_advantages` per group."""
-        for s, ro in enumerate(rollouts):
-            if ro is not None:
-                forward_targets(ro, s, self.team, self.wrapper.value_model(s), self.args)
+        """Old log-probs, reference log-probs, values, KL-shaped rewards, then `compute_advantages` per group.
+
+        The forwards run under the accelerator's autocast, as the update's forward of the prepared policies and value
+        models: with mixed precision the first micro-step's ratio is then 1 and its value predictions the old ones
+        (TRL 1.12 takes them outside autocast)."""
+        with self.accelerator.autocast():
+            for s, ro in enumerate(rollouts):
+                if ro is not None:
+                    forward_targets(ro, s, self.team, self.wrapper.value_model(s), self.args)
         if self.args.turn_gamma is not None:  # eq. 6: bootstrap each turn from the next turn's value
             for ro, nxt in zip(rollouts, next_turn_values(rollouts)):
                 if ro is not None:
