@@ -14,6 +14,9 @@ Public API:
 from typing import TYPE_CHECKING, Any
 
 from .utils.model_names import register_model_name_resolver
+from .utils.quiet import quiet_bitsandbytes_import
+
+quiet_bitsandbytes_import()  # a log line at bitsandbytes' import that no user can act on (see utils.quiet)
 
 # The public names are imported on first use (PEP 562), so that `trl-marl --help` and `import trl_marl.cli` do not pay
 # for torch, transformers and TRL. The first access to any of them imports the whole public API (and checks TRL's

@@ -4,6 +4,8 @@
   `trl_marl.scripts.demo`), or with `--real` the offline real model (see `trl_marl.scripts.demo_real`).
 - `trl-marl magrpo --config FILE [overrides]`: MAGRPO on a built-in task (see `trl_marl.scripts.magrpo`).
 - `trl-marl maporl {gsm8k,anli} --config FILE [overrides]`: MAPoRL's debate (see `trl_marl.scripts.maporl`).
+- `trl-marl generate --team PATH --prompt TEXT [--agent N] [--max-new-tokens N]`: a saved team's answers (see
+  `trl_marl.scripts.generate`).
 - `trl-marl serve-verifier --model PATH [--port N]`: an HTTP verifier server (see `trl_marl.scripts.serve_verifier`).
 - `trl-marl vllm-serve --model PATH [--max-loras N] [--max-lora-rank R] [--host H] [--port N] [vLLM options]`: a vLLM
   server for `generation_backend="vllm", vllm_mode="server"` (see `trl_marl.team.generation.vllm_server`).
@@ -23,6 +25,8 @@ from typing import Any
 
 from .scripts.demo import DESCRIPTION as DEMO_DESCRIPTION
 from .scripts.demo import add_demo_arguments, demo_command
+from .scripts.generate import DESCRIPTION as GENERATE_DESCRIPTION
+from .scripts.generate import add_generate_arguments, generate_command
 from .scripts.help import DESCRIPTION, EXAMPLES, FULL_HELP, MODEL_HELP, SHORT_OPTIONS, USAGE, short_help
 
 __all__ = ["DESCRIPTION", "EXAMPLES", "FULL_HELP", "MODEL_HELP", "SHORT_OPTIONS", "USAGE", "build_parser", "main",
@@ -79,7 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="trl-marl", description="Multi-agent RL for LLM teams, built on TRL.",
         epilog="Run `trl-marl COMMAND --help` for a command's options. Start with `trl-marl demo --quick` "
-               "(offline, about a minute on a laptop).")
+               "(offline, ~30 s on a laptop).")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     sub.add_parser("magrpo", help="Train with MAGRPO on a built-in task: `trl-marl magrpo --config FILE`.")
     sub.add_parser("maporl", help="Train a debate with MAPoRL: `trl-marl maporl {gsm8k,anli} --config FILE`.")
@@ -89,6 +93,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help=DEMO_DESCRIPTION, description=DEMO_DESCRIPTION)
     add_demo_arguments(demo)
     demo.set_defaults(func=demo_command)
+    generate = sub.add_parser("generate", help=GENERATE_DESCRIPTION, description=GENERATE_DESCRIPTION)
+    add_generate_arguments(generate)
+    generate.set_defaults(func=generate_command)
     return parser
 
 

@@ -45,6 +45,7 @@ def write_team_model_card(
     title = model_name or os.path.basename(os.path.abspath(output_dir))
     trained = (f"trained with **{algorithm}** using [trl-marl](https://github.com/trl-marl/trl-marl), on the "
                f"`{env_name}` environment" + (f" and the `{dataset_name}` dataset." if dataset_name else "."))
+    after: list[str] = []
     if single:
         policy = team.policy(0)
         adapter = team.agent_adapter[0]
@@ -70,7 +71,15 @@ def write_team_model_card(
                  "", f"## Agents (team mode `{team.mode}`)", "",
                  "| agent | folder | base model | trained weights |", "|---|---|---|---|", *agents]
         snippet = ["from trl_marl import AgentTeam", "", f'team = AgentTeam.from_pretrained("{title}")',
-                   "print(team.num_agents)"]
+                   "# every agent's answer (the chat template applied, greedy); `team.chat(agent, prompts)` for one",
+                   'answers = team.chat_team(["Hello! Who are you?"], max_new_tokens=64)',
+                   "for agent, texts in enumerate(answers):",
+                   '    print(f"agent {agent}: {texts[0]}")']
+        merged = "merged into its base model" if any(a is not None for a in team.agent_adapter) else "as one model"
+        after = ["", "From the command line:", "", "```bash",
+                 f'trl-marl generate --team {title} --prompt "Hello! Who are you?"', "```", "",
+                 f"`team.save_merged(agent, path)` saves one agent {merged}, a folder that "
+                 "`transformers.AutoModelForCausalLM` (or vLLM) loads on its own."]
     lines = [
         "---",
         "library_name: trl-marl",
@@ -95,6 +104,7 @@ def write_team_model_card(
         "```python",
         *snippet,
         "```",
+        *after,
         "",
     ]
     path = os.path.join(output_dir, "README.md")

@@ -37,6 +37,7 @@ def run_cli(*args: str) -> subprocess.CompletedProcess:
     (["maporl", "--help"], "usage: trl-marl maporl {gsm8k,anli} --config FILE"),
     (["maporl", "gsm8k", "-h"], "usage: trl-marl maporl {gsm8k,anli} --config FILE"),
     (["demo", "--help"], "usage: trl-marl demo [-h]"),
+    (["generate", "--help"], "usage: trl-marl generate [-h] --team PATH"),
     (["serve-verifier", "--help"], "usage: trl-marl serve-verifier [-h]"),
     (["vllm-serve", "--help"], "usage: trl-marl vllm-serve [-h]"),
 ])

@@ -78,8 +78,12 @@ def test_magrpo_team_card(named: str, tmp_path: Path, monkeypatch: pytest.Monkey
         assert f"| {a} | `agent_{a}/` | {NAME} |" in card  # the name passed, not the cache path
         assert (folder / f"agent_{a}").is_dir()
     assert str(tmp_path) not in card
-    team = run_snippet(folder, monkeypatch)["team"]
-    assert team.num_agents == num_agents
+    scope = run_snippet(folder, monkeypatch)
+    assert scope["team"].num_agents == num_agents
+    # the snippet answers with text: one list of answers per agent, the team's greedy answer to the card's prompt
+    assert scope["answers"] == scope["team"].chat_team(["Hello! Who are you?"], max_new_tokens=64)
+    assert len(scope["answers"]) == num_agents and all(isinstance(t[0], str) for t in scope["answers"])
+    assert "trl-marl generate --team team --prompt" in card and "team.save_merged(agent, path)" in card
 
 
 def test_multi_agent_ppo_team_card(named: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

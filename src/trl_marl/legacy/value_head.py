@@ -21,6 +21,7 @@ from torch import nn
 from transformers import AutoModelForCausalLM, PreTrainedModel
 
 from ..utils.model_names import resolve_model_name
+from ..utils.quiet import peft_quietly
 
 V_HEAD_PREFIX = "v_head."
 VALUE_HEAD_ARGS = ("summary_dropout_prob", "v_head_initializer_range", "v_head_init_strategy")
@@ -203,7 +204,8 @@ class AutoModelForCausalLMWithValueHead(nn.Module):
                 adapter_config = PeftConfig.from_pretrained(path)
                 base = AutoModelForCausalLM.from_pretrained(resolve_model_name(adapter_config.base_model_name_or_path),
                                                             *model_args, **kwargs)
-                model = PeftModel.from_pretrained(base, path, is_trainable=is_trainable)
+                with peft_quietly():
+                    model = PeftModel.from_pretrained(base, path, is_trainable=is_trainable)
             else:
                 model = AutoModelForCausalLM.from_pretrained(path, *model_args, **kwargs)
                 if path != os.fspath(source):  # keep the registered name, not its cache folder
@@ -211,7 +213,8 @@ class AutoModelForCausalLMWithValueHead(nn.Module):
                 if peft_config is not None:
                     from peft import get_peft_model
 
-                    model = get_peft_model(model, peft_config)
+                    with peft_quietly():
+                        model = get_peft_model(model, peft_config)
             wrapper = cls(model, **head_kwargs)
             state = _read_v_head(path) if os.path.isdir(path) else {}
             wrapper.load_v_head_(state)
@@ -220,7 +223,8 @@ class AutoModelForCausalLMWithValueHead(nn.Module):
         if peft_config is not None and not _is_peft(model):
             from peft import get_peft_model
 
-            model = get_peft_model(model, peft_config)
+            with peft_quietly():
+                model = get_peft_model(model, peft_config)
         return cls(model, **head_kwargs)
 
     # ------------------------------------------------------------------ conveniences

@@ -44,8 +44,8 @@ SHORT_OPTIONS: dict[str, list[tuple[str, list[tuple[str, str]]]]] = {
             ("--num_agents N", "Agents in the team."),
             ("--num_turns N", "Turns of the episode (each agent answers once per turn)."),
             ("--num_generations G", "Joint actions sampled per prompt (the group of the advantage)."),
-            ("--per_device_train_batch_size B", "Completions per device and step; B x gradient_accumulation_steps "
-                                                "must be a multiple of G."),
+            ("--per_device_train_batch_size B", "Completions per agent, device and micro-step; B itself must be a "
+                                                "multiple of G (gradient_accumulation_steps adds micro-steps)."),
             ("--gradient_accumulation_steps N", "Steps whose gradients add up before each optimizer step."),
             ("--learning_rate LR", "The optimizer's learning rate (> 0)."),
             ("--max_completion_length N", "Tokens per agent's answer."),

@@ -183,13 +183,15 @@ def main(script_args: MAGRPOScriptArguments, training_args: Any, model_args: Any
 
 
 def build_parser(prog: str | None = None) -> Any:
-    """The `TrlParser` of (script, MAGRPOConfig, ModelConfig) arguments, with the offline model names in the help."""
-    from trl import ModelConfig, TrlParser
+    """The `TrlParser` of (script, MAGRPOConfig, ModelConfig) arguments, with the offline model names in the help and
+    the closest known names for an unknown one (`scripts.arguments.SuggestingParser`)."""
+    from trl import ModelConfig
 
     from ..trainers import MAGRPOConfig
+    from .arguments import SuggestingParser
     from .help import MODEL_HELP
 
-    parser = TrlParser((MAGRPOScriptArguments, MAGRPOConfig, ModelConfig), prog=prog)
+    parser = SuggestingParser((MAGRPOScriptArguments, MAGRPOConfig, ModelConfig), prog=prog)
     describe_model_option(parser, MODEL_HELP)
     return parser
 

@@ -141,11 +141,14 @@ def value_model(path: str, init: dict[str, Any], model_args: ModelConfig, quanti
     if quantized:
         from peft import LoraConfig, get_peft_model
 
+        from ..utils.quiet import peft_quietly
+
         lora = LoraConfig(r=model_args.lora_r, lora_alpha=model_args.lora_alpha, lora_dropout=model_args.lora_dropout,
                           target_modules=model_args.lora_target_modules or "all-linear",
                           task_type="FEATURE_EXTRACTION")
         prefix = model.base_model_prefix
-        setattr(model, prefix, get_peft_model(getattr(model, prefix), lora))
+        with peft_quietly():
+            setattr(model, prefix, get_peft_model(getattr(model, prefix), lora))
         model.score.float().requires_grad_(True)
     return model
 
@@ -263,12 +266,15 @@ TASKS: dict[str, tuple[type, Callable[..., Any]]] = {
 
 
 def build_parser(task: str, prog: str | None = None) -> TrlParser:
-    """The `TrlParser` of (script, MultiAgentPPOConfig, ModelConfig) arguments of `task`."""
+    """The `TrlParser` of (script, MultiAgentPPOConfig, ModelConfig) arguments of `task` (unknown names answered with
+    the closest known ones: `scripts.arguments.SuggestingParser`)."""
     if task not in TASKS:
         raise SystemExit(f"trl-marl maporl: unknown task {task!r}; choose one of {sorted(TASKS)}.")
+    from .arguments import SuggestingParser
     from .help import MODEL_HELP
 
-    parser = TrlParser((TASKS[task][0], MultiAgentPPOConfig, ModelConfig), prog=prog or f"trl-marl maporl {task}")
+    parser = SuggestingParser((TASKS[task][0], MultiAgentPPOConfig, ModelConfig),
+                              prog=prog or f"trl-marl maporl {task}")
     describe_model_option(parser, MODEL_HELP)
     return parser
 

@@ -14,6 +14,8 @@
   generation and for training forwards).
 - [`~trl_marl.team.compile`]: `torch.compile` of the log-probability forwards.
 - [`~trl_marl.team.saving`]: `save_pretrained`, `from_pretrained`, and the weights of a PEFT model's base.
+- [`~trl_marl.team.chat`]: using a trained team: `chat` / `chat_team` (text in, text out, chat templates applied),
+  `merged_agent` / `save_merged` (an agent's adapter merged into a standalone model).
 """
 
 from ..utils.tokens import (

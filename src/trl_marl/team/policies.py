@@ -19,7 +19,8 @@ micro-step, as DistributedDataParallel requires).
 
 `AgentTeam` is assembled from one mixin per role, each in its own module of `trl_marl.team`: the log-probability
 forwards (`forward.LogProbMixin`), sampling (`sampling.SamplingMixin`, which hands rows to `generation`), the
-active adapter and activation checkpointing (`adapters.AdapterMixin`), saving and loading (`saving.SavingMixin`).
+active adapter and activation checkpointing (`adapters.AdapterMixin`), saving and loading (`saving.SavingMixin`),
+text in and text out and merged adapters (`chat.ChatMixin`).
 This module holds the layouts, the per-(turn, agent) slots and the reference policies.
 """
 
@@ -37,8 +38,10 @@ from transformers import AutoModelForCausalLM, PreTrainedModel
 from ..core import DEFAULT_CHUNK_ELEMENTS
 from ..utils.inputs import check_lora_targets, check_model_path
 from ..utils.model_names import resolve_model_name
+from ..utils.quiet import peft_quietly
 from ..utils.tokens import load_tokenizer
 from .adapters import AdapterMixin, AdapterSwitch
+from .chat import ChatMixin
 from .compile import call_model
 from .forward import LogProbMixin
 from .sampling import SamplingMixin
@@ -47,7 +50,7 @@ from .saving import SavingMixin
 TEAM_MODES = ("adapters", "models", "shared")
 
 
-class AgentTeam(LogProbMixin, SamplingMixin, AdapterMixin, SavingMixin, nn.Module):
+class AgentTeam(LogProbMixin, SamplingMixin, ChatMixin, AdapterMixin, SavingMixin, nn.Module):
     """The policies of a team of agents (see the module docstring for the three modes).
 
     Build a team with [`AgentTeam.build`] (from a model name, a model, or a list of them) or reload a saved one
@@ -74,8 +77,9 @@ class AgentTeam(LogProbMixin, SamplingMixin, AdapterMixin, SavingMixin, nn.Modul
     from trl_marl import AgentTeam
 
     team = AgentTeam.build("Qwen/Qwen2.5-0.5B-Instruct", num_agents=2, peft_config=LoraConfig(r=16))
-    completions = team.generate([["Write a haiku."] * 4, ["Summarize it."] * 4], GenerationConfig(max_new_tokens=32))
+    answers = team.chat(0, ["Write a haiku."], max_new_tokens=32)  # text in, text out (see `team.chat`)
     team.save_pretrained("my-team")  # my-team/agent_0/, my-team/agent_1/, my-team/team_config.json
+    team = AgentTeam.from_pretrained("my-team")
     ```
     """
 
@@ -252,9 +256,10 @@ class AgentTeam(LogProbMixin, SamplingMixin, AdapterMixin, SavingMixin, nn.Modul
             from peft import get_peft_model
 
             names = [f"agent_{i}" for i in range(num_agents)]
-            peft_model = get_peft_model(models[0], peft_config, adapter_name=names[0])
-            for name in names[1:]:
-                peft_model.add_adapter(name, peft_config)
+            with peft_quietly():
+                peft_model = get_peft_model(models[0], peft_config, adapter_name=names[0])
+                for name in names[1:]:
+                    peft_model.add_adapter(name, peft_config)
             # `add_adapter` leaves only the active adapter trainable, but `Trainer.create_optimizer` runs before any
             # forward and keeps only parameters that require gradients: every agent's adapter must be trainable now.
             peft_model.set_requires_grad(names, requires_grad=True)
@@ -262,7 +267,8 @@ class AgentTeam(LogProbMixin, SamplingMixin, AdapterMixin, SavingMixin, nn.Modul
         if peft_config is not None:
             from peft import get_peft_model
 
-            models = [get_peft_model(m, peft_config) for m in models]
+            with peft_quietly():
+                models = [get_peft_model(m, peft_config) for m in models]
             adapters: list[str | None] = ["default"] * num_agents
         else:
             adapters = [None] * num_agents

@@ -18,6 +18,7 @@ import torch
 from transformers import AutoModelForCausalLM, PreTrainedModel
 
 from ..utils.model_names import resolve_model_name
+from ..utils.quiet import peft_quietly
 from ..utils.tokens import load_tokenizer
 
 TEAM_CONFIG_NAME = "team_config.json"
@@ -36,8 +37,10 @@ class SavingMixin:
         """Save every agent to `output_dir/agent_<i>/` plus `team_config.json`.
 
         Each `agent_<i>/` is loadable on its own: a full model (`AutoModelForCausalLM.from_pretrained`) or a PEFT
-        adapter (`PeftModel.from_pretrained(base, "agent_<i>")`), with the agent's tokenizer. When adapters are
-        used and the base model has no loadable name or path, the base is saved to `base_model/` too.
+        adapter (`task_type` `CAUSAL_LM`; `AutoPeftModelForCausalLM.from_pretrained("agent_<i>")` when its
+        `base_model_name_or_path` is a Hub id or a folder, `PeftModel.from_pretrained(base, "agent_<i>")` with the base
+        loaded from `resolve_model_name(name)` for an offline name such as `"toy"`), with the agent's tokenizer. When
+        adapters are used and the base model has no loadable name or path, the base is saved to `base_model/` too.
 
         `state_dict` (keys as in `self.state_dict()`) replaces the team's own weights, e.g. the full weights that
         FSDP gathered from the processes' shards (the team's parameters are then shards and are not read).
@@ -107,12 +110,13 @@ class SavingMixin:
             base = AutoModelForCausalLM.from_pretrained(
                 local_base if os.path.isdir(local_base) else resolve_model_name(base_path), **kwargs)
             first, *rest = agents
-            peft_model = PeftModel.from_pretrained(base, _agent_dir(path, first),
-                                                   adapter_name=config["agent_adapter"][first],
-                                                   is_trainable=is_trainable)
-            for a in rest:
-                peft_model.load_adapter(_agent_dir(path, a), adapter_name=config["agent_adapter"][a],
-                                        is_trainable=is_trainable)
+            with peft_quietly():
+                peft_model = PeftModel.from_pretrained(base, _agent_dir(path, first),
+                                                       adapter_name=config["agent_adapter"][first],
+                                                       is_trainable=is_trainable)
+                for a in rest:
+                    peft_model.load_adapter(_agent_dir(path, a), adapter_name=config["agent_adapter"][a],
+                                            is_trainable=is_trainable)
             models.append(peft_model)
         return cls(models, tokenizers, config["mode"], config["agent_model"], config["agent_adapter"],
                    config.get("policy_turns", 1))
@@ -189,4 +193,6 @@ def _save_adapter(model: Any, adapter: str, agent_dir: str, state_dict: dict[str
               os.path.join(agent_dir, "adapter_model.safetensors"), metadata={"format": "pt"})
     config = copy.deepcopy(model.peft_config[adapter])
     config.inference_mode = True
+    if config.task_type is None:  # PEFT's `AutoPeftModelForCausalLM` picks its class from the task type
+        config.task_type = "CAUSAL_LM"
     config.save_pretrained(agent_dir)

@@ -24,7 +24,7 @@ Modules: ``model`` (tokenizer and model), ``tasks`` (the synthetic tasks), ``pre
 """
 
 from ..utils.model_names import register_model_name_resolver
-from .cache import is_toy_name, make_toy_model, resolve_toy_name, toy_cache_dir
+from .cache import _TOY_PRESETS, is_toy_name, make_toy_model, resolve_toy_name, toy_cache_dir
 from .model import TOY_CHARS, TOY_CHAT_TEMPLATE, TOY_SPECIAL_TOKENS, build_toy_model, build_toy_tokenizer
 from .pretrain import generate_toy_answers, pretrain_toy_model, toy_accuracy
 from .real import (
@@ -100,4 +100,5 @@ def _resolve(name: str) -> str | None:
 
 # "toy", "toy:<task>", ..., "smollm2-135m-instruct": AgentTeam.build and load_tokenizer resolve these names through
 # the registry of the layer below, so that the team never imports this package.
-register_model_name_resolver(_resolve)
+register_model_name_resolver(_resolve, names=("toy", *(f"toy:{task}" for task in _TOY_PRESETS), REAL_MODEL_NAME))
+# (the names are listed by `check_model_name`'s error for a name that cannot load offline)

@@ -20,6 +20,8 @@ import os
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from .model_names import check_model_name
+
 REWARD_KEYWORDS = ("prompts", "completions", "agent_prompts", "agent_completions", "agent_index", "turn",
                    "transcript", "trainer_state")
 """The keyword arguments every reward call gets (besides the dataset's columns)."""
@@ -47,8 +49,12 @@ def looks_like_path(name: str) -> bool:
 
 
 def check_model_path(name: str, field: str = "`model` (`model_name_or_path`)") -> None:
-    """Refuse a model name that looks like a local folder (see [`looks_like_path`]) but does not exist."""
-    if not isinstance(name, str) or not looks_like_path(name):
+    """Refuse a model name that looks like a local folder (see [`looks_like_path`]) but does not exist, and a name that
+    cannot load while the Hub is offline or unreachable ([`check_model_name`], which lists the offline names)."""
+    if not isinstance(name, str):
+        return
+    if not looks_like_path(name):
+        check_model_name(name, field)
         return
     path = os.path.expanduser(name)
     if os.path.exists(path):

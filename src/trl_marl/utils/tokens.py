@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from transformers import AutoTokenizer
 
-from .model_names import resolve_model_name
+from .model_names import check_model_name, resolve_model_name
 
 Prompt = str | list[dict[str, str]] | list[int]
 """A prompt: plain text, chat messages (`[{"role": ..., "content": ...}, ...]`) or token ids."""
@@ -108,6 +108,7 @@ def load_tokenizer(name_or_path: str | os.PathLike, **kwargs: Any) -> Any:
     """
     from transformers import PreTrainedTokenizerFast
 
+    check_model_name(os.fspath(name_or_path), "the tokenizer's model name")  # no Hub retries when it cannot load
     path = resolve_model_name(os.fspath(name_or_path))
     config_file = os.path.join(path, "tokenizer_config.json")
     saved_class = None

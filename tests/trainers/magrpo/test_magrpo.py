@@ -368,7 +368,8 @@ def test_no_learning_signal_is_diagnosed(target_model_dir, tmp_path):
     trainer = MAGRPOTrainer(
         model=target_model_dir, reward_funcs=constant, env=TargetSumEnv(2),
         args=config(tmp_path, max_steps=5, per_device_train_batch_size=16, zero_std_warning_steps=3,
-                    entropy_warning_threshold=100.0, entropy_warning_steps=2),
+                    entropy_warning_threshold=100.0, entropy_warning_steps=2,
+                    no_signal_warning_interval=None),  # the immediate no-signal warning: test_no_signal_warning.py
         train_dataset=dataset(),
     )
     with pytest.warns(TrainingDiagnosticWarning) as record:

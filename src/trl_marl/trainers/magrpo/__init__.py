@@ -6,7 +6,7 @@
 """
 
 from .config import MAGRPOConfig, MAREINFORCEConfig, MAReMaxConfig, MARLOOConfig
-from .diagnostics import TrainingDiagnosticWarning
+from .diagnostics import NoLearningSignalWarning, TrainingDiagnosticWarning
 from .trainer import MAGRPOTrainer, NonFiniteError
 
 __all__ = [
@@ -15,6 +15,7 @@ __all__ = [
     "MAREINFORCEConfig",
     "MARLOOConfig",
     "MAReMaxConfig",
+    "NoLearningSignalWarning",
     "NonFiniteError",
     "TrainingDiagnosticWarning",
 ]

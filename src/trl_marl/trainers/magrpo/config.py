@@ -145,6 +145,9 @@ class MAGRPOConfig(GRPOConfig):
         zero_std_warning_fraction (`float`, defaults to `0.9`), zero_std_warning_steps (`int`, defaults to `20`):
             Warn once when at least this fraction of groups had zero return std (no learning signal) for this many
             consecutive optimizer steps.
+        no_signal_warning_interval (`int` or `None`, defaults to `10`): Warn at the first step with no learning signal
+            at all (every group flat, or every advantage 0), with what was measured and the likely causes, then
+            every this many steps while it lasts.
         entropy_warning_threshold (`float`, defaults to `0.01`), entropy_warning_steps (`int`, defaults to `20`):
             Warn once when an agent's mean token entropy stays below the threshold for this many steps.
         max_nonfinite (`int`, defaults to `10`): NaN/inf rewards or losses are skipped and counted; training stops
@@ -315,6 +318,15 @@ class MAGRPOConfig(GRPOConfig):
             "output that every sample repeats). The streak is logged as `diagnostics/zero_std_streak`. None disables."
         },
     )
+    no_signal_warning_interval: int | None = field(
+        default=10,
+        metadata={
+            "help": "Warn at the first optimizer step without any learning signal (every group's samples got the "
+            "same return, `frac_reward_zero_std` = 1, or every advantage was 0), naming what it measured and the "
+            "likely causes (a constant reward, an answer format never met, a too short `max_completion_length`), "
+            "then every this many steps while it lasts. None disables."
+        },
+    )
     entropy_warning_threshold: float | None = field(
         default=0.01,
         metadata={
@@ -458,6 +470,10 @@ class MAGRPOConfig(GRPOConfig):
                 f"`num_generations` ({self.num_generations}): each micro-step plays per_device_train_batch_size // "
                 "num_generations episodes with num_generations samples per agent."
             )
+        if self.no_signal_warning_interval is not None and (
+                not isinstance(self.no_signal_warning_interval, int) or self.no_signal_warning_interval < 1):
+            raise ValueError("`no_signal_warning_interval` must be a positive number of optimizer steps or None (no "
+                             f"warning), got {self.no_signal_warning_interval!r}.")
         if not 0.0 < self.zero_std_warning_fraction <= 1.0:
             raise ValueError(f"`zero_std_warning_fraction` must be in (0, 1], got {self.zero_std_warning_fraction}.")
         if self.zero_std_warning_steps is not None and self.zero_std_warning_steps < 1:

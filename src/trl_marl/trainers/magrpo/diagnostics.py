@@ -10,11 +10,13 @@ from typing import Any
 
 import torch
 
-from ...rollout import Rollout, finite_mean, reward_std_is_zero
+from ...rollout import Rollout, finite_mean, flat_group_fraction, reward_std_is_zero
 
 __all__ = [
     "ENTROPY_MESSAGE",
+    "NO_SIGNAL_CAUSES",
     "ZERO_STD_MESSAGE",
+    "NoLearningSignalWarning",
     "TrainingDiagnosticWarning",
     "TrainingDiagnostics",
     "log_rollout",
@@ -24,6 +26,24 @@ __all__ = [
 
 class TrainingDiagnosticWarning(UserWarning):
     """A run has stopped learning (no reward spread, or an agent's entropy collapsed): see the message."""
+
+
+class NoLearningSignalWarning(TrainingDiagnosticWarning):
+    """An optimizer step had no learning signal at all: every group's samples got the same return, or every advantage
+    was exactly 0 (see `MAGRPOConfig.no_signal_warning_interval`).
+
+    The loss value is no such sign: on-policy (ratio 1) a group's mean-centred advantages sum to 0, so the surrogate
+    loss reads 0 (up to rounding) at steps whose gradient is not 0."""
+
+
+NO_SIGNAL_CAUSES = (
+    "Likely causes: the reward is constant for these prompts (every sample scores the same, whatever it writes); the "
+    "answer format the reward parses is never met (a parser that finds no answer returns its fixed score: look at the "
+    "samples with `log_completions=True` and compare them with the format the reward expects, the prompt and the "
+    "chat template); `max_completion_length` too short for an answer, so every completion is cut before it; or the "
+    "task is already solved (every sample at the maximum reward)."
+)
+"""The causes that the no-signal warning names, after what it measured."""
 
 
 ZERO_STD_MESSAGE = (
@@ -66,8 +86,30 @@ class TrainingDiagnostics:
         self.entropy_streak = 0
         self.warned: set[str] = set()
         self.flat_fraction = 0.0
-        """The fraction of turn-1 groups of the step's rollout whose samples all had the same return."""
+        """The fraction of the groups of the step's rollout whose samples all had the same return."""
+        self.no_signal_streak = 0
+        self.zero_advantages = False  # every advantage of the step's rollout is exactly 0
+        self.rollout_facts: dict[str, Any] = {}  # what `see_rollout` measured, for the no-signal warning
         self.step_entropy: dict[int, list[float]] = defaultdict(lambda: [0.0, 0.0])  # agent -> [sum, tokens]
+
+    def see_rollout(self, rollout: Rollout, eos_ids: set[int]) -> None:
+        """Measure a training rollout: its fraction of flat groups, its distinct rewards and its completions cut at
+        `max_completion_length` (no token of `eos_ids` at the end)."""
+        self.flat_fraction = flat_group_fraction(rollout.turns)
+        self.zero_advantages = all(t.advantages is not None and not bool(t.advantages.nan_to_num(0.0).any())
+                                   for t in rollout.turns)
+        rewards = torch.cat([t.rewards.reshape(-1) for t in rollout.turns]) if rollout.turns else torch.zeros(0)
+        finite = rewards[torch.isfinite(rewards)]
+        completions = [ids for t in rollout.turns for agent in t.completion_ids for ids in agent]
+        limit = getattr(self.args, "max_completion_length", None)
+        cut = sum(1 for ids in completions
+                  if limit is not None and len(ids) >= limit and not (ids and ids[-1] in eos_ids))
+        self.rollout_facts = {
+            "distinct_rewards": sorted({round(float(v), 6) for v in finite.tolist()}),
+            "completions": len(completions),
+            "cut": cut,
+            "max_completion_length": limit,
+        }
 
     def add_entropy(self, agent: int, entropy: torch.Tensor, mask: torch.Tensor) -> None:
         """Count agent `agent`'s token entropies on the float `mask` towards the step's mean entropy."""
@@ -78,6 +120,7 @@ class TrainingDiagnostics:
         """After the last micro-step of an optimizer step: update the streaks, record them in `metrics` (the
         trainer's training metrics) and warn once when one reaches its limit."""
         args = self.args
+        self._check_signal()
         if args.zero_std_warning_steps is not None:
             flat = self.flat_fraction >= args.zero_std_warning_fraction
             self.zero_std_streak = self.zero_std_streak + 1 if flat else 0
@@ -94,6 +137,43 @@ class TrainingDiagnostics:
                 self._warn_once("entropy", ENTROPY_MESSAGE.format(
                     agents=low, threshold=args.entropy_warning_threshold, steps=self.entropy_streak))
         self.step_entropy.clear()
+
+    def _check_signal(self) -> None:
+        """Warn when the step had no learning signal: at its first such step, then every
+        `no_signal_warning_interval` steps while it lasts."""
+        interval = getattr(self.args, "no_signal_warning_interval", None)
+        all_flat, zero_advantages = self.flat_fraction >= 1.0, self.zero_advantages
+        if not (all_flat or zero_advantages):
+            self.no_signal_streak = 0
+            return
+        self.no_signal_streak += 1
+        if interval is None or not self.is_main_process or (self.no_signal_streak - 1) % interval:
+            return
+        warnings.warn(self.no_signal_message(all_flat), NoLearningSignalWarning, stacklevel=4)
+
+    def no_signal_message(self, all_flat: bool) -> str:
+        """The no-signal warning: what was measured (flat groups or zero advantages, the rewards, cut completions),
+        then the likely causes."""
+        what = ("every group gave all its samples the same return (`frac_reward_zero_std` = 1)" if all_flat else
+                "every advantage was exactly 0")
+        steps = self.no_signal_streak
+        lines = [f"MAGRPO: no learning signal for {steps} optimizer step{'s' if steps > 1 else ''} in a row: {what}, "
+                 "so no sample is preferred to another and the policy gradient gives the weights nothing to learn."]
+        facts = self.rollout_facts
+        distinct = facts.get("distinct_rewards", [])
+        if len(distinct) == 1:
+            lines.append(f"Every reward of the last rollout was {distinct[0]:g}.")
+        elif distinct:
+            lines.append(f"The last rollout's rewards took {len(distinct)} values, but never within one group.")
+        if facts.get("completions") and facts.get("cut", 0) * 2 >= facts["completions"]:
+            lines.append(f"{facts['cut']} of {facts['completions']} completions stopped at `max_completion_length` "
+                         f"({facts['max_completion_length']} tokens) without an end-of-sequence token: raise it if "
+                         "the answer comes after that.")
+        lines.append(NO_SIGNAL_CAUSES)
+        interval = getattr(self.args, "no_signal_warning_interval", None)
+        lines.append(f"(This warning repeats every {interval} steps while it lasts; "
+                     "`no_signal_warning_interval=None` silences it.)")
+        return " ".join(lines)
 
     def _warn_once(self, key: str, message: str) -> None:
         if key in self.warned or not self.is_main_process:

@@ -43,7 +43,7 @@ from ...core import (
 )
 from ...envs.base import MultiAgentEnv, PromptEnv, Transcript
 from ...rewarding import NonFiniteCounter, NonFiniteError
-from ...rollout import JointRollout, Rollout, TeamReward, TurnResult, flat_group_fraction, turn_advantages
+from ...rollout import JointRollout, Rollout, TeamReward, TurnResult, turn_advantages
 from ...team import AgentBatch, AgentTeam, pad_left, pad_right
 from ...team.generation import build_generation_backend
 from ...utils.precision import cast_lm_head_to_fp32
@@ -446,10 +446,10 @@ class MAGRPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer):
         self.rewards.require_some_score([t.rewards_per_func for t in rollout.turns], rollout.nonfinite_rewards)
         self.last_rollout = rollout
         self._count_nonfinite(rollout.nonfinite_rewards, "rewards")
-        if mode == "train":
-            self.diagnostics.flat_fraction = flat_group_fraction(rollout.turns)
         n = self.env.num_agents
         eos_ids = set().union(*(self.team.stop_token_ids(a) for a in range(n)))  # where generation stopped
+        if mode == "train":
+            self.diagnostics.see_rollout(rollout, eos_ids)  # flat groups, rewards, cut completions
         bounds = [0]
         for batch in row_batches:
             bounds.append(bounds[-1] + len(batch))
