@@ -23,8 +23,14 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 RESULTS = "benchmarks/results"
 """Record files: never code, so never a reason to call the tree dirty."""
 
-NUMERICS_ENV = ("ATEN_CPU_CAPABILITY", "MKL_CBWR", "MKL_ENABLE_INSTRUCTIONS", "ONEDNN_MAX_CPU_ISA", "OMP_NUM_THREADS",
-                "MKL_NUM_THREADS")
+NUMERICS_ENV = (
+    "ATEN_CPU_CAPABILITY",
+    "MKL_CBWR",
+    "MKL_ENABLE_INSTRUCTIONS",
+    "ONEDNN_MAX_CPU_ISA",
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+)
 """Environment variables that change which CPU kernels run, hence the last bits of every result."""
 
 
@@ -64,7 +70,8 @@ def require_clean(state: dict[str, Any], allow_dirty: bool, flag: str = "--allow
     raise SystemExit(
         f"The working tree differs from commit {state['commit'][:12]} ({', '.join(shown)}{more}): a record made now "
         f"would not name the code that produced it. Commit or stash the changes, or pass {flag} for a development "
-        "run (the record then says \"dirty\": true and lists the paths).")
+        'run (the record then says "dirty": true and lists the paths).'
+    )
 
 
 def _cpu_model() -> str:
@@ -95,8 +102,15 @@ def machine_info() -> dict[str, Any]:
     """The machine as far as it decides a CPU run's numbers (and its speed)."""
     import torch
 
-    return {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
-            "cpu_model": _cpu_model(), "cpu_flags": _cpu_flags(), "cpu_count": os.cpu_count(),
-            "torch_threads": torch.get_num_threads(), "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
-            "python": platform.python_version(), "torch": torch.__version__,
-            "numerics_env": {k: os.environ[k] for k in NUMERICS_ENV if k in os.environ}}
+    return {
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+        "cpu_model": _cpu_model(),
+        "cpu_flags": _cpu_flags(),
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "numerics_env": {k: os.environ[k] for k in NUMERICS_ENV if k in os.environ},
+    }
