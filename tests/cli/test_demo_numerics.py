@@ -62,8 +62,9 @@ def test_pins_are_what_is_missing_on_an_avx2_cpu() -> None:
     assert demo.numerics_pins({}, set()) == {}  # not x86 / no /proc/cpuinfo
 
 
-def test_the_toy_demo_restarts_itself_with_the_pins(launched: list[Any], monkeypatch: pytest.MonkeyPatch,
-                                                   capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_toy_demo_restarts_itself_with_the_pins(
+    launched: list[Any], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.setenv("TRL_MARL_CACHE", "/somewhere")
     with pytest.raises(Restarted):
         demo.demo_command(parse(["--quick", "--seed", "3"]))
@@ -112,8 +113,9 @@ def test_the_restarted_process_computes_with_the_pins(tmp_path: Path) -> None:
     )
     env = {k: v for k, v in os.environ.items() if k not in PINS}
     env.update(PYTHONPATH=str(ROOT / "src"), ATEN_CPU_CAPABILITY="default")
-    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300,
-                            cwd=tmp_path)
+    result = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     lines = result.stdout.splitlines()
     assert lines[0].startswith("Pinning the CPU kernels") and "MKL_CBWR=AVX2" in lines[0]
