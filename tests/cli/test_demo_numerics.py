@@ -60,6 +60,8 @@ def test_pins_are_what_is_missing_on_an_avx2_cpu() -> None:
     assert demo.numerics_pins(PINS, {"avx2"}) == {}
     assert demo.numerics_pins({}, {"avx", "sse4_2"}) == {}  # no AVX2: these kernels do not exist there
     assert demo.numerics_pins({}, set()) == {}  # not x86 / no /proc/cpuinfo
+    assert demo.numerics_pins({"TRL_MARL_NATIVE_KERNELS": "1"}, {"avx2"}) == {}  # the user's opt-out
+    assert demo.numerics_pins({"TRL_MARL_NATIVE_KERNELS": "0"}, {"avx2"}) == PINS
 
 
 def test_the_toy_demo_restarts_itself_with_the_pins(
@@ -98,6 +100,8 @@ def test_no_restart_outside_the_command_line_or_for_real(launched: list[Any], mo
     monkeypatch.setattr(demo, "cpu_flags", lambda: {"neon", "asimd"})  # an Arm CPU: nothing to pin
     assert demo.demo_command(parse([])) == 0
     assert [c[0] for c in launched] == ["real", "toy", "toy"]
+    with pytest.raises(Restarted):  # a measuring script asks for the restart whatever its name
+        demo.restart_with_pinned_numerics(flags={"avx2"}, programs=None)
 
 
 @pytest.mark.skipif("avx2" not in demo.cpu_flags(), reason="needs an x86 CPU with AVX2")

@@ -65,6 +65,9 @@ trained weights; the pins cost no measurable time there (docs/demo.md). A variab
 (`MKL_CBWR=AUTO ATEN_CPU_CAPABILITY=avx512` runs the widest kernels of an AVX-512 machine).
 """
 
+NATIVE_KERNELS_ENV = "TRL_MARL_NATIVE_KERNELS"
+"""Set to 1 to run the demo on the kernels the machine picks (faster on some CPUs; the digits then depend on it)."""
+
 _DEMO_PROGRAMS = ("trl-marl", "trl-marl.exe", "cli.py", "demo.py")
 """`sys.argv[0]` of a process started as the demo's command line (`trl-marl demo`, `python -m trl_marl.cli demo`,
 `python -m trl_marl.scripts.demo`): only such a process is restarted with [`NUMERICS_PINS`]."""
@@ -84,7 +87,8 @@ def cpu_flags() -> set[str]:
 
 def numerics_pins(environ: Mapping[str, str], flags: Iterable[str]) -> dict[str, str]:
     """The variables of [`NUMERICS_PINS`] that a demo process still lacks: none on a CPU without AVX2 (not x86, or an
-    old one: there the kernels cannot be pinned to the README's), and none that the user set to a value of their own.
+    old one: there the kernels cannot be pinned to the README's), none that the user set to a value of their own, and
+    none at all when [`NATIVE_KERNELS_ENV`] is set.
 
     Example:
 
@@ -93,22 +97,23 @@ def numerics_pins(environ: Mapping[str, str], flags: Iterable[str]) -> dict[str,
     {'ATEN_CPU_CAPABILITY': 'avx2'}
     ```
     """
-    if "avx2" not in set(flags):
+    if "avx2" not in set(flags) or environ.get(NATIVE_KERNELS_ENV, "") not in ("", "0"):
         return {}
     return {key: value for key, value in NUMERICS_PINS.items() if key not in environ}
 
 
-def restart_with_pinned_numerics(environ: Mapping[str, str] | None = None,
-                                 flags: Iterable[str] | None = None) -> None:
+def restart_with_pinned_numerics(environ: Mapping[str, str] | None = None, flags: Iterable[str] | None = None,
+                                 programs: Iterable[str] | None = _DEMO_PROGRAMS) -> None:
     """Restart this demo process with [`NUMERICS_PINS`] set, when any is missing; return when none is.
 
     The variables must be set before the first tensor operation (PyTorch fixes its kernels then, MKL at its first
     call), and importing `trl_marl` already runs some, so the process re-executes itself (`os.execve`, the same
     interpreter and command line, `sys.orig_argv`) with them in its environment. A process that was not started as
-    the demo's command line (a test, a script calling [`run_demo`]) is never restarted.
+    the demo's command line (a test, a script calling [`run_demo`]) is never restarted; a script that measures the
+    demo restarts itself by passing `programs=None`.
     """
     environ = os.environ if environ is None else environ
-    if os.path.basename(sys.argv[0]) not in _DEMO_PROGRAMS:
+    if programs is not None and os.path.basename(sys.argv[0]) not in set(programs):
         return
     pins = numerics_pins(environ, cpu_flags() if flags is None else flags)
     if not pins:
