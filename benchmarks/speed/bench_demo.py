@@ -13,9 +13,10 @@ Run alone on the machine (see DESIGN.md, "CPU timing pitfall"), once with the to
 
     PYTHONPATH=src python benchmarks/speed/bench_demo.py --json /tmp/bench_demo.json
 
-Like `trl-marl demo`, it restarts itself with the demo's CPU-kernel pins (`trl_marl.scripts.demo.NUMERICS_PINS`), so
-its digits are the ones the demo prints. The JSON names the commit read at the start (a tree with uncommitted changes
-is refused unless `--allow-dirty`) and the machine (`benchmarks/provenance.py`).
+Like `trl-marl demo`, it restarts itself with the demo's CPU-kernel pins
+(`trl_marl.scripts.numerics.NUMERICS_PINS`), so its digits are the ones the demo prints. The JSON names the commit
+read at the start (a tree with uncommitted changes is refused unless `--allow-dirty`) and the machine
+(`benchmarks/provenance.py`).
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root, for `benchmarks.provenance`
 from benchmarks.provenance import git_state, machine_info, require_clean  # noqa: E402
 
-from trl_marl.scripts.demo import DemoConfig, restart_with_pinned_numerics, run_demo  # noqa: E402
+from trl_marl.scripts.demo import DemoConfig, run_demo  # noqa: E402
+from trl_marl.scripts.numerics import restart_with_pinned_numerics  # noqa: E402
 
 
 def seed_row(seed: int, preset: str) -> dict[str, Any]:

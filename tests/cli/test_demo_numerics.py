@@ -1,4 +1,4 @@
-"""`trl-marl demo` pins its CPU kernels (`trl_marl.scripts.demo.NUMERICS_PINS`) so that its digits do not depend on
+"""`trl-marl demo` pins its CPU kernels (`trl_marl.scripts.numerics.NUMERICS_PINS`) so that its digits do not depend on
 the machine's instruction set or MKL's dispatch: it restarts itself with the pins when they are missing, keeps what
 the user set, never restarts a process that is not the demo's command line, and never pins `--real` (whose records
 were measured unpinned)."""
@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from trl_marl.scripts import demo
+from trl_marl.scripts import demo, numerics
 
 ROOT = Path(__file__).resolve().parents[2]
 PINS = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2"}
@@ -42,7 +42,7 @@ def launched(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     monkeypatch.setattr(sys, "argv", ["/venv/bin/trl-marl", "demo", "--quick", "--seed", "3"])
     monkeypatch.setattr(sys, "orig_argv", ["/venv/bin/python", "/venv/bin/trl-marl", "demo", "--quick", "--seed", "3"])
     monkeypatch.setattr(os, "execve", execve)
-    monkeypatch.setattr(demo, "cpu_flags", lambda: {"sse4_2", "avx", "avx2", "fma"})
+    monkeypatch.setattr(numerics, "cpu_flags", lambda: {"sse4_2", "avx", "avx2", "fma"})
     monkeypatch.setattr(demo, "run_demo", lambda config: calls.append(("toy", config)))
     from trl_marl.scripts import demo_real
 
@@ -53,15 +53,19 @@ def launched(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
 
 
 def test_pins_are_what_is_missing_on_an_avx2_cpu() -> None:
-    assert demo.NUMERICS_PINS == PINS
-    assert demo.numerics_pins({}, {"avx", "avx2"}) == PINS
-    assert demo.numerics_pins({"PATH": "/bin"}, ["avx2", "avx512f"]) == PINS  # an AVX-512 CPU runs the AVX2 kernels
-    assert demo.numerics_pins({"MKL_CBWR": "COMPATIBLE"}, {"avx2"}) == {"ATEN_CPU_CAPABILITY": "avx2"}  # the user's
-    assert demo.numerics_pins(PINS, {"avx2"}) == {}
-    assert demo.numerics_pins({}, {"avx", "sse4_2"}) == {}  # no AVX2: these kernels do not exist there
-    assert demo.numerics_pins({}, set()) == {}  # not x86 / no /proc/cpuinfo
-    assert demo.numerics_pins({"TRL_MARL_NATIVE_KERNELS": "1"}, {"avx2"}) == {}  # the user's opt-out
-    assert demo.numerics_pins({"TRL_MARL_NATIVE_KERNELS": "0"}, {"avx2"}) == PINS
+    assert numerics.NUMERICS_PINS == PINS
+    assert numerics.numerics_pins({}, {"avx", "avx2"}) == PINS
+    assert (
+        numerics.numerics_pins({"PATH": "/bin"}, ["avx2", "avx512f"]) == PINS
+    )  # an AVX-512 CPU runs the AVX2 kernels
+    assert numerics.numerics_pins({"MKL_CBWR": "COMPATIBLE"}, {"avx2"}) == {
+        "ATEN_CPU_CAPABILITY": "avx2"
+    }  # the user's
+    assert numerics.numerics_pins(PINS, {"avx2"}) == {}
+    assert numerics.numerics_pins({}, {"avx", "sse4_2"}) == {}  # no AVX2: these kernels do not exist there
+    assert numerics.numerics_pins({}, set()) == {}  # not x86 / no /proc/cpuinfo
+    assert numerics.numerics_pins({"TRL_MARL_NATIVE_KERNELS": "1"}, {"avx2"}) == {}  # the user's opt-out
+    assert numerics.numerics_pins({"TRL_MARL_NATIVE_KERNELS": "0"}, {"avx2"}) == PINS
 
 
 def test_the_toy_demo_restarts_itself_with_the_pins(
@@ -97,21 +101,21 @@ def test_no_restart_outside_the_command_line_or_for_real(launched: list[Any], mo
     monkeypatch.setattr(sys, "argv", ["/venv/lib/python3.11/site-packages/pytest/__main__.py", "tests"])
     assert demo.demo_command(parse(["--quick"])) == 0  # a test or a script calling the demo: never re-executed
     monkeypatch.setattr(sys, "argv", ["/venv/bin/trl-marl", "demo"])
-    monkeypatch.setattr(demo, "cpu_flags", lambda: {"neon", "asimd"})  # an Arm CPU: nothing to pin
+    monkeypatch.setattr(numerics, "cpu_flags", lambda: {"neon", "asimd"})  # an Arm CPU: nothing to pin
     assert demo.demo_command(parse([])) == 0
     assert [c[0] for c in launched] == ["real", "toy", "toy"]
     with pytest.raises(Restarted):  # a measuring script asks for the restart whatever its name
-        demo.restart_with_pinned_numerics(flags={"avx2"}, programs=None)
+        numerics.restart_with_pinned_numerics(flags={"avx2"}, programs=None)
 
 
-@pytest.mark.skipif("avx2" not in demo.cpu_flags(), reason="needs an x86 CPU with AVX2")
+@pytest.mark.skipif("avx2" not in numerics.cpu_flags(), reason="needs an x86 CPU with AVX2")
 def test_the_restarted_process_computes_with_the_pins(tmp_path: Path) -> None:
     """For real: a process that already ran tensor operations restarts, and the new one has the pins in effect (here
     the user's `ATEN_CPU_CAPABILITY=default` is kept, which shows that the restarted torch reads it)."""
     code = (
         "import os, sys; sys.argv[0] = 'trl-marl'\n"
         "import torch; torch.ones(8).sum()  # PyTorch fixes its kernels here\n"
-        "from trl_marl.scripts.demo import restart_with_pinned_numerics\n"
+        "from trl_marl.scripts.numerics import restart_with_pinned_numerics\n"
         "restart_with_pinned_numerics()\n"
         "print('pinned', torch.backends.cpu.get_cpu_capability(), os.environ['MKL_CBWR'])\n"
     )

@@ -318,6 +318,7 @@ def run_real_demo(config: RealDemoConfig) -> dict[str, Any]:
     """Run `trl-marl demo --real`; returns the results written to `demo_real_metrics.json`."""
     quiet_logs()
     from ..utils.model_names import resolve_model_name
+    from .numerics import numerics_info
 
     preset = REAL_PRESETS[config.preset]
     out = os.path.abspath(config.output_dir)
@@ -337,6 +338,7 @@ def run_real_demo(config: RealDemoConfig) -> dict[str, Any]:
     results["maporl"] = run_maporl_real(preset["maporl_updates"], config.seed, preset["debate_questions"],
                                         work_dir.name, config.show_progress)
     results["seconds"] = time.perf_counter() - start
+    results["numerics"] = numerics_info()  # what decided the last bits: kernels, threads, CPU (docs/demo.md)
     results["table"] = format_real_table(results)
     with open(os.path.join(out, "demo_real_metrics.json"), "w") as f:
         json.dump(results, f, indent=2)
