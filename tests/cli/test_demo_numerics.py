@@ -129,3 +129,20 @@ def test_the_restarted_process_computes_with_the_pins(tmp_path: Path) -> None:
     assert lines[0].startswith("Pinning the CPU kernels") and "MKL_CBWR=AVX2" in lines[0]
     assert "ATEN_CPU_CAPABILITY" not in lines[0]
     assert lines[1:] == ["pinned DEFAULT AVX2"]
+
+
+def test_toy_models_are_kept_per_kernels(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A toy model pretrained on other kernels gives other digits: the demo keeps its models in a folder per kernel
+    set, so a cache filled by an unpinned run is never trained on by a pinned one (and the other way round)."""
+    import torch
+
+    capability = torch.backends.cpu.get_cpu_capability().lower()
+    monkeypatch.setenv("TRL_MARL_CACHE", str(tmp_path))
+    monkeypatch.delenv("MKL_CBWR", raising=False)
+    unpinned = demo.demo_model_dir("target")
+    assert numerics.kernel_tag() == f"{capability}-mkl-default"
+    for value in ("AVX2", "BRANCH=AVX2,STRICT", "avx2"):
+        monkeypatch.setenv("MKL_CBWR", value)
+        assert numerics.kernel_tag() == f"{capability}-mkl-avx2"
+    pinned = demo.demo_model_dir("target")
+    assert pinned == str(tmp_path / "toy" / "demo" / f"{capability}-mkl-avx2" / "target") and pinned != unpinned

@@ -103,3 +103,14 @@ def numerics_info() -> dict[str, Any]:
         "machine": platform.machine(),
         "avx512": any(f.startswith("avx512") for f in cpu_flags()),
     }
+
+
+def kernel_tag() -> str:
+    """The kernels this process computes with, as a folder name: the demo keeps the toy models it pretrains under it,
+    so that a model pretrained on other kernels (an older, unpinned run, or `TRL_MARL_NATIVE_KERNELS=1`) is never
+    trained on, which would change the digits again. `"avx2-mkl-avx2"` when pinned, `"avx2-mkl-default"` on this
+    kind of machine unpinned."""
+    import torch
+
+    cbwr = os.environ.get("MKL_CBWR", "default").split(",")[0].replace("BRANCH=", "")
+    return f"{torch.backends.cpu.get_cpu_capability().lower()}-mkl-{cbwr.lower()}"
