@@ -50,7 +50,7 @@ def test_addition_split_is_disjoint_in_either_order(seed: int) -> None:
 
 
 def test_value_models_zero_keeps_the_trainer_default() -> None:
-    assert demo_real.value_models(0) is None
+    assert demo_real.value_models(0, seed=0) is None
 
 
 def test_table() -> None:
@@ -113,3 +113,23 @@ def test_heldout_lists_repeat_as_documented() -> None:
     _, held = demo_real.number_split()
     assert demo_real.distinct(demo_real.item_lists(held, 24, demo_real.EVAL_SEED), "items") == 22
     assert demo_real.distinct(demo_real.item_lists(held, 16, demo_real.EVAL_SEED), "items") == 15
+
+
+def test_value_heads_follow_the_seed_not_the_process(real_model_dir: str) -> None:
+    """The MAPoRL value models' new score heads are drawn from the run's seed: not from the global RNG, whose state
+    depends on what the process ran before (building the model cache, an earlier seed of the same benchmark), which
+    made two runs of one seed on one machine train differently. The global RNG is left as it was."""
+    import torch
+
+    def heads(global_state: int, seed: int) -> list[torch.Tensor]:
+        torch.manual_seed(global_state)
+        torch.rand(global_state)  # whatever the process did before
+        before = torch.get_rng_state()
+        models = demo_real.value_models(1, count=2, seed=seed)
+        assert torch.equal(torch.get_rng_state(), before)
+        return [m.score.weight.detach().clone() for m in models]
+
+    first, second, other = heads(1, seed=3), heads(2, seed=3), heads(1, seed=4)
+    assert all(torch.equal(a, b) for a, b in zip(first, second))
+    assert not torch.equal(first[0], first[1])  # one head per agent
+    assert not torch.equal(first[0], other[0])

@@ -182,19 +182,28 @@ def sampled_team_success(env: Any, reward: Any, team: Any, rows: Sequence[dict[s
             "completions": result.completions}
 
 
-def value_models(top_layers: int, count: int = 2, model: str = REAL_MODEL) -> list[Any] | None:
+def value_models(top_layers: int, count: int = 2, model: str = REAL_MODEL, *, seed: int) -> list[Any] | None:
     """Value models that train only their top `top_layers` layers, norm and score head (`0`: None, the trainer's
     default full copies). On a CPU a full value model's backward through all 30 layers costs more than the LoRA
-    policy's."""
+    policy's.
+
+    The score heads are new, randomly initialised weights: they are drawn from `seed` alone, in a forked RNG that
+    leaves the global one as it was. (Drawn from the global RNG, as before 2026-11-27, they depended on whatever the
+    process had run until then: the model cache being built or not, an earlier seed of the same benchmark process.)
+    """
     if top_layers <= 0:
         return None
+    import torch
     from transformers import AutoModelForSequenceClassification
 
     from ..utils.model_names import resolve_model_name
 
+    path = resolve_model_name(model)
     out = []
-    for _ in range(count):
-        vm = AutoModelForSequenceClassification.from_pretrained(resolve_model_name(model), num_labels=1)
+    for index in range(count):
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed * 1000 + index)  # one head per agent, different from the other agents'
+            vm = AutoModelForSequenceClassification.from_pretrained(path, num_labels=1)
         vm.requires_grad_(False)
         for layer in list(vm.model.layers)[-top_layers:]:
             layer.requires_grad_(True)
@@ -232,8 +241,8 @@ def debate_trainer(*, seed: int, updates: int, output_dir: str, eval_questions: 
         args=config, model=model, reward_funcs=[reward], env=env,
         train_dataset=Dataset.from_list(addition_rows(train_pairs, max(64, 2 * updates * batch), seed)),
         eval_dataset=Dataset.from_list(heldout_debate_rows(seed, eval_questions)),
-        eval_verifier=verifier, peft_config=real_lora_config(), value_model=value_models(sizes["value_layers"],
-                                                                                         model=model),
+        eval_verifier=verifier, peft_config=real_lora_config(),
+        value_model=value_models(sizes["value_layers"], model=model, seed=seed),
     )
 
 
