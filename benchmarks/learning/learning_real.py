@@ -23,7 +23,9 @@ the untrained team as the baseline and every value taken at the END of training 
 
 The recipes (LoRA placement, trainers, evaluation, data splits) are `trl_marl.scripts.demo_real`'s, which
 `trl-marl demo --real` runs once. Results (per seed, plus mean and spread over seeds) go to a JSON file under
-benchmarks/results with the command, the git commit and the machine. `--smoke` runs 1 step with tiny evaluation
+benchmarks/results with the command, the machine and the git commit read when the run starts; a tree with
+uncommitted changes (outside benchmarks/results) is refused unless `--allow-dirty` is given, and then the record says
+`"dirty": true` and lists the changed paths (`benchmarks/provenance.py`). `--smoke` runs 1 step with tiny evaluation
 sets to check the wiring (not a measurement).
 
     python benchmarks/learning/learning_real.py magrpo --seeds 0 1 2 3 4 --steps 30
@@ -36,16 +38,18 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import random
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root, for `benchmarks.provenance`
+from benchmarks.provenance import git_state, machine_info, require_clean  # noqa: E402
 
 MODEL = "smollm2-135m-instruct"
 HELDOUT_TARGETS = (5, 9, 13)
@@ -341,30 +345,13 @@ def summarize(kind: str, runs: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def _commit() -> str:
-    try:
-        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=HERE, capture_output=True, text=True, check=True)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=HERE,
-                               capture_output=True, text=True, check=True).stdout.strip()
-        return head.stdout.strip() + ("-dirty" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
-def machine() -> dict[str, Any]:
-    import torch
-
-    return {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
-            "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(), "python": platform.python_version(),
-            "torch": torch.__version__}
-
-
 def make_record(kind: str, argv: Sequence[str], settings: dict[str, Any], runs: list[dict[str, Any]],
-                seconds: float) -> dict[str, Any]:
-    """The JSON record of one benchmark run."""
+                seconds: float, git: dict[str, Any]) -> dict[str, Any]:
+    """The JSON record of one benchmark run; `git` is [`git_state`] read when the run started."""
     return {"benchmark": f"learning_real/{kind}",
             "command": "python benchmarks/learning/learning_real.py " + " ".join(argv),
-            "commit": _commit(), "machine": machine(), "model": settings["model"], "settings": settings,
+            "commit": git["commit"], "dirty": git["dirty"], "dirty_paths": git["dirty_paths"],
+            "machine": machine_info(), "model": settings["model"], "settings": settings,
             "seeds": [r["seed"] for r in runs], "runs": runs, "summary": summarize(kind, runs),
             "seconds": seconds, "note": "values at the end of training; held-out data never trained on"}
 
@@ -388,6 +375,9 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--value-layers", type=int, default=None,
                         help="MAPoRL: value models train only their top N layers (0: the trainer's full default)")
     parser.add_argument("--output", default=None, help="JSON path (default benchmarks/results/learning_real_*)")
+    parser.add_argument("--allow-dirty", action="store_true",
+                        help="run on a tree with uncommitted changes (development only: the record says "
+                             "\"dirty\": true and lists the changed paths)")
     return parser.parse_args(argv)
 
 
@@ -414,6 +404,8 @@ def settings_for(args: argparse.Namespace) -> dict[str, Any]:
 def main(argv: Sequence[str] | None = None, run_seed: Callable[..., dict[str, Any]] | None = None) -> dict[str, Any]:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
+    git = git_state()  # read before anything runs: the record names the code the run started with
+    require_clean(git, args.allow_dirty)
     import torch
 
     # an explicit OMP_NUM_THREADS is what the trainers' own thread choice respects (`trl_marl.utils.threads`): without
@@ -437,7 +429,7 @@ def main(argv: Sequence[str] | None = None, run_seed: Callable[..., dict[str, An
             runs.append(run)
             print(json.dumps(brief(args.kind, run)), flush=True)
             # the record is rewritten after every seed: a run cut short keeps the seeds it finished
-            record = make_record(args.kind, argv, settings, runs, time.perf_counter() - start)
+            record = make_record(args.kind, argv, settings, runs, time.perf_counter() - start, git)
             with open(output, "w") as f:
                 json.dump(record, f, indent=2)
     print(f"wrote {output}")

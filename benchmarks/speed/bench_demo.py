@@ -12,18 +12,28 @@ MAPoRL training, and the demo's wall time. Targets (issue 9):
 Run alone on the machine (see DESIGN.md, "CPU timing pitfall"), once with the toy models already cached:
 
     PYTHONPATH=src python benchmarks/speed/bench_demo.py --json /tmp/bench_demo.json
+
+Like `trl-marl demo`, it restarts itself with the demo's CPU-kernel pins
+(`trl_marl.scripts.numerics.NUMERICS_PINS`), so its digits are the ones the demo prints. The JSON names the commit
+read at the start (a tree with uncommitted changes is refused unless `--allow-dirty`) and the machine
+(`benchmarks/provenance.py`).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
+import sys
 import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
-from trl_marl.scripts.demo import DemoConfig, run_demo
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root, for `benchmarks.provenance`
+from benchmarks.provenance import git_state, machine_info, require_clean  # noqa: E402
+
+from trl_marl.scripts.demo import DemoConfig, run_demo  # noqa: E402
+from trl_marl.scripts.numerics import restart_with_pinned_numerics  # noqa: E402
 
 
 def seed_row(seed: int, preset: str) -> dict[str, Any]:
@@ -52,7 +62,12 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=list(range(10)))
     parser.add_argument("--preset", default="default", choices=["quick", "default", "full"])
     parser.add_argument("--json", default=None, help="Where to write the per-seed results.")
+    parser.add_argument("--allow-dirty", action="store_true",
+                        help="Run on a tree with uncommitted changes (the record says \"dirty\": true).")
     args = parser.parse_args()
+    git = git_state()
+    require_clean(git, args.allow_dirty)
+    restart_with_pinned_numerics(programs=None)
     rows = []
     for seed in args.seeds:
         rows.append(seed_row(seed, args.preset))
@@ -70,7 +85,9 @@ def main() -> None:
     print(f"summary over {len(rows)} seeds: {summary}")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"rows": rows, "summary": summary, "cpu_count": os.cpu_count()}, f, indent=2)
+            json.dump({"command": "python " + " ".join(sys.argv), "commit": git["commit"], "dirty": git["dirty"],
+                       "dirty_paths": git["dirty_paths"], "machine": machine_info(), "rows": rows,
+                       "summary": summary}, f, indent=2)
 
 
 if __name__ == "__main__":

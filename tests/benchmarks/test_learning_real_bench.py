@@ -24,6 +24,15 @@ def bench() -> Any:
     return load_script(PATH)
 
 
+CLEAN = {"commit": "c0ffee" * 6 + "abcd", "dirty": False, "dirty_paths": []}
+
+
+@pytest.fixture
+def clean_tree(bench: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The harness reads a clean checkout at commit `CLEAN` (whatever the developer's tree holds right now)."""
+    monkeypatch.setattr(bench, "git_state", lambda: dict(CLEAN))
+
+
 def test_target_split_holds_out_5_9_13(bench: Any) -> None:
     train, heldout = bench.target_split()
     assert heldout == [5, 9, 13]
@@ -131,7 +140,7 @@ def test_magrpo_arms_wiring(bench: Any) -> None:
     assert len(run["alone"]["agents"]) == 2
 
 
-def test_record_fields_and_summary(bench: Any, tmp_path: Path) -> None:
+def test_record_fields_and_summary(bench: Any, tmp_path: Path, clean_tree: None) -> None:
     def fake_seed(seed: int, settings: dict, work: str) -> dict:
         def res(x: float) -> dict:
             return {"heldout": {"success": x, "reward": 1.0}, "train_rows": {"success": x + 0.1, "reward": 1.0}}
@@ -149,7 +158,7 @@ def test_record_fields_and_summary(bench: Any, tmp_path: Path) -> None:
         {"mean": 0.3, "std": 0.1414213, "min": 0.2, "max": 0.4}, abs=1e-6)
     assert record["summary"]["untrained/heldout/success"]["mean"] == 0.0
     assert "alone/heldout/success" not in record["summary"]
-    assert len(record["commit"]) >= 40 or record["commit"] == "unknown"
+    assert record["commit"] == CLEAN["commit"] and record["dirty"] is False and record["dirty_paths"] == []
 
 
 def test_smoke_settings(bench: Any) -> None:
@@ -162,7 +171,8 @@ def test_smoke_settings(bench: Any) -> None:
     assert settings["task"] == "target_sum"
 
 
-def test_threads_option_is_what_the_trainers_use(bench: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_threads_option_is_what_the_trainers_use(bench: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                 clean_tree: None) -> None:
     """`--threads N` must reach the trainers, whose own choice (one thread per core for a 135M model) respects only an
     explicit OMP_NUM_THREADS (`trl_marl.utils.threads.choose_cpu_threads`)."""
     import torch
@@ -186,7 +196,7 @@ def test_threads_option_is_what_the_trainers_use(bench: Any, tmp_path: Path, mon
     assert seen["choice"] is None and seen["torch"] == 1  # the trainers leave the harness's one thread alone
 
 
-def test_a_run_cut_short_keeps_the_seeds_it_finished(bench: Any, tmp_path: Path) -> None:
+def test_a_run_cut_short_keeps_the_seeds_it_finished(bench: Any, tmp_path: Path, clean_tree: None) -> None:
     def fake_seed(seed: int, settings: dict, work: str) -> dict:
         if seed == 2:
             raise KeyboardInterrupt  # the run is cut off during its second seed
@@ -198,3 +208,59 @@ def test_a_run_cut_short_keeps_the_seeds_it_finished(bench: Any, tmp_path: Path)
         bench.main(["magrpo", "--seeds", "0", "2", "--arms", "team", "--output", str(out)], run_seed=fake_seed)
     record = json.loads(out.read_text())
     assert record["seeds"] == [0] and record["summary"]["team/heldout/success"]["mean"] == 0.5
+
+
+# ------------------------------------------------------------------------------------------------------ provenance
+def _git(repo: Path, *args: str) -> str:
+    import subprocess
+
+    return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=repo, check=True,
+                          capture_output=True, text=True).stdout.strip()
+
+
+def test_git_state_sees_every_change_but_results(tmp_path: Path) -> None:
+    """Tracked edits and new files anywhere make the tree dirty; records under benchmarks/results/ never do."""
+    git_state = load_script(PATH.parents[1] / "provenance.py").git_state
+    repo = tmp_path / "repo"
+    (repo / "src").mkdir(parents=True)
+    (repo / "benchmarks" / "results").mkdir(parents=True)
+    (repo / "src" / "a.py").write_text("x = 1\n")
+    (repo / ".gitignore").write_text("*.log\n")
+    _git(repo, "init", "-q")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-q", "-m", "one")
+    head = _git(repo, "rev-parse", "HEAD")
+    (repo / "benchmarks" / "results" / "r.json").write_text("{}")  # a record not yet committed
+    (repo / "run.log").write_text("ignored")
+    assert git_state(repo) == {"commit": head, "dirty": False, "dirty_paths": []}
+    (repo / "src" / "a.py").write_text("x = 2\n")
+    (repo / "src" / "b.py").write_text("")  # a new module the run would import
+    assert git_state(repo) == {"commit": head, "dirty": True, "dirty_paths": ["src/a.py", "src/b.py"]}
+    assert git_state(tmp_path / "nowhere") == {"commit": "unknown", "dirty": None, "dirty_paths": []}
+
+
+def test_a_dirty_tree_is_refused_unless_allowed(bench: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The record names the commit read when the run STARTED (a later reading, after the code changed under a
+    long run, must not replace it), and a dirty tree is refused before any seed runs unless `--allow-dirty`."""
+    readings = iter([{"commit": "a" * 40, "dirty": True, "dirty_paths": ["src/x.py"]},
+                     {"commit": "b" * 40, "dirty": False, "dirty_paths": []}])
+    monkeypatch.setattr(bench, "git_state", lambda: next(readings))
+    ran = []
+
+    def fake_seed(seed: int, settings: dict, work: str) -> dict:
+        ran.append(seed)
+        result = {"heldout": {"success": 0.5, "reward": 0.7}, "train_rows": {"success": 0.5, "reward": 0.7}}
+        return {"seed": seed, "untrained": result, "team": result}
+
+    out = tmp_path / "r.json"
+    argv = ["magrpo", "--seeds", "0", "1", "--arms", "team", "--output", str(out)]
+    with pytest.raises(SystemExit, match=r"differs from commit aaaaaaaaaaaa \(src/x.py\).*--allow-dirty"):
+        bench.main(argv, run_seed=fake_seed)
+    assert ran == [] and not out.exists()
+    readings = iter([{"commit": "a" * 40, "dirty": True, "dirty_paths": ["src/x.py"]},
+                     {"commit": "b" * 40, "dirty": False, "dirty_paths": []}])
+    bench.main([*argv, "--allow-dirty"], run_seed=fake_seed)
+    record = json.loads(out.read_text())
+    assert ran == [0, 1]
+    assert (record["commit"], record["dirty"], record["dirty_paths"]) == ("a" * 40, True, ["src/x.py"])
+    assert record["command"].endswith("--allow-dirty")

@@ -35,3 +35,9 @@ def test_quick_demo_end_to_end(tmp_path):
     assert len(maporl["before"]["majority_accuracy"]) == 3 and len(maporl["before"]["w_to_r_rate"]) == 2
     for value in (magrpo["success_before"], magrpo["magrpo_success_after"], *maporl["after"]["majority_accuracy"]):
         assert 0.0 <= value <= 1.0
+    # on an x86 CPU with AVX2 the command restarted itself with its kernel pins, and the run computed with them
+    from trl_marl.scripts.numerics import NUMERICS_PINS, cpu_flags
+
+    if "avx2" in cpu_flags() and not any(k in env for k in (*NUMERICS_PINS, "TRL_MARL_NATIVE_KERNELS")):
+        assert metrics["numerics"]["pins"] == NUMERICS_PINS and metrics["numerics"]["torch_cpu_capability"] == "AVX2"
+        assert result.stdout.startswith("Pinning the CPU kernels")

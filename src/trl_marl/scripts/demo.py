@@ -26,6 +26,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from .numerics import kernel_tag, numerics_info, restart_with_pinned_numerics
 from .progress import progress_callback, quiet_logs, replace_progress, turn_accuracy_rows
 
 DESCRIPTION = "Offline toy world: MAGRPO vs agents trained alone, and a MAPoRL debate."
@@ -172,6 +173,14 @@ MAPORL_SETTINGS: dict[str, Any] = {
 """Hyperparameters of the demo debate (see benchmarks/README.md for how they were chosen)."""
 
 
+def demo_model_dir(name: str) -> str:
+    """Where the demo keeps its toy model `name`: under the toy cache, in a folder per set of kernels
+    ([`~trl_marl.scripts.numerics.kernel_tag`]), since a model pretrained on other kernels gives other digits."""
+    from ..toy.cache import toy_cache_dir
+
+    return str(toy_cache_dir() / "demo" / kernel_tag() / name)
+
+
 def debate_team(seed: int = 0) -> list[str]:
     """The demo's heterogeneous debate team: three toy models of different strengths (built once, then cached).
 
@@ -181,9 +190,10 @@ def debate_team(seed: int = 0) -> list[str]:
     """
     from ..toy import make_toy_model
 
-    return [make_toy_model(task="facts_specialist", hidden_size=64, num_layers=2, pretrain_steps=600, seed=seed,
-                           specialty=None, novice_known_prob=1.0 if i == 0 else 0.4, knowledge_seed=i,
-                           copy_prob=1.0) for i in range(3)]
+    return [make_toy_model(demo_model_dir(f"debate_{i}_seed{seed}"), task="facts_specialist", hidden_size=64,
+                           num_layers=2, pretrain_steps=600, seed=seed, specialty=None,
+                           novice_known_prob=1.0 if i == 0 else 0.4, knowledge_seed=i, copy_prob=1.0)
+            for i in range(3)]
 
 
 def run_maporl_part(updates: int, seed: int, episodes: int, work_dir: str, show_progress: bool) -> dict[str, Any]:
@@ -335,8 +345,8 @@ def run_demo(config: DemoConfig) -> dict[str, Any]:
     work = work_dir.name
     start = time.perf_counter()
     print("[1/4] Tiny language models pretrained on synthetic tasks (built once, then cached)", flush=True)
-    model_dir = make_toy_model(task="target", hidden_size=32, num_layers=1, pretrain_steps=100, seed=0,
-                               targets=(TARGET,))
+    model_dir = make_toy_model(demo_model_dir("target"), task="target", hidden_size=32, num_layers=1,
+                               pretrain_steps=100, seed=0, targets=(TARGET,))
     debate_team()
     results: dict[str, Any] = {"preset": config.preset, "seed": config.seed}
     print(f"[2/4] MAGRPO vs training each agent alone: {preset['magrpo_steps']} steps each", flush=True)
@@ -347,6 +357,7 @@ def run_demo(config: DemoConfig) -> dict[str, Any]:
     results["maporl"] = run_maporl_part(preset["maporl_updates"], config.seed, preset["eval_episodes"], work,
                                         config.show_progress)
     results["seconds"] = time.perf_counter() - start
+    results["numerics"] = numerics_info()
     results["table"] = format_table(results)
     results["plots"] = make_plots(results, out)
     with open(os.path.join(out, "demo_metrics.json"), "w") as f:
@@ -381,6 +392,7 @@ def demo_command(args: argparse.Namespace) -> int:
         run_real_demo(RealDemoConfig(preset=args.preset, seed=args.seed,
                                      output_dir=args.output_dir or "trl-marl-demo-real"))
         return 0
+    restart_with_pinned_numerics()  # returns when the kernels are pinned (or cannot be): the toy demo's digits
     run_demo(DemoConfig(preset=args.preset, seed=args.seed, output_dir=args.output_dir or "trl-marl-demo"))
     return 0
 

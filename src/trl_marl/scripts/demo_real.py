@@ -100,11 +100,32 @@ def addition_split(seed: int, num_heldout: int = 15) -> tuple[list[tuple[int, in
 
 
 def addition_rows(pairs: Sequence[tuple[int, int]], count: int, seed: int) -> list[dict[str, str]]:
-    """`count` debate rows (`question`, `answer`) drawn with `seed` from `pairs` (cycling through a shuffled copy)."""
+    """`count` debate rows (`question`, `answer`) drawn with `seed` from `pairs` (cycling through a shuffled copy):
+    with more rows than pairs, a question comes back once every `len(pairs)` rows."""
     order = list(pairs)
     random.Random(seed).shuffle(order)
     return [{"question": f"What is {a} + {b}?", "answer": str(a + b)}
             for a, b in (order[i % len(order)] for i in range(count))]
+
+
+def heldout_debate_rows(seed: int, count: int) -> list[dict[str, str]]:
+    """The debate's evaluation rows: `count` debates over the held-out additions of `seed` ([`addition_split`]),
+    cycling through them, so with `count` above their number (26-30 by seed) some are debated more than once.
+
+    Example:
+
+    ```python
+    >>> rows = heldout_debate_rows(0, 40)
+    >>> len(rows), len({r["question"] for r in rows})
+    (40, 27)
+    ```
+    """
+    return addition_rows(addition_split(seed)[1], count, 10_000 + seed)
+
+
+def distinct(rows: Sequence[dict[str, Any]], key: str) -> int:
+    """How many different values of `key` the evaluation rows hold (lists compare by their items, in order)."""
+    return len({tuple(r[key]) if isinstance(r[key], list) else r[key] for r in rows})
 
 
 # ---------------------------------------------------------------------------------------------------- recipes
@@ -164,19 +185,28 @@ def sampled_team_success(env: Any, reward: Any, team: Any, rows: Sequence[dict[s
             "completions": result.completions}
 
 
-def value_models(top_layers: int, count: int = 2, model: str = REAL_MODEL) -> list[Any] | None:
+def value_models(top_layers: int, count: int = 2, model: str = REAL_MODEL, *, seed: int) -> list[Any] | None:
     """Value models that train only their top `top_layers` layers, norm and score head (`0`: None, the trainer's
     default full copies). On a CPU a full value model's backward through all 30 layers costs more than the LoRA
-    policy's."""
+    policy's.
+
+    The score heads are new, randomly initialised weights: they are drawn from `seed` alone, in a forked RNG that
+    leaves the global one as it was. (Drawn from the global RNG, as before 2026-11-27, they depended on whatever the
+    process had run until then: the model cache being built or not, an earlier seed of the same benchmark process.)
+    """
     if top_layers <= 0:
         return None
+    import torch
     from transformers import AutoModelForSequenceClassification
 
     from ..utils.model_names import resolve_model_name
 
+    path = resolve_model_name(model)
     out = []
-    for _ in range(count):
-        vm = AutoModelForSequenceClassification.from_pretrained(resolve_model_name(model), num_labels=1)
+    for index in range(count):
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed * 1000 + index)  # one head per agent, different from the other agents'
+            vm = AutoModelForSequenceClassification.from_pretrained(path, num_labels=1)
         vm.requires_grad_(False)
         for layer in list(vm.model.layers)[-top_layers:]:
             layer.requires_grad_(True)
@@ -197,7 +227,7 @@ def debate_trainer(*, seed: int, updates: int, output_dir: str, eval_questions: 
     from ..rewards.verifier import AnswerVerifier
     from ..trainers import MultiAgentPPOConfig, MultiAgentPPOTrainer
 
-    train_pairs, heldout_pairs = addition_split(seed)
+    train_pairs, _ = addition_split(seed)
     verifier = AnswerVerifier(task="math")
     reward = InfluenceAwareReward(verifier, gamma=1.0, alpha0=0.5, alpha1=0.5, beta0=0.2, beta1=0.2)
     batch = sizes["batch"]
@@ -213,9 +243,9 @@ def debate_trainer(*, seed: int, updates: int, output_dir: str, eval_questions: 
     return MultiAgentPPOTrainer(
         args=config, model=model, reward_funcs=[reward], env=env,
         train_dataset=Dataset.from_list(addition_rows(train_pairs, max(64, 2 * updates * batch), seed)),
-        eval_dataset=Dataset.from_list(addition_rows(heldout_pairs, eval_questions, 10_000 + seed)),
-        eval_verifier=verifier, peft_config=real_lora_config(), value_model=value_models(sizes["value_layers"],
-                                                                                         model=model),
+        eval_dataset=Dataset.from_list(heldout_debate_rows(seed, eval_questions)),
+        eval_verifier=verifier, peft_config=real_lora_config(),
+        value_model=value_models(sizes["value_layers"], model=model, seed=seed),
     )
 
 
@@ -255,7 +285,8 @@ def run_magrpo_real(steps: int, seed: int, eval_lists: int, work_dir: str, show_
     answers = [f"{a.strip()} / {b.strip()}" for a, b in zip(*after.pop("completions"))][:8]
     before.pop("completions")
     return {"task": "2 agents each say one of two numbers; the team wins if they say different ones",
-            "steps": steps, "heldout_lists": len(heldout), "before": before, "after": after,
+            "steps": steps, "heldout_lists": len(heldout), "distinct_lists": distinct(heldout, "items"),
+            "before": before, "after": after,
             "reward_curve": [h["reward"] for h in trainer.state.log_history if "reward" in h],
             "sample_list": first, "sample_answers": answers}
 
@@ -270,6 +301,7 @@ def run_maporl_real(updates: int, seed: int, questions: int, work_dir: str, show
     trainer.train()
     after = debate_accuracy(trainer.evaluate())
     return {"task": "2 agents debate 1-digit additions for 2 turns", "updates": updates, "questions": questions,
+            "distinct_questions": distinct(heldout_debate_rows(seed, questions), "question"),
             "before": before, "after": after,
             "score_curve": [h["objective/scores"] for h in trainer.state.log_history if "objective/scores" in h]}
 
@@ -278,8 +310,8 @@ def format_real_table(results: dict[str, Any]) -> str:
     """The before/after table printed at the end of `trl-marl demo --real`."""
     m = results["magrpo"]
     lines = [
-        f"MAGRPO: team success on {m['heldout_lists']} held-out lists (the two agents say different numbers of the "
-        "list), sampled at T=1",
+        f"MAGRPO: team success on {m['heldout_lists']} held-out lists ({m['distinct_lists']} distinct), 8 joint "
+        "actions each sampled at T=1 (a success: the two agents say different numbers of the list)",
         f"  {'':28s}{'before':>8s}{'after':>8s}",
         f"  {'MAGRPO team':28s}{m['before']['success']:8.3f}{m['after']['success']:8.3f}",
         f"  answers after MAGRPO to {m['sample_list']}: {', '.join(m['sample_answers'][:4])}",
@@ -287,7 +319,8 @@ def format_real_table(results: dict[str, Any]) -> str:
     if "maporl" in results:
         d = results["maporl"]
         lines += [
-            f"MAPoRL debate (2 agents, 2 turns): majority-vote accuracy on {d['questions']} held-out additions",
+            f"MAPoRL debate (2 agents, 2 turns): majority-vote accuracy over {d['questions']} debates of "
+            f"{d['distinct_questions']} held-out additions",
             *turn_accuracy_rows(d["before"]["majority_accuracy"], d["after"]["majority_accuracy"]),
         ]
     return "\n".join(lines)
@@ -297,6 +330,7 @@ def run_real_demo(config: RealDemoConfig) -> dict[str, Any]:
     """Run `trl-marl demo --real`; returns the results written to `demo_real_metrics.json`."""
     quiet_logs()
     from ..utils.model_names import resolve_model_name
+    from .numerics import numerics_info
 
     preset = REAL_PRESETS[config.preset]
     out = os.path.abspath(config.output_dir)
@@ -316,6 +350,7 @@ def run_real_demo(config: RealDemoConfig) -> dict[str, Any]:
     results["maporl"] = run_maporl_real(preset["maporl_updates"], config.seed, preset["debate_questions"],
                                         work_dir.name, config.show_progress)
     results["seconds"] = time.perf_counter() - start
+    results["numerics"] = numerics_info()  # what decided the last bits: kernels, threads, CPU (docs/demo.md)
     results["table"] = format_real_table(results)
     with open(os.path.join(out, "demo_real_metrics.json"), "w") as f:
         json.dump(results, f, indent=2)
