@@ -13,6 +13,7 @@ gradient checkpointing. A forward spy shows which way each micro-step went. (Two
 
 from __future__ import annotations
 
+import functools
 import warnings
 from pathlib import Path
 from typing import Any
@@ -133,7 +134,13 @@ CASES = {
 def test_backward_per_slot_gives_the_summed_loss_gradient(target_model_dir, tmp_path, case, assert_same_gradients):
     settings, slots, steps = CASES[case]
     runs = [train(target_model_dir, tmp_path, backward_per_agent=flag, **settings) for flag in (True, False)]
-    assert_same_training(*runs, slots=slots, optimizer_steps=steps, same_gradients=assert_same_gradients)
+    same = assert_same_gradients
+    if settings.get("policy_sharing") == "shared":
+        # one policy serves every slot: each of its gradients is a sum over the slots, added up in another order by
+        # each layout, so float32 rounding differs by a few units in the last place of the sum (measured on an AMD
+        # EPYC with AVX2 kernels: 7.3e-7 absolute, 1.8e-5 relative, on 2 of 736 embedding elements)
+        same = functools.partial(assert_same_gradients, rtol=1e-4, atol=1e-6)
+    assert_same_training(*runs, slots=slots, optimizer_steps=steps, same_gradients=same)
 
 
 @pytest.mark.parametrize("team_mode", ["models", "adapters"])

@@ -145,7 +145,8 @@ def test_ppo_learns_a_reward_function(addition_model_dir: str, tmp_path: Path) -
 
     args = ppo_args(tmp_path, cls=MultiAgentPPOConfig, num_agents=1, per_device_train_batch_size=16,
                     gradient_accumulation_steps=1, num_mini_batches=1, num_ppo_epochs=4, total_episodes=16 * 30,
-                    learning_rate=1e-3, temperature=1.0)
+                    learning_rate=1e-3, temperature=1.0,
+                    reward_isolation="thread")  # the reward records its prompts here, in the trainer's process
     dataset = Dataset.from_dict({"prompt": addition_prompts(512)})
     trainer = MultiAgentPPOTrainer(args=args, model=addition_model_dir, reward_funcs=one_digit, train_dataset=dataset)
     trainer.train()
