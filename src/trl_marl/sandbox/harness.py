@@ -1033,8 +1033,10 @@ def build_root(libc: Any, uid: int, disk_mb: int, extra: list[str], hide: list[s
 
     mount(None, "/", None, MS_REC | MS_PRIVATE, None)
     links, binds = root_layout(visible_paths(extra))
-    # Handles on the sources, taken before the new root (built on /tmp) hides what the host has there.
+    # Handles on the sources and the packages to hide, taken before the new root (built on /tmp) hides what the host
+    # has there (a checkout or virtualenv under /tmp would otherwise be bound but never found to hide).
     sources = {path: os.open(path, os.O_PATH | os.O_CLOEXEC) for path in binds}
+    hidden = hidden_packages(hide)
     devices = {name: os.open("/dev/" + name, os.O_PATH | os.O_CLOEXEC) for name in DEVICES
                if os.path.exists("/dev/" + name)}
     new = "/tmp"
@@ -1068,7 +1070,7 @@ def build_root(libc: Any, uid: int, disk_mb: int, extra: list[str], hide: list[s
         mount("/proc/self/fd/%d" % fd, target, None, MS_BIND, None)  # not recursive: no mount below it comes along
         mount(None, target, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, None)
         os.close(fd)
-    for path in hidden_packages(hide):  # the trainer's own package: task generators and dataset loaders
+    for path in hidden:  # the trainer's own package: task generators and dataset loaders
         if os.path.isdir(new + path):
             mount("tmpfs", new + path, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k,mode=0555")
     os.chdir(new)
