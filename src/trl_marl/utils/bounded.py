@@ -212,7 +212,7 @@ def _child_main(work: Callable[[], Any], write_fd: int) -> None:
 
 
 def exception_text(exc: BaseException) -> str:
-    """`str(exc)`, or a placeholder when that raises."""
+    """`str(exc)`, or a line naming the exception's type when its `__str__` itself raises."""
     try:
         return str(exc)
     except Exception:  # noqa: BLE001 - an exception whose __str__ raises
