@@ -281,3 +281,16 @@ def test_continuous_batching_failures_raise():
     failed = GenerationOutput("req_1", error="out of blocks")
     with pytest.raises(RuntimeError, match="first error: out of blocks"):
         generate_with_continuous_batching(Engine([ok, failed]), [[1], [1]], GenerationConfig(), None)
+
+
+def test_generation_kwargs_override_the_default_stop_tokens(target_model_dir, tmp_path):
+    """`generation_kwargs={"eos_token_id": [...]}` (e.g. stop at a closing code fence too) replaces the model's end
+    token; it used to reach `GenerationConfig` twice (a `TypeError`)."""
+    from trl_marl.trainers.magrpo.schedule import generation_config
+
+    team = AgentTeam.build(target_model_dir, 2, mode="models")
+    plain = generation_config(config(tmp_path), team)
+    stops = [team.tokenizers[0].eos_token_id, 7]
+    custom = generation_config(config(tmp_path, generation_kwargs={"eos_token_id": stops, "top_k": 3}), team)
+    assert plain.eos_token_id != stops
+    assert (custom.eos_token_id, custom.top_k, custom.temperature) == (stops, 3, plain.temperature)

@@ -215,12 +215,15 @@ def generation_config(args: Any, team: Any) -> GenerationConfig:
     """The sampling settings of a `MAGRPOConfig` (GRPO's fields), for every agent of `team`."""
     tokenizer = team.tokenizers[0]
     eos = team.base_model_of(0).generation_config.eos_token_id
-    return GenerationConfig(
+    settings = dict(
         max_new_tokens=args.max_completion_length, do_sample=True, temperature=args.temperature, top_p=args.top_p,
         top_k=args.top_k, min_p=args.min_p, repetition_penalty=args.repetition_penalty,
         pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id if eos is None else eos,
-        cache_implementation=args.cache_implementation, **(args.generation_kwargs or {}),
+        cache_implementation=args.cache_implementation,
     )
+    # `generation_kwargs` wins over the defaults above, as in TRL (e.g. `{"eos_token_id": [eos, fence]}` to stop at
+    # a closing code fence as well; passed twice to `GenerationConfig` it was a `TypeError`)
+    return GenerationConfig(**{**settings, **(args.generation_kwargs or {})})
 
 
 def continuous_batching_config(args: Any, team: Any) -> Any:
