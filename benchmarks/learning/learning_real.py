@@ -165,21 +165,29 @@ def target_sum_task() -> Task:
 def coding_task() -> Task:
     """MAGRPO's cooperative coding on `trl_marl.data.team_coding`'s level-1 problems (a one-line helper `aux` and a
     one-line main function; the helper's contract is stated to both agents): agent 0 writes `aux`, agent 1 the main
-    function, each after the assistant prefill "```python", sampled at T = 0.7. Trained on `CodingTeamReward`
-    (structure, syntax, pass rate, helper used, non-trivial main); success is a joint program that passes every hidden
-    test. Training and
-    held-out problems are split by family (`team_coding_split`), so no held-out problem shares its helper with a
-    training problem. No centralised arm yet."""
+    function, each after the assistant prefill "```python", sampled at T = 0.7 until the closing fence. Trained on
+    `CodingTeamReward` (structure, syntax, pass rate, helper used, non-trivial main); success is a joint program that
+    passes every hidden test. Training and held-out problems are split by family (`team_coding_split`), so no held-out
+    problem shares its helper with a training problem. The centralised arm is `CentralizedCodingEnv`: one policy
+    writes both functions in one code block, split into the helper's and the main part and scored by the same
+    rewards."""
     from trl_marl.data.team_coding import team_coding_rows
-    from trl_marl.envs import CooperativeCodingEnv
+    from trl_marl.envs import CentralizedCodingEnv, CooperativeCodingEnv
+    from trl_marl.rewards import CentralizedReward
     from trl_marl.rewards.coding import CodingTeamReward, PassRateReward
 
     train, heldout = team_coding_rows("train", (1,)), team_coding_rows("heldout", (1,))
 
     def env(central: bool) -> Any:
-        if central:
-            raise ValueError("the coding task has no centralised arm yet: run it with --arms team alone.")
-        return CooperativeCodingEnv(chat=True, code_prefill="```python\n")
+        team = CooperativeCodingEnv(chat=True, code_prefill="```python\n")
+        return CentralizedCodingEnv(team) if central else team
+
+    def scored(reward: Callable[[Any], Any]) -> Callable[[Any], Any]:
+        def build(env: Any) -> Any:
+            if isinstance(env, CentralizedCodingEnv):
+                return CentralizedReward(env, reward(env.env))
+            return reward(env)
+        return build
 
     def train_rows(count: int, seed: int) -> list[dict[str, Any]]:
         return random.Random(seed).choices(train, k=count)
@@ -189,10 +197,12 @@ def coding_task() -> Task:
         return [rows[i % len(rows)] for i in range(min(count, len(rows)))]
 
     # T = 0.7 for training and evaluation: at T = 1 the 135M model's code is mostly broken (on eight training problems
-    # its untrained team passed every test in 28% of joint actions at T = 0.7, 12% at T = 1 in a smoke run)
-    sizes = {"batch": 8, "generations": 4, "completion": 96, "eval_rows": 8, "temperature": 0.7}
-    return Task("coding", env, CodingTeamReward, train_rows, eval_rows, success=PassRateReward, sizes=sizes,
-                central=False)
+    # its untrained team passed every test in 28% of joint actions at T = 0.7, 12% at T = 1 in a smoke run).
+    # Sampling stops at the closing code fence: the untrained model follows its code with prose ("This function
+    # uses...") that no test reads, most of the 96 tokens of the first pilot (70.8 s per step)
+    sizes = {"batch": 16, "generations": 8, "completion": 64, "eval_rows": 8, "temperature": 0.7, "stop": ["```"]}
+    return Task("coding", env, scored(CodingTeamReward), train_rows, eval_rows, success=scored(PassRateReward),
+                sizes={**sizes, "central_completion": 128})  # both functions: the team's 2 x 64
 
 
 TASKS: dict[str, Callable[[], Task]] = {"split": split_task, "target_sum": target_sum_task, "coding": coding_task}
@@ -212,6 +222,31 @@ SMOKE: dict[str, dict[str, Any]] = {
 
 
 # ------------------------------------------------------------------------------------------------------ MAGRPO
+def stop_token_ids(tokenizer: Any, stops: Sequence[str]) -> list[int]:
+    """The end-of-sequence token of `tokenizer` and one token id per string of `stops` (each must be a single token,
+    e.g. "```" for SmolLM2): sampling ends at any of them."""
+    ids = [tokenizer.eos_token_id]
+    for stop in stops:
+        encoded = tokenizer(stop, add_special_tokens=False)["input_ids"]
+        if len(encoded) != 1:
+            raise ValueError(f"stop string {stop!r} is {len(encoded)} tokens for this tokenizer: give single-token "
+                             "stops.")
+        ids.append(encoded[0])
+    return ids
+
+
+def with_stops(sizes: dict[str, Any], model: str) -> dict[str, Any]:
+    """`sizes` with `generation_kwargs` that stop sampling at `sizes["stop"]` as well (unchanged without stops)."""
+    if not sizes.get("stop"):
+        return sizes
+    from transformers import AutoTokenizer
+
+    from trl_marl.toy.real import is_real_model_name, resolve_real_model_name
+
+    tokenizer = AutoTokenizer.from_pretrained(resolve_real_model_name(model) if is_real_model_name(model) else model)
+    return {**sizes, "generation_kwargs": {"eos_token_id": stop_token_ids(tokenizer, sizes["stop"])}}
+
+
 def build_magrpo(task: Task, arm: str, seed: int, steps: int, sizes: dict[str, Any], output_dir: str, model: str,
                  frozen: Sequence[int] = ()) -> Any:
     """One MAGRPO trainer of an arm (`team`/`alone`: 2 agents with adapters; `central`: one policy)."""
@@ -222,8 +257,8 @@ def build_magrpo(task: Task, arm: str, seed: int, steps: int, sizes: dict[str, A
     rows = task.train_rows(max(64, steps * sizes["batch"] // sizes["generations"]), seed)
     length = sizes["central_completion"] if central else sizes["completion"]
     return magrpo_trainer(env, task.reward(env), rows, seed=seed, steps=steps, output_dir=output_dir,
-                          sizes={**sizes, "completion": length}, num_agents=1 if central else 2, frozen=frozen,
-                          model=model)
+                          sizes=with_stops({**sizes, "completion": length}, model), num_agents=1 if central else 2,
+                          frozen=frozen, model=model)
 
 
 def evaluate_task(task: Task, team: Any, central: bool, rows: Sequence[dict[str, Any]], seed: int,
@@ -233,8 +268,9 @@ def evaluate_task(task: Task, team: Any, central: bool, rows: Sequence[dict[str,
 
     env = task.env(central)
     score = task.success(env) if task.success is not None else task.reward(env)
-    temperature = (task.sizes or {}).get("temperature", 1.0)
-    result = sampled_team_success(env, score, team, rows, seed, max_new_tokens, temperature)
+    sizes = task.sizes or {}
+    stops = stop_token_ids(team.tokenizers[0], sizes["stop"]) if sizes.get("stop") else None
+    result = sampled_team_success(env, score, team, rows, seed, max_new_tokens, sizes.get("temperature", 1.0), stops)
     result.pop("completions")
     return result
 

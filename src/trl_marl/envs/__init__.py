@@ -8,7 +8,8 @@
 - `CooperativeWritingEnv`: MAGRPO's writing task (summary + detailed expansion).
 - `CooperativeCodingEnv`: MAGRPO's coding task (helper + main function, sandboxed tests as feedback).
 - `DebateEnv`, `ToyDebateEnv`: collaborative debate (Du et al. 2024) as used by MAPoRL.
-- `CentralizedEnv`: one policy writes every agent's part of any text env in tagged sections (the baseline).
+- `CentralizedEnv`: one policy writes every agent's part of any text env in tagged sections (the baseline);
+  `CentralizedCodingEnv` the coding task's: both functions in one code block.
 
 An environment only describes the interaction; each task's rewards are in `trl_marl.rewards` (`rewards.writing`,
 `rewards.coding`, `rewards.arithmetic`, `rewards.coordination`) and its dataset loaders in `trl_marl.data`.
@@ -24,11 +25,13 @@ from .arithmetic import ChatTargetSumEnv, TargetSumEnv
 from .base import MultiAgentEnv, Prompt, PromptEnv, TokenizedPromptEnv, Transcript, Turn
 from .centralized import CentralizedEnv, split_sections
 from .coding import CooperativeCodingEnv
+from .coding_central import CentralizedCodingEnv
 from .coordination import ChatSplitItemsEnv
 from .debate import DebateEnv, ToyDebateEnv
 from .writing import CooperativeWritingEnv
 
 __all__ = [
+    "CentralizedCodingEnv",
     "CentralizedEnv",
     "CooperativeCodingEnv",
     "ChatSplitItemsEnv",

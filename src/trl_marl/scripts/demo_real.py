@@ -150,7 +150,7 @@ def magrpo_trainer(env: Any, reward: Any, rows: Sequence[dict[str, Any]], *, see
         per_device_train_batch_size=sizes["batch"], max_completion_length=sizes["completion"],
         learning_rate=sizes["lr"], lr_scheduler_type="constant", max_steps=steps, logging_steps=1,
         report_to="none", save_strategy="no", temperature=sizes.get("temperature", 1.0), seed=seed,
-        disable_tqdm=True, beta=0.0,
+        disable_tqdm=True, beta=0.0, generation_kwargs=sizes.get("generation_kwargs"),
         frozen_agents=list(frozen), activation_checkpointing=False,  # short CPU sequences: no recompute
     )
     return MAGRPOTrainer(model=model, reward_funcs=reward, env=env, args=config,
@@ -158,9 +158,11 @@ def magrpo_trainer(env: Any, reward: Any, rows: Sequence[dict[str, Any]], *, see
 
 
 def sampled_team_success(env: Any, reward: Any, team: Any, rows: Sequence[dict[str, Any]], seed: int,
-                         max_new_tokens: int, temperature: float = 1.0) -> dict[str, Any]:
+                         max_new_tokens: int, temperature: float = 1.0,
+                         eos_token_id: int | list[int] | None = None) -> dict[str, Any]:
     """Team success (team reward 1) and mean team reward over `rows`, 8 joint actions sampled at `temperature` (the
-    training temperature) per row."""
+    training temperature) per row; `eos_token_id` replaces the tokenizer's end token (e.g. to stop at a code fence
+    too, as in training)."""
     import torch
     from transformers import GenerationConfig
 
@@ -171,7 +173,8 @@ def sampled_team_success(env: Any, reward: Any, team: Any, rows: Sequence[dict[s
     rollout = JointRollout(env, team, TeamReward([reward]),
                            GenerationConfig(max_new_tokens=max_new_tokens, do_sample=True, temperature=temperature,
                                             top_k=0,
-                                            pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id),
+                                            pad_token_id=tok.pad_token_id,
+                                            eos_token_id=tok.eos_token_id if eos_token_id is None else eos_token_id),
                            num_generations=8, seed=seed)
     was_training = team.training
     team.eval()

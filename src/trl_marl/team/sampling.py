@@ -69,8 +69,8 @@ class SamplingMixin:
         backend = self.generation_backend
         if backend is not None and not getattr(backend, "decodes_rows", False):  # e.g. vLLM: all rows, cut below
             outputs, logps = backend.generate_with_logprobs(self, prompt_ids, generation_config)
-            cut = [[truncate_after_eos(row, self._stop_ids(a, stop_token_ids)) for row in outputs[a]]
-                   for a in range(self.num_agents)]
+            cut = [[truncate_after_eos(row, self._stop_ids(a, stop_token_ids, generation_config))
+                    for row in outputs[a]] for a in range(self.num_agents)]
             if logps is not None:
                 self.sampling_logps = [[list(lp[: len(row)]) for lp, row in zip(logps[a], cut[a])]
                                        for a in range(self.num_agents)]
@@ -115,11 +115,21 @@ class SamplingMixin:
                 outputs = self._decode_rows(model, ids, mask, rows, generation_config, adapter_names, kwargs)
         finally:
             model.train(was_training)
-        return [truncate_after_eos(row, self._stop_ids(agent_index, stop_token_ids)) for row in outputs]
+        stops = self._stop_ids(agent_index, stop_token_ids, generation_config)
+        return [truncate_after_eos(row, stops) for row in outputs]
 
-    def _stop_ids(self, agent_index: int, stop_token_ids: set[int] | None) -> set[int]:
-        """The tokens an agent's completions are cut after: `stop_token_ids`, or [`stop_token_ids`] when None."""
-        return self.stop_token_ids(agent_index) if stop_token_ids is None else stop_token_ids
+    def _stop_ids(self, agent_index: int, stop_token_ids: set[int] | None,
+                  generation_config: GenerationConfig | None = None) -> set[int]:
+        """The tokens an agent's completions are cut after: `stop_token_ids`; when None, [`stop_token_ids`] and every
+        `eos_token_id` of the call's `generation_config` (a row that decoding ended at such a token is padded after
+        it: without the cut, the padding would count as completion tokens)."""
+        if stop_token_ids is not None:
+            return stop_token_ids
+        stops = self.stop_token_ids(agent_index)
+        called = getattr(generation_config, "eos_token_id", None)
+        if called is not None:
+            stops |= set(called if isinstance(called, list) else [called])
+        return stops
 
     def _decode_rows(self, model: PreTrainedModel, ids: torch.Tensor, mask: torch.Tensor, rows: list[list[int]],
                      generation_config: GenerationConfig, adapter_names: list[str | None],
