@@ -82,7 +82,7 @@ def resolve_source(dataset_name: str | None, data_files: str | Sequence[str] | N
     name = dataset_name or default
     if not name:
         return None
-    option = "`--dataset_name`" if dataset_name else "the default dataset (`--dataset_name`)"
+    option = "`--dataset_name`" if dataset_name else "the default of `--dataset_name`"
     if all(data_file_builder(part) is not None for part in as_file_list(name)):
         missing = [path for path in as_file_list(name) if not os.path.isfile(os.path.expanduser(path))]
         if missing:
