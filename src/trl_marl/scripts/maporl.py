@@ -335,7 +335,13 @@ def main_anli(script_args: ANLIScriptArguments, training_args: MultiAgentPPOConf
 
     train_dataset = rows(train_source, script_args.dataset_split, None)
     if train_dataset is not None:
-        start = min(script_args.skip_train_rows, len(train_dataset))
+        if script_args.skip_train_rows >= len(train_dataset):
+            raise ValueError(
+                f"`skip_train_rows` ({script_args.skip_train_rows}) skips every one of the {len(train_dataset)} "
+                f"training rows of {train_source.option} {train_source.name!r} (the config skips the rows MAPoRL's "
+                "verifier trained on): pass `--skip_train_rows 0`, or a smaller number."
+            )
+        start = script_args.skip_train_rows
         stop = len(train_dataset) if script_args.max_train_samples is None else start + script_args.max_train_samples
         train_dataset = train_dataset.select(range(start, min(stop, len(train_dataset))))
     eval_dataset = rows(eval_source, script_args.eval_split or "", script_args.max_eval_samples)
