@@ -260,8 +260,8 @@ def _parser(name: str) -> Any:
 @pytest.mark.parametrize("name", EXAMPLES)
 def test_each_docstring_says_how_to_run_offline_on_the_real_model_with_options_that_exist(name):
     doc = example(name).__doc__
-    assert re.search(r"Offline on the real model \(no Hub\): `--model_name_or_path smollm2-135m-instruct --(data_files|"
-                     r"dataset_name trl-marl/team_coding)", doc), doc
+    offline = r"Offline on the real model \(no Hub\): `--model_name_or_path smollm2-135m-instruct --"
+    assert re.search(offline + r"(data_files|dataset_name trl-marl/team_coding)", doc), doc
     options = {o for a in _parser(name)._actions for o in a.option_strings} | {"--config"}  # read by TrlParser
     for command in re.findall(r"^    python examples/\S+\.py .*?(?=\n\n|\Z)", doc, flags=re.S | re.M):
         words = shlex.split(command.replace("\\\n", " "))
