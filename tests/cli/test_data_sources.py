@@ -12,8 +12,8 @@ import pytest
 from trl_marl.data import load_anli, load_gsm8k, load_humaneval, load_tldr
 from trl_marl.data.files import data_file_builder, load_data_files
 from trl_marl.scripts.data_sources import (
-    DataSource,
     DatasetUnavailableError,
+    DataSource,
     hub_dataset,
     offline_route,
     resolve_source,
