@@ -19,7 +19,6 @@ from typing import Any
 
 import pytest
 
-from trl_marl.cli import main as cli_main
 from trl_marl.data import load_team_coding
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,6 +36,20 @@ def example(name: str) -> ModuleType:
     sys.modules[spec.name] = module  # its dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
+
+
+def magrpo_command(argv: list[str]) -> Any:
+    """`trl-marl magrpo ARGV`, returning the trainer."""
+    from trl_marl.scripts.magrpo import cli_main
+
+    return cli_main(argv)
+
+
+def maporl_command(argv: list[str]) -> Any:
+    """`trl-marl maporl ARGV`, returning the trainer."""
+    from trl_marl.scripts.maporl import main
+
+    return main(argv)
 
 
 def write_rows(path: Path, rows: list[dict[str, Any]]) -> Path:
@@ -74,12 +87,13 @@ def test_writing_command_reads_a_local_csv_given_as_dataset_name(tmp_path):
         writer.writerows({"prompt": f"SUBREDDIT: r/a\n\nTITLE: t{i}\n\nPOST: {row['text']}\n\nTL;DR:",
                           "completion": " " + row["reference"]} for i, row in enumerate(POSTS))
     out = tmp_path / "team"
-    assert cli_main(["magrpo", "--config", "examples/configs/magrpo_writing.yaml", "--model_name_or_path", "toy",
-                     "--dataset_name", str(data), "--use_peft", "false", *MAGRPO_ONE_STEP,
-                     "--output_dir", str(out)]) == 0
-    assert (out / "agent_1" / "config.json").exists()
-    card = (out / "README.md").read_text()
-    assert "`rouge_l`" in card  # the rows have references: ROUGE-L is one of the team's terms
+    trainer = magrpo_command(["--config", "examples/configs/magrpo_writing.yaml", "--model_name_or_path", "toy",
+                              "--dataset_name", str(data), "--use_peft", "false", *MAGRPO_ONE_STEP,
+                              "--output_dir", str(out)])  # what `trl-marl magrpo ...` runs
+    assert trainer.state.global_step == 1
+    assert trainer.train_dataset["text"] == [row["text"] for row in POSTS]  # the posts of the file, no title
+    assert trainer.train_dataset["reference"] == [row["reference"] for row in POSTS]  # the completions, stripped
+    assert "`rouge_l`" in (out / "README.md").read_text()  # the rows have references: ROUGE-L is a team term
 
 
 def test_coding_example_trains_a_step_on_the_shipped_problems(tmp_path):
@@ -126,7 +140,7 @@ ANLI = [{"premise": "A man plays a guitar.", "hypothesis": "A person plays music
         {"premise": "It rains.", "hypothesis": "It is cold.", "label": 1}]
 
 
-def test_anli_command_trains_a_step_on_a_local_file(tmp_path, capsys):
+def test_anli_command_trains_a_step_on_a_local_file(tmp_path):
     import csv
 
     data = tmp_path / "anli.csv"
@@ -135,14 +149,14 @@ def test_anli_command_trains_a_step_on_a_local_file(tmp_path, capsys):
         writer.writeheader()
         writer.writerows(ANLI)
     out = tmp_path / "team"
-    assert cli_main(["maporl", "anli", "--config", "examples/configs/maporl_anli.yaml",
-                     "--model_name_or_path", "toy:debate", "--dataset_name", str(data), "--skip_train_rows", "1",
-                     "--eval_split", "none", "--num_turns", "1", "--prompt_length_check", "ignore",
-                     *MAPORL_ONE_STEP, "--output_dir", str(out)]) == 0
+    trainer = maporl_command(["anli", "--config", "examples/configs/maporl_anli.yaml",  # `trl-marl maporl anli ...`
+                              "--model_name_or_path", "toy:debate", "--dataset_name", str(data),
+                              "--skip_train_rows", "1", "--eval_split", "none", "--num_turns", "1",
+                              "--prompt_length_check", "ignore", *MAPORL_ONE_STEP, "--output_dir", str(out)])
+    assert trainer.state.global_step == 1
+    assert trainer.train_dataset["premise"] == [row["premise"] for row in ANLI[1:]]  # the first row skipped
+    assert trainer.train_dataset["answer"] == ["contradiction", "neutral"]
     assert json.loads((out / "team_config.json").read_text())["num_agents"] == 2
-    assert (out / "value_model_1").exists()
-    said = capsys.readouterr().out
-    assert "trains on synthetic rows" not in said  # the toy read the file's rows, not its own additions
 
 
 def test_anli_local_file_asks_for_local_eval_data_and_for_rows_left_after_the_skip(tmp_path, capsys):
