@@ -238,7 +238,10 @@ def fit_lora_to_model(model_args: Any, name: str, path: str) -> None:
         return
     from .lora_targets import fit_lora_targets, model_module_names
 
-    modules, cls = model_module_names(path)
+    try:
+        modules, cls = model_module_names(path)
+    except Exception:  # e.g. a model whose code is not in transformers: PEFT's own check names bad targets later
+        return
     fit_lora_targets(model_args, modules, f"{name} ({cls})")
 
 
