@@ -87,6 +87,9 @@ def test_data_files_win_then_local_names_then_shipped_then_the_hub(tmp_path):
     assert resolve_source(None) is None
     with pytest.raises(FileNotFoundError, match=r"`--dataset_name` 'nope.jsonl' names a local data file, but there"):
         resolve_source("nope.jsonl")  # never looked up on the Hub
+    with pytest.raises(FileNotFoundError, match=r"`--dataset_name` './my_data' looks like a local path, but"):
+        resolve_source("./my_data")
+    assert resolve_source(str(tmp_path)) == DataSource("hub", str(tmp_path), "`--dataset_name`")  # a folder
     with pytest.raises(FileNotFoundError, match=r"`--data_files` 'nope.csv': no such file"):
         resolve_source("openai/gsm8k", f"{rows},nope.csv")
 

@@ -8,7 +8,8 @@ Every script (`trl-marl magrpo`, `trl-marl maporl`, `examples/*.py`) reads its d
 2. else a `--dataset_name` that ends in one of those suffixes is a local file (it must exist: a missing one is an
    error, never a Hub request);
 3. else a name of [`SHIPPED_DATASETS`] (e.g. `trl-marl/team_coding`) is read from the installed package;
-4. else the name is a Hub dataset (or a local folder that `datasets.load_dataset` reads), loaded inside
+4. else the name is a Hub dataset (or an existing local folder that `datasets.load_dataset` reads; a path that does
+   not exist is an error), loaded inside
    [`hub_dataset`]: when the Hub is switched off (`HF_HUB_OFFLINE=1`) or unreachable, `datasets` only looks in its
    local cache (no retries), and any failure to fetch the dataset becomes one [`DatasetUnavailableError`] that names
    the dataset, the option and the offline route (a local file, the offline model `smollm2-135m-instruct`).
@@ -94,6 +95,13 @@ def resolve_source(dataset_name: str | None, data_files: str | Sequence[str] | N
         return DataSource("local", name, "`--dataset_name`")
     if name in SHIPPED_DATASETS:
         return DataSource("shipped", name, option)
+    from ..utils.inputs import looks_like_path
+
+    if looks_like_path(name) and not os.path.exists(os.path.expanduser(name)):
+        raise FileNotFoundError(
+            f"`--dataset_name` {name!r} looks like a local path, but {os.path.abspath(os.path.expanduser(name))} does "
+            f"not exist. Pass an existing {DATA_FILE_KINDS} file, a folder `datasets` reads, or a Hub dataset name."
+        )
     return DataSource("hub", name, option)
 
 
