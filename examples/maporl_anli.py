@@ -14,6 +14,16 @@ No extra is needed for the rule-based verifier; `--load_in_4bit true` (QLoRA) ne
 
     accelerate launch examples/maporl_anli.py --config examples/configs/maporl_anli.yaml
 
+Offline on the real model (no Hub): `--model_name_or_path smollm2-135m-instruct --data_files train.jsonl
+--eval_data_files test.jsonl` (or `--eval_split none`), local .jsonl/.json/.csv/.parquet files with ANLI's columns
+`premise`, `hypothesis` and `label` (0 entailment, 1 neutral, 2 contradiction):
+
+    python examples/maporl_anli.py --config examples/configs/maporl_anli.yaml \\
+        --model_name_or_path smollm2-135m-instruct --dtype float32 --data_files train.jsonl --eval_split none \\
+        --skip_train_rows 0 --num_agents 2 --num_turns 2 --per_device_train_batch_size 2 \\
+        --gradient_accumulation_steps 1 --total_episodes 4 --num_ppo_epochs 1 --response_length 32 \\
+        --output_dir /tmp/maporl-anli-real
+
 Offline smoke run (the toy debate model on two-number additions; no network):
 
     python examples/maporl_anli.py --config examples/configs/maporl_anli.yaml --model_name_or_path toy:debate \\
@@ -25,11 +35,18 @@ The setup (models, verifier, influence-aware reward, trainer) is `trl_marl.scrip
 `trl-marl maporl anli --config ...`.
 """
 
-from trl import ModelConfig, TrlParser
+from __future__ import annotations
 
-from trl_marl import MultiAgentPPOConfig
-from trl_marl.scripts.maporl import ANLIScriptArguments, main_anli
+from collections.abc import Sequence
+from typing import Any
+
+from trl_marl.scripts.maporl import run_example
+
+
+def main(argv: Sequence[str] | None = None) -> Any:
+    """Train, save and evaluate the ANLI debate (`argv`: the command line's options; default: `sys.argv[1:]`)."""
+    return run_example("anli", argv, prog="python examples/maporl_anli.py", description=__doc__)
+
 
 if __name__ == "__main__":
-    parser = TrlParser((ANLIScriptArguments, MultiAgentPPOConfig, ModelConfig))
-    main_anli(*parser.parse_args_and_config())
+    main()

@@ -13,6 +13,16 @@ No extra is needed for the rule-based verifier; `--load_in_4bit true` (QLoRA) ne
 
     accelerate launch examples/maporl_gsm8k.py --config examples/configs/maporl_gsm8k.yaml
 
+Offline on the real model (no Hub): `--model_name_or_path smollm2-135m-instruct --data_files train.jsonl
+--eval_data_files test.jsonl` (or `--eval_split none`), local .jsonl/.json/.csv/.parquet files with GSM8K's columns
+`question` and `answer` (a solution ending in `#### <number>`); the config's Phi-3 LoRA targets (`qkv_proj`,
+`gate_up_proj`) are fitted to the model's separate projections, with a line that says so:
+
+    python examples/maporl_gsm8k.py --config examples/configs/maporl_gsm8k.yaml \\
+        --model_name_or_path smollm2-135m-instruct --dtype float32 --data_files train.jsonl --eval_split none \\
+        --num_agents 2 --num_turns 2 --per_device_train_batch_size 2 --gradient_accumulation_steps 1 \\
+        --total_episodes 4 --num_ppo_epochs 1 --response_length 32 --output_dir /tmp/maporl-gsm8k-real
+
 Offline smoke run (a tiny toy model debating two-number additions, `Q:12+34=46 45 47?A:`; no network):
 
     python examples/maporl_gsm8k.py --config examples/configs/maporl_gsm8k.yaml --model_name_or_path toy:debate \\
@@ -24,11 +34,18 @@ The setup (models, verifier, influence-aware reward, trainer) is `trl_marl.scrip
 `trl-marl maporl gsm8k --config ...`.
 """
 
-from trl import ModelConfig, TrlParser
+from __future__ import annotations
 
-from trl_marl import MultiAgentPPOConfig
-from trl_marl.scripts.maporl import GSM8KScriptArguments, main_gsm8k
+from collections.abc import Sequence
+from typing import Any
+
+from trl_marl.scripts.maporl import run_example
+
+
+def main(argv: Sequence[str] | None = None) -> Any:
+    """Train, save and evaluate the GSM8K debate (`argv`: the command line's options; default: `sys.argv[1:]`)."""
+    return run_example("gsm8k", argv, prog="python examples/maporl_gsm8k.py", description=__doc__)
+
 
 if __name__ == "__main__":
-    parser = TrlParser((GSM8KScriptArguments, MultiAgentPPOConfig, ModelConfig))
-    main_gsm8k(*parser.parse_args_and_config())
+    main()

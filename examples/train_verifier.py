@@ -27,8 +27,15 @@ ANLI (labels 0/1/2 = entailment/neutral/contradiction), a heterogeneous team (on
         --question_template "Premise: {premise}\\nHypothesis: {hypothesis}" --gold_column label \
         --max_questions 10000 --max_new_tokens 250 --output_dir anli-verifier
 
+Offline on the real model (no Hub): `--model_name_or_path smollm2-135m-instruct --data_files questions.jsonl`, a
+local .jsonl/.json/.csv/.parquet file with a question column and a gold answer column (`--question_column`,
+`--gold_column`; GSM8K's `question` and `answer` by default):
+
+    python examples/train_verifier.py --model_name_or_path smollm2-135m-instruct --data_files questions.jsonl \
+        --max_new_tokens 64 --output_dir /tmp/smollm2-verifier --report_to none
+
 Offline smoke run in seconds (`toy`: a tiny model from `trl_marl.toy` pretrained briefly on single-digit addition,
-synthetic questions `Q:3+4=A:`; nothing is downloaded):
+synthetic questions `Q:3+4=A:`, or the rows of `--data_files` in that format; nothing is downloaded):
 
     python examples/train_verifier.py --model_name_or_path toy --output_dir /tmp/toy-verifier --report_to none
 """
@@ -46,12 +53,12 @@ import torch
 import torch.nn.functional as F
 from datasets import Dataset
 from transformers import AutoModelForSequenceClassification, GenerationConfig, Trainer, TrainingArguments, set_seed
-from trl import TrlParser
 
 from trl_marl import AgentTeam, load_tokenizer
 from trl_marl.rewards.answers import ANLI_LABELS
 from trl_marl.rewards.verifier import VERIFIER_CONFIG_FILE, AnswerVerifier, ModelVerifier
 from trl_marl.toy import AdditionTask, is_toy_name, make_toy_model, resolve_toy_name
+from trl_marl.utils.inputs import check_model_path
 from trl_marl.utils.model_names import resolve_model_name
 from trl_marl.utils.threads import apply_cpu_threads, show_thread_choice
 
@@ -77,7 +84,18 @@ class VerifierScriptArguments:
     )
     task: str = field(default="math", metadata={"help": "`math` (numeric answers) or `label` (ANLI-style labels)."})
     labels: str = field(default=",".join(ANLI_LABELS), metadata={"help": "Comma-separated labels of a label task."})
-    dataset_name: str = field(default="openai/gsm8k", metadata={"help": "Dataset of questions with gold answers."})
+    dataset_name: str = field(
+        default="openai/gsm8k",
+        metadata={"help": "Dataset of questions with gold answers: a Hub name, or a local .jsonl/.json/.csv/.parquet "
+                  "file."},
+    )
+    data_files: str | None = field(
+        default=None,
+        metadata={"help": "Local .jsonl/.json/.csv/.parquet file(s) of questions with gold answers, instead of "
+                  "`dataset_name` (`dataset_config` and `dataset_split` then do not apply): the offline route, with "
+                  "`--model_name_or_path smollm2-135m-instruct`. With `toy`, its questions must be in the toy's "
+                  "format (`Q:3+4=A:`; use `--use_chat_template false --instruction ''`)."},
+    )
     dataset_config: str | None = field(default="main", metadata={"help": "Dataset configuration (`none`: none)."})
     dataset_split: str = field(default="train", metadata={"help": "Split to sample questions from."})
     question_column: str = field(default="question", metadata={"help": "Column holding the question."})
@@ -121,6 +139,23 @@ class VerifierTrainer(Trainer):
         return (loss, outputs) if return_outputs else loss
 
 
+def load_question_rows(args: VerifierScriptArguments) -> Dataset:
+    """The rows of `--data_files`, of a local `--dataset_name` file, or of the Hub dataset (one clear error, naming
+    the offline route, when the Hub cannot give it: `trl_marl.scripts.data_sources`)."""
+    from datasets import load_dataset
+
+    from trl_marl.data.files import load_data_files
+    from trl_marl.scripts.data_sources import hub_dataset, offline_route, resolve_source
+
+    source = resolve_source(args.dataset_name, args.data_files)
+    if source.kind == "local":
+        return load_data_files(source.files, field=source.option)
+    config = None if (args.dataset_config or "none").lower() == "none" else args.dataset_config
+    columns = f"a `{args.question_column}` and a `{args.gold_column}` column"
+    with hub_dataset(source, offline_route(columns)):
+        return load_dataset(args.dataset_name, config, split=args.dataset_split)
+
+
 def load_questions(args: VerifierScriptArguments, seed: int) -> tuple[str, list[dict[str, Any]]]:
     """The team model and the question rows (`question`, `gold`, `prompt`) of the run."""
     if is_toy_name(args.model_name_or_path):
@@ -129,16 +164,20 @@ def load_questions(args: VerifierScriptArguments, seed: int) -> tuple[str, list[
                                    pretrain_steps=args.toy_pretrain_steps, max_operand=args.toy_max_operand, seed=seed)
         else:
             model = resolve_toy_name(args.model_name_or_path)
-        task, rng = AdditionTask(max_operand=args.toy_max_operand), random.Random(seed)
-        rows = []
-        for _ in range(args.num_toy_questions):
-            question, gold = task.sample(rng)
-            rows.append({"question": question, "gold": gold, "prompt": question})  # the toy model sees raw text
-        return model, rows
-    from datasets import load_dataset
-
-    config = None if (args.dataset_config or "none").lower() == "none" else args.dataset_config
-    dataset = load_dataset(args.dataset_name, config, split=args.dataset_split)
+        if not args.data_files:  # synthetic questions; the toy answers `Q:3+4=A:` in raw text
+            task, rng = AdditionTask(max_operand=args.toy_max_operand), random.Random(seed)
+            rows = []
+            for _ in range(args.num_toy_questions):
+                question, gold = task.sample(rng)
+                rows.append({"question": question, "gold": gold, "prompt": question})
+            return model, rows
+    else:
+        model = args.model_name_or_path
+    dataset = load_question_rows(args)
+    missing = [c for c in (args.question_column, args.gold_column) if c not in dataset.column_names]
+    if missing and not args.question_template:
+        raise ValueError(f"The questions lack the column(s) {missing} (they have {dataset.column_names}): set "
+                         "`--question_column` and `--gold_column` (or `--question_template`).")
     if args.max_questions is not None:
         dataset = dataset.select(range(min(args.max_questions, len(dataset))))
     instruction = args.instruction if args.instruction is not None else INSTRUCTIONS[args.task]
@@ -148,7 +187,7 @@ def load_questions(args: VerifierScriptArguments, seed: int) -> tuple[str, list[
         text = f"{question}\n\n{instruction}" if instruction else question
         prompt: Any = [{"role": "user", "content": text}] if args.use_chat_template else text
         rows.append({"question": question, "gold": row[args.gold_column], "prompt": prompt})
-    return args.model_name_or_path, rows
+    return model, rows
 
 
 def sample_and_label(
@@ -235,6 +274,9 @@ def main(args: VerifierScriptArguments, training_args: TrainingArguments) -> dic
     if offline:
         args.max_new_tokens = min(args.max_new_tokens, 4)
         args.template = "{question}{response}"  # the toy vocabulary has no newline; its prompts end with "A:"
+        args.use_chat_template, args.instruction = False, ""  # the toy reads `Q:3+4=A:` as raw text
+    for name in args.model_name_or_path.split(","):  # before any dataset is downloaded: the offline names, no retries
+        check_model_path(name.strip(), "`model_name_or_path`")
     model_name, rows = load_questions(args, training_args.seed)
     names = [name.strip() for name in model_name.split(",")] if "," in model_name else [model_name]
     print(f"[1/4] {len(rows)} questions; team of {args.num_agents} agent(s): {', '.join(names)}", flush=True)
@@ -302,7 +344,17 @@ def main(args: VerifierScriptArguments, training_args: TrainingArguments) -> dic
     return metrics
 
 
+def cli(argv: list[str] | None = None) -> dict[str, Any]:
+    """Parse `argv` (default: the command line) and run [`main`]; returns its metrics. A dataset or model that the
+    Hub cannot give ends the program with one message naming the offline route."""
+    from trl_marl.scripts.arguments import SuggestingParser, described
+    from trl_marl.scripts.data_sources import exit_on_unavailable
+
+    prog = "python examples/train_verifier.py"
+    parser = SuggestingParser((VerifierScriptArguments, TrainingArguments), prog=prog, **described(__doc__))
+    script_args, train_args = parser.parse_args_and_config(args=argv)
+    return exit_on_unavailable(lambda: main(script_args, train_args), prog)
+
+
 if __name__ == "__main__":
-    parser = TrlParser((VerifierScriptArguments, TrainingArguments))
-    script_args, train_args = parser.parse_args_and_config()
-    main(script_args, train_args)
+    cli()

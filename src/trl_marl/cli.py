@@ -118,10 +118,9 @@ def _magrpo(argv: list[str]) -> int:
     if help_kind == "all":
         magrpo_parser(prog="trl-marl magrpo").print_help()
         return 0
-    from .scripts.magrpo import main as magrpo_main
-    from .scripts.magrpo import parse
+    from .scripts.magrpo import cli_main
 
-    magrpo_main(*parse(argv, prog="trl-marl magrpo"))
+    cli_main(argv, prog="trl-marl magrpo")
     return 0
 
 

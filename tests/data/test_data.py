@@ -93,11 +93,13 @@ def test_load_gsm8k(monkeypatch):
     assert hub.calls[-1] == (("openai/gsm8k", "socratic"), {"split": "test"})
 
 
-def test_load_gsm8k_local_files_and_bad_schema(monkeypatch):
+def test_load_gsm8k_local_files_and_bad_schema(monkeypatch, tmp_path):
     hub = FakeHub({"train": GSM8K, "bad": {"problem": ["q"], "answer": ["#### 1"]}})
     monkeypatch.setattr(datasets, "load_dataset", hub)
-    assert len(load_gsm8k(data_files="gsm8k_train.jsonl")) == 3
-    assert hub.calls[-1] == (("json",), {"data_files": "gsm8k_train.jsonl", "split": "train"})
+    local = tmp_path / "gsm8k_train.jsonl"
+    local.write_text("")  # the rows come from the fake `load_dataset`; the file must exist (`data.files`)
+    assert len(load_gsm8k(data_files=str(local))) == 3
+    assert hub.calls[-1] == (("json",), {"data_files": [str(local)], "split": "train"})
     with pytest.raises(ValueError, match="question"):
         load_gsm8k(split="bad")
     with pytest.raises(ValueError, match="max_rows"):

@@ -33,8 +33,9 @@ def load_humaneval(split: str = "test", path: str = "openai/openai_humaneval", d
     Args:
         split (`str`): The split (HumanEval has only `test`).
         path (`str`): The Hub dataset.
-        data_files (`str`, *optional*): A local copy instead (e.g. the original `HumanEval.jsonl.gz`), read with
-            the `json` builder; `split` is then ignored.
+        data_files (`str`, *optional*): A local copy instead (e.g. the original `HumanEval.jsonl.gz`; `.jsonl`,
+            `.json`, `.csv` or `.parquet`, see `trl_marl.data.files`); `path`, `split` and `load_kwargs` are then not
+            used.
         **load_kwargs: More arguments for `datasets.load_dataset`.
 
     Returns:
@@ -43,7 +44,9 @@ def load_humaneval(split: str = "test", path: str = "openai/openai_humaneval", d
     import datasets
 
     if data_files is not None:
-        dataset = datasets.load_dataset("json", data_files=data_files, split="train", **load_kwargs)
+        from .files import load_data_files
+
+        dataset = load_data_files(data_files)
     else:
         dataset = datasets.load_dataset(path, split=split, **load_kwargs)
     _check_columns(dataset, HUMANEVAL_COLUMNS, f"HumanEval ({data_files or path})")

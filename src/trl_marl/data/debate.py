@@ -119,8 +119,9 @@ def load_gsm8k(
         config (`str`): The dataset config (`"main"` or `"socratic"`).
         max_rows (`int`, *optional*): Keep only the first `max_rows` rows.
         dataset_name (`str`): The dataset (a Hub name or a local path with the same columns).
-        data_files (`str` or `list[str]`, *optional*): Read these JSON Lines files instead (e.g. a local copy of
-            GSM8K with `question` and `answer` per line); `dataset_name`, `config` and `split` are then ignored.
+        data_files (`str` or `list[str]`, *optional*): Read these local files instead (`.jsonl`, `.json`, `.csv` or
+            `.parquet`, see `trl_marl.data.files`; e.g. a copy of GSM8K with `question` and `answer` per row);
+            `dataset_name`, `config` and `split` are then not used.
 
     Returns:
         `datasets.Dataset`: `question`, `answer` (the final answer, e.g. `"72"`, commas removed) and `answer_text`
@@ -130,7 +131,9 @@ def load_gsm8k(
 
     _check_max_rows(max_rows)
     if data_files is not None:
-        dataset = datasets.load_dataset("json", data_files=data_files, split="train")
+        from .files import load_data_files
+
+        dataset = load_data_files(data_files)
         name = str(data_files)
     else:
         dataset = datasets.load_dataset(dataset_name, config, split=split)
@@ -300,12 +303,25 @@ def _anli_row(example: Mapping[str, Any], template: str) -> dict[str, str]:
     return {"question": question, "answer": ANLI_LABELS[int(example["label"])]}
 
 
+def _anli_splits(round: int | Sequence[int], split: str) -> list[str]:
+    """The Hub splits of ANLI that `round` and `split` name (see [`load_anli`])."""
+    if re.fullmatch(r"\w+_r\d+", split):
+        return [split]
+    rounds = [round] if isinstance(round, int) else list(round)
+    if not rounds or any(r not in (1, 2, 3) for r in rounds):
+        raise ValueError(f"ANLI has rounds 1, 2 and 3; got round={round!r}.")
+    if split not in ("train", "dev", "test"):
+        raise ValueError(f"`split` must be 'train', 'dev', 'test' or a full split name like 'dev_r1'; got {split!r}.")
+    return [f"{split}_r{r}" for r in rounds]
+
+
 def load_anli(
     round: int | Sequence[int] = 1,
     split: str = "train",
     max_rows: int | None = None,
     dataset_name: str = "facebook/anli",
     question_template: str = ANLI_QUESTION_TEMPLATE,
+    data_files: str | Sequence[str] | None = None,
 ) -> datasets.Dataset:
     """Load ANLI (Nie et al., 2020), MAPoRL's natural language inference benchmark.
 
@@ -320,6 +336,9 @@ def load_anli(
         max_rows (`int`, *optional*): Keep only the first `max_rows` rows (after concatenating the rounds).
         dataset_name (`str`): The dataset (a Hub name or a local path with the same columns).
         question_template (`str`): The question, a format string with the fields `premise` and `hypothesis`.
+        data_files (`str` or `list[str]`, *optional*): Read these local files instead (`.jsonl`, `.json`, `.csv` or
+            `.parquet`, see `trl_marl.data.files`) with ANLI's columns `premise`, `hypothesis` and `label`;
+            `dataset_name`, `round` and `split` are then not used.
 
     Returns:
         `datasets.Dataset`: `question`, `answer` (`"entailment"`, `"neutral"` or `"contradiction"`) and the raw
@@ -328,22 +347,17 @@ def load_anli(
     import datasets
 
     _check_max_rows(max_rows)
-    if re.fullmatch(r"\w+_r\d+", split):
-        splits = [split]
+    if data_files is not None:
+        from .files import load_data_files
+
+        parts = [load_data_files(data_files)]
+        _check_columns(parts[0], ("premise", "hypothesis", "label"), "load_anli", str(data_files), "local file")
     else:
-        rounds = [round] if isinstance(round, int) else list(round)
-        if not rounds or any(r not in (1, 2, 3) for r in rounds):
-            raise ValueError(f"ANLI has rounds 1, 2 and 3; got round={round!r}.")
-        if split not in ("train", "dev", "test"):
-            raise ValueError(
-                f"`split` must be 'train', 'dev', 'test' or a full split name like 'dev_r1'; got {split!r}."
-            )
-        splits = [f"{split}_r{r}" for r in rounds]
-    parts = []
-    for name in splits:
-        part = datasets.load_dataset(dataset_name, split=name)
-        _check_columns(part, ("premise", "hypothesis", "label"), "load_anli", dataset_name, name)
-        parts.append(part)
+        parts = []
+        for name in _anli_splits(round, split):
+            part = datasets.load_dataset(dataset_name, split=name)
+            _check_columns(part, ("premise", "hypothesis", "label"), "load_anli", dataset_name, name)
+            parts.append(part)
     dataset = parts[0] if len(parts) == 1 else datasets.concatenate_datasets(parts)
     labels = dataset["label"]
     keep = [i for i, label in enumerate(labels) if label is not None and int(label) in (0, 1, 2)]

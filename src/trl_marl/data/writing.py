@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -46,6 +46,7 @@ def load_tldr(
     max_rows: int | None = None,
     dataset_name: str = "trl-lib/tldr",
     include_title: bool = False,
+    data_files: str | Sequence[str] | None = None,
 ) -> datasets.Dataset:
     """Load TL;DR (Reddit posts and their authors' summaries) for [`CooperativeWritingEnv`].
 
@@ -58,6 +59,10 @@ def load_tldr(
         max_rows (`int`, *optional*): Keep only the first `max_rows` rows.
         dataset_name (`str`): The dataset to load (a Hub name or a local path with the same columns).
         include_title (`bool`): Put the post's title (and a blank line) before the post in `text`.
+        data_files (`str` or `list[str]`, *optional*): Read these local files instead (`.jsonl`, `.json`, `.csv` or
+            `.parquet`, see `trl_marl.data.files`); `dataset_name` and `split` are then not used. Their rows have
+            TL;DR's `prompt` and `completion`, or are already in the env's schema: `text` (and `reference`, the
+            ROUGE-L reference, when there is one), kept as they are.
 
     Returns:
         `datasets.Dataset`: The columns `text` (the post) and `reference` (the TL;DR, stripped).
@@ -66,13 +71,21 @@ def load_tldr(
 
     if max_rows is not None and max_rows < 0:
         raise ValueError(f"`max_rows` must be >= 0 or None, got {max_rows}.")
-    dataset = datasets.load_dataset(dataset_name, split=split)
-    missing = [c for c in ("prompt", "completion") if c not in dataset.column_names]
-    if missing:
-        raise ValueError(
-            f"load_tldr expects the columns 'prompt' and 'completion' of trl-lib/tldr, but {dataset_name!r} "
-            f"({split}) lacks {missing} (it has {dataset.column_names})."
-        )
+    if data_files is not None:
+        from .files import load_data_files
+
+        dataset, name = load_data_files(data_files), str(data_files)
+    else:
+        dataset, name = datasets.load_dataset(dataset_name, split=split), f"{dataset_name!r} ({split})"
     if max_rows is not None:
         dataset = dataset.select(range(min(max_rows, len(dataset))))
+    if data_files is not None and "text" in dataset.column_names:  # already the env's schema
+        return dataset
+    missing = [c for c in ("prompt", "completion") if c not in dataset.column_names]
+    if missing:
+        local = " (or `text`, with an optional `reference`)" if data_files is not None else ""
+        raise ValueError(
+            f"load_tldr expects the columns 'prompt' and 'completion' of trl-lib/tldr{local}, but {name} lacks "
+            f"{missing} (it has {dataset.column_names})."
+        )
     return dataset.map(_tldr_row, fn_kwargs={"include_title": include_title}, remove_columns=dataset.column_names)

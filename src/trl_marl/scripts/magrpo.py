@@ -8,11 +8,15 @@ accelerate launch -m trl_marl.scripts.magrpo --config examples/configs/magrpo_co
 ```
 
 `model_name_or_path: toy` runs offline on a tiny model from `trl_marl.toy` with synthetic rows of the task's
-schema (a smoke run: the toy model cannot write prose or code); any Hub model id trains for real.
+schema (a smoke run: the toy model cannot write prose or code); any Hub model id trains for real. Offline on a real
+model: `--model_name_or_path smollm2-135m-instruct` with local data (`--data_files rows.jsonl`, or for coding
+`--dataset_name trl-marl/team_coding`); where the data comes from is `scripts.data_sources`.
+`examples/magrpo_writing.py` and `examples/magrpo_coding.py` are [`run_example`] with their task.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,8 +24,24 @@ from typing import Any
 from datasets import Dataset
 
 from ..toy.rows import TOY_CODING_PROMPTS, TOY_WRITING_PROMPTS, toy_coding_rows, toy_writing_rows
+from .data_sources import DataSource, exit_on_unavailable, hub_dataset, offline_route, resolve_source
 
 TASKS = ("writing", "coding", "target_sum")
+
+DEFAULT_DATASETS = {"writing": "trl-lib/tldr", "coding": "openai/openai_humaneval"}
+"""The Hub dataset of each task when `--dataset_name` is not given."""
+
+WRITING_COLUMNS = "columns `text` and `reference`, or TL;DR's `prompt` and `completion`"
+CODING_COLUMNS = "HumanEval's columns `task_id`, `prompt`, `canonical_solution`, `test`, `entry_point`"
+DATA_HELP = {
+    "dataset_name": "The training data: a Hub dataset (default: trl-lib/tldr for writing, openai/openai_humaneval "
+                    "for coding, which also takes google-research-datasets/mbpp), `trl-marl/team_coding` (coding "
+                    "problems shipped with trl-marl: no Hub), or a local .jsonl/.json/.csv/.parquet file (writing: "
+                    f"{WRITING_COLUMNS}; coding: {CODING_COLUMNS}). The toy model trains on synthetic rows unless "
+                    "the data is local or shipped.",
+    "data_files": "Local .jsonl/.json/.csv/.parquet file(s) to train on (comma-separated), whatever `dataset_name` "
+                  "says: the offline route with `--model_name_or_path smollm2-135m-instruct`.",
+}
 
 
 @dataclass
@@ -29,12 +49,18 @@ class MAGRPOScriptArguments:
     """Script arguments of `trl-marl magrpo` and the MAGRPO examples."""
 
     task: str = field(default="writing", metadata={"help": f"The task: one of {TASKS}."})
-    dataset_name: str | None = field(
+    dataset_name: str | None = field(default=None, metadata={"help": DATA_HELP["dataset_name"]})
+    data_files: str | None = field(default=None, metadata={"help": DATA_HELP["data_files"]})
+    dataset_config: str | None = field(
         default=None,
-        metadata={"help": "Dataset to load (default: trl-lib/tldr for writing, openai/openai_humaneval or mbpp for "
-                  "coding). Ignored for the toy model, which uses synthetic rows."},
+        metadata={"help": "The dataset's config: `full` or `sanitized` for MBPP; the levels for trl-marl/team_coding "
+                  "(`1`, `2` or `1,2`, the default)."},
     )
-    dataset_split: str = field(default="train", metadata={"help": "Dataset split to train on."})
+    dataset_split: str | None = field(
+        default=None,
+        metadata={"help": "Split to train on (default: train; test for HumanEval and MBPP; for trl-marl/team_coding: "
+                  "train, heldout or all). Not used with local files (a file is one split)."},
+    )
     max_train_samples: int | None = field(default=None, metadata={"help": "Keep at most this many rows."})
     num_toy_rows: int = field(default=64, metadata={"help": "Synthetic rows for the offline toy model."})
     centralized: bool = field(
@@ -65,40 +91,96 @@ def fit_to_toy(training_args: Any, field_name: str, limit: int = TOY_MAX_NEW_TOK
         setattr(training_args, field_name, limit)
 
 
+def say_toy_skips(source: DataSource | None) -> None:
+    """Say, in one line, that the toy model does not load the Hub dataset `source` (its rows are synthetic)."""
+    if source is not None and source.kind == "hub":
+        print(f"[trl-marl] offline toy model: trains on synthetic rows; the Hub dataset {source.name!r} "
+              f"({source.option}) is not loaded (a local file, `--data_files`, is)", flush=True)
+
+
+def _head(dataset: Dataset, max_rows: int | None) -> Dataset:
+    return dataset if max_rows is None else dataset.select(range(min(len(dataset), max_rows)))
+
+
+def _levels(config: str | None) -> tuple[int, ...]:
+    if not config:
+        return (1, 2)
+    try:
+        return tuple(int(part) for part in config.replace(" ", "").split(","))
+    except ValueError:
+        raise ValueError(f"`dataset_config` {config!r}: trl-marl/team_coding takes its levels, `1`, `2` or `1,2`."
+                         ) from None
+
+
+def writing_rows(script_args: MAGRPOScriptArguments, source: DataSource) -> Dataset:
+    """The writing task's rows (`text`, `reference`) from a local file or a Hub dataset in TL;DR's schema."""
+    from ..data import load_tldr
+
+    if source.kind == "local":
+        return load_tldr(max_rows=script_args.max_train_samples, data_files=source.files)
+    if source.kind == "shipped":
+        raise ValueError(f"{source.option} {source.name!r} is a coding dataset; the writing task reads "
+                         f"{WRITING_COLUMNS}.")
+    with hub_dataset(source, offline_route(WRITING_COLUMNS)):
+        return load_tldr(split=script_args.dataset_split or "train", max_rows=script_args.max_train_samples,
+                         dataset_name=source.name)
+
+
+def coding_rows(script_args: MAGRPOScriptArguments, source: DataSource) -> Dataset:
+    """The coding task's rows (HumanEval's schema) from a local file, the shipped problems or a Hub dataset."""
+    from ..data import load_humaneval, load_mbpp, load_team_coding
+
+    if source.kind == "local":
+        dataset = load_humaneval(data_files=source.files)
+    elif source.kind == "shipped":
+        dataset = load_team_coding(script_args.dataset_split or "train", _levels(script_args.dataset_config))
+    else:
+        route = offline_route(CODING_COLUMNS, shipped="trl-marl/team_coding")
+        with hub_dataset(source, route):
+            if "mbpp" in source.name:
+                dataset = load_mbpp(split=script_args.dataset_split or "test",
+                                    config=script_args.dataset_config or "full", path=source.name)
+            else:
+                dataset = load_humaneval(split=script_args.dataset_split or "test", path=source.name)
+    return _head(dataset, script_args.max_train_samples)
+
+
 def build_task(script_args: MAGRPOScriptArguments, num_agents: int, num_turns: int,
                offline: bool) -> tuple[Any, Callable[..., Any], Dataset]:
-    """The environment, team reward and training rows of a built-in task."""
-    if script_args.task == "writing":
-        from ..data import load_tldr
-        from ..envs.writing import CooperativeWritingEnv
-        from ..rewards.writing import WritingTeamReward
+    """The environment, team reward and training rows of a built-in task.
 
-        dataset = (toy_writing_rows(script_args.num_toy_rows) if offline
-                   else load_tldr(split=script_args.dataset_split, max_rows=script_args.max_train_samples))
-        env = CooperativeWritingEnv(num_turns=num_turns, **(TOY_WRITING_PROMPTS if offline else {}))
-        return env, WritingTeamReward(), dataset
-    if script_args.task == "coding":
-        from ..data import load_humaneval, load_mbpp
-        from ..envs.coding import CooperativeCodingEnv
-        from ..rewards.coding import CodingTeamReward
-
-        if offline:
-            dataset = toy_coding_rows(script_args.num_toy_rows)
-        elif script_args.dataset_name and "mbpp" in script_args.dataset_name:
-            dataset = load_mbpp()
-        else:
-            dataset = load_humaneval()
-        if script_args.max_train_samples is not None:
-            dataset = dataset.select(range(min(len(dataset), script_args.max_train_samples)))
-        env = CooperativeCodingEnv(num_turns=num_turns, **(TOY_CODING_PROMPTS if offline else {}))
-        return env, CodingTeamReward(env=env), dataset
+    `offline` (a toy model) trains on synthetic rows, unless the data is local or shipped: then on those rows, with
+    prompts cut to the toy's 128 positions.
+    """
+    if script_args.task not in TASKS:
+        raise ValueError(f"Unknown task {script_args.task!r}; choose one of {TASKS}.")
     if script_args.task == "target_sum":
         from ..envs import TargetSumEnv
         from ..rewards.arithmetic import TargetSumReward
 
+        if script_args.dataset_name or script_args.data_files:
+            raise ValueError("The target_sum task makes its own rows (a target number); `--dataset_name` and "
+                             "`--data_files` do not apply to it: leave them out.")
         return (TargetSumEnv(num_agents, num_turns), TargetSumReward(),
                 Dataset.from_dict({"target": [10] * max(script_args.num_toy_rows, 8)}))
-    raise ValueError(f"Unknown task {script_args.task!r}; choose one of {TASKS}.")
+    source = resolve_source(script_args.dataset_name, script_args.data_files, DEFAULT_DATASETS[script_args.task])
+    synthetic = offline and source.kind == "hub"
+    if synthetic:
+        say_toy_skips(source if (script_args.dataset_name or script_args.data_files) else None)
+    if script_args.task == "writing":
+        from ..envs.writing import CooperativeWritingEnv
+        from ..rewards.writing import WritingTeamReward
+
+        dataset = toy_writing_rows(script_args.num_toy_rows) if synthetic else writing_rows(script_args, source)
+        env = CooperativeWritingEnv(num_turns=num_turns, **(TOY_WRITING_PROMPTS if offline else {}))
+        reference = "reference" if "reference" in dataset.column_names else None  # ROUGE-L needs a reference
+        return env, WritingTeamReward(reference_column=reference), dataset
+    from ..envs.coding import CooperativeCodingEnv
+    from ..rewards.coding import CodingTeamReward
+
+    dataset = toy_coding_rows(script_args.num_toy_rows) if synthetic else coding_rows(script_args, source)
+    env = CooperativeCodingEnv(num_turns=num_turns, **(TOY_CODING_PROMPTS if offline else {}))
+    return env, CodingTeamReward(env=env), dataset
 
 
 def centralize(env: Any, reward_funcs: Sequence[Any], training_args: Any) -> tuple[Any, list[Any]]:
@@ -150,6 +232,19 @@ def require_bitsandbytes() -> None:
         )
 
 
+def fit_lora_to_model(model_args: Any, name: str, path: str) -> None:
+    """Fit the config's LoRA targets to the model at `path` (`scripts.lora_targets`), before any dataset loads."""
+    if not getattr(model_args, "use_peft", False) or not model_args.lora_target_modules:
+        return
+    from .lora_targets import fit_lora_targets, model_module_names
+
+    try:
+        modules, cls = model_module_names(path)
+    except Exception:  # e.g. a model whose code is not in transformers: PEFT's own check names bad targets later
+        return
+    fit_lora_targets(model_args, modules, f"{name} ({cls})")
+
+
 def main(script_args: MAGRPOScriptArguments, training_args: Any, model_args: Any) -> Any:
     """Train a team with MAGRPO on the task of `script_args`; returns the trainer."""
     from trl import get_peft_config
@@ -157,6 +252,7 @@ def main(script_args: MAGRPOScriptArguments, training_args: Any, model_args: Any
     from ..toy import resolve_toy_name
     from ..trainers import MAGRPOTrainer
     from ..utils.inputs import check_model_path
+    from ..utils.model_names import resolve_model_name
     from ..utils.threads import show_thread_choice
 
     show_thread_choice()  # the torch threads chosen for a CPU run, in one line
@@ -166,6 +262,7 @@ def main(script_args: MAGRPOScriptArguments, training_args: Any, model_args: Any
     model = resolve_toy_name(name) if offline else name
     if offline:
         fit_to_toy(training_args, "max_completion_length")
+    fit_lora_to_model(model_args, name, model if offline else resolve_model_name(name))
     env, team_reward, dataset = build_task(script_args, training_args.num_agents, training_args.num_turns, offline)
     if training_args.model_init_kwargs is None:
         training_args.model_init_kwargs = model_init_kwargs(model_args)
@@ -182,16 +279,17 @@ def main(script_args: MAGRPOScriptArguments, training_args: Any, model_args: Any
     return trainer
 
 
-def build_parser(prog: str | None = None) -> Any:
+def build_parser(prog: str | None = None, description: str | None = None) -> Any:
     """The `TrlParser` of (script, MAGRPOConfig, ModelConfig) arguments, with the offline model names in the help and
-    the closest known names for an unknown one (`scripts.arguments.SuggestingParser`)."""
+    the closest known names for an unknown one (`scripts.arguments.SuggestingParser`); `description` heads `--help`
+    (an example's docstring)."""
     from trl import ModelConfig
 
     from ..trainers import MAGRPOConfig
-    from .arguments import SuggestingParser
+    from .arguments import SuggestingParser, described
     from .help import MODEL_HELP
 
-    parser = SuggestingParser((MAGRPOScriptArguments, MAGRPOConfig, ModelConfig), prog=prog)
+    parser = SuggestingParser((MAGRPOScriptArguments, MAGRPOConfig, ModelConfig), prog=prog, **described(description))
     describe_model_option(parser, MODEL_HELP)
     return parser
 
@@ -203,10 +301,32 @@ def describe_model_option(parser: Any, text: str) -> None:
             action.help = text
 
 
-def parse(argv: Sequence[str] | None = None, prog: str | None = None) -> tuple[Any, Any, Any]:
+def parse(argv: Sequence[str] | None = None, prog: str | None = None,
+          description: str | None = None) -> tuple[Any, Any, Any]:
     """Parse `--config FILE` and command-line overrides into (script, MAGRPOConfig, ModelConfig) arguments."""
-    return build_parser(prog).parse_args_and_config(args=list(argv) if argv is not None else None)
+    return build_parser(prog, description).parse_args_and_config(args=list(argv) if argv is not None else None)
+
+
+def run_example(task: str, argv: Sequence[str] | None, prog: str, description: str | None = None) -> Any:
+    """An example script of one task (`examples/magrpo_<task>.py`): parse `argv` (default: the command line), train,
+    save; returns the trainer. `--task` defaults to `task`; another task is refused (the example would not be the
+    one its name says)."""
+    parser = build_parser(prog, description)
+    parser.set_defaults(task=task)  # a config's or the command line's `task` still wins: then refused below
+    script_args, training_args, model_args = parser.parse_args_and_config(
+        args=list(argv) if argv is not None else None)
+    if script_args.task != task:
+        raise SystemExit(f"{prog} trains the {task} task, but `task` is {script_args.task!r}: run "
+                         f"`trl-marl magrpo --task {script_args.task} ...` or leave `task` out.")
+    return exit_on_unavailable(lambda: main(script_args, training_args, model_args), prog)
+
+
+def cli_main(argv: Sequence[str], prog: str = "trl-marl magrpo") -> Any:
+    """`trl-marl magrpo --config FILE [overrides]`: parse, train, save; returns the trainer. A dataset or model that
+    the Hub cannot give ends the program with one message (`data_sources.exit_on_unavailable`)."""
+    arguments = parse(argv, prog=prog)
+    return exit_on_unavailable(lambda: main(*arguments), prog)
 
 
 if __name__ == "__main__":
-    main(*parse(prog="python -m trl_marl.scripts.magrpo"))
+    cli_main(sys.argv[1:], prog="python -m trl_marl.scripts.magrpo")

@@ -12,6 +12,10 @@ accelerate launch -m trl_marl.scripts.maporl anli --config examples/configs/mapo
 (`ToyDebateEnv`, rows of `trl_marl.toy.toy_debate_dataset`). Plain `toy` is the target-number toy model everywhere,
 which cannot debate, so it is refused here with that fix. The examples `examples/maporl_gsm8k.py` and
 `examples/maporl_anli.py` are this module's two tasks.
+
+Offline on a real model: `--model_name_or_path smollm2-135m-instruct --data_files train.jsonl` with
+`--eval_data_files test.jsonl` (or `--eval_split none`); where the data comes from is `scripts.data_sources`, and the
+config's LoRA targets are fitted to the model's family (`scripts.lora_targets`).
 """
 
 from __future__ import annotations
@@ -35,7 +39,9 @@ from ..trainers import MultiAgentPPOConfig, MultiAgentPPOTrainer
 from ..utils.inputs import check_model_path
 from ..utils.model_names import resolve_model_name
 from ..utils.threads import show_thread_choice
-from .magrpo import describe_model_option, fit_to_toy, model_init_kwargs
+from .data_sources import DataSource, exit_on_unavailable, hub_dataset, offline_route, resolve_source
+from .lora_targets import fit_lora_targets
+from .magrpo import describe_model_option, fit_to_toy, model_init_kwargs, say_toy_skips
 
 
 @dataclass
@@ -47,6 +53,12 @@ class DebateScriptArguments:
         default=None, metadata={"help": "Split to evaluate the debate on after training ('none': no evaluation)."}
     )
     max_eval_samples: int | None = field(default=None, metadata={"help": "Keep at most this many evaluation rows."})
+    eval_data_files: str | None = field(
+        default=None,
+        metadata={"help": "Evaluate on local .jsonl/.json/.csv/.parquet file(s) (the training data's columns) "
+                  "instead of `eval_split` of `dataset_name`: needed, or `--eval_split none`, when the training data "
+                  "is a local file."},
+    )
     num_toy_rows: int = field(default=256, metadata={"help": "Synthetic rows for `--model_name_or_path toy:debate`."})
     chat_prompts: bool = field(default=True, metadata={"help": "Prompt with chat messages (instruct models)."})
     history: str = field(
@@ -71,15 +83,25 @@ class DebateScriptArguments:
     )
 
 
+GSM8K_COLUMNS = "GSM8K's columns `question` and `answer` (a solution ending in `#### <number>`)"
+ANLI_COLUMNS = "ANLI's columns `premise`, `hypothesis` and `label` (0 entailment, 1 neutral, 2 contradiction)"
+
+
 @dataclass
 class GSM8KScriptArguments(DebateScriptArguments):
     """Data settings of the GSM8K example."""
 
-    dataset_name: str = field(default="openai/gsm8k", metadata={"help": "The GSM8K dataset (Hub name or path)."})
+    dataset_name: str = field(
+        default="openai/gsm8k",
+        metadata={"help": "The GSM8K dataset: a Hub name, or a local .jsonl/.json/.csv/.parquet file with "
+                  f"{GSM8K_COLUMNS}."},
+    )
     dataset_config: str = field(default="main", metadata={"help": "GSM8K config: 'main' or 'socratic'."})
-    dataset_split: str = field(default="train", metadata={"help": "Split to train on."})
+    dataset_split: str = field(default="train", metadata={"help": "Split to train on (not used with a local file)."})
     data_files: str | None = field(
-        default=None, metadata={"help": "Train on a local GSM8K JSON Lines file instead (question/answer per line)."}
+        default=None,
+        metadata={"help": f"Train on local .jsonl/.json/.csv/.parquet file(s) with {GSM8K_COLUMNS} instead of "
+                  "`dataset_name`: the offline route, with `--model_name_or_path smollm2-135m-instruct`."},
     )
     tinygsm_rows: int = field(
         default=0,
@@ -128,6 +150,8 @@ def build_models(model_args: ModelConfig, value_model_name: str | None, num_agen
     if path != name:  # a registered name: the model card and adapters name it, not its cache folder
         policy.config.name_or_path = policy.name_or_path = name
     policy.trl_marl_model_name = model_args.model_name_or_path  # the name the user passed, for the model card
+    # the config's LoRA targets, fitted to this model's family before the value models and the adapters use them
+    fit_lora_targets(model_args, [n for n, _ in policy.named_modules()], f"{name} ({type(policy).__name__})")
     quantized = "quantization_config" in init
     value_models = None
     if quantized or value_model_name:
@@ -166,10 +190,11 @@ def reward_function(script_args: DebateScriptArguments, verifier: AnswerVerifier
 
 
 def train(script_args: DebateScriptArguments, training_args: MultiAgentPPOConfig, model_args: ModelConfig,
-          env: Any, verifier: AnswerVerifier, train_dataset: Dataset, eval_dataset: Dataset | None) -> Any:
+          env: Any, verifier: AnswerVerifier, train_dataset: Dataset | None, eval_dataset: Dataset | None) -> Any:
     """Build the MAPoRL trainer, train, save every agent, and evaluate the debate when there is evaluation data.
 
-    With a toy model name the environment and data are replaced by the toy debate (`ToyDebateEnv`, synthetic rows).
+    With a toy model name the environment is the toy debate (`ToyDebateEnv`) and the verifier the math one; the
+    rows are synthetic where no local rows were loaded (`train_dataset`/`eval_dataset` None).
     """
     A = training_args.num_agents
     show_thread_choice()  # the torch threads chosen for a CPU run, in one line
@@ -177,9 +202,10 @@ def train(script_args: DebateScriptArguments, training_args: MultiAgentPPOConfig
         env = ToyDebateEnv(num_agents=A, num_turns=training_args.num_turns)
         fit_to_toy(training_args, "response_length", limit=8)  # toy answers are a number and EOS
         verifier = AnswerVerifier(task="math")
-        train_dataset = toy_debate_dataset(script_args.num_toy_rows, seed=training_args.seed)
-        eval_dataset = (toy_debate_dataset(script_args.max_eval_samples or 64, seed=training_args.seed + 1)
-                        if wants_eval(script_args) else None)
+        if train_dataset is None:
+            train_dataset = toy_debate_dataset(script_args.num_toy_rows, seed=training_args.seed)
+        if eval_dataset is None and wants_eval(script_args):
+            eval_dataset = toy_debate_dataset(script_args.max_eval_samples or 64, seed=training_args.seed + 1)
     policy, tokenizer, value_models = build_models(model_args, script_args.value_model_name_or_path, A)
     trainer = MultiAgentPPOTrainer(
         args=training_args,
@@ -202,34 +228,85 @@ def train(script_args: DebateScriptArguments, training_args: MultiAgentPPOConfig
     return trainer
 
 
+def prepare_model_name(model_args: ModelConfig) -> None:
+    """Default the model to the toy debate model (`toy`, the target-number model, is refused) and refuse, before any
+    dataset is loaded, a name that cannot load (`utils.inputs.check_model_path`: the offline names, no Hub retries)."""
+    use_debate_model_name(model_args)
+    check_model_path(model_args.model_name_or_path, "`model_name_or_path`")
+
+
+def debate_sources(script_args: Any, model_args: ModelConfig) -> tuple[DataSource | None, DataSource | None]:
+    """Where the training and the evaluation rows come from (None: not loaded).
+
+    A toy model loads local files only (it answers `Q:12+34=A:`; Hub datasets are not loaded, and its rows are then
+    synthetic). Local training data needs local evaluation data (`--eval_data_files`) or `--eval_split none`: its
+    `eval_split` would otherwise be a split of the Hub dataset.
+    """
+    toy = is_toy_name(model_args.model_name_or_path)
+    train_source = resolve_source(script_args.dataset_name, script_args.data_files)
+    eval_source = None
+    if wants_eval(script_args):
+        if script_args.eval_data_files:
+            eval_source = resolve_source(None, script_args.eval_data_files)
+        elif train_source.kind == "local" and not toy:
+            raise ValueError(
+                f"The training data is a local file ({train_source.option} {train_source.name!r}), but `eval_split` "
+                f"is {script_args.eval_split!r}, a split of a Hub dataset. Pass `--eval_data_files FILE` (rows "
+                "with the same columns) or `--eval_split none`."
+            )
+        elif train_source.kind != "local":
+            eval_source = train_source  # `eval_split` of the same dataset
+    if toy:
+        say_toy_skips(train_source)
+        train_source = train_source if train_source.kind == "local" else None
+        eval_source = eval_source if eval_source is not None and eval_source.kind == "local" else None
+    return train_source, eval_source
+
+
 def main_gsm8k(script_args: GSM8KScriptArguments, training_args: MultiAgentPPOConfig, model_args: ModelConfig) -> Any:
     """MAPoRL on GSM8K: a math debate scored by the rule-based answer verifier; returns the trainer."""
-    use_debate_model_name(model_args)
+    prepare_model_name(model_args)
     verifier = AnswerVerifier(task="math")  # the last \boxed{} / "#### " / "answer is" number vs. the gold number
     env = DebateEnv(num_agents=training_args.num_agents, num_turns=training_args.num_turns,
                     chat=script_args.chat_prompts, answer_format=GSM8K_ANSWER_FORMAT, history=script_args.history,
                     show_verifier_scores=script_args.show_verifier_scores, verifier=verifier)
-    train_dataset = eval_dataset = None
-    if not is_toy_name(model_args.model_name_or_path):
-        train_dataset = load_gsm8k(split=script_args.dataset_split, config=script_args.dataset_config,
-                                   max_rows=script_args.max_train_samples, dataset_name=script_args.dataset_name,
-                                   data_files=script_args.data_files)  # question, answer ("72"), answer_text
-        if script_args.tinygsm_rows > 0:
-            tinygsm = load_tinygsm(max_rows=script_args.tinygsm_rows)  # question, answer, code
-            train_dataset = concatenate_datasets([train_dataset.select_columns(["question", "answer"]),
-                                                  tinygsm.select_columns(["question", "answer"])])
-        if wants_eval(script_args):
-            eval_dataset = load_gsm8k(split=script_args.eval_split, config=script_args.dataset_config,
-                                      max_rows=script_args.max_eval_samples, dataset_name=script_args.dataset_name)
-    return train(script_args, training_args, model_args, env, verifier, train_dataset, eval_dataset)
+    train_source, eval_source = debate_sources(script_args, model_args)
+    route = offline_route(GSM8K_COLUMNS)
 
+    def rows(source: DataSource | None, split: str, max_rows: int | None) -> Dataset | None:
+        if source is None:
+            return None
+        if source.kind == "local":  # question, answer ("72"), answer_text
+            return load_gsm8k(max_rows=max_rows, data_files=source.files)
+        with hub_dataset(source, route):
+            return load_gsm8k(split=split, config=script_args.dataset_config, max_rows=max_rows,
+                              dataset_name=source.name)
+
+    train_dataset = rows(train_source, script_args.dataset_split, script_args.max_train_samples)
+    if train_dataset is not None and script_args.tinygsm_rows > 0:
+        with hub_dataset(DataSource("hub", "TinyGSM/TinyGSM", "`--tinygsm_rows`"), route + " Or `--tinygsm_rows 0`."):
+            tinygsm = load_tinygsm(max_rows=script_args.tinygsm_rows)  # question, answer, code
+        train_dataset = concatenate_datasets([train_dataset.select_columns(["question", "answer"]),
+                                              tinygsm.select_columns(["question", "answer"])])
+    eval_dataset = rows(eval_source, script_args.eval_split or "", script_args.max_eval_samples)
+    return train(script_args, training_args, model_args, env, verifier, train_dataset, eval_dataset)
 
 
 @dataclass
 class ANLIScriptArguments(DebateScriptArguments):
     """Data settings of the ANLI example."""
 
-    dataset_name: str = field(default="facebook/anli", metadata={"help": "The ANLI dataset (Hub name or path)."})
+    dataset_name: str = field(
+        default="facebook/anli",
+        metadata={"help": "The ANLI dataset: a Hub name, or a local .jsonl/.json/.csv/.parquet file with "
+                  f"{ANLI_COLUMNS}."},
+    )
+    data_files: str | None = field(
+        default=None,
+        metadata={"help": f"Train on local .jsonl/.json/.csv/.parquet file(s) with {ANLI_COLUMNS} instead of "
+                  "`dataset_name` (`anli_rounds` and `dataset_split` then do not apply): the offline route, with "
+                  "`--model_name_or_path smollm2-135m-instruct`."},
+    )
     anli_rounds: list[int] = field(default_factory=lambda: [1], metadata={"help": "ANLI rounds to use (1, 2, 3)."})
     dataset_split: str = field(default="train", metadata={"help": "Split to train on: train, dev or test."})
     skip_train_rows: int = field(
@@ -239,22 +316,35 @@ class ANLIScriptArguments(DebateScriptArguments):
 
 def main_anli(script_args: ANLIScriptArguments, training_args: MultiAgentPPOConfig, model_args: ModelConfig) -> Any:
     """MAPoRL on ANLI: a label debate scored by the rule-based label verifier; returns the trainer."""
-    use_debate_model_name(model_args)
+    prepare_model_name(model_args)
     verifier = AnswerVerifier(task="label")  # the last entailment/neutral/contradiction of an answer vs. the gold
     env = DebateEnv(num_agents=training_args.num_agents, num_turns=training_args.num_turns,
                     chat=script_args.chat_prompts, answer_format=ANLI_ANSWER_FORMAT, history=script_args.history,
                     show_verifier_scores=script_args.show_verifier_scores, verifier=verifier)
-    train_dataset = eval_dataset = None
-    if not is_toy_name(model_args.model_name_or_path):
+    train_source, eval_source = debate_sources(script_args, model_args)
+    route = offline_route(ANLI_COLUMNS)
+
+    def rows(source: DataSource | None, split: str, max_rows: int | None) -> Dataset | None:
         # question (premise + hypothesis + the three labels), answer ("entailment", ...), premise, hypothesis, label
-        train_dataset = load_anli(round=script_args.anli_rounds, split=script_args.dataset_split,
-                                  dataset_name=script_args.dataset_name)
-        start = min(script_args.skip_train_rows, len(train_dataset))
+        if source is None:
+            return None
+        if source.kind == "local":
+            return load_anli(max_rows=max_rows, data_files=source.files)
+        with hub_dataset(source, route):
+            return load_anli(round=script_args.anli_rounds, split=split, max_rows=max_rows, dataset_name=source.name)
+
+    train_dataset = rows(train_source, script_args.dataset_split, None)
+    if train_dataset is not None:
+        if script_args.skip_train_rows >= len(train_dataset):
+            raise ValueError(
+                f"`skip_train_rows` ({script_args.skip_train_rows}) skips every one of the {len(train_dataset)} "
+                f"training rows of {train_source.option} {train_source.name!r} (the config skips the rows MAPoRL's "
+                "verifier trained on): pass `--skip_train_rows 0`, or a smaller number."
+            )
+        start = script_args.skip_train_rows
         stop = len(train_dataset) if script_args.max_train_samples is None else start + script_args.max_train_samples
         train_dataset = train_dataset.select(range(start, min(stop, len(train_dataset))))
-        if wants_eval(script_args):
-            eval_dataset = load_anli(round=script_args.anli_rounds, split=script_args.eval_split,
-                                     max_rows=script_args.max_eval_samples, dataset_name=script_args.dataset_name)
+    eval_dataset = rows(eval_source, script_args.eval_split or "", script_args.max_eval_samples)
     return train(script_args, training_args, model_args, env, verifier, train_dataset, eval_dataset)
 
 
@@ -265,23 +355,32 @@ TASKS: dict[str, tuple[type, Callable[..., Any]]] = {
 """The tasks of `trl-marl maporl <task>`: their script arguments and their main function."""
 
 
-def build_parser(task: str, prog: str | None = None) -> TrlParser:
+def build_parser(task: str, prog: str | None = None, description: str | None = None) -> TrlParser:
     """The `TrlParser` of (script, MultiAgentPPOConfig, ModelConfig) arguments of `task` (unknown names answered with
-    the closest known ones: `scripts.arguments.SuggestingParser`)."""
+    the closest known ones: `scripts.arguments.SuggestingParser`); `description` heads `--help` (an example's
+    docstring)."""
     if task not in TASKS:
         raise SystemExit(f"trl-marl maporl: unknown task {task!r}; choose one of {sorted(TASKS)}.")
-    from .arguments import SuggestingParser
+    from .arguments import SuggestingParser, described
     from .help import MODEL_HELP
 
     parser = SuggestingParser((TASKS[task][0], MultiAgentPPOConfig, ModelConfig),
-                              prog=prog or f"trl-marl maporl {task}")
+                              prog=prog or f"trl-marl maporl {task}", **described(description))
     describe_model_option(parser, MODEL_HELP)
     return parser
 
 
-def parse(task: str, argv: Sequence[str] | None = None) -> tuple[Any, Any, Any]:
+def parse(task: str, argv: Sequence[str] | None = None, prog: str | None = None,
+          description: str | None = None) -> tuple[Any, Any, Any]:
     """Parse `--config FILE` and overrides into (script, MultiAgentPPOConfig, ModelConfig) arguments of `task`."""
-    return build_parser(task).parse_args_and_config(args=list(argv) if argv is not None else None)
+    return build_parser(task, prog, description).parse_args_and_config(args=list(argv) if argv is not None else None)
+
+
+def run_example(task: str, argv: Sequence[str] | None, prog: str, description: str | None = None) -> Any:
+    """An example script of one task (`examples/maporl_<task>.py`): parse `argv` (default: the command line), train,
+    save and evaluate; returns the trainer."""
+    arguments = parse(task, argv, prog, description)
+    return exit_on_unavailable(lambda: TASKS[task][1](*arguments), prog)
 
 
 def main(argv: Sequence[str] | None = None) -> Any:
@@ -294,10 +393,9 @@ def main(argv: Sequence[str] | None = None) -> Any:
             print(short_help("maporl"))
             raise SystemExit(0)
         raise SystemExit(f"usage: trl-marl maporl {{{','.join(sorted(TASKS))}}} --config FILE [overrides]")
-    script_args, training_args, model_args = parse(argv[0], argv[1:])
-    use_debate_model_name(model_args)  # no model: the toy debate model; `toy` (the target-number model): refused
-    check_model_path(model_args.model_name_or_path, "`model_name_or_path`")  # before any dataset is downloaded
-    return TASKS[argv[0]][1](script_args, training_args, model_args)
+    arguments = parse(argv[0], argv[1:])
+    # the model name is checked before any data; what the Hub cannot give ends the program with one message
+    return exit_on_unavailable(lambda: TASKS[argv[0]][1](*arguments), f"trl-marl maporl {argv[0]}")
 
 
 if __name__ == "__main__":

@@ -87,6 +87,17 @@ def _behind_proxy() -> bool:
     return any(os.environ.get(var) for var in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"))
 
 
+def hub_unavailable_reason() -> str | None:
+    """Why the Hugging Face Hub cannot be used now (`"switched off (...)"`, `"unreachable from this machine (...)"`),
+    or None when it may be: the one test that [`check_model_name`] and the scripts' dataset loading share, so that
+    neither waits for the Hub client's retries."""
+    if hub_offline():
+        return "switched off (HF_HUB_OFFLINE=1 or TRANSFORMERS_OFFLINE=1)"
+    if not _behind_proxy() and not hub_reachable():
+        return f"unreachable from this machine ({os.environ.get('HF_ENDPOINT') or 'https://huggingface.co'})"
+    return None
+
+
 def _in_hub_cache(name: str) -> bool:
     """Whether the Hugging Face cache holds a `config.json` of the repository `name` (loadable offline)."""
     try:
@@ -115,11 +126,8 @@ def check_model_name(name: str, field: str = "`model_name_or_path`") -> None:
         return  # a folder (`utils.inputs.check_model_path` refuses a missing one)
     if _in_hub_cache(name):
         return
-    if hub_offline():
-        why = "switched off (HF_HUB_OFFLINE=1 or TRANSFORMERS_OFFLINE=1)"
-    elif not _behind_proxy() and not hub_reachable():
-        why = f"unreachable from this machine ({os.environ.get('HF_ENDPOINT') or 'https://huggingface.co'})"
-    else:
+    why = hub_unavailable_reason()
+    if why is None:
         return
     names = registered_model_names()
     close = [n for n in names if n.startswith(name) or name.startswith(n)] or difflib.get_close_matches(
