@@ -26,14 +26,14 @@ def fake_parts(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str | None]]:
     monkeypatch.setattr("trl_marl.utils.model_names.resolve_model_name", lambda name: "/nowhere")
 
     def magrpo(steps: int, seed: int, eval_lists: int, work_dir: str, show_progress: bool,
-               keep_dir: str | None = None) -> dict[str, Any]:
+               keep_dir: str | None = None, cpu_threads: int | None = None) -> dict[str, Any]:
         kept.append(("magrpo", keep_dir))
         return {"heldout_lists": eval_lists, "distinct_lists": eval_lists, "before": {"success": 0.25},
                 "after": {"success": 0.75}, "sample_list": [37, 52], "sample_answers": ["37 / 52"],
                 "reward_curve": [0.5, 0.625, 0.75], "team_dir": keep_dir}
 
     def maporl(updates: int, seed: int, questions: int, work_dir: str, show_progress: bool,
-               keep_dir: str | None = None) -> dict[str, Any]:
+               keep_dir: str | None = None, cpu_threads: int | None = None) -> dict[str, Any]:
         kept.append(("maporl", keep_dir))
         return {"questions": questions, "distinct_questions": questions,
                 "before": {"majority_accuracy": [0.5, 0.25], "w_to_r_rate": [0.125], "r_to_w_rate": [0.5]},

@@ -69,18 +69,20 @@ class DemoConfig:
     show_progress: bool = True
     keep_teams: bool = False
     """Save the trained MAGRPO and MAPoRL teams to `output_dir/teams/{magrpo,maporl}` (default: deleted)."""
+    cpu_threads: int | None = None
+    """Torch threads (default 1: the toy models run fastest on one, and the README's digits were computed on one)."""
 
 
-def _quiet() -> None:
+def _quiet(cpu_threads: int | None = None) -> None:
     import torch
 
     quiet_logs()
-    torch.set_num_threads(1)  # tiny models: more threads only add overhead on 2 cores
+    torch.set_num_threads(cpu_threads or 1)  # tiny models: more threads only add overhead on 2 cores
 
 
 # ---------------------------------------------------------------------------------------------------- part 1
 def _magrpo_trainer(model_dir: str, steps: int, seed: int, output_dir: str, frozen: list[int], label: str,
-                    show_progress: bool) -> Any:
+                    show_progress: bool, cpu_threads: int | None = None) -> Any:
     from datasets import Dataset
 
     from ..envs import TargetSumEnv
@@ -91,7 +93,7 @@ def _magrpo_trainer(model_dir: str, steps: int, seed: int, output_dir: str, froz
         output_dir=output_dir, num_agents=2, num_generations=8, per_device_train_batch_size=64,
         max_completion_length=4, learning_rate=MAGRPO_LEARNING_RATE, lr_scheduler_type="constant", max_steps=steps,
         logging_steps=1, report_to="none", save_strategy="no", activation_checkpointing=False, temperature=1.0,
-        seed=seed, disable_tqdm=True, frozen_agents=frozen,
+        seed=seed, disable_tqdm=True, frozen_agents=frozen, cpu_threads=cpu_threads,
         # 6-token prompts on an 11k-parameter model: a shared prefill's extra forward costs more than it saves (6%
         # slower generation, benchmarks/speed/bench_prefill.py)
         share_prompt_prefill=False,
@@ -126,16 +128,17 @@ def _team_success(team: Any, episodes: int, seed: int) -> float:
 
 
 def run_magrpo_part(model_dir: str, steps: int, seed: int, episodes: int, work_dir: str,
-                    show_progress: bool, keep_dir: str | None = None) -> dict[str, Any]:
+                    show_progress: bool, keep_dir: str | None = None,
+                    cpu_threads: int | None = None) -> dict[str, Any]:
     """MAGRPO vs training each agent alone on the coordination task; the MAGRPO team is saved to `keep_dir` when
-    given."""
+    given. `cpu_threads`: the trainers' torch threads (None: their choice, one for these models)."""
     from ..team import AgentTeam
 
     def curve(trainer: Any) -> list[float]:
         return [h["reward"] for h in trainer.state.log_history if "reward" in h]
 
     magrpo = _magrpo_trainer(model_dir, steps, seed, os.path.join(work_dir, "magrpo"), [], "MAGRPO team",
-                             show_progress)
+                             show_progress, cpu_threads)
     before = _team_success(magrpo.team, episodes, seed + 1)
     magrpo.train()
     after = _team_success(magrpo.team, episodes, seed + 1)
@@ -144,7 +147,7 @@ def run_magrpo_part(model_dir: str, steps: int, seed: int, episodes: int, work_d
     alone = []
     for agent in (0, 1):
         trainer = _magrpo_trainer(model_dir, steps, seed, os.path.join(work_dir, f"alone_{agent}"), [1 - agent],
-                                  f"agent {agent} alone", show_progress)
+                                  f"agent {agent} alone", show_progress, cpu_threads)
         trainer.train()
         alone.append(trainer)
     paired = AgentTeam([alone[0].team.policy(0), alone[1].team.policy(1)],
@@ -211,7 +214,7 @@ def debate_team(seed: int = 0) -> list[str]:
 
 
 def run_maporl_part(updates: int, seed: int, episodes: int, work_dir: str, show_progress: bool,
-                    keep_dir: str | None = None) -> dict[str, Any]:
+                    keep_dir: str | None = None, cpu_threads: int | None = None) -> dict[str, Any]:
     """A 3-agent, 3-turn debate of a heterogeneous team ([`debate_team`]) trained with MAPoRL-style multi-agent PPO.
 
     Every agent sees the question and all agents' previous answers (`ToyDebateEnv`); an answer verifier scores every
@@ -238,6 +241,7 @@ def run_maporl_part(updates: int, seed: int, episodes: int, work_dir: str, show_
         temperature=1.0, missing_eos_penalty=1.0, train_turns_from=int(hp["train_turns_from"]),
         policy_sharing=hp["policy_sharing"], report_to="none", save_strategy="no", activation_checkpointing=False,
         num_sample_generations=0, logging_steps=1, seed=seed, per_device_eval_batch_size=64, disable_tqdm=True,
+        cpu_threads=cpu_threads,
     )
     trainer = MultiAgentPPOTrainer(
         args=config, model=debate_team(), reward_funcs=[reward], env=ToyDebateEnv(agents, turns),
@@ -296,7 +300,7 @@ def make_plots(results: dict[str, Any], output_dir: str) -> list[str]:
 
 def run_demo(config: DemoConfig) -> dict[str, Any]:
     """Run the demo; returns the results written to `demo_metrics.json`."""
-    _quiet()
+    _quiet(config.cpu_threads)
     from ..toy import make_toy_model
 
     preset = PRESETS[config.preset]
@@ -316,11 +320,13 @@ def run_demo(config: DemoConfig) -> dict[str, Any]:
     results: dict[str, Any] = {"preset": config.preset, "seed": config.seed}
     print(f"[2/4] MAGRPO vs training each agent alone: {preset['magrpo_steps']} steps each", flush=True)
     results["magrpo"] = run_magrpo_part(model_dir, preset["magrpo_steps"], config.seed, preset["eval_episodes"],
-                                        work, config.show_progress, keep_dir=keep["magrpo"])
+                                        work, config.show_progress, keep_dir=keep["magrpo"],
+                                        cpu_threads=config.cpu_threads)
     print(f"[3/4] MAPoRL: a team of 3 agents of different strengths debates for 3 turns, "
           f"{preset['maporl_updates']} PPO updates", flush=True)
     results["maporl"] = run_maporl_part(preset["maporl_updates"], config.seed, preset["eval_episodes"], work,
-                                        config.show_progress, keep_dir=keep["maporl"])
+                                        config.show_progress, keep_dir=keep["maporl"],
+                                        cpu_threads=config.cpu_threads)
     results["seconds"] = time.perf_counter() - start
     results["numerics"] = numerics_info()
     results["table"] = format_table(results)
@@ -334,9 +340,20 @@ def run_demo(config: DemoConfig) -> dict[str, Any]:
     return results
 
 
+def positive_int(text: str) -> int:
+    """An argparse type: a whole number >= 1, or an error that says so."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}")
+    return value
+
+
 def add_demo_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of `trl-marl demo` (also `python -m trl_marl.scripts.demo`): `--quick`/`--full`, `--real`,
-    `--seed`, `--output-dir`, `--keep-teams`."""
+    `--seed`, `--output-dir`, `--cpu-threads`, `--keep-teams`."""
     size = parser.add_mutually_exclusive_group()
     size.add_argument("--quick", dest="preset", action="store_const", const="quick", help="A ~30 s run.")
     size.add_argument("--full", dest="preset", action="store_const", const="full", help="A longer run.")
@@ -348,6 +365,11 @@ def add_demo_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="Random seed.")
     parser.add_argument("--output-dir", default=None,
                         help="Where plots and metrics are written (default trl-marl-demo, or trl-marl-demo-real).")
+    parser.add_argument("--cpu-threads", "--cpu_threads", dest="cpu_threads", type=positive_int, default=None,
+                        metavar="N",
+                        help="Torch threads. Default: 1 for the toy demo (its README digits were computed on one); "
+                             "for --real one per core, fewer when the machine is busy (said once). OMP_NUM_THREADS "
+                             "also decides --real's threads.")
     parser.add_argument("--keep-teams", action="store_true",
                         help="Save the trained teams to OUTPUT_DIR/teams/magrpo and OUTPUT_DIR/teams/maporl (default: "
                              "deleted at the end; `trl-marl generate --team DIR` tries one).")
@@ -360,11 +382,12 @@ def demo_command(args: argparse.Namespace) -> int:
 
         run_real_demo(RealDemoConfig(preset=args.preset, seed=args.seed,
                                      output_dir=args.output_dir or "trl-marl-demo-real",
-                                     keep_teams=getattr(args, "keep_teams", False)))
+                                     keep_teams=getattr(args, "keep_teams", False),
+                                     cpu_threads=getattr(args, "cpu_threads", None)))
         return 0
     restart_with_pinned_numerics()  # returns when the kernels are pinned (or cannot be): the toy demo's digits
     run_demo(DemoConfig(preset=args.preset, seed=args.seed, output_dir=args.output_dir or "trl-marl-demo",
-                        keep_teams=getattr(args, "keep_teams", False)))
+                        keep_teams=getattr(args, "keep_teams", False), cpu_threads=getattr(args, "cpu_threads", None)))
     return 0
 
 

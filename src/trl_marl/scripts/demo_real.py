@@ -148,8 +148,9 @@ def real_lora_config(first_layer: int = 22, num_layers: int = 30) -> Any:
 
 def magrpo_trainer(env: Any, reward: Any, rows: Sequence[dict[str, Any]], *, seed: int, steps: int,
                    output_dir: str, sizes: dict[str, Any] = MAGRPO_SIZES, num_agents: int = 2,
-                   frozen: Sequence[int] = (), model: str = REAL_MODEL) -> Any:
-    """A MAGRPO trainer on the real model with LoRA adapters ([`real_lora_config`]), saving nothing."""
+                   frozen: Sequence[int] = (), model: str = REAL_MODEL, cpu_threads: int | None = None) -> Any:
+    """A MAGRPO trainer on the real model with LoRA adapters ([`real_lora_config`]), saving nothing; `cpu_threads`:
+    its torch threads (None: the trainer's choice, `utils.threads`)."""
     from datasets import Dataset
 
     from ..trainers import MAGRPOConfig, MAGRPOTrainer
@@ -161,6 +162,7 @@ def magrpo_trainer(env: Any, reward: Any, rows: Sequence[dict[str, Any]], *, see
         report_to="none", save_strategy="no", temperature=sizes.get("temperature", 1.0), seed=seed,
         disable_tqdm=True, beta=0.0,
         frozen_agents=list(frozen), activation_checkpointing=False,  # short CPU sequences: no recompute
+        cpu_threads=cpu_threads,
     )
     return MAGRPOTrainer(model=model, reward_funcs=reward, env=env, args=config,
                          train_dataset=Dataset.from_list(list(rows)), peft_config=real_lora_config())
@@ -226,7 +228,8 @@ def value_models(top_layers: int, count: int = 2, model: str = REAL_MODEL, *, se
 
 
 def debate_trainer(*, seed: int, updates: int, output_dir: str, eval_questions: int,
-                   sizes: dict[str, Any] = MAPORL_SIZES, model: str = REAL_MODEL) -> Any:
+                   sizes: dict[str, Any] = MAPORL_SIZES, model: str = REAL_MODEL,
+                   cpu_threads: int | None = None) -> Any:
     """MAPoRL on the real model: 2 agents, 2 turns of debate on 1-digit additions, an answer verifier, the
     influence-aware reward; the eval set is `eval_questions` held-out additions ([`addition_split`])."""
     from datasets import Dataset
@@ -246,7 +249,7 @@ def debate_trainer(*, seed: int, updates: int, output_dir: str, eval_questions: 
         num_ppo_epochs=sizes["ppo_epochs"], learning_rate=sizes["lr"], lr_scheduler_type="constant", kl_coef=0.02,
         temperature=1.0, policy_sharing="agent", report_to="none", save_strategy="no", num_sample_generations=0,
         logging_steps=1, activation_checkpointing=False, seed=seed, disable_tqdm=True,
-        per_device_eval_batch_size=max(2, min(32, eval_questions)),
+        per_device_eval_batch_size=max(2, min(32, eval_questions)), cpu_threads=cpu_threads,
     )
     env = DebateEnv(num_agents=2, num_turns=2, chat=True, system_prompt=DEBATE_SYSTEM, answer_format=DEBATE_FORMAT)
     return MultiAgentPPOTrainer(
@@ -281,10 +284,12 @@ class RealDemoConfig:
     show_progress: bool = True
     keep_teams: bool = False
     """Save the trained teams to `output_dir/teams/{magrpo,maporl}` (default: they are deleted with the run)."""
+    cpu_threads: int | None = None
+    """Torch threads (None: one per core, fewer on a busy machine: `trl_marl.utils.threads`)."""
 
 
 def run_magrpo_real(steps: int, seed: int, eval_lists: int, work_dir: str, show_progress: bool,
-                    keep_dir: str | None = None) -> dict[str, Any]:
+                    keep_dir: str | None = None, cpu_threads: int | None = None) -> dict[str, Any]:
     """Part 1: the MAGRPO team on the division-of-labour task, held-out success before and after; the trained team is
     saved to `keep_dir` when given (`save_team`: no optimizer, no value models)."""
     from ..envs import ChatSplitItemsEnv
@@ -295,7 +300,7 @@ def run_magrpo_real(steps: int, seed: int, eval_lists: int, work_dir: str, show_
     rows = item_lists(train_pool, max(64, steps * MAGRPO_SIZES["batch"] // MAGRPO_SIZES["generations"]), seed)
     with phase_bar("MAGRPO team: loading 2 agents with LoRA adapters", show_progress):
         trainer = magrpo_trainer(env, reward, rows, seed=seed, steps=steps,
-                                 output_dir=os.path.join(work_dir, "magrpo"))
+                                 output_dir=os.path.join(work_dir, "magrpo"), cpu_threads=cpu_threads)
     replace_progress(trainer.callback_handler, progress_callback("MAGRPO team", show_progress))
     heldout = item_lists(held_pool, eval_lists, EVAL_SEED)
     length = MAGRPO_SIZES["completion"]
@@ -319,13 +324,13 @@ def run_magrpo_real(steps: int, seed: int, eval_lists: int, work_dir: str, show_
 
 
 def run_maporl_real(updates: int, seed: int, questions: int, work_dir: str, show_progress: bool,
-                    keep_dir: str | None = None) -> dict[str, Any]:
+                    keep_dir: str | None = None, cpu_threads: int | None = None) -> dict[str, Any]:
     """Part 2: the MAPoRL debate, majority-vote accuracy per turn on held-out additions before and after; the
     trained team (its policies, not the value models) is saved to `keep_dir` when given."""
 
     with phase_bar("MAPoRL debate: loading 2 agents with LoRA adapters and 2 value models", show_progress):
         trainer = debate_trainer(seed=seed, updates=updates, output_dir=os.path.join(work_dir, "maporl"),
-                                 eval_questions=questions)
+                                 eval_questions=questions, cpu_threads=cpu_threads)
     replace_progress(trainer.callback_handler, progress_callback("MAPoRL debate", show_progress))
     before = debate_accuracy(trainer.evaluate())
     trainer.train()
@@ -377,7 +382,10 @@ def run_real_demo(config: RealDemoConfig) -> dict[str, Any]:
     [`make_real_plots`] (and, with `keep_teams`, the trained teams)."""
     quiet_logs()
     from ..utils.model_names import resolve_model_name
+    from ..utils.threads import show_thread_choice
     from .numerics import numerics_info
+
+    show_thread_choice()  # the trainers' torch threads (one per core, fewer on a busy machine), in one line
 
     preset = REAL_PRESETS[config.preset]
     out = os.path.abspath(config.output_dir)
@@ -394,11 +402,12 @@ def run_real_demo(config: RealDemoConfig) -> dict[str, Any]:
     print(f"[2/4] MAGRPO: two agents must say different numbers of a list, {preset['magrpo_steps']} steps",
           flush=True)
     results["magrpo"] = run_magrpo_real(preset["magrpo_steps"], config.seed, preset["eval_lists"], work_dir.name,
-                                        config.show_progress, keep_dir=keep["magrpo"])
+                                        config.show_progress, keep_dir=keep["magrpo"], cpu_threads=config.cpu_threads)
     print(f"[3/4] MAPoRL: two agents debate 1-digit additions for 2 turns, {preset['maporl_updates']} PPO updates",
           flush=True)
     results["maporl"] = run_maporl_real(preset["maporl_updates"], config.seed, preset["debate_questions"],
-                                        work_dir.name, config.show_progress, keep_dir=keep["maporl"])
+                                        work_dir.name, config.show_progress, keep_dir=keep["maporl"],
+                                        cpu_threads=config.cpu_threads)
     results["seconds"] = time.perf_counter() - start
     results["numerics"] = numerics_info()  # what decided the last bits: kernels, threads, CPU (docs/demo.md)
     results["table"] = format_real_table(results)

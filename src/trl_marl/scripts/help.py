@@ -29,7 +29,8 @@ _COMMON_LAST = [
         ("--report_to LIST", "Where metrics go: none, tensorboard, wandb, ..."),
         ("--save_strategy S", "Checkpoints: no, steps or epoch (with --save_steps)."),
         ("--seed N", "Random seed."),
-        ("--cpu_threads N", "Torch threads on CPU (default: chosen for the model's size; OMP_NUM_THREADS wins)."),
+        ("--cpu_threads N", "Torch threads on CPU (default: chosen for the model's size and the machine's load; "
+                                 "OMP_NUM_THREADS wins)."),
     ]),
 ]
 SHORT_OPTIONS: dict[str, list[tuple[str, list[tuple[str, str]]]]] = {
