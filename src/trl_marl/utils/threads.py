@@ -197,7 +197,11 @@ def apply_cpu_threads(models: Iterable[Any], cpu_threads: int | None = None, on_
 
 def show_thread_choice() -> None:
     """Print [`apply_cpu_threads`]'s one line on stderr (the command line and the examples call this)."""
+    from .quiet import other_rank_quieted
+
     log = logging.getLogger(__name__)
+    if other_rank_quieted():  # a process of a multi-process run other than the main one: the main one says it
+        return
     if not log.handlers:
         handler = logging.StreamHandler()
         handler.setFormatter(logging.Formatter("[trl-marl] %(message)s"))

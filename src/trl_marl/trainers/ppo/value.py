@@ -18,7 +18,7 @@ from ...team import (
     no_split_modules,
     sequence_model_inputs,
 )
-from ...team.forward import dropout_active
+from ...team.forward import dropout_active, own_storage
 
 __all__ = [
     "PolicyValueTeam",
@@ -229,6 +229,7 @@ class PolicyValueTeam(nn.Module):
             logprobs, entropy = self.team.response_logprobs(s, query_responses, context, pad_token_ids[s], responses,
                                                             temperature + 1e-7, compute_entropy=True)
             values = response_values(self.value_model(s), value_qr, pad_token_ids[s], value_context)
-            outputs.append((entropy, logprobs, values))
+            # no view among the outputs: under FSDP2 this module is the root (`team.forward.own_storage`)
+            outputs.append((own_storage(entropy), own_storage(logprobs), own_storage(values)))
         return outputs
 
