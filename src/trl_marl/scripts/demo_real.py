@@ -210,6 +210,7 @@ def value_models(top_layers: int, count: int = 2, model: str = REAL_MODEL, *, se
     import torch
     from transformers import AutoModelForSequenceClassification
 
+    from ..trainers.ppo.value import freeze_below_top_layers
     from ..utils.model_names import resolve_model_name
 
     path = resolve_model_name(model)
@@ -218,12 +219,7 @@ def value_models(top_layers: int, count: int = 2, model: str = REAL_MODEL, *, se
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed * 1000 + index)  # one head per agent, different from the other agents'
             vm = AutoModelForSequenceClassification.from_pretrained(path, num_labels=1)
-        vm.requires_grad_(False)
-        for layer in list(vm.model.layers)[-top_layers:]:
-            layer.requires_grad_(True)
-        vm.model.norm.requires_grad_(True)
-        vm.score.requires_grad_(True)
-        out.append(vm)
+        out.append(freeze_below_top_layers(vm, top_layers))  # what `value_train_layers` does to default ones
     return out
 
 

@@ -283,9 +283,6 @@ class TeamTrainerMixin:
         )
 
     # ------------------------------------------------------------------ stopping on a broken reward
-    resumable = True
-    """Whether `train(resume_from_checkpoint=...)` continues a run from its checkpoints (for messages)."""
-
     def save_team(self, output_dir: str) -> str:
         """Save the trained team alone to `output_dir` (main process): every agent's weights or adapter with its
         tokenizer, `team_config.json` and the model card; no optimizer, scheduler or value model. It loads with

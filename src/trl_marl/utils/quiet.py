@@ -20,6 +20,7 @@ import os
 import warnings
 from collections.abc import Iterator, Mapping, MutableMapping
 from contextlib import contextmanager
+from typing import Any
 
 CHECKPOINTING_ALIAS_WARNING = r"`is_gradient_checkpointing` is deprecated"
 BITSANDBYTES_KERNEL_LOG = "Failed to load CPU gemm_4bit_forward"
@@ -98,3 +99,34 @@ def quiet_other_ranks(environ: MutableMapping[str, str] | None = None) -> bool:
 def other_rank_quieted() -> bool:
     """Whether [`quiet_other_ranks`] quieted this process (a code path that sets its own log level checks it)."""
     return _other_rank_quieted
+
+
+class _CurrentStderr(logging.StreamHandler):  # type: ignore[type-arg]
+    """A handler that writes to whatever `sys.stderr` is at each record (a redirected or captured stream too)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+
+    @property
+    def stream(self) -> Any:  # type: ignore[override]
+        import sys
+
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: Any) -> None:
+        pass
+
+
+def announcer(name: str) -> logging.Logger:
+    """The logger `name` (under `trl_marl`), set up to print its INFO records on stderr as `[trl-marl] message` once
+    each, without a root handler repeating them: for lines that every run shows (a checkpoint's size). In a process
+    that [`quiet_other_ranks`] quieted it says nothing below ERROR."""
+    logger = logging.getLogger(name)
+    if not any(isinstance(handler, _CurrentStderr) for handler in logger.handlers):
+        handler = _CurrentStderr()
+        handler.setFormatter(logging.Formatter("[trl-marl] %(message)s"))
+        logger.addHandler(handler)
+        logger.propagate = False
+    logger.setLevel(logging.ERROR if _other_rank_quieted else logging.INFO)
+    return logger

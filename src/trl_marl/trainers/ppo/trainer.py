@@ -209,7 +209,8 @@ class MultiAgentPPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer
 
         if args.critic == "centralized":
             check_joint_tokenizers(team.tokenizers)
-        value_models = build_value_models(value_model, team, args.policy_sharing, args.critic)
+        value_models = build_value_models(value_model, team, args.policy_sharing, args.critic,
+                                          train_layers=args.value_train_layers)
         self.reward_model = reward_model
         if reward_model is not None:
             check_single_label(reward_model, "reward_model")
