@@ -72,6 +72,8 @@ SHORT_OPTIONS: dict[str, list[tuple[str, list[tuple[str, str]]]]] = {
             ("--learning_rate LR", "The optimizer's learning rate (> 0)."),
             ("--response_length N", "Tokens per answer."),
             ("--num_ppo_epochs N", "PPO epochs over each batch."),
+            ("--value_train_layers N", "Value models train only their top N layers and head (0: the head; "
+                                       "smaller checkpoints). Default: every weight."),
         ]),
         *_COMMON_LAST,
     ],
