@@ -63,6 +63,7 @@ def test_apply_reads_the_load_and_warns_once(monkeypatch: pytest.MonkeyPatch,
     monkeypatch.setattr(os, "cpu_count", lambda: 2)
     monkeypatch.setattr(threads, "count_parameters", lambda models: BIG)
     monkeypatch.setattr(threads, "_announced", False)
+    monkeypatch.setattr(threads, "_busy_at_start", None)
     previous = torch.get_num_threads()
     try:
         torch.set_num_threads(2)
@@ -72,11 +73,16 @@ def test_apply_reads_the_load_and_warns_once(monkeypatch: pytest.MonkeyPatch,
         said = [r for r in caplog.records if r.name == threads.__name__]
         assert len(said) == 1 and said[0].levelno == logging.WARNING
         assert "1 torch thread(s) for a 135.00M-parameter model" in said[0].getMessage()
-        # a quiet machine: one per core, said at INFO
+        # the first measure holds for the process: its own training raises the load for the next trainer
         monkeypatch.setattr(os, "getloadavg", lambda: (0.9, 0.5, 0.2))
+        assert threads.apply_cpu_threads([], on_cpu=True) == 1
+        # a quiet machine (a new process): one per core, said at INFO
+        monkeypatch.setattr(threads, "_busy_at_start", None)
         monkeypatch.setattr(threads, "_announced", False)
         caplog.clear()
         with caplog.at_level(logging.INFO, logger=threads.__name__):
+            assert threads.apply_cpu_threads([], on_cpu=True) == 2
+            monkeypatch.setattr(os, "getloadavg", lambda: (3.0, 2.0, 1.0))  # this process's own two threads
             assert threads.apply_cpu_threads([], on_cpu=True) == 2
         assert [r.levelno for r in caplog.records if r.name == threads.__name__] == [logging.INFO]
     finally:

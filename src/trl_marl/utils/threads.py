@@ -36,6 +36,10 @@ SMALL_MODEL_PARAMS = 20_000_000
 
 _announced = False
 _replaced_warned = False
+_busy_at_start: float | None = None
+"""[`busy_cores`] as measured at this process's first thread choice, reused by later ones: by then the load average
+counts this process's own training (a second trainer in one process would see its first one as other work), and one
+process keeps one thread count (one set of digits) for all its runs."""
 
 
 HOW_TO_CHOOSE = "set `--cpu_threads N` (the config's `cpu_threads`) or OMP_NUM_THREADS=N to choose"
@@ -183,8 +187,11 @@ def apply_cpu_threads(models: Iterable[Any], cpu_threads: int | None = None, on_
                       or torch.backends.mps.is_available())
     if not on_cpu and cpu_threads is None:
         return torch.get_num_threads()
+    global _busy_at_start
     cores, params = available_cores(), count_parameters(models)
-    threads, reason = choose_cpu_threads(params, cores, cpu_threads=cpu_threads, busy=busy_cores(cores))
+    if _busy_at_start is None:
+        _busy_at_start = busy_cores(cores)
+    threads, reason = choose_cpu_threads(params, cores, cpu_threads=cpu_threads, busy=_busy_at_start)
     if threads is not None:
         set_torch_threads(threads)
     if not _announced:
