@@ -194,3 +194,22 @@ def test_toy_demo_plots_through_the_shared_code(tmp_path: Path) -> None:
     paths = make_plots(results, str(tmp_path))
     assert paths == [str(tmp_path / "magrpo_team_reward.png"), str(tmp_path / "maporl_accuracy_per_turn.png")]
     assert all(Path(p).stat().st_size > 1000 for p in paths)
+
+
+def test_save_team_of_ppo_leaves_the_value_models_out(target_model_dir: str, tmp_path: Path) -> None:
+    import torch
+    from datasets import Dataset
+
+    from trl_marl import AgentTeam, MultiAgentPPOConfig, MultiAgentPPOTrainer
+    from trl_marl.envs import TargetSumEnv
+    from trl_marl.rewards.arithmetic import TargetSumReward
+
+    config = MultiAgentPPOConfig(output_dir=str(tmp_path / "run"), num_agents=2, per_device_train_batch_size=2,
+                                 total_episodes=2, response_length=3, report_to="none", save_strategy="no",
+                                 num_sample_generations=0, disable_tqdm=True, seed=0)
+    trainer = MultiAgentPPOTrainer(args=config, model=target_model_dir, reward_funcs=TargetSumReward(0.5),
+                                   env=TargetSumEnv(2), train_dataset=Dataset.from_dict({"target": [TARGET] * 4}))
+    folder = trainer.save_team(str(tmp_path / "teams" / "maporl"))
+    assert sorted(os.listdir(folder)) == ["README.md", "agent_0", "agent_1", "team_config.json"]
+    loaded = AgentTeam.from_pretrained(folder).state_dict()
+    assert all(torch.equal(loaded[k], v) for k, v in trainer.team.state_dict().items())
