@@ -14,9 +14,10 @@ Public API:
 from typing import TYPE_CHECKING, Any
 
 from .utils.model_names import register_model_name_resolver
-from .utils.quiet import quiet_bitsandbytes_import
+from .utils.quiet import quiet_bitsandbytes_import, quiet_other_ranks
 
 quiet_bitsandbytes_import()  # a log line at bitsandbytes' import that no user can act on (see utils.quiet)
+quiet_other_ranks()  # under accelerate/torchrun only the main process prints (TRL_MARL_LOG_ALL_RANKS=1: all)
 
 # The public names are imported on first use (PEP 562), so that `trl-marl --help` and `import trl_marl.cli` do not pay
 # for torch, transformers and TRL. The first access to any of them imports the whole public API (and checks TRL's

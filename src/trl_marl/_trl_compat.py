@@ -32,6 +32,7 @@ from .utils.checkpoint_files import (
     CheckpointSpec,
     CorruptCheckpointWarning,
     IncompleteCheckpointWarning,
+    checkpoint_size_line,
     finished_run_problem,
     is_complete_checkpoint,
     write_manifest,
@@ -41,6 +42,7 @@ from .utils.checkpoint_files import PARTIAL_RE as _PARTIAL_RE
 from .utils.checkpoint_files import REPLACED_RE as _REPLACED_RE
 from .utils.checkpoint_files import fsync_dir as _fsync_dir
 from .utils.checkpoint_files import fsync_tree as _fsync_tree
+from .utils.quiet import announcer
 
 TESTED_TRL_RANGE = (Version("1.16.0"), Version("1.17.0"))
 """trl-marl is tested against TRL versions in [low, high)."""
@@ -218,6 +220,10 @@ class TeamCheckpointMixin:
       an incomplete or damaged checkpoint is a clear `ValueError` naming the bad file and the problem.
     """
 
+    resumable = True
+    """Whether `train(resume_from_checkpoint=...)` can resume this trainer: only then do its checkpoints hold the
+    optimizer, scheduler and random states (a trainer that cannot resume saves its weights alone)."""
+
     def checkpoint_spec(self) -> CheckpointSpec:
         """What this trainer needs of a checkpoint to resume from it exactly, beyond its manifest.
 
@@ -236,7 +242,7 @@ class TeamCheckpointMixin:
         team = _team_of(self.accelerator.unwrap_model(self.model))  # type: ignore[attr-defined]
         required = [(TRAINER_STATE_FILE,), (TEAM_CONFIG_FILE,)]
         required += [agent_weight_files(a, team.agent_adapter[a] is not None) for a in range(team.num_agents)]
-        if not args.save_only_model:
+        if not args.save_only_model and self.resumable:
             if not getattr(self, "is_deepspeed_enabled", False):
                 fsdp = getattr(self, "is_fsdp_enabled", False)
                 required += [("optimizer.bin", "optimizer.pt") if fsdp else ("optimizer.pt",), ("scheduler.pt",)]
@@ -319,7 +325,7 @@ class TeamCheckpointMixin:
             best_dir = os.path.join(run_dir, f"{CHECKPOINT_PREFIX}-{state.best_global_step}")
             if state.best_global_step == state.global_step or os.path.exists(best_dir):
                 state.best_model_checkpoint = best_dir
-        if not args.save_only_model:
+        if not args.save_only_model and self.resumable:  # what a resume needs; nothing for a trainer that cannot
             self._save_optimizer_and_scheduler(partial_dir)  # type: ignore[attr-defined]
             self._save_scaler(partial_dir)  # type: ignore[attr-defined]
             self._save_rng_state(partial_dir)  # type: ignore[attr-defined]
@@ -345,6 +351,7 @@ class TeamCheckpointMixin:
         if args.should_save:
             keep = {final_dir} | ({state.best_model_checkpoint} if state.best_model_checkpoint else set())
             _rotate_complete_checkpoints(run_dir, args.save_total_limit, keep)
+            announcer("trl_marl.checkpoints").info("%s", checkpoint_size_line(final_dir, args.save_total_limit))
 
     def _save(self, output_dir: str | None = None, state_dict: dict[str, Any] | None = None) -> None:  # type: ignore[override]
         output_dir = output_dir if output_dir is not None else self.args.output_dir  # type: ignore[attr-defined]

@@ -150,7 +150,7 @@ def test_maporl_plot_is_titled_scaled_and_coloured_by_phase():
     import matplotlib.pyplot as plt
     from matplotlib.colors import to_hex
 
-    from trl_marl.scripts.demo import PHASE_COLORS, maporl_figure
+    from trl_marl.scripts.plots import PHASE_COLORS, maporl_figure
 
     data = {phase: {"majority_accuracy": [0.5, 0.6, 0.7], "w_to_r_rate": [0.1, 0.2], "r_to_w_rate": [0.05, 0.0]}
             for phase in ("before", "after")}

@@ -27,7 +27,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from .numerics import kernel_tag, numerics_info, restart_with_pinned_numerics
-from .progress import progress_callback, quiet_logs, replace_progress, turn_accuracy_rows
+from .plots import curves_figure, maporl_figure, save_figure
+from .progress import (
+    TEAMS_FOLDER,
+    progress_callback,
+    quiet_logs,
+    replace_progress,
+    teams_line,
+    turn_accuracy_rows,
+)
 
 DESCRIPTION = "Offline toy world: MAGRPO vs agents trained alone, and a MAPoRL debate."
 """What `trl-marl demo` does, in one line (its help)."""
@@ -59,18 +67,22 @@ class DemoConfig:
     seed: int = 0
     output_dir: str = "trl-marl-demo"
     show_progress: bool = True
+    keep_teams: bool = False
+    """Save the trained MAGRPO and MAPoRL teams to `output_dir/teams/{magrpo,maporl}` (default: deleted)."""
+    cpu_threads: int | None = None
+    """Torch threads (default 1: the toy models run fastest on one, and the README's digits were computed on one)."""
 
 
-def _quiet() -> None:
+def _quiet(cpu_threads: int | None = None) -> None:
     import torch
 
     quiet_logs()
-    torch.set_num_threads(1)  # tiny models: more threads only add overhead on 2 cores
+    torch.set_num_threads(cpu_threads or 1)  # tiny models: more threads only add overhead on 2 cores
 
 
 # ---------------------------------------------------------------------------------------------------- part 1
 def _magrpo_trainer(model_dir: str, steps: int, seed: int, output_dir: str, frozen: list[int], label: str,
-                    show_progress: bool) -> Any:
+                    show_progress: bool, cpu_threads: int | None = None) -> Any:
     from datasets import Dataset
 
     from ..envs import TargetSumEnv
@@ -81,7 +93,7 @@ def _magrpo_trainer(model_dir: str, steps: int, seed: int, output_dir: str, froz
         output_dir=output_dir, num_agents=2, num_generations=8, per_device_train_batch_size=64,
         max_completion_length=4, learning_rate=MAGRPO_LEARNING_RATE, lr_scheduler_type="constant", max_steps=steps,
         logging_steps=1, report_to="none", save_strategy="no", activation_checkpointing=False, temperature=1.0,
-        seed=seed, disable_tqdm=True, frozen_agents=frozen,
+        seed=seed, disable_tqdm=True, frozen_agents=frozen, cpu_threads=cpu_threads,
         # 6-token prompts on an 11k-parameter model: a shared prefill's extra forward costs more than it saves (6%
         # slower generation, benchmarks/speed/bench_prefill.py)
         share_prompt_prefill=False,
@@ -116,22 +128,26 @@ def _team_success(team: Any, episodes: int, seed: int) -> float:
 
 
 def run_magrpo_part(model_dir: str, steps: int, seed: int, episodes: int, work_dir: str,
-                    show_progress: bool) -> dict[str, Any]:
-    """MAGRPO vs training each agent alone on the coordination task."""
+                    show_progress: bool, keep_dir: str | None = None,
+                    cpu_threads: int | None = None) -> dict[str, Any]:
+    """MAGRPO vs training each agent alone on the coordination task; the MAGRPO team is saved to `keep_dir` when
+    given. `cpu_threads`: the trainers' torch threads (None: their choice, one for these models)."""
     from ..team import AgentTeam
 
     def curve(trainer: Any) -> list[float]:
         return [h["reward"] for h in trainer.state.log_history if "reward" in h]
 
     magrpo = _magrpo_trainer(model_dir, steps, seed, os.path.join(work_dir, "magrpo"), [], "MAGRPO team",
-                             show_progress)
+                             show_progress, cpu_threads)
     before = _team_success(magrpo.team, episodes, seed + 1)
     magrpo.train()
     after = _team_success(magrpo.team, episodes, seed + 1)
+    if keep_dir is not None:
+        magrpo.save_team(keep_dir)
     alone = []
     for agent in (0, 1):
         trainer = _magrpo_trainer(model_dir, steps, seed, os.path.join(work_dir, f"alone_{agent}"), [1 - agent],
-                                  f"agent {agent} alone", show_progress)
+                                  f"agent {agent} alone", show_progress, cpu_threads)
         trainer.train()
         alone.append(trainer)
     paired = AgentTeam([alone[0].team.policy(0), alone[1].team.policy(1)],
@@ -149,6 +165,7 @@ def run_magrpo_part(model_dir: str, steps: int, seed: int, episodes: int, work_d
         "magrpo_curve": magrpo_curve,
         "alone_curves": [curve(t) for t in alone],
         "sample_answers": [f"{a.strip()}+{b.strip()}" for a, b in zip(sample[0], sample[1])][:8],
+        "team_dir": keep_dir,
     }
 
 
@@ -196,13 +213,15 @@ def debate_team(seed: int = 0) -> list[str]:
             for i in range(3)]
 
 
-def run_maporl_part(updates: int, seed: int, episodes: int, work_dir: str, show_progress: bool) -> dict[str, Any]:
+def run_maporl_part(updates: int, seed: int, episodes: int, work_dir: str, show_progress: bool,
+                    keep_dir: str | None = None, cpu_threads: int | None = None) -> dict[str, Any]:
     """A 3-agent, 3-turn debate of a heterogeneous team ([`debate_team`]) trained with MAPoRL-style multi-agent PPO.
 
     Every agent sees the question and all agents' previous answers (`ToyDebateEnv`); an answer verifier scores every
     answer and the influence-aware reward with the alpha/beta incentives is maximized with PPO. Only the revision
     turns are trained (turns >= `train_turns_from`, one policy per agent and turn: the paper's theta_{t,a}), so turn 1
-    is the untrained team's, and any gain over the turns comes from how the agents revise.
+    is the untrained team's, and any gain over the turns comes from how the agents revise. The trained team is saved
+    to `keep_dir` when given.
     """
     from ..envs.debate import ToyDebateEnv
     from ..rewards.influence import InfluenceAwareReward
@@ -222,6 +241,7 @@ def run_maporl_part(updates: int, seed: int, episodes: int, work_dir: str, show_
         temperature=1.0, missing_eos_penalty=1.0, train_turns_from=int(hp["train_turns_from"]),
         policy_sharing=hp["policy_sharing"], report_to="none", save_strategy="no", activation_checkpointing=False,
         num_sample_generations=0, logging_steps=1, seed=seed, per_device_eval_batch_size=64, disable_tqdm=True,
+        cpu_threads=cpu_threads,
     )
     trainer = MultiAgentPPOTrainer(
         args=config, model=debate_team(), reward_funcs=[reward], env=ToyDebateEnv(agents, turns),
@@ -232,10 +252,12 @@ def run_maporl_part(updates: int, seed: int, episodes: int, work_dir: str, show_
     before = _debate_metrics(trainer.evaluate(), turns)
     trainer.train()
     after = _debate_metrics(trainer.evaluate(), turns)
+    if keep_dir is not None:
+        trainer.save_team(keep_dir)
     curve = [h["objective/scores"] for h in trainer.state.log_history if "objective/scores" in h]
     return {"task": f"{agents} agents of different strengths (one knows every fact, two know 40%) debate for "
                     f"{turns} turns",
-            "updates": updates, "before": before, "after": after, "score_curve": curve}
+            "updates": updates, "before": before, "after": after, "score_curve": curve, "team_dir": keep_dir}
 
 
 # ---------------------------------------------------------------------------------------------------- report
@@ -265,75 +287,20 @@ def format_table(results: dict[str, Any]) -> str:
 
 def make_plots(results: dict[str, Any], output_dir: str) -> list[str]:
     """PNG plots: team reward curves (MAGRPO vs alone), accuracy per turn and transitions (before vs after)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    paths = []
     m = results["magrpo"]
-    fig, ax = plt.subplots(figsize=(6, 4))
-    ax.plot(m["magrpo_curve"], label="MAGRPO (agents trained together)")
-    for agent, curve in enumerate(m["alone_curves"]):
-        ax.plot(curve, label=f"agent {agent} trained alone (partner frozen)", alpha=0.8)
-    ax.set_xlabel("training step")
-    ax.set_ylabel("team reward")
-    ax.set_title("Two agents must agree on a convention")
-    ax.legend()
-    fig.tight_layout()
-    paths.append(os.path.join(output_dir, "magrpo_team_reward.png"))
-    fig.savefig(paths[-1], dpi=100)
-    plt.close(fig)
+    curves = [("MAGRPO (agents trained together)", m["magrpo_curve"])]
+    curves += [(f"agent {agent} trained alone (partner frozen)", curve)
+               for agent, curve in enumerate(m["alone_curves"])]
+    paths = [save_figure(curves_figure(curves, "Two agents must agree on a convention"), output_dir,
+                         "magrpo_team_reward.png")]
     if "maporl" in results:
-        fig = maporl_figure(results["maporl"])
-        paths.append(os.path.join(output_dir, "maporl_accuracy_per_turn.png"))
-        fig.savefig(paths[-1], dpi=100)
-        plt.close(fig)
+        paths.append(save_figure(maporl_figure(results["maporl"]), output_dir, "maporl_accuracy_per_turn.png"))
     return paths
-
-
-PHASE_COLORS = {"before": "tab:gray", "after": "tab:green"}
-"""One colour per phase in both panels of the MAPoRL plot: before training, after MAPoRL."""
-
-
-def maporl_figure(d: dict[str, Any]) -> Any:
-    """The MAPoRL plot: majority-vote accuracy per debate turn, and how often answers flip between turns, before
-    and after training (one colour per phase in both panels, both on a 0-1 scale)."""
-    import matplotlib.pyplot as plt
-
-    turns = list(range(1, len(d["before"]["majority_accuracy"]) + 1))
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
-    fig.suptitle("MAPoRL on the toy debate: 3 agents answer, then revise after reading each other")
-    names = {"before": "before training", "after": "after MAPoRL"}
-    for phase in ("before", "after"):
-        axes[0].plot(turns, d[phase]["majority_accuracy"], "o-", color=PHASE_COLORS[phase], label=names[phase])
-    axes[0].set_xticks(turns)
-    axes[0].set_ylim(0, 1)
-    axes[0].set_xlabel("debate turn")
-    axes[0].set_ylabel("majority-vote accuracy")
-    axes[0].set_title("Accuracy per turn")
-    axes[0].legend()
-    changes = [f"{t} -> {t + 1}" for t in turns[:-1]]
-    width = 0.2
-    kinds = {"w_to_r_rate": ("wrong -> right", None), "r_to_w_rate": ("right -> wrong", "//")}
-    for i, (key, phase) in enumerate([(k, p) for k in kinds for p in ("before", "after")]):
-        xs = [j + (i - 1.5) * width for j in range(len(changes))]
-        label, hatch = kinds[key]
-        axes[1].bar(xs, d[phase].get(key, [0] * len(changes)), width, color=PHASE_COLORS[phase], hatch=hatch,
-                    edgecolor="black", linewidth=0.5, label=f"{label}, {names[phase]}")
-    axes[1].set_xticks(range(len(changes)), changes)
-    axes[1].set_ylim(0, 1)
-    axes[1].set_xlabel("turn change")
-    axes[1].set_ylabel("share of answers that flip")
-    axes[1].set_title("Flips: wrong -> right (of wrong answers),\nright -> wrong (of right answers)", fontsize=10)
-    axes[1].legend(fontsize=8)
-    fig.tight_layout()
-    return fig
 
 
 def run_demo(config: DemoConfig) -> dict[str, Any]:
     """Run the demo; returns the results written to `demo_metrics.json`."""
-    _quiet()
+    _quiet(config.cpu_threads)
     from ..toy import make_toy_model
 
     preset = PRESETS[config.preset]
@@ -343,6 +310,8 @@ def run_demo(config: DemoConfig) -> dict[str, Any]:
     # folder, so that the demo leaves only its plots and metrics behind
     work_dir = tempfile.TemporaryDirectory(prefix="trl-marl-demo-")
     work = work_dir.name
+    teams = os.path.join(out, TEAMS_FOLDER)
+    keep = {part: os.path.join(teams, part) if config.keep_teams else None for part in ("magrpo", "maporl")}
     start = time.perf_counter()
     print("[1/4] Tiny language models pretrained on synthetic tasks (built once, then cached)", flush=True)
     model_dir = make_toy_model(demo_model_dir("target"), task="target", hidden_size=32, num_layers=1,
@@ -351,11 +320,13 @@ def run_demo(config: DemoConfig) -> dict[str, Any]:
     results: dict[str, Any] = {"preset": config.preset, "seed": config.seed}
     print(f"[2/4] MAGRPO vs training each agent alone: {preset['magrpo_steps']} steps each", flush=True)
     results["magrpo"] = run_magrpo_part(model_dir, preset["magrpo_steps"], config.seed, preset["eval_episodes"],
-                                        work, config.show_progress)
+                                        work, config.show_progress, keep_dir=keep["magrpo"],
+                                        cpu_threads=config.cpu_threads)
     print(f"[3/4] MAPoRL: a team of 3 agents of different strengths debates for 3 turns, "
           f"{preset['maporl_updates']} PPO updates", flush=True)
     results["maporl"] = run_maporl_part(preset["maporl_updates"], config.seed, preset["eval_episodes"], work,
-                                        config.show_progress)
+                                        config.show_progress, keep_dir=keep["maporl"],
+                                        cpu_threads=config.cpu_threads)
     results["seconds"] = time.perf_counter() - start
     results["numerics"] = numerics_info()
     results["table"] = format_table(results)
@@ -364,13 +335,25 @@ def run_demo(config: DemoConfig) -> dict[str, Any]:
         json.dump(results, f, indent=2)
     print("[4/4] Results\n" + results["table"])
     print(f"Done in {results['seconds']:.0f} s. Plots and metrics in {out}")
+    print(teams_line(keep["magrpo"], keep["maporl"], teams))
     work_dir.cleanup()
     return results
 
 
+def positive_int(text: str) -> int:
+    """An argparse type: a whole number >= 1, or an error that says so."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}")
+    return value
+
+
 def add_demo_arguments(parser: argparse.ArgumentParser) -> None:
-    """The options of `trl-marl demo` (also `python -m trl_marl.scripts.demo`): `--quick`/`--full`, `--seed`,
-    `--output-dir`."""
+    """The options of `trl-marl demo` (also `python -m trl_marl.scripts.demo`): `--quick`/`--full`, `--real`,
+    `--seed`, `--output-dir`, `--cpu-threads`, `--keep-teams`."""
     size = parser.add_mutually_exclusive_group()
     size.add_argument("--quick", dest="preset", action="store_const", const="quick", help="A ~30 s run.")
     size.add_argument("--full", dest="preset", action="store_const", const="full", help="A longer run.")
@@ -382,6 +365,14 @@ def add_demo_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="Random seed.")
     parser.add_argument("--output-dir", default=None,
                         help="Where plots and metrics are written (default trl-marl-demo, or trl-marl-demo-real).")
+    parser.add_argument("--cpu-threads", "--cpu_threads", dest="cpu_threads", type=positive_int, default=None,
+                        metavar="N",
+                        help="Torch threads. Default: 1 for the toy demo (its README digits were computed on one); "
+                             "for --real one per core, fewer when the machine is busy (said once). OMP_NUM_THREADS "
+                             "also decides --real's threads.")
+    parser.add_argument("--keep-teams", action="store_true",
+                        help="Save the trained teams to OUTPUT_DIR/teams/magrpo and OUTPUT_DIR/teams/maporl (default: "
+                             "deleted at the end; `trl-marl generate --team DIR` tries one).")
 
 
 def demo_command(args: argparse.Namespace) -> int:
@@ -390,10 +381,13 @@ def demo_command(args: argparse.Namespace) -> int:
         from .demo_real import RealDemoConfig, run_real_demo
 
         run_real_demo(RealDemoConfig(preset=args.preset, seed=args.seed,
-                                     output_dir=args.output_dir or "trl-marl-demo-real"))
+                                     output_dir=args.output_dir or "trl-marl-demo-real",
+                                     keep_teams=getattr(args, "keep_teams", False),
+                                     cpu_threads=getattr(args, "cpu_threads", None)))
         return 0
     restart_with_pinned_numerics()  # returns when the kernels are pinned (or cannot be): the toy demo's digits
-    run_demo(DemoConfig(preset=args.preset, seed=args.seed, output_dir=args.output_dir or "trl-marl-demo"))
+    run_demo(DemoConfig(preset=args.preset, seed=args.seed, output_dir=args.output_dir or "trl-marl-demo",
+                        keep_teams=getattr(args, "keep_teams", False), cpu_threads=getattr(args, "cpu_threads", None)))
     return 0
 
 

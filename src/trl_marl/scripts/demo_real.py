@@ -30,7 +30,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .progress import progress_callback, quiet_logs, replace_progress, turn_accuracy_rows
+from .plots import curves_figure, maporl_figure, save_figure
+from .progress import (
+    TEAMS_FOLDER,
+    phase_bar,
+    progress_callback,
+    quiet_logs,
+    replace_progress,
+    teams_line,
+    turn_accuracy_rows,
+)
 
 REAL_MODEL = "smollm2-135m-instruct"
 """The registered name of SmolLM2-135M-Instruct (`HuggingFaceTB/SmolLM2-135M-Instruct` on the Hub)."""
@@ -139,8 +148,9 @@ def real_lora_config(first_layer: int = 22, num_layers: int = 30) -> Any:
 
 def magrpo_trainer(env: Any, reward: Any, rows: Sequence[dict[str, Any]], *, seed: int, steps: int,
                    output_dir: str, sizes: dict[str, Any] = MAGRPO_SIZES, num_agents: int = 2,
-                   frozen: Sequence[int] = (), model: str = REAL_MODEL) -> Any:
-    """A MAGRPO trainer on the real model with LoRA adapters ([`real_lora_config`]), saving nothing."""
+                   frozen: Sequence[int] = (), model: str = REAL_MODEL, cpu_threads: int | None = None) -> Any:
+    """A MAGRPO trainer on the real model with LoRA adapters ([`real_lora_config`]), saving nothing; `cpu_threads`:
+    its torch threads (None: the trainer's choice, `utils.threads`)."""
     from datasets import Dataset
 
     from ..trainers import MAGRPOConfig, MAGRPOTrainer
@@ -152,6 +162,7 @@ def magrpo_trainer(env: Any, reward: Any, rows: Sequence[dict[str, Any]], *, see
         report_to="none", save_strategy="no", temperature=sizes.get("temperature", 1.0), seed=seed,
         disable_tqdm=True, beta=0.0, generation_kwargs=sizes.get("generation_kwargs"),
         frozen_agents=list(frozen), activation_checkpointing=False,  # short CPU sequences: no recompute
+        cpu_threads=cpu_threads,
     )
     return MAGRPOTrainer(model=model, reward_funcs=reward, env=env, args=config,
                          train_dataset=Dataset.from_list(list(rows)), peft_config=real_lora_config())
@@ -202,6 +213,7 @@ def value_models(top_layers: int, count: int = 2, model: str = REAL_MODEL, *, se
     import torch
     from transformers import AutoModelForSequenceClassification
 
+    from ..trainers.ppo.value import freeze_below_top_layers
     from ..utils.model_names import resolve_model_name
 
     path = resolve_model_name(model)
@@ -210,17 +222,13 @@ def value_models(top_layers: int, count: int = 2, model: str = REAL_MODEL, *, se
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed * 1000 + index)  # one head per agent, different from the other agents'
             vm = AutoModelForSequenceClassification.from_pretrained(path, num_labels=1)
-        vm.requires_grad_(False)
-        for layer in list(vm.model.layers)[-top_layers:]:
-            layer.requires_grad_(True)
-        vm.model.norm.requires_grad_(True)
-        vm.score.requires_grad_(True)
-        out.append(vm)
+        out.append(freeze_below_top_layers(vm, top_layers))  # what `value_train_layers` does to default ones
     return out
 
 
 def debate_trainer(*, seed: int, updates: int, output_dir: str, eval_questions: int,
-                   sizes: dict[str, Any] = MAPORL_SIZES, model: str = REAL_MODEL) -> Any:
+                   sizes: dict[str, Any] = MAPORL_SIZES, model: str = REAL_MODEL,
+                   cpu_threads: int | None = None) -> Any:
     """MAPoRL on the real model: 2 agents, 2 turns of debate on 1-digit additions, an answer verifier, the
     influence-aware reward; the eval set is `eval_questions` held-out additions ([`addition_split`])."""
     from datasets import Dataset
@@ -240,7 +248,7 @@ def debate_trainer(*, seed: int, updates: int, output_dir: str, eval_questions: 
         num_ppo_epochs=sizes["ppo_epochs"], learning_rate=sizes["lr"], lr_scheduler_type="constant", kl_coef=0.02,
         temperature=1.0, policy_sharing="agent", report_to="none", save_strategy="no", num_sample_generations=0,
         logging_steps=1, activation_checkpointing=False, seed=seed, disable_tqdm=True,
-        per_device_eval_batch_size=max(2, min(32, eval_questions)),
+        per_device_eval_batch_size=max(2, min(32, eval_questions)), cpu_threads=cpu_threads,
     )
     env = DebateEnv(num_agents=2, num_turns=2, chat=True, system_prompt=DEBATE_SYSTEM, answer_format=DEBATE_FORMAT)
     return MultiAgentPPOTrainer(
@@ -253,9 +261,15 @@ def debate_trainer(*, seed: int, updates: int, output_dir: str, eval_questions: 
 
 
 def debate_accuracy(metrics: dict[str, float], turns: int = 2) -> dict[str, list[float]]:
-    """Majority-vote and per-agent accuracy per turn from `evaluate()`'s flat metrics."""
-    return {key: [metrics[f"eval_turn_{t}/{key}"] for t in range(1, turns + 1)]
-            for key in ("majority_accuracy", "agent_accuracy")}
+    """Majority-vote and per-agent accuracy per turn from `evaluate()`'s flat metrics, and the answer flips between
+    turns (`w_to_r_rate`, `r_to_w_rate`: one value per turn change) when they were measured."""
+    out = {key: [metrics[f"eval_turn_{t}/{key}"] for t in range(1, turns + 1)]
+           for key in ("majority_accuracy", "agent_accuracy")}
+    for key in ("w_to_r_rate", "r_to_w_rate"):
+        values = [metrics.get(f"eval_turn_{t}_{t + 1}/{key}") for t in range(1, turns)]
+        if values and all(v is not None for v in values):
+            out[key] = values
+    return out
 
 
 # ---------------------------------------------------------------------------------------------------- demo
@@ -267,23 +281,37 @@ class RealDemoConfig:
     seed: int = 0
     output_dir: str = "trl-marl-demo-real"
     show_progress: bool = True
+    keep_teams: bool = False
+    """Save the trained teams to `output_dir/teams/{magrpo,maporl}` (default: they are deleted with the run)."""
+    cpu_threads: int | None = None
+    """Torch threads (None: one per core, fewer on a busy machine: `trl_marl.utils.threads`)."""
 
 
-def run_magrpo_real(steps: int, seed: int, eval_lists: int, work_dir: str, show_progress: bool) -> dict[str, Any]:
-    """Part 1: the MAGRPO team on the division-of-labour task, held-out success before and after."""
+def run_magrpo_real(steps: int, seed: int, eval_lists: int, work_dir: str, show_progress: bool,
+                    keep_dir: str | None = None, cpu_threads: int | None = None) -> dict[str, Any]:
+    """Part 1: the MAGRPO team on the division-of-labour task, held-out success before and after; the trained team is
+    saved to `keep_dir` when given (`save_team`: no optimizer, no value models)."""
     from ..envs import ChatSplitItemsEnv
     from ..rewards import SplitItemsReward
 
     train_pool, held_pool = number_split()
     env, reward = ChatSplitItemsEnv(2), SplitItemsReward()
     rows = item_lists(train_pool, max(64, steps * MAGRPO_SIZES["batch"] // MAGRPO_SIZES["generations"]), seed)
-    trainer = magrpo_trainer(env, reward, rows, seed=seed, steps=steps, output_dir=os.path.join(work_dir, "magrpo"))
+    with phase_bar("MAGRPO team: loading 2 agents with LoRA adapters", show_progress):
+        trainer = magrpo_trainer(env, reward, rows, seed=seed, steps=steps,
+                                 output_dir=os.path.join(work_dir, "magrpo"), cpu_threads=cpu_threads)
     replace_progress(trainer.callback_handler, progress_callback("MAGRPO team", show_progress))
     heldout = item_lists(held_pool, eval_lists, EVAL_SEED)
     length = MAGRPO_SIZES["completion"]
-    before = sampled_team_success(env, reward, trainer.team, heldout, seed + 1, length)
+    with phase_bar(f"MAGRPO team: evaluating on {len(heldout)} held-out lists, before", show_progress) as bar:
+        before = sampled_team_success(env, reward, trainer.team, heldout, seed + 1, length)
+        bar.set_postfix_str(f"success {before['success']:.3f}", refresh=False)
     trainer.train()
-    after = sampled_team_success(env, reward, trainer.team, heldout, seed + 1, length)
+    with phase_bar(f"MAGRPO team: evaluating on {len(heldout)} held-out lists, after", show_progress) as bar:
+        after = sampled_team_success(env, reward, trainer.team, heldout, seed + 1, length)
+        bar.set_postfix_str(f"success {after['success']:.3f}", refresh=False)
+    if keep_dir is not None:
+        trainer.save_team(keep_dir)
     first = heldout[0]["items"]
     answers = [f"{a.strip()} / {b.strip()}" for a, b in zip(*after.pop("completions"))][:8]
     before.pop("completions")
@@ -291,22 +319,28 @@ def run_magrpo_real(steps: int, seed: int, eval_lists: int, work_dir: str, show_
             "steps": steps, "heldout_lists": len(heldout), "distinct_lists": distinct(heldout, "items"),
             "before": before, "after": after,
             "reward_curve": [h["reward"] for h in trainer.state.log_history if "reward" in h],
-            "sample_list": first, "sample_answers": answers}
+            "sample_list": first, "sample_answers": answers, "team_dir": keep_dir}
 
 
-def run_maporl_real(updates: int, seed: int, questions: int, work_dir: str, show_progress: bool) -> dict[str, Any]:
-    """Part 2: the MAPoRL debate, majority-vote accuracy per turn on held-out additions before and after."""
+def run_maporl_real(updates: int, seed: int, questions: int, work_dir: str, show_progress: bool,
+                    keep_dir: str | None = None, cpu_threads: int | None = None) -> dict[str, Any]:
+    """Part 2: the MAPoRL debate, majority-vote accuracy per turn on held-out additions before and after; the
+    trained team (its policies, not the value models) is saved to `keep_dir` when given."""
 
-    trainer = debate_trainer(seed=seed, updates=updates, output_dir=os.path.join(work_dir, "maporl"),
-                             eval_questions=questions)
+    with phase_bar("MAPoRL debate: loading 2 agents with LoRA adapters and 2 value models", show_progress):
+        trainer = debate_trainer(seed=seed, updates=updates, output_dir=os.path.join(work_dir, "maporl"),
+                                 eval_questions=questions, cpu_threads=cpu_threads)
     replace_progress(trainer.callback_handler, progress_callback("MAPoRL debate", show_progress))
     before = debate_accuracy(trainer.evaluate())
     trainer.train()
     after = debate_accuracy(trainer.evaluate())
+    if keep_dir is not None:
+        trainer.save_team(keep_dir)
     return {"task": "2 agents debate 1-digit additions for 2 turns", "updates": updates, "questions": questions,
             "distinct_questions": distinct(heldout_debate_rows(seed, questions), "question"),
             "before": before, "after": after,
-            "score_curve": [h["objective/scores"] for h in trainer.state.log_history if "objective/scores" in h]}
+            "score_curve": [h["objective/scores"] for h in trainer.state.log_history if "objective/scores" in h],
+            "team_dir": keep_dir}
 
 
 def format_real_table(results: dict[str, Any]) -> str:
@@ -329,35 +363,59 @@ def format_real_table(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def make_real_plots(results: dict[str, Any], output_dir: str) -> list[str]:
+    """The real demo's PNG plots, like the toy demo's: the MAGRPO team's reward per training step, and the debate's
+    majority-vote accuracy per turn and answer flips before and after MAPoRL. Returns their paths."""
+    paths = [save_figure(curves_figure([("MAGRPO team (LoRA on SmolLM2-135M-Instruct)",
+                                         results["magrpo"]["reward_curve"])],
+                                       "Two agents must say different numbers of a list"),
+                         output_dir, "magrpo_team_reward.png")]
+    if "maporl" in results:
+        title = "MAPoRL on SmolLM2-135M-Instruct: 2 agents answer an addition, then revise after reading each other"
+        paths.append(save_figure(maporl_figure(results["maporl"], title), output_dir, "maporl_accuracy_per_turn.png"))
+    return paths
+
+
 def run_real_demo(config: RealDemoConfig) -> dict[str, Any]:
-    """Run `trl-marl demo --real`; returns the results written to `demo_real_metrics.json`."""
+    """Run `trl-marl demo --real`; returns the results written to `demo_real_metrics.json`, beside the plots of
+    [`make_real_plots`] (and, with `keep_teams`, the trained teams)."""
     quiet_logs()
     from ..utils.model_names import resolve_model_name
+    from ..utils.threads import show_thread_choice
     from .numerics import numerics_info
+
+    show_thread_choice()  # the trainers' torch threads (one per core, fewer on a busy machine), in one line
 
     preset = REAL_PRESETS[config.preset]
     out = os.path.abspath(config.output_dir)
     os.makedirs(out, exist_ok=True)
     work_dir = tempfile.TemporaryDirectory(prefix="trl-marl-demo-real-")
+    teams = os.path.join(out, TEAMS_FOLDER)
+    keep = {part: os.path.join(teams, part) if config.keep_teams else None for part in ("magrpo", "maporl")}
     start = time.perf_counter()
     print("[1/4] SmolLM2-135M-Instruct, a real pretrained instruct model (read from its GGUF file once, then "
           "cached)", flush=True)
-    resolve_model_name(REAL_MODEL)
+    with phase_bar("finding the model (a first run converts it: seconds)", config.show_progress):
+        resolve_model_name(REAL_MODEL)
     results: dict[str, Any] = {"preset": config.preset, "seed": config.seed, "model": REAL_MODEL}
     print(f"[2/4] MAGRPO: two agents must say different numbers of a list, {preset['magrpo_steps']} steps",
           flush=True)
     results["magrpo"] = run_magrpo_real(preset["magrpo_steps"], config.seed, preset["eval_lists"], work_dir.name,
-                                        config.show_progress)
+                                        config.show_progress, keep_dir=keep["magrpo"], cpu_threads=config.cpu_threads)
     print(f"[3/4] MAPoRL: two agents debate 1-digit additions for 2 turns, {preset['maporl_updates']} PPO updates",
           flush=True)
     results["maporl"] = run_maporl_real(preset["maporl_updates"], config.seed, preset["debate_questions"],
-                                        work_dir.name, config.show_progress)
+                                        work_dir.name, config.show_progress, keep_dir=keep["maporl"],
+                                        cpu_threads=config.cpu_threads)
     results["seconds"] = time.perf_counter() - start
     results["numerics"] = numerics_info()  # what decided the last bits: kernels, threads, CPU (docs/demo.md)
     results["table"] = format_real_table(results)
+    results["plots"] = make_real_plots(results, out)
     with open(os.path.join(out, "demo_real_metrics.json"), "w") as f:
         json.dump(results, f, indent=2)
     print("[4/4] Results\n" + results["table"])
-    print(f"Done in {results['seconds']:.0f} s. Metrics in {out}")
+    print(f"Done in {results['seconds']:.0f} s. Plots and metrics in {out}")
+    print(teams_line(keep["magrpo"], keep["maporl"], teams, try_prompt="What is 3 + 4?"))
     work_dir.cleanup()
     return results
+

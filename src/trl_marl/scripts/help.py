@@ -29,7 +29,8 @@ _COMMON_LAST = [
         ("--report_to LIST", "Where metrics go: none, tensorboard, wandb, ..."),
         ("--save_strategy S", "Checkpoints: no, steps or epoch (with --save_steps)."),
         ("--seed N", "Random seed."),
-        ("--cpu_threads N", "Torch threads on CPU (default: chosen for the model's size; OMP_NUM_THREADS wins)."),
+        ("--cpu_threads N", "Torch threads on CPU (default: chosen for the model's size and the machine's load; "
+                                 "OMP_NUM_THREADS wins)."),
     ]),
 ]
 SHORT_OPTIONS: dict[str, list[tuple[str, list[tuple[str, str]]]]] = {
@@ -85,6 +86,8 @@ SHORT_OPTIONS: dict[str, list[tuple[str, list[tuple[str, str]]]]] = {
             ("--learning_rate LR", "The optimizer's learning rate (> 0)."),
             ("--response_length N", "Tokens per answer."),
             ("--num_ppo_epochs N", "PPO epochs over each batch."),
+            ("--value_train_layers N", "Value models train only their top N layers and head (0: the head; "
+                                       "smaller checkpoints). Default: every weight."),
         ]),
         *_COMMON_LAST,
     ],

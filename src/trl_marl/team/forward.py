@@ -44,13 +44,30 @@ from .head import bound_head, head_path, head_path_checked
 from .mixed_adapters import sliced_adapter_rows, sliced_adapter_rows_plan
 
 __all__ = ["AgentBatch", "LogProbMixin", "checkpointing_paused", "dropout_active", "head_path",
-           "logits_dtype_autocast", "no_autograd", "response_layout", "takes_logits_to_keep"]
+           "logits_dtype_autocast", "no_autograd", "own_storage", "response_layout", "takes_logits_to_keep"]
 
 
 # float attributes through which transformers' modules pass a dropout probability to a kernel or `F.dropout`
 _DROPOUT_ATTRIBUTES = ("attention_dropout", "dropout", "activation_dropout", "hidden_dropout")
 _DROPOUT_MODULES = (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.AlphaDropout, nn.FeatureAlphaDropout)
 _CANDIDATES: weakref.WeakKeyDictionary[nn.Module, tuple[nn.Module, ...]] = weakref.WeakKeyDictionary()
+
+
+def own_storage(tensor: torch.Tensor | None) -> torch.Tensor | None:
+    """`tensor`, copied into storage of its own when it is a view that autograd differentiates (a slice of the joint
+    adapter forward's rows, of the chunked head's concatenated log-probabilities, a value head's `squeeze`).
+
+    The team's forwards return their outputs through this. Under FSDP2 the team is the root module, and
+    `fully_shard` hooks the backward of every tensor that the root's forward returns. An in-place op on a returned view
+    (`logps.mul_(...)` in a loss override) would rebase the view onto its base and silently drop that hook, so
+    torch warns "returned a view tensor ... can cause backward to fail or produce wrong gradients" at every forward.
+    trl-marl's own losses use out-of-place ops only, and 2-process FSDP2 trains to DDP's weights
+    (`tests/trainers/test_accelerate.py`). The copy removes the warning's premise: the copy of a `(rows, tokens)`
+    tensor is negligible next to the forward, and its backward passes the gradient through unchanged.
+    """
+    if tensor is None or tensor._base is None or not tensor.requires_grad:
+        return tensor
+    return tensor.clone()
 
 
 def _dropout_candidates(model: nn.Module) -> tuple[nn.Module, ...]:
@@ -287,15 +304,17 @@ class LogProbMixin:
         """
         joint = self._joint_adapter_rows(batches)
         if joint is not None:
-            return self._joint_logps(batches, joint, compute_entropy, entropy_grad)
-        results: list[tuple[torch.Tensor, torch.Tensor | None] | None] = []
-        for agent_index, batch in enumerate(batches):
-            if batch is None or len(batch) == 0:
-                results.append(None)
-                continue
-            model = self._activate(agent_index)
-            results.append(self._logps(model, batch, compute_entropy, entropy_grad))
-        return results
+            results = self._joint_logps(batches, joint, compute_entropy, entropy_grad)
+        else:
+            results = []
+            for agent_index, batch in enumerate(batches):
+                if batch is None or len(batch) == 0:
+                    results.append(None)
+                    continue
+                model = self._activate(agent_index)
+                results.append(self._logps(model, batch, compute_entropy, entropy_grad))
+        # no view among the outputs: under FSDP2 the team is the root module, whose outputs must not be views
+        return [None if r is None else (own_storage(r[0]), own_storage(r[1])) for r in results]
 
     def _joint_adapter_rows(self, batches: Sequence[AgentBatch | None]) -> tuple[list[str], Any] | None:
         """One adapter name per row of the agents' batches in order, and the row slices' plan for them

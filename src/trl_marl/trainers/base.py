@@ -283,8 +283,14 @@ class TeamTrainerMixin:
         )
 
     # ------------------------------------------------------------------ stopping on a broken reward
-    resumable = True
-    """Whether `train(resume_from_checkpoint=...)` continues a run from its checkpoints (for messages)."""
+    def save_team(self, output_dir: str) -> str:
+        """Save the trained team alone to `output_dir` (main process): every agent's weights or adapter with its
+        tokenizer, `team_config.json` and the model card; no optimizer, scheduler or value model. It loads with
+        `AgentTeam.from_pretrained` and `trl-marl generate --team`. Returns `output_dir`."""
+        if self.args.should_save:  # type: ignore[attr-defined]
+            self.team.save_pretrained(output_dir)  # type: ignore[attr-defined]
+            self.create_model_card(output_dir=output_dir)  # type: ignore[attr-defined]
+        return output_dir
 
     def stop_after_reward_error(self, error: RewardFunctionError) -> NoReturn:
         """Save the last completed step, then raise `error` again, saying where that checkpoint is.
@@ -411,7 +417,10 @@ class TeamTrainerMixin:
         extra = _missing_chunks(accelerator, len(chunks)) if self.is_sharded() else 0
         try:
             with self.rollout_context():
-                played = [(chunk, *self.play_evaluation_episodes(chunk, temperature)) for chunk in chunks]
+                played = []
+                for chunk in chunks:
+                    played.append((chunk, *self.play_evaluation_episodes(chunk, temperature)))
+                    self._evaluation_step(chunks)
                 for _ in range(extra):
                     with torch.random.fork_rng(devices=[accelerator.device] if accelerator.device.type == "cuda"
                                                else []):
@@ -447,6 +456,19 @@ class TeamTrainerMixin:
             self.args, self.state, self.control, metrics  # type: ignore[attr-defined]
         )
         return metrics
+
+
+    def _evaluation_step(self, chunks: list[Any]) -> None:
+        """Tell the callbacks that one evaluation batch of `chunks` was played (`on_prediction_step`, with `chunks` as
+        the evaluation "dataloader" whose length is the number of batches): transformers' `ProgressCallback` and the
+        demos' bars advance one step."""
+        handler = self.callback_handler  # type: ignore[attr-defined]
+        before = handler.eval_dataloader
+        handler.eval_dataloader = chunks
+        try:
+            self.control = handler.on_prediction_step(self.args, self.state, self.control)  # type: ignore[attr-defined]
+        finally:
+            handler.eval_dataloader = before
 
 
 def _missing_chunks(accelerator: Any, count: int) -> int:

@@ -294,3 +294,60 @@ def fsync_dir(folder: str) -> None:
         pass
     finally:
         os.close(descriptor)
+
+
+# ------------------------------------------------------------------------------------------------ disk use
+
+
+def folder_bytes(folder: str) -> dict[str, int]:
+    """The bytes of every regular file under `folder` (links not followed), by `/`-joined relative path."""
+    sizes: dict[str, int] = {}
+    for root, _, files in os.walk(folder):
+        for name in files:
+            path = os.path.join(root, name)
+            info = os.lstat(path)
+            if stat.S_ISREG(info.st_mode):
+                sizes[os.path.relpath(path, folder).replace(os.sep, "/")] = info.st_size
+    return sizes
+
+
+def _part(relative: str) -> str:
+    top = relative.split("/", 1)[0]
+    for prefix, part in (("agent_", "agents"), ("value_model", "value models"), ("optimizer", "optimizer"),
+                         ("base_model", "base model"), ("scheduler", "other"), ("rng_state", "other")):
+        if top.startswith(prefix):
+            return part
+    return "other"
+
+
+def human_bytes(count: float) -> str:
+    """`count` bytes as B, kB, MB or GB (powers of 1000), e.g. `human_bytes(1_234_567) == "1.2 MB"`."""
+    for unit in ("B", "kB", "MB"):
+        if count < 1000:
+            return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
+        count /= 1000
+    return f"{count:.2f} GB"
+
+
+def checkpoint_size_line(checkpoint: str, save_total_limit: int | None = None) -> str:
+    """The line logged after a checkpoint is saved: its size, by part (agents, value models, optimizer, base model,
+    other), and what all the complete checkpoints next to it take, with whether `save_total_limit` bounds them.
+
+    Example: `checkpoint-4: 12.3 MB (agents 10.1 MB, optimizer 2.0 MB, other 0.2 MB); 3 checkpoints take 36.9 MB in
+    out/ (save_total_limit=None keeps every one: set it to bound the disk use)`.
+    """
+    sizes = folder_bytes(checkpoint)
+    parts: dict[str, int] = {}
+    for relative, size in sizes.items():
+        parts[_part(relative)] = parts.get(_part(relative), 0) + size
+    order = ("agents", "value models", "optimizer", "base model", "other")
+    detail = ", ".join(f"{part} {human_bytes(parts[part])}" for part in order if part in parts)
+    run_dir = os.path.dirname(os.path.normpath(checkpoint))
+    complete = [name for name in os.listdir(run_dir) if CHECKPOINT_RE.match(name)
+                and os.path.isdir(os.path.join(run_dir, name))]
+    total = sum(sum(folder_bytes(os.path.join(run_dir, name)).values()) for name in complete)
+    bound = (f"save_total_limit={save_total_limit} keeps the newest {save_total_limit}" if save_total_limit
+             else "save_total_limit=None keeps every one: set it to bound the disk use")
+    count = f"{len(complete)} checkpoint{'s take' if len(complete) != 1 else ' takes'}"
+    return (f"{os.path.basename(os.path.normpath(checkpoint))}: {human_bytes(sum(sizes.values()))} ({detail}); "
+            f"{count} {human_bytes(total)} in {run_dir} ({bound})")

@@ -8,14 +8,19 @@
   the Hub through the `kernels` package, and logs "Failed to load CPU gemm_4bit_forward ..." when that package is
   missing, on every run that imports PEFT or transformers' quantizers. Its own CPU kernel is used instead (same
   results); [`quiet_bitsandbytes_import`] drops that one record (`import trl_marl` installs it).
+- Under `accelerate launch` or `torchrun` every process would print every warning, log line and progress bar again:
+  [`quiet_other_ranks`] (called by `import trl_marl`) leaves them to the main process, unless
+  `TRL_MARL_LOG_ALL_RANKS=1`.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, MutableMapping
 from contextlib import contextmanager
+from typing import Any
 
 CHECKPOINTING_ALIAS_WARNING = r"`is_gradient_checkpointing` is deprecated"
 BITSANDBYTES_KERNEL_LOG = "Failed to load CPU gemm_4bit_forward"
@@ -40,3 +45,88 @@ def quiet_bitsandbytes_import() -> None:
     logger = logging.getLogger(_BITSANDBYTES_CPU_LOGGER)
     if not any(isinstance(f, _DropKernelHubWarning) for f in logger.filters):
         logger.addFilter(_DropKernelHubWarning())
+
+
+LOG_ALL_RANKS_ENV = "TRL_MARL_LOG_ALL_RANKS"
+"""Set to 1 to let every process of a multi-process run (`accelerate launch`, `torchrun`) log, warn and show progress
+bars; by default only the main process (global rank 0) does ([`quiet_other_ranks`])."""
+
+_other_rank_quieted = False
+
+
+def process_rank(environ: Mapping[str, str] | None = None) -> int:
+    """This process's global rank as the launcher set it (`RANK`, else `LOCAL_RANK`; 0 when neither is set)."""
+    environ = os.environ if environ is None else environ
+    for key in ("RANK", "LOCAL_RANK"):
+        value = environ.get(key, "").strip()
+        if value.isdigit():
+            return int(value)
+    return 0
+
+
+def quiet_other_ranks(environ: MutableMapping[str, str] | None = None) -> bool:
+    """In a process of a multi-process run other than the main one, silence what every process would print again:
+    warnings, log records below ERROR of trl-marl, transformers, datasets and accelerate, and their progress bars (a
+    model's "Loading weights", a dataset's map). Errors and tracebacks still show. Nothing changes in the main
+    process, in a single-process run, or with [`LOG_ALL_RANKS_ENV`] set. `import trl_marl` calls it; idempotent.
+
+    Returns:
+        Whether this process was quieted.
+    """
+    global _other_rank_quieted
+    environ = os.environ if environ is None else environ
+    if process_rank(environ) == 0 or environ.get(LOG_ALL_RANKS_ENV, "") not in ("", "0"):
+        return False
+    # read by transformers, datasets and huggingface_hub when they are imported; a value the user set is kept
+    environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    environ.setdefault("DATASETS_VERBOSITY", "error")
+    environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
+    for name in ("trl_marl", "transformers", "datasets", "accelerate", "trl", "peft", "torch.distributed"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    warnings.simplefilter("ignore")
+    import sys
+
+    if "transformers" in sys.modules:  # already imported: its own switches (the environment was read then)
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.set_verbosity_error()
+        hf_logging.disable_progress_bar()
+    _other_rank_quieted = True
+    return True
+
+
+def other_rank_quieted() -> bool:
+    """Whether [`quiet_other_ranks`] quieted this process (a code path that sets its own log level checks it)."""
+    return _other_rank_quieted
+
+
+class _CurrentStderr(logging.StreamHandler):  # type: ignore[type-arg]
+    """A handler that writes to whatever `sys.stderr` is at each record (a redirected or captured stream too)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+
+    @property
+    def stream(self) -> Any:  # type: ignore[override]
+        import sys
+
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: Any) -> None:
+        pass
+
+
+def announcer(name: str) -> logging.Logger:
+    """The logger `name` (under `trl_marl`), set up to print its INFO records on stderr as `[trl-marl] message` once
+    each, without a root handler repeating them: for lines that every run shows (a checkpoint's size). In a process
+    that [`quiet_other_ranks`] quieted it says nothing below ERROR."""
+    logger = logging.getLogger(name)
+    if not any(isinstance(handler, _CurrentStderr) for handler in logger.handlers):
+        handler = _CurrentStderr()
+        handler.setFormatter(logging.Formatter("[trl-marl] %(message)s"))
+        logger.addHandler(handler)
+        logger.propagate = False
+    logger.setLevel(logging.ERROR if _other_rank_quieted else logging.INFO)
+    return logger

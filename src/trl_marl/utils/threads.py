@@ -4,8 +4,15 @@ PyTorch starts one OpenMP thread per core. A tiny model's matrix products are to
 threads each op pays the synchronisation (and, on a shared machine, oversubscription: a small Linear took 7.8 ms per
 call with 2 threads vs 33 us with 1), so the toy models train many times faster on one thread, while a 100M+
 parameter model does enough work per op to use every core. The rule ([`choose_cpu_threads`]): one thread below
-[`SMALL_MODEL_PARAMS`] parameters, torch's default (one per core) above; an explicit choice always wins:
-`OMP_NUM_THREADS` in the environment, or the trainer configs' `cpu_threads` field.
+[`SMALL_MODEL_PARAMS`] parameters, torch's default (one per core) above, fewer on a busy machine; an explicit choice
+always wins: `OMP_NUM_THREADS` in the environment, or the trainer configs' `cpu_threads` field (`--cpu_threads` on the
+command line, also on `trl-marl demo`).
+
+A busy machine: one thread per core assumes the cores are free. When other processes keep them busy, torch's threads
+wait on each other at every op (a thread that lost its core holds up the rest): on a 2-core machine at load average
+7-10, a 135M model took 226 s per MAGRPO step with 2 threads where the docs say ~10 s. [`busy_cores`] estimates, from
+the load average, how many of this process's cores other work occupies; [`choose_cpu_threads`] then takes the cores
+left (at least one), and says so once, naming `--cpu_threads` and `OMP_NUM_THREADS`.
 
 The trainers call [`apply_cpu_threads`] when they start on CPU, and it says once per process what it chose.
 
@@ -29,10 +36,18 @@ SMALL_MODEL_PARAMS = 20_000_000
 
 _announced = False
 _replaced_warned = False
+_busy_at_start: float | None = None
+"""[`busy_cores`] as measured at this process's first thread choice, reused by later ones: by then the load average
+counts this process's own training (a second trainer in one process would see its first one as other work), and one
+process keeps one thread count (one set of digits) for all its runs."""
+
+
+HOW_TO_CHOOSE = "set `--cpu_threads N` (the config's `cpu_threads`) or OMP_NUM_THREADS=N to choose"
+"""The end of every thread message: the option and the environment variable that decide instead."""
 
 
 def choose_cpu_threads(num_params: int, cores: int, environ: Mapping[str, str] | None = None,
-                       cpu_threads: int | None = None) -> tuple[int | None, str]:
+                       cpu_threads: int | None = None, busy: float = 0.0) -> tuple[int | None, str]:
     """The torch thread count for a CPU run, and why.
 
     Args:
@@ -40,9 +55,19 @@ def choose_cpu_threads(num_params: int, cores: int, environ: Mapping[str, str] |
         cores: CPU cores available to the process.
         environ: The environment (default `os.environ`): a set `OMP_NUM_THREADS` is the user's choice.
         cpu_threads: An explicit thread count (a config's `cpu_threads`), or None.
+        busy: How many of the `cores` other work keeps busy ([`busy_cores`]; 0: an idle machine). A large model then
+            gets the cores left, rounded, at least one; with `busy >= cores` the machine is oversubscribed and it
+            gets one.
 
     Returns:
         `(threads, reason)`: `threads` is the count to set, or None to leave torch's current setting alone.
+
+    Example:
+
+    ```python
+    >>> choose_cpu_threads(135_000_000, cores=2, environ={}, busy=6.0)[0]
+    1
+    ```
     """
     environ = os.environ if environ is None else environ
     if cpu_threads is not None:
@@ -55,8 +80,17 @@ def choose_cpu_threads(num_params: int, cores: int, environ: Mapping[str, str] |
     if num_params < SMALL_MODEL_PARAMS:
         return 1, (f"1 torch thread for a {millions}-parameter model on CPU (small models run fastest on one; "
                    "set OMP_NUM_THREADS or the config's `cpu_threads` to choose)")
-    return max(1, cores), (f"{max(1, cores)} torch threads (one per core) for a {millions}-parameter model on CPU "
-                           "(set OMP_NUM_THREADS or the config's `cpu_threads` to choose)")
+    cores = max(1, cores)
+    free = cores - max(0.0, busy)
+    if free < cores - 0.5:  # other work holds at least half a core of ours
+        threads = max(1, min(cores, int(free + 0.5)))
+        state = "oversubscribed" if free <= 0 else "busy"
+        return threads, (f"{threads} torch thread(s) for a {millions}-parameter model on CPU, not one per core: the "
+                         f"machine is {state} (other work keeps about {busy:.1f} of this process's {cores} cores "
+                         f"busy, from the load average), and threads that lose their core hold up the others; "
+                         f"{HOW_TO_CHOOSE}")
+    return cores, (f"{cores} torch threads (one per core) for a {millions}-parameter model on CPU "
+                   "(set OMP_NUM_THREADS or the config's `cpu_threads` to choose)")
 
 
 def available_cores() -> int:
@@ -65,6 +99,28 @@ def available_cores() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
         return os.cpu_count() or 1
+
+
+def busy_cores(cores: int, load: float | None = None, total: int | None = None) -> float:
+    """How many of this process's `cores` other work keeps busy: the 1-minute load average (`load`, default
+    `os.getloadavg()`; 0 where there is none) less this process's own share (one runnable thread while it starts),
+    spread evenly over the machine's `total` cores (default `os.cpu_count()`; a process pinned to some of them gets
+    its share).
+
+    Example:
+
+    ```python
+    >>> busy_cores(2, load=7.0, total=2), busy_cores(2, load=0.8, total=2), busy_cores(2, load=9.0, total=8)
+    (6.0, 0.0, 2.0)
+    ```
+    """
+    if load is None:
+        try:
+            load = os.getloadavg()[0]
+        except (AttributeError, OSError):  # not on Unix
+            return 0.0
+    total = max(total or os.cpu_count() or cores, cores, 1)
+    return max(0.0, load - 1.0) * cores / total
 
 
 def count_parameters(models: Iterable[Any]) -> int:
@@ -115,7 +171,8 @@ def apply_cpu_threads(models: Iterable[Any], cpu_threads: int | None = None, on_
 
     Args:
         models: The models that will run (their parameters are counted).
-        cpu_threads: An explicit count (a config's `cpu_threads`), or None to choose from the model's size.
+        cpu_threads: An explicit count (a config's `cpu_threads`), or None to choose from the model's size and the
+            machine's load ([`busy_cores`]).
         on_cpu: Whether the run is on CPU (default: no CUDA, XPU or MPS device is available). On an accelerator
             nothing changes unless `cpu_threads` is set.
 
@@ -130,18 +187,28 @@ def apply_cpu_threads(models: Iterable[Any], cpu_threads: int | None = None, on_
                       or torch.backends.mps.is_available())
     if not on_cpu and cpu_threads is None:
         return torch.get_num_threads()
-    threads, reason = choose_cpu_threads(count_parameters(models), available_cores(), cpu_threads=cpu_threads)
+    global _busy_at_start
+    cores, params = available_cores(), count_parameters(models)
+    if _busy_at_start is None:
+        _busy_at_start = busy_cores(cores)
+    threads, reason = choose_cpu_threads(params, cores, cpu_threads=cpu_threads, busy=_busy_at_start)
     if threads is not None:
         set_torch_threads(threads)
     if not _announced:
-        logger.info("%s", reason)
+        # fewer threads than cores because the machine is busy: a warning, so that it shows without a handler
+        busy = cpu_threads is None and threads is not None and params >= SMALL_MODEL_PARAMS and threads < cores
+        logger.log(logging.WARNING if busy else logging.INFO, "%s", reason)
         _announced = True
     return torch.get_num_threads()
 
 
 def show_thread_choice() -> None:
     """Print [`apply_cpu_threads`]'s one line on stderr (the command line and the examples call this)."""
+    from .quiet import other_rank_quieted
+
     log = logging.getLogger(__name__)
+    if other_rank_quieted():  # a process of a multi-process run other than the main one: the main one says it
+        return
     if not log.handlers:
         handler = logging.StreamHandler()
         handler.setFormatter(logging.Formatter("[trl-marl] %(message)s"))

@@ -385,7 +385,9 @@ class MAGRPOConfig(GRPOConfig):
         default=None,
         metadata={
             "help": "Torch threads of a CPU run. None: chosen for you (1 for models under 20M parameters, which run "
-            "fastest on one thread; one per core above), unless OMP_NUM_THREADS is set, which then decides."
+            "fastest on one thread; one per core above, fewer when other work keeps the cores busy, by the load "
+            "average), "
+            "unless OMP_NUM_THREADS is set, which then decides."
         },
     )
 

@@ -9,6 +9,7 @@ from .config import MultiAgentPPOConfig, PPOConfig
 from .dropin import PPOTrainer
 from .samples import AgentRollout
 from .trainer import MultiAgentPPOTrainer
-from .value import PolicyValueTeam
+from .value import PolicyValueTeam, load_value_model
 
-__all__ = ["AgentRollout", "MultiAgentPPOConfig", "MultiAgentPPOTrainer", "PPOConfig", "PPOTrainer", "PolicyValueTeam"]
+__all__ = ["AgentRollout", "MultiAgentPPOConfig", "MultiAgentPPOTrainer", "PPOConfig", "PPOTrainer", "PolicyValueTeam",
+           "load_value_model"]

@@ -369,11 +369,22 @@ class MultiAgentPPOConfig(TRLBaseConfig):
             "score) and counted; training raises once more than this many occurred (as in MAGRPO)."
         },
     )
+    value_train_layers: int | None = field(
+        default=None,
+        metadata={
+            "help": "Layers that the default value models train: None trains every weight, N trains only the top N "
+            "decoder layers, the norms after them and the score head (0: the value head alone, on the frozen "
+            "backbone). Frozen layers cost no optimizer state, no backward below the top layers, and are left out "
+            "of checkpoints (`load_value_model` restores them from the base model). Ignored with `value_model=`."
+        },
+    )
     cpu_threads: int | None = field(
         default=None,
         metadata={
             "help": "Torch threads of a CPU run. None: chosen for you (1 for models under 20M parameters, which run "
-            "fastest on one thread; one per core above), unless OMP_NUM_THREADS is set, which then decides."
+            "fastest on one thread; one per core above, fewer when other work keeps the cores busy, by the load "
+            "average), "
+            "unless OMP_NUM_THREADS is set, which then decides."
         },
     )
     prompt_length_check: str = field(
@@ -418,6 +429,10 @@ class MultiAgentPPOConfig(TRLBaseConfig):
             raise ValueError("`num_agents` and `num_turns` must be >= 1.")
         if self.policy_sharing not in POLICY_SHARING:
             raise ValueError(f"`policy_sharing` must be one of {POLICY_SHARING}, got {self.policy_sharing!r}.")
+        if self.value_train_layers is not None and (type(self.value_train_layers) is not int
+                                                    or self.value_train_layers < 0):
+            raise ValueError(f"`value_train_layers` must be None (train every weight of the value models) or an "
+                             f"integer >= 0 (the top layers to train), got {self.value_train_layers!r}.")
         if self.value_input not in ("history", "answer"):
             raise ValueError(f"`value_input` must be 'history' or 'answer', got {self.value_input!r}.")
         check_choice(self, "critic", CRITICS)

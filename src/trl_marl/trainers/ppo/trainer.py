@@ -106,7 +106,9 @@ class MultiAgentPPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer
             counted against `max_nonfinite`); a string or a wrong-length list raises a `RewardFunctionError`.
         reward_model: A sequence classifier (`num_labels=1`) scoring query + response tokens.
         value_model: A sequence classifier (`num_labels=1`) for the value function, or one per agent. Default: a
-            fresh head on a copy of each agent's base model.
+            fresh head on a copy of each agent's base model (training every weight, or its top
+            `value_train_layers` layers and head). Saved as `value_model_<i>/`, without the frozen weights that its
+            base model holds (`value.load_value_model` restores them).
         processing_class: A tokenizer (or one per agent).
         ref_model: A frozen reference policy (single agent). Default: the adapter-disabled policy with a
             `peft_config`, else a frozen copy.
@@ -209,7 +211,8 @@ class MultiAgentPPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer
 
         if args.critic == "centralized":
             check_joint_tokenizers(team.tokenizers)
-        value_models = build_value_models(value_model, team, args.policy_sharing, args.critic)
+        value_models = build_value_models(value_model, team, args.policy_sharing, args.critic,
+                                          train_layers=args.value_train_layers)
         self.reward_model = reward_model
         if reward_model is not None:
             check_single_label(reward_model, "reward_model")

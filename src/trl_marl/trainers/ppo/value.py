@@ -1,11 +1,21 @@
 """PPO's models beside the policies: value models (one per policy, or one for a shared policy), the reward model's
-scores, and [`PolicyValueTeam`], the one `nn.Module` that a PPO update differentiates."""
+scores, and [`PolicyValueTeam`], the one `nn.Module` that a PPO update differentiates.
+
+Saving a value model ([`save_value_model`]): a value model that trains all its weights is saved whole
+(`save_pretrained`). One with frozen weights (`value_train_layers`, or a value model passed in with some weights
+frozen) is saved as its trainable tensors, plus any frozen tensor that its base model (`config._name_or_path`) does
+not hold with the same values, and a `value_model.json` naming that base. A 135M value model that trains its top 8
+of 30 layers saves about a fifth of its weights, and its score head alone when it trains only the head.
+[`load_value_model`] puts the two back together.
+"""
 
 from __future__ import annotations
 
 import copy
+import json
 import os
-from collections.abc import Sequence
+import weakref
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import torch
@@ -18,11 +28,15 @@ from ...team import (
     no_split_modules,
     sequence_model_inputs,
 )
-from ...team.forward import dropout_active
+from ...team.forward import dropout_active, own_storage
 
 __all__ = [
+    "VALUE_MODEL_INFO",
     "PolicyValueTeam",
     "build_value_models",
+    "freeze_below_top_layers",
+    "load_value_model",
+    "save_value_model",
     "check_joint_tokenizers",
     "check_single_label",
     "first_true_index",
@@ -113,11 +127,13 @@ def check_joint_tokenizers(tokenizers: Sequence[Any]) -> None:
 
 
 def build_value_models(value_model: Any, team: AgentTeam, policy_sharing: str = "agent",
-                       critic: str = "per_agent") -> list[nn.Module]:
+                       critic: str = "per_agent", train_layers: int | None = None) -> list[nn.Module]:
     """One value model per policy slot, or a single one when every agent shares one policy or the critic is
     centralized (MAAC).
 
-    Default: a fresh one-label head on a copy of each policy's base weights (policy 0's for a single one).
+    Default: a fresh one-label head on a copy of each policy's base weights (policy 0's for a single one), training
+    every weight, or with `train_layers` only its top layers and head ([`freeze_below_top_layers`]); its
+    `config._name_or_path` names the policy's base model, where its frozen weights come from.
     """
     n = 1 if policy_sharing == "shared" or critic == "centralized" else team.num_agents
     if value_model is None:
@@ -147,6 +163,9 @@ def build_value_models(value_model: Any, team: AgentTeam, policy_sharing: str = 
             getattr(vm, vm.base_model_prefix).load_state_dict(
                 {k[len(prefix) :]: v for k, v in full.items() if k.startswith(prefix)}, strict=True
             )
+            vm.config._name_or_path = base.config._name_or_path  # the source of its frozen weights, if any
+            if train_layers is not None:
+                freeze_below_top_layers(vm, train_layers)
             models.append(vm.to(next(base.parameters()).device))
         return models
     models = list(value_model) if isinstance(value_model, (list, tuple)) else [value_model]
@@ -160,6 +179,149 @@ def build_value_models(value_model: Any, team: AgentTeam, policy_sharing: str = 
     for vm in models:
         check_single_label(vm, "value_model")
     return models
+
+
+def decoder_layers(model: nn.Module) -> nn.ModuleList:
+    """The decoder layers of a transformers model's backbone: its `nn.ModuleList` of `num_hidden_layers` modules."""
+    backbone = getattr(model, model.base_model_prefix, model)
+    count = getattr(model.config, "num_hidden_layers", None)
+    for child in backbone.children():
+        if isinstance(child, nn.ModuleList) and len(child) == count:
+            return child
+    raise ValueError(f"`value_train_layers` needs the decoder layers of {type(model).__name__}, a list of "
+                     f"`num_hidden_layers` ({count}) modules in its backbone, which it does not have: pass "
+                     "`value_model=` with the weights you want trained, or leave `value_train_layers` unset.")
+
+
+def freeze_below_top_layers(model: nn.Module, top_layers: int) -> nn.Module:
+    """Train only `model`'s top `top_layers` decoder layers, what its backbone has besides the layers and the input
+    embeddings (the final norm), and its score head; freeze the rest (the input embeddings and the lower layers).
+    Returns `model`."""
+    layers = decoder_layers(model)
+    backbone = getattr(model, model.base_model_prefix)
+    embeddings = model.get_input_embeddings()
+    model.requires_grad_(False)
+    for layer in list(layers)[len(layers) - min(top_layers, len(layers)):]:
+        layer.requires_grad_(True)
+    for child in backbone.children():
+        if child is not layers and child is not embeddings:
+            child.requires_grad_(True)
+    for name, child in model.named_children():
+        if name != model.base_model_prefix:
+            child.requires_grad_(True)  # the score head
+    return model
+
+
+VALUE_MODEL_INFO = "value_model.json"
+"""In a value model folder saved without its frozen weights: `{"format": 1, "base_model": name or path, "dtype":
+..., "tensors": [saved tensor names]}`; the tensors are in `trainable.safetensors` ([`save_value_model`])."""
+
+_TRAINABLE_FILE = "trainable.safetensors"
+_SOURCE_VERDICTS: weakref.WeakKeyDictionary[nn.Module, dict[str, frozenset[str]]] = weakref.WeakKeyDictionary()
+
+
+def _source_tensors(name: str) -> dict[str, tuple[str, str]]:
+    """The tensors of a saved model (`name`: a registered name or a folder) as `{tensor name: (file, name)}`, read
+    from its safetensors files; empty where there are none (a Hub id that is not on this machine, a `.bin` model)."""
+    from ...utils.model_names import resolve_model_name
+
+    try:
+        folder = resolve_model_name(name)
+    except Exception:  # noqa: BLE001 - an unknown name: no source, the value model is saved whole
+        return {}
+    if not os.path.isdir(folder):
+        return {}
+    index = os.path.join(folder, "model.safetensors.index.json")
+    if os.path.isfile(index):
+        with open(index) as handle:
+            weight_map = json.load(handle).get("weight_map", {})
+        return {key: (os.path.join(folder, file), key) for key, file in weight_map.items()}
+    single = os.path.join(folder, "model.safetensors")
+    if not os.path.isfile(single):
+        return {}
+    from safetensors import safe_open
+
+    with safe_open(single, "pt") as handle:
+        return {key: (single, key) for key in handle.keys()}  # noqa: SIM118 - safe_open is not a mapping
+
+
+def _frozen_from_source(model: nn.Module, state: dict[str, torch.Tensor], frozen: Iterable[str]) -> frozenset[str]:
+    """Which of the `frozen` tensors of `model` (values in `state`) its base model (`config._name_or_path`) holds
+    with exactly these values (after a cast to their dtype): those can be left out of a save. Checked once per model
+    and base (frozen weights do not change)."""
+    source = str(getattr(model.config, "_name_or_path", "") or "")
+    verdicts = _SOURCE_VERDICTS.setdefault(model, {})
+    if source not in verdicts:
+        from safetensors import safe_open
+
+        tensors = _source_tensors(source) if source else {}
+        same = set()
+        by_file: dict[str, list[str]] = {}
+        for name in frozen:
+            if name in tensors:
+                by_file.setdefault(tensors[name][0], []).append(name)
+        for file, names in by_file.items():
+            with safe_open(file, "pt") as handle:
+                for name in names:
+                    mine = state[name].detach().cpu()
+                    theirs = handle.get_tensor(tensors[name][1])
+                    if theirs.shape == mine.shape and torch.equal(theirs.to(mine.dtype), mine):
+                        same.add(name)
+        verdicts[source] = frozenset(same)
+    return verdicts[source]
+
+
+def save_value_model(model: nn.Module, folder: str, state_dict: dict[str, torch.Tensor] | None = None) -> list[str]:
+    """Save a value model to `folder`: whole when it trains every weight (or nothing of it can be restored from its
+    base model), else its trainable tensors and the frozen ones its base does not hold, with `config.json` and
+    [`VALUE_MODEL_INFO`] (module docstring). `state_dict` replaces the model's own weights (e.g. FSDP's gathered
+    ones). Returns the names of the tensors written."""
+    state = dict(state_dict) if state_dict is not None else model.state_dict()
+    frozen = [name for name, parameter in model.named_parameters() if not parameter.requires_grad and name in state]
+    omitted = _frozen_from_source(model, state, frozen) if frozen else frozenset()
+    if not omitted:
+        model.save_pretrained(folder, state_dict=state)
+        return list(state)
+    from safetensors.torch import save_file
+
+    os.makedirs(folder, exist_ok=True)
+    kept = {name: value.detach().cpu().contiguous() for name, value in state.items() if name not in omitted}
+    save_file(kept, os.path.join(folder, _TRAINABLE_FILE), metadata={"format": "pt"})
+    model.config.save_pretrained(folder)
+    dtype = str(state[next(iter(omitted))].dtype).replace("torch.", "")  # the left-out weights' dtype
+    with open(os.path.join(folder, VALUE_MODEL_INFO), "w") as handle:
+        json.dump({"format": 1, "base_model": model.config._name_or_path, "dtype": dtype, "tensors": sorted(kept)},
+                  handle, indent=2)
+    return sorted(kept)
+
+
+def load_value_model(folder: str | os.PathLike[str], **kwargs: Any) -> nn.Module:
+    """A value model saved by a trainer (`value_model_<i>/` of a checkpoint or of `save_model`): loaded whole, or,
+    when it was saved without its frozen weights ([`VALUE_MODEL_INFO`]), its base model's weights (cast to the
+    saved dtype) with the saved tensors on top. `kwargs` go to `from_pretrained`. Pass the result back as
+    `value_model=` to train on."""
+    from transformers import AutoConfig, AutoModelForSequenceClassification
+
+    from ...utils.model_names import resolve_model_name
+
+    folder = os.fspath(folder)
+    info_path = os.path.join(folder, VALUE_MODEL_INFO)
+    if not os.path.isfile(info_path):
+        return AutoModelForSequenceClassification.from_pretrained(folder, **kwargs)
+    with open(info_path) as handle:
+        info = json.load(handle)
+    from safetensors.torch import load_file
+
+    config = AutoConfig.from_pretrained(folder)
+    kwargs.setdefault("dtype", getattr(torch, info["dtype"]))
+    model = AutoModelForSequenceClassification.from_pretrained(resolve_model_name(info["base_model"]), config=config,
+                                                               **kwargs)
+    saved = load_file(os.path.join(folder, _TRAINABLE_FILE))
+    result = model.load_state_dict(saved, strict=False)
+    if result.unexpected_keys:
+        raise ValueError(f"{folder}: tensors that {type(model).__name__} does not have: {result.unexpected_keys}.")
+    model.config._name_or_path = info["base_model"]
+    return model
 
 
 class PolicyValueTeam(nn.Module):
@@ -184,13 +346,14 @@ class PolicyValueTeam(nn.Module):
         return no_split_modules([*self.team.models, *self.value_models])
 
     def save_value_models(self, output_dir: str, state_dict: dict[str, torch.Tensor] | None = None) -> None:
-        """Save value model `i` to `output_dir/value_model_<i>/`, from `state_dict` (keyed as this module's
-        `state_dict()`, e.g. the full weights FSDP gathered) when given, else from its own weights."""
+        """Save value model `i` to `output_dir/value_model_<i>/` ([`save_value_model`]: without the frozen weights
+        that its base model holds), from `state_dict` (keyed as this module's `state_dict()`, e.g. the full weights
+        FSDP gathered) when given, else from its own weights."""
         for index, model in enumerate(self.value_models):
             prefix = f"value_models.{index}."
             own = None if state_dict is None else {
                 key[len(prefix):]: value for key, value in state_dict.items() if key.startswith(prefix)}
-            model.save_pretrained(os.path.join(output_dir, f"value_model_{index}"), state_dict=own)
+            save_value_model(model, os.path.join(output_dir, f"value_model_{index}"), own)
 
     def value_model(self, slot: int) -> nn.Module:
         """The value model of policy slot `slot`."""
@@ -229,6 +392,7 @@ class PolicyValueTeam(nn.Module):
             logprobs, entropy = self.team.response_logprobs(s, query_responses, context, pad_token_ids[s], responses,
                                                             temperature + 1e-7, compute_entropy=True)
             values = response_values(self.value_model(s), value_qr, pad_token_ids[s], value_context)
-            outputs.append((entropy, logprobs, values))
+            # no view among the outputs: under FSDP2 this module is the root (`team.forward.own_storage`)
+            outputs.append((own_storage(entropy), own_storage(logprobs), own_storage(values)))
         return outputs
 
