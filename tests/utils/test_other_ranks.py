@@ -62,3 +62,12 @@ def test_another_process_shows_errors_only(env: dict[str, str]) -> None:
                                            ({"RANK": "x", "LOCAL_RANK": "2"}, 2), ({"RANK": ""}, 0)])
 def test_process_rank(env: dict[str, str], rank: int) -> None:
     assert process_rank(env) == rank
+
+
+def test_a_scripts_line_shows_in_the_main_process_only(capsys):
+    from trl_marl.utils.quiet import say
+
+    say("[trl-marl] one", environ={})
+    say("[trl-marl] two", environ={"RANK": "1"})
+    say("[trl-marl] three", environ={"RANK": "1", "TRL_MARL_LOG_ALL_RANKS": "1"})
+    assert capsys.readouterr().out == "[trl-marl] one\n[trl-marl] three\n"

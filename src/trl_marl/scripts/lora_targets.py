@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from ..utils.quiet import say
+
 SAME_WORK: tuple[tuple[str, ...], ...] = (
     ("qkv_proj", "query_key_value", "Wqkv", "q_proj", "k_proj", "v_proj"),  # the attention's input projections
     ("gate_up_proj", "gate_proj", "up_proj"),  # the MLP's input projections (gated)
@@ -100,6 +102,6 @@ def fit_lora_targets(model_args: Any, module_names: Iterable[str], model_label: 
         )
     if translated:
         said = "; ".join(f"{name} -> {', '.join(parts)}" for name, parts in translated.items())
-        print(f"[trl-marl] LoRA targets fitted to {model_label}: {said} (`lora_target_modules` names another "
-              "model family's projections; the same layers here)", flush=True)
+        say(f"[trl-marl] LoRA targets fitted to {model_label}: {said} (`lora_target_modules` names another "
+            "model family's projections; the same layers here)")
     model_args.lora_target_modules = fitted

@@ -24,6 +24,7 @@ from typing import Any
 from datasets import Dataset
 
 from ..toy.rows import TOY_CODING_PROMPTS, TOY_WRITING_PROMPTS, toy_coding_rows, toy_writing_rows
+from ..utils.quiet import say
 from .data_sources import DataSource, exit_on_unavailable, hub_dataset, offline_route, resolve_source
 
 TASKS = ("writing", "coding", "target_sum")
@@ -86,16 +87,16 @@ def fit_to_toy(training_args: Any, field_name: str, limit: int = TOY_MAX_NEW_TOK
     """Lower `training_args.<field_name>` (a completion length) to `limit` for an offline toy run, and say so."""
     value = getattr(training_args, field_name)
     if value is not None and value > limit:
-        print(f"[trl-marl] offline toy model: {field_name} {value} -> {limit} (the toy has 128 positions and short "
-              "answers; the config's value is meant for a real model)", flush=True)
+        say(f"[trl-marl] offline toy model: {field_name} {value} -> {limit} (the toy has 128 positions and short "
+            "answers; the config's value is meant for a real model)")
         setattr(training_args, field_name, limit)
 
 
 def say_toy_skips(source: DataSource | None) -> None:
     """Say, in one line, that the toy model does not load the Hub dataset `source` (its rows are synthetic)."""
     if source is not None and source.kind == "hub":
-        print(f"[trl-marl] offline toy model: trains on synthetic rows; the Hub dataset {source.name!r} "
-              f"({source.option}) is not loaded (a local file, `--data_files`, is)", flush=True)
+        say(f"[trl-marl] offline toy model: trains on synthetic rows; the Hub dataset {source.name!r} "
+            f"({source.option}) is not loaded (a local file, `--data_files`, is)")
 
 
 def _head(dataset: Dataset, max_rows: int | None) -> Dataset:
@@ -194,9 +195,9 @@ def centralize(env: Any, reward_funcs: Sequence[Any], training_args: Any) -> tup
     from ..rewards.centralized import CentralizedReward
 
     single = CentralizedEnv(env)
-    print(f"[trl-marl] centralised baseline: one policy writes the parts of all {env.num_agents} agents "
-          f"(max_completion_length {training_args.max_completion_length} -> "
-          f"{training_args.max_completion_length * env.num_agents})", flush=True)
+    say(f"[trl-marl] centralised baseline: one policy writes the parts of all {env.num_agents} agents "
+        f"(max_completion_length {training_args.max_completion_length} -> "
+          f"{training_args.max_completion_length * env.num_agents})")
     training_args.num_agents = 1
     training_args.max_completion_length *= env.num_agents
     return single, [CentralizedReward(single, f) for f in reward_funcs]

@@ -64,6 +64,14 @@ def process_rank(environ: Mapping[str, str] | None = None) -> int:
     return 0
 
 
+def say(message: str, environ: Mapping[str, str] | None = None) -> None:
+    """Print a script's `[trl-marl] ...` line on stdout in the main process only (every process with
+    [`LOG_ALL_RANKS_ENV`] set): under `accelerate launch` each line shows once, not once per process."""
+    environ = os.environ if environ is None else environ
+    if process_rank(environ) == 0 or environ.get(LOG_ALL_RANKS_ENV, "").strip() not in ("", "0"):
+        print(message, flush=True)
+
+
 def quiet_other_ranks(environ: MutableMapping[str, str] | None = None) -> bool:
     """In a process of a multi-process run other than the main one, silence what every process would print again:
     warnings, log records below ERROR of trl-marl, transformers, datasets and accelerate, and their progress bars (a
