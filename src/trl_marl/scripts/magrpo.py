@@ -197,7 +197,7 @@ def centralize(env: Any, reward_funcs: Sequence[Any], training_args: Any) -> tup
     single = CentralizedEnv(env)
     say(f"[trl-marl] centralised baseline: one policy writes the parts of all {env.num_agents} agents "
         f"(max_completion_length {training_args.max_completion_length} -> "
-          f"{training_args.max_completion_length * env.num_agents})")
+        f"{training_args.max_completion_length * env.num_agents})")
     training_args.num_agents = 1
     training_args.max_completion_length *= env.num_agents
     return single, [CentralizedReward(single, f) for f in reward_funcs]
