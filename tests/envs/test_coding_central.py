@@ -44,10 +44,17 @@ def test_the_prompt_states_the_main_function_and_the_helper_contract():
     assert isinstance(plain.agent_prompt(row, 0, Transcript()), str)
 
 
-def test_bad_input_is_refused_by_name():
+def test_a_row_without_the_helper_contract_lets_the_policy_choose_the_helper():
     row = dict(team_coding_rows("train", (1,))[0], helper_signature="")
-    with pytest.raises(ValueError, match="'helper_signature' and 'helper_doc'"):
-        CentralizedCodingEnv(CooperativeCodingEnv()).agent_prompt(row, 0, Transcript())
+    text = CentralizedCodingEnv(CooperativeCodingEnv()).agent_prompt(row, 0, Transcript())
+    assert f"First write a helper function `aux` that does one step of the work, then write `{row['entry_point']}`" \
+        in text
+
+
+def test_bad_input_is_refused_by_name():
+    with pytest.raises(KeyError, match="entry_point"):
+        CentralizedCodingEnv(CooperativeCodingEnv()).agent_prompt({"prompt": "def f(x):\n    pass\n"}, 0,
+                                                                   Transcript())
     with pytest.raises(ValueError, match="num_turns=2"):
         CentralizedCodingEnv(CooperativeCodingEnv(num_turns=2))
     with pytest.raises(TypeError, match="CooperativeCodingEnv"):

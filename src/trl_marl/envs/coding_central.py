@@ -38,6 +38,17 @@ Reply with only the code."""
 """The single policy's prompt. Placeholders: `{entry_signature}`, `{description}`, `{entry_point}`,
 `{helper_signature}`, `{helper_doc}`, `{helper_name}` (the row's contract, as the team's agents see it)."""
 
+CENTRAL_CODING_FREE_TEMPLATE = """\
+Write a Python function `{entry_signature}`. {description}
+
+First write a helper function `{helper_name}` that does one step of the work, then write `{entry_point}`, which \
+calls `{helper_name}`.
+
+Reply with only the code."""
+"""The single policy's prompt for a row without the helper's contract (HumanEval, MBPP): the policy chooses the
+helper, as the team's helper agent does then. Placeholders as [`CENTRAL_CODING_TEMPLATE`]'s, without the helper's
+signature and doc."""
+
 
 def split_helper(code: str, helper_name: str) -> tuple[str, str]:
     """`code` split into the helper's part (its top-level `def helper_name` and the imports before the first
@@ -74,14 +85,16 @@ class CentralizedCodingEnv(CentralizedEnv):
     """One policy writes both functions of a [`CooperativeCodingEnv`] row in one code block (the single-policy arm of
     MAGRPO's coding comparison).
 
-    The prompt states the main function and the helper's contract (the row's `helper_signature` and `helper_doc`)
-    and asks for both, the helper first; the completion continues the wrapped env's `code_prefill`. [`split`] gives
-    the helper's `def` to agent 0 and the rest to agent 1, so the team's coding rewards score the program unchanged
-    (wrap them in [`~trl_marl.rewards.centralized.CentralizedReward`]). One turn only.
+    The prompt states the main function and the helper's contract (the row's `helper_signature` and `helper_doc`;
+    for rows without them, such as HumanEval's, the policy chooses the helper) and asks for both, the helper first;
+    the completion continues the wrapped env's `code_prefill`. [`split`] gives the helper's `def` to agent 0 and the
+    rest to agent 1, so the team's coding rewards score the program unchanged (wrap them in
+    [`~trl_marl.rewards.centralized.CentralizedReward`]). One turn only.
 
     Args:
         env (`CooperativeCodingEnv`): The team's coding environment (chat or plain, its prefill, helper name).
         template (`str`): The prompt; see [`CENTRAL_CODING_TEMPLATE`] for its placeholders.
+        free_template (`str`): The prompt of a row without the helper's contract ([`CENTRAL_CODING_FREE_TEMPLATE`]).
 
     Example:
 
@@ -94,7 +107,8 @@ class CentralizedCodingEnv(CentralizedEnv):
     ```
     """
 
-    def __init__(self, env: CooperativeCodingEnv, template: str = CENTRAL_CODING_TEMPLATE) -> None:
+    def __init__(self, env: CooperativeCodingEnv, template: str = CENTRAL_CODING_TEMPLATE,
+                 free_template: str = CENTRAL_CODING_FREE_TEMPLATE) -> None:
         if not isinstance(env, CooperativeCodingEnv):
             raise TypeError(f"`env` must be a CooperativeCodingEnv, got {type(env).__name__}.")
         if env.num_turns != 1:
@@ -102,6 +116,7 @@ class CentralizedCodingEnv(CentralizedEnv):
                              "build it with num_turns=1.")
         super().__init__(env, tags=("helper", "main"), prefill=env.code_prefill)
         self.template = template
+        self.free_template = free_template
 
     def split(self, text: Any) -> list[str]:
         """The helper's code and the main code of one completion (the prefill, then the completion's code block)."""
@@ -112,17 +127,18 @@ class CentralizedCodingEnv(CentralizedEnv):
 
     def agent_prompt(self, row: Mapping[str, Any], agent_index: int, transcript: Transcript) -> Prompt:
         env: CooperativeCodingEnv = self.env
+        env.check_row(row)
         helper_prompt = env.helper_prompt(row)
-        if helper_prompt is None:
-            raise ValueError("CentralizedCodingEnv needs the helper's contract in every row: the columns "
-                             f"{env.helper_signature_column!r} and {env.helper_doc_column!r}.")
         entry_point = env.entry_point(row)
         prompt = str(row[env.prompt_column]).strip("\n")
         entry_signature, description = function_parts(prompt, entry_point) or (entry_point + "(...)", "")
-        helper_signature, helper_doc = function_parts(helper_prompt, env.helper_name) or ("", "")
-        text = self.template.format(entry_signature=entry_signature, description=description,
-                                    entry_point=entry_point, helper_signature=helper_signature,
-                                    helper_doc=helper_doc, helper_name=env.helper_name)
+        helper_signature, helper_doc = ("", "")
+        if helper_prompt is not None:
+            helper_signature, helper_doc = function_parts(helper_prompt, env.helper_name) or ("", "")
+        template = self.template if helper_prompt is not None else self.free_template
+        text = template.format(entry_signature=entry_signature, description=description, entry_point=entry_point,
+                               helper_signature=helper_signature, helper_doc=helper_doc,
+                               helper_name=env.helper_name)
         if not env.chat:
             return text + "\n\n" + self.prefill
         messages = [{"role": "user", "content": text}]

@@ -192,9 +192,13 @@ def centralize(env: Any, reward_funcs: Sequence[Any], training_args: Any) -> tup
     that "team vs one model doing everything" compares the same number of generated tokens per step.
     """
     from ..envs.centralized import CentralizedEnv
+    from ..envs.coding import CooperativeCodingEnv
+    from ..envs.coding_central import CentralizedCodingEnv
     from ..rewards.centralized import CentralizedReward
 
-    single = CentralizedEnv(env)
+    # code: both functions in one code block (a small model writes that far more readily than tags around code)
+    coding = isinstance(env, CooperativeCodingEnv) and env.num_turns == 1
+    single = CentralizedCodingEnv(env) if coding else CentralizedEnv(env)
     say(f"[trl-marl] centralised baseline: one policy writes the parts of all {env.num_agents} agents "
         f"(max_completion_length {training_args.max_completion_length} -> "
         f"{training_args.max_completion_length * env.num_agents})")
