@@ -65,9 +65,13 @@ def test_target_sum_task_rows(bench: Any) -> None:
 
 def test_coding_task_rows_sizes_and_success(bench: Any) -> None:
     """The coding task trains on level-1 training problems only, evaluates on each held-out problem once, counts a
-    joint action as a success only when every hidden test passes, and has no centralised arm."""
+    joint action as a success only when every hidden test passes, stops sampling at the closing code fence, and its
+    centralised arm writes both functions in one code block, scored by the same rewards."""
     from trl_marl.data.team_coding import team_coding_rows
+    from trl_marl.envs import CentralizedCodingEnv
+    from trl_marl.rewards import CentralizedReward
     from trl_marl.rewards.coding import CodingTeamReward, PassRateReward
+    from trl_marl.toy import build_toy_tokenizer
 
     task = bench.coding_task()
     held = {r["task_id"] for r in team_coding_rows("heldout", (1,))}
@@ -77,13 +81,21 @@ def test_coding_task_rows_sizes_and_success(bench: Any) -> None:
     env = task.env(False)
     assert env.code_prefill == "```python\n" and env.chat
     assert isinstance(task.reward(env), CodingTeamReward) and isinstance(task.success(env), PassRateReward)
-    with pytest.raises(ValueError, match="no centralised arm"):
-        task.env(True)
-    settings = bench.settings_for(bench.parse_args(["magrpo", "--task", "coding", "--arms", "team", "alone"]))
-    assert settings["sizes"]["completion"] == 96 and settings["sizes"]["generations"] == 4
-    assert settings["sizes"]["temperature"] == 0.7 == task.sizes["temperature"]
-    with pytest.raises(SystemExit, match="no centralised arm"):
-        bench.settings_for(bench.parse_args(["magrpo", "--task", "coding"]))
+    central = task.env(True)
+    assert isinstance(central, CentralizedCodingEnv) and central.prefill == "```python\n"
+    for reward in (task.reward(central), task.success(central)):
+        assert isinstance(reward, CentralizedReward)
+    settings = bench.settings_for(bench.parse_args(["magrpo", "--task", "coding"]))
+    sizes = settings["sizes"]
+    assert (sizes["completion"], sizes["central_completion"], sizes["generations"]) == (64, 128, 8)
+    assert sizes["temperature"] == 0.7 == task.sizes["temperature"] and sizes["stop"] == ["```"]
+    # the stops are the tokenizer's EOS and one token per stop string; a stop of several tokens is refused
+    tok = build_toy_tokenizer()
+    one = tok.convert_ids_to_tokens(7)
+    assert bench.stop_token_ids(tok, [one]) == [tok.eos_token_id, 7]
+    with pytest.raises(ValueError, match="single-token stops"):
+        bench.stop_token_ids(tok, [one + one])
+    assert bench.with_stops({"batch": 8}, "unused") == {"batch": 8}
 
 
 class FakeTrainer:
