@@ -177,7 +177,7 @@ def test_custom_templates_with_every_field():
         "[2/2] What is 3 + 4? mine=Turn 1: I think 8. theirs=Agent 1 (turn 1): 7 !"
     )
     assert set(TEMPLATE_FIELDS) == {"question", "answer_format", "own_answers", "other_answers", "feedback",
-                                    "agent", "turn"}
+                                    "agent", "turn", "private"}
 
 
 @pytest.mark.parametrize("template", ["{question} {unknown}", "{question} {}", "{0}", "{question"])
