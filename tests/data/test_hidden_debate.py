@@ -23,7 +23,8 @@ def unordered(pairs: list[tuple[int, int]]) -> set[tuple[int, int]]:
 
 def test_the_split_shares_no_pair_in_either_order_and_covers_every_question():
     train, heldout = hidden_sum_split()
-    assert (len(train), len(heldout)) == (58, 23)  # 12 of the 45 unordered pairs of 1..9: {3, 3} and 11 pairs of two numbers (2 orders each)
+    # 12 of the 45 unordered pairs of 1..9 are held out: {3, 3} and 11 pairs of two numbers (2 orders each)
+    assert (len(train), len(heldout)) == (58, 23)
     assert not unordered(train) & unordered(heldout)
     assert not set(train) & {(b, a) for a, b in heldout}
     assert sorted(train + heldout) == [(a, b) for a in range(1, 10) for b in range(1, 10)]
