@@ -17,9 +17,15 @@ the untrained team as the baseline and every value taken at the END of training 
   `central` (one policy writes both numbers in `<agent_0>..</agent_0><agent_1>..</agent_1>` sections through
   `CentralizedEnv`, `num_agents=1`, with the opening tag prefilled). The untrained team and the untrained central
   policy are measured before training.
-- `maporl`: a 2-agent, 2-turn debate (`DebateEnv`, chat prompts) on generated 1-digit additions "a + b" with an
-  answer verifier and MAPoRL's influence-aware reward (multi-agent PPO, LoRA adapters). The held-out questions are
-  unordered pairs {a, b} that never occur in training (either order). Majority accuracy per turn before and after.
+- `maporl`: a 2-agent, 2-turn debate (`DebateEnv`, chat prompts) with an answer verifier (multi-agent PPO, LoRA
+  adapters). `--debate-task addition` (default): generated 1-digit additions "a + b" that each agent can answer
+  alone; the held-out questions are unordered pairs {a, b} that never occur in training (either order).
+  `--debate-task hidden_sum`: "What is a + b?" where agent 1 knows only a and agent 2 only b (`DebateEnv`'s
+  `private_columns`; `trl_marl.data.hidden_debate`, one fixed split by unordered pair), so the last turn needs the
+  other agent's first answer. `--reward influence` (default): MAPoRL's influence-aware reward with collaboration
+  incentives; `--reward verifier`: the plain verifier score per answer and turn (MAPoRL's ablation). Before and after
+  training, on held-out questions: majority and agent accuracy per turn, wrong->right and right->wrong rates per turn
+  change.
 
 The recipes (LoRA placement, trainers, evaluation, data splits) are `trl_marl.scripts.demo_real`'s, which
 `trl-marl demo --real` runs once. Results (per seed, plus mean and spread over seeds) go to a JSON file under
@@ -30,6 +36,7 @@ sets to check the wiring (not a measurement).
 
     python benchmarks/learning/learning_real.py magrpo --seeds 0 1 2 3 4 --steps 30
     python benchmarks/learning/learning_real.py maporl --seeds 0 1 2 3 4 --steps 10
+    python benchmarks/learning/learning_real.py maporl --debate-task hidden_sum --reward verifier --seeds 0 --steps 10
     python benchmarks/learning/learning_real.py magrpo --seeds 0 --smoke
 """
 
