@@ -398,6 +398,17 @@ def test_bad_private_or_prefill_values_name_the_column(column, value, error, mes
     env.check_row_values(HIDDEN, "train_dataset", 0)  # a good row passes
 
 
+def test_the_trainers_dataset_check_refuses_a_bad_private_value_before_training():
+    from trl_marl.validation import check_dataset_prompts
+
+    env = DebateEnv(num_agents=2, num_turns=2, private_columns=PRIVATE, prefill_columns=PREFILL)
+    indices, prompts = check_dataset_prompts(env, [HIDDEN, HIDDEN], "train_dataset")
+    assert indices == [0, 1] and prompts[1][0].endswith("You know that b = 5.\n\n" + GSM8K_ANSWER_FORMAT
+                                                        + "\n\nI know that b = 5. So a + b =")
+    with pytest.raises(TypeError, match=r"^train_dataset, row 1: DebateEnv: the column 'context_1'"):
+        check_dataset_prompts(env, [HIDDEN, {**HIDDEN, "context_1": 5}], "train_dataset")
+
+
 @pytest.mark.parametrize(
     ("kwargs", "error", "message"),
     [
