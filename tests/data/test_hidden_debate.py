@@ -14,6 +14,7 @@ from trl_marl.data.hidden_debate import (
     hidden_sum_row,
     hidden_sum_rows,
     hidden_sum_split,
+    load_hidden_sum,
 )
 
 
@@ -74,3 +75,17 @@ def test_rows_cycle_through_the_pairs_and_stay_in_their_split():
     assert set(HIDDEN_SUM_NUMBERS) == set(range(1, 10))
     with pytest.raises(ValueError, match="`pairs` is empty"):
         hidden_sum_rows([], 3, seed=0)
+
+
+def test_load_hidden_sum_gives_every_question_of_a_split():
+    from trl_marl.data import load_hidden_sum as exported
+
+    assert exported is load_hidden_sum
+    train, heldout = hidden_sum_split()
+    dataset = load_hidden_sum("heldout", repeats=3, seed=1)
+    assert len(dataset) == 69 and Counter((r["a"], r["b"]) for r in dataset) == dict.fromkeys(heldout, 3)
+    assert {(r["a"], r["b"]) for r in load_hidden_sum("train")} == set(train)
+    with pytest.raises(ValueError, match="split must be 'train' or 'heldout'"):
+        load_hidden_sum("test")
+    with pytest.raises(ValueError, match="`repeats` must be >= 1"):
+        load_hidden_sum("train", repeats=0)

@@ -37,7 +37,10 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import datasets
 
 __all__ = [
     "HIDDEN_SUM_HELDOUT_PAIRS",
@@ -48,6 +51,7 @@ __all__ = [
     "hidden_sum_row",
     "hidden_sum_rows",
     "hidden_sum_split",
+    "load_hidden_sum",
 ]
 
 HIDDEN_SUM_NUMBERS: tuple[int, ...] = tuple(range(1, 10))
@@ -121,3 +125,18 @@ def hidden_sum_rows(pairs: Sequence[tuple[int, int]], count: int, seed: int) -> 
     order = list(pairs)
     random.Random(seed).shuffle(order)
     return [hidden_sum_row(*order[i % len(order)]) for i in range(count)]
+
+
+def load_hidden_sum(split: str = "train", repeats: int = 1, seed: int = 0) -> datasets.Dataset:
+    """Every question of `split` (`"train"` or `"heldout"`, [`hidden_sum_split`]'s one split) `repeats` times, in an
+    order shuffled with `seed`, as a `datasets.Dataset` for `DebateEnv(private_columns=PRIVATE_COLUMNS,
+    prefill_columns=PREFILL_COLUMNS)`."""
+    import datasets
+
+    train, heldout = hidden_sum_split()
+    pairs = {"train": train, "heldout": heldout}
+    if split not in pairs:
+        raise ValueError(f"split must be 'train' or 'heldout', got {split!r}.")
+    if repeats < 1:
+        raise ValueError(f"`repeats` must be >= 1, got {repeats}.")
+    return datasets.Dataset.from_list(hidden_sum_rows(pairs[split], repeats * len(pairs[split]), seed))
