@@ -17,9 +17,15 @@ the untrained team as the baseline and every value taken at the END of training 
   `central` (one policy writes both numbers in `<agent_0>..</agent_0><agent_1>..</agent_1>` sections through
   `CentralizedEnv`, `num_agents=1`, with the opening tag prefilled). The untrained team and the untrained central
   policy are measured before training.
-- `maporl`: a 2-agent, 2-turn debate (`DebateEnv`, chat prompts) on generated 1-digit additions "a + b" with an
-  answer verifier and MAPoRL's influence-aware reward (multi-agent PPO, LoRA adapters). The held-out questions are
-  unordered pairs {a, b} that never occur in training (either order). Majority accuracy per turn before and after.
+- `maporl`: a 2-agent, 2-turn debate (`DebateEnv`, chat prompts) with an answer verifier (multi-agent PPO, LoRA
+  adapters). `--debate-task addition` (default): generated 1-digit additions "a + b" that each agent can answer
+  alone; the held-out questions are unordered pairs {a, b} that never occur in training (either order).
+  `--debate-task hidden_sum`: "What is a + b?" where agent 1 knows only a and agent 2 only b (`DebateEnv`'s
+  `private_columns`; `trl_marl.data.hidden_debate`, one fixed split by unordered pair), so the last turn needs the
+  other agent's first answer. `--reward influence` (default): MAPoRL's influence-aware reward with collaboration
+  incentives; `--reward verifier`: the plain verifier score per answer and turn (MAPoRL's ablation). Before and after
+  training, on held-out questions: majority and agent accuracy per turn, wrong->right and right->wrong rates per turn
+  change.
 
 The recipes (LoRA placement, trainers, evaluation, data splits) are `trl_marl.scripts.demo_real`'s, which
 `trl-marl demo --real` runs once. Results (per seed, plus mean and spread over seeds) go to a JSON file under
@@ -30,6 +36,7 @@ sets to check the wiring (not a measurement).
 
     python benchmarks/learning/learning_real.py magrpo --seeds 0 1 2 3 4 --steps 30
     python benchmarks/learning/learning_real.py maporl --seeds 0 1 2 3 4 --steps 10
+    python benchmarks/learning/learning_real.py maporl --debate-task hidden_sum --reward verifier --seeds 0 --steps 10
     python benchmarks/learning/learning_real.py magrpo --seeds 0 --smoke
 """
 
@@ -37,6 +44,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import random
 import statistics
@@ -334,25 +342,146 @@ def run_magrpo_seed(task: Task, seed: int, steps: int, sizes: dict[str, Any], ar
 
 
 # ------------------------------------------------------------------------------------------------------ MAPoRL
-def build_maporl(seed: int, steps: int, sizes: dict[str, Any], output_dir: str, model: str) -> Any:
-    """Multi-agent PPO on a 2-agent, 2-turn debate of 1-digit additions; eval rows are held-out pairs."""
-    from trl_marl.scripts.demo_real import debate_trainer
+@dataclass(frozen=True)
+class DebateTask:
+    """A MAPoRL debate task of this benchmark: its env, and its training and held-out evaluation rows per seed.
 
-    return debate_trainer(seed=seed, updates=steps, output_dir=output_dir, eval_questions=sizes["eval_rows"],
-                          sizes=sizes, model=model)
+    `train_rows(count, seed)` and `eval_rows(count, seed)` give rows with `question` and the gold `answer`; no
+    evaluation row's question is ever a training row's."""
+
+    name: str
+    record_name: str
+    """The task's name in the JSON record (`settings["task"]`)."""
+    env: Callable[[], Any]
+    train_rows: Callable[[int, int], list[dict[str, Any]]]
+    eval_rows: Callable[[int, int], list[dict[str, Any]]]
+    sizes: dict[str, Any] | None = None
+    """Sizes that replace `SIZES["maporl"]`'s for this task."""
+
+
+def addition_debate_task() -> DebateTask:
+    """1-digit additions that every agent can answer alone (`trl_marl.scripts.demo_real.debate_trainer`'s task):
+    the held-out unordered pairs {a, b} are drawn per seed (`addition_split(seed)`)."""
+    from trl_marl.scripts import demo_real as recipe
+
+    def env() -> Any:
+        from trl_marl.envs.debate import DebateEnv
+
+        return DebateEnv(num_agents=2, num_turns=2, chat=True, system_prompt=recipe.DEBATE_SYSTEM,
+                         answer_format=recipe.DEBATE_FORMAT)
+
+    return DebateTask("addition", "debate_1digit_addition", env,
+                      train_rows=lambda count, seed: recipe.addition_rows(recipe.addition_split(seed)[0], count, seed),
+                      eval_rows=lambda count, seed: recipe.heldout_debate_rows(seed, count))
+
+
+HIDDEN_SUM_SYSTEM = "You are one of two agents who answer a question together. Answer with a number."
+HIDDEN_SUM_FORMAT = "Answer with the number only."
+HIDDEN_SUM_REVISION = "{private}The other agent said:\n\n{other_answers}\n\n{question} {answer_format}"
+"""The hidden-sum debate's turn-2 user message: the agent's own fact, the other's answer, the question again."""
+
+
+def hidden_sum_debate_task() -> DebateTask:
+    """"What is a + b?" where agent 1 knows only a and agent 2 only b (`trl_marl.data.hidden_debate`): turn 1 cannot
+    be right but by a guess; turn 2 needs the number the other agent stated. Each answer starts with the agent's
+    own fact and the start of the sum ("I know that a = 7. So a + b = 7 +"). One fixed split of the unordered
+    pairs; the 23 held-out questions are evaluated 3 times each by default (69 debates). Sampled at T=0.7 (training
+    and evaluation): at T=1 the untrained model's continuations were mostly not sums (see docs/real_model.md)."""
+    from trl_marl.data.hidden_debate import PREFILL_COLUMNS, PRIVATE_COLUMNS, hidden_sum_rows, hidden_sum_split
+
+    train, heldout = hidden_sum_split()
+
+    def env() -> Any:
+        from trl_marl.envs.debate import DebateEnv
+
+        return DebateEnv(num_agents=2, num_turns=2, chat=True, system_prompt=HIDDEN_SUM_SYSTEM,
+                         answer_format=HIDDEN_SUM_FORMAT, revision_template=HIDDEN_SUM_REVISION,
+                         private_columns=PRIVATE_COLUMNS, prefill_columns=PREFILL_COLUMNS)
+
+    return DebateTask("hidden_sum", "debate_hidden_sum", env,
+                      train_rows=lambda count, seed: hidden_sum_rows(train, count, seed),
+                      eval_rows=lambda count, seed: hidden_sum_rows(heldout, count, 10_000 + seed),
+                      sizes={"eval_rows": 3 * len(heldout), "temperature": 0.7})
+
+
+DEBATE_TASKS: dict[str, Callable[[], DebateTask]] = {"addition": addition_debate_task,
+                                                     "hidden_sum": hidden_sum_debate_task}
+DEBATE_REWARDS = ("influence", "verifier")
+"""MAPoRL's ablation: the influence-aware reward with collaboration incentives (Definition 1, Tables 1-2), or the
+plain verifier score of each answer at each turn."""
+
+
+def debate_reward(kind: str, verifier: Any) -> Any:
+    """The reward of `kind` over `verifier`: `influence` is `debate_trainer`'s (gamma 1, alpha 0.5, beta 0.2)."""
+    from trl_marl.rewards.influence import InfluenceAwareReward
+
+    if kind == "influence":
+        return InfluenceAwareReward(verifier, gamma=1.0, alpha0=0.5, alpha1=0.5, beta0=0.2, beta1=0.2)
+    if kind == "verifier":
+        return InfluenceAwareReward(verifier, mode="verifier")
+    raise ValueError(f"reward must be one of {DEBATE_REWARDS}, got {kind!r}.")
+
+
+def build_maporl(seed: int, steps: int, sizes: dict[str, Any], output_dir: str, model: str,
+                 task: DebateTask | None = None, reward: str = "influence") -> Any:
+    """Multi-agent PPO on a 2-agent, 2-turn debate of `task` (default: 1-digit additions) with `reward`; the eval
+    rows are held-out questions. The settings are `trl_marl.scripts.demo_real.debate_trainer`'s (with the addition
+    task and the influence reward, this is the same trainer)."""
+    from datasets import Dataset
+
+    from trl_marl.rewards.verifier import AnswerVerifier
+    from trl_marl.scripts.demo_real import real_lora_config, value_models
+    from trl_marl.trainers import MultiAgentPPOConfig, MultiAgentPPOTrainer
+
+    task = task or addition_debate_task()
+    verifier = AnswerVerifier(task="math")
+    batch, eval_rows = sizes["batch"], sizes["eval_rows"]
+    config = MultiAgentPPOConfig(
+        output_dir=output_dir, num_agents=2, num_turns=2, per_device_train_batch_size=batch,
+        total_episodes=steps * batch, response_length=sizes["response"], stop_token="eos",
+        num_ppo_epochs=sizes["ppo_epochs"], learning_rate=sizes["lr"], lr_scheduler_type="constant", kl_coef=0.02,
+        temperature=sizes.get("temperature", 1.0), policy_sharing="agent", report_to="none", save_strategy="no",
+        num_sample_generations=0, logging_steps=1, activation_checkpointing=False, seed=seed, disable_tqdm=True,
+        per_device_eval_batch_size=max(2, min(32, eval_rows)),
+    )
+    return MultiAgentPPOTrainer(
+        args=config, model=model, reward_funcs=[debate_reward(reward, verifier)], env=task.env(),
+        train_dataset=Dataset.from_list(task.train_rows(max(64, 2 * steps * batch), seed)),
+        eval_dataset=Dataset.from_list(task.eval_rows(eval_rows, seed)),
+        eval_verifier=verifier, peft_config=real_lora_config(),
+        value_model=value_models(sizes["value_layers"], model=model, seed=seed),
+    )
+
+
+def debate_metrics(metrics: dict[str, float], turns: int = 2) -> dict[str, list[float | None]]:
+    """Per turn, from `evaluate()`'s flat metrics: majority-vote and per-agent accuracy; per turn change t -> t+1:
+    the wrong->right and right->wrong rates (over the answers that were wrong, resp. right, at t) and counts. A rate
+    without answers to divide by (NaN in `evaluate()`) is `None`."""
+
+    def value(key: str) -> float | None:
+        x = float(metrics[f"eval_{key}"])
+        return None if math.isnan(x) else x
+
+    out: dict[str, list[float | None]] = {
+        key: [value(f"turn_{t}/{key}") for t in range(1, turns + 1)]
+        for key in ("majority_accuracy", "agent_accuracy")}
+    for key in ("w_to_r_rate", "r_to_w_rate", "w_to_r", "r_to_w"):
+        out[key] = [value(f"turn_{t}_{t + 1}/{key}") for t in range(1, turns)]
+    return out
 
 
 def run_maporl_seed(seed: int, steps: int, sizes: dict[str, Any], work: str, model: str,
-                    build: Callable[..., Any] = build_maporl) -> dict[str, Any]:
-    from trl_marl.scripts.demo_real import debate_accuracy
-
-    trainer = build(seed, steps, sizes, os.path.join(work, f"maporl{seed}"), model)
-    before = debate_accuracy(trainer.evaluate())
+                    build: Callable[..., Any] = build_maporl, task: str = "addition",
+                    reward: str = "influence") -> dict[str, Any]:
+    """One seed: held-out debate metrics ([`debate_metrics`]) of the untrained team, training, the same after."""
+    trainer = build(seed, steps, sizes, os.path.join(work, f"maporl{seed}"), model, task=DEBATE_TASKS[task](),
+                    reward=reward)
+    before = debate_metrics(trainer.evaluate())
     start = time.perf_counter()
     trainer.train()
     seconds = time.perf_counter() - start
     updates = max(1, trainer.state.global_step)
-    after = debate_accuracy(trainer.evaluate())
+    after = debate_metrics(trainer.evaluate())
     curve = [h["objective/scores"] for h in trainer.state.log_history if "objective/scores" in h]
     return {"seed": seed, "before": before, "after": after, "train_seconds": seconds, "updates": updates,
             "s_per_step": seconds / updates, "score_curve": curve}
@@ -375,9 +504,16 @@ def summarize(kind: str, runs: list[dict[str, Any]]) -> dict[str, Any]:
                         out[f"{arm}/{split}/{key}"] = _spread([r[arm][split][key] for r in runs])
     else:
         for phase in ("before", "after"):
-            for t in range(len(runs[0][phase]["majority_accuracy"])):
-                out[f"{phase}/turn_{t + 1}/majority_accuracy"] = _spread(
-                    [r[phase]["majority_accuracy"][t] for r in runs])
+            for key in ("majority_accuracy", "agent_accuracy"):
+                for t in range(len(runs[0][phase].get(key, []))):
+                    values = [r[phase][key][t] for r in runs if r[phase][key][t] is not None]
+                    if values:
+                        out[f"{phase}/turn_{t + 1}/{key}"] = _spread(values)
+            for key in ("w_to_r_rate", "r_to_w_rate"):
+                for t in range(len(runs[0][phase].get(key, []))):
+                    values = [r[phase][key][t] for r in runs if r[phase][key][t] is not None]
+                    if values:
+                        out[f"{phase}/turn_{t + 1}_{t + 2}/{key}"] = _spread(values)
     return out
 
 
@@ -401,6 +537,12 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=60, help="optimizer steps (MAGRPO) / PPO updates (MAPoRL)")
     parser.add_argument("--arms", nargs="+", choices=ARMS, default=list(ARMS), help="MAGRPO arms to run")
     parser.add_argument("--task", choices=sorted(TASKS), default="split", help="MAGRPO task")
+    parser.add_argument("--debate-task", choices=sorted(DEBATE_TASKS), default="addition",
+                        help="MAPoRL task: 1-digit additions each agent can answer alone, or `hidden_sum` (each "
+                             "agent knows one of the two numbers)")
+    parser.add_argument("--reward", choices=DEBATE_REWARDS, default="influence",
+                        help="MAPoRL reward: the influence-aware reward with incentives, or the plain verifier score "
+                             "per answer (MAPoRL's ablation)")
     parser.add_argument("--model", default=MODEL)
     parser.add_argument("--smoke", action="store_true", help="1 step, tiny eval sets: checks the wiring only")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (1 on a shared machine)")
@@ -419,6 +561,10 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
 
 def settings_for(args: argparse.Namespace) -> dict[str, Any]:
     sizes = dict(SIZES[args.kind])
+    if args.kind == "maporl":
+        sizes.update(DEBATE_TASKS[args.debate_task]().sizes or {})
+    elif args.debate_task != "addition" or args.reward != "influence":
+        raise SystemExit("--debate-task and --reward choose the MAPoRL debate: use them with `maporl`.")
     if args.kind == "magrpo":
         task = TASKS[args.task]()
         sizes.update(task.sizes or {})
@@ -433,7 +579,8 @@ def settings_for(args: argparse.Namespace) -> dict[str, Any]:
     steps = 1 if args.smoke else args.steps
     return {"model": args.model, "steps": steps, "sizes": sizes, "smoke": args.smoke, "threads": args.threads,
             "arms": args.arms if args.kind == "magrpo" else ["maporl"],
-            "task": args.task if args.kind == "magrpo" else "debate_1digit_addition",
+            "task": args.task if args.kind == "magrpo" else DEBATE_TASKS[args.debate_task]().record_name,
+            **({"reward": args.reward} if args.kind == "maporl" else {}),
             "lora": "r=8 alpha=16 q_proj,v_proj layers 22-29"}
 
 
@@ -449,8 +596,12 @@ def main(argv: Sequence[str] | None = None, run_seed: Callable[..., dict[str, An
     os.environ["OMP_NUM_THREADS"] = str(args.threads)
     torch.set_num_threads(args.threads)
     settings = settings_for(args)
+    variant = ""
+    if args.kind == "maporl":  # the default debate keeps its file name; another task or reward gets its own
+        variant = "".join(f"_{x}" for x, default in ((args.debate_task, "addition"), (args.reward, "influence"))
+                          if x != default)
     output = args.output or os.path.join(
-        os.path.dirname(HERE), "results", f"learning_real_{args.kind}{'_smoke' if args.smoke else ''}.json")
+        os.path.dirname(HERE), "results", f"learning_real_{args.kind}{variant}{'_smoke' if args.smoke else ''}.json")
     start = time.perf_counter()
     runs = []
     with tempfile.TemporaryDirectory(prefix="learning-real-") as work:
@@ -461,7 +612,8 @@ def main(argv: Sequence[str] | None = None, run_seed: Callable[..., dict[str, An
                 run = run_magrpo_seed(TASKS[args.task](), seed, settings["steps"], settings["sizes"], args.arms,
                                       work, args.model)
             else:
-                run = run_maporl_seed(seed, settings["steps"], settings["sizes"], work, args.model)
+                run = run_maporl_seed(seed, settings["steps"], settings["sizes"], work, args.model,
+                                      task=args.debate_task, reward=args.reward)
             runs.append(run)
             print(json.dumps(brief(args.kind, run)), flush=True)
             # the record is rewritten after every seed: a run cut short keeps the seeds it finished
@@ -475,8 +627,15 @@ def main(argv: Sequence[str] | None = None, run_seed: Callable[..., dict[str, An
 def brief(kind: str, run: dict[str, Any]) -> dict[str, Any]:
     """One line per seed: end-of-training held-out values and s/step per arm."""
     if kind == "maporl":
-        return {"seed": run["seed"], "majority_before": run["before"]["majority_accuracy"],
-                "majority_after": run["after"]["majority_accuracy"], "s_per_step": round(run["s_per_step"], 1)}
+        def rounded(values: list[float | None]) -> list[float | None]:
+            return [None if v is None else round(v, 3) for v in values]
+
+        out = {"seed": run["seed"]}
+        for phase in ("before", "after"):
+            for key in ("majority_accuracy", "w_to_r_rate", "r_to_w_rate"):
+                if key in run[phase]:
+                    out[f"{key.replace('_accuracy', '')}_{phase}"] = rounded(run[phase][key])
+        return {**out, "s_per_step": round(run["s_per_step"], 1)}
     out: dict[str, Any] = {"seed": run["seed"]}
     for arm in ("untrained", "team", "alone", "central_untrained", "central"):
         if arm in run:

@@ -183,6 +183,146 @@ def test_smoke_settings(bench: Any) -> None:
     assert settings["task"] == "target_sum"
 
 
+# ------------------------------------------------------------------------------------------------------ MAPoRL
+def eval_metrics(debates: list[tuple[list[list[str]], list[list[bool]]]]) -> dict[str, float]:
+    """`evaluate()`'s flat metrics of hand-made debates (`answers[t][a]`, `correct[t][a]`)."""
+    from trl_marl.evaluation import DebateEvaluation
+
+    evaluation = DebateEvaluation()
+    for answers, correct in debates:
+        evaluation.add(answers, correct)
+    return {f"eval_{k}": v for k, v in evaluation.compute().items()}
+
+
+# 3 debates, 2 agents, 2 turns. Turn 1: (3, 4) both wrong; (12, 9) one right; (5, 12) one right. Turn 2: (12, 12)
+# both right; (9, 9) both wrong; (12, 12) both right.
+DEBATES = [
+    ([["3", "4"], ["12", "12"]], [[False, False], [True, True]]),
+    ([["12", "9"], ["9", "9"]], [[True, False], [False, False]]),
+    ([["5", "12"], ["12", "12"]], [[False, True], [True, True]]),
+]
+
+
+def test_debate_metrics_per_turn_and_per_turn_change(bench: Any) -> None:
+    metrics = bench.debate_metrics(eval_metrics(DEBATES))
+    # majority, ties scored by expectation: turn 1 (0 + 0.5 + 0.5) / 3, turn 2 (1 + 0 + 1) / 3
+    assert metrics["majority_accuracy"] == pytest.approx([1 / 3, 2 / 3])
+    assert metrics["agent_accuracy"] == pytest.approx([2 / 6, 4 / 6])
+    # 4 wrong answers at turn 1, 3 of them right at turn 2; 2 right answers, 1 of them wrong at turn 2
+    assert metrics["w_to_r"] == [3.0] and metrics["r_to_w"] == [1.0]
+    assert metrics["w_to_r_rate"] == pytest.approx([0.75]) and metrics["r_to_w_rate"] == pytest.approx([0.5])
+    # no right answer at turn 1: the right->wrong rate has nothing to divide by and is None (not NaN) in the record
+    none_right = bench.debate_metrics(eval_metrics([DEBATES[0]]))
+    assert none_right["r_to_w_rate"] == [None] and none_right["w_to_r_rate"] == [1.0]
+
+
+def test_debate_task_and_reward_options(bench: Any) -> None:
+    settings = bench.settings_for(bench.parse_args(["maporl"]))
+    assert settings["task"] == "debate_1digit_addition" and settings["reward"] == "influence"
+    assert settings["sizes"]["eval_rows"] == 60 and "temperature" not in settings["sizes"]
+    settings = bench.settings_for(bench.parse_args(["maporl", "--debate-task", "hidden_sum", "--reward", "verifier"]))
+    assert settings["task"] == "debate_hidden_sum" and settings["reward"] == "verifier"
+    assert settings["sizes"]["eval_rows"] == 69 and settings["sizes"]["temperature"] == 0.7  # 23 questions x 3
+    smoke = bench.settings_for(bench.parse_args(["maporl", "--debate-task", "hidden_sum", "--smoke"]))
+    assert smoke["sizes"]["eval_rows"] == 6 and smoke["steps"] == 1
+    with pytest.raises(SystemExit, match="use them with `maporl`"):
+        bench.settings_for(bench.parse_args(["magrpo", "--reward", "verifier"]))
+    with pytest.raises(SystemExit):
+        bench.parse_args(["maporl", "--reward", "final"])
+
+
+def test_debate_reward_ablation(bench: Any) -> None:
+    from trl_marl.rewards.influence import InfluenceAwareReward
+    from trl_marl.rewards.verifier import AnswerVerifier
+
+    verifier = AnswerVerifier()
+    influence, plain = bench.debate_reward("influence", verifier), bench.debate_reward("verifier", verifier)
+    assert isinstance(influence, InfluenceAwareReward) and isinstance(plain, InfluenceAwareReward)
+    assert (influence.mode, influence.gamma, influence.alpha0, influence.alpha1, influence.beta0, influence.beta1) == (
+        "influence", 1.0, 0.5, 0.5, 0.2, 0.2)
+    assert (plain.mode, plain.alpha0, plain.beta1) == ("verifier", 0.0, 0.0)
+    with pytest.raises(ValueError, match="reward must be one of"):
+        bench.debate_reward("final", verifier)
+
+
+def test_hidden_sum_task_prompts_and_rows(bench: Any) -> None:
+    from trl_marl.envs.base import Transcript
+
+    task = bench.hidden_sum_debate_task()
+    env = task.env()
+    train_rows = task.train_rows(300, 0)
+    row = next(r for r in train_rows if r["a"] == 4 and r["b"] == 7)
+    assert env.agent_prompt(row, 0, Transcript()) == [
+        {"role": "system", "content": bench.HIDDEN_SUM_SYSTEM},
+        {"role": "user", "content": "Question: What is a + b?\n\nYou know that a = 4. Only the other agent knows b."
+                                    "\n\nAnswer with the number only."},
+        {"role": "assistant", "content": "I know that a = 4. So a + b = 4 +"},
+    ]
+    second = env.agent_prompt(row, 1, Transcript().extend([" 4 = 8.", " 7 = 14."]))
+    assert second[-2:] == [
+        {"role": "user", "content": "You know that b = 7. Only the other agent knows a.\n\nThe other agent said:\n\n"
+                                    "Agent 1: I know that a = 4. So a + b = 4 + 4 = 8.\n\nWhat is a + b? Answer with "
+                                    "the number only."},
+        {"role": "assistant", "content": "I know that b = 7. So a + b = 7 +"},
+    ]
+    trained = {(r["a"], r["b"]) for r in train_rows}
+    for seed in (0, 3):
+        held = {(r["a"], r["b"]) for r in task.eval_rows(69, seed)}
+        assert len(held) == 23 and not held & trained and not {(b, a) for a, b in held} & trained
+
+
+def test_addition_task_is_the_demo_recipe(bench: Any) -> None:
+    from trl_marl.scripts.demo_real import addition_rows, addition_split, heldout_debate_rows
+
+    task = bench.addition_debate_task()
+    assert task.train_rows(20, 2) == addition_rows(addition_split(2)[0], 20, 2)
+    assert task.eval_rows(9, 2) == heldout_debate_rows(2, 9)
+    assert task.env().private_columns == () and task.sizes is None
+
+
+class FakeDebateTrainer:
+    """Stands in for MultiAgentPPOTrainer: `evaluate()` gives hand-made debates, all right after `train()`."""
+
+    def __init__(self) -> None:
+        self.trained = False
+        self.state = SimpleNamespace(global_step=0, log_history=[])
+
+    def evaluate(self) -> dict[str, float]:
+        if not self.trained:
+            return eval_metrics(DEBATES)
+        return eval_metrics([([["12", "12"], ["12", "12"]], [[True, True], [True, True]])])
+
+    def train(self) -> None:
+        self.trained = True
+        self.state.global_step = 1
+        self.state.log_history = [{"objective/scores": 0.4}]
+
+
+def test_maporl_seed_wiring_summary_and_brief(bench: Any) -> None:
+    built = []
+
+    def build(seed: int, steps: int, sizes: dict, output_dir: str, model: str, task: Any, reward: str) -> Any:
+        built.append((seed, steps, task.name, reward))
+        return FakeDebateTrainer()
+
+    runs = [bench.run_maporl_seed(seed, 1, {}, "/tmp/x", "m", build=build, task="hidden_sum", reward="verifier")
+            for seed in (0, 1)]
+    assert built == [(0, 1, "hidden_sum", "verifier"), (1, 1, "hidden_sum", "verifier")]
+    run = runs[0]
+    assert run["before"]["majority_accuracy"] == pytest.approx([1 / 3, 2 / 3])
+    assert run["before"]["w_to_r_rate"] == pytest.approx([0.75])
+    assert run["after"]["majority_accuracy"] == [1.0, 1.0] and run["after"]["w_to_r_rate"] == [None]
+    assert run["score_curve"] == [0.4]
+    summary = bench.summarize("maporl", runs)
+    assert summary["before/turn_2/majority_accuracy"]["mean"] == pytest.approx(2 / 3)
+    assert summary["before/turn_1_2/r_to_w_rate"]["mean"] == pytest.approx(0.5)
+    assert summary["after/turn_1_2/r_to_w_rate"]["mean"] == 0.0
+    assert "after/turn_1_2/w_to_r_rate" not in summary  # no wrong answer at turn 1 after training: no rate
+    brief = bench.brief("maporl", run)
+    assert brief["majority_before"] == [0.333, 0.667] and brief["w_to_r_rate_before"] == [0.75]
+    assert brief["r_to_w_rate_after"] == [0.0] and brief["w_to_r_rate_after"] == [None]
+
+
 def test_threads_option_is_what_the_trainers_use(bench: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                  clean_tree: None) -> None:
     """`--threads N` must reach the trainers, whose own choice (one thread per core for a 135M model) respects only an

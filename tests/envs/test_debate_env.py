@@ -177,7 +177,7 @@ def test_custom_templates_with_every_field():
         "[2/2] What is 3 + 4? mine=Turn 1: I think 8. theirs=Agent 1 (turn 1): 7 !"
     )
     assert set(TEMPLATE_FIELDS) == {"question", "answer_format", "own_answers", "other_answers", "feedback",
-                                    "agent", "turn"}
+                                    "agent", "turn", "private"}
 
 
 @pytest.mark.parametrize("template", ["{question} {unknown}", "{question} {}", "{0}", "{question"])
@@ -287,6 +287,152 @@ def test_bad_arguments_and_transcripts():
         env.agent_prompt(ROW, 0, Transcript().extend(["1", "2", "3"]))
     with pytest.raises(ValueError):
         DebateEnv(num_agents=0)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Private context and prefilled answers (agents that hold different information)
+# ----------------------------------------------------------------------------------------------------------------
+
+HIDDEN = {
+    "question": "What is a + b?", "answer": "12",
+    "context_0": " You know that a = 7. ", "context_1": "You know that b = 5.",
+    "prefill_0": "I know that a = 7. So a + b =", "prefill_1": "I know that b = 5. So a + b =",
+}
+PRIVATE = ["context_0", "context_1"]
+PREFILL = ["prefill_0", "prefill_1"]
+REVISE_HIDDEN = (
+    "Using the answers from the other agents as additional information, give an updated answer. "
+    "The original question is: What is a + b?\n\nAnswer in \\boxed{}."
+)
+
+
+def test_private_context_string_prompts_show_each_agent_its_own_fact_only():
+    env = DebateEnv(num_agents=2, num_turns=2, answer_format=FMT, private_columns=PRIVATE)
+    assert env.agent_prompt(HIDDEN, 0, Transcript()) == (
+        "Question: What is a + b?\n\nYou know that a = 7.\n\nAnswer in \\boxed{}."
+    )
+    assert env.agent_prompt(HIDDEN, 1, Transcript()) == (
+        "Question: What is a + b?\n\nYou know that b = 5.\n\nAnswer in \\boxed{}."
+    )
+    turn_1 = Transcript().extend(["9", " 11 "])
+    assert env.agent_prompt(HIDDEN, 0, turn_1) == (
+        "Question: What is a + b?\n\nYou know that a = 7.\n\nYour previous answers:\n\nTurn 1: 9\n\n"
+        "Answers from the other agents:\n\nAgent 2 (turn 1): 11\n\n" + REVISE_HIDDEN
+    )
+    assert env.agent_prompt(HIDDEN, 1, turn_1) == (
+        "Question: What is a + b?\n\nYou know that b = 5.\n\nYour previous answers:\n\nTurn 1: 11\n\n"
+        "Answers from the other agents:\n\nAgent 1 (turn 1): 9\n\n" + REVISE_HIDDEN
+    )
+    assert env.required_columns == ("question", "context_0", "context_1")
+
+
+def test_private_context_with_one_agent_and_a_custom_template():
+    env = DebateEnv(num_agents=1, num_turns=2, private_columns=["hint"], answer_format="num",
+                    first_turn_template="[{agent}] {private}{question}",
+                    revision_template="{private}again: {own_answers}")
+    row = {"question": "Q?", "hint": "The answer is odd."}
+    assert env.agent_prompt(row, 0, Transcript()) == "[1] The answer is odd.\n\nQ?"
+    assert env.agent_prompt(row, 0, Transcript().extend(["3"])) == "The answer is odd.\n\nagain: Turn 1: 3"
+
+
+def test_prefilled_answers_in_string_prompts_and_in_every_shown_answer():
+    env = DebateEnv(num_agents=2, num_turns=2, answer_format=FMT, private_columns=PRIVATE, prefill_columns=PREFILL)
+    assert env.agent_prompt(HIDDEN, 1, Transcript()) == (
+        "Question: What is a + b?\n\nYou know that b = 5.\n\nAnswer in \\boxed{}.\n\nI know that b = 5. So a + b ="
+    )
+    turn_1 = Transcript().extend([" 9.", " 11."])
+    assert env.agent_prompt(HIDDEN, 0, turn_1) == (
+        "Question: What is a + b?\n\nYou know that a = 7.\n\nYour previous answers:\n\n"
+        "Turn 1: I know that a = 7. So a + b = 9.\n\nAnswers from the other agents:\n\n"
+        "Agent 2 (turn 1): I know that b = 5. So a + b = 11.\n\n" + REVISE_HIDDEN + "\n\nI know that a = 7. So a + b ="
+    )
+
+
+def test_private_context_and_prefills_in_chat_prompts():
+    env = DebateEnv(num_agents=2, num_turns=3, answer_format=FMT, chat=True, system_prompt="Be brief.",
+                    private_columns=PRIVATE, prefill_columns=PREFILL)
+    first = user("Question: What is a + b?\n\nYou know that a = 7.\n\nAnswer in \\boxed{}.")
+    assert env.agent_prompt(HIDDEN, 0, Transcript()) == [
+        {"role": "system", "content": "Be brief."}, first, assistant("I know that a = 7. So a + b =")]
+    turns = Transcript().extend([" 9.", " 11."]).extend([" 12.", " 12."])
+    assert env.agent_prompt(HIDDEN, 0, turns) == [
+        {"role": "system", "content": "Be brief."}, first,
+        assistant("I know that a = 7. So a + b = 9."),
+        user("Answers from the other agents:\n\nAgent 2: I know that b = 5. So a + b = 11.\n\n" + REVISE_HIDDEN),
+        assistant("I know that a = 7. So a + b = 12."),
+        user("Answers from the other agents:\n\nAgent 2: I know that b = 5. So a + b = 12.\n\n" + REVISE_HIDDEN),
+        assistant("I know that a = 7. So a + b ="),
+    ]
+    # a prefill without private context: the same column may start every agent's answer
+    shared = DebateEnv(num_agents=2, num_turns=2, answer_format=FMT, chat=True, prefill_columns=["start", "start"])
+    assert shared.agent_prompt({"question": "Q?", "start": "The answer is"}, 1, Transcript()) == [
+        user("Question: Q?\n\nAnswer in \\boxed{}."), assistant("The answer is")]
+    assert shared.required_columns == ("question", "start")
+
+
+def test_a_row_without_a_private_column_is_refused_naming_it():
+    env = DebateEnv(num_agents=2, num_turns=2, private_columns=PRIVATE, prefill_columns=PREFILL)
+    row = {k: v for k, v in HIDDEN.items() if k != "context_1"}
+    with pytest.raises(KeyError, match=r"DebateEnv needs the column\(s\) \['context_1'\]"):
+        env.agent_prompt(row, 1, Transcript())
+    with pytest.raises(KeyError, match=r"\['context_1'\]"):
+        env.validate_row(row)
+
+
+@pytest.mark.parametrize(
+    ("column", "value", "error", "message"),
+    [
+        ("context_0", 7, TypeError, r"'context_0' \(agent 0's private context\) must hold a string, got int"),
+        ("context_1", "  \n", ValueError, r"'context_1' \(agent 1's private context\) is empty"),
+        ("prefill_0", ["I know"], TypeError, r"'prefill_0' \(agent 0's answer prefill\) must hold a string, got list"),
+        ("prefill_1", "", ValueError, r"'prefill_1' \(agent 1's answer prefill\) is empty"),
+    ],
+)
+def test_bad_private_or_prefill_values_name_the_column(column, value, error, message):
+    env = DebateEnv(num_agents=2, num_turns=2, private_columns=PRIVATE, prefill_columns=PREFILL)
+    row = {**HIDDEN, column: value}
+    with pytest.raises(error, match=message):
+        env.agent_prompt(row, int(column[-1]), Transcript())
+    with pytest.raises(error, match=rf"^train_dataset, row 3: DebateEnv: the column {message}"):
+        env.check_row_values(row, "train_dataset", 3)
+    env.check_row_values(HIDDEN, "train_dataset", 0)  # a good row passes
+
+
+def test_the_trainers_dataset_check_refuses_a_bad_private_value_before_training():
+    from trl_marl.validation import check_dataset_prompts
+
+    env = DebateEnv(num_agents=2, num_turns=2, private_columns=PRIVATE, prefill_columns=PREFILL)
+    indices, prompts = check_dataset_prompts(env, [HIDDEN, HIDDEN], "train_dataset")
+    assert indices == [0, 1] and prompts[1][0].endswith("You know that b = 5.\n\n" + GSM8K_ANSWER_FORMAT
+                                                        + "\n\nI know that b = 5. So a + b =")
+    with pytest.raises(TypeError, match=r"^train_dataset, row 1: DebateEnv: the column 'context_1'"):
+        check_dataset_prompts(env, [HIDDEN, {**HIDDEN, "context_1": 5}], "train_dataset")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        ({"private_columns": "context_0"}, TypeError, r"`private_columns` must be a list of column names"),
+        ({"private_columns": ["context_0"]}, ValueError, r"`private_columns` needs one column per agent \(2\), got 1"),
+        ({"private_columns": ["c", "c"]}, ValueError, r"`private_columns` names a column twice"),
+        ({"prefill_columns": ["p", ""]}, ValueError, r"`prefill_columns` must hold non-empty column names"),
+        ({"private_columns": PRIVATE, "first_turn_template": "{question}"}, ValueError,
+         r"`first_turn_template` does not use the field \{private\}"),
+        ({"private_columns": PRIVATE, "revision_template": "{question} {other_answers}"}, ValueError,
+         r"`revision_template` does not use the field \{private\}"),
+    ],
+)
+def test_bad_private_or_prefill_settings_are_refused(kwargs, error, message):
+    with pytest.raises(error, match=message):
+        DebateEnv(num_agents=2, num_turns=2, **kwargs)
+
+
+def test_chat_revision_template_need_not_repeat_the_private_context():
+    """A conversation keeps its first user message, which shows the private context: the chat revision message may
+    leave it out."""
+    env = DebateEnv(num_agents=2, num_turns=2, chat=True, private_columns=PRIVATE, answer_format=FMT,
+                    revision_template="Others: {other_answers}")
+    assert env.agent_prompt(HIDDEN, 1, Transcript().extend(["9", "11"]))[-1] == user("Others: Agent 1: 9")
 
 
 # ----------------------------------------------------------------------------------------------------------------

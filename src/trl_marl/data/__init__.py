@@ -7,6 +7,8 @@
 - [`~trl_marl.data.coding`] (MAGRPO's coding, [`~trl_marl.envs.coding.CooperativeCodingEnv`]): [`load_humaneval`],
   [`load_mbpp`], [`mbpp_to_humaneval`]; [`~trl_marl.data.team_coding`]: [`load_team_coding`], cooperative coding
   problems written for small models, split by family into training and held-out problems.
+- [`~trl_marl.data.hidden_debate`] (a debate where each agent knows one number of a sum, for `DebateEnv`'s
+  `private_columns`): [`load_hidden_sum`], [`hidden_sum_split`], [`hidden_sum_rows`].
 
 The toy world's synthetic rows are in `trl_marl.toy` (`toy_debate_dataset`, `toy_facts_dataset`, ...). The Hub
 loaders call `datasets.load_dataset` (downloaded once, then read from the local cache); a local copy with the same
@@ -24,6 +26,7 @@ from .debate import (
     parse_gsm8k_answer,
     tinygsm_answers,
 )
+from .hidden_debate import hidden_sum_rows, hidden_sum_split, load_hidden_sum
 from .team_coding import load_team_coding
 from .writing import load_tldr, parse_tldr_prompt
 
@@ -33,6 +36,9 @@ __all__ = [
     "HUMANEVAL_COLUMNS",
     "load_anli",
     "load_gsm8k",
+    "hidden_sum_rows",
+    "hidden_sum_split",
+    "load_hidden_sum",
     "load_humaneval",
     "load_mbpp",
     "load_team_coding",

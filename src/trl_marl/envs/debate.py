@@ -28,7 +28,9 @@ turns). `history="last"` keeps only the previous turn's answers (Du et al.'s pro
   agent's (1-based) number and the turn: `"Agent 2 (turn 1): ...\\n\\nAgent 3 (turn 1): ..."`;
 - `feedback`: the environment's feedback for this agent after the turns shown (one line per turn, e.g. the verifier
   scores), followed by a blank line; empty without feedback;
-- `agent`: the agent's 1-based number; `turn`: the turn being answered (1-based).
+- `agent`: the agent's 1-based number; `turn`: the turn being answered (1-based);
+- `private`: what only this agent knows (its private column, below), followed by a blank line; empty without
+  private context, so the default templates give the prompts above unchanged.
 
 Every field is available to every template; a template may use any subset. Answers are stripped of surrounding
 whitespace. With a `system_prompt`, it is put before the prompt, followed by a blank line.
@@ -58,6 +60,31 @@ For example, with three agents at turn 2 (`history="all"`), agent 1 (`agent_inde
     Using the answers from the other agents as ... The original question is: Ann has 3 apples and buys ...
 
     Explain your reasoning step by step. Your final answer should be a single number, in the form ...
+
+**Private context** (`private_columns`). Agents may hold different information, as in a debate where each agent
+knows one of the facts that the answer needs: `private_columns=["context_0", "context_1"]` names one dataset column
+per agent, and agent i's prompts show row["context_<i>"] in their `private` field and never another agent's. The
+default templates show it after the question at turn 1 (string and chat prompts; a conversation keeps that first
+message) and again in the string prompts of later turns. What agent j knows reaches agent i only through j's
+answers, which later turns show as above; so the prompts should ask each agent to say what it knows. A row whose
+private column is missing, not a string or empty is refused with the column's name.
+
+**Prefilled answers** (`prefill_columns`). One dataset column per agent holding the start of that agent's every
+answer, which the model continues: the last assistant message of a chat prompt (rendered with the chat template's
+`continue_final_message`), or the end of a string prompt after a blank line. The transcript holds what the model
+wrote; wherever an answer is shown (the agent's own, the others') it is shown with its start, so a prefill such as
+"I know that a = 7. So a + b =" makes every answer state the agent's private fact. The verifier scores what the
+model wrote only.
+
+For example, with `private_columns=["context_0", "context_1"]`, `prefill_columns=["prefill_0", "prefill_1"]`, chat
+prompts and the row `{"question": "What is a + b?", "context_0": "You know that a = 7.", "context_1": "You know that
+b = 5.", "prefill_0": "I know that a = 7. So a + b =", "prefill_1": "I know that b = 5. So a + b =", ...}`, agent 1
+(`agent_index=0`) at turn 2, after the answers " 9." and " 11.", reads (answer format shortened to "...")::
+
+    user:      Question: What is a + b?\n\nYou know that a = 7.\n\n...
+    assistant: I know that a = 7. So a + b = 9.
+    user:      Answers from the other agents:\n\nAgent 2: I know that b = 5. So a + b = 11.\n\nUsing the answers ...
+    assistant: I know that a = 7. So a + b =
 
 **Verifier scores in the transcript.** With `show_verifier_scores=True` and a `verifier` (any object with
 `score(response, gold) -> float`, e.g. `trl_marl.rewards.verifier.AnswerVerifier`), [`DebateEnv.feedback`] scores
@@ -94,11 +121,12 @@ ANLI_ANSWER_FORMAT = (
 DEFAULT_ANSWER_FORMAT = GSM8K_ANSWER_FORMAT
 """The default `answer_format` of [`DebateEnv`]."""
 
-FIRST_TURN_TEMPLATE = "Question: {question}\n\n{answer_format}"
-"""Turn 1, every agent, string and chat prompts."""
+FIRST_TURN_TEMPLATE = "Question: {question}\n\n{private}{answer_format}"
+"""Turn 1, every agent, string and chat prompts (`{private}` is empty without private context)."""
 
 REVISION_TEMPLATE = (
     "Question: {question}\n\n"
+    "{private}"
     "Your previous answers:\n\n{own_answers}\n\n"
     "Answers from the other agents:\n\n{other_answers}\n\n"
     "{feedback}"
@@ -110,6 +138,7 @@ REVISION_TEMPLATE = (
 
 SELF_CORRECTION_TEMPLATE = (
     "Question: {question}\n\n"
+    "{private}"
     "Your previous answers:\n\n{own_answers}\n\n"
     "{feedback}"
     "Review your previous answers, find any mistakes in them, and give an improved answer. "
@@ -136,7 +165,7 @@ CHAT_SELF_CORRECTION_TEMPLATE = (
 """The user message after each of the agent's answers in a chat prompt with one agent (self-correction)."""
 
 TEMPLATE_FIELDS: tuple[str, ...] = ("question", "answer_format", "own_answers", "other_answers", "feedback",
-                                    "agent", "turn")
+                                    "agent", "turn", "private")
 """The named fields every [`DebateEnv`] template may use."""
 
 
@@ -170,6 +199,38 @@ def _check_template(template: str, name: str) -> str:
     return template
 
 
+def _uses_field(template: str, field: str) -> bool:
+    """Whether the (checked) format string `template` uses the named field `field`."""
+    return any(name is not None and re.split(r"[.\[]", name, maxsplit=1)[0] == field
+               for _, name, _, _ in string.Formatter().parse(template))
+
+
+def _check_agent_columns(columns: Sequence[str] | None, name: str, num_agents: int,
+                         distinct: bool = True) -> tuple[str, ...]:
+    """`columns` as a tuple of one distinct column name per agent (empty for `None`), or a clear error."""
+    if columns is None:
+        return ()
+    if isinstance(columns, str) or not isinstance(columns, Sequence):
+        raise TypeError(
+            f"DebateEnv: `{name}` must be a list of column names, one per agent (e.g. "
+            f"{[f'context_{i}' for i in range(num_agents)]}), got {columns!r}."
+        )
+    columns = tuple(columns)
+    if len(columns) != num_agents:
+        raise ValueError(
+            f"DebateEnv: `{name}` needs one column per agent ({num_agents}), got {len(columns)}: {list(columns)}."
+        )
+    bad = [c for c in columns if not isinstance(c, str) or not c]
+    if bad:
+        raise ValueError(f"DebateEnv: `{name}` must hold non-empty column names, got {bad}.")
+    if distinct and len(set(columns)) != len(columns):
+        raise ValueError(
+            f"DebateEnv: `{name}` names a column twice ({list(columns)}): each agent needs its own column (the "
+            "same text for every agent is part of the question)."
+        )
+    return columns
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # Environments
 # ----------------------------------------------------------------------------------------------------------------
@@ -199,6 +260,14 @@ class DebateEnv(MultiAgentEnv):
         answer_format (`str`): The answer-format instruction filled into the `answer_format` field.
         answer_column (`str`): The dataset column holding the gold answer (read only to show verifier scores).
         history (`"all"` or `"last"`): Show the answers of every previous turn (MAPoRL) or of the last one only.
+        private_columns (`list[str]`, *optional*): One dataset column per agent holding what only that agent knows
+            (e.g. `["context_0", "context_1"]`): agent i's prompts show its own column in the `private` field, never
+            the others' (see "Private context" in the module docstring). The templates that agents read first
+            (`first_turn_template`, and `revision_template` in string mode) must use `{private}`.
+        prefill_columns (`list[str]`, *optional*): One dataset column per agent holding the start of that agent's
+            every answer, which the model continues (e.g. "I know that a = 7. So a + b ="); wherever an answer is
+            shown it is shown with its start (see "Prefilled answers" in the module docstring). The same column may
+            serve several agents.
 
     Example:
 
@@ -227,6 +296,8 @@ class DebateEnv(MultiAgentEnv):
         answer_format: str = DEFAULT_ANSWER_FORMAT,
         answer_column: str = "answer",
         history: Literal["all", "last"] = "all",
+        private_columns: Sequence[str] | None = None,
+        prefill_columns: Sequence[str] | None = None,
     ) -> None:
         super().__init__(num_agents, num_turns)
         if history not in ("all", "last"):
@@ -253,7 +324,21 @@ class DebateEnv(MultiAgentEnv):
         self.verifier = verifier
         self.answer_format = answer_format
         self.history = history
-        self.required_columns = (question_column, answer_column) if show_verifier_scores else (question_column,)
+        self.private_columns = _check_agent_columns(private_columns, "private_columns", num_agents)
+        self.prefill_columns = _check_agent_columns(prefill_columns, "prefill_columns", num_agents, distinct=False)
+        if self.private_columns:
+            first_read = [("first_turn_template", self.first_turn_template)]
+            if not chat:  # a string prompt is rebuilt at every turn; a conversation keeps its first user message
+                first_read.append(("revision_template", self.revision_template))
+            for name, template in first_read:
+                if not _uses_field(template, "private"):
+                    raise ValueError(
+                        f"DebateEnv: `private_columns` is given but `{name}` does not use the field {{private}}, so "
+                        "the agents would never see their private context: add {private} to the template."
+                    )
+        required = (question_column, answer_column) if show_verifier_scores else (question_column,)
+        agent_columns = [c for c in (*self.private_columns, *self.prefill_columns) if c not in required]
+        self.required_columns = required + tuple(dict.fromkeys(agent_columns))
 
     # ------------------------------------------------------------------ prompt pieces
     def question(self, row: Mapping[str, Any]) -> str:
@@ -261,9 +346,53 @@ class DebateEnv(MultiAgentEnv):
         self.validate_row(row, where="the row")
         return str(row[self.question_column]).strip()
 
+    def _agent_text(self, row: Mapping[str, Any], column: str, what: str) -> str:
+        """The text of `row[column]` (surrounding whitespace removed), or a clear error naming the column."""
+        self.validate_row(row, where="the row")
+        value = row[column]
+        if not isinstance(value, str):
+            raise TypeError(
+                f"DebateEnv: the column {column!r} ({what}) must hold a string, got {type(value).__name__} "
+                f"({value!r}): write the text as a string."
+            )
+        if not value.strip():
+            raise ValueError(
+                f"DebateEnv: the column {column!r} ({what}) is empty in this row: every agent needs a non-empty "
+                "text there."
+            )
+        return value.strip()
+
+    def private_context(self, row: Mapping[str, Any], agent_index: int) -> str:
+        """What only agent `agent_index` knows: its private column's text (`""` without `private_columns`)."""
+        if not self.private_columns:
+            return ""
+        return self._agent_text(row, self.private_columns[agent_index], f"agent {agent_index}'s private context")
+
+    def prefill(self, row: Mapping[str, Any], agent_index: int) -> str:
+        """The start of agent `agent_index`'s answers: its prefill column's text (`""` without `prefill_columns`)."""
+        if not self.prefill_columns:
+            return ""
+        return self._agent_text(row, self.prefill_columns[agent_index], f"agent {agent_index}'s answer prefill")
+
+    def answer(self, row: Mapping[str, Any], agent_index: int, transcript: Transcript, turn_index: int) -> str:
+        """Agent `agent_index`'s answer at (0-based) turn `turn_index` as prompts show it: its prefill (if any)
+        followed by what the agent wrote, surrounding whitespace removed."""
+        return (self.prefill(row, agent_index) + transcript[turn_index].responses[agent_index]).strip()
+
+    def check_row_values(self, row: Mapping[str, Any], dataset_name: str, index: int) -> None:
+        """Refuses a row whose private or prefill column is not a non-empty string, naming the column."""
+        for agent in range(self.num_agents):
+            try:
+                self.private_context(row, agent)
+                self.prefill(row, agent)
+            except (TypeError, ValueError) as error:
+                raise type(error)(f"{dataset_name}, row {index}: {error}") from error
+
     def _fields(self, row: Mapping[str, Any], agent_index: int, turn: int, **pieces: str) -> dict[str, Any]:
+        private = self.private_context(row, agent_index)
         return {
             "question": self.question(row),
+            "private": f"{private}\n\n" if private else "",
             "answer_format": self.answer_format,
             "own_answers": "",
             "other_answers": "",
@@ -280,17 +409,19 @@ class DebateEnv(MultiAgentEnv):
     def _others(self, agent_index: int) -> list[int]:
         return [j for j in range(self.num_agents) if j != agent_index]
 
-    def own_answers(self, agent_index: int, transcript: Transcript, turns: Sequence[int]) -> str:
+    def own_answers(self, row: Mapping[str, Any], agent_index: int, transcript: Transcript,
+                    turns: Sequence[int]) -> str:
         """The `own_answers` field: `"Turn <t>: <answer>"` for each shown turn, separated by blank lines."""
-        return "\n\n".join(f"Turn {t + 1}: {transcript[t].responses[agent_index].strip()}" for t in turns)
+        return "\n\n".join(f"Turn {t + 1}: {self.answer(row, agent_index, transcript, t)}" for t in turns)
 
-    def other_answers(self, agent_index: int, transcript: Transcript, turns: Sequence[int], with_turn: bool) -> str:
+    def other_answers(self, row: Mapping[str, Any], agent_index: int, transcript: Transcript, turns: Sequence[int],
+                      with_turn: bool) -> str:
         """The `other_answers` field: `"Agent <j> (turn <t>): <answer>"` (or `"Agent <j>: <answer>"`) per answer."""
         items = []
         for t in turns:
             for j in self._others(agent_index):
                 label = f"Agent {j + 1} (turn {t + 1})" if with_turn else f"Agent {j + 1}"
-                items.append(f"{label}: {transcript[t].responses[j].strip()}")
+                items.append(f"{label}: {self.answer(row, j, transcript, t)}")
         return "\n\n".join(items)
 
     def feedback_text(self, agent_index: int, transcript: Transcript, turns: Sequence[int]) -> str:
@@ -325,11 +456,14 @@ class DebateEnv(MultiAgentEnv):
                     row,
                     agent_index,
                     turn,
-                    own_answers=self.own_answers(agent_index, transcript, shown),
-                    other_answers=self.other_answers(agent_index, transcript, shown, with_turn=True),
+                    own_answers=self.own_answers(row, agent_index, transcript, shown),
+                    other_answers=self.other_answers(row, agent_index, transcript, shown, with_turn=True),
                     feedback=self.feedback_text(agent_index, transcript, shown),
                 )
             )
+        prefill = self.prefill(row, agent_index)
+        if prefill:
+            text = f"{text}\n\n{prefill}"
         return f"{self.system_prompt}\n\n{text}" if self.system_prompt else text
 
     def _chat_prompt(self, row: Mapping[str, Any], agent_index: int, transcript: Transcript) -> list[dict[str, str]]:
@@ -337,19 +471,22 @@ class DebateEnv(MultiAgentEnv):
         first = self.first_turn_template.format(**self._fields(row, agent_index, 1))
         messages.append({"role": "user", "content": first})
         for t in self._shown_turns(transcript):
-            messages.append({"role": "assistant", "content": transcript[t].responses[agent_index].strip()})
+            messages.append({"role": "assistant", "content": self.answer(row, agent_index, transcript, t)})
             content = self.revision_template.format(
                 **self._fields(
                     row,
                     agent_index,
                     t + 2,
-                    own_answers=self.own_answers(agent_index, transcript, range(t + 1) if self.history == "all"
-                                                 else [t]),
-                    other_answers=self.other_answers(agent_index, transcript, [t], with_turn=False),
+                    own_answers=self.own_answers(row, agent_index, transcript,
+                                                 range(t + 1) if self.history == "all" else [t]),
+                    other_answers=self.other_answers(row, agent_index, transcript, [t], with_turn=False),
                     feedback=self.feedback_text(agent_index, transcript, [t]),
                 )
             )
             messages.append({"role": "user", "content": content})
+        prefill = self.prefill(row, agent_index)
+        if prefill:  # the conversation ends with the assistant's started answer, which the model continues
+            messages.append({"role": "assistant", "content": prefill})
         return messages
 
     def feedback(self, row: Mapping[str, Any], transcript: Transcript) -> tuple[str, ...] | None:
