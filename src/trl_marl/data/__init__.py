@@ -6,7 +6,9 @@
   [`parse_tldr_prompt`].
 - [`~trl_marl.data.coding`] (MAGRPO's coding, [`~trl_marl.envs.coding.CooperativeCodingEnv`]): [`load_humaneval`],
   [`load_mbpp`], [`mbpp_to_humaneval`]; [`~trl_marl.data.team_coding`]: [`load_team_coding`], cooperative coding
-  problems written for small models, split by family into training and held-out problems.
+  problems written for small models, split by family into training and held-out problems;
+  [`~trl_marl.data.team_writing`]: [`load_team_writing`], texts for the writing task that ship with the package
+  (standard-library docstrings, PSF License), split by module.
 
 The toy world's synthetic rows are in `trl_marl.toy` (`toy_debate_dataset`, `toy_facts_dataset`, ...). The Hub
 loaders call `datasets.load_dataset` (downloaded once, then read from the local cache); a local copy with the same
@@ -25,6 +27,7 @@ from .debate import (
     tinygsm_answers,
 )
 from .team_coding import load_team_coding
+from .team_writing import load_team_writing
 from .writing import load_tldr, parse_tldr_prompt
 
 __all__ = [
@@ -36,6 +39,7 @@ __all__ = [
     "load_humaneval",
     "load_mbpp",
     "load_team_coding",
+    "load_team_writing",
     "load_tinygsm",
     "load_tldr",
     "mbpp_to_humaneval",
