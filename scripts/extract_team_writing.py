@@ -109,7 +109,8 @@ def docstrings(root: str) -> list[tuple[str, str, str]]:
 
 
 def extract(root: str) -> list[dict[str, str]]:
-    """The rows: `source` (module.qualname), `module` (the top-level package: the split's unit), `text`, `reference`."""
+    """The rows: `source` (module.qualname), `module` (the top-level package, the split's unit), `text` and
+    `reference`."""
     rows, seen = [], set()
     for module, qualname, doc in docstrings(root):
         parts = split_docstring(doc)

@@ -6,6 +6,8 @@ Two agents read the same source text (a Reddit post of TL;DR, an abstract, ...).
 writes what: different lengths (a length ratio), the same facts and vocabulary, and a readable expansion.
 
 - [`CooperativeWritingEnv`]: the prompts (fixed templates, below), the length feedback between turns.
+- [`writing_text`]: the text of an agent's answer that the rewards and the feedback read, without the label or
+  markdown a chat model puts around it ("**Short summary:** ...").
 - The team reward terms and their weighted sum ([`~trl_marl.rewards.writing.WritingTeamReward`]) are in
   `trl_marl.rewards.writing`; the TL;DR loader ([`~trl_marl.data.load_tldr`]) is in `trl_marl.data.writing`.
 
@@ -27,6 +29,7 @@ Later turns add the agent's own previous text, its partner's, and the environmen
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -35,6 +38,58 @@ from .base import MultiAgentEnv, Prompt, Transcript
 
 if TYPE_CHECKING:
     pass
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Answers
+# ----------------------------------------------------------------------------------------------------------------
+
+LABEL_WORDS: frozenset[str] = frozenset(
+    {"summary", "summarization", "text", "output", "answer", "response", "expansion", "paragraph", "version",
+     "dr", "tldr", "explanation"}
+)
+"""Words that make a leading "...:" a label (see [`writing_text`])."""
+
+_LEADING_LABEL = re.compile(r"^\W*((?:[A-Za-z;']+[ \t]+){0,7}[A-Za-z;']+)[*_ \t]*:[*_]*[ \t]*")
+_MARKDOWN = re.compile(r"(\*\*|__|^[ \t]*#+[ \t]*|^[ \t]*>[ \t]?)", re.MULTILINE)
+_DOUBLE_QUOTES = "\"\u201c\u201d"
+
+
+def _is_label(label: str) -> bool:
+    tokens = words(label)
+    return bool(tokens) and tokens[0] != "in" and (tokens[-1] in LABEL_WORDS or "summary" in tokens)
+
+
+def writing_text(completion: Any) -> str:
+    """The text of an agent's answer as the writing rewards and the length feedback read it.
+
+    A chat model often frames its answer: a label ("Short summary:", "**Detailed Summary:**", "## Summary:",
+    "Output:", "TL;DR:", "Here is a short summary of the text:"), markdown bold and headers, or double quotes around
+    the whole answer. This removes, in order: surrounding whitespace; one leading label (one to eight words and a
+    colon, with any markdown around them, where the last word is in [`LABEL_WORDS`] or a word is "summary", and the
+    first is not "in", so "In summary: ..." keeps its transition); markdown `**`, `__`, line-leading `#` and `>`;
+    one pair of double quotes around the whole text (none inside); surrounding whitespace. Nothing else changes,
+    so every word the agent wrote after the label counts, and a colon inside the text ("The module has two parts:
+    ...") stays.
+
+    Example:
+
+    ```python
+    >>> writing_text("**Short summary:** The cat ate my homework.")
+    'The cat ate my homework.'
+    >>> writing_text('Summary: "Open a file."')
+    'Open a file.'
+    ```
+    """
+    text = completion_text(completion).strip()
+    match = _LEADING_LABEL.match(text)
+    if match and _is_label(match.group(1)):
+        text = text[match.end():]
+    text = _MARKDOWN.sub("", text).strip()
+    if (len(text) >= 2 and text[0] in _DOUBLE_QUOTES and text[-1] in _DOUBLE_QUOTES
+            and not any(q in text[1:-1] for q in _DOUBLE_QUOTES)):
+        text = text[1:-1]
+    return text.strip()
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -152,8 +207,8 @@ class CooperativeWritingEnv(MultiAgentEnv):
             **fields,
             role=_ROLES[agent_index],
             partner_role=_ROLES[1 - agent_index],
-            own=completion_text(last.responses[agent_index]).strip(),
-            partner=completion_text(last.responses[1 - agent_index]).strip(),
+            own=writing_text(last.responses[agent_index]),
+            partner=writing_text(last.responses[1 - agent_index]),
             feedback=f"Feedback: {feedback}\n\n" if feedback else "",
         )
 
@@ -169,7 +224,7 @@ class CooperativeWritingEnv(MultiAgentEnv):
         """The length check of the last turn of `transcript` (the same text for both agents), or `None`."""
         if not self.length_feedback or len(transcript) == 0:
             return None
-        short, detailed = (len(words(completion_text(r))) for r in transcript[-1].responses[:2])
+        short, detailed = (len(words(writing_text(r))) for r in transcript[-1].responses[:2])
         low, high = self.ratio_range
         target = f"target: {low:g} to {high:g} times"
         if short == 0:
