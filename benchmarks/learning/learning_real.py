@@ -211,22 +211,6 @@ def coding_task() -> Task:
 TASKS: dict[str, Callable[[], Task]] = {"split": split_task, "target_sum": target_sum_task, "coding": coding_task}
 
 
-WRITING_CENTRAL_TAGS = ("summary", "detailed")
-
-
-def writing_central_prompt(agent_texts: Sequence[str], tags: Sequence[str]) -> str:
-    """The centralised writer's prompt: the source text once, and both parts in their tags (short one first)."""
-    marker = "\n\nText:\n"
-    if marker not in agent_texts[0]:
-        raise ValueError(f"writing_central_prompt expects CooperativeWritingEnv's turn-1 prompt with {marker!r}.")
-    text = agent_texts[0].split(marker, 1)[1].rsplit("\n\n", 1)[0]
-    short, detailed = tags
-    return (f"Write two summaries of the text below. First a short summary in one or two sentences, inside "
-            f"<{short}></{short}>. Then a detailed summary in one paragraph, two to three times as long, that "
-            f"explains the main point and the important details with transition words, inside "
-            f"<{detailed}></{detailed}>.{marker}{text}")
-
-
 def writing_task() -> Task:
     """MAGRPO's cooperative writing on `trl_marl.data.team_writing` (standard-library docstrings): agent 0 writes a
     short summary of the text, agent 1 a detailed one (`CooperativeWritingEnv`, chat prompts), sampled at T = 0.7.
@@ -234,10 +218,11 @@ def writing_task() -> Task:
     ratio, type-token ratio, transition words, content-word overlap; maximum 4.0); ROUGE-L of the short summary
     against the docstring's summary line (`reference`) is measured, never trained on. Success is a team reward of at
     least `WRITING_SUCCESS` (see there). Training and held-out texts are split by module (`HELDOUT_MODULES`). The
-    centralised arm writes both summaries in `<summary>` and `<detailed>` sections (`CentralizedEnv`, prefill
-    "<summary>")."""
+    centralised arm writes both summaries after the labels "Short summary:" (prefilled) and "Detailed summary:"
+    (`CentralizedWritingEnv`: the untrained model wrote no tagged sections that parsed for `CentralizedEnv`)."""
     from trl_marl.data.team_writing import team_writing_rows
     from trl_marl.envs import CentralizedEnv, CooperativeWritingEnv
+    from trl_marl.envs.writing import CentralizedWritingEnv
     from trl_marl.rewards import CentralizedReward, RougeLReward
     from trl_marl.rewards.writing import WritingTeamReward
 
@@ -245,10 +230,7 @@ def writing_task() -> Task:
 
     def env(central: bool) -> Any:
         team = CooperativeWritingEnv(chat=True)
-        if not central:
-            return team
-        return CentralizedEnv(team, tags=WRITING_CENTRAL_TAGS, format_prompt=writing_central_prompt,
-                              prefill=f"<{WRITING_CENTRAL_TAGS[0]}>")
+        return CentralizedWritingEnv(team) if central else team
 
     def scored(func: Any) -> Callable[[Any], Any]:
         def build(env: Any) -> Any:

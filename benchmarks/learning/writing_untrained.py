@@ -44,8 +44,8 @@ def main(argv: list[str] | None = None) -> dict:
     result["metrics"] = bench.joint_action_means(task.metrics(env), completions, rows)
     result["sources"] = [r["source"] for r in rows]
     print(json.dumps(result, indent=1))
-    for i in range(0, len(completions[0]), 8):
-        print("---", rows[i // 8]["source"])
+    for i in range(0, len(completions[0]), 1 if args.central else 8):
+        print("---", rows[i // 8]["source"], i)
         for agent in completions:
             print(repr(agent[i][:400]))
     return result

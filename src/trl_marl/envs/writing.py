@@ -6,6 +6,7 @@ Two agents read the same source text (a Reddit post of TL;DR, an abstract, ...).
 writes what: different lengths (a length ratio), the same facts and vocabulary, and a readable expansion.
 
 - [`CooperativeWritingEnv`]: the prompts (fixed templates, below), the length feedback between turns.
+- [`CentralizedWritingEnv`]: the single-policy baseline, one completion with both texts after their labels.
 - [`writing_text`]: the text of an agent's answer that the rewards and the feedback read, without the label or
   markdown a chat model puts around it ("**Short summary:** ...").
 - The team reward terms and their weighted sum ([`~trl_marl.rewards.writing.WritingTeamReward`]) are in
@@ -35,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..utils.text import completion_text, words
 from .base import MultiAgentEnv, Prompt, Transcript
+from .centralized import CentralizedEnv
 
 if TYPE_CHECKING:
     pass
@@ -239,3 +241,74 @@ class CooperativeWritingEnv(MultiAgentEnv):
             advice = "Keep these lengths."
         return (f"The short summary has {short} words and the detailed summary has {detailed} words: "
                 f"{ratio:.2f} times as long ({target}). {advice}")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# One policy writing both texts
+# ----------------------------------------------------------------------------------------------------------------
+
+CENTRAL_WRITING_TEMPLATE = (
+    "Summarize the text below twice. First write \"Short summary:\" and the main point in one or two sentences. "
+    "Then write \"Detailed summary:\" and one paragraph, two to three times as long, that explains the main point "
+    "and the important details and connects its sentences with transition words.\n\nText:\n{text}"
+)
+"""The single policy's prompt (`{text}`: the row's text, stripped); its answer continues "Short summary:"."""
+
+_DETAILED_LABEL = re.compile(r"[*#_ \t]*\bdetailed summary\b[*_ \t]*:", re.IGNORECASE)
+
+
+class CentralizedWritingEnv(CentralizedEnv):
+    """One policy writes both texts of a [`CooperativeWritingEnv`] row in one completion (the single-policy arm of
+    MAGRPO's writing comparison).
+
+    [`CentralizedEnv`] asks for tagged sections; SmolLM2-135M-Instruct wrote none that parsed in 8 samples (its
+    untrained team reward was 0.12 of 4.0), while chat models write labels readily. So this view asks for
+    "Short summary: ..." then "Detailed summary: ..." ([`CENTRAL_WRITING_TEMPLATE`]), prefills "Short summary:",
+    and [`split`] gives the text before the first "Detailed summary:" label (any case, markdown around it) to agent 0
+    and the text after it to agent 1; without that label the detailed part is empty (no credit for a text the
+    policy did not mark). The team's writing rewards score the parts through
+    [`~trl_marl.rewards.centralized.CentralizedReward`]. One turn only.
+
+    Args:
+        env (`CooperativeWritingEnv`): The team's writing environment (its text column, chat or plain prompts).
+        template (`str`): The prompt, with the placeholder `{text}`.
+        prefill (`str`): The start of the answer, which the policy continues.
+
+    Example:
+
+    ```python
+    >>> env = CentralizedWritingEnv(CooperativeWritingEnv(chat=True))
+    >>> env.split(" Open a file.\\n\\n**Detailed Summary:** The function opens the file and returns it.")
+    ['Open a file.', 'The function opens the file and returns it.']
+    ```
+    """
+
+    def __init__(self, env: CooperativeWritingEnv, template: str = CENTRAL_WRITING_TEMPLATE,
+                 prefill: str = "Short summary:") -> None:
+        if not isinstance(env, CooperativeWritingEnv):
+            raise TypeError(f"`env` must be a CooperativeWritingEnv, got {type(env).__name__}.")
+        if env.num_turns != 1:
+            raise ValueError(f"CentralizedWritingEnv plays one turn; the wrapped env has num_turns={env.num_turns}: "
+                             "build it with num_turns=1.")
+        super().__init__(env, tags=("short", "detailed"), prefill=prefill)
+        self.template = template
+
+    def split(self, text: Any) -> list[str]:
+        """The short and the detailed text of one completion (the prefill, then the completion), read by
+        [`writing_text`]."""
+        if isinstance(text, list):
+            text = text[-1]["content"] if text else ""
+        full = self.prefill + completion_text(text)
+        match = _DETAILED_LABEL.search(full)
+        if match is None:
+            return [writing_text(full), ""]
+        return [writing_text(full[:match.start()]), writing_text(full[match.end():])]
+
+    def agent_prompt(self, row: Mapping[str, Any], agent_index: int, transcript: Transcript) -> Prompt:
+        env: CooperativeWritingEnv = self.env
+        env.render(row, 0, Transcript())  # the row's checks (its text column holds a string)
+        text = self.template.format(text=row[env.text_column].strip())
+        if not env.chat:
+            return f"{text}\n\n{self.prefill}"
+        messages = [{"role": "system", "content": env.system_prompt}] if env.system_prompt else []
+        return [*messages, {"role": "user", "content": text}, {"role": "assistant", "content": self.prefill}]
