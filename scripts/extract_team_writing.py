@@ -15,7 +15,8 @@ modules. A docstring is kept when
 - the prose paragraphs that follow it (up to the first paragraph with doctest lines `>>>`, reST markup (`::`,
   backquotes, `:role:`), an indented or bulleted block, a section header such as "Args:", or many code tokens) hold
   40 to 150 words: the row's `text`, each paragraph's lines joined with single spaces and `*emphasis*` marks removed;
-- it does not say "XXX" (a maintainer's note, not documentation), and no earlier docstring had the same text.
+- the text does not open with the summary's words (copying them would be the short summary), does not say "XXX"
+  (a maintainer's note, not documentation), and no earlier docstring had the same text.
 
 Changes made to the PSF's text (the summary the PSF License asks for): the docstrings were cut to their summary line
 and leading prose paragraphs, whitespace was normalised and `*emphasis*` marks removed; nothing else was edited.
@@ -72,6 +73,8 @@ def split_docstring(doc: str) -> tuple[str, str] | None:
     summary = _EMPHASIS.sub(r"\1", summary)
     if not MIN_WORDS <= len(text.split()) <= MAX_WORDS or not text.endswith((".", ")")) or "XXX" in text:
         return None
+    if text.lower().startswith(summary.lower().rstrip(".")):  # the short version would be the text's first words
+        return None
     return summary, text
 
 
@@ -109,8 +112,8 @@ def docstrings(root: str) -> list[tuple[str, str, str]]:
 
 
 def extract(root: str) -> list[dict[str, str]]:
-    """The rows: `source` (module.qualname), `module` (the top-level package, the split's unit), `text` and
-    `reference`."""
+    """The rows: `text`, `reference`, `source` (module.qualname) and `module` (the top-level package, the split's
+    unit)."""
     rows, seen = [], set()
     for module, qualname, doc in docstrings(root):
         parts = split_docstring(doc)
@@ -118,7 +121,7 @@ def extract(root: str) -> list[dict[str, str]]:
             continue
         seen.add(parts[1])
         source = f"{module}.{qualname}" if qualname else module
-        rows.append({"source": source, "module": module.split(".")[0], "text": parts[1], "reference": parts[0]})
+        rows.append({"text": parts[1], "reference": parts[0], "source": source, "module": module.split(".")[0]})
     return rows
 
 

@@ -4,7 +4,7 @@ MAGRPO's writing task ([`~trl_marl.envs.writing.CooperativeWritingEnv`]) gives t
 0 writes a short summary, agent 1 a detailed one. The paper's sources (Reddit TL;DR posts, arXiv abstracts) come from
 the Hugging Face Hub; these come with the package, offline, and each has a summary written by its own author.
 
-**The texts.** `team_writing.jsonl` (package data, one JSON object a line) holds 175 docstrings of CPython 3.11.7's
+**The texts.** `team_writing.jsonl` (package data, one JSON object a line) holds 174 docstrings of CPython 3.11.7's
 standard library that open with a one-line summary followed by 40-150 words of prose explanation, extracted by
 `scripts/extract_team_writing.py` (which says exactly what it keeps and drops: no doctest lines, reST markup, code
 blocks or argument lists). Each row has
@@ -17,10 +17,12 @@ blocks or argument lists). Each row has
 - `source`: where it comes from (`module.qualname`, e.g. `"asyncio.tasks.wait_for"`);
 - `module`: the top-level module (`"asyncio"`), the unit of the split.
 
-**Held-out split by module.** [`HELDOUT_MODULES`] (12 top-level modules, 44 texts; fixed once, by a seeded shuffle
-of the module names before any model was run on the texts, leaving out the two largest packages) holds the
-held-out texts; the other 43 modules' 131 texts are for training. No held-out text shares a module with a training
-text, so a team that does well on the held-out texts writes about code it never trained on.
+**Held-out split by module.** [`HELDOUT_MODULES`] (12 top-level modules, 44 texts) holds the held-out texts; the
+other 43 modules' 130 texts are for training. The list was fixed once, before any model was run on the texts: the
+sorted module names shuffled by `random.Random(40)`, taken in that order until a quarter of the texts was held out,
+skipping the three modules with more than 12 texts (`asyncio`, `email`, `xml`, which stay in training). No held-out
+text shares a module with a training text, so a team that does well on the held-out texts writes about code it
+never trained on.
 
 **Licence.** The texts are the Python Software Foundation's, from CPython's source, under the PSF License Agreement
 (version 2), which permits redistribution of derived works that keep its notice ([`PSF_NOTICE`], "Copyright (c)
@@ -33,7 +35,7 @@ Example:
 ```python
 >>> from trl_marl.data.team_writing import load_team_writing, team_writing_rows
 >>> len(team_writing_rows("train")), len(team_writing_rows("heldout"))
-(131, 44)
+(130, 44)
 >>> load_team_writing("heldout")[0]["source"]
 'abc.abstractmethod'
 ```
