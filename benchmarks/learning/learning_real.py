@@ -214,8 +214,8 @@ TASKS: dict[str, Callable[[], Task]] = {"split": split_task, "target_sum": targe
 def writing_task() -> Task:
     """MAGRPO's cooperative writing on `trl_marl.data.team_writing` (standard-library docstrings): agent 0 writes a
     short summary of the text, agent 1 a detailed one (`CooperativeWritingEnv`, chat prompts), sampled at T = 0.7.
-    Trained on the paper's terms (`WritingTeamReward(reference_column=None)`: length range and ratio, distinct-word
-    ratio, type-token ratio, transition words, content-word overlap; maximum 4.0); ROUGE-L of the short summary
+    Trained on `WritingTeamReward(reference_column=None)` (the paper's length range and ratio, distinct-word ratio,
+    transition words and content-word overlap, plus type-token ratio; maximum 4.0); ROUGE-L of the short summary
     against the docstring's summary line (`reference`) is measured, never trained on. Success is a team reward of at
     least `WRITING_SUCCESS` (see there). Training and held-out texts are split by module (`HELDOUT_MODULES`). The
     centralised arm writes both summaries after the labels "Short summary:" (prefilled) and "Detailed summary:"
@@ -269,7 +269,10 @@ def writing_task() -> Task:
 
 EVAL_ORDER_SEED = 7
 WRITING_SUCCESS = 3.0
-"""A writing joint action succeeds at a team reward >= 3.0 of 4.0 (see `writing_task`)."""
+"""A writing joint action succeeds at a team reward >= 3.0 of 4.0: both lengths and their ratio right (2.0) and
+about two of the four 0.5-terms of vocabulary and style. Chosen on training texts only: the untrained team reached it
+in 3 of 64 joint actions on 8 training texts (`writing_untrained.py --rows 8`, mean team reward 2.35), which leaves
+room to learn; the mean team reward and its terms (`metrics`) are the main result."""
 
 
 class AtLeast:
