@@ -308,9 +308,9 @@ def test_writing_team_reward_weighted_sum() -> None:
 def test_writing_team_reward_defaults_and_rouge_term() -> None:
     pytest.importorskip("rouge_score")
     reward = WritingTeamReward()
-    assert reward.names == ["length_range", "length_ratio", "lexical_diversity", "transition_words",
-                            "style_consistency", "rouge_l"]
-    assert reward.weights == [1.0, 1.0, 0.5, 0.5, 0.5, 1.0]
+    assert reward.names == ["length_range", "length_ratio", "vocabulary_ratio", "lexical_diversity",
+                            "transition_words", "style_consistency", "rouge_l"]
+    assert reward.weights == [1.0, 1.0, 0.5, 0.5, 0.5, 0.5, 1.0]
     short, detailed = [SHORT, SHORT], [DETAILED, DETAILED]
     values = team_call(reward, short, detailed, reference=["cat ate homework", None])
     parts = [team_call(f, short, detailed, reference=["cat ate homework", None]) for f in reward.funcs]

@@ -6,7 +6,9 @@
   [`parse_tldr_prompt`].
 - [`~trl_marl.data.coding`] (MAGRPO's coding, [`~trl_marl.envs.coding.CooperativeCodingEnv`]): [`load_humaneval`],
   [`load_mbpp`], [`mbpp_to_humaneval`]; [`~trl_marl.data.team_coding`]: [`load_team_coding`], cooperative coding
-  problems written for small models, split by family into training and held-out problems.
+  problems written for small models, split by family into training and held-out problems;
+  [`~trl_marl.data.team_writing`]: [`load_team_writing`], texts for the writing task that ship with the package
+  (standard-library docstrings, PSF License), split by module.
 - [`~trl_marl.data.hidden_debate`] (a debate where each agent knows one number of a sum, for `DebateEnv`'s
   `private_columns`): [`load_hidden_sum`], [`hidden_sum_split`], [`hidden_sum_rows`].
 
@@ -28,6 +30,7 @@ from .debate import (
 )
 from .hidden_debate import hidden_sum_rows, hidden_sum_split, load_hidden_sum
 from .team_coding import load_team_coding
+from .team_writing import load_team_writing
 from .writing import load_tldr, parse_tldr_prompt
 
 __all__ = [
@@ -42,6 +45,7 @@ __all__ = [
     "load_humaneval",
     "load_mbpp",
     "load_team_coding",
+    "load_team_writing",
     "load_tinygsm",
     "load_tldr",
     "mbpp_to_humaneval",

@@ -28,7 +28,7 @@ from .coding import CooperativeCodingEnv
 from .coding_central import CentralizedCodingEnv
 from .coordination import ChatSplitItemsEnv
 from .debate import DebateEnv, ToyDebateEnv
-from .writing import CooperativeWritingEnv
+from .writing import CooperativeWritingEnv, writing_text
 
 __all__ = [
     "CentralizedCodingEnv",
@@ -47,6 +47,7 @@ __all__ = [
     "Transcript",
     "Turn",
     "split_sections",
+    "writing_text",
 ]
 
 # Names that `trl_marl.envs` exported before each task's rewards and loaders moved out of the environments
@@ -56,7 +57,8 @@ _MOVED = {
     **dict.fromkeys(["CodingTeamReward", "CombinedSyntaxReward", "HelperDefinedReward", "HelperUsedReward",
                      "MainDefinedReward", "NonTrivialMainReward", "PassRateReward"], "trl_marl.rewards.coding"),
     **dict.fromkeys(["LengthRangeReward", "LengthRatioReward", "LexicalDiversityReward", "StyleConsistencyReward",
-                     "TransitionWordsReward", "WritingTeamReward"], "trl_marl.rewards.writing"),
+                     "TransitionWordsReward", "VocabularyRatioReward", "WritingTeamReward"],
+                    "trl_marl.rewards.writing"),
     **dict.fromkeys(["load_humaneval", "load_mbpp", "load_tldr"], "trl_marl.data"),
 }
 

@@ -6,6 +6,9 @@ Two agents read the same source text (a Reddit post of TL;DR, an abstract, ...).
 writes what: different lengths (a length ratio), the same facts and vocabulary, and a readable expansion.
 
 - [`CooperativeWritingEnv`]: the prompts (fixed templates, below), the length feedback between turns.
+- [`CentralizedWritingEnv`]: the single-policy baseline, one completion with both texts after their labels.
+- [`writing_text`]: the text of an agent's answer that the rewards and the feedback read, without the label or
+  markdown a chat model puts around it ("**Short summary:** ...").
 - The team reward terms and their weighted sum ([`~trl_marl.rewards.writing.WritingTeamReward`]) are in
   `trl_marl.rewards.writing`; the TL;DR loader ([`~trl_marl.data.load_tldr`]) is in `trl_marl.data.writing`.
 
@@ -27,14 +30,68 @@ Later turns add the agent's own previous text, its partner's, and the environmen
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..utils.text import completion_text, words
 from .base import MultiAgentEnv, Prompt, Transcript
+from .centralized import CentralizedEnv
 
 if TYPE_CHECKING:
     pass
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Answers
+# ----------------------------------------------------------------------------------------------------------------
+
+LABEL_WORDS: frozenset[str] = frozenset(
+    {"summary", "summarization", "text", "output", "answer", "response", "expansion", "paragraph", "version",
+     "dr", "tldr", "explanation"}
+)
+"""Words that make a leading "...:" a label (see [`writing_text`])."""
+
+_LEADING_LABEL = re.compile(r"^\W*((?:[A-Za-z;']+[ \t]+){0,7}[A-Za-z;']+)[*_ \t]*:[*_]*[ \t]*")
+_MARKDOWN = re.compile(r"(\*\*|__|^[ \t]*#+[ \t]*|^[ \t]*>[ \t]?)", re.MULTILINE)
+_DOUBLE_QUOTES = "\"\u201c\u201d"
+
+
+def _is_label(label: str) -> bool:
+    tokens = words(label)
+    return bool(tokens) and tokens[0] != "in" and (tokens[-1] in LABEL_WORDS or "summary" in tokens)
+
+
+def writing_text(completion: Any) -> str:
+    """The text of an agent's answer as the writing rewards and the length feedback read it.
+
+    A chat model often frames its answer: a label ("Short summary:", "**Detailed Summary:**", "## Summary:",
+    "Output:", "TL;DR:", "Here is a short summary of the text:"), markdown bold and headers, or double quotes around
+    the whole answer. This removes, in order: surrounding whitespace; one leading label (one to eight words and a
+    colon, with any markdown around them, where the last word is in [`LABEL_WORDS`] or a word is "summary", and the
+    first is not "in", so "In summary: ..." keeps its transition); markdown `**`, `__`, line-leading `#` and `>`;
+    one pair of double quotes around the whole text (none inside); surrounding whitespace. Nothing else changes,
+    so every word the agent wrote after the label counts, and a colon inside the text ("The module has two parts:
+    ...") stays.
+
+    Example:
+
+    ```python
+    >>> writing_text("**Short summary:** The cat ate my homework.")
+    'The cat ate my homework.'
+    >>> writing_text('Summary: "Open a file."')
+    'Open a file.'
+    ```
+    """
+    text = completion_text(completion).strip()
+    match = _LEADING_LABEL.match(text)
+    if match and _is_label(match.group(1)):
+        text = text[match.end():]
+    text = _MARKDOWN.sub("", text).strip()
+    if (len(text) >= 2 and text[0] in _DOUBLE_QUOTES and text[-1] in _DOUBLE_QUOTES
+            and not any(q in text[1:-1] for q in _DOUBLE_QUOTES)):
+        text = text[1:-1]
+    return text.strip()
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -152,8 +209,8 @@ class CooperativeWritingEnv(MultiAgentEnv):
             **fields,
             role=_ROLES[agent_index],
             partner_role=_ROLES[1 - agent_index],
-            own=completion_text(last.responses[agent_index]).strip(),
-            partner=completion_text(last.responses[1 - agent_index]).strip(),
+            own=writing_text(last.responses[agent_index]),
+            partner=writing_text(last.responses[1 - agent_index]),
             feedback=f"Feedback: {feedback}\n\n" if feedback else "",
         )
 
@@ -169,7 +226,7 @@ class CooperativeWritingEnv(MultiAgentEnv):
         """The length check of the last turn of `transcript` (the same text for both agents), or `None`."""
         if not self.length_feedback or len(transcript) == 0:
             return None
-        short, detailed = (len(words(completion_text(r))) for r in transcript[-1].responses[:2])
+        short, detailed = (len(words(writing_text(r))) for r in transcript[-1].responses[:2])
         low, high = self.ratio_range
         target = f"target: {low:g} to {high:g} times"
         if short == 0:
@@ -184,3 +241,74 @@ class CooperativeWritingEnv(MultiAgentEnv):
             advice = "Keep these lengths."
         return (f"The short summary has {short} words and the detailed summary has {detailed} words: "
                 f"{ratio:.2f} times as long ({target}). {advice}")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# One policy writing both texts
+# ----------------------------------------------------------------------------------------------------------------
+
+CENTRAL_WRITING_TEMPLATE = (
+    "Summarize the text below twice. First write \"Short summary:\" and the main point in one or two sentences. "
+    "Then write \"Detailed summary:\" and one paragraph, two to three times as long, that explains the main point "
+    "and the important details and connects its sentences with transition words.\n\nText:\n{text}"
+)
+"""The single policy's prompt (`{text}`: the row's text, stripped); its answer continues "Short summary:"."""
+
+_DETAILED_LABEL = re.compile(r"[*#_ \t]*\bdetailed summary\b[*_ \t]*:", re.IGNORECASE)
+
+
+class CentralizedWritingEnv(CentralizedEnv):
+    """One policy writes both texts of a [`CooperativeWritingEnv`] row in one completion (the single-policy arm of
+    MAGRPO's writing comparison).
+
+    [`CentralizedEnv`] asks for tagged sections; SmolLM2-135M-Instruct wrote none that parsed in 8 samples (its
+    untrained team reward was 0.12 of 4.0), while chat models write labels readily. So this view asks for
+    "Short summary: ..." then "Detailed summary: ..." ([`CENTRAL_WRITING_TEMPLATE`]), prefills "Short summary:",
+    and [`split`] gives the text before the first "Detailed summary:" label (any case, markdown around it) to agent 0
+    and the text after it to agent 1; without that label the detailed part is empty (no credit for a text the
+    policy did not mark). The team's writing rewards score the parts through
+    [`~trl_marl.rewards.centralized.CentralizedReward`]. One turn only.
+
+    Args:
+        env (`CooperativeWritingEnv`): The team's writing environment (its text column, chat or plain prompts).
+        template (`str`): The prompt, with the placeholder `{text}`.
+        prefill (`str`): The start of the answer, which the policy continues.
+
+    Example:
+
+    ```python
+    >>> env = CentralizedWritingEnv(CooperativeWritingEnv(chat=True))
+    >>> env.split(" Open a file.\\n\\n**Detailed Summary:** The function opens the file and returns it.")
+    ['Open a file.', 'The function opens the file and returns it.']
+    ```
+    """
+
+    def __init__(self, env: CooperativeWritingEnv, template: str = CENTRAL_WRITING_TEMPLATE,
+                 prefill: str = "Short summary:") -> None:
+        if not isinstance(env, CooperativeWritingEnv):
+            raise TypeError(f"`env` must be a CooperativeWritingEnv, got {type(env).__name__}.")
+        if env.num_turns != 1:
+            raise ValueError(f"CentralizedWritingEnv plays one turn; the wrapped env has num_turns={env.num_turns}: "
+                             "build it with num_turns=1.")
+        super().__init__(env, tags=("short", "detailed"), prefill=prefill)
+        self.template = template
+
+    def split(self, text: Any) -> list[str]:
+        """The short and the detailed text of one completion (the prefill, then the completion), read by
+        [`writing_text`]."""
+        if isinstance(text, list):
+            text = text[-1]["content"] if text else ""
+        full = self.prefill + completion_text(text)
+        match = _DETAILED_LABEL.search(full)
+        if match is None:
+            return [writing_text(full), ""]
+        return [writing_text(full[:match.start()]), writing_text(full[match.end():])]
+
+    def agent_prompt(self, row: Mapping[str, Any], agent_index: int, transcript: Transcript) -> Prompt:
+        env: CooperativeWritingEnv = self.env
+        env.render(row, 0, Transcript())  # the row's checks (its text column holds a string)
+        text = self.template.format(text=row[env.text_column].strip())
+        if not env.chat:
+            return f"{text}\n\n{self.prefill}"
+        messages = [{"role": "system", "content": env.system_prompt}] if env.system_prompt else []
+        return [*messages, {"role": "user", "content": text}, {"role": "assistant", "content": self.prefill}]

@@ -45,6 +45,7 @@ from .writing import (
     LexicalDiversityReward,
     StyleConsistencyReward,
     TransitionWordsReward,
+    VocabularyRatioReward,
     WritingTeamReward,
 )
 
@@ -73,6 +74,7 @@ __all__ = [
     "TargetSumReward",
     "TransitionWordsReward",
     "UnitTestReward",
+    "VocabularyRatioReward",
     "VerifierError",
     "VerifierServer",
     "VerifierUnavailableError",

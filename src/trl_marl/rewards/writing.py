@@ -2,8 +2,20 @@
 
 Each term is a TRL reward function of the joint action (agent 0's text `s`, agent 1's text `d`) of
 [`~trl_marl.envs.writing.CooperativeWritingEnv`]: [`LengthRangeReward`], [`LengthRatioReward`],
-[`LexicalDiversityReward`], [`TransitionWordsReward`], [`StyleConsistencyReward`], and ROUGE-L against a reference
-([`~trl_marl.rewards.RougeLReward`]); [`WritingTeamReward`] is their weighted sum.
+[`VocabularyRatioReward`], [`LexicalDiversityReward`], [`TransitionWordsReward`], [`StyleConsistencyReward`], and
+ROUGE-L against a reference ([`~trl_marl.rewards.RougeLReward`]); [`WritingTeamReward`] is their weighted sum. Every
+term reads an agent's answer through [`~trl_marl.envs.writing.writing_text`], so a chat model's label ("Short
+summary:"), markdown and surrounding quotes are not counted as its text.
+
+**MAGRPO's terms.** The paper asks for a concise and a detailed text whose lengths, vocabulary and style fit
+together; the authors' released TL;DR reward (`rewards/tldr_rewards.py` of OpenMLRL/LLM_Collab_Writing) scores, in
+gated levels: both texts 8-256 tokens (0.5), the length ratio |d|/|s| (1.0; full in [1.6, 3.2] on characters), the
+ratio of distinct words of d over s (0.5; full from 2.0, ramp from 1.3), and style (1.0): transition words in d
+(0.4) and the Jaccard overlap of the two texts' content words (0.6, full from 0.03). Here: [`LengthRangeReward`],
+[`LengthRatioReward`], [`VocabularyRatioReward`], [`TransitionWordsReward`] and [`StyleConsistencyReward`] are
+those terms, summed with weights instead of gated (a gate gives a weak model no signal past its first failure),
+on words rather than tokens and characters; [`LexicalDiversityReward`] (type-token ratio) is ours, added because a
+repetition loop ("The output is defined as a function. The output is ...") passes the distinct-word ratio.
 
 Words, everywhere in this module, are the lower-cased runs of letters, digits and underscores, apostrophes inside
 a word kept ([`words`]): `words("Don't stop, it's FINE.") == ["don't", "stop", "it's", "fine"]`. |x| below is the
@@ -16,8 +28,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
+from ..envs.writing import writing_text
 from ..utils.columns import column, is_missing
-from ..utils.text import completion_text, words
+from ..utils.text import words
 
 if TYPE_CHECKING:
     pass
@@ -68,11 +81,12 @@ def _contains_phrase(padded_words: str, phrase: str) -> bool:
 
 
 def _team_texts(owner: str, completions: Sequence[Any], kwargs: Mapping[str, Any], needed: int) -> list[list[str]]:
-    """Every agent's texts of the joint actions (`[agent][joint action]`), at least `needed` agents."""
+    """Every agent's texts of the joint actions (`[agent][joint action]`, read by `writing_text`), at least `needed`
+    agents."""
     agent_completions = kwargs.get("agent_completions")
     if agent_completions is None:
         if needed <= 1:
-            return [[completion_text(c) for c in completions]]
+            return [[writing_text(c) for c in completions]]
         raise ValueError(
             f"{owner} is a team reward of CooperativeWritingEnv: it needs `agent_completions` (one list of "
             "completions per agent, passed by trl-marl's trainers) with agent 0's short summary and agent 1's "
@@ -80,7 +94,7 @@ def _team_texts(owner: str, completions: Sequence[Any], kwargs: Mapping[str, Any
         )
     if len(agent_completions) < needed:
         raise ValueError(f"{owner} needs the texts of {needed} agents, got {len(agent_completions)}.")
-    return [[completion_text(c) for c in agent] for agent in agent_completions]
+    return [[writing_text(c) for c in agent] for agent in agent_completions]
 
 
 class LengthRangeReward:
@@ -180,6 +194,49 @@ class LengthRatioReward:
         for short, detailed in zip(team[0], team[1]):
             n_short = len(words(short))
             scores.append(self.ratio_score(len(words(detailed)) / n_short) if n_short else 0.0)
+        return scores
+
+
+class VocabularyRatioReward:
+    """The detailed summary's vocabulary richer than the short one's: the ratio of their distinct words.
+
+    With U(y) the set of distinct [`words`] of y (stopwords included) and v = |U(d)| / |U(s)|:
+
+        reward = 1                             if v >= full
+        reward = (v - floor) / (full - floor)  if floor < v < full
+        reward = 0                             otherwise, and when U(s) is empty
+
+    The defaults (`floor=1.3`, `full=2.0`) are the authors' released TL;DR reward's (its level 3). An expansion that
+    repeats the summary's words scores 0 however long it is; one that explains with new words scores 1.
+
+    Args:
+        floor (`float`): Where the ramp starts (reward 0 at or below it).
+        full (`float`): The ratio from which the reward is 1 (`floor < full`).
+    """
+
+    reward_kind = "team"  # a function of the joint action: one call per joint action in every trainer
+
+    def __init__(self, floor: float = 1.3, full: float = 2.0) -> None:
+        if not 0 <= floor < full:
+            raise ValueError(f"VocabularyRatioReward needs 0 <= floor < full, got floor={floor}, full={full}.")
+        self.name = "vocabulary_ratio"
+        self.floor, self.full = float(floor), float(full)
+
+    def ratio_score(self, ratio: float) -> float:
+        """The reward of one distinct-word ratio v (see the class docstring)."""
+        if ratio >= self.full:
+            return 1.0
+        if ratio > self.floor:
+            return (ratio - self.floor) / (self.full - self.floor)
+        return 0.0
+
+    def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:
+        """The vocabulary score of each joint action (see the class docstring)."""
+        team = _team_texts(type(self).__name__, completions, kwargs, 2)
+        scores = []
+        for short, detailed in zip(team[0], team[1]):
+            n_short = len(set(words(short)))
+            scores.append(self.ratio_score(len(set(words(detailed))) / n_short) if n_short else 0.0)
         return scores
 
 
@@ -336,12 +393,13 @@ class StyleConsistencyReward:
 DEFAULT_WRITING_WEIGHTS: dict[str, float] = {
     "length_range": 1.0,
     "length_ratio": 1.0,
+    "vocabulary_ratio": 0.5,
     "lexical_diversity": 0.5,
     "transition_words": 0.5,
     "style_consistency": 0.5,
     "rouge_l": 1.0,
 }
-"""The default weight of each term of [`WritingTeamReward`], by term name (maximum total 4.5)."""
+"""The default weight of each term of [`WritingTeamReward`], by term name (maximum total 5.0; 4.0 without ROUGE-L)."""
 
 
 class WritingTeamReward:
@@ -351,9 +409,9 @@ class WritingTeamReward:
 
     A term returns `None` where it does not apply (ROUGE-L on a row without a reference), and is then left out,
     like trl-marl's `TeamReward` leaves out `None`s. The default terms are [`LengthRangeReward`],
-    [`LengthRatioReward`], [`LexicalDiversityReward`], [`TransitionWordsReward`], [`StyleConsistencyReward`] and,
-    unless `reference_column=None`, ROUGE-L of agent 0's short summary against the reference
-    (`RougeLReward(reference_column, agent_index=0)`), weighted by [`DEFAULT_WRITING_WEIGHTS`].
+    [`LengthRatioReward`], [`VocabularyRatioReward`], [`LexicalDiversityReward`], [`TransitionWordsReward`],
+    [`StyleConsistencyReward`] and, unless `reference_column=None`, ROUGE-L of agent 0's short summary against the
+    reference (`RougeLReward(reference_column, agent_index=0)`), weighted by [`DEFAULT_WRITING_WEIGHTS`].
 
     To log each term separately, pass the terms themselves to the trainer instead:
     `reward_funcs=team_reward.funcs, reward_weights=team_reward.weights` (same total).
@@ -377,8 +435,8 @@ class WritingTeamReward:
         # the column the default ROUGE-L term reads, checked up front for a clearer error
         self.reference_column = reference_column if terms is None else None
         if terms is None:
-            terms = [LengthRangeReward(), LengthRatioReward(), LexicalDiversityReward(), TransitionWordsReward(),
-                     StyleConsistencyReward()]
+            terms = [LengthRangeReward(), LengthRatioReward(), VocabularyRatioReward(), LexicalDiversityReward(),
+                     TransitionWordsReward(), StyleConsistencyReward()]
             if reference_column is not None:
                 from ..rewards.rouge import RougeLReward
 
@@ -410,6 +468,11 @@ class WritingTeamReward:
                 "reward function did not receive. Add it, or build WritingTeamReward(reference_column=None) for a "
                 "dataset without references."
             )
+        # every term, ROUGE-L included, reads the answers without a chat model's label, markdown and quotes
+        completions = [writing_text(c) for c in completions]
+        if kwargs.get("agent_completions") is not None:
+            kwargs = {**kwargs, "agent_completions": [[writing_text(c) for c in agent]
+                                                      for agent in kwargs["agent_completions"]]}
         totals: list[float | None] = [None] * len(completions)
         for func, weight in zip(self.funcs, self.weights):
             values = func(prompts=prompts, completions=completions, **kwargs)
