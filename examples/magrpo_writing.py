@@ -9,7 +9,9 @@ Needs the `rewards` extra for the ROUGE-L term (`rouge-score`): `pip install "tr
     accelerate launch examples/magrpo_writing.py --config examples/configs/magrpo_writing.yaml
 
 Offline on the real model (no Hub): `--model_name_or_path smollm2-135m-instruct --data_files posts.jsonl`, a local
-.jsonl/.json/.csv/.parquet file with the columns `text` and `reference` (or TL;DR's `prompt` and `completion`):
+.jsonl/.json/.csv/.parquet file with the columns `text` and `reference` (or TL;DR's `prompt` and `completion`), or
+`--dataset_name trl-marl/team_writing`, the texts that ship with trl-marl (standard-library docstrings; splits
+train and heldout):
 
     python examples/magrpo_writing.py --config examples/configs/magrpo_writing.yaml \\
         --model_name_or_path smollm2-135m-instruct --data_files posts.jsonl --max_steps 2 \\

@@ -153,3 +153,19 @@ def test_the_targets_are_fitted_said_and_refused_by_name(capsys):
     with pytest.raises(ValueError, match=r"`lora_target_modules` \['wq', 'fc9'\] match no module of m \(X\)\. Its "
                                          r"projections are: k_proj, o_proj, q_proj, v_proj\..*all-linear"):
         fit_lora_targets(model_args(["q_proj", "wq", "fc9"]), modules, "m (X)")
+
+
+def test_each_task_reads_its_shipped_dataset_and_refuses_the_other():
+    from trl_marl.data import load_team_coding, load_team_writing
+    from trl_marl.scripts.magrpo import MAGRPOScriptArguments, coding_rows, writing_rows
+
+    writing = MAGRPOScriptArguments(task="writing", dataset_name="trl-marl/team_writing", dataset_split="heldout")
+    rows = writing_rows(writing, resolve_source(writing.dataset_name))
+    assert rows["text"] == load_team_writing("heldout")["text"] and "reference" in rows.column_names
+    coding = MAGRPOScriptArguments(task="coding", dataset_name="trl-marl/team_coding", dataset_config="1")
+    assert coding_rows(coding, resolve_source(coding.dataset_name))["task_id"] == \
+        load_team_coding("train", (1,))["task_id"]
+    with pytest.raises(ValueError, match=r"is a coding dataset; .* \(shipped: trl-marl/team_writing\)"):
+        writing_rows(writing, resolve_source("trl-marl/team_coding"))
+    with pytest.raises(ValueError, match=r"is a writing dataset; .* \(shipped: trl-marl/team_coding\)"):
+        coding_rows(coding, resolve_source("trl-marl/team_writing"))

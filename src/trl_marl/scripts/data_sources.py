@@ -34,6 +34,8 @@ SHIPPED_DATASETS: dict[str, str] = {
     "trl-marl/team_coding": "the cooperative coding problems that ship with trl-marl "
                             "(`trl_marl.data.load_team_coding`; splits train, heldout, all; `--dataset_config` "
                             "picks the levels: 1, 2 or 1,2)",
+    "trl-marl/team_writing": "the writing texts that ship with trl-marl: Python standard-library docstrings, PSF "
+                             "License (`trl_marl.data.load_team_writing`; splits train, heldout, all)",
 }
 """Dataset names that resolve to data installed with the package (no Hub, no file), and what each is."""
 

@@ -37,7 +37,8 @@ CODING_COLUMNS = "HumanEval's columns `task_id`, `prompt`, `canonical_solution`,
 DATA_HELP = {
     "dataset_name": "The training data: a Hub dataset (default: trl-lib/tldr for writing, openai/openai_humaneval "
                     "for coding, which also takes google-research-datasets/mbpp), `trl-marl/team_coding` (coding "
-                    "problems shipped with trl-marl: no Hub), or a local .jsonl/.json/.csv/.parquet file (writing: "
+                    "problems shipped with trl-marl: no Hub), `trl-marl/team_writing` (writing texts shipped with "
+                    "trl-marl: standard-library docstrings), or a local .jsonl/.json/.csv/.parquet file (writing: "
                     f"{WRITING_COLUMNS}; coding: {CODING_COLUMNS}). The toy model trains on synthetic rows unless "
                     "the data is local or shipped.",
     "data_files": "Local .jsonl/.json/.csv/.parquet file(s) to train on (comma-separated), whatever `dataset_name` "
@@ -59,8 +60,9 @@ class MAGRPOScriptArguments:
     )
     dataset_split: str | None = field(
         default=None,
-        metadata={"help": "Split to train on (default: train; test for HumanEval and MBPP; for trl-marl/team_coding: "
-                  "train, heldout or all). Not used with local files (a file is one split)."},
+        metadata={"help": "Split to train on (default: train; test for HumanEval and MBPP; for "
+                  "trl-marl/team_coding and trl-marl/team_writing: train, heldout or all). Not used with local files "
+                  "(a file is one split)."},
     )
     max_train_samples: int | None = field(default=None, metadata={"help": "Keep at most this many rows."})
     num_toy_rows: int = field(default=64, metadata={"help": "Synthetic rows for the offline toy model."})
@@ -115,13 +117,15 @@ def _levels(config: str | None) -> tuple[int, ...]:
 
 def writing_rows(script_args: MAGRPOScriptArguments, source: DataSource) -> Dataset:
     """The writing task's rows (`text`, `reference`) from a local file or a Hub dataset in TL;DR's schema."""
-    from ..data import load_tldr
+    from ..data import load_team_writing, load_tldr
 
     if source.kind == "local":
         return load_tldr(max_rows=script_args.max_train_samples, data_files=source.files)
     if source.kind == "shipped":
-        raise ValueError(f"{source.option} {source.name!r} is a coding dataset; the writing task reads "
-                         f"{WRITING_COLUMNS}.")
+        if source.name != "trl-marl/team_writing":
+            raise ValueError(f"{source.option} {source.name!r} is a coding dataset; the writing task reads "
+                             f"{WRITING_COLUMNS} (shipped: trl-marl/team_writing).")
+        return _head(load_team_writing(script_args.dataset_split or "train"), script_args.max_train_samples)
     with hub_dataset(source, offline_route(WRITING_COLUMNS)):
         return load_tldr(split=script_args.dataset_split or "train", max_rows=script_args.max_train_samples,
                          dataset_name=source.name)
@@ -134,6 +138,9 @@ def coding_rows(script_args: MAGRPOScriptArguments, source: DataSource) -> Datas
     if source.kind == "local":
         dataset = load_humaneval(data_files=source.files)
     elif source.kind == "shipped":
+        if source.name != "trl-marl/team_coding":
+            raise ValueError(f"{source.option} {source.name!r} is a writing dataset; the coding task reads "
+                             f"{CODING_COLUMNS} (shipped: trl-marl/team_coding).")
         dataset = load_team_coding(script_args.dataset_split or "train", _levels(script_args.dataset_config))
     else:
         route = offline_route(CODING_COLUMNS, shipped="trl-marl/team_coding")
