@@ -98,7 +98,33 @@ def imported_modules(path: Path) -> list[tuple[int, str]]:
                 found += [(node.lineno, f"{target}.{alias.name}") for alias in node.names]
             else:
                 found.append((node.lineno, target))
+        elif isinstance(node, ast.Call) and dynamic_import(node) is not None:
+            name, anchor = dynamic_import(node)
+            if name.startswith("."):  # import_module(".x", __package__ or __name__): relative to that anchor
+                level = len(name) - len(name.lstrip("."))
+                base = (package if anchor == "__package__" else module).split(".")
+                base = base[: len(base) - (level - 1)]
+                name = ".".join(base + ([name.lstrip(".")] if name.lstrip(".") else []))
+            if name.split(".")[0] == "trl_marl":
+                found.append((node.lineno, name))
     return found
+
+
+def dynamic_import(node: ast.Call) -> tuple[str, str | None] | None:
+    """`("trl_marl.x", anchor)` for `importlib.import_module("trl_marl.x"[, anchor])` or `__import__("trl_marl.x")`
+    with a literal name (the anchor: the name of the `package` argument, e.g. `"__name__"`); None otherwise. Imports
+    by a computed name cannot be read here: every one in the package has a literal name or a name from a literal
+    table in the same module."""
+    func = node.func
+    called = (func.attr if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name)
+              and func.value.id == "importlib" else func.id if isinstance(func, ast.Name) else None)
+    if called not in ("import_module", "__import__") or not node.args:
+        return None
+    first = node.args[0]
+    if not (isinstance(first, ast.Constant) and isinstance(first.value, str)):
+        return None
+    anchor = node.args[1].id if len(node.args) > 1 and isinstance(node.args[1], ast.Name) else None
+    return first.value, anchor
 
 
 SOURCES = sorted(PACKAGE.rglob("*.py"))
@@ -317,13 +343,26 @@ def test_the_architecture_document_names_every_layer():
     ("CodingTeamReward", "trl_marl.rewards.coding"),
     ("load_tldr", "trl_marl.data"),
 ])
-def test_moved_env_names_resolve_with_a_deprecation_warning(name, home):
-    import importlib
-
+def test_moved_env_names_say_where_they_live_without_importing_upward(name, home):
+    """The names that moved out of `trl_marl.envs` before any release: an `AttributeError` that names their home (the
+    old shim imported `trl_marl.rewards` and `trl_marl.data`, layers above `envs`, behind the layer check's back)."""
     import trl_marl.envs as envs
 
-    with pytest.warns(DeprecationWarning, match=home):
-        value = getattr(envs, name)
-    assert value is getattr(importlib.import_module(home), name)
-    with pytest.raises(AttributeError):
+    with pytest.raises(AttributeError, match=rf"moved to `{home}.{name}`"):
+        getattr(envs, name)
+    with pytest.raises(AttributeError, match="has no attribute 'no_such_name'"):
         envs.no_such_name  # noqa: B018
+
+
+def test_dynamic_imports_count_as_imports(tmp_path):
+    """`importlib.import_module` and `__import__` with a literal name are read like `import` statements, so an
+    upward import cannot hide in one."""
+    fake = PACKAGE / "envs" / "_fake_for_test.py"
+    try:
+        fake.write_text('import importlib\n\n\ndef f():\n    return importlib.import_module("trl_marl.rewards.coding")'
+                        '\n\n\ndef g():\n    return importlib.import_module(".writing", __package__)\n'
+                        '\n\ndef h():\n    return __import__("trl_marl.data")\n', encoding="utf-8")
+        assert imported_modules(fake) == [(5, "trl_marl.rewards.coding"), (9, "trl_marl.envs.writing"),
+                                          (13, "trl_marl.data")]
+    finally:
+        fake.unlink()

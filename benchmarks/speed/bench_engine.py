@@ -76,7 +76,7 @@ def main() -> None:
         from trl_marl.toy import toy_debate_dataset
     except ImportError:  # a tree from before it (to compare before / after)
         from trl_marl.data import toy_debate_dataset
-        from trl_marl.envs import TargetSumReward
+        from trl_marl.rewards.arithmetic import TargetSumReward
 
     work = Path(cli.workdir)
     add = make_toy_model(work / "add", task="addition", hidden_size=32, num_layers=1, pretrain_steps=50)

@@ -17,8 +17,6 @@ An environment only describes the interaction; each task's rewards are in `trl_m
 
 from __future__ import annotations
 
-import importlib
-import warnings
 from typing import Any
 
 from .arithmetic import ChatTargetSumEnv, TargetSumEnv
@@ -51,21 +49,18 @@ __all__ = [
 ]
 
 # Names that `trl_marl.envs` exported before each task's rewards and loaders moved out of the environments
-# (0.1.0.dev0). They still resolve, with a DeprecationWarning, until the next release.
+# (0.1.0.dev0, never released): asking for one says where it lives now. Nothing is imported from those layers here.
 _MOVED = {
     **dict.fromkeys(["TargetSumReward", "target_sum_reward", "parse_int"], "trl_marl.rewards.arithmetic"),
     **dict.fromkeys(["CodingTeamReward", "CombinedSyntaxReward", "HelperDefinedReward", "HelperUsedReward",
                      "MainDefinedReward", "NonTrivialMainReward", "PassRateReward"], "trl_marl.rewards.coding"),
     **dict.fromkeys(["LengthRangeReward", "LengthRatioReward", "LexicalDiversityReward", "StyleConsistencyReward",
-                     "TransitionWordsReward", "VocabularyRatioReward", "WritingTeamReward"],
-                    "trl_marl.rewards.writing"),
+                     "TransitionWordsReward", "WritingTeamReward"], "trl_marl.rewards.writing"),
     **dict.fromkeys(["load_humaneval", "load_mbpp", "load_tldr"], "trl_marl.data"),
 }
 
 
 def __getattr__(name: str) -> Any:
-    if name not in _MOVED:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    warnings.warn(f"`trl_marl.envs.{name}` moved to `{_MOVED[name]}.{name}`; the old name will be removed.",
-                  DeprecationWarning, stacklevel=2)
-    return getattr(importlib.import_module(_MOVED[name]), name)
+    if name in _MOVED:
+        raise AttributeError(f"`trl_marl.envs.{name}` moved to `{_MOVED[name]}.{name}`: import it from there.")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
