@@ -158,7 +158,7 @@ class JointRollout:
         advantages: Overrides the advantages of a turn from its returns (a trainer's `compute_advantages` hook):
             `advantages(turn_result) -> (K, n, G)`.
         gather: Concatenates a `(N, C)` float tensor over every process, in process order (N may differ between
-            processes; a trainer's all-gather, e.g. `trl_marl.trainers.magrpo.schedule.gathered_rows`). With it, every
+            processes; a trainer's all-gather, e.g. `trl_marl.trainers.distributed.gathered_rows`). With it, every
             turn's `pooled_returns` holds that turn's team returns on every process, so that batch statistics
             (`advantage_mode="batch"`) are those of the whole batch, as TRL's `GRPOTrainer` gathers its rewards before
             taking them. It is called once per scored `run` on every process (a collective), however many turns

@@ -212,7 +212,7 @@ from functools import partial
 from accelerate import Accelerator
 from trl_marl.envs.base import MultiAgentEnv
 from trl_marl.rollout import JointRollout, TeamReward
-from trl_marl.trainers.magrpo.schedule import gathered_rows
+from trl_marl.trainers.distributed import gathered_rows
 
 accelerator = Accelerator(cpu=True)
 rank = accelerator.process_index

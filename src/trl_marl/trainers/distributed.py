@@ -48,6 +48,7 @@ __all__ = [
     "check_fsdp_request",
     "full_tensor",
     "gathered_root",
+    "gathered_rows",
     "gathered_zero3",
     "is_fsdp2_module",
     "rollout_phase",
@@ -215,3 +216,22 @@ def rollout_phase(method: F) -> F:
             return method(self, *args, **kwargs)
 
     return wrapper  # type: ignore[return-value]
+
+
+def gathered_rows(accelerator: Any, rows: torch.Tensor) -> torch.Tensor:
+    """The rows of a float `(N, C)` tensor of every process, concatenated in process order (a collective).
+
+    N may differ between processes: each pads its rows to the longest with NaN rows, and the rows whose first column
+    is NaN are dropped after the gather, so the first column must hold no NaN (the rollout sends the turn there).
+    This is the `gather` of the MAGRPO trainer's rollout (`trl_marl.rollout.JointRollout`), through which
+    `advantage_mode="batch"` takes the std of every process's returns, as TRL's `GRPOTrainer` does.
+
+    Example: with two processes holding rows `[[1, 0.5]]` and `[[1, 2.0], [2, 3.0]]`, both get
+    `[[1, 0.5], [1, 2.0], [2, 3.0]]`.
+    """
+    if accelerator.num_processes == 1:
+        return rows
+    local = rows.to(accelerator.device)
+    padded = accelerator.pad_across_processes(local, dim=0, pad_index=float("nan"))
+    pooled = accelerator.gather(padded).to(rows.device)
+    return pooled[~torch.isnan(pooled[:, 0])]

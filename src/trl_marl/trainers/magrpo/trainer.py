@@ -50,20 +50,15 @@ from ...utils.precision import cast_lm_head_to_fp32
 from ...utils.threads import apply_cpu_threads
 from ...validation import RewardFunctionError, check_prompt_lengths
 from ..base import MetricsBook, TeamTrainerMixin, collate_rows, rollout_phase
+from ..distributed import gathered_rows
 from ..engine_correction import corrects_engine_mismatch, engine_correction, engine_logps
 from ..per_agent import backward_per_agent, backward_per_agent_supported
 from .config import MAGRPOConfig
 from .diagnostics import TrainingDiagnostics, TrainingDiagnosticWarning, log_rollout, print_completions
 from .entropy import ENTROPY_STATE_FILE, EntropyControl, agent_high_entropy_mask, high_entropy_masks
-from .schedule import (
-    BlockRepeatSampler,
-    GenerationSchedule,
-    ReferenceSync,
-    _MicroStep,
-    continuous_batching_config,
-    gathered_rows,
-    generation_config,
-)
+from .generation import continuous_batching_config, generation_config
+from .reference import ReferenceSync
+from .schedule import BlockRepeatSampler, GenerationSchedule, MicroStep
 
 RewardFunc = Callable[..., Sequence[float | None]]
 
@@ -337,11 +332,11 @@ class MAGRPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer):
     def training_step(self, model: torch.nn.Module, inputs: Any, num_items_in_batch: Any = None) -> torch.Tensor:
         """Take the MAGRPO loss on one micro-batch; a generation's first micro-step plays its episodes.
 
-        `inputs` is a [`_MicroStep`] from `get_batch_samples`, or a plain list of dataset rows (then played as a
+        `inputs` is a [`MicroStep`] from `get_batch_samples`, or a plain list of dataset rows (then played as a
         step of its own).
         """
         last = True
-        if isinstance(inputs, _MicroStep):
+        if isinstance(inputs, MicroStep):
             group = inputs.group
             if group.batches is None:
                 group.batches = self._make_batches(group.row_batches, mode="train")

@@ -1,0 +1,49 @@
+"""The sampling settings of a MAGRPO step: GRPO's generation fields of a `MAGRPOConfig` as a `GenerationConfig`, and
+transformers' continuous-batching settings."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from transformers import GenerationConfig
+
+__all__ = ["continuous_batching_config", "generation_config"]
+
+
+def generation_config(args: Any, team: Any) -> GenerationConfig:
+    """The sampling settings of a `MAGRPOConfig` (GRPO's fields), for every agent of `team`."""
+    tokenizer = team.tokenizers[0]
+    eos = team.base_model_of(0).generation_config.eos_token_id
+    settings = dict(
+        max_new_tokens=args.max_completion_length, do_sample=True, temperature=args.temperature, top_p=args.top_p,
+        top_k=args.top_k, min_p=args.min_p, repetition_penalty=args.repetition_penalty,
+        pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id if eos is None else eos,
+        cache_implementation=args.cache_implementation,
+    )
+    # `generation_kwargs` wins over the defaults above, as in TRL (e.g. `{"eos_token_id": [eos, fence]}` to stop at
+    # a closing code fence as well; passed twice to `GenerationConfig` it was a `TypeError`)
+    return GenerationConfig(**{**settings, **(args.generation_kwargs or {})})
+
+
+def continuous_batching_config(args: Any, team: Any) -> Any:
+    """GRPO's `use_transformers_continuous_batching` for a team: the `ContinuousBatchingConfig` its models generate
+    with (`transformers_continuous_batching_config`, with TRL's default of half the memory for the cache), or `None`.
+
+    transformers' `generate_batch` runs one policy per model: it takes no per-row adapter names, so a team in
+    `adapters` mode (its agents are LoRA adapters of one model, generated in one mixed-adapter batch) is refused.
+    `models` mode (one model per agent, each with at most one adapter) and `shared` mode work.
+    """
+    if not args.use_transformers_continuous_batching:
+        return None
+    if team.mode == "adapters" and len(set(team.agent_adapter)) > 1:
+        raise ValueError(
+            "`use_transformers_continuous_batching=True` (or `use_transformers_paged`) cannot generate for a team in "
+            "`adapters` mode: its agents are LoRA adapters of one model, sampled in one batch with one adapter per "
+            "row, and transformers' continuous batching (`generate_batch`) takes no per-row adapter. Use "
+            "`team_mode='models'` (one model per agent) or `'shared'`, or turn continuous batching off."
+        )
+    from transformers.generation import ContinuousBatchingConfig
+
+    kwargs = dict(args.transformers_continuous_batching_config or {})
+    kwargs.setdefault("max_memory_percent", 0.5)  # as TRL: leave room for the training step
+    return ContinuousBatchingConfig(**kwargs)
