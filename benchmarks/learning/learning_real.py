@@ -185,7 +185,7 @@ def coding_task() -> Task:
     from trl_marl.data.team_coding import team_coding_rows
     from trl_marl.envs import CentralizedCodingEnv, CooperativeCodingEnv
     from trl_marl.rewards import CentralizedReward
-    from trl_marl.rewards.coding import CodingTeamReward, PassRateReward
+    from trl_marl.rewards.coding import CodeBLEUTermReward, CodingTeamReward, HelperUsedReward, PassRateReward
 
     train, heldout = team_coding_rows("train", (1,)), team_coding_rows("heldout", (1,))
 
@@ -207,13 +207,40 @@ def coding_task() -> Task:
         rows = heldout if split == "heldout" else train
         return [rows[i % len(rows)] for i in range(min(count, len(rows)))]
 
+    def metrics(env: Any) -> dict[str, Any]:
+        """The paper's second metric and the cooperation: CodeBLEU of helper + main against the reference program
+        (`canonical_solution`, reference helper first), how often main calls `aux`, and how often that call makes
+        tests pass (`HelperUsedReward`, decided by running the program with and without the helper)."""
+        coding = env.env if isinstance(env, CentralizedCodingEnv) else env
+        named = {"main_calls_helper": MainCallsHelper(coding), "helper_used": HelperUsedReward(coding),
+                 "codebleu": CodeBLEUTermReward(coding)}
+        return {name: scored(lambda _env, func=func: func)(env) for name, func in named.items()}
+
     # T = 0.7 for training and evaluation: at T = 1 the 135M model's code is mostly broken (on eight training problems
     # its untrained team passed every test in 28% of joint actions at T = 0.7, 12% at T = 1 in a smoke run).
     # Sampling stops at the closing code fence: the untrained model follows its code with prose ("This function
     # uses...") that no test reads, most of the 96 tokens of the first pilot (70.8 s per step)
     sizes = {"batch": 16, "generations": 8, "completion": 64, "eval_rows": 8, "temperature": 0.7, "stop": ["```"]}
     return Task("coding", env, scored(CodingTeamReward), train_rows, eval_rows, success=scored(PassRateReward),
-                sizes={**sizes, "central_completion": 128})  # both functions: the team's 2 x 64
+                sizes={**sizes, "central_completion": 128},  # both functions: the team's 2 x 64
+                metrics=metrics)
+
+
+class MainCallsHelper:
+    """1 when the main function refers to the helper (and does not rebind its name), else 0: how often the main
+    agent uses its partner's function, whatever the tests say (`CodingSolution.helper_used`)."""
+
+    reward_kind = "team"
+
+    def __init__(self, env: Any) -> None:
+        self.env = env
+        self.__name__ = "main_calls_helper"
+
+    def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:
+        from trl_marl.rewards.coding import coding_batch
+
+        batch = coding_batch(self.env, completions, kwargs, "main_calls_helper")
+        return [float(solution.helper_used) for solution in batch.solutions]
 
 
 TASKS: dict[str, Callable[[], Task]] = {"split": split_task, "target_sum": target_sum_task, "coding": coding_task}

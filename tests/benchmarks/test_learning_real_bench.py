@@ -98,6 +98,22 @@ def test_coding_task_rows_sizes_and_success(bench: Any) -> None:
     assert bench.with_stops({"batch": 8}, "unused") == {"batch": 8}
 
 
+def test_coding_metrics_count_helper_calls_and_codebleu_for_team_and_single_policy(bench: Any) -> None:
+    """Per joint action: main refers to `aux` (0/1), the helper makes tests pass (0/1), CodeBLEU against the
+    reference program; the single policy's one code block is split and scored the same way."""
+    task = bench.coding_task()
+    row = next(r for r in task.eval_rows("train", 16) if r["entry_point"] == "squares")
+    helper = "def aux(x):\n    return x * x\n```"
+    calls = "def squares(numbers):\n    return [aux(n) for n in numbers]\n```"
+    inline = "def squares(numbers):\n    return [n * n for n in numbers]\n```"
+    team = bench.joint_action_means(task.metrics(task.env(False)), [[helper, helper], [calls, inline]], [row])
+    assert (team["main_calls_helper"], team["helper_used"]) == (0.5, 0.5) and 0 < team["codebleu"] < 1
+    single = [[helper.replace("```", "") + "\n" + calls, helper.replace("```", "") + "\n" + inline]]
+    central = bench.joint_action_means(task.metrics(task.env(True)), single, [row])
+    assert (central["main_calls_helper"], central["helper_used"]) == (0.5, 0.5)
+    assert central["codebleu"] == pytest.approx(team["codebleu"])  # the same programs
+
+
 class FakeTrainer:
     """Stands in for MAGRPOTrainer: `train()` sets a marker on its team, so evaluations show when they ran."""
 
