@@ -99,6 +99,7 @@ def test_only_a_failure_to_fetch_becomes_the_offline_error(monkeypatch):
 
     monkeypatch.setattr(model_names, "hub_reachable", lambda *a, **k: True)
     monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    monkeypatch.setenv("TRANSFORMERS_OFFLINE", "0")  # an earlier test of the suite may have left it set
     source = DataSource("hub", "org/data", "`--dataset_name`")
     route = offline_route("a `question` column")
     with pytest.raises(DatasetUnavailableError) as error:
