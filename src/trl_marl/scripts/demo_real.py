@@ -380,10 +380,12 @@ def run_real_demo(config: RealDemoConfig) -> dict[str, Any]:
     """Run `trl-marl demo --real`; returns the results written to `demo_real_metrics.json`, beside the plots of
     [`make_real_plots`] (and, with `keep_teams`, the trained teams)."""
     quiet_logs()
+    from ..utils.malloc import keep_freed_memory
     from ..utils.model_names import resolve_model_name
     from ..utils.threads import show_thread_choice
     from .numerics import numerics_info
 
+    keep_freed_memory()  # a CPU run's KV-cache growth otherwise page-faults fresh memory every token
     show_thread_choice()  # the trainers' torch threads (one per core, fewer on a busy machine), in one line
 
     preset = REAL_PRESETS[config.preset]
