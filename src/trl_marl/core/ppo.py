@@ -28,7 +28,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .advantages import masked_mean
+from .statistics import masked_mean
 from .losses import k1_kl, k3_kl
 
 INVALID_LOGPROB = 1.0
