@@ -16,9 +16,9 @@ two papers this package implements, and of the works they build on:
 | MARLOO (CoMLRL); RLOO (2402.14740) Eq. 5 (`"loo"`) | A = R - mean of the others' R | `loo_advantages` |
 | MAREINFORCE (CoMLRL); REINFORCE (`"raw"`) | no baseline: A = R | `raw_advantages` |
 | MAReMax (CoMLRL's group-max, not ReMax's greedy baseline; `"max"`) | A = R - max(R) | `max_advantages` |
-| GRPO (`scale_rewards="batch"`; `"batch"`) | A = (R - mean R) / std of every process's team returns | `batch_advantages` |
-| AT-GRPO (2510.11062) (`"agent_turn"`) | per (agent, turn node): (R~ - mean R~) / (std R~ + eps), R~ = R + lambda R^loc | `agent_turn_advantages` |
-| Dr. MAS (2602.08847) (`"agent_norm"`) | A = (R - mean_a) / (std_a + eps) over agent a's samples of the episode | `agent_norm_advantages` |
+| GRPO (`scale_rewards="batch"`; `"batch"`) | A = (R - mean R) / std of all team returns | `batch_advantages` |
+| AT-GRPO (2510.11062) (`"agent_turn"`) | (R~ - mean R~) / std R~ per agent and node | `agent_turn_advantages` |
+| Dr. MAS (2602.08847) (`"agent_norm"`) | (R - mean_a) / std_a, agent a's episode | `agent_norm_advantages` |
 | PPO (arXiv 1707.06347, Eq. 7), GRPO Eq. 3, GSPO Eq. 7 | clipped surrogate per token | `clipped_surrogate` |
 | GRPO Eq. 3, Dr. GRPO Eq. 3, DAPO Eq. 8 | token aggregation of the loss (`loss_type`) | `aggregate_token_loss` |
 | GRPO Eq. 3, GSPO Eq. 7 | importance ratio pi / pi_old per token or sequence (log) | `log_importance_weights` |
@@ -66,14 +66,14 @@ from .advantages import (
     group_relative_advantages,
     joint_action_indices,
     loo_advantages,
+    masked_mean,
+    masked_var,
     max_advantages,
     mean_advantages,
+    nan_std,
     raw_advantages,
     register_advantage_estimator,
     std_advantages,
-    masked_mean,
-    masked_var,
-    nan_std,
     tree_returns,
     whiten,
     whiten_jointly,

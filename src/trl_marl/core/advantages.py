@@ -379,7 +379,7 @@ def agent_turn_advantages(returns: Tensor, context: AdvantageContext) -> Tensor:
 
 @register_advantage_estimator("agent_norm")
 def agent_norm_advantages(returns: Tensor, context: AdvantageContext) -> Tensor:
-    """Dr. MAS: (R - mean_a) / (std_a + eps), mean_a and std_a over all of agent a's samples of the episode, every turn.
+    """Dr. MAS: (R - mean_a) / (std_a + eps), mean_a and std_a over every sample of agent a in the episode tree.
 
     Dr. MAS (Feng et al., arXiv 2602.08847) normalises each agent's advantages with that agent's own reward
     statistics instead of one baseline for every agent: ``A_{i,a} = (R_i - mu_a) / (sigma_a + eps)``, with ``mu_a``
@@ -419,7 +419,7 @@ def agent_norm_advantages(returns: Tensor, context: AdvantageContext) -> Tensor:
     wanted = (rows.view(-1, 1, 1) * n + agents.view(1, -1, 1)).expand(returns.shape).contiguous()
     here = torch.searchsorted(unique, wanted).clamp(max=unique.numel() - 1)
     if not torch.equal(unique[here], wanted):
-        raise ValueError("`context.tree` must hold this turn's (rows, returns): a sample's episode is missing from it.")
+        raise ValueError("`context.tree` must hold this turn's (rows, returns): an episode of the turn is missing.")
     return _normalised(returns, mean[here], std[here], context.eps)
 
 
