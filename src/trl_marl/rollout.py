@@ -333,7 +333,7 @@ class JointRollout:
 
     # ------------------------------------------------------------------ credit assignment
     def _backup(self, turns: list[TurnResult]) -> None:
-        """Returns from the leaves up: every turn's `returns`, `agent_returns` (and `pooled_returns` with a `gather`)."""
+        """Returns from the leaves up: every turn's `returns`, `agent_returns` (`pooled_returns` with a `gather`)."""
         G = self.num_generations
         J = self.joint_indices.size(0)
         next_values: torch.Tensor | None = None  # value of each node at turn t+1: mean return of its joint actions

@@ -296,3 +296,37 @@ def test_batch_std_over_two_processes(tmp_path):
     torch.testing.assert_close(first["advantages"][0], torch.tensor([[[-a, a, -a, a]] * 2]))
     torch.testing.assert_close(second["advantages"][0], torch.tensor([[[-b, b, -b, b]] * 2]))
     torch.testing.assert_close(second["advantages"][1], torch.tensor([[[-c, c, -c, c]] * 2] * 4))
+
+
+# ------------------------------------------------------------------------------------ the estimator is the caller's
+# One episode, two turns, gamma = 0 (R = r), G = 2 aligned (both agents' samples carry the joint return): turn 1
+# r = [1, 3]; both joint actions continue; turn 2 r = [5, 1] (after joint 0) and [3, 5] (after joint 1).
+EPISODE = {(0,): 1.0, (1,): 3.0, (0, 0): 5.0, (0, 1): 1.0, (1, 0): 3.0, (1, 1): 5.0}
+
+
+def test_the_engine_stops_at_returns_and_the_caller_names_the_estimator():
+    turns = _rollout(2, 0.0, EPISODE).run([{}]).turns
+    assert [t.advantages for t in turns] == [None, None]  # no estimator chosen by the engine
+    torch.testing.assert_close(turns[1].agent_returns, torch.tensor([[[5.0, 1.0]] * 2, [[3.0, 5.0]] * 2]))
+    # Dr. MAS pools each agent's samples over the episode's turns and nodes: [1, 3, 5, 1, 3, 5], mean 3,
+    # var 16 / 5, std 1.78885 (+ 1e-4)
+    assign_advantages(turns, "agent_norm")
+    s = (16 / 5) ** 0.5 + 1e-4
+    torch.testing.assert_close(turns[0].advantages, torch.tensor([[[-2 / s, 0.0]] * 2]))
+    torch.testing.assert_close(turns[1].advantages, torch.tensor([[[2 / s, -2 / s]] * 2, [[0.0, 2 / s]] * 2]))
+    # per node ("std"), the second branch [3, 5] would be [-.7071, .7071]
+    assign_advantages(turns, "std")
+    a = 1 / (2**0.5 + 1e-4)
+    torch.testing.assert_close(turns[1].advantages[1], torch.tensor([[-a, a]] * 2))
+    with pytest.raises(ValueError, match="`advantage_mode` must be one of"):
+        assign_advantages(turns, "agent-norm")
+
+
+def test_engine_side_advantage_mode_is_deprecated_but_kept():
+    with pytest.warns(FutureWarning, match="assign_advantages"):
+        rollout = _rollout(2, 0.0, EPISODE, advantage_mode="agent_norm")
+    turns = rollout.run([{}]).turns
+    s = (16 / 5) ** 0.5 + 1e-4
+    torch.testing.assert_close(turns[0].advantages, torch.tensor([[[-2 / s, 0.0]] * 2]))
+    with pytest.warns(FutureWarning), pytest.raises(ValueError, match="`advantage_mode` must be one of"):
+        _rollout(2, 0.0, EPISODE, advantage_mode="nope")
