@@ -212,3 +212,26 @@ def test_agent_norm_defaults():
     # a tree without this turn's episodes is an error, not a silent misalignment
     with pytest.raises(ValueError, match="must hold this turn's"):
         agent_norm_advantages(TURN_2, AdvantageContext(rows=torch.tensor([0, 0, 7]), tree=TREE))
+
+
+def test_the_extending_guide_estimator_example_runs(tmp_path, monkeypatch):
+    # docs/extending.md's "A new advantage estimator" block, as written: a median baseline becomes a valid mode
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "extending.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
+    block = next(b for b in blocks if "register_advantage_estimator" in b)
+    monkeypatch.chdir(tmp_path)
+    saved = dict(advantages_module._ESTIMATORS)
+    namespace: dict = {}
+    try:
+        exec(compile(block, "extending.md", "exec"), namespace)  # noqa: S102 - the project's own documentation
+        assert namespace["args"].advantage_mode == "median"
+        # [1, 0, 9]: median 1 -> [0, -1, 8]; a NaN is left out of the median and gets 0
+        median = advantage_estimator("median")
+        close(median(torch.tensor([[[1.0, 0.0, 9.0]]]), AdvantageContext()), [[[0.0, -1.0, 8.0]]])
+        close(median(torch.tensor([[[1.0, NAN, 9.0]]]), AdvantageContext()), [[[0.0, 0.0, 8.0]]])
+    finally:
+        advantages_module._ESTIMATORS.clear()
+        advantages_module._ESTIMATORS.update(saved)
