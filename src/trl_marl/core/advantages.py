@@ -115,7 +115,8 @@ def register_advantage_estimator(name: str, *, replace: bool = False) -> Callabl
     """Register an advantage estimator under ``name`` (a decorator; the function is returned unchanged).
 
     The name becomes a valid ``MAGRPOConfig.advantage_mode``; the first line of the function's docstring is its
-    summary in the config's help. Register before building the config (e.g. at import of your module).
+    summary in :func:`advantage_mode_help` (the config's help text lists the estimators registered when
+    ``trl_marl.trainers`` was imported: the built-in ones). Register before building the config.
 
     Args:
         name: The ``advantage_mode`` value that selects the estimator.
