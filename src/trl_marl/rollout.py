@@ -13,8 +13,10 @@ One call of [`JointRollout.run`] plays the episodes of a batch of dataset rows:
    A node stops early when its mean reward reaches `early_stop_threshold` (its success is then taken to persist
    for the turns it skips: `trl_marl.core.early_stop_returns`), or when the environment says so (a terminal state);
 5. returns are backed up from the leaves: R_t = r_t + gamma * mean(R_{t+1} of the child's joint actions), and
-   turned into per-agent group-relative advantages among the G samples of each agent at each node
-   (`trl_marl.core`).
+   credited to each agent's samples (`TurnResult.agent_returns`; `trl_marl.core.returns`).
+
+The engine stops at returns: which advantage estimator turns them into advantages is the trainer's choice
+(`MAGRPOConfig.advantage_mode`), applied by [`assign_advantages`] with the estimators of `trl_marl.core.advantages`.
 
 The same engine serves every trainer: MAGRPO as above; PPO and evaluation with `num_generations=1` (one joint action
 per node: plain episodes), PPO scoring each (turn, agent) response once the episode is over (`run(score=False)`).
@@ -25,8 +27,10 @@ continued siblings, so the cap changes the variance of the return estimate but n
 
 from __future__ import annotations
 
+import functools
 import math
 import time
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,10 +39,10 @@ import torch
 from transformers import GenerationConfig
 
 from .core import (
+    AdvantageContext,
+    advantage_estimator,
     agent_returns_from_joint,
-    batch_scaled_advantages,
     early_stop_returns,
-    group_relative_advantages,
     joint_action_indices,
     tree_returns,
 )
@@ -79,7 +83,7 @@ class TurnResult:
     stopped: set[int] = field(default_factory=set)  # nodes that stopped early (mean reward >= early_stop_threshold)
     returns: torch.Tensor | None = None  # (K, J)
     agent_returns: torch.Tensor | None = None  # (K, n, G)
-    advantages: torch.Tensor | None = None  # (K, n, G)
+    advantages: torch.Tensor | None = None  # (K, n, G), set by the trainer ([`assign_advantages`])
     # this turn's team returns on every process, flat (set when the engine has a `gather`): batch statistics' batch
     pooled_returns: torch.Tensor | None = None
     transcripts: list[Transcript] = field(default_factory=list)  # (K * J) each joint action's, including it
@@ -148,19 +152,21 @@ class JointRollout:
         num_generations: Samples per agent per node (G).
         joint_mode: `"aligned"` or `"cross"`.
         discount: gamma of the tree returns.
-        advantage_mode: How returns become advantages (`trl_marl.core.group_relative_advantages`).
+        advantage_mode: Deprecated: the engine computes returns only; call [`assign_advantages`] on the rollout's
+            turns with the estimator's name instead. Given, the engine still sets every turn's advantages with it
+            (and warns).
         max_branches: The branching cap (joint actions of a node continued at the next turn).
         early_stop_threshold: A node whose mean reward reaches it stops (its success persists).
         chat_template_kwargs: Passed to the chat template.
         seed: A private generator for the branch choice (default: torch's global one).
         stop_token_ids: Completions are cut after the first of these tokens (default: the EOS tokens).
         score: Overrides `reward.score` (a trainer's `compute_rewards` hook).
-        advantages: Overrides the advantages of a turn from its returns (a trainer's `compute_advantages` hook):
-            `advantages(turn_result) -> (K, n, G)`.
+        advantages: Deprecated, as `advantage_mode`: `advantages(turn_result) -> (K, n, G)`, now the second
+            argument of [`assign_advantages`].
         gather: Concatenates a `(N, C)` float tensor over every process, in process order (N may differ between
             processes; a trainer's all-gather, e.g. `trl_marl.trainers.distributed.gathered_rows`). With it, every
             turn's `pooled_returns` holds that turn's team returns on every process, so that batch statistics
-            (`advantage_mode="batch"`) are those of the whole batch, as TRL's `GRPOTrainer` gathers its rewards before
+            (the `"batch"` estimator) are those of the whole batch, as TRL's `GRPOTrainer` gathers its rewards before
             taking them. It is called once per scored `run` on every process (a collective), however many turns
             each process played. None: this process's batch is the whole batch.
     """
@@ -174,7 +180,7 @@ class JointRollout:
         num_generations: int,
         joint_mode: str = "aligned",
         discount: float = 1.0,
-        advantage_mode: str = "mean",
+        advantage_mode: str | None = None,
         max_branches: int | None = None,
         early_stop_threshold: float | None = None,
         chat_template_kwargs: dict | None = None,
@@ -191,6 +197,15 @@ class JointRollout:
         self.num_generations = num_generations
         self.joint_mode = joint_mode
         self.discount = discount
+        if advantage_mode is not None or advantages is not None:
+            warnings.warn(
+                "`JointRollout(advantage_mode=..., advantages=...)` is deprecated: the engine computes returns only. "
+                "Call `trl_marl.rollout.assign_advantages(rollout.turns, advantage_mode)` (or with your function) on "
+                "the result of `run`.",
+                FutureWarning,
+                stacklevel=2,
+            )
+            advantage_estimator(advantage_mode or "mean")  # an unknown name fails here, naming `advantage_mode`
         self.advantage_mode = advantage_mode
         self.max_branches = max_branches
         self.early_stop_threshold = early_stop_threshold
@@ -215,7 +230,7 @@ class JointRollout:
     # ------------------------------------------------------------------ sampling
     def run(self, rows: Sequence[Mapping[str, Any]], trainer_state: Any = None,
             generation_config: GenerationConfig | None = None, score: bool = True) -> Rollout:
-        """Play one episode tree per row; with `score`, score every turn and compute returns and advantages."""
+        """Play one episode tree per row; with `score`, score every turn and back up the returns (no advantages)."""
         n, G = self.env.num_agents, self.num_generations
         J = self.joint_indices.size(0)
         index = self.joint_indices.tolist()
@@ -318,7 +333,7 @@ class JointRollout:
 
     # ------------------------------------------------------------------ credit assignment
     def _backup(self, turns: list[TurnResult]) -> None:
-        """Returns from the leaves up, then per-agent group-relative advantages at every turn."""
+        """Returns from the leaves up: every turn's `returns`, `agent_returns` (`pooled_returns` with a `gather`)."""
         G = self.num_generations
         J = self.joint_indices.size(0)
         next_values: torch.Tensor | None = None  # value of each node at turn t+1: mean return of its joint actions
@@ -346,13 +361,8 @@ class JointRollout:
             result.agent_returns = agent_returns_from_joint(result.returns, self.joint_indices, G)  # (K, n, G)
         if self.gather is not None:  # every process's returns, for batch statistics (one collective per rollout)
             pool_turn_returns(turns, self.gather)
-        for result in turns:
-            if self.advantage_fn is not None:
-                result.advantages = self.advantage_fn(result)
-            else:
-                result.advantages = turn_advantages(result, self.advantage_mode)
-            if not torch.isfinite(result.advantages).all():
-                result.advantages = torch.nan_to_num(result.advantages, nan=0.0)
+        if self.advantage_fn is not None or self.advantage_mode is not None:  # the deprecated engine-side estimator
+            assign_advantages(turns, self.advantage_fn or self.advantage_mode or "mean")
 
 
 def pool_turn_returns(turns: Sequence[TurnResult], gather: Callable[[torch.Tensor], torch.Tensor]) -> None:
@@ -373,22 +383,61 @@ def pool_turn_returns(turns: Sequence[TurnResult], gather: Callable[[torch.Tenso
         t.pooled_returns = pooled[pooled[:, 0] == t.turn, 1].to(t.returns.dtype)
 
 
-def turn_advantages(result: TurnResult, mode: str) -> torch.Tensor:
-    """MAGRPO's advantages of one turn from its returns: group-relative among each agent's G samples of a node.
+def advantage_context(result: TurnResult, turns: Sequence[TurnResult] = ()) -> AdvantageContext:
+    """What an advantage estimator reads besides one turn's returns (`trl_marl.core.AdvantageContext`).
+
+    Args:
+        result: A turn whose `returns` and `agent_returns` are set.
+        turns: Every turn of the rollout `result` belongs to (estimators that pool over turns read them, e.g.
+            `"agent_norm"`); empty: `result` alone.
+
+    Returns:
+        The context: the turn's team returns over the batch (`pooled_returns`, every process's, when the engine has a
+        `gather`; else the turn's own), each node's dataset row, and every turn's `(rows, agent_returns)`.
+    """
+    team = result.pooled_returns if result.pooled_returns is not None else result.returns
+    tree = tuple((_node_rows(t), t.agent_returns) for t in (turns or [result]))
+    return AdvantageContext(team_returns=team, rows=_node_rows(result), tree=tree)
+
+
+def _node_rows(result: TurnResult) -> torch.Tensor:
+    return torch.tensor([node.row_index for node in result.nodes], dtype=torch.long)
+
+
+def turn_advantages(result: TurnResult, mode: str, turns: Sequence[TurnResult] = ()) -> torch.Tensor:
+    """The advantages of one turn's samples: the estimator registered as `mode` on the turn's `agent_returns`.
 
     Args:
         result: A turn whose `agent_returns` (K, n, G) and `returns` (K, J) are set.
-        mode: `"mean"`, `"std"`, `"loo"`, `"raw"`, `"max"` (`trl_marl.core.group_relative_advantages`) or `"batch"`
-            (scaled by the std of the turn's team returns over the batch, not of every agent's copy: over every
-            process when the turn's `pooled_returns` is set, as TRL's `GRPOTrainer` gathers its rewards first).
+        mode: A registered estimator's name (`MAGRPOConfig.advantage_mode`; `trl_marl.core.advantages`).
+        turns: Every turn of the rollout (see [`advantage_context`]); empty: `result` alone.
 
     Returns:
-        `(K, n, G)` advantages (NaN where a return is unscorable; the engine turns those into 0).
+        `(K, n, G)` advantages.
+
+    Raises:
+        ValueError: No estimator is registered as `mode`.
     """
-    if mode == "batch":
-        pool = result.pooled_returns if result.pooled_returns is not None else result.returns
-        return batch_scaled_advantages(result.agent_returns, team_returns=pool)
-    return group_relative_advantages(result.agent_returns, mode=mode)
+    return advantage_estimator(mode)(result.agent_returns, advantage_context(result, turns))
+
+
+def assign_advantages(turns: Sequence[TurnResult],
+                      advantages: str | Callable[[TurnResult], torch.Tensor]) -> None:
+    """Set every turn's `advantages` from its returns; a NaN advantage (an unscorable sample) becomes 0.
+
+    Args:
+        turns: The turns of one scored rollout (`Rollout.turns`).
+        advantages: An estimator's name (`MAGRPOConfig.advantage_mode`: [`turn_advantages`] with every turn of the
+            rollout), or a function of one turn, `advantages(turn) -> (K, n, G)` (e.g. a trainer's
+            `compute_advantages` hook).
+    """
+    if isinstance(advantages, str):
+        advantage_estimator(advantages)  # an unknown name fails before any turn
+        advantages = functools.partial(turn_advantages, mode=advantages, turns=turns)
+    for result in turns:
+        result.advantages = advantages(result)
+        if not torch.isfinite(result.advantages).all():
+            result.advantages = torch.nan_to_num(result.advantages, nan=0.0)
 
 
 def reward_std_is_zero(rewards: torch.Tensor) -> float:

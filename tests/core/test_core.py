@@ -158,17 +158,21 @@ def test_batch_scale_over_two_processes():
 
 
 def test_every_advantage_mode_has_a_row_in_the_equation_tables():
-    # the MAGRPO family (MAREINFORCE raw, MARLOO loo, MAReMax max, MAGRPO mean / std) in both equation tables, each
-    # naming its function in core/
+    # every built-in estimator (the MAGRPO family: MAREINFORCE raw, MARLOO loo, MAReMax max, MAGRPO mean / std; GRPO's
+    # batch; AT-GRPO's agent_turn, Dr. MAS's agent_norm) in both equation tables, each naming its function in core/
     from pathlib import Path
 
     import trl_marl.core
+    from trl_marl.core.advantages import ADVANTAGE_MODES, advantage_estimator
 
-    rows = [line for line in (trl_marl.core.__doc__ or "").splitlines() if "`group_relative_advantages`" in line]
+    assert set(ADVANTAGE_MODES) >= {"mean", "std", "loo", "raw", "max", "batch", "agent_turn", "agent_norm"}
+    rows = (trl_marl.core.__doc__ or "").splitlines()
     arch = (Path(__file__).resolve().parents[2] / "docs" / "architecture.md").read_text(encoding="utf-8")
-    for mode in ("mean", "std", "loo", "raw", "max"):
-        assert any(f'"{mode}"' in row for row in rows), mode
-        assert f'`core.advantages.group_relative_advantages(mode="{mode}")`' in arch, mode
+    arch_rows = arch.splitlines()
+    for mode in ADVANTAGE_MODES:
+        name = advantage_estimator(mode).__name__
+        assert any(f'"{mode}"' in row and f"`{name}`" in row for row in rows), mode
+        assert any(f'advantage_mode="{mode}"' in row and f"`core.advantages.{name}`" in row for row in arch_rows), mode
     for text in (*rows, arch):  # CoMLRL's MAReMax is a group-max baseline, not ReMax's greedy-rollout one
         if "MAReMax" in text:
             assert "not ReMax" in text

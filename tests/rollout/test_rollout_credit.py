@@ -1,4 +1,7 @@
-"""Credit assignment of `JointRollout` on hand-built and scripted trees (no model: every number is by hand)."""
+"""Credit assignment of `JointRollout` on hand-built and scripted trees (no model: every number is by hand).
+
+The engine backs up returns; `assign_advantages` turns them into advantages with the estimator a trainer names.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +13,7 @@ import torch
 
 from helpers import free_port
 from trl_marl.envs.base import MultiAgentEnv, Transcript
-from trl_marl.rollout import JointRollout, Node, TeamReward, TurnResult
+from trl_marl.rollout import JointRollout, Node, TeamReward, TurnResult, assign_advantages
 
 
 class _Env(MultiAgentEnv):
@@ -75,6 +78,7 @@ def test_three_turn_tree_with_branching_cap_by_hand():
              _turn(2, [[0.0, 2.0]], {(0, 1): 0}, {(0, 0)}),
              _turn(3, [[4.0, 0.0]], {}, set())]
     rollout._backup(turns)
+    assign_advantages(turns, "mean")
     expected_returns = [[2.0, 1.0], [1.0, 3.0], [4.0, 0.0]]
     expected_adv = [[0.5, -0.5], [-1.0, 1.0], [2.0, -2.0]]
     for t, ret, adv in zip(turns, expected_returns, expected_adv):
@@ -94,6 +98,7 @@ def test_three_turn_tree_two_nodes_by_hand():
              _turn(2, [[1.0, 1.0], [0.0, 0.0]], {(0, 0): 0, (1, 1): 1}, {(0, 1), (1, 0)}),
              _turn(3, [[0.0, 2.0], [1.0, 3.0]], {}, set())]
     rollout._backup(turns)
+    assign_advantages(turns, "mean")
     torch.testing.assert_close(turns[0].returns, torch.tensor([[1.71, 2.62]]))
     torch.testing.assert_close(turns[1].returns, torch.tensor([[1.9, 1.9], [1.8, 1.8]]))
     torch.testing.assert_close(turns[0].advantages, torch.tensor([[[-0.455, 0.455]] * 2]))
@@ -111,6 +116,7 @@ def test_early_stopped_branch_keeps_its_success():
     table = {(0,): 0.0, (1,): 0.0, (0, 0): 1.0, (0, 1): 1.0, (1, 0): 0.2, (1, 1): 0.2}
     table.update({(1, j, k): 1.0 for j in range(2) for k in range(2)})
     result = _rollout(3, 1.0, table, early_stop_threshold=0.9).run([{}])
+    assign_advantages(result.turns, "mean")
     first, second, third = result.turns
     assert second.stopped == {0} and len(third.nodes) == 2
     torch.testing.assert_close(second.returns, torch.tensor([[2.0, 2.0], [1.2, 1.2]]))
@@ -122,6 +128,7 @@ def test_early_stop_with_discount_and_unequal_rewards():
     # gamma = .5, T = 3, threshold .5: turn-1 node r = [1, 0] (mean .5) stops at once and skips 2 turns:
     # R = r + (.5 + .25) * .5 = [1.375, .375]; the advantage among its joint actions stays r - mean r = [.5, -.5].
     result = _rollout(3, 0.5, {(0,): 1.0, (1,): 0.0}, early_stop_threshold=0.5).run([{}])
+    assign_advantages(result.turns, "mean")
     assert len(result.turns) == 1
     torch.testing.assert_close(result.turns[0].returns, torch.tensor([[1.375, 0.375]]))
     torch.testing.assert_close(result.turns[0].advantages, torch.tensor([[[0.5, -0.5]] * 2]))
@@ -139,15 +146,16 @@ def test_batch_mode_scales_by_the_team_std(joint_mode):
             return [float(int(c) % 2) for c in agent_completions[0]]
         env = _Env(num_agents=2, num_turns=1)
         rollout = JointRollout(env, _ScriptedTeam(2, 4), TeamReward([reward]), None, num_generations=4,
-                               joint_mode="cross", advantage_mode="batch")
+                               joint_mode="cross")
         scale = (4 / 15) ** 0.5 + 1e-4
         expected = torch.tensor([[[-0.5 / scale, 0.5 / scale] * 2, [0.0] * 4]])
     else:
-        rollout = _rollout(1, 1.0, table, G=4, advantage_mode="batch")
+        rollout = _rollout(1, 1.0, table, G=4)
         scale = (1 / 3) ** 0.5 + 1e-4
         expected = torch.tensor([[[-0.5 / scale, 0.5 / scale] * 2] * 2])
-    adv = rollout.run([{}]).turns[0].advantages
-    torch.testing.assert_close(adv, expected)
+    turns = rollout.run([{}]).turns
+    assign_advantages(turns, "batch")
+    torch.testing.assert_close(turns[0].advantages, expected)
 
 
 # ------------------------------------------------------------------------------------------ batch std over processes
@@ -172,8 +180,10 @@ def _other_process(*turn_returns: tuple[int, list[float]]):
 
 def test_batch_std_pools_the_returns_of_every_process():
     gather, sent = _other_process((1, [0.0, 10.0, 0.0, 10.0]))
-    rollout = _rollout(1, 1.0, {(g,): float(g % 2) for g in range(4)}, G=4, advantage_mode="batch", gather=gather)
-    turn = rollout.run([{}]).turns[0]
+    rollout = _rollout(1, 1.0, {(g,): float(g % 2) for g in range(4)}, G=4, gather=gather)
+    turns = rollout.run([{}]).turns
+    assign_advantages(turns, "batch")
+    turn = turns[0]
     torch.testing.assert_close(turn.pooled_returns, torch.tensor([0.0, 1.0, 0.0, 1.0, 0.0, 10.0, 0.0, 10.0]))
     a = 0.5 / POOLED_STD
     assert a == pytest.approx(0.11121, abs=1e-5)
@@ -188,10 +198,11 @@ def test_batch_std_pools_each_turn_with_the_processes_that_reached_it():
     # This process plays two turns (gamma = 0, so R = r), the other only the first: turn 1 pools both processes
     # (+-.11121 as above); turn 2 only this process's [0, 2, 0, 2] (std 1.1547: +-1 / 1.1548 = +-.86596).
     gather, sent = _other_process((1, [0.0, 10.0, 0.0, 10.0]))
-    rollout = _rollout(2, 0.0, {}, G=4, advantage_mode="batch", gather=gather)
+    rollout = _rollout(2, 0.0, {}, G=4, gather=gather)
     turns = [_turn(1, [[0.0, 1.0, 0.0, 1.0]], {(0, 0): 0}, {(0, 1), (0, 2), (0, 3)}),
              _turn(2, [[0.0, 2.0, 0.0, 2.0]], {}, set())]
     rollout._backup(turns)
+    assign_advantages(turns, "batch")
     assert len(sent) == 1 and sent[0][:, 0].tolist() == [1.0] * 4 + [2.0] * 4
     a1, a2 = 0.5 / POOLED_STD, 1.0 / ((4 / 3) ** 0.5 + 1e-4)
     assert a2 == pytest.approx(0.86596, abs=1e-5)
@@ -202,8 +213,10 @@ def test_batch_std_pools_each_turn_with_the_processes_that_reached_it():
 def test_group_modes_ignore_the_other_processes():
     # the group baselines are each node's own: pooling changes nothing outside "batch"
     gather, _ = _other_process((1, [0.0, 10.0, 0.0, 10.0]))
-    rollout = _rollout(1, 1.0, {(g,): float(g % 2) for g in range(4)}, G=4, advantage_mode="mean", gather=gather)
-    torch.testing.assert_close(rollout.run([{}]).turns[0].advantages, torch.tensor([[[-0.5, 0.5, -0.5, 0.5]] * 2]))
+    rollout = _rollout(1, 1.0, {(g,): float(g % 2) for g in range(4)}, G=4, gather=gather)
+    turns = rollout.run([{}]).turns
+    assign_advantages(turns, "mean")
+    torch.testing.assert_close(turns[0].advantages, torch.tensor([[[-0.5, 0.5, -0.5, 0.5]] * 2]))
 
 
 TWO_PROCESS_SCRIPT = '''
@@ -211,7 +224,7 @@ import os, sys, torch
 from functools import partial
 from accelerate import Accelerator
 from trl_marl.envs.base import MultiAgentEnv
-from trl_marl.rollout import JointRollout, TeamReward
+from trl_marl.rollout import JointRollout, TeamReward, assign_advantages
 from trl_marl.trainers.distributed import gathered_rows
 
 accelerator = Accelerator(cpu=True)
@@ -244,8 +257,9 @@ def reward(prompts, completions, agent_completions, turn, **kwargs):
 
 
 rollout = JointRollout(Env(num_agents=2, num_turns=2), Team(), TeamReward([reward]), None, num_generations=4,
-                       discount=0.0, advantage_mode="batch", gather=partial(gathered_rows, accelerator))
+                       discount=0.0, gather=partial(gathered_rows, accelerator))
 turns = rollout.run([{}]).turns
+assign_advantages(turns, "batch")
 torch.save({"world": accelerator.num_processes, "turns": [t.turn for t in turns],
             "advantages": [t.advantages for t in turns]}, os.path.join(sys.argv[1], f"rank{rank}.pt"))
 '''
@@ -282,3 +296,37 @@ def test_batch_std_over_two_processes(tmp_path):
     torch.testing.assert_close(first["advantages"][0], torch.tensor([[[-a, a, -a, a]] * 2]))
     torch.testing.assert_close(second["advantages"][0], torch.tensor([[[-b, b, -b, b]] * 2]))
     torch.testing.assert_close(second["advantages"][1], torch.tensor([[[-c, c, -c, c]] * 2] * 4))
+
+
+# ------------------------------------------------------------------------------------ the estimator is the caller's
+# One episode, two turns, gamma = 0 (R = r), G = 2 aligned (both agents' samples carry the joint return): turn 1
+# r = [1, 3]; both joint actions continue; turn 2 r = [5, 1] (after joint 0) and [3, 5] (after joint 1).
+EPISODE = {(0,): 1.0, (1,): 3.0, (0, 0): 5.0, (0, 1): 1.0, (1, 0): 3.0, (1, 1): 5.0}
+
+
+def test_the_engine_stops_at_returns_and_the_caller_names_the_estimator():
+    turns = _rollout(2, 0.0, EPISODE).run([{}]).turns
+    assert [t.advantages for t in turns] == [None, None]  # no estimator chosen by the engine
+    torch.testing.assert_close(turns[1].agent_returns, torch.tensor([[[5.0, 1.0]] * 2, [[3.0, 5.0]] * 2]))
+    # Dr. MAS pools each agent's samples over the episode's turns and nodes: [1, 3, 5, 1, 3, 5], mean 3,
+    # var 16 / 5, std 1.78885 (+ 1e-4)
+    assign_advantages(turns, "agent_norm")
+    s = (16 / 5) ** 0.5 + 1e-4
+    torch.testing.assert_close(turns[0].advantages, torch.tensor([[[-2 / s, 0.0]] * 2]))
+    torch.testing.assert_close(turns[1].advantages, torch.tensor([[[2 / s, -2 / s]] * 2, [[0.0, 2 / s]] * 2]))
+    # per node ("std"), the second branch [3, 5] would be [-.7071, .7071]
+    assign_advantages(turns, "std")
+    a = 1 / (2**0.5 + 1e-4)
+    torch.testing.assert_close(turns[1].advantages[1], torch.tensor([[-a, a]] * 2))
+    with pytest.raises(ValueError, match="`advantage_mode` must be one of"):
+        assign_advantages(turns, "agent-norm")
+
+
+def test_engine_side_advantage_mode_is_deprecated_but_kept():
+    with pytest.warns(FutureWarning, match="assign_advantages"):
+        rollout = _rollout(2, 0.0, EPISODE, advantage_mode="agent_norm")
+    turns = rollout.run([{}]).turns
+    s = (16 / 5) ** 0.5 + 1e-4
+    torch.testing.assert_close(turns[0].advantages, torch.tensor([[[-2 / s, 0.0]] * 2]))
+    with pytest.warns(FutureWarning), pytest.raises(ValueError, match="`advantage_mode` must be one of"):
+        _rollout(2, 0.0, EPISODE, advantage_mode="nope")

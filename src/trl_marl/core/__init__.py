@@ -1,6 +1,8 @@
 """Pure tensor math for MAGRPO and multi-agent PPO: returns, advantages, token losses and MAPoRL's rewards.
 
-Every function is one equation of a paper (named in its docstring) and holds no trainer state. The equations of the
+Every function is one equation of a paper (named in its docstring) and holds no trainer state. The advantage
+estimators are a registry (`core.advantages.register_advantage_estimator`): the name of each row's mode is what
+`MAGRPOConfig.advantage_mode` takes. The equations of the
 two papers this package implements, and of the works they build on:
 
 | paper | equation | function |
@@ -9,12 +11,14 @@ two papers this package implements, and of the works they build on:
 | MAGRPO | a completion's return: mean over the joint actions containing it | `agent_returns_from_joint` |
 | MAGRPO | multi-turn return R_t = r_t + gamma * mean(children's R_{t+1}) | `tree_returns` |
 | MAGRPO | early stop: the remaining turns' discounted reward of a finished node | `early_stop_returns` |
-| MAGRPO (`advantage_mode="mean"`); Dr. GRPO | group-relative advantage A = R - mean(R) | `group_relative_advantages` |
-| GRPO (2402.03300) Sec. 4.1.2 (`"std"`) | A = (R - mean R) / (std R + eps) | `group_relative_advantages` |
-| MARLOO (CoMLRL); RLOO (2402.14740) Eq. 5 (`"loo"`) | A = R - mean of the others' R | `group_relative_advantages` |
-| MAREINFORCE (CoMLRL); REINFORCE (`"raw"`) | no baseline: A = R | `group_relative_advantages` |
-| MAReMax (CoMLRL's group-max, not ReMax's greedy baseline; `"max"`) | A = R - max(R) | `group_relative_advantages` |
-| GRPO (`scale_rewards="batch"`) | A = (R - mean R) / std of every process's team returns | `batch_scaled_advantages` |
+| MAGRPO (`advantage_mode="mean"`); Dr. GRPO | group-relative advantage A = R - mean(R) | `mean_advantages` |
+| GRPO (2402.03300) Sec. 4.1.2 (`"std"`) | A = (R - mean R) / (std R + eps) | `std_advantages` |
+| MARLOO (CoMLRL); RLOO (2402.14740) Eq. 5 (`"loo"`) | A = R - mean of the others' R | `loo_advantages` |
+| MAREINFORCE (CoMLRL); REINFORCE (`"raw"`) | no baseline: A = R | `raw_advantages` |
+| MAReMax (CoMLRL's group-max, not ReMax's greedy baseline; `"max"`) | A = R - max(R) | `max_advantages` |
+| GRPO (`scale_rewards="batch"`; `"batch"`) | A = (R - mean R) / std of all team returns | `batch_advantages` |
+| AT-GRPO (2510.11062) (`"agent_turn"`) | (R~ - mean R~) / std R~ per agent and node | `agent_turn_advantages` |
+| Dr. MAS (2602.08847) (`"agent_norm"`) | (R - mean_a) / std_a, agent a's episode | `agent_norm_advantages` |
 | PPO (arXiv 1707.06347, Eq. 7), GRPO Eq. 3, GSPO Eq. 7 | clipped surrogate per token | `clipped_surrogate` |
 | GRPO Eq. 3, Dr. GRPO Eq. 3, DAPO Eq. 8 | token aggregation of the loss (`loss_type`) | `aggregate_token_loss` |
 | GRPO Eq. 3, GSPO Eq. 7 | importance ratio pi / pi_old per token or sequence (log) | `log_importance_weights` |
@@ -48,14 +52,28 @@ head, a chunk of positions at a time: `core.lm_head`), `completion_mask_from_eos
 from .advantages import (
     ADVANTAGE_MODES,
     JOINT_MODES,
+    AdvantageContext,
+    AdvantageEstimator,
+    advantage_estimator,
+    advantage_mode_help,
+    advantage_modes,
+    agent_norm_advantages,
     agent_returns_from_joint,
+    agent_turn_advantages,
+    batch_advantages,
     batch_scaled_advantages,
     early_stop_returns,
     group_relative_advantages,
     joint_action_indices,
+    loo_advantages,
     masked_mean,
     masked_var,
+    max_advantages,
+    mean_advantages,
     nan_std,
+    raw_advantages,
+    register_advantage_estimator,
+    std_advantages,
     tree_returns,
     whiten,
     whiten_jointly,
@@ -107,6 +125,20 @@ from .ppo import (
 
 __all__ = [
     "ADVANTAGE_MODES",
+    "AdvantageContext",
+    "AdvantageEstimator",
+    "advantage_estimator",
+    "advantage_mode_help",
+    "advantage_modes",
+    "agent_norm_advantages",
+    "agent_turn_advantages",
+    "batch_advantages",
+    "loo_advantages",
+    "max_advantages",
+    "mean_advantages",
+    "raw_advantages",
+    "register_advantage_estimator",
+    "std_advantages",
     "CLASSIC_KL_PENALTIES",
     "IMPORTANCE_SAMPLING_LEVELS",
     "INVALID_LOGPROB",

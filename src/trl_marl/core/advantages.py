@@ -1,11 +1,20 @@
-"""Returns, baselines and advantages for MAGRPO and multi-agent PPO.
+"""How returns become advantages: a registry of advantage estimators, one pure function each.
 
-Pure tensor math, one small function per equation, no trainer state. Notation follows the papers:
+An *advantage estimator* turns the returns of one turn's samples into their advantages. It is a function
+``estimator(returns, context) -> advantages`` registered under a name with :func:`register_advantage_estimator`;
+that name is what ``MAGRPOConfig.advantage_mode`` takes, and adding an estimator is one function and its decorator
+(docs/extending.md). ``returns`` has shape ``(K, n, G)``: K nodes of the rollout tree at this turn, n agents, G
+samples per agent per node; the last dimension is one *group* (an agent's G siblings at a node). ``context``
+([`AdvantageContext`]) carries what some estimators need besides: ``eps``, the batch's team returns, each node's
+episode (dataset row) and every turn of the rollout. Estimators leave NaN returns (unscorable samples) out of every
+statistic and give them advantage 0, as TRL 1.16's ``GRPOTrainer`` does.
+
+Notation follows the papers:
 
 - MAGRPO: Liu, Chen, Liang, Lyu, Amato, "LLM Collaboration With Multi-Agent Reinforcement Learning",
   arXiv 2508.04652. ``n`` agents, ``G`` samples (``num_generations``) per agent per node, a centralized
-  reward ``r`` per *joint* action, returns ``R_t = r_t + gamma * mean(R_{t+1} of the children)``, and the
-  group-relative advantage ``A = R - mean(R)`` among the siblings of one node.
+  reward ``r`` per *joint* action, returns ``R_t = r_t + gamma * mean(R_{t+1} of the children)``
+  (`core.returns`), and the group-relative advantage ``A = R - mean(R)`` among the siblings of one node.
 - GRPO: Shao et al., "DeepSeekMath", arXiv 2402.03300, Sec. 4.1.2 (outcome supervision):
   ``A_i = (r_i - mean(r)) / std(r)``.
 - RLOO: Ahmadian et al., "Back to Basics", arXiv 2402.14740, Eq. 5 (leave-one-out baseline):
@@ -14,142 +23,289 @@ Pure tensor math, one small function per equation, no trainer state. Notation fo
   baseline: ``A_i = r_i - max_j r_j``, the best *sampled* return of the group. Despite comlrl's name this is not
   ReMax's baseline (Li et al., arXiv 2310.10505: the reward of a greedy, argmax-decoded response), which
   would need an extra greedy rollout per prompt.
+- AT-GRPO: Zhao et al., "Stronger Together: On-Policy Reinforcement Learning for Collaborative LLMs",
+  arXiv 2510.11062 (agent- and turn-wise groups, a team reward plus a per-agent local reward).
+- Dr. MAS: Feng et al., "Dr. MAS: Stable Reinforcement Learning for Multi-Agent LLM Systems", arXiv 2602.08847
+  (each agent normalised with its own reward statistics).
 
-NaN marks an unscorable sample (every reward function declined to score it). As in TRL 1.16's
-``GRPOTrainer``, NaNs are left out of every mean and standard deviation and their advantage is 0.
+The joint-action and return math lives in `core.returns`, the NaN-aware and masked statistics in `core.statistics`;
+this module re-exports both, so ``from trl_marl.core.advantages import tree_returns`` keeps working.
 """
 
 from __future__ import annotations
 
-import itertools
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TypeVar
 
 import torch
 from torch import Tensor
 
+from .returns import JOINT_MODES, agent_returns_from_joint, early_stop_returns, joint_action_indices, tree_returns
+from .statistics import masked_mean, masked_var, nan_std, valid_count, whiten, whiten_jointly
+
 __all__ = [
     "ADVANTAGE_MODES",
     "JOINT_MODES",
+    "AdvantageContext",
+    "AdvantageEstimator",
+    "advantage_estimator",
+    "advantage_mode_help",
+    "advantage_modes",
+    "agent_norm_advantages",
     "agent_returns_from_joint",
+    "agent_turn_advantages",
+    "batch_advantages",
     "batch_scaled_advantages",
     "early_stop_returns",
     "group_relative_advantages",
     "joint_action_indices",
+    "loo_advantages",
     "masked_mean",
     "masked_var",
+    "max_advantages",
+    "mean_advantages",
     "nan_std",
+    "raw_advantages",
+    "register_advantage_estimator",
+    "std_advantages",
     "tree_returns",
     "whiten",
     "whiten_jointly",
 ]
 
-ADVANTAGE_MODES: tuple[str, ...] = ("mean", "std", "loo", "raw", "max")
-"""Valid ``mode`` values of :func:`group_relative_advantages`."""
-
-JOINT_MODES: tuple[str, ...] = ("aligned", "cross")
-"""Valid ``mode`` values of :func:`joint_action_indices`."""
-
 
 # ----------------------------------------------------------------------------------------------------------------
-# NaN-aware statistics
+# The registry
 # ----------------------------------------------------------------------------------------------------------------
-def _valid_count(values: Tensor, dim: int | None, keepdim: bool) -> Tensor:
-    """Number of non-NaN entries of ``values`` along ``dim`` (all entries when ``dim`` is None)."""
-    valid = (~torch.isnan(values)).to(values.dtype)
-    if dim is None:
-        return valid.sum()
-    return valid.sum(dim=dim, keepdim=keepdim)
-
-
-def nan_std(values: Tensor, dim: int | None = None, keepdim: bool = False) -> Tensor:
-    """Unbiased (Bessel-corrected) standard deviation that ignores NaN entries.
-
-    ``std = sqrt( sum_valid (x - mean_valid)^2 / (k - 1) )`` with ``k`` the number of non-NaN entries;
-    NaN where ``k < 2``. Numerically the same as ``trl.trainer.utils.nanstd``.
+@dataclass(frozen=True)
+class AdvantageContext:
+    """What an advantage estimator may read besides the returns of the turn (every field has a default).
 
     Args:
-        values: Input tensor.
-        dim: Dimension to reduce; ``None`` reduces over every entry.
-        keepdim: Keep the reduced dimension (ignored when ``dim`` is None).
-
-    Returns:
-        The standard deviation, NaN where fewer than two entries are valid.
+        eps: Added to a standard deviation before dividing by it (TRL uses ``1e-4``).
+        team_returns: The turn's team returns, one per joint action, of the whole batch (every process's, gathered);
+            ``None``: the estimator's ``returns``. ``"batch"`` takes their std.
+        rows: ``(K,)`` the episode (dataset row) of each node of the turn; ``None``: every node is an episode of
+            its own.
+        tree: Every turn's ``(rows, returns)`` of the rollout, this turn's included (shapes ``(K_t,)`` and
+            ``(K_t, n, G)``); empty: this turn alone. ``"agent_norm"`` pools an agent's samples over the turns.
+        local_returns: ``(K, n, G)`` per-agent local returns, added to ``returns`` with weight ``local_weight`` by
+            ``"agent_turn"``; ``None``: no local reward. (MAGRPO's rollout has no per-agent reward channel: its
+            trainer passes ``None``.)
+        local_weight: The weight ``lambda`` of ``local_returns``.
     """
-    if dim is None:
-        mean = torch.nanmean(values)
-        sq_dev = torch.nansum((values - mean) ** 2)
-    else:
-        mean = torch.nanmean(values, dim=dim, keepdim=True)
-        sq_dev = torch.nansum((values - mean) ** 2, dim=dim, keepdim=keepdim)
-    count = _valid_count(values, dim, keepdim)
-    var = torch.where(count > 1, sq_dev / (count - 1).clamp(min=1), torch.full_like(sq_dev, float("nan")))
-    return var.sqrt()
+
+    eps: float = 1e-4
+    team_returns: Tensor | None = None
+    rows: Tensor | None = None
+    tree: tuple[tuple[Tensor, Tensor], ...] = ()
+    local_returns: Tensor | None = None
+    local_weight: float = 1.0
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# Group-relative advantages
-# ----------------------------------------------------------------------------------------------------------------
-def group_relative_advantages(returns: Tensor, mode: str = "mean", eps: float = 1e-4) -> Tensor:
-    """Group-relative advantage among the G siblings of one node (MAGRPO, GRPO, RLOO, REINFORCE, group-max baselines).
+AdvantageEstimator = Callable[[Tensor, AdvantageContext], Tensor]
+"""``estimator(returns (K, n, G), context) -> advantages (K, n, G)``, NaN returns giving advantage 0."""
 
-    Groups lie along the last dimension of ``returns`` (shape ``(..., G)``).
+_Estimator = TypeVar("_Estimator", bound=AdvantageEstimator)
+_ESTIMATORS: dict[str, AdvantageEstimator] = {}
 
-    - ``"mean"`` -- MAGRPO (arXiv 2508.04652) default, also GRPO with ``scale_rewards="none"`` (Dr. GRPO):
-      ``A_i = R_i - mean_j R_j``.
-    - ``"std"`` -- GRPO (DeepSeekMath, arXiv 2402.03300, Sec. 4.1.2; TRL ``scale_rewards="group"``):
-      ``A_i = (R_i - mean_j R_j) / (std_j R_j + eps)`` with the unbiased std.
-    - ``"loo"`` -- RLOO leave-one-out baseline (arXiv 2402.14740, Eq. 5), MARLOO:
-      ``A_i = R_i - mean_{j != i} R_j = (G * R_i - sum_j R_j) / (G - 1) = G / (G - 1) * (R_i - mean_j R_j)``
-      (the same definition as comlrl 1.4.3's ``advantage_mode="rloo"``).
-    - ``"raw"`` -- REINFORCE without a baseline, MAREINFORCE: ``A_i = R_i``.
-    - ``"max"`` -- comlrl's group-max baseline, MAReMax: ``A_i = R_i - max_j R_j`` (every advantage <= 0; the best
-      sample of the group gets 0 and the others are pushed down by how far they fall short of it). Not ReMax's
-      greedy-rollout baseline (see the module docstring).
 
-    NaN returns are excluded from the baseline and the std (``G`` above is then the number of valid
-    returns) and get advantage 0. A group whose std is undefined (one valid return) gets 0 in ``"std"``
-    mode, exactly as TRL's ``nanstd`` + ``nan_to_num`` does; so does a group with one valid return in ``"loo"``.
+def register_advantage_estimator(name: str, *, replace: bool = False) -> Callable[[_Estimator], _Estimator]:
+    """Register an advantage estimator under ``name`` (a decorator; the function is returned unchanged).
+
+    The name becomes a valid ``MAGRPOConfig.advantage_mode``; the first line of the function's docstring is its
+    summary in :func:`advantage_mode_help` (the config's help text lists the estimators registered when
+    ``trl_marl.trainers`` was imported: the built-in ones). Register before building the config.
 
     Args:
-        returns: Returns ``R``, shape ``(..., G)``.
-        mode: One of ``"mean"``, ``"std"``, ``"loo"``, ``"raw"``, ``"max"``.
-        eps: Added to the std in ``"std"`` mode (TRL uses ``1e-4``).
+        name: The ``advantage_mode`` value that selects the estimator.
+        replace: Replace an estimator already registered under ``name`` (otherwise that is an error).
 
     Returns:
-        Advantages, same shape as ``returns``, with no NaN.
+        The decorator.
 
     Raises:
-        ValueError: Unknown ``mode``, or ``G < 2`` for ``"std"`` / ``"loo"``.
+        ValueError: ``name`` is empty or not a string, or already registered and ``replace`` is False.
 
     Example:
 
     ```python
-    >>> group_relative_advantages(torch.tensor([1.0, 0.0, 3.0]), mode="max")
-    tensor([-2., -3.,  0.])
+    >>> @register_advantage_estimator("doc_centered_sign")
+    ... def centered_sign(returns, context):
+    ...     "sign of R - mean R over the group."
+    ...     return torch.sign(mean_advantages(returns, context))
+    >>> advantage_estimator("doc_centered_sign")(torch.tensor([[[1.0, 0.0, 5.0]]]), AdvantageContext())
+    tensor([[[-1., -1.,  1.]]])
+
     ```
     """
-    if mode not in ADVANTAGE_MODES:
-        raise ValueError(f"Unknown advantage mode {mode!r}; valid modes are {ADVANTAGE_MODES}.")
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"An advantage estimator's name must be a non-empty string, got {name!r}.")
+
+    def decorate(func: _Estimator) -> _Estimator:
+        if name in _ESTIMATORS and not replace and _ESTIMATORS[name] is not func:
+            raise ValueError(
+                f"An advantage estimator named {name!r} is registered already ({_ESTIMATORS[name].__name__}): choose "
+                "another name, or pass `replace=True` to replace it."
+            )
+        _ESTIMATORS[name] = func
+        return func
+
+    return decorate
+
+
+def advantage_modes() -> tuple[str, ...]:
+    """The registered estimators' names, in registration order (the built-in ones first)."""
+    return tuple(_ESTIMATORS)
+
+
+def advantage_estimator(name: str) -> AdvantageEstimator:
+    """The estimator registered under ``name``.
+
+    Raises:
+        ValueError: No estimator has that name; the message names `advantage_mode` and the registered names.
+    """
+    try:
+        return _ESTIMATORS[name]
+    except (KeyError, TypeError):
+        raise ValueError(
+            f"`advantage_mode` must be one of {advantage_modes()}, got {name!r}. A new estimator is one function "
+            "registered with `trl_marl.core.register_advantage_estimator` (docs/extending.md)."
+        ) from None
+
+
+def advantage_mode_help() -> str:
+    """One line per registered estimator, ``'name': summary`` (the first line of its docstring), for a help text."""
+    lines = []
+    for name, func in _ESTIMATORS.items():
+        summary = (func.__doc__ or "").strip().splitlines()
+        lines.append(f"'{name}': {summary[0].rstrip('.') if summary else func.__name__}")
+    return "; ".join(lines)
+
+
+def _check_group_size(returns: Tensor, mode: str) -> None:
     group_size = returns.shape[-1]
-    if mode in ("std", "loo") and group_size < 2:
+    if group_size < 2:
         raise ValueError(f"Advantage mode {mode!r} needs at least 2 samples per group, got G={group_size}.")
 
-    if mode == "raw":
-        return torch.where(torch.isnan(returns), torch.zeros_like(returns), returns)
-    if mode == "max":
-        best = torch.where(torch.isnan(returns), torch.full_like(returns, float("-inf")), returns)
-        best = best.amax(dim=-1, keepdim=True)
-        # a group without a valid return keeps NaN (-> 0); R - max is 0 at the best sample, never positive
-        return torch.nan_to_num(returns - best, nan=0.0)
-    baseline = torch.nanmean(returns, dim=-1, keepdim=True)
-    centered = returns - baseline
-    if mode == "std":
-        centered = centered / (nan_std(returns, dim=-1, keepdim=True) + eps)
-    elif mode == "loo":
-        count = _valid_count(returns, dim=-1, keepdim=True)
-        # k/(k-1) * (R_i - mean) ; undefined (NaN -> 0 below) when only one sample is valid
-        scale = torch.where(count > 1, count / (count - 1).clamp(min=1), torch.full_like(count, float("nan")))
-        centered = centered * scale
-    return torch.nan_to_num(centered, nan=0.0)
+
+def _normalised(values: Tensor, mean: Tensor, std: Tensor, eps: float) -> Tensor:
+    return torch.nan_to_num((values - mean) / (std + eps), nan=0.0)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Group-relative estimators: the group is an agent's G samples at one node (the last dimension)
+# ----------------------------------------------------------------------------------------------------------------
+@register_advantage_estimator("mean")
+def mean_advantages(returns: Tensor, context: AdvantageContext) -> Tensor:
+    """A = R - mean R over the group (the MAGRPO paper; Dr. GRPO; GRPO's scale_rewards='none').
+
+    ``A_i = R_i - mean_j R_j`` among the G samples of one agent at one node (MAGRPO, arXiv 2508.04652).
+
+    ```python
+    >>> mean_advantages(torch.tensor([[[1.0, 0.0, 5.0]]]), AdvantageContext())
+    tensor([[[-1., -2.,  3.]]])
+
+    ```
+    """
+    return torch.nan_to_num(returns - torch.nanmean(returns, dim=-1, keepdim=True), nan=0.0)
+
+
+@register_advantage_estimator("std")
+def std_advantages(returns: Tensor, context: AdvantageContext) -> Tensor:
+    """A = (R - mean R) / (std R + eps) over the group (GRPO; scale_rewards='group').
+
+    GRPO (DeepSeekMath, arXiv 2402.03300, Sec. 4.1.2; TRL ``scale_rewards="group"``):
+    ``A_i = (R_i - mean_j R_j) / (std_j R_j + eps)`` with the unbiased std. A group with one valid return (std
+    undefined) gets 0, as TRL's ``nanstd`` + ``nan_to_num`` gives. Needs ``G >= 2``.
+
+    Group ``[1, 0, 5]``: mean 2, std ``sqrt((1 + 4 + 9) / 2) = 2.6458``:
+
+    ```python
+    >>> std_advantages(torch.tensor([[[1.0, 0.0, 5.0]]]), AdvantageContext(eps=0.0))
+    tensor([[[-0.3780, -0.7559,  1.1339]]])
+
+    ```
+    """
+    _check_group_size(returns, "std")
+    mean = torch.nanmean(returns, dim=-1, keepdim=True)
+    return _normalised(returns, mean, nan_std(returns, dim=-1, keepdim=True), context.eps)
+
+
+@register_advantage_estimator("loo")
+def loo_advantages(returns: Tensor, context: AdvantageContext) -> Tensor:
+    """A = R - mean of the group's other returns (leave-one-out: RLOO, MARLOO).
+
+    RLOO (arXiv 2402.14740, Eq. 5), MARLOO, comlrl 1.4.3's ``advantage_mode="rloo"``:
+    ``A_i = R_i - mean_{j != i} R_j = (G * R_i - sum_j R_j) / (G - 1) = G / (G - 1) * (R_i - mean_j R_j)``,
+    ``G`` the number of valid returns; a group with one valid return gets 0. Needs ``G >= 2``.
+
+    ```python
+    >>> loo_advantages(torch.tensor([[[1.0, 0.0, 5.0]]]), AdvantageContext())
+    tensor([[[-1.5000, -3.0000,  4.5000]]])
+
+    ```
+    """
+    _check_group_size(returns, "loo")
+    centered = returns - torch.nanmean(returns, dim=-1, keepdim=True)
+    count = valid_count(returns, dim=-1, keepdim=True)
+    # k/(k-1) * (R_i - mean) ; undefined (NaN -> 0 below) when only one sample is valid
+    scale = torch.where(count > 1, count / (count - 1).clamp(min=1), torch.full_like(count, float("nan")))
+    return torch.nan_to_num(centered * scale, nan=0.0)
+
+
+@register_advantage_estimator("raw")
+def raw_advantages(returns: Tensor, context: AdvantageContext) -> Tensor:
+    """A = R, no baseline (REINFORCE: MAREINFORCE).
+
+    REINFORCE without a baseline (Williams 1992), comlrl's MAREINFORCE: ``A_i = R_i``.
+
+    ```python
+    >>> raw_advantages(torch.tensor([[[1.0, float("nan"), 5.0]]]), AdvantageContext())
+    tensor([[[1., 0., 5.]]])
+
+    ```
+    """
+    return torch.where(torch.isnan(returns), torch.zeros_like(returns), returns)
+
+
+@register_advantage_estimator("max")
+def max_advantages(returns: Tensor, context: AdvantageContext) -> Tensor:
+    """A = R - max R over the group (MAReMax: CoMLRL's group-max baseline, not ReMax's greedy-rollout baseline).
+
+    ``A_i = R_i - max_j R_j``: every advantage is <= 0; the best sample of the group gets 0 and the others are pushed
+    down by how far they fall short of it. Not ReMax's greedy-rollout baseline (see the module docstring).
+
+    ```python
+    >>> max_advantages(torch.tensor([[[1.0, 0.0, 3.0]]]), AdvantageContext())
+    tensor([[[-2., -3.,  0.]]])
+
+    ```
+    """
+    best = torch.where(torch.isnan(returns), torch.full_like(returns, float("-inf")), returns)
+    best = best.amax(dim=-1, keepdim=True)
+    # a group without a valid return keeps NaN (-> 0); R - max is 0 at the best sample, never positive
+    return torch.nan_to_num(returns - best, nan=0.0)
+
+
+@register_advantage_estimator("batch")
+def batch_advantages(returns: Tensor, context: AdvantageContext) -> Tensor:
+    """A = (R - mean R) / std of the turn's team returns over the whole batch, every process's (scale_rewards='batch').
+
+    GRPO with TRL's ``scale_rewards="batch"``: :func:`batch_scaled_advantages` with ``context.team_returns`` (the
+    turn's team returns of every process; ``returns`` itself when ``None``). Team returns ``[0, 1, 0, 1]`` (std
+    ``0.5774``) for one node of two agents in aligned mode:
+
+    ```python
+    >>> team = torch.tensor([0.0, 1.0, 0.0, 1.0])
+    >>> batch_advantages(team.repeat(1, 2, 1), AdvantageContext(eps=0.0, team_returns=team))
+    tensor([[[-0.8660,  0.8660, -0.8660,  0.8660],
+             [-0.8660,  0.8660, -0.8660,  0.8660]]])
+
+    ```
+    """
+    return batch_scaled_advantages(returns, eps=context.eps, team_returns=context.team_returns)
 
 
 def batch_scaled_advantages(returns: Tensor, eps: float = 1e-4, team_returns: Tensor | None = None) -> Tensor:
@@ -182,264 +338,116 @@ def batch_scaled_advantages(returns: Tensor, eps: float = 1e-4, team_returns: Te
     return torch.nan_to_num(centered / (nan_std(scale_source) + eps), nan=0.0)
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# Joint actions and credit
-# ----------------------------------------------------------------------------------------------------------------
-def joint_action_indices(num_agents: int, num_generations: int, mode: str) -> Tensor:
-    """Which sample of each agent forms each joint action (MAGRPO joint-action construction).
-
-    - ``"aligned"``: sample ``g`` of every agent forms joint action ``g``; ``J = G`` rows ``(g, ..., g)``.
-    - ``"cross"``: every combination, ``J = G ** n`` rows in ``itertools.product`` order
-      (the last agent's index varies fastest).
-
-    Args:
-        num_agents: Number of agents ``n`` (>= 1).
-        num_generations: Samples per agent ``G`` (>= 1).
-        mode: ``"aligned"`` or ``"cross"``.
-
-    Returns:
-        Long tensor of shape ``(J, n)``; entry ``[j, a]`` is agent ``a``'s sample index in joint action ``j``.
-
-    Raises:
-        ValueError: Unknown ``mode`` or non-positive sizes.
-    """
-    if num_agents < 1 or num_generations < 1:
-        raise ValueError(f"num_agents and num_generations must be >= 1, got {num_agents} and {num_generations}.")
-    if mode == "aligned":
-        return torch.arange(num_generations, dtype=torch.long).unsqueeze(1).repeat(1, num_agents)
-    if mode == "cross":
-        rows = list(itertools.product(range(num_generations), repeat=num_agents))
-        return torch.tensor(rows, dtype=torch.long)
-    raise ValueError(f"Unknown joint action mode {mode!r}; valid modes are {JOINT_MODES}.")
-
-
-def agent_returns_from_joint(joint_returns: Tensor, joint_indices: Tensor, num_generations: int) -> Tensor:
-    """Return credited to each agent's sample: the mean joint return over the joint actions that contain it.
-
-    MAGRPO (arXiv 2508.04652) credit assignment with a centralized reward:
-    ``R_a(g) = mean_{j : joint_indices[j, a] = g} R(j)``.
-    In ``aligned`` mode this is just ``R(g)``; in ``cross`` mode it averages over the other agents'
-    ``G ** (n - 1)`` choices (a mean, not a sum, so advantages keep the scale of the rewards).
-    NaN joint returns are left out of the mean; an agent sample whose joint returns are all NaN (or that
-    appears in no joint action) gets NaN, which the advantage functions turn into advantage 0.
-
-    Args:
-        joint_returns: Return of each joint action, shape ``(J,)`` or ``(B, J)``.
-        joint_indices: Output of :func:`joint_action_indices`, shape ``(J, n)``.
-        num_generations: ``G``.
-
-    Returns:
-        Shape ``(n, G)``, or ``(B, n, G)`` when ``joint_returns`` has a batch dimension.
-
-    Raises:
-        ValueError: ``joint_returns`` and ``joint_indices`` disagree on the number of joint actions ``J``.
-    """
-    if joint_returns.shape[-1] != joint_indices.shape[0]:
-        raise ValueError(
-            f"joint_returns has {joint_returns.shape[-1]} joint actions, joint_indices has {joint_indices.shape[0]}."
-        )
-    dtype = joint_returns.dtype if joint_returns.is_floating_point() else torch.float32
-    returns = joint_returns.to(dtype)
-    # membership[j, a, g] = 1 if agent a played sample g in joint action j
-    membership = torch.nn.functional.one_hot(joint_indices.to(returns.device), num_generations).to(dtype)
-    valid = ~torch.isnan(returns)
-    sums = torch.einsum("...j,jag->...ag", torch.where(valid, returns, torch.zeros_like(returns)), membership)
-    counts = torch.einsum("...j,jag->...ag", valid.to(dtype), membership)
-    return torch.where(counts > 0, sums / counts.clamp(min=1), torch.full_like(sums, float("nan")))
-
 
 # ----------------------------------------------------------------------------------------------------------------
-# Multi-turn returns
+# Multi-agent estimators
 # ----------------------------------------------------------------------------------------------------------------
-def tree_returns(
-    rewards: Tensor,
-    children_returns: Tensor | None,
-    discount: float,
-    children_mask: Tensor | None = None,
-) -> Tensor:
-    """One backup step of the MAGRPO multi-turn return over the rollout tree.
+@register_advantage_estimator("agent_turn")
+def agent_turn_advantages(returns: Tensor, context: AdvantageContext) -> Tensor:
+    """AT-GRPO: (R~ - mean R~) / (std R~ + eps) within each agent's group at each turn node, R~ = R + lambda * local.
 
-    ``R_t = r_t + gamma * mean_{c in children} R_{t+1}(c)`` (MAGRPO, arXiv 2508.04652; Bellman backup
-    averaged over the sampled children). A node without children has ``R_t = r_t`` here; callers give
-    early-stopped nodes :func:`early_stop_returns` and capped joint actions a bootstrapped child value.
+    AT-GRPO (Zhao et al., arXiv 2510.11062) groups a sample by its (agent, turn) position in the rollout tree, so
+    that every group shares one prompt, and normalises GRPO-style within the group. The reward of agent ``i`` mixes
+    the team reward with the agent's local one: ``R~_i = R_i + lambda * R^loc_i`` (``context.local_returns``,
+    weight ``context.local_weight``; the paper writes ``alpha * r^team + r^loc``, the same advantage up to ``eps``
+    with ``lambda = 1 / alpha``, since the std normalisation removes the common scale). Then
+    ``A_i = (R~_i - mean_j R~_j) / (std_j R~_j + eps)`` over the G samples of agent ``i`` at one node.
 
-    Args:
-        rewards: Reward of each joint action (node), shape ``(J,)`` or ``(B, J)``.
-        children_returns: Returns of each node's children, shape ``(J, C)`` or ``(B, J, C)``; ``None`` when
-            no node has children. Entries masked out by ``children_mask`` are ignored (they may hold NaN).
-        discount: ``gamma``.
-        children_mask: Bool tensor shaped like ``children_returns``; ``True`` where the child exists.
-            ``None`` means every child exists.
+    MAGRPO's tree already puts each agent's G samples of one node in one group, so without a local reward this is
+    ``"std"``. With team returns ``[1, 0, 5]`` for both agents of a node and local returns ``[0, 2, 0]`` for agent 0
+    (``lambda = 1``): agent 0's ``R~ = [1, 2, 5]`` (mean 2.667, std 2.0817), agent 1's ``[1, 0, 5]``:
 
-    Returns:
-        Returns ``R_t``, same shape as ``rewards``.
+    ```python
+    >>> team = torch.tensor([[[1.0, 0.0, 5.0], [1.0, 0.0, 5.0]]])
+    >>> local = torch.tensor([[[0.0, 2.0, 0.0], [0.0, 0.0, 0.0]]])
+    >>> agent_turn_advantages(team, AdvantageContext(eps=0.0, local_returns=local))
+    tensor([[[-0.8006, -0.3203,  1.1209],
+             [-0.3780, -0.7559,  1.1339]]])
+
+    ```
+    """
+    if context.local_returns is not None:
+        if context.local_returns.shape != returns.shape:
+            raise ValueError(
+                f"`local_returns` has shape {tuple(context.local_returns.shape)}, the returns {tuple(returns.shape)}: "
+                "give one local return per sample."
+            )
+        returns = returns + context.local_weight * context.local_returns
+    _check_group_size(returns, "agent_turn")
+    mean = torch.nanmean(returns, dim=-1, keepdim=True)
+    return _normalised(returns, mean, nan_std(returns, dim=-1, keepdim=True), context.eps)
+
+
+@register_advantage_estimator("agent_norm")
+def agent_norm_advantages(returns: Tensor, context: AdvantageContext) -> Tensor:
+    """Dr. MAS: (R - mean_a) / (std_a + eps), mean_a and std_a over every sample of agent a in the episode tree.
+
+    Dr. MAS (Feng et al., arXiv 2602.08847) normalises each agent's advantages with that agent's own reward
+    statistics instead of one baseline for every agent: ``A_{i,a} = (R_i - mu_a) / (sigma_a + eps)``, with ``mu_a``
+    and ``sigma_a`` (unbiased) the mean and std of the returns of *every* sample agent ``a`` played in the episode
+    tree of sample ``i``'s dataset row: all its nodes, all its turns (the paper's group is the rollouts of one
+    prompt; its code keys the statistics by prompt and agent and pools the agent's steps). Episodes are
+    ``context.rows``, turns ``context.tree``; a (row, agent) with one valid return gets 0.
+
+    Two turns of one episode, one node each; agent 0 returns ``[2, 0]`` then ``[4, 2]`` (pooled mean 2, std 1.633),
+    agent 1 ``[1, 1]`` then ``[1, 5]`` (mean 2, std 2). At turn 1:
+
+    ```python
+    >>> turn1 = torch.tensor([[[2.0, 0.0], [1.0, 1.0]]])
+    >>> turn2 = torch.tensor([[[4.0, 2.0], [1.0, 5.0]]])
+    >>> row = torch.tensor([0])
+    >>> agent_norm_advantages(turn1, AdvantageContext(eps=0.0, rows=row, tree=((row, turn1), (row, turn2))))
+    tensor([[[ 0.0000, -1.2247],
+             [-0.5000, -0.5000]]])
+
+    ```
+    """
+    K, n = returns.shape[0], returns.shape[-2]
+    rows = context.rows if context.rows is not None else torch.arange(K)
+    tree = context.tree or ((rows, returns),)
+    agents = torch.arange(n)
+    # one key per (episode, agent): row * n + agent, for every sample of every turn
+    keys = torch.cat([(r.view(-1, 1, 1) * n + agents.view(1, -1, 1)).expand(t.shape).reshape(-1) for r, t in tree])
+    values = torch.cat([t.reshape(-1).to(returns.dtype) for _, t in tree])
+    unique, group = torch.unique(keys, return_inverse=True)
+    valid = ~torch.isnan(values)
+    zeros = torch.zeros(unique.numel(), dtype=returns.dtype)
+    count = zeros.index_add(0, group, valid.to(returns.dtype))
+    mean = zeros.index_add(0, group, torch.where(valid, values, 0.0)) / count.clamp(min=1)
+    sq_dev = torch.where(valid, (values - mean[group]) ** 2, 0.0)
+    var = zeros.index_add(0, group, sq_dev) / (count - 1).clamp(min=1)
+    std = torch.where(count > 1, var.sqrt(), torch.full_like(var, float("nan")))
+    wanted = (rows.view(-1, 1, 1) * n + agents.view(1, -1, 1)).expand(returns.shape).contiguous()
+    here = torch.searchsorted(unique, wanted).clamp(max=unique.numel() - 1)
+    if not torch.equal(unique[here], wanted):
+        raise ValueError("`context.tree` must hold this turn's (rows, returns): an episode of the turn is missing.")
+    return _normalised(returns, mean[here], std[here], context.eps)
+
+
+ADVANTAGE_MODES: tuple[str, ...] = advantage_modes()
+"""The built-in estimators' names (`advantage_modes()` also lists those registered later)."""
+
+_GROUP_MODES: dict[str, AdvantageEstimator] = {"mean": mean_advantages, "std": std_advantages, "loo": loo_advantages,
+                                               "raw": raw_advantages, "max": max_advantages}
+
+
+def group_relative_advantages(returns: Tensor, mode: str = "mean", eps: float = 1e-4) -> Tensor:
+    """Group-relative advantage among the G siblings of one node, groups along the last dimension of ``returns``.
+
+    The estimator registered as ``mode`` (one of ``"mean"``, ``"std"``, ``"loo"``, ``"raw"``, ``"max"``: those that
+    need nothing but the group) with ``AdvantageContext(eps=eps)``; ``returns`` may have any shape ``(..., G)``.
 
     Raises:
-        ValueError: ``children_returns`` is not shaped ``rewards.shape + (C,)``.
+        ValueError: Unknown ``mode``, or ``G < 2`` for ``"std"`` / ``"loo"``.
+
+    Example:
+
+    ```python
+    >>> group_relative_advantages(torch.tensor([1.0, 0.0, 3.0]), mode="max")
+    tensor([-2., -3.,  0.])
+
+    ```
     """
-    if children_returns is None:
-        return rewards.clone()
-    if children_returns.shape[:-1] != rewards.shape:
-        raise ValueError(
-            f"children_returns shape {tuple(children_returns.shape)} does not match rewards shape "
-            f"{tuple(rewards.shape)} + (C,)."
-        )
-    if children_mask is None:
-        children_mask = torch.ones_like(children_returns, dtype=torch.bool)
-    children_mask = children_mask.to(torch.bool)
-    num_children = children_mask.sum(dim=-1)
-    child_sum = torch.where(children_mask, children_returns, torch.zeros_like(children_returns)).sum(dim=-1)
-    child_mean = child_sum / num_children.clamp(min=1).to(child_sum.dtype)
-    return torch.where(num_children > 0, rewards + discount * child_mean, rewards)
-
-
-def early_stop_returns(rewards: Tensor, remaining_turns: int, discount: float) -> Tensor:
-    """Returns of the joint actions of a node that stopped early: the team's success persists.
-
-    A node stops early (``early_stop_threshold``) because the mean team reward of its joint actions,
-    ``rbar_t = mean_j r_t(j)``, reached the threshold. Giving its joint actions ``R_t = r_t`` with no future
-    would make the node look *worse* than a sibling node that failed now and succeeded later: with
-    ``gamma = 1`` a node stopped at turn 2 with ``rbar = 1`` is worth 1.0, while a sibling that continued with
-    0.2 then 1.0 is worth 1.2, so the branch that succeeded early gets the negative advantage (-0.1).
-
-    We treat the early stop as entering an absorbing state that keeps paying the reward the team achieved:
-    the stopped node's future is the value of staying at ``rbar_t`` for the ``T - t`` turns it skips,
-
-        ``R_t(j) = r_t(j) + sum_{k=1}^{T-t} gamma^k * rbar_t``
-
-    (the Bellman value of a terminal state with a constant per-turn reward, truncated at the horizon ``T``).
-    This choice (i) puts stopped and continued nodes on the same horizon, so the parent's group-relative
-    advantage compares like with like (the example above gives 2.0 vs 1.2: the early success is pushed up);
-    (ii) adds the same constant to every joint action of the stopped node, so their own advantages among
-    each other (``r_t(j) - rbar_t``) are unchanged; (iii) is defined even when every sibling stopped (unlike
-    bootstrapping from continued siblings, which the branching cap uses for joint actions that were merely
-    not sampled, because there the future is unknown rather than already secured). Stops requested by the
-    environment (``is_done``) are true terminal states and keep ``R_t = r_t``.
-
-    Args:
-        rewards: Rewards of the stopped node's joint actions, shape ``(..., J)``; NaN entries are left out of
-            ``rbar`` and stay NaN.
-        remaining_turns: ``T - t``, the number of turns the stop skips (0 at the last turn).
-        discount: ``gamma``.
-
-    Returns:
-        Returns ``R_t``, same shape as ``rewards``.
-
-    Raises:
-        ValueError: ``remaining_turns`` is negative.
-    """
-    if remaining_turns < 0:
-        raise ValueError(f"remaining_turns must be >= 0, got {remaining_turns}.")
-    horizon = sum(discount**k for k in range(1, remaining_turns + 1))
-    achieved = torch.nanmean(rewards, dim=-1, keepdim=True)
-    return rewards + horizon * achieved
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Masked statistics and whitening (shared with the PPO trainer)
-# ----------------------------------------------------------------------------------------------------------------
-def masked_mean(values: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
-    """Mean of ``values`` over the entries where ``mask`` is nonzero: ``sum(m * x) / sum(m)``.
-
-    Args:
-        values: Input tensor.
-        mask: Tensor broadcastable to ``values`` (bool or 0/1).
-        dim: Dimension to reduce; ``None`` reduces over everything.
-
-    Returns:
-        The masked mean (NaN where the mask is empty, as in the original TRL PPO helper).
-    """
-    mask = mask.to(values.dtype).expand_as(values)
-    masked = torch.where(mask != 0, values * mask, torch.zeros_like(values))
-    if dim is None:
-        return masked.sum() / mask.sum()
-    return masked.sum(dim=dim) / mask.sum(dim=dim)
-
-
-def masked_var(values: Tensor, mask: Tensor, unbiased: bool = True) -> Tensor:
-    """Variance of ``values`` over the entries where ``mask`` is nonzero (all entries reduced).
-
-    ``var = sum(m * (x - mu)^2) / sum(m)``, times ``k / (k - 1)`` (Bessel) when ``unbiased``, ``k = sum(m)``.
-
-    Args:
-        values: Input tensor.
-        mask: Tensor broadcastable to ``values``.
-        unbiased: Apply Bessel's correction.
-
-    Returns:
-        Scalar variance.
-
-    Raises:
-        ValueError: When the mask is empty, or holds a single entry and ``unbiased`` is set.
-    """
-    count = mask.to(values.dtype).expand_as(values).sum()
-    min_count = 2 if unbiased else 1
-    if count.item() < min_count:
-        raise ValueError(
-            f"masked_var needs at least {min_count} unmasked entries (unbiased={unbiased}), got {count.item():g}; "
-            "this happens e.g. with a mini-batch of a single token."
-        )
-    mean = masked_mean(values, mask)
-    variance = masked_mean((values - mean) ** 2, mask)
-    if unbiased:
-        variance = variance * count / (count - 1)
-    return variance
-
-
-def whiten(values: Tensor, mask: Tensor | None = None, shift_mean: bool = True, eps: float = 1e-8) -> Tensor:
-    """Whitening used by PPO for advantages (and optionally rewards): ``(x - mu) / sqrt(var + eps)``.
-
-    Statistics are the (masked) mean and unbiased variance over all entries. With ``shift_mean=False`` the
-    mean is added back, i.e. only the scale is normalized (as TRL's PPO does for rewards).
-
-    Args:
-        values: Input tensor.
-        mask: Optional mask; when given only masked-in entries enter the statistics (all entries are
-            transformed; callers zero the padding themselves if they need to).
-        shift_mean: Subtract the mean (``True``) or keep it.
-        eps: Variance floor inside the square root.
-
-    Returns:
-        Whitened tensor, same shape as ``values``.
-    """
-    if mask is None:
-        mask = torch.ones_like(values)
-    mean = masked_mean(values, mask)
-    var = masked_var(values, mask, unbiased=True)
-    whitened = (values - mean) * torch.rsqrt(var + eps)
-    if not shift_mean:
-        whitened = whitened + mean
-    return whitened
-
-
-def whiten_jointly(
-    values: list[Tensor], masks: list[Tensor], shift_mean: bool = True, eps: float = 1e-8
-) -> list[Tensor]:
-    """:func:`whiten` of several tensors with one mean and one variance: those of all their masked entries.
-
-    ``mu = sum_i sum(m_i * x_i) / sum_i sum(m_i)``, ``var`` the unbiased variance of the same entries, and
-    ``x_i <- (x_i - mu) / sqrt(var + eps)`` (``+ mu`` again when ``shift_mean=False``). It is :func:`whiten` of the
-    tensors' masked entries concatenated, for tensors of different widths, e.g. the samples of several agents that
-    share one policy and one value model (one whitening group for the team).
-
-    Args:
-        values: Tensors to whiten (any shapes).
-        masks: One mask per tensor, broadcastable to it; only masked-in entries enter the statistics.
-        shift_mean: Subtract the mean (``True``) or keep it.
-        eps: Variance floor inside the square root.
-
-    Returns:
-        The whitened tensors, in order, shaped like ``values``.
-
-    Raises:
-        ValueError: ``values`` and ``masks`` differ in length, or fewer than two entries are masked in.
-    """
-    if len(values) != len(masks):
-        raise ValueError(f"Got {len(values)} tensors and {len(masks)} masks.")
-    entries = torch.cat([v[m.to(torch.bool).expand_as(v)].reshape(-1) for v, m in zip(values, masks)])
-    if entries.numel() < 2:
-        raise ValueError(f"whiten_jointly needs at least 2 unmasked entries, got {entries.numel()}.")
-    mean = entries.mean()
-    var = entries.var(unbiased=True)
-    scale = torch.rsqrt(var + eps)
-    return [(v - mean) * scale + (0.0 if shift_mean else mean) for v in values]
+    if mode not in _GROUP_MODES:
+        raise ValueError(f"Unknown advantage mode {mode!r}; valid modes are {tuple(_GROUP_MODES)}.")
+    return _GROUP_MODES[mode](returns, AdvantageContext(eps=eps))

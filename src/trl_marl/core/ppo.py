@@ -28,8 +28,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .advantages import masked_mean
 from .losses import k1_kl, k3_kl
+from .statistics import masked_mean
 
 INVALID_LOGPROB = 1.0
 """Placeholder log-probability written on padding positions (they are masked out of every loss)."""

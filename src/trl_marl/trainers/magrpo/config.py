@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 
 from ..._trl_compat import GRPOConfig
-from ...core import ADVANTAGE_MODES, JOINT_MODES, SUPPORTED_LOSS_TYPES
+from ...core import JOINT_MODES, SUPPORTED_LOSS_TYPES, advantage_estimator, advantage_mode_help
 from ...team.generation import check_generation_backend
 from ...utils.inputs import check_learning_rate, generation_batch_error, use_activation_checkpointing_name
 from ...validation import (
@@ -103,13 +103,11 @@ class MAGRPOConfig(GRPOConfig):
             credited the mean return of the joint actions that contain it).
         discount (`float`, defaults to `1.0`): Discount gamma of the multi-turn return R_t = r_t + gamma *
             mean(R_{t+1}).
-        advantage_mode (`str`, *optional*): Baseline among the G samples of a node: `"mean"` (the paper, A = R -
-            mean R), `"std"` (also divide by the group std, GRPO's `scale_rewards="group"`), `"loo"` (leave-one-out,
-            RLOO / MARLOO), `"raw"` (A = R, no baseline: MAREINFORCE), `"max"` (A = R - max R over the group:
-            MAReMax, CoMLRL's group-max baseline, not ReMax's greedy-rollout baseline), `"batch"` (GRPO's
-            `scale_rewards="batch"`: A = (R - mean R) / std, the std of the turn's team returns over the whole batch,
-            every process's, as TRL gathers them). Default: derived from `scale_rewards`. `"loo"`, `"raw"` and `"max"`
-            take `scale_rewards="none"` (see [`MAREINFORCEConfig`]).
+        advantage_mode (`str`, *optional*): The advantage estimator: a name registered with
+            `trl_marl.core.register_advantage_estimator` (the built-in ones, their equations and papers:
+            `trl_marl.core.advantages` and the table in docs/architecture.md). Default: derived from `scale_rewards`
+            (`"none"`: `"mean"`, the paper's; `"group"`: `"std"`; `"batch"`: `"batch"`); any other mode takes
+            `scale_rewards="none"` (see [`MAREINFORCEConfig`]).
         scale_rewards (`str`, defaults to `"none"`): As in GRPO, but the default is the paper's unscaled advantage.
         num_generations_eval (`int`, *optional*, defaults to `1`): As in GRPO, the samples per prompt at evaluation:
             `evaluate()` plays this many independent episodes of every row (one sample per agent per turn each) and
@@ -184,13 +182,10 @@ class MAGRPOConfig(GRPOConfig):
     advantage_mode: str | None = field(
         default=None,
         metadata={
-            "help": "Baseline among the G samples of one node: 'mean' (the MAGRPO paper: A = R - mean R), 'std' "
-            "(divide by the group std as GRPO's scale_rewards='group'), 'loo' (leave-one-out baseline as RLOO: "
-            "MARLOO), 'raw' (A = R, no baseline: MAREINFORCE), 'max' (A = R - max R over the group: MAReMax, "
-            "CoMLRL's group-max baseline, not ReMax's greedy-rollout baseline), 'batch' (GRPO's "
-            "scale_rewards='batch': the group's A = R - mean R divided by the std of the turn's team returns over the "
-            "whole batch of every process, as TRL gathers them). Default: derived from `scale_rewards`; 'loo', 'raw' "
-            "and 'max' need scale_rewards='none'."
+            "help": "The advantage estimator (registered with trl_marl.core.register_advantage_estimator): "
+            + advantage_mode_help()
+            + ". Default: derived from `scale_rewards` ('none': 'mean', 'group': 'std', 'batch': 'batch'); any other "
+            "mode needs scale_rewards='none'."
         },
     )
     num_generations_eval: int | None = field(
@@ -449,11 +444,9 @@ class MAGRPOConfig(GRPOConfig):
         derived = {"none": "mean", "group": "std", "batch": "batch"}[self.scale_rewards]
         if self.advantage_mode is None:
             self.advantage_mode = derived
-        elif self.advantage_mode not in (*ADVANTAGE_MODES, "batch"):
-            raise ValueError(
-                f"`advantage_mode` must be one of {(*ADVANTAGE_MODES, 'batch')}, got {self.advantage_mode!r}."
-            )
-        elif self.scale_rewards != "none" and self.advantage_mode in ("loo", "raw", "max"):
+        else:
+            advantage_estimator(self.advantage_mode)  # a ValueError naming `advantage_mode` and the registered modes
+        if self.scale_rewards != "none" and self.advantage_mode in ("loo", "raw", "max"):
             raise ValueError(
                 f"`advantage_mode={self.advantage_mode!r}` takes `scale_rewards='none'` (got "
                 f"{self.scale_rewards!r}): dividing by the reward std would change what its advantage "

@@ -43,7 +43,7 @@ from ...core import (
 )
 from ...envs.base import MultiAgentEnv, PromptEnv, Transcript
 from ...rewarding import NonFiniteCounter, NonFiniteError
-from ...rollout import JointRollout, Rollout, TeamReward, TurnResult, turn_advantages
+from ...rollout import JointRollout, Rollout, TeamReward, TurnResult, assign_advantages, turn_advantages
 from ...team import AgentBatch, AgentTeam, pad_left, pad_right
 from ...team.generation import build_generation_backend
 from ...utils.precision import cast_lm_head_to_fp32
@@ -229,12 +229,10 @@ class MAGRPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer):
             num_generations=args.num_generations,
             joint_mode=args.joint_mode,
             discount=args.discount,
-            advantage_mode=args.advantage_mode,
             max_branches=args.max_branches,
             early_stop_threshold=args.early_stop_threshold,
             chat_template_kwargs=args.chat_template_kwargs,
             score=self._score_turn,
-            advantages=self.compute_advantages,
             gather=functools.partial(gathered_rows, self.accelerator),  # batch statistics over every process
         )
         # evaluation plays one sample per agent per episode with the same engine, scoring every turn
@@ -316,12 +314,15 @@ class MAGRPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer):
         """The `(K, n, G)` advantages of one turn's samples from its returns (override to change the credit).
 
         `turn.returns` is `(K, J)` (K nodes, J joint actions), `turn.agent_returns` `(K, n, G)` (each sample's
-        return: in `cross` mode the mean over the joint actions that contain it). The default is MAGRPO's
-        group-relative advantage in `advantage_mode` (`trl_marl.rollout.turn_advantages`); NaN becomes 0.
+        return: in `cross` mode the mean over the joint actions that contain it). The default is the estimator
+        registered as `advantage_mode` (`trl_marl.core.advantages`; a new one is a function and a decorator,
+        docs/extending.md), given the rest of the rollout (`self.last_rollout`); NaN becomes 0.
         `turn.pooled_returns` holds the turn's team returns on every process (what `advantage_mode="batch"` takes the
         std of, as TRL's `GRPOTrainer` gathers its rewards over the processes first).
         """
-        return turn_advantages(turn, self.args.advantage_mode)
+        rollout = self.last_rollout
+        turns = rollout.turns if rollout is not None and any(t is turn for t in rollout.turns) else ()
+        return turn_advantages(turn, self.args.advantage_mode, turns)
 
     # ------------------------------------------------------------------ training step
     def get_batch_samples(self, epoch_iterator: Any, num_batches: int, device: Any) -> tuple[list[Any], None]:
@@ -440,6 +441,7 @@ class MAGRPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer):
         rollout = self.engine.run(rows, trainer_state=self.state)
         self.rewards.require_some_score([t.rewards_per_func for t in rollout.turns], rollout.nonfinite_rewards)
         self.last_rollout = rollout
+        assign_advantages(rollout.turns, self.compute_advantages)  # the engine stops at returns
         self._count_nonfinite(rollout.nonfinite_rewards, "rewards")
         n = self.env.num_agents
         eos_ids = set().union(*(self.team.stop_token_ids(a) for a in range(n)))  # where generation stopped
