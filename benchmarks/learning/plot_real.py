@@ -1,0 +1,134 @@
+"""Learning-curve plots of the real-model benchmark records (`learning_real.py`), one PNG per task for docs/.
+
+Each figure has two panels: the training reward per step of every seed (thin lines) and their mean over seeds
+(thick), one colour per arm; and the held-out metric of each seed before and after training (dots, joined per
+seed), the value at the end of training, never the best step. Only what the records hold is drawn: an arm with no
+record is absent, and the legend gives the number of seeds of each arm.
+
+    python benchmarks/learning/plot_real.py coding --records benchmarks/results/learning_real_magrpo_coding_*.json \\
+        --output docs/real_coding_learning.png
+    python benchmarks/learning/plot_real.py debate --records benchmarks/results/learning_real_maporl_hidden_sum_*.json \\
+        --output docs/real_debate_learning.png
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import statistics
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
+
+ARM_COLORS = {"team": "tab:blue", "alone": "tab:orange", "central": "tab:green", "influence": "tab:blue",
+              "verifier": "tab:red"}
+TITLES = {"coding": "Cooperative coding (MAGRPO), SmolLM2-135M-Instruct",
+          "writing": "Cooperative writing (MAGRPO), SmolLM2-135M-Instruct",
+          "debate": "Hidden-information debate (MAPoRL), SmolLM2-135M-Instruct"}
+
+
+def load_runs(paths: Sequence[str]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """Every `(record, run)` of the record files `paths` (globs allowed), in file then seed order."""
+    files = sorted({p for pattern in paths for p in glob.glob(pattern)})
+    if not files:
+        raise SystemExit(f"no record matches {list(paths)}")
+    out = []
+    for path in files:
+        with open(path) as f:
+            record = json.load(f)
+        out.extend((record, run) for run in record["runs"])
+    return out
+
+
+def magrpo_series(runs: Sequence[tuple[dict[str, Any], dict[str, Any]]]) -> dict[str, Any]:
+    """Per arm: the reward curve and the held-out success before and after of each seed (arms `team`, `central`,
+    `alone`; `alone`'s curve is the mean of its two agents' trainings)."""
+    arms: dict[str, dict[str, list[Any]]] = {}
+    for _, run in runs:
+        for arm, before_key in (("team", "untrained"), ("central", "central_untrained"), ("alone", "untrained")):
+            if arm not in run:
+                continue
+            data = run[arm]
+            if "reward_curve" in data:
+                curve = data["reward_curve"]
+            else:
+                curves = [a["reward_curve"] for a in data["agents"]]
+                curve = [statistics.mean(v) for v in zip(*curves)]
+            slot = arms.setdefault(arm, {"curves": [], "before": [], "after": [], "seeds": []})
+            slot["curves"].append(curve)
+            slot["before"].append(run[before_key]["heldout"]["success"] if before_key in run else None)
+            slot["after"].append(data["heldout"]["success"])
+            slot["seeds"].append(run["seed"])
+    return arms
+
+
+def debate_series(runs: Sequence[tuple[dict[str, Any], dict[str, Any]]]) -> dict[str, Any]:
+    """Per reward kind: the score curve and the held-out majority accuracy at the last turn before and after."""
+    arms: dict[str, dict[str, list[Any]]] = {}
+    for record, run in runs:
+        kind = record["settings"].get("reward", "influence")
+        slot = arms.setdefault(kind, {"curves": [], "before": [], "after": [], "seeds": []})
+        slot["curves"].append(run["score_curve"])
+        slot["before"].append(run["before"]["majority_accuracy"][-1])
+        slot["after"].append(run["after"]["majority_accuracy"][-1])
+        slot["seeds"].append(run["seed"])
+    return arms
+
+
+def figure(task: str, arms: dict[str, Any], metric: str) -> Any:
+    """The two-panel figure of `arms` (see the module docstring)."""
+    from trl_marl.scripts.plots import _pyplot
+
+    plt = _pyplot()
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
+    fig.suptitle(TITLES[task])
+    for index, (arm, slot) in enumerate(arms.items()):
+        color = ARM_COLORS.get(arm, f"C{index}")
+        for curve in slot["curves"]:
+            left.plot(range(1, len(curve) + 1), curve, color=color, alpha=0.25, linewidth=0.8)
+        length = min(len(c) for c in slot["curves"])
+        mean = [statistics.mean(c[i] for c in slot["curves"]) for i in range(length)]
+        left.plot(range(1, length + 1), mean, color=color, linewidth=2.2, label=f"{arm} ({len(slot['curves'])} seeds)")
+        for k, (before, after) in enumerate(zip(slot["before"], slot["after"])):
+            x0, x1 = index * 3, index * 3 + 1
+            if before is not None:
+                right.plot([x0, x1], [before, after], "-", color=color, alpha=0.5)
+                right.plot([x0], [before], "o", color="tab:gray")
+            right.plot([x1], [after], "o", color=color, label=arm if k == 0 else None)
+    left.set_xlabel("training step" if task != "debate" else "PPO update")
+    left.set_ylabel("training reward (mean of the step's samples)")
+    left.set_title("Training reward: seeds (thin) and their mean")
+    left.legend()
+    ticks = [(i * 3, "before") for i in range(len(arms))] + [(i * 3 + 1, name) for i, name in enumerate(arms)]
+    right.set_xticks([t for t, _ in ticks], [label for _, label in ticks], fontsize=8)
+    right.set_ylim(0, 1)
+    right.set_ylabel(metric)
+    right.set_title("Held-out, untrained (gray) and at the end of training")
+    right.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def main(argv: Sequence[str] | None = None) -> str:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("task", choices=sorted(TITLES))
+    parser.add_argument("--records", nargs="+", required=True, help="record files (globs allowed)")
+    parser.add_argument("--output", required=True, help="PNG path")
+    args = parser.parse_args(argv)
+    runs = load_runs(args.records)
+    if args.task == "debate":
+        arms, metric = debate_series(runs), "majority accuracy at the last turn"
+    else:
+        arms, metric = magrpo_series(runs), "success (joint action, held-out)"
+    fig = figure(args.task, arms, metric)
+    fig.savefig(args.output, dpi=100)
+    print(f"wrote {args.output}: " + ", ".join(f"{arm} {len(s['curves'])} seeds" for arm, s in arms.items()))
+    return args.output
+
+
+if __name__ == "__main__":
+    main()
