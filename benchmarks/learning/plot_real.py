@@ -7,8 +7,8 @@ record is absent, and the legend gives the number of seeds of each arm.
 
     python benchmarks/learning/plot_real.py coding --records benchmarks/results/learning_real_magrpo_coding_*.json \\
         --output docs/real_coding_learning.png
-    python benchmarks/learning/plot_real.py debate --records benchmarks/results/learning_real_maporl_hidden_sum_*.json \\
-        --output docs/real_debate_learning.png
+    python benchmarks/learning/plot_real.py debate \\
+        --records benchmarks/results/learning_real_maporl_hidden_sum_*.json --output docs/real_debate_learning.png
 """
 
 from __future__ import annotations
