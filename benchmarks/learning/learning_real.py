@@ -446,18 +446,24 @@ def train_timed(trainer: Any) -> dict[str, Any]:
             "reward_curve": curve}
 
 
+EVAL_SPLITS = {"heldout": "heldout", "train": "train_rows"}
+"""`--eval-splits` names and the record keys of their results."""
+
+
 def run_magrpo_seed(task: Task, seed: int, steps: int, sizes: dict[str, Any], arms: Sequence[str], work: str,
                     model: str, build: Callable[..., Any] = build_magrpo,
                     evaluate: Callable[..., dict[str, Any]] = evaluate_task,
-                    pair: Callable[[Sequence[Any]], Any] = pair_alone_agents) -> dict[str, Any]:
-    """Every arm of one seed: held-out and train-row success before (untrained) and after training."""
+                    pair: Callable[[Sequence[Any]], Any] = pair_alone_agents,
+                    eval_splits: Sequence[str] = tuple(EVAL_SPLITS)) -> dict[str, Any]:
+    """Every arm of one seed: success on the `eval_splits` (held-out and/or training rows) before (untrained) and
+    after training."""
     eval_seed = 10_000 + seed
-    heldout, train_eval = task.eval_rows("heldout", sizes["eval_rows"]), task.eval_rows("train", sizes["eval_rows"])
+    rows = {split: task.eval_rows(split, sizes["eval_rows"]) for split in eval_splits}
 
     def measure(team: Any, central: bool) -> dict[str, Any]:
         length = sizes["central_completion"] if central else sizes["completion"]
-        return {"heldout": evaluate(task, team, central, heldout, eval_seed, length),
-                "train_rows": evaluate(task, team, central, train_eval, eval_seed, length)}
+        return {EVAL_SPLITS[split]: evaluate(task, team, central, rows[split], eval_seed, length)
+                for split in eval_splits}
 
     out: dict[str, Any] = {"seed": seed}
     if "team" in arms or "alone" in arms:
@@ -642,7 +648,7 @@ def summarize(kind: str, runs: list[dict[str, Any]]) -> dict[str, Any]:
     if kind == "magrpo":
         for arm in ("untrained", "team", "alone", "central_untrained", "central"):
             if all(arm in r for r in runs):
-                for split in ("heldout", "train_rows"):
+                for split in (s for s in EVAL_SPLITS.values() if s in runs[0][arm]):
                     for key in ("success", "reward"):
                         out[f"{arm}/{split}/{key}"] = _spread([r[arm][split][key] for r in runs])
                     for key in runs[0][arm][split].get("metrics", {}):
@@ -690,6 +696,9 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--reward", choices=DEBATE_REWARDS, default="influence",
                         help="MAPoRL reward: the influence-aware reward with incentives, or the plain verifier score "
                              "per answer (MAPoRL's ablation)")
+    parser.add_argument("--eval-splits", nargs="+", choices=tuple(EVAL_SPLITS), default=list(EVAL_SPLITS),
+                        help="MAGRPO: where success is measured, before and after training: held-out rows (the "
+                             "result) and training rows (a diagnostic; `--eval-splits heldout` halves evaluation)")
     parser.add_argument("--model", default=MODEL)
     parser.add_argument("--smoke", action="store_true", help="1 step, tiny eval sets: checks the wiring only")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (1 on a shared machine)")
@@ -727,7 +736,7 @@ def settings_for(args: argparse.Namespace) -> dict[str, Any]:
     return {"model": args.model, "steps": steps, "sizes": sizes, "smoke": args.smoke, "threads": args.threads,
             "arms": args.arms if args.kind == "magrpo" else ["maporl"],
             "task": args.task if args.kind == "magrpo" else DEBATE_TASKS[args.debate_task]().record_name,
-            **({"reward": args.reward} if args.kind == "maporl" else {}),
+            **({"reward": args.reward} if args.kind == "maporl" else {"eval_splits": args.eval_splits}),
             "lora": "r=8 alpha=16 q_proj,v_proj layers 22-29"}
 
 
@@ -761,7 +770,7 @@ def main(argv: Sequence[str] | None = None, run_seed: Callable[..., dict[str, An
                 run = run_seed(seed, settings, work)
             elif args.kind == "magrpo":
                 run = run_magrpo_seed(TASKS[args.task](), seed, settings["steps"], settings["sizes"], args.arms,
-                                      work, args.model)
+                                      work, args.model, eval_splits=args.eval_splits)
             else:
                 run = run_maporl_seed(seed, settings["steps"], settings["sizes"], work, args.model,
                                       task=args.debate_task, reward=args.reward)
@@ -791,8 +800,9 @@ def brief(kind: str, run: dict[str, Any]) -> dict[str, Any]:
     for arm in ("untrained", "team", "alone", "central_untrained", "central"):
         if arm in run:
             out[arm] = {"heldout": round(run[arm]["heldout"]["success"], 3),
-                        "train": round(run[arm]["train_rows"]["success"], 3),
                         "heldout_reward": round(run[arm]["heldout"]["reward"], 3)}
+            if "train_rows" in run[arm]:
+                out[arm]["train"] = round(run[arm]["train_rows"]["success"], 3)
             for key, value in run[arm]["heldout"].get("metrics", {}).items():
                 out[arm][f"heldout_{key}"] = None if value is None else round(value, 3)
             if "s_per_step" in run[arm]:

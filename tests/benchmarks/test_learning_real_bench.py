@@ -168,6 +168,30 @@ def test_magrpo_arms_wiring(bench: Any) -> None:
     assert len(run["alone"]["agents"]) == 2
 
 
+def test_eval_splits_heldout_measures_only_heldout_rows(bench: Any) -> None:
+    seen: list = []
+    task = bench.Task("fake", env=None, reward=None, train_rows=None,
+                      eval_rows=lambda split, count: [{"split": split}] * count)
+
+    def build(task_: Any, arm: str, seed: int, steps: int, sizes: dict, output_dir: str, model: str,
+              frozen: Any = ()) -> Any:
+        return FakeTrainer([], arm, list(frozen))
+
+    def evaluate(task_: Any, team: Any, central: bool, rows: list, seed: int, length: int) -> dict:
+        seen.append(rows[0]["split"])
+        return {"success": 0.25, "reward": 0.5}
+
+    sizes = {"completion": 3, "central_completion": 24, "eval_rows": 5}
+    run = bench.run_magrpo_seed(task, 0, 2, sizes, ["team"], "/tmp/x", "m", build=build, evaluate=evaluate,
+                                eval_splits=["heldout"])
+    assert seen == ["heldout", "heldout"]  # untrained, then trained: no training-row evaluation
+    assert set(run["untrained"]) == {"heldout"} and "train_rows" not in run["team"]
+    summary = bench.summarize("magrpo", [run])
+    assert summary["team/heldout/success"]["mean"] == 0.25 and not any("train_rows" in k for k in summary)
+    assert "train" not in bench.brief("magrpo", run)["team"]
+    assert bench.parse_args(["magrpo", "--eval-splits", "heldout"]).eval_splits == ["heldout"]
+
+
 def test_record_fields_and_summary(bench: Any, tmp_path: Path, clean_tree: None) -> None:
     def fake_seed(seed: int, settings: dict, work: str) -> dict:
         def res(x: float) -> dict:
