@@ -92,7 +92,8 @@ def test_local_returns_of_a_two_agent_two_turn_tree_by_hand():
     torch.testing.assert_close(first.returns, torch.tensor([[1.5, 0.5]]))
     torch.testing.assert_close(first.local_rewards, torch.tensor([[[0.0, 2.0], [3.0, 2.0]]]))  # (K, J, n)
     torch.testing.assert_close(first.local_returns, torch.tensor([[[0.5, 4.0], [2.5, 2.0]]]))  # (K, n, G)
-    torch.testing.assert_close(second.local_returns, torch.tensor([[[1.0, 1.0], [0.0, 2.0]], [[0.0, 4.0], [0.0, 0.0]]]))
+    torch.testing.assert_close(second.local_returns,
+                               torch.tensor([[[1.0, 1.0], [0.0, 2.0]], [[0.0, 4.0], [0.0, 0.0]]]))
     # the team returns are those of the same rollout without a local reward
     plain = JointRollout(_Env(num_agents=2, num_turns=2), _ScriptedTeam(2, 2), TeamReward([_team(TEAM)]),
                          generation_config=None, num_generations=2, discount=0.5).run([{}]).turns
