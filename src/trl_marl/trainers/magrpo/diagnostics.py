@@ -194,7 +194,7 @@ def log_rollout(metrics: dict[str, list[float]], rollout: Rollout, reward_names:
         lengths: Each agent's completion lengths.
         advantages: Each agent's advantages, in the order of `turn_of_sample`.
         turn_of_sample: Each agent's turn of every sample.
-        local_reward_names: Each agent's local reward functions' names, with local rewards: then each agent's
+        local_reward_names: Each agent's local reward functions' names, with local rewards: then each such agent's
             `agent_<a>/local_reward` (turn 1's mean over the joint actions, as `reward`), `agent_<a>/turn_<t>/
             local_reward` and `agent_<a>/local_rewards/<name>/{mean,std}` (turn 1) are recorded too.
     """
@@ -231,6 +231,8 @@ def _log_local_rewards(metrics: dict[str, list[float]], rollout: Rollout, names:
         if t.local_rewards is None:
             continue
         for a, agent_names in enumerate(names):
+            if not agent_names:  # an agent without local reward functions
+                continue
             if t.turn == 1:
                 metrics[f"agent_{a}/local_reward"].append(finite_mean(t.local_rewards[:, :, a]))
             metrics[f"agent_{a}/turn_{t.turn}/local_reward"].append(finite_mean(t.local_rewards[:, :, a]))

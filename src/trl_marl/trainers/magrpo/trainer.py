@@ -172,6 +172,7 @@ class MAGRPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer):
         self.validate_dataset(env, train_dataset, "train_dataset")  # the first rows, before a model is loaded
         if eval_dataset is not None:
             self.validate_dataset(env, eval_dataset, "eval_dataset")
+        self.local_rewards = self._local_rewards(local_reward_funcs, args, env.num_agents)  # before any model loads
 
         # A run is a function of `args.seed`: LoRA and any other freshly initialised weights are drawn now, before
         # `Trainer.__init__` seeds, so seed here (whatever the global RNG held before the trainer was built).
@@ -204,7 +205,6 @@ class MAGRPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer):
         self.rewards = TeamReward(funcs, args.reward_weights)
         self.rewards.set_timeout(args.reward_timeout, f"{type(args).__name__}.reward_timeout",
                                  getattr(args, "reward_isolation", "process"))
-        self.local_rewards = self._local_rewards(local_reward_funcs, args, env.num_agents)
         self.env = env
         args.remove_unused_columns = False  # the environment and the reward functions read the raw rows
         if args.data_seed is None:
