@@ -154,3 +154,26 @@ def test_a_subclass_that_computes_its_own_advantages_may_read_local_rewards(targ
     turn = trainer.last_rollout.turns[0]
     torch.testing.assert_close(turn.advantages, turn.local_returns - turn.local_returns.mean(dim=-1, keepdim=True))
     assert turn.advantages.abs().sum() > 0
+
+
+def test_the_extending_guide_local_reward_example_runs(tmp_path, monkeypatch):
+    # docs/extending.md's "Per-agent local rewards" block, as written, then one step
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[3] / "docs" / "extending.md").read_text(encoding="utf-8")
+    block = next(b for b in re.findall(r"```python\n(.*?)```", text, flags=re.S) if "local_reward_funcs=" in b)
+    monkeypatch.chdir(tmp_path)
+    namespace: dict = {}
+    exec(compile(block, "extending.md", "exec"), namespace)  # noqa: S102 - the project's own documentation
+    trainer = namespace["trainer"]
+    trainer.train()
+    turn = trainer.last_rollout.turns[0]
+    expected = [[[float(turn.completions[a][k * 4 + j].strip().isdigit()) for a in range(2)] for j in range(4)]
+                for k in range(2)]
+    torch.testing.assert_close(turn.local_rewards, torch.tensor(expected))
+    mixed = 2.0 * turn.agent_returns + turn.local_returns
+    centered = mixed - mixed.mean(dim=-1, keepdim=True)
+    torch.testing.assert_close(turn.advantages,
+                               torch.nan_to_num(centered / (mixed.std(dim=-1, keepdim=True) + 1e-4), nan=0.0))
+    assert "agent_1/local_rewards/wrote_a_number/mean" in trainer.state.log_history[0]
