@@ -18,9 +18,11 @@ from trl_marl.core import (
     AdvantageContext,
     advantage_estimator,
     advantage_modes,
+    agent_local_returns_from_joint,
     agent_norm_advantages,
     agent_turn_advantages,
     estimator_uses_local_returns,
+    joint_action_indices,
     register_advantage_estimator,
     std_advantages,
 )
@@ -257,3 +259,23 @@ def test_the_extending_guide_estimator_example_runs(tmp_path, monkeypatch):
     finally:
         advantages_module._ESTIMATORS.clear()
         advantages_module._ESTIMATORS.update(saved)
+
+
+def test_each_agent_is_credited_its_own_local_return():
+    # aligned, G = 3: sample g of agent a is joint action g: its own row, never the other agent's
+    local = torch.tensor([[[1.0, 2.0, 3.0], [10.0, 20.0, 30.0]]])  # (B=1, n=2, J=3)
+    close(agent_local_returns_from_joint(local, joint_action_indices(2, 3, "aligned"), 3), local)
+    # cross, G = 2, joints (0,0) (0,1) (1,0) (1,1); agent 0 [1, NaN, 5, 7] -> sample 0 mean(1) = 1 (NaN left out),
+    # sample 1 mean(5, 7) = 6; agent 1 [NaN, 2, NaN, 4] -> sample 0 (joints 0, 2) has none: NaN; sample 1 mean(2, 4)
+    local = torch.tensor([[1.0, NAN, 5.0, 7.0], [NAN, 2.0, NAN, 4.0]])
+    out = agent_local_returns_from_joint(local, joint_action_indices(2, 2, "cross"), 2)
+    torch.testing.assert_close(out, torch.tensor([[1.0, 6.0], [NAN, 3.0]]), equal_nan=True)
+    with pytest.raises(ValueError, match=r"expected \(\.\.\., 2, 4\): one local return per agent and joint action"):
+        agent_local_returns_from_joint(torch.zeros(4, 2), joint_action_indices(2, 2, "cross"), 2)
+
+
+def test_the_returns_module_examples_hold():
+    import trl_marl.core.returns as returns_module
+
+    result = doctest.testmod(returns_module, optionflags=doctest.NORMALIZE_WHITESPACE)
+    assert result.attempted >= 2 and result.failed == 0
