@@ -73,6 +73,7 @@ __all__ = [
     "RewardTimeoutError",
     "RewardTimeoutWarning",
     "agent_reward",
+    "LocalReward",
     "completion_objects",
     "reward_kind",
     "team_reward",
@@ -232,12 +233,15 @@ class RewardSet:
         turn: int,
         trainer_state: Any = None,
         per_agent: bool = False,
+        agents: Sequence[int] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Score the joint actions of one turn; `prompts[a][i]`/`texts[a][i]` are agent a's part of joint action i.
 
         Args:
             per_agent: `False` for one score per joint action (MAGRPO), `True` for one per (joint action, agent)
                 (PPO). A team reward is called once either way.
+            agents: The agents an agent reward is called for (default: every agent); the others' scores stay NaN
+                (a [`LocalReward`] of one agent's own functions).
 
         Returns:
             `(rewards_per_func, nonfinite)`: `(N, F)` (or `(N, A, F)` with `per_agent`) scores, NaN where a function
@@ -250,8 +254,8 @@ class RewardSet:
         out = torch.full((size, n, F), float("nan"))  # per (joint action, agent); a team score is copied to all
         bad = torch.zeros(size, n, F, dtype=torch.bool)
         for f_index, kind in enumerate(self.kinds):
-            agents: list[int | None] = [None] if kind == "team" else list(range(n))
-            for a in agents:
+            called: list[int | None] = [None] if kind == "team" else list(range(n) if agents is None else agents)
+            for a in called:
                 values = self._call(f_index, prompts, completions, columns, transcripts, turn, trainer_state, a)
                 cells = slice(None) if a is None else a
                 for i, value in enumerate(values):
@@ -303,6 +307,108 @@ class RewardSet:
                 "a step in which nothing is scored gives every advantage 0 (`reward` is logged as nan).",
             )
         )
+
+
+class LocalReward:
+    """Per-agent *local* rewards (MAGRPO's `local_reward_funcs`): each agent's own completion scored on its own.
+
+    A team's reward is one number per joint action; a local reward is one per (joint action, agent), read by
+    advantage estimators that mix it with the team's (AT-GRPO's ``r_i = alpha * r^team + r^loc_i``, the
+    ``"agent_turn"`` estimator). Local functions follow the agent-reward contract of this module: called once per
+    (turn, agent) with one entry per joint action, `agent_index=a`, and `prompts`/`completions` agent `a`'s. Entries:
+    a number, or `None` where the function does not apply (it then adds nothing: a sample whose every local function
+    says `None` has local reward 0, and still its team reward); NaN or infinity makes the sample's local reward NaN
+    (advantage 0) and is counted against `max_nonfinite`. Scores are combined with `local_reward_weights`.
+
+    Args:
+        funcs: One list of functions for every agent, or one list per agent (`[[f], [g, h]]`: agent 0 is scored by
+            `f`, agent 1 by `g` and `h`; an empty list: that agent has no local reward).
+        num_agents: The agents of the team.
+        weights: One weight per function, in order (with one list per agent: agent 0's functions, then agent 1's,
+            ...); default 1 each.
+        field: The name of the argument that gave `funcs`, for error messages.
+        weights_field: The name of the argument that gave `weights`.
+
+    Raises:
+        ValueError: `funcs` is empty, a list per agent whose length is not `num_agents`, a function declared a team
+            reward, or `weights` of the wrong length.
+        TypeError: a function that is not callable.
+    """
+
+    def __init__(self, funcs: Sequence[Any], num_agents: int, weights: Sequence[float] | None = None,
+                 field: str = "local_reward_funcs", weights_field: str = "local_reward_weights") -> None:
+        funcs = list(funcs) if isinstance(funcs, (list, tuple)) else [funcs]
+        nested = [isinstance(f, (list, tuple)) for f in funcs]
+        if not funcs:
+            raise ValueError(f"`{field}` is empty: pass local reward functions, or leave `{field}` out (None).")
+        if any(nested) and not all(nested):
+            raise ValueError(f"`{field}` mixes functions and lists: pass one list of functions for every agent, or "
+                             f"one list per agent ({num_agents} lists).")
+        per_agent = [list(f) for f in funcs] if all(nested) else [funcs] * num_agents
+        if len(per_agent) != num_agents:
+            raise ValueError(f"`{field}` has {len(per_agent)} lists for a team of {num_agents} agents: pass one "
+                             f"list per agent (`[]` for an agent without a local reward), or one flat list for all.")
+        flat = [f for agent in per_agent for f in agent] if all(nested) else funcs
+        if weights is not None and len(weights) != len(flat):
+            raise ValueError(f"`{weights_field}` has {len(weights)} entries but `{field}` has {len(flat)} functions: "
+                             "give one weight per function, in order (with one list per agent: agent 0's first).")
+        if not flat:
+            raise ValueError(f"`{field}` gives no agent a function: leave `{field}` out (None) instead.")
+        for f in flat:
+            if callable(f) and getattr(f, "reward_kind", "agent") != "agent":
+                name = getattr(f, "name", None) or getattr(f, "__name__", type(f).__name__)
+                raise ValueError(f"`{field}` holds `{name}`, declared a team reward (`reward_kind="
+                                 f"{f.reward_kind!r}`): a local reward scores one agent's completion. Pass it in "
+                                 "`reward_funcs` (the team reward) instead.")
+        self.num_agents = num_agents
+        self.sets: list[RewardSet | None] = []
+        start = 0
+        for agent_funcs in per_agent:
+            count = len(agent_funcs)
+            agent_weights = None if weights is None else list(weights)[start:start + count]
+            if all(nested):
+                start += count
+            self.sets.append(RewardSet(agent_funcs, agent_weights, default_kind="agent") if agent_funcs else None)
+
+    def names(self, agent: int) -> list[str]:
+        """The names of agent `agent`'s local reward functions (for the logs)."""
+        found = self.sets[agent]
+        return [] if found is None else list(found.names)
+
+    def set_timeout(self, seconds: float | None, field: str, isolation: str = "process") -> None:
+        """As [`RewardSet.set_timeout`], for every agent's functions."""
+        for reward_set in self.sets:
+            if reward_set is not None:
+                reward_set.set_timeout(seconds, field, isolation)
+
+    def score(self, prompts: list[list[Prompt]], texts: list[list[str]], rows: Sequence[Mapping[str, Any]],
+              transcripts: Sequence[Transcript], turn: int,
+              trainer_state: Any = None) -> tuple[torch.Tensor, list[torch.Tensor | None], int]:
+        """Score every agent's part of the joint actions of one turn (arguments as [`RewardSet.score`]).
+
+        Returns:
+            `(local, per_func, nonfinite)`: `(N, n)` local rewards (0 where every function of the agent returned
+            `None` or the agent has none; NaN where one returned NaN or infinity), each agent's `(N, F_a)` scores
+            (NaN where a function skipped; `None` for an agent without functions), and the count of non-finite
+            entries.
+        """
+        size = len(rows)
+        local = torch.zeros(size, self.num_agents)
+        per_func: list[torch.Tensor | None] = []
+        nonfinite = 0
+        for a, reward_set in enumerate(self.sets):
+            if reward_set is None:
+                per_func.append(None)
+                continue
+            scores, bad = reward_set.score(prompts, texts, rows, transcripts, turn, trainer_state, per_agent=True,
+                                           agents=[a])
+            scores, bad = scores[:, a, :], bad[:, a]
+            scored = ~torch.isnan(scores)
+            total = torch.where(scored, scores * reward_set.weights, torch.zeros_like(scores)).sum(dim=-1)
+            local[:, a] = torch.where(bad, torch.full_like(total, float("nan")), total)
+            per_func.append(scores)
+            nonfinite += int(bad.sum())
+        return local, per_func, nonfinite
 
 
 class NonFiniteCounter:

@@ -13,7 +13,9 @@ One call of [`JointRollout.run`] plays the episodes of a batch of dataset rows:
    A node stops early when its mean reward reaches `early_stop_threshold` (its success is then taken to persist
    for the turns it skips: `trl_marl.core.early_stop_returns`), or when the environment says so (a terminal state);
 5. returns are backed up from the leaves: R_t = r_t + gamma * mean(R_{t+1} of the child's joint actions), and
-   credited to each agent's samples (`TurnResult.agent_returns`; `trl_marl.core.returns`).
+   credited to each agent's samples (`TurnResult.agent_returns`; `trl_marl.core.returns`). With a
+   [`~trl_marl.rewarding.LocalReward`] each agent's own local reward is scored too and backed up the same way, per
+   agent (`TurnResult.local_returns`), for the estimators that mix it in (AT-GRPO's `"agent_turn"`).
 
 The engine stops at returns: which advantage estimator turns them into advantages is the trainer's choice
 (`MAGRPOConfig.advantage_mode`), applied by [`assign_advantages`] with the estimators of `trl_marl.core.advantages`.
@@ -41,13 +43,14 @@ from transformers import GenerationConfig
 from .core import (
     AdvantageContext,
     advantage_estimator,
+    agent_local_returns_from_joint,
     agent_returns_from_joint,
     early_stop_returns,
     joint_action_indices,
     tree_returns,
 )
 from .envs.base import MultiAgentEnv, Prompt, Transcript
-from .rewarding import RewardSet
+from .rewarding import LocalReward, RewardSet
 from .team import AgentTeam
 from .validation import RewardFunctionError  # noqa: F401 - re-exported (the reward contract lives in `rewarding`)
 
@@ -89,6 +92,11 @@ class TurnResult:
     transcripts: list[Transcript] = field(default_factory=list)  # (K * J) each joint action's, including it
     # [agent][K * G] the generation backend's log-probability of every completion token (vLLM), else None
     sampling_logps: list[list[list[float]]] | None = None
+    # with a `LocalReward`: (K, J, n) each agent's local reward per joint action (NaN: non-finite), its functions'
+    # scores per agent ([agent] (K * J, F_a), None for an agent without any), and (K, n, G) the local returns
+    local_rewards: torch.Tensor | None = None
+    local_rewards_per_func: list[torch.Tensor | None] | None = None
+    local_returns: torch.Tensor | None = None
 
 
 @dataclass
@@ -169,6 +177,8 @@ class JointRollout:
             (the `"batch"` estimator) are those of the whole batch, as TRL's `GRPOTrainer` gathers its rewards before
             taking them. It is called once per scored `run` on every process (a collective), however many turns
             each process played. None: this process's batch is the whole batch.
+        local_reward: Per-agent local rewards ([`~trl_marl.rewarding.LocalReward`]), scored at every scored turn
+            and backed up per agent into `TurnResult.local_returns`. None: no local reward.
     """
 
     def __init__(
@@ -189,6 +199,7 @@ class JointRollout:
         score: ScoreFn | None = None,
         advantages: Callable[[TurnResult], torch.Tensor] | None = None,
         gather: Callable[[torch.Tensor], torch.Tensor] | None = None,
+        local_reward: LocalReward | None = None,
     ) -> None:
         self.env = env
         self.team = team
@@ -214,6 +225,7 @@ class JointRollout:
         self.score_fn = score if score is not None else (reward.score if reward is not None else None)
         self.advantage_fn = advantages
         self.gather = gather
+        self.local_reward = local_reward
         # Branch choice draws from torch's global generator by default, so that it follows the trainer's seed and
         # is saved in (and restored from) a checkpoint's RNG state like sampling; `seed` gives the rollout a private
         # generator instead (e.g. for an evaluation that must not disturb training's random stream).
@@ -274,12 +286,19 @@ class JointRollout:
                                                       trainer_state)
                 rewards = self.reward.combine(rewards_per_func, bad)
                 nonfinite += int(bad.sum())
+                if self.local_reward is not None:
+                    local, local_per_func, local_bad = self.local_reward.score(
+                        joint_prompts, joint_texts, joint_rows, transcripts, turn, trainer_state)
+                    nonfinite += local_bad
             else:
                 rewards_per_func = torch.full((len(nodes) * J, 0), float("nan"))
                 rewards = torch.full((len(nodes) * J,), float("nan"))
             result = TurnResult(turn, nodes, prompts, prompt_ids, completion_ids, texts, self.joint_indices,
                                 rewards_per_func, rewards.view(len(nodes), J), transcripts=transcripts,
                                 sampling_logps=None if engine_logps is None else [engine_logps[s] for s in slots])
+            if score and self.score_fn is not None and self.local_reward is not None:
+                result.local_rewards = local.view(len(nodes), J, n)
+                result.local_rewards_per_func = local_per_func
             turns.append(result)
             nodes = self._expand(result, rows) if turn < self.env.num_turns else []
             turn += 1
@@ -359,10 +378,46 @@ class JointRollout:
                     result.rewards[stopped], self.env.num_turns - result.turn, self.discount)
             next_values = result.returns.nanmean(dim=1)
             result.agent_returns = agent_returns_from_joint(result.returns, self.joint_indices, G)  # (K, n, G)
+        if any(t.local_rewards is not None for t in turns):
+            self._backup_local(turns)
         if self.gather is not None:  # every process's returns, for batch statistics (one collective per rollout)
             pool_turn_returns(turns, self.gather)
         if self.advantage_fn is not None or self.advantage_mode is not None:  # the deprecated engine-side estimator
             assign_advantages(turns, self.advantage_fn or self.advantage_mode or "mean")
+
+
+    def _backup_local(self, turns: list[TurnResult]) -> None:
+        """Every turn's `local_returns`: each agent's local reward backed up through the tree as the team's is.
+
+        Per agent ``a``: ``R^loc_t(j, a) = r^loc_t(j, a) + gamma * mean over the child's joint actions of
+        R^loc_{t+1}(., a)`` (`core.tree_returns`), a capped joint action bootstrapped from its continued siblings, an
+        early-stopped node's local reward persisting for the turns it skips (`core.early_stop_returns`), as for the
+        team reward; then each sample is credited its own agent's local return (`core.agent_local_returns_from_joint`).
+        """
+        G, n = self.num_generations, self.env.num_agents
+        J = self.joint_indices.size(0)
+        next_values: torch.Tensor | None = None  # (K_{t+1}, n): each child node's mean local return per agent
+        for result in reversed(turns):
+            K = len(result.nodes)
+            rewards = result.local_rewards.permute(0, 2, 1)  # (K, n, J)
+            if next_values is None:
+                returns = tree_returns(rewards, None, self.discount)
+            else:
+                child_value = torch.full((K, n, J, 1), float("nan"))
+                for (k, j), c in result.children.items():
+                    child_value[k, :, j, 0] = next_values[c]
+                for k, j in result.capped:  # bootstrap from the continued siblings, per agent
+                    siblings = child_value[k, :, :, 0]
+                    child_value[k, :, j, 0] = torch.where(
+                        torch.isfinite(siblings).any(dim=-1), siblings.nanmean(dim=-1), float("nan"))
+                returns = tree_returns(rewards, child_value.nan_to_num(0.0), self.discount,
+                                       torch.isfinite(child_value))
+            if result.stopped:
+                stopped = sorted(result.stopped)
+                returns[stopped] = early_stop_returns(rewards[stopped], self.env.num_turns - result.turn,
+                                                      self.discount)
+            next_values = returns.nanmean(dim=-1)  # (K, n)
+            result.local_returns = agent_local_returns_from_joint(returns, self.joint_indices, G)  # (K, n, G)
 
 
 def pool_turn_returns(turns: Sequence[TurnResult], gather: Callable[[torch.Tensor], torch.Tensor]) -> None:
@@ -383,34 +438,40 @@ def pool_turn_returns(turns: Sequence[TurnResult], gather: Callable[[torch.Tenso
         t.pooled_returns = pooled[pooled[:, 0] == t.turn, 1].to(t.returns.dtype)
 
 
-def advantage_context(result: TurnResult, turns: Sequence[TurnResult] = ()) -> AdvantageContext:
+def advantage_context(result: TurnResult, turns: Sequence[TurnResult] = (), team_weight: float = 1.0,
+                      ) -> AdvantageContext:
     """What an advantage estimator reads besides one turn's returns (`trl_marl.core.AdvantageContext`).
 
     Args:
         result: A turn whose `returns` and `agent_returns` are set.
         turns: Every turn of the rollout `result` belongs to (estimators that pool over turns read them, e.g.
             `"agent_norm"`); empty: `result` alone.
+        team_weight: alpha, the team return's weight against the local one (`MAGRPOConfig.team_reward_weight`).
 
     Returns:
         The context: the turn's team returns over the batch (`pooled_returns`, every process's, when the engine has a
-        `gather`; else the turn's own), each node's dataset row, and every turn's `(rows, agent_returns)`.
+        `gather`; else the turn's own), each node's dataset row, every turn's `(rows, agent_returns)`, and the turn's
+        `local_returns` (None without a local reward) with `team_weight`.
     """
     team = result.pooled_returns if result.pooled_returns is not None else result.returns
     tree = tuple((_node_rows(t), t.agent_returns) for t in (turns or [result]))
-    return AdvantageContext(team_returns=team, rows=_node_rows(result), tree=tree)
+    return AdvantageContext(team_returns=team, rows=_node_rows(result), tree=tree, local_returns=result.local_returns,
+                            team_weight=team_weight)
 
 
 def _node_rows(result: TurnResult) -> torch.Tensor:
     return torch.tensor([node.row_index for node in result.nodes], dtype=torch.long)
 
 
-def turn_advantages(result: TurnResult, mode: str, turns: Sequence[TurnResult] = ()) -> torch.Tensor:
+def turn_advantages(result: TurnResult, mode: str, turns: Sequence[TurnResult] = (),
+                    team_weight: float = 1.0) -> torch.Tensor:
     """The advantages of one turn's samples: the estimator registered as `mode` on the turn's `agent_returns`.
 
     Args:
         result: A turn whose `agent_returns` (K, n, G) and `returns` (K, J) are set.
         mode: A registered estimator's name (`MAGRPOConfig.advantage_mode`; `trl_marl.core.advantages`).
         turns: Every turn of the rollout (see [`advantage_context`]); empty: `result` alone.
+        team_weight: alpha of the local-reward estimators (see [`advantage_context`]).
 
     Returns:
         `(K, n, G)` advantages.
@@ -418,11 +479,11 @@ def turn_advantages(result: TurnResult, mode: str, turns: Sequence[TurnResult] =
     Raises:
         ValueError: No estimator is registered as `mode`.
     """
-    return advantage_estimator(mode)(result.agent_returns, advantage_context(result, turns))
+    return advantage_estimator(mode)(result.agent_returns, advantage_context(result, turns, team_weight))
 
 
-def assign_advantages(turns: Sequence[TurnResult],
-                      advantages: str | Callable[[TurnResult], torch.Tensor]) -> None:
+def assign_advantages(turns: Sequence[TurnResult], advantages: str | Callable[[TurnResult], torch.Tensor],
+                      team_weight: float = 1.0) -> None:
     """Set every turn's `advantages` from its returns; a NaN advantage (an unscorable sample) becomes 0.
 
     Args:
@@ -430,10 +491,11 @@ def assign_advantages(turns: Sequence[TurnResult],
         advantages: An estimator's name (`MAGRPOConfig.advantage_mode`: [`turn_advantages`] with every turn of the
             rollout), or a function of one turn, `advantages(turn) -> (K, n, G)` (e.g. a trainer's
             `compute_advantages` hook).
+        team_weight: alpha of the local-reward estimators, with a name (see [`advantage_context`]).
     """
     if isinstance(advantages, str):
         advantage_estimator(advantages)  # an unknown name fails before any turn
-        advantages = functools.partial(turn_advantages, mode=advantages, turns=turns)
+        advantages = functools.partial(turn_advantages, mode=advantages, turns=turns, team_weight=team_weight)
     for result in turns:
         result.advantages = advantages(result)
         if not torch.isfinite(result.advantages).all():
@@ -453,16 +515,22 @@ def flat_group_fraction(turns: Sequence[TurnResult]) -> float:
 
     Such a group gives every sample advantage 0 (in every advantage mode), so it contributes no gradient; when
     (nearly) every group is flat, the team has stopped learning. Unscorable (NaN) returns are left out; a node with
-    fewer than two scorable joint actions is flat.
+    fewer than two scorable joint actions is flat. With local rewards a node is flat only when every agent's local
+    returns are flat too (they give an agent's samples different advantages on their own).
     """
     flat, total = 0, 0
     for t in turns:
         returns = t.returns if t.returns is not None else t.rewards
-        for node in returns:
-            finite = node[torch.isfinite(node)]
+        for k, node in enumerate(returns):
             total += 1
-            flat += int(finite.numel() < 2 or float(finite.max() - finite.min()) < 1e-8)
+            groups = [node] if t.local_returns is None else [node, *t.local_returns[k]]
+            flat += int(all(_is_flat(group) for group in groups))
     return flat / total if total else 0.0
+
+
+def _is_flat(values: torch.Tensor) -> bool:
+    finite = values[torch.isfinite(values)]
+    return finite.numel() < 2 or float(finite.max() - finite.min()) < 1e-8
 
 
 def finite_mean(values: torch.Tensor) -> float:

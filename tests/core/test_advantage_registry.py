@@ -18,8 +18,11 @@ from trl_marl.core import (
     AdvantageContext,
     advantage_estimator,
     advantage_modes,
+    agent_local_returns_from_joint,
     agent_norm_advantages,
     agent_turn_advantages,
+    estimator_uses_local_returns,
+    joint_action_indices,
     register_advantage_estimator,
     std_advantages,
 )
@@ -131,22 +134,43 @@ def test_agent_turn_without_local_reward_is_the_group_std_advantage():
 
 
 def test_agent_turn_mixes_a_local_reward_per_agent():
-    # lambda = .5; local returns agent 0 [2, 0, 0, 0], agent 1 [0, 0, 0, 4]:
-    # agent 0: R~ = [1, 1, 1, 2], mean 1.25, squared deviations 3 * .0625 + .5625 = .75, var .25, std .5
+    # alpha = 2 (R~ = 2 R + R^loc); local returns agent 0 [2, 0, 0, 0], agent 1 [0, 0, 0, 4]:
+    # agent 0: R~ = [2, 2, 2, 4], mean 2.5, squared deviations 3 * .25 + 2.25 = 3, var 1, std 1
     #          -> A = [-.5, -.5, -.5, 1.5]
-    # agent 1: R~ = [0, 1, 1, 4], mean 1.5, squared deviations 2.25 + .25 + .25 + 6.25 = 9, var 3, std 1.73205
+    # agent 1: R~ = [0, 2, 2, 8], mean 3, squared deviations 9 + 1 + 1 + 25 = 36, var 12, std 3.46410
     #          -> A = [-.86603, -.28868, -.28868, 1.44338]
     local = torch.tensor([[[2.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 4.0]]])
-    out = agent_turn_advantages(TEAM, AdvantageContext(eps=0.0, local_returns=local, local_weight=0.5))
+    out = agent_turn_advantages(TEAM, AdvantageContext(eps=0.0, local_returns=local, team_weight=2.0))
     close(out, [[[-0.5, -0.5, -0.5, 1.5], [-0.86603, -0.28868, -0.28868, 1.44338]]])
     # the agents' groups are separate: agent 1's local reward does not move agent 0's advantages
     only_agent_0 = local.clone()
     only_agent_0[0, 1] = 0.0
-    out = agent_turn_advantages(TEAM, AdvantageContext(eps=0.0, local_returns=only_agent_0, local_weight=0.5))
+    out = agent_turn_advantages(TEAM, AdvantageContext(eps=0.0, local_returns=only_agent_0, team_weight=2.0))
     close(out[0, 0], [-0.5, -0.5, -0.5, 1.5])
-    # with eps = 1e-4 (TRL's): agent 0's deviations [-.25, -.25, -.25, .75] over std .5 + 1e-4 = .5001
-    out = agent_turn_advantages(TEAM, AdvantageContext(local_returns=local, local_weight=0.5))
-    close(out[0, 0], [-0.25 / 0.5001, -0.25 / 0.5001, -0.25 / 0.5001, 0.75 / 0.5001])
+    # with eps = 1e-4 (TRL's): agent 0's deviations [-.5, -.5, -.5, 1.5] over std 1 + 1e-4
+    out = agent_turn_advantages(TEAM, AdvantageContext(local_returns=local, team_weight=2.0))
+    close(out[0, 0], [-0.5 / 1.0001, -0.5 / 1.0001, -0.5 / 1.0001, 1.5 / 1.0001])
+    # alpha = 0: the local reward alone; agent 0's R~ = [2, 0, 0, 0], mean .5, var (2.25 + 3 * .25) / 3 = 1
+    out = agent_turn_advantages(TEAM, AdvantageContext(eps=0.0, local_returns=local, team_weight=0.0))
+    close(out[0, 0], [1.5, -0.5, -0.5, -0.5])
+
+
+def test_only_estimators_registered_for_it_read_local_returns():
+    assert estimator_uses_local_returns("agent_turn")
+    assert not any(estimator_uses_local_returns(m) for m in ("mean", "std", "loo", "raw", "max", "batch",
+                                                                "agent_norm"))
+
+    @register_advantage_estimator("test_local_reader", uses_local_returns=True)
+    def local_only(returns, context):
+        "the local return itself (a test estimator)."
+        return context.local_returns
+
+    assert estimator_uses_local_returns("test_local_reader")
+    register_advantage_estimator("test_local_reader", replace=True)(std_advantages)  # replaced, without the flag
+
+    assert not estimator_uses_local_returns("test_local_reader")
+    with pytest.raises(ValueError, match="`advantage_mode` must be one of"):
+        estimator_uses_local_returns("no_such_estimator")
 
 
 def test_agent_turn_errors_and_unscorable_samples():
@@ -235,3 +259,23 @@ def test_the_extending_guide_estimator_example_runs(tmp_path, monkeypatch):
     finally:
         advantages_module._ESTIMATORS.clear()
         advantages_module._ESTIMATORS.update(saved)
+
+
+def test_each_agent_is_credited_its_own_local_return():
+    # aligned, G = 3: sample g of agent a is joint action g: its own row, never the other agent's
+    local = torch.tensor([[[1.0, 2.0, 3.0], [10.0, 20.0, 30.0]]])  # (B=1, n=2, J=3)
+    close(agent_local_returns_from_joint(local, joint_action_indices(2, 3, "aligned"), 3), local)
+    # cross, G = 2, joints (0,0) (0,1) (1,0) (1,1); agent 0 [1, NaN, 5, 7] -> sample 0 mean(1) = 1 (NaN left out),
+    # sample 1 mean(5, 7) = 6; agent 1 [NaN, 2, NaN, 4] -> sample 0 (joints 0, 2) has none: NaN; sample 1 mean(2, 4)
+    local = torch.tensor([[1.0, NAN, 5.0, 7.0], [NAN, 2.0, NAN, 4.0]])
+    out = agent_local_returns_from_joint(local, joint_action_indices(2, 2, "cross"), 2)
+    torch.testing.assert_close(out, torch.tensor([[1.0, 6.0], [NAN, 3.0]]), equal_nan=True)
+    with pytest.raises(ValueError, match=r"expected \(\.\.\., 2, 4\): one local return per agent and joint action"):
+        agent_local_returns_from_joint(torch.zeros(4, 2), joint_action_indices(2, 2, "cross"), 2)
+
+
+def test_the_returns_module_examples_hold():
+    import trl_marl.core.returns as returns_module
+
+    result = doctest.testmod(returns_module, optionflags=doctest.NORMALIZE_WHITESPACE)
+    assert result.attempted >= 2 and result.failed == 0

@@ -17,7 +17,8 @@ two papers this package implements, and of the works they build on:
 | MAREINFORCE (CoMLRL); REINFORCE (`"raw"`) | no baseline: A = R | `raw_advantages` |
 | MAReMax (CoMLRL's group-max, not ReMax's greedy baseline; `"max"`) | A = R - max(R) | `max_advantages` |
 | GRPO (`scale_rewards="batch"`; `"batch"`) | A = (R - mean R) / std of all team returns | `batch_advantages` |
-| AT-GRPO (2510.11062) (`"agent_turn"`) | (R~ - mean R~) / std R~ per agent and node | `agent_turn_advantages` |
+| AT-GRPO (2510.11062) (`"agent_turn"`) | (R~ - mean R~) / std R~, R~ = alpha R + R^loc | `agent_turn_advantages` |
+| AT-GRPO | an agent's local return: its own local reward credited to its samples | `agent_local_returns_from_joint` |
 | Dr. MAS (2602.08847) (`"agent_norm"`) | (R - mean_a) / std_a, agent a's episode | `agent_norm_advantages` |
 | PPO (arXiv 1707.06347, Eq. 7), GRPO Eq. 3, GSPO Eq. 7 | clipped surrogate per token | `clipped_surrogate` |
 | GRPO Eq. 3, Dr. GRPO Eq. 3, DAPO Eq. 8 | token aggregation of the loss (`loss_type`) | `aggregate_token_loss` |
@@ -57,12 +58,14 @@ from .advantages import (
     advantage_estimator,
     advantage_mode_help,
     advantage_modes,
+    agent_local_returns_from_joint,
     agent_norm_advantages,
     agent_returns_from_joint,
     agent_turn_advantages,
     batch_advantages,
     batch_scaled_advantages,
     early_stop_returns,
+    estimator_uses_local_returns,
     group_relative_advantages,
     joint_action_indices,
     loo_advantages,
@@ -130,9 +133,11 @@ __all__ = [
     "advantage_estimator",
     "advantage_mode_help",
     "advantage_modes",
+    "agent_local_returns_from_joint",
     "agent_norm_advantages",
     "agent_turn_advantages",
     "batch_advantages",
+    "estimator_uses_local_returns",
     "loo_advantages",
     "max_advantages",
     "mean_advantages",

@@ -41,7 +41,14 @@ from typing import TypeVar
 import torch
 from torch import Tensor
 
-from .returns import JOINT_MODES, agent_returns_from_joint, early_stop_returns, joint_action_indices, tree_returns
+from .returns import (
+    JOINT_MODES,
+    agent_local_returns_from_joint,
+    agent_returns_from_joint,
+    early_stop_returns,
+    joint_action_indices,
+    tree_returns,
+)
 from .statistics import masked_mean, masked_var, nan_std, valid_count, whiten, whiten_jointly
 
 __all__ = [
@@ -52,12 +59,14 @@ __all__ = [
     "advantage_estimator",
     "advantage_mode_help",
     "advantage_modes",
+    "agent_local_returns_from_joint",
     "agent_norm_advantages",
     "agent_returns_from_joint",
     "agent_turn_advantages",
     "batch_advantages",
     "batch_scaled_advantages",
     "early_stop_returns",
+    "estimator_uses_local_returns",
     "group_relative_advantages",
     "joint_action_indices",
     "loo_advantages",
@@ -90,10 +99,11 @@ class AdvantageContext:
             its own.
         tree: Every turn's ``(rows, returns)`` of the rollout, this turn's included (shapes ``(K_t,)`` and
             ``(K_t, n, G)``); empty: this turn alone. ``"agent_norm"`` pools an agent's samples over the turns.
-        local_returns: ``(K, n, G)`` per-agent local returns, added to ``returns`` with weight ``local_weight`` by
-            ``"agent_turn"``; ``None``: no local reward. (MAGRPO's rollout has no per-agent reward channel: its
-            trainer passes ``None``.)
-        local_weight: The weight ``lambda`` of ``local_returns``.
+        local_returns: ``(K, n, G)`` each sample's *local* return: its agent's own local reward backed up through
+            the tree like the team reward (MAGRPO's `local_reward_funcs`, docs/extending.md); ``None``: no local
+            reward. Only estimators registered with ``uses_local_returns=True`` read it (``"agent_turn"``).
+        team_weight: The weight ``alpha`` of the team return against the local one, ``alpha * R + R^loc``
+            (AT-GRPO's mixed reward; MAGRPO's `team_reward_weight`).
     """
 
     eps: float = 1e-4
@@ -101,7 +111,7 @@ class AdvantageContext:
     rows: Tensor | None = None
     tree: tuple[tuple[Tensor, Tensor], ...] = ()
     local_returns: Tensor | None = None
-    local_weight: float = 1.0
+    team_weight: float = 1.0
 
 
 AdvantageEstimator = Callable[[Tensor, AdvantageContext], Tensor]
@@ -109,9 +119,11 @@ AdvantageEstimator = Callable[[Tensor, AdvantageContext], Tensor]
 
 _Estimator = TypeVar("_Estimator", bound=AdvantageEstimator)
 _ESTIMATORS: dict[str, AdvantageEstimator] = {}
+_LOCAL_READERS: set[str] = set()  # the estimators that read `context.local_returns`
 
 
-def register_advantage_estimator(name: str, *, replace: bool = False) -> Callable[[_Estimator], _Estimator]:
+def register_advantage_estimator(name: str, *, replace: bool = False,
+                                 uses_local_returns: bool = False) -> Callable[[_Estimator], _Estimator]:
     """Register an advantage estimator under ``name`` (a decorator; the function is returned unchanged).
 
     The name becomes a valid ``MAGRPOConfig.advantage_mode``; the first line of the function's docstring is its
@@ -121,6 +133,9 @@ def register_advantage_estimator(name: str, *, replace: bool = False) -> Callabl
     Args:
         name: The ``advantage_mode`` value that selects the estimator.
         replace: Replace an estimator already registered under ``name`` (otherwise that is an error).
+        uses_local_returns: The estimator reads ``context.local_returns`` and ``context.team_weight`` (per-agent
+            local rewards, e.g. ``"agent_turn"``). A trainer refuses local rewards for an estimator that does not
+            (:func:`estimator_uses_local_returns`), since it would drop them without a word.
 
     Returns:
         The decorator.
@@ -150,6 +165,10 @@ def register_advantage_estimator(name: str, *, replace: bool = False) -> Callabl
                 "another name, or pass `replace=True` to replace it."
             )
         _ESTIMATORS[name] = func
+        if uses_local_returns:
+            _LOCAL_READERS.add(name)
+        else:
+            _LOCAL_READERS.discard(name)
         return func
 
     return decorate
@@ -173,6 +192,16 @@ def advantage_estimator(name: str) -> AdvantageEstimator:
             f"`advantage_mode` must be one of {advantage_modes()}, got {name!r}. A new estimator is one function "
             "registered with `trl_marl.core.register_advantage_estimator` (docs/extending.md)."
         ) from None
+
+
+def estimator_uses_local_returns(name: str) -> bool:
+    """Whether the estimator registered as ``name`` reads per-agent local returns (``uses_local_returns=True``).
+
+    Raises:
+        ValueError: No estimator has that name (as :func:`advantage_estimator`).
+    """
+    advantage_estimator(name)
+    return name in _LOCAL_READERS
 
 
 def advantage_mode_help() -> str:
@@ -342,20 +371,21 @@ def batch_scaled_advantages(returns: Tensor, eps: float = 1e-4, team_returns: Te
 # ----------------------------------------------------------------------------------------------------------------
 # Multi-agent estimators
 # ----------------------------------------------------------------------------------------------------------------
-@register_advantage_estimator("agent_turn")
+@register_advantage_estimator("agent_turn", uses_local_returns=True)
 def agent_turn_advantages(returns: Tensor, context: AdvantageContext) -> Tensor:
-    """AT-GRPO: (R~ - mean R~) / (std R~ + eps) within each agent's group at each turn node, R~ = R + lambda * local.
+    """AT-GRPO: (R~ - mean R~) / (std R~ + eps) within each agent's group at each turn node, R~ = alpha R + R^loc.
 
     AT-GRPO (Zhao et al., arXiv 2510.11062) groups a sample by its (agent, turn) position in the rollout tree, so
-    that every group shares one prompt, and normalises GRPO-style within the group. The reward of agent ``i`` mixes
-    the team reward with the agent's local one: ``R~_i = R_i + lambda * R^loc_i`` (``context.local_returns``,
-    weight ``context.local_weight``; the paper writes ``alpha * r^team + r^loc``, the same advantage up to ``eps``
-    with ``lambda = 1 / alpha``, since the std normalisation removes the common scale). Then
-    ``A_i = (R~_i - mean_j R~_j) / (std_j R~_j + eps)`` over the G samples of agent ``i`` at one node.
+    that every group shares one prompt, and normalises GRPO-style within the group. The reward of agent ``i`` at
+    turn ``t`` mixes the team reward with the agent's own local one, ``r_{t,i} = alpha * r^team_t + r^loc_{t,i}``;
+    here both are returns backed up through the tree (``returns`` and ``context.local_returns``, ``alpha`` is
+    ``context.team_weight``): ``R~_i = alpha * R_i + R^loc_i``, then ``A_i = (R~_i - mean_j R~_j) / (std_j R~_j +
+    eps)`` over the G samples of agent ``i`` at one node.
 
     MAGRPO's tree already puts each agent's G samples of one node in one group, so without a local reward this is
-    ``"std"``. With team returns ``[1, 0, 5]`` for both agents of a node and local returns ``[0, 2, 0]`` for agent 0
-    (``lambda = 1``): agent 0's ``R~ = [1, 2, 5]`` (mean 2.667, std 2.0817), agent 1's ``[1, 0, 5]``:
+    ``"std"`` (``alpha`` only rescales, which the std removes). With team returns ``[1, 0, 5]`` for both agents of a
+    node and local returns ``[0, 2, 0]`` for agent 0 (``alpha = 1``): agent 0's ``R~ = [1, 2, 5]`` (mean 2.667, std
+    2.0817), agent 1's ``[1, 0, 5]``:
 
     ```python
     >>> team = torch.tensor([[[1.0, 0.0, 5.0], [1.0, 0.0, 5.0]]])
@@ -372,7 +402,7 @@ def agent_turn_advantages(returns: Tensor, context: AdvantageContext) -> Tensor:
                 f"`local_returns` has shape {tuple(context.local_returns.shape)}, the returns {tuple(returns.shape)}: "
                 "give one local return per sample."
             )
-        returns = returns + context.local_weight * context.local_returns
+        returns = context.team_weight * returns + context.local_returns.to(returns.dtype)
     _check_group_size(returns, "agent_turn")
     mean = torch.nanmean(returns, dim=-1, keepdim=True)
     return _normalised(returns, mean, nan_std(returns, dim=-1, keepdim=True), context.eps)

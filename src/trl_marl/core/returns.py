@@ -12,7 +12,8 @@ import itertools
 import torch
 from torch import Tensor
 
-__all__ = ["JOINT_MODES", "agent_returns_from_joint", "early_stop_returns", "joint_action_indices", "tree_returns"]
+__all__ = ["JOINT_MODES", "agent_local_returns_from_joint", "agent_returns_from_joint", "early_stop_returns",
+           "joint_action_indices", "tree_returns"]
 
 JOINT_MODES: tuple[str, ...] = ("aligned", "cross")
 """Valid ``mode`` values of :func:`joint_action_indices`."""
@@ -82,6 +83,44 @@ def agent_returns_from_joint(joint_returns: Tensor, joint_indices: Tensor, num_g
     sums = torch.einsum("...j,jag->...ag", torch.where(valid, returns, torch.zeros_like(returns)), membership)
     counts = torch.einsum("...j,jag->...ag", valid.to(dtype), membership)
     return torch.where(counts > 0, sums / counts.clamp(min=1), torch.full_like(sums, float("nan")))
+
+
+def agent_local_returns_from_joint(local_returns: Tensor, joint_indices: Tensor, num_generations: int) -> Tensor:
+    """Local return credited to each agent's sample: the mean of *its own agent's* local return over the joint
+    actions that contain it (AT-GRPO's per-agent local reward, arXiv 2510.11062, on MAGRPO's tree).
+
+    ``R^loc_a(g) = mean_{j : joint_indices[j, a] = g} R^loc(j, a)``: as :func:`agent_returns_from_joint`, but each
+    agent reads its own row of ``local_returns`` (another agent's local reward never reaches it). In ``aligned``
+    mode this is ``R^loc(g, a)``. NaN entries are left out of the mean; a sample with none gets NaN.
+
+    Args:
+        local_returns: Each agent's local return in each joint action, shape ``(n, J)`` or ``(B, n, J)``.
+        joint_indices: Output of :func:`joint_action_indices`, shape ``(J, n)``.
+        num_generations: ``G``.
+
+    Returns:
+        Shape ``(n, G)``, or ``(B, n, G)``.
+
+    Example: two agents, G = 2, ``cross`` (joint actions (0,0), (0,1), (1,0), (1,1)); agent 0's local returns
+    ``[1, 3, 0, 2]``, agent 1's ``[4, 0, 2, 0]``: agent 0's sample 0 is in joint actions 0 and 1 (mean 2), sample 1
+    in 2 and 3 (1); agent 1's sample 0 in 0 and 2 (3), sample 1 in 1 and 3 (0).
+
+    ```python
+    >>> local = torch.tensor([[1.0, 3.0, 0.0, 2.0], [4.0, 0.0, 2.0, 0.0]])
+    >>> agent_local_returns_from_joint(local, joint_action_indices(2, 2, "cross"), 2)
+    tensor([[2., 1.],
+            [3., 0.]])
+
+    ```
+    """
+    n = joint_indices.shape[1]
+    if local_returns.shape[-2:] != (n, joint_indices.shape[0]):
+        raise ValueError(
+            f"local_returns has shape {tuple(local_returns.shape)}; expected (..., {n}, {joint_indices.shape[0]}): "
+            "one local return per agent and joint action."
+        )
+    credited = agent_returns_from_joint(local_returns, joint_indices, num_generations)  # (..., n_rows, n, G)
+    return torch.diagonal(credited, dim1=-3, dim2=-2).movedim(-1, -2)  # row a of agent a: (..., n, G)
 
 
 # ----------------------------------------------------------------------------------------------------------------

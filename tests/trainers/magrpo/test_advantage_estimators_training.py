@@ -67,7 +67,7 @@ def test_each_multi_agent_estimator_trains_a_step(target_model_dir, tmp_path, mo
     tree = tuple((torch.tensor([node.row_index for node in t.nodes]), t.agent_returns) for t in turns)
     for t, (rows, _) in zip(turns, tree):
         assert torch.isfinite(t.advantages).all()
-        if mode == "agent_turn":  # no per-agent local reward in MAGRPO's rollout: the group std advantage
+        if mode == "agent_turn":  # without `local_reward_funcs`: the group std advantage
             returns = t.agent_returns
             centered = returns - returns.mean(dim=-1, keepdim=True)
             expected = torch.nan_to_num(centered / (returns.std(dim=-1, keepdim=True) + 1e-4), nan=0.0)

@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, fields
 
 from ..._trl_compat import GRPOConfig
-from ...core import JOINT_MODES, SUPPORTED_LOSS_TYPES, advantage_estimator, advantage_mode_help
+from ...core import (
+    JOINT_MODES,
+    SUPPORTED_LOSS_TYPES,
+    advantage_estimator,
+    advantage_mode_help,
+    estimator_uses_local_returns,
+)
 from ...team.generation import check_generation_backend
 from ...utils.inputs import check_learning_rate, generation_batch_error, use_activation_checkpointing_name
 from ...validation import (
@@ -108,6 +115,10 @@ class MAGRPOConfig(GRPOConfig):
             `trl_marl.core.advantages` and the table in docs/architecture.md). Default: derived from `scale_rewards`
             (`"none"`: `"mean"`, the paper's; `"group"`: `"std"`; `"batch"`: `"batch"`); any other mode takes
             `scale_rewards="none"` (see [`MAREINFORCEConfig`]).
+        local_reward_weights (`list[float]`, *optional*): One weight per function of the trainer's
+            `local_reward_funcs` (per-agent local rewards, docs/extending.md), in order; default 1 each.
+        team_reward_weight (`float`, defaults to `1.0`): AT-GRPO's alpha: an estimator that reads local rewards
+            (`"agent_turn"`) mixes agent i's return as alpha * R^team + R^loc_i.
         scale_rewards (`str`, defaults to `"none"`): As in GRPO, but the default is the paper's unscaled advantage.
         num_generations_eval (`int`, *optional*, defaults to `1`): As in GRPO, the samples per prompt at evaluation:
             `evaluate()` plays this many independent episodes of every row (one sample per agent per turn each) and
@@ -186,6 +197,21 @@ class MAGRPOConfig(GRPOConfig):
             + advantage_mode_help()
             + ". Default: derived from `scale_rewards` ('none': 'mean', 'group': 'std', 'batch': 'batch'); any other "
             "mode needs scale_rewards='none'."
+        },
+    )
+    local_reward_weights: list[float] | None = field(
+        default=None,
+        metadata={
+            "help": "Weights of the trainer's `local_reward_funcs` (per-agent local rewards), one per function in "
+            "order (with one list of functions per agent: agent 0's first); default 1 each."
+        },
+    )
+    team_reward_weight: float = field(
+        default=1.0,
+        metadata={
+            "help": "AT-GRPO's alpha (arXiv 2510.11062): an advantage estimator that reads local rewards "
+            "('agent_turn') gives agent i the return alpha * R^team + R^loc_i, R^loc_i its own local reward "
+            "(`local_reward_funcs`) backed up through the tree like the team's. Must be >= 0."
         },
     )
     num_generations_eval: int | None = field(
@@ -459,6 +485,7 @@ class MAGRPOConfig(GRPOConfig):
                 f"`advantage_mode={self.advantage_mode!r}` contradicts `scale_rewards={self.scale_rewards!r}`; set "
                 "only one of them."
             )
+        check_local_reward_fields(self)
         if self.per_device_train_batch_size % self.num_generations != 0:
             raise ValueError(
                 f"`per_device_train_batch_size` ({self.per_device_train_batch_size}) must be a multiple of "
@@ -506,82 +533,22 @@ class MAGRPOConfig(GRPOConfig):
             )
 
 
-_FAMILY_NOTE = """
-    comlrl 1.4.3 ships this algorithm as a trainer of its own; here it is [`MAGRPOTrainer`] with another
-    `advantage_mode`, so every MAGRPO and GRPO field applies unchanged. `scale_rewards` stays `"none"`: the
-    algorithm's advantage is used as it is defined. (comlrl's default `advantage_normalization=True` re-centres and
-    rescales each group's advantages after computing them, which makes `raw`, `max`, `mean` and `loo` all the same
-    `(R - mean R) / std R`; the algorithms differ only with it off, which is what this preset gives. For the
-    normalised variant use `MAGRPOConfig(scale_rewards="group")`.)
-"""
+def check_local_reward_fields(config: MAGRPOConfig) -> None:
+    """Refuse `team_reward_weight` and `local_reward_weights` where nothing reads them (`advantage_mode`).
 
-
-@dataclass
-class MAREINFORCEConfig(MAGRPOConfig):
-    __doc__ = r"""Configuration of MAREINFORCE: [`MAGRPOTrainer`] with `advantage_mode="raw"` (REINFORCE, no baseline).
-
-    Each sample's advantage is its return, A_g = R_g (with several turns, R_t = r_t + gamma * mean R_{t+1}).
-    """ + _FAMILY_NOTE + r"""
-    Example:
-
-    ```python
-    from trl_marl import MAGRPOTrainer, MAREINFORCEConfig
-
-    args = MAREINFORCEConfig(output_dir="team", num_agents=2, num_generations=4, per_device_train_batch_size=16)
-    assert args.advantage_mode == "raw"
-    # trainer = MAGRPOTrainer(model=..., reward_funcs=..., args=args, train_dataset=...)
-    ```
+    Raises:
+        ValueError: `team_reward_weight` negative or not finite; either field set with an estimator that does not
+            read local rewards, naming the field and the fix.
     """
-
-    advantage_mode: str | None = field(
-        default="raw", metadata={"help": "MAREINFORCE's advantage: the return itself (no baseline)."}
-    )
-
-
-@dataclass
-class MARLOOConfig(MAGRPOConfig):
-    __doc__ = r"""Configuration of MARLOO: [`MAGRPOTrainer`] with `advantage_mode="loo"` (leave-one-out baseline).
-
-    A_g = R_g - mean_{k != g} R_k = (G R_g - sum_k R_k) / (G - 1), the definition of comlrl's `"rloo"` mode.
-    """ + _FAMILY_NOTE + r"""
-    Example:
-
-    ```python
-    from trl_marl import MAGRPOTrainer, MARLOOConfig
-
-    args = MARLOOConfig(output_dir="team", num_agents=2, num_generations=4, per_device_train_batch_size=16)
-    assert args.advantage_mode == "loo"
-    ```
-    """
-
-    advantage_mode: str | None = field(
-        default="loo", metadata={"help": "MARLOO's advantage: the return minus the mean of the other samples'."}
-    )
-
-
-@dataclass
-class MAReMaxConfig(MAGRPOConfig):
-    __doc__ = r"""Configuration of MAReMax: [`MAGRPOTrainer`] with `advantage_mode="max"` (a group-max baseline).
-
-    A_g = R_g - max_k R_k over the G samples of a node: the best sample gets 0, the others a negative advantage.
-    The name is CoMLRL's. The baseline is the best *sampled* return of the group, not the baseline of ReMax (Li et al.,
-    arXiv 2310.10505), which is the reward of one extra greedy (argmax-decoded) response to the same prompt: no greedy
-    rollout is played here.
-    """ + _FAMILY_NOTE + r"""
-    Example:
-
-    ```python
-    from trl_marl import MAGRPOTrainer, MAReMaxConfig
-
-    args = MAReMaxConfig(output_dir="team", num_agents=2, num_generations=4, per_device_train_batch_size=16)
-    assert args.advantage_mode == "max"
-    ```
-    """
-
-    advantage_mode: str | None = field(
-        default="max",
-        metadata={
-            "help": "MAReMax's advantage (CoMLRL's name): the return minus the best return of the group's samples "
-            "(a group-max baseline, not ReMax's greedy-rollout baseline)."
-        },
-    )
+    alpha = config.team_reward_weight
+    if not isinstance(alpha, (int, float)) or not math.isfinite(alpha) or alpha < 0:
+        raise ValueError(f"`team_reward_weight` (AT-GRPO's alpha) must be a finite number >= 0, got {alpha!r}.")
+    if estimator_uses_local_returns(config.advantage_mode):
+        return
+    for name, default in (("local_reward_weights", None), ("team_reward_weight", 1.0)):
+        if getattr(config, name) != default:
+            raise ValueError(
+                f"`{name}={getattr(config, name)!r}` weighs local rewards, which `advantage_mode="
+                f"{config.advantage_mode!r}` does not read. Use `advantage_mode='agent_turn'` (AT-GRPO), or leave "
+                f"`{name}` at its default ({default!r})."
+            )

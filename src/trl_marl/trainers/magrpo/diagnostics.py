@@ -184,7 +184,7 @@ class TrainingDiagnostics:
 
 def log_rollout(metrics: dict[str, list[float]], rollout: Rollout, reward_names: list[str],
                 lengths: list[torch.Tensor], advantages: list[torch.Tensor],
-                turn_of_sample: list[torch.Tensor]) -> None:
+                turn_of_sample: list[torch.Tensor], local_reward_names: list[list[str]] | None = None) -> None:
     """Record a rollout's metrics in `metrics` (the trainer's metrics of the mode, logged by `log`).
 
     Args:
@@ -194,6 +194,9 @@ def log_rollout(metrics: dict[str, list[float]], rollout: Rollout, reward_names:
         lengths: Each agent's completion lengths.
         advantages: Each agent's advantages, in the order of `turn_of_sample`.
         turn_of_sample: Each agent's turn of every sample.
+        local_reward_names: Each agent's local reward functions' names, with local rewards: then each such agent's
+            `agent_<a>/local_reward` (turn 1's mean over the joint actions, as `reward`), `agent_<a>/turn_<t>/
+            local_reward` and `agent_<a>/local_rewards/<name>/{mean,std}` (turn 1) are recorded too.
     """
     first = rollout.turns[0]
     metrics["reward"].append(finite_mean(first.rewards))
@@ -215,9 +218,30 @@ def log_rollout(metrics: dict[str, list[float]], rollout: Rollout, reward_names:
             sel = turn_of_sample[a] == t.turn
             metrics[f"agent_{a}/turn_{t.turn}/advantage_abs_mean"].append(float(adv[sel].abs().mean()))
         metrics[f"agent_{a}/advantage_std"].append(float(adv.std()) if adv.numel() > 1 else 0.0)
+    if local_reward_names is not None:
+        _log_local_rewards(metrics, rollout, local_reward_names)
     metrics["num_tokens_generated"].append(float(rollout.generated_tokens))
     if rollout.generation_time > 0:
         metrics["tokens_per_second"].append(rollout.generated_tokens / rollout.generation_time)
+
+
+def _log_local_rewards(metrics: dict[str, list[float]], rollout: Rollout, names: list[list[str]]) -> None:
+    """Each agent's local reward per turn and per function (see [`log_rollout`])."""
+    for t in rollout.turns:
+        if t.local_rewards is None:
+            continue
+        for a, agent_names in enumerate(names):
+            if not agent_names:  # an agent without local reward functions
+                continue
+            if t.turn == 1:
+                metrics[f"agent_{a}/local_reward"].append(finite_mean(t.local_rewards[:, :, a]))
+            metrics[f"agent_{a}/turn_{t.turn}/local_reward"].append(finite_mean(t.local_rewards[:, :, a]))
+            scores = t.local_rewards_per_func[a] if t.turn == 1 and t.local_rewards_per_func else None
+            for f_index, name in enumerate(agent_names if scores is not None else []):
+                finite = scores[:, f_index][torch.isfinite(scores[:, f_index])]
+                metrics[f"agent_{a}/local_rewards/{name}/mean"].append(finite_mean(scores[:, f_index]))
+                metrics[f"agent_{a}/local_rewards/{name}/std"].append(float(finite.std()) if finite.numel() > 1
+                                                                       else 0.0)
 
 
 def print_completions(rollout: Rollout, num_agents: int, num_generations: int, limit: int, step: int) -> None:

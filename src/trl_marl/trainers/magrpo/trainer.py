@@ -36,13 +36,14 @@ from ..._trl_compat import TeamCheckpointMixin, TRLBaseTrainer
 from ...core import (
     aggregate_token_loss,
     clipped_surrogate,
+    estimator_uses_local_returns,
     k3_kl,
     log_importance_weights,
     masked_mean,
     off_policy_sequence_mask,
 )
 from ...envs.base import MultiAgentEnv, PromptEnv, Transcript
-from ...rewarding import NonFiniteCounter, NonFiniteError
+from ...rewarding import LocalReward, NonFiniteCounter, NonFiniteError
 from ...rollout import JointRollout, Rollout, TeamReward, TurnResult, assign_advantages, turn_advantages
 from ...team import AgentBatch, AgentTeam, pad_left, pad_right
 from ...team.generation import build_generation_backend
@@ -102,6 +103,13 @@ class MAGRPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer):
         eval_verifier: An answer verifier (`extract(response)`, `score(response, gold)`, e.g. `AnswerVerifier`) for
             `evaluate()`. Default: a reward function that is one, or has one as `verifier`.
         gold_column: The dataset column holding the gold answer, for `evaluate()`.
+        local_reward_funcs: Per-agent *local* rewards (AT-GRPO, arXiv 2510.11062): functions with the signature of
+            an agent reward, each scoring one agent's own completion (`agent_index=a`, `prompts`/`completions` agent
+            `a`'s, one entry per joint action); one list for every agent, or one list per agent. Each agent's local
+            reward (weighted by `local_reward_weights`) is backed up through the tree like the team reward and mixed
+            in by an estimator that reads it: `advantage_mode="agent_turn"`, with `team_reward_weight` (alpha)
+            giving agent i the return alpha * R^team + R^loc_i (`trl_marl.rewarding.LocalReward`; docs/extending.md).
+            Refused with an estimator that would ignore it.
 
     Hooks (override in a subclass): `compute_rewards` (the team reward of each joint action of a turn),
     `compute_advantages` (a turn's advantages from its returns), `compute_agent_loss` (one agent's loss).
@@ -148,6 +156,7 @@ class MAGRPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer):
         peft_config: Any = None,
         eval_verifier: Any = None,
         gold_column: str = "answer",
+        local_reward_funcs: RewardFunc | Sequence[RewardFunc] | Sequence[Sequence[RewardFunc]] | None = None,
     ) -> None:
         self.eval_verifier = eval_verifier
         self.gold_column = gold_column
@@ -163,6 +172,7 @@ class MAGRPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer):
         self.validate_dataset(env, train_dataset, "train_dataset")  # the first rows, before a model is loaded
         if eval_dataset is not None:
             self.validate_dataset(env, eval_dataset, "eval_dataset")
+        self.local_rewards = self._local_rewards(local_reward_funcs, args, env.num_agents)  # before any model loads
 
         # A run is a function of `args.seed`: LoRA and any other freshly initialised weights are drawn now, before
         # `Trainer.__init__` seeds, so seed here (whatever the global RNG held before the trainer was built).
@@ -234,6 +244,7 @@ class MAGRPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer):
             chat_template_kwargs=args.chat_template_kwargs,
             score=self._score_turn,
             gather=functools.partial(gathered_rows, self.accelerator),  # batch statistics over every process
+            local_reward=self.local_rewards,
         )
         # evaluation plays one sample per agent per episode with the same engine, scoring every turn
         self.eval_engine = JointRollout(
@@ -248,6 +259,31 @@ class MAGRPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer):
         self.entropy_control = EntropyControl(args, [a for a in range(env.num_agents) if a not in team.frozen])
         self.last_rollout: Rollout | None = None
         self.last_advantages: list[torch.Tensor] = []
+
+    def _local_rewards(self, funcs: Any, args: MAGRPOConfig, num_agents: int) -> LocalReward | None:
+        """The per-agent local rewards of `local_reward_funcs`, checked against the config before any step."""
+        if funcs is None:
+            if args.local_reward_weights is not None:
+                raise ValueError("`local_reward_weights` is set but there is no local reward: pass the functions as "
+                                 "`MAGRPOTrainer(local_reward_funcs=...)`, or leave `local_reward_weights` None.")
+            if args.team_reward_weight != 1.0:
+                raise ValueError(f"`team_reward_weight={args.team_reward_weight!r}` weighs the team reward against "
+                                 "local rewards, but there are none: pass `MAGRPOTrainer(local_reward_funcs=...)`, or "
+                                 "leave `team_reward_weight` at 1.0.")
+            return None
+        own_advantages = type(self).compute_advantages is not MAGRPOTrainer.compute_advantages  # reads them itself
+        if not own_advantages and not estimator_uses_local_returns(args.advantage_mode):
+            raise ValueError(
+                f"`local_reward_funcs` are given, but `advantage_mode={args.advantage_mode!r}` does not read local "
+                "rewards: they would be scored and dropped. Use `advantage_mode='agent_turn'` (AT-GRPO: alpha * "
+                "R^team + R^loc, `team_reward_weight`), or put the functions in `reward_funcs` (an agent reward there "
+                "is averaged into the team reward), or register an estimator with `uses_local_returns=True`."
+            )
+        local = LocalReward(funcs, num_agents, args.local_reward_weights, field="local_reward_funcs",
+                            weights_field=f"{type(args).__name__}.local_reward_weights")
+        local.set_timeout(args.reward_timeout, f"{type(args).__name__}.reward_timeout",
+                          getattr(args, "reward_isolation", "process"))
+        return local
 
     def train(self, resume_from_checkpoint: str | bool | None = None, trial: Any = None,
               ignore_keys_for_eval: list[str] | None = None, **kwargs: Any) -> Any:
@@ -318,11 +354,12 @@ class MAGRPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer):
         registered as `advantage_mode` (`trl_marl.core.advantages`; a new one is a function and a decorator,
         docs/extending.md), given the rest of the rollout (`self.last_rollout`); NaN becomes 0.
         `turn.pooled_returns` holds the turn's team returns on every process (what `advantage_mode="batch"` takes the
-        std of, as TRL's `GRPOTrainer` gathers its rewards over the processes first).
+        std of, as TRL's `GRPOTrainer` gathers its rewards over the processes first); `turn.local_returns` `(K, n, G)`
+        each sample's local return with `local_reward_funcs` (else None).
         """
         rollout = self.last_rollout
         turns = rollout.turns if rollout is not None and any(t is turn for t in rollout.turns) else ()
-        return turn_advantages(turn, self.args.advantage_mode, turns)
+        return turn_advantages(turn, self.args.advantage_mode, turns, team_weight=self.args.team_reward_weight)
 
     # ------------------------------------------------------------------ training step
     def get_batch_samples(self, epoch_iterator: Any, num_batches: int, device: Any) -> tuple[list[Any], None]:
@@ -630,7 +667,9 @@ class MAGRPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer):
                      turn_of_sample: list[torch.Tensor], mode: str) -> None:
         """Record a rollout's metrics (`diagnostics.log_rollout`), and print a few joint actions with
         `log_completions`."""
-        log_rollout(self._metrics[mode], rollout, self.rewards.names, lengths, advantages, turn_of_sample)
+        log_rollout(self._metrics[mode], rollout, self.rewards.names, lengths, advantages, turn_of_sample,
+                    local_reward_names=None if self.local_rewards is None else
+                    [self.local_rewards.names(a) for a in range(self.env.num_agents)])
         if self.args.log_completions and self.accelerator.is_main_process and mode == "train":
             print_completions(rollout, self.env.num_agents, self.args.num_generations,
                               self.args.num_completions_to_print or 4, self.state.global_step)
