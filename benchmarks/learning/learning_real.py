@@ -376,7 +376,7 @@ def with_stops(sizes: dict[str, Any], model: str) -> dict[str, Any]:
         return sizes
     from transformers import AutoTokenizer
 
-    from trl_marl.toy.real import is_real_model_name, resolve_real_model_name
+    from trl_marl.offline_models import is_real_model_name, resolve_real_model_name
 
     tokenizer = AutoTokenizer.from_pretrained(resolve_real_model_name(model) if is_real_model_name(model) else model)
     return {**sizes, "generation_kwargs": {"eos_token_id": stop_token_ids(tokenizer, sizes["stop"])}}

@@ -9,6 +9,7 @@ Public API:
 - [`trl_marl.envs`]: the `MultiAgentEnv` protocol and built-in environments.
 - [`trl_marl.core`]: the algorithms' math as pure tensor functions.
 - [`trl_marl.toy`]: tiny offline models and tasks for tests and demos.
+- [`trl_marl.offline_models`]: the model names that load without the Hub (`"toy"`, `"smollm2-135m-instruct"`).
 """
 
 from typing import TYPE_CHECKING, Any
@@ -52,15 +53,15 @@ def __dir__() -> list[str]:
 
 
 def _offline_names(name: str) -> str | None:
-    """Import `trl_marl.toy` the first time a model name is resolved: it registers the offline names ("toy",
-    "toy:<task>", ...) right after this resolver, and `resolve_model_name` asks it next."""
+    """Import `trl_marl.offline_models` the first time a model name is resolved: it registers the offline names
+    ("toy", "toy:<task>", "smollm2-135m-instruct") right after this resolver, and `resolve_model_name` asks it next."""
     import importlib
 
-    importlib.import_module(".toy", __name__)
+    importlib.import_module(".offline_models", __name__)
     return None
 
 
-register_model_name_resolver(_offline_names)  # `import trl_marl` stays light; a name resolved loads the toy world
+register_model_name_resolver(_offline_names)  # `import trl_marl` stays light; a name resolved loads offline_models
 
 if TYPE_CHECKING:
     from .envs import MultiAgentEnv, PromptEnv, TargetSumEnv

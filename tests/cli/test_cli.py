@@ -96,12 +96,12 @@ import trl_marl
 from trl_marl.utils.model_names import resolve_model_name
 assert "torch" not in sys.modules and "trl_marl.toy" not in sys.modules, "import trl_marl stays light"
 assert "AgentTeam" in dir(trl_marl) and "MAGRPOTrainer" in trl_marl.__all__
-try:  # the first name resolved loads the toy world, whose resolver answers (here: an unknown toy task)
+try:  # the first name resolved loads the offline models, whose resolver answers (here: an unknown toy task)
     resolve_model_name("toy:no-such-task")
     raise AssertionError("toy names are not resolved")
 except ValueError as exc:
     assert "unknown toy task 'no-such-task'" in str(exc), exc
-assert "trl_marl.toy" in sys.modules and resolve_model_name("gpt2") == "gpt2"
+assert "trl_marl.offline_models" in sys.modules and resolve_model_name("gpt2") == "gpt2"
 from trl_marl import MAGRPOTrainer, AgentTeam  # the public names load on first use
 assert MAGRPOTrainer.__module__ == "trl_marl.trainers.magrpo.trainer" and trl_marl.AgentTeam is AgentTeam
 print("OK")

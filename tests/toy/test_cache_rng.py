@@ -22,8 +22,9 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 from trl_marl import MAGRPOConfig, MAGRPOTrainer
 from trl_marl.envs import TargetSumEnv
+from trl_marl.offline_models import smollm2 as real
 from trl_marl.rewards.arithmetic import TargetSumReward
-from trl_marl.toy import make_toy_model, real
+from trl_marl.toy import make_toy_model
 
 warnings.filterwarnings("ignore")
 

@@ -13,8 +13,8 @@ plus the raw columns that are useful for inspection (listed per loader).
   gold answer is what the function returns, computed in the sandbox of `trl_marl.sandbox`).
 - [`load_anli`]: `facebook/anli` (adversarial natural language inference, rounds 1-3).
 
-The Hub loaders call `datasets.load_dataset` (downloaded once, then read from the local cache); a local copy with
-the same columns can be read by passing its path, or a JSON Lines file with `data_files`.
+Where the Hub loaders read from (the Hub, its local cache, a local copy): the `trl_marl.data` docstring; these also
+read a JSON Lines file given as `data_files`.
 """
 
 from __future__ import annotations

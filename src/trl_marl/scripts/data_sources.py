@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..data.files import DATA_FILE_KINDS, as_file_list, data_file_builder
-from ..toy.real import REAL_MODEL_NAME
+from ..offline_models import REAL_MODEL_NAME
 from ..utils.model_names import hub_unavailable_reason
 
 SHIPPED_DATASETS: dict[str, str] = {

@@ -1,18 +1,10 @@
 """`trl-marl demo`: an offline toy world where agents visibly learn to collaborate.
 
 Everything runs on a CPU with no network, on tiny language models that `trl_marl.toy` builds from config and
-pretrains on synthetic arithmetic (cached in the user cache directory after the first run).
-
-Part 1, MAGRPO: two agents each see only `T=10:` and write a number; the team scores 1 when the numbers add up
-to 10 (-0.5 for an unparseable answer). MAGRPO trains both agents on the team reward. The baseline spends the
-same budget training each agent *alone* (GRPO on the same team reward with its partner frozen at its pretrained
-policy), then pairs the two separately trained agents, the papers' "training individual LLMs alone".
-
-Part 2, MAPoRL: a team of three agents with different strengths (one knows every fact of a toy world, two know
-40% each) debates each question for three turns (from turn 2 on, every agent sees all agents' previous answers); an
-answer verifier scores every answer, and the influence-aware reward with collaboration incentives is maximized with
-multi-agent PPO on the revision turns. Reported: majority-vote accuracy per turn before and after training, and the
-collaboration transitions between turns.
+pretrains on synthetic tasks (cached after the first run). Part 1 ([`run_magrpo_part`]) trains a two-agent team with
+MAGRPO against agents trained alone on the same team reward; part 2 ([`run_maporl_part`]) trains a three-agent debate
+with MAPoRL's reward and multi-agent PPO. What each part does, what it prints and what reproduces where:
+docs/demo.md.
 """
 
 from __future__ import annotations

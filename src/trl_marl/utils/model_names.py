@@ -1,10 +1,11 @@
 """Model names that stand for something else than a Hub id or a folder (a plug-in point for upper layers).
 
-A layer above the team (e.g. `trl_marl.toy`, whose names such as `"toy"` build a tiny model on first use, and whose
-`"smollm2-135m-instruct"` dequantizes a real instruct model once, see docs/real_model.md) registers a resolver here;
-`AgentTeam.build`, `load_tokenizer`, the legacy value-head model and the scripts call [`resolve_model_name`] on every
-name they load, so the team never imports the layer that defines the names. A team keeps the registered name (not
-the folder) as its base model's `name_or_path`, so saved teams and model cards name it.
+A layer above the team (e.g. `trl_marl.offline_models`, whose names such as `"toy"` build a tiny model on first use,
+and whose `"smollm2-135m-instruct"` dequantizes a real instruct model once, see docs/real_model.md) registers a
+resolver here; `AgentTeam.build`, `load_tokenizer`, the legacy value-head model and the scripts call
+[`resolve_model_name`] on every name they load, so the team never imports the layer that defines the names. A team
+keeps the registered name (not the folder) as its base model's `name_or_path`, so saved teams and model cards name
+it.
 
 Example:
 

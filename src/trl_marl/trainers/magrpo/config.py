@@ -145,12 +145,9 @@ class MAGRPOConfig(GRPOConfig):
         share_prompt_prefill (`bool`, defaults to `True`): Run each node's prompt prefill once for its G samples
             (and for agents of the same weights that see the same prompt) and copy the KV cache to every sample
             (`AgentTeam.share_prompt_prefill`).
-        backward_per_agent (`bool`, defaults to `True`): Backpropagate the team loss one agent at a time (forward, loss
-            and backward of agent 0, then of agent 1, ...), so that one agent's activations are alive at a time
-            instead of every agent's; the same gradient as one backward of the summed loss (`False`), up to
-            floating-point summation order (`trainers.per_agent`). With `False` an `adapters` team runs every
-            agent's rows as one forward through the shared base model, each row through its agent's adapter: fewer,
-            larger forwards (faster where steps are small or kernel launches dominate), more activation memory.
+        backward_per_agent (`bool`, defaults to `True`): Backpropagate the team loss one agent at a time, with one
+            agent's activations in memory instead of every agent's and the gradient of the summed loss (`False`);
+            why, and when the summed loss is taken anyway: the `trainers/per_agent.py` docstring.
         zero_std_warning_fraction (`float`, defaults to `0.9`), zero_std_warning_steps (`int`, defaults to `20`):
             Warn once when at least this fraction of groups had zero return std (no learning signal) for this many
             consecutive optimizer steps.
@@ -304,16 +301,9 @@ class MAGRPOConfig(GRPOConfig):
     backward_per_agent: bool = field(
         default=True,
         metadata={
-            "help": "Take each trained agent's forward, loss and backward in turn, freeing its activations (the "
-            "[batch, length, vocab] logits among them) before the next agent's forward: peak training memory holds "
-            "one agent's activations instead of all of them. The gradient is that of one backward of the summed loss "
-            "(False) up to floating-point summation order, at the same compute. With False an `adapters` team runs "
-            "all agents' rows as one forward through the shared base model (each row through its agent's adapter): "
-            "fewer, larger forwards, faster for small steps, at every agent's activation memory. Under DDP the "
-            "backwards run under `no_sync` and the gradients are averaged once per synchronising step. The summed "
-            "loss and one backward are used anyway with sharded weights (FSDP2, DeepSpeed), LOMO optimizers, and a "
-            "subclass that overrides `compute_loss`. A `compute_agent_loss` override of agent a finds "
-            "`inputs['entropy']` and `inputs['entropy_mask']` of agents 0..a only (False: of every agent)."
+            "help": "Backpropagate the team loss one agent at a time: one agent's activations in memory instead of "
+            "all, the gradient of the summed loss (False). Why, and when the summed loss is taken anyway: the "
+            "docstring of trl_marl.trainers.per_agent."
         },
     )
     frozen_agents: list[int] = field(

@@ -7,17 +7,9 @@ _make_batches -> compute_loss`, or one backward per agent), logging and evaluati
 reference sync), `entropy` (the entropy bonus and the high-entropy token masks) and `diagnostics` (the rollout metrics
 and the no-learning warnings).
 
-One backward per agent: the team loss is a sum over the trained agents, ``L = sum_a L_a``, and each ``L_a`` depends
-on agent ``a``'s micro-batch and policy only: its advantages, reference and old log-probs are fixed before the step,
-the `loss_type="dapo"` normaliser counts tokens of the whole step in advance, and the `top_entropy_quantile` token
-mask and the entropy bonus of agent ``a`` read agent ``a``'s entropies only. So ``grad L = sum_a grad L_a``: taking
-agent ``a``'s forward, loss and backward, then agent ``a + 1``'s (`trainers.per_agent.backward_per_agent`),
-accumulates the same gradient (up to the order of floating-point sums) as the summed loss with one backward, which
-`transformers.Trainer.training_step` takes, while only one agent's forward graph (its `(B, L, vocab)` logits among
-it) is alive at a time. The loop needs `MAGRPOConfig.backward_per_agent`, the trainer's own `compute_loss` (a
-subclass that overrides it keeps the summed loss, so its override is honoured), and a setup that
-`per_agent.backward_per_agent_supported` accepts (the team run as is or wrapped by DistributedDataParallel; not FSDP2,
-DeepSpeed or LOMO).
+One backward per agent: the team loss, a sum over the trained agents, is backpropagated one agent's forward, loss and
+backward at a time (`trainers.per_agent.backward_per_agent`); why that is the summed loss's gradient for MAGRPO's
+terms, and when it runs, is argued once, in the `trainers/per_agent.py` docstring.
 """
 
 from __future__ import annotations

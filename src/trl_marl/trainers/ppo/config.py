@@ -267,14 +267,9 @@ class MultiAgentPPOConfig(TRLBaseConfig):
     backward_per_agent: bool = field(
         default=True,
         metadata={
-            "help": "Take each policy slot's forward (policy log-probs and values), loss and backward in turn, "
-            "freeing its activations (the [batch, length, vocab] logits among them) before the next slot's forward: "
-            "peak training memory holds one slot's activations instead of all of them. The gradient is that of one "
-            "backward of the summed loss (False) up to floating-point summation order, at the same compute; a "
-            "value model that several slots share (critic='centralized') accumulates every slot's gradient. Under "
-            "DDP the backwards run under `no_sync` and the gradients are averaged once per optimizer step. The "
-            "summed loss and one backward are used anyway with one policy slot, sharded weights (FSDP2, DeepSpeed), "
-            "LOMO optimizers, and a subclass that overrides `_ppo_micro_step`."
+            "help": "Backpropagate the loss one policy slot at a time: one slot's activations in memory instead of "
+            "all, the gradient of the summed loss (False). Why, and when the summed loss is taken anyway: the "
+            "docstring of trl_marl.trainers.per_agent."
         },
     )
     policy_sharing: str = field(

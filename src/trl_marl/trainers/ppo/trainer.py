@@ -13,15 +13,10 @@ Modules of this package: `config` (`MultiAgentPPOConfig`, `PPOConfig`), `value` 
 `PolicyValueTeam`), `samples` (each policy slot's samples and PPO targets), `logging` (the metrics of an update),
 `dropin` (TRL's `PPOTrainer` interface).
 
-One backward per policy slot: a micro-batch's loss is a sum over the slots, ``L = sum_s L_s`` with ``L_s = pg_loss_s
-+ vf_coef * vf_loss_s``, and ``L_s`` reads slot ``s``'s samples, policy and value model only (old log-probs, values,
-advantages and returns are fixed by the rollout, each slot's advantages whitened then). So ``grad L = sum_s grad
-L_s``: `_ppo_micro_step` runs every slot's forward and sums the losses for one backward; with `backward_per_agent`
-(two or more slots, the trainer's own `_ppo_micro_step`, a setup that `per_agent.backward_per_agent_supported`
-accepts) each slot's forward, loss and backward run in turn (`per_agent.backward_per_agent`), so that one slot's
-graph is alive at a time. A value model that several slots share (the centralized critic; the one critic of a
-`shared` team) gets each slot's value-loss gradient added in turn, as the summed backward adds them. The logged
-statistics are the same either way (`_agent_loss`).
+One backward per policy slot: `_ppo_micro_step` sums the slots' losses for one backward; with `backward_per_agent`
+each slot's forward, loss and backward run in turn instead (`_backward_per_agent`, on
+`trainers.per_agent.backward_per_agent`), with the same gradient and the same logged statistics (`_agent_loss`). Why,
+and when it runs, is argued once, in the `trainers/per_agent.py` docstring.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """The real model "smollm2-135m-instruct" through every path: what a toy's 23-token tokenizer cannot show.
 
-SmolLM2-135M-Instruct (`trl_marl.toy.real`) has a 49,152-token BPE vocabulary, a ChatML chat template that adds a
-system message, `<|im_end|>` (id 2) as EOS and here `<|endoftext|>` (id 0) as pad. The model is built once per session
-(`real_model_dir` in conftest.py) and loaded once per module; every generation is greedy (`top_k=1` where the trainer
-samples) and at most 8 tokens, on prompts whose greedy answers were measured:
+SmolLM2-135M-Instruct (`trl_marl.offline_models.smollm2`) has a 49,152-token BPE vocabulary, a ChatML chat template
+that adds a system message, `<|im_end|>` (id 2) as EOS and here `<|endoftext|>` (id 0) as pad. The model is built once
+per session (`real_model_dir` in conftest.py) and loaded once per module; every generation is greedy (`top_k=1` where
+the trainer samples) and at most 8 tokens, on prompts whose greedy answers were measured:
 
 - "Reply with one word: yes or no. Is the sky blue?" -> "No" + EOS (2 tokens);
 - "Answer yes." -> "Yes." + EOS (3 tokens);
@@ -24,7 +24,7 @@ from transformers import AutoModelForCausalLM, GenerationConfig
 
 from trl_marl import AgentTeam, MAGRPOConfig, MAGRPOTrainer, load_tokenizer
 from trl_marl.envs import PromptEnv
-from trl_marl.toy import real
+from trl_marl.offline_models import smollm2 as real
 from trl_marl.utils.model_names import resolve_model_name
 from trl_marl.utils.tokens import pad_left, tokenize_prompts
 
