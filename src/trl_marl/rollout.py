@@ -50,9 +50,12 @@ from .core import (
     tree_returns,
 )
 from .envs.base import MultiAgentEnv, Prompt, Transcript
-from .rewarding import LocalReward, RewardSet
+from .rewarding import (
+    LocalReward,
+    RewardFunctionError,  # noqa: F401 - re-exported (the reward contract lives in `rewarding`)
+    RewardSet,
+)
 from .team import AgentTeam
-from .validation import RewardFunctionError  # noqa: F401 - re-exported (the reward contract lives in `rewarding`)
 
 
 @dataclass
@@ -116,29 +119,6 @@ class Rollout:
             for k, node in enumerate(t.nodes):
                 out[node.row_index] = t.transcripts[k * J]
         return out
-
-
-class TeamReward(RewardSet):
-    """The reward functions of MAGRPO: one centralized team reward per joint action (see `trl_marl.rewarding`).
-
-    The reward contract is the same for every trl-marl trainer and is documented once in `trl_marl.rewarding`: an
-    entry is a number or `None` (skip); strings, other types, a list of the wrong length or an exception raise a
-    [`RewardFunctionError`]; a joint action that every function skips is unscorable (advantage 0 in MAGRPO), and
-    [`TeamReward.require_some_score`] raises when no joint action of a whole step got a score. NaN or infinite
-    scores are skipped and counted against `max_nonfinite`, never replaced. A function declared an agent reward
-    (`reward_kind = "agent"`, e.g. `InfluenceAwareReward`) is called once per agent; the mean of the agents' scores
-    is the joint action's score.
-    """
-
-    def __init__(self, funcs: Sequence[Callable[..., Any]], weights: Sequence[float] | None = None) -> None:
-        super().__init__(funcs, weights, default_kind="team")
-
-    def __call__(self, prompts: list[list[Prompt]], completions: list[list[Any]], rows: list[Mapping[str, Any]],
-                 transcripts: list[Transcript], turn: int,
-                 trainer_state: Any = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """Score joint actions; `prompts[a][i]`/`completions[a][i]` are agent a's part of joint action i (texts)."""
-        texts = [[c[0]["content"] if isinstance(c, list) else c for c in agent] for agent in completions]
-        return self.score(prompts, texts, rows, transcripts, turn, trainer_state)
 
 
 ScoreFn = Callable[..., tuple[torch.Tensor, torch.Tensor]]
@@ -537,3 +517,14 @@ def finite_mean(values: torch.Tensor) -> float:
     """Mean over the finite entries (NaN when there are none)."""
     finite = values[torch.isfinite(values)]
     return float(finite.mean().item()) if finite.numel() else math.nan
+
+
+def __getattr__(name: str) -> Any:
+    if name != "TeamReward":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from .rewarding import TeamReward
+
+    warnings.warn("`trl_marl.rollout.TeamReward` moved to `trl_marl.rewarding.TeamReward` (the reward contract's one "
+                  "home); import it from there. The old path will be removed in a future release.", FutureWarning,
+                  stacklevel=2)
+    return TeamReward

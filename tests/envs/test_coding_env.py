@@ -10,6 +10,7 @@ from trl_marl.data import load_humaneval, load_mbpp, mbpp_to_humaneval
 from trl_marl.envs.base import Transcript
 from trl_marl.envs.coding import CooperativeCodingEnv
 from trl_marl.envs.coding_analysis import analyze_solution
+from trl_marl.rewarding import RewardFunctionError, TeamReward
 from trl_marl.rewards.coding import (
     DEFAULT_CODING_WEIGHTS,
     CodeBLEUTermReward,
@@ -21,7 +22,6 @@ from trl_marl.rewards.coding import (
     NonTrivialMainReward,
     PassRateReward,
 )
-from trl_marl.rollout import RewardFunctionError, TeamReward
 from trl_marl.sandbox import ProgramExecutor
 from trl_marl.utils.code import extract_code, prompt_preamble
 

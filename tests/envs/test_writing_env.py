@@ -13,6 +13,7 @@ import pytest
 from trl_marl.data import load_tldr, parse_tldr_prompt
 from trl_marl.envs.base import Transcript
 from trl_marl.envs.writing import CooperativeWritingEnv
+from trl_marl.rewarding import TeamReward
 from trl_marl.rewards.writing import (
     DEFAULT_WRITING_WEIGHTS,
     TRANSITION_PHRASES,
@@ -24,7 +25,6 @@ from trl_marl.rewards.writing import (
     WritingTeamReward,
     type_token_ratio,
 )
-from trl_marl.rollout import TeamReward
 from trl_marl.utils.text import words
 
 ROW = {"text": "  My cat ate my homework. The teacher did not believe me.  ", "reference": "cat ate homework"}

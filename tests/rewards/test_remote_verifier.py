@@ -18,11 +18,11 @@ import torch
 from transformers import Qwen2Config, Qwen2ForSequenceClassification
 
 from helpers import free_port
+from trl_marl.rewarding import RewardFunctionError, call_reward_function
 from trl_marl.rewards.remote import RemoteVerifier, VerifierError, VerifierServer, VerifierUnavailableError
 from trl_marl.rewards.verifier import AnswerVerifier, ModelVerifier
 from trl_marl.scripts.serve_verifier import serve_verifier_main
 from trl_marl.toy import build_toy_tokenizer
-from trl_marl.validation import RewardFunctionError, call_reward_function
 
 
 class CountingVerifier:

@@ -14,8 +14,8 @@ import pytest
 import torch
 
 from trl_marl.envs.base import MultiAgentEnv, Transcript
-from trl_marl.rewarding import LocalReward, agent_reward, team_reward
-from trl_marl.rollout import JointRollout, TeamReward, assign_advantages, flat_group_fraction
+from trl_marl.rewarding import LocalReward, TeamReward, agent_reward, team_reward
+from trl_marl.rollout import JointRollout, assign_advantages, flat_group_fraction
 
 
 class _Env(MultiAgentEnv):

@@ -13,7 +13,8 @@ import torch
 
 from helpers import free_port
 from trl_marl.envs.base import MultiAgentEnv, Transcript
-from trl_marl.rollout import JointRollout, Node, TeamReward, TurnResult, assign_advantages
+from trl_marl.rewarding import TeamReward
+from trl_marl.rollout import JointRollout, Node, TurnResult, assign_advantages
 
 
 class _Env(MultiAgentEnv):
@@ -224,7 +225,8 @@ import os, sys, torch
 from functools import partial
 from accelerate import Accelerator
 from trl_marl.envs.base import MultiAgentEnv
-from trl_marl.rollout import JointRollout, TeamReward, assign_advantages
+from trl_marl.rewarding import TeamReward
+from trl_marl.rollout import JointRollout, assign_advantages
 from trl_marl.trainers.distributed import gathered_rows
 
 accelerator = Accelerator(cpu=True)

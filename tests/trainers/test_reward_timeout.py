@@ -30,16 +30,16 @@ from datasets import Dataset
 from trl_marl import MAGRPOConfig, MAGRPOTrainer, MultiAgentPPOConfig, MultiAgentPPOTrainer, RewardFunctionError
 from trl_marl._trl_compat import is_complete_checkpoint
 from trl_marl.envs import TargetSumEnv
-from trl_marl.rewarding import RewardSet
-from trl_marl.rewards.arithmetic import TargetSumReward
-from trl_marl.utils.checkpoint_files import MANIFEST_FILE
-from trl_marl.validation import (
+from trl_marl.rewarding import (
     DEFAULT_REWARD_TIMEOUT,
     RewardIsolationWarning,
+    RewardSet,
     RewardTimeoutError,
     RewardTimeoutWarning,
     call_reward_function,
 )
+from trl_marl.rewards.arithmetic import TargetSumReward
+from trl_marl.utils.checkpoint_files import MANIFEST_FILE
 
 warnings.filterwarnings("ignore")
 
@@ -280,11 +280,11 @@ def test_a_worker_that_dies_is_a_reward_error(how: str) -> None:
 
 def test_a_function_with_a_model_on_a_gpu_runs_in_a_thread_and_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
     """CUDA cannot be used in a forked child: a reward that needs it runs in a thread (one warning per function)."""
-    from trl_marl import validation
+    from trl_marl.rewarding import calls as reward_calls
     from trl_marl.utils import bounded
 
-    monkeypatch.setattr(validation, "_WARNED", set())
-    monkeypatch.setattr(validation, "_THREAD_ONLY", {})
+    monkeypatch.setattr(reward_calls, "_WARNED", set())
+    monkeypatch.setattr(reward_calls, "_THREAD_ONLY", {})
     calls: list[str] = []
 
     def needs_cuda(prompts: list[str], completions: list[str], **kwargs: Any) -> list[float]:
@@ -585,13 +585,13 @@ def test_a_failed_save_is_reported_with_the_reward_error(
 
 def test_a_failed_fork_runs_the_call_in_a_thread_and_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
     """A process whose memory the system will not duplicate (strict overcommit) still scores, in a thread."""
-    from trl_marl import validation
+    from trl_marl.rewarding import calls as reward_calls
     from trl_marl.utils import bounded
 
     def no_memory() -> int:
         raise OSError(12, "Cannot allocate memory")
 
-    monkeypatch.setattr(validation, "_WARNED", set())
+    monkeypatch.setattr(reward_calls, "_WARNED", set())
     monkeypatch.setattr(bounded.os, "fork", no_memory)
 
     def reward(prompts: list[str], completions: list[str], **kwargs: Any) -> list[float]:

@@ -103,8 +103,9 @@ def _team_success(team: Any, episodes: int, seed: int) -> float:
     from transformers import GenerationConfig
 
     from ..envs import TargetSumEnv
+    from ..rewarding import TeamReward
     from ..rewards.arithmetic import TargetSumReward
-    from ..rollout import JointRollout, TeamReward
+    from ..rollout import JointRollout
 
     torch.manual_seed(seed)
     tok = team.tokenizers[0]

@@ -177,7 +177,8 @@ def sampled_team_success(env: Any, reward: Any, team: Any, rows: Sequence[dict[s
     import torch
     from transformers import GenerationConfig
 
-    from ..rollout import JointRollout, TeamReward
+    from ..rewarding import TeamReward
+    from ..rollout import JointRollout
 
     tok = team.tokenizers[0]
     torch.manual_seed(seed)

@@ -49,7 +49,8 @@ from .._trl_compat import (
 )
 from ..envs.base import MultiAgentEnv, Transcript
 from ..evaluation import DebateEvaluation
-from ..validation import RewardFunctionError, check_dataset_prompts
+from ..rewarding import RewardFunctionError
+from ..validation import check_dataset_prompts
 from .distributed import (
     any_process,
     check_fsdp_request,

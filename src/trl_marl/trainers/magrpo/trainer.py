@@ -35,13 +35,13 @@ from ...core import (
     off_policy_sequence_mask,
 )
 from ...envs.base import MultiAgentEnv, PromptEnv, Transcript
-from ...rewarding import LocalReward, NonFiniteCounter, NonFiniteError
-from ...rollout import JointRollout, Rollout, TeamReward, TurnResult, assign_advantages, turn_advantages
+from ...rewarding import LocalReward, NonFiniteCounter, NonFiniteError, RewardFunctionError, TeamReward
+from ...rollout import JointRollout, Rollout, TurnResult, assign_advantages, turn_advantages
 from ...team import AgentBatch, AgentTeam, pad_left, pad_right
 from ...team.generation import build_generation_backend
 from ...utils.precision import cast_lm_head_to_fp32
 from ...utils.threads import apply_cpu_threads
-from ...validation import RewardFunctionError, check_prompt_lengths
+from ...validation import check_prompt_lengths
 from ..base import MetricsBook, TeamTrainerMixin, collate_rows, rollout_phase
 from ..distributed import gathered_rows
 from ..engine_correction import corrects_engine_mismatch, engine_correction, engine_logps

@@ -6,17 +6,17 @@ import math
 from dataclasses import dataclass, field
 
 from ..._trl_compat import TRLBaseConfig
+from ...rewarding import DEFAULT_REWARD_TIMEOUT, REWARD_ISOLATIONS
 from ...team.generation import check_generation_backend
-from ...utils.inputs import check_learning_rate, use_activation_checkpointing_name
 from ...validation import (
-    DEFAULT_REWARD_TIMEOUT,
     PROMPT_LENGTH_CHECKS,
-    REWARD_ISOLATIONS,
     check_choice,
+    check_learning_rate,
     check_mixed_precision,
     check_positive,
     check_timeout,
     has_accelerator,
+    use_activation_checkpointing_name,
     use_cpu_for_cpu_processes,
 )
 

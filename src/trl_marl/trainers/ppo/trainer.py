@@ -42,12 +42,12 @@ from ...core.ppo import (
     ppo_policy_loss,
 )
 from ...envs.base import MultiAgentEnv, PromptEnv, TokenizedPromptEnv, Transcript
-from ...rewarding import NonFiniteCounter, RewardSet
+from ...rewarding import NonFiniteCounter, RewardFunctionError, RewardSet
 from ...rollout import JointRollout, Rollout
 from ...team import AgentTeam, sequence_model_inputs
 from ...team.generation import build_generation_backend
 from ...utils.threads import apply_cpu_threads
-from ...validation import RewardFunctionError, check_prompt_lengths
+from ...validation import check_prompt_lengths
 from ..base import MetricsBook, TeamTrainerMixin, collate_rows, rollout_phase
 from ..per_agent import backward_per_agent, backward_per_agent_supported
 from .config import MultiAgentPPOConfig

@@ -1,45 +1,6 @@
-"""The reward contract of every trl-marl trainer, written once.
-
-A reward function has TRL's signature, `f(prompts, completions, **kwargs) -> list[float | None]`, and is one of two
-kinds (its `reward_kind` attribute, set by [`team_reward`] / [`agent_reward`] or by the class):
-
-- a **team reward** (`"team"`) scores a *joint action* (what every agent wrote at one turn of one episode): it is
-  called once per turn with one entry per joint action, `agent_index=None`, and `prompts`/`completions` are agent
-  0's (so a plain TRL reward function works unchanged with one agent);
-- an **agent reward** (`"agent"`) scores one agent's response: it is called once per (turn, agent) with one entry
-  per joint action, `agent_index=a`, and `prompts`/`completions` are agent `a`'s.
-
-A function without `reward_kind` takes its trainer's kind: `"team"` in MAGRPO (a centralized reward),
-`"agent"` in (multi-agent) PPO (each response its own score). A declared kind means the same in every trainer:
-
-| trainer | team reward | agent reward |
-|---|---|---|
-| MAGRPO | the joint action's reward | the mean over the agents of their scores is the joint action's reward |
-| PPO | computed once per joint action; every agent's response gets it | each response gets its own score |
-
-Every call receives the same keyword arguments in every trainer: every dataset column (one entry per joint
-action), `agent_prompts` and `agent_completions` (one list per agent), `agent_index`, `turn` (1-based),
-`transcript` (one [`~trl_marl.envs.base.Transcript`] per joint action that *includes* the scored turn:
-`transcript[i][turn - 1].responses` are the responses scored; MAGRPO scores right after each turn, so it ends
-there, while PPO scores once the episode is over, so it also holds the later turns, which is what MAPoRL's
-influence-aware reward reads; the environment's feedback on the scored turn may be absent) and `trainer_state`.
-A completion is a string, or `[{"role": "assistant", "content": ...}]` when its prompt is conversational (TRL's
-convention).
-
-Entries: a real number (`int`, `float`, `bool`, a NumPy scalar or a one-element tensor), or `None` when the function
-does not apply. A string (even `"1.0"`), any other type, a list of the wrong length and an exception in the function
-raise a [`RewardFunctionError`] naming the function; so does a call that takes longer than the config's
-`reward_timeout` (a [`RewardTimeoutError`]; default 600 s, `None` disables; a function's own `reward_timeout`
-attribute wins). A call with a limit runs in a worker process forked for it, killed at the limit
-(`reward_isolation="process"`, the default), or in a thread of the trainer's process (`"thread"`, for a function
-whose side effects the caller reads; a late result is refused); see [`call_reward_function`]. A `SystemExit` or
-`KeyboardInterrupt` from a function is a `RewardFunctionError` too. Training stops on such an error: a
-single-process run first saves a checkpoint of the last completed step (`TeamTrainerMixin.stop_after_reward_error`).
-Scores are combined with `reward_weights` (a weighted sum over the functions that gave a number). A completion that
-every function skips is *unscorable*, and so is one for which a function returned NaN or infinity (never replaced by
-a number; such scores are counted against `max_nonfinite`, beyond which a [`NonFiniteError`] stops training). An
-unscorable completion teaches nothing: advantage 0 in MAGRPO, left out of the policy and value losses in PPO. A step
-in which *nothing* is scorable raises a `RewardFunctionError`: a function that always returns `None` is a bug.
+"""The reward functions of a trainer as one object: [`RewardSet`] (the team's, or an agent's), [`TeamReward`]
+(MAGRPO's) and [`LocalReward`] (each agent's own local reward), called under the reward contract of
+`trl_marl.rewarding`.
 """
 
 from __future__ import annotations
@@ -50,63 +11,11 @@ from typing import Any
 
 import torch
 
-from .envs.base import Prompt, Transcript
-from .team import is_chat
-from .utils.inputs import check_reward_signature
-from .validation import (
-    REWARD_ISOLATIONS,
-    RewardFunctionError,
-    RewardIsolationWarning,
-    RewardTimeoutError,
-    RewardTimeoutWarning,
-    call_reward_function,
-    unscorable_message,
-)
-
-__all__ = [
-    "REWARD_KINDS",
-    "NonFiniteError",
-    "REWARD_ISOLATIONS",
-    "RewardFunctionError",
-    "RewardIsolationWarning",
-    "RewardSet",
-    "RewardTimeoutError",
-    "RewardTimeoutWarning",
-    "agent_reward",
-    "LocalReward",
-    "completion_objects",
-    "reward_kind",
-    "team_reward",
-]
-
-REWARD_KINDS = ("team", "agent")
-"""The kinds of reward function (see the module docstring)."""
-
-RewardFunc = Callable[..., Sequence[Any]]
-
-
-class NonFiniteError(RuntimeError):
-    """Raised when more NaN/inf rewards or losses occurred than `max_nonfinite` allows."""
-
-
-def team_reward(func: RewardFunc) -> RewardFunc:
-    """Declare `func` a team reward: one score per joint action, in every trainer (returns `func`)."""
-    func.reward_kind = "team"  # type: ignore[attr-defined]
-    return func
-
-
-def agent_reward(func: RewardFunc) -> RewardFunc:
-    """Declare `func` an agent reward: one score per (turn, agent) response, in every trainer (returns `func`)."""
-    func.reward_kind = "agent"  # type: ignore[attr-defined]
-    return func
-
-
-def reward_kind(func: Any, default: str) -> str:
-    """The kind of `func`: its `reward_kind` attribute, else `default` (the trainer's kind)."""
-    kind = getattr(func, "reward_kind", None) or default
-    if kind not in REWARD_KINDS:
-        raise ValueError(f"`reward_kind` of {func!r} must be one of {REWARD_KINDS}, got {kind!r}.")
-    return kind
+from ..envs.base import Prompt, Transcript
+from ..team import is_chat
+from .calls import REWARD_ISOLATIONS, call_reward_function
+from .errors import RewardFunctionError, unscorable_message
+from .signature import RewardFunc, check_reward_signature, reward_kind
 
 
 def completion_objects(prompts: Sequence[Prompt], texts: Sequence[str]) -> list[Any]:
@@ -115,7 +24,7 @@ def completion_objects(prompts: Sequence[Prompt], texts: Sequence[str]) -> list[
 
 
 class RewardSet:
-    """Reward functions with their weights, names and kinds, called by the reward contract (module docstring).
+    """Reward functions with their weights, names and kinds, called by the reward contract (`trl_marl.rewarding`).
 
     Args:
         funcs: The reward functions (callables).
@@ -309,6 +218,24 @@ class RewardSet:
         )
 
 
+class TeamReward(RewardSet):
+    """The reward functions of MAGRPO: a [`RewardSet`] whose functions score joint actions as team rewards unless
+    they declare themselves agent rewards (the contract, documented once: `trl_marl.rewarding`).
+
+    Calling it scores joint actions whose completions are texts, or TRL's conversational messages.
+    """
+
+    def __init__(self, funcs: Sequence[Callable[..., Any]], weights: Sequence[float] | None = None) -> None:
+        super().__init__(funcs, weights, default_kind="team")
+
+    def __call__(self, prompts: list[list[Prompt]], completions: list[list[Any]], rows: list[Mapping[str, Any]],
+                 transcripts: list[Transcript], turn: int,
+                 trainer_state: Any = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Score joint actions; `prompts[a][i]`/`completions[a][i]` are agent a's part of joint action i (texts)."""
+        texts = [[c[0]["content"] if isinstance(c, list) else c for c in agent] for agent in completions]
+        return self.score(prompts, texts, rows, transcripts, turn, trainer_state)
+
+
 class LocalReward:
     """Per-agent *local* rewards (MAGRPO's `local_reward_funcs`): each agent's own completion scored on its own.
 
@@ -409,22 +336,3 @@ class LocalReward:
             per_func.append(scores)
             nonfinite += int(bad.sum())
         return local, per_func, nonfinite
-
-
-class NonFiniteCounter:
-    """Counts the NaN/inf rewards and losses of a run and raises past `max_nonfinite` (both trainers)."""
-
-    def __init__(self, max_nonfinite: int) -> None:
-        self.max_nonfinite = max_nonfinite
-        self.count = 0
-
-    def add(self, count: int, what: str) -> None:
-        if count == 0:
-            return
-        self.count += count
-        if self.count > self.max_nonfinite:
-            raise NonFiniteError(
-                f"{self.count} non-finite rewards/losses so far (latest: {what}), more than "
-                f"`max_nonfinite={self.max_nonfinite}`. They were skipped, not replaced; check the reward "
-                "functions for NaN/inf, lower the learning rate, or raise `max_nonfinite`."
-            )

@@ -1,0 +1,240 @@
+"""One call of a reward function under the reward contract (`trl_marl.rewarding`): where it runs, its time limit,
+and the check of what it returns.
+
+- [`call_reward_function`]: calls a function on `size` completions, directly, in a worker process forked for the
+  call (killed at its `reward_timeout`) or in a thread ([`REWARD_ISOLATIONS`]), and turns whatever goes wrong into
+  a [`~trl_marl.rewarding.errors.RewardFunctionError`] naming the function.
+- [`checked_reward_values`] and [`reward_value`]: the output checked entry by entry (a number, or `None` to skip).
+"""
+
+from __future__ import annotations
+
+import numbers
+import warnings
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..utils.bounded import (
+    ChildDied,
+    ForkFailed,
+    Overran,
+    call_in_child,
+    call_in_thread,
+    exception_text,
+    fork_obstacle,
+)
+from .errors import (
+    RewardFunctionError,
+    RewardIsolationWarning,
+    RewardTimeoutError,
+    RewardTimeoutWarning,
+    RewardWorkerTraceback,
+)
+
+REWARD_ISOLATIONS = ("process", "thread")
+"""The choices of the configs' `reward_isolation` field (and of a function's own `reward_isolation` attribute)."""
+
+DEFAULT_REWARD_TIMEOUT = 600.0
+"""The configs' default `reward_timeout` (seconds per reward function call; see [`call_reward_function`])."""
+
+
+def reward_value(value: Any, name: str, index: int) -> float | None:
+    """One entry of a reward function's output as a float, or `None` for "skip" (see `trl_marl.rewarding`).
+
+    NaN and infinity are returned as they are: each trainer decides what a non-finite score means.
+
+    Raises:
+        RewardFunctionError: for a string or any other value that is not a real number.
+    """
+    if value is None:
+        return None
+    if isinstance(value, torch.Tensor) and value.numel() == 1:
+        return float(value.item())
+    if isinstance(value, np.ndarray) and value.size == 1:
+        return reward_value(value.item(), name, index)
+    if isinstance(value, (numbers.Real, np.bool_)):
+        return float(value)
+    hint = (
+        " Strings are not parsed: return the number itself (e.g. `float(text)` inside the function)."
+        if isinstance(value, (str, bytes))
+        else ""
+    )
+    raise RewardFunctionError(
+        f"Reward function `{name}` returned {value!r} ({type(value).__name__}) for completion {index}; each entry "
+        f"must be a number (int, float, bool, a NumPy scalar or a one-element tensor) or None to skip.{hint}"
+    )
+
+
+def call_reward_function(func: Callable[..., Any], name: str, size: int, /, timeout: float | None = None,
+                         timeout_field: str = "reward_timeout", *, isolation: str = "process",
+                         isolation_field: str = "reward_isolation", arguments: Mapping[str, Any] | None = None,
+                         **kwargs: Any) -> list[float | None]:
+    """Call one reward function on `size` completions and check its output against the reward contract.
+
+    Without a `timeout` the function is called directly. With one, `isolation` says where (docs/extending.md):
+
+    - `"process"` (the default): in a child process forked for the call ([`~trl_marl.utils.bounded`]); it inherits
+      the function and its arguments (nothing is pickled) and sends back only the checked scores. A call that
+      overruns is *killed* at the limit, even in C code that holds the GIL (a backtracking regular expression); a
+      crash or `os._exit` is a [`RewardFunctionError`]. What the function changes in its own memory stays in the
+      child: a function whose side effects the caller reads must run in `"thread"` mode. A function that holds a
+      model or tensor on a GPU, or fails in the child because CUDA cannot be used after a fork, runs in a thread,
+      as every function does where `os.fork` is missing (Windows), with a [`RewardIsolationWarning`] once.
+    - `"thread"`: in a daemon thread, awaited at most `timeout` seconds. A call that overruns is *abandoned* (Python
+      cannot kill a thread), and a result that comes back after the limit (C code holding the GIL keeps the caller
+      from noticing the limit on time) is refused. The thread gets the caller's context variables, autograd mode
+      and CUDA device. A function that fails there because it sets signal handlers (main thread only) is called
+      again directly, without the limit, with a [`RewardTimeoutWarning`].
+
+    A `SystemExit` or `KeyboardInterrupt` from the function (or a Ctrl-C while it runs here) is a
+    [`RewardFunctionError`] too: a reward cannot end training without its checkpoint.
+
+    Args:
+        func: The reward function, called as `func(**arguments, **kwargs)`.
+        name: Its name, for messages.
+        size: The number of completions it must score.
+        timeout: Seconds one call may take; `None` waits as long as it takes.
+        timeout_field: The config field that holds `timeout`, for the message (e.g. `"MAGRPOConfig.reward_timeout"`).
+        isolation: `"process"` or `"thread"` (see above; [`REWARD_ISOLATIONS`]).
+        isolation_field: The config field that holds `isolation`, for messages.
+        arguments: What the function receives (`prompts`, `completions` and the keyword arguments), as a mapping,
+            so that a dataset column may have any name (`timeout`, `name`, ...).
+        **kwargs: More arguments for the function.
+
+    Returns:
+        One float (possibly NaN or infinite) or `None` per completion.
+
+    Raises:
+        RewardTimeoutError: when the call did not return within `timeout` seconds.
+        RewardFunctionError: when the function raises, returns something that is not a list of `size` entries,
+            or an entry that is not a number or `None`.
+    """
+    kwargs = {**(arguments or {}), **kwargs}
+    if timeout is not None and isolation == "process":
+        reason = _CUDA_REASON if _THREAD_ONLY.get(id(func)) is func else fork_obstacle(func)
+        try:
+            if reason is None:
+                return _call_in_process(func, name, size, kwargs, timeout, timeout_field, isolation_field)
+        except _NeedsCuda:
+            _THREAD_ONLY[id(func)] = func
+            reason = _CUDA_REASON
+        except ForkFailed as exc:
+            reason = f"no worker process could be started ({exc})"
+        _warn_once(name, f"Reward function `{name}` runs in a thread, not in a worker process (`{isolation_field}="
+                   f"'process'`), because {reason}. A call stuck in C code that holds the GIL (e.g. a backtracking "
+                   f"regular expression) cannot be stopped at `{timeout_field}` there (its late result is refused). "
+                   f"Set `{isolation_field}='thread'` (or the function's `reward_isolation`) to silence this.")
+    try:
+        if timeout is None:
+            values = func(**kwargs)
+        else:
+            values, seconds = call_in_thread(func, kwargs, timeout)
+            if seconds > timeout:
+                raise RewardTimeoutError(
+                    f"Reward function `{name}` returned after {seconds:.1f} s, past `{timeout_field}` ({timeout:g} s)"
+                    f", while scoring {size} completions: its result is refused. It ran in a thread "
+                    f"(`{isolation_field}='thread'`) and held the GIL (C code such as a backtracking regular "
+                    f"expression), so the limit could not stop it; `{isolation_field}='process'` kills such a call at "
+                    "the limit."
+                )
+    except Overran:
+        raise RewardTimeoutError(
+            f"Reward function `{name}` did not return within {timeout:g} s (`{timeout_field}`) while scoring {size} "
+            "completions; it may hang (a dead server, a deadlock, an endless loop). Its thread was abandoned "
+            f"(`{isolation_field}='thread'`; Python cannot kill it). Fix the function, or raise `{timeout_field}` "
+            "if such calls are legitimately slow (`None` disables the limit)."
+        ) from None
+    except RewardFunctionError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - re-raised with the function's name
+        if timeout is not None and isinstance(exc, ValueError) and "main thread" in str(exc):  # `signal.signal`
+            warnings.warn(
+                f"Reward function `{name}` sets signal handlers (e.g. a `signal.alarm` time limit), which Python "
+                f"allows in the main thread only, so it runs there, without `{timeout_field}`: a hang in it is not "
+                f"caught. Give it a time limit of its own, avoid signals in it, or run it with "
+                f"`{isolation_field}='process'` (in a worker process, whose main thread it gets).",
+                RewardTimeoutWarning, stacklevel=2,
+            )
+            return call_reward_function(func, name, size, None, timeout_field, isolation=isolation,
+                                        isolation_field=isolation_field, arguments=kwargs)
+        raise RewardFunctionError(f"Reward function `{name}` raised {type(exc).__name__}: {exc}") from exc
+    except BaseException as exc:  # SystemExit, KeyboardInterrupt: never end training without its checkpoint
+        raise RewardFunctionError(_ended_message(name, type(exc).__name__, exception_text(exc))) from exc
+    return checked_reward_values(values, name, size)
+
+
+def checked_reward_values(values: Any, name: str, size: int) -> list[float | None]:
+    """A reward function's output checked against the contract: one float (or `None`) per completion; a
+    [`RewardFunctionError`] for anything else (not a list of `size` entries, an entry that is not a number)."""
+    if values is None or isinstance(values, (str, bytes, Mapping)) or not hasattr(values, "__len__"):
+        raise RewardFunctionError(
+            f"Reward function `{name}` returned {type(values).__name__}; it must return a list with one float "
+            f"(or None) per completion ({size} here)."
+        )
+    if len(values) != size:
+        raise RewardFunctionError(
+            f"Reward function `{name}` returned {len(values)} values for {size} completions; it must return one "
+            "float (or None) per completion."
+        )
+    return [reward_value(v, name, i) for i, v in enumerate(values)]
+
+
+class _NeedsCuda(Exception):
+    """A reward function failed in its worker process because CUDA cannot be used after a fork."""
+
+
+_CUDA_REASON = "it uses CUDA, which a forked process cannot"
+_THREAD_ONLY: dict[int, Any] = {}  # functions that failed in a worker process for want of CUDA (kept: ids stay theirs)
+_WARNED: set[str] = set()  # the functions warned about (by name), once each per process
+
+def _warn_once(name: str, message: str) -> None:
+    if name not in _WARNED:
+        _WARNED.add(name)
+        warnings.warn(message, RewardIsolationWarning, stacklevel=3)
+
+
+def _ended_message(name: str, kind: str, text: str) -> str:
+    return (f"Reward function `{name}` raised {kind}: {text} (or was interrupted). A reward function may not end or "
+            "interrupt training: raise an ordinary exception, or return None for what it cannot score.")
+
+
+def _call_in_process(func: Callable[..., Any], name: str, size: int, kwargs: dict[str, Any], timeout: float,
+                     timeout_field: str, isolation_field: str) -> list[float | None]:
+    """One call in a forked worker process (see [`call_reward_function`]): the checked scores, or the error."""
+
+    def work() -> list[float | None]:
+        return checked_reward_values(func(**kwargs), name, size)
+
+    try:
+        reply = call_in_child(work, timeout)
+    except Overran:
+        raise RewardTimeoutError(
+            f"Reward function `{name}` did not return within {timeout:g} s (`{timeout_field}`) while scoring {size} "
+            "completions; it may hang (a dead server, a deadlock, an endless loop, C code such as a backtracking "
+            "regular expression). Its worker process was killed. Fix the function, or raise "
+            f"`{timeout_field}` if such calls are legitimately slow (`None` disables the limit)."
+        ) from None
+    except ChildDied as exc:
+        raise RewardFunctionError(f"Reward function `{name}` ran in a worker process (`{isolation_field}='process'`) "
+                                  f"that ended without its scores: {exc}. Fix the function.") from None
+    reply = reply if isinstance(reply, dict) else {}
+    if "raised" in reply:
+        kind, text = str(reply.get("raised")), str(reply.get("message", ""))
+        cause = RewardWorkerTraceback(str(reply.get("traceback", "")))
+        if kind == "RewardFunctionError":  # the contract check, run in the worker
+            raise RewardFunctionError(text) from cause
+        if "Cannot re-initialize CUDA in forked subprocess" in text:
+            raise _NeedsCuda
+        if kind in ("SystemExit", "KeyboardInterrupt", "GeneratorExit"):
+            raise RewardFunctionError(_ended_message(name, kind, text)) from cause
+        raise RewardFunctionError(f"Reward function `{name}` raised {kind}: {text}") from cause
+    values = reply.get("value")
+    if (not isinstance(values, list) or len(values) != size
+            or not all(v is None or type(v) is float for v in values)):
+        raise RewardFunctionError(
+            f"Reward function `{name}`'s worker process sent {str(values)[:200]!r}, not {size} scores (float or None)."
+        )
+    return values
