@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -35,7 +35,14 @@ from ...core import (
     off_policy_sequence_mask,
 )
 from ...envs.base import MultiAgentEnv, PromptEnv, Transcript
-from ...rewarding import LocalReward, NonFiniteCounter, NonFiniteError, RewardFunctionError, TeamReward
+from ...rewarding import (
+    LocalReward,
+    NonFiniteCounter,
+    NonFiniteError,
+    RewardFunc,
+    RewardFunctionError,
+    TeamReward,
+)
 from ...rollout import JointRollout, Rollout, TurnResult, assign_advantages, turn_advantages
 from ...team import AgentBatch, AgentTeam, pad_left, pad_right
 from ...team.generation import build_generation_backend
@@ -52,9 +59,6 @@ from .entropy import ENTROPY_STATE_FILE, EntropyControl, agent_high_entropy_mask
 from .generation import continuous_batching_config, generation_config
 from .reference import ReferenceSync
 from .schedule import BlockRepeatSampler, GenerationSchedule, MicroStep
-
-RewardFunc = Callable[..., Sequence[float | None]]
-
 
 __all__ = ["MAGRPOTrainer", "NonFiniteError", "TrainingDiagnosticWarning", "zero_loss"]
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 import time
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from contextlib import nullcontext
 from typing import Any
 
@@ -42,7 +42,7 @@ from ...core.ppo import (
     ppo_policy_loss,
 )
 from ...envs.base import MultiAgentEnv, PromptEnv, TokenizedPromptEnv, Transcript
-from ...rewarding import NonFiniteCounter, RewardFunctionError, RewardSet
+from ...rewarding import NonFiniteCounter, RewardFunc, RewardFunctionError, RewardSet
 from ...rollout import JointRollout, Rollout
 from ...team import AgentTeam, sequence_model_inputs
 from ...team.generation import build_generation_backend
@@ -75,9 +75,6 @@ from .value import (
 
 __all__ = ["AgentRollout", "MultiAgentPPOTrainer", "PolicyValueTeam", "first_true_index", "sequence_model_inputs",
            "sequence_scores"]
-
-RewardFunc = Callable[..., Sequence[float | None]]
-
 
 class MultiAgentPPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer):
     """Multi-agent PPO over a [`MultiAgentEnv`] with a value model per agent (MAPoRL, arXiv 2502.18439).

@@ -1,0 +1,161 @@
+"""The reward contract lives in one package, `trl_marl.rewarding`, and every old import path still gives its objects.
+
+The contract (the set of functions, the signature check, the call with its timeout and isolation, the errors, the
+team reward wrapper) used to be spread over `rewarding.py`, `validation.py`, `utils/inputs.py` and `rollout.py`.
+Old paths whose module is no longer the home give the same object with a `FutureWarning` naming the new home;
+`trl_marl.validation` stays the plain home of the config and data checks.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import inspect
+import os
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import trl_marl.rewarding as rewarding
+from trl_marl.rewarding import calls as reward_calls
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+
+CONTRACT = [
+    "DEFAULT_REWARD_TIMEOUT", "REWARD_ISOLATIONS", "REWARD_KEYWORDS", "REWARD_KINDS", "LocalReward",
+    "NonFiniteCounter", "NonFiniteError", "RewardFunc", "RewardFunctionError", "RewardIsolationWarning", "RewardSet",
+    "RewardTimeoutError", "RewardTimeoutWarning", "RewardWorkerTraceback", "TeamReward", "agent_reward",
+    "call_reward_function", "check_reward_signature", "checked_reward_values", "completion_objects", "reward_kind",
+    "reward_value", "team_reward", "unscorable_message",
+]
+
+# (old module, name, the module it lives in now)
+MOVED = [
+    *(("trl_marl.validation", name, "trl_marl.rewarding") for name in (
+        "DEFAULT_REWARD_TIMEOUT", "REWARD_ISOLATIONS", "RewardFunctionError", "RewardIsolationWarning",
+        "RewardTimeoutError", "RewardTimeoutWarning", "RewardWorkerTraceback", "call_reward_function",
+        "checked_reward_values", "reward_value", "unscorable_message")),
+    ("trl_marl.rollout", "TeamReward", "trl_marl.rewarding"),
+    ("trl_marl.utils.inputs", "check_reward_signature", "trl_marl.rewarding"),
+    ("trl_marl.utils.inputs", "REWARD_KEYWORDS", "trl_marl.rewarding"),
+    ("trl_marl.utils.inputs", "check_learning_rate", "trl_marl.validation"),
+    ("trl_marl.utils.inputs", "generation_batch_error", "trl_marl.validation"),
+    ("trl_marl.utils.inputs", "use_activation_checkpointing_name", "trl_marl.validation"),
+]
+
+# (module, name, the module that defines it): re-exports where the old module is still a natural home, no warning
+KEPT = [
+    ("trl_marl", "RewardFunctionError", "trl_marl.rewarding.errors"),
+    ("trl_marl", "RewardTimeoutError", "trl_marl.rewarding.errors"),
+    ("trl_marl.rollout", "RewardFunctionError", "trl_marl.rewarding.errors"),
+    ("trl_marl.validation", "check_prompt_lengths", "trl_marl.validation.data"),
+    ("trl_marl.validation", "check_dataset_prompts", "trl_marl.validation.data"),
+    ("trl_marl.validation", "ContextLengthWarning", "trl_marl.validation.data"),
+    ("trl_marl.validation", "check_mixed_precision", "trl_marl.validation.config"),
+    ("trl_marl.validation", "has_accelerator", "trl_marl.validation.config"),
+    ("trl_marl.validation", "check_learning_rate", "trl_marl.validation.config"),
+    ("trl_marl.utils.inputs", "check_model_path", "trl_marl.utils.inputs"),
+]
+
+
+def defining_module(value: Any) -> str | None:
+    return getattr(value, "__module__", None)
+
+
+def test_the_contract_is_importable_from_rewarding_and_defined_there() -> None:
+    assert sorted(rewarding.__all__) == sorted(CONTRACT)
+    for name in CONTRACT:
+        value = getattr(rewarding, name)
+        module = defining_module(value)
+        if isinstance(value, type) or inspect.isfunction(value):
+            assert module is not None and module.startswith("trl_marl.rewarding."), (name, module)
+
+
+def test_no_module_outside_rewarding_defines_a_name_of_the_contract() -> None:
+    """One home: a class, function or constant of the contract is defined in `trl_marl/rewarding/` only."""
+    names = set(CONTRACT)
+    outside = []
+    for path in sorted((SRC / "trl_marl").rglob("*.py")):
+        if "rewarding" in path.relative_to(SRC).parts:
+            continue
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if isinstance(node, (ast.ClassDef, ast.FunctionDef)):
+                defined = [node.name]
+            elif isinstance(node, ast.Assign):
+                defined = [t.id for t in node.targets if isinstance(t, ast.Name)]
+            elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+                defined = [node.target.id]
+            else:
+                defined = []
+            outside += [f"{path.relative_to(SRC)}:{node.lineno} {name}" for name in defined if name in names]
+    assert not outside, "Names of the reward contract defined outside trl_marl.rewarding:\n" + "\n".join(outside)
+
+
+@pytest.mark.parametrize(("old", "name", "home"), MOVED)
+def test_an_old_path_gives_the_same_object_and_names_the_new_home(old: str, name: str, home: str) -> None:
+    module = importlib.import_module(old)
+    with pytest.warns(FutureWarning, match=rf"`{old}\.{name}` moved to `{home}\.{name}`"):
+        value = getattr(module, name)
+    assert value is getattr(importlib.import_module(home), name)
+
+
+@pytest.mark.parametrize(("module", "name", "home"), KEPT)
+def test_a_natural_home_re_exports_without_a_warning(module: str, name: str, home: str) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        value = getattr(importlib.import_module(module), name)
+    assert value is getattr(importlib.import_module(home), name)
+    assert defining_module(value) == home
+
+
+def test_an_old_private_name_fails_loudly_instead_of_patching_nothing() -> None:
+    """`monkeypatch.setattr("trl_marl.validation._call_in_process", ...)` would replace a name that nothing calls:
+    the old module has no such attribute, so such a patch raises instead of passing silently."""
+    import trl_marl.validation as validation
+
+    for name in ("_call_in_process", "_WARNED", "_THREAD_ONLY", "no_such_name"):
+        with pytest.raises(AttributeError, match=f"has no attribute '{name}'"):
+            getattr(validation, name)
+    with pytest.raises(AttributeError):
+        pytest.MonkeyPatch().setattr("trl_marl.validation._call_in_process", lambda *a, **k: [1.0])
+
+
+def test_the_once_per_function_warning_reads_the_set_in_rewarding_calls(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tests patch `trl_marl.rewarding.calls._WARNED`: the object `call_reward_function` reads."""
+
+    def reward(prompts: list[str], completions: list[str], **kwargs: Any) -> list[float]:
+        return [2.0]
+
+    monkeypatch.setattr(reward_calls, "fork_obstacle", lambda func: "a test says so")
+    monkeypatch.setattr(reward_calls, "_WARNED", {"reward"})  # already warned: silent
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert rewarding.call_reward_function(reward, "reward", 1, timeout=30.0, prompts=["p"], completions=["c"]) == [
+            2.0]
+    monkeypatch.setattr(reward_calls, "_WARNED", set())
+    with pytest.warns(rewarding.RewardIsolationWarning, match="`reward` runs in a thread.*because a test says so"):
+        assert rewarding.call_reward_function(reward, "reward", 1, timeout=30.0, prompts=["p"], completions=["c"]) == [
+            2.0]
+
+
+def test_a_moved_utils_name_works_in_a_fresh_interpreter() -> None:
+    """`utils` cannot import the layers above it: the package registers the lookup before any of its modules runs,
+    so the old path works even when it is the first thing a program imports."""
+    code = ("import warnings\n"
+            "with warnings.catch_warnings(record=True) as caught:\n"
+            "    warnings.simplefilter('always')\n"
+            "    from trl_marl.utils.inputs import check_reward_signature\n"
+            "import trl_marl.rewarding\n"
+            "print(check_reward_signature is trl_marl.rewarding.check_reward_signature)\n"
+            "print([str(w.message) for w in caught if w.category is FutureWarning])\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(SRC)})
+    assert done.returncode == 0, done.stderr
+    same, messages = done.stdout.splitlines()[-2:]
+    assert same == "True"
+    assert "`trl_marl.utils.inputs.check_reward_signature` moved to `trl_marl.rewarding.check_reward_signature`" in (
+        messages)
