@@ -21,9 +21,9 @@ from typing import Any
 import pytest
 
 import trl_marl.rewarding as rewarding
-from trl_marl.rewarding import calls as reward_calls
 
-SRC = Path(__file__).resolve().parents[1] / "src"
+PACKAGE = Path(rewarding.__file__).resolve().parents[1]  # the trl_marl under test
+SRC = PACKAGE.parent
 
 CONTRACT = [
     "DEFAULT_REWARD_TIMEOUT", "REWARD_ISOLATIONS", "REWARD_KEYWORDS", "REWARD_KINDS", "LocalReward",
@@ -79,8 +79,8 @@ def test_no_module_outside_rewarding_defines_a_name_of_the_contract() -> None:
     """One home: a class, function or constant of the contract is defined in `trl_marl/rewarding/` only."""
     names = set(CONTRACT)
     outside = []
-    for path in sorted((SRC / "trl_marl").rglob("*.py")):
-        if "rewarding" in path.relative_to(SRC).parts:
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path.relative_to(PACKAGE).parts[0] in ("rewarding", "rewarding.py"):
             continue
         for node in ast.parse(path.read_text(encoding="utf-8")).body:
             if isinstance(node, (ast.ClassDef, ast.FunctionDef)):
@@ -126,6 +126,7 @@ def test_an_old_private_name_fails_loudly_instead_of_patching_nothing() -> None:
 
 def test_the_once_per_function_warning_reads_the_set_in_rewarding_calls(monkeypatch: pytest.MonkeyPatch) -> None:
     """The tests patch `trl_marl.rewarding.calls._WARNED`: the object `call_reward_function` reads."""
+    reward_calls = importlib.import_module("trl_marl.rewarding.calls")
 
     def reward(prompts: list[str], completions: list[str], **kwargs: Any) -> list[float]:
         return [2.0]
