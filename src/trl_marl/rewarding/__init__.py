@@ -52,7 +52,6 @@ Where each part lives (every name below is also importable from `trl_marl.reward
   [`LocalReward`].
 """
 
-
 from __future__ import annotations
 
 from .calls import (

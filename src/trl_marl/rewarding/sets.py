@@ -222,7 +222,9 @@ class TeamReward(RewardSet):
     """The reward functions of MAGRPO: a [`RewardSet`] whose functions score joint actions as team rewards unless
     they declare themselves agent rewards (the contract, documented once: `trl_marl.rewarding`).
 
-    Calling it scores joint actions whose completions are texts, or TRL's conversational messages.
+    In short: each entry is a number or `None` (the function does not apply); anything else raises a
+    [`RewardFunctionError`]. Calling it scores joint actions whose completions are texts, or TRL's conversational
+    messages.
     """
 
     def __init__(self, funcs: Sequence[Callable[..., Any]], weights: Sequence[float] | None = None) -> None:
