@@ -1,0 +1,63 @@
+"""benchmarks/learning/plot_real.py: the series it draws are the records' end-of-training values and curves."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "learning" / "plot_real.py"
+
+
+@pytest.fixture(scope="module")
+def plot() -> Any:
+    spec = importlib.util.spec_from_file_location("plot_real", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _split(success: float) -> dict[str, Any]:
+    return {"success": success, "reward": 2 * success}
+
+
+def _magrpo_record(path: Path, seed: int) -> None:
+    run = {"seed": seed, "untrained": {"heldout": _split(0.25)},
+           "team": {"reward_curve": [1.0, 2.0, 3.0], "heldout": _split(0.5)},
+           "alone": {"agents": [{"reward_curve": [1.0, 1.0, 1.0]}, {"reward_curve": [3.0, 1.0, 2.0]}],
+                     "heldout": _split(0.375)}}
+    path.write_text(json.dumps({"settings": {}, "runs": [run]}))
+
+
+def test_magrpo_series_takes_each_arms_curves_and_heldout_before_and_after(plot: Any, tmp_path: Path) -> None:
+    for seed in (0, 1):
+        _magrpo_record(tmp_path / f"rec{seed}.json", seed)
+    arms = plot.magrpo_series(plot.load_runs([str(tmp_path / "rec*.json")]))
+    assert list(arms) == ["team", "alone"]  # no central arm in these records: none drawn
+    assert arms["team"]["curves"] == [[1.0, 2.0, 3.0]] * 2
+    assert arms["team"]["before"] == [0.25, 0.25] and arms["team"]["after"] == [0.5, 0.5]
+    # the alone arm's curve is the mean of its two agents' trainings, step by step
+    assert arms["alone"]["curves"][0] == [2.0, 1.0, 1.5] and arms["alone"]["after"] == [0.375, 0.375]
+    assert arms["team"]["seeds"] == [0, 1]
+
+
+def test_debate_series_reads_the_last_turn_and_the_reward_kind(plot: Any, tmp_path: Path) -> None:
+    for kind, after in (("influence", 0.8), ("verifier", 0.4)):
+        run = {"seed": 0, "score_curve": [0.1, 0.5], "before": {"majority_accuracy": [0.03, 0.17]},
+               "after": {"majority_accuracy": [0.05, after]}}
+        (tmp_path / f"{kind}.json").write_text(json.dumps({"settings": {"reward": kind}, "runs": [run]}))
+    arms = plot.debate_series(plot.load_runs([str(tmp_path / "*.json")]))
+    assert arms["influence"]["before"] == [0.17] and arms["influence"]["after"] == [0.8]
+    assert arms["verifier"]["after"] == [0.4] and arms["verifier"]["curves"] == [[0.1, 0.5]]
+
+
+def test_main_writes_the_png_and_refuses_an_empty_glob(plot: Any, tmp_path: Path) -> None:
+    _magrpo_record(tmp_path / "rec.json", 0)
+    out = tmp_path / "curve.png"
+    plot.main(["coding", "--records", str(tmp_path / "rec.json"), "--output", str(out)])
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 1000
+    with pytest.raises(SystemExit, match="no record matches"):
+        plot.main(["coding", "--records", str(tmp_path / "none*.json"), "--output", str(out)])
