@@ -90,9 +90,10 @@ def figure(task: str, arms: dict[str, Any], metric: str) -> Any:
         color = ARM_COLORS.get(arm, f"C{index}")
         for curve in slot["curves"]:
             left.plot(range(1, len(curve) + 1), curve, color=color, alpha=0.25, linewidth=0.8)
-        length = min(len(c) for c in slot["curves"])
+        length, seeds = min(len(c) for c in slot["curves"]), len(slot["curves"])
         mean = [statistics.mean(c[i] for c in slot["curves"]) for i in range(length)]
-        left.plot(range(1, length + 1), mean, color=color, linewidth=2.2, label=f"{arm} ({len(slot['curves'])} seeds)")
+        label = f"{arm} ({seeds} seed{'s' if seeds != 1 else ''})"
+        left.plot(range(1, length + 1), mean, color=color, linewidth=2.2, label=label)
         for k, (before, after) in enumerate(zip(slot["before"], slot["after"])):
             x0, x1 = index * 3, index * 3 + 1
             if before is not None:
