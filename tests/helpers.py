@@ -47,3 +47,20 @@ def load_script(path: Path) -> ModuleType:
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module
+
+
+class ScriptedTeam:
+    """A team stand-in for the rollout engine: sample g of every node is the one-token completion `g` (so joint
+    action g of an aligned node is "g", "g"), decoded by a tokenizer that writes token ids as digits."""
+
+    class DigitTokenizer:
+        def batch_decode(self, ids: list[list[int]], skip_special_tokens: bool = True) -> list[str]:
+            return ["".join(map(str, x)) for x in ids]
+
+    def __init__(self, num_agents: int, num_generations: int) -> None:
+        self.tokenizers = [self.DigitTokenizer()] * num_agents
+        self.G = num_generations
+
+    def generate(self, prompts: list[list[str]], generation_config: Any, chat_template_kwargs: Any = None) -> list:
+        return [([[0]] * len(p), [[i % self.G] for i in range(len(p))]) for p in prompts]
+

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import torch
 
+from helpers import ScriptedTeam
 from trl_marl.envs.base import MultiAgentEnv, Transcript
 from trl_marl.rewarding import LocalReward, TeamReward, agent_reward, team_reward
 from trl_marl.rollout import JointRollout, assign_advantages, flat_group_fraction
@@ -23,20 +24,7 @@ class _Env(MultiAgentEnv):
         return f"a{agent_index}t{len(transcript) + 1}"
 
 
-class _Tokenizer:
-    def batch_decode(self, ids: list[list[int]], skip_special_tokens: bool = True) -> list[str]:
-        return ["".join(map(str, x)) for x in ids]
-
-
-class _ScriptedTeam:
-    """Sample g of every node is the one-token completion `g` (aligned: joint action g is "g", "g")."""
-
-    def __init__(self, num_agents: int, num_generations: int) -> None:
-        self.tokenizers = [_Tokenizer()] * num_agents
-        self.G = num_generations
-
-    def generate(self, prompts: list[list[str]], generation_config: Any, chat_template_kwargs: Any = None) -> list:
-        return [([[0]] * len(p), [[i % self.G] for i in range(len(p))]) for p in prompts]
+_ScriptedTeam = ScriptedTeam  # sample g of every node is the one-token completion `g`
 
 
 def _path(tr: Transcript, agent: int) -> tuple[int, ...]:
