@@ -259,6 +259,7 @@ class JointRollout:
             # each joint action's transcript includes it (what the reward functions see, and the child's history)
             transcripts = [node.transcript.extend([joint_texts[a][k * J + j] for a in range(n)])
                            for k, node in enumerate(nodes) for j in range(J)]
+            local = None  # with a LocalReward: (rewards (K*J, n), per function, non-finite count)
             if score and self.score_fn is not None:
                 joint_prompts = [[prompts[a][i] for i in sample[a]] for a in range(n)]
                 joint_rows = [rows[node.row_index] for node in nodes for _ in range(J)]
@@ -267,18 +268,17 @@ class JointRollout:
                 rewards = self.reward.combine(rewards_per_func, bad)
                 nonfinite += int(bad.sum())
                 if self.local_reward is not None:
-                    local, local_per_func, local_bad = self.local_reward.score(
-                        joint_prompts, joint_texts, joint_rows, transcripts, turn, trainer_state)
-                    nonfinite += local_bad
+                    local = self.local_reward.score(joint_prompts, joint_texts, joint_rows, transcripts, turn,
+                                                    trainer_state)
+                    nonfinite += local[2]
             else:
                 rewards_per_func = torch.full((len(nodes) * J, 0), float("nan"))
                 rewards = torch.full((len(nodes) * J,), float("nan"))
             result = TurnResult(turn, nodes, prompts, prompt_ids, completion_ids, texts, self.joint_indices,
                                 rewards_per_func, rewards.view(len(nodes), J), transcripts=transcripts,
                                 sampling_logps=None if engine_logps is None else [engine_logps[s] for s in slots])
-            if score and self.score_fn is not None and self.local_reward is not None:
-                result.local_rewards = local.view(len(nodes), J, n)
-                result.local_rewards_per_func = local_per_func
+            if local is not None:
+                result.local_rewards, result.local_rewards_per_func = local[0].view(len(nodes), J, n), local[1]
             turns.append(result)
             nodes = self._expand(result, rows) if turn < self.env.num_turns else []
             turn += 1
@@ -332,72 +332,54 @@ class JointRollout:
 
     # ------------------------------------------------------------------ credit assignment
     def _backup(self, turns: list[TurnResult]) -> None:
-        """Returns from the leaves up: every turn's `returns`, `agent_returns` (`pooled_returns` with a `gather`)."""
+        """Returns from the leaves up: every turn's `returns`, `agent_returns` (`pooled_returns` with a `gather`),
+        and with local rewards `local_returns`."""
         G = self.num_generations
-        J = self.joint_indices.size(0)
-        next_values: torch.Tensor | None = None  # value of each node at turn t+1: mean return of its joint actions
-        for result in reversed(turns):
-            K = len(result.nodes)
-            if next_values is None:
-                result.returns = tree_returns(result.rewards, None, self.discount)
-            else:
-                child_value = torch.full((K, J, 1), float("nan"))
-                mask = torch.zeros((K, J, 1), dtype=torch.bool)
-                for (k, j), c in result.children.items():
-                    child_value[k, j, 0] = next_values[c]
-                    mask[k, j, 0] = bool(torch.isfinite(next_values[c]))
-                for k, j in result.capped:  # bootstrap from the continued siblings
-                    siblings = child_value[k, :, 0][mask[k, :, 0]]
-                    if siblings.numel():
-                        child_value[k, j, 0] = siblings.mean()
-                        mask[k, j, 0] = True
-                result.returns = tree_returns(result.rewards, child_value, self.discount, mask)
-            if result.stopped:  # an early stop keeps the achieved team reward for the turns it skips
-                stopped = sorted(result.stopped)
-                result.returns[stopped] = early_stop_returns(
-                    result.rewards[stopped], self.env.num_turns - result.turn, self.discount)
-            next_values = result.returns.nanmean(dim=1)
+        team = self._backed_up(turns, [t.rewards.unsqueeze(1) for t in turns])  # (K, 1, J) per turn
+        for result, returns in zip(turns, team):
+            result.returns = returns.squeeze(1)
             result.agent_returns = agent_returns_from_joint(result.returns, self.joint_indices, G)  # (K, n, G)
-        if any(t.local_rewards is not None for t in turns):
-            self._backup_local(turns)
+        if any(t.local_rewards is not None for t in turns):  # each agent's local reward, backed up as the team's
+            local = self._backed_up(turns, [t.local_rewards.permute(0, 2, 1) for t in turns])  # (K, n, J) per turn
+            for result, returns in zip(turns, local):
+                result.local_returns = agent_local_returns_from_joint(returns, self.joint_indices, G)  # (K, n, G)
         if self.gather is not None:  # every process's returns, for batch statistics (one collective per rollout)
             pool_turn_returns(turns, self.gather)
         if self.advantage_fn is not None or self.advantage_mode is not None:  # the deprecated engine-side estimator
             assign_advantages(turns, self.advantage_fn or self.advantage_mode or "mean")
 
+    def _backed_up(self, turns: list[TurnResult], rewards: list[torch.Tensor]) -> list[torch.Tensor]:
+        """The tree returns of per-turn rewards `(K, A, J)` (A reward channels: 1 for the team, n for local rewards).
 
-    def _backup_local(self, turns: list[TurnResult]) -> None:
-        """Every turn's `local_returns`: each agent's local reward backed up through the tree as the team's is.
-
-        Per agent ``a``: ``R^loc_t(j, a) = r^loc_t(j, a) + gamma * mean over the child's joint actions of
-        R^loc_{t+1}(., a)`` (`core.tree_returns`), a capped joint action bootstrapped from its continued siblings, an
-        early-stopped node's local reward persisting for the turns it skips (`core.early_stop_returns`), as for the
-        team reward; then each sample is credited its own agent's local return (`core.agent_local_returns_from_joint`).
+        Per channel: R_t(j) = r_t(j) + gamma * mean over the child node's joint actions of R_{t+1}
+        (`core.tree_returns`); a capped joint action (not continued) is bootstrapped from its continued siblings; an
+        early-stopped node keeps its achieved reward for the turns it skips (`core.early_stop_returns`).
         """
-        G, n = self.num_generations, self.env.num_agents
-        J = self.joint_indices.size(0)
-        next_values: torch.Tensor | None = None  # (K_{t+1}, n): each child node's mean local return per agent
-        for result in reversed(turns):
-            K = len(result.nodes)
-            rewards = result.local_rewards.permute(0, 2, 1)  # (K, n, J)
+        out: list[torch.Tensor] = [torch.empty(0)] * len(turns)
+        next_values: torch.Tensor | None = None  # (K_{t+1}, A): each child node's mean return per channel
+        for i in reversed(range(len(turns))):
+            result, reward = turns[i], rewards[i]
+            K, A, J = reward.shape
             if next_values is None:
-                returns = tree_returns(rewards, None, self.discount)
+                returns = tree_returns(reward, None, self.discount)
             else:
-                child_value = torch.full((K, n, J, 1), float("nan"))
+                child_value = torch.full((K, A, J, 1), float("nan"))
                 for (k, j), c in result.children.items():
                     child_value[k, :, j, 0] = next_values[c]
-                for k, j in result.capped:  # bootstrap from the continued siblings, per agent
-                    siblings = child_value[k, :, :, 0]
-                    child_value[k, :, j, 0] = torch.where(
-                        torch.isfinite(siblings).any(dim=-1), siblings.nanmean(dim=-1), float("nan"))
-                returns = tree_returns(rewards, child_value.nan_to_num(0.0), self.discount,
-                                       torch.isfinite(child_value))
-            if result.stopped:
+                mask = torch.isfinite(child_value)
+                for k, j in result.capped:  # bootstrap from the continued siblings
+                    for a in range(A):
+                        siblings = child_value[k, a, :, 0][mask[k, a, :, 0]]
+                        if siblings.numel():
+                            child_value[k, a, j, 0] = siblings.mean()
+                            mask[k, a, j, 0] = True
+                returns = tree_returns(reward, child_value, self.discount, mask)
+            if result.stopped:  # an early stop keeps the achieved reward for the turns it skips
                 stopped = sorted(result.stopped)
-                returns[stopped] = early_stop_returns(rewards[stopped], self.env.num_turns - result.turn,
-                                                      self.discount)
-            next_values = returns.nanmean(dim=-1)  # (K, n)
-            result.local_returns = agent_local_returns_from_joint(returns, self.joint_indices, G)  # (K, n, G)
+                returns[stopped] = early_stop_returns(reward[stopped], self.env.num_turns - result.turn, self.discount)
+            next_values = returns.nanmean(dim=-1)
+            out[i] = returns
+        return out
 
 
 def pool_turn_returns(turns: Sequence[TurnResult], gather: Callable[[torch.Tensor], torch.Tensor]) -> None:
