@@ -223,6 +223,13 @@ def _normalised(values: Tensor, mean: Tensor, std: Tensor, eps: float) -> Tensor
     return torch.nan_to_num((values - mean) / (std + eps), nan=0.0)
 
 
+def _group_standardised(returns: Tensor, eps: float, name: str) -> Tensor:
+    """(R - mean R) / (std R + eps) within each group (the last dimension); `name` is the mode a too-small G names."""
+    _check_group_size(returns, name)
+    mean = torch.nanmean(returns, dim=-1, keepdim=True)
+    return _normalised(returns, mean, nan_std(returns, dim=-1, keepdim=True), eps)
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # Group-relative estimators: the group is an agent's G samples at one node (the last dimension)
 # ----------------------------------------------------------------------------------------------------------------
@@ -257,9 +264,7 @@ def std_advantages(returns: Tensor, context: AdvantageContext) -> Tensor:
 
     ```
     """
-    _check_group_size(returns, "std")
-    mean = torch.nanmean(returns, dim=-1, keepdim=True)
-    return _normalised(returns, mean, nan_std(returns, dim=-1, keepdim=True), context.eps)
+    return _group_standardised(returns, context.eps, "std")
 
 
 @register_advantage_estimator("loo")
@@ -403,9 +408,7 @@ def agent_turn_advantages(returns: Tensor, context: AdvantageContext) -> Tensor:
                 "give one local return per sample."
             )
         returns = context.team_weight * returns + context.local_returns.to(returns.dtype)
-    _check_group_size(returns, "agent_turn")
-    mean = torch.nanmean(returns, dim=-1, keepdim=True)
-    return _normalised(returns, mean, nan_std(returns, dim=-1, keepdim=True), context.eps)
+    return _group_standardised(returns, context.eps, "agent_turn")
 
 
 @register_advantage_estimator("agent_norm")
