@@ -95,10 +95,10 @@ def make_trainer(model_dir: str, tmp_path: Any, monkeypatch: pytest.MonkeyPatch,
     from trl_marl import MAGRPOConfig, MAGRPOTrainer
     from trl_marl.envs import TargetSumEnv
     from trl_marl.rewards.arithmetic import TargetSumReward
-    from trl_marl.trainers.magrpo import trainer as magrpo_trainer
+    from trl_marl.trainers import base as trainer_base
 
     if engine is not None:  # what `build_generation_backend` would build for `use_vllm=True`, without vLLM
-        monkeypatch.setattr(magrpo_trainer, "build_generation_backend", lambda args, team: engine)
+        monkeypatch.setattr(trainer_base, "build_generation_backend", lambda settings, team: engine)
     args = MAGRPOConfig(output_dir=str(tmp_path), num_agents=2, num_generations=2, per_device_train_batch_size=4,
                         max_completion_length=3, learning_rate=1e-3, max_steps=1, logging_steps=1, report_to=[],
                         save_strategy="no", disable_tqdm=True, seed=0, use_vllm=engine is not None, **kwargs)
@@ -190,10 +190,10 @@ def make_ppo_trainer(model_dir: str, tmp_path: Any, monkeypatch: pytest.MonkeyPa
     from trl_marl import MultiAgentPPOConfig, MultiAgentPPOTrainer
     from trl_marl.envs import TargetSumEnv
     from trl_marl.rewards.arithmetic import TargetSumReward
-    from trl_marl.trainers.ppo import trainer as ppo_trainer
+    from trl_marl.trainers import base as trainer_base
 
     if engine is not None:
-        monkeypatch.setattr(ppo_trainer, "build_generation_backend", lambda args, team: engine)
+        monkeypatch.setattr(trainer_base, "build_generation_backend", lambda settings, team: engine)
     args = MultiAgentPPOConfig(
         output_dir=str(tmp_path), num_agents=2, per_device_train_batch_size=4, gradient_accumulation_steps=1,
         num_mini_batches=1, num_ppo_epochs=1, total_episodes=4, response_length=3, stop_token="eos",

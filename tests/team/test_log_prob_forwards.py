@@ -21,7 +21,7 @@ from trl_marl.team import AgentBatch, AgentTeam, pad_left, pad_right, sequence_m
 from trl_marl.team.forward import dropout_active, no_autograd
 from trl_marl.team.head import head_path_checked
 from trl_marl.toy import build_toy_model
-from trl_marl.trainers.base import TeamTrainerMixin
+from trl_marl.trainers.base import TeamTrainer
 from trl_marl.trainers.ppo.value import build_value_models, response_values, sequence_scores
 
 PROMPTS = [["Q:12+3=A:", "T:5?", "Q:7="], ["Q:1+1=A:", "Q:45+67=A:", "9"]]  # left padding
@@ -158,7 +158,7 @@ def test_dropout_keeps_the_full_layout(tokenizer: PreTrainedTokenizerBase) -> No
     other = build_toy_model(tokenizer, hidden_size=32, num_layers=2, seed=0).train()
     other.model.layers[0].mlp.add_module("drop", torch.nn.Dropout(0.1))  # an `nn.Dropout` module counts too
     assert dropout_active(other)
-    TeamTrainerMixin.disable_dropout([other])  # what `disable_dropout=True` does: p = 0
+    TeamTrainer.disable_dropout([other])  # what `disable_dropout=True` does: p = 0
     assert not dropout_active(other)
 
 

@@ -24,7 +24,7 @@ from helpers import spread_reward
 from trl_marl import MAGRPOConfig, MAGRPOTrainer
 from trl_marl.envs import TargetSumEnv
 from trl_marl.team.compile import CompiledForward, call_model, graphs_needed
-from trl_marl.trainers.base import TeamTrainerMixin
+from trl_marl.trainers.base import TeamTrainer
 
 warnings.filterwarnings("ignore")
 LORA = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], lora_dropout=0.0)
@@ -113,7 +113,7 @@ def test_torch_compile_with_a_sharding_strategy_is_refused(plugin):
                               accelerator=SimpleNamespace(state=state), model=None)
     name = "FSDP" if plugin == "fsdp_plugin" else "DeepSpeed"
     with pytest.raises(ValueError, match=f"torch_compile=True` with {name}.*set `torch_compile=False`"):
-        TeamTrainerMixin.compile_team_forwards(trainer)  # type: ignore[arg-type]
+        TeamTrainer.compile_team_forwards(trainer)  # type: ignore[arg-type]
 
 
 def train_ppo(model_dir: str, out: str, **overrides: Any) -> Any:

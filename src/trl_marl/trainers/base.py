@@ -1,9 +1,22 @@
-"""What every trl-marl trainer does the same way: input checks, the data loader, dropout, the processes, the metrics
-book, and evaluation.
+"""[`TeamTrainer`], the base class of every trl-marl trainer: what they all do the same way (the setup steps of the
+constructor, input checks, the data loader, dropout, the processes, the metrics book, checkpoints and evaluation).
 
-[`TeamTrainerMixin`] is mixed into `MAGRPOTrainer` and `MultiAgentPPOTrainer` (before the TRL base trainer). It
-holds no algorithm. It checks the launch (`trainers.distributed`), gathers sharded weights for rollouts
-(`rollout_context`), and logs what the trainer recorded in its [`MetricsBook`] (`self._metrics`) with every `log`.
+`MAGRPOTrainer` and `MultiAgentPPOTrainer` subclass it, and so does a new algorithm (docs/extending.md). It holds no
+algorithm. Its constructor steps, called in this order by a subclass's `__init__` (each trainer keeps only what
+differs between them):
+
+1. `_check_inputs`: the environment against the config, the datasets' columns and first prompts, before any model
+   loads;
+2. `_build_team`: seeded from `args.seed`, the team built by the trainer's builder, its CPU threads, and every
+   prompt's length checked against the completion budget;
+3. `_setup_generation`: the team's typed sampling settings and generation backend (`trainers.settings`);
+4. `_timed_rewards`: a reward set with the config's `reward_timeout` and `reward_isolation`;
+5. `_init_trainer`: `transformers.Trainer`'s own constructor, with the rows collator, and the state every trainer
+   keeps (the team, the environment, the metrics book, the non-finite counter).
+
+It checks the launch (`trainers.distributed`), gathers sharded weights for rollouts (`rollout_context`), and logs what
+the trainer recorded in its [`MetricsBook`] (`self._metrics`) with every `log`. Checkpoints (a team of several models
+and adapters, saved and resumed whole) come from `_trl_compat.TeamCheckpointMixin`.
 For evaluation, a trainer provides `play_evaluation_episodes(rows, temperature)` (one episode per row with one
 sample per agent, played by the shared rollout engine, `trl_marl.rollout.JointRollout`) and gets `evaluate()`, which
 plays `evaluation_samples_per_row()` independent episodes of every row (MAGRPO: `num_generations_eval`; default 1)
@@ -32,25 +45,32 @@ import functools
 import math
 import os
 import time
+import warnings
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, RandomSampler, SequentialSampler
+from transformers import TrainerCallback, set_seed
 
 from .._trl_compat import (
     CHECKPOINT_PREFIX,
+    TeamCheckpointMixin,
+    TRLBaseTrainer,
     checkpoint_problem,
     last_complete_checkpoint,
     warn_if_launcher_dropped_processes,
 )
 from ..envs.base import MultiAgentEnv, Transcript
 from ..evaluation import DebateEvaluation
-from ..rewarding import RewardFunctionError
-from ..validation import check_dataset_prompts
+from ..rewarding import LocalReward, NonFiniteCounter, RewardFunctionError, RewardSet, TeamReward
+from ..team import AgentTeam
+from ..team.generation import GenerationSettings, build_generation_backend
+from ..utils.threads import apply_cpu_threads
+from ..validation import check_dataset_prompts, check_prompt_lengths
 from .distributed import (
     any_process,
     check_fsdp_request,
@@ -62,7 +82,17 @@ from .distributed import (
     zero3_engine,
 )
 
-__all__ = ["MetricsBook", "TeamTrainerMixin", "collate_rows", "gather_objects", "rollout_phase"]
+__all__ = ["MetricsBook", "TeamTrainer", "collate_rows", "gather_objects", "rollout_phase"]
+
+RewardsT = TypeVar("RewardsT", RewardSet, TeamReward, LocalReward)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "TeamTrainerMixin":  # the mixin became the base class both trainers subclass
+        warnings.warn("`trl_marl.trainers.base.TeamTrainerMixin` is now the base class `TeamTrainer`; import that.",
+                      FutureWarning, stacklevel=2)
+        return TeamTrainer
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def collate_rows(batch: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -122,12 +152,102 @@ class MetricsBook:
         self._modes[mode].clear()
 
 
-class TeamTrainerMixin:
-    """Shared parts of the trl-marl trainers (see the module docstring)."""
+class TeamTrainer(TeamCheckpointMixin, TRLBaseTrainer):
+    """The base class of trl-marl's trainers (see the module docstring): a subclass's `__init__` calls the setup steps
+    below in order and adds what its algorithm needs; its rollout, advantages and loss are its own.
+
+    A sketch of a new algorithm's constructor (`docs/extending.md` has the whole recipe):
+
+    ```python
+    class MyTrainer(TeamTrainer):
+        def __init__(self, model, reward_funcs, args, train_dataset, env, eval_dataset=None, callbacks=None):
+            self._check_inputs(env, args, train_dataset, eval_dataset)
+            team = self._build_team(lambda: AgentTeam.build(model, args.num_agents), args, env,
+                                    train_dataset, eval_dataset, args.max_completion_length,
+                                    "MyConfig.max_completion_length")
+            self._setup_generation(team, args, temperature=args.temperature)
+            self.rewards = self._timed_rewards(TeamReward(reward_funcs, args.reward_weights), args)
+            self._init_trainer(team, env, args, model=team, train_dataset=train_dataset,
+                               eval_dataset=eval_dataset, callbacks=callbacks)
+    ```
+    """
 
     env: MultiAgentEnv
+    team: AgentTeam
     eval_verifier: Any = None
     gold_column: str = "answer"
+    _name: str = "TeamTrainer"
+    _paper: dict[str, str] = {}
+    _tag_names: list[str] = ["trl", "trl-marl", "multi-agent"]
+
+    # ------------------------------------------------------------------ setup steps (in this order)
+    def _check_inputs(self, env: MultiAgentEnv, args: Any, train_dataset: Any, eval_dataset: Any = None,
+                      eval_verifier: Any = None, gold_column: str = "answer") -> None:
+        """Step 1, before any model loads: a training set is given, the environment agrees with the config
+        (`check_env_agrees`), and both datasets' columns and first prompts suit the environment
+        (`validate_dataset`); the evaluation's answer verifier and gold column are kept."""
+        if train_dataset is None:
+            raise ValueError(f"`train_dataset` is required: {self._name} plays one episode per dataset row.")
+        self.eval_verifier = eval_verifier
+        self.gold_column = gold_column
+        self.check_env_agrees(env, args)
+        self.validate_dataset(env, train_dataset, "train_dataset")  # the first rows, before a model is loaded
+        if eval_dataset is not None:
+            self.validate_dataset(env, eval_dataset, "eval_dataset")
+
+    def _build_team(self, build: Callable[[], AgentTeam], args: Any, env: MultiAgentEnv, train_dataset: Any,
+                    eval_dataset: Any, max_new_tokens: int, length_field: str,
+                    chat_template_kwargs: dict[str, Any] | None = None) -> AgentTeam:
+        """Step 2: the team that `build()` returns, built right after seeding from `args.seed` (a run is a function of
+        its seed: LoRA weights and any other fresh weights are drawn now, before `Trainer.__init__` seeds), with
+        `args.cpu_threads` applied, and every row of both datasets checked against the context window with
+        `max_new_tokens` (the config field `length_field`) to generate (`check_prompt_lengths`)."""
+        set_seed(args.seed)
+        team = build()
+        apply_cpu_threads(team.models, args.cpu_threads, on_cpu=True if args.use_cpu else None)
+        for where, dataset in (("train_dataset", train_dataset), ("eval_dataset", eval_dataset)):
+            if dataset is not None:  # every row, before the first step
+                check_prompt_lengths(team, env, dataset, where, max_new_tokens, length_field,
+                                     chat_template_kwargs=chat_template_kwargs, on_long=args.prompt_length_check)
+        return team
+
+    def _setup_generation(self, team: AgentTeam, args: Any, temperature: float) -> None:
+        """Step 3: the team samples at `temperature` (its log-probabilities divide the logits by it), shares prompt
+        prefills as `args.share_prompt_prefill` says, and through the backend of the config's typed
+        [`GenerationSettings`] (`team.generation.build_generation_backend`)."""
+        team.temperature = temperature
+        team.share_prompt_prefill = args.share_prompt_prefill
+        team.generation_backend = build_generation_backend(GenerationSettings.of(args), team)
+
+    @staticmethod
+    def _timed_rewards(rewards: RewardsT, args: Any) -> RewardsT:
+        """Step 4: `rewards` (a `RewardSet`, `TeamReward` or `LocalReward`) with the config's `reward_timeout` and
+        `reward_isolation` (the reward contract: `trl_marl.rewarding`)."""
+        rewards.set_timeout(args.reward_timeout, f"{type(args).__name__}.reward_timeout", args.reward_isolation)
+        return rewards
+
+    def _init_trainer(self, team: AgentTeam, env: MultiAgentEnv, args: Any, model: nn.Module, train_dataset: Any,
+                      eval_dataset: Any, callbacks: list[TrainerCallback] | None,
+                      optimizers: tuple[Any, Any] = (None, None)) -> None:
+        """Step 5: `transformers.Trainer`'s constructor on `model` (the team, or a wrapper holding it and more), with
+        raw rows as batches (`collate_rows`: the environment and the reward functions read every column), then the
+        state every trainer keeps: `team`, `env`, the metrics book `log` drains and the non-finite reward counter
+        (`args.max_nonfinite`)."""
+        args.remove_unused_columns = False  # the environment and the reward functions read the raw rows
+        self.env = env
+        self._metrics = MetricsBook()
+        super().__init__(
+            model=model,
+            args=args,
+            data_collator=collate_rows,
+            train_dataset=train_dataset,
+            eval_dataset=eval_dataset,
+            processing_class=team.tokenizers[0],
+            callbacks=callbacks,
+            optimizers=optimizers,
+        )
+        self.team = team
+        self.nonfinite = NonFiniteCounter(args.max_nonfinite)
 
     # ------------------------------------------------------------------ input checks
     @staticmethod
@@ -177,22 +297,22 @@ class TeamTrainerMixin:
 
         With `torch_compile`, the team compiles its log-probability forwards itself (`compile_team_forwards`).
         """
-        check_fsdp_request(self.args)  # type: ignore[attr-defined]
-        super().create_accelerator_and_postprocess()  # type: ignore[misc]
-        if setup_strategy(self.accelerator, self.args):  # type: ignore[attr-defined]
+        check_fsdp_request(self.args)
+        super().create_accelerator_and_postprocess()
+        if setup_strategy(self.accelerator, self.args):
             self.is_fsdp_enabled = True  # FSDP2 turned on for CPU processes
-        if self.args.torch_compile:  # type: ignore[attr-defined]
+        if self.args.torch_compile:
             self.compile_team_forwards()
 
     def is_sharded(self) -> bool:
         """Whether the weights are sharded across several processes (FSDP2, DeepSpeed ZeRO-3): every forward is then
         a collective that all processes must run."""
-        sharded = is_fsdp2_module(self.model) or self.zero3_engine() is not None  # type: ignore[attr-defined]
-        return sharded and self.accelerator.num_processes > 1  # type: ignore[attr-defined]
+        sharded = is_fsdp2_module(self.model) or self.zero3_engine() is not None
+        return sharded and self.accelerator.num_processes > 1
 
     def zero3_engine(self) -> Any:
         """The trainer's DeepSpeed engine when it partitions the weights (ZeRO-3), else None."""
-        return zero3_engine(getattr(self, "deepspeed", None), self.accelerator.state)  # type: ignore[attr-defined]
+        return zero3_engine(getattr(self, "deepspeed", None), self.accelerator.state)
 
     @contextmanager
     def rollout_context(self) -> Iterator[None]:
@@ -206,7 +326,7 @@ class TeamTrainerMixin:
             return
         self.__dict__["_in_rollout_phase"] = True
         team = getattr(self, "team", None)
-        accelerator = self.accelerator  # type: ignore[attr-defined]
+        accelerator = self.accelerator
         sharing = getattr(team, "share_prompt_prefill", False)
         if team is not None and self.is_sharded():
             team.lockstep = functools.partial(any_process, accelerator)  # turns in lockstep: forwards are collectives
@@ -214,7 +334,7 @@ class TeamTrainerMixin:
             # one playing a discarded turn) would not run: with sharded weights that forward would wait forever
             team.share_prompt_prefill = False
         try:
-            with torch.no_grad(), gathered_root(self.model), gathered_zero3(self.zero3_engine()):  # type: ignore
+            with torch.no_grad(), gathered_root(self.model), gathered_zero3(self.zero3_engine()):
                 yield
         finally:
             self.__dict__["_in_rollout_phase"] = False
@@ -225,8 +345,8 @@ class TeamTrainerMixin:
     def _build_accelerator_args(self, **kwargs: Any) -> dict[str, Any]:
         """`Trainer`'s accelerator arguments, without its `torch_compile` plugin: accelerate would compile the whole
         team (its Python loop over agents recompiles at every new length); `compile_team_forwards` does instead."""
-        args = super()._build_accelerator_args(**kwargs)  # type: ignore[misc]
-        if self.args.torch_compile and "dynamo_plugin" in args:  # type: ignore[attr-defined]
+        args = super()._build_accelerator_args(**kwargs)
+        if self.args.torch_compile and "dynamo_plugin" in args:
             from accelerate.utils import TorchDynamoPlugin
 
             args["dynamo_plugin"] = TorchDynamoPlugin(backend="no")
@@ -235,8 +355,8 @@ class TeamTrainerMixin:
     def compile_team_forwards(self) -> None:
         """`torch_compile=True`: compile the team's log-probability forwards (`AgentTeam.compile_forwards`, with
         `torch_compile_backend` and `torch_compile_mode`); generation, value models and rewards stay eager."""
-        args = self.args  # type: ignore[attr-defined]
-        state = self.accelerator.state  # type: ignore[attr-defined]
+        args = self.args
+        state = self.accelerator.state
         strategy = next((name for name, attribute in (("FSDP", "fsdp_plugin"), ("DeepSpeed", "deepspeed_plugin"))
                          if getattr(state, attribute, None) is not None), None)
         if strategy is not None:
@@ -244,7 +364,7 @@ class TeamTrainerMixin:
                 f"`torch_compile=True` with {strategy} is not supported by trl-marl's trainers (compiled forwards of "
                 f"sharded agents are not tested): set `torch_compile=False`, or train without {strategy}."
             )
-        model = self.model  # type: ignore[attr-defined]
+        model = self.model
         team = model if hasattr(model, "compile_forwards") else model.team
         team.compile_forwards(args.torch_compile_backend, args.torch_compile_mode)
 
@@ -255,9 +375,9 @@ class TeamTrainerMixin:
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         """`Trainer.log` of `logs` and of what the trainer recorded in its metrics book for the current mode (train
         or eval), which is emptied afterwards."""
-        mode = "train" if self.model.training else "eval"  # type: ignore[attr-defined]
+        mode = "train" if self.model.training else "eval"
         logs = {**logs, **self._metrics.logged(mode)}
-        super().log(logs, start_time)  # type: ignore[misc]
+        super().log(logs, start_time)
         self._metrics.clear(mode)
 
     # ------------------------------------------------------------------ model card
@@ -266,21 +386,21 @@ class TeamTrainerMixin:
                          output_dir: str | None) -> None:
         """Write `README.md` in `output_dir` (default: `args.output_dir`) on the main process: the algorithm, the
         trainer's paper (`_paper`), the agents, the rewards and the main settings (`trl_marl.model_card`)."""
-        if not self.is_world_process_zero():  # type: ignore[attr-defined]
+        if not self.is_world_process_zero():
             return
         from ..model_card import write_team_model_card
 
         write_team_model_card(
-            output_dir=output_dir or self.args.output_dir,  # type: ignore[attr-defined]
-            team=self.team,  # type: ignore[attr-defined]
+            output_dir=output_dir or self.args.output_dir,
+            team=self.team,
             algorithm=algorithm,
-            paper=self._paper,  # type: ignore[attr-defined]
+            paper=self._paper,
             reward_names=reward_names,
             env_name=type(self.env).__name__,
             config_summary=config_summary,
             model_name=model_name,
             dataset_name=dataset_name,
-            tags=[*self._tag_names, *([tags] if isinstance(tags, str) else (tags or []))],  # type: ignore
+            tags=[*self._tag_names, *([tags] if isinstance(tags, str) else (tags or []))],
         )
 
     # ------------------------------------------------------------------ stopping on a broken reward
@@ -288,9 +408,9 @@ class TeamTrainerMixin:
         """Save the trained team alone to `output_dir` (main process): every agent's weights or adapter with its
         tokenizer, `team_config.json` and the model card; no optimizer, scheduler or value model. It loads with
         `AgentTeam.from_pretrained` and `trl-marl generate --team`. Returns `output_dir`."""
-        if self.args.should_save:  # type: ignore[attr-defined]
-            self.team.save_pretrained(output_dir)  # type: ignore[attr-defined]
-            self.create_model_card(output_dir=output_dir)  # type: ignore[attr-defined]
+        if self.args.should_save:
+            self.team.save_pretrained(output_dir)
+            self.create_model_card(output_dir=output_dir)
         return output_dir
 
     def stop_after_reward_error(self, error: RewardFunctionError) -> NoReturn:
@@ -307,14 +427,14 @@ class TeamTrainerMixin:
         Raises:
             RewardFunctionError: always (of `error`'s type, with the checkpoint's path or why none was written).
         """
-        args, state = self.args, self.state  # type: ignore[attr-defined]
+        args, state = self.args, self.state
         step = int(state.global_step)
         final_dir = os.path.join(args.output_dir, f"{CHECKPOINT_PREFIX}-{step}")
         resume = (" Resume with `trainer.train(resume_from_checkpoint=True)` once the reward is fixed."
                   if self.resumable else " Load the team from it with `AgentTeam.from_pretrained`.")
         if step == 0:
             where = "No training step had completed, so nothing was saved."
-        elif self.accelerator.num_processes > 1:  # type: ignore[attr-defined]
+        elif self.accelerator.num_processes > 1:
             newest = last_complete_checkpoint(args.output_dir)
             where = ("Nothing was saved now (a checkpoint needs every process, and the others may be waiting in the "
                      f"failed step); the newest checkpoint is {newest or 'none'}.")
@@ -322,7 +442,7 @@ class TeamTrainerMixin:
             where = f"The last completed step ({step}) is already saved in {final_dir}.{resume}"
         else:
             try:
-                self._save_checkpoint(self.model_wrapped, trial=None)  # type: ignore[attr-defined]
+                self._save_checkpoint(self.model_wrapped, trial=None)
                 where = f"The last completed step ({step}) was saved in {final_dir}.{resume}"
             except Exception as save_error:  # noqa: BLE001 - reported with the reward's error, which stays the cause
                 newest = last_complete_checkpoint(args.output_dir)
@@ -342,14 +462,14 @@ class TeamTrainerMixin:
 
         `wrap_sampler`, when given, wraps the index sampler (e.g. MAGRPO's `BlockRepeatSampler`).
         """
-        generator = torch.Generator().manual_seed(self.args.seed)  # type: ignore[attr-defined]
-        dataset = self.train_dataset  # type: ignore[attr-defined]
+        generator = torch.Generator().manual_seed(self.args.seed)
+        dataset = self.train_dataset
         sampler = RandomSampler(dataset, generator=generator) if shuffle else SequentialSampler(dataset)
         if wrap_sampler is not None:
             sampler = wrap_sampler(sampler)
         loader = DataLoader(dataset, batch_size=batch_size, sampler=sampler, collate_fn=collate_rows,
                             drop_last=drop_last, num_workers=0)
-        return self.accelerator.prepare(loader)  # type: ignore[attr-defined]
+        return self.accelerator.prepare(loader)
 
     # ------------------------------------------------------------------ evaluation
     def answer_verifier(self) -> Any:
@@ -366,7 +486,7 @@ class TeamTrainerMixin:
         self, rows: list[dict[str, Any]], temperature: float | None = None
     ) -> tuple[list[Transcript], dict[int, list[float]]]:
         """Play one episode per row (one sample per agent): the transcripts, and the rewards of each turn."""
-        raise NotImplementedError(f"{type(self).__name__} uses TeamTrainerMixin: it must define "
+        raise NotImplementedError(f"{type(self).__name__} is a TeamTrainer: it must define "
                                   "play_evaluation_episodes(rows, temperature)")
 
     def evaluation_samples_per_row(self) -> int:
@@ -391,7 +511,7 @@ class TeamTrainerMixin:
         Each row is played `evaluation_samples_per_row()` times (independent episodes); `per_device_eval_batch_size`
         counts episodes, so a batch holds that many divided by the episodes per row of rows (at least one).
         """
-        dataset = eval_dataset if eval_dataset is not None else self.eval_dataset  # type: ignore[attr-defined]
+        dataset = eval_dataset if eval_dataset is not None else self.eval_dataset
         if dataset is None:
             raise ValueError("No evaluation dataset: pass `eval_dataset` to the trainer or to `evaluate()`.")
         self.check_evaluation_prompts(dataset)
@@ -400,18 +520,18 @@ class TeamTrainerMixin:
             raise ValueError(
                 "evaluate() needs an answer verifier (`eval_verifier=AnswerVerifier(...)`) or reward functions."
             )
-        accelerator = self.accelerator  # type: ignore[attr-defined]
+        accelerator = self.accelerator
         rows = [dataset[i] for i in range(len(dataset))][accelerator.process_index :: accelerator.num_processes]
         if verifier is not None and rows and self.gold_column not in rows[0]:
             raise KeyError(f"evaluate() reads the gold answer from the column {self.gold_column!r}, which is missing.")
-        model = self.model  # type: ignore[attr-defined]
+        model = self.model
         was_training = model.training
         model.eval()
         start = time.perf_counter()
         debates: list[tuple[list[list[Any]], list[list[bool]]]] = []
         per_turn: dict[int, list[float]] = defaultdict(list)
         repeats = self.evaluation_samples_per_row()
-        size = max(1, self.args.per_device_eval_batch_size // repeats)  # type: ignore[attr-defined]
+        size = max(1, self.args.per_device_eval_batch_size // repeats)
         chunks = [[row for row in rows[i : i + size] for _ in range(repeats)] for i in range(0, len(rows), size)]
         # sharded weights: every forward is a collective, so each process plays as many chunks as the busiest one (a
         # process short of rows then plays the first evaluation row, discarded, with its random state restored)
@@ -452,9 +572,9 @@ class TeamTrainerMixin:
             if len(evaluation):
                 metrics.update({f"{metric_key_prefix}_{k}": v for k, v in evaluation.compute().items()})
         metrics[f"{metric_key_prefix}_runtime"] = time.perf_counter() - start
-        self.log(dict(metrics))  # type: ignore[attr-defined] - `Trainer.log` adds `epoch` to what it is given
-        self.control = self.callback_handler.on_evaluate(  # type: ignore[attr-defined]
-            self.args, self.state, self.control, metrics  # type: ignore[attr-defined]
+        self.log(dict(metrics))  # `Trainer.log` adds `epoch` to what it is given
+        self.control = self.callback_handler.on_evaluate(
+            self.args, self.state, self.control, metrics
         )
         return metrics
 
@@ -463,11 +583,11 @@ class TeamTrainerMixin:
         """Tell the callbacks that one evaluation batch of `chunks` was played (`on_prediction_step`, with `chunks` as
         the evaluation "dataloader" whose length is the number of batches): transformers' `ProgressCallback` and the
         demos' bars advance one step."""
-        handler = self.callback_handler  # type: ignore[attr-defined]
+        handler = self.callback_handler
         before = handler.eval_dataloader
         handler.eval_dataloader = chunks
         try:
-            self.control = handler.on_prediction_step(self.args, self.state, self.control)  # type: ignore[attr-defined]
+            self.control = handler.on_prediction_step(self.args, self.state, self.control)
         finally:
             handler.eval_dataloader = before
 

@@ -19,9 +19,12 @@ import math
 import numbers
 import os
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
+
+if TYPE_CHECKING:
+    from transformers import TrainingArguments
 
 
 def has_accelerator() -> bool:
@@ -37,20 +40,20 @@ def use_cpu_for_cpu_processes(config: Any) -> None:
         config.use_cpu = True
 
 
-def check_mixed_precision(config: Any) -> None:
+def check_mixed_precision(config: TrainingArguments) -> None:
     """Refuse `fp16=True` (and `bf16=True` without `use_cpu`) where no GPU runs them.
 
     transformers accepts `fp16=True` on a CPU-only machine and then trains in float32 without a word; `bf16=True`
     fails there with a message that does not name the config class. Both are refused here with the fix.
     """
     cls = type(config).__name__
-    on_cpu = bool(getattr(config, "use_cpu", False)) or not has_accelerator()
-    if getattr(config, "fp16", False) and on_cpu:
+    on_cpu = bool(config.use_cpu) or not has_accelerator()
+    if config.fp16 and on_cpu:
         raise ValueError(
             f"`{cls}.fp16=True` needs a CUDA GPU, but training runs on the CPU here (no GPU, or `use_cpu=True`), "
             "where fp16 mixed precision would be silently ignored. Set `fp16=False` (CPU training runs in float32)."
         )
-    if getattr(config, "bf16", False) and not has_accelerator() and not getattr(config, "use_cpu", False):
+    if config.bf16 and not has_accelerator() and not config.use_cpu:
         raise ValueError(
             f"`{cls}.bf16=True` needs a GPU with bfloat16 support, and none is available. Set `bf16=False` (CPU "
             "training runs in float32), or also set `use_cpu=True` for bfloat16 autocast on the CPU."

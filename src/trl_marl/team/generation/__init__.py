@@ -6,10 +6,18 @@ batches, decoded on a static KV cache with the one-token forward compiled (CUDA 
 `vllm.VLLMBackend` (colocate: one in-process vLLM engine for the whole team, or one per distinct base model of a
 `models` team, each agent's adapter a `LoRARequest`) or `vllm_server.VLLMServerBackend` (server: a running vLLM
 server, adapters loaded over HTTP). The rollout engine never knows which one runs: it calls `AgentTeam.generate`,
-and the team hands the tokenized rows to its backend.
+and the team hands the tokenized rows to its backend. A trainer builds the backend from typed
+[`GenerationSettings`] (`settings`), made once from its config.
 """
 
 from .base import GENERATION_BACKENDS, GenerationBackend, check_generation_backend
 from .build import build_generation_backend
+from .settings import GenerationSettings
 
-__all__ = ["GENERATION_BACKENDS", "GenerationBackend", "build_generation_backend", "check_generation_backend"]
+__all__ = [
+    "GENERATION_BACKENDS",
+    "GenerationBackend",
+    "GenerationSettings",
+    "build_generation_backend",
+    "check_generation_backend",
+]

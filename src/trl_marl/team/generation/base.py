@@ -1,4 +1,4 @@
-"""The interface of a generation backend, the config check of `generation_backend`, and the factory.
+"""The interface of a generation backend, and the config check of `generation_backend` (its settings: `settings`).
 
 A backend turns the tokenized prompts of every agent into completion token ids, in the structure of the team's own
 decoding: `completions[a][i]` is the list of token ids generated for prompt `i` of agent `a` (prompt excluded, not
@@ -18,16 +18,18 @@ setting the engine cannot mean the same way.
 from __future__ import annotations
 
 import functools
-import warnings
 from typing import Any
 
 from transformers import GenerationConfig
 
-GENERATION_BACKENDS = ("transformers", "compiled", "vllm")
-VLLM_MODES = ("colocate", "server")
-# vLLM's `logprobs_mode` values the backends take: after the repetition penalty, temperature and truncation (the
-# distribution the tokens were drawn from), or the model's own log-softmax before any of them (at temperature 1 only)
-LOGPROBS_MODES = ("processed_logprobs", "raw_logprobs")
+from .settings import GENERATION_BACKENDS, LOGPROBS_MODES, VLLM_MODES, GenerationSettings
+
+__all__ = [
+    "GENERATION_BACKENDS", "INERT_SETTINGS", "LOGPROBS_MODES", "VLLM_MODES", "EngineBackend", "GenerationBackend",
+    "GenerationSettings", "check_generation_backend", "generation_config_owner", "global_generation_defaults",
+    "is_default_setting", "resolve_generation_settings",
+]
+
 
 # Settings that `generate`'s greedy/sampling loop never reads for a decoder-only model given `input_ids` and a
 # `max_new_tokens`, with a dynamic cache, no assistant and no dict output (what the lean loop and vLLM require).
@@ -109,7 +111,7 @@ class GenerationBackend:
     # True for a backend that decodes the team's own batches: `AgentTeam` then calls its `decode` (the signature of
     # `team.generation.lean.decode`) for each batch in place of the eager loop, and never its `generate`
     decodes_rows: bool = False
-    # whether `generate_with_logprobs` returns the engine's log-probabilities (the factory sets it from the config's
+    # whether `generate_with_logprobs` returns the engine's log-probabilities (the factory sets it from the settings'
     # `vllm_importance_sampling_correction`)
     sampling_logprobs: bool = False
 
@@ -159,91 +161,18 @@ class EngineBackend(GenerationBackend):
 def check_generation_backend(config: Any) -> None:
     """Validate (and normalise) the generation-backend fields of a trainer config, in its `__post_init__`.
 
-    `use_vllm=True` (TRL's switch) selects `generation_backend="vllm"`. Settings of vLLM that the backend does not
-    implement are refused with the setting that works, never ignored.
+    `use_vllm=True` (TRL's switch) selects `generation_backend="vllm"`, and `generation_backend="vllm"` sets
+    `use_vllm` (TRL's reading of the same choice). The fields themselves are checked by building their
+    [`GenerationSettings`]: settings of vLLM that the backend does not implement are refused with the setting that
+    works, never ignored.
     """
-    backend = config.generation_backend
-    if backend not in GENERATION_BACKENDS:
-        raise ValueError(f"`generation_backend` must be one of {GENERATION_BACKENDS}, got {backend!r}.")
-    if getattr(config, "use_vllm", False):
-        if backend not in ("transformers", "vllm"):
+    if config.use_vllm:
+        if config.generation_backend not in ("transformers", "vllm"):
             raise ValueError(
-                f"`use_vllm=True` selects `generation_backend='vllm'`, but `generation_backend={backend!r}` is set "
-                "too: set only one of them."
+                "`use_vllm=True` selects `generation_backend='vllm'`, but "
+                f"`generation_backend={config.generation_backend!r}` is set too: set only one of them."
             )
-        config.generation_backend = backend = "vllm"
-    check_importance_sampling(config)
-    if backend != "vllm":
-        return
-    config.use_vllm = True  # TRL's reading of the same choice
-    mode = getattr(config, "vllm_mode", "colocate")
-    if mode not in VLLM_MODES:
-        raise NotImplementedError(
-            f"`vllm_mode={mode!r}` is not implemented: the vLLM backend runs 'colocate' (one in-process `vllm.LLM` "
-            "serving every agent's adapter) or 'server' (a running vLLM server, see `trl-marl vllm-serve`)."
-        )
-    timeout = getattr(config, "vllm_server_timeout", 240.0)
-    if mode == "server" and not timeout > 0:
-        raise ValueError(f"`vllm_server_timeout` must be > 0 seconds, got {timeout}.")
-    if getattr(config, "vllm_enable_sleep_mode", False):
-        raise NotImplementedError(
-            "`vllm_enable_sleep_mode=True` is not implemented yet: the colocated engine keeps its memory during "
-            "training. Set `vllm_enable_sleep_mode=False`."
-        )
-    if getattr(config, "vllm_tensor_parallel_size", 1) != 1:
-        raise NotImplementedError(
-            f"`vllm_tensor_parallel_size={config.vllm_tensor_parallel_size}` is not implemented: the colocated "
-            "engine runs on one device. Set `vllm_tensor_parallel_size=1`."
-        )
-    if getattr(config, "vllm_structured_outputs_regex", None) is not None:
-        raise NotImplementedError(
-            "`vllm_structured_outputs_regex` is not implemented by the vLLM backend: leave it None."
-        )
-    kv_bytes = getattr(config, "vllm_kv_cache_memory_bytes", None)
-    if kv_bytes is not None and (not isinstance(kv_bytes, int) or kv_bytes <= 0):
-        raise ValueError(
-            f"`vllm_kv_cache_memory_bytes` must be a positive number of bytes or None, got {kv_bytes!r} (e.g. "
-            "`256 << 20` for 256 MiB)."
-        )
-    logprobs_mode = getattr(config, "vllm_logprobs_mode", "processed_logprobs")
-    if logprobs_mode not in LOGPROBS_MODES:
-        raise ValueError(
-            f"`vllm_logprobs_mode` must be one of {LOGPROBS_MODES}, got {logprobs_mode!r}: 'processed_logprobs' "
-            "(after temperature, penalties and truncation) or 'raw_logprobs' (the model's untruncated log-softmax, at "
-            "temperature 1 only)."
-        )
-    share = getattr(config, "vllm_gpu_memory_utilization", 0.3)
-    if not 0.0 < share <= 1.0:
-        raise ValueError(f"`vllm_gpu_memory_utilization` must be in (0, 1], got {share}.")
-
-
-def check_importance_sampling(config: Any) -> None:
-    """Validate TRL's `vllm_importance_sampling_*` fields of a config (those that it has), as TRL 1.16 does."""
-    from ...core.losses import VLLM_IMPORTANCE_SAMPLING_MODES
-
-    cap = getattr(config, "vllm_importance_sampling_cap", None)
-    if cap is not None and config.vllm_importance_sampling_clip_max != cap:  # TRL's deprecated name (GRPOConfig
-        warnings.warn(  # maps it itself, with this warning)
-            "`vllm_importance_sampling_cap` is deprecated (as in TRL): use `vllm_importance_sampling_clip_max`.",
-            FutureWarning, stacklevel=3,
-        )
-        config.vllm_importance_sampling_clip_max = cap
-    mode = getattr(config, "vllm_importance_sampling_mode", "sequence_mask")
-    # as TRL: the mode is checked where it is used (vLLM on), the bounds always
-    if config.generation_backend == "vllm" and mode not in VLLM_IMPORTANCE_SAMPLING_MODES:
-        raise ValueError(
-            f"`vllm_importance_sampling_mode` must be one of {VLLM_IMPORTANCE_SAMPLING_MODES}, got {mode!r}."
-        )
-    low = getattr(config, "vllm_importance_sampling_clip_min", None)
-    high = getattr(config, "vllm_importance_sampling_clip_max", 3.0)
-    if low is not None and high is not None and low >= high:
-        raise ValueError(
-            f"`vllm_importance_sampling_clip_min` ({low}) must be less than `vllm_importance_sampling_clip_max` "
-            f"({high})."
-        )
-    if (getattr(config, "vllm_importance_sampling_correction", False) and mode.endswith("truncate")
-            and low is None and high is None):
-        raise ValueError(
-            f"`vllm_importance_sampling_mode={mode!r}` needs a bound: set `vllm_importance_sampling_clip_max` (e.g. "
-            "3.0) or `vllm_importance_sampling_clip_min`."
-        )
+        config.generation_backend = "vllm"
+    GenerationSettings.of(config)
+    if config.generation_backend == "vllm":
+        config.use_vllm = True

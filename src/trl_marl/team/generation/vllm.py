@@ -67,12 +67,12 @@ from transformers import GenerationConfig
 
 from .base import (
     INERT_SETTINGS,
-    LOGPROBS_MODES,
     EngineBackend,
     global_generation_defaults,
     is_default_setting,
     resolve_generation_settings,
 )
+from .settings import check_logprobs_mode
 
 # LoRA ranks vLLM's `max_lora_rank` accepts
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
@@ -293,17 +293,6 @@ def truncating_settings(settings: dict[str, Any], vocab_size: int | None = None)
     if settings["repetition_penalty"] != 1.0:
         named.append(f"repetition_penalty={settings['repetition_penalty']}")
     return named
-
-
-def check_logprobs_mode(mode: str) -> str:
-    """`mode` if the backends take it as vLLM's `logprobs_mode` ([`LOGPROBS_MODES`]), else a clear error."""
-    if mode not in LOGPROBS_MODES:
-        raise ValueError(
-            f"`vllm_logprobs_mode` must be one of {LOGPROBS_MODES}, got {mode!r}: 'processed_logprobs' (after "
-            "temperature, penalties and truncation) or 'raw_logprobs' (the model's untruncated log-softmax, at "
-            "temperature 1 only)."
-        )
-    return mode
 
 
 class LogprobSettingsCheck:

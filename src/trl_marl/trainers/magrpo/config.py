@@ -27,6 +27,7 @@ from ...validation import (
     use_activation_checkpointing_name,
     use_cpu_for_cpu_processes,
 )
+from ..engine_correction import check_importance_sampling
 
 # GRPO fields that MAGRPOTrainer implements; any other GRPOConfig field must keep its default (checked below), so
 # that a setting is never silently ignored.
@@ -499,6 +500,7 @@ class MAGRPOConfig(GRPOConfig):
         if len(set(self.frozen_agents)) >= self.num_agents:
             raise ValueError("`frozen_agents` freezes every agent: nothing would be trained.")
         check_generation_backend(self)
+        check_importance_sampling(self)
         self._refuse_unsupported()
 
     def _refuse_unsupported(self) -> None:

@@ -24,7 +24,6 @@ from accelerate.utils import set_seed
 from torch.utils.data import DataLoader
 from transformers import GenerationConfig, PreTrainedModel, TrainerCallback
 
-from ..._trl_compat import TeamCheckpointMixin, TRLBaseTrainer
 from ...core import (
     aggregate_token_loss,
     clipped_surrogate,
@@ -37,7 +36,6 @@ from ...core import (
 from ...envs.base import MultiAgentEnv, PromptEnv, Transcript
 from ...rewarding import (
     LocalReward,
-    NonFiniteCounter,
     NonFiniteError,
     RewardFunc,
     RewardFunctionError,
@@ -45,11 +43,9 @@ from ...rewarding import (
 )
 from ...rollout import JointRollout, Rollout, TurnResult, assign_advantages, turn_advantages
 from ...team import AgentBatch, AgentTeam, pad_left, pad_right
-from ...team.generation import build_generation_backend
 from ...utils.precision import cast_lm_head_to_fp32
-from ...utils.threads import apply_cpu_threads
 from ...validation import check_prompt_lengths
-from ..base import MetricsBook, TeamTrainerMixin, collate_rows, rollout_phase
+from ..base import TeamTrainer, rollout_phase
 from ..distributed import gathered_rows
 from ..engine_correction import corrects_engine_mismatch, engine_correction, engine_logps
 from ..per_agent import backward_per_agent, backward_per_agent_supported
@@ -63,7 +59,7 @@ from .schedule import BlockRepeatSampler, GenerationSchedule, MicroStep
 __all__ = ["MAGRPOTrainer", "NonFiniteError", "TrainingDiagnosticWarning", "zero_loss"]
 
 
-class MAGRPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer):
+class MAGRPOTrainer(TeamTrainer):
     """Trains a team of LLM agents with MAGRPO (Multi-Agent Group Relative Policy Optimization).
 
     Each training micro-step plays `per_device_train_batch_size // num_generations` episodes of a
@@ -154,35 +150,21 @@ class MAGRPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer):
         gold_column: str = "answer",
         local_reward_funcs: RewardFunc | Sequence[RewardFunc] | Sequence[Sequence[RewardFunc]] | None = None,
     ) -> None:
-        self.eval_verifier = eval_verifier
-        self.gold_column = gold_column
         if args is None:
             name = model if isinstance(model, str) else "team"
             args = MAGRPOConfig(f"{os.path.basename(str(name))}-MAGRPO")
         if not isinstance(args, MAGRPOConfig):
             raise TypeError(f"`args` must be a MAGRPOConfig, got {type(args).__name__}.")
         env = env if env is not None else PromptEnv(num_agents=args.num_agents, num_turns=args.num_turns)
-        self.check_env_agrees(env, args)
-        if train_dataset is None:
-            raise ValueError("`train_dataset` is required: MAGRPO plays one episode per dataset row.")
-        self.validate_dataset(env, train_dataset, "train_dataset")  # the first rows, before a model is loaded
-        if eval_dataset is not None:
-            self.validate_dataset(env, eval_dataset, "eval_dataset")
+        self._check_inputs(env, args, train_dataset, eval_dataset, eval_verifier, gold_column)
         self.local_rewards = self._local_rewards(local_reward_funcs, args, env.num_agents)  # before any model loads
 
-        # A run is a function of `args.seed`: LoRA and any other freshly initialised weights are drawn now, before
-        # `Trainer.__init__` seeds, so seed here (whatever the global RNG held before the trainer was built).
-        set_seed(args.seed)
-        team = AgentTeam.build(model, args.num_agents, mode=args.team_mode, peft_config=peft_config,
-                               processing_class=processing_class, model_init_kwargs=args.model_init_kwargs)
-        apply_cpu_threads(team.models, args.cpu_threads, on_cpu=True if args.use_cpu else None)
-        for where, dataset in (("train_dataset", train_dataset), ("eval_dataset", eval_dataset)):
-            if dataset is not None:  # every row, before the first step
-                check_prompt_lengths(team, env, dataset, where, args.max_completion_length,
-                                     f"{type(args).__name__}.max_completion_length",
-                                     chat_template_kwargs=args.chat_template_kwargs, on_long=args.prompt_length_check)
-        team.temperature = args.temperature
-        team.share_prompt_prefill = args.share_prompt_prefill
+        team = self._build_team(
+            lambda: AgentTeam.build(model, args.num_agents, mode=args.team_mode, peft_config=peft_config,
+                                    processing_class=processing_class, model_init_kwargs=args.model_init_kwargs),
+            args, env, train_dataset, eval_dataset, args.max_completion_length,
+            f"{type(args).__name__}.max_completion_length", chat_template_kwargs=args.chat_template_kwargs,
+        )
         if args.frozen_agents:
             team.freeze_agents(args.frozen_agents)
         if args.disable_dropout:
@@ -191,34 +173,20 @@ class MAGRPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer):
             for member in [*team.models, *(ref for ref in team.ref_models if ref is not None)]:
                 cast_lm_head_to_fp32(member)
         team.continuous_batching_config = continuous_batching_config(args, team)
-        team.generation_backend = build_generation_backend(args, team)
+        self._setup_generation(team, args, temperature=args.temperature)
         if args.beta != 0.0:
             team.create_reference_models()
         if args.sync_ref_model:
             ReferenceSync.check(team)
         funcs = list(reward_funcs) if isinstance(reward_funcs, (list, tuple)) else [reward_funcs]
         self.reward_funcs = funcs
-        self.rewards = TeamReward(funcs, args.reward_weights)
-        self.rewards.set_timeout(args.reward_timeout, f"{type(args).__name__}.reward_timeout",
-                                 getattr(args, "reward_isolation", "process"))
-        self.env = env
-        args.remove_unused_columns = False  # the environment and the reward functions read the raw rows
+        self.rewards = self._timed_rewards(TeamReward(funcs, args.reward_weights), args)
         if args.data_seed is None:
             # accelerate reseeds the data sampler from each rank's torch seed, which differs per rank (below): a
             # fixed data seed keeps one shuffle shared by all ranks, so that they play disjoint rows.
             args.data_seed = args.seed
-
-        super().__init__(
-            model=team,
-            args=args,
-            data_collator=collate_rows,
-            train_dataset=train_dataset,
-            eval_dataset=eval_dataset,
-            processing_class=team.tokenizers[0],
-            callbacks=callbacks,
-            optimizers=optimizers,
-        )
-        self.team = team
+        self._init_trainer(team, env, args, model=team, train_dataset=train_dataset, eval_dataset=eval_dataset,
+                           callbacks=callbacks, optimizers=optimizers)
         if args.sync_ref_model:
             self.add_callback(ReferenceSync(team, args.ref_model_sync_steps, args.ref_model_mixup_alpha))
         # Each process must sample its own completions: seed the generators per device, as TRL's GRPOTrainer does.
@@ -248,8 +216,6 @@ class MAGRPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer):
             num_generations=1, discount=args.discount, early_stop_threshold=args.early_stop_threshold,
             chat_template_kwargs=args.chat_template_kwargs, score=self._score_turn,
         )
-        self._metrics = MetricsBook()
-        self.nonfinite = NonFiniteCounter(args.max_nonfinite)
         self.diagnostics = TrainingDiagnostics(args, self.accelerator.is_main_process)
         self._schedule = GenerationSchedule(args.steps_per_generation, args.num_iterations)
         self.entropy_control = EntropyControl(args, [a for a in range(env.num_agents) if a not in team.frozen])
@@ -277,9 +243,7 @@ class MAGRPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer):
             )
         local = LocalReward(funcs, num_agents, args.local_reward_weights, field="local_reward_funcs",
                             weights_field=f"{type(args).__name__}.local_reward_weights")
-        local.set_timeout(args.reward_timeout, f"{type(args).__name__}.reward_timeout",
-                          getattr(args, "reward_isolation", "process"))
-        return local
+        return self._timed_rewards(local, args)
 
     def train(self, resume_from_checkpoint: str | bool | None = None, trial: Any = None,
               ignore_keys_for_eval: list[str] | None = None, **kwargs: Any) -> Any:

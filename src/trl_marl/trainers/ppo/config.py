@@ -19,6 +19,7 @@ from ...validation import (
     use_activation_checkpointing_name,
     use_cpu_for_cpu_processes,
 )
+from ..engine_correction import check_importance_sampling
 
 POLICY_SHARING = ("shared", "agent", "agent_turn")
 CRITICS = ("per_agent", "centralized")
@@ -459,6 +460,7 @@ class MultiAgentPPOConfig(TRLBaseConfig):
         check_timeout(self, "reward_timeout")
         check_choice(self, "reward_isolation", REWARD_ISOLATIONS)
         check_generation_backend(self)
+        check_importance_sampling(self)
         if self.model_adapter_name is not None or self.ref_adapter_name is not None:
             raise ValueError(
                 "`model_adapter_name`/`ref_adapter_name` are not supported: pass the base model with a `peft_config` "

@@ -33,7 +33,6 @@ from torch import nn
 from torch.utils.data import DataLoader
 from transformers import GenerationConfig, PreTrainedModel, TrainerCallback, set_seed
 
-from ..._trl_compat import TeamCheckpointMixin, TRLBaseTrainer
 from ...core.ppo import (
     INVALID_LOGPROB,
     bootstrap_next_turn,
@@ -42,13 +41,11 @@ from ...core.ppo import (
     ppo_policy_loss,
 )
 from ...envs.base import MultiAgentEnv, PromptEnv, TokenizedPromptEnv, Transcript
-from ...rewarding import NonFiniteCounter, RewardFunc, RewardFunctionError, RewardSet
+from ...rewarding import RewardFunc, RewardFunctionError, RewardSet
 from ...rollout import JointRollout, Rollout
 from ...team import AgentTeam, sequence_model_inputs
-from ...team.generation import build_generation_backend
-from ...utils.threads import apply_cpu_threads
 from ...validation import check_prompt_lengths
-from ..base import MetricsBook, TeamTrainerMixin, collate_rows, rollout_phase
+from ..base import TeamTrainer, rollout_phase
 from ..per_agent import backward_per_agent, backward_per_agent_supported
 from .config import MultiAgentPPOConfig
 from .logging import STAT_NAMES, completions_table, print_completions_table, update_metrics
@@ -76,7 +73,7 @@ from .value import (
 __all__ = ["AgentRollout", "MultiAgentPPOTrainer", "PolicyValueTeam", "first_true_index", "sequence_model_inputs",
            "sequence_scores"]
 
-class MultiAgentPPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer):
+class MultiAgentPPOTrainer(TeamTrainer):
     """Multi-agent PPO over a [`MultiAgentEnv`] with a value model per agent (MAPoRL, arXiv 2502.18439).
 
     Each update plays `local_batch_size` episodes per process with the rollout engine (`JointRollout`, one sample
@@ -155,10 +152,6 @@ class MultiAgentPPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer
         eval_verifier: Any = None,
         gold_column: str = "answer",
     ) -> None:
-        if train_dataset is None:
-            raise ValueError("`train_dataset` is required.")
-        self.eval_verifier = eval_verifier
-        self.gold_column = gold_column
         if ref_model is not None and ref_model is model:
             raise ValueError(
                 "`model` and `ref_model` cannot be the same object: pass a copy, or `ref_model=None` with a "
@@ -166,32 +159,17 @@ class MultiAgentPPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer
             )
         if (reward_funcs is None) == (reward_model is None):
             raise ValueError("Pass exactly one of `reward_funcs` and `reward_model`.")
-        columns = list(getattr(train_dataset, "column_names", None) or list(train_dataset[0]))
-        if env is None:
-            env = (
-                TokenizedPromptEnv(args.num_agents)
-                if "input_ids" in columns
-                else PromptEnv(args.num_agents, args.num_turns)
-            )
-        self.check_env_agrees(env, args)
-        self.validate_dataset(env, train_dataset, "train_dataset")  # the first rows, before a model is loaded
-        if eval_dataset is not None:
-            self.validate_dataset(env, eval_dataset, "eval_dataset")
+        if env is None and train_dataset is not None:
+            columns = list(getattr(train_dataset, "column_names", None) or list(train_dataset[0]))
+            tokenized = "input_ids" in columns
+            env = TokenizedPromptEnv(args.num_agents) if tokenized else PromptEnv(args.num_agents, args.num_turns)
+        self._check_inputs(env, args, train_dataset, eval_dataset, eval_verifier, gold_column)
 
-        # A run is a function of `args.seed`: adapters and value heads are initialised now, before `Trainer.__init__`
-        # seeds, so seed here (whatever the global RNG held before the trainer was built).
-        set_seed(args.seed)
-        team = self._build_team(model, args, peft_config, processing_class)
-        apply_cpu_threads(team.models, args.cpu_threads, on_cpu=True if args.use_cpu else None)
-        for tok in team.tokenizers:
-            if tok.pad_token_id is None:
-                raise ValueError("The tokenizer has no pad token: set one, e.g. `tokenizer.pad_token = ...`.")
-        for where, dataset in (("train_dataset", train_dataset), ("eval_dataset", eval_dataset)):
-            if dataset is not None:  # every row, before the first step; turn 1 of agent a: team member a
-                check_prompt_lengths(team, env, dataset, where, args.response_length,
-                                     f"{type(args).__name__}.response_length", on_long=args.prompt_length_check)
-        team.temperature, team.share_prompt_prefill = args.temperature + 1e-7, args.share_prompt_prefill
-        team.generation_backend = build_generation_backend(args, team)
+        # turn 1 of agent a: team member a; value heads are drawn after the team, from the same seeded state
+        team = self._build_team(lambda: self._build_policies(model, args, peft_config, processing_class), args, env,
+                                train_dataset, eval_dataset, args.response_length,
+                                f"{type(args).__name__}.response_length")
+        self._setup_generation(team, args, temperature=args.temperature + 1e-7)
         if ref_model is not None:
             if args.num_agents != 1:
                 raise ValueError("`ref_model` is for a single agent; multi-agent teams use their own references.")
@@ -215,31 +193,17 @@ class MultiAgentPPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer
             else ([reward_funcs] if reward_funcs is not None else [])
         )
         # the reward contract (`trl_marl.rewarding`): a function without a kind scores each (turn, agent) response
-        self.rewards = RewardSet(self.reward_funcs, args.reward_weights, "agent") if self.reward_funcs else None
-        if self.rewards is not None:
-            self.rewards.set_timeout(args.reward_timeout, f"{type(args).__name__}.reward_timeout",
-                                     getattr(args, "reward_isolation", "process"))
+        self.rewards = (self._timed_rewards(RewardSet(self.reward_funcs, args.reward_weights, "agent"), args)
+                        if self.reward_funcs else None)
         self.reward_names = self.rewards.names if self.rewards is not None else ["reward_model"]
         self.disable_dropout([*team.models, *value_models, reward_model, ref_model, *team.ref_models])
-        self.env = env
-        self.team = team
         self.data_collator_user = data_collator  # accepted for API parity: rows are padded by the trainer
-        args.remove_unused_columns = False
         shared = args.policy_sharing == "shared"  # one policy: one value model and one whitening group for the team
         one_critic = shared or args.critic == "centralized"  # MAAC: one value model, a whitening group per policy
         self.whitening_group = [0 if shared else s for s in range(team.num_agents)]
         wrapper = PolicyValueTeam(team, value_models, [0 if one_critic else s for s in range(team.num_agents)])
-        self._metrics = MetricsBook()  # what `log` adds (multi-agent PPO logs each update's metrics directly)
-        super().__init__(
-            model=wrapper,
-            args=args,
-            data_collator=collate_rows,
-            train_dataset=train_dataset,
-            eval_dataset=eval_dataset,
-            processing_class=team.tokenizers[0],
-            callbacks=callbacks,
-            optimizers=optimizers,
-        )
+        self._init_trainer(team, env, args, model=wrapper, train_dataset=train_dataset, eval_dataset=eval_dataset,
+                           callbacks=callbacks, optimizers=optimizers)
         self.wrapper = wrapper
         self._set_batch_sizes()
         if self.reward_model is not None:
@@ -247,7 +211,6 @@ class MultiAgentPPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer
         for ref in team.ref_models:
             if ref is not None:
                 ref.to(self.accelerator.device)
-        self.nonfinite = NonFiniteCounter(args.max_nonfinite)
         self.last_rollout: Rollout | None = None
         # the rollout engine, with one sample per agent: episodes over turns, scored afterwards (`compute_rewards`)
         self.engine = JointRollout(
@@ -257,7 +220,7 @@ class MultiAgentPPOTrainer(TeamTrainerMixin, TeamCheckpointMixin, TRLBaseTrainer
 
     # ------------------------------------------------------------------ setup helpers
     @staticmethod
-    def _build_team(model: Any, args: MultiAgentPPOConfig, peft_config: Any, processing_class: Any) -> AgentTeam:
+    def _build_policies(model: Any, args: MultiAgentPPOConfig, peft_config: Any, processing_class: Any) -> AgentTeam:
         """The team's policy slots: one per agent, one per (turn, agent), or one shared set of weights."""
         mode = args.team_mode
         if args.policy_sharing == "shared" and not isinstance(model, AgentTeam):
