@@ -213,3 +213,6 @@ def test_labels_that_do_not_fit_the_window_are_refused(tokenizer: PreTrainedToke
     window = completion_window(BATCHES[0], dropout=False)
     with pytest.raises(ValueError, match=r"`labels` must split the window's 2 rows in runs at most 4 tokens wide"):
         team.score_tokens(team.policy(0), window, labels)
+    if len(labels) == 1:  # one tensor where a sequence of them is expected
+        with pytest.raises(TypeError, match=r"pass `\[labels\]` for one batch"):
+            team.score_tokens(team.policy(0), window, labels[0])

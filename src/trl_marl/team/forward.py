@@ -392,6 +392,8 @@ class LogProbMixin:
         Example: `(logps, _), = team.score_tokens(model, completion_window(batch, dropout=False),
         [batch.completion_ids])`
         """
+        if isinstance(labels, torch.Tensor):
+            raise TypeError("`labels` is a sequence of tensors, one per run of rows: pass `[labels]` for one batch.")
         rows = window.inputs["input_ids"].size(0)
         if sum(group.size(0) for group in labels) != rows or any(group.size(1) > window.width for group in labels):
             raise ValueError(
