@@ -6,6 +6,14 @@ gradients, every agent in one call), the old-policy and reference log-probabilit
 (`sequence_logits`, `response_logits`). In `adapters` mode
 the rows of several agents run as one forward, each row through its own adapter (`team.mixed_adapters`).
 
+Every log-probability goes through one primitive, [`AgentTeam.score_tokens`]: a layout ([`TokenWindow`]: the model
+inputs and the output positions that score tokens; MAGRPO's [`completion_window`], the joint adapter forward's
+[`joint_completion_window`], PPO's [`response_window`]) and the labels in, per-token log-probabilities (and
+entropies) out. It alone chooses between the LM head a chunk of positions at a time and the full logits
+(`_scoring_head`); one method runs the model for it and for PPO's logits (`_window_output`, through `forward_call`:
+eager or compiled); the layouts decide what dropout changes (below). A subclass that wraps `score_tokens` sees every
+log-probability forward.
+
 These forwards skip the one position whose logits are never used. The log-probability of token t of a sequence is
 read from the logits at position t - 1, so a forward over a prompt plus its completion scores the completion from the
 logits of the last prompt token up to the *second to last* completion token. The logits at the last position
@@ -15,9 +23,9 @@ the same logits up to floating-point reordering in shape-dependent kernels (bit 
 otherwise). For G samples of 4 completion tokens after a 6-token prompt that is a tenth of the training tokens.
 
 The one thing the last token does change is the random numbers of dropout: a model that draws dropout masks draws
-them over one position fewer, so its masks (and every random draw after them) differ from TRL's layout. Callers
-keep the full layout for such a model ([`dropout_active`]), so that training with dropout stays draw for draw what
-it was.
+them over one position fewer, so its masks (and every random draw after them) differ from TRL's layout. The
+layouts take the whole sequence for such a model ([`dropout_active`]), so that training with dropout stays draw for
+draw what it was.
 
 Forwards without gradients (generation, old and reference log-probs) run under [`no_autograd`]: inference mode
 where it is safe.
@@ -43,8 +51,9 @@ from .compile import CompiledForward, call_model
 from .head import bound_head, head_path, head_path_checked
 from .mixed_adapters import sliced_adapter_rows, sliced_adapter_rows_plan
 
-__all__ = ["AgentBatch", "LogProbMixin", "checkpointing_paused", "dropout_active", "head_path",
-           "logits_dtype_autocast", "no_autograd", "own_storage", "response_layout", "takes_logits_to_keep"]
+__all__ = ["AgentBatch", "LogProbMixin", "TokenWindow", "checkpointing_paused", "completion_window",
+           "dropout_active", "head_path", "joint_completion_window", "logits_dtype_autocast", "no_autograd",
+           "own_storage", "response_window", "takes_logits_to_keep"]
 
 
 # float attributes through which transformers' modules pass a dropout probability to a kernel or `F.dropout`
@@ -124,16 +133,6 @@ def takes_logits_to_keep(model: Any) -> bool:
     (compute the LM head over the last k positions only)."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     return _forward_takes_logits_to_keep(type(base))
-
-
-def response_layout(query_responses: torch.Tensor, context_length: int, pad_token_id: int,
-                    dropout: bool) -> tuple[dict[str, torch.Tensor], slice]:
-    """PPO's model inputs for `query_responses` and the output positions that score its response tokens: without
-    dropout the forward stops before the last token (positions `context_length - 1` onwards); with dropout it takes
-    the whole sequence, so that the masks are drawn as in TRL, and drops the last position."""
-    if dropout:
-        return sequence_model_inputs(query_responses, pad_token_id), slice(context_length - 1, -1)
-    return sequence_model_inputs(query_responses[:, :-1], pad_token_id), slice(context_length - 1, None)
 
 
 def no_autograd() -> AbstractContextManager[Any]:
@@ -216,6 +215,85 @@ def logits_dtype_autocast(logits: torch.Tensor) -> AbstractContextManager[Any]:
     return torch.autocast(device_type=logits.device.type, enabled=False)
 
 
+@dataclass(frozen=True)
+class TokenWindow:
+    """One log-probability forward of [`AgentTeam.score_tokens`]: the model inputs, and which output positions
+    score tokens: the `width` positions that end `skip_last` positions before the last one.
+
+    Attributes:
+        inputs: The model's keyword inputs (`input_ids`, `attention_mask`, and `position_ids` where the layout sets
+            them).
+        width: How many output positions score tokens (the widest batch's completions in a joint forward).
+        skip_last: The inputs hold the whole sequence (TRL's layout under dropout, so that the masks are drawn over
+            the same shapes) and the last output position scores nothing; else they stop before the last token.
+        trim_logits: Whether the LM head may run over the scored positions alone (transformers' `logits_to_keep`,
+            where the model takes it); False keeps the logits of every position, as TRL's PPO computes them.
+    """
+
+    inputs: dict[str, torch.Tensor]
+    width: int
+    skip_last: bool = False
+    trim_logits: bool = True
+
+
+def completion_window(batch: AgentBatch, dropout: bool) -> TokenWindow:
+    """MAGRPO's layout for `batch` (prompt + completion): without dropout the forward stops before the last
+    completion token; with dropout it takes the whole sequence (the LM head over the last `width + 1` positions, as
+    TRL's `GRPOTrainer`) and drops the last position."""
+    width = batch.completion_ids.size(1)
+    if dropout:
+        return TokenWindow({"input_ids": batch.input_ids, "attention_mask": batch.attention_mask}, width,
+                           skip_last=True)
+    return TokenWindow({"input_ids": torch.cat([batch.prompt_ids, batch.completion_ids[:, :-1]], dim=1),
+                        "attention_mask": torch.cat([batch.prompt_mask, batch.completion_mask[:, :-1]], dim=1)},
+                       width)
+
+
+def joint_completion_window(batches: Sequence[AgentBatch]) -> TokenWindow:
+    """One forward over the rows of several batches (`utils.tokens.joint_model_inputs`: padded to the widest prompt
+    and the widest completion, explicit position ids), stopping before the last completion token; batch b's rows
+    are scored at the first `completion_ids.size(1)` of the window's positions. Never under dropout (the per-agent
+    forwards keep TRL's layout there: `_joint_adapter_rows`)."""
+    input_ids, attention_mask, position_ids = joint_model_inputs(batches)
+    return TokenWindow({"input_ids": input_ids, "attention_mask": attention_mask, "position_ids": position_ids},
+                       max(batch.completion_ids.size(1) for batch in batches))
+
+
+def response_window(query_responses: torch.Tensor, context_length: int, pad_token_id: int,
+                    dropout: bool) -> TokenWindow:
+    """PPO's layout for `query_responses` (`sequence_model_inputs`), scoring its response tokens (the positions from
+    `context_length - 1`): without dropout the forward stops before the last token; with dropout it takes the whole
+    sequence, with every position's logits (TRL's PPO layout, so that the masks are drawn as in TRL), and drops the
+    last position."""
+    width = query_responses.size(1) - context_length
+    if dropout:
+        return TokenWindow(sequence_model_inputs(query_responses, pad_token_id), width, skip_last=True,
+                           trim_logits=False)
+    return TokenWindow(sequence_model_inputs(query_responses[:, :-1], pad_token_id), width)
+
+
+@dataclass(frozen=True)
+class _ChunkedHead:
+    """A model's backbone, its LM head as it runs now (`team.head.bound_head`) and the head's vocabulary size."""
+
+    backbone: nn.Module
+    head: Any
+    vocab_size: int
+
+
+def _logits_logprobs(logits: torch.Tensor, labels: torch.Tensor, temperature: float, compute_entropy: bool,
+                     entropy_grad: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Per-token log-probabilities (and entropies) of `labels` from the logits that predict them, divided by
+    `temperature`, in the logits' dtype (`logits_dtype_autocast`)."""
+    with logits_dtype_autocast(logits):
+        logits = logits / temperature
+        logps = selective_log_softmax(logits, labels)
+        entropy = None
+        if compute_entropy:  # with gradients only when asked (an entropy bonus): they keep a softmax per chunk
+            entropy = entropy_from_logits(logits if entropy_grad else logits.detach())
+    return logps, entropy
+
+
 class LogProbMixin:
     """The log-probability forwards of `AgentTeam` (one of its bases: it reads the team's models, adapters,
     `temperature` and `forward_call`)."""
@@ -240,58 +318,112 @@ class LogProbMixin:
         if self._checkpointing_kwargs is not None:
             self.activation_checkpointing_enable(self._checkpointing_kwargs)
 
-    def _logps(
-        self, model: PreTrainedModel, batch: AgentBatch, compute_entropy: bool, entropy_grad: bool = False
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        width = batch.completion_ids.size(1)
-        if dropout_active(model):  # TRL's layout, so that dropout draws the same masks (`team.forward`)
-            inputs = {"input_ids": batch.input_ids, "attention_mask": batch.attention_mask}
-            keep, scored = width + 1, slice(-(width + 1), -1)
-        else:  # the last completion token predicts nothing that is scored: the forward stops before it
-            inputs = {"input_ids": torch.cat([batch.prompt_ids, batch.completion_ids[:, :-1]], dim=1),
-                      "attention_mask": torch.cat([batch.prompt_mask, batch.completion_mask[:, :-1]], dim=1)}
-            keep, scored = width, slice(-width, None)
-        head = self._chunked_head(model)
-        if head is not None:
-            hidden = self.forward_call(head[0], **inputs).last_hidden_state[:, scored]
-            return self._score_hidden(hidden, head, batch.completion_ids, compute_entropy, entropy_grad)
-        logits = self.forward_call(model, **inputs, logits_to_keep=keep).logits[:, scored]
-        return self._score(logits, batch, compute_entropy, entropy_grad)
-
-    def _chunked_head(self, model: PreTrainedModel) -> tuple[nn.Module, Any, int] | None:
-        """`(backbone, head, vocabulary size)` when the team takes log-probabilities through the LM head in chunks
-        (`logprob_chunk_elements` > 0) and `model` allows it (`team.head.head_path_checked`), else None (the full
-        logits). The head is bound to the adapter state it has now (`team.head.bound_head`): the backward recomputes
-        its chunks with the adapter of this forward, whichever agent's forward ran last."""
+    def _scoring_head(self, model: PreTrainedModel) -> _ChunkedHead | None:
+        """The one choice between the LM head in chunks and the full logits, for every log-probability forward
+        ([`AgentTeam.score_tokens`]): the model's backbone and LM head when the team takes log-probabilities through
+        the head a chunk of positions at a time (`logprob_chunk_elements` > 0) and `model` allows it
+        (`team.head.head_path_checked`: a probe of its forward, once per model and head adapter state), else None
+        (the full logits of the scored positions). Dropout, the compiled forward and the layout do not enter it: the
+        layout ([`TokenWindow`]) fixes the inputs and the scored positions, and both paths run the same forward
+        through `forward_call`. The head is bound to the adapter state it has now (`team.head.bound_head`): the
+        backward recomputes its chunks with the adapter of this forward, whichever agent's forward ran last."""
         if self.logprob_chunk_elements <= 0:
             return None
         path = head_path_checked(model)
         if isinstance(path, str):
             return None
-        return path.backbone, bound_head(path.head), path.vocab_size
+        return _ChunkedHead(path.backbone, bound_head(path.head), path.vocab_size)
 
-    def _score_hidden(
-        self, hidden: torch.Tensor, head: tuple[nn.Module, Any, int], labels: torch.Tensor, compute_entropy: bool,
-        entropy_grad: bool, temperature: float | None = None,
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """`_score` from the last hidden states: the LM head (`head`, from `_chunked_head`) a chunk of positions at a
-        time (`core.head_logprobs`), in float32, without the full logits (`temperature`: the team's by default)."""
-        _, head, vocab_size = head
-        chunk = chunk_positions(vocab_size, self.logprob_chunk_elements)
+    def _window_output(self, model: PreTrainedModel, window: TokenWindow, head: _ChunkedHead | None,
+                       adapter_rows: tuple[list[str], Any] | None = None) -> torch.Tensor:
+        """The one model call of the log-probability forwards (through `forward_call`: eager or compiled): the last
+        hidden states (with `head`, from the backbone alone) or the logits at `window`'s scored positions.
+
+        The LM head runs over the scored positions alone (`logits_to_keep`) where the window allows it and the model
+        takes it. With `adapter_rows` (from `_joint_adapter_rows`), each row runs through the adapter named for it
+        (`team.mixed_adapters.sliced_adapter_rows`), in the forward and in the recomputation of checkpointed layers.
+        """
+        self._joint_rows = adapter_rows  # for the recomputation of checkpointed layers (`_checkpoint_contexts`)
+        try:
+            with nullcontext() if adapter_rows is None else sliced_adapter_rows(
+                    model, adapter_rows[0], training=model.training, plan=adapter_rows[1]):
+                if head is not None:
+                    out = self.forward_call(head.backbone, **window.inputs).last_hidden_state
+                else:
+                    keep = window.width + window.skip_last
+                    trim = {"logits_to_keep": keep} if window.trim_logits and keep > 0 and takes_logits_to_keep(
+                        model) else {}  # (`logits_to_keep=0` would keep them all)
+                    out = self.forward_call(model, **window.inputs, **trim, return_dict=True).logits
+        finally:
+            self._joint_rows = None
+        stop = out.size(1) - window.skip_last
+        start = stop - window.width
+        return out if start == 0 and stop == out.size(1) else out[:, start:stop]
+
+    def score_tokens(
+        self, model: PreTrainedModel, window: TokenWindow, labels: Sequence[torch.Tensor],
+        temperature: float | None = None, compute_entropy: bool = False, entropy_grad: bool = False,
+        adapter_rows: tuple[list[str], Any] | None = None,
+    ) -> list[tuple[torch.Tensor, torch.Tensor | None]]:
+        """Per-token log-probabilities (and entropies) of `labels` under `model`: the one scoring primitive that
+        every log-probability forward of the team calls (MAGRPO's `forward`, `policy_logps`, `reference_logps`,
+        `inference_logps_all`, PPO's `response_logprobs`), whatever the layout.
+
+        It runs one forward over `window.inputs` ([`TokenWindow`]: MAGRPO's [`completion_window`] and
+        [`joint_completion_window`], PPO's [`response_window`]) and scores the window's positions: either through
+        the LM head a chunk of positions at a time (`core.head_logprobs`, in float32) or from the full logits
+        (`selective_log_softmax`, in the logits' dtype), as `_scoring_head` decides for `model`, in this one place.
+        The logits are divided by `temperature` (the team's by default) before the softmax.
+
+        Args:
+            model: The causal LM to run (a policy, or a reference as `acting` gives it).
+            window: The forward's inputs and its scored output positions.
+            labels: One `(rows, width)` tensor of token ids per run of consecutive rows of `window.inputs`, in order;
+                a run is scored at the first `width` of the window's positions (a joint forward's narrower
+                completions end before the window does).
+            temperature: Divides the logits; `None` is the team's `temperature`.
+            compute_entropy: Also return the entropy of each scored position.
+            entropy_grad: Let gradients flow through the entropies (an entropy bonus); otherwise they are detached.
+            adapter_rows: The rows' adapters and plan of a joint adapter forward (`_joint_adapter_rows`), or None.
+
+        Returns:
+            One `(logps, entropy)` per tensor of `labels`, of its shape (`entropy` None unless asked for).
+
+        Example: `(logps, _), = team.score_tokens(model, completion_window(batch, dropout=False),
+        [batch.completion_ids])`
+        """
+        if isinstance(labels, torch.Tensor):
+            raise TypeError("`labels` is a sequence of tensors, one per run of rows: pass `[labels]` for one batch.")
+        rows = window.inputs["input_ids"].size(0)
+        if sum(group.size(0) for group in labels) != rows or any(group.size(1) > window.width for group in labels):
+            raise ValueError(
+                f"`labels` must split the window's {rows} rows in runs at most {window.width} tokens wide; got shapes "
+                f"{[tuple(group.shape) for group in labels]}: pass one tensor of token ids per run of rows."
+            )
+        head = self._scoring_head(model)
+        out = self._window_output(model, window, head, adapter_rows)
         temperature = self.temperature if temperature is None else temperature
-        return head_logprobs(hidden, head, labels, temperature=temperature, chunk_size=chunk,
-                             compute_entropy=compute_entropy, entropy_grad=entropy_grad)
+        results: list[tuple[torch.Tensor, torch.Tensor | None]] = []
+        start = 0
+        for group in labels:
+            stop = start + group.size(0)
+            scored = out[start:stop, : group.size(1)]
+            if head is not None:
+                chunk = chunk_positions(head.vocab_size, self.logprob_chunk_elements)
+                results.append(head_logprobs(scored, head.head, group, temperature=temperature, chunk_size=chunk,
+                                             compute_entropy=compute_entropy, entropy_grad=entropy_grad))
+            else:
+                results.append(_logits_logprobs(scored, group, temperature, compute_entropy, entropy_grad))
+            start = stop
+        return results
 
-    def _score(self, logits: torch.Tensor, batch: AgentBatch, compute_entropy: bool,
-               entropy_grad: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Per-token log-probabilities (and entropies) of `batch`'s completions from the logits that predict them."""
-        with logits_dtype_autocast(logits):
-            logits = logits / self.temperature
-            logps = selective_log_softmax(logits, batch.completion_ids)
-            entropy = None
-            if compute_entropy:  # with gradients only when asked (an entropy bonus): they keep a softmax per chunk
-                entropy = entropy_from_logits(logits if entropy_grad else logits.detach())
-        return logps, entropy
+    def _logps(
+        self, model: PreTrainedModel, batch: AgentBatch, compute_entropy: bool, entropy_grad: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """`score_tokens` of `batch`'s completions in MAGRPO's layout (TRL's under dropout: `completion_window`)."""
+        window = completion_window(batch, dropout_active(model))
+        return self.score_tokens(model, window, [batch.completion_ids], compute_entropy=compute_entropy,
+                                 entropy_grad=entropy_grad)[0]
 
     def forward(
         self, batches: Sequence[AgentBatch | None], compute_entropy: bool = False, entropy_grad: bool = False
@@ -351,34 +483,16 @@ class LogProbMixin:
         self, model: PreTrainedModel, batches: Sequence[AgentBatch | None], rows: tuple[list[str], Any] | None,
         compute_entropy: bool, entropy_grad: bool,
     ) -> list[tuple[torch.Tensor, torch.Tensor | None] | None]:
-        """One forward of `model` over the rows of every non-empty batch, scored per batch; each row through the
-        adapter that `rows` (`_joint_adapter_rows`) names for it (row slices), or, with `rows` None, every row through
-        the model as it is."""
+        """`score_tokens` of every non-empty batch in one forward of `model` (`joint_completion_window`), each row
+        through the adapter that `rows` (`_joint_adapter_rows`) names for it (row slices), or, with `rows` None,
+        every row through the model as it is."""
         agents = [a for a, batch in enumerate(batches) if batch is not None and len(batch) > 0]
-        input_ids, attention_mask, position_ids = joint_model_inputs([batches[a] for a in agents])
-        widths = [batches[a].completion_ids.size(1) for a in agents]
-        self._joint_rows = rows  # for the recomputation of checkpointed layers (`_checkpoint_contexts`)
-        head = self._chunked_head(model)
-        inputs = {"input_ids": input_ids, "attention_mask": attention_mask, "position_ids": position_ids}
-        try:
-            with nullcontext() if rows is None else sliced_adapter_rows(model, rows[0], training=model.training,
-                                                                        plan=rows[1]):
-                if head is not None:
-                    out = self.forward_call(head[0], **inputs).last_hidden_state[:, -max(widths):]
-                else:
-                    out = self.forward_call(model, **inputs, logits_to_keep=max(widths)).logits
-        finally:
-            self._joint_rows = None
+        window = joint_completion_window([batches[a] for a in agents])
+        scores = self.score_tokens(model, window, [batches[a].completion_ids for a in agents],
+                                   compute_entropy=compute_entropy, entropy_grad=entropy_grad, adapter_rows=rows)
         results: list[tuple[torch.Tensor, torch.Tensor | None] | None] = [None] * len(batches)
-        start = 0
-        for a, width in zip(agents, widths, strict=True):
-            stop = start + len(batches[a])
-            if head is not None:
-                results[a] = self._score_hidden(out[start:stop, :width], head, batches[a].completion_ids,
-                                                compute_entropy, entropy_grad)
-            else:
-                results[a] = self._score(out[start:stop, :width], batches[a], compute_entropy, entropy_grad)
-            start = stop
+        for a, score in zip(agents, scores, strict=True):
+            results[a] = score
         return results
 
     @torch.no_grad()
@@ -428,9 +542,10 @@ class LogProbMixin:
 
         Returns the logits of every position (not divided by the temperature); gradients flow for the policy.
         """
-        inputs = sequence_model_inputs(query_responses, pad_token_id)
+        window = TokenWindow(sequence_model_inputs(query_responses, pad_token_id), query_responses.size(1),
+                             trim_logits=False)
         with self.acting(agent_index, reference) as model:
-            return self.forward_call(model, **inputs, return_dict=True).logits
+            return self._window_output(model, window, None)
 
     def response_logits(self, agent_index: int, query_responses: torch.Tensor, context_length: int,
                         pad_token_id: int, reference: bool = False) -> torch.Tensor:
@@ -438,36 +553,25 @@ class LogProbMixin:
         `context_length - 1` to the second to last (`sequence_logits(...)[:, context_length - 1 : -1]`).
 
         Only those are computed: the forward stops before the last token and the LM head runs over the response
-        window alone (`logits_to_keep`, when the model takes it), unless dropout is active (`team.forward`).
+        window alone (`logits_to_keep`, when the model takes it), unless dropout is active ([`response_window`]).
         """
         with self.acting(agent_index, reference) as model:
-            dropout = dropout_active(model)
-            inputs, scored = response_layout(query_responses, context_length, pad_token_id, dropout)
-            window = query_responses.size(1) - context_length
-            if not dropout and takes_logits_to_keep(model) and window > 0:  # (`logits_to_keep=0` keeps them all)
-                return self.forward_call(model, **inputs, logits_to_keep=window, return_dict=True).logits
-            return self.forward_call(model, **inputs, return_dict=True).logits[:, scored]
+            return self._window_output(model, response_window(query_responses, context_length, pad_token_id,
+                                                              dropout_active(model)), None)
 
     def response_logprobs(self, agent_index: int, query_responses: torch.Tensor, context_length: int,
                           pad_token_id: int, responses: torch.Tensor, temperature: float, reference: bool = False,
                           compute_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Log-probabilities of PPO's `responses` (and, with `compute_entropy`, the detached entropy of every
         response position) under member `agent_index`'s policy or reference, the logits divided by `temperature`:
-        `selective_log_softmax(response_logits(...) / temperature, responses)`, without the response logits where
-        the model allows it (`head_path`: the LM head a chunk of positions at a time, in float32, as MAGRPO's
-        forwards). Gradients flow for the policy.
+        `selective_log_softmax(response_logits(...) / temperature, responses)`, computed by [`AgentTeam.score_tokens`]
+        over [`response_window`] (without the response logits where the model allows it, as MAGRPO's forwards).
+        Gradients flow for the policy.
 
         Example: `logps, entropy = team.response_logprobs(0, query_responses, context, pad, responses, 0.7 + 1e-7,
         compute_entropy=True)`
         """
         with self.acting(agent_index, reference) as model:
-            head = self._chunked_head(model)
-            if head is not None:  # the layout of `response_logits` (the same dropout draws)
-                inputs, scored = response_layout(query_responses, context_length, pad_token_id, dropout_active(model))
-                hidden = self.forward_call(head[0], **inputs).last_hidden_state[:, scored]
-                return self._score_hidden(hidden, head, responses, compute_entropy, False, temperature)
-        logits = self.response_logits(agent_index, query_responses, context_length, pad_token_id, reference)
-        with logits_dtype_autocast(logits):
-            logits = logits / temperature
-            entropy = entropy_from_logits(logits.detach()) if compute_entropy else None
-            return selective_log_softmax(logits, responses), entropy
+            window = response_window(query_responses, context_length, pad_token_id, dropout_active(model))
+            return self.score_tokens(model, window, [responses], temperature=temperature,
+                                     compute_entropy=compute_entropy)[0]
