@@ -34,7 +34,7 @@ attribute wins). A call with a limit runs in a worker process forked for it, kil
 (`reward_isolation="process"`, the default), or in a thread of the trainer's process (`"thread"`, for a function
 whose side effects the caller reads; a late result is refused); see [`call_reward_function`]. A `SystemExit` or
 `KeyboardInterrupt` from a function is a `RewardFunctionError` too. Training stops on such an error: a
-single-process run first saves a checkpoint of the last completed step (`TeamTrainerMixin.stop_after_reward_error`).
+single-process run first saves a checkpoint of the last completed step (`TeamTrainer.stop_after_reward_error`).
 Scores are combined with `reward_weights` (a weighted sum over the functions that gave a number). A completion that
 every function skips is *unscorable*, and so is one for which a function returned NaN or infinity (never replaced by
 a number; such scores are counted against `max_nonfinite`, beyond which a [`NonFiniteError`] stops training). An

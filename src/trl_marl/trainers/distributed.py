@@ -208,7 +208,7 @@ def any_process(accelerator: Any, active: bool) -> bool:
 
 def rollout_phase(method: F) -> F:
     """Decorate a trainer method that generates or scores without gradients (a rollout, an evaluation episode): it
-    runs in the trainer's `rollout_context()` (`TeamTrainerMixin.rollout_context`)."""
+    runs in the trainer's `rollout_context()` (`TeamTrainer.rollout_context`)."""
 
     @functools.wraps(method)
     def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
