@@ -19,7 +19,7 @@ from trl_marl.envs import TargetSumEnv
 from trl_marl.rewarding import NonFiniteCounter, TeamReward
 from trl_marl.rewards.arithmetic import TargetSumReward
 from trl_marl.team import AgentTeam
-from trl_marl.trainers.base import MetricsBook, TeamTrainer
+from trl_marl.trainers.base import MetricsBook, TeamTrainer, TeamTrainingArguments
 
 SRC = pathlib.Path(__file__).resolve().parents[2] / "src" / "trl_marl" / "trainers"
 
@@ -80,6 +80,9 @@ def test_the_steps_refuse_bad_input_before_any_model_loads(tmp_path: Path) -> No
 def test_both_trainers_stand_on_the_base_class() -> None:
     for trainer in (MAGRPOTrainer, MultiAgentPPOTrainer, PPOTrainer):
         assert issubclass(trainer, TeamTrainer)
+    for config in (MAGRPOConfig(output_dir="/tmp/unused", num_generations=2, per_device_train_batch_size=2),
+                   MultiAgentPPOConfig(output_dir="/tmp/unused")):
+        assert isinstance(config, TeamTrainingArguments)  # every field the setup steps read
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         from trl_marl.trainers.base import TeamTrainerMixin

@@ -49,7 +49,7 @@ import warnings
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, NoReturn, TypeVar
+from typing import Any, NoReturn, Protocol, TypeVar, runtime_checkable
 
 import torch
 from torch import nn
@@ -82,9 +82,28 @@ from .distributed import (
     zero3_engine,
 )
 
-__all__ = ["MetricsBook", "TeamTrainer", "collate_rows", "gather_objects", "rollout_phase"]
+__all__ = ["MetricsBook", "TeamTrainer", "TeamTrainingArguments", "collate_rows", "gather_objects", "rollout_phase"]
 
 RewardsT = TypeVar("RewardsT", RewardSet, TeamReward, LocalReward)
+
+
+@runtime_checkable
+class TeamTrainingArguments(Protocol):
+    """The config fields the setup steps of [`TeamTrainer`] read, besides `transformers.TrainingArguments`' own:
+    what a new algorithm's config adds (both `MAGRPOConfig` and `MultiAgentPPOConfig` have them, with help texts to
+    copy), and the generation fields of [`GenerationSettings`] it wants to offer."""
+
+    num_agents: int
+    num_turns: int
+    seed: int
+    use_cpu: bool
+    cpu_threads: int | None
+    prompt_length_check: str
+    share_prompt_prefill: bool
+    reward_timeout: float | None
+    reward_isolation: str
+    max_nonfinite: int | None
+    remove_unused_columns: bool
 
 
 def __getattr__(name: str) -> Any:
@@ -181,8 +200,8 @@ class TeamTrainer(TeamCheckpointMixin, TRLBaseTrainer):
     _tag_names: list[str] = ["trl", "trl-marl", "multi-agent"]
 
     # ------------------------------------------------------------------ setup steps (in this order)
-    def _check_inputs(self, env: MultiAgentEnv, args: Any, train_dataset: Any, eval_dataset: Any = None,
-                      eval_verifier: Any = None, gold_column: str = "answer") -> None:
+    def _check_inputs(self, env: MultiAgentEnv, args: TeamTrainingArguments, train_dataset: Any,
+                      eval_dataset: Any = None, eval_verifier: Any = None, gold_column: str = "answer") -> None:
         """Step 1, before any model loads: a training set is given, the environment agrees with the config
         (`check_env_agrees`), and both datasets' columns and first prompts suit the environment
         (`validate_dataset`); the evaluation's answer verifier and gold column are kept."""
@@ -195,8 +214,8 @@ class TeamTrainer(TeamCheckpointMixin, TRLBaseTrainer):
         if eval_dataset is not None:
             self.validate_dataset(env, eval_dataset, "eval_dataset")
 
-    def _build_team(self, build: Callable[[], AgentTeam], args: Any, env: MultiAgentEnv, train_dataset: Any,
-                    eval_dataset: Any, max_new_tokens: int, length_field: str,
+    def _build_team(self, build: Callable[[], AgentTeam], args: TeamTrainingArguments, env: MultiAgentEnv,
+                    train_dataset: Any, eval_dataset: Any, max_new_tokens: int, length_field: str,
                     chat_template_kwargs: dict[str, Any] | None = None) -> AgentTeam:
         """Step 2: the team that `build()` returns, built right after seeding from `args.seed` (a run is a function of
         its seed: LoRA weights and any other fresh weights are drawn now, before `Trainer.__init__` seeds), with
@@ -211,7 +230,7 @@ class TeamTrainer(TeamCheckpointMixin, TRLBaseTrainer):
                                      chat_template_kwargs=chat_template_kwargs, on_long=args.prompt_length_check)
         return team
 
-    def _setup_generation(self, team: AgentTeam, args: Any, temperature: float) -> None:
+    def _setup_generation(self, team: AgentTeam, args: TeamTrainingArguments, temperature: float) -> None:
         """Step 3: the team samples at `temperature` (its log-probabilities divide the logits by it), shares prompt
         prefills as `args.share_prompt_prefill` says, and through the backend of the config's typed
         [`GenerationSettings`] (`team.generation.build_generation_backend`)."""
@@ -220,14 +239,14 @@ class TeamTrainer(TeamCheckpointMixin, TRLBaseTrainer):
         team.generation_backend = build_generation_backend(GenerationSettings.of(args), team)
 
     @staticmethod
-    def _timed_rewards(rewards: RewardsT, args: Any) -> RewardsT:
+    def _timed_rewards(rewards: RewardsT, args: TeamTrainingArguments) -> RewardsT:
         """Step 4: `rewards` (a `RewardSet`, `TeamReward` or `LocalReward`) with the config's `reward_timeout` and
         `reward_isolation` (the reward contract: `trl_marl.rewarding`)."""
         rewards.set_timeout(args.reward_timeout, f"{type(args).__name__}.reward_timeout", args.reward_isolation)
         return rewards
 
-    def _init_trainer(self, team: AgentTeam, env: MultiAgentEnv, args: Any, model: nn.Module, train_dataset: Any,
-                      eval_dataset: Any, callbacks: list[TrainerCallback] | None,
+    def _init_trainer(self, team: AgentTeam, env: MultiAgentEnv, args: TeamTrainingArguments, model: nn.Module,
+                      train_dataset: Any, eval_dataset: Any, callbacks: list[TrainerCallback] | None,
                       optimizers: tuple[Any, Any] = (None, None)) -> None:
         """Step 5: `transformers.Trainer`'s constructor on `model` (the team, or a wrapper holding it and more), with
         raw rows as batches (`collate_rows`: the environment and the reward functions read every column), then the
@@ -251,7 +270,7 @@ class TeamTrainer(TeamCheckpointMixin, TRLBaseTrainer):
 
     # ------------------------------------------------------------------ input checks
     @staticmethod
-    def check_env_agrees(env: MultiAgentEnv, args: Any) -> None:
+    def check_env_agrees(env: MultiAgentEnv, args: TeamTrainingArguments) -> None:
         """The environment and the config must give the same numbers of agents and turns.
 
         Checked first of all, with the launch itself: a warning when `accelerate launch --num_processes N` started
