@@ -26,61 +26,25 @@ Logged as TRL does, pooled over the trained agents (and per agent with an `agent
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from ..core import engine_importance_sampling_ratio
-from ..core.losses import VLLM_IMPORTANCE_SAMPLING_MODES
 from ..rollout import TurnResult
 from ..team import AgentBatch
 
-if TYPE_CHECKING:
-    from .magrpo.config import MAGRPOConfig
-    from .ppo.config import MultiAgentPPOConfig
-
 __all__ = [
-    "check_importance_sampling", "correction_metrics", "corrects_engine_mismatch", "engine_correction", "engine_logps",
+    "correction_metrics", "corrects_engine_mismatch", "engine_correction", "engine_logps",
     "mismatch_values", "padded_logps",
 ]
 
 
-def corrects_engine_mismatch(args: MAGRPOConfig | MultiAgentPPOConfig, mode: str = "train") -> bool:
+def corrects_engine_mismatch(args: Any, mode: str = "train") -> bool:
     """Whether a training batch (`mode="train"`) gets the correction: the vLLM backend with
     `vllm_importance_sampling_correction`."""
     return mode == "train" and args.generation_backend == "vllm" and bool(args.vllm_importance_sampling_correction)
-
-
-def check_importance_sampling(config: MAGRPOConfig | MultiAgentPPOConfig) -> None:
-    """Validate a trainer config's `vllm_importance_sampling_*` fields, as TRL 1.16 does (in its `__post_init__`, after
-    `check_generation_backend`)."""
-    cap = config.vllm_importance_sampling_cap
-    if cap is not None and config.vllm_importance_sampling_clip_max != cap:  # TRL's deprecated name (GRPOConfig
-        warnings.warn(  # maps it itself, with this warning)
-            "`vllm_importance_sampling_cap` is deprecated (as in TRL): use `vllm_importance_sampling_clip_max`.",
-            FutureWarning, stacklevel=3,
-        )
-        config.vllm_importance_sampling_clip_max = cap
-    mode = config.vllm_importance_sampling_mode
-    # as TRL: the mode is checked where it is used (vLLM on), the bounds always
-    if config.generation_backend == "vllm" and mode not in VLLM_IMPORTANCE_SAMPLING_MODES:
-        raise ValueError(
-            f"`vllm_importance_sampling_mode` must be one of {VLLM_IMPORTANCE_SAMPLING_MODES}, got {mode!r}."
-        )
-    low, high = config.vllm_importance_sampling_clip_min, config.vllm_importance_sampling_clip_max
-    if low is not None and high is not None and low >= high:
-        raise ValueError(
-            f"`vllm_importance_sampling_clip_min` ({low}) must be less than `vllm_importance_sampling_clip_max` "
-            f"({high})."
-        )
-    if (config.vllm_importance_sampling_correction and mode.endswith("truncate")
-            and low is None and high is None):
-        raise ValueError(
-            f"`vllm_importance_sampling_mode={mode!r}` needs a bound: set `vllm_importance_sampling_clip_max` (e.g. "
-            "3.0) or `vllm_importance_sampling_clip_min`."
-        )
 
 
 

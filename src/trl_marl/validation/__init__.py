@@ -18,6 +18,7 @@ from typing import Any
 
 from .config import (
     check_choice,
+    check_importance_sampling,
     check_learning_rate,
     check_mixed_precision,
     check_positive,
@@ -51,6 +52,7 @@ __all__ = [
     "SPECIAL_TOKENS_SLACK",
     "ContextLengthWarning",
     "check_choice",
+    "check_importance_sampling",
     "check_dataset_prompts",
     "check_env_protocol",
     "check_learning_rate",

@@ -7,6 +7,7 @@ when the config is made, naming the field and the fix.
 - [`check_learning_rate`]: a negative or non-finite `learning_rate` (torch: "Invalid learning rate" at `train()`).
 - [`generation_batch_error`]: a batch that does not hold whole groups of `num_generations` (TRL names
   `generation_batch_size`, a field the user may never have set, and gives no fix).
+- [`check_importance_sampling`]: TRL's `vllm_importance_sampling_*` fields (mode, bounds, the deprecated `_cap`).
 - [`use_cpu_for_cpu_processes`], [`use_activation_checkpointing_name`]: settings carried over so that a run does
   what the config says (CPU processes under a launcher; transformers' current name of `gradient_checkpointing`).
 
@@ -18,10 +19,13 @@ from __future__ import annotations
 import math
 import numbers
 import os
+import warnings
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
+
+from ..core.losses import VLLM_IMPORTANCE_SAMPLING_MODES
 
 if TYPE_CHECKING:
     from transformers import TrainingArguments
@@ -137,3 +141,33 @@ def use_activation_checkpointing_name(config: Any) -> None:
     if (hasattr(config, "activation_checkpointing") and config.activation_checkpointing is None
             and config.gradient_checkpointing is not None):
         config.activation_checkpointing = config.gradient_checkpointing
+
+
+def check_importance_sampling(config: Any) -> None:
+    """Validate a trainer config's `vllm_importance_sampling_*` fields, as TRL 1.16 does (in its `__post_init__`, after
+    `check_generation_backend`)."""
+    cap = config.vllm_importance_sampling_cap
+    if cap is not None and config.vllm_importance_sampling_clip_max != cap:  # TRL's deprecated name (GRPOConfig
+        warnings.warn(  # maps it itself, with this warning)
+            "`vllm_importance_sampling_cap` is deprecated (as in TRL): use `vllm_importance_sampling_clip_max`.",
+            FutureWarning, stacklevel=3,
+        )
+        config.vllm_importance_sampling_clip_max = cap
+    mode = config.vllm_importance_sampling_mode
+    # as TRL: the mode is checked where it is used (vLLM on), the bounds always
+    if config.generation_backend == "vllm" and mode not in VLLM_IMPORTANCE_SAMPLING_MODES:
+        raise ValueError(
+            f"`vllm_importance_sampling_mode` must be one of {VLLM_IMPORTANCE_SAMPLING_MODES}, got {mode!r}."
+        )
+    low, high = config.vllm_importance_sampling_clip_min, config.vllm_importance_sampling_clip_max
+    if low is not None and high is not None and low >= high:
+        raise ValueError(
+            f"`vllm_importance_sampling_clip_min` ({low}) must be less than `vllm_importance_sampling_clip_max` "
+            f"({high})."
+        )
+    if (config.vllm_importance_sampling_correction and mode.endswith("truncate")
+            and low is None and high is None):
+        raise ValueError(
+            f"`vllm_importance_sampling_mode={mode!r}` needs a bound: set `vllm_importance_sampling_clip_max` (e.g. "
+            "3.0) or `vllm_importance_sampling_clip_min`."
+        )

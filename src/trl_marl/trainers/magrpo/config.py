@@ -18,6 +18,7 @@ from ...team.generation import check_generation_backend
 from ...validation import (
     PROMPT_LENGTH_CHECKS,
     check_choice,
+    check_importance_sampling,
     check_learning_rate,
     check_mixed_precision,
     check_positive,
@@ -27,7 +28,6 @@ from ...validation import (
     use_activation_checkpointing_name,
     use_cpu_for_cpu_processes,
 )
-from ..engine_correction import check_importance_sampling
 
 # GRPO fields that MAGRPOTrainer implements; any other GRPOConfig field must keep its default (checked below), so
 # that a setting is never silently ignored.

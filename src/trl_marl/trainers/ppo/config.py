@@ -11,6 +11,7 @@ from ...team.generation import check_generation_backend
 from ...validation import (
     PROMPT_LENGTH_CHECKS,
     check_choice,
+    check_importance_sampling,
     check_learning_rate,
     check_mixed_precision,
     check_positive,
@@ -19,7 +20,6 @@ from ...validation import (
     use_activation_checkpointing_name,
     use_cpu_for_cpu_processes,
 )
-from ..engine_correction import check_importance_sampling
 
 POLICY_SHARING = ("shared", "agent", "agent_turn")
 CRITICS = ("per_agent", "centralized")
