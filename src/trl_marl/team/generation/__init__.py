@@ -10,14 +10,18 @@ and the team hands the tokenized rows to its backend. A trainer builds the backe
 [`GenerationSettings`] (`settings`), made once from its config.
 """
 
-from .base import GENERATION_BACKENDS, GenerationBackend, check_generation_backend
+from .base import GENERATION_BACKENDS, EngineBackend, Generation, GenerationBackend, check_generation_backend
 from .build import build_generation_backend
 from .settings import GenerationSettings
+from .transformers_backend import TransformersBackend
 
 __all__ = [
     "GENERATION_BACKENDS",
+    "EngineBackend",
+    "Generation",
     "GenerationBackend",
     "GenerationSettings",
+    "TransformersBackend",
     "build_generation_backend",
     "check_generation_backend",
 ]
