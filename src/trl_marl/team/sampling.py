@@ -87,10 +87,11 @@ class SamplingMixin:
             raise ValueError(f"Expected prompts for {self.num_agents} agents, got {len(prompts)}.")
         prompt_ids = [tokenize_prompts(self.tokenizers[a], prompts[a], chat_template_kwargs)
                       for a in range(self.num_agents)]
-        generation = self.generation_backend.generate(self, prompt_ids, generation_config, stop_token_ids)
+        backend = self.generation_backend
+        generation = backend.generate(self, prompt_ids, generation_config, stop_token_ids=stop_token_ids)
         if not isinstance(generation, Generation):
             raise TypeError(
-                f"{type(self.generation_backend).__name__}.generate returned {type(generation).__name__}, not a "
+                f"{type(backend).__name__}.generate returned {type(generation).__name__}, not a "
                 "`trl_marl.team.generation.Generation`: return `Generation.from_rows(team, prompt_ids, rows, ...)`."
             )
         return generation
