@@ -1,18 +1,44 @@
-"""The interface of a generation backend, and the config check of `generation_backend` (its settings: `settings`).
+"""The interface of a generation backend, the value it returns, and the config check of `generation_backend` (its
+settings: `settings`).
 
-A backend turns the tokenized prompts of every agent into completion token ids, in the structure of the team's own
-decoding: `completions[a][i]` is the list of token ids generated for prompt `i` of agent `a` (prompt excluded, not
-yet cut after EOS: [`AgentTeam.generate`] cuts every backend's rows the same way). The trainers recompute every
-log-probability with the training model; a backend that can also returns its own log-probability of every sampled
-token (`generate_with_logprobs`), with which the trainers apply TRL's truncated importance-sampling correction of the
-engine/trainer mismatch (`vllm_importance_sampling_correction`, `trl_marl.core.engine_importance_sampling_ratio`).
-A backend that returns none (`None`) gets no correction.
+Every backend is an object with one method that the team calls, [`GenerationBackend.generate`]: it turns the
+tokenized prompts of every agent (`prompt_ids[a][i]`) into a [`Generation`]: the prompts, one completion per prompt
+(`completion_ids[a][i]`, prompt excluded, cut after the first stop token: [`stop_ids`]), and the engine's
+log-probability of every sampled token where the backend has them (`sampling_logps`, else None). The team's own
+decoding is such an object too (`transformers_backend.TransformersBackend`, the default), and so is the compiled one
+(`compiled.CompiledBackend`, a `TransformersBackend` that decodes each batch on a static cache). An engine that
+samples every agent's rows at once, uncut, with log-probabilities (vLLM, in process or as a server) subclasses
+[`EngineBackend`], whose `generate` cuts them ([`Generation.from_rows`]).
+
+The trainers recompute every log-probability with the training model; with the engine's own (`sampling_logps`) they
+apply TRL's truncated importance-sampling correction of the engine/trainer mismatch
+(`vllm_importance_sampling_correction`, `trl_marl.core.engine_importance_sampling_ratio`). A backend that gives none
+(None) gets no correction.
 
 Every backend samples with the same settings, resolved once as `generate` resolves them
 ([`resolve_generation_settings`]: the call's generation config, else the model's `generation_config`, else
 transformers' defaults): the team's own decoding and the compiled backend through the lean loop's plan, vLLM through
 the `SamplingParams` it builds from them (`team.generation.vllm.sampling_settings`), which refuses, naming it, any
 setting the engine cannot mean the same way.
+
+A backend written to the interface before [`Generation`] (a `generate(team, prompt_ids, generation_config)` that
+returns token-id lists, or a `generate_with_logprobs` the team called) keeps working with a `FutureWarning` (see
+[`GenerationBackend`]).
+
+Example, a backend that answers every prompt with the same tokens:
+
+```python
+from trl_marl.team.generation import Generation, GenerationBackend
+
+class Constant(GenerationBackend):
+    name = "constant"
+
+    def generate(self, team, prompt_ids, generation_config, stop_token_ids=None):
+        rows = [[[5, 6, 7]] * len(prompts) for prompts in prompt_ids]  # uncut, one row per prompt
+        return Generation.from_rows(team, prompt_ids, rows, None, stop_token_ids, generation_config)
+
+team.generation_backend = Constant()  # None restores the team's own decoding
+```
 """
 
 from __future__ import annotations

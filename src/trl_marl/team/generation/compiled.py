@@ -30,7 +30,7 @@ near-tie can still resolve differently, as between any two attention kernels.
 Where the static path cannot stand in, the call runs the eager lean loop (or `model.generate`, where the lean loop
 sends it) and a warning says why, once per reason: every setting the lean loop itself sends to `generate` (beam
 search, several sequences per prompt, stop strings, ...; see `team.generation.lean`), `AgentTeam.lean_decode=False`,
-continuous batching, a cache passed in (a shared prompt prefill: the team does not make one for this backend), a
+continuous batching, a cache passed in (a shared prompt prefill: this backend does not make one), a
 model class that cannot take a static cache (transformers' `_can_compile_fullgraph`), a model in train mode (a 4-bit
 model generates in it), mixed-adapter rows that PEFT's slicing does not take, and any error on the static path
 (compiling, building the cache: every later call then runs eager too). A compile failure never stops training: the
