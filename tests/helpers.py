@@ -61,6 +61,8 @@ class ScriptedTeam:
         self.tokenizers = [self.DigitTokenizer()] * num_agents
         self.G = num_generations
 
-    def generate(self, prompts: list[list[str]], generation_config: Any, chat_template_kwargs: Any = None) -> list:
-        return [([[0]] * len(p), [[i % self.G] for i in range(len(p))]) for p in prompts]
+    def generate(self, prompts: list[list[str]], generation_config: Any, chat_template_kwargs: Any = None) -> Any:
+        from trl_marl.team import Generation
+
+        return Generation([[[0]] * len(p) for p in prompts], [[[i % self.G] for i in range(len(p))] for p in prompts])
 

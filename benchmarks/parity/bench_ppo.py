@@ -463,7 +463,7 @@ def source_fingerprint() -> dict[str, str]:
     except OSError:
         out["git_head"] = "unknown"
     for rel in ("trainers/ppo/trainer.py", "trainers/ppo/config.py", "core/ppo.py", "team/policies.py",
-                "team/forward.py", "team/sampling.py"):
+                "team/forward.py", "team/sampling.py", "team/generation/transformers_backend.py"):
         path = SRC_DIR / "trl_marl" / rel
         if path.exists():
             out[rel] = hashlib.sha256(path.read_bytes()).hexdigest()[:12]

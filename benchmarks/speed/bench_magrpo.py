@@ -124,7 +124,7 @@ def _source_state() -> dict[str, Any]:
             return ""
 
     files = ["trainers/magrpo/trainer.py", "team/policies.py", "team/forward.py", "team/sampling.py",
-             "rollout.py", "core/losses.py", "core/advantages.py"]
+             "team/generation/transformers_backend.py", "rollout.py", "core/losses.py", "core/advantages.py"]
     hashes = {}
     for name in files:
         path = SRC_DIR / "trl_marl" / name

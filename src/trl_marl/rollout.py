@@ -247,9 +247,9 @@ class JointRollout:
             start = time.perf_counter()
             generated = self.team.generate(by_slot, config, self.chat_template_kwargs, **extra)
             gen_time += time.perf_counter() - start
-            prompt_ids = [generated[slots[a]][0] for a in range(n)]
-            completion_ids = [generated[slots[a]][1] for a in range(n)]
-            engine_logps = getattr(self.team, "sampling_logps", None)
+            prompt_ids = [generated.prompt_ids[slots[a]] for a in range(n)]
+            completion_ids = [generated.completion_ids[slots[a]] for a in range(n)]
+            engine_logps = generated.sampling_logps
             gen_tokens += sum(len(c) for agent in completion_ids for c in agent)
             texts = [self.team.tokenizers[slots[a]].batch_decode(completion_ids[a], skip_special_tokens=True)
                      for a in range(n)]

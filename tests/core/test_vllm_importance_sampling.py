@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from trl_marl.core import VLLM_IMPORTANCE_SAMPLING_MODES, engine_importance_sampling_ratio
+from trl_marl.team.generation import EngineBackend, TransformersBackend
 
 LN2, LN3 = math.log(2.0), math.log(3.0)
 # row 0: d = [ln 2, ln 2, (pad)] -> token ratios [2, 2], sequence ratio 4
@@ -55,7 +56,7 @@ def test_unknown_mode_is_refused() -> None:
 # ---------------------------------------------------------------------------------------------------------------
 # The trainers, with a fake engine: the team's own tokens, log-probs off the training model's by a known shift
 # ---------------------------------------------------------------------------------------------------------------
-class ShiftedEngine:
+class ShiftedEngine(EngineBackend):
     """A generation backend that samples with the team's own decoding and reports, as its log-probability of every
     token, the training model's minus `shift`: log pi_old - log pi_engine = shift on every completion token."""
 
@@ -66,15 +67,12 @@ class ShiftedEngine:
         self.sampling_logprobs = logprobs
         self.calls = 0
 
-    def generate_with_logprobs(self, team: Any, prompt_ids: list, config: Any) -> tuple[list, list | None]:
+    def generate_with_logprobs(self, team: Any, prompt_ids: list, config: Any,
+                               logprobs: bool | None = None) -> tuple[list, list | None]:
         from trl_marl.team import AgentBatch, pad_left, pad_right
 
         self.calls += 1
-        team.generation_backend = None
-        try:
-            completions = [rows for _, rows in team.generate(prompt_ids, config)]
-        finally:
-            team.generation_backend = self
+        completions = TransformersBackend().generate(team, prompt_ids, config).completion_ids
         if not self.sampling_logprobs:
             return completions, None
         scores = []

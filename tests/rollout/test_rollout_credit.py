@@ -214,6 +214,7 @@ from accelerate import Accelerator
 from trl_marl.envs.base import MultiAgentEnv
 from trl_marl.rewarding import TeamReward
 from trl_marl.rollout import JointRollout, assign_advantages
+from trl_marl.team import Generation
 from trl_marl.trainers.distributed import gathered_rows
 
 accelerator = Accelerator(cpu=True)
@@ -237,7 +238,7 @@ class Team:  # sample g of every node is the completion "g"
     tokenizers = [Tokenizer()] * 2
 
     def generate(self, prompts, generation_config, chat_template_kwargs=None):
-        return [([[0]] * len(p), [[i % 4] for i in range(len(p))]) for p in prompts]
+        return Generation([[[0]] * len(p) for p in prompts], [[[i % 4] for i in range(len(p))] for p in prompts])
 
 
 def reward(prompts, completions, agent_completions, turn, **kwargs):

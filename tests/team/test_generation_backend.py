@@ -16,7 +16,7 @@ from transformers.generation import MinPLogitsWarper, TopKLogitsWarper, TopPLogi
 from helpers import free_port
 from trl_marl import MAGRPOConfig, MultiAgentPPOConfig, PPOConfig
 from trl_marl.team import AgentTeam
-from trl_marl.team.generation import GenerationBackend, build_generation_backend
+from trl_marl.team.generation import Generation, GenerationBackend, TransformersBackend, build_generation_backend
 from trl_marl.team.generation.base import resolve_generation_settings
 from trl_marl.team.generation.lean import _plan
 from trl_marl.team.generation.vllm import (
@@ -71,7 +71,7 @@ def test_magrpo_refuses_vllm_settings_it_does_not_implement() -> None:
 
 
 class Scripted(GenerationBackend):
-    """Returns fixed completions and records what the team handed over."""
+    """Returns fixed completions (cut after the call's stop tokens) and records what the team handed over."""
 
     name = "scripted"
 
@@ -79,10 +79,10 @@ class Scripted(GenerationBackend):
         self.completions = completions
         self.calls: list[list[list[list[int]]]] = []
 
-    def generate(self, team: AgentTeam, prompt_ids: list[list[list[int]]],
-                 generation_config: GenerationConfig) -> list[list[list[int]]]:
+    def generate(self, team: AgentTeam, prompt_ids: list[list[list[int]]], generation_config: GenerationConfig,
+                 stop_token_ids: set[int] | None = None) -> Generation:
         self.calls.append(prompt_ids)
-        return self.completions
+        return Generation.from_rows(team, prompt_ids, self.completions, None, stop_token_ids, generation_config)
 
 
 def test_team_hands_every_agents_rows_to_its_backend_and_cuts_after_eos(tokenizer: object) -> None:
@@ -116,7 +116,7 @@ def test_vllm_refuses_teams_without_adapters_before_importing_vllm(tokenizer: ob
                                                              modules_to_save=["lm_head"]), processing_class=tokenizer)
     with pytest.raises(NotImplementedError, match="modules_to_save"):
         check_servable(team)
-    assert build_generation_backend(magrpo(), team) is None
+    assert type(build_generation_backend(magrpo(), team)) is TransformersBackend
 
 
 def test_vllm_serves_models_teams_of_lora_agents_one_engine_per_distinct_base(tokenizer: object) -> None:

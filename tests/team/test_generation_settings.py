@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from trl_marl import MAGRPOConfig, MultiAgentPPOConfig
-from trl_marl.team.generation import GenerationSettings, build_generation_backend
+from trl_marl.team.generation import GenerationSettings, TransformersBackend, build_generation_backend
 
 SRC = pathlib.Path(__file__).resolve().parents[2] / "src" / "trl_marl"
 
@@ -72,8 +72,9 @@ def test_server_url() -> None:
 
 
 def test_build_takes_settings_or_a_config() -> None:
-    assert build_generation_backend(GenerationSettings(), None) is None
-    assert build_generation_backend(SimpleNamespace(generation_backend="transformers"), None) is None
+    assert isinstance(build_generation_backend(GenerationSettings(), None), TransformersBackend)
+    assert isinstance(build_generation_backend(SimpleNamespace(generation_backend="transformers"), None),
+                      TransformersBackend)
     with pytest.raises(ValueError, match="`generation_backend` must be one of"):
         build_generation_backend(SimpleNamespace(generation_backend="onnx"), None)
 

@@ -10,7 +10,7 @@ import torch
 from peft import LoraConfig
 from transformers import GenerationConfig, PreTrainedTokenizerBase
 
-import trl_marl.team.sampling as team_module
+import trl_marl.team.generation.transformers_backend as team_module
 from trl_marl import MAGRPOConfig
 from trl_marl.team import AgentTeam, pad_left, tokenize_prompts
 from trl_marl.team.generation.prefill import group_identical_rows, prefill_sharing_unsupported, shared_prefill_cache

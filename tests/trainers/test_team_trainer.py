@@ -19,6 +19,7 @@ from trl_marl.envs import TargetSumEnv
 from trl_marl.rewarding import NonFiniteCounter, TeamReward
 from trl_marl.rewards.arithmetic import TargetSumReward
 from trl_marl.team import AgentTeam
+from trl_marl.team.generation import TransformersBackend
 from trl_marl.trainers.base import MetricsBook, TeamTrainer, TeamTrainingArguments
 
 SRC = pathlib.Path(__file__).resolve().parents[2] / "src" / "trl_marl" / "trainers"
@@ -56,7 +57,7 @@ def test_a_new_algorithm_is_set_up_by_the_base_class_steps(target_model_dir: str
     assert isinstance(trainer.team, AgentTeam) and trainer.model is trainer.team
     assert trainer.team.num_agents == 2 and trainer.team.temperature == 0.7
     assert trainer.team.share_prompt_prefill is args.share_prompt_prefill
-    assert trainer.team.generation_backend is None  # the default backend: the team's own decoding
+    assert type(trainer.team.generation_backend) is TransformersBackend  # the default: the team's own decoding
     assert trainer.rewards.timeout == 12.5 and trainer.rewards.isolation == "thread"
     assert isinstance(trainer._metrics, MetricsBook) and isinstance(trainer.nonfinite, NonFiniteCounter)
     assert trainer.nonfinite.max_nonfinite == args.max_nonfinite

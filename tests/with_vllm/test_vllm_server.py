@@ -20,7 +20,7 @@ import pytest
 import torch
 from transformers import GenerationConfig
 
-from trl_marl.team import AgentTeam
+from trl_marl.team import AgentTeam, Generation
 
 pytest.importorskip("vllm")
 
@@ -137,19 +137,22 @@ def test_server_serves_each_agents_adapter_and_follows_training(server: tuple[st
     greedy = GenerationConfig(do_sample=False, max_new_tokens=5, eos_token_id=tokenizer.eos_token_id,
                               pad_token_id=tokenizer.pad_token_id)
 
-    def generate(with_backend: Any) -> list:
+    def generate(with_backend: Any) -> Generation:
         team.generation_backend = with_backend
         try:
-            return [completions for _, completions in team.generate(PROMPTS, greedy)]
+            return team.generate(PROMPTS, greedy)
         finally:
             team.generation_backend = None
 
-    before = generate(backend)
-    # the sampled tokens' log-probs come back over HTTP (`vllm_importance_sampling_correction`, TRL's default)
-    scores = team.sampling_logps
+    served = generate(backend)
+    before = served.completion_ids
+    # the sampled tokens' log-probs come back over HTTP (`vllm_importance_sampling_correction`, TRL's default), in
+    # the returned `Generation` (the team keeps nothing of the call)
+    scores = served.sampling_logps
     assert scores is not None and [[len(r) for r in a] for a in scores] == [[len(r) for r in a] for a in before]
     assert all(math.isfinite(lp) and lp <= 0.0 for a in scores for r in a for lp in r)
-    assert before == generate(None)  # each row its own agent's greedy tokens
+    assert not hasattr(team, "sampling_logps")
+    assert before == generate(None).completion_ids  # each row its own agent's greedy tokens
     assert before[0][0] != before[1][0]
     assert served_adapters(url) == {backend.lora_name("agent_0"), backend.lora_name("agent_1")}
     old = backend.lora_name("agent_0")
@@ -157,8 +160,8 @@ def test_server_serves_each_agents_adapter_and_follows_training(server: tuple[st
         for name, param in team.models[0].named_parameters():
             if "lora_B.agent_0." in name:
                 param.copy_(torch.randn(param.shape, generator=torch.Generator().manual_seed(1)) * 0.5)
-    after = generate(backend)
-    assert after == generate(None) and after[0] != before[0] and after[1] == before[1]
+    after = generate(backend).completion_ids
+    assert after == generate(None).completion_ids and after[0] != before[0] and after[1] == before[1]
     assert backend.uploads == 3 and old not in served_adapters(url)  # the old version was unloaded
     backend.close()
     assert served_adapters(url) == set()

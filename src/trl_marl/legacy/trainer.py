@@ -291,7 +291,7 @@ class PPOTrainer:
             prompts = [[] for _ in range(team.num_agents)]
             prompts[agent_index] = [q.tolist() for q in chunk]
             stop = {self.tokenizer.eos_token_id} if self.tokenizer.eos_token_id is not None else set()
-            _, completions = team.generate(prompts, gen_config, stop_token_ids=stop)[agent_index]
+            completions = team.generate(prompts, gen_config, stop_token_ids=stop).completion_ids[agent_index]
             for query, completion in zip(chunk, completions):
                 response = torch.tensor(completion, dtype=torch.long, device=query.device)
                 outputs.append(torch.cat([query, response]) if return_prompt else response)

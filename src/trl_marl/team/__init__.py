@@ -5,10 +5,13 @@
   is assembled from the parts below.
 - [`~trl_marl.team.forward`]: the log-probability forwards (`AgentTeam.forward`, old-policy and reference
   log-probabilities, PPO's logits) on `AgentBatch`es, and what such a forward may leave out.
-- [`~trl_marl.team.sampling`]: `AgentTeam.generate`: which rows decode together, and through what.
-- [`~trl_marl.team.generation`]: the generation backends behind one interface (`generation.base`): the team's own
-  lean decoding loop (`generation.lean`) with shared prompt prefills (`generation.prefill`), static-cache compiled
-  decoding (`generation.compiled`), vLLM in process (`generation.vllm`) or as a server (`generation.vllm_server`).
+- [`~trl_marl.team.sampling`]: `AgentTeam.generate`: the prompts tokenized and handed to the team's generation
+  backend, which returns a `Generation`.
+- [`~trl_marl.team.generation`]: the generation backends behind one interface (`generation.base`:
+  `GenerationBackend.generate` returns a `Generation`): the team's own decoding, the default
+  (`generation.transformers_backend`: which rows decode together, the lean decoding loop of `generation.lean`, shared
+  prompt prefills of `generation.prefill`, continuous batching), static-cache compiled decoding
+  (`generation.compiled`), vLLM in process (`generation.vllm`) or as a server (`generation.vllm_server`).
 - [`~trl_marl.team.adapters`]: switching the active LoRA adapter, and activation checkpointing across adapters.
 - [`~trl_marl.team.mixed_adapters`]: one batch over several agents' adapters, each adapter on its run of rows (for
   generation and for training forwards).
@@ -31,8 +34,9 @@ from ..utils.tokens import (
     truncate_after_eos,
 )
 from .forward import AgentBatch, logits_dtype_autocast
+from .generation.base import Generation
+from .generation.transformers_backend import generate_with_continuous_batching
 from .policies import TEAM_MODES, AgentTeam, is_partitioned, no_split_modules
-from .sampling import generate_with_continuous_batching
 from .saving import TEAM_CONFIG_NAME, base_state_dict
 
 __all__ = [
@@ -40,6 +44,7 @@ __all__ = [
     "TEAM_MODES",
     "AgentBatch",
     "AgentTeam",
+    "Generation",
     "Prompt",
     "base_state_dict",
     "generate_with_continuous_batching",

@@ -83,7 +83,7 @@ class ChatMixin:
             torch.manual_seed(seed)
         outputs = self.generate(rows, config)
         return [[self.tokenizers[a].decode(ids, skip_special_tokens=True) for ids in completions]
-                for a, (_, completions) in enumerate(outputs)]
+                for a, completions in enumerate(outputs.completion_ids)]
 
     def chat(self, agent: int, prompts: Prompt | Sequence[Prompt], max_new_tokens: int = 128,
              do_sample: bool = False, temperature: float = 1.0, top_p: float = 1.0, system_prompt: str | None = None,

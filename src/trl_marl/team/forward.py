@@ -155,8 +155,9 @@ def checkpointing_paused(model: nn.Module) -> Iterator[None]:
     """Turn gradient checkpointing off in every layer of `model` for the duration of the context, then restore it.
 
     transformers' checkpointed layers drop the KV cache (`past_key_values=None`) in *train mode*, whatever the grad
-    mode: a model that has to decode in train mode (a 4-bit model on CPU, see `trl_marl.team.sampling`) would then
-    feed each new token without the cache of the tokens before it and sample from the wrong distribution. Generation
+    mode: a model that has to decode in train mode (a 4-bit model on CPU, see
+    `trl_marl.team.generation.transformers_backend`) would then feed each new token without the cache of the tokens
+    before it and sample from the wrong distribution. Generation
     computes no gradient, so checkpointing has nothing to save there.
 
     Example:

@@ -18,9 +18,10 @@ Its `forward` computes the per-token log-probabilities of *every* agent in one c
 micro-step, as DistributedDataParallel requires).
 
 `AgentTeam` is assembled from one mixin per role, each in its own module of `trl_marl.team`: the log-probability
-forwards (`forward.LogProbMixin`), sampling (`sampling.SamplingMixin`, which hands rows to `generation`), the
-active adapter and activation checkpointing (`adapters.AdapterMixin`), saving and loading (`saving.SavingMixin`),
-text in and text out and merged adapters (`chat.ChatMixin`).
+forwards (`forward.LogProbMixin`), sampling (`sampling.SamplingMixin`, which hands the rows to the team's generation
+backend, a `generation.GenerationBackend`, and returns its `generation.Generation`), the active adapter and
+activation checkpointing (`adapters.AdapterMixin`), saving and loading (`saving.SavingMixin`), text in and text out
+and merged adapters (`chat.ChatMixin`).
 This module holds the layouts, the per-(turn, agent) slots and the reference policies.
 """
 
@@ -108,11 +109,9 @@ class AgentTeam(LogProbMixin, SamplingMixin, ChatMixin, AdapterMixin, SavingMixi
         # a `transformers.ContinuousBatchingConfig`: generate with `generate_batch` (continuous batching) instead of
         # `generate`; only for teams whose models each run one policy (see `generate_with_continuous_batching`)
         self.continuous_batching_config: Any = None
-        # a `team.generation.GenerationBackend` that samples instead of the team's own decoding (None: our own)
-        self.generation_backend: Any = None
-        # the backend's log-probability of every token of the last `generate` call's completions ([agent][row][t]),
-        # None when the team decoded itself or the backend gave none (TRL's importance-sampling correction)
-        self.sampling_logps: list[list[list[float]]] | None = None
+        # the `team.generation.GenerationBackend` that samples: the team's own decoding (`TransformersBackend`) unless
+        # a trainer or the user sets another (setting None restores it; see `SamplingMixin.generation_backend`)
+        self.generation_backend = None
         # decode with `team.generation.lean` (generate's tokens without its per-call setup) where it supports the
         # settings
         self.lean_decode = True

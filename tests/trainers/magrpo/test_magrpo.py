@@ -15,6 +15,7 @@ from peft import LoraConfig
 from trl_marl import AgentTeam, MAGRPOConfig, MAGRPOTrainer, NonFiniteError, RewardFunctionError
 from trl_marl.envs import PromptEnv, TargetSumEnv
 from trl_marl.rewards.arithmetic import TargetSumReward
+from trl_marl.team import Generation
 from trl_marl.toy import build_toy_tokenizer
 
 warnings.filterwarnings("ignore")
@@ -323,8 +324,8 @@ def test_dapo_normalises_over_the_whole_accumulated_step(target_model_dir, tmp_p
     def scripted_generate(prompts, generation_config, chat_template_kwargs=None):
         # the step's two episodes are played together: samples 0-1 are micro-step 1's, samples 2-3 micro-step 2's
         short, long = [tok.eos_token_id], [digit, digit, tok.eos_token_id]
-        return [([tok(p)["input_ids"] for p in ps], [short if i < 2 else long for i in range(len(ps))])
-                for ps in prompts]
+        return Generation([[tok(p)["input_ids"] for p in ps] for ps in prompts],
+                          [[short if i < 2 else long for i in range(len(ps))] for ps in prompts])
 
     trainer.team.generate = scripted_generate
     weights: list[torch.Tensor] = []

@@ -1,33 +1,64 @@
-"""The interface of a generation backend, and the config check of `generation_backend` (its settings: `settings`).
+"""The interface of a generation backend, the value it returns, and the config check of `generation_backend` (its
+settings: `settings`).
 
-A backend turns the tokenized prompts of every agent into completion token ids, in the structure of the team's own
-decoding: `completions[a][i]` is the list of token ids generated for prompt `i` of agent `a` (prompt excluded, not
-yet cut after EOS: [`AgentTeam.generate`] cuts every backend's rows the same way). The trainers recompute every
-log-probability with the training model; a backend that can also returns its own log-probability of every sampled
-token (`generate_with_logprobs`), with which the trainers apply TRL's truncated importance-sampling correction of the
-engine/trainer mismatch (`vllm_importance_sampling_correction`, `trl_marl.core.engine_importance_sampling_ratio`).
-A backend that returns none (`None`) gets no correction.
+Every backend is an object with one method that the team calls, [`GenerationBackend.generate`]: it turns the
+tokenized prompts of every agent (`prompt_ids[a][i]`) into a [`Generation`]: the prompts, one completion per prompt
+(`completion_ids[a][i]`, prompt excluded, cut after the first stop token: [`stop_ids`]), and the engine's
+log-probability of every sampled token where the backend has them (`sampling_logps`, else None). The team's own
+decoding is such an object too (`transformers_backend.TransformersBackend`, the default), and so is the compiled one
+(`compiled.CompiledBackend`, a `TransformersBackend` that decodes each batch on a static cache). An engine that
+samples every agent's rows at once, uncut, with log-probabilities (vLLM, in process or as a server) subclasses
+[`EngineBackend`], whose `generate` cuts them ([`Generation.from_rows`]).
+
+The trainers recompute every log-probability with the training model; with the engine's own (`sampling_logps`) they
+apply TRL's truncated importance-sampling correction of the engine/trainer mismatch
+(`vllm_importance_sampling_correction`, `trl_marl.core.engine_importance_sampling_ratio`). A backend that gives none
+(None) gets no correction.
 
 Every backend samples with the same settings, resolved once as `generate` resolves them
 ([`resolve_generation_settings`]: the call's generation config, else the model's `generation_config`, else
 transformers' defaults): the team's own decoding and the compiled backend through the lean loop's plan, vLLM through
 the `SamplingParams` it builds from them (`team.generation.vllm.sampling_settings`), which refuses, naming it, any
 setting the engine cannot mean the same way.
+
+A backend written to the interface before [`Generation`] (a `generate(team, prompt_ids, generation_config)` that
+returns token-id lists, or a `generate_with_logprobs` the team called) keeps working with a `FutureWarning` (see
+[`GenerationBackend`]).
+
+Example, a backend that answers every prompt with the same tokens:
+
+```python
+from trl_marl.team.generation import Generation, GenerationBackend
+
+class Constant(GenerationBackend):
+    name = "constant"
+
+    def generate(self, team, prompt_ids, generation_config, stop_token_ids=None):
+        rows = [[[5, 6, 7]] * len(prompts) for prompts in prompt_ids]  # uncut, one row per prompt
+        return Generation.from_rows(team, prompt_ids, rows, None, stop_token_ids, generation_config)
+
+team.generation_backend = Constant()  # None restores the team's own decoding
+```
 """
 
 from __future__ import annotations
 
 import functools
-from typing import Any
+import inspect
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, overload
 
 from transformers import GenerationConfig
 
+from ...utils.tokens import truncate_after_eos
 from .settings import GENERATION_BACKENDS, LOGPROBS_MODES, VLLM_MODES, GenerationSettings
 
 __all__ = [
-    "GENERATION_BACKENDS", "INERT_SETTINGS", "LOGPROBS_MODES", "VLLM_MODES", "EngineBackend", "GenerationBackend",
-    "GenerationSettings", "check_generation_backend", "generation_config_owner", "global_generation_defaults",
-    "is_default_setting", "resolve_generation_settings",
+    "GENERATION_BACKENDS", "INERT_SETTINGS", "LOGPROBS_MODES", "VLLM_MODES", "EngineBackend", "Generation",
+    "GenerationBackend", "GenerationSettings", "check_generation_backend", "generation_config_owner",
+    "global_generation_defaults", "is_default_setting", "resolve_generation_settings", "stop_ids",
 ]
 
 
@@ -104,56 +135,204 @@ def resolve_generation_settings(generation_config: GenerationConfig, model: Any 
     return settings
 
 
+@dataclass(eq=False)
+class Generation:
+    """What [`AgentTeam.generate`] returns, from every backend: one completion per prompt, for every agent.
+
+    `prompt_ids[a][i]` is the tokenized prompt `i` of agent `a`, `completion_ids[a][i]` its completion (cut after the
+    first stop token), and `sampling_logps[a][i][t]` the engine's log-probability of `completion_ids[a][i][t]` (vLLM:
+    the input of the importance-sampling correction), or None when the backend gives none (the team's own decoding).
+
+    It reads as the list of `(prompt_ids, completion_ids)` pairs that `generate` returned before it was a value:
+    `generation[a]` is agent `a`'s pair, `for prompts, completions in generation` and `len(generation)` (the number
+    of agents) work, and it equals such a list when its pairs do.
+
+    Example:
+
+    ```python
+    >>> from trl_marl.team.generation import Generation
+    >>> out = Generation(prompt_ids=[[[1, 2]], [[3]]], completion_ids=[[[7, 0]], [[8]]])
+    >>> prompts, completions = out[1]
+    >>> completions, out.sampling_logps
+    ([[8]], None)
+    >>> out == [([[1, 2]], [[7, 0]]), ([[3]], [[8]])]
+    True
+    ```
+    """
+
+    prompt_ids: list[list[list[int]]]
+    completion_ids: list[list[list[int]]]
+    sampling_logps: list[list[list[float]]] | None = None
+
+    def __len__(self) -> int:
+        return len(self.prompt_ids)
+
+    @overload
+    def __getitem__(self, index: int) -> tuple[list[list[int]], list[list[int]]]: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[tuple[list[list[int]], list[list[int]]]]: ...
+
+    def __getitem__(self, index: int | slice) -> Any:
+        pairs = list(zip(self.prompt_ids, self.completion_ids))
+        return pairs[index]
+
+    def __iter__(self) -> Iterator[tuple[list[list[int]], list[list[int]]]]:
+        return iter(zip(self.prompt_ids, self.completion_ids))
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Generation):
+            return (self.prompt_ids, self.completion_ids, self.sampling_logps) == (
+                other.prompt_ids, other.completion_ids, other.sampling_logps)
+        if isinstance(other, (list, tuple)):  # the list of pairs `generate` returned before
+            return [tuple(pair) for pair in self] == [tuple(pair) for pair in other]
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # mutable lists inside
+
+    @classmethod
+    def from_rows(
+        cls, team: Any, prompt_ids: list[list[list[int]]], rows: list[list[list[int]]],
+        sampling_logps: list[list[list[float]]] | None = None, stop_token_ids: set[int] | None = None,
+        generation_config: GenerationConfig | None = None,
+    ) -> Generation:
+        """The generation of an engine that returns every agent's rows uncut: each row cut after the first of agent
+        `a`'s stop tokens ([`stop_ids`]), its log-probabilities (if any) cut to the same length.
+
+        Args:
+            team: The [`AgentTeam`] the rows were sampled for (its agents' stop tokens).
+            prompt_ids: `prompt_ids[a][i]`, as the backend was given them.
+            rows: `rows[a][i]`: the generated token ids of prompt `i` of agent `a` (prompt excluded).
+            sampling_logps: `sampling_logps[a][i][t]` the engine's log-probability of `rows[a][i][t]`, or None.
+            stop_token_ids: The call's stop tokens (None: each agent's default, see [`stop_ids`]).
+            generation_config: The call's settings (its `eos_token_id` stops rows too when `stop_token_ids` is None).
+        """
+        stops = [stop_ids(team, a, stop_token_ids, generation_config) for a in range(len(rows))]
+        cut = [[truncate_after_eos(row, stops[a]) for row in rows[a]] for a in range(len(rows))]
+        logps = None if sampling_logps is None else [
+            [list(lp[: len(row)]) for lp, row in zip(sampling_logps[a], cut[a])] for a in range(len(rows))]
+        return cls(list(prompt_ids), cut, logps)
+
+
+def stop_ids(team: Any, agent_index: int, stop_token_ids: set[int] | None,
+             generation_config: GenerationConfig | None = None) -> set[int]:
+    """The tokens agent `agent_index`'s completions are cut after: `stop_token_ids`; when None, the team's
+    `stop_token_ids(agent_index)` and every `eos_token_id` of the call's `generation_config` (a row that decoding ended
+    at such a token is padded after it: without the cut, the padding would count as completion tokens)."""
+    if stop_token_ids is not None:
+        return stop_token_ids
+    stops = team.stop_token_ids(agent_index)
+    called = getattr(generation_config, "eos_token_id", None)
+    if called is not None:
+        stops |= set(called if isinstance(called, list) else [called])
+    return stops
+
+
+def _takes_stop_ids(function: Any) -> bool:
+    try:
+        parameters = inspect.signature(function).parameters
+    except (TypeError, ValueError):
+        return True
+    return "stop_token_ids" in parameters or any(p.kind is p.VAR_KEYWORD for p in parameters.values())
+
+
+def _adapt_old_interface(cls: type) -> None:
+    """Give a subclass written to the interface before [`Generation`] the current `generate`, with a
+    `FutureWarning` (see [`GenerationBackend`])."""
+    own = vars(cls)
+    if getattr(cls, "_uncut_rows", False):  # an `EngineBackend`: `generate_with_logprobs` is its engine's hook
+        return
+    fix = ("define `generate(self, team, prompt_ids, generation_config, stop_token_ids=None)` returning a "
+           "`trl_marl.team.generation.Generation` (`Generation.from_rows` cuts uncut rows), or subclass "
+           "`EngineBackend`")
+    if "generate_with_logprobs" in own:  # the team's entry point before: uncut rows and log-probabilities
+        warnings.warn(f"{cls.__qualname__} defines `generate_with_logprobs` as the team's entry point: that interface "
+                      f"of GenerationBackend is deprecated and will be removed; {fix}.", FutureWarning, stacklevel=3)
+        rows_and_logps = own["generate_with_logprobs"]
+
+        def generate(self: Any, team: Any, prompt_ids: list[list[list[int]]], generation_config: GenerationConfig,
+                     stop_token_ids: set[int] | None = None) -> Generation:
+            rows, logps = rows_and_logps(self, team, prompt_ids, generation_config)
+            return Generation.from_rows(team, prompt_ids, rows, logps, stop_token_ids, generation_config)
+
+    elif "generate" in own and not _takes_stop_ids(own["generate"]):  # uncut rows only
+        warnings.warn(f"{cls.__qualname__}.generate(team, prompt_ids, generation_config) returns token-id lists: "
+                      f"that interface of GenerationBackend is deprecated and will be removed; {fix}.",
+                      FutureWarning, stacklevel=3)
+        rows_of = own["generate"]
+
+        def generate(self: Any, team: Any, prompt_ids: list[list[list[int]]], generation_config: GenerationConfig,
+                     stop_token_ids: set[int] | None = None) -> Generation:
+            rows = rows_of(self, team, prompt_ids, generation_config)
+            return Generation.from_rows(team, prompt_ids, rows, None, stop_token_ids, generation_config)
+
+    else:
+        return
+    generate.__doc__ = "The old interface's rows, cut into a `Generation` (deprecated: see `GenerationBackend`)."
+    cls.generate = generate  # type: ignore[attr-defined]
+
+
 class GenerationBackend:
-    """What samples a team's completions in place of the team's own decoding (see the module docstring)."""
+    """What samples a team's completions: every backend, the team's own decoding (`TransformersBackend`) included,
+    defines [`GenerationBackend.generate`] and returns a [`Generation`] (see the module docstring).
+
+    A subclass written to the interface before [`Generation`] (a `generate(team, prompt_ids, generation_config)` that
+    returns token-id lists, or a `generate_with_logprobs` that returns them with log-probabilities) still works: it
+    gets a `FutureWarning` when it is defined, and the team cuts its rows as before. Define
+    `generate(team, prompt_ids, generation_config, stop_token_ids=None) -> Generation` instead (an engine that returns
+    uncut rows: subclass [`EngineBackend`]).
+    """
 
     name: str = ""
-    # True for a backend that decodes the team's own batches: `AgentTeam` then calls its `decode` (the signature of
-    # `team.generation.lean.decode`) for each batch in place of the eager loop, and never its `generate`
-    decodes_rows: bool = False
-    # whether `generate_with_logprobs` returns the engine's log-probabilities (the factory sets it from the settings'
-    # `vllm_importance_sampling_correction`)
+    # whether the engine's log-probabilities come with the samples (`EngineBackend`; the factory sets it from the
+    # settings' `vllm_importance_sampling_correction`)
     sampling_logprobs: bool = False
 
-    def generate(self, team: Any, prompt_ids: list[list[list[int]]],
-                 generation_config: GenerationConfig) -> list[list[list[int]]]:
-        """The generated token ids of every agent's prompts (`prompt_ids[a][i]`, token ids), in the same structure.
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        _adapt_old_interface(cls)
+
+    def generate(self, team: Any, prompt_ids: list[list[list[int]]], generation_config: GenerationConfig,
+                 stop_token_ids: set[int] | None = None) -> Generation:
+        """One completion per tokenized prompt, for every agent.
 
         Args:
             team: The [`AgentTeam`] whose policies generate; the backend reads its current weights from it.
             prompt_ids: `prompt_ids[a]` is the list of tokenized prompts of agent `a` (may be empty).
             generation_config: The sampling settings, with the meaning they have in `transformers`' `generate`.
-        """
-        raise NotImplementedError(f"{type(self).__name__} is a GenerationBackend: it must define `generate` (or "
-                                  "`generate_with_logprobs`, or set `decodes_rows` and define `decode`).")
+            stop_token_ids: Completions are cut after the first of these tokens; None: each agent's default
+                ([`stop_ids`]); an empty set keeps every generated token.
 
-    def generate_with_logprobs(
-        self, team: Any, prompt_ids: list[list[list[int]]], generation_config: GenerationConfig,
-    ) -> tuple[list[list[list[int]]], list[list[list[float]]] | None]:
-        """[`GenerationBackend.generate`], plus the engine's log-probability of every generated token
-        (`logprobs[a][i][t]` for `completions[a][i][t]`), or None when the backend does not give them (the default)
-        or `sampling_logprobs` is off. [`AgentTeam.generate`] calls this one."""
-        return self.generate(team, prompt_ids, generation_config), None
+        Returns:
+            A [`Generation`]: `prompt_ids` as given, the cut completions, and the engine's log-probabilities (or None).
+        """
+        raise NotImplementedError(f"{type(self).__name__} is a GenerationBackend: it must define "
+                                  "`generate(team, prompt_ids, generation_config, stop_token_ids=None) -> Generation` "
+                                  "(or subclass `EngineBackend` and define `generate_with_logprobs`).")
 
     def close(self) -> None:
         """Release the backend's resources (engine, temporary folders). The default holds none."""
 
 
 class EngineBackend(GenerationBackend):
-    """A backend whose engine returns log-probabilities with its samples (vLLM, in process or as a server): it
-    defines `generate_with_logprobs` with a `logprobs` switch, and `generate` is that call without them."""
+    """A backend whose engine returns every agent's rows at once, uncut, with their log-probabilities (vLLM, in
+    process or as a server): it defines [`EngineBackend.generate_with_logprobs`], and `generate` cuts what it returns
+    into a [`Generation`] ([`Generation.from_rows`])."""
 
-    def generate(self, team: Any, prompt_ids: list[list[list[int]]],
-                 generation_config: GenerationConfig) -> list[list[list[int]]]:
-        completions, _ = self.generate_with_logprobs(team, prompt_ids, generation_config, logprobs=False)
-        return completions
+    _uncut_rows = True  # (not an old-interface backend: see `_adapt_old_interface`)
+
+    def generate(self, team: Any, prompt_ids: list[list[list[int]]], generation_config: GenerationConfig,
+                 stop_token_ids: set[int] | None = None) -> Generation:
+        rows, logps = self.generate_with_logprobs(team, prompt_ids, generation_config)
+        return Generation.from_rows(team, prompt_ids, rows, logps, stop_token_ids, generation_config)
 
     def generate_with_logprobs(
         self, team: Any, prompt_ids: list[list[list[int]]], generation_config: GenerationConfig,
         logprobs: bool | None = None,
     ) -> tuple[list[list[list[int]]], list[list[list[float]]] | None]:
-        """Completions and, when `logprobs` (default: `sampling_logprobs`), the engine's log-probability of every
-        sampled token."""
+        """The engine's rows (`rows[a][i]`: the generated token ids of `prompt_ids[a][i]`, prompt excluded, not yet
+        cut after a stop token) and, when `logprobs` (default: `sampling_logprobs`), its log-probability of every
+        sampled token (`logprobs[a][i][t]` for `rows[a][i][t]`), else None."""
         raise NotImplementedError(f"{type(self).__name__} is an EngineBackend: it must define "
                                   "`generate_with_logprobs`.")
 

@@ -11,10 +11,12 @@ from typing import Any
 
 from .base import GenerationBackend
 from .settings import GenerationSettings
+from .transformers_backend import TransformersBackend
 
 
-def build_generation_backend(settings: GenerationSettings | Any, team: Any) -> GenerationBackend | None:
-    """The backend that `settings.generation_backend` names, built for `team` (None: the team's own decoding).
+def build_generation_backend(settings: GenerationSettings | Any, team: Any) -> GenerationBackend:
+    """The backend that `settings.generation_backend` names, built for `team`: a [`TransformersBackend`] (the team's
+    own decoding) for `"transformers"`.
 
     Args:
         settings: The [`GenerationSettings`] (a trainer builds them once from its config), or a config holding the
@@ -24,7 +26,7 @@ def build_generation_backend(settings: GenerationSettings | Any, team: Any) -> G
     if not isinstance(settings, GenerationSettings):
         settings = GenerationSettings.of(settings)
     if settings.generation_backend == "transformers":
-        return None
+        return TransformersBackend()
     if settings.generation_backend == "compiled":
         from .compiled import CompiledBackend
 

@@ -30,7 +30,7 @@ near-tie can still resolve differently, as between any two attention kernels.
 Where the static path cannot stand in, the call runs the eager lean loop (or `model.generate`, where the lean loop
 sends it) and a warning says why, once per reason: every setting the lean loop itself sends to `generate` (beam
 search, several sequences per prompt, stop strings, ...; see `team.generation.lean`), `AgentTeam.lean_decode=False`,
-continuous batching, a cache passed in (a shared prompt prefill: the team does not make one for this backend), a
+continuous batching, a cache passed in (a shared prompt prefill: this backend does not make one), a
 model class that cannot take a static cache (transformers' `_can_compile_fullgraph`), a model in train mode (a 4-bit
 model generates in it), mixed-adapter rows that PEFT's slicing does not take, and any error on the static path
 (compiling, building the cache: every later call then runs eager too). A compile failure never stops training: the
@@ -57,8 +57,8 @@ import torch
 from transformers import GenerationConfig, StaticCache
 
 from ..mixed_adapters import BASE_ADAPTER, sliced_adapter_rows, sliced_adapter_rows_unsupported
-from .base import GenerationBackend
 from .lean import _base_model, _is_peft, _logits_processors, _Plan, _plan, decode, next_token_step
+from .transformers_backend import TransformersBackend
 
 __all__ = ["CompiledBackend", "CompiledDecoder", "bucket_batch", "bucket_length"]
 
@@ -259,16 +259,16 @@ class CompiledDecoder:
         return sequences
 
 
-class CompiledBackend(GenerationBackend):
+class CompiledBackend(TransformersBackend):
     """The team's own decoding with [`CompiledDecoder`] in place of the eager lean loop (see the module docstring).
 
-    A row-decoding backend: [`AgentTeam`] keeps its batching (agents over one model in one batch, mixed-adapter rows
-    in `adapters` mode, EOS cuts) and calls [`decode`] for each batch instead of `team.generation.lean.decode`, without
-    a shared prompt prefill.
+    A [`TransformersBackend`]: the same batches (agents over one model in one batch, mixed-adapter rows in `adapters`
+    mode, continuous batching where the team asks for it, EOS cuts), each decoded by [`CompiledBackend.decode`]
+    instead of `team.generation.lean.decode`, without a shared prompt prefill.
     """
 
     name = "compiled"
-    decodes_rows = True
+    shares_prefill = False  # a static cache is filled from the prompt: no shared prefill cache is passed in
 
     def __init__(self, team: Any = None, compile: bool = True, backend: Any = None, mode: str | None = None,
                  length_bucket: int = LENGTH_BUCKET) -> None:
@@ -282,8 +282,3 @@ class CompiledBackend(GenerationBackend):
         """`lean.decode`'s call, through the static-cache loop where it can (see the module docstring)."""
         return self.decoder.decode(model, input_ids, attention_mask, generation_config, adapter_names,
                                    past_key_values, lean)
-
-    def generate(self, team: Any, prompt_ids: list[list[list[int]]],
-                 generation_config: GenerationConfig) -> list[list[list[int]]]:
-        """Not called: the team decodes its own batches through [`decode`] (`decodes_rows`)."""
-        raise NotImplementedError("The compiled backend decodes the team's batches: `AgentTeam` calls `decode`.")

@@ -465,8 +465,9 @@ class VLLMBackend(EngineBackend):
         self, team: Any, prompt_ids: list[list[list[int]]], generation_config: GenerationConfig,
         logprobs: bool | None = None,
     ) -> tuple[list[list[list[int]]], list[list[list[float]]] | None]:
-        """[`VLLMBackend.generate`], plus vLLM's log-probability of every sampled token (of its `logprobs_mode`) when
-        `logprobs` (default: `sampling_logprobs`), else None."""
+        """Every agent's rows from vLLM (uncut: [`EngineBackend.generate`] cuts them into the team's `Generation`),
+        and vLLM's log-probability of every sampled token (of its `logprobs_mode`) when `logprobs` (default:
+        `sampling_logprobs`), else None."""
         from vllm import SamplingParams
 
         logprobs = self.sampling_logprobs if logprobs is None else logprobs

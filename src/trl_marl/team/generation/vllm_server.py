@@ -245,8 +245,9 @@ class VLLMServerBackend(EngineBackend):
         self, team: Any, prompt_ids: list[list[list[int]]], generation_config: GenerationConfig,
         logprobs: bool | None = None,
     ) -> tuple[list[list[list[int]]], list[list[list[float]]] | None]:
-        """[`VLLMServerBackend.generate`], plus the server's log-probability of every sampled token when `logprobs`
-        (default: `sampling_logprobs`), else None (NaN where the server gave none)."""
+        """Every agent's rows from the server (uncut: [`EngineBackend.generate`] cuts them into the team's
+        `Generation`), and the server's log-probability of every sampled token when `logprobs` (default:
+        `sampling_logprobs`), else None (NaN where the server gave none)."""
         logprobs = self.sampling_logprobs if logprobs is None else logprobs
         self.sync(team)
         settings = sampling_settings(generation_config, team.models[0])  # resolved as its `generate` would
