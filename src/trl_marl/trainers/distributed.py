@@ -35,12 +35,15 @@ import functools
 import os
 from collections.abc import Callable
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 from torch import nn
 
 from .._trl_compat import add_zero3_hooks, enable_fsdp_on_cpu_processes, remove_zero3_hooks
+
+if TYPE_CHECKING:
+    from transformers import TrainingArguments
 
 __all__ = [
     "check_fsdp_plugin",
@@ -83,7 +86,7 @@ def full_tensor(tensor: torch.Tensor) -> torch.Tensor:
 
 
 # ---------------------------------------------------------------------------------------------- setup
-def requested_fsdp_version(args: Any) -> int | None:
+def requested_fsdp_version(args: TrainingArguments) -> int | None:
     """The FSDP version a run asks for (the trainer config's `fsdp_config`, else `accelerate launch`'s FSDP config),
     or None when it asks for no FSDP."""
     plugin_args = getattr(args, "fsdp_plugin_args", None)
@@ -94,7 +97,7 @@ def requested_fsdp_version(args: Any) -> int | None:
     return None
 
 
-def check_fsdp_request(args: Any) -> None:
+def check_fsdp_request(args: TrainingArguments) -> None:
     """Refuse FSDP version 1 before accelerate builds its plugin (which, on a machine without GPU, fails with a
     message about missing devices)."""
     version = requested_fsdp_version(args)
@@ -102,7 +105,7 @@ def check_fsdp_request(args: Any) -> None:
         raise ValueError(FSDP1_MESSAGE)
 
 
-def setup_strategy(accelerator: Any, args: Any) -> bool:
+def setup_strategy(accelerator: Any, args: TrainingArguments) -> bool:
     """Check the launch and the distributed strategy right after the trainer's `Accelerator` is created.
 
     Turns FSDP2 on for CPU processes that asked for it (see the module docstring), and raises an error that names

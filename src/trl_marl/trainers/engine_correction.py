@@ -27,7 +27,7 @@ Logged as TRL does, pooled over the trained agents (and per agent with an `agent
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -35,13 +35,17 @@ from ..core import engine_importance_sampling_ratio
 from ..rollout import TurnResult
 from ..team import AgentBatch
 
+if TYPE_CHECKING:
+    from .magrpo.config import MAGRPOConfig
+    from .ppo.config import MultiAgentPPOConfig
+
 __all__ = [
     "correction_metrics", "corrects_engine_mismatch", "engine_correction", "engine_logps",
     "mismatch_values", "padded_logps",
 ]
 
 
-def corrects_engine_mismatch(args: Any, mode: str = "train") -> bool:
+def corrects_engine_mismatch(args: MAGRPOConfig | MultiAgentPPOConfig, mode: str = "train") -> bool:
     """Whether a training batch (`mode="train"`) gets the correction: the vLLM backend with
     `vllm_importance_sampling_correction`."""
     return mode == "train" and args.generation_backend == "vllm" and bool(args.vllm_importance_sampling_correction)
@@ -67,7 +71,7 @@ def engine_logps(turns: Sequence[TurnResult], picks: Sequence[Sequence[int]],
                          batch.completion_ids) for a, batch in enumerate(batches)]
 
 
-def engine_correction(args: Any, accelerator: Any, metrics: dict[str, list[float]],
+def engine_correction(args: MAGRPOConfig | MultiAgentPPOConfig, accelerator: Any, metrics: dict[str, list[float]],
                       old_logps: Sequence[torch.Tensor | None] | None, sampling: Sequence[torch.Tensor] | None,
                       batches: Sequence[AgentBatch | None]) -> dict[str, Any]:
     """The micro-batch entries of the correction: `sampling_logps[a]` and `importance_sampling_ratio[a]` (None for

@@ -47,19 +47,24 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, nullcontext
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
 from .distributed import is_fsdp2_module
 
+if TYPE_CHECKING:
+    from .magrpo.config import MAGRPOConfig
+    from .ppo.config import MultiAgentPPOConfig
+
 __all__ = ["agent_backwards", "average_gradients", "backward_per_agent", "backward_per_agent_supported"]
 
 BUCKET_BYTES = 25 * 2**20  # gradients all-reduced per call, as DDP's default bucket
 
 
-def backward_per_agent_supported(args: Any, model: torch.nn.Module, root: torch.nn.Module) -> bool:
+def backward_per_agent_supported(args: MAGRPOConfig | MultiAgentPPOConfig, model: torch.nn.Module,
+                                  root: torch.nn.Module) -> bool:
     """Whether a training step may take one backward per agent (see the module docstring).
 
     Args:

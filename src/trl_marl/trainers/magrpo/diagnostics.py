@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import warnings
 from collections import defaultdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from ...rollout import Rollout, finite_mean, flat_group_fraction, reward_std_is_zero
+
+if TYPE_CHECKING:
+    from .config import MAGRPOConfig
 
 __all__ = [
     "ENTROPY_MESSAGE",
@@ -79,7 +82,7 @@ class TrainingDiagnostics:
         is_main_process: Whether this process warns.
     """
 
-    def __init__(self, args: Any, is_main_process: bool) -> None:
+    def __init__(self, args: MAGRPOConfig, is_main_process: bool) -> None:
         self.args = args
         self.is_main_process = is_main_process
         self.zero_std_streak = 0

@@ -19,11 +19,14 @@ from __future__ import annotations
 import json
 import math
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from ...core import adaptive_entropy_coef, entropy_bonus, high_entropy_mask
+
+if TYPE_CHECKING:
+    from .config import MAGRPOConfig
 
 __all__ = [
     "ENTROPY_STATE_FILE",
@@ -56,7 +59,7 @@ class EntropyControl:
     ```
     """
 
-    def __init__(self, args: Any, agents: list[int]) -> None:
+    def __init__(self, args: MAGRPOConfig, agents: list[int]) -> None:
         self.args = args
         self.adaptive = bool(args.use_adaptive_entropy)
         self.enabled = args.entropy_coef != 0.0 or self.adaptive  # a bonus, hence entropies with gradients

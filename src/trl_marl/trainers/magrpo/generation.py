@@ -3,14 +3,18 @@ transformers' continuous-batching settings."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from transformers import GenerationConfig
+
+if TYPE_CHECKING:
+    from ...team import AgentTeam
+    from .config import MAGRPOConfig
 
 __all__ = ["continuous_batching_config", "generation_config"]
 
 
-def generation_config(args: Any, team: Any) -> GenerationConfig:
+def generation_config(args: MAGRPOConfig, team: AgentTeam) -> GenerationConfig:
     """The sampling settings of a `MAGRPOConfig` (GRPO's fields), for every agent of `team`."""
     tokenizer = team.tokenizers[0]
     eos = team.base_model_of(0).generation_config.eos_token_id
@@ -25,7 +29,7 @@ def generation_config(args: Any, team: Any) -> GenerationConfig:
     return GenerationConfig(**{**settings, **(args.generation_kwargs or {})})
 
 
-def continuous_batching_config(args: Any, team: Any) -> Any:
+def continuous_batching_config(args: MAGRPOConfig, team: AgentTeam) -> Any:
     """GRPO's `use_transformers_continuous_batching` for a team: the `ContinuousBatchingConfig` its models generate
     with (`transformers_continuous_batching_config`, with TRL's default of half the memory for the cache), or `None`.
 

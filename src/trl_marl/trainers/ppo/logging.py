@@ -14,12 +14,15 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from ..engine_correction import correction_metrics, mismatch_values
 from .samples import AgentRollout
+
+if TYPE_CHECKING:
+    from .config import MultiAgentPPOConfig
 
 __all__ = ["STAT_NAMES", "completions_table", "print_completions_table", "update_metrics"]
 
@@ -41,7 +44,7 @@ def _mean(values: torch.Tensor, keep: torch.Tensor) -> float:
     return float(values.mean() if bool(keep.all()) else values[keep].mean())
 
 
-def update_metrics(accelerator: Any, args: Any, env: Any, tokenizers: list[Any], lr: float,
+def update_metrics(accelerator: Any, args: MultiAgentPPOConfig, env: Any, tokenizers: list[Any], lr: float,
                    rollouts: list[AgentRollout | None], stats: dict[str, torch.Tensor], episode: int,
                    start: float) -> dict[str, float]:
     """The metrics of one PPO update (module docstring).

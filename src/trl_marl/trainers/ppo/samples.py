@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -18,6 +18,9 @@ from ...rollout import Rollout
 from ...team import AgentTeam, pad_left
 from ..engine_correction import corrects_engine_mismatch, padded_logps
 from .value import first_true_index, response_values, sequence_scores, truncate_after_stop
+
+if TYPE_CHECKING:
+    from .config import MultiAgentPPOConfig
 
 __all__ = [
     "AgentRollout",
@@ -225,7 +228,8 @@ def score_with_reward_model(ro: AgentRollout, reward_model: nn.Module, pad: int,
 
 
 @torch.no_grad()
-def forward_targets(ro: AgentRollout, slot: int, team: AgentTeam, value_model: nn.Module, args: Any) -> None:
+def forward_targets(ro: AgentRollout, slot: int, team: AgentTeam, value_model: nn.Module,
+                    args: MultiAgentPPOConfig) -> None:
     """Fill a slot's old and reference log-probs, values, masks, KL and per-token rewards (in `ro.returns`).
 
     The per-token reward is `-kl_coef * KL` at every step plus the score at the last one (`shaped_token_rewards`);
