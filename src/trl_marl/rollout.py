@@ -55,7 +55,7 @@ from .rewarding import (
     RewardFunctionError,  # noqa: F401 - re-exported (the reward contract lives in `rewarding`)
     RewardSet,
 )
-from .team import AgentTeam
+from .team import AgentTeam, Generation
 
 
 @dataclass
@@ -245,7 +245,7 @@ class JointRollout:
             for a in range(n):
                 by_slot[slots[a]] = prompts[a]
             start = time.perf_counter()
-            generated = self.team.generate(by_slot, config, self.chat_template_kwargs, **extra)
+            generated = _as_generation(self.team.generate(by_slot, config, self.chat_template_kwargs, **extra))
             gen_time += time.perf_counter() - start
             prompt_ids = [generated.prompt_ids[slots[a]] for a in range(n)]
             completion_ids = [generated.completion_ids[slots[a]] for a in range(n)]
@@ -510,3 +510,17 @@ def __getattr__(name: str) -> Any:
                   "home); import it from there. The old path will be removed in a future release.", FutureWarning,
                   stacklevel=2)
     return TeamReward
+
+
+def _as_generation(generated: Any) -> Generation:
+    """What `team.generate` returned, as a [`Generation`]: a replaced `generate` (e.g. a scripted one in a test) that
+    still returns the list of `(prompt_ids, completion_ids)` pairs of old works, with a `FutureWarning`."""
+    if isinstance(generated, Generation):
+        return generated
+    warnings.warn(
+        "`team.generate` returned a list of (prompt_ids, completion_ids) pairs; it returns a "
+        "`trl_marl.team.Generation` now: return `Generation(prompt_ids=[...], completion_ids=[...])` instead.",
+        FutureWarning, stacklevel=3,
+    )
+    pairs = list(generated)
+    return Generation(prompt_ids=[p for p, _ in pairs], completion_ids=[c for _, c in pairs])

@@ -21,7 +21,7 @@ from trl import GRPOConfig, GRPOTrainer
 
 from trl_marl import MAGRPOConfig, MAGRPOTrainer, load_tokenizer
 from trl_marl.core import SUPPORTED_LOSS_TYPES
-from trl_marl.team import pad_right
+from trl_marl.team import Generation, pad_right
 from trl_marl.toy import make_toy_model
 
 PROMPTS = ["Q:12+3=A:", "Q:4+45=A:"]
@@ -166,8 +166,8 @@ def run_magrpo(model_dir: str, out: str, loss_type: str, prompts: list[str] = PR
                                   for name, p in trainer.team.policy(a).named_parameters()]
 
     def scripted_generate(prompts, generation_config, chat_template_kwargs=None):
-        return [([tokenizer(text=p)["input_ids"] for p in agent_prompts],
-                 [scripts[a].completion(p) for p in agent_prompts]) for a, agent_prompts in enumerate(prompts)]
+        return Generation(prompt_ids=[[tokenizer(text=p)["input_ids"] for p in ps] for ps in prompts],
+                          completion_ids=[[scripts[a].completion(p) for p in ps] for a, ps in enumerate(prompts)])
 
     trainer.team.generate = scripted_generate
     trainer.train()
