@@ -671,6 +671,7 @@ def ours_equivalence(workdir: Path, case_set: str = "default") -> dict[str, Any]
     from torch.utils.data import DataLoader
 
     from trl_marl import PPOConfig, PPOTrainer
+    from trl_marl.team import Generation
 
     fixture = read_fixture(workdir)
     results: dict[str, Any] = {}
@@ -703,11 +704,11 @@ def ours_equivalence(workdir: Path, case_set: str = "default") -> dict[str, Any]
             stop_token_ids: set[int] | None = None,
             _by_prompt: dict = by_prompt,
             _log: list = generated,
-        ) -> list[tuple[list[list[int]], list[list[int]]]]:
+        ) -> Generation:
             prompt_ids = [[int(t) for t in p] for p in prompts[0]]
             completions = [list(_by_prompt[tuple(p)]) for p in prompt_ids]
             _log.append(completions)
-            return [(prompt_ids, completions)]
+            return Generation(prompt_ids=[prompt_ids], completion_ids=[completions])
 
         def ordered_loader(_dataset: Any = dataset, _n: int = local_batch_size(case)) -> DataLoader:
             return DataLoader(_dataset, batch_size=_n, shuffle=False, drop_last=True, collate_fn=list)

@@ -139,6 +139,7 @@ def run_ours(args: argparse.Namespace, model_dir: str, comlrl: dict[str, Any]) -
     from trl_marl import MAGRPOConfig, MAGRPOTrainer, MAREINFORCEConfig, MAReMaxConfig, MARLOOConfig, load_tokenizer
     from trl_marl.envs import TargetSumEnv
     from trl_marl.rewards.arithmetic import TargetSumReward
+    from trl_marl.team import Generation
 
     config_cls = {"magrpo": MAGRPOConfig, "mareinforce": MAREINFORCEConfig, "marloo": MARLOOConfig,
                   "maremax": MAReMaxConfig}[args.algorithm]
@@ -173,7 +174,9 @@ def run_ours(args: argparse.Namespace, model_dir: str, comlrl: dict[str, Any]) -
         out = generate(prompts, generation_config, *a, **k)  # keeps the prompt ids (and the RNG use) of a real step
         rows = slice(P * step[0], P * step[0] + P)
         step[0] += 1
-        return [(out[i][0], [list(c) for row in comlrl["completions"][i][rows] for c in row]) for i in range(2)]
+        return Generation(prompt_ids=[out.prompt_ids[i] for i in range(2)],
+                          completion_ids=[[list(c) for row in comlrl["completions"][i][rows] for c in row]
+                                          for i in range(2)])
 
     class Recorder(TrainerCallback):
         def on_pre_optimizer_step(self, *unused: Any, **kwargs: Any) -> None:
