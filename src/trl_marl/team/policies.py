@@ -337,9 +337,9 @@ class AgentTeam(ChatMixin, nn.Module):
 
         Args:
             settings: A whole [`TeamSettings`] to install (default: keep the current ones).
-            generation_backend: A `GenerationBackend`, None (the team's own decoding), or a
-                `team.generation.GenerationSettings` (the backend they name is built for the team, after the settings
-                are applied); left out, the backend stays.
+            generation_backend: A `GenerationBackend`, None (the team's own decoding), or a function of the team that
+                builds one (called after the settings are applied, e.g. `lambda team: build_generation_backend(
+                GenerationSettings(generation_backend="compiled"), team)`); left out, the backend stays.
             **changes: Fields of [`TeamSettings`] to replace (an unknown name raises, listing the fields).
 
         Example: `team.configure(temperature=0.7, share_prompt_prefill=False)`
@@ -350,11 +350,8 @@ class AgentTeam(ChatMixin, nn.Module):
                             "the fields as keywords.")
         self._settings = (settings or self._settings).replace(**changes)
         if generation_backend is not _KEEP:
-            from .generation.build import build_generation_backend
-            from .generation.settings import GenerationSettings
-
-            if isinstance(generation_backend, GenerationSettings):
-                generation_backend = build_generation_backend(generation_backend, self)
+            if callable(generation_backend) and not isinstance(generation_backend, GenerationBackend):
+                generation_backend = generation_backend(self)  # a builder: it sees the settings just applied
             self.generation_backend = generation_backend
         return self._settings
 

@@ -69,7 +69,7 @@ from ..envs.base import MultiAgentEnv, Transcript
 from ..evaluation import DebateEvaluation
 from ..rewarding import LocalReward, NonFiniteCounter, RewardFunctionError, RewardSet, TeamReward
 from ..team import AgentTeam
-from ..team.generation import GenerationSettings
+from ..team.generation import GenerationSettings, build_generation_backend
 from ..utils.threads import apply_cpu_threads
 from ..validation import check_dataset_prompts, check_prompt_lengths
 from .distributed import (
@@ -198,7 +198,8 @@ class TeamTrainer(TeamCheckpointMixin, TRLBaseTrainer):
         [`GenerationSettings`] (`team.generation.build_generation_backend`, built after the settings are set)."""
         settings = team.settings.replace(temperature=temperature, share_prompt_prefill=args.share_prompt_prefill,
                                          continuous_batching_config=continuous_batching_config)
-        team.configure(settings, generation_backend=GenerationSettings.of(args))
+        backend = GenerationSettings.of(args)
+        team.configure(settings, generation_backend=lambda team: build_generation_backend(backend, team))
 
     @staticmethod
     def _timed_rewards(rewards: RewardsT, args: TeamTrainingArguments) -> RewardsT:
