@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import copy
+import dataclasses
 import math
 from pathlib import Path
 from typing import Any
@@ -240,15 +241,21 @@ def test_a_trainer_configures_its_team_once(target_model_dir: str, tmp_path: Pat
         args = MAGRPOConfig(output_dir=str(tmp_path), num_agents=2, num_generations=2, per_device_train_batch_size=4,
                             max_completion_length=3, report_to="none", save_strategy="no", seed=0, temperature=0.7,
                             share_prompt_prefill=False)
-        team = MAGRPOTrainer(target_model_dir, TargetSumReward(), args, train_dataset=dataset,
-                             env=TargetSumEnv(2)).team
+        built = MAGRPOTrainer(target_model_dir, TargetSumReward(), args, train_dataset=dataset, env=TargetSumEnv(2))
         expected = TeamSettings(temperature=0.7, share_prompt_prefill=False)
     else:
         args = MultiAgentPPOConfig(output_dir=str(tmp_path), num_agents=2, per_device_train_batch_size=2,
                                    total_episodes=2, response_length=3, report_to="none", save_strategy="no",
                                    num_sample_generations=0, seed=0, temperature=0.9)
-        team = MultiAgentPPOTrainer(args, target_model_dir, train_dataset=dataset, env=TargetSumEnv(2),
-                                    reward_funcs=TargetSumReward()).team
-        expected = TeamSettings(temperature=0.9 + 1e-7)  # TRL's PPO samples at its temperature + 1e-7
+        built = MultiAgentPPOTrainer(args, target_model_dir, train_dataset=dataset, env=TargetSumEnv(2),
+                                     reward_funcs=TargetSumReward())
+        expected = TeamSettings(temperature=0.9 + 1e-7, share_prompt_prefill=True)  # TRL's PPO: temperature + 1e-7
+    team = built.team
     assert len(calls) == 1 and "generation_backend" in calls[0]
     assert team.settings == expected and isinstance(team.sampler, TransformersBackend)
+    # a rollout over sharded weights plays in lockstep without a shared prefill, then the settings are back
+    monkeypatch.setattr(type(built), "is_sharded", lambda self: True)
+    with built.rollout_context():
+        assert team.lockstep is not None and team.lockstep(True) is True
+        assert team.settings == dataclasses.replace(expected, share_prompt_prefill=False)
+    assert team.lockstep is None and team.settings == expected and len(calls) == 1

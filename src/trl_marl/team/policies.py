@@ -407,10 +407,15 @@ class AgentTeam(ChatMixin, nn.Module):
         agent in one call (what DistributedDataParallel wraps): [`LogProbScorer.forward`]."""
         return self.scorer.forward(batches, compute_entropy=compute_entropy, entropy_grad=entropy_grad)
 
-    def score_tokens(self, model: PreTrainedModel, window: TokenWindow, labels: Sequence[torch.Tensor],
-                     **kwargs: Any) -> list[tuple[torch.Tensor, torch.Tensor | None]]:
+    def score_tokens(
+        self, model: PreTrainedModel, window: TokenWindow, labels: Sequence[torch.Tensor],
+        temperature: float | None = None, compute_entropy: bool = False, entropy_grad: bool = False,
+        adapter_rows: tuple[list[str], Any] | None = None,
+    ) -> list[tuple[torch.Tensor, torch.Tensor | None]]:
         """The one scoring primitive of the log-probability forwards: [`LogProbScorer.score_tokens`]."""
-        return self.scorer.score_tokens(model, window, labels, **kwargs)
+        return self.scorer.score_tokens(model, window, labels, temperature=temperature,
+                                        compute_entropy=compute_entropy, entropy_grad=entropy_grad,
+                                        adapter_rows=adapter_rows)
 
     def policy_logps(self, agent_index: int, batch: AgentBatch) -> torch.Tensor:
         """Per-token log-probabilities under the current policy, without gradients: [`LogProbScorer.policy_logps`]."""
