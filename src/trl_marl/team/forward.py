@@ -7,7 +7,7 @@ gradients, every agent in one call), the old-policy and reference log-probabilit
 (`sequence_logits`, `response_logits`); the team's methods of those names call it. In `adapters` mode the rows of
 several agents run as one forward, each row through its own adapter (`team.mixed_adapters`).
 
-Every log-probability goes through one primitive, [`AgentTeam.score_tokens`]: a layout ([`TokenWindow`]: the model
+Every log-probability goes through one primitive, [`LogProbScorer.score_tokens`]: a layout ([`TokenWindow`]: the model
 inputs and the output positions that score tokens; MAGRPO's [`completion_window`], the joint adapter forward's
 [`joint_completion_window`], PPO's [`response_window`]) and the labels in, per-token log-probabilities (and
 entropies) out. It alone chooses between the LM head a chunk of positions at a time and the full logits
