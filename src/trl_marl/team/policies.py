@@ -348,7 +348,7 @@ class AgentTeam(ChatMixin, nn.Module):
             raise TypeError(f"`settings` must be a `trl_marl.team.settings.TeamSettings`, got "
                             f"{type(settings).__name__}: build one, e.g. `TeamSettings(temperature=0.7)`, or pass "
                             "the fields as keywords.")
-        self._settings = (settings or self._settings).replace(**changes)
+        self._settings = (self._settings if settings is None else settings).replace(**changes)
         if generation_backend is not _KEEP:
             if callable(generation_backend) and not isinstance(generation_backend, GenerationBackend):
                 generation_backend = generation_backend(self)  # a builder: it sees the settings just applied
