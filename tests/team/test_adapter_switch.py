@@ -89,12 +89,12 @@ def test_team_switches_without_walking_the_module_tree(
     team = AgentTeam.build(build_toy_model(tokenizer, hidden_size=32, num_layers=1, seed=0), 3, mode="adapters",
                            peft_config=lora, processing_class=tokenizer)
     model = team.models[0]
-    team._activate(1)  # builds the switch
+    team.adapter_control.activate(1)  # builds the switch
     walks = []
     original = torch.nn.Module.modules
     monkeypatch.setattr(torch.nn.Module, "modules", lambda self: walks.append(self) or original(self))
     for agent in (2, 0, 1):
-        assert team._activate(agent) is model
+        assert team.adapter_control.activate(agent) is model
         assert model.active_adapter == f"agent_{agent}"
     assert walks == []
     trainable = {n for n, p in model.named_parameters() if p.requires_grad}

@@ -23,6 +23,7 @@ from helpers import spread_reward
 from trl_marl import MAGRPOConfig, MAGRPOTrainer
 from trl_marl.envs import TargetSumEnv
 from trl_marl.team import AgentBatch, AgentTeam
+from trl_marl.team.adapters import AdapterControl
 from trl_marl.team.compile import call_model
 from trl_marl.team.mixed_adapters import sliced_adapter_rows, sliced_adapter_rows_unsupported
 from trl_marl.utils.tokens import joint_model_inputs, pad_left, pad_right
@@ -145,16 +146,17 @@ def test_no_grad_log_probs_of_every_agent_in_one_forward(target_model_dir, refer
 def test_checkpointed_recomputation_without_the_row_slices_is_caught(target_model_dir, monkeypatch):
     """The control of the test above: a recomputation that does not slice the rows again runs every row through
     the active adapter, and torch's checkpoint sees other tensors saved than in the forward."""
-    contexts = AgentTeam._checkpoint_contexts
+    contexts = AdapterControl.checkpoint_contexts
 
-    def without_joint_rows(self: AgentTeam, *args: Any) -> Any:
-        self._joint_rows, rows = None, self._joint_rows
+    def without_joint_rows(self: AdapterControl, *args: Any) -> Any:
+        scorer = self.team.scorer
+        scorer._joint_rows, rows = None, scorer._joint_rows
         try:
             return contexts(self, *args)
         finally:
-            self._joint_rows = rows
+            scorer._joint_rows = rows
 
-    monkeypatch.setattr(AgentTeam, "_checkpoint_contexts", without_joint_rows)
+    monkeypatch.setattr(AdapterControl, "checkpoint_contexts", without_joint_rows)
     team = build_team(target_model_dir, num_agents=2)
     team.activation_checkpointing_enable()
     generator = torch.Generator().manual_seed(0)
@@ -165,7 +167,7 @@ def test_checkpointed_recomputation_without_the_row_slices_is_caught(target_mode
 
 def joint_names(team: AgentTeam, batches: list[AgentBatch | None]) -> list[str] | None:
     """The adapter of each row when the team's forward runs the batches as one forward, else None."""
-    rows = team._joint_adapter_rows(batches)
+    rows = team.scorer._joint_adapter_rows(batches)
     return None if rows is None else rows[0]
 
 
@@ -213,13 +215,13 @@ def train(model_dir: str, out: str, capture_cls: type, joint: bool, **overrides:
     trainer.team.joint_adapter_forward = joint
     capture.team = trainer.team
     trainer.joint_forwards = []  # per joint forward: whether it built a graph (training) or not (reference, old)
-    joint_forward = trainer.team._joint_forward
+    joint_forward = trainer.team.scorer._joint_forward
 
     def counting(*args: Any, **kwargs: Any) -> Any:
         trainer.joint_forwards.append(torch.is_grad_enabled())
         return joint_forward(*args, **kwargs)
 
-    trainer.team._joint_forward = counting
+    trainer.team.scorer._joint_forward = counting
     trainer.train()
     return trainer, capture
 

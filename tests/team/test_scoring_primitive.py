@@ -75,7 +75,7 @@ def test_every_layout_scores_what_the_full_logits_give(tokenizer: PreTrainedToke
     team.logprob_chunk_elements = chunk_elements  # 64 logits per chunk: 2 positions of the 23-token vocabulary
     query_responses, context, responses = ppo_rows()
     with torch.no_grad():
-        model = team._activate(0)
+        model = team.adapter_control.activate(0)
         expected = [magrpo_by_hand(model, b) for b in BATCHES]
         for dropout in (False, True):  # (eval mode: the whole-sequence layout of dropout gives the same values)
             for batch, hand in zip(BATCHES, expected, strict=True):
@@ -104,7 +104,8 @@ def test_every_log_prob_path_calls_the_one_primitive_once(tokenizer: PreTrainedT
     calls: list[tuple[int, bool]] = []  # per `score_tokens` call: its runs of rows, whether adapters were per row
     decisions: list[Any] = []
     model_calls: list[torch.nn.Module] = []
-    score_tokens, scoring_head, forward_call = team.score_tokens, team._scoring_head, team.forward_call
+    scorer = team.scorer  # the team's log-probability part: every forward scores through its `score_tokens`
+    score_tokens, scoring_head, forward_call = scorer.score_tokens, scorer._scoring_head, team.forward_call
 
     def counted_score_tokens(model: Any, window: TokenWindow, labels: Any, **kwargs: Any) -> Any:
         calls.append((len(labels), kwargs.get("adapter_rows") is not None))
@@ -118,8 +119,8 @@ def test_every_log_prob_path_calls_the_one_primitive_once(tokenizer: PreTrainedT
         model_calls.append(module)
         return forward_call(module, **inputs)
 
-    monkeypatch.setattr(team, "score_tokens", counted_score_tokens)
-    monkeypatch.setattr(team, "_scoring_head", counted_scoring_head)
+    monkeypatch.setattr(scorer, "score_tokens", counted_score_tokens)
+    monkeypatch.setattr(scorer, "_scoring_head", counted_scoring_head)
     team.forward_call = counted_forward_call
     query_responses, context, responses = ppo_rows()
     paths = {
@@ -185,7 +186,7 @@ def test_one_choice_of_the_head_path_serves_both_layouts(tokenizer: PreTrainedTo
     chunked = both_layouts()
     assert head_calls == [2, 3, 2]  # MAGRPO's two agents and PPO's rows, all through the LM head in chunks
     head_calls.clear()
-    monkeypatch.setattr(team, "_scoring_head", lambda model: None)  # the one choice, turned to the full logits
+    monkeypatch.setattr(team.scorer, "_scoring_head", lambda model: None)  # the one choice, turned to the full logits
     full = both_layouts()
     assert head_calls == []  # neither layout takes the chunked head any more
     monkeypatch.undo()
@@ -194,10 +195,10 @@ def test_one_choice_of_the_head_path_serves_both_layouts(tokenizer: PreTrainedTo
     assert torch.equal(full[1], both_layouts()[1])
     with torch.no_grad():
         for agent, batch in enumerate(BATCHES):
-            hand = magrpo_by_hand(team._activate(agent), batch)
+            hand = magrpo_by_hand(team.adapter_control.activate(agent), batch)
             torch.testing.assert_close(chunked[0][agent], hand, rtol=1e-5, atol=1e-6)
             torch.testing.assert_close(full[0][agent], hand, rtol=1e-5, atol=1e-6)
-        hand = ppo_by_hand(team._activate(1), query_responses, context, responses)
+        hand = ppo_by_hand(team.adapter_control.activate(1), query_responses, context, responses)
         torch.testing.assert_close(chunked[1], hand, rtol=1e-5, atol=1e-6)
         torch.testing.assert_close(full[1], hand, rtol=1e-5, atol=1e-6)
 

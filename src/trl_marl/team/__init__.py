@@ -1,24 +1,30 @@
 """The team: its agents' policies (`AgentTeam`) and everything that runs them, one module per role.
 
 - [`~trl_marl.team.policies`]: `AgentTeam`, the policies of a team in one of three layouts (an adapter per agent on
-  one base model, a model per agent, shared weights), its per-(turn, agent) slots and reference policies. The class
-  is assembled from the parts below.
-- [`~trl_marl.team.forward`]: the log-probability forwards (`AgentTeam.forward`, old-policy and reference
-  log-probabilities, PPO's logits) on `AgentBatch`es, and what such a forward may leave out.
+  one base model, a model per agent, shared weights), its per-(turn, agent) slots and reference policies. The team
+  *has* the parts below (`team.scorer`, `team.sampler`, `team.adapter_control`, `team.saver`), plain objects that
+  hold a reference to it, and calls them from its public methods.
+- [`~trl_marl.team.settings`]: `TeamSettings`, the knobs the parts read (`team.settings`, set with
+  `AgentTeam.configure`).
+- [`~trl_marl.team.building`]: `AgentTeam.build`: the models loaded or copied per agent, tokenizers, adapters.
+- [`~trl_marl.team.forward`]: the log-probability forwards (`LogProbScorer`, `team.scorer`: `AgentTeam.forward`,
+  old-policy and reference log-probabilities, PPO's logits) on `AgentBatch`es, and what such a forward may leave out.
 - [`~trl_marl.team.sampling`]: `AgentTeam.generate`: the prompts tokenized and handed to the team's generation
-  backend, which returns a `Generation`.
+  backend (`team.sampler`), which returns a `Generation`.
 - [`~trl_marl.team.generation`]: the generation backends behind one interface (`generation.base`:
   `GenerationBackend.generate` returns a `Generation`): the team's own decoding, the default
   (`generation.transformers_backend`: which rows decode together, the lean decoding loop of `generation.lean`, shared
   prompt prefills of `generation.prefill`, continuous batching), static-cache compiled decoding
   (`generation.compiled`), vLLM in process (`generation.vllm`) or as a server (`generation.vllm_server`).
-- [`~trl_marl.team.adapters`]: switching the active LoRA adapter, and activation checkpointing across adapters.
+- [`~trl_marl.team.adapters`]: switching the active LoRA adapter, and activation checkpointing across adapters
+  (`AdapterControl`, `team.adapter_control`).
 - [`~trl_marl.team.mixed_adapters`]: one batch over several agents' adapters, each adapter on its run of rows (for
   generation and for training forwards).
 - [`~trl_marl.team.compile`]: `torch.compile` of the log-probability forwards.
-- [`~trl_marl.team.saving`]: `save_pretrained`, `from_pretrained`, and the weights of a PEFT model's base.
+- [`~trl_marl.team.saving`]: `save_pretrained`, `from_pretrained` (`TeamSaver`, `team.saver`), and the weights of a
+  PEFT model's base.
 - [`~trl_marl.team.chat`]: using a trained team: `chat` / `chat_team` (text in, text out, chat templates applied),
-  `merged_agent` / `save_merged` (an agent's adapter merged into a standalone model).
+  `merged_agent` / `save_merged` (an agent's adapter merged into a standalone model); the one mixin of `AgentTeam`.
 """
 
 from ..utils.tokens import (
@@ -38,6 +44,7 @@ from .generation.base import Generation
 from .generation.transformers_backend import generate_with_continuous_batching
 from .policies import TEAM_MODES, AgentTeam, is_partitioned, no_split_modules
 from .saving import TEAM_CONFIG_NAME, base_state_dict
+from .settings import TeamSettings
 
 __all__ = [
     "TEAM_CONFIG_NAME",
@@ -46,6 +53,7 @@ __all__ = [
     "AgentTeam",
     "Generation",
     "Prompt",
+    "TeamSettings",
     "base_state_dict",
     "generate_with_continuous_batching",
     "is_chat",

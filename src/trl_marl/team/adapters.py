@@ -14,9 +14,10 @@ outside `trainable` (a frozen agent) stays frozen when it becomes the active one
 (auxiliary modules such as `modules_to_save`, merged adapters, prompt-learning methods, variants that
 declare some of their weights frozen) take PEFT's own path.
 
-[`AdapterMixin`] is the part of `AgentTeam` that uses it: it activates an agent's adapter before its forward, and
-enables activation checkpointing so that the backward recomputes each layer with the adapter (or, for a forward over
-several agents' rows, the adapters) that ran it.
+[`AdapterControl`] is the part of `AgentTeam` that uses it (`team.adapter_control`, an object the team has): it
+activates an agent's adapter before its forward, keeps the agents that are not trained (`frozen`), and enables
+activation checkpointing so that the backward recomputes each layer with the adapter (or, for a forward over several
+agents' rows, the adapters) that ran it.
 """
 
 from __future__ import annotations
@@ -112,28 +113,45 @@ class AdapterSwitch:
                     param.requires_grad_(flag)
 
 
-class AdapterMixin:
-    """The active adapter and activation checkpointing of `AgentTeam` (one of its bases: it reads the team's models,
-    adapters, frozen agents and `forward_call`)."""
+class AdapterControl:
+    """The active adapter and activation checkpointing of an `AgentTeam` (`team.adapter_control`).
 
-    def _activate(self, agent_index: int) -> PreTrainedModel:
-        """Make agent `agent_index`'s adapter the active one while keeping every adapter trainable."""
-        model = self.policy(agent_index)
-        name = self.agent_adapter[agent_index]
-        if name is not None and self.mode == "adapters":
-            self._set_active_adapter(model, name)
+    It reads the team's models and adapters, and its scorer's `forward_call` and joint rows; it holds the agents whose
+    weights are not trained (`frozen`, which `AgentTeam.freeze_agents` fills and `team.frozen` reads), one
+    [`AdapterSwitch`] per PEFT model (made on its first switch) and the activation checkpointing arguments in use.
+
+    Args:
+        team: The `AgentTeam` it controls (a plain reference: the control is no submodule of the team).
+    """
+
+    def __init__(self, team: Any) -> None:
+        self.team = team
+        self.frozen: set[int] = set()  # agents whose weights are not trained (see `AgentTeam.freeze_agents`)
+        self.switches: dict[int, AdapterSwitch] = {}  # per PEFT model (by `id`), made on the first switch
+        self.checkpointing_kwargs: dict | None = None  # set by `activation_checkpointing_enable`
+
+    def activate(self, agent_index: int) -> PreTrainedModel:
+        """Make agent `agent_index`'s adapter the active one while keeping every adapter trainable; returns the
+        model the agent runs."""
+        team = self.team
+        model = team.policy(agent_index)
+        name = team.agent_adapter[agent_index]
+        if name is not None and team.mode == "adapters":
+            self.set_active_adapter(model, name)
         return model
 
-    def _set_active_adapter(self, model: Any, name: str) -> None:
+    def set_active_adapter(self, model: Any, name: str) -> None:
+        """Make `name` the active adapter of `model` (a PEFT model of the team); the adapters of every agent but the
+        frozen ones stay trainable."""
         if model.active_adapter != name:
-            switch = self._adapter_switches.get(id(model))
+            switch = self.switches.get(id(model))
             if switch is None or switch.model is not model:
-                switch = self._adapter_switches[id(model)] = AdapterSwitch(model)
+                switch = self.switches[id(model)] = AdapterSwitch(model)
             # every adapter but the frozen agents' stays trainable: the optimizer keeps updating all of them
-            trainable = [a for i, a in enumerate(self.agent_adapter) if a is not None and i not in self.frozen]
+            trainable = [a for i, a in enumerate(self.team.agent_adapter) if a is not None and i not in self.frozen]
             switch.activate(name, trainable)
 
-    def _checkpoint_contexts(self, user_context_fn: Any = None) -> tuple[Any, Any]:
+    def checkpoint_contexts(self, user_context_fn: Any = None) -> tuple[Any, Any]:
         """`context_fn` of `torch.utils.checkpoint.checkpoint` in `adapters` mode.
 
         The agents of one forward share the checkpointed layers but not the active adapter, and the backward
@@ -141,9 +159,9 @@ class AdapterMixin:
         active when the layer first ran, or every agent but the last gets the gradients of the wrong policy. A joint
         forward over several agents' rows (`_joint_logps`) is recomputed with each row's adapter again.
         """
-        model = self.models[0]
+        model = self.team.models[0]
         name = model.active_adapter
-        joint_rows = self._joint_rows  # a forward over several agents' rows (`_joint_logps`)
+        joint_rows = self.team.scorer._joint_rows  # a forward over several agents' rows (`_joint_logps`)
         forward_ctx, recompute_ctx = user_context_fn() if user_context_fn else (nullcontext(), nullcontext())
 
         @contextmanager
@@ -154,12 +172,12 @@ class AdapterMixin:
                     yield
                 return
             previous = model.active_adapter
-            self._set_active_adapter(model, name)
+            self.set_active_adapter(model, name)
             try:
                 with recompute_ctx:
                     yield
             finally:
-                self._set_active_adapter(model, previous)
+                self.set_active_adapter(model, previous)
 
         return forward_ctx, recompute()
 
@@ -181,8 +199,9 @@ class AdapterMixin:
                 "`activation_checkpointing_kwargs`."
             )
         kwargs = dict(activation_checkpointing_kwargs or gradient_checkpointing_kwargs or {"use_reentrant": False})
-        self._checkpointing_kwargs = dict(kwargs)  # (`compile_forwards` enables it again)
-        if self.mode == "adapters" and len(set(self.agent_adapter)) > 1:
+        self.checkpointing_kwargs = dict(kwargs)  # (`compile_forwards` enables it again)
+        team = self.team
+        if team.mode == "adapters" and len(set(team.agent_adapter)) > 1:
             if kwargs.setdefault("use_reentrant", False):
                 raise ValueError(
                     "`adapters` mode needs non-reentrant activation checkpointing (`use_reentrant=False`): the "
@@ -190,9 +209,9 @@ class AdapterMixin:
                 )
             # A compiled forward's backward recomputes from its graph, whose inputs are the adapter weights that the
             # forward used (and dynamo refuses a `context_fn` that is not a pair of dispatch modes).
-            if not isinstance(self.forward_call, CompiledForward):
-                kwargs["context_fn"] = partial(self._checkpoint_contexts, kwargs.get("context_fn"))
-        for model in self.models:
+            if not isinstance(team.scorer.forward_call, CompiledForward):
+                kwargs["context_fn"] = partial(self.checkpoint_contexts, kwargs.get("context_fn"))
+        for model in team.models:
             base = model.get_base_model() if hasattr(model, "get_base_model") else model
             if hasattr(base, "activation_checkpointing_enable"):  # transformers' current name (5.2x)
                 base.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
@@ -200,5 +219,3 @@ class AdapterMixin:
                 base.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
             if hasattr(model, "enable_input_require_grads"):
                 model.enable_input_require_grads()
-
-    gradient_checkpointing_enable = activation_checkpointing_enable

@@ -1,4 +1,4 @@
-"""Using a trained team ([`ChatMixin`], one of `AgentTeam`'s bases): text in, text out, and one agent as a plain model.
+"""Using a trained team ([`ChatMixin`], `AgentTeam`'s one mixin): text in, text out, and one agent as a plain model.
 
 - [`ChatMixin.chat`]: one agent's answers to a list of prompts, as strings. A plain-text prompt becomes a user message
   of a conversation (with an optional system message) and goes through the agent's chat template, as during
@@ -16,6 +16,10 @@ team = AgentTeam.from_pretrained("my-team")
 print(team.chat(0, ["What is 2 + 3?"], max_new_tokens=32))  # a list with agent 0's answer
 team.save_merged(0, "my-team-agent0")  # AutoModelForCausalLM.from_pretrained("my-team-agent0")
 ```
+
+Why a mixin, when the team's other roles are parts it has (`team.scorer`, `team.sampler`, ...): these methods hold no
+state and read nothing but the team's public API (`generate`, `stop_token_ids`, `tokenizers`, `policy`), so they are
+convenience methods of the class itself, not a part to configure, swap or copy.
 """
 
 from __future__ import annotations
@@ -42,8 +46,8 @@ def _as_list(prompts: Prompt | Sequence[Prompt]) -> list[Prompt]:
 
 
 class ChatMixin:
-    """Text generation and adapter merging for `AgentTeam` (one of its bases: it reads the team's tokenizers,
-    models, adapters and `generate`)."""
+    """Text generation and adapter merging for `AgentTeam` (its one mixin: it reads the team's tokenizers, models,
+    adapters and `generate`, and holds no state)."""
 
     def _chat_prompt(self, agent: int, prompt: Prompt, system_prompt: str | None,
                      apply_chat_template: bool) -> Prompt:

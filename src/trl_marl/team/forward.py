@@ -1,18 +1,19 @@
-"""The team's log-probability forwards ([`LogProbMixin`], a part of `AgentTeam`), and what they may leave out.
+"""The team's log-probability forwards ([`LogProbScorer`], `team.scorer`: a part the team has), and what they may
+leave out.
 
-[`LogProbMixin`] scores each agent's [`AgentBatch`] under its policy or its reference: `AgentTeam.forward` (with
+[`LogProbScorer`] scores each agent's [`AgentBatch`] under its policy or its reference: `AgentTeam.forward` (with
 gradients, every agent in one call), the old-policy and reference log-probabilities (`policy_logps`,
 `reference_logps`, `inference_logps_all`), PPO's response log-probabilities (`response_logprobs`) and logits
-(`sequence_logits`, `response_logits`). In `adapters` mode
-the rows of several agents run as one forward, each row through its own adapter (`team.mixed_adapters`).
+(`sequence_logits`, `response_logits`); the team's methods of those names call it. In `adapters` mode the rows of
+several agents run as one forward, each row through its own adapter (`team.mixed_adapters`).
 
-Every log-probability goes through one primitive, [`AgentTeam.score_tokens`]: a layout ([`TokenWindow`]: the model
+Every log-probability goes through one primitive, [`LogProbScorer.score_tokens`]: a layout ([`TokenWindow`]: the model
 inputs and the output positions that score tokens; MAGRPO's [`completion_window`], the joint adapter forward's
 [`joint_completion_window`], PPO's [`response_window`]) and the labels in, per-token log-probabilities (and
 entropies) out. It alone chooses between the LM head a chunk of positions at a time and the full logits
 (`_scoring_head`); one method runs the model for it and for PPO's logits (`_window_output`, through `forward_call`:
-eager or compiled); the layouts decide what dropout changes (below). A subclass that wraps `score_tokens` sees every
-log-probability forward.
+eager or compiled); the layouts decide what dropout changes (below). A scorer subclass that wraps `score_tokens` sees
+every log-probability forward (`team.scorer = MyScorer(team)`).
 
 These forwards skip the one position whose logits are never used. The log-probability of token t of a sequence is
 read from the logits at position t - 1, so a forward over a prompt plus its completion scores the completion from the
@@ -51,7 +52,7 @@ from .compile import CompiledForward, call_model
 from .head import bound_head, head_path, head_path_checked
 from .mixed_adapters import sliced_adapter_rows, sliced_adapter_rows_plan
 
-__all__ = ["AgentBatch", "LogProbMixin", "TokenWindow", "checkpointing_paused", "completion_window",
+__all__ = ["AgentBatch", "LogProbScorer", "TokenWindow", "checkpointing_paused", "completion_window",
            "dropout_active", "head_path", "joint_completion_window", "logits_dtype_autocast", "no_autograd",
            "own_storage", "response_window", "takes_logits_to_keep"]
 
@@ -295,9 +296,22 @@ def _logits_logprobs(logits: torch.Tensor, labels: torch.Tensor, temperature: fl
     return logps, entropy
 
 
-class LogProbMixin:
-    """The log-probability forwards of `AgentTeam` (one of its bases: it reads the team's models, adapters,
-    `temperature` and `forward_call`)."""
+class LogProbScorer:
+    """The log-probability forwards of an `AgentTeam` (`team.scorer`; the team's methods of the same names call it).
+
+    It reads the team's models, adapters, references, settings (`temperature`, `joint_adapter_forward`,
+    `logprob_chunk_elements`: `TeamSettings`) and `team.adapter_control`, and holds what only the forwards use:
+    `forward_call` (the causal LM call: eager, or a `team.compile.CompiledForward` after `compile_forwards`) and,
+    while a joint adapter forward runs, its rows (`_joint_rows`, which the recomputation of checkpointed layers reads).
+
+    Args:
+        team: The `AgentTeam` it scores for (a plain reference: the scorer is no submodule of the team).
+    """
+
+    def __init__(self, team: Any) -> None:
+        self.team = team
+        self.forward_call: Any = call_model
+        self._joint_rows: tuple[list[str], Any] | None = None  # the rows' adapters and plan while a joint forward runs
 
     def compile_forwards(self, backend: str | None = None, mode: str | None = None) -> None:
         """Run the log-probability forwards (training, old-policy, reference; not generation) through
@@ -307,17 +321,19 @@ class LogProbMixin:
         Example: `team.compile_forwards(backend="inductor")`; `team.forward_call = trl_marl.team.compile.call_model`
         goes back to eager.
         """
-        self.forward_call = CompiledForward(backend, mode, num_agents=self.num_agents,
+        self.forward_call = CompiledForward(backend, mode, num_agents=self.team.num_agents,
                                             on_failure=self._forwards_run_eager)
-        if self._checkpointing_kwargs is not None:  # already on: without the eager recomputation's adapter switch
-            self.activation_checkpointing_enable(self._checkpointing_kwargs)
+        control = self.team.adapter_control
+        if control.checkpointing_kwargs is not None:  # already on: without the eager recomputation's adapter switch
+            control.activation_checkpointing_enable(control.checkpointing_kwargs)
 
     def _forwards_run_eager(self, reason: str) -> None:
         """A compiled forward failed (`CompiledForward` warned with `reason`): back to eager forwards, and to the
         eager recomputation's adapter switch when activation checkpointing is on."""
         self.forward_call = call_model
-        if self._checkpointing_kwargs is not None:
-            self.activation_checkpointing_enable(self._checkpointing_kwargs)
+        control = self.team.adapter_control
+        if control.checkpointing_kwargs is not None:
+            control.activation_checkpointing_enable(control.checkpointing_kwargs)
 
     def _scoring_head(self, model: PreTrainedModel) -> _ChunkedHead | None:
         """The one choice between the LM head in chunks and the full logits, for every log-probability forward
@@ -328,7 +344,7 @@ class LogProbMixin:
         layout ([`TokenWindow`]) fixes the inputs and the scored positions, and both paths run the same forward
         through `forward_call`. The head is bound to the adapter state it has now (`team.head.bound_head`): the
         backward recomputes its chunks with the adapter of this forward, whichever agent's forward ran last."""
-        if self.logprob_chunk_elements <= 0:
+        if self.team.settings.logprob_chunk_elements <= 0:
             return None
         path = head_path_checked(model)
         if isinstance(path, str):
@@ -403,14 +419,15 @@ class LogProbMixin:
             )
         head = self._scoring_head(model)
         out = self._window_output(model, window, head, adapter_rows)
-        temperature = self.temperature if temperature is None else temperature
+        settings = self.team.settings
+        temperature = settings.temperature if temperature is None else temperature
         results: list[tuple[torch.Tensor, torch.Tensor | None]] = []
         start = 0
         for group in labels:
             stop = start + group.size(0)
             scored = out[start:stop, : group.size(1)]
             if head is not None:
-                chunk = chunk_positions(head.vocab_size, self.logprob_chunk_elements)
+                chunk = chunk_positions(head.vocab_size, settings.logprob_chunk_elements)
                 results.append(head_logprobs(scored, head.head, group, temperature=temperature, chunk_size=chunk,
                                              compute_entropy=compute_entropy, entropy_grad=entropy_grad))
             else:
@@ -444,7 +461,7 @@ class LogProbMixin:
                 if batch is None or len(batch) == 0:
                     results.append(None)
                     continue
-                model = self._activate(agent_index)
+                model = self.team.adapter_control.activate(agent_index)
                 results.append(self._logps(model, batch, compute_entropy, entropy_grad))
         # no view among the outputs: under FSDP2 the team is the root module, whose outputs must not be views
         return [None if r is None else (own_storage(r[0]), own_storage(r[1])) for r in results]
@@ -453,15 +470,16 @@ class LogProbMixin:
         """One adapter name per row of the agents' batches in order, and the row slices' plan for them
         (`team.mixed_adapters.sliced_adapter_rows_plan`), when [`AgentTeam.forward`] can run them as one forward
         through the shared base model (see `joint_adapter_forward`), else None."""
+        team = self.team
         agents = [a for a, batch in enumerate(batches) if batch is not None and len(batch) > 0]
-        if not self.joint_adapter_forward or self.mode != "adapters" or len(agents) < 2:
+        if not team.settings.joint_adapter_forward or team.mode != "adapters" or len(agents) < 2:
             return None
-        if any(self.agent_adapter[a] is None or self.agent_model[a] != self.agent_model[agents[0]] for a in agents):
+        if any(team.agent_adapter[a] is None or team.agent_model[a] != team.agent_model[agents[0]] for a in agents):
             return None
-        model = self.policy(agents[0])
+        model = team.policy(agents[0])
         if dropout_active(model):  # the per-agent forwards keep TRL's layout and dropout draws
             return None
-        names = [self.agent_adapter[a] for a in agents for _ in range(len(batches[a]))]
+        names = [team.agent_adapter[a] for a in agents for _ in range(len(batches[a]))]
         plan = sliced_adapter_rows_plan(model, names, training=model.training)
         return None if isinstance(plan, str) else (names, plan)
 
@@ -477,7 +495,8 @@ class LogProbMixin:
         after every scored position, so each agent's logits are those of its own forward up to floating-point
         reordering; each adapter gets the gradient of its own rows only.
         """
-        model = self._activate(next(a for a, b in enumerate(batches) if b is not None and len(b) > 0))
+        first = next(a for a, b in enumerate(batches) if b is not None and len(b) > 0)
+        model = self.team.adapter_control.activate(first)
         return self._joint_forward(model, batches, rows, compute_entropy, entropy_grad)
 
     def _joint_forward(
@@ -499,13 +518,13 @@ class LogProbMixin:
     @torch.no_grad()
     def reference_logps(self, agent_index: int, batch: AgentBatch) -> torch.Tensor:
         """Per-token log-probabilities under the reference policy (adapter disabled, or the frozen copy)."""
-        with self.acting(agent_index, reference=True) as model:
+        with self.team.acting(agent_index, reference=True) as model:
             return self._inference_logps(model, batch)
 
     @torch.no_grad()
     def policy_logps(self, agent_index: int, batch: AgentBatch) -> torch.Tensor:
         """Per-token log-probabilities under the current policy, without gradients."""
-        return self._inference_logps(self._activate(agent_index), batch)
+        return self._inference_logps(self.team.adapter_control.activate(agent_index), batch)
 
     @torch.no_grad()
     def inference_logps_all(self, batches: Sequence[AgentBatch | None],
@@ -518,14 +537,15 @@ class LogProbMixin:
         Example: `old_logps = team.inference_logps_all([batch_0, None, batch_2])  # [tensor, None, tensor]`
         """
         rows = self._joint_adapter_rows(batches)
-        if rows is not None and reference and any(self.ref_models[self.agent_model[a]] is not None
+        team = self.team
+        if rows is not None and reference and any(team.ref_models[team.agent_model[a]] is not None
                                                   for a, b in enumerate(batches) if b is not None):
             rows = None  # frozen copies: one forward per agent
         if rows is None or any(b is not None and len(b) == 0 for b in batches):
             scored = self.reference_logps if reference else self.policy_logps
             return [None if b is None else scored(a, b) for a, b in enumerate(batches)]
         first = next(a for a, b in enumerate(batches) if b is not None)
-        with self.acting(first, reference=reference) as model, no_autograd():
+        with team.acting(first, reference=reference) as model, no_autograd():
             results = self._joint_forward(model, batches, None if reference else rows, False, False)
         # (clones outside `inference_mode`: normal tensors a loss may use, as `_inference_logps` returns)
         return [None if r is None else (r[0].clone() if r[0].is_inference() else r[0]) for r in results]
@@ -545,7 +565,7 @@ class LogProbMixin:
         """
         window = TokenWindow(sequence_model_inputs(query_responses, pad_token_id), query_responses.size(1),
                              trim_logits=False)
-        with self.acting(agent_index, reference) as model:
+        with self.team.acting(agent_index, reference) as model:
             return self._window_output(model, window, None)
 
     def response_logits(self, agent_index: int, query_responses: torch.Tensor, context_length: int,
@@ -556,7 +576,7 @@ class LogProbMixin:
         Only those are computed: the forward stops before the last token and the LM head runs over the response
         window alone (`logits_to_keep`, when the model takes it), unless dropout is active ([`response_window`]).
         """
-        with self.acting(agent_index, reference) as model:
+        with self.team.acting(agent_index, reference) as model:
             return self._window_output(model, response_window(query_responses, context_length, pad_token_id,
                                                               dropout_active(model)), None)
 
@@ -572,7 +592,7 @@ class LogProbMixin:
         Example: `logps, entropy = team.response_logprobs(0, query_responses, context, pad, responses, 0.7 + 1e-7,
         compute_entropy=True)`
         """
-        with self.acting(agent_index, reference) as model:
+        with self.team.acting(agent_index, reference) as model:
             window = response_window(query_responses, context_length, pad_token_id, dropout_active(model))
             return self.score_tokens(model, window, [responses], temperature=temperature,
                                      compute_entropy=compute_entropy)[0]

@@ -118,9 +118,9 @@ def bound_head(head: nn.Module) -> nn.Module | _BoundHead:
     Example:
 
     ```python
-    team._activate(0)
+    team.adapter_control.activate(0)
     head = bound_head(path.head)  # agent 0's `modules_to_save` copy of the LM head
-    team._activate(1)
+    team.adapter_control.activate(1)
     head(hidden)  # still agent 0's copy
     ```
     """

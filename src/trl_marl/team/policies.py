@@ -17,41 +17,65 @@ The team is an `nn.Module`, so `transformers.Trainer` and `accelerate` can prepa
 Its `forward` computes the per-token log-probabilities of *every* agent in one call (one forward per optimizer
 micro-step, as DistributedDataParallel requires).
 
-`AgentTeam` is assembled from one mixin per role, each in its own module of `trl_marl.team`: the log-probability
-forwards (`forward.LogProbMixin`), sampling (`sampling.SamplingMixin`, which hands the rows to the team's generation
-backend, a `generation.GenerationBackend`, and returns its `generation.Generation`), the active adapter and
-activation checkpointing (`adapters.AdapterMixin`), saving and loading (`saving.SavingMixin`), text in and text out
-and merged adapters (`chat.ChatMixin`).
+`AgentTeam` holds its policies and references and *has* one part per role, each a plain object (no submodule: the
+team's `state_dict` holds the models' weights alone) from its own module of `trl_marl.team`, holding a reference to
+the team:
+
+- `team.scorer` (`forward.LogProbScorer`): the log-probability forwards (`forward`, `score_tokens`, `policy_logps`,
+  `reference_logps`, `inference_logps_all`, PPO's `response_logprobs` and logits, `compile_forwards`);
+- `team.sampler` (a `generation.GenerationBackend`, also `team.generation_backend`): samples the completions
+  (`generate`, through `sampling.generate`);
+- `team.adapter_control` (`adapters.AdapterControl`): the active adapter, the frozen agents, activation checkpointing;
+- `team.saver` (`saving.TeamSaver`): `save_pretrained`, `load_weights_` (`from_pretrained`: `saving.load_team`).
+
+The team's public methods of those names are short calls of its parts; the parts call each other directly. The knobs
+the parts read are one typed value, `team.settings` (a `settings.TeamSettings`), which a trainer sets once with
+[`AgentTeam.configure`]; the old attributes (`team.temperature`, `team.joint_adapter_forward`, ...) read and replace
+one field of it. Text in and text out and merged adapters (`chat.ChatMixin`) stay a mixin: they hold no state and only
+call the team's public methods, so they are API sugar on the class rather than a part with a life of its own.
 This module holds the layouts, the per-(turn, agent) slots and the reference policies.
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Sequence
+import os
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 import torch
 from torch import nn
-from transformers import AutoModelForCausalLM, PreTrainedModel
+from transformers import GenerationConfig, PreTrainedModel
 
-from ..core import DEFAULT_CHUNK_ELEMENTS
-from ..utils.inputs import check_lora_targets, check_model_path
-from ..utils.model_names import resolve_model_name
-from ..utils.quiet import peft_quietly
-from ..utils.tokens import load_tokenizer
-from .adapters import AdapterMixin, AdapterSwitch
+from . import sampling
+from .adapters import AdapterControl
+from .building import build_team, is_partitioned
 from .chat import ChatMixin
-from .compile import call_model
-from .forward import LogProbMixin
-from .sampling import SamplingMixin
-from .saving import SavingMixin
+from .forward import AgentBatch, LogProbScorer, TokenWindow
+from .generation.base import Generation, GenerationBackend
+from .saving import TeamSaver, load_team
+from .settings import TeamSettings
 
 TEAM_MODES = ("adapters", "models", "shared")
 
 
-class AgentTeam(LogProbMixin, SamplingMixin, ChatMixin, AdapterMixin, SavingMixin, nn.Module):
+_KEEP: Any = object()  # `configure(generation_backend=...)` left out
+
+
+def _setting(name: str) -> property:
+    """A team attribute that reads field `name` of `team.settings` and replaces it (checked) when set."""
+
+    def get(self: AgentTeam) -> Any:
+        return getattr(self._settings, name)
+
+    def set_(self: AgentTeam, value: Any) -> None:
+        self._settings = self._settings.replace(**{name: value})
+
+    return property(get, set_, doc=f"`team.settings.{name}` ([`TeamSettings`]); setting it replaces that field.")
+
+
+class AgentTeam(ChatMixin, nn.Module):
     """The policies of a team of agents (see the module docstring for the three modes).
 
     Build a team with [`AgentTeam.build`] (from a model name, a model, or a list of them) or reload a saved one
@@ -70,6 +94,11 @@ class AgentTeam(LogProbMixin, SamplingMixin, ChatMixin, AdapterMixin, SavingMixi
             that see the same prompt) and copy its KV cache to every such row (`trl_marl.team.generation.prefill`).
             Agents with different adapters or models never share a prefill: their keys and values differ. Sampling
             is unchanged up to floating-point reordering; False runs one prefill per row, as a plain `generate`.
+
+    The settings its parts read (`temperature`, `share_prompt_prefill`, `lean_decode`, `continuous_batching_config`,
+    `joint_adapter_forward`, `logprob_chunk_elements`) are one [`TeamSettings`] value, `team.settings`: set several at
+    once with [`AgentTeam.configure`] (what the trainers do), or one with the attribute of its name
+    (`team.temperature = 0.7`: the field replaced and checked, as `configure(temperature=0.7)`).
 
     Example:
 
@@ -105,37 +134,19 @@ class AgentTeam(LogProbMixin, SamplingMixin, ChatMixin, AdapterMixin, SavingMixi
         self.agent_model = list(agent_model)
         self.agent_adapter = list(agent_adapter)
         self.ref_models: list[PreTrainedModel | None] = [None] * len(self.models)  # frozen copies, when needed
-        self.temperature = 1.0  # logits are divided by it before log-softmax, as in TRL's GRPO
-        # a `transformers.ContinuousBatchingConfig`: generate with `generate_batch` (continuous batching) instead of
-        # `generate`; only for teams whose models each run one policy (see `generate_with_continuous_batching`)
-        self.continuous_batching_config: Any = None
-        # the `team.generation.GenerationBackend` that samples: the team's own decoding (`TransformersBackend`) unless
-        # a trainer or the user sets another (setting None restores it; see `SamplingMixin.generation_backend`)
-        self.generation_backend = None
-        # decode with `team.generation.lean` (generate's tokens without its per-call setup) where it supports the
-        # settings
-        self.lean_decode = True
-        # the causal LM call of the log-probability forwards: eager, or a `team.compile.CompiledForward`
-        # (`compile_forwards`; generation always runs eager)
-        self.forward_call: Callable[..., Any] = call_model
-        # `adapters` mode: `forward` runs the batches of several agents as one forward through the shared base model,
-        # each row through its agent's adapter (`_joint_logps`), where it can; False: one forward per agent
-        self.joint_adapter_forward = True
-        # log-probability forwards take each token's log-probability through the LM head a chunk of positions at a
-        # time, with at most this many logits per chunk (`team.forward.head_path`; TRL's fused LM head does the same);
-        # 0: the full [batch, length, vocab] logits at once (the path of models that `head_path` refuses)
-        self.logprob_chunk_elements = DEFAULT_CHUNK_ELEMENTS
-        self._joint_rows: tuple[list[str], Any] | None = None  # the rows' adapters and plan while a joint forward runs
-        self._checkpointing_kwargs: dict | None = None  # set by `activation_checkpointing_enable`
-        self.frozen: set[int] = set()  # agents whose weights are not trained (see `freeze_agents`)
-        self._adapter_switches: dict[int, AdapterSwitch] = {}  # per PEFT model, made on the first switch
-        # Set by a trainer while the team's weights are sharded across processes (FSDP2, DeepSpeed ZeRO-3): given
-        # whether this process has episodes left, whether any process has; the rollout then plays turns in lockstep.
+        # the knobs the parts read (see `TeamSettings`), and the parts: plain objects, never submodules
+        self._settings = TeamSettings(share_prompt_prefill=share_prompt_prefill)
+        self.scorer = LogProbScorer(self)
+        self.adapter_control = AdapterControl(self)
+        self.saver = TeamSaver(self)
+        self._sampler: GenerationBackend = sampling.checked_backend(None)  # the team's own decoding
+        # Set while the team's weights are sharded across processes (FSDP2, DeepSpeed ZeRO-3): given
+        # whether this process has episodes left, whether any process has; the rollout then plays turns in lockstep
+        # (see `playing_in_lockstep`).
         self.lockstep: Callable[[bool], bool] | None = None
         if policy_turns < 1 or len(agent_model) % policy_turns:
             raise ValueError(f"{len(agent_model)} members cannot be split into {policy_turns} turns of agents.")
         self.policy_turns = policy_turns
-        self.share_prompt_prefill = share_prompt_prefill
         for tok in self.tokenizers:
             if tok.pad_token_id is None:
                 raise ValueError(
@@ -178,101 +189,8 @@ class AgentTeam(LogProbMixin, SamplingMixin, ChatMixin, AdapterMixin, SavingMixi
                 )
             model.policy_turns = policy_turns
             return model
-        if policy_turns > 1:
-            if isinstance(model, (list, tuple)):
-                if len(model) != num_agents:
-                    raise ValueError(f"Got {len(model)} models for {num_agents} agents.")
-                model = [m if (t == 0 or isinstance(m, str)) else copy.deepcopy(m)
-                         for t in range(policy_turns) for m in model]
-                if isinstance(processing_class, (list, tuple)):
-                    processing_class = list(processing_class) * policy_turns
-            team = cls.build(model, members, mode=mode, peft_config=peft_config, processing_class=processing_class,
-                             model_init_kwargs=model_init_kwargs)
-            team.policy_turns = policy_turns
-            return team
-        kwargs = dict(model_init_kwargs or {})
-
-        def load(m: str | PreTrainedModel) -> PreTrainedModel:
-            if isinstance(m, str):
-                check_model_path(resolve_model_name(m))
-                loaded = AutoModelForCausalLM.from_pretrained(resolve_model_name(m), **kwargs)
-                if resolve_model_name(m) != m:  # a registered name ("toy", "smollm2-135m-instruct"): keep it, not
-                    loaded.config.name_or_path = loaded.name_or_path = m  # its cache folder (cards, adapters)
-                loaded.trl_marl_model_name = m  # the name the user passed (e.g. "toy"), for the model card
-                return loaded
-            return m
-
-        def tokenizer_for(m: str | PreTrainedModel) -> Any:
-            name = resolve_model_name(m) if isinstance(m, str) else m.config._name_or_path
-            if not name:
-                raise ValueError("Pass `processing_class`: the model has no name or path to load a tokenizer from.")
-            return load_tokenizer(name)
-
-        if isinstance(model, (list, tuple)):
-            if len(model) != num_agents:
-                raise ValueError(f"Got {len(model)} models for `num_agents={num_agents}`: pass one model per agent.")
-            if mode not in (None, "models"):
-                raise ValueError(
-                    f"A list of models (one per agent) means a team in `models` mode, got mode={mode!r}: set "
-                    "`team_mode='models'` in the trainer's config (or leave it None), or `AgentTeam.build(..., "
-                    "mode='models')`."
-                )
-            mode = "models"
-            models = [load(m) for m in model]
-            tokenizers = cls._per_agent_tokenizers(processing_class, model, num_agents, tokenizer_for)
-        else:
-            if mode is None:
-                mode = "adapters" if (peft_config is not None and num_agents > 1) else "models"
-            if mode == "adapters" and peft_config is None:
-                raise ValueError("`mode='adapters'` needs a `peft_config` (e.g. `peft.LoraConfig(r=16)`).")
-            base = load(model)
-            tokenizers = cls._per_agent_tokenizers(processing_class, [model] * num_agents, num_agents, tokenizer_for)
-            if mode == "models":
-                models = [base] + [_agent_copy(model, base, load) for _ in range(num_agents - 1)]
-            else:
-                models = [base]
-        return cls._assemble(models, tokenizers, mode, num_agents, peft_config)
-
-    @staticmethod
-    def _per_agent_tokenizers(processing_class: Any, models: Sequence[Any], num_agents: int, load: Any) -> list[Any]:
-        if processing_class is None:
-            cache: dict[int, Any] = {}
-            return [cache.setdefault(id(m), load(m)) for m in models]
-        if isinstance(processing_class, (list, tuple)):
-            if len(processing_class) != num_agents:
-                raise ValueError(f"Got {len(processing_class)} tokenizers for {num_agents} agents.")
-            return list(processing_class)
-        return [processing_class] * num_agents
-
-    @classmethod
-    def _assemble(
-        cls, models: list[PreTrainedModel], tokenizers: list[Any], mode: str, num_agents: int, peft_config: Any
-    ) -> AgentTeam:
-        if peft_config is not None:
-            for model in models:
-                check_lora_targets(model, peft_config)
-        if mode == "adapters":
-            from peft import get_peft_model
-
-            names = [f"agent_{i}" for i in range(num_agents)]
-            with peft_quietly():
-                peft_model = get_peft_model(models[0], peft_config, adapter_name=names[0])
-                for name in names[1:]:
-                    peft_model.add_adapter(name, peft_config)
-            # `add_adapter` leaves only the active adapter trainable, but `Trainer.create_optimizer` runs before any
-            # forward and keeps only parameters that require gradients: every agent's adapter must be trainable now.
-            peft_model.set_requires_grad(names, requires_grad=True)
-            return cls([peft_model], tokenizers, mode, [0] * num_agents, names)
-        if peft_config is not None:
-            from peft import get_peft_model
-
-            with peft_quietly():
-                models = [get_peft_model(m, peft_config) for m in models]
-            adapters: list[str | None] = ["default"] * num_agents
-        else:
-            adapters = [None] * num_agents
-        agent_model = list(range(num_agents)) if mode == "models" else [0] * num_agents
-        return cls(models, tokenizers, mode, agent_model, adapters)
+        return build_team(cls, model, num_agents, mode, peft_config, processing_class, model_init_kwargs,
+                          policy_turns)
 
     def _check_shared_tokenizers(self) -> None:
         if self.mode == "models":
@@ -379,7 +297,7 @@ class AgentTeam(LogProbMixin, SamplingMixin, ChatMixin, AdapterMixin, SavingMixi
         `ref_model` a trainer installed).
         """
         if not reference:
-            yield self._activate(agent_index)
+            yield self.adapter_control.activate(agent_index)
             return
         model_index = self.agent_model[agent_index]
         if self.agent_adapter[agent_index] is not None and self.ref_models[model_index] is None:
@@ -398,24 +316,195 @@ class AgentTeam(LogProbMixin, SamplingMixin, ChatMixin, AdapterMixin, SavingMixi
             raise RuntimeError("No reference model: call `team.create_reference_models()` first.")
         yield ref.to(self.device)
 
+    # ------------------------------------------------------------------ settings
+    temperature = _setting("temperature")
+    share_prompt_prefill = _setting("share_prompt_prefill")
+    lean_decode = _setting("lean_decode")
+    continuous_batching_config = _setting("continuous_batching_config")
+    joint_adapter_forward = _setting("joint_adapter_forward")
+    logprob_chunk_elements = _setting("logprob_chunk_elements")
 
-def is_partitioned(model: nn.Module) -> bool:
-    """Whether DeepSpeed ZeRO-3 partitioned `model`'s weights (transformers' `from_pretrained` does so when a ZeRO-3
-    config is active): each process then holds a slice of every weight, and the module's own tensors are empty."""
-    return any(hasattr(param, "ds_id") for param in model.parameters())
+    @property
+    def settings(self) -> TeamSettings:
+        """The knobs the team's parts read, one checked [`TeamSettings`] value (change them with `configure`)."""
+        return self._settings
 
+    def configure(self, settings: TeamSettings | None = None, *, generation_backend: Any = _KEEP,
+                  **changes: Any) -> TeamSettings:
+        """Set the team's settings at once: `settings` (default: the current ones) with `changes` applied, checked
+        as one [`TeamSettings`]; then, if given, the generation backend (`team.sampler`), so that a backend built
+        from settings sees the new ones. Returns the settings now in force.
 
-def _agent_copy(model: str | PreTrainedModel, base: PreTrainedModel, load: Any) -> PreTrainedModel:
-    """Another agent's own copy of `base` (`models` mode from one model): a deep copy, or a fresh load of the same
-    name when DeepSpeed ZeRO-3 partitioned the weights at load time (a deep copy of those is empty)."""
-    if not is_partitioned(base):
-        return copy.deepcopy(base)
-    if isinstance(model, str):
-        return load(model)
-    raise ValueError(
-        "Under DeepSpeed ZeRO-3 the model's weights are partitioned and cannot be copied for the other agents: pass "
-        "the model's name or path (each agent then loads its own copy), or one model per agent."
-    )
+        Args:
+            settings: A whole [`TeamSettings`] to install (default: keep the current ones).
+            generation_backend: A `GenerationBackend`, None (the team's own decoding), or a function of the team that
+                builds one (called after the settings are applied, e.g. `lambda team: build_generation_backend(
+                GenerationSettings(generation_backend="compiled"), team)`); left out, the backend stays.
+            **changes: Fields of [`TeamSettings`] to replace (an unknown name raises, listing the fields).
+
+        Example: `team.configure(temperature=0.7, share_prompt_prefill=False)`
+        """
+        if settings is not None and not isinstance(settings, TeamSettings):
+            raise TypeError(f"`settings` must be a `trl_marl.team.settings.TeamSettings`, got "
+                            f"{type(settings).__name__}: build one, e.g. `TeamSettings(temperature=0.7)`, or pass "
+                            "the fields as keywords.")
+        self._settings = (self._settings if settings is None else settings).replace(**changes)
+        if generation_backend is not _KEEP:
+            if callable(generation_backend) and not isinstance(generation_backend, GenerationBackend):
+                generation_backend = generation_backend(self)  # a builder: it sees the settings just applied
+            self.generation_backend = generation_backend
+        return self._settings
+
+    @contextmanager
+    def playing_in_lockstep(self, lockstep: Callable[[bool], bool]) -> Iterator[None]:
+        """While the team's weights are sharded across processes (FSDP2, DeepSpeed ZeRO-3), its forwards are
+        collectives: within the context the rollout plays turns in lockstep (`lockstep(mine)`: whether any process
+        has episodes left, given whether this one has) and no prompt prefill is shared (one more forward on a process
+        whose rows repeat a prompt, which the others would not run). Both are restored afterwards."""
+        previous, self.lockstep = self.lockstep, lockstep
+        settings, self._settings = self._settings, self._settings.replace(share_prompt_prefill=False)
+        try:
+            yield
+        finally:
+            self.lockstep, self._settings = previous, self._settings.replace(
+                share_prompt_prefill=settings.share_prompt_prefill)
+
+    # ------------------------------------------------------------------ parts (see the module docstring)
+    @property
+    def sampler(self) -> GenerationBackend:
+        """The part that samples the team's completions: its generation backend (set it as `generation_backend`)."""
+        return self._sampler
+
+    @property
+    def generation_backend(self) -> GenerationBackend:
+        """What samples the team's completions (`team.sampler`): a `GenerationBackend`, by default a
+        `TransformersBackend` (the team's own decoding). Setting None restores the default; an object that is no
+        `GenerationBackend` is refused."""
+        return self._sampler
+
+    @generation_backend.setter
+    def generation_backend(self, backend: GenerationBackend | None) -> None:
+        self._sampler = sampling.checked_backend(backend)
+
+    @property
+    def forward_call(self) -> Callable[..., Any]:
+        """The causal LM call of the log-probability forwards (`team.scorer.forward_call`: eager, or compiled by
+        `compile_forwards`); setting it sets the scorer's."""
+        return self.scorer.forward_call
+
+    @forward_call.setter
+    def forward_call(self, call: Callable[..., Any]) -> None:
+        self.scorer.forward_call = call
+
+    @property
+    def frozen(self) -> set[int]:
+        """The agents whose weights are not trained (`team.adapter_control.frozen`; see `freeze_agents`)."""
+        return self.adapter_control.frozen
+
+    def forward(self, batches: Sequence[AgentBatch | None], compute_entropy: bool = False,
+                entropy_grad: bool = False) -> list[tuple[torch.Tensor, torch.Tensor | None] | None]:
+        """Per-token log-probabilities (and entropies) of each agent's completions under its current policy, every
+        agent in one call (what DistributedDataParallel wraps): [`LogProbScorer.forward`]."""
+        return self.scorer.forward(batches, compute_entropy=compute_entropy, entropy_grad=entropy_grad)
+
+    def score_tokens(
+        self, model: PreTrainedModel, window: TokenWindow, labels: Sequence[torch.Tensor],
+        temperature: float | None = None, compute_entropy: bool = False, entropy_grad: bool = False,
+        adapter_rows: tuple[list[str], Any] | None = None,
+    ) -> list[tuple[torch.Tensor, torch.Tensor | None]]:
+        """The one scoring primitive of the log-probability forwards: [`LogProbScorer.score_tokens`]."""
+        return self.scorer.score_tokens(model, window, labels, temperature=temperature,
+                                        compute_entropy=compute_entropy, entropy_grad=entropy_grad,
+                                        adapter_rows=adapter_rows)
+
+    def policy_logps(self, agent_index: int, batch: AgentBatch) -> torch.Tensor:
+        """Per-token log-probabilities under the current policy, without gradients: [`LogProbScorer.policy_logps`]."""
+        return self.scorer.policy_logps(agent_index, batch)
+
+    def reference_logps(self, agent_index: int, batch: AgentBatch) -> torch.Tensor:
+        """Per-token log-probabilities under the reference policy: [`LogProbScorer.reference_logps`]."""
+        return self.scorer.reference_logps(agent_index, batch)
+
+    def inference_logps_all(self, batches: Sequence[AgentBatch | None],
+                            reference: bool = False) -> list[torch.Tensor | None]:
+        """`policy_logps` (or `reference_logps`) of every agent that has a batch, in as few forwards as the layout
+        allows: [`LogProbScorer.inference_logps_all`]."""
+        return self.scorer.inference_logps_all(batches, reference=reference)
+
+    def sequence_logits(self, agent_index: int, query_responses: torch.Tensor, pad_token_id: int,
+                        reference: bool = False) -> torch.Tensor:
+        """The logits of every position of PPO's layout: [`LogProbScorer.sequence_logits`]."""
+        return self.scorer.sequence_logits(agent_index, query_responses, pad_token_id, reference=reference)
+
+    def response_logits(self, agent_index: int, query_responses: torch.Tensor, context_length: int,
+                        pad_token_id: int, reference: bool = False) -> torch.Tensor:
+        """The logits that score PPO's response tokens: [`LogProbScorer.response_logits`]."""
+        return self.scorer.response_logits(agent_index, query_responses, context_length, pad_token_id,
+                                           reference=reference)
+
+    def response_logprobs(self, agent_index: int, query_responses: torch.Tensor, context_length: int,
+                          pad_token_id: int, responses: torch.Tensor, temperature: float, reference: bool = False,
+                          compute_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Log-probabilities (and entropies) of PPO's responses: [`LogProbScorer.response_logprobs`]."""
+        return self.scorer.response_logprobs(agent_index, query_responses, context_length, pad_token_id, responses,
+                                             temperature, reference=reference, compute_entropy=compute_entropy)
+
+    def compile_forwards(self, backend: str | None = None, mode: str | None = None) -> None:
+        """Run the log-probability forwards through `torch.compile`: [`LogProbScorer.compile_forwards`]."""
+        self.scorer.compile_forwards(backend=backend, mode=mode)
+
+    def generate(self, prompts: Sequence[Sequence[Any]], generation_config: GenerationConfig,
+                 chat_template_kwargs: dict | None = None, stop_token_ids: set[int] | None = None) -> Generation:
+        """Sample one completion per prompt for every agent, through the team's sampler (`generation_backend`).
+
+        With the default backend, rows that repeat a prompt through the same weights share one prefill when
+        `share_prompt_prefill` is on; agents with different adapters or models never do.
+
+        Args:
+            prompts: `prompts[a]` is the list of prompts of agent `a` (strings, chat messages or token ids).
+            generation_config: Sampling settings (`max_new_tokens`, `temperature`, ...).
+            chat_template_kwargs: Passed to the chat template of chat prompts.
+            stop_token_ids: Completions are cut after the first of these tokens. Default: the EOS tokens of the
+                tokenizer and the model's generation config. An empty set keeps every generated token.
+
+        Returns:
+            A `Generation`: per agent, the prompt ids and the completion ids (token id lists), and the backend's
+            log-probabilities of the completion tokens where it gives them (else None). It still reads as the list of
+            `(prompt_ids, completion_ids)` pairs this method returned before: `generation[a]`, iteration, equality.
+        """
+        return sampling.generate(self, prompts, generation_config, chat_template_kwargs, stop_token_ids)
+
+    def stop_token_ids(self, agent_index: int) -> set[int]:
+        """The tokens that end agent `agent_index`'s completions by default: its tokenizer's EOS and every EOS of its
+        model's generation config (instruct models often have several, e.g. `<|im_end|>` and `<|endoftext|>`)."""
+        return sampling.stop_token_ids(self, agent_index)
+
+    def activation_checkpointing_enable(self, activation_checkpointing_kwargs: dict | None = None,
+                                        every_n_layers: int = 1, offload: bool = False,
+                                        gradient_checkpointing_kwargs: dict | None = None) -> None:
+        """Enable activation (gradient) checkpointing in every model (called by `transformers.Trainer`):
+        [`AdapterControl.activation_checkpointing_enable`]."""
+        self.adapter_control.activation_checkpointing_enable(
+            activation_checkpointing_kwargs, every_n_layers=every_n_layers, offload=offload,
+            gradient_checkpointing_kwargs=gradient_checkpointing_kwargs)
+
+    gradient_checkpointing_enable = activation_checkpointing_enable
+
+    def save_pretrained(self, output_dir: str | os.PathLike, save_base_model: bool | None = None,
+                        state_dict: dict[str, torch.Tensor] | None = None) -> None:
+        """Save every agent to `output_dir/agent_<i>/` plus `team_config.json`: [`TeamSaver.save_pretrained`]."""
+        self.saver.save_pretrained(output_dir, save_base_model=save_base_model, state_dict=state_dict)
+
+    @classmethod
+    def from_pretrained(cls, path: str | os.PathLike, is_trainable: bool = True,
+                        model_init_kwargs: dict | None = None) -> AgentTeam:
+        """Load a team saved by [`AgentTeam.save_pretrained`] (or a trainer checkpoint): `saving.load_team`."""
+        return load_team(cls, path, is_trainable=is_trainable, model_init_kwargs=model_init_kwargs)
+
+    def load_weights_(self, path: str | os.PathLike) -> None:
+        """Load the weights of a team saved with the same layout into this team, in place (for resuming):
+        [`TeamSaver.load_weights_`]."""
+        self.saver.load_weights_(path)
 
 
 def no_split_modules(modules: Sequence[nn.Module]) -> list[str]:

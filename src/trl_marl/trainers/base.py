@@ -9,7 +9,8 @@ differs between them):
    loads;
 2. `_build_team`: seeded from `args.seed`, the team built by the trainer's builder, its CPU threads, and every
    prompt's length checked against the completion budget;
-3. `_setup_generation`: the team's typed sampling settings and generation backend (`trainers.settings`);
+3. `_setup_generation`: the team's typed settings (`team.settings.TeamSettings`) and generation backend, set at once
+   with `AgentTeam.configure` (`trainers.settings`);
 4. `_timed_rewards`: a reward set with the config's `reward_timeout` and `reward_isolation`;
 5. `_init_trainer`: `transformers.Trainer`'s own constructor, with the rows collator, and the state every trainer
    keeps (the team, the environment, the metrics book, the non-finite counter).
@@ -48,7 +49,7 @@ import time
 import warnings
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Any, NoReturn, Protocol, TypeVar, runtime_checkable
 
 import torch
@@ -188,13 +189,17 @@ class TeamTrainer(TeamCheckpointMixin, TRLBaseTrainer):
                                      chat_template_kwargs=chat_template_kwargs, on_long=args.prompt_length_check)
         return team
 
-    def _setup_generation(self, team: AgentTeam, args: TeamTrainingArguments, temperature: float) -> None:
-        """Step 3: the team samples at `temperature` (its log-probabilities divide the logits by it), shares prompt
-        prefills as `args.share_prompt_prefill` says, and through the backend of the config's typed
-        [`GenerationSettings`] (`team.generation.build_generation_backend`)."""
-        team.temperature = temperature
-        team.share_prompt_prefill = args.share_prompt_prefill
-        team.generation_backend = build_generation_backend(GenerationSettings.of(args), team)
+    def _setup_generation(self, team: AgentTeam, args: TeamTrainingArguments, temperature: float,
+                          continuous_batching_config: Any = None) -> None:
+        """Step 3: the team's typed settings, built from the config here and set at once (`AgentTeam.configure`):
+        the team samples at `temperature` (its log-probabilities divide the logits by it), shares prompt prefills as
+        `args.share_prompt_prefill` says, decodes with `continuous_batching_config` (MAGRPO's
+        `use_transformers_continuous_batching`; None: off), and through the backend of the config's typed
+        [`GenerationSettings`] (`team.generation.build_generation_backend`, built after the settings are set)."""
+        settings = team.settings.replace(temperature=temperature, share_prompt_prefill=args.share_prompt_prefill,
+                                         continuous_batching_config=continuous_batching_config)
+        backend = GenerationSettings.of(args)
+        team.configure(settings, generation_backend=lambda team: build_generation_backend(backend, team))
 
     @staticmethod
     def _timed_rewards(rewards: RewardsT, args: TeamTrainingArguments) -> RewardsT:
@@ -303,21 +308,16 @@ class TeamTrainer(TeamCheckpointMixin, TRLBaseTrainer):
             return
         self.__dict__["_in_rollout_phase"] = True
         team = getattr(self, "team", None)
-        accelerator = self.accelerator
-        sharing = getattr(team, "share_prompt_prefill", False)
-        if team is not None and self.is_sharded():
-            team.lockstep = functools.partial(any_process, accelerator)  # turns in lockstep: forwards are collectives
-            # a shared prefill is one more forward on a process whose rows repeat a prompt, which the others (e.g.
-            # one playing a discarded turn) would not run: with sharded weights that forward would wait forever
-            team.share_prompt_prefill = False
+        # with sharded weights every forward is a collective: turns in lockstep, and no shared prefill (one more
+        # forward on a process whose rows repeat a prompt, which the others, e.g. one playing a discarded turn, would
+        # not run: it would wait forever)
+        lockstep = (team.playing_in_lockstep(functools.partial(any_process, self.accelerator))
+                    if team is not None and self.is_sharded() else nullcontext())
         try:
-            with torch.no_grad(), gathered_root(self.model), gathered_zero3(self.zero3_engine()):
+            with lockstep, torch.no_grad(), gathered_root(self.model), gathered_zero3(self.zero3_engine()):
                 yield
         finally:
             self.__dict__["_in_rollout_phase"] = False
-            if team is not None:
-                team.lockstep = None
-                team.share_prompt_prefill = sharing
 
     def _build_accelerator_args(self, **kwargs: Any) -> dict[str, Any]:
         """`Trainer`'s accelerator arguments, without its `torch_compile` plugin: accelerate would compile the whole

@@ -273,7 +273,8 @@ class CompiledBackend(TransformersBackend):
     def __init__(self, team: Any = None, compile: bool = True, backend: Any = None, mode: str | None = None,
                  length_bucket: int = LENGTH_BUCKET) -> None:
         self.decoder = CompiledDecoder(compile=compile, backend=backend, mode=mode, length_bucket=length_bucket)
-        if team is not None and getattr(team, "continuous_batching_config", None) is not None:
+        settings = getattr(team, "settings", None)  # the team's `TeamSettings`
+        if settings is not None and settings.continuous_batching_config is not None:
             self.decoder.fallback("continuous batching (`continuous_batching_config`) decodes through transformers")
 
     def decode(self, model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor,

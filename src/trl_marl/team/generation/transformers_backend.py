@@ -12,9 +12,10 @@ generates in train mode (PEFT refuses mixed-adapter batches there). Each batch d
   (`team.generation.prefill`, with `AgentTeam.share_prompt_prefill`).
 
 Each completion is cut after its first stop token ([`stop_ids`] of the batch's first agent). The backend holds no
-state of its own: it reads the switches above from the team at every call. `"compiled"`
-(`team.generation.compiled.CompiledBackend`) is this backend with [`TransformersBackend.decode`] run on a static KV
-cache and without the shared prefill.
+state of its own: it reads the switches above from the team's settings (`team.settings`, a
+`team.settings.TeamSettings`) at every call, and activates an agent's adapter through `team.adapter_control`.
+`"compiled"` (`team.generation.compiled.CompiledBackend`) is this backend with [`TransformersBackend.decode`] run on
+a static KV cache and without the shared prefill.
 """
 
 from __future__ import annotations
@@ -92,7 +93,7 @@ class TransformersBackend(GenerationBackend):
         if team.mode == "adapters" and len(set(adapter_names)) > 1:
             kwargs["adapter_names"] = adapter_names
         elif team.mode == "adapters":
-            team._activate(agent_index)
+            team.adapter_control.activate(agent_index)
         was_training = model.training
         keeps_train_mode = _keeps_train_mode(model)
         if not keeps_train_mode:
@@ -110,19 +111,21 @@ class TransformersBackend(GenerationBackend):
                      rows: list[list[int]], generation_config: GenerationConfig, adapter_names: list[str | None],
                      kwargs: dict[str, Any]) -> list[list[int]]:
         """The generated token ids of each row (prompt excluded, not yet cut at EOS)."""
-        if team.continuous_batching_config is not None:
+        settings = team.settings  # the team's `TeamSettings`
+        if settings.continuous_batching_config is not None:
             if len(set(adapter_names)) > 1:
                 raise ValueError("Continuous batching cannot take a mixed-adapter batch (one adapter per row).")
-            return generate_with_continuous_batching(model, rows, generation_config, team.continuous_batching_config)
+            return generate_with_continuous_batching(model, rows, generation_config,
+                                                     settings.continuous_batching_config)
         # `inference_mode` when safe (`no_autograd`): no autograd bookkeeping in the many small ops of decoding;
         # nothing made here outlives the call but token id lists (continuous batching, above, keeps its own cache and
         # thread, and stays under `no_grad`)
         with no_autograd():
-            if team.share_prompt_prefill and self.shares_prefill:  # one prefill per distinct (prompt, adapter)
+            if settings.share_prompt_prefill and self.shares_prefill:  # one prefill per distinct (prompt, adapter)
                 cache = shared_prefill_cache(model, ids, mask, generation_config, kwargs.get("adapter_names"))
                 if cache is not None:
                     kwargs["past_key_values"] = cache
-            out = self.decode(model, ids, mask, generation_config, lean=team.lean_decode, **kwargs)
+            out = self.decode(model, ids, mask, generation_config, lean=settings.lean_decode, **kwargs)
             return [row.tolist() for row in out[:, ids.size(1):]]
 
 

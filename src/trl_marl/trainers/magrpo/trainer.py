@@ -172,8 +172,8 @@ class MAGRPOTrainer(TeamTrainer):
         if args.cast_lm_head_to_fp32:  # before the reference copies are made, so that they get it too
             for member in [*team.models, *(ref for ref in team.ref_models if ref is not None)]:
                 cast_lm_head_to_fp32(member)
-        team.continuous_batching_config = continuous_batching_config(args, team)
-        self._setup_generation(team, args, temperature=args.temperature)
+        self._setup_generation(team, args, temperature=args.temperature,
+                               continuous_batching_config=continuous_batching_config(args, team))
         if args.beta != 0.0:
             team.create_reference_models()
         if args.sync_ref_model:
