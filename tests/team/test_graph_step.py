@@ -205,3 +205,36 @@ def test_the_whole_step_is_one_graph(rows32, graph_counter) -> None:
                if node.op in ("call_function", "call_method")}
     assert any("multinomial" in t for t in targets) and any("index_copy" in t for t in targets)
     assert decoder.failure is None and not decoder._warned
+
+
+def graph_operators(graph_module: Any) -> int:
+    """The operators of a traced graph (calls; not its inputs, attribute reads or output)."""
+    return sum(node.op in ("call_function", "call_method", "call_module") for node in graph_module.graph.nodes)
+
+
+def test_operators_per_token_do_not_grow_with_the_agents(tokenizer, graph_counter) -> None:
+    """32 rows as 1, 2 or 4 agents' equal runs of LoRA adapters (MAGRPO's layout): each layout's decode step is one
+    graph with the same operators, the adapters applied as one batched matmul per LoRA layer. Run by run (the first
+    compiled loop), every further agent added its slice, dropout, two matmuls, scaling and add per LoRA layer."""
+    import copy
+
+    from peft import LoraConfig, get_peft_model
+
+    torch.manual_seed(0)
+    config = LoraConfig(r=4, target_modules=["q_proj", "v_proj"], lora_dropout=0.0, init_lora_weights=False)
+    model = get_peft_model(build_toy_model(tokenizer, hidden_size=32, num_layers=2), config, adapter_name="a0")
+    for index in range(1, 4):
+        model.add_adapter(f"a{index}", copy.deepcopy(config))
+    model.eval()
+    ids, mask = pad_left([tokenizer(f"Q:{a}+{a % 5}=A:")["input_ids"] for a in range(32)], tokenizer.pad_token_id)
+    settings = GenerationConfig(do_sample=True, top_k=10, max_new_tokens=3, eos_token_id=3, pad_token_id=0)
+    operators = {}
+    for agents in (1, 2, 4):
+        counter = graph_counter()
+        decoder = CompiledDecoder(backend=counter)
+        names = [f"a{a}" for a in range(agents) for _ in range(32 // agents)]
+        torch.manual_seed(0)
+        decoder.decode(model, ids, mask, settings, adapter_names=names)
+        assert counter.graphs == 1 and decoder.failure is None
+        operators[agents] = graph_operators(counter.modules[0])
+    assert operators[1] == operators[2] == operators[4], operators
