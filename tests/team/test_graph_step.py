@@ -175,7 +175,12 @@ def test_per_token_work_outside_the_compiled_step(rows32, graph_counter, sync_ev
                     eos_token_id=eos, pad_token_id=0)
     count_outside(decoder, model, ids, mask, GenerationConfig(max_new_tokens=8, **settings))  # builds the cache
     short, short_steps = count_outside(decoder, model, ids, mask, GenerationConfig(max_new_tokens=8, **settings))
+    decoder.stats.clear()
     long, long_steps = count_outside(decoder, model, ids, mask, GenerationConfig(max_new_tokens=40, **settings))
+    # the decoder's own account (bench_gpu.py reports it per token): 40 tokens, 39 compiled steps, a check at
+    # tokens 8, 16, ... and one at the end
+    assert dict(decoder.stats) == {"calls": 1, "tokens": 40, "compiled_steps": 39,
+                                   "host_checks": 39 // sync_every + 1}
     assert (short_steps, long_steps) == (7, 39)  # no row ended: every token but the first is a compiled step
     tokens = long_steps - short_steps
     ops = sum(long.values()) - sum(short.values())

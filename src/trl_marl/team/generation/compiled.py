@@ -57,6 +57,7 @@ import inspect
 import logging
 import types
 import weakref
+from collections import Counter
 from collections.abc import Sequence
 from contextlib import nullcontext
 from typing import Any
@@ -136,6 +137,9 @@ class CompiledDecoder:
         self.mode = mode
         self.length_bucket = length_bucket
         self.failure: str | None = None  # why the static path (compiling, the cache) failed; later calls run eager
+        # what the static path ran, summed over calls: `calls`, decoded `tokens` (steps per row), `compiled_steps`
+        # (calls of the compiled function: graph replays on a GPU) and `host_checks` (reads of the rows' end)
+        self.stats: Counter[str] = Counter()
         self._warned: set[str] = set()
         self._compiled: dict[tuple[str | None, bool], Any] = {}  # by (mode, whole step)
         self._caches: weakref.WeakKeyDictionary[Any, dict[tuple, Any]] = weakref.WeakKeyDictionary()
@@ -298,8 +302,10 @@ class CompiledDecoder:
         def run_step() -> None:
             step(decode_step, base, cache, argument, buffers, processors, plan.do_sample)
 
-        kept = decode_in_graph(run_step, logits, buffers, processors, plan.do_sample, plan.max_new_tokens,
-                               self.sync_every, torch.compiler.cudagraph_mark_step_begin if cuda_graphs else None)
+        kept, steps, checks = decode_in_graph(run_step, logits, buffers, processors, plan.do_sample,
+                                              plan.max_new_tokens, self.sync_every,
+                                              torch.compiler.cudagraph_mark_step_begin if cuda_graphs else None)
+        self.stats.update(calls=1, tokens=steps + 1, compiled_steps=steps, host_checks=checks)
         return torch.cat([input_ids, buffers.tokens[:rows, :kept]], dim=-1)
 
     def _run_host_sampling(self, base: Any, cache: Any, argument: str, logits: torch.Tensor, input_ids: torch.Tensor,
@@ -328,6 +334,8 @@ class CompiledDecoder:
             if self.compile and device.type == "cuda":
                 torch.compiler.cudagraph_mark_step_begin()
             logits = step(base, step_ids, step_positions, full_mask, cache, argument)
+        tokens = sequences.size(1) - input_ids.size(1)
+        self.stats.update(calls=1, tokens=tokens, compiled_steps=tokens - 1, host_checks=tokens)
         return sequences
 
 

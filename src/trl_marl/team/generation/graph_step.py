@@ -207,17 +207,27 @@ def forward_and_sample(step: Any, model: Any, cache: Any, cache_argument: str, b
 
 
 def decode_in_graph(run_step: Any, first_logits: torch.Tensor, buffers: DecodeBuffers, processors: Sequence[Any],
-                    do_sample: bool, max_new_tokens: int, sync_every: int, before_step: Any = None) -> int:
+                    do_sample: bool, max_new_tokens: int, sync_every: int,
+                    before_step: Any = None) -> tuple[int, int, int]:
     """The loop: the first token from the prompt's `first_logits` (eager), then `run_step()` (the compiled
-    [`forward_and_sample`]) per token, with a host check of `done_at` every `sync_every` tokens. Returns how many
-    tokens the output keeps (up to and including the one at which every real row had ended)."""
+    [`forward_and_sample`]) per token, with a host check of `done_at` every `sync_every` tokens.
+
+    Returns:
+        How many tokens the output keeps (up to and including the one at which every real row had ended), how many
+        compiled steps ran, and how many times the host read `done_at`.
+    """
     sample_into(first_logits, buffers, processors, do_sample)
     tracks_end = buffers.eos is not None and buffers.pad is not None
+    steps = checks = 0
     for index in range(1, max_new_tokens):
-        if tracks_end and index % sync_every == 0 and int(buffers.done_at.item()) >= 0:
-            break
+        if tracks_end and index % sync_every == 0:
+            checks += 1
+            if int(buffers.done_at.item()) >= 0:
+                break
         if before_step is not None:
             before_step()
         run_step()
+        steps += 1
     done_at = int(buffers.done_at.item()) if tracks_end else -1
-    return done_at + 1 if done_at >= 0 else max_new_tokens
+    checks += int(tracks_end)
+    return (done_at + 1 if done_at >= 0 else max_new_tokens), steps, checks
