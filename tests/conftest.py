@@ -167,9 +167,11 @@ class GraphCounter:
 
     def __init__(self) -> None:
         self.graphs = 0
+        self.modules: list[Any] = []  # the traced `torch.fx.GraphModule`s, in order
 
     def __call__(self, graph_module: Any, example_inputs: list[Any]) -> Any:
         self.graphs += 1
+        self.modules.append(graph_module)
         return graph_module.forward
 
 

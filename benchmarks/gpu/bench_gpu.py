@@ -173,6 +173,8 @@ class GenerationTimer:
         self.tokens = 0
         self.rows = 0  # rows decoded together, summed over the outermost calls (rows / calls: the decode batch)
         self.calls = 0
+        self.decode_steps = 0.0  # decode steps (new tokens per row), summed over the outermost calls
+        self.syncs = 0  # host syncs inside generation (CUDA only: counted with torch's sync debug mode)
         self.peak_generate = 0.0  # the highest CUDA memory seen inside `generate`
         self.peak_outside = 0.0  # the highest seen between `generate` calls (log-prob forward, backward, optimizer)
         self._depth = 0
@@ -213,8 +215,10 @@ class GenerationTimer:
                 timer._sync()
                 timer._mark("outside")
                 start = time.perf_counter()
+            counting = outer and timer.device == "cuda"
             try:
-                out = original(*args, **kwargs)
+                with timer._counting_syncs() if counting else contextlib.nullcontext():
+                    out = original(*args, **kwargs)
             finally:
                 timer._depth -= 1
             if outer:
@@ -224,17 +228,36 @@ class GenerationTimer:
                 timer.calls += 1
                 if input_ids_of is None:
                     completions = out[0] if isinstance(out, tuple) else out  # (token ids, log-probs or None)
-                    timer.rows += sum(len(rows) for rows in completions)
-                    timer.tokens += sum(len(row) for rows in completions for row in rows)
+                    rows = sum(len(rows) for rows in completions)
+                    tokens = sum(len(row) for rows in completions for row in rows)
+                    timer.rows += rows
+                    timer.tokens += tokens
+                    timer.decode_steps += max((len(row) for rows in completions for row in rows), default=0)
                 else:
                     input_ids = input_ids_of(args, kwargs)
                     sequences = out.sequences if hasattr(out, "sequences") else out
                     prompt_len = input_ids.shape[1] if input_ids is not None else 0
                     timer.rows += sequences.shape[0]
                     timer.tokens += sequences.shape[0] * (sequences.shape[1] - prompt_len)
+                    timer.decode_steps += sequences.shape[1] - prompt_len
             return out
 
         return timed
+
+    @contextlib.contextmanager
+    def _counting_syncs(self) -> Iterator[None]:
+        """Count the host syncs inside (torch's CUDA sync debug mode warns at each; the warnings are counted)."""
+        import warnings
+
+        previous = torch.cuda.get_sync_debug_mode()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            torch.cuda.set_sync_debug_mode("warn")
+            try:
+                yield
+            finally:
+                torch.cuda.set_sync_debug_mode(previous)
+        self.syncs += sum("synchroniz" in str(w.message) for w in caught)
 
     @contextlib.contextmanager
     def patched(self) -> Iterator[GenerationTimer]:
@@ -271,12 +294,15 @@ class StepRecorder(TrainerCallback):
         self._gen_tokens = 0
         self._gen_rows = 0
         self._gen_calls = 0
+        self._gen_steps = 0.0
+        self._gen_syncs = 0
 
     def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self.gen._sync()
         self._start = time.perf_counter()
         self._gen_s, self._gen_tokens = self.gen.seconds, self.gen.tokens
         self._gen_rows, self._gen_calls = self.gen.rows, self.gen.calls
+        self._gen_steps, self._gen_syncs = self.gen.decode_steps, self.gen.syncs
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self.gen._sync()
@@ -284,7 +310,9 @@ class StepRecorder(TrainerCallback):
                            "gen_s": self.gen.seconds - self._gen_s,
                            "gen_tokens": float(self.gen.tokens - self._gen_tokens),
                            "gen_rows": float(self.gen.rows - self._gen_rows),
-                           "gen_calls": float(self.gen.calls - self._gen_calls)})
+                           "gen_calls": float(self.gen.calls - self._gen_calls),
+                           "gen_steps": float(self.gen.decode_steps - self._gen_steps),
+                           "gen_syncs": float(self.gen.syncs - self._gen_syncs)})
 
 
 @dataclass
@@ -312,6 +340,9 @@ class RunResult:
     floor_share: float = float("nan")  # gen_tokens_per_s / floor_tokens_per_s
     step_vs_grpo: float = float("nan")  # step_s / the `grpo` run's step_s (same size, same run)
     training_peak_vs_grpo: float = float("nan")  # peak_training_gib / the `grpo` run's (same size, same run)
+    ms_per_decode_step: float = float("nan")  # generation ms per decode step (prefills included)
+    syncs_per_decode_step: float = float("nan")  # host syncs in generation per decode step (CUDA only)
+    replays_per_decode_step: float = float("nan")  # compiled-step calls (graph replays) per decode step (`compiled`)
 
 
 def unavailable_result(name: str, size: str, agents: int, backend: str, reason: str) -> RunResult:
@@ -418,6 +449,7 @@ def _summarise(name: str, s: Setting, agents: int, params: int, recorder: StepRe
     gen_s = sum(x["gen_s"] for x in timed) / len(timed)
     gen_tokens = sum(x["gen_tokens"] for x in timed) / len(timed)
     calls = sum(x["gen_calls"] for x in timed)
+    decode_steps = sum(x.get("gen_steps", 0.0) for x in timed)
     sequences = s.prompts * s.generations * agents
     train_tokens = sequences * (s.prompt_tokens + s.new_tokens)
     return RunResult(
@@ -430,6 +462,9 @@ def _summarise(name: str, s: Setting, agents: int, params: int, recorder: StepRe
         peak_training_gib=gen.peak_outside / 2**30 if s.device == "cuda" else float("nan"),
         backend=backend, gen_s=gen_s, weight_bytes=float(model_bytes), copy_bytes_per_s=s.copy_bytes_per_s,
         rows_per_decode=sum(x["gen_rows"] for x in timed) / calls if calls else float("nan"),
+        ms_per_decode_step=1e3 * gen_s * len(timed) / decode_steps if decode_steps else float("nan"),
+        syncs_per_decode_step=(sum(x.get("gen_syncs", 0.0) for x in timed) / decode_steps
+                               if decode_steps and s.device == "cuda" else float("nan")),
     )
 
 
@@ -582,6 +617,11 @@ def run_magrpo(s: Setting, gen: GenerationTimer, agents: int, qlora: bool = Fals
     notes += fallbacks
     result = _summarise(name, s, agents, params, recorder, gen, notes, warmup=warmup, backend=backend,
                         model_bytes=model_bytes)
+    stats = getattr(getattr(trainer.team.generation_backend, "decoder", None), "stats", None)
+    if stats and stats.get("tokens"):  # the whole run's (warm-up included): a ratio, so no skew
+        result.replays_per_decode_step = stats["compiled_steps"] / stats["tokens"]
+        notes.append(f"compiled decoder: {stats['compiled_steps']} compiled steps, {stats['host_checks']} host "
+                     f"checks of the rows' end over {stats['tokens']} decode steps in {stats['calls']} calls")
     engine = trainer.team.generation_backend
     if engine is not None:
         engine.close()
@@ -688,6 +728,12 @@ def markdown(results: list[RunResult], mixed: list[dict[str, Any]],
     if measured:
         device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         lines += ["", bandwidth_label(device, measured[0].copy_bytes_per_s)]
+    if measured:
+        lines += ["", "| size | run | backend | ms per decode step | host syncs per decode step | "
+                      "compiled-step replays per decode step |", "|---|---|---|---|---|---|"]
+        for r in measured:
+            lines.append(f"| {r.size} | {r.name} | {r.backend} | {_num(r.ms_per_decode_step, '.2f')} | "
+                         f"{_num(r.syncs_per_decode_step, '.3f')} | {_num(r.replays_per_decode_step, '.3f')} |")
     if scaling:
         lines += ["", f"| size | backend | agents | gen s per step | one agent's gen s | ratio (target <= "
                       f"{AGENT_SCALING_TARGET}x for N <= 4) |", "|---|---|---|---|---|---|"]

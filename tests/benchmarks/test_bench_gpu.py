@@ -33,6 +33,10 @@ def test_gpu_benchmark_smoke_on_cpu(tmp_path: Path) -> None:
         assert run["rows_per_decode"] == 2 * 2 * run["agents"]
         assert run["copy_bytes_per_s"] == bandwidth
         assert 0 < run["floor_share"] == pytest.approx(run["gen_tokens_per_s"] / run["floor_tokens_per_s"])
+        # 4 new tokens per call: the decode step's time is the generation time over 4 steps per call
+        assert run["ms_per_decode_step"] > 0 and math.isfinite(run["ms_per_decode_step"])
+        assert math.isnan(run["syncs_per_decode_step"])  # counted with CUDA's sync debug mode only
+        assert math.isnan(run["replays_per_decode_step"])  # the `compiled` backend's figure
     grpo = saved["runs"][0]
     assert grpo["step_vs_grpo"] == 1.0
     assert saved["runs"][2]["step_vs_grpo"] == pytest.approx(saved["runs"][2]["step_s"] / grpo["step_s"])

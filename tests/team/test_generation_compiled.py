@@ -74,10 +74,10 @@ def test_buckets() -> None:
 
 
 @pytest.mark.parametrize("setting", list(SETTINGS))
-def test_static_loop_gives_the_eager_tokens(tokenizer, setting, caplog) -> None:
+def test_host_sampling_gives_the_eager_tokens_and_draws(tokenizer, setting, caplog) -> None:
     model = toy(tokenizer)
     ids, mask = batch(tokenizer)  # 3 rows of different lengths: left padding, and one padding row (bucket of 4)
-    decoder = CompiledDecoder(compile=False)
+    decoder = CompiledDecoder(compile=False, in_graph_sampling=False)
     with caplog.at_level(logging.WARNING, logger=LOGGER):
         eager, static, same_state = both(model, ids, mask, GenerationConfig(**SETTINGS[setting]), decoder)
     assert static == eager
@@ -86,6 +86,64 @@ def test_static_loop_gives_the_eager_tokens(tokenizer, setting, caplog) -> None:
     assert len(decoder._caches[model]) == 1
     if setting == "sampled, EOS":  # rows finished at different steps: padded with the pad token
         assert any(tokenizer.pad_token_id in row[ids.size(1):] for row in static)
+
+
+@pytest.mark.parametrize("setting", [*SETTINGS, "sampled, EOS, 40 tokens"])
+@pytest.mark.parametrize("sync_every", [1, 3, 8])
+def test_in_graph_step_gives_the_eager_tokens(tokenizer, setting, sync_every, caplog) -> None:
+    """A batch that fills its bucket (4 rows): every row draws in the graph, so the same random numbers reach the same
+    rows; the host checks the end every `sync_every` tokens and the output is cut where the eager loop stops."""
+    model = toy(tokenizer)
+    ids, mask = batch(tokenizer, PROMPTS + ["Q:7+8=A:"])
+    decoder = CompiledDecoder(compile=False, sync_every=sync_every)
+    long = setting.endswith("40 tokens")
+    settings = dict(SETTINGS["sampled, EOS"], max_new_tokens=40) if long else SETTINGS[setting]
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        eager, static, _ = both(model, ids, mask, GenerationConfig(**settings), decoder)
+    assert static == eager
+    assert not ours(caplog) and decoder.failure is None
+    if long:  # every row ended before the 40th token: the output is cut where they did
+        assert len(static[0]) < ids.size(1) + 40
+    if "EOS" in setting:  # rows ended at different steps
+        assert any(tokenizer.pad_token_id in row[ids.size(1):] for row in static)
+
+
+def test_in_graph_step_with_padding_rows(tokenizer) -> None:
+    """3 rows in a bucket of 4: greedy tokens are the eager loop's; sampled rows come from the same distribution with
+    other random numbers (the padding row draws too), and keep the eager loop's EOS and padding rules."""
+    model = toy(tokenizer)
+    ids, mask = batch(tokenizer)
+    decoder = CompiledDecoder(compile=False)
+    eager, static, _ = both(model, ids, mask, GenerationConfig(**SETTINGS["greedy"]), decoder)
+    assert static == eager
+    config = GenerationConfig(**SETTINGS["sampled, EOS"])
+    for seed in range(4):
+        torch.manual_seed(seed)
+        out = decoder.decode(model, ids, mask, config)
+        assert out.shape[0] == 3 and out.size(1) <= ids.size(1) + 10
+        assert torch.equal(out[:, :ids.size(1)], ids)
+        for row in out[:, ids.size(1):].tolist():
+            ends = [i for i, token in enumerate(row) if token in EOS]
+            if ends:  # after its first EOS a row holds only the pad token
+                assert all(token == tokenizer.pad_token_id for token in row[ends[0] + 1:])
+        if out.size(1) < ids.size(1) + 10:  # cut early: every row has ended
+            assert all(any(token in EOS for token in row) for row in out[:, ids.size(1):].tolist())
+    assert decoder.failure is None and not decoder._warned
+
+
+def test_settings_the_graph_cannot_sample_draw_on_the_host(tokenizer, caplog) -> None:
+    model = toy(tokenizer)
+    ids, mask = batch(tokenizer)
+    decoder = CompiledDecoder(compile=False)
+    config = GenerationConfig(do_sample=True, no_repeat_ngram_size=2, max_new_tokens=6)
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        for _ in range(2):
+            eager, static, same_state = both(model, ids, mask, config, decoder)
+            assert static == eager and same_state  # the host draw: the eager loop's stream
+    messages = ours(caplog)
+    assert len(messages) == 1 and "NoRepeatNGramLogitsProcessor" in messages[0] and "the draw after" in messages[0]
+    with pytest.raises(ValueError, match="sync_every"):
+        CompiledDecoder(sync_every=0)
 
 
 def test_inference_mode_and_no_grad_calls_keep_their_own_caches(tokenizer, caplog) -> None:
@@ -103,14 +161,17 @@ def test_inference_mode_and_no_grad_calls_keep_their_own_caches(tokenizer, caplo
     assert len(decoder._caches[model]) == 2
 
 
-@pytest.mark.parametrize("setting", ["greedy", "sampled"])
-def test_mixed_adapter_rows_give_the_eager_tokens(tokenizer, lora_model, setting) -> None:
-    ids, mask = batch(tokenizer, PROMPTS + PROMPTS[:2])  # 5 rows: 3 padding rows under the last adapter
-    names = ["a0", "a0", "a0", "a1", "a1"]
+@pytest.mark.parametrize(("setting", "rows", "in_graph"), [
+    ("greedy", 5, True), ("sampled", 5, False), ("sampled", 8, True),
+])
+def test_mixed_adapter_rows_give_the_eager_tokens(tokenizer, lora_model, setting, rows, in_graph) -> None:
+    ids, mask = batch(tokenizer, (PROMPTS * 3)[:rows])  # 5 rows: 3 padding rows under the last adapter; 8: none
+    names = ["a0"] * 3 + ["a1"] * (rows - 3)
     config = GenerationConfig(**SETTINGS[setting])
-    eager, static, same_state = both(lora_model, ids, mask, config, CompiledDecoder(compile=False),
-                                     adapter_names=names)
-    assert static == eager and same_state
+    eager, static, same_state = both(lora_model, ids, mask, config,
+                                     CompiledDecoder(compile=False, in_graph_sampling=in_graph), adapter_names=names)
+    assert static == eager
+    assert same_state or in_graph  # (the graph draws for the padding rows and past the end too)
     # the adapters matter: the same prompt under a0 and a1 decodes differently
     assert eager[0] != eager[3] or eager[1] != eager[4]
 
@@ -123,7 +184,8 @@ def test_adapters_team_with_the_compiled_backend(tokenizer, setting) -> None:
                            peft_config=peft_config, processing_class=tokenizer)
     team.train()  # as in training: generation switches to eval mode and back
     team.share_prompt_prefill = False  # the compiled backend runs no shared prefill
-    prompts = [[p for p in PROMPTS for _ in range(2)], PROMPTS[::-1]]
+    # 8 + 8 rows: a batch that fills its bucket, so the graph draws the eager loop's random numbers
+    prompts = [[p for p in PROMPTS for _ in range(2)] + PROMPTS[:2], (PROMPTS[::-1] * 3)[:8]]
     config = GenerationConfig(**SETTINGS[setting])
     torch.manual_seed(5)
     eager = team.generate(prompts, config)
@@ -140,10 +202,10 @@ def test_compiled_graphs_are_bounded_by_buckets(tokenizer, lora_model, graph_cou
     counter = graph_counter()
     decoder = CompiledDecoder(backend=counter)
     config = GenerationConfig(**SETTINGS["sampled"])
-    names = ["a0", "a0", "a1"]
-    ids, mask = batch(tokenizer)
-    eager, static, same_state = both(lora_model, ids, mask, config, decoder, adapter_names=names)
-    assert static == eager and same_state and decoder.failure is None
+    names = ["a0", "a0", "a1", "a1"]
+    ids, mask = batch(tokenizer, PROMPTS + ["T:1?"])
+    eager, static, _ = both(lora_model, ids, mask, config, decoder, adapter_names=names)
+    assert static == eager and decoder.failure is None
     graphs = counter.graphs
     assert graphs >= 1
     # a longer prompt in the same length bucket (and 4 rows: the same batch bucket): no new graph

@@ -41,6 +41,7 @@ __all__ = ["BASE_ADAPTER", "adapter_runs", "sliced_adapter_rows", "sliced_adapte
            "sliced_adapter_rows_unsupported"]
 
 BASE_ADAPTER = "__base__"  # PEFT's name for "no adapter" in `adapter_names`
+STACK_ADAPTERS = True  # apply equal runs of adapters of one shape as one batched matmul (False: always run by run)
 
 
 def adapter_runs(adapter_names: Sequence[str | None]) -> list[tuple[str, int, int]] | None:
@@ -163,6 +164,48 @@ def _sliced_forward(layer: Any, runs: list[tuple[str, int, int]], adapter_names:
     return result
 
 
+def _stack_plan(layer: Any, runs: list[tuple[str, int, int]], rows: int) -> tuple[list[str], Any] | None:
+    """The adapters of `runs` in row order and their scaling (one float, or a `[N, 1, 1]` tensor), when this layer can
+    apply them all with one batched matmul: every row in a run of one of its adapters, runs of equal length, the
+    adapters' A (and B) matrices of one shape and dtype, no LoRA bias, and the same dropout (none, or `nn.Dropout` of
+    one probability). None: the layer slices run by run."""
+    if not runs or runs[0][1] != 0 or runs[-1][2] != rows or len({stop - start for _, start, stop in runs}) != 1:
+        return None
+    if any(prev[2] != nxt[1] for prev, nxt in zip(runs, runs[1:])):
+        return None
+    adapters = [name for name, _, _ in runs]
+    a_weights = [layer.lora_A[name].weight for name in adapters]
+    b_layers = [layer.lora_B[name] for name in adapters]
+    if len({(w.shape, w.dtype, w.device) for w in a_weights}) != 1 or any(b.bias is not None for b in b_layers):
+        return None
+    if len({(b.weight.shape, b.weight.dtype, b.weight.device) for b in b_layers}) != 1:
+        return None
+    dropouts = [layer.lora_dropout[name] for name in adapters]
+    if not (all(isinstance(d, torch.nn.Identity) for d in dropouts) or (
+            all(type(d) is torch.nn.Dropout for d in dropouts) and len({d.p for d in dropouts}) == 1)):
+        return None
+    scalings = [float(layer.scaling[name]) for name in adapters]
+    if len(set(scalings)) == 1:
+        return adapters, scalings[0]
+    return adapters, torch.tensor(scalings, dtype=a_weights[0].dtype, device=a_weights[0].device).view(-1, 1, 1)
+
+
+def _stacked_forward(layer: Any, adapters: list[str], scaling: Any, adapter_names: list[str], x: torch.Tensor,
+                     *args: Any, **kwargs: Any) -> torch.Tensor:
+    """The forward of a LoRA `Linear` for N equal runs of rows: base output, plus every adapter on its rows as one
+    batched matmul over the stacked A and B matrices (rows viewed as `[N, rows per agent, features]`), so the kernels
+    per layer do not grow with N."""
+    if args or kwargs or x.size(0) != len(adapter_names) or layer.disable_adapters or layer.merged_adapters:
+        return type(layer).forward(layer, x, *args, **{"adapter_names": adapter_names, **kwargs})
+    result = layer.base_layer(x)
+    lora_a = torch.stack([layer.lora_A[name].weight for name in adapters])  # [N, r, in]
+    lora_b = torch.stack([layer.lora_B[name].weight for name in adapters])  # [N, out, r]
+    rows = layer.lora_dropout[adapters[0]](x.to(lora_a.dtype)).reshape(len(adapters), -1, x.size(-1))
+    out = torch.bmm(torch.bmm(rows, lora_a.transpose(1, 2)), lora_b.transpose(1, 2)) * scaling
+    result += out.reshape(result.shape).to(result.dtype)
+    return result
+
+
 # A LoRA layer keeps its sliced forwards by batch layout in its `__dict__` under this name. The same layout gets the
 # same forward object again: a compiled forward (`team.compile`) guards on the identity of every layer's `forward`,
 # and would compile a new graph for every new object. A few layouts per layer are kept (a trainer's batches have one
@@ -172,15 +215,21 @@ _LAYOUTS_KEPT = 8
 
 
 def _layer_forward(layer: Any, runs: list[tuple[str, int, int]], names: list[str]) -> functools.partial:
-    """`layer`'s sliced forward for this layout of rows (the same object as last time for the same layout)."""
+    """`layer`'s forward for this layout of rows (the same object as last time for the same layout): stacked when
+    [`_stack_plan`] allows it, else run by run."""
     layer_runs = [(name, start, stop) for name, start, stop in runs if name != BASE_ADAPTER and name in layer.lora_A]
-    key = (tuple(names), tuple(layer_runs))
+    key = (tuple(names), tuple(layer_runs), STACK_ADAPTERS)
     forwards = vars(layer).setdefault(_FORWARDS_ATTRIBUTE, {})
     forward = forwards.get(key)
     if forward is None:
         if len(forwards) >= _LAYOUTS_KEPT:
             forwards.clear()
-        forward = forwards[key] = functools.partial(_sliced_forward, layer, layer_runs, list(names))
+        stack = _stack_plan(layer, layer_runs, len(names)) if STACK_ADAPTERS else None
+        if stack is not None:
+            forward = functools.partial(_stacked_forward, layer, stack[0], stack[1], list(names))
+        else:
+            forward = functools.partial(_sliced_forward, layer, layer_runs, list(names))
+        forwards[key] = forward
     return forward
 
 

@@ -5,7 +5,6 @@ the diagnostics a run gets when it has stopped learning ([`TrainingDiagnostics`]
 from __future__ import annotations
 
 import warnings
-from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -93,7 +92,8 @@ class TrainingDiagnostics:
         self.no_signal_streak = 0
         self.zero_advantages = False  # every advantage of the step's rollout is exactly 0
         self.rollout_facts: dict[str, Any] = {}  # what `see_rollout` measured, for the no-signal warning
-        self.step_entropy: dict[int, list[float]] = defaultdict(lambda: [0.0, 0.0])  # agent -> [sum, tokens]
+        # agent -> its step's [entropy sum, tokens], on the device until `end_step` reads all agents' at once
+        self.step_entropy: dict[int, torch.Tensor] = {}
 
     def see_rollout(self, rollout: Rollout, eos_ids: set[int]) -> None:
         """Measure a training rollout: its fraction of flat groups, its distinct rewards and its completions cut at
@@ -116,8 +116,9 @@ class TrainingDiagnostics:
 
     def add_entropy(self, agent: int, entropy: torch.Tensor, mask: torch.Tensor) -> None:
         """Count agent `agent`'s token entropies on the float `mask` towards the step's mean entropy."""
-        self.step_entropy[agent][0] += float((entropy.detach() * mask).sum())
-        self.step_entropy[agent][1] += float(mask.sum())
+        update = torch.stack([(entropy.detach() * mask).sum(), mask.sum()]).double()
+        previous = self.step_entropy.get(agent)
+        self.step_entropy[agent] = update if previous is None else previous + update
 
     def end_step(self, metrics: dict[str, list[float]]) -> None:
         """After the last micro-step of an optimizer step: update the streaks, record them in `metrics` (the
@@ -132,7 +133,9 @@ class TrainingDiagnostics:
                 self._warn_once("zero_std", ZERO_STD_MESSAGE.format(steps=self.zero_std_streak,
                                                                     fraction=args.zero_std_warning_fraction))
         if args.entropy_warning_threshold is not None:
-            entropies = {a: total / count for a, (total, count) in self.step_entropy.items() if count > 0}
+            agents = sorted(self.step_entropy)
+            read = torch.stack([self.step_entropy[a] for a in agents]).tolist() if agents else []  # one host sync
+            entropies = {a: total / count for a, (total, count) in zip(agents, read) if count > 0}
             low = sorted(a for a, h in entropies.items() if h < args.entropy_warning_threshold)
             self.entropy_streak = self.entropy_streak + 1 if low else 0
             metrics["diagnostics/entropy_collapse_streak"].append(float(self.entropy_streak))
@@ -215,12 +218,14 @@ def log_rollout(metrics: dict[str, list[float]], rollout: Rollout, reward_names:
             finite = values[torch.isfinite(values)]
             metrics[prefix + "/std"].append(float(finite.std()) if finite.numel() > 1 else 0.0)
     for a, agent_lengths in enumerate(lengths):
-        metrics[f"agent_{a}/completion_length"].append(float(agent_lengths.mean()))
-        adv = advantages[a].float().cpu()
+        # tensors, read by the metrics book at the next log with the rest (no host sync per agent here)
+        metrics[f"agent_{a}/completion_length"].append(agent_lengths.float().mean())
+        adv = advantages[a].float()
+        turns = turn_of_sample[a].to(adv.device)
         for t in rollout.turns:
-            sel = turn_of_sample[a] == t.turn
-            metrics[f"agent_{a}/turn_{t.turn}/advantage_abs_mean"].append(float(adv[sel].abs().mean()))
-        metrics[f"agent_{a}/advantage_std"].append(float(adv.std()) if adv.numel() > 1 else 0.0)
+            sel = (turns == t.turn).float()
+            metrics[f"agent_{a}/turn_{t.turn}/advantage_abs_mean"].append((adv.abs() * sel).sum() / sel.sum())
+        metrics[f"agent_{a}/advantage_std"].append(adv.std() if adv.numel() > 1 else 0.0)
     if local_reward_names is not None:
         _log_local_rewards(metrics, rollout, local_reward_names)
     metrics["num_tokens_generated"].append(float(rollout.generated_tokens))

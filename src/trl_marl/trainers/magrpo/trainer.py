@@ -59,6 +59,11 @@ from .schedule import BlockRepeatSampler, GenerationSchedule, MicroStep
 __all__ = ["MAGRPOTrainer", "NonFiniteError", "TrainingDiagnosticWarning", "zero_loss"]
 
 
+
+def _mean_or_zero(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """`masked_mean(values, mask)`, 0 for an empty mask, as a tensor (no host sync)."""
+    return torch.where(mask.sum() > 0, masked_mean(values, mask), torch.zeros((), device=values.device))
+
 class MAGRPOTrainer(TeamTrainer):
     """Trains a team of LLM agents with MAGRPO (Multi-Agent Group Relative Policy Optimization).
 
@@ -536,8 +541,10 @@ class MAGRPOTrainer(TeamTrainer):
         if mode == "train" and args.loss_type != "dapo":
             loss = loss / self.current_gradient_accumulation_steps
         prefix = f"agent_{agent}/"
+        # metrics are recorded as device tensors, read on the host once per log (`MetricsBook`): no host sync per
+        # agent here but the finiteness check, which decides whether the agent's loss is used
         if bonus.enabled:  # over the tokens the policy loss acts on, scaled for accumulation only (as TRL)
-            metrics[prefix + "policy_loss"].append(float(loss.detach()))
+            metrics[prefix + "policy_loss"].append(loss.detach())
             tokens = mask if inputs["entropy_mask"][agent] is None else mask * inputs["entropy_mask"][agent]
             scale = self.current_gradient_accumulation_steps if mode == "train" else 1.0
             loss = loss - bonus.bonus(agent, entropy, tokens, scale, train=mode == "train")
@@ -545,14 +552,14 @@ class MAGRPOTrainer(TeamTrainer):
             self._count_nonfinite(1, "loss")
             return None
         fmask = mask.float()
-        metrics[prefix + "entropy"].append(float(masked_mean(entropy.detach(), fmask)) if fmask.sum() else 0.0)
+        metrics[prefix + "entropy"].append(_mean_or_zero(entropy.detach(), fmask))
         if mode == "train":
             self.diagnostics.add_entropy(agent, entropy, fmask)
         if kl is not None:
-            metrics[prefix + "kl"].append(float(masked_mean(kl.detach(), fmask)) if fmask.sum() else 0.0)
+            metrics[prefix + "kl"].append(_mean_or_zero(kl.detach(), fmask))
         clip_mask = clipped.expand_as(fmask).float() if clipped.dim() == 2 else clipped.float()
-        metrics[prefix + "clip_ratio"].append(float(masked_mean(clip_mask, fmask)) if fmask.sum() else 0.0)
-        metrics[prefix + "loss"].append(float(loss.detach()))
+        metrics[prefix + "clip_ratio"].append(_mean_or_zero(clip_mask, fmask))
+        metrics[prefix + "loss"].append(loss.detach())
         return loss
 
     def compute_agent_loss(self, agent_index: int, logps: torch.Tensor,
