@@ -36,9 +36,9 @@ class SyncCounter(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-def step_syncs(model_dir: str, out: str, agents: int) -> int:
+def step_syncs(model_dir: str, out: str, agents: int) -> tuple[int, int]:
     """Host syncs of the second optimizer step's `training_step` calls, outside the sampling and the model's
-    forwards."""
+    forwards, and the all-gathers the step asked accelerate for."""
     args = MAGRPOConfig(output_dir=out, num_agents=agents, team_mode="adapters", num_generations=4,
                         per_device_train_batch_size=8, max_completion_length=4, learning_rate=1e-2, max_steps=2,
                         logging_steps=1, report_to="none", save_strategy="no", disable_tqdm=True, seed=0)
@@ -68,21 +68,32 @@ def step_syncs(model_dir: str, out: str, agents: int) -> int:
         with counter:
             return step(*args, **kwargs)
 
+    gathers = 0
+    gather = trainer.accelerator.gather
+
+    def counted_gather(*args: Any, **kwargs: Any) -> Any:
+        nonlocal gathers
+        gathers += calls == 2
+        return gather(*args, **kwargs)
+
+    trainer.accelerator.gather = counted_gather  # type: ignore[method-assign]
     trainer.training_step = counted_step  # type: ignore[method-assign]
     trainer.team.forward_call = model_call
     trainer.team.generate = sample  # type: ignore[method-assign]
     trainer.train()
     assert calls == 2
-    return sum(counter.ops[op] for op in SYNC_OPS)
+    return sum(counter.ops[op] for op in SYNC_OPS), gathers
 
 
-def test_host_syncs_per_agent_in_a_training_step(target_model_dir, tmp_path) -> None:
+def test_host_syncs_and_gathers_per_agent_in_a_training_step(target_model_dir, tmp_path) -> None:
     """One host sync per agent (the check that its loss is finite, which decides whether it is used); the agents'
     metrics stay on the device until the log reads them all at once. Each agent added 11 syncs here before (entropy,
     clip ratio, loss, the entropy diagnostics, each read with `float()` as it was recorded)."""
-    one = step_syncs(target_model_dir, str(tmp_path / "one"), 1)
-    three = step_syncs(target_model_dir, str(tmp_path / "three"), 3)
+    (one, one_gathers), (three, three_gathers) = (step_syncs(target_model_dir, str(tmp_path / name), agents)
+                                                  for name, agents in (("one", 1), ("three", 3)))
     assert (three - one) / 2 <= 1, (one, three)
+    # the token counts that normalize the loss: one all-gather for every agent (it was one per agent)
+    assert three_gathers == one_gathers >= 1
 
 
 def test_metrics_book_reads_tensors_once() -> None:

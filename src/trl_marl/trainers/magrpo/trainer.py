@@ -496,11 +496,12 @@ class MAGRPOTrainer(TeamTrainer):
             all_advantages.append(advantages)
             all_turns.append(turn_of_sample)
         # dapo divides by the completion tokens of the whole step: every micro-batch, every process
-        num_items = []  # as TRL: the generation's tokens, rescaled to one accumulation window
+        # as TRL: the generation's tokens, rescaled to one accumulation window; every agent's count in one all-gather
         window = args.gradient_accumulation_steps / args.steps_per_generation if mode == "train" else 1.0
-        for a in range(n):
-            count = sum(batches[a].completion_mask.sum() for batches in all_batches).to(device)
-            num_items.append(self.accelerator.gather(count).sum() * window)
+        counts = torch.stack([sum(batches[a].completion_mask.sum() for batches in all_batches)
+                              for a in range(n)]).to(device)  # [n]
+        totals = self.accelerator.gather(counts).view(-1, n).sum(dim=0)  # [processes * n] -> [n]
+        num_items = [total * window for total in totals.unbind()]
         for micro in micro_batches:
             micro["num_items"] = num_items
         self.last_advantages = [torch.cat([adv[a] for adv in all_advantages]) for a in range(n)]
