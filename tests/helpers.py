@@ -9,11 +9,32 @@ from __future__ import annotations
 import importlib.util
 import socket
 import sys
+from collections import Counter
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+SYNC_OPS = {"_local_scalar_dense", "is_nonzero"}  # the operators that read a device value on the host
+
+
+class OpCounter(TorchDispatchMode):
+    """Counts, by name, the operators dispatched while it is active (`with OpCounter() as counter:`); `syncs` is
+    how many of them read a device value on the host (what decides a GPU step's speed, counted on a CPU)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: Counter[str] = Counter()
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        self.ops[func.overloadpacket.__name__] += 1
+        return func(*args, **(kwargs or {}))
+
+    @property
+    def syncs(self) -> int:
+        return sum(self.ops[op] for op in SYNC_OPS)
 
 
 def close(actual: torch.Tensor, expected: Any, atol: float = 1e-6, rtol: float = 1e-6) -> None:

@@ -14,10 +14,11 @@ from typing import Any
 
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
+from torch.utils._python_dispatch import _disable_current_modes
 from transformers import GenerationConfig, PreTrainedTokenizerBase
 from transformers.generation import NoRepeatNGramLogitsProcessor
 
+from helpers import SYNC_OPS, OpCounter
 from trl_marl.team import pad_left
 from trl_marl.team.generation.compiled import CompiledDecoder
 from trl_marl.team.generation.graph_step import (
@@ -28,8 +29,6 @@ from trl_marl.team.generation.graph_step import (
 )
 from trl_marl.team.generation.lean import _logits_processors, decode
 from trl_marl.toy import build_toy_model
-
-SYNC_OPS = {"_local_scalar_dense", "is_nonzero"}  # the operators that read a device value on the host
 
 
 def processors(do_sample: bool = True, **settings: Any) -> list[Any]:
@@ -104,18 +103,6 @@ def test_sample_into_keeps_the_books() -> None:
     sample_into(logits(3, 3, 3), buffers, [], do_sample=False)
     assert buffers.tokens[:, 2].tolist() == [0, 0, 0] and buffers.done_at.item() == 1  # the first end is kept
     assert buffers.index.item() == 3
-
-
-class OpCounter(TorchDispatchMode):
-    """Counts the operators dispatched while it is active."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.ops: Counter[str] = Counter()
-
-    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        self.ops[func.overloadpacket.__name__] += 1
-        return func(*args, **(kwargs or {}))
 
 
 def count_outside(decoder: CompiledDecoder, model: Any, ids: torch.Tensor, mask: torch.Tensor,

@@ -9,31 +9,18 @@ own forward (transformers' mask checks, one set per forward).
 
 from __future__ import annotations
 
-from collections import Counter
 from typing import Any
 
 import pytest
 import torch
 from datasets import Dataset
 from peft import LoraConfig
-from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
+from torch.utils._python_dispatch import _disable_current_modes
 
-from helpers import spread_reward
+from helpers import OpCounter, spread_reward
 from trl_marl import MAGRPOConfig, MAGRPOTrainer
 from trl_marl.envs import TargetSumEnv
 from trl_marl.trainers.metrics import MetricsBook
-
-SYNC_OPS = {"_local_scalar_dense", "is_nonzero"}
-
-
-class SyncCounter(TorchDispatchMode):
-    def __init__(self) -> None:
-        super().__init__()
-        self.ops: Counter[str] = Counter()
-
-    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        self.ops[func.overloadpacket.__name__] += 1
-        return func(*args, **(kwargs or {}))
 
 
 def step_syncs(model_dir: str, out: str, agents: int) -> tuple[int, int]:
@@ -46,7 +33,7 @@ def step_syncs(model_dir: str, out: str, agents: int) -> tuple[int, int]:
                             train_dataset=Dataset.from_dict({"target": [10] * 32}),
                             peft_config=LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"],
                                                    lora_dropout=0.0))
-    counter = SyncCounter()
+    counter = OpCounter()
     step = trainer.training_step
     call = trainer.team.forward_call
     generate = trainer.team.generate
@@ -82,7 +69,7 @@ def step_syncs(model_dir: str, out: str, agents: int) -> tuple[int, int]:
     trainer.team.generate = sample  # type: ignore[method-assign]
     trainer.train()
     assert calls == 2
-    return sum(counter.ops[op] for op in SYNC_OPS), gathers
+    return counter.syncs, gathers
 
 
 def test_host_syncs_and_gathers_per_agent_in_a_training_step(target_model_dir, tmp_path) -> None:
@@ -101,10 +88,10 @@ def test_metrics_book_reads_tensors_once() -> None:
     book["train"]["loss"] += [torch.tensor(1.0), 2.0, torch.tensor([3.0])]
     book["train"]["nonfinite/loss"] += [torch.tensor(1.0), torch.tensor(2.0)]
     book["train"]["diagnostics/streak"] += [torch.tensor(4.0), torch.tensor(5.0)]
-    with SyncCounter() as counter:
+    with OpCounter() as counter:
         logged = book.logged("train")
     assert logged == {"loss": 2.0, "nonfinite/loss": 3.0, "diagnostics/streak": 5.0}
-    assert sum(counter.ops[op] for op in SYNC_OPS) <= 1  # one read of every tensor (`tolist` of their stack)
+    assert counter.syncs <= 1  # one read of every tensor (`tolist` of their stack)
     assert book["train"]["loss"] == [1.0, 2.0, 3.0]  # the lists now hold the floats
     book["eval"]["x"].append(torch.tensor(float("inf")))
     assert book.logged("eval") == {"eval_x": pytest.approx(float("nan"), nan_ok=True)}
