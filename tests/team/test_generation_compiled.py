@@ -273,6 +273,13 @@ def test_configs_accept_compiled(tmp_path) -> None:
         check_generation_backend(config)
         assert config.generation_backend == "compiled" and not config.use_vllm
         assert isinstance(build_generation_backend(config, None), CompiledBackend)
+        assert build_generation_backend(config, None).decoder.sync_every == 8  # the field's default
+        every = config_class(output_dir=str(tmp_path), report_to=[], generation_backend="compiled",
+                             compiled_sync_every=3)
+        assert build_generation_backend(every, None).decoder.sync_every == 3
+        with pytest.raises(ValueError, match="compiled_sync_every"):
+            build_generation_backend(config_class(output_dir=str(tmp_path), report_to=[],
+                                                  generation_backend="compiled", compiled_sync_every=0), None)
         assert "'compiled'" in config_class.__dataclass_fields__["generation_backend"].metadata["help"]
         with pytest.raises(ValueError, match="set only one"):
             config_class(output_dir=str(tmp_path), report_to=[], generation_backend="compiled", use_vllm=True)

@@ -30,7 +30,7 @@ def build_generation_backend(settings: GenerationSettings | Any, team: Any) -> G
     if settings.generation_backend == "compiled":
         from .compiled import CompiledBackend
 
-        return CompiledBackend(team)
+        return CompiledBackend(team, sync_every=settings.compiled_sync_every)
     backend: GenerationBackend
     if settings.vllm_mode == "server":
         from .vllm_server import VLLMServerBackend

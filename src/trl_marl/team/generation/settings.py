@@ -64,6 +64,7 @@ class GenerationSettings:
     vllm_enable_sleep_mode: bool = False
     vllm_tensor_parallel_size: int = 1
     vllm_structured_outputs_regex: str | None = None
+    compiled_sync_every: int = 8
     seed: int = 0
 
     @classmethod
@@ -75,6 +76,9 @@ class GenerationSettings:
         if self.generation_backend not in GENERATION_BACKENDS:
             raise ValueError(f"`generation_backend` must be one of {GENERATION_BACKENDS}, got "
                              f"{self.generation_backend!r}.")
+        every = self.compiled_sync_every
+        if isinstance(every, bool) or not isinstance(every, int) or every < 1:
+            raise ValueError(f"`compiled_sync_every` must be a positive number of tokens, got {every!r} (e.g. 8).")
         if self.generation_backend != "vllm":
             return
         if self.vllm_mode not in VLLM_MODES:

@@ -266,8 +266,9 @@ class MAGRPOConfig(GRPOConfig):
         default="transformers",
         metadata={
             "help": "What samples the agents' completions: 'transformers' (the team's own batched decoding), "
-            "'compiled' (the same decoding and tokens on a static KV cache, bucketed to a few shapes, with the "
-            "one-token decode forward compiled by torch.compile: CUDA graphs on a GPU; where that cannot run, e.g. "
+            "'compiled' (the same decoding on a static KV cache, bucketed to a few shapes, with the whole decode "
+            "step compiled by torch.compile: the forward, the sampling and the EOS bookkeeping, CUDA graphs on a "
+            "GPU, one host check of the rows' end per `compiled_sync_every` tokens; where that cannot run, e.g. "
             "beam search or a model without static-cache support, it decodes eager and logs why once), or "
             "'vllm' (one in-process vLLM engine for the whole team, every agent's LoRA adapter a LoRARequest, all "
             "agents' rows in one call, adapters re-uploaded after each optimizer step; needs LoRA adapters "
@@ -279,6 +280,15 @@ class MAGRPOConfig(GRPOConfig):
             "`vllm_importance_sampling_correction=True` (TRL's default) each agent's per-token policy loss is "
             "weighted by TRL's truncated importance ratio of the training model over vLLM "
             "(`vllm_importance_sampling_mode`, `_clip_min`, `_clip_max`; logged as `sampling/*`)."
+        },
+    )
+    compiled_sync_every: int = field(
+        default=8,
+        metadata={
+            "help": "With generation_backend='compiled': every this many tokens the host checks whether every row "
+            "has ended (the decode loop's only host sync); up to this many minus one steps run past the end and are "
+            "cut, so the output is the same. 8 by default, from a cost model (a sync per token against wasted "
+            "steps), not yet measured on a GPU."
         },
     )
     vllm_logprobs_mode: str = field(

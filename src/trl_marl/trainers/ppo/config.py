@@ -173,12 +173,21 @@ class MultiAgentPPOConfig(TRLBaseConfig):
         default="transformers",
         metadata={
             "help": "What samples the responses: 'transformers' (the team's own batched decoding), 'compiled' (the "
-            "same decoding and tokens on a static KV cache with the decode forward compiled by torch.compile: CUDA "
-            "graphs on a GPU; eager, with the reason logged once, where it cannot run) or 'vllm' (one "
+            "same decoding on a static KV cache with the whole decode step, sampling included, compiled by "
+            "torch.compile: CUDA graphs on a GPU, one host check of the rows' end per `compiled_sync_every` tokens; "
+            "eager, with the reason logged once, where it cannot run) or 'vllm' (one "
             "in-process vLLM engine for the whole team, every agent's LoRA adapter a LoRARequest, adapters "
             "re-uploaded after each optimizer step; needs LoRA adapters (a peft_config) and vLLM installed). "
             "`use_vllm=True` selects 'vllm'. Log-probabilities and values are recomputed by the training model; "
             "the policy loss is weighted by the engine/trainer importance ratio (`vllm_importance_sampling_*`)."
+        },
+    )
+    compiled_sync_every: int = field(
+        default=8,
+        metadata={
+            "help": "With generation_backend='compiled': every this many tokens the host checks whether every row "
+            "has ended (the decode loop's only host sync); the output is the same. 8 by default, from a cost model, "
+            "not yet measured on a GPU."
         },
     )
     use_vllm: bool = field(
