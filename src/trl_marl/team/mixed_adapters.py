@@ -169,9 +169,9 @@ def _stack_plan(layer: Any, runs: list[tuple[str, int, int]], rows: int) -> tupl
     apply them all with one batched matmul: every row in a run of one of its adapters, runs of equal length, the
     adapters' A (and B) matrices of one shape and dtype, no LoRA bias, and the same dropout (none, or `nn.Dropout` of
     one probability). None: the layer slices run by run."""
-    if not runs or runs[0][1] != 0 or runs[-1][2] != rows or len({stop - start for _, start, stop in runs}) != 1:
-        return None
-    if any(prev[2] != nxt[1] for prev, nxt in zip(runs, runs[1:])):
+    # the runs are disjoint and in row order (`adapter_runs`): equal lengths that add up to every row cover them all
+    lengths = {stop - start for _, start, stop in runs}
+    if len(lengths) != 1 or lengths.pop() * len(runs) != rows:
         return None
     adapters = [name for name, _, _ in runs]
     a_weights = [layer.lora_A[name].weight for name in adapters]

@@ -121,13 +121,9 @@ class DecodeBuffers:
         self.seen: torch.Tensor | None = None
         self.eos: torch.Tensor | None = None
         self.pad: torch.Tensor | None = None
-        for tensor in self._tensors():
-            _mark_static(tensor)
-
-    def _tensors(self) -> list[torch.Tensor]:
-        tensors = [self.step_ids, self.positions, self.mask, self.tokens, self.unfinished, self.real, self.index,
-                   self.done_at]
-        return tensors + [t for t in (self.seen, self.eos, self.pad) if t is not None]
+        for tensor in (self.step_ids, self.positions, self.mask, self.tokens, self.unfinished, self.real, self.index,
+                       self.done_at):
+            _mark_static(tensor)  # (`seen`, `eos` and `pad` are marked when `reset` makes them)
 
     def reset(self, rows: int, prompt_ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor,
               eos: torch.Tensor | None, pad: torch.Tensor | None, vocab_size: int | None) -> None:
