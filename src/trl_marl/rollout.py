@@ -56,6 +56,7 @@ from .rewarding import (
     RewardSet,
 )
 from .team import AgentTeam, Generation
+from .tools.loop import ToolLoop, ToolTurn, ToolTurnStats
 
 
 @dataclass
@@ -100,6 +101,11 @@ class TurnResult:
     local_rewards: torch.Tensor | None = None
     local_rewards_per_func: list[torch.Tensor | None] | None = None
     local_returns: torch.Tensor | None = None
+    # with tools ([`ToolLoop`]): [agent] None for an agent without tools, else [K * G] per sample: its tool mask (1 on
+    # generated tokens, 0 on tool results), its turn as chat messages, and the agent's counts of tool use
+    tool_masks: list[list[list[int]] | None] | None = None
+    tool_messages: list[list[list[dict[str, Any]]] | None] | None = None
+    tool_stats: list[ToolTurnStats | None] | None = None
 
 
 @dataclass
@@ -159,6 +165,10 @@ class JointRollout:
             each process played. None: this process's batch is the whole batch.
         local_reward: Per-agent local rewards ([`~trl_marl.rewarding.LocalReward`]), scored at every scored turn
             and backed up per agent into `TurnResult.local_returns`. None: no local reward.
+        tool_loop: The tools of the team's members ([`~trl_marl.tools.ToolLoop`], indexed like the team): within a
+            turn a member with tools calls them and generates again until it answers; its answer (the content of
+            its last message) is what the rewards and the other agents see, and its tool results are masked
+            (`TurnResult.tool_masks`). None: no tools.
     """
 
     def __init__(
@@ -180,6 +190,7 @@ class JointRollout:
         advantages: Callable[[TurnResult], torch.Tensor] | None = None,
         gather: Callable[[torch.Tensor], torch.Tensor] | None = None,
         local_reward: LocalReward | None = None,
+        tool_loop: ToolLoop | None = None,
     ) -> None:
         self.env = env
         self.team = team
@@ -206,6 +217,7 @@ class JointRollout:
         self.advantage_fn = advantages
         self.gather = gather
         self.local_reward = local_reward
+        self.tool_loop = tool_loop if tool_loop is not None and tool_loop.active else None
         # Branch choice draws from torch's global generator by default, so that it follows the trainer's seed and
         # is saved in (and restored from) a checkpoint's RNG state like sampling; `seed` gives the rollout a private
         # generator instead (e.g. for an evaluation that must not disturb training's random stream).
@@ -236,6 +248,9 @@ class JointRollout:
         while lockstep(bool(nodes)) if lockstep is not None else nodes:
             if not nodes:  # other processes play this turn: generate as they do (sharded weights), discard it
                 self._idle_turn(rows[0] if rows else None, turn, config, extra)
+                if self.tool_loop is not None:  # and the rounds of generation after their tool results
+                    self.tool_loop.follow(lockstep, functools.partial(self._idle_turn, rows[0] if rows else None,
+                                                                      turn, config, extra))
                 turn += 1
                 continue
             prompts = [[self.env.agent_prompt(rows[node.row_index], a, node.transcript)
@@ -245,14 +260,26 @@ class JointRollout:
             for a in range(n):
                 by_slot[slots[a]] = prompts[a]
             start = time.perf_counter()
+            tool_turn = None
+            if self.tool_loop is not None:  # members with tools: prompts that describe them; calls run in between
+                sample_rows = [rows[node.row_index] for node in nodes for _ in range(G)]
+                by_slot = self.tool_loop.prepare(by_slot, [sample_rows] * self.num_slots, self.chat_template_kwargs)
             generated = _as_generation(self.team.generate(by_slot, config, self.chat_template_kwargs, **extra))
+            if self.tool_loop is not None:
+                tool_turn = self._tool_turn(generated, config, extra, rows[nodes[0].row_index], turn, lockstep)
+                generated = tool_turn.generation
             gen_time += time.perf_counter() - start
             prompt_ids = [generated.prompt_ids[slots[a]] for a in range(n)]
             completion_ids = [generated.completion_ids[slots[a]] for a in range(n)]
             engine_logps = generated.sampling_logps
-            gen_tokens += sum(len(c) for agent in completion_ids for c in agent)
             texts = [self.team.tokenizers[slots[a]].batch_decode(completion_ids[a], skip_special_tokens=True)
                      for a in range(n)]
+            tool_masks = None if tool_turn is None else [tool_turn.tool_masks[s] for s in slots]
+            for a in range(n):
+                mask = None if tool_masks is None else tool_masks[a]
+                gen_tokens += sum(len(c) for c in completion_ids[a]) if mask is None else sum(map(sum, mask))
+                if tool_turn is not None and tool_turn.answers[slots[a]] is not None:
+                    texts[a] = tool_turn.answers[slots[a]]  # type: ignore[assignment]
             # joint action j of node k takes sample k*G + joint_indices[j, a] of agent a
             sample = [[k * G + index[j][a] for k in range(len(nodes)) for j in range(J)] for a in range(n)]
             joint_texts = [[texts[a][i] for i in sample[a]] for a in range(n)]
@@ -279,12 +306,28 @@ class JointRollout:
                                 sampling_logps=None if engine_logps is None else [engine_logps[s] for s in slots])
             if local is not None:
                 result.local_rewards, result.local_rewards_per_func = local[0].view(len(nodes), J, n), local[1]
+            if tool_turn is not None:
+                result.tool_masks = tool_masks
+                result.tool_messages = [tool_turn.messages[s] for s in slots]
+                result.tool_stats = [tool_turn.stats[s] for s in slots]
             turns.append(result)
             nodes = self._expand(result, rows) if turn < self.env.num_turns else []
             turn += 1
         if score and self.score_fn is not None:
             self._backup(turns)
         return Rollout(turns, gen_time, gen_tokens, nonfinite)
+
+    def _tool_turn(self, generated: Generation, config: GenerationConfig, extra: dict[str, Any],
+                   row: Mapping[str, Any], turn: int, lockstep: Callable[[bool], bool] | None) -> ToolTurn:
+        """The tool calls of one turn's first generation, and the generations after their results."""
+        assert self.tool_loop is not None
+
+        def generate(prompt_ids: list[list[list[int]]], step_config: GenerationConfig) -> Generation:
+            return _as_generation(self.team.generate(prompt_ids, step_config, self.chat_template_kwargs, **extra))
+
+        idle = functools.partial(self._idle_turn, row, turn, config, extra)
+        return self.tool_loop.run(generate, generated, config, self.chat_template_kwargs, keep_going=lockstep,
+                                  idle=idle)
 
     def _idle_turn(self, row: Mapping[str, Any] | None, turn: int, config: GenerationConfig,
                    extra: dict[str, Any]) -> None:

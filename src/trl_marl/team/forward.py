@@ -48,6 +48,7 @@ from transformers import PreTrainedModel
 
 from ..core import chunk_positions, entropy_from_logits, head_logprobs, selective_log_softmax
 from ..utils.tokens import joint_model_inputs, sequence_model_inputs
+from .batch import AgentBatch
 from .compile import CompiledForward, call_model
 from .head import bound_head, head_path, head_path_checked
 from .mixed_adapters import sliced_adapter_rows, sliced_adapter_rows_plan
@@ -177,31 +178,6 @@ def checkpointing_paused(model: nn.Module) -> Iterator[None]:
     finally:
         for module in paused:
             module.gradient_checkpointing = True
-
-
-@dataclass
-class AgentBatch:
-    """Tokenized samples of one agent: left-padded prompts followed by right-padded completions."""
-
-    prompt_ids: torch.Tensor
-    prompt_mask: torch.Tensor
-    completion_ids: torch.Tensor
-    completion_mask: torch.Tensor
-
-    @property
-    def input_ids(self) -> torch.Tensor:
-        return torch.cat([self.prompt_ids, self.completion_ids], dim=1)
-
-    @property
-    def attention_mask(self) -> torch.Tensor:
-        return torch.cat([self.prompt_mask, self.completion_mask], dim=1)
-
-    def to(self, device: torch.device | str) -> AgentBatch:
-        return AgentBatch(*(t.to(device) for t in (self.prompt_ids, self.prompt_mask, self.completion_ids,
-                                                   self.completion_mask)))
-
-    def __len__(self) -> int:
-        return self.prompt_ids.size(0)
 
 
 def logits_dtype_autocast(logits: torch.Tensor) -> AbstractContextManager[Any]:

@@ -28,7 +28,16 @@ Modules: ``model`` (tokenizer and model), ``tasks`` (the synthetic tasks), ``pre
 from typing import Any
 
 from .cache import is_toy_name, make_toy_model, resolve_toy_name, toy_cache_dir
-from .model import TOY_CHARS, TOY_CHAT_TEMPLATE, TOY_SPECIAL_TOKENS, build_toy_model, build_toy_tokenizer
+from .model import (
+    TOY_CHARS,
+    TOY_CHAT_CHARS,
+    TOY_CHAT_SPECIAL_TOKENS,
+    TOY_CHAT_TEMPLATE,
+    TOY_SPECIAL_TOKENS,
+    build_toy_chat_tokenizer,
+    build_toy_model,
+    build_toy_tokenizer,
+)
 from .pretrain import generate_toy_answers, pretrain_toy_model, toy_accuracy
 from .rows import (
     TOY_CODING_PROMPTS,
@@ -55,12 +64,15 @@ __all__ = [
     "FACT_KEYS",
     "SpecialistFactsTask",
     "TOY_CHARS",
+    "TOY_CHAT_CHARS",
+    "TOY_CHAT_SPECIAL_TOKENS",
     "TOY_CHAT_TEMPLATE",
     "TOY_CODING_PROMPTS",
     "TOY_SPECIAL_TOKENS",
     "TOY_WRITING_PROMPTS",
     "TargetNumberTask",
     "ToyTask",
+    "build_toy_chat_tokenizer",
     "build_toy_model",
     "build_toy_tokenizer",
     "fact_table",

@@ -30,14 +30,26 @@ TOY_CHAT_TEMPLATE: str = (
 
 
 
-def _byte_level_chars() -> dict[str, str]:
+TOY_CHAT_CHARS: str = "".join(chr(c) for c in range(32, 127)) + "\n"
+"""The character vocabulary of the toy chat tokenizer: printable ASCII and the newline."""
+
+TOY_CHAT_SPECIAL_TOKENS: dict[str, str] = {
+    "pad_token": "<pad>",
+    "bos_token": "<|im_start|>",
+    "eos_token": "<|im_end|>",
+    "unk_token": "<unk>",
+}
+"""The special tokens of the toy chat tokenizer (ChatML's markers, as SmolLM2-Instruct has them); ids 0-3."""
+
+
+def _byte_level_chars(chars: str = TOY_CHARS) -> dict[str, str]:
     """Maps each character of :data:`TOY_CHARS` to its byte-level (GPT-2 style) token string.
 
     Returns:
         A dict from character to token string, e.g. ``" "`` to ``"Ġ"`` and ``"7"`` to ``"7"``.
     """
     mapping = {}
-    for char in TOY_CHARS:
+    for char in chars:
         pieces = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False).pre_tokenize_str(char)
         (token, _span), *rest = pieces
         if rest or len(token) != 1:
@@ -93,6 +105,42 @@ def build_toy_tokenizer() -> PreTrainedTokenizerFast:
     tokenizer.padding_side = "left"
     tokenizer.chat_template = TOY_CHAT_TEMPLATE
     return tokenizer
+
+
+def build_toy_chat_tokenizer() -> PreTrainedTokenizerFast:
+    """Builds a character-level ChatML tokenizer whose chat template can express tool calls.
+
+    Like :func:`build_toy_tokenizer` (one token per character, byte-level form, left padding) over
+    :data:`TOY_CHAT_CHARS`, with ChatML's `<|im_start|>`/`<|im_end|>` as special tokens (`<|im_end|>` ends a
+    message and is the EOS) and `trl_marl.tools.CHATML_TOOL_TEMPLATE` with its response parser, so that tests of
+    tool-using agents (and TRL's `GRPOTrainer(tools=...)`) can run on a tiny model: pair it with
+    :func:`build_toy_model`.
+
+    Returns:
+        The tokenizer.
+    """
+    from ..tools.templates import use_tool_chat_template
+
+    specials = list(TOY_CHAT_SPECIAL_TOKENS.values())
+    byte_level = _byte_level_chars(TOY_CHAT_CHARS)
+    vocab = {token: index for index, token in enumerate([*specials, *(byte_level[c] for c in TOY_CHAT_CHARS)])}
+    backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token=TOY_CHAT_SPECIAL_TOKENS["unk_token"]))
+    backend.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+    backend.decoder = decoders.ByteLevel()
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        clean_up_tokenization_spaces=False,
+        padding_side="left",
+        model_max_length=1024,
+        **TOY_CHAT_SPECIAL_TOKENS,
+    )
+    tokenizer.padding_side = "left"
+    return use_tool_chat_template(tokenizer)
 
 
 def build_toy_model(

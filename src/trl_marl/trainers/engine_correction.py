@@ -96,10 +96,10 @@ def engine_correction(args: MAGRPOConfig | MultiAgentPPOConfig, accelerator: Any
             ratios.append(None)
             continue
         ratio = engine_importance_sampling_ratio(
-            old.float(), sampling[a], batch.completion_mask, args.vllm_importance_sampling_mode,
+            old.float(), sampling[a], batch.loss_mask, args.vllm_importance_sampling_mode,
             args.vllm_importance_sampling_clip_min, args.vllm_importance_sampling_clip_max)
         ratios.append(ratio)
-        pooled.append(mismatch_values(old, sampling[a], ratio, batch.completion_mask,
+        pooled.append(mismatch_values(old, sampling[a], ratio, batch.loss_mask,
                                       args.vllm_importance_sampling_mode))
         for name, value in correction_metrics(accelerator, [pooled[-1]]).items():
             metrics[f"agent_{a}/{name}"].append(value)

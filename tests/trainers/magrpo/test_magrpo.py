@@ -196,8 +196,8 @@ def test_num_generations_below_two(tmp_path):
 
 def test_unimplemented_grpo_setting_is_refused(tmp_path):
     # a refused setting says why
-    with pytest.raises(ValueError, match="max_tool_calling_iterations=3 \\(not implemented: MAGRPO has no tool-call"):
-        config(tmp_path, max_tool_calling_iterations=3)
+    with pytest.raises(ValueError, match="router_aux_loss_coef=0.5 \\(not implemented yet: the team's forward"):
+        config(tmp_path, router_aux_loss_coef=0.5)
     with pytest.raises(ValueError, match="log_unique_prompts=True"):
         config(tmp_path, log_unique_prompts=True)
     # GRPO settings that MAGRPO implements still refuse values that make no sense

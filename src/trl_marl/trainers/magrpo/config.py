@@ -55,13 +55,12 @@ HONOURED_GRPO_FIELDS = frozenset({
     "vespo_lambda_neg",
     "ref_model_mixup_alpha", "ref_model_sync_steps",  # sync_ref_model's
     "log_multimodal",
+    "max_tool_calling_iterations",  # the rounds of tool calls in one agent's turn (`trl_marl.tools.ToolLoop`)
 })
 
 
 # Why a GRPO setting is refused, for the ones with a reason worth telling (the others: not implemented in MAGRPO).
 _REFUSAL_REASONS = {
-    "max_tool_calling_iterations": "not implemented: MAGRPO has no tool-calling loop inside a turn; a "
-    "MultiAgentEnv's turns carry feedback (e.g. tool or test output) between turns",
     "router_aux_loss_coef": "not implemented yet: the team's forward does not ask MoE models for their router "
     "logits, so there is no load-balancing loss to weight",
 }
@@ -129,6 +128,10 @@ class MAGRPOConfig(GRPOConfig):
         max_branches (`int`, *optional*): Branching cap: how many joint actions of a node continue to the next turn.
         early_stop_threshold (`float`, *optional*): A node whose mean reward reaches it does not continue; its
             success is taken to persist for the turns it skips (`trl_marl.core.early_stop_returns`).
+        tool_call_timeout (`float`, *optional*, defaults to `30.0`): Seconds one tool call may take (agents with
+            tools); a slower call's result is an error message. `max_tool_calling_iterations` (GRPO's) bounds the
+            rounds of calls in one agent's turn.
+        max_tool_result_chars (`int`, *optional*, defaults to `4000`): Longest tool result; longer ones are cut.
         team_mode (`str`, *optional*): `"adapters"`, `"models"` or `"shared"` (see [`AgentTeam`]).
         generation_backend (`str`, defaults to `"transformers"`): What samples the completions: the team's own
             decoding, `"compiled"` (the same decoding on a static KV cache with the decode forward compiled: CUDA
@@ -242,6 +245,22 @@ class MAGRPOConfig(GRPOConfig):
             "help": "A node whose mean team reward reaches this value does not continue to the next turn. Its joint "
             "actions are credited as if that mean reward persisted for the turns it skips (R_t = r_t + "
             "sum_{k=1}^{T-t} gamma^k * mean r_t), so stopping early on success never looks worse than continuing."
+        },
+    )
+    tool_call_timeout: float | None = field(
+        default=30.0,
+        metadata={
+            "help": "Seconds one tool call may take (agents with `tools` or `environment_factory`): a call that "
+            "takes longer gives the agent an error message as the tool's result, and training goes on. None: no "
+            "limit. A Python function cannot be stopped from outside, so a tool that may hang for good should run "
+            "its work in a subprocess (as `trl_marl.tools.python` runs code in the sandbox)."
+        },
+    )
+    max_tool_result_chars: int | None = field(
+        default=4000,
+        metadata={
+            "help": "Longest tool result, in characters: a longer one is cut, with a note saying how much was "
+            "dropped. None: no limit (results are still dropped when they do not fit `max_completion_length`)."
         },
     )
     team_mode: str | None = field(
@@ -445,6 +464,15 @@ class MAGRPOConfig(GRPOConfig):
             raise ValueError(f"`discount` must be in [0, 1], got {self.discount}.")
         if self.max_branches is not None and self.max_branches < 1:
             raise ValueError(f"`max_branches` must be >= 1 or None, got {self.max_branches}.")
+        if self.tool_call_timeout is not None and not self.tool_call_timeout > 0:
+            raise ValueError(f"`tool_call_timeout` must be > 0 seconds or None (no limit), got "
+                             f"{self.tool_call_timeout!r}.")
+        if self.max_tool_result_chars is not None and self.max_tool_result_chars < 1:
+            raise ValueError(f"`max_tool_result_chars` must be >= 1 or None (no limit), got "
+                             f"{self.max_tool_result_chars!r}.")
+        if self.max_tool_calling_iterations is not None and self.max_tool_calling_iterations < 0:
+            raise ValueError(f"`max_tool_calling_iterations` must be >= 0 or None (until the completion budget is "
+                             f"spent), got {self.max_tool_calling_iterations!r}.")
         if self.team_mode not in (None, "adapters", "models", "shared"):
             raise ValueError(f"`team_mode` must be 'adapters', 'models', 'shared' or None, got {self.team_mode!r}.")
         check_choice(self, "prompt_length_check", PROMPT_LENGTH_CHECKS)

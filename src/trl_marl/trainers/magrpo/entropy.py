@@ -150,5 +150,5 @@ def high_entropy_masks(accelerator: Any, inputs: dict[str, Any], top_quantile: f
     """Each agent's [`agent_high_entropy_mask`] (`None` for an agent without entropies); each depends on that
     agent's entropies only."""
     return [None if entropy is None else
-            agent_high_entropy_mask(accelerator, entropy, inputs["batches"][a].completion_mask, top_quantile)
+            agent_high_entropy_mask(accelerator, entropy, inputs["batches"][a].loss_mask, top_quantile)
             for a, entropy in enumerate(inputs["entropy"])]

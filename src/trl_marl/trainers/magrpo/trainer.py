@@ -43,6 +43,8 @@ from ...rewarding import (
 )
 from ...rollout import JointRollout, Rollout, TurnResult, assign_advantages, turn_advantages
 from ...team import AgentBatch, AgentTeam, pad_left, pad_right
+from ...tools.loop import ToolLoop, tool_masks_tensor
+from ...tools.toolset import AgentTools, team_tools
 from ...utils.precision import cast_lm_head_to_fp32
 from ...validation import check_prompt_lengths
 from ..base import TeamTrainer, rollout_phase
@@ -154,6 +156,8 @@ class MAGRPOTrainer(TeamTrainer):
         eval_verifier: Any = None,
         gold_column: str = "answer",
         local_reward_funcs: RewardFunc | Sequence[RewardFunc] | Sequence[Sequence[RewardFunc]] | None = None,
+        tools: Sequence[Any] | None = None,
+        environment_factory: Any = None,
     ) -> None:
         if args is None:
             name = model if isinstance(model, str) else "team"
@@ -163,6 +167,7 @@ class MAGRPOTrainer(TeamTrainer):
         env = env if env is not None else PromptEnv(num_agents=args.num_agents, num_turns=args.num_turns)
         self._check_inputs(env, args, train_dataset, eval_dataset, eval_verifier, gold_column)
         self.local_rewards = self._local_rewards(local_reward_funcs, args, env.num_agents)  # before any model loads
+        agent_tools = team_tools(tools, environment_factory, env.num_agents)  # checked before any model loads
 
         team = self._build_team(
             lambda: AgentTeam.build(model, args.num_agents, mode=args.team_mode, peft_config=peft_config,
@@ -200,6 +205,7 @@ class MAGRPOTrainer(TeamTrainer):
         # the accumulation steps, or for dapo normalised by the token count of the whole accumulated step).
         self.loss_is_scaled_for_ga = True
         self.model_accepts_loss_kwargs = False
+        self.tool_loop = self._tool_loop(agent_tools, team, args)
         self.engine = JointRollout(
             env=env,
             team=team,
@@ -214,18 +220,34 @@ class MAGRPOTrainer(TeamTrainer):
             score=self._score_turn,
             gather=functools.partial(gathered_rows, self.accelerator),  # batch statistics over every process
             local_reward=self.local_rewards,
+            tool_loop=self.tool_loop,
         )
         # evaluation plays one sample per agent per episode with the same engine, scoring every turn
         self.eval_engine = JointRollout(
             env=env, team=team, reward=self.rewards, generation_config=self._generation_config(),
             num_generations=1, discount=args.discount, early_stop_threshold=args.early_stop_threshold,
-            chat_template_kwargs=args.chat_template_kwargs, score=self._score_turn,
+            chat_template_kwargs=args.chat_template_kwargs, score=self._score_turn, tool_loop=self.tool_loop,
         )
         self.diagnostics = TrainingDiagnostics(args, self.accelerator.is_main_process)
         self._schedule = GenerationSchedule(args.steps_per_generation, args.num_iterations)
         self.entropy_control = EntropyControl(args, [a for a in range(env.num_agents) if a not in team.frozen])
         self.last_rollout: Rollout | None = None
         self.last_advantages: list[torch.Tensor] = []
+
+    @staticmethod
+    def _tool_loop(agent_tools: list[AgentTools | None], team: AgentTeam, args: MAGRPOConfig) -> ToolLoop | None:
+        """The team's [`ToolLoop`] when an agent has tools (`tools`, `environment_factory`), else None."""
+        if all(t is None for t in agent_tools):
+            return None
+        if team.num_agents != len(agent_tools):
+            raise ValueError(f"`tools` / `environment_factory` are given per agent, but the team has "
+                             f"{team.num_agents} members for {len(agent_tools)} agents (one member per turn): give "
+                             "tools to a team with one member per agent.")
+        limits = [getattr(team.base_model_of(a).config, "max_position_embeddings", None)
+                  for a in range(len(agent_tools))]
+        return ToolLoop(agent_tools, team.tokenizers, max_iterations=args.max_tool_calling_iterations,
+                        timeout=args.tool_call_timeout, max_result_chars=args.max_tool_result_chars,
+                        context_limits=limits)
 
     def _local_rewards(self, funcs: Any, args: MAGRPOConfig, num_agents: int) -> LocalReward | None:
         """The per-agent local rewards of `local_reward_funcs`, checked against the config before any step."""
@@ -387,7 +409,7 @@ class MAGRPOTrainer(TeamTrainer):
                                        entropy_grad=entropy_grad)[a]
                 inputs["entropy"][a] = entropy
                 inputs["entropy_mask"][a] = agent_high_entropy_mask(
-                    self.accelerator, entropy, batch.completion_mask, self.args.top_entropy_quantile)
+                    self.accelerator, entropy, batch.loss_mask, self.args.top_entropy_quantile)
                 loss = self._agent_loss(a, logps, entropy, inputs, "train")
             inputs["entropy"][a] = entropy.detach()
             return loss
@@ -472,10 +494,14 @@ class MAGRPOTrainer(TeamTrainer):
                 pad_id = self.team.tokenizers[a].pad_token_id
                 p_ids, p_mask = pad_left(prompt_ids, pad_id, args.pad_to_multiple_of)
                 c_ids, c_mask = pad_right(completion_ids, pad_id, args.pad_to_multiple_of)
+                tool_mask = None
+                if any(t.tool_masks is not None and t.tool_masks[a] is not None for t in rollout.turns):
+                    tool_mask = tool_masks_tensor([_tool_mask(t, a, i) for t, pick in zip(rollout.turns, picks)
+                                                   for i in pick], c_ids.size(1))
                 if self.args.mask_truncated_completions:
                     truncated = torch.tensor([not (ids and ids[-1] in eos_ids) for ids in completion_ids])
                     c_mask = c_mask * (~truncated).unsqueeze(1).long()
-                batches.append(AgentBatch(p_ids, p_mask, c_ids, c_mask).to(device))
+                batches.append(AgentBatch(p_ids, p_mask, c_ids, c_mask, tool_mask=tool_mask).to(device))
                 advantages.append(adv.float().to(device))
                 turn_of_sample.append(turn_index)
             trained = [None if a in self.team.frozen else batches[a] for a in range(n)]
@@ -498,14 +524,14 @@ class MAGRPOTrainer(TeamTrainer):
         # dapo divides by the completion tokens of the whole step: every micro-batch, every process
         # as TRL: the generation's tokens, rescaled to one accumulation window; every agent's count in one all-gather
         window = args.gradient_accumulation_steps / args.steps_per_generation if mode == "train" else 1.0
-        counts = torch.stack([sum(batches[a].completion_mask.sum() for batches in all_batches)
+        counts = torch.stack([sum(batches[a].loss_mask.sum() for batches in all_batches)
                               for a in range(n)]).to(device)  # [n]
         totals = self.accelerator.gather(counts).view(-1, n).sum(dim=0)  # [processes * n] -> [n]
         num_items = [total * window for total in totals.unbind()]
         for micro in micro_batches:
             micro["num_items"] = num_items
         self.last_advantages = [torch.cat([adv[a] for adv in all_advantages]) for a in range(n)]
-        lengths = [torch.cat([b[a].completion_mask.sum(dim=1).float().cpu() for b in all_batches]) for a in range(n)]
+        lengths = [torch.cat([b[a].loss_mask.sum(dim=1).float().cpu() for b in all_batches]) for a in range(n)]
         turns = [torch.cat([t[a] for t in all_turns]) for a in range(n)]
         self._log_rollout(rollout, lengths, self.last_advantages, turns, mode)
         return micro_batches
@@ -537,7 +563,7 @@ class MAGRPOTrainer(TeamTrainer):
         args = self.args
         bonus = self.entropy_control
         metrics = self._metrics[mode]
-        mask = inputs["batches"][agent].completion_mask
+        mask = inputs["batches"][agent].loss_mask
         loss, kl, clipped = self.compute_agent_loss(agent, logps, inputs)
         if mode == "train" and args.loss_type != "dapo":
             loss = loss / self.current_gradient_accumulation_steps
@@ -586,7 +612,7 @@ class MAGRPOTrainer(TeamTrainer):
             clipped mask (for `clip_ratio`).
         """
         args = self.args
-        mask = inputs["batches"][agent_index].completion_mask
+        mask = inputs["batches"][agent_index].loss_mask
         old = logps.detach() if inputs["old_logps"] is None else inputs["old_logps"][agent_index]
         per_token_loss, clipped = clipped_surrogate(
             logps, old, inputs["advantages"][agent_index], epsilon_low=args.epsilon, epsilon_high=args.epsilon_high,
@@ -677,6 +703,12 @@ class MAGRPOTrainer(TeamTrainer):
              "joint_mode": args.joint_mode, "advantage_mode": args.advantage_mode, "discount": args.discount,
              "loss_type": args.loss_type, "beta": args.beta, "learning_rate": args.learning_rate},
             model_name, dataset_name, tags, output_dir)
+
+
+def _tool_mask(turn: TurnResult, agent: int, sample: int) -> list[int]:
+    """Sample `sample`'s tool mask of `agent` at `turn` (all ones for an agent without tools)."""
+    masks = turn.tool_masks[agent] if turn.tool_masks is not None else None
+    return masks[sample] if masks is not None else [1] * len(turn.completion_ids[agent][sample])
 
 
 def zero_loss(model: torch.nn.Module) -> torch.Tensor:

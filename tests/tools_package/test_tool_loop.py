@@ -1,0 +1,220 @@
+"""A team with tools inside MAGRPO's rollout: the calls run, their results are appended and masked, the answer is
+what the rewards and the other agents see, and the metrics count the calls.
+
+Generation is scripted (the team's `generate` replaced) so that every token of a completion is known: agent 0 has an
+`add` tool and calls it once before answering; agent 1 has none.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from datasets import Dataset
+
+from trl_marl import MAGRPOConfig, MAGRPOTrainer
+from trl_marl.team import Generation
+from trl_marl.tools import CHATML_TOOL_TEMPLATE, team_tools, tool_suffix_ids
+from trl_marl.tools.templates import ToolFormat
+from trl_marl.toy import build_toy_chat_tokenizer, build_toy_model
+
+CALL = '<tool_call>\n{"name": "add", "arguments": {"a": 2, "b": 3}}\n</tool_call>'
+ANSWER = "It is 5"
+PARTNER = "Ok"
+
+
+def add(a: int, b: int) -> int:
+    """Add two integers.
+
+    Args:
+        a: The first integer.
+        b: The second integer.
+
+    Returns:
+        The sum.
+    """
+    return a + b
+
+
+@pytest.fixture(scope="module")
+def chat_model_dir(tmp_path_factory) -> str:
+    path = tmp_path_factory.mktemp("toy_chat")
+    tokenizer = build_toy_chat_tokenizer()
+    build_toy_model(tokenizer, hidden_size=32, num_layers=1, max_position_embeddings=1024).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return str(path)
+
+
+def scripted(trainer, calls: dict[str, int], seen_prompts: list[list[str]]):
+    tokenizer = trainer.team.tokenizers[0]
+    eos = tokenizer.eos_token_id
+
+    def encode(text: str) -> list[int]:
+        return tokenizer(text, add_special_tokens=False)["input_ids"] + [eos]
+
+    def generate(prompts, generation_config, chat_template_kwargs=None, stop_token_ids=None):
+        prompt_ids, completion_ids = [], []
+        for agent, rows in enumerate(prompts):
+            ids = [list(p) if isinstance(p, list) and p and isinstance(p[0], int) else
+                   tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=True, return_dict=False,
+                                                 **(chat_template_kwargs or {})) for p in rows]
+            prompt_ids.append(ids)
+            texts = [tokenizer.decode(x) for x in ids]
+            seen_prompts[agent].extend(texts)
+            if agent == 0:
+                outs = []
+                for text in texts:
+                    after_tool = text.rstrip().endswith("<|im_start|>assistant") and "<|im_start|>tool" in text
+                    calls["after_tool" if after_tool else "first"] += 1
+                    outs.append(encode(ANSWER if after_tool else CALL))
+                completion_ids.append(outs)
+            else:
+                completion_ids.append([encode(PARTNER) for _ in texts])
+        return Generation(prompt_ids=prompt_ids, completion_ids=completion_ids)
+
+    return generate
+
+
+def make_trainer(model_dir: str, out: str, tools, reward, **extra) -> MAGRPOTrainer:
+    args = MAGRPOConfig(output_dir=out, num_agents=2, num_turns=1, num_generations=2, per_device_train_batch_size=2,
+                        max_completion_length=160, max_steps=1, learning_rate=1e-3, report_to="none",
+                        save_strategy="no", logging_steps=1, seed=0, disable_tqdm=True, bf16=False, **extra)
+    dataset = Dataset.from_list([{"prompt": [{"role": "user", "content": "Add 2 and 3."}]}])
+    return MAGRPOTrainer(model=model_dir, reward_funcs=reward, args=args, train_dataset=dataset, tools=tools)
+
+
+def test_tool_call_runs_and_its_result_is_masked(chat_model_dir, tmp_path):
+    def reward(prompts, completions, **kwargs):  # runs in a child process: what it saw shows in the rewards
+        return [1.0 if ANSWER in str(c) and "tool_call" not in str(c) else 0.0 for c in completions]
+
+    trainer = make_trainer(chat_model_dir, str(tmp_path), [[add], None], reward)
+    calls = {"first": 0, "after_tool": 0}
+    prompts: list[list[str]] = [[], []]
+    trainer.team.generate = scripted(trainer, calls, prompts)
+    tokenizer = trainer.team.tokenizers[0]
+    rollout = trainer.engine.run(list(trainer.train_dataset))
+    turn = rollout.turns[0]
+
+    # agent 0's prompt describes its tool; agent 1's does not
+    assert '"name": "add"' in prompts[0][0] and "<tools>" in prompts[0][0]
+    assert "<tools>" not in prompts[1][0]
+    assert calls == {"first": 2, "after_tool": 2}
+    call_ids = tokenizer(CALL, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+    answer_ids = tokenizer(ANSWER, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+    suffix = tool_suffix_ids(tokenizer, ToolFormat(), [{"role": "tool", "name": "add", "content": "5"}])
+    assert tokenizer.decode(suffix) == "\n<|im_start|>tool\n5<|im_end|>\n<|im_start|>assistant\n"
+    for i in range(2):
+        assert turn.completion_ids[0][i] == call_ids + suffix + answer_ids
+        assert turn.tool_masks[0][i] == [1] * len(call_ids) + [0] * len(suffix) + [1] * len(answer_ids)
+        assert turn.completions[0][i] == ANSWER  # the answer, not the call
+        assert [m["role"] for m in turn.tool_messages[0][i]] == ["assistant", "tool", "assistant"]
+        assert turn.tool_messages[0][i][1]["content"] == "5"
+    assert turn.tool_masks[1] is None and turn.completions[1] == [PARTNER, PARTNER]
+    assert turn.rewards.tolist() == [[1.0, 1.0]]  # the team reward saw the answer, not the call
+    stats = turn.tool_stats[0]
+    assert (stats.samples, stats.calls, stats.failed_calls, stats.rounds) == (2, 2, 0, 2)
+    assert turn.tool_stats[1] is None
+    # generated tokens count what the model wrote: agent 0's call and answer, agent 1's reply
+    partner_ids = tokenizer(PARTNER, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+    assert rollout.generated_tokens == 2 * (len(call_ids) + len(answer_ids)) + 2 * len(partner_ids)
+
+
+def test_batches_mask_tool_results_out_of_the_loss(chat_model_dir, tmp_path):
+    trainer = make_trainer(chat_model_dir, str(tmp_path), [[add], None], lambda completions, **kw: [0.0] * len(
+        completions))
+    trainer.team.generate = scripted(trainer, {"first": 0, "after_tool": 0}, [[], []])
+    batch = trainer._make_batches([list(trainer.train_dataset)], "train")[0]
+    tokenizer = trainer.team.tokenizers[0]
+    agent0 = batch["batches"][0]
+    call_len = len(tokenizer(CALL, add_special_tokens=False)["input_ids"]) + 1
+    answer_len = len(tokenizer(ANSWER, add_special_tokens=False)["input_ids"]) + 1
+    suffix_len = len(tool_suffix_ids(tokenizer, ToolFormat(), [{"role": "tool", "name": "add", "content": "5"}]))
+    # the model reads the results (attention) but is not trained on them
+    assert agent0.completion_mask.sum(dim=1).tolist() == [call_len + suffix_len + answer_len] * 2
+    assert agent0.loss_mask.sum(dim=1).tolist() == [call_len + answer_len] * 2
+    assert agent0.loss_mask[0, call_len: call_len + suffix_len].sum() == 0
+    assert batch["batches"][1].tool_mask is None
+    partner_tokens = int(batch["batches"][1].loss_mask.sum())
+    assert [int(n) for n in batch["num_items"]] == [2 * (call_len + answer_len), partner_tokens]
+
+
+def test_metrics_report_calls_failures_and_rounds(chat_model_dir, tmp_path):
+    def broken_add(a: int, b: int) -> int:
+        """Add two integers (broken).
+
+        Args:
+            a: The first integer.
+            b: The second integer.
+        """
+        raise RuntimeError("out of order")
+
+    broken_add.__name__ = "add"
+    trainer = make_trainer(chat_model_dir, str(tmp_path), [[broken_add], None],
+                           lambda completions, **kw: [float(len(c)) for c in completions])
+    trainer.team.generate = scripted(trainer, {"first": 0, "after_tool": 0}, [[], []])
+    trainer.train()
+    logged = next(h for h in trainer.state.log_history if "agent_0/tools/call_frequency" in h)
+    assert logged["agent_0/tools/call_frequency"] == 1.0
+    assert logged["agent_0/tools/failure_frequency"] == 1.0
+    assert logged["agent_0/tools/rounds"] == 1.0
+    assert "agent_1/tools/call_frequency" not in logged
+    turn = trainer.last_rollout.turns[0]
+    error = turn.tool_messages[0][0][1]["content"]
+    assert "out of order" in error and "error" in error
+
+
+def test_tool_arguments_are_checked_before_any_model_loads():
+    with pytest.raises(ValueError, match="2 entries"):
+        team_tools([[add]], None, num_agents=2)
+    with pytest.raises(ValueError, match="without a name"):
+        team_tools([lambda x: x], None, num_agents=1)
+    with pytest.raises(ValueError, match="two tools named 'add'"):
+        team_tools([add, add], None, num_agents=1)
+
+    def undocumented(x):
+        return x
+
+    with pytest.raises(ValueError, match="cannot be described"):
+        team_tools([undocumented], None, num_agents=1)
+    with pytest.raises(ValueError, match="dict"):
+        team_tools(None, {"a": object}, num_agents=1)
+
+    class Scored:
+        def reset(self, **row):
+            return None
+
+        def get_reward(self):
+            return 1.0
+
+    with pytest.raises(ValueError, match="get_reward"):
+        team_tools(None, Scored, num_agents=1)
+    tools = team_tools([add], None, num_agents=2)
+    assert [t.tools for t in tools] == [(add,), (add,)]
+    assert team_tools([None, [add]], None, num_agents=2)[0] is None
+
+
+def test_tool_agents_need_a_tokenizer_that_can_write_tool_calls(tmp_path):
+    from trl_marl.toy import build_toy_tokenizer
+
+    path = tmp_path / "plain"
+    tokenizer = build_toy_tokenizer()
+    build_toy_model(tokenizer, hidden_size=32, num_layers=1).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    args = MAGRPOConfig(output_dir=str(tmp_path / "out"), num_generations=2, per_device_train_batch_size=2,
+                        max_completion_length=8, report_to="none")
+    with pytest.raises(ValueError, match="cannot express tool calls"):
+        MAGRPOTrainer(model=str(path), reward_funcs=lambda completions, **kw: [0.0] * len(completions), args=args,
+                      train_dataset=Dataset.from_list([{"prompt": "1+1="}]), tools=[add])
+
+
+def test_chatml_template_renders_plain_chatml_without_tools():
+    tokenizer = build_toy_chat_tokenizer()
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
+    rendered = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
+                                             chat_template=CHATML_TOOL_TEMPLATE)
+    assert rendered == ("<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+                        "<|im_start|>assistant\n")
+    with_tools = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, tools=[add])
+    assert with_tools.startswith("<|im_start|>system\nBe brief.\n\nYou can call these tools:\n<tools>\n")
+    schema = json.loads(with_tools.split("<tools>\n")[1].split("\n")[0])
+    assert schema["function"]["name"] == "add" and set(schema["function"]["parameters"]["properties"]) == {"a", "b"}
