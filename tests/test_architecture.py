@@ -24,6 +24,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("utils", ("trl_marl.utils",)),
     ("core", ("trl_marl.core",)),
     ("sandbox", ("trl_marl.sandbox",)),
+    ("tools", ("trl_marl.tools",)),
     ("envs", ("trl_marl.envs",)),
     ("rewards", ("trl_marl.rewards",)),
     ("data", ("trl_marl.data",)),
