@@ -153,15 +153,19 @@ def call_tool(tool: Callable[..., Any], arguments: Any, timeout: float | None,
     try:
         (ok, text), seconds = call_in_thread(work, {}, threading.TIMEOUT_MAX if timeout is None else timeout)
     except Overran:
-        return _outcome(_error(f"tool {name!r} did not return within {timeout:g} seconds"), max_chars, failed=True,
-                        timed_out=True)
+        return _outcome(_error(f"tool {name!r} did not return within {_seconds(timeout)}"), max_chars,
+                        failed=True, timed_out=True)
     except Exception as exc:  # noqa: BLE001 - the worker itself could not start (e.g. no thread left)
         return _outcome(_error(f"tool {name!r} could not be called: {type(exc).__name__}: {exc}"), max_chars,
                         failed=True)
     if timeout is not None and seconds > timeout:  # it held the GIL past the deadline: late is late
-        return _outcome(_error(f"tool {name!r} did not return within {timeout:g} seconds (it took "
+        return _outcome(_error(f"tool {name!r} did not return within {_seconds(timeout)} (it took "
                                f"{seconds:.1f})"), max_chars, failed=True, timed_out=True)
     return _outcome(text if ok else _error(text), max_chars, failed=not ok)
+
+
+def _seconds(value: float) -> str:
+    return f"{value:g} second" + ("" if value == 1 else "s")
 
 
 def _outcome(text: str, max_chars: int | None, failed: bool, timed_out: bool = False) -> ToolOutcome:

@@ -156,9 +156,9 @@ def _report(result: ExecutionResult, limits: SandboxLimits, max_chars: int) -> s
     elif reason.startswith("error: "):
         ending = reason[len("error: "):].replace("(program line ", "(line ")
     elif reason == "timeout":
-        ending = f"Timeout: the code ran longer than {limits.wall_time:g} seconds and was stopped."
+        ending = f"Timeout: the code ran longer than {_seconds(limits.wall_time)} and was stopped."
     elif reason.startswith("timeout"):
-        ending = f"Timeout: the code used more than {limits.cpu_time:g} CPU seconds and was stopped."
+        ending = f"Timeout: the code used more than {_seconds(limits.cpu_time, 'CPU ')} and was stopped."
     elif reason.startswith("memory"):
         ending = f"MemoryError: the code used more than {limits.memory_mb} MiB and was stopped."
     elif reason == "output_limit":
@@ -177,6 +177,10 @@ def _report(result: ExecutionResult, limits: SandboxLimits, max_chars: int) -> s
     if ending and room >= MIN_MAX_CHARS:  # cut the output, keep the ending whole, on a line of its own
         return cut_text(output, room)[0] + "\n" + ending
     return cut_text(text, max_chars)[0]
+
+
+def _seconds(value: float, kind: str = "") -> str:
+    return f"{value:g} {kind}second" + ("" if value == 1 else "s")
 
 
 python = make_python_tool()
