@@ -37,6 +37,7 @@ def add(a: int, b: int = 0) -> int:
 def test_a_result_becomes_its_text():
     assert call_tool(add, {"a": 2, "b": 3}, 1.0, 100) == ToolOutcome(content="5", failed=False)
     assert call_tool(lambda: None, {}, None, None) == ToolOutcome(content="None", failed=False)
+    assert call_tool(add, {"a": 1}, 1e12, None).content == "1"  # a timeout beyond what a thread can wait: waits
     assert call_tool(lambda: {"x": [1, 2]}, {}, 1.0, 100).content == "{'x': [1, 2]}"
     assert call_tool(lambda: [{"type": "text", "text": "hi"}], {}, 1.0, 100).content == (
         "[{'type': 'text', 'text': 'hi'}]")  # a list of content blocks is shown as text too

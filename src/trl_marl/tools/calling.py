@@ -78,7 +78,10 @@ def tool_name(tool: Any) -> str:
     """The name a tool is known by: its `__name__` (also through `functools.partial`), else its class's name."""
     while isinstance(tool, functools.partial):
         tool = tool.func
-    name = getattr(tool, "__name__", None)
+    try:
+        name = getattr(tool, "__name__", None)
+    except Exception:  # noqa: BLE001 - a property that raises
+        name = None
     return name if isinstance(name, str) else type(tool).__name__
 
 
@@ -143,15 +146,20 @@ def call_tool(tool: Callable[..., Any], arguments: Any, timeout: float | None,
         raise ValueError(f"call_tool's max_chars must be an int of at least {MIN_MAX_CHARS} or None, got "
                          f"{max_chars!r}.")
     name = tool_name(tool)
-    problem = _argument_problem(tool, name, arguments)
+    try:
+        problem = _argument_problem(tool, name, arguments)
+    except Exception:  # noqa: BLE001 - a signature that cannot be read: the call itself will tell
+        problem = None
     if problem is not None:
         return _outcome(_error(problem), max_chars, failed=True)
+
     def work() -> tuple[bool, str]:
         return _call_to_text(tool, arguments)
 
     work.__name__ = f"tool:{name}"  # the worker thread's name
+    wait = threading.TIMEOUT_MAX if timeout is None else min(float(timeout), threading.TIMEOUT_MAX)
     try:
-        (ok, text), seconds = call_in_thread(work, {}, threading.TIMEOUT_MAX if timeout is None else timeout)
+        (ok, text), seconds = call_in_thread(work, {}, wait)
     except Overran:
         return _outcome(_error(f"tool {name!r} did not return within {_seconds(timeout)}"), max_chars,
                         failed=True, timed_out=True)
