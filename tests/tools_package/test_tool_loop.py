@@ -218,3 +218,13 @@ def test_chatml_template_renders_plain_chatml_without_tools():
     assert with_tools.startswith("<|im_start|>system\nBe brief.\n\nYou can call these tools:\n<tools>\n")
     schema = json.loads(with_tools.split("<tools>\n")[1].split("\n")[0])
     assert schema["function"]["name"] == "add" and set(schema["function"]["parameters"]["properties"]) == {"a", "b"}
+
+
+@pytest.mark.parametrize(("field", "value", "message"), [
+    ("tool_call_timeout", 0.0, "tool_call_timeout"),
+    ("max_tool_result_chars", 10, "max_tool_result_chars` must be >= 64"),
+    ("max_tool_calling_iterations", -1, "max_tool_calling_iterations"),
+])
+def test_tool_settings_are_checked(tmp_path, field, value, message):
+    with pytest.raises(ValueError, match=message):
+        MAGRPOConfig(output_dir=str(tmp_path), num_generations=2, per_device_train_batch_size=2, **{field: value})

@@ -109,7 +109,8 @@ class GradientCapture(TrainerCallback):
 def model_dir(tmp_path_factory) -> str:
     path = tmp_path_factory.mktemp("toy_chat_tools")
     tokenizer = build_toy_chat_tokenizer()
-    build_toy_model(tokenizer, hidden_size=32, num_layers=1, max_position_embeddings=1024, seed=5).save_pretrained(path)
+    model = build_toy_model(tokenizer, hidden_size=32, num_layers=1, max_position_embeddings=1024, seed=5)
+    model.save_pretrained(path)
     tokenizer.save_pretrained(path)
     return str(path)
 

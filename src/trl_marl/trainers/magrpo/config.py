@@ -15,6 +15,7 @@ from ...core import (
 )
 from ...rewarding import DEFAULT_REWARD_TIMEOUT, REWARD_ISOLATIONS
 from ...team.generation import check_generation_backend
+from ...tools.calling import MIN_MAX_CHARS
 from ...validation import (
     PROMPT_LENGTH_CHECKS,
     check_choice,
@@ -467,9 +468,9 @@ class MAGRPOConfig(GRPOConfig):
         if self.tool_call_timeout is not None and not self.tool_call_timeout > 0:
             raise ValueError(f"`tool_call_timeout` must be > 0 seconds or None (no limit), got "
                              f"{self.tool_call_timeout!r}.")
-        if self.max_tool_result_chars is not None and self.max_tool_result_chars < 1:
-            raise ValueError(f"`max_tool_result_chars` must be >= 1 or None (no limit), got "
-                             f"{self.max_tool_result_chars!r}.")
+        if self.max_tool_result_chars is not None and self.max_tool_result_chars < MIN_MAX_CHARS:
+            raise ValueError(f"`max_tool_result_chars` must be >= {MIN_MAX_CHARS} (room for the note on what was cut) "
+                             f"or None (no limit), got {self.max_tool_result_chars!r}.")
         if self.max_tool_calling_iterations is not None and self.max_tool_calling_iterations < 0:
             raise ValueError(f"`max_tool_calling_iterations` must be >= 0 or None (until the completion budget is "
                              f"spent), got {self.max_tool_calling_iterations!r}.")
