@@ -119,6 +119,9 @@ GROUPS: dict[str, tuple[str, tuple[Bench, ...]]] = {
               "MAPoRL debate where each agent knows one number of the sum: accuracy and flips per turn",
               ("maporl", "--debate-task", "hidden_sum"),
               ("maporl", "--debate-task", "hidden_sum", "--seeds", "0", "--smoke"), output="--output"),
+        Bench("learning_tools", "learning/learning_tools.py",
+              "tool relay on smollm2-135m-instruct: one agent calls a calculator, the other answers from what it said",
+              ("--seeds", "0", "1", "2", "--steps", "20"), ("--seeds", "0", "--smoke"), output="--output"),
     )),
     "gpu": ("MAGRPO teams at real model sizes on a GPU, vs TRL GRPOTrainer (needs CUDA)", (
         Bench("gpu", "gpu/bench_gpu.py", "GRPO vs MAGRPO 1/2/4 agents, QLoRA, summed loss, compile (0.5B, 1.5B)",

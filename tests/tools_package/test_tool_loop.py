@@ -45,7 +45,7 @@ def chat_model_dir(tmp_path_factory) -> str:
     return str(path)
 
 
-def scripted(trainer, calls: dict[str, int], seen_prompts: list[list[str]]):
+def scripted(trainer, calls: dict[str, int], seen_prompts: list[list[str]], call: str = CALL):
     tokenizer = trainer.team.tokenizers[0]
     eos = tokenizer.eos_token_id
 
@@ -66,7 +66,7 @@ def scripted(trainer, calls: dict[str, int], seen_prompts: list[list[str]]):
                 for text in texts:
                     after_tool = text.rstrip().endswith("<|im_start|>assistant") and "<|im_start|>tool" in text
                     calls["after_tool" if after_tool else "first"] += 1
-                    outs.append(encode(ANSWER if after_tool else CALL))
+                    outs.append(encode(ANSWER if after_tool else call))
                 completion_ids.append(outs)
             else:
                 completion_ids.append([encode(PARTNER) for _ in texts])
@@ -75,12 +75,13 @@ def scripted(trainer, calls: dict[str, int], seen_prompts: list[list[str]]):
     return generate
 
 
-def make_trainer(model_dir: str, out: str, tools, reward, **extra) -> MAGRPOTrainer:
+def make_trainer(model_dir: str, out: str, tools, reward, environment_factory=None, **extra) -> MAGRPOTrainer:
     args = MAGRPOConfig(output_dir=out, num_agents=2, num_turns=1, num_generations=2, per_device_train_batch_size=2,
                         max_completion_length=160, max_steps=1, learning_rate=1e-3, report_to="none",
                         save_strategy="no", logging_steps=1, seed=0, disable_tqdm=True, bf16=False, **extra)
-    dataset = Dataset.from_list([{"prompt": [{"role": "user", "content": "Add 2 and 3."}]}])
-    return MAGRPOTrainer(model=model_dir, reward_funcs=reward, args=args, train_dataset=dataset, tools=tools)
+    dataset = Dataset.from_list([{"prompt": [{"role": "user", "content": "Add 2 and 3."}], "secret": "7"}])
+    return MAGRPOTrainer(model=model_dir, reward_funcs=reward, args=args, train_dataset=dataset, tools=tools,
+                         environment_factory=environment_factory)
 
 
 def test_tool_call_runs_and_its_result_is_masked(chat_model_dir, tmp_path):
@@ -228,3 +229,44 @@ def test_chatml_template_renders_plain_chatml_without_tools():
 def test_tool_settings_are_checked(tmp_path, field, value, message):
     with pytest.raises(ValueError, match=message):
         MAGRPOConfig(output_dir=str(tmp_path), num_generations=2, per_device_train_batch_size=2, **{field: value})
+
+
+class Vault:
+    """An environment: each rollout's row holds a secret that only its `peek` tool reveals."""
+
+    built = 0
+
+    def __init__(self) -> None:
+        Vault.built += 1
+        self.secret = ""
+        self.peeks = 0
+
+    def reset(self, **row) -> str:
+        self.secret, self.peeks = row["secret"], 0
+        return " (The vault is locked.)"
+
+    def peek(self, times: int) -> str:
+        """Read the secret.
+
+        Args:
+            times: How many times to read it.
+        """
+        self.peeks += 1
+        return self.secret * times
+
+
+def test_environment_factory_gives_each_sample_its_own_state(chat_model_dir, tmp_path):
+    Vault.built = 0
+    trainer = make_trainer(chat_model_dir, str(tmp_path), None, lambda completions, **kw: [0.0] * len(completions),
+                           environment_factory=[Vault, None])
+    assert Vault.built == 1  # probed once at construction (its tools checked), then reused
+    prompts: list[list[str]] = [[], []]
+    call = '<tool_call>\n{"name": "peek", "arguments": {"times": 3}}\n</tool_call>'
+    trainer.team.generate = scripted(trainer, {"first": 0, "after_tool": 0}, prompts, call=call)
+    turn = trainer.engine.run(list(trainer.train_dataset)).turns[0]
+    assert Vault.built == 2  # two samples, two instances (the probe reused)
+    assert "Add 2 and 3. (The vault is locked.)<|im_end|>" in prompts[0][0]  # reset's text appended to the prompt
+    assert '"name": "peek"' in prompts[0][0] and "(The vault is locked.)" not in prompts[1][0]
+    assert [m[1]["content"] for m in turn.tool_messages[0]] == ["777", "777"]
+    pool = trainer.tool_loop.agent_tools[0].environments(2)
+    assert [env.peeks for env in pool] == [1, 1]

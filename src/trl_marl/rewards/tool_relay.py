@@ -1,0 +1,49 @@
+"""The team reward of the tool relay ([`~trl_marl.envs.tool_relay.ToolRelayEnv`], issue 38)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+_NUMBER = re.compile(r"-?\d[\d,]*")
+
+
+def integers(text: str) -> list[int]:
+    """The integers written in `text`, in order (thousands commas allowed: "3,965")."""
+    found = [m.group(0).rstrip(",").replace(",", "") for m in _NUMBER.finditer(text)]
+    return [int(f) for f in found if f.lstrip("-").isdigit()]
+
+
+def last_integer(text: str) -> int | None:
+    """The last integer written in `text`, or None."""
+    found = integers(text)
+    return found[-1] if found else None
+
+
+class ToolRelayReward:
+    """1 when the turn's answer gives the product, else 0. Turn 1: the calculator agent's answer holds the product
+    (as one of its numbers: it may restate the question, "61 * 65 = 3965"); turn 2: the reporter's final answer's
+    last number is the product (an answer that lists several numbers is judged by the last one, so writing every
+    candidate does not pay). The calculator agent cannot name the product without computing it: a list of guesses
+    hits it by chance about once in a thousand numbers.
+
+    Called as a MAGRPO team reward (`agent_completions[a][i]`: agent `a`'s answer in joint action `i`).
+    """
+
+    __name__ = "tool_relay"
+
+    def __call__(self, prompts: Any, completions: Any, agent_completions: Sequence[Sequence[Any]],
+                 answer: Sequence[str], turn: int = 1, **kwargs: Any) -> list[float]:
+        if turn == 1:
+            return [1.0 if int(gold) in integers(_text(text)) else 0.0
+                    for text, gold in zip(agent_completions[0], answer)]
+        return [1.0 if last_integer(_text(text)) == int(gold) else 0.0
+                for text, gold in zip(agent_completions[1], answer)]
+
+
+def _text(completion: Any) -> str:
+    """A completion's text: a string, or the content of TRL's conversational `[{"role": "assistant", ...}]`."""
+    if isinstance(completion, list):
+        return "".join(str(m.get("content") or "") for m in completion if isinstance(m, dict))
+    return str(completion)
