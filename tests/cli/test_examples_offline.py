@@ -293,3 +293,23 @@ def test_the_short_help_lists_the_data_options(command):
         assert "--eval_data_files FILE" in text
     else:
         assert "trl-marl/team_coding" in text
+
+
+def test_tools_example_trains_a_step_of_the_real_model_with_a_calculator(real_model_dir, tmp_path):
+    module = example("magrpo_tools")
+    options = {o for a in _parser("magrpo_tools")._actions for o in a.option_strings} | {"--config"}
+    for command in re.findall(r"^    python examples/\S+\.py .*?(?=\n\n|\Z)", module.__doc__, flags=re.S | re.M):
+        assert not [w for w in shlex.split(command.replace("\\\n", " ")) if w.startswith("--") and w not in options]
+    out = tmp_path / "team"
+    trainer = module.main(["--config", "examples/configs/magrpo_tools.yaml", "--model_name_or_path",
+                           "smollm2-135m-instruct", "--max_completion_length", "24", *MAGRPO_ONE_STEP,
+                           "--output_dir", str(out)])
+    assert trainer.state.global_step == 1
+    tools = trainer.tool_loop.agent_tools
+    assert [t.__name__ for t in tools[0].tools] == ["calculator"] and tools[1] is None
+    first = trainer.last_rollout.turns[0]
+    assert first.tool_masks[0] is not None and first.tool_masks[1] is None
+    assert json.loads((out / "team_config.json").read_text())["num_agents"] == 2
+    with pytest.raises(SystemExit):  # a tool name that does not exist is refused before any model loads
+        module.main(["--config", "examples/configs/magrpo_tools.yaml", "--tools", "calculator", "abacus",
+                     *MAGRPO_ONE_STEP, "--output_dir", str(tmp_path / "x")])

@@ -1,4 +1,4 @@
-"""`trl-marl magrpo`: MAGRPO on a built-in task (cooperative writing, cooperative coding, target sum).
+"""`trl-marl magrpo`: MAGRPO on a built-in task (cooperative writing, cooperative coding, target sum, the tool relay).
 
 Run with a YAML file holding script, `MAGRPOConfig` and `ModelConfig` fields (see `examples/configs/`):
 
@@ -11,7 +11,8 @@ accelerate launch -m trl_marl.scripts.magrpo --config examples/configs/magrpo_co
 schema (a smoke run: the toy model cannot write prose or code); any Hub model id trains for real. Offline on a real
 model: `--model_name_or_path smollm2-135m-instruct` with local data (`--data_files rows.jsonl`, or for coding
 `--dataset_name trl-marl/team_coding`); where the data comes from is `scripts.data_sources`.
-`examples/magrpo_writing.py` and `examples/magrpo_coding.py` are [`run_example`] with their task.
+`examples/magrpo_writing.py`, `examples/magrpo_coding.py` and `examples/magrpo_tools.py` are [`run_example`] with
+their task; `--tools` gives agents tools (docs/tools.md).
 """
 
 from __future__ import annotations
@@ -27,7 +28,13 @@ from ..toy.rows import TOY_CODING_PROMPTS, TOY_WRITING_PROMPTS, toy_coding_rows,
 from ..utils.quiet import say
 from .data_sources import DataSource, exit_on_unavailable, hub_dataset, offline_route, resolve_source
 
-TASKS = ("writing", "coding", "target_sum")
+TASKS = ("writing", "coding", "target_sum", "tool_relay")
+
+TOOL_NAMES = ("calculator", "python", "none")
+"""The tools an agent of a script can be given (`--tools`, one name per agent; `none`: no tools)."""
+
+DEFAULT_TOOLS = {"tool_relay": ["calculator", "none"]}
+"""Each task's tools per agent when `--tools` is not given (no tools for the others)."""
 
 DEFAULT_DATASETS = {"writing": "trl-lib/tldr", "coding": "openai/openai_humaneval"}
 """The Hub dataset of each task when `--dataset_name` is not given."""
@@ -66,6 +73,13 @@ class MAGRPOScriptArguments:
     )
     max_train_samples: int | None = field(default=None, metadata={"help": "Keep at most this many rows."})
     num_toy_rows: int = field(default=64, metadata={"help": "Synthetic rows for the offline toy model."})
+    tools: list[str] | None = field(
+        default=None,
+        metadata={"help": f"The tools of each agent, one name per agent among {TOOL_NAMES} (e.g. `--tools "
+                  "calculator none`): `calculator` (arithmetic, never code), `python` (code run in trl-marl's "
+                  "sandbox), `none`. Default: the task's (tool_relay: calculator for agent 0), else none. Tool calls "
+                  "need a chat template that can write them (docs/tools.md)."},
+    )
     centralized: bool = field(
         default=False,
         metadata={"help": "Train the centralised single-policy baseline instead of the team: one model writes every "
@@ -171,6 +185,18 @@ def build_task(script_args: MAGRPOScriptArguments, num_agents: int, num_turns: i
                              "`--data_files` do not apply to it: leave them out.")
         return (TargetSumEnv(num_agents, num_turns), TargetSumReward(),
                 Dataset.from_dict({"target": [10] * max(script_args.num_toy_rows, 8)}))
+    if script_args.task == "tool_relay":
+        from ..data.tool_relay import tool_relay_rows, tool_relay_split
+        from ..envs.tool_relay import ToolRelayEnv
+        from ..rewards.tool_relay import ToolRelayReward
+
+        if script_args.dataset_name or script_args.data_files or (num_agents, num_turns) != (2, 2):
+            raise ValueError("The tool_relay task makes its own rows (\"What is a * b?\", the training pairs of "
+                             "`trl_marl.data.tool_relay`) with 2 agents and 2 turns: leave `--dataset_name` and "
+                             "`--data_files` out and set `--num_agents 2 --num_turns 2`.")
+        train, _ = tool_relay_split()
+        rows = tool_relay_rows(train, script_args.max_train_samples or 512, seed=0)
+        return ToolRelayEnv(), ToolRelayReward(), Dataset.from_list(rows)
     source = resolve_source(script_args.dataset_name, script_args.data_files, DEFAULT_DATASETS[script_args.task])
     synthetic = offline and source.kind == "hub"
     if synthetic:
@@ -189,6 +215,20 @@ def build_task(script_args: MAGRPOScriptArguments, num_agents: int, num_turns: i
     dataset = toy_coding_rows(script_args.num_toy_rows) if synthetic else coding_rows(script_args, source)
     env = CooperativeCodingEnv(num_turns=num_turns, **(TOY_CODING_PROMPTS if offline else {}))
     return env, CodingTeamReward(env=env), dataset
+
+
+def agent_tools(script_args: MAGRPOScriptArguments, num_agents: int) -> list[list[Any] | None] | None:
+    """The `tools` argument of `MAGRPOTrainer` from `--tools` (or the task's default): None without tools."""
+    names = script_args.tools if script_args.tools is not None else DEFAULT_TOOLS.get(script_args.task)
+    if not names or all(name == "none" for name in names):
+        return None
+    unknown = [name for name in names if name not in TOOL_NAMES]
+    if unknown or len(names) != num_agents:
+        raise ValueError(f"`--tools` takes one name per agent ({num_agents} here) among {TOOL_NAMES}; got {names}.")
+    from ..tools import calculator, python
+
+    known = {"calculator": calculator, "python": python}
+    return [None if name == "none" else [known[name]] for name in names]
 
 
 def centralize(env: Any, reward_funcs: Sequence[Any], training_args: Any) -> tuple[Any, list[Any]]:
@@ -284,8 +324,12 @@ def main(script_args: MAGRPOScriptArguments, training_args: Any, model_args: Any
         training_args.reward_weights = training_args.reward_weights or team_reward.reward_weights()
     if script_args.centralized:
         env, reward_funcs = centralize(env, reward_funcs, training_args)
+    tools = agent_tools(script_args, training_args.num_agents)
+    if tools is not None and script_args.centralized:
+        raise ValueError("`--centralized true` with `--tools`: the centralised baseline writes every agent's part in "
+                         "one completion, which has no tools; leave one of them out.")
     trainer = MAGRPOTrainer(model=model, reward_funcs=reward_funcs, env=env, args=training_args,
-                            train_dataset=dataset, peft_config=get_peft_config(model_args))
+                            train_dataset=dataset, peft_config=get_peft_config(model_args), tools=tools)
     trainer.train()
     trainer.save_model(training_args.output_dir)
     return trainer
