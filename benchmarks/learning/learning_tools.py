@@ -7,8 +7,8 @@ give the final answer at turn 2 from what agent 0 said at turn 1. Team reward pe
 final answer is the product. MAGRPO, both agents trained on the team reward (LoRA adapters on one base model).
 
 Measured before and after training on held-out questions (`trl_marl.data.tool_relay`: the unordered pairs {a, b} are
-split once; no held-out pair is ever trained on), two episodes per question sampled at the training temperature, every
-value at the END of training (never the best step), every seed reported:
+split once; no held-out pair is ever trained on), `eval_episodes` per question sampled at the training temperature,
+every value at the END of training (never the best step), every seed reported:
 
 - `team_success`: the share of episodes whose final answer (agent 1, turn 2) is the product;
 - `calculator_correct`: agent 0's turn-1 answer gives the product;
@@ -42,8 +42,10 @@ from benchmarks.provenance import git_state, machine_info, require_clean  # noqa
 
 MODEL = "smollm2-135m-instruct"
 HERE = os.path.dirname(os.path.abspath(__file__))
-SIZES: dict[str, Any] = {"batch": 16, "generations": 4, "completion": 64, "lr": 1e-3, "max_branches": 2,
-                         "tool_rounds": 2, "eval_rows": 32, "eval_episodes": 2, "temperature": 0.7}
+# sized for one CPU thread: agent 0's prompt (the tool's schema and two worked exchanges) is ~415 tokens, so the
+# prefills and the training forwards over it dominate (about 2 min per step at batch 8)
+SIZES: dict[str, Any] = {"batch": 8, "generations": 4, "completion": 48, "lr": 1e-3, "max_branches": 2,
+                         "tool_rounds": 2, "eval_rows": 32, "eval_episodes": 1, "temperature": 0.7}
 SMOKE: dict[str, Any] = {"batch": 4, "generations": 2, "eval_rows": 2, "eval_episodes": 1}
 EVAL_SEED = 10_000
 """The held-out questions are the same for every seed (drawn with this seed from the held-out pairs)."""
