@@ -76,9 +76,10 @@ def scripted(trainer, calls: dict[str, int], seen_prompts: list[list[str]], call
 
 
 def make_trainer(model_dir: str, out: str, tools, reward, environment_factory=None, **extra) -> MAGRPOTrainer:
-    args = MAGRPOConfig(output_dir=out, num_agents=2, num_turns=1, num_generations=2, per_device_train_batch_size=2,
-                        max_completion_length=160, max_steps=1, learning_rate=1e-3, report_to="none",
-                        save_strategy="no", logging_steps=1, seed=0, disable_tqdm=True, bf16=False, **extra)
+    settings = dict(output_dir=out, num_agents=2, num_turns=1, num_generations=2, per_device_train_batch_size=2,
+                    max_completion_length=160, max_steps=1, learning_rate=1e-3, report_to="none", save_strategy="no",
+                    logging_steps=1, seed=0, disable_tqdm=True, bf16=False)
+    args = MAGRPOConfig(**{**settings, **extra})
     dataset = Dataset.from_list([{"prompt": [{"role": "user", "content": "Add 2 and 3."}], "secret": "7"}])
     return MAGRPOTrainer(model=model_dir, reward_funcs=reward, args=args, train_dataset=dataset, tools=tools,
                          environment_factory=environment_factory)
@@ -270,3 +271,31 @@ def test_environment_factory_gives_each_sample_its_own_state(chat_model_dir, tmp
     assert [m[1]["content"] for m in turn.tool_messages[0]] == ["777", "777"]
     pool = trainer.tool_loop.agent_tools[0].environments(2)
     assert [env.peeks for env in pool] == [1, 1]
+
+
+def test_results_that_do_not_fit_the_budget_are_dropped(chat_model_dir, tmp_path):
+    tokenizer = build_toy_chat_tokenizer()
+    call_len = len(tokenizer(CALL, add_special_tokens=False)["input_ids"]) + 1
+    trainer = make_trainer(chat_model_dir, str(tmp_path), [[add], None],
+                           lambda completions, **kw: [0.0] * len(completions), max_completion_length=call_len + 5)
+    calls = {"first": 0, "after_tool": 0}
+    trainer.team.generate = scripted(trainer, calls, [[], []])
+    turn = trainer.engine.run(list(trainer.train_dataset)).turns[0]
+    assert calls == {"first": 2, "after_tool": 0}  # the result (~40 tokens) does not fit: no second generation
+    assert [len(ids) for ids in turn.completion_ids[0]] == [call_len, call_len]
+    assert turn.tool_masks[0] == [[1] * call_len] * 2
+    assert [len(m) for m in turn.tool_messages[0]] == [1, 1]  # the unanswered call, no tool message
+    stats = turn.tool_stats[0]
+    assert (stats.calls, stats.cut_by_budget, stats.rounds) == (2, 2, 0)
+    assert turn.completions[0] == ["", ""]  # a call without an answer answers nothing
+
+
+def test_max_tool_calling_iterations_zero_runs_no_tool(chat_model_dir, tmp_path):
+    trainer = make_trainer(chat_model_dir, str(tmp_path), [[add], None],
+                           lambda completions, **kw: [0.0] * len(completions), max_tool_calling_iterations=0)
+    calls = {"first": 0, "after_tool": 0}
+    trainer.team.generate = scripted(trainer, calls, [[], []])
+    turn = trainer.engine.run(list(trainer.train_dataset)).turns[0]
+    assert calls == {"first": 2, "after_tool": 0}
+    assert (turn.tool_stats[0].calls, turn.tool_stats[0].rounds) == (0, 0)  # as TRL: the loop never starts
+    assert all(mask == [1] * len(ids) for mask, ids in zip(turn.tool_masks[0], turn.completion_ids[0]))
