@@ -67,6 +67,37 @@ class ToolTurn:
     stats: list[ToolTurnStats | None] = field(default_factory=list)
 
 
+@dataclass
+class _Sample:
+    """One agent's sample in a turn with tools: its prompt, its completion so far and what the tool mask says of each
+    token, its engine log-probabilities (vLLM) and its messages (assistant, tool, assistant, ...)."""
+
+    slot: int
+    index: int
+    prompt: list[int]
+    ids: list[int]
+    logps: list[float] | None
+    mask: list[int] = field(default_factory=list)
+    messages: list[dict[str, Any]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.ids = list(self.ids)
+        self.logps = None if self.logps is None else list(self.logps)
+        self.mask = [1] * len(self.ids)
+
+    @property
+    def calls(self) -> list[dict[str, Any]]:
+        """The tool calls of the last message (empty: the sample has answered)."""
+        return (self.messages[-1].get("tool_calls") or []) if self.messages else []
+
+    def append(self, tokens: list[int], generated: bool, logps: list[float] | None = None) -> None:
+        """Append tokens: generated ones (tool mask 1, their engine log-probs) or written by the template (0)."""
+        self.ids += tokens
+        self.mask += [int(generated)] * len(tokens)
+        if self.logps is not None:
+            self.logps += logps if logps is not None else [0.0] * len(tokens)
+
+
 class ToolLoop:
     """Runs the tool calls of a team's turns (see the module docstring).
 
@@ -152,91 +183,81 @@ class ToolLoop:
             idle: What a process without rows generates while others do (with `keep_going`).
         """
         n = len(self.agent_tools)
-        prompt_ids = [list(p) for p in generation.prompt_ids]
-        completion_ids = [[list(c) for c in rows] for rows in generation.completion_ids]
-        logps = None if generation.sampling_logps is None else [[list(x) for x in rows]
-                                                                 for rows in generation.sampling_logps]
-        masks: list[list[list[int]] | None] = [None] * n
-        messages: list[list[list[dict[str, Any]]] | None] = [None] * n
+        budget = int(config.max_new_tokens) if config.max_new_tokens is not None else None
         stats: list[ToolTurnStats | None] = [None] * n
-        pending: list[tuple[int, int, list[dict[str, Any]]]] = []  # (slot, row, its calls)
+        samples: list[list[_Sample] | None] = [None] * n
         for s in range(n):
             if self.agent_tools[s] is None:
                 continue
-            masks[s] = [[1] * len(c) for c in completion_ids[s]]
-            stats[s] = ToolTurnStats(samples=len(completion_ids[s]))
-            messages[s] = []
-            for i, ids in enumerate(completion_ids[s]):
-                message = self._parse(s, i, ids, prompt_ids[s][i])
-                messages[s].append([message])  # type: ignore[index]
-                if message.get("tool_calls"):
-                    pending.append((s, i, message["tool_calls"]))
-        budget = int(config.max_new_tokens) if config.max_new_tokens is not None else None
+            stats[s] = ToolTurnStats(samples=len(generation.completion_ids[s]))
+            samples[s] = [_Sample(s, i, list(prompt), generation.completion_ids[s][i],
+                                  None if generation.sampling_logps is None else generation.sampling_logps[s][i])
+                          for i, prompt in enumerate(generation.prompt_ids[s])]
+            for sample in samples[s]:  # type: ignore[union-attr]
+                sample.messages.append(self._parse(sample, sample.ids, sample.prompt))
+        pending = [x for rows in samples if rows is not None for x in rows if x.calls]
         rounds = 0
         while self._continue(bool(pending), keep_going, rounds):
-            if not pending:
-                if idle is not None:
-                    idle()
-                rounds += 1
-                continue
-            contexts: list[tuple[int, int, list[int]]] = []  # (slot, row, prompt + completion + results)
-            for s, i, calls in pending:
-                results = self._call(s, i, calls, stats[s])  # type: ignore[arg-type]
-                suffix = tool_suffix_ids(self.tokenizers[s], self.formats[s], results,  # type: ignore[arg-type]
-                                         chat_template_kwargs)
-                used = len(completion_ids[s][i]) + len(suffix)
-                limit = self.context_limits[s]
-                if (budget is not None and used > budget) or \
-                        (limit is not None and len(prompt_ids[s][i]) + used >= limit):
-                    stats[s].cut_by_budget += 1  # type: ignore[union-attr]
-                    continue  # the results do not fit: the row ends with its unanswered calls
-                messages[s][i].extend(results)  # type: ignore[index]
-                completion_ids[s][i] += suffix
-                masks[s][i] += [0] * len(suffix)  # type: ignore[index]
-                if logps is not None:
-                    logps[s][i] += [0.0] * len(suffix)
-                contexts.append((s, i, prompt_ids[s][i] + completion_ids[s][i]))
-            # rows with room left generate, all members' rows in one call; a row the results filled exactly ends
-            rooms = {(s, i): None if budget is None else budget - len(completion_ids[s][i]) for s, i, _ in contexts}
-            live = [(s, i, ids) for s, i, ids in contexts if rooms[(s, i)] is None or rooms[(s, i)] > 0]
-            by_slot: list[list[list[int]]] = [[] for _ in range(n)]
-            for s, _, ids in live:
-                by_slot[s].append(ids)
-            step_config = copy.deepcopy(config)
-            if budget is not None and live:
-                step_config.max_new_tokens = max(rooms[(s, i)] for s, i, _ in live)
-            more = generate(by_slot, step_config) if live else None
-            if not live and keep_going is not None and idle is not None:  # others may generate: so must we
+            # the calls run; their results join the completions that have room for them (TRL's rule)
+            answered = [x for x in pending if self._append_results(x, stats[x.slot], budget,  # type: ignore[arg-type]
+                                                                    chat_template_kwargs)]
+            live = [x for x in answered if budget is None or len(x.ids) < budget]
+            if live:  # the rows with room left generate again: every member's rows in one call
+                self._generate_after(generate, live, config, budget, stats)
+            elif keep_going is not None and idle is not None:  # other processes may generate: so must this one
                 idle()
-            cursor = [0] * n
-            pending = []
-            for s, i, ids in contexts:
-                new: list[int] = []
-                new_logps: list[float] | None = None
-                if more is not None and (rooms[(s, i)] is None or rooms[(s, i)] > 0):
-                    new = list(more.completion_ids[s][cursor[s]])
-                    new_logps = None if more.sampling_logps is None else list(more.sampling_logps[s][cursor[s]])
-                    cursor[s] += 1
-                if budget is not None:  # each row's own room: rows of one call may have had less than its maximum
-                    new = new[: max(0, budget - len(completion_ids[s][i]))]
-                    new_logps = None if new_logps is None else new_logps[: len(new)]
-                completion_ids[s][i] += new
-                masks[s][i] += [1] * len(new)  # type: ignore[index]
-                if logps is not None:
-                    logps[s][i] += new_logps if new_logps is not None else [0.0] * len(new)
-                stats[s].rounds += 1  # type: ignore[union-attr]
-                if not new:
-                    continue
-                message = self._parse(s, i, new, ids)
-                messages[s][i].append(message)  # type: ignore[index]
-                if message.get("tool_calls"):
-                    pending.append((s, i, message["tool_calls"]))
+            pending = [x for x in live if x.calls]
             rounds += 1
-        answers: list[list[str] | None] = [
-            None if messages[s] is None else [_answer(m) for m in messages[s]]  # type: ignore[union-attr]
-            for s in range(n)]
-        out = Generation(prompt_ids=generation.prompt_ids, completion_ids=completion_ids, sampling_logps=logps)
-        return ToolTurn(out, masks, answers, messages, stats)
+        completion_ids = [rows if samples[s] is None else [x.ids for x in samples[s]]  # type: ignore[union-attr]
+                          for s, rows in enumerate(generation.completion_ids)]
+        logps = None if generation.sampling_logps is None else [
+            rows if samples[s] is None else [x.logps for x in samples[s]]  # type: ignore[union-attr]
+            for s, rows in enumerate(generation.sampling_logps)]
+        out = Generation(prompt_ids=generation.prompt_ids, completion_ids=completion_ids,
+                         sampling_logps=logps)  # type: ignore[arg-type]
+        return ToolTurn(out, [None if rows is None else [x.mask for x in rows] for rows in samples],
+                        [None if rows is None else [_answer(x.messages) for x in rows] for rows in samples],
+                        [None if rows is None else [x.messages for x in rows] for rows in samples], stats)
+
+    def _append_results(self, sample: _Sample, stats: ToolTurnStats, budget: int | None,
+                        chat_template_kwargs: dict | None) -> bool:
+        """Run `sample`'s calls and append their results (masked) to its completion; False, with nothing appended,
+        when they do not fit the budget or the model's context (the sample then ends with its calls unanswered)."""
+        results = self._call(sample.slot, sample.index, sample.calls, stats)
+        suffix = tool_suffix_ids(self.tokenizers[sample.slot], self.formats[sample.slot],  # type: ignore[arg-type]
+                                 results, chat_template_kwargs)
+        used = len(sample.ids) + len(suffix)
+        limit = self.context_limits[sample.slot]
+        if (budget is not None and used > budget) or (limit is not None and len(sample.prompt) + used >= limit):
+            stats.cut_by_budget += 1
+            return False
+        sample.messages.extend(results)
+        sample.append(suffix, generated=False)
+        return True
+
+    def _generate_after(self, generate: GenerateFn, samples: list[_Sample], config: GenerationConfig,
+                        budget: int | None, stats: list[ToolTurnStats | None]) -> None:
+        """One generation after the tool results of `samples`, each cut to its own room; the new messages parsed."""
+        by_slot: list[list[list[int]]] = [[] for _ in self.agent_tools]
+        contexts = [x.prompt + x.ids for x in samples]
+        for sample, context in zip(samples, contexts):
+            by_slot[sample.slot].append(context)
+        step_config = copy.deepcopy(config)
+        if budget is not None:  # the longest room of the call; each row is cut to its own below
+            step_config.max_new_tokens = max(budget - len(x.ids) for x in samples)
+        more = generate(by_slot, step_config)
+        cursor = [0] * len(self.agent_tools)
+        for sample, context in zip(samples, contexts):
+            row = cursor[sample.slot]
+            cursor[sample.slot] += 1
+            new = list(more.completion_ids[sample.slot][row])
+            new_logps = None if more.sampling_logps is None else list(more.sampling_logps[sample.slot][row])
+            if budget is not None:
+                new = new[: budget - len(sample.ids)]
+            sample.append(new, generated=True, logps=None if new_logps is None else new_logps[: len(new)])
+            stats[sample.slot].rounds += 1  # type: ignore[union-attr]
+            if new:
+                sample.messages.append(self._parse(sample, new, context))
 
     def follow(self, keep_going: Callable[[bool], bool], idle: Callable[[], None]) -> None:
         """On a process without rows this turn (sharded weights): generate along with the others' tool rounds."""
@@ -250,10 +271,11 @@ class ToolLoop:
             return False
         return keep_going(mine) if keep_going is not None else mine
 
-    def _parse(self, slot: int, row: int, ids: list[int], prefix: list[int]) -> dict[str, Any]:
-        environment = self._environment(slot, row)
-        tools = self.agent_tools[slot].callables(environment)  # type: ignore[union-attr]
-        return parse_completion(self.tokenizers[slot], self.formats[slot], ids, prefix, tools)  # type: ignore[arg-type]
+    def _parse(self, sample: _Sample, ids: list[int], prefix: list[int]) -> dict[str, Any]:
+        """The assistant message of `ids`, generated after `prefix` by `sample`'s agent, read with its tools."""
+        tools = self.agent_tools[sample.slot].callables(self._environment(sample.slot, sample.index))  # type: ignore
+        return parse_completion(self.tokenizers[sample.slot], self.formats[sample.slot],  # type: ignore[arg-type]
+                                ids, prefix, tools)
 
     def _environment(self, slot: int, row: int) -> Any:
         environments = self._environments[slot]
