@@ -43,8 +43,9 @@ from benchmarks.provenance import git_state, machine_info, require_clean  # noqa
 MODEL = "smollm2-135m-instruct"
 HERE = os.path.dirname(os.path.abspath(__file__))
 # sized for one CPU thread: agent 0's prompt (the tool's schema and two worked exchanges) is ~415 tokens, so the
-# prefills and the training forwards over it dominate (about 2 min per step at batch 8)
-SIZES: dict[str, Any] = {"batch": 8, "generations": 4, "completion": 48, "lr": 1e-3, "max_branches": 2,
+# prefills and the training forwards over it dominate. The completion budget holds a call (34 tokens), its result
+# (14) and the stated product (13): 61 tokens; at 48 every answer after a call was cut before its number
+SIZES: dict[str, Any] = {"batch": 8, "generations": 4, "completion": 72, "lr": 1e-3, "max_branches": 2,
                          "tool_rounds": 2, "eval_rows": 32, "eval_episodes": 1, "temperature": 0.7}
 SMOKE: dict[str, Any] = {"batch": 4, "generations": 2, "eval_rows": 2, "eval_episodes": 1}
 EVAL_SEED = 10_000
