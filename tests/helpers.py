@@ -87,3 +87,15 @@ class ScriptedTeam:
 
         return Generation([[[0]] * len(p) for p in prompts], [[[i % self.G] for i in range(len(p))] for p in prompts])
 
+
+def add(a: int, b: int) -> int:
+    """Add two integers (a tool for the tool-loop tests: typed, with the docstring a tool's schema is built from).
+
+    Args:
+        a: The first integer.
+        b: The second integer.
+
+    Returns:
+        The sum.
+    """
+    return a + b

@@ -252,7 +252,7 @@ def test_a_users_interrupt_is_not_swallowed(release):
     """Ctrl-C reaches the main thread while it waits: call_tool lets it through (only the tool's own are caught)."""
     main = threading.main_thread().ident
     if threading.get_ident() != main:
-        pytest.skip("the test runs outside the main thread")
+        pytest.skip("SIGINT is delivered to the main thread only, and a plugin runs this test in another thread")
 
     def pressed() -> str:
         signal.pthread_kill(main, signal.SIGINT)

@@ -12,6 +12,7 @@ import json
 import pytest
 from datasets import Dataset
 
+from helpers import add
 from trl_marl import MAGRPOConfig, MAGRPOTrainer
 from trl_marl.team import Generation
 from trl_marl.tools import CHATML_TOOL_TEMPLATE, team_tools, tool_suffix_ids
@@ -21,19 +22,6 @@ from trl_marl.toy import build_toy_chat_tokenizer, build_toy_model
 CALL = '<tool_call>\n{"name": "add", "arguments": {"a": 2, "b": 3}}\n</tool_call>'
 ANSWER = "It is 5"
 PARTNER = "Ok"
-
-
-def add(a: int, b: int) -> int:
-    """Add two integers.
-
-    Args:
-        a: The first integer.
-        b: The second integer.
-
-    Returns:
-        The sum.
-    """
-    return a + b
 
 
 @pytest.fixture(scope="module")

@@ -76,34 +76,42 @@ def build_toy_tokenizer() -> PreTrainedTokenizerFast:
         The tokenizer. It can be saved with ``save_pretrained`` and reloaded with
         ``AutoTokenizer.from_pretrained``, alone or next to a toy model.
     """
-    specials = list(TOY_SPECIAL_TOKENS.values())
-    byte_level = _byte_level_chars()
-    vocab = {token: index for index, token in enumerate([*specials, *(byte_level[c] for c in TOY_CHARS)])}
-    backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token=TOY_SPECIAL_TOKENS["unk_token"]))
-    # Split every character into its own piece (spaces included), then map it to its byte-level form.
-    backend.pre_tokenizer = pre_tokenizers.Sequence(
-        [
-            pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated"),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-        ]
-    )
-    # Map the byte-level tokens back to text and join them without inserting spaces.
-    backend.decoder = decoders.ByteLevel()
+    backend, vocab = _character_backend(TOY_CHARS, TOY_SPECIAL_TOKENS)
     bos = TOY_SPECIAL_TOKENS["bos_token"]
     backend.post_processor = processors.TemplateProcessing(
         single=f"{bos} $A",
         pair=f"{bos} $A {bos} $B",
         special_tokens=[(bos, vocab[bos])],
     )
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=backend,
-        clean_up_tokenization_spaces=False,
-        padding_side="left",
-        model_max_length=1024,
-        **TOY_SPECIAL_TOKENS,
-    )
-    tokenizer.padding_side = "left"
+    tokenizer = _fast_tokenizer(backend, TOY_SPECIAL_TOKENS)
     tokenizer.chat_template = TOY_CHAT_TEMPLATE
+    return tokenizer
+
+
+def _character_backend(chars: str, specials: dict[str, str]) -> tuple[Tokenizer, dict[str, int]]:
+    """A `tokenizers` backend with one token per character of `chars` after the special tokens, and its vocabulary.
+
+    Every character (spaces included) is split into its own piece, then mapped to its byte-level form; the decoder
+    maps the byte-level tokens back to text and joins them without inserting spaces.
+    """
+    byte_level = _byte_level_chars(chars)
+    vocab = {token: index for index, token in enumerate([*specials.values(), *(byte_level[c] for c in chars)])}
+    backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token=specials["unk_token"]))
+    backend.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+    backend.decoder = decoders.ByteLevel()
+    return backend, vocab
+
+
+def _fast_tokenizer(backend: Tokenizer, specials: dict[str, str]) -> PreTrainedTokenizerFast:
+    """`backend` as a transformers tokenizer that pads on the left."""
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, clean_up_tokenization_spaces=False,
+                                        padding_side="left", model_max_length=1024, **specials)
+    tokenizer.padding_side = "left"
     return tokenizer
 
 
@@ -121,26 +129,8 @@ def build_toy_chat_tokenizer() -> PreTrainedTokenizerFast:
     """
     from ..tools.templates import use_tool_chat_template
 
-    specials = list(TOY_CHAT_SPECIAL_TOKENS.values())
-    byte_level = _byte_level_chars(TOY_CHAT_CHARS)
-    vocab = {token: index for index, token in enumerate([*specials, *(byte_level[c] for c in TOY_CHAT_CHARS)])}
-    backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token=TOY_CHAT_SPECIAL_TOKENS["unk_token"]))
-    backend.pre_tokenizer = pre_tokenizers.Sequence(
-        [
-            pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated"),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-        ]
-    )
-    backend.decoder = decoders.ByteLevel()
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=backend,
-        clean_up_tokenization_spaces=False,
-        padding_side="left",
-        model_max_length=1024,
-        **TOY_CHAT_SPECIAL_TOKENS,
-    )
-    tokenizer.padding_side = "left"
-    return use_tool_chat_template(tokenizer)
+    backend, _ = _character_backend(TOY_CHAT_CHARS, TOY_CHAT_SPECIAL_TOKENS)
+    return use_tool_chat_template(_fast_tokenizer(backend, TOY_CHAT_SPECIAL_TOKENS))
 
 
 def build_toy_model(

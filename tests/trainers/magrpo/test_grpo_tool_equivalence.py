@@ -18,6 +18,7 @@ from datasets import Dataset
 from transformers import TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 
+from helpers import add
 from trl_marl import MAGRPOConfig, MAGRPOTrainer, load_tokenizer
 from trl_marl.team import Generation
 from trl_marl.toy import build_toy_chat_tokenizer, build_toy_model
@@ -25,19 +26,6 @@ from trl_marl.toy import build_toy_chat_tokenizer, build_toy_model
 PROMPTS = [[{"role": "user", "content": "Add 2 and 3."}], [{"role": "user", "content": "Add 40 and 2."}]]
 G = 4
 MAX_LEN = 200
-
-
-def add(a: int, b: int) -> int:
-    """Add two integers.
-
-    Args:
-        a: The first integer.
-        b: The second integer.
-
-    Returns:
-        The sum.
-    """
-    return a + b
 
 
 def call(a: int, b: int) -> str:
