@@ -32,11 +32,14 @@ def test_prompts_give_the_reporter_only_what_the_calculator_agent_said():
     assert again[-2] == {"role": "assistant", "content": "61 * 65 = 3965"}
 
 
-def test_reward_reads_the_calculator_at_turn_1_and_the_reporters_last_number_at_turn_2():
+def test_reward_reads_the_last_number_of_the_calculator_at_turn_1_and_of_the_reporter_at_turn_2():
     reward = ToolRelayReward()
     gold = ["3965"] * 4
     turn1 = [["61 * 65 = 3965", "It is 3,965.", "3966", ""], ["x"] * 4]
     assert reward(None, None, agent_completions=turn1, answer=gold, turn=1) == [1.0, 1.0, 0.0, 0.0]
+    # the product followed by more arithmetic is what the reporter reads and copies: it earns nothing at turn 1
+    going_on = [["3965 * 69 = 273585", "61 * 65 = 3965, or 4000", "3965, no: 3966", "3965 is it"], ["x"] * 4]
+    assert reward(None, None, agent_completions=going_on, answer=gold, turn=1) == [0.0, 0.0, 0.0, 1.0]
     turn2 = [["3965"] * 4, ["Answer: 3965", "3965 or 4000", "Answer: 3965.", [{"role": "assistant",
                                                                                 "content": "Answer: 3965"}]]]
     assert reward(None, None, agent_completions=turn2, answer=gold, turn=2) == [1.0, 0.0, 1.0, 1.0]

@@ -22,11 +22,11 @@ def last_integer(text: str) -> int | None:
 
 
 class ToolRelayReward:
-    """1 when the turn's answer gives the product, else 0. Turn 1: the calculator agent's answer holds the product
-    (as one of its numbers: it may restate the question, "61 * 65 = 3965"); turn 2: the reporter's final answer's
-    last number is the product (an answer that lists several numbers is judged by the last one, so writing every
-    candidate does not pay). The calculator agent cannot name the product without computing it: a list of guesses
-    hits it by chance about once in a thousand numbers.
+    """1 when the turn's answer gives the product, else 0, judged on the LAST number of the answer at both turns.
+    Turn 1: the calculator agent's answer ends with the product (it may restate the question first: "61 * 65 = 3965");
+    turn 2: the reporter's final answer ends with it. An answer that goes on after the product ("3965 * 65 = 257725")
+    is what the reporter reads and may copy, so it earns nothing; writing several candidates does not pay either. The
+    calculator agent cannot name the product without computing it: a guess hits it about once in a thousand.
 
     Called as a MAGRPO team reward (`agent_completions[a][i]`: agent `a`'s answer in joint action `i`).
     """
@@ -35,11 +35,8 @@ class ToolRelayReward:
 
     def __call__(self, prompts: Any, completions: Any, agent_completions: Sequence[Sequence[Any]],
                  answer: Sequence[str], turn: int = 1, **kwargs: Any) -> list[float]:
-        if turn == 1:
-            return [1.0 if int(gold) in integers(_text(text)) else 0.0
-                    for text, gold in zip(agent_completions[0], answer)]
-        return [1.0 if last_integer(_text(text)) == int(gold) else 0.0
-                for text, gold in zip(agent_completions[1], answer)]
+        judged = agent_completions[0] if turn == 1 else agent_completions[1]
+        return [1.0 if last_integer(_text(text)) == int(gold) else 0.0 for text, gold in zip(judged, answer)]
 
 
 def _text(completion: Any) -> str:
