@@ -287,3 +287,42 @@ def test_max_tool_calling_iterations_zero_runs_no_tool(chat_model_dir, tmp_path)
     assert calls == {"first": 2, "after_tool": 0}
     assert (turn.tool_stats[0].calls, turn.tool_stats[0].rounds) == (0, 0)  # as TRL: the loop never starts
     assert all(mask == [1] * len(ids) for mask, ids in zip(turn.tool_masks[0], turn.completion_ids[0]))
+
+
+def test_the_prompt_length_check_counts_the_tools_schemas(tmp_path):
+    """A tool agent's prompt carries its tools' schemas: the check before training measures them (was: the prompt
+    without them, 100-200 tokens short on a real model, so a prompt that overflows the context went unnoticed)."""
+    tokenizer = build_toy_chat_tokenizer()
+    messages = [{"role": "user", "content": "Add 2 and 3."}]
+    plain = len(tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False))
+    with_tools = len(tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
+                                                   return_dict=False, tools=[add]))
+    completion = 8
+    window = plain + completion + 4  # room for the plain prompt, not for the one with the schema
+    assert with_tools + completion > window
+    path = tmp_path / "short"
+    build_toy_model(tokenizer, hidden_size=32, num_layers=1, max_position_embeddings=window).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    build = dict(max_completion_length=completion, prompt_length_check="error")
+    with pytest.raises(ValueError, match=rf"prompt of agent 1 for row 0 of `train_dataset` is {with_tools} tokens"):
+        make_trainer(str(path), str(tmp_path / "a"), [None, [add]], lambda completions, **kw: [0.0], **build)
+    make_trainer(str(path), str(tmp_path / "b"), None, lambda completions, **kw: [0.0], **build)  # fits without
+
+
+def test_each_member_is_measured_with_its_own_chat_template():
+    """Members with different chat templates (a team of different models) each get their own template's overhead in
+    the bound that spares tokenizing (was: one cache for the team, so agent 1 was bounded by agent 0's template)."""
+    from types import SimpleNamespace
+
+    from trl_marl.envs import PromptEnv
+    from trl_marl.validation import ContextLengthWarning
+    from trl_marl.validation.data import check_prompt_lengths
+
+    short, verbose = build_toy_chat_tokenizer(), build_toy_chat_tokenizer()
+    verbose.chat_template = "{{ 'a long preamble ' * 20 }}" + short.chat_template
+    config = SimpleNamespace(max_position_embeddings=80)
+    team = SimpleNamespace(tokenizers=[short, verbose], base_model_of=lambda slot: SimpleNamespace(config=config))
+    rows = [{"prompt": [{"role": "user", "content": "Add 2 and 3."}]}]
+    with pytest.warns(ContextLengthWarning, match=r"prompt of agent 1 for row 0 of `train_dataset` is \d+ tokens"):
+        check_prompt_lengths(team, PromptEnv(num_agents=2), rows, "train_dataset", 8,
+                             "MAGRPOConfig.max_completion_length")

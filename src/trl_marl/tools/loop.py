@@ -161,11 +161,24 @@ class ToolLoop:
                                      "described to the model through the chat template.")
                 if environment is not None:
                     prompt = _with_observation(prompt, environment.reset(**dict(row)))
-                kwargs = self.formats[slot].template_kwargs(chat_template_kwargs)  # type: ignore[union-attr]
-                kwargs["tools"] = tools.callables(environment)
-                ids.extend(tokenize_prompts(self.tokenizers[slot], [prompt], kwargs))
+                ids.extend(tokenize_prompts(self.tokenizers[slot], [prompt],
+                                            self.template_kwargs(slot, chat_template_kwargs, environment)))
             out.append(ids)
         return out
+
+    def template_kwargs(self, slot: int, chat_template_kwargs: dict | None = None,
+                        environment: Any = None) -> dict[str, Any] | None:
+        """The chat template arguments that member `slot`'s prompts are tokenized with: its [`ToolFormat`]'s template
+        and its tools (with `environment`'s methods; without one, those of a fresh environment from its factory, as
+        the prompt-length check measures them), or None for a member without tools."""
+        tools = self.agent_tools[slot]
+        if tools is None:
+            return None
+        if environment is None and tools.environment_factory is not None:
+            environment = tools.environments(1)[0]
+        kwargs = self.formats[slot].template_kwargs(chat_template_kwargs)  # type: ignore[union-attr]
+        kwargs["tools"] = tools.callables(environment)
+        return kwargs
 
     # ------------------------------------------------------------------ after sampling
     def run(self, generate: GenerateFn, generation: Generation, config: GenerationConfig,

@@ -175,18 +175,23 @@ class TeamTrainer(TeamCheckpointMixin, TRLBaseTrainer):
 
     def _build_team(self, build: Callable[[], AgentTeam], args: TeamTrainingArguments, env: MultiAgentEnv,
                     train_dataset: Any, eval_dataset: Any, max_new_tokens: int, length_field: str,
-                    chat_template_kwargs: dict[str, Any] | None = None) -> AgentTeam:
+                    chat_template_kwargs: dict[str, Any] | None = None,
+                    member_template_kwargs: Callable[[AgentTeam], Sequence[dict | None] | None] | None = None,
+                    ) -> AgentTeam:
         """Step 2: the team that `build()` returns, built right after seeding from `args.seed` (a run is a function of
         its seed: LoRA weights and any other fresh weights are drawn now, before `Trainer.__init__` seeds), with
         `args.cpu_threads` applied, and every row of both datasets checked against the context window with
-        `max_new_tokens` (the config field `length_field`) to generate (`check_prompt_lengths`)."""
+        `max_new_tokens` (the config field `length_field`) to generate (`check_prompt_lengths`; each member's prompts
+        rendered with `member_template_kwargs(team)[slot]` where that is given, e.g. a member's tools)."""
         set_seed(args.seed)
         team = build()
         apply_cpu_threads(team.models, args.cpu_threads, on_cpu=True if args.use_cpu else None)
+        per_member = member_template_kwargs(team) if member_template_kwargs is not None else None
         for where, dataset in (("train_dataset", train_dataset), ("eval_dataset", eval_dataset)):
             if dataset is not None:  # every row, before the first step
                 check_prompt_lengths(team, env, dataset, where, max_new_tokens, length_field,
-                                     chat_template_kwargs=chat_template_kwargs, on_long=args.prompt_length_check)
+                                     chat_template_kwargs=chat_template_kwargs, on_long=args.prompt_length_check,
+                                     member_template_kwargs=per_member)
         return team
 
     def _setup_generation(self, team: AgentTeam, args: TeamTrainingArguments, temperature: float,

@@ -122,7 +122,7 @@ def context_window(config: Any) -> int | None:
 
 def check_prompt_lengths(team: Any, env: MultiAgentEnv, dataset: Any, where: str, completion_length: int, field: str,
                          slots: Sequence[int] | None = None, chat_template_kwargs: dict | None = None,
-                         on_long: str = "warn") -> None:
+                         on_long: str = "warn", member_template_kwargs: Sequence[dict | None] | None = None) -> None:
     """Check the turn-1 prompt of every agent for *every* row of a dataset against each agent's context window.
 
     Each row is measured once, before the first step, in chunks of [`ROWS_PER_CHUNK`] rows (so a large dataset is
@@ -149,6 +149,9 @@ def check_prompt_lengths(team: Any, env: MultiAgentEnv, dataset: Any, where: str
         slots: The team member that plays each agent at turn 1 (default: agent `a` is member `a`).
         chat_template_kwargs: Passed to the chat template, as in generation.
         on_long: `"error"` (raise), `"warn"` (one [`ContextLengthWarning`]) or `"ignore"` (no check at all).
+        member_template_kwargs: Per team member, the chat template arguments its first generation uses instead of
+            `chat_template_kwargs` (None: those): e.g. a member with tools, whose prompt carries their schemas
+            (`ToolLoop.template_kwargs`).
 
     Raises:
         ValueError: a prompt that cannot fit, or with `on_long="error"` one that leaves no room for the completion,
@@ -161,19 +164,20 @@ def check_prompt_lengths(team: Any, env: MultiAgentEnv, dataset: Any, where: str
     for a in range(env.num_agents):
         slot = slots[a] if slots is not None else a
         limit = context_window(team.base_model_of(slot).config)
+        own = member_template_kwargs[slot] if member_template_kwargs is not None else None
         if limit is not None:
-            limits[a] = (team.tokenizers[slot], limit)
+            limits[a] = (team.tokenizers[slot], limit, own if own is not None else chat_template_kwargs)
     if not limits:
         return
     config_name = field.split(".")[0]
     first_long: str | None = None
     long_rows: set[int] = set()
-    overheads: dict[Any, int] = {}
+    overheads: dict[int, dict[Any, int]] = {a: {} for a in limits}  # per agent: its own template and arguments
     for start in range(0, len(dataset), ROWS_PER_CHUNK):
         indices, prompts = check_dataset_prompts(env, dataset, where, rows=start + ROWS_PER_CHUNK, start=start)
-        for a, (tokenizer, limit) in limits.items():
+        for a, (tokenizer, limit, template_kwargs) in limits.items():
             lengths = _prompt_lengths(tokenizer, prompts[a], limit - completion_length, overrun_limit(limit),
-                                      chat_template_kwargs, overheads)
+                                      template_kwargs, overheads[a])
             for i, length in zip(indices, lengths):
                 if length is None or length + completion_length <= limit:
                     continue

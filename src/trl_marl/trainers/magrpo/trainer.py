@@ -169,11 +169,16 @@ class MAGRPOTrainer(TeamTrainer):
         self.local_rewards = self._local_rewards(local_reward_funcs, args, env.num_agents)  # before any model loads
         agent_tools = team_tools(tools, environment_factory, env.num_agents)  # checked before any model loads
 
+        def with_tools(team: AgentTeam) -> list[dict | None] | None:  # the tool loop, before the length check
+            self.tool_loop = self._tool_loop(agent_tools, team, args)
+            return self._member_template_kwargs(args.chat_template_kwargs)
+
         team = self._build_team(
             lambda: AgentTeam.build(model, args.num_agents, mode=args.team_mode, peft_config=peft_config,
                                     processing_class=processing_class, model_init_kwargs=args.model_init_kwargs),
             args, env, train_dataset, eval_dataset, args.max_completion_length,
             f"{type(args).__name__}.max_completion_length", chat_template_kwargs=args.chat_template_kwargs,
+            member_template_kwargs=with_tools,
         )
         if args.frozen_agents:
             team.freeze_agents(args.frozen_agents)
@@ -205,7 +210,6 @@ class MAGRPOTrainer(TeamTrainer):
         # the accumulation steps, or for dapo normalised by the token count of the whole accumulated step).
         self.loss_is_scaled_for_ga = True
         self.model_accepts_loss_kwargs = False
-        self.tool_loop = self._tool_loop(agent_tools, team, args)
         self.engine = JointRollout(
             env=env,
             team=team,
@@ -248,6 +252,13 @@ class MAGRPOTrainer(TeamTrainer):
         return ToolLoop(agent_tools, team.tokenizers, max_iterations=args.max_tool_calling_iterations,
                         timeout=args.tool_call_timeout, max_result_chars=args.max_tool_result_chars,
                         context_limits=limits)
+
+    def _member_template_kwargs(self, chat_template_kwargs: dict | None) -> list[dict | None] | None:
+        """Per team member, the chat template arguments of its prompts with its tools described (None: no tools)."""
+        loop = self.tool_loop
+        if loop is None:
+            return None
+        return [loop.template_kwargs(slot, chat_template_kwargs) for slot in range(len(loop.agent_tools))]
 
     def _local_rewards(self, funcs: Any, args: MAGRPOConfig, num_agents: int) -> LocalReward | None:
         """The per-agent local rewards of `local_reward_funcs`, checked against the config before any step."""
@@ -674,7 +685,8 @@ class MAGRPOTrainer(TeamTrainer):
         check_prompt_lengths(self.team, self.env, dataset, "eval_dataset", self.args.max_completion_length,
                              f"{type(self.args).__name__}.max_completion_length",
                              chat_template_kwargs=self.args.chat_template_kwargs,
-                             on_long=self.args.prompt_length_check)
+                             on_long=self.args.prompt_length_check,
+                             member_template_kwargs=self._member_template_kwargs(self.args.chat_template_kwargs))
 
     def evaluation_samples_per_row(self) -> int:
         return self.args.num_generations_eval
