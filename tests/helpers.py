@@ -99,3 +99,43 @@ def add(a: int, b: int) -> int:
         The sum.
     """
     return a + b
+
+
+CALL = '<tool_call>\n{"name": "add", "arguments": {"a": 2, "b": 3}}\n</tool_call>'
+ANSWER = "It is 5"
+PARTNER = "Ok"
+
+
+def scripted(trainer: Any, calls: dict[str, int], seen_prompts: list[list[str]], call: str = CALL) -> Any:
+    """A team's `generate` whose every token is known (for the tool tests): agent 0 writes `call` first and `ANSWER`
+    once a tool result is in its prompt, every other agent `PARTNER`; `calls` counts agent 0's two kinds of
+    generation, `seen_prompts[agent]` collects the prompts as text."""
+    from trl_marl.team import Generation
+
+    tokenizer = trainer.team.tokenizers[0]
+    eos = tokenizer.eos_token_id
+
+    def encode(text: str) -> list[int]:
+        return tokenizer(text, add_special_tokens=False)["input_ids"] + [eos]
+
+    def generate(prompts, generation_config, chat_template_kwargs=None, stop_token_ids=None):
+        prompt_ids, completion_ids = [], []
+        for agent, rows in enumerate(prompts):
+            ids = [list(p) if isinstance(p, list) and p and isinstance(p[0], int) else
+                   tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=True, return_dict=False,
+                                                 **(chat_template_kwargs or {})) for p in rows]
+            prompt_ids.append(ids)
+            texts = [tokenizer.decode(x) for x in ids]
+            seen_prompts[agent].extend(texts)
+            if agent == 0:
+                outs = []
+                for text in texts:
+                    after_tool = text.rstrip().endswith("<|im_start|>assistant") and "<|im_start|>tool" in text
+                    calls["after_tool" if after_tool else "first"] += 1
+                    outs.append(encode(ANSWER if after_tool else call))
+                completion_ids.append(outs)
+            else:
+                completion_ids.append([encode(PARTNER) for _ in texts])
+        return Generation(prompt_ids=prompt_ids, completion_ids=completion_ids)
+
+    return generate

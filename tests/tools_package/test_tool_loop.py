@@ -12,55 +12,11 @@ import json
 import pytest
 from datasets import Dataset
 
-from helpers import add
+from helpers import ANSWER, CALL, PARTNER, add, scripted
 from trl_marl import MAGRPOConfig, MAGRPOTrainer
-from trl_marl.team import Generation
 from trl_marl.tools import CHATML_TOOL_TEMPLATE, team_tools, tool_suffix_ids
 from trl_marl.tools.templates import ToolFormat
 from trl_marl.toy import build_toy_chat_tokenizer, build_toy_model
-
-CALL = '<tool_call>\n{"name": "add", "arguments": {"a": 2, "b": 3}}\n</tool_call>'
-ANSWER = "It is 5"
-PARTNER = "Ok"
-
-
-@pytest.fixture(scope="module")
-def chat_model_dir(tmp_path_factory) -> str:
-    path = tmp_path_factory.mktemp("toy_chat")
-    tokenizer = build_toy_chat_tokenizer()
-    build_toy_model(tokenizer, hidden_size=32, num_layers=1, max_position_embeddings=1024).save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return str(path)
-
-
-def scripted(trainer, calls: dict[str, int], seen_prompts: list[list[str]], call: str = CALL):
-    tokenizer = trainer.team.tokenizers[0]
-    eos = tokenizer.eos_token_id
-
-    def encode(text: str) -> list[int]:
-        return tokenizer(text, add_special_tokens=False)["input_ids"] + [eos]
-
-    def generate(prompts, generation_config, chat_template_kwargs=None, stop_token_ids=None):
-        prompt_ids, completion_ids = [], []
-        for agent, rows in enumerate(prompts):
-            ids = [list(p) if isinstance(p, list) and p and isinstance(p[0], int) else
-                   tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=True, return_dict=False,
-                                                 **(chat_template_kwargs or {})) for p in rows]
-            prompt_ids.append(ids)
-            texts = [tokenizer.decode(x) for x in ids]
-            seen_prompts[agent].extend(texts)
-            if agent == 0:
-                outs = []
-                for text in texts:
-                    after_tool = text.rstrip().endswith("<|im_start|>assistant") and "<|im_start|>tool" in text
-                    calls["after_tool" if after_tool else "first"] += 1
-                    outs.append(encode(ANSWER if after_tool else call))
-                completion_ids.append(outs)
-            else:
-                completion_ids.append([encode(PARTNER) for _ in texts])
-        return Generation(prompt_ids=prompt_ids, completion_ids=completion_ids)
-
-    return generate
 
 
 def make_trainer(model_dir: str, out: str, tools, reward, environment_factory=None, **extra) -> MAGRPOTrainer:

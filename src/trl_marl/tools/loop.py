@@ -124,6 +124,26 @@ class ToolLoop:
             None if t is None else resolve_tool_format(self.tokenizers[s], s) for s, t in enumerate(self.agent_tools)]
         self._environments: list[list[Any]] = [[] for _ in self.agent_tools]
 
+    @classmethod
+    def for_team(cls, agent_tools: Sequence[AgentTools | None], team: Any, args: Any) -> ToolLoop | None:
+        """The [`ToolLoop`] of an [`AgentTeam`] whose agents have `agent_tools` (None when no agent has tools), with
+        the limits of a trainer config `args` (`max_tool_calling_iterations`, `tool_call_timeout`,
+        `max_tool_result_chars`) and each member's context window.
+
+        Raises:
+            ValueError: The team has not one member per agent (e.g. one per (turn, agent)).
+        """
+        if all(t is None for t in agent_tools):
+            return None
+        if team.num_agents != len(agent_tools):
+            raise ValueError(f"`tools` / `environment_factory` are given per agent, but the team has "
+                             f"{team.num_agents} members for {len(agent_tools)} agents (one member per (turn, "
+                             "agent)): give tools to a team with one member per agent.")
+        limits = [getattr(team.base_model_of(a).config, "max_position_embeddings", None)
+                  for a in range(len(agent_tools))]
+        return cls(agent_tools, team.tokenizers, max_iterations=args.max_tool_calling_iterations,
+                   timeout=args.tool_call_timeout, max_result_chars=args.max_tool_result_chars, context_limits=limits)
+
     @property
     def active(self) -> bool:
         """Whether any team member has tools."""
@@ -165,6 +185,10 @@ class ToolLoop:
                                             self.template_kwargs(slot, chat_template_kwargs, environment)))
             out.append(ids)
         return out
+
+    def member_template_kwargs(self, chat_template_kwargs: dict | None = None) -> list[dict[str, Any] | None]:
+        """[`ToolLoop.template_kwargs`] of every team member (None for those without tools)."""
+        return [self.template_kwargs(slot, chat_template_kwargs) for slot in range(len(self.agent_tools))]
 
     def template_kwargs(self, slot: int, chat_template_kwargs: dict | None = None,
                         environment: Any = None) -> dict[str, Any] | None:

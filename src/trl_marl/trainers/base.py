@@ -70,6 +70,8 @@ from ..evaluation import DebateEvaluation
 from ..rewarding import LocalReward, NonFiniteCounter, RewardFunctionError, RewardSet, TeamReward
 from ..team import AgentTeam
 from ..team.generation import GenerationSettings, build_generation_backend
+from ..tools.loop import ToolLoop
+from ..tools.toolset import AgentTools
 from ..utils.threads import apply_cpu_threads
 from ..validation import check_dataset_prompts, check_prompt_lengths
 from .distributed import (
@@ -154,6 +156,7 @@ class TeamTrainer(TeamCheckpointMixin, TRLBaseTrainer):
     team: AgentTeam
     eval_verifier: Any = None
     gold_column: str = "answer"
+    tool_loop: ToolLoop | None = None  # the team's tool calls (`_build_team`); None: no agent has tools
     _name: str = "TeamTrainer"
     _paper: dict[str, str] = {}
     _tag_names: list[str] = ["trl", "trl-marl", "multi-agent"]
@@ -176,23 +179,29 @@ class TeamTrainer(TeamCheckpointMixin, TRLBaseTrainer):
     def _build_team(self, build: Callable[[], AgentTeam], args: TeamTrainingArguments, env: MultiAgentEnv,
                     train_dataset: Any, eval_dataset: Any, max_new_tokens: int, length_field: str,
                     chat_template_kwargs: dict[str, Any] | None = None,
-                    member_template_kwargs: Callable[[AgentTeam], Sequence[dict | None] | None] | None = None,
-                    ) -> AgentTeam:
+                    agent_tools: Sequence[AgentTools | None] | None = None) -> AgentTeam:
         """Step 2: the team that `build()` returns, built right after seeding from `args.seed` (a run is a function of
         its seed: LoRA weights and any other fresh weights are drawn now, before `Trainer.__init__` seeds), with
         `args.cpu_threads` applied, and every row of both datasets checked against the context window with
-        `max_new_tokens` (the config field `length_field`) to generate (`check_prompt_lengths`; each member's prompts
-        rendered with `member_template_kwargs(team)[slot]` where that is given, e.g. a member's tools)."""
+        `max_new_tokens` (the config field `length_field`) to generate (`check_prompt_lengths`). With `agent_tools`
+        (`team_tools`), `self.tool_loop` is built first (`ToolLoop.for_team`): the check measures their schemas."""
         set_seed(args.seed)
         team = build()
         apply_cpu_threads(team.models, args.cpu_threads, on_cpu=True if args.use_cpu else None)
-        per_member = member_template_kwargs(team) if member_template_kwargs is not None else None
+        if agent_tools is not None:
+            self.tool_loop = ToolLoop.for_team(agent_tools, team, args)
+        per_member = self._member_template_kwargs(args)
         for where, dataset in (("train_dataset", train_dataset), ("eval_dataset", eval_dataset)):
             if dataset is not None:  # every row, before the first step
                 check_prompt_lengths(team, env, dataset, where, max_new_tokens, length_field,
                                      chat_template_kwargs=chat_template_kwargs, on_long=args.prompt_length_check,
                                      member_template_kwargs=per_member)
         return team
+
+    def _member_template_kwargs(self, args: Any) -> list[dict | None] | None:
+        """Per team member, the chat template arguments of its prompts with its tools (None without a tool loop)."""
+        loop, kwargs = self.tool_loop, getattr(args, "chat_template_kwargs", None)
+        return None if loop is None else loop.member_template_kwargs(kwargs)
 
     def _setup_generation(self, team: AgentTeam, args: TeamTrainingArguments, temperature: float,
                           continuous_batching_config: Any = None) -> None:

@@ -15,7 +15,7 @@ from ...core import (
 )
 from ...rewarding import DEFAULT_REWARD_TIMEOUT, REWARD_ISOLATIONS
 from ...team.generation import check_generation_backend
-from ...tools.calling import MIN_MAX_CHARS
+from ...tools.settings import check_tool_settings, max_tool_result_chars_field, tool_call_timeout_field
 from ...validation import (
     PROMPT_LENGTH_CHECKS,
     check_choice,
@@ -248,22 +248,8 @@ class MAGRPOConfig(GRPOConfig):
             "sum_{k=1}^{T-t} gamma^k * mean r_t), so stopping early on success never looks worse than continuing."
         },
     )
-    tool_call_timeout: float | None = field(
-        default=30.0,
-        metadata={
-            "help": "Seconds one tool call may take (agents with `tools` or `environment_factory`): a call that "
-            "takes longer gives the agent an error message as the tool's result, and training goes on. None: no "
-            "limit. A Python function cannot be stopped from outside, so a tool that may hang for good should run "
-            "its work in a subprocess (as `trl_marl.tools.python` runs code in the sandbox)."
-        },
-    )
-    max_tool_result_chars: int | None = field(
-        default=4000,
-        metadata={
-            "help": "Longest tool result, in characters: a longer one is cut, with a note saying how much was "
-            "dropped. None: no limit (results are still dropped when they do not fit `max_completion_length`)."
-        },
-    )
+    tool_call_timeout: float | None = tool_call_timeout_field()
+    max_tool_result_chars: int | None = max_tool_result_chars_field()
     team_mode: str | None = field(
         default=None,
         metadata={
@@ -465,15 +451,7 @@ class MAGRPOConfig(GRPOConfig):
             raise ValueError(f"`discount` must be in [0, 1], got {self.discount}.")
         if self.max_branches is not None and self.max_branches < 1:
             raise ValueError(f"`max_branches` must be >= 1 or None, got {self.max_branches}.")
-        if self.tool_call_timeout is not None and not self.tool_call_timeout > 0:
-            raise ValueError(f"`tool_call_timeout` must be > 0 seconds or None (no limit), got "
-                             f"{self.tool_call_timeout!r}.")
-        if self.max_tool_result_chars is not None and self.max_tool_result_chars < MIN_MAX_CHARS:
-            raise ValueError(f"`max_tool_result_chars` must be >= {MIN_MAX_CHARS} (room for the note on what was cut) "
-                             f"or None (no limit), got {self.max_tool_result_chars!r}.")
-        if self.max_tool_calling_iterations is not None and self.max_tool_calling_iterations < 0:
-            raise ValueError(f"`max_tool_calling_iterations` must be >= 0 or None (until the completion budget is "
-                             f"spent), got {self.max_tool_calling_iterations!r}.")
+        check_tool_settings(self)
         if self.team_mode not in (None, "adapters", "models", "shared"):
             raise ValueError(f"`team_mode` must be 'adapters', 'models', 'shared' or None, got {self.team_mode!r}.")
         check_choice(self, "prompt_length_check", PROMPT_LENGTH_CHECKS)

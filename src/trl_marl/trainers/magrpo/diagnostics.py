@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ...rollout import Rollout, finite_mean, flat_group_fraction, reward_std_is_zero
+from ..metrics import log_tool_use
 
 if TYPE_CHECKING:
     from .config import MAGRPOConfig
@@ -186,29 +187,6 @@ class TrainingDiagnostics:
             return
         self.warned.add(key)
         warnings.warn(message, TrainingDiagnosticWarning, stacklevel=3)
-
-
-def log_tool_use(metrics: dict[str, list[float]], rollout: Rollout) -> None:
-    """Each agent with tools' use of them over the rollout's turns, under TRL's names with the agent's prefix:
-    `agent_<a>/tools/call_frequency` (calls per sample), `agent_<a>/tools/failure_frequency` (failed calls per call:
-    an error, a timeout, an unknown tool), `agent_<a>/tools/rounds` (generations after a tool result per sample: the
-    turns the agent used) and `agent_<a>/tools/cut_by_budget` (samples whose results did not fit the completion
-    budget, per sample)."""
-    totals: dict[int, list[int]] = {}
-    for t in rollout.turns:
-        for a, stats in enumerate(t.tool_stats or []):
-            if stats is None:
-                continue
-            total = totals.setdefault(a, [0, 0, 0, 0, 0])
-            for k, value in enumerate((stats.samples, stats.calls, stats.failed_calls, stats.rounds,
-                                       stats.cut_by_budget)):
-                total[k] += value
-    for a, (samples, calls, failed, rounds, cut) in sorted(totals.items()):
-        prefix = f"agent_{a}/tools/"
-        metrics[prefix + "call_frequency"].append(calls / max(1, samples))
-        metrics[prefix + "failure_frequency"].append(failed / calls if calls else 0.0)
-        metrics[prefix + "rounds"].append(rounds / max(1, samples))
-        metrics[prefix + "cut_by_budget"].append(cut / max(1, samples))
 
 
 def log_rollout(metrics: dict[str, list[float]], rollout: Rollout, reward_names: list[str],

@@ -43,8 +43,8 @@ from ...rewarding import (
 )
 from ...rollout import JointRollout, Rollout, TurnResult, assign_advantages, turn_advantages
 from ...team import AgentBatch, AgentTeam, pad_left, pad_right
-from ...tools.loop import ToolLoop, tool_masks_tensor
-from ...tools.toolset import AgentTools, team_tools
+from ...tools.loop import tool_masks_tensor
+from ...tools.toolset import team_tools
 from ...utils.precision import cast_lm_head_to_fp32
 from ...validation import check_prompt_lengths
 from ..base import TeamTrainer, rollout_phase
@@ -169,16 +169,12 @@ class MAGRPOTrainer(TeamTrainer):
         self.local_rewards = self._local_rewards(local_reward_funcs, args, env.num_agents)  # before any model loads
         agent_tools = team_tools(tools, environment_factory, env.num_agents)  # checked before any model loads
 
-        def with_tools(team: AgentTeam) -> list[dict | None] | None:  # the tool loop, before the length check
-            self.tool_loop = self._tool_loop(agent_tools, team, args)
-            return self._member_template_kwargs(args.chat_template_kwargs)
-
         team = self._build_team(
             lambda: AgentTeam.build(model, args.num_agents, mode=args.team_mode, peft_config=peft_config,
                                     processing_class=processing_class, model_init_kwargs=args.model_init_kwargs),
             args, env, train_dataset, eval_dataset, args.max_completion_length,
             f"{type(args).__name__}.max_completion_length", chat_template_kwargs=args.chat_template_kwargs,
-            member_template_kwargs=with_tools,
+            agent_tools=agent_tools,
         )
         if args.frozen_agents:
             team.freeze_agents(args.frozen_agents)
@@ -237,28 +233,6 @@ class MAGRPOTrainer(TeamTrainer):
         self.entropy_control = EntropyControl(args, [a for a in range(env.num_agents) if a not in team.frozen])
         self.last_rollout: Rollout | None = None
         self.last_advantages: list[torch.Tensor] = []
-
-    @staticmethod
-    def _tool_loop(agent_tools: list[AgentTools | None], team: AgentTeam, args: MAGRPOConfig) -> ToolLoop | None:
-        """The team's [`ToolLoop`] when an agent has tools (`tools`, `environment_factory`), else None."""
-        if all(t is None for t in agent_tools):
-            return None
-        if team.num_agents != len(agent_tools):
-            raise ValueError(f"`tools` / `environment_factory` are given per agent, but the team has "
-                             f"{team.num_agents} members for {len(agent_tools)} agents (one member per turn): give "
-                             "tools to a team with one member per agent.")
-        limits = [getattr(team.base_model_of(a).config, "max_position_embeddings", None)
-                  for a in range(len(agent_tools))]
-        return ToolLoop(agent_tools, team.tokenizers, max_iterations=args.max_tool_calling_iterations,
-                        timeout=args.tool_call_timeout, max_result_chars=args.max_tool_result_chars,
-                        context_limits=limits)
-
-    def _member_template_kwargs(self, chat_template_kwargs: dict | None) -> list[dict | None] | None:
-        """Per team member, the chat template arguments of its prompts with its tools described (None: no tools)."""
-        loop = self.tool_loop
-        if loop is None:
-            return None
-        return [loop.template_kwargs(slot, chat_template_kwargs) for slot in range(len(loop.agent_tools))]
 
     def _local_rewards(self, funcs: Any, args: MAGRPOConfig, num_agents: int) -> LocalReward | None:
         """The per-agent local rewards of `local_reward_funcs`, checked against the config before any step."""
@@ -686,7 +660,7 @@ class MAGRPOTrainer(TeamTrainer):
                              f"{type(self.args).__name__}.max_completion_length",
                              chat_template_kwargs=self.args.chat_template_kwargs,
                              on_long=self.args.prompt_length_check,
-                             member_template_kwargs=self._member_template_kwargs(self.args.chat_template_kwargs))
+                             member_template_kwargs=self._member_template_kwargs(self.args))
 
     def evaluation_samples_per_row(self) -> int:
         return self.args.num_generations_eval

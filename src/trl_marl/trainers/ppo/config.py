@@ -8,6 +8,12 @@ from dataclasses import dataclass, field
 from ..._trl_compat import TRLBaseConfig
 from ...rewarding import DEFAULT_REWARD_TIMEOUT, REWARD_ISOLATIONS
 from ...team.generation import check_generation_backend
+from ...tools.settings import (
+    check_tool_settings,
+    max_tool_calling_iterations_field,
+    max_tool_result_chars_field,
+    tool_call_timeout_field,
+)
 from ...validation import (
     PROMPT_LENGTH_CHECKS,
     check_choice,
@@ -403,6 +409,9 @@ class MultiAgentPPOConfig(TRLBaseConfig):
             "ValueError naming the row and its longest field."
         },
     )
+    max_tool_calling_iterations: int | None = max_tool_calling_iterations_field()
+    tool_call_timeout: float | None = tool_call_timeout_field()
+    max_tool_result_chars: int | None = max_tool_result_chars_field()
 
     def __post_init__(self) -> None:
         if self.bf16 is None and not self.fp16 and not has_accelerator():
@@ -468,6 +477,7 @@ class MultiAgentPPOConfig(TRLBaseConfig):
         check_choice(self, "prompt_length_check", PROMPT_LENGTH_CHECKS)
         check_timeout(self, "reward_timeout")
         check_choice(self, "reward_isolation", REWARD_ISOLATIONS)
+        check_tool_settings(self)
         check_generation_backend(self)
         check_importance_sampling(self)
         if self.model_adapter_name is not None or self.ref_adapter_name is not None:

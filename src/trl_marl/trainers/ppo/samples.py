@@ -29,8 +29,10 @@ __all__ = [
     "micro_batch_indices",
     "micro_batches",
     "next_turn_values",
+    "put_tool_steps_back",
     "score_with_reward_funcs",
     "score_with_reward_model",
+    "skip_tool_steps",
     "slot_rollouts",
     "turn_level_group_advantages",
     "whiten_group",
@@ -68,6 +70,9 @@ class AgentRollout:
     # with `logprobs` that multiplies the policy loss (`engine_correction`); None without them
     sampling_logprobs: torch.Tensor | None = None
     importance_sampling_ratio: torch.Tensor | None = None
+    # with tools: (N, L) 0 on the tokens the tool loop wrote into the response (tool results and their formatting),
+    # 1 elsewhere (padding included); out of both losses and skipped by GAE. None: no sample of the slot used tools
+    tool_mask: torch.Tensor | None = None
 
 
 def joint_value_prompt(prompt_ids: Sequence[Sequence[int]], completion_ids: Sequence[Sequence[int]], agent: int,
@@ -142,6 +147,8 @@ def slot_rollouts(played: Rollout, slot_of: Any, num_slots: int, tokenizers: lis
             elif value_input == "answer":
                 s.setdefault("value_prompt_ids", []).extend(first_prompt_ids[a][r] for r in rows)
             s.setdefault("completion_ids", []).extend(t.completion_ids[a])
+            tool_masks = t.tool_masks[a] if t.tool_masks is not None else None
+            s.setdefault("tool_masks", []).extend(tool_masks if tool_masks is not None else [None] * len(rows))
             if t.sampling_logps is not None:
                 s.setdefault("sampling_logps", []).extend(t.sampling_logps[a])
             s.setdefault("texts", []).extend(t.completions[a])
@@ -162,7 +169,13 @@ def slot_rollouts(played: Rollout, slot_of: Any, num_slots: int, tokenizers: lis
         for i, ids in enumerate(s["completion_ids"]):
             ids = ids[:width]
             responses[i, : len(ids)] = torch.tensor(ids, dtype=torch.long)
-        post = truncate_after_stop(responses, stop_token_id, pad)
+        tool_mask = None
+        if any(m is not None and 0 in m[:width] for m in s["tool_masks"]):
+            tool_mask = torch.ones_like(responses)
+            for i, m in enumerate(s["tool_masks"]):
+                if m is not None:
+                    tool_mask[i, : len(m[:width])] = torch.tensor(m[:width], dtype=torch.long)
+        post = truncate_after_stop(responses, stop_token_id, pad, tool_mask)
         query_responses = torch.cat([queries, responses], 1).to(device)
         value_qr, value_context = query_responses, queries.size(1)
         if "value_prompt_ids" in s:
@@ -172,12 +185,47 @@ def slot_rollouts(played: Rollout, slot_of: Any, num_slots: int, tokenizers: lis
             query_responses=query_responses, context_length=queries.size(1), responses=responses.to(device),
             postprocessed=post.to(device), turns=torch.tensor(s["turns"]), texts=s["texts"], prompts=s["prompts"],
             agents=torch.tensor(s["agents"]), rows=torch.tensor(s["rows"]), value_query_responses=value_qr,
-            value_context_length=value_context,
+            value_context_length=value_context, tool_mask=None if tool_mask is None else tool_mask.to(device),
         ))
         if len(s.get("sampling_logps", ())) == len(responses):  # every turn's engine log-probs, in the same order
             rollouts[-1].sampling_logprobs = padded_logps([row[:width] for row in s["sampling_logps"]], responses).to(
                 device)
     return rollouts
+
+
+def skip_tool_steps(x: torch.Tensor, tool_mask: torch.Tensor, fill: Any = 0) -> torch.Tensor:
+    """The steps of each row without those the tool loop wrote, moved left in order, then `fill`.
+
+    GAE runs over the agent's own tokens: a tool result is the environment's answer between two of its actions,
+    not a step of the policy, so the step after a tool call is the first token the agent writes after the result
+    (whose value has read the result). [`put_tool_steps_back`] undoes it, with `fill` on the written steps.
+
+    Example:
+
+    ```python
+    >>> skip_tool_steps(torch.tensor([[1, 2, 3, 4, 5]]), torch.tensor([[1, 0, 0, 1, 1]]))
+    tensor([[1, 4, 5, 0, 0]])
+    ```
+    """
+    order = torch.argsort((tool_mask == 0).to(torch.int8), dim=1, stable=True)  # kept steps first, in order
+    kept = (tool_mask != 0).sum(dim=1, keepdim=True)
+    steps = torch.arange(x.size(1), device=x.device).unsqueeze(0)
+    return torch.where(steps < kept, x.gather(1, order), torch.full_like(x, fill))
+
+
+def put_tool_steps_back(y: torch.Tensor, tool_mask: torch.Tensor, fill: Any = 0) -> torch.Tensor:
+    """Each row of [`skip_tool_steps`]'s output at its steps again, `fill` on the steps the tool loop wrote.
+
+    Example:
+
+    ```python
+    >>> put_tool_steps_back(torch.tensor([[1, 4, 5, 0, 0]]), torch.tensor([[1, 0, 0, 1, 1]]))
+    tensor([[1, 0, 0, 4, 5]])
+    ```
+    """
+    order = torch.argsort((tool_mask == 0).to(torch.int8), dim=1, stable=True)
+    out = torch.empty_like(y).scatter_(1, order, y)
+    return torch.where(tool_mask != 0, out, torch.full_like(out, fill))
 
 
 def whiten_group(values: list[torch.Tensor], masks: list[torch.Tensor], shift_mean: bool) -> list[torch.Tensor]:
@@ -264,6 +312,9 @@ def forward_targets(ro: AgentRollout, slot: int, team: AgentTeam, value_model: n
     if not bool(ro.scorable.all()):  # an unscorable response teaches nothing: out of both losses
         keep = ro.scorable.to(policy_mask.device).unsqueeze(1)
         policy_mask, value_mask = policy_mask & keep, value_mask & keep
+    if ro.tool_mask is not None:  # tool results are not the policy's actions: out of both losses (and of the KL)
+        generated = ro.tool_mask.to(policy_mask.device).bool()
+        policy_mask, value_mask = policy_mask & generated, value_mask & generated
     logprobs = torch.masked_fill(logprobs, ~policy_mask, INVALID_LOGPROB)
     ref_logprobs = torch.masked_fill(ref_logprobs, ~policy_mask, INVALID_LOGPROB)
     value = torch.masked_fill(value, ~value_mask, 0)

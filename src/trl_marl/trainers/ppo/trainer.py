@@ -44,8 +44,10 @@ from ...envs.base import MultiAgentEnv, PromptEnv, TokenizedPromptEnv, Transcrip
 from ...rewarding import RewardFunc, RewardFunctionError, RewardSet
 from ...rollout import JointRollout, Rollout
 from ...team import AgentTeam, sequence_model_inputs
+from ...tools.toolset import team_tools
 from ...validation import check_prompt_lengths
 from ..base import TeamTrainer, rollout_phase
+from ..metrics import log_tool_use
 from ..per_agent import backward_per_agent, backward_per_agent_supported
 from .config import MultiAgentPPOConfig
 from .logging import STAT_NAMES, completions_table, print_completions_table, update_metrics
@@ -55,8 +57,10 @@ from .samples import (
     micro_batch_indices,
     micro_batches,
     next_turn_values,
+    put_tool_steps_back,
     score_with_reward_funcs,
     score_with_reward_model,
+    skip_tool_steps,
     slot_rollouts,
     turn_level_group_advantages,
     whiten_group,
@@ -107,6 +111,12 @@ class MultiAgentPPOTrainer(TeamTrainer):
         eval_verifier: An answer verifier (`extract(response)`, `score(response, gold)`, e.g. `AnswerVerifier`) for
             `evaluate()`. Default: the verifier of a reward function that has one.
         gold_column: The dataset column holding the gold answer, for `evaluate()`.
+        tools: Functions the agents may call, TRL's `tools` (docs/tools.md): one list for the whole team, or one
+            per agent (`[[calculator], None]`). Within its turn an agent calls them and reads the results before it
+            answers; the results' tokens are part of its response but never trained on (out of the policy and value
+            losses, and skipped by GAE). Needs `stop_token='eos'` and a team with one member per agent.
+        environment_factory: TRL's `environment_factory` (the whole team, or one per agent): each sample gets a
+            fresh environment whose public methods are its tools.
 
     Example:
 
@@ -151,6 +161,8 @@ class MultiAgentPPOTrainer(TeamTrainer):
         peft_config: Any = None,
         eval_verifier: Any = None,
         gold_column: str = "answer",
+        tools: Sequence[Any] | None = None,
+        environment_factory: Any = None,
     ) -> None:
         if ref_model is not None and ref_model is model:
             raise ValueError(
@@ -164,11 +176,17 @@ class MultiAgentPPOTrainer(TeamTrainer):
             tokenized = "input_ids" in columns
             env = TokenizedPromptEnv(args.num_agents) if tokenized else PromptEnv(args.num_agents, args.num_turns)
         self._check_inputs(env, args, train_dataset, eval_dataset, eval_verifier, gold_column)
+        agent_tools = team_tools(tools, environment_factory, env.num_agents)  # checked before any model loads
+        if any(t is not None for t in agent_tools) and args.stop_token is None and args.stop_token_id is None:
+            raise ValueError("An agent with tools must stop generating at the end of its message (the tool calls are "
+                             "read from it): set `stop_token='eos'` in the MultiAgentPPOConfig (with no stop token "
+                             "every response runs to `response_length`).")
 
         # turn 1 of agent a: team member a; value heads are drawn after the team, from the same seeded state
         team = self._build_team(lambda: self._build_policies(model, args, peft_config, processing_class), args, env,
                                 train_dataset, eval_dataset, args.response_length,
-                                f"{type(args).__name__}.response_length")
+                                f"{type(args).__name__}.response_length",
+                                agent_tools=agent_tools)
         self._setup_generation(team, args, temperature=args.temperature + 1e-7)
         if ref_model is not None:
             if args.num_agents != 1:
@@ -216,6 +234,7 @@ class MultiAgentPPOTrainer(TeamTrainer):
         self.engine = JointRollout(
             env, team, self.rewards, self._generation_config(args.temperature), num_generations=1,
             stop_token_ids={self.stop_token_id} if self.stop_token_id is not None else set(),
+            tool_loop=self.tool_loop,
         )
 
     # ------------------------------------------------------------------ setup helpers
@@ -339,11 +358,19 @@ class MultiAgentPPOTrainer(TeamTrainer):
             if ro is not None:
                 groups[self.whitening_group[s]].append(ro)
         for members in groups.values():
+            # with tools, `compute_advantages` sees each response without the steps the tool loop wrote (GAE runs
+            # over the agent's own tokens: `skip_tool_steps`), and its results go back to their steps
+            def skip(x: torch.Tensor, ro: AgentRollout, fill: Any = 0) -> torch.Tensor:
+                return x if ro.tool_mask is None else skip_tool_steps(x, ro.tool_mask, fill)
+
             advantages, returns = self.compute_advantages(
-                [ro.returns for ro in members], [ro.values for ro in members],
-                [ro.policy_mask for ro in members], [ro.value_mask for ro in members],
+                [skip(ro.returns, ro) for ro in members], [skip(ro.values, ro) for ro in members],
+                [skip(ro.policy_mask, ro, False) for ro in members],
+                [skip(ro.value_mask, ro, False) for ro in members],
             )
             for ro, adv, ret in zip(members, advantages, returns):
+                if ro.tool_mask is not None:
+                    adv, ret = put_tool_steps_back(adv, ro.tool_mask), put_tool_steps_back(ret, ro.tool_mask)
                 ro.advantages, ro.returns = adv, ret
 
     def compute_advantages(
@@ -460,6 +487,10 @@ class MultiAgentPPOTrainer(TeamTrainer):
             self.state.global_step += 1
             metrics = update_metrics(self.accelerator, args, self.env, self.team.tokenizers,
                                      self.lr_scheduler.get_last_lr()[0], rollouts, stats, episode, start)
+            if self.tool_loop is not None and self.last_rollout is not None:  # `agent_<a>/tools/*`, as in MAGRPO
+                tool_metrics: dict[str, list[float]] = defaultdict(list)
+                log_tool_use(tool_metrics, self.last_rollout)
+                metrics.update({name: values[0] for name, values in tool_metrics.items()})
             self.state.epoch = episode / len(self.train_dataset)
             self.log(metrics)
             self.lr_scheduler.step()
@@ -608,7 +639,8 @@ class MultiAgentPPOTrainer(TeamTrainer):
     def check_evaluation_prompts(self, dataset: Any) -> None:
         self.validate_dataset(self.env, dataset, "eval_dataset")
         check_prompt_lengths(self.team, self.env, dataset, "eval_dataset", self.args.response_length,
-                             f"{type(self.args).__name__}.response_length", on_long=self.args.prompt_length_check)
+                             f"{type(self.args).__name__}.response_length", on_long=self.args.prompt_length_check,
+                             member_template_kwargs=self._member_template_kwargs(self.args))
 
     def play_evaluation_episodes(
         self, rows: list[dict[str, Any]], temperature: float | None = None

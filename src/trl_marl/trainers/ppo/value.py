@@ -53,12 +53,22 @@ def first_true_index(flags: torch.Tensor) -> torch.Tensor:
     return torch.where(flags, positions, torch.full_like(positions, width)).min(dim=-1).values
 
 
-def truncate_after_stop(responses: torch.Tensor, stop: int | None, pad: int) -> torch.Tensor:
-    """Replace every token after the first stop token with padding."""
+def truncate_after_stop(responses: torch.Tensor, stop: int | None, pad: int,
+                        tool_mask: torch.Tensor | None = None) -> torch.Tensor:
+    """Replace every token after the first stop token with padding.
+
+    With a `tool_mask` (0 on the tokens the tool loop wrote), only the stop tokens after a row's last written token
+    count: a message with tool calls ends with a stop token too, and the response goes on with the results and the
+    agent's next message.
+    """
     if stop is None:
         return responses
-    first = first_true_index(responses == stop).unsqueeze(-1)
     steps = torch.arange(responses.size(1), device=responses.device).unsqueeze(0)
+    is_stop = responses == stop
+    if tool_mask is not None:
+        last_written = torch.where(tool_mask == 0, steps, torch.full_like(steps, -1)).max(dim=-1).values
+        is_stop = is_stop & (steps > last_written.unsqueeze(-1))
+    first = first_true_index(is_stop).unsqueeze(-1)
     return torch.masked_fill(responses, steps > first, pad)
 
 
