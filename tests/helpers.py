@@ -106,10 +106,11 @@ ANSWER = "It is 5"
 PARTNER = "Ok"
 
 
-def scripted(trainer: Any, calls: dict[str, int], seen_prompts: list[list[str]], call: str = CALL) -> Any:
-    """A team's `generate` whose every token is known (for the tool tests): agent 0 writes `call` first and `ANSWER`
-    once a tool result is in its prompt, every other agent `PARTNER`; `calls` counts agent 0's two kinds of
-    generation, `seen_prompts[agent]` collects the prompts as text."""
+def scripted(trainer: Any, calls: dict[str, int], seen_prompts: list[list[str]], call: str = CALL,
+             tool_members: tuple[int, ...] = (0,)) -> Any:
+    """A team's `generate` whose every token is known (for the tool tests): the members in `tool_members` write
+    `call` first and `ANSWER` once a tool result is in their prompt, every other member `PARTNER`; `calls` counts
+    their two kinds of generation, `seen_prompts[member]` collects the prompts as text."""
     from trl_marl.team import Generation
 
     tokenizer = trainer.team.tokenizers[0]
@@ -127,7 +128,7 @@ def scripted(trainer: Any, calls: dict[str, int], seen_prompts: list[list[str]],
             prompt_ids.append(ids)
             texts = [tokenizer.decode(x) for x in ids]
             seen_prompts[agent].extend(texts)
-            if agent == 0:
+            if agent in tool_members:
                 outs = []
                 for text in texts:
                     after_tool = text.rstrip().endswith("<|im_start|>assistant") and "<|im_start|>tool" in text

@@ -99,6 +99,22 @@ def test_ppo_tools_need_a_stop_token(tmp_path):
         make_ppo("no-model-is-loaded", str(tmp_path), [add], stop_token=None)
 
 
-def test_ppo_tools_need_one_member_per_agent(chat_model_dir, tmp_path):
-    with pytest.raises(ValueError, match="one member per agent"):
-        make_ppo(chat_model_dir, str(tmp_path), [add], policy_sharing="agent_turn", num_turns=2)
+def test_a_member_per_turn_gets_the_tools_of_the_agent_it_plays(chat_model_dir, tmp_path):
+    """`policy_sharing="agent_turn"`: members 0 and 2 play agent 0 at turns 1 and 2, and both have its tool."""
+    trainer = make_ppo(chat_model_dir, str(tmp_path), [[add], None], policy_sharing="agent_turn", num_turns=2)
+    prompts: list[list[str]] = [[], [], [], []]
+    trainer.team.generate = scripted(trainer, {"first": 0, "after_tool": 0}, prompts, tool_members=(0, 2))
+    rollouts = trainer.rollout(list(trainer.train_dataset))
+    assert [ro.tool_mask is not None for ro in rollouts] == [True, False, True, False]
+    assert rollouts[0].texts == rollouts[2].texts == [ANSWER, ANSWER]
+    assert "<tools>" in prompts[2][0] and "<tools>" not in prompts[3][0]
+
+
+def test_tools_for_a_team_that_does_not_fit_the_agents_are_refused():
+    from types import SimpleNamespace
+
+    from trl_marl.tools import ToolLoop, team_tools
+
+    team = SimpleNamespace(num_agents=3, agents_per_turn=3)
+    with pytest.raises(ValueError, match="given for 2 agents, but the team has 3 members"):
+        ToolLoop.for_team(team_tools([add], None, 2), team, MultiAgentPPOConfig(output_dir="unused"))

@@ -130,17 +130,24 @@ class ToolLoop:
         the limits of a trainer config `args` (`max_tool_calling_iterations`, `tool_call_timeout`,
         `max_tool_result_chars`) and each member's context window.
 
+        A team with one member per (turn, agent) (`AgentTeam.agents_per_turn` agents) gives each member the tools of
+        the agent it plays: member `s` plays agent `s % agents_per_turn`.
+
         Raises:
-            ValueError: The team has not one member per agent (e.g. one per (turn, agent)).
+            ValueError: The team's members do not map onto the agents (neither one per agent nor one per (turn,
+                agent)).
         """
         if all(t is None for t in agent_tools):
             return None
-        if team.num_agents != len(agent_tools):
-            raise ValueError(f"`tools` / `environment_factory` are given per agent, but the team has "
-                             f"{team.num_agents} members for {len(agent_tools)} agents (one member per (turn, "
-                             "agent)): give tools to a team with one member per agent.")
-        limits = [getattr(team.base_model_of(a).config, "max_position_embeddings", None)
-                  for a in range(len(agent_tools))]
+        n = len(agent_tools)
+        if team.num_agents != n:
+            if getattr(team, "agents_per_turn", None) != n or team.num_agents % n:
+                raise ValueError(f"`tools` / `environment_factory` are given for {n} agents, but the team has "
+                                 f"{team.num_agents} members that are neither one per agent nor one per (turn, "
+                                 "agent): give tools to a team built for these agents.")
+            agent_tools = [agent_tools[s % n] for s in range(team.num_agents)]
+        limits = [getattr(team.base_model_of(s).config, "max_position_embeddings", None)
+                  for s in range(team.num_agents)]
         return cls(agent_tools, team.tokenizers, max_iterations=args.max_tool_calling_iterations,
                    timeout=args.tool_call_timeout, max_result_chars=args.max_tool_result_chars, context_limits=limits)
 
