@@ -107,17 +107,18 @@ PARTNER = "Ok"
 
 
 def scripted(trainer: Any, calls: dict[str, int], seen_prompts: list[list[str]], call: str = CALL,
-             tool_members: tuple[int, ...] = (0,)) -> Any:
+             tool_members: tuple[int, ...] = (0,), answer_ends: bool = True) -> Any:
     """A team's `generate` whose every token is known (for the tool tests): the members in `tool_members` write
     `call` first and `ANSWER` once a tool result is in their prompt, every other member `PARTNER`; `calls` counts
-    their two kinds of generation, `seen_prompts[member]` collects the prompts as text."""
+    their two kinds of generation, `seen_prompts[member]` collects the prompts as text. `answer_ends=False`: the
+    answer has no EOS (cut by the budget)."""
     from trl_marl.team import Generation
 
     tokenizer = trainer.team.tokenizers[0]
     eos = tokenizer.eos_token_id
 
-    def encode(text: str) -> list[int]:
-        return tokenizer(text, add_special_tokens=False)["input_ids"] + [eos]
+    def encode(text: str, ends: bool = True) -> list[int]:
+        return tokenizer(text, add_special_tokens=False)["input_ids"] + ([eos] if ends else [])
 
     def generate(prompts, generation_config, chat_template_kwargs=None, stop_token_ids=None):
         prompt_ids, completion_ids = [], []
@@ -133,7 +134,7 @@ def scripted(trainer: Any, calls: dict[str, int], seen_prompts: list[list[str]],
                 for text in texts:
                     after_tool = text.rstrip().endswith("<|im_start|>assistant") and "<|im_start|>tool" in text
                     calls["after_tool" if after_tool else "first"] += 1
-                    outs.append(encode(ANSWER if after_tool else call))
+                    outs.append(encode(ANSWER, answer_ends) if after_tool else encode(call))
                 completion_ids.append(outs)
             else:
                 completion_ids.append([encode(PARTNER) for _ in texts])

@@ -99,6 +99,16 @@ def test_ppo_tools_need_a_stop_token(tmp_path):
         make_ppo("no-model-is-loaded", str(tmp_path), [add], stop_token=None)
 
 
+@pytest.mark.parametrize("answer_ends", [True, False])
+def test_missing_eos_penalty_reads_the_last_message(chat_model_dir, tmp_path, answer_ends):
+    """The tool call's message ends with an EOS; the penalty asks whether the agent's *answer* did."""
+    trainer = make_ppo(chat_model_dir, str(tmp_path), [[add], None], missing_eos_penalty=1.0)
+    trainer.team.generate = scripted(trainer, {"first": 0, "after_tool": 0}, [[], []], answer_ends=answer_ends)
+    rollouts = trainer.rollout(list(trainer.train_dataset))
+    assert rollouts[0].texts == [ANSWER, ANSWER]
+    assert rollouts[0].scores.tolist() == ([1.0, 1.0] if answer_ends else [0.0, 0.0])
+
+
 def test_a_member_per_turn_gets_the_tools_of_the_agent_it_plays(chat_model_dir, tmp_path):
     """`policy_sharing="agent_turn"`: members 0 and 2 play agent 0 at turns 1 and 2, and both have its tool."""
     trainer = make_ppo(chat_model_dir, str(tmp_path), [[add], None], policy_sharing="agent_turn", num_turns=2)

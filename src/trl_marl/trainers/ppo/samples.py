@@ -17,7 +17,7 @@ from ...rewarding import RewardFunctionError, RewardSet, unscorable_message
 from ...rollout import Rollout
 from ...team import AgentTeam, pad_left
 from ..engine_correction import corrects_engine_mismatch, padded_logps
-from .value import first_true_index, response_values, sequence_scores, truncate_after_stop
+from .value import first_true_index, in_last_message, response_values, sequence_scores, truncate_after_stop
 
 if TYPE_CHECKING:
     from .config import MultiAgentPPOConfig
@@ -303,7 +303,8 @@ def forward_targets(ro: AgentRollout, slot: int, team: AgentTeam, value_model: n
             values.append(values_now)
         chunk += 1
     logprobs, ref_logprobs, value = torch.cat(logps), torch.cat(ref_logps), torch.cat(values).float()
-    contains_eos = (ro.postprocessed == team.tokenizers[slot].eos_token_id).any(dim=-1)
+    # the agent's last message ended (with tools, a message with calls ends with an EOS too)
+    contains_eos = in_last_message(ro.postprocessed == team.tokenizers[slot].eos_token_id, ro.tool_mask).any(dim=-1)
     if args.missing_eos_penalty is not None:
         ro.scores = ro.scores.clone()
         ro.scores[~contains_eos] -= args.missing_eos_penalty

@@ -40,6 +40,7 @@ __all__ = [
     "check_joint_tokenizers",
     "check_single_label",
     "first_true_index",
+    "in_last_message",
     "response_values",
     "sequence_scores",
     "truncate_after_stop",
@@ -64,12 +65,26 @@ def truncate_after_stop(responses: torch.Tensor, stop: int | None, pad: int,
     if stop is None:
         return responses
     steps = torch.arange(responses.size(1), device=responses.device).unsqueeze(0)
-    is_stop = responses == stop
-    if tool_mask is not None:
-        last_written = torch.where(tool_mask == 0, steps, torch.full_like(steps, -1)).max(dim=-1).values
-        is_stop = is_stop & (steps > last_written.unsqueeze(-1))
-    first = first_true_index(is_stop).unsqueeze(-1)
+    first = first_true_index(in_last_message(responses == stop, tool_mask)).unsqueeze(-1)
     return torch.masked_fill(responses, steps > first, pad)
+
+
+def in_last_message(flags: torch.Tensor, tool_mask: torch.Tensor | None) -> torch.Tensor:
+    """`flags` (B, L) kept only after each row's last token written by the tool loop (0 in `tool_mask`): in the
+    agent's last message. Without a `tool_mask`, `flags` itself.
+
+    Example:
+
+    ```python
+    >>> in_last_message(torch.tensor([[True, False, True, True]]), torch.tensor([[1, 0, 1, 1]]))
+    tensor([[False, False,  True,  True]])
+    ```
+    """
+    if tool_mask is None:
+        return flags
+    steps = torch.arange(flags.size(-1), device=flags.device).unsqueeze(0)
+    last_written = torch.where(tool_mask == 0, steps, torch.full_like(steps, -1)).max(dim=-1).values
+    return flags & (steps > last_written.unsqueeze(-1))
 
 
 def sequence_scores(
