@@ -10,10 +10,10 @@ import torch
 from peft import LoraConfig
 from transformers import GenerationConfig, PreTrainedTokenizerBase
 
-import trl_marl.team.generation.transformers_backend as team_module
 from trl_marl import MAGRPOConfig
 from trl_marl.team import AgentTeam, pad_left, tokenize_prompts
 from trl_marl.team.generation.prefill import group_identical_rows, prefill_sharing_unsupported, shared_prefill_cache
+from trl_marl.team.quantized import repacked_4bit_layers
 from trl_marl.toy import build_toy_model, make_toy_model
 
 G = 3
@@ -160,32 +160,9 @@ def test_nothing_to_share_or_settings_that_rule_it_out(tokenizer: PreTrainedToke
     assert prefill_sharing_unsupported(model, GREEDY) == "activation checkpointing in train mode"
 
 
-def test_train_mode_generation_shares_per_agent(tokenizer: PreTrainedTokenizerBase,
-                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    """Where generation runs in train mode, one agent at a time (`_keeps_train_mode`), sharing still applies."""
-    monkeypatch.setattr(team_module, "_keeps_train_mode", lambda model: True)
-    team = make_team("adapters", tokenizer)
-    team.train()
-    counter = RowCounter(team.models[0])
-    for config in (GREEDY, SAMPLED):
-        plain, shared = generate_both_ways(team, config)
-        assert shared == plain
-    assert team.models[0].training
-    counter.shapes.clear()
-    team.generate(prompts(), GREEDY)
-    # agent 0's 2 distinct prompts (10 tokens wide, padded), then agent 1's (14 wide), each without its last token
-    assert counter.prompt_forwards() == [(2, 9), (2, 13)]
-    torch.manual_seed(2)
-    before = team.generate(prompts(), SAMPLED)
-    team.activation_checkpointing_enable()
-    counter.shapes.clear()
-    torch.manual_seed(2)
-    # checkpointed layers would drop the cache in train mode: the team pauses checkpointing while it generates
-    assert team.generate(prompts(), SAMPLED) == before
-    assert counter.prompt_forwards() == [(2, 9), (2, 13)]
-
-
-def test_4bit_team_shares_prefill(tokenizer: PreTrainedTokenizerBase, tmp_path: Path) -> None:
+def test_4bit_team_shares_prefill_in_one_batch(tokenizer: PreTrainedTokenizerBase, tmp_path: Path) -> None:
+    """A 4-bit model on CPU decodes like any other: in eval mode, both agents' rows in one mixed-adapter batch with
+    one shared prefill, and the team keeps bitsandbytes from repacking its layers (`team.quantized`)."""
     pytest.importorskip("bitsandbytes")
     from transformers import AutoModelForCausalLM, BitsAndBytesConfig
 
@@ -194,25 +171,23 @@ def test_4bit_team_shares_prefill(tokenizer: PreTrainedTokenizerBase, tmp_path: 
     model = AutoModelForCausalLM.from_pretrained(path, quantization_config=BitsAndBytesConfig(load_in_4bit=True),
                                                  device_map="cpu")
     team = make_team("adapters", tokenizer, model=model)
-    assert team_module._keeps_train_mode(team.models[0])
+    team.train()
     counter = RowCounter(team.models[0])
     for config in (GREEDY, SAMPLED):
         plain, shared = generate_both_ways(team, config)
         assert shared == plain
-    assert counter.prompt_forwards()[-2:] == [(2, 9), (2, 13)]  # the shared run: one agent after the other
+    assert counter.prompt_forwards()[-1:] == [(4, 13)]  # the shared run: the 4 distinct (prompt, adapter) at once
+    assert team.models[0].training and repacked_4bit_layers(team.models[0]) == []
 
-    # A 4-bit model on CPU decodes in train mode, where checkpointed layers drop the KV cache: the team pauses
-    # checkpointing while it generates, so the samples (and the shared prefill) are the same with it on.
+    # checkpointed layers keep the KV cache in eval mode: the samples are the same with checkpointing on
     samples = {}
     for checkpointing in (False, True):
         if checkpointing:
             team.activation_checkpointing_enable()
         torch.manual_seed(5)
         samples[checkpointing] = team.generate(prompts(), SAMPLED)
-        assert team.models[0].training
     assert samples[True] == samples[False]
-    assert counter.prompt_forwards()[-2:] == [(2, 9), (2, 13)]
-    assert any(getattr(m, "gradient_checkpointing", False) for m in team.models[0].modules())  # restored
+    assert any(getattr(m, "gradient_checkpointing", False) for m in team.models[0].modules())
 
 
 @pytest.mark.parametrize("share", [True, False])

@@ -37,8 +37,8 @@ from __future__ import annotations
 import functools
 import inspect
 import weakref
-from collections.abc import Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from collections.abc import Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,7 +53,7 @@ from .compile import CompiledForward, call_model
 from .head import bound_head, head_path, head_path_checked
 from .mixed_adapters import sliced_adapter_rows, sliced_adapter_rows_plan
 
-__all__ = ["AgentBatch", "LogProbScorer", "TokenWindow", "checkpointing_paused", "completion_window",
+__all__ = ["AgentBatch", "LogProbScorer", "TokenWindow", "completion_window",
            "dropout_active", "head_path", "joint_completion_window", "logits_dtype_autocast", "no_autograd",
            "own_storage", "response_window", "takes_logits_to_keep"]
 
@@ -150,34 +150,6 @@ def no_autograd() -> AbstractContextManager[Any]:
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         return torch.no_grad()
     return torch.inference_mode()
-
-
-@contextmanager
-def checkpointing_paused(model: nn.Module) -> Iterator[None]:
-    """Turn gradient checkpointing off in every layer of `model` for the duration of the context, then restore it.
-
-    transformers' checkpointed layers drop the KV cache (`past_key_values=None`) in *train mode*, whatever the grad
-    mode: a model that has to decode in train mode (a 4-bit model on CPU, see
-    `trl_marl.team.generation.transformers_backend`) would then feed each new token without the cache of the tokens
-    before it and sample from the wrong distribution. Generation
-    computes no gradient, so checkpointing has nothing to save there.
-
-    Example:
-
-    ```python
-    model.gradient_checkpointing_enable()
-    with checkpointing_paused(model), torch.no_grad():
-        out = model.generate(ids, max_new_tokens=8)  # decodes with its KV cache, even in train mode
-    ```
-    """
-    paused = [m for m in model.modules() if getattr(m, "gradient_checkpointing", False) is True]
-    for module in paused:
-        module.gradient_checkpointing = False
-    try:
-        yield
-    finally:
-        for module in paused:
-            module.gradient_checkpointing = True
 
 
 def logits_dtype_autocast(logits: torch.Tensor) -> AbstractContextManager[Any]:

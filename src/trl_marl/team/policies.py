@@ -54,6 +54,7 @@ from .building import build_team, is_partitioned
 from .chat import ChatMixin
 from .forward import AgentBatch, LogProbScorer, TokenWindow
 from .generation.base import Generation, GenerationBackend
+from .quantized import keep_4bit_trainable
 from .saving import TeamSaver, load_team
 from .settings import TeamSettings
 
@@ -129,6 +130,8 @@ class AgentTeam(ChatMixin, nn.Module):
         if not (len(tokenizers) == len(agent_model) == len(agent_adapter)):
             raise ValueError("`tokenizers`, `agent_model` and `agent_adapter` need one entry per agent.")
         self.models = nn.ModuleList(models)
+        for model in self.models:  # bitsandbytes' CPU inference layout has no gradient (`team.quantized`)
+            keep_4bit_trainable(model)
         self.tokenizers = list(tokenizers)
         self.mode = mode
         self.agent_model = list(agent_model)

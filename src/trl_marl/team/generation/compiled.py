@@ -38,11 +38,12 @@ in low precision a near-tie can still resolve differently, as between any two at
 Where the static path cannot stand in, the call runs the eager lean loop (or `model.generate`, where the lean loop
 sends it) and a warning says why, once per reason: every setting the lean loop itself sends to `generate` (beam
 search, several sequences per prompt, stop strings, ...; see `team.generation.lean`), `AgentTeam.lean_decode=False`,
-continuous batching, a cache passed in (a shared prompt prefill: this backend does not make one), a
-model class that cannot take a static cache (transformers' `_can_compile_fullgraph`), a model in train mode (a 4-bit
-model generates in it), mixed-adapter rows that PEFT's slicing does not take, and any error on the static path
-(compiling, building the cache: every later call then runs eager too). A compile failure never stops training: the
-call is run again eager from the random state it started with (an error of the model itself is raised again there).
+continuous batching, a cache passed in (a shared prompt prefill: this backend does not make one), a model class that
+cannot take a static cache (transformers' `_can_compile_fullgraph`), a model in train mode (the team's backends
+decode in eval mode; a subclass's decode may not), mixed-adapter rows that PEFT's slicing does not take, and any
+error on the static path (compiling, building the cache: every later call then runs eager too). A compile failure
+never stops training: the call is run again eager from the random state it started with (an error of the model itself
+is raised again there).
 
 GPU speed is the target: on an NVIDIA H100 (Qwen2.5-0.5B shapes, random weights, bf16, 32 rows of 128 new tokens
 per agent) this backend generated 5.08x the transformers backend's tokens/s for one agent (2,582 vs 508), and two
@@ -162,7 +163,7 @@ class CompiledDecoder:
         if not getattr(base, "_can_compile_fullgraph", False):
             return f"{type(base).__name__} cannot take a static cache (`_can_compile_fullgraph` is False)"
         if base.training or (model is not base and model.training):
-            return "a model in train mode (e.g. a 4-bit model)"
+            return "a model in train mode"
         if adapter_names is not None:
             reason = sliced_adapter_rows_unsupported(model, list(adapter_names))
             if reason is not None:

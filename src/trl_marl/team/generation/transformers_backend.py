@@ -1,8 +1,8 @@
 """`generation_backend="transformers"` (the default): [`TransformersBackend`], the team's own decoding.
 
 Every agent's rows decode in as few batches as the team's layout allows: the agents of one model in one batch (in
-`adapters` mode, one adapter name per row, PEFT's mixed-adapter batches), one after the other where a 4-bit model
-generates in train mode (PEFT refuses mixed-adapter batches there). Each batch decodes
+`adapters` mode, one adapter name per row, PEFT's mixed-adapter batches), in eval mode (a 4-bit model too: the team
+keeps bitsandbytes from repacking its layers, `team.quantized`). Each batch decodes
 
 - through transformers' continuous batching (`generate_batch`, a paged cache) when the team has a
   `continuous_batching_config` (one policy per model: not for a mixed-adapter batch);
@@ -20,14 +20,13 @@ a static KV cache and without the shared prefill.
 
 from __future__ import annotations
 
-from contextlib import nullcontext
 from typing import Any
 
 import torch
 from transformers import GenerationConfig, PreTrainedModel
 
 from ...utils.tokens import pad_left, truncate_after_eos
-from ..forward import checkpointing_paused, no_autograd
+from ..forward import no_autograd
 from .base import Generation, GenerationBackend, stop_ids
 from .lean import decode
 from .prefill import shared_prefill_cache
@@ -58,18 +57,16 @@ class TransformersBackend(GenerationBackend):
         completion_ids: list[list[list[int]] | None] = [None] * len(prompt_ids)
         for model_index, model in enumerate(team.models):
             agents = [a for a in range(len(prompt_ids)) if team.agent_model[a] == model_index and prompt_ids[a]]
-            # A 4-bit model generates in train mode (see `_keeps_train_mode`), where PEFT refuses mixed-adapter
-            # batches: its agents then generate one after the other.
-            groups = [[a] for a in agents] if _keeps_train_mode(model) else ([agents] if agents else [])
-            for group in groups:
-                rows = [ids for a in group for ids in prompt_ids[a]]
-                outputs = self._generate_rows(team, model, group[0], rows, generation_config,
-                                              [team.agent_adapter[a] for a in group for _ in prompt_ids[a]],
-                                              stop_token_ids)
-                start = 0
-                for a in group:
-                    completion_ids[a] = outputs[start: start + len(prompt_ids[a])]
-                    start += len(prompt_ids[a])
+            if not agents:
+                continue
+            rows = [ids for a in agents for ids in prompt_ids[a]]  # every agent of the model in one batch
+            outputs = self._generate_rows(team, model, agents[0], rows, generation_config,
+                                          [team.agent_adapter[a] for a in agents for _ in prompt_ids[a]],
+                                          stop_token_ids)
+            start = 0
+            for a in agents:
+                completion_ids[a] = outputs[start: start + len(prompt_ids[a])]
+                start += len(prompt_ids[a])
         return Generation(list(prompt_ids), [rows or [] for rows in completion_ids])
 
     def decode(self, model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor,
@@ -95,13 +92,9 @@ class TransformersBackend(GenerationBackend):
         elif team.mode == "adapters":
             team.adapter_control.activate(agent_index)
         was_training = model.training
-        keeps_train_mode = _keeps_train_mode(model)
-        if not keeps_train_mode:
-            model.eval()
+        model.eval()  # a 4-bit model too: the team keeps bitsandbytes from repacking it (`team.quantized`)
         try:
-            # in train mode, checkpointed layers would drop the KV cache while decoding: pause checkpointing there
-            with checkpointing_paused(model) if keeps_train_mode else nullcontext():
-                outputs = self._decode_rows(team, model, ids, mask, rows, generation_config, adapter_names, kwargs)
+            outputs = self._decode_rows(team, model, ids, mask, rows, generation_config, adapter_names, kwargs)
         finally:
             model.train(was_training)
         stops = stop_ids(team, agent_index, stop_token_ids, generation_config)
@@ -144,17 +137,3 @@ def generate_with_continuous_batching(model: PreTrainedModel, rows: list[list[in
         raise RuntimeError(f"Continuous batching returned {len(outputs) - len(failed)} of {len(rows)} completions"
                            + (f"; first error: {failed[0]}" if failed else "") + ".")
     return [list(o.generated_tokens) for o in outputs]
-
-
-def _keeps_train_mode(model: Any) -> bool:
-    """Whether `model` must generate in train mode: a bitsandbytes 4-bit model on CPU.
-
-    bitsandbytes (0.50, CPUs with AVX512-BF16) repacks 4-bit weights in place for its CPU inference kernel on the
-    first eval-mode no-grad forward; every later forward then runs a kernel without input gradient, so the LoRA
-    adapters below the last layer would silently train on wrong gradients. Generation in train mode avoids the
-    repacking (trainers disable dropout, so sampling is unchanged).
-    """
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    if not getattr(base, "is_loaded_in_4bit", False):
-        return False
-    return next(base.parameters()).device.type == "cpu"
