@@ -365,3 +365,24 @@ def test_mini_batch_smaller_than_a_micro_batch_is_accepted(tmp_path: Path) -> No
     # tests/trainers/ppo/test_trl112_parity.py compares the resulting update with TRL's
     args = ppo_args(tmp_path, num_mini_batches=4)
     assert args.per_device_train_batch_size * args.gradient_accumulation_steps // args.num_mini_batches == 2
+
+
+def test_a_4bit_value_model_is_kept_trainable(qlora_dir: str, tmp_path: Path) -> None:
+    """A 4-bit critic that ran an eval forward before it was handed over (bitsandbytes then repacks its layers for a
+    CPU kernel without backward, on CPUs with AVX512-BF16) is put back into the trainable layout, as the team's models
+    are (`trl_marl.team.quantized`)."""
+    from transformers import AutoModelForSequenceClassification, BitsAndBytesConfig
+
+    from trl_marl.team.quantized import repacked_4bit_layers
+
+    load_4bit(qlora_dir)  # skips without bitsandbytes
+    critic = AutoModelForSequenceClassification.from_pretrained(
+        qlora_dir, num_labels=1, quantization_config=BitsAndBytesConfig(load_in_4bit=True), device_map="cpu")
+    critic.eval()
+    with torch.no_grad():
+        critic(input_ids=torch.tensor([[2, 3, 4]]))
+    if not repacked_4bit_layers(critic):
+        pytest.skip("bitsandbytes does not repack 4-bit weights for CPU inference on this CPU (no AVX512-BF16)")
+    trainer = ppo_trainer(qlora_dir, tmp_path, model=load_4bit(qlora_dir), ref_model=None, value_model=critic,
+                          peft_config=LoraConfig(r=4, lora_alpha=8, target_modules="all-linear"))
+    assert repacked_4bit_layers(trainer.wrapper.value_model(0)) == []

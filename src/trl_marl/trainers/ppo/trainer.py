@@ -44,6 +44,7 @@ from ...envs.base import MultiAgentEnv, PromptEnv, TokenizedPromptEnv, Transcrip
 from ...rewarding import RewardFunc, RewardFunctionError, RewardSet
 from ...rollout import JointRollout, Rollout
 from ...team import AgentTeam, sequence_model_inputs
+from ...team.quantized import keep_4bit_trainable
 from ...tools.toolset import team_tools
 from ...validation import check_prompt_lengths
 from ..base import TeamTrainer, rollout_phase
@@ -201,6 +202,8 @@ class MultiAgentPPOTrainer(TeamTrainer):
             check_joint_tokenizers(team.tokenizers)
         value_models = build_value_models(value_model, team, args.policy_sharing, args.critic,
                                           train_layers=args.value_train_layers)
+        for critic in value_models:  # trained too: a 4-bit critic keeps its gradients as the team's models do
+            keep_4bit_trainable(critic)
         self.reward_model = reward_model
         if reward_model is not None:
             check_single_label(reward_model, "reward_model")
