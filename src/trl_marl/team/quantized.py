@@ -31,8 +31,11 @@ _REPACKING_FLAG = "support_avx512bf16_for_cpu"
 def repacked_4bit_layers(model: nn.Module) -> list[str]:
     """The names of `model`'s 4-bit layers whose weight is in bitsandbytes' CPU inference layout (see the module
     docstring): their forward has no input gradient."""
-    return [name for name, module in model.named_modules()
-            if getattr(getattr(getattr(module, "weight", None), "quant_state", None), "packing_format_for_cpu", False)]
+    return [name for name, module in model.named_modules() if _is_repacked(getattr(module, "weight", None))]
+
+
+def _is_repacked(weight: Any) -> bool:
+    return bool(getattr(getattr(weight, "quant_state", None), "packing_format_for_cpu", False))
 
 
 def keep_4bit_trainable(model: nn.Module) -> int:
@@ -56,9 +59,8 @@ def keep_4bit_trainable(model: nn.Module) -> int:
             continue
         setattr(module, _REPACKING_FLAG, False)
         weight = module.weight
-        state = getattr(weight, "quant_state", None)
-        if state is not None and getattr(state, "packing_format_for_cpu", False):
-            weight.data, weight.quant_state = _unpacked(weight.data, state)
+        if _is_repacked(weight):
+            weight.data, weight.quant_state = _unpacked(weight.data, weight.quant_state)
             restored += 1
     if restored:
         logger.warning("%d 4-bit layers of %s had been repacked by bitsandbytes for CPU inference, which has no "
