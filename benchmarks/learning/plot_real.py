@@ -7,8 +7,13 @@ record is absent, and the legend gives the number of seeds of each arm.
 
     python benchmarks/learning/plot_real.py coding --records benchmarks/results/learning_real_magrpo_coding_*.json \\
         --output docs/real_coding_learning.png
+    python benchmarks/learning/plot_real.py writing \\
+        --records benchmarks/results/learning_real_magrpo_writing_*.json --output docs/real_writing_learning.png
     python benchmarks/learning/plot_real.py debate \\
         --records benchmarks/results/learning_real_maporl_hidden_sum_*.json --output docs/real_debate_learning.png
+
+Coding plots the held-out success (every hidden test passes); writing plots the held-out mean team reward (of 4.0),
+because its all-terms success hardly moves in 20 steps while the reward's terms do.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ import glob
 import json
 import statistics
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -44,8 +49,26 @@ def load_runs(paths: Sequence[str]) -> list[tuple[dict[str, Any], dict[str, Any]
     return out
 
 
-def magrpo_series(runs: Sequence[tuple[dict[str, Any], dict[str, Any]]]) -> dict[str, Any]:
-    """Per arm: the reward curve and the held-out success before and after of each seed (arms `team`, `central`,
+def heldout_success(split: dict[str, Any]) -> float:
+    """A held-out evaluation's success rate (the coding task's plotted value)."""
+    return split["success"]
+
+
+def heldout_team_reward(split: dict[str, Any]) -> float:
+    """A held-out evaluation's mean team reward (the writing task's plotted value)."""
+    return split["metrics"]["team_reward"]
+
+
+MAGRPO_METRICS: dict[str, tuple[Callable[[dict[str, Any]], float], str, float]] = {
+    "coding": (heldout_success, "success (joint action, held-out)", 1.0),
+    "writing": (heldout_team_reward, "team reward of 4.0 (held-out mean)", 4.0),
+}
+"""Per MAGRPO task: the held-out value drawn, its axis label and the top of its axis."""
+
+
+def magrpo_series(runs: Sequence[tuple[dict[str, Any], dict[str, Any]]],
+                  value: Callable[[dict[str, Any]], float] = heldout_success) -> dict[str, Any]:
+    """Per arm: the reward curve and the held-out `value` before and after of each seed (arms `team`, `central`,
     `alone`; `alone`'s curve is the mean of its two agents' trainings)."""
     arms: dict[str, dict[str, list[Any]]] = {}
     for _, run in runs:
@@ -60,8 +83,8 @@ def magrpo_series(runs: Sequence[tuple[dict[str, Any], dict[str, Any]]]) -> dict
                 curve = [statistics.mean(v) for v in zip(*curves)]
             slot = arms.setdefault(arm, {"curves": [], "before": [], "after": [], "seeds": []})
             slot["curves"].append(curve)
-            slot["before"].append(run[before_key]["heldout"]["success"] if before_key in run else None)
-            slot["after"].append(data["heldout"]["success"])
+            slot["before"].append(value(run[before_key]["heldout"]) if before_key in run else None)
+            slot["after"].append(value(data["heldout"]))
             slot["seeds"].append(run["seed"])
     return arms
 
@@ -79,7 +102,7 @@ def debate_series(runs: Sequence[tuple[dict[str, Any], dict[str, Any]]]) -> dict
     return arms
 
 
-def figure(task: str, arms: dict[str, Any], metric: str) -> Any:
+def figure(task: str, arms: dict[str, Any], metric: str, top: float = 1.0) -> Any:
     """The two-panel figure of `arms` (see the module docstring)."""
     from trl_marl.scripts.plots import _pyplot
 
@@ -106,7 +129,7 @@ def figure(task: str, arms: dict[str, Any], metric: str) -> Any:
     left.legend()
     ticks = [(i * 3, "before") for i in range(len(arms))] + [(i * 3 + 1, name) for i, name in enumerate(arms)]
     right.set_xticks([t for t, _ in ticks], [label for _, label in ticks], fontsize=8)
-    right.set_ylim(0, 1)
+    right.set_ylim(0, top)
     right.set_ylabel(metric)
     right.set_title("Held-out, untrained (gray) and at the end of training")
     right.legend(fontsize=8)
@@ -122,10 +145,11 @@ def main(argv: Sequence[str] | None = None) -> str:
     args = parser.parse_args(argv)
     runs = load_runs(args.records)
     if args.task == "debate":
-        arms, metric = debate_series(runs), "majority accuracy at the last turn"
+        arms, metric, top = debate_series(runs), "majority accuracy at the last turn", 1.0
     else:
-        arms, metric = magrpo_series(runs), "success (joint action, held-out)"
-    fig = figure(args.task, arms, metric)
+        value, metric, top = MAGRPO_METRICS[args.task]
+        arms = magrpo_series(runs, value)
+    fig = figure(args.task, arms, metric, top)
     fig.savefig(args.output, dpi=100)
     print(f"wrote {args.output}: " + ", ".join(f"{arm} {len(s['curves'])} seeds" for arm, s in arms.items()))
     return args.output

@@ -44,6 +44,21 @@ def test_magrpo_series_takes_each_arms_curves_and_heldout_before_and_after(plot:
     assert arms["team"]["seeds"] == [0, 1]
 
 
+def test_writing_plots_the_heldout_team_reward_on_a_0_to_4_axis(plot: Any, tmp_path: Path) -> None:
+    def split(success: float, reward: float) -> dict[str, Any]:
+        return {"success": success, "metrics": {"team_reward": reward}}
+
+    run = {"seed": 3, "untrained": {"heldout": split(0.09, 2.36)},
+           "team": {"reward_curve": [2.3, 2.6], "heldout": split(0.09, 2.56)}}
+    (tmp_path / "w.json").write_text(json.dumps({"settings": {}, "runs": [run]}))
+    value, label, top = plot.MAGRPO_METRICS["writing"]
+    arms = plot.magrpo_series(plot.load_runs([str(tmp_path / "w.json")]), value)
+    # the team reward, not the success rate (which is the same before and after here)
+    assert arms["team"]["before"] == [2.36] and arms["team"]["after"] == [2.56]
+    assert top == 4.0 and "team reward" in label
+    assert plot.MAGRPO_METRICS["coding"][0](split(0.25, 3.0)) == 0.25
+
+
 def test_debate_series_reads_the_last_turn_and_the_reward_kind(plot: Any, tmp_path: Path) -> None:
     for kind, after in (("influence", 0.8), ("verifier", 0.4)):
         run = {"seed": 0, "score_curve": [0.1, 0.5], "before": {"majority_accuracy": [0.03, 0.17]},
