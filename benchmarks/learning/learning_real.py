@@ -524,30 +524,16 @@ def addition_debate_task() -> DebateTask:
                       eval_rows=lambda count, seed: recipe.heldout_debate_rows(seed, count))
 
 
-HIDDEN_SUM_SYSTEM = "You are one of two agents who answer a question together. Answer with a number."
-HIDDEN_SUM_FORMAT = "Answer with the number only."
-HIDDEN_SUM_REVISION = "{private}The other agent said:\n\n{other_answers}\n\n{question} {answer_format}"
-"""The hidden-sum debate's turn-2 user message: the agent's own fact, the other's answer, the question again."""
-
-
 def hidden_sum_debate_task() -> DebateTask:
     """"What is a + b?" where agent 1 knows only a and agent 2 only b (`trl_marl.data.hidden_debate`): turn 1 cannot
     be right but by a guess; turn 2 needs the number the other agent stated. Each answer starts with the agent's
     own fact and the start of the sum ("I know that a = 7. So a + b = 7 +"). One fixed split of the unordered
     pairs; the 23 held-out questions are evaluated 3 times each by default (69 debates). Sampled at T=0.7 (training
     and evaluation): at T=1 the untrained model's continuations were mostly not sums (see docs/real_model.md)."""
-    from trl_marl.data.hidden_debate import PREFILL_COLUMNS, PRIVATE_COLUMNS, hidden_sum_rows, hidden_sum_split
+    from trl_marl.data.hidden_debate import hidden_sum_env, hidden_sum_rows, hidden_sum_split
 
     train, heldout = hidden_sum_split()
-
-    def env() -> Any:
-        from trl_marl.envs.debate import DebateEnv
-
-        return DebateEnv(num_agents=2, num_turns=2, chat=True, system_prompt=HIDDEN_SUM_SYSTEM,
-                         answer_format=HIDDEN_SUM_FORMAT, revision_template=HIDDEN_SUM_REVISION,
-                         private_columns=PRIVATE_COLUMNS, prefill_columns=PREFILL_COLUMNS)
-
-    return DebateTask("hidden_sum", "debate_hidden_sum", env,
+    return DebateTask("hidden_sum", "debate_hidden_sum", hidden_sum_env,
                       train_rows=lambda count, seed: hidden_sum_rows(train, count, seed),
                       eval_rows=lambda count, seed: hidden_sum_rows(heldout, count, 10_000 + seed),
                       sizes={"eval_rows": 3 * len(heldout), "temperature": 0.7})

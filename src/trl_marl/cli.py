@@ -3,7 +3,7 @@
 - `trl-marl demo [--quick|--full] [--real] [--seed N] [--output-dir DIR]`: the offline toy world (see
   `trl_marl.scripts.demo`), or with `--real` the offline real model (see `trl_marl.scripts.demo_real`).
 - `trl-marl magrpo --config FILE [overrides]`: MAGRPO on a built-in task (see `trl_marl.scripts.magrpo`).
-- `trl-marl maporl {gsm8k,anli} --config FILE [overrides]`: MAPoRL's debate (see `trl_marl.scripts.maporl`).
+- `trl-marl maporl {gsm8k,anli,hidden_sum} --config FILE [overrides]`: MAPoRL's debate (see `trl_marl.scripts.maporl`).
 - `trl-marl generate --team PATH --prompt TEXT [--agent N] [--max-new-tokens N]`: a saved team's answers (see
   `trl_marl.scripts.generate`).
 - `trl-marl serve-verifier --model PATH [--port N]`: an HTTP verifier server (see `trl_marl.scripts.serve_verifier`).
@@ -86,7 +86,8 @@ def build_parser() -> argparse.ArgumentParser:
                "(offline, ~30 s on a laptop).")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     sub.add_parser("magrpo", help="Train with MAGRPO on a built-in task: `trl-marl magrpo --config FILE`.")
-    sub.add_parser("maporl", help="Train a debate with MAPoRL: `trl-marl maporl {gsm8k,anli} --config FILE`.")
+    sub.add_parser("maporl", help="Train a debate with MAPoRL: "
+                                  "`trl-marl maporl {gsm8k,anli,hidden_sum} --config FILE`.")
     sub.add_parser("serve-verifier", help="Serve a verifier model over HTTP: `trl-marl serve-verifier --model PATH`.")
     sub.add_parser("vllm-serve", help="Serve a team's base model with vLLM for `vllm_mode='server'`: "
                    "`trl-marl vllm-serve --model PATH --max-loras N`.")
@@ -131,7 +132,7 @@ def _maporl(argv: list[str]) -> int:
         print(short_help("maporl"))
         return 0
     if task is None:
-        print(f"usage: {USAGE['maporl']}\ntrl-marl maporl: name a task first (gsm8k or anli); "
+        print(f"usage: {USAGE['maporl']}\ntrl-marl maporl: name a task first (gsm8k, anli or hidden_sum); "
               "`trl-marl maporl --help` lists the options.", file=sys.stderr)
         return 2
     from .scripts.maporl import TASKS, build_parser as maporl_parser  # noqa: I001

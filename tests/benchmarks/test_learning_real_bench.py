@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from helpers import load_script
+from trl_marl.data.hidden_debate import HIDDEN_SUM_SYSTEM
 
 PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "learning" / "learning_real.py"
 
@@ -293,7 +294,7 @@ def test_hidden_sum_task_prompts_and_rows(bench: Any) -> None:
     train_rows = task.train_rows(300, 0)
     row = next(r for r in train_rows if r["a"] == 4 and r["b"] == 7)
     assert env.agent_prompt(row, 0, Transcript()) == [
-        {"role": "system", "content": bench.HIDDEN_SUM_SYSTEM},
+        {"role": "system", "content": HIDDEN_SUM_SYSTEM},
         {"role": "user", "content": "Question: What is a + b?\n\nYou know that a = 4. Only the other agent knows b."
                                     "\n\nAnswer with the number only."},
         {"role": "assistant", "content": "I know that a = 4. So a + b = 4 +"},

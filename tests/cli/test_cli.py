@@ -34,8 +34,8 @@ def run_cli(*args: str) -> subprocess.CompletedProcess:
 @pytest.mark.parametrize("args, usage", [
     (["--help"], "usage: trl-marl [-h] COMMAND"),
     (["magrpo", "--help"], "usage: trl-marl magrpo --config FILE"),
-    (["maporl", "--help"], "usage: trl-marl maporl {gsm8k,anli} --config FILE"),
-    (["maporl", "gsm8k", "-h"], "usage: trl-marl maporl {gsm8k,anli} --config FILE"),
+    (["maporl", "--help"], "usage: trl-marl maporl {gsm8k,anli,hidden_sum} --config FILE"),
+    (["maporl", "gsm8k", "-h"], "usage: trl-marl maporl {gsm8k,anli,hidden_sum} --config FILE"),
     (["demo", "--help"], "usage: trl-marl demo [-h]"),
     (["generate", "--help"], "usage: trl-marl generate [-h] --team PATH"),
     (["serve-verifier", "--help"], "usage: trl-marl serve-verifier [-h]"),
@@ -62,7 +62,7 @@ def test_short_help_lists_what_a_user_sets_first():
 def test_maporl_without_a_task_says_what_to_do():
     result = run_cli("maporl")
     assert result.returncode == 2
-    assert "name a task first (gsm8k or anli)" in result.stderr
+    assert "name a task first (gsm8k, anli or hidden_sum)" in result.stderr
 
 
 def test_every_short_option_exists_in_the_full_parser():

@@ -171,6 +171,47 @@ def test_anli_local_file_asks_for_local_eval_data_and_for_rows_left_after_the_sk
         module.main([*common, "--eval_split", "none"])
 
 
+def test_hidden_sum_command_trains_a_step_of_the_real_model_on_the_shipped_questions(real_model_dir, tmp_path):
+    from trl_marl.data.hidden_debate import HIDDEN_SUM_SYSTEM, hidden_sum_split
+
+    out = tmp_path / "team"
+    trainer = maporl_command(["hidden_sum", "--config", "examples/configs/maporl_hidden_sum.yaml",
+                              "--model_name_or_path", "smollm2-135m-instruct", "--max_eval_samples", "2",
+                              *MAPORL_ONE_STEP, "--output_dir", str(out)])
+    assert trainer.state.global_step == 1
+    assert tuple(trainer.env.private_columns) == ("context_0", "context_1")
+    assert trainer.env.system_prompt == HIDDEN_SUM_SYSTEM
+    train_pairs, heldout_pairs = hidden_sum_split()
+    trained = set(zip(trainer.train_dataset["a"], trainer.train_dataset["b"]))
+    assert trained == set(train_pairs)  # every training question, none held out
+    evaluated = set(zip(trainer.eval_dataset["a"], trainer.eval_dataset["b"]))
+    assert len(trainer.eval_dataset) == 2 and evaluated <= set(heldout_pairs)
+    assert json.loads((out / "team_config.json").read_text())["num_agents"] == 2
+
+
+def test_hidden_sum_on_the_toy_debate_model_trains_the_toy_debate_and_says_so(tmp_path, capsys):
+    trainer = maporl_command(["hidden_sum", "--config", "examples/configs/maporl_hidden_sum.yaml",
+                              "--model_name_or_path", "toy:debate", "--use_peft", "false", "--eval_split", "none",
+                              *MAPORL_ONE_STEP, "--output_dir", str(tmp_path / "team")])
+    assert trainer.state.global_step == 1
+    assert "the hidden-sum questions need a language model" in capsys.readouterr().out
+    assert "+" in trainer.train_dataset[0]["question"] and "a" not in trainer.train_dataset.column_names  # toy rows
+
+
+def test_hidden_sum_refuses_a_team_or_split_it_cannot_run_before_any_model_loads(tmp_path):
+    (tmp_path / "no-model").mkdir()  # a folder: the model check passes, the settings are looked at first
+    common = ["hidden_sum", "--config", "examples/configs/maporl_hidden_sum.yaml", "--model_name_or_path",
+              str(tmp_path / "no-model"), "--output_dir", str(tmp_path / "out")]
+    with pytest.raises(ValueError, match=r"2 agents .* got `num_agents=3`.*`--num_agents 2 --num_turns 2`"):
+        maporl_command([*common, "--num_agents", "3"])
+    with pytest.raises(ValueError, match=r"got `num_agents=2`, `num_turns=1`"):
+        maporl_command([*common, "--num_turns", "1"])
+    with pytest.raises(ValueError, match=r"`eval_split` must be one of \('train', 'heldout'\) or 'none'.*'test'"):
+        maporl_command([*common, "--eval_split", "test"])
+    with pytest.raises(ValueError, match=r"`eval_repeats` must be >= 1, got 0"):
+        maporl_command([*common, "--eval_repeats", "0"])
+
+
 QUESTIONS = [{"question": f"Q:{a}+{b}=A:", "answer": str(a + b)} for a in range(1, 7) for b in range(1, 5)]
 
 
@@ -254,7 +295,7 @@ def test_an_unreachable_hub_is_not_asked_and_a_cached_dataset_would_load(monkeyp
 
 # ------------------------------------------------------------------------------- help, docstrings and errors agree
 
-EXAMPLES = ["magrpo_writing", "magrpo_coding", "maporl_gsm8k", "maporl_anli", "train_verifier"]
+EXAMPLES = ["magrpo_writing", "magrpo_coding", "maporl_gsm8k", "maporl_anli", "maporl_hidden_sum", "train_verifier"]
 
 
 def _parser(name: str) -> Any:
@@ -267,7 +308,7 @@ def _parser(name: str) -> Any:
     if name.startswith("magrpo"):
         return magrpo.build_parser()
     if name.startswith("maporl"):
-        return maporl.build_parser(name.split("_")[1])
+        return maporl.build_parser(name.split("_", 1)[1])
     return SuggestingParser((example("train_verifier").VerifierScriptArguments, TrainingArguments))
 
 
@@ -275,7 +316,9 @@ def _parser(name: str) -> Any:
 def test_each_docstring_says_how_to_run_offline_on_the_real_model_with_options_that_exist(name):
     doc = example(name).__doc__
     offline = r"Offline on the real model \(no Hub\): `--model_name_or_path smollm2-135m-instruct --"
-    assert re.search(offline + r"(data_files|dataset_name trl-marl/team_coding)", doc), doc
+    # the hidden-sum questions ship with trl-marl: that example needs no data option
+    assert re.search(offline + r"(data_files|dataset_name trl-marl/team_coding)", doc) or (
+        name == "maporl_hidden_sum" and re.search(offline[:-3] + "`", doc)), doc
     options = {o for a in _parser(name)._actions for o in a.option_strings} | {"--config"}  # read by TrlParser
     for command in re.findall(r"^    python examples/\S+\.py .*?(?=\n\n|\Z)", doc, flags=re.S | re.M):
         words = shlex.split(command.replace("\\\n", " "))

