@@ -44,7 +44,7 @@ from ..utils.quiet import say
 from ..utils.threads import show_thread_choice
 from .data_sources import DataSource, exit_on_unavailable, hub_dataset, offline_route, resolve_source
 from .lora_targets import fit_lora_targets
-from .magrpo import describe_model_option, fit_to_toy, model_init_kwargs, say_toy_skips
+from .magrpo import _head, describe_model_option, fit_to_toy, model_init_kwargs, say_toy_skips
 
 
 @dataclass
@@ -399,15 +399,11 @@ def main_hidden_sum(script_args: HiddenSumScriptArguments, training_args: MultiA
         say("[trl-marl] offline toy model: trains on the toy debate's synthetic additions; the hidden-sum questions "
             "need a language model (`--model_name_or_path smollm2-135m-instruct`)")
         return train(script_args, training_args, model_args, env, verifier, None, None)
-    train_dataset = load_hidden_sum("train", seed=training_args.seed)
-    if script_args.max_train_samples is not None:
-        train_dataset = train_dataset.select(range(min(len(train_dataset), script_args.max_train_samples)))
+    train_dataset = _head(load_hidden_sum("train", seed=training_args.seed), script_args.max_train_samples)
     eval_dataset = None
     if evaluate:  # a seed of its own, so the evaluation order does not follow the training order
-        eval_dataset = load_hidden_sum(script_args.eval_split, repeats=script_args.eval_repeats,
-                                       seed=10_000 + training_args.seed)
-        if script_args.max_eval_samples is not None:
-            eval_dataset = eval_dataset.select(range(min(len(eval_dataset), script_args.max_eval_samples)))
+        eval_dataset = _head(load_hidden_sum(script_args.eval_split, repeats=script_args.eval_repeats,
+                                             seed=10_000 + training_args.seed), script_args.max_eval_samples)
     return train(script_args, training_args, model_args, env, verifier, train_dataset, eval_dataset)
 
 
