@@ -50,6 +50,7 @@ if TYPE_CHECKING:
 __all__ = [
     "HIDDEN_SUM_HELDOUT_PAIRS",
     "HIDDEN_SUM_NUMBERS",
+    "HIDDEN_SUM_SPLITS",
     "HIDDEN_SUM_SPLIT_SEED",
     "PREFILL_COLUMNS",
     "HIDDEN_SUM_FORMAT",
@@ -65,6 +66,9 @@ __all__ = [
 
 HIDDEN_SUM_NUMBERS: tuple[int, ...] = tuple(range(1, 10))
 """The numbers a and b are drawn from (1..9: sums 2..18, so a guess at turn 1 is right about once in 17)."""
+
+HIDDEN_SUM_SPLITS: tuple[str, str] = ("train", "heldout")
+"""The names of the two splits of [`hidden_sum_split`], in its order (`load_hidden_sum(split=...)`)."""
 
 HIDDEN_SUM_SPLIT_SEED = 40
 """The seed of the one split of the unordered pairs into training and held-out pairs."""
@@ -152,7 +156,7 @@ def load_hidden_sum(split: str = "train", repeats: int = 1, seed: int = 0) -> da
     import datasets
 
     train, heldout = hidden_sum_split()
-    pairs = {"train": train, "heldout": heldout}
+    pairs = dict(zip(HIDDEN_SUM_SPLITS, (train, heldout)))
     if split not in pairs:
         raise ValueError(f"split must be 'train' or 'heldout', got {split!r}.")
     if repeats < 1:

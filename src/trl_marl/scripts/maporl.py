@@ -31,7 +31,7 @@ from transformers import AutoModelForCausalLM, AutoModelForSequenceClassificatio
 from trl import ModelConfig, TrlParser, get_peft_config
 
 from ..data import load_anli, load_gsm8k, load_tinygsm
-from ..data.hidden_debate import hidden_sum_env, load_hidden_sum
+from ..data.hidden_debate import HIDDEN_SUM_SPLITS, hidden_sum_env, load_hidden_sum
 from ..envs.debate import ANLI_ANSWER_FORMAT, GSM8K_ANSWER_FORMAT, DebateEnv, ToyDebateEnv
 from ..rewards.influence import InfluenceAwareReward
 from ..rewards.verifier import AnswerVerifier
@@ -349,10 +349,6 @@ def main_anli(script_args: ANLIScriptArguments, training_args: MultiAgentPPOConf
         train_dataset = train_dataset.select(range(start, min(stop, len(train_dataset))))
     eval_dataset = rows(eval_source, script_args.eval_split or "", script_args.max_eval_samples)
     return train(script_args, training_args, model_args, env, verifier, train_dataset, eval_dataset)
-
-
-HIDDEN_SUM_SPLITS = ("train", "heldout")
-"""The splits of the hidden-sum questions (`trl_marl.data.hidden_debate`): one fixed split of the number pairs."""
 
 
 @dataclass
