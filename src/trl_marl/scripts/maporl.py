@@ -388,13 +388,13 @@ def main_hidden_sum(script_args: HiddenSumScriptArguments, training_args: MultiA
     if script_args.eval_repeats < 1:
         raise ValueError(f"`eval_repeats` must be >= 1, got {script_args.eval_repeats}.")
     verifier = AnswerVerifier(task="math")  # the answer's last number against the gold sum
+    if is_toy_name(model_args.model_name_or_path):  # the toy reads `Q:12+34=A:`: `train` runs the toy debate
+        say("[trl-marl] offline toy model: trains on the toy debate's synthetic additions; the hidden-sum questions "
+            "need a language model (`--model_name_or_path smollm2-135m-instruct`)")
+        return train(script_args, training_args, model_args, None, verifier, None, None)
     env = hidden_sum_env(num_turns=training_args.num_turns, chat=script_args.chat_prompts,
                          history=script_args.history, show_verifier_scores=script_args.show_verifier_scores,
                          verifier=verifier)
-    if is_toy_name(model_args.model_name_or_path):  # the toy reads `Q:12+34=A:`: the toy debate, synthetic rows
-        say("[trl-marl] offline toy model: trains on the toy debate's synthetic additions; the hidden-sum questions "
-            "need a language model (`--model_name_or_path smollm2-135m-instruct`)")
-        return train(script_args, training_args, model_args, env, verifier, None, None)
     train_dataset = _head(load_hidden_sum("train", seed=training_args.seed), script_args.max_train_samples)
     eval_dataset = None
     if evaluate:  # a seed of its own, so the evaluation order does not follow the training order
