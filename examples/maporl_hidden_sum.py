@@ -10,7 +10,8 @@ trl-marl, split once by number pair: the held-out pairs never occur in training,
     accelerate launch examples/maporl_hidden_sum.py --config examples/configs/maporl_hidden_sum.yaml
 
 Offline on the real model (no Hub): `--model_name_or_path smollm2-135m-instruct` (docs/real_model.md installs it);
-the config is the study's recipe (10 PPO updates), about 25-55 minutes on one CPU thread. A one-update smoke run:
+the config is the study's recipe (10 PPO updates): one update took 172-179 s on one quiet CPU thread, so about 30
+minutes in all plus the held-out evaluation. A one-update smoke run:
 
     python examples/maporl_hidden_sum.py --config examples/configs/maporl_hidden_sum.yaml \\
         --model_name_or_path smollm2-135m-instruct --per_device_train_batch_size 2 --total_episodes 2 \\
