@@ -55,6 +55,7 @@ from datasets import Dataset
 from transformers import AutoModelForSequenceClassification, GenerationConfig, Trainer, TrainingArguments, set_seed
 
 from trl_marl import AgentTeam, load_tokenizer
+from trl_marl.data.files import first_rows
 from trl_marl.rewards.answers import ANLI_LABELS
 from trl_marl.rewards.verifier import VERIFIER_CONFIG_FILE, AnswerVerifier, ModelVerifier
 from trl_marl.toy import AdditionTask, is_toy_name, make_toy_model, resolve_toy_name
@@ -178,8 +179,7 @@ def load_questions(args: VerifierScriptArguments, seed: int) -> tuple[str, list[
     if missing and not args.question_template:
         raise ValueError(f"The questions lack the column(s) {missing} (they have {dataset.column_names}): set "
                          "`--question_column` and `--gold_column` (or `--question_template`).")
-    if args.max_questions is not None:
-        dataset = dataset.select(range(min(args.max_questions, len(dataset))))
+    dataset = first_rows(dataset, args.max_questions)
     instruction = args.instruction if args.instruction is not None else INSTRUCTIONS[args.task]
     rows = []
     for row in dataset:

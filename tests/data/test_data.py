@@ -202,3 +202,13 @@ def test_toy_debate_dataset():
     assert len(toy_debate_dataset(0)) == 0
     with pytest.raises(ValueError):
         toy_debate_dataset(-1)
+
+
+def test_first_rows_caps_keeps_order_and_passes_none_through() -> None:
+    from trl_marl.data.files import first_rows
+
+    rows = datasets.Dataset.from_dict({"x": [5, 6, 7]})
+    assert first_rows(rows, 2)["x"] == [5, 6]
+    assert first_rows(rows, 0)["x"] == []
+    assert first_rows(rows, 10)["x"] == [5, 6, 7]
+    assert first_rows(rows, None) is rows

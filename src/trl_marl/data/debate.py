@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..rewards.answers import ANLI_LABELS
 from ..utils.numbers import normalize_number
+from .files import first_rows
 
 if TYPE_CHECKING:
     import datasets
@@ -58,10 +59,6 @@ def _check_columns(dataset: Any, needed: Sequence[str], loader: str, name: str, 
         raise ValueError(
             f"{loader} expects the columns {list(needed)}, but {name!r} ({split}) lacks {missing} (it has {columns})."
         )
-
-
-def _head(dataset: datasets.Dataset, max_rows: int | None) -> datasets.Dataset:
-    return dataset if max_rows is None else dataset.select(range(min(max_rows, len(dataset))))
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -139,7 +136,7 @@ def load_gsm8k(
         dataset = datasets.load_dataset(dataset_name, config, split=split)
         name = dataset_name
     _check_columns(dataset, ("question", "answer"), "load_gsm8k", name, split)
-    dataset = _head(dataset, max_rows)
+    dataset = first_rows(dataset, max_rows)
     extra = [c for c in dataset.column_names if c not in ("question", "answer")]
     return dataset.map(_gsm8k_row, remove_columns=extra)
 
@@ -363,5 +360,5 @@ def load_anli(
     keep = [i for i, label in enumerate(labels) if label is not None and int(label) in (0, 1, 2)]
     if len(keep) < len(labels):
         dataset = dataset.select(keep)
-    dataset = _head(dataset, max_rows)
+    dataset = first_rows(dataset, max_rows)
     return dataset.map(_anli_row, fn_kwargs={"template": question_template})

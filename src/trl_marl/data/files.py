@@ -32,6 +32,14 @@ DATA_FILE_KINDS = ".jsonl, .json, .csv or .parquet"
 """The suffixes of a data file, as messages and help texts list them."""
 
 
+def first_rows(dataset: datasets.Dataset, max_rows: int | None) -> datasets.Dataset:
+    """The first `max_rows` rows of `dataset` (all of them when `max_rows` is None or at least its length): the row
+    cap of every loader's `max_rows` and every script's `max_train_samples` / `max_eval_samples`.
+
+    Example: `first_rows(Dataset.from_dict({"x": [1, 2, 3]}), 2)["x"]` is `[1, 2]`."""
+    return dataset if max_rows is None else dataset.select(range(min(max_rows, len(dataset))))
+
+
 def data_file_builder(path: str) -> str | None:
     """The `datasets` builder that reads `path` (`"json"`, `"csv"`, `"parquet"`), from its suffix; None when the
     suffix is not a data file's.

@@ -158,7 +158,7 @@ def load_hidden_sum(split: str = "train", repeats: int = 1, seed: int = 0) -> da
     train, heldout = hidden_sum_split()
     pairs = dict(zip(HIDDEN_SUM_SPLITS, (train, heldout)))
     if split not in pairs:
-        raise ValueError(f"split must be 'train' or 'heldout', got {split!r}.")
+        raise ValueError(f"split must be {' or '.join(map(repr, HIDDEN_SUM_SPLITS))}, got {split!r}.")
     if repeats < 1:
         raise ValueError(f"`repeats` must be >= 1, got {repeats}.")
     return datasets.Dataset.from_list(hidden_sum_rows(pairs[split], repeats * len(pairs[split]), seed))

@@ -7,6 +7,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from .files import first_rows
+
 if TYPE_CHECKING:
     import datasets
 
@@ -77,8 +79,7 @@ def load_tldr(
         dataset, name = load_data_files(data_files), str(data_files)
     else:
         dataset, name = datasets.load_dataset(dataset_name, split=split), f"{dataset_name!r} ({split})"
-    if max_rows is not None:
-        dataset = dataset.select(range(min(max_rows, len(dataset))))
+    dataset = first_rows(dataset, max_rows)
     if data_files is not None and "text" in dataset.column_names:  # already the env's schema
         return dataset
     missing = [c for c in ("prompt", "completion") if c not in dataset.column_names]

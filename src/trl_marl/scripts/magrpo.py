@@ -24,6 +24,7 @@ from typing import Any
 
 from datasets import Dataset
 
+from ..data.files import first_rows
 from ..toy.rows import TOY_CODING_PROMPTS, TOY_WRITING_PROMPTS, toy_coding_rows, toy_writing_rows
 from ..utils.quiet import say
 from .data_sources import DataSource, exit_on_unavailable, hub_dataset, offline_route, resolve_source
@@ -115,10 +116,6 @@ def say_toy_skips(source: DataSource | None) -> None:
             f"({source.option}) is not loaded (a local file, `--data_files`, is)")
 
 
-def _head(dataset: Dataset, max_rows: int | None) -> Dataset:
-    return dataset if max_rows is None else dataset.select(range(min(len(dataset), max_rows)))
-
-
 def _levels(config: str | None) -> tuple[int, ...]:
     if not config:
         return (1, 2)
@@ -139,7 +136,7 @@ def writing_rows(script_args: MAGRPOScriptArguments, source: DataSource) -> Data
         if source.name != "trl-marl/team_writing":
             raise ValueError(f"{source.option} {source.name!r} is a coding dataset; the writing task reads "
                              f"{WRITING_COLUMNS} (shipped: trl-marl/team_writing).")
-        return _head(load_team_writing(script_args.dataset_split or "train"), script_args.max_train_samples)
+        return first_rows(load_team_writing(script_args.dataset_split or "train"), script_args.max_train_samples)
     with hub_dataset(source, offline_route(WRITING_COLUMNS)):
         return load_tldr(split=script_args.dataset_split or "train", max_rows=script_args.max_train_samples,
                          dataset_name=source.name)
@@ -164,7 +161,7 @@ def coding_rows(script_args: MAGRPOScriptArguments, source: DataSource) -> Datas
                                     config=script_args.dataset_config or "full", path=source.name)
             else:
                 dataset = load_humaneval(split=script_args.dataset_split or "test", path=source.name)
-    return _head(dataset, script_args.max_train_samples)
+    return first_rows(dataset, script_args.max_train_samples)
 
 
 def build_task(script_args: MAGRPOScriptArguments, num_agents: int, num_turns: int,

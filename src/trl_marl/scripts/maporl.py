@@ -31,6 +31,7 @@ from transformers import AutoModelForCausalLM, AutoModelForSequenceClassificatio
 from trl import ModelConfig, TrlParser, get_peft_config
 
 from ..data import load_anli, load_gsm8k, load_tinygsm
+from ..data.files import first_rows
 from ..data.hidden_debate import HIDDEN_SUM_SPLITS, hidden_sum_env, load_hidden_sum
 from ..envs.debate import ANLI_ANSWER_FORMAT, GSM8K_ANSWER_FORMAT, DebateEnv, ToyDebateEnv
 from ..rewards.influence import InfluenceAwareReward
@@ -44,7 +45,7 @@ from ..utils.quiet import say
 from ..utils.threads import show_thread_choice
 from .data_sources import DataSource, exit_on_unavailable, hub_dataset, offline_route, resolve_source
 from .lora_targets import fit_lora_targets
-from .magrpo import _head, describe_model_option, fit_to_toy, model_init_kwargs, say_toy_skips
+from .magrpo import describe_model_option, fit_to_toy, model_init_kwargs, say_toy_skips
 
 
 @dataclass
@@ -395,10 +396,10 @@ def main_hidden_sum(script_args: HiddenSumScriptArguments, training_args: MultiA
     env = hidden_sum_env(num_turns=training_args.num_turns, chat=script_args.chat_prompts,
                          history=script_args.history, show_verifier_scores=script_args.show_verifier_scores,
                          verifier=verifier)
-    train_dataset = _head(load_hidden_sum("train", seed=training_args.seed), script_args.max_train_samples)
+    train_dataset = first_rows(load_hidden_sum("train", seed=training_args.seed), script_args.max_train_samples)
     eval_dataset = None
     if evaluate:  # a seed of its own, so the evaluation order does not follow the training order
-        eval_dataset = _head(load_hidden_sum(script_args.eval_split, repeats=script_args.eval_repeats,
+        eval_dataset = first_rows(load_hidden_sum(script_args.eval_split, repeats=script_args.eval_repeats,
                                              seed=10_000 + training_args.seed), script_args.max_eval_samples)
     return train(script_args, training_args, model_args, env, verifier, train_dataset, eval_dataset)
 
