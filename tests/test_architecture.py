@@ -30,7 +30,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("team", ("trl_marl._trl_compat", "trl_marl.model_card", "trl_marl.team", "trl_marl.validation",
               "trl_marl.rewarding")),
     ("tools", ("trl_marl.tools",)),
-    ("rollout", ("trl_marl.rollout", "trl_marl.evaluation")),
+    ("rollout", ("trl_marl.rollout", "trl_marl.evaluation", "trl_marl.teamwork")),
     ("trainers", ("trl_marl.trainers", "trl_marl.legacy")),
     ("offline", ("trl_marl.toy", "trl_marl.offline_models")),
     ("scripts", ("trl_marl.scripts", "trl_marl.cli", "trl_marl.metrics", "trl_marl")),
