@@ -6,17 +6,20 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from ..utils.numbers import bounded_int
+
 _INT = re.compile(r"^\s*(-?\d+)\s*$")
 # a leading integer: digits not continued by more digits or by a decimal/thousands part ("5.5", "5,000" are not 5)
 _LEADING_INT = re.compile(r"^\s*(-?\d+)(?![\d])(?![.,]\d)")
 
 
 def parse_int(text: Any) -> int | None:
-    """The integer a completion states, or `None` if it is not exactly one integer (surrounding spaces allowed)."""
+    """The integer a completion states, or `None` if it is not exactly one integer (surrounding spaces allowed) or
+    has more than `MAX_DIGITS` (50) digits ([`~trl_marl.utils.numbers.bounded_int`])."""
     if isinstance(text, list):  # conversational completion
         text = text[-1]["content"] if text else ""
     match = _INT.match(str(text))
-    return int(match.group(1)) if match else None
+    return bounded_int(match.group(1)) if match else None
 
 
 def parse_leading_int(text: Any) -> int | None:
@@ -24,7 +27,8 @@ def parse_leading_int(text: Any) -> int | None:
 
     What follows the integer is ignored (`" 7. I pick 7"` is 7, `"7<|im_end|>"` is 7) unless it continues the number:
     `"5.5"` and `"5,000"` are `None`, not 5. Text before the integer is not skipped (`"I pick 7"` is `None`): with an
-    assistant prefill such as `"My number is"` the completion must *start* with the number.
+    assistant prefill such as `"My number is"` the completion must *start* with the number. An integer of more than
+    `MAX_DIGITS` (50) digits is `None` too: no answer, rather than an error.
 
     Example:
 
@@ -36,7 +40,7 @@ def parse_leading_int(text: Any) -> int | None:
     if isinstance(text, list):  # conversational completion
         text = text[-1]["content"] if text else ""
     match = _LEADING_INT.match(str(text))
-    return int(match.group(1)) if match else None
+    return bounded_int(match.group(1)) if match else None
 
 
 class TargetSumReward:

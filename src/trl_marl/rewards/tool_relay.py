@@ -6,19 +6,27 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from ..utils.numbers import bounded_int
+
 _NUMBER = re.compile(r"-?\d[\d,]*")
 
 
 def integers(text: str) -> list[int]:
-    """The integers written in `text`, in order (thousands commas allowed: "3,965")."""
-    found = [m.group(0).rstrip(",").replace(",", "") for m in _NUMBER.finditer(text)]
-    return [int(f) for f in found if f.lstrip("-").isdigit()]
+    """The integers written in `text`, in order (thousands commas allowed: "3,965"); a run of more than `MAX_DIGITS`
+    (50) digits is no integer ([`~trl_marl.utils.numbers.bounded_int`]) and is left out."""
+    return [number for number in _written_numbers(text) if number is not None]
 
 
 def last_integer(text: str) -> int | None:
-    """The last integer written in `text`, or None."""
-    found = integers(text)
+    """The last integer written in `text`, or None (also when the last number written has more than `MAX_DIGITS`
+    digits: a number written after the answer is never skipped)."""
+    found = _written_numbers(text)
     return found[-1] if found else None
+
+
+def _written_numbers(text: str) -> list[int | None]:
+    """Every number written in `text`, in order: its value, or None for one of more than `MAX_DIGITS` digits."""
+    return [bounded_int(m.group(0).rstrip(",").replace(",", "")) for m in _NUMBER.finditer(text)]
 
 
 class ToolRelayReward:

@@ -64,6 +64,7 @@ __all__ = [
     "MAX_DIGITS",
     "MINUS_SIGNS",
     "NUMBER_PATTERN",
+    "bounded_int",
     "canonical_number",
     "decimal_places",
     "find_numbers",
@@ -460,6 +461,30 @@ def normalize_number(value: Any, decimals: int | None = 6) -> str | None:
         return None  # far too long (checked before `str`, which refuses very long integers)
     text = str(integer)
     return text if len(text.lstrip("-")) <= MAX_DIGITS else None
+
+
+def bounded_int(digits: str) -> int | None:
+    """The integer of a string of decimal digits with an optional sign, or `None` when it has more than
+    [`MAX_DIGITS`] digits (or is no such string). Digits are those `int()` and the regular expression `\\d` read
+    (Unicode decimal digits, ASCII among them); this helper bounds their number and changes nothing else.
+
+    The one way the rewards turn the digits a model wrote into an `int`: Python's `int()` refuses strings of more
+    than 4,300 digits with a `ValueError` (`sys.get_int_max_str_digits`) and takes time quadratic in the length below
+    that, so a longer number in a completion must be a non-answer, never an exception out of a reward.
+
+    Example:
+
+    ```python
+    >>> bounded_int("-42"), bounded_int("7" * 5000), bounded_int("4x")
+    (-42, None, None)
+    ```
+    """
+    if not isinstance(digits, str):
+        return None
+    body = digits[1:] if digits[:1] in ("-", "+") else digits
+    if not body or len(body) > MAX_DIGITS or not body.isdecimal():
+        return None
+    return int(digits)
 
 
 def number_value(text: str | None) -> Fraction | None:
