@@ -11,17 +11,116 @@ errors), e.g.:
 trl-marl magrpo: run.yaml sets `num_generation`, which is not an option: did you mean `num_generations`?
 trl-marl magrpo: unknown option `--learning_rat`: did you mean `--learning_rate`?
 ```
+
+It also checks the run's output folder before any model loads ([`output_dir_problem`]): a run into an `output_dir`
+that holds another run's `checkpoint-<step>` folders must say whether it resumes them (`--resume_from_checkpoint`, a
+path or `true`) or starts afresh (`--overwrite_output_dir true`, [`OutputDirArguments`]).
 """
 
 from __future__ import annotations
 
 import argparse
 import difflib
+import os
+import shutil
 import sys
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from trl import TrlParser
+
+from ..utils.checkpoint_files import CHECKPOINT_RE, PARTIAL_RE, REPLACED_RE
+from ..utils.quiet import say
+
+_TRUE = ("true", "yes", "1")
+_FALSE = ("", "false", "no", "0", "none")
+
+
+@dataclass
+class OutputDirArguments:
+    """What a training script does with an `output_dir` that holds another run's checkpoints (the script arguments of
+    `trl-marl magrpo` and `trl-marl maporl` include it)."""
+
+    overwrite_output_dir: bool = field(
+        default=False,
+        metadata={"help": "Start afresh in an `output_dir` that holds another run's `checkpoint-<step>` folders: they "
+                  "are deleted when training starts. Without it (and without `--resume_from_checkpoint`) such a run "
+                  "is refused, so that it neither mixes with nor rewrites the other run's checkpoints."},
+    )
+
+
+def resume_value(value: str | bool | None) -> str | bool | None:
+    """`resume_from_checkpoint` as `Trainer.train` takes it: a checkpoint's path, `True` (the newest checkpoint of
+    `output_dir`; written `true` on the command line or in YAML) or `None` (no resume: `false`, `none` or empty)."""
+    if value is None or isinstance(value, bool):
+        return value or None
+    text = str(value).strip()
+    if text.lower() in _TRUE:
+        return True
+    if text.lower() in _FALSE:
+        return None
+    return text
+
+
+def checkpoint_folders(output_dir: str | None) -> list[str]:
+    """The `checkpoint-<step>` folders of `output_dir`, oldest step first ([] when it does not exist)."""
+    if not output_dir or not os.path.isdir(output_dir):
+        return []
+    steps = [(int(m.group(1)), name) for name in os.listdir(output_dir) if (m := CHECKPOINT_RE.match(name))
+             and os.path.isdir(os.path.join(output_dir, name))]
+    return [name for _, name in sorted(steps)]
+
+
+def output_dir_problem(output_dir: str | None, resume: str | bool | None, overwrite: bool,
+                       resumable: bool = True) -> str | None:
+    """Why a run cannot start in `output_dir` as asked, as one sentence naming the fix; `None` when it can.
+
+    Args:
+        output_dir: The run's `output_dir`.
+        resume: `resume_from_checkpoint`, as [`resume_value`] returns it.
+        overwrite: `overwrite_output_dir`.
+        resumable: Whether the trainer can resume (`MultiAgentPPOTrainer` cannot yet).
+    """
+    found = checkpoint_folders(output_dir)
+    if resume is not None and overwrite:
+        return ("`--resume_from_checkpoint` and `--overwrite_output_dir true` contradict each other (one continues "
+                "the run in `output_dir`, the other deletes its checkpoints): pass one of them.")
+    if resume is not None and not resumable:
+        return ("`--resume_from_checkpoint`: this trainer (multi-agent PPO) cannot resume from a checkpoint yet; "
+                "leave the option out and start from the saved team instead.")
+    if resume is True and not found:
+        return (f"`--resume_from_checkpoint true` resumes from the newest `checkpoint-<step>` folder of `output_dir` "
+                f"({output_dir}), and it has none: pass a checkpoint's path, or the `--output_dir` of the run to "
+                "resume.")
+    if isinstance(resume, str) and not os.path.isdir(resume):
+        return (f"`--resume_from_checkpoint {resume}` is not a folder: pass a `checkpoint-<step>` folder of an "
+                "earlier run, or `true` for the newest one in `output_dir`.")
+    if found and resume is None and not overwrite:
+        shown = ", ".join(found if len(found) <= 3 else [found[0], "...", found[-1]])
+        fixes = ("resume that run with `--resume_from_checkpoint true` (or a checkpoint's path), start afresh with "
+                 if resumable else "start afresh with ")
+        return (f"`output_dir` {output_dir} already holds another run's checkpoints ({shown}): {fixes}"
+                "`--overwrite_output_dir true` (deletes them), or choose another `--output_dir`.")
+    return None
+
+
+def fresh_output_dir(output_dir: str, overwrite: bool) -> list[str]:
+    """Delete the checkpoints of an earlier run in `output_dir` when `overwrite` (`--overwrite_output_dir true`), on
+    the first process of each machine; returns the folders deleted (none on the other processes).
+
+    `checkpoint-<step>` folders and the interrupted saves (`tmp-checkpoint-<step>`) go; damaged checkpoints moved
+    aside (`checkpoint-<step>-corrupt`) and every other file are kept.
+    """
+    if not overwrite or os.environ.get("LOCAL_RANK", "0") != "0" or not os.path.isdir(output_dir):
+        return []
+    names = sorted(name for name in os.listdir(output_dir)
+                   if CHECKPOINT_RE.match(name) or PARTIAL_RE.match(name) or REPLACED_RE.match(name))
+    for name in names:
+        shutil.rmtree(os.path.join(output_dir, name), ignore_errors=True)
+    if names:
+        say(f"[trl-marl] --overwrite_output_dir: deleted the earlier run's {', '.join(names)} in {output_dir}")
+    return names
 
 
 def closest(name: str, known: Iterable[str], count: int = 2) -> list[str]:
@@ -53,7 +152,19 @@ def _suggestion(names: list[str], prefix: str = "") -> str:
 
 
 class SuggestingParser(TrlParser):
-    """`TrlParser` whose unknown YAML keys and command-line options end the program with the closest known names."""
+    """`TrlParser` whose unknown YAML keys and command-line options end the program with the closest known names,
+    and that refuses, before anything loads, a run whose `output_dir` would mix with another run's checkpoints
+    ([`output_dir_problem`]).
+
+    Args:
+        dataclass_types: As `TrlParser`'s.
+        resumable: Whether the script's trainer can resume from a checkpoint (`MultiAgentPPOTrainer` cannot yet).
+        **kwargs: `argparse.ArgumentParser`'s.
+    """
+
+    def __init__(self, dataclass_types: Any, resumable: bool = True, **kwargs: Any) -> None:
+        super().__init__(dataclass_types, **kwargs)
+        self.resumable = resumable
 
     def _fields(self) -> set[str]:
         return {action.dest for action in self._actions if action.option_strings} - {"help"}
@@ -104,4 +215,20 @@ class SuggestingParser(TrlParser):
             every = "--help-all" if self.prog.startswith("trl-marl ") else "--help"
             print(f"{self.prog}: `{self.prog} {every}` lists every option.", file=sys.stderr)
             raise SystemExit(2)
-        return super().parse_args_and_config(args, *rest, **kwargs)
+        parsed = super().parse_args_and_config(args, *rest, **kwargs)
+        self._check_output_dir(parsed)
+        return parsed
+
+    def _check_output_dir(self, parsed: Sequence[Any]) -> None:
+        """Exit with one line when the parsed run cannot start in its `output_dir` (scripts whose arguments include
+        [`OutputDirArguments`] only: the others have no `--overwrite_output_dir` to offer)."""
+        training = next((a for a in parsed if hasattr(a, "resume_from_checkpoint") and hasattr(a, "output_dir")), None)
+        script = next((a for a in parsed if hasattr(a, "overwrite_output_dir")), None)
+        if training is None or script is None:
+            return
+        overwrite = bool(script.overwrite_output_dir)
+        problem = output_dir_problem(training.output_dir, resume_value(training.resume_from_checkpoint), overwrite,
+                                     self.resumable)
+        if problem is not None:
+            print(f"{self.prog}: {problem}", file=sys.stderr)
+            raise SystemExit(2)

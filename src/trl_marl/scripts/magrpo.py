@@ -27,6 +27,7 @@ from datasets import Dataset
 from ..data.files import first_rows
 from ..toy.rows import TOY_CODING_PROMPTS, TOY_WRITING_PROMPTS, toy_coding_rows, toy_writing_rows
 from ..utils.quiet import say
+from .arguments import OutputDirArguments, fresh_output_dir, resume_value
 from .data_sources import DataSource, exit_on_unavailable, hub_dataset, offline_route, resolve_source
 
 TASKS = ("writing", "coding", "target_sum", "tool_relay")
@@ -55,8 +56,8 @@ DATA_HELP = {
 
 
 @dataclass
-class MAGRPOScriptArguments:
-    """Script arguments of `trl-marl magrpo` and the MAGRPO examples."""
+class MAGRPOScriptArguments(OutputDirArguments):
+    """Script arguments of `trl-marl magrpo` and the MAGRPO examples (and `overwrite_output_dir`)."""
 
     task: str = field(default="writing", metadata={"help": f"The task: one of {TASKS}."})
     dataset_name: str | None = field(default=None, metadata={"help": DATA_HELP["dataset_name"]})
@@ -295,7 +296,9 @@ def fit_lora_to_model(model_args: Any, name: str, path: str) -> None:
 
 
 def main(script_args: MAGRPOScriptArguments, training_args: Any, model_args: Any) -> Any:
-    """Train a team with MAGRPO on the task of `script_args`; returns the trainer."""
+    """Train a team with MAGRPO on the task of `script_args`, resuming from `training_args.resume_from_checkpoint`
+    (a checkpoint's path, or `true` for the newest in `output_dir`) as `trainer.train(resume_from_checkpoint=...)`
+    does; returns the trainer."""
     from trl import get_peft_config
 
     from ..toy import resolve_toy_name
@@ -327,7 +330,8 @@ def main(script_args: MAGRPOScriptArguments, training_args: Any, model_args: Any
                          "one completion, which has no tools; leave one of them out.")
     trainer = MAGRPOTrainer(model=model, reward_funcs=reward_funcs, env=env, args=training_args,
                             train_dataset=dataset, peft_config=get_peft_config(model_args), tools=tools)
-    trainer.train()
+    fresh_output_dir(training_args.output_dir, script_args.overwrite_output_dir)
+    trainer.train(resume_from_checkpoint=resume_value(training_args.resume_from_checkpoint))
     trainer.save_model(training_args.output_dir)
     return trainer
 

@@ -43,13 +43,14 @@ from ..utils.inputs import check_model_path
 from ..utils.model_names import resolve_model_name
 from ..utils.quiet import say
 from ..utils.threads import show_thread_choice
+from .arguments import OutputDirArguments, fresh_output_dir, resume_value
 from .data_sources import DataSource, exit_on_unavailable, hub_dataset, offline_route, resolve_source
 from .lora_targets import fit_lora_targets
 from .magrpo import describe_model_option, fit_to_toy, model_init_kwargs, say_toy_skips
 
 
 @dataclass
-class DebateScriptArguments:
+class DebateScriptArguments(OutputDirArguments):
     """Debate, reward and offline settings shared by the MAPoRL examples (PPO settings: `MultiAgentPPOConfig`)."""
 
     max_train_samples: int | None = field(default=None, metadata={"help": "Keep at most this many training rows."})
@@ -223,7 +224,9 @@ def train(script_args: DebateScriptArguments, training_args: MultiAgentPPOConfig
         peft_config=get_peft_config(model_args),  # one LoRA adapter per agent on one (4-bit) base model
         eval_verifier=verifier,
     )
-    trainer.train()
+    fresh_output_dir(training_args.output_dir, script_args.overwrite_output_dir)
+    # as in Python: PPO refuses a resume (the parser has already said so for the command line)
+    trainer.train(resume_from_checkpoint=resume_value(training_args.resume_from_checkpoint))
     trainer.save_model(training_args.output_dir)  # agent_0/ ... agent_{A-1}/, team_config.json, README.md
     if eval_dataset is not None:  # majority-vote accuracy per turn, collaboration transitions (W->R, R->W, ...)
         metrics = trainer.evaluate()
@@ -421,7 +424,7 @@ def build_parser(task: str, prog: str | None = None, description: str | None = N
     from .arguments import SuggestingParser, described
     from .help import MODEL_HELP
 
-    parser = SuggestingParser((TASKS[task][0], MultiAgentPPOConfig, ModelConfig),
+    parser = SuggestingParser((TASKS[task][0], MultiAgentPPOConfig, ModelConfig), resumable=False,
                               prog=prog or f"trl-marl maporl {task}", **described(description))
     describe_model_option(parser, MODEL_HELP)
     return parser
