@@ -18,6 +18,7 @@ from trl_marl.rewards.coding import (
     CombinedSyntaxReward,
     HelperDefinedReward,
     HelperUsedReward,
+    IgnoredCallReward,
     MainDefinedReward,
     NonTrivialMainReward,
     PassRateReward,
@@ -96,6 +97,11 @@ class FakeRunner:
             assert spec == {"test": ROW["test"], "entry_point": ROW["entry_point"], "prompt": PROMPT}
             if "[1:]" in program:  # passes `candidate([]) == 0` only, with or without a helper (it calls none)
                 out.append(FakeResult(1, 3, FAILURE))
+            elif "_trl_marl_wrong" in program:  # the helper's results corrupted: only `candidate([]) == 0` passes
+                out.append(FakeResult(1, 3, FAILURE))
+            elif "return aux(*args, **kwargs)" in program:  # the main replaced by a wrapper of the helper
+                out.append(FakeResult(3, 3, "passed") if "def aux(numbers)" in program
+                           else FakeResult(0, 3, "failed: TypeError"))
             elif "aux(" in program and "def aux" not in program:  # a main without its helper (see helper_credit)
                 out.append(FakeResult(0, 3, "failed: NameError: name 'aux' is not defined"))
             else:
@@ -276,10 +282,10 @@ def test_multi_turn_episode_with_fake_runner_shows_the_failing_assert():
     env = CooperativeCodingEnv(num_turns=3, runner=runner)
     reward = CodingTeamReward(env)
     # turn 1: the reward runs the program, then the rollout asks for feedback on the same joint action
-    assert call(reward, [HELPER], [MAIN_SKIPS_FIRST]) == [0.25 + 0.25 + 0.5 + 2.0 / 3 + 0.5]  # aux adds no pass
+    assert call(reward, [HELPER], [MAIN_SKIPS_FIRST]) == [0.25 + 0.25 + 0.5 + 2.0 / 3]  # aux adds no pass
     transcript = Transcript().extend([HELPER, MAIN_SKIPS_FIRST])
     feedback = env.feedback(ROW, transcript)
-    assert len(runner.calls) == 2  # the program and its main without the helper; the feedback hits the cache
+    assert len(runner.calls) == 3  # the program and its two corrupted helpers; the feedback hits the cache
     assert feedback == FEEDBACK
     transcript = Transcript().extend([HELPER, MAIN_SKIPS_FIRST], feedback)
     assert not env.is_done(ROW, transcript)
@@ -290,7 +296,7 @@ def test_multi_turn_episode_with_fake_runner_shows_the_failing_assert():
     assert transcript[-1].feedback == "All 3 tests passed."
     assert "All 3 tests passed." in env.agent_prompt(ROW, 0, transcript) and "Turn 3." in env.agent_prompt(ROW, 0,
                                                                                                         transcript)
-    assert env.is_done(ROW, transcript.extend([HELPER, MAIN])) and len(runner.calls) == 3
+    assert env.is_done(ROW, transcript.extend([HELPER, MAIN])) and len(runner.calls) == 4
 
 
 def test_feedback_reports_syntax_errors_and_missing_functions_without_running():
@@ -326,7 +332,8 @@ EXPECTED = {  # term -> scores of the pairs above, in order
     "syntax": [1, 0, 1, 1, 1],
     "tests": [1, 0, 1, 1, 1 / 3],
     "helper_used": [1, 0, 0, 1, 0],  # "failing" passes only the test that never calls `aux`
-    "nontrivial": [1, 0, 1, 0, 1],
+    "nontrivial": [1, 0, 0, 0, 0],  # nested under helper use; "wrapper" only forwards to the helper
+    "ignored_call": [0, 0, 0, 0, 1],  # "failing" calls `aux`, but corrupting its results changes nothing
 }
 TERMS = {
     "helper_defined": HelperDefinedReward,
@@ -335,6 +342,7 @@ TERMS = {
     "tests": PassRateReward,
     "helper_used": HelperUsedReward,
     "nontrivial": NonTrivialMainReward,
+    "ignored_call": IgnoredCallReward,
 }
 
 
@@ -360,8 +368,12 @@ def test_team_reward_weights_and_terms():
     assert reward.last_terms["tests"] == pytest.approx(EXPECTED["tests"])
     assert "codebleu" not in reward.last_terms  # weight 0: not computed
     assert len(runner.calls[0]) == 4  # one batch; the broken program never runs
-    # then the mains that refer to `aux` in teams that pass a test, without the helper: "correct", "wrapper", "failing"
-    assert len(runner.calls) == 2 and [p.count("def aux") for p in runner.calls[1]] == [0, 0, 0]
+    # then the teams that pass a test and refer to `aux` with the helper's results corrupted ("correct", "wrapper",
+    # "failing"), the undecided one ("failing") corrupted on every other call, and the credited ones' mains replaced
+    # by a wrapper of the helper ("correct", "wrapper")
+    assert [len(c) for c in runner.calls] == [4, 3, 1, 2]
+    assert all("_trl_marl_wrong" in p for c in runner.calls[1:3] for p in c)
+    assert all("return aux(*args, **kwargs)" in p for p in runner.calls[3])
     custom = CodingTeamReward(env, weights={"tests": 1.0, "helper_used": 0.0, "nontrivial": 0.0})
     assert [f.name for f in custom.reward_funcs()] == ["helper_defined", "main_defined", "syntax", "tests"]
     assert custom.reward_weights() == [0.25, 0.25, 0.5, 1.0]
@@ -420,11 +432,13 @@ def test_reward_terms_with_the_sandbox(sandbox_env):
     misses = sandbox_env.executor.misses
     values = call(reward, list(helpers), list(mains))
     for name, expected in EXPECTED.items():
-        assert reward.last_terms[name] == pytest.approx(expected), name
+        if DEFAULT_CODING_WEIGHTS[name]:  # terms of weight 0 are not computed
+            assert reward.last_terms[name] == pytest.approx(expected), name
         assert call(TERMS[name](sandbox_env), list(helpers), list(mains)) == pytest.approx(expected), name
     assert values[0] == pytest.approx(4.0)
-    # 4 programs (the broken one never runs) and 3 mains without their helper; repeated calls hit the cache
-    assert sandbox_env.executor.misses - misses == 7
+    # 4 programs (the broken one never runs), 3 with the helper's results corrupted on every call and 1 on every
+    # other call, 2 with a wrapper main; repeated calls hit the cache
+    assert sandbox_env.executor.misses - misses == 10
 
 
 DEAD_CALL_WRONG = "```python\ndef sum_of_squares(numbers):\n    if False:\n        aux(0)\n    return -1\n```"
@@ -444,8 +458,8 @@ def test_cooperation_terms_cannot_be_had_without_a_call_that_matters(sandbox_env
     values = call(reward, [HELPER] * len(mains), mains)
     assert reward.last_terms["tests"] == [0.0, 1.0, 1.0, 1.0, 1.0]
     assert reward.last_terms["helper_used"] == [0.0, 0.0, 0.0, 0.0, 1.0]
-    assert reward.last_terms["nontrivial"] == [0.0, 1.0, 1.0, 1.0, 1.0]
-    assert values == pytest.approx([1.0, 3.5, 3.5, 3.5, 4.0])
+    assert reward.last_terms["nontrivial"] == [0.0, 0.0, 0.0, 0.0, 1.0]
+    assert values == pytest.approx([1.0, 3.0, 3.0, 3.0, 4.0])
 
 
 def test_multi_turn_episode_with_the_sandbox(sandbox_env):
@@ -727,10 +741,13 @@ def test_only_top_level_definitions_of_an_answer_are_kept():
               "table = dict(a=1)\n```")
     env = CooperativeCodingEnv(runner=FakeRunner())
     solution = env.assemble(ROW, helper, MAIN)
-    assert solution.helper_code == ("import math\n\nSCALE = 1\n\n@staticmethod\ndef unused():\n    pass\n\n"
-                                    "def aux(x):\n    # square\n    return x * x * SCALE")
+    assert solution.helper_code == "import math\n\nSCALE = 1\n\ndef aux(x):\n    # square\n    return x * x * SCALE"
     assert solution.parses and solution.helper_defined
-    kept = CooperativeCodingEnv(runner=FakeRunner(), keep_definitions_only=False).assemble(ROW, helper, MAIN)
+    every = CooperativeCodingEnv(runner=FakeRunner(), keep_helper_only=False).assemble(ROW, helper, MAIN)
+    assert every.helper_code == ("import math\n\nSCALE = 1\n\n@staticmethod\ndef unused():\n    pass\n\n"
+                                 "def aux(x):\n    # square\n    return x * x * SCALE")
+    kept = CooperativeCodingEnv(runner=FakeRunner(), keep_definitions_only=False,
+                                keep_helper_only=False).assemble(ROW, helper, MAIN)
     assert "print(aux(num))" in kept.helper_code
     broken = "```python\ndef aux(x)\n    return x\nprint(1)\n```"  # no parse: kept whole, its error reported
     assert env.assemble(ROW, broken, MAIN).helper_error is not None
@@ -751,5 +768,6 @@ def test_coding_rewards_run_in_the_trainers_process_under_a_reward_timeout():
     assert rewards.isolation == "process"
     per_func, bad = rewards.score([["p"], ["q"]], [[HELPER], [MAIN]], [ROW], [Transcript()], 1)
     assert per_func[0].tolist() == pytest.approx([1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 4.0]) and not bad.any()
-    assert len(runner.calls) == 2  # the program once, and the main without its helper once: one cache, here
+    # the program once, with the helper's results corrupted once, with a wrapper main once: one cache, here
+    assert len(runner.calls) == 3
     assert team.last_terms["tests"] == [1.0]

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..sandbox.executor import ExecutionResultLike, ProgramExecutor, Runner, shared_executor
 from ..sandbox.feedback import describe_result
-from ..utils.code import definitions_only, extract_code, function_parts, prompt_preamble
+from ..utils.code import definitions_of, definitions_only, extract_code, function_parts, prompt_preamble
 from ..utils.text import completion_text
 from .base import MultiAgentEnv, Prompt, Transcript
 from .coding_analysis import CodingSolution, analyze_solution
@@ -127,6 +127,51 @@ Reply with only the code."""
 NO_CODE = "# (no code)"
 """Shown in prompts in place of an empty piece of code."""
 
+STUB_MODES = ("every_call", "alternate_calls")
+"""How [`CooperativeCodingEnv.with_stub_helper`] corrupts the helper's results: every call's result, or every other
+call's (which also changes what an order-only use of the results sees, such as `max(xs, key=aux)`)."""
+
+HELPER_STUB_TEMPLATE = """\
+def _trl_marl_wrong(value, far):
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, int):
+        return -value - 1 if far else value + 1
+    if isinstance(value, float):
+        return -value - 1.5 if far else value + 1.5
+    if isinstance(value, str):
+        return (value[::-1] if far else value) + "#"
+    if isinstance(value, (list, tuple)):
+        items = [_trl_marl_wrong(v, far) for v in value] + [value[0] if value else 0]
+        return type(value)(items[::-1] if far else items)
+    if isinstance(value, dict):
+        return {{k: _trl_marl_wrong(v, far) for k, v in value.items()}}
+    if value is None:
+        return 0
+    return object()
+
+
+_trl_marl_helper = {helper_name}
+_trl_marl_calls = [0]
+
+
+def {helper_name}(*args, **kwargs):
+    value = _trl_marl_helper(*args, **kwargs)
+    _trl_marl_calls[0] += 1
+    if {alternate} and _trl_marl_calls[0] % 2 == 0:
+        return value
+    return _trl_marl_wrong(value, {alternate})"""
+"""Appended to the helper's code by [`CooperativeCodingEnv.with_stub_helper`]: the helper, called under its own name,
+returns a wrong value of the right type. On every call (`{alternate}` False): a number off by one, a string with a
+character more, a list with an element more, ...; on every other call (`{alternate}` True), far from the true value (a
+number negated, a string or list reversed as well), so that a use of the results that keeps only their order changes
+too. Placeholders: `{helper_name}`, `{alternate}`."""
+
+WRAPPER_MAIN_TEMPLATE = """\
+def {entry_point}(*args, **kwargs):
+    return {helper_name}(*args, **kwargs)"""
+"""The main function that does nothing but call the helper ([`CooperativeCodingEnv.with_wrapper_main`])."""
+
 # ---------------------------------------------------------------------------------------------------- environment
 class CooperativeCodingEnv(MultiAgentEnv):
     """MAGRPO's cooperative coding task: agent 0 writes a helper function, agent 1 the main function using it.
@@ -176,6 +221,9 @@ class CooperativeCodingEnv(MultiAgentEnv):
         keep_definitions_only (`bool`): Keep only each agent's top-level definitions (imports, functions, classes,
             literal constants) and drop other top-level statements such as example calls
             ([`~trl_marl.utils.code.definitions_only`]).
+        keep_helper_only (`bool`): Keep only the helper function (and the imports and literal constants) of the
+            helper agent's code ([`~trl_marl.utils.code.definitions_of`]), as MAGRPO's authors do: a helper agent that
+            also writes the main function cannot pass the tests without its partner.
         prompt_column (`str`): Column of the task prompt (signature and docstring).
         entry_point_column (`str`): Column of the name of the function to write.
         test_column (`str`): Column of the unit tests (HumanEval's `check(candidate)` code).
@@ -200,6 +248,7 @@ class CooperativeCodingEnv(MultiAgentEnv):
         spec_main_template: str = SPEC_MAIN_TEMPLATE,
         code_prefill: str = "",
         keep_definitions_only: bool = True,
+        keep_helper_only: bool = True,
         prompt_column: str = "prompt",
         entry_point_column: str = "entry_point",
         test_column: str = "test",
@@ -227,6 +276,7 @@ class CooperativeCodingEnv(MultiAgentEnv):
         self.spec_main_template = spec_main_template
         self.code_prefill = code_prefill
         self.keep_definitions_only = keep_definitions_only
+        self.keep_helper_only = keep_helper_only
         self.helper_signature_column = helper_signature_column
         self.helper_doc_column = helper_doc_column
         self.prompt_column = prompt_column
@@ -278,8 +328,10 @@ class CooperativeCodingEnv(MultiAgentEnv):
         self.check_row(row)
         entry_point = self.entry_point(row)
         preamble = prompt_preamble(self._value(row, self.prompt_column), entry_point)
-        return analyze_solution(self.code_of(helper_completion), self.code_of(main_completion), entry_point,
-                                self.helper_name, preamble)
+        helper_code = self.code_of(helper_completion)
+        if self.keep_helper_only:
+            helper_code = definitions_of(helper_code, {self.helper_name})
+        return analyze_solution(helper_code, self.code_of(main_completion), entry_point, self.helper_name, preamble)
 
     def code_of(self, completion: Any) -> str:
         """The code of an agent's answer (`code_prefill` + completion): the fenced Python, reduced to its top-level
@@ -301,10 +353,31 @@ class CooperativeCodingEnv(MultiAgentEnv):
 
 
     def without_helper(self, row: Mapping[str, Any], solution: CodingSolution) -> CodingSolution:
-        """`solution` with the helper's code left out (the prompt's preamble and the main code only): what the
-        team's program would be without the helper, to tell whether the helper made a difference."""
+        """`solution` with the helper's code left out (the prompt's preamble and the main code only)."""
         preamble = prompt_preamble(self._value(row, self.prompt_column), solution.entry_point)
         return analyze_solution("", solution.main_code, solution.entry_point, solution.helper_name, preamble)
+
+    def with_stub_helper(self, row: Mapping[str, Any], solution: CodingSolution,
+                         mode: str = "every_call") -> CodingSolution:
+        """`solution` with the helper's results corrupted: the helper's own code runs, then a wrong value of the same
+        type is returned ([`HELPER_STUB_TEMPLATE`]; `mode` is one of [`STUB_MODES`]). If the team passes as many tests
+        with it, the main function does not depend on what the helper computes: a call whose result is discarded, a
+        bare reference to `aux`, or a call on a branch no test reaches. (Leaving the helper out instead would credit
+        every such call: the program then fails with a `NameError`.)"""
+        if mode not in STUB_MODES:
+            raise ValueError(f"`mode` must be one of {STUB_MODES}, got {mode!r}.")
+        preamble = prompt_preamble(self._value(row, self.prompt_column), solution.entry_point)
+        stub = HELPER_STUB_TEMPLATE.format(helper_name=solution.helper_name, alternate=mode == "alternate_calls")
+        helper = (solution.helper_code.rstrip("\n") + "\n\n\n" + stub) if solution.helper_code.strip() else ""
+        return analyze_solution(helper, solution.main_code, solution.entry_point, solution.helper_name, preamble)
+
+    def with_wrapper_main(self, row: Mapping[str, Any], solution: CodingSolution) -> CodingSolution:
+        """`solution` with the main function replaced by one that only returns the helper's result for the same
+        arguments ([`WRAPPER_MAIN_TEMPLATE`]). If that program passes as many tests as the team's, the main function
+        adds nothing to the helper, whatever its text looks like (`return aux(x) + 0`, a renamed variable, ...)."""
+        preamble = prompt_preamble(self._value(row, self.prompt_column), solution.entry_point)
+        wrapper = WRAPPER_MAIN_TEMPLATE.format(entry_point=solution.entry_point, helper_name=solution.helper_name)
+        return analyze_solution(solution.helper_code, wrapper, solution.entry_point, solution.helper_name, preamble)
 
     def execute(self, rows: Sequence[Mapping[str, Any]],
                 solutions: Sequence[CodingSolution]) -> list[ExecutionResultLike | None]:

@@ -8,20 +8,46 @@ Rewards (each a TRL reward function reading the team's completions from `agent_c
 | `main_defined` | 1 if the main code parses and defines `entry_point` at top level, else 0 | [`MainDefinedReward`] |
 | `syntax` | 1 if the combined program parses, else 0 | [`CombinedSyntaxReward`] |
 | `tests` | passed / total unit tests of the combined program (0 if it does not parse) | [`PassRateReward`] |
-| `helper_used` | 1 if `entry_point` calls `aux` and the helper's code adds passing tests | [`HelperUsedReward`] |
-| `nontrivial` | 1 if a test passes and `entry_point` is not a mere `return aux(...)` | [`NonTrivialMainReward`] |
+| `helper_used` | 1 if corrupting the helper's results makes the team fail tests | [`HelperUsedReward`] |
+| `nontrivial` | 1 if `helper_used` and the main function is not a wrapper of the helper | [`NonTrivialMainReward`] |
+| `ignored_call` | 1 if main refers to the helper, a test passes, its results do not matter | [`IgnoredCallReward`] |
 | `codebleu` | CodeBLEU of helper + main against the reference solution | [`CodeBLEUTermReward`] |
 
-[`CodingTeamReward`] is their weighted sum, r = sum_k w_k * term_k (defaults in `DEFAULT_CODING_WEIGHTS`); its
-[`~CodingTeamReward.reward_funcs`] gives the terms as separate reward functions, so that a trainer logs each.
+[`CodingTeamReward`] is their weighted sum, r = sum_k w_k * term_k; its [`~CodingTeamReward.reward_funcs`] gives the
+terms as separate reward functions, so that a trainer logs each. Two sets of weights ship (`CODING_REWARD_PRESETS`):
 
-The two cooperation terms are earned only by a team that passes tests, as in MAGRPO's coding reward (its authors'
-`execution_reward_aux` grants the "main uses aux" and anti-wrapper bonuses only when at least one test passes): a
-structural check alone is gamed, e.g. by a main that calls `aux` under `if False:` or on a branch no test reaches.
-So `helper_used` is decided by running the program: the combined program must pass more tests than the main code
-without the helper's code (the preamble and the main code alone, one more sandbox run, only for teams that pass a
-test and refer to `aux`): the call runs and it matters. A pair that passes no test earns at most the structure and
-syntax terms (1.0 of 4.0 with the default weights).
+- `"trl_marl"` (the default, `DEFAULT_CODING_WEIGHTS`): structure 0.25 + 0.25, syntax 0.5, tests 2.0, helper used 0.5,
+  non-trivial 0.5; maximum 4.0. A main that solves the task alone scores 3.0; one that calls a correct helper, 4.0.
+- `"magrpo_authors"` (`MAGRPO_AUTHORS_CODING_WEIGHTS`): the weights and the gate of the MAGRPO authors' released
+  reward (`execution_reward_aux`): aux defined 0.4, main defined 0.6, and only when main is defined: syntax 0.5,
+  tests 1.0, helper used 0.5, non-trivial 1.0, ignored call -0.5; maximum 4.0. A main that solves the task alone
+  scores 2.5.
+
+**How the two presets differ**, term by term: tests weigh 2.0 here and 1.0 there; the structure terms 0.25 + 0.25
+here, 0.4 + 0.6 there; the non-trivial bonus 0.5 here, 1.0 there; the default does not deduct for an ignored call
+(weight 0); and the authors pay nothing after "main defined" when main is missing (here a program that parses without
+the main function still earns the syntax term). Both nest the non-trivial bonus under helper use, as the authors do.
+Where the authors decide helper use and an ignored result by reading the code, both presets here decide them by
+running it (below).
+
+**Cooperation is decided by running the program**, not by reading it: a static check ("does main call aux") is
+gamed by a call whose result is discarded, a bare reference to `aux`, or a call under `if False:`. So:
+
+- `helper_used`: the team passes a test, the main function refers to `aux`, and the same program with the helper's
+  results corrupted passes fewer tests ([`~trl_marl.envs.coding.CooperativeCodingEnv.with_stub_helper`]: the helper
+  runs, then a wrong value of its result's type is returned, on every call or on every other call). Leaving the
+  helper out instead would credit a discarded call: the program then fails with a `NameError`.
+- `nontrivial`: `helper_used`, the main's body is not a plain forward (`return aux(...)`), and a main that only
+  returns `aux(*args)` passes fewer tests than the team's main
+  ([`~trl_marl.envs.coding.CooperativeCodingEnv.with_wrapper_main`]), so that no rewrite of a wrapper
+  (`return aux(x) + 0`) earns it.
+- The team's program keeps only the helper agent's `aux` (and its imports and constants): a helper that also writes
+  the main function cannot pass alone (`CooperativeCodingEnv(keep_helper_only=True)`, the default).
+
+What is not guaranteed: a main that uses the helper's result only to check its own work (`assert aux(x) == x * x`)
+earns `helper_used` while the helper is correct; a main that uses the results only through something a corrupted
+helper keeps (an order, a length) may earn nothing for a helper it really uses. The extra sandbox runs (at most two
+corrupted helpers and one wrapper per joint action) are made only for teams that pass a test and refer to the helper.
 """
 
 
@@ -32,7 +58,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..envs.coding import HELPER_AGENT, MAIN_AGENT, CooperativeCodingEnv
+from ..envs.coding import HELPER_AGENT, MAIN_AGENT, STUB_MODES, CooperativeCodingEnv
 from ..envs.coding_analysis import CodingSolution
 from ..sandbox.executor import ExecutionResultLike
 from ..utils.code import parse_or_none, top_level_function
@@ -47,10 +73,33 @@ DEFAULT_CODING_WEIGHTS: dict[str, float] = {
     "tests": 2.0,
     "helper_used": 0.5,
     "nontrivial": 0.5,
+    "ignored_call": 0.0,
     "codebleu": 0.0,
 }
-"""Default weights of [`CodingTeamReward`]: structure (0.25 + 0.25), syntax (0.5), tests (2.0), cooperation
-(0.5 + 0.5); CodeBLEU off. The maximum team reward is 4.0."""
+"""Default weights of [`CodingTeamReward`] (the `"trl_marl"` preset): structure (0.25 + 0.25), syntax (0.5), tests
+(2.0), cooperation (0.5 + 0.5); CodeBLEU off. The maximum team reward is 4.0."""
+
+MAGRPO_AUTHORS_CODING_WEIGHTS: dict[str, float] = {
+    "helper_defined": 0.4,
+    "main_defined": 0.6,
+    "syntax": 0.5,
+    "tests": 1.0,
+    "helper_used": 0.5,
+    "nontrivial": 1.0,
+    "ignored_call": -0.5,
+    "codebleu": 0.0,
+}
+"""The weights of the MAGRPO authors' coding reward (`execution_reward_aux` in their released code; maximum 4.0),
+used with its gate (`gate_on_main=True`): nothing after "main defined" counts when the main function is missing."""
+
+CODING_REWARD_PRESETS: dict[str, tuple[dict[str, float], bool]] = {
+    "trl_marl": (DEFAULT_CODING_WEIGHTS, False),
+    "magrpo_authors": (MAGRPO_AUTHORS_CODING_WEIGHTS, True),
+}
+"""`CodingTeamReward(preset=...)`: name -> (weights, gate_on_main)."""
+
+GATE_FREE_TERMS = ("helper_defined", "main_defined")
+"""The terms that count whether or not the main function is defined, under `gate_on_main`."""
 
 
 # ---------------------------------------------------------------------------------------------------- rewards
@@ -64,6 +113,7 @@ class CodingBatch:
     _results: list[ExecutionResultLike | None] | None = field(default=None, repr=False)
 
     _helper_credit: list[bool] | None = field(default=None, repr=False)
+    _wrapper_equivalent: list[bool] | None = field(default=None, repr=False)
 
     @property
     def results(self) -> list[ExecutionResultLike | None]:
@@ -77,24 +127,56 @@ class CodingBatch:
         result = self.results[index]
         return result is not None and result.total > 0 and result.passed > 0
 
+    def refers_to_helper(self, index: int) -> bool:
+        """Whether the team passes a test (without a sandbox error) and its main function refers to the helper: the
+        static part of the cooperation checks, which decides whose program runs again."""
+        result = self.results[index]
+        return (self.solutions[index].helper_used and self.passes_some(index) and result is not None
+                and not str(result.reason).startswith("sandbox_error"))
+
+    def _fewer(self, indices: list[int], variants: list[CodingSolution]) -> list[bool]:
+        """Per index, whether the variant program passes fewer tests than the team's (one sandbox batch; a variant
+        that does not parse passes none; a sandbox error never counts as fewer)."""
+        ran = self.env.execute([self.rows[i] for i in indices], variants) if indices else []
+        out = []
+        for i, result in zip(indices, ran):
+            team = self.results[i]
+            passed = team.passed if team is not None else 0
+            out.append(result is None or (not str(result.reason).startswith("sandbox_error")
+                                          and result.passed < passed))
+        return out
+
     @property
     def helper_credit(self) -> list[bool]:
-        """Per joint action, whether the helper's code made a difference: the main function refers to the helper
-        (statically) and the combined program passes more tests than the main code alone (the prompt's preamble
-        and the main code, run in one more sandbox batch for the joint actions that pass a test and refer to the
-        helper). Computed on first access."""
+        """Per joint action, whether the main function depends on the helper's results: it refers to the helper, the
+        team passes a test, and the program with the helper's results corrupted
+        ([`~trl_marl.envs.coding.CooperativeCodingEnv.with_stub_helper`]: on every call, then, for the joint actions
+        still undecided, on every other call) passes fewer tests. Computed on first access, one sandbox batch per
+        stub mode."""
         if self._helper_credit is None:
-            todo = [i for i, s in enumerate(self.solutions) if s.helper_used and self.passes_some(i)]
-            alone = [self.env.without_helper(self.rows[i], self.solutions[i]) for i in todo]
-            ablated = self.env.execute([self.rows[i] for i in todo], alone) if todo else []
             credit = [False] * len(self.solutions)
-            for i, result in zip(todo, ablated):
-                with_helper = self.results[i]
-                credit[i] = (with_helper is not None and not str(with_helper.reason).startswith("sandbox_error")
-                             and (result is None or (not str(result.reason).startswith("sandbox_error")
-                                                     and result.passed < with_helper.passed)))
+            todo = [i for i in range(len(self.solutions)) if self.refers_to_helper(i)]
+            for mode in STUB_MODES:
+                stubs = [self.env.with_stub_helper(self.rows[i], self.solutions[i], mode) for i in todo]
+                for i, fewer in zip(todo, self._fewer(todo, stubs)):
+                    credit[i] = fewer
+                todo = [i for i in todo if not credit[i]]
             self._helper_credit = credit
         return self._helper_credit
+
+    @property
+    def wrapper_equivalent(self) -> list[bool]:
+        """Per joint action with helper credit, whether a main that only returns `aux(*args)` passes as many tests
+        as the team's main ([`~trl_marl.envs.coding.CooperativeCodingEnv.with_wrapper_main`]); `False` for the
+        others. Computed on first access, in one sandbox batch."""
+        if self._wrapper_equivalent is None:
+            todo = [i for i, credit in enumerate(self.helper_credit) if credit]
+            wrappers = [self.env.with_wrapper_main(self.rows[i], self.solutions[i]) for i in todo]
+            equivalent = [False] * len(self.solutions)
+            for i, fewer in zip(todo, self._fewer(todo, wrappers)):
+                equivalent[i] = not fewer
+            self._wrapper_equivalent = equivalent
+        return self._wrapper_equivalent
 
 
 def coding_batch(env: CooperativeCodingEnv, completions: Sequence[Any], kwargs: Mapping[str, Any],
@@ -157,12 +239,22 @@ class CodingRewardTerm:
         self.env = env if env is not None else CooperativeCodingEnv()
         self.__name__ = self.name
 
+    gate_on_main = False
+    """Multiply the scores by [main defined] (the MAGRPO authors' gate; set by [`CodingTeamReward`])."""
+
     def scores(self, batch: CodingBatch) -> list[float]:
         """One score per joint action of `batch`."""
         raise NotImplementedError(f"{type(self).__name__} is a CodingRewardTerm: it must define scores(batch)")
 
+    def gated_scores(self, batch: CodingBatch) -> list[float]:
+        """`scores(batch)`, zeroed where the main function is missing when `gate_on_main` is set."""
+        values = self.scores(batch)
+        if not self.gate_on_main:
+            return values
+        return [v if s.main_error is None and s.main_defined else 0.0 for v, s in zip(values, batch.solutions)]
+
     def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:
-        return self.scores(coding_batch(self.env, completions, kwargs, type(self).__name__))
+        return self.gated_scores(coding_batch(self.env, completions, kwargs, type(self).__name__))
 
 
 class HelperDefinedReward(CodingRewardTerm):
@@ -203,13 +295,13 @@ class PassRateReward(CodingRewardTerm):
 
 
 class HelperUsedReward(CodingRewardTerm):
-    """1 if the helper's code makes the team pass more tests, else 0.
+    """1 if the main function depends on the helper's results, else 0.
 
     That is: the main function refers to the helper (`aux(...)`, or `aux` passed as a value) and does not define or
-    assign that name itself (static analysis), and the combined program passes more unit tests than the main code
-    without the helper's code (one more sandbox run, see [`CodingBatch.helper_credit`]). A call that never runs
-    (`if False: aux(x)`, a branch no test reaches) or whose result does not matter earns nothing; so does any call
-    of a team that passes no test.
+    assign that name itself (static analysis), the team passes a test, and the same program with the helper's results
+    corrupted passes fewer tests (see [`CodingBatch.helper_credit`]). A call that never runs (`if False: aux(x)`, a
+    branch no test reaches), a call whose result is discarded, or a bare mention of `aux` earns nothing; so does any
+    call of a team that passes no test.
     """
 
     name = "helper_used"
@@ -219,19 +311,36 @@ class HelperUsedReward(CodingRewardTerm):
 
 
 class NonTrivialMainReward(CodingRewardTerm):
-    """1 if the combined program passes at least one test and the main function does work of its own, else 0.
+    """1 if the main function uses the helper ([`HelperUsedReward`]) and does work of its own, else 0.
 
-    Trivial (0): no `entry_point`, an empty body (docstring, `pass`, `...`, a lone `raise`), or a body that only
-    forwards to the helper: `return aux(...)`, `aux(...)`, or `x = aux(...); return x` (see `envs.coding_analysis`).
-    A main that solves the task without the helper is non-trivial; [`HelperUsedReward`] scores cooperation. As in
-    MAGRPO's reward, a team that passes no test earns nothing here (the body's shape alone is easily gamed).
+    Trivial (0): no `entry_point`, an empty body (docstring, `pass`, `...`, a lone `raise`), a body that only
+    forwards to the helper (`return aux(...)`, `aux(...)`, `x = aux(...); return x`; see `envs.coding_analysis`), or
+    any main that passes no more tests than `return aux(*args)` does on the same tests
+    ([`CodingBatch.wrapper_equivalent`]), whatever its text (`return aux(x) + 0`). As in MAGRPO's reward, the bonus is
+    nested under helper use: a main that solves the task without the helper earns nothing here.
     """
 
     name = "nontrivial"
 
     def scores(self, batch: CodingBatch) -> list[float]:
-        return [float(s.main_error is None and not s.main_trivial and batch.passes_some(i))
+        credit, wrapper = batch.helper_credit, batch.wrapper_equivalent
+        return [float(credit[i] and s.main_error is None and not s.main_trivial and not wrapper[i])
                 for i, s in enumerate(batch.solutions)]
+
+
+class IgnoredCallReward(CodingRewardTerm):
+    """1 if the main function refers to the helper and the team passes a test, but the helper's results do not
+    matter (corrupting them fails no test: [`CodingBatch.helper_credit`] is 0), else 0.
+
+    The MAGRPO authors deduct 0.5 for a helper called with its result ignored (`MAGRPO_AUTHORS_CODING_WEIGHTS`); they
+    read it from the code, this term decides it by running the program.
+    """
+
+    name = "ignored_call"
+
+    def scores(self, batch: CodingBatch) -> list[float]:
+        credit = batch.helper_credit
+        return [float(batch.refers_to_helper(i) and not credit[i]) for i in range(len(batch.solutions))]
 
 
 def reference_code(row: Mapping[str, Any], env: CooperativeCodingEnv, reference_column: str) -> str:
@@ -283,7 +392,7 @@ class CodeBLEUTermReward(CodingRewardTerm):
         batch = coding_batch(self.env, completions, kwargs, type(self).__name__)
         for row, reference in zip(batch.rows, kwargs[self.reference_column]):
             row[self.reference_column] = reference
-        return self.scores(batch)
+        return self.gated_scores(batch)
 
     def scores(self, batch: CodingBatch) -> list[float]:
         if any(self.reference_column not in row for row in batch.rows):
@@ -302,18 +411,34 @@ class CodingTeamReward:
     the executor's cache is shared with the environment, and `last_terms` is read after the call.
 
     r = w_helper_defined * [helper defined] + w_main_defined * [main defined] + w_syntax * [program parses]
-        + w_tests * passed/total + w_helper_used * [the helper's code adds passing tests]
-        + w_nontrivial * [a test passes and main is not a trivial wrapper] + w_codebleu * CodeBLEU
+        + w_tests * passed/total + w_helper_used * [the main depends on the helper's results]
+        + w_nontrivial * [helper used and main is no wrapper of it] + w_ignored_call * [the helper's results are
+        ignored] + w_codebleu * CodeBLEU
 
-    Terms with weight 0 are not computed (CodeBLEU is off by default). The programs run once per call, in one
-    sandbox batch, through the environment's cached executor. After each call, `last_terms` maps each term's name
-    to its scores (for logging).
+    and with `gate_on_main` every term after `main_defined` is multiplied by [main defined] (the MAGRPO authors'
+    gate). Terms with weight 0 are not computed (CodeBLEU and the ignored call are off by default). The programs run
+    once per call, in one sandbox batch, through the environment's cached executor (plus the cooperation checks' runs,
+    see the module docstring). After each call, `last_terms` maps each term's name to its scores (for logging).
+
+    Example:
+
+    ```python
+    from trl_marl.envs import CooperativeCodingEnv
+    from trl_marl.rewards.coding import CodingTeamReward
+
+    env = CooperativeCodingEnv(chat=True, code_prefill="```python\n")
+    reward = CodingTeamReward(env)                             # trl-marl's weights (maximum 4.0)
+    authors = CodingTeamReward(env, preset="magrpo_authors")   # the MAGRPO authors' weights and gate
+    ```
 
     Args:
         env (`CooperativeCodingEnv`, *optional*): The environment (helper name, columns, executor); a default one
             if `None`.
-        weights (`dict[str, float]`, *optional*): Weights by term name, merged into `DEFAULT_CODING_WEIGHTS`.
+        weights (`dict[str, float]`, *optional*): Weights by term name, merged into the preset's.
         codebleu (`CodeBLEUTermReward`, *optional*): The CodeBLEU term to use (e.g. with a custom scorer).
+        preset (`str`): `"trl_marl"` (`DEFAULT_CODING_WEIGHTS`, no gate) or `"magrpo_authors"`
+            (`MAGRPO_AUTHORS_CODING_WEIGHTS`, gated on the main function), see `CODING_REWARD_PRESETS`.
+        gate_on_main (`bool`, *optional*): Override the preset's gate.
     """
 
     name = "coding_team"
@@ -323,14 +448,22 @@ class CodingTeamReward:
     reward_isolation = "thread"
 
     def __init__(self, env: CooperativeCodingEnv | None = None, weights: Mapping[str, float] | None = None,
-                 codebleu: CodeBLEUTermReward | None = None) -> None:
+                 codebleu: CodeBLEUTermReward | None = None, preset: str = "trl_marl",
+                 gate_on_main: bool | None = None) -> None:
         self.env = env if env is not None else CooperativeCodingEnv()
-        unknown = set(weights or {}) - set(DEFAULT_CODING_WEIGHTS)
+        if preset not in CODING_REWARD_PRESETS:
+            raise ValueError(
+                f"Unknown coding reward preset {preset!r}; the presets are {list(CODING_REWARD_PRESETS)}."
+            )
+        preset_weights, preset_gate = CODING_REWARD_PRESETS[preset]
+        unknown = set(weights or {}) - set(preset_weights)
         if unknown:
             raise ValueError(
-                f"Unknown reward term(s) {sorted(unknown)}; the terms are {list(DEFAULT_CODING_WEIGHTS)}."
+                f"Unknown reward term(s) {sorted(unknown)}; the terms are {list(preset_weights)}."
             )
-        self.weights = {**DEFAULT_CODING_WEIGHTS, **(weights or {})}
+        self.preset = preset
+        self.weights = {**preset_weights, **(weights or {})}
+        self.gate_on_main = preset_gate if gate_on_main is None else bool(gate_on_main)
         self.terms: dict[str, CodingRewardTerm] = {
             "helper_defined": HelperDefinedReward(self.env),
             "main_defined": MainDefinedReward(self.env),
@@ -338,8 +471,11 @@ class CodingTeamReward:
             "tests": PassRateReward(self.env),
             "helper_used": HelperUsedReward(self.env),
             "nontrivial": NonTrivialMainReward(self.env),
+            "ignored_call": IgnoredCallReward(self.env),
             "codebleu": codebleu if codebleu is not None else CodeBLEUTermReward(self.env),
         }
+        for name, term in self.terms.items():
+            term.gate_on_main = self.gate_on_main and name not in GATE_FREE_TERMS
         self.last_terms: dict[str, list[float]] = {}
         self.__name__ = self.name
 
@@ -356,7 +492,7 @@ class CodingTeamReward:
                     raise KeyError(f"The CodeBLEU term needs the dataset column {term.reference_column!r}.")
                 for row, reference in zip(batch.rows, kwargs[term.reference_column]):
                     row[term.reference_column] = reference
-            values = term.scores(batch)
+            values = term.gated_scores(batch)
             self.last_terms[name] = values
             total = [t + weight * v for t, v in zip(total, values)]
         return total

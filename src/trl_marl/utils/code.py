@@ -23,6 +23,7 @@ from __future__ import annotations
 import ast
 import re
 import warnings
+from collections.abc import Collection
 from functools import lru_cache
 from typing import Any
 
@@ -32,6 +33,7 @@ __all__ = [
     "PYTHON_TAGS",
     "build_humaneval_program",
     "defines_function",
+    "definitions_of",
     "definitions_only",
     "extract_code",
     "function_parts",
@@ -118,6 +120,37 @@ def definitions_only(code: str) -> str:
     kept = []
     for node in tree.body:
         if _is_definition(node):
+            start = min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", []))])
+            kept.append("\n".join(lines[start - 1:node.end_lineno]))
+    return "\n\n".join(kept)
+
+
+def definitions_of(code: str, names: Collection[str]) -> str:
+    """The parts of `code` that define `names`: its top-level imports, its literal constants and its top-level
+    functions called one of `names`; every other function, class and statement is left out. Code that does not parse
+    is returned as it is (its syntax error is still reported).
+
+    A partner that was asked for one function keeps only that function in the team's program: a helper agent that
+    also writes the main function (or a class standing in for it) cannot pass the tests on its own.
+
+    Example:
+
+    ```python
+    definitions_of("import re\n\ndef aux(x):\n    return x\n\ndef main(y):\n    return y", {"aux"})
+    # "import re\n\ndef aux(x):\n    return x"
+    ```
+    """
+    tree = parse_or_none(code)
+    if tree is None:
+        return code
+    lines = code.splitlines()
+    kept = []
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            keep = node.name in names
+        else:
+            keep = _is_definition(node) and not isinstance(node, ast.ClassDef)
+        if keep:
             start = min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", []))])
             kept.append("\n".join(lines[start - 1:node.end_lineno]))
     return "\n\n".join(kept)
