@@ -48,18 +48,23 @@ def test_writing_task_success_is_a_team_reward_of_at_least_3(bench: Any) -> None
             "ran away.")
     # |s| = 8, |d| = 23: range 1, ratio 2.875 -> 1; distinct words 19 / 7 -> 1; TTR (7/8 + 19/23) / 2; transitions
     # because, however, finally -> 1; content words 5 shared of 14 -> 5/14. "x" and "x": range (1/8 + 1/16) / 2,
-    # ratio 1 -> 0, distinct 1/1 -> 0, TTR 0 (< 5 words), no transition, overlap {x}/{x} = 1
-    columns = {"prompts": ["p"] * 2, "completions": [short, "x"], "text": ["t"] * 2,
+    # ratio 1 -> 0, distinct 1/1 -> 0, TTR 0 (< 5 words), no transition, overlap {x}/{x} = 1: 0.59 before issue 55;
+    # now "x" is not about the source, so the source gate makes it 0 (and it would make `good` 0 too against an
+    # unrelated source, where it scored 3.6 before)
+    source = "The cat sat on the warm mat today because the sun was out. A dog barked and the cat ran away."
+    columns = {"prompts": ["p"] * 2, "completions": [short, "x"], "text": [source] * 2,
                "agent_completions": [[short, "x"], [good, "x"]]}
-    assert team(**columns) == pytest.approx([3 + 0.5 * (7 / 8 + 19 / 23) / 2 + 0.5 * 5 / 14,
-                                             (1 / 8 + 1 / 16) / 2 + 0.5])
+    assert team(**columns) == pytest.approx([3 + 0.5 * (7 / 8 + 19 / 23) / 2 + 0.5 * 5 / 14, 0.0])
     assert task.success(env)(**columns) == [1.0, 0.0]
+    assert team(**{**columns, "text": ["t"] * 2}) == [0.0, 0.0]
     assert bench.WRITING_SUCCESS == 3.0
     central = task.env(True)
     assert isinstance(central, CentralizedWritingEnv)
     one = f" {SHORT}\n\nDetailed summary: {DETAILED}"
-    assert task.reward(central)(["p"], [one], text=["t"]) == pytest.approx(
-        team(prompts=["p"], completions=[SHORT], agent_completions=[[SHORT], [DETAILED]], text=["t"]))
+    cat = ["My cat ate my homework. The teacher did not believe me."]
+    assert task.reward(central)(["p"], [one], text=cat) == pytest.approx(
+        team(prompts=["p"], completions=[SHORT], agent_completions=[[SHORT], [DETAILED]], text=cat))
+    assert task.reward(central)(["p"], [one], text=cat)[0] > 1.5
 
 
 def test_joint_action_means_of_the_writing_metrics(bench: Any) -> None:

@@ -167,10 +167,11 @@ def test_writing_team_reward_on_parts():
     env = CentralizedEnv(CooperativeWritingEnv(), tags=("summary", "detailed"))
     short, detailed = "Cat ate homework.", "My cat ate my homework, and my teacher did not believe me at all."
     team_reward = WritingTeamReward(reference_column=None)
-    direct = team_reward([short], [short], agent_completions=[[short], [detailed]], text=["x"])
+    source = ["My cat ate my homework. The teacher did not believe me."]  # a source they are about: gate 1
+    direct = team_reward([short], [short], agent_completions=[[short], [detailed]], text=source)
     wrapped = CentralizedReward(env, team_reward)(
-        ["p"], [f"<detailed>{detailed}</detailed><summary>{short}</summary>"], text=["x"])
-    assert wrapped == pytest.approx(direct)
+        ["p"], [f"<detailed>{detailed}</detailed><summary>{short}</summary>"], text=source)
+    assert wrapped == pytest.approx(direct) and direct[0] > 1.5
 
 
 def test_agent_rewards_are_averaged_over_the_agents():

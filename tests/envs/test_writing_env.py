@@ -312,8 +312,9 @@ def test_writing_team_reward_defaults_and_rouge_term() -> None:
                             "transition_words", "style_consistency", "rouge_l"]
     assert reward.weights == [1.0, 1.0, 0.5, 0.5, 0.5, 0.5, 1.0]
     short, detailed = [SHORT, SHORT], [DETAILED, DETAILED]
-    values = team_call(reward, short, detailed, reference=["cat ate homework", None])
-    parts = [team_call(f, short, detailed, reference=["cat ate homework", None]) for f in reward.funcs]
+    source = [ROW["text"]] * 2  # the pair is about its source, so the source gate is 1
+    values = team_call(reward, short, detailed, reference=["cat ate homework", None], text=source)
+    parts = [team_call(f, short, detailed, reference=["cat ate homework", None], text=source) for f in reward.funcs]
     assert parts[-1] == [pytest.approx(1.0), None]  # ROUGE-L of agent 0 ("Cat ate homework.") vs the reference
     without_rouge = sum(w * p[1] for w, p in zip(reward.weights[:-1], parts[:-1]))
     assert values == [pytest.approx(without_rouge + 1.0), pytest.approx(without_rouge)]  # None left out
@@ -321,7 +322,9 @@ def test_writing_team_reward_defaults_and_rouge_term() -> None:
         team_call(reward, short, detailed, text=["x", "x"])
     no_reference = WritingTeamReward(reference_column=None)
     assert "rouge_l" not in no_reference.names
-    assert team_call(no_reference, short, detailed, text=["x", "x"]) == [pytest.approx(without_rouge)] * 2
+    assert team_call(no_reference, short, detailed, text=source) == [pytest.approx(without_rouge)] * 2
+    # the same pair scored against a source it never mentions is gated to 0 (issue 55: before, it kept its score)
+    assert team_call(no_reference, short, detailed, text=["x", "x"]) == [0.0, 0.0]
 
 
 def test_writing_team_reward_through_team_reward() -> None:

@@ -7,6 +7,8 @@ writes what: different lengths (a length ratio), the same facts and vocabulary, 
 
 - [`CooperativeWritingEnv`]: the prompts (fixed templates, below), the length feedback between turns.
 - [`CentralizedWritingEnv`]: the single-policy baseline, one completion with both texts after their labels.
+- [`SymmetricWritingEnv`]: the same task with unassigned roles: both writers get the same instruction ("one of you
+  writes the summary, the other the paragraph; you are writer 1/2"), so the team must agree who writes which.
 - [`writing_text`]: the text of an agent's answer that the rewards and the feedback read, without the label or
   markdown a chat model puts around it ("**Short summary:** ...").
 - The team reward terms and their weighted sum ([`~trl_marl.rewards.writing.WritingTeamReward`]) are in
@@ -312,3 +314,109 @@ class CentralizedWritingEnv(CentralizedEnv):
             return f"{text}\n\n{self.prefill}"
         messages = [{"role": "system", "content": env.system_prompt}] if env.system_prompt else []
         return [*messages, {"role": "user", "content": text}, {"role": "assistant", "content": self.prefill}]
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Symmetric roles: the writers decide who writes which text
+# ----------------------------------------------------------------------------------------------------------------
+
+SUMMARY_MAX_WORDS = 15
+"""The longest one-sentence summary [`SymmetricWritingEnv`] asks for, in words."""
+
+PARAGRAPH_WORDS: tuple[int, int] = (30, 60)
+"""The length of the detailed paragraph [`SymmetricWritingEnv`] asks for, in words (inclusive)."""
+
+SYMMETRIC_INSTRUCTION = (
+    "Two writers summarize the text below, and neither can see the other's text. One of you writes a one-sentence "
+    "summary of at most {summary_max} words; the other writes a detailed paragraph of {paragraph_min} to "
+    "{paragraph_max} words that explains the main point and the important details. You are writer {writer}. "
+    "Write only your own text."
+)
+"""The instruction of both writers of [`SymmetricWritingEnv`]; only `{writer}` (1 or 2) differs between them."""
+
+SYMMETRIC_TEMPLATE = "{instruction}\n\nText:\n{text}\n\nYour text:"
+"""The prompt of [`SymmetricWritingEnv`] (`{text}`: the row's text, stripped)."""
+
+
+class SymmetricWritingEnv(CooperativeWritingEnv):
+    """MAGRPO's writing task with symmetric roles: the writers themselves must agree who writes which text.
+
+    Both agents read the same source and the same instruction ([`SYMMETRIC_INSTRUCTION`]): one of the two writes a
+    one-sentence summary of at most [`SUMMARY_MAX_WORDS`] words, the other a detailed paragraph of
+    [`PARAGRAPH_WORDS`] words; the prompts differ only in "You are writer 1" / "You are writer 2", and neither sees
+    the other's text. Nothing assigns the roles, so a team is paid only if its two writers choose different length
+    classes: [`~trl_marl.rewards.writing.SymmetricWritingTeamReward`] scores the shorter text as the summary and the
+    longer as the paragraph, and pays nothing on the structure terms when both texts fall in the same class. Two
+    agents trained alone against the same frozen partner best-respond to the same bias and collide (the design of
+    the split game; docs/magrpo.md, "Symmetric roles"). The cooperation metrics, which class each writer chose and
+    whether they collided, are [`~trl_marl.rewards.writing.WroteShortText`] and
+    [`~trl_marl.rewards.writing.SameLengthClass`]. One turn only.
+
+    Args:
+        text_column (`str`): The dataset column holding the source text.
+        chat (`bool`): Return chat messages (`[{"role": "user", "content": ...}]`) instead of plain strings.
+        system_prompt (`str`, *optional*): With `chat=True`, a system message put before the user message.
+        summary_max (`int`): The summary's word limit named in the instruction.
+        paragraph_words (`tuple[int, int]`): The paragraph's word range named in the instruction.
+        instruction (`str`): The instruction (placeholders `{summary_max}`, `{paragraph_min}`, `{paragraph_max}`,
+            `{writer}`).
+        template (`str`): The prompt (placeholders `{instruction}`, `{text}`).
+
+    Example:
+
+    ```python
+    >>> env = SymmetricWritingEnv()
+    >>> [env.render({"text": "My cat ate my homework."}, i, Transcript()).count("You are writer") for i in (0, 1)]
+    [1, 1]
+    ```
+    """
+
+    def __init__(
+        self,
+        text_column: str = "text",
+        chat: bool = False,
+        system_prompt: str | None = None,
+        summary_max: int = SUMMARY_MAX_WORDS,
+        paragraph_words: tuple[int, int] = PARAGRAPH_WORDS,
+        instruction: str = SYMMETRIC_INSTRUCTION,
+        template: str = SYMMETRIC_TEMPLATE,
+        num_turns: int = 1,
+    ) -> None:
+        if num_turns != 1:
+            raise ValueError(f"SymmetricWritingEnv plays one turn (the writers never see each other), got "
+                             f"num_turns={num_turns}.")
+        if not 0 < summary_max < paragraph_words[0] <= paragraph_words[1]:
+            raise ValueError(f"SymmetricWritingEnv needs 0 < summary_max < paragraph_min <= paragraph_max, got "
+                             f"summary_max={summary_max}, paragraph_words={paragraph_words}.")
+        super().__init__(num_turns=1, text_column=text_column, chat=chat, system_prompt=system_prompt,
+                         length_feedback=False)
+        self.summary_max = int(summary_max)
+        self.paragraph_words = (int(paragraph_words[0]), int(paragraph_words[1]))
+        self.instruction = instruction
+        self.template = template
+
+    def render(self, row: Mapping[str, Any], agent_index: int, transcript: Transcript) -> str:
+        """Writer `agent_index + 1`'s prompt: the shared instruction with its writer number, and the text.
+
+        Raises:
+            KeyError: `row` lacks the text column.
+            ValueError: The text column does not hold a string, `agent_index` is not 0 or 1, or `transcript` is
+                not empty (one turn).
+        """
+        self.validate_row(row, where="the row")
+        if not isinstance(row[self.text_column], str):
+            raise ValueError(
+                f"{type(self).__name__} needs text in the column {self.text_column!r}, but the row holds a "
+                f"{type(row[self.text_column]).__name__} there."
+            )
+        if agent_index not in (0, 1):
+            raise ValueError(f"{type(self).__name__} has writers 0 and 1, got {agent_index}.")
+        if len(transcript) != 0:
+            raise ValueError(f"{type(self).__name__} plays one turn; got a transcript of {len(transcript)} turn(s).")
+        instruction = self.instruction.format(summary_max=self.summary_max, paragraph_min=self.paragraph_words[0],
+                                              paragraph_max=self.paragraph_words[1], writer=agent_index + 1)
+        return self.template.format(instruction=instruction, text=row[self.text_column].strip())
+
+    def feedback(self, row: Mapping[str, Any], transcript: Transcript) -> str | None:
+        """No feedback: the task has one turn."""
+        return None
