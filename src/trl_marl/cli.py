@@ -6,6 +6,8 @@
 - `trl-marl maporl {gsm8k,anli,hidden_sum} --config FILE [overrides]`: MAPoRL's debate (see `trl_marl.scripts.maporl`).
 - `trl-marl generate --team PATH --prompt TEXT [--agent N] [--max-new-tokens N]`: a saved team's answers (see
   `trl_marl.scripts.generate`).
+- `trl-marl teamwork --team PATH --task NAME [--untrained PATH] [--samples-per-row N]`: a saved team and its ablations
+  (blank partner, untrained partner, roles swapped) on a task's held-out rows (see `trl_marl.scripts.teamwork`).
 - `trl-marl serve-verifier --model PATH [--port N]`: an HTTP verifier server (see `trl_marl.scripts.serve_verifier`).
 - `trl-marl vllm-serve --model PATH [--max-loras N] [--max-lora-rank R] [--host H] [--port N] [vLLM options]`: a vLLM
   server for `generation_backend="vllm", vllm_mode="server"` (see `trl_marl.team.generation.vllm_server`).
@@ -28,6 +30,8 @@ from .scripts.demo import add_demo_arguments, demo_command
 from .scripts.generate import DESCRIPTION as GENERATE_DESCRIPTION
 from .scripts.generate import add_generate_arguments, generate_command
 from .scripts.help import DESCRIPTION, EXAMPLES, FULL_HELP, MODEL_HELP, SHORT_OPTIONS, USAGE, short_help
+from .scripts.teamwork import DESCRIPTION as TEAMWORK_DESCRIPTION
+from .scripts.teamwork import add_teamwork_arguments, teamwork_command
 
 __all__ = ["DESCRIPTION", "EXAMPLES", "FULL_HELP", "MODEL_HELP", "SHORT_OPTIONS", "USAGE", "build_parser", "main",
            "short_help"]
@@ -97,6 +101,9 @@ def build_parser() -> argparse.ArgumentParser:
     generate = sub.add_parser("generate", help=GENERATE_DESCRIPTION, description=GENERATE_DESCRIPTION)
     add_generate_arguments(generate)
     generate.set_defaults(func=generate_command)
+    teamwork = sub.add_parser("teamwork", help=TEAMWORK_DESCRIPTION, description=TEAMWORK_DESCRIPTION)
+    add_teamwork_arguments(teamwork)
+    teamwork.set_defaults(func=teamwork_command)
     return parser
 
 
