@@ -103,8 +103,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "words": {f"agent_{a}": {"mean": statistics.mean(c), "median": statistics.median(c), "min": min(c),
                                  "max": max(c)} for a, c in enumerate(counts)},
         "sources": [r["source"] for r in rows],
-        "examples": [{"source": rows[i // 8]["source"], "agent_0": completions[0][i][:300],
-                      "agent_1": completions[1][i][:300]} for i in range(0, len(counts[0]), 8)][:6],
+        "completions": {"note": "every joint action's texts as the rewards read them (writing_text), "
+                                "[agent][row * 8 + g], to rescore with another reward",
+                        "agent_0": completions[0], "agent_1": completions[1]},
         "seconds": {"load": loaded - start, "sampling": sampled - loaded, "total": time.perf_counter() - start},
     }
     Path(args.out).write_text(json.dumps(record, indent=1) + "\n")

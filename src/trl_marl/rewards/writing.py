@@ -449,21 +449,26 @@ class SourceRelevanceReward:
 
     No other writing term reads the source, so before this gate a pair of fluent texts about anything scored
     3.1-3.5 of 4.0. With X the set of [`content_words`] of the source (the `source_column`, plus the
-    `reference_column` when given) and, for agent a's text y_a (|y_a| its number of [`words`]):
+    `reference_column` when given) and, for agent a's text y_a (|y_a| its number of [`words`]; C(y) the distinct
+    content words of y):
 
-        on_topic_a = min(1, |C(y_a) & X| / |C(y_a)| / on_topic_full)     (C: distinct content words; 0 if none)
+        on_topic_a = min(1, |C(y_a) & X| / |C(y_a)| / on_topic_full)     (0 if C(y_a) is empty)
         copied_a   = the share of y_a's word `copy_ngram`-grams that occur in the source, 0 if |y_a| < n
         copy_a     = 1 if copied_a <= copy_free, else (1 - copied_a) / (1 - copy_free)
         prose_a    = min(1, (share of y_a's words that are stopwords) / prose_full)
         s_a        = on_topic_a                                  if |y_a| < paragraph_words
         s_a        = on_topic_a * copy_a * prose_a               otherwise
-        reward     = min over the agents of s_a                  (None where the source cell is missing)
+        c          = |(union over agents of C(y_a)) & X| / |X|   (the team's coverage of the source)
+        coverage   = clip((c - coverage_floor) / (coverage_full - coverage_floor), 0, 1)
+        reward     = min(coverage, min over the agents of s_a)   (None where the source cell is missing)
 
-    So a text that is not about the source (on-topic share far below `on_topic_full`), a paragraph that copies the
-    source (more than half its 6-grams, by default; a verbatim copy scores 0) or a paragraph of bare keywords (no
-    function words: not prose) fails, and the team fails with its weakest text. A short summary is only checked for
-    topic: an extractive or telegraphic one ("Decode Base64 bytes.") is a fair summary. These are word statistics:
-    they do not judge grammar or truth, and a keyword salad with function words sprinkled in passes `prose_a`.
+    So a pair that is not about this source fails: its words are not the source's (on-topic) or it covers few of
+    them (coverage; a fluent pair about another docstring shares generic words such as "returns" and "string" but
+    covers at most ~12% of this one, an honest pair 40-70%). A paragraph that copies the source (more than half its
+    6-grams, by default; a verbatim copy scores 0) or one of bare keywords (no function words: not prose) fails too,
+    and the team fails with its weakest text. A short summary is only checked for topic: an extractive or
+    telegraphic one ("Decode Base64 bytes.") is a fair summary. These are word statistics: they do not judge grammar
+    or truth, and a keyword salad with function words sprinkled in passes `prose_a`.
 
     Args:
         source_column (`str`): The dataset column holding the source text.
@@ -471,6 +476,8 @@ class SourceRelevanceReward:
             summary).
         on_topic_full (`float`): The share of a text's content words found in the source that earns the full
             on-topic score.
+        coverage_floor (`float`): The team's coverage of the source's content words at or below which it fails.
+        coverage_full (`float`): The coverage from which the gate is not reduced by coverage.
         paragraph_words (`int`): Texts with at least this many words are also checked for copying and prose.
         copy_ngram (`int`): The n of the copied n-grams.
         copy_free (`float`): The copied share up to which copying costs nothing.
@@ -484,7 +491,9 @@ class SourceRelevanceReward:
         self,
         source_column: str = "text",
         reference_column: str | None = None,
-        on_topic_full: float = 0.5,
+        on_topic_full: float = 0.35,
+        coverage_floor: float = 0.1,
+        coverage_full: float = 0.3,
         paragraph_words: int = 20,
         copy_ngram: int = 6,
         copy_free: float = 0.5,
@@ -493,6 +502,9 @@ class SourceRelevanceReward:
     ) -> None:
         if not 0 < on_topic_full <= 1:
             raise ValueError(f"SourceRelevanceReward: `on_topic_full` must be in (0, 1], got {on_topic_full}.")
+        if not 0 <= coverage_floor < coverage_full <= 1:
+            raise ValueError(f"SourceRelevanceReward needs 0 <= coverage_floor < coverage_full <= 1, got "
+                             f"{(coverage_floor, coverage_full)}.")
         if not 0 <= copy_free < 1:
             raise ValueError(f"SourceRelevanceReward: `copy_free` must be in [0, 1), got {copy_free}.")
         if not 0 < prose_full <= 1:
@@ -503,6 +515,7 @@ class SourceRelevanceReward:
         self.source_column = source_column
         self.reference_column = reference_column
         self.on_topic_full = float(on_topic_full)
+        self.coverage_floor, self.coverage_full = float(coverage_floor), float(coverage_full)
         self.paragraph_words = int(paragraph_words)
         self.copy_ngram = int(copy_ngram)
         self.copy_free = float(copy_free)
@@ -529,6 +542,16 @@ class SourceRelevanceReward:
         score = on_topic * copy * prose if paragraph else on_topic
         return {"on_topic": on_topic, "copied": copied, "copy": copy, "prose": prose, "score": score}
 
+    def coverage(self, texts: Sequence[str], source: str) -> float:
+        """The team's coverage factor: `clip((c - coverage_floor) / (coverage_full - coverage_floor), 0, 1)`, with c
+        the share of the source's distinct content words that occur in any of `texts`."""
+        source_vocabulary = set(content_words(source))
+        if not source_vocabulary:
+            return 1.0  # a source without content words cannot be covered or missed
+        used = set().union(*(content_words(t) for t in texts)) if texts else set()
+        share = len(used & source_vocabulary) / len(source_vocabulary)
+        return min(1.0, max(0.0, (share - self.coverage_floor) / (self.coverage_full - self.coverage_floor)))
+
     def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float | None]:
         """The gate value of each joint action, in [0, 1] (see the class docstring)."""
         owner = type(self).__name__
@@ -544,7 +567,9 @@ class SourceRelevanceReward:
                 scores.append(None)
                 continue
             full_source = str(source) if is_missing(reference) else f"{source}\n{reference}"
-            scores.append(min(self.parts(team[a][j], full_source)["score"] for a in agents))
+            texts = [team[a][j] for a in agents]
+            agent_scores = [self.parts(t, full_source)["score"] for t in texts]
+            scores.append(min(self.coverage(texts, full_source), *agent_scores))
         return scores
 
 
