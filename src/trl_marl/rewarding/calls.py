@@ -9,9 +9,10 @@ and the check of what it returns.
 
 from __future__ import annotations
 
+import math
 import numbers
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -27,11 +28,14 @@ from ..utils.bounded import (
     fork_obstacle,
 )
 from .errors import (
+    NonFiniteRewardWarning,
     RewardFunctionError,
     RewardIsolationWarning,
     RewardTimeoutError,
     RewardTimeoutWarning,
     RewardWorkerTraceback,
+    note_nonfinite_reward,
+    user_stacklevel,
 )
 
 REWARD_ISOLATIONS = ("process", "thread")
@@ -104,6 +108,9 @@ def call_reward_function(func: Callable[..., Any], name: str, size: int, /, time
             so that a dataset column may have any name (`timeout`, `name`, ...).
         **kwargs: More arguments for the function.
 
+    The first NaN or infinite score of a function in a run is named in a [`NonFiniteRewardWarning`] (the function,
+    how many of its scores, the step, turn and agent); later ones are counted by the trainer (`nonfinite/rewards`).
+
     Returns:
         One float (possibly NaN or infinite) or `None` per completion.
 
@@ -113,6 +120,37 @@ def call_reward_function(func: Callable[..., Any], name: str, size: int, /, time
             or an entry that is not a number or `None`.
     """
     kwargs = {**(arguments or {}), **kwargs}
+    values = _call_and_check(func, name, size, timeout, timeout_field, isolation, isolation_field, kwargs)
+    warn_nonfinite(values, name, kwargs)
+    return values
+
+
+def warn_nonfinite(values: Sequence[float | None], name: str, arguments: Mapping[str, Any]) -> None:
+    """Warn ([`NonFiniteRewardWarning`]) the first time in a run that reward function `name` returned NaN or
+    infinity: how many of `values`, at which step (`arguments["trainer_state"]`), turn and agent."""
+    bad = [v for v in values if v is not None and not math.isfinite(v)]
+    state = arguments.get("trainer_state")
+    if not bad or not note_nonfinite_reward(name, state):
+        return
+    nan = sum(math.isnan(v) for v in bad)
+    kinds = " and ".join(part for part in (f"{nan} NaN" if nan else "", f"{len(bad) - nan} infinite"
+                                           if len(bad) > nan else "") if part)
+    step = getattr(state, "global_step", None)
+    where = [f"step {step + 1}"] if isinstance(step, int) else []
+    where += [f"{key} {arguments[key]}" for key in ("turn", "agent_index") if arguments.get(key) is not None]
+    warnings.warn(
+        f"Reward function `{name}` returned {kinds} of {len(values)} scores"
+        + (f" ({', '.join(where).replace('agent_index', 'agent')})" if where else "")
+        + ": the first non-finite score of this run. Such scores are skipped (never replaced by a number) and "
+        "counted (`nonfinite/rewards`) against `max_nonfinite`, past which training stops. Return a finite number "
+        "(e.g. guard a division by zero or a log of 0), or None for a completion the function does not score.",
+        NonFiniteRewardWarning, stacklevel=user_stacklevel(),
+    )
+
+
+def _call_and_check(func: Callable[..., Any], name: str, size: int, timeout: float | None, timeout_field: str,
+                    isolation: str, isolation_field: str, kwargs: dict[str, Any]) -> list[float | None]:
+    """[`call_reward_function`]'s call and check, without the non-finite warning."""
     if timeout is not None and isolation == "process":
         reason = _CUDA_REASON if _THREAD_ONLY.get(id(func)) is func else fork_obstacle(func)
         try:
@@ -156,10 +194,9 @@ def call_reward_function(func: Callable[..., Any], name: str, size: int, /, time
                 f"allows in the main thread only, so it runs there, without `{timeout_field}`: a hang in it is not "
                 f"caught. Give it a time limit of its own, avoid signals in it, or run it with "
                 f"`{isolation_field}='process'` (in a worker process, whose main thread it gets).",
-                RewardTimeoutWarning, stacklevel=2,
+                RewardTimeoutWarning, stacklevel=user_stacklevel(),
             )
-            return call_reward_function(func, name, size, None, timeout_field, isolation=isolation,
-                                        isolation_field=isolation_field, arguments=kwargs)
+            return _call_and_check(func, name, size, None, timeout_field, isolation, isolation_field, kwargs)
         raise RewardFunctionError(f"Reward function `{name}` raised {type(exc).__name__}: {exc}") from exc
     except BaseException as exc:  # SystemExit, KeyboardInterrupt: never end training without its checkpoint
         raise RewardFunctionError(_ended_message(name, type(exc).__name__, exception_text(exc))) from exc
@@ -193,7 +230,7 @@ _WARNED: set[str] = set()  # the functions warned about (by name), once each per
 def _warn_once(name: str, message: str) -> None:
     if name not in _WARNED:
         _WARNED.add(name)
-        warnings.warn(message, RewardIsolationWarning, stacklevel=3)
+        warnings.warn(message, RewardIsolationWarning, stacklevel=user_stacklevel())
 
 
 def _ended_message(name: str, kind: str, text: str) -> str:

@@ -67,7 +67,7 @@ from .._trl_compat import (
 )
 from ..envs.base import MultiAgentEnv, Transcript
 from ..evaluation import DebateEvaluation
-from ..rewarding import LocalReward, NonFiniteCounter, RewardFunctionError, RewardSet, TeamReward
+from ..rewarding import LocalReward, NonFiniteCounter, NonFiniteError, RewardFunctionError, RewardSet, TeamReward
 from ..team import AgentTeam
 from ..team.generation import GenerationSettings, build_generation_backend
 from ..tools.loop import ToolLoop
@@ -232,18 +232,11 @@ class TeamTrainer(TeamCheckpointMixin, TRLBaseTrainer):
         args.remove_unused_columns = False  # the environment and the reward functions read the raw rows
         self.env = env
         self._metrics = MetricsBook()
-        super().__init__(
-            model=model,
-            args=args,
-            data_collator=collate_rows,
-            train_dataset=train_dataset,
-            eval_dataset=eval_dataset,
-            processing_class=team.tokenizers[0],
-            callbacks=callbacks,
-            optimizers=optimizers,
-        )
+        super().__init__(model=model, args=args, data_collator=collate_rows, train_dataset=train_dataset,
+                         eval_dataset=eval_dataset, processing_class=team.tokenizers[0], callbacks=callbacks,
+                         optimizers=optimizers)
         self.team = team
-        self.nonfinite = NonFiniteCounter(args.max_nonfinite)
+        self.nonfinite = NonFiniteCounter(args.max_nonfinite, lambda: self.state)  # names the NaN/inf rewards
 
     # ------------------------------------------------------------------ input checks
     @staticmethod
@@ -404,10 +397,19 @@ class TeamTrainer(TeamCheckpointMixin, TRLBaseTrainer):
             self.create_model_card(output_dir=output_dir)
         return output_dir
 
-    def stop_after_reward_error(self, error: RewardFunctionError) -> NoReturn:
+    def train(self, *args: Any, **kwargs: Any) -> Any:
+        """`Trainer.train`; a run stopped by a [`NonFiniteError`] saves its last completed step first, as a reward
+        error does ([`stop_after_reward_error`])."""
+        try:
+            return super().train(*args, **kwargs)
+        except NonFiniteError as error:
+            self.stop_after_reward_error(error)
+
+    def stop_after_reward_error(self, error: RewardFunctionError | NonFiniteError) -> NoReturn:
         """Save the last completed step, then raise `error` again, saying where that checkpoint is.
 
-        Called by `train()` when a reward function raised, timed out (`reward_timeout`) or broke the reward contract.
+        Called by `train()` when a reward function raised, timed out (`reward_timeout`) or broke the reward contract,
+        or when more rewards or losses were NaN/inf than `max_nonfinite` allows ([`NonFiniteError`]).
         The step in progress is lost (its rollout is incomplete); the weights, optimizer and scheduler of the last
         completed step are saved as `checkpoint-<step>` (whatever `save_strategy` says, unless a good checkpoint of
         that step exists already; the random state saved is the one at the failure, so the resumed run samples anew
@@ -421,8 +423,9 @@ class TeamTrainer(TeamCheckpointMixin, TRLBaseTrainer):
         args, state = self.args, self.state
         step = int(state.global_step)
         final_dir = os.path.join(args.output_dir, f"{CHECKPOINT_PREFIX}-{step}")
-        resume = (" Resume with `trainer.train(resume_from_checkpoint=True)` once the reward is fixed."
-                  if self.resumable else " Load the team from it with `AgentTeam.from_pretrained`.")
+        resume = (" Resume with `trainer.train(resume_from_checkpoint=True)` (command line: `--resume_from_checkpoint "
+                  "true`) once the cause is fixed." if self.resumable
+                  else " Load the team from it with `AgentTeam.from_pretrained`.")
         if step == 0:
             where = "No training step had completed, so nothing was saved."
         elif self.accelerator.num_processes > 1:
@@ -443,7 +446,7 @@ class TeamTrainer(TeamCheckpointMixin, TRLBaseTrainer):
         try:
             stopped = type(error)(message)
         except Exception:  # noqa: BLE001 - a subclass with another constructor
-            stopped = RewardFunctionError(message)
+            stopped = NonFiniteError(message) if isinstance(error, NonFiniteError) else RewardFunctionError(message)
         raise stopped from error
 
     # ------------------------------------------------------------------ data

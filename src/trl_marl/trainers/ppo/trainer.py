@@ -41,7 +41,7 @@ from ...core.ppo import (
     ppo_policy_loss,
 )
 from ...envs.base import MultiAgentEnv, PromptEnv, TokenizedPromptEnv, Transcript
-from ...rewarding import RewardFunc, RewardFunctionError, RewardSet
+from ...rewarding import NonFiniteError, RewardFunc, RewardFunctionError, RewardSet
 from ...rollout import JointRollout, Rollout
 from ...team import AgentTeam, sequence_model_inputs
 from ...team.quantized import keep_4bit_trainable
@@ -421,12 +421,13 @@ class MultiAgentPPOTrainer(TeamTrainer):
         Raises:
             RewardFunctionError: a reward function raised or timed out (`reward_timeout`); the last completed
                 update was saved first (`stop_after_reward_error`).
+            NonFiniteError: more NaN/inf rewards or losses than `max_nonfinite`; saved first likewise.
         """
         if resume_from_checkpoint:
             raise ValueError("Resuming PPO from a checkpoint is not supported yet; start from the saved team instead.")
         try:
             return self._train_updates()
-        except RewardFunctionError as error:  # a reward raised or timed out: save the last completed update, stop
+        except (RewardFunctionError, NonFiniteError) as error:  # save the last completed update, then stop
             self.stop_after_reward_error(error)
 
     def _train_updates(self) -> None:
