@@ -312,8 +312,9 @@ def teamwork_conditions(team: AgentTeam, untrained: AgentTeam | None = None) -> 
     Example:
 
     ```python
-    >>> teamwork_conditions(lora_team_of_two)[0]
-    ['team', 'blank_partner_0', 'blank_partner_1', 'untrained_partner_0', 'untrained_partner_1', 'roles_swapped']
+    team = AgentTeam.build("toy", 2, peft_config=LoraConfig(r=4))
+    teamwork_conditions(team)[0]
+    # ['team', 'blank_partner_0', 'blank_partner_1', 'untrained_partner_0', 'untrained_partner_1', 'roles_swapped']
     ```
     """
     n = team.agents_per_turn
@@ -421,10 +422,15 @@ def evaluate_teamwork(
     Example:
 
     ```python
+    from trl_marl.envs import TargetSumEnv
+    from trl_marl.rewards.arithmetic import TargetSumReward, parse_int
     from trl_marl.teamwork import evaluate_teamwork
 
-    report = evaluate_teamwork(trainer.team, TargetSumEnv(), [{"target": 10}] * 16, TargetSumReward(),
-                               metrics={"valid": lambda prompts, completions, agent_completions, **kw: ...})
+    def first_says_zero(prompts, completions, agent_completions, **columns):  # a convention, as a metric
+        return [float(parse_int(answer) == 0) for answer in agent_completions[0]]
+
+    report = evaluate_teamwork(trainer.team, TargetSumEnv(), [{"target": 10}, {"target": 7}], TargetSumReward(),
+                               metrics={"agent_0_says_0": first_says_zero}, samples_per_row=16)
     print(report.table())
     ```
     """
