@@ -243,7 +243,44 @@ class MainCallsHelper:
         return [float(solution.helper_used) for solution in batch.solutions]
 
 
-TASKS: dict[str, Callable[[], Task]] = {"split": split_task, "target_sum": target_sum_task, "coding": coding_task}
+def coding_division_task() -> Task:
+    """Cooperative coding with unassigned roles (`DivisionCodingEnv`, issue 55): both agents get the same level-1
+    problem of `trl_marl.data.team_coding` (the helper's contract and the main function's), apart from "You are
+    programmer 1/2"; each must write exactly one of `aux` and the main function, and only the first of the two in each
+    answer counts. The hidden tests check both functions (`division_coding_rows`), so the team succeeds only if the
+    agents split the work. Trained on `CodingTeamReward`; success is a program that passes every test. Same sampling,
+    splits and sizes as `coding`. Metrics: each agent's choice, collisions (both wrote the same function), how often
+    the main calls the helper. No centralised arm (one policy writing both functions has nothing to divide)."""
+    from trl_marl.data.team_coding import division_coding_rows
+    from trl_marl.envs.coding_division import DivisionCodingEnv
+    from trl_marl.rewards.coding import CodingTeamReward, DivisionChoiceRate, PassRateReward
+
+    train, heldout = division_coding_rows("train"), division_coding_rows("heldout")
+
+    def env(central: bool) -> Any:
+        if central:
+            raise ValueError("coding_division has no centralised arm.")
+        return DivisionCodingEnv(chat=True, code_prefill="```python\n")
+
+    def train_rows(count: int, seed: int) -> list[dict[str, Any]]:
+        return random.Random(seed).choices(train, k=count)
+
+    def eval_rows(split: str, count: int) -> list[dict[str, Any]]:
+        rows = heldout if split == "heldout" else train
+        return [rows[i % len(rows)] for i in range(min(count, len(rows)))]
+
+    def metrics(env: Any) -> dict[str, Any]:
+        choices = {f"agent_{a}_{c}": DivisionChoiceRate(env, a, c) for a in (0, 1) for c in ("helper", "main")}
+        return {**choices, "collision": DivisionChoiceRate(env), "main_calls_helper": MainCallsHelper(env),
+                "team_reward": CodingTeamReward(env)}
+
+    sizes = {"batch": 16, "generations": 8, "completion": 64, "eval_rows": 8, "temperature": 0.7, "stop": ["```"]}
+    return Task("coding_division", env, lambda env: CodingTeamReward(env), train_rows, eval_rows,
+                success=lambda env: PassRateReward(env), sizes=sizes, central=False, metrics=metrics)
+
+
+TASKS: dict[str, Callable[[], Task]] = {"split": split_task, "target_sum": target_sum_task, "coding": coding_task,
+                                     "coding_division": coding_division_task}
 
 
 def writing_task() -> Task:

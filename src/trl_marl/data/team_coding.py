@@ -766,3 +766,33 @@ def load_team_coding(split: str = "train", levels: tuple[int, ...] = (1, 2)) -> 
     import datasets
 
     return datasets.Dataset.from_list(team_coding_rows(split, tuple(levels)))
+
+
+# ------------------------------------------------------------------------------------------ division of labour
+HELPER_TESTS: dict[str, tuple[str, ...]] = {
+    "square": ("aux(3) == 9", "aux(-4) == 16", "aux(0) == 0"),
+    "even": ("aux(4) is True", "aux(7) is False", "aux(0) is True", "aux(-3) is False"),
+    "positive": ("aux(5) is True", "aux(0) is False", "aux(-2) is False"),
+    "upper": ("aux('abc') == 'ABC'", "aux('Hi') == 'HI'", "aux('') == ''"),
+    "reverse": ("aux('abc') == 'cba'", "aux('') == ''", "aux('ab c') == 'c ba'"),
+    "length": ("aux('abc') == 3", "aux('') == 0", "aux('a b') == 3"),
+    "first_letter": ("aux('cat') == 'c'", "aux('Zoo') == 'Z'", "aux('x') == 'x'"),
+    "double": ("aux(3) == 6", "aux(-5) == -10", "aux(0) == 0"),
+    "vowel_char": ("aux('a') is True", "aux('E') is True", "aux('b') is False", "aux('y') is False"),
+    "last_digit": ("aux(123) == 3", "aux(-47) == 7", "aux(0) == 0"),
+    "cube": ("aux(2) == 8", "aux(-3) == -27", "aux(0) == 0"),
+    "fahrenheit": ("aux(0) == 32.0", "aux(100) == 212.0", "aux(-40) == -40.0"),
+}
+"""Hidden asserts on the helper `aux` itself, per level-1 family: in the division-of-labour task
+([`division_coding_rows`]) the program must define both functions, so the tests check both."""
+
+
+def division_coding_rows(split: str = "train") -> list[dict[str, Any]]:
+    """The level-1 problems of `split` for [`~trl_marl.envs.coding_division.DivisionCodingEnv`]: the same rows as
+    `team_coding_rows(split, (1,))`, whose `test` also asserts on `aux` ([`HELPER_TESTS`]), so that a program passes
+    only when both functions are there and right. The split is the one of [`team_coding_split`] (by family)."""
+    rows = team_coding_rows(split, (1,))
+    for row in rows:
+        extra = "".join(f"    assert {t}\n" for t in HELPER_TESTS[row["family"]])
+        row["test"] = row["test"] + extra
+    return rows

@@ -505,3 +505,39 @@ class CodingTeamReward:
     def reward_weights(self) -> list[float]:
         """The weights matching [`~CodingTeamReward.reward_funcs`]."""
         return [self.weights[name] for name in self.terms if self.weights[name] != 0]
+
+
+class DivisionChoiceRate:
+    """A cooperation metric of [`~trl_marl.envs.coding_division.DivisionCodingEnv`] with the reward signature: 1 per
+    joint action where agent `agent_index` wrote `choice` first (`"helper"` or `"main"`), else 0; with `choice=None`
+    and `agent_index=None`, 1 where both agents wrote the same function (a collision: the program lacks the other).
+
+    Example:
+
+    ```python
+    metrics = {"agent_0_helper": DivisionChoiceRate(env, 0, "helper"), "collision": DivisionChoiceRate(env)}
+    ```
+    """
+
+    reward_kind = "team"
+    reward_isolation = "thread"
+
+    def __init__(self, env: Any, agent_index: int | None = None, choice: str | None = None) -> None:
+        if (agent_index is None) != (choice is None):
+            raise ValueError("Pass both `agent_index` and `choice` (an agent's choice rate), or neither (collisions).")
+        if choice is not None and choice not in ("helper", "main"):
+            raise ValueError(f"`choice` must be 'helper' or 'main', got {choice!r}.")
+        self.env, self.agent_index, self.choice = env, agent_index, choice
+        self.__name__ = "collision" if choice is None else f"agent_{agent_index}_{choice}"
+
+    def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:
+        batch = coding_batch(self.env, completions, kwargs, self.__name__)
+        team = kwargs["agent_completions"]
+        out = []
+        for i, row in enumerate(batch.rows):
+            choices = [self.env.choice(row, team[a][i]) for a in range(2)]
+            if self.choice is None:
+                out.append(float(choices[0] is not None and choices[0] == choices[1]))
+            else:
+                out.append(float(choices[self.agent_index] == self.choice))
+        return out

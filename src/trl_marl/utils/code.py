@@ -23,7 +23,7 @@ from __future__ import annotations
 import ast
 import re
 import warnings
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from functools import lru_cache
 from typing import Any
 
@@ -35,6 +35,7 @@ __all__ = [
     "defines_function",
     "definitions_of",
     "definitions_only",
+    "first_definition_of",
     "extract_code",
     "function_parts",
     "parse_or_none",
@@ -154,6 +155,42 @@ def definitions_of(code: str, names: Collection[str]) -> str:
             start = min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", []))])
             kept.append("\n".join(lines[start - 1:node.end_lineno]))
     return "\n\n".join(kept)
+
+
+def first_definition_of(code: str, names: Sequence[str]) -> tuple[str | None, str]:
+    """The first top-level function of `code` called one of `names`, and `code` reduced to it: its imports, its
+    literal constants and that one function (`(None, code)` when `code` does not parse, `(None, "")` when it defines
+    none of `names`).
+
+    A programmer asked to write exactly one of two functions is held to the first one it writes: writing both does
+    not let one agent do its partner's share.
+
+    Example:
+
+    ```python
+    first_definition_of("def main(y):\n    return aux(y)\n\ndef aux(x):\n    return x", ["aux", "main"])
+    # ("main", "def main(y):\n    return aux(y)")
+    ```
+    """
+    tree = parse_or_none(code)
+    if tree is None:
+        return None, code
+    first = next((node.name for node in tree.body
+                  if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name in names), None)
+    if first is None:
+        return None, ""
+    lines = code.splitlines()
+    kept, seen = [], False
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            keep = node.name == first and not seen
+            seen = seen or keep
+        else:
+            keep = _is_definition(node) and not isinstance(node, ast.ClassDef)
+        if keep:
+            start = min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", []))])
+            kept.append("\n".join(lines[start - 1:node.end_lineno]))
+    return first, "\n\n".join(kept)
 
 
 def function_parts(prompt: str, name: str) -> tuple[str, str] | None:
