@@ -449,6 +449,23 @@ def evaluate_task(task: Task, team: Any, central: bool, rows: Sequence[dict[str,
     return result
 
 
+def teamwork_task(task: Task, team: Any, rows: Sequence[dict[str, Any]], seed: int,
+                  max_new_tokens: int) -> dict[str, Any]:
+    """`trl_marl.teamwork.evaluate_teamwork` of a two-agent arm on `rows`: the team, each agent with its partner's
+    answer blanked (necessity), each agent with its partner's untrained self (the adapters off: co-adaptation), the
+    roles swapped; scored by the task's success and its cooperation metrics, sampled as `evaluate_task` samples."""
+    from trl_marl.teamwork import evaluate_teamwork
+
+    env = task.env(False)
+    score = task.success(env) if task.success is not None else task.reward(env)
+    sizes = task.sizes or {}
+    stops = stop_token_ids(team.tokenizers[0], sizes["stop"]) if sizes.get("stop") else None
+    report = evaluate_teamwork(team, env, list(rows), score, metrics=task.metrics(env) if task.metrics else None,
+                               samples_per_row=8, seed=seed, max_new_tokens=max_new_tokens,
+                               temperature=sizes.get("temperature", 1.0), stop_token_ids=stops)
+    return report.to_dict()
+
+
 def joint_action_means(funcs: dict[str, Any], completions: Sequence[Sequence[str]],
                        rows: Sequence[dict[str, Any]]) -> dict[str, float | None]:
     """The mean of each named function over the sampled joint actions (`completions[agent][row * G + g]`, aligned
@@ -491,9 +508,10 @@ def run_magrpo_seed(task: Task, seed: int, steps: int, sizes: dict[str, Any], ar
                     model: str, build: Callable[..., Any] = build_magrpo,
                     evaluate: Callable[..., dict[str, Any]] = evaluate_task,
                     pair: Callable[[Sequence[Any]], Any] = pair_alone_agents,
-                    eval_splits: Sequence[str] = tuple(EVAL_SPLITS)) -> dict[str, Any]:
+                    eval_splits: Sequence[str] = tuple(EVAL_SPLITS), teamwork_eval: bool = False) -> dict[str, Any]:
     """Every arm of one seed: success on the `eval_splits` (held-out and/or training rows) before (untrained) and
-    after training."""
+    after training; with `teamwork_eval`, each two-agent arm's teamwork evaluation on the held-out rows
+    (`teamwork_task`)."""
     eval_seed = 10_000 + seed
     rows = {split: task.eval_rows(split, sizes["eval_rows"]) for split in eval_splits}
 
@@ -502,12 +520,17 @@ def run_magrpo_seed(task: Task, seed: int, steps: int, sizes: dict[str, Any], ar
         return {EVAL_SPLITS[split]: evaluate(task, team, central, rows[split], eval_seed, length)
                 for split in eval_splits}
 
+    def teamwork(team: Any) -> dict[str, Any]:
+        return teamwork_task(task, team, rows["heldout"], eval_seed, sizes["completion"]) if teamwork_eval else {}
+
     out: dict[str, Any] = {"seed": seed}
     if "team" in arms or "alone" in arms:
         trainer = build(task, "team", seed, steps, sizes, os.path.join(work, f"team{seed}"), model)
         out["untrained"] = measure(trainer.team, False)
         if "team" in arms:
             out["team"] = {**train_timed(trainer), **measure(trainer.team, False)}
+            if teamwork_eval:
+                out["team"]["teamwork"] = teamwork(trainer.team)
         del trainer
     if "alone" in arms:
         alone = []
@@ -517,8 +540,11 @@ def run_magrpo_seed(task: Task, seed: int, steps: int, sizes: dict[str, Any], ar
                             frozen=[1 - agent])
             timings.append(train_timed(trainer))
             alone.append(trainer)
+        paired = pair(alone)
         out["alone"] = {"agents": timings, "s_per_step": statistics.mean(t["s_per_step"] for t in timings),
-                        **measure(pair(alone), False)}
+                        **measure(paired, False)}
+        if teamwork_eval:
+            out["alone"]["teamwork"] = teamwork(paired)
         del alone
     if "central" in arms:
         trainer = build(task, "central", seed, steps, sizes, os.path.join(work, f"central{seed}"), model)
@@ -722,6 +748,9 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--eval-splits", nargs="+", choices=tuple(EVAL_SPLITS), default=list(EVAL_SPLITS),
                         help="MAGRPO: where success is measured, before and after training: held-out rows (the "
                              "result) and training rows (a diagnostic; `--eval-splits heldout` halves evaluation)")
+    parser.add_argument("--teamwork", action="store_true",
+                        help="MAGRPO: after training, each two-agent arm's teamwork evaluation on the held-out rows "
+                             "(`trl_marl.teamwork`: partner blanked, untrained partner, roles swapped, task metrics)")
     parser.add_argument("--model", default=MODEL)
     parser.add_argument("--smoke", action="store_true", help="1 step, tiny eval sets: checks the wiring only")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (1 on a shared machine)")
@@ -759,7 +788,8 @@ def settings_for(args: argparse.Namespace) -> dict[str, Any]:
     return {"model": args.model, "steps": steps, "sizes": sizes, "smoke": args.smoke, "threads": args.threads,
             "arms": args.arms if args.kind == "magrpo" else ["maporl"],
             "task": args.task if args.kind == "magrpo" else DEBATE_TASKS[args.debate_task]().record_name,
-            **({"reward": args.reward} if args.kind == "maporl" else {"eval_splits": args.eval_splits}),
+            **({"reward": args.reward} if args.kind == "maporl"
+               else {"eval_splits": args.eval_splits, "teamwork": args.teamwork}),
             "lora": "r=8 alpha=16 q_proj,v_proj layers 22-29"}
 
 
@@ -793,7 +823,8 @@ def main(argv: Sequence[str] | None = None, run_seed: Callable[..., dict[str, An
                 run = run_seed(seed, settings, work)
             elif args.kind == "magrpo":
                 run = run_magrpo_seed(TASKS[args.task](), seed, settings["steps"], settings["sizes"], args.arms,
-                                      work, args.model, eval_splits=args.eval_splits)
+                                      work, args.model, eval_splits=args.eval_splits,
+                                      teamwork_eval=args.teamwork)
             else:
                 run = run_maporl_seed(seed, settings["steps"], settings["sizes"], work, args.model,
                                       task=args.debate_task, reward=args.reward)

@@ -457,3 +457,51 @@ def test_a_dirty_tree_is_refused_unless_allowed(bench: Any, tmp_path: Path, monk
     assert ran == [0, 1]
     assert (record["commit"], record["dirty"], record["dirty_paths"]) == ("a" * 40, True, ["src/x.py"])
     assert record["command"].endswith("--allow-dirty")
+
+
+def test_coding_division_task_rows_metrics_and_no_central_arm(bench: Any) -> None:
+    """The division-of-labour coding task trains on training families only, scores success by the pass rate (its
+    tests check both functions) and logs each agent's choice and collisions; it has no single-policy arm."""
+    from trl_marl.data.team_coding import division_coding_rows
+    from trl_marl.envs.coding_division import DivisionCodingEnv
+
+    task = bench.coding_division_task()
+    held = {r["task_id"] for r in division_coding_rows("heldout")}
+    assert not held & {r["task_id"] for r in task.train_rows(200, 0)}
+    assert {r["task_id"] for r in task.eval_rows("heldout", 8)} == held
+    env = task.env(False)
+    assert isinstance(env, DivisionCodingEnv) and not task.central
+    with pytest.raises(ValueError, match="no centralised arm"):
+        task.env(True)
+    assert {"agent_0_helper", "agent_1_main", "collision", "main_calls_helper"} <= set(task.metrics(env))
+    with pytest.raises(SystemExit, match="no centralised arm"):
+        bench.settings_for(bench.parse_args(["magrpo", "--task", "coding_division"]))
+    settings = bench.settings_for(bench.parse_args(["magrpo", "--task", "coding_division", "--arms", "team", "alone",
+                                                    "--teamwork"]))
+    assert settings["teamwork"] is True and settings["sizes"]["stop"] == ["```"]
+
+
+def test_teamwork_evaluation_of_each_two_agent_arm(bench: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With `--teamwork`, the trained team and the paired alone agents get a teamwork evaluation on held-out rows,
+    after training; the untrained team and the central policy do not."""
+    seen: list = []
+    task = bench.Task("fake", env=None, reward=None, train_rows=None,
+                      eval_rows=lambda split, count: [{"split": split}] * count)
+
+    def build(task_: Any, arm: str, seed: int, steps: int, sizes: dict, output_dir: str, model: str,
+              frozen: Any = ()) -> Any:
+        return FakeTrainer([], arm, list(frozen))
+
+    def teamwork(task_: Any, team: Any, rows: list, seed: int, length: int) -> dict:
+        seen.append((getattr(team, "arm", "paired"), getattr(team, "trained", None), rows[0]["split"], seed))
+        return {"conditions": {"team": {"score": 1.0}}}
+
+    monkeypatch.setattr(bench, "teamwork_task", teamwork)
+    sizes = {"completion": 3, "central_completion": 24, "eval_rows": 5}
+    run = bench.run_magrpo_seed(task, 3, 2, sizes, bench.ARMS, "/tmp/x", "m", build=build,
+                                evaluate=lambda *a: {"success": 1.0, "reward": 0.5},
+                                pair=lambda trainers: SimpleNamespace(arm="paired", trained=True),
+                                eval_splits=("heldout",), teamwork_eval=True)
+    assert seen == [("team", True, "heldout", 10_003), ("paired", True, "heldout", 10_003)]
+    assert run["team"]["teamwork"] == run["alone"]["teamwork"] == {"conditions": {"team": {"score": 1.0}}}
+    assert "teamwork" not in run["central"]
