@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from ...rewarding.errors import user_stacklevel
 from ...rollout import Rollout, finite_mean, flat_group_fraction, reward_std_is_zero
 from ..metrics import log_tool_use
 
@@ -33,7 +34,8 @@ class TrainingDiagnosticWarning(UserWarning):
 
 class NoLearningSignalWarning(TrainingDiagnosticWarning):
     """An optimizer step had no learning signal at all: every group's samples got the same return, or every advantage
-    was exactly 0 (see `MAGRPOConfig.no_signal_warning_interval`).
+    was exactly 0 (see `MAGRPOConfig.no_signal_warning_interval`); in multi-agent PPO, every response of an update
+    got the same score (`trainers.ppo.logging.ScoreSignalCheck`).
 
     The loss value is no such sign: on-policy (ratio 1) a group's mean-centred advantages sum to 0, so the surrogate
     loss reads 0 (up to rounding) at steps whose gradient is not 0."""
@@ -91,6 +93,8 @@ class TrainingDiagnostics:
         self.flat_fraction = 0.0
         """The fraction of the groups of the step's rollout whose samples all had the same return."""
         self.no_signal_streak = 0
+        self.steps = 0  # optimizer steps seen by `end_step`
+        self.no_signal_warned_at: int | None = None  # the step of the last no-signal warning
         self.zero_advantages = False  # every advantage of the step's rollout is exactly 0
         self.rollout_facts: dict[str, Any] = {}  # what `see_rollout` measured, for the no-signal warning
         # agent -> its step's [entropy sum, tokens], on the device until `end_step` reads all agents' at once
@@ -146,17 +150,21 @@ class TrainingDiagnostics:
         self.step_entropy.clear()
 
     def _check_signal(self) -> None:
-        """Warn when the step had no learning signal: at its first such step, then every
-        `no_signal_warning_interval` steps while it lasts."""
+        """Warn when the step had no learning signal: at the first such step, then at most once every
+        `no_signal_warning_interval` steps while such steps go on (a step with a signal in between does not make it
+        warn sooner)."""
         interval = getattr(self.args, "no_signal_warning_interval", None)
         all_flat, zero_advantages = self.flat_fraction >= 1.0, self.zero_advantages
+        self.steps += 1
         if not (all_flat or zero_advantages):
             self.no_signal_streak = 0
             return
         self.no_signal_streak += 1
-        if interval is None or not self.is_main_process or (self.no_signal_streak - 1) % interval:
+        last = self.no_signal_warned_at
+        if interval is None or not self.is_main_process or (last is not None and self.steps - last < interval):
             return
-        warnings.warn(self.no_signal_message(all_flat), NoLearningSignalWarning, stacklevel=4)
+        self.no_signal_warned_at = self.steps
+        warnings.warn(self.no_signal_message(all_flat), NoLearningSignalWarning, stacklevel=user_stacklevel())
 
     def no_signal_message(self, all_flat: bool) -> str:
         """The no-signal warning: what was measured (flat groups or zero advantages, the rewards, cut completions),
@@ -178,7 +186,7 @@ class TrainingDiagnostics:
                          "the answer comes after that.")
         lines.append(NO_SIGNAL_CAUSES)
         interval = getattr(self.args, "no_signal_warning_interval", None)
-        lines.append(f"(This warning repeats every {interval} steps while it lasts; "
+        lines.append(f"(This warning repeats at most every {interval} steps while it lasts; "
                      "`no_signal_warning_interval=None` silences it.)")
         return " ".join(lines)
 
@@ -186,7 +194,7 @@ class TrainingDiagnostics:
         if key in self.warned or not self.is_main_process:
             return
         self.warned.add(key)
-        warnings.warn(message, TrainingDiagnosticWarning, stacklevel=3)
+        warnings.warn(message, TrainingDiagnosticWarning, stacklevel=user_stacklevel())
 
 
 def log_rollout(metrics: dict[str, list[float]], rollout: Rollout, reward_names: list[str],

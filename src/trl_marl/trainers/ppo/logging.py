@@ -8,23 +8,28 @@ TRL 1.12's names for the drop-in (`objective/kl`, `objective/entropy`, `objectiv
 `agent_{a}/kl`, and per policy slot `agent_{a}/loss/policy_avg`, `agent_{a}/loss/value_avg` (prefixed
 `agent_{a}/turn_{t}/` with per-turn policies). Means are over the scorable responses. With vLLM's importance-sampling
 correction, TRL's `sampling/sampling_logp_difference/mean|max` and `sampling/importance_sampling_ratio/min|mean|max`.
+
+[`ScoreSignalCheck`] warns, as MAGRPO does, when an update's scores give the policies nothing to learn.
 """
 
 from __future__ import annotations
 
 import time
+import warnings
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
 import torch
 
+from ...rewarding.errors import user_stacklevel
 from ..engine_correction import correction_metrics, mismatch_values
+from ..magrpo.diagnostics import NoLearningSignalWarning
 from .samples import AgentRollout
 
 if TYPE_CHECKING:
     from .config import MultiAgentPPOConfig
 
-__all__ = ["STAT_NAMES", "completions_table", "print_completions_table", "update_metrics"]
+__all__ = ["STAT_NAMES", "ScoreSignalCheck", "completions_table", "print_completions_table", "update_metrics"]
 
 STAT_NAMES = ("approxkl", "pg_clipfrac", "pg_loss", "vf_loss", "vf_clipfrac", "entropy", "ratio")
 """The per-micro-batch statistics of an update (`compute_agent_loss` fills `pg_*`, `vf_*` and `ratio`)."""
@@ -144,3 +149,56 @@ def print_completions_table(table: dict[str, list[Any]], report_to: list[str] | 
             import pandas as pd
 
             wandb.log({"completions": wandb.Table(dataframe=pd.DataFrame(table))})
+
+
+NO_SCORE_SIGNAL_MESSAGE = (
+    "Multi-agent PPO: no learning signal from the rewards for {updates} update{s} in a row: every scored response of "
+    "the update got the same score ({score:g}), so no response is preferred to another and the policies move only by "
+    "the KL penalty and the value models' errors. Likely causes: a reward or verifier that returns the same score "
+    "whatever the response (e.g. one that never finds the answer it parses: look at the samples with "
+    "`num_sample_generations`, and compare them with the answer format, the prompt and the chat template); "
+    "`response_length` too short for an answer, so every response is cut before it; or the task is already solved "
+    "(every response at the maximum score). (This warning repeats at most every {interval} updates while it lasts; "
+    "`warnings.filterwarnings('ignore', category=trl_marl.trainers.magrpo.NoLearningSignalWarning)` silences it.)"
+)
+
+
+class ScoreSignalCheck:
+    """Multi-agent PPO's no-learning warning ([`NoLearningSignalWarning`], MAGRPO's class): every response of an
+    update that got a score, on every process, got the same one (e.g. a verifier that always returns 0).
+
+    It warns at the first such update, then at most once every `interval` updates while such updates go on.
+
+    Args:
+        interval: Updates between two warnings; `None` never warns.
+        is_main_process: Whether this process warns (every process must call [`see_update`]: it gathers).
+    """
+
+    def __init__(self, interval: int | None, is_main_process: bool) -> None:
+        self.interval = interval
+        self.is_main_process = is_main_process
+        self.streak = 0  # updates in a row without a score spread
+        self.warned_at: int | None = None
+
+    def see_update(self, update: int, rollouts: list[AgentRollout | None], accelerator: Any) -> None:
+        """Check the scores of update `update` (1-based), over every process."""
+        trained = [ro for ro in rollouts if ro is not None]
+        scored = torch.cat([ro.scores[ro.scorable.to(ro.scores.device)].float() for ro in trained]
+                           or [torch.zeros(0)]).to(accelerator.device)
+        inf = torch.tensor(float("inf"), device=scored.device)
+        low, high = (scored.min(), scored.max()) if scored.numel() else (inf, -inf)
+        bounds = accelerator.gather(torch.stack([low, -high]).reshape(1, 2)).reshape(-1, 2)  # one row per process
+        low, high = float(bounds[:, 0].min()), float(-bounds[:, 1].min())
+        if low > high:  # nothing scored (refused earlier by the reward checks)
+            return
+        if high > low:
+            self.streak = 0
+            return
+        self.streak += 1
+        if self.interval is None or not self.is_main_process or (
+                self.warned_at is not None and update - self.warned_at < self.interval):
+            return
+        self.warned_at = update
+        message = NO_SCORE_SIGNAL_MESSAGE.format(updates=self.streak, s="s" if self.streak > 1 else "", score=low,
+                                                 interval=self.interval)
+        warnings.warn(message, NoLearningSignalWarning, stacklevel=user_stacklevel())

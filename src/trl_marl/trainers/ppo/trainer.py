@@ -51,7 +51,7 @@ from ..base import TeamTrainer, rollout_phase
 from ..metrics import log_tool_use
 from ..per_agent import backward_per_agent, backward_per_agent_supported
 from .config import MultiAgentPPOConfig
-from .logging import STAT_NAMES, completions_table, print_completions_table, update_metrics
+from .logging import STAT_NAMES, ScoreSignalCheck, completions_table, print_completions_table, update_metrics
 from .samples import (
     AgentRollout,
     forward_targets,
@@ -461,6 +461,7 @@ class MultiAgentPPOTrainer(TeamTrainer):
         )
         episode = 0
         start = time.time()
+        signal = ScoreSignalCheck(getattr(args, "no_signal_warning_interval", 10), self.accelerator.is_main_process)
         self.control = self.callback_handler.on_train_begin(args, self.state, self.control)
         model.train()
         micro_step = 0
@@ -468,6 +469,7 @@ class MultiAgentPPOTrainer(TeamTrainer):
             episode += args.batch_size
             rows = next(data)
             rollouts = self.rollout(rows)
+            signal.see_update(update, rollouts, self.accelerator)  # warns when every score of the update is equal
             sizes = {s: len(ro.texts) for s, ro in enumerate(rollouts) if ro is not None}
             # TRL 1.12: a mini-batch of `local_mini_batch_size` episodes is cut into micro-batches of
             # `per_device_train_batch_size` (the last may be smaller; one micro-batch when the mini-batch is smaller)
