@@ -104,8 +104,8 @@ def test_magrpo_warns_at_most_every_interval_and_points_at_the_users_line(target
                         per_device_train_batch_size=4, max_completion_length=3, learning_rate=1e-3, max_steps=5,
                         logging_steps=1, report_to="none", save_strategy="no", disable_tqdm=True, seed=0,
                         no_signal_warning_interval=4, reward_timeout=None)
-    trainer = MAGRPOTrainer(model=target_model_dir, reward_funcs=flat_but_steps_2_and_4, env=TargetSumEnv(2), args=args,
-                            train_dataset=Dataset.from_dict({"target": [10] * 64}))
+    trainer = MAGRPOTrainer(model=target_model_dir, reward_funcs=flat_but_steps_2_and_4, env=TargetSumEnv(2),
+                            args=args, train_dataset=Dataset.from_dict({"target": [10] * 64}))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         trainer.train()
