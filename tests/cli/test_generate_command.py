@@ -66,4 +66,4 @@ def test_usage_errors(saved_team: tuple[Path, AgentTeam], args: list[str], messa
 def test_a_folder_without_a_team_says_what_to_pass(tmp_path: Path) -> None:
     result = run_generate("--team", str(tmp_path), "--prompt", "x")
     assert result.returncode == 2
-    assert "holds no team_config.json" in result.stderr and "OUTPUT_DIR/final" in result.stderr
+    assert "holds no team_config.json" in result.stderr and "`output_dir` of a finished run" in result.stderr

@@ -25,8 +25,9 @@ DESCRIPTION = "Load a saved team and print each agent's answer to prompts (`--pr
 def add_generate_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of `trl-marl generate`."""
     parser.add_argument("--team", required=True, metavar="PATH",
-                        help="A folder saved by `AgentTeam.save_pretrained` or a trainer (it holds team_config.json), "
-                             "e.g. OUTPUT_DIR/final or a checkpoint-N folder.")
+                        help="A folder that holds team_config.json: the `output_dir` of a finished run (where "
+                             "`trl-marl magrpo|maporl` and `trainer.save_model()` save the team), one of its "
+                             "checkpoint-N folders, or a folder saved by `AgentTeam.save_pretrained`.")
     parser.add_argument("--prompt", action="append", metavar="TEXT",
                         help="A prompt (repeat for several). Without --prompt, one prompt per line of stdin.")
     parser.add_argument("--agent", type=int, default=None, metavar="N",
@@ -41,15 +42,39 @@ def add_generate_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="Seed for --sample.")
 
 
+def team_folder_problem(path: str) -> str | None:
+    """Why `path` is no saved team, as one sentence naming what to pass instead; `None` when it holds one.
+
+    A trainer saves the team in its `output_dir` (`trainer.save_model()`, which `trl-marl magrpo|maporl` call at the
+    end of training) and in every `checkpoint-<step>` folder; a run that stopped early has its checkpoints only, and
+    the newest of them is named.
+    """
+    from ..utils.checkpoint_files import CHECKPOINT_RE, TEAM_CONFIG_FILE
+
+    if os.path.isfile(os.path.join(path, TEAM_CONFIG_FILE)):
+        return None
+    where = ("the `output_dir` of a finished run (where `trl-marl magrpo|maporl` and `trainer.save_model()` save "
+             "the team), one of its checkpoint-N folders, or a folder saved by `AgentTeam.save_pretrained`")
+    if not os.path.isdir(path):
+        return f"--team {path!r} is not a folder: pass {where}."
+    steps = sorted((int(m.group(1)), name) for name in os.listdir(path) if (m := CHECKPOINT_RE.match(name))
+                   and os.path.isfile(os.path.join(path, name, TEAM_CONFIG_FILE)))
+    if steps:
+        newest = os.path.join(path, steps[-1][1])
+        return (f"{path!r} holds no {TEAM_CONFIG_FILE} (its run did not finish: the team is saved there at the end "
+                f"of training), but its checkpoints do: pass the newest, `--team {newest}`.")
+    return f"{path!r} holds no {TEAM_CONFIG_FILE}: pass {where}."
+
+
 def generate_command(args: argparse.Namespace) -> int:
     """Run `trl-marl generate` (parsed `args`): print each agent's answers; 2 on a usage error."""
     prompts = args.prompt if args.prompt else [line.rstrip("\n") for line in sys.stdin if line.strip()]
     if not prompts:
         print("trl-marl generate: no prompt: pass --prompt TEXT (repeatable) or lines on stdin.", file=sys.stderr)
         return 2
-    if not os.path.isfile(os.path.join(args.team, "team_config.json")):
-        print(f"trl-marl generate: {args.team!r} holds no team_config.json: pass a folder saved by a trainer "
-              "(OUTPUT_DIR/final, OUTPUT_DIR/checkpoint-N) or by `AgentTeam.save_pretrained`.", file=sys.stderr)
+    problem = team_folder_problem(args.team)
+    if problem is not None:
+        print(f"trl-marl generate: {problem}", file=sys.stderr)
         return 2
     from .progress import quiet_logs
 
