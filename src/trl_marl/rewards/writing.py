@@ -458,13 +458,14 @@ class SourceRelevanceReward:
         prose_a    = min(1, (share of y_a's words that are stopwords) / prose_full)
         s_a        = on_topic_a                                  if |y_a| < paragraph_words
         s_a        = on_topic_a * copy_a * prose_a               otherwise
-        c          = |(union over agents of C(y_a)) & X| / |X|   (the team's coverage of the source)
+        c          = |(union over agents of C(y_a)) & X| / min(|X|, coverage_cap)   (the team's coverage, <= 1)
         coverage   = clip((c - coverage_floor) / (coverage_full - coverage_floor), 0, 1)
         reward     = min(coverage, min over the agents of s_a)   (None where the source cell is missing)
 
     So a pair that is not about this source fails: its words are not the source's (on-topic) or it covers few of
     them (coverage; a fluent pair about another docstring shares generic words such as "returns" and "string" but
-    covers at most ~12% of this one, an honest pair 40-70%). A paragraph that copies the source (more than half its
+    covers at most ~12% of this one, an honest pair 40-70%; a long source counts as `coverage_cap` words, so that a
+    paragraph of 30-60 words can cover it). A paragraph that copies the source (more than half its
     6-grams, by default; a verbatim copy scores 0) or one of bare keywords (no function words: not prose) fails too,
     and the team fails with its weakest text. A short summary is only checked for topic: an extractive or
     telegraphic one ("Decode Base64 bytes.") is a fair summary. These are word statistics: they do not judge grammar
@@ -478,6 +479,7 @@ class SourceRelevanceReward:
             on-topic score.
         coverage_floor (`float`): The team's coverage of the source's content words at or below which it fails.
         coverage_full (`float`): The coverage from which the gate is not reduced by coverage.
+        coverage_cap (`int`): The most content words of the source that the coverage counts as its whole.
         paragraph_words (`int`): Texts with at least this many words are also checked for copying and prose.
         copy_ngram (`int`): The n of the copied n-grams.
         copy_free (`float`): The copied share up to which copying costs nothing.
@@ -494,6 +496,7 @@ class SourceRelevanceReward:
         on_topic_full: float = 0.35,
         coverage_floor: float = 0.1,
         coverage_full: float = 0.3,
+        coverage_cap: int = 30,
         paragraph_words: int = 20,
         copy_ngram: int = 6,
         copy_free: float = 0.5,
@@ -515,7 +518,10 @@ class SourceRelevanceReward:
         self.source_column = source_column
         self.reference_column = reference_column
         self.on_topic_full = float(on_topic_full)
+        if coverage_cap < 1:
+            raise ValueError(f"SourceRelevanceReward: `coverage_cap` must be >= 1, got {coverage_cap}.")
         self.coverage_floor, self.coverage_full = float(coverage_floor), float(coverage_full)
+        self.coverage_cap = int(coverage_cap)
         self.paragraph_words = int(paragraph_words)
         self.copy_ngram = int(copy_ngram)
         self.copy_free = float(copy_free)
@@ -544,12 +550,13 @@ class SourceRelevanceReward:
 
     def coverage(self, texts: Sequence[str], source: str) -> float:
         """The team's coverage factor: `clip((c - coverage_floor) / (coverage_full - coverage_floor), 0, 1)`, with c
-        the share of the source's distinct content words that occur in any of `texts`."""
+        the number of the source's distinct content words that occur in any of `texts` over that number of the
+        source's, at most `coverage_cap`, and 1 at most."""
         source_vocabulary = set(content_words(source))
         if not source_vocabulary:
             return 1.0  # a source without content words cannot be covered or missed
         used = set().union(*(content_words(t) for t in texts)) if texts else set()
-        share = len(used & source_vocabulary) / len(source_vocabulary)
+        share = min(1.0, len(used & source_vocabulary) / min(len(source_vocabulary), self.coverage_cap))
         return min(1.0, max(0.0, (share - self.coverage_floor) / (self.coverage_full - self.coverage_floor)))
 
     def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float | None]:
