@@ -15,6 +15,12 @@ tool does (short of holding the GIL in C code, below) escapes it or stops the ru
 | `str(result)` raises | `{'error': 'TypeError: <message> (while ...)'}` | yes | | |
 | it returns | `str(result)` | no | | |
 | the text is longer than `max_chars` | its head and `[... N more characters cut]` | as above | | yes |
+| the text holds lone surrogates (`"caf\\udce9"`) | the text, each replaced by U+FFFD | as above | | |
+
+Every `content` encodes to UTF-8: a tool that echoes an argument the model wrote as `"caf\\udce9"` (a JSON escape
+that decodes to a lone surrogate, which no tokenizer encodes) gives back `"caf\ufffd"`. [`encodable_json`] does the
+same to the names and arguments of the calls themselves, where [`~trl_marl.tools.templates.parse_completion`] reads
+them: together these are the one place where the model's text becomes text every later step can encode.
 
 Errors keep TRL's shape (a dict with the key `"error"`, turned into text with `str()`), with the exception's type
 before its message. Every result becomes `str(result)`: TRL passes a list of content blocks (images for VLMs) through
@@ -46,13 +52,52 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..utils.bounded import Overran, call_in_thread
+from ..utils.text import encodable
 
-__all__ = ["MIN_MAX_CHARS", "ToolOutcome", "call_tool", "cut_text", "tool_name"]
+__all__ = ["MAX_CALL_DEPTH", "MIN_MAX_CHARS", "ToolOutcome", "call_tool", "cut_text", "encodable_json", "tool_name"]
 
 MIN_MAX_CHARS = 64
 """The smallest `max_chars` [`call_tool`] accepts: room for some text and the marker of what was cut."""
 
+MAX_CALL_DEPTH = 64
+"""The deepest nesting of lists and objects in a parsed assistant message (the message is level 1, its list of calls
+2, a call 3, its function 4, the arguments 5, so arguments may nest 59 levels more); a deeper message holds no tool
+call ([`encodable_json`], [`~trl_marl.tools.templates.parse_completion`])."""
+
 _VALUE_PREVIEW = 40  # characters of a wrong argument's value shown in the error
+
+
+def encodable_json(value: Any, max_depth: int = MAX_CALL_DEPTH) -> Any:
+    """A copy of JSON data (a parsed tool call, its arguments) whose every string, keys included, encodes to UTF-8.
+
+    Lone surrogates are replaced by U+FFFD ([`~trl_marl.utils.text.encodable`]); numbers, booleans and `None` are
+    kept; other values are kept as they are (they are not the model's text).
+
+    Args:
+        value (`Any`): The data: dicts, lists, tuples, strings and scalars.
+        max_depth (`int`): The most levels of nested dicts and lists (the outermost one counts).
+
+    Returns:
+        `Any`: The copy (dicts and lists are new objects; tuples become lists).
+
+    Raises:
+        ValueError: `value` is nested deeper than `max_depth` (found before the walk goes any deeper, so a 1,000-deep
+            call never reaches Python's recursion limit here).
+    """
+    return _encodable(value, max_depth, max_depth)
+
+
+def _encodable(value: Any, levels_left: int, max_depth: int) -> Any:
+    if isinstance(value, str):
+        return encodable(value)
+    if isinstance(value, (dict, list, tuple)):
+        if levels_left <= 0:
+            raise ValueError(f"JSON data nested deeper than {max_depth} levels")
+        if isinstance(value, dict):
+            return {(encodable(k) if isinstance(k, str) else k): _encodable(v, levels_left - 1, max_depth)
+                    for k, v in value.items()}
+        return [_encodable(v, levels_left - 1, max_depth) for v in value]
+    return value
 
 
 @dataclass(frozen=True)
@@ -177,7 +222,7 @@ def _seconds(value: float) -> str:
 
 
 def _outcome(text: str, max_chars: int | None, failed: bool, timed_out: bool = False) -> ToolOutcome:
-    content, truncated = cut_text(text, max_chars)
+    content, truncated = cut_text(encodable(text), max_chars)
     return ToolOutcome(content=content, failed=failed, timed_out=timed_out, truncated=truncated)
 
 

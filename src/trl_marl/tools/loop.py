@@ -3,13 +3,21 @@
 This is TRL's tool loop (`GRPOTrainer._tool_call_loop`, 1.16) for every agent of a team at once:
 
 1. every agent samples its completion (one batched call for the team, as without tools);
-2. the completions of agents with tools are parsed ([`parse_completion`]); each tool call runs through
-   [`call_tool`] (an exception, a timeout or a huge result becomes the tool's message, and the run goes on);
+2. the completions of agents with tools are parsed ([`parse_completion`]: whatever the model wrote, a message, its
+   text encodable); each tool call runs through [`call_tool`] (an exception, a timeout or a huge result becomes the
+   tool's message, and the run goes on), within the sample's time for tool calls in this turn (below);
 3. each result is a `tool` message; its tokens as the chat template renders them, with the next assistant header
    ([`tool_suffix_ids`]), are appended to the completion, and the rows that called tools generate again, all agents'
    rows in one batched call;
 4. until no row calls a tool or `max_iterations` rounds have run. A row whose results would push its completion past
    `max_new_tokens` (or the model's context) stops with its completion as it was, its calls unanswered.
+
+Time: the calls of a sample run one after another (as TRL runs synchronous tools), each within `timeout` seconds,
+and all the calls of one sample in one turn, over every round, within `turn_timeout` seconds together (by default as
+long as one call's `timeout`). A call that would start after that time is spent is not run: the model reads
+`{'error': "tool 'f' was not called: ..."}`, a failed call. So a policy that writes ten calls that each hang costs one
+`timeout` per sample and turn, not ten; the tools' time in one turn is at most `turn_timeout` times the samples that
+call tools (plus what a tool stuck in C code holding the GIL overruns, see [`call_tool`]).
 
 The completion of a row is then `generated + results + generated + ...`; its tool mask is 1 on the tokens the model
 generated and 0 on the results and formatting the template wrote, which never enter the loss or the log-probability
@@ -20,6 +28,7 @@ content of its last assistant message.
 from __future__ import annotations
 
 import copy
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,7 +38,7 @@ from transformers import GenerationConfig
 
 from ..team.generation.base import Generation
 from ..utils.tokens import tokenize_prompts
-from .calling import call_tool
+from .calling import ToolOutcome, call_tool
 from .templates import ToolFormat, parse_completion, resolve_tool_format, tool_suffix_ids
 from .toolset import AgentTools
 
@@ -79,6 +88,7 @@ class _Sample:
     logps: list[float] | None
     mask: list[int] = field(default_factory=list)
     messages: list[dict[str, Any]] = field(default_factory=list)
+    tool_seconds: float = 0.0  # time its tool calls took in this turn
 
     def __post_init__(self) -> None:
         self.ids = list(self.ids)
@@ -109,15 +119,26 @@ class ToolLoop:
         timeout: Seconds one tool call may take ([`call_tool`]; None: no limit).
         max_result_chars: Longest tool result, in characters (longer ones are cut, with a note; None: no limit).
         context_limits: Per team member, the longest sequence its model takes (None: no limit).
+        turn_timeout: Seconds all the tool calls of one sample in one turn may take together (module docstring);
+            None: as long as `timeout` (so, with `timeout=None`, no limit).
+
+    Raises:
+        ValueError: `turn_timeout` is not a positive number or None.
     """
 
     def __init__(self, agent_tools: Sequence[AgentTools | None], tokenizers: Sequence[Any],
                  max_iterations: int | None = None, timeout: float | None = 30.0,
-                 max_result_chars: int | None = 4000, context_limits: Sequence[int | None] | None = None) -> None:
+                 max_result_chars: int | None = 4000, context_limits: Sequence[int | None] | None = None,
+                 turn_timeout: float | None = None) -> None:
+        if turn_timeout is not None and (isinstance(turn_timeout, bool) or not isinstance(turn_timeout, (int, float))
+                                         or not turn_timeout > 0):
+            raise ValueError(f"ToolLoop's turn_timeout must be a positive number of seconds or None (as long as "
+                             f"`timeout`), got {turn_timeout!r}.")
         self.agent_tools = list(agent_tools)
         self.tokenizers = list(tokenizers)
         self.max_iterations = max_iterations
         self.timeout = timeout
+        self.turn_timeout = timeout if turn_timeout is None else float(turn_timeout)
         self.max_result_chars = max_result_chars
         self.context_limits = list(context_limits) if context_limits is not None else [None] * len(self.agent_tools)
         self.formats: list[ToolFormat | None] = [
@@ -267,7 +288,7 @@ class ToolLoop:
                         chat_template_kwargs: dict | None) -> bool:
         """Run `sample`'s calls and append their results (masked) to its completion; False, with nothing appended,
         when they do not fit the budget or the model's context (the sample then ends with its calls unanswered)."""
-        results = self._call(sample.slot, sample.index, sample.calls, stats)
+        results = self._call(sample, sample.calls, stats)
         suffix = tool_suffix_ids(self.tokenizers[sample.slot], self.formats[sample.slot],  # type: ignore[arg-type]
                                  results, chat_template_kwargs)
         used = len(sample.ids) + len(suffix)
@@ -325,10 +346,10 @@ class ToolLoop:
         environments = self._environments[slot]
         return environments[row] if row < len(environments) else None
 
-    def _call(self, slot: int, row: int, calls: list[dict[str, Any]], stats: ToolTurnStats) -> list[dict[str, Any]]:
-        """Run one message's tool calls, counted in `stats`; each result as a `tool` message (named after the called
-        tool)."""
-        tools = self.agent_tools[slot].by_name(self._environment(slot, row))  # type: ignore[union-attr]
+    def _call(self, sample: _Sample, calls: list[dict[str, Any]], stats: ToolTurnStats) -> list[dict[str, Any]]:
+        """Run one message's tool calls, counted in `stats`, within what is left of `sample`'s time for tool calls in
+        this turn; each result as a `tool` message (named after the called tool)."""
+        tools = self.agent_tools[sample.slot].by_name(self._environment(sample.slot, sample.index))  # type: ignore
         results = []
         for call in calls:
             function = call.get("function", {}) if call.get("type", "function") == "function" else None
@@ -346,11 +367,27 @@ class ToolLoop:
                 results.append({"role": "tool", "name": name,
                                 "content": str({"error": f"Tool {name!r} not found; the tools are: {known}."})})
                 continue
-            outcome = call_tool(tool, function.get("arguments", {}), timeout=self.timeout,
-                                max_chars=self.max_result_chars)
+            outcome = self._timed_call(sample, name, tool, function.get("arguments", {}))
             stats.failed_calls += int(outcome.failed)
             results.append({"role": "tool", "name": name, "content": outcome.content})
         return results
+
+    def _timed_call(self, sample: _Sample, name: str, tool: Callable[..., Any], arguments: Any) -> ToolOutcome:
+        """[`call_tool`] within `timeout` and what is left of the sample's `turn_timeout`; its time is charged to the
+        sample. A call with no time left is not run."""
+        timeout = self.timeout
+        if self.turn_timeout is not None:
+            left = self.turn_timeout - sample.tool_seconds
+            if left <= 0:
+                message = (f"tool {name!r} was not called: this turn's {self.turn_timeout:g} seconds for tool calls "
+                           "are spent; answer with what you have")
+                return ToolOutcome(content=str({"error": message}), failed=True)
+            timeout = left if timeout is None else min(timeout, left)
+        start = time.monotonic()
+        try:
+            return call_tool(tool, arguments, timeout=timeout, max_chars=self.max_result_chars)
+        finally:
+            sample.tool_seconds += time.monotonic() - start
 
 
 def _is_chat(prompt: Any) -> bool:

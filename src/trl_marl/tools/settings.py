@@ -14,14 +14,16 @@ from .calling import MIN_MAX_CHARS
 
 
 def tool_call_timeout_field() -> Any:
-    """`tool_call_timeout`: seconds one tool call may take (default 30)."""
+    """`tool_call_timeout`: seconds one tool call may take, and all of one sample's calls in a turn (default 30)."""
     return field(
         default=30.0,
         metadata={
             "help": "Seconds one tool call may take (agents with `tools` or `environment_factory`): a call that "
-            "takes longer gives the agent an error message as the tool's result, and training goes on. None: no "
-            "limit. A Python function cannot be stopped from outside, so a tool that may hang for good should run "
-            "its work in a subprocess (as `trl_marl.tools.python` runs code in the sandbox)."
+            "takes longer gives the agent an error message as the tool's result, and training goes on. It is also "
+            "what all the tool calls of one sample in one turn may take together: once it is spent, further calls "
+            "of that turn are not run and the agent reads an error, so ten hanging calls cost one timeout, not ten. "
+            "None: no limit. A Python function cannot be stopped from outside, so a tool that may hang for good "
+            "should run its work in a subprocess (as `trl_marl.tools.python` runs code in the sandbox)."
         },
     )
 

@@ -18,6 +18,9 @@ from typing import Any
 
 from trl.chat_template_utils import add_response_schema, parse_response, supports_tool_calling
 
+from ..utils.text import encodable
+from .calling import encodable_json
+
 CHATML_TOOL_TEMPLATE: str = (
     "{%- set ns = namespace(first=0) -%}"
     "{%- if tools -%}"
@@ -155,22 +158,36 @@ def use_tool_chat_template(tokenizer: Any) -> Any:
 def parse_completion(tokenizer: Any, fmt: ToolFormat, ids: list[int], prefix: list[int],
                      tools: list[Any] | None = None) -> dict[str, Any]:
     """The assistant message of one completion (`ids`, generated after `prefix`): `{"role", "content"}` plus
-    `"tool_calls"` when it calls tools. A completion whose calls cannot be parsed (broken JSON) is plain text, as in
-    TRL's `parse_response`."""
-    if fmt.response_template is None:
-        return parse_response(tokenizer, ids, prefix=prefix, tools=tools or None)
+    `"tool_calls"` when it calls tools.
+
+    Whatever the model wrote, this returns a message and raises nothing: a completion whose calls cannot be read is
+    plain text (its decoded tokens), as in TRL's `parse_response`. That covers broken or truncated JSON, and any
+    error while parsing (TRL's own parser lets a `RecursionError` through, e.g. from JSON nested 1,000 deep, and
+    Python's `int()` refuses numbers of more than 4,300 digits), calls that are not `{"name": str, "arguments":
+    ...}`, and calls nested deeper than [`~trl_marl.tools.calling.MAX_CALL_DEPTH`] levels. Every string of the
+    message (tool names, argument names and values, the content) encodes to UTF-8: a lone surrogate, which a JSON
+    escape such as `"\\ud800"` decodes to and no tokenizer encodes, becomes U+FFFD
+    ([`~trl_marl.tools.calling.encodable_json`])."""
     try:
-        parsed = tokenizer.parse_response(ids, schema=fmt.response_template, prefix=prefix)
-    except Exception:  # a malformed call (e.g. truncated JSON): the whole completion is text
-        parsed = None
+        if fmt.response_template is None:
+            parsed = parse_response(tokenizer, ids, prefix=prefix, tools=tools or None)
+        else:
+            parsed = tokenizer.parse_response(ids, schema=fmt.response_template, prefix=prefix)
+        return _checked_message(parsed)
+    except Exception:  # noqa: BLE001 - whatever the model wrote: its completion is text (RecursionError included)
+        return {"role": "assistant", "content": encodable(tokenizer.decode(ids, skip_special_tokens=True))}
+
+
+def _checked_message(parsed: Any) -> dict[str, Any]:
+    """A parsed message, its strings encodable, with well-formed calls or none; raises `ValueError` otherwise."""
     if not isinstance(parsed, dict):
-        return {"role": "assistant", "content": tokenizer.decode(ids, skip_special_tokens=True)}
-    parsed = dict(parsed)
+        raise ValueError("the response parser returned no message")
+    parsed = encodable_json(parsed)
     if not isinstance(parsed.get("content"), str):
         parsed["content"] = ""
     calls = parsed.get("tool_calls")
     if calls is not None and not _well_formed_calls(calls):
-        return {"role": "assistant", "content": tokenizer.decode(ids, skip_special_tokens=True)}
+        raise ValueError("malformed tool calls")
     if not calls:
         parsed.pop("tool_calls", None)
     return parsed
