@@ -139,9 +139,10 @@ def make_real_model(directory: str | os.PathLike | None = None) -> str:
     """Builds (once) and returns the folder of the cached SmolLM2-135M-Instruct model and tokenizer.
 
     The folder is complete once a marker file is in it; it is written under a temporary name and renamed, so a
-    reader never sees half a model, and two processes building at once both succeed (the second rename loses and
-    its copy is deleted). Building draws nothing from the caller's random generators (torch, `random`, NumPy): a
-    seeded run is the same whether the folder had to be built first or not.
+    reader never sees half a model; the processes of one machine that ask for it at once take turns (a lock beside
+    it): one builds, the others find it built (without `fcntl`, both build and the second rename loses). Building
+    draws nothing from the caller's random generators (torch, `random`, NumPy): a seeded run is the same whether the
+    folder had to be built first or not.
 
     Args:
         directory: Where to build it. Default: :func:`real_model_cache_dir`.
@@ -158,6 +159,16 @@ def make_real_model(directory: str | os.PathLike | None = None) -> str:
     gguf_path = find_smollm2_gguf()
     _check_gguf()
     target.parent.mkdir(parents=True, exist_ok=True)
+    from ..toy.cache import build_lock
+
+    with build_lock(target):  # the processes of one machine take turns: one builds, the others find it built
+        if _read_marker(target) != _marker():
+            _build_real_model(gguf_path, target)
+    return str(target)
+
+
+def _build_real_model(gguf_path: Path, target: Path) -> None:
+    """Build the model of [`make_real_model`] in a temporary folder beside `target`, then rename it into place."""
     temporary = target.parent / f".{target.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
     try:
         from ..toy.pretrain import isolated_rng
@@ -174,7 +185,6 @@ def make_real_model(directory: str | os.PathLike | None = None) -> str:
                 raise
     finally:
         shutil.rmtree(temporary, ignore_errors=True)
-    return str(target)
 
 
 def resolve_real_model_name(name: str) -> str:

@@ -1,11 +1,20 @@
-"""Cached, ready-to-load toy models: `make_toy_model` builds, pretrains and saves one; toy names resolve to it."""
+"""Cached, ready-to-load toy models: `make_toy_model` builds, pretrains and saves one; toy names resolve to it.
+
+A model folder appears whole or not at all: it is built in a temporary folder beside it and renamed into place
+([`publish_folder`]), and the processes of one machine that want the same folder at once (the ranks of an
+`accelerate launch` on an empty cache) take turns ([`build_lock`]): the first builds it, the others find it built.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
 import json
 import os
-from collections.abc import Sequence
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -144,10 +153,68 @@ def make_toy_model(
         directory = Path(path)
     if _read_marker(directory) == args:
         return str(directory)
-
-    with isolated_rng():  # building draws nothing from the caller's generators (same run, cache or not)
-        _build_toy_model(args, directory)
+    with build_lock(directory):
+        if _read_marker(directory) != args:  # not built by another process while this one waited
+            with isolated_rng():  # building draws nothing from the caller's generators (same run, cache or not)
+                _build_toy_model(args, directory)
     return str(directory)
+
+
+@contextlib.contextmanager
+def build_lock(directory: Path) -> Iterator[None]:
+    """Hold the lock of `directory`'s build, so that of the processes of one machine that want the folder at once
+    one builds and the others wait, then find it built: an exclusive `flock` on a file named after the folder's
+    absolute path in a folder of this user's in the temporary directory (nothing is added beside the model).
+
+    Where `fcntl` is missing (Windows) nothing is locked: each process builds its own copy, and [`publish_folder`]
+    still keeps every reader from a half-written folder.
+    """
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows
+        yield
+        return
+    locks = Path(tempfile.gettempdir()) / f"trl_marl-locks-{os.getuid()}"
+    locks.mkdir(mode=0o700, exist_ok=True)
+    key = hashlib.sha256(os.path.abspath(directory).encode()).hexdigest()[:24]
+    with open(locks / f"{key}.lock", "a") as handle:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+
+def publish_folder(built: Path, directory: Path, is_done: Callable[[Path], bool]) -> None:
+    """Move the finished folder `built` (a sibling of `directory`) to `directory` with one rename.
+
+    A reader sees the whole folder or none. `is_done(directory)` tells whether `directory` already holds the same
+    finished build (another process's, published first): then `built` is deleted. Anything else in `directory` (a
+    half-written folder of an older version, a build of other arguments) is moved aside and deleted first.
+
+    Raises:
+        OSError: The rename failed for another reason than a folder in the way.
+    """
+    for _ in range(5):
+        if is_done(directory):
+            shutil.rmtree(built, ignore_errors=True)
+            return
+        try:
+            os.replace(built, directory)  # atomic; replaces an absent or empty `directory`
+            return
+        except OSError as error:
+            if error.errno not in (errno.ENOTEMPTY, errno.EEXIST, errno.EACCES, errno.EPERM):
+                raise
+        if is_done(directory):
+            continue
+        aside = Path(tempfile.mkdtemp(prefix=f".{directory.name}.replaced-", dir=directory.parent))
+        try:
+            os.replace(directory, aside / "old")
+        except FileNotFoundError:
+            pass
+        shutil.rmtree(aside, ignore_errors=True)
+    shutil.rmtree(built, ignore_errors=True)
+    raise OSError(f"could not move the toy model built in {built} to {directory}: the folder kept changing")
 
 
 def _build_toy_model(args: dict[str, Any], directory: Path) -> None:
@@ -188,13 +255,16 @@ def _build_toy_model(args: dict[str, Any], directory: Path) -> None:
         )
     model.eval()
 
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / _MARKER_FILE).unlink(missing_ok=True)
-    tokenizer.save_pretrained(directory)
-    model.save_pretrained(directory)
-    temporary = directory / f".{_MARKER_FILE}.{os.getpid()}.tmp"
-    temporary.write_text(json.dumps(args, indent=2, sort_keys=True))
-    os.replace(temporary, directory / _MARKER_FILE)
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    built = Path(tempfile.mkdtemp(prefix=f".{directory.name}.build-", dir=directory.parent))
+    try:
+        os.chmod(built, 0o755)  # as a folder made by `mkdir` (mkdtemp's is private to its user)
+        tokenizer.save_pretrained(built)
+        model.save_pretrained(built)
+        (built / _MARKER_FILE).write_text(json.dumps(args, indent=2, sort_keys=True))  # last: it marks completeness
+        publish_folder(built, directory, lambda folder: _read_marker(folder) == args)
+    finally:
+        shutil.rmtree(built, ignore_errors=True)  # left only by a failure
 
 
 def is_toy_name(name: str | os.PathLike) -> bool:
