@@ -13,7 +13,7 @@ trl-marl magrpo: unknown option `--learning_rat`: did you mean `--learning_rate`
 ```
 
 It also checks the run's output folder before any model loads ([`output_dir_problem`]): a run into an `output_dir`
-that holds another run's `checkpoint-<step>` folders must say whether it resumes them (`--resume_from_checkpoint`, a
+that holds an earlier run's `checkpoint-<step>` folders must say whether it resumes them (`--resume_from_checkpoint`, a
 path or `true`) or starts afresh (`--overwrite_output_dir true`, [`OutputDirArguments`]).
 """
 
@@ -39,14 +39,14 @@ _FALSE = ("", "false", "no", "0", "none")
 
 @dataclass
 class OutputDirArguments:
-    """What a training script does with an `output_dir` that holds another run's checkpoints (the script arguments of
-    `trl-marl magrpo` and `trl-marl maporl` include it)."""
+    """What a training script does with an `output_dir` that holds an earlier run's checkpoints (part of the script
+    arguments of `trl-marl magrpo` and `trl-marl maporl`)."""
 
     overwrite_output_dir: bool = field(
         default=False,
-        metadata={"help": "Start afresh in an `output_dir` that holds another run's `checkpoint-<step>` folders: they "
-                  "are deleted when training starts. Without it (and without `--resume_from_checkpoint`) such a run "
-                  "is refused, so that it neither mixes with nor rewrites the other run's checkpoints."},
+        metadata={"help": "Start afresh in an `output_dir` that holds an earlier run's `checkpoint-<step>` folders: "
+                  "they are deleted when training starts. Without it (and without `--resume_from_checkpoint`) such a "
+                  "run is refused, so that it neither mixes with nor rewrites the earlier run's checkpoints."},
     )
 
 
@@ -87,8 +87,8 @@ def output_dir_problem(output_dir: str | None, resume: str | bool | None, overwr
         return ("`--resume_from_checkpoint` and `--overwrite_output_dir true` contradict each other (one continues "
                 "the run in `output_dir`, the other deletes its checkpoints): pass one of them.")
     if resume is not None and not resumable:
-        return ("`--resume_from_checkpoint`: this trainer (multi-agent PPO) cannot resume from a checkpoint yet; "
-                "leave the option out and start from the saved team instead.")
+        return ("`--resume_from_checkpoint`: multi-agent PPO cannot resume from a checkpoint yet; leave the option "
+                "out to start a new run.")
     if resume is True and not found:
         return (f"`--resume_from_checkpoint true` resumes from the newest `checkpoint-<step>` folder of `output_dir` "
                 f"({output_dir}), and it has none: pass a checkpoint's path, or the `--output_dir` of the run to "
@@ -100,7 +100,7 @@ def output_dir_problem(output_dir: str | None, resume: str | bool | None, overwr
         shown = ", ".join(found if len(found) <= 3 else [found[0], "...", found[-1]])
         fixes = ("resume that run with `--resume_from_checkpoint true` (or a checkpoint's path), start afresh with "
                  if resumable else "start afresh with ")
-        return (f"`output_dir` {output_dir} already holds another run's checkpoints ({shown}): {fixes}"
+        return (f"`output_dir` {output_dir} already holds an earlier run's checkpoints ({shown}): {fixes}"
                 "`--overwrite_output_dir true` (deletes them), or choose another `--output_dir`.")
     return None
 
@@ -153,7 +153,7 @@ def _suggestion(names: list[str], prefix: str = "") -> str:
 
 class SuggestingParser(TrlParser):
     """`TrlParser` whose unknown YAML keys and command-line options end the program with the closest known names,
-    and that refuses, before anything loads, a run whose `output_dir` would mix with another run's checkpoints
+    and that refuses, before anything loads, a run whose `output_dir` would mix with an earlier run's checkpoints
     ([`output_dir_problem`]).
 
     Args:
