@@ -42,7 +42,7 @@ def per_joint_action(func: Any, completions: list[list[str]], rows: list[dict[st
 def rates(completions: list[list[str]], rows: list[dict[str, Any]], success_at: float) -> dict[str, Any]:
     """Everything the pilot reports about sampled joint actions under the current `SymmetricWritingTeamReward`:
     the gate (b), the untrained success and team reward, each writer's class rates and word counts, the terms."""
-    from trl_marl.rewards.writing import SymmetricWritingTeamReward, length_class_metrics
+    from trl_marl.rewards.writing_variants import SymmetricWritingTeamReward, length_class_metrics
     from trl_marl.utils.text import words
 
     reward = SymmetricWritingTeamReward()
@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     from benchmarks.provenance import git_state, machine_info
 
     from trl_marl.envs.writing import SymmetricWritingEnv, writing_text
-    from trl_marl.rewards.writing import SymmetricWritingTeamReward
+    from trl_marl.rewards.writing_variants import SymmetricWritingTeamReward
     from trl_marl.scripts.demo_real import sampled_team_success
     from trl_marl.team import AgentTeam
 

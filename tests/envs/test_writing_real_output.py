@@ -83,7 +83,8 @@ def test_length_feedback_counts_the_text_not_the_label():
 
 # ----------------------------------------------------------------------------------------- VocabularyRatioReward
 def test_vocabulary_ratio_reward():
-    reward = VocabularyRatioReward()
+    # the term before issue 55 (every word, no minimum): its ramp, on hand-computed values
+    reward = VocabularyRatioReward(content_only=False, min_distinct=1)
     short = ["the cat sat"] * 5 + ["", "a a a"]
     detailed = [
         "the cat sat on a mat",  # 6 / 3 = 2.0 -> 1
@@ -96,6 +97,11 @@ def test_vocabulary_ratio_reward():
     ]
     assert team_call(reward, short, detailed) == pytest.approx(
         [1.0, (5 / 3 - 1.3) / 0.7, (4 / 3 - 1.3) / 0.7, 0.0, 1.0, 0.0, 1.0])
+    # the default counts distinct content words and needs 3 in the summary: "a a a" (the old hack: 1) and "the cat
+    # sat" ({cat, sat}) score 0; "the cat sat still" ({cat, sat, still}) vs 6 content words -> 2 -> 1
+    default = VocabularyRatioReward()
+    assert team_call(default, ["a a a", "the cat sat", "the cat sat still"],
+                     ["a b", detailed[4], "the cat sat still on a mat while the dog ran"]) == [0.0, 0.0, 1.0]
     assert VocabularyRatioReward(floor=1.0, full=3.0).ratio_score(2.0) == pytest.approx(0.5)
     with pytest.raises(ValueError, match="0 <= floor < full"):
         VocabularyRatioReward(floor=2.0, full=2.0)
@@ -107,7 +113,8 @@ def test_vocabulary_ratio_is_a_default_term_with_weight_one_half():
     team = WritingTeamReward(reference_column=None)
     assert team.weights[team.names.index("vocabulary_ratio")] == 0.5
     only = WritingTeamReward(terms=[VocabularyRatioReward()], weights={"vocabulary_ratio": 0.5})
-    assert team_call(only, ["the cat sat"], ["the cat sat on a mat"]) == [pytest.approx(0.5)]
+    assert team_call(only, ["the cat sat still"], ["the cat sat still on a mat and the dog ran"]) == [
+        pytest.approx(0.5)]
 
 
 # ------------------------------------------------------------------------------------------ CentralizedWritingEnv

@@ -14,11 +14,11 @@ from trl_marl.envs.writing import (
     CooperativeWritingEnv,
     SymmetricWritingEnv,
 )
-from trl_marl.rewards.writing import (
+from trl_marl.rewards.writing import LengthRatioReward
+from trl_marl.rewards.writing_variants import (
     SHORT_CLASS_MAX_WORDS,
     STRUCTURE_TERMS,
     ByLengthRoles,
-    LengthRatioReward,
     SameLengthClass,
     SymmetricWritingTeamReward,
     WroteShortText,

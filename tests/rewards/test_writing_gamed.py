@@ -16,13 +16,9 @@ from collections.abc import Callable
 import pytest
 
 from trl_marl.data.team_writing import team_writing_rows
-from trl_marl.rewards.writing import (
-    STOPWORDS,
-    SourceRelevanceReward,
-    SymmetricWritingTeamReward,
-    TldrCombinedReward,
-    WritingTeamReward,
-)
+from trl_marl.rewards.writing import WritingTeamReward
+from trl_marl.rewards.writing_source import STOPWORDS, SourceRelevanceReward
+from trl_marl.rewards.writing_variants import SymmetricWritingTeamReward, TldrCombinedReward
 from trl_marl.utils.text import words
 
 SUCCESS = 3.0  # `WRITING_SUCCESS` of benchmarks/learning/learning_real.py

@@ -8,15 +8,9 @@ from typing import Any
 
 import pytest
 
-from trl_marl.rewards.writing import (
-    GatedTerm,
-    SourceRelevanceReward,
-    TldrCombinedReward,
-    VocabularyRatioReward,
-    WritingTeamReward,
-    content_words,
-    stem,
-)
+from trl_marl.rewards.writing import VocabularyRatioReward, WritingTeamReward
+from trl_marl.rewards.writing_source import GatedTerm, SourceRelevanceReward, content_words, stem
+from trl_marl.rewards.writing_variants import TldrCombinedReward
 
 SOURCE = "The parser reads the config file and returns a dictionary of settings."
 # content words of SOURCE: parser, read, config, file, return, dictionary, setting (7)

@@ -12,7 +12,8 @@ writes what: different lengths (a length ratio), the same facts and vocabulary, 
 - [`writing_text`]: the text of an agent's answer that the rewards and the feedback read, without the label or
   markdown a chat model puts around it ("**Short summary:** ...").
 - The team reward terms and their weighted sum ([`~trl_marl.rewards.writing.WritingTeamReward`]) are in
-  `trl_marl.rewards.writing`; the TL;DR loader ([`~trl_marl.data.load_tldr`]) is in `trl_marl.data.writing`.
+  `trl_marl.rewards.writing` (the source gate in `rewards.writing_source`, the symmetric-roles reward in
+  `rewards.writing_variants`); the TL;DR loader ([`~trl_marl.data.load_tldr`]) is in `trl_marl.data.writing`.
 
 Prompt templates (turn 1; `{text}` is the row's text with surrounding whitespace removed):
 
@@ -345,12 +346,12 @@ class SymmetricWritingEnv(CooperativeWritingEnv):
     one-sentence summary of at most [`SUMMARY_MAX_WORDS`] words, the other a detailed paragraph of
     [`PARAGRAPH_WORDS`] words; the prompts differ only in "You are writer 1" / "You are writer 2", and neither sees
     the other's text. Nothing assigns the roles, so a team is paid only if its two writers choose different length
-    classes: [`~trl_marl.rewards.writing.SymmetricWritingTeamReward`] scores the shorter text as the summary and the
-    longer as the paragraph, and pays nothing on the structure terms when both texts fall in the same class. Two
-    agents trained alone against the same frozen partner best-respond to the same bias and collide (the design of
-    the split game; docs/magrpo.md, "Symmetric roles"). The cooperation metrics, which class each writer chose and
-    whether they collided, are [`~trl_marl.rewards.writing.WroteShortText`] and
-    [`~trl_marl.rewards.writing.SameLengthClass`]. One turn only.
+    classes: [`~trl_marl.rewards.writing_variants.SymmetricWritingTeamReward`] scores the shorter text as the
+    summary and the longer as the paragraph, and pays nothing on the structure terms when both texts fall in the
+    same class. Two agents trained alone against the same frozen partner best-respond to the same bias and collide
+    (the design of the split game; docs/magrpo.md, "Symmetric roles"). The cooperation metrics, which class each
+    writer chose and whether they collided, are [`~trl_marl.rewards.writing_variants.WroteShortText`] and
+    [`~trl_marl.rewards.writing_variants.SameLengthClass`]. One turn only.
 
     Args:
         text_column (`str`): The dataset column holding the source text.

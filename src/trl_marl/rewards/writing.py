@@ -17,6 +17,14 @@ those terms, summed with weights instead of gated (a gate gives a weak model no 
 on words rather than tokens and characters; [`LexicalDiversityReward`] (type-token ratio) is ours, added because a
 repetition loop ("The output is defined as a function. The output is ...") passes the distinct-word ratio.
 
+**The source gate** (issue 55). None of these terms reads the source, so text unrelated to it scored like a good
+pair; [`WritingTeamReward`] multiplies every default term by
+[`~trl_marl.rewards.writing_source.SourceRelevanceReward`] (both texts about the row's source, the pair covering it,
+the longer text written rather than copied), and [`VocabularyRatioReward`] counts distinct content words with a
+minimum, so a one-word summary no longer games it. `trl_marl.rewards.writing_source` holds the gate and the word
+helpers, `trl_marl.rewards.writing_variants` the authors' gated TL;DR reward ([`TldrCombinedReward`]) and the reward
+of the symmetric-roles task ([`SymmetricWritingTeamReward`]).
+
 Words, everywhere in this module, are the lower-cased runs of letters, digits and underscores, apostrophes inside
 a word kept ([`words`]): `words("Don't stop, it's FINE.") == ["don't", "stop", "it's", "fine"]`. |x| below is the
 number of words of x.
@@ -25,17 +33,13 @@ number of words of x.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
-from ..envs.writing import PARAGRAPH_WORDS, SUMMARY_MAX_WORDS, writing_text
+from ..envs.writing import writing_text
 from ..utils.columns import column, is_missing
 from ..utils.text import words
-
-if TYPE_CHECKING:
-    pass
-
+from .writing_source import STOPWORDS, GatedTerm, SourceRelevanceReward, content_words, team_texts
 
 # ----------------------------------------------------------------------------------------------------------------
 # Text statistics
@@ -46,13 +50,6 @@ def type_token_ratio(text: str) -> float:
     tokens = words(text)
     return len(set(tokens)) / len(tokens) if tokens else 0.0
 
-
-STOPWORDS: frozenset[str] = frozenset(
-    """a an and are as at be been but by can could did do does for from had has have he her his i if in into is it
-    its me my no not of on or our she so than that the their them then there these they this those to too us was we
-    were what when where which who will with would you your""".split()
-)
-"""Function words left out of the content vocabulary of [`StyleConsistencyReward`]."""
 
 TRANSITION_CATEGORIES: dict[str, tuple[str, ...]] = {
     "addition": ("additionally", "also", "furthermore", "in addition", "moreover"),
@@ -69,62 +66,14 @@ TRANSITION_PHRASES: tuple[str, ...] = tuple(p for phrases in TRANSITION_CATEGORI
 """The transition words and phrases [`TransitionWordsReward`] looks for (29; whole-word matches)."""
 
 
-def _contains_phrase(padded_words: str, phrase: str) -> bool:
+def contains_phrase(padded_words: str, phrase: str) -> bool:
     """Whether `phrase` occurs as whole words in `padded_words` (`" " + " ".join(words) + " "`)."""
     return f" {' '.join(words(phrase))} " in padded_words
-
-
-def stem(word: str) -> str:
-    """A light stem of a lower-cased word, so that "methods", "called" and "calling" match "method" and "call".
-
-    Strips one ending, checked in this order: "ies" -> "y", "sses" -> "ss", "s" (not after "s", "u" or "i"), "ing",
-    "ed", each only where at least three letters stay. This is a word matcher for the source checks, not a
-    linguistic stemmer: "used" becomes "us" only if it had three letters left, so it stays "used".
-    """
-    if len(word) > 4 and word.endswith("ies"):
-        return word[:-3] + "y"
-    if word.endswith("sses"):
-        return word[:-2]
-    if len(word) > 3 and word.endswith("s") and word[-2] not in "sui":
-        return word[:-1]
-    for ending in ("ing", "ed"):
-        if word.endswith(ending) and len(word) - len(ending) >= 3:
-            return word[: -len(ending)]
-    return word
-
-
-def content_words(text: str, stopwords: frozenset[str] = STOPWORDS) -> list[str]:
-    """The stemmed content words of `text`: its [`words`] that are not `stopwords`, each [`stem`]med, in order.
-
-    `content_words("The methods are called twice.") == ["method", "call", "twice"]`.
-    """
-    return [stem(w) for w in words(text) if w not in stopwords]
-
-
-def _ngrams(tokens: Sequence[str], n: int) -> list[tuple[str, ...]]:
-    return [tuple(tokens[i:i + n]) for i in range(len(tokens) - n + 1)]
 
 
 # ----------------------------------------------------------------------------------------------------------------
 # Team reward terms
 # ----------------------------------------------------------------------------------------------------------------
-
-
-def _team_texts(owner: str, completions: Sequence[Any], kwargs: Mapping[str, Any], needed: int) -> list[list[str]]:
-    """Every agent's texts of the joint actions (`[agent][joint action]`, read by `writing_text`), at least `needed`
-    agents."""
-    agent_completions = kwargs.get("agent_completions")
-    if agent_completions is None:
-        if needed <= 1:
-            return [[writing_text(c) for c in completions]]
-        raise ValueError(
-            f"{owner} is a team reward of CooperativeWritingEnv: it needs `agent_completions` (one list of "
-            "completions per agent, passed by trl-marl's trainers) with agent 0's short summary and agent 1's "
-            "detailed summary."
-        )
-    if len(agent_completions) < needed:
-        raise ValueError(f"{owner} needs the texts of {needed} agents, got {len(agent_completions)}.")
-    return [[writing_text(c) for c in agent] for agent in agent_completions]
 
 
 class LengthRangeReward:
@@ -168,7 +117,7 @@ class LengthRangeReward:
 
     def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:
         """Mean over agents of the range score of each joint action (see the class docstring)."""
-        team = _team_texts(type(self).__name__, completions, kwargs, len(self.ranges))
+        team = team_texts(type(self).__name__, completions, kwargs, len(self.ranges))
         return [
             sum(self.agent_score(len(words(team[a][j])), lo, hi) for a, (lo, hi) in enumerate(self.ranges))
             / len(self.ranges)
@@ -219,7 +168,7 @@ class LengthRatioReward:
 
     def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:
         """The ratio score of each joint action (see the class docstring)."""
-        team = _team_texts(type(self).__name__, completions, kwargs, 2)
+        team = team_texts(type(self).__name__, completions, kwargs, 2)
         scores = []
         for short, detailed in zip(team[0], team[1]):
             n_short = len(words(short))
@@ -278,7 +227,7 @@ class VocabularyRatioReward:
 
     def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:
         """The vocabulary score of each joint action (see the class docstring)."""
-        team = _team_texts(type(self).__name__, completions, kwargs, 2)
+        team = team_texts(type(self).__name__, completions, kwargs, 2)
         scores = []
         for short, detailed in zip(team[0], team[1]):
             n_short = self.distinct(short)
@@ -333,7 +282,7 @@ class LexicalDiversityReward:
     def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float | None]:
         """The diversity score of each joint action (see the class docstring)."""
         needed = 1 if self.agents is None else max(self.agents) + 1
-        team = _team_texts(type(self).__name__, completions, kwargs, needed)
+        team = team_texts(type(self).__name__, completions, kwargs, needed)
         agents = self.agents if self.agents is not None else list(range(len(team)))
         sources = (column(kwargs, self.text_column, type(self).__name__, len(completions))
                    if self.relative_to_source else [None] * len(completions))
@@ -383,11 +332,11 @@ class TransitionWordsReward:
     def found(self, text: str) -> list[str]:
         """The entries of `phrases` that occur in `text`, as whole words."""
         padded = f" {' '.join(words(text))} "
-        return [p for p in self.phrases if _contains_phrase(padded, p)]
+        return [p for p in self.phrases if contains_phrase(padded, p)]
 
     def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:
         """The transition score of each joint action (see the class docstring)."""
-        team = _team_texts(type(self).__name__, completions, kwargs, self.agent + 1)
+        team = team_texts(type(self).__name__, completions, kwargs, self.agent + 1)
         scores = []
         for text in team[self.agent]:
             k = len(self.found(text))
@@ -434,7 +383,7 @@ class StyleConsistencyReward:
 
     def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:
         """The overlap score of each joint action (see the class docstring)."""
-        team = _team_texts(type(self).__name__, completions, kwargs, 2)
+        team = team_texts(type(self).__name__, completions, kwargs, 2)
         scores = []
         for short, detailed in zip(team[0], team[1]):
             v_s, v_d = self.vocabulary(short), self.vocabulary(detailed)
@@ -442,167 +391,6 @@ class StyleConsistencyReward:
             overlap = len(v_s & v_d) / denominator if denominator else 0.0
             scores.append(overlap if self.saturation is None else min(1.0, overlap / self.saturation))
         return scores
-
-
-class SourceRelevanceReward:
-    """Is each text about the source, and written rather than copied? The gate of [`WritingTeamReward`].
-
-    No other writing term reads the source, so before this gate a pair of fluent texts about anything scored
-    3.1-3.5 of 4.0. With X the set of [`content_words`] of the source (the `source_column`, plus the
-    `reference_column` when given) and, for agent a's text y_a (|y_a| its number of [`words`]; C(y) the distinct
-    content words of y):
-
-        on_topic_a = min(1, |C(y_a) & X| / |C(y_a)| / on_topic_full)     (0 if C(y_a) is empty)
-        copied_a   = the share of y_a's word `copy_ngram`-grams that occur in the source, 0 if |y_a| < n
-        copy_a     = 1 if copied_a <= copy_free, else (1 - copied_a) / (1 - copy_free)
-        prose_a    = min(1, (share of y_a's words that are stopwords) / prose_full)
-        s_a        = on_topic_a                                  if |y_a| < paragraph_words
-        s_a        = on_topic_a * copy_a * prose_a               otherwise
-        c          = |(union over agents of C(y_a)) & X| / min(|X|, coverage_cap)   (the team's coverage, <= 1)
-        coverage   = clip((c - coverage_floor) / (coverage_full - coverage_floor), 0, 1)
-        reward     = min(coverage, min over the agents of s_a)   (None where the source cell is missing)
-
-    So a pair that is not about this source fails: its words are not the source's (on-topic) or it covers few of
-    them (coverage; a fluent pair about another docstring shares generic words such as "returns" and "string" but
-    covers at most ~12% of this one, an honest pair 40-70%; a long source counts as `coverage_cap` words, so that a
-    paragraph of 30-60 words can cover it). A paragraph that copies the source (more than half its
-    6-grams, by default; a verbatim copy scores 0) or one of bare keywords (no function words: not prose) fails too,
-    and the team fails with its weakest text. A short summary is only checked for topic: an extractive or
-    telegraphic one ("Decode Base64 bytes.") is a fair summary. These are word statistics: they do not judge grammar
-    or truth, and a keyword salad with function words sprinkled in passes `prose_a`.
-
-    Args:
-        source_column (`str`): The dataset column holding the source text.
-        reference_column (`str`, *optional*): A column whose words count as the source's too (e.g. a reference
-            summary).
-        on_topic_full (`float`): The share of a text's content words found in the source that earns the full
-            on-topic score.
-        coverage_floor (`float`): The team's coverage of the source's content words at or below which it fails.
-        coverage_full (`float`): The coverage from which the gate is not reduced by coverage.
-        coverage_cap (`int`): The most content words of the source that the coverage counts as its whole.
-        paragraph_words (`int`): Texts with at least this many words are also checked for copying and prose.
-        copy_ngram (`int`): The n of the copied n-grams.
-        copy_free (`float`): The copied share up to which copying costs nothing.
-        prose_full (`float`): The share of stopwords that earns the full prose score.
-        agents (`Sequence[int]`, *optional*): Whose texts are checked (default: every agent's).
-    """
-
-    reward_kind = "team"  # a function of the joint action: one call per joint action in every trainer
-
-    def __init__(
-        self,
-        source_column: str = "text",
-        reference_column: str | None = None,
-        on_topic_full: float = 0.35,
-        coverage_floor: float = 0.1,
-        coverage_full: float = 0.3,
-        coverage_cap: int = 30,
-        paragraph_words: int = 20,
-        copy_ngram: int = 6,
-        copy_free: float = 0.5,
-        prose_full: float = 0.2,
-        agents: Sequence[int] | None = None,
-    ) -> None:
-        if not 0 < on_topic_full <= 1:
-            raise ValueError(f"SourceRelevanceReward: `on_topic_full` must be in (0, 1], got {on_topic_full}.")
-        if not 0 <= coverage_floor < coverage_full <= 1:
-            raise ValueError(f"SourceRelevanceReward needs 0 <= coverage_floor < coverage_full <= 1, got "
-                             f"{(coverage_floor, coverage_full)}.")
-        if not 0 <= copy_free < 1:
-            raise ValueError(f"SourceRelevanceReward: `copy_free` must be in [0, 1), got {copy_free}.")
-        if not 0 < prose_full <= 1:
-            raise ValueError(f"SourceRelevanceReward: `prose_full` must be in (0, 1], got {prose_full}.")
-        if copy_ngram < 1:
-            raise ValueError(f"SourceRelevanceReward: `copy_ngram` must be >= 1, got {copy_ngram}.")
-        self.name = "source_relevance"
-        self.source_column = source_column
-        self.reference_column = reference_column
-        self.on_topic_full = float(on_topic_full)
-        if coverage_cap < 1:
-            raise ValueError(f"SourceRelevanceReward: `coverage_cap` must be >= 1, got {coverage_cap}.")
-        self.coverage_floor, self.coverage_full = float(coverage_floor), float(coverage_full)
-        self.coverage_cap = int(coverage_cap)
-        self.paragraph_words = int(paragraph_words)
-        self.copy_ngram = int(copy_ngram)
-        self.copy_free = float(copy_free)
-        self.prose_full = float(prose_full)
-        self.agents = None if agents is None else list(agents)
-        if self.agents is not None and not self.agents:
-            raise ValueError("SourceRelevanceReward: `agents` must name at least one agent.")
-
-    def parts(self, text: str, source: str) -> dict[str, float]:
-        """The statistics of one text against one source: `on_topic`, `copied`, `copy`, `prose` and the agent's
-        score `score` (see the class docstring)."""
-        tokens = words(text)
-        vocabulary = set(content_words(text))
-        source_vocabulary = set(content_words(source))
-        on_topic = (min(1.0, len(vocabulary & source_vocabulary) / len(vocabulary) / self.on_topic_full)
-                    if vocabulary else 0.0)
-        grams = _ngrams(tokens, self.copy_ngram)
-        source_grams = set(_ngrams(words(source), self.copy_ngram))
-        copied = sum(g in source_grams for g in grams) / len(grams) if grams else 0.0
-        copy = 1.0 if copied <= self.copy_free else (1.0 - copied) / (1.0 - self.copy_free)
-        function_share = sum(w in STOPWORDS for w in tokens) / len(tokens) if tokens else 0.0
-        prose = min(1.0, function_share / self.prose_full)
-        paragraph = len(tokens) >= self.paragraph_words
-        score = on_topic * copy * prose if paragraph else on_topic
-        return {"on_topic": on_topic, "copied": copied, "copy": copy, "prose": prose, "score": score}
-
-    def coverage(self, texts: Sequence[str], source: str) -> float:
-        """The team's coverage factor: `clip((c - coverage_floor) / (coverage_full - coverage_floor), 0, 1)`, with c
-        the number of the source's distinct content words that occur in any of `texts` over that number of the
-        source's, at most `coverage_cap`, and 1 at most."""
-        source_vocabulary = set(content_words(source))
-        if not source_vocabulary:
-            return 1.0  # a source without content words cannot be covered or missed
-        used = set().union(*(content_words(t) for t in texts)) if texts else set()
-        share = min(1.0, len(used & source_vocabulary) / min(len(source_vocabulary), self.coverage_cap))
-        return min(1.0, max(0.0, (share - self.coverage_floor) / (self.coverage_full - self.coverage_floor)))
-
-    def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float | None]:
-        """The gate value of each joint action, in [0, 1] (see the class docstring)."""
-        owner = type(self).__name__
-        needed = 1 if self.agents is None else max(self.agents) + 1
-        team = _team_texts(owner, completions, kwargs, needed)
-        agents = self.agents if self.agents is not None else list(range(len(team)))
-        sources = column(kwargs, self.source_column, owner, len(completions))
-        references = (column(kwargs, self.reference_column, owner, len(completions))
-                      if self.reference_column is not None else [None] * len(completions))
-        scores: list[float | None] = []
-        for j, (source, reference) in enumerate(zip(sources, references)):
-            if is_missing(source):
-                scores.append(None)
-                continue
-            full_source = str(source) if is_missing(reference) else f"{source}\n{reference}"
-            texts = [team[a][j] for a in agents]
-            agent_scores = [self.parts(t, full_source)["score"] for t in texts]
-            scores.append(min(self.coverage(texts, full_source), *agent_scores))
-        return scores
-
-
-class GatedTerm:
-    """A team reward term multiplied by a gate in [0, 1]: `gate(x) * term(x)`; where the term gives None the result
-    is None, where the gate gives None the term is left as it is.
-
-    [`WritingTeamReward`] wraps each of its terms in one, so that passing `team_reward.funcs` and
-    `team_reward.weights` to a trainer (to log every term) still sums to the gated team reward.
-
-    Args:
-        term (`Callable`): The team reward function to gate.
-        gate (`Callable`): A team reward function with values in [0, 1] (e.g. [`SourceRelevanceReward`]).
-    """
-
-    reward_kind = "team"  # a function of the joint action: one call per joint action in every trainer
-
-    def __init__(self, term: Any, gate: Any) -> None:
-        self.term, self.gate = term, gate
-        self.name = getattr(term, "name", None) or getattr(term, "__name__", None) or type(term).__name__
-
-    def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float | None]:
-        """`gate * term` for each joint action."""
-        values = self.term(prompts=prompts, completions=completions, **kwargs)
-        gates = self.gate(prompts=prompts, completions=completions, **kwargs)
-        return [None if v is None else float(v) if g is None else float(g) * float(v) for v, g in zip(values, gates)]
 
 
 DEFAULT_WRITING_WEIGHTS: dict[str, float] = {
@@ -617,7 +405,9 @@ DEFAULT_WRITING_WEIGHTS: dict[str, float] = {
 """The default weight of each term of [`WritingTeamReward`], by term name (maximum total 5.0; 4.0 without ROUGE-L)."""
 
 
-_DEFAULT_GATE: Any = object()  # `gate` not given: a SourceRelevanceReward with the default terms, none with others
+DEFAULT_GATE: Any = object()
+"""The `gate` of [`WritingTeamReward`] when none is given: a `SourceRelevanceReward` with the default terms, none with
+terms of your own."""
 
 
 class WritingTeamReward:
@@ -659,11 +449,11 @@ class WritingTeamReward:
         terms: Sequence[Any] | None = None,
         weights: Mapping[str, float] | Sequence[float] | None = None,
         reference_column: str | None = "reference",
-        gate: Any = _DEFAULT_GATE,
+        gate: Any = DEFAULT_GATE,
     ) -> None:
         # the column the default ROUGE-L term reads, checked up front for a clearer error
         self.reference_column = reference_column if terms is None else None
-        if gate is _DEFAULT_GATE:
+        if gate is DEFAULT_GATE:
             gate = SourceRelevanceReward() if terms is None else None
         if terms is None:
             terms = [LengthRangeReward(), LengthRatioReward(), VocabularyRatioReward(), LexicalDiversityReward(),
@@ -739,256 +529,3 @@ class WritingTeamReward:
         return list(self.weights)
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# The authors' TL;DR reward, as gated levels
-# ----------------------------------------------------------------------------------------------------------------
-
-_AUTHORS_WORD = re.compile(r"\w+")
-
-
-class TldrCombinedReward:
-    """The structure of the MAGRPO authors' TL;DR reward (`tldr_combined_reward` in `rewards/tldr_rewards.py` of
-    OpenMLRL/LLM_Collab_Writing): four gated levels, maximum 3.0; agent 0's text is s, agent 1's d.
-
-    1. Both texts have `token_range` (8-256) whitespace-separated tokens: +0.5; otherwise the reward is 0 and stops.
-    2. rho = (characters of d) / (characters of s): +1 in [1.6, 3.2]; +(rho - 1.1) / 0.5 in [1.1, 1.6);
-       +1 - (rho - 3.2) / 1.8 in (3.2, 5.0]; outside [1.1, 5.0] nothing, and it stops.
-    3. v = (distinct words of d) / (distinct words of s), counting every `\\w+` run, stopwords included: +0.5 from
-       2.0; +0.5 (v - 1.3) / 0.7 in [1.3, 2.0); below 1.3 (or no word in s) nothing, and it stops.
-    4. Style: +0.4 t + 0.6 min(J, 0.03) / 0.03, where t = 0 without a transition, else min(1, 0.4 + min(0.05 (k - 1),
-       0.6)) for k distinct transition categories found in d (substring matches on the lower-cased text, so "so"
-       matches inside "also"), and J is the Jaccard overlap of the two texts' distinct non-stopwords (1.0 when both
-       are empty).
-
-    Every constant and gate above is the authors'. Their transition lists (12 categories) and stopword list are
-    data of their repository that trl-marl does not ship: by default this reward counts our [`TRANSITION_CATEGORIES`]
-    (6) and uses our [`STOPWORDS`]; pass their lists as `transition_categories` and `stopwords` for their exact
-    numbers. Like theirs, this reward does not read the source: gate it with
-    `WritingTeamReward(terms=[TldrCombinedReward()], gate=SourceRelevanceReward())`.
-
-    Args:
-        transition_categories (`Mapping[str, Sequence[str]]`): Transition phrases by category.
-        stopwords (`Iterable[str]`): Words left out of the Jaccard vocabularies.
-        substring (`bool`): Match transitions as substrings (the authors') instead of whole words.
-        token_range (`tuple[int, int]`): Level 1's token range of both texts.
-        jaccard_saturation (`float`): The Jaccard overlap that earns level 4's full 0.6.
-    """
-
-    reward_kind = "team"  # a function of the joint action: one call per joint action in every trainer
-
-    def __init__(
-        self,
-        transition_categories: Mapping[str, Sequence[str]] = TRANSITION_CATEGORIES,
-        stopwords: Sequence[str] | frozenset[str] = STOPWORDS,
-        substring: bool = True,
-        token_range: tuple[int, int] = (8, 256),
-        jaccard_saturation: float = 0.03,
-    ) -> None:
-        if not transition_categories:
-            raise ValueError("TldrCombinedReward needs at least one transition category.")
-        if not 0 < jaccard_saturation <= 1:
-            raise ValueError(f"TldrCombinedReward: `jaccard_saturation` must be in (0, 1], got {jaccard_saturation}.")
-        self.name = "tldr_combined"
-        self.categories = {name: tuple(p.lower() for p in phrases) for name, phrases in transition_categories.items()}
-        self.stopwords = frozenset(stopwords)
-        self.substring = substring
-        self.token_range = (int(token_range[0]), int(token_range[1]))
-        self.jaccard_saturation = float(jaccard_saturation)
-
-    def categories_found(self, text: str) -> list[str]:
-        """The transition categories with at least one phrase in `text`."""
-        lowered = text.lower()
-        padded = f" {' '.join(words(text))} "
-        return [name for name, phrases in self.categories.items()
-                if any((p in lowered) if self.substring else _contains_phrase(padded, p) for p in phrases)]
-
-    def levels(self, short: str, detailed: str) -> list[float]:
-        """The reward earned at each level reached (its sum is the reward; fewer than 4 entries when a gate
-        stopped it)."""
-        lo, hi = self.token_range
-        if not (lo <= len(short.split()) <= hi and lo <= len(detailed.split()) <= hi):
-            return [0.0]
-        earned = [0.5]
-        rho = len(detailed) / len(short)
-        if 1.6 <= rho <= 3.2:
-            earned.append(1.0)
-        elif 1.1 <= rho < 1.6:
-            earned.append((rho - 1.1) / 0.5)
-        elif 3.2 < rho <= 5.0:
-            earned.append(1.0 - (rho - 3.2) / 1.8)
-        else:
-            return earned
-        short_words, detailed_words = _AUTHORS_WORD.findall(short.lower()), _AUTHORS_WORD.findall(detailed.lower())
-        distinct_short = len(set(short_words))
-        v = len(set(detailed_words)) / distinct_short if distinct_short else 0.0
-        if v >= 2.0:
-            earned.append(0.5)
-        elif 1.3 <= v:
-            earned.append(0.5 * (v - 1.3) / 0.7)
-        else:
-            return earned
-        k = len(self.categories_found(detailed))
-        t = 0.0 if k == 0 else min(1.0, 0.4 + min(0.05 * (k - 1), 0.6))
-        v_s, v_d = set(short_words) - self.stopwords, set(detailed_words) - self.stopwords
-        jaccard = len(v_s & v_d) / len(v_s | v_d) if v_s | v_d else 1.0
-        earned.append(0.4 * t + 0.6 * min(jaccard, self.jaccard_saturation) / self.jaccard_saturation)
-        return earned
-
-    def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:
-        """The reward of each joint action, at most 3.0 (see the class docstring)."""
-        team = _team_texts(type(self).__name__, completions, kwargs, 2)
-        return [sum(self.levels(short, detailed)) for short, detailed in zip(team[0], team[1])]
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Symmetric roles: the shorter text is the summary, the longer the paragraph
-# ----------------------------------------------------------------------------------------------------------------
-
-SHORT_CLASS_MAX_WORDS = (SUMMARY_MAX_WORDS + PARAGRAPH_WORDS[0]) // 2
-"""A text of at most this many words (22) is in the short length class, a longer one in the long class: the middle
-of the summary's limit (15) and the paragraph's minimum (30) of [`SymmetricWritingEnv`]."""
-
-STRUCTURE_TERMS: tuple[str, ...] = ("length_range", "length_ratio", "vocabulary_ratio")
-"""The terms [`SymmetricWritingTeamReward`] zeroes when both texts fall in the same length class (the authors'
-"Structure": their levels 1-3)."""
-
-
-def length_class(text: str, short_max: int = SHORT_CLASS_MAX_WORDS) -> int:
-    """0 (short) if `text` has at most `short_max` [`words`], else 1 (long)."""
-    return 0 if len(words(text)) <= short_max else 1
-
-
-def _by_length(first: str, second: str) -> tuple[str, str]:
-    """The two texts, the shorter (in words) first; on a tie, in the order given."""
-    return (second, first) if len(words(second)) < len(words(first)) else (first, second)
-
-
-class ByLengthRoles:
-    """A two-agent writing term scored on the texts ordered by length, for unassigned roles.
-
-    For each joint action the shorter text (in [`words`]; agent 0's on a tie) is passed as agent 0's (the summary)
-    and the longer as agent 1's (the paragraph). With `zero_when_same_class`, the term is 0 where both texts fall in
-    the same [`length_class`]: the writers collided, and no pair of roles was played.
-
-    Args:
-        term (`Callable`): A team reward term of [`CooperativeWritingEnv`] (agent 0 short, agent 1 detailed).
-        zero_when_same_class (`bool`): Pay nothing on a collision.
-        short_max (`int`): The longest text of the short class, in words.
-    """
-
-    reward_kind = "team"  # a function of the joint action: one call per joint action in every trainer
-
-    def __init__(self, term: Any, zero_when_same_class: bool, short_max: int = SHORT_CLASS_MAX_WORDS) -> None:
-        self.term = term
-        self.zero_when_same_class = zero_when_same_class
-        self.short_max = int(short_max)
-        self.name = getattr(term, "name", None) or getattr(term, "__name__", None) or type(term).__name__
-
-    def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float | None]:
-        """The term on the length-ordered texts of each joint action (0 on a collision, if asked)."""
-        team = _team_texts(type(self).__name__, completions, kwargs, 2)
-        ordered = [_by_length(first, second) for first, second in zip(team[0], team[1])]
-        shorter, longer = [pair[0] for pair in ordered], [pair[1] for pair in ordered]
-        values = self.term(prompts=prompts, completions=shorter, **{**kwargs, "agent_completions": [shorter, longer]})
-        if not self.zero_when_same_class:
-            return list(values)
-        return [None if v is None else 0.0 if length_class(s, self.short_max) == length_class(d, self.short_max)
-                else v for v, s, d in zip(values, shorter, longer)]
-
-
-class SymmetricWritingTeamReward(WritingTeamReward):
-    """The team reward of [`SymmetricWritingEnv`]: the writing terms on the length-ordered texts, gated by the
-    source, with nothing on the structure terms when the writers chose the same length class.
-
-    Every term is wrapped in [`ByLengthRoles`] (the shorter text is scored as the summary, the longer as the
-    paragraph); [`STRUCTURE_TERMS`] pay 0 when both texts are in the same [`length_class`]. The terms (weights of
-    [`DEFAULT_WRITING_WEIGHTS`], maximum 4.0): [`LengthRangeReward`] with the summary in `summary_range` and the
-    paragraph in `paragraph_range`, [`LengthRatioReward`] (|d| / |s| in [2, 3]), [`VocabularyRatioReward`],
-    [`LexicalDiversityReward`], [`TransitionWordsReward`] (in the paragraph) and [`StyleConsistencyReward`] with
-    Jaccard saturating at `jaccard_saturation` (0.03, the authors'); the gate is [`SourceRelevanceReward`]. A
-    collision keeps at most the 1.5 of diversity, transitions and overlap, below the 3.0 of a successful pair.
-
-    Args:
-        weights (`Mapping[str, float]` or `Sequence[float]`, *optional*): As for [`WritingTeamReward`].
-        gate (`Callable`, *optional*): The gate (default `SourceRelevanceReward()`); `None` for none.
-        short_max (`int`): The longest text of the short class, in words.
-        summary_range (`tuple[int, int]`): The summary's word range of the length term.
-        paragraph_range (`tuple[int, int]`): The paragraph's word range of the length term.
-        jaccard_saturation (`float`, *optional*): The overlap that earns the full style-consistency term.
-    """
-
-    def __init__(
-        self,
-        weights: Mapping[str, float] | Sequence[float] | None = None,
-        gate: Any = _DEFAULT_GATE,
-        short_max: int = SHORT_CLASS_MAX_WORDS,
-        summary_range: tuple[int, int] = (5, SUMMARY_MAX_WORDS),
-        paragraph_range: tuple[int, int] = PARAGRAPH_WORDS,
-        jaccard_saturation: float | None = 0.03,
-    ) -> None:
-        if not summary_range[1] <= short_max < paragraph_range[0]:
-            raise ValueError(f"SymmetricWritingTeamReward needs summary max <= short_max < paragraph min, got "
-                             f"summary_range={summary_range}, short_max={short_max}, "
-                             f"paragraph_range={paragraph_range}.")
-        terms = [LengthRangeReward(ranges=(summary_range, paragraph_range)), LengthRatioReward(),
-                 VocabularyRatioReward(), LexicalDiversityReward(), TransitionWordsReward(),
-                 StyleConsistencyReward(saturation=jaccard_saturation)]
-        wrapped = [ByLengthRoles(t, zero_when_same_class=t.name in STRUCTURE_TERMS, short_max=short_max)
-                   for t in terms]
-        super().__init__(terms=wrapped, weights=weights,
-                         gate=SourceRelevanceReward() if gate is _DEFAULT_GATE else gate)
-        self.name = "symmetric_writing_team"
-        self.short_max = int(short_max)
-
-
-class WroteShortText:
-    """Cooperation metric of [`SymmetricWritingEnv`]: 1.0 where agent `agent` wrote the text of the short length
-    class, else 0.0 (a function of the joint action, with a reward function's signature; log it, do not train on
-    it).
-
-    Args:
-        agent (`int`): The agent (0 or 1).
-        short_max (`int`): The longest text of the short class, in words.
-    """
-
-    reward_kind = "team"  # a function of the joint action: one call per joint action in every trainer
-
-    def __init__(self, agent: int, short_max: int = SHORT_CLASS_MAX_WORDS) -> None:
-        if agent < 0:
-            raise ValueError(f"WroteShortText: `agent` must be >= 0, got {agent}.")
-        self.agent, self.short_max = int(agent), int(short_max)
-        self.name = f"agent_{agent}_short"
-
-    def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:
-        """1.0 where the agent's text is in the short class."""
-        team = _team_texts(type(self).__name__, completions, kwargs, self.agent + 1)
-        return [float(length_class(text, self.short_max) == 0) for text in team[self.agent]]
-
-
-class SameLengthClass:
-    """Cooperation metric of [`SymmetricWritingEnv`]: 1.0 where both writers' texts fall in the same length class
-    (they collided: both summaries or both paragraphs), else 0.0. Its mean over joint actions is the collision rate
-    b of the pilot gate (docs/magrpo.md, "Symmetric roles").
-
-    Args:
-        short_max (`int`): The longest text of the short class, in words.
-    """
-
-    reward_kind = "team"  # a function of the joint action: one call per joint action in every trainer
-
-    def __init__(self, short_max: int = SHORT_CLASS_MAX_WORDS) -> None:
-        self.short_max = int(short_max)
-        self.name = "same_length_class"
-
-    def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:
-        """1.0 where the two texts are in the same length class."""
-        team = _team_texts(type(self).__name__, completions, kwargs, 2)
-        return [float(length_class(a, self.short_max) == length_class(b, self.short_max))
-                for a, b in zip(team[0], team[1])]
-
-
-def length_class_metrics(short_max: int = SHORT_CLASS_MAX_WORDS) -> dict[str, Any]:
-    """The cooperation metrics of [`SymmetricWritingEnv`] by name: `agent_0_short`, `agent_1_short` (which writer
-    took the summary) and `same_length_class` (a collision)."""
-    metrics = [WroteShortText(0, short_max), WroteShortText(1, short_max), SameLengthClass(short_max)]
-    return {m.name: m for m in metrics}
