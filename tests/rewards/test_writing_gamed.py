@@ -150,7 +150,7 @@ def test_symmetric_reward_gamed_answers_in_either_order(source_name: str) -> Non
     assert honest >= SUCCESS
     for name, (a, b) in gamed_answers(source_name).items():
         for first, second in ((a, b), (b, a)):
-            assert score(reward, first, second, source) < honest, name
+            assert score(reward, first, second, source) < min(honest, SUCCESS), name
 
 
 @pytest.mark.parametrize("source_name", sorted(HONEST))

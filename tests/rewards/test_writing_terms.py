@@ -62,7 +62,10 @@ def test_source_relevance_copy_and_prose_checks_apply_to_paragraphs() -> None:
     assert gate.parts("parser config file dictionary settings", SOURCE)["score"] == 0.0
     assert gate.parts("settings and config file parser", SOURCE)["prose"] == 1.0
     assert SourceRelevanceReward(prose_full=0.4).parts("settings and config file parser", SOURCE)["prose"] == 0.5
-    # a short text is only checked for topic: an extractive summary keeps its score
+    # repetition: "parser parser parser parser parser" has 1 distinct word of 5 = 0.2 -> 0.2 / 0.4 = 0.5
+    assert SourceRelevanceReward().parts("parser parser parser parser parser", SOURCE)["varied"] == 0.5
+    assert SourceRelevanceReward().parts("parser parser parser parser", SOURCE)["varied"] == 1.0  # < 5 words
+    # a short text is only checked for topic and repetition: an extractive summary keeps its score
     assert SourceRelevanceReward().parts("The parser reads the config file.", SOURCE)["score"] == 1.0
 
 
@@ -76,8 +79,8 @@ def test_source_relevance_columns_and_errors() -> None:
     assert call(SourceRelevanceReward(), ["x"], ["y"], text=[None]) == [None]
     with pytest.raises(KeyError, match="'text'"):
         SourceRelevanceReward()(prompts=[""], completions=["a"], agent_completions=[["a"], ["b"]], post=["x"])
-    for bad in ({"on_topic_full": 0.0}, {"copy_free": 1.0}, {"prose_full": 0.0}, {"copy_ngram": 0},
-                {"coverage_floor": 0.5, "coverage_full": 0.3}, {"coverage_cap": 0}, {"agents": []}):
+    for bad in ({"on_topic_full": 0.0}, {"copy_free": 1.0}, {"prose_full": 0.0}, {"varied_full": 0.0},
+                {"copy_ngram": 0}, {"coverage_floor": 0.5, "coverage_full": 0.3}, {"coverage_cap": 0}, {"agents": []}):
         with pytest.raises(ValueError):
             SourceRelevanceReward(**bad)
 

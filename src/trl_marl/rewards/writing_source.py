@@ -89,8 +89,9 @@ class SourceRelevanceReward:
         copied_a   = the share of y_a's word `copy_ngram`-grams that occur in the source, 0 if |y_a| < n
         copy_a     = 1 if copied_a <= copy_free, else (1 - copied_a) / (1 - copy_free)
         prose_a    = min(1, (share of y_a's words that are stopwords) / prose_full)
-        s_a        = on_topic_a                                  if |y_a| < paragraph_words
-        s_a        = on_topic_a * copy_a * prose_a               otherwise
+        varied_a   = min(1, (distinct words of y_a / |y_a|) / varied_full)   (1 below 5 words)
+        s_a        = on_topic_a * varied_a                       if |y_a| < paragraph_words
+        s_a        = on_topic_a * varied_a * copy_a * prose_a    otherwise
         c          = |(union over agents of C(y_a)) & X| / min(|X|, coverage_cap)   (the team's coverage, <= 1)
         coverage   = clip((c - coverage_floor) / (coverage_full - coverage_floor), 0, 1)
         reward     = min(coverage, min over the agents of s_a)   (None where the source cell is missing)
@@ -98,11 +99,13 @@ class SourceRelevanceReward:
     So a pair that is not about this source fails: its words are not the source's (on-topic) or it covers few of
     them (coverage; a fluent pair about another docstring shares generic words such as "returns" and "string" but
     covers at most ~12% of this one, an honest pair 40-70%; a long source counts as `coverage_cap` words, so that a
-    paragraph of 30-60 words can cover it). A paragraph that copies the source (more than half its
-    6-grams, by default; a verbatim copy scores 0) or one of bare keywords (no function words: not prose) fails too,
-    and the team fails with its weakest text. A short summary is only checked for topic: an extractive or
-    telegraphic one ("Decode Base64 bytes.") is a fair summary. These are word statistics: they do not judge grammar
-    or truth, and a keyword salad with function words sprinkled in passes `prose_a`.
+    paragraph of 30-60 words can cover it). A paragraph that copies the source (more than half its 6-grams, by
+    default; a verbatim copy scores 0) or one of bare keywords (no function words: not prose) fails too, as does
+    any text that repeats itself (fewer than 40% of its words distinct: one word ten times, a loop such as "a scope
+    that contains a scope that contains ..."); the team fails with its weakest text. A short summary is not checked
+    for copying or prose: an extractive or telegraphic one ("Decode Base64 bytes.") is a fair summary. These are
+    word statistics: they do not judge grammar or truth, and a keyword salad with function words sprinkled in passes
+    `prose_a`.
 
     Args:
         source_column (`str`): The dataset column holding the source text.
@@ -117,6 +120,7 @@ class SourceRelevanceReward:
         copy_ngram (`int`): The n of the copied n-grams.
         copy_free (`float`): The copied share up to which copying costs nothing.
         prose_full (`float`): The share of stopwords that earns the full prose score.
+        varied_full (`float`): The share of distinct words that earns the full variety score.
         agents (`Sequence[int]`, *optional*): Whose texts are checked (default: every agent's).
     """
 
@@ -134,6 +138,7 @@ class SourceRelevanceReward:
         copy_ngram: int = 6,
         copy_free: float = 0.5,
         prose_full: float = 0.2,
+        varied_full: float = 0.4,
         agents: Sequence[int] | None = None,
     ) -> None:
         if not 0 < on_topic_full <= 1:
@@ -145,6 +150,8 @@ class SourceRelevanceReward:
             raise ValueError(f"SourceRelevanceReward: `copy_free` must be in [0, 1), got {copy_free}.")
         if not 0 < prose_full <= 1:
             raise ValueError(f"SourceRelevanceReward: `prose_full` must be in (0, 1], got {prose_full}.")
+        if not 0 < varied_full <= 1:
+            raise ValueError(f"SourceRelevanceReward: `varied_full` must be in (0, 1], got {varied_full}.")
         if copy_ngram < 1:
             raise ValueError(f"SourceRelevanceReward: `copy_ngram` must be >= 1, got {copy_ngram}.")
         self.name = "source_relevance"
@@ -159,13 +166,14 @@ class SourceRelevanceReward:
         self.copy_ngram = int(copy_ngram)
         self.copy_free = float(copy_free)
         self.prose_full = float(prose_full)
+        self.varied_full = float(varied_full)
         self.agents = None if agents is None else list(agents)
         if self.agents is not None and not self.agents:
             raise ValueError("SourceRelevanceReward: `agents` must name at least one agent.")
 
     def parts(self, text: str, source: str) -> dict[str, float]:
-        """The statistics of one text against one source: `on_topic`, `copied`, `copy`, `prose` and the agent's
-        score `score` (see the class docstring)."""
+        """The statistics of one text against one source: `on_topic`, `copied`, `copy`, `prose`, `varied` and the
+        agent's score `score` (see the class docstring)."""
         tokens = words(text)
         vocabulary = set(content_words(text))
         source_vocabulary = set(content_words(source))
@@ -177,9 +185,11 @@ class SourceRelevanceReward:
         copy = 1.0 if copied <= self.copy_free else (1.0 - copied) / (1.0 - self.copy_free)
         function_share = sum(w in STOPWORDS for w in tokens) / len(tokens) if tokens else 0.0
         prose = min(1.0, function_share / self.prose_full)
+        varied = min(1.0, len(set(tokens)) / len(tokens) / self.varied_full) if len(tokens) >= 5 else 1.0
         paragraph = len(tokens) >= self.paragraph_words
-        score = on_topic * copy * prose if paragraph else on_topic
-        return {"on_topic": on_topic, "copied": copied, "copy": copy, "prose": prose, "score": score}
+        score = on_topic * varied * (copy * prose if paragraph else 1.0)
+        return {"on_topic": on_topic, "copied": copied, "copy": copy, "prose": prose, "varied": varied,
+                "score": score}
 
     def coverage(self, texts: Sequence[str], source: str) -> float:
         """The team's coverage factor: `clip((c - coverage_floor) / (coverage_full - coverage_floor), 0, 1)`, with c
