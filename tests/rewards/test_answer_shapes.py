@@ -90,7 +90,7 @@ SPACES_AND_DASHES = [
     ("The answer is \u2212\u20095", "-5"),  # thin space
     ("The answer is \u2212\u202f5", "-5"),  # narrow no-break space
     ("The answer is \u2212\u30005", "-5"),  # ideographic space
-    ("The answer is \u2212\u16805", "-5"),  # ogham space mark (category Zs)
+    ("The answer is \u2212\u16805", None),  # ogham space mark: drawn as a stroke, two signs (issue 54, item 7)
     ("The answer is \u02c95", "-5"),  # modifier letter macron
     ("The answer is \u203e5", "-5"),  # overline
     ("The answer is \u30fc5", "-5"),  # katakana prolonged sound mark
@@ -225,6 +225,8 @@ def all_characters(categories: tuple[str, ...]) -> list[str]:
 
 def test_every_space_is_a_space_and_every_invisible_character_is_removed():
     for space in all_characters(("Zs",)):
+        if space == "\u1680":
+            continue  # OGHAM SPACE MARK, drawn as a stroke: a minus (tests/rewards/test_math_verifier_round5.py)
         assert normalize_text(f"a{space}b") == "a b", hex(ord(space))
         assert extract_math_answer(f"The answer is \u2212{space}5") == "-5", hex(ord(space))
         assert extract_math_answer(f"The answer is 5{space}000") is None, hex(ord(space))

@@ -121,7 +121,8 @@ def test_numbers_compare_exactly_or_at_the_golds_precision():
         ("The answer is 1\u0664\u0665", None),  # ASCII glued to another script's digit
         ("#### 145\u200b0000", "1450000"),  # zero-width space inside the number
         ("#### 10\u00b2", None),  # a superscript is no digit: "10" glued to it is no number
-        ("so it is 10^2", None),  # nor is a number raised to a power
+        ("so it is 10^2", "100"),  # a power of two numbers is its exact value (issue 54, item 7)
+        ("so it is 10^{60}", None),  # unless that has more than MAX_DIGITS digits
         ("#### \u22125", "-5"),
         # huge numbers and malformed tails
         ("#### " + "9" * 60, None),
@@ -219,12 +220,13 @@ HOSTILE_ANSWERS = [
     ("The answer is \u0665", None),  # Arabic-Indic digit
     ("The answer is \u2075", None),  # superscript
     ("The answer is 5\u00b2", None),
-    ("The answer is 5^2", None),
+    ("The answer is 5^2", "25"),  # an exact value (issue 54, item 7)
     ("I got 5. The answer is 5e0", None),  # was: the earlier 5
     ("I got 5. The answer is 5\u00b2", None),
     ("so 5 and then 5e0", None),  # the last numeral is no number
     ("The answer is \u221a25", None),  # root
-    (r"The answer is \sqrt{25}", None),
+    (r"The answer is \sqrt{25}", "5"),  # an exact value (issue 54, item 7)
+    (r"The answer is \sqrt{24}", None),  # no rational value
     ("The answer is \u00b15", None),  # plus-minus
     (r"\boxed{\pm 5}", r"\pm 5"),  # a text, matches no number
     ("The answer is \u22605", None),  # not equal

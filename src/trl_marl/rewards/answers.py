@@ -10,24 +10,34 @@ to hedge. The rules, in the order they apply:
    (`trl_marl.utils.numbers.normalize_text`): Unicode NFC; every space character (category Zs: no-break, thin,
    narrow no-break, ...) is a space; invisible characters (categories Cf and Cc) are removed; every dash and minus
    look-alike is `-`, decided from the Unicode database (category Pd, and symbols whose names describe one
-   horizontal stroke: U+2212, U+2043, U+23AF, U+2500, U+00AF, ...; `trl_marl.utils.numbers.dash_like`); a sign
+   horizontal stroke: U+2212, U+2043, U+23AF, U+2500, U+00AF, ...; `trl_marl.utils.numbers.dash_like`), and so is
+   the one space drawn as a stroke (U+1680 OGHAM SPACE MARK: `"\u16805"` is -5); "minus" and "negative" before a
+   number in digits are its sign (`"negative 5"` is -5; "10 minus 5" subtracts); a sign
    separated from its number by spaces is glued to it (`"\u2212\u00a05"` is -5) unless it follows an operand
    (`"10 - 5"`); an ASCII `- ` starting a line is a list item, not a sign.
 1. **Retractions.** Everything before the last retraction is withdrawn: "wait", "actually", "no,", "oops",
-   "correction", "on second thought", "I made a mistake", "let me recompute", "that's wrong" starting a clause, and
-   "... is not the answer", "... is wrong" anywhere ("The answer is 5.\\n\\nWait, that's wrong: it is 6." is 6;
-   "The answer is 5. Wait." is no answer). Retractions inside boxes do not count.
+   "correction", "on second thought", "I made a mistake", "let me recompute", "that's wrong", "that can't be right",
+   "that doesn't look right" starting a clause (after "But", "Oh", "Hmm", ... too), and "just kidding", "never
+   mind", "whoops", "uh-oh", "I take that back", "ignore that", "disregard the above", "... is not the answer",
+   "... is wrong" anywhere ("The answer is 5.\\n\\nWait, that's wrong: it is 6." is 6; "The answer is 5. Wait." and
+   "\\boxed{5} But that's not right." are no answer). Retractions inside boxes do not count.
 2. **Final-answer statements.** A response states its final answer once, or repeats the same value. The
    statements are:
-   - every complete outermost `\\boxed{...}` (nested braces allowed; `\\fbox{...}` and `\\boxed 5` too): its
-     content with LaTeX markup removed (`\\frac{a}{b}`, `\\frac12`, `\\dfrac`, `\\tfrac`, `\\cfrac[l]{a}{b}` ->
-     `a/b`; `2\\frac{1}{2}` is the mixed number 5/2; `\\text{...}` -> its text; `\\,` -> a space) and number words
-     read (`\\boxed{five}` is 5); the number when it holds exactly one and otherwise only words (units), else the
-     text (`\\boxed{1450000 \\text{ or } 1450001}` is the text "1450000 or 1450001", `\\boxed{\\text{not } 5}`
-     the text "not 5": none matches a number). A box with a sign, an operator, a power, a digit or a LaTeX command
-     that does not only format next to it is ambiguous (`-\\boxed{5}`, `\\boxed{5}^2`, `2\\boxed{5}`,
-     `\\boxed{5}!`, `\\sqrt{\\boxed{25}}`, `\\boxed{5} \\cdot 2`; `**\\boxed{5}**`, `x = \\boxed{5}` and
-     `\\boxed{5}\\%` are 5);
+   - every complete outermost box: `\\boxed{...}` (nested braces allowed; `\\boxed 5` too) and every other command that
+     frames its argument or colours its background (`\\fbox`, `\\framebox[..][..]{..}`, `\\colorbox{c}{..}`,
+     `\\fcolorbox{c}{c}{..}`, `\\bbox[..]{..}`, `\\ovalbox`, `\\doublebox`, `\\shadowbox`, `\\tcbox`;
+     `trl_marl.rewards.answer_text.BOX_COMMANDS`, so `\\framebox{6}` beside `\\boxed{5}` is a hedge): its content with
+     LaTeX markup removed (`\\frac{a}{b}`, `\\frac12`, `\\dfrac`, `\\tfrac`, `\\cfrac[l]{a}{b}` -> `a/b`, the sign in
+     front: `\\frac{3}{-4}` is -3/4; `2\\frac{1}{2}` is the mixed number 5/2; `\\text{...}` -> its text; `\\,` -> a
+     space), simple exact values evaluated (`0.\\overline{3}` is 1/3, `\\sqrt{25}` 5, `\\sqrt[3]{27}` 3, `2^3` 8,
+     `2^{-1}` 1/2; `\\sqrt{2}` and a value of more than 50 digits stay as written;
+     `trl_marl.rewards.answer_text.exact_values`) and number words read (`\\boxed{five}` is 5, "a dozen" 12, "half a
+     dozen" 6, "5 dozen" 60, "nought" 0, "five-hundred-and-one" 501); the number when it holds exactly one and
+     otherwise only words (units), else the text (`\\boxed{1450000 \\text{ or } 1450001}` is the text "1450000 or
+     1450001", `\\boxed{\\text{not } 5}` the text "not 5": none matches a number). A box with a sign, an operator, a
+     power, a digit or a LaTeX command that does not only format next to it is ambiguous (`-\\boxed{5}`,
+     `\\boxed{5}^2`, `2\\boxed{5}`, `\\boxed{5}!`, `\\sqrt{\\boxed{25}}`, `\\boxed{5} \\cdot 2`; `**\\boxed{5}**`, `x =
+     \\boxed{5}` and `\\boxed{5}\\%` are 5);
    - every `####` (GSM8K's marker) and every "answer is X", "answer: X" or "answer = X" (any case, "final answer",
      Markdown bold allowed): the numbers of the rest of the marker's sentence (up to `.`, `!`, `?` or `;` before a
      space or the line end, or the next non-blank line when the marker ends its line; never past the next marker or
@@ -39,9 +49,12 @@ to hedge. The rules, in the order they apply:
      a half"; see `trl_marl.utils.numbers.find_numbers` and `has_stray_numerals`).
 
    **A qualifier or a negation anywhere in the sentence of a statement makes it ambiguous**: "not", "no", "never",
-   "cannot", "n't", "at least", "at most", "up to", "more than", "or more", "or less", "or so", "about", "roughly",
-   "approximately", "nearly", "maybe", "probably", "wrong", "over 5", ... ("The answer is 5 or more.", "I'm not sure,
-   but the answer is 5.", "\\boxed{5} is not the answer."). A sentence ends at `.`, `!`, `?` or `;` before a space,
+   "cannot", "n't" (any apostrophe), "at least", "at most", "up to", "more than", "or more", "or less", "or so",
+   "about", "roughly", "approximately", "approx.", "ca.", "nearly", "maybe", "probably", "might be", "could be",
+   "hardly", "barely", "anything but", "upwards of", "in excess of", "give or take", "impossible", "doubtful",
+   "wrong", "over 5", "between 4 and 5", ... ("The answer is 5 or more.", "I'm not sure, but the answer is 5.",
+   "\\boxed{5} is not the answer.", "5 is impossible."; `trl_marl.rewards.answer_text.QUALIFIER`). A sentence ends at
+   `.` (not the period of "approx.", "ca.", "est."), `!`, `?` or `;` before a space,
    at a blank line or at a line that starts a Markdown block (a heading such as `####`, a list item, a quotation);
    a single line break does not end it ("The answer is not\\n\\boxed{5}" is one sentence).
 
@@ -96,7 +109,7 @@ from fractions import Fraction
 from typing import Any
 
 from ..utils.columns import is_missing
-from ..utils.number_words import words_to_digits
+from ..utils.number_words import scale_digits, sign_words, words_to_digits
 from ..utils.numbers import (
     MAX_DIGITS,
     canonical_number,
@@ -111,6 +124,7 @@ from .answer_text import (
     MAX_RESPONSE_CHARS,
     QUALIFIER,
     RETRACTION,
+    SENTENCE_END,
     Sentences,
     box_touches_operator,
     find_boxes,
@@ -145,12 +159,13 @@ TASKS = ("math", "label")
 
 _UNIT_WORDS = re.compile(r"(?:[^\W\d_]|[\s=:.{}])*")  # letters, spaces, "=", ":", "." and braces (not numerals)
 _ANSWER_MARKER = re.compile(r"\banswer\b\**[ \t]*(?:is\b[ \t]*:?|:|=)|####", re.IGNORECASE)
-_SENTENCE_END = re.compile(r"[.?;](?=\s|$)|(?<![0-9])!(?=\s|$)")  # "5!" is a factorial, not a sentence end
+_SENTENCE_END = re.compile(SENTENCE_END, re.IGNORECASE)  # "5!" is a factorial, "approx." an abbreviation
 
 
 def _clean(text: str) -> str:
-    """What a person sees, in the characters the grammar reads (`trl_marl.utils.numbers.normalize_text`)."""
-    return normalize_text(text)
+    """What a person sees, in the characters the grammar reads (`trl_marl.utils.numbers.normalize_text`), with the
+    sign words before a number in digits as signs (`"negative 5"` is -5; `trl_marl.utils.number_words.sign_words`)."""
+    return sign_words(normalize_text(text))
 
 
 def _read(text: str) -> str:
@@ -272,7 +287,7 @@ def normalize_answer(text: str) -> str:
 def _fallback(text: str) -> str | None:
     """The last number of a text without final-answer statements (number words when it has no number in digits),
     unless a numeral that is no plain number follows it or its sentence holds a qualifier."""
-    stripped = strip_latex(text)
+    stripped = scale_digits(strip_latex(text))  # "5 dozen" is 60, "5 million" 5000000
     numbers = find_numbers(stripped)
     if not numbers and not has_stray_numerals(stripped, numbers):
         stripped = words_to_digits(stripped)

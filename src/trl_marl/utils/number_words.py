@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 from fractions import Fraction
 
-__all__ = ["STRAY", "words_to_digits"]
+__all__ = ["STRAY", "scale_digits", "sign_words", "words_to_digits"]
 
 STRAY = "\u2189"
 """A numeral that is no number (VULGAR FRACTION ZERO THIRDS): glued to the digits of a phrase that is no cardinal."""
@@ -33,8 +33,12 @@ _UNITS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight"
 _TEENS = ("ten", "eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen")
 _TENS = ("twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety")
 _SCALES = {"hundred": 100, "thousand": 10**3, "million": 10**6, "billion": 10**9, "trillion": 10**12}
+_DOZEN = 12  # "five dozen" is 60, "a dozen" 12, "half a dozen" 6: multiplies the number before it, and ends it
 _VALUES: dict[str, int] = {
     **{word: value for value, word in enumerate(_UNITS)},
+    "nought": 0,
+    "naught": 0,
+    "dozen": _DOZEN,
     **{word: 10 + value for value, word in enumerate(_TEENS)},
     **{word: 20 + 10 * value for value, word in enumerate(_TENS)},
     **_SCALES,
@@ -45,7 +49,7 @@ _ORDINALS = (
     "seventieth eightieth ninetieth hundredth thousandth millionth billionth"
 ).split()
 _WORD = "|".join(sorted(_VALUES, key=len, reverse=True))
-_GAP = r"(?:[ \t]+and[ \t]+|[ \t]+|-)"
+_GAP = r"(?:[ \t]+and[ \t]+|-and-|[ \t]+|-)"  # "five hundred and one", "five-hundred-and-one"
 _PHRASE = re.compile(
     rf"(?<![\w-])(?P<sign>(?:minus|negative)[ \t]+)?(?P<words>(?:{_WORD})(?:{_GAP}(?:{_WORD}))*)(?![\w])",
     re.IGNORECASE,
@@ -63,9 +67,10 @@ _DETERMINER = re.compile(
     r"|such|little|big)[ \t]+$",
     re.IGNORECASE,
 )
+_MULTIPLIERS = {**_SCALES, "dozen": _DOZEN}
 _DIGITS_SCALE = re.compile(
     r"(?<![\w.,/])(?P<number>(?:[0-9]{1,3}(?:[,_][0-9]{3})+|[0-9]+)(?:\.[0-9]+)?)"
-    r"(?P<scale>(?:[ \t-]+(?:" + "|".join(_SCALES) + r")\b)+)?"
+    r"(?P<scale>(?:[ \t-]+(?:" + "|".join(_MULTIPLIERS) + r")\b)+)?"
     rf"(?P<stray>(?:[ \t]+|-)(?:and[ \t]+(?:a|an|one)[ \t-]+)?(?:{_ORDINAL})s?\b)?",
     re.IGNORECASE,
 )
@@ -81,6 +86,13 @@ def _parse(tokens: list[str]) -> list[tuple[int, int, int]]:
     first = 0
     for index, token in enumerate(tokens):
         value = _VALUES[token]
+        if token == "dozen":  # multiplies the number before it and ends it; alone, no number
+            if previous:
+                numbers.append(((total + group) * _DOZEN, first, index))
+            total = group = 0
+            last_scale = 10**15
+            previous = ""
+            continue
         if token in _SCALES:
             kind = "hundred" if token == "hundred" else "scale"
         else:
@@ -158,8 +170,55 @@ def _scaled(match: re.Match[str]) -> str:
         return match.group(0)
     value = Fraction(re.sub("[,_]", "", match.group("number")))
     for scale in re.findall(r"[a-z]+", match.group("scale").lower()):
-        value *= _SCALES[scale]
+        value *= _MULTIPLIERS[scale]
     return str(value.numerator) if value.denominator == 1 else f"{value.numerator}/{value.denominator}"
+
+
+# "a hundred", "a dozen", "an eighth"...: the article before a scale word or "dozen" is "one" ("$5 a dozen" is a price:
+# no article after a number). "half a dozen", "a half dozen" and "half a million" are halves of their scale.
+_SCALE_WORD = "(?:" + "|".join(_MULTIPLIERS) + r")\b"
+_ARTICLE = re.compile(rf"(?<![\w-])(?<![0-9%][ \t])(?:a|an)[ \t]+(?={_SCALE_WORD})", re.IGNORECASE)
+_HALF = re.compile(
+    rf"(?<![\w-])(?<!\band[ \t])(?:(?:a[ \t]+)?half[ \t-]+(?=dozen\b)|half[ \t]+an?[ \t]+(?={_SCALE_WORD}))"
+    rf"(?P<scale>{_SCALE_WORD})",
+    re.IGNORECASE,
+)
+# "minus 5" and "negative 5" are -5, unless the word follows an operand ("10 minus 5", "x minus 5" subtract).
+_SIGN_WORD = re.compile(
+    r"(?P<operand>(?:[0-9)\]}%!]|\b[^\W\d_])[ \t]+)?(?<![\w-])(?:minus|negative)[ \t]+(?=\$?[0-9]|\.[0-9])",
+    re.IGNORECASE,
+)
+
+
+def _half(match: re.Match[str]) -> str:
+    return str(_MULTIPLIERS[match.group("scale").lower()] // 2)
+
+
+def sign_words(text: str) -> str:
+    """Writes `"minus"` and `"negative"` before a number in digits as its sign (`"negative 5"` -> `"-5"`), unless the
+    word follows an operand (a digit, a closing bracket, `%`, `!` or a one-letter variable: `"10 minus 5"` stays).
+
+    Args:
+        text: The text.
+
+    Returns:
+        The text with those sign words replaced by `-`.
+    """
+    return _SIGN_WORD.sub(lambda m: m.group(0) if m.group("operand") is not None else "-", text)
+
+
+def scale_digits(text: str) -> str:
+    """Multiplies out a number in digits followed by scale words or `"dozen"` (`"5 dozen"` -> `60`, `"1.5 million"`
+    -> `1500000`) and marks a number in digits followed by a fraction word (`"5 and a half"`) as no cardinal, without
+    reading number words (see [`words_to_digits`], which does both).
+
+    Args:
+        text: The text.
+
+    Returns:
+        The text with those numbers rewritten.
+    """
+    return _DIGITS_SCALE.sub(_scaled, text)
 
 
 def words_to_digits(text: str) -> str:
@@ -179,4 +238,5 @@ def words_to_digits(text: str) -> str:
     words_to_digits("It is one hundred and five apples")  # "It is 105 apples"
     ```
     """
-    return _DIGITS_SCALE.sub(_scaled, _PHRASE.sub(_phrase, text))
+    text = _ARTICLE.sub("one ", _HALF.sub(_half, text))
+    return scale_digits(_PHRASE.sub(_phrase, text))

@@ -121,6 +121,9 @@ _PLUS_NAME = re.compile(r"(?:(?:HEAVY|MODIFIER LETTER|FULLWIDTH|SMALL) )?PLUS SI
 _TILDE_NAME = re.compile(r".*(?:TILDE|WAVE DASH|WAVY DASH|SWUNG DASH).*")
 # Letters and symbols that are drawn blank (Hangul fillers, the blank Braille pattern): spaces.
 _BLANK_LOOKING = frozenset("\u115f\u1160\u3164\uffa0\u2800")
+# Spaces drawn as a horizontal stroke (OGHAM SPACE MARK, the one space character of Unicode with a visible glyph: the
+# stem line of Ogham script): a space and a minus sign, so "\u16805" is -5, never 5.
+_STROKE_SPACES = frozenset("\u1680")
 # Dashes drawn with two strokes: two signs, so the number after them is no number.
 _DOUBLE_DASHES = frozenset("\u1400\u2e17\u2e1a\u2e40\u30a0")
 
@@ -159,6 +162,8 @@ def _fold(char: str) -> str | None:
     """The replacement of one character in [`normalize_text`] (`None`: removed)."""
     if char == "\t" or char in _BLANK_LOOKING:
         return " "
+    if char in _STROKE_SPACES:
+        return " -"  # a space drawn as a stroke: a person sees a dash (after a space)
     category = unicodedata.category(char)
     if category == "Zs":
         return " "  # every space: no-break, thin, narrow no-break, ideographic, ...
@@ -227,13 +232,14 @@ def normalize_signs(text: str) -> str:
     return normalize_text(text)
 
 
-# What makes the number after it something else: a relation or an approximation, a root, a "±", two signs in a row
+# What makes the number after it something else: a relation or an approximation, a root, a "±", a power ("2^{60}"),
+# two signs in a row
 # ("--5"), their LaTeX commands, and an absolute-value bar glued to it. Checked on the few characters before a number
 # (see `find_numbers`).
 _LOOKBACK = 24
 _OPERATOR_BEFORE = re.compile(
     r"(?:(?:[\u00b1\u2213\u2260\u2248\u2249~\u223c\u2243\u2245\u221a\u221b\u221c\u2264\u2265\u2266\u2267\u2272\u2273"
-    r"\u226a\u226b]"
+    r"\u226a\u226b^]"
     r"|[-+][ \t]*[-+]"
     r"|\\(?:pm|mp|neq?|approx|sim(?:eq)?|cong|sqrt(?:\[[^\]]*\])?|leq?|geq?|leqslant|geqslant|ll|gg|not)(?![a-zA-Z]))"
     r"[ \t{]*|\|[-+]?)$"
