@@ -1,6 +1,11 @@
 """Nothing a policy writes may end training (issue 54): hostile completions through every built-in reward, tool and
 parser that a training step calls.
 
+The rewards: the team rewards of the built-in tasks (target sum, tool relay, split items, writing, coding with and
+without its CodeBLEU term), the centralised wrapper, unit tests in the sandbox, the answer verifier and MAPoRL's
+influence-aware reward over it, CodeBLEU and ROUGE-L; the parsers they and the environments use; the tool-call parser
+and the two shipped tools (the calculator, Python in the sandbox).
+
 The corpus holds what broke or slowed training before (lone surrogates, a 5,000-digit number, a tool call nested
 1,000 deep, huge code, thousands of unclosed tags) and what might (NUL bytes, control and bidirectional characters,
 deep brackets, unclosed fences and boxes, empty text). Every reward must return one score per completion, each `None`
@@ -19,21 +24,27 @@ from typing import Any
 import pytest
 
 from trl_marl.envs import CentralizedEnv, TargetSumEnv
+from trl_marl.envs.base import Transcript
 from trl_marl.envs.centralized import split_sections
 from trl_marl.rewards import (
     AnswerVerifier,
     CentralizedReward,
+    CodingTeamReward,
+    InfluenceAwareReward,
     SplitItemsReward,
     TargetSumReward,
+    UnitTestReward,
+    WritingTeamReward,
     extract_label,
     extract_math_answer,
 )
 from trl_marl.rewards.arithmetic import parse_int, parse_leading_int
 from trl_marl.rewards.coordination import first_word
 from trl_marl.rewards.tool_relay import ToolRelayReward, integers, last_integer
-from trl_marl.tools import ToolFormat, calculator, call_tool, parse_completion
+from trl_marl.tools import ToolFormat, calculator, call_tool, parse_completion, python
 from trl_marl.tools.templates import CHATML_RESPONSE_TEMPLATE, CHATML_TOOL_TEMPLATE
 from trl_marl.toy import build_toy_chat_tokenizer
+from trl_marl.toy.rows import toy_coding_rows, toy_writing_rows
 from trl_marl.utils.code import extract_code
 from trl_marl.utils.numbers import canonical_number, find_numbers, normalize_text
 from trl_marl.utils.text import completion_text, encodable, words
@@ -93,6 +104,11 @@ def reward_cases() -> list[tuple[str, Callable[[], Any], dict[str, Any]]]:
         ("centralized target_sum", lambda: CentralizedReward(CentralizedEnv(TargetSumEnv(2)), TargetSumReward()),
          {"target": 10}),
         ("answer verifier", AnswerVerifier, {"answer": "5"}),
+        ("influence", lambda: InfluenceAwareReward(AnswerVerifier(), alpha0=0.1, alpha1=0.1, beta0=0.1, beta1=0.1),
+         {"answer": "5", "transcript": True}),
+        ("writing team", WritingTeamReward, dict(toy_writing_rows(1)[0])),
+        ("coding team", CodingTeamReward, dict(toy_coding_rows(1)[0])),
+        ("unit tests", UnitTestReward, dict(toy_coding_rows(1)[0])),
     ]
     try:
         import codebleu  # noqa: F401
@@ -100,6 +116,8 @@ def reward_cases() -> list[tuple[str, Callable[[], Any], dict[str, Any]]]:
         from trl_marl.rewards import CodeBLEUReward
 
         cases.append(("codebleu", CodeBLEUReward, {"reference": "def f(a):\n    return a + 1\n"}))
+        cases.append(("coding team with codebleu", lambda: CodingTeamReward(weights={"codebleu": 1.0}),
+                      dict(toy_coding_rows(1)[0])))
     except ImportError:
         pass
     try:
@@ -122,7 +140,11 @@ def test_every_reward_scores_every_hostile_completion(name: str, factory, row: d
     completions = [form(text) for text in texts]
     partner = [form(HOSTILE[CASES[(i + 1) % len(CASES)]]) for i in range(len(CASES))]
     turn = row.get("turn", 1)
-    columns = {k: [v] * len(texts) for k, v in row.items() if k != "turn"}
+    columns = {k: [v] * len(texts) for k, v in row.items() if k not in ("turn", "transcript")}
+    if row.get("transcript"):  # a debate's reward reads every answer from the transcripts
+        columns["transcript"] = [Transcript().extend([completion_text(a), completion_text(b)])
+                                 for a, b in zip(completions, partner)]
+        columns["agent_index"] = 0
     start = time.monotonic()
     scores = reward(["Solve it."] * len(texts), completions, agent_completions=[completions, partner], turn=turn,
                     **columns)
@@ -215,4 +237,10 @@ def test_tool_call_parsing_returns_an_encodable_message(tokenizer, key: str) -> 
 @pytest.mark.parametrize("key", CASES)
 def test_the_calculator_answers_every_hostile_expression(key: str) -> None:
     outcome = call_tool(calculator, {"expression": HOSTILE[key]}, timeout=10.0, max_chars=4000)
+    assert isinstance(outcome.content, str) and encodes(outcome.content) and not outcome.timed_out
+
+
+@pytest.mark.parametrize("key", CASES)
+def test_the_python_tool_answers_every_hostile_program(key: str) -> None:
+    outcome = call_tool(python, {"code": HOSTILE[key]}, timeout=60.0, max_chars=2000)
     assert isinstance(outcome.content, str) and encodes(outcome.content) and not outcome.timed_out
