@@ -24,8 +24,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=16)
+    parser.add_argument("--task", default="coding_division", choices=("coding_division", "coding_private"))
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--output", default="benchmarks/results/pilot_coding_division.json")
+    parser.add_argument("--output", default=None, help="default benchmarks/results/pilot_<task>.json")
     args = parser.parse_args()
 
     import torch
@@ -34,7 +35,7 @@ def main() -> None:
     import learning_real as lr
     from benchmarks.provenance import git_state, machine_info
 
-    task = lr.coding_division_task()
+    task = lr.TASKS[args.task]()
     sizes = {**lr.SIZES["magrpo"], **(task.sizes or {})}
     rows = task.eval_rows("train", args.rows)
     start = time.perf_counter()
@@ -43,15 +44,17 @@ def main() -> None:
         result = lr.evaluate_task(task, trainer.team, False, rows, 20_000 + args.seed, sizes["completion"])
     seconds = time.perf_counter() - start
     m = result["metrics"]
-    same = m["collision"]
+    same = m.get("collision")
     record = {
         "command": "python " + " ".join(sys.argv), "git": git_state(), "machine": machine_info(),
         "rows": len(rows), "joint_actions": result["joint_actions"], "seconds": round(seconds, 1),
         "success": result["success"], "team_reward": result["reward"], "metrics": m,
-        "gates": {"b_same_function": same, "b_gate": ">= 0.6", "untrained_success": result["success"],
-                  "success_gate": "< 0.3"},
+        "gates": ({"b_same_function": same, "b_gate": ">= 0.6"} if same is not None else
+                  {"helper_right": m.get("helper_with_reference_main"), "helper_gate": "0.2 to 0.6",
+                   "main_right": m.get("main_with_reference_helper"), "main_gate": "0.1 to 0.3"})
+        | {"untrained_success": result["success"], "success_gate": "< 0.3"},
     }
-    Path(args.output).write_text(json.dumps(record, indent=1) + "\n")
+    Path(args.output or f"benchmarks/results/pilot_{args.task}.json").write_text(json.dumps(record, indent=1) + "\n")
     print(json.dumps({k: record[k] for k in ("success", "team_reward", "metrics", "seconds")}, indent=1))
 
 

@@ -279,8 +279,45 @@ def coding_division_task() -> Task:
                 success=lambda env: PassRateReward(env), sizes=sizes, central=False, metrics=metrics)
 
 
+def coding_private_task() -> Task:
+    """Cooperative coding with private information (`PrivateRuleCodingEnv`, issue 55): only agent 0 (the helper)
+    reads the rule that codes a number ("multiply `x` by 3, then add 4") and writes `aux`; agent 1 writes a main
+    function over the codes (a list of codes, their sum, the largest, the codes of two numbers) and is told only that
+    `aux(x)` returns the code of `x`. Each answer is prefilled up to its function's `return `, so both write one
+    expression (24 new tokens, stop at the closing fence, T = 0.7). Trained on `CodingTeamReward`; success is a program
+    that passes every hidden test. Rules are split by form and multiplier (`private_rule_rows`): 432 training rows, 16
+    held-out rows whose rules never occur in training. Metrics: main calls the helper, helper use decided by running
+    the program, and each agent paired with its reference partner (each one's own skill)."""
+    from trl_marl.data.team_coding import private_rule_rows
+    from trl_marl.envs.coding_private import PrivateRuleCodingEnv
+    from trl_marl.rewards.coding import CodingTeamReward, HelperUsedReward, PassRateReward, ReferencePartnerPass
+
+    train, heldout = private_rule_rows("train"), private_rule_rows("heldout")
+
+    def env(central: bool) -> Any:
+        if central:
+            raise ValueError("coding_private has no centralised arm yet.")
+        return PrivateRuleCodingEnv(chat=True)
+
+    def train_rows(count: int, seed: int) -> list[dict[str, Any]]:
+        return random.Random(seed).choices(train, k=count)
+
+    def eval_rows(split: str, count: int) -> list[dict[str, Any]]:
+        rows = heldout if split == "heldout" else random.Random(EVAL_ORDER_SEED).sample(train, k=len(heldout))
+        return [rows[i % len(rows)] for i in range(min(count, len(rows)))]
+
+    def metrics(env: Any) -> dict[str, Any]:
+        return {"main_calls_helper": MainCallsHelper(env), "helper_used": HelperUsedReward(env),
+                "helper_with_reference_main": ReferencePartnerPass(env, 0),
+                "main_with_reference_helper": ReferencePartnerPass(env, 1), "team_reward": CodingTeamReward(env)}
+
+    sizes = {"batch": 16, "generations": 8, "completion": 24, "eval_rows": 16, "temperature": 0.7, "stop": ["```"]}
+    return Task("coding_private", env, lambda env: CodingTeamReward(env), train_rows, eval_rows,
+                success=lambda env: PassRateReward(env), sizes=sizes, central=False, metrics=metrics)
+
+
 TASKS: dict[str, Callable[[], Task]] = {"split": split_task, "target_sum": target_sum_task, "coding": coding_task,
-                                     "coding_division": coding_division_task}
+                                     "coding_division": coding_division_task, "coding_private": coding_private_task}
 
 
 def writing_task() -> Task:

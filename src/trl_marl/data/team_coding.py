@@ -33,6 +33,7 @@ True
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -795,4 +796,85 @@ def division_coding_rows(split: str = "train") -> list[dict[str, Any]]:
     for row in rows:
         extra = "".join(f"    assert {t}\n" for t in HELPER_TESTS[row["family"]])
         row["test"] = row["test"] + extra
+    return rows
+
+
+# ------------------------------------------------------------------------------------------ private rules
+RULE_FORMS: tuple[tuple[str, str, Callable[[int, int, int], int]], ...] = (
+    ("multiply `x` by {k}, then add {c}", "x * {k} + {c}", lambda x, k, c: x * k + c),
+    ("multiply `x` by {k}, then subtract {c}", "x * {k} - {c}", lambda x, k, c: x * k - c),
+    ("add {c} to `x`, then multiply by {k}", "(x + {c}) * {k}", lambda x, k, c: (x + c) * k),
+)
+"""The forms of a private rule: its words (what the helper agent reads), its expression, and its value."""
+
+HELDOUT_RULE_FORM = 2
+"""The index in [`RULE_FORMS`] of the form that only held-out rows use (add, then multiply)."""
+HELDOUT_MULTIPLIERS = (4, 9)
+"""Multipliers k that only held-out rows use (with any form)."""
+HELDOUT_RULES: tuple[tuple[int, int, int], ...] = ((2, 3, 2), (2, 5, 1), (2, 7, 3), (2, 2, 6), (0, 4, 3), (1, 9, 2),
+                                                   (0, 9, 5), (1, 4, 7))
+"""The held-out rules (form, k, c), fixed before any model ran: the held-out form with four (k, c), and each
+held-out multiplier with the two other forms."""
+
+RuleShape = tuple[str, str, str, str, Callable[[Callable[[int], int], Any], Any], tuple[Any, ...]]
+
+RULE_SHAPES: tuple[RuleShape, ...] = (
+    ("coded_list", "(numbers: list) -> list", "Return the code of each number in `numbers`, in order.",
+     "[aux(x) for x in numbers]", lambda aux, xs: [aux(x) for x in xs], ([], [1, 2], [0], [5, -1, 3])),
+    ("coded_sum", "(numbers: list) -> int", "Return the sum of the codes of the numbers in `numbers`.",
+     "sum(aux(x) for x in numbers)", lambda aux, xs: sum(aux(x) for x in xs), ([], [1, 2], [0], [5, -1, 3])),
+    ("largest_code", "(numbers: list) -> int", "Return the largest code of the numbers in `numbers` (never empty).",
+     "max(aux(x) for x in numbers)", lambda aux, xs: max(aux(x) for x in xs), ([1, 2], [0], [5, -1, 3], [-4, -7])),
+    ("coded_pair", "(a: int, b: int) -> int", "Return the code of `a` plus the code of `b`.",
+     "aux(a) + aux(b)", lambda aux, ab: aux(ab[0]) + aux(ab[1]), ((1, 2), (0, 0), (5, -3), (10, 7))),
+)
+"""The main functions over a private rule: name, signature, description, reference body, reference value (from the
+rule and the arguments) and the test arguments (a list, or the pair of `coded_pair`)."""
+
+
+def private_rule_rows(split: str = "train") -> list[dict[str, Any]]:
+    """Cooperative coding with private information ([`~trl_marl.envs.coding.PrivateRuleCodingEnv`], issue 55): only
+    the helper agent reads the rule that codes a number ("multiply `x` by 3, then add 4"); the main agent must call the
+    helper to compute anything over the codes (a list of codes, their sum, the largest, the codes of two numbers).
+
+    Rows are in HumanEval's schema plus `rule` (the words the helper reads), `helper_signature`, `helper_doc` (the
+    rule: for the helper agent only), `helper_solution`, `family` (the rule's form) and `level` (1). The split holds
+    out a whole form of rule (add, then multiply) and the multipliers 4 and 9 ([`HELDOUT_RULES`]), fixed before any
+    model ran: a team that scores on held-out rows implements and uses rules it never trained on. Training rows:
+    2 forms x 6 multipliers x 9 constants x 4 shapes = 432; held-out rows: 16 (each held-out rule with two shapes).
+
+    Args:
+        split (`str`): `"train"` or `"heldout"`.
+    """
+    if split not in ("train", "heldout"):
+        raise ValueError(f"split must be 'train' or 'heldout', got {split!r}.")
+    if split == "train":
+        rules = [(f, k, c) for f in range(len(RULE_FORMS)) if f != HELDOUT_RULE_FORM
+                 for k in range(2, 10) if k not in HELDOUT_MULTIPLIERS for c in range(1, 10)]
+    else:
+        rules = list(HELDOUT_RULES)
+    rows = []
+    for index, (f, k, c) in enumerate(rules):
+        words, expression, value = RULE_FORMS[f]
+        words, expression = words.format(k=k, c=c), expression.format(k=k, c=c)
+
+        def aux(x: int, value: Callable[[int, int, int], int] = value, k: int = k, c: int = c) -> int:
+            return value(x, k, c)
+
+        for shape, (name, signature, doc, body, reference, args) in enumerate(RULE_SHAPES):
+            if split == "heldout" and shape % 2 != index % 2:
+                continue  # each held-out rule with two of the four shapes
+            params = signature.split(" ->")[0]
+            calls = [f"candidate({', '.join(map(repr, a))})" if name == "coded_pair" else f"candidate({a!r})"
+                     for a in args]
+            tests = [f"{call} == {reference(aux, a)!r}" for call, a in zip(calls, args)]
+            helper = f"def aux(x):\n    return {expression}"
+            main = f"def {name}{params}:\n    return {body}"
+            rows.append({
+                "task_id": f"PrivateRule/{split}/{len(rows)}", "prompt": f'def {name}{signature}:\n    """{doc}"""\n',
+                "entry_point": name, "test": "def check(candidate):\n" + "".join(f"    assert {t}\n" for t in tests),
+                "canonical_solution": f"{helper}\n\n\n{main}\n", "helper_solution": helper,
+                "helper_signature": "(x: int) -> int", "helper_doc": f"Return the code of `x`: {words}.",
+                "rule": words, "family": RULE_FORMS[f][1].format(k="k", c="c"), "level": 1,
+            })
     return rows

@@ -59,9 +59,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..envs.coding import HELPER_AGENT, MAIN_AGENT, STUB_MODES, CooperativeCodingEnv
-from ..envs.coding_analysis import CodingSolution
+from ..envs.coding_analysis import CodingSolution, analyze_solution
 from ..sandbox.executor import ExecutionResultLike
-from ..utils.code import parse_or_none, top_level_function
+from ..utils.code import definitions_of, parse_or_none, prompt_preamble, top_level_function
 
 if TYPE_CHECKING:
     pass
@@ -541,3 +541,46 @@ class DivisionChoiceRate:
             else:
                 out.append(float(choices[self.agent_index] == self.choice))
         return out
+
+
+class ReferencePartnerPass:
+    """A cooperation metric with the reward signature: 1 per joint action where agent `agent_index`'s code, paired
+    with the reference code of its partner (the row's `canonical_solution`: reference helper, then reference main),
+    passes every test, else 0. It separates the two agents' skills: how often the helper implements what it was
+    asked, whatever its partner wrote, and how often the main function is right given a right helper.
+
+    Example:
+
+    ```python
+    metrics = {"helper_right": ReferencePartnerPass(env, 0), "main_right": ReferencePartnerPass(env, 1)}
+    ```
+    """
+
+    reward_kind = "team"
+    reward_isolation = "thread"
+
+    def __init__(self, env: CooperativeCodingEnv, agent_index: int,
+                 reference_column: str = "canonical_solution") -> None:
+        if agent_index not in (HELPER_AGENT, MAIN_AGENT):
+            raise ValueError(f"`agent_index` must be {HELPER_AGENT} (helper) or {MAIN_AGENT} (main), "
+                             f"got {agent_index}.")
+        self.env, self.agent_index, self.reference_column = env, agent_index, reference_column
+        self.__name__ = f"{'helper' if agent_index == HELPER_AGENT else 'main'}_with_reference_partner"
+
+    def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:
+        if self.reference_column not in kwargs:
+            raise KeyError(f"{self.__name__} needs the dataset column {self.reference_column!r}.")
+        batch = coding_batch(self.env, completions, kwargs, self.__name__)
+        variants = []
+        for row, solution, reference in zip(batch.rows, batch.solutions, kwargs[self.reference_column]):
+            entry_point = solution.entry_point
+            helper = definitions_of(reference, {solution.helper_name})
+            main = definitions_of(reference, {entry_point})
+            if self.agent_index == HELPER_AGENT:
+                helper = solution.helper_code
+            else:
+                main = solution.main_code
+            variants.append(analyze_solution(helper, main, entry_point, solution.helper_name,
+                                             prompt_preamble(row[self.env.prompt_column], entry_point)))
+        results = self.env.execute(batch.rows, variants)
+        return [float(r is not None and r.total > 0 and r.passed == r.total) for r in results]

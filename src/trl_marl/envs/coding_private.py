@@ -1,0 +1,114 @@
+"""Cooperative coding with private information: only the helper agent knows the rule the program needs.
+
+MAGRPO's coding task ([`~trl_marl.envs.coding.CooperativeCodingEnv`]) with the helper's contract stated to both
+agents lets the main agent inline the helper: on SmolLM2-135M the main function called `aux` in 0 of 64 held-out
+answers. Here the helper agent reads a rule ("multiply `x` by 3, then add 4") that the main agent never sees: the main
+agent is told only that `aux(x)` returns the code of `x`, so it must call its partner's function, and the helper's
+function is worth something only if the main agent calls it. The partner is necessary by construction; each agent's
+useful action pays only through what the other does (`trl_marl.teamwork` measures both).
+
+Each answer is prefilled up to its function's `return ` (the helper: `def aux(x):`; the main agent: the row's
+signature), so both agents write one expression: `x * 3 + 4` and `sum(aux(x) for x in numbers)`.
+
+Example:
+
+```python
+from trl_marl.data.team_coding import private_rule_rows
+from trl_marl.envs.coding_private import PrivateRuleCodingEnv
+from trl_marl.rewards.coding import CodingTeamReward
+
+env = PrivateRuleCodingEnv(chat=True)
+reward = CodingTeamReward(env)
+rows = private_rule_rows("train")
+```
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ..utils.code import function_parts
+from ..utils.text import completion_text
+from .base import Prompt, Transcript
+from .coding import HELPER_AGENT, MAIN_AGENT, CooperativeCodingEnv
+from .coding_analysis import CodingSolution
+
+PRIVATE_HELPER_TEMPLATE = """\
+Write a Python function `{helper_name}(x: int) -> int` that returns the code of the number `x`: {rule}. Your \
+partner will call it. Reply with only the code."""
+"""The helper agent's prompt (placeholders `{helper_name}`, `{rule}`)."""
+
+PRIVATE_MAIN_TEMPLATE = """\
+Write a Python function `{entry_signature}`. {description}
+
+Every number has a secret code that only your partner knows. Your partner writes `{helper_name}(x)`, which returns \
+the code of `x`: call it, do not write it. For example, to return the code of 7 plus one, write \
+`return {helper_name}(7) + 1`. Reply with only the code."""
+"""The main agent's prompt (placeholders `{entry_signature}`, `{description}`, `{helper_name}`)."""
+
+
+class PrivateRuleCodingEnv(CooperativeCodingEnv):
+    """Cooperative coding where only the helper agent reads the rule (`rule_column`) that the helper implements.
+
+    Agent 0 gets `helper_template` with the row's rule, agent 1 `main_template` with the main function's signature
+    and description and nothing of the rule. In chat mode each answer is prefilled with a code fence and its function
+    up to `return ` (`def aux(x):` for the helper, the row's signature for the main agent), which the model continues;
+    in string mode the prompts end there. One turn. Rows: [`~trl_marl.data.team_coding.private_rule_rows`].
+
+    The joint action is assembled as in [`~trl_marl.envs.coding.CooperativeCodingEnv`] (the helper agent's `aux`
+    only), so [`~trl_marl.rewards.coding.CodingTeamReward`] scores it unchanged: its cooperation terms are decided by
+    running the program with the helper's results corrupted.
+
+    Args:
+        rule_column (`str`): The column of the rule's words (shown to the helper agent only).
+        helper_template (`str`): The helper agent's prompt.
+        main_template (`str`): The main agent's prompt.
+        **kwargs: [`~trl_marl.envs.coding.CooperativeCodingEnv`]'s other arguments (`chat`, the columns, the
+            executor, ...); `num_turns` must be 1 and `code_prefill` is set per agent.
+    """
+
+    def __init__(self, rule_column: str = "rule", helper_template: str = PRIVATE_HELPER_TEMPLATE,
+                 main_template: str = PRIVATE_MAIN_TEMPLATE, **kwargs: Any) -> None:
+        if kwargs.get("num_turns", 1) != 1:
+            raise ValueError(f"PrivateRuleCodingEnv has one turn (num_turns=1), got {kwargs['num_turns']}.")
+        if kwargs.get("code_prefill"):
+            raise ValueError("PrivateRuleCodingEnv prefills each agent's own function: do not pass `code_prefill`.")
+        super().__init__(**kwargs)
+        self.rule_column = rule_column
+        self.private_helper_template = helper_template
+        self.private_main_template = main_template
+
+    def prefill(self, row: Mapping[str, Any], agent_index: int) -> str:
+        """The start of agent `agent_index`'s answer: a code fence and its function up to `return `."""
+        if agent_index == HELPER_AGENT:
+            header = f"def {self.helper_name}(x):"
+        else:
+            entry_point = self.entry_point(row)
+            signature = (function_parts(self._value(row, self.prompt_column), entry_point) or (entry_point + "()",))[0]
+            header = f"def {signature.split(' ->')[0]}:"
+        return f"```python\n{header}\n    return "
+
+    def agent_prompt(self, row: Mapping[str, Any], agent_index: int, transcript: Transcript) -> Prompt:
+        """Agent 0 (helper): the rule; agent 1 (main): the function to write and that `aux` codes a number."""
+        if agent_index not in (HELPER_AGENT, MAIN_AGENT):
+            raise IndexError(f"{type(self).__name__} has agents 0 (helper) and 1 (main), got {agent_index}.")
+        self.check_row(row)
+        if agent_index == HELPER_AGENT:
+            text = self.private_helper_template.format(helper_name=self.helper_name,
+                                                       rule=self._value(row, self.rule_column).strip())
+        else:
+            entry_point = self.entry_point(row)
+            prompt = self._value(row, self.prompt_column).strip("\n")
+            signature, description = function_parts(prompt, entry_point) or (entry_point + "(...)", "")
+            text = self.private_main_template.format(entry_signature=signature, description=description,
+                                                     helper_name=self.helper_name)
+        prefill = self.prefill(row, agent_index)
+        if self.chat:
+            return [{"role": "user", "content": text}, {"role": "assistant", "content": prefill}]
+        return text + "\n\n" + prefill
+
+    def assemble(self, row: Mapping[str, Any], helper_completion: Any, main_completion: Any) -> CodingSolution:
+        """The joint action, each completion read after its own prefill."""
+        return super().assemble(row, self.prefill(row, HELPER_AGENT) + completion_text(helper_completion),
+                                self.prefill(row, MAIN_AGENT) + completion_text(main_completion))
