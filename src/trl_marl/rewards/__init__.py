@@ -49,6 +49,8 @@ from .writing import (
     VocabularyRatioReward,
     WritingTeamReward,
 )
+from .writing_source import SourceRelevanceReward
+from .writing_variants import SymmetricWritingTeamReward, TldrCombinedReward
 
 __all__ = [
     "AnswerVerifier",
@@ -71,15 +73,18 @@ __all__ = [
     "RemoteVerifier",
     "RougeLReward",
     "SandboxLimits",
+    "SourceRelevanceReward",
     "SplitItemsReward",
     "StyleConsistencyReward",
+    "SymmetricWritingTeamReward",
     "TargetSumReward",
+    "TldrCombinedReward",
     "TransitionWordsReward",
     "UnitTestReward",
-    "VocabularyRatioReward",
     "VerifierError",
     "VerifierServer",
     "VerifierUnavailableError",
+    "VocabularyRatioReward",
     "WritingTeamReward",
     "extract_label",
     "extract_math_answer",
