@@ -6,7 +6,9 @@
 - `ChatSplitItemsEnv`: division of labour for real instruct models: the agents must name different items of a
   list without seeing each other's answer (a position convention, which transfers to unseen lists).
 - `CooperativeWritingEnv`: MAGRPO's writing task (summary + detailed expansion).
-- `CooperativeCodingEnv`: MAGRPO's coding task (helper + main function, sandboxed tests as feedback).
+- `CooperativeCodingEnv`: MAGRPO's coding task (helper + main function, sandboxed tests as feedback);
+  `PrivateRuleCodingEnv` with a rule only the helper reads, `DivisionCodingEnv` with roles the agents choose.
+- `SymmetricWritingEnv`: the writing task with roles the writers choose (who writes the summary).
 - `DebateEnv`, `ToyDebateEnv`: collaborative debate (Du et al. 2024) as used by MAPoRL.
 - `CentralizedEnv`: one policy writes every agent's part of any text env in tagged sections (the baseline);
   `CentralizedCodingEnv` the coding task's: both functions in one code block.
@@ -24,9 +26,11 @@ from .base import MultiAgentEnv, Prompt, PromptEnv, TokenizedPromptEnv, Transcri
 from .centralized import CentralizedEnv, split_sections
 from .coding import CooperativeCodingEnv
 from .coding_central import CentralizedCodingEnv
+from .coding_division import DivisionCodingEnv
+from .coding_private import PrivateRuleCodingEnv
 from .coordination import ChatSplitItemsEnv
 from .debate import DebateEnv, ToyDebateEnv
-from .writing import CooperativeWritingEnv, writing_text
+from .writing import CooperativeWritingEnv, SymmetricWritingEnv, writing_text
 
 __all__ = [
     "CentralizedCodingEnv",
@@ -36,9 +40,12 @@ __all__ = [
     "ChatTargetSumEnv",
     "CooperativeWritingEnv",
     "DebateEnv",
+    "DivisionCodingEnv",
     "MultiAgentEnv",
     "Prompt",
+    "PrivateRuleCodingEnv",
     "PromptEnv",
+    "SymmetricWritingEnv",
     "TargetSumEnv",
     "TokenizedPromptEnv",
     "ToyDebateEnv",
