@@ -554,20 +554,151 @@ def clean(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
+class ModuleRefused(Exception):
+    """A name the tests read as a module whose module the harness cannot import: every test that reads it fails with
+    this reason, never answered by the program's object."""
+
+
+def names_read_as_modules(codes: list[str]) -> frozenset[str]:
+    """The names that code reads only as `name.attribute` (never calls, assigns or passes as a value): what its
+    author means by them is a module (`np` in `np.allclose(...)`). Code that does not parse reads none."""
+    import ast
+
+    bases: set[str] = set()
+    other: set[str] = set()
+    for code in codes:
+        try:
+            tree = ast.parse(code)
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            continue
+        values = [node.value for node in ast.walk(tree)
+                  if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)]
+        as_base = {id(node) for node in values}
+        bases.update(node.id for node in values)
+        other.update(node.id for node in ast.walk(tree) if isinstance(node, ast.Name) and id(node) not in as_base)
+    return frozenset(bases - other)
+
+
+def modules_imported(program: str) -> dict[str, tuple[str, bool]]:
+    """The modules that a program's import statements bind to names, wherever they stand, each with whether it is
+    surely a module: `import numpy as np` -> `{"np": ("numpy", True)}`, `import os.path` -> `{"os": ("os", True)}`,
+    `from a import b as c` -> `{"c": ("a.b", False)}` (a module only if `a.b` is one). The program may rebind the
+    name afterwards; what it imported is what it meant."""
+    import ast
+
+    try:
+        tree = ast.parse(program)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return {}
+    found: dict[str, tuple[str, bool]] = {}
+    for node in ast.walk(tree):  # iterative: no recursion on deep code
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                top = alias.name.split(".")[0]
+                found[alias.asname or top] = (alias.name if alias.asname else top, True)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            for alias in node.names:
+                if alias.name != "*":
+                    found[alias.asname or alias.name] = (node.module + "." + alias.name, False)
+    return found
+
+
+# The conventional aliases of the Python community: a test that reads `np.allclose` without importing `np` means
+# numpy, even when the program binds `np` to a class of its own without importing anything.
+CONVENTIONAL_ALIASES = {
+    "np": "numpy", "pd": "pandas", "sp": "scipy", "plt": "matplotlib.pyplot", "mpl": "matplotlib", "nx": "networkx",
+    "sns": "seaborn", "tf": "tensorflow",
+}
+
+
+def _importable_name(name: str) -> bool:
+    """Whether H may import a module of this name: dotted identifiers, no `__main__`, none whose import acts
+    ([`_NEVER_IMPORTED`]), nothing of trl-marl (H imports none of it)."""
+    parts = name.split(".")
+    return (all(part.isidentifier() for part in parts) and "__main__" not in parts
+            and parts[0] not in _NEVER_IMPORTED and parts[0] != "trl_marl")
+
+
+def _is_module(name: str) -> bool:
+    """Whether `name` names a module that H can find (its parents are imported to look)."""
+    if not _importable_name(name):
+        return False
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (Exception, SystemExit):
+        return False
+
+
+_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS",
+                     "VECLIB_MAXIMUM_THREADS", "BLIS_NUM_THREADS")
+
+
+def import_module(name: str, key: str) -> Any:
+    """H's own import of module `name`, which the tests read as `key`; [`ModuleRefused`] when H cannot import it."""
+    if not _importable_name(name):
+        raise ModuleRefused("the tests read %r as the module %r, which the harness does not import; the tests that "
+                            "read it are refused" % (key, clean(name, 100)))
+    if name.split(".")[0] not in STANDARD_MODULES:
+        # H cannot start threads (it entered a new PID namespace: clone(CLONE_THREAD) fails), and numerical libraries
+        # start a pool of them on import (OpenBLAS aborts the import): one thread each.
+        for variable in _THREAD_VARIABLES:
+            os.environ[variable] = "1"
+    try:
+        value: Any = __import__(name)
+        for part in name.split(".")[1:]:
+            value = getattr(value, part)
+    except BaseException as exc:  # an import that fails in any way (an abort, a signal) refuses the tests
+        raise ModuleRefused("the tests read %r as the module %r, which the harness cannot import (%s); the tests "
+                            "that read it are refused, never answered by the program's object"
+                            % (key, clean(name, 100), clean(type(exc).__name__, 60))) from None
+    return value
+
+
 class TestGlobals(dict):
     """The tests' global namespace: names the tests do not define resolve to the program's top-level names (as
     when program and tests share one module), except the names whose meaning the tests fix: built-in names, which
-    the program cannot shadow (only the entry point may carry a built-in's name), and the standard modules the tests
-    read as modules (`modules`: `math` in `math.isclose(...)`), which are H's own, whatever the program binds to
-    those names. So only the functions under test (and plain constants) come from the program."""
+    the program cannot shadow (only the entry point may carry a built-in's name), and the modules the tests read as
+    modules, which are H's own imports, whatever the program binds to those names:
+
+    - a standard module read as a module (`modules`: `math` in `math.isclose(...)`);
+    - any name the program bound to a module, whatever its origin (`import numpy as np`: H imports `numpy` itself,
+      so a program that patched `np.allclose` changes only its own copy);
+    - a name the tests read only as `name.attribute` (`read_as_modules`) that the program's import statements bound
+      to a module (`import numpy as np`, then `np = SimpleNamespace(...)`), or that is itself the name of a module H
+      can import (`numpy = SimpleNamespace(...)`).
+
+    A module that H cannot import (a module the program made or wrote itself) is never the program's object: the
+    tests that read it fail with [`ModuleRefused`]. So only the functions under test (and plain constants, and the
+    program's own classes read by attribute) come from the program."""
 
     __test__ = False  # not a pytest class
 
     def __init__(self, channel: Channel, names: dict[str, Any], entry_point: str | None,
-                 modules: frozenset[str] = frozenset()) -> None:
+                 modules: frozenset[str] = frozenset(), read_as_modules: frozenset[str] = frozenset(),
+                 program: str = "") -> None:
         super().__init__(__name__="__tests__", __builtins__=builtins)
         self._channel, self._names, self._entry = channel, names, entry_point
         self._modules = modules & STANDARD_MODULES
+        self._read = read_as_modules - {entry_point}
+        self._program = program
+        self._imports: dict[str, tuple[str, bool]] | None = None
+
+    def _module_meant(self, key: str, info: Any) -> str | None:
+        """The module the tests mean by `key`, or `None` when it is the program's definition or plain value."""
+        if type(info) is tuple and len(info) == 2 and info[0] == "m" and type(info[1]) is str:
+            return info[1]  # bound to a module: that module, whatever its origin
+        if key not in self._read or (type(info) is tuple and info[:1] == ("v",)):
+            return None  # a plain value has only its built-in type's attributes: nothing of the program's to forge
+        if self._imports is None:
+            self._imports = modules_imported(self._program)
+        imported = self._imports.get(key)
+        if imported is not None and (imported[1] or _is_module(imported[0])):
+            return imported[0]  # `import numpy as np` (or `from os import path`), whatever `np` is bound to now
+        if key in CONVENTIONAL_ALIASES and _is_module(CONVENTIONAL_ALIASES[key]):
+            return CONVENTIONAL_ALIASES[key]
+        return key if _is_module(key) else None
 
     def __missing__(self, key: str) -> Any:
         if key in self._modules:
@@ -577,14 +708,13 @@ class TestGlobals(dict):
         info = self._names.get(key)
         if info is None or (key != self._entry and hasattr(builtins, key)):
             raise KeyError(key)
-        value = Definition(self._channel, ("n", key))
-        if (type(info) is tuple and len(info) == 2 and info[0] == "m" and type(info[1]) is str
-                and info[1].split(".")[0] in STANDARD_MODULES and "__main__" not in info[1].split(".")):
-            value = __import__(info[1])
-            for part in info[1].split(".")[1:]:
-                value = getattr(value, part)
+        module = self._module_meant(key, info) if key != self._entry else None
+        if module is not None:
+            value = import_module(module, key)
         elif type(info) is tuple and len(info) == 2 and info[0] == "v":
             value = info[1]
+        else:
+            value = Definition(self._channel, ("n", key))
         self[key] = value
         return value
 
@@ -649,7 +779,10 @@ def run_tests(req: dict[str, Any], emit: Callable[..., None], channel: Channel) 
         names = {k: v for k, v in first[1].items() if _type(k) is str and k.isidentifier()}
         modules = req.get("modules")
         modules = frozenset(m for m in modules if _type(m) is str) if _type(modules) is list else frozenset()
-        namespace = TestGlobals(channel, names, req.get("entry_point"), modules)
+        program = req.get("program")
+        namespace = TestGlobals(channel, names, req.get("entry_point"), modules,
+                                names_read_as_modules([_str(req.get("setup") or ""), _str(req.get("tests_fn") or "")]),
+                                program if _type(program) is str else "")
         phase = "test_error"
         try:
             if req["setup"]:
