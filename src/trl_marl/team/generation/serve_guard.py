@@ -8,8 +8,10 @@ without a key, and publishes `/docs`, `/openapi.json` and `/metrics`. `trl-marl 
   environment (never on its command line, which every local user can read), and [`ServerGuard`] asks for it
   (`Authorization: Bearer <key>`) on every path but `/health`, where vLLM's own check covers only `/v1` and a few
   other prefixes;
-- an adapter folder (`--adapter-dir`, default `<state folder>/port-<port>/adapters`, created private to the user):
-  runtime adapter loading takes only folders inside it. A relative `lora_path` is read inside it; an absolute path
+- an adapter folder (`--adapter-dir`, default `<state folder>/port-<port>/adapters`, created private to the user
+  when missing; an existing folder keeps its mode, and when other users can write it, e.g. `/tmp`, the trainer's
+  adapters go to a private folder of their own inside it, named in the connection file): runtime adapter loading
+  takes only folders inside it. A relative `lora_path` is read inside it; an absolute path
   elsewhere, a path with `..`, a symbolic link that leads out, or anything else is refused with ONE message, the
   same whether the path is a file, a folder or missing. The checked, resolved path is what vLLM then loads;
 - `/docs`, `/redoc`, `/openapi.json` and `/metrics` answering 404 unless `--open-docs` / `--open-metrics`.
@@ -31,6 +33,8 @@ import hmac
 import json
 import os
 import secrets
+import stat
+import tempfile
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -79,21 +83,66 @@ def new_api_key() -> str:
 
 
 def _private_dir(path: Path) -> Path:
-    path.mkdir(parents=True, exist_ok=True, mode=0o700)
-    os.chmod(path, 0o700)
+    """`path` as a folder: created private to the user (mode 0700) when it is missing. An existing folder is used as
+    it is, its mode never changed: a folder the user passed may be shared (`/tmp`, mode 1777), and making it private
+    would lock every other user out of it, even when the server never starts."""
+    try:
+        path.mkdir(parents=True, mode=0o700)
+    except FileExistsError:
+        if not path.is_dir():
+            raise NotADirectoryError(f"trl-marl vllm-serve: {path} exists and is not a folder.") from None
+        return path
+    os.chmod(path, 0o700)  # the folder just created, whatever the umask: nobody else's
     return path
 
 
+def _shared(path: Path) -> bool:
+    """Whether a folder is writable by other users than this one: group or world write permission, or another
+    owner."""
+    info = path.stat()
+    return bool(info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)) or info.st_uid != os.geteuid()
+
+
+def _adapter_folder(adapter_dir: str | os.PathLike) -> Path:
+    """The adapter folder of a server: `adapter_dir`, created private when missing; when it exists and other users
+    can write it (a shared temporary folder), a private folder of its own inside it (`trl-marl-adapters-*`, mode
+    0700), so nobody else can write or replace an adapter there, and the folder the user passed keeps its mode."""
+    root = _private_dir(Path(adapter_dir).expanduser().resolve())
+    if _shared(root):
+        return Path(tempfile.mkdtemp(prefix="trl-marl-adapters-", dir=root))
+    return root
+
+
 def write_connection(port: int, api_key: str, adapter_dir: str | os.PathLike) -> Path:
-    """Create the (private) adapter folder and write the connection file of the server on `port`, readable by the
-    user only; returns the file's path."""
-    adapters = _private_dir(Path(adapter_dir).expanduser().resolve())
+    """Create the adapter folder (private; see [`_adapter_folder`]) and write the connection file of the server on
+    `port`, readable by the user only; returns the file's path.
+
+    No existing folder changes mode: a missing state folder is created private, an existing one is used as it is,
+    and the file is written to a new private file beside it and then renamed over `port-<port>.json`, so a file or
+    link another user placed there is replaced, never written through.
+
+    Raises:
+        PermissionError: If the connection file cannot be replaced (it belongs to another user in a shared folder);
+            the message names the fix (`TRL_MARL_VLLM_SERVE_DIR`).
+    """
+    adapters = _adapter_folder(adapter_dir)
     path = connection_path(port)
     _private_dir(path.parent)
-    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    os.fchmod(descriptor, 0o600)
-    with os.fdopen(descriptor, "w") as handle:
-        json.dump({"port": int(port), "api_key": api_key, "adapter_dir": str(adapters)}, handle)
+    descriptor, temporary = tempfile.mkstemp(prefix=f".port-{int(port)}-", suffix=".json", dir=path.parent)
+    try:
+        os.fchmod(descriptor, 0o600)
+        with os.fdopen(descriptor, "w") as handle:
+            json.dump({"port": int(port), "api_key": api_key, "adapter_dir": str(adapters)}, handle)
+        os.replace(temporary, path)
+    except PermissionError as error:
+        raise PermissionError(
+            f"trl-marl vllm-serve: cannot write the connection file {path} ({error.strerror}): it belongs to another "
+            "user in a shared folder. Set TRL_MARL_VLLM_SERVE_DIR to a folder of your own (created private when "
+            "missing)."
+        ) from None
+    finally:
+        if os.path.exists(temporary):
+            os.unlink(temporary)
     return path
 
 
