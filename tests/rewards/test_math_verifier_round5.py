@@ -63,6 +63,10 @@ WRONG_ACCEPTS = [
     (r"\bbox[border:1px solid]{6} \boxed{5}", None, "5"),
     (r"\boxed{5} and \ovalbox{6}", None, "5"),
     ("The answer isn\u2019t 5.", None, "5"),
+    ("The answer is negative $5.", "-5", "5"),
+    ("The answer is ca 5", None, "5"),
+    ("It is between four and five.", None, "5"),
+    ("\\boxed{5} whoops \\boxed{6}", "6", "5"),
 ]
 
 # (response, what the verifier reads, gold): rejected though right before the fix
@@ -89,6 +93,10 @@ WRONG_REJECTS = [
     (r"\boxed{2^3}", "8", "8"),
     (r"\boxed{2^{10}}", "1024", "1024"),
     (r"The answer is $2^{-1}$.", "1/2", "0.5"),
+    ("The answer is two dozen.", "24", "24"),
+    (r"\boxed{1.5 dozen}", "18", "18"),
+    ("The answer is a thousand.", "1000", "1000"),
+    ("The answer is half a million.", "500000", "500000"),
 ]
 
 # Readings that the fix must not change: plain statements beside the new words, and values that are not exact.
@@ -99,6 +107,7 @@ KEPT = [
     (r"So she could buy \boxed{5} apples.", "5"),
     (r"The answer should be \boxed{5}.", "5"),
     (r"The difference between the two is \boxed{5}.", "5"),
+    (r"The value between a and b is \boxed{5}.", "5"),  # "between" before no number
     ("Wait, let me check. The answer is 5.", "5"),
     (r"\boxed{\sqrt{2}}", r"\sqrt{2}"),  # no rational value: a text, which matches no number
     (r"\boxed{2^{200}}", "2^{200}"),  # more than MAX_DIGITS digits: a text, which matches no number

@@ -40,9 +40,7 @@ ATTACKS = {
         "sys.modules['numpy'] = fake\nimport numpy as np\n" + WRONG
     ),
     # a module object of another name, made at run time: the harness cannot import it
-    "made_module": (
-        "import types\nnp = types.ModuleType('fastnp')\nnp.allclose = lambda *a, **k: True\n" + WRONG
-    ),
+    "made_module": ("import types\nnp = types.ModuleType('fastnp')\nnp.allclose = lambda *a, **k: True\n" + WRONG),
     # a third-party module of the program's own, written to its working directory and imported from there
     "written_package": (
         "import os, sys\nos.makedirs('vendor', exist_ok=True)\n"

@@ -77,13 +77,13 @@ _LATEX_DROP = re.compile(r"\\(?:left|right|displaystyle|!)|\^\s*\{?\\circ\}?|\^\
 _APOSTROPHE = "['\u2019\u02bc]"  # typewriter, right single quotation mark, modifier letter apostrophe
 _NUMBER_WORD = (
     r"(?:zero|nought|naught|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|thirteen|fourteen|fifteen"
-    r"|sixteen|seventeen|eighteen|nineteen|twenty|thirty|forty|fifty|sixty|seventy|eighty|ninety|a|an|half)\b"
+    r"|sixteen|seventeen|eighteen|nineteen|twenty|thirty|forty|fifty|sixty|seventy|eighty|ninety|half)\b"
 )
 _NUMERAL_AHEAD = rf"(?=[ \t]+(?:[-$.(]?[0-9]|{_NUMBER_WORD}))"  # a number (digits or words) follows
 QUALIFIER = re.compile(
     r"\b(?:not|no|never|neither|nor|none|cannot|without|except|excluding|unless|otherwise|instead|rather"
-    r"|about|approx(?:imately)?|aprox|appr|appx|apprx|roughly|around|nearly|almost|circa|ca(?=\.)|abt|est(?=\.)"
-    r"|close[ \t]+to|estimated?|estimates?|estd"
+    r"|about|approx(?:imately)?|aprox|appr|appx|apprx|roughly|around|nearly|almost|circa"
+    r"|ca(?=\.|[ \t]+[0-9])|abt|est(?=\.)|close[ \t]+to|estimated?|estimates?|estd"
     r"|maybe|perhaps|probably|possibly|likely|unlikely|guess|false|wrong|incorrect"
     r"|(?:might|may|could)(?:[ \t]+(?:well|also|just|possibly|even))?[ \t]+be"
     r"|presumably|supposedly|allegedly|conceivably|potentially|seemingly|apparently"
