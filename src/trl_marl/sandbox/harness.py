@@ -665,7 +665,7 @@ class TestGlobals(dict):
     - a standard module read as a module (`modules`: `math` in `math.isclose(...)`);
     - any name the program bound to a module, whatever its origin (`import numpy as np`: H imports `numpy` itself,
       so a program that patched `np.allclose` changes only its own copy);
-    - a name the tests read only as `name.attribute` (`read_as_modules`) that the program's import statements bound
+    - a name the tests (`tests`: their code) read only as `name.attribute` that the program's import statements bound
       to a module (`import numpy as np`, then `np = SimpleNamespace(...)`), or that is itself the name of a module H
       can import (`numpy = SimpleNamespace(...)`).
 
@@ -676,21 +676,24 @@ class TestGlobals(dict):
     __test__ = False  # not a pytest class
 
     def __init__(self, channel: Channel, names: dict[str, Any], entry_point: str | None,
-                 modules: frozenset[str] = frozenset(), read_as_modules: frozenset[str] = frozenset(),
-                 program: str = "") -> None:
+                 modules: frozenset[str] = frozenset(), tests: tuple[str, ...] = (), program: str = "") -> None:
         super().__init__(__name__="__tests__", __builtins__=builtins)
         self._channel, self._names, self._entry = channel, names, entry_point
         self._modules = modules & STANDARD_MODULES
-        self._read = read_as_modules - {entry_point}
-        self._program = program
+        self._tests, self._program = tests, program
+        self._read: frozenset[str] | None = None  # read from `tests` when first needed (most runs never need it)
         self._imports: dict[str, tuple[str, bool]] | None = None
 
     def _module_meant(self, key: str, info: Any) -> str | None:
         """The module the tests mean by `key`, or `None` when it is the program's definition or plain value."""
         if type(info) is tuple and len(info) == 2 and info[0] == "m" and type(info[1]) is str:
             return info[1]  # bound to a module: that module, whatever its origin
-        if key not in self._read or (type(info) is tuple and info[:1] == ("v",)):
+        if type(info) is tuple and info[:1] == ("v",):
             return None  # a plain value has only its built-in type's attributes: nothing of the program's to forge
+        if self._read is None:
+            self._read = names_read_as_modules(list(self._tests))
+        if key not in self._read:
+            return None
         if self._imports is None:
             self._imports = modules_imported(self._program)
         imported = self._imports.get(key)
@@ -781,7 +784,7 @@ def run_tests(req: dict[str, Any], emit: Callable[..., None], channel: Channel) 
         modules = frozenset(m for m in modules if _type(m) is str) if _type(modules) is list else frozenset()
         program = req.get("program")
         namespace = TestGlobals(channel, names, req.get("entry_point"), modules,
-                                names_read_as_modules([_str(req.get("setup") or ""), _str(req.get("tests_fn") or "")]),
+                                (_str(req.get("setup") or ""), _str(req.get("tests_fn") or "")),
                                 program if _type(program) is str else "")
         phase = "test_error"
         try:
