@@ -283,11 +283,12 @@ def coding_private_task() -> Task:
     """Cooperative coding with private information (`PrivateRuleCodingEnv`, issue 55): only agent 0 (the helper)
     reads the rule that codes a number ("multiply `x` by 3, then add 4") and writes `aux`; agent 1 writes a main
     function over the codes (a list of codes, their sum, the largest, the codes of two numbers) and is told only that
-    `aux(x)` returns the code of `x`. Each answer is prefilled up to its function's `return `, so both write one
-    expression (24 new tokens, stop at the closing fence, T = 0.7). Trained on `CodingTeamReward`; success is a program
-    that passes every hidden test. Rules are split by form and multiplier (`private_rule_rows`): 432 training rows, 16
-    held-out rows whose rules never occur in training. Metrics: main calls the helper, helper use decided by running
-    the program, and each agent paired with its reference partner (each one's own skill)."""
+    `aux(x)` returns the code of `x`, after two worked exchanges of functions that call a partner's `aux`; the
+    helper's answer is prefilled up to `return ` (64 new tokens, stop at the closing fence, T = 0.7). Trained on
+    `CodingTeamReward`; success is a program that passes every hidden test. Rules are split by form and multiplier
+    (`private_rule_rows`): 432 training rows, 16 held-out rows whose rules never occur in training. Metrics: main
+    calls the helper, helper use decided by running the program, and each agent paired with its reference partner
+    (each one's own skill)."""
     from trl_marl.data.team_coding import private_rule_rows
     from trl_marl.envs.coding_private import PrivateRuleCodingEnv
     from trl_marl.rewards.coding import CodingTeamReward, HelperUsedReward, PassRateReward, ReferencePartnerPass
@@ -311,7 +312,8 @@ def coding_private_task() -> Task:
                 "helper_with_reference_main": ReferencePartnerPass(env, 0),
                 "main_with_reference_helper": ReferencePartnerPass(env, 1), "team_reward": CodingTeamReward(env)}
 
-    sizes = {"batch": 16, "generations": 8, "completion": 24, "eval_rows": 16, "temperature": 0.7, "stop": ["```"]}
+    # 64 new tokens: the main agent writes its whole function (the helper one expression, closed well within it)
+    sizes = {"batch": 16, "generations": 8, "completion": 64, "eval_rows": 16, "temperature": 0.7, "stop": ["```"]}
     return Task("coding_private", env, lambda env: CodingTeamReward(env), train_rows, eval_rows,
                 success=lambda env: PassRateReward(env), sizes=sizes, central=False, metrics=metrics)
 

@@ -41,19 +41,24 @@ def test_rows_tests_are_the_rule_by_hand_and_the_split_holds_rules_out():
 
 def test_only_the_helper_reads_the_rule_and_each_answer_is_prefilled(env):
     helper, main = env.prompts(ROW, Transcript())
-    assert "multiply `x` by 3, then add 4" in helper[0]["content"]
-    assert "3" not in main[0]["content"].split("plus one")[0].replace("coded_sum", "")  # no constant of the rule
-    assert "then add" not in main[0]["content"] and "call it, do not write it" in main[0]["content"]
+    assert "multiply `x` by 3, then add 4" in helper[0]["content"] and len(helper) == 2
+    task = main[-2]["content"]
+    assert "coded_sum(numbers: list) -> int" in task and "call it, do not write it" in task
+    assert not any(w in m["content"] for m in main for w in ("then add", "by 3", "multiply"))  # nothing of the rule
+    assert [m["role"] for m in main] == ["user", "assistant"] * 3  # two worked exchanges, then the task
+    assert "aux(numbers[-1])" in main[1]["content"]
     assert helper[-1] == {"role": "assistant", "content": "```python\ndef aux(x):\n    return "}
-    assert main[-1] == {"role": "assistant", "content": "```python\ndef coded_sum(numbers: list):\n    return "}
+    assert main[-1] == {"role": "assistant", "content": "```python\n"}
+    assert len(PrivateRuleCodingEnv(chat=True, main_examples=()).agent_prompt(ROW, 1, Transcript())) == 2
     text = PrivateRuleCodingEnv().agent_prompt(ROW, 0, Transcript())
     assert text.endswith("```python\ndef aux(x):\n    return ")
 
 
 def test_the_team_passes_only_with_the_rule_and_the_call(env):
     helpers = ["x * 3 + 4\n```", "x * 3 + 4\n```", "x * 2 + 4\n```", "x * 3 + 4\n```"]
-    mains = ["sum(aux(x) for x in numbers)\n```", "sum(x * 3 + 4 for x in numbers)\n```",
-             "sum(aux(x) for x in numbers)\n```", "sum(numbers)\n```"]
+    mains = [f"def coded_sum(numbers):\n    return {body}\n```" for body in (
+        "sum(aux(x) for x in numbers)", "sum(x * 3 + 4 for x in numbers)", "sum(aux(x) for x in numbers)",
+        "sum(numbers)")]
     # 2x + 4 agrees with 3x + 4 on [] and [0] only; sum(numbers) on [] only
     assert call(PassRateReward(env), helpers, mains) == [1.0, 1.0, 0.5, 0.25]
     team = call(CodingTeamReward(env), helpers, mains)

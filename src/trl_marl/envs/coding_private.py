@@ -25,7 +25,7 @@ rows = private_rule_rows("train")
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..utils.code import function_parts
@@ -43,18 +43,28 @@ PRIVATE_MAIN_TEMPLATE = """\
 Write a Python function `{entry_signature}`. {description}
 
 Every number has a secret code that only your partner knows. Your partner writes `{helper_name}(x)`, which returns \
-the code of `x`: call it, do not write it. For example, to return the code of 7 plus one, write \
-`return {helper_name}(7) + 1`. Reply with only the code."""
+the code of `x`: call it, do not write it. Reply with only the code."""
 """The main agent's prompt (placeholders `{entry_signature}`, `{description}`, `{helper_name}`)."""
+
+MAIN_EXAMPLES: tuple[tuple[str, str, str], ...] = (
+    ("code_of_last(numbers: list) -> int", "Return the code of the last number in `numbers`.",
+     "def code_of_last(numbers: list):\n    return {helper_name}(numbers[-1])"),
+    ("product_of_codes(numbers: list) -> int", "Return the product of the codes of the numbers in `numbers`.",
+     "def product_of_codes(numbers: list):\n    result = 1\n    for x in numbers:\n"
+     "        result *= {helper_name}(x)\n    return result"),
+)
+"""Worked exchanges shown to the main agent before its task, in chat mode (signature, description, answer): how a
+function calls a partner's `aux`. None of them is one of the tasks' functions. Without them the untrained SmolLM2-135M
+main agent called `aux` correctly in 0 of 128 answers on training rows (the pilot record)."""
 
 
 class PrivateRuleCodingEnv(CooperativeCodingEnv):
     """Cooperative coding where only the helper agent reads the rule (`rule_column`) that the helper implements.
 
     Agent 0 gets `helper_template` with the row's rule, agent 1 `main_template` with the main function's signature
-    and description and nothing of the rule. In chat mode each answer is prefilled with a code fence and its function
-    up to `return ` (`def aux(x):` for the helper, the row's signature for the main agent), which the model continues;
-    in string mode the prompts end there. One turn. Rows: [`~trl_marl.data.team_coding.private_rule_rows`].
+    and description and nothing of the rule, after the worked exchanges `main_examples` (chat mode). The answers are
+    prefilled ([`~PrivateRuleCodingEnv.prefill`]): the helper's up to `return `, the main agent's with a code fence;
+    in string mode the prompts end with them. One turn. Rows: [`~trl_marl.data.team_coding.private_rule_rows`].
 
     The joint action is assembled as in [`~trl_marl.envs.coding.CooperativeCodingEnv`] (the helper agent's `aux`
     only), so [`~trl_marl.rewards.coding.CodingTeamReward`] scores it unchanged: its cooperation terms are decided by
@@ -64,12 +74,15 @@ class PrivateRuleCodingEnv(CooperativeCodingEnv):
         rule_column (`str`): The column of the rule's words (shown to the helper agent only).
         helper_template (`str`): The helper agent's prompt.
         main_template (`str`): The main agent's prompt.
+        main_examples (`Sequence[tuple[str, str, str]]`): Worked exchanges shown to the main agent first, in chat
+            mode ([`MAIN_EXAMPLES`]; `()` for none).
         **kwargs: [`~trl_marl.envs.coding.CooperativeCodingEnv`]'s other arguments (`chat`, the columns, the
             executor, ...); `num_turns` must be 1 and `code_prefill` is set per agent.
     """
 
     def __init__(self, rule_column: str = "rule", helper_template: str = PRIVATE_HELPER_TEMPLATE,
-                 main_template: str = PRIVATE_MAIN_TEMPLATE, **kwargs: Any) -> None:
+                 main_template: str = PRIVATE_MAIN_TEMPLATE,
+                 main_examples: Sequence[tuple[str, str, str]] = MAIN_EXAMPLES, **kwargs: Any) -> None:
         if kwargs.get("num_turns", 1) != 1:
             raise ValueError(f"PrivateRuleCodingEnv has one turn (num_turns=1), got {kwargs['num_turns']}.")
         if kwargs.get("code_prefill"):
@@ -78,16 +91,16 @@ class PrivateRuleCodingEnv(CooperativeCodingEnv):
         self.rule_column = rule_column
         self.private_helper_template = helper_template
         self.private_main_template = main_template
+        self.main_examples = tuple(main_examples)
 
     def prefill(self, row: Mapping[str, Any], agent_index: int) -> str:
-        """The start of agent `agent_index`'s answer: a code fence and its function up to `return `."""
+        """The start of agent `agent_index`'s answer: for the helper, a code fence and `def aux(x):` up to `return `
+        (it writes one expression); for the main agent, the code fence only. (Prefilled up to its `return`, the
+        untrained SmolLM2-135M main agent wrote arithmetic on the numbers and never called `aux` correctly, 0 of 64;
+        prefilled with its `def` line alone, it closed the fence at once.)"""
         if agent_index == HELPER_AGENT:
-            header = f"def {self.helper_name}(x):"
-        else:
-            entry_point = self.entry_point(row)
-            signature = (function_parts(self._value(row, self.prompt_column), entry_point) or (entry_point + "()",))[0]
-            header = f"def {signature.split(' ->')[0]}:"
-        return f"```python\n{header}\n    return "
+            return f"```python\ndef {self.helper_name}(x):\n    return "
+        return "```python\n"
 
     def agent_prompt(self, row: Mapping[str, Any], agent_index: int, transcript: Transcript) -> Prompt:
         """Agent 0 (helper): the rule; agent 1 (main): the function to write and that `aux` codes a number."""
@@ -104,9 +117,16 @@ class PrivateRuleCodingEnv(CooperativeCodingEnv):
             text = self.private_main_template.format(entry_signature=signature, description=description,
                                                      helper_name=self.helper_name)
         prefill = self.prefill(row, agent_index)
-        if self.chat:
-            return [{"role": "user", "content": text}, {"role": "assistant", "content": prefill}]
-        return text + "\n\n" + prefill
+        if not self.chat:
+            return text + "\n\n" + prefill
+        shots: list[dict[str, str]] = []
+        if agent_index == MAIN_AGENT:
+            for signature, description, answer in self.main_examples:
+                shots += [{"role": "user", "content": self.private_main_template.format(
+                              entry_signature=signature, description=description, helper_name=self.helper_name)},
+                          {"role": "assistant",
+                           "content": f"```python\n{answer.format(helper_name=self.helper_name)}\n```"}]
+        return [*shots, {"role": "user", "content": text}, {"role": "assistant", "content": prefill}]
 
     def assemble(self, row: Mapping[str, Any], helper_completion: Any, main_completion: Any) -> CodingSolution:
         """The joint action, each completion read after its own prefill."""
