@@ -56,6 +56,8 @@ def test_every_registered_script_exists_and_every_benchmark_script_is_registered
     helpers = {"speed/ab_timing.py", "speed/profile_hooks.py", "parity/bench_ppo_trl112_peer.py",
                "parity/bench_comlrl_peer.py", "parity/bench_comlrl_ac_peer.py", "learning/family_stats.py",
                "learning/writing_untrained.py",  # the untrained writing team on training texts (the task's sizing)
+               "learning/writing_symmetric_pilot.py",  # pilot rates of the symmetric writing task (training rows)
+               "learning/coding_pilot.py",  # pilot rates of the cooperative coding designs (training rows)
                "learning/plot_real.py"}  # the learning-curve plots drawn from the real-model records
     on_disk = {str(p.relative_to(BENCH_ROOT)) for p in BENCH_ROOT.glob("*/*.py")}
     assert on_disk - registered - helpers == set()

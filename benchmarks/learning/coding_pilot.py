@@ -1,10 +1,15 @@
-"""Pilot rates of the division-of-labour coding task on TRAINING rows only (issue 55, item 3): the untrained
-SmolLM2-135M team of `learning_real.py`'s `coding_division` task, sampled as its evaluation samples (8 joint actions
-per row, T = 0.7, stop at the closing fence), before any seed is run. The gates, fixed before this pilot
-(docs/teamwork-analysis notes §3 a2): both agents write the same function with probability b >= 0.6, and the untrained
-success leaves room to learn (< 0.3). Held-out rows are never sampled here.
+"""Pilot rates of the cooperative coding designs on TRAINING rows only (issue 55, item 3), measured before any seed:
+the untrained SmolLM2-135M team of `learning_real.py`'s task, sampled as its evaluation samples (8 joint actions per
+row, T = 0.7, stop at the closing fence). Held-out rows are never sampled here. The gates, fixed before the pilots
+(the teamwork analysis notes, section 3):
 
-    python benchmarks/learning/coding_division_pilot.py --rows 16
+- `--task coding_division` (roles the agents choose): both agents write the same function with probability
+  b >= 0.6;
+- `--task coding_private` (a rule only the helper reads): the helper right with a reference main in 0.2 to 0.6 of
+  answers, the main right with a reference helper in 0.1 to 0.3;
+- both: the untrained success leaves room to learn (< 0.3).
+
+    python benchmarks/learning/coding_pilot.py --task coding_private --rows 16
 """
 
 from __future__ import annotations
