@@ -173,6 +173,21 @@ def target_sum_task() -> Task:
     return Task("target_sum", env, lambda env: _team_reward(env, team), train_rows, eval_rows)
 
 
+def split_rows(train: list[dict[str, Any]], heldout: list[dict[str, Any]]) -> tuple[
+        Callable[[int, int], list[dict[str, Any]]], Callable[[str, int], list[dict[str, Any]]]]:
+    """A task's `train_rows` (drawn with replacement from `train`, by seed) and `eval_rows` (the first `count` rows of
+    `heldout` or `train`, each once)."""
+
+    def train_rows(count: int, seed: int) -> list[dict[str, Any]]:
+        return random.Random(seed).choices(train, k=count)
+
+    def eval_rows(split: str, count: int) -> list[dict[str, Any]]:
+        rows = heldout if split == "heldout" else train
+        return [rows[i % len(rows)] for i in range(min(count, len(rows)))]
+
+    return train_rows, eval_rows
+
+
 def coding_task() -> Task:
     """MAGRPO's cooperative coding on `trl_marl.data.team_coding`'s level-1 problems (a one-line helper `aux` and a
     one-line main function; the helper's contract is stated to both agents): agent 0 writes `aux`, agent 1 the main
@@ -200,12 +215,7 @@ def coding_task() -> Task:
             return reward(env)
         return build
 
-    def train_rows(count: int, seed: int) -> list[dict[str, Any]]:
-        return random.Random(seed).choices(train, k=count)
-
-    def eval_rows(split: str, count: int) -> list[dict[str, Any]]:
-        rows = heldout if split == "heldout" else train
-        return [rows[i % len(rows)] for i in range(min(count, len(rows)))]
+    train_rows, eval_rows = split_rows(train, heldout)
 
     def metrics(env: Any) -> dict[str, Any]:
         """The paper's second metric and the cooperation: CodeBLEU of helper + main against the reference program
@@ -262,12 +272,7 @@ def coding_division_task() -> Task:
             raise ValueError("coding_division has no centralised arm.")
         return DivisionCodingEnv(chat=True, code_prefill="```python\n")
 
-    def train_rows(count: int, seed: int) -> list[dict[str, Any]]:
-        return random.Random(seed).choices(train, k=count)
-
-    def eval_rows(split: str, count: int) -> list[dict[str, Any]]:
-        rows = heldout if split == "heldout" else train
-        return [rows[i % len(rows)] for i in range(min(count, len(rows)))]
+    train_rows, eval_rows = split_rows(train, heldout)
 
     def metrics(env: Any) -> dict[str, Any]:
         choices = {f"agent_{a}_{c}": DivisionChoiceRate(env, a, c) for a in (0, 1) for c in ("helper", "main")}

@@ -23,7 +23,7 @@ from __future__ import annotations
 import ast
 import re
 import warnings
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from functools import lru_cache
 from typing import Any
 
@@ -98,6 +98,25 @@ def _is_definition(node: ast.stmt) -> bool:
     return False
 
 
+def _kept_statements(code: str, tree: ast.Module, keep: Callable[[ast.stmt], bool]) -> str:
+    """The top-level statements of `code` (parsed as `tree`) for which `keep` is true, each with its decorators, in
+    order, joined by blank lines."""
+    lines = code.splitlines()
+    kept = []
+    for node in tree.body:
+        if keep(node):
+            start = min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", []))])
+            kept.append("\n".join(lines[start - 1:node.end_lineno]))
+    return "\n\n".join(kept)
+
+
+def _function_or_constant(node: ast.stmt, names: Collection[str]) -> bool:
+    """An import, a literal constant, or a function called one of `names` (never a class)."""
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return node.name in names
+    return _is_definition(node) and not isinstance(node, ast.ClassDef)
+
+
 def definitions_only(code: str) -> str:
     """The definitions of `code`: its top-level imports, functions, classes and assignments of literal constants
     (`VOWELS = "aeiou"`), in order, each with its decorators and comments inside it; every other top-level statement
@@ -115,15 +134,7 @@ def definitions_only(code: str) -> str:
     ```
     """
     tree = parse_or_none(code)
-    if tree is None:
-        return code
-    lines = code.splitlines()
-    kept = []
-    for node in tree.body:
-        if _is_definition(node):
-            start = min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", []))])
-            kept.append("\n".join(lines[start - 1:node.end_lineno]))
-    return "\n\n".join(kept)
+    return code if tree is None else _kept_statements(code, tree, _is_definition)
 
 
 def definitions_of(code: str, names: Collection[str]) -> str:
@@ -142,19 +153,7 @@ def definitions_of(code: str, names: Collection[str]) -> str:
     ```
     """
     tree = parse_or_none(code)
-    if tree is None:
-        return code
-    lines = code.splitlines()
-    kept = []
-    for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            keep = node.name in names
-        else:
-            keep = _is_definition(node) and not isinstance(node, ast.ClassDef)
-        if keep:
-            start = min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", []))])
-            kept.append("\n".join(lines[start - 1:node.end_lineno]))
-    return "\n\n".join(kept)
+    return code if tree is None else _kept_statements(code, tree, lambda node: _function_or_constant(node, names))
 
 
 def first_definition_of(code: str, names: Sequence[str]) -> tuple[str | None, str]:
@@ -175,22 +174,11 @@ def first_definition_of(code: str, names: Sequence[str]) -> tuple[str | None, st
     tree = parse_or_none(code)
     if tree is None:
         return None, code
-    first = next((node.name for node in tree.body
+    first = next((node for node in tree.body
                   if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name in names), None)
     if first is None:
         return None, ""
-    lines = code.splitlines()
-    kept, seen = [], False
-    for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            keep = node.name == first and not seen
-            seen = seen or keep
-        else:
-            keep = _is_definition(node) and not isinstance(node, ast.ClassDef)
-        if keep:
-            start = min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", []))])
-            kept.append("\n".join(lines[start - 1:node.end_lineno]))
-    return first, "\n\n".join(kept)
+    return first.name, _kept_statements(code, tree, lambda node: node is first or _function_or_constant(node, ()))
 
 
 def function_parts(prompt: str, name: str) -> tuple[str, str] | None:
