@@ -288,6 +288,16 @@ class MultiAgentPPOConfig(TRLBaseConfig):
             "docstring of trl_marl.trainers.per_agent."
         },
     )
+    frozen_agents: list[int] = field(
+        default_factory=list,
+        metadata={
+            "help": "Agents that act but are not trained, e.g. `[1]` to train agent 0 alone against a fixed partner "
+            "(the 'training individual LLMs alone' baseline of the papers): a frozen agent answers at every turn and "
+            "its answers are seen and scored, but its policies (every turn's, with 'agent_turn') and its value "
+            "models get no gradient and no optimizer step. Needs weights of its own: not with "
+            "`policy_sharing='shared'`, `team_mode='shared'` or `critic='centralized'`."
+        },
+    )
     policy_sharing: str = field(
         default="agent",
         metadata={
@@ -443,6 +453,7 @@ class MultiAgentPPOConfig(TRLBaseConfig):
             raise ValueError("`num_agents` and `num_turns` must be >= 1.")
         if self.policy_sharing not in POLICY_SHARING:
             raise ValueError(f"`policy_sharing` must be one of {POLICY_SHARING}, got {self.policy_sharing!r}.")
+        self._check_frozen_agents()
         if self.value_train_layers is not None and (type(self.value_train_layers) is not int
                                                     or self.value_train_layers < 0):
             raise ValueError(f"`value_train_layers` must be None (train every weight of the value models) or an "
@@ -486,6 +497,23 @@ class MultiAgentPPOConfig(TRLBaseConfig):
                 "(the reference policy is then the model with its adapter disabled)."
             )
 
+    def _check_frozen_agents(self) -> None:
+        """`frozen_agents`: agents of the team, not all of them, each with weights no trained agent shares."""
+        bad = [a for a in self.frozen_agents if not 0 <= a < self.num_agents]
+        if bad:
+            raise ValueError(f"`frozen_agents` {bad} are not agents of a team of {self.num_agents}.")
+        if not self.frozen_agents:
+            return
+        if len(set(self.frozen_agents)) >= self.num_agents:
+            raise ValueError("`frozen_agents` freezes every agent: nothing would be trained.")
+        shared = [f"{name}={value!r}" for name, value in (("policy_sharing", self.policy_sharing),
+                                                          ("team_mode", self.team_mode), ("critic", self.critic))
+                  if value in ("shared", "centralized")]
+        if shared:
+            raise ValueError(f"`frozen_agents` cannot freeze an agent under {' and '.join(shared)}: its weights "
+                             "(one policy, or one value model, for the whole team) are the trained agents' too. Use "
+                             "`policy_sharing='agent'` or 'agent_turn', a team with weights per agent and "
+                             "`critic='per_agent'`.")
 
     def set_batch_sizes(self, num_processes: int, dataset_size: int) -> None:
         """Fill the computed batch-size fields (TRL 1.12's rules) for `num_processes` processes."""

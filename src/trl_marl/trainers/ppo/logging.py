@@ -6,7 +6,8 @@ TRL 1.12's names for the drop-in (`objective/kl`, `objective/entropy`, `objectiv
 `lr`, `episode`, `eps`) and, with several agents or turns, the names MAGRPO uses for the same quantities:
 `turn_{t}/reward`, `agent_{a}/reward`, `agent_{a}/turn_{t}/reward` (mean score of the responses),
 `agent_{a}/kl`, and per policy slot `agent_{a}/loss/policy_avg`, `agent_{a}/loss/value_avg` (prefixed
-`agent_{a}/turn_{t}/` with per-turn policies). Means are over the scorable responses. With vLLM's importance-sampling
+`agent_{a}/turn_{t}/` with per-turn policies; none for a frozen agent, `frozen_agents`, whose rewards and KL are
+logged). Means are over the scorable responses. With vLLM's importance-sampling
 correction, TRL's `sampling/sampling_logp_difference/mean|max` and `sampling/importance_sampling_ratio/min|mean|max`.
 
 [`ScoreSignalCheck`] warns, as MAGRPO does, when an update's scores give the policies nothing to learn.
@@ -51,7 +52,7 @@ def _mean(values: torch.Tensor, keep: torch.Tensor) -> float:
 
 def update_metrics(accelerator: Any, args: MultiAgentPPOConfig, env: Any, tokenizers: list[Any], lr: float,
                    rollouts: list[AgentRollout | None], stats: dict[str, torch.Tensor], episode: int,
-                   start: float) -> dict[str, float]:
+                   start: float, columns: list[int] | None = None) -> dict[str, float]:
     """The metrics of one PPO update (module docstring).
 
     Args:
@@ -64,6 +65,8 @@ def update_metrics(accelerator: Any, args: MultiAgentPPOConfig, env: Any, tokeni
         stats: The update's per-micro-batch statistics (`STAT_NAMES`).
         episode: Episodes played so far.
         start: When training started (`time.time()`), for `eps`.
+        columns: The trained policy slot of each column of `stats`. Default: every slot with samples (a frozen
+            agent's slots, `frozen_agents`, have samples, hence rewards and KL, but no losses).
     """
     gather = accelerator.gather_for_metrics
     trained = [ro for ro in rollouts if ro is not None]
@@ -110,7 +113,7 @@ def update_metrics(accelerator: Any, args: MultiAgentPPOConfig, env: Any, tokeni
                 metrics[f"agent_{a}/turn_{t}/reward"] = _mean(cpu_scores[cell], cpu_scorable[cell])
         for t in turns.unique().tolist():
             metrics[f"turn_{t}/reward"] = _mean(cpu_scores[turns == t], cpu_scorable[turns == t])
-        active = [slot for slot, ro in enumerate(rollouts) if ro is not None]
+        active = [slot for slot, ro in enumerate(rollouts) if ro is not None] if columns is None else columns
         A = env.num_agents
         for column, slot in enumerate(active):
             prefix = (

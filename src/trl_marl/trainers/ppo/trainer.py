@@ -188,6 +188,7 @@ class MultiAgentPPOTrainer(TeamTrainer):
                                 train_dataset, eval_dataset, args.response_length,
                                 f"{type(args).__name__}.response_length",
                                 agent_tools=agent_tools)
+        self.frozen_slots = self._freeze_policies(team, args)
         self._setup_generation(team, args, temperature=args.temperature + 1e-7)
         if ref_model is not None:
             if args.num_agents != 1:
@@ -204,6 +205,8 @@ class MultiAgentPPOTrainer(TeamTrainer):
                                           train_layers=args.value_train_layers)
         for critic in value_models:  # trained too: a 4-bit critic keeps its gradients as the team's models do
             keep_4bit_trainable(critic)
+        for slot in self.frozen_slots:  # a frozen agent's critic: one per slot (`frozen_agents` refuses a shared one)
+            value_models[slot].requires_grad_(False)
         self.reward_model = reward_model
         if reward_model is not None:
             check_single_label(reward_model, "reward_model")
@@ -252,6 +255,25 @@ class MultiAgentPPOTrainer(TeamTrainer):
         turns = args.num_turns if args.policy_sharing == "agent_turn" else 1
         return AgentTeam.build(model, args.num_agents, mode=mode, peft_config=peft_config,
                                processing_class=processing_class, policy_turns=turns)
+
+    @staticmethod
+    def _freeze_policies(team: AgentTeam, args: MultiAgentPPOConfig) -> frozenset[int]:
+        """Freeze the policy slots of `args.frozen_agents` (every turn's, with `policy_sharing="agent_turn"`:
+        `AgentTeam.freeze_agents`) and return them; the training loop skips their losses (`_trained_slots`)."""
+        if not args.frozen_agents:
+            return frozenset()
+        if team.mode == "shared":
+            raise ValueError(f"`frozen_agents={args.frozen_agents}` cannot freeze an agent of a 'shared' team: every "
+                             "agent runs the same weights. Pass a team with weights per agent ('adapters' or "
+                             "'models').")
+        slots = frozenset(team.slot(turn, a) for a in args.frozen_agents for turn in range(1, team.policy_turns + 1))
+        team.freeze_agents(sorted(slots))
+        return slots
+
+    def _trained_slots(self, rollouts: Sequence[AgentRollout | None]) -> list[int]:
+        """The policy slots an update trains: those with samples, but a frozen agent's (`frozen_agents`). Their
+        order numbers the columns of the update's statistics."""
+        return [s for s, ro in enumerate(rollouts) if ro is not None and s not in self.frozen_slots]
 
     @staticmethod
     def _resolve_stop_token(args: MultiAgentPPOConfig, team: AgentTeam) -> int | None:
@@ -470,7 +492,7 @@ class MultiAgentPPOTrainer(TeamTrainer):
             rows = next(data)
             rollouts = self.rollout(rows)
             signal.see_update(update, rollouts, self.accelerator)  # warns when every score of the update is equal
-            sizes = {s: len(ro.texts) for s, ro in enumerate(rollouts) if ro is not None}
+            sizes = {s: len(rollouts[s].texts) for s in self._trained_slots(rollouts)}  # a frozen agent's: none
             # TRL 1.12: a mini-batch of `local_mini_batch_size` episodes is cut into micro-batches of
             # `per_device_train_batch_size` (the last may be smaller; one micro-batch when the mini-batch is smaller)
             n_micro = math.ceil(args.local_mini_batch_size / args.per_device_train_batch_size)
@@ -492,7 +514,8 @@ class MultiAgentPPOTrainer(TeamTrainer):
                         self.optimizer.zero_grad()
             self.state.global_step += 1
             metrics = update_metrics(self.accelerator, args, self.env, self.team.tokenizers,
-                                     self.lr_scheduler.get_last_lr()[0], rollouts, stats, episode, start)
+                                     self.lr_scheduler.get_last_lr()[0], rollouts, stats, episode, start,
+                                     columns=list(sizes))
             if self.tool_loop is not None and self.last_rollout is not None:  # `agent_<a>/tools/*`, as in MAGRPO
                 tool_metrics: dict[str, list[float]] = defaultdict(list)
                 log_tool_use(tool_metrics, self.last_rollout)
@@ -583,14 +606,14 @@ class MultiAgentPPOTrainer(TeamTrainer):
         Args:
             slot: The policy slot.
             output: `(entropies, new log-probs, values)` of the slot (`PolicyValueTeam.forward`).
-            rollouts: Every slot's samples (`None` for a slot without any); a slot's stats column counts the slots
-                with samples before it.
+            rollouts: Every slot's samples (`None` for a slot without any); a slot's stats column counts the trained
+                slots with samples before it (`_trained_slots`).
             indices: Each slot's sample indices in this micro-batch.
             stats: The update's statistics, `(epochs, mini-batches, micro-batches, slots with samples)` each.
             where: `(epoch, mini-batch, micro-batch)`.
         """
         ro, idx = rollouts[slot], indices[slot]
-        column = [s for s, r in enumerate(rollouts) if r is not None].index(slot)
+        column = self._trained_slots(rollouts).index(slot)
         entropy, new_logprobs, vpred = output
         new_logprobs = torch.masked_fill(new_logprobs, ~ro.policy_mask[idx], INVALID_LOGPROB)
         vpred = torch.masked_fill(vpred, ~ro.value_mask[idx], 0)
