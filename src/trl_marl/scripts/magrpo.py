@@ -28,7 +28,16 @@ from ..data.files import first_rows
 from ..toy.rows import TOY_CODING_PROMPTS, TOY_WRITING_PROMPTS, toy_coding_rows, toy_writing_rows
 from ..utils.quiet import say
 from .arguments import OutputDirArguments, fresh_output_dir, resume_value
-from .data_sources import DataSource, exit_on_unavailable, hub_dataset, offline_route, resolve_source
+from .data_sources import (
+    DataSource,
+    UsageError,
+    exit_on_unavailable,
+    hub_dataset,
+    local_rows,
+    offline_route,
+    resolve_source,
+    shipped_suggestions,
+)
 
 TASKS = ("writing", "coding", "target_sum", "tool_relay")
 
@@ -59,7 +68,7 @@ DATA_HELP = {
 class MAGRPOScriptArguments(OutputDirArguments):
     """Script arguments of `trl-marl magrpo` and the MAGRPO examples (and `overwrite_output_dir`)."""
 
-    task: str = field(default="writing", metadata={"help": f"The task: one of {TASKS}."})
+    task: str = field(default="writing", metadata={"help": f"The task: one of {', '.join(TASKS)}."})
     dataset_name: str | None = field(default=None, metadata={"help": DATA_HELP["dataset_name"]})
     data_files: str | None = field(default=None, metadata={"help": DATA_HELP["data_files"]})
     dataset_config: str | None = field(
@@ -113,8 +122,10 @@ def fit_to_toy(training_args: Any, field_name: str, limit: int = TOY_MAX_NEW_TOK
 def say_toy_skips(source: DataSource | None) -> None:
     """Say, in one line, that the toy model does not load the Hub dataset `source` (its rows are synthetic)."""
     if source is not None and source.kind == "hub":
+        near = shipped_suggestions(source.name)
+        hint = f"; did you mean {' or '.join(near)} (shipped with trl-marl, loaded)?" if near else ""
         say(f"[trl-marl] offline toy model: trains on synthetic rows; the Hub dataset {source.name!r} "
-            f"({source.option}) is not loaded (a local file, `--data_files`, is)")
+            f"({source.option}) is not loaded (a local file, `--data_files`, is){hint}")
 
 
 def _levels(config: str | None) -> tuple[int, ...]:
@@ -132,13 +143,14 @@ def writing_rows(script_args: MAGRPOScriptArguments, source: DataSource) -> Data
     from ..data import load_team_writing, load_tldr
 
     if source.kind == "local":
-        return load_tldr(max_rows=script_args.max_train_samples, data_files=source.files)
+        with local_rows(source, WRITING_COLUMNS):
+            return load_tldr(max_rows=script_args.max_train_samples, data_files=source.files)
     if source.kind == "shipped":
         if source.name != "trl-marl/team_writing":
-            raise ValueError(f"{source.option} {source.name!r} is a coding dataset; the writing task reads "
+            raise UsageError(f"{source.option} {source.name!r} is a coding dataset; the writing task reads "
                              f"{WRITING_COLUMNS} (shipped: trl-marl/team_writing).")
         return first_rows(load_team_writing(script_args.dataset_split or "train"), script_args.max_train_samples)
-    with hub_dataset(source, offline_route(WRITING_COLUMNS)):
+    with hub_dataset(source, offline_route(WRITING_COLUMNS, shipped="trl-marl/team_writing")):
         return load_tldr(split=script_args.dataset_split or "train", max_rows=script_args.max_train_samples,
                          dataset_name=source.name)
 
@@ -148,10 +160,11 @@ def coding_rows(script_args: MAGRPOScriptArguments, source: DataSource) -> Datas
     from ..data import load_humaneval, load_mbpp, load_team_coding
 
     if source.kind == "local":
-        dataset = load_humaneval(data_files=source.files)
+        with local_rows(source, CODING_COLUMNS):
+            dataset = load_humaneval(data_files=source.files)
     elif source.kind == "shipped":
         if source.name != "trl-marl/team_coding":
-            raise ValueError(f"{source.option} {source.name!r} is a writing dataset; the coding task reads "
+            raise UsageError(f"{source.option} {source.name!r} is a writing dataset; the coding task reads "
                              f"{CODING_COLUMNS} (shipped: trl-marl/team_coding).")
         dataset = load_team_coding(script_args.dataset_split or "train", _levels(script_args.dataset_config))
     else:
@@ -173,13 +186,17 @@ def build_task(script_args: MAGRPOScriptArguments, num_agents: int, num_turns: i
     prompts cut to the toy's 128 positions.
     """
     if script_args.task not in TASKS:
-        raise ValueError(f"Unknown task {script_args.task!r}; choose one of {TASKS}.")
+        from .arguments import closest
+
+        near = closest(script_args.task, TASKS)
+        hint = f"did you mean {' or '.join(f'`{n}`' for n in near)}? " if near else ""
+        raise UsageError(f"`--task` {script_args.task!r} is not a task: {hint}Choose one of {', '.join(TASKS)}.")
     if script_args.task == "target_sum":
         from ..envs import TargetSumEnv
         from ..rewards.arithmetic import TargetSumReward
 
         if script_args.dataset_name or script_args.data_files:
-            raise ValueError("The target_sum task makes its own rows (a target number); `--dataset_name` and "
+            raise UsageError("The target_sum task makes its own rows (a target number); `--dataset_name` and "
                              "`--data_files` do not apply to it: leave them out.")
         return (TargetSumEnv(num_agents, num_turns), TargetSumReward(),
                 Dataset.from_dict({"target": [10] * max(script_args.num_toy_rows, 8)}))
@@ -189,7 +206,7 @@ def build_task(script_args: MAGRPOScriptArguments, num_agents: int, num_turns: i
         from ..rewards.tool_relay import ToolRelayReward
 
         if script_args.dataset_name or script_args.data_files or (num_agents, num_turns) != (2, 2):
-            raise ValueError("The tool_relay task makes its own rows (\"What is a * b?\", the training pairs of "
+            raise UsageError("The tool_relay task makes its own rows (\"What is a * b?\", the training pairs of "
                              "`trl_marl.data.tool_relay`) with 2 agents and 2 turns: leave `--dataset_name` and "
                              "`--data_files` out and set `--num_agents 2 --num_turns 2`.")
         train, _ = tool_relay_split()

@@ -44,7 +44,15 @@ from ..utils.model_names import resolve_model_name
 from ..utils.quiet import say
 from ..utils.threads import show_thread_choice
 from .arguments import OutputDirArguments, fresh_output_dir, resume_value
-from .data_sources import DataSource, exit_on_unavailable, hub_dataset, offline_route, resolve_source
+from .data_sources import (
+    DataSource,
+    UsageError,
+    exit_on_unavailable,
+    hub_dataset,
+    local_rows,
+    offline_route,
+    resolve_source,
+)
 from .lora_targets import fit_lora_targets
 from .magrpo import describe_model_option, fit_to_toy, model_init_kwargs, say_toy_skips
 
@@ -254,9 +262,9 @@ def debate_sources(script_args: Any, model_args: ModelConfig) -> tuple[DataSourc
     eval_source = None
     if wants_eval(script_args):
         if script_args.eval_data_files:
-            eval_source = resolve_source(None, script_args.eval_data_files)
+            eval_source = resolve_source(None, script_args.eval_data_files, files_option="`--eval_data_files`")
         elif train_source.kind == "local" and not toy:
-            raise ValueError(
+            raise UsageError(
                 f"The training data is a local file ({train_source.option} {train_source.name!r}), but `eval_split` "
                 f"is {script_args.eval_split!r}, a split of a Hub dataset. Pass `--eval_data_files FILE` (rows "
                 "with the same columns) or `--eval_split none`."
@@ -284,7 +292,8 @@ def main_gsm8k(script_args: GSM8KScriptArguments, training_args: MultiAgentPPOCo
         if source is None:
             return None
         if source.kind == "local":  # question, answer ("72"), answer_text
-            return load_gsm8k(max_rows=max_rows, data_files=source.files)
+            with local_rows(source, GSM8K_COLUMNS):
+                return load_gsm8k(max_rows=max_rows, data_files=source.files)
         with hub_dataset(source, route):
             return load_gsm8k(split=split, config=script_args.dataset_config, max_rows=max_rows,
                               dataset_name=source.name)
@@ -336,7 +345,8 @@ def main_anli(script_args: ANLIScriptArguments, training_args: MultiAgentPPOConf
         if source is None:
             return None
         if source.kind == "local":
-            return load_anli(max_rows=max_rows, data_files=source.files)
+            with local_rows(source, ANLI_COLUMNS):
+                return load_anli(max_rows=max_rows, data_files=source.files)
         with hub_dataset(source, route):
             return load_anli(round=script_args.anli_rounds, split=split, max_rows=max_rows, dataset_name=source.name)
 
