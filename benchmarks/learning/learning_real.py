@@ -665,10 +665,11 @@ def debate_reward(kind: str, verifier: Any) -> Any:
 
 
 def build_maporl(seed: int, steps: int, sizes: dict[str, Any], output_dir: str, model: str,
-                 task: DebateTask | None = None, reward: str = "influence") -> Any:
+                 task: DebateTask | None = None, reward: str = "influence", frozen: Sequence[int] = ()) -> Any:
     """Multi-agent PPO on a 2-agent, 2-turn debate of `task` (default: 1-digit additions) with `reward`; the eval
     rows are held-out questions. The settings are `trl_marl.scripts.demo_real.debate_trainer`'s (with the addition
-    task and the influence reward, this is the same trainer)."""
+    task and the influence reward, this is the same trainer). `frozen`: the agents that play but are not trained
+    (`MultiAgentPPOConfig.frozen_agents`, the `alone` arm)."""
     from datasets import Dataset
 
     from trl_marl.rewards.verifier import AnswerVerifier
@@ -684,7 +685,7 @@ def build_maporl(seed: int, steps: int, sizes: dict[str, Any], output_dir: str, 
         num_ppo_epochs=sizes["ppo_epochs"], learning_rate=sizes["lr"], lr_scheduler_type="constant", kl_coef=0.02,
         temperature=sizes.get("temperature", 1.0), policy_sharing="agent", report_to="none", save_strategy="no",
         num_sample_generations=0, logging_steps=1, activation_checkpointing=False, seed=seed, disable_tqdm=True,
-        per_device_eval_batch_size=max(2, min(32, eval_rows)),
+        per_device_eval_batch_size=max(2, min(32, eval_rows)), frozen_agents=list(frozen),
     )
     return MultiAgentPPOTrainer(
         args=config, model=model, reward_funcs=[debate_reward(reward, verifier)], env=task.env(),
@@ -712,21 +713,68 @@ def debate_metrics(metrics: dict[str, float], turns: int = 2) -> dict[str, list[
     return out
 
 
-def run_maporl_seed(seed: int, steps: int, sizes: dict[str, Any], work: str, model: str,
-                    build: Callable[..., Any] = build_maporl, task: str = "addition",
-                    reward: str = "influence") -> dict[str, Any]:
-    """One seed: held-out debate metrics ([`debate_metrics`]) of the untrained team, training, the same after."""
-    trainer = build(seed, steps, sizes, os.path.join(work, f"maporl{seed}"), model, task=DEBATE_TASKS[task](),
-                    reward=reward)
-    before = debate_metrics(trainer.evaluate())
+MAPORL_ARMS = ("team", "alone")
+"""MAPoRL's arms: `team` (both agents trained together) and `alone` (each agent trained with its partner frozen,
+then the two paired)."""
+
+
+def maporl_timed(trainer: Any) -> dict[str, Any]:
+    """Train a MAPoRL trainer: its seconds, PPO updates, seconds per update and `objective/scores` per update."""
     start = time.perf_counter()
     trainer.train()
     seconds = time.perf_counter() - start
     updates = max(1, trainer.state.global_step)
-    after = debate_metrics(trainer.evaluate())
     curve = [h["objective/scores"] for h in trainer.state.log_history if "objective/scores" in h]
-    return {"seed": seed, "before": before, "after": after, "train_seconds": seconds, "updates": updates,
-            "s_per_step": seconds / updates, "score_curve": curve}
+    return {"train_seconds": seconds, "updates": updates, "s_per_step": seconds / updates, "score_curve": curve}
+
+
+def run_maporl_seed(seed: int, steps: int, sizes: dict[str, Any], work: str, model: str,
+                    build: Callable[..., Any] = build_maporl, task: str = "addition",
+                    reward: str = "influence", arms: Sequence[str] = ("team",),
+                    pair: Callable[[Sequence[Any]], Any] = pair_alone_agents) -> dict[str, Any]:
+    """One seed: held-out debate metrics ([`debate_metrics`]) of the untrained team (`before`), then of each arm
+    at the end of training.
+
+    `team`: both agents trained together; its values are the run's top-level `after`, `train_seconds`, `updates`,
+    `s_per_step` and `score_curve`, as before arms existed. `alone` (MAPoRL's agents trained alone): two trainers
+    of the same seed and budget, agent 0 trained with agent 1 frozen and agent 1 with agent 0 frozen
+    (`frozen_agents`); then agent 1's trained adapter goes into the first trainer's team (`pair`), whose `evaluate()`
+    (the team's held-out evaluation) measures the pair. Its values, with `agents` (each trainer's timing), are the
+    top-level ones when it runs without `team`, else under `alone`. The untrained team is the first trainer built.
+    """
+    unknown = [arm for arm in arms if arm not in MAPORL_ARMS]
+    if unknown or not arms:
+        raise ValueError(f"MAPoRL arms must be some of {MAPORL_ARMS}, got {list(arms)}.")
+    debate = DEBATE_TASKS[task]()
+    out: dict[str, Any] = {"seed": seed}
+    if "team" in arms:
+        trainer = build(seed, steps, sizes, os.path.join(work, f"maporl{seed}"), model, task=debate, reward=reward)
+        out["before"] = debate_metrics(trainer.evaluate())
+        timing = maporl_timed(trainer)
+        out.update(after=debate_metrics(trainer.evaluate()), **timing)
+        del trainer
+    if "alone" in arms:
+        alone, timings = [], []
+        for agent in (0, 1):
+            trainer = build(seed, steps, sizes, os.path.join(work, f"maporl{seed}_alone{agent}"), model, task=debate,
+                            reward=reward, frozen=(1 - agent,))
+            if "before" not in out:
+                out["before"] = debate_metrics(trainer.evaluate())
+            timings.append(maporl_timed(trainer))
+            alone.append(trainer)
+        pair(alone)  # the first trainer's team now plays agent 0 and agent 1 as each was trained alone
+        paired = alone[0]
+        del alone, trainer  # the second trainer (its adapter copied) is freed before the evaluation
+        result = {"after": debate_metrics(paired.evaluate()),
+                  "train_seconds": sum(t["train_seconds"] for t in timings),
+                  "updates": sum(t["updates"] for t in timings),
+                  "s_per_step": statistics.mean(t["s_per_step"] for t in timings),
+                  "score_curve": [t["score_curve"] for t in timings], "agents": timings}
+        if "team" in arms:
+            out["alone"] = result
+        else:
+            out.update(result)
+    return out
 
 
 # ------------------------------------------------------------------------------------------------------ record
@@ -781,7 +829,9 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("kind", choices=("magrpo", "maporl"))
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     parser.add_argument("--steps", type=int, default=60, help="optimizer steps (MAGRPO) / PPO updates (MAPoRL)")
-    parser.add_argument("--arms", nargs="+", choices=ARMS, default=list(ARMS), help="MAGRPO arms to run")
+    parser.add_argument("--arms", nargs="+", choices=ARMS, default=None,
+                        help=f"arms to run: MAGRPO's {list(ARMS)} (default: all), MAPoRL's {list(MAPORL_ARMS)} "
+                             "(default: team; `alone`: each agent trained with its partner frozen, then paired)")
     parser.add_argument("--task", choices=sorted(TASKS), default="split", help="MAGRPO task")
     parser.add_argument("--debate-task", choices=sorted(DEBATE_TASKS), default="addition",
                         help="MAPoRL task: 1-digit additions each agent can answer alone, or `hidden_sum` (each "
@@ -808,7 +858,12 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--allow-dirty", action="store_true",
                         help="run on a tree with uncommitted changes (development only: the record says "
                              "\"dirty\": true and lists the changed paths)")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.arms is None:
+        args.arms = list(ARMS) if args.kind == "magrpo" else ["team"]
+    elif args.kind == "maporl" and not set(args.arms) <= set(MAPORL_ARMS):
+        parser.error(f"--arms for maporl: choose from {list(MAPORL_ARMS)}")
+    return args
 
 
 def settings_for(args: argparse.Namespace) -> dict[str, Any]:
@@ -830,7 +885,7 @@ def settings_for(args: argparse.Namespace) -> dict[str, Any]:
             sizes[key] = value
     steps = 1 if args.smoke else args.steps
     return {"model": args.model, "steps": steps, "sizes": sizes, "smoke": args.smoke, "threads": args.threads,
-            "arms": args.arms if args.kind == "magrpo" else ["maporl"],
+            "arms": args.arms if args.kind == "magrpo" else (["maporl"] if args.arms == ["team"] else args.arms),
             "task": args.task if args.kind == "magrpo" else DEBATE_TASKS[args.debate_task]().record_name,
             **({"reward": args.reward} if args.kind == "maporl"
                else {"eval_splits": args.eval_splits, "teamwork": args.teamwork}),
@@ -856,7 +911,7 @@ def main(argv: Sequence[str] | None = None, run_seed: Callable[..., dict[str, An
     variant = ""
     if args.kind == "maporl":  # the default debate keeps its file name; another task or reward gets its own
         variant = "".join(f"_{x}" for x, default in ((args.debate_task, "addition"), (args.reward, "influence"))
-                          if x != default)
+                          if x != default) + "".join(f"_{arm}" for arm in args.arms if arm != "team")
     output = args.output or os.path.join(
         os.path.dirname(HERE), "results", f"learning_real_{args.kind}{variant}{'_smoke' if args.smoke else ''}.json")
     start = time.perf_counter()
@@ -871,7 +926,7 @@ def main(argv: Sequence[str] | None = None, run_seed: Callable[..., dict[str, An
                                       teamwork_eval=args.teamwork)
             else:
                 run = run_maporl_seed(seed, settings["steps"], settings["sizes"], work, args.model,
-                                      task=args.debate_task, reward=args.reward)
+                                      task=args.debate_task, reward=args.reward, arms=args.arms)
             runs.append(run)
             print(json.dumps(brief(args.kind, run)), flush=True)
             # the record is rewritten after every seed: a run cut short keeps the seeds it finished

@@ -364,6 +364,89 @@ def test_maporl_seed_wiring_summary_and_brief(bench: Any) -> None:
     assert brief["r_to_w_rate_after"] == [0.0] and brief["w_to_r_rate_after"] == [None]
 
 
+class FakeAloneTrainer(FakeDebateTrainer):
+    """A MAPoRL trainer of the `alone` arm: records its `evaluate()` calls; after pairing (`paired`), `evaluate()`
+    gives debates that are all right at turn 2 only (the trained pair), before it the untrained team's."""
+
+    def __init__(self, frozen: tuple[int, ...]) -> None:
+        super().__init__()
+        self.frozen = frozen
+        self.paired = False
+        self.evaluations: list[tuple[bool, bool]] = []  # (trained, paired) at each call
+
+    def evaluate(self) -> dict[str, float]:
+        self.evaluations.append((self.trained, self.paired))
+        if self.paired:
+            return eval_metrics([([["3", "4"], ["12", "12"]], [[False, False], [True, True]])])
+        return super().evaluate()
+
+
+def alone_wiring(bench: Any, arms: tuple[str, ...]) -> tuple[dict[str, Any], list[Any], list[Any]]:
+    """One seed of `run_maporl_seed` with fake trainers: the run, the trainers built, what `pair` got."""
+    built: list[Any] = []
+    paired: list[Any] = []
+
+    def build(seed: int, steps: int, sizes: dict, output_dir: str, model: str, task: Any, reward: str,
+              frozen: tuple[int, ...] = ()) -> Any:
+        trainer = FakeAloneTrainer(tuple(frozen))
+        trainer.where = (seed, steps, Path(output_dir).name, task.name, reward)
+        built.append(trainer)
+        return trainer
+
+    def pair(trainers: list[Any]) -> Any:
+        assert all(t.trained for t in trainers)  # paired after both trained
+        paired.extend(trainers)
+        trainers[0].paired = True
+        return trainers[0]
+
+    run = bench.run_maporl_seed(3, 2, {}, "/tmp/x", "m", build=build, task="hidden_sum", reward="influence",
+                                arms=arms, pair=pair)
+    return run, built, paired
+
+
+def test_maporl_alone_arm_trains_each_agent_with_its_partner_frozen_then_pairs_them(bench: Any) -> None:
+    run, built, paired = alone_wiring(bench, ("alone",))
+    # two trainers, same seed and budget: agent 0 trained with agent 1 frozen, then the reverse
+    assert [(t.where, t.frozen) for t in built] == [((3, 2, "maporl3_alone0", "hidden_sum", "influence"), (1,)),
+                                                    ((3, 2, "maporl3_alone1", "hidden_sum", "influence"), (0,))]
+    assert all(t.trained for t in built) and paired == built
+    # before: the first trainer untrained; after: the first trainer's evaluate() once agent 1's adapter is in
+    assert built[0].evaluations == [(False, False), (True, True)] and built[1].evaluations == []
+    assert run["before"]["majority_accuracy"] == pytest.approx([1 / 3, 2 / 3])
+    assert run["after"]["majority_accuracy"] == [0.0, 1.0] and run["after"]["w_to_r_rate"] == [1.0]
+    # alone only: its values are the run's top-level ones (what `summarize` and `brief` read)
+    assert "alone" not in run and len(run["agents"]) == 2
+    assert run["updates"] == 2 and run["score_curve"] == [[0.4], [0.4]]
+    assert run["train_seconds"] == pytest.approx(sum(a["train_seconds"] for a in run["agents"]))
+    assert bench.summarize("maporl", [run])["after/turn_2/majority_accuracy"]["mean"] == 1.0
+    assert bench.brief("maporl", run)["majority_after"] == [0.0, 1.0]
+
+
+def test_maporl_team_and_alone_arms_in_one_run(bench: Any) -> None:
+    run, built, paired = alone_wiring(bench, ("team", "alone"))
+    assert [(t.where[2], t.frozen) for t in built] == [("maporl3", ()), ("maporl3_alone0", (1,)),
+                                                       ("maporl3_alone1", (0,))]
+    assert paired == built[1:]
+    # the untrained team is measured once, on the team trainer; the team's values stay top-level, as before
+    assert built[0].evaluations == [(False, False), (True, False)] and built[1].evaluations == [(True, True)]
+    assert run["after"]["majority_accuracy"] == [1.0, 1.0] and run["score_curve"] == [0.4]
+    assert run["alone"]["after"]["majority_accuracy"] == [0.0, 1.0] and len(run["alone"]["agents"]) == 2
+    with pytest.raises(ValueError, match="MAPoRL arms must be some of"):
+        bench.run_maporl_seed(0, 1, {}, "/tmp/x", "m", build=lambda *a, **k: None, arms=("central",))
+
+
+def test_maporl_default_arm_keeps_the_record(bench: Any) -> None:
+    run, built, paired = alone_wiring(bench, ("team",))
+    assert set(run) == {"seed", "before", "after", "train_seconds", "updates", "s_per_step", "score_curve"}
+    assert [(t.where[2], t.frozen) for t in built] == [("maporl3", ())] and paired == []
+    assert bench.parse_args(["maporl"]).arms == ["team"]
+    assert bench.settings_for(bench.parse_args(["maporl"]))["arms"] == ["maporl"]
+    assert bench.settings_for(bench.parse_args(["maporl", "--arms", "alone"]))["arms"] == ["alone"]
+    assert bench.parse_args(["magrpo"]).arms == ["team", "alone", "central"]
+    with pytest.raises(SystemExit):
+        bench.parse_args(["maporl", "--arms", "central"])
+
+
 def test_threads_option_is_what_the_trainers_use(bench: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                  clean_tree: None) -> None:
     """`--threads N` must reach the trainers, whose own choice (one thread per core for a 135M model) respects only an
