@@ -25,7 +25,8 @@ the untrained team as the baseline and every value taken at the END of training 
   other agent's first answer. `--reward influence` (default): MAPoRL's influence-aware reward with collaboration
   incentives; `--reward verifier`: the plain verifier score per answer and turn (MAPoRL's ablation). Before and after
   training, on held-out questions: majority and agent accuracy per turn, wrong->right and right->wrong rates per turn
-  change.
+  change. `--arms alone` (default `team`): MAPoRL's agents trained alone, each with its partner frozen
+  (`frozen_agents`), then paired and evaluated as the team is.
 
 The recipes (LoRA placement, trainers, evaluation, data splits) are `trl_marl.scripts.demo_real`'s, which
 `trl-marl demo --real` runs once. Results (per seed, plus mean and spread over seeds) go to a JSON file under
@@ -37,6 +38,7 @@ sets to check the wiring (not a measurement).
     python benchmarks/learning/learning_real.py magrpo --seeds 0 1 2 3 4 --steps 30
     python benchmarks/learning/learning_real.py maporl --seeds 0 1 2 3 4 --steps 10
     python benchmarks/learning/learning_real.py maporl --debate-task hidden_sum --reward verifier --seeds 0 --steps 10
+    python benchmarks/learning/learning_real.py maporl --debate-task hidden_sum --arms alone --seeds 0 --steps 10
     python benchmarks/learning/learning_real.py magrpo --seeds 0 --smoke
 """
 

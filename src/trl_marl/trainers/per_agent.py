@@ -22,8 +22,9 @@ as one backward of the sum adds them.
 
 [`backward_per_agent`] is that loop: for each agent in turn, the trainer's closure runs the agent's forward and
 loss, the loop takes its backward and frees its graph before the next agent's forward. MAGRPO calls it with one
-closure per trained agent (`MAGRPOTrainer.training_step`), multi-agent PPO with one per policy slot
-(`MultiAgentPPOTrainer`'s micro-steps).
+closure per trained agent (`MAGRPOTrainer.training_step`), multi-agent PPO with one per trained policy slot
+(`MultiAgentPPOTrainer`'s micro-steps); neither passes a frozen agent (`frozen_agents`), whose weights get no
+gradient.
 
 When a trainer takes it: its config's `backward_per_agent` (default True), its own loss step (MAGRPO's
 `compute_loss`; PPO's `_ppo_micro_step`, with two or more policy slots): a subclass that overrides that step gets the

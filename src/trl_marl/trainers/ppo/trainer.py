@@ -87,7 +87,8 @@ class MultiAgentPPOTrainer(TeamTrainer):
     agent rewards once per (turn, agent), team rewards once per joint action), and becomes one PPO sample of its
     policy slot: per-token reward -kl_coef * KL plus the score on the last step, GAE(gamma, lam) and whitened
     advantages (`compute_advantages`), clipped policy and value losses (`compute_agent_loss`). The slots' losses
-    are summed; each agent's gradients reach only its own parameters (adapter or model, and value model).
+    are summed; each agent's gradients reach only its own parameters (adapter or model, and value model). An agent
+    of `frozen_agents` plays and is scored, but its slots have no loss: its policy and value model never move.
 
     Args:
         args: A [`MultiAgentPPOConfig`].
