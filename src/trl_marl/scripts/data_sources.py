@@ -231,6 +231,8 @@ def hub_dataset(source: DataSource, route: str) -> Iterator[None]:
 
 _FILE_KINDS = {"json": "JSON Lines (or one JSON list of rows)", "csv": "CSV", "parquet": "Parquet"}
 _READER_MODULES = ("datasets", "pyarrow", "pandas")
+_READER_LOGGER = "datasets.packaged_modules.json.json"
+"""The logger of `datasets`' JSON reader, which logs a file's parse error with its traceback before raising it."""
 
 
 def _one_line(error: BaseException) -> str:
@@ -295,6 +297,11 @@ def local_rows(source: DataSource, columns: str) -> Iterator[None]:
     files, the first line that is not a JSON object, with its line number), and one without the task's columns
     (`columns`, as a help text writes them: the loaders' own column check, with the fix added).
     """
+    import logging
+
+    reader_log = logging.getLogger(_READER_LOGGER)  # it logs the parser's traceback before raising: the line says it
+    level = reader_log.level
+    reader_log.setLevel(logging.CRITICAL)
     try:
         yield
     except UsageError:
@@ -312,6 +319,8 @@ def local_rows(source: DataSource, columns: str) -> Iterator[None]:
         message = _one_line(error)
         fix = f" The task reads {columns}." if "column" in message else ""
         raise UsageError(f"{source.option}: {message}{fix}") from error
+    finally:
+        reader_log.setLevel(level)
 
 
 def _names_an_extra(error: ImportError) -> bool:
