@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+from .utils.model_names import resolve_model_name
+
+OFFLINE_MARKER_FILE = "trl_marl_real.json"
+"""The file in the folder of an offline real model (`offline_models.smollm2`) that records its Hub id (`hub_id`)."""
 
 
 def _base_name(model: Any) -> str:
@@ -12,6 +18,34 @@ def _base_name(model: Any) -> str:
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     passed = getattr(base, "trl_marl_model_name", None) or getattr(model, "trl_marl_model_name", None)
     return passed or getattr(base.config, "_name_or_path", "") or type(base).__name__
+
+
+def base_model_source(name: str) -> tuple[str | None, str | None]:
+    """What the card says of the base model `name`: its Hub id for the `base_model:` metadata (None when it has
+    none) and, for an offline name of trl-marl, a sentence on how to load an agent without the Hub (None otherwise).
+
+    Example: `base_model_source("smollm2-135m-instruct")[0] == "HuggingFaceTB/SmolLM2-135M-Instruct"`;
+    `base_model_source("toy")[0] is None` (a toy model, on no Hub); `base_model_source("gpt2") == ("gpt2", None)`.
+    """
+    resolved = resolve_model_name(name) if name else name
+    if not name or resolved == name:  # a Hub id, a local folder, or a class name
+        hub_like = bool(name) and name.count("/") <= 1 and not os.path.exists(name) and not name.startswith((".", "/"))
+        return (name if hub_like and "/" in name else None), None
+    hub_id = None
+    try:
+        with open(os.path.join(resolved, OFFLINE_MARKER_FILE)) as f:
+            hub_id = json.load(f).get("hub_id")
+    except (OSError, ValueError, AttributeError):
+        pass
+    what = (f"trl-marl's offline copy of `{hub_id}` (no Hub)" if hub_id else
+            "a toy model of trl-marl (`trl_marl.toy`, for tests and demos; on no Hub)")
+    route = (f"The base model `{name}` is {what}: its adapters record that name, which neither the Hub nor a folder "
+             "resolves, so load an agent offline with its base from the folder trl-marl gives the name:\n\n"
+             "```py\nfrom peft import PeftModel\nfrom transformers import AutoModelForCausalLM\n"
+             "from trl_marl.utils.model_names import resolve_model_name\n\n"
+             f'base = AutoModelForCausalLM.from_pretrained(resolve_model_name("{name}"))\n'
+             'model = PeftModel.from_pretrained(base, "agent_0")  # the agent\'s folder\n```')
+    return hub_id, route
 
 
 def write_team_model_card(
@@ -25,6 +59,7 @@ def write_team_model_card(
     model_name: str | None = None,
     dataset_name: str | None = None,
     tags: Sequence[str] = (),
+    global_step: int | None = None,
 ) -> str:
     """Write `README.md` (a Hugging Face model card with YAML metadata) describing what `output_dir` holds.
 
@@ -32,6 +67,13 @@ def write_team_model_card(
     and an `AgentTeam.from_pretrained` snippet; a single policy saved at the top of the folder (the drop-in
     `PPOTrainer`: `config.json`, no `team_config.json`) gets a card with a `transformers` snippet. The snippet loads
     the folder by its name, as written, from the folder's parent directory (or from the Hub once pushed there).
+
+    The YAML metadata names the base model (`base_model:`, the Hub id of an offline name such as
+    `smollm2-135m-instruct`; none for the toy models), the dataset and the number of training steps where they are
+    known; a base model with an offline name gets the route that loads an agent without the Hub.
+
+    Args:
+        global_step: The optimizer steps trained, when known (the card's `training_steps`).
 
     Returns:
         The path of the card.
@@ -80,12 +122,24 @@ def write_team_model_card(
                  f'trl-marl generate --team {title} --prompt "Hello! Who are you?"', "```", "",
                  f"`team.save_merged(agent, path)` saves one agent {merged}, a folder that "
                  "`transformers.AutoModelForCausalLM` (or vLLM) loads on its own."]
+    bases = sorted({_base_name(team.policy(a)) for a in range(team.num_agents)})
+    sources = [base_model_source(base) for base in bases]
+    hub_ids = sorted({hub_id for hub_id, _ in sources if hub_id})
+    # a `py` block: the card's one `python` block stays the snippet that loads the whole folder
+    routes = [route if not single else route.replace('"agent_0")  # the agent\'s folder', f'"{title}")')
+              for _, route in sources if route]
+    if routes and any(a is not None for a in team.agent_adapter):
+        after += ["", "### Without the Hub", "", *routes]
+    if global_step is not None:
+        settings += f"\n- training steps: {global_step}"
     lines = [
         "---",
         "library_name: trl-marl",
+        *(["base_model:", *[f"- {hub_id}" for hub_id in hub_ids]] if hub_ids else []),
         "tags:",
         *[f"- {t}" for t in unique_tags],
         *([f"datasets:\n- {dataset_name}"] if dataset_name else []),
+        *([f"training_steps: {global_step}"] if global_step is not None else []),
         "---",
         "",
         f"# {title}",
