@@ -84,6 +84,10 @@ def test_magrpo_team_card(named: str, tmp_path: Path, monkeypatch: pytest.Monkey
     assert scope["answers"] == scope["team"].chat_team(["Hello! Who are you?"], max_new_tokens=64)
     assert len(scope["answers"]) == num_agents and all(isinstance(t[0], str) for t in scope["answers"])
     assert "trl-marl generate --team team --prompt" in card and "team.save_merged(agent, path)" in card
+    assert "training_steps:" not in card  # nothing trained yet
+    trainer.state.global_step = 3  # as after three optimizer steps: the card says how long the team trained
+    trainer.save_model(str(tmp_path / "later"))
+    assert "training_steps: 3\n" in (tmp_path / "later" / "README.md").read_text()
 
 
 def test_multi_agent_ppo_team_card(named: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

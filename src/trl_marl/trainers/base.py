@@ -385,6 +385,7 @@ class TeamTrainer(TeamCheckpointMixin, TRLBaseTrainer):
             model_name=model_name,
             dataset_name=dataset_name,
             tags=[*self._tag_names, *([tags] if isinstance(tags, str) else (tags or []))],
+            global_step=self.state.global_step or None,
         )
 
     # ------------------------------------------------------------------ stopping on a broken reward
