@@ -49,6 +49,7 @@ from .core import (
     joint_action_indices,
     tree_returns,
 )
+from .core.advantages import no_signal_nodes
 from .envs.base import MultiAgentEnv, Prompt, Transcript
 from .rewarding import (
     LocalReward,
@@ -518,10 +519,11 @@ def reward_std_is_zero(rewards: torch.Tensor) -> float:
 def flat_group_fraction(turns: Sequence[TurnResult]) -> float:
     """Fraction of the groups (nodes, over every turn) whose joint actions all got the same return.
 
-    Such a group gives every sample advantage 0 (in every advantage mode), so it contributes no gradient; when
-    (nearly) every group is flat, the team has stopped learning. Unscorable (NaN) returns are left out; a node with
-    fewer than two scorable joint actions is flat. With local rewards a node is flat only when every agent's local
-    returns are flat too (they give an agent's samples different advantages on their own).
+    A fact about the returns, not about the learning signal: a flat group gives advantage 0 under the group-relative
+    estimators (`"mean"`, `"std"`, ...), not under `"raw"` (A = R) or `"agent_norm"` (an agent's statistics over
+    the episode); ask [`no_signal_fraction`] for that. Unscorable (NaN) returns are left out; a node with fewer than
+    two scorable joint actions is flat. With local rewards a node is flat only when every agent's local returns are
+    flat too.
     """
     flat, total = 0, 0
     for t in turns:
@@ -531,6 +533,28 @@ def flat_group_fraction(turns: Sequence[TurnResult]) -> float:
             groups = [node] if t.local_returns is None else [node, *t.local_returns[k]]
             flat += int(all(_is_flat(group) for group in groups))
     return flat / total if total else 0.0
+
+
+def no_signal_fraction(turns: Sequence[TurnResult], mode: str | None = None, team_weight: float = 1.0) -> float:
+    """Fraction of the nodes (over every turn) where every sample's advantage is 0: no gradient comes from them.
+
+    Args:
+        turns: The turns of one rollout, returns set (and `advantages`, without `mode`).
+        mode: The registered estimator the advantages came from: it is asked on every turn (in float64:
+            `trl_marl.core.no_signal_nodes`). None (advantages of a custom `compute_advantages`): the turns'
+            `advantages` are read, a node silent when each is within 1e-8 of 0.
+        team_weight: alpha of the local-reward estimators (see [`advantage_context`]).
+    """
+    silent: list[torch.Tensor] = []
+    for t in turns:
+        if mode is not None:
+            silent.append(no_signal_nodes(mode, t.agent_returns, advantage_context(t, turns, team_weight)))
+        elif t.advantages is None:
+            raise ValueError(f"Turn {t.turn} has no advantages: assign them first (`assign_advantages`).")
+        else:
+            silent.append((t.advantages.reshape(len(t.nodes), -1).abs() <= 1e-8).all(dim=-1).cpu())
+    nodes = torch.cat(silent) if silent else torch.zeros(0, dtype=torch.bool)
+    return float(nodes.double().mean()) if nodes.numel() else 0.0
 
 
 def _is_flat(values: torch.Tensor) -> bool:

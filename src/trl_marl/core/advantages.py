@@ -35,7 +35,7 @@ this module re-exports both, so ``from trl_marl.core.advantages import tree_retu
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TypeVar
 
 import torch
@@ -75,6 +75,7 @@ __all__ = [
     "max_advantages",
     "mean_advantages",
     "nan_std",
+    "no_signal_nodes",
     "raw_advantages",
     "register_advantage_estimator",
     "std_advantages",
@@ -420,7 +421,9 @@ def agent_norm_advantages(returns: Tensor, context: AdvantageContext) -> Tensor:
     and ``sigma_a`` (unbiased) the mean and std of the returns of *every* sample agent ``a`` played in the episode
     tree of sample ``i``'s dataset row: all its nodes, all its turns (the paper's group is the rollouts of one
     prompt; its code keys the statistics by prompt and agent and pools the agent's steps). Episodes are
-    ``context.rows``, turns ``context.tree``; a (row, agent) with one valid return gets 0.
+    ``context.rows``, turns ``context.tree``; a (row, agent) with one valid return gets 0. ``context.tree`` must hold
+    this turn's own ``(rows, returns)`` (or be empty: this turn alone): statistics of the other turns alone would
+    normalise this turn's returns by numbers they never entered, so a tree without it is an error, not a fallback.
 
     Two turns of one episode, one node each; agent 0 returns ``[2, 0]`` then ``[4, 2]`` (pooled mean 2, std 1.633),
     agent 1 ``[1, 1]`` then ``[1, 5]`` (mean 2, std 2). At turn 1:
@@ -438,6 +441,13 @@ def agent_norm_advantages(returns: Tensor, context: AdvantageContext) -> Tensor:
     K, n = returns.shape[0], returns.shape[-2]
     rows = context.rows if context.rows is not None else torch.arange(K)
     tree = context.tree or ((rows, returns),)
+    if not any(_is_this_turn(rows, returns, r, t) for r, t in tree):
+        raise ValueError(
+            "`agent_norm` pools an agent's returns over the turns of `context.tree`, which must hold this turn's own "
+            "`(rows, returns)`: it does not, so the statistics would be the other turns' alone. Pass every turn of "
+            "the rollout, this one included (`trl_marl.rollout.advantage_context`), or an empty tree for this turn "
+            "alone."
+        )
     agents = torch.arange(n)
     # one key per (episode, agent): row * n + agent, for every sample of every turn
     keys = torch.cat([(r.view(-1, 1, 1) * n + agents.view(1, -1, 1)).expand(t.shape).reshape(-1) for r, t in tree])
@@ -455,6 +465,58 @@ def agent_norm_advantages(returns: Tensor, context: AdvantageContext) -> Tensor:
     if not torch.equal(unique[here], wanted):
         raise ValueError("`context.tree` must hold this turn's (rows, returns): an episode of the turn is missing.")
     return _normalised(returns, mean[here], std[here], context.eps)
+
+
+def no_signal_nodes(mode: str, returns: Tensor, context: AdvantageContext, tol: float = 1e-8) -> Tensor:
+    """Ask the estimator registered as ``mode`` which nodes give no learning signal: every advantage there is 0.
+
+    Whether a flat group (every sample the same return) gives advantage 0 is the estimator's business, not the
+    returns': ``"mean"``, ``"std"``, ``"loo"`` and ``"max"`` give 0, but ``"raw"`` gives the returns themselves (a
+    flat group of 2.0 gets +2.0 each) and ``"agent_norm"`` normalises by an agent's statistics over the whole episode
+    (two flat nodes of one episode, ``[1, 1]`` and ``[2, 2]``: one agent's pooled mean 1.5, std 0.5774, advantages
+    -0.866 and +0.866). The estimator
+    runs on the returns in float64, where a flat group's rounding stays far below ``tol`` (in float32 ``"std"`` turns
+    the rounding of a flat group's mean into advantages of up to 1e-2); a node counts as silent when its every
+    advantage is within ``tol * max(1, max |R|)`` of 0 (``R`` the node's finite returns).
+
+    Args:
+        mode: A registered estimator's name (``MAGRPOConfig.advantage_mode``).
+        returns: ``(K, n, G)`` the turn's returns, as the estimator takes them.
+        context: The estimator's context for this turn (its tensors are cast to float64 here).
+        tol: The tolerance, relative to the returns' size.
+
+    Returns:
+        ``(K,)`` booleans, True at the nodes without a learning signal.
+
+    ```python
+    >>> flat = torch.tensor([[[1.0, 1.0]], [[2.0, 2.0]]])  # two nodes of one episode, one agent, flat
+    >>> context = AdvantageContext(rows=torch.tensor([0, 0]))
+    >>> no_signal_nodes("mean", flat, context), no_signal_nodes("agent_norm", flat, context)
+    (tensor([True, True]), tensor([False, False]))
+
+    ```
+    """
+    def wide(x: Tensor | None) -> Tensor | None:
+        return None if x is None else x.double()
+
+    context = replace(context, team_returns=wide(context.team_returns), local_returns=wide(context.local_returns),
+                      tree=tuple((r, t.double()) for r, t in context.tree))
+    wide_returns = returns.double()
+    K = len(returns)
+    advantages = advantage_estimator(mode)(wide_returns, context).reshape(K, -1)
+    if advantages.shape[-1] == 0:
+        return torch.ones(K, dtype=torch.bool)
+    scale = wide_returns.reshape(K, -1).nan_to_num(nan=0.0, posinf=0.0, neginf=0.0).abs().amax(dim=-1).clamp(min=1.0)
+    return advantages.abs().amax(dim=-1) <= tol * scale
+
+
+def _is_this_turn(rows: Tensor, returns: Tensor, tree_rows: Tensor, tree_returns: Tensor) -> bool:
+    """Whether a turn of ``context.tree`` is the turn being estimated: the same rows and the same returns."""
+    if tree_returns.shape != returns.shape or not torch.equal(tree_rows.cpu(), rows.cpu()):
+        return False
+    other = tree_returns.to(returns)
+    missing = torch.isnan(returns)  # NaN (unscorable) in both, or equal values
+    return torch.equal(missing, torch.isnan(other)) and torch.equal(other[~missing], returns[~missing])
 
 
 ADVANTAGE_MODES: tuple[str, ...] = advantage_modes()

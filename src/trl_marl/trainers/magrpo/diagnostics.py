@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ...rewarding.errors import user_stacklevel
-from ...rollout import Rollout, finite_mean, flat_group_fraction, reward_std_is_zero
+from ...rollout import Rollout, finite_mean, flat_group_fraction, no_signal_fraction, reward_std_is_zero
 from ..metrics import log_tool_use
 
 if TYPE_CHECKING:
@@ -33,9 +33,10 @@ class TrainingDiagnosticWarning(UserWarning):
 
 
 class NoLearningSignalWarning(TrainingDiagnosticWarning):
-    """An optimizer step had no learning signal at all: every group's samples got the same return, or every advantage
-    was exactly 0 (see `MAGRPOConfig.no_signal_warning_interval`); in multi-agent PPO, every response of an update
-    got the same score (`trainers.ppo.logging.ScoreSignalCheck`).
+    """An optimizer step had no learning signal at all: the advantage estimator gave every sample advantage 0 (see
+    `MAGRPOConfig.no_signal_warning_interval`); in multi-agent PPO, every response of an update got the same score
+    (`trainers.ppo.logging.ScoreSignalCheck`). Flat groups alone are no such sign: `"raw"` advantages are the
+    returns, and `"agent_norm"` compares an agent's samples across the nodes and turns of an episode.
 
     The loss value is no such sign: on-policy (ratio 1) a group's mean-centred advantages sum to 0, so the surrogate
     loss reads 0 (up to rounding) at steps whose gradient is not 0."""
@@ -74,7 +75,8 @@ ENTROPY_MESSAGE = (
 class TrainingDiagnostics:
     """The no-signal and entropy-collapse streaks of a MAGRPO run, and the warnings they raise once each.
 
-    The trainer reports each step's fraction of flat groups ([`flat_fraction`]) and each agent's token entropies
+    The trainer reports each step's fraction of groups without a learning signal ([`flat_fraction`], as the advantage
+    estimator says: [`see_rollout`]) and each agent's token entropies
     ([`add_entropy`]); after the last micro-step of an optimizer step, [`end_step`] updates the streaks (logged as
     `diagnostics/*`) and warns once ([`TrainingDiagnosticWarning`], on the main process) when one reaches its limit.
 
@@ -91,7 +93,8 @@ class TrainingDiagnostics:
         self.entropy_streak = 0
         self.warned: set[str] = set()
         self.flat_fraction = 0.0
-        """The fraction of the groups of the step's rollout whose samples all had the same return."""
+        """The fraction of the groups (nodes) of the step's rollout where the estimator gave every advantage 0."""
+        self.returns_flat_fraction = 0.0  # the fraction of them whose samples all had the same return
         self.no_signal_streak = 0
         self.steps = 0  # optimizer steps seen by `end_step`
         self.no_signal_warned_at: int | None = None  # the step of the last no-signal warning
@@ -100,10 +103,20 @@ class TrainingDiagnostics:
         # agent -> its step's [entropy sum, tokens], on the device until `end_step` reads all agents' at once
         self.step_entropy: dict[int, torch.Tensor] = {}
 
-    def see_rollout(self, rollout: Rollout, eos_ids: set[int]) -> None:
-        """Measure a training rollout: its fraction of flat groups, its distinct rewards and its completions cut at
-        `max_completion_length` (no token of `eos_ids` at the end)."""
-        self.flat_fraction = flat_group_fraction(rollout.turns)
+    def see_rollout(self, rollout: Rollout, eos_ids: set[int], estimator: str | None = None) -> None:
+        """Measure a training rollout, advantages assigned: its fraction of groups without a learning signal, its
+        distinct rewards and its completions cut at `max_completion_length` (no token of `eos_ids` at the end).
+
+        Args:
+            rollout: The rollout.
+            eos_ids: The token ids generation stops at.
+            estimator: The registered estimator the advantages came from (`advantage_mode`): asked which groups
+                give every sample advantage 0 (`trl_marl.rollout.no_signal_fraction`). None: the advantages came
+                from elsewhere (a `compute_advantages` override) and are read as they are.
+        """
+        weight = getattr(self.args, "team_reward_weight", 1.0)
+        self.flat_fraction = no_signal_fraction(rollout.turns, estimator, weight)
+        self.returns_flat_fraction = flat_group_fraction(rollout.turns)
         self.zero_advantages = all(t.advantages is not None and not bool(t.advantages.nan_to_num(0.0).any())
                                    for t in rollout.turns)
         rewards = torch.cat([t.rewards.reshape(-1) for t in rollout.turns]) if rollout.turns else torch.zeros(0)
@@ -169,8 +182,13 @@ class TrainingDiagnostics:
     def no_signal_message(self, all_flat: bool) -> str:
         """The no-signal warning: what was measured (flat groups or zero advantages, the rewards, cut completions),
         then the likely causes."""
-        what = ("every group gave all its samples the same return (`frac_reward_zero_std` = 1)" if all_flat else
-                "every advantage was exactly 0")
+        mode = getattr(self.args, "advantage_mode", None)
+        if all_flat and self.returns_flat_fraction >= 1.0:
+            what = "every group gave all its samples the same return (`frac_reward_zero_std` = 1)"
+        elif all_flat:
+            what = f"the `{mode}` advantage estimator gave every sample advantage 0"
+        else:
+            what = "every advantage was exactly 0"
         steps = self.no_signal_streak
         lines = [f"MAGRPO: no learning signal for {steps} optimizer step{'s' if steps > 1 else ''} in a row: {what}, "
                  "so no sample is preferred to another and the policy gradient gives the weights nothing to learn."]

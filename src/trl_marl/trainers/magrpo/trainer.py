@@ -455,7 +455,9 @@ class MAGRPOTrainer(TeamTrainer):
         n = self.env.num_agents
         eos_ids = set().union(*(self.team.stop_token_ids(a) for a in range(n)))  # where generation stopped
         if mode == "train":
-            self.diagnostics.see_rollout(rollout, eos_ids)  # flat groups, rewards, cut completions
+            # groups without a signal (the estimator asked, unless `compute_advantages` is overridden), rewards, cuts
+            hooked = type(self).compute_advantages is not MAGRPOTrainer.compute_advantages
+            self.diagnostics.see_rollout(rollout, eos_ids, None if hooked else args.advantage_mode)
         bounds = [0]
         for batch in row_batches:
             bounds.append(bounds[-1] + len(batch))
