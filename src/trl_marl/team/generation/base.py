@@ -43,6 +43,7 @@ team.generation_backend = Constant()  # None restores the team's own decoding
 
 from __future__ import annotations
 
+import copy
 import functools
 import inspect
 import warnings
@@ -57,7 +58,8 @@ from .settings import GENERATION_BACKENDS, LOGPROBS_MODES, VLLM_MODES, Generatio
 
 __all__ = [
     "GENERATION_BACKENDS", "INERT_SETTINGS", "LOGPROBS_MODES", "VLLM_MODES", "EngineBackend", "Generation",
-    "GenerationBackend", "GenerationSettings", "check_generation_backend", "generation_config_owner",
+    "GenerationBackend", "GenerationSettings", "agent_generation_config", "check_generation_backend",
+    "generation_config_owner",
     "global_generation_defaults", "is_default_setting", "resolve_generation_settings", "stop_ids",
 ]
 
@@ -226,6 +228,32 @@ def stop_ids(team: Any, agent_index: int, stop_token_ids: set[int] | None,
     if called is not None:
         stops |= set(called if isinstance(called, list) else [called])
     return stops
+
+
+def agent_generation_config(team: Any, agent_index: int, generation_config: GenerationConfig) -> GenerationConfig:
+    """The call's settings as agent `agent_index`'s model decodes them: a config without `eos_token_id` (what a
+    trainer gives a team whose agents end at different tokens, e.g. a `models` team of different base models) gets a
+    copy with the agent's own stop tokens (`team.stop_token_ids(agent_index)`) and its tokenizer's pad token; a
+    config with one keeps it, for every agent (a caller's explicit choice).
+
+    Args:
+        team: The [`AgentTeam`].
+        agent_index: The agent (every agent of one model shares its tokenizer, so any of them stands for the model).
+        generation_config: The call's settings.
+
+    Returns:
+        `generation_config` itself, or the agent's copy.
+    """
+    if getattr(generation_config, "eos_token_id", None) is not None:
+        return generation_config
+    stops = sorted(team.stop_token_ids(agent_index))
+    if not stops:
+        return generation_config
+    config = copy.deepcopy(generation_config)
+    config.eos_token_id = stops if len(stops) > 1 else stops[0]
+    pad = getattr(team.tokenizers[agent_index], "pad_token_id", None)
+    config.pad_token_id = pad if pad is not None else stops[0]
+    return config
 
 
 def _takes_stop_ids(function: Any) -> bool:

@@ -27,7 +27,7 @@ from transformers import GenerationConfig, PreTrainedModel
 
 from ...utils.tokens import pad_left, truncate_after_eos
 from ..forward import no_autograd
-from .base import Generation, GenerationBackend, stop_ids
+from .base import Generation, GenerationBackend, agent_generation_config, stop_ids
 from .lean import decode
 from .prefill import shared_prefill_cache
 
@@ -84,6 +84,7 @@ class TransformersBackend(GenerationBackend):
         """One batch of rows through `model` (agent `agent_index`'s tokenizer pads them), each cut after a stop
         token."""
         tokenizer = team.tokenizers[agent_index]
+        generation_config = agent_generation_config(team, agent_index, generation_config)  # its own EOS, if unset
         ids, mask = pad_left(rows, tokenizer.pad_token_id)
         ids, mask = ids.to(team.device), mask.to(team.device)
         kwargs: dict[str, Any] = {}

@@ -68,6 +68,7 @@ from transformers import GenerationConfig
 from .base import (
     INERT_SETTINGS,
     EngineBackend,
+    agent_generation_config,
     global_generation_defaults,
     is_default_setting,
     resolve_generation_settings,
@@ -475,7 +476,9 @@ class VLLMBackend(EngineBackend):
 
         self.sync(team)
         # resolved per model, as each model's `generate` resolves them (its own `generation_config`)
-        settings = {m: sampling_settings(generation_config, team.models[m]) for m in sorted(set(team.agent_model))}
+        # each model with its agents' own stop tokens when the call sets none (`agent_generation_config`)
+        settings = {m: sampling_settings(agent_generation_config(team, team.agent_model.index(m), generation_config),
+                                         team.models[m]) for m in sorted(set(team.agent_model))}
         if logprobs:
             for m, one in settings.items():
                 self.logprob_check(one, getattr(team.models[m].config, "vocab_size", None))

@@ -486,7 +486,8 @@ class MAGRPOTrainer(TeamTrainer):
                     tool_mask = tool_masks_tensor([_tool_mask(t, a, i) for t, pick in zip(rollout.turns, picks)
                                                    for i in pick], c_ids.size(1))
                 if self.args.mask_truncated_completions:
-                    truncated = torch.tensor([not (ids and ids[-1] in eos_ids) for ids in completion_ids])
+                    own = self.team.stop_token_ids(a)  # this agent's EOS, not another agent's (issue 54, item 13)
+                    truncated = torch.tensor([not (ids and ids[-1] in own) for ids in completion_ids])
                     c_mask = c_mask * (~truncated).unsqueeze(1).long()
                 batches.append(AgentBatch(p_ids, p_mask, c_ids, c_mask, tool_mask=tool_mask).to(device))
                 advantages.append(adv.float().to(device))
