@@ -94,3 +94,22 @@ def test_each_agents_loss_mask_ends_at_its_own_eos(tmp_path) -> None:
             assert int(row[length - 1]) == eos and eos not in row[: length - 1].tolist()
             assert (row_mask[:length] == 1).all() and (row_mask[length:] == 0).all()
     assert int((batch["batches"][1].completion_ids == eos0).sum()) > 8  # agent 1 wrote id 2 and went on
+
+
+def test_ppo_stops_each_agent_at_its_own_eos(tmp_path) -> None:
+    from trl_marl import MultiAgentPPOConfig, MultiAgentPPOTrainer
+
+    team, (eos0, eos1) = _team()
+    args = MultiAgentPPOConfig(output_dir=str(tmp_path / "ppo"), num_agents=2, total_episodes=8, report_to="none",
+                               save_strategy="no", response_length=MAX_NEW, stop_token="eos", seed=0)
+    trainer = MultiAgentPPOTrainer(args=args, model=team, reward_funcs=lambda completions, **kw: [0.0] * len(
+        completions), env=TargetSumEnv(2), train_dataset=Dataset.from_dict({"target": [10] * 8}))
+    assert trainer.agent_stop_token_ids == [eos0, eos1] and trainer.stop_token_id is None
+    assert [trainer.team.base_model_of(a).generation_config.eos_token_id for a in range(2)] == [eos0, eos1]
+    torch.manual_seed(0)
+    rollouts = trainer.rollout([{"target": 10}] * 8)
+    for a, eos in enumerate((eos0, eos1)):
+        ro = rollouts[a]
+        for row, length in zip(ro.postprocessed.cpu(), ro.sequence_lengths.cpu()):
+            assert int(row[length]) == eos and eos not in row[:length].tolist()  # the last real token: its EOS
+    assert int((rollouts[1].postprocessed == eos0).sum()) > 4  # agent 1 wrote id 2 and went on

@@ -230,21 +230,27 @@ def stop_ids(team: Any, agent_index: int, stop_token_ids: set[int] | None,
     return stops
 
 
-def agent_generation_config(team: Any, agent_index: int, generation_config: GenerationConfig) -> GenerationConfig:
-    """The call's settings as agent `agent_index`'s model decodes them: a config without `eos_token_id` (what a
-    trainer gives a team whose agents end at different tokens, e.g. a `models` team of different base models) gets a
-    copy with the agent's own stop tokens (`team.stop_token_ids(agent_index)`) and its tokenizer's pad token; a
-    config with one keeps it, for every agent (a caller's explicit choice).
+def agent_generation_config(team: Any, agent_index: int, generation_config: GenerationConfig,
+                            stop_token_ids: set[int] | None = None) -> GenerationConfig:
+    """The call's settings as agent `agent_index`'s model decodes them: in a team whose agents end at different
+    tokens (a `models` team of different base models), a config without `eos_token_id` (what the trainers give such
+    a team) in a call without `stop_token_ids` gets a copy with the agent's own stop tokens
+    (`team.stop_token_ids(agent_index)`) and its tokenizer's pad token. A config with an EOS keeps it, for every
+    agent (a caller's explicit choice), and so does a call with `stop_token_ids` (an empty set: no stop, every row
+    runs to `max_new_tokens`) and every call to a team whose agents share their stop tokens.
 
     Args:
         team: The [`AgentTeam`].
         agent_index: The agent (every agent of one model shares its tokenizer, so any of them stands for the model).
         generation_config: The call's settings.
+        stop_token_ids: The call's stop tokens (None: each agent's own).
 
     Returns:
         `generation_config` itself, or the agent's copy.
     """
-    if getattr(generation_config, "eos_token_id", None) is not None:
+    if stop_token_ids is not None or getattr(generation_config, "eos_token_id", None) is not None:
+        return generation_config
+    if len({frozenset(team.stop_token_ids(a)) for a in range(team.num_agents)}) == 1:
         return generation_config
     stops = sorted(team.stop_token_ids(agent_index))
     if not stops:

@@ -84,7 +84,8 @@ class TransformersBackend(GenerationBackend):
         """One batch of rows through `model` (agent `agent_index`'s tokenizer pads them), each cut after a stop
         token."""
         tokenizer = team.tokenizers[agent_index]
-        generation_config = agent_generation_config(team, agent_index, generation_config)  # its own EOS, if unset
+        # its own EOS and pad when the call sets neither an EOS nor stop tokens
+        generation_config = agent_generation_config(team, agent_index, generation_config, stop_token_ids)
         ids, mask = pad_left(rows, tokenizer.pad_token_id)
         ids, mask = ids.to(team.device), mask.to(team.device)
         kwargs: dict[str, Any] = {}

@@ -198,7 +198,9 @@ class MultiAgentPPOTrainer(TeamTrainer):
             team.ref_models[0] = ref_model
         elif all(a is None for a in team.agent_adapter):
             team.create_reference_models()
-        self.stop_token_id = self._resolve_stop_token(args, team)
+        self.agent_stop_token_ids = self._resolve_stop_token(args, team)
+        # the one stop token of every agent; None when there is none, or when the agents' differ (issue 54, item 13)
+        self.stop_token_id = self.agent_stop_token_ids[0] if len(set(self.agent_stop_token_ids)) == 1 else None
 
         if args.critic == "centralized":
             check_joint_tokenizers(team.tokenizers)
@@ -240,7 +242,9 @@ class MultiAgentPPOTrainer(TeamTrainer):
         # the rollout engine, with one sample per agent: episodes over turns, scored afterwards (`compute_rewards`)
         self.engine = JointRollout(
             env, team, self.rewards, self._generation_config(args.temperature), num_generations=1,
-            stop_token_ids={self.stop_token_id} if self.stop_token_id is not None else set(),
+            # agents with different stop tokens: None, each agent cut at its own (`team.stop_token_ids(a)`)
+            stop_token_ids=({self.stop_token_id} if self.stop_token_id is not None else
+                            None if any(t is not None for t in self.agent_stop_token_ids) else set()),
             tool_loop=self.tool_loop,
         )
 
@@ -277,11 +281,15 @@ class MultiAgentPPOTrainer(TeamTrainer):
         return [s for s, ro in enumerate(rollouts) if ro is not None and s not in self.frozen_slots]
 
     @staticmethod
-    def _resolve_stop_token(args: MultiAgentPPOConfig, team: AgentTeam) -> int | None:
-        stop = team.tokenizers[0].eos_token_id if args.stop_token == "eos" else args.stop_token_id
-        for a in range(team.num_agents):  # generation stops exactly at the stop token (or runs to full length)
+    def _resolve_stop_token(args: MultiAgentPPOConfig, team: AgentTeam) -> list[int | None]:
+        """Each team member's stop token, written into its model's generation config: its own tokenizer's EOS with
+        `stop_token='eos'` (a `models` team of different base models ends each agent at its own EOS, not agent 0's),
+        else `stop_token_id` (None: every response runs to `response_length`)."""
+        stops = [team.tokenizers[a].eos_token_id if args.stop_token == "eos" else args.stop_token_id
+                 for a in range(team.num_agents)]
+        for a, stop in enumerate(stops):  # generation stops exactly at the stop token (or runs to full length)
             team.base_model_of(a).generation_config.eos_token_id = stop
-        return stop
+        return stops
 
     def _set_batch_sizes(self) -> None:
         self.args.set_batch_sizes(self.accelerator.num_processes, len(self.train_dataset))
