@@ -165,10 +165,15 @@ def test_anli_local_file_asks_for_local_eval_data_and_for_rows_left_after_the_sk
               "--data_files", str(data), "--output_dir", str(tmp_path / "out")]
     module = example("maporl_anli")
     (tmp_path / "no-model").mkdir()  # a folder: the model check passes, the data is looked at first
-    with pytest.raises(ValueError, match=r"`--eval_data_files FILE` .* or `--eval_split none`"):
+    # data mistakes are one line on stderr and exit status 2 (issue 53), not a traceback
+    with pytest.raises(SystemExit) as stop:
         module.main(common)
-    with pytest.raises(ValueError, match=r"`skip_train_rows` \(10000\) skips every one of the 3 training rows"):
+    assert stop.value.code == 2
+    assert re.search(r"`--eval_data_files FILE` .* or `--eval_split none`", capsys.readouterr().err)
+    with pytest.raises(SystemExit) as stop:
         module.main([*common, "--eval_split", "none"])
+    assert stop.value.code == 2
+    assert re.search(r"`skip_train_rows` \(10000\) skips every one of the 3 training rows", capsys.readouterr().err)
 
 
 def test_hidden_sum_command_trains_a_step_of_the_real_model_on_the_shipped_questions(real_model_dir, tmp_path):

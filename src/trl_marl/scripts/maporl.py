@@ -353,7 +353,7 @@ def main_anli(script_args: ANLIScriptArguments, training_args: MultiAgentPPOConf
     train_dataset = rows(train_source, script_args.dataset_split, None)
     if train_dataset is not None:
         if script_args.skip_train_rows >= len(train_dataset):
-            raise ValueError(
+            raise UsageError(
                 f"`skip_train_rows` ({script_args.skip_train_rows}) skips every one of the {len(train_dataset)} "
                 f"training rows of {train_source.option} {train_source.name!r} (the config skips the rows MAPoRL's "
                 "verifier trained on): pass `--skip_train_rows 0`, or a smaller number."

@@ -25,6 +25,7 @@ from torch.utils.data import DataLoader
 from transformers import GenerationConfig, PreTrainedModel, TrainerCallback
 
 from ...core import (
+    advantage_estimator,
     aggregate_token_loss,
     clipped_surrogate,
     estimator_uses_local_returns,
@@ -455,9 +456,12 @@ class MAGRPOTrainer(TeamTrainer):
         n = self.env.num_agents
         eos_ids = set().union(*(self.team.stop_token_ids(a) for a in range(n)))  # where generation stopped
         if mode == "train":
-            # groups without a signal (the estimator asked, unless `compute_advantages` is overridden), rewards, cuts
+            # groups without a signal, rewards, cuts: a built-in estimator is asked again in float64; a user's
+            # estimator (which may keep state or cost) is never called twice, and its assigned advantages are read
+            # instead, as they are when `compute_advantages` is overridden
             hooked = type(self).compute_advantages is not MAGRPOTrainer.compute_advantages
-            self.diagnostics.see_rollout(rollout, eos_ids, None if hooked else args.advantage_mode)
+            builtin = advantage_estimator(args.advantage_mode).__module__.startswith("trl_marl.")
+            self.diagnostics.see_rollout(rollout, eos_ids, args.advantage_mode if builtin and not hooked else None)
         bounds = [0]
         for batch in row_batches:
             bounds.append(bounds[-1] + len(batch))
