@@ -15,8 +15,10 @@ from trl_marl.utils.code import first_definition_of
 ROW = next(r for r in division_coding_rows("train") if r["entry_point"] == "squares")
 AUX = "```python\ndef aux(x: int) -> int:\n    return x * x\n```"
 MAIN = "```python\ndef squares(numbers):\n    return [aux(x) for x in numbers]\n```"
-BOTH_AUX_FIRST = "```python\ndef aux(x):\n    return x * x\n\ndef squares(numbers):\n    return [aux(x) for x in numbers]\n```"
-BOTH_MAIN_FIRST = "```python\ndef squares(numbers):\n    return [aux(x) for x in numbers]\n\ndef aux(x):\n    return x * x\n```"
+SQUARE = "def aux(x):\n    return x * x"
+SQUARES = "def squares(numbers):\n    return [aux(x) for x in numbers]"
+BOTH_AUX_FIRST = f"```python\n{SQUARE}\n\n{SQUARES}\n```"
+BOTH_MAIN_FIRST = f"```python\n{SQUARES}\n\n{SQUARE}\n```"
 INLINE_MAIN = "```python\ndef squares(numbers):\n    return [x * x for x in numbers]\n```"
 
 
