@@ -141,3 +141,14 @@ def scripted(trainer: Any, calls: dict[str, int], seen_prompts: list[list[str]],
         return Generation(prompt_ids=prompt_ids, completion_ids=completion_ids)
 
     return generate
+
+
+def encodes(value: object) -> bool:
+    """Whether `value` serializes to JSON that encodes as UTF-8 (no lone surrogates left in it)."""
+    import json
+
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True

@@ -15,7 +15,6 @@ must give encodable text.
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from collections.abc import Callable
@@ -23,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from helpers import encodes
 from trl_marl.envs import CentralizedEnv, TargetSumEnv
 from trl_marl.envs.base import Transcript
 from trl_marl.envs.centralized import split_sections
@@ -212,13 +212,6 @@ def test_every_parser_returns_on_every_hostile_completion(parser: str) -> None:
 
 
 # ----------------------------------------------------------------------------------------------------- tools
-def encodes(value: Any) -> bool:
-    try:
-        json.dumps(value, ensure_ascii=False).encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
 
 @pytest.fixture(scope="module")
 def tokenizer():

@@ -13,7 +13,7 @@ import time
 import pytest
 from datasets import Dataset
 
-from helpers import ANSWER, scripted
+from helpers import ANSWER, encodes, scripted
 from trl_marl import MAGRPOConfig, MAGRPOTrainer
 from trl_marl.tools import ToolFormat, ToolLoop, call_tool, parse_completion, resolve_tool_format
 from trl_marl.tools.calling import MAX_CALL_DEPTH, encodable_json
@@ -49,13 +49,6 @@ def tool_call(name: str, arguments: str) -> str:
 def deep(levels: int) -> str:
     return '{"x": ' * levels + "1" + "}" * levels
 
-
-def encodes(value: object) -> bool:
-    try:
-        json.dumps(value, ensure_ascii=False).encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 @pytest.fixture(scope="module")

@@ -42,7 +42,7 @@ You and a partner write one Python program together. It needs two functions:
 2. `{entry_signature}`: {description} It calls `{helper_name}`.
 Each of you writes exactly one of the two functions; your partner writes the other, and you cannot see each other's \
 code. You are programmer {programmer}. Reply with only the code of your function."""
-"""The prompt of both agents (placeholders `{helper_signature}`, `{helper_doc}`, `{entry_signature}`,
+"""The prompt of both agents (format fields `{helper_signature}`, `{helper_doc}`, `{entry_signature}`,
 `{description}`, `{helper_name}`, `{programmer}`: 1 or 2)."""
 
 CHOICES = ("helper", "main")

@@ -37,14 +37,14 @@ from .coding_analysis import CodingSolution
 PRIVATE_HELPER_TEMPLATE = """\
 Write a Python function `{helper_name}(x: int) -> int` that returns the code of the number `x`: {rule}. Your \
 partner will call it. Reply with only the code."""
-"""The helper agent's prompt (placeholders `{helper_name}`, `{rule}`)."""
+"""The helper agent's prompt (format fields `{helper_name}`, `{rule}`)."""
 
 PRIVATE_MAIN_TEMPLATE = """\
 Write a Python function `{entry_signature}`. {description}
 
 Every number has a secret code that only your partner knows. Your partner writes `{helper_name}(x)`, which returns \
 the code of `x`: call it, do not write it. Reply with only the code."""
-"""The main agent's prompt (placeholders `{entry_signature}`, `{description}`, `{helper_name}`)."""
+"""The main agent's prompt (format fields `{entry_signature}`, `{description}`, `{helper_name}`)."""
 
 MAIN_EXAMPLES: tuple[tuple[str, str, str], ...] = (
     ("code_of_last(numbers: list) -> int", "Return the code of the last number in `numbers`.",

@@ -190,12 +190,7 @@ class CooperativeWritingEnv(MultiAgentEnv):
             KeyError: `row` lacks the text column (the message names it).
             ValueError: The text column of `row` does not hold a string, or `agent_index` is not 0 or 1.
         """
-        self.validate_row(row, where="the row")
-        if not isinstance(row[self.text_column], str):
-            raise ValueError(
-                f"{type(self).__name__} needs text in the column {self.text_column!r}, but the row holds a "
-                f"{type(row[self.text_column]).__name__} there."
-            )
+        self._check_text(row)
         if agent_index not in (0, 1):
             raise ValueError(f"{type(self).__name__} has agents 0 (short summary) and 1 (detailed summary), got "
                              f"{agent_index}.")
@@ -216,6 +211,15 @@ class CooperativeWritingEnv(MultiAgentEnv):
             partner=writing_text(last.responses[1 - agent_index]),
             feedback=f"Feedback: {feedback}\n\n" if feedback else "",
         )
+
+    def _check_text(self, row: Mapping[str, Any]) -> None:
+        """Raise a clear error when `row` lacks the text column or holds no string there."""
+        self.validate_row(row, where="the row")
+        if not isinstance(row[self.text_column], str):
+            raise ValueError(
+                f"{type(self).__name__} needs text in the column {self.text_column!r}, but the row holds a "
+                f"{type(row[self.text_column]).__name__} there."
+            )
 
     def agent_prompt(self, row: Mapping[str, Any], agent_index: int, transcript: Transcript) -> Prompt:
         """The prompt of agent `agent_index`: [`render`]'s text, as a string or as chat messages."""
@@ -359,9 +363,9 @@ class SymmetricWritingEnv(CooperativeWritingEnv):
         system_prompt (`str`, *optional*): With `chat=True`, a system message put before the user message.
         summary_max (`int`): The summary's word limit named in the instruction.
         paragraph_words (`tuple[int, int]`): The paragraph's word range named in the instruction.
-        instruction (`str`): The instruction (placeholders `{summary_max}`, `{paragraph_min}`, `{paragraph_max}`,
+        instruction (`str`): The instruction (format fields `{summary_max}`, `{paragraph_min}`, `{paragraph_max}`,
             `{writer}`).
-        template (`str`): The prompt (placeholders `{instruction}`, `{text}`).
+        template (`str`): The prompt (format fields `{instruction}`, `{text}`).
 
     Example:
 
@@ -404,12 +408,7 @@ class SymmetricWritingEnv(CooperativeWritingEnv):
             ValueError: The text column does not hold a string, `agent_index` is not 0 or 1, or `transcript` is
                 not empty (one turn).
         """
-        self.validate_row(row, where="the row")
-        if not isinstance(row[self.text_column], str):
-            raise ValueError(
-                f"{type(self).__name__} needs text in the column {self.text_column!r}, but the row holds a "
-                f"{type(row[self.text_column]).__name__} there."
-            )
+        self._check_text(row)
         if agent_index not in (0, 1):
             raise ValueError(f"{type(self).__name__} has writers 0 and 1, got {agent_index}.")
         if len(transcript) != 0:
