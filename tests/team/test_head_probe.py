@@ -219,3 +219,43 @@ def test_the_probe_runs_once_in_eval_mode_and_leaves_the_random_state_and_modes(
     assert torch.equal(torch.get_rng_state(), state)
     assert {name: m.training for name, m in model.named_modules()} == modes
     assert head_path_checked(model) is found and len(calls) == 2  # cached: no second probe
+
+
+def granite(logits_scaling: float) -> PreTrainedModel:
+    """A tiny Granite model: its logits are `lm_head(h) / logits_scaling`."""
+    config = transformers.GraniteConfig(**SMALL, num_key_value_heads=1, logits_scaling=logits_scaling)
+    return transformers.GraniteForCausalLM(config)
+
+
+@pytest.mark.parametrize("scaling", [1.02, 1.05, 1 / 1.02])
+def test_a_small_logit_scale_in_bf16_keeps_the_full_logits(scaling):
+    """A 2-5% logit scale is inside the max-difference rounding of bf16 logits of magnitude 64 (8 units of 2**-7),
+    but not inside the fitted scale's: the probe must refuse it (on the chunked path it would be off by nats)."""
+    torch.manual_seed(0)
+    model = granite(scaling).to(torch.bfloat16).eval()
+    found = head_path_checked(model)
+    assert isinstance(found, str) and "times the head's" in found, found
+
+
+def test_a_bf16_model_without_a_logit_scale_takes_the_chunked_path():
+    torch.manual_seed(0)
+    model = granite(1.0).to(torch.bfloat16).eval()
+    found = head_path_checked(model)
+    assert not isinstance(found, str), found
+
+
+def test_a_float32_model_probed_first_under_bf16_autocast_is_judged_in_float32():
+    """Autocast does not decide the verdict (the probe runs with it off), and the cache keeps one verdict per autocast
+    state and dtype: a float32 model with a 2% logit scale is refused under autocast and without it."""
+    torch.manual_seed(0)
+    model = granite(1.02).eval()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        under_autocast = head_path_checked(model)
+    assert isinstance(under_autocast, str) and "not `lm_head(last_hidden_state)`" in under_autocast
+    plain = head_path_checked(model)
+    assert isinstance(plain, str) and "not `lm_head(last_hidden_state)`" in plain
+    from trl_marl.team.head import _PROBES
+
+    assert len(_PROBES[model]) == 2  # one entry per autocast state
+    model.to(torch.bfloat16)
+    assert isinstance(head_path_checked(model), str) and len(_PROBES[model]) == 3  # and per dtype

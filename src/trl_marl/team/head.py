@@ -14,9 +14,12 @@ on a 2 x 4-token probe in eval mode and checks that
 2. with the backbone's output replaced by random hidden states scaled so that the head's logits reach +-64 (where any
    soft cap, logit scale, normalization or slice shows), the model's logits equal the head's on those states,
 
-within a few units of rounding of the logits' dtype. A model that fails falls back to the full logits, with the
-reason logged once. The probe draws from a generator of its own (the global random state does not move) and puts
-every module back in the train/eval mode it was in.
+within a few units of rounding of the logits' dtype, and 3. the least-squares scale between the two is 1 within half
+a unit of rounding (a logit scale of 1.02, Granite's `logits_scaling`, is 2% off in every logit: inside the rounding
+of bf16 logits of magnitude 64, but not of their fitted scale). The probe runs with autocast off, so that its
+verdict is about the model's own dtype, and is cached per adapter layout, parameter dtype and autocast state. A
+model that fails falls back to the full logits, with the reason logged once. The probe draws from a generator of its
+own (the global random state does not move) and puts every module back in the train/eval mode it was in.
 
 [`bound_head`] is the head as the forward ran it. A PEFT `modules_to_save` or trainable-token wrapper on the LM head
 runs the active adapter's copy at call time, and the chunked head recomputes each chunk's logits in the backward:
@@ -29,7 +32,7 @@ from __future__ import annotations
 import logging
 import weakref
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -165,6 +168,30 @@ def _tolerance(reference: torch.Tensor, *dtypes: torch.dtype) -> float:
     return _ROUNDING_UNITS * eps * max(1.0, float(reference.abs().max()))
 
 
+def _autocast_off(device: torch.device) -> Any:
+    """Autocast disabled on `device`'s type (a no-op context where that type has no autocast)."""
+    try:
+        return torch.autocast(device.type, enabled=False)
+    except RuntimeError:
+        return nullcontext()
+
+
+def _autocast_state(device: torch.device) -> tuple[bool, Any]:
+    """Whether autocast is on for `device`'s type, and its dtype: part of the probe cache's key."""
+    try:
+        on = torch.is_autocast_enabled(device.type)
+    except (RuntimeError, TypeError):
+        return False, None
+    return on, torch.get_autocast_dtype(device.type) if on else None
+
+
+def _fitted_scale(logits: torch.Tensor, expected: torch.Tensor) -> float:
+    """The least-squares `s` of `logits ~ s * expected`, in float64."""
+    a, b = logits.double().flatten(), expected.double().flatten()
+    denominator = float(b @ b)
+    return float(a @ b) / denominator if denominator > 0 else 1.0
+
+
 @contextmanager
 def _eval_mode(model: nn.Module) -> Iterator[None]:
     modes = [(m, m.training) for m in model.modules()]
@@ -184,7 +211,7 @@ def _probe(model: nn.Module, backbone: nn.Module, head: nn.Module) -> HeadPath |
     generator = torch.Generator().manual_seed(0)  # not the global random state
     seen: list[torch.Tensor] = []
     try:
-        with _eval_mode(model), torch.no_grad():
+        with _eval_mode(model), torch.no_grad(), _autocast_off(device):
             direct = _hidden_of(backbone(input_ids=input_ids, attention_mask=attention_mask))
             probe = torch.randn(direct.shape, generator=generator).to(device)
             scale = float(head(probe.to(direct.dtype)).float().abs().max())
@@ -223,20 +250,29 @@ def _probe(model: nn.Module, backbone: nn.Module, head: nn.Module) -> HeadPath |
             f"{_PROBE_LOGIT:g} gave logits {difference:.3g} away from them (a soft cap, a logit scale, "
             "a transform between the backbone and the head, ...)"
         )
+    scale = _fitted_scale(logits, expected)
+    if not abs(scale - 1.0) <= 0.5 * max(torch.finfo(d).eps for d in (logits.dtype, expected.dtype)):
+        return (
+            f"its logits are not `lm_head(last_hidden_state)`: they are {scale:.4g} times the head's on the probe "
+            "(a logit scale)"
+        )
     return HeadPath(backbone, head, int(expected.size(-1)))
 
 
 def head_path_checked(model: Any) -> HeadPath | str:
     """[`HeadPath`] of `model` when its logits are exactly `lm_head(backbone(...).last_hidden_state)`, or why not
     (see the module docstring): its transformers layout, then the probe, run once per model and adapter state of the
-    LM head (each agent's `modules_to_save` copy, the disabled adapters of a reference forward) and cached. The
+    LM head (each agent's `modules_to_save` copy, the disabled adapters of a reference forward), parameter dtype and
+    autocast state, and cached. The
     first time a model falls back, the reason is logged (`logging.getLogger("trl_marl.team.head")`, warning).
     """
     structure = _structure(model)
     if isinstance(structure, str):
         return structure
     backbone, head = structure
-    key = _adapter_state(_adapter_modules(head))
+    weight = next((p for p in head.parameters()), None)
+    device = weight.device if weight is not None else torch.device("cpu")
+    key = (_adapter_state(_adapter_modules(head)), None if weight is None else weight.dtype, _autocast_state(device))
     probes = _PROBES.setdefault(model, {})
     found = probes.get(key)
     if found is None:
