@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 import warnings
@@ -748,3 +749,56 @@ def test_ppo_does_not_take_a_damaged_checkpoint_for_its_last_completed_update(ta
     assert checkpoint_problem(str(out / "checkpoint-1")) is None  # saved again, whole (value models included)
     assert (out / "checkpoint-1" / "value_model_0" / "model.safetensors").is_file()
     assert (out / "checkpoint-1-corrupt" / "value_model_0").is_symlink()  # kept as it was
+
+
+def rewrite_safetensors_header(path: Path, edit: Any) -> None:
+    """Rewrite a safetensors file's JSON header with `edit(header)` applied, keeping its data bytes (the file's size
+    then agrees with the new header's length, as a careful forger would make it)."""
+    data = path.read_bytes()
+    (length,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8:8 + length])
+    edit(header)
+    encoded = json.dumps(header).encode()
+    path.write_bytes(struct.pack("<Q", len(encoded)) + encoded + data[8 + length:])
+
+
+def first_tensor(header: dict) -> str:
+    return min((k for k in header if k != "__metadata__"), key=lambda k: header[k]["data_offsets"][0])
+
+
+def shrunk_header(six: Path) -> None:
+    """The first tensor's entry removed from the header: every other offset and the file's size still agree."""
+    path = six / "agent_0" / "adapter_model.safetensors"
+    rewrite_safetensors_header(path, lambda header: header.pop(first_tensor(header)))
+    set_manifest_entry(six, "agent_0/adapter_model.safetensors", path.stat().st_size, file_sha256(str(path)))
+
+
+def reshaped_tensor(six: Path) -> None:
+    path = six / "agent_0" / "adapter_model.safetensors"
+
+    def edit(header: dict) -> None:
+        entry = header[first_tensor(header)]
+        entry["shape"] = [entry["shape"][0] * 2, *entry["shape"][1:]]
+
+    rewrite_safetensors_header(path, edit)
+    set_manifest_entry(six, "agent_0/adapter_model.safetensors", path.stat().st_size, file_sha256(str(path)))
+
+
+def linked_checkpoint(six: Path) -> None:
+    """checkpoint-6 is a link to another run's checkpoint-6 (a whole, intact one)."""
+    elsewhere = six.parent.parent / "other-run-checkpoint-6"
+    shutil.move(str(six), elsewhere)
+    os.symlink(elsewhere, six)
+
+
+@pytest.mark.parametrize(("shape", "bad", "fragment"), [
+    (shrunk_header, "agent_0/adapter_model.safetensors", "where the previous one ends at 0 (a hole"),
+    (reshaped_tensor, "agent_0/adapter_model.safetensors", "bytes where its shape"),
+    (linked_checkpoint, "", "is a symbolic link (to "),
+], ids=["shrunk-header", "reshaped-tensor", "linked-checkpoint"])
+def test_a_forged_safetensors_header_or_a_linked_checkpoint_falls_back(run_copy, resumer, shape, bad, fragment):
+    """A safetensors header rewritten (with its manifest) so that sizes agree but safetensors refuses it, and a
+    checkpoint folder that is a link to another run's: both skipped for the checkpoint before, never loaded."""
+    six = run_copy / "checkpoint-6"
+    shape(six)
+    assert_refused(run_copy, resumer, str(six / bad) if bad else str(six), fragment)

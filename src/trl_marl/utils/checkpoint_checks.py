@@ -6,8 +6,9 @@ safetensors or `torch.load`, long after the checkpoint was chosen; worse, much d
 transformers resumes without an optimizer or a scheduler it does not find, and at whatever `global_step` the state
 file says. So [`checkpoint_problem`] judges a folder before it is used, in this order:
 
-1. nothing inside the folder is a symbolic link or a special file (a device, a FIFO): a checkpoint holds regular
-   files only (a linked `agent_0/` brings in another checkpoint's weights, a link to `/dev/zero` never ends);
+1. neither the folder nor anything inside it is a symbolic link or a special file (a device, a FIFO): a checkpoint
+   holds regular files only (a linked `checkpoint-4/` or `agent_0/` brings in another run's or another checkpoint's
+   weights, a link to `/dev/zero` never ends);
 2. every entry of its manifest (`utils.checkpoint_files`) is a plain relative path inside the folder, to a regular
    file of the size it lists, and every file in the folder is listed (a file added later, e.g. a `scaler.pt`,
    would be loaded unchecked);
@@ -16,7 +17,8 @@ file says. So [`checkpoint_problem`] judges a folder before it is used, in this 
    that `team_config.json` names;
 4. every file has the SHA-256 its manifest lists (with `checksums`);
 5. every file has the structure its kind needs (a structural check: no empty weight, state or JSON file, every
-   `*.safetensors` file exactly as long as its header says, every `*.pt`/`*.pth` zip with its directory, every
+   `*.safetensors` file exactly as long as its header says, with tensors that follow each other and are as long as
+   their shapes and dtypes say, every `*.pt`/`*.pth` zip with its directory, every
    `*.json` file parsed), which catches a file of the wrong kind behind a manifest rewritten to fit it;
 6. `trainer_state.json` is a JSON object with the JSON types of transformers' `TrainerState` fields (and, with
    [`CheckpointSpec.state_keys`], no other key), no log entry after its `global_step`, and a `global_step` equal to
@@ -107,6 +109,11 @@ def checkpoint_damage(folder: str | os.PathLike[str], spec: CheckpointSpec | Non
 
 def _check_folder(folder: str, checksums: bool, spec: CheckpointSpec) -> None:
     """Raise `CheckpointDamage` at the first problem of the folder (`checkpoint_problem`)."""
+    if os.path.islink(folder):
+        raise CheckpointDamage(
+            f"{folder} is a symbolic link (to {os.readlink(folder)!r}): a checkpoint is a folder of its own run, "
+            "not a link to another run's"
+        )
     if not os.path.isdir(folder):
         raise CheckpointDamage(f"{folder} is not a folder")
     found = scan_folder(folder)
@@ -339,9 +346,18 @@ def _check_structure(folder: str, found: dict[str, int]) -> None:
             raise CheckpointDamage(f"{path} {problem}")
 
 
+# bytes per element of safetensors' dtypes (sub-byte and unknown dtypes: no size check, only the offsets)
+_SAFETENSORS_ITEMSIZE = {
+    "BOOL": 1, "U8": 1, "I8": 1, "F8_E5M2": 1, "F8_E4M3": 1, "F8_E8M0": 1, "I16": 2, "U16": 2, "F16": 2, "BF16": 2,
+    "I32": 4, "U32": 4, "F32": 4, "I64": 8, "U64": 8, "F64": 8, "C64": 8,
+}
+
+
 def _safetensors_problem(handle: object, size: int) -> str | None:
     """Whether a safetensors file (open, at its start) holds its whole header and exactly the data bytes that the
-    header describes."""
+    header describes, as safetensors itself reads them: the tensors' byte ranges follow each other from 0 with no
+    hole or overlap, and each is as long as its shape and dtype say (a header rewritten with an entry removed or a
+    shape changed, behind a manifest rewritten to fit, fails here instead of inside the load)."""
     prefix = handle.read(8)  # type: ignore[attr-defined]
     if len(prefix) < 8:
         return f"is truncated ({size} bytes, shorter than the 8-byte header length)"
@@ -351,14 +367,31 @@ def _safetensors_problem(handle: object, size: int) -> str | None:
     header = json.loads(handle.read(length))  # type: ignore[attr-defined]
     if not isinstance(header, dict):
         return "has a header that is not a JSON object"
-    end = 0
+    ranges: list[tuple[int, int, str]] = []
     for name, entry in header.items():
         if name == "__metadata__":
             continue
         offsets = entry.get("data_offsets") if isinstance(entry, dict) else None
         if not (isinstance(offsets, list) and len(offsets) == 2 and all(type(o) is int for o in offsets)):
             return f"has no valid data_offsets for tensor {name!r}"
-        end = max(end, offsets[1])
+        shape = entry.get("shape")
+        if not (isinstance(shape, list) and all(type(d) is int and d >= 0 for d in shape)):
+            return f"has no valid shape for tensor {name!r}"
+        itemsize = _SAFETENSORS_ITEMSIZE.get(entry.get("dtype"))  # type: ignore[arg-type]
+        if itemsize is not None:
+            count = 1
+            for dim in shape:
+                count *= dim
+            if offsets[1] - offsets[0] != count * itemsize:
+                return (f"has tensor {name!r} of {offsets[1] - offsets[0]} bytes where its shape {shape} and dtype "
+                        f"{entry.get('dtype')} need {count * itemsize}")
+        ranges.append((offsets[0], offsets[1], name))
+    end = 0
+    for start, stop, name in sorted(ranges):
+        if start != end or stop < start:
+            return (f"has tensor {name!r} at bytes {start}..{stop} where the previous one ends at {end} (a hole or "
+                    "an overlap in its data)")
+        end = stop
     expected = 8 + length + end
     if size != expected:
         return f"has {size} bytes, its header describes {expected} (truncated or padded)"
