@@ -14,6 +14,7 @@ prompt 1: What is 2 + 3?
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 from typing import Any
@@ -66,13 +67,48 @@ def team_folder_problem(path: str) -> str | None:
     return f"{path!r} holds no {TEAM_CONFIG_FILE}: pass {where}."
 
 
+SEED_LIMIT = 2**32 - 1
+"""The largest `--seed` (numpy's and `transformers.set_seed`'s range)."""
+
+
+def flag_problem(args: argparse.Namespace) -> str | None:
+    """Why the sampling flags of `args` cannot be used, naming the flag and the fix; `None` when they can."""
+    if args.max_new_tokens < 1:
+        return f"--max-new-tokens {args.max_new_tokens}: pass a positive number of tokens."
+    if args.sample and not (math.isfinite(args.temperature) and args.temperature > 0):
+        return (f"--temperature {args.temperature} with --sample: pass a temperature > 0, or drop --sample for "
+                "greedy decoding.")
+    if not 0 < args.top_p <= 1:
+        return f"--top-p {args.top_p}: pass a probability mass in (0, 1]."
+    if not 0 <= args.seed <= SEED_LIMIT:
+        return f"--seed {args.seed}: pass a seed in 0..{SEED_LIMIT}."
+    return None
+
+
+def damage_problem(path: str) -> str | None:
+    """What is wrong with a saved checkpoint's files, checked against its manifest (sizes, SHA-256, structure) before
+    anything is loaded; `None` when nothing is, or when the folder has no manifest (a team saved by `save_model`)."""
+    from ..utils.checkpoint_checks import checkpoint_problem
+    from ..utils.checkpoint_files import MANIFEST_FILE, CheckpointSpec
+
+    if not os.path.lexists(os.path.join(path, MANIFEST_FILE)):
+        return None
+    problem = checkpoint_problem(path, checksums=True, spec=CheckpointSpec(required=()))
+    return None if problem is None else f"--team {path!r} is damaged: {problem}."
+
+
 def generate_command(args: argparse.Namespace) -> int:
-    """Run `trl-marl generate` (parsed `args`): print each agent's answers; 2 on a usage error."""
+    """Run `trl-marl generate` (parsed `args`): print each agent's answers; 2 on a usage error, a damaged or unloadable
+    team, or a prompt longer than the model's context window."""
+    problem = flag_problem(args)
+    if problem is not None:
+        print(f"trl-marl generate: {problem}", file=sys.stderr)
+        return 2
     prompts = args.prompt if args.prompt else [line.rstrip("\n") for line in sys.stdin if line.strip()]
     if not prompts:
         print("trl-marl generate: no prompt: pass --prompt TEXT (repeatable) or lines on stdin.", file=sys.stderr)
         return 2
-    problem = team_folder_problem(args.team)
+    problem = team_folder_problem(args.team) or damage_problem(args.team)
     if problem is not None:
         print(f"trl-marl generate: {problem}", file=sys.stderr)
         return 2
@@ -81,7 +117,13 @@ def generate_command(args: argparse.Namespace) -> int:
     quiet_logs()
     from ..team import AgentTeam
 
-    team = AgentTeam.from_pretrained(args.team, is_trainable=False)
+    try:
+        team = AgentTeam.from_pretrained(args.team, is_trainable=False)
+    except Exception as error:  # noqa: BLE001 - any file the team cannot be built from is the user's folder's fault
+        print(f"trl-marl generate: --team {args.team!r} could not be loaded ({type(error).__name__}: "
+              f"{str(error).splitlines()[0] if str(error) else ''}): pass a folder saved by a trainer or "
+              "`AgentTeam.save_pretrained`, whole.", file=sys.stderr)
+        return 2
     team.eval()
     if args.agent is not None and not 0 <= args.agent < team.num_agents:
         print(f"trl-marl generate: --agent {args.agent}: the team has agents 0..{team.num_agents - 1}.",
@@ -91,10 +133,14 @@ def generate_command(args: argparse.Namespace) -> int:
                                     temperature=args.temperature, top_p=args.top_p, system_prompt=args.system,
                                     apply_chat_template=not args.raw, seed=args.seed if args.sample else None)
     agents = range(team.num_agents) if args.agent is None else [args.agent]
-    if args.agent is None:
-        answers = team.chat_team(prompts, **settings)
-    else:
-        answers = {args.agent: team.chat(args.agent, prompts, **settings)}
+    try:
+        if args.agent is None:
+            answers = team.chat_team(prompts, **settings)
+        else:
+            answers = {args.agent: team.chat(args.agent, prompts, **settings)}
+    except ValueError as error:  # a prompt longer than the context window (the flags were checked above)
+        print(f"trl-marl generate: {error}", file=sys.stderr)
+        return 2
     for i, prompt in enumerate(prompts):
         print(f"prompt {i + 1}: {prompt}")
         for a in agents:

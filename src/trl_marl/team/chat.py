@@ -25,6 +25,7 @@ convenience methods of the class itself, not a part to configure, swap or copy.
 from __future__ import annotations
 
 import copy
+import math
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -32,7 +33,8 @@ from typing import Any
 import torch
 from transformers import GenerationConfig, PreTrainedModel
 
-from ..utils.tokens import Prompt
+from ..utils.tokens import Prompt, tokenize_prompts
+from ..validation.data import context_window
 
 
 def _as_list(prompts: Prompt | Sequence[Prompt]) -> list[Prompt]:
@@ -70,10 +72,13 @@ class ChatMixin:
         """Each agent's answers to its prompts (an empty list for an agent without prompts)."""
         if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
             raise ValueError(f"`max_new_tokens` must be a positive integer, got {max_new_tokens!r}.")
-        if do_sample and not temperature > 0:
+        if do_sample and not (math.isfinite(temperature) and temperature > 0):
             raise ValueError(f"`temperature` must be > 0 when sampling (`do_sample=True`), got {temperature!r}.")
+        if not 0 < top_p <= 1:
+            raise ValueError(f"`top_p` must be in (0, 1] (a probability mass), got {top_p!r}.")
         rows = [[self._chat_prompt(a, p, system_prompt, apply_chat_template) for p in prompts]
                 for a, prompts in enumerate(agent_prompts)]
+        self._check_prompt_lengths(rows)
         settings: dict[str, Any] = {"max_new_tokens": max_new_tokens, "do_sample": do_sample}
         if do_sample:
             settings.update(temperature=temperature, top_p=top_p, top_k=0)
@@ -88,6 +93,20 @@ class ChatMixin:
         outputs = self.generate(rows, config)
         return [[self.tokenizers[a].decode(ids, skip_special_tokens=True) for ids in completions]
                 for a, completions in enumerate(outputs.completion_ids)]
+
+    def _check_prompt_lengths(self, rows: list[list[Prompt]]) -> None:
+        """Refuse a prompt longer than its agent's context window (`max_position_embeddings`) before generating: a
+        100,000-character prompt would otherwise run attention over tens of thousands of positions for minutes."""
+        for agent, prompts in enumerate(rows):
+            limit = context_window(self.policy(agent).config) if prompts else None
+            if limit is None:
+                continue
+            for i, ids in enumerate(tokenize_prompts(self.tokenizers[agent], prompts)):
+                if len(ids) > limit:
+                    raise ValueError(
+                        f"prompt {i + 1} is {len(ids)} tokens for agent {agent}, longer than its model's context "
+                        f"window (max_position_embeddings={limit}): shorten it."
+                    )
 
     def chat(self, agent: int, prompts: Prompt | Sequence[Prompt], max_new_tokens: int = 128,
              do_sample: bool = False, temperature: float = 1.0, top_p: float = 1.0, system_prompt: str | None = None,
