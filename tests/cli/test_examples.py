@@ -74,8 +74,9 @@ def test_maporl_example_runs_offline(tmp_path):
                   "--num_ppo_epochs", "1", "--response_length", "4", "--max_eval_samples", "8",
                   "--output_dir", str(out), "--report_to", "none"], tmp_path)
     assert "ContextLengthWarning" not in result.stderr
-    for name in ("agent_0", "agent_2", "value_model_0", "team_config.json"):
+    for name in ("agent_0", "agent_2", "team_config.json"):
         assert (out / name).exists(), name
+    assert not (out / "value_model_0").exists()  # the config's `save_value_model: false` (issue 53, item 6: disk)
 
 
 def test_maporl_command_runs_anli_offline(tmp_path):
@@ -85,8 +86,8 @@ def test_maporl_command_runs_anli_offline(tmp_path):
                   "--model_name_or_path", "toy:debate", "--use_peft", "false", "--load_in_4bit", "false",
                   "--per_device_train_batch_size", "4", "--gradient_accumulation_steps", "1", "--total_episodes", "8",
                   "--num_ppo_epochs", "1", "--max_eval_samples", "8", "--output_dir", str(out),
-                  "--report_to", "none"], tmp_path)
-    for name in ("agent_0", "value_model_0", "team_config.json"):
+                  "--save_value_model", "true", "--report_to", "none"], tmp_path)
+    for name in ("agent_0", "value_model_0", "team_config.json"):  # the critics kept on the command line
         assert (out / name).exists(), name
     # the config's response_length (250, for a real model) is cut to what the toy answers in
     assert "response_length 250 -> 8" in result.stdout

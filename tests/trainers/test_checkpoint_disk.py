@@ -201,3 +201,19 @@ def test_the_size_line_by_hand(tmp_path: Path) -> None:
         f"3.2 MB in {run} (save_total_limit=2 keeps the newest 2)")
     assert [human_bytes(n) for n in (0, 999, 1000, 1_234_567, 2_100_000_000)] == ["0 B", "999 B", "1.0 kB", "1.2 MB",
                                                                                     "2.10 GB"]
+
+
+def test_save_value_model_false_keeps_the_policies_only(target_model_dir: str, tmp_path: Path) -> None:
+    """Issue 53, item 6: one PPO update of the examples on a 135M base wrote 2.1 GB, 1.08 GB of it value models in
+    the checkpoint and again with `save_model`. Without them a checkpoint and a saved team hold the adapters only."""
+    trainer = ppo_trainer(target_model_dir, tmp_path / "ppo", save_value_model=False)
+    trainer.train()
+    trainer.save_model(str(tmp_path / "team"))
+    for folder in (tmp_path / "ppo" / "checkpoint-1", tmp_path / "team"):
+        assert not [name for name in os.listdir(folder) if name.startswith("value_model")], folder
+        assert set(tensor_names(folder)) == {"agent_0/adapter_model.safetensors", "agent_1/adapter_model.safetensors"}
+    kept = ppo_trainer(target_model_dir, tmp_path / "kept")  # the default keeps them, in both places
+    kept.train()
+    kept.save_model(str(tmp_path / "kept-team"))
+    for folder in (tmp_path / "kept" / "checkpoint-1", tmp_path / "kept-team"):
+        assert {"value_model_0", "value_model_1"} <= set(os.listdir(folder))

@@ -399,6 +399,16 @@ class MultiAgentPPOConfig(TRLBaseConfig):
             "of checkpoints (`load_value_model` restores them from the base model). Ignored with `value_model=`."
         },
     )
+    save_value_model: bool = field(
+        default=True,
+        metadata={
+            "help": "Save each value model as `value_model_<i>/` in every checkpoint and with `save_model` (whole "
+            "when it trains every weight: one copy of the base model per critic, 538 MB each on SmolLM2-135M; only "
+            "its trainable tensors with `value_train_layers`), so that `load_value_model` can start another run's "
+            "critics from it. False saves the policies only, as TRL's PPOTrainer did: a run on a 135M base then "
+            "writes megabytes instead of gigabytes, and its critics are not kept."
+        },
+    )
     cpu_threads: int | None = field(
         default=None,
         metadata={

@@ -707,7 +707,7 @@ class MultiAgentPPOTrainer(TeamTrainer):
     def _save(self, output_dir: str | None = None, state_dict: dict[str, Any] | None = None) -> None:
         super()._save(output_dir, state_dict)
         output_dir = output_dir if output_dir is not None else self.args.output_dir
-        if self.args.should_save:
+        if self.args.should_save and self.args.save_value_model:
             self.wrapper.save_value_models(output_dir, state_dict)  # value_model_<i>/
 
     def create_model_card(
