@@ -20,6 +20,7 @@ from transformers import Qwen2Config, Qwen2ForSequenceClassification
 from helpers import free_port
 from trl_marl.rewarding import RewardFunctionError, call_reward_function
 from trl_marl.rewards.remote import RemoteVerifier, VerifierError, VerifierServer, VerifierUnavailableError
+from trl_marl.rewards.serving import ClientGoneError, ScoreJob, Scorer, ScorerBusyError, client_gone
 from trl_marl.rewards.verifier import AnswerVerifier, ModelVerifier
 from trl_marl.scripts.serve_verifier import serve_verifier_main
 from trl_marl.toy import build_toy_tokenizer
@@ -660,3 +661,83 @@ def test_scores_that_are_not_probabilities_are_refused(body, message):
 def test_scores_at_the_bounds_are_accepted():
     with raw_server(answer_json(b'{"scores": [0, 1.0, 0.25]}')) as (url, _):
         assert RemoteVerifier(url, timeout=5.0, retries=0).score_batch(["q"] * 3, ["r"] * 3) == [0.0, 1.0, 0.25]
+
+
+# ------------------------------------------------------------------------------------------ admission, cancellation
+
+
+def test_a_request_that_cannot_be_scored_in_time_is_refused_on_arrival_and_a_small_one_gets_in():
+    """Issue 54, item 10: a flood of large requests was admitted, scored in turn and answered 503 after the wait with
+    the work wasted. Once the time per item is known, a request whose scoring would not fit in half its wait is
+    refused before any of it is scored, with the estimate; a small request beside the queue is still admitted."""
+    verifier = SlowVerifier()  # 10 ms per response
+    scorer = Scorer(verifier, chunk_size=5, max_score_s=60.0)
+    try:
+        first = ScoreJob(["q"] * 100, ["r"] * 100, None)  # 1 s: admitted (nothing measured yet)
+        done = threading.Thread(target=lambda: scorer.score(first, wait_s=10.0))
+        done.start()
+        deadline = time.monotonic() + 10.0
+        while verifier.calls < 2 and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert scorer.seconds_per_item >= 0.009  # measured: 10 ms per response, or more on a loaded machine
+        flood = ScoreJob(["q"] * 400, ["r"] * 400, None)
+        refusal = r"400 responses would be scored in about \d+ s, more than half"
+        with pytest.raises(ScorerBusyError, match=refusal) as busy:
+            scorer.score(flood, wait_s=4.0)  # at least 400 x 10 ms > 2 s
+        assert flood.scores == [] and busy.value.retry_after_s >= 4.0  # refused before any of it was scored
+        assert scorer.score(ScoreJob(["q"] * 3, ["abc"] * 3, None), wait_s=4.0) == [0.03] * 3
+        done.join(10.0)
+        assert first.done.is_set() and first.scores == [0.01] * 100
+    finally:
+        scorer.stop()
+
+
+def test_a_request_whose_client_left_is_cancelled():
+    """Abandoned requests kept being scored: a waiting request checks that its client is there, and one whose client
+    left is dropped with its remaining chunks never scored."""
+    verifier = SlowVerifier()
+    scorer = Scorer(verifier, chunk_size=5, max_score_s=60.0)
+    scorer.poll_s = 0.05
+    left_at = time.monotonic() + 0.2
+    try:
+        with pytest.raises(ClientGoneError, match=r"the client left after \d+ of 300 responses"):
+            scorer.score(ScoreJob(["q"] * 300, ["r"] * 300, None), wait_s=30.0,
+                         gone=lambda: time.monotonic() > left_at)
+        stopped = verifier.scored
+        time.sleep(0.3)
+        assert verifier.scored == stopped < 100  # 3 s of work: stopped within a chunk or two of the client leaving
+    finally:
+        scorer.stop()
+
+
+def test_client_gone_reads_a_closed_socket_and_leaves_pipelined_data():
+    server_side, client_side = socket.socketpair()
+    try:
+        assert not client_gone(server_side)
+        client_side.sendall(b"GET /health HTTP/1.1\r\n\r\n")  # a pipelined request: still there
+        assert not client_gone(server_side)
+        assert server_side.recv(100).startswith(b"GET /health")  # nothing was consumed
+        client_side.close()
+        assert client_gone(server_side)
+    finally:
+        server_side.close()
+
+
+def test_a_busy_server_answers_503_with_retry_after():
+    verifier = SlowVerifier()
+    with VerifierServer(verifier, chunk_size=5, max_score_s=1.0, request_timeout_s=1.0) as server:
+        def flood() -> None:
+            with contextlib.suppress(VerifierError):
+                RemoteVerifier(server.url, timeout=10.0, retries=0).score_batch(["q"] * 150, ["r"] * 150)
+
+        big = threading.Thread(target=flood)
+        big.start()
+        deadline = time.monotonic() + 10.0
+        while verifier.calls < 2 and time.monotonic() < deadline:
+            time.sleep(0.005)
+        body = json.dumps({"responses": ["r"] * 400}).encode()
+        with pytest.raises(urllib.error.HTTPError) as error:
+            urllib.request.urlopen(urllib.request.Request(server.url + "/score", data=body, method="POST"), timeout=5)
+        assert error.value.code == 503 and int(error.value.headers["Retry-After"]) >= 1
+        assert "this server is busy" in json.loads(error.value.read())["error"]
+        big.join(10.0)

@@ -23,7 +23,16 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from .serving import DEFAULT_CHUNK, DeadlineReader, ScoreJob, Scorer, ScorerBusyError, ScoringTimeError
+from .serving import (
+    DEFAULT_CHUNK,
+    ClientGoneError,
+    DeadlineReader,
+    ScoreJob,
+    Scorer,
+    ScorerBusyError,
+    ScoringTimeError,
+    client_gone,
+)
 from .verifier import BatchVerifier, validate_pairs
 
 __all__ = ["VerifierServer"]
@@ -180,11 +189,13 @@ class _VerifierHandler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002  (the base class's signature)
         logger.debug("verifier server: " + format, *args)
 
-    def _send(self, status: int, payload: dict[str, Any]) -> None:
+    def _send(self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None) -> None:
         self.state.reading = False
         self.connection.settimeout(self.server.timeout_s)  # the whole answer, written at once, within the limit
         body = json.dumps(payload, allow_nan=False).encode()
         self.send_response(status)
+        for key, value in (headers or {}).items():
+            self.send_header(key, value)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
@@ -304,7 +315,8 @@ class _VerifierHandler(BaseHTTPRequestHandler):
         try:
             questions, responses, golds = self._payload()
             wait_s = self.server.scorer.max_score_s + self.server.request_timeout_s
-            scores = self.server.scorer.score(ScoreJob(questions, responses, golds), wait_s)
+            scores = self.server.scorer.score(ScoreJob(questions, responses, golds), wait_s,
+                                              gone=lambda: client_gone(self.connection))
         except _BadRequest as exc:
             self._send(exc.status, {"error": str(exc)})
             return
@@ -312,7 +324,12 @@ class _VerifierHandler(BaseHTTPRequestHandler):
             self._send(413, {"error": str(exc)})
             return
         except ScorerBusyError as exc:
-            self._send(503, {"error": str(exc)})
+            retry = None if exc.retry_after_s is None else max(1, math.ceil(exc.retry_after_s))
+            self._send(503, {"error": str(exc)}, {"Retry-After": str(retry)} if retry else None)
+            return
+        except ClientGoneError as exc:  # nobody to answer
+            logger.info("verifier server: %s", exc)
+            self.close_connection = True
             return
         except (ValueError, KeyError, TypeError) as exc:
             self._send(400, {"error": f"{type(exc).__name__}: {exc}"})
@@ -335,7 +352,9 @@ class VerifierServer:
       its `Content-Length`, before anything is decoded), more than `max_items` responses 413, a request whose
       scoring takes longer than `max_score_s` 413, a request not received within `request_timeout_s` 408 (or a
       closed connection), a verifier failure 500 (the server keeps running), a request not scored within
-      `max_score_s + request_timeout_s` of its arrival (a stuck or overloaded verifier) 503.
+      `max_score_s + request_timeout_s` of its arrival (a stuck or overloaded verifier) 503, and so is one that the
+      queue ahead of it would keep from being scored within half of that (refused on arrival, before any of it is
+      scored, with `Retry-After`: admission control); a request whose client disconnects is cancelled.
     - `GET /health` returns `{"status": "ok", "verifier": name, "requests": n, ...}` with the limits below.
 
     What each limit protects against (a client may be hostile or broken):
