@@ -8,6 +8,10 @@ holds the command line, the demo, the examples and a first run, `benchmarks/` th
 virtualenv, `.ci/run`; skipped without vLLM). Every test file's name is unique across the folders (pytest imports
 each by its name; no `__init__.py`).
 
+- Two tiers: the README's command runs the quick one (`-n 2 -m "not slow"`, two pytest-xdist workers); a test over
+  ~15 s on one core (an end-to-end run in a child process, a learning run, a real-model step) is marked
+  `@pytest.mark.slow` and runs in the second tier (`-m slow`), which `.ci/run` runs after the first. Session fixtures
+  are built once per worker; the toy-model cache below is shared by the workers (its builds are locked).
 - One torch thread (`torch.set_num_threads(1)`, and `OMP_NUM_THREADS=1` for the processes the tests start): the
   models are tiny, and on a small shared CPU several OpenMP threads oversubscribe the cores
   (`trl_marl.utils.threads` records a small `Linear` at 7.8 ms a call on 2 threads against 33 us on one). It also

@@ -23,6 +23,7 @@ def test_step_times_leave_out_each_rounds_warmup(bench) -> None:
     assert bench.step_times(rounds, warmup=0) == pytest.approx([5.0, 0.1, 0.2, 0.2, 0.1])
 
 
+@pytest.mark.slow
 def test_smoke_run_writes_every_column(bench, tmp_path) -> None:
     out = tmp_path / "compile.json"
     results = bench.main(["--sizes", "small", "--prompts", "1", "--modes", "adapters", "--rounds", "1", "--steps", "3",

@@ -108,6 +108,7 @@ print("OK")
 """
 
 
+@pytest.mark.slow
 def test_import_is_lazy_and_toy_names_still_resolve():
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
     result = subprocess.run([sys.executable, "-c", LAZY], cwd=ROOT, env=env, capture_output=True, text=True,

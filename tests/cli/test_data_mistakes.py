@@ -89,6 +89,7 @@ def test_magrpo_names_the_data_mistake_in_one_line(files, mistake, expected, tmp
     ("no_columns", "--data_files", r"`--data_files`: load_gsm8k expects the columns \['question', 'answer'\].*"
                                    r"The task reads GSM8K's columns `question` and `answer`"),
 ])
+@pytest.mark.slow
 def test_maporl_names_the_data_mistake_in_one_line(files, tmp_path, mistake, option, expected, capsys):
     good = write(tmp_path / "good.jsonl", '{"question": "1+1", "answer": "#### 2"}\n')
     data = {"--data_files": good, "--eval_data_files": good, option: files[mistake]}

@@ -81,6 +81,7 @@ def test_cli_real_flag_reaches_the_real_demo(monkeypatch: pytest.MonkeyPatch) ->
     assert parser.parse_args([]).real is False
 
 
+@pytest.mark.slow
 def test_one_real_magrpo_step_of_part_one(real_model_dir: str, tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """Part 1 end to end on the real model (1 step, 2 held-out lists): the numbers it reports are what it measured."""
     monkeypatch.setitem(demo_real.MAGRPO_SIZES, "batch", 4)

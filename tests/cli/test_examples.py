@@ -25,6 +25,7 @@ def run(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.parametrize("task", ["writing", "coding"])
+@pytest.mark.slow
 def test_example_runs_offline(task, tmp_path):
     out = tmp_path / task
     result = run([f"examples/magrpo_{task}.py", "--config", f"examples/configs/magrpo_{task}.yaml", *SMOKE,
@@ -43,6 +44,7 @@ def test_example_runs_offline(task, tmp_path):
 
 
 @pytest.mark.parametrize("entry", ["examples/magrpo_writing.py", "cli"])
+@pytest.mark.slow
 def test_centralized_baseline_runs_offline(entry, tmp_path):
     # the same task and team reward, played by one policy that writes both agents' parts in tagged sections
     out = tmp_path / "centralized"
@@ -57,6 +59,7 @@ def test_centralized_baseline_runs_offline(entry, tmp_path):
     assert f"`{term}`" in card, card
 
 
+@pytest.mark.slow
 def test_cli_magrpo_with_config(tmp_path):
     out = tmp_path / "cli"
     run(["-m", "trl_marl.cli", "magrpo", "--config", "examples/configs/magrpo_coding.yaml", *SMOKE,
@@ -66,6 +69,7 @@ def test_cli_magrpo_with_config(tmp_path):
     assert state["mode"] == "models"
 
 
+@pytest.mark.slow
 def test_maporl_example_runs_offline(tmp_path):
     out = tmp_path / "maporl"
     result = run(["examples/maporl_gsm8k.py", "--config", "examples/configs/maporl_gsm8k.yaml",
@@ -79,6 +83,7 @@ def test_maporl_example_runs_offline(tmp_path):
     assert not (out / "value_model_0").exists()  # the config's `save_value_model: false` (issue 53, item 6: disk)
 
 
+@pytest.mark.slow
 def test_maporl_command_runs_anli_offline(tmp_path):
     """`trl-marl maporl anli` (the shared MAPoRL setup of `trl_marl.scripts.maporl`) runs on the toy debate."""
     out = tmp_path / "maporl-anli"

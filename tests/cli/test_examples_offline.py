@@ -63,6 +63,7 @@ POSTS = [{"text": "The cat sat on the warm mat all afternoon.", "reference": "Ca
          {"text": "The team fixed the bug after a long night of tests.", "reference": "Bug fixed."}]
 
 
+@pytest.mark.slow
 def test_writing_example_trains_a_step_of_the_real_model_on_a_local_file(real_model_dir, tmp_path):
     data = write_rows(tmp_path / "posts.jsonl", POSTS)
     out = tmp_path / "team"
@@ -176,6 +177,7 @@ def test_anli_local_file_asks_for_local_eval_data_and_for_rows_left_after_the_sk
     assert re.search(r"`skip_train_rows` \(10000\) skips every one of the 3 training rows", capsys.readouterr().err)
 
 
+@pytest.mark.slow
 def test_hidden_sum_command_trains_a_step_of_the_real_model_on_the_shipped_questions(real_model_dir, tmp_path):
     from trl_marl.data.hidden_debate import HIDDEN_SUM_SYSTEM, hidden_sum_split
 
@@ -343,6 +345,7 @@ def test_the_short_help_lists_the_data_options(command):
         assert "trl-marl/team_coding" in text
 
 
+@pytest.mark.slow
 def test_tools_example_trains_a_step_of_the_real_model_with_a_calculator(real_model_dir, tmp_path):
     module = example("magrpo_tools")
     options = {o for a in _parser("magrpo_tools")._actions for o in a.option_strings} | {"--config"}

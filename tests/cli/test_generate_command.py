@@ -32,6 +32,7 @@ def saved_team(target_model_dir: str, tmp_path_factory: pytest.TempPathFactory) 
     return path, team
 
 
+@pytest.mark.slow
 def test_a_fresh_process_prints_every_agents_answer(saved_team: tuple[Path, AgentTeam]) -> None:
     path, team = saved_team
     prompts = ["T=10:", "T=6:"]
@@ -45,6 +46,7 @@ def test_a_fresh_process_prints_every_agents_answer(saved_team: tuple[Path, Agen
     assert result.stdout.splitlines() == expected
 
 
+@pytest.mark.slow
 def test_one_agent_and_prompts_from_stdin(saved_team: tuple[Path, AgentTeam]) -> None:
     path, team = saved_team
     result = run_generate("--team", str(path), "--agent", "1", "--max-new-tokens", "4", stdin="T=9:\n\nT=3:\n")
@@ -58,6 +60,7 @@ def test_one_agent_and_prompts_from_stdin(saved_team: tuple[Path, AgentTeam]) ->
     (["--agent", "2", "--prompt", "x"], "--agent 2: the team has agents 0..1"),
     (["--prompt", "x", "--team-is-not-an-option"], "unrecognized arguments"),
 ])
+@pytest.mark.slow
 def test_usage_errors(saved_team: tuple[Path, AgentTeam], args: list[str], message: str) -> None:
     result = run_generate("--team", str(saved_team[0]), *args)
     assert result.returncode == 2 and message in result.stderr, result.stderr[-2000:]

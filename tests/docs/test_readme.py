@@ -25,6 +25,7 @@ def test_readme_has_runnable_quick_starts() -> None:
 
 
 @pytest.mark.parametrize("index", range(3))
+@pytest.mark.slow
 def test_readme_snippet_runs(index: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     namespace: dict[str, object] = {"__name__": "__readme__"}
@@ -39,6 +40,7 @@ def test_readme_snippet_runs(index: int, tmp_path: Path, monkeypatch: pytest.Mon
         assert namespace["PPOTrainer"].__module__.startswith("trl_marl.legacy")
 
 
+@pytest.mark.slow
 def test_environment_page_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("gguf")
     monkeypatch.chdir(tmp_path)

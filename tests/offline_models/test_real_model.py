@@ -327,6 +327,7 @@ def test_trainer_log_probs_equal_a_plain_forward(greedy_trainer: tuple[Any, Any,
 # --------------------------------------------------------------------------- checkpoints, resume and the model card
 
 
+@pytest.mark.slow
 def test_magrpo_by_name_saves_resumes_and_names_the_base(real_model_dir: str, tmp_path: Path) -> None:
     """MAGRPO on the registered name: 3 steps saving at step 2, and a run resumed from that checkpoint, end with the
     same adapters. Checkpoints and the final save reference the base by its name (no 540 MB copy, no cache path),
@@ -391,6 +392,7 @@ def test_agent_team_builds_from_the_name_in_every_mode(real_model_dir: str, mode
     assert [c for _, c in generated] == [[[5230, EOS]], [[10539, 30, EOS]]]  # the pretrained weights
 
 
+@pytest.mark.slow
 def test_multi_agent_ppo_trains_and_saves_by_name(real_model_dir: str, tmp_path: Path) -> None:
     from datasets import Dataset
 
@@ -412,6 +414,7 @@ def test_multi_agent_ppo_trains_and_saves_by_name(real_model_dir: str, tmp_path:
     assert NAME in card and real_model_dir not in card
 
 
+@pytest.mark.slow
 def test_legacy_value_head_model_loads_the_name_and_steps(real_model_dir: str, tok: Any) -> None:
     from trl_marl.legacy import AutoModelForCausalLMWithValueHead, PPOConfig, PPOTrainer
 

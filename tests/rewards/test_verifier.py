@@ -685,6 +685,7 @@ def test_serve_verifier_main_rejects_a_bad_model(tmp_path, capsys):
 # ------------------------------------------------------------------------------------------------ example
 
 
+@pytest.mark.slow
 def test_train_verifier_example_runs_offline(tmp_path):
     out = tmp_path / "verifier"
     env = dict(

@@ -255,6 +255,7 @@ torch.save({"world": accelerator.num_processes, "turns": [t.turn for t in turns]
 '''
 
 
+@pytest.mark.slow
 def test_batch_std_over_two_processes(tmp_path):
     # Two real processes (gloo on CPU, started as tests/trainers/test_accelerate.py starts them) and the MAGRPO
     # trainer's all-gather (`gathered_rows`): turn 1 pools both processes' returns (+-.11121 on process 0, +-1.11207

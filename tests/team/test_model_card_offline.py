@@ -11,6 +11,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
 from peft import LoraConfig
 
 from trl_marl import AgentTeam
@@ -35,6 +36,7 @@ def test_hub_ids_and_folders_get_no_offline_route(tmp_path):
     assert base_model_source(str(tmp_path)) == (None, None)  # a local folder: no Hub id to name
 
 
+@pytest.mark.slow
 def test_a_toy_team_card_says_toy_names_dataset_and_steps_and_its_route_loads_offline_fast(tmp_path):
     lora = LoraConfig(r=2, lora_alpha=4, target_modules=["q_proj", "v_proj"])
     team = AgentTeam.build("toy", 2, peft_config=lora)

@@ -98,6 +98,7 @@ def sharpened_toy(tokenizer: PreTrainedTokenizerBase, seed: int) -> Any:
 
 
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
+@pytest.mark.slow
 def test_models_team_samples_each_agents_distribution(tokenizer, temperature) -> None:
     models = [sharpened_toy(tokenizer, seed) for seed in (0, 1)]
     team = AgentTeam.build(models, 2, mode="models", processing_class=tokenizer)
@@ -108,6 +109,7 @@ def test_models_team_samples_each_agents_distribution(tokenizer, temperature) ->
     check_team(team, tokenizer, logits_of, temperature)
 
 
+@pytest.mark.slow
 def test_adapters_team_samples_each_adapters_distribution(tokenizer) -> None:
     """Two LoRA adapters of one base model, generated in one mixed-adapter batch (row slices)."""
     base = sharpened_toy(tokenizer, 0)

@@ -87,6 +87,7 @@ def train(model_dir: str, out: str, capture_cls: type, **overrides: Any) -> tupl
     return trainer, capture
 
 
+@pytest.mark.slow
 def test_trainer_with_torch_compile_trains_as_eager(target_model_dir, tmp_path, assert_same_gradients,
                                                     gradient_capture):
     eager, eager_grads = train(target_model_dir, str(tmp_path / "eager"), gradient_capture)
@@ -133,6 +134,7 @@ def train_ppo(model_dir: str, out: str, **overrides: Any) -> Any:
     return trainer
 
 
+@pytest.mark.slow
 def test_ppo_with_torch_compile_trains_as_eager(target_model_dir, tmp_path):
     eager = train_ppo(target_model_dir, str(tmp_path / "eager"))
     compiled = train_ppo(target_model_dir, str(tmp_path / "compiled"), torch_compile=True,

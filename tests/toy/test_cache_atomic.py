@@ -80,6 +80,7 @@ RANK = textwrap.dedent("""
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="no fcntl: each process builds its own copy there")
+@pytest.mark.slow
 def test_two_processes_on_an_empty_cache_build_once_and_both_load(tmp_path):
     builds, go = tmp_path / "builds.txt", tmp_path / "go"
     env = dict(os.environ, TRL_MARL_CACHE=str(tmp_path / "cache"), PYTHONPATH=str(ROOT / "src"))

@@ -124,6 +124,7 @@ def majority_correct_prompts(pairs: list[tuple[int, int]], rng: random.Random) -
     return prompts
 
 
+@pytest.mark.slow
 def test_pretrained_model_uses_the_candidates():
     """A short pretraining run teaches the model to read the revision format before it can add.
 

@@ -137,6 +137,7 @@ def _assert_same_training(fsdp: dict[str, Any], ddp: dict[str, Any]) -> None:
 
 
 @pytest.mark.parametrize("run", RUNS)
+@pytest.mark.slow
 def test_two_processes_end_with_identical_weights(ddp_results, run: str) -> None:
     first, second = results = ddp_results[_name(run)]
     trainer, team_mode = run.split(":")
@@ -222,6 +223,7 @@ def test_ddp_ppo_backward_per_slot_trains_like_one_backward(ddp_results) -> None
 
 
 @pytest.mark.parametrize("run", RUNS)
+@pytest.mark.slow
 def test_fsdp2_trains_exactly_like_ddp(fsdp_results, ddp_results, run: str) -> None:
     # FSDP2 shards every agent's layers and reduce-scatters gradients instead of all-reducing them: with the same
     # seeds each process must sample the same completions as under DDP, and end with the same weights
@@ -276,6 +278,7 @@ def test_fsdp2_resumes_to_the_same_weights(fsdp_results, run: str) -> None:
             assert torch.equal(resumed["final"][name], value), name
 
 
+@pytest.mark.slow
 def test_launcher_that_drops_processes_is_reported(tmp_path: Path) -> None:
     # `accelerate launch --num_processes 2` without `--multi_gpu` starts ONE process on a machine without GPUs (an
     # example used to log epoch 0.375 instead of 0.75 this way): the trainers say so, with the fix.

@@ -236,6 +236,7 @@ def test_resume_skips_a_partial_checkpoint_folder(target_model_dir, tmp_path, re
 
 
 @pytest.mark.parametrize(("kill_at", "resumed_from"), [("step5", 4), ("save4", 2)])
+@pytest.mark.slow
 def test_exact_resume_after_sigkill(target_model_dir, tmp_path, reference, kill_at, resumed_from):
     """Killed after step 5 (checkpoint-4 complete) or in the middle of saving checkpoint-4: resuming reproduces the
     uninterrupted run exactly (every adapter weight and every logged metric)."""

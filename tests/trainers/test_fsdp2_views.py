@@ -18,6 +18,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -81,6 +82,7 @@ print("RESULT " + json.dumps(result))
 """
 
 
+@pytest.mark.slow
 def test_fsdp2_roots_return_no_views_and_the_same_gradients(target_model_dir: str) -> None:
     """Before: every output was a view and each FSDP2 forward warned (the gradients were the same already)."""
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR",

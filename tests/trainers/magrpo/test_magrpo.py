@@ -42,6 +42,7 @@ def success_rate(trainer: MAGRPOTrainer, episodes: int = 32) -> float:
     return float((rollout.turns[0].rewards == 1.0).float().mean())
 
 
+@pytest.mark.slow
 def test_two_agents_learn_to_coordinate(target_model_dir, tmp_path):
     # lr 2e-3 for 80 steps, not the suite's 3e-3 for 60: at 3e-3 one Adam step can push a near-deterministic team onto
     # an answer that is wrong in every sample, after which every group has zero advantage and nothing is learnt again

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import warnings
 
+import pytest
+
 from trl_marl.envs.debate import ToyDebateEnv
 from trl_marl.rewards import AnswerVerifier, InfluenceAwareReward
 from trl_marl.toy import toy_debate_dataset
@@ -12,6 +14,7 @@ from trl_marl.trainers import MultiAgentPPOConfig, MultiAgentPPOTrainer
 warnings.filterwarnings("ignore")
 
 
+@pytest.mark.slow
 def test_trained_debate_team_beats_untrained_at_the_final_turn(tmp_path):
     from trl_marl.scripts.demo import run_maporl_part
 

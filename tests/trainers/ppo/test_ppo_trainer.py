@@ -88,6 +88,7 @@ def logged(trainer: Any, key: str) -> list[float]:
 
 
 # ---------------------------------------------------------------------------------------------------- drop-in
+@pytest.mark.slow
 def test_trl112_script_runs_after_changing_only_the_import(addition_model_dir: str, tmp_path: Path) -> None:
     source = SCRIPT.read_text()
     assert source.count(TRL112_IMPORT + "\n") == 1, "the script must import PPO from TRL 1.12 on one line"

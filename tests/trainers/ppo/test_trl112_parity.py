@@ -49,6 +49,7 @@ def _close(ours: float, trl: float) -> bool:
     return abs(ours - trl) <= ATOL + RTOL * abs(trl)
 
 
+@pytest.mark.slow
 def test_first_update_matches_trl_112_over_the_grid(
     trl112_folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
