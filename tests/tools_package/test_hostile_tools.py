@@ -203,6 +203,42 @@ def test_turn_timeout_must_be_positive(tokenizer, value) -> None:
         loop_with(tokenizer, [echo], timeout=1.0, turn_timeout=value)
 
 
+def test_every_sample_calling_a_hanging_tool_costs_the_turn_bound_not_one_timeout_per_sample(tokenizer) -> None:
+    """Eight samples whose calls each hang: each sample's own bound (`turn_timeout`, 0.3 s) held, but the step took
+    eight of them; the team's turn bound (`total_timeout`) ends the turn's calls once spent, over every sample."""
+    from transformers import GenerationConfig
+
+    from trl_marl.team import Generation
+
+    loop = ToolLoop([AgentTools(tools=(nap,))], [tokenizer], max_iterations=1, timeout=0.3, total_timeout=0.5)
+    prompt = tokenizer.apply_chat_template([{"role": "user", "content": "go"}], add_generation_prompt=True,
+                                           tokenize=True, return_dict=False)
+    ids = tokenizer(tool_call("nap", '{"seconds": 30}'), add_special_tokens=False)["input_ids"]
+    answer = tokenizer(ANSWER, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+
+    def generate(prompt_ids, config):
+        return Generation(prompt_ids=prompt_ids, completion_ids=[[answer for _ in rows] for rows in prompt_ids])
+
+    first = Generation(prompt_ids=[[list(prompt)] * 8], completion_ids=[[ids + [tokenizer.eos_token_id]] * 8])
+    start = time.monotonic()
+    turn = loop.run(generate, first, GenerationConfig(max_new_tokens=4096))
+    assert time.monotonic() - start < 1.5  # 2.4 s before: eight samples x 0.3 s
+    results = [[m["content"] for m in messages if m["role"] == "tool"] for messages in turn.messages[0]]
+    assert "did not return within" in results[0][0] and "did not return within" in results[1][0]
+    assert all("was not called: the team's turn 0.5 seconds" in r[0] for r in results[2:])
+    assert (turn.stats[0].calls, turn.stats[0].failed_calls) == (8, 8)
+    assert ToolLoop([None], [tokenizer], timeout=30.0).total_timeout == 120.0  # the default: 4 x the call timeout
+
+
+@pytest.mark.parametrize("value", [0, -1.0, True, "1"])
+def test_tool_turn_timeout_is_checked_in_the_configs(value) -> None:
+    from trl_marl import MAGRPOConfig, MultiAgentPPOConfig
+
+    for config in (MAGRPOConfig, MultiAgentPPOConfig):
+        with pytest.raises(ValueError, match="`tool_turn_timeout` must be > 0 seconds"):
+            config(output_dir="unused", tool_turn_timeout=value)
+
+
 # ------------------------------------------------------------------------------------------ a training step
 HOSTILE_CALLS = "\n".join([
     tool_call("calculator\\ud800", '{"expression": "1+1"}'),  # an unknown name with a lone surrogate

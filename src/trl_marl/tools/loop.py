@@ -16,8 +16,10 @@ Time: the calls of a sample run one after another (as TRL runs synchronous tools
 and all the calls of one sample in one turn, over every round, within `turn_timeout` seconds together (by default as
 long as one call's `timeout`). A call that would start after that time is spent is not run: the model reads
 `{'error': "tool 'f' was not called: ..."}`, a failed call. So a policy that writes ten calls that each hang costs one
-`timeout` per sample and turn, not ten; the tools' time in one turn is at most `turn_timeout` times the samples that
-call tools (plus what a tool stuck in C code holding the GIL overruns, see [`call_tool`]).
+`timeout` per sample and turn, not ten. All the calls of one turn, over every sample and agent, run within
+`total_timeout` seconds (by default 4 x `timeout`): once spent, the turn's remaining calls are not run either, so a
+policy whose every sample calls a hanging tool costs one `total_timeout` per turn, not `turn_timeout` times the
+samples (plus what a tool stuck in C code holding the GIL overruns, see [`call_tool`]).
 
 The completion of a row is then `generated + results + generated + ...`; its tool mask is 1 on the tokens the model
 generated and 0 on the results and formatting the template wrote, which never enter the loss or the log-probability
@@ -121,24 +123,28 @@ class ToolLoop:
         context_limits: Per team member, the longest sequence its model takes (None: no limit).
         turn_timeout: Seconds all the tool calls of one sample in one turn may take together (module docstring);
             None: as long as `timeout` (so, with `timeout=None`, no limit).
+        total_timeout: Seconds all the tool calls of one turn may take together, over every sample (module
+            docstring); None: 4 x `timeout` (with `timeout=None`, no limit).
 
     Raises:
-        ValueError: `turn_timeout` is not a positive number or None.
+        ValueError: `turn_timeout` or `total_timeout` is not a positive number or None.
     """
 
     def __init__(self, agent_tools: Sequence[AgentTools | None], tokenizers: Sequence[Any],
                  max_iterations: int | None = None, timeout: float | None = 30.0,
                  max_result_chars: int | None = 4000, context_limits: Sequence[int | None] | None = None,
-                 turn_timeout: float | None = None) -> None:
-        if turn_timeout is not None and (isinstance(turn_timeout, bool) or not isinstance(turn_timeout, (int, float))
-                                         or not turn_timeout > 0):
-            raise ValueError(f"ToolLoop's turn_timeout must be a positive number of seconds or None (as long as "
-                             f"`timeout`), got {turn_timeout!r}.")
+                 turn_timeout: float | None = None, total_timeout: float | None = None) -> None:
+        for name, value in (("turn_timeout", turn_timeout), ("total_timeout", total_timeout)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0):
+                raise ValueError(f"ToolLoop's {name} must be a positive number of seconds or None, got {value!r}.")
         self.agent_tools = list(agent_tools)
         self.tokenizers = list(tokenizers)
         self.max_iterations = max_iterations
         self.timeout = timeout
         self.turn_timeout = timeout if turn_timeout is None else float(turn_timeout)
+        default_total = None if timeout is None else 4 * timeout
+        self.total_timeout = default_total if total_timeout is None else float(total_timeout)
+        self._turn_seconds = 0.0  # the tool time of the turn that `run` is running, over every sample
         self.max_result_chars = max_result_chars
         self.context_limits = list(context_limits) if context_limits is not None else [None] * len(self.agent_tools)
         self.formats: list[ToolFormat | None] = [
@@ -170,7 +176,8 @@ class ToolLoop:
         limits = [getattr(team.base_model_of(s).config, "max_position_embeddings", None)
                   for s in range(team.num_agents)]
         return cls(agent_tools, team.tokenizers, max_iterations=args.max_tool_calling_iterations,
-                   timeout=args.tool_call_timeout, max_result_chars=args.max_tool_result_chars, context_limits=limits)
+                   timeout=args.tool_call_timeout, max_result_chars=args.max_tool_result_chars, context_limits=limits,
+                   total_timeout=getattr(args, "tool_turn_timeout", None))
 
     @property
     def active(self) -> bool:
@@ -249,6 +256,7 @@ class ToolLoop:
         """
         n = len(self.agent_tools)
         budget = int(config.max_new_tokens) if config.max_new_tokens is not None else None
+        self._turn_seconds = 0.0
         stats: list[ToolTurnStats | None] = [None] * n
         samples: list[list[_Sample] | None] = [None] * n
         for s in range(n):
@@ -373,21 +381,26 @@ class ToolLoop:
         return results
 
     def _timed_call(self, sample: _Sample, name: str, tool: Callable[..., Any], arguments: Any) -> ToolOutcome:
-        """[`call_tool`] within `timeout` and what is left of the sample's `turn_timeout`; its time is charged to the
-        sample. A call with no time left is not run."""
+        """[`call_tool`] within `timeout` and what is left of the sample's `turn_timeout` and of the turn's
+        `total_timeout`; its time is charged to both. A call with no time left is not run."""
         timeout = self.timeout
-        if self.turn_timeout is not None:
-            left = self.turn_timeout - sample.tool_seconds
+        for limit, spent, whose in ((self.turn_timeout, sample.tool_seconds, "this turn's"),
+                                    (self.total_timeout, self._turn_seconds, "the team's turn")):
+            if limit is None:
+                continue
+            left = limit - spent
             if left <= 0:
-                message = (f"tool {name!r} was not called: this turn's {self.turn_timeout:g} seconds for tool calls "
-                           "are spent; answer with what you have")
+                message = (f"tool {name!r} was not called: {whose} {limit:g} seconds for tool calls are spent; "
+                           "answer with what you have")
                 return ToolOutcome(content=str({"error": message}), failed=True)
             timeout = left if timeout is None else min(timeout, left)
         start = time.monotonic()
         try:
             return call_tool(tool, arguments, timeout=timeout, max_chars=self.max_result_chars)
         finally:
-            sample.tool_seconds += time.monotonic() - start
+            took = time.monotonic() - start
+            sample.tool_seconds += took
+            self._turn_seconds += took
 
 
 def _is_chat(prompt: Any) -> bool:

@@ -1,7 +1,7 @@
 """The tool settings that both trainers' configs carry, written once: the fields and their check.
 
 `MAGRPOConfig` inherits `max_tool_calling_iterations` from `trl.GRPOConfig`; `MultiAgentPPOConfig` declares it with
-[`max_tool_calling_iterations_field`]. Both declare the other two with the field functions below and call
+[`max_tool_calling_iterations_field`]. Both declare the other three with the field functions below and call
 [`check_tool_settings`] in `__post_init__`.
 """
 
@@ -24,6 +24,20 @@ def tool_call_timeout_field() -> Any:
             "of that turn are not run and the agent reads an error, so ten hanging calls cost one timeout, not ten. "
             "None: no limit. A Python function cannot be stopped from outside, so a tool that may hang for good "
             "should run its work in a subprocess (as `trl_marl.tools.python` runs code in the sandbox)."
+        },
+    )
+
+
+def tool_turn_timeout_field() -> Any:
+    """`tool_turn_timeout`: seconds all the tool calls of one turn may take together, over every sample."""
+    return field(
+        default=None,
+        metadata={
+            "help": "Seconds all the tool calls of one turn may take together, over every sample and agent of the "
+            "step: once spent, the remaining calls of that turn are not run and their agents read an error (a "
+            "policy whose every sample calls a hanging tool then costs this, not `tool_call_timeout` times the "
+            "samples). None: 4 x `tool_call_timeout` (120 s by default; no limit when that is None). Raise it for "
+            "tools that legitimately take seconds on many samples."
         },
     )
 
@@ -55,12 +69,15 @@ def check_tool_settings(config: Any) -> None:
     """Refuse bad values of the three tool fields of `config`, naming the field and what it takes.
 
     Raises:
-        ValueError: `tool_call_timeout` not > 0, `max_tool_result_chars` below [`MIN_MAX_CHARS`], or
-            `max_tool_calling_iterations` negative (None is always allowed: no limit).
+        ValueError: `tool_call_timeout` or `tool_turn_timeout` not > 0, `max_tool_result_chars` below
+            [`MIN_MAX_CHARS`], or `max_tool_calling_iterations` negative (None is always allowed: no limit).
     """
     if config.tool_call_timeout is not None and not config.tool_call_timeout > 0:
         raise ValueError(f"`tool_call_timeout` must be > 0 seconds or None (no limit), got "
                          f"{config.tool_call_timeout!r}.")
+    turn = getattr(config, "tool_turn_timeout", None)
+    if turn is not None and (isinstance(turn, bool) or not isinstance(turn, (int, float)) or not turn > 0):
+        raise ValueError(f"`tool_turn_timeout` must be > 0 seconds or None (4 x `tool_call_timeout`), got {turn!r}.")
     if config.max_tool_result_chars is not None and config.max_tool_result_chars < MIN_MAX_CHARS:
         raise ValueError(f"`max_tool_result_chars` must be >= {MIN_MAX_CHARS} (room for the note on what was cut) "
                          f"or None (no limit), got {config.max_tool_result_chars!r}.")

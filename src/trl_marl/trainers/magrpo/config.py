@@ -15,7 +15,12 @@ from ...core import (
 )
 from ...rewarding import DEFAULT_REWARD_TIMEOUT, REWARD_ISOLATIONS
 from ...team.generation import check_generation_backend
-from ...tools.settings import check_tool_settings, max_tool_result_chars_field, tool_call_timeout_field
+from ...tools.settings import (
+    check_tool_settings,
+    max_tool_result_chars_field,
+    tool_call_timeout_field,
+    tool_turn_timeout_field,
+)
 from ...validation import (
     PROMPT_LENGTH_CHECKS,
     check_choice,
@@ -132,6 +137,8 @@ class MAGRPOConfig(GRPOConfig):
         tool_call_timeout (`float`, *optional*, defaults to `30.0`): Seconds one tool call may take (agents with
             tools); a slower call's result is an error message. `max_tool_calling_iterations` (GRPO's) bounds the
             rounds of calls in one agent's turn.
+        tool_turn_timeout (`float`, *optional*): Seconds all the tool calls of one turn may take together, over
+            every sample; None: 4 x `tool_call_timeout`.
         max_tool_result_chars (`int`, *optional*, defaults to `4000`): Longest tool result; longer ones are cut.
         team_mode (`str`, *optional*): `"adapters"`, `"models"` or `"shared"` (see [`AgentTeam`]).
         generation_backend (`str`, defaults to `"transformers"`): What samples the completions: the team's own
@@ -249,6 +256,7 @@ class MAGRPOConfig(GRPOConfig):
         },
     )
     tool_call_timeout: float | None = tool_call_timeout_field()
+    tool_turn_timeout: float | None = tool_turn_timeout_field()
     max_tool_result_chars: int | None = max_tool_result_chars_field()
     team_mode: str | None = field(
         default=None,

@@ -13,6 +13,7 @@ from ...tools.settings import (
     max_tool_calling_iterations_field,
     max_tool_result_chars_field,
     tool_call_timeout_field,
+    tool_turn_timeout_field,
 )
 from ...validation import (
     PROMPT_LENGTH_CHECKS,
@@ -431,6 +432,7 @@ class MultiAgentPPOConfig(TRLBaseConfig):
     )
     max_tool_calling_iterations: int | None = max_tool_calling_iterations_field()
     tool_call_timeout: float | None = tool_call_timeout_field()
+    tool_turn_timeout: float | None = tool_turn_timeout_field()
     max_tool_result_chars: int | None = max_tool_result_chars_field()
 
     def __post_init__(self) -> None:
