@@ -426,6 +426,37 @@ class CleanedTexts:
 TASKS["writing"] = writing_task
 
 
+def writing_symmetric_task() -> Task:
+    """Cooperative writing with symmetric roles (`SymmetricWritingEnv`, issue 55, design b1): both writers read the
+    same text and the same instruction (one writes a one-sentence summary, the other a detailed paragraph) and differ
+    only in "You are writer 1/2"; `SymmetricWritingTeamReward` scores the shorter text as the summary and pays nothing
+    on the structure terms when both fall in the same length class, and nothing at all for texts unrelated to the
+    source. The untrained team collides (both long) in 0.83 of its joint actions on training texts
+    (`pilot_writing_symmetric.json`), so agents trained alone against the same frozen partner learn the same
+    best response (both short) and collide, while a team can split the roles. Texts, splits, sampling and success
+    (team reward >= `WRITING_SUCCESS`) as `writing_task`; metrics: which writer wrote the short text, collisions, and
+    the team reward. No centralised arm."""
+    from trl_marl.envs.writing import SymmetricWritingEnv
+    from trl_marl.rewards.writing_variants import SymmetricWritingTeamReward, length_class_metrics
+
+    base = writing_task()
+
+    def env(central: bool) -> Any:
+        if central:
+            raise ValueError("writing_symmetric has no centralised arm.")
+        return SymmetricWritingEnv(chat=True)
+
+    def metrics(env: Any) -> dict[str, Any]:
+        return {"team_reward": SymmetricWritingTeamReward(), **length_class_metrics()}
+
+    return Task("writing_symmetric", env, lambda env: SymmetricWritingTeamReward(), base.train_rows, base.eval_rows,
+                success=lambda env: AtLeast(SymmetricWritingTeamReward(), WRITING_SUCCESS), sizes=base.sizes,
+                central=False, metrics=metrics)
+
+
+TASKS["writing_symmetric"] = writing_symmetric_task
+
+
 # ------------------------------------------------------------------------------------------------------ sizes
 SIZES: dict[str, dict[str, Any]] = {
     # rows per step = batch // generations; eval: `eval_rows` rows per split, 8 sampled joint actions each

@@ -588,3 +588,38 @@ def test_teamwork_evaluation_of_each_two_agent_arm(bench: Any, monkeypatch: pyte
     assert seen == [("team", True, "heldout", 10_003), ("paired", True, "heldout", 10_003)]
     assert run["team"]["teamwork"] == run["alone"]["teamwork"] == {"conditions": {"team": {"score": 1.0}}}
     assert "teamwork" not in run["central"]
+
+
+def test_writing_symmetric_task_rows_rewards_and_metrics(bench: Any) -> None:
+    """The symmetric writing task (issue 55, design b1): the writing task's texts and held-out split, both writers on
+    the same instruction, `SymmetricWritingTeamReward` trained on, success at `WRITING_SUCCESS` of it, the
+    length-class metrics, no centralised arm; a pair that splits the roles succeeds and a colliding pair does not."""
+    from trl_marl.data.team_writing import team_writing_rows
+    from trl_marl.envs import Transcript
+    from trl_marl.envs.writing import SymmetricWritingEnv
+    from trl_marl.rewards.writing_variants import SymmetricWritingTeamReward
+
+    task, writing = bench.writing_symmetric_task(), bench.writing_task()
+    held = {r["text"] for r in team_writing_rows("heldout")}
+    assert not held & {r["text"] for r in task.train_rows(300, 0)}
+    assert task.eval_rows("heldout", 16) == writing.eval_rows("heldout", 16) and task.sizes == writing.sizes
+    env = task.env(False)
+    assert isinstance(env, SymmetricWritingEnv) and not task.central
+    with pytest.raises(ValueError, match="no centralised arm"):
+        task.env(True)
+    row = task.eval_rows("heldout", 1)[0]
+    prompts = [env.render(row, i, Transcript()) for i in (0, 1)]
+    texts = [p if isinstance(p, str) else p[-1]["content"] for p in prompts]
+    assert texts[0] != texts[1] and texts[0].replace("writer 1", "writer 2") == texts[1]
+    assert isinstance(task.reward(env), SymmetricWritingTeamReward)
+    assert set(task.metrics(env)) == {"team_reward", "agent_0_short", "agent_1_short", "same_length_class"}
+    source = row["text"]
+    words = [w.strip(".,;:()`'\"") for w in source.split() if len(w) > 3][:40]
+    short = " ".join(words[:10]) + "."
+    long = " ".join((words * 3)[:45]) + "."
+    pairs = {"split": [[short], [long]], "collide": [[long], [long]]}
+    scores = {name: task.reward(env)(prompts=[None], completions=pair[0], agent_completions=pair, text=[source])[0]
+              for name, pair in pairs.items()}
+    assert scores["split"] > scores["collide"]  # splitting the roles pays more than both writing long
+    assert task.success(env)(prompts=[None], completions=[long], agent_completions=pairs["collide"],
+                             text=[source]) == [0.0]
