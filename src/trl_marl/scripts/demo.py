@@ -191,7 +191,7 @@ def demo_model_dir(name: str) -> str:
     return str(toy_cache_dir() / "demo" / kernel_tag() / name)
 
 
-def debate_team(seed: int = 0) -> list[str]:
+def debate_team(seed: int = 0, progress: bool = False) -> list[str]:
     """The demo's heterogeneous debate team: three toy models of different strengths (built once, then cached).
 
     Agent 0 knows every fact of the toy world; agents 1 and 2 each know a different fixed 40% of them and guess the
@@ -202,7 +202,8 @@ def debate_team(seed: int = 0) -> list[str]:
 
     return [make_toy_model(demo_model_dir(f"debate_{i}_seed{seed}"), task="facts_specialist", hidden_size=64,
                            num_layers=2, pretrain_steps=600, seed=seed, specialty=None,
-                           novice_known_prob=1.0 if i == 0 else 0.4, knowledge_seed=i, copy_prob=1.0)
+                           novice_known_prob=1.0 if i == 0 else 0.4, knowledge_seed=i, copy_prob=1.0,
+                           progress=progress and f"  debate agent {i}")
             for i in range(3)]
 
 
@@ -308,8 +309,9 @@ def run_demo(config: DemoConfig) -> dict[str, Any]:
     start = time.perf_counter()
     print("[1/4] Tiny language models pretrained on synthetic tasks (built once, then cached)", flush=True)
     model_dir = make_toy_model(demo_model_dir("target"), task="target", hidden_size=32, num_layers=1,
-                               pretrain_steps=100, seed=0, targets=(TARGET,))
-    debate_team()
+                               pretrain_steps=100, seed=0, targets=(TARGET,),
+                               progress=config.show_progress and "  target-sum agents")
+    debate_team(progress=config.show_progress)
     results: dict[str, Any] = {"preset": config.preset, "seed": config.seed}
     print(f"[2/4] MAGRPO vs training each agent alone: {preset['magrpo_steps']} steps each", flush=True)
     results["magrpo"] = run_magrpo_part(model_dir, preset["magrpo_steps"], config.seed, preset["eval_episodes"],

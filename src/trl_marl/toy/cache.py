@@ -85,6 +85,7 @@ def make_toy_model(
     pretrain_steps: int = 300,
     seed: int = 0,
     targets: Sequence[int] = (10,),
+    progress: bool | str = False,
     **kw: Any,
 ) -> str:
     """Builds, pretrains and saves a toy model and its tokenizer; returns the directory (cached).
@@ -104,6 +105,8 @@ def make_toy_model(
         pretrain_steps: Number of supervised pretraining steps (0 leaves the model untrained).
         seed: Seed of the initialisation and of the pretraining.
         targets: Targets of the ``"target"`` task.
+        progress: Show a progress bar while the model pretrains (a string: the bar's label); a cached model shows
+            nothing. Not part of the cache key.
         **kw: Further options: ``num_heads`` (4), ``max_position_embeddings`` (128), ``batch_size`` (128),
             ``lr`` (3e-3), for the ``"addition"`` and ``"debate"`` tasks ``max_operand`` (99) and ``noise_prob``
             (0.0), and for ``"facts_specialist"`` ``specialty`` (0).
@@ -156,7 +159,7 @@ def make_toy_model(
     with build_lock(directory):
         if _read_marker(directory) != args:  # not built by another process while this one waited
             with isolated_rng():  # building draws nothing from the caller's generators (same run, cache or not)
-                _build_toy_model(args, directory)
+                _build_toy_model(args, directory, progress)
     return str(directory)
 
 
@@ -217,7 +220,7 @@ def publish_folder(built: Path, directory: Path, is_done: Callable[[Path], bool]
     raise OSError(f"could not move the toy model built in {built} to {directory}: the folder kept changing")
 
 
-def _build_toy_model(args: dict[str, Any], directory: Path) -> None:
+def _build_toy_model(args: dict[str, Any], directory: Path, progress: bool | str = False) -> None:
     """Build, pretrain and save the toy model that `args` (as [`make_toy_model`] normalised them) describe."""
     task = args["task"]
     toy_task: ToyTask
@@ -252,6 +255,7 @@ def _build_toy_model(args: dict[str, Any], directory: Path) -> None:
             batch_size=args["batch_size"],
             lr=args["lr"],
             seed=args["seed"],
+            progress=progress,
         )
     model.eval()
 

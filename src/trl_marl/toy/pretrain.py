@@ -105,7 +105,7 @@ def pretrain_toy_model(
     batch_size: int = 128,
     lr: float = 3e-3,
     seed: int = 0,
-    progress: bool = False,
+    progress: bool | str = False,
     max_grad_norm: float | None = None,
 ) -> list[float]:
     """Teaches toy tasks to a model with supervised learning (in place).
@@ -123,7 +123,7 @@ def pretrain_toy_model(
         batch_size: Number of sequences per step.
         lr: Learning rate of AdamW.
         seed: Seed of the example sampling.
-        progress: Whether to show a progress bar.
+        progress: Whether to show a progress bar (a string: its label).
         max_grad_norm: Gradients are clipped to this total norm before each step (``None``: no clipping).
 
     Returns:
@@ -145,7 +145,7 @@ def _pretrain(
     batch_size: int,
     lr: float,
     seed: int,
-    progress: bool,
+    progress: bool | str,
     max_grad_norm: float | None,
 ) -> list[float]:
     """The body of [`pretrain_toy_model`], run on one thread."""
@@ -162,7 +162,7 @@ def _pretrain(
     if progress:
         from tqdm.auto import tqdm
 
-        iterator = tqdm(iterator, desc="pretraining toy model")
+        iterator = tqdm(iterator, desc=progress if isinstance(progress, str) else "pretraining toy model")
     losses: list[float] = []
     cache: dict[str, list[int]] = {}  # token ids of the distinct prompts and answers
     with isolated_rng():
