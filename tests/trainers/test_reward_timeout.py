@@ -378,7 +378,8 @@ def test_reward_set_runs_each_function_where_its_isolation_says() -> None:
     rewards = RewardSet([counting])
     rewards.set_timeout(30.0, "MAGRPOConfig.reward_timeout", "process")
     assert rewards.isolation_field == "MAGRPOConfig.reward_isolation"
-    assert [rewards.score(*args)[0].item() for _ in range(2)] == [1.0, 1.0]  # each call in a fresh worker
+    # both calls in the function's worker process, which keeps its state between calls; the caller's is untouched
+    assert [rewards.score(*args)[0].item() for _ in range(2)] == [1.0, 2.0]
     assert seen == []
     rewards.set_timeout(30.0, "MAGRPOConfig.reward_timeout", "thread")
     assert [rewards.score(*args)[0].item() for _ in range(2)] == [1.0, 2.0]

@@ -30,9 +30,10 @@ Entries: a real number (`int`, `float`, `bool`, a NumPy scalar or a one-element 
 does not apply. A string (even `"1.0"`), any other type, a list of the wrong length and an exception in the function
 raise a [`RewardFunctionError`] naming the function; so does a call that takes longer than the config's
 `reward_timeout` (a [`RewardTimeoutError`]; default 600 s, `None` disables; a function's own `reward_timeout`
-attribute wins). A call with a limit runs in a worker process forked for it, killed at the limit
-(`reward_isolation="process"`, the default), or in a thread of the trainer's process (`"thread"`, for a function
-whose side effects the caller reads; a late result is refused); see [`call_reward_function`]. A `SystemExit` or
+attribute wins). A call with a limit runs in the function's own long-lived worker process (its state kept between
+calls), killed at the limit (`reward_isolation="process"`, the default), or in a thread of the trainer's process
+(`"thread"`, for a function whose side effects the caller reads; a late result is refused); see
+[`call_reward_function`]. A `SystemExit` or
 `KeyboardInterrupt` from a function is a `RewardFunctionError` too. Training stops on such an error: a
 single-process run first saves a checkpoint of the last completed step (`TeamTrainer.stop_after_reward_error`).
 Scores are combined with `reward_weights` (a weighted sum over the functions that gave a number). A completion that

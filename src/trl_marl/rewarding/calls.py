@@ -1,17 +1,22 @@
 """One call of a reward function under the reward contract (`trl_marl.rewarding`): where it runs, its time limit,
 and the check of what it returns.
 
-- [`call_reward_function`]: calls a function on `size` completions, directly, in a worker process forked for the
-  call (killed at its `reward_timeout`) or in a thread ([`REWARD_ISOLATIONS`]), and turns whatever goes wrong into
-  a [`~trl_marl.rewarding.errors.RewardFunctionError`] naming the function.
+- [`call_reward_function`]: calls a function on `size` completions, directly, in the function's long-lived worker
+  process (killed at its `reward_timeout`, replaced at the next call) or in a thread ([`REWARD_ISOLATIONS`]), and
+  turns whatever goes wrong into a [`~trl_marl.rewarding.errors.RewardFunctionError`] naming the function.
 - [`checked_reward_values`] and [`reward_value`]: the output checked entry by entry (a number, or `None` to skip).
 """
 
 from __future__ import annotations
 
+import atexit
+import inspect
 import math
 import numbers
+import pickle
+import threading
 import warnings
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -22,6 +27,7 @@ from ..utils.bounded import (
     ChildDied,
     ForkFailed,
     Overran,
+    Worker,
     call_in_child,
     call_in_thread,
     exception_text,
@@ -80,11 +86,16 @@ def call_reward_function(func: Callable[..., Any], name: str, size: int, /, time
 
     Without a `timeout` the function is called directly. With one, `isolation` says where (docs/extending.md):
 
-    - `"process"` (the default): in a child process forked for the call ([`~trl_marl.utils.bounded`]); it inherits
-      the function and its arguments (nothing is pickled) and sends back only the checked scores. A call that
-      overruns is *killed* at the limit, even in C code that holds the GIL (a backtracking regular expression); a
-      crash or `os._exit` is a [`RewardFunctionError`]. What the function changes in its own memory stays in the
-      child: a function whose side effects the caller reads must run in `"thread"` mode. A function that holds a
+    - `"process"` (the default): in the function's own worker process ([`~trl_marl.utils.bounded.Worker`]),
+      forked at its first limited call (it inherits the function as it was then) and kept for its later calls,
+      which send it their arguments pickled; it sends back only the checked scores. What the function keeps in its
+      memory (a scorer loaded on first use, a cache, a counter) stays in the worker from call to call, but never
+      reaches the caller: a function whose side effects the caller reads must run in `"thread"` mode. A call that
+      overruns is *killed* at the limit with its worker, even in C code that holds the GIL (a backtracking regular
+      expression); the next call starts a new worker and warns that the state is lost. A crash or `os._exit` is a
+      [`RewardFunctionError`]. Arguments that cannot be pickled (a lambda in a dataset column) run in a process
+      forked for the call instead, as does a function that takes no weak reference; the worker is closed when its
+      function is garbage-collected. A function that holds a
       model or tensor on a GPU, or fails in the child because CUDA cannot be used after a fork, runs in a thread,
       as every function does where `os.fork` is missing (Windows), with a [`RewardIsolationWarning`] once.
     - `"thread"`: in a daemon thread, awaited at most `timeout` seconds. A call that overruns is *abandoned* (Python
@@ -238,23 +249,120 @@ def _ended_message(name: str, kind: str, text: str) -> str:
             "interrupt training: raise an ordinary exception, or return None for what it cannot score.")
 
 
+class _RewardWorkers:
+    """One long-lived [`Worker`] process per reward function (`reward_isolation="process"`), started at its first
+    limited call: what the function keeps between calls (a scorer loaded on first use, a cache) stays in its worker.
+    A worker killed at the time limit, or one that died, is replaced at the next call, with a warning that the state
+    it kept is lost. A worker lives as long as its function (closed when the function is garbage-collected, and at
+    the interpreter's exit); a bound method's worker as long as its object."""
+
+    def __init__(self) -> None:
+        self._workers: dict[tuple[int, int], Worker] = {}
+        self._lost: set[tuple[int, int]] = set()  # functions whose worker was killed or died (the next one warns)
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def _key(func: Callable[..., Any]) -> tuple[tuple[int, int], Any] | None:
+        """The identity of `func` and the object whose lifetime bounds its worker; None when it cannot be tracked
+        (an object without weak references: it then runs in a process forked per call)."""
+        owner, code = (func.__self__, func.__func__) if inspect.ismethod(func) else (func, None)
+        try:
+            weakref.ref(owner)
+        except TypeError:
+            return None
+        return (id(owner), id(code)), owner
+
+    def get(self, func: Callable[..., Any], name: str) -> Worker | None:
+        """The worker of `func` (started now if it has none), or None when `func` cannot be tracked."""
+        found = self._key(func)
+        if found is None:
+            return None
+        key, owner = found
+        with self._lock:
+            worker = self._workers.get(key)
+            if worker is not None and not worker.closed:
+                return worker
+
+            def handle(request: dict[str, Any]) -> list[float | None]:
+                return checked_reward_values(func(**request["kwargs"]), name, request["size"])
+
+            worker = self._workers[key] = Worker(handle)
+            weakref.finalize(owner, self._forget, key, worker)
+            if key in self._lost:
+                self._lost.discard(key)
+                warnings.warn(
+                    f"Reward function `{name}` runs in a new worker process: its previous one was killed at its time "
+                    "limit or died, so the state it kept between calls (a model loaded on first use, caches, "
+                    "counters) is lost and is built again.", RewardIsolationWarning, stacklevel=user_stacklevel())
+            return worker
+
+    def _forget(self, key: tuple[int, int], worker: Worker) -> None:
+        """`func` was garbage-collected: close its worker (its id may be reused by another function)."""
+        with self._lock:
+            if self._workers.get(key) is worker:
+                del self._workers[key]
+            self._lost.discard(key)
+        worker.close()
+
+    def lost(self, func: Callable[..., Any]) -> None:
+        """The worker of `func` was killed or died: forget it (the next call starts another)."""
+        found = self._key(func)
+        if found is None:
+            return
+        with self._lock:
+            worker = self._workers.pop(found[0], None)
+            if worker is not None:
+                worker.close()
+                self._lost.add(found[0])
+
+    def close_all(self) -> None:
+        """Stop every worker (the interpreter's exit)."""
+        with self._lock:
+            workers, self._workers = list(self._workers.values()), {}
+        for worker in workers:
+            worker.close()
+
+    def __len__(self) -> int:
+        with self._lock:
+            return sum(not w.closed for w in self._workers.values())
+
+
+REWARD_WORKERS = _RewardWorkers()
+"""The reward functions' worker processes of this process (see [`call_reward_function`])."""
+atexit.register(REWARD_WORKERS.close_all)
+
+
 def _call_in_process(func: Callable[..., Any], name: str, size: int, kwargs: dict[str, Any], timeout: float,
                      timeout_field: str, isolation_field: str) -> list[float | None]:
-    """One call in a forked worker process (see [`call_reward_function`]): the checked scores, or the error."""
-
+    """One call in the function's worker process (see [`call_reward_function`]): the checked scores, or the error. A
+    call whose arguments cannot be pickled runs in a process forked for it instead (the function's state is then not
+    kept between such calls)."""
     def work() -> list[float | None]:
         return checked_reward_values(func(**kwargs), name, size)
 
     try:
-        reply = call_in_child(work, timeout)
+        worker = REWARD_WORKERS.get(func, name)
+        if worker is None:  # an object without weak references: no worker can be tied to its lifetime
+            reply = call_in_child(work, timeout)
+        else:
+            try:
+                reply = worker.call({"size": size, "kwargs": kwargs}, timeout)
+            except (pickle.PicklingError, TypeError, AttributeError) as exc:
+                _warn_once(f"{name}:pickle", f"Reward function `{name}` gets arguments that cannot be pickled "
+                           f"({type(exc).__name__}: {exc}), so each of its calls runs in a process forked for it, "
+                           "and what it keeps between calls (a model loaded on first use, caches) is built again "
+                           "every call. Keep the dataset columns and reward arguments picklable to keep its state.")
+                reply = call_in_child(work, timeout)
     except Overran:
+        REWARD_WORKERS.lost(func)
         raise RewardTimeoutError(
             f"Reward function `{name}` did not return within {timeout:g} s (`{timeout_field}`) while scoring {size} "
             "completions; it may hang (a dead server, a deadlock, an endless loop, C code such as a backtracking "
-            "regular expression). Its worker process was killed. Fix the function, or raise "
-            f"`{timeout_field}` if such calls are legitimately slow (`None` disables the limit)."
+            f"regular expression). Its worker process was killed (the state it kept is lost). Fix the function, or "
+            f"raise `{timeout_field}` if such calls are legitimately slow (`None` disables the limit)."
         ) from None
     except ChildDied as exc:
+        REWARD_WORKERS.lost(func)
         raise RewardFunctionError(f"Reward function `{name}` ran in a worker process (`{isolation_field}='process'`) "
                                   f"that ended without its scores: {exc}. Fix the function.") from None
     reply = reply if isinstance(reply, dict) else {}
@@ -264,6 +372,7 @@ def _call_in_process(func: Callable[..., Any], name: str, size: int, kwargs: dic
         if kind == "RewardFunctionError":  # the contract check, run in the worker
             raise RewardFunctionError(text) from cause
         if "Cannot re-initialize CUDA in forked subprocess" in text:
+            REWARD_WORKERS.lost(func)
             raise _NeedsCuda
         if kind in ("SystemExit", "KeyboardInterrupt", "GeneratorExit"):
             raise RewardFunctionError(_ended_message(name, kind, text)) from cause

@@ -8,6 +8,9 @@ does not even let the waiting thread notice that the time is up: only a separate
 - [`call_in_child`]: `work()` in a child forked from the calling thread, which inherits the caller's memory (the
   function and its arguments are never pickled); `work()` returns a JSON-serializable value, the only thing that
   comes back. A child that overruns is killed with its process group (`SIGKILL`), one that dies is reported.
+- [`Worker`]: a long-lived forked child that serves many calls of one handler, each bounded like
+  [`call_in_child`]'s (the request is pickled, the reply is JSON); what the handler keeps in its memory between
+  calls (a model loaded on first use, a cache, a counter) stays there until the worker is killed at a limit or dies.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 import contextvars
 import json
 import os
+import pickle
 import select
 import signal
 import sys
@@ -27,6 +31,7 @@ from typing import Any
 
 __all__ = [
     "ChildDied",
+    "Worker",
     "ForkFailed",
     "Overran",
     "call_in_child",
@@ -206,6 +211,169 @@ def _child_main(work: Callable[[], Any], write_fd: int) -> None:
             except BaseException:  # noqa: BLE001 - nothing may stop the exit below
                 pass
     except BaseException:  # noqa: BLE001 - e.g. the parent closed the pipe: exit without a reply
+        code = 70
+    finally:
+        os._exit(code)
+
+
+class Worker:
+    """A long-lived child process, forked now from the calling thread, that answers requests with `handler`.
+
+    Each [`call`] pickles a request, sends it, and waits at most `timeout` seconds for the handler's JSON-serializable
+    reply (or what it raised, as [`call_in_child`] reports it); the handler runs in the child, which keeps whatever
+    the handler keeps between calls. The child runs in its own process group on one torch thread, serves one request
+    at a time (calls from several threads wait their turn), and exits when the parent closes its end (its exit, or
+    [`close`]).
+
+    Memory: the child shares the parent's pages as they were at the fork; pages the parent writes afterwards are
+    copied for it (copy-on-write), so a parent that rewrites much host memory after the fork (a full fine-tune on the
+    CPU) holds up to that much more while the worker lives.
+
+    Raises:
+        ForkFailed: no child could be started.
+    """
+
+    def __init__(self, handler: Callable[[Any], Any]) -> None:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:  # noqa: BLE001 - a closed or odd stream
+                pass
+        try:
+            request_read, request_write = os.pipe()
+            reply_read, reply_write = os.pipe()
+        except OSError as exc:
+            raise ForkFailed(f"{type(exc).__name__}: {exc}") from exc
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", DeprecationWarning)
+                pid = os.fork()
+        except OSError as exc:
+            for fd in (request_read, request_write, reply_read, reply_write):
+                os.close(fd)
+            raise ForkFailed(f"{type(exc).__name__}: {exc}") from exc
+        if pid == 0:  # the child: never returns
+            os.close(request_write)
+            os.close(reply_read)
+            _worker_main(handler, request_read, reply_write)
+        os.close(request_read)
+        os.close(reply_write)
+        try:
+            os.setpgid(pid, pid)
+        except OSError:
+            pass
+        self.pid, self._requests, self._replies = pid, request_write, reply_read
+        self._lock = threading.Lock()
+        self.closed = False
+        self.calls = 0
+
+    def call(self, request: Any, timeout: float) -> Any:
+        """The handler's reply to `request` within `timeout` seconds.
+
+        Raises:
+            pickle.PicklingError, TypeError, AttributeError: `request` cannot be pickled (nothing was sent; the
+                worker goes on).
+            Overran: no reply within `timeout`; the worker was killed ([`close`]).
+            ChildDied: the worker ended without a reply (it is closed).
+        """
+        data = pickle.dumps(request, protocol=pickle.HIGHEST_PROTOCOL)
+        data = len(data).to_bytes(8, "big") + data
+        with self._lock:
+            if self.closed:
+                raise ChildDied("the worker was closed")
+            deadline = time.monotonic() + timeout
+            try:
+                _write_all(self._requests, data, deadline)
+                reply = _read_reply(self._replies, deadline, self.pid)
+            except Overran:
+                self.close()
+                raise
+            except (ChildDied, OSError) as exc:
+                self.close()
+                raise ChildDied(str(exc) if isinstance(exc, ChildDied) else f"{type(exc).__name__}: {exc}") from None
+            if reply is None:
+                status = _wait(self.pid, time.monotonic() + 1.0)
+                self.close()
+                raise ChildDied(_how_it_ended(status))
+            self.calls += 1
+            return reply
+
+    def close(self) -> None:
+        """Kill the child (with its process group) and close the pipes; a closed worker takes no more calls."""
+        if self.closed:
+            return
+        self.closed = True
+        for fd in (self._requests, self._replies):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        _kill(self.pid)
+
+
+def _write_all(fd: int, data: bytes, deadline: float) -> None:
+    """Write `data` to a pipe, waiting for room until `deadline` ([`Overran`] then)."""
+    view = memoryview(data)
+    while view:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise Overran
+        _, ready, _ = select.select([], [fd], [], remaining)
+        if ready:
+            view = view[os.write(fd, view[: 1 << 16]) :]
+
+
+def _read_exact(fd: int, count: int) -> bytes | None:
+    """`count` bytes from a blocking pipe, or None at its end."""
+    data = bytearray()
+    while len(data) < count:
+        chunk = os.read(fd, min(count - len(data), 1 << 20))
+        if not chunk:
+            return None
+        data += chunk
+    return bytes(data)
+
+
+def _worker_main(handler: Callable[[Any], Any], read_fd: int, write_fd: int) -> None:
+    """A [`Worker`]'s whole life: answer requests until the parent closes its end, then `os._exit`."""
+    code = 0
+    try:
+        try:
+            os.setpgid(0, 0)
+        except OSError:
+            pass
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        torch = sys.modules.get("torch")
+        if torch is not None:
+            torch.set_num_threads(1)
+        while True:
+            header = _read_exact(read_fd, 8)
+            if header is None:
+                break
+            payload = _read_exact(read_fd, int.from_bytes(header, "big"))
+            if payload is None:
+                break
+            try:
+                reply: Any = {"value": handler(pickle.loads(payload))}
+            except BaseException as exc:  # noqa: BLE001 - SystemExit and KeyboardInterrupt included: all go back
+                reply = {"raised": type(exc).__name__, "message": exception_text(exc),
+                         "traceback": _traceback_text(exc)}
+            try:
+                data = json.dumps(reply).encode()
+            except Exception as exc:  # noqa: BLE001 - a value that JSON cannot hold
+                data = json.dumps(
+                    {"raised": type(exc).__name__, "message": f"the reply is not JSON: {exc}", "traceback": ""}
+                ).encode()
+            data = len(data).to_bytes(8, "big") + data
+            view = memoryview(data)
+            while view:
+                view = view[os.write(write_fd, view) :]
+            for stream in (sys.stdout, sys.stderr):
+                try:
+                    stream.flush()
+                except BaseException:  # noqa: BLE001
+                    pass
+    except BaseException:  # noqa: BLE001 - e.g. the parent closed the pipe: exit
         code = 70
     finally:
         os._exit(code)

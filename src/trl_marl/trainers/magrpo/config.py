@@ -402,10 +402,12 @@ class MAGRPOConfig(GRPOConfig):
     reward_isolation: str = field(
         default="process",
         metadata={
-            "help": "Where a reward call with a `reward_timeout` runs. 'process': in a worker process forked for the "
-            "call, killed at the limit even when stuck in C code (a backtracking regular expression); a crash, "
-            "SystemExit or os._exit there is a RewardFunctionError; what the function changes in its own memory "
-            "(counters, caches, recorded inputs) does not reach the trainer. 'thread': in a thread of the trainer's "
+            "help": "Where a reward call with a `reward_timeout` runs. 'process': in the function's own long-lived "
+            "worker process (forked at its first call; each call's arguments pickled to it), killed at the limit "
+            "even when stuck in C code (a backtracking regular expression) and then replaced at the next call; a "
+            "crash, SystemExit or os._exit there is a RewardFunctionError; what the function keeps in its own "
+            "memory (a scorer loaded on first use, caches, counters) stays in the worker between calls and does "
+            "not reach the trainer. 'thread': in a thread of the trainer's "
             "process, which keeps such side effects but cannot be killed (an overrunning call is abandoned, a late "
             "result refused). A function with a model on a GPU runs in a thread either way. A function's own "
             "`reward_isolation` attribute overrides this value for that function."

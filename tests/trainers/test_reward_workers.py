@@ -1,0 +1,100 @@
+"""A reward function keeps its state between calls in its own worker process (issue 54: with the default
+`reward_isolation="process"` every call was a fresh fork, so a reward that loads its scorer lazily loaded it on every
+call, 10 loads in 10 steps). One long-lived worker per function: state kept, a hang still killed at the limit, the
+state's loss said when a worker is replaced, the worker gone with its function."""
+
+from __future__ import annotations
+
+import gc
+import os
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from trl_marl.rewarding import RewardIsolationWarning, RewardTimeoutError, call_reward_function
+from trl_marl.rewarding.calls import REWARD_WORKERS
+
+
+class LazyScorer:
+    """Loads its 'model' on the first call (recording each load in a file, the only way out of the worker), then
+    scores with it; `hang_on` makes one call hang."""
+
+    def __init__(self, loads: Path) -> None:
+        self.loads, self.model, self.calls, self.hang_on = loads, None, 0, None
+
+    def __call__(self, prompts: list[Any], completions: list[Any], **kwargs: Any) -> list[float]:
+        if self.model is None:
+            with open(self.loads, "a") as handle:
+                handle.write(f"{os.getpid()}\n")
+            self.model = {"weight": 0.5}
+        self.calls += 1
+        if self.calls == self.hang_on:
+            time.sleep(3600)
+        return [self.model["weight"] * self.calls] * len(completions)
+
+
+def call(func: Any, timeout: float = 30.0) -> list[float | None]:
+    return call_reward_function(func, "lazy", 2, timeout=timeout, prompts=["a", "b"], completions=["1", "2"])
+
+
+def test_a_lazy_reward_loads_once_and_counts_in_its_worker(tmp_path: Path) -> None:
+    loads = tmp_path / "loads"
+    scorer = LazyScorer(loads)
+    assert [call(scorer) for _ in range(10)] == [[0.5 * k] * 2 for k in range(1, 11)]  # its counter went on
+    pids = loads.read_text().split()
+    assert len(pids) == 1 and pids[0] != str(os.getpid())  # one load, in the worker, never in the trainer
+    assert scorer.model is None and scorer.calls == 0  # the trainer's copy is untouched
+
+
+def test_a_hang_is_still_killed_and_the_next_worker_says_its_state_was_lost(tmp_path: Path) -> None:
+    loads = tmp_path / "loads"
+    scorer = LazyScorer(loads)
+    scorer.hang_on = 3
+    assert call(scorer) == [0.5, 0.5] and call(scorer) == [1.0, 1.0]
+    start = time.monotonic()
+    with pytest.raises(RewardTimeoutError, match="Its worker process was killed \\(the state it kept is lost\\)"):
+        call(scorer, timeout=1.0)
+    assert time.monotonic() - start < 10
+    with pytest.warns(RewardIsolationWarning, match="`lazy` runs in a new worker process: .* state it kept"):
+        assert call(scorer) == [0.5, 0.5]  # a fresh worker: the model loaded again, the counter from the trainer's 0
+    assert len(loads.read_text().split()) == 2
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert call(scorer) == [1.0, 1.0]  # said once
+
+
+def test_the_worker_goes_with_its_function(tmp_path: Path) -> None:
+    scorer = LazyScorer(tmp_path / "loads")
+    call(scorer)
+    worker = REWARD_WORKERS._workers[REWARD_WORKERS._key(scorer)[0]]
+    os.kill(worker.pid, 0)  # alive
+    del scorer
+    gc.collect()
+    assert worker.closed
+    with pytest.raises(ProcessLookupError):  # killed and reaped
+        os.kill(worker.pid, 0)
+
+
+def test_a_bound_method_keeps_one_worker_for_its_object(tmp_path: Path) -> None:
+    class Holder:
+        def __init__(self) -> None:
+            self.scorer = LazyScorer(tmp_path / "loads")
+
+        def score(self, prompts: list[Any], completions: list[Any], **kwargs: Any) -> list[float]:
+            return self.scorer(prompts, completions, **kwargs)
+
+    holder = Holder()
+    assert [call(holder.score) for _ in range(3)] == [[0.5] * 2, [1.0] * 2, [1.5] * 2]  # a new bound method each time
+    assert len((tmp_path / "loads").read_text().split()) == 1
+
+
+def test_arguments_that_cannot_be_pickled_run_in_a_process_per_call(tmp_path: Path) -> None:
+    scorer = LazyScorer(tmp_path / "loads")
+    unpicklable = [lambda: None, lambda: None]
+    with pytest.warns(RewardIsolationWarning, match="cannot be pickled"):
+        values = [call_reward_function(scorer, "lazy_unpicklable", 2, timeout=30.0, prompts=["a", "b"],
+                                       completions=["1", "2"], column=unpicklable) for _ in range(2)]
+    assert values == [[0.5, 0.5], [0.5, 0.5]]  # forked per call: nothing kept
