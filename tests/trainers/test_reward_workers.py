@@ -98,3 +98,35 @@ def test_arguments_that_cannot_be_pickled_run_in_a_process_per_call(tmp_path: Pa
         values = [call_reward_function(scorer, "lazy_unpicklable", 2, timeout=30.0, prompts=["a", "b"],
                                        completions=["1", "2"], column=unpicklable) for _ in range(2)]
     assert values == [[0.5, 0.5], [0.5, 0.5]]  # forked per call: nothing kept
+
+
+def test_a_collection_inside_the_registry_does_not_deadlock(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A function in a reference cycle is freed by the garbage collector, which may run while the registry holds its
+    lock (starting another function's worker): its finalizer closes its worker in the same thread, without waiting
+    for the lock (the suite once hung there). The collection is made to happen right there."""
+    import threading
+
+    from trl_marl.rewarding import calls
+    from trl_marl.utils.bounded import Worker
+
+    def collecting_worker(handler: Any) -> Worker:
+        gc.collect()  # inside `get`, with the registry's lock held
+        return Worker(handler)
+
+    scorer = LazyScorer(tmp_path / "cyclic")
+    scorer.cycle = scorer  # type: ignore[attr-defined]  # freed only by the collector
+    call(scorer)
+    worker = REWARD_WORKERS._workers[REWARD_WORKERS._key(scorer)[0]]
+    del scorer
+    monkeypatch.setattr(calls, "Worker", collecting_worker)
+    done = threading.Event()
+
+    def work() -> None:
+        try:
+            call(LazyScorer(tmp_path / "other"))
+        finally:
+            done.set()
+
+    threading.Thread(target=work, daemon=True).start()
+    assert done.wait(60), "the registry deadlocked on its own finalizer"
+    assert worker.closed  # the cyclic function's worker went with it

@@ -259,7 +259,9 @@ class _RewardWorkers:
     def __init__(self) -> None:
         self._workers: dict[tuple[int, int], Worker] = {}
         self._lost: set[tuple[int, int]] = set()  # functions whose worker was killed or died (the next one warns)
-        self._lock = threading.Lock()
+        # reentrant: a garbage collection while `get` holds it (the fork, a new dict entry) may run a finalizer,
+        # `_forget`, in the same thread
+        self._lock = threading.RLock()
 
     @staticmethod
     def _key(func: Callable[..., Any]) -> tuple[tuple[int, int], Any] | None:
