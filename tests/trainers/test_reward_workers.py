@@ -130,3 +130,27 @@ def test_a_collection_inside_the_registry_does_not_deadlock(tmp_path: Path, monk
     threading.Thread(target=work, daemon=True).start()
     assert done.wait(60), "the registry deadlocked on its own finalizer"
     assert worker.closed  # the cyclic function's worker went with it
+
+
+def test_a_worker_leaves_when_its_parent_dies_mid_call(tmp_path: Path) -> None:
+    """A parent that ends by `os._exit` (as a pytest-xdist worker does) while its reward worker is busy in a long call
+    runs no exit handler: the worker must still leave, or it keeps the pipes it inherited open for as long as the call
+    runs (a test runner reading them waits that long)."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "parent.py"
+    script.write_text(
+        "import os, threading, time\n"
+        "from trl_marl.rewarding import call_reward_function\n"
+        "def score(prompts, completions, **kwargs):\n"
+        "    time.sleep(3600)\n"
+        "    return [1.0] * len(completions)\n"
+        "threading.Thread(target=call_reward_function, args=(score, 'score', 1), daemon=True,\n"
+        "                 kwargs=dict(timeout=600.0, prompts=['p'], completions=['c'])).start()\n"
+        "time.sleep(3)\n"
+        "os._exit(0)\n"
+    )
+    start = time.monotonic()
+    subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=90)  # waits for EOF
+    assert time.monotonic() - start < 60  # the worker left with its parent, not after the hour-long call

@@ -41,6 +41,9 @@ __all__ = [
     "fork_obstacle",
 ]
 
+_ORPHAN_POLL_S = 0.5
+"""How often a [`Worker`] checks that its parent is alive (it exits within this time of the parent's death)."""
+
 MAX_CHILD_BYTES = 16 * 1024 * 1024
 """The most bytes a child may send back (its JSON reply); more is a [`ChildDied`] (the child is killed)."""
 
@@ -346,6 +349,14 @@ def _worker_main(handler: Callable[[Any], Any], read_fd: int, write_fd: int) -> 
         torch = sys.modules.get("torch")
         if torch is not None:
             torch.set_num_threads(1)
+        parent = os.getppid()
+
+        def orphaned() -> None:  # the parent died (even by os._exit or a kill): leave with it, freeing what the
+            while os.getppid() == parent:  # fork inherited (its pipes and sockets), so nobody waits on them
+                time.sleep(_ORPHAN_POLL_S)
+            os._exit(0)
+
+        threading.Thread(target=orphaned, name="worker-orphan-watch", daemon=True).start()
         while True:
             header = _read_exact(read_fd, 8)
             if header is None:
