@@ -197,7 +197,7 @@ def _pretrain(
             optimizer.step()
             losses.append(float(output.loss.detach()))
             if progress:
-                iterator.set_postfix(loss=f"{losses[-1]:.3f}")
+                iterator.set_postfix(loss=f"{losses[-1]:.3f}", refresh=False)  # shown at the bar's own pace
     model.train(was_training)
     return losses
 
