@@ -30,7 +30,7 @@ CONTRACT = [
     "NonFiniteCounter", "NonFiniteError", "RewardFunc", "RewardFunctionError", "RewardIsolationWarning", "RewardSet",
     "RewardTimeoutError", "RewardTimeoutWarning", "RewardWorkerTraceback", "TeamReward", "agent_reward",
     "call_reward_function", "check_reward_signature", "checked_reward_values", "completion_objects", "reward_kind",
-    "reward_value", "team_reward", "unscorable_message",
+    "reward_isolation_field", "reward_timeout_field", "reward_value", "team_reward", "unscorable_message",
 ]
 
 # (old module, name, the module it lives in now)

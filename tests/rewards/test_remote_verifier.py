@@ -741,3 +741,21 @@ def test_a_busy_server_answers_503_with_retry_after():
         assert error.value.code == 503 and int(error.value.headers["Retry-After"]) >= 1
         assert "this server is busy" in json.loads(error.value.read())["error"]
         big.join(10.0)
+
+
+def test_the_admission_estimate_by_hand():
+    """(items ahead + own items) x seconds per item, where a queued request counts at most as many items as the new
+    one (round robin): 10 ms per item, queued requests with 100 and 2 items left, a new one of 10 ->
+    (min(100, 10) + min(2, 10) + 10) x 0.01 = 0.22 s; a cancelled request counts nothing."""
+    scorer = Scorer(SlowVerifier(), chunk_size=5, max_score_s=60.0)
+    try:
+        assert scorer.estimated_wait_s(10) is None  # nothing measured yet
+        scorer.seconds_per_item = 0.01
+        big, small, gone = (ScoreJob(["q"] * n, ["r"] * n, None) for n in (100, 2, 50))
+        gone.cancelled = True
+        with scorer._ready:  # queued without waking the scoring thread's work
+            scorer._queue.extend([big, small, gone])
+            assert scorer.estimated_wait_s(10) == pytest.approx(0.22)
+            scorer._queue.clear()
+    finally:
+        scorer.stop()

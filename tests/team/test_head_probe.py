@@ -259,3 +259,13 @@ def test_a_float32_model_probed_first_under_bf16_autocast_is_judged_in_float32()
     assert len(_PROBES[model]) == 2  # one entry per autocast state
     model.to(torch.bfloat16)
     assert isinstance(head_path_checked(model), str) and len(_PROBES[model]) == 3  # and per dtype
+
+
+def test_the_fitted_scale_by_hand():
+    """`s = <logits, head> / <head, head>`: logits (2, 4, -6) against head logits (1, 2, -3) give 28 / 14 = 2; a zero
+    head gives 1 (nothing to fit)."""
+    from trl_marl.team.head import _fitted_scale
+
+    assert _fitted_scale(torch.tensor([2.0, 4.0, -6.0]), torch.tensor([1.0, 2.0, -3.0])) == 2.0
+    assert _fitted_scale(torch.tensor([[1.0, 3.0]]), torch.tensor([[1.0, 1.0]])) == 2.0  # (1 + 3) / (1 + 1)
+    assert _fitted_scale(torch.tensor([1.0]), torch.tensor([0.0])) == 1.0

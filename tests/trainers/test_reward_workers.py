@@ -154,3 +154,24 @@ def test_a_worker_leaves_when_its_parent_dies_mid_call(tmp_path: Path) -> None:
     start = time.monotonic()
     subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=90)  # waits for EOF
     assert time.monotonic() - start < 60  # the worker left with its parent, not after the hour-long call
+
+
+@pytest.mark.parametrize("raised", [KeyboardInterrupt, SystemExit, RuntimeError])
+def test_a_forked_child_never_returns_into_its_parents_code(raised: type[BaseException]) -> None:
+    """Whatever a child's life raises, the child ends by `os._exit` (70): it never comes back into the caller's code,
+    where it would run the rest of a test (or a training step) a second time beside its parent and write into the
+    parent's pipes (a pytest-xdist worker escaped so and sent the runner a duplicate report)."""
+    from trl_marl.utils import bounded
+
+    parent = os.getpid()
+
+    def life(pipes: list[tuple[int, int]]) -> None:
+        raise raised("out of the child's life")
+
+    pid, pipes = bounded._fork_child(1, life)
+    if os.getpid() != parent:  # the child came back: end it with a status the parent recognises
+        os._exit(99)
+    for fd in pipes[0]:
+        os.close(fd)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 70

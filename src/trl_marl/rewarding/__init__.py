@@ -33,9 +33,9 @@ raise a [`RewardFunctionError`] naming the function; so does a call that takes l
 attribute wins). A call with a limit runs in the function's own long-lived worker process (its state kept between
 calls), killed at the limit (`reward_isolation="process"`, the default), or in a thread of the trainer's process
 (`"thread"`, for a function whose side effects the caller reads; a late result is refused); see
-[`call_reward_function`]. A `SystemExit` or
-`KeyboardInterrupt` from a function is a `RewardFunctionError` too. Training stops on such an error: a
-single-process run first saves a checkpoint of the last completed step (`TeamTrainer.stop_after_reward_error`).
+[`call_reward_function`]. A `SystemExit` or `KeyboardInterrupt` from a function is a `RewardFunctionError` too.
+Training stops on such an error: a single-process run first saves a checkpoint of the last completed step
+(`TeamTrainer.stop_after_reward_error`).
 Scores are combined with `reward_weights` (a weighted sum over the functions that gave a number). A completion that
 every function skips is *unscorable*, and so is one for which a function returned NaN or infinity (never replaced by
 a number; such scores are counted against `max_nonfinite`, beyond which a [`NonFiniteError`] stops training). An
@@ -50,7 +50,9 @@ Where each part lives (every name below is also importable from `trl_marl.reward
   ([`call_reward_function`], [`reward_value`]);
 - `rewarding.errors`: the errors and warnings above, and the count of non-finite scores ([`NonFiniteCounter`]);
 - `rewarding.sets`: a trainer's functions as one object: [`RewardSet`], MAGRPO's [`TeamReward`] and per-agent
-  [`LocalReward`].
+  [`LocalReward`];
+- `rewarding.settings`: the configs' `reward_timeout` and `reward_isolation` fields, written once
+  ([`reward_timeout_field`], [`reward_isolation_field`]).
 """
 
 from __future__ import annotations
@@ -73,6 +75,7 @@ from .errors import (
     unscorable_message,
 )
 from .sets import LocalReward, RewardSet, TeamReward, completion_objects
+from .settings import reward_isolation_field, reward_timeout_field
 from .signature import (
     REWARD_KEYWORDS,
     REWARD_KINDS,
@@ -104,7 +107,9 @@ __all__ = [
     "check_reward_signature",
     "checked_reward_values",
     "completion_objects",
+    "reward_isolation_field",
     "reward_kind",
+    "reward_timeout_field",
     "reward_value",
     "team_reward",
     "unscorable_message",

@@ -95,9 +95,9 @@ def call_reward_function(func: Callable[..., Any], name: str, size: int, /, time
       expression); the next call starts a new worker and warns that the state is lost. A crash or `os._exit` is a
       [`RewardFunctionError`]. Arguments that cannot be pickled (a lambda in a dataset column) run in a process
       forked for the call instead, as does a function that takes no weak reference; the worker is closed when its
-      function is garbage-collected. A function that holds a
-      model or tensor on a GPU, or fails in the child because CUDA cannot be used after a fork, runs in a thread,
-      as every function does where `os.fork` is missing (Windows), with a [`RewardIsolationWarning`] once.
+      function is garbage-collected. A function that holds a model or tensor on a GPU, or fails in the child
+      because CUDA cannot be used after a fork, runs in a thread, as every function does where `os.fork` is missing
+      (Windows), with a [`RewardIsolationWarning`] once.
     - `"thread"`: in a daemon thread, awaited at most `timeout` seconds. A call that overruns is *abandoned* (Python
       cannot kill a thread), and a result that comes back after the limit (C code holding the GIL keeps the caller
       from noticing the limit on time) is refused. The thread gets the caller's context variables, autograd mode
@@ -324,14 +324,25 @@ class _RewardWorkers:
         for worker in workers:
             worker.close()
 
-    def __len__(self) -> int:
-        with self._lock:
-            return sum(not w.closed for w in self._workers.values())
-
 
 REWARD_WORKERS = _RewardWorkers()
 """The reward functions' worker processes of this process (see [`call_reward_function`])."""
 atexit.register(REWARD_WORKERS.close_all)
+
+
+_NO_REPLY = object()  # the worker could not be asked: the call runs in a child forked for it
+
+
+def _ask_worker(worker: Worker, name: str, size: int, kwargs: dict[str, Any], timeout: float) -> Any:
+    """The worker's reply to one call, or `_NO_REPLY` when the arguments cannot be pickled (said once)."""
+    try:
+        return worker.call({"size": size, "kwargs": kwargs}, timeout)
+    except (pickle.PicklingError, TypeError, AttributeError) as exc:
+        _warn_once(f"{name}:pickle", f"Reward function `{name}` gets arguments that cannot be pickled "
+                   f"({type(exc).__name__}: {exc}), so each of its calls runs in a process forked for it, and what "
+                   "it keeps between calls (a model loaded on first use, caches) is built again every call. Keep "
+                   "the dataset columns and reward arguments picklable to keep its state.")
+        return _NO_REPLY
 
 
 def _call_in_process(func: Callable[..., Any], name: str, size: int, kwargs: dict[str, Any], timeout: float,
@@ -343,18 +354,10 @@ def _call_in_process(func: Callable[..., Any], name: str, size: int, kwargs: dic
         return checked_reward_values(func(**kwargs), name, size)
 
     try:
-        worker = REWARD_WORKERS.get(func, name)
-        if worker is None:  # an object without weak references: no worker can be tied to its lifetime
+        worker = REWARD_WORKERS.get(func, name)  # None for an object without weak references
+        reply = _NO_REPLY if worker is None else _ask_worker(worker, name, size, kwargs, timeout)
+        if reply is _NO_REPLY:
             reply = call_in_child(work, timeout)
-        else:
-            try:
-                reply = worker.call({"size": size, "kwargs": kwargs}, timeout)
-            except (pickle.PicklingError, TypeError, AttributeError) as exc:
-                _warn_once(f"{name}:pickle", f"Reward function `{name}` gets arguments that cannot be pickled "
-                           f"({type(exc).__name__}: {exc}), so each of its calls runs in a process forked for it, "
-                           "and what it keeps between calls (a model loaded on first use, caches) is built again "
-                           "every call. Keep the dataset columns and reward arguments picklable to keep its state.")
-                reply = call_in_child(work, timeout)
     except Overran:
         REWARD_WORKERS.lost(func)
         raise RewardTimeoutError(

@@ -106,7 +106,7 @@ class Scorer:
     A request whose scoring has used more than `max_score_s` seconds of the verifier's time (waiting for other
     requests' chunks does not count) is stopped after its current chunk and refused with HTTP 413.
 
-    Admission: once the verifier's time per item is known (a running mean over the chunks scored), a request is
+    Admission: once the verifier's time per item is known (a running average over the chunks scored), a request is
     queued only if the scoring ahead of its last item fits in half its wait: its own items, plus, of every request
     already queued, at most as many items as it has (round robin serves the others' chunks in between). Otherwise it
     is refused at once ([`ScorerBusyError`] with the estimated wait as `retry_after_s`), before any of it is scored:
@@ -124,7 +124,7 @@ class Scorer:
         self.max_score_s = max_score_s
         self._queue: deque[ScoreJob] = deque()
         self._current: ScoreJob | None = None  # the job whose chunk the verifier is scoring
-        self.seconds_per_item: float | None = None  # running mean over scored chunks
+        self.seconds_per_item: float | None = None  # a running average over the scored chunks (weight 0.3 each)
         self._ready = threading.Condition()
         self._closing = False
         self._thread = threading.Thread(target=self._run, name="verifier-scorer", daemon=True)
@@ -210,18 +210,14 @@ class Scorer:
                 job.error, finished = exc, True
             except BaseException as exc:  # SystemExit or KeyboardInterrupt from a verifier: not the server's end
                 job.error, finished = RuntimeError(f"the verifier raised {type(exc).__name__}: {exc}"), True
-            if finished:
-                with self._ready:
-                    self._current = None
-                job.done.set()
-                continue
             with self._ready:
                 self._current = None
-                if self._closing:
-                    job.error = RuntimeError("the verifier server is stopping")
-                    job.done.set()
-                elif not job.cancelled:
+                if not finished and self._closing:
+                    job.error, finished = RuntimeError("the verifier server is stopping"), True
+                elif not finished and not job.cancelled:
                     self._queue.append(job)  # behind the requests that waited meanwhile
+            if finished:
+                job.done.set()
 
     def _step(self, job: ScoreJob) -> bool:
         """Scores the next chunk of `job`; returns whether the job is finished (all scored, or over its time)."""

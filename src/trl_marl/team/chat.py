@@ -76,8 +76,9 @@ class ChatMixin:
             raise ValueError(f"`temperature` must be > 0 when sampling (`do_sample=True`), got {temperature!r}.")
         if not 0 < top_p <= 1:
             raise ValueError(f"`top_p` must be in (0, 1] (a probability mass), got {top_p!r}.")
-        rows = [[self._chat_prompt(a, p, system_prompt, apply_chat_template) for p in prompts]
-                for a, prompts in enumerate(agent_prompts)]
+        rows = [tokenize_prompts(self.tokenizers[a], [self._chat_prompt(a, p, system_prompt, apply_chat_template)
+                                                      for p in prompts])
+                for a, prompts in enumerate(agent_prompts)]  # token ids: `generate` takes them as they are
         self._check_prompt_lengths(rows)
         settings: dict[str, Any] = {"max_new_tokens": max_new_tokens, "do_sample": do_sample}
         if do_sample:
@@ -94,14 +95,15 @@ class ChatMixin:
         return [[self.tokenizers[a].decode(ids, skip_special_tokens=True) for ids in completions]
                 for a, completions in enumerate(outputs.completion_ids)]
 
-    def _check_prompt_lengths(self, rows: list[list[Prompt]]) -> None:
-        """Refuse a prompt longer than its agent's context window (`max_position_embeddings`) before generating: a
-        100,000-character prompt would otherwise run attention over tens of thousands of positions for minutes."""
+    def _check_prompt_lengths(self, rows: list[list[list[int]]]) -> None:
+        """Refuse a prompt (token ids) longer than its agent's context window (`max_position_embeddings`) before
+        generating: a 100,000-character prompt would otherwise run attention over tens of thousands of positions for
+        minutes."""
         for agent, prompts in enumerate(rows):
             limit = context_window(self.policy(agent).config) if prompts else None
             if limit is None:
                 continue
-            for i, ids in enumerate(tokenize_prompts(self.tokenizers[agent], prompts)):
+            for i, ids in enumerate(prompts):
                 if len(ids) > limit:
                     raise ValueError(
                         f"prompt {i + 1} is {len(ids)} tokens for agent {agent}, longer than its model's context "

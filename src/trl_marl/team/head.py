@@ -263,8 +263,8 @@ def head_path_checked(model: Any) -> HeadPath | str:
     """[`HeadPath`] of `model` when its logits are exactly `lm_head(backbone(...).last_hidden_state)`, or why not
     (see the module docstring): its transformers layout, then the probe, run once per model and adapter state of the
     LM head (each agent's `modules_to_save` copy, the disabled adapters of a reference forward), parameter dtype and
-    autocast state, and cached. The
-    first time a model falls back, the reason is logged (`logging.getLogger("trl_marl.team.head")`, warning).
+    autocast state, and cached. The first time a model falls back, the reason is logged
+    (`logging.getLogger("trl_marl.team.head")`, warning).
     """
     structure = _structure(model)
     if isinstance(structure, str):

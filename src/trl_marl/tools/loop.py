@@ -177,7 +177,7 @@ class ToolLoop:
                   for s in range(team.num_agents)]
         return cls(agent_tools, team.tokenizers, max_iterations=args.max_tool_calling_iterations,
                    timeout=args.tool_call_timeout, max_result_chars=args.max_tool_result_chars, context_limits=limits,
-                   total_timeout=getattr(args, "tool_turn_timeout", None))
+                   total_timeout=args.tool_turn_timeout)
 
     @property
     def active(self) -> bool:

@@ -75,7 +75,7 @@ def check_tool_settings(config: Any) -> None:
     if config.tool_call_timeout is not None and not config.tool_call_timeout > 0:
         raise ValueError(f"`tool_call_timeout` must be > 0 seconds or None (no limit), got "
                          f"{config.tool_call_timeout!r}.")
-    turn = getattr(config, "tool_turn_timeout", None)
+    turn = config.tool_turn_timeout
     if turn is not None and (isinstance(turn, bool) or not isinstance(turn, (int, float)) or not turn > 0):
         raise ValueError(f"`tool_turn_timeout` must be > 0 seconds or None (4 x `tool_call_timeout`), got {turn!r}.")
     if config.max_tool_result_chars is not None and config.max_tool_result_chars < MIN_MAX_CHARS:

@@ -31,9 +31,9 @@ from typing import Any
 
 __all__ = [
     "ChildDied",
-    "Worker",
     "ForkFailed",
     "Overran",
+    "Worker",
     "call_in_child",
     "call_in_thread",
     "can_fork",
@@ -142,32 +142,14 @@ def call_in_child(work: Callable[[], Any], timeout: float) -> Any:
         Overran: `work()` did not reply within `timeout` seconds; the child and its process group were killed.
         ChildDied: the child ended without a complete reply (the message says how it ended).
     """
-    for stream in (sys.stdout, sys.stderr):  # or the child would print the parent's buffered text again
-        try:
-            stream.flush()
-        except Exception:  # noqa: BLE001 - a closed or odd stream
-            pass
-    try:
-        read_fd, write_fd = os.pipe()
-    except OSError as exc:
-        raise ForkFailed(f"{type(exc).__name__}: {exc}") from exc
     deadline = time.monotonic() + timeout
-    try:
-        with warnings.catch_warnings():  # Python 3.12+ warns on fork in a process with threads; the child starts none
-            warnings.simplefilter("ignore", DeprecationWarning)
-            pid = os.fork()
-    except OSError as exc:
-        os.close(read_fd)
-        os.close(write_fd)
-        raise ForkFailed(f"{type(exc).__name__}: {exc}") from exc
-    if pid == 0:  # the child: never returns
-        os.close(read_fd)
-        _child_main(work, write_fd)
+
+    def life(pipes: list[tuple[int, int]]) -> None:
+        os.close(pipes[0][0])
+        _child_main(work, pipes[0][1])
+
+    pid, [(read_fd, write_fd)] = _fork_child(1, life)
     os.close(write_fd)
-    try:
-        os.setpgid(pid, pid)  # the child does the same; whichever runs first wins
-    except OSError:
-        pass
     reaped = False
     try:
         reply = _read_reply(read_fd, deadline, pid)
@@ -182,41 +164,109 @@ def call_in_child(work: Callable[[], Any], timeout: float) -> Any:
             _kill(pid)
 
 
-def _child_main(work: Callable[[], Any], write_fd: int) -> None:
-    """The child's whole life: run `work`, write the reply (8-byte length, then JSON), `os._exit`."""
-    code = 0
+def _flush_streams(ignored: type[BaseException] = Exception) -> None:
+    """Flush stdout and stderr, ignoring `ignored` (a closed or odd stream). Before a fork, or the child would print
+    the parent's buffered text again; in a child, before its `os._exit`."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except ignored:
+            pass
+
+
+def _fork_child(count: int, life: Callable[[list[tuple[int, int]]], None]) -> tuple[int, list[tuple[int, int]]]:
+    """Fork a child whose whole life is `life(pipes)`, with `count` pipes (`(read, write)` each) made before the fork;
+    returns `(pid, pipes)` in the parent only, which closes the ends it does not use (`life` closes the others).
+
+    The child never returns into the caller's code, whatever happens in it: it ends with `os._exit` (0 when `life`
+    returns, 70 when it raises), so no `atexit` handler, test runner or training loop of the parent runs twice.
+    Signals that could raise in it (Ctrl-C, SIGTERM, SIGALRM handlers of the parent) are blocked from before the fork
+    until the child has its own process group (set on both sides: whichever runs first wins) and Ctrl-C ends it as a
+    plain program. The streams are flushed first, or the child would print the parent's buffered text again.
+
+    Raises:
+        ForkFailed: no pipe or no child could be made (nothing is left open).
+    """
+    _flush_streams()
+    pipes: list[tuple[int, int]] = []
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, _HELD_SIGNALS)
     try:
         try:
-            os.setpgid(0, 0)
+            for _ in range(count):
+                pipes.append(os.pipe())
+            with warnings.catch_warnings():  # Python 3.12+ warns on fork with threads; the child starts none of them
+                warnings.simplefilter("ignore", DeprecationWarning)
+                pid = os.fork()
+        except OSError as exc:
+            for fd in (fd for pipe in pipes for fd in pipe):
+                os.close(fd)
+            raise ForkFailed(f"{type(exc).__name__}: {exc}") from exc
+        if pid == 0:
+            code = 70
+            try:
+                try:
+                    os.setpgid(0, 0)
+                except OSError:
+                    pass
+                signal.signal(signal.SIGINT, signal.SIG_DFL)
+                signal.pthread_sigmask(signal.SIG_SETMASK, held)
+                life(pipes)
+                code = 0
+            except BaseException:  # noqa: BLE001 - e.g. the parent closed the pipe: exit without a reply
+                pass
+            finally:
+                _flush_streams(BaseException)  # nothing may stop the exit below
+                os._exit(code)
+        try:
+            os.setpgid(pid, pid)
         except OSError:
             pass
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
-        try:
-            torch = sys.modules.get("torch")
-            if torch is not None:
-                torch.set_num_threads(1)  # the parent's OpenMP pool does not survive the fork
-            reply: Any = {"value": work()}
-        except BaseException as exc:  # noqa: BLE001 - SystemExit and KeyboardInterrupt included: all go back
-            reply = {"raised": type(exc).__name__, "message": exception_text(exc), "traceback": _traceback_text(exc)}
-        try:
-            data = json.dumps(reply).encode()
-        except Exception as exc:  # noqa: BLE001 - a value that JSON cannot hold
-            data = json.dumps(
-                {"raised": type(exc).__name__, "message": f"the reply is not JSON: {exc}", "traceback": ""}
-            ).encode()
-        data = len(data).to_bytes(8, "big") + data
-        view = memoryview(data)
-        while view:
-            view = view[os.write(write_fd, view) :]
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except BaseException:  # noqa: BLE001 - nothing may stop the exit below
-                pass
-    except BaseException:  # noqa: BLE001 - e.g. the parent closed the pipe: exit without a reply
-        code = 70
+        return pid, pipes
     finally:
-        os._exit(code)
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+
+
+_HELD_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGALRM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2}
+
+
+def _one_torch_thread() -> None:
+    """The parent's OpenMP pool does not survive the fork: a child computes on one torch thread."""
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.set_num_threads(1)
+
+
+def _reply_message(produce: Callable[[], Any]) -> bytes:
+    """What a child sends back for `produce()`: `{"value": ...}`, or what it raised (`BaseException`s included) as
+    `{"raised": type name, "message": ..., "traceback": ...}`, as JSON after its 8-byte length."""
+    try:
+        reply: Any = {"value": produce()}
+    except BaseException as exc:  # noqa: BLE001 - SystemExit and KeyboardInterrupt included: all go back
+        reply = {"raised": type(exc).__name__, "message": exception_text(exc), "traceback": _traceback_text(exc)}
+    try:
+        data = json.dumps(reply).encode()
+    except Exception as exc:  # noqa: BLE001 - a value that JSON cannot hold
+        data = json.dumps(
+            {"raised": type(exc).__name__, "message": f"the reply is not JSON: {exc}", "traceback": ""}
+        ).encode()
+    return len(data).to_bytes(8, "big") + data
+
+
+def _write_blocking(fd: int, data: bytes) -> None:
+    """Write all of `data` to a blocking pipe (a child's reply)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _child_main(work: Callable[[], Any], write_fd: int) -> None:
+    """A [`call_in_child`] child's life: run `work` on one torch thread, write the reply (8-byte length, then JSON)."""
+
+    def run() -> Any:
+        _one_torch_thread()
+        return work()
+
+    _write_blocking(write_fd, _reply_message(run))
 
 
 class Worker:
@@ -237,38 +287,18 @@ class Worker:
     """
 
     def __init__(self, handler: Callable[[Any], Any]) -> None:
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except Exception:  # noqa: BLE001 - a closed or odd stream
-                pass
-        try:
-            request_read, request_write = os.pipe()
-            reply_read, reply_write = os.pipe()
-        except OSError as exc:
-            raise ForkFailed(f"{type(exc).__name__}: {exc}") from exc
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", DeprecationWarning)
-                pid = os.fork()
-        except OSError as exc:
-            for fd in (request_read, request_write, reply_read, reply_write):
-                os.close(fd)
-            raise ForkFailed(f"{type(exc).__name__}: {exc}") from exc
-        if pid == 0:  # the child: never returns
+        def life(pipes: list[tuple[int, int]]) -> None:
+            (request_read, request_write), (reply_read, reply_write) = pipes
             os.close(request_write)
             os.close(reply_read)
             _worker_main(handler, request_read, reply_write)
+
+        pid, [(request_read, request_write), (reply_read, reply_write)] = _fork_child(2, life)
         os.close(request_read)
         os.close(reply_write)
-        try:
-            os.setpgid(pid, pid)
-        except OSError:
-            pass
         self.pid, self._requests, self._replies = pid, request_write, reply_read
         self._lock = threading.Lock()
         self.closed = False
-        self.calls = 0
 
     def call(self, request: Any, timeout: float) -> Any:
         """The handler's reply to `request` within `timeout` seconds.
@@ -298,7 +328,6 @@ class Worker:
                 status = _wait(self.pid, time.monotonic() + 1.0)
                 self.close()
                 raise ChildDied(_how_it_ended(status))
-            self.calls += 1
             return reply
 
     def close(self) -> None:
@@ -338,56 +367,25 @@ def _read_exact(fd: int, count: int) -> bytes | None:
 
 
 def _worker_main(handler: Callable[[Any], Any], read_fd: int, write_fd: int) -> None:
-    """A [`Worker`]'s whole life: answer requests until the parent closes its end, then `os._exit`."""
-    code = 0
-    try:
-        try:
-            os.setpgid(0, 0)
-        except OSError:
-            pass
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
-        torch = sys.modules.get("torch")
-        if torch is not None:
-            torch.set_num_threads(1)
-        parent = os.getppid()
+    """A [`Worker`]'s life: answer requests until the parent closes its end (or dies)."""
+    _one_torch_thread()
+    parent = os.getppid()
 
-        def orphaned() -> None:  # the parent died (even by os._exit or a kill): leave with it, freeing what the
-            while os.getppid() == parent:  # fork inherited (its pipes and sockets), so nobody waits on them
-                time.sleep(_ORPHAN_POLL_S)
-            os._exit(0)
+    def orphaned() -> None:  # the parent died (even by os._exit or a kill): leave with it, freeing what the fork
+        while os.getppid() == parent:  # inherited (its pipes and sockets), so nobody waits on them
+            time.sleep(_ORPHAN_POLL_S)
+        os._exit(0)
 
-        threading.Thread(target=orphaned, name="worker-orphan-watch", daemon=True).start()
-        while True:
-            header = _read_exact(read_fd, 8)
-            if header is None:
-                break
-            payload = _read_exact(read_fd, int.from_bytes(header, "big"))
-            if payload is None:
-                break
-            try:
-                reply: Any = {"value": handler(pickle.loads(payload))}
-            except BaseException as exc:  # noqa: BLE001 - SystemExit and KeyboardInterrupt included: all go back
-                reply = {"raised": type(exc).__name__, "message": exception_text(exc),
-                         "traceback": _traceback_text(exc)}
-            try:
-                data = json.dumps(reply).encode()
-            except Exception as exc:  # noqa: BLE001 - a value that JSON cannot hold
-                data = json.dumps(
-                    {"raised": type(exc).__name__, "message": f"the reply is not JSON: {exc}", "traceback": ""}
-                ).encode()
-            data = len(data).to_bytes(8, "big") + data
-            view = memoryview(data)
-            while view:
-                view = view[os.write(write_fd, view) :]
-            for stream in (sys.stdout, sys.stderr):
-                try:
-                    stream.flush()
-                except BaseException:  # noqa: BLE001
-                    pass
-    except BaseException:  # noqa: BLE001 - e.g. the parent closed the pipe: exit
-        code = 70
-    finally:
-        os._exit(code)
+    threading.Thread(target=orphaned, name="worker-orphan-watch", daemon=True).start()
+    while True:
+        header = _read_exact(read_fd, 8)
+        if header is None:
+            return
+        payload = _read_exact(read_fd, int.from_bytes(header, "big"))
+        if payload is None:
+            return
+        _write_blocking(write_fd, _reply_message(lambda data=payload: handler(pickle.loads(data))))
+        _flush_streams(BaseException)
 
 
 def exception_text(exc: BaseException) -> str:

@@ -39,6 +39,7 @@ Standard library only, so that it can run before anything heavy is imported.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import struct
@@ -379,9 +380,7 @@ def _safetensors_problem(handle: object, size: int) -> str | None:
             return f"has no valid shape for tensor {name!r}"
         itemsize = _SAFETENSORS_ITEMSIZE.get(entry.get("dtype"))  # type: ignore[arg-type]
         if itemsize is not None:
-            count = 1
-            for dim in shape:
-                count *= dim
+            count = math.prod(shape)
             if offsets[1] - offsets[0] != count * itemsize:
                 return (f"has tensor {name!r} of {offsets[1] - offsets[0]} bytes where its shape {shape} and dtype "
                         f"{entry.get('dtype')} need {count * itemsize}")
