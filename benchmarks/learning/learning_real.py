@@ -255,6 +255,12 @@ class MainCallsHelper:
         return [float(solution.helper_used) for solution in batch.solutions]
 
 
+DIVISION_PREFILL = "```python\ndef "
+"""The start of each programmer's answer in `coding_division`: up to the name of its function, so the first words it
+writes choose its part (`aux` or the main function). With the fence alone the untrained model named neither function
+in about 80% of its answers (`pilot_coding_division.json`)."""
+
+
 def coding_division_task() -> Task:
     """Cooperative coding with unassigned roles (`DivisionCodingEnv`, issue 55): both agents get the same level-1
     problem of `trl_marl.data.team_coding` (the helper's contract and the main function's), apart from "You are
@@ -272,7 +278,7 @@ def coding_division_task() -> Task:
     def env(central: bool) -> Any:
         if central:
             raise ValueError("coding_division has no centralised arm.")
-        return DivisionCodingEnv(chat=True, code_prefill="```python\n")
+        return DivisionCodingEnv(chat=True, code_prefill=DIVISION_PREFILL)
 
     train_rows, eval_rows = split_rows(train, heldout)
 
