@@ -255,10 +255,10 @@ class MainCallsHelper:
         return [float(solution.helper_used) for solution in batch.solutions]
 
 
-DIVISION_PREFILL = "```python\ndef "
-"""The start of each programmer's answer in `coding_division`: up to the name of its function, so the first words it
-writes choose its part (`aux` or the main function). With the fence alone the untrained model named neither function
-in about 80% of its answers (`pilot_coding_division.json`)."""
+DIVISION_PREFILL = "```python\n"
+"""The start of each programmer's answer in `coding_division`: the code fence. With it the untrained model named
+neither function in about 80% of its answers (`pilot_coding_division.json`); prefilled further, up to `def `, it
+still did in 80% (it invented names such as `2_squares`; `pilot_coding_division_def.json`, run with that prefill)."""
 
 
 def coding_division_task() -> Task:
