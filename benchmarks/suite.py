@@ -78,6 +78,9 @@ GROUPS: dict[str, tuple[str, tuple[Bench, ...]]] = {
               ("--calls", "3")),
         Bench("demo", "speed/bench_demo.py", "`trl-marl demo` over seeds 0-9: claims and wall time per seed", (),
               ("--seeds", "0", "--preset", "quick")),
+        Bench("second_hour", "speed/bench_second_hour.py",
+              "a new user's documented commands in a fresh venv on an empty cache: times, errors, disk", (), None,
+              "--output"),
     )),
     "memory": ("peak memory of a team against one agent (fresh process per measurement)", (
         Bench("magrpo_memory", "speed/bench_magrpo.py", "4-agent vs 1-agent LoRA team, MAGRPO (peak RSS)",

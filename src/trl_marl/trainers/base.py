@@ -46,7 +46,6 @@ import functools
 import math
 import os
 import time
-import warnings
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
@@ -74,6 +73,7 @@ from ..tools.loop import ToolLoop
 from ..tools.toolset import AgentTools
 from ..utils.threads import apply_cpu_threads
 from ..validation import check_dataset_prompts, check_prompt_lengths
+from .console import install_console_metrics
 from .distributed import (
     any_process,
     check_fsdp_request,
@@ -106,16 +106,9 @@ class TeamTrainingArguments(Protocol):
     share_prompt_prefill: bool
     reward_timeout: float | None
     reward_isolation: str
+    console_metrics: list[str] | None
     max_nonfinite: int | None
     remove_unused_columns: bool
-
-
-def __getattr__(name: str) -> Any:
-    if name == "TeamTrainerMixin":  # the mixin became the base class both trainers subclass
-        warnings.warn("`trl_marl.trainers.base.TeamTrainerMixin` is now the base class `TeamTrainer`; import that.",
-                      FutureWarning, stacklevel=2)
-        return TeamTrainer
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def collate_rows(batch: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -160,6 +153,8 @@ class TeamTrainer(TeamCheckpointMixin, TRLBaseTrainer):
     _name: str = "TeamTrainer"
     _paper: dict[str, str] = {}
     _tag_names: list[str] = ["trl", "trl-marl", "multi-agent"]
+    console_metrics_default: tuple[str, ...] = ("loss", "reward")
+    """What the console shows of each logged step when the config's `console_metrics` is None."""
 
     # ------------------------------------------------------------------ setup steps (in this order)
     def _check_inputs(self, env: MultiAgentEnv, args: TeamTrainingArguments, train_dataset: Any,
@@ -237,6 +232,7 @@ class TeamTrainer(TeamCheckpointMixin, TRLBaseTrainer):
                          optimizers=optimizers)
         self.team = team
         self.nonfinite = NonFiniteCounter(args.max_nonfinite, lambda: self.state)  # names the NaN/inf rewards
+        install_console_metrics(self.callback_handler, args.console_metrics, self.console_metrics_default)
 
     # ------------------------------------------------------------------ input checks
     @staticmethod

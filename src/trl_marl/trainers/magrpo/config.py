@@ -35,6 +35,7 @@ from ...validation import (
     use_activation_checkpointing_name,
     use_cpu_for_cpu_processes,
 )
+from ..console import check_console_metrics, console_metrics_field
 
 # GRPO fields that MAGRPOTrainer implements; any other GRPOConfig field must keep its default (checked below), so
 # that a setting is never silently ignored.
@@ -75,6 +76,10 @@ _REFUSAL_REASONS = {
 
 # GRPOConfig.__post_init__ rewrites some defaults (e.g. pad_to_multiple_of "auto" -> None on CPU and GPU)
 _NORMALIZED_DEFAULTS = {"pad_to_multiple_of": ("auto", None)}
+
+
+CONSOLE_METRICS = ("loss", "reward", "reward_std", "agent_*/kl", "grad_norm", "learning_rate")
+"""What the console shows of each logged step when `console_metrics` is None (every metric is logged)."""
 
 
 @dataclass
@@ -390,6 +395,7 @@ class MAGRPOConfig(GRPOConfig):
     )
     reward_timeout: float | None = reward_timeout_field()
     reward_isolation: str = reward_isolation_field()
+    console_metrics: list[str] | None = console_metrics_field(CONSOLE_METRICS)
     max_nonfinite: int = field(
         default=10,
         metadata={
@@ -408,6 +414,7 @@ class MAGRPOConfig(GRPOConfig):
     )
 
     def __post_init__(self) -> None:
+        self.console_metrics = check_console_metrics(self.console_metrics, f"{type(self).__name__}.console_metrics")
         if self.num_generations is not None and self.num_generations < 2:
             raise ValueError(
                 f"`num_generations` must be >= 2: MAGRPO's advantages compare several samples per agent per node "

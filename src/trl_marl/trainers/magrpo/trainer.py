@@ -52,7 +52,7 @@ from ..base import TeamTrainer, rollout_phase
 from ..distributed import gathered_rows
 from ..engine_correction import corrects_engine_mismatch, engine_correction, engine_logps
 from ..per_agent import backward_per_agent, backward_per_agent_supported
-from .config import MAGRPOConfig
+from .config import CONSOLE_METRICS, MAGRPOConfig
 from .diagnostics import TrainingDiagnostics, TrainingDiagnosticWarning, log_rollout, print_completions
 from .entropy import ENTROPY_STATE_FILE, EntropyControl, agent_high_entropy_mask, high_entropy_masks
 from .generation import continuous_batching_config, generation_config
@@ -136,6 +136,7 @@ class MAGRPOTrainer(TeamTrainer):
     """
 
     _tag_names = ["trl", "trl-marl", "magrpo", "multi-agent"]
+    console_metrics_default = CONSOLE_METRICS
     _name = "MAGRPO"
     _paper = {
         "title": "LLM Collaboration With Multi-Agent Reinforcement Learning",

@@ -28,11 +28,18 @@ from ...validation import (
     use_activation_checkpointing_name,
     use_cpu_for_cpu_processes,
 )
+from ..console import check_console_metrics, console_metrics_field
 
 POLICY_SHARING = ("shared", "agent", "agent_turn")
 CRITICS = ("per_agent", "centralized")
 CRITIC_TYPES = ("V", "Q")
 ADVANTAGE_LEVELS = ("token", "turn")
+
+
+CONSOLE_METRICS = (
+    "objective/scores", "objective/kl", "objective/entropy", "loss/policy_avg", "loss/value_avg", "lr", "episode",
+)
+"""What the console shows of each logged step when `console_metrics` is None (every metric is logged)."""
 
 
 @dataclass
@@ -363,6 +370,7 @@ class MultiAgentPPOConfig(TRLBaseConfig):
     )
     reward_timeout: float | None = reward_timeout_field()
     reward_isolation: str = reward_isolation_field()
+    console_metrics: list[str] | None = console_metrics_field(CONSOLE_METRICS)
     max_nonfinite: int = field(
         default=10,
         metadata={
@@ -415,6 +423,7 @@ class MultiAgentPPOConfig(TRLBaseConfig):
     max_tool_result_chars: int | None = max_tool_result_chars_field()
 
     def __post_init__(self) -> None:
+        self.console_metrics = check_console_metrics(self.console_metrics, f"{type(self).__name__}.console_metrics")
         if self.bf16 is None and not self.fp16 and not has_accelerator():
             self.bf16 = False  # TRL defaults to bf16, which fails on a machine without GPU unless use_cpu is set
         check_mixed_precision(self)

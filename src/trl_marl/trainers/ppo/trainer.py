@@ -50,7 +50,7 @@ from ...validation import check_prompt_lengths
 from ..base import TeamTrainer, rollout_phase
 from ..metrics import log_tool_use
 from ..per_agent import backward_per_agent, backward_per_agent_supported
-from .config import MultiAgentPPOConfig
+from .config import CONSOLE_METRICS, MultiAgentPPOConfig
 from .logging import STAT_NAMES, ScoreSignalCheck, completions_table, print_completions_table, update_metrics
 from .samples import (
     AgentRollout,
@@ -138,6 +138,7 @@ class MultiAgentPPOTrainer(TeamTrainer):
     """
 
     _tag_names = ["trl", "trl-marl", "ppo", "multi-agent"]
+    console_metrics_default = CONSOLE_METRICS
     _name = "MultiAgentPPO"
     _paper = {
         "title": "MAPoRL: Multi-Agent Post-Co-Training for Collaborative Large Language Models with Reinforcement "
