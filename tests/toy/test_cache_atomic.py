@@ -96,3 +96,41 @@ def test_two_processes_on_an_empty_cache_build_once_and_both_load(tmp_path):
         assert rank.returncode == 0, err[-3000:]
         assert out.startswith("loaded ")
     assert len(builds.read_text().split()) == 1  # the second process waited, then found the folder built
+
+
+@pytest.mark.slow  # two processes that import torch and transformers: ~20 s
+def test_a_rank_other_than_0_builds_a_whole_folder(tmp_path):
+    """Under `accelerate launch` the process group is started before the model loads, and transformers'
+    `save_pretrained` then writes nothing on ranks other than 0; the rank that won the build lock may be rank 1, which
+    published a folder of a tokenizer and a marker without config or weights (both ranks then failed: "Unrecognized
+    model ... Should have a `model_type` key"). Here rank 1 of a real two-process group builds the folder alone."""
+    script = tmp_path / "ranks.py"
+    script.write_text(textwrap.dedent(f"""
+        import os, sys
+        import torch.distributed as dist
+        from trl_marl.toy import make_toy_model
+        rank = int(sys.argv[1])
+        dist.init_process_group("gloo", init_method="file://{tmp_path}/rendezvous", rank=rank, world_size=2)
+        if rank == 1:
+            make_toy_model({str(tmp_path / "toy")!r}, **{SMALL!r})
+        dist.barrier()
+        dist.destroy_process_group()
+    """))
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    procs = [subprocess.Popen([sys.executable, str(script), str(rank)], env=env, stderr=subprocess.PIPE, text=True)
+             for rank in (0, 1)]
+    for proc in procs:
+        _, err = proc.communicate(timeout=240)
+        assert proc.returncode == 0, err[-2000:]
+    from transformers import AutoModelForCausalLM
+
+    folder = tmp_path / "toy"
+    assert AutoConfig.from_pretrained(folder).model_type
+    built_here = make_toy_model(tmp_path / "here", **SMALL)  # the same arguments in a single process
+    import torch
+
+    ids = torch.tensor([[1, 2, 3, 4, 5]])
+    with torch.no_grad():
+        theirs = AutoModelForCausalLM.from_pretrained(folder)(ids).logits
+        ours = AutoModelForCausalLM.from_pretrained(built_here)(ids).logits
+    assert torch.equal(theirs, ours)

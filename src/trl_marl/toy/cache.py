@@ -163,6 +163,18 @@ def make_toy_model(
     return str(directory)
 
 
+def _save_model_files(model: Any, folder: Path) -> None:
+    """Write `model`'s config, generation config and weights (`model.safetensors`, tied tensors once) to `folder`
+    whatever the process's rank: `save_pretrained` writes them only on rank 0 once `torch.distributed` is started,
+    and the rank that holds the build lock may be any."""
+    from safetensors.torch import save_model
+
+    model.config.save_pretrained(folder)
+    if getattr(model, "generation_config", None) is not None:
+        model.generation_config.save_pretrained(folder)
+    save_model(model, str(folder / "model.safetensors"), metadata={"format": "pt"})
+
+
 @contextlib.contextmanager
 def build_lock(directory: Path) -> Iterator[None]:
     """Hold the lock of `directory`'s build, so that of the processes of one machine that want the folder at once
@@ -265,6 +277,8 @@ def _build_toy_model(args: dict[str, Any], directory: Path, progress: bool | str
         os.chmod(built, 0o755)  # as a folder made by `mkdir` (mkdtemp's is private to its user)
         tokenizer.save_pretrained(built)
         model.save_pretrained(built)
+        if not (built / "config.json").exists():  # a rank other than 0 of a started process group (`accelerate
+            _save_model_files(model, built)  # launch`): transformers writes nothing there, and this rank may build
         (built / _MARKER_FILE).write_text(json.dumps(args, indent=2, sort_keys=True))  # last: it marks completeness
         publish_folder(built, directory, lambda folder: _read_marker(folder) == args)
     finally:
