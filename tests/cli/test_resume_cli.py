@@ -112,6 +112,22 @@ def test_a_resume_with_nothing_to_resume_is_one_line_before_any_model_loads(tmp_
     assert len(message.splitlines()) == 1 and expected in message and "--resume_from_checkpoint" in message
 
 
+@pytest.mark.parametrize("how", ["path", "true"])
+def test_resuming_a_finished_run_is_one_line_before_any_model_loads(finished_run, monkeypatch, capsys, how):
+    """A new user's replay resumed a run that had reached `max_steps`: the trainer's ValueError came after the
+    model loaded, inside a 20-line traceback."""
+    import trl_marl.scripts.magrpo as script
+
+    monkeypatch.setattr(script, "main", lambda *args: pytest.fail("the model was loaded"))
+    with pytest.raises(SystemExit) as exited:
+        magrpo(finished_run, "--resume_from_checkpoint",
+               str(finished_run / "checkpoint-2") if how == "path" else "true")
+    assert exited.value.code == 2
+    message = capsys.readouterr().err.strip()
+    assert len(message.splitlines()) == 1
+    assert "checkpoint-2" in message and "max_steps=2" in message and "raise `max_steps` above 2" in message
+
+
 def test_maporl_refuses_another_runs_checkpoints_and_a_resume_it_cannot_do(tmp_path, monkeypatch, capsys):
     import trl_marl.scripts.maporl as script
 

@@ -30,7 +30,7 @@ from typing import Any
 
 from trl import TrlParser
 
-from ..utils.checkpoint_files import CHECKPOINT_RE, PARTIAL_RE, REPLACED_RE
+from ..utils.checkpoint_files import CHECKPOINT_RE, PARTIAL_RE, REPLACED_RE, finished_run_problem
 from ..utils.quiet import say
 
 _TRUE = ("true", "yes", "1")
@@ -227,8 +227,12 @@ class SuggestingParser(TrlParser):
         if training is None or script is None:
             return
         overwrite = bool(script.overwrite_output_dir)
-        problem = output_dir_problem(training.output_dir, resume_value(training.resume_from_checkpoint), overwrite,
-                                     self.resumable)
+        resume = resume_value(training.resume_from_checkpoint)
+        problem = output_dir_problem(training.output_dir, resume, overwrite, self.resumable)
+        if problem is None and resume is not None:  # a finished run: said here, before any model loads
+            found = checkpoint_folders(training.output_dir)
+            folder = os.path.join(training.output_dir, found[-1]) if resume is True else resume
+            problem = finished_run_problem(folder, training.max_steps, type(training).__name__)
         if problem is not None:
             print(f"{self.prog}: {problem}", file=sys.stderr)
             raise SystemExit(2)
