@@ -54,8 +54,8 @@ def commands(out: Path) -> list[dict[str, Any]]:
          "cmd": "accelerate launch --config_file examples/accelerate_configs/fsdp2.yaml --num_processes 2 "
          "examples/magrpo_writing.py --config examples/configs/magrpo_writing.yaml --model_name_or_path toy "
          f"--max_steps 2 --output_dir {out}/toy_fsdp2"},
-        {"name": "examples.md: magrpo writing, real, 2 of 3 steps (save every step)",
-         "cmd": f"{writing} --max_steps 3 --save_steps 1 --output_dir {out}/writing", "stop_after_checkpoint": 2},
+        {"name": "examples.md: magrpo writing, real, 3 steps (save every step), Ctrl-C after checkpoint-1",
+         "cmd": f"{writing} --max_steps 3 --save_steps 1 --output_dir {out}/writing", "stop_after_checkpoint": 1},
         {"name": "examples.md: the same run resumed (--resume_from_checkpoint true)",
          "cmd": f"{writing} --max_steps 3 --save_steps 1 --output_dir {out}/writing --resume_from_checkpoint true"},
         {"name": "examples.md: magrpo coding, real, 2 steps",
@@ -120,7 +120,6 @@ def run(cmd: str, env: dict[str, str], timeout: float, stop_after_checkpoint: in
                 break
             time.sleep(1.0)
         if proc.poll() is None:
-            time.sleep(2.0)
             os.killpg(proc.pid, 2)
             interrupted = True
     try:
@@ -131,7 +130,8 @@ def run(cmd: str, env: dict[str, str], timeout: float, stop_after_checkpoint: in
         return {"seconds": round(time.perf_counter() - start, 1), "status": "timeout", "lines": 0, "last": ""}
     lines = [line for line in output.replace("\r", "\n").splitlines() if line.strip()]
     return {"seconds": round(time.perf_counter() - start, 1), "status": proc.returncode, "interrupted": interrupted,
-            "lines": len(lines), "last": lines[-1][:300] if lines else "", "traceback": "Traceback" in output}
+            "lines": len(lines), "last": lines[-1][:300] if lines else "", "traceback": "Traceback" in output,
+            "tail": [line[:300] for line in lines[-12:]] if proc.returncode else []}
 
 
 def main() -> None:
@@ -164,6 +164,8 @@ def main() -> None:
         watch = out / "writing" if step.get("stop_after_checkpoint") else None
         result = run(step["cmd"], env, args.timeout, step.get("stop_after_checkpoint"), watch)
         result.update(name=step["name"], cmd=step["cmd"])
+        if "writing" in step["cmd"] and (out / "writing").exists():  # what the interrupted and resumed run left
+            result["checkpoints"] = sorted(p.name for p in (out / "writing").glob("checkpoint-*"))
         record["steps"].append(result)
         print(f"{result['seconds']:8.1f} s  status {result['status']}  {step['name']}: {result['last'][:100]}",
               flush=True)

@@ -61,3 +61,24 @@ def test_known_fields_parse_as_before(tmp_path: Path) -> None:
     config = yaml_file(tmp_path, "num_generations: 4\nper_device_train_batch_size: 8\nenv:\n  SOME_VAR: '1'\n")
     script, training, model = parse(["--config", config, "--learning_rate", "2e-5", "--output_dir", str(tmp_path)])
     assert training.num_generations == 4 and training.learning_rate == 2e-5
+
+
+def test_a_missing_config_file_is_one_line_with_the_closest_file(tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture) -> None:
+    """A new user's replay: a misspelt `--config` path gave a 22-line FileNotFoundError traceback."""
+    yaml_file(tmp_path, "learning_rate: 1.0e-5\n")
+    lines = refused(capsys, ["magrpo", "--config", str(tmp_path / "rum.yaml")])
+    assert lines == [f"trl-marl magrpo: `--config {tmp_path / 'rum.yaml'}`: no such file; did you mean "
+                     f"{tmp_path / 'run.yaml'}?"]
+    lines = refused(capsys, ["maporl", "gsm8k", "--config", str(tmp_path / "no" / "where.yaml")])
+    assert len(lines) == 1 and "no such file; pass a YAML file" in lines[0]
+
+
+@pytest.mark.parametrize("command", [["magrpo"], ["maporl", "gsm8k"]])
+def test_a_config_value_a_field_refuses_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture,
+                                                    command: list[str]) -> None:
+    """A field's own check (`__post_init__`) ended in a 30-line ValueError traceback; now its message alone."""
+    config = yaml_file(tmp_path, "learning_rate: -1\n")
+    lines = refused(capsys, [*command, "--config", config, "--output_dir", str(tmp_path / "out")])
+    assert len(lines) == 1 and "learning_rate` must be a finite number >= 0" in lines[0]
+    assert lines[0].startswith(f"trl-marl {' '.join(command)}: ")

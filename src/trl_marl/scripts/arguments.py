@@ -63,6 +63,16 @@ def resume_value(value: str | bool | None) -> str | bool | None:
     return text
 
 
+def _config_path(args: Sequence[str]) -> str | None:
+    """The value of `--config` in `args` (`--config FILE` or `--config=FILE`), or None."""
+    for index, arg in enumerate(args):
+        if arg == "--config" and index + 1 < len(args):
+            return args[index + 1]
+        if arg.startswith("--config="):
+            return arg.split("=", 1)[1]
+    return None
+
+
 def checkpoint_folders(output_dir: str | None) -> list[str]:
     """The `checkpoint-<step>` folders of `output_dir`, oldest step first ([] when it does not exist)."""
     if not output_dir or not os.path.isdir(output_dir):
@@ -215,7 +225,20 @@ class SuggestingParser(TrlParser):
             every = "--help-all" if self.prog.startswith("trl-marl ") else "--help"
             print(f"{self.prog}: `{self.prog} {every}` lists every option.", file=sys.stderr)
             raise SystemExit(2)
-        parsed = super().parse_args_and_config(args, *rest, **kwargs)
+        config = _config_path(args)
+        if config is not None and not os.path.isfile(config):
+            folder = os.path.dirname(config) or "."
+            near = difflib.get_close_matches(os.path.basename(config), sorted(os.listdir(folder)), n=1) \
+                if os.path.isdir(folder) else []
+            hint = f"did you mean {os.path.join(folder, near[0])}?" if near else \
+                "pass a YAML file such as examples/configs/magrpo_writing.yaml."
+            print(f"{self.prog}: `--config {config}`: no such file; {hint}", file=sys.stderr)
+            raise SystemExit(2)
+        try:
+            parsed = super().parse_args_and_config(args, *rest, **kwargs)
+        except ValueError as error:  # a config field's own check (`__post_init__`): its message names the field
+            print(f"{self.prog}: {error}".replace("\n", " "), file=sys.stderr)
+            raise SystemExit(2) from None
         self._check_output_dir(parsed)
         return parsed
 
