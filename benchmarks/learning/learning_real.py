@@ -255,10 +255,13 @@ class MainCallsHelper:
         return [float(solution.helper_used) for solution in batch.solutions]
 
 
-DIVISION_PREFILL = "```python\n"
-"""The start of each programmer's answer in `coding_division`: the code fence. With it the untrained model named
-neither function in about 80% of its answers (`pilot_coding_division.json`); prefilled further, up to `def `, it
-still did in 80% (it invented names such as `2_squares`; `pilot_coding_division_def.json`, run with that prefill)."""
+DIVISION_PREFILL = "```python\n# I write the function named `"
+"""The start of each programmer's answer in `coding_division`: a comment that the model completes with a name, so its
+first word chooses its part (`aux` or the main function). Pilots on 16 training rows x 8 (untrained): with the fence
+alone it named neither function in about 80% of its answers (`pilot_coding_division.json`); prefilled up to `def `,
+still in 80% (invented names such as `2_squares`; `pilot_coding_division_def.json`); with this comment, in 60-66%
+(main 0.27/0.31, helper 0.09/0.07, both the same function 0.11; `pilot_coding_division_named.json`). All three fail
+the gate fixed before the pilots (both the same function >= 0.6)."""
 
 
 def coding_division_task() -> Task:
