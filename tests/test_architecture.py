@@ -344,15 +344,14 @@ def test_the_architecture_document_names_every_layer():
     ("CodingTeamReward", "trl_marl.rewards.coding"),
     ("load_tldr", "trl_marl.data"),
 ])
-def test_moved_env_names_say_where_they_live_without_importing_upward(name, home):
-    """The names that moved out of `trl_marl.envs` before any release: an `AttributeError` that names their home (the
-    old shim imported `trl_marl.rewards` and `trl_marl.data`, layers above `envs`, behind the layer check's back)."""
+def test_moved_env_names_are_gone_and_live_in_their_home(name, home):
+    """The names that moved out of `trl_marl.envs` before any release keep no alias there (issue 52)."""
+    import importlib
+
     import trl_marl.envs as envs
 
-    with pytest.raises(AttributeError, match=rf"moved to `{home}.{name}`"):
-        getattr(envs, name)
-    with pytest.raises(AttributeError, match="has no attribute 'no_such_name'"):
-        envs.no_such_name  # noqa: B018
+    assert not hasattr(envs, name)
+    assert hasattr(importlib.import_module(home), name)
 
 
 def test_dynamic_imports_count_as_imports(tmp_path):

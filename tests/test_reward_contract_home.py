@@ -1,9 +1,9 @@
-"""The reward contract lives in one package, `trl_marl.rewarding`, and every old import path still gives its objects.
+"""The reward contract lives in one package, `trl_marl.rewarding`, and nowhere else.
 
 The contract (the set of functions, the signature check, the call with its timeout and isolation, the errors, the
 team reward wrapper) used to be spread over `rewarding.py`, `validation.py`, `utils/inputs.py` and `rollout.py`.
-Old paths whose module is no longer the home give the same object with a `FutureWarning` naming the new home;
-`trl_marl.validation` stays the plain home of the config and data checks.
+The old paths keep no alias (the package was never released; issue 52); `trl_marl.validation` stays the plain home of
+the config and data checks.
 """
 
 from __future__ import annotations
@@ -11,9 +11,6 @@ from __future__ import annotations
 import ast
 import importlib
 import inspect
-import os
-import subprocess
-import sys
 import warnings
 from pathlib import Path
 from typing import Any
@@ -96,11 +93,10 @@ def test_no_module_outside_rewarding_defines_a_name_of_the_contract() -> None:
 
 
 @pytest.mark.parametrize(("old", "name", "home"), MOVED)
-def test_an_old_path_gives_the_same_object_and_names_the_new_home(old: str, name: str, home: str) -> None:
-    module = importlib.import_module(old)
-    with pytest.warns(FutureWarning, match=rf"`{old}\.{name}` moved to `{home}\.{name}`"):
-        value = getattr(module, name)
-    assert value is getattr(importlib.import_module(home), name)
+def test_an_old_path_is_gone_and_the_new_home_has_the_name(old: str, name: str, home: str) -> None:
+    """The package was never released: a moved name keeps no alias at its old home (issue 52)."""
+    assert not hasattr(importlib.import_module(old), name)
+    assert hasattr(importlib.import_module(home), name)
 
 
 @pytest.mark.parametrize(("module", "name", "home"), KEPT)
@@ -143,20 +139,3 @@ def test_the_once_per_function_warning_reads_the_set_in_rewarding_calls(monkeypa
             2.0]
 
 
-def test_a_moved_utils_name_works_in_a_fresh_interpreter() -> None:
-    """`utils` cannot import the layers above it: the package registers the lookup before any of its modules runs,
-    so the old path works even when it is the first thing a program imports."""
-    code = ("import warnings\n"
-            "with warnings.catch_warnings(record=True) as caught:\n"
-            "    warnings.simplefilter('always')\n"
-            "    from trl_marl.utils.inputs import check_reward_signature\n"
-            "import trl_marl.rewarding\n"
-            "print(check_reward_signature is trl_marl.rewarding.check_reward_signature)\n"
-            "print([str(w.message) for w in caught if w.category is FutureWarning])\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "PYTHONPATH": str(SRC)})
-    assert done.returncode == 0, done.stderr
-    same, messages = done.stdout.splitlines()[-2:]
-    assert same == "True"
-    assert "`trl_marl.utils.inputs.check_reward_signature` moved to `trl_marl.rewarding.check_reward_signature`" in (
-        messages)

@@ -14,7 +14,6 @@ Public API:
 
 from typing import TYPE_CHECKING, Any
 
-from .utils import inputs as _inputs
 from .utils.model_names import register_model_name_resolver
 from .utils.quiet import quiet_bitsandbytes_import, quiet_other_ranks
 
@@ -64,16 +63,6 @@ def _offline_names(name: str) -> str | None:
 
 register_model_name_resolver(_offline_names)  # `import trl_marl` stays light; a name resolved loads offline_models
 
-
-def _moved_input_check(name: str) -> Any:
-    """A name that moved out of `utils.inputs` (`utils.inputs.MOVED`), read from its new home: `utils` may not import
-    the layers above it, so the package registers this lookup with it."""
-    from . import rewarding, validation
-
-    return getattr({"trl_marl.rewarding": rewarding, "trl_marl.validation": validation}[_inputs.MOVED[name]], name)
-
-
-_inputs.register_moved_lookup(_moved_input_check)
 
 if TYPE_CHECKING:
     from .envs import MultiAgentEnv, PromptEnv, TargetSumEnv

@@ -568,17 +568,6 @@ def finite_mean(values: torch.Tensor) -> float:
     return float(finite.mean().item()) if finite.numel() else math.nan
 
 
-def __getattr__(name: str) -> Any:
-    if name != "TeamReward":
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from .rewarding import TeamReward
-
-    warnings.warn("`trl_marl.rollout.TeamReward` moved to `trl_marl.rewarding.TeamReward` (the reward contract's one "
-                  "home); import it from there. The old path will be removed in a future release.", FutureWarning,
-                  stacklevel=2)
-    return TeamReward
-
-
 def _as_generation(generated: Any) -> Generation:
     """What `team.generate` returned, as a [`Generation`]: a replaced `generate` (e.g. a scripted one in a test) that
     still returns the list of `(prompt_ids, completion_ids)` pairs of old works, with a `FutureWarning`."""

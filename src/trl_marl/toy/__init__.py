@@ -25,7 +25,6 @@ Modules: ``model`` (tokenizer and model), ``tasks`` (the synthetic tasks), ``pre
 ``FutureWarning`` names the new import).
 """
 
-from typing import Any
 
 from .cache import is_toy_name, make_toy_model, resolve_toy_name, toy_cache_dir
 from .model import (
@@ -89,20 +88,3 @@ __all__ = [
     "toy_facts_dataset",
     "toy_writing_rows",
 ]
-
-
-# Moved to `trl_marl.offline_models` (the real model is no toy): still importable from here, with a FutureWarning.
-_MOVED = ("HUB_MODEL_ID", "REAL_MODEL_NAME", "is_real_model_name", "make_real_model", "real_model_cache_dir",
-          "resolve_real_model_name")
-
-
-def __getattr__(name: str) -> Any:
-    if name == "real":  # the deprecated module (`from . import real` here would ask this function again)
-        import importlib
-
-        return importlib.import_module(".real", __name__)
-    if name in _MOVED:
-        from .real import moved
-
-        return moved(name, __name__)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

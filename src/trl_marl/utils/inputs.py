@@ -7,46 +7,16 @@ Each check raises before the first training step with a message naming the field
 - [`check_lora_targets`]: LoRA `target_modules` that match no module of the model.
 
 The checks of a config's fields are in `trl_marl.validation.config`, the reward function's signature check in
-`trl_marl.rewarding` (the reward contract); their old names here still work, with a `FutureWarning` (see [`MOVED`]).
+`trl_marl.rewarding` (the reward contract).
 """
 
 from __future__ import annotations
 
 import os
-import warnings
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from .model_names import check_model_name
-
-MOVED = {
-    "REWARD_KEYWORDS": "trl_marl.rewarding",
-    "check_reward_signature": "trl_marl.rewarding",
-    "check_learning_rate": "trl_marl.validation",
-    "generation_batch_error": "trl_marl.validation",
-    "use_activation_checkpointing_name": "trl_marl.validation",
-}
-"""The names that moved from here to a higher layer, and their new homes."""
-
-_moved_lookup: Callable[[str], Any] | None = None
-
-
-def register_moved_lookup(lookup: Callable[[str], Any]) -> None:
-    """Give this module the way to its [`MOVED`] names: `lookup(name)` returns the object from its new home.
-
-    `utils` may not import the layers above it, so the package `trl_marl` (which may import every layer, and is
-    imported before any of its modules) registers the lookup, as it registers the offline model names.
-    """
-    global _moved_lookup
-    _moved_lookup = lookup
-
-
-def __getattr__(name: str) -> Any:
-    if name not in MOVED or _moved_lookup is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    warnings.warn(f"`trl_marl.utils.inputs.{name}` moved to `{MOVED[name]}.{name}`; import it from there. The old "
-                  "path will be removed in a future release.", FutureWarning, stacklevel=2)
-    return _moved_lookup(name)
 
 
 def looks_like_path(name: str) -> bool:

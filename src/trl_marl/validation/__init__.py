@@ -13,9 +13,6 @@ of a reward function) lives in `trl_marl.rewarding`; its names are still readabl
 
 from __future__ import annotations
 
-import warnings
-from typing import Any
-
 from .config import (
     check_choice,
     check_importance_sampling,
@@ -67,21 +64,3 @@ __all__ = [
     "use_activation_checkpointing_name",
     "use_cpu_for_cpu_processes",
 ]
-
-MOVED_TO_REWARDING = frozenset({
-    "DEFAULT_REWARD_TIMEOUT", "REWARD_ISOLATIONS", "RewardFunctionError", "RewardIsolationWarning",
-    "RewardTimeoutError", "RewardTimeoutWarning", "RewardWorkerTraceback", "call_reward_function",
-    "checked_reward_values", "reward_value", "unscorable_message",
-})
-"""The reward contract's names that lived here before `trl_marl.rewarding` held the whole contract."""
-
-
-def __getattr__(name: str) -> Any:
-    if name not in MOVED_TO_REWARDING:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from .. import rewarding
-
-    warnings.warn(f"`trl_marl.validation.{name}` moved to `trl_marl.rewarding.{name}` (the reward contract's one "
-                  "home); import it from there. The old path will be removed in a future release.", FutureWarning,
-                  stacklevel=2)
-    return getattr(rewarding, name)
