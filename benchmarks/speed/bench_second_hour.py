@@ -17,6 +17,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -56,7 +57,7 @@ def commands(out: Path) -> list[dict[str, Any]]:
          f"--max_steps 2 --output_dir {out}/toy_fsdp2"},
         {"name": "examples.md: magrpo writing, real, 3 steps (save every step), Ctrl-C after checkpoint-1",
          "cmd": f"{writing} --max_steps 3 --save_steps 1 --output_dir {out}/writing", "stop_after_checkpoint": 1},
-        {"name": "examples.md: the same run resumed (--resume_from_checkpoint true)",
+        {"name": "examples.md: magrpo writing, the same run resumed (--resume_from_checkpoint true)",
          "cmd": f"{writing} --max_steps 3 --save_steps 1 --output_dir {out}/writing --resume_from_checkpoint true"},
         {"name": "examples.md: magrpo coding, real, 2 steps",
          "cmd": f"trl-marl magrpo --config examples/configs/magrpo_coding.yaml --model_name_or_path {REAL} "
@@ -105,13 +106,19 @@ def folder_bytes(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file() and not f.is_symlink())
 
 
+def _default_sigint() -> None:
+    """In the command's process: Ctrl-C as at a terminal. A benchmark started in the background (`nohup ... &`)
+    ignores SIGINT, and its children would inherit that, so the interrupted run would go on to its end."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def run(cmd: str, env: dict[str, str], timeout: float, stop_after_checkpoint: int | None = None,
         watch: Path | None = None) -> dict[str, Any]:
     """`cmd` in a shell at the repository root: seconds, status, line count and last line of its output. With
     `stop_after_checkpoint`, the run is interrupted (SIGINT, as Ctrl-C) once `checkpoint-<N>` exists in `watch`."""
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, shell=True, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, start_new_session=True)
+                            text=True, start_new_session=True, preexec_fn=_default_sigint)
     interrupted = False
     if stop_after_checkpoint is not None and watch is not None:
         target = watch / f"checkpoint-{stop_after_checkpoint}"
@@ -120,7 +127,7 @@ def run(cmd: str, env: dict[str, str], timeout: float, stop_after_checkpoint: in
                 break
             time.sleep(1.0)
         if proc.poll() is None:
-            os.killpg(proc.pid, 2)
+            os.killpg(proc.pid, signal.SIGINT)
             interrupted = True
     try:
         output, _ = proc.communicate(timeout=max(1.0, timeout - (time.perf_counter() - start)))
@@ -139,6 +146,7 @@ def main() -> None:
     parser.add_argument("--output", default=str(ROOT / "benchmarks" / "results" / "second_hour.json"))
     parser.add_argument("--reuse-venv", default=None, help="a venv of an earlier run (skips the install)")
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds per command")
+    parser.add_argument("--only", default=None, help="run the commands whose name holds this text (and no mistakes)")
     args = parser.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="second_hour_"))
@@ -159,6 +167,8 @@ def main() -> None:
                 raise SystemExit(f"install failed: {line}: {result['last']}")
         record["install_seconds"] = round(time.perf_counter() - start, 1)
     for step in commands(out):
+        if args.only is not None and args.only not in step["name"]:
+            continue
         if step.get("fresh_cache"):
             shutil.rmtree(cache / "toy", ignore_errors=True)
         watch = out / "writing" if step.get("stop_after_checkpoint") else None
@@ -169,7 +179,7 @@ def main() -> None:
         record["steps"].append(result)
         print(f"{result['seconds']:8.1f} s  status {result['status']}  {step['name']}: {result['last'][:100]}",
               flush=True)
-    for name, cmd in MISTAKES:
+    for name, cmd in MISTAKES if args.only is None else ():
         result = run(cmd.format(out=out), env, 120.0)
         result.update(name=name, cmd=cmd.format(out=out))
         record["mistakes"].append(result)
