@@ -20,9 +20,7 @@ for tests, examples and CPU demos of the multi-agent trainers:
   names that every API taking a model name accepts.
 
 Modules: ``model`` (tokenizer and model), ``tasks`` (the synthetic tasks), ``pretrain`` (pretraining and accuracy),
-``cache`` (cached models and toy names), ``rows`` (datasets). ``real`` and this package's real-model names
-(``make_real_model``, ``REAL_MODEL_NAME``, ...) are deprecated aliases of `trl_marl.offline_models` (a
-``FutureWarning`` names the new import).
+``cache`` (cached models and toy names), ``rows`` (datasets). The real model lives in `trl_marl.offline_models`.
 """
 
 

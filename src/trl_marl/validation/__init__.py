@@ -8,7 +8,7 @@ Two modules, one per kind of input:
   context window.
 
 Every name of both is importable from `trl_marl.validation`. The reward contract (its errors, timeouts and the call
-of a reward function) lives in `trl_marl.rewarding`; its names are still readable here, with a `FutureWarning`.
+of a reward function) lives in `trl_marl.rewarding`.
 """
 
 from __future__ import annotations
