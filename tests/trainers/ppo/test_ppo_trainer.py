@@ -387,3 +387,18 @@ def test_a_4bit_value_model_is_kept_trainable(qlora_dir: str, tmp_path: Path) ->
     trainer = ppo_trainer(qlora_dir, tmp_path, model=load_4bit(qlora_dir), ref_model=None, value_model=critic,
                           peft_config=LoraConfig(r=4, lora_alpha=8, target_modules="all-linear"))
     assert repacked_4bit_layers(trainer.wrapper.value_model(0)) == []
+
+
+def test_the_logit_temperature_is_trls_divisor_and_used_everywhere() -> None:
+    """TRL's PPO divides the logits by `temperature + 1e-7` when it samples and whenever it scores a response; the
+    trainer writes that sum in one place (`logit_temperature`), which every site calls."""
+    import pathlib
+
+    from trl_marl.trainers.ppo.config import TEMPERATURE_EPS, logit_temperature
+
+    assert TEMPERATURE_EPS == 1e-7
+    assert logit_temperature(0.7) == 0.7 + 1e-7 and logit_temperature(0.0) == 1e-7
+    folder = pathlib.Path(logit_temperature.__code__.co_filename).parent
+    sources = {path.name: path.read_text() for path in folder.glob("*.py")}
+    assert not [name for name, text in sources.items() if "+ 1e-7" in text.replace("`temperature + 1e-7`", "")]
+    assert sum(text.count("logit_temperature(") for name, text in sources.items() if name != "config.py") == 4

@@ -36,6 +36,17 @@ CRITIC_TYPES = ("V", "Q")
 ADVANTAGE_LEVELS = ("token", "turn")
 
 
+TEMPERATURE_EPS = 1e-7
+"""What TRL's PPO adds to `temperature` before dividing the logits by it (the sampling and every log-prob of a
+response): `logits / (temperature + TEMPERATURE_EPS)`, so a temperature of 0 is never a division by zero. Use
+[`logit_temperature`]."""
+
+
+def logit_temperature(temperature: float) -> float:
+    """The divisor of the logits for `temperature`, as TRL's PPO computes it (`temperature + 1e-7`)."""
+    return temperature + TEMPERATURE_EPS
+
+
 CONSOLE_METRICS = (
     "objective/scores", "objective/kl", "objective/entropy", "loss/policy_avg", "loss/value_avg", "lr", "episode",
 )

@@ -17,6 +17,7 @@ from ...rewarding import RewardFunctionError, RewardSet, unscorable_message
 from ...rollout import Rollout
 from ...team import AgentTeam, pad_left
 from ..engine_correction import corrects_engine_mismatch, padded_logps
+from .config import logit_temperature
 from .value import first_true_index, in_last_message, response_values, sequence_scores, truncate_after_stop
 
 if TYPE_CHECKING:
@@ -294,8 +295,9 @@ def forward_targets(ro: AgentRollout, slot: int, team: AgentTeam, value_model: n
         i = starts[chunk] if chunk < len(starts) else 0
         qr = ro.query_responses[i : i + step]
         resp = ro.responses[i : i + step]
-        logps_now = team.response_logprobs(slot, qr, C, pad, resp, args.temperature + 1e-7)[0]
-        ref_logps_now = team.response_logprobs(slot, qr, C, pad, resp, args.temperature + 1e-7, reference=True)[0]
+        divisor = logit_temperature(args.temperature)
+        logps_now = team.response_logprobs(slot, qr, C, pad, resp, divisor)[0]
+        ref_logps_now = team.response_logprobs(slot, qr, C, pad, resp, divisor, reference=True)[0]
         values_now = response_values(value_model, ro.value_query_responses[i : i + step], pad, Cv)
         if chunk < len(starts):
             logps.append(logps_now)

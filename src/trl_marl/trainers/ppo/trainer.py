@@ -50,7 +50,7 @@ from ...validation import check_prompt_lengths
 from ..base import TeamTrainer, rollout_phase
 from ..metrics import log_tool_use
 from ..per_agent import backward_per_agent, backward_per_agent_supported
-from .config import CONSOLE_METRICS, MultiAgentPPOConfig
+from .config import CONSOLE_METRICS, MultiAgentPPOConfig, logit_temperature
 from .logging import STAT_NAMES, ScoreSignalCheck, completions_table, print_completions_table, update_metrics
 from .samples import (
     AgentRollout,
@@ -191,7 +191,7 @@ class MultiAgentPPOTrainer(TeamTrainer):
                                 f"{type(args).__name__}.response_length",
                                 agent_tools=agent_tools)
         self.frozen_slots = self._freeze_policies(team, args)
-        self._setup_generation(team, args, temperature=args.temperature + 1e-7)
+        self._setup_generation(team, args, temperature=logit_temperature(args.temperature))
         if ref_model is not None:
             if args.num_agents != 1:
                 raise ValueError("`ref_model` is for a single agent; multi-agent teams use their own references.")
@@ -308,7 +308,7 @@ class MultiAgentPPOTrainer(TeamTrainer):
         tok = self.team.tokenizers[0]
         return GenerationConfig(
             max_new_tokens=self.args.response_length,
-            temperature=temperature + 1e-7,
+            temperature=logit_temperature(temperature),
             top_k=0,
             top_p=1.0,
             do_sample=True,

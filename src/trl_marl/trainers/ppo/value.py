@@ -29,6 +29,7 @@ from ...team import (
     sequence_model_inputs,
 )
 from ...team.forward import dropout_active, own_storage
+from .config import logit_temperature
 
 __all__ = [
     "VALUE_MODEL_INFO",
@@ -415,7 +416,7 @@ class PolicyValueTeam(nn.Module):
             query_responses, context, responses, value_qr, value_context = batch
             # the log-probs outside the model's forward (autocast off) as in TRL 1.12; the entropies are detached
             logprobs, entropy = self.team.response_logprobs(s, query_responses, context, pad_token_ids[s], responses,
-                                                            temperature + 1e-7, compute_entropy=True)
+                                                            logit_temperature(temperature), compute_entropy=True)
             values = response_values(self.value_model(s), value_qr, pad_token_ids[s], value_context)
             # no view among the outputs: under FSDP2 this module is the root (`team.forward.own_storage`)
             outputs.append((own_storage(entropy), own_storage(logprobs), own_storage(values)))
