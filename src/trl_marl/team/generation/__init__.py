@@ -14,10 +14,11 @@ config.
 
 from .base import GENERATION_BACKENDS, EngineBackend, Generation, GenerationBackend, check_generation_backend
 from .build import build_generation_backend
-from .settings import GenerationSettings
+from .settings import COMPILED_SYNC_EVERY, GenerationSettings, compiled_sync_every_field
 from .transformers_backend import TransformersBackend
 
 __all__ = [
+    "COMPILED_SYNC_EVERY",
     "GENERATION_BACKENDS",
     "EngineBackend",
     "Generation",
@@ -26,4 +27,5 @@ __all__ = [
     "TransformersBackend",
     "build_generation_backend",
     "check_generation_backend",
+    "compiled_sync_every_field",
 ]

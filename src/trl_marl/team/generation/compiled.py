@@ -70,6 +70,7 @@ from transformers.generation import RepetitionPenaltyLogitsProcessor
 from ..mixed_adapters import BASE_ADAPTER, sliced_adapter_rows, sliced_adapter_rows_unsupported
 from .graph_step import DecodeBuffers, decode_in_graph, forward_and_sample, graph_sampling_unsupported
 from .lean import _base_model, _is_peft, _logits_processors, _Plan, _plan, decode, next_token_step
+from .settings import COMPILED_SYNC_EVERY
 from .transformers_backend import TransformersBackend
 
 __all__ = ["CompiledBackend", "CompiledDecoder", "bucket_batch", "bucket_length"]
@@ -79,7 +80,7 @@ logger = logging.getLogger(__name__)
 LENGTH_BUCKET = 64
 _CACHES_KEPT = 4  # static caches kept per model (one per batch/length bucket in use)
 _RECOMPILE_LIMIT = 64  # graphs per decoder: buckets x adapter layouts
-SYNC_EVERY = 8  # tokens between host checks of the rows' end (see `CompiledDecoder`)
+SYNC_EVERY = COMPILED_SYNC_EVERY  # tokens between host checks of the rows' end (see `CompiledDecoder`)
 
 
 def bucket_length(length: int, multiple: int = LENGTH_BUCKET) -> int:

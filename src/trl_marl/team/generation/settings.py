@@ -20,7 +20,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 GENERATION_BACKENDS = ("transformers", "compiled", "vllm")
@@ -39,6 +39,24 @@ def check_logprobs_mode(mode: str) -> str:
             "temperature 1 only)."
         )
     return mode
+
+
+COMPILED_SYNC_EVERY = 8
+"""Tokens between two host checks of the compiled decode loop (`compiled_sync_every`): from a cost model (a sync
+per token against up to this many minus one wasted steps), not yet measured on a GPU."""
+
+
+def compiled_sync_every_field() -> Any:
+    """`compiled_sync_every` as both trainers' configs declare it (default [`COMPILED_SYNC_EVERY`])."""
+    return field(
+        default=COMPILED_SYNC_EVERY,
+        metadata={
+            "help": "With generation_backend='compiled': every this many tokens the host checks whether every row "
+            "has ended (the decode loop's only host sync); up to this many minus one steps run past the end and are "
+            f"cut, so the output is the same. {COMPILED_SYNC_EVERY} by default, from a cost model (a sync per token "
+            "against wasted steps), not yet measured on a GPU."
+        },
+    )
 
 
 @dataclass(frozen=True)
@@ -64,7 +82,7 @@ class GenerationSettings:
     vllm_enable_sleep_mode: bool = False
     vllm_tensor_parallel_size: int = 1
     vllm_structured_outputs_regex: str | None = None
-    compiled_sync_every: int = 8
+    compiled_sync_every: int = COMPILED_SYNC_EVERY
     seed: int = 0
 
     @classmethod

@@ -15,7 +15,7 @@ from ...core import (
 )
 from ...rewarding import REWARD_ISOLATIONS
 from ...rewarding.settings import reward_isolation_field, reward_timeout_field
-from ...team.generation import check_generation_backend
+from ...team.generation import check_generation_backend, compiled_sync_every_field
 from ...tools.settings import (
     check_tool_settings,
     max_tool_result_chars_field,
@@ -302,15 +302,7 @@ class MAGRPOConfig(GRPOConfig):
             "(`vllm_importance_sampling_mode`, `_clip_min`, `_clip_max`; logged as `sampling/*`)."
         },
     )
-    compiled_sync_every: int = field(
-        default=8,
-        metadata={
-            "help": "With generation_backend='compiled': every this many tokens the host checks whether every row "
-            "has ended (the decode loop's only host sync); up to this many minus one steps run past the end and are "
-            "cut, so the output is the same. 8 by default, from a cost model (a sync per token against wasted "
-            "steps), not yet measured on a GPU."
-        },
-    )
+    compiled_sync_every: int = compiled_sync_every_field()
     vllm_logprobs_mode: str = field(
         default="processed_logprobs",
         metadata={

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from ..._trl_compat import TRLBaseConfig
 from ...rewarding import REWARD_ISOLATIONS
 from ...rewarding.settings import reward_isolation_field, reward_timeout_field
-from ...team.generation import check_generation_backend
+from ...team.generation import check_generation_backend, compiled_sync_every_field
 from ...tools.settings import (
     check_tool_settings,
     max_tool_calling_iterations_field,
@@ -208,14 +208,7 @@ class MultiAgentPPOConfig(TRLBaseConfig):
             "the policy loss is weighted by the engine/trainer importance ratio (`vllm_importance_sampling_*`)."
         },
     )
-    compiled_sync_every: int = field(
-        default=8,
-        metadata={
-            "help": "With generation_backend='compiled': every this many tokens the host checks whether every row "
-            "has ended (the decode loop's only host sync); the output is the same. 8 by default, from a cost model, "
-            "not yet measured on a GPU."
-        },
-    )
+    compiled_sync_every: int = compiled_sync_every_field()
     use_vllm: bool = field(
         default=False, metadata={"help": "TRL's switch for vLLM generation: sets `generation_backend='vllm'`."}
     )
