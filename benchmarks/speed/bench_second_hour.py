@@ -56,9 +56,11 @@ def commands(out: Path) -> list[dict[str, Any]]:
          "examples/magrpo_writing.py --config examples/configs/magrpo_writing.yaml --model_name_or_path toy "
          f"--max_steps 2 --output_dir {out}/toy_fsdp2"},
         {"name": "examples.md: magrpo writing, real, 3 steps (save every step), Ctrl-C after checkpoint-1",
-         "cmd": f"{writing} --max_steps 3 --save_steps 1 --output_dir {out}/writing", "stop_after_checkpoint": 1},
+         "cmd": f"{writing} --max_steps 3 --save_steps 1 --output_dir {out}/writing", "stop_after_checkpoint": 1,
+         "checkpoints_of": "writing"},
         {"name": "examples.md: magrpo writing, the same run resumed (--resume_from_checkpoint true)",
-         "cmd": f"{writing} --max_steps 3 --save_steps 1 --output_dir {out}/writing --resume_from_checkpoint true"},
+         "cmd": f"{writing} --max_steps 3 --save_steps 1 --output_dir {out}/writing --resume_from_checkpoint true",
+         "checkpoints_of": "writing"},
         {"name": "examples.md: magrpo coding, real, 2 steps",
          "cmd": f"trl-marl magrpo --config examples/configs/magrpo_coding.yaml --model_name_or_path {REAL} "
          "--dataset_name trl-marl/team_coding --dataset_config 1 --per_device_train_batch_size 2 "
@@ -175,8 +177,8 @@ def main() -> None:
         watch = out / "writing" if step.get("stop_after_checkpoint") else None
         result = run(step["cmd"], env, args.timeout, step.get("stop_after_checkpoint"), watch)
         result.update(name=step["name"], cmd=step["cmd"])
-        if "writing" in step["cmd"] and (out / "writing").exists():  # what the interrupted and resumed run left
-            result["checkpoints"] = sorted(p.name for p in (out / "writing").glob("checkpoint-*"))
+        if "checkpoints_of" in step:  # what the interrupted and the resumed run left
+            result["checkpoints"] = sorted(p.name for p in (out / step["checkpoints_of"]).glob("checkpoint-*"))
         record["steps"].append(result)
         print(f"{result['seconds']:8.1f} s  status {result['status']}  {step['name']}: {result['last'][:100]}",
               flush=True)

@@ -73,6 +73,16 @@ def _config_path(args: Sequence[str]) -> str | None:
     return None
 
 
+def _missing_config_message(config: str) -> str:
+    """The one line for a `--config` file that does not exist: the closest file of its folder, or an example."""
+    folder = os.path.dirname(config) or "."
+    near = difflib.get_close_matches(os.path.basename(config), sorted(os.listdir(folder)), n=1) \
+        if os.path.isdir(folder) else []
+    hint = (f"did you mean {os.path.join(folder, near[0])}?" if near
+            else "pass a YAML file such as examples/configs/magrpo_writing.yaml.")
+    return f"`--config {config}`: no such file; {hint}"
+
+
 def checkpoint_folders(output_dir: str | None) -> list[str]:
     """The `checkpoint-<step>` folders of `output_dir`, oldest step first ([] when it does not exist)."""
     if not output_dir or not os.path.isdir(output_dir):
@@ -227,12 +237,7 @@ class SuggestingParser(TrlParser):
             raise SystemExit(2)
         config = _config_path(args)
         if config is not None and not os.path.isfile(config):
-            folder = os.path.dirname(config) or "."
-            near = difflib.get_close_matches(os.path.basename(config), sorted(os.listdir(folder)), n=1) \
-                if os.path.isdir(folder) else []
-            hint = f"did you mean {os.path.join(folder, near[0])}?" if near else \
-                "pass a YAML file such as examples/configs/magrpo_writing.yaml."
-            print(f"{self.prog}: `--config {config}`: no such file; {hint}", file=sys.stderr)
+            print(f"{self.prog}: {_missing_config_message(config)}", file=sys.stderr)
             raise SystemExit(2)
         try:
             parsed = super().parse_args_and_config(args, *rest, **kwargs)

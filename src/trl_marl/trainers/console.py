@@ -74,25 +74,21 @@ def shown_metrics(logs: dict[str, Any], patterns: Sequence[str]) -> dict[str, An
     return {key: value for key, value in logs.items() if any(fnmatch.fnmatchcase(key, p) for p in wanted)}
 
 
-class _FilteredProgress(ProgressCallback):
+class _ShownOnly:
+    """Before a printing callback of transformers: hand its `on_log` only the metrics of `patterns`."""
+
+    patterns: list[str]
+
+    def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any) -> None:
+        super().on_log(args, state, control, logs=shown_metrics(logs or {}, self.patterns), **kwargs)  # type: ignore[misc]
+
+
+class _FilteredProgress(_ShownOnly, ProgressCallback):
     """transformers' progress bar, printing only the metrics of `patterns`."""
 
-    def __init__(self, patterns: Sequence[str], **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.patterns = list(patterns)
 
-    def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any) -> None:
-        super().on_log(args, state, control, logs=shown_metrics(logs or {}, self.patterns), **kwargs)
-
-
-class _FilteredPrinter(PrinterCallback):
+class _FilteredPrinter(_ShownOnly, PrinterCallback):
     """transformers' printer (`disable_tqdm=True`), printing only the metrics of `patterns`."""
-
-    def __init__(self, patterns: Sequence[str]) -> None:
-        self.patterns = list(patterns)
-
-    def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any) -> None:
-        super().on_log(args, state, control, logs=shown_metrics(logs or {}, self.patterns), **kwargs)
 
 
 def install_console_metrics(callback_handler: Any, patterns: Sequence[str] | None, default: Sequence[str]) -> None:
@@ -104,7 +100,11 @@ def install_console_metrics(callback_handler: Any, patterns: Sequence[str] | Non
         return
     callbacks = callback_handler.callbacks
     for index, callback in enumerate(callbacks):
+        filtered: _ShownOnly | None = None
         if type(callback) is ProgressCallback:
-            callbacks[index] = _FilteredProgress(chosen, max_str_len=callback.max_str_len)
+            filtered = _FilteredProgress(max_str_len=callback.max_str_len)
         elif type(callback) is PrinterCallback:
-            callbacks[index] = _FilteredPrinter(chosen)
+            filtered = _FilteredPrinter()
+        if filtered is not None:
+            filtered.patterns = chosen
+            callbacks[index] = filtered

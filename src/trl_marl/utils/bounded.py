@@ -27,7 +27,7 @@ import time
 import traceback
 import warnings
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 __all__ = [
     "ChildDied",
@@ -202,21 +202,7 @@ def _fork_child(count: int, life: Callable[[list[tuple[int, int]]], None]) -> tu
                 os.close(fd)
             raise ForkFailed(f"{type(exc).__name__}: {exc}") from exc
         if pid == 0:
-            code = 70
-            try:
-                try:
-                    os.setpgid(0, 0)
-                except OSError:
-                    pass
-                signal.signal(signal.SIGINT, signal.SIG_DFL)
-                signal.pthread_sigmask(signal.SIG_SETMASK, held)
-                life(pipes)
-                code = 0
-            except BaseException:  # noqa: BLE001 - e.g. the parent closed the pipe: exit without a reply
-                pass
-            finally:
-                _flush_streams(BaseException)  # nothing may stop the exit below
-                os._exit(code)
+            _child_process(life, pipes, held)
         try:
             os.setpgid(pid, pid)
         except OSError:
@@ -224,6 +210,27 @@ def _fork_child(count: int, life: Callable[[list[tuple[int, int]]], None]) -> tu
         return pid, pipes
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, held)
+
+
+def _child_process(life: Callable[[list[tuple[int, int]]], None], pipes: list[tuple[int, int]],
+                   held: set[signal.Signals]) -> NoReturn:
+    """A forked child: its own process group, default Ctrl-C, the caller's signal mask back, `life(pipes)`, then
+    `os._exit` (0, or 70 when `life` raised), whatever happens."""
+    code = 70
+    try:
+        try:
+            os.setpgid(0, 0)
+        except OSError:
+            pass
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+        life(pipes)
+        code = 0
+    except BaseException:  # noqa: BLE001 - e.g. the parent closed the pipe: exit without a reply
+        pass
+    finally:
+        _flush_streams(BaseException)  # nothing may stop the exit below
+        os._exit(code)
 
 
 _HELD_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGALRM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2}
