@@ -29,7 +29,16 @@ from .scripts.demo import DESCRIPTION as DEMO_DESCRIPTION
 from .scripts.demo import add_demo_arguments, demo_command
 from .scripts.generate import DESCRIPTION as GENERATE_DESCRIPTION
 from .scripts.generate import add_generate_arguments, generate_command
-from .scripts.help import DESCRIPTION, EXAMPLES, FULL_HELP, MODEL_HELP, SHORT_OPTIONS, USAGE, short_help
+from .scripts.help import (
+    DESCRIPTION,
+    EXAMPLES,
+    FULL_HELP,
+    MAPORL_TASKS,
+    MODEL_HELP,
+    SHORT_OPTIONS,
+    USAGE,
+    short_help,
+)
 from .scripts.teamwork import DESCRIPTION as TEAMWORK_DESCRIPTION
 from .scripts.teamwork import add_teamwork_arguments, teamwork_command
 
@@ -121,11 +130,14 @@ def _magrpo(argv: list[str]) -> int:
     if help_kind == "short":
         print(short_help("magrpo"))
         return 0
-    from .scripts.magrpo import build_parser as magrpo_parser
-
     if help_kind == "all":
+        from .scripts.magrpo import build_parser as magrpo_parser
+
         magrpo_parser(prog="trl-marl magrpo").print_help()
         return 0
+    from .scripts.early import exit_on_early_problem
+
+    exit_on_early_problem(argv, "trl-marl magrpo", "MAGRPOConfig")
     from .scripts.magrpo import cli_main
 
     cli_main(argv, prog="trl-marl magrpo")
@@ -142,15 +154,18 @@ def _maporl(argv: list[str]) -> int:
         print(f"usage: {USAGE['maporl']}\ntrl-marl maporl: name a task first (gsm8k, anli or hidden_sum); "
               "`trl-marl maporl --help` lists the options.", file=sys.stderr)
         return 2
-    from .scripts.maporl import TASKS, build_parser as maporl_parser  # noqa: I001
-
-    if task not in TASKS:
-        print(f"usage: {USAGE['maporl']}\ntrl-marl maporl: unknown task {task!r}; choose one of {sorted(TASKS)}.",
-              file=sys.stderr)
+    if task not in MAPORL_TASKS:
+        print(f"usage: {USAGE['maporl']}\ntrl-marl maporl: unknown task {task!r}; choose one of "
+              f"{sorted(MAPORL_TASKS)}.", file=sys.stderr)
         return 2
     if help_kind == "all":
+        from .scripts.maporl import build_parser as maporl_parser
+
         maporl_parser(task, prog=f"trl-marl maporl {task}").print_help()
         return 0
+    from .scripts.early import exit_on_early_problem
+
+    exit_on_early_problem(argv[1:], f"trl-marl maporl {task}", "MultiAgentPPOConfig", resumable=False)
     from .scripts.maporl import main as maporl_main
 
     maporl_main(argv)

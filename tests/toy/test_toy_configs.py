@@ -80,7 +80,7 @@ def test_the_task_instructions_alone_do_not_fit_the_toy():
 
 def test_toy_means_the_target_model_in_maporl_too():
     from trl_marl.scripts.maporl import TOY_DEBATE_MODEL, use_debate_model_name
-    from trl_marl.toy.cache import _TOY_PRESETS
+    from trl_marl.toy.names import TOY_PRESETS
 
     class Args:
         model_name_or_path = None
@@ -88,7 +88,7 @@ def test_toy_means_the_target_model_in_maporl_too():
     args = Args()
     use_debate_model_name(args)  # no model named: the toy debate model, by its explicit name
     assert args.model_name_or_path == TOY_DEBATE_MODEL == "toy:debate"
-    assert "debate" in _TOY_PRESETS
+    assert "debate" in TOY_PRESETS
     for name in ("toy", "trl-marl/toy"):
         args.model_name_or_path = name
         with pytest.raises(ValueError, match="target-number toy model, which cannot debate.*--model_name_or_path "

@@ -17,21 +17,53 @@ loaders call `datasets.load_dataset` (downloaded once, then read from the local 
 columns can be read by passing its path.
 """
 
-from ..utils.numbers import normalize_number
-from .coding import HUMANEVAL_COLUMNS, load_humaneval, load_mbpp, mbpp_to_humaneval
-from .debate import (
-    ANLI_LABELS,
-    ANLI_QUESTION_TEMPLATE,
-    load_anli,
-    load_gsm8k,
-    load_tinygsm,
-    parse_gsm8k_answer,
-    tinygsm_answers,
-)
-from .hidden_debate import hidden_sum_rows, hidden_sum_split, load_hidden_sum
-from .team_coding import load_team_coding
-from .team_writing import load_team_writing
-from .writing import load_tldr, parse_tldr_prompt
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# The loaders are imported on first use (PEP 562): `trl_marl.data.files` and the command line's checks of a data
+# option stay free of torch, `datasets` and the envs that the loaders of the debate import.
+_PUBLIC = {
+    "normalize_number": "..utils.numbers",
+    **{name: ".coding" for name in ("HUMANEVAL_COLUMNS", "load_humaneval", "load_mbpp", "mbpp_to_humaneval")},
+    **{name: ".debate" for name in ("ANLI_LABELS", "ANLI_QUESTION_TEMPLATE", "load_anli", "load_gsm8k",
+                                    "load_tinygsm", "parse_gsm8k_answer", "tinygsm_answers")},
+    **{name: ".hidden_debate" for name in ("hidden_sum_rows", "hidden_sum_split", "load_hidden_sum")},
+    "load_team_coding": ".team_coding",
+    "load_team_writing": ".team_writing",
+    **{name: ".writing" for name in ("load_tldr", "parse_tldr_prompt")},
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _PUBLIC:
+        raise AttributeError(f"module 'trl_marl.data' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_PUBLIC[name], __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_PUBLIC})
+
+
+if TYPE_CHECKING:
+    from ..utils.numbers import normalize_number
+    from .coding import HUMANEVAL_COLUMNS, load_humaneval, load_mbpp, mbpp_to_humaneval
+    from .debate import (
+        ANLI_LABELS,
+        ANLI_QUESTION_TEMPLATE,
+        load_anli,
+        load_gsm8k,
+        load_tinygsm,
+        parse_gsm8k_answer,
+        tinygsm_answers,
+    )
+    from .hidden_debate import hidden_sum_rows, hidden_sum_split, load_hidden_sum
+    from .team_coding import load_team_coding
+    from .team_writing import load_team_writing
+    from .writing import load_tldr, parse_tldr_prompt
 
 __all__ = [
     "ANLI_LABELS",

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import os
 
-from ..toy.cache import _TOY_PRESETS, is_toy_name, resolve_toy_name
+from ..toy.names import TOY_PRESETS, is_toy_name
 from ..utils.model_names import register_model_name_resolver
 from .smollm2 import (
     HUB_MODEL_ID,
@@ -38,7 +38,7 @@ from .smollm2 import (
     resolve_real_model_name,
 )
 
-OFFLINE_MODEL_NAMES: tuple[str, ...] = ("toy", *(f"toy:{task}" for task in _TOY_PRESETS), REAL_MODEL_NAME)
+OFFLINE_MODEL_NAMES: tuple[str, ...] = ("toy", *(f"toy:{task}" for task in TOY_PRESETS), REAL_MODEL_NAME)
 """Every offline name, as error messages list them (``"trl-marl/toy-<task>"`` spells a toy name too)."""
 
 __all__ = [
@@ -79,6 +79,8 @@ def resolve_offline_model_name(name: str) -> str:
         ValueError: If the name is no offline model's, or a toy name of an unknown task.
     """
     if is_toy_name(name):
+        from ..toy.cache import resolve_toy_name  # here: building a toy model imports torch and transformers
+
         return resolve_toy_name(name)
     if is_real_model_name(name):
         return resolve_real_model_name(name)

@@ -125,6 +125,18 @@ def output_dir_problem(output_dir: str | None, resume: str | bool | None, overwr
     return None
 
 
+def run_start_problem(output_dir: str | None, resume: str | bool | None, overwrite: bool, resumable: bool,
+                      max_steps: int, config_name: str) -> str | None:
+    """Why a run cannot start as asked ([`output_dir_problem`], or a resume from a checkpoint already at `max_steps`,
+    `utils.checkpoint_files.finished_run_problem`), as one sentence naming the fix; `None` when it can."""
+    problem = output_dir_problem(output_dir, resume, overwrite, resumable)
+    if problem is None and resume is not None:
+        found = checkpoint_folders(output_dir)
+        folder = os.path.join(output_dir, found[-1]) if resume is True and output_dir else resume
+        problem = finished_run_problem(str(folder), max_steps, config_name)
+    return problem
+
+
 def fresh_output_dir(output_dir: str, overwrite: bool) -> list[str]:
     """Delete the checkpoints of an earlier run in `output_dir` when `overwrite` (`--overwrite_output_dir true`), on
     the first process of each machine; returns the folders deleted (none on the other processes).
@@ -254,13 +266,9 @@ class SuggestingParser(TrlParser):
         script = next((a for a in parsed if hasattr(a, "overwrite_output_dir")), None)
         if training is None or script is None:
             return
-        overwrite = bool(script.overwrite_output_dir)
-        resume = resume_value(training.resume_from_checkpoint)
-        problem = output_dir_problem(training.output_dir, resume, overwrite, self.resumable)
-        if problem is None and resume is not None:  # a finished run: said here, before any model loads
-            found = checkpoint_folders(training.output_dir)
-            folder = os.path.join(training.output_dir, found[-1]) if resume is True else resume
-            problem = finished_run_problem(folder, training.max_steps, type(training).__name__)
+        problem = run_start_problem(training.output_dir, resume_value(training.resume_from_checkpoint),
+                                    bool(script.overwrite_output_dir), self.resumable, training.max_steps,
+                                    type(training).__name__)
         if problem is not None:
             print(f"{self.prog}: {problem}", file=sys.stderr)
             raise SystemExit(2)

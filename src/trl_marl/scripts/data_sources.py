@@ -36,7 +36,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..data.files import COMPRESSION_SUFFIXES, DATA_FILE_KINDS, as_file_list, data_file_builder
-from ..offline_models import REAL_MODEL_NAME
 from ..utils.model_names import hub_unavailable_reason
 
 SHIPPED_DATASETS: dict[str, str] = {
@@ -165,6 +164,8 @@ def resolve_source(dataset_name: str | None, data_files: str | Sequence[str] | N
 def offline_route(columns: str, shipped: str | None = None) -> str:
     """The sentence that tells a user how to run without the Hub: a local file with `columns` (and the shipped
     dataset `shipped`, when the task has one), and the offline real model."""
+    from ..offline_models import REAL_MODEL_NAME  # here: the offline models' package imports torch
+
     data = f"`--dataset_name {shipped}` (shipped with trl-marl) or " if shipped else ""
     return (f"To run offline, pass {data}a local file: `--data_files PATH` ({DATA_FILE_KINDS}; {columns}), and "
             f"`--model_name_or_path {REAL_MODEL_NAME}` for a real model that needs no Hub (docs/real_model.md).")

@@ -96,6 +96,9 @@ SHORT_OPTIONS: dict[str, list[tuple[str, list[tuple[str, str]]]]] = {
 }
 """The options a user sets first, per subcommand and group: `(usage, help)` pairs printed by `--help`."""
 
+MAPORL_TASKS = ("gsm8k", "anli", "hidden_sum")
+"""The debate tasks of `trl-marl maporl` (the keys of `scripts.maporl.TASKS`, named here without importing it)."""
+
 FULL_HELP = {"magrpo": "trl-marl magrpo --help-all",
              "maporl": "trl-marl maporl gsm8k --help-all (or anli, hidden_sum)"}
 USAGE = {

@@ -20,40 +20,79 @@ for tests, examples and CPU demos of the multi-agent trainers:
   names that every API taking a model name accepts.
 
 Modules: ``model`` (tokenizer and model), ``tasks`` (the synthetic tasks), ``pretrain`` (pretraining and accuracy),
-``cache`` (cached models and toy names), ``rows`` (datasets). The real model lives in `trl_marl.offline_models`.
+``cache`` (cached models), ``names`` (the toy names and presets, no torch), ``rows``
+(datasets). The real model lives in `trl_marl.offline_models`.
 """
 
 
-from .cache import is_toy_name, make_toy_model, resolve_toy_name, toy_cache_dir
-from .model import (
-    TOY_CHARS,
-    TOY_CHAT_CHARS,
-    TOY_CHAT_SPECIAL_TOKENS,
-    TOY_CHAT_TEMPLATE,
-    TOY_SPECIAL_TOKENS,
-    build_toy_chat_tokenizer,
-    build_toy_model,
-    build_toy_tokenizer,
-)
-from .pretrain import generate_toy_answers, pretrain_toy_model, toy_accuracy
-from .rows import (
-    TOY_CODING_PROMPTS,
-    TOY_WRITING_PROMPTS,
-    toy_coding_rows,
-    toy_debate_dataset,
-    toy_facts_dataset,
-    toy_writing_rows,
-)
-from .tasks import (
-    FACT_KEYS,
-    AdditionTask,
-    DebateAdditionTask,
-    SpecialistFactsTask,
-    TargetNumberTask,
-    ToyTask,
-    fact_table,
-    specialty_of,
-)
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# Imported on first use (PEP 562): the names (`toy.names`) need no torch, so the offline model names and the
+# command line's checks read them without loading transformers; the models and tasks load when first used.
+_SUBMODULES = ("cache", "model", "names", "pretrain", "rows", "tasks")
+_PUBLIC = {
+    "is_toy_name": ".names",
+    **dict.fromkeys(("make_toy_model", "resolve_toy_name", "toy_cache_dir"), ".cache"),
+    **dict.fromkeys(("TOY_CHARS", "TOY_CHAT_CHARS", "TOY_CHAT_SPECIAL_TOKENS", "TOY_CHAT_TEMPLATE",
+                     "TOY_SPECIAL_TOKENS", "build_toy_chat_tokenizer", "build_toy_model", "build_toy_tokenizer"),
+                    ".model"),
+    **dict.fromkeys(("generate_toy_answers", "pretrain_toy_model", "toy_accuracy"), ".pretrain"),
+    **dict.fromkeys(("TOY_CODING_PROMPTS", "TOY_WRITING_PROMPTS", "toy_coding_rows", "toy_debate_dataset",
+                     "toy_facts_dataset", "toy_writing_rows"), ".rows"),
+    **dict.fromkeys(("FACT_KEYS", "AdditionTask", "DebateAdditionTask", "SpecialistFactsTask", "TargetNumberTask",
+                     "ToyTask", "fact_table", "specialty_of"), ".tasks"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _SUBMODULES:
+        return importlib.import_module(f".{name}", __name__)
+    if name not in _PUBLIC:
+        raise AttributeError(f"module 'trl_marl.toy' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_PUBLIC[name], __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_PUBLIC, *_SUBMODULES})
+
+
+if TYPE_CHECKING:
+    from .cache import make_toy_model, resolve_toy_name, toy_cache_dir
+    from .model import (
+        TOY_CHARS,
+        TOY_CHAT_CHARS,
+        TOY_CHAT_SPECIAL_TOKENS,
+        TOY_CHAT_TEMPLATE,
+        TOY_SPECIAL_TOKENS,
+        build_toy_chat_tokenizer,
+        build_toy_model,
+        build_toy_tokenizer,
+    )
+    from .names import is_toy_name
+    from .pretrain import generate_toy_answers, pretrain_toy_model, toy_accuracy
+    from .rows import (
+        TOY_CODING_PROMPTS,
+        TOY_WRITING_PROMPTS,
+        toy_coding_rows,
+        toy_debate_dataset,
+        toy_facts_dataset,
+        toy_writing_rows,
+    )
+    from .tasks import (
+        FACT_KEYS,
+        AdditionTask,
+        DebateAdditionTask,
+        SpecialistFactsTask,
+        TargetNumberTask,
+        ToyTask,
+        fact_table,
+        specialty_of,
+    )
 
 __all__ = [
     "AdditionTask",

@@ -19,17 +19,12 @@ from pathlib import Path
 from typing import Any
 
 from .model import build_toy_model, build_toy_tokenizer
+from .names import TOY_PRESETS, TOY_TASK_NAMES, toy_task_of
 from .pretrain import isolated_rng, pretrain_toy_model
 from .tasks import AdditionTask, DebateAdditionTask, SpecialistFactsTask, TargetNumberTask, ToyTask
 
 _MARKER_FILE = "trl_marl_toy.json"
 _FORMAT_VERSION = 3  # 3: pretraining runs on one torch thread whatever the caller set
-_TASK_NAMES = ("target", "addition", "debate", "facts_specialist")
-_TOY_PRESETS: dict[str, dict[str, Any]] = {
-    "target": {},
-    "addition": {"hidden_size": 128, "num_layers": 2, "pretrain_steps": 600, "lr": 1e-3, "noise_prob": 0.5},
-    "debate": {"hidden_size": 64, "num_layers": 2, "pretrain_steps": 300, "lr": 3e-3, "noise_prob": 0.2},
-}
 _MAKE_KWARGS_DEFAULTS: dict[str, Any] = {
     "num_heads": 4,
     "max_position_embeddings": 128,
@@ -118,8 +113,8 @@ def make_toy_model(
         ValueError: If ``task`` is unknown.
         TypeError: If an unknown keyword argument is given.
     """
-    if task not in _TASK_NAMES:
-        raise ValueError(f"unknown toy task {task!r}; expected one of {_TASK_NAMES}")
+    if task not in TOY_TASK_NAMES:
+        raise ValueError(f"unknown toy task {task!r}; expected one of {TOY_TASK_NAMES}")
     unknown = sorted(set(kw) - set(_MAKE_KWARGS_DEFAULTS))
     if unknown:
         raise TypeError(f"make_toy_model() got unexpected keyword arguments: {unknown}")
@@ -285,20 +280,6 @@ def _build_toy_model(args: dict[str, Any], directory: Path, progress: bool | str
         shutil.rmtree(built, ignore_errors=True)  # left only by a failure
 
 
-def is_toy_name(name: str | os.PathLike) -> bool:
-    """Tells whether a model name refers to the offline toy model.
-
-    Args:
-        name: A model name or path.
-
-    Returns:
-        True for ``"toy"`` and names starting with ``"toy:"`` or ``"trl-marl/toy"``.
-    """
-    if not isinstance(name, str):
-        return False
-    return name == "toy" or name.startswith("toy:") or name.startswith("trl-marl/toy")
-
-
 def resolve_toy_name(name: str) -> str:
     """Resolves a toy model name to the directory of a (cached) toy model.
 
@@ -320,15 +301,5 @@ def resolve_toy_name(name: str) -> str:
     Raises:
         ValueError: If the name is not a toy name or names an unknown task.
     """
-    if not is_toy_name(name):
-        raise ValueError(f"not a toy model name: {name!r}")
-    if name.startswith("toy:"):
-        spec = name[len("toy:") :]
-    elif name.startswith("trl-marl/toy"):
-        spec = name[len("trl-marl/toy") :].lstrip("-_:")
-    else:
-        spec = ""
-    task = spec.strip() or "target"
-    if task not in _TOY_PRESETS:
-        raise ValueError(f"unknown toy task {task!r} in {name!r}; expected one of {tuple(_TOY_PRESETS)}")
-    return make_toy_model(task=task, **_TOY_PRESETS[task])
+    task = toy_task_of(name)
+    return make_toy_model(task=task, **TOY_PRESETS[task])

@@ -16,7 +16,6 @@ The data checks (environment, prompts, prompt lengths) are in [`~trl_marl.valida
 
 from __future__ import annotations
 
-import math
 import numbers
 import os
 import warnings
@@ -26,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ..core.losses import VLLM_IMPORTANCE_SAMPLING_MODES
+from ..utils.values import learning_rate_problem, positive_int_problem
 
 if TYPE_CHECKING:
     from transformers import TrainingArguments
@@ -84,20 +84,16 @@ def check_timeout(config: Any, field: str) -> None:
 
 def check_positive(config: Any, field: str, meaning: str) -> None:
     """Refuse a config field that must be an integer >= 1 (e.g. a completion length)."""
-    value = getattr(config, field)
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"`{type(config).__name__}.{field}` must be an integer >= 1 ({meaning}), got {value!r}.")
+    problem = positive_int_problem(getattr(config, field), f"{type(config).__name__}.{field}", meaning)
+    if problem is not None:
+        raise ValueError(problem)
 
 
 def check_learning_rate(config: Any) -> None:
     """Refuse a negative, NaN or infinite `learning_rate` when the config is made."""
-    value = config.learning_rate
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) or value < 0:
-        raise ValueError(
-            f"`{type(config).__name__}.learning_rate` must be a finite number >= 0 (the optimizer's step size), got "
-            f"{value!r}. Use a small positive value, e.g. `learning_rate=1e-5` for LoRA adapters or 1e-6 for full "
-            "fine-tuning."
-        )
+    problem = learning_rate_problem(config.learning_rate, f"{type(config).__name__}.learning_rate")
+    if problem is not None:
+        raise ValueError(problem)
 
 
 def _valid_counts(start: int, step: int) -> list[int]:
