@@ -39,8 +39,9 @@ def base_model_source(name: str) -> tuple[str | None, str | None]:
         pass
     what = (f"trl-marl's offline copy of `{hub_id}` (no Hub)" if hub_id else
             "a toy model of trl-marl (`trl_marl.toy`, for tests and demos; on no Hub)")
-    route = (f"The base model `{name}` is {what}: its adapters record that name, which neither the Hub nor a folder "
-             "resolves, so load an agent offline with its base from the folder trl-marl gives the name:\n\n"
+    route = (f"The base model `{name}` is {what}. Its adapters record the folder trl-marl built it in on the machine "
+             "that saved them, where `AutoPeftModelForCausalLM` loads an agent offline; on any machine with trl-marl, "
+             "load an agent with its base from the folder trl-marl gives the name:\n\n"
              "```py\nfrom peft import PeftModel\nfrom transformers import AutoModelForCausalLM\n"
              "from trl_marl.utils.model_names import resolve_model_name\n\n"
              f'base = AutoModelForCausalLM.from_pretrained(resolve_model_name("{name}"))\n'

@@ -92,19 +92,21 @@ def test_saved_adapter_loads_with_auto_peft_model(team: AgentTeam, target_model_
         torch.testing.assert_close(model(input_ids=ids).logits, team.models[0](input_ids=ids).logits)
 
 
-def test_offline_base_name_is_recorded_and_resolves(tmp_path: Path) -> None:
-    """A team built on an offline name ("toy") records that name as the adapter's base; `resolve_model_name` turns it
-    into the folder that a plain `PeftModel.from_pretrained` loads the agent onto."""
-    from peft import PeftModel
+def test_offline_base_name_loads_with_plain_peft(tmp_path: Path) -> None:
+    """A team built on an offline name ("toy") keeps the name (team_config.json) and records in each adapter the
+    folder the name stands for, so that a plain `AutoPeftModelForCausalLM` loads an agent offline (PEFT tried the
+    Hub for "toy" before, issue 53)."""
+    from peft import AutoPeftModelForCausalLM
 
     from trl_marl.utils.model_names import resolve_model_name
 
     team = lora_team("toy")
     team.save_pretrained(tmp_path)
     config = json.loads((tmp_path / "agent_0" / "adapter_config.json").read_text())
-    assert config["base_model_name_or_path"] == "toy" and config["task_type"] == "CAUSAL_LM"
-    base = AutoModelForCausalLM.from_pretrained(resolve_model_name(config["base_model_name_or_path"]))
-    model = PeftModel.from_pretrained(base, tmp_path / "agent_0").eval()
+    assert config["base_model_name_or_path"] == resolve_model_name("toy") and config["task_type"] == "CAUSAL_LM"
+    assert json.loads((tmp_path / "team_config.json").read_text())["base_models"] == ["toy"]
+    assert team.models[0].peft_config["agent_0"].base_model_name_or_path == "toy"  # the team keeps the name
+    model = AutoPeftModelForCausalLM.from_pretrained(tmp_path / "agent_0").eval()
     assert type(model).__name__ == "PeftModelForCausalLM"
     ids = torch.tensor([[5, 9, 12, 7, 3]])
     team.models[0].set_adapter("agent_0")

@@ -47,9 +47,10 @@ class TeamSaver:
         """Save every agent to `output_dir/agent_<i>/` plus `team_config.json`.
 
         Each `agent_<i>/` is loadable on its own: a full model (`AutoModelForCausalLM.from_pretrained`) or a PEFT
-        adapter (`task_type` `CAUSAL_LM`; `AutoPeftModelForCausalLM.from_pretrained("agent_<i>")` when its
-        `base_model_name_or_path` is a Hub id or a folder, `PeftModel.from_pretrained(base, "agent_<i>")` with the base
-        loaded from `resolve_model_name(name)` for an offline name such as `"toy"`), with the agent's tokenizer. When
+        adapter (`task_type` `CAUSAL_LM`; `AutoPeftModelForCausalLM.from_pretrained("agent_<i>")`: its
+        `base_model_name_or_path` is the base's Hub id or folder, and for an offline name such as `"toy"` the folder
+        the name stands for on this machine; elsewhere `PeftModel.from_pretrained(base, "agent_<i>")` with the base
+        loaded from `resolve_model_name(name)`), with the agent's tokenizer. When
         adapters are used and the base model has no loadable name or path, the base is saved to `base_model/` too.
 
         `state_dict` (keys as in `self.state_dict()`) replaces the team's own weights, e.g. the full weights that
@@ -192,18 +193,20 @@ def _save_adapter(model: Any, adapter: str, agent_dir: str, state_dict: dict[str
     from safetensors.torch import save_file
 
     os.makedirs(agent_dir, exist_ok=True)
-    # PEFT reads the base's config.json (to see whether the vocabulary grew) from `base_model_name_or_path`: give it
-    # the folder of a registered name ("smollm2-135m-instruct"), which it would otherwise look up on the Hub.
+    # An offline name ("smollm2-135m-instruct", "toy") is neither a Hub id nor a folder: the saved adapter records the
+    # folder the name stands for on this machine, as PEFT records any base loaded from a folder, so that PEFT reads
+    # the base's config.json (to see whether the vocabulary grew) and a plain `AutoPeftModelForCausalLM` loads the
+    # agent offline. The team keeps the name (`team_config.json`, the model card), which loads on any machine.
     peft_config, recorded = model.peft_config[adapter], model.peft_config[adapter].base_model_name_or_path
-    if recorded:
-        peft_config.base_model_name_or_path = resolve_model_name(recorded)
+    resolved = resolve_model_name(recorded) if recorded else recorded
+    peft_config.base_model_name_or_path = resolved
     try:
         state = get_peft_model_state_dict(model, state_dict=state_dict, adapter_name=adapter)
+        config = copy.deepcopy(peft_config)
     finally:
         peft_config.base_model_name_or_path = recorded
     save_file({k: v.detach().contiguous().cpu() for k, v in state.items()},
               os.path.join(agent_dir, "adapter_model.safetensors"), metadata={"format": "pt"})
-    config = copy.deepcopy(model.peft_config[adapter])
     config.inference_mode = True
     if config.task_type is None:  # PEFT's `AutoPeftModelForCausalLM` picks its class from the task type
         config.task_type = "CAUSAL_LM"
