@@ -148,7 +148,8 @@ def main() -> None:
     parser.add_argument("--output", default=str(ROOT / "benchmarks" / "results" / "second_hour.json"))
     parser.add_argument("--reuse-venv", default=None, help="a venv of an earlier run (skips the install)")
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds per command")
-    parser.add_argument("--only", default=None, help="run the commands whose name holds this text (and no mistakes)")
+    parser.add_argument("--only", action="append", default=None,
+                        help="run the commands whose name holds this text (repeat it for several; no mistakes)")
     parser.add_argument("--mistakes-only", action="store_true", help="run the user mistakes alone (their times)")
     args = parser.parse_args()
 
@@ -170,7 +171,7 @@ def main() -> None:
                 raise SystemExit(f"install failed: {line}: {result['last']}")
         record["install_seconds"] = round(time.perf_counter() - start, 1)
     for step in commands(out):
-        if args.mistakes_only or (args.only is not None and args.only not in step["name"]):
+        if args.mistakes_only or (args.only is not None and not any(text in step["name"] for text in args.only)):
             continue
         if step.get("fresh_cache"):
             shutil.rmtree(cache / "toy", ignore_errors=True)
