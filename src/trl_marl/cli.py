@@ -96,7 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="trl-marl", description="Multi-agent RL for LLM teams, built on TRL.",
         epilog="Run `trl-marl COMMAND --help` for a command's options. Start with `trl-marl demo --quick` "
-               "(offline, ~30 s on a laptop).")
+               "(offline, about 2 minutes on 2 CPU cores the first time, when it builds its toy models).")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     sub.add_parser("magrpo", help="Train with MAGRPO on a built-in task: `trl-marl magrpo --config FILE`.")
     sub.add_parser("maporl", help="Train a debate with MAPoRL: "
