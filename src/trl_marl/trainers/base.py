@@ -94,8 +94,9 @@ RewardsT = TypeVar("RewardsT", RewardSet, TeamReward, LocalReward)
 @runtime_checkable
 class TeamTrainingArguments(Protocol):
     """The config fields the setup steps of [`TeamTrainer`] read, besides `transformers.TrainingArguments`' own:
-    what a new algorithm's config adds (both `MAGRPOConfig` and `MultiAgentPPOConfig` have them, with help texts to
-    copy), and the generation fields of [`GenerationSettings`] it wants to offer."""
+    what a new algorithm's config adds, declared with the field factories both `MAGRPOConfig` and
+    `MultiAgentPPOConfig` use (`trainers.fields`, `rewarding.settings`, `tools.settings`, `trainers.console`), and the
+    generation fields of [`GenerationSettings`] it wants to offer."""
 
     num_agents: int
     num_turns: int

@@ -36,6 +36,20 @@ from ...validation import (
     use_cpu_for_cpu_processes,
 )
 from ..console import check_console_metrics, console_metrics_field
+from ..fields import (
+    backward_per_agent_field,
+    cpu_threads_field,
+    frozen_agents_field,
+    generation_backend_field,
+    max_nonfinite_field,
+    num_agents_field,
+    num_turns_field,
+    prompt_length_check_field,
+    share_prompt_prefill_field,
+    team_mode_field,
+    vllm_kv_cache_memory_bytes_field,
+    vllm_logprobs_mode_field,
+)
 
 # GRPO fields that MAGRPOTrainer implements; any other GRPOConfig field must keep its default (checked below), so
 # that a setting is never silently ignored.
@@ -193,8 +207,8 @@ class MAGRPOConfig(GRPOConfig):
     ```
     """
 
-    num_agents: int = field(default=2, metadata={"help": "Number of agents in the team."})
-    num_turns: int = field(default=1, metadata={"help": "Maximum number of turns of an episode."})
+    num_agents: int = num_agents_field(2)
+    num_turns: int = num_turns_field()
     joint_mode: str = field(
         default="aligned",
         metadata={
@@ -264,79 +278,14 @@ class MAGRPOConfig(GRPOConfig):
     tool_call_timeout: float | None = tool_call_timeout_field()
     tool_turn_timeout: float | None = tool_turn_timeout_field()
     max_tool_result_chars: int | None = max_tool_result_chars_field()
-    team_mode: str | None = field(
-        default=None,
-        metadata={
-            "help": "Team layout: 'adapters' (one base model + one LoRA adapter per agent; needs a peft_config), "
-            "'models' (one model per agent) or 'shared' (one set of weights for all agents). Default: 'adapters' "
-            "with a peft_config, else 'models'."
-        },
-    )
-    share_prompt_prefill: bool = field(
-        default=True,
-        metadata={
-            "help": "Generate the G samples of a node from one prompt prefill: the prompt's forward runs once per "
-            "distinct (prompt, weights) and its KV cache is copied to every sample (agents with different adapters "
-            "or models never share one: their keys and values differ). Sampling is unchanged up to floating-point "
-            "reordering; False runs one prefill per sample (a plain `generate`), which is faster only for tiny "
-            "models with prompts of a few tokens (sharing costs one more forward call)."
-        },
-    )
-    generation_backend: str = field(
-        default="transformers",
-        metadata={
-            "help": "What samples the agents' completions: 'transformers' (the team's own batched decoding), "
-            "'compiled' (the same decoding on a static KV cache, bucketed to a few shapes, with the whole decode "
-            "step compiled by torch.compile: the forward, the sampling and the EOS bookkeeping, CUDA graphs on a "
-            "GPU, one host check of the rows' end per `compiled_sync_every` tokens; where that cannot run, e.g. "
-            "beam search or a model without static-cache support, it decodes eager and logs why once), or "
-            "'vllm' (one in-process vLLM engine for the whole team, every agent's LoRA adapter a LoRARequest, all "
-            "agents' rows in one call, adapters re-uploaded after each optimizer step; needs LoRA adapters "
-            "(a peft_config) and vLLM installed). `use_vllm=True` selects 'vllm'. `vllm_mode='colocate'` runs the "
-            "engine in-process (`vllm_gpu_memory_utilization`, `vllm_max_model_length`, `vllm_model_impl`, "
-            "`vllm_kv_cache_memory_bytes`); `vllm_mode='server'` uses a running server on the team's base model "
-            "(`trl-marl vllm-serve`; `vllm_server_base_url` or `vllm_server_host`/`vllm_server_port`, "
-            "`vllm_server_timeout`). Log-probabilities are recomputed by the training model either way, and with "
-            "`vllm_importance_sampling_correction=True` (TRL's default) each agent's per-token policy loss is "
-            "weighted by TRL's truncated importance ratio of the training model over vLLM "
-            "(`vllm_importance_sampling_mode`, `_clip_min`, `_clip_max`; logged as `sampling/*`)."
-        },
-    )
+    team_mode: str | None = team_mode_field()
+    share_prompt_prefill: bool = share_prompt_prefill_field()
+    generation_backend: str = generation_backend_field()
     compiled_sync_every: int = compiled_sync_every_field()
-    vllm_logprobs_mode: str = field(
-        default="processed_logprobs",
-        metadata={
-            "help": "Which log-probabilities vLLM returns for `vllm_importance_sampling_correction`: "
-            "'processed_logprobs' (TRL's: after the repetition penalty, temperature and top-k/top-p/min-p "
-            "truncation, so with any of these each token's log-ratio is <= 0 and the ratio is biased low, more so "
-            "for longer completions) or 'raw_logprobs' (the model's untruncated log-softmax: the ratio then "
-            "measures only the engine's numerical mismatch; sampling at temperature 1 only). A `trl-marl "
-            "vllm-serve` server must run with the same `--logprobs-mode`."
-        },
-    )
-    vllm_kv_cache_memory_bytes: int | None = field(
-        default=None,
-        metadata={
-            "help": "Size of the vLLM engine's KV cache in bytes (`generation_backend='vllm'`). Default: sized from "
-            "`vllm_gpu_memory_utilization` on a GPU, 256 MiB on a CPU (where vLLM's memory share means host RAM). "
-            "Split evenly between the engines of a `models` team over several base models (one engine per base)."
-        },
-    )
-    backward_per_agent: bool = field(
-        default=True,
-        metadata={
-            "help": "Backpropagate the team loss one agent at a time: one agent's activations in memory instead of "
-            "all, the gradient of the summed loss (False). Why, and when the summed loss is taken anyway: the "
-            "docstring of trl_marl.trainers.per_agent."
-        },
-    )
-    frozen_agents: list[int] = field(
-        default_factory=list,
-        metadata={
-            "help": "Agents that act but are not trained (their weights stay fixed), e.g. `[1]` to train agent 0 "
-            "alone against a fixed partner: the 'training individual LLMs alone' baseline of the papers."
-        },
-    )
+    vllm_logprobs_mode: str = vllm_logprobs_mode_field()
+    vllm_kv_cache_memory_bytes: int | None = vllm_kv_cache_memory_bytes_field()
+    backward_per_agent: bool = backward_per_agent_field()
+    frozen_agents: list[int] = frozen_agents_field()
     zero_std_warning_fraction: float = field(
         default=0.9,
         metadata={
@@ -374,36 +323,12 @@ class MAGRPOConfig(GRPOConfig):
         default=20,
         metadata={"help": "Consecutive optimizer steps of low entropy before the entropy-collapse warning."},
     )
-    prompt_length_check: str = field(
-        default="warn",
-        metadata={
-            "help": "What to do when the turn-1 prompt of a dataset row plus `max_completion_length` exceeds the "
-            "model's context window (`max_position_embeddings`), checked on every row when the trainer is built: "
-            "'warn' (one ContextLengthWarning naming the first such row, the count and the fixes; rotary models "
-            "such as Qwen or Llama still run past it, with degraded output), 'error' (a ValueError), or 'ignore' (no "
-            "check). With 'warn' or 'error', a prompt longer than 4 context windows cannot fit and is always a "
-            "ValueError naming the row and its longest field."
-        },
-    )
+    prompt_length_check: str = prompt_length_check_field()
     reward_timeout: float | None = reward_timeout_field()
     reward_isolation: str = reward_isolation_field()
     console_metrics: list[str] | None = console_metrics_field(CONSOLE_METRICS)
-    max_nonfinite: int = field(
-        default=10,
-        metadata={
-            "help": "NaN or infinite rewards and losses are skipped (never replaced) and counted in the logs; "
-            "training raises once more than this many occurred."
-        },
-    )
-    cpu_threads: int | None = field(
-        default=None,
-        metadata={
-            "help": "Torch threads of a CPU run. None: chosen for you (1 for models under 20M parameters, which run "
-            "fastest on one thread; one per core above, fewer when other work keeps the cores busy, by the load "
-            "average), "
-            "unless OMP_NUM_THREADS is set, which then decides."
-        },
-    )
+    max_nonfinite: int = max_nonfinite_field()
+    cpu_threads: int | None = cpu_threads_field()
 
     def __post_init__(self) -> None:
         self.console_metrics = check_console_metrics(self.console_metrics, f"{type(self).__name__}.console_metrics")

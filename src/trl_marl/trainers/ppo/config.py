@@ -29,6 +29,20 @@ from ...validation import (
     use_cpu_for_cpu_processes,
 )
 from ..console import check_console_metrics, console_metrics_field
+from ..fields import (
+    backward_per_agent_field,
+    cpu_threads_field,
+    frozen_agents_field,
+    generation_backend_field,
+    max_nonfinite_field,
+    num_agents_field,
+    num_turns_field,
+    prompt_length_check_field,
+    share_prompt_prefill_field,
+    team_mode_field,
+    vllm_kv_cache_memory_bytes_field,
+    vllm_logprobs_mode_field,
+)
 
 POLICY_SHARING = ("shared", "agent", "agent_turn")
 CRITICS = ("per_agent", "centralized")
@@ -189,25 +203,10 @@ class MultiAgentPPOConfig(TRLBaseConfig):
         default=True, metadata={"help": "With DeepSpeed ZeRO-3, gather the policy's weights for generation."}
     )
     # ---- multi-agent fields (trl-marl) ----
-    num_agents: int = field(default=1, metadata={"help": "Number of agents in the team."})
-    num_turns: int = field(default=1, metadata={"help": "Number of turns of an episode (e.g. debate rounds)."})
-    team_mode: str | None = field(
-        default=None,
-        metadata={"help": "Team layout: 'adapters', 'models' or 'shared' (see AgentTeam). Default: automatic."},
-    )
-    generation_backend: str = field(
-        default="transformers",
-        metadata={
-            "help": "What samples the responses: 'transformers' (the team's own batched decoding), 'compiled' (the "
-            "same decoding on a static KV cache with the whole decode step, sampling included, compiled by "
-            "torch.compile: CUDA graphs on a GPU, one host check of the rows' end per `compiled_sync_every` tokens; "
-            "eager, with the reason logged once, where it cannot run) or 'vllm' (one "
-            "in-process vLLM engine for the whole team, every agent's LoRA adapter a LoRARequest, adapters "
-            "re-uploaded after each optimizer step; needs LoRA adapters (a peft_config) and vLLM installed). "
-            "`use_vllm=True` selects 'vllm'. Log-probabilities and values are recomputed by the training model; "
-            "the policy loss is weighted by the engine/trainer importance ratio (`vllm_importance_sampling_*`)."
-        },
-    )
+    num_agents: int = num_agents_field(1)
+    num_turns: int = num_turns_field()
+    team_mode: str | None = team_mode_field()
+    generation_backend: str = generation_backend_field()
     compiled_sync_every: int = compiled_sync_every_field()
     use_vllm: bool = field(
         default=False, metadata={"help": "TRL's switch for vLLM generation: sets `generation_backend='vllm'`."}
@@ -233,14 +232,7 @@ class MultiAgentPPOConfig(TRLBaseConfig):
         metadata={"help": "As in TRL: the share of the GPU's memory the vLLM engine may take (unused on a CPU); the "
                   "N engines of a `models` team over N base models take 1/N of it each."},
     )
-    vllm_kv_cache_memory_bytes: int | None = field(
-        default=None,
-        metadata={
-            "help": "Size of the vLLM engine's KV cache in bytes. Default: sized from `vllm_gpu_memory_utilization` "
-            "on a GPU, 256 MiB on a CPU (where vLLM's memory share means host RAM). Split evenly between the engines "
-            "of a `models` team over several base models."
-        },
-    )
+    vllm_kv_cache_memory_bytes: int | None = vllm_kv_cache_memory_bytes_field()
     vllm_max_model_length: int | None = field(
         default=None,
         metadata={"help": "As in TRL: the vLLM engine's context length (default: the model's)."},
@@ -255,17 +247,7 @@ class MultiAgentPPOConfig(TRLBaseConfig):
             "correction."
         },
     )
-    vllm_logprobs_mode: str = field(
-        default="processed_logprobs",
-        metadata={
-            "help": "Which log-probabilities vLLM returns for `vllm_importance_sampling_correction`: "
-            "'processed_logprobs' (TRL's: after the repetition penalty, temperature and top-k/top-p/min-p "
-            "truncation, so with any of these each token's log-ratio is <= 0 and the ratio is biased low, more so "
-            "for longer completions) or 'raw_logprobs' (the model's untruncated log-softmax: the ratio then "
-            "measures only the engine's numerical mismatch; sampling at temperature 1 only). A `trl-marl "
-            "vllm-serve` server must run with the same `--logprobs-mode`."
-        },
-    )
+    vllm_logprobs_mode: str = vllm_logprobs_mode_field()
     vllm_importance_sampling_mode: str = field(
         default="sequence_mask",
         metadata={
@@ -286,31 +268,9 @@ class MultiAgentPPOConfig(TRLBaseConfig):
         default=None,
         metadata={"help": "Deprecated in TRL, kept for its name: sets `vllm_importance_sampling_clip_max`."},
     )
-    share_prompt_prefill: bool = field(
-        default=True,
-        metadata={
-            "help": "Rows that repeat a prompt through the same weights (e.g. agents of a 'shared' team that see the "
-            "same prompt) run its prefill once and share the KV cache (see AgentTeam). False: one prefill per row."
-        },
-    )
-    backward_per_agent: bool = field(
-        default=True,
-        metadata={
-            "help": "Backpropagate the loss one policy slot at a time: one slot's activations in memory instead of "
-            "all, the gradient of the summed loss (False). Why, and when the summed loss is taken anyway: the "
-            "docstring of trl_marl.trainers.per_agent."
-        },
-    )
-    frozen_agents: list[int] = field(
-        default_factory=list,
-        metadata={
-            "help": "Agents that act but are not trained, e.g. `[1]` to train agent 0 alone against a fixed partner "
-            "(the 'training individual LLMs alone' baseline of the papers): a frozen agent answers at every turn and "
-            "its answers are seen and scored, but its policies (every turn's, with 'agent_turn') and its value "
-            "models get no gradient and no optimizer step. Needs weights of its own: not with "
-            "`policy_sharing='shared'`, `team_mode='shared'` or `critic='centralized'`."
-        },
-    )
+    share_prompt_prefill: bool = share_prompt_prefill_field()
+    backward_per_agent: bool = backward_per_agent_field()
+    frozen_agents: list[int] = frozen_agents_field()
     policy_sharing: str = field(
         default="agent",
         metadata={
@@ -375,13 +335,7 @@ class MultiAgentPPOConfig(TRLBaseConfig):
     reward_timeout: float | None = reward_timeout_field()
     reward_isolation: str = reward_isolation_field()
     console_metrics: list[str] | None = console_metrics_field(CONSOLE_METRICS)
-    max_nonfinite: int = field(
-        default=10,
-        metadata={
-            "help": "NaN or infinite reward scores are skipped (the response leaves the loss, never a replaced "
-            "score) and counted; training raises once more than this many occurred (as in MAGRPO)."
-        },
-    )
+    max_nonfinite: int = max_nonfinite_field()
     value_train_layers: int | None = field(
         default=None,
         metadata={
@@ -401,26 +355,8 @@ class MultiAgentPPOConfig(TRLBaseConfig):
             "writes megabytes instead of gigabytes, and its critics are not kept."
         },
     )
-    cpu_threads: int | None = field(
-        default=None,
-        metadata={
-            "help": "Torch threads of a CPU run. None: chosen for you (1 for models under 20M parameters, which run "
-            "fastest on one thread; one per core above, fewer when other work keeps the cores busy, by the load "
-            "average), "
-            "unless OMP_NUM_THREADS is set, which then decides."
-        },
-    )
-    prompt_length_check: str = field(
-        default="warn",
-        metadata={
-            "help": "What to do when the turn-1 prompt of a dataset row plus `response_length` exceeds the model's "
-            "context window (`max_position_embeddings`), checked on every row when the trainer is built: 'warn' "
-            "(one ContextLengthWarning naming the first such row, the count and the fixes; rotary models such as "
-            "Qwen or Llama still run past it, with degraded output), 'error' (a ValueError), or 'ignore' (no "
-            "check). With 'warn' or 'error', a prompt longer than 4 context windows cannot fit and is always a "
-            "ValueError naming the row and its longest field."
-        },
-    )
+    cpu_threads: int | None = cpu_threads_field()
+    prompt_length_check: str = prompt_length_check_field()
     max_tool_calling_iterations: int | None = max_tool_calling_iterations_field()
     tool_call_timeout: float | None = tool_call_timeout_field()
     tool_turn_timeout: float | None = tool_turn_timeout_field()

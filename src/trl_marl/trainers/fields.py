@@ -1,0 +1,184 @@
+"""The config fields that `MAGRPOConfig` and `MultiAgentPPOConfig` both declare, each defined once: its default and
+its help text (what `--help` prints and the docs show), written for both trainers.
+
+A config declares such a field as `num_turns: int = num_turns_field()`. Fields of other homes follow the same
+pattern: the reward's (`rewarding.settings`), the tools' (`tools.settings`), the console's (`trainers.console`) and
+`compiled_sync_every` (`team.generation.settings`). A new trainer's config takes its shared fields from these
+factories instead of copying help texts.
+
+Example:
+
+```python
+from dataclasses import dataclass
+
+from transformers import TrainingArguments
+
+from trl_marl.trainers.fields import num_agents_field, num_turns_field
+
+
+@dataclass
+class MyTeamConfig(TrainingArguments):
+    num_agents: int = num_agents_field(2)
+    num_turns: int = num_turns_field()
+```
+"""
+
+from __future__ import annotations
+
+from dataclasses import field
+from typing import Any
+
+
+def num_agents_field(default: int) -> Any:
+    """`num_agents`: the team's size (MAGRPO's default 2, PPO's 1: TRL's single-agent PPO)."""
+    return field(default=default, metadata={"help": "Number of agents in the team."})
+
+
+def num_turns_field() -> Any:
+    """`num_turns`: the turns of an episode."""
+    return field(default=1, metadata={"help": "The most turns an episode has (e.g. a debate's rounds); an "
+                                      "environment may end an episode sooner."})
+
+
+def team_mode_field() -> Any:
+    """`team_mode`: the team's layout (`AgentTeam.build`'s `mode`)."""
+    return field(
+        default=None,
+        metadata={
+            "help": "Team layout: 'adapters' (one base model + one LoRA adapter per agent; needs a peft_config), "
+            "'models' (one model per agent) or 'shared' (one set of weights for all agents). Default: 'adapters' "
+            "with a peft_config and more than one agent, else 'models' (PPO: 'shared' with "
+            "`policy_sharing='shared'`)."
+        },
+    )
+
+
+def frozen_agents_field() -> Any:
+    """`frozen_agents`: agents that act but are not trained (the papers' baseline of agents trained alone)."""
+    return field(
+        default_factory=list,
+        metadata={
+            "help": "Agents that act but are not trained, e.g. `[1]` to train agent 0 alone against a fixed partner "
+            "(the 'training individual LLMs alone' baseline of the papers): a frozen agent answers at every turn and "
+            "its answers are seen and scored, but its weights get no gradient and no optimizer step (in PPO neither "
+            "do its policies of every turn, with 'agent_turn', nor its value models). Needs weights of its own: not "
+            "with `team_mode='shared'` (PPO: nor `policy_sharing='shared'` or `critic='centralized'`)."
+        },
+    )
+
+
+def backward_per_agent_field() -> Any:
+    """`backward_per_agent`: one backward per agent (or PPO policy slot) instead of one of the summed loss."""
+    return field(
+        default=True,
+        metadata={
+            "help": "Backpropagate the loss one agent at a time (in PPO one policy slot at a time): one agent's "
+            "activations in memory instead of all, the gradient of the summed loss (False). Why, and when the "
+            "summed loss is taken anyway: the docstring of trl_marl.trainers.per_agent."
+        },
+    )
+
+
+def share_prompt_prefill_field() -> Any:
+    """`share_prompt_prefill`: one prefill per distinct prompt and weights, its KV cache shared by the rows."""
+    return field(
+        default=True,
+        metadata={
+            "help": "Rows that repeat a prompt through the same weights (the G samples of a MAGRPO node; agents of "
+            "a 'shared' team that see the same prompt) run its prefill once and share its KV cache; agents with "
+            "different adapters or models never share one (their keys and values differ). Sampling is unchanged up "
+            "to floating-point reordering. False: one prefill per row (a plain `generate`), faster only for tiny "
+            "models with prompts of a few tokens (sharing costs one more forward call)."
+        },
+    )
+
+
+def generation_backend_field() -> Any:
+    """`generation_backend`: what samples the completions (`team.generation`)."""
+    return field(
+        default="transformers",
+        metadata={
+            "help": "What samples the agents' completions: 'transformers' (the team's own batched decoding), "
+            "'compiled' (the same decoding on a static KV cache, bucketed to a few shapes, with the whole decode "
+            "step compiled by torch.compile: the forward, the sampling and the EOS bookkeeping, CUDA graphs on a "
+            "GPU, one host check of the rows' end per `compiled_sync_every` tokens; where that cannot run, e.g. "
+            "beam search or a model without static-cache support, it decodes eager and logs why once), or "
+            "'vllm' (one vLLM engine for the whole team, every agent's LoRA adapter a LoRARequest, all agents' rows "
+            "in one call, adapters re-uploaded after each optimizer step; needs LoRA adapters (a peft_config) and "
+            "vLLM installed). `use_vllm=True` selects 'vllm'. `vllm_mode='colocate'` runs the engine in-process "
+            "(`vllm_gpu_memory_utilization`, `vllm_max_model_length`, `vllm_kv_cache_memory_bytes`; MAGRPO: "
+            "`vllm_model_impl`); "
+            "`vllm_mode='server'` uses a running server on the team's base model (`trl-marl vllm-serve`; "
+            "`vllm_server_base_url` or `vllm_server_host`/`vllm_server_port`, `vllm_server_timeout`). "
+            "Log-probabilities (and PPO's values) are recomputed by the training model either way, and with "
+            "`vllm_importance_sampling_correction=True` (TRL's default) each agent's per-token policy loss is "
+            "weighted by TRL's truncated importance ratio of the training model over vLLM "
+            "(`vllm_importance_sampling_mode`, `_clip_min`, `_clip_max`; logged as `sampling/*`)."
+        },
+    )
+
+
+def vllm_kv_cache_memory_bytes_field() -> Any:
+    """`vllm_kv_cache_memory_bytes`: the vLLM engine's KV cache."""
+    return field(
+        default=None,
+        metadata={
+            "help": "Size of the vLLM engine's KV cache in bytes (`generation_backend='vllm'`). Default: sized from "
+            "`vllm_gpu_memory_utilization` on a GPU, 256 MiB on a CPU (where vLLM's memory share means host RAM). "
+            "Split evenly between the engines of a `models` team over several base models (one engine per base)."
+        },
+    )
+
+
+def vllm_logprobs_mode_field() -> Any:
+    """`vllm_logprobs_mode`: the log-probabilities vLLM returns for the importance-sampling correction."""
+    return field(
+        default="processed_logprobs",
+        metadata={
+            "help": "Which log-probabilities vLLM returns for `vllm_importance_sampling_correction`: "
+            "'processed_logprobs' (TRL's: after the repetition penalty, temperature and top-k/top-p/min-p "
+            "truncation, so with any of these each token's log-ratio is <= 0 and the ratio is biased low, more so "
+            "for longer completions) or 'raw_logprobs' (the model's untruncated log-softmax: the ratio then "
+            "measures only the engine's numerical mismatch; sampling at temperature 1 only). A `trl-marl "
+            "vllm-serve` server must run with the same `--logprobs-mode`."
+        },
+    )
+
+
+def prompt_length_check_field() -> Any:
+    """`prompt_length_check`: what a prompt too long for the model's context does when the trainer is built."""
+    return field(
+        default="warn",
+        metadata={
+            "help": "What to do when the turn-1 prompt of a dataset row plus the completion length "
+            "(`max_completion_length`; PPO: `response_length`) exceeds the model's context window "
+            "(`max_position_embeddings`), checked on every row when the trainer is built: 'warn' (one "
+            "ContextLengthWarning naming the first such row, the count and the fixes; rotary models such as Qwen or "
+            "Llama still run past it, with degraded output), 'error' (a ValueError), or 'ignore' (no check). With "
+            "'warn' or 'error', a prompt longer than 4 context windows cannot fit and is always a ValueError naming "
+            "the row and its longest field."
+        },
+    )
+
+
+def max_nonfinite_field() -> Any:
+    """`max_nonfinite`: how many NaN or infinite rewards (and losses) a run skips before it stops."""
+    return field(
+        default=10,
+        metadata={
+            "help": "NaN or infinite rewards (and, in MAGRPO, losses) are skipped, never replaced: the sample leaves "
+            "the loss, and each is counted in the logs; training raises once more than this many occurred."
+        },
+    )
+
+
+def cpu_threads_field() -> Any:
+    """`cpu_threads`: torch's threads on a CPU run."""
+    return field(
+        default=None,
+        metadata={
+            "help": "Torch threads of a CPU run. None: chosen for you (1 for models under 20M parameters, which run "
+            "fastest on one thread; one per core above, fewer when other work keeps the cores busy, by the load "
+            "average), unless OMP_NUM_THREADS is set, which then decides."
+        },
+    )
