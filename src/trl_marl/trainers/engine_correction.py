@@ -1,7 +1,10 @@
 """TRL's truncated importance-sampling correction of the generation engine's mismatch with the training model.
 
 With `generation_backend="vllm"` the completions are sampled by vLLM, whose log-probabilities differ from the
-training model's: training on them is off-policy. As TRL 1.16's `GRPOTrainer` does with `use_vllm=True` and
+training model's: training on them is off-policy. The correction applies to every training batch whose rows carry the
+engine's log-probabilities: a backend returns them when it samples with an engine of its own (`sampling_logprobs`,
+vLLM's backends or a registered one) and the config's `vllm_importance_sampling_correction` is on; the trainers ask
+the rows, never the backend's name. As TRL 1.16's `GRPOTrainer` does with `use_vllm=True` and
 `vllm_importance_sampling_correction=True` (its default), the trainer then always scores the completions with the
 training model at sampling time (`old_logps`, even with `num_iterations=1`), and multiplies each trained agent's
 per-token policy loss by the bounded ratio of the two (`trl_marl.core.engine_importance_sampling_ratio`: Yao et al.,
@@ -46,10 +49,9 @@ __all__ = [
 
 
 def corrects_engine_mismatch(args: MAGRPOConfig | MultiAgentPPOConfig, mode: str = "train") -> bool:
-    """Whether a training batch (`mode="train"`) gets the correction: the vLLM backend with
-    `vllm_importance_sampling_correction`."""
-    return mode == "train" and args.generation_backend == "vllm" and bool(args.vllm_importance_sampling_correction)
-
+    """Whether a training batch (`mode="train"`) gets the correction when its rows carry the engine's
+    log-probabilities: `vllm_importance_sampling_correction` (whatever the backend's name)."""
+    return mode == "train" and bool(args.vllm_importance_sampling_correction)
 
 
 def padded_logps(rows: Sequence[Sequence[float]], like: torch.Tensor) -> torch.Tensor:

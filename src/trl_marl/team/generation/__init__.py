@@ -9,17 +9,19 @@ batches, decoded on a static KV cache with the one-token forward compiled (CUDA 
 server, adapters loaded over HTTP), both [`EngineBackend`]s. The rollout engine never knows which one runs: it calls
 `AgentTeam.generate`, and the team hands the tokenized rows to `team.generation_backend` (never None) and returns
 its `Generation`. A trainer builds the backend from typed [`GenerationSettings`] (`settings`), made once from its
-config.
+config, through the registry of backend names (`registry`: [`register_generation_backend`] adds a user's
+backend; `build` registers the built-in ones).
 """
 
-from .base import GENERATION_BACKENDS, EngineBackend, Generation, GenerationBackend, check_generation_backend
+from .base import EngineBackend, Generation, GenerationBackend, check_generation_backend
 from .build import build_generation_backend
+from .registry import BackendFactory, generation_backend_names, register_generation_backend
 from .settings import COMPILED_SYNC_EVERY, GenerationSettings, compiled_sync_every_field
 from .transformers_backend import TransformersBackend
 
 __all__ = [
     "COMPILED_SYNC_EVERY",
-    "GENERATION_BACKENDS",
+    "BackendFactory",
     "EngineBackend",
     "Generation",
     "GenerationBackend",
@@ -28,4 +30,6 @@ __all__ = [
     "build_generation_backend",
     "check_generation_backend",
     "compiled_sync_every_field",
+    "generation_backend_names",
+    "register_generation_backend",
 ]

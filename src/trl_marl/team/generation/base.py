@@ -54,10 +54,10 @@ from typing import Any, overload
 from transformers import GenerationConfig
 
 from ...utils.tokens import truncate_after_eos
-from .settings import GENERATION_BACKENDS, LOGPROBS_MODES, VLLM_MODES, GenerationSettings
+from .settings import LOGPROBS_MODES, VLLM_MODES, GenerationSettings
 
 __all__ = [
-    "GENERATION_BACKENDS", "INERT_SETTINGS", "LOGPROBS_MODES", "VLLM_MODES", "EngineBackend", "Generation",
+    "INERT_SETTINGS", "LOGPROBS_MODES", "VLLM_MODES", "EngineBackend", "Generation",
     "GenerationBackend", "GenerationSettings", "agent_generation_config", "check_generation_backend",
     "generation_config_owner",
     "global_generation_defaults", "is_default_setting", "resolve_generation_settings", "stop_ids",

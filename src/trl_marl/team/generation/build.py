@@ -1,5 +1,25 @@
-"""`build_generation_backend`: the backend object that a trainer's [`GenerationSettings`] name (the one module that
-imports every backend).
+"""`build_generation_backend`: the backend a trainer config's `generation_backend` names, built by the factory
+registered under that name (`registry`) from the trainer's [`GenerationSettings`]; the built-in factories.
+
+The built-in names are `"transformers"` ([`TransformersBackend`], the team's own decoding), `"compiled"`
+(`compiled.CompiledBackend`) and `"vllm"` (`vllm.VLLMBackend`, or `vllm_server.VLLMServerBackend` with
+`vllm_mode="server"`); their modules are imported when first built. A user's backend is one more name:
+
+```python
+from trl_marl.team.generation import GenerationBackend, register_generation_backend
+
+
+class EchoBackend(GenerationBackend):  # implements `generate` (see `GenerationBackend`)
+    ...
+
+
+register_generation_backend("echo", lambda settings, team: EchoBackend())
+# then MAGRPOConfig(generation_backend="echo") or MultiAgentPPOConfig(generation_backend="echo")
+```
+
+A backend that returns the sampling engine's log-probabilities (`sampling_logprobs = True`, as vLLM's) gets the
+trainers' importance-sampling correction when the config's `vllm_importance_sampling_correction` is on; the
+trainers ask the rows the backend returned, never the backend's name.
 
 It lives apart from `base` (the interface every backend subclasses) so that no backend module and the interface
 import each other.
@@ -10,13 +30,13 @@ from __future__ import annotations
 from typing import Any
 
 from .base import GenerationBackend
+from .registry import backend_factory, register_generation_backend
 from .settings import GenerationSettings
 from .transformers_backend import TransformersBackend
 
 
 def build_generation_backend(settings: GenerationSettings | Any, team: Any) -> GenerationBackend:
-    """The backend that `settings.generation_backend` names, built for `team`: a [`TransformersBackend`] (the team's
-    own decoding) for `"transformers"`.
+    """The backend that `settings.generation_backend` names, built for `team` by its registered factory.
 
     Args:
         settings: The [`GenerationSettings`] (a trainer builds them once from its config), or a config holding the
@@ -25,31 +45,41 @@ def build_generation_backend(settings: GenerationSettings | Any, team: Any) -> G
     """
     if not isinstance(settings, GenerationSettings):
         settings = GenerationSettings.of(settings)
-    if settings.generation_backend == "transformers":
-        return TransformersBackend()
-    if settings.generation_backend == "compiled":
-        from .compiled import CompiledBackend
+    backend = backend_factory(settings.generation_backend)(settings, team)
+    # whether the engine returns its log-probabilities, for the importance-sampling correction
+    backend.sampling_logprobs = bool(backend.sampling_logprobs and settings.vllm_importance_sampling_correction)
+    return backend
 
-        return CompiledBackend(team, sync_every=settings.compiled_sync_every)
-    backend: GenerationBackend
+
+def _transformers(settings: GenerationSettings, team: Any) -> GenerationBackend:
+    return TransformersBackend()
+
+
+def _compiled(settings: GenerationSettings, team: Any) -> GenerationBackend:
+    from .compiled import CompiledBackend
+
+    return CompiledBackend(team, sync_every=settings.compiled_sync_every)
+
+
+def _vllm(settings: GenerationSettings, team: Any) -> GenerationBackend:
     if settings.vllm_mode == "server":
         from .vllm_server import VLLMServerBackend
 
-        backend = VLLMServerBackend(team, settings.server_url(), timeout=settings.vllm_server_timeout,
-                                    logprobs_mode=settings.vllm_logprobs_mode,
-                                    sampling_logprobs=settings.vllm_importance_sampling_correction)
-    else:
-        from .vllm import VLLMBackend
+        return VLLMServerBackend(team, settings.server_url(), timeout=settings.vllm_server_timeout,
+                                 logprobs_mode=settings.vllm_logprobs_mode,
+                                 sampling_logprobs=settings.vllm_importance_sampling_correction)
+    from .vllm import VLLMBackend
 
-        backend = VLLMBackend(
-            team,
-            gpu_memory_utilization=settings.vllm_gpu_memory_utilization,
-            kv_cache_memory_bytes=settings.vllm_kv_cache_memory_bytes,
-            max_model_len=settings.vllm_max_model_length,
-            model_impl=settings.vllm_model_impl,
-            seed=settings.seed,
-            logprobs_mode=settings.vllm_logprobs_mode,
-        )
-    # whether the engine returns its log-probabilities, for the importance-sampling correction
-    backend.sampling_logprobs = settings.vllm_importance_sampling_correction
-    return backend
+    return VLLMBackend(
+        team,
+        gpu_memory_utilization=settings.vllm_gpu_memory_utilization,
+        kv_cache_memory_bytes=settings.vllm_kv_cache_memory_bytes,
+        max_model_len=settings.vllm_max_model_length,
+        model_impl=settings.vllm_model_impl,
+        seed=settings.seed,
+        logprobs_mode=settings.vllm_logprobs_mode,
+    )
+
+
+for _name, _factory in (("transformers", _transformers), ("compiled", _compiled), ("vllm", _vllm)):
+    register_generation_backend(_name, _factory)

@@ -23,7 +23,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-GENERATION_BACKENDS = ("transformers", "compiled", "vllm")
+from .registry import generation_backend_names
+
 VLLM_MODES = ("colocate", "server")
 # vLLM's `logprobs_mode` values the backends take: after the repetition penalty, temperature and truncation (the
 # distribution the tokens were drawn from), or the model's own log-softmax before any of them (at temperature 1 only)
@@ -91,8 +92,9 @@ class GenerationSettings:
         return cls(**{f.name: getattr(config, f.name) for f in dataclasses.fields(cls) if hasattr(config, f.name)})
 
     def __post_init__(self) -> None:
-        if self.generation_backend not in GENERATION_BACKENDS:
-            raise ValueError(f"`generation_backend` must be one of {GENERATION_BACKENDS}, got "
+        if self.generation_backend not in generation_backend_names():
+            raise ValueError(f"`generation_backend` must be one of {generation_backend_names()} (a backend of your "
+                             "own: `trl_marl.team.generation.register_generation_backend`), got "
                              f"{self.generation_backend!r}.")
         every = self.compiled_sync_every
         if isinstance(every, bool) or not isinstance(every, int) or every < 1:
