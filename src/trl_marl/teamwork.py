@@ -264,7 +264,8 @@ def _view(plan: _Plan, team: AgentTeam) -> AgentTeam:
     mode = "adapters" if mixed or (shared_vocab and any(a is not None for a in agent_adapter)) else "models"
     view = AgentTeam(models, tokenizers, mode, agent_model, agent_adapter, policy_turns=team.policy_turns)
     # the team's own decoding (a vLLM engine holds its own copy of the weights, which a view cannot remap)
-    inner = team.sampler if isinstance(team.sampler, TransformersBackend) else TransformersBackend()
+    own = team.generation_backend
+    inner = own if isinstance(own, TransformersBackend) else TransformersBackend()
     view.configure(team.settings, generation_backend=_Blanking(inner, plan.blank))
     return view
 

@@ -46,7 +46,7 @@ def batch() -> AgentBatch:
 
 
 def parts(team: AgentTeam) -> list[Any]:
-    return [team.scorer, team.sampler, team.adapter_control, team.saver]
+    return [team.scorer, team.generation_backend, team.adapter_control, team.saver]
 
 
 def test_the_team_has_its_parts_and_inherits_none_of_them(tokenizer: PreTrainedTokenizerBase) -> None:
@@ -58,7 +58,7 @@ def test_the_team_has_its_parts_and_inherits_none_of_them(tokenizer: PreTrainedT
     assert isinstance(team.scorer, LogProbScorer) and team.scorer.team is team
     assert isinstance(team.adapter_control, AdapterControl) and team.adapter_control.team is team
     assert isinstance(team.saver, TeamSaver) and team.saver.team is team
-    assert isinstance(team.sampler, TransformersBackend) and team.sampler is team.generation_backend
+    assert isinstance(team.generation_backend, TransformersBackend) and not hasattr(team, "sampler")  # one name
     bases = [cls.__name__ for cls in type(team).__mro__]
     assert not OLD_MIXINS & set(bases), bases
     assert bases[-2:] == ["Module", "object"]
@@ -67,9 +67,9 @@ def test_the_team_has_its_parts_and_inherits_none_of_them(tokenizer: PreTrainedT
     assert team.frozen is team.adapter_control.frozen == {1}
     team.forward_call = call = team.scorer.forward_call
     assert team.scorer.forward_call is call
-    # the sampler is set (and checked) through `generation_backend`; None restores the team's own decoding
+    # the backend is set (and checked) as `generation_backend`; None restores the team's own decoding
     team.generation_backend = None
-    assert isinstance(team.sampler, TransformersBackend)
+    assert isinstance(team.generation_backend, TransformersBackend)
     with pytest.raises(TypeError, match="`generation_backend` must be a"):
         team.generation_backend = object()
 
@@ -130,7 +130,8 @@ def test_configure_sets_everything_at_once_and_the_attributes_still_work(tokeniz
 
     applied = team.configure(TeamSettings(temperature=0.5), lean_decode=False, generation_backend=build)
     assert applied == team.settings == TeamSettings(temperature=0.5, lean_decode=False) == seen[0]
-    assert team.temperature == 0.5 and team.lean_decode is False and isinstance(team.sampler, TransformersBackend)
+    assert team.temperature == 0.5 and team.lean_decode is False
+    assert isinstance(team.generation_backend, TransformersBackend)
     with pytest.raises(TypeError, match="Unknown team setting"):
         team.configure(temprature=0.7)
     with pytest.raises(TypeError, match="`settings` must be a"):
@@ -252,7 +253,7 @@ def test_a_trainer_configures_its_team_once(target_model_dir: str, tmp_path: Pat
         expected = TeamSettings(temperature=0.9 + 1e-7, share_prompt_prefill=True)  # TRL's PPO: temperature + 1e-7
     team = built.team
     assert len(calls) == 1 and "generation_backend" in calls[0]
-    assert team.settings == expected and isinstance(team.sampler, TransformersBackend)
+    assert team.settings == expected and isinstance(team.generation_backend, TransformersBackend)
     # a rollout over sharded weights plays in lockstep without a shared prefill, then the settings are back
     monkeypatch.setattr(type(built), "is_sharded", lambda self: True)
     with built.rollout_context():

@@ -23,7 +23,7 @@ the team:
 
 - `team.scorer` (`forward.LogProbScorer`): the log-probability forwards (`forward`, `score_tokens`, `policy_logps`,
   `reference_logps`, `inference_logps_all`, PPO's `response_logprobs` and logits, `compile_forwards`);
-- `team.sampler` (a `generation.GenerationBackend`, also `team.generation_backend`): samples the completions
+- `team.generation_backend` (a `generation.GenerationBackend`): samples the completions
   (`generate`, through `sampling.generate`);
 - `team.adapter_control` (`adapters.AdapterControl`): the active adapter, the frozen agents, activation checkpointing;
 - `team.saver` (`saving.TeamSaver`): `save_pretrained`, `load_weights_` (`from_pretrained`: `saving.load_team`).
@@ -142,7 +142,7 @@ class AgentTeam(ChatMixin, nn.Module):
         self.scorer = LogProbScorer(self)
         self.adapter_control = AdapterControl(self)
         self.saver = TeamSaver(self)
-        self._sampler: GenerationBackend = sampling.checked_backend(None)  # the team's own decoding
+        self._generation_backend: GenerationBackend = sampling.checked_backend(None)  # the team's own decoding
         # Set while the team's weights are sharded across processes (FSDP2, DeepSpeed ZeRO-3): given
         # whether this process has episodes left, whether any process has; the rollout then plays turns in lockstep
         # (see `playing_in_lockstep`).
@@ -335,8 +335,8 @@ class AgentTeam(ChatMixin, nn.Module):
     def configure(self, settings: TeamSettings | None = None, *, generation_backend: Any = _KEEP,
                   **changes: Any) -> TeamSettings:
         """Set the team's settings at once: `settings` (default: the current ones) with `changes` applied, checked
-        as one [`TeamSettings`]; then, if given, the generation backend (`team.sampler`), so that a backend built
-        from settings sees the new ones. Returns the settings now in force.
+        as one [`TeamSettings`]; then, if given, the generation backend (`team.generation_backend`), so that a
+        backend built from settings sees the new ones. Returns the settings now in force.
 
         Args:
             settings: A whole [`TeamSettings`] to install (default: keep the current ones).
@@ -374,20 +374,15 @@ class AgentTeam(ChatMixin, nn.Module):
 
     # ------------------------------------------------------------------ parts (see the module docstring)
     @property
-    def sampler(self) -> GenerationBackend:
-        """The part that samples the team's completions: its generation backend (set it as `generation_backend`)."""
-        return self._sampler
-
-    @property
     def generation_backend(self) -> GenerationBackend:
-        """What samples the team's completions (`team.sampler`): a `GenerationBackend`, by default a
+        """The part that samples the team's completions: a `GenerationBackend`, by default a
         `TransformersBackend` (the team's own decoding). Setting None restores the default; an object that is no
         `GenerationBackend` is refused."""
-        return self._sampler
+        return self._generation_backend
 
     @generation_backend.setter
     def generation_backend(self, backend: GenerationBackend | None) -> None:
-        self._sampler = sampling.checked_backend(backend)
+        self._generation_backend = sampling.checked_backend(backend)
 
     @property
     def forward_call(self) -> Callable[..., Any]:
@@ -458,7 +453,7 @@ class AgentTeam(ChatMixin, nn.Module):
 
     def generate(self, prompts: Sequence[Sequence[Any]], generation_config: GenerationConfig,
                  chat_template_kwargs: dict | None = None, stop_token_ids: set[int] | None = None) -> Generation:
-        """Sample one completion per prompt for every agent, through the team's sampler (`generation_backend`).
+        """Sample one completion per prompt for every agent, through the team's `generation_backend`.
 
         With the default backend, rows that repeat a prompt through the same weights share one prefill when
         `share_prompt_prefill` is on; agents with different adapters or models never do.

@@ -1,13 +1,13 @@
-"""How `AgentTeam` samples: [`generate`] tokenizes every agent's prompts and hands the rows to the team's sampler
-(`team.sampler`, its generation backend, an object the team has), which returns a [`Generation`].
+"""How `AgentTeam` samples: [`generate`] tokenizes every agent's prompts and hands the rows to the team's generation
+backend (`team.generation_backend`, an object the team has), which returns a [`Generation`].
 
-The sampler is an object with one interface (`team.generation.base.GenerationBackend.generate`), never None: the
+The backend is an object with one interface (`team.generation.base.GenerationBackend.generate`), never None: the
 team's own decoding (`team.generation.transformers_backend.TransformersBackend`, the default: lean loop, shared
 prompt prefills, `model.generate` fallback, continuous batching), the compiled one (`"compiled"`) or vLLM (`"vllm"`),
 each cutting every completion after its first stop token. Which rows decode together, and how, is the backend's
 business; the team's settings (`team.settings`, a `team.settings.TeamSettings`) hold the switches the default backend
 reads (`lean_decode`, `share_prompt_prefill`, `continuous_batching_config`). `AgentTeam.generate`,
-`AgentTeam.stop_token_ids` and the `AgentTeam.generation_backend` property (which sets the sampler through
+`AgentTeam.stop_token_ids` and the `AgentTeam.generation_backend` property (which sets the backend through
 [`checked_backend`]) call the functions here.
 """
 
@@ -59,13 +59,14 @@ def generate(
     team: Any, prompts: Sequence[Sequence[Prompt]], generation_config: GenerationConfig,
     chat_template_kwargs: dict | None = None, stop_token_ids: set[int] | None = None,
 ) -> Generation:
-    """[`AgentTeam.generate`]: every agent's prompts tokenized and sampled by the team's backend (`team.sampler`),
-    whose [`Generation`] is checked and returned (the arguments are those of `AgentTeam.generate`)."""
+    """[`AgentTeam.generate`]: every agent's prompts tokenized and sampled by the team's backend
+    (`team.generation_backend`), whose [`Generation`] is checked and returned (the arguments are those of
+    `AgentTeam.generate`)."""
     if len(prompts) != team.num_agents:
         raise ValueError(f"Expected prompts for {team.num_agents} agents, got {len(prompts)}.")
     prompt_ids = [tokenize_prompts(team.tokenizers[a], prompts[a], chat_template_kwargs)
                   for a in range(team.num_agents)]
-    backend = team.sampler
+    backend = team.generation_backend
     generation = backend.generate(team, prompt_ids, generation_config, stop_token_ids=stop_token_ids)
     if not isinstance(generation, Generation):
         raise TypeError(
