@@ -32,7 +32,6 @@ from __future__ import annotations
 import functools
 import math
 import time
-import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -147,17 +146,12 @@ class JointRollout:
         num_generations: Samples per agent per node (G).
         joint_mode: `"aligned"` or `"cross"`.
         discount: gamma of the tree returns.
-        advantage_mode: Deprecated: the engine computes returns only; call [`assign_advantages`] on the rollout's
-            turns with the estimator's name instead. Given, the engine still sets every turn's advantages with it
-            (and warns).
         max_branches: The branching cap (joint actions of a node continued at the next turn).
         early_stop_threshold: A node whose mean reward reaches it stops (its success persists).
         chat_template_kwargs: Passed to the chat template.
         seed: A private generator for the branch choice (default: torch's global one).
         stop_token_ids: Completions are cut after the first of these tokens (default: the EOS tokens).
         score: Overrides `reward.score` (a trainer's `compute_rewards` hook).
-        advantages: Deprecated, as `advantage_mode`: `advantages(turn_result) -> (K, n, G)`, now the second
-            argument of [`assign_advantages`].
         gather: Concatenates a `(N, C)` float tensor over every process, in process order (N may differ between
             processes; a trainer's all-gather, e.g. `trl_marl.trainers.distributed.gathered_rows`). With it, every
             turn's `pooled_returns` holds that turn's team returns on every process, so that batch statistics
@@ -181,14 +175,12 @@ class JointRollout:
         num_generations: int,
         joint_mode: str = "aligned",
         discount: float = 1.0,
-        advantage_mode: str | None = None,
         max_branches: int | None = None,
         early_stop_threshold: float | None = None,
         chat_template_kwargs: dict | None = None,
         seed: int | None = None,
         stop_token_ids: set[int] | None = None,
         score: ScoreFn | None = None,
-        advantages: Callable[[TurnResult], torch.Tensor] | None = None,
         gather: Callable[[torch.Tensor], torch.Tensor] | None = None,
         local_reward: LocalReward | None = None,
         tool_loop: ToolLoop | None = None,
@@ -200,22 +192,11 @@ class JointRollout:
         self.num_generations = num_generations
         self.joint_mode = joint_mode
         self.discount = discount
-        if advantage_mode is not None or advantages is not None:
-            warnings.warn(
-                "`JointRollout(advantage_mode=..., advantages=...)` is deprecated: the engine computes returns only. "
-                "Call `trl_marl.rollout.assign_advantages(rollout.turns, advantage_mode)` (or with your function) on "
-                "the result of `run`.",
-                FutureWarning,
-                stacklevel=2,
-            )
-            advantage_estimator(advantage_mode or "mean")  # an unknown name fails here, naming `advantage_mode`
-        self.advantage_mode = advantage_mode
         self.max_branches = max_branches
         self.early_stop_threshold = early_stop_threshold
         self.chat_template_kwargs = chat_template_kwargs
         self.stop_token_ids = stop_token_ids
         self.score_fn = score if score is not None else (reward.score if reward is not None else None)
-        self.advantage_fn = advantages
         self.gather = gather
         self.local_reward = local_reward
         self.tool_loop = tool_loop if tool_loop is not None and tool_loop.active else None
@@ -265,7 +246,7 @@ class JointRollout:
             if self.tool_loop is not None:  # members with tools: prompts that describe them; calls run in between
                 sample_rows = [rows[node.row_index] for node in nodes for _ in range(G)]
                 by_slot = self.tool_loop.prepare(by_slot, [sample_rows] * self.num_slots, self.chat_template_kwargs)
-            generated = _as_generation(self.team.generate(by_slot, config, self.chat_template_kwargs, **extra))
+            generated = self.team.generate(by_slot, config, self.chat_template_kwargs, **extra)
             if self.tool_loop is not None:
                 tool_turn = self._tool_turn(generated, config, extra, rows[nodes[0].row_index], turn, lockstep)
                 generated = tool_turn.generation
@@ -324,7 +305,7 @@ class JointRollout:
         assert self.tool_loop is not None
 
         def generate(prompt_ids: list[list[list[int]]], step_config: GenerationConfig) -> Generation:
-            return _as_generation(self.team.generate(prompt_ids, step_config, self.chat_template_kwargs, **extra))
+            return self.team.generate(prompt_ids, step_config, self.chat_template_kwargs, **extra)
 
         idle = functools.partial(self._idle_turn, row, turn, config, extra)
         return self.tool_loop.run(generate, generated, config, self.chat_template_kwargs, keep_going=lockstep,
@@ -389,8 +370,6 @@ class JointRollout:
                 result.local_returns = agent_local_returns_from_joint(returns, self.joint_indices, G)  # (K, n, G)
         if self.gather is not None:  # every process's returns, for batch statistics (one collective per rollout)
             pool_turn_returns(turns, self.gather)
-        if self.advantage_fn is not None or self.advantage_mode is not None:  # the deprecated engine-side estimator
-            assign_advantages(turns, self.advantage_fn or self.advantage_mode or "mean")
 
     def _backed_up(self, turns: list[TurnResult], rewards: list[torch.Tensor]) -> list[torch.Tensor]:
         """The tree returns of per-turn rewards `(K, A, J)` (A reward channels: 1 for the team, n for local rewards).
@@ -566,17 +545,3 @@ def finite_mean(values: torch.Tensor) -> float:
     """Mean over the finite entries (NaN when there are none)."""
     finite = values[torch.isfinite(values)]
     return float(finite.mean().item()) if finite.numel() else math.nan
-
-
-def _as_generation(generated: Any) -> Generation:
-    """What `team.generate` returned, as a [`Generation`]: a replaced `generate` (e.g. a scripted one in a test) that
-    still returns the list of `(prompt_ids, completion_ids)` pairs of old works, with a `FutureWarning`."""
-    if isinstance(generated, Generation):
-        return generated
-    warnings.warn(
-        "`team.generate` returned a list of (prompt_ids, completion_ids) pairs; it returns a "
-        "`trl_marl.team.Generation` now: return `Generation(prompt_ids=[...], completion_ids=[...])` instead.",
-        FutureWarning, stacklevel=3,
-    )
-    pairs = list(generated)
-    return Generation(prompt_ids=[p for p, _ in pairs], completion_ids=[c for _, c in pairs])

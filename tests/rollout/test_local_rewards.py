@@ -202,25 +202,3 @@ def test_bad_local_reward_arguments_name_the_field_and_the_fix():
         LocalReward([team_reward(_local(LOCAL, "shared"))], num_agents=2)
     with pytest.raises(TypeError, match="is not callable"):
         LocalReward(["not a function"], num_agents=2)
-
-
-class _PairsTeam(ScriptedTeam):
-    """A team whose replaced `generate` still returns the old list of (prompt_ids, completion_ids) pairs."""
-
-    def generate(self, prompts: list[list[str]], generation_config: Any, chat_template_kwargs: Any = None) -> Any:
-        generated = super().generate(prompts, generation_config, chat_template_kwargs)
-        return [(generated.prompt_ids[a], generated.completion_ids[a]) for a in range(len(prompts))]
-
-
-def test_a_generate_returning_the_old_pairs_still_plays_with_a_warning():
-    """`team.generate` returns a `Generation`; a replaced one (e.g. scripted) that returns the old list of pairs is
-    read the same way, with a FutureWarning that names the fix."""
-    new = JointRollout(_Env(num_agents=2, num_turns=2), _ScriptedTeam(2, 2), TeamReward([_team(TEAM)]),
-                       generation_config=None, num_generations=2, discount=0.5).run([{}]).turns
-    with pytest.warns(FutureWarning, match=r"return `Generation\(prompt_ids="):
-        old = JointRollout(_Env(num_agents=2, num_turns=2), _PairsTeam(2, 2), TeamReward([_team(TEAM)]),
-                           generation_config=None, num_generations=2, discount=0.5).run([{}]).turns
-    assert len(old) == len(new) == 2
-    for a, b in zip(old, new):
-        torch.testing.assert_close(a.agent_returns, b.agent_returns)
-        assert a.completions == b.completions

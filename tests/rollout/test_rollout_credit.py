@@ -311,13 +311,3 @@ def test_the_engine_stops_at_returns_and_the_caller_names_the_estimator():
     torch.testing.assert_close(turns[1].advantages[1], torch.tensor([[-a, a]] * 2))
     with pytest.raises(ValueError, match="`advantage_mode` must be one of"):
         assign_advantages(turns, "agent-norm")
-
-
-def test_engine_side_advantage_mode_is_deprecated_but_kept():
-    with pytest.warns(FutureWarning, match="assign_advantages"):
-        rollout = _rollout(2, 0.0, EPISODE, advantage_mode="agent_norm")
-    turns = rollout.run([{}]).turns
-    s = (16 / 5) ** 0.5 + 1e-4
-    torch.testing.assert_close(turns[0].advantages, torch.tensor([[[-2 / s, 0.0]] * 2]))
-    with pytest.warns(FutureWarning), pytest.raises(ValueError, match="`advantage_mode` must be one of"):
-        _rollout(2, 0.0, EPISODE, advantage_mode="nope")

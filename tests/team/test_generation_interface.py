@@ -1,6 +1,6 @@
 """One generation-backend interface: every backend, the team's own decoding included, is an object whose `generate`
-returns a `Generation`; the team keeps nothing of a call on the side; a backend written to the old interface still
-works, with a `FutureWarning`."""
+returns a `Generation`; the team keeps nothing of a call on the side; a backend written to the old interface is
+refused with the fix."""
 
 from __future__ import annotations
 
@@ -104,31 +104,23 @@ def test_a_generation_reads_as_the_list_of_pairs_generate_returned_before() -> N
         out[2]
 
 
-def test_a_backend_written_to_the_old_interface_still_works_with_a_future_warning(
-    tokenizer: PreTrainedTokenizerBase,
-) -> None:
+def test_a_backend_written_to_the_old_interface_is_refused_with_the_fix(tokenizer: PreTrainedTokenizerBase) -> None:
+    """A `generate(team, prompt_ids, generation_config)` without `stop_token_ids` (the interface before `Generation`)
+    is refused when it is set, naming the interface to define (it was adapted with a FutureWarning before; it failed
+    with `int(list)` when the adaptation missed it, issue 52)."""
     eos = tokenizer.eos_token_id
-    with pytest.warns(FutureWarning, match=r"OldRows.generate\(team, prompt_ids, generation_config\) returns "
-                                           r"token-id lists: .*deprecated.*returning a "
-                                           r"`trl_marl.team.generation.Generation`"):
-        class OldRows(GenerationBackend):
-            def generate(self, team: Any, prompt_ids: list, generation_config: Any) -> list:
-                return [[[5, eos, 6]] * len(rows) for rows in prompt_ids]
 
-    with pytest.warns(FutureWarning, match=r"OldEngine defines `generate_with_logprobs` as the team's entry point"):
-        class OldEngine(GenerationBackend):
-            def generate_with_logprobs(self, team: Any, prompt_ids: list, generation_config: Any) -> tuple:
-                rows = [[[eos, 4]] * len(r) for r in prompt_ids]
-                return rows, [[[-0.5, -0.25]] * len(r) for r in prompt_ids]
+    class OldRows(GenerationBackend):
+        def generate(self, team: Any, prompt_ids: list, generation_config: Any) -> list:  # type: ignore[override]
+            return [[[5, eos, 6]] * len(rows) for rows in prompt_ids]
 
     team = lora_team(tokenizer)
-    team.generation_backend = OldRows()
-    out = team.generate(PROMPTS, GREEDY)
-    assert out.completion_ids == [[[5, eos], [5, eos]], [[5, eos]]] and out.sampling_logps is None
-    team.generation_backend = OldEngine()
-    out = team.generate(PROMPTS, GREEDY)
-    assert out.completion_ids == [[[eos], [eos]], [[eos]]]
-    assert out.sampling_logps == [[[-0.5], [-0.5]], [[-0.5]]]
+    with pytest.raises(TypeError, match=r"OldRows.generate takes no `stop_token_ids`: a backend defines "
+                                        r"`generate\(team, prompt_ids, generation_config, stop_token_ids=None\)` "
+                                        r"and returns a "
+                                        r"`trl_marl.team.generation.Generation`"):
+        team.generation_backend = OldRows()
+    assert type(team.generation_backend) is TransformersBackend  # unchanged
 
 
 def test_a_backend_that_returns_no_generation_is_refused_with_the_fix(tokenizer: PreTrainedTokenizerBase) -> None:

@@ -13,6 +13,7 @@ reads (`lean_decode`, `share_prompt_prefill`, `continuous_batching_config`). `Ag
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
 from typing import Any
 
@@ -45,7 +46,23 @@ def checked_backend(backend: GenerationBackend | None) -> GenerationBackend:
             f"{type(backend).__name__}: subclass `GenerationBackend` and define `generate(team, prompt_ids, "
             "generation_config, stop_token_ids=None) -> Generation` (or set None for the team's own decoding)."
         )
+    if not _takes_stop_token_ids(backend.generate):
+        raise TypeError(
+            f"{type(backend).__name__}.generate takes no `stop_token_ids`: a backend defines `generate(team, "
+            "prompt_ids, generation_config, stop_token_ids=None)` and returns a `trl_marl.team.generation.Generation` "
+            "(`Generation.from_rows` cuts uncut rows after the stop tokens; an engine that returns uncut rows with "
+            "log-probabilities subclasses `EngineBackend` and defines `generate_with_logprobs`)."
+        )
     return backend
+
+
+def _takes_stop_token_ids(method: Any) -> bool:
+    """Whether a backend's `generate` accepts the keyword `stop_token_ids` (named, or through `**kwargs`)."""
+    try:
+        parameters = inspect.signature(method).parameters
+    except (TypeError, ValueError):  # no signature to read (a builtin): the call itself will tell
+        return True
+    return "stop_token_ids" in parameters or any(p.kind is p.VAR_KEYWORD for p in parameters.values())
 
 
 def stop_token_ids(team: Any, agent_index: int) -> set[int]:

@@ -21,10 +21,6 @@ transformers' defaults): the team's own decoding and the compiled backend throug
 the `SamplingParams` it builds from them (`team.generation.vllm.sampling_settings`), which refuses, naming it, any
 setting the engine cannot mean the same way.
 
-A backend written to the interface before [`Generation`] (a `generate(team, prompt_ids, generation_config)` that
-returns token-id lists, or a `generate_with_logprobs` the team called) keeps working with a `FutureWarning` (see
-[`GenerationBackend`]).
-
 Example, a backend that answers every prompt with the same tokens:
 
 ```python
@@ -45,8 +41,6 @@ from __future__ import annotations
 
 import copy
 import functools
-import inspect
-import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, overload
@@ -262,69 +256,19 @@ def agent_generation_config(team: Any, agent_index: int, generation_config: Gene
     return config
 
 
-def _takes_stop_ids(function: Any) -> bool:
-    try:
-        parameters = inspect.signature(function).parameters
-    except (TypeError, ValueError):
-        return True
-    return "stop_token_ids" in parameters or any(p.kind is p.VAR_KEYWORD for p in parameters.values())
-
-
-def _adapt_old_interface(cls: type) -> None:
-    """Give a subclass written to the interface before [`Generation`] the current `generate`, with a
-    `FutureWarning` (see [`GenerationBackend`])."""
-    own = vars(cls)
-    if getattr(cls, "_uncut_rows", False):  # an `EngineBackend`: `generate_with_logprobs` is its engine's hook
-        return
-    fix = ("define `generate(self, team, prompt_ids, generation_config, stop_token_ids=None)` returning a "
-           "`trl_marl.team.generation.Generation` (`Generation.from_rows` cuts uncut rows), or subclass "
-           "`EngineBackend`")
-    if "generate_with_logprobs" in own:  # the team's entry point before: uncut rows and log-probabilities
-        warnings.warn(f"{cls.__qualname__} defines `generate_with_logprobs` as the team's entry point: that interface "
-                      f"of GenerationBackend is deprecated and will be removed; {fix}.", FutureWarning, stacklevel=3)
-        rows_and_logps = own["generate_with_logprobs"]
-
-        def generate(self: Any, team: Any, prompt_ids: list[list[list[int]]], generation_config: GenerationConfig,
-                     stop_token_ids: set[int] | None = None) -> Generation:
-            rows, logps = rows_and_logps(self, team, prompt_ids, generation_config)
-            return Generation.from_rows(team, prompt_ids, rows, logps, stop_token_ids, generation_config)
-
-    elif "generate" in own and not _takes_stop_ids(own["generate"]):  # uncut rows only
-        warnings.warn(f"{cls.__qualname__}.generate(team, prompt_ids, generation_config) returns token-id lists: "
-                      f"that interface of GenerationBackend is deprecated and will be removed; {fix}.",
-                      FutureWarning, stacklevel=3)
-        rows_of = own["generate"]
-
-        def generate(self: Any, team: Any, prompt_ids: list[list[list[int]]], generation_config: GenerationConfig,
-                     stop_token_ids: set[int] | None = None) -> Generation:
-            rows = rows_of(self, team, prompt_ids, generation_config)
-            return Generation.from_rows(team, prompt_ids, rows, None, stop_token_ids, generation_config)
-
-    else:
-        return
-    generate.__doc__ = "The old interface's rows, cut into a `Generation` (deprecated: see `GenerationBackend`)."
-    cls.generate = generate  # type: ignore[attr-defined]
-
-
 class GenerationBackend:
     """What samples a team's completions: every backend, the team's own decoding (`TransformersBackend`) included,
     defines [`GenerationBackend.generate`] and returns a [`Generation`] (see the module docstring).
 
-    A subclass written to the interface before [`Generation`] (a `generate(team, prompt_ids, generation_config)` that
-    returns token-id lists, or a `generate_with_logprobs` that returns them with log-probabilities) still works: it
-    gets a `FutureWarning` when it is defined, and the team cuts its rows as before. Define
-    `generate(team, prompt_ids, generation_config, stop_token_ids=None) -> Generation` instead (an engine that returns
-    uncut rows: subclass [`EngineBackend`]).
+    A subclass defines `generate(team, prompt_ids, generation_config, stop_token_ids=None) -> Generation` (an engine
+    that returns uncut rows: subclass [`EngineBackend`]); the team refuses one whose `generate` takes no
+    `stop_token_ids` when it is set (`AgentTeam.generation_backend = ...`).
     """
 
     name: str = ""
     # whether the engine's log-probabilities come with the samples (`EngineBackend`; the factory sets it from the
     # settings' `vllm_importance_sampling_correction`)
     sampling_logprobs: bool = False
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        _adapt_old_interface(cls)
 
     def generate(self, team: Any, prompt_ids: list[list[list[int]]], generation_config: GenerationConfig,
                  stop_token_ids: set[int] | None = None) -> Generation:
@@ -352,8 +296,6 @@ class EngineBackend(GenerationBackend):
     """A backend whose engine returns every agent's rows at once, uncut, with their log-probabilities (vLLM, in
     process or as a server): it defines [`EngineBackend.generate_with_logprobs`], and `generate` cuts what it returns
     into a [`Generation`] ([`Generation.from_rows`])."""
-
-    _uncut_rows = True  # (not an old-interface backend: see `_adapt_old_interface`)
 
     def generate(self, team: Any, prompt_ids: list[list[list[int]]], generation_config: GenerationConfig,
                  stop_token_ids: set[int] | None = None) -> Generation:
