@@ -182,3 +182,26 @@ def cpu_threads_field() -> Any:
             "average), unless OMP_NUM_THREADS is set, which then decides."
         },
     )
+
+
+def fields_section(cls: type, heading: str, inherited: type) -> str:
+    """A docstring section, as TRL's configs write theirs, for every field that the dataclass `cls` declares and
+    `inherited` does not: `name (`type`, defaults to `value`): its help text`. A config appends it to its docstring,
+    so that the docstring and `--help` say the same from one text."""
+    import dataclasses
+    import textwrap
+
+    known = {f.name for f in dataclasses.fields(inherited)}
+    lines = [f"\n\n    {heading}\n"]
+    for f in dataclasses.fields(cls):
+        if f.name in known:
+            continue
+        if f.default is not dataclasses.MISSING:
+            default = f"defaults to `{f.default!r}`"
+        elif f.default_factory is not dataclasses.MISSING:
+            default = f"defaults to `{f.default_factory()!r}`"
+        else:
+            default = "required"
+        entry = f"{f.name} (`{f.type}`, {default}): {f.metadata.get('help', '')}"
+        lines.append(textwrap.fill(entry, width=116, initial_indent=" " * 8, subsequent_indent=" " * 12) + "\n")
+    return "".join(lines)

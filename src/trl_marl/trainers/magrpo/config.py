@@ -191,6 +191,16 @@ class MAGRPOConfig(GRPOConfig):
             Warn once when an agent's mean token entropy stays below the threshold for this many steps.
         max_nonfinite (`int`, defaults to `10`): NaN/inf rewards or losses are skipped and counted; training stops
             with an error after this many.
+        compiled_sync_every (`int`, defaults to `8`): With `generation_backend="compiled"`, the tokens between the
+            decode loop's host checks of whether every row has ended.
+        frozen_agents (`list[int]`, defaults to `[]`): Agents that act but are not trained (the papers' baseline of
+            agents trained alone, e.g. `[1]` trains agent 0 against a fixed partner).
+        prompt_length_check (`str`, defaults to `"warn"`): What a turn-1 prompt plus `max_completion_length` longer
+            than the model's context does when the trainer is built: `"warn"`, `"error"` or `"ignore"`.
+        console_metrics (`list[str]` or `None`): The metrics the console prints per logged step (names or shell
+            patterns; `["all"]`: every one); the `report_to` loggers always get every metric.
+        cpu_threads (`int` or `None`, defaults to `None`): Torch threads of a CPU run; `None` chooses them from the
+            model's size and the machine's load, unless `OMP_NUM_THREADS` is set.
         reward_timeout (`float` or `None`, defaults to `600`): Seconds one reward function call may take; training
             then stops with an error naming the function, after saving the last completed step. `None`: no limit.
         reward_isolation (`str`, defaults to `"process"`): Where a limited reward call runs: `"process"` (a worker

@@ -32,6 +32,7 @@ from ..console import check_console_metrics, console_metrics_field
 from ..fields import (
     backward_per_agent_field,
     cpu_threads_field,
+    fields_section,
     frozen_agents_field,
     generation_backend_field,
     max_nonfinite_field,
@@ -471,6 +472,11 @@ class MultiAgentPPOConfig(TRLBaseConfig):
                 f"`whiten_rewards` needs at least 8 episodes per mini-batch per process, got "
                 f"{self.local_mini_batch_size}: raise per_device_train_batch_size or gradient_accumulation_steps."
             )
+
+
+MultiAgentPPOConfig.__doc__ = (MultiAgentPPOConfig.__doc__ or "") + fields_section(
+    MultiAgentPPOConfig, "Parameters beyond `transformers.TrainingArguments` (each as `--help` gives it):",
+    TRLBaseConfig)
 
 
 @dataclass
