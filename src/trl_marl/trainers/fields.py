@@ -72,9 +72,9 @@ def backward_per_agent_field() -> Any:
     return field(
         default=True,
         metadata={
-            "help": "Backpropagate the loss one agent at a time (in PPO one policy slot at a time): one agent's "
-            "activations in memory instead of all, the gradient of the summed loss (False). Why, and when the "
-            "summed loss is taken anyway: the docstring of trl_marl.trainers.per_agent."
+            "help": "Backpropagate the loss one agent (PPO: one policy slot) at a time: one agent's activations in "
+            "memory instead of all, the gradient of the summed loss (False). Why, and when the summed loss is taken "
+            "anyway: trl_marl.trainers.per_agent."
         },
     )
 
