@@ -19,8 +19,9 @@ columns can be read by passing its path.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from ..utils.lazy import lazy_exports
 
 # The loaders are imported on first use (PEP 562): `trl_marl.data.files` and the command line's checks of a data
 # option stay free of torch, `datasets` and the envs that the loaders of the debate import.
@@ -36,16 +37,7 @@ _PUBLIC = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _PUBLIC:
-        raise AttributeError(f"module 'trl_marl.data' has no attribute {name!r}")
-    value = getattr(importlib.import_module(_PUBLIC[name], __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_PUBLIC})
+__getattr__, __dir__ = lazy_exports(__name__, _PUBLIC)
 
 
 if TYPE_CHECKING:

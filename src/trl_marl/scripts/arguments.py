@@ -73,6 +73,19 @@ def _config_path(args: Sequence[str]) -> str | None:
     return None
 
 
+def config_mapping(path: str) -> dict | None:
+    """The mapping a `--config` YAML file holds, or None when the file cannot be opened or holds no mapping (the
+    parser says why). A file YAML cannot read raises `yaml.YAMLError`."""
+    import yaml
+
+    try:
+        with open(path) as f:
+            config = yaml.safe_load(f)
+    except OSError:
+        return None
+    return config if isinstance(config, dict) else None
+
+
 def _missing_config_message(config: str) -> str:
     """The one line for a `--config` file that does not exist: the closest file of its folder, or an example."""
     folder = os.path.dirname(config) or "."
@@ -225,15 +238,9 @@ class SuggestingParser(TrlParser):
 
     @staticmethod
     def _unknown_config_keys(path: str, fields: set[str]) -> list[str]:
-        import yaml
-
-        try:
-            with open(path) as f:
-                config = yaml.safe_load(f)
-        except OSError:
-            return []  # TrlParser says that the file cannot be opened
-        if not isinstance(config, dict):
-            return []  # TrlParser says that it must be a mapping
+        config = config_mapping(path)
+        if config is None:
+            return []  # TrlParser says that the file cannot be opened or must be a mapping
         return [f"{path} sets `{key}`, which is not an option" + _suggestion(closest(str(key), fields))
                 for key in config if key != "env" and key not in fields]
 

@@ -35,7 +35,15 @@ from typing import Any
 
 from ..utils.model_names import UnknownModelNameError, check_model_name
 from ..utils.values import learning_rate_problem
-from .arguments import _FALSE, _TRUE, _config_path, _missing_config_message, resume_value, run_start_problem
+from .arguments import (
+    _FALSE,
+    _TRUE,
+    _config_path,
+    _missing_config_message,
+    config_mapping,
+    resume_value,
+    run_start_problem,
+)
 from .data_sources import DataFileNotFoundError, UsageError, resolve_source
 
 
@@ -50,12 +58,10 @@ def given_values(args: Sequence[str]) -> dict[str, Any]:
         import yaml
 
         try:
-            with open(config) as f:
-                loaded = yaml.safe_load(f)
-        except (OSError, yaml.YAMLError):
+            loaded = config_mapping(config)
+        except yaml.YAMLError:
             loaded = None
-        if isinstance(loaded, dict):
-            values.update((str(key), value) for key, value in loaded.items())
+        values.update((str(key), value) for key, value in (loaded or {}).items())
     args = list(args)
     for index, token in enumerate(args):
         if not token.startswith("--") or token == "--":

@@ -198,8 +198,8 @@ def _save_adapter(model: Any, adapter: str, agent_dir: str, state_dict: dict[str
     # the base's config.json (to see whether the vocabulary grew) and a plain `AutoPeftModelForCausalLM` loads the
     # agent offline. The team keeps the name (`team_config.json`, the model card), which loads on any machine.
     peft_config, recorded = model.peft_config[adapter], model.peft_config[adapter].base_model_name_or_path
-    resolved = resolve_model_name(recorded) if recorded else recorded
-    peft_config.base_model_name_or_path = resolved
+    if recorded:
+        peft_config.base_model_name_or_path = resolve_model_name(recorded)
     try:
         state = get_peft_model_state_dict(model, state_dict=state_dict, adapter_name=adapter)
         config = copy.deepcopy(peft_config)

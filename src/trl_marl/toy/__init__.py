@@ -27,8 +27,9 @@ Modules: ``model`` (tokenizer and model), ``tasks`` (the synthetic tasks), ``pre
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from ..utils.lazy import lazy_exports
 
 # Imported on first use (PEP 562): the names (`toy.names`) need no torch, so the offline model names and the
 # command line's checks read them without loading transformers; the models and tasks load when first used.
@@ -47,18 +48,7 @@ _PUBLIC = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    if name in _SUBMODULES:
-        return importlib.import_module(f".{name}", __name__)
-    if name not in _PUBLIC:
-        raise AttributeError(f"module 'trl_marl.toy' has no attribute {name!r}")
-    value = getattr(importlib.import_module(_PUBLIC[name], __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_PUBLIC, *_SUBMODULES})
+__getattr__, __dir__ = lazy_exports(__name__, _PUBLIC, _SUBMODULES)
 
 
 if TYPE_CHECKING:

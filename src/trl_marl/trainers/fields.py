@@ -25,6 +25,8 @@ class MyTeamConfig(TrainingArguments):
 
 from __future__ import annotations
 
+import dataclasses
+import textwrap
 from dataclasses import field
 from typing import Any
 
@@ -188,9 +190,6 @@ def fields_section(cls: type, heading: str, inherited: type) -> str:
     """A docstring section, as TRL's configs write theirs, for every field that the dataclass `cls` declares and
     `inherited` does not: `name (`type`, defaults to `value`): its help text`. A config appends it to its docstring,
     so that the docstring and `--help` say the same from one text."""
-    import dataclasses
-    import textwrap
-
     known = {f.name for f in dataclasses.fields(inherited)}
     lines = [f"\n\n    {heading}\n"]
     for f in dataclasses.fields(cls):
