@@ -1,4 +1,4 @@
-"""Pilot rates of the cooperative coding designs on TRAINING rows only (issue 55, item 3), measured before any seed:
+"""Pilot rates of the issue-55 designs (coding and writing) on TRAINING rows only (item 3), before any seed:
 the untrained SmolLM2-135M team of `learning_real.py`'s task, sampled as its evaluation samples (8 joint actions per
 row, T = 0.7, stop at the closing fence). Held-out rows are never sampled here. The gates, fixed before the pilots
 (the teamwork analysis notes, section 3):
@@ -7,7 +7,12 @@ row, T = 0.7, stop at the closing fence). Held-out rows are never sampled here. 
   b >= 0.6;
 - `--task coding_private` (a rule only the helper reads): the helper right with a reference main in 0.2 to 0.6 of
   answers, the main right with a reference helper in 0.1 to 0.3;
-- both: the untrained success leaves room to learn (< 0.3).
+- `--task writing_halves` (the writers choose who summarizes which half; fixed before its pilot): each writer names
+  a half in at least 0.3 of its answers, and both prefer the same half by at least 1.5 to 1 (the bias under which
+  agents trained alone against an untrained partner both learn the other half and collide);
+- all: the untrained success leaves room to learn (< 0.3).
+
+The writing task is piloted here too: one script for every issue-55 design with a choice to gate.
 
     python benchmarks/learning/coding_pilot.py --task coding_private --rows 16
 """
@@ -21,15 +26,31 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
+def task_gates(task: str, m: dict[str, Any]) -> dict[str, Any]:
+    """The pilot gates of `task` (fixed before its pilot) on the untrained team's metrics `m`."""
+    if task == "coding_division":
+        return {"b_same_function": m.get("collision"), "b_gate": ">= 0.6"}
+    if task == "coding_private":
+        return {"helper_right": m.get("helper_with_reference_main"), "helper_gate": "0.2 to 0.6",
+                "main_right": m.get("main_with_reference_helper"), "main_gate": "0.1 to 0.3"}
+    named = {a: m[f"agent_{a}_first"] + m[f"agent_{a}_second"] for a in (0, 1)}
+    ratio = {a: max(m[f"agent_{a}_first"], 1e-9) / max(m[f"agent_{a}_second"], 1e-9) for a in (0, 1)}
+    same_bias = all(r >= 1.5 for r in ratio.values()) or all(r <= 1 / 1.5 for r in ratio.values())
+    return {"named": named, "named_gate": ">= 0.3 per writer", "first_to_second": ratio,
+            "bias_gate": "both >= 1.5 or both <= 1/1.5", "passes": min(named.values()) >= 0.3 and same_bias}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=16)
-    parser.add_argument("--task", default="coding_division", choices=("coding_division", "coding_private"))
+    parser.add_argument("--task", default="coding_division",
+                        choices=("coding_division", "coding_private", "writing_halves"))
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--output", default=None, help="default benchmarks/results/pilot_<task>.json")
     args = parser.parse_args()
@@ -49,15 +70,11 @@ def main() -> None:
         result = lr.evaluate_task(task, trainer.team, False, rows, 20_000 + args.seed, sizes["completion"])
     seconds = time.perf_counter() - start
     m = result["metrics"]
-    same = m.get("collision")
     record = {
         "command": "python " + " ".join(sys.argv), "git": git_state(), "machine": machine_info(),
         "rows": len(rows), "joint_actions": result["joint_actions"], "seconds": round(seconds, 1),
         "success": result["success"], "team_reward": result["reward"], "metrics": m,
-        "gates": ({"b_same_function": same, "b_gate": ">= 0.6"} if same is not None else
-                  {"helper_right": m.get("helper_with_reference_main"), "helper_gate": "0.2 to 0.6",
-                   "main_right": m.get("main_with_reference_helper"), "main_gate": "0.1 to 0.3"})
-        | {"untrained_success": result["success"], "success_gate": "< 0.3"},
+        "gates": task_gates(args.task, m) | {"untrained_success": result["success"], "success_gate": "< 0.3"},
     }
     Path(args.output or f"benchmarks/results/pilot_{args.task}.json").write_text(json.dumps(record, indent=1) + "\n")
     print(json.dumps({k: record[k] for k in ("success", "team_reward", "metrics", "seconds")}, indent=1))

@@ -466,6 +466,54 @@ def writing_symmetric_task() -> Task:
 TASKS["writing_symmetric"] = writing_symmetric_task
 
 
+HALVES_SUCCESS = 0.55
+"""A halves joint action succeeds at a team reward >= 0.55: above the 0.5 that two writers choosing the same half can
+reach at most, so success needs the halves split and both summaries about their halves. Fixed before the pilot."""
+
+
+def writing_halves_task() -> Task:
+    """Cooperative writing where the writers choose who summarizes which half (`HalvesWritingEnv`, issue 55): both
+    read the same text in two halves and the same instruction, and differ only in "You are writer 1/2"; each answer
+    is prefilled with "I summarize the", so its first word is the writer's choice. `HalvesTeamReward` pays for each
+    half the best summary of it (two writers on one half earn at most 0.5). Texts and their train / held-out split as
+    `writing_task` (the 126 training and 44 held-out texts whose halves each have at least three content words of
+    their own), T = 0.7, 48 new tokens (the choice and a sentence of at most 30 words); success is a team reward of at
+    least `HALVES_SUCCESS`; metrics: which half each writer chose, collisions, the team reward. No centralised arm."""
+    from trl_marl.envs.writing_halves import HalvesWritingEnv, split_halves
+    from trl_marl.rewards.writing_halves import HalvesTeamReward, halves_metrics
+    from trl_marl.rewards.writing_source import content_words
+
+    def usable(row: dict[str, Any]) -> bool:
+        first, second = (set(content_words(half)) for half in split_halves(row["text"]))
+        return len(first - second) >= 3 and len(second - first) >= 3
+
+    base = writing_task()
+    train = [row for row in base.eval_rows("train", 10_000) if usable(row)]
+    heldout = [row for row in base.eval_rows("heldout", 10_000) if usable(row)]
+
+    def env(central: bool) -> Any:
+        if central:
+            raise ValueError("writing_halves has no centralised arm.")
+        return HalvesWritingEnv(chat=True)
+
+    def train_rows(count: int, seed: int) -> list[dict[str, Any]]:
+        return random.Random(seed).choices(train, k=count)
+
+    def eval_rows(split: str, count: int) -> list[dict[str, Any]]:
+        return (heldout if split == "heldout" else train)[:count]
+
+    def metrics(env: Any) -> dict[str, Any]:
+        return {"team_reward": HalvesTeamReward(), **halves_metrics()}
+
+    sizes = {**(base.sizes or {}), "completion": 48}
+    return Task("writing_halves", env, lambda env: HalvesTeamReward(), train_rows, eval_rows,
+                success=lambda env: AtLeast(HalvesTeamReward(), HALVES_SUCCESS), sizes=sizes, central=False,
+                metrics=metrics)
+
+
+TASKS["writing_halves"] = writing_halves_task
+
+
 # ------------------------------------------------------------------------------------------------------ sizes
 SIZES: dict[str, dict[str, Any]] = {
     # rows per step = batch // generations; eval: `eval_rows` rows per split, 8 sampled joint actions each

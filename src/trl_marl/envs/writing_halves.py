@@ -1,0 +1,145 @@
+"""Cooperative writing where the writers choose who summarizes which half of the text.
+
+Both writers read the same text, shown as two halves, and the same instruction: one of them summarizes the first
+half in one sentence, the other the second half; the prompts differ only in "You are writer 1" / "You are writer 2",
+and neither sees the other's summary. Each answer is prefilled with "I summarize the", so the first word the model
+writes is its choice ("first" or "second"), as a player of the split game names its number (`ChatSplitItemsEnv`).
+[`~trl_marl.rewards.writing_halves.HalvesTeamReward`] pays for each half the best summary written of it, so the team
+earns the whole reward only when its writers split the halves and each summary is about its half.
+
+Why this task (issue 55): the team succeeds only by a convention over roles, the division of labour of MAGRPO's
+writing jobs made the agents' own choice. A small model prefers one half (the first, as it prefers the first number
+of the split game); an agent trained alone against that frozen partner learns to take the other half, and so does
+its partner trained alone: paired, they collide. The partner is necessary by construction: without its summary
+half of the text is not covered.
+
+Example:
+
+```python
+>>> env = HalvesWritingEnv(chat=True)
+>>> row = {"text": "Open a file. Return a stream. Raise OSError when the file cannot be opened."}
+>>> env.agent_prompt(row, 1, Transcript())[-1]
+{'role': 'assistant', 'content': 'I summarize the'}
+>>> halves_choice(" second half: Errors raise OSError.")
+('second', 'Errors raise OSError.')
+```
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from ..utils.text import completion_text, words
+from .base import MultiAgentEnv, Prompt, Transcript
+
+HALVES = ("first", "second")
+"""The two choices of [`HalvesWritingEnv`]: which half of the text a writer summarizes."""
+
+HALVES_PREFILL = "I summarize the"
+"""The start of every answer; the model continues it with its choice ("first half: ...")."""
+
+HALVES_INSTRUCTION = (
+    "Two writers summarize the text below together, and neither can see the other's summary. The text has two "
+    "halves. One writer summarizes the first half in one sentence; the other writer summarizes the second half in "
+    'one sentence. You are writer {writer}. Start with "I summarize the first half:" or "I summarize the second '
+    'half:".'
+)
+"""The instruction of both writers; only `{writer}` (1 or 2) differs between them."""
+
+HALVES_TEMPLATE = "{instruction}\n\nFirst half:\n{first}\n\nSecond half:\n{second}"
+"""The prompt (format fields `{instruction}`, `{first}`, `{second}`)."""
+
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=\S)")
+_CHOICE = re.compile(r"\s*\W*\s*(first|second)\b(?:\s+half\b)?(?:\s+of\s+the\s+text\b)?\s*[:,.;\-\u2013\u2014]*\s*",
+                     re.IGNORECASE)
+
+
+def split_halves(text: str) -> tuple[str, str]:
+    """The two halves of `text`: split at the sentence end nearest to the middle word, or at the middle word when
+    the text is one sentence. Both halves are stripped; either may be empty only when `text` has fewer than two
+    words.
+
+    Example:
+
+    ```python
+    >>> split_halves("One two three. Four five. Six seven eight nine.")
+    ('One two three. Four five.', 'Six seven eight nine.')
+    ```
+    """
+    text = " ".join(text.split())
+    total = len(words(text))
+    ends = [m.start() for m in _SENTENCE_END.finditer(text)]
+    if ends:
+        cut = min(ends, key=lambda at: (abs(2 * len(words(text[:at])) - total), at))
+        return text[:cut].strip(), text[cut:].strip()
+    tokens = text.split(" ")
+    middle = len(tokens) // 2
+    return " ".join(tokens[:middle]).strip(), " ".join(tokens[middle:]).strip()
+
+
+def halves_choice(completion: Any) -> tuple[str | None, str]:
+    """The half an answer chose and its summary: `("first" | "second", summary)`, or `(None, text)` when the answer
+    (which continues [`HALVES_PREFILL`]) does not start with one of the two words. "first half:", "second half of
+    the text," and a bare "first" are all read; only the first word decides, so an answer cannot choose both.
+    """
+    text = completion_text(completion)
+    match = _CHOICE.match(text)
+    if match is None:
+        return None, text.strip()
+    return match.group(1).lower(), text[match.end():].strip()
+
+
+class HalvesWritingEnv(MultiAgentEnv):
+    """Two writers, one text in two halves, one one-sentence summary each; the writers choose who takes which half.
+
+    Agent i's prompt is [`HALVES_TEMPLATE`] with [`HALVES_INSTRUCTION`] for writer i + 1 and the row's text split by
+    [`split_halves`]; with `chat=True` it is a user message followed by the assistant prefill [`HALVES_PREFILL`]
+    (plain text: the prefill ends the prompt after a blank line). One turn. Score it with
+    [`~trl_marl.rewards.writing_halves.HalvesTeamReward`]; [`halves_choice`] reads an answer's choice.
+
+    Args:
+        text_column (`str`): The dataset column holding the source text.
+        chat (`bool`): Return chat messages with the prefill as an assistant message instead of one string.
+        instruction (`str`): The instruction (format field `{writer}`).
+        template (`str`): The prompt (format fields `{instruction}`, `{first}`, `{second}`).
+        prefill (`str`): The start of every answer.
+    """
+
+    def __init__(self, text_column: str = "text", chat: bool = True, instruction: str = HALVES_INSTRUCTION,
+                 template: str = HALVES_TEMPLATE, prefill: str = HALVES_PREFILL) -> None:
+        super().__init__(num_agents=2, num_turns=1)
+        try:
+            template.format(instruction=instruction.format(writer=1), first="a", second="b")
+        except (KeyError, IndexError, ValueError) as error:
+            raise ValueError(f"HalvesWritingEnv: `instruction` may only use {{writer}} and `template` only "
+                             f"{{instruction}}, {{first}} and {{second}} ({error!r}).") from error
+        self.text_column = text_column
+        self.chat = chat
+        self.instruction = instruction
+        self.template = template
+        self.prefill = prefill
+        self.required_columns = (text_column,)
+
+    def check_row_values(self, row: Mapping[str, Any], dataset_name: str, index: int) -> None:
+        text = row[self.text_column]
+        if not isinstance(text, str) or not all(split_halves(text)):
+            raise ValueError(f"{dataset_name} row {index}: column {self.text_column!r} must be a text of at least two "
+                             f"words (it is split into two halves), got {text!r:.80}.")
+
+    def agent_prompt(self, row: Mapping[str, Any], agent_index: int, transcript: Transcript) -> Prompt:
+        """Writer `agent_index + 1`'s prompt: the shared instruction with its number, the two halves, the prefill."""
+        if agent_index not in (0, 1):
+            raise IndexError(f"{type(self).__name__} has writers 0 and 1, got {agent_index}.")
+        if len(transcript) != 0:
+            raise ValueError(f"{type(self).__name__} plays one turn; got a transcript of {len(transcript)} turn(s).")
+        first, second = split_halves(row[self.text_column])
+        text = self.template.format(instruction=self.instruction.format(writer=agent_index + 1), first=first,
+                                    second=second)
+        if not self.chat:
+            return f"{text}\n\n{self.prefill}" if self.prefill else text
+        messages: list[dict[str, str]] = [{"role": "user", "content": text}]
+        if self.prefill:
+            messages.append({"role": "assistant", "content": self.prefill})
+        return messages
