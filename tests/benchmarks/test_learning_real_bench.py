@@ -623,3 +623,40 @@ def test_writing_symmetric_task_rows_rewards_and_metrics(bench: Any) -> None:
     assert scores["split"] > scores["collide"]  # splitting the roles pays more than both writing long
     assert task.success(env)(prompts=[None], completions=[long], agent_completions=pairs["collide"],
                              text=[source]) == [0.0]
+
+
+def test_writing_halves_task_rows_prompts_reward_and_success(bench: Any) -> None:
+    """The halves task (issue 55): the writing task's texts and split, only texts whose halves each have three content
+    words of their own, identical prompts but the writer's number, `HalvesTeamReward` trained on, success above the
+    0.5 a colliding pair can reach, the choice metrics, no centralised arm."""
+    from trl_marl.data.team_writing import team_writing_rows
+    from trl_marl.envs import Transcript
+    from trl_marl.envs.writing_halves import HalvesWritingEnv, split_halves
+    from trl_marl.rewards.writing_halves import HalvesTeamReward
+    from trl_marl.rewards.writing_source import content_words
+
+    task = bench.writing_halves_task()
+    held = {r["text"] for r in team_writing_rows("heldout")}
+    train = task.train_rows(400, 0)
+    assert not held & {r["text"] for r in train} and len({r["text"] for r in train}) > 100
+    heldout = task.eval_rows("heldout", 100)
+    assert {r["text"] for r in heldout} <= held and len(heldout) == 44
+    for row in heldout + train:
+        first, second = (set(content_words(h)) for h in split_halves(row["text"]))
+        assert len(first - second) >= 3 and len(second - first) >= 3
+    assert task.eval_rows("heldout", 16) == heldout[:16] and task.sizes["completion"] == 48
+    env = task.env(False)
+    assert isinstance(env, HalvesWritingEnv) and not task.central and isinstance(task.reward(env), HalvesTeamReward)
+    with pytest.raises(ValueError, match="no centralised arm"):
+        task.env(True)
+    prompts = [env.agent_prompt(heldout[0], i, Transcript()) for i in (0, 1)]
+    assert prompts[0][0]["content"].replace("writer 1", "writer 2") == prompts[1][0]["content"]
+    assert set(task.metrics(env)) == {"team_reward", "agent_0_first", "agent_0_second", "agent_1_first",
+                                      "agent_1_second", "same_half"}
+    text = heldout[0]["text"]
+    halves = split_halves(text)
+    answers = [f" {name} half: " + " ".join(half.split()[:12]) for name, half in zip(("first", "second"), halves)]
+    split, collide = [[answers[0]], [answers[1]]], [[answers[0]], [answers[0]]]
+    assert bench.HALVES_SUCCESS > 0.5
+    assert task.success(env)(prompts=[None], completions=split[0], agent_completions=split, text=[text]) == [1.0]
+    assert task.success(env)(prompts=[None], completions=collide[0], agent_completions=collide, text=[text]) == [0.0]

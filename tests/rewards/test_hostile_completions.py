@@ -41,6 +41,7 @@ from trl_marl.rewards import (
 from trl_marl.rewards.arithmetic import parse_int, parse_leading_int
 from trl_marl.rewards.coordination import first_word
 from trl_marl.rewards.tool_relay import ToolRelayReward, integers, last_integer
+from trl_marl.rewards.writing_halves import HalvesTeamReward
 from trl_marl.tools import ToolFormat, calculator, call_tool, parse_completion, python
 from trl_marl.tools.templates import CHATML_RESPONSE_TEMPLATE, CHATML_TOOL_TEMPLATE
 from trl_marl.toy import build_toy_chat_tokenizer
@@ -108,6 +109,7 @@ def reward_cases() -> list[tuple[str, Callable[[], Any], dict[str, Any]]]:
          {"answer": "5", "transcript": True}),
         ("writing team", WritingTeamReward, dict(toy_writing_rows(1)[0])),
         ("coding team", CodingTeamReward, dict(toy_coding_rows(1)[0])),
+        ("writing halves", HalvesTeamReward, {"text": "Open the file. Raise OSError when it is missing."}),
         ("unit tests", UnitTestReward, dict(toy_coding_rows(1)[0])),
     ]
     try:

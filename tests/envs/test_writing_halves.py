@@ -1,0 +1,147 @@
+"""Writing with halves (issue 55): `HalvesWritingEnv`'s split, prompts and choice reading, `half_summary_score` on
+hand-computed cases, and `HalvesTeamReward` against a corpus of gamed answers that must score below an honest pair."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from trl_marl.envs.base import Transcript
+from trl_marl.envs.writing_halves import HALVES_PREFILL, HalvesWritingEnv, halves_choice, split_halves
+from trl_marl.rewards.writing_halves import ChoseHalf, HalvesTeamReward, SameHalf, half_summary_score, halves_metrics
+
+FIRST = ("Read the configuration file from disk and parse each section into a dictionary of options. Missing "
+         "sections are created with default values.")
+SECOND = ("When a value cannot be converted to an integer, the parser raises ValueError and reports the line number. "
+          "Comments starting with a hash are ignored.")
+SOURCE = f"{FIRST} {SECOND}"
+HONEST = (" first half: Reads the configuration file and parses its sections into options, creating missing sections "
+          "with defaults.",
+          " second half: Values that are not integers raise ValueError with the line number, and hash comments are "
+          "ignored.")
+
+
+def team_reward(first: str, second: str) -> float:
+    return HalvesTeamReward()(None, None, agent_completions=[[first], [second]], text=[SOURCE])[0]
+
+
+def test_split_halves_cuts_at_the_sentence_end_nearest_the_middle() -> None:
+    # sentences of 16, 7, 17 and 7 words: the cut after the second (23 of 47 words) is nearest the middle
+    assert split_halves(SOURCE) == (FIRST, SECOND)
+    assert split_halves("  Alpha beta.\n\n Gamma   delta epsilon. ") == ("Alpha beta.", "Gamma delta epsilon.")
+    assert split_halves("one two three four five") == ("one two", "three four five")  # one sentence: by words
+    assert split_halves("One. Two.") == ("One.", "Two.")  # a tie goes to the earlier end
+    assert split_halves("word") == ("", "word")
+
+
+@pytest.mark.parametrize(("answer", "expected"), [
+    (" first half: Opens a file.", ("first", "Opens a file.")),
+    (" Second half of the text: Errors.", ("second", "Errors.")),
+    (" first: Opens.", ("first", "Opens.")),
+    (' "first half" - Opens.', ("first", '" - Opens.')),
+    (" first and second half: both.", ("first", "and second half: both.")),  # only the first word chooses
+    (" whole text: everything.", (None, "whole text: everything.")),
+    (" firstly, opens.", (None, "firstly, opens.")),
+    ("", (None, "")),
+    ([{"role": "assistant", "content": " second half: Raises."}], ("second", "Raises.")),
+])
+def test_halves_choice_reads_the_first_word_only(answer: Any, expected: tuple[Any, str]) -> None:
+    assert halves_choice(answer) == expected
+
+
+def test_both_writers_get_the_same_prompt_but_their_number_and_a_prefill() -> None:
+    env = HalvesWritingEnv()
+    row = {"text": SOURCE}
+    prompts = [env.agent_prompt(row, i, Transcript()) for i in (0, 1)]
+    assert prompts[0][-1] == {"role": "assistant", "content": HALVES_PREFILL} == prompts[1][-1]
+    user = prompts[0][0]["content"]
+    assert user.endswith(f"First half:\n{FIRST}\n\nSecond half:\n{SECOND}")
+    assert "You are writer 1." in user and 'Start with "I summarize the first half:"' in user
+    assert prompts[1][0]["content"] == user.replace("You are writer 1.", "You are writer 2.")
+    plain = HalvesWritingEnv(chat=False).agent_prompt(row, 0, Transcript())
+    assert plain == f"{user}\n\n{HALVES_PREFILL}"
+    assert (env.num_agents, env.num_turns, env.required_columns) == (2, 1, ("text",))
+
+
+def test_bad_rows_agents_and_templates_are_refused() -> None:
+    env = HalvesWritingEnv()
+    with pytest.raises(ValueError, match="at least two words"):
+        env.check_row_values({"text": "word"}, "data", 3)
+    with pytest.raises(ValueError, match="at least two words"):
+        env.check_row_values({"text": 7}, "data", 0)
+    with pytest.raises(IndexError, match="writers 0 and 1"):
+        env.agent_prompt({"text": SOURCE}, 2, Transcript())
+    with pytest.raises(ValueError, match="one turn"):
+        env.agent_prompt({"text": SOURCE}, 0, Transcript().extend(["a", "b"]))
+    with pytest.raises(ValueError, match="may only use"):
+        HalvesWritingEnv(template="{instruction} {text}")
+
+
+HALF, OTHER = "Open the file and return a stream.", "Raise OSError when the path is missing."
+
+
+@pytest.mark.parametrize(("summary", "expected"), [
+    ("Opens a file as a stream.", 1.0),  # C = {open, file, stream}: on_half 1, cover 3/4, varied 1
+    ("Opens a stream quickly now.", 5 / 6),  # on_half 2/4 -> 0.5 / 0.6
+    ("Opens file stream, path", 0.5),  # wrong 1/4 -> focus 1 - 0.5
+    ("Opens a path.", 0.0),  # wrong 1/2 -> focus 0
+    ("file file file file file stream", 5 / 9),  # varied (2/6) / 0.6
+    ("Raises OSError for a missing path.", 0.0),  # the other half
+    ("Opens.", 0.0),  # one word: below the length
+    ("Opens the file " + "and then the stream " * 7, 0.0),  # 31 words: above the length
+    ("The and of a.", 0.0),  # no content words
+])
+def test_half_summary_score_by_hand(summary: str, expected: float) -> None:
+    assert half_summary_score(summary, HALF, OTHER) == pytest.approx(expected)
+
+
+GAMED = {
+    "unrelated text": " second half: The weather today is sunny with a light breeze over the green hills.",
+    "one word repeated": " second half:" + " ValueError" * 20,
+    "the other half's summary": " second half: Reads the configuration file and parses sections into a dictionary.",
+    "the whole text copied": " second half: " + SOURCE,
+    "keywords of both halves": " second half: configuration file section dictionary default ValueError integer line "
+                               "comment hash",
+    "both halves claimed": " first and second half: Reads sections, raises ValueError on bad integers.",
+    "the same half as the partner": HONEST[0],
+    "no choice": " whole text: Values that are not integers raise ValueError with the line number.",
+    "nothing": "",
+}
+
+
+@pytest.mark.parametrize("name", sorted(GAMED))
+def test_gamed_answers_score_below_an_honest_pair(name: str) -> None:
+    """Beside an honest partner, a gamed answer adds at most 0.025 (a half scored 0.05) to the partner's 0.5: far
+    below the honest pair's 1.0 and below the success threshold of the benchmark (0.55)."""
+    assert team_reward(*HONEST) == 1.0
+    assert team_reward(HONEST[0], GAMED[name]) <= 0.525
+    partner = HONEST[0] if name == "the same half as the partner" else HONEST[1]
+    assert team_reward(GAMED[name], partner) <= 0.525
+
+
+def test_the_team_reward_counts_each_half_at_its_best_summary() -> None:
+    reward = HalvesTeamReward()
+    weak_first = " first half: Reads the file."  # C = {read, file}: cover 2 / 12 -> 0.417
+    weak = half_summary_score("Reads the file.", FIRST, SECOND)
+    assert weak == pytest.approx((2 / 12) / 0.4)
+    values = reward(None, None, agent_completions=[[HONEST[0], weak_first, weak_first],
+                                                   [weak_first, HONEST[1], weak_first]], text=[SOURCE] * 3)
+    assert values == pytest.approx([0.5, (weak + 1.0) / 2, weak / 2])  # the best first-half summary counts once
+    swapped = reward(None, None, agent_completions=[[HONEST[1]], [HONEST[0]]], text=[SOURCE])
+    assert swapped == [1.0]  # either writer may take either half
+
+
+def test_choice_metrics_and_errors() -> None:
+    team = [[HONEST[0], HONEST[0], " nothing"], [HONEST[1], HONEST[0], " nothing"]]
+    assert ChoseHalf(0, "first")(None, None, agent_completions=team) == [1.0, 1.0, 0.0]
+    assert ChoseHalf(1, "second")(None, None, agent_completions=team) == [1.0, 0.0, 0.0]
+    assert SameHalf()(None, None, agent_completions=team) == [0.0, 1.0, 0.0]
+    assert sorted(halves_metrics()) == ["agent_0_first", "agent_0_second", "agent_1_first", "agent_1_second",
+                                        "same_half"]
+    with pytest.raises(ValueError, match="needs `agent_completions`"):
+        HalvesTeamReward()(None, [HONEST[0]], text=[SOURCE])
+    with pytest.raises(KeyError, match="'text'"):
+        HalvesTeamReward()(None, None, agent_completions=[[HONEST[0]], [HONEST[1]]])
+    with pytest.raises(ValueError, match="`half` must be one of"):
+        ChoseHalf(0, "third")
