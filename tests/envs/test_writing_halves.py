@@ -37,6 +37,8 @@ def test_split_halves_cuts_at_the_sentence_end_nearest_the_middle() -> None:
 
 @pytest.mark.parametrize(("answer", "expected"), [
     (" first half: Opens a file.", ("first", "Opens a file.")),
+    (" first half:\n\nOpens a file. Then reads it.\nI summarize the second half: ...", ("first", "Opens a file.")),
+    (" second half: no stop at the end", ("second", "no stop at the end")),
     (" Second half of the text: Errors.", ("second", "Errors.")),
     (" first: Opens.", ("first", "Opens.")),
     (' "first half" - Opens.', ("first", '" - Opens.')),

@@ -52,6 +52,7 @@ HALVES_TEMPLATE = "{instruction}\n\nFirst half:\n{first}\n\nSecond half:\n{secon
 """The prompt (format fields `{instruction}`, `{first}`, `{second}`)."""
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=\S)")
+_STOP = re.compile(r"[.!?](?=\s|$)")
 _CHOICE = re.compile(r"\s*\W*\s*(first|second)\b(?:\s+half\b)?(?:\s+of\s+the\s+text\b)?\s*[:,.;\-\u2013\u2014]*\s*",
                      re.IGNORECASE)
 
@@ -79,16 +80,29 @@ def split_halves(text: str) -> tuple[str, str]:
     return " ".join(tokens[:middle]).strip(), " ".join(tokens[middle:]).strip()
 
 
+def first_sentence(text: str) -> str:
+    """The first sentence of `text`: its first non-blank line, up to the first ".", "!" or "?" followed by a space
+    or the end of the line (the whole line when it has none), stripped.
+
+    `first_sentence("\nOpens a file. Then reads it.\nMore.") == "Opens a file."`
+    """
+    line = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    end = _STOP.search(line)
+    return line[: end.end()].strip() if end else line
+
+
 def halves_choice(completion: Any) -> tuple[str | None, str]:
     """The half an answer chose and its summary: `("first" | "second", summary)`, or `(None, text)` when the answer
     (which continues [`HALVES_PREFILL`]) does not start with one of the two words. "first half:", "second half of
-    the text," and a bare "first" are all read; only the first word decides, so an answer cannot choose both.
+    the text," and a bare "first" are all read; only the first word decides, so an answer cannot choose both. The
+    summary is the [`first_sentence`] after the choice: the task asks for one sentence, and what a model writes after
+    it (often a second summary, of the other half) is not read.
     """
     text = completion_text(completion)
     match = _CHOICE.match(text)
     if match is None:
         return None, text.strip()
-    return match.group(1).lower(), text[match.end():].strip()
+    return match.group(1).lower(), first_sentence(text[match.end():])
 
 
 class HalvesWritingEnv(MultiAgentEnv):
