@@ -32,6 +32,7 @@ from trl import TrlParser
 
 from ..utils.checkpoint_files import CHECKPOINT_RE, PARTIAL_RE, REPLACED_RE, finished_run_problem
 from ..utils.quiet import say
+from .option_names import OptionNames, record_option_names
 
 _TRUE = ("true", "yes", "1")
 _FALSE = ("", "false", "no", "0", "none")
@@ -196,6 +197,42 @@ def _suggestion(names: list[str], prefix: str = "") -> str:
     return ": did you mean " + " or ".join(f"`{prefix}{n}`" for n in names) + "?"
 
 
+def unknown_name_messages(args: Sequence[str], names: OptionNames) -> list[str]:
+    """One message per unknown name in `args` (a command line with an optional `--config FILE`) for a parser that
+    accepts `names`, each with the closest known names; [] when every name is known. An abbreviation argparse
+    resolves (or calls ambiguous itself) is not unknown."""
+    args = list(args)
+    messages: list[str] = []
+    if "--config" in args:
+        index = args.index("--config")
+        if index + 1 < len(args):
+            path = args[index + 1]
+            del args[index: index + 2]
+            config = config_mapping(path)  # None: TrlParser says that it cannot be opened or is not a mapping
+            messages += [f"{path} sets `{key}`, which is not an option" + _suggestion(closest(str(key), names.fields))
+                         for key in config or {} if key != "env" and key not in names.fields]
+    for token in args:
+        if not token.startswith("--") or token == "--":
+            continue
+        option = token.split("=", 1)[0]
+        if option in names.options or (names.allow_abbrev and any(o.startswith(option) for o in names.options)):
+            continue
+        messages.append(f"unknown option `{option}`" + _suggestion(closest(option[2:], names.fields), prefix="--"))
+    return messages
+
+
+def exit_on_unknown_names(prog: str, messages: Sequence[str]) -> None:
+    """Exit with status 2 after one line per message and one naming the help that lists every option (nothing when
+    `messages` is empty)."""
+    if not messages:
+        return
+    for message in messages:
+        print(f"{prog}: {message}", file=sys.stderr)
+    every = "--help-all" if prog.startswith("trl-marl ") else "--help"
+    print(f"{prog}: `{prog} {every}` lists every option.", file=sys.stderr)
+    raise SystemExit(2)
+
+
 class SuggestingParser(TrlParser):
     """`TrlParser` whose unknown YAML keys and command-line options end the program with the closest known names,
     and that refuses, before anything loads, a run whose `output_dir` would mix with an earlier run's checkpoints
@@ -211,49 +248,22 @@ class SuggestingParser(TrlParser):
         super().__init__(dataclass_types, **kwargs)
         self.resumable = resumable
 
-    def _fields(self) -> set[str]:
-        return {action.dest for action in self._actions if action.option_strings} - {"help"}
+    def option_names(self) -> OptionNames:
+        """The option strings, the field names a `--config` file may set, and the abbreviation rule of this parser."""
+        fields = {action.dest for action in self._actions if action.option_strings} - {"help"}
+        return OptionNames(frozenset(self._option_string_actions), frozenset(fields), bool(self.allow_abbrev))
 
     def unknown_names(self, args: Sequence[str]) -> list[str]:
         """One message per unknown name in `args` (a command line with an optional `--config FILE`), else []."""
-        args = list(args)
-        messages: list[str] = []
-        fields = self._fields()
-        if "--config" in args:
-            index = args.index("--config")
-            if index + 1 < len(args):
-                path = args[index + 1]
-                del args[index: index + 2]
-                messages += self._unknown_config_keys(path, fields)
-        options = set(self._option_string_actions)
-        for token in args:
-            if not token.startswith("--") or token == "--":
-                continue
-            option = token.split("=", 1)[0]
-            if option in options or (self.allow_abbrev and any(o.startswith(option) for o in options)):
-                continue  # known, or an abbreviation argparse resolves (or calls ambiguous itself)
-            messages.append(f"unknown option `{option}`"
-                            + _suggestion(closest(option[2:], fields), prefix="--"))
-        return messages
-
-    @staticmethod
-    def _unknown_config_keys(path: str, fields: set[str]) -> list[str]:
-        config = config_mapping(path)
-        if config is None:
-            return []  # TrlParser says that the file cannot be opened or must be a mapping
-        return [f"{path} sets `{key}`, which is not an option" + _suggestion(closest(str(key), fields))
-                for key in config if key != "env" and key not in fields]
+        return unknown_name_messages(args, self.option_names())
 
     def parse_args_and_config(self, args: Iterable[str] | None = None, *rest: Any, **kwargs: Any) -> Any:
         """`TrlParser.parse_args_and_config`, after refusing unknown names with the closest known ones."""
         args = list(args) if args is not None else sys.argv[1:]
-        messages = self.unknown_names(args)
-        if messages:
-            for message in messages:
-                print(f"{self.prog}: {message}", file=sys.stderr)
-            every = "--help-all" if self.prog.startswith("trl-marl ") else "--help"
-            print(f"{self.prog}: `{self.prog} {every}` lists every option.", file=sys.stderr)
-            raise SystemExit(2)
+        names = self.option_names()
+        if self.prog.startswith("trl-marl "):
+            record_option_names(self.prog, names)  # for the early check of the next command (`option_names`)
+        exit_on_unknown_names(self.prog, unknown_name_messages(args, names))
         config = _config_path(args)
         if config is not None and not os.path.isfile(config):
             print(f"{self.prog}: {_missing_config_message(config)}", file=sys.stderr)

@@ -13,9 +13,13 @@ second, what the script would refuse after those imports:
   ([`~trl_marl.scripts.arguments.run_start_problem`]);
 - a model name that is no folder, no offline name and not downloadable ([`~trl_marl.utils.model_names`]).
 
+- an unknown option or YAML key, once an earlier command of the same kind has recorded the parser's option names for
+  the installed versions and sources ([`~trl_marl.scripts.option_names`]; the first command after an install or an
+  edit leaves them to the parser).
+
 Every check is the function the script applies again once its arguments are parsed, so a command refused here is one
-the script refuses too. What cannot be read for certain without the parser (an abbreviated option name, a value the
-parser would convert differently, an unknown option) is left to the script.
+the script refuses too, with the same lines. What cannot be read for certain without the parser (a value the parser
+would convert differently) is left to the script.
 
 Example:
 
@@ -41,10 +45,13 @@ from .arguments import (
     _config_path,
     _missing_config_message,
     config_mapping,
+    exit_on_unknown_names,
     resume_value,
     run_start_problem,
+    unknown_name_messages,
 )
 from .data_sources import DataFileNotFoundError, UsageError, resolve_source
+from .option_names import known_option_names
 
 
 def given_values(args: Sequence[str]) -> dict[str, Any]:
@@ -161,8 +168,25 @@ def early_problem(args: Sequence[str], config_name: str, resumable: bool = True)
             or _model_problem(values))
 
 
+def unknown_names_early(args: Sequence[str], prog: str) -> list[str]:
+    """The parser's messages for the unknown options and YAML keys of `args`, from the option names an earlier `prog`
+    command recorded ([`~trl_marl.scripts.option_names`]); [] when none are recorded for the installed versions and
+    sources (the parser checks after the imports) or the YAML file cannot be read (the parser says why)."""
+    import yaml
+
+    names = known_option_names(prog)
+    if names is None:
+        return []
+    try:
+        return unknown_name_messages(args, names)
+    except yaml.YAMLError:
+        return []
+
+
 def exit_on_early_problem(args: Sequence[str], prog: str, config_name: str, resumable: bool = True) -> None:
-    """Exit with status 2 and one line (`prog: ...`) when [`early_problem`] finds a mistake in `args`."""
+    """Exit with status 2 when `args` holds an unknown name (the parser's lines, [`unknown_names_early`]) or when
+    [`early_problem`] finds a mistake (one line, `prog: ...`)."""
+    exit_on_unknown_names(prog, unknown_names_early(args, prog))
     problem = early_problem(args, config_name, resumable)
     if problem is not None:
         print(f"{prog}: {problem}".replace("\n", " "), file=sys.stderr)

@@ -1,0 +1,99 @@
+"""A mistyped option is refused before the imports once a command of the same kind has run (issue 53): the parser
+records its option names under a fingerprint of the installed versions and sources (`scripts.option_names`), and the
+early check gives the parser's own lines from them."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from trl_marl.scripts import option_names
+from trl_marl.scripts.arguments import unknown_name_messages
+from trl_marl.scripts.early import unknown_names_early
+from trl_marl.scripts.option_names import OptionNames, fingerprint, known_option_names, record_option_names
+
+ROOT = Path(__file__).resolve().parents[2]
+WRITING = str(ROOT / "examples" / "configs" / "magrpo_writing.yaml")
+HEAVY = ("torch", "transformers", "peft", "datasets", "trl.trainer")
+NAMES = OptionNames(frozenset({"--learning_rate", "--lr_scheduler_type", "--seed", "--config", "-h", "--help"}),
+                    frozenset({"learning_rate", "lr_scheduler_type", "seed"}), True)
+
+
+def test_names_are_recorded_and_read_per_command_and_fingerprint(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("TRL_MARL_CACHE", str(tmp_path))
+    assert known_option_names("trl-marl magrpo") is None
+    record_option_names("trl-marl magrpo", NAMES)
+    assert known_option_names("trl-marl magrpo") == NAMES
+    assert known_option_names("trl-marl maporl gsm8k") is None  # another command's names are its own
+    [path] = (tmp_path / "options").iterdir()
+    assert path.name == f"trl-marl-magrpo-{fingerprint()}.json" and fingerprint() == fingerprint()
+    real = option_names.metadata.version
+    monkeypatch.setattr(option_names.metadata, "version", lambda name: "9.9" if name == "trl" else real(name))
+    assert known_option_names("trl-marl magrpo") is None  # another TRL: other names, maybe
+    monkeypatch.undo()
+    monkeypatch.setenv("TRL_MARL_CACHE", str(tmp_path))
+    path.write_text("{not json")
+    assert known_option_names("trl-marl magrpo") is None  # a damaged file is ignored, then rewritten
+    record_option_names("trl-marl magrpo", NAMES)
+    assert known_option_names("trl-marl magrpo") == NAMES
+    blocked = tmp_path / "file"
+    blocked.write_text("")
+    monkeypatch.setenv("TRL_MARL_CACHE", str(blocked))  # a cache that cannot be written is skipped
+    record_option_names("trl-marl magrpo", NAMES)
+    assert known_option_names("trl-marl magrpo") is None
+
+
+def test_the_messages_are_the_parsers_for_the_same_names(tmp_path: Path, monkeypatch) -> None:
+    from trl_marl.scripts.magrpo import build_parser
+
+    monkeypatch.setenv("TRL_MARL_CACHE", str(tmp_path))
+    parser = build_parser(prog="trl-marl magrpo")
+    record_option_names(parser.prog, parser.option_names())
+    config = tmp_path / "run.yaml"
+    config.write_text("num_generation: 4\nlearning_rate: 1.0e-5\nenv: writing\n")
+    lines = [["--config", str(config)], ["--lerning_rate", "1e-4"], ["--learning_rat=1e-4"], ["--seed", "3"],
+             ["--config", WRITING, "--num_generations", "2", "--bogus"], ["--config", str(tmp_path / "none.yaml")]]
+    for args in lines:
+        assert unknown_names_early(args, "trl-marl magrpo") == parser.unknown_names(args), args
+    assert unknown_names_early(lines[0], "trl-marl magrpo") == [
+        f"{config} sets `num_generation`, which is not an option: did you mean `num_generations` or "
+        "`num_generations_eval`?"]
+    assert unknown_names_early(lines[2] + lines[3], "trl-marl magrpo") == []  # an abbreviation is argparse's
+    assert unknown_name_messages(["--lr", "1"], NAMES) == []  # a prefix of two names: argparse calls it ambiguous
+    assert unknown_name_messages(["--rate", "1"], NAMES) == ["unknown option `--rate`"]
+    config.write_text("a: [unclosed\n")
+    assert unknown_names_early(["--config", str(config)], "trl-marl magrpo") == []  # the parser says why
+
+
+_PROBE = """
+import json, sys
+from trl_marl.cli import main
+try:
+    main(json.loads(sys.argv[1]))
+except SystemExit as stop:
+    code = stop.code
+print(json.dumps({"code": code, "loaded": [m for m in HEAVY if m in sys.modules]}))
+"""
+
+
+@pytest.mark.parametrize("command", [["magrpo"], ["maporl", "hidden_sum"]])
+def test_the_second_mistyped_command_is_refused_before_the_imports(tmp_path: Path, command: list[str]) -> None:
+    config = str(ROOT / "examples" / "configs" / ("magrpo_writing.yaml" if command == ["magrpo"]
+                                                   else "maporl_hidden_sum.yaml"))
+    argv = [*command, "--config", config, "--model_name_or_path", "toy", "--lerning_rate", "1e-4"]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRL_MARL_CACHE": str(tmp_path / "cache")}
+    runs = [subprocess.run([sys.executable, "-c", f"HEAVY = {HEAVY!r}\n{_PROBE}", json.dumps(argv)],
+                           capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300) for _ in range(2)]
+    results = [json.loads(run.stdout.strip().splitlines()[-1]) for run in runs]
+    assert results[0]["code"] == 2 and "transformers" in results[0]["loaded"]  # the parser's check, after the imports
+    assert results[1] == {"code": 2, "loaded": []}  # the same check, before them
+    assert runs[1].stderr == runs[0].stderr
+    prog = "trl-marl " + " ".join(command)
+    assert runs[1].stderr.splitlines() == [
+        f"{prog}: unknown option `--lerning_rate`: did you mean `--learning_rate`?",
+        f"{prog}: `{prog} --help-all` lists every option."]
