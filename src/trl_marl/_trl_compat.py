@@ -259,19 +259,34 @@ class TeamCheckpointMixin:
         """`Trainer.train`, resuming from the newest good checkpoint when `resume_from_checkpoint=True`.
 
         Raises:
-            ValueError: `resume_from_checkpoint=True` and `output_dir` holds no good checkpoint (the message lists
-                why each was skipped), a given checkpoint path is incomplete (no `trainer_state.json`) or damaged
-                (`utils.checkpoint_checks`: the message names the file and the problem), or the checkpoint is
-                already at `max_steps` (the run is finished: transformers would train one step past it).
+            ValueError: See [`resume_checkpoint`].
         """
-        if isinstance(resume_from_checkpoint, bool) and resume_from_checkpoint:
+        return super().train(  # type: ignore[misc]
+            resume_from_checkpoint=self.resume_checkpoint(resume_from_checkpoint), trial=trial,
+            ignore_keys_for_eval=ignore_keys_for_eval, **kwargs,
+        )
+
+    def resume_checkpoint(self, resume_from_checkpoint: str | os.PathLike[str] | bool | None) -> str | None:
+        """The checkpoint `train(resume_from_checkpoint=...)` resumes from, checked: the newest good checkpoint of
+        `output_dir` for `True`, the given folder for a path, None for no resume (`None` or `False`).
+
+        Raises:
+            ValueError: `True` and `output_dir` holds no good checkpoint (the message lists why each was skipped), a
+                given checkpoint path is incomplete (no `trainer_state.json`) or damaged (`utils.checkpoint_checks`:
+                the message names the file and the problem), or the checkpoint is already at `max_steps` (the run is
+                finished: transformers would train one step past it).
+        """
+        if not resume_from_checkpoint:
+            return None
+        if isinstance(resume_from_checkpoint, bool):
             output_dir = self.args.output_dir  # type: ignore[attr-defined]
-            resume_from_checkpoint, skipped = choose_checkpoint(output_dir, self.checkpoint_spec())
-            if resume_from_checkpoint is None:
+            chosen, skipped = choose_checkpoint(output_dir, self.checkpoint_spec())
+            if chosen is None:
                 why = "".join(f"\n- {reason}" for reason in skipped)
                 raise ValueError(f"No complete checkpoint to resume from in the output directory ({output_dir})."
                                  + (f" Skipped:{why}" if why else ""))
-        elif isinstance(resume_from_checkpoint, (str, os.PathLike)):
+            folder = chosen
+        else:
             folder = os.fspath(resume_from_checkpoint)
             state = os.path.join(folder, TRAINER_STATE_FILE)
             if not os.path.lexists(state) or os.path.isdir(state):
@@ -290,13 +305,10 @@ class TeamCheckpointMixin:
                     f"Cannot resume from {resume_from_checkpoint}: {problem}. "
                     + (f"The newest complete checkpoint next to it is {newest}." if newest else "")
                 )
-        if resume_from_checkpoint and (finished := finished_run_problem(
-                os.fspath(resume_from_checkpoint), self.args.max_steps, type(self.args).__name__)):  # type: ignore[attr-defined]
+        finished = finished_run_problem(folder, self.args.max_steps, type(self.args).__name__)  # type: ignore[attr-defined]
+        if finished:
             raise ValueError(finished)
-        return super().train(  # type: ignore[misc]
-            resume_from_checkpoint=resume_from_checkpoint, trial=trial, ignore_keys_for_eval=ignore_keys_for_eval,
-            **kwargs,
-        )
+        return folder
 
     def _save_checkpoint(self, model: Any, trial: Any) -> None:
         """Saves a checkpoint atomically (transformers 5.23's `_save_checkpoint`, written elsewhere then renamed)."""

@@ -165,7 +165,7 @@ def _maporl(argv: list[str]) -> int:
         return 0
     from .scripts.early import exit_on_early_problem
 
-    exit_on_early_problem(argv[1:], f"trl-marl maporl {task}", "MultiAgentPPOConfig", resumable=False)
+    exit_on_early_problem(argv[1:], f"trl-marl maporl {task}", "MultiAgentPPOConfig")
     from .scripts.maporl import main as maporl_main
 
     maporl_main(argv)

@@ -128,18 +128,16 @@ def test_resuming_a_finished_run_is_one_line_before_any_model_loads(finished_run
     assert "checkpoint-2" in message and "max_steps=2" in message and "raise `max_steps` above 2" in message
 
 
-def test_maporl_refuses_another_runs_checkpoints_and_a_resume_it_cannot_do(tmp_path, monkeypatch, capsys):
+def test_maporl_refuses_another_runs_checkpoints_and_offers_the_resume(tmp_path, monkeypatch, capsys):
     import trl_marl.scripts.maporl as script
 
     monkeypatch.setattr(script, "build_models", lambda *args: pytest.fail("the model was loaded"))
     (tmp_path / "checkpoint-3").mkdir()
-    cases = (([], "--overwrite_output_dir true"), (["--resume_from_checkpoint", "true"], "cannot resume"))
-    for extra, expected in cases:
-        with pytest.raises(SystemExit):
-            script.main(["gsm8k", "--output_dir", str(tmp_path), "--report_to", "none", *extra])
-        message = capsys.readouterr().err.strip()
-        assert len(message.splitlines()) == 1 and expected in message, message
-        assert "resume that run" not in message  # PPO cannot resume: not offered as a fix
+    with pytest.raises(SystemExit):
+        script.main(["gsm8k", "--output_dir", str(tmp_path), "--report_to", "none"])
+    message = capsys.readouterr().err.strip()
+    assert len(message.splitlines()) == 1 and "--overwrite_output_dir true" in message, message
+    assert "resume that run with `--resume_from_checkpoint true`" in message  # PPO resumes since issue 53
 
 
 def test_resume_values_follow_trainer_train():

@@ -2,8 +2,8 @@
 left 2.1 GB after 2 updates, a 1.1 GB `optimizer.pt` and two value models saved twice, without a word).
 
 A checkpoint holds what a resume needs: MAGRPO with LoRA saves the adapters and Adam's state of the adapters only;
-multi-agent PPO (which cannot resume) saves its weights only; a value model with frozen weights is saved as its
-trainable tensors (`load_value_model` restores the rest from its base model); every save logs its size.
+multi-agent PPO its policies, critics and Adam's state of what it trains; a value model with frozen weights is saved
+as its trainable tensors (`load_value_model` restores the rest from its base model); every save logs its size.
 """
 
 from __future__ import annotations
@@ -130,8 +130,11 @@ def test_ppo_value_heads_are_saved_without_the_frozen_backbone(
     assert [sorted(n for n, p in vm.named_parameters() if p.requires_grad) for vm in value_models] == [expected] * 2
     trainer.train()
     checkpoint = tmp_path / "ppo" / "checkpoint-1"
-    # PPO cannot resume: no optimizer, scheduler or random state, only weights
-    assert not {"optimizer.pt", "scheduler.pt", "rng_state.pth"} & set(os.listdir(checkpoint))
+    # what a resume needs: the optimizer (Adam's state of the trained tensors only), scheduler and random states
+    assert {"optimizer.pt", "scheduler.pt", "rng_state.pth"} <= set(os.listdir(checkpoint))
+    trained = sum(p.numel() for p in trainer.wrapper.parameters() if p.requires_grad)  # policies and critics
+    states = torch.load(checkpoint / "optimizer.pt", weights_only=True)["state"].values()
+    assert sum(state["exp_avg"].numel() for state in states) == trained
     files = tensor_names(checkpoint)
     for index, vm in enumerate(value_models):
         assert files[f"value_model_{index}/trainable.safetensors"] == expected
@@ -142,7 +145,8 @@ def test_ppo_value_heads_are_saved_without_the_frozen_backbone(
     assert said == [f"checkpoint-1: {human_bytes(folder_size(checkpoint))} (agents "
                     f"{human_bytes(folder_size(checkpoint / 'agent_0') + folder_size(checkpoint / 'agent_1'))}, "
                     f"value models {human_bytes(folder_size(checkpoint / 'value_model_0') + folder_size(checkpoint / 'value_model_1'))}, "  # noqa: E501
-                    f"other {human_bytes(sum(p.stat().st_size for p in checkpoint.iterdir() if p.is_file()))}); "
+                    f"optimizer {human_bytes((checkpoint / 'optimizer.pt').stat().st_size)}, "
+                    f"other {human_bytes(sum(p.stat().st_size for p in checkpoint.iterdir() if p.is_file() and p.name != 'optimizer.pt'))}); "  # noqa: E501
                     f"1 checkpoint takes {human_bytes(folder_size(checkpoint))} in {tmp_path / 'ppo'} "
                     "(save_total_limit=None keeps every one: set it to bound the disk use)"]
 

@@ -106,23 +106,18 @@ def checkpoint_folders(output_dir: str | None) -> list[str]:
     return [name for _, name in sorted(steps)]
 
 
-def output_dir_problem(output_dir: str | None, resume: str | bool | None, overwrite: bool,
-                       resumable: bool = True) -> str | None:
+def output_dir_problem(output_dir: str | None, resume: str | bool | None, overwrite: bool) -> str | None:
     """Why a run cannot start in `output_dir` as asked, as one sentence naming the fix; `None` when it can.
 
     Args:
         output_dir: The run's `output_dir`.
         resume: `resume_from_checkpoint`, as [`resume_value`] returns it.
         overwrite: `overwrite_output_dir`.
-        resumable: Whether the trainer can resume (`MultiAgentPPOTrainer` cannot yet).
     """
     found = checkpoint_folders(output_dir)
     if resume is not None and overwrite:
         return ("`--resume_from_checkpoint` and `--overwrite_output_dir true` contradict each other (one continues "
                 "the run in `output_dir`, the other deletes its checkpoints): pass one of them.")
-    if resume is not None and not resumable:
-        return ("`--resume_from_checkpoint`: multi-agent PPO cannot resume from a checkpoint yet; leave the option "
-                "out to start a new run.")
     if resume is True and not found:
         return (f"`--resume_from_checkpoint true` resumes from the newest `checkpoint-<step>` folder of `output_dir` "
                 f"({output_dir}), and it has none: pass a checkpoint's path, or the `--output_dir` of the run to "
@@ -132,18 +127,17 @@ def output_dir_problem(output_dir: str | None, resume: str | bool | None, overwr
                 "earlier run, or `true` for the newest one in `output_dir`.")
     if found and resume is None and not overwrite:
         shown = ", ".join(found if len(found) <= 3 else [found[0], "...", found[-1]])
-        fixes = ("resume that run with `--resume_from_checkpoint true` (or a checkpoint's path), start afresh with "
-                 if resumable else "start afresh with ")
-        return (f"`output_dir` {output_dir} already holds an earlier run's checkpoints ({shown}): {fixes}"
+        return (f"`output_dir` {output_dir} already holds an earlier run's checkpoints ({shown}): resume that run "
+                "with `--resume_from_checkpoint true` (or a checkpoint's path), start afresh with "
                 "`--overwrite_output_dir true` (deletes them), or choose another `--output_dir`.")
     return None
 
 
-def run_start_problem(output_dir: str | None, resume: str | bool | None, overwrite: bool, resumable: bool,
-                      max_steps: int, config_name: str) -> str | None:
+def run_start_problem(output_dir: str | None, resume: str | bool | None, overwrite: bool, max_steps: int,
+                      config_name: str) -> str | None:
     """Why a run cannot start as asked ([`output_dir_problem`], or a resume from a checkpoint already at `max_steps`,
     `utils.checkpoint_files.finished_run_problem`), as one sentence naming the fix; `None` when it can."""
-    problem = output_dir_problem(output_dir, resume, overwrite, resumable)
+    problem = output_dir_problem(output_dir, resume, overwrite)
     if problem is None and resume is not None:
         found = checkpoint_folders(output_dir)
         folder = os.path.join(output_dir, found[-1]) if resume is True and output_dir else resume
@@ -240,13 +234,8 @@ class SuggestingParser(TrlParser):
 
     Args:
         dataclass_types: As `TrlParser`'s.
-        resumable: Whether the script's trainer can resume from a checkpoint (`MultiAgentPPOTrainer` cannot yet).
         **kwargs: `argparse.ArgumentParser`'s.
     """
-
-    def __init__(self, dataclass_types: Any, resumable: bool = True, **kwargs: Any) -> None:
-        super().__init__(dataclass_types, **kwargs)
-        self.resumable = resumable
 
     def option_names(self) -> OptionNames:
         """The option strings, the field names a `--config` file may set, and the abbreviation rule of this parser."""
@@ -284,7 +273,7 @@ class SuggestingParser(TrlParser):
         if training is None or script is None:
             return
         problem = run_start_problem(training.output_dir, resume_value(training.resume_from_checkpoint),
-                                    bool(script.overwrite_output_dir), self.resumable, training.max_steps,
+                                    bool(script.overwrite_output_dir), training.max_steps,
                                     type(training).__name__)
         if problem is not None:
             print(f"{self.prog}: {problem}", file=sys.stderr)

@@ -121,7 +121,7 @@ def _data_problem(values: dict[str, Any]) -> str | None:
     return None
 
 
-def _run_start_problem(values: dict[str, Any], config_name: str, resumable: bool) -> str | None:
+def _run_start_problem(values: dict[str, Any], config_name: str) -> str | None:
     output_dir = values.get("output_dir")
     resume = values.get("resume_from_checkpoint")
     overwrite, max_steps = _as_flag(values.get("overwrite_output_dir")), _as_steps(values.get("max_steps"))
@@ -129,7 +129,7 @@ def _run_start_problem(values: dict[str, Any], config_name: str, resumable: bool
         return None
     if resume is not None and not isinstance(resume, (str, bool)):
         return None  # a YAML number: the parser's to read
-    return run_start_problem(output_dir, resume_value(resume), overwrite, resumable, max_steps, config_name)
+    return run_start_problem(output_dir, resume_value(resume), overwrite, max_steps, config_name)
 
 
 def _model_problem(values: dict[str, Any]) -> str | None:
@@ -147,14 +147,13 @@ def _model_problem(values: dict[str, Any]) -> str | None:
     return None
 
 
-def early_problem(args: Sequence[str], config_name: str, resumable: bool = True) -> str | None:
+def early_problem(args: Sequence[str], config_name: str) -> str | None:
     """The first mistake of a training command line that shows without its parser, as one sentence naming the fix;
     `None` when none shows (the script's parser then checks everything).
 
     Args:
         args: The command line after the subcommand (and after `maporl`'s task).
         config_name: The script's config class, as its messages name it (e.g. `"MAGRPOConfig"`).
-        resumable: Whether the script's trainer can resume from a checkpoint.
     """
     config = _config_path(args)
     if config is not None and not os.path.isfile(config):
@@ -164,7 +163,7 @@ def early_problem(args: Sequence[str], config_name: str, resumable: bool = True)
         problem = learning_rate_problem(_as_number(values["learning_rate"]), f"{config_name}.learning_rate")
         if problem is not None:
             return problem
-    return (_data_problem(values) or _run_start_problem(values, config_name, resumable)
+    return (_data_problem(values) or _run_start_problem(values, config_name)
             or _model_problem(values))
 
 
@@ -183,11 +182,11 @@ def unknown_names_early(args: Sequence[str], prog: str) -> list[str]:
         return []
 
 
-def exit_on_early_problem(args: Sequence[str], prog: str, config_name: str, resumable: bool = True) -> None:
+def exit_on_early_problem(args: Sequence[str], prog: str, config_name: str) -> None:
     """Exit with status 2 when `args` holds an unknown name (the parser's lines, [`unknown_names_early`]) or when
     [`early_problem`] finds a mistake (one line, `prog: ...`)."""
     exit_on_unknown_names(prog, unknown_names_early(args, prog))
-    problem = early_problem(args, config_name, resumable)
+    problem = early_problem(args, config_name)
     if problem is not None:
         print(f"{prog}: {problem}".replace("\n", " "), file=sys.stderr)
         raise SystemExit(2)

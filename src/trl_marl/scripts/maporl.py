@@ -39,6 +39,7 @@ from ..rewards.verifier import AnswerVerifier
 from ..team import load_tokenizer
 from ..toy import is_toy_name, resolve_toy_name, toy_debate_dataset
 from ..trainers import MultiAgentPPOConfig, MultiAgentPPOTrainer
+from ..trainers.ppo.config import resume_problem
 from ..utils.inputs import check_model_path
 from ..utils.model_names import resolve_model_name
 from ..utils.quiet import say
@@ -233,7 +234,6 @@ def train(script_args: DebateScriptArguments, training_args: MultiAgentPPOConfig
         eval_verifier=verifier,
     )
     fresh_output_dir(training_args.output_dir, script_args.overwrite_output_dir)
-    # as in Python: PPO refuses a resume (the parser has already said so for the command line)
     trainer.train(resume_from_checkpoint=resume_value(training_args.resume_from_checkpoint))
     trainer.save_model(training_args.output_dir)  # agent_0/ ... agent_{A-1}/, team_config.json, README.md
     if eval_dataset is not None:  # majority-vote accuracy per turn, collaboration transitions (W->R, R->W, ...)
@@ -434,7 +434,7 @@ def build_parser(task: str, prog: str | None = None, description: str | None = N
     from .arguments import SuggestingParser, described
     from .help import MODEL_HELP
 
-    parser = SuggestingParser((TASKS[task][0], MultiAgentPPOConfig, ModelConfig), resumable=False,
+    parser = SuggestingParser((TASKS[task][0], MultiAgentPPOConfig, ModelConfig),
                               prog=prog or f"trl-marl maporl {task}", **described(description))
     describe_model_option(parser, MODEL_HELP)
     return parser
@@ -442,8 +442,17 @@ def build_parser(task: str, prog: str | None = None, description: str | None = N
 
 def parse(task: str, argv: Sequence[str] | None = None, prog: str | None = None,
           description: str | None = None) -> tuple[Any, Any, Any]:
-    """Parse `--config FILE` and overrides into (script, MultiAgentPPOConfig, ModelConfig) arguments of `task`."""
-    return build_parser(task, prog, description).parse_args_and_config(args=list(argv) if argv is not None else None)
+    """Parse `--config FILE` and overrides into (script, MultiAgentPPOConfig, ModelConfig) arguments of `task`; a
+    resume these settings cannot do ends the program with one line, before any model loads."""
+    parser = build_parser(task, prog, description)
+    arguments = parser.parse_args_and_config(args=list(argv) if argv is not None else None)
+    training_args = arguments[1]
+    if resume_value(training_args.resume_from_checkpoint) is not None:
+        problem = resume_problem(training_args)
+        if problem is not None:
+            print(f"{parser.prog}: {problem}", file=sys.stderr)
+            raise SystemExit(2)
+    return arguments
 
 
 def run_example(task: str, argv: Sequence[str] | None, prog: str, description: str | None = None) -> Any:

@@ -479,6 +479,25 @@ MultiAgentPPOConfig.__doc__ = (MultiAgentPPOConfig.__doc__ or "") + fields_secti
     TRLBaseConfig)
 
 
+def resume_problem(args: MultiAgentPPOConfig, distributed: bool = False) -> str | None:
+    """Why a PPO run with `args` cannot resume from its checkpoints, as one sentence naming the fix; None when it can.
+
+    Args:
+        args: The run's config.
+        distributed: The run is sharded by FSDP or DeepSpeed (also when an accelerate config says so, which `args`
+            does not show).
+    """
+    why = ("with `save_value_model=False`: its checkpoints hold no critics" if not args.save_value_model
+           else "with `save_only_model=True`: its checkpoints hold no optimizer or random states"
+           if args.save_only_model
+           else "under FSDP or DeepSpeed (not supported yet for PPO)"
+           if distributed or args.fsdp or args.deepspeed else None)
+    if why is None:
+        return None
+    return (f"This PPO run cannot resume from a checkpoint {why}. Leave `resume_from_checkpoint` out and start a new "
+            "run from the saved team (`model=` the checkpoint's folder; `value_model=load_value_model(...)`).")
+
+
 @dataclass
 class PPOConfig(MultiAgentPPOConfig):
     r"""Configuration of the single-agent drop-in [`PPOTrainer`]: TRL 1.12's `PPOConfig`, field for field.

@@ -21,7 +21,9 @@ and when it runs, is argued once, in the `trainers/per_agent.py` docstring.
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import os
 import time
 from collections import defaultdict
 from collections.abc import Sequence
@@ -31,7 +33,8 @@ from typing import Any
 import torch
 from torch import nn
 from torch.utils.data import DataLoader
-from transformers import GenerationConfig, PreTrainedModel, TrainerCallback, set_seed
+from transformers import GenerationConfig, PreTrainedModel, TrainerCallback, TrainerState, set_seed
+from transformers.trainer import TRAINER_STATE_NAME
 
 from ...core.ppo import (
     INVALID_LOGPROB,
@@ -46,11 +49,12 @@ from ...rollout import JointRollout, Rollout
 from ...team import AgentTeam, sequence_model_inputs
 from ...team.quantized import keep_4bit_trainable
 from ...tools.toolset import team_tools
+from ...utils.checkpoint_files import CheckpointSpec
 from ...validation import check_prompt_lengths
 from ..base import TeamTrainer, rollout_phase
 from ..metrics import log_tool_use
 from ..per_agent import backward_per_agent, backward_per_agent_supported
-from .config import CONSOLE_METRICS, MultiAgentPPOConfig, logit_temperature
+from .config import CONSOLE_METRICS, MultiAgentPPOConfig, logit_temperature, resume_problem
 from .logging import STAT_NAMES, ScoreSignalCheck, completions_table, print_completions_table, update_metrics
 from .samples import (
     AgentRollout,
@@ -73,6 +77,7 @@ from .value import (
     check_single_label,
     first_true_index,
     sequence_scores,
+    value_model_files,
 )
 
 __all__ = ["AgentRollout", "MultiAgentPPOTrainer", "PolicyValueTeam", "first_true_index", "sequence_model_inputs",
@@ -445,25 +450,67 @@ class MultiAgentPPOTrainer(TeamTrainer):
         return advantages, returns
 
     # ------------------------------------------------------------------ training loop
-    resumable = False
+    @property
+    def resumable(self) -> bool:  # type: ignore[override]
+        """PPO resumes from checkpoints that hold its critics (`save_value_model=True`, the default)."""
+        return bool(self.args.save_value_model)
+
+    def checkpoint_spec(self) -> CheckpointSpec:
+        """The team's checkpoint files ([`TeamCheckpointMixin.checkpoint_spec`]) and, to resume, every critic's."""
+        spec = super().checkpoint_spec()
+        if not self.resumable or self.args.save_only_model:
+            return spec
+        critics = tuple(value_model_files(f"value_model_{i}") for i in range(len(self.wrapper.value_models)))
+        return dataclasses.replace(spec, required=spec.required + critics)
 
     def train(self, resume_from_checkpoint: str | bool | None = None, **kwargs: Any) -> Any:
         """Run PPO for `num_total_batches` updates (TRL 1.12's loop, over every policy slot of the team).
 
+        Args:
+            resume_from_checkpoint: A checkpoint folder of this run, or `True` for the newest good one of
+                `output_dir`: the policies, critics, optimizer, scheduler, random states and step are restored and
+                the run goes on as if it had never stopped (the same weights, on one machine). TRL's PPOTrainer
+                could not resume.
+
         Raises:
+            ValueError: the checkpoint cannot be resumed from (see `TeamCheckpointMixin.resume_checkpoint`), the
+                run is finished, or resuming is impossible here (`save_value_model=False`, `save_only_model`,
+                FSDP or DeepSpeed).
             RewardFunctionError: a reward function raised or timed out (`reward_timeout`); the last completed
                 update was saved first (`stop_after_reward_error`).
             NonFiniteError: more NaN/inf rewards or losses than `max_nonfinite`; saved first likewise.
         """
         if resume_from_checkpoint:
-            raise ValueError("Resuming PPO from a checkpoint is not supported yet; start from the saved team instead.")
+            self._check_resumable()
+        checkpoint = self.resume_checkpoint(resume_from_checkpoint)
+        if checkpoint is not None:
+            step = TrainerState.load_from_json(os.path.join(checkpoint, TRAINER_STATE_NAME)).global_step
+            if step >= self.args.num_total_batches:
+                raise ValueError(
+                    f"Cannot resume from {checkpoint}: it is at update {step} of {self.args.num_total_batches} "
+                    "(`total_episodes` / `batch_size`), so this run is finished. To train further, raise "
+                    "`total_episodes`; to use the trained team, load it with "
+                    f'`AgentTeam.from_pretrained("{checkpoint}")`.')
         try:
-            return self._train_updates()
+            return self._train_updates(checkpoint)
         except (RewardFunctionError, NonFiniteError) as error:  # save the last completed update, then stop
             self.stop_after_reward_error(error)
 
-    def _train_updates(self) -> None:
-        """The PPO loop of `train()`."""
+    def _check_resumable(self) -> None:
+        problem = resume_problem(self.args, bool(self.is_fsdp_enabled or self.is_deepspeed_enabled))
+        if problem is not None:
+            raise ValueError(problem)
+
+    def _resume_from(self, checkpoint: str, model: nn.Module) -> TrainerState:
+        """Restore the trained weights (policies and critics), the optimizer and the scheduler of `checkpoint`;
+        return its trainer state."""
+        self._load_from_checkpoint(checkpoint, model)
+        self.wrapper.load_value_models_(checkpoint)
+        self._load_optimizer_and_scheduler(checkpoint)
+        return TrainerState.load_from_json(os.path.join(checkpoint, TRAINER_STATE_NAME))
+
+    def _train_updates(self, checkpoint: str | None = None) -> None:
+        """The PPO loop of `train()`, from `checkpoint` when given."""
         args = self.args
         self.create_optimizer_and_scheduler(num_training_steps=args.num_total_batches)
         set_seed(args.seed)  # python, numpy (mini-batch order) and torch, whatever ran since `__init__`
@@ -482,7 +529,15 @@ class MultiAgentPPOTrainer(TeamTrainer):
                 yield from dataloader
 
         data = iter(batches_forever())
-        self.state.global_step = 0
+        n_micro = math.ceil(args.local_mini_batch_size / args.per_device_train_batch_size)
+        done = 0
+        if checkpoint is not None:
+            self.state = self._resume_from(checkpoint, model)
+            done = self.state.global_step
+            for _ in range(done):  # the rows the finished updates took (the sampler has its own seeded generator)
+                next(data)
+            self._load_rng_state(checkpoint)  # sampling goes on as it would have
+        self.state.global_step = done
         self.state.max_steps = args.num_total_batches
         self.state.num_train_epochs = args.total_episodes / len(self.train_dataset)
         self.state.logging_steps = (
@@ -491,21 +546,20 @@ class MultiAgentPPOTrainer(TeamTrainer):
         self.state.save_steps = (
             args.save_steps if args.save_steps >= 1 else math.ceil(args.num_total_batches * args.save_steps)
         )
-        episode = 0
+        episode = done * args.batch_size
         start = time.time()
         signal = ScoreSignalCheck(getattr(args, "no_signal_warning_interval", 10), self.accelerator.is_main_process)
         self.control = self.callback_handler.on_train_begin(args, self.state, self.control)
         model.train()
-        micro_step = 0
-        for update in range(1, args.num_total_batches + 1):
+        micro_step = done * args.num_ppo_epochs * args.num_mini_batches * n_micro
+        for update in range(done + 1, args.num_total_batches + 1):
             episode += args.batch_size
             rows = next(data)
             rollouts = self.rollout(rows)
             signal.see_update(update, rollouts, self.accelerator)  # warns when every score of the update is equal
             sizes = {s: len(rollouts[s].texts) for s in self._trained_slots(rollouts)}  # a frozen agent's: none
-            # TRL 1.12: a mini-batch of `local_mini_batch_size` episodes is cut into micro-batches of
+            # TRL 1.12: a mini-batch of `local_mini_batch_size` episodes is cut into `n_micro` micro-batches of
             # `per_device_train_batch_size` (the last may be smaller; one micro-batch when the mini-batch is smaller)
-            n_micro = math.ceil(args.local_mini_batch_size / args.per_device_train_batch_size)
             micro_share = args.per_device_train_batch_size / args.local_mini_batch_size
             shape = (args.num_ppo_epochs, args.num_mini_batches, n_micro, len(sizes))
             stats = {k: torch.zeros(shape) for k in STAT_NAMES}

@@ -350,6 +350,36 @@ def load_value_model(folder: str | os.PathLike[str], **kwargs: Any) -> nn.Module
     return model
 
 
+def value_model_files(folder: str) -> tuple[str, ...]:
+    """The weight file of a value model saved by [`save_value_model`] in `folder` (`/`-joined, alternatives): its
+    trainable tensors, or the whole model (one file or a sharded index)."""
+    return tuple(f"{folder}/{name}" for name in (_TRAINABLE_FILE, "model.safetensors", "model.safetensors.index.json"))
+
+
+def saved_value_tensors(folder: str) -> dict[str, torch.Tensor]:
+    """The tensors [`save_value_model`] wrote to `folder`: its trainable tensors, or every tensor of a whole model
+    (one file or the shards of an index).
+
+    Raises:
+        FileNotFoundError: `folder` holds none of the three.
+    """
+    from safetensors.torch import load_file
+
+    for name in (_TRAINABLE_FILE, "model.safetensors"):
+        if os.path.isfile(os.path.join(folder, name)):
+            return load_file(os.path.join(folder, name))
+    index = os.path.join(folder, "model.safetensors.index.json")
+    if not os.path.isfile(index):
+        raise FileNotFoundError(f"{folder} holds no saved value model ({_TRAINABLE_FILE}, model.safetensors or "
+                                "model.safetensors.index.json).")
+    with open(index) as handle:
+        shards = sorted(set(json.load(handle)["weight_map"].values()))
+    tensors: dict[str, torch.Tensor] = {}
+    for shard in shards:
+        tensors.update(load_file(os.path.join(folder, shard)))
+    return tensors
+
+
 class PolicyValueTeam(nn.Module):
     """The trainable modules of PPO in one `nn.Module`: the team's policies and their value models.
 
@@ -380,6 +410,24 @@ class PolicyValueTeam(nn.Module):
             own = None if state_dict is None else {
                 key[len(prefix):]: value for key, value in state_dict.items() if key.startswith(prefix)}
             save_value_model(model, os.path.join(output_dir, f"value_model_{index}"), own)
+
+    def load_value_models_(self, checkpoint_dir: str) -> None:
+        """Load every value model's trained weights in place from `checkpoint_dir/value_model_<i>/` (written by
+        [`save_value_models`]), to resume training: every tensor the model trains must be there; the frozen ones a
+        checkpoint leaves out keep their values (the same base model's).
+
+        Raises:
+            ValueError: A saved tensor does not fit the model, or a trained tensor is missing.
+        """
+        for index, model in enumerate(self.value_models):
+            folder = os.path.join(checkpoint_dir, f"value_model_{index}")
+            saved = saved_value_tensors(folder)
+            trained = {name for name, parameter in model.named_parameters() if parameter.requires_grad}
+            missing = sorted(trained - set(saved))
+            result = model.load_state_dict(saved, strict=False)
+            if result.unexpected_keys or missing:
+                raise ValueError(f"{folder} does not fit value model {index} ({type(model).__name__}): tensors it "
+                                 f"does not have {result.unexpected_keys}, trained tensors missing {missing}.")
 
     def value_model(self, slot: int) -> nn.Module:
         """The value model of policy slot `slot`."""
