@@ -36,7 +36,8 @@ _COMMON_LAST = [
 SHORT_OPTIONS: dict[str, list[tuple[str, list[tuple[str, str]]]]] = {
     "magrpo": [
         ("Task", [
-            ("--task NAME", "writing, coding, target_sum or tool_relay (agent 0 has a calculator; docs/tools.md)."),
+            ("--task NAME", "writing, coding, target_sum, writing_halves (the writers choose who summarizes which "
+                            "half) or tool_relay (agent 0 has a calculator; docs/tools.md)."),
             ("--centralized BOOL", "Train one policy that writes every agent's part (the baseline of a team)."),
         ]),
         ("Data", [

@@ -25,7 +25,13 @@ from typing import Any
 from datasets import Dataset
 
 from ..data.files import first_rows
-from ..toy.rows import TOY_CODING_PROMPTS, TOY_WRITING_PROMPTS, toy_coding_rows, toy_writing_rows
+from ..toy.rows import (
+    TOY_CODING_PROMPTS,
+    TOY_HALVES_PROMPTS,
+    TOY_WRITING_PROMPTS,
+    toy_coding_rows,
+    toy_writing_rows,
+)
 from ..utils.quiet import say
 from .arguments import OutputDirArguments, fresh_output_dir, resume_value
 from .data_sources import (
@@ -39,16 +45,84 @@ from .data_sources import (
     shipped_suggestions,
 )
 
-TASKS = ("writing", "coding", "target_sum", "tool_relay")
-
 TOOL_NAMES = ("calculator", "python", "none")
 """The tools an agent of a script can be given (`--tools`, one name per agent; `none`: no tools)."""
 
-DEFAULT_TOOLS = {"tool_relay": ["calculator", "none"]}
-"""Each task's tools per agent when `--tools` is not given (no tools for the others)."""
-
 DEFAULT_DATASETS = {"writing": "trl-lib/tldr", "coding": "openai/openai_humaneval"}
 """The Hub dataset of each task when `--dataset_name` is not given."""
+
+TaskBuilder = Callable[["MAGRPOScriptArguments", int, int, bool], tuple[Any, Any, Dataset]]
+"""`build(script_args, num_agents, num_turns, offline) -> (env, team_reward, train_dataset)`: a task of
+`trl-marl magrpo` (`offline`: a toy model, which trains on synthetic rows unless the data is local or shipped)."""
+
+
+@dataclass(frozen=True)
+class MAGRPOTask:
+    """A task of `trl-marl magrpo`: how to build it, one line for `--help`, and its agents' default tools."""
+
+    build: TaskBuilder
+    summary: str
+    default_tools: tuple[str, ...] | None = None
+
+
+_TASKS: dict[str, MAGRPOTask] = {}
+
+
+def register_magrpo_task(name: str, build: TaskBuilder, summary: str, default_tools: Sequence[str] | None = None,
+                         replace: bool = False) -> None:
+    """Make `name` a value of `--task` for `trl-marl magrpo` and its examples (`run_example`, `main`).
+
+    Args:
+        name: The task's name.
+        build: Builds the task's env, team reward and training rows ([`TaskBuilder`]).
+        summary: One line for the help.
+        default_tools: One tool name per agent among [`TOOL_NAMES`], used when `--tools` is not given.
+        replace: Replace a task registered under `name` (otherwise that is an error).
+
+    Example:
+
+    ```python
+    from datasets import Dataset
+    from trl_marl.envs import TargetSumEnv
+    from trl_marl.rewards.arithmetic import TargetSumReward
+    from trl_marl.scripts.magrpo import register_magrpo_task, run_example
+
+    def target_twelve(script_args, num_agents, num_turns, offline):
+        return TargetSumEnv(num_agents, num_turns), TargetSumReward(), Dataset.from_dict({"target": [12] * 64})
+
+    register_magrpo_task("target_twelve", target_twelve, "Two numbers that add up to 12.")
+    run_example("target_twelve", None, "my_script.py")
+    ```
+    """
+    if not isinstance(name, str) or not name.strip():
+        raise ValueError(f"A task's name must be a non-empty string, got {name!r}.")
+    if name in _TASKS and not replace:
+        raise ValueError(f"A task named {name!r} is registered already: choose another name, or pass "
+                         "`replace=True` to replace it.")
+    if default_tools is not None and any(tool not in TOOL_NAMES for tool in default_tools):
+        raise ValueError(f"`default_tools` of task {name!r} takes names among {TOOL_NAMES}, got "
+                         f"{list(default_tools)}.")
+    _TASKS[name] = MAGRPOTask(build, summary, tuple(default_tools) if default_tools is not None else None)
+
+
+def magrpo_task_names() -> tuple[str, ...]:
+    """The registered tasks' names, the built-in ones first."""
+    return tuple(_TASKS)
+
+
+def magrpo_task(name: str) -> MAGRPOTask:
+    """The task registered as `name`.
+
+    Raises:
+        UsageError: No task has that name; the message gives the closest names and every name.
+    """
+    if name not in _TASKS:
+        from .arguments import closest
+
+        near = closest(name, _TASKS)
+        hint = f"did you mean {' or '.join(f'`{n}`' for n in near)}? " if near else ""
+        raise UsageError(f"`--task` {name!r} is not a task: {hint}Choose one of {', '.join(_TASKS)}.")
+    return _TASKS[name]
 
 WRITING_COLUMNS = "columns `text` and `reference`, or TL;DR's `prompt` and `completion`"
 CODING_COLUMNS = "HumanEval's columns `task_id`, `prompt`, `canonical_solution`, `test`, `entry_point`"
@@ -68,7 +142,9 @@ DATA_HELP = {
 class MAGRPOScriptArguments(OutputDirArguments):
     """Script arguments of `trl-marl magrpo` and the MAGRPO examples (and `overwrite_output_dir`)."""
 
-    task: str = field(default="writing", metadata={"help": f"The task: one of {', '.join(TASKS)}."})
+    task: str = field(default="writing", metadata={"help": "The task: writing, coding, target_sum, tool_relay or "
+                                                            "writing_halves (or one registered with "
+                                                            "`register_magrpo_task`)."})
     dataset_name: str | None = field(default=None, metadata={"help": DATA_HELP["dataset_name"]})
     data_files: str | None = field(default=None, metadata={"help": DATA_HELP["data_files"]})
     dataset_config: str | None = field(
@@ -180,61 +256,100 @@ def coding_rows(script_args: MAGRPOScriptArguments, source: DataSource) -> Datas
 
 def build_task(script_args: MAGRPOScriptArguments, num_agents: int, num_turns: int,
                offline: bool) -> tuple[Any, Callable[..., Any], Dataset]:
-    """The environment, team reward and training rows of a built-in task.
+    """The environment, team reward and training rows of the task `script_args.task` (registered with
+    [`register_magrpo_task`]).
 
     `offline` (a toy model) trains on synthetic rows, unless the data is local or shipped: then on those rows, with
     prompts cut to the toy's 128 positions.
     """
-    if script_args.task not in TASKS:
-        from .arguments import closest
+    return magrpo_task(script_args.task).build(script_args, num_agents, num_turns, offline)
 
-        near = closest(script_args.task, TASKS)
-        hint = f"did you mean {' or '.join(f'`{n}`' for n in near)}? " if near else ""
-        raise UsageError(f"`--task` {script_args.task!r} is not a task: {hint}Choose one of {', '.join(TASKS)}.")
-    if script_args.task == "target_sum":
-        from ..envs import TargetSumEnv
-        from ..rewards.arithmetic import TargetSumReward
 
-        if script_args.dataset_name or script_args.data_files:
-            raise UsageError("The target_sum task makes its own rows (a target number); `--dataset_name` and "
-                             "`--data_files` do not apply to it: leave them out.")
-        return (TargetSumEnv(num_agents, num_turns), TargetSumReward(),
-                Dataset.from_dict({"target": [10] * max(script_args.num_toy_rows, 8)}))
-    if script_args.task == "tool_relay":
-        from ..data.tool_relay import tool_relay_rows, tool_relay_split
-        from ..envs.tool_relay import ToolRelayEnv
-        from ..rewards.tool_relay import ToolRelayReward
+def _target_sum_task(script_args: MAGRPOScriptArguments, num_agents: int, num_turns: int,
+                     offline: bool) -> tuple[Any, Any, Dataset]:
+    from ..envs import TargetSumEnv
+    from ..rewards.arithmetic import TargetSumReward
 
-        if script_args.dataset_name or script_args.data_files or (num_agents, num_turns) != (2, 2):
-            raise UsageError("The tool_relay task makes its own rows (\"What is a * b?\", the training pairs of "
-                             "`trl_marl.data.tool_relay`) with 2 agents and 2 turns: leave `--dataset_name` and "
-                             "`--data_files` out and set `--num_agents 2 --num_turns 2`.")
-        train, _ = tool_relay_split()
-        rows = tool_relay_rows(train, script_args.max_train_samples or 512, seed=0)
-        return ToolRelayEnv(), ToolRelayReward(), Dataset.from_list(rows)
-    source = resolve_source(script_args.dataset_name, script_args.data_files, DEFAULT_DATASETS[script_args.task])
-    synthetic = offline and source.kind == "hub"
-    if synthetic:
+    if script_args.dataset_name or script_args.data_files:
+        raise UsageError("The target_sum task makes its own rows (a target number); `--dataset_name` and "
+                         "`--data_files` do not apply to it: leave them out.")
+    return (TargetSumEnv(num_agents, num_turns), TargetSumReward(),
+            Dataset.from_dict({"target": [10] * max(script_args.num_toy_rows, 8)}))
+
+
+def _tool_relay_task(script_args: MAGRPOScriptArguments, num_agents: int, num_turns: int,
+                     offline: bool) -> tuple[Any, Any, Dataset]:
+    from ..data.tool_relay import tool_relay_rows, tool_relay_split
+    from ..envs.tool_relay import ToolRelayEnv
+    from ..rewards.tool_relay import ToolRelayReward
+
+    if script_args.dataset_name or script_args.data_files or (num_agents, num_turns) != (2, 2):
+        raise UsageError("The tool_relay task makes its own rows (\"What is a * b?\", the training pairs of "
+                         "`trl_marl.data.tool_relay`) with 2 agents and 2 turns: leave `--dataset_name` and "
+                         "`--data_files` out and set `--num_agents 2 --num_turns 2`.")
+    train, _ = tool_relay_split()
+    rows = tool_relay_rows(train, script_args.max_train_samples or 512, seed=0)
+    return ToolRelayEnv(), ToolRelayReward(), Dataset.from_list(rows)
+
+
+def _task_rows(script_args: MAGRPOScriptArguments, offline: bool, default: str,
+               load: Callable[[MAGRPOScriptArguments, DataSource], Dataset],
+               toy_rows: Callable[[int], Dataset]) -> Dataset:
+    """A data-backed task's training rows: synthetic for a toy model with Hub data, else `load`ed from the source."""
+    source = resolve_source(script_args.dataset_name, script_args.data_files, default)
+    if offline and source.kind == "hub":
         say_toy_skips(source if (script_args.dataset_name or script_args.data_files) else None)
-    if script_args.task == "writing":
-        from ..envs.writing import CooperativeWritingEnv
-        from ..rewards.writing import WritingTeamReward
+        return toy_rows(script_args.num_toy_rows)
+    return load(script_args, source)
 
-        dataset = toy_writing_rows(script_args.num_toy_rows) if synthetic else writing_rows(script_args, source)
-        env = CooperativeWritingEnv(num_turns=num_turns, **(TOY_WRITING_PROMPTS if offline else {}))
-        reference = "reference" if "reference" in dataset.column_names else None  # ROUGE-L needs a reference
-        return env, WritingTeamReward(reference_column=reference), dataset
+
+def _writing_task(script_args: MAGRPOScriptArguments, num_agents: int, num_turns: int,
+                  offline: bool) -> tuple[Any, Any, Dataset]:
+    from ..envs.writing import CooperativeWritingEnv
+    from ..rewards.writing import WritingTeamReward
+
+    dataset = _task_rows(script_args, offline, DEFAULT_DATASETS["writing"], writing_rows, toy_writing_rows)
+    env = CooperativeWritingEnv(num_turns=num_turns, **(TOY_WRITING_PROMPTS if offline else {}))
+    reference = "reference" if "reference" in dataset.column_names else None  # ROUGE-L needs a reference
+    return env, WritingTeamReward(reference_column=reference), dataset
+
+
+def _coding_task(script_args: MAGRPOScriptArguments, num_agents: int, num_turns: int,
+                 offline: bool) -> tuple[Any, Any, Dataset]:
     from ..envs.coding import CooperativeCodingEnv
     from ..rewards.coding import CodingTeamReward
 
-    dataset = toy_coding_rows(script_args.num_toy_rows) if synthetic else coding_rows(script_args, source)
+    dataset = _task_rows(script_args, offline, DEFAULT_DATASETS["coding"], coding_rows, toy_coding_rows)
     env = CooperativeCodingEnv(num_turns=num_turns, **(TOY_CODING_PROMPTS if offline else {}))
     return env, CodingTeamReward(env=env), dataset
 
 
+def _writing_halves_task(script_args: MAGRPOScriptArguments, num_agents: int, num_turns: int,
+                         offline: bool) -> tuple[Any, Any, Dataset]:
+    from ..envs.writing_halves import HalvesWritingEnv
+    from ..rewards.writing_halves import HalvesTeamReward
+
+    if (num_agents, num_turns) != (2, 1):
+        raise UsageError("The writing_halves task has 2 writers and 1 turn: set `--num_agents 2 --num_turns 1`.")
+    # the shipped texts by default; a toy model's default is synthetic rows that fit its 128 positions
+    default = DEFAULT_DATASETS["writing"] if offline else "trl-marl/team_writing"
+    dataset = _task_rows(script_args, offline, default, writing_rows, toy_writing_rows)
+    toy = dict(chat=False, **TOY_HALVES_PROMPTS) if offline else {}
+    return HalvesWritingEnv(**toy), HalvesTeamReward(), dataset
+
+
+register_magrpo_task("writing", _writing_task, "MAGRPO's cooperative writing: a short and a detailed summary.")
+register_magrpo_task("coding", _coding_task, "MAGRPO's cooperative coding: a helper `aux` and the main function.")
+register_magrpo_task("target_sum", _target_sum_task, "Numbers that add up to a target (a toy task).")
+register_magrpo_task("tool_relay", _tool_relay_task, "A product relayed through a calculator (docs/tools.md).",
+                     default_tools=("calculator", "none"))
+register_magrpo_task("writing_halves", _writing_halves_task, "Two writers choose who summarizes which half of a "
+                     "text (shipped texts by default).")
+
+
 def agent_tools(script_args: MAGRPOScriptArguments, num_agents: int) -> list[list[Any] | None] | None:
     """The `tools` argument of `MAGRPOTrainer` from `--tools` (or the task's default): None without tools."""
-    names = script_args.tools if script_args.tools is not None else DEFAULT_TOOLS.get(script_args.task)
+    names = script_args.tools if script_args.tools is not None else magrpo_task(script_args.task).default_tools
     if not names or all(name == "none" for name in names):
         return None
     unknown = [name for name in names if name not in TOOL_NAMES]

@@ -17,8 +17,8 @@ from .tasks import FACT_KEYS, fact_table
 if TYPE_CHECKING:
     import datasets
 
-__all__ = ["TOY_CODING_PROMPTS", "TOY_WRITING_PROMPTS", "toy_coding_rows", "toy_debate_dataset", "toy_facts_dataset",
-           "toy_writing_rows"]
+__all__ = ["TOY_CODING_PROMPTS", "TOY_HALVES_PROMPTS", "TOY_WRITING_PROMPTS", "toy_coding_rows",
+           "toy_debate_dataset", "toy_facts_dataset", "toy_writing_rows"]
 
 
 def toy_debate_dataset(n: int, seed: int = 0, max_operand: int = 99) -> datasets.Dataset:
@@ -85,6 +85,11 @@ TOY_WRITING_PROMPTS: dict[str, str] = {
 """Prompt templates of `CooperativeWritingEnv` sized for the toy models' 128 positions (the task's own instructions
 alone are longer): `CooperativeWritingEnv(**TOY_WRITING_PROMPTS)` on [`toy_writing_rows`] leaves room for 16 new tokens
 per agent at every turn."""
+
+TOY_HALVES_PROMPTS: dict[str, str] = {"instruction": "Writer {writer}, first or second half?",
+                                      "template": "{instruction}\n{first}|{second}", "prefill": "I summarize the"}
+"""`HalvesWritingEnv`'s prompt sized for the toy models' 128 positions, as [`TOY_WRITING_PROMPTS`] is for the
+writing task."""
 
 TOY_CODING_PROMPTS: dict[str, str] = {
     "helper_template": "{prompt}# {helper_name}:\n",
