@@ -45,6 +45,7 @@ sets to check the wiring (not a measurement).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -512,6 +513,32 @@ def writing_halves_task() -> Task:
 
 
 TASKS["writing_halves"] = writing_halves_task
+
+HALVES_START_CLAUSE = 'Start with "I summarize the first half:" or "I summarize the second half:".'
+HALVES_START_SECOND_FIRST = 'Start with "I summarize the second half:" or "I summarize the first half:".'
+
+
+def writing_halves_second_first_task() -> Task:
+    """`writing_halves` with the instruction's "Start with" clause naming the second half first (design 3 of the
+    halves task, pilot 3: the untrained writers choose the first half in 0.69 and 0.54 of their answers instead of
+    0.98, which fails the bias gate fixed before the pilots on writer 2, 1.19 to 1 against 1.5; trained after design
+    2's team did not find the split in 30 steps, as an exploratory run). Everything else as `writing_halves`."""
+    from trl_marl.envs.writing_halves import HALVES_INSTRUCTION, HalvesWritingEnv
+
+    instruction = HALVES_INSTRUCTION.replace(HALVES_START_CLAUSE, HALVES_START_SECOND_FIRST)
+    if instruction == HALVES_INSTRUCTION:
+        raise ValueError("HALVES_INSTRUCTION no longer holds the start clause this task reorders.")
+    base = writing_halves_task()
+
+    def env(central: bool) -> Any:
+        if central:
+            raise ValueError("writing_halves_second_first has no centralised arm.")
+        return HalvesWritingEnv(chat=True, instruction=instruction)
+
+    return dataclasses.replace(base, name="writing_halves_second_first", env=env)
+
+
+TASKS["writing_halves_second_first"] = writing_halves_second_first_task
 
 
 # ------------------------------------------------------------------------------------------------------ sizes

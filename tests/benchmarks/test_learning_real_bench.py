@@ -660,3 +660,13 @@ def test_writing_halves_task_rows_prompts_reward_and_success(bench: Any) -> None
     assert bench.HALVES_SUCCESS > 0.5
     assert task.success(env)(prompts=[None], completions=split[0], agent_completions=split, text=[text]) == [1.0]
     assert task.success(env)(prompts=[None], completions=collide[0], agent_completions=collide, text=[text]) == [0.0]
+
+
+def test_writing_halves_second_first_changes_only_the_start_clause(bench: Any) -> None:
+    from trl_marl.envs import Transcript
+
+    base, variant = bench.writing_halves_task(), bench.writing_halves_second_first_task()
+    row = base.eval_rows("heldout", 1)[0]
+    prompts = [task.env(False).agent_prompt(row, 1, Transcript())[0]["content"] for task in (base, variant)]
+    assert prompts[1] == prompts[0].replace(bench.HALVES_START_CLAUSE, bench.HALVES_START_SECOND_FIRST) != prompts[0]
+    assert variant.eval_rows("heldout", 16) == base.eval_rows("heldout", 16) and variant.sizes == base.sizes
