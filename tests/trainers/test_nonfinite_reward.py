@@ -80,12 +80,13 @@ def test_a_second_run_names_its_first_nan_again(target_model_dir, tmp_path):
         assert len(nonfinite_warnings(caught)) == 1
 
 
-def test_ppo_names_the_nan_reward_and_saves_the_last_update(target_model_dir, tmp_path):
+@pytest.mark.parametrize("critics_saved", [True, False])
+def test_ppo_names_the_nan_reward_and_saves_the_last_update(target_model_dir, tmp_path, critics_saved):
     out = tmp_path / "out"
     args = MultiAgentPPOConfig(
         output_dir=str(out), num_agents=2, per_device_train_batch_size=2, total_episodes=6, response_length=3,
         num_ppo_epochs=1, learning_rate=1e-3, report_to="none", save_strategy="no", num_sample_generations=0,
-        disable_tqdm=True, seed=0, max_nonfinite=2, reward_timeout=None,
+        disable_tqdm=True, seed=0, max_nonfinite=2, reward_timeout=None, save_value_model=critics_saved,
     )
     trainer = MultiAgentPPOTrainer(args=args, model=target_model_dir, reward_funcs=nan_first,
                                    train_dataset=Dataset.from_dict({"prompt": ["T=10:"] * 4, "target": [10] * 4}))
@@ -97,6 +98,8 @@ def test_ppo_names_the_nan_reward_and_saves_the_last_update(target_model_dir, tm
     assert "step 1" in str(named[0].message)
     message = str(stopped.value)
     assert "`nan_first`" in message and "during step 2" in message
-    assert str(out / "checkpoint-1") in message and "AgentTeam.from_pretrained" in message
+    assert str(out / "checkpoint-1") in message
+    # a checkpoint without critics cannot resume: the team is loaded from it instead
+    assert ("resume_from_checkpoint=True" if critics_saved else "AgentTeam.from_pretrained") in message
     assert is_complete_checkpoint(out / "checkpoint-1")
     assert sorted(os.listdir(out)) == ["checkpoint-1"]
