@@ -97,3 +97,19 @@ def test_the_second_mistyped_command_is_refused_before_the_imports(tmp_path: Pat
     assert runs[1].stderr.splitlines() == [
         f"{prog}: unknown option `--lerning_rate`: did you mean `--learning_rate`?",
         f"{prog}: `{prog} --help-all` lists every option."]
+
+
+def test_the_demo_records_the_training_commands_names(tmp_path: Path, monkeypatch) -> None:
+    """The README's first command is the demo: after it, the first training command is checked before its imports."""
+    from trl_marl.scripts.demo import record_training_option_names
+    from trl_marl.scripts.help import MAPORL_TASKS
+    from trl_marl.scripts.maporl import build_parser as maporl_parser
+
+    monkeypatch.setenv("TRL_MARL_CACHE", str(tmp_path))
+    record_training_option_names()
+    names = known_option_names("trl-marl magrpo")
+    assert names is not None and "--learning_rate" in names.options and "num_generations" in names.fields
+    for task in MAPORL_TASKS:
+        assert known_option_names(f"trl-marl maporl {task}") == maporl_parser(task).option_names(), task
+    assert unknown_names_early(["--lerning_rate", "1"], "trl-marl maporl gsm8k") == [
+        "unknown option `--lerning_rate`: did you mean `--learning_rate`?"]

@@ -332,7 +332,27 @@ def run_demo(config: DemoConfig) -> dict[str, Any]:
     print(f"Done in {results['seconds']:.0f} s. Plots and metrics in {out}")
     print(teams_line(keep["magrpo"], keep["maporl"], teams))
     work_dir.cleanup()
+    record_training_option_names()
     return results
+
+
+def record_training_option_names() -> None:
+    """Record the option names of `trl-marl magrpo` and of every `trl-marl maporl` task (`scripts.option_names`), so
+    that the first training command after the demo refuses a mistyped option before its imports, as later ones do.
+    The demo has imported the config classes already, so this takes about a second; it prints nothing and never
+    fails the demo (an unwritable cache is skipped)."""
+    from .help import MAPORL_TASKS
+    from .magrpo import build_parser as magrpo_parser
+    from .maporl import build_parser as maporl_parser
+    from .option_names import record_option_names
+
+    try:
+        parsers = [magrpo_parser(prog="trl-marl magrpo")]
+        parsers += [maporl_parser(task, prog=f"trl-marl maporl {task}") for task in MAPORL_TASKS]
+    except Exception:  # noqa: BLE001 - a warm-up only: the commands record their names themselves
+        return
+    for parser in parsers:
+        record_option_names(parser.prog, parser.option_names())
 
 
 def positive_int(text: str) -> int:
