@@ -45,7 +45,6 @@ sets to check the wiring (not a measurement).
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import math
 import os
@@ -472,15 +471,16 @@ HALVES_SUCCESS = 0.55
 reach at most, so success needs the halves split and both summaries about their halves. Fixed before the pilot."""
 
 
-def writing_halves_task() -> Task:
+def writing_halves_task(name: str = "writing_halves", instruction: str | None = None) -> Task:
     """Cooperative writing where the writers choose who summarizes which half (`HalvesWritingEnv`, issue 55): both
     read the same text in two halves and the same instruction, and differ only in "You are writer 1/2"; each answer
     is prefilled with "I summarize the", so its first word is the writer's choice. `HalvesTeamReward` pays for each
     half the best summary of it (two writers on one half earn at most 0.5). Texts and their train / held-out split as
     `writing_task` (the 126 training and 44 held-out texts whose halves each have at least three content words of
     their own), T = 0.7, 48 new tokens (the choice and a sentence of at most 30 words); success is a team reward of at
-    least `HALVES_SUCCESS`; metrics: which half each writer chose, collisions, the team reward. No centralised arm."""
-    from trl_marl.envs.writing_halves import HalvesWritingEnv, split_halves
+    least `HALVES_SUCCESS`; metrics: which half each writer chose, collisions, the team reward. No centralised arm.
+    `instruction` replaces the env's (`name` names the variant)."""
+    from trl_marl.envs.writing_halves import HALVES_INSTRUCTION, HalvesWritingEnv, split_halves
     from trl_marl.rewards.writing_halves import HalvesTeamReward, halves_metrics
     from trl_marl.rewards.writing_source import content_words
 
@@ -494,8 +494,8 @@ def writing_halves_task() -> Task:
 
     def env(central: bool) -> Any:
         if central:
-            raise ValueError("writing_halves has no centralised arm.")
-        return HalvesWritingEnv(chat=True)
+            raise ValueError(f"{name} has no centralised arm.")
+        return HalvesWritingEnv(chat=True, instruction=instruction or HALVES_INSTRUCTION)
 
     def train_rows(count: int, seed: int) -> list[dict[str, Any]]:
         return random.Random(seed).choices(train, k=count)
@@ -507,7 +507,7 @@ def writing_halves_task() -> Task:
         return {"team_reward": HalvesTeamReward(), **halves_metrics()}
 
     sizes = {**(base.sizes or {}), "completion": 48}
-    return Task("writing_halves", env, lambda env: HalvesTeamReward(), train_rows, eval_rows,
+    return Task(name, env, lambda env: HalvesTeamReward(), train_rows, eval_rows,
                 success=lambda env: AtLeast(HalvesTeamReward(), HALVES_SUCCESS), sizes=sizes, central=False,
                 metrics=metrics)
 
@@ -523,19 +523,12 @@ def writing_halves_second_first_task() -> Task:
     halves task, pilot 3: the untrained writers choose the first half in 0.69 and 0.54 of their answers instead of
     0.98, which fails the bias gate fixed before the pilots on writer 2, 1.19 to 1 against 1.5; trained after design
     2's team did not find the split in 30 steps, as an exploratory run). Everything else as `writing_halves`."""
-    from trl_marl.envs.writing_halves import HALVES_INSTRUCTION, HalvesWritingEnv
+    from trl_marl.envs.writing_halves import HALVES_INSTRUCTION
 
     instruction = HALVES_INSTRUCTION.replace(HALVES_START_CLAUSE, HALVES_START_SECOND_FIRST)
     if instruction == HALVES_INSTRUCTION:
         raise ValueError("HALVES_INSTRUCTION no longer holds the start clause this task reorders.")
-    base = writing_halves_task()
-
-    def env(central: bool) -> Any:
-        if central:
-            raise ValueError("writing_halves_second_first has no centralised arm.")
-        return HalvesWritingEnv(chat=True, instruction=instruction)
-
-    return dataclasses.replace(base, name="writing_halves_second_first", env=env)
+    return writing_halves_task("writing_halves_second_first", instruction)
 
 
 TASKS["writing_halves_second_first"] = writing_halves_second_first_task

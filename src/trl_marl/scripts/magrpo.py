@@ -295,10 +295,12 @@ def _tool_relay_task(script_args: MAGRPOScriptArguments, num_agents: int, num_tu
 def _task_rows(script_args: MAGRPOScriptArguments, offline: bool, default: str,
                load: Callable[[MAGRPOScriptArguments, DataSource], Dataset],
                toy_rows: Callable[[int], Dataset]) -> Dataset:
-    """A data-backed task's training rows: synthetic for a toy model with Hub data, else `load`ed from the source."""
+    """A data-backed task's training rows, `load`ed from the source; a toy model trains on synthetic rows unless the
+    user gave local or shipped data (its 128 positions hold neither a Hub text nor a task's default data)."""
+    given = bool(script_args.dataset_name or script_args.data_files)
     source = resolve_source(script_args.dataset_name, script_args.data_files, default)
-    if offline and source.kind == "hub":
-        say_toy_skips(source if (script_args.dataset_name or script_args.data_files) else None)
+    if offline and (source.kind == "hub" or not given):
+        say_toy_skips(source if given else None)
         return toy_rows(script_args.num_toy_rows)
     return load(script_args, source)
 
@@ -331,9 +333,7 @@ def _writing_halves_task(script_args: MAGRPOScriptArguments, num_agents: int, nu
 
     if (num_agents, num_turns) != (2, 1):
         raise UsageError("The writing_halves task has 2 writers and 1 turn: set `--num_agents 2 --num_turns 1`.")
-    # the shipped texts by default; a toy model's default is synthetic rows that fit its 128 positions
-    default = DEFAULT_DATASETS["writing"] if offline else "trl-marl/team_writing"
-    dataset = _task_rows(script_args, offline, default, writing_rows, toy_writing_rows)
+    dataset = _task_rows(script_args, offline, "trl-marl/team_writing", writing_rows, toy_writing_rows)
     toy = dict(chat=False, **TOY_HALVES_PROMPTS) if offline else {}
     return HalvesWritingEnv(**toy), HalvesTeamReward(), dataset
 
@@ -480,6 +480,10 @@ def build_parser(prog: str | None = None, description: str | None = None) -> Any
 
     parser = SuggestingParser((MAGRPOScriptArguments, MAGRPOConfig, ModelConfig), prog=prog, **described(description))
     describe_model_option(parser, MODEL_HELP)
+    for action in parser._actions:
+        if action.dest == "task":  # the registered tasks, the user's included
+            tasks = "; ".join(f"`{name}`: {task.summary.rstrip('.')}" for name, task in _TASKS.items())
+            action.help = f"The task: {tasks}."
     return parser
 
 

@@ -81,9 +81,9 @@ def record_option_names(command: str, names: OptionNames) -> None:
     """Remember `names` for `command` (e.g. `"trl-marl magrpo"`) under the current [`fingerprint`]; written whole or
     not at all, and skipped when the cache cannot be written."""
     path = _path(command, fingerprint())
-    data = {"options": sorted(names.options), "fields": sorted(names.fields), "allow_abbrev": names.allow_abbrev}
-    if known_option_names(command) == names:
+    if _read(path) == names:
         return
+    data = {"options": sorted(names.options), "fields": sorted(names.fields), "allow_abbrev": names.allow_abbrev}
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile("w", dir=path.parent, suffix=".tmp", delete=False) as handle:
@@ -95,8 +95,12 @@ def record_option_names(command: str, names: OptionNames) -> None:
 
 def known_option_names(command: str) -> OptionNames | None:
     """The names recorded for `command` under the current [`fingerprint`], or None (none recorded, or unreadable)."""
+    return _read(_path(command, fingerprint()))
+
+
+def _read(path: Path) -> OptionNames | None:
     try:
-        data = json.loads(_path(command, fingerprint()).read_text())
+        data = json.loads(path.read_text())
         return OptionNames(frozenset(map(str, data["options"])), frozenset(map(str, data["fields"])),
                            bool(data["allow_abbrev"]))
     except (OSError, ValueError, KeyError, TypeError):

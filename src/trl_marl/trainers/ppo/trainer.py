@@ -78,6 +78,7 @@ from .value import (
     first_true_index,
     sequence_scores,
     value_model_files,
+    value_model_folder,
 )
 
 __all__ = ["AgentRollout", "MultiAgentPPOTrainer", "PolicyValueTeam", "first_true_index", "sequence_model_inputs",
@@ -460,7 +461,7 @@ class MultiAgentPPOTrainer(TeamTrainer):
         spec = super().checkpoint_spec()
         if not self.resumable or self.args.save_only_model:
             return spec
-        critics = tuple(value_model_files(f"value_model_{i}") for i in range(len(self.wrapper.value_models)))
+        critics = tuple(value_model_files(value_model_folder(i)) for i in range(len(self.wrapper.value_models)))
         return dataclasses.replace(spec, required=spec.required + critics)
 
     def train(self, resume_from_checkpoint: str | bool | None = None, **kwargs: Any) -> Any:

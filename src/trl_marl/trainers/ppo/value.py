@@ -350,10 +350,19 @@ def load_value_model(folder: str | os.PathLike[str], **kwargs: Any) -> nn.Module
     return model
 
 
+_WEIGHT_FILES = (_TRAINABLE_FILE, "model.safetensors", "model.safetensors.index.json")
+"""The weight file of a value model saved by [`save_value_model`] (alternatives): its trainable tensors, or the whole
+model (one file or a sharded index)."""
+
+
+def value_model_folder(index: int) -> str:
+    """The folder of value model `index` in a checkpoint or a saved team."""
+    return f"value_model_{index}"
+
+
 def value_model_files(folder: str) -> tuple[str, ...]:
-    """The weight file of a value model saved by [`save_value_model`] in `folder` (`/`-joined, alternatives): its
-    trainable tensors, or the whole model (one file or a sharded index)."""
-    return tuple(f"{folder}/{name}" for name in (_TRAINABLE_FILE, "model.safetensors", "model.safetensors.index.json"))
+    """The weight file of a value model saved in `folder` (`/`-joined alternatives, [`_WEIGHT_FILES`])."""
+    return tuple(f"{folder}/{name}" for name in _WEIGHT_FILES)
 
 
 def saved_value_tensors(folder: str) -> dict[str, torch.Tensor]:
@@ -365,13 +374,13 @@ def saved_value_tensors(folder: str) -> dict[str, torch.Tensor]:
     """
     from safetensors.torch import load_file
 
-    for name in (_TRAINABLE_FILE, "model.safetensors"):
+    *single, sharded = _WEIGHT_FILES
+    for name in single:
         if os.path.isfile(os.path.join(folder, name)):
             return load_file(os.path.join(folder, name))
-    index = os.path.join(folder, "model.safetensors.index.json")
+    index = os.path.join(folder, sharded)
     if not os.path.isfile(index):
-        raise FileNotFoundError(f"{folder} holds no saved value model ({_TRAINABLE_FILE}, model.safetensors or "
-                                "model.safetensors.index.json).")
+        raise FileNotFoundError(f"{folder} holds no saved value model ({', '.join(_WEIGHT_FILES)}).")
     with open(index) as handle:
         shards = sorted(set(json.load(handle)["weight_map"].values()))
     tensors: dict[str, torch.Tensor] = {}
@@ -409,7 +418,7 @@ class PolicyValueTeam(nn.Module):
             prefix = f"value_models.{index}."
             own = None if state_dict is None else {
                 key[len(prefix):]: value for key, value in state_dict.items() if key.startswith(prefix)}
-            save_value_model(model, os.path.join(output_dir, f"value_model_{index}"), own)
+            save_value_model(model, os.path.join(output_dir, value_model_folder(index)), own)
 
     def load_value_models_(self, checkpoint_dir: str) -> None:
         """Load every value model's trained weights in place from `checkpoint_dir/value_model_<i>/` (written by
@@ -420,7 +429,7 @@ class PolicyValueTeam(nn.Module):
             ValueError: A saved tensor does not fit the model, or a trained tensor is missing.
         """
         for index, model in enumerate(self.value_models):
-            folder = os.path.join(checkpoint_dir, f"value_model_{index}")
+            folder = os.path.join(checkpoint_dir, value_model_folder(index))
             saved = saved_value_tensors(folder)
             trained = {name for name, parameter in model.named_parameters() if parameter.requires_grad}
             missing = sorted(trained - set(saved))
