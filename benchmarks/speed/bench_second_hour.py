@@ -97,9 +97,9 @@ MISTAKES = [
     ("generate from a folder with no team", "trl-marl generate --team {out}/nowhere --prompt hi"),
     ("resume a run that has no checkpoint", "trl-marl magrpo --config examples/configs/magrpo_writing.yaml "
      "--model_name_or_path toy --max_steps 1 --resume_from_checkpoint true --output_dir {out}/m7"),
-    ("an unknown option, before any command recorded the option names", "trl-marl magrpo --config "
+    ("an unknown option, on an empty cache (the names shipped with the package)", "trl-marl magrpo --config "
      "examples/configs/magrpo_writing.yaml --model_name_or_path toy --lerning_rate 1e-4 --output_dir {out}/m8"),
-    ("the same unknown option again (the names recorded by the command before)", "trl-marl magrpo --config "
+    ("the same unknown option again", "trl-marl magrpo --config "
      "examples/configs/magrpo_writing.yaml --model_name_or_path toy --lerning_rate 1e-4 --output_dir {out}/m8"),
 ]
 """User mistakes of the hour (issue 53, item 10): each must end at once with one clean line and a non-zero status."""

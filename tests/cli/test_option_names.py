@@ -1,6 +1,7 @@
-"""A mistyped option is refused before the imports once a command of the same kind has run (issue 53): the parser
-records its option names under a fingerprint of the installed versions and sources (`scripts.option_names`), and the
-early check gives the parser's own lines from them."""
+"""A mistyped option is refused before the imports (issue 53): from the names shipped with the package while the
+installed versions and config sources are the ones they were written under, else once a command of the same kind has
+run (the parser records its option names under a fingerprint of the installed versions and sources); the early check
+gives the parser's own lines from them (`scripts.option_names`)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,15 @@ import pytest
 from trl_marl.scripts import option_names
 from trl_marl.scripts.arguments import unknown_name_messages
 from trl_marl.scripts.early import unknown_names_early
-from trl_marl.scripts.option_names import OptionNames, fingerprint, known_option_names, record_option_names
+from trl_marl.scripts.option_names import (
+    OptionNames,
+    fingerprint,
+    installed_versions,
+    known_option_names,
+    record_option_names,
+    shipped_option_names,
+    source_digest,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 WRITING = str(ROOT / "examples" / "configs" / "magrpo_writing.yaml")
@@ -24,7 +33,14 @@ NAMES = OptionNames(frozenset({"--learning_rate", "--lr_scheduler_type", "--seed
                     frozenset({"learning_rate", "lr_scheduler_type", "seed"}), True)
 
 
-def test_names_are_recorded_and_read_per_command_and_fingerprint(tmp_path: Path, monkeypatch) -> None:
+@pytest.fixture
+def no_shipped_names(tmp_path: Path, monkeypatch) -> None:
+    """Ignore the names shipped with the package (as an install with other versions would)."""
+    monkeypatch.setattr(option_names, "SHIPPED", tmp_path / "no-shipped-names.json")
+
+
+def test_names_are_recorded_and_read_per_command_and_fingerprint(tmp_path: Path, monkeypatch,
+                                                                 no_shipped_names) -> None:
     monkeypatch.setenv("TRL_MARL_CACHE", str(tmp_path))
     assert known_option_names("trl-marl magrpo") is None
     record_option_names("trl-marl magrpo", NAMES)
@@ -37,6 +53,7 @@ def test_names_are_recorded_and_read_per_command_and_fingerprint(tmp_path: Path,
     assert known_option_names("trl-marl magrpo") is None  # another TRL: other names, maybe
     monkeypatch.undo()
     monkeypatch.setenv("TRL_MARL_CACHE", str(tmp_path))
+    monkeypatch.setattr(option_names, "SHIPPED", tmp_path / "no-shipped-names.json")
     path.write_text("{not json")
     assert known_option_names("trl-marl magrpo") is None  # a damaged file is ignored, then rewritten
     record_option_names("trl-marl magrpo", NAMES)
@@ -72,7 +89,11 @@ def test_the_messages_are_the_parsers_for_the_same_names(tmp_path: Path, monkeyp
 
 _PROBE = """
 import json, sys
+from pathlib import Path
 from trl_marl.cli import main
+from trl_marl.scripts import option_names
+if sys.argv[2] == "ignore the shipped names":
+    option_names.SHIPPED = Path("no-shipped-names.json")
 try:
     main(json.loads(sys.argv[1]))
 except SystemExit as stop:
@@ -83,12 +104,15 @@ print(json.dumps({"code": code, "loaded": [m for m in HEAVY if m in sys.modules]
 
 @pytest.mark.parametrize("command", [["magrpo"], ["maporl", "hidden_sum"]])
 def test_the_second_mistyped_command_is_refused_before_the_imports(tmp_path: Path, command: list[str]) -> None:
+    """Where the shipped names do not apply (other versions, an edited config), the first command's parser records
+    the names and the second command is refused early."""
     config = str(ROOT / "examples" / "configs" / ("magrpo_writing.yaml" if command == ["magrpo"]
                                                    else "maporl_hidden_sum.yaml"))
     argv = [*command, "--config", config, "--model_name_or_path", "toy", "--lerning_rate", "1e-4"]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRL_MARL_CACHE": str(tmp_path / "cache")}
-    runs = [subprocess.run([sys.executable, "-c", f"HEAVY = {HEAVY!r}\n{_PROBE}", json.dumps(argv)],
-                           capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300) for _ in range(2)]
+    runs = [subprocess.run([sys.executable, "-c", f"HEAVY = {HEAVY!r}\n{_PROBE}", json.dumps(argv),
+                            "ignore the shipped names"], capture_output=True, text=True, env=env, cwd=tmp_path,
+                           timeout=300) for _ in range(2)]
     results = [json.loads(run.stdout.strip().splitlines()[-1]) for run in runs]
     assert results[0]["code"] == 2 and "transformers" in results[0]["loaded"]  # the parser's check, after the imports
     assert results[1] == {"code": 2, "loaded": []}  # the same check, before them
@@ -113,3 +137,70 @@ def test_the_demo_records_the_training_commands_names(tmp_path: Path, monkeypatc
         assert known_option_names(f"trl-marl maporl {task}") == maporl_parser(task).option_names(), task
     assert unknown_names_early(["--lerning_rate", "1"], "trl-marl maporl gsm8k") == [
         "unknown option `--lerning_rate`: did you mean `--learning_rate`?"]
+
+
+def test_the_shipped_names_are_current() -> None:
+    """The shipped file holds every training command's names under the installed versions and sources; a developer who
+    changes a config field (or a pin) reruns `python -m trl_marl.scripts.option_snapshot`."""
+    from trl_marl.scripts.option_snapshot import snapshot
+
+    shipped = json.loads(option_names.SHIPPED.read_text())
+    live = snapshot()
+    fix = "run `python -m trl_marl.scripts.option_snapshot` and commit scripts/option_names.json"
+    assert sorted(shipped["commands"]) == sorted(live["commands"]), fix
+    for command, entry in live["commands"].items():
+        assert shipped["commands"][command]["sources"] == entry["sources"], f"{command}: {fix}"
+        if shipped["versions"] == installed_versions():
+            assert shipped["commands"][command] == entry, f"{command}: {fix}"
+            names = shipped_option_names(command)
+            assert names is not None and sorted(names.options) == entry["options"]
+        else:  # another version of TRL or transformers may have other options: the parser decides
+            assert shipped_option_names(command) is None
+
+
+def test_shipped_names_apply_only_to_their_versions_and_sources(tmp_path: Path, monkeypatch) -> None:
+    path = tmp_path / "names.json"
+    entry = {"options": ["--seed", "--help"], "fields": ["seed"], "allow_abbrev": True,
+             "sources": {"scripts/magrpo.py": source_digest("scripts/magrpo.py")}}
+    data = {"versions": installed_versions(), "commands": {"trl-marl magrpo": entry}}
+    path.write_text(json.dumps(data))
+    names = OptionNames(frozenset({"--seed", "--help"}), frozenset({"seed"}), True)
+    assert shipped_option_names("trl-marl magrpo", path) == names
+    assert shipped_option_names("trl-marl maporl gsm8k", path) is None  # not shipped
+    path.write_text(json.dumps({**data, "versions": {**data["versions"], "trl": "0.11.4"}}))
+    assert shipped_option_names("trl-marl magrpo", path) is None  # another TRL
+    edited = {**entry, "sources": {"scripts/magrpo.py": "0" * 64}}
+    path.write_text(json.dumps({**data, "commands": {"trl-marl magrpo": edited}}))
+    assert shipped_option_names("trl-marl magrpo", path) is None  # an edited config: its parser decides
+    gone = {**entry, "sources": {"scripts/no_such_module.py": ""}}
+    path.write_text(json.dumps({**data, "commands": {"trl-marl magrpo": gone}}))
+    assert shipped_option_names("trl-marl magrpo", path) is None
+    path.write_text("[1, 2")
+    assert shipped_option_names("trl-marl magrpo", path) is None
+    monkeypatch.setenv("TRL_MARL_CACHE", str(tmp_path / "empty"))
+    monkeypatch.setattr(option_names, "SHIPPED", tmp_path / "shipped.json")
+    (tmp_path / "shipped.json").write_text(json.dumps(data))
+    assert known_option_names("trl-marl magrpo") == names  # nothing recorded yet: the shipped names
+    record_option_names("trl-marl magrpo", NAMES)
+    assert known_option_names("trl-marl magrpo") == NAMES  # what this install's parser recorded comes first
+
+
+@pytest.mark.parametrize("command", [["magrpo"], ["maporl", "gsm8k"]])
+def test_the_first_mistyped_command_after_an_install_is_refused_before_the_imports(tmp_path: Path,
+                                                                                  command: list[str]) -> None:
+    """An empty cache, as after `pip install`: the shipped names refuse the option with the parser's lines."""
+    from trl_marl.scripts.magrpo import build_parser as magrpo_parser
+    from trl_marl.scripts.maporl import build_parser as maporl_parser
+
+    prog = "trl-marl " + " ".join(command)
+    if shipped_option_names(prog) is None:
+        pytest.skip("the installed trl/transformers/peft/accelerate are not the versions the names were shipped for")
+    argv = [*command, "--model_name_or_path", "toy", "--lerning_rate", "1e-4", "--num_generation", "2"]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRL_MARL_CACHE": str(tmp_path / "cache")}
+    run = subprocess.run([sys.executable, "-c", f"HEAVY = {HEAVY!r}\n{_PROBE}", json.dumps(argv), "-"],
+                         capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    assert json.loads(run.stdout.strip().splitlines()[-1]) == {"code": 2, "loaded": []}
+    parser = magrpo_parser(prog=prog) if command == ["magrpo"] else maporl_parser(command[1], prog=prog)
+    assert run.stderr.splitlines() == [f"{prog}: {line}" for line in parser.unknown_names(argv[len(command):])] + [
+        f"{prog}: `{prog} --help-all` lists every option."]
+    assert not (tmp_path / "cache").exists()  # nothing recorded: the names were the shipped ones

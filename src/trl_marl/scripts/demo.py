@@ -338,17 +338,15 @@ def run_demo(config: DemoConfig) -> dict[str, Any]:
 
 def record_training_option_names() -> None:
     """Record the option names of `trl-marl magrpo` and of every `trl-marl maporl` task (`scripts.option_names`), so
-    that the first training command after the demo refuses a mistyped option before its imports, as later ones do.
-    The demo has imported the config classes already, so this takes about a second; it prints nothing and never
-    fails the demo (an unwritable cache is skipped)."""
-    from .help import MAPORL_TASKS
-    from .magrpo import build_parser as magrpo_parser
-    from .maporl import build_parser as maporl_parser
+    that the first training command after the demo refuses a mistyped option before its imports, as later ones do,
+    also where the names shipped with the package do not match the installed versions. The demo has imported the
+    config classes already, so this takes about a second; it prints nothing and never fails the demo (an unwritable
+    cache is skipped)."""
     from .option_names import record_option_names
+    from .option_snapshot import training_parsers
 
     try:
-        parsers = [magrpo_parser(prog="trl-marl magrpo")]
-        parsers += [maporl_parser(task, prog=f"trl-marl maporl {task}") for task in MAPORL_TASKS]
+        parsers = training_parsers()
     except Exception:  # noqa: BLE001 - a warm-up only: the commands record their names themselves
         return
     for parser in parsers:
