@@ -12,6 +12,16 @@ row, T = 0.7, stop at the closing fence). Held-out rows are never sampled here. 
   agents trained alone against an untrained partner both learn the other half and collide);
 - all: the untrained success leaves room to learn (< 0.3).
 
+Design 4 of the halves task (fixed before its pilots, after design 2's team saw the second half in 1.6% of its
+answers and design 3's writers drifted to the first half): the candidates `writing_halves_no_clause` and
+`writing_halves_second_first` must also pass
+- exploration: each writer's less chosen half in at least 0.1 of its answers (a group of 8 holds it at least half
+  the time);
+- balance: the mean score of the second-half summaries at least 0.7 of the first-half ones, pooled over both writers
+  (else each writer's own gradient pulls it to the easier half, whatever its partner does).
+The candidate that passes every gate is trained; if both do, the one with the higher minority rate. The sampled
+answers are kept in the record (`completions`) for writing tasks.
+
 The writing task is piloted here too: one script for every issue-55 design with a choice to gate.
 
     python benchmarks/learning/coding_pilot.py --task coding_private --rows 16
@@ -42,15 +52,30 @@ def task_gates(task: str, m: dict[str, Any]) -> dict[str, Any]:
     named = {a: m[f"agent_{a}_first"] + m[f"agent_{a}_second"] for a in (0, 1)}
     ratio = {a: max(m[f"agent_{a}_first"], 1e-9) / max(m[f"agent_{a}_second"], 1e-9) for a in (0, 1)}
     same_bias = all(r >= 1.5 for r in ratio.values()) or all(r <= 1 / 1.5 for r in ratio.values())
-    return {"named": named, "named_gate": ">= 0.3 per writer", "first_to_second": ratio,
-            "bias_gate": "both >= 1.5 or both <= 1/1.5", "passes": min(named.values()) >= 0.3 and same_bias}
+    minority = {a: min(m[f"agent_{a}_first"], m[f"agent_{a}_second"]) for a in (0, 1)}
+    gates: dict[str, Any] = {"named": named, "named_gate": ">= 0.3 per writer", "first_to_second": ratio,
+                             "bias_gate": "both >= 1.5 or both <= 1/1.5", "minority": minority,
+                             "minority_gate": ">= 0.1 per writer (design 4)"}
+    half_score = {}
+    for half in ("first", "second"):  # pooled over the writers: each writer's mean weighted by how often it chose
+        chose = [m[f"agent_{a}_{half}"] for a in (0, 1)]
+        scores = [m.get(f"agent_{a}_{half}_score") for a in (0, 1)]
+        pairs = [(c, s) for c, s in zip(chose, scores) if s is not None and c > 0]
+        half_score[half] = sum(c * s for c, s in pairs) / sum(c for c, _ in pairs) if pairs else None
+    balance = (half_score["second"] / half_score["first"] if half_score["first"] and half_score["second"] is not None
+               else None)
+    gates |= {"half_score": half_score, "second_to_first_score": balance, "balance_gate": ">= 0.7 (design 4)"}
+    gates["passes"] = bool(min(named.values()) >= 0.3 and same_bias and min(minority.values()) >= 0.1
+                           and balance is not None and balance >= 0.7)
+    return gates
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=16)
     parser.add_argument("--task", default="coding_division",
-                        choices=("coding_division", "coding_private", "writing_halves"))
+                        choices=("coding_division", "coding_private", "writing_halves", "writing_halves_second_first",
+                                 "writing_halves_no_clause"))
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--output", default=None, help="default benchmarks/results/pilot_<task>.json")
     args = parser.parse_args()
@@ -67,7 +92,8 @@ def main() -> None:
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as work:
         trainer = lr.build_magrpo(task, "team", args.seed, 1, sizes, os.path.join(work, "pilot"), lr.MODEL)
-        result = lr.evaluate_task(task, trainer.team, False, rows, 20_000 + args.seed, sizes["completion"])
+        result = lr.evaluate_task(task, trainer.team, False, rows, 20_000 + args.seed, sizes["completion"],
+                                  keep_completions=args.task.startswith("writing"))
     seconds = time.perf_counter() - start
     m = result["metrics"]
     record = {
@@ -76,6 +102,8 @@ def main() -> None:
         "success": result["success"], "team_reward": result["reward"], "metrics": m,
         "gates": task_gates(args.task, m) | {"untrained_success": result["success"], "success_gate": "< 0.3"},
     }
+    if "completions" in result:
+        record["completions"] = result["completions"]
     Path(args.output or f"benchmarks/results/pilot_{args.task}.json").write_text(json.dumps(record, indent=1) + "\n")
     print(json.dumps({k: record[k] for k in ("success", "team_reward", "metrics", "seconds")}, indent=1))
 

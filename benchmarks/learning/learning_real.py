@@ -588,8 +588,9 @@ def build_magrpo(task: Task, arm: str, seed: int, steps: int, sizes: dict[str, A
 
 
 def evaluate_task(task: Task, team: Any, central: bool, rows: Sequence[dict[str, Any]], seed: int,
-                  max_new_tokens: int) -> dict[str, Any]:
-    """Sampled (T=1) team success (team reward 1) and mean team reward over `rows`, 8 joint actions per row."""
+                  max_new_tokens: int, keep_completions: bool = False) -> dict[str, Any]:
+    """Sampled (T=1) team success (team reward 1) and mean team reward over `rows`, 8 joint actions per row; with
+    `keep_completions`, also the sampled answers (`completions[agent][row * 8 + g]`)."""
     from trl_marl.scripts.demo_real import sampled_team_success
 
     env = task.env(central)
@@ -600,6 +601,8 @@ def evaluate_task(task: Task, team: Any, central: bool, rows: Sequence[dict[str,
     completions = result.pop("completions")
     if task.metrics is not None:
         result["metrics"] = joint_action_means(task.metrics(env), completions, rows)
+    if keep_completions:
+        result["completions"] = [list(agent) for agent in completions]
     return result
 
 
@@ -1075,3 +1078,19 @@ def brief(kind: str, run: dict[str, Any]) -> dict[str, Any]:
 
 if __name__ == "__main__":
     main()
+
+
+def writing_halves_no_clause_task() -> Task:
+    """`writing_halves` without the instruction's "Start with" clause: the prefill alone asks for the choice (a
+    design-4 candidate, piloted on training rows only: design 2's clause made the untrained writers choose the first
+    half in 0.98 of their answers, design 3's reordered clause in 0.69 and 0.54). Everything else as
+    `writing_halves`."""
+    from trl_marl.envs.writing_halves import HALVES_INSTRUCTION
+
+    instruction = HALVES_INSTRUCTION.replace(" " + HALVES_START_CLAUSE, "")
+    if instruction == HALVES_INSTRUCTION:
+        raise ValueError("HALVES_INSTRUCTION no longer holds the start clause this task removes.")
+    return writing_halves_task("writing_halves_no_clause", instruction)
+
+
+TASKS["writing_halves_no_clause"] = writing_halves_no_clause_task

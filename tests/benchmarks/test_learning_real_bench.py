@@ -652,7 +652,8 @@ def test_writing_halves_task_rows_prompts_reward_and_success(bench: Any) -> None
     prompts = [env.agent_prompt(heldout[0], i, Transcript()) for i in (0, 1)]
     assert prompts[0][0]["content"].replace("writer 1", "writer 2") == prompts[1][0]["content"]
     assert set(task.metrics(env)) == {"team_reward", "agent_0_first", "agent_0_second", "agent_1_first",
-                                      "agent_1_second", "same_half"}
+                                      "agent_1_second", "same_half", "agent_0_first_score", "agent_0_second_score",
+                                      "agent_1_first_score", "agent_1_second_score"}
     text = heldout[0]["text"]
     halves = split_halves(text)
     answers = [f" {name} half: " + " ".join(half.split()[:12]) for name, half in zip(("first", "second"), halves)]
@@ -670,3 +671,32 @@ def test_writing_halves_second_first_changes_only_the_start_clause(bench: Any) -
     prompts = [task.env(False).agent_prompt(row, 1, Transcript())[0]["content"] for task in (base, variant)]
     assert prompts[1] == prompts[0].replace(bench.HALVES_START_CLAUSE, bench.HALVES_START_SECOND_FIRST) != prompts[0]
     assert variant.eval_rows("heldout", 16) == base.eval_rows("heldout", 16) and variant.sizes == base.sizes
+
+
+def test_writing_halves_no_clause_drops_only_the_start_clause(bench: Any) -> None:
+    from trl_marl.envs import Transcript
+
+    base, variant = bench.writing_halves_task(), bench.writing_halves_no_clause_task()
+    row = base.eval_rows("heldout", 1)[0]
+    prompts = [task.env(False).agent_prompt(row, 0, Transcript()) for task in (base, variant)]
+    assert prompts[1][0]["content"] == prompts[0][0]["content"].replace(" " + bench.HALVES_START_CLAUSE, "")
+    assert bench.HALVES_START_CLAUSE not in prompts[1][0]["content"] and prompts[1][1] == prompts[0][1]  # prefill
+    assert variant.eval_rows("heldout", 16) == base.eval_rows("heldout", 16) and variant.sizes == base.sizes
+
+
+def test_halves_pilot_gates_of_design_4(bench: Any) -> None:
+    """The pilot's design-4 gates by hand: exploration (the minority half >= 0.1 per writer) and balance (second-half
+    summaries score at least 0.7 of first-half ones, pooled by how often each writer chose each half)."""
+    coding_pilot = load_script(PATH.with_name("coding_pilot.py"))
+    m = {"agent_0_first": 0.6, "agent_0_second": 0.3, "agent_1_first": 0.7, "agent_1_second": 0.2,
+         "agent_0_first_score": 0.5, "agent_0_second_score": 0.3, "agent_1_first_score": 0.4,
+         "agent_1_second_score": 0.5}
+    gates = coding_pilot.task_gates("writing_halves_no_clause", m)
+    first = (0.6 * 0.5 + 0.7 * 0.4) / 1.3
+    second = (0.3 * 0.3 + 0.2 * 0.5) / 0.5
+    assert gates["half_score"] == pytest.approx({"first": first, "second": second})
+    assert gates["second_to_first_score"] == pytest.approx(second / first)  # 0.38 / 0.446 = 0.85
+    assert gates["minority"] == {0: 0.3, 1: 0.2} and gates["passes"]
+    assert not coding_pilot.task_gates("writing_halves", {**m, "agent_1_second": 0.05})["passes"]  # exploration
+    assert not coding_pilot.task_gates("writing_halves", {**m, "agent_1_second_score": 0.1})["passes"]  # balance
+    assert not coding_pilot.task_gates("writing_halves", {**m, "agent_1_first": 0.25})["passes"]  # opposite biases

@@ -9,7 +9,14 @@ import pytest
 
 from trl_marl.envs.base import Transcript
 from trl_marl.envs.writing_halves import HALVES_PREFILL, HalvesWritingEnv, halves_choice, split_halves
-from trl_marl.rewards.writing_halves import ChoseHalf, HalvesTeamReward, SameHalf, half_summary_score, halves_metrics
+from trl_marl.rewards.writing_halves import (
+    ChoseHalf,
+    HalfScore,
+    HalvesTeamReward,
+    SameHalf,
+    half_summary_score,
+    halves_metrics,
+)
 
 FIRST = ("Read the configuration file from disk and parse each section into a dictionary of options. Missing "
          "sections are created with default values.")
@@ -139,11 +146,23 @@ def test_choice_metrics_and_errors() -> None:
     assert ChoseHalf(0, "first")(None, None, agent_completions=team) == [1.0, 1.0, 0.0]
     assert ChoseHalf(1, "second")(None, None, agent_completions=team) == [1.0, 0.0, 0.0]
     assert SameHalf()(None, None, agent_completions=team) == [0.0, 1.0, 0.0]
-    assert sorted(halves_metrics()) == ["agent_0_first", "agent_0_second", "agent_1_first", "agent_1_second",
-                                        "same_half"]
+    weak_first = " first half: Reads the file."
+    scored = [[HONEST[0], weak_first, " nothing"], [HONEST[1], HONEST[1], HONEST[0]]]
+    weak = half_summary_score("Reads the file.", FIRST, SECOND)
+    assert HalfScore(0, "first")(None, None, agent_completions=scored, text=[SOURCE] * 3) == pytest.approx(
+        [1.0, weak, None])  # no choice: skipped, not a zero
+    assert HalfScore(1, "second")(None, None, agent_completions=scored, text=[SOURCE] * 3) == [1.0, 1.0, None]
+    assert HalfScore(1, "first")(None, None, agent_completions=scored, text=[SOURCE] * 3) == [None, None, 1.0]
+    assert sorted(halves_metrics()) == sorted(["agent_0_first", "agent_0_second", "agent_1_first", "agent_1_second",
+                                               "same_half"] + [f"agent_{a}_{h}_score" for a in (0, 1)
+                                                               for h in ("first", "second")])
     with pytest.raises(ValueError, match="needs `agent_completions`"):
         HalvesTeamReward()(None, [HONEST[0]], text=[SOURCE])
     with pytest.raises(KeyError, match="'text'"):
         HalvesTeamReward()(None, None, agent_completions=[[HONEST[0]], [HONEST[1]]])
     with pytest.raises(ValueError, match="`half` must be one of"):
         ChoseHalf(0, "third")
+    with pytest.raises(ValueError, match="`half` must be one of"):
+        HalfScore(0, "third")
+    with pytest.raises(KeyError, match="'text'"):
+        HalfScore(0, "first")(None, None, agent_completions=scored)

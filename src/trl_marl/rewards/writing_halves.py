@@ -2,8 +2,8 @@
 
 - [`half_summary_score`]: how well one summary covers the half of the text it chose, in [0, 1].
 - [`HalvesTeamReward`]: the share of the text's two halves summarized, each half counted at its best summary.
-- [`ChoseHalf`], [`SameHalf`]: which half each writer chose, and whether both chose the same one (log them; do not
-  train on them).
+- [`ChoseHalf`], [`SameHalf`], [`HalfScore`]: which half each writer chose, whether both chose the same one, and
+  how well a writer summarizes the half it chose (log them; do not train on them).
 """
 
 from __future__ import annotations
@@ -172,7 +172,40 @@ class SameHalf:
         return [float(a is not None and a == b) for a, b in zip(*choices)]
 
 
+class HalfScore:
+    """Cooperation metric of [`~trl_marl.envs.writing_halves.HalvesWritingEnv`]: the score of writer `agent`'s
+    summary ([`HalvesTeamReward.scores`]) where it chose `half`, else None (skipped by a mean). Beside [`ChoseHalf`]
+    it tells whether one half is easier to summarize: if it is, each writer's own gradient pulls it to that half,
+    whatever its partner does.
+
+    Args:
+        agent (`int`): The writer (0 or 1).
+        half (`str`): "first" or "second".
+        text_column (`str`): The dataset column holding the source text.
+    """
+
+    reward_kind = "team"
+
+    def __init__(self, agent: int, half: str, text_column: str = "text") -> None:
+        ChoseHalf(agent, half)  # the same checks
+        self.agent, self.half = agent, half
+        self.reward = HalvesTeamReward(text_column)
+        self.name = f"agent_{agent}_{half}_score"
+
+    def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float | None]:
+        team = _team(type(self).__name__, completions, kwargs)
+        if self.reward.text_column not in kwargs:
+            raise KeyError(f"HalfScore needs the dataset column {self.reward.text_column!r}.")
+        values: list[float | None] = []
+        for text, answer in zip(kwargs[self.reward.text_column], team[self.agent]):
+            [(choice, score)] = self.reward.scores(text, [answer])
+            values.append(score if choice == self.half else None)
+        return values
+
+
 def halves_metrics() -> dict[str, Any]:
-    """The cooperation metrics of the halves task by name: `agent_{0,1}_{first,second}` and `same_half`."""
+    """The cooperation metrics of the halves task by name: `agent_{0,1}_{first,second}`, `same_half` and
+    `agent_{0,1}_{first,second}_score`."""
     metrics: list[Any] = [ChoseHalf(agent, half) for agent in (0, 1) for half in HALVES] + [SameHalf()]
+    metrics += [HalfScore(agent, half) for agent in (0, 1) for half in HALVES]
     return {m.name: m for m in metrics}
