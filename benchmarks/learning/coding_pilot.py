@@ -14,7 +14,8 @@ row, T = 0.7, stop at the closing fence). Held-out rows are never sampled here. 
 
 Design 4 of the halves task (fixed before its pilots, after design 2's team saw the second half in 1.6% of its
 answers and design 3's writers drifted to the first half): the candidates `writing_halves_no_clause` and
-`writing_halves_second_first` must also pass
+`writing_halves_second_first` (first round), `writing_halves_named` and `writing_halves_named_second_first` (second
+round, after neither of the first passed) must also pass
 - exploration: each writer's less chosen half in at least 0.1 of its answers (a group of 8 holds it at least half
   the time);
 - balance: the mean score of the second-half summaries at least 0.7 of the first-half ones, pooled over both writers
@@ -75,7 +76,8 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=16)
     parser.add_argument("--task", default="coding_division",
                         choices=("coding_division", "coding_private", "writing_halves", "writing_halves_second_first",
-                                 "writing_halves_no_clause"))
+                                 "writing_halves_no_clause", "writing_halves_named",
+                                 "writing_halves_named_second_first"))
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--output", default=None, help="default benchmarks/results/pilot_<task>.json")
     args = parser.parse_args()

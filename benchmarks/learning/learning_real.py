@@ -471,7 +471,8 @@ HALVES_SUCCESS = 0.55
 reach at most, so success needs the halves split and both summaries about their halves. Fixed before the pilot."""
 
 
-def writing_halves_task(name: str = "writing_halves", instruction: str | None = None) -> Task:
+def writing_halves_task(name: str = "writing_halves", instruction: str | None = None,
+                        writers: tuple[str, str] = ("1", "2")) -> Task:
     """Cooperative writing where the writers choose who summarizes which half (`HalvesWritingEnv`, issue 55): both
     read the same text in two halves and the same instruction, and differ only in "You are writer 1/2"; each answer
     is prefilled with "I summarize the", so its first word is the writer's choice. `HalvesTeamReward` pays for each
@@ -479,7 +480,7 @@ def writing_halves_task(name: str = "writing_halves", instruction: str | None = 
     `writing_task` (the 126 training and 44 held-out texts whose halves each have at least three content words of
     their own), T = 0.7, 48 new tokens (the choice and a sentence of at most 30 words); success is a team reward of at
     least `HALVES_SUCCESS`; metrics: which half each writer chose, collisions, the team reward. No centralised arm.
-    `instruction` replaces the env's (`name` names the variant)."""
+    `instruction` and `writers` replace the env's (`name` names the variant)."""
     from trl_marl.envs.writing_halves import HALVES_INSTRUCTION, HalvesWritingEnv, split_halves
     from trl_marl.rewards.writing_halves import HalvesTeamReward, halves_metrics
     from trl_marl.rewards.writing_source import content_words
@@ -495,7 +496,7 @@ def writing_halves_task(name: str = "writing_halves", instruction: str | None = 
     def env(central: bool) -> Any:
         if central:
             raise ValueError(f"{name} has no centralised arm.")
-        return HalvesWritingEnv(chat=True, instruction=instruction or HALVES_INSTRUCTION)
+        return HalvesWritingEnv(chat=True, instruction=instruction or HALVES_INSTRUCTION, writers=writers)
 
     def train_rows(count: int, seed: int) -> list[dict[str, Any]]:
         return random.Random(seed).choices(train, k=count)
@@ -1094,3 +1095,34 @@ def writing_halves_no_clause_task() -> Task:
 
 
 TASKS["writing_halves_no_clause"] = writing_halves_no_clause_task
+
+
+HALVES_NAMES = ("Robin", "Sam")
+"""Writer labels without an order, for the design-4 candidates `writing_halves_named*`."""
+
+
+def _named_instruction(start_clause: str) -> str:
+    from trl_marl.envs.writing_halves import HALVES_INSTRUCTION
+
+    instruction = HALVES_INSTRUCTION.replace(HALVES_START_CLAUSE, start_clause)
+    named = instruction.replace("You are writer {writer}.", "Your name is {writer}.")
+    if named == instruction or start_clause not in named:
+        raise ValueError("HALVES_INSTRUCTION no longer holds the sentences the named variants replace.")
+    return named
+
+
+def writing_halves_named_task() -> Task:
+    """`writing_halves` with the writers named ("Your name is Robin." / "... Sam.") instead of numbered: a design-4
+    candidate (the number of design 3's writers moved writer 2 towards the second half: 0.45 against writer 1's
+    0.30), piloted on training rows only. Everything else as `writing_halves`."""
+    return writing_halves_task("writing_halves_named", _named_instruction(HALVES_START_CLAUSE), HALVES_NAMES)
+
+
+def writing_halves_named_second_first_task() -> Task:
+    """`writing_halves_named` with design 3's start clause (the second half named first): a design-4 candidate."""
+    return writing_halves_task("writing_halves_named_second_first", _named_instruction(HALVES_START_SECOND_FIRST),
+                               HALVES_NAMES)
+
+
+TASKS["writing_halves_named"] = writing_halves_named_task
+TASKS["writing_halves_named_second_first"] = writing_halves_named_second_first_task

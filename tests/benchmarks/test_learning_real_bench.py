@@ -700,3 +700,18 @@ def test_halves_pilot_gates_of_design_4(bench: Any) -> None:
     assert not coding_pilot.task_gates("writing_halves", {**m, "agent_1_second": 0.05})["passes"]  # exploration
     assert not coding_pilot.task_gates("writing_halves", {**m, "agent_1_second_score": 0.1})["passes"]  # balance
     assert not coding_pilot.task_gates("writing_halves", {**m, "agent_1_first": 0.25})["passes"]  # opposite biases
+
+
+def test_writing_halves_named_variants_change_only_the_label_and_the_clause(bench: Any) -> None:
+    from trl_marl.envs import Transcript
+
+    base = bench.writing_halves_task()
+    row = base.eval_rows("heldout", 1)[0]
+    user = [base.env(False).agent_prompt(row, i, Transcript())[0]["content"] for i in (0, 1)]
+    for task, clause in ((bench.writing_halves_named_task(), bench.HALVES_START_CLAUSE),
+                         (bench.writing_halves_named_second_first_task(), bench.HALVES_START_SECOND_FIRST)):
+        for i, name in enumerate(bench.HALVES_NAMES):
+            text = task.env(False).agent_prompt(row, i, Transcript())[0]["content"]
+            expected = user[i].replace(f"You are writer {i + 1}.", f"Your name is {name}.")
+            assert text == expected.replace(bench.HALVES_START_CLAUSE, clause), task.name
+        assert task.eval_rows("heldout", 16) == base.eval_rows("heldout", 16) and task.sizes == base.sizes

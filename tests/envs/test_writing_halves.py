@@ -8,7 +8,13 @@ from typing import Any
 import pytest
 
 from trl_marl.envs.base import Transcript
-from trl_marl.envs.writing_halves import HALVES_PREFILL, HalvesWritingEnv, halves_choice, split_halves
+from trl_marl.envs.writing_halves import (
+    HALVES_INSTRUCTION,
+    HALVES_PREFILL,
+    HalvesWritingEnv,
+    halves_choice,
+    split_halves,
+)
 from trl_marl.rewards.writing_halves import (
     ChoseHalf,
     HalfScore,
@@ -71,6 +77,11 @@ def test_both_writers_get_the_same_prompt_but_their_number_and_a_prefill() -> No
     plain = HalvesWritingEnv(chat=False).agent_prompt(row, 0, Transcript())
     assert plain == f"{user}\n\n{HALVES_PREFILL}"
     assert (env.num_agents, env.num_turns, env.required_columns) == (2, 1, ("text",))
+    instruction = HALVES_INSTRUCTION.replace("You are writer {writer}.", "Your name is {writer}.")
+    named = HalvesWritingEnv(instruction=instruction, writers=("Robin", "Sam"))
+    texts = [named.agent_prompt(row, i, Transcript())[0]["content"] for i in (0, 1)]
+    assert texts[0] == user.replace("You are writer 1.", "Your name is Robin.")
+    assert texts[1] == user.replace("You are writer 1.", "Your name is Sam.")
 
 
 def test_bad_rows_agents_and_templates_are_refused() -> None:
@@ -85,6 +96,8 @@ def test_bad_rows_agents_and_templates_are_refused() -> None:
         env.agent_prompt({"text": SOURCE}, 0, Transcript().extend(["a", "b"]))
     with pytest.raises(ValueError, match="may only use"):
         HalvesWritingEnv(template="{instruction} {text}")
+    with pytest.raises(ValueError, match="two different labels"):
+        HalvesWritingEnv(writers=("A", "A"))
 
 
 HALF, OTHER = "Open the file and return a stream.", "Raise OSError when the path is missing."

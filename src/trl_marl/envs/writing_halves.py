@@ -117,13 +117,19 @@ class HalvesWritingEnv(MultiAgentEnv):
         text_column (`str`): The dataset column holding the source text.
         chat (`bool`): Return chat messages with the prefill as an assistant message instead of one string.
         instruction (`str`): The instruction (format field `{writer}`).
+        writers (`tuple[str, str]`): What `{writer}` is for writer 0 and writer 1 (`("1", "2")`: "You are writer
+            1"); names without an order (an instruction "Your name is {writer}.") keep the writer's number from
+            suggesting a half.
         template (`str`): The prompt (format fields `{instruction}`, `{first}`, `{second}`).
         prefill (`str`): The start of every answer.
     """
 
     def __init__(self, text_column: str = "text", chat: bool = True, instruction: str = HALVES_INSTRUCTION,
-                 template: str = HALVES_TEMPLATE, prefill: str = HALVES_PREFILL) -> None:
+                 template: str = HALVES_TEMPLATE, prefill: str = HALVES_PREFILL,
+                 writers: tuple[str, str] = ("1", "2")) -> None:
         super().__init__(num_agents=2, num_turns=1)
+        if len(writers) != 2 or len(set(writers)) != 2:
+            raise ValueError(f"HalvesWritingEnv: `writers` must be two different labels, got {writers!r}.")
         try:
             template.format(instruction=instruction.format(writer=1), first="a", second="b")
         except (KeyError, IndexError, ValueError) as error:
@@ -134,6 +140,7 @@ class HalvesWritingEnv(MultiAgentEnv):
         self.instruction = instruction
         self.template = template
         self.prefill = prefill
+        self.writers = tuple(writers)
         self.required_columns = (text_column,)
 
     def check_row_values(self, row: Mapping[str, Any], dataset_name: str, index: int) -> None:
@@ -143,13 +150,14 @@ class HalvesWritingEnv(MultiAgentEnv):
                              f"words (it is split into two halves), got {text!r:.80}.")
 
     def agent_prompt(self, row: Mapping[str, Any], agent_index: int, transcript: Transcript) -> Prompt:
-        """Writer `agent_index + 1`'s prompt: the shared instruction with its number, the two halves, the prefill."""
+        """Writer `agent_index + 1`'s prompt: the shared instruction with its label (`writers`), the two halves, the
+        prefill."""
         if agent_index not in (0, 1):
             raise IndexError(f"{type(self).__name__} has writers 0 and 1, got {agent_index}.")
         if len(transcript) != 0:
             raise ValueError(f"{type(self).__name__} plays one turn; got a transcript of {len(transcript)} turn(s).")
         first, second = split_halves(row[self.text_column])
-        text = self.template.format(instruction=self.instruction.format(writer=agent_index + 1), first=first,
+        text = self.template.format(instruction=self.instruction.format(writer=self.writers[agent_index]), first=first,
                                     second=second)
         if not self.chat:
             return f"{text}\n\n{self.prefill}" if self.prefill else text
