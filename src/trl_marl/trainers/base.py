@@ -49,11 +49,12 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
-from typing import Any, NoReturn, Protocol, TypeVar, runtime_checkable
+from typing import Any, NoReturn, Protocol, TypeVar, cast, runtime_checkable
 
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, RandomSampler, SequentialSampler
+from torch.utils.data import Dataset as TorchDataset
 from transformers import TrainerCallback, set_seed
 
 from .._trl_compat import (
@@ -77,14 +78,17 @@ from .console import install_console_metrics
 from .distributed import (
     any_process,
     check_fsdp_request,
+    gather_objects,
     gathered_root,
     gathered_zero3,
     is_fsdp2_module,
+    missing_chunks,
     rollout_phase,
     setup_strategy,
     zero3_engine,
 )
 from .metrics import MetricsBook
+from .rows import RowDataset, collate_rows
 
 __all__ = ["MetricsBook", "TeamTrainer", "TeamTrainingArguments", "collate_rows", "gather_objects", "rollout_phase"]
 
@@ -108,22 +112,13 @@ class TeamTrainingArguments(Protocol):
     reward_timeout: float | None
     reward_isolation: str
     console_metrics: list[str] | None
-    max_nonfinite: int | None
-    remove_unused_columns: bool
+    max_nonfinite: int
 
+    @property
+    def remove_unused_columns(self) -> bool | None: ...  # `bool | None` in TRL's configs; `_init_trainer` sets it
 
-def collate_rows(batch: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The data collator of every trl-marl trainer: a batch is the list of raw dataset rows (envs read them)."""
-    return batch
-
-
-def gather_objects(accelerator: Any, items: list[Any]) -> list[Any]:
-    """All processes' items (in process order); the items themselves on a single process."""
-    if accelerator.num_processes == 1:
-        return items
-    from accelerate.utils import gather_object
-
-    return gather_object(items)
+    @remove_unused_columns.setter
+    def remove_unused_columns(self, value: bool) -> None: ...
 
 
 class TeamTrainer(TeamCheckpointMixin, TRLBaseTrainer):
@@ -148,6 +143,9 @@ class TeamTrainer(TeamCheckpointMixin, TRLBaseTrainer):
 
     env: MultiAgentEnv
     team: AgentTeam
+    model: nn.Module  # the team, or a wrapper holding it (`_init_trainer` always passes one)
+    train_dataset: RowDataset  # required (`_check_inputs`)
+    eval_dataset: RowDataset | None
     eval_verifier: Any = None
     gold_column: str = "answer"
     tool_loop: ToolLoop | None = None  # the team's tool calls (`_build_team`); None: no agent has tools
@@ -346,7 +344,8 @@ class TeamTrainer(TeamCheckpointMixin, TRLBaseTrainer):
                 f"sharded agents are not tested): set `torch_compile=False`, or train without {strategy}."
             )
         model = self.model
-        team = model if hasattr(model, "compile_forwards") else model.team
+        # the team, or the wrapper holding it (`nn.Module` types a submodule attribute as `Tensor | Module`)
+        team = cast(AgentTeam, model if hasattr(model, "compile_forwards") else model.team)
         team.compile_forwards(args.torch_compile_backend, args.torch_compile_mode)
 
     # ------------------------------------------------------------------ logging
@@ -362,6 +361,13 @@ class TeamTrainer(TeamCheckpointMixin, TRLBaseTrainer):
         self._metrics.clear(mode)
 
     # ------------------------------------------------------------------ model card
+    def _output_dir(self) -> str:
+        """`args.output_dir`: never None once `TrainingArguments.__post_init__` ran (default "trainer_output")."""
+        output_dir = self.args.output_dir
+        if output_dir is None:
+            raise ValueError(f"`{type(self.args).__name__}.output_dir` is None: set the folder of the run's files.")
+        return output_dir
+
     def write_model_card(self, algorithm: str, reward_names: list[str], config_summary: dict[str, Any],
                          model_name: str | None, dataset_name: str | None, tags: str | list[str] | None,
                          output_dir: str | None) -> None:
@@ -372,7 +378,7 @@ class TeamTrainer(TeamCheckpointMixin, TRLBaseTrainer):
         from ..model_card import write_team_model_card
 
         write_team_model_card(
-            output_dir=output_dir or self.args.output_dir,
+            output_dir=output_dir or self._output_dir(),
             team=self.team,
             algorithm=algorithm,
             paper=self._paper,
@@ -392,7 +398,9 @@ class TeamTrainer(TeamCheckpointMixin, TRLBaseTrainer):
         `AgentTeam.from_pretrained` and `trl-marl generate --team`. Returns `output_dir`."""
         if self.args.should_save:
             self.team.save_pretrained(output_dir)
-            self.create_model_card(output_dir=output_dir)
+            # every trainer's `create_model_card` takes the folder too (TRL's declares model_name, dataset_name, tags)
+            create_model_card: Callable[..., None] = self.create_model_card
+            create_model_card(output_dir=output_dir)
         return output_dir
 
     def train(self, *args: Any, **kwargs: Any) -> Any:
@@ -418,16 +426,16 @@ class TeamTrainer(TeamCheckpointMixin, TRLBaseTrainer):
         Raises:
             RewardFunctionError: always (of `error`'s type, with the checkpoint's path or why none was written).
         """
-        args, state = self.args, self.state
+        state, output_dir = self.state, self._output_dir()
         step = int(state.global_step)
-        final_dir = os.path.join(args.output_dir, f"{CHECKPOINT_PREFIX}-{step}")
+        final_dir = os.path.join(output_dir, f"{CHECKPOINT_PREFIX}-{step}")
         resume = (" Resume with `trainer.train(resume_from_checkpoint=True)` (command line: `--resume_from_checkpoint "
                   "true`) once the cause is fixed." if self.resumable
                   else " Load the team from it with `AgentTeam.from_pretrained`.")
         if step == 0:
             where = "No training step had completed, so nothing was saved."
         elif self.accelerator.num_processes > 1:
-            newest = last_complete_checkpoint(args.output_dir)
+            newest = last_complete_checkpoint(output_dir)
             where = ("Nothing was saved now (a checkpoint needs every process, and the others may be waiting in the "
                      f"failed step); the newest checkpoint is {newest or 'none'}.")
         elif os.path.isdir(final_dir) and checkpoint_problem(final_dir, checksums=False) is None:
@@ -437,7 +445,7 @@ class TeamTrainer(TeamCheckpointMixin, TRLBaseTrainer):
                 self._save_checkpoint(self.model_wrapped, trial=None)
                 where = f"The last completed step ({step}) was saved in {final_dir}.{resume}"
             except Exception as save_error:  # noqa: BLE001 - reported with the reward's error, which stays the cause
-                newest = last_complete_checkpoint(args.output_dir)
+                newest = last_complete_checkpoint(output_dir)
                 where = (f"Saving the last completed step ({step}) in {final_dir} failed too "
                          f"({type(save_error).__name__}: {save_error}); the newest checkpoint is {newest or 'none'}.")
         message = f"Training stopped during step {step + 1}: {error} {where}"
@@ -459,7 +467,9 @@ class TeamTrainer(TeamCheckpointMixin, TRLBaseTrainer):
         sampler = RandomSampler(dataset, generator=generator) if shuffle else SequentialSampler(dataset)
         if wrap_sampler is not None:
             sampler = wrap_sampler(sampler)
-        loader = DataLoader(dataset, batch_size=batch_size, sampler=sampler, collate_fn=collate_rows,
+        # torch types a map-style dataset as its `Dataset` class; it takes any object with `__getitem__` and `__len__`
+        rows = cast("TorchDataset[dict[str, Any]]", dataset)
+        loader = DataLoader(rows, batch_size=batch_size, sampler=sampler, collate_fn=collate_rows,
                             drop_last=drop_last, num_workers=0)
         return self.accelerator.prepare(loader)
 
@@ -527,7 +537,7 @@ class TeamTrainer(TeamCheckpointMixin, TRLBaseTrainer):
         chunks = [[row for row in rows[i : i + size] for _ in range(repeats)] for i in range(0, len(rows), size)]
         # sharded weights: every forward is a collective, so each process plays as many chunks as the busiest one (a
         # process short of rows then plays the first evaluation row, discarded, with its random state restored)
-        extra = _missing_chunks(accelerator, len(chunks)) if self.is_sharded() else 0
+        extra = missing_chunks(accelerator, len(chunks)) if self.is_sharded() else 0
         try:
             with self.rollout_context():
                 played = []
@@ -570,7 +580,6 @@ class TeamTrainer(TeamCheckpointMixin, TRLBaseTrainer):
         )
         return metrics
 
-
     def _evaluation_step(self, chunks: list[Any]) -> None:
         """Tell the callbacks that one evaluation batch of `chunks` was played (`on_prediction_step`, with `chunks` as
         the evaluation "dataloader" whose length is the number of batches): transformers' `ProgressCallback` and the
@@ -582,12 +591,6 @@ class TeamTrainer(TeamCheckpointMixin, TRLBaseTrainer):
             self.control = handler.on_prediction_step(self.args, self.state, self.control)
         finally:
             handler.eval_dataloader = before
-
-
-def _missing_chunks(accelerator: Any, count: int) -> int:
-    """How many chunks fewer than the busiest process this one has to play."""
-    counts = gather_objects(accelerator, [count])
-    return max(counts) - count
 
 
 def _finite_mean(values: Sequence[float]) -> float:

@@ -43,17 +43,21 @@ from torch import nn
 from .._trl_compat import add_zero3_hooks, enable_fsdp_on_cpu_processes, remove_zero3_hooks
 
 if TYPE_CHECKING:
+    from torch.distributed.fsdp import FSDPModule
     from transformers import TrainingArguments
+    from typing_extensions import TypeIs
 
 __all__ = [
     "check_fsdp_plugin",
     "any_process",
     "check_fsdp_request",
     "full_tensor",
+    "gather_objects",
     "gathered_root",
     "gathered_rows",
     "gathered_zero3",
     "is_fsdp2_module",
+    "missing_chunks",
     "rollout_phase",
     "setup_strategy",
     "zero3_engine",
@@ -68,7 +72,7 @@ FSDP1_MESSAGE = (
 )
 
 
-def is_fsdp2_module(module: Any) -> bool:
+def is_fsdp2_module(module: object) -> TypeIs[FSDPModule]:
     """Whether `module` was sharded by FSDP2's `fully_shard` (in place: it is then an `FSDPModule`)."""
     try:
         from torch.distributed.fsdp import FSDPModule
@@ -201,6 +205,21 @@ def gathered_zero3(engine: Any) -> Any:
             yield
         finally:
             add_zero3_hooks(engine)
+
+
+def gather_objects(accelerator: Any, items: list[Any]) -> list[Any]:
+    """All processes' items (in process order); the items themselves on a single process."""
+    if accelerator.num_processes == 1:
+        return items
+    from accelerate.utils import gather_object
+
+    return gather_object(items)
+
+
+def missing_chunks(accelerator: Any, count: int) -> int:
+    """How many chunks fewer than the busiest process this one has to play (under sharded weights)."""
+    counts = gather_objects(accelerator, [count])
+    return max(counts) - count
 
 
 def any_process(accelerator: Any, active: bool) -> bool:

@@ -105,13 +105,13 @@ def agent_backwards(model: torch.nn.Module, num_processes: int, synchronise: boo
         synchronise: Whether this micro-step ends an accumulation window. Default: what DDP would do, i.e. not under
             an enclosing `no_sync` (`model.require_backward_grad_sync`, read before this context's own `no_sync`).
     """
-    ddp = isinstance(model, DistributedDataParallel)
+    ddp = model if isinstance(model, DistributedDataParallel) else None
     if synchronise is None:
-        synchronise = ddp and model.require_backward_grad_sync
-    with model.no_sync() if ddp else nullcontext():
+        synchronise = ddp is not None and ddp.require_backward_grad_sync
+    with ddp.no_sync() if ddp is not None else nullcontext():
         yield
-    if ddp and synchronise:
-        average_gradients(model.module, num_processes)
+    if ddp is not None and synchronise:
+        average_gradients(ddp.module, num_processes)
 
 
 def backward_per_agent(

@@ -135,6 +135,7 @@ class MAGRPOTrainer(TeamTrainer):
     ```
     """
 
+    args: MAGRPOConfig
     _tag_names = ["trl", "trl-marl", "magrpo", "multi-agent"]
     console_metrics_default = CONSOLE_METRICS
     _name = "MAGRPO"

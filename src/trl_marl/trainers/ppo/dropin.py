@@ -99,7 +99,7 @@ class PPOTrainer(MultiAgentPPOTrainer):
 
     def _save(self, output_dir: str | None = None, state_dict: dict[str, Any] | None = None) -> None:
         """Save the policy alone at the top of `output_dir` (what TRL's PPOTrainer writes)."""
-        output_dir = output_dir if output_dir is not None else self.args.output_dir
+        output_dir = output_dir if output_dir is not None else self._output_dir()
         if not self.args.should_save:
             return
         os.makedirs(output_dir, exist_ok=True)

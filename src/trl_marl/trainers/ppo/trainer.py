@@ -143,6 +143,7 @@ class MultiAgentPPOTrainer(TeamTrainer):
     ```
     """
 
+    args: MultiAgentPPOConfig
     _tag_names = ["trl", "trl-marl", "ppo", "multi-agent"]
     console_metrics_default = CONSOLE_METRICS
     _name = "MultiAgentPPO"
@@ -762,7 +763,7 @@ class MultiAgentPPOTrainer(TeamTrainer):
     # ------------------------------------------------------------------ saving
     def _save(self, output_dir: str | None = None, state_dict: dict[str, Any] | None = None) -> None:
         super()._save(output_dir, state_dict)
-        output_dir = output_dir if output_dir is not None else self.args.output_dir
+        output_dir = output_dir if output_dir is not None else self._output_dir()
         if self.args.should_save and self.args.save_value_model:
             self.wrapper.save_value_models(output_dir, state_dict)  # value_model_<i>/
 
