@@ -142,6 +142,40 @@ def test_gamed_answers_score_below_an_honest_pair(name: str) -> None:
     assert team_reward(GAMED[name], partner) <= 0.525
 
 
+@pytest.mark.parametrize("name", sorted(GAMED))
+def test_gamed_answers_never_earn_the_split_bonus(name: str) -> None:
+    """With the division bonus (design 5), a gamed answer beside an honest partner still earns no bonus: the pair stays
+    at (1 - 0.5) * (0.5 + at most 0.025), far below the honest pair's 1.0."""
+    bonus = HalvesTeamReward(split_bonus=0.5)
+
+    def pair(a: str, b: str) -> float:
+        return bonus(None, None, agent_completions=[[a], [b]], text=[SOURCE])[0]
+
+    assert pair(*HONEST) == 1.0
+    partner = HONEST[0] if name == "the same half as the partner" else HONEST[1]
+    assert pair(GAMED[name], partner) <= 0.5 * 0.525 and pair(partner, GAMED[name]) <= 0.5 * 0.525
+
+
+def test_the_split_bonus_by_hand() -> None:
+    weak = half_summary_score("Reads the file.", FIRST, SECOND)  # 0.417 >= the gate 0.25
+    weak_first = " first half: Reads the file."
+    bonus = HalvesTeamReward(split_bonus=0.5)
+    values = bonus(None, None, agent_completions=[[weak_first, weak_first, HONEST[0], " first half: Reads."],
+                                                  [HONEST[1], weak_first, HONEST[1], HONEST[1]]], text=[SOURCE] * 4)
+    assert values == pytest.approx([0.5 * (weak + 1.0) / 2 + 0.5,  # a split of two summaries above the gate
+                                    0.5 * weak / 2,  # a collision: no bonus
+                                    1.0,
+                                    0.5 * 1.0 / 2])  # "Reads." scores 0 (one word): a split without the bonus
+    strict = HalvesTeamReward(split_bonus=0.5, split_gate=0.5)
+    assert strict(None, None, agent_completions=[[weak_first], [HONEST[1]]], text=[SOURCE]) == pytest.approx(
+        [0.5 * (weak + 1.0) / 2])  # 0.417 < 0.5
+    assert HalvesTeamReward()(None, None, agent_completions=[[weak_first], [HONEST[1]]], text=[SOURCE]) == \
+        pytest.approx([(weak + 1.0) / 2])  # no bonus by default
+    for bad in ({"split_bonus": 1.0}, {"split_bonus": -0.1}, {"split_gate": 0.0}, {"split_gate": 1.5}):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            HalvesTeamReward(**bad)
+
+
 def test_the_team_reward_counts_each_half_at_its_best_summary() -> None:
     reward = HalvesTeamReward()
     weak_first = " first half: Reads the file."  # C = {read, file}: cover 2 / 12 -> 0.417

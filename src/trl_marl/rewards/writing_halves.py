@@ -75,20 +75,29 @@ def _team(owner: str, completions: Sequence[Any], kwargs: dict[str, Any]) -> lis
 
 
 class HalvesTeamReward:
-    """Team reward of [`~trl_marl.envs.writing_halves.HalvesWritingEnv`]: the share of the text's halves summarized.
+    """Team reward of [`~trl_marl.envs.writing_halves.HalvesWritingEnv`]: the share of the text's halves summarized,
+    optionally with a bonus for a real division of the halves.
 
     Each writer's answer gives a choice and a summary ([`halves_choice`]); the summary is scored against the chosen
     half by [`half_summary_score`] (after [`writing_text`] strips markdown and quotes). For each half the best score
-    of the writers that chose it counts (0 if none did), and the reward is the mean over the two halves:
+    of the writers that chose it counts (0 if none did), and the share is the mean over the two halves:
 
-        reward = (max over writers choosing "first" of s + max over writers choosing "second" of s) / 2
+        share  = (max over writers choosing "first" of s + max over writers choosing "second" of s) / 2
+        split  = 1 if the two writers chose different halves and each summary scores >= split_gate, else 0
+        reward = (1 - split_bonus) * share + split_bonus * split
 
-    So two writers that choose the same half earn at most 0.5 (one half summarized, however well), and a team earns
-    more only by splitting the halves, as [`~trl_marl.rewards.coordination.SplitItemsReward`] pays in the split game.
-    An answer without a choice earns nothing; only its first word chooses, so one writer cannot take both halves.
+    So two writers that choose the same half earn at most (1 - split_bonus) / 2 (one half summarized, however well),
+    and a team earns more only by splitting the halves, as [`~trl_marl.rewards.coordination.SplitItemsReward`] pays in
+    the split game. With `split_bonus=0` (the default) the reward is the share alone; a bonus pays the division itself
+    while the summaries are still weak (the share moves little with the choice then: a split of two 0.2 summaries earns
+    0.2, a collision 0.1), and `split_gate` keeps it from a summary that is not about its half (the gamed answers of
+    the tests score at most 0.05). An answer without a choice earns nothing; only its first word chooses, so one
+    writer cannot take both halves.
 
     Args:
         text_column (`str`): The dataset column holding the source text (split as the env splits it).
+        split_bonus (`float`): The weight of the division bonus, in [0, 1).
+        split_gate (`float`): The score each summary needs for the bonus, in (0, 1].
         **score_kwargs: Keyword arguments of [`half_summary_score`].
 
     Example:
@@ -106,8 +115,15 @@ class HalvesTeamReward:
 
     reward_kind = "team"  # a function of the joint action: one call per joint action in every trainer
 
-    def __init__(self, text_column: str = "text", **score_kwargs: Any) -> None:
+    def __init__(self, text_column: str = "text", split_bonus: float = 0.0, split_gate: float = 0.25,
+                 **score_kwargs: Any) -> None:
+        if not 0.0 <= split_bonus < 1.0:
+            raise ValueError(f"HalvesTeamReward: `split_bonus` must be in [0, 1), got {split_bonus}.")
+        if not 0.0 < split_gate <= 1.0:
+            raise ValueError(f"HalvesTeamReward: `split_gate` must be in (0, 1], got {split_gate}.")
         self.text_column = text_column
+        self.split_bonus = split_bonus
+        self.split_gate = split_gate
         self.score_kwargs = score_kwargs
 
     def scores(self, text: str, answers: Sequence[Any]) -> list[tuple[str | None, float]]:
@@ -130,7 +146,13 @@ class HalvesTeamReward:
         for j, text in enumerate(kwargs[self.text_column]):
             scored = self.scores(text, [agent[j] for agent in team])
             best = {half: max((s for c, s in scored if c == half), default=0.0) for half in HALVES}
-            rewards.append(sum(best.values()) / len(HALVES))
+            share = sum(best.values()) / len(HALVES)
+            if not self.split_bonus:
+                rewards.append(share)
+                continue
+            choices = {c for c, _ in scored}
+            split = choices == set(HALVES) and all(s >= self.split_gate for _, s in scored)
+            rewards.append((1.0 - self.split_bonus) * share + self.split_bonus * float(split))
         return rewards
 
 
