@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from contextlib import contextmanager, nullcontext
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from transformers import PreTrainedModel
@@ -33,8 +33,12 @@ from transformers import PreTrainedModel
 from .compile import CompiledForward
 from .mixed_adapters import sliced_adapter_rows
 
+if TYPE_CHECKING:
+    from peft.tuners.tuners_utils import BaseTunerLayer
+    from peft.utils.other import AuxiliaryTrainingWrapper
 
-def _tuner_layer_class() -> type | None:
+
+def _tuner_layer_class() -> type[BaseTunerLayer] | None:
     try:
         from peft.tuners.tuners_utils import BaseTunerLayer
     except ImportError:  # pragma: no cover - peft is a dependency
@@ -42,7 +46,7 @@ def _tuner_layer_class() -> type | None:
     return BaseTunerLayer
 
 
-def _auxiliary_wrapper_class() -> type | None:
+def _auxiliary_wrapper_class() -> type[AuxiliaryTrainingWrapper] | None:
     try:
         from peft.utils.other import AuxiliaryTrainingWrapper
     except ImportError:  # older PEFT: no auxiliary wrappers to care about
@@ -79,7 +83,7 @@ class AdapterSwitch:
         for layer in self.layers:
             for attribute in getattr(layer, "adapter_layer_names", ()):
                 container = getattr(layer, attribute, None)
-                if not hasattr(container, "items"):
+                if container is None or not hasattr(container, "items"):
                     continue
                 for name, sub in container.items():
                     params = [sub] if isinstance(sub, torch.nn.Parameter) else list(sub.parameters())

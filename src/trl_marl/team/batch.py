@@ -40,8 +40,8 @@ class AgentBatch:
         return torch.cat([self.prompt_mask, self.completion_mask], dim=1)
 
     def to(self, device: torch.device | str) -> AgentBatch:
-        return AgentBatch(*(t.to(device) for t in (self.prompt_ids, self.prompt_mask, self.completion_ids,
-                                                   self.completion_mask)),
+        return AgentBatch(self.prompt_ids.to(device), self.prompt_mask.to(device), self.completion_ids.to(device),
+                          self.completion_mask.to(device),
                           tool_mask=None if self.tool_mask is None else self.tool_mask.to(device))
 
     def __len__(self) -> int:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 from torch import nn
 from transformers import AutoModelForCausalLM, PreTrainedModel
@@ -47,7 +47,9 @@ def build_team(cls: Any, model: str | PreTrainedModel | Sequence[str | PreTraine
             loaded = AutoModelForCausalLM.from_pretrained(resolve_model_name(m), **kwargs)
             if resolve_model_name(m) != m:  # a registered name ("toy", "smollm2-135m-instruct"): keep it, not
                 loaded.config.name_or_path = loaded.name_or_path = m  # its cache folder (cards, adapters)
-            loaded.trl_marl_model_name = m  # the name the user passed (e.g. "toy"), for the model card
+            # the name the user passed (e.g. "toy"), for the model card (`nn.Module` types its attributes as tensors
+            # or modules; a string is stored as a plain attribute)
+            cast(Any, loaded).trl_marl_model_name = m
             return loaded
         return m
 
@@ -74,10 +76,11 @@ def build_team(cls: Any, model: str | PreTrainedModel | Sequence[str | PreTraine
             mode = "adapters" if (peft_config is not None and num_agents > 1) else "models"
         if mode == "adapters" and peft_config is None:
             raise ValueError("`mode='adapters'` needs a `peft_config` (e.g. `peft.LoraConfig(r=16)`).")
-        base = load(model)
-        tokenizers = _per_agent_tokenizers(processing_class, [model] * num_agents, num_agents, tokenizer_for)
+        one = cast("str | PreTrainedModel", model)  # not a list or tuple: one model or name for every agent
+        base = load(one)
+        tokenizers = _per_agent_tokenizers(processing_class, [one] * num_agents, num_agents, tokenizer_for)
         if mode == "models":
-            models = [base] + [_agent_copy(model, base, load) for _ in range(num_agents - 1)]
+            models = [base] + [_agent_copy(one, base, load) for _ in range(num_agents - 1)]
         else:
             models = [base]
     return _assemble(cls, models, tokenizers, mode, num_agents, peft_config)

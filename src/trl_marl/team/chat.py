@@ -28,7 +28,7 @@ import copy
 import math
 import os
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from transformers import GenerationConfig, PreTrainedModel
@@ -36,20 +36,40 @@ from transformers import GenerationConfig, PreTrainedModel
 from ..utils.tokens import Prompt, tokenize_prompts
 from ..validation.data import context_window
 
+if TYPE_CHECKING:
+    from peft import PeftModel
+
+    from .generation.base import Generation
+
 
 def _as_list(prompts: Prompt | Sequence[Prompt]) -> list[Prompt]:
     """A single prompt (a string, or one conversation) as a list of one; a list of prompts unchanged."""
     if isinstance(prompts, str):
         return [prompts]
-    prompts = list(prompts)
-    if prompts and isinstance(prompts[0], dict):  # one conversation: a list of messages
-        return [prompts]  # type: ignore[list-item]
-    return prompts  # type: ignore[return-value]
+    items: list[Any] = list(prompts)  # prompts, or the messages of one conversation
+    if items and isinstance(items[0], dict):  # one conversation: a list of messages
+        return [items]
+    return items
 
 
 class ChatMixin:
     """Text generation and adapter merging for `AgentTeam` (its one mixin: it reads the team's tokenizers, models,
     adapters and `generate`, and holds no state)."""
+
+    if TYPE_CHECKING:  # what the mixin reads of `AgentTeam`
+        tokenizers: list[Any]
+        agent_adapter: list[str | None]
+
+        @property
+        def num_agents(self) -> int: ...
+
+        def policy(self, agent_index: int) -> PreTrainedModel: ...
+
+        def generate(self, prompts: Sequence[Sequence[Any]], generation_config: GenerationConfig,
+                     chat_template_kwargs: dict | None = None,
+                     stop_token_ids: set[int] | None = None) -> Generation: ...
+
+        def stop_token_ids(self, agent_index: int) -> set[int]: ...
 
     def _chat_prompt(self, agent: int, prompt: Prompt, system_prompt: str | None,
                      apply_chat_template: bool) -> Prompt:
@@ -159,14 +179,15 @@ class ChatMixin:
         adapter = self.agent_adapter[agent]
         if adapter is None:
             return copy.deepcopy(model)
-        base = model.get_base_model()
+        peft_model = cast("PeftModel", model)  # an agent with an adapter runs a PeftModel (`policy`'s doc)
+        base = peft_model.get_base_model()
         if getattr(base, "is_loaded_in_4bit", False) or getattr(base, "is_loaded_in_8bit", False):
             raise ValueError(
                 "The agent's base model is quantized (load_in_4bit/load_in_8bit): its adapter cannot be merged into "
                 "those weights. Load the team again without quantization, e.g. "
                 "`AgentTeam.from_pretrained(path, model_init_kwargs={'dtype': torch.bfloat16})`, then merge."
             )
-        own = copy.deepcopy(model)
+        own = copy.deepcopy(peft_model)
         own.set_adapter(adapter)
         merged = own.merge_and_unload(adapter_names=[adapter])
         merged.requires_grad_(False)

@@ -40,7 +40,7 @@ import weakref
 from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, overload
 
 import torch
 from torch import nn
@@ -62,6 +62,18 @@ __all__ = ["AgentBatch", "LogProbScorer", "TokenWindow", "completion_window",
 _DROPOUT_ATTRIBUTES = ("attention_dropout", "dropout", "activation_dropout", "hidden_dropout")
 _DROPOUT_MODULES = (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.AlphaDropout, nn.FeatureAlphaDropout)
 _CANDIDATES: weakref.WeakKeyDictionary[nn.Module, tuple[nn.Module, ...]] = weakref.WeakKeyDictionary()
+
+
+@overload
+def own_storage(tensor: torch.Tensor) -> torch.Tensor: ...
+
+
+@overload
+def own_storage(tensor: None) -> None: ...
+
+
+@overload
+def own_storage(tensor: torch.Tensor | None) -> torch.Tensor | None: ...
 
 
 def own_storage(tensor: torch.Tensor | None) -> torch.Tensor | None:
@@ -126,15 +138,16 @@ def dropout_active(model: nn.Module) -> bool:
 
 
 @functools.lru_cache
-def _forward_takes_logits_to_keep(model_class: type) -> bool:
+def _forward_takes_logits_to_keep(model_class: type[nn.Module]) -> bool:
     return "logits_to_keep" in inspect.signature(model_class.forward).parameters
 
 
 def takes_logits_to_keep(model: Any) -> bool:
     """Whether the forward of `model` (of the base model under a PEFT wrapper) takes transformers' `logits_to_keep`
     (compute the LM head over the last k positions only)."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    return _forward_takes_logits_to_keep(type(base))
+    base: nn.Module = model.get_base_model() if hasattr(model, "get_base_model") else model
+    # (mypy does not see a class as `Hashable`, which typeshed asks of `lru_cache`'s arguments)
+    return _forward_takes_logits_to_keep(type(base))  # type: ignore[arg-type]
 
 
 def no_autograd() -> AbstractContextManager[Any]:
@@ -419,7 +432,8 @@ class LogProbScorer:
         (`team.mixed_adapters.sliced_adapter_rows_plan`), when [`AgentTeam.forward`] can run them as one forward
         through the shared base model (see `joint_adapter_forward`), else None."""
         team = self.team
-        agents = [a for a, batch in enumerate(batches) if batch is not None and len(batch) > 0]
+        present = [(a, batch) for a, batch in enumerate(batches) if batch is not None and len(batch) > 0]
+        agents = [a for a, _ in present]
         if not team.settings.joint_adapter_forward or team.mode != "adapters" or len(agents) < 2:
             return None
         if any(team.agent_adapter[a] is None or team.agent_model[a] != team.agent_model[agents[0]] for a in agents):
@@ -427,7 +441,7 @@ class LogProbScorer:
         model = team.policy(agents[0])
         if dropout_active(model):  # the per-agent forwards keep TRL's layout and dropout draws
             return None
-        names = [team.agent_adapter[a] for a in agents for _ in range(len(batches[a]))]
+        names = [team.agent_adapter[a] for a, batch in present for _ in range(len(batch))]
         plan = sliced_adapter_rows_plan(model, names, training=model.training)
         return None if isinstance(plan, str) else (names, plan)
 
@@ -454,9 +468,10 @@ class LogProbScorer:
         """`score_tokens` of every non-empty batch in one forward of `model` (`joint_completion_window`), each row
         through the adapter that `rows` (`_joint_adapter_rows`) names for it (row slices), or, with `rows` None,
         every row through the model as it is."""
-        agents = [a for a, batch in enumerate(batches) if batch is not None and len(batch) > 0]
-        window = joint_completion_window([batches[a] for a in agents])
-        scores = self.score_tokens(model, window, [batches[a].completion_ids for a in agents],
+        present = [(a, batch) for a, batch in enumerate(batches) if batch is not None and len(batch) > 0]
+        agents = [a for a, _ in present]
+        window = joint_completion_window([batch for _, batch in present])
+        scores = self.score_tokens(model, window, [batch.completion_ids for _, batch in present],
                                    compute_entropy=compute_entropy, entropy_grad=entropy_grad, adapter_rows=rows)
         results: list[tuple[torch.Tensor, torch.Tensor | None] | None] = [None] * len(batches)
         for a, score in zip(agents, scores, strict=True):

@@ -33,9 +33,15 @@ from __future__ import annotations
 import functools
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, nullcontext
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
+
+if TYPE_CHECKING:
+    from peft.tuners.lora.layer import Linear
+    from peft.tuners.lora.model import LoraModel
+    from peft.tuners.tuners_utils import BaseTunerLayer
+    from peft.utils.other import AuxiliaryTrainingWrapper
 
 __all__ = ["BASE_ADAPTER", "adapter_runs", "sliced_adapter_rows", "sliced_adapter_rows_plan",
            "sliced_adapter_rows_unsupported"]
@@ -67,7 +73,8 @@ def adapter_runs(adapter_names: Sequence[str | None]) -> list[tuple[str, int, in
     return runs
 
 
-def _peft_classes() -> tuple[type, type, type, type | None]:
+def _peft_classes() -> tuple[type[Linear], type[BaseTunerLayer], type[LoraModel],
+                             type[AuxiliaryTrainingWrapper] | None]:
     from peft.tuners.lora.layer import Linear
     from peft.tuners.lora.model import LoraModel
     from peft.tuners.tuners_utils import BaseTunerLayer
@@ -104,7 +111,8 @@ def _plan(model: Any, adapter_names: Sequence[str | None],
     if runs is None:
         return "an adapter's rows are not one contiguous run"
     in_use = {name for name, _, _ in runs if name != BASE_ADAPTER}
-    layers, known = [], set()
+    layers: list[Linear] = []
+    known: set[str] = set()
     for module in model.modules():
         if aux_cls is not None and isinstance(module, aux_cls):
             return f"an auxiliary {type(module).__name__} (modules_to_save or trainable tokens)"

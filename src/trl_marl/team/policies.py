@@ -40,9 +40,9 @@ from __future__ import annotations
 
 import copy
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch import nn
@@ -57,6 +57,9 @@ from .generation.base import Generation, GenerationBackend
 from .quantized import keep_4bit_trainable
 from .saving import TeamSaver, load_team
 from .settings import TeamSettings
+
+if TYPE_CHECKING:
+    from peft import PeftModel
 
 TEAM_MODES = ("adapters", "models", "shared")
 
@@ -243,11 +246,16 @@ class AgentTeam(ChatMixin, nn.Module):
 
     def policy(self, agent_index: int) -> PreTrainedModel:
         """The model that agent `agent_index` runs (a `PeftModel` when adapters are used)."""
-        return self.models[self.agent_model[agent_index]]
+        return cast(PreTrainedModel, self.models[self.agent_model[agent_index]])  # `nn.ModuleList` is not generic
+
+    def _peft_policy(self, agent_index: int) -> PeftModel:
+        """The model of a member with an adapter: a `PeftModel` (which `policy` types as the model it wraps)."""
+        return cast("PeftModel", self.policy(agent_index))
 
     def base_model_of(self, agent_index: int) -> PreTrainedModel:
-        model = self.policy(agent_index)
-        return model.get_base_model() if self.agent_adapter[agent_index] is not None else model
+        if self.agent_adapter[agent_index] is None:
+            return self.policy(agent_index)
+        return cast(PreTrainedModel, self._peft_policy(agent_index).get_base_model())  # PEFT types it `nn.Module`
 
     @property
     def device(self) -> torch.device:
@@ -266,11 +274,9 @@ class AgentTeam(ChatMixin, nn.Module):
                 raise ValueError("In `shared` mode every agent runs the same weights: no single agent can be frozen.")
             self.frozen.add(a)
             adapter = self.agent_adapter[a]
-            if self.mode == "adapters":
-                self.policy(a).set_requires_grad([adapter], requires_grad=False)
-            elif adapter is not None:
-                self.policy(a).set_requires_grad([adapter], requires_grad=False)
-            else:
+            if adapter is not None:
+                self._peft_policy(a).set_requires_grad([adapter], requires_grad=False)
+            elif self.mode != "adapters":  # (an `adapters` member without an adapter has no weights of its own)
                 self.policy(a).requires_grad_(False)
 
     # ------------------------------------------------------------------ reference policies
@@ -286,7 +292,7 @@ class AgentTeam(ChatMixin, nn.Module):
                         "reference is the base model with the adapter disabled), or `beta=0.0` in MAGRPO, or ZeRO-2 / "
                         "FSDP2."
                     )
-                ref = copy.deepcopy(model).eval()
+                ref = cast(PreTrainedModel, copy.deepcopy(model).eval())  # `nn.ModuleList` is not generic
                 ref.requires_grad_(False)
                 # stored outside the module tree: never trained, never checkpointed, never wrapped by DDP
                 self.ref_models[i] = ref
@@ -304,7 +310,7 @@ class AgentTeam(ChatMixin, nn.Module):
             return
         model_index = self.agent_model[agent_index]
         if self.agent_adapter[agent_index] is not None and self.ref_models[model_index] is None:
-            model = self.models[model_index]
+            model = self._peft_policy(agent_index)  # the model of `model_index`
             # Disabling and re-enabling the adapters leaves only the active one trainable: restore the flags.
             requires_grad = [(p, p.requires_grad) for p in model.parameters()]
             try:
@@ -317,7 +323,8 @@ class AgentTeam(ChatMixin, nn.Module):
         ref = self.ref_models[model_index]
         if ref is None:
             raise RuntimeError("No reference model: call `team.create_reference_models()` first.")
-        yield ref.to(self.device)
+        # (transformers' `functools.wraps` on `PreTrainedModel.to` hides its bound `self` from mypy)
+        yield cast(nn.Module, ref).to(self.device)
 
     # ------------------------------------------------------------------ settings
     temperature = _setting("temperature")
@@ -505,10 +512,10 @@ class AgentTeam(ChatMixin, nn.Module):
         self.saver.load_weights_(path)
 
 
-def no_split_modules(modules: Sequence[nn.Module]) -> list[str]:
+def no_split_modules(modules: Iterable[nn.Module]) -> list[str]:
     """The union, in order, of the `_no_split_modules` (layer classes) of `modules` (or of their PEFT base models)."""
     names: dict[str, None] = {}
     for module in modules:
-        base = module.get_base_model() if hasattr(module, "get_base_model") else module
+        base = cast("PeftModel", module).get_base_model() if hasattr(module, "get_base_model") else module
         names.update(dict.fromkeys(getattr(base, "_no_split_modules", None) or []))
     return list(names)

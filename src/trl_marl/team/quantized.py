@@ -15,7 +15,7 @@ models.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, Protocol, cast
 
 import torch
 from torch import nn
@@ -26,6 +26,13 @@ logger = logging.getLogger(__name__)
 
 _REPACKING_FLAG = "support_avx512bf16_for_cpu"
 """The `Linear4bit` attribute that lets bitsandbytes repack the layer's weight for its CPU inference kernel."""
+
+
+class _Weight4bit(Protocol):
+    """The weight of a bitsandbytes `Linear4bit` layer (a `Params4bit`): its 4-bit codes and quantization state."""
+
+    data: torch.Tensor
+    quant_state: Any
 
 
 def repacked_4bit_layers(model: nn.Module) -> list[str]:
@@ -58,7 +65,7 @@ def keep_4bit_trainable(model: nn.Module) -> int:
         if not hasattr(module, _REPACKING_FLAG):
             continue
         setattr(module, _REPACKING_FLAG, False)
-        weight = module.weight
+        weight = cast(_Weight4bit, module.weight)  # a `Linear4bit`'s (`nn.Module` types it `Tensor | Module`)
         if _is_repacked(weight):
             weight.data, weight.quant_state = _unpacked(weight.data, weight.quant_state)
             restored += 1

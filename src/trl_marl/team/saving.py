@@ -14,7 +14,8 @@ from __future__ import annotations
 import copy
 import json
 import os
-from typing import Any, TypeVar
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 from transformers import AutoModelForCausalLM, PreTrainedModel
@@ -22,6 +23,9 @@ from transformers import AutoModelForCausalLM, PreTrainedModel
 from ..utils.model_names import resolve_model_name
 from ..utils.quiet import peft_quietly
 from ..utils.tokens import load_tokenizer
+
+if TYPE_CHECKING:
+    from peft import PeftModel
 
 TEAM_CONFIG_NAME = "team_config.json"
 _Team = TypeVar("_Team")
@@ -116,7 +120,7 @@ class TeamSaver:
                 model.load_state_dict(loaded.state_dict())
 
 
-def load_team(cls: type[_Team], path: str | os.PathLike, is_trainable: bool = True,
+def load_team(cls: Callable[..., _Team], path: str | os.PathLike, is_trainable: bool = True,
               model_init_kwargs: dict | None = None) -> _Team:
     """[`AgentTeam.from_pretrained`]: the team of class `cls` saved in `path` by `AgentTeam.save_pretrained` (or a
     trainer checkpoint)."""
@@ -129,7 +133,7 @@ def load_team(cls: type[_Team], path: str | os.PathLike, is_trainable: bool = Tr
     kwargs = dict(model_init_kwargs or {})
     n = config["num_agents"]
     tokenizers = [load_tokenizer(_agent_dir(path, a)) for a in range(n)]
-    models: list[PreTrainedModel] = []
+    models: list[PreTrainedModel | PeftModel] = []
     for i, base_path in enumerate(config["base_models"]):
         agents = [a for a in range(n) if config["agent_model"][a] == i]
         if config["agent_adapter"][agents[0]] is None:

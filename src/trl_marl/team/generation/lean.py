@@ -52,10 +52,10 @@ import logging
 from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import torch
-from transformers import DynamicCache, GenerationConfig, GenerationMixin
+from transformers import DynamicCache, GenerationConfig, GenerationMixin, PreTrainedModel
 from transformers.generation import (
     EpsilonLogitsWarper,
     EtaLogitsWarper,
@@ -108,7 +108,7 @@ def _same_method(cls: type, reference: type, name: str) -> bool:
 
 
 def _model_unsupported(model: Any, device: torch.device, adapter_names: Sequence[str | None] | None) -> str | None:
-    base = _base_model(model)
+    base: PreTrainedModel = _base_model(model)
     if not isinstance(base, GenerationMixin):
         return f"{type(base).__name__} is not a transformers generation model"
     for name in ("generate", "_sample", "_prefill", "prepare_inputs_for_generation",
@@ -228,6 +228,8 @@ def _logits_processors(settings: dict[str, Any], do_sample: bool, prompt_length:
     """transformers' logits processors for `settings`, with the arguments and in the order `generate` uses."""
     s = settings
     processors: list[LogitsProcessor] = []
+    # transformers annotates these processors' `device: str`; they pass it to torch, which takes a `torch.device`
+    device_arg = cast(str, device)
     if s.get("repetition_penalty") is not None and s["repetition_penalty"] != 1.0:
         # the penalty skips each row's left padding (read from the mask `generate` keeps: None when all ones)
         padding = (attention_mask != 0).int().argmax(dim=1) if attention_mask is not None else None
@@ -240,16 +242,16 @@ def _logits_processors(settings: dict[str, Any], do_sample: bool, prompt_length:
     # `generate` turns min_new_tokens into a min_length over the prompt too, and then keeps both processors
     min_length = min_new_tokens + prompt_length if min_new_tokens is not None else s.get("min_length")
     if min_length is not None and eos is not None and min_length > 0:
-        processors.append(MinLengthLogitsProcessor(min_length, eos, device=device))
+        processors.append(MinLengthLogitsProcessor(min_length, eos, device=device_arg))
     if min_new_tokens is not None and eos is not None and min_new_tokens > 0:
-        processors.append(MinNewTokensLengthLogitsProcessor(prompt_length, min_new_tokens, eos, device=device))
+        processors.append(MinNewTokensLengthLogitsProcessor(prompt_length, min_new_tokens, eos, device=device_arg))
     if s.get("remove_invalid_values") is True:
         processors.append(InfNanRemoveLogitsProcessor())
     if s.get("suppress_tokens") is not None:
-        processors.append(SuppressTokensLogitsProcessor(s["suppress_tokens"], device=device))
+        processors.append(SuppressTokensLogitsProcessor(s["suppress_tokens"], device=device_arg))
     if s.get("begin_suppress_tokens") is not None:  # no forced BOS token: the first new token is at the prompt end
         processors.append(SuppressTokensAtBeginLogitsProcessor(s["begin_suppress_tokens"], prompt_length,
-                                                               device=device))
+                                                               device=device_arg))
     if do_sample:
         if s.get("temperature") is not None and s["temperature"] != 1.0:
             processors.append(TemperatureLogitsWarper(s["temperature"]))
@@ -266,7 +268,7 @@ def _logits_processors(settings: dict[str, Any], do_sample: bool, prompt_length:
         if s.get("epsilon_cutoff") is not None and 0.0 < s["epsilon_cutoff"] < 1.0:
             processors.append(EpsilonLogitsWarper(epsilon=s["epsilon_cutoff"], min_tokens_to_keep=1))
         if s.get("eta_cutoff") is not None and 0.0 < s["eta_cutoff"] < 1.0:
-            processors.append(EtaLogitsWarper(epsilon=s["eta_cutoff"], min_tokens_to_keep=1, device=device))
+            processors.append(EtaLogitsWarper(epsilon=s["eta_cutoff"], min_tokens_to_keep=1, device=device_arg))
     if s.get("renormalize_logits") is True:
         processors.append(LogitNormalization())
     return processors
@@ -297,6 +299,8 @@ def next_token_step(scores: torch.Tensor, sequences: torch.Tensor, processors: S
     else:
         next_tokens = torch.argmax(scores, dim=-1)
     if eos is not None:
+        if pad is None:
+            raise ValueError("`next_token_step` needs a `pad` token with `eos`: rows that ended get it.")
         next_tokens = next_tokens * unfinished + pad * (1 - unfinished)
     sequences = torch.cat([sequences, next_tokens[:, None]], dim=-1)
     if eos is not None:

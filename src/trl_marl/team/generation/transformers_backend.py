@@ -20,10 +20,10 @@ a static KV cache and without the shared prefill.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import torch
-from transformers import GenerationConfig, PreTrainedModel
+from transformers import GenerationConfig, GenerationMixin, PreTrainedModel
 
 from ...utils.tokens import pad_left, truncate_after_eos
 from ..forward import no_autograd
@@ -132,8 +132,9 @@ def generate_with_continuous_batching(model: PreTrainedModel, rows: list[list[in
     whose agents share a model through different LoRA adapters cannot generate this way. A request that fails or
     goes missing (transformers only logs those) raises instead of silently shortening the batch.
     """
-    outputs = list(model.generate_batch(rows, generation_config=generation_config, continuous_batching_config=config,
-                                        progress_bar=False).values())
+    generator = cast(GenerationMixin, model)  # a causal LM (transformers' `PreTrainedModel` type has no `generate`)
+    outputs = list(generator.generate_batch(rows, generation_config=generation_config,
+                                            continuous_batching_config=config, progress_bar=False).values())
     failed = [o.error for o in outputs if o.error is not None]
     if len(outputs) != len(rows) or failed:
         raise RuntimeError(f"Continuous batching returned {len(outputs) - len(failed)} of {len(rows)} completions"

@@ -275,8 +275,8 @@ class VLLMServerBackend(EngineBackend):
         scores: list[list[list[float]]] = [[[] for _ in rows] for rows in prompt_ids]
         adapters = [adapter for adapter, rows in by_adapter.items() if rows]
         with ThreadPoolExecutor(max_workers=max(1, len(adapters))) as pool:  # every agent's rows in flight at once
-            for adapter, rows in zip(adapters, pool.map(complete, adapters)):
-                for (a, i), (tokens, row_logprobs) in zip(by_adapter[adapter], rows):
+            for adapter, replies in zip(adapters, pool.map(complete, adapters)):
+                for (a, i), (tokens, row_logprobs) in zip(by_adapter[adapter], replies):
                     completions[a][i] = tokens
                     # a missing score is NaN: the correction then treats the token as no mismatch
                     scores[a][i] = (row_logprobs + [float("nan")] * len(tokens))[: len(tokens)]
