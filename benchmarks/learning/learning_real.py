@@ -472,7 +472,7 @@ reach at most, so success needs the halves split and both summaries about their 
 
 
 def writing_halves_task(name: str = "writing_halves", instruction: str | None = None,
-                        writers: tuple[str, str] = ("1", "2")) -> Task:
+                        writers: tuple[str, str] = ("1", "2"), split_bonus: float = 0.0) -> Task:
     """Cooperative writing where the writers choose who summarizes which half (`HalvesWritingEnv`, issue 55): both
     read the same text in two halves and the same instruction, and differ only in "You are writer 1/2"; each answer
     is prefilled with "I summarize the", so its first word is the writer's choice. `HalvesTeamReward` pays for each
@@ -480,7 +480,9 @@ def writing_halves_task(name: str = "writing_halves", instruction: str | None = 
     `writing_task` (the 126 training and 44 held-out texts whose halves each have at least three content words of
     their own), T = 0.7, 48 new tokens (the choice and a sentence of at most 30 words); success is a team reward of at
     least `HALVES_SUCCESS`; metrics: which half each writer chose, collisions, the team reward. No centralised arm.
-    `instruction` and `writers` replace the env's (`name` names the variant)."""
+    `instruction` and `writers` replace the env's (`name` names the variant); `split_bonus` is the trained reward's
+    bonus for the division (`HalvesTeamReward(split_bonus=...)`; success and the `team_reward` metric stay the share
+    without it, so every design is measured alike)."""
     from trl_marl.envs.writing_halves import HALVES_INSTRUCTION, HalvesWritingEnv, split_halves
     from trl_marl.rewards.writing_halves import HalvesTeamReward, halves_metrics
     from trl_marl.rewards.writing_source import content_words
@@ -508,7 +510,7 @@ def writing_halves_task(name: str = "writing_halves", instruction: str | None = 
         return {"team_reward": HalvesTeamReward(), **halves_metrics()}
 
     sizes = {**(base.sizes or {}), "completion": 48}
-    return Task(name, env, lambda env: HalvesTeamReward(), train_rows, eval_rows,
+    return Task(name, env, lambda env: HalvesTeamReward(split_bonus=split_bonus), train_rows, eval_rows,
                 success=lambda env: AtLeast(HalvesTeamReward(), HALVES_SUCCESS), sizes=sizes, central=False,
                 metrics=metrics)
 
@@ -1126,3 +1128,20 @@ def writing_halves_named_second_first_task() -> Task:
 
 TASKS["writing_halves_named"] = writing_halves_named_task
 TASKS["writing_halves_named_second_first"] = writing_halves_named_second_first_task
+
+
+HALVES_SPLIT_BONUS = 0.5
+"""Design 5's weight of the division bonus in the trained reward."""
+
+
+def writing_halves_bonus_task() -> Task:
+    """Design 5 of the halves task: `writing_halves_named_second_first`'s prompt, trained on `HalvesTeamReward` with
+    a division bonus of `HALVES_SPLIT_BONUS` (gate 0.25), because while the summaries are weak the share pays the
+    choice little. Its prompt failed design 4's bias gate narrowly on training rows (both writers prefer the second
+    half, 1.40 and 1.44 to 1 against 1.5): a weaker bias makes agents trained alone less sure to collide, so it
+    works against the team in the team-versus-alone comparison. Success and metrics as `writing_halves`."""
+    return writing_halves_task("writing_halves_bonus", _named_instruction(HALVES_START_SECOND_FIRST), HALVES_NAMES,
+                               split_bonus=HALVES_SPLIT_BONUS)
+
+
+TASKS["writing_halves_bonus"] = writing_halves_bonus_task

@@ -715,3 +715,24 @@ def test_writing_halves_named_variants_change_only_the_label_and_the_clause(benc
             expected = user[i].replace(f"You are writer {i + 1}.", f"Your name is {name}.")
             assert text == expected.replace(bench.HALVES_START_CLAUSE, clause), task.name
         assert task.eval_rows("heldout", 16) == base.eval_rows("heldout", 16) and task.sizes == base.sizes
+
+
+def test_writing_halves_bonus_trains_on_the_bonus_and_measures_the_share(bench: Any) -> None:
+    from trl_marl.envs import Transcript
+    from trl_marl.envs.writing_halves import split_halves
+
+    task, named = bench.writing_halves_bonus_task(), bench.writing_halves_named_second_first_task()
+    row = task.eval_rows("heldout", 1)[0]
+    assert [task.env(False).agent_prompt(row, i, Transcript()) for i in (0, 1)] == [
+        named.env(False).agent_prompt(row, i, Transcript()) for i in (0, 1)]
+    env = task.env(False)
+    text = row["text"]
+    halves = split_halves(text)
+    answers = [f" {name} half: " + " ".join(half.split()[:12]) for name, half in zip(("first", "second"), halves)]
+    split = [[answers[0]], [answers[1]]]
+    trained = task.reward(env)(prompts=[None], completions=split[0], agent_completions=split, text=[text])
+    share = named.reward(env)(prompts=[None], completions=split[0], agent_completions=split, text=[text])
+    assert task.reward(env).split_bonus == bench.HALVES_SPLIT_BONUS == 0.5 and named.reward(env).split_bonus == 0
+    assert trained == pytest.approx([0.5 * share[0] + 0.5])  # both copied halves score above the gate
+    success = task.success(env)(prompts=[None], completions=split[0], agent_completions=split, text=[text])
+    assert success == named.success(env)(prompts=[None], completions=split[0], agent_completions=split, text=[text])
