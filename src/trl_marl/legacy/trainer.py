@@ -25,12 +25,12 @@ import warnings
 from collections.abc import Callable, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, SupportsFloat, cast, overload
 
 import numpy as np
 import torch
 from torch import Tensor
-from transformers import set_seed
+from transformers import PreTrainedModel, set_seed
 
 from ..core import entropy_from_logits, masked_mean, masked_var, selective_log_softmax, whiten
 from ..core.ppo import (
@@ -44,7 +44,7 @@ from ..core.ppo import (
 from ..team import AgentTeam
 from .config import PPOConfig
 from .kl import AdaptiveKLController, FixedKLController
-from .value_head import AutoModelForCausalLMWithValueHead, create_reference_model
+from .value_head import AutoModelForCausalLMWithValueHead, _is_peft, create_reference_model
 
 
 @dataclass
@@ -137,10 +137,11 @@ class PPOTrainer:
             raise ValueError(f"config must be a PPOConfig, got {type(config)}")
         if tokenizer is None or not hasattr(tokenizer, "pad"):
             raise ValueError(f"tokenizer must be a transformers tokenizer, got {type(tokenizer)}")
-        models = list(model) if isinstance(model, (list, tuple)) else [model]
-        for m in models:
+        models: list[AutoModelForCausalLMWithValueHead] = []
+        for m in list(model) if isinstance(model, (list, tuple)) else [model]:
             if not isinstance(m, AutoModelForCausalLMWithValueHead):
                 raise ValueError(f"model must be an AutoModelForCausalLMWithValueHead, got {type(m)}")
+            models.append(m)
         if config.push_to_hub_if_best_kwargs:
             raise ValueError("`push_to_hub_if_best_kwargs` is not supported by trl_marl.legacy.PPOTrainer.")
         set_seed(config.seed)
@@ -194,15 +195,14 @@ class PPOTrainer:
                       else FixedKLController(config.init_kl_coef))
             self._agents.append(_Agent(m, ref, opt, sched, kl_ctl))
         # The team holds the policies (one agent per model), their reference policies and generation.
-        adapters = [m.pretrained_model.active_adapter if m.is_peft_model else None for m in models]
+        adapters = [m.pretrained_model.active_adapter if _is_peft(m.pretrained_model) else None for m in models]
         self.team = AgentTeam([m.pretrained_model for m in models], [tokenizer] * n, "models", list(range(n)),
                               adapters)
         for i, agent in enumerate(self._agents):
-            if agent.ref_model is not None:
-                self.team.ref_models[i] = agent.ref_model.pretrained_model
+            if agent.ref_model is not None:  # (a frozen copy: an agent with adapters has none)
+                self.team.ref_models[i] = cast(PreTrainedModel, agent.ref_model.pretrained_model)
         self._ref_teams: dict[int, AgentTeam] = {}
-        base = models[0].pretrained_model
-        base = base.get_base_model() if self.is_peft_model else base
+        base = self.team.base_model_of(0)  # models[0]'s transformers model (under its adapter)
         self._logits_to_keep = "logits_to_keep" in inspect.signature(base.forward).parameters
         self.dataset = dataset
         self._signature_columns: list[str] | None = None
@@ -261,11 +261,14 @@ class PPOTrainer:
     def _reference_team(self, agent_index: int) -> Any:
         """A team that generates with agent `agent_index`'s reference policy."""
         agent = self._agents[agent_index]
-        if agent.model.is_peft_model:
-            with agent.model.pretrained_model.disable_adapter():
+        policy = agent.model.pretrained_model
+        if _is_peft(policy):  # (`agent.model.is_peft_model`)
+            with policy.disable_adapter():
                 yield self.team, agent_index
             return
         if agent_index not in self._ref_teams:
+            if agent.ref_model is None:  # the constructor makes one for every agent without adapters
+                raise RuntimeError(f"Agent {agent_index} has no reference model.")
             self._ref_teams[agent_index] = AgentTeam([agent.ref_model.pretrained_model], [self.tokenizer], "models",
                                                      [0], [None])
         yield self._ref_teams[agent_index], 0
@@ -276,8 +279,7 @@ class PPOTrainer:
     ) -> list[Tensor]:
         from transformers import GenerationConfig
 
-        model = team.policy(agent_index)
-        base = model.get_base_model() if hasattr(model, "get_base_model") else model
+        base = team.base_model_of(agent_index)
         outputs: list[Tensor] = []
         batch_size = max(1, min(len(queries), batch_size))
         for start in range(0, len(queries), batch_size):
@@ -288,7 +290,7 @@ class PPOTrainer:
                 else GenerationConfig()
             gen_config.update(**kwargs)
             chunk = queries[start:start + batch_size]
-            prompts = [[] for _ in range(team.num_agents)]
+            prompts: list[list[list[int]]] = [[] for _ in range(team.num_agents)]
             prompts[agent_index] = [q.tolist() for q in chunk]
             stop = {self.tokenizer.eos_token_id} if self.tokenizer.eos_token_id is not None else set()
             completions = team.generate(prompts, gen_config, stop_token_ids=stop).completion_ids[agent_index]
@@ -323,9 +325,9 @@ class PPOTrainer:
             for a single query.
         """
         single = isinstance(query_tensor, Tensor)
-        if single and query_tensor.dim() != 1:
+        queries = [query_tensor] if isinstance(query_tensor, Tensor) else list(query_tensor)
+        if single and queries[0].dim() != 1:
             raise ValueError("query_tensor must be a tensor of shape (seq_len,) or a list of such tensors.")
-        queries = [query_tensor] if single else list(query_tensor)
         args = (length_sampler, batch_size, return_prompt, generation_kwargs)
         response = self._generate_list(self.team, agent_index, queries, *args)
         ref_response = None
@@ -333,8 +335,9 @@ class PPOTrainer:
             with self._reference_team(agent_index) as (team, index):
                 ref_response = self._generate_list(team, index, queries, *args)
         if single:
-            response = response[0].unsqueeze(0)
-            ref_response = ref_response[0].unsqueeze(0) if ref_response is not None else None
+            one = response[0].unsqueeze(0)
+            ref_one = ref_response[0].unsqueeze(0) if ref_response is not None else None
+            return (one, ref_one) if generate_ref_response else one
         return (response, ref_response) if generate_ref_response else response
 
     # ------------------------------------------------------------------ step
@@ -383,6 +386,18 @@ class PPOTrainer:
             mask = mask * extra
         return _Layout(input_ids, attention_mask, positions, targets, mask)
 
+    @overload
+    def _forward(self, model: Any, layout: _Layout, with_values: Literal[True],
+                 keep_logits: Literal[True]) -> tuple[Tensor, Tensor, Tensor]: ...
+
+    @overload
+    def _forward(self, model: Any, layout: _Layout, with_values: Literal[True],
+                 keep_logits: bool) -> tuple[Tensor, Tensor, Tensor | None]: ...
+
+    @overload
+    def _forward(self, model: Any, layout: _Layout, with_values: bool,
+                 keep_logits: bool) -> tuple[Tensor, Tensor | None, Tensor | None]: ...
+
     def _forward(
         self, model: Any, layout: _Layout, with_values: bool, keep_logits: bool
     ) -> tuple[Tensor, Tensor | None, Tensor | None]:
@@ -426,16 +441,17 @@ class PPOTrainer:
             part = layout.rows(rows)
             logps, values, logits = self._forward(model, part, with_values=True, keep_logits=full_kl)
             ref_logps, ref_logits = self._reference_forward(agent_index, part, full_kl)
-            pieces.append((logps, values, ref_logps,
-                           logits.log_softmax(-1) if full_kl else None,
-                           ref_logits.log_softmax(-1) if full_kl else None))
-        cat = [torch.cat(x) if x[0] is not None else None for x in zip(*pieces)]
-        return cat[0], cat[1], cat[2], cat[3], cat[4]
+            pieces.append((logps, values, ref_logps,  # (the logits are kept, not None, with `full_kl`)
+                           logits.log_softmax(-1) if logits is not None else None,
+                           ref_logits.log_softmax(-1) if ref_logits is not None else None))
+        columns = list(zip(*pieces))
+        full = [torch.cat(x) if x[0] is not None else None for x in columns[3:]]
+        return torch.cat(columns[0]), torch.cat(columns[1]), torch.cat(columns[2]), full[0], full[1]
 
     def _reference_forward(self, agent_index: int, layout: _Layout, keep_logits: bool) -> tuple[Tensor, Tensor | None]:
         agent = self._agents[agent_index]
-        if agent.model.is_peft_model:
-            peft_model = agent.model.pretrained_model
+        peft_model = agent.model.pretrained_model
+        if _is_peft(peft_model):  # (`agent.model.is_peft_model`)
             flags = [(p, p.requires_grad) for p in peft_model.parameters()]
             try:
                 with peft_model.disable_adapter():
@@ -517,7 +533,8 @@ class PPOTrainer:
         with torch.no_grad():
             t = time.time()
             kl_coef = agent.kl_ctl.value
-            kls = (classic_kl_penalty(full_logps, full_ref_logps, "full") if full_kl
+            kls = (classic_kl_penalty(full_logps, full_ref_logps, "full")
+                   if full_logps is not None and full_ref_logps is not None  # `full_kl`: both kept
                    else classic_kl_penalty(old_logps, ref_logps, config.kl_penalty))
             # the score lands on the last counted response token (shaped_token_rewards puts it one step after `len`)
             width = mask.size(1)
@@ -536,12 +553,15 @@ class PPOTrainer:
         t = time.time()
         all_stats: list[dict[str, Tensor]] = []
         gas = config.gradient_accumulation_steps
+        backward_batch_size = config.backward_batch_size
+        if backward_batch_size is None:  # PPOConfig.__post_init__ derives it
+            raise ValueError("`config.backward_batch_size` is None: build the config with `PPOConfig(...)`.")
         for _ in range(config.ppo_epochs):
             order = torch.as_tensor(np.random.permutation(batch_size), device=self.current_device)
             stats = None
-            for b_start in range(0, batch_size, config.backward_batch_size):
-                backward_rows = order[b_start:b_start + config.backward_batch_size]
-                for m_start in range(0, config.backward_batch_size, config.mini_batch_size):
+            for b_start in range(0, batch_size, backward_batch_size):
+                backward_rows = order[b_start:b_start + backward_batch_size]
+                for m_start in range(0, backward_batch_size, config.mini_batch_size):
                     rows = backward_rows[m_start:m_start + config.mini_batch_size]
                     stats = self._train_minibatch(agent, layout.rows(rows), old_logps[rows], values[rows],
                                                   advantages[rows], returns[rows], gas)
@@ -699,6 +719,6 @@ def _to_python(value: Any) -> Any:
     if isinstance(value, np.ndarray) and (value.ndim == 0 or value.shape == (1,)):
         return float(value.reshape(()))
     if np.isscalar(value):
-        return float(value)
+        return float(cast(SupportsFloat, value))  # a number (numpy's `isscalar` also admits strings)
     return value
 

@@ -14,21 +14,25 @@ import copy
 import json
 import os
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch import nn
-from transformers import AutoModelForCausalLM, PreTrainedModel
+from transformers import AutoModelForCausalLM, GenerationMixin, PreTrainedModel
 
 from ..utils.model_names import resolve_model_name
 from ..utils.quiet import peft_quietly
+
+if TYPE_CHECKING:
+    from peft import PeftModel
+    from typing_extensions import TypeIs
 
 V_HEAD_PREFIX = "v_head."
 VALUE_HEAD_ARGS = ("summary_dropout_prob", "v_head_initializer_range", "v_head_init_strategy")
 _LAYER_NAME = re.compile(r"\.(?:h|layers|layer|blocks|block)\.(\d+)\.")
 
 
-def _is_peft(model: Any) -> bool:
+def _is_peft(model: object) -> TypeIs[PeftModel]:
     try:
         from peft import PeftModel
     except ImportError:  # pragma: no cover - peft is a dependency
@@ -101,7 +105,7 @@ class AutoModelForCausalLMWithValueHead(nn.Module):
 
     def __init__(
         self,
-        pretrained_model: PreTrainedModel,
+        pretrained_model: PreTrainedModel | PeftModel,
         summary_dropout_prob: float | None = None,
         v_head_initializer_range: float = 0.2,
         v_head_init_strategy: str | None = None,
@@ -112,7 +116,9 @@ class AutoModelForCausalLMWithValueHead(nn.Module):
         self.config = pretrained_model.config
         self.is_peft_model = _is_peft(pretrained_model)
         self.is_encoder_decoder = False
-        base = pretrained_model.get_base_model() if self.is_peft_model else pretrained_model
+        # (PEFT types its base model as an `nn.Module`)
+        base = cast(PreTrainedModel, pretrained_model.get_base_model()) if _is_peft(pretrained_model) \
+            else pretrained_model
         if base.get_output_embeddings() is None and not any(hasattr(base, n) for n in self.lm_head_namings):
             raise ValueError("The model has no language-model head: wrap a causal LM.")
         if summary_dropout_prob is None:
@@ -144,14 +150,16 @@ class AutoModelForCausalLMWithValueHead(nn.Module):
 
     def generate(self, *args: Any, **kwargs: Any) -> Any:
         """`generate` of the wrapped model."""
-        return self.pretrained_model.generate(*args, **kwargs)
+        # (a causal LM, or a PeftModel around one: transformers' `PreTrainedModel` type has no `generate`)
+        return cast(GenerationMixin, self.pretrained_model).generate(*args, **kwargs)
 
     def gradient_checkpointing_enable(self, **kwargs: Any) -> None:
         """Enable gradient checkpointing in the wrapped model."""
         self.pretrained_model.gradient_checkpointing_enable(**kwargs)
 
     # ------------------------------------------------------------------ state
-    def state_dict(self, *args: Any, **kwargs: Any) -> dict[str, torch.Tensor]:
+    # (a new dict, whatever `destination` `nn.Module.state_dict`'s overloads promise to return)
+    def state_dict(self, *args: Any, **kwargs: Any) -> dict[str, torch.Tensor]:  # type: ignore[override]
         """The wrapped model's state (empty for a PEFT model) plus the head's under `v_head.`."""
         state = {} if self.is_peft_model else dict(self.pretrained_model.state_dict(*args, **kwargs))
         for key, value in self.v_head.state_dict().items():
@@ -181,7 +189,7 @@ class AutoModelForCausalLMWithValueHead(nn.Module):
     # ------------------------------------------------------------------ loading
     @classmethod
     def from_pretrained(
-        cls, pretrained_model_name_or_path: str | os.PathLike | PreTrainedModel, *model_args: Any,
+        cls, pretrained_model_name_or_path: str | os.PathLike | PreTrainedModel | PeftModel, *model_args: Any,
         peft_config: Any = None, is_trainable: bool = True, **kwargs: Any,
     ) -> AutoModelForCausalLMWithValueHead:
         """Load a model (a name, a folder saved by this class or by TRL 0.11, or a model object) and its head.
@@ -198,6 +206,7 @@ class AutoModelForCausalLMWithValueHead(nn.Module):
         source = pretrained_model_name_or_path
         if isinstance(source, (str, os.PathLike)):
             path = resolve_model_name(os.fspath(source))  # a registered name ("smollm2-135m-instruct") -> folder
+            model: PreTrainedModel | PeftModel
             if os.path.isfile(os.path.join(path, "adapter_config.json")):
                 from peft import PeftConfig, PeftModel
 
@@ -207,9 +216,10 @@ class AutoModelForCausalLMWithValueHead(nn.Module):
                 with peft_quietly():
                     model = PeftModel.from_pretrained(base, path, is_trainable=is_trainable)
             else:
-                model = AutoModelForCausalLM.from_pretrained(path, *model_args, **kwargs)
+                loaded = AutoModelForCausalLM.from_pretrained(path, *model_args, **kwargs)
                 if path != os.fspath(source):  # keep the registered name, not its cache folder
-                    model.config.name_or_path = model.name_or_path = os.fspath(source)
+                    loaded.config.name_or_path = loaded.name_or_path = os.fspath(source)
+                model = loaded
                 if peft_config is not None:
                     from peft import get_peft_model
 

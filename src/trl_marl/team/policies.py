@@ -119,7 +119,7 @@ class AgentTeam(ChatMixin, nn.Module):
 
     def __init__(
         self,
-        models: Sequence[PreTrainedModel],
+        models: Sequence[PreTrainedModel | PeftModel],
         tokenizers: Sequence[Any],
         mode: str,
         agent_model: Sequence[int],
