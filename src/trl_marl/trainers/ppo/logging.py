@@ -25,7 +25,7 @@ import torch
 from ...rewarding.errors import user_stacklevel
 from ..engine_correction import correction_metrics, mismatch_values
 from ..magrpo.diagnostics import NoLearningSignalWarning
-from .samples import AgentRollout
+from .samples import AgentRollout, filled
 
 if TYPE_CHECKING:
     from .config import MultiAgentPPOConfig
@@ -70,11 +70,11 @@ def update_metrics(accelerator: Any, args: MultiAgentPPOConfig, env: Any, tokeni
     """
     gather = accelerator.gather_for_metrics
     trained = [ro for ro in rollouts if ro is not None]
-    kl = torch.cat([ro.kl.sum(1) for ro in trained])
-    entropy = torch.cat([((-ro.logprobs) * ro.policy_mask.float()).sum(1) for ro in trained])
-    non_score = torch.cat([ro.non_score_rewards.sum(1) for ro in trained])
-    scores = torch.cat([ro.scores for ro in trained])
-    scorable = torch.cat([ro.scorable for ro in trained]).to(scores.device)
+    kl = torch.cat([filled(ro.kl).sum(1) for ro in trained])
+    entropy = torch.cat([((-filled(ro.logprobs)) * filled(ro.policy_mask).float()).sum(1) for ro in trained])
+    non_score = torch.cat([filled(ro.non_score_rewards).sum(1) for ro in trained])
+    scores = torch.cat([filled(ro.scores) for ro in trained])
+    scorable = torch.cat([filled(ro.scorable) for ro in trained]).to(scores.device)
     score_mean = scores.mean() if bool(scorable.all()) else scores[scorable].mean()
     metrics: dict[str, float] = {"eps": int(episode / max(time.time() - start, 1e-9))}
     metrics["objective/kl"] = gather(kl.mean()).mean().item()
@@ -92,14 +92,14 @@ def update_metrics(accelerator: Any, args: MultiAgentPPOConfig, env: Any, tokeni
         for s, ro in enumerate(rollouts)
         if ro is not None
     )
-    corrected = [mismatch_values(ro.logprobs, ro.sampling_logprobs, ro.importance_sampling_ratio, ro.policy_mask,
-                                 args.vllm_importance_sampling_mode)
+    corrected = [mismatch_values(filled(ro.logprobs), filled(ro.sampling_logprobs), ro.importance_sampling_ratio,
+                                 filled(ro.policy_mask), args.vllm_importance_sampling_mode)
                  for ro in trained if ro.importance_sampling_ratio is not None]
     metrics.update(correction_metrics(accelerator, corrected))  # TRL's `sampling/*` (vLLM's mismatch)
     metrics["lr"] = lr
     metrics["episode"] = episode
     if env.num_agents > 1 or env.num_turns > 1:
-        agents = torch.cat([ro.agents for ro in trained])
+        agents = torch.cat([filled(ro.agents) for ro in trained])
         turns = torch.cat([ro.turns for ro in trained])
         cpu_scores, cpu_scorable, sample_kl = scores.cpu(), scorable.cpu(), kl.cpu()
         for a in range(env.num_agents):
@@ -133,11 +133,11 @@ def completions_table(rollouts: list[AgentRollout | None], tokenizers: list[Any]
         if ro is None:
             continue
         queries = tokenizers[slot].batch_decode(ro.query_responses[:, : ro.context_length], skip_special_tokens=True)
-        table["agent"] += ro.agents.tolist()
+        table["agent"] += filled(ro.agents).tolist()
         table["turn"] += ro.turns.tolist()
         table["query"] += queries
         table["model response"] += ro.texts
-        table["score"] += [float(s) for s in ro.scores]
+        table["score"] += [float(s) for s in filled(ro.scores)]
     return table
 
 
@@ -185,12 +185,12 @@ class ScoreSignalCheck:
 
     def see_update(self, update: int, rollouts: list[AgentRollout | None], accelerator: Any) -> None:
         """Check the scores of update `update` (1-based), over every process."""
-        trained = [ro for ro in rollouts if ro is not None]
-        scored = torch.cat([ro.scores[ro.scorable.to(ro.scores.device)].float() for ro in trained]
+        kept = [(filled(ro.scores), filled(ro.scorable)) for ro in rollouts if ro is not None]
+        scored = torch.cat([scores[scorable.to(scores.device)].float() for scores, scorable in kept]
                            or [torch.zeros(0)]).to(accelerator.device)
         inf = torch.tensor(float("inf"), device=scored.device)
-        low, high = (scored.min(), scored.max()) if scored.numel() else (inf, -inf)
-        bounds = accelerator.gather(torch.stack([low, -high]).reshape(1, 2)).reshape(-1, 2)  # one row per process
+        own_low, own_high = (scored.min(), scored.max()) if scored.numel() else (inf, -inf)
+        bounds = accelerator.gather(torch.stack([own_low, -own_high]).reshape(1, 2)).reshape(-1, 2)  # one per process
         low, high = float(bounds[:, 0].min()), float(-bounds[:, 1].min())
         if low > high:  # nothing scored (refused earlier by the reward checks)
             return

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AgentRollout",
+    "filled",
     "forward_targets",
     "joint_value_prompt",
     "micro_batch_indices",
@@ -74,6 +75,15 @@ class AgentRollout:
     # with tools: (N, L) 0 on the tokens the tool loop wrote into the response (tool results and their formatting),
     # 1 elsewhere (padding included); out of both losses and skipped by GAE. None: no sample of the slot used tools
     tool_mask: torch.Tensor | None = None
+
+
+def filled(tensor: torch.Tensor | None) -> torch.Tensor:
+    """A tensor field of an [`AgentRollout`] that a step of the update filled before it is read: `agents`, `rows` and
+    `value_query_responses` ([`slot_rollouts`]), the scores (scoring), the log-probs, values, masks, KL and per-token
+    rewards ([`forward_targets`]), the advantages and returns (`compute_advantages`)."""
+    if tensor is None:
+        raise ValueError("An AgentRollout field was read before the step of the update that fills it.")
+    return tensor
 
 
 def joint_value_prompt(prompt_ids: Sequence[Sequence[int]], completion_ids: Sequence[Sequence[int]], agent: int,
@@ -182,14 +192,15 @@ def slot_rollouts(played: Rollout, slot_of: Any, num_slots: int, tokenizers: lis
         if "value_prompt_ids" in s:
             value_queries, _ = pad_left(s["value_prompt_ids"], pad)
             value_qr, value_context = torch.cat([value_queries, responses], 1).to(device), value_queries.size(1)
-        rollouts.append(AgentRollout(
+        rollout = AgentRollout(
             query_responses=query_responses, context_length=queries.size(1), responses=responses.to(device),
             postprocessed=post.to(device), turns=torch.tensor(s["turns"]), texts=s["texts"], prompts=s["prompts"],
             agents=torch.tensor(s["agents"]), rows=torch.tensor(s["rows"]), value_query_responses=value_qr,
             value_context_length=value_context, tool_mask=None if tool_mask is None else tool_mask.to(device),
-        ))
+        )
+        rollouts.append(rollout)
         if len(s.get("sampling_logps", ())) == len(responses):  # every turn's engine log-probs, in the same order
-            rollouts[-1].sampling_logprobs = padded_logps([row[:width] for row in s["sampling_logps"]], responses).to(
+            rollout.sampling_logprobs = padded_logps([row[:width] for row in s["sampling_logps"]], responses).to(
                 device)
     return rollouts
 
@@ -287,6 +298,7 @@ def forward_targets(ro: AgentRollout, slot: int, team: AgentTeam, value_model: n
     step = args.local_rollout_forward_batch_size
     pad = team.tokenizers[slot].pad_token_id
     C, Cv = ro.context_length, ro.value_context_length
+    value_query_responses, scores, scorable = filled(ro.value_query_responses), filled(ro.scores), filled(ro.scorable)
     logps, ref_logps, values = [], [], []
     starts = list(range(0, ro.query_responses.size(0), step))
     # sharded weights (`team.lockstep`): every process runs as many chunks as the busiest (extra ones are discarded)
@@ -298,7 +310,7 @@ def forward_targets(ro: AgentRollout, slot: int, team: AgentTeam, value_model: n
         divisor = logit_temperature(args.temperature)
         logps_now = team.response_logprobs(slot, qr, C, pad, resp, divisor)[0]
         ref_logps_now = team.response_logprobs(slot, qr, C, pad, resp, divisor, reference=True)[0]
-        values_now = response_values(value_model, ro.value_query_responses[i : i + step], pad, Cv)
+        values_now = response_values(value_model, value_query_responses[i : i + step], pad, Cv)
         if chunk < len(starts):
             logps.append(logps_now)
             ref_logps.append(ref_logps_now)
@@ -308,12 +320,12 @@ def forward_targets(ro: AgentRollout, slot: int, team: AgentTeam, value_model: n
     # the agent's last message ended (with tools, a message with calls ends with an EOS too)
     contains_eos = in_last_message(ro.postprocessed == team.tokenizers[slot].eos_token_id, ro.tool_mask).any(dim=-1)
     if args.missing_eos_penalty is not None:
-        ro.scores = ro.scores.clone()
-        ro.scores[~contains_eos] -= args.missing_eos_penalty
+        ro.scores = scores = scores.clone()
+        scores[~contains_eos] -= args.missing_eos_penalty
     ro.sequence_lengths = first_true_index(ro.postprocessed == pad) - 1
     policy_mask, value_mask = response_masks(ro.sequence_lengths, ro.responses.size(1))
-    if not bool(ro.scorable.all()):  # an unscorable response teaches nothing: out of both losses
-        keep = ro.scorable.to(policy_mask.device).unsqueeze(1)
+    if not bool(scorable.all()):  # an unscorable response teaches nothing: out of both losses
+        keep = scorable.to(policy_mask.device).unsqueeze(1)
         policy_mask, value_mask = policy_mask & keep, value_mask & keep
     if ro.tool_mask is not None:  # tool results are not the policy's actions: out of both losses (and of the KL)
         generated = ro.tool_mask.to(policy_mask.device).bool()
@@ -326,7 +338,7 @@ def forward_targets(ro: AgentRollout, slot: int, team: AgentTeam, value_model: n
             logprobs.float(), ro.sampling_logprobs, policy_mask, args.vllm_importance_sampling_mode,
             args.vllm_importance_sampling_clip_min, args.vllm_importance_sampling_clip_max)
     kl = kl_penalty(logprobs, ref_logprobs, args.kl_estimator)
-    rewards, non_score = shaped_token_rewards(ro.scores, kl, args.kl_coef, ro.sequence_lengths)
+    rewards, non_score = shaped_token_rewards(scores, kl, args.kl_coef, ro.sequence_lengths)
     ro.logprobs, ro.ref_logprobs, ro.values = logprobs, ref_logprobs, value
     ro.policy_mask, ro.value_mask, ro.kl, ro.non_score_rewards = policy_mask, value_mask, kl, non_score
     ro.returns = rewards  # per-token rewards until `compute_advantages` turns them into returns
@@ -335,21 +347,22 @@ def forward_targets(ro: AgentRollout, slot: int, team: AgentTeam, value_model: n
 def next_turn_values(rollouts: list[AgentRollout | None]) -> list[torch.Tensor | None]:
     """Per slot, `(N,)` V(s_{k+1}) of each sample: the value before the first response token of the same agent's
     sample at the next turn of the same episode, whichever slot played it (0 when the episode ended)."""
-    where: dict[tuple[int, int, int], tuple[int, int]] = {}
-    for s, ro in enumerate(rollouts):
+    where: dict[tuple[int, int, int], tuple[AgentRollout, int]] = {}
+    for ro in rollouts:
         if ro is not None:
-            for i, key in enumerate(zip(ro.turns.tolist(), ro.agents.tolist(), ro.rows.tolist())):
-                where[key] = (s, i)
+            for i, key in enumerate(zip(ro.turns.tolist(), filled(ro.agents).tolist(), filled(ro.rows).tolist())):
+                where[key] = (ro, i)
     out: list[torch.Tensor | None] = []
     for ro in rollouts:
         if ro is None:
             out.append(None)
             continue
-        values = torch.zeros(ro.values.size(0), dtype=ro.values.dtype, device=ro.values.device)
-        for i, (t, a, r) in enumerate(zip(ro.turns.tolist(), ro.agents.tolist(), ro.rows.tolist())):
+        own = filled(ro.values)
+        values = torch.zeros(own.size(0), dtype=own.dtype, device=own.device)
+        for i, (t, a, r) in enumerate(zip(ro.turns.tolist(), filled(ro.agents).tolist(), filled(ro.rows).tolist())):
             if (t + 1, a, r) in where:
-                s, j = where[(t + 1, a, r)]
-                values[i] = rollouts[s].values[j, 0].to(values.device)
+                following, j = where[(t + 1, a, r)]
+                values[i] = filled(following.values)[j, 0].to(values.device)
         out.append(values)
     return out
 
@@ -410,7 +423,7 @@ def micro_batches(rollouts: Sequence[AgentRollout | None], indices: dict[int, to
             ro.query_responses[indices[slot]],
             ro.context_length,
             ro.responses[indices[slot]],
-            ro.value_query_responses[indices[slot]],
+            filled(ro.value_query_responses)[indices[slot]],
             ro.value_context_length,
         )
         for slot, ro in enumerate(rollouts)

@@ -16,7 +16,7 @@ import json
 import os
 import weakref
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch import nn
@@ -30,6 +30,9 @@ from ...team import (
 )
 from ...team.forward import dropout_active, own_storage
 from .config import logit_temperature
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 __all__ = [
     "VALUE_MODEL_INFO",
@@ -88,6 +91,12 @@ def in_last_message(flags: torch.Tensor, tool_mask: torch.Tensor | None) -> torc
     return flags & (steps > last_written.unsqueeze(-1))
 
 
+def _backbone_and_head(model: nn.Module) -> tuple[nn.Module, nn.Module]:
+    """A transformers sequence classifier's backbone (the attribute its class names in `base_model_prefix`) and score
+    head; `nn.Module.__getattr__` types both attributes as `Tensor | Module`."""
+    return getattr(model, cast(str, model.base_model_prefix)), cast(nn.Module, model.score)
+
+
 def sequence_scores(
     model: nn.Module, query_responses: torch.Tensor, pad_token_id: int, context_length: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -97,14 +106,14 @@ def sequence_scores(
         `(per_token, final)`: `(B, S)` per-token scores (the head's single label) and `(B,)` scores at the last
         non-pad token of each response.
     """
-    backbone = getattr(model, model.base_model_prefix)
+    backbone, score = _backbone_and_head(model)
     output = backbone(
         **sequence_model_inputs(query_responses, pad_token_id),
         return_dict=True,
         output_hidden_states=True,
         use_cache=False,
     )
-    per_token = model.score(output.hidden_states[-1]).squeeze(-1)
+    per_token = score(output.hidden_states[-1]).squeeze(-1)
     last = first_true_index(query_responses[:, context_length:] == pad_token_id) - 1 + context_length
     final = per_token[torch.arange(per_token.size(0), device=per_token.device), last]
     return per_token, final
@@ -118,14 +127,14 @@ def response_values(
     (`team.forward`)."""
     if dropout_active(model):
         return sequence_scores(model, query_responses, pad_token_id, context_length)[0][:, context_length - 1 : -1]
-    backbone = getattr(model, model.base_model_prefix)
+    backbone, score = _backbone_and_head(model)
     output = backbone(
         **sequence_model_inputs(query_responses[:, :-1], pad_token_id),
         return_dict=True,
         output_hidden_states=True,
         use_cache=False,
     )
-    return model.score(output.hidden_states[-1][:, context_length - 1 :]).squeeze(-1)
+    return score(output.hidden_states[-1][:, context_length - 1 :]).squeeze(-1)
 
 
 def check_single_label(model: nn.Module, name: str) -> None:
@@ -207,7 +216,7 @@ def build_value_models(value_model: Any, team: AgentTeam, policy_sharing: str = 
     return models
 
 
-def decoder_layers(model: nn.Module) -> nn.ModuleList:
+def decoder_layers(model: PreTrainedModel) -> nn.ModuleList:
     """The decoder layers of a transformers model's backbone: its `nn.ModuleList` of `num_hidden_layers` modules."""
     backbone = getattr(model, model.base_model_prefix, model)
     count = getattr(model.config, "num_hidden_layers", None)
@@ -219,7 +228,7 @@ def decoder_layers(model: nn.Module) -> nn.ModuleList:
                      "`value_model=` with the weights you want trained, or leave `value_train_layers` unset.")
 
 
-def freeze_below_top_layers(model: nn.Module, top_layers: int) -> nn.Module:
+def freeze_below_top_layers(model: PreTrainedModel, top_layers: int) -> PreTrainedModel:
     """Train only `model`'s top `top_layers` decoder layers, what its backbone has besides the layers and the input
     embeddings (the final norm), and its score head; freeze the rest (the input embeddings and the lower layers).
     Returns `model`."""
@@ -297,7 +306,8 @@ def _frozen_from_source(model: nn.Module, state: dict[str, torch.Tensor], frozen
     return verdicts[source]
 
 
-def save_value_model(model: nn.Module, folder: str, state_dict: dict[str, torch.Tensor] | None = None) -> list[str]:
+def save_value_model(model: PreTrainedModel, folder: str,
+                     state_dict: dict[str, torch.Tensor] | None = None) -> list[str]:
     """Save a value model to `folder`: whole when it trains every weight (or nothing of it can be restored from its
     base model), else its trainable tensors and the frozen ones its base does not hold, with `config.json` and
     [`VALUE_MODEL_INFO`] (module docstring). `state_dict` replaces the model's own weights (e.g. FSDP's gathered
@@ -418,7 +428,8 @@ class PolicyValueTeam(nn.Module):
             prefix = f"value_models.{index}."
             own = None if state_dict is None else {
                 key[len(prefix):]: value for key, value in state_dict.items() if key.startswith(prefix)}
-            save_value_model(model, os.path.join(output_dir, value_model_folder(index)), own)
+            # a transformers sequence classifier (`check_single_label`), which `nn.ModuleList` types as a module
+            save_value_model(cast("PreTrainedModel", model), os.path.join(output_dir, value_model_folder(index)), own)
 
     def load_value_models_(self, checkpoint_dir: str) -> None:
         """Load every value model's trained weights in place from `checkpoint_dir/value_model_<i>/` (written by
@@ -474,6 +485,8 @@ class PolicyValueTeam(nn.Module):
             # the log-probs outside the model's forward (autocast off) as in TRL 1.12; the entropies are detached
             logprobs, entropy = self.team.response_logprobs(s, query_responses, context, pad_token_ids[s], responses,
                                                             logit_temperature(temperature), compute_entropy=True)
+            if entropy is None:  # asked for (`compute_entropy=True`): never None
+                raise RuntimeError("`AgentTeam.response_logprobs(compute_entropy=True)` returned no entropies.")
             values = response_values(self.value_model(s), value_qr, pad_token_ids[s], value_context)
             # no view among the outputs: under FSDP2 this module is the root (`team.forward.own_storage`)
             outputs.append((own_storage(entropy), own_storage(logprobs), own_storage(values)))
