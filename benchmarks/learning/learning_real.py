@@ -537,6 +537,71 @@ def writing_halves_second_first_task() -> Task:
 TASKS["writing_halves_second_first"] = writing_halves_second_first_task
 
 
+
+def writing_halves_no_clause_task() -> Task:
+    """`writing_halves` without the instruction's "Start with" clause: the prefill alone asks for the choice (a
+    design-4 candidate, piloted on training rows only: design 2's clause made the untrained writers choose the first
+    half in 0.98 of their answers, design 3's reordered clause in 0.69 and 0.54). Everything else as
+    `writing_halves`."""
+    from trl_marl.envs.writing_halves import HALVES_INSTRUCTION
+
+    instruction = HALVES_INSTRUCTION.replace(" " + HALVES_START_CLAUSE, "")
+    if instruction == HALVES_INSTRUCTION:
+        raise ValueError("HALVES_INSTRUCTION no longer holds the start clause this task removes.")
+    return writing_halves_task("writing_halves_no_clause", instruction)
+
+
+TASKS["writing_halves_no_clause"] = writing_halves_no_clause_task
+
+
+HALVES_NAMES = ("Robin", "Sam")
+"""Writer labels without an order, for the design-4 candidates `writing_halves_named*`."""
+
+
+def _named_instruction(start_clause: str) -> str:
+    from trl_marl.envs.writing_halves import HALVES_INSTRUCTION
+
+    instruction = HALVES_INSTRUCTION.replace(HALVES_START_CLAUSE, start_clause)
+    named = instruction.replace("You are writer {writer}.", "Your name is {writer}.")
+    if named == instruction or start_clause not in named:
+        raise ValueError("HALVES_INSTRUCTION no longer holds the sentences the named variants replace.")
+    return named
+
+
+def writing_halves_named_task() -> Task:
+    """`writing_halves` with the writers named ("Your name is Robin." / "... Sam.") instead of numbered: a design-4
+    candidate (the number of design 3's writers moved writer 2 towards the second half: 0.45 against writer 1's
+    0.30), piloted on training rows only. Everything else as `writing_halves`."""
+    return writing_halves_task("writing_halves_named", _named_instruction(HALVES_START_CLAUSE), HALVES_NAMES)
+
+
+def writing_halves_named_second_first_task() -> Task:
+    """`writing_halves_named` with design 3's start clause (the second half named first): a design-4 candidate."""
+    return writing_halves_task("writing_halves_named_second_first", _named_instruction(HALVES_START_SECOND_FIRST),
+                               HALVES_NAMES)
+
+
+TASKS["writing_halves_named"] = writing_halves_named_task
+TASKS["writing_halves_named_second_first"] = writing_halves_named_second_first_task
+
+
+HALVES_SPLIT_BONUS = 0.5
+"""Design 5's weight of the division bonus in the trained reward."""
+
+
+def writing_halves_bonus_task() -> Task:
+    """Design 5 of the halves task: `writing_halves_named_second_first`'s prompt, trained on `HalvesTeamReward` with
+    a division bonus of `HALVES_SPLIT_BONUS` (gate 0.25), because while the summaries are weak the share pays the
+    choice little. Its prompt failed design 4's bias gate narrowly on training rows (both writers prefer the second
+    half, 1.40 and 1.44 to 1 against 1.5): a weaker bias makes agents trained alone less sure to collide, so it
+    works against the team in the team-versus-alone comparison. Success and metrics as `writing_halves`."""
+    return writing_halves_task("writing_halves_bonus", _named_instruction(HALVES_START_SECOND_FIRST), HALVES_NAMES,
+                               split_bonus=HALVES_SPLIT_BONUS)
+
+
+TASKS["writing_halves_bonus"] = writing_halves_bonus_task
+
+
 # ------------------------------------------------------------------------------------------------------ sizes
 SIZES: dict[str, dict[str, Any]] = {
     # rows per step = batch // generations; eval: `eval_rows` rows per split, 8 sampled joint actions each
@@ -1081,67 +1146,3 @@ def brief(kind: str, run: dict[str, Any]) -> dict[str, Any]:
 
 if __name__ == "__main__":
     main()
-
-
-def writing_halves_no_clause_task() -> Task:
-    """`writing_halves` without the instruction's "Start with" clause: the prefill alone asks for the choice (a
-    design-4 candidate, piloted on training rows only: design 2's clause made the untrained writers choose the first
-    half in 0.98 of their answers, design 3's reordered clause in 0.69 and 0.54). Everything else as
-    `writing_halves`."""
-    from trl_marl.envs.writing_halves import HALVES_INSTRUCTION
-
-    instruction = HALVES_INSTRUCTION.replace(" " + HALVES_START_CLAUSE, "")
-    if instruction == HALVES_INSTRUCTION:
-        raise ValueError("HALVES_INSTRUCTION no longer holds the start clause this task removes.")
-    return writing_halves_task("writing_halves_no_clause", instruction)
-
-
-TASKS["writing_halves_no_clause"] = writing_halves_no_clause_task
-
-
-HALVES_NAMES = ("Robin", "Sam")
-"""Writer labels without an order, for the design-4 candidates `writing_halves_named*`."""
-
-
-def _named_instruction(start_clause: str) -> str:
-    from trl_marl.envs.writing_halves import HALVES_INSTRUCTION
-
-    instruction = HALVES_INSTRUCTION.replace(HALVES_START_CLAUSE, start_clause)
-    named = instruction.replace("You are writer {writer}.", "Your name is {writer}.")
-    if named == instruction or start_clause not in named:
-        raise ValueError("HALVES_INSTRUCTION no longer holds the sentences the named variants replace.")
-    return named
-
-
-def writing_halves_named_task() -> Task:
-    """`writing_halves` with the writers named ("Your name is Robin." / "... Sam.") instead of numbered: a design-4
-    candidate (the number of design 3's writers moved writer 2 towards the second half: 0.45 against writer 1's
-    0.30), piloted on training rows only. Everything else as `writing_halves`."""
-    return writing_halves_task("writing_halves_named", _named_instruction(HALVES_START_CLAUSE), HALVES_NAMES)
-
-
-def writing_halves_named_second_first_task() -> Task:
-    """`writing_halves_named` with design 3's start clause (the second half named first): a design-4 candidate."""
-    return writing_halves_task("writing_halves_named_second_first", _named_instruction(HALVES_START_SECOND_FIRST),
-                               HALVES_NAMES)
-
-
-TASKS["writing_halves_named"] = writing_halves_named_task
-TASKS["writing_halves_named_second_first"] = writing_halves_named_second_first_task
-
-
-HALVES_SPLIT_BONUS = 0.5
-"""Design 5's weight of the division bonus in the trained reward."""
-
-
-def writing_halves_bonus_task() -> Task:
-    """Design 5 of the halves task: `writing_halves_named_second_first`'s prompt, trained on `HalvesTeamReward` with
-    a division bonus of `HALVES_SPLIT_BONUS` (gate 0.25), because while the summaries are weak the share pays the
-    choice little. Its prompt failed design 4's bias gate narrowly on training rows (both writers prefer the second
-    half, 1.40 and 1.44 to 1 against 1.5): a weaker bias makes agents trained alone less sure to collide, so it
-    works against the team in the team-versus-alone comparison. Success and metrics as `writing_halves`."""
-    return writing_halves_task("writing_halves_bonus", _named_instruction(HALVES_START_SECOND_FIRST), HALVES_NAMES,
-                               split_bonus=HALVES_SPLIT_BONUS)
-
-
-TASKS["writing_halves_bonus"] = writing_halves_bonus_task
