@@ -21,9 +21,12 @@ from __future__ import annotations
 import fnmatch
 from collections.abc import Sequence
 from dataclasses import field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from transformers.trainer_callback import PrinterCallback, ProgressCallback
+from transformers.trainer_callback import PrinterCallback, ProgressCallback, TrainerCallback
+
+if TYPE_CHECKING:
+    from transformers import TrainerControl, TrainerState, TrainingArguments
 
 __all__ = ["ALWAYS_SHOWN", "console_metrics_field", "check_console_metrics", "install_console_metrics",
            "shown_metrics"]
@@ -74,13 +77,14 @@ def shown_metrics(logs: dict[str, Any], patterns: Sequence[str]) -> dict[str, An
     return {key: value for key, value in logs.items() if any(fnmatch.fnmatchcase(key, p) for p in wanted)}
 
 
-class _ShownOnly:
+class _ShownOnly(TrainerCallback):
     """Before a printing callback of transformers: hand its `on_log` only the metrics of `patterns`."""
 
     patterns: list[str]
 
-    def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any) -> None:
-        super().on_log(args, state, control, logs=shown_metrics(logs or {}, self.patterns), **kwargs)  # type: ignore[misc]
+    def on_log(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+               logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        super().on_log(args, state, control, logs=shown_metrics(logs or {}, self.patterns), **kwargs)
 
 
 class _FilteredProgress(_ShownOnly, ProgressCallback):

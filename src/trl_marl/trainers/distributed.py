@@ -34,8 +34,8 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Callable
-from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, TypeVar
+from contextlib import AbstractContextManager, contextmanager
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, Protocol, TypeVar
 
 import torch
 from torch import nn
@@ -63,7 +63,9 @@ __all__ = [
     "zero3_engine",
 ]
 
-F = TypeVar("F", bound=Callable[..., Any])
+S = TypeVar("S", bound="_RollsOut")
+P = ParamSpec("P")
+R = TypeVar("R")
 
 FSDP1_MESSAGE = (
     "trl-marl's trainers shard with FSDP2 only: FSDP version 1 keeps each unit's parameters in one flat sharded "
@@ -228,16 +230,20 @@ def any_process(accelerator: Any, active: bool) -> bool:
     return bool(accelerator.reduce(flag, reduction="sum").item())
 
 
-def rollout_phase(method: F) -> F:
+class _RollsOut(Protocol):
+    def rollout_context(self) -> AbstractContextManager[None]: ...
+
+
+def rollout_phase(method: Callable[Concatenate[S, P], R]) -> Callable[Concatenate[S, P], R]:
     """Decorate a trainer method that generates or scores without gradients (a rollout, an evaluation episode): it
     runs in the trainer's `rollout_context()` (`TeamTrainer.rollout_context`)."""
 
     @functools.wraps(method)
-    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+    def wrapper(self: S, *args: P.args, **kwargs: P.kwargs) -> R:
         with self.rollout_context():
             return method(self, *args, **kwargs)
 
-    return wrapper  # type: ignore[return-value]
+    return wrapper
 
 
 def gathered_rows(accelerator: Any, rows: torch.Tensor) -> torch.Tensor:

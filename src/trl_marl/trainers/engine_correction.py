@@ -67,9 +67,10 @@ def engine_logps(turns: Sequence[TurnResult], picks: Sequence[Sequence[int]],
                  batches: Sequence[AgentBatch]) -> list[torch.Tensor] | None:
     """The engine's log-probabilities of the completions of one micro-batch, per agent, padded like its
     `completion_ids` (the samples `picks[t]` of every turn `t`, in order); None when a turn has none."""
-    if not turns or any(t.sampling_logps is None for t in turns):
+    sampled = [t.sampling_logps for t in turns if t.sampling_logps is not None]
+    if not turns or len(sampled) < len(turns):
         return None
-    return [padded_logps([t.sampling_logps[a][i] for t, pick in zip(turns, picks) for i in pick],
+    return [padded_logps([logps[a][i] for logps, pick in zip(sampled, picks) for i in pick],
                          batch.completion_ids) for a, batch in enumerate(batches)]
 
 

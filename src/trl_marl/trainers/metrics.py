@@ -74,7 +74,7 @@ class MetricsBook:
         self._modes[mode].clear()
 
 
-def log_tool_use(metrics: dict[str, list[float]], rollout: Rollout) -> None:
+def log_tool_use(metrics: dict[str, list[float | torch.Tensor]], rollout: Rollout) -> None:
     """Each agent with tools' use of them over the rollout's turns, under TRL's names with the agent's prefix:
     `agent_<a>/tools/call_frequency` (calls per sample), `agent_<a>/tools/failure_frequency` (failed calls per call:
     an error, a timeout, an unknown tool), `agent_<a>/tools/rounds` (generations after a tool result per sample: the

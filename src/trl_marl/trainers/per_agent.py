@@ -48,7 +48,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, nullcontext
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, overload
 
 import torch
 from torch.nn.parallel import DistributedDataParallel
@@ -112,6 +112,18 @@ def agent_backwards(model: torch.nn.Module, num_processes: int, synchronise: boo
         yield
     if ddp is not None and synchronise:
         average_gradients(ddp.module, num_processes)
+
+
+@overload
+def backward_per_agent(model: torch.nn.Module, num_processes: int, agents: Iterable[int],
+                       agent_loss: Callable[[int], torch.Tensor | None], backward: Callable[[torch.Tensor], None],
+                       synchronise: bool | None = None, *, fallback: Callable[[], torch.Tensor]) -> torch.Tensor: ...
+
+
+@overload
+def backward_per_agent(model: torch.nn.Module, num_processes: int, agents: Iterable[int],
+                       agent_loss: Callable[[int], torch.Tensor | None], backward: Callable[[torch.Tensor], None],
+                       synchronise: bool | None = None, fallback: None = None) -> torch.Tensor | None: ...
 
 
 def backward_per_agent(

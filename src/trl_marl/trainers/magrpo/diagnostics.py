@@ -215,7 +215,7 @@ class TrainingDiagnostics:
         warnings.warn(message, TrainingDiagnosticWarning, stacklevel=user_stacklevel())
 
 
-def log_rollout(metrics: dict[str, list[float]], rollout: Rollout, reward_names: list[str],
+def log_rollout(metrics: dict[str, list[float | torch.Tensor]], rollout: Rollout, reward_names: list[str],
                 lengths: list[torch.Tensor], advantages: list[torch.Tensor],
                 turn_of_sample: list[torch.Tensor], local_reward_names: list[list[str]] | None = None) -> None:
     """Record a rollout's metrics in `metrics` (the trainer's metrics of the mode, logged by `log`).
@@ -261,7 +261,8 @@ def log_rollout(metrics: dict[str, list[float]], rollout: Rollout, reward_names:
         metrics["tokens_per_second"].append(rollout.generated_tokens / rollout.generation_time)
 
 
-def _log_local_rewards(metrics: dict[str, list[float]], rollout: Rollout, names: list[list[str]]) -> None:
+def _log_local_rewards(metrics: dict[str, list[float | torch.Tensor]], rollout: Rollout,
+                       names: list[list[str]]) -> None:
     """Each agent's local reward per turn and per function (see [`log_rollout`])."""
     for t in rollout.turns:
         if t.local_rewards is None:
@@ -273,7 +274,9 @@ def _log_local_rewards(metrics: dict[str, list[float]], rollout: Rollout, names:
                 metrics[f"agent_{a}/local_reward"].append(finite_mean(t.local_rewards[:, :, a]))
             metrics[f"agent_{a}/turn_{t.turn}/local_reward"].append(finite_mean(t.local_rewards[:, :, a]))
             scores = t.local_rewards_per_func[a] if t.turn == 1 and t.local_rewards_per_func else None
-            for f_index, name in enumerate(agent_names if scores is not None else []):
+            if scores is None:
+                continue
+            for f_index, name in enumerate(agent_names):
                 finite = scores[:, f_index][torch.isfinite(scores[:, f_index])]
                 metrics[f"agent_{a}/local_rewards/{name}/mean"].append(finite_mean(scores[:, f_index]))
                 metrics[f"agent_{a}/local_rewards/{name}/std"].append(float(finite.std()) if finite.numel() > 1
