@@ -28,7 +28,9 @@ from __future__ import annotations
 import dataclasses
 import textwrap
 from dataclasses import field
-from typing import Any
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 
 def num_agents_field(default: int) -> Any:
@@ -204,3 +206,20 @@ def fields_section(cls: type, heading: str, inherited: type) -> str:
         entry = f"{f.name} (`{f.type}`, {default}): {f.metadata.get('help', '')}"
         lines.append(textwrap.fill(entry, width=116, initial_indent=" " * 8, subsequent_indent=" " * 12) + "\n")
     return "".join(lines)
+
+
+def field_value(value: T | None, name: str) -> T:
+    """The value of a config field typed `X | None` where None only asks the config to fill it in: its
+    `__post_init__` (TRL's `steps_per_generation`, `num_generations_eval`, MAGRPO's `advantage_mode`) or, for PPO's
+    batch sizes, `set_batch_sizes` (called by the trainer's constructor)."""
+    if value is None:
+        raise ValueError(f"`{name}` is None here: the config fills it in (`__post_init__`, `set_batch_sizes`).")
+    return value
+
+
+def dict_field_value(value: dict[str, Any] | str | None, name: str) -> dict[str, Any] | None:
+    """The value of a dict field that TRL types `dict | str | None` for the command line (`__post_init__` reads a
+    JSON object string into a dict); any other string is refused."""
+    if isinstance(value, str):
+        raise ValueError(f"`{name}` must be a dict (or a JSON object string), got {value!r}.")
+    return value

@@ -39,6 +39,7 @@ from ..console import check_console_metrics, console_metrics_field
 from ..fields import (
     backward_per_agent_field,
     cpu_threads_field,
+    field_value,
     frozen_agents_field,
     generation_backend_field,
     max_nonfinite_field,
@@ -416,6 +417,8 @@ class MAGRPOConfig(GRPOConfig):
                 "only one of them."
             )
         check_local_reward_fields(self)
+        if self.num_generations is None:  # MAGRPO compares several samples per agent per node
+            raise ValueError("`num_generations` must be set (>= 2): e.g. `num_generations=8`.")
         if self.per_device_train_batch_size % self.num_generations != 0:
             raise ValueError(
                 f"`per_device_train_batch_size` ({self.per_device_train_batch_size}) must be a multiple of "
@@ -474,7 +477,7 @@ def check_local_reward_fields(config: MAGRPOConfig) -> None:
     alpha = config.team_reward_weight
     if not isinstance(alpha, (int, float)) or not math.isfinite(alpha) or alpha < 0:
         raise ValueError(f"`team_reward_weight` (AT-GRPO's alpha) must be a finite number >= 0, got {alpha!r}.")
-    if estimator_uses_local_returns(config.advantage_mode):
+    if estimator_uses_local_returns(field_value(config.advantage_mode, "advantage_mode")):
         return
     for name, default in (("local_reward_weights", None), ("team_reward_weight", 1.0)):
         if getattr(config, name) != default:

@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 from transformers import GenerationConfig
 
+from ..fields import dict_field_value
+
 if TYPE_CHECKING:
     from ...team import AgentTeam
     from .config import MAGRPOConfig
@@ -36,7 +38,7 @@ def generation_config(args: MAGRPOConfig, team: AgentTeam) -> GenerationConfig:
         settings["eos_token_id"] = None
     # `generation_kwargs` wins over the defaults above, as in TRL (e.g. `{"eos_token_id": [eos, fence]}` to stop at
     # a closing code fence as well; passed twice to `GenerationConfig` it was a `TypeError`)
-    return GenerationConfig(**{**settings, **(args.generation_kwargs or {})})
+    return GenerationConfig(**{**settings, **(dict_field_value(args.generation_kwargs, "generation_kwargs") or {})})
 
 
 def continuous_batching_config(args: MAGRPOConfig, team: AgentTeam) -> Any:
@@ -58,6 +60,7 @@ def continuous_batching_config(args: MAGRPOConfig, team: AgentTeam) -> Any:
         )
     from transformers.generation import ContinuousBatchingConfig
 
-    kwargs = dict(args.transformers_continuous_batching_config or {})
+    kwargs = dict(dict_field_value(args.transformers_continuous_batching_config,
+                                   "transformers_continuous_batching_config") or {})
     kwargs.setdefault("max_memory_percent", 0.5)  # as TRL: leave room for the training step
     return ContinuousBatchingConfig(**kwargs)

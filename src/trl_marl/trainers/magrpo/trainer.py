@@ -17,7 +17,7 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from accelerate.utils import set_seed
@@ -51,6 +51,7 @@ from ...validation import check_prompt_lengths
 from ..base import TeamTrainer, rollout_phase
 from ..distributed import gathered_rows
 from ..engine_correction import corrects_engine_mismatch, engine_correction, engine_logps
+from ..fields import dict_field_value, field_value
 from ..per_agent import backward_per_agent, backward_per_agent_supported
 from .config import CONSOLE_METRICS, MAGRPOConfig
 from .diagnostics import TrainingDiagnostics, TrainingDiagnosticWarning, log_rollout, print_completions
@@ -58,6 +59,9 @@ from .entropy import ENTROPY_STATE_FILE, EntropyControl, agent_high_entropy_mask
 from .generation import continuous_batching_config, generation_config
 from .reference import ReferenceSync
 from .schedule import BlockRepeatSampler, GenerationSchedule, MicroStep
+
+if TYPE_CHECKING:
+    from transformers import Trainer
 
 __all__ = ["MAGRPOTrainer", "NonFiniteError", "TrainingDiagnosticWarning", "zero_loss"]
 
@@ -147,7 +151,7 @@ class MAGRPOTrainer(TeamTrainer):
     def __init__(
         self,
         model: str | PreTrainedModel | Sequence[str | PreTrainedModel] | AgentTeam,
-        reward_funcs: RewardFunc | Sequence[RewardFunc],
+        reward_funcs: RewardFunc | list[RewardFunc] | tuple[RewardFunc, ...],
         args: MAGRPOConfig | None = None,
         train_dataset: Any = None,
         eval_dataset: Any = None,
@@ -172,11 +176,13 @@ class MAGRPOTrainer(TeamTrainer):
         self.local_rewards = self._local_rewards(local_reward_funcs, args, env.num_agents)  # before any model loads
         agent_tools = team_tools(tools, environment_factory, env.num_agents)  # checked before any model loads
 
+        model_init_kwargs = dict_field_value(args.model_init_kwargs, "model_init_kwargs")
+        chat_template_kwargs = dict_field_value(args.chat_template_kwargs, "chat_template_kwargs")
         team = self._build_team(
             lambda: AgentTeam.build(model, args.num_agents, mode=args.team_mode, peft_config=peft_config,
-                                    processing_class=processing_class, model_init_kwargs=args.model_init_kwargs),
-            args, env, train_dataset, eval_dataset, args.max_completion_length,
-            f"{type(args).__name__}.max_completion_length", chat_template_kwargs=args.chat_template_kwargs,
+                                    processing_class=processing_class, model_init_kwargs=model_init_kwargs),
+            args, env, train_dataset, eval_dataset, field_value(args.max_completion_length, "max_completion_length"),
+            f"{type(args).__name__}.max_completion_length", chat_template_kwargs=chat_template_kwargs,
             agent_tools=agent_tools,
         )
         if args.frozen_agents:
@@ -207,19 +213,20 @@ class MAGRPOTrainer(TeamTrainer):
         set_seed(args.seed, device_specific=True)
         # The loss is summed over agents and already scaled for gradient accumulation in `compute_loss` (divided by
         # the accumulation steps, or for dapo normalised by the token count of the whole accumulated step).
-        self.loss_is_scaled_for_ga = True
+        as_trainer: Trainer = self  # transformers declares `loss_is_scaled_for_ga: bool | None`; TRL's base, `None`
+        as_trainer.loss_is_scaled_for_ga = True
         self.model_accepts_loss_kwargs = False
         self.engine = JointRollout(
             env=env,
             team=team,
             reward=self.rewards,
             generation_config=self._generation_config(),
-            num_generations=args.num_generations,
+            num_generations=field_value(args.num_generations, "num_generations"),
             joint_mode=args.joint_mode,
             discount=args.discount,
             max_branches=args.max_branches,
             early_stop_threshold=args.early_stop_threshold,
-            chat_template_kwargs=args.chat_template_kwargs,
+            chat_template_kwargs=chat_template_kwargs,
             score=self._score_turn,
             gather=functools.partial(gathered_rows, self.accelerator),  # batch statistics over every process
             local_reward=self.local_rewards,
@@ -229,10 +236,11 @@ class MAGRPOTrainer(TeamTrainer):
         self.eval_engine = JointRollout(
             env=env, team=team, reward=self.rewards, generation_config=self._generation_config(),
             num_generations=1, discount=args.discount, early_stop_threshold=args.early_stop_threshold,
-            chat_template_kwargs=args.chat_template_kwargs, score=self._score_turn, tool_loop=self.tool_loop,
+            chat_template_kwargs=chat_template_kwargs, score=self._score_turn, tool_loop=self.tool_loop,
         )
         self.diagnostics = TrainingDiagnostics(args, self.accelerator.is_main_process)
-        self._schedule = GenerationSchedule(args.steps_per_generation, args.num_iterations)
+        self._schedule = GenerationSchedule(field_value(args.steps_per_generation, "steps_per_generation"),
+                                            args.num_iterations)
         self.entropy_control = EntropyControl(args, [a for a in range(env.num_agents) if a not in team.frozen])
         self.last_rollout: Rollout | None = None
         self.last_advantages: list[torch.Tensor] = []
@@ -249,7 +257,7 @@ class MAGRPOTrainer(TeamTrainer):
                                  "leave `team_reward_weight` at 1.0.")
             return None
         own_advantages = type(self).compute_advantages is not MAGRPOTrainer.compute_advantages  # reads them itself
-        if not own_advantages and not estimator_uses_local_returns(args.advantage_mode):
+        if not own_advantages and not estimator_uses_local_returns(field_value(args.advantage_mode, "advantage_mode")):
             raise ValueError(
                 f"`local_reward_funcs` are given, but `advantage_mode={args.advantage_mode!r}` does not read local "
                 "rewards: they would be scored and dropped. Use `advantage_mode='agent_turn'` (AT-GRPO: alpha * "
@@ -284,14 +292,15 @@ class MAGRPOTrainer(TeamTrainer):
 
     # ------------------------------------------------------------------ data
     def _episodes_per_step(self) -> int:
-        return self.args.per_device_train_batch_size // self.args.num_generations
+        return self.args.per_device_train_batch_size // field_value(self.args.num_generations, "num_generations")
 
     def get_train_dataloader(self) -> DataLoader:
         """Batches of raw dataset rows: each micro-step plays one episode tree per row."""
         args = self.args
         # num_iterations > 1: the rows of each generation come num_iterations times in a row (BlockRepeatSampler)
-        block = self._episodes_per_step() * args.steps_per_generation * self.accelerator.num_processes
-        return self.rows_dataloader(self._episodes_per_step(), shuffle=args.shuffle_dataset,
+        steps = field_value(args.steps_per_generation, "steps_per_generation")
+        block = self._episodes_per_step() * steps * self.accelerator.num_processes
+        return self.rows_dataloader(self._episodes_per_step(), shuffle=bool(args.shuffle_dataset),
                                     drop_last=args.dataloader_drop_last,
                                     wrap_sampler=None if args.num_iterations == 1 else
                                     lambda sampler: BlockRepeatSampler(sampler, block, args.num_iterations))
@@ -334,7 +343,8 @@ class MAGRPOTrainer(TeamTrainer):
         """
         rollout = self.last_rollout
         turns = rollout.turns if rollout is not None and any(t is turn for t in rollout.turns) else ()
-        return turn_advantages(turn, self.args.advantage_mode, turns, team_weight=self.args.team_reward_weight)
+        return turn_advantages(turn, field_value(self.args.advantage_mode, "advantage_mode"), turns,
+                               team_weight=self.args.team_reward_weight)
 
     # ------------------------------------------------------------------ training step
     def get_batch_samples(self, epoch_iterator: Any, num_batches: int, device: Any) -> tuple[list[Any], None]:
@@ -351,11 +361,14 @@ class MAGRPOTrainer(TeamTrainer):
         last = True
         if isinstance(inputs, MicroStep):
             group = inputs.group
-            if group.batches is None:
-                group.batches = self._make_batches(group.row_batches, mode="train")
-            batch = group.batches[inputs.index]
+            batches = group.batches
+            if batches is None:
+                batches = group.batches = list(self._make_batches(group.row_batches, mode="train"))
+            batch = batches[inputs.index]
+            if batch is None:  # freed after its one use (`num_iterations=1`)
+                raise RuntimeError(f"Micro-batch {inputs.index} of the generation was trained on already.")
             if self.args.num_iterations == 1:
-                group.batches[inputs.index] = None  # free the micro-batch once used
+                batches[inputs.index] = None  # free the micro-batch once used
             last = inputs.last
         else:
             batch = self._make_batch(inputs, mode="train")
@@ -381,8 +394,9 @@ class MAGRPOTrainer(TeamTrainer):
         per trained agent (`per_agent.backward_per_agent`); returns the detached sum of the agents' losses, as
         `compute_loss` would (a zero loss over every trained parameter when no agent has a finite one)."""
         model.train()
-        if callable(getattr(self.optimizer, "train", None)):  # schedule-free optimizers, as `Trainer.training_step`
-            self.optimizer.train()
+        train = getattr(self.optimizer, "train", None)
+        if callable(train):  # schedule-free optimizers, as `Trainer.training_step`
+            train()
         frozen = self.team.frozen
         batches = inputs["batches"]
         n = len(batches)
@@ -449,6 +463,7 @@ class MAGRPOTrainer(TeamTrainer):
         """
         device = self.accelerator.device
         args, mu = self.args, self.args.num_iterations
+        steps = field_value(args.steps_per_generation, "steps_per_generation")
         rows = [row for batch in row_batches for row in batch]
         rollout = self.engine.run(rows, trainer_state=self.state)
         self.rewards.require_some_score([t.rewards_per_func for t in rollout.turns], rollout.nonfinite_rewards)
@@ -462,13 +477,22 @@ class MAGRPOTrainer(TeamTrainer):
             # estimator (which may keep state or cost) is never called twice, and its assigned advantages are read
             # instead, as they are when `compute_advantages` is overridden
             hooked = type(self).compute_advantages is not MAGRPOTrainer.compute_advantages
-            builtin = advantage_estimator(args.advantage_mode).__module__.startswith("trl_marl.")
+            builtin = advantage_estimator(field_value(args.advantage_mode, "advantage_mode")).__module__.startswith(
+                "trl_marl.")
             self.diagnostics.see_rollout(rollout, eos_ids, args.advantage_mode if builtin and not hooked else None)
         bounds = [0]
         for batch in row_batches:
             bounds.append(bounds[-1] + len(batch))
         # the row of every sample of every turn (sample k * G + g of a turn belongs to node k)
-        G = self.args.num_generations
+        G = field_value(self.args.num_generations, "num_generations")
+        assigned = []  # each turn's (K, n, G) advantages, which `assign_advantages` filled
+        for t in rollout.turns:
+            if t.advantages is None:
+                raise RuntimeError(f"Turn {t.turn} has no advantages after `compute_advantages`.")
+            assigned.append(t.advantages)
+        multiple = args.pad_to_multiple_of
+        if isinstance(multiple, str):  # `__post_init__` resolves "auto"
+            raise ValueError(f"`pad_to_multiple_of` must be an integer or None, got {multiple!r}.")
         sample_rows = [torch.tensor([node.row_index for node in t.nodes]).repeat_interleave(G) for t in rollout.turns]
         micro_batches: list[dict[str, Any]] = []
         all_batches: list[list[AgentBatch]] = []
@@ -482,11 +506,11 @@ class MAGRPOTrainer(TeamTrainer):
             for a in range(n):
                 prompt_ids = [t.prompt_ids[a][i] for t, pick in zip(rollout.turns, picks) for i in pick]
                 completion_ids = [t.completion_ids[a][i] for t, pick in zip(rollout.turns, picks) for i in pick]
-                adv = torch.cat([t.advantages[:, a, :].reshape(-1)[pick] for t, pick in zip(rollout.turns, picks)])
+                adv = torch.cat([turn_adv[:, a, :].reshape(-1)[pick] for turn_adv, pick in zip(assigned, picks)])
                 turn_index = torch.cat([torch.full((len(pick),), t.turn) for t, pick in zip(rollout.turns, picks)])
                 pad_id = self.team.tokenizers[a].pad_token_id
-                p_ids, p_mask = pad_left(prompt_ids, pad_id, args.pad_to_multiple_of)
-                c_ids, c_mask = pad_right(completion_ids, pad_id, args.pad_to_multiple_of)
+                p_ids, p_mask = pad_left(prompt_ids, pad_id, multiple)
+                c_ids, c_mask = pad_right(completion_ids, pad_id, multiple)
                 tool_mask = None
                 if any(t.tool_masks is not None and t.tool_masks[a] is not None for t in rollout.turns):
                     tool_mask = tool_masks_tensor([_tool_mask(t, a, i) for t, pick in zip(rollout.turns, picks)
@@ -506,7 +530,7 @@ class MAGRPOTrainer(TeamTrainer):
             # denominator is the detached current policy (old_logps None, no extra forward); otherwise (mu > 1, or
             # steps_per_generation > GA steps, or vLLM's mismatch to correct) each agent's log-probs at sampling time
             engine = engine_logps(rollout.turns, picks, batches) if corrects_engine_mismatch(args, mode) else None
-            aligned = args.gradient_accumulation_steps % (args.steps_per_generation * mu) == 0
+            aligned = args.gradient_accumulation_steps % (steps * mu) == 0
             old_logps = self._inference_logps(trained) if mode == "train" and (engine or not aligned) else None
             micro_batches.append({"batches": batches, "advantages": advantages, "old_logps": old_logps,
                                   "ref_logps": ref_logps, "turn_of_sample": turn_of_sample,
@@ -517,8 +541,8 @@ class MAGRPOTrainer(TeamTrainer):
             all_turns.append(turn_of_sample)
         # dapo divides by the completion tokens of the whole step: every micro-batch, every process
         # as TRL: the generation's tokens, rescaled to one accumulation window; every agent's count in one all-gather
-        window = args.gradient_accumulation_steps / args.steps_per_generation if mode == "train" else 1.0
-        counts = torch.stack([sum(batches[a].loss_mask.sum() for batches in all_batches)
+        window = args.gradient_accumulation_steps / steps if mode == "train" else 1.0
+        counts = torch.stack([torch.stack([batches[a].loss_mask.sum() for batches in all_batches]).sum()
                               for a in range(n)]).to(device)  # [n]
         totals = self.accelerator.gather(counts).view(-1, n).sum(dim=0)  # [processes * n] -> [n]
         num_items = [total * window for total in totals.unbind()]
@@ -541,7 +565,8 @@ class MAGRPOTrainer(TeamTrainer):
                         entropy_grad=self.entropy_control.enabled)  # entropies with gradients only for a bonus
         inputs["entropy"] = [None if r is None else r[1] for r in results]
         inputs["entropy_mask"] = high_entropy_masks(self.accelerator, inputs, self.args.top_entropy_quantile)
-        losses = [self._agent_loss(a, *result, inputs, mode) for a, result in enumerate(results) if result is not None]
+        losses = [self._agent_loss(a, result[0], result[1], inputs, mode)  # (log-probs, entropies)
+                  for a, result in enumerate(results) if result is not None]
         total: torch.Tensor | None = None
         for loss in losses:
             if loss is not None:  # a non-finite loss is skipped (and counted)
@@ -659,20 +684,22 @@ class MAGRPOTrainer(TeamTrainer):
                     local_reward_names=None if self.local_rewards is None else
                     [self.local_rewards.names(a) for a in range(self.env.num_agents)])
         if self.args.log_completions and self.accelerator.is_main_process and mode == "train":
-            print_completions(rollout, self.env.num_agents, self.args.num_generations,
+            print_completions(rollout, self.env.num_agents, field_value(self.args.num_generations, "num_generations"),
                               self.args.num_completions_to_print or 4, self.state.global_step)
 
     # ------------------------------------------------------------------ evaluation
     def check_evaluation_prompts(self, dataset: Any) -> None:
         self.validate_dataset(self.env, dataset, "eval_dataset")
-        check_prompt_lengths(self.team, self.env, dataset, "eval_dataset", self.args.max_completion_length,
+        args = self.args
+        check_prompt_lengths(self.team, self.env, dataset, "eval_dataset",
+                             field_value(args.max_completion_length, "max_completion_length"),
                              f"{type(self.args).__name__}.max_completion_length",
-                             chat_template_kwargs=self.args.chat_template_kwargs,
+                             chat_template_kwargs=dict_field_value(args.chat_template_kwargs, "chat_template_kwargs"),
                              on_long=self.args.prompt_length_check,
                              member_template_kwargs=self._member_template_kwargs(self.args))
 
     def evaluation_samples_per_row(self) -> int:
-        return self.args.num_generations_eval
+        return field_value(self.args.num_generations_eval, "num_generations_eval")
 
     def play_evaluation_episodes(
         self, rows: list[dict[str, Any]], temperature: float | None = None
@@ -688,8 +715,9 @@ class MAGRPOTrainer(TeamTrainer):
                 {t.turn: t.rewards[:, 0].tolist() for t in rollout.turns})
 
     # ------------------------------------------------------------------ model card
-    def create_model_card(self, model_name: str | None = None, dataset_name: str | None = None,
-                          tags: str | list[str] | None = None, output_dir: str | None = None) -> None:
+    def create_model_card(  # type: ignore[override]  # TRL's signature (not transformers'), and the folder
+            self, model_name: str | None = None, dataset_name: str | None = None, tags: str | list[str] | None = None,
+            output_dir: str | None = None) -> None:
         """Write `README.md` in `output_dir`: the algorithm, the paper, the agents and the rewards."""
         args = self.args
         self.write_model_card(
