@@ -141,7 +141,7 @@ def completions_table(rollouts: list[AgentRollout | None], tokenizers: list[Any]
     return table
 
 
-def print_completions_table(table: dict[str, list[Any]], report_to: list[str] | None) -> None:
+def print_completions_table(table: dict[str, list[Any]], report_to: str | list[str] | None) -> None:
     """Print the first rows of `table` (and report it to wandb when `report_to` names it and a run is open)."""
     lines = [" | ".join(str(table[c][i])[:60] for c in table) for i in range(min(5, len(table["query"])))]
     print("\n".join([" | ".join(table), *lines]))

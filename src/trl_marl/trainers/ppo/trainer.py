@@ -28,7 +28,7 @@ import time
 from collections import defaultdict
 from collections.abc import Sequence
 from contextlib import nullcontext
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -52,12 +52,14 @@ from ...tools.toolset import team_tools
 from ...utils.checkpoint_files import CheckpointSpec
 from ...validation import check_prompt_lengths
 from ..base import TeamTrainer, rollout_phase
+from ..fields import field_value
 from ..metrics import log_tool_use
 from ..per_agent import backward_per_agent, backward_per_agent_supported
 from .config import CONSOLE_METRICS, MultiAgentPPOConfig, logit_temperature, resume_problem
 from .logging import STAT_NAMES, ScoreSignalCheck, completions_table, print_completions_table, update_metrics
 from .samples import (
     AgentRollout,
+    filled,
     forward_targets,
     micro_batch_indices,
     micro_batches,
@@ -159,7 +161,7 @@ class MultiAgentPPOTrainer(TeamTrainer):
         model: str | PreTrainedModel | Sequence[str | PreTrainedModel] | AgentTeam,
         train_dataset: Any,
         env: MultiAgentEnv | None = None,
-        reward_funcs: RewardFunc | Sequence[RewardFunc] | None = None,
+        reward_funcs: RewardFunc | list[RewardFunc] | tuple[RewardFunc, ...] | None = None,
         reward_model: nn.Module | None = None,
         value_model: nn.Module | Sequence[nn.Module] | None = None,
         processing_class: Any = None,
@@ -185,6 +187,8 @@ class MultiAgentPPOTrainer(TeamTrainer):
             columns = list(getattr(train_dataset, "column_names", None) or list(train_dataset[0]))
             tokenized = "input_ids" in columns
             env = TokenizedPromptEnv(args.num_agents) if tokenized else PromptEnv(args.num_agents, args.num_turns)
+        if env is None:  # no dataset to choose it from: refused as `_check_inputs` refuses it
+            raise ValueError(f"`train_dataset` is required: {self._name} plays one episode per dataset row.")
         self._check_inputs(env, args, train_dataset, eval_dataset, eval_verifier, gold_column)
         agent_tools = team_tools(tools, environment_factory, env.num_agents)  # checked before any model loads
         if any(t is not None for t in agent_tools) and args.stop_token is None and args.stop_token_id is None:
@@ -301,10 +305,12 @@ class MultiAgentPPOTrainer(TeamTrainer):
 
     def _set_batch_sizes(self) -> None:
         self.args.set_batch_sizes(self.accelerator.num_processes, len(self.train_dataset))
-        self.sample_generations_freq = max(1, self.args.num_total_batches // max(1, self.args.num_sample_generations))
+        updates = field_value(self.args.num_total_batches, "num_total_batches")
+        self.sample_generations_freq = max(1, updates // max(1, self.args.num_sample_generations))
 
     def get_train_dataloader(self) -> DataLoader:
-        return self.rows_dataloader(self.args.local_batch_size, shuffle=True, drop_last=True)
+        return self.rows_dataloader(field_value(self.args.local_batch_size, "local_batch_size"), shuffle=True,
+                                    drop_last=True)
 
     def slot(self, turn: int, agent_index: int) -> int:
         """The team member (policy and value model) that plays agent `agent_index` at turn `turn` (1-based)."""
@@ -364,10 +370,14 @@ class MultiAgentPPOTrainer(TeamTrainer):
             `(rewards_per_func, nonfinite)`: `(B, A, F)` scores (NaN where a function returned `None`) and a
             `(B, A)` bool tensor marking NaN/inf scores; combined by `reward_weights` (`trl_marl.rewarding`).
         """
+        if self.rewards is None:  # exactly one of `reward_funcs` and `reward_model`
+            raise ValueError("This trainer scores with its `reward_model`: it has no reward functions.")
         return self.rewards.score(prompts, completions, rows, transcripts, turn, self.state, per_agent=True)
 
     def _score_with_reward_model(self, rollouts: list[AgentRollout | None]) -> None:
         """TRL's PPO: the reward model's output at the last token of query + (stop-truncated) response."""
+        if self.reward_model is None:  # exactly one of `reward_funcs` and `reward_model`
+            raise ValueError("This trainer scores with its reward functions: it has no `reward_model`.")
         for s, ro in enumerate(rollouts):
             if ro is not None:
                 score_with_reward_model(ro, self.reward_model, self.team.tokenizers[s].pad_token_id,
@@ -376,6 +386,8 @@ class MultiAgentPPOTrainer(TeamTrainer):
     def _score_with_reward_funcs(self, rollouts: list[AgentRollout | None], played: Rollout,
                                  rows: list[dict[str, Any]]) -> None:
         """One score per trained (turn, agent) response by `compute_rewards`, once the episode is over."""
+        if self.rewards is None:  # exactly one of `reward_funcs` and `reward_model`
+            raise ValueError("This trainer scores with its `reward_model`: it has no reward functions.")
         nonfinite = score_with_reward_funcs(rollouts, played, rows, self.compute_rewards, self.rewards, self.slot,
                                             self.args.train_turns_from)
         self.nonfinite.add(nonfinite, "rewards")
@@ -393,7 +405,8 @@ class MultiAgentPPOTrainer(TeamTrainer):
         if self.args.turn_gamma is not None:  # eq. 6: bootstrap each turn from the next turn's value
             for ro, nxt in zip(rollouts, next_turn_values(rollouts)):
                 if ro is not None:
-                    ro.returns = bootstrap_next_turn(ro.returns, ro.sequence_lengths, nxt, self.args.turn_gamma)
+                    ro.returns = bootstrap_next_turn(filled(ro.returns), filled(ro.sequence_lengths), filled(nxt),
+                                                     self.args.turn_gamma)
         # Whitening groups: one per policy slot (one for the whole team when it shares one policy).
         groups: dict[int, list[AgentRollout]] = defaultdict(list)
         for s, ro in enumerate(rollouts):
@@ -402,8 +415,8 @@ class MultiAgentPPOTrainer(TeamTrainer):
         for members in groups.values():
             # with tools, `compute_advantages` sees each response without the steps the tool loop wrote (GAE runs
             # over the agent's own tokens: `skip_tool_steps`), and its results go back to their steps
-            def skip(x: torch.Tensor, ro: AgentRollout, fill: Any = 0) -> torch.Tensor:
-                return x if ro.tool_mask is None else skip_tool_steps(x, ro.tool_mask, fill)
+            def skip(x: torch.Tensor | None, ro: AgentRollout, fill: Any = 0) -> torch.Tensor:
+                return filled(x) if ro.tool_mask is None else skip_tool_steps(filled(x), ro.tool_mask, fill)
 
             advantages, returns = self.compute_advantages(
                 [skip(ro.returns, ro) for ro in members], [skip(ro.values, ro) for ro in members],
@@ -465,7 +478,8 @@ class MultiAgentPPOTrainer(TeamTrainer):
         critics = tuple(value_model_files(value_model_folder(i)) for i in range(len(self.wrapper.value_models)))
         return dataclasses.replace(spec, required=spec.required + critics)
 
-    def train(self, resume_from_checkpoint: str | bool | None = None, **kwargs: Any) -> Any:
+    def train(self, resume_from_checkpoint: str | bool | None = None, trial: object = None,
+              ignore_keys_for_eval: list[str] | None = None, **kwargs: Any) -> Any:
         """Run PPO for `num_total_batches` updates (TRL 1.12's loop, over every policy slot of the team).
 
         Args:
@@ -473,6 +487,8 @@ class MultiAgentPPOTrainer(TeamTrainer):
                 `output_dir`: the policies, critics, optimizer, scheduler, random states and step are restored and
                 the run goes on as if it had never stopped (the same weights, on one machine). TRL's PPOTrainer
                 could not resume.
+            trial, ignore_keys_for_eval: `Trainer.train`'s, unused (no hyperparameter search; `evaluate()` is
+                whole), as any other keyword argument.
 
         Raises:
             ValueError: the checkpoint cannot be resumed from (see `TeamCheckpointMixin.resume_checkpoint`), the
@@ -487,7 +503,7 @@ class MultiAgentPPOTrainer(TeamTrainer):
         checkpoint = self.resume_checkpoint(resume_from_checkpoint)
         if checkpoint is not None:
             step = TrainerState.load_from_json(os.path.join(checkpoint, TRAINER_STATE_NAME)).global_step
-            if step >= self.args.num_total_batches:
+            if step >= field_value(self.args.num_total_batches, "num_total_batches"):
                 raise ValueError(
                     f"Cannot resume from {checkpoint}: it is at update {step} of {self.args.num_total_batches} "
                     "(`total_episodes` / `batch_size`), so this run is finished. To train further, raise "
@@ -514,7 +530,12 @@ class MultiAgentPPOTrainer(TeamTrainer):
     def _train_updates(self, checkpoint: str | None = None) -> None:
         """The PPO loop of `train()`, from `checkpoint` when given."""
         args = self.args
-        self.create_optimizer_and_scheduler(num_training_steps=args.num_total_batches)
+        updates = field_value(args.num_total_batches, "num_total_batches")  # the batch sizes: `set_batch_sizes`
+        batch_size = field_value(args.batch_size, "batch_size")
+        mini_batch = field_value(args.local_mini_batch_size, "local_mini_batch_size")
+        self.create_optimizer_and_scheduler(num_training_steps=updates)
+        if self.lr_scheduler is None:  # just created
+            raise RuntimeError("`create_optimizer_and_scheduler` left no learning-rate scheduler.")
         set_seed(args.seed)  # python, numpy (mini-batch order) and torch, whatever ran since `__init__`
         model, self.optimizer, dataloader = self.accelerator.prepare(
             self.wrapper, self.optimizer, self.get_train_dataloader()
@@ -531,7 +552,7 @@ class MultiAgentPPOTrainer(TeamTrainer):
                 yield from dataloader
 
         data = iter(batches_forever())
-        n_micro = math.ceil(args.local_mini_batch_size / args.per_device_train_batch_size)
+        n_micro = math.ceil(mini_batch / args.per_device_train_batch_size)
         done = 0
         if checkpoint is not None:
             self.state = self._resume_from(checkpoint, model)
@@ -540,29 +561,29 @@ class MultiAgentPPOTrainer(TeamTrainer):
                 next(data)
             self._load_rng_state(checkpoint)  # sampling goes on as it would have
         self.state.global_step = done
-        self.state.max_steps = args.num_total_batches
-        self.state.num_train_epochs = args.total_episodes / len(self.train_dataset)
-        self.state.logging_steps = (
-            args.logging_steps if args.logging_steps >= 1 else math.ceil(args.num_total_batches * args.logging_steps)
-        )
-        self.state.save_steps = (
-            args.save_steps if args.save_steps >= 1 else math.ceil(args.num_total_batches * args.save_steps)
-        )
-        episode = done * args.batch_size
+        state, episodes = self.state, field_value(args.total_episodes, "total_episodes")
+        state.max_steps = updates
+        # floats where `TrainerState` says int, as TRL 1.12 (and `Trainer`, of `logging_steps` and `save_steps`)
+        state.num_train_epochs = cast(int, episodes / len(self.train_dataset))
+        state.logging_steps = cast(int, args.logging_steps if args.logging_steps >= 1
+                                   else math.ceil(updates * args.logging_steps))
+        state.save_steps = cast(int, args.save_steps if args.save_steps >= 1 else math.ceil(updates * args.save_steps))
+        episode = done * batch_size
         start = time.time()
         signal = ScoreSignalCheck(getattr(args, "no_signal_warning_interval", 10), self.accelerator.is_main_process)
         self.control = self.callback_handler.on_train_begin(args, self.state, self.control)
         model.train()
         micro_step = done * args.num_ppo_epochs * args.num_mini_batches * n_micro
-        for update in range(done + 1, args.num_total_batches + 1):
-            episode += args.batch_size
+        for update in range(done + 1, updates + 1):
+            episode += batch_size
             rows = next(data)
             rollouts = self.rollout(rows)
             signal.see_update(update, rollouts, self.accelerator)  # warns when every score of the update is equal
-            sizes = {s: len(rollouts[s].texts) for s in self._trained_slots(rollouts)}  # a frozen agent's: none
+            sizes = {s: len(ro.texts) for s in self._trained_slots(rollouts)  # a frozen agent's: none
+                     if (ro := rollouts[s]) is not None}
             # TRL 1.12: a mini-batch of `local_mini_batch_size` episodes is cut into `n_micro` micro-batches of
             # `per_device_train_batch_size` (the last may be smaller; one micro-batch when the mini-batch is smaller)
-            micro_share = args.per_device_train_batch_size / args.local_mini_batch_size
+            micro_share = args.per_device_train_batch_size / mini_batch
             shape = (args.num_ppo_epochs, args.num_mini_batches, n_micro, len(sizes))
             stats = {k: torch.zeros(shape) for k in STAT_NAMES}
             for epoch in range(args.num_ppo_epochs):
@@ -580,12 +601,12 @@ class MultiAgentPPOTrainer(TeamTrainer):
                         self.optimizer.zero_grad()
             self.state.global_step += 1
             metrics = update_metrics(self.accelerator, args, self.env, self.team.tokenizers,
-                                     self.lr_scheduler.get_last_lr()[0], rollouts, stats, episode, start,
+                                     float(self.lr_scheduler.get_last_lr()[0]), rollouts, stats, episode, start,
                                      columns=list(sizes))
             if self.tool_loop is not None and self.last_rollout is not None:  # `agent_<a>/tools/*`, as in MAGRPO
-                tool_metrics: dict[str, list[float]] = defaultdict(list)
-                log_tool_use(tool_metrics, self.last_rollout)
-                metrics.update({name: values[0] for name, values in tool_metrics.items()})
+                tool_metrics: dict[str, list[float | torch.Tensor]] = defaultdict(list)
+                log_tool_use(tool_metrics, self.last_rollout)  # floats
+                metrics.update({name: float(values[0]) for name, values in tool_metrics.items()})
             self.state.epoch = episode / len(self.train_dataset)
             self.log(metrics)
             self.lr_scheduler.step()
@@ -628,13 +649,13 @@ class MultiAgentPPOTrainer(TeamTrainer):
             `val/ratio`).
         """
         args = self.args
-        policy_mask, value_mask = rollout.policy_mask[idx], rollout.value_mask[idx]
+        policy_mask, value_mask = filled(rollout.policy_mask)[idx], filled(rollout.value_mask)[idx]
         vf_loss, vf_clipfrac = clipped_value_loss(
-            values, rollout.values[idx], rollout.returns[idx], args.cliprange_value, value_mask
+            values, filled(rollout.values)[idx], filled(rollout.returns)[idx], args.cliprange_value, value_mask
         )
         weight = rollout.importance_sampling_ratio  # vLLM's mismatch: TRL's truncated IS (`engine_correction`)
         pg_loss, pg_clipfrac, ratio = ppo_policy_loss(
-            new_logprobs, rollout.logprobs[idx], rollout.advantages[idx], args.cliprange, policy_mask,
+            new_logprobs, filled(rollout.logprobs)[idx], filled(rollout.advantages)[idx], args.cliprange, policy_mask,
             None if weight is None else weight[idx])
         stats = {"pg_loss": pg_loss, "vf_loss": vf_loss, "pg_clipfrac": pg_clipfrac, "vf_clipfrac": vf_clipfrac,
                  "ratio": ratio.mean()}
@@ -679,14 +700,16 @@ class MultiAgentPPOTrainer(TeamTrainer):
             where: `(epoch, mini-batch, micro-batch)`.
         """
         ro, idx = rollouts[slot], indices[slot]
+        if ro is None:  # a slot with an output has samples
+            raise ValueError(f"Policy slot {slot} has no samples in this update.")
         column = self._trained_slots(rollouts).index(slot)
         entropy, new_logprobs, vpred = output
-        new_logprobs = torch.masked_fill(new_logprobs, ~ro.policy_mask[idx], INVALID_LOGPROB)
-        vpred = torch.masked_fill(vpred, ~ro.value_mask[idx], 0)
+        new_logprobs = torch.masked_fill(new_logprobs, ~filled(ro.policy_mask)[idx], INVALID_LOGPROB)
+        vpred = torch.masked_fill(vpred, ~filled(ro.value_mask)[idx], 0)
         loss, loss_stats = self.compute_agent_loss(slot, new_logprobs, vpred, ro, idx)
         with torch.no_grad():
             e, m, k = where
-            log_diff = new_logprobs - ro.logprobs[idx]
+            log_diff = new_logprobs - filled(ro.logprobs)[idx]
             stats["approxkl"][e, m, k, column] = 0.5 * (log_diff**2).mean()
             for key, value in loss_stats.items():
                 stats[key][e, m, k, column] = value
@@ -767,7 +790,7 @@ class MultiAgentPPOTrainer(TeamTrainer):
         if self.args.should_save and self.args.save_value_model:
             self.wrapper.save_value_models(output_dir, state_dict)  # value_model_<i>/
 
-    def create_model_card(
+    def create_model_card(  # type: ignore[override]  # TRL's signature (not transformers'), and the folder
         self,
         model_name: str | None = None,
         dataset_name: str | None = None,
