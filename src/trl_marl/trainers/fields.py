@@ -219,7 +219,10 @@ def field_value(value: T | None, name: str) -> T:
 
 def dict_field_value(value: dict[str, Any] | str | None, name: str) -> dict[str, Any] | None:
     """The value of a dict field that TRL types `dict | str | None` for the command line (`__post_init__` reads a
-    JSON object string into a dict); any other string is refused."""
+    JSON object string into a dict); an empty string counts as None (as it always did), any other string is refused
+    (it failed with a TypeError before)."""
     if isinstance(value, str):
+        if not value:
+            return None
         raise ValueError(f"`{name}` must be a dict (or a JSON object string), got {value!r}.")
     return value
