@@ -25,8 +25,8 @@ def _check_columns(dataset: datasets.Dataset, columns: Sequence[str], name: str)
         raise KeyError(f"{name} should have the column(s) {missing}; it has {dataset.column_names}.")
 
 
-def load_humaneval(split: str = "test", path: str = "openai/openai_humaneval", data_files: str | None = None,
-                   **load_kwargs: Any) -> datasets.Dataset:
+def load_humaneval(split: str = "test", path: str = "openai/openai_humaneval",
+                   data_files: str | Sequence[str] | None = None, **load_kwargs: Any) -> datasets.Dataset:
     """HumanEval (164 Python tasks) with the columns `task_id`, `prompt`, `canonical_solution`, `test`,
     `entry_point`.
 

@@ -26,13 +26,16 @@ import shutil
 import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from trl import TrlParser
 
 from ..utils.checkpoint_files import CHECKPOINT_RE, PARTIAL_RE, REPLACED_RE, finished_run_problem
 from ..utils.quiet import say
 from .option_names import OptionNames, record_option_names
+
+if TYPE_CHECKING:
+    from transformers.hf_argparser import DataClassType
 
 _TRUE = ("true", "yes", "1")
 _FALSE = ("", "false", "no", "0", "none")
@@ -236,6 +239,10 @@ class SuggestingParser(TrlParser):
         dataclass_types: As `TrlParser`'s.
         **kwargs: `argparse.ArgumentParser`'s.
     """
+
+    def __init__(self, dataclass_types: Iterable[type] | None = None, **kwargs: Any) -> None:
+        # (transformers types the dataclasses as `NewType("DataClassType", Any)`, which no class is)
+        super().__init__(cast("Iterable[DataClassType] | None", dataclass_types), **kwargs)
 
     def option_names(self) -> OptionNames:
         """The option strings, the field names a `--config` file may set, and the abbreviation rule of this parser."""

@@ -171,8 +171,9 @@ def _debate_metrics(metrics: dict[str, float], turns: int) -> dict[str, list[flo
     }
     for key in ("w_to_r_rate", "r_to_w_rate", "persuaded_rate", "persuader_rate"):
         values = [metrics.get(f"eval_turn_{t}_{t + 1}/{key}") for t in range(1, turns)]
-        if all(v is not None for v in values):
-            out[key] = values
+        measured = [v for v in values if v is not None]
+        if len(measured) == len(values):
+            out[key] = measured
     return out
 
 

@@ -268,8 +268,9 @@ def debate_accuracy(metrics: dict[str, float], turns: int = 2) -> dict[str, list
            for key in ("majority_accuracy", "agent_accuracy")}
     for key in ("w_to_r_rate", "r_to_w_rate"):
         values = [metrics.get(f"eval_turn_{t}_{t + 1}/{key}") for t in range(1, turns)]
-        if values and all(v is not None for v in values):
-            out[key] = values
+        measured = [v for v in values if v is not None]
+        if values and len(measured) == len(values):
+            out[key] = measured
     return out
 
 

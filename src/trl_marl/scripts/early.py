@@ -73,7 +73,8 @@ def given_values(args: Sequence[str]) -> dict[str, Any]:
     for index, token in enumerate(args):
         if not token.startswith("--") or token == "--":
             continue
-        name, equals, value = token[2:].partition("=")
+        name, equals, given = token[2:].partition("=")
+        value: str | bool = given
         if not equals:
             following = args[index + 1] if index + 1 < len(args) else None
             value = following if following is not None and not following.startswith("--") else True

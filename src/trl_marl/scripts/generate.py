@@ -133,6 +133,7 @@ def generate_command(args: argparse.Namespace) -> int:
                                     temperature=args.temperature, top_p=args.top_p, system_prompt=args.system,
                                     apply_chat_template=not args.raw, seed=args.seed if args.sample else None)
     agents = range(team.num_agents) if args.agent is None else [args.agent]
+    answers: list[list[str]] | dict[int, list[str]]
     try:
         if args.agent is None:
             answers = team.chat_team(prompts, **settings)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, TypeGuard
 
 from datasets import Dataset
 
@@ -254,6 +254,19 @@ def coding_rows(script_args: MAGRPOScriptArguments, source: DataSource) -> Datas
     return first_rows(dataset, script_args.max_train_samples)
 
 
+class _CompositeReward(Protocol):
+    """A team reward made of terms (`WritingTeamReward`, `CodingTeamReward`)."""
+
+    def reward_funcs(self) -> list[Any]: ...
+
+    def reward_weights(self) -> list[float]: ...
+
+
+def _is_composite(reward: object) -> TypeGuard[_CompositeReward]:
+    """Whether a team reward is made of terms (it has `reward_funcs`), each logged with its weight."""
+    return hasattr(reward, "reward_funcs")
+
+
 def build_task(script_args: MAGRPOScriptArguments, num_agents: int, num_turns: int,
                offline: bool) -> tuple[Any, Callable[..., Any], Dataset]:
     """The environment, team reward and training rows of the task `script_args.task` (registered with
@@ -299,6 +312,8 @@ def _task_rows(script_args: MAGRPOScriptArguments, offline: bool, default: str,
     user gave local or shipped data (its 128 positions hold neither a Hub text nor a task's default data)."""
     given = bool(script_args.dataset_name or script_args.data_files)
     source = resolve_source(script_args.dataset_name, script_args.data_files, default)
+    if source is None:  # every data-backed task names its default dataset
+        raise UsageError("No training data: pass `--dataset_name` or `--data_files`.")
     if offline and (source.kind == "hub" or not given):
         say_toy_skips(source if given else None)
         return toy_rows(script_args.num_toy_rows)
@@ -334,8 +349,8 @@ def _writing_halves_task(script_args: MAGRPOScriptArguments, num_agents: int, nu
     if (num_agents, num_turns) != (2, 1):
         raise UsageError("The writing_halves task has 2 writers and 1 turn: set `--num_agents 2 --num_turns 1`.")
     dataset = _task_rows(script_args, offline, "trl-marl/team_writing", writing_rows, toy_writing_rows)
-    toy = dict(chat=False, **TOY_HALVES_PROMPTS) if offline else {}
-    return HalvesWritingEnv(**toy), HalvesTeamReward(), dataset
+    env = HalvesWritingEnv(chat=False, **TOY_HALVES_PROMPTS) if offline else HalvesWritingEnv()
+    return env, HalvesTeamReward(), dataset
 
 
 register_magrpo_task("writing", _writing_task, "MAGRPO's cooperative writing: a short and a detailed summary.")
@@ -451,7 +466,7 @@ def main(script_args: MAGRPOScriptArguments, training_args: Any, model_args: Any
     if training_args.model_init_kwargs is None:
         training_args.model_init_kwargs = model_init_kwargs(model_args)
     reward_funcs = [team_reward]
-    if hasattr(team_reward, "reward_funcs"):  # log every term of a composite team reward
+    if _is_composite(team_reward):  # log every term of a composite team reward
         reward_funcs = team_reward.reward_funcs()
         training_args.reward_weights = training_args.reward_weights or team_reward.reward_weights()
     if script_args.centralized:

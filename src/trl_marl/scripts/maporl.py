@@ -24,11 +24,11 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, cast
 
 from datasets import Dataset, concatenate_datasets
 from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
-from trl import ModelConfig, TrlParser, get_peft_config
+from trl import ModelConfig, get_peft_config
 
 from ..data import load_anli, load_gsm8k, load_tinygsm
 from ..data.files import first_rows
@@ -44,7 +44,7 @@ from ..utils.inputs import check_model_path
 from ..utils.model_names import resolve_model_name
 from ..utils.quiet import say
 from ..utils.threads import show_thread_choice
-from .arguments import OutputDirArguments, fresh_output_dir, resume_value
+from .arguments import OutputDirArguments, SuggestingParser, fresh_output_dir, resume_value
 from .data_sources import (
     DataSource,
     UsageError,
@@ -151,8 +151,10 @@ def build_models(model_args: ModelConfig, value_model_name: str | None, num_agen
     A 4-bit/8-bit policy (QLoRA) cannot give its weights to the default value models, so each agent then gets a
     quantized sequence classifier with a LoRA adapter on its backbone and a trainable score head.
     """
-    offline = is_toy_name(model_args.model_name_or_path)
     name = model_args.model_name_or_path
+    if name is None:  # `prepare_model_name` defaults it
+        raise ValueError("`model_name_or_path` is not set: call `prepare_model_name(model_args)` first.")
+    offline = is_toy_name(name)
     path = resolve_toy_name(name) if offline else resolve_model_name(name)  # e.g. "smollm2-135m-instruct" -> folder
     init = model_init_kwargs(model_args)  # dtype, attention implementation, 4-bit/8-bit quantization
     if offline:
@@ -163,7 +165,8 @@ def build_models(model_args: ModelConfig, value_model_name: str | None, num_agen
     policy = AutoModelForCausalLM.from_pretrained(path, **init)
     if path != name:  # a registered name: the model card and adapters name it, not its cache folder
         policy.config.name_or_path = policy.name_or_path = name
-    policy.trl_marl_model_name = model_args.model_name_or_path  # the name the user passed, for the model card
+    # the name the user passed, for the model card (`nn.Module` types its attributes as tensors or modules)
+    cast(Any, policy).trl_marl_model_name = name
     # the config's LoRA targets, fitted to this model's family before the value models and the adapters use them
     fit_lora_targets(model_args, [n for n, _ in policy.named_modules()], f"{name} ({type(policy).__name__})")
     quantized = "quantization_config" in init
@@ -193,14 +196,21 @@ def value_model(path: str, init: dict[str, Any], model_args: ModelConfig, quanti
 
 def wants_eval(script_args: DebateScriptArguments) -> bool:
     """Whether to evaluate after training (`--eval_split none` or an empty split skips it)."""
-    return bool(script_args.eval_split) and script_args.eval_split.lower() != "none"
+    split = script_args.eval_split
+    return bool(split and split.lower() != "none")
+
+
+def _history(script_args: DebateScriptArguments) -> Literal["all", "last"]:
+    """`--history`, a string of the command line (`DebateEnv` checks it)."""
+    return cast(Literal["all", "last"], script_args.history)
 
 
 def reward_function(script_args: DebateScriptArguments, verifier: AnswerVerifier) -> InfluenceAwareReward:
     """MAPoRL's influence-aware verification reward over `verifier`'s scores (Definition 1, Tables 1-2)."""
     return InfluenceAwareReward(verifier, gamma=script_args.influence_gamma, alpha0=script_args.alpha0,
                                 alpha1=script_args.alpha1, beta0=script_args.beta0, beta1=script_args.beta1,
-                                mode=script_args.reward_mode)
+                                # (a string of the command line: InfluenceAwareReward checks it)
+                                mode=cast(Literal["influence", "verifier", "final"], script_args.reward_mode))
 
 
 def train(script_args: DebateScriptArguments, training_args: MultiAgentPPOConfig, model_args: ModelConfig,
@@ -233,6 +243,8 @@ def train(script_args: DebateScriptArguments, training_args: MultiAgentPPOConfig
         peft_config=get_peft_config(model_args),  # one LoRA adapter per agent on one (4-bit) base model
         eval_verifier=verifier,
     )
+    if training_args.output_dir is None:  # TrainingArguments defaults it to "trainer_output"
+        raise ValueError("`output_dir` is not set.")
     fresh_output_dir(training_args.output_dir, script_args.overwrite_output_dir)
     trainer.train(resume_from_checkpoint=resume_value(training_args.resume_from_checkpoint))
     trainer.save_model(training_args.output_dir)  # agent_0/ ... agent_{A-1}/, team_config.json, README.md
@@ -259,6 +271,8 @@ def debate_sources(script_args: Any, model_args: ModelConfig) -> tuple[DataSourc
     """
     toy = is_toy_name(model_args.model_name_or_path)
     train_source = resolve_source(script_args.dataset_name, script_args.data_files)
+    if train_source is None:  # every task has a default `dataset_name`
+        raise UsageError("No training data: pass `--dataset_name` or `--data_files`.")
     eval_source = None
     if wants_eval(script_args):
         if script_args.eval_data_files:
@@ -283,7 +297,7 @@ def main_gsm8k(script_args: GSM8KScriptArguments, training_args: MultiAgentPPOCo
     prepare_model_name(model_args)
     verifier = AnswerVerifier(task="math")  # the last \boxed{} / "#### " / "answer is" number vs. the gold number
     env = DebateEnv(num_agents=training_args.num_agents, num_turns=training_args.num_turns,
-                    chat=script_args.chat_prompts, answer_format=GSM8K_ANSWER_FORMAT, history=script_args.history,
+                    chat=script_args.chat_prompts, answer_format=GSM8K_ANSWER_FORMAT, history=_history(script_args),
                     show_verifier_scores=script_args.show_verifier_scores, verifier=verifier)
     train_source, eval_source = debate_sources(script_args, model_args)
     route = offline_route(GSM8K_COLUMNS)
@@ -335,7 +349,7 @@ def main_anli(script_args: ANLIScriptArguments, training_args: MultiAgentPPOConf
     prepare_model_name(model_args)
     verifier = AnswerVerifier(task="label")  # the last entailment/neutral/contradiction of an answer vs. the gold
     env = DebateEnv(num_agents=training_args.num_agents, num_turns=training_args.num_turns,
-                    chat=script_args.chat_prompts, answer_format=ANLI_ANSWER_FORMAT, history=script_args.history,
+                    chat=script_args.chat_prompts, answer_format=ANLI_ANSWER_FORMAT, history=_history(script_args),
                     show_verifier_scores=script_args.show_verifier_scores, verifier=verifier)
     train_source, eval_source = debate_sources(script_args, model_args)
     route = offline_route(ANLI_COLUMNS)
@@ -351,7 +365,7 @@ def main_anli(script_args: ANLIScriptArguments, training_args: MultiAgentPPOConf
             return load_anli(round=script_args.anli_rounds, split=split, max_rows=max_rows, dataset_name=source.name)
 
     train_dataset = rows(train_source, script_args.dataset_split, None)
-    if train_dataset is not None:
+    if train_dataset is not None and train_source is not None:  # (rows come from a source)
         if script_args.skip_train_rows >= len(train_dataset):
             raise UsageError(
                 f"`skip_train_rows` ({script_args.skip_train_rows}) skips every one of the {len(train_dataset)} "
@@ -411,7 +425,8 @@ def main_hidden_sum(script_args: HiddenSumScriptArguments, training_args: MultiA
                          verifier=verifier)
     train_dataset = first_rows(load_hidden_sum("train", seed=training_args.seed), script_args.max_train_samples)
     eval_dataset = None
-    if evaluate:  # a seed of its own, so the evaluation order does not follow the training order
+    if evaluate and script_args.eval_split is not None:  # (`evaluate` means a split is named)
+        # a seed of its own, so the evaluation order does not follow the training order
         eval_dataset = first_rows(load_hidden_sum(script_args.eval_split, repeats=script_args.eval_repeats,
                                              seed=10_000 + training_args.seed), script_args.max_eval_samples)
     return train(script_args, training_args, model_args, env, verifier, train_dataset, eval_dataset)
@@ -425,13 +440,13 @@ TASKS: dict[str, tuple[type, Callable[..., Any]]] = {
 """The tasks of `trl-marl maporl <task>`: their script arguments and their main function."""
 
 
-def build_parser(task: str, prog: str | None = None, description: str | None = None) -> TrlParser:
+def build_parser(task: str, prog: str | None = None, description: str | None = None) -> SuggestingParser:
     """The `TrlParser` of (script, MultiAgentPPOConfig, ModelConfig) arguments of `task` (unknown names answered with
     the closest known ones: `scripts.arguments.SuggestingParser`); `description` heads `--help` (an example's
     docstring)."""
     if task not in TASKS:
         raise SystemExit(f"trl-marl maporl: unknown task {task!r}; choose one of {sorted(TASKS)}.")
-    from .arguments import SuggestingParser, described
+    from .arguments import described
     from .help import MODEL_HELP
 
     parser = SuggestingParser((TASKS[task][0], MultiAgentPPOConfig, ModelConfig),

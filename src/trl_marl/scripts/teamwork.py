@@ -134,16 +134,16 @@ def build_teamwork_task(args: argparse.Namespace, toy: bool) -> tuple[Any, Any, 
 
         env = CooperativeCodingEnv(num_turns=args.num_turns, **(TOY_CODING_PROMPTS if toy else {}))
         reward = CodingTeamReward(env=env)
-        metrics = {"main_calls_helper": MainCallsHelper(env), **_terms(reward)}
+        metrics: dict[str, Callable[..., Any]] = {"main_calls_helper": MainCallsHelper(env), **_terms(reward)}
         return env, reward, _rows(args, toy), metrics
     from ..envs.writing import CooperativeWritingEnv
     from ..rewards.writing import WritingTeamReward
     from ..toy.rows import TOY_WRITING_PROMPTS
 
     rows = _rows(args, toy)
-    env = CooperativeWritingEnv(num_turns=args.num_turns, **(TOY_WRITING_PROMPTS if toy else {}))
-    reward = WritingTeamReward(reference_column="reference" if "reference" in rows[0] else None)
-    return env, reward, rows, _terms(reward)
+    writing_env = CooperativeWritingEnv(num_turns=args.num_turns, **(TOY_WRITING_PROMPTS if toy else {}))
+    writing_reward = WritingTeamReward(reference_column="reference" if "reference" in rows[0] else None)
+    return writing_env, writing_reward, rows, _terms(writing_reward)
 
 
 def _rows(args: argparse.Namespace, toy: bool) -> list[dict[str, Any]]:
@@ -172,7 +172,7 @@ def _rows(args: argparse.Namespace, toy: bool) -> list[dict[str, Any]]:
 def _terms(reward: Any) -> dict[str, Callable[..., Any]]:
     """Each term of a composite team reward (`reward.reward_funcs()`) by its name."""
     funcs = reward.reward_funcs() if hasattr(reward, "reward_funcs") else []
-    return {getattr(f, "name", None) or getattr(f, "__name__", type(f).__name__): f for f in funcs}
+    return {getattr(f, "name", "") or getattr(f, "__name__", type(f).__name__): f for f in funcs}
 
 
 def every_answer_an_integer(prompts: list[Any], completions: list[Any], agent_completions: list[list[Any]],

@@ -16,7 +16,7 @@ TOY_PRESETS: dict[str, dict[str, Any]] = {
 """The toy tasks a name may give after ``toy:``, with the arguments of `make_toy_model` each is built with."""
 
 
-def is_toy_name(name: str | os.PathLike) -> bool:
+def is_toy_name(name: str | os.PathLike | None) -> bool:
     """Tells whether a model name refers to the offline toy model.
 
     Args:

@@ -6,10 +6,10 @@ from __future__ import annotations
 import contextlib
 import random
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, cast
 
 import torch
-from transformers import PreTrainedTokenizerBase
+from transformers import GenerationMixin, PreTrainedTokenizerBase
 
 from .tasks import ToyTask
 
@@ -243,7 +243,8 @@ def generate_toy_answers(
                     if greedy
                     else {"do_sample": True, "temperature": 1.0, "top_k": 0, "top_p": 1.0}
                 )
-                output = model.generate(
+                # (a causal LM: `nn.Module` has no `generate`)
+                output = cast(GenerationMixin, model).generate(
                     input_ids=batch["input_ids"].to(device),
                     attention_mask=batch["attention_mask"].to(device),
                     max_new_tokens=max_new_tokens,
@@ -254,7 +255,8 @@ def generate_toy_answers(
                 for row in output[:, batch["input_ids"].shape[1] :].tolist():
                     if eos_id in row:
                         row = row[: row.index(eos_id)]
-                    answers.append(tokenizer.decode(row, skip_special_tokens=True))
+                    # (one row of ids decodes to one string; transformers types `decode` for batches too)
+                    answers.append(cast(str, tokenizer.decode(row, skip_special_tokens=True)))
     finally:
         tokenizer.padding_side = padding_side
         model.train(was_training)

@@ -10,7 +10,7 @@
 from __future__ import annotations
 
 import random
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from .tasks import FACT_KEYS, fact_table
 
@@ -78,7 +78,30 @@ def toy_writing_rows(n: int) -> datasets.Dataset:
     return datasets.Dataset.from_dict({"text": texts, "reference": [f"A: {2 * i + 1}" for i in range(n)]})
 
 
-TOY_WRITING_PROMPTS: dict[str, str] = {
+class _WritingPrompts(TypedDict, total=False):
+    """Keyword arguments of `CooperativeWritingEnv`: its prompt templates."""
+
+    first_turn_template: str
+    revision_template: str
+
+
+class _HalvesPrompts(TypedDict, total=False):
+    """Keyword arguments of `HalvesWritingEnv`: its prompt."""
+
+    instruction: str
+    template: str
+    prefill: str
+
+
+class _CodingPrompts(TypedDict, total=False):
+    """Keyword arguments of `CooperativeCodingEnv`: its prompt templates."""
+
+    helper_template: str
+    main_template: str
+    revision_template: str
+
+
+TOY_WRITING_PROMPTS: _WritingPrompts = {
     "first_turn_template": "{text}\n{cue}:",
     "revision_template": "{text}\n{own}|{partner}\n{cue}:",
 }
@@ -86,12 +109,12 @@ TOY_WRITING_PROMPTS: dict[str, str] = {
 alone are longer): `CooperativeWritingEnv(**TOY_WRITING_PROMPTS)` on [`toy_writing_rows`] leaves room for 16 new tokens
 per agent at every turn."""
 
-TOY_HALVES_PROMPTS: dict[str, str] = {"instruction": "Writer {writer}, first or second half?",
+TOY_HALVES_PROMPTS: _HalvesPrompts = {"instruction": "Writer {writer}, first or second half?",
                                       "template": "{instruction}\n{first}|{second}", "prefill": "I summarize the"}
 """`HalvesWritingEnv`'s prompt sized for the toy models' 128 positions, as [`TOY_WRITING_PROMPTS`] is for the
 writing task."""
 
-TOY_CODING_PROMPTS: dict[str, str] = {
+TOY_CODING_PROMPTS: _CodingPrompts = {
     "helper_template": "{prompt}# {helper_name}:\n",
     "main_template": "{prompt}# {entry_point}:\n",
     "revision_template": "{own_code}|{partner_code}\n",

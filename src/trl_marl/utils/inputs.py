@@ -29,7 +29,7 @@ def looks_like_path(name: str) -> bool:
     return name.count("/") > 1
 
 
-def check_model_path(name: str, field: str = "`model` (`model_name_or_path`)") -> None:
+def check_model_path(name: str | None, field: str = "`model` (`model_name_or_path`)") -> None:
     """Refuse a model name that looks like a local folder (see [`looks_like_path`]) but does not exist, and a name that
     cannot load while the Hub is offline or unreachable ([`check_model_name`], which lists the offline names)."""
     if not isinstance(name, str):
