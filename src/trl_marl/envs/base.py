@@ -17,9 +17,9 @@ environment gave after that turn::
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -86,6 +86,10 @@ class Transcript:
 
     def __getitem__(self, index: int) -> Turn:
         return self.turns[index]
+
+    if TYPE_CHECKING:  # iterated through `__getitem__`, turn by turn
+
+        def __iter__(self) -> Iterator[Turn]: ...
 
     def extend(self, responses: Sequence[str], feedback: str | Sequence[str | None] | None = None) -> Transcript:
         """A new transcript with one more turn (transcripts are shared between branches, so never mutated)."""

@@ -73,7 +73,7 @@ def _prompt_text(prompt: Prompt, agent_index: int) -> str:
     if isinstance(prompt, str):
         return prompt
     if isinstance(prompt, list) and prompt and all(isinstance(m, Mapping) for m in prompt):
-        return "\n\n".join(str(m["content"]) for m in prompt)
+        return "\n\n".join(str(m["content"]) for m in prompt if isinstance(m, Mapping))  # (every one is)
     raise TypeError(
         f"CentralizedEnv can only combine text prompts, but agent {agent_index}'s prompt is "
         f"{type(prompt).__name__} {prompt!r:.60} (token ids?). Wrap an environment whose `agent_prompt` returns "

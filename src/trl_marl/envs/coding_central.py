@@ -107,6 +107,8 @@ class CentralizedCodingEnv(CentralizedEnv):
     ```
     """
 
+    env: CooperativeCodingEnv  # the wrapped environment (`__init__` checks its type)
+
     def __init__(self, env: CooperativeCodingEnv, template: str = CENTRAL_CODING_TEMPLATE,
                  free_template: str = CENTRAL_CODING_FREE_TEMPLATE) -> None:
         if not isinstance(env, CooperativeCodingEnv):

@@ -426,8 +426,8 @@ class DebateEnv(MultiAgentEnv):
 
     def feedback_text(self, agent_index: int, transcript: Transcript, turns: Sequence[int]) -> str:
         """The `feedback` field: this agent's feedback after each shown turn, one per line, then a blank line."""
-        lines = [transcript[t].feedback_for(agent_index) for t in turns]
-        lines = [line.strip() for line in lines if line is not None and line.strip()]
+        feedback = [transcript[t].feedback_for(agent_index) for t in turns]
+        lines = [line.strip() for line in feedback if line is not None and line.strip()]
         return "\n".join(lines) + "\n\n" if lines else ""
 
     def _check_transcript(self, agent_index: int, transcript: Transcript) -> None:

@@ -290,6 +290,8 @@ class CentralizedWritingEnv(CentralizedEnv):
     ```
     """
 
+    env: CooperativeWritingEnv  # the wrapped environment (`__init__` checks its type)
+
     def __init__(self, env: CooperativeWritingEnv, template: str = CENTRAL_WRITING_TEMPLATE,
                  prefill: str = "Short summary:") -> None:
         if not isinstance(env, CooperativeWritingEnv):

@@ -106,7 +106,7 @@ class RewardSet:
         agent_index: int | None,
     ) -> list[float | None]:
         shown = 0 if agent_index is None else agent_index
-        kwargs = dict(columns)  # the multi-agent keywords win over dataset columns of the same name
+        kwargs: dict[str, Any] = dict(columns)  # the multi-agent keywords win over dataset columns of the same name
         kwargs.update(
             agent_prompts=prompts,
             agent_completions=completions,

@@ -290,8 +290,8 @@ def box_touches_operator(text: str, start: int, end: int) -> bool:
             if index < len(text) and (text[index].isdigit() or text[index] in "({\\"):
                 return True
         elif char == "\\":
-            command = _COMMAND.match(text, index, index + 40)
-            name = command.group(1) if command else ""
+            macro = _COMMAND.match(text, index, index + 40)
+            name = macro.group(1) if macro else ""
             if name in _FORMATTING_COMMANDS or name in (",", ";", ":", " ", "!", "%", "\\", "$"):
                 return False
             return True

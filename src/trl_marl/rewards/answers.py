@@ -369,12 +369,12 @@ def extract_math_answer(text: str | None, max_chars: int = MAX_RESPONSE_CHARS) -
     boundaries.append(len(text))
     for match in markers:
         limit = boundaries[bisect.bisect_right(boundaries, match.start())]
-        found, value, span_end = _after_marker(text, match.end(), limit, read_span)
+        found, stated, span_end = _after_marker(text, match.end(), limit, read_span)
         if not found:
             continue
-        if value is not None and sentences.has_qualifier(match.start(), span_end):
-            value = None
-        statements.append((match.start(), value))
+        if stated is not None and sentences.has_qualifier(match.start(), span_end):
+            stated = None
+        statements.append((match.start(), stated))
     if statements:
         statements.sort(key=lambda statement: statement[0])
         if statements[-1][1] is None:
@@ -467,7 +467,7 @@ def parse_gold(
                 raise ValueError(f"Label {index} is not in the label mapping {mapping}.")
             return mapping[index]
         text = str(gold).strip()
-        by_letter = {}
+        by_letter: dict[str, list[str]] = {}
         for label in labels:
             by_letter.setdefault(label[:1].lower(), []).append(label)
         if len(text) == 1 and len(by_letter.get(text.lower(), [])) == 1:

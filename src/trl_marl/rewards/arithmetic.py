@@ -77,10 +77,11 @@ class TargetSumReward:
         rewards = []
         for j, target in enumerate(targets):
             numbers = [self.parse(agent[j]) for agent in team]
-            if any(x is None for x in numbers):
+            parsed = [x for x in numbers if x is not None]
+            if len(parsed) < len(numbers):
                 rewards.append(-self.invalid_penalty)
             else:
-                rewards.append(1.0 if sum(numbers) == int(target) else 0.0)
+                rewards.append(1.0 if sum(parsed) == int(target) else 0.0)
         return rewards
 
 

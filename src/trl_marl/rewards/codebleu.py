@@ -179,7 +179,7 @@ class CodeBLEUReward:
         self.name = "codebleu"
         self.reference_column = reference_column
         self.lang = lang
-        self.weights: tuple[float, float, float, float] = weights  # type: ignore[assignment]
+        self.weights: tuple[float, float, float, float] = weights
         self.agent_index = agent_index
         self.strip_fences = strip_fences
         self.empty_score = empty_score

@@ -536,7 +536,7 @@ class DivisionChoiceRate:
         out = []
         for i, row in enumerate(batch.rows):
             choices = [self.env.choice(row, team[a][i]) for a in range(2)]
-            if self.choice is None:
+            if self.choice is None or self.agent_index is None:  # (both or neither are set)
                 out.append(float(choices[0] is not None and choices[0] == choices[1]))
             else:
                 out.append(float(choices[self.agent_index] == self.choice))

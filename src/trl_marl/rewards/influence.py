@@ -238,17 +238,18 @@ class InfluenceAwareReward:
             size = len(debate) * len(debate[0])
             scores.append(torch.tensor(flat[start : start + size], dtype=torch.float64).view(len(debate), -1))
             start += size
-        rewards: list[torch.Tensor | None] = [None] * len(scores)
-        by_length: dict[tuple[int, int], list[int]] = {}
+        by_debate: dict[int, torch.Tensor] = {}
+        by_length: dict[tuple[int, ...], list[int]] = {}
         for i, table in enumerate(scores):
             by_length.setdefault(tuple(table.shape), []).append(i)
         for indices in by_length.values():
             batch = torch.stack([scores[i] for i in indices])  # (B', T, A): debates of the same length
             result = self._rewards_of(batch)
             for row, i in enumerate(indices):
-                rewards[i] = result[row]
+                by_debate[i] = result[row]
+        rewards = [by_debate[i] for i in range(len(scores))]
         self._cache_key, self._cache_value = key, rewards
-        return rewards  # type: ignore[return-value]
+        return rewards
 
     def _rewards_of(self, scores: torch.Tensor) -> torch.Tensor:
         correct = scores >= self.correct_threshold
@@ -275,7 +276,7 @@ class InfluenceAwareReward:
                     f"`{self.question_column}` was not passed; add it to the dataset or set `question_column`."
                 )
             questions = [""] * len(texts)
-        if self._batched:
+        if self._batched and hasattr(self.verifier, "score_batch"):  # (`_batched`: it has one)
             values = [float(v) for v in self.verifier.score_batch(questions, texts, golds)]
             if len(values) != len(texts):
                 raise ValueError(f"The verifier returned {len(values)} scores for {len(texts)} responses.")

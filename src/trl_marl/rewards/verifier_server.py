@@ -179,7 +179,9 @@ class _VerifierHandler(BaseHTTPRequestHandler):
     server_version = "trl-marl-verifier"
 
     def setup(self) -> None:
-        self.timeout = self.server.timeout_s  # `StreamRequestHandler.setup` applies it to the socket
+        # `StreamRequestHandler.setup` applies it to the socket (typeshed declares it a ClassVar, which it reads
+        # from the instance)
+        self.timeout = self.server.timeout_s  # type: ignore[misc]
         super().setup()
         self.state = self.server.connection(self.request)
         self.rfile.close()  # the plain socket file; reads go through the deadline instead
@@ -426,17 +428,17 @@ class VerifierServer:
                 continue
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"`{field}` must be a positive integer, got {value!r}.")
-        for field, value in (
+        for field, seconds in (
             ("timeout_s", timeout_s),
             ("request_timeout_s", request_timeout_s),
             ("max_score_s", max_score_s),
         ):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
-                raise ValueError(f"`{field}` must be a positive, finite number of seconds, got {value!r}.")
+            if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 < seconds < math.inf:
+                raise ValueError(f"`{field}` must be a positive, finite number of seconds, got {seconds!r}.")
         if chunk_size is None:
             batch_size = getattr(verifier, "batch_size", None)
             useful = isinstance(batch_size, int) and not isinstance(batch_size, bool) and batch_size > DEFAULT_CHUNK
-            chunk_size = batch_size if useful else DEFAULT_CHUNK
+            chunk_size = batch_size if useful and isinstance(batch_size, int) else DEFAULT_CHUNK
         self.verifier = verifier
         self.host = host
         self.max_body_bytes = max_body_bytes
@@ -445,7 +447,7 @@ class VerifierServer:
         self.request_timeout_s = float(request_timeout_s)
         self.max_items = max_items
         self.max_score_s = float(max_score_s)
-        self.chunk_size = chunk_size
+        self.chunk_size: int = chunk_size
         self._requested_port = port
         self._httpd: _VerifierHTTPServer | None = None
         self._thread: threading.Thread | None = None

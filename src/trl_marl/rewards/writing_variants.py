@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from ..envs.writing import PARAGRAPH_WORDS, SUMMARY_MAX_WORDS
 from ..utils.text import words
@@ -28,6 +28,13 @@ from .writing import (
     contains_phrase,
 )
 from .writing_source import STOPWORDS, SourceRelevanceReward, team_texts
+
+
+class _Named(Protocol):
+    """A reward term or a metric: a TRL reward function known by its `name`."""
+
+    name: str
+
 
 # ----------------------------------------------------------------------------------------------------------------
 # The authors' TL;DR reward, as gated levels
@@ -220,7 +227,7 @@ class SymmetricWritingTeamReward(WritingTeamReward):
             raise ValueError(f"SymmetricWritingTeamReward needs summary max <= short_max < paragraph min, got "
                              f"summary_range={summary_range}, short_max={short_max}, "
                              f"paragraph_range={paragraph_range}.")
-        terms = [LengthRangeReward(ranges=(summary_range, paragraph_range)), LengthRatioReward(),
+        terms: list[_Named] = [LengthRangeReward(ranges=(summary_range, paragraph_range)), LengthRatioReward(),
                  VocabularyRatioReward(), LexicalDiversityReward(), TransitionWordsReward(),
                  StyleConsistencyReward(saturation=jaccard_saturation)]
         wrapped = [ByLengthRoles(t, zero_when_same_class=t.name in STRUCTURE_TERMS, short_max=short_max)
@@ -280,5 +287,5 @@ class SameLengthClass:
 def length_class_metrics(short_max: int = SHORT_CLASS_MAX_WORDS) -> dict[str, Any]:
     """The cooperation metrics of [`SymmetricWritingEnv`] by name: `agent_0_short`, `agent_1_short` (which writer
     took the summary) and `same_length_class` (a collision)."""
-    metrics = [WroteShortText(0, short_max), WroteShortText(1, short_max), SameLengthClass(short_max)]
+    metrics: list[_Named] = [WroteShortText(0, short_max), WroteShortText(1, short_max), SameLengthClass(short_max)]
     return {m.name: m for m in metrics}
