@@ -72,7 +72,7 @@ class CodecError(ValueError):
     """A value that is not plain data, or bytes that are not a well-formed encoding of one."""
 
 
-_SEQUENCE_TAGS = {list: b"l", tuple: b"t", set: b"S", frozenset: b"z"}
+_SEQUENCE_TAGS: dict[type, bytes] = {list: b"l", tuple: b"t", set: b"S", frozenset: b"z"}
 # What one value costs H once decoded, in estimated bytes of memory (CPython, 64-bit, generously rounded up): the
 # fixed part per tag, and the part per item of a container or per byte of a string. Each value also takes a slot
 # (8 bytes) in its container.
@@ -283,12 +283,13 @@ def _decode(data: bytes, at: int, ref: Callable[[int | str], Any] | None, depth:
         raw = data[at:at + n]
         if tag == b"b":
             return raw, at + n
-        text = raw.decode("utf-8", "surrogatepass")
+        # (`text` is the str of this branch and the bytes of the others: the sandbox's code stays as it is)
+        text = raw.decode("utf-8", "surrogatepass")  # type: ignore[assignment]
         if tag == b"s":
             return text, at + n
         if ref is None:
             raise ValueError("unexpected reference")
-        return ref(text), at + n
+        return ref(text), at + n  # type: ignore[arg-type]
     if tag == b"h":
         text, at = _until(data, at, b";")
         if ref is None or not text.isdigit():
@@ -336,7 +337,7 @@ class FrameError(ChannelClosed):
     """The other end broke the framing (a malformed or oversized message)."""
 
 
-def send_frame(fd: int, payload: bytes, write: Callable[[int, bytes], int] = os.write) -> None:
+def send_frame(fd: int, payload: bytes, write: Callable[[int, memoryview], int] = os.write) -> None:
     """Write one message: its length in decimal, a newline, the payload."""
     data = memoryview(b"%d\n" % len(payload) + payload)
     while data:
@@ -405,6 +406,8 @@ class Remote:
     [`ProgramValue`] (an object a call returned)."""
 
     __slots__ = ("_channel", "_target")
+    _channel: Channel
+    _target: tuple[str, Any]  # ("n", a name) or ("h", an object's number)
 
     def __init__(self, channel: Channel, target: tuple[str, int | str]) -> None:
         object.__setattr__(self, "_channel", channel)
@@ -421,9 +424,9 @@ class Remote:
         raise NotPlainData("%r is not plain data (int, float, str, bool, None, bytes, list, tuple, dict, set)"
                            % (self,))
 
-    __eq__ = __ne__ = __lt__ = __le__ = __gt__ = __ge__ = __bool__ = __len__ = __iter__ = _refuse  # type: ignore
-    __contains__ = __getitem__ = __index__ = __int__ = __float__ = __str__ = __add__ = __radd__ = _refuse  # type: ignore
-    __sub__ = __rsub__ = __mul__ = __rmul__ = __truediv__ = __abs__ = __neg__ = __format__ = _refuse  # type: ignore
+    __eq__ = __ne__ = __lt__ = __le__ = __gt__ = __ge__ = __bool__ = __len__ = __iter__ = _refuse
+    __contains__ = __getitem__ = __index__ = __int__ = __float__ = __str__ = __add__ = __radd__ = _refuse
+    __sub__ = __rsub__ = __mul__ = __rmul__ = __truediv__ = __abs__ = __neg__ = __format__ = _refuse
     __hash__ = None  # type: ignore[assignment]
 
 
@@ -781,11 +784,13 @@ def run_tests(req: dict[str, Any], emit: Callable[..., None], channel: Channel) 
     elif kind == "ready" and _len(first) == 2 and _type(first[1]) is dict:
         names = {k: v for k, v in first[1].items() if _type(k) is str and k.isidentifier()}
         modules = req.get("modules")
-        modules = frozenset(m for m in modules if _type(m) is str) if _type(modules) is list else frozenset()
+        # (mypy does not narrow through the captured `type` here and below; the sandbox's code stays as it is)
+        modules = (frozenset(m for m in modules if _type(m) is str)  # type: ignore[union-attr]
+                   if _type(modules) is list else frozenset())
         program = req.get("program")
         namespace = TestGlobals(channel, names, req.get("entry_point"), modules,
                                 (_str(req.get("setup") or ""), _str(req.get("tests_fn") or "")),
-                                program if _type(program) is str else "")
+                                program if _type(program) is str else "")  # type: ignore[arg-type]
         phase = "test_error"
         try:
             if req["setup"]:
@@ -1403,7 +1408,7 @@ def serve(req: dict[str, Any]) -> None:
         _exit(0)
 
     module = module_type("__sandbox__")
-    module.__builtins__ = builtins
+    module.__builtins__ = builtins  # type: ignore[attr-defined]  # (typeshed's ModuleType does not declare it)
     sys.modules["__sandbox__"] = module
     namespace = module.__dict__
     try:
@@ -1443,7 +1448,7 @@ def serve(req: dict[str, Any]) -> None:
         return objects[key]
 
     def unref(key: int | str) -> Any:
-        return objects[key] if _type(key) is int else namespace[key]
+        return objects[key] if _type(key) is int else namespace[key]  # type: ignore[index]  # (the captured `type`)
 
     while True:
         try:
@@ -1524,7 +1529,7 @@ def install_guards(allowed: list[str]) -> None:
         return disabled
 
     def blocked_class(base: type, name: str) -> type:
-        class Disabled(base):  # type: ignore[valid-type,misc]
+        class Disabled(base):
             def __init__(self, *args: Any, **kwargs: Any) -> None:
                 raise _PermissionError(name + " is disabled in the sandbox")
         Disabled.__name__ = Disabled.__qualname__ = base.__name__

@@ -153,7 +153,7 @@ def _task_setup(task_code: str) -> str:
     except SyntaxError:
         return ""
     handler = ast.ExceptHandler(type=ast.Name("Exception", ast.Load()), name=None, body=[ast.Pass()])
-    body = [ast.Try(body=[stmt], handlers=[handler], orelse=[], finalbody=[]) for stmt in tree.body]
+    body: list[ast.stmt] = [ast.Try(body=[stmt], handlers=[handler], orelse=[], finalbody=[]) for stmt in tree.body]
     return ast.unparse(ast.fix_missing_locations(ast.Module(body=body, type_ignores=[]))) + "\n" if body else ""
 
 
