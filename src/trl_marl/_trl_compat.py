@@ -240,7 +240,7 @@ class TeamCheckpointMixin:
 
         args = self.args  # type: ignore[attr-defined]
         team = _team_of(self.accelerator.unwrap_model(self.model))  # type: ignore[attr-defined]
-        required = [(TRAINER_STATE_FILE,), (TEAM_CONFIG_FILE,)]
+        required: list[tuple[str, ...]] = [(TRAINER_STATE_FILE,), (TEAM_CONFIG_FILE,)]
         required += [agent_weight_files(a, team.agent_adapter[a] is not None) for a in range(team.num_agents)]
         if not args.save_only_model and self.resumable:
             if not getattr(self, "is_deepspeed_enabled", False):
@@ -365,7 +365,7 @@ class TeamCheckpointMixin:
             _rotate_complete_checkpoints(run_dir, args.save_total_limit, keep)
             announcer("trl_marl.checkpoints").info("%s", checkpoint_size_line(final_dir, args.save_total_limit))
 
-    def _save(self, output_dir: str | None = None, state_dict: dict[str, Any] | None = None) -> None:  # type: ignore[override]
+    def _save(self, output_dir: str | None = None, state_dict: dict[str, Any] | None = None) -> None:
         output_dir = output_dir if output_dir is not None else self.args.output_dir  # type: ignore[attr-defined]
         if not self.args.should_save:  # type: ignore[attr-defined]
             return
@@ -388,7 +388,7 @@ class TeamCheckpointMixin:
 
         torch.save(self.args, os.path.join(output_dir, TRAINING_ARGS_NAME))  # type: ignore[attr-defined]
 
-    def _load_from_checkpoint(self, resume_from_checkpoint: str, model: Any = None) -> None:  # type: ignore[override]
+    def _load_from_checkpoint(self, resume_from_checkpoint: str, model: Any = None) -> None:
         module = self.accelerator.unwrap_model(model if model is not None else self.model)  # type: ignore[attr-defined]
         team = _team_of(module)
         if getattr(self, "is_fsdp_enabled", False):  # sharded: every process loads the full team, keeps its shards

@@ -90,7 +90,7 @@ def majority_vote_score(
     for answer, voters in winners:
         if judge is not None:
             total += float(judge(answer))
-        else:
+        elif per_voter is not None:  # (one of the two is set)
             total += sum(float(per_voter[i]) for i in voters) / len(voters)
     return total / len(winners)
 
@@ -224,7 +224,7 @@ class DebateEvaluation:
     def _transitions(
         answers: list[list[list[Answer]]], correct: list[list[list[bool]]], t: int, num_agents: int
     ) -> dict[str, float]:
-        counts = Counter()
+        counts: Counter[str] = Counter()
         for debate_answers, debate_correct in zip(answers, correct):
             now, nxt = debate_answers[t], debate_answers[t + 1]
             right_now, right_next = debate_correct[t], debate_correct[t + 1]

@@ -230,7 +230,9 @@ class JointRollout:
         while lockstep(bool(nodes)) if lockstep is not None else nodes:
             if not nodes:  # other processes play this turn: generate as they do (sharded weights), discard it
                 self._idle_turn(rows[0] if rows else None, turn, config, extra)
-                if self.tool_loop is not None:  # and the rounds of generation after their tool results
+                # and the rounds of generation after their tool results (`lockstep` is set: a process without
+                # nodes only gets here through it)
+                if self.tool_loop is not None and lockstep is not None:
                     self.tool_loop.follow(lockstep, functools.partial(self._idle_turn, rows[0] if rows else None,
                                                                       turn, config, extra))
                 turn += 1
@@ -238,7 +240,7 @@ class JointRollout:
             prompts = [[self.env.agent_prompt(rows[node.row_index], a, node.transcript)
                         for node in nodes for _ in range(G)] for a in range(n)]
             slots = [self.slot(turn, a) for a in range(n)]
-            by_slot: list[list[Prompt]] = [[] for _ in range(self.num_slots)]
+            by_slot: list[Sequence[Prompt]] = [[] for _ in range(self.num_slots)]
             for a in range(n):
                 by_slot[slots[a]] = prompts[a]
             start = time.perf_counter()
@@ -261,7 +263,7 @@ class JointRollout:
                 mask = None if tool_masks is None else tool_masks[a]
                 gen_tokens += sum(len(c) for c in completion_ids[a]) if mask is None else sum(map(sum, mask))
                 if tool_turn is not None and tool_turn.answers[slots[a]] is not None:
-                    texts[a] = tool_turn.answers[slots[a]]  # type: ignore[assignment]
+                    texts[a] = tool_turn.answers[slots[a]]
             # joint action j of node k takes sample k*G + joint_indices[j, a] of agent a
             sample = [[k * G + index[j][a] for k in range(len(nodes)) for j in range(J)] for a in range(n)]
             joint_texts = [[texts[a][i] for i in sample[a]] for a in range(n)]
@@ -274,6 +276,8 @@ class JointRollout:
                 joint_rows = [rows[node.row_index] for node in nodes for _ in range(J)]
                 rewards_per_func, bad = self.score_fn(joint_prompts, joint_texts, joint_rows, transcripts, turn,
                                                       trainer_state)
+                if self.reward is None:  # a `score` of its own still needs the RewardSet's weights
+                    raise ValueError("Scoring the turns needs the `reward` (a RewardSet) to combine the scores.")
                 rewards = self.reward.combine(rewards_per_func, bad)
                 nonfinite += int(bad.sum())
                 if self.local_reward is not None:
@@ -365,7 +369,8 @@ class JointRollout:
             result.returns = returns.squeeze(1)
             result.agent_returns = agent_returns_from_joint(result.returns, self.joint_indices, G)  # (K, n, G)
         if any(t.local_rewards is not None for t in turns):  # each agent's local reward, backed up as the team's
-            local = self._backed_up(turns, [t.local_rewards.permute(0, 2, 1) for t in turns])  # (K, n, J) per turn
+            local = self._backed_up(turns, [_required(t, "local_rewards", t.local_rewards).permute(0, 2, 1)
+                                            for t in turns])  # (K, n, J) per turn
             for result, returns in zip(turns, local):
                 result.local_returns = agent_local_returns_from_joint(returns, self.joint_indices, G)  # (K, n, G)
         if self.gather is not None:  # every process's returns, for batch statistics (one collective per rollout)
@@ -417,10 +422,10 @@ def pool_turn_returns(turns: Sequence[TurnResult], gather: Callable[[torch.Tenso
         gather: Concatenates a `(N, 2)` tensor over the processes (see [`JointRollout`]).
     """
     rows = [torch.stack([torch.full_like(flat, float(t.turn)), flat], dim=1)
-            for t in turns for flat in [t.returns.reshape(-1).double()]]
+            for t in turns for flat in [_required(t, "returns", t.returns).reshape(-1).double()]]
     pooled = gather(torch.cat(rows) if rows else torch.zeros((0, 2), dtype=torch.float64))
     for t in turns:
-        t.pooled_returns = pooled[pooled[:, 0] == t.turn, 1].to(t.returns.dtype)
+        t.pooled_returns = pooled[pooled[:, 0] == t.turn, 1].to(_required(t, "returns", t.returns).dtype)
 
 
 def advantage_context(result: TurnResult, turns: Sequence[TurnResult] = (), team_weight: float = 1.0,
@@ -438,10 +443,17 @@ def advantage_context(result: TurnResult, turns: Sequence[TurnResult] = (), team
         `gather`; else the turn's own), each node's dataset row, every turn's `(rows, agent_returns)`, and the turn's
         `local_returns` (None without a local reward) with `team_weight`.
     """
-    team = result.pooled_returns if result.pooled_returns is not None else result.returns
-    tree = tuple((_node_rows(t), t.agent_returns) for t in (turns or [result]))
+    team = result.pooled_returns if result.pooled_returns is not None else _required(result, "returns", result.returns)
+    tree = tuple((_node_rows(t), _required(t, "agent_returns", t.agent_returns)) for t in (turns or [result]))
     return AdvantageContext(team_returns=team, rows=_node_rows(result), tree=tree, local_returns=result.local_returns,
                             team_weight=team_weight)
+
+
+def _required(result: TurnResult, name: str, value: torch.Tensor | None) -> torch.Tensor:
+    """`value`, the field `name` of `result`, which the rollout sets when it backs the returns up."""
+    if value is None:
+        raise ValueError(f"Turn {result.turn} has no `{name}`: the rollout backs its returns up first.")
+    return value
 
 
 def _node_rows(result: TurnResult) -> torch.Tensor:
@@ -464,7 +476,8 @@ def turn_advantages(result: TurnResult, mode: str, turns: Sequence[TurnResult] =
     Raises:
         ValueError: No estimator is registered as `mode`.
     """
-    return advantage_estimator(mode)(result.agent_returns, advantage_context(result, turns, team_weight))
+    return advantage_estimator(mode)(_required(result, "agent_returns", result.agent_returns),
+                                     advantage_context(result, turns, team_weight))
 
 
 def assign_advantages(turns: Sequence[TurnResult], advantages: str | Callable[[TurnResult], torch.Tensor],
@@ -527,7 +540,8 @@ def no_signal_fraction(turns: Sequence[TurnResult], mode: str | None = None, tea
     silent: list[torch.Tensor] = []
     for t in turns:
         if mode is not None:
-            silent.append(no_signal_nodes(mode, t.agent_returns, advantage_context(t, turns, team_weight)))
+            silent.append(no_signal_nodes(mode, _required(t, "agent_returns", t.agent_returns),
+                                          advantage_context(t, turns, team_weight)))
         elif t.advantages is None:
             raise ValueError(f"Turn {t.turn} has no advantages: assign them first (`assign_advantages`).")
         else:

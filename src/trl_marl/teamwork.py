@@ -32,7 +32,7 @@ import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 import torch
 from transformers import GenerationConfig
@@ -44,6 +44,9 @@ from .team import AgentTeam, Generation
 from .team.generation.base import GenerationBackend
 from .team.generation.transformers_backend import TransformersBackend
 from .tools.loop import ToolLoop
+
+if TYPE_CHECKING:
+    from peft import PeftModel
 
 __all__ = ["CONDITION_QUESTIONS", "ConditionResult", "TeamworkReport", "evaluate_teamwork", "teamwork_conditions"]
 
@@ -84,7 +87,7 @@ class ConditionResult:
 
     def to_dict(self, completions: bool = False) -> dict[str, Any]:
         """The result as plain JSON values (NaN as None); with `completions`, the final answers too."""
-        out = {"description": self.description, "score": _json_float(self.score),
+        out: dict[str, Any] = {"description": self.description, "score": _json_float(self.score),
                "metrics": {k: _json_float(v) for k, v in self.metrics.items()}, "episodes": self.episodes,
                "unscored": self.unscored, "turn_scores": [_json_float(v) for v in self.turn_scores]}
         if completions:
@@ -270,6 +273,11 @@ def _view(plan: _Plan, team: AgentTeam) -> AgentTeam:
     return view
 
 
+def _is_peft(model: torch.nn.Module, attribute: str) -> TypeGuard[PeftModel]:
+    """Whether `model` is a PEFT model: it has PEFT's `attribute` (`peft_config`, `disable_adapter`, ...)."""
+    return hasattr(model, attribute)
+
+
 @contextmanager
 def _restored(teams: Sequence[AgentTeam], view: AgentTeam | None = None) -> Iterator[None]:
     """Eval mode inside; afterwards every model's train/eval mode, active adapter and `requires_grad` flags as they
@@ -277,7 +285,7 @@ def _restored(teams: Sequence[AgentTeam], view: AgentTeam | None = None) -> Iter
     models = list({id(m): m for t in teams for m in t.models}.values())
     flags = [(p, p.requires_grad) for m in models for p in m.parameters()]
     modes = [(t, t.training) for t in teams]
-    active = [(m, m.active_adapter) for m in models if hasattr(m, "peft_config")]
+    active = [(m, m.active_adapter) for m in models if _is_peft(m, "peft_config")]
     with ExitStack() as stack:
         try:
             for t in teams:
@@ -285,7 +293,7 @@ def _restored(teams: Sequence[AgentTeam], view: AgentTeam | None = None) -> Iter
             if view is not None:
                 for k, model in enumerate(view.models):
                     members = [m for m in range(view.num_agents) if view.agent_model[m] == k]
-                    if hasattr(model, "disable_adapter") and all(view.agent_adapter[m] is None for m in members):
+                    if _is_peft(model, "disable_adapter") and all(view.agent_adapter[m] is None for m in members):
                         stack.enter_context(model.disable_adapter())
             yield
         finally:

@@ -853,7 +853,7 @@ def private_rule_rows(split: str = "train") -> list[dict[str, Any]]:
                  for k in range(2, 10) if k not in HELDOUT_MULTIPLIERS for c in range(1, 10)]
     else:
         rules = list(HELDOUT_RULES)
-    rows = []
+    rows: list[dict[str, Any]] = []
     for index, (f, k, c) in enumerate(rules):
         words, expression, value = RULE_FORMS[f]
         words, expression = words.format(k=k, c=c), expression.format(k=k, c=c)

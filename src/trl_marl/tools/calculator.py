@@ -89,11 +89,11 @@ def _evaluate(node: ast.AST, depth: int) -> int | float:
         raise ValueError(f"The expression is nested more than {MAX_DEPTH} operators deep.")
     if isinstance(node, ast.Constant):
         value = node.value
-        if type(value) not in (int, float):  # bool, complex, str, bytes, None, Ellipsis
-            kind = {bool: "True/False", complex: "a complex number", str: "a string", bytes: "bytes"}.get(
-                type(value), repr(value))
-            raise ValueError(f"{_capital(kind)} is not allowed; use {_ALLOWED}.")
-        return _bounded(value)
+        if type(value) is int or type(value) is float:  # not bool, complex, str, bytes, None, Ellipsis
+            return _bounded(value)
+        kind = {bool: "True/False", complex: "a complex number", str: "a string", bytes: "bytes"}.get(
+            type(value), repr(value))
+        raise ValueError(f"{_capital(kind)} is not allowed; use {_ALLOWED}.")
     if isinstance(node, ast.UnaryOp):
         if not isinstance(node.op, (ast.UAdd, ast.USub)):
             raise ValueError(f"The operator {_OPERATOR_NAMES.get(type(node.op), '?')} is not allowed; use {_ALLOWED}.")

@@ -206,6 +206,8 @@ def call_tool(tool: Callable[..., Any], arguments: Any, timeout: float | None,
     try:
         (ok, text), seconds = call_in_thread(work, {}, wait)
     except Overran:
+        if timeout is None:  # no limit: only a wait past `threading.TIMEOUT_MAX` overruns
+            raise
         return _outcome(_error(f"tool {name!r} did not return within {_seconds(timeout)}"), max_chars,
                         failed=True, timed_out=True)
     except Exception as exc:  # noqa: BLE001 - the worker itself could not start (e.g. no thread left)

@@ -213,7 +213,7 @@ def _fork_child(count: int, life: Callable[[list[tuple[int, int]]], None]) -> tu
 
 
 def _child_process(life: Callable[[list[tuple[int, int]]], None], pipes: list[tuple[int, int]],
-                   held: set[signal.Signals]) -> NoReturn:
+                   held: set[int | signal.Signals]) -> NoReturn:
     """A forked child: its own process group, default Ctrl-C, the caller's signal mask back, `life(pipes)`, then
     `os._exit` (0, or 70 when `life` raised), whatever happens."""
     code = 70
@@ -391,7 +391,11 @@ def _worker_main(handler: Callable[[Any], Any], read_fd: int, write_fd: int) -> 
         payload = _read_exact(read_fd, int.from_bytes(header, "big"))
         if payload is None:
             return
-        _write_blocking(write_fd, _reply_message(lambda data=payload: handler(pickle.loads(data))))
+
+        def produce(data: bytes = payload) -> Any:
+            return handler(pickle.loads(data))
+
+        _write_blocking(write_fd, _reply_message(produce))
         _flush_streams(BaseException)
 
 

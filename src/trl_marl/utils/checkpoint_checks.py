@@ -378,7 +378,7 @@ def _safetensors_problem(handle: object, size: int) -> str | None:
         shape = entry.get("shape")
         if not (isinstance(shape, list) and all(type(d) is int and d >= 0 for d in shape)):
             return f"has no valid shape for tensor {name!r}"
-        itemsize = _SAFETENSORS_ITEMSIZE.get(entry.get("dtype"))  # type: ignore[arg-type]
+        itemsize = _SAFETENSORS_ITEMSIZE.get(entry.get("dtype"))
         if itemsize is not None:
             count = math.prod(shape)
             if offsets[1] - offsets[0] != count * itemsize:

@@ -9,11 +9,14 @@ model keeps its dtype.
 from __future__ import annotations
 
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 __all__ = ["Float32Head", "cast_lm_head_to_fp32"]
 
@@ -57,7 +60,8 @@ def cast_lm_head_to_fp32(model: nn.Module) -> None:
     (torch.float32, torch.float32)
     ```
     """
-    head = model.get_output_embeddings()
+    lm = cast("PreTrainedModel", model)  # a transformers model (the team holds its models as `nn.Module`s)
+    head = lm.get_output_embeddings()
     if isinstance(head, Float32Head):
         return
     if type(head) is not nn.Linear:
@@ -68,7 +72,7 @@ def cast_lm_head_to_fp32(model: nn.Module) -> None:
             "with. Or set `cast_lm_head_to_fp32=False`."
         )
     dtype = head.weight.dtype
-    embeddings = model.get_input_embeddings()
+    embeddings = lm.get_input_embeddings()
     tied = embeddings is not None and getattr(embeddings, "weight", None) is head.weight
     head.float()
     head.__class__ = Float32Head

@@ -109,14 +109,14 @@ def other_rank_quieted() -> bool:
     return _other_rank_quieted
 
 
-class _CurrentStderr(logging.StreamHandler):  # type: ignore[type-arg]
+class _CurrentStderr(logging.StreamHandler):
     """A handler that writes to whatever `sys.stderr` is at each record (a redirected or captured stream too)."""
 
     def __init__(self) -> None:
         super().__init__()
 
     @property
-    def stream(self) -> Any:  # type: ignore[override]
+    def stream(self) -> Any:
         import sys
 
         return sys.stderr

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeGuard
 
 import torch
 import torch.nn.functional as F
@@ -124,11 +124,11 @@ def load_tokenizer(name_or_path: str | os.PathLike, **kwargs: Any) -> Any:
     return tokenizer
 
 
-def is_token_ids(prompt: Prompt) -> bool:
+def is_token_ids(prompt: Prompt) -> TypeGuard[Sequence[int]]:
     return isinstance(prompt, (list, tuple)) and len(prompt) > 0 and not isinstance(prompt[0], (dict, str))
 
 
-def is_chat(prompt: Prompt) -> bool:
+def is_chat(prompt: Prompt) -> TypeGuard[list[dict[str, str]]]:
     """Whether a prompt is a conversation (a list of chat messages)."""
     return isinstance(prompt, list) and (len(prompt) == 0 or isinstance(prompt[0], dict))
 
@@ -149,7 +149,7 @@ def tokenize_prompts(
     if not prompts:
         return []
     if is_token_ids(prompts[0]):  # already tokenized (e.g. a TRL PPO dataset's `input_ids`)
-        return [[int(t) for t in ids] for ids in prompts]  # type: ignore[union-attr]
+        return [[int(t) for t in ids] for ids in prompts]  # type: ignore[arg-type]  # (all are when the first is)
     keys = [_prompt_key(p) for p in prompts]
     if any(key is None for key in keys):
         return _tokenize(tokenizer, list(prompts), chat_template_kwargs)
@@ -167,7 +167,7 @@ def _prompt_key(prompt: Prompt) -> Any:
         return prompt
     if is_chat(prompt) and all(isinstance(m, dict) and all(isinstance(k, str) and isinstance(v, str)
                                                            for k, v in m.items()) for m in prompt):
-        return tuple(tuple(m.items()) for m in prompt)  # type: ignore[union-attr]
+        return tuple(tuple(m.items()) for m in prompt)
     return None
 
 

@@ -20,7 +20,7 @@ import numbers
 import os
 import warnings
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
@@ -76,7 +76,8 @@ def check_timeout(config: Any, field: str) -> None:
     value = getattr(config, field)
     if value is None:
         return
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 < value < float("inf"):
+    # (typeshed's `numbers.Real` declares no `__gt__`: compared as the float it stands for)
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 < cast(float, value) < float("inf"):
         raise ValueError(
             f"`{type(config).__name__}.{field}` must be a number of seconds > 0, or None for no limit, got {value!r}."
         )

@@ -253,18 +253,18 @@ def _prompt_lengths(tokenizer: Any, prompts: Sequence[Prompt], budget: int, ceil
         if isinstance(prompt, str):
             size = len(prompt.encode("utf-8", "surrogatepass"))
             bound = size + SPECIAL_TOKENS_SLACK
-        elif is_chat(prompt) and all(isinstance(m.get("content"), str) for m in prompt):  # type: ignore[union-attr]
-            roles = tuple((m.get("role"), tuple(sorted(m))) for m in prompt)  # type: ignore[union-attr]
+        elif is_chat(prompt) and all(isinstance(m.get("content"), str) for m in prompt):
+            roles = tuple((m.get("role"), tuple(sorted(m))) for m in prompt)
             if roles not in overheads:
-                empty = [{**m, "content": ""} for m in prompt]  # type: ignore[union-attr]
+                empty = [{**m, "content": ""} for m in prompt]
                 try:
                     overheads[roles] = len(tokenize_prompts(tokenizer, [empty], chat_template_kwargs)[0])
                 except Exception:  # noqa: BLE001 - a template that refuses empty messages: tokenize instead
                     overheads[roles] = budget + 1
-            size = sum(len(m["content"].encode("utf-8", "surrogatepass")) for m in prompt)  # type: ignore[union-attr]
+            size = sum(len(m["content"].encode("utf-8", "surrogatepass")) for m in prompt)
             bound = overheads[roles] + size + SPECIAL_TOKENS_SLACK * len(prompt)
         elif is_token_ids(prompt):
-            out[k] = _Length(len(prompt))  # type: ignore[arg-type]
+            out[k] = _Length(len(prompt))
             continue
         else:
             bound = budget + 1

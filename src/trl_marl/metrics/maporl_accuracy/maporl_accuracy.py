@@ -17,6 +17,7 @@ This file is self-contained (it does not import trl-marl) and computes exactly w
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import overload
 
 import datasets
 import evaluate
@@ -52,6 +53,14 @@ Examples:
     >>> metric.compute(predictions=[["4", "4", "5"], ["1", "2"]], references=["4", "2"])
     {'majority_accuracy': 0.75, 'agent_accuracy': 0.6}
 """
+
+
+@overload
+def _normalize(answer: str) -> str: ...
+
+
+@overload
+def _normalize(answer: str | None) -> str | None: ...
 
 
 def _normalize(answer: str | None) -> str | None:
