@@ -387,19 +387,19 @@ class PPOTrainer:
         return _Layout(input_ids, attention_mask, positions, targets, mask)
 
     @overload
-    def _forward(self, model: Any, layout: _Layout, with_values: Literal[True],
+    def _forward(self, model: torch.nn.Module, layout: _Layout, with_values: Literal[True],
                  keep_logits: Literal[True]) -> tuple[Tensor, Tensor, Tensor]: ...
 
     @overload
-    def _forward(self, model: Any, layout: _Layout, with_values: Literal[True],
+    def _forward(self, model: torch.nn.Module, layout: _Layout, with_values: Literal[True],
                  keep_logits: bool) -> tuple[Tensor, Tensor, Tensor | None]: ...
 
     @overload
-    def _forward(self, model: Any, layout: _Layout, with_values: bool,
+    def _forward(self, model: torch.nn.Module, layout: _Layout, with_values: bool,
                  keep_logits: bool) -> tuple[Tensor, Tensor | None, Tensor | None]: ...
 
     def _forward(
-        self, model: Any, layout: _Layout, with_values: bool, keep_logits: bool
+        self, model: torch.nn.Module, layout: _Layout, with_values: bool, keep_logits: bool
     ) -> tuple[Tensor, Tensor | None, Tensor | None]:
         """Log-probs `(B, R)` of the response tokens, their values and (optionally) logits `(B, R, V)`.
 
@@ -461,6 +461,8 @@ class PPOTrainer:
                     param.requires_grad_(flag)
             return logps, logits
         ref = self.team.ref_models[agent_index]
+        if ref is None:  # the constructor makes one for every agent without adapters
+            raise RuntimeError(f"Agent {agent_index} has no reference model.")
         logps, _, logits = self._forward(ref, layout, with_values=False, keep_logits=keep_logits)
         return logps, logits
 

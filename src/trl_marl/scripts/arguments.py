@@ -240,7 +240,7 @@ class SuggestingParser(TrlParser):
         **kwargs: `argparse.ArgumentParser`'s.
     """
 
-    def __init__(self, dataclass_types: Iterable[type] | None = None, **kwargs: Any) -> None:
+    def __init__(self, dataclass_types: Iterable[type] | None = None, **kwargs: object) -> None:
         # (transformers types the dataclasses as `NewType("DataClassType", Any)`, which no class is)
         super().__init__(cast("Iterable[DataClassType] | None", dataclass_types), **kwargs)
 

@@ -15,10 +15,13 @@ models.
 from __future__ import annotations
 
 import logging
-from typing import Any, Protocol, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import torch
 from torch import nn
+
+if TYPE_CHECKING:
+    from bitsandbytes.functional import QuantState
 
 __all__ = ["keep_4bit_trainable", "repacked_4bit_layers"]
 
@@ -32,7 +35,7 @@ class _Weight4bit(Protocol):
     """The weight of a bitsandbytes `Linear4bit` layer (a `Params4bit`): its 4-bit codes and quantization state."""
 
     data: torch.Tensor
-    quant_state: Any
+    quant_state: QuantState
 
 
 def repacked_4bit_layers(model: nn.Module) -> list[str]:

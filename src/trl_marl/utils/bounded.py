@@ -392,7 +392,7 @@ def _worker_main(handler: Callable[[Any], Any], read_fd: int, write_fd: int) -> 
         if payload is None:
             return
 
-        def produce(data: bytes = payload) -> Any:
+        def produce(data: bytes = payload) -> object:
             return handler(pickle.loads(data))
 
         _write_blocking(write_fd, _reply_message(produce))
