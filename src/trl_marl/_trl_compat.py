@@ -11,7 +11,7 @@ import json
 import os
 import shutil
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from packaging.version import Version
 
@@ -198,7 +198,13 @@ def _rotate_complete_checkpoints(run_dir: str, save_total_limit: int | None, kee
         _remove_tree(path)
 
 
-class TeamCheckpointMixin:
+if TYPE_CHECKING:  # the trainer the mixin is mixed into (`TeamTrainer`): what its methods read and call
+    _MixedInto = TRLBaseTrainer
+else:
+    _MixedInto = object
+
+
+class TeamCheckpointMixin(_MixedInto):
     """Overrides of `transformers.Trainer`'s private save/load hooks so that a checkpoint holds a whole team.
 
     `Trainer` saves a model that is not a `PreTrainedModel` as one flat state dict, and restores it the same way.
@@ -238,8 +244,8 @@ class TeamCheckpointMixin:
 
         from transformers import TrainerState
 
-        args = self.args  # type: ignore[attr-defined]
-        team = _team_of(self.accelerator.unwrap_model(self.model))  # type: ignore[attr-defined]
+        args = self.args
+        team = _team_of(self.accelerator.unwrap_model(self.model))
         required: list[tuple[str, ...]] = [(TRAINER_STATE_FILE,), (TEAM_CONFIG_FILE,)]
         required += [agent_weight_files(a, team.agent_adapter[a] is not None) for a in range(team.num_agents)]
         if not args.save_only_model and self.resumable:
@@ -261,7 +267,7 @@ class TeamCheckpointMixin:
         Raises:
             ValueError: See [`resume_checkpoint`].
         """
-        return super().train(  # type: ignore[misc]
+        return super().train(
             resume_from_checkpoint=self.resume_checkpoint(resume_from_checkpoint), trial=trial,
             ignore_keys_for_eval=ignore_keys_for_eval, **kwargs,
         )
@@ -279,7 +285,9 @@ class TeamCheckpointMixin:
         if not resume_from_checkpoint:
             return None
         if isinstance(resume_from_checkpoint, bool):
-            output_dir = self.args.output_dir  # type: ignore[attr-defined]
+            output_dir = self.args.output_dir
+            if output_dir is None:  # TrainingArguments defaults it ("trainer_output")
+                raise ValueError("`resume_from_checkpoint=True` needs the `output_dir` that holds the checkpoints.")
             chosen, skipped = choose_checkpoint(output_dir, self.checkpoint_spec())
             if chosen is None:
                 why = "".join(f"\n- {reason}" for reason in skipped)
@@ -305,7 +313,7 @@ class TeamCheckpointMixin:
                     f"Cannot resume from {resume_from_checkpoint}: {problem}. "
                     + (f"The newest complete checkpoint next to it is {newest}." if newest else "")
                 )
-        finished = finished_run_problem(folder, self.args.max_steps, type(self.args).__name__)  # type: ignore[attr-defined]
+        finished = finished_run_problem(folder, self.args.max_steps, type(self.args).__name__)
         if finished:
             raise ValueError(finished)
         return folder
@@ -314,13 +322,13 @@ class TeamCheckpointMixin:
         """Saves a checkpoint atomically (transformers 5.23's `_save_checkpoint`, written elsewhere then renamed)."""
         from transformers.trainer import TRAINER_STATE_NAME, ExportableState, SaveStrategy
 
-        args = self.args  # type: ignore[attr-defined]
-        state = self.state  # type: ignore[attr-defined]
-        accelerator = self.accelerator  # type: ignore[attr-defined]
+        args = self.args
+        state = self.state
+        accelerator = self.accelerator
         name = f"{CHECKPOINT_PREFIX}-{state.global_step}"
-        if self.hp_search_backend is None and trial is None:  # type: ignore[attr-defined]
-            self.store_flos()  # type: ignore[attr-defined]
-        run_dir = self._get_output_dir(trial=trial)  # type: ignore[attr-defined]
+        if self.hp_search_backend is None and trial is None:
+            self.store_flos()
+        run_dir = self._get_output_dir(trial=trial)
         final_dir = os.path.join(run_dir, name)
         partial_dir = os.path.join(run_dir, PARTIAL_PREFIX + name)
         if args.should_save:
@@ -329,7 +337,7 @@ class TeamCheckpointMixin:
             os.makedirs(partial_dir)
         accelerator.wait_for_everyone()  # nobody writes into the folder before it is fresh
 
-        self.save_model(partial_dir, _internal_call=True)  # type: ignore[attr-defined]
+        self.save_model(partial_dir, _internal_call=True)
         if (
             args.save_strategy in (SaveStrategy.STEPS, SaveStrategy.EPOCH, SaveStrategy.BEST)
             and state.best_global_step
@@ -338,19 +346,22 @@ class TeamCheckpointMixin:
             if state.best_global_step == state.global_step or os.path.exists(best_dir):
                 state.best_model_checkpoint = best_dir
         if not args.save_only_model and self.resumable:  # what a resume needs; nothing for a trainer that cannot
-            self._save_optimizer_and_scheduler(partial_dir)  # type: ignore[attr-defined]
-            self._save_scaler(partial_dir)  # type: ignore[attr-defined]
-            self._save_rng_state(partial_dir)  # type: ignore[attr-defined]
+            self._save_optimizer_and_scheduler(partial_dir)
+            self._save_scaler(partial_dir)
+            self._save_rng_state(partial_dir)
             if args.should_save:
                 self.save_extra_state(partial_dir)
         if args.should_save:
-            callbacks = self.callback_handler.callbacks + [self.control]  # type: ignore[attr-defined]
+            callbacks = self.callback_handler.callbacks + [self.control]
+            # (a dict by callback name once `TrainerState.__post_init__` has run; transformers types the field as
+            # the list of callbacks it is built from)
+            stateful = cast("dict[str, Any]", state.stateful_callbacks)
             for callback in [c for c in callbacks if isinstance(c, ExportableState)]:
                 callback_name = callback.__class__.__name__
-                if isinstance(state.stateful_callbacks[callback_name], list):
-                    state.stateful_callbacks[callback_name].append(callback.state())
+                if isinstance(stateful[callback_name], list):
+                    stateful[callback_name].append(callback.state())
                 else:
-                    state.stateful_callbacks[callback_name] = callback.state()
+                    stateful[callback_name] = callback.state()
             state.save_to_json(os.path.join(partial_dir, TRAINER_STATE_NAME))  # last: it marks completeness
 
         accelerator.wait_for_everyone()  # every process has written its part
@@ -359,18 +370,20 @@ class TeamCheckpointMixin:
         accelerator.wait_for_everyone()  # nobody goes on before the checkpoint has its final name
 
         if args.push_to_hub:
-            self._push_from_checkpoint(final_dir)  # type: ignore[attr-defined]
+            self._push_from_checkpoint(final_dir)
         if args.should_save:
             keep = {final_dir} | ({state.best_model_checkpoint} if state.best_model_checkpoint else set())
             _rotate_complete_checkpoints(run_dir, args.save_total_limit, keep)
             announcer("trl_marl.checkpoints").info("%s", checkpoint_size_line(final_dir, args.save_total_limit))
 
     def _save(self, output_dir: str | None = None, state_dict: dict[str, Any] | None = None) -> None:
-        output_dir = output_dir if output_dir is not None else self.args.output_dir  # type: ignore[attr-defined]
-        if not self.args.should_save:  # type: ignore[attr-defined]
+        output_dir = output_dir if output_dir is not None else self.args.output_dir
+        if not self.args.should_save:
             return
+        if output_dir is None:  # TrainingArguments defaults it ("trainer_output")
+            raise ValueError("No `output_dir` to save the team in.")
         os.makedirs(output_dir, exist_ok=True)
-        root = self.accelerator.unwrap_model(self.model)  # type: ignore[attr-defined]
+        root = self.accelerator.unwrap_model(self.model)
         team = _team_of(root)
         from .team import is_partitioned
 
@@ -382,14 +395,15 @@ class TeamCheckpointMixin:
         # a checkpoint is written under `tmp-checkpoint-<step>`: its card is titled (and loads) `checkpoint-<step>`
         folder = os.path.basename(os.path.normpath(output_dir))
         published = folder[len(PARTIAL_PREFIX):] if _PARTIAL_RE.match(folder) else None
-        self.create_model_card(output_dir=output_dir, model_name=published)  # type: ignore[attr-defined]
+        # (the trainers' own `create_model_card` takes the folder; TRL's base class does not)
+        self.create_model_card(output_dir=output_dir, model_name=published)  # type: ignore[call-arg]
         import torch
         from transformers.trainer import TRAINING_ARGS_NAME
 
-        torch.save(self.args, os.path.join(output_dir, TRAINING_ARGS_NAME))  # type: ignore[attr-defined]
+        torch.save(self.args, os.path.join(output_dir, TRAINING_ARGS_NAME))
 
     def _load_from_checkpoint(self, resume_from_checkpoint: str, model: Any = None) -> None:
-        module = self.accelerator.unwrap_model(model if model is not None else self.model)  # type: ignore[attr-defined]
+        module = self.accelerator.unwrap_model(model if model is not None else self.model)
         team = _team_of(module)
         if getattr(self, "is_fsdp_enabled", False):  # sharded: every process loads the full team, keeps its shards
             saved = type(team).from_pretrained(resume_from_checkpoint).state_dict()
