@@ -110,6 +110,13 @@ class _Sample:
             self.logps += logps if logps is not None else [0.0] * len(tokens)
 
 
+def _engine_logps(sample: _Sample) -> list[float]:
+    """`sample`'s engine log-probabilities (it has them whenever its generation had them)."""
+    if sample.logps is None:
+        raise ValueError(f"Sample {sample.index} of team member {sample.slot} has no engine log-probabilities.")
+    return sample.logps
+
+
 class ToolLoop:
     """Runs the tool calls of a team's turns (see the module docstring).
 
@@ -187,6 +194,13 @@ class ToolLoop:
     def has_tools(self, slot: int) -> bool:
         return self.agent_tools[slot] is not None
 
+    def _tools_of(self, slot: int) -> tuple[AgentTools, ToolFormat]:
+        """The tools and the tool format of member `slot`, one with tools (every sample of the loop's is)."""
+        tools, tool_format = self.agent_tools[slot], self.formats[slot]
+        if tools is None or tool_format is None:
+            raise ValueError(f"Team member {slot} has no tools.")
+        return tools, tool_format
+
     # ------------------------------------------------------------------ before sampling
     def prepare(self, prompts: Sequence[Sequence[Any]], rows: Sequence[Sequence[Any]],
                 chat_template_kwargs: dict | None = None) -> list[Sequence[Any]]:
@@ -235,7 +249,7 @@ class ToolLoop:
             return None
         if environment is None and tools.environment_factory is not None:
             environment = tools.environments(1)[0]
-        kwargs = self.formats[slot].template_kwargs(chat_template_kwargs)  # type: ignore[union-attr]
+        kwargs = self._tools_of(slot)[1].template_kwargs(chat_template_kwargs)
         kwargs["tools"] = tools.callables(environment)
         return kwargs
 
@@ -258,36 +272,37 @@ class ToolLoop:
         budget = int(config.max_new_tokens) if config.max_new_tokens is not None else None
         self._turn_seconds = 0.0
         stats: list[ToolTurnStats | None] = [None] * n
+        member_stats: dict[int, ToolTurnStats] = {}  # the same, of the members with tools
         samples: list[list[_Sample] | None] = [None] * n
         for s in range(n):
             if self.agent_tools[s] is None:
                 continue
-            stats[s] = ToolTurnStats(samples=len(generation.completion_ids[s]))
-            samples[s] = [_Sample(s, i, list(prompt), generation.completion_ids[s][i],
-                                  None if generation.sampling_logps is None else generation.sampling_logps[s][i])
-                          for i, prompt in enumerate(generation.prompt_ids[s])]
-            for sample in samples[s]:  # type: ignore[union-attr]
+            stats[s] = member_stats[s] = ToolTurnStats(samples=len(generation.completion_ids[s]))
+            samples[s] = member_samples = [
+                _Sample(s, i, list(prompt), generation.completion_ids[s][i],
+                        None if generation.sampling_logps is None else generation.sampling_logps[s][i])
+                for i, prompt in enumerate(generation.prompt_ids[s])]
+            for sample in member_samples:
                 sample.messages.append(self._parse(sample, sample.ids, sample.prompt))
         pending = [x for rows in samples if rows is not None for x in rows if x.calls]
         rounds = 0
         while self._continue(bool(pending), keep_going, rounds):
             # the calls run; their results join the completions that have room for them (TRL's rule)
-            answered = [x for x in pending if self._append_results(x, stats[x.slot], budget,  # type: ignore[arg-type]
+            answered = [x for x in pending if self._append_results(x, member_stats[x.slot], budget,
                                                                     chat_template_kwargs)]
             live = [x for x in answered if budget is None or len(x.ids) < budget]
             if live:  # the rows with room left generate again: every member's rows in one call
-                self._generate_after(generate, live, config, budget, stats)
+                self._generate_after(generate, live, config, budget, member_stats)
             elif keep_going is not None and idle is not None:  # other processes may generate: so must this one
                 idle()
             pending = [x for x in live if x.calls]
             rounds += 1
-        completion_ids = [rows if samples[s] is None else [x.ids for x in samples[s]]  # type: ignore[union-attr]
-                          for s, rows in enumerate(generation.completion_ids)]
+        completion_ids = [rows if member is None else [x.ids for x in member]
+                          for member, rows in zip(samples, generation.completion_ids, strict=True)]
         logps = None if generation.sampling_logps is None else [
-            rows if samples[s] is None else [x.logps for x in samples[s]]  # type: ignore[union-attr]
-            for s, rows in enumerate(generation.sampling_logps)]
-        out = Generation(prompt_ids=generation.prompt_ids, completion_ids=completion_ids,
-                         sampling_logps=logps)  # type: ignore[arg-type]
+            rows if member is None else [_engine_logps(x) for x in member]
+            for member, rows in zip(samples, generation.sampling_logps, strict=True)]
+        out = Generation(prompt_ids=generation.prompt_ids, completion_ids=completion_ids, sampling_logps=logps)
         return ToolTurn(out, [None if rows is None else [x.mask for x in rows] for rows in samples],
                         [None if rows is None else [_answer(x.messages) for x in rows] for rows in samples],
                         [None if rows is None else [x.messages for x in rows] for rows in samples], stats)
@@ -297,8 +312,8 @@ class ToolLoop:
         """Run `sample`'s calls and append their results (masked) to its completion; False, with nothing appended,
         when they do not fit the budget or the model's context (the sample then ends with its calls unanswered)."""
         results = self._call(sample, sample.calls, stats)
-        suffix = tool_suffix_ids(self.tokenizers[sample.slot], self.formats[sample.slot],  # type: ignore[arg-type]
-                                 results, chat_template_kwargs)
+        suffix = tool_suffix_ids(self.tokenizers[sample.slot], self._tools_of(sample.slot)[1], results,
+                                 chat_template_kwargs)
         used = len(sample.ids) + len(suffix)
         limit = self.context_limits[sample.slot]
         if (budget is not None and used > budget) or (limit is not None and len(sample.prompt) + used >= limit):
@@ -309,7 +324,7 @@ class ToolLoop:
         return True
 
     def _generate_after(self, generate: GenerateFn, samples: list[_Sample], config: GenerationConfig,
-                        budget: int | None, stats: list[ToolTurnStats | None]) -> None:
+                        budget: int | None, stats: dict[int, ToolTurnStats]) -> None:
         """One generation after the tool results of `samples`, each cut to its own room; the new messages parsed."""
         by_slot: list[list[list[int]]] = [[] for _ in self.agent_tools]
         contexts = [x.prompt + x.ids for x in samples]
@@ -328,7 +343,7 @@ class ToolLoop:
             if budget is not None:
                 new = new[: budget - len(sample.ids)]
             sample.append(new, generated=True, logps=None if new_logps is None else new_logps[: len(new)])
-            stats[sample.slot].rounds += 1  # type: ignore[union-attr]
+            stats[sample.slot].rounds += 1
             if new:
                 sample.messages.append(self._parse(sample, new, context))
 
@@ -346,9 +361,9 @@ class ToolLoop:
 
     def _parse(self, sample: _Sample, ids: list[int], prefix: list[int]) -> dict[str, Any]:
         """The assistant message of `ids`, generated after `prefix` by `sample`'s agent, read with its tools."""
-        tools = self.agent_tools[sample.slot].callables(self._environment(sample.slot, sample.index))  # type: ignore
-        return parse_completion(self.tokenizers[sample.slot], self.formats[sample.slot],  # type: ignore[arg-type]
-                                ids, prefix, tools)
+        tools, tool_format = self._tools_of(sample.slot)
+        return parse_completion(self.tokenizers[sample.slot], tool_format, ids, prefix,
+                                tools.callables(self._environment(sample.slot, sample.index)))
 
     def _environment(self, slot: int, row: int) -> Any:
         environments = self._environments[slot]
@@ -357,7 +372,7 @@ class ToolLoop:
     def _call(self, sample: _Sample, calls: list[dict[str, Any]], stats: ToolTurnStats) -> list[dict[str, Any]]:
         """Run one message's tool calls, counted in `stats`, within what is left of `sample`'s time for tool calls in
         this turn; each result as a `tool` message (named after the called tool)."""
-        tools = self.agent_tools[sample.slot].by_name(self._environment(sample.slot, sample.index))  # type: ignore
+        tools = self._tools_of(sample.slot)[0].by_name(self._environment(sample.slot, sample.index))
         results = []
         for call in calls:
             function = call.get("function", {}) if call.get("type", "function") == "function" else None
