@@ -501,7 +501,9 @@ class DebateEnv(MultiAgentEnv):
         self.validate_row(row, where="the row")
         gold = row[self.answer_column]
         responses = transcript[-1].responses
-        scores = [float(self.verifier.score(response, gold)) for response in responses]  # type: ignore[union-attr]
+        if self.verifier is None:  # `__init__` refuses `show_verifier_scores` without one
+            raise ValueError("DebateEnv: `show_verifier_scores=True` needs a `verifier` with a `score` method.")
+        scores = [float(self.verifier.score(response, gold)) for response in responses]
         t = len(transcript)
         texts = []
         for i in range(self.num_agents):

@@ -46,6 +46,7 @@ import struct
 import warnings
 import zipfile
 from collections.abc import Callable, Sequence
+from typing import BinaryIO
 
 from .checkpoint_files import (
     CHECKPOINT_PREFIX,
@@ -354,18 +355,18 @@ _SAFETENSORS_ITEMSIZE = {
 }
 
 
-def _safetensors_problem(handle: object, size: int) -> str | None:
+def _safetensors_problem(handle: BinaryIO, size: int) -> str | None:
     """Whether a safetensors file (open, at its start) holds its whole header and exactly the data bytes that the
     header describes, as safetensors itself reads them: the tensors' byte ranges follow each other from 0 with no
     hole or overlap, and each is as long as its shape and dtype say (a header rewritten with an entry removed or a
     shape changed, behind a manifest rewritten to fit, fails here instead of inside the load)."""
-    prefix = handle.read(8)  # type: ignore[attr-defined]
+    prefix = handle.read(8)
     if len(prefix) < 8:
         return f"is truncated ({size} bytes, shorter than the 8-byte header length)"
     (length,) = struct.unpack("<Q", prefix)
     if length > min(size - 8, _MAX_SAFETENSORS_HEADER):
         return f"is truncated ({size} bytes; its header alone says {length + 8})"
-    header = json.loads(handle.read(length))  # type: ignore[attr-defined]
+    header = json.loads(handle.read(length))
     if not isinstance(header, dict):
         return "has a header that is not a JSON object"
     ranges: list[tuple[int, int, str]] = []
