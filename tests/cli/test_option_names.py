@@ -94,6 +94,8 @@ from trl_marl.cli import main
 from trl_marl.scripts import option_names
 if sys.argv[2] == "ignore the shipped names":
     option_names.SHIPPED = Path("no-shipped-names.json")
+elif sys.argv[2] != "-":
+    option_names.SHIPPED = Path(sys.argv[2])
 try:
     main(json.loads(sys.argv[1]))
 except SystemExit as stop:
@@ -191,13 +193,15 @@ def test_the_first_mistyped_command_after_an_install_is_refused_before_the_impor
     """An empty cache, as after `pip install`: the shipped names refuse the option with the parser's lines."""
     from trl_marl.scripts.magrpo import build_parser as magrpo_parser
     from trl_marl.scripts.maporl import build_parser as maporl_parser
+    from trl_marl.scripts.option_snapshot import write_snapshot
 
     prog = "trl-marl " + " ".join(command)
-    if shipped_option_names(prog) is None:
-        pytest.skip("the installed trl/transformers/peft/accelerate are not the versions the names were shipped for")
+    shipped = tmp_path / "option_names.json"  # the file a release ships, written for the versions installed here
+    write_snapshot(shipped)
+    assert shipped_option_names(prog, shipped) is not None
     argv = [*command, "--model_name_or_path", "toy", "--lerning_rate", "1e-4", "--num_generation", "2"]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRL_MARL_CACHE": str(tmp_path / "cache")}
-    run = subprocess.run([sys.executable, "-c", f"HEAVY = {HEAVY!r}\n{_PROBE}", json.dumps(argv), "-"],
+    run = subprocess.run([sys.executable, "-c", f"HEAVY = {HEAVY!r}\n{_PROBE}", json.dumps(argv), str(shipped)],
                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
     assert json.loads(run.stdout.strip().splitlines()[-1]) == {"code": 2, "loaded": []}
     parser = magrpo_parser(prog=prog) if command == ["magrpo"] else maporl_parser(command[1], prog=prog)
