@@ -93,7 +93,7 @@ def main() -> None:
         gradient_accumulation_steps=1, num_mini_batches=1, num_ppo_epochs=1, total_episodes=P * G * steps,
         response_length=4, stop_token="eos", learning_rate=3e-4, lr_scheduler_type="constant", kl_coef=0.0,
         vf_coef=0.6, gamma=1.0, lam=1.0, temperature=1.0, report_to="none", save_strategy="no", logging_steps=1,
-        num_sample_generations=0, disable_tqdm=True, seed=args.seed, bf16=False, advantage_level="turn",
+        num_sample_generations=0, disable_tqdm=True, seed=args.seed, bf16=False, advantage_mode="turn",
         critic="per_agent",
     )
     trainer = MultiAgentPPOTrainer(args=config, model=model_dir, env=TargetSumEnv(2),

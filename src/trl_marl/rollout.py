@@ -18,7 +18,8 @@ One call of [`JointRollout.run`] plays the episodes of a batch of dataset rows:
    agent (`TurnResult.local_returns`), for the estimators that mix it in (AT-GRPO's `"agent_turn"`).
 
 The engine stops at returns: which advantage estimator turns them into advantages is the trainer's choice
-(`MAGRPOConfig.advantage_mode`), applied by [`assign_advantages`] with the estimators of `trl_marl.core.advantages`.
+(`MAGRPOConfig.advantage_mode`): [`rollout_advantages`] gives the estimator (`trl_marl.core.advantages`) every
+turn of the tree in one call, and [`assign_advantages`] sets them on the turns.
 
 The same engine serves every trainer: MAGRPO as above; PPO and evaluation with `num_generations=1` (one joint action
 per node: plain episodes), PPO scoring each (turn, agent) response once the episode is over (`run(score=False)`).
@@ -460,44 +461,51 @@ def _node_rows(result: TurnResult) -> torch.Tensor:
     return torch.tensor([node.row_index for node in result.nodes], dtype=torch.long)
 
 
-def turn_advantages(result: TurnResult, mode: str, turns: Sequence[TurnResult] = (),
-                    team_weight: float = 1.0) -> torch.Tensor:
-    """The advantages of one turn's samples: the estimator registered as `mode` on the turn's `agent_returns`.
+def rollout_advantages(turns: Sequence[TurnResult], mode: str, team_weight: float = 1.0) -> list[torch.Tensor]:
+    """Every turn's advantages from its returns: the estimator registered as `mode`, given the whole tree.
+
+    Each turn's `(K, n, G)` `agent_returns` go to the estimator with [`advantage_context`] over every turn of
+    `turns` (the tree estimators that pool over turns read, e.g. `"agent_norm"`), so one call credits the rollout.
 
     Args:
-        result: A turn whose `agent_returns` (K, n, G) and `returns` (K, J) are set.
-        mode: A registered estimator's name (`MAGRPOConfig.advantage_mode`; `trl_marl.core.advantages`).
-        turns: Every turn of the rollout (see [`advantage_context`]); empty: `result` alone.
+        turns: The turns of one scored rollout (`Rollout.turns`), returns backed up.
+        mode: A registered group estimator's name (`MAGRPOConfig.advantage_mode`; `trl_marl.core.advantages`).
         team_weight: alpha of the local-reward estimators (see [`advantage_context`]).
 
     Returns:
-        `(K, n, G)` advantages.
+        One `(K, n, G)` tensor per turn.
 
     Raises:
-        ValueError: No estimator is registered as `mode`.
+        ValueError: No group estimator is registered as `mode` (before any turn is estimated).
     """
-    return advantage_estimator(mode)(_required(result, "agent_returns", result.agent_returns),
-                                     advantage_context(result, turns, team_weight))
+    estimator = advantage_estimator(mode)
+    return [estimator(_required(t, "agent_returns", t.agent_returns), advantage_context(t, turns, team_weight))
+            for t in turns]
 
 
-def assign_advantages(turns: Sequence[TurnResult], advantages: str | Callable[[TurnResult], torch.Tensor],
+def assign_advantages(turns: Sequence[TurnResult], advantages: str | Sequence[torch.Tensor],
                       team_weight: float = 1.0) -> None:
-    """Set every turn's `advantages` from its returns; a NaN advantage (an unscorable sample) becomes 0.
+    """Set every turn's `advantages`; a NaN advantage (an unscorable sample) becomes 0.
 
     Args:
         turns: The turns of one scored rollout (`Rollout.turns`).
-        advantages: An estimator's name (`MAGRPOConfig.advantage_mode`: [`turn_advantages`] with every turn of the
-            rollout), or a function of one turn, `advantages(turn) -> (K, n, G)` (e.g. a trainer's
-            `compute_advantages` hook).
+        advantages: An estimator's name (`MAGRPOConfig.advantage_mode`: [`rollout_advantages`] of `turns`), or one
+            `(K, n, G)` tensor per turn (e.g. what a trainer's `compute_advantages` returned).
         team_weight: alpha of the local-reward estimators, with a name (see [`advantage_context`]).
+
+    Raises:
+        ValueError: Not one tensor per turn, or a tensor whose shape is not its turn's `agent_returns`'.
     """
-    if isinstance(advantages, str):
-        advantage_estimator(advantages)  # an unknown name fails before any turn
-        advantages = functools.partial(turn_advantages, mode=advantages, turns=turns, team_weight=team_weight)
-    for result in turns:
-        result.advantages = advantages(result)
-        if not torch.isfinite(result.advantages).all():
-            result.advantages = torch.nan_to_num(result.advantages, nan=0.0)
+    values = rollout_advantages(turns, advantages, team_weight) if isinstance(advantages, str) else list(advantages)
+    if len(values) != len(turns):
+        raise ValueError(f"Got advantages for {len(values)} turns, but the rollout has {len(turns)}: give one "
+                         "`(K, n, G)` tensor per turn.")
+    for result, value in zip(turns, values):
+        expected = _required(result, "agent_returns", result.agent_returns).shape
+        if value.shape != expected:
+            raise ValueError(f"Turn {result.turn}'s advantages have shape {tuple(value.shape)}, its returns "
+                             f"{tuple(expected)}: give one advantage per sample, `(K, n, G)`.")
+        result.advantages = value if torch.isfinite(value).all() else torch.nan_to_num(value, nan=0.0)
 
 
 def reward_std_is_zero(rewards: torch.Tensor) -> float:

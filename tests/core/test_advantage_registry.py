@@ -13,6 +13,7 @@ import pytest
 import torch
 
 import trl_marl.core.advantages as advantages_module
+import trl_marl.core.estimators as estimators_module
 from trl_marl.core import (
     ADVANTAGE_MODES,
     AdvantageContext,
@@ -110,13 +111,15 @@ def test_register_refuses_a_taken_name_unless_replaced():
 
 def test_docstring_examples_hold():
     # the worked example of every estimator, run as written (the registry is restored: an example registers one)
-    saved = dict(advantages_module._ESTIMATORS)
+    saved = dict(estimators_module._REGISTRY)
     try:
         result = doctest.testmod(advantages_module, optionflags=doctest.NORMALIZE_WHITESPACE)
+        registry = doctest.testmod(estimators_module, optionflags=doctest.NORMALIZE_WHITESPACE)
     finally:
-        advantages_module._ESTIMATORS.clear()
-        advantages_module._ESTIMATORS.update(saved)
+        estimators_module._REGISTRY.clear()
+        estimators_module._REGISTRY.update(saved)
     assert result.attempted >= 10 and result.failed == 0
+    assert registry.attempted >= 2 and registry.failed == 0
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -247,7 +250,7 @@ def test_the_extending_guide_estimator_example_runs(tmp_path, monkeypatch):
     blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
     block = next(b for b in blocks if "register_advantage_estimator" in b)
     monkeypatch.chdir(tmp_path)
-    saved = dict(advantages_module._ESTIMATORS)
+    saved = dict(estimators_module._REGISTRY)
     namespace: dict = {}
     try:
         exec(compile(block, "extending.md", "exec"), namespace)  # noqa: S102 - the project's own documentation
@@ -257,8 +260,8 @@ def test_the_extending_guide_estimator_example_runs(tmp_path, monkeypatch):
         close(median(torch.tensor([[[1.0, 0.0, 9.0]]]), AdvantageContext()), [[[0.0, -1.0, 8.0]]])
         close(median(torch.tensor([[[1.0, NAN, 9.0]]]), AdvantageContext()), [[[0.0, 0.0, 8.0]]])
     finally:
-        advantages_module._ESTIMATORS.clear()
-        advantages_module._ESTIMATORS.update(saved)
+        estimators_module._REGISTRY.clear()
+        estimators_module._REGISTRY.update(saved)
 
 
 def test_each_agent_is_credited_its_own_local_return():

@@ -16,7 +16,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from trl_marl.core import advantages as adv
+from trl_marl.core import estimators
 from trl_marl.core.advantages import AdvantageContext, agent_norm_advantages, no_signal_nodes, std_advantages
 from trl_marl.envs.base import Transcript
 from trl_marl.rollout import (
@@ -102,7 +102,7 @@ def test_the_fraction_asks_the_estimator() -> None:
     assert no_signal_fraction(turns, "raw") == pytest.approx(1 / 3)  # only the node of 0s
     assert no_signal_fraction(turns, "agent_norm") == pytest.approx(1 / 3)  # only the node at the episode's mean
     # a custom estimator's advantages are read as assigned
-    assign_advantages(turns, lambda t: t.agent_returns * 0.0)
+    assign_advantages(turns, [t.agent_returns * 0.0 for t in turns])
     assert no_signal_fraction(turns) == 1.0
     assign_advantages(turns, "raw")
     assert no_signal_fraction(turns) == pytest.approx(1 / 3)
@@ -137,7 +137,8 @@ def test_agent_norm_without_any_spread_in_the_episode_warns() -> None:
 
 
 def test_an_estimator_that_gives_zeros_to_spread_returns_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(adv._ESTIMATORS, "zeros_for_test", lambda returns, context: torch.zeros_like(returns))
+    monkeypatch.setattr(estimators, "_REGISTRY", dict(estimators._REGISTRY))  # restored after the test
+    estimators.register_advantage_estimator("zeros_for_test")(lambda returns, context: torch.zeros_like(returns))
     rollout = Rollout(turns=[_turn(1, [[0.0, 1.0]], [0])], generation_time=0.0, generated_tokens=0,
                       nonfinite_rewards=0)
     (message,) = _warnings("zeros_for_test", rollout)

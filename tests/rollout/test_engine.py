@@ -252,8 +252,8 @@ class ConstantRewardMAGRPO(MAGRPOTrainer):
 
 
 class NegatedAdvantageMAGRPO(MAGRPOTrainer):
-    def compute_advantages(self, turn):  # noqa: ANN001, ANN201
-        return -super().compute_advantages(turn)
+    def compute_advantages(self, rollout):  # noqa: ANN001, ANN201
+        return [-a for a in super().compute_advantages(rollout)]
 
 
 class DoubledLossMAGRPO(MAGRPOTrainer):

@@ -3,7 +3,8 @@
     PYTHONPATH=src:tests/tools TRL_MARL_RECORD=before.json python -m pytest tests -q -p record_training
 
 then the same on the other tree (`after.json`), and `python tests/tools/compare_training_records.py before.json
-after.json`. A test that does not seed its own random state (e.g. a value head initialised from the global RNG)
+after.json`. Under pytest-xdist (`-n 2 --dist loadfile`) each worker writes `<path>.<worker>` and the controller merges
+them into `<path>`. A test that does not seed its own random state (e.g. a value head initialised from the global RNG)
 records what the tests before it left, so a change of test order alone can change its entry.
 
 Wraps MAGRPOTrainer.train, MultiAgentPPOTrainer.train (and so PPOTrainer) and legacy PPOTrainer.step through the
@@ -14,6 +15,7 @@ public imports. Per call: the log history without wall-clock fields, and SHA-256
 from __future__ import annotations
 
 import functools
+import glob
 import hashlib
 import json
 import os
@@ -110,6 +112,17 @@ def pytest_configure(config: Any) -> None:
 
 def pytest_sessionfinish(session: Any, exitstatus: int) -> None:
     path = os.environ.get("TRL_MARL_RECORD")
-    if path:
-        with open(path, "w") as f:
-            json.dump(RECORDS, f, indent=1, sort_keys=True)
+    if not path:
+        return
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker:  # an xdist worker: its share, merged by the controller below
+        with open(f"{path}.{worker}", "w") as f:
+            json.dump(RECORDS, f)
+        return
+    records = dict(RECORDS)
+    for part in sorted(glob.glob(glob.escape(path) + ".gw*")):
+        with open(part) as f:
+            records.update(json.load(f))
+        os.remove(part)
+    with open(path, "w") as f:
+        json.dump(records, f, indent=1, sort_keys=True)

@@ -1,8 +1,9 @@
 """Pure tensor math for MAGRPO and multi-agent PPO: returns, advantages, token losses and MAPoRL's rewards.
 
-Every function is one equation of a paper (named in its docstring) and holds no trainer state. The advantage
-estimators are a registry (`core.advantages.register_advantage_estimator`): the name of each estimator is what
-`MAGRPOConfig.advantage_mode` takes. Which function implements which equation of which paper (MAGRPO, MAPoRL and
+Every function is one equation of a paper (named in its docstring) and holds no trainer state. Every trainer's
+advantage estimators are one registry (`core.estimators.register_advantage_estimator`): MAGRPO's group estimators
+(`core.advantages`) and PPO's critic estimators (`core.ppo`), the name of each what its trainer's `advantage_mode`
+takes. Which function implements which equation of which paper (MAGRPO, MAPoRL and
 the works they build on) is one table, in docs/architecture.md ("Where each paper equation lives").
 
 Helpers without an equation of their own: `masked_mean`, `masked_var`, `nan_std`, `whiten`, `whiten_jointly`,
@@ -42,6 +43,15 @@ from .advantages import (
     whiten,
     whiten_jointly,
 )
+from .estimators import (
+    ESTIMATOR_KINDS,
+    CriticEstimator,
+    CriticInputs,
+    critic_estimator,
+    estimator_for_scale_rewards,
+    estimator_scale_rewards,
+    scale_rewards_help,
+)
 from .lm_head import DEFAULT_CHUNK_ELEMENTS, chunk_positions, head_logprobs
 from .losses import (
     IMPORTANCE_SAMPLING_LEVELS,
@@ -77,6 +87,7 @@ from .ppo import (
     bootstrap_next_turn,
     classic_kl_penalty,
     clipped_value_loss,
+    gae_group_advantages,
     generalized_advantage_estimation,
     kl_penalty,
     ppo_policy_loss,
@@ -84,11 +95,25 @@ from .ppo import (
     running_moments_update,
     score_positions,
     shaped_token_rewards,
+    turn_group_advantages,
     turn_level_advantages,
+    turn_level_group_advantages,
+    whiten_group,
 )
 
 __all__ = [
     "ADVANTAGE_MODES",
+    "ESTIMATOR_KINDS",
+    "CriticEstimator",
+    "CriticInputs",
+    "critic_estimator",
+    "estimator_for_scale_rewards",
+    "estimator_scale_rewards",
+    "gae_group_advantages",
+    "scale_rewards_help",
+    "turn_group_advantages",
+    "turn_level_group_advantages",
+    "whiten_group",
     "AdvantageContext",
     "AdvantageEstimator",
     "advantage_estimator",

@@ -1,13 +1,16 @@
-"""How returns become advantages: a registry of advantage estimators, one pure function each.
+"""How returns become advantages in MAGRPO and its family: the ``"group"`` estimators, one pure function each.
 
 An *advantage estimator* turns the returns of one turn's samples into their advantages. It is a function
-``estimator(returns, context) -> advantages`` registered under a name with :func:`register_advantage_estimator`;
+``estimator(returns, context) -> advantages`` registered under a name with :func:`register_advantage_estimator`
+(the registry of every trainer's estimators, `core.estimators`, where PPO's ``"critic"`` estimators live beside these);
 that name is what ``MAGRPOConfig.advantage_mode`` takes, and adding an estimator is one function and its decorator
 (docs/extending.md). ``returns`` has shape ``(K, n, G)``: K nodes of the rollout tree at this turn, n agents, G
 samples per agent per node; the last dimension is one *group* (an agent's G siblings at a node). ``context``
 ([`AdvantageContext`]) carries what some estimators need besides: ``eps``, the batch's team returns, each node's
 episode (dataset row) and every turn of the rollout. Estimators leave NaN returns (unscorable samples) out of every
-statistic and give them advantage 0, as TRL 1.16's ``GRPOTrainer`` does.
+statistic and give them advantage 0, as TRL 1.16's ``GRPOTrainer`` does. Three of them are also GRPO's
+``scale_rewards`` values (``"mean"``: ``"none"``, ``"std"``: ``"group"``, ``"batch"``: ``"batch"``), declared where
+they are registered.
 
 Notation follows the papers:
 
@@ -34,13 +37,20 @@ this module re-exports both, so ``from trl_marl.core.advantages import tree_retu
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, replace
-from typing import TypeVar
+from dataclasses import replace
 
 import torch
 from torch import Tensor
 
+from .estimators import (
+    AdvantageContext,
+    AdvantageEstimator,
+    advantage_estimator,
+    advantage_mode_help,
+    advantage_modes,
+    estimator_uses_local_returns,
+    register_advantage_estimator,
+)
 from .returns import (
     JOINT_MODES,
     agent_local_returns_from_joint,
@@ -85,135 +95,6 @@ __all__ = [
 ]
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# The registry
-# ----------------------------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class AdvantageContext:
-    """What an advantage estimator may read besides the returns of the turn (every field has a default).
-
-    Args:
-        eps: Added to a standard deviation before dividing by it (TRL uses ``1e-4``).
-        team_returns: The turn's team returns, one per joint action, of the whole batch (every process's, gathered);
-            ``None``: the estimator's ``returns``. ``"batch"`` takes their std.
-        rows: ``(K,)`` the episode (dataset row) of each node of the turn; ``None``: every node is an episode of
-            its own.
-        tree: Every turn's ``(rows, returns)`` of the rollout, this turn's included (shapes ``(K_t,)`` and
-            ``(K_t, n, G)``); empty: this turn alone. ``"agent_norm"`` pools an agent's samples over the turns.
-        local_returns: ``(K, n, G)`` each sample's *local* return: its agent's own local reward backed up through
-            the tree like the team reward (MAGRPO's `local_reward_funcs`, docs/extending.md); ``None``: no local
-            reward. Only estimators registered with ``uses_local_returns=True`` read it (``"agent_turn"``).
-        team_weight: The weight ``alpha`` of the team return against the local one, ``alpha * R + R^loc``
-            (AT-GRPO's mixed reward; MAGRPO's `team_reward_weight`).
-    """
-
-    eps: float = 1e-4
-    team_returns: Tensor | None = None
-    rows: Tensor | None = None
-    tree: tuple[tuple[Tensor, Tensor], ...] = ()
-    local_returns: Tensor | None = None
-    team_weight: float = 1.0
-
-
-AdvantageEstimator = Callable[[Tensor, AdvantageContext], Tensor]
-"""``estimator(returns (K, n, G), context) -> advantages (K, n, G)``, NaN returns giving advantage 0."""
-
-_Estimator = TypeVar("_Estimator", bound=AdvantageEstimator)
-_ESTIMATORS: dict[str, AdvantageEstimator] = {}
-_LOCAL_READERS: set[str] = set()  # the estimators that read `context.local_returns`
-
-
-def register_advantage_estimator(name: str, *, replace: bool = False,
-                                 uses_local_returns: bool = False) -> Callable[[_Estimator], _Estimator]:
-    """Register an advantage estimator under ``name`` (a decorator; the function is returned unchanged).
-
-    The name becomes a valid ``MAGRPOConfig.advantage_mode``; the first line of the function's docstring is its
-    summary in :func:`advantage_mode_help` (the config's help text lists the estimators registered when
-    ``trl_marl.trainers`` was imported: the built-in ones). Register before building the config.
-
-    Args:
-        name: The ``advantage_mode`` value that selects the estimator.
-        replace: Replace an estimator already registered under ``name`` (otherwise that is an error).
-        uses_local_returns: The estimator reads ``context.local_returns`` and ``context.team_weight`` (per-agent
-            local rewards, e.g. ``"agent_turn"``). A trainer refuses local rewards for an estimator that does not
-            (:func:`estimator_uses_local_returns`), since it would drop them without a word.
-
-    Returns:
-        The decorator.
-
-    Raises:
-        ValueError: ``name`` is empty or not a string, or already registered and ``replace`` is False.
-
-    Example:
-
-    ```python
-    >>> @register_advantage_estimator("doc_centered_sign")
-    ... def centered_sign(returns, context):
-    ...     "sign of R - mean R over the group."
-    ...     return torch.sign(mean_advantages(returns, context))
-    >>> advantage_estimator("doc_centered_sign")(torch.tensor([[[1.0, 0.0, 5.0]]]), AdvantageContext())
-    tensor([[[-1., -1.,  1.]]])
-
-    ```
-    """
-    if not isinstance(name, str) or not name:
-        raise ValueError(f"An advantage estimator's name must be a non-empty string, got {name!r}.")
-
-    def decorate(func: _Estimator) -> _Estimator:
-        if name in _ESTIMATORS and not replace and _ESTIMATORS[name] is not func:
-            raise ValueError(
-                f"An advantage estimator named {name!r} is registered already ({_ESTIMATORS[name].__name__}): choose "
-                "another name, or pass `replace=True` to replace it."
-            )
-        _ESTIMATORS[name] = func
-        if uses_local_returns:
-            _LOCAL_READERS.add(name)
-        else:
-            _LOCAL_READERS.discard(name)
-        return func
-
-    return decorate
-
-
-def advantage_modes() -> tuple[str, ...]:
-    """The registered estimators' names, in registration order (the built-in ones first)."""
-    return tuple(_ESTIMATORS)
-
-
-def advantage_estimator(name: str) -> AdvantageEstimator:
-    """The estimator registered under ``name``.
-
-    Raises:
-        ValueError: No estimator has that name; the message names `advantage_mode` and the registered names.
-    """
-    try:
-        return _ESTIMATORS[name]
-    except (KeyError, TypeError):
-        raise ValueError(
-            f"`advantage_mode` must be one of {advantage_modes()}, got {name!r}. A new estimator is one function "
-            "registered with `trl_marl.core.register_advantage_estimator` (docs/extending.md)."
-        ) from None
-
-
-def estimator_uses_local_returns(name: str) -> bool:
-    """Whether the estimator registered as ``name`` reads per-agent local returns (``uses_local_returns=True``).
-
-    Raises:
-        ValueError: No estimator has that name (as :func:`advantage_estimator`).
-    """
-    advantage_estimator(name)
-    return name in _LOCAL_READERS
-
-
-def advantage_mode_help() -> str:
-    """One line per registered estimator, ``'name': summary`` (the first line of its docstring), for a help text."""
-    lines = []
-    for name, func in _ESTIMATORS.items():
-        summary = (func.__doc__ or "").strip().splitlines()
-        lines.append(f"'{name}': {summary[0].rstrip('.') if summary else func.__name__}")
-    return "; ".join(lines)
-
-
 def _check_group_size(returns: Tensor, mode: str) -> None:
     group_size = returns.shape[-1]
     if group_size < 2:
@@ -234,7 +115,7 @@ def _group_standardised(returns: Tensor, eps: float, name: str) -> Tensor:
 # ----------------------------------------------------------------------------------------------------------------
 # Group-relative estimators: the group is an agent's G samples at one node (the last dimension)
 # ----------------------------------------------------------------------------------------------------------------
-@register_advantage_estimator("mean")
+@register_advantage_estimator("mean", scale_rewards="none")
 def mean_advantages(returns: Tensor, context: AdvantageContext) -> Tensor:
     """A = R - mean R over the group (the MAGRPO paper; Dr. GRPO; GRPO's scale_rewards='none').
 
@@ -249,7 +130,7 @@ def mean_advantages(returns: Tensor, context: AdvantageContext) -> Tensor:
     return torch.nan_to_num(returns - torch.nanmean(returns, dim=-1, keepdim=True), nan=0.0)
 
 
-@register_advantage_estimator("std")
+@register_advantage_estimator("std", scale_rewards="group")
 def std_advantages(returns: Tensor, context: AdvantageContext) -> Tensor:
     """A = (R - mean R) / (std R + eps) over the group (GRPO; scale_rewards='group').
 
@@ -324,7 +205,7 @@ def max_advantages(returns: Tensor, context: AdvantageContext) -> Tensor:
     return torch.nan_to_num(returns - best, nan=0.0)
 
 
-@register_advantage_estimator("batch")
+@register_advantage_estimator("batch", scale_rewards="batch")
 def batch_advantages(returns: Tensor, context: AdvantageContext) -> Tensor:
     """A = (R - mean R) / std of the turn's team returns over the whole batch, every process's (scale_rewards='batch').
 
@@ -522,18 +403,15 @@ def _is_this_turn(rows: Tensor, returns: Tensor, tree_rows: Tensor, tree_returns
 ADVANTAGE_MODES: tuple[str, ...] = advantage_modes()
 """The built-in estimators' names (`advantage_modes()` also lists those registered later)."""
 
-_GROUP_MODES: dict[str, AdvantageEstimator] = {"mean": mean_advantages, "std": std_advantages, "loo": loo_advantages,
-                                               "raw": raw_advantages, "max": max_advantages}
-
 
 def group_relative_advantages(returns: Tensor, mode: str = "mean", eps: float = 1e-4) -> Tensor:
     """Group-relative advantage among the G siblings of one node, groups along the last dimension of ``returns``.
 
-    The estimator registered as ``mode`` (one of ``"mean"``, ``"std"``, ``"loo"``, ``"raw"``, ``"max"``: those that
-    need nothing but the group) with ``AdvantageContext(eps=eps)``; ``returns`` may have any shape ``(..., G)``.
+    The ``"group"`` estimator registered as ``mode`` with ``AdvantageContext(eps=eps)`` (nothing but the group: no
+    other turn, no local reward, the batch this group alone); ``returns`` may have any shape ``(..., G)``.
 
     Raises:
-        ValueError: Unknown ``mode``, or ``G < 2`` for ``"std"`` / ``"loo"``.
+        ValueError: Unknown ``mode`` (naming the registered ones), or ``G < 2`` for ``"std"`` / ``"loo"``.
 
     Example:
 
@@ -543,6 +421,4 @@ def group_relative_advantages(returns: Tensor, mode: str = "mean", eps: float = 
 
     ```
     """
-    if mode not in _GROUP_MODES:
-        raise ValueError(f"Unknown advantage mode {mode!r}; valid modes are {tuple(_GROUP_MODES)}.")
-    return _GROUP_MODES[mode](returns, AdvantageContext(eps=eps))
+    return advantage_estimator(mode)(returns, AdvantageContext(eps=eps))

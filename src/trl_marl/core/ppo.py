@@ -28,8 +28,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from .estimators import CriticInputs, register_advantage_estimator
 from .losses import k1_kl, k3_kl
-from .statistics import masked_mean
+from .statistics import masked_mean, whiten, whiten_jointly
 
 INVALID_LOGPROB = 1.0
 """Placeholder log-probability written on padding positions (they are masked out of every loss)."""
@@ -146,6 +147,82 @@ def turn_level_advantages(rewards: Tensor, values: Tensor, gamma: float) -> Tens
     """
     discounts = gamma ** torch.arange(rewards.size(1), device=rewards.device, dtype=rewards.dtype)
     return (rewards * discounts).sum(dim=1) - values[:, 0].to(rewards.dtype)
+
+
+def whiten_group(values: list[Tensor], masks: list[Tensor], shift_mean: bool) -> list[Tensor]:
+    """PPO whitening of one group: `whiten` for one slot (TRL's numerics), `whiten_jointly` for several.
+
+    A group with fewer than two counted entries (e.g. every response unscorable) has no spread: zeros.
+    """
+    if sum(int(m.sum()) for m in masks) < 2:
+        return [torch.zeros_like(v) for v in values]
+    if len(values) == 1:
+        return [whiten(values[0], masks[0], shift_mean=shift_mean)]
+    return whiten_jointly(values, masks, shift_mean=shift_mean)
+
+
+def turn_level_group_advantages(rewards: list[Tensor], values: list[Tensor],
+                                policy_masks: list[Tensor], gamma: float) -> list[Tensor]:
+    """Turn-level credit (`advantage_mode="turn"`) of one whitening group: one advantage per response.
+
+    Each response's `A = R - V(s)` ([`turn_level_advantages`], eq. 7) is whitened over the group's responses,
+    one entry per response that has policy tokens (as CoMLRL normalizes its actor-critic advantages over samples;
+    with the numerics of TRL's whitening used at the token level, the unbiased variance, where CoMLRL divides by the
+    population std), and only then given to every token of the response (0 on padding). Whitening the broadcast
+    tokens instead would weigh each response by its length: a long failing response would drag the mean down until a
+    short failing one sits above it and gets a positive advantage.
+
+    Args:
+        rewards: Per slot, `(N, L)` per-token rewards.
+        values: Per slot, `(N, L)` values (step 0: V(s)).
+        policy_masks: Per slot, `(N, L)` bool, the steps the policy loss counts (none for an unscorable response).
+        gamma: The discount between steps.
+
+    Returns:
+        Per slot, `(N, L)` advantages: each response's whitened advantage on its policy steps.
+    """
+    per_response = [turn_level_advantages(r, v, gamma) for r, v in zip(rewards, values)]
+    counted = [m.any(dim=1) for m in policy_masks]
+    whitened = whiten_group(per_response, counted, True)
+    return [torch.masked_fill(w.unsqueeze(1).expand(m.shape), ~m, 0) for w, m in zip(whitened, policy_masks)]
+
+
+def _group_rewards(inputs: CriticInputs) -> list[Tensor]:
+    """The group's per-token rewards, whitened over its value steps first with `whiten_rewards` (pads 0)."""
+    if not inputs.whiten_rewards:
+        return inputs.rewards
+    whitened = whiten_group(inputs.rewards, inputs.value_masks, False)
+    return [torch.masked_fill(r, ~m, 0) for r, m in zip(whitened, inputs.value_masks)]
+
+
+@register_advantage_estimator("gae", kind="critic")
+def gae_group_advantages(inputs: CriticInputs) -> tuple[list[Tensor], list[Tensor]]:
+    """Per-token GAE(gamma, lam), whitened over the group's policy tokens (TRL's PPO and MAPoRL: eq. 3).
+
+    TRL's PPO credit: optionally whitened rewards, [`generalized_advantage_estimation`] per slot (eq. 3; with
+    ``gamma = lam = 1``, A_t = R - V(s_t)), then the advantages whitened over every policy token of the group, 0 on
+    the other steps. The returns (value targets) are eq. 3's.
+    """
+    advantages, returns = [], []
+    for r, v in zip(_group_rewards(inputs), inputs.values):
+        adv, ret = generalized_advantage_estimation(r, v, inputs.gamma, inputs.lam)
+        advantages.append(adv)
+        returns.append(ret)
+    whitened = whiten_group(advantages, inputs.policy_masks, True)
+    return [torch.masked_fill(a, ~m, 0) for a, m in zip(whitened, inputs.policy_masks)], returns
+
+
+@register_advantage_estimator("turn", kind="critic")
+def turn_group_advantages(inputs: CriticInputs) -> tuple[list[Tensor], list[Tensor]]:
+    """One advantage per response, A = R - V(s), whitened over the responses (CoMLRL's IAC/MAAC: eq. 7).
+
+    The response is one action: [`turn_level_group_advantages`] of the (optionally whitened) rewards, whatever
+    ``lam`` is; the returns (value targets) are still eq. 3's GAE returns.
+    """
+    rewards = _group_rewards(inputs)
+    returns = [generalized_advantage_estimation(r, v, inputs.gamma, inputs.lam)[1]
+               for r, v in zip(rewards, inputs.values)]
+    return turn_level_group_advantages(rewards, inputs.values, inputs.policy_masks, inputs.gamma), returns
 
 
 def ppo_policy_loss(

@@ -200,7 +200,7 @@ def test_batch_scaling_takes_the_std_of_every_process(target_model_dir, tmp_path
     # team returns [0, 10, 0, 10] (padded to this process's 4 rows + 2 with NaN rows, as `pad_across_processes`
     # pads), this one [0, 1, 0, 1]: std([0, 1, 0, 1, 0, 10, 0, 10]) = sqrt(141.5 / 7) -> +-.11121 (this process
     # alone: +-.866).
-    from trl_marl.rollout import Node, TurnResult, assign_advantages
+    from trl_marl.rollout import Node, Rollout, TurnResult, assign_advantages
 
     trainer = trainer_for(target_model_dir, tmp_path, scale_rewards="batch")
     accelerator = trainer.accelerator
@@ -213,7 +213,8 @@ def test_batch_scaling_takes_the_std_of_every_process(target_model_dir, tmp_path
     turn = TurnResult(1, [Node(0, None)], [], [], [], [], torch.zeros(0), torch.zeros(0),
                       torch.tensor([[0.0, 1.0, 0.0, 1.0]]))
     trainer.engine._backup([turn])  # the engine's returns, pooled over the processes
-    assign_advantages([turn], trainer.compute_advantages)  # then the trainer's estimator, as in a training step
+    rollout = Rollout(turns=[turn], generation_time=0.0, generated_tokens=0, nonfinite_rewards=0)
+    assign_advantages([turn], trainer.compute_advantages(rollout))  # then the trainer's estimator, as in a step
     a = 0.5 / ((141.5 / 7) ** 0.5 + 1e-4)
     assert a == pytest.approx(0.11121, abs=1e-5)
     torch.testing.assert_close(turn.advantages, torch.tensor([[[-a, a, -a, a]] * 2]))

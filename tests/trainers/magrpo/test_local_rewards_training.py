@@ -111,8 +111,8 @@ def test_a_constant_team_reward_teaches_nothing_but_the_local_reward_does(target
 
 
 class OwnAdvantages(MAGRPOTrainer):
-    def compute_advantages(self, turn):
-        return turn.local_returns - turn.local_returns.mean(dim=-1, keepdim=True)
+    def compute_advantages(self, rollout):
+        return [t.local_returns - t.local_returns.mean(dim=-1, keepdim=True) for t in rollout.turns]
 
 
 @pytest.mark.parametrize(("overrides", "kwargs", "error"), [

@@ -160,7 +160,7 @@ def test_iac_is_todays_per_agent_critic(target_model_dir, tmp_path):
     (dict(critic="centralized", critic_type="A"), "critic_type"),
     (dict(critic="centralized", value_input="answer"), "value_input"),
     (dict(turn_gamma=1.5), "turn_gamma"),
-    (dict(advantage_level="response"), "advantage_level"),
+    (dict(advantage_mode="response"), "advantage_mode"), (dict(advantage_mode="mean"), "group estimator"),
 ])
 def test_bad_critic_settings(tmp_path, overrides, message):
     with pytest.raises(ValueError, match=message):
@@ -298,7 +298,7 @@ def test_turn_level_credit_whitens_one_advantage_per_response(tmp_path):
     # to every token: [1.12378, -0.33203, -0.79176]. The failing one-token response stays negative. Whitening the
     # broadcast tokens instead (ten tokens, eight of them -0.5: mean -0.345, std 0.3961) would give it
     # +0.145 / 0.3961 = +0.366; with lam = 0.95's first-step advantages [0.73, -0.17, -0.399] as well, +0.262.
-    args = MultiAgentPPOConfig(output_dir=str(tmp_path), report_to="none", advantage_level="turn")
+    args = MultiAgentPPOConfig(output_dir=str(tmp_path), report_to="none", advantage_mode="turn")
     assert (args.gamma, args.lam, args.whiten_rewards) == (1.0, 0.95, False)
     rewards, values, policy_masks, value_masks = _turn_level_group()
     advantages, returns = MultiAgentPPOTrainer.compute_advantages(
@@ -313,7 +313,7 @@ def test_turn_level_credit_whitens_one_advantage_per_response(tmp_path):
 def test_turn_level_credit_whitens_a_shared_group_jointly(tmp_path):
     # Two slots of one whitening group (a team that shares one policy): the three responses of the example above,
     # split over the slots, are whitened together, as one group of three.
-    args = MultiAgentPPOConfig(output_dir=str(tmp_path), report_to="none", advantage_level="turn")
+    args = MultiAgentPPOConfig(output_dir=str(tmp_path), report_to="none", advantage_mode="turn")
     (rewards,), (values,), (policy,), (value,) = _turn_level_group()
     split = [slice(0, 1), slice(1, 3)]
     advantages, _ = MultiAgentPPOTrainer.compute_advantages(
@@ -328,7 +328,7 @@ def test_turn_level_credit_whitens_a_shared_group_jointly(tmp_path):
 def test_turn_level_credit_gives_each_response_one_advantage(target_model_dir, tmp_path, critic):
     # In a real rollout: every token of a response gets the response's R - V(s) (eq. 7), whitened over the group's
     # responses, one entry each.
-    tr = trainer(target_model_dir, tmp_path, critic=critic, advantage_level="turn")
+    tr = trainer(target_model_dir, tmp_path, critic=critic, advantage_mode="turn")
     seen: list[tuple[list[torch.Tensor], list[torch.Tensor], list[torch.Tensor], list[torch.Tensor]]] = []
     original = tr.compute_advantages
 

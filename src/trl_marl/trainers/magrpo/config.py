@@ -11,7 +11,10 @@ from ...core import (
     SUPPORTED_LOSS_TYPES,
     advantage_estimator,
     advantage_mode_help,
+    estimator_for_scale_rewards,
+    estimator_scale_rewards,
     estimator_uses_local_returns,
+    scale_rewards_help,
 )
 from ...rewarding import REWARD_ISOLATIONS
 from ...rewarding.settings import reward_isolation_field, reward_timeout_field
@@ -140,14 +143,16 @@ class MAGRPOConfig(GRPOConfig):
             mean(R_{t+1}).
         advantage_mode (`str`, *optional*): The advantage estimator: a name registered with
             `trl_marl.core.register_advantage_estimator` (the built-in ones, their equations and papers:
-            `trl_marl.core.advantages` and the table in docs/architecture.md). Default: derived from `scale_rewards`
-            (`"none"`: `"mean"`, the paper's; `"group"`: `"std"`; `"batch"`: `"batch"`); any other mode takes
+            `trl_marl.core.advantages` and the table in docs/architecture.md); the one knob of MAGRPO's credit
+            assignment. Default: the estimator GRPO's `scale_rewards` names (`"none"`: `"mean"`, the paper's;
+            `"group"`: `"std"`; `"batch"`: `"batch"`, each declared where it is registered); any other mode takes
             `scale_rewards="none"` (see [`MAREINFORCEConfig`]).
         local_reward_weights (`list[float]`, *optional*): One weight per function of the trainer's
             `local_reward_funcs` (per-agent local rewards, docs/extending.md), in order; default 1 each.
         team_reward_weight (`float`, defaults to `1.0`): AT-GRPO's alpha: an estimator that reads local rewards
             (`"agent_turn"`) mixes agent i's return as alpha * R^team + R^loc_i.
-        scale_rewards (`str`, defaults to `"none"`): As in GRPO, but the default is the paper's unscaled advantage.
+        scale_rewards (`str`, defaults to `"none"`): GRPO's name for three estimators, read only to choose
+            `advantage_mode` when that is unset; the default is the paper's unscaled advantage.
         num_generations_eval (`int`, *optional*, defaults to `1`): As in GRPO, the samples per prompt at evaluation:
             `evaluate()` plays this many independent episodes of every row (one sample per agent per turn each) and
             averages rewards and accuracies over them; `per_device_eval_batch_size` counts episodes, as GRPO's counts
@@ -236,8 +241,9 @@ class MAGRPOConfig(GRPOConfig):
         metadata={
             "help": "The advantage estimator (registered with trl_marl.core.register_advantage_estimator): "
             + advantage_mode_help()
-            + ". Default: derived from `scale_rewards` ('none': 'mean', 'group': 'std', 'batch': 'batch'); any other "
-            "mode needs scale_rewards='none'."
+            + ". Default: the estimator GRPO's `scale_rewards` names ("
+            + scale_rewards_help()
+            + "); with any other value `scale_rewards` must stay 'none'."
         },
     )
     local_reward_weights: list[float] | None = field(
@@ -267,8 +273,9 @@ class MAGRPOConfig(GRPOConfig):
     scale_rewards: str = field(
         default="none",
         metadata={
-            "help": "GRPO's reward scaling: 'group', 'batch' or 'none'. MAGRPO defaults to 'none' (the paper's "
-            "A = R - mean R); `advantage_mode` says the same thing in MAGRPO's terms."
+            "help": "GRPO's reward scaling, read only to choose `advantage_mode` when that is unset (GRPO's names for "
+            "three estimators: " + scale_rewards_help() + "). MAGRPO defaults to 'none' (the paper's "
+            "A = R - mean R); set `advantage_mode` instead."
         },
     )
     max_branches: int | None = field(
@@ -398,23 +405,17 @@ class MAGRPOConfig(GRPOConfig):
                 "`sync_ref_model=True` with `beta=0.0`: without a KL term there is no reference policy to sync. Set "
                 "`beta` > 0 or `sync_ref_model=False`."
             )
-        derived = {"none": "mean", "group": "std", "batch": "batch"}[self.scale_rewards]
+        # one knob: `advantage_mode`; GRPO's `scale_rewards` names three of its estimators (declared at registration)
         if self.advantage_mode is None:
-            self.advantage_mode = derived
-        else:
-            advantage_estimator(self.advantage_mode)  # a ValueError naming `advantage_mode` and the registered modes
-        if self.scale_rewards != "none" and self.advantage_mode in ("loo", "raw", "max"):
+            self.advantage_mode = estimator_for_scale_rewards(self.scale_rewards)
+        advantage_estimator(self.advantage_mode)  # a ValueError naming `advantage_mode` and the registered modes
+        if self.scale_rewards != "none" and estimator_scale_rewards(self.advantage_mode) != self.scale_rewards:
             raise ValueError(
-                f"`advantage_mode={self.advantage_mode!r}` takes `scale_rewards='none'` (got "
-                f"{self.scale_rewards!r}): dividing by the reward std would change what its advantage "
-                "means (MAREINFORCE's would no longer be the return, MAReMax's no longer the distance to the best "
-                "sample). Set "
-                "`scale_rewards='none'`, or use `advantage_mode='std'` for GRPO's normalised advantage."
-            )
-        elif self.scale_rewards != "none" and self.advantage_mode != derived:
-            raise ValueError(
-                f"`advantage_mode={self.advantage_mode!r}` contradicts `scale_rewards={self.scale_rewards!r}`; set "
-                "only one of them."
+                f"`scale_rewards={self.scale_rewards!r}` is GRPO's name for `advantage_mode="
+                f"{estimator_for_scale_rewards(self.scale_rewards)!r}`, which contradicts `advantage_mode="
+                f"{self.advantage_mode!r}`: set only `advantage_mode` (and leave `scale_rewards='none'`). Dividing by "
+                "the reward std would change what another estimator's advantage means (MAREINFORCE's would no longer "
+                "be the return, MAReMax's no longer the distance to the best sample)."
             )
         check_local_reward_fields(self)
         if self.num_generations is None:  # MAGRPO compares several samples per agent per node

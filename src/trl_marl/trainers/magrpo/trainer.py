@@ -42,7 +42,7 @@ from ...rewarding import (
     RewardFunctionError,
     TeamReward,
 )
-from ...rollout import JointRollout, Rollout, TurnResult, assign_advantages, turn_advantages
+from ...rollout import JointRollout, Rollout, TurnResult, assign_advantages, rollout_advantages
 from ...team import AgentBatch, AgentTeam, pad_left, pad_right
 from ...tools.loop import tool_masks_tensor
 from ...tools.toolset import team_tools
@@ -116,7 +116,8 @@ class MAGRPOTrainer(TeamTrainer):
             Refused with an estimator that would ignore it.
 
     Hooks (override in a subclass): `compute_rewards` (the team reward of each joint action of a turn),
-    `compute_advantages` (a turn's advantages from its returns), `compute_agent_loss` (one agent's loss).
+    `compute_advantages` (every turn's advantages from its returns, in one call), `compute_agent_loss` (one
+    agent's loss).
 
     Example:
 
@@ -330,21 +331,22 @@ class MAGRPOTrainer(TeamTrainer):
                     ) -> tuple[torch.Tensor, torch.Tensor]:
         return self.compute_rewards(prompts, completions, rows, transcripts, turn)
 
-    def compute_advantages(self, turn: TurnResult) -> torch.Tensor:
-        """The `(K, n, G)` advantages of one turn's samples from its returns (override to change the credit).
+    def compute_advantages(self, rollout: Rollout) -> list[torch.Tensor]:
+        """The advantages of every turn of one scored rollout, from its returns (override to change the credit).
 
-        `turn.returns` is `(K, J)` (K nodes, J joint actions), `turn.agent_returns` `(K, n, G)` (each sample's
-        return: in `cross` mode the mean over the joint actions that contain it). The default is the estimator
-        registered as `advantage_mode` (`trl_marl.core.advantages`; a new one is a function and a decorator,
-        docs/extending.md), given the rest of the rollout (`self.last_rollout`); NaN becomes 0.
-        `turn.pooled_returns` holds the turn's team returns on every process (what `advantage_mode="batch"` takes the
-        std of, as TRL's `GRPOTrainer` gathers its rewards over the processes first); `turn.local_returns` `(K, n, G)`
-        each sample's local return with `local_reward_funcs` (else None).
+        Called once per generation with the whole rollout tree. Each turn `t` of `rollout.turns` holds
+        `t.returns` `(K, J)` (K nodes, J joint actions), `t.agent_returns` `(K, n, G)` (each sample's return: in
+        `cross` mode the mean over the joint actions that contain it), `t.pooled_returns` (the turn's team returns on
+        every process: what `advantage_mode="batch"` takes the std of, as TRL's `GRPOTrainer` gathers its rewards over
+        the processes first) and `t.local_returns` `(K, n, G)` (each sample's local return with `local_reward_funcs`,
+        else None). The default is the estimator registered as `advantage_mode` (`trl_marl.core.advantages`; a new
+        one is a function and a decorator, docs/extending.md) over the whole tree.
+
+        Returns:
+            One `(K, n, G)` tensor per turn, in order; NaN becomes 0.
         """
-        rollout = self.last_rollout
-        turns = rollout.turns if rollout is not None and any(t is turn for t in rollout.turns) else ()
-        return turn_advantages(turn, field_value(self.args.advantage_mode, "advantage_mode"), turns,
-                               team_weight=self.args.team_reward_weight)
+        return rollout_advantages(rollout.turns, field_value(self.args.advantage_mode, "advantage_mode"),
+                                  team_weight=self.args.team_reward_weight)
 
     # ------------------------------------------------------------------ training step
     def get_batch_samples(self, epoch_iterator: Any, num_batches: int, device: Any) -> tuple[list[Any], None]:
@@ -468,7 +470,7 @@ class MAGRPOTrainer(TeamTrainer):
         rollout = self.engine.run(rows, trainer_state=self.state)
         self.rewards.require_some_score([t.rewards_per_func for t in rollout.turns], rollout.nonfinite_rewards)
         self.last_rollout = rollout
-        assign_advantages(rollout.turns, self.compute_advantages)  # the engine stops at returns
+        assign_advantages(rollout.turns, self.compute_advantages(rollout))  # the engine stops at returns
         self._count_nonfinite(rollout.nonfinite_rewards, "rewards")
         n = self.env.num_agents
         eos_ids = set().union(*(self.team.stop_token_ids(a) for a in range(n)))  # where generation stopped

@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass, field
 
 from ..._trl_compat import TRLBaseConfig
+from ...core.estimators import advantage_mode_help, critic_estimator
 from ...rewarding import REWARD_ISOLATIONS
 from ...rewarding.settings import reward_isolation_field, reward_timeout_field
 from ...team.generation import check_generation_backend, compiled_sync_every_field
@@ -48,7 +49,6 @@ from ..fields import (
 POLICY_SHARING = ("shared", "agent", "agent_turn")
 CRITICS = ("per_agent", "centralized")
 CRITIC_TYPES = ("V", "Q")
-ADVANTAGE_LEVELS = ("token", "turn")
 
 
 TEMPERATURE_EPS = 1e-7
@@ -107,9 +107,9 @@ class MultiAgentPPOConfig(TRLBaseConfig):
     agents of a turn answer independently), so R - Q(s, a_-i) is a sound advantage of that action. Either critic's
     values feed the same GAE (`gamma`, `lam`) and the same clipped value loss; with `turn_gamma`, each turn also
     bootstraps from the critic's value of the agent's next-turn state (multi-turn with a discount between turns).
-    TRL's PPO credits each token (`advantage_level="token"`, GAE(gamma, lam) per token: A_t = R - V(s_t) with
+    TRL's PPO credits each token (`advantage_mode="gae"`, GAE(gamma, lam) per token: A_t = R - V(s_t) with
     `gamma = lam = 1`); CoMLRL's IAC and MAAC treat the whole response as one action, which is
-    `advantage_level="turn"`: every token gets the response's A = R - V(s) (R its return, the score minus the KL
+    `advantage_mode="turn"`: every token gets the response's A = R - V(s) (R its return, the score minus the KL
     penalty of its tokens plus `turn_gamma * V(s_{k+1})`; V(s) the critic's value before its first token, Q(s, a_-i)
     with `critic_type="Q"`), whatever `lam` is, whitened over the responses of the policy (one entry per response,
     whatever its length) before it is given to the tokens. The value targets are GAE(gamma, lam)'s returns at
@@ -304,13 +304,15 @@ class MultiAgentPPOConfig(TRLBaseConfig):
             "reads the agent's own response, see MultiAgentPPOConfig)."
         },
     )
-    advantage_level: str = field(
-        default="token",
+    advantage_mode: str = field(
+        default="gae",
         metadata={
-            "help": "Credit assignment inside a response: 'token' (TRL's PPO and MAPoRL: per-token GAE(gamma, lam), "
-            "A_t = R - V(s_t) with gamma = lam = 1) or 'turn' (CoMLRL's IAC/MAAC: the response is one action; every "
-            "token gets the response's A = R - V(s), its return minus the critic's value before its first token, "
-            "whatever lam is, whitened over the responses rather than the tokens)."
+            "help": "The credit assignment: a critic estimator registered with "
+            "trl_marl.core.register_advantage_estimator(name, kind='critic'): "
+            + advantage_mode_help("critic")
+            + ". 'gae' is TRL's PPO and MAPoRL's (A_t = R - V(s_t) with gamma = lam = 1); 'turn' is CoMLRL's "
+            "IAC/MAAC (the response is one action; its return minus the critic's value before its first token, "
+            "whatever lam is)."
         },
     )
     turn_gamma: float | None = field(
@@ -402,7 +404,7 @@ class MultiAgentPPOConfig(TRLBaseConfig):
         if self.value_input not in ("history", "answer"):
             raise ValueError(f"`value_input` must be 'history' or 'answer', got {self.value_input!r}.")
         check_choice(self, "critic", CRITICS)
-        check_choice(self, "advantage_level", ADVANTAGE_LEVELS)
+        critic_estimator(self.advantage_mode)  # a ValueError naming `advantage_mode` and the registered ones
         if self.critic_type is not None:
             self.critic_type = str(self.critic_type).upper()
             check_choice(self, "critic_type", CRITIC_TYPES)

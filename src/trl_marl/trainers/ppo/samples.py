@@ -11,8 +11,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from ...core import engine_importance_sampling_ratio, whiten, whiten_jointly
-from ...core.ppo import INVALID_LOGPROB, kl_penalty, response_masks, shaped_token_rewards, turn_level_advantages
+from ...core import engine_importance_sampling_ratio
+from ...core.ppo import INVALID_LOGPROB, kl_penalty, response_masks, shaped_token_rewards
 from ...rewarding import RewardFunctionError, RewardSet, unscorable_message
 from ...rollout import Rollout
 from ...team import AgentTeam, pad_left
@@ -36,8 +36,6 @@ __all__ = [
     "score_with_reward_model",
     "skip_tool_steps",
     "slot_rollouts",
-    "turn_level_group_advantages",
-    "whiten_group",
 ]
 
 
@@ -238,44 +236,6 @@ def put_tool_steps_back(y: torch.Tensor, tool_mask: torch.Tensor, fill: Any = 0)
     order = torch.argsort((tool_mask == 0).to(torch.int8), dim=1, stable=True)
     out = torch.empty_like(y).scatter_(1, order, y)
     return torch.where(tool_mask != 0, out, torch.full_like(out, fill))
-
-
-def whiten_group(values: list[torch.Tensor], masks: list[torch.Tensor], shift_mean: bool) -> list[torch.Tensor]:
-    """PPO whitening of one group: `whiten` for one slot (TRL's numerics), `whiten_jointly` for several.
-
-    A group with fewer than two counted entries (e.g. every response unscorable) has no spread: zeros.
-    """
-    if sum(int(m.sum()) for m in masks) < 2:
-        return [torch.zeros_like(v) for v in values]
-    if len(values) == 1:
-        return [whiten(values[0], masks[0], shift_mean=shift_mean)]
-    return whiten_jointly(values, masks, shift_mean=shift_mean)
-
-
-def turn_level_group_advantages(rewards: list[torch.Tensor], values: list[torch.Tensor],
-                                policy_masks: list[torch.Tensor], gamma: float) -> list[torch.Tensor]:
-    """Turn-level credit (`advantage_level="turn"`) of one whitening group: one advantage per response.
-
-    Each response's `A = R - V(s)` (`core.ppo.turn_level_advantages`, eq. 7) is whitened over the group's responses,
-    one entry per response that has policy tokens (as CoMLRL normalizes its actor-critic advantages over samples;
-    with the numerics of TRL's whitening used at the token level, the unbiased variance, where CoMLRL divides by the
-    population std), and only then given to every token of the response (0 on padding). Whitening the broadcast
-    tokens instead would weigh each response by its length: a long failing response would drag the mean down until a
-    short failing one sits above it and gets a positive advantage.
-
-    Args:
-        rewards: Per slot, `(N, L)` per-token rewards.
-        values: Per slot, `(N, L)` values (step 0: V(s)).
-        policy_masks: Per slot, `(N, L)` bool, the steps the policy loss counts (none for an unscorable response).
-        gamma: The discount between steps.
-
-    Returns:
-        Per slot, `(N, L)` advantages: each response's whitened advantage on its policy steps.
-    """
-    per_response = [turn_level_advantages(r, v, gamma) for r, v in zip(rewards, values)]
-    counted = [m.any(dim=1) for m in policy_masks]
-    whitened = whiten_group(per_response, counted, True)
-    return [torch.masked_fill(w.unsqueeze(1).expand(m.shape), ~m, 0) for w, m in zip(whitened, policy_masks)]
 
 
 def score_with_reward_model(ro: AgentRollout, reward_model: nn.Module, pad: int, step: int) -> None:

@@ -36,11 +36,11 @@ from torch.utils.data import DataLoader
 from transformers import GenerationConfig, PreTrainedModel, TrainerCallback, TrainerState, set_seed
 from transformers.trainer import TRAINER_STATE_NAME
 
+from ...core.estimators import CriticInputs, critic_estimator
 from ...core.ppo import (
     INVALID_LOGPROB,
     bootstrap_next_turn,
     clipped_value_loss,
-    generalized_advantage_estimation,
     ppo_policy_loss,
 )
 from ...envs.base import MultiAgentEnv, PromptEnv, TokenizedPromptEnv, Transcript
@@ -69,8 +69,6 @@ from .samples import (
     score_with_reward_model,
     skip_tool_steps,
     slot_rollouts,
-    turn_level_group_advantages,
-    whiten_group,
 )
 from .value import (
     PolicyValueTeam,
@@ -434,11 +432,12 @@ class MultiAgentPPOTrainer(TeamTrainer):
     ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
         """Per-token advantages and returns of one whitening group (a policy slot; the team when it shares one).
 
-        The default is TRL's: optional reward whitening, GAE(gamma, lam) (`trl_marl.core.ppo`), then whitened
-        advantages (pads 0). With `advantage_level="turn"` each response's advantage is R - V(s) instead (eq. 7,
-        independent of lam), whitened over the group's responses and given to every token
-        (`trl_marl.trainers.ppo.samples.turn_level_group_advantages`); the returns (value targets) are GAE's either
-        way. Override to change the credit assignment.
+        The default calls the critic estimator registered as `advantage_mode` (`trl_marl.core.estimators`; the
+        built-in ones in `trl_marl.core.ppo`): `"gae"`, TRL's (optional reward whitening, GAE(gamma, lam), whitened
+        advantages, pads 0), or `"turn"`, each response's R - V(s) (eq. 7, independent of lam) whitened over the
+        group's responses and given to every token; the returns (value targets) are GAE's either way. A new credit
+        assignment is one registered function (docs/extending.md); override this method only to change what the
+        estimator is given.
 
         Args:
             rewards: Per slot, `(N, L)` per-token rewards (KL penalty plus the score at the last step).
@@ -450,19 +449,9 @@ class MultiAgentPPOTrainer(TeamTrainer):
             `(advantages, returns)`, one `(N, L)` tensor of each per slot.
         """
         args = self.args
-        if args.whiten_rewards:
-            rewards = [torch.masked_fill(r, ~m, 0) for r, m in zip(whiten_group(rewards, value_masks, False),
-                                                                    value_masks)]
-        advantages, returns = [], []
-        for r, v in zip(rewards, values):
-            adv, ret = generalized_advantage_estimation(r, v, args.gamma, args.lam)
-            advantages.append(adv)
-            returns.append(ret)
-        if args.advantage_level == "turn":  # eq. 7: R - V(s) per response (not lam's A_0), whitened over responses
-            return turn_level_group_advantages(rewards, values, policy_masks, args.gamma), returns
-        advantages = [torch.masked_fill(a, ~m, 0) for a, m in zip(whiten_group(advantages, policy_masks, True),
-                                                                  policy_masks)]
-        return advantages, returns
+        inputs = CriticInputs(rewards, values, policy_masks, value_masks, gamma=args.gamma, lam=args.lam,
+                              whiten_rewards=args.whiten_rewards)
+        return critic_estimator(args.advantage_mode)(inputs)
 
     # ------------------------------------------------------------------ training loop
     @property
