@@ -87,7 +87,7 @@ from .distributed import (
     setup_strategy,
     zero3_engine,
 )
-from .metrics import MetricsBook
+from .logbook import MetricsBook
 from .rows import RowDataset, collate_rows
 
 __all__ = ["MetricsBook", "TeamTrainer", "TeamTrainingArguments", "collate_rows", "gather_objects", "rollout_phase"]

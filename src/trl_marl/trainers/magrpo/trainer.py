@@ -56,8 +56,8 @@ from ..per_agent import backward_per_agent, backward_per_agent_supported
 from .config import CONSOLE_METRICS, MAGRPOConfig
 from .diagnostics import TrainingDiagnostics, TrainingDiagnosticWarning, log_rollout, print_completions
 from .entropy import ENTROPY_STATE_FILE, EntropyControl, agent_high_entropy_mask, high_entropy_masks
-from .generation import continuous_batching_config, generation_config
 from .reference import ReferenceSync
+from .sampling_config import continuous_batching_config, generation_config
 from .schedule import BlockRepeatSampler, GenerationSchedule, MicroStep
 
 if TYPE_CHECKING:

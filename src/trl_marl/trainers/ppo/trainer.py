@@ -53,7 +53,7 @@ from ...utils.checkpoint_files import CheckpointSpec
 from ...validation import check_prompt_lengths
 from ..base import TeamTrainer, rollout_phase
 from ..fields import field_value
-from ..metrics import log_tool_use
+from ..logbook import log_tool_use
 from ..per_agent import backward_per_agent, backward_per_agent_supported
 from .config import CONSOLE_METRICS, MultiAgentPPOConfig, logit_temperature, resume_problem
 from .logging import STAT_NAMES, ScoreSignalCheck, completions_table, print_completions_table, update_metrics
