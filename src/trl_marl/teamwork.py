@@ -38,7 +38,7 @@ import torch
 from transformers import GenerationConfig
 
 from .envs.base import MultiAgentEnv
-from .rewarding import RewardSet, TeamReward
+from .reward_contract import RewardSet, TeamReward
 from .rollout import JointRollout, Rollout
 from .team import AgentTeam, Generation
 from .team.generation.base import GenerationBackend
