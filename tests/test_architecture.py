@@ -28,7 +28,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("rewards", ("trl_marl.rewards",)),
     ("data", ("trl_marl.data",)),
     ("team", ("trl_marl._trl_compat", "trl_marl.model_card", "trl_marl.team", "trl_marl.validation",
-              "trl_marl.rewarding")),
+              "trl_marl.reward_contract")),
     ("tools", ("trl_marl.tools",)),
     ("rollout", ("trl_marl.rollout", "trl_marl.evaluation", "trl_marl.teamwork")),
     ("trainers", ("trl_marl.trainers", "trl_marl.legacy")),

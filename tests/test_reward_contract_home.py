@@ -1,9 +1,10 @@
-"""The reward contract lives in one package, `trl_marl.rewarding`, and nowhere else.
+"""The reward contract lives in one package, `trl_marl.reward_contract`, and nowhere else.
 
 The contract (the set of functions, the signature check, the call with its timeout and isolation, the errors, the
-team reward wrapper) used to be spread over `rewarding.py`, `validation.py`, `utils/inputs.py` and `rollout.py`.
-The old paths keep no alias (the package was never released; issue 52); `trl_marl.validation` stays the plain home of
-the config and data checks.
+team reward wrapper) used to be spread over `rewarding.py`, `validation.py`, `utils/inputs.py` and `rollout.py`; its
+package was then `trl_marl.rewarding`, a name too close to `trl_marl.rewards` (the reward functions). The old paths
+keep no alias (the package was never released; issue 52); `trl_marl.validation` stays the plain home of the config and
+data checks.
 """
 
 from __future__ import annotations
@@ -17,9 +18,9 @@ from typing import Any
 
 import pytest
 
-import trl_marl.rewarding as rewarding
+import trl_marl.reward_contract as contract
 
-PACKAGE = Path(rewarding.__file__).resolve().parents[1]  # the trl_marl under test
+PACKAGE = Path(contract.__file__).resolve().parents[1]  # the trl_marl under test
 SRC = PACKAGE.parent
 
 CONTRACT = [
@@ -32,13 +33,13 @@ CONTRACT = [
 
 # (old module, name, the module it lives in now)
 MOVED = [
-    *(("trl_marl.validation", name, "trl_marl.rewarding") for name in (
+    *(("trl_marl.validation", name, "trl_marl.reward_contract") for name in (
         "DEFAULT_REWARD_TIMEOUT", "REWARD_ISOLATIONS", "RewardFunctionError", "RewardIsolationWarning",
         "RewardTimeoutError", "RewardTimeoutWarning", "RewardWorkerTraceback", "call_reward_function",
         "checked_reward_values", "reward_value", "unscorable_message")),
-    ("trl_marl.rollout", "TeamReward", "trl_marl.rewarding"),
-    ("trl_marl.utils.inputs", "check_reward_signature", "trl_marl.rewarding"),
-    ("trl_marl.utils.inputs", "REWARD_KEYWORDS", "trl_marl.rewarding"),
+    ("trl_marl.rollout", "TeamReward", "trl_marl.reward_contract"),
+    ("trl_marl.utils.inputs", "check_reward_signature", "trl_marl.reward_contract"),
+    ("trl_marl.utils.inputs", "REWARD_KEYWORDS", "trl_marl.reward_contract"),
     ("trl_marl.utils.inputs", "check_learning_rate", "trl_marl.validation"),
     ("trl_marl.utils.inputs", "generation_batch_error", "trl_marl.validation"),
     ("trl_marl.utils.inputs", "use_activation_checkpointing_name", "trl_marl.validation"),
@@ -46,9 +47,9 @@ MOVED = [
 
 # (module, name, the module that defines it): re-exports where the old module is still a natural home, no warning
 KEPT = [
-    ("trl_marl", "RewardFunctionError", "trl_marl.rewarding.errors"),
-    ("trl_marl", "RewardTimeoutError", "trl_marl.rewarding.errors"),
-    ("trl_marl.rollout", "RewardFunctionError", "trl_marl.rewarding.errors"),
+    ("trl_marl", "RewardFunctionError", "trl_marl.reward_contract.errors"),
+    ("trl_marl", "RewardTimeoutError", "trl_marl.reward_contract.errors"),
+    ("trl_marl.rollout", "RewardFunctionError", "trl_marl.reward_contract.errors"),
     ("trl_marl.validation", "check_prompt_lengths", "trl_marl.validation.data"),
     ("trl_marl.validation", "check_dataset_prompts", "trl_marl.validation.data"),
     ("trl_marl.validation", "ContextLengthWarning", "trl_marl.validation.data"),
@@ -64,20 +65,20 @@ def defining_module(value: Any) -> str | None:
 
 
 def test_the_contract_is_importable_from_rewarding_and_defined_there() -> None:
-    assert sorted(rewarding.__all__) == sorted(CONTRACT)
+    assert sorted(contract.__all__) == sorted(CONTRACT)
     for name in CONTRACT:
-        value = getattr(rewarding, name)
+        value = getattr(contract, name)
         module = defining_module(value)
         if isinstance(value, type) or inspect.isfunction(value):
-            assert module is not None and module.startswith("trl_marl.rewarding."), (name, module)
+            assert module is not None and module.startswith("trl_marl.reward_contract."), (name, module)
 
 
 def test_no_module_outside_rewarding_defines_a_name_of_the_contract() -> None:
-    """One home: a class, function or constant of the contract is defined in `trl_marl/rewarding/` only."""
+    """One home: a class, function or constant of the contract is defined in `trl_marl/reward_contract/` only."""
     names = set(CONTRACT)
     outside = []
     for path in sorted(PACKAGE.rglob("*.py")):
-        if path.relative_to(PACKAGE).parts[0] in ("rewarding", "rewarding.py"):
+        if path.relative_to(PACKAGE).parts[0] == "reward_contract":
             continue
         for node in ast.parse(path.read_text(encoding="utf-8")).body:
             if isinstance(node, (ast.ClassDef, ast.FunctionDef)):
@@ -89,7 +90,7 @@ def test_no_module_outside_rewarding_defines_a_name_of_the_contract() -> None:
             else:
                 defined = []
             outside += [f"{path.relative_to(SRC)}:{node.lineno} {name}" for name in defined if name in names]
-    assert not outside, "Names of the reward contract defined outside trl_marl.rewarding:\n" + "\n".join(outside)
+    assert not outside, "Names of the reward contract defined outside trl_marl.reward_contract:\n" + "\n".join(outside)
 
 
 @pytest.mark.parametrize(("old", "name", "home"), MOVED)
@@ -121,8 +122,8 @@ def test_an_old_private_name_fails_loudly_instead_of_patching_nothing() -> None:
 
 
 def test_the_once_per_function_warning_reads_the_set_in_rewarding_calls(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The tests patch `trl_marl.rewarding.calls._WARNED`: the object `call_reward_function` reads."""
-    reward_calls = importlib.import_module("trl_marl.rewarding.calls")
+    """The tests patch `trl_marl.reward_contract.calls._WARNED`: the object `call_reward_function` reads."""
+    reward_calls = importlib.import_module("trl_marl.reward_contract.calls")
 
     def reward(prompts: list[str], completions: list[str], **kwargs: Any) -> list[float]:
         return [2.0]
@@ -131,11 +132,11 @@ def test_the_once_per_function_warning_reads_the_set_in_rewarding_calls(monkeypa
     monkeypatch.setattr(reward_calls, "_WARNED", {"reward"})  # already warned: silent
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert rewarding.call_reward_function(reward, "reward", 1, timeout=30.0, prompts=["p"], completions=["c"]) == [
+        assert contract.call_reward_function(reward, "reward", 1, timeout=30.0, prompts=["p"], completions=["c"]) == [
             2.0]
     monkeypatch.setattr(reward_calls, "_WARNED", set())
-    with pytest.warns(rewarding.RewardIsolationWarning, match="`reward` runs in a thread.*because a test says so"):
-        assert rewarding.call_reward_function(reward, "reward", 1, timeout=30.0, prompts=["p"], completions=["c"]) == [
+    with pytest.warns(contract.RewardIsolationWarning, match="`reward` runs in a thread.*because a test says so"):
+        assert contract.call_reward_function(reward, "reward", 1, timeout=30.0, prompts=["p"], completions=["c"]) == [
             2.0]
 
 

@@ -212,7 +212,8 @@ def run_ours_ac(algorithm: str, model_dir: str, cfg: dict[str, Any], seed: int, 
         stop_token="eos", learning_rate=cfg["lr"], lr_scheduler_type="constant", kl_coef=0.0, vf_coef=0.6,
         gamma=1.0, lam=1.0, temperature=1.0, report_to="none", save_strategy="no", logging_steps=1,
         num_sample_generations=0, disable_tqdm=True, seed=seed, bf16=False, max_grad_norm=cfg["max_grad_norm"],
-        advantage_mode={"token": "gae", "turn": "turn"}[cfg["advantage_level"]], weight_decay=cfg["weight_decay"], **critic,
+        advantage_mode={"token": "gae", "turn": "turn"}[cfg["advantage_level"]], weight_decay=cfg["weight_decay"],
+        **critic,
     )
     rewards: list[float] = []
     reward_log = reward_logger("objective/scores", rewards)

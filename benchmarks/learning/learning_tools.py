@@ -100,7 +100,7 @@ def evaluate(trainer: Any, rows: Sequence[dict[str, Any]], sizes: dict[str, Any]
     import torch
     from transformers import GenerationConfig
 
-    from trl_marl.rewarding import TeamReward
+    from trl_marl.reward_contract import TeamReward
     from trl_marl.rollout import JointRollout
 
     team = trainer.team

@@ -30,8 +30,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from benchmarks.provenance import git_state, machine_info  # noqa: E402
 
-from trl_marl.rewarding import call_reward_function  # noqa: E402
-from trl_marl.rewarding.calls import checked_reward_values  # noqa: E402
+from trl_marl.reward_contract import call_reward_function  # noqa: E402
+from trl_marl.reward_contract.calls import checked_reward_values  # noqa: E402
 from trl_marl.utils.bounded import call_in_child  # noqa: E402
 
 

@@ -29,8 +29,8 @@ _PUBLIC = {
     "MultiAgentEnv": ".envs",
     "PromptEnv": ".envs",
     "TargetSumEnv": ".envs",
-    "RewardFunctionError": ".rewarding",
-    "RewardTimeoutError": ".rewarding",
+    "RewardFunctionError": ".reward_contract",
+    "RewardTimeoutError": ".reward_contract",
     **{name: ".trainers" for name in ("MAGRPOConfig", "MAGRPOTrainer", "MAREINFORCEConfig", "MAReMaxConfig",
                                       "MARLOOConfig", "MultiAgentPPOConfig", "MultiAgentPPOTrainer",
                                       "NonFiniteError", "PPOConfig", "PPOTrainer")},
@@ -66,7 +66,7 @@ register_model_name_resolver(_offline_names)  # `import trl_marl` stays light; a
 
 if TYPE_CHECKING:
     from .envs import MultiAgentEnv, PromptEnv, TargetSumEnv
-    from .rewarding import RewardFunctionError, RewardTimeoutError
+    from .reward_contract import RewardFunctionError, RewardTimeoutError
     from .team import AgentTeam, load_tokenizer
     from .trainers import (
         MAGRPOConfig,

@@ -7,14 +7,14 @@ One call of [`JointRollout.run`] plays the episodes of a batch of dataset rows:
 2. the agents' samples form joint actions: `aligned` (sample g of every agent forms joint action g, G joint
    actions) or `cross` (the Cartesian product, G^n joint actions);
 3. the reward functions score every joint action (one centralized team reward per joint action; the reward contract
-   of `trl_marl.rewarding`: each joint action's transcript, which includes it, is what the functions see);
+   of `trl_marl.reward_contract`: each joint action's transcript, which includes it, is what the functions see);
 4. with several turns, each joint action (or `max_branches` of them, chosen at random) becomes a child node whose
    transcript holds that joint action; the environment's feedback is appended and the next turn is sampled.
    A node stops early when its mean reward reaches `early_stop_threshold` (its success is then taken to persist
    for the turns it skips: `trl_marl.core.early_stop_returns`), or when the environment says so (a terminal state);
 5. returns are backed up from the leaves: R_t = r_t + gamma * mean(R_{t+1} of the child's joint actions), and
    credited to each agent's samples (`TurnResult.agent_returns`; `trl_marl.core.returns`). With a
-   [`~trl_marl.rewarding.LocalReward`] each agent's own local reward is scored too and backed up the same way, per
+   [`~trl_marl.reward_contract.LocalReward`] each agent's local reward is scored too and backed up the same way, per
    agent (`TurnResult.local_returns`), for the estimators that mix it in (AT-GRPO's `"agent_turn"`).
 
 The engine stops at returns: which advantage estimator turns them into advantages is the trainer's choice
@@ -51,9 +51,9 @@ from .core import (
 )
 from .core.advantages import no_signal_nodes
 from .envs.base import MultiAgentEnv, Prompt, Transcript
-from .rewarding import (
+from .reward_contract import (
     LocalReward,
-    RewardFunctionError,  # noqa: F401 - re-exported (the reward contract lives in `rewarding`)
+    RewardFunctionError,  # noqa: F401 - re-exported (the reward contract lives in `reward_contract`)
     RewardSet,
 )
 from .team import AgentTeam, Generation
@@ -142,7 +142,7 @@ class JointRollout:
     Args:
         env: The environment.
         team: The policies. A team with one member per (turn, agent) (`AgentTeam.slot`) is played slot by slot.
-        reward: The reward functions (a [`~trl_marl.rewarding.RewardSet`]), called at every turn by `score`.
+        reward: The reward functions (a [`~trl_marl.reward_contract.RewardSet`]), called at every turn by `score`.
         generation_config: Sampling settings.
         num_generations: Samples per agent per node (G).
         joint_mode: `"aligned"` or `"cross"`.
@@ -159,7 +159,7 @@ class JointRollout:
             (the `"batch"` estimator) are those of the whole batch, as TRL's `GRPOTrainer` gathers its rewards before
             taking them. It is called once per scored `run` on every process (a collective), however many turns
             each process played. None: this process's batch is the whole batch.
-        local_reward: Per-agent local rewards ([`~trl_marl.rewarding.LocalReward`]), scored at every scored turn
+        local_reward: Per-agent local rewards ([`~trl_marl.reward_contract.LocalReward`]), scored at every scored turn
             and backed up per agent into `TurnResult.local_returns`. None: no local reward.
         tool_loop: The tools of the team's members ([`~trl_marl.tools.ToolLoop`], indexed like the team): within a
             turn a member with tools calls them and generates again until it answers; its answer (the content of

@@ -12,7 +12,7 @@ dict for JSON records). The conditions (docs/teamwork.md says what each one test
 - `roles_swapped` (two agents): agent 0's policy plays role 1 and agent 1's plays role 0: are the roles learned
   (AT-GRPO's control)?
 
-Every condition is one [`JointRollout`] of the package's engine, with one sample per agent per node
+Every condition is one [`JointRollout`] (the package's rollout engine), with one sample per agent per node
 (`num_generations=1`) and each row repeated `samples_per_row` times. What changes between conditions is only which
 weights play which role: each condition plays a *view* of the team, an [`AgentTeam`] over the same models (no
 weights copied) whose members map to other members, to the untrained team's, or to a member's model with its adapter
@@ -38,7 +38,7 @@ import torch
 from transformers import GenerationConfig
 
 from .envs.base import MultiAgentEnv
-from .rewarding import RewardSet, TeamReward
+from .reward_contract import RewardSet, TeamReward
 from .rollout import JointRollout, Rollout
 from .team import AgentTeam, Generation
 from .team.generation.base import GenerationBackend

@@ -10,7 +10,7 @@ from trl_marl.data import load_humaneval, load_mbpp, mbpp_to_humaneval
 from trl_marl.envs.base import Transcript
 from trl_marl.envs.coding import CooperativeCodingEnv
 from trl_marl.envs.coding_analysis import analyze_solution
-from trl_marl.rewarding import RewardFunctionError, TeamReward
+from trl_marl.reward_contract import RewardFunctionError, TeamReward
 from trl_marl.rewards.coding import (
     DEFAULT_CODING_WEIGHTS,
     CodeBLEUTermReward,
@@ -758,7 +758,7 @@ def test_coding_rewards_run_in_the_trainers_process_under_a_reward_timeout():
     memory changes never come back. The coding rewards opt out: their programs run in the sandbox with their own
     limits, and the executor's cache is shared with the environment, so each program runs once for every term and
     for the feedback (a forked worker would run it again for each term, and `last_terms` would stay empty)."""
-    from trl_marl.rewarding import RewardSet
+    from trl_marl.reward_contract import RewardSet
 
     runner = FakeRunner()
     env = CooperativeCodingEnv(runner=runner)

@@ -13,7 +13,7 @@ import pytest
 from trl_marl.data import load_tldr, parse_tldr_prompt
 from trl_marl.envs.base import Transcript
 from trl_marl.envs.writing import CooperativeWritingEnv
-from trl_marl.rewarding import TeamReward
+from trl_marl.reward_contract import TeamReward
 from trl_marl.rewards.writing import (
     DEFAULT_WRITING_WEIGHTS,
     TRANSITION_PHRASES,

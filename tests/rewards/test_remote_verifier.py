@@ -18,7 +18,7 @@ import torch
 from transformers import Qwen2Config, Qwen2ForSequenceClassification
 
 from helpers import free_port
-from trl_marl.rewarding import RewardFunctionError, call_reward_function
+from trl_marl.reward_contract import RewardFunctionError, call_reward_function
 from trl_marl.rewards.remote import RemoteVerifier, VerifierError, VerifierServer, VerifierUnavailableError
 from trl_marl.rewards.serving import ClientGoneError, ScoreJob, Scorer, ScorerBusyError, client_gone
 from trl_marl.rewards.verifier import AnswerVerifier, ModelVerifier

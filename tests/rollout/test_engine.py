@@ -14,7 +14,7 @@ from datasets import Dataset
 from trl_marl import MAGRPOConfig, MAGRPOTrainer, MultiAgentPPOConfig, MultiAgentPPOTrainer
 from trl_marl.envs import TargetSumEnv
 from trl_marl.envs.debate import DebateEnv
-from trl_marl.rewarding import NonFiniteError, RewardSet, agent_reward, team_reward
+from trl_marl.reward_contract import NonFiniteError, RewardSet, agent_reward, team_reward
 from trl_marl.rewards import AnswerVerifier, InfluenceAwareReward, TargetSumReward
 from trl_marl.rollout import JointRollout, Rollout
 from trl_marl.toy import toy_debate_dataset

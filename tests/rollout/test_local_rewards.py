@@ -15,7 +15,7 @@ import torch
 
 from helpers import ScriptedTeam
 from trl_marl.envs.base import MultiAgentEnv, Transcript
-from trl_marl.rewarding import LocalReward, TeamReward, agent_reward, team_reward
+from trl_marl.reward_contract import LocalReward, TeamReward, agent_reward, team_reward
 from trl_marl.rollout import JointRollout, assign_advantages, flat_group_fraction
 
 

@@ -13,7 +13,7 @@ import torch
 
 from helpers import ScriptedTeam, free_port
 from trl_marl.envs.base import MultiAgentEnv, Transcript
-from trl_marl.rewarding import TeamReward
+from trl_marl.reward_contract import TeamReward
 from trl_marl.rollout import JointRollout, Node, TurnResult, assign_advantages
 
 
@@ -212,7 +212,7 @@ import os, sys, torch
 from functools import partial
 from accelerate import Accelerator
 from trl_marl.envs.base import MultiAgentEnv
-from trl_marl.rewarding import TeamReward
+from trl_marl.reward_contract import TeamReward
 from trl_marl.rollout import JointRollout, assign_advantages
 from trl_marl.team import Generation
 from trl_marl.trainers.distributed import gathered_rows

@@ -96,7 +96,8 @@ def test_no_layer_below_the_trainers_reads_a_config_with_a_defaulted_getattr() -
     """Settings below the trainers are typed (e.g. `GenerationSettings`): a duck-typed read would repeat a default
     that the config class already holds, and drift from it. PEFT's adapter configs (`peft_type`) are not trainer
     configs and are read where the adapters are."""
-    below = ["core", "envs", "rewarding", "rewards", "rollout.py", "team", "utils", "validation", "data", "sandbox"]
+    below = ["core", "envs", "reward_contract", "rewards", "rollout.py", "team", "utils", "validation", "data",
+             "sandbox"]
     found = []
     for name in below:
         root = SRC / name

@@ -149,12 +149,12 @@ def test_checkpointed_recomputation_without_the_row_slices_is_caught(target_mode
     contexts = AdapterControl.checkpoint_contexts
 
     def without_joint_rows(self: AdapterControl, *args: Any) -> Any:
-        scorer = self.team.scorer
-        scorer._joint_rows, rows = None, scorer._joint_rows
+        forwards = self.team.logprob_forwards
+        forwards._joint_rows, rows = None, forwards._joint_rows
         try:
             return contexts(self, *args)
         finally:
-            scorer._joint_rows = rows
+            forwards._joint_rows = rows
 
     monkeypatch.setattr(AdapterControl, "checkpoint_contexts", without_joint_rows)
     team = build_team(target_model_dir, num_agents=2)
@@ -167,7 +167,7 @@ def test_checkpointed_recomputation_without_the_row_slices_is_caught(target_mode
 
 def joint_names(team: AgentTeam, batches: list[AgentBatch | None]) -> list[str] | None:
     """The adapter of each row when the team's forward runs the batches as one forward, else None."""
-    rows = team.scorer._joint_adapter_rows(batches)
+    rows = team.logprob_forwards._joint_adapter_rows(batches)
     return None if rows is None else rows[0]
 
 
@@ -215,13 +215,13 @@ def train(model_dir: str, out: str, capture_cls: type, joint: bool, **overrides:
     trainer.team.joint_adapter_forward = joint
     capture.team = trainer.team
     trainer.joint_forwards = []  # per joint forward: whether it built a graph (training) or not (reference, old)
-    joint_forward = trainer.team.scorer._joint_forward
+    joint_forward = trainer.team.logprob_forwards._joint_forward
 
     def counting(*args: Any, **kwargs: Any) -> Any:
         trainer.joint_forwards.append(torch.is_grad_enabled())
         return joint_forward(*args, **kwargs)
 
-    trainer.team.scorer._joint_forward = counting
+    trainer.team.logprob_forwards._joint_forward = counting
     trainer.train()
     return trainer, capture
 

@@ -1,5 +1,6 @@
-"""`AgentTeam` *has* its parts (a log-probability scorer, a sampler, an adapter control, a saver) instead of inheriting
-them, and the knobs those parts read are one typed, checked `TeamSettings` value that trainers set once."""
+"""`AgentTeam` *has* its parts (the log-probability forwards, a generation backend, an adapter control, a saver)
+instead of inheriting them, and the knobs those parts read are one typed, checked `TeamSettings` value that trainers
+set once."""
 
 from __future__ import annotations
 
@@ -46,27 +47,28 @@ def batch() -> AgentBatch:
 
 
 def parts(team: AgentTeam) -> list[Any]:
-    return [team.scorer, team.generation_backend, team.adapter_control, team.saver]
+    return [team.logprob_forwards, team.generation_backend, team.adapter_control, team.saver]
 
 
 def test_the_team_has_its_parts_and_inherits_none_of_them(tokenizer: PreTrainedTokenizerBase) -> None:
     from trl_marl.team.adapters import AdapterControl
-    from trl_marl.team.forward import LogProbScorer
+    from trl_marl.team.forward import LogProbForwards
     from trl_marl.team.saving import TeamSaver
 
     team = adapters_team(tokenizer)
-    assert isinstance(team.scorer, LogProbScorer) and team.scorer.team is team
+    assert isinstance(team.logprob_forwards, LogProbForwards) and team.logprob_forwards.team is team
     assert isinstance(team.adapter_control, AdapterControl) and team.adapter_control.team is team
     assert isinstance(team.saver, TeamSaver) and team.saver.team is team
     assert isinstance(team.generation_backend, TransformersBackend) and not hasattr(team, "sampler")  # one name
     bases = [cls.__name__ for cls in type(team).__mro__]
     assert not OLD_MIXINS & set(bases), bases
     assert bases[-2:] == ["Module", "object"]
-    # the team's state lives in its parts: the frozen agents in the adapter control, the model call in the scorer
+    # the team's state lives in its parts: the frozen agents in the adapter control, the model call in the
+    # log-probability forwards
     team.freeze_agents([1])
     assert team.frozen is team.adapter_control.frozen == {1}
-    team.forward_call = call = team.scorer.forward_call
-    assert team.scorer.forward_call is call
+    team.forward_call = call = team.logprob_forwards.forward_call
+    assert team.logprob_forwards.forward_call is call
     # the backend is set (and checked) as `generation_backend`; None restores the team's own decoding
     team.generation_backend = None
     assert isinstance(team.generation_backend, TransformersBackend)
@@ -143,7 +145,7 @@ def test_configure_sets_everything_at_once_and_the_attributes_still_work(tokeniz
     assert settings.joint_adapter_forward is True and team.settings is not settings
     assert team.settings == TeamSettings(temperature=0.5, lean_decode=False, joint_adapter_forward=False,
                                          logprob_chunk_elements=0)
-    # and the parts read them: the scorer divides the logits by the team's temperature
+    # and the parts read them: the log-probability forwards divide the logits by the team's temperature
     model = team.policy(0)
     b = batch()
     with torch.no_grad():
@@ -172,7 +174,7 @@ def test_a_deep_copy_has_parts_of_its_own(tokenizer: PreTrainedTokenizerBase) ->
     clone = copy.deepcopy(team)
     for mine, theirs in zip(parts(team), parts(clone), strict=True):
         assert type(mine) is type(theirs) and mine is not theirs
-    assert clone.scorer.team is clone and clone.adapter_control.team is clone and clone.saver.team is clone
+    assert clone.logprob_forwards.team is clone and clone.adapter_control.team is clone and clone.saver.team is clone
     assert clone.settings == team.settings and clone.frozen == {0} and clone.frozen is not team.frozen
     assert list(clone.state_dict()) == list(team.state_dict())
     b = batch()

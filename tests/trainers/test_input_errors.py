@@ -32,7 +32,7 @@ from trl_marl import (
 )
 from trl_marl.envs import TargetSumEnv
 from trl_marl.envs.base import MultiAgentEnv, Prompt, Transcript, prompt_problem
-from trl_marl.rewarding import TeamReward, reward_value
+from trl_marl.reward_contract import TeamReward, reward_value
 from trl_marl.rewards.arithmetic import TargetSumReward
 from trl_marl.validation import ContextLengthWarning, has_accelerator
 

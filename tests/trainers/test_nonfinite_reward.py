@@ -21,7 +21,7 @@ from datasets import Dataset
 from trl_marl import MAGRPOConfig, MAGRPOTrainer, MultiAgentPPOConfig, MultiAgentPPOTrainer, NonFiniteError
 from trl_marl._trl_compat import is_complete_checkpoint
 from trl_marl.envs import TargetSumEnv
-from trl_marl.rewarding.errors import NonFiniteRewardWarning
+from trl_marl.reward_contract.errors import NonFiniteRewardWarning
 from trl_marl.rewards.arithmetic import TargetSumReward
 
 

@@ -17,7 +17,7 @@ from trl_marl.envs import TargetSumEnv
 from trl_marl.team import AgentTeam
 from trl_marl.team.generation.base import agent_generation_config
 from trl_marl.toy import build_toy_model, build_toy_tokenizer
-from trl_marl.trainers.magrpo.generation import generation_config
+from trl_marl.trainers.magrpo.sampling_config import generation_config
 
 MAX_NEW = 24
 

@@ -30,7 +30,7 @@ from datasets import Dataset
 from trl_marl import MAGRPOConfig, MAGRPOTrainer, MultiAgentPPOConfig, MultiAgentPPOTrainer, RewardFunctionError
 from trl_marl._trl_compat import is_complete_checkpoint
 from trl_marl.envs import TargetSumEnv
-from trl_marl.rewarding import (
+from trl_marl.reward_contract import (
     DEFAULT_REWARD_TIMEOUT,
     RewardIsolationWarning,
     RewardSet,
@@ -280,7 +280,7 @@ def test_a_worker_that_dies_is_a_reward_error(how: str) -> None:
 
 def test_a_function_with_a_model_on_a_gpu_runs_in_a_thread_and_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
     """CUDA cannot be used in a forked child: a reward that needs it runs in a thread (one warning per function)."""
-    from trl_marl.rewarding import calls as reward_calls
+    from trl_marl.reward_contract import calls as reward_calls
     from trl_marl.utils import bounded
 
     monkeypatch.setattr(reward_calls, "_WARNED", set())
@@ -586,7 +586,7 @@ def test_a_failed_save_is_reported_with_the_reward_error(
 
 def test_a_failed_fork_runs_the_call_in_a_thread_and_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
     """A process whose memory the system will not duplicate (strict overcommit) still scores, in a thread."""
-    from trl_marl.rewarding import calls as reward_calls
+    from trl_marl.reward_contract import calls as reward_calls
     from trl_marl.utils import bounded
 
     def no_memory() -> int:

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from trl_marl.rewarding import RewardIsolationWarning, RewardTimeoutError, call_reward_function
-from trl_marl.rewarding.calls import REWARD_WORKERS
+from trl_marl.reward_contract import RewardIsolationWarning, RewardTimeoutError, call_reward_function
+from trl_marl.reward_contract.calls import REWARD_WORKERS
 
 
 class LazyScorer:
@@ -106,7 +106,7 @@ def test_a_collection_inside_the_registry_does_not_deadlock(tmp_path: Path, monk
     for the lock (the suite once hung there). The collection is made to happen right there."""
     import threading
 
-    from trl_marl.rewarding import calls
+    from trl_marl.reward_contract import calls
     from trl_marl.utils.bounded import Worker
 
     def collecting_worker(handler: Any) -> Worker:
@@ -142,7 +142,7 @@ def test_a_worker_leaves_when_its_parent_dies_mid_call(tmp_path: Path) -> None:
     script = tmp_path / "parent.py"
     script.write_text(
         "import os, threading, time\n"
-        "from trl_marl.rewarding import call_reward_function\n"
+        "from trl_marl.reward_contract import call_reward_function\n"
         "def score(prompts, completions, **kwargs):\n"
         "    time.sleep(3600)\n"
         "    return [1.0] * len(completions)\n"

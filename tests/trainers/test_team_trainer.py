@@ -15,7 +15,7 @@ from datasets import Dataset
 
 from trl_marl import MAGRPOConfig, MAGRPOTrainer, MultiAgentPPOConfig, MultiAgentPPOTrainer, PPOTrainer
 from trl_marl.envs import TargetSumEnv
-from trl_marl.rewarding import NonFiniteCounter, TeamReward
+from trl_marl.reward_contract import NonFiniteCounter, TeamReward
 from trl_marl.rewards.arithmetic import TargetSumReward
 from trl_marl.team import AgentTeam
 from trl_marl.team.generation import TransformersBackend

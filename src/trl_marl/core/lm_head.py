@@ -41,8 +41,8 @@ def chunk_positions(vocab_size: int, chunk_elements: int = DEFAULT_CHUNK_ELEMENT
     return max(1, chunk_elements // max(1, vocab_size))
 
 
-def _score_chunk(hidden: Tensor, labels: Tensor, head: Callable[[Tensor], Tensor], temperature: float,
-                 compute_entropy: bool, entropy_grad: bool) -> tuple[Tensor, Tensor]:
+def _chunk_logprobs(hidden: Tensor, labels: Tensor, head: Callable[[Tensor], Tensor], temperature: float,
+                    compute_entropy: bool, entropy_grad: bool) -> tuple[Tensor, Tensor]:
     logits = head(hidden).float() / temperature
     log_norm = torch.logsumexp(logits, dim=-1)
     logps = logits.gather(-1, labels.unsqueeze(-1)).squeeze(-1) - log_norm
@@ -95,10 +95,10 @@ def head_logprobs(
     logps, entropies = [], []
     for h, y in zip(flat_hidden.split(chunk_size), flat_labels.split(chunk_size), strict=True):
         if torch.is_grad_enabled():  # the chunk's logits are recomputed in the backward instead of kept
-            lp, ent = checkpoint(_score_chunk, h, y, head, temperature, compute_entropy, entropy_grad,
+            lp, ent = checkpoint(_chunk_logprobs, h, y, head, temperature, compute_entropy, entropy_grad,
                                  use_reentrant=False)
         else:
-            lp, ent = _score_chunk(h, y, head, temperature, compute_entropy, entropy_grad)
+            lp, ent = _chunk_logprobs(h, y, head, temperature, compute_entropy, entropy_grad)
         logps.append(lp)
         entropies.append(ent)
     if not logps:  # no positions

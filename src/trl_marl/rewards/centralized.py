@@ -1,7 +1,7 @@
 """The team reward of the centralised single-policy baseline ([`~trl_marl.envs.centralized.CentralizedEnv`]).
 
 [`CentralizedReward`] splits the single policy's completion into the agents' parts and calls the team reward
-exactly as a team's joint action is scored (the reward contract of `trl_marl.rewarding`): `agent_completions` one
+exactly as a team's joint action is scored (the reward contract of `trl_marl.reward_contract`): `agent_completions` one
 list per agent, `agent_prompts` the prompt each agent would have seen, `transcript` the team's transcript, and
 `prompts`/`completions` agent 0's. A missing or malformed section is an empty part, which the team reward scores as
 it scores an empty answer (e.g. `TargetSumReward`'s invalid penalty).

@@ -5,7 +5,7 @@ answer (Park et al., arXiv 2502.18439, Definition 1 and Tables 1-2; the math is 
 verifier is any of `trl_marl.rewards.verifier`'s (`AnswerVerifier`, `ModelVerifier`, `RemoteVerifier`: they have
 `score_batch(questions, responses, golds)`) or any object with `score(response, gold) -> float` in `[0, 1]`.
 
-It is an *agent reward* (`reward_kind = "agent"`, see `trl_marl.rewarding`): every trainer calls it once per
+It is an *agent reward* (`reward_kind = "agent"`, see `trl_marl.reward_contract`): every trainer calls it once per
 `(turn, agent)`. The multi-agent PPO trainer scores after the episode, with the *complete* transcripts of the batch's
 debates, so the reward of an early answer can look at the answers it influenced later; MAGRPO scores right after
 each turn (the transcript ends at the scored turn: the future terms of Definition 1 are absent, and MAGRPO's tree
@@ -102,7 +102,7 @@ class InfluenceAwareReward:
     """
 
     name = "influence_aware"
-    reward_kind = "agent"  # one reward per (turn, agent) in every trainer (`trl_marl.rewarding`)
+    reward_kind = "agent"  # one reward per (turn, agent) in every trainer (`trl_marl.reward_contract`)
 
     def __init__(
         self,

@@ -103,7 +103,7 @@ def _team_success(team: Any, episodes: int, seed: int) -> float:
     from transformers import GenerationConfig
 
     from ..envs import TargetSumEnv
-    from ..rewarding import TeamReward
+    from ..reward_contract import TeamReward
     from ..rewards.arithmetic import TargetSumReward
     from ..rollout import JointRollout
 

@@ -177,7 +177,7 @@ def sampled_team_success(env: Any, reward: Any, team: Any, rows: Sequence[dict[s
     import torch
     from transformers import GenerationConfig
 
-    from ..rewarding import TeamReward
+    from ..reward_contract import TeamReward
     from ..rollout import JointRollout
 
     tok = team.tokenizers[0]

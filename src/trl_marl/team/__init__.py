@@ -2,13 +2,14 @@
 
 - [`~trl_marl.team.policies`]: `AgentTeam`, the policies of a team in one of three layouts (an adapter per agent on
   one base model, a model per agent, shared weights), its per-(turn, agent) slots and reference policies. The team
-  *has* the parts below (`team.scorer`, `team.generation_backend`, `team.adapter_control`, `team.saver`), plain
-  objects that hold a reference to it, and calls them from its public methods.
+  *has* the parts below (`team.logprob_forwards`, `team.generation_backend`, `team.adapter_control`, `team.saver`),
+  plain objects that hold a reference to it, and calls them from its public methods.
 - [`~trl_marl.team.settings`]: `TeamSettings`, the knobs the parts read (`team.settings`, set with
   `AgentTeam.configure`).
 - [`~trl_marl.team.building`]: `AgentTeam.build`: the models loaded or copied per agent, tokenizers, adapters.
-- [`~trl_marl.team.forward`]: the log-probability forwards (`LogProbScorer`, `team.scorer`: `AgentTeam.forward`,
-  old-policy and reference log-probabilities, PPO's logits) on `AgentBatch`es, and what such a forward may leave out.
+- [`~trl_marl.team.forward`]: the log-probability forwards (`LogProbForwards`, `team.logprob_forwards`:
+  `AgentTeam.forward`, old-policy and reference log-probabilities, PPO's logits) on `AgentBatch`es, and what such a
+  forward may leave out.
 - [`~trl_marl.team.sampling`]: `AgentTeam.generate`: the prompts tokenized and handed to the team's generation
   backend (`team.generation_backend`), which returns a `Generation`.
 - [`~trl_marl.team.generation`]: the generation backends behind one interface (`generation.base`:

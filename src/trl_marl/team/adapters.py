@@ -120,9 +120,9 @@ class AdapterSwitch:
 class AdapterControl:
     """The active adapter and activation checkpointing of an `AgentTeam` (`team.adapter_control`).
 
-    It reads the team's models and adapters, and its scorer's `forward_call` and joint rows; it holds the agents whose
-    weights are not trained (`frozen`, which `AgentTeam.freeze_agents` fills and `team.frozen` reads), one
-    [`AdapterSwitch`] per PEFT model (made on its first switch) and the activation checkpointing arguments in use.
+    It reads the team's models and adapters, and its log-probability forwards' `forward_call` and joint rows; it holds
+    the agents whose weights are not trained (`frozen`, which `AgentTeam.freeze_agents` fills and `team.frozen` reads),
+    one [`AdapterSwitch`] per PEFT model (made on its first switch) and the activation checkpointing arguments in use.
 
     Args:
         team: The `AgentTeam` it controls (a plain reference: the control is no submodule of the team).
@@ -165,7 +165,7 @@ class AdapterControl:
         """
         model = self.team.models[0]
         name = model.active_adapter
-        joint_rows = self.team.scorer._joint_rows  # a forward over several agents' rows (`_joint_logps`)
+        joint_rows = self.team.logprob_forwards._joint_rows  # a forward over several agents' rows (`_joint_logps`)
         forward_ctx, recompute_ctx = user_context_fn() if user_context_fn else (nullcontext(), nullcontext())
 
         @contextmanager
@@ -213,7 +213,7 @@ class AdapterControl:
                 )
             # A compiled forward's backward recomputes from its graph, whose inputs are the adapter weights that the
             # forward used (and dynamo refuses a `context_fn` that is not a pair of dispatch modes).
-            if not isinstance(team.scorer.forward_call, CompiledForward):
+            if not isinstance(team.logprob_forwards.forward_call, CompiledForward):
                 kwargs["context_fn"] = partial(self.checkpoint_contexts, kwargs.get("context_fn"))
         for model in team.models:
             base = model.get_base_model() if hasattr(model, "get_base_model") else model

@@ -17,8 +17,8 @@ print(team.chat(0, ["What is 2 + 3?"], max_new_tokens=32))  # a list with agent 
 team.save_merged(0, "my-team-agent0")  # AutoModelForCausalLM.from_pretrained("my-team-agent0")
 ```
 
-Why a mixin, when the team's other roles are parts it has (`team.scorer`, `team.generation_backend`, ...): these
-methods hold no state and read nothing but the team's public API (`generate`, `stop_token_ids`, `tokenizers`,
+Why a mixin, when the team's other roles are parts it has (`team.logprob_forwards`, `team.generation_backend`, ...):
+these methods hold no state and read nothing but the team's public API (`generate`, `stop_token_ids`, `tokenizers`,
 `policy`), so they are convenience methods of the class itself, not a part to configure, swap or copy.
 """
 

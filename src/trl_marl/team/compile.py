@@ -4,7 +4,7 @@ transformers' `Trainer` hands `torch_compile` to accelerate, which compiles the 
 trl-marl trainer that module is the `AgentTeam`, whose forward loops over agents, switches adapters and slices
 batches in Python: compiled whole, it recompiles at every new completion length (tens of seconds each on a CPU) and
 runs no faster. A trl-marl trainer therefore keeps accelerate from compiling the team and compiles only the causal
-LM call of the team's log-probability forwards (the one model call of `AgentTeam.score_tokens` and of PPO's
+LM call of the team's log-probability forwards (the one model call of `AgentTeam.token_logps` and of PPO's
 `sequence_logits` and `response_logits`, `team.forward`): one compiled function with dynamic shapes, so that a
 new sequence length or batch size reuses the same graph, and models of the same architecture share it (their weights
 are inputs of the graph).

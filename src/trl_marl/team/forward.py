@@ -1,19 +1,19 @@
-"""The team's log-probability forwards ([`LogProbScorer`], `team.scorer`: a part the team has), and what they may
-leave out.
+"""The team's log-probability forwards ([`LogProbForwards`], `team.logprob_forwards`: a part the team has), and what
+they may leave out.
 
-[`LogProbScorer`] scores each agent's [`AgentBatch`] under its policy or its reference: `AgentTeam.forward` (with
-gradients, every agent in one call), the old-policy and reference log-probabilities (`policy_logps`,
-`reference_logps`, `inference_logps_all`), PPO's response log-probabilities (`response_logprobs`) and logits
-(`sequence_logits`, `response_logits`); the team's methods of those names call it. In `adapters` mode the rows of
-several agents run as one forward, each row through its own adapter (`team.mixed_adapters`).
+[`LogProbForwards`] computes the log-probabilities of each agent's [`AgentBatch`] under its policy or its reference:
+`AgentTeam.forward` (with gradients, every agent in one call), the old-policy and reference log-probabilities
+(`policy_logps`, `reference_logps`, `inference_logps_all`), PPO's response log-probabilities (`response_logprobs`) and
+logits (`sequence_logits`, `response_logits`); the team's methods of those names call it. In `adapters` mode the rows
+of several agents run as one forward, each row through its own adapter (`team.mixed_adapters`).
 
-Every log-probability goes through one primitive, [`LogProbScorer.score_tokens`]: a layout ([`TokenWindow`]: the model
+Every log-probability goes through one primitive, [`LogProbForwards.token_logps`]: a layout ([`TokenWindow`]: the model
 inputs and the output positions that score tokens; MAGRPO's [`completion_window`], the joint adapter forward's
 [`joint_completion_window`], PPO's [`response_window`]) and the labels in, per-token log-probabilities (and
 entropies) out. It alone chooses between the LM head a chunk of positions at a time and the full logits
-(`_scoring_head`); one method runs the model for it and for PPO's logits (`_window_output`, through `forward_call`:
-eager or compiled); the layouts decide what dropout changes (below). A scorer subclass that wraps `score_tokens` sees
-every log-probability forward (`team.scorer = MyScorer(team)`).
+(`_logprob_head`); one method runs the model for it and for PPO's logits (`_window_output`, through `forward_call`:
+eager or compiled); the layouts decide what dropout changes (below). A subclass that wraps `token_logps` sees
+every log-probability forward (`team.logprob_forwards = MyForwards(team)`).
 
 These forwards skip the one position whose logits are never used. The log-probability of token t of a sequence is
 read from the logits at position t - 1, so a forward over a prompt plus its completion scores the completion from the
@@ -53,7 +53,7 @@ from .compile import CompiledForward, call_model
 from .head import bound_head, head_path, head_path_checked
 from .mixed_adapters import sliced_adapter_rows, sliced_adapter_rows_plan
 
-__all__ = ["AgentBatch", "LogProbScorer", "TokenWindow", "completion_window",
+__all__ = ["AgentBatch", "LogProbForwards", "TokenWindow", "completion_window",
            "dropout_active", "head_path", "joint_completion_window", "logits_dtype_autocast", "no_autograd",
            "own_storage", "response_window", "takes_logits_to_keep"]
 
@@ -180,7 +180,7 @@ def logits_dtype_autocast(logits: torch.Tensor) -> AbstractContextManager[Any]:
 
 @dataclass(frozen=True)
 class TokenWindow:
-    """One log-probability forward of [`AgentTeam.score_tokens`]: the model inputs, and which output positions
+    """One log-probability forward of [`AgentTeam.token_logps`]: the model inputs, and which output positions
     score tokens: the `width` positions that end `skip_last` positions before the last one.
 
     Attributes:
@@ -257,8 +257,9 @@ def _logits_logprobs(logits: torch.Tensor, labels: torch.Tensor, temperature: fl
     return logps, entropy
 
 
-class LogProbScorer:
-    """The log-probability forwards of an `AgentTeam` (`team.scorer`; the team's methods of the same names call it).
+class LogProbForwards:
+    """The log-probability forwards of an `AgentTeam` (`team.logprob_forwards`; the team's methods of the same names
+    call it).
 
     It reads the team's models, adapters, references, settings (`temperature`, `joint_adapter_forward`,
     `logprob_chunk_elements`: `TeamSettings`) and `team.adapter_control`, and holds what only the forwards use:
@@ -266,7 +267,7 @@ class LogProbScorer:
     while a joint adapter forward runs, its rows (`_joint_rows`, which the recomputation of checkpointed layers reads).
 
     Args:
-        team: The `AgentTeam` it scores for (a plain reference: the scorer is no submodule of the team).
+        team: The `AgentTeam` it computes log-probabilities for (a plain reference: it is no submodule of the team).
     """
 
     def __init__(self, team: Any) -> None:
@@ -296,9 +297,9 @@ class LogProbScorer:
         if control.checkpointing_kwargs is not None:
             control.activation_checkpointing_enable(control.checkpointing_kwargs)
 
-    def _scoring_head(self, model: PreTrainedModel) -> _ChunkedHead | None:
+    def _logprob_head(self, model: PreTrainedModel) -> _ChunkedHead | None:
         """The one choice between the LM head in chunks and the full logits, for every log-probability forward
-        ([`AgentTeam.score_tokens`]): the model's backbone and LM head when the team takes log-probabilities through
+        ([`AgentTeam.token_logps`]): the model's backbone and LM head when the team takes log-probabilities through
         the head a chunk of positions at a time (`logprob_chunk_elements` > 0) and `model` allows it
         (`team.head.head_path_checked`: a probe of its forward, once per model and head adapter state), else None
         (the full logits of the scored positions). Dropout, the compiled forward and the layout do not enter it: the
@@ -338,19 +339,19 @@ class LogProbScorer:
         start = stop - window.width
         return out if start == 0 and stop == out.size(1) else out[:, start:stop]
 
-    def score_tokens(
+    def token_logps(
         self, model: PreTrainedModel, window: TokenWindow, labels: Sequence[torch.Tensor],
         temperature: float | None = None, compute_entropy: bool = False, entropy_grad: bool = False,
         adapter_rows: tuple[list[str], Any] | None = None,
     ) -> list[tuple[torch.Tensor, torch.Tensor | None]]:
-        """Per-token log-probabilities (and entropies) of `labels` under `model`: the one scoring primitive that
-        every log-probability forward of the team calls (MAGRPO's `forward`, `policy_logps`, `reference_logps`,
+        """Per-token log-probabilities (and entropies) of `labels` under `model`: the one log-probability primitive
+        that every log-probability forward of the team calls (MAGRPO's `forward`, `policy_logps`, `reference_logps`,
         `inference_logps_all`, PPO's `response_logprobs`), whatever the layout.
 
         It runs one forward over `window.inputs` ([`TokenWindow`]: MAGRPO's [`completion_window`] and
         [`joint_completion_window`], PPO's [`response_window`]) and scores the window's positions: either through
         the LM head a chunk of positions at a time (`core.head_logprobs`, in float32) or from the full logits
-        (`selective_log_softmax`, in the logits' dtype), as `_scoring_head` decides for `model`, in this one place.
+        (`selective_log_softmax`, in the logits' dtype), as `_logprob_head` decides for `model`, in this one place.
         The logits are divided by `temperature` (the team's by default) before the softmax.
 
         Args:
@@ -367,7 +368,7 @@ class LogProbScorer:
         Returns:
             One `(logps, entropy)` per tensor of `labels`, of its shape (`entropy` None unless asked for).
 
-        Example: `(logps, _), = team.score_tokens(model, completion_window(batch, dropout=False),
+        Example: `(logps, _), = team.token_logps(model, completion_window(batch, dropout=False),
         [batch.completion_ids])`
         """
         if isinstance(labels, torch.Tensor):
@@ -378,7 +379,7 @@ class LogProbScorer:
                 f"`labels` must split the window's {rows} rows in runs at most {window.width} tokens wide; got shapes "
                 f"{[tuple(group.shape) for group in labels]}: pass one tensor of token ids per run of rows."
             )
-        head = self._scoring_head(model)
+        head = self._logprob_head(model)
         out = self._window_output(model, window, head, adapter_rows)
         settings = self.team.settings
         temperature = settings.temperature if temperature is None else temperature
@@ -399,10 +400,10 @@ class LogProbScorer:
     def _logps(
         self, model: PreTrainedModel, batch: AgentBatch, compute_entropy: bool, entropy_grad: bool = False
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """`score_tokens` of `batch`'s completions in MAGRPO's layout (TRL's under dropout: `completion_window`)."""
+        """`token_logps` of `batch`'s completions in MAGRPO's layout (TRL's under dropout: `completion_window`)."""
         window = completion_window(batch, dropout_active(model))
-        return self.score_tokens(model, window, [batch.completion_ids], compute_entropy=compute_entropy,
-                                 entropy_grad=entropy_grad)[0]
+        return self.token_logps(model, window, [batch.completion_ids], compute_entropy=compute_entropy,
+                                entropy_grad=entropy_grad)[0]
 
     def forward(
         self, batches: Sequence[AgentBatch | None], compute_entropy: bool = False, entropy_grad: bool = False
@@ -465,17 +466,17 @@ class LogProbScorer:
         self, model: PreTrainedModel, batches: Sequence[AgentBatch | None], rows: tuple[list[str], Any] | None,
         compute_entropy: bool, entropy_grad: bool,
     ) -> list[tuple[torch.Tensor, torch.Tensor | None] | None]:
-        """`score_tokens` of every non-empty batch in one forward of `model` (`joint_completion_window`), each row
+        """`token_logps` of every non-empty batch in one forward of `model` (`joint_completion_window`), each row
         through the adapter that `rows` (`_joint_adapter_rows`) names for it (row slices), or, with `rows` None,
         every row through the model as it is."""
         present = [(a, batch) for a, batch in enumerate(batches) if batch is not None and len(batch) > 0]
         agents = [a for a, _ in present]
         window = joint_completion_window([batch for _, batch in present])
-        scores = self.score_tokens(model, window, [batch.completion_ids for _, batch in present],
-                                   compute_entropy=compute_entropy, entropy_grad=entropy_grad, adapter_rows=rows)
+        per_agent = self.token_logps(model, window, [batch.completion_ids for _, batch in present],
+                                     compute_entropy=compute_entropy, entropy_grad=entropy_grad, adapter_rows=rows)
         results: list[tuple[torch.Tensor, torch.Tensor | None] | None] = [None] * len(batches)
-        for a, score in zip(agents, scores, strict=True):
-            results[a] = score
+        for a, logps in zip(agents, per_agent, strict=True):
+            results[a] = logps
         return results
 
     @torch.no_grad()
@@ -548,7 +549,7 @@ class LogProbScorer:
                           compute_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Log-probabilities of PPO's `responses` (and, with `compute_entropy`, the detached entropy of every
         response position) under member `agent_index`'s policy or reference, the logits divided by `temperature`:
-        `selective_log_softmax(response_logits(...) / temperature, responses)`, computed by [`AgentTeam.score_tokens`]
+        `selective_log_softmax(response_logits(...) / temperature, responses)`, computed by [`AgentTeam.token_logps`]
         over [`response_window`] (without the response logits where the model allows it, as MAGRPO's forwards).
         Gradients flow for the policy.
 
@@ -557,5 +558,5 @@ class LogProbScorer:
         """
         with self.team.acting(agent_index, reference) as model:
             window = response_window(query_responses, context_length, pad_token_id, dropout_active(model))
-            return self.score_tokens(model, window, [responses], temperature=temperature,
-                                     compute_entropy=compute_entropy)[0]
+            return self.token_logps(model, window, [responses], temperature=temperature,
+                                    compute_entropy=compute_entropy)[0]

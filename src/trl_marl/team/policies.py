@@ -21,8 +21,8 @@ micro-step, as DistributedDataParallel requires).
 team's `state_dict` holds the models' weights alone) from its own module of `trl_marl.team`, holding a reference to
 the team:
 
-- `team.scorer` (`forward.LogProbScorer`): the log-probability forwards (`forward`, `score_tokens`, `policy_logps`,
-  `reference_logps`, `inference_logps_all`, PPO's `response_logprobs` and logits, `compile_forwards`);
+- `team.logprob_forwards` (`forward.LogProbForwards`): the log-probability forwards (`forward`, `token_logps`,
+  `policy_logps`, `reference_logps`, `inference_logps_all`, PPO's `response_logprobs` and logits, `compile_forwards`);
 - `team.generation_backend` (a `generation.GenerationBackend`): samples the completions
   (`generate`, through `sampling.generate`);
 - `team.adapter_control` (`adapters.AdapterControl`): the active adapter, the frozen agents, activation checkpointing;
@@ -52,7 +52,7 @@ from . import sampling
 from .adapters import AdapterControl
 from .building import build_team, is_partitioned
 from .chat import ChatMixin
-from .forward import AgentBatch, LogProbScorer, TokenWindow
+from .forward import AgentBatch, LogProbForwards, TokenWindow
 from .generation.base import Generation, GenerationBackend
 from .quantized import keep_4bit_trainable
 from .saving import TeamSaver, load_team
@@ -142,7 +142,7 @@ class AgentTeam(ChatMixin, nn.Module):
         self.ref_models: list[PreTrainedModel | None] = [None] * len(self.models)  # frozen copies, when needed
         # the knobs the parts read (see `TeamSettings`), and the parts: plain objects, never submodules
         self._settings = TeamSettings(share_prompt_prefill=share_prompt_prefill)
-        self.scorer = LogProbScorer(self)
+        self.logprob_forwards = LogProbForwards(self)
         self.adapter_control = AdapterControl(self)
         self.saver = TeamSaver(self)
         self._generation_backend: GenerationBackend = sampling.checked_backend(None)  # the team's own decoding
@@ -393,13 +393,13 @@ class AgentTeam(ChatMixin, nn.Module):
 
     @property
     def forward_call(self) -> Callable[..., Any]:
-        """The causal LM call of the log-probability forwards (`team.scorer.forward_call`: eager, or compiled by
-        `compile_forwards`); setting it sets the scorer's."""
-        return self.scorer.forward_call
+        """The causal LM call of the log-probability forwards (`team.logprob_forwards.forward_call`: eager, or
+        compiled by `compile_forwards`); setting it sets theirs."""
+        return self.logprob_forwards.forward_call
 
     @forward_call.setter
     def forward_call(self, call: Callable[..., Any]) -> None:
-        self.scorer.forward_call = call
+        self.logprob_forwards.forward_call = call
 
     @property
     def frozen(self) -> set[int]:
@@ -409,54 +409,56 @@ class AgentTeam(ChatMixin, nn.Module):
     def forward(self, batches: Sequence[AgentBatch | None], compute_entropy: bool = False,
                 entropy_grad: bool = False) -> list[tuple[torch.Tensor, torch.Tensor | None] | None]:
         """Per-token log-probabilities (and entropies) of each agent's completions under its current policy, every
-        agent in one call (what DistributedDataParallel wraps): [`LogProbScorer.forward`]."""
-        return self.scorer.forward(batches, compute_entropy=compute_entropy, entropy_grad=entropy_grad)
+        agent in one call (what DistributedDataParallel wraps): [`LogProbForwards.forward`]."""
+        return self.logprob_forwards.forward(batches, compute_entropy=compute_entropy, entropy_grad=entropy_grad)
 
-    def score_tokens(
+    def token_logps(
         self, model: PreTrainedModel, window: TokenWindow, labels: Sequence[torch.Tensor],
         temperature: float | None = None, compute_entropy: bool = False, entropy_grad: bool = False,
         adapter_rows: tuple[list[str], Any] | None = None,
     ) -> list[tuple[torch.Tensor, torch.Tensor | None]]:
-        """The one scoring primitive of the log-probability forwards: [`LogProbScorer.score_tokens`]."""
-        return self.scorer.score_tokens(model, window, labels, temperature=temperature,
-                                        compute_entropy=compute_entropy, entropy_grad=entropy_grad,
-                                        adapter_rows=adapter_rows)
+        """The one log-probability primitive of the log-probability forwards: [`LogProbForwards.token_logps`]."""
+        return self.logprob_forwards.token_logps(model, window, labels, temperature=temperature,
+                                                 compute_entropy=compute_entropy, entropy_grad=entropy_grad,
+                                                 adapter_rows=adapter_rows)
 
     def policy_logps(self, agent_index: int, batch: AgentBatch) -> torch.Tensor:
-        """Per-token log-probabilities under the current policy, without gradients: [`LogProbScorer.policy_logps`]."""
-        return self.scorer.policy_logps(agent_index, batch)
+        """Per-token log-probabilities under the current policy, without gradients:
+        [`LogProbForwards.policy_logps`]."""
+        return self.logprob_forwards.policy_logps(agent_index, batch)
 
     def reference_logps(self, agent_index: int, batch: AgentBatch) -> torch.Tensor:
-        """Per-token log-probabilities under the reference policy: [`LogProbScorer.reference_logps`]."""
-        return self.scorer.reference_logps(agent_index, batch)
+        """Per-token log-probabilities under the reference policy: [`LogProbForwards.reference_logps`]."""
+        return self.logprob_forwards.reference_logps(agent_index, batch)
 
     def inference_logps_all(self, batches: Sequence[AgentBatch | None],
                             reference: bool = False) -> list[torch.Tensor | None]:
         """`policy_logps` (or `reference_logps`) of every agent that has a batch, in as few forwards as the layout
-        allows: [`LogProbScorer.inference_logps_all`]."""
-        return self.scorer.inference_logps_all(batches, reference=reference)
+        allows: [`LogProbForwards.inference_logps_all`]."""
+        return self.logprob_forwards.inference_logps_all(batches, reference=reference)
 
     def sequence_logits(self, agent_index: int, query_responses: torch.Tensor, pad_token_id: int,
                         reference: bool = False) -> torch.Tensor:
-        """The logits of every position of PPO's layout: [`LogProbScorer.sequence_logits`]."""
-        return self.scorer.sequence_logits(agent_index, query_responses, pad_token_id, reference=reference)
+        """The logits of every position of PPO's layout: [`LogProbForwards.sequence_logits`]."""
+        return self.logprob_forwards.sequence_logits(agent_index, query_responses, pad_token_id, reference=reference)
 
     def response_logits(self, agent_index: int, query_responses: torch.Tensor, context_length: int,
                         pad_token_id: int, reference: bool = False) -> torch.Tensor:
-        """The logits that score PPO's response tokens: [`LogProbScorer.response_logits`]."""
-        return self.scorer.response_logits(agent_index, query_responses, context_length, pad_token_id,
-                                           reference=reference)
+        """The logits that score PPO's response tokens: [`LogProbForwards.response_logits`]."""
+        return self.logprob_forwards.response_logits(agent_index, query_responses, context_length, pad_token_id,
+                                                     reference=reference)
 
     def response_logprobs(self, agent_index: int, query_responses: torch.Tensor, context_length: int,
                           pad_token_id: int, responses: torch.Tensor, temperature: float, reference: bool = False,
                           compute_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Log-probabilities (and entropies) of PPO's responses: [`LogProbScorer.response_logprobs`]."""
-        return self.scorer.response_logprobs(agent_index, query_responses, context_length, pad_token_id, responses,
-                                             temperature, reference=reference, compute_entropy=compute_entropy)
+        """Log-probabilities (and entropies) of PPO's responses: [`LogProbForwards.response_logprobs`]."""
+        return self.logprob_forwards.response_logprobs(agent_index, query_responses, context_length, pad_token_id,
+                                                       responses, temperature, reference=reference,
+                                                       compute_entropy=compute_entropy)
 
     def compile_forwards(self, backend: str | None = None, mode: str | None = None) -> None:
-        """Run the log-probability forwards through `torch.compile`: [`LogProbScorer.compile_forwards`]."""
-        self.scorer.compile_forwards(backend=backend, mode=mode)
+        """Run the log-probability forwards through `torch.compile`: [`LogProbForwards.compile_forwards`]."""
+        self.logprob_forwards.compile_forwards(backend=backend, mode=mode)
 
     def generate(self, prompts: Sequence[Sequence[Any]], generation_config: GenerationConfig,
                  chat_template_kwargs: dict | None = None, stop_token_ids: set[int] | None = None) -> Generation:

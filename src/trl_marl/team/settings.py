@@ -1,6 +1,6 @@
 """`TeamSettings`: the knobs that the parts of an `AgentTeam` read, typed, with each default written once.
 
-The team's log-probability scorer reads `temperature`, `joint_adapter_forward` and `logprob_chunk_elements`; its
+The team's log-probability forwards read `temperature`, `joint_adapter_forward` and `logprob_chunk_elements`; its
 own decoding (`team.generation.transformers_backend`) reads `share_prompt_prefill`, `lean_decode` and
 `continuous_batching_config`. A trainer builds them once from its config (`TeamTrainer._setup_generation`) and hands
 them to [`AgentTeam.configure`]; a user may do the same, or set one attribute (`team.temperature = 0.7`), which

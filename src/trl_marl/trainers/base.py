@@ -67,7 +67,7 @@ from .._trl_compat import (
 )
 from ..envs.base import MultiAgentEnv, Transcript
 from ..evaluation import DebateEvaluation
-from ..rewarding import LocalReward, NonFiniteCounter, NonFiniteError, RewardFunctionError, RewardSet, TeamReward
+from ..reward_contract import LocalReward, NonFiniteCounter, NonFiniteError, RewardFunctionError, RewardSet, TeamReward
 from ..team import AgentTeam
 from ..team.generation import GenerationSettings, build_generation_backend
 from ..tools.loop import ToolLoop
@@ -87,7 +87,7 @@ from .distributed import (
     setup_strategy,
     zero3_engine,
 )
-from .metrics import MetricsBook
+from .logbook import MetricsBook
 from .rows import RowDataset, collate_rows
 
 __all__ = ["MetricsBook", "TeamTrainer", "TeamTrainingArguments", "collate_rows", "gather_objects", "rollout_phase"]
@@ -99,8 +99,8 @@ RewardsT = TypeVar("RewardsT", RewardSet, TeamReward, LocalReward)
 class TeamTrainingArguments(Protocol):
     """The config fields the setup steps of [`TeamTrainer`] read, besides `transformers.TrainingArguments`' own:
     what a new algorithm's config adds, declared with the field factories both `MAGRPOConfig` and
-    `MultiAgentPPOConfig` use (`trainers.fields`, `rewarding.settings`, `tools.settings`, `trainers.console`), and the
-    generation fields of [`GenerationSettings`] it wants to offer."""
+    `MultiAgentPPOConfig` use (`trainers.fields`, `reward_contract.settings`, `tools.settings`, `trainers.console`),
+    and the generation fields of [`GenerationSettings`] it wants to offer."""
 
     num_agents: int
     num_turns: int
@@ -212,7 +212,7 @@ class TeamTrainer(TeamCheckpointMixin, TRLBaseTrainer):
     @staticmethod
     def _timed_rewards(rewards: RewardsT, args: TeamTrainingArguments) -> RewardsT:
         """Step 4: `rewards` (a `RewardSet`, `TeamReward` or `LocalReward`) with the config's `reward_timeout` and
-        `reward_isolation` (the reward contract: `trl_marl.rewarding`)."""
+        `reward_isolation` (the reward contract: `trl_marl.reward_contract`)."""
         rewards.set_timeout(args.reward_timeout, f"{type(args).__name__}.reward_timeout", args.reward_isolation)
         return rewards
 

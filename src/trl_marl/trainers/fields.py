@@ -2,9 +2,9 @@
 its help text (what `--help` prints and the docs show), written for both trainers.
 
 A config declares such a field as `num_turns: int = num_turns_field()`. Fields of other homes follow the same
-pattern: the reward's (`rewarding.settings`), the tools' (`tools.settings`), the console's (`trainers.console`) and
-`compiled_sync_every` (`team.generation.settings`). A new trainer's config takes its shared fields from these
-factories instead of copying help texts.
+pattern: the reward's (`reward_contract.settings`), the tools' (`tools.settings`), the console's
+(`trainers.console`) and `compiled_sync_every` (`team.generation.settings`). A new trainer's config takes its shared
+fields from these factories instead of copying help texts.
 
 Example:
 

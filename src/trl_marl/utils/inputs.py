@@ -7,7 +7,7 @@ Each check raises before the first training step with a message naming the field
 - [`check_lora_targets`]: LoRA `target_modules` that match no module of the model.
 
 The checks of a config's fields are in `trl_marl.validation.config`, the reward function's signature check in
-`trl_marl.rewarding` (the reward contract).
+`trl_marl.reward_contract` (the reward contract).
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ Two modules, one per kind of input:
   context window.
 
 Every name of both is importable from `trl_marl.validation`. The reward contract (its errors, timeouts and the call
-of a reward function) lives in `trl_marl.rewarding`.
+of a reward function) lives in `trl_marl.reward_contract`.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Each check raises (or warns) before the first step, naming the row, the field and the fix; nothing here is specific
 to one algorithm. The configs' own checks are in [`~trl_marl.validation.config`]; the reward contract is in
-`trl_marl.rewarding`.
+`trl_marl.reward_contract`.
 
 - [`check_env_protocol`]: an environment implements `agent_prompt` (the method the trainers call).
 - [`check_dataset_prompts`]: the environment turns the first rows of a dataset into one valid prompt per agent.

@@ -288,7 +288,7 @@ def test_continuous_batching_failures_raise():
 def test_generation_kwargs_override_the_default_stop_tokens(target_model_dir, tmp_path):
     """`generation_kwargs={"eos_token_id": [...]}` (e.g. stop at a closing code fence too) replaces the model's end
     token; it used to reach `GenerationConfig` twice (a `TypeError`)."""
-    from trl_marl.trainers.magrpo.generation import generation_config
+    from trl_marl.trainers.magrpo.sampling_config import generation_config
 
     team = AgentTeam.build(target_model_dir, 2, mode="models")
     plain = generation_config(config(tmp_path), team)

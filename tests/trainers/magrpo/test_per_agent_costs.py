@@ -20,7 +20,7 @@ from torch.utils._python_dispatch import _disable_current_modes
 from helpers import OpCounter, spread_reward
 from trl_marl import MAGRPOConfig, MAGRPOTrainer
 from trl_marl.envs import TargetSumEnv
-from trl_marl.trainers.metrics import MetricsBook
+from trl_marl.trainers.logbook import MetricsBook
 
 
 def step_syncs(model_dir: str, out: str, agents: int) -> tuple[int, int]:

@@ -16,8 +16,8 @@ from ...core import (
     estimator_uses_local_returns,
     scale_rewards_help,
 )
-from ...rewarding import REWARD_ISOLATIONS
-from ...rewarding.settings import reward_isolation_field, reward_timeout_field
+from ...reward_contract import REWARD_ISOLATIONS
+from ...reward_contract.settings import reward_isolation_field, reward_timeout_field
 from ...team.generation import check_generation_backend, compiled_sync_every_field
 from ...tools.settings import (
     check_tool_settings,

@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ...rewarding.errors import user_stacklevel
+from ...reward_contract.errors import user_stacklevel
 from ...rollout import Rollout, finite_mean, flat_group_fraction, no_signal_fraction, reward_std_is_zero
-from ..metrics import log_tool_use
+from ..logbook import log_tool_use
 
 if TYPE_CHECKING:
     from .config import MAGRPOConfig

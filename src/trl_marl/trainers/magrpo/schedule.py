@@ -11,7 +11,7 @@ the prompts of one generation mu times over, so that an epoch still plays every 
   for the mu optimizer steps that reuse it;
 - [`MicroStep`] is what `training_step` receives for one micro-step.
 
-The sampling settings of a step are in [`~trl_marl.trainers.magrpo.generation`], the reference policy's periodic
+The sampling settings of a step are in [`~trl_marl.trainers.magrpo.sampling_config`], the reference policy's periodic
 sync in [`~trl_marl.trainers.magrpo.reference`], and the all-gather of the rollout's batch statistics
 (`gathered_rows`) in [`~trl_marl.trainers.distributed`].
 """

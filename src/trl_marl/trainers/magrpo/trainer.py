@@ -35,7 +35,7 @@ from ...core import (
     off_policy_sequence_mask,
 )
 from ...envs.base import MultiAgentEnv, PromptEnv, Transcript
-from ...rewarding import (
+from ...reward_contract import (
     LocalReward,
     NonFiniteError,
     RewardFunc,
@@ -56,8 +56,8 @@ from ..per_agent import backward_per_agent, backward_per_agent_supported
 from .config import CONSOLE_METRICS, MAGRPOConfig
 from .diagnostics import TrainingDiagnostics, TrainingDiagnosticWarning, log_rollout, print_completions
 from .entropy import ENTROPY_STATE_FILE, EntropyControl, agent_high_entropy_mask, high_entropy_masks
-from .generation import continuous_batching_config, generation_config
 from .reference import ReferenceSync
+from .sampling_config import continuous_batching_config, generation_config
 from .schedule import BlockRepeatSampler, GenerationSchedule, MicroStep
 
 if TYPE_CHECKING:
@@ -93,7 +93,7 @@ class MAGRPOTrainer(TeamTrainer):
             once per turn on all joint actions. Besides the dataset columns they receive `agent_prompts`,
             `agent_completions` (one list per agent), `agent_index=None`, `turn`, `transcript` and
             `trainer_state`. `prompts`/`completions` are agent 0's, so plain TRL functions work with one agent.
-            Each entry is a number, or `None` to skip a joint action (the reward contract: `trl_marl.rewarding`;
+            Each entry is a number, or `None` to skip a joint action (the reward contract: `trl_marl.reward_contract`;
             a function declared an agent reward, e.g. `InfluenceAwareReward`, is called per agent and averaged).
         args: A [`MAGRPOConfig`].
         train_dataset: A `datasets.Dataset` whose rows the environment reads (by default a `prompt` column).
@@ -112,7 +112,7 @@ class MAGRPOTrainer(TeamTrainer):
             `a`'s, one entry per joint action); one list for every agent, or one list per agent. Each agent's local
             reward (weighted by `local_reward_weights`) is backed up through the tree like the team reward and mixed
             in by an estimator that reads it: `advantage_mode="agent_turn"`, with `team_reward_weight` (alpha)
-            giving agent i the return alpha * R^team + R^loc_i (`trl_marl.rewarding.LocalReward`; docs/extending.md).
+            giving agent i the return alpha * R^team + R^loc_i (`reward_contract.LocalReward`; docs/extending.md).
             Refused with an estimator that would ignore it.
 
     Hooks (override in a subclass): `compute_rewards` (the team reward of each joint action of a turn),
@@ -322,7 +322,7 @@ class MAGRPOTrainer(TeamTrainer):
 
         Returns:
             `(rewards_per_func, nonfinite)`: `(N, F)` scores (NaN where a function returned `None`) and a `(N,)`
-            bool tensor marking NaN/inf scores; they are combined with `reward_weights` (`trl_marl.rewarding`).
+            bool tensor marking NaN/inf scores; they are combined with `reward_weights` (`trl_marl.reward_contract`).
         """
         return self.rewards.score(prompts, completions, rows, transcripts, turn, self.state)
 

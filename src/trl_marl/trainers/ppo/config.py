@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 
 from ..._trl_compat import TRLBaseConfig
 from ...core.estimators import advantage_mode_help, critic_estimator
-from ...rewarding import REWARD_ISOLATIONS
-from ...rewarding.settings import reward_isolation_field, reward_timeout_field
+from ...reward_contract import REWARD_ISOLATIONS
+from ...reward_contract.settings import reward_isolation_field, reward_timeout_field
 from ...team.generation import check_generation_backend, compiled_sync_every_field
 from ...tools.settings import (
     check_tool_settings,
@@ -332,7 +332,7 @@ class MultiAgentPPOConfig(TRLBaseConfig):
         default=None,
         metadata={
             "help": "Weights of the reward functions (one per function; default 1 each): a response's score is the "
-            "weighted sum over the functions that scored it (`None` skips; see `trl_marl.rewarding`)."
+            "weighted sum over the functions that scored it (`None` skips; see `trl_marl.reward_contract`)."
         },
     )
     reward_timeout: float | None = reward_timeout_field()

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ...rewarding.errors import user_stacklevel
+from ...reward_contract.errors import user_stacklevel
 from ..engine_correction import correction_metrics, mismatch_values
 from ..magrpo.diagnostics import NoLearningSignalWarning
 from .samples import AgentRollout, filled

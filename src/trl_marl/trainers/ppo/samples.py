@@ -13,7 +13,7 @@ from torch import nn
 
 from ...core import engine_importance_sampling_ratio
 from ...core.ppo import INVALID_LOGPROB, kl_penalty, response_masks, shaped_token_rewards
-from ...rewarding import RewardFunctionError, RewardSet, unscorable_message
+from ...reward_contract import RewardFunctionError, RewardSet, unscorable_message
 from ...rollout import Rollout
 from ...team import AgentTeam, pad_left
 from ..engine_correction import corrects_engine_mismatch, padded_logps

@@ -2,7 +2,7 @@
 
 PPO is "play, score, then value/GAE/epochs": the rollout engine (`trl_marl.rollout.JointRollout`, the one MAGRPO
 uses) plays episodes of any [`MultiAgentEnv`] with one sample per agent per turn; every (turn, agent) response is
-scored (`compute_rewards`, the reward contract of `trl_marl.rewarding`, or a reward model) and becomes one PPO
+scored (`compute_rewards`, the reward contract of `trl_marl.reward_contract`, or a reward model) and becomes one PPO
 sample of its policy slot (`AgentTeam.slot`): per-token KL penalty to its reference policy, the score on the last
 step, GAE and whitening (`compute_advantages`), clipped policy and value losses (`compute_agent_loss`). With one
 agent, one turn, a tokenized `input_ids` dataset and a reward model, it is TRL 1.12's `PPOTrainer` (same
@@ -44,7 +44,7 @@ from ...core.ppo import (
     ppo_policy_loss,
 )
 from ...envs.base import MultiAgentEnv, PromptEnv, TokenizedPromptEnv, Transcript
-from ...rewarding import NonFiniteError, RewardFunc, RewardFunctionError, RewardSet
+from ...reward_contract import NonFiniteError, RewardFunc, RewardFunctionError, RewardSet
 from ...rollout import JointRollout, Rollout
 from ...team import AgentTeam, sequence_model_inputs
 from ...team.quantized import keep_4bit_trainable
@@ -53,7 +53,7 @@ from ...utils.checkpoint_files import CheckpointSpec
 from ...validation import check_prompt_lengths
 from ..base import TeamTrainer, rollout_phase
 from ..fields import field_value
-from ..metrics import log_tool_use
+from ..logbook import log_tool_use
 from ..per_agent import backward_per_agent, backward_per_agent_supported
 from .config import CONSOLE_METRICS, MultiAgentPPOConfig, logit_temperature, resume_problem
 from .logging import STAT_NAMES, ScoreSignalCheck, completions_table, print_completions_table, update_metrics
@@ -89,7 +89,7 @@ class MultiAgentPPOTrainer(TeamTrainer):
 
     Each update plays `local_batch_size` episodes per process with the rollout engine (`JointRollout`, one sample
     per agent per turn, until `num_turns` or `env.is_done`). Every response is scored once the episode is over (a
-    reward model, or `compute_rewards`: the reward functions under the reward contract of `trl_marl.rewarding`,
+    reward model, or `compute_rewards`: the reward functions under the reward contract of `trl_marl.reward_contract`,
     agent rewards once per (turn, agent), team rewards once per joint action), and becomes one PPO sample of its
     policy slot: per-token reward -kl_coef * KL plus the score on the last step, GAE(gamma, lam) and whitened
     advantages (`compute_advantages`), clipped policy and value losses (`compute_agent_loss`). The slots' losses
@@ -102,7 +102,7 @@ class MultiAgentPPOTrainer(TeamTrainer):
         train_dataset: Rows the environment reads.
         env: The environment. Default: `TokenizedPromptEnv` for datasets with `input_ids`, else `PromptEnv`.
         reward_funcs: TRL-style reward functions (see above). Exclusive with `reward_model`. They follow the reward
-            contract of `trl_marl.rewarding` (as in MAGRPO): one number or `None` (skip) per entry, weighted by
+            contract of `trl_marl.reward_contract` (as in MAGRPO): one number or `None` (skip) per entry, weighted by
             `reward_weights`; a response that every function skips, or that got NaN/inf, leaves the loss (NaN/inf
             counted against `max_nonfinite`); a string or a wrong-length list raises a `RewardFunctionError`.
         reward_model: A sequence classifier (`num_labels=1`) scoring query + response tokens.
@@ -229,7 +229,7 @@ class MultiAgentPPOTrainer(TeamTrainer):
             if isinstance(reward_funcs, (list, tuple))
             else ([reward_funcs] if reward_funcs is not None else [])
         )
-        # the reward contract (`trl_marl.rewarding`): a function without a kind scores each (turn, agent) response
+        # `trl_marl.reward_contract`: a function without a kind scores each (turn, agent) response
         self.rewards = (self._timed_rewards(RewardSet(self.reward_funcs, args.reward_weights, "agent"), args)
                         if self.reward_funcs else None)
         self.reward_names = self.rewards.names if self.rewards is not None else ["reward_model"]
@@ -366,7 +366,7 @@ class MultiAgentPPOTrainer(TeamTrainer):
 
         Returns:
             `(rewards_per_func, nonfinite)`: `(B, A, F)` scores (NaN where a function returned `None`) and a
-            `(B, A)` bool tensor marking NaN/inf scores; combined by `reward_weights` (`trl_marl.rewarding`).
+            `(B, A)` bool tensor marking NaN/inf scores; combined by `reward_weights` (`trl_marl.reward_contract`).
         """
         if self.rewards is None:  # exactly one of `reward_funcs` and `reward_model`
             raise ValueError("This trainer scores with its `reward_model`: it has no reward functions.")

@@ -1,5 +1,5 @@
-"""The errors and warnings of the reward contract (`trl_marl.rewarding`), the count of non-finite scores, and where
-a warning raised inside the training loop points ([`user_stacklevel`])."""
+"""The errors and warnings of the reward contract (`trl_marl.reward_contract`), the count of non-finite scores, and
+where a warning raised inside the training loop points ([`user_stacklevel`])."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ class RewardFunctionError(RuntimeError):
 
 class RewardTimeoutError(RewardFunctionError):
     """A reward function call took longer than the config's `reward_timeout` (its worker process was killed, or
-    its thread abandoned; see [`~trl_marl.rewarding.calls.call_reward_function`])."""
+    its thread abandoned; see [`~trl_marl.reward_contract.calls.call_reward_function`])."""
 
 
 class RewardTimeoutWarning(UserWarning):

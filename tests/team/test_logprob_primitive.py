@@ -1,8 +1,8 @@
-"""One scoring primitive for every log-probability forward of the team (`AgentTeam.score_tokens`, `team.forward`).
+"""One primitive for every log-probability forward of the team (`AgentTeam.token_logps`, `team.forward`).
 
 MAGRPO's layout (prompt + completion, one batch or several agents' rows at once) and PPO's (`query_responses` with a
 context length) are layouts (`TokenWindow`) of the same primitive; the choice between the LM head in chunks and the
-full logits is made once, by `_scoring_head`, for both. The values are checked by hand against a log-softmax of the
+full logits is made once, by `_logprob_head`, for both. The values are checked by hand against a log-softmax of the
 model's own full logits, gathered at the labels.
 """
 
@@ -79,16 +79,16 @@ def test_every_layout_scores_what_the_full_logits_give(tokenizer: PreTrainedToke
         expected = [magrpo_by_hand(model, b) for b in BATCHES]
         for dropout in (False, True):  # (eval mode: the whole-sequence layout of dropout gives the same values)
             for batch, hand in zip(BATCHES, expected, strict=True):
-                (logps, entropy), = team.score_tokens(model, completion_window(batch, dropout), [batch.completion_ids])
+                (logps, entropy), = team.token_logps(model, completion_window(batch, dropout), [batch.completion_ids])
                 assert entropy is None
                 torch.testing.assert_close(logps, hand, rtol=1e-5, atol=1e-6)
-            (logps, _), = team.score_tokens(model, response_window(query_responses, context, 0, dropout), [responses],
-                                            temperature=TEMPERATURE)
+            (logps, _), = team.token_logps(model, response_window(query_responses, context, 0, dropout), [responses],
+                                           temperature=TEMPERATURE)
             torch.testing.assert_close(logps, ppo_by_hand(model, query_responses, context, responses),
                                        rtol=1e-5, atol=1e-6)
         # one forward over both batches' rows: each run of rows scored at its own width, as in its own forward
-        joint = team.score_tokens(model, joint_completion_window(BATCHES), [b.completion_ids for b in BATCHES],
-                                  compute_entropy=True)
+        joint = team.token_logps(model, joint_completion_window(BATCHES), [b.completion_ids for b in BATCHES],
+                                 compute_entropy=True)
         for (logps, entropy), batch, hand in zip(joint, BATCHES, expected, strict=True):
             assert logps.shape == entropy.shape == batch.completion_ids.shape
             torch.testing.assert_close(logps, hand, rtol=1e-5, atol=1e-6)
@@ -101,26 +101,26 @@ def test_every_log_prob_path_calls_the_one_primitive_once(tokenizer: PreTrainedT
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     team = make_team(tokenizer)
     team.train()
-    calls: list[tuple[int, bool]] = []  # per `score_tokens` call: its runs of rows, whether adapters were per row
+    calls: list[tuple[int, bool]] = []  # per `token_logps` call: its runs of rows, whether adapters were per row
     decisions: list[Any] = []
     model_calls: list[torch.nn.Module] = []
-    scorer = team.scorer  # the team's log-probability part: every forward scores through its `score_tokens`
-    score_tokens, scoring_head, forward_call = scorer.score_tokens, scorer._scoring_head, team.forward_call
+    forwards = team.logprob_forwards  # the team's log-probability part: every forward goes through its `token_logps`
+    token_logps, logprob_head, forward_call = forwards.token_logps, forwards._logprob_head, team.forward_call
 
-    def counted_score_tokens(model: Any, window: TokenWindow, labels: Any, **kwargs: Any) -> Any:
+    def counted_token_logps(model: Any, window: TokenWindow, labels: Any, **kwargs: Any) -> Any:
         calls.append((len(labels), kwargs.get("adapter_rows") is not None))
-        return score_tokens(model, window, labels, **kwargs)
+        return token_logps(model, window, labels, **kwargs)
 
-    def counted_scoring_head(model: Any) -> Any:
+    def counted_logprob_head(model: Any) -> Any:
         decisions.append(model)
-        return scoring_head(model)
+        return logprob_head(model)
 
     def counted_forward_call(module: torch.nn.Module, **inputs: Any) -> Any:
         model_calls.append(module)
         return forward_call(module, **inputs)
 
-    monkeypatch.setattr(scorer, "score_tokens", counted_score_tokens)
-    monkeypatch.setattr(scorer, "_scoring_head", counted_scoring_head)
+    monkeypatch.setattr(forwards, "token_logps", counted_token_logps)
+    monkeypatch.setattr(forwards, "_logprob_head", counted_logprob_head)
     team.forward_call = counted_forward_call
     query_responses, context, responses = ppo_rows()
     paths = {
@@ -186,7 +186,8 @@ def test_one_choice_of_the_head_path_serves_both_layouts(tokenizer: PreTrainedTo
     chunked = both_layouts()
     assert head_calls == [2, 3, 2]  # MAGRPO's two agents and PPO's rows, all through the LM head in chunks
     head_calls.clear()
-    monkeypatch.setattr(team.scorer, "_scoring_head", lambda model: None)  # the one choice, turned to the full logits
+    # the one choice, turned to the full logits
+    monkeypatch.setattr(team.logprob_forwards, "_logprob_head", lambda model: None)
     full = both_layouts()
     assert head_calls == []  # neither layout takes the chunked head any more
     monkeypatch.undo()
@@ -213,7 +214,7 @@ def test_labels_that_do_not_fit_the_window_are_refused(tokenizer: PreTrainedToke
     team = make_team(tokenizer)
     window = completion_window(BATCHES[0], dropout=False)
     with pytest.raises(ValueError, match=r"`labels` must split the window's 2 rows in runs at most 4 tokens wide"):
-        team.score_tokens(team.policy(0), window, labels)
+        team.token_logps(team.policy(0), window, labels)
     if len(labels) == 1:  # one tensor where a sequence of them is expected
         with pytest.raises(TypeError, match=r"pass `\[labels\]` for one batch"):
-            team.score_tokens(team.policy(0), window, labels[0])
+            team.token_logps(team.policy(0), window, labels[0])

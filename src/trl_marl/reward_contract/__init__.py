@@ -42,16 +42,16 @@ a number; such scores are counted against `max_nonfinite`, beyond which a [`NonF
 unscorable completion teaches nothing: advantage 0 in MAGRPO, left out of the policy and value losses in PPO. A step
 in which *nothing* is scorable raises a `RewardFunctionError`: a function that always returns `None` is a bug.
 
-Where each part lives (every name below is also importable from `trl_marl.rewarding` itself):
+Where each part lives (every name below is also importable from `trl_marl.reward_contract` itself):
 
-- `rewarding.signature`: what a function declares: the keywords it must accept ([`check_reward_signature`]) and its
-  kind ([`team_reward`], [`agent_reward`], [`reward_kind`]);
-- `rewarding.calls`: one call of one function: its time limit, where it runs, the check of its output
+- `reward_contract.signature`: what a function declares: the keywords it must accept ([`check_reward_signature`])
+  and its kind ([`team_reward`], [`agent_reward`], [`reward_kind`]);
+- `reward_contract.calls`: one call of one function: its time limit, where it runs, the check of its output
   ([`call_reward_function`], [`reward_value`]);
-- `rewarding.errors`: the errors and warnings above, and the count of non-finite scores ([`NonFiniteCounter`]);
-- `rewarding.sets`: a trainer's functions as one object: [`RewardSet`], MAGRPO's [`TeamReward`] and per-agent
+- `reward_contract.errors`: the errors and warnings above, and the count of non-finite scores ([`NonFiniteCounter`]);
+- `reward_contract.sets`: a trainer's functions as one object: [`RewardSet`], MAGRPO's [`TeamReward`] and per-agent
   [`LocalReward`];
-- `rewarding.settings`: the configs' `reward_timeout` and `reward_isolation` fields, written once
+- `reward_contract.settings`: the configs' `reward_timeout` and `reward_isolation` fields, written once
   ([`reward_timeout_field`], [`reward_isolation_field`]).
 """
 

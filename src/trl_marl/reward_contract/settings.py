@@ -1,6 +1,6 @@
 """The reward-call settings that both trainers' configs carry, written once: `reward_timeout` and
-`reward_isolation` (the contract they set: [`~trl_marl.rewarding.calls.call_reward_function`]). Both configs declare
-them with the field functions below and check them in `__post_init__` (`check_timeout`, `check_choice` with
+`reward_isolation` (the contract they set: [`~trl_marl.reward_contract.calls.call_reward_function`]). Both configs
+declare them with the field functions below and check them in `__post_init__` (`check_timeout`, `check_choice` with
 [`REWARD_ISOLATIONS`])."""
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""`MetricsBook`: what a trainer records between two logs, and how `log` reduces it (TRL's `_metrics`, one type)."""
+"""`MetricsBook`, the trainers' log book: what a trainer records between two logs, and how `log` reduces it
+(TRL's `_metrics`, one type)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""What a reward function declares (`trl_marl.rewarding`): the keyword arguments it must accept and its kind.
+"""What a reward function declares (`trl_marl.reward_contract`): the keyword arguments it must accept and its kind.
 
 - [`check_reward_signature`]: a function that cannot take a reward call's keyword arguments (it lacks `**kwargs`) is
   refused when the trainer is built, not at the first reward call ("unexpected keyword argument").
@@ -17,7 +17,7 @@ REWARD_KEYWORDS = ("prompts", "completions", "agent_prompts", "agent_completions
 """The keyword arguments every reward call gets (besides the dataset's columns)."""
 
 REWARD_KINDS = ("team", "agent")
-"""The kinds of reward function (see `trl_marl.rewarding`)."""
+"""The kinds of reward function (see `trl_marl.reward_contract`)."""
 
 RewardFunc = Callable[..., Sequence[Any]]
 

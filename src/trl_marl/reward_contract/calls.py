@@ -1,9 +1,9 @@
-"""One call of a reward function under the reward contract (`trl_marl.rewarding`): where it runs, its time limit,
+"""One call of a reward function under the reward contract (`trl_marl.reward_contract`): where it runs, its time limit,
 and the check of what it returns.
 
 - [`call_reward_function`]: calls a function on `size` completions, directly, in the function's long-lived worker
   process (killed at its `reward_timeout`, replaced at the next call) or in a thread ([`REWARD_ISOLATIONS`]), and
-  turns whatever goes wrong into a [`~trl_marl.rewarding.errors.RewardFunctionError`] naming the function.
+  turns whatever goes wrong into a [`~trl_marl.reward_contract.errors.RewardFunctionError`] naming the function.
 - [`checked_reward_values`] and [`reward_value`]: the output checked entry by entry (a number, or `None` to skip).
 """
 
@@ -52,7 +52,7 @@ DEFAULT_REWARD_TIMEOUT = 600.0
 
 
 def reward_value(value: Any, name: str, index: int) -> float | None:
-    """One entry of a reward function's output as a float, or `None` for "skip" (see `trl_marl.rewarding`).
+    """One entry of a reward function's output as a float, or `None` for "skip" (see `trl_marl.reward_contract`).
 
     NaN and infinity are returned as they are: each trainer decides what a non-finite score means.
 

@@ -1,6 +1,6 @@
 """The reward functions of a trainer as one object: [`RewardSet`] (the team's, or an agent's), [`TeamReward`]
 (MAGRPO's) and [`LocalReward`] (each agent's own local reward), called under the reward contract of
-`trl_marl.rewarding`.
+`trl_marl.reward_contract`.
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ def completion_objects(prompts: Sequence[Prompt], texts: Sequence[str]) -> list[
 
 
 class RewardSet:
-    """Reward functions with their weights, names and kinds, called by the reward contract (`trl_marl.rewarding`).
+    """Reward functions with their weights, names and kinds, called by the reward contract
+    (`trl_marl.reward_contract`).
 
     Args:
         funcs: The reward functions (callables).
@@ -220,7 +221,7 @@ class RewardSet:
 
 class TeamReward(RewardSet):
     """The reward functions of MAGRPO: a [`RewardSet`] whose functions score joint actions as team rewards unless
-    they declare themselves agent rewards (the contract, documented once: `trl_marl.rewarding`).
+    they declare themselves agent rewards (the contract, documented once: `trl_marl.reward_contract`).
 
     In short: each entry is a number or `None` (the function does not apply); anything else raises a
     [`RewardFunctionError`]. Calling it scores joint actions whose completions are texts, or TRL's conversational
