@@ -98,7 +98,7 @@ def main() -> None:
                             processing_class=load_tokenizer(model_dir),
                             train_dataset=Dataset.from_dict({"target": [10] * (2 * P * G * args.train_steps)}))
     trainer.train()
-    team, generation_config = trainer.team, trainer.engine.generation_config
+    team, generation_config = trainer.team, trainer.joint_rollout.generation_config
     tokenizer = team.tokenizers[0]
     eos, prompt_ids = tokenizer.eos_token_id, tokenizer(PROMPT)["input_ids"]
     models = [copy.deepcopy(team.models[team.agent_model[a]]).eval() for a in range(2)]

@@ -119,7 +119,7 @@ def _demo_cases(reps: int) -> dict[str, dict[str, float]]:
                             train_dataset=Dataset.from_dict({"target": [TARGET] * 64}))
     rows = [{"target": TARGET}] * 8
     prompts = [[env.agent_prompt(row, a, Transcript()) for row in rows for _ in range(8)] for a in range(2)]
-    results["demo_magrpo"] = _time_ab(_runner(trainer.team, prompts, trainer.engine.generation_config), reps)
+    results["demo_magrpo"] = _time_ab(_runner(trainer.team, prompts, trainer.joint_rollout.generation_config), reps)
 
     # the demo's debate: 3 agents of different models, one sample each (G=1), 16 episodes, 4 new tokens
     dirs = debate_team()

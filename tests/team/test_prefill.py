@@ -210,11 +210,11 @@ def test_magrpo_config_switch_and_rollouts(share: bool, tokenizer: PreTrainedTok
     counter = RowCounter(trainer.team.models[0])
     rows = [{"target": 10}, {"target": 12}]
     torch.manual_seed(0)
-    rollout = trainer.engine.run(rows)
+    rollout = trainer.joint_rollout.run(rows)
     # a team of 2 models: agent 0's model gets 2 nodes x G=4 rows, one prefill row per node when shared
     assert counter.prompt_forwards()[0][0] == (2 if share else 8)
     trainer.team.share_prompt_prefill = not share
     torch.manual_seed(0)
-    other = trainer.engine.run(rows)
+    other = trainer.joint_rollout.run(rows)
     assert [t.completion_ids for t in rollout.turns] == [t.completion_ids for t in other.turns]
     assert torch.equal(rollout.turns[0].rewards, other.turns[0].rewards)

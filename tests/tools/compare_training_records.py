@@ -1,7 +1,9 @@
 """Compare two files of `record_training.py`: every (test, training call) entry's logs and weight hashes, keyed by
 file basename and test name, so that moved test files still match.
 
-    python tests/tools/compare_training_records.py before.json after.json
+    python tests/tools/compare_training_records.py before.json after.json [old_file.py=new_file.py ...]
+
+A renamed test file is matched by its `old=new` basenames.
 """
 
 from __future__ import annotations
@@ -35,6 +37,9 @@ def compare(before: dict[str, list[Any]], after: dict[str, list[Any]]) -> tuple[
 
 def main(argv: list[str]) -> int:
     before, after = (json.load(open(path)) for path in argv[:2])
+    renames = dict(arg.split("=", 1) for arg in argv[2:])
+    before = {renames.get(key.split("::", 1)[0], key.split("::", 1)[0]) + "::" + key.split("::", 1)[1]
+              if "::" in key else key: calls for key, calls in before.items()}
     same, diffs = compare(before, after)
     print(f"tests with training calls: {len(before)} vs {len(after)}; identical calls {same}, differing {len(diffs)}")
     print("only in the first:", sorted(set(before) - set(after)))

@@ -38,7 +38,7 @@ def test_tool_call_runs_and_its_result_is_masked(chat_model_dir, tmp_path):
     prompts: list[list[str]] = [[], []]
     trainer.team.generate = scripted(trainer, calls, prompts)
     tokenizer = trainer.team.tokenizers[0]
-    rollout = trainer.engine.run(list(trainer.train_dataset))
+    rollout = trainer.joint_rollout.run(list(trainer.train_dataset))
     turn = rollout.turns[0]
 
     # agent 0's prompt describes its tool; agent 1's does not
@@ -208,7 +208,7 @@ def test_environment_factory_gives_each_sample_its_own_state(chat_model_dir, tmp
     prompts: list[list[str]] = [[], []]
     call = '<tool_call>\n{"name": "peek", "arguments": {"times": 3}}\n</tool_call>'
     trainer.team.generate = scripted(trainer, {"first": 0, "after_tool": 0}, prompts, call=call)
-    turn = trainer.engine.run(list(trainer.train_dataset)).turns[0]
+    turn = trainer.joint_rollout.run(list(trainer.train_dataset)).turns[0]
     assert Vault.built == 2  # two samples, two instances (the probe reused)
     assert "Add 2 and 3. (The vault is locked.)<|im_end|>" in prompts[0][0]  # reset's text appended to the prompt
     assert '"name": "peek"' in prompts[0][0] and "(The vault is locked.)" not in prompts[1][0]
@@ -224,7 +224,7 @@ def test_results_that_do_not_fit_the_budget_are_dropped(chat_model_dir, tmp_path
                            lambda completions, **kw: [0.0] * len(completions), max_completion_length=call_len + 5)
     calls = {"first": 0, "after_tool": 0}
     trainer.team.generate = scripted(trainer, calls, [[], []])
-    turn = trainer.engine.run(list(trainer.train_dataset)).turns[0]
+    turn = trainer.joint_rollout.run(list(trainer.train_dataset)).turns[0]
     assert calls == {"first": 2, "after_tool": 0}  # the result (~40 tokens) does not fit: no second generation
     assert [len(ids) for ids in turn.completion_ids[0]] == [call_len, call_len]
     assert turn.tool_masks[0] == [[1] * call_len] * 2
@@ -239,7 +239,7 @@ def test_max_tool_calling_iterations_zero_runs_no_tool(chat_model_dir, tmp_path)
                            lambda completions, **kw: [0.0] * len(completions), max_tool_calling_iterations=0)
     calls = {"first": 0, "after_tool": 0}
     trainer.team.generate = scripted(trainer, calls, [[], []])
-    turn = trainer.engine.run(list(trainer.train_dataset)).turns[0]
+    turn = trainer.joint_rollout.run(list(trainer.train_dataset)).turns[0]
     assert calls == {"first": 2, "after_tool": 0}
     assert (turn.tool_stats[0].calls, turn.tool_stats[0].rounds) == (0, 0)  # as TRL: the loop never starts
     assert all(mask == [1] * len(ids) for mask, ids in zip(turn.tool_masks[0], turn.completion_ids[0]))

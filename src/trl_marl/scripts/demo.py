@@ -146,7 +146,7 @@ def run_magrpo_part(model_dir: str, steps: int, seed: int, episodes: int, work_d
     paired = AgentTeam([alone[0].team.policy(0), alone[1].team.policy(1)],
                        [alone[0].team.tokenizers[0], alone[1].team.tokenizers[1]], "models", [0, 1], [None, None])
     alone_after = _team_success(paired, episodes, seed + 1)
-    sample = magrpo.engine.run([{"target": TARGET}]).turns[0].completions
+    sample = magrpo.joint_rollout.run([{"target": TARGET}]).turns[0].completions
     magrpo_curve = curve(magrpo)
     return {
         "task": f"2 agents, each sees only T={TARGET} and writes a number; team reward 1 if they sum to {TARGET}",

@@ -212,7 +212,7 @@ def test_batch_scaling_takes_the_std_of_every_process(target_model_dir, tmp_path
     monkeypatch.setattr(accelerator, "gather", lambda rows: torch.cat([rows, other]), raising=False)
     turn = TurnResult(1, [Node(0, None)], [], [], [], [], torch.zeros(0), torch.zeros(0),
                       torch.tensor([[0.0, 1.0, 0.0, 1.0]]))
-    trainer.engine._backup([turn])  # the engine's returns, pooled over the processes
+    trainer.joint_rollout._backup([turn])  # the engine's returns, pooled over the processes
     rollout = Rollout(turns=[turn], generation_time=0.0, generated_tokens=0, nonfinite_rewards=0)
     assign_advantages([turn], trainer.compute_advantages(rollout))  # then the trainer's estimator, as in a step
     a = 0.5 / ((141.5 / 7) ** 0.5 + 1e-4)

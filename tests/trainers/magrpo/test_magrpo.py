@@ -38,7 +38,7 @@ def dataset(n: int = 256) -> Dataset:
 
 
 def success_rate(trainer: MAGRPOTrainer, episodes: int = 32) -> float:
-    rollout = trainer.engine.run([{"target": TARGET}] * episodes)
+    rollout = trainer.joint_rollout.run([{"target": TARGET}] * episodes)
     return float((rollout.turns[0].rewards == 1.0).float().mean())
 
 
@@ -113,7 +113,7 @@ def test_branching_cap_and_early_stop(target_model_dir, tmp_path):
                     max_steps=1),
         train_dataset=dataset(),
     )
-    rollout = trainer.engine.run([{"target": TARGET}] * 2)
+    rollout = trainer.joint_rollout.run([{"target": TARGET}] * 2)
     assert [len(t.nodes) for t in rollout.turns] == [2, 4, 8]  # each node continues 2 of its 4 joint actions
     first = rollout.turns[0]
     assert len(first.capped) == 4
@@ -122,8 +122,8 @@ def test_branching_cap_and_early_stop(target_model_dir, tmp_path):
         expected = first.rewards[k, j] + sum(siblings) / len(siblings)
         assert math.isclose(float(first.returns[k, j]), float(expected), abs_tol=1e-5)
 
-    trainer.engine.early_stop_threshold = -10.0  # every node is "good enough": nothing continues
-    assert len(trainer.engine.run([{"target": TARGET}] * 2).turns) == 1
+    trainer.joint_rollout.early_stop_threshold = -10.0  # every node is "good enough": nothing continues
+    assert len(trainer.joint_rollout.run([{"target": TARGET}] * 2).turns) == 1
 
 
 @pytest.mark.parametrize("team_mode", ["adapters", "models", "shared"])

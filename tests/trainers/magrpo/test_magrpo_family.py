@@ -37,14 +37,14 @@ def record_rollouts(trainer: MAGRPOTrainer) -> tuple[list[list[int]], list[int]]
     """Lists filled as the trainer plays: the row ids of each rollout, and the global step it was played at."""
     played: list[list[int]] = []
     steps: list[int] = []
-    original = trainer.engine.run
+    original = trainer.joint_rollout.run
 
     def run(batch, **kw):
         played.append([row["id"] for row in batch])
         steps.append(trainer.state.global_step)
         return original(batch, **kw)
 
-    trainer.engine.run = run
+    trainer.joint_rollout.run = run
     return played, steps
 
 

@@ -217,7 +217,7 @@ class MAGRPOTrainer(TeamTrainer):
         as_trainer: Trainer = self  # transformers declares `loss_is_scaled_for_ga: bool | None`; TRL's base, `None`
         as_trainer.loss_is_scaled_for_ga = True
         self.model_accepts_loss_kwargs = False
-        self.engine = JointRollout(
+        self.joint_rollout = JointRollout(
             env=env,
             team=team,
             reward=self.rewards,
@@ -467,7 +467,7 @@ class MAGRPOTrainer(TeamTrainer):
         args, mu = self.args, self.args.num_iterations
         steps = field_value(args.steps_per_generation, "steps_per_generation")
         rows = [row for batch in row_batches for row in batch]
-        rollout = self.engine.run(rows, trainer_state=self.state)
+        rollout = self.joint_rollout.run(rows, trainer_state=self.state)
         self.rewards.require_some_score([t.rewards_per_func for t in rollout.turns], rollout.nonfinite_rewards)
         self.last_rollout = rollout
         assign_advantages(rollout.turns, self.compute_advantages(rollout))  # the engine stops at returns

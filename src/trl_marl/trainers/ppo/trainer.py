@@ -250,7 +250,7 @@ class MultiAgentPPOTrainer(TeamTrainer):
                 ref.to(self.accelerator.device)
         self.last_rollout: Rollout | None = None
         # the rollout engine, with one sample per agent: episodes over turns, scored afterwards (`compute_rewards`)
-        self.engine = JointRollout(
+        self.joint_rollout = JointRollout(
             env, team, self.rewards, self._generation_config(args.temperature), num_generations=1,
             # agents with different stop tokens: None, each agent cut at its own (`team.stop_token_ids(a)`)
             stop_token_ids=({self.stop_token_id} if self.stop_token_id is not None else
@@ -331,7 +331,7 @@ class MultiAgentPPOTrainer(TeamTrainer):
     def play_episodes(self, rows: list[dict[str, Any]], temperature: float | None = None) -> Rollout:
         """Play the episodes of `rows` with the rollout engine (one sample per agent per turn, no scoring)."""
         config = self._generation_config(self.args.temperature if temperature is None else temperature)
-        return self.engine.run(rows, trainer_state=self.state, generation_config=config, score=False)
+        return self.joint_rollout.run(rows, trainer_state=self.state, generation_config=config, score=False)
 
     @rollout_phase
     def rollout(self, rows: list[dict[str, Any]], temperature: float | None = None) -> list[AgentRollout | None]:

@@ -58,7 +58,7 @@ def targets(n: int = 64) -> Dataset:
 def test_ppo_plays_with_the_engine_one_sample_per_agent(target_model_dir: str, tmp_path: Path) -> None:
     trainer = MultiAgentPPOTrainer(args=ppo_args(tmp_path, num_turns=2), model=target_model_dir,
                                    reward_funcs=TargetSumReward(0.5), env=TargetSumEnv(2, 2), train_dataset=targets())
-    assert isinstance(trainer.engine, JointRollout) and trainer.engine.num_generations == 1
+    assert isinstance(trainer.joint_rollout, JointRollout) and trainer.joint_rollout.num_generations == 1
     rows = [{"target": 10}] * 3
     rollouts = trainer.rollout(rows)
     played = trainer.last_rollout
