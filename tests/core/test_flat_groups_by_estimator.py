@@ -11,7 +11,6 @@ from __future__ import annotations
 import math
 import warnings
 from collections import defaultdict
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -27,7 +26,7 @@ from trl_marl.rollout import (
     flat_group_fraction,
     no_signal_fraction,
 )
-from trl_marl.trainers.magrpo.diagnostics import NoLearningSignalWarning, TrainingDiagnostics
+from trl_marl.trainers.magrpo.diagnostics import DiagnosticSettings, NoLearningSignalWarning, TrainingDiagnostics
 
 # three flat nodes of one episode, one agent, G = 2: the agent's pooled returns [1, 1, 2, 2, 0, 0] have mean 1 and
 # unbiased std sqrt(4 / 5) = 0.8944, so agent_norm gives the nodes 0, +1/0.8944 = +1.118 and -1.118
@@ -111,8 +110,9 @@ def test_the_fraction_asks_the_estimator() -> None:
 
 
 def _warnings(mode: str, rollout: Rollout, estimator: str | None = "mode") -> list[str]:
-    args = SimpleNamespace(no_signal_warning_interval=1, zero_std_warning_steps=None, entropy_warning_threshold=None,
-                           max_completion_length=8, advantage_mode=mode, team_reward_weight=1.0)
+    args = DiagnosticSettings(advantage_mode=mode, team_reward_weight=1.0, max_completion_length=8,
+                              no_signal_warning_interval=1, zero_std_warning_steps=None, zero_std_warning_fraction=0.9,
+                              entropy_warning_threshold=None, entropy_warning_steps=20)
     diag = TrainingDiagnostics(args, is_main_process=True)
     assign_advantages(rollout.turns, mode)
     diag.see_rollout(rollout, eos_ids={2}, estimator=mode if estimator == "mode" else estimator)

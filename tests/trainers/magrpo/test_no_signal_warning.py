@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import warnings
 from collections import defaultdict
-from types import SimpleNamespace
 
 import pytest
 from datasets import Dataset
@@ -14,7 +13,7 @@ from datasets import Dataset
 from trl_marl import MAGRPOConfig, MAGRPOTrainer
 from trl_marl.envs import TargetSumEnv
 from trl_marl.rewards.arithmetic import TargetSumReward
-from trl_marl.trainers.magrpo.diagnostics import NoLearningSignalWarning, TrainingDiagnostics
+from trl_marl.trainers.magrpo.diagnostics import DiagnosticSettings, NoLearningSignalWarning, TrainingDiagnostics
 
 
 def run(model_dir: str, tmp_path, reward, **overrides) -> tuple[MAGRPOTrainer, list[str]]:
@@ -69,8 +68,9 @@ def test_a_learning_run_does_not_warn(target_model_dir: str, tmp_path) -> None:
 
 
 def diagnostics(interval: int | None = 3) -> TrainingDiagnostics:
-    args = SimpleNamespace(no_signal_warning_interval=interval, zero_std_warning_steps=None,
-                           entropy_warning_threshold=None, max_completion_length=8)
+    args = DiagnosticSettings(advantage_mode="mean", team_reward_weight=1.0, max_completion_length=8,
+                              no_signal_warning_interval=interval, zero_std_warning_steps=None,
+                              zero_std_warning_fraction=0.9, entropy_warning_threshold=None, entropy_warning_steps=20)
     return TrainingDiagnostics(args, is_main_process=True)
 
 

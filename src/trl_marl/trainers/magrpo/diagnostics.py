@@ -5,6 +5,7 @@ the diagnostics a run gets when it has stopped learning ([`TrainingDiagnostics`]
 from __future__ import annotations
 
 import warnings
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -21,6 +22,7 @@ __all__ = [
     "NO_SIGNAL_CAUSES",
     "ZERO_STD_MESSAGE",
     "NoLearningSignalWarning",
+    "DiagnosticSettings",
     "TrainingDiagnosticWarning",
     "TrainingDiagnostics",
     "log_rollout",
@@ -72,6 +74,38 @@ ENTROPY_MESSAGE = (
 )
 
 
+@dataclass(frozen=True)
+class DiagnosticSettings:
+    """What [`TrainingDiagnostics`] reads of a `MAGRPOConfig`: the fields of the same names (their help says what
+    each does; their defaults live there only).
+
+    Example:
+
+    ```python
+    from trl_marl import MAGRPOConfig
+
+    settings = DiagnosticSettings.of(MAGRPOConfig(output_dir="team", no_signal_warning_interval=5))
+    diagnostics = TrainingDiagnostics(settings, is_main_process=True)
+    ```
+    """
+
+    advantage_mode: str | None
+    team_reward_weight: float
+    max_completion_length: int | None
+    no_signal_warning_interval: int | None
+    zero_std_warning_steps: int | None
+    zero_std_warning_fraction: float
+    entropy_warning_threshold: float | None
+    entropy_warning_steps: int
+
+    @classmethod
+    def of(cls, args: MAGRPOConfig) -> DiagnosticSettings:
+        """The settings of a `MAGRPOConfig`, read once."""
+        return cls(args.advantage_mode, args.team_reward_weight, args.max_completion_length,
+                   args.no_signal_warning_interval, args.zero_std_warning_steps, args.zero_std_warning_fraction,
+                   args.entropy_warning_threshold, args.entropy_warning_steps)
+
+
 class TrainingDiagnostics:
     """The no-signal and entropy-collapse streaks of a MAGRPO run, and the warnings they raise once each.
 
@@ -81,13 +115,12 @@ class TrainingDiagnostics:
     `diagnostics/*`) and warns once ([`TrainingDiagnosticWarning`], on the main process) when one reaches its limit.
 
     Args:
-        args: A `MAGRPOConfig` (`zero_std_warning_steps`, `zero_std_warning_fraction`, `entropy_warning_threshold`,
-            `entropy_warning_steps`).
+        settings: What it reads of the trainer's config ([`DiagnosticSettings.of`]).
         is_main_process: Whether this process warns.
     """
 
-    def __init__(self, args: MAGRPOConfig, is_main_process: bool) -> None:
-        self.args = args
+    def __init__(self, settings: DiagnosticSettings, is_main_process: bool) -> None:
+        self.settings = settings
         self.is_main_process = is_main_process
         self.zero_std_streak = 0
         self.entropy_streak = 0
@@ -114,15 +147,14 @@ class TrainingDiagnostics:
                 give every sample advantage 0 (`trl_marl.rollout.no_signal_fraction`). None: the advantages came
                 from elsewhere (a `compute_advantages` override) and are read as they are.
         """
-        weight = getattr(self.args, "team_reward_weight", 1.0)
-        self.flat_fraction = no_signal_fraction(rollout.turns, estimator, weight)
+        self.flat_fraction = no_signal_fraction(rollout.turns, estimator, self.settings.team_reward_weight)
         self.returns_flat_fraction = flat_group_fraction(rollout.turns)
         self.zero_advantages = all(t.advantages is not None and not bool(t.advantages.nan_to_num(0.0).any())
                                    for t in rollout.turns)
         rewards = torch.cat([t.rewards.reshape(-1) for t in rollout.turns]) if rollout.turns else torch.zeros(0)
         finite = rewards[torch.isfinite(rewards)]
         completions = [ids for t in rollout.turns for agent in t.completion_ids for ids in agent]
-        limit = getattr(self.args, "max_completion_length", None)
+        limit = self.settings.max_completion_length
         cut = sum(1 for ids in completions
                   if limit is not None and len(ids) >= limit and not (ids and ids[-1] in eos_ids))
         self.rollout_facts = {
@@ -141,7 +173,7 @@ class TrainingDiagnostics:
     def end_step(self, metrics: dict[str, list[float]]) -> None:
         """After the last micro-step of an optimizer step: update the streaks, record them in `metrics` (the
         trainer's training metrics) and warn once when one reaches its limit."""
-        args = self.args
+        args = self.settings
         self._check_signal()
         if args.zero_std_warning_steps is not None:
             flat = self.flat_fraction >= args.zero_std_warning_fraction
@@ -166,7 +198,7 @@ class TrainingDiagnostics:
         """Warn when the step had no learning signal: at the first such step, then at most once every
         `no_signal_warning_interval` steps while such steps go on (a step with a signal in between does not make it
         warn sooner)."""
-        interval = getattr(self.args, "no_signal_warning_interval", None)
+        interval = self.settings.no_signal_warning_interval
         all_flat, zero_advantages = self.flat_fraction >= 1.0, self.zero_advantages
         self.steps += 1
         if not (all_flat or zero_advantages):
@@ -182,7 +214,7 @@ class TrainingDiagnostics:
     def no_signal_message(self, all_flat: bool) -> str:
         """The no-signal warning: what was measured (flat groups or zero advantages, the rewards, cut completions),
         then the likely causes."""
-        mode = getattr(self.args, "advantage_mode", None)
+        mode = self.settings.advantage_mode
         if all_flat and self.returns_flat_fraction >= 1.0:
             what = "every group gave all its samples the same return (`frac_reward_zero_std` = 1)"
         elif all_flat:
@@ -203,7 +235,7 @@ class TrainingDiagnostics:
                          f"({facts['max_completion_length']} tokens) without an end-of-sequence token: raise it if "
                          "the answer comes after that.")
         lines.append(NO_SIGNAL_CAUSES)
-        interval = getattr(self.args, "no_signal_warning_interval", None)
+        interval = self.settings.no_signal_warning_interval
         lines.append(f"(This warning repeats at most every {interval} steps while it lasts; "
                      "`no_signal_warning_interval=None` silences it.)")
         return " ".join(lines)

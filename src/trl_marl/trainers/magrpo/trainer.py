@@ -54,7 +54,13 @@ from ..engine_correction import corrects_engine_mismatch, engine_correction, eng
 from ..fields import dict_field_value, field_value
 from ..per_agent import backward_per_agent, backward_per_agent_supported
 from .config import CONSOLE_METRICS, MAGRPOConfig
-from .diagnostics import TrainingDiagnostics, TrainingDiagnosticWarning, log_rollout, print_completions
+from .diagnostics import (
+    DiagnosticSettings,
+    TrainingDiagnostics,
+    TrainingDiagnosticWarning,
+    log_rollout,
+    print_completions,
+)
 from .entropy import ENTROPY_STATE_FILE, EntropyControl, agent_high_entropy_mask, high_entropy_masks
 from .reference import ReferenceSync
 from .sampling_config import continuous_batching_config, generation_config
@@ -239,7 +245,7 @@ class MAGRPOTrainer(TeamTrainer):
             num_generations=1, discount=args.discount, early_stop_threshold=args.early_stop_threshold,
             chat_template_kwargs=chat_template_kwargs, score=self._score_turn, tool_loop=self.tool_loop,
         )
-        self.diagnostics = TrainingDiagnostics(args, self.accelerator.is_main_process)
+        self.diagnostics = TrainingDiagnostics(DiagnosticSettings.of(args), self.accelerator.is_main_process)
         self._schedule = GenerationSchedule(field_value(args.steps_per_generation, "steps_per_generation"),
                                             args.num_iterations)
         self.entropy_control = EntropyControl(args, [a for a in range(env.num_agents) if a not in team.frozen])
