@@ -233,7 +233,7 @@ class _Blanking(GenerationBackend):
     def __init__(self, inner: GenerationBackend, blank: frozenset[int]) -> None:
         self.inner, self.blank = inner, blank
 
-    def generate(self, team: Any, prompt_ids: list[list[list[int]]], generation_config: GenerationConfig,
+    def generate(self, team: AgentTeam, prompt_ids: list[list[list[int]]], generation_config: GenerationConfig,
                  stop_token_ids: set[int] | None = None) -> Generation:
         out = self.inner.generate(team, prompt_ids, generation_config, stop_token_ids=stop_token_ids)
         if not self.blank:

@@ -16,7 +16,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .numerics import kernel_tag, numerics_info, restart_with_pinned_numerics
 from .plots import curves_figure, maporl_figure, save_figure
@@ -28,6 +28,10 @@ from .progress import (
     teams_line,
     turn_accuracy_rows,
 )
+
+if TYPE_CHECKING:
+    from ..team import AgentTeam
+    from ..trainers import MAGRPOTrainer
 
 DESCRIPTION = "Offline toy world: MAGRPO vs agents trained alone, and a MAPoRL debate."
 """What `trl-marl demo` does, in one line (its help)."""
@@ -74,7 +78,7 @@ def _quiet(cpu_threads: int | None = None) -> None:
 
 # ---------------------------------------------------------------------------------------------------- part 1
 def _magrpo_trainer(model_dir: str, steps: int, seed: int, output_dir: str, frozen: list[int], label: str,
-                    show_progress: bool, cpu_threads: int | None = None) -> Any:
+                    show_progress: bool, cpu_threads: int | None = None) -> MAGRPOTrainer:
     from datasets import Dataset
 
     from ..envs import TargetSumEnv
@@ -97,7 +101,7 @@ def _magrpo_trainer(model_dir: str, steps: int, seed: int, output_dir: str, froz
     return trainer
 
 
-def _team_success(team: Any, episodes: int, seed: int) -> float:
+def _team_success(team: AgentTeam, episodes: int, seed: int) -> float:
     """Fraction of sampled joint actions (8 per episode) whose numbers add up to the target."""
     import torch
     from transformers import GenerationConfig
@@ -127,7 +131,7 @@ def run_magrpo_part(model_dir: str, steps: int, seed: int, episodes: int, work_d
     given. `cpu_threads`: the trainers' torch threads (None: their choice, one for these models)."""
     from ..team import AgentTeam
 
-    def curve(trainer: Any) -> list[float]:
+    def curve(trainer: MAGRPOTrainer) -> list[float]:
         return [h["reward"] for h in trainer.state.log_history if "reward" in h]
 
     magrpo = _magrpo_trainer(model_dir, steps, seed, os.path.join(work_dir, "magrpo"), [], "MAGRPO team",

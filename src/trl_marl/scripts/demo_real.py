@@ -26,9 +26,9 @@ import os
 import random
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .plots import curves_figure, maporl_figure, save_figure
 from .progress import (
@@ -40,6 +40,13 @@ from .progress import (
     teams_line,
     turn_accuracy_rows,
 )
+
+if TYPE_CHECKING:
+    from peft import LoraConfig
+
+    from ..envs.base import MultiAgentEnv
+    from ..team import AgentTeam
+    from ..trainers import MAGRPOTrainer, MultiAgentPPOTrainer
 
 REAL_MODEL = "smollm2-135m-instruct"
 """The registered name of SmolLM2-135M-Instruct (`HuggingFaceTB/SmolLM2-135M-Instruct` on the Hub)."""
@@ -138,7 +145,7 @@ def distinct(rows: Sequence[dict[str, Any]], key: str) -> int:
 
 
 # ---------------------------------------------------------------------------------------------------- recipes
-def real_lora_config(first_layer: int = 22, num_layers: int = 30) -> Any:
+def real_lora_config(first_layer: int = 22, num_layers: int = 30) -> LoraConfig:
     """LoRA r=8 on q/v of the top layers only (22-29 of SmolLM2-135M's 30): the backward stops at `first_layer`."""
     from peft import LoraConfig
 
@@ -146,9 +153,10 @@ def real_lora_config(first_layer: int = 22, num_layers: int = 30) -> Any:
                       layers_to_transform=list(range(first_layer, num_layers)))
 
 
-def magrpo_trainer(env: Any, reward: Any, rows: Sequence[dict[str, Any]], *, seed: int, steps: int,
-                   output_dir: str, sizes: dict[str, Any] = MAGRPO_SIZES, num_agents: int = 2,
-                   frozen: Sequence[int] = (), model: str = REAL_MODEL, cpu_threads: int | None = None) -> Any:
+def magrpo_trainer(env: MultiAgentEnv, reward: Callable[..., Any], rows: Sequence[dict[str, Any]], *, seed: int,
+                   steps: int, output_dir: str, sizes: dict[str, Any] = MAGRPO_SIZES, num_agents: int = 2,
+                   frozen: Sequence[int] = (), model: str = REAL_MODEL,
+                   cpu_threads: int | None = None) -> MAGRPOTrainer:
     """A MAGRPO trainer on the real model with LoRA adapters ([`real_lora_config`]), saving nothing; `cpu_threads`:
     its torch threads (None: the trainer's choice, `utils.threads`)."""
     from datasets import Dataset
@@ -168,8 +176,8 @@ def magrpo_trainer(env: Any, reward: Any, rows: Sequence[dict[str, Any]], *, see
                          train_dataset=Dataset.from_list(list(rows)), peft_config=real_lora_config())
 
 
-def sampled_team_success(env: Any, reward: Any, team: Any, rows: Sequence[dict[str, Any]], seed: int,
-                         max_new_tokens: int, temperature: float = 1.0,
+def sampled_team_success(env: MultiAgentEnv, reward: Callable[..., Any], team: AgentTeam,
+                         rows: Sequence[dict[str, Any]], seed: int, max_new_tokens: int, temperature: float = 1.0,
                          eos_token_id: int | list[int] | None = None) -> dict[str, Any]:
     """Team success (team reward 1) and mean team reward over `rows`, 8 joint actions sampled at `temperature` (the
     training temperature) per row; `eos_token_id` replaces the tokenizer's end token (e.g. to stop at a code fence
@@ -229,7 +237,7 @@ def value_models(top_layers: int, count: int = 2, model: str = REAL_MODEL, *, se
 
 def debate_trainer(*, seed: int, updates: int, output_dir: str, eval_questions: int,
                    sizes: dict[str, Any] = MAPORL_SIZES, model: str = REAL_MODEL,
-                   cpu_threads: int | None = None) -> Any:
+                   cpu_threads: int | None = None) -> MultiAgentPPOTrainer:
     """MAPoRL on the real model: 2 agents, 2 turns of debate on 1-digit additions, an answer verifier, the
     influence-aware reward; the eval set is `eval_questions` held-out additions ([`addition_split`])."""
     from datasets import Dataset

@@ -33,7 +33,7 @@ import copy
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from transformers import GenerationConfig
@@ -43,6 +43,9 @@ from ..utils.tokens import tokenize_prompts
 from .calling import ToolOutcome, call_tool
 from .templates import ToolFormat, parse_completion, resolve_tool_format, tool_suffix_ids
 from .toolset import AgentTools
+
+if TYPE_CHECKING:
+    from ..team import AgentTeam
 
 GenerateFn = Callable[[list[list[list[int]]], GenerationConfig], Generation]
 """`generate(prompt_ids_by_agent, generation_config) -> Generation`: the team's batched sampling of token-id rows."""
@@ -159,7 +162,7 @@ class ToolLoop:
         self._environments: list[list[Any]] = [[] for _ in self.agent_tools]
 
     @classmethod
-    def for_team(cls, agent_tools: Sequence[AgentTools | None], team: Any, args: Any) -> ToolLoop | None:
+    def for_team(cls, agent_tools: Sequence[AgentTools | None], team: AgentTeam, args: Any) -> ToolLoop | None:
         """The [`ToolLoop`] of an [`AgentTeam`] whose agents have `agent_tools` (None when no agent has tools), with
         the limits of a trainer config `args` (`max_tool_calling_iterations`, `tool_call_timeout`,
         `max_tool_result_chars`) and each member's context window.

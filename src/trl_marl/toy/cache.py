@@ -16,12 +16,15 @@ import shutil
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .model import build_toy_model, build_toy_tokenizer
 from .names import TOY_PRESETS, TOY_TASK_NAMES, toy_task_of
 from .pretrain import isolated_rng, pretrain_toy_model
 from .tasks import AdditionTask, DebateAdditionTask, SpecialistFactsTask, TargetNumberTask, ToyTask
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 _MARKER_FILE = "trl_marl_toy.json"
 _FORMAT_VERSION = 3  # 3: pretraining runs on one torch thread whatever the caller set
@@ -158,7 +161,7 @@ def make_toy_model(
     return str(directory)
 
 
-def _save_model_files(model: Any, folder: Path) -> None:
+def _save_model_files(model: PreTrainedModel, folder: Path) -> None:
     """Write `model`'s config, generation config and weights (`model.safetensors`, tied tensors once) to `folder`
     whatever the process's rank: `save_pretrained` writes them only on rank 0 once `torch.distributed` is started,
     and the rank that holds the build lock may be any."""

@@ -3,12 +3,17 @@ copy toward its policy."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from transformers import TrainerCallback
 
 from ..distributed import full_tensor
+
+if TYPE_CHECKING:
+    from transformers import TrainerControl, TrainerState, TrainingArguments
+
+    from ...team import AgentTeam
 
 __all__ = ["ReferenceSync"]
 
@@ -24,7 +29,7 @@ class ReferenceSync(TrainerCallback):
     """
 
     @staticmethod
-    def check(team: Any) -> None:
+    def check(team: AgentTeam) -> None:
         """Refuse a team with no reference copy to move (its agents' references are base models under adapters)."""
         if any(adapter is not None for adapter in team.agent_adapter):
             raise ValueError(
@@ -33,13 +38,14 @@ class ReferenceSync(TrainerCallback):
                 "too). Use `sync_ref_model=False`, or a team without adapters (`team_mode='models'`)."
             )
 
-    def __init__(self, team: Any, steps: int, alpha: float) -> None:
+    def __init__(self, team: AgentTeam, steps: int, alpha: float) -> None:
         self.team = team
         self.steps = steps
         self.alpha = alpha
 
     @torch.no_grad()
-    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+    def on_step_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                    **kwargs: Any) -> None:
         if state.global_step % self.steps != 0:
             return
         for model, ref in zip(self.team.models, self.team.ref_models):
