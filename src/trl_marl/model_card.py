@@ -5,9 +5,12 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .utils.model_names import resolve_model_name
+
+if TYPE_CHECKING:
+    from .team.policies import AgentTeam
 
 OFFLINE_MARKER_FILE = "trl_marl_real.json"
 """The file in the folder of an offline real model (`offline_models.smollm2`) that records its Hub id (`hub_id`)."""
@@ -51,7 +54,7 @@ def base_model_source(name: str) -> tuple[str | None, str | None]:
 
 def write_team_model_card(
     output_dir: str,
-    team: Any,
+    team: AgentTeam,
     algorithm: str,
     paper: Mapping[str, str],
     reward_names: Sequence[str],

@@ -144,7 +144,7 @@ class AdapterControl:
             self.set_active_adapter(model, name)
         return model
 
-    def set_active_adapter(self, model: Any, name: str) -> None:
+    def set_active_adapter(self, model: torch.nn.Module, name: str) -> None:
         """Make `name` the active adapter of `model` (a PEFT model of the team); the adapters of every agent but the
         frozen ones stay trainable."""
         if model.active_adapter != name:

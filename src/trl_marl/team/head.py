@@ -288,7 +288,7 @@ def head_path_checked(model: Any) -> HeadPath | str:
     return found
 
 
-def head_path(model: Any) -> tuple[nn.Module, nn.Module] | str:
+def head_path(model: nn.Module) -> tuple[nn.Module, nn.Module] | str:
     """`(backbone, lm_head)` of a causal LM whose logits are `lm_head(backbone(...).last_hidden_state)`, or why not.
 
     Then the log-probability forwards run the backbone and take each completion token's log-probability through the

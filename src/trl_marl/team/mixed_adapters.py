@@ -86,7 +86,7 @@ def _peft_classes() -> tuple[type[Linear], type[BaseTunerLayer], type[LoraModel]
     return Linear, BaseTunerLayer, LoraModel, AuxiliaryTrainingWrapper
 
 
-def _plan(model: Any, adapter_names: Sequence[str | None],
+def _plan(model: torch.nn.Module, adapter_names: Sequence[str | None],
           training: bool = False) -> tuple[list[Any], list[tuple[str, int, int]]] | str:
     """The LoRA layers to slice and the runs of rows, or why the batch takes PEFT's path."""
     if not hasattr(model, "_enable_peft_forward_hooks") or not hasattr(model, "base_model"):
@@ -138,7 +138,7 @@ def _plan(model: Any, adapter_names: Sequence[str | None],
     return layers, runs
 
 
-def sliced_adapter_rows_plan(model: Any, adapter_names: Sequence[str | None],
+def sliced_adapter_rows_plan(model: torch.nn.Module, adapter_names: Sequence[str | None],
                              training: bool = False) -> tuple[list[Any], list[tuple[str, int, int]]] | str:
     """What [`sliced_adapter_rows`] (with the same `training`) would install for this batch: the LoRA layers and the
     runs of rows, or why it would enter PEFT's hooks instead. Pass it back as `plan` to skip walking the model again
@@ -146,7 +146,7 @@ def sliced_adapter_rows_plan(model: Any, adapter_names: Sequence[str | None],
     return _plan(model, [BASE_ADAPTER if name is None else name for name in adapter_names], training)
 
 
-def sliced_adapter_rows_unsupported(model: Any, adapter_names: Sequence[str | None] | None,
+def sliced_adapter_rows_unsupported(model: torch.nn.Module, adapter_names: Sequence[str | None] | None,
                                     training: bool = False) -> str | None:
     """Why [`sliced_adapter_rows`] (with the same `training`) would enter PEFT's hooks for this batch (None: it
     slices)."""

@@ -27,15 +27,18 @@ import each other.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .base import GenerationBackend
 from .registry import backend_factory, register_generation_backend
 from .settings import GenerationSettings
 from .transformers_backend import TransformersBackend
 
+if TYPE_CHECKING:
+    from ..policies import AgentTeam
 
-def build_generation_backend(settings: GenerationSettings | Any, team: Any) -> GenerationBackend:
+
+def build_generation_backend(settings: GenerationSettings | Any, team: AgentTeam) -> GenerationBackend:
     """The backend that `settings.generation_backend` names, built for `team` by its registered factory.
 
     Args:
@@ -51,17 +54,17 @@ def build_generation_backend(settings: GenerationSettings | Any, team: Any) -> G
     return backend
 
 
-def _transformers(settings: GenerationSettings, team: Any) -> GenerationBackend:
+def _transformers(settings: GenerationSettings, team: AgentTeam) -> GenerationBackend:
     return TransformersBackend()
 
 
-def _compiled(settings: GenerationSettings, team: Any) -> GenerationBackend:
+def _compiled(settings: GenerationSettings, team: AgentTeam) -> GenerationBackend:
     from .compiled import CompiledBackend
 
     return CompiledBackend(team, sync_every=settings.compiled_sync_every)
 
 
-def _vllm(settings: GenerationSettings, team: Any) -> GenerationBackend:
+def _vllm(settings: GenerationSettings, team: AgentTeam) -> GenerationBackend:
     if settings.vllm_mode == "server":
         from .vllm_server import VLLMServerBackend
 

@@ -61,7 +61,7 @@ import weakref
 from collections import Counter
 from collections.abc import Sequence
 from contextlib import nullcontext
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from transformers import GenerationConfig, StaticCache
@@ -72,6 +72,9 @@ from .graph_step import DecodeBuffers, decode_in_graph, forward_and_sample, grap
 from .lean import _base_model, _is_peft, _logits_processors, _Plan, _plan, decode, next_token_step
 from .settings import COMPILED_SYNC_EVERY
 from .transformers_backend import TransformersBackend
+
+if TYPE_CHECKING:
+    from ..policies import AgentTeam
 
 __all__ = ["CompiledBackend", "CompiledDecoder", "bucket_batch", "bucket_length"]
 
@@ -95,13 +98,13 @@ def bucket_batch(rows: int) -> int:
     return bucket_length(rows, 32)
 
 
-def _cache_argument(model: Any) -> str:
+def _cache_argument(model: torch.nn.Module) -> str:
     """The name of the forward's cache argument: `cache` (transformers >= 5.24), else `past_key_values`."""
     return "cache" if "cache" in inspect.signature(type(model).forward).parameters else "past_key_values"
 
 
-def decode_step(model: Any, input_ids: torch.Tensor, position_ids: torch.Tensor, attention_mask: torch.Tensor,
-                cache: Any, cache_argument: str = "past_key_values") -> torch.Tensor:
+def decode_step(model: torch.nn.Module, input_ids: torch.Tensor, position_ids: torch.Tensor,
+                attention_mask: torch.Tensor, cache: Any, cache_argument: str = "past_key_values") -> torch.Tensor:
     """One forward of the rows' new tokens into the static cache: the last logits `(B, V)` (the compiled function;
     the prompt's forward runs it eager)."""
     outputs = model(input_ids=input_ids, position_ids=position_ids, attention_mask=attention_mask,
@@ -147,7 +150,7 @@ class CompiledDecoder:
         self._caches: weakref.WeakKeyDictionary[Any, dict[tuple, Any]] = weakref.WeakKeyDictionary()
 
     # ------------------------------------------------------------------ support
-    def unsupported(self, model: Any, generation_config: GenerationConfig | None, input_ids: torch.Tensor,
+    def unsupported(self, model: torch.nn.Module, generation_config: GenerationConfig | None, input_ids: torch.Tensor,
                     adapter_names: Sequence[str | None] | None = None, past_key_values: Any = None,
                     lean: bool = True) -> str | None:
         """Why this call would run the eager loop (None: the static, compiled path takes it)."""
@@ -178,7 +181,7 @@ class CompiledDecoder:
             logger.warning("The compiled generation backend runs %s: %s.", runs, reason)
 
     # ------------------------------------------------------------------ decoding
-    def decode(self, model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+    def decode(self, model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                generation_config: GenerationConfig, adapter_names: Sequence[str | None] | None = None,
                past_key_values: Any = None, lean: bool = True) -> torch.Tensor:
         """The prompts followed by the generated tokens, as `team.generation.lean.decode` returns them."""
@@ -238,7 +241,7 @@ class CompiledDecoder:
         caches[key] = kept  # (most recently used last)
         return kept
 
-    def _run(self, model: Any, plan: _Plan, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+    def _run(self, model: torch.nn.Module, plan: _Plan, input_ids: torch.Tensor, attention_mask: torch.Tensor,
              adapter_names: Sequence[str | None] | None) -> torch.Tensor:
         settings, device = plan.settings, input_ids.device
         base = _base_model(model)
@@ -352,8 +355,8 @@ class CompiledBackend(TransformersBackend):
     name = "compiled"
     shares_prefill = False  # a static cache is filled from the prompt: no shared prefill cache is passed in
 
-    def __init__(self, team: Any = None, compile: bool = True, backend: Any = None, mode: str | None = None,
-                 length_bucket: int = LENGTH_BUCKET, in_graph_sampling: bool = True,
+    def __init__(self, team: AgentTeam | None = None, compile: bool = True, backend: Any = None,
+                 mode: str | None = None, length_bucket: int = LENGTH_BUCKET, in_graph_sampling: bool = True,
                  sync_every: int = SYNC_EVERY) -> None:
         self.decoder = CompiledDecoder(compile=compile, backend=backend, mode=mode, length_bucket=length_bucket,
                                        in_graph_sampling=in_graph_sampling, sync_every=sync_every)
@@ -361,7 +364,7 @@ class CompiledBackend(TransformersBackend):
         if settings is not None and settings.continuous_batching_config is not None:
             self.decoder.fallback("continuous batching (`continuous_batching_config`) decodes through transformers")
 
-    def decode(self, model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+    def decode(self, model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                generation_config: GenerationConfig, adapter_names: Sequence[str | None] | None = None,
                past_key_values: Any = None, lean: bool = True) -> torch.Tensor:
         """`lean.decode`'s call, through the static-cache loop where it can (see the module docstring)."""

@@ -193,7 +193,7 @@ def sample_into(logits: torch.Tensor, buffers: DecodeBuffers, processors: Sequen
     buffers.index.add_(1)
 
 
-def forward_and_sample(step: Any, model: Any, cache: Any, cache_argument: str, buffers: DecodeBuffers,
+def forward_and_sample(step: Any, model: torch.nn.Module, cache: Any, cache_argument: str, buffers: DecodeBuffers,
                        processors: Sequence[Any], do_sample: bool) -> None:
     """One whole decode step (the module docstring's 1-5): the function the backend compiles. `step` is the
     one-token forward (`team.generation.compiled.decode_step`)."""

@@ -99,7 +99,7 @@ def _base_model(model: Any) -> Any:
     return model.get_base_model() if hasattr(model, "get_base_model") else model
 
 
-def _is_peft(model: Any) -> bool:
+def _is_peft(model: torch.nn.Module) -> bool:
     return hasattr(model, "get_base_model") and hasattr(model, "peft_config")
 
 
@@ -168,7 +168,7 @@ class _Plan:
     max_new_tokens: int
 
 
-def _plan(model: Any, generation_config: GenerationConfig | None, device: torch.device,
+def _plan(model: torch.nn.Module, generation_config: GenerationConfig | None, device: torch.device,
           adapter_names: Sequence[str | None] | None, past_key_values: Any = None,
           prompt_length: int | None = None) -> _Plan | str:
     """The resolved settings, or why the lean loop cannot stand in for `model.generate`."""
@@ -198,7 +198,7 @@ def _plan(model: Any, generation_config: GenerationConfig | None, device: torch.
     return _Plan(settings, settings.get("do_sample") is True, max_new_tokens)
 
 
-def lean_decode_unsupported(model: Any, generation_config: GenerationConfig | None,
+def lean_decode_unsupported(model: torch.nn.Module, generation_config: GenerationConfig | None,
                             adapter_names: Sequence[str | None] | None = None,
                             device: torch.device | str | None = None) -> str | None:
     """Why [`decode`] would call `model.generate` for these settings (None: it runs the lean loop).
@@ -274,7 +274,7 @@ def _logits_processors(settings: dict[str, Any], do_sample: bool, prompt_length:
     return processors
 
 
-def _peft_hooks(model: Any, adapter_names: Sequence[str | None] | None) -> AbstractContextManager[Any]:
+def _peft_hooks(model: torch.nn.Module, adapter_names: Sequence[str | None] | None) -> AbstractContextManager[Any]:
     """The context `PeftModel.generate` runs its whole call in: LoRA layers read `adapter_names` (one per row), on
     row slices when each adapter's rows form one run (`team.mixed_adapters`), else through PEFT's hooks."""
     if not _is_peft(model):
@@ -308,7 +308,7 @@ def next_token_step(scores: torch.Tensor, sequences: torch.Tensor, processors: S
     return sequences, next_tokens, unfinished
 
 
-def _run(model: Any, plan: _Plan, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+def _run(model: torch.nn.Module, plan: _Plan, input_ids: torch.Tensor, attention_mask: torch.Tensor,
          adapter_names: Sequence[str | None] | None, past_key_values: Any) -> torch.Tensor:
     settings, device = plan.settings, input_ids.device
     base = _base_model(model)
@@ -348,7 +348,7 @@ def _run(model: Any, plan: _Plan, input_ids: torch.Tensor, attention_mask: torch
     return sequences
 
 
-def lean_generate(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+def lean_generate(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                   generation_config: GenerationConfig, adapter_names: Sequence[str | None] | None = None,
                   past_key_values: Any = None) -> torch.Tensor:
     """Sample (or greedily decode) with the lean loop; raises `ValueError` for settings it does not support.

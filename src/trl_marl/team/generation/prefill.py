@@ -89,7 +89,7 @@ def _base_model(model: Any) -> Any:
     return model.get_base_model() if hasattr(model, "get_base_model") else model
 
 
-def prefill_sharing_unsupported(model: Any, generation_config: GenerationConfig) -> str | None:
+def prefill_sharing_unsupported(model: torch.nn.Module, generation_config: GenerationConfig) -> str | None:
     """Why `model.generate` with `generation_config` cannot start from a shared prefill (None: it can).
 
     A setting left unset (None) in `generation_config` is read from `model.generation_config`, as `generate` does.
@@ -131,7 +131,7 @@ def prefill_sharing_unsupported(model: Any, generation_config: GenerationConfig)
 
 @torch.no_grad()
 def shared_prefill_cache(
-    model: Any,
+    model: torch.nn.Module,
     input_ids: torch.Tensor,
     attention_mask: torch.Tensor,
     generation_config: GenerationConfig,

@@ -69,7 +69,7 @@ class TransformersBackend(GenerationBackend):
                 start += len(prompt_ids[a])
         return Generation(list(prompt_ids), [rows or [] for rows in completion_ids])
 
-    def decode(self, model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+    def decode(self, model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                generation_config: GenerationConfig, adapter_names: list[str | None] | None = None,
                past_key_values: Any = None, lean: bool = True) -> torch.Tensor:
         """One batch's prompts followed by its generated tokens: `team.generation.lean.decode` (a subclass may

@@ -108,7 +108,7 @@ def vllm_lora_rank(rank: int) -> int:
     raise ValueError(f"LoRA rank {rank} is above the largest rank vLLM serves ({VLLM_LORA_RANKS[-1]}).")
 
 
-def adapter_weights(model: Any, adapter: str) -> list[torch.Tensor]:
+def adapter_weights(model: torch.nn.Module, adapter: str) -> list[torch.Tensor]:
     """The parameters of one LoRA adapter of a PEFT model, in module order."""
     marker = f".{adapter}."
     return [p for name, p in model.named_parameters() if marker in name]
