@@ -9,10 +9,15 @@ import shlex
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from torch.utils.data import DataLoader
+    from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
+    from transformers.trainer_callback import CallbackHandler
 
 
-def progress_callback(label: str, enabled: bool) -> Any:
+def progress_callback(label: str, enabled: bool) -> TrainerCallback:
     """A progress bar over training steps that shows the latest team reward, and one over the evaluation batches of
     every `evaluate()`. Both stay on screen when they end (with their final count, time and reward), so that the
     demo's output keeps a record of every phase."""
@@ -23,32 +28,37 @@ def progress_callback(label: str, enabled: bool) -> Any:
         bar: Any = None
         eval_bar: Any = None
 
-        def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        def on_train_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                           **kwargs: Any) -> None:
             self.bar = tqdm(total=state.max_steps, desc=label, disable=not enabled, leave=True, dynamic_ncols=True)
 
-        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        def on_step_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                        **kwargs: Any) -> None:
             if self.bar is not None:
                 self.bar.update(1)
 
-        def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any) -> None:
+        def on_log(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                   logs: dict[str, float] | None = None, **kwargs: Any) -> None:
             for key in ("reward", "objective/scores"):
                 if logs and key in logs and self.bar is not None:
                     self.bar.set_postfix({key.split("/")[-1]: f"{logs[key]:.2f}"})
 
-        def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        def on_train_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                         **kwargs: Any) -> None:
             if self.bar is not None:
                 self.bar.close()
                 self.bar = None
 
-        def on_prediction_step(self, args: Any, state: Any, control: Any, eval_dataloader: Any = None,
-                               **kwargs: Any) -> None:
+        def on_prediction_step(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                               eval_dataloader: DataLoader | None = None, **kwargs: Any) -> None:
             if self.eval_bar is None:
                 total = len(eval_dataloader) if eval_dataloader is not None else None
                 self.eval_bar = tqdm(total=total, desc=f"{label}: evaluating", unit="batch", disable=not enabled,
                                      leave=True, dynamic_ncols=True)
             self.eval_bar.update(1)
 
-        def on_evaluate(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        def on_evaluate(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                        **kwargs: Any) -> None:
             if self.eval_bar is not None:
                 self.eval_bar.close()
                 self.eval_bar = None
@@ -88,7 +98,7 @@ def phase_bar(label: str, enabled: bool, tick_seconds: float = 1.0) -> Iterator[
         bar.close()
 
 
-def replace_progress(callbacks: Any, callback: Any) -> None:
+def replace_progress(callbacks: CallbackHandler, callback: TrainerCallback) -> None:
     """Swap a trainer's printed logs and step bar (in its `callback_handler`, `callbacks`) for `callback`: one bar
     with the latest reward."""
     from transformers.trainer_callback import PrinterCallback, ProgressCallback

@@ -43,6 +43,7 @@ from torch import nn
 from .._trl_compat import add_zero3_hooks, enable_fsdp_on_cpu_processes, remove_zero3_hooks
 
 if TYPE_CHECKING:
+    from accelerate import Accelerator
     from torch.distributed.fsdp import FSDPModule
     from transformers import TrainingArguments
     from typing_extensions import TypeIs
@@ -111,7 +112,7 @@ def check_fsdp_request(args: TrainingArguments) -> None:
         raise ValueError(FSDP1_MESSAGE)
 
 
-def setup_strategy(accelerator: Any, args: TrainingArguments) -> bool:
+def setup_strategy(accelerator: Accelerator, args: TrainingArguments) -> bool:
     """Check the launch and the distributed strategy right after the trainer's `Accelerator` is created.
 
     Turns FSDP2 on for CPU processes that asked for it (see the module docstring), and raises an error that names
@@ -209,7 +210,7 @@ def gathered_zero3(engine: Any) -> Any:
             add_zero3_hooks(engine)
 
 
-def gather_objects(accelerator: Any, items: list[Any]) -> list[Any]:
+def gather_objects(accelerator: Accelerator, items: list[Any]) -> list[Any]:
     """All processes' items (in process order); the items themselves on a single process."""
     if accelerator.num_processes == 1:
         return items
@@ -218,13 +219,13 @@ def gather_objects(accelerator: Any, items: list[Any]) -> list[Any]:
     return gather_object(items)
 
 
-def missing_chunks(accelerator: Any, count: int) -> int:
+def missing_chunks(accelerator: Accelerator, count: int) -> int:
     """How many chunks fewer than the busiest process this one has to play (under sharded weights)."""
     counts = gather_objects(accelerator, [count])
     return max(counts) - count
 
 
-def any_process(accelerator: Any, active: bool) -> bool:
+def any_process(accelerator: Accelerator, active: bool) -> bool:
     """Whether `active` holds on any process (a collective: every process calls it)."""
     flag = torch.tensor([int(active)], device=accelerator.device)
     return bool(accelerator.reduce(flag, reduction="sum").item())
@@ -246,7 +247,7 @@ def rollout_phase(method: Callable[Concatenate[S, P], R]) -> Callable[Concatenat
     return wrapper
 
 
-def gathered_rows(accelerator: Any, rows: torch.Tensor) -> torch.Tensor:
+def gathered_rows(accelerator: Accelerator, rows: torch.Tensor) -> torch.Tensor:
     """The rows of a float `(N, C)` tensor of every process, concatenated in process order (a collective).
 
     N may differ between processes: each pads its rows to the longest with NaN rows, and the rows whose first column

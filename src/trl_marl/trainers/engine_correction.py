@@ -39,6 +39,8 @@ from ..rollout import TurnResult
 from ..team import AgentBatch
 
 if TYPE_CHECKING:
+    from accelerate import Accelerator
+
     from .magrpo.config import MAGRPOConfig
     from .ppo.config import MultiAgentPPOConfig
 
@@ -74,9 +76,9 @@ def engine_logps(turns: Sequence[TurnResult], picks: Sequence[Sequence[int]],
                          batch.completion_ids) for a, batch in enumerate(batches)]
 
 
-def engine_correction(args: MAGRPOConfig | MultiAgentPPOConfig, accelerator: Any, metrics: dict[str, list[float]],
-                      old_logps: Sequence[torch.Tensor | None] | None, sampling: Sequence[torch.Tensor] | None,
-                      batches: Sequence[AgentBatch | None]) -> dict[str, Any]:
+def engine_correction(args: MAGRPOConfig | MultiAgentPPOConfig, accelerator: Accelerator,
+                      metrics: dict[str, list[float]], old_logps: Sequence[torch.Tensor | None] | None,
+                      sampling: Sequence[torch.Tensor] | None, batches: Sequence[AgentBatch | None]) -> dict[str, Any]:
     """The micro-batch entries of the correction: `sampling_logps[a]` and `importance_sampling_ratio[a]` (None for
     a frozen agent); empty without engine log-probabilities. Records the metrics in `metrics` (the trainer's
     training metrics; see the module docstring).
@@ -121,7 +123,8 @@ def mismatch_values(old: torch.Tensor, sampling: torch.Tensor, ratio: torch.Tens
     return delta, (ratio.flatten() if mode.startswith("sequence") else ratio[tokens])
 
 
-def correction_metrics(accelerator: Any, values: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> dict[str, float]:
+def correction_metrics(accelerator: Accelerator,
+                       values: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> dict[str, float]:
     """TRL's five metrics over `values` (pairs from [`mismatch_values`], pooled), each reduced over every process."""
     if not values:
         return {}

@@ -26,6 +26,8 @@ import torch
 from ...core import adaptive_entropy_coef, entropy_bonus, high_entropy_mask
 
 if TYPE_CHECKING:
+    from accelerate import Accelerator
+
     from .config import MAGRPOConfig
 
 __all__ = [
@@ -85,7 +87,7 @@ class EntropyControl:
             self._window[agent] = stats if agent not in self._window else self._window[agent] + stats
         return self.applied_coef(agent) * entropy_bonus(entropy, mask) / scale
 
-    def end_step(self, accelerator: Any, metrics: dict[str, list[float]]) -> None:
+    def end_step(self, accelerator: Accelerator, metrics: dict[str, list[float]]) -> None:
         """After an optimizer step: update the adaptive coefficients from the step's entropy over every process,
         and log each agent's coefficient (nothing without a bonus)."""
         if not self.enabled:
@@ -127,7 +129,7 @@ class EntropyControl:
                 self.last_entropy[a] = float(state[str(a)]["last_entropy"])
 
 
-def gathered_entropies(accelerator: Any, entropy: torch.Tensor, mask: torch.Tensor) -> torch.Tensor | None:
+def gathered_entropies(accelerator: Accelerator, entropy: torch.Tensor, mask: torch.Tensor) -> torch.Tensor | None:
     """The completion tokens' entropies of every process (`top_entropy_quantile`'s pool, as TRL's); `None` with
     one process (the local ones are used)."""
     if accelerator.num_processes == 1:
@@ -136,7 +138,7 @@ def gathered_entropies(accelerator: Any, entropy: torch.Tensor, mask: torch.Tens
     return pool[pool >= 0]
 
 
-def agent_high_entropy_mask(accelerator: Any, entropy: torch.Tensor, mask: torch.Tensor,
+def agent_high_entropy_mask(accelerator: Accelerator, entropy: torch.Tensor, mask: torch.Tensor,
                             top_quantile: float) -> torch.Tensor | None:
     """One agent's `top_entropy_quantile` token mask (`core.high_entropy_mask`, the threshold over every process's
     tokens of that agent, so a collective with several processes); `None` when the quantile is 1 (every token)."""
@@ -146,7 +148,8 @@ def agent_high_entropy_mask(accelerator: Any, entropy: torch.Tensor, mask: torch
     return high_entropy_mask(entropy, mask, top_quantile, gathered_entropies(accelerator, entropy, mask))
 
 
-def high_entropy_masks(accelerator: Any, inputs: dict[str, Any], top_quantile: float) -> list[torch.Tensor | None]:
+def high_entropy_masks(accelerator: Accelerator, inputs: dict[str, Any],
+                       top_quantile: float) -> list[torch.Tensor | None]:
     """Each agent's [`agent_high_entropy_mask`] (`None` for an agent without entropies); each depends on that
     agent's entropies only."""
     return [None if entropy is None else

@@ -28,6 +28,8 @@ from ..magrpo.diagnostics import NoLearningSignalWarning
 from .samples import AgentRollout, filled
 
 if TYPE_CHECKING:
+    from accelerate import Accelerator
+
     from .config import MultiAgentPPOConfig
 
 __all__ = ["STAT_NAMES", "ScoreSignalCheck", "completions_table", "print_completions_table", "update_metrics"]
@@ -50,7 +52,7 @@ def _mean(values: torch.Tensor, keep: torch.Tensor) -> float:
     return float(values.mean() if bool(keep.all()) else values[keep].mean())
 
 
-def update_metrics(accelerator: Any, args: MultiAgentPPOConfig, env: Any, tokenizers: list[Any], lr: float,
+def update_metrics(accelerator: Accelerator, args: MultiAgentPPOConfig, env: Any, tokenizers: list[Any], lr: float,
                    rollouts: list[AgentRollout | None], stats: dict[str, torch.Tensor], episode: int,
                    start: float, columns: list[int] | None = None) -> dict[str, float]:
     """The metrics of one PPO update (module docstring).
@@ -183,7 +185,7 @@ class ScoreSignalCheck:
         self.streak = 0  # updates in a row without a score spread
         self.warned_at: int | None = None
 
-    def see_update(self, update: int, rollouts: list[AgentRollout | None], accelerator: Any) -> None:
+    def see_update(self, update: int, rollouts: list[AgentRollout | None], accelerator: Accelerator) -> None:
         """Check the scores of update `update` (1-based), over every process."""
         kept = [(filled(ro.scores), filled(ro.scorable)) for ro in rollouts if ro is not None]
         scored = torch.cat([scores[scorable.to(scores.device)].float() for scores, scorable in kept]
