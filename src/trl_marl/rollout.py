@@ -35,7 +35,7 @@ import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from transformers import GenerationConfig
@@ -58,6 +58,9 @@ from .reward_contract import (
 )
 from .team import AgentTeam, Generation
 from .tools.loop import ToolLoop, ToolTurn, ToolTurnStats
+
+if TYPE_CHECKING:
+    from transformers import TrainerState
 
 
 @dataclass
@@ -215,7 +218,7 @@ class JointRollout:
         return self.team.slot(turn, agent_index)
 
     # ------------------------------------------------------------------ sampling
-    def run(self, rows: Sequence[Mapping[str, Any]], trainer_state: Any = None,
+    def run(self, rows: Sequence[Mapping[str, Any]], trainer_state: TrainerState | None = None,
             generation_config: GenerationConfig | None = None, score: bool = True) -> Rollout:
         """Play one episode tree per row; with `score`, score every turn and back up the returns (no advantages)."""
         n, G = self.env.num_agents, self.num_generations

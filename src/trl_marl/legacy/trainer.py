@@ -124,7 +124,7 @@ class PPOTrainer:
         self,
         config: PPOConfig | None = None,
         model: AutoModelForCausalLMWithValueHead | Sequence[AutoModelForCausalLMWithValueHead] | None = None,
-        ref_model: Any = None,
+        ref_model: AutoModelForCausalLMWithValueHead | Sequence[AutoModelForCausalLMWithValueHead] | None = None,
         tokenizer: Any = None,
         dataset: Any = None,
         optimizer: Any = None,

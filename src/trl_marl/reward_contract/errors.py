@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from transformers import TrainerState
 
 LIBRARY_PACKAGES = frozenset({"trl_marl", "transformers", "trl", "accelerate", "torch", "peft", "runpy", "importlib"})
 """The packages whose frames a training-loop warning skips to reach the user's code ([`user_stacklevel`])."""
@@ -56,7 +59,7 @@ _NONFINITE_RUNS: dict[str, Any] = {}
 """Each reward function (by name) that returned NaN/inf -> the trainer state of the run it last did so in."""
 
 
-def note_nonfinite_reward(name: str, trainer_state: Any) -> bool:
+def note_nonfinite_reward(name: str, trainer_state: TrainerState | None) -> bool:
     """Remember that reward function `name` returned NaN/inf in the run of `trainer_state` (the trainer's
     `TrainerState`, new at every `train()`); whether it is the first time in that run."""
     first = name not in _NONFINITE_RUNS or _NONFINITE_RUNS[name] is not trainer_state
@@ -64,7 +67,7 @@ def note_nonfinite_reward(name: str, trainer_state: Any) -> bool:
     return first
 
 
-def nonfinite_reward_names(trainer_state: Any) -> list[str]:
+def nonfinite_reward_names(trainer_state: TrainerState | None) -> list[str]:
     """The reward functions that returned NaN/inf in the run of `trainer_state` (see [`note_nonfinite_reward`])."""
     return sorted(name for name, state in _NONFINITE_RUNS.items() if state is trainer_state)
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -16,6 +16,9 @@ from ..team import is_chat
 from .calls import REWARD_ISOLATIONS, call_reward_function
 from .errors import RewardFunctionError, unscorable_message
 from .signature import RewardFunc, check_reward_signature, reward_kind
+
+if TYPE_CHECKING:
+    from transformers import TrainerState
 
 
 def completion_objects(prompts: Sequence[Prompt], texts: Sequence[str]) -> list[Any]:
@@ -103,7 +106,7 @@ class RewardSet:
         columns: dict[str, list[Any]],
         transcripts: Sequence[Transcript],
         turn: int,
-        trainer_state: Any,
+        trainer_state: TrainerState | None,
         agent_index: int | None,
     ) -> list[float | None]:
         shown = 0 if agent_index is None else agent_index
@@ -141,7 +144,7 @@ class RewardSet:
         rows: Sequence[Mapping[str, Any]],
         transcripts: Sequence[Transcript],
         turn: int,
-        trainer_state: Any = None,
+        trainer_state: TrainerState | None = None,
         per_agent: bool = False,
         agents: Sequence[int] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -233,7 +236,7 @@ class TeamReward(RewardSet):
 
     def __call__(self, prompts: list[list[Prompt]], completions: list[list[Any]], rows: list[Mapping[str, Any]],
                  transcripts: list[Transcript], turn: int,
-                 trainer_state: Any = None) -> tuple[torch.Tensor, torch.Tensor]:
+                 trainer_state: TrainerState | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Score joint actions; `prompts[a][i]`/`completions[a][i]` are agent a's part of joint action i (texts)."""
         texts = [[c[0]["content"] if isinstance(c, list) else c for c in agent] for agent in completions]
         return self.score(prompts, texts, rows, transcripts, turn, trainer_state)
@@ -313,7 +316,7 @@ class LocalReward:
 
     def score(self, prompts: list[list[Prompt]], texts: list[list[str]], rows: Sequence[Mapping[str, Any]],
               transcripts: Sequence[Transcript], turn: int,
-              trainer_state: Any = None) -> tuple[torch.Tensor, list[torch.Tensor | None], int]:
+              trainer_state: TrainerState | None = None) -> tuple[torch.Tensor, list[torch.Tensor | None], int]:
         """Score every agent's part of the joint actions of one turn (arguments as [`RewardSet.score`]).
 
         Returns:

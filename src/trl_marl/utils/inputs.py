@@ -14,9 +14,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .model_names import check_model_name
+
+if TYPE_CHECKING:
+    from torch import nn
 
 
 def looks_like_path(name: str) -> bool:
@@ -47,7 +50,7 @@ def check_model_path(name: str | None, field: str = "`model` (`model_name_or_pat
     )
 
 
-def linear_module_names(model: Any) -> list[str]:
+def linear_module_names(model: nn.Module) -> list[str]:
     """The short names (last part of the module path) of the model's Linear layers, e.g. `q_proj`, `lm_head`."""
     import torch
 
@@ -55,7 +58,7 @@ def linear_module_names(model: Any) -> list[str]:
                    if isinstance(module, torch.nn.Linear) and name})
 
 
-def check_lora_targets(model: Any, peft_config: Any) -> None:
+def check_lora_targets(model: nn.Module, peft_config: Any) -> None:
     """Refuse LoRA `target_modules` (a list of names) that match no module of `model`, listing the valid ones."""
     targets = getattr(peft_config, "target_modules", None)
     if targets is None or isinstance(targets, str):  # None: PEFT's defaults; a string: "all-linear" or a regex

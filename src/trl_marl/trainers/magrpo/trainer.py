@@ -67,7 +67,7 @@ from .sampling_config import continuous_batching_config, generation_config
 from .schedule import BlockRepeatSampler, GenerationSchedule, MicroStep
 
 if TYPE_CHECKING:
-    from transformers import Trainer
+    from transformers import Trainer, TrainerState
 
 __all__ = ["MAGRPOTrainer", "NonFiniteError", "TrainingDiagnosticWarning", "zero_loss"]
 
@@ -333,7 +333,7 @@ class MAGRPOTrainer(TeamTrainer):
         return self.rewards.score(prompts, completions, rows, transcripts, turn, self.state)
 
     def _score_turn(self, prompts: list[list[Any]], completions: list[list[str]], rows: list[dict[str, Any]],
-                    transcripts: list[Transcript], turn: int, trainer_state: Any = None,
+                    transcripts: list[Transcript], turn: int, trainer_state: TrainerState | None = None,
                     ) -> tuple[torch.Tensor, torch.Tensor]:
         return self.compute_rewards(prompts, completions, rows, transcripts, turn)
 

@@ -260,7 +260,8 @@ class MultiAgentPPOTrainer(TeamTrainer):
 
     # ------------------------------------------------------------------ setup helpers
     @staticmethod
-    def _build_policies(model: Any, args: MultiAgentPPOConfig, peft_config: Any, processing_class: Any) -> AgentTeam:
+    def _build_policies(model: str | PreTrainedModel | Sequence[str | PreTrainedModel] | AgentTeam,
+                        args: MultiAgentPPOConfig, peft_config: Any, processing_class: Any) -> AgentTeam:
         """The team's policy slots: one per agent, one per (turn, agent), or one shared set of weights."""
         mode = args.team_mode
         if args.policy_sharing == "shared" and not isinstance(model, AgentTeam):

@@ -161,8 +161,9 @@ def check_joint_tokenizers(tokenizers: Sequence[Any]) -> None:
             )
 
 
-def build_value_models(value_model: Any, team: AgentTeam, policy_sharing: str = "agent",
-                       critic: str = "per_agent", train_layers: int | None = None) -> list[nn.Module]:
+def build_value_models(value_model: nn.Module | Sequence[nn.Module] | None, team: AgentTeam,
+                       policy_sharing: str = "agent", critic: str = "per_agent",
+                       train_layers: int | None = None) -> list[nn.Module]:
     """One value model per policy slot, or a single one when every agent shares one policy or the critic is
     centralized (MAAC).
 
