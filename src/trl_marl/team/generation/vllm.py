@@ -60,7 +60,7 @@ import shutil
 import tempfile
 import warnings
 import weakref
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from transformers import GenerationConfig
@@ -74,6 +74,9 @@ from .base import (
     resolve_generation_settings,
 )
 from .settings import check_logprobs_mode
+
+if TYPE_CHECKING:
+    from ..policies import AgentTeam
 
 # LoRA ranks vLLM's `max_lora_rank` accepts
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
@@ -185,7 +188,7 @@ def same_base(first: Any, second: Any) -> bool:
                for a, b in ((weights[0][k], weights[1][k]) for k in weights[0]))
 
 
-def base_groups(team: Any) -> list[list[int]]:
+def base_groups(team: AgentTeam) -> list[list[int]]:
     """The team's models (indices into `team.models`) grouped by base model ([`same_base`]), in first-seen order:
     one vLLM engine per group."""
     groups: list[list[int]] = []

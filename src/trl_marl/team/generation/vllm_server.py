@@ -37,7 +37,7 @@ import urllib.parse
 import urllib.request
 import weakref
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from transformers import GenerationConfig
@@ -45,6 +45,9 @@ from transformers import GenerationConfig
 from .base import EngineBackend
 from .serve_guard import ADAPTER_DIR_ENV, read_connection
 from .vllm import LogprobSettingsCheck, adapter_changed, adapter_weights, check_servable, sampling_settings
+
+if TYPE_CHECKING:
+    from ..policies import AgentTeam
 
 
 def serve_command(model: str, max_loras: int, max_lora_rank: int, host: str = "127.0.0.1", port: int = 8000,
@@ -91,7 +94,7 @@ def serve_command(model: str, max_loras: int, max_lora_rank: int, host: str = "1
     return argv, env
 
 
-def _probe_token(team: Any) -> int:
+def _probe_token(team: AgentTeam) -> int:
     """A token id of the team's vocabulary for the log-probability probe (its first tokenizer's EOS, else 0)."""
     eos = getattr(team.tokenizers[0], "eos_token_id", None) if getattr(team, "tokenizers", None) else None
     return int(eos) if isinstance(eos, int) else 0
