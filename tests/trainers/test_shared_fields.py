@@ -10,7 +10,8 @@ from trl import GRPOConfig
 
 from trl_marl.trainers import MAGRPOConfig, MultiAgentPPOConfig
 
-PER_TRAINER_DEFAULT = {"num_agents", "console_metrics"}  # one factory, each trainer's default (named in the help)
+PER_TRAINER_DEFAULT = {"num_agents", "console_metrics", "advantage_mode"}  # one factory, each trainer's default
+# (named in the help)
 
 
 def _declared(cls: type) -> dict[str, dataclasses.Field]:

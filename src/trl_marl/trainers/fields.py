@@ -30,12 +30,31 @@ import textwrap
 from dataclasses import field
 from typing import Any, TypeVar
 
+from ..core.estimators import advantage_mode_help, scale_rewards_help
+
 T = TypeVar("T")
 
 
 def num_agents_field(default: int) -> Any:
     """`num_agents`: the team's size (MAGRPO's default 2, PPO's 1: TRL's single-agent PPO)."""
     return field(default=default, metadata={"help": "Number of agents in the team."})
+
+
+def advantage_mode_field(default: str | None) -> Any:
+    """`advantage_mode`: the trainer's one knob of credit assignment, a name in the estimator registry (MAGRPO's
+    default None, chosen from `scale_rewards`; PPO's `"gae"`). The help lists both kinds' registered estimators."""
+    return field(
+        default=default,
+        metadata={
+            "help": "The credit assignment: an advantage estimator registered with "
+            "trl_marl.core.register_advantage_estimator (one registry for every trainer). MAGRPO takes the group "
+            "estimators: " + advantage_mode_help("group") + ". MAGRPO's default: the estimator GRPO's "
+            "`scale_rewards` names (" + scale_rewards_help() + "); with any other value `scale_rewards` must stay "
+            "'none'. PPO takes the critic estimators: " + advantage_mode_help("critic") + "; PPO's default: "
+            "'gae' (TRL's PPO and MAPoRL: A_t = R - V(s_t) with gamma = lam = 1; 'turn' is CoMLRL's IAC/MAAC, the "
+            "response as one action, whatever lam is)."
+        },
+    )
 
 
 def num_turns_field() -> Any:

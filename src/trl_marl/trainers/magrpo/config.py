@@ -10,7 +10,6 @@ from ...core import (
     JOINT_MODES,
     SUPPORTED_LOSS_TYPES,
     advantage_estimator,
-    advantage_mode_help,
     estimator_for_scale_rewards,
     estimator_scale_rewards,
     estimator_uses_local_returns,
@@ -40,6 +39,7 @@ from ...validation import (
 )
 from ..console import check_console_metrics, console_metrics_field
 from ..fields import (
+    advantage_mode_field,
     backward_per_agent_field,
     cpu_threads_field,
     field_value,
@@ -236,16 +236,7 @@ class MAGRPOConfig(GRPOConfig):
     discount: float = field(
         default=1.0, metadata={"help": "Discount gamma of the multi-turn return R_t = r_t + gamma * mean(R_{t+1})."}
     )
-    advantage_mode: str | None = field(
-        default=None,
-        metadata={
-            "help": "The advantage estimator (registered with trl_marl.core.register_advantage_estimator): "
-            + advantage_mode_help()
-            + ". Default: the estimator GRPO's `scale_rewards` names ("
-            + scale_rewards_help()
-            + "); with any other value `scale_rewards` must stay 'none'."
-        },
-    )
+    advantage_mode: str | None = advantage_mode_field(None)
     local_reward_weights: list[float] | None = field(
         default=None,
         metadata={

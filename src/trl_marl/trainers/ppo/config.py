@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass, field
 
 from ..._trl_compat import TRLBaseConfig
-from ...core.estimators import advantage_mode_help, critic_estimator
+from ...core.estimators import critic_estimator
 from ...reward_contract import REWARD_ISOLATIONS
 from ...reward_contract.settings import reward_isolation_field, reward_timeout_field
 from ...team.generation import check_generation_backend, compiled_sync_every_field
@@ -31,6 +31,7 @@ from ...validation import (
 )
 from ..console import check_console_metrics, console_metrics_field
 from ..fields import (
+    advantage_mode_field,
     backward_per_agent_field,
     cpu_threads_field,
     fields_section,
@@ -304,17 +305,7 @@ class MultiAgentPPOConfig(TRLBaseConfig):
             "reads the agent's own response, see MultiAgentPPOConfig)."
         },
     )
-    advantage_mode: str = field(
-        default="gae",
-        metadata={
-            "help": "The credit assignment: a critic estimator registered with "
-            "trl_marl.core.register_advantage_estimator(name, kind='critic'): "
-            + advantage_mode_help("critic")
-            + ". 'gae' is TRL's PPO and MAPoRL's (A_t = R - V(s_t) with gamma = lam = 1); 'turn' is CoMLRL's "
-            "IAC/MAAC (the response is one action; its return minus the critic's value before its first token, "
-            "whatever lam is)."
-        },
-    )
+    advantage_mode: str = advantage_mode_field("gae")
     turn_gamma: float | None = field(
         default=None,
         metadata={
