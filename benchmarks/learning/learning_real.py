@@ -39,6 +39,7 @@ sets to check the wiring (not a measurement).
     python benchmarks/learning/learning_real.py maporl --seeds 0 1 2 3 4 --steps 10
     python benchmarks/learning/learning_real.py maporl --debate-task hidden_sum --reward verifier --seeds 0 --steps 10
     python benchmarks/learning/learning_real.py maporl --debate-task hidden_sum --arms alone --seeds 0 --steps 10
+    python benchmarks/learning/learning_real.py maporl --debate-task hidden_sum --value-adapter --seeds 0 --steps 10
     python benchmarks/learning/learning_real.py magrpo --seeds 0 --smoke
 """
 
@@ -867,13 +868,14 @@ def build_maporl(seed: int, steps: int, sizes: dict[str, Any], output_dir: str, 
         temperature=sizes.get("temperature", 1.0), policy_sharing="agent", report_to="none", save_strategy="no",
         num_sample_generations=0, logging_steps=1, activation_checkpointing=False, seed=seed, disable_tqdm=True,
         per_device_eval_batch_size=max(2, min(32, eval_rows)), frozen_agents=list(frozen),
+        value_adapter=bool(sizes.get("value_adapter", False)),
     )
     return MultiAgentPPOTrainer(
         args=config, model=model, reward_funcs=[debate_reward(reward, verifier)], env=task.env(),
         train_dataset=Dataset.from_list(task.train_rows(max(64, 2 * steps * batch), seed)),
         eval_dataset=Dataset.from_list(task.eval_rows(eval_rows, seed)),
         eval_verifier=verifier, peft_config=real_lora_config(),
-        value_model=value_models(sizes["value_layers"], model=model, seed=seed),
+        value_model=None if config.value_adapter else value_models(sizes["value_layers"], model=model, seed=seed),
     )
 
 
@@ -1035,6 +1037,9 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
                         help="evaluation rows per split (MAGRPO: each sampled 8 times; MAPoRL: held-out questions)")
     parser.add_argument("--value-layers", type=int, default=None,
                         help="MAPoRL: value models train only their top N layers (0: the trainer's full default)")
+    parser.add_argument("--value-adapter", action="store_true",
+                        help="MAPoRL: each critic a LoRA adapter and a head on the policies' base "
+                             "(`value_adapter=True`) instead of a value model training its top `value_layers`")
     parser.add_argument("--output", default=None, help="JSON path (default benchmarks/results/learning_real_*)")
     parser.add_argument("--allow-dirty", action="store_true",
                         help="run on a tree with uncommitted changes (development only: the record says "
@@ -1064,6 +1069,11 @@ def settings_for(args: argparse.Namespace) -> dict[str, Any]:
                        ("value_layers", args.value_layers)):
         if value is not None and key in sizes:
             sizes[key] = value
+    if args.value_adapter:
+        if args.kind != "maporl":
+            raise SystemExit("--value-adapter chooses MAPoRL's critics: use it with `maporl`.")
+        sizes["value_adapter"] = True
+        sizes.pop("value_layers", None)  # no value model: nothing trains top layers
     steps = 1 if args.smoke else args.steps
     return {"model": args.model, "steps": steps, "sizes": sizes, "smoke": args.smoke, "threads": args.threads,
             "arms": args.arms if args.kind == "magrpo" else (["maporl"] if args.arms == ["team"] else args.arms),
@@ -1092,7 +1102,8 @@ def main(argv: Sequence[str] | None = None, run_seed: Callable[..., dict[str, An
     variant = ""
     if args.kind == "maporl":  # the default debate keeps its file name; another task or reward gets its own
         variant = "".join(f"_{x}" for x, default in ((args.debate_task, "addition"), (args.reward, "influence"))
-                          if x != default) + "".join(f"_{arm}" for arm in args.arms if arm != "team")
+                          if x != default) + "".join(f"_{arm}" for arm in args.arms if arm != "team") + (
+            "_adapter_critics" if args.value_adapter else "")
     output = args.output or os.path.join(
         os.path.dirname(HERE), "results", f"learning_real_{args.kind}{variant}{'_smoke' if args.smoke else ''}.json")
     start = time.perf_counter()

@@ -133,6 +133,8 @@ class AdapterControl:
         self.frozen: set[int] = set()  # agents whose weights are not trained (see `AgentTeam.freeze_agents`)
         self.switches: dict[int, AdapterSwitch] = {}  # per PEFT model (by `id`), made on the first switch
         self.checkpointing_kwargs: dict | None = None  # set by `activation_checkpointing_enable`
+        # adapters beside the agents' on the team's PEFT models (PPO's adapter critics): name -> trained or not
+        self.other_adapters: dict[str, bool] = {}
 
     def activate(self, agent_index: int) -> PreTrainedModel:
         """Make agent `agent_index`'s adapter the active one while keeping every adapter trainable; returns the
@@ -140,9 +142,49 @@ class AdapterControl:
         team = self.team
         model = team.policy(agent_index)
         name = team.agent_adapter[agent_index]
-        if name is not None and team.mode == "adapters":
+        if name is not None and (team.mode == "adapters" or self.other_adapters):
             self.set_active_adapter(model, name)
         return model
+
+    def trainable_adapters(self) -> list[str]:
+        """The adapters the optimizer updates: every agent's but the frozen ones', and the trained ones of
+        `other_adapters`."""
+        agents = [a for i, a in enumerate(self.team.agent_adapter) if a is not None and i not in self.frozen]
+        return agents + [name for name, trained in self.other_adapters.items() if trained]
+
+    def add_adapter(self, model: Any, name: str, config: Any, trained: bool = True) -> None:
+        """Add adapter `name` (a PEFT config) beside the agents' on `model`, one of the team's PEFT models; it is
+        trained unless `trained=False`. Every other adapter keeps its trainable flag (`add_adapter` alone leaves only
+        the active adapter trainable).
+
+        Raises:
+            ValueError: `model` already has an adapter `name`.
+        """
+        from ..utils.quiet import peft_quietly
+
+        if name in model.peft_config:
+            raise ValueError(f"The model already has an adapter named {name!r}: adapters {sorted(model.peft_config)}.")
+        with peft_quietly():
+            model.add_adapter(name, config)
+        self.other_adapters[name] = trained
+        self.switches.pop(id(model), None)  # a switch knows the adapters that existed when it was made
+        self.reset_trainable_flags(model)
+
+    def set_trained(self, name: str, trained: bool) -> None:
+        """Train adapter `name` of `other_adapters` or not (a frozen agent's critic)."""
+        self.other_adapters[name] = trained
+        for model in self.team.models:
+            if name in getattr(model, "peft_config", {}):
+                self.reset_trainable_flags(model)
+
+    def reset_trainable_flags(self, model: Any) -> None:
+        """Make exactly `trainable_adapters()` of `model`'s adapters require gradients."""
+        trainable = set(self.trainable_adapters())
+        mine = list(model.peft_config)
+        if any(name in trainable for name in mine):
+            model.set_requires_grad([name for name in mine if name in trainable], requires_grad=True)
+        if any(name not in trainable for name in mine):
+            model.set_requires_grad([name for name in mine if name not in trainable], requires_grad=False)
 
     def set_active_adapter(self, model: torch.nn.Module, name: str) -> None:
         """Make `name` the active adapter of `model` (a PEFT model of the team); the adapters of every agent but the
@@ -152,19 +194,18 @@ class AdapterControl:
             if switch is None or switch.model is not model:
                 switch = self.switches[id(model)] = AdapterSwitch(model)
             # every adapter but the frozen agents' stays trainable: the optimizer keeps updating all of them
-            trainable = [a for i, a in enumerate(self.team.agent_adapter) if a is not None and i not in self.frozen]
-            switch.activate(name, trainable)
+            switch.activate(name, self.trainable_adapters())
 
     def checkpoint_contexts(self, user_context_fn: Any = None) -> tuple[Any, Any]:
-        """`context_fn` of `torch.utils.checkpoint.checkpoint` in `adapters` mode.
+        """`context_fn` of `torch.utils.checkpoint.checkpoint` for PEFT models with several adapters.
 
-        The agents of one forward share the checkpointed layers but not the active adapter, and the backward
-        recomputes every layer after the last agent's forward: the recomputation must run with the adapter that was
-        active when the layer first ran, or every agent but the last gets the gradients of the wrong policy. A joint
-        forward over several agents' rows (`_joint_logps`) is recomputed with each row's adapter again.
+        The agents of one forward (and PPO's adapter critics) share the checkpointed layers but not the active
+        adapter, and the backward recomputes every layer after the last forward: the recomputation must run with the
+        adapter that was active when the layer first ran, or every agent but the last gets the gradients of the wrong
+        policy. A joint forward over several agents' rows (`_joint_logps`) is recomputed with each row's adapter again.
         """
         model = self.team.models[0]
-        name = model.active_adapter
+        active = [(m, m.active_adapter) for m in self._multi_adapter_models()]
         joint_rows = self.team.logprob_forwards._joint_rows  # a forward over several agents' rows (`_joint_logps`)
         forward_ctx, recompute_ctx = user_context_fn() if user_context_fn else (nullcontext(), nullcontext())
 
@@ -175,15 +216,21 @@ class AdapterControl:
                 with sliced_adapter_rows(model, names, training=True, plan=plan), recompute_ctx:
                     yield
                 return
-            previous = model.active_adapter
-            self.set_active_adapter(model, name)
+            previous = [(m, m.active_adapter) for m, _ in active]
+            for m, name in active:
+                self.set_active_adapter(m, name)
             try:
                 with recompute_ctx:
                     yield
             finally:
-                self.set_active_adapter(model, previous)
+                for m, name in previous:
+                    self.set_active_adapter(m, name)
 
         return forward_ctx, recompute()
+
+    def _multi_adapter_models(self) -> list[Any]:
+        """The team's PEFT models that hold more than one adapter (the active one changes between forwards)."""
+        return [m for m in self.team.models if len(getattr(m, "peft_config", {})) > 1]
 
     def activation_checkpointing_enable(
         self,
@@ -205,7 +252,7 @@ class AdapterControl:
         kwargs = dict(activation_checkpointing_kwargs or gradient_checkpointing_kwargs or {"use_reentrant": False})
         self.checkpointing_kwargs = dict(kwargs)  # (`compile_forwards` enables it again)
         team = self.team
-        if team.mode == "adapters" and len(set(team.agent_adapter)) > 1:
+        if self._multi_adapter_models():
             if kwargs.setdefault("use_reentrant", False):
                 raise ValueError(
                     "`adapters` mode needs non-reentrant activation checkpointing (`use_reentrant=False`): the "

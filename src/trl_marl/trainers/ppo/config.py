@@ -339,6 +339,18 @@ class MultiAgentPPOConfig(TRLBaseConfig):
             "of checkpoints (`load_value_model` restores them from the base model). Ignored with `value_model=`."
         },
     )
+    value_adapter: bool = field(
+        default=False,
+        metadata={
+            "help": "Make each critic (one per policy, or the centralized one) a LoRA adapter `critic_<i>` and a "
+            "scalar head on the policies' own base model, beside their adapters (the adapter configuration of the "
+            "agent's `peft_config`), instead of a separate value model: the frozen base is shared by policies, "
+            "critics and the reference, so a team holds one copy of it and trains adapters and heads only. Needs "
+            "LoRA policies (`peft_config`); QLoRA bases included. Saved as a PEFT sequence-classifier adapter "
+            "(`load_value_model` loads it). Classic TRL's `AutoModelForCausalLMWithValueHead` with a `peft_config` "
+            "shares one base the same way (`trl_marl.legacy`)."
+        },
+    )
     save_value_model: bool = field(
         default=True,
         metadata={
@@ -392,6 +404,10 @@ class MultiAgentPPOConfig(TRLBaseConfig):
                                                     or self.value_train_layers < 0):
             raise ValueError(f"`value_train_layers` must be None (train every weight of the value models) or an "
                              f"integer >= 0 (the top layers to train), got {self.value_train_layers!r}.")
+        if self.value_adapter and self.value_train_layers is not None:
+            raise ValueError("`value_train_layers` chooses the layers a separate value model trains; with "
+                             "`value_adapter=True` each critic trains its adapter and head only: leave "
+                             "`value_train_layers` unset, or set `value_adapter=False`.")
         if self.value_input not in ("history", "answer"):
             raise ValueError(f"`value_input` must be 'history' or 'answer', got {self.value_input!r}.")
         check_choice(self, "critic", CRITICS)

@@ -55,6 +55,7 @@ from ..base import TeamTrainer, rollout_phase
 from ..fields import field_value
 from ..logbook import log_tool_use
 from ..per_agent import backward_per_agent, backward_per_agent_supported
+from .adapter_critic import build_adapter_critics
 from .config import CONSOLE_METRICS, MultiAgentPPOConfig, logit_temperature, resume_problem
 from .logging import STAT_NAMES, ScoreSignalCheck, completions_table, print_completions_table, update_metrics
 from .samples import (
@@ -214,8 +215,16 @@ class MultiAgentPPOTrainer(TeamTrainer):
 
         if args.critic == "centralized":
             check_joint_tokenizers(team.tokenizers)
-        value_models = build_value_models(value_model, team, args.policy_sharing, args.critic,
-                                          train_layers=args.value_train_layers)
+        value_models: list[nn.Module]
+        if args.value_adapter:  # adapters and heads on the policies' base (`adapter_critic`)
+            if args.torch_compile and args.activation_checkpointing:
+                raise ValueError("`value_adapter=True` with `torch_compile=True` and `activation_checkpointing=True`: "
+                                 "the compiled policy forwards recompute without switching adapters, so a critic's "
+                                 "layers would be recomputed with a policy's adapter. Turn one of the three off.")
+            value_models = list(build_adapter_critics(team, args.policy_sharing, args.critic, value_model))
+        else:
+            value_models = build_value_models(value_model, team, args.policy_sharing, args.critic,
+                                              train_layers=args.value_train_layers)
         for critic in value_models:  # trained too: a 4-bit critic keeps its gradients as the team's models do
             keep_4bit_trainable(critic)
         for slot in self.frozen_slots:  # a frozen agent's critic: one per slot (`frozen_agents` refuses a shared one)

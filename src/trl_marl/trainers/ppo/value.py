@@ -29,6 +29,7 @@ from ...team import (
     sequence_model_inputs,
 )
 from ...team.forward import dropout_active, own_storage
+from .adapter_critic import ADAPTER_FILE, AdapterCritic
 from .config import logit_temperature
 
 if TYPE_CHECKING:
@@ -93,7 +94,12 @@ def in_last_message(flags: torch.Tensor, tool_mask: torch.Tensor | None) -> torc
 
 def _backbone_and_head(model: nn.Module) -> tuple[nn.Module, nn.Module]:
     """A transformers sequence classifier's backbone (the attribute its class names in `base_model_prefix`) and score
-    head; `nn.Module.__getattr__` types both attributes as `Tensor | Module`."""
+    head (of the classifier a PEFT model wraps; an [`AdapterCritic`]'s backbone runs with its adapter active);
+    `nn.Module.__getattr__` types both attributes as `Tensor | Module`."""
+    from peft import PeftModel
+
+    if isinstance(model, PeftModel):
+        model = model.get_base_model()
     return getattr(model, cast(str, model.base_model_prefix)), cast(nn.Module, model.score)
 
 
@@ -125,7 +131,7 @@ def response_values(
     """`(B, R)` values of the response window: `sequence_scores(...)[0][:, context_length - 1 : -1]` (the value before
     each response token), computed without the last token (it precedes no response token) unless dropout is active
     (`team.forward`)."""
-    if dropout_active(model):
+    if dropout_active(model.dropout_model if isinstance(model, AdapterCritic) else model):
         return sequence_scores(model, query_responses, pad_token_id, context_length)[0][:, context_length - 1 : -1]
     backbone, score = _backbone_and_head(model)
     output = backbone(
@@ -332,16 +338,19 @@ def save_value_model(model: PreTrainedModel, folder: str,
     return sorted(kept)
 
 
-def load_value_model(folder: str | os.PathLike[str], **kwargs: Any) -> nn.Module:
+def load_value_model(folder: str | os.PathLike[str], base_model: str | None = None, **kwargs: Any) -> nn.Module:
     """A value model saved by a trainer (`value_model_<i>/` of a checkpoint or of `save_model`): loaded whole, or,
     when it was saved without its frozen weights ([`VALUE_MODEL_INFO`]), its base model's weights (cast to the
-    saved dtype) with the saved tensors on top. `kwargs` go to `from_pretrained`. Pass the result back as
-    `value_model=` to train on."""
+    saved dtype) with the saved tensors on top; an adapter critic (`value_adapter=True`) as a PEFT sequence
+    classifier on its base model (`base_model`, default the one its `adapter_config.json` names). `kwargs` go to
+    `from_pretrained`. Pass the result back as `value_model=` to train on (either kind of critic)."""
     from transformers import AutoConfig, AutoModelForSequenceClassification
 
     from ...utils.model_names import resolve_model_name
 
     folder = os.fspath(folder)
+    if os.path.isfile(os.path.join(folder, "adapter_config.json")):
+        return _load_adapter_critic(folder, base_model, **kwargs)
     info_path = os.path.join(folder, VALUE_MODEL_INFO)
     if not os.path.isfile(info_path):
         return AutoModelForSequenceClassification.from_pretrained(folder, **kwargs)
@@ -361,9 +370,25 @@ def load_value_model(folder: str | os.PathLike[str], **kwargs: Any) -> nn.Module
     return model
 
 
-_WEIGHT_FILES = (_TRAINABLE_FILE, "model.safetensors", "model.safetensors.index.json")
-"""The weight file of a value model saved by [`save_value_model`] (alternatives): its trainable tensors, or the whole
-model (one file or a sharded index)."""
+def _load_adapter_critic(folder: str, base_model: str | None, **kwargs: Any) -> nn.Module:
+    """[`load_value_model`] of an adapter critic: its base as a one-label sequence classifier, the adapter on top."""
+    from peft import PeftConfig, PeftModel
+    from transformers import AutoModelForSequenceClassification
+
+    from ...utils.model_names import resolve_model_name
+
+    base = base_model or PeftConfig.from_pretrained(folder).base_model_name_or_path
+    if not base:
+        raise ValueError(f"{folder} is an adapter critic whose base model has no name or path (a model built in "
+                         "memory): pass `base_model=` (e.g. the checkpoint's `base_model/` folder).")
+    kwargs.setdefault("num_labels", 1)
+    classifier = AutoModelForSequenceClassification.from_pretrained(resolve_model_name(base), **kwargs)
+    return PeftModel.from_pretrained(classifier, folder, is_trainable=True)
+
+
+_WEIGHT_FILES = (_TRAINABLE_FILE, ADAPTER_FILE, "model.safetensors", "model.safetensors.index.json")
+"""The weight file of a value model saved by [`save_value_model`] (alternatives): its trainable tensors, an adapter
+critic ([`AdapterCritic.save`]), or the whole model (one file or a sharded index)."""
 
 
 def value_model_folder(index: int) -> str:
@@ -381,7 +406,7 @@ def saved_value_tensors(folder: str) -> dict[str, torch.Tensor]:
     (one file or the shards of an index).
 
     Raises:
-        FileNotFoundError: `folder` holds none of the three.
+        FileNotFoundError: `folder` holds none of them.
     """
     from safetensors.torch import load_file
 
@@ -429,6 +454,13 @@ class PolicyValueTeam(nn.Module):
             prefix = f"value_models.{index}."
             own = None if state_dict is None else {
                 key[len(prefix):]: value for key, value in state_dict.items() if key.startswith(prefix)}
+            if isinstance(model, AdapterCritic):  # its adapter's tensors are the team model's
+                team_prefix = f"team.models.{model.model_index}."
+                lora = None if state_dict is None else {
+                    key[len(team_prefix):]: value for key, value in state_dict.items() if key.startswith(team_prefix)}
+                model.save(os.path.join(output_dir, value_model_folder(index)), lora,
+                           None if own is None else own["score.weight"])
+                continue
             # a transformers sequence classifier (`check_single_label`), which `nn.ModuleList` types as a module
             save_value_model(cast("PreTrainedModel", model), os.path.join(output_dir, value_model_folder(index)), own)
 
@@ -442,6 +474,9 @@ class PolicyValueTeam(nn.Module):
         """
         for index, model in enumerate(self.value_models):
             folder = os.path.join(checkpoint_dir, value_model_folder(index))
+            if isinstance(model, AdapterCritic):
+                model.load_(folder)
+                continue
             saved = saved_value_tensors(folder)
             trained = {name for name, parameter in model.named_parameters() if parameter.requires_grad}
             missing = sorted(trained - set(saved))
