@@ -73,14 +73,18 @@ def test_cli_magrpo_with_config(tmp_path):
 def test_maporl_example_runs_offline(tmp_path):
     out = tmp_path / "maporl"
     result = run(["examples/maporl_gsm8k.py", "--config", "examples/configs/maporl_gsm8k.yaml",
-                  "--model_name_or_path", "toy:debate", "--use_peft", "false", "--load_in_4bit", "false",
+                  "--model_name_or_path", "toy:debate", "--load_in_4bit", "false",
                   "--per_device_train_batch_size", "4", "--gradient_accumulation_steps", "1", "--total_episodes", "8",
                   "--num_ppo_epochs", "1", "--response_length", "4", "--max_eval_samples", "8",
                   "--output_dir", str(out), "--report_to", "none"], tmp_path)
     assert "ContextLengthWarning" not in result.stderr
     for name in ("agent_0", "agent_2", "team_config.json"):
         assert (out / name).exists(), name
-    assert not (out / "value_model_0").exists()  # the config's `save_value_model: false` (issue 53, item 6: disk)
+    # the config's critics are adapters on the agents' base (`value_adapter: true`, issue 51): saved as PEFT adapters
+    for index in range(3):
+        config = json.loads((out / f"value_model_{index}" / "adapter_config.json").read_text())
+        assert config["task_type"] == "SEQ_CLS"
+    assert not (out / "value_model_0" / "model.safetensors").exists()  # no copy of the base
 
 
 @pytest.mark.slow
@@ -89,6 +93,7 @@ def test_maporl_command_runs_anli_offline(tmp_path):
     out = tmp_path / "maporl-anli"
     result = run(["-m", "trl_marl.cli", "maporl", "anli", "--config", "examples/configs/maporl_anli.yaml",
                   "--model_name_or_path", "toy:debate", "--use_peft", "false", "--load_in_4bit", "false",
+                  "--value_adapter", "false",  # full policies: the critics are separate value models
                   "--per_device_train_batch_size", "4", "--gradient_accumulation_steps", "1", "--total_episodes", "8",
                   "--num_ppo_epochs", "1", "--max_eval_samples", "8", "--output_dir", str(out),
                   "--save_value_model", "true", "--report_to", "none"], tmp_path)

@@ -134,6 +134,9 @@ def test_gsm8k_example_trains_on_local_files_with_the_configs_phi3_lora_targets(
     assert sorted(adapter["target_modules"]) == ["down_proj", "gate_proj", "k_proj", "o_proj", "q_proj", "up_proj",
                                                  "v_proj"]
     assert json.loads((out / "eval_results.json").read_text())["eval_turn_2/majority_accuracy"] >= 0
+    # the config's critics: adapters with the same targets on the agents' base, saved as PEFT adapters (issue 51)
+    critic = json.loads((out / "value_model_0" / "adapter_config.json").read_text())
+    assert critic["task_type"] == "SEQ_CLS" and sorted(critic["target_modules"]) == sorted(adapter["target_modules"])
 
 
 ANLI = [{"premise": "A man plays a guitar.", "hypothesis": "A person plays music.", "label": 0},

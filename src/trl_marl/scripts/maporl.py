@@ -145,11 +145,15 @@ def use_debate_model_name(model_args: ModelConfig) -> None:
         )
 
 
-def build_models(model_args: ModelConfig, value_model_name: str | None, num_agents: int) -> tuple[Any, Any, Any]:
-    """The policy base model, its tokenizer, and the value models (`None`: the trainer's default copies).
+def build_models(model_args: ModelConfig, value_model_name: str | None, num_agents: int,
+                 value_adapter: bool = False) -> tuple[Any, Any, Any]:
+    """The policy base model, its tokenizer, and the value models (`None`: the trainer's default copies, or with
+    `value_adapter` its adapter critics on the policy's base).
 
     A 4-bit/8-bit policy (QLoRA) cannot give its weights to the default value models, so each agent then gets a
-    quantized sequence classifier with a LoRA adapter on its backbone and a trainable score head.
+    quantized sequence classifier with a LoRA adapter on its backbone and a trainable score head, unless the critics
+    are adapters on the policy's own (4-bit) base (`value_adapter`). With `value_adapter`, `value_model_name` is a
+    saved adapter critic (`value_model_<i>/`), which starts every critic.
     """
     name = model_args.model_name_or_path
     if name is None:  # `prepare_model_name` defaults it
@@ -170,8 +174,13 @@ def build_models(model_args: ModelConfig, value_model_name: str | None, num_agen
     # the config's LoRA targets, fitted to this model's family before the value models and the adapters use them
     fit_lora_targets(model_args, [n for n, _ in policy.named_modules()], f"{name} ({type(policy).__name__})")
     quantized = "quantization_config" in init
-    value_models = None
-    if quantized or value_model_name:
+    value_models: Any = None
+    if value_adapter:
+        if value_model_name:
+            from ..trainers.ppo.value import load_value_model
+
+            value_models = load_value_model(value_model_name)
+    elif quantized or value_model_name:
         value_models = [value_model(value_model_name or path, init, model_args, quantized) for _ in range(num_agents)]
     return policy, load_tokenizer(path), value_models
 
@@ -230,7 +239,8 @@ def train(script_args: DebateScriptArguments, training_args: MultiAgentPPOConfig
             train_dataset = toy_debate_dataset(script_args.num_toy_rows, seed=training_args.seed)
         if eval_dataset is None and wants_eval(script_args):
             eval_dataset = toy_debate_dataset(script_args.max_eval_samples or 64, seed=training_args.seed + 1)
-    policy, tokenizer, value_models = build_models(model_args, script_args.value_model_name_or_path, A)
+    policy, tokenizer, value_models = build_models(model_args, script_args.value_model_name_or_path, A,
+                                                   training_args.value_adapter)
     trainer = MultiAgentPPOTrainer(
         args=training_args,
         model=policy,
