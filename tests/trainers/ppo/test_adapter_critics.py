@@ -327,3 +327,16 @@ def test_critics_on_a_4bit_base(tmp_path_factory):
     assert not torch.equal(after["value_models.1.score.weight"].detach(), before["value_models.1.score.weight"])
     for name, tensor in quantized.items():
         assert torch.equal(dict(trainer.team.named_parameters())[name].detach(), tensor), name
+
+
+def test_value_adapter_rank_sets_the_critics_rank_and_keeps_alpha_over_rank(target_model_dir, tmp_path):
+    trainer = build(target_model_dir, tmp_path, value_adapter_rank=2)
+    model = trainer.team.models[0]
+    assert model.peft_config["critic_0"].r == 2 and model.peft_config["agent_0"].r == 4
+    assert model.peft_config["critic_0"].lora_alpha == 4  # 8 * 2 / 4: the policies' alpha / rank of 2
+    shapes = {tuple(p.shape) for n, p in model.named_parameters() if "lora_A.critic_1" in n}
+    assert shapes and all(rows == 2 for rows, _ in shapes)
+    with pytest.raises(ValueError, match="value_adapter=True"):
+        config(tmp_path, value_adapter=False, value_adapter_rank=2)
+    with pytest.raises(ValueError, match="integer >= 1"):
+        config(tmp_path, value_adapter_rank=0)

@@ -197,10 +197,11 @@ def _hidden_size(config: Any) -> int:
 
 
 def build_adapter_critics(team: AgentTeam, policy_sharing: str = "agent", critic: str = "per_agent",
-                          value_model: nn.Module | Sequence[nn.Module] | None = None) -> list[AdapterCritic]:
+                          value_model: nn.Module | Sequence[nn.Module] | None = None,
+                          rank: int | None = None) -> list[AdapterCritic]:
     """One adapter critic per policy slot, or one for a shared policy or a centralized critic (MAAC), each on the PEFT
     model of the agent it judges (agent 0's for a single one), with the adapter configuration of that agent's policy
-    adapter (no `modules_to_save`) and a fresh head drawn as transformers draws a sequence classifier's `score`
+    adapter (no `modules_to_save`; with `rank`, that LoRA rank and `lora_alpha` scaled by `rank / r`) and a fresh head drawn as transformers draws a sequence classifier's `score`
     (normal, `initializer_range`). A `value_model` (a PEFT sequence classifier, e.g. from `load_value_model`; one, or
     one per critic) gives the critics' starting adapters and heads.
 
@@ -221,6 +222,12 @@ def build_adapter_critics(team: AgentTeam, policy_sharing: str = "agent", critic
         model = cast("PeftModel", team.models[model_index])
         config = copy.deepcopy(model.peft_config[adapter])
         config.modules_to_save = None  # the policy's auxiliary copies (e.g. of lm_head) are no use to a critic
+        if rank is not None:
+            if not hasattr(config, "r"):
+                raise ValueError(f"`value_adapter_rank` sets a LoRA rank, but agent {index}'s adapter is a "
+                                 f"{type(config).__name__}: leave `value_adapter_rank` unset.")
+            config.lora_alpha = config.lora_alpha * rank / config.r
+            config.r, config.rank_pattern, config.alpha_pattern = rank, {}, {}
         name = critic_adapter_name(index)
         team.adapter_control.add_adapter(model, name, config)
         inner = model.get_base_model()

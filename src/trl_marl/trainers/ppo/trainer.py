@@ -221,7 +221,8 @@ class MultiAgentPPOTrainer(TeamTrainer):
                 raise ValueError("`value_adapter=True` with `torch_compile=True` and `activation_checkpointing=True`: "
                                  "the compiled policy forwards recompute without switching adapters, so a critic's "
                                  "layers would be recomputed with a policy's adapter. Turn one of the three off.")
-            value_models = list(build_adapter_critics(team, args.policy_sharing, args.critic, value_model))
+            value_models = list(build_adapter_critics(team, args.policy_sharing, args.critic, value_model,
+                                                      rank=args.value_adapter_rank))
         else:
             value_models = build_value_models(value_model, team, args.policy_sharing, args.critic,
                                               train_layers=args.value_train_layers)
