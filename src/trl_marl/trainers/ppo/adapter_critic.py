@@ -201,8 +201,8 @@ def build_adapter_critics(team: AgentTeam, policy_sharing: str = "agent", critic
                           rank: int | None = None) -> list[AdapterCritic]:
     """One adapter critic per policy slot, or one for a shared policy or a centralized critic (MAAC), each on the PEFT
     model of the agent it judges (agent 0's for a single one), with the adapter configuration of that agent's policy
-    adapter (no `modules_to_save`; with `rank`, that LoRA rank and `lora_alpha` scaled by `rank / r`) and a fresh head drawn as transformers draws a sequence classifier's `score`
-    (normal, `initializer_range`). A `value_model` (a PEFT sequence classifier, e.g. from `load_value_model`; one, or
+    adapter (no `modules_to_save`; with `rank`, that LoRA rank and `lora_alpha` scaled by `rank / r`) and a fresh
+    head drawn as transformers draws a sequence classifier's `score` (normal, `initializer_range`). A `value_model` (a PEFT sequence classifier, e.g. from `load_value_model`; one, or
     one per critic) gives the critics' starting adapters and heads.
 
     Raises:
