@@ -40,6 +40,7 @@ from ...team import AgentTeam
 
 if TYPE_CHECKING:
     from peft import PeftModel
+    from transformers import PreTrainedModel
 
 __all__ = ["AdapterCritic", "HEAD_KEY", "build_adapter_critics", "critic_adapter_name"]
 
@@ -114,7 +115,7 @@ class AdapterCritic(nn.Module):
     def _backbone_forward(self, **kwargs: Any) -> Any:
         model = self.peft_model
         self.team.adapter_control.set_active_adapter(model, self.adapter_name)
-        inner = model.get_base_model()
+        inner = cast("PreTrainedModel", model.get_base_model())
         return getattr(inner, inner.base_model_prefix)(**kwargs)
 
     def requires_grad_(self, requires_grad: bool = True) -> AdapterCritic:
@@ -148,7 +149,7 @@ class AdapterCritic(nn.Module):
         os.makedirs(folder, exist_ok=True)
         save_file({k: v.detach().contiguous().cpu() for k, v in state.items()}, os.path.join(folder, ADAPTER_FILE),
                   metadata={"format": "pt"})
-        config = copy.deepcopy(self.peft_model.peft_config[self.adapter_name])
+        config: Any = copy.deepcopy(self.peft_model.peft_config[self.adapter_name])  # a LoraConfig or another tuner's
         name = config.base_model_name_or_path or getattr(self.config, "_name_or_path", None) or None
         config.base_model_name_or_path = resolve_model_name(name) if name else None
         config.task_type = "SEQ_CLS"
@@ -202,8 +203,9 @@ def build_adapter_critics(team: AgentTeam, policy_sharing: str = "agent", critic
     """One adapter critic per policy slot, or one for a shared policy or a centralized critic (MAAC), each on the PEFT
     model of the agent it judges (agent 0's for a single one), with the adapter configuration of that agent's policy
     adapter (no `modules_to_save`; with `rank`, that LoRA rank and `lora_alpha` scaled by `rank / r`) and a fresh
-    head drawn as transformers draws a sequence classifier's `score` (normal, `initializer_range`). A `value_model` (a PEFT sequence classifier, e.g. from `load_value_model`; one, or
-    one per critic) gives the critics' starting adapters and heads.
+    head drawn as transformers draws a sequence classifier's `score` (normal, `initializer_range`). A `value_model`
+    (a PEFT sequence classifier, e.g. from `load_value_model`; one, or one per critic) gives the critics' starting
+    adapters and heads.
 
     Raises:
         ValueError: An agent has no LoRA adapter (the critics need the team's frozen base), or `value_model` does not
@@ -220,7 +222,7 @@ def build_adapter_critics(team: AgentTeam, policy_sharing: str = "agent", critic
                 "trainer, or leave `value_adapter=False` (a separate value model per critic).")
         model_index = team.agent_model[index]
         model = cast("PeftModel", team.models[model_index])
-        config = copy.deepcopy(model.peft_config[adapter])
+        config: Any = copy.deepcopy(model.peft_config[adapter])  # a LoraConfig or another tuner's
         config.modules_to_save = None  # the policy's auxiliary copies (e.g. of lm_head) are no use to a critic
         if rank is not None:
             if not hasattr(config, "r"):
@@ -230,7 +232,7 @@ def build_adapter_critics(team: AgentTeam, policy_sharing: str = "agent", critic
             config.r, config.rank_pattern, config.alpha_pattern = rank, {}, {}
         name = critic_adapter_name(index)
         team.adapter_control.add_adapter(model, name, config)
-        inner = model.get_base_model()
+        inner = cast("PreTrainedModel", model.get_base_model())
         embeddings = inner.get_input_embeddings().weight
         dtype = embeddings.dtype if embeddings.dtype.is_floating_point else torch.float32
         head = ValueHead(_hidden_size(inner.config), 1, bias=False, device=embeddings.device,
@@ -238,7 +240,7 @@ def build_adapter_critics(team: AgentTeam, policy_sharing: str = "agent", critic
         nn.init.normal_(head.weight, mean=0.0, std=float(getattr(inner.config, "initializer_range", 0.02)))
         critics.append(AdapterCritic(team, model_index, name, head))
     if value_model is not None:
-        sources = list(value_model) if isinstance(value_model, (list, tuple)) else [value_model] * n
+        sources = [value_model] * n if isinstance(value_model, nn.Module) else list(value_model)
         if len(sources) != n:
             raise ValueError(f"Got {len(sources)} value models for {n} adapter critics: pass one, or one per critic.")
         for index, (critic_i, source) in enumerate(zip(critics, sources)):
