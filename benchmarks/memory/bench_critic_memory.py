@@ -184,9 +184,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if args.child:
         one_update(args.child)
         return {}
+    sys.path.insert(0, str(HERE.parents[1]))
+    from benchmarks.provenance import git_state, machine_info
+
     start = time.perf_counter()
     record: dict[str, Any] = {
         "benchmark": "critic_memory", "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        **{key: value for key, value in git_state().items() if key in ("commit", "dirty")}, "machine": machine_info(),
         "command": "python benchmarks/memory/bench_critic_memory.py " + " ".join(argv or sys.argv[1:]),
         "agents": AGENTS, "lora": "r=16 alpha=32 q,k,v,o,gate,up,down; adapters float32, base bfloat16",
         "counted": count_all(tuple(args.shapes))}
