@@ -93,8 +93,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                         help="Comma-separated runs, one after the other in the same processes: trainer:team_mode "
                         "(trainer magrpo or ppo, team mode models or adapters), optionally :uneven (2 turns, "
                         "episodes of process 0 end after the first); also :ga2 (3 steps of 2 accumulated micro-steps; "
-                        "PPO: with a centralized critic) and :single (`backward_per_agent=False`: the summed loss "
-                        "and one backward).")
+                        "PPO: with a centralized critic), :critics (PPO: adapter critics, `value_adapter=True`) and "
+                        ":single (`backward_per_agent=False`: the summed loss and one backward).")
     parser.add_argument("--max-steps", type=int, default=5)
     parser.add_argument("--learning-rate", type=float, default=1e-2)
     parser.add_argument("--save", action="store_true", help="Save each team to <out-dir>/<run>/final.")
@@ -130,7 +130,8 @@ def build_trainer(args: argparse.Namespace, trainer: str, team_mode: str, reward
                                      num_ppo_epochs=1, response_length=4, stop_token="eos",
                                      total_episodes=EPISODES_PER_STEP * 2 * (3 if ga2 else args.max_steps),
                                      num_sample_generations=0, critic="centralized" if ga2 else "per_agent",
-                                     backward_per_agent="single" not in variant, **common)
+                                     backward_per_agent="single" not in variant,
+                                     value_adapter="critics" in variant, **common)
         return MultiAgentPPOTrainer(args=config, model=args.model_dir, reward_funcs=reward, env=env,
                                     train_dataset=dataset, peft_config=peft_config)
     # the adapters team also has an adaptive entropy bonus (GRPO's `use_adaptive_entropy`), whose controllers must

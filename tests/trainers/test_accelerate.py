@@ -267,6 +267,40 @@ def test_fsdp2_saves_the_gathered_team(fsdp_results, fsdp_out: Path, run: str) -
             assert keys and all(torch.equal(params[k[len(prefix):]].detach(), final[k]) for k in keys)
 
 
+@pytest.mark.slow
+def test_adapter_critics_train_alike_under_ddp_and_fsdp2(toy_model_dir, tmp_path_factory) -> None:
+    # issue 51: each critic an adapter and a head on the team's base; DDP's processes agree, FSDP2 (whose gathered
+    # state dict holds the critics' LoRA tensors under the team's keys) trains exactly like DDP and saves them
+    from trl_marl.trainers.ppo.value import load_value_model, response_values
+
+    run = "ppo:adapters:critics"
+    ddp_flags = ["--multi_gpu", "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no"]
+    ddp = _launch(toy_model_dir, tmp_path_factory.mktemp("ddp-critics"), ddp_flags, runs=(run,))[_name(run)]
+    out = tmp_path_factory.mktemp("fsdp2-critics")
+    fsdp = _launch(toy_model_dir, out, ["--config_file", str(FSDP2_CONFIG)], "--save", runs=(run,))[_name(run)]
+    first, second = ddp
+    assert sorted(first["final"]) == sorted(second["final"])
+    assert all(torch.equal(first["final"][n], second["final"][n]) for n in first["final"])
+    critic_keys = [n for n in first["final"] if ".critic_" in n]
+    assert len(critic_keys) == 8  # lora_A and lora_B on q_proj and v_proj, for 2 critics
+    assert all(not torch.equal(first["final"][n], first["initial"][n]) for n in critic_keys)
+    assert all(not torch.equal(first["final"][f"value_models.{i}.score.weight"],
+                               first["initial"][f"value_models.{i}.score.weight"]) for i in range(2))
+    for sharded, replicated in zip(fsdp, ddp):
+        assert sharded["distributed_type"] == "DistributedType.FSDP" and sharded["sharded"]
+        for name, value in replicated["final"].items():
+            torch.testing.assert_close(sharded["final"][name], value, rtol=0, atol=1e-6, msg=name)
+    critic = load_value_model(out / _name(run) / "final" / "value_model_1", base_model=toy_model_dir)
+    trained = {name.split(".critic_1.")[0].split("base_model.model.", 1)[1]: value
+               for name, value in fsdp[0]["final"].items() if ".critic_1." in name}
+    loaded = {name.split(".default.")[0].split("base_model.model.", 1)[1]: p.detach()
+              for name, p in critic.named_parameters() if "lora_" in name}
+    assert trained.keys() == loaded.keys()
+    for name, value in trained.items():
+        torch.testing.assert_close(loaded[name], value, rtol=0, atol=0, msg=name)
+    assert response_values(critic, torch.tensor([[5, 6, 7, 8]]), 0, 2).shape == (1, 2)
+
+
 @pytest.mark.parametrize("run", ["magrpo:models", "magrpo:adapters"])
 def test_fsdp2_resumes_to_the_same_weights(fsdp_results, run: str) -> None:
     # a run resumed from its checkpoint after step 4 (weights loaded into the shards, optimizer and RNG states)
