@@ -87,6 +87,9 @@ GROUPS: dict[str, tuple[str, tuple[Bench, ...]]] = {
               ("--only", "memory"), ("--quick", "--only", "memory")),
         Bench("ppo_memory", "memory/bench_ppo_memory.py", "4-agent vs 1-agent LoRA team, multi-agent PPO (peak RSS)",
               (), ("--quick",)),
+        Bench("critic_memory", "memory/bench_critic_memory.py",
+              "adapter critics vs value models: training state counted at 135M-1.5B shapes, peak RSS of one update",
+              ("--rss",), ("--shapes", "0.5b"), "--out"),
     )),
     "parity": ("same inputs, same numbers: ours against the peer implementations", (
         Bench("ppo_equivalence", "parity/bench_ppo.py",
