@@ -357,7 +357,8 @@ class MultiAgentPPOConfig(TRLBaseConfig):
             "help": "With `value_adapter=True`: the LoRA rank of the critics' adapters (their `lora_alpha` scaled "
             "with it, so that alpha / rank stays the policies'); None: the policies' rank. A critic learns one "
             "number per token: rank 4 on the policies' targets keeps a 3-agent team's training state within 1.15x "
-            "of the team without critics from 135M to 1.5B bases (benchmarks/memory/bench_critic_memory.py)."
+            "of the team without critics from 135M to 1.5B bases (benchmarks/memory/bench_critic_memory.py). Ignored "
+            "with `value_adapter=False` (a config can keep it while a command line turns adapter critics off)."
         },
     )
     save_value_model: bool = field(
@@ -421,9 +422,6 @@ class MultiAgentPPOConfig(TRLBaseConfig):
                                                     or self.value_adapter_rank < 1):
             raise ValueError(f"`value_adapter_rank` must be None (the policies' rank) or an integer >= 1, got "
                              f"{self.value_adapter_rank!r}.")
-        if self.value_adapter_rank is not None and not self.value_adapter:
-            raise ValueError("`value_adapter_rank` is the rank of adapter critics: set `value_adapter=True`, or leave "
-                             "`value_adapter_rank` unset.")
         if self.value_input not in ("history", "answer"):
             raise ValueError(f"`value_input` must be 'history' or 'answer', got {self.value_input!r}.")
         check_choice(self, "critic", CRITICS)
