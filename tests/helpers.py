@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
+from transformers import TrainerCallback
 
 SYNC_OPS = {"_local_scalar_dense", "is_nonzero"}  # the operators that read a device value on the host
 
@@ -47,6 +48,18 @@ def spread_reward(prompts: list[Any], completions: list[Any], agent_completions:
                   **kwargs: Any) -> list[float]:
     """A team reward that tells almost any two joint actions apart (so that every training step has a gradient)."""
     return [float(sum(map(ord, "|".join(joint))) % 7) for joint in zip(*agent_completions)]
+
+
+class StopAfter(TrainerCallback):
+    """Stops training after `step` updates, as a kill after that checkpoint would."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+        if state.global_step == self.step:
+            control.should_training_stop = True
+        return control
 
 
 def free_port() -> int:

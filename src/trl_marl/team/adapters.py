@@ -142,7 +142,7 @@ class AdapterControl:
         team = self.team
         model = team.policy(agent_index)
         name = team.agent_adapter[agent_index]
-        if name is not None and (team.mode == "adapters" or self.other_adapters):
+        if name is not None:  # (a no-op when it is already the active one: always, for a model with one adapter)
             self.set_active_adapter(model, name)
         return model
 

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 import torch
 from datasets import Dataset
-from transformers import TrainerCallback
 
+from helpers import StopAfter
 from trl_marl import MultiAgentPPOConfig, MultiAgentPPOTrainer
 from trl_marl.envs import TargetSumEnv
 from trl_marl.rewards.arithmetic import TargetSumReward
@@ -30,18 +30,6 @@ def trainer_in(model_dir: str, output_dir: Path, **overrides: Any) -> MultiAgent
     return MultiAgentPPOTrainer(args=MultiAgentPPOConfig(**settings), model=model_dir, env=TargetSumEnv(2),
                                 reward_funcs=TargetSumReward(),
                                 train_dataset=Dataset.from_dict({"target": [8, 10, 12, 14] * 12}))
-
-
-class StopAfter(TrainerCallback):
-    """Stops training after `step` updates, as a kill after that checkpoint would."""
-
-    def __init__(self, step: int) -> None:
-        self.step = step
-
-    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
-        if state.global_step == self.step:
-            control.should_training_stop = True
-        return control
 
 
 def weights(trainer: MultiAgentPPOTrainer) -> dict[str, torch.Tensor]:

@@ -28,7 +28,6 @@ trainer.wrapper.value_models[0]  # AdapterCritic(adapter='critic_0', model=0)
 from __future__ import annotations
 
 import copy
-import json
 import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, cast
@@ -156,8 +155,9 @@ class AdapterCritic(nn.Module):
         config.modules_to_save = ["score"]
         config.inference_mode = True
         config.save_pretrained(folder)
-        with open(os.path.join(folder, "config.json"), "w") as handle:  # num_labels=1 for a plain PEFT load
-            json.dump({**self.config.to_dict(), "num_labels": 1}, handle, indent=2, default=str)
+        classifier = copy.deepcopy(self.config)  # the base's config as a one-label classifier's, for a plain PEFT load
+        classifier.num_labels = 1
+        classifier.save_pretrained(folder)
         return sorted(state)
 
     def load_state_(self, state: dict[str, torch.Tensor], source: str) -> None:
@@ -234,9 +234,9 @@ def build_adapter_critics(team: AgentTeam, policy_sharing: str = "agent", critic
         team.adapter_control.add_adapter(model, name, config)
         inner = cast("PreTrainedModel", model.get_base_model())
         embeddings = inner.get_input_embeddings().weight
-        dtype = embeddings.dtype if embeddings.dtype.is_floating_point else torch.float32
-        head = ValueHead(_hidden_size(inner.config), 1, bias=False, device=embeddings.device,
-                         dtype=torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype)
+        # float32 on a half-precision or quantized base, as PEFT keeps the adapters' weights
+        dtype = embeddings.dtype if embeddings.dtype in (torch.float32, torch.float64) else torch.float32
+        head = ValueHead(_hidden_size(inner.config), 1, bias=False, device=embeddings.device, dtype=dtype)
         nn.init.normal_(head.weight, mean=0.0, std=float(getattr(inner.config, "initializer_range", 0.02)))
         critics.append(AdapterCritic(team, model_index, name, head))
     if value_model is not None:
