@@ -23,6 +23,11 @@ round, after neither of the first passed) must also pass
 The candidate that passes every gate is trained; if both do, the one with the higher minority rate. The sampled
 answers are kept in the record (`completions`) for writing tasks.
 
+`--task coding_division_stubs` (2026-12-03, fixed before its pilot; both functions shown as stubs, answers prefilled
+up to `def`): the halves task's gates, for functions instead of halves: each programmer writes one of the two
+functions first in at least 0.3 of its answers, both prefer the same function by at least 1.5 to 1, and each
+programmer's less chosen function in at least 0.1 of its answers; untrained success below 0.3.
+
 The writing task is piloted here too: one script for every issue-55 design with a choice to gate.
 
     python benchmarks/learning/coding_pilot.py --task coding_private --rows 16
@@ -43,20 +48,30 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
+def choice_gates(m: dict[str, Any], options: tuple[str, str]) -> dict[str, Any]:
+    """The gates of a two-option choice (`agent_<a>_<option>` rates in `m`): named, shared bias, minority."""
+    first, second = options
+    named = {a: m[f"agent_{a}_{first}"] + m[f"agent_{a}_{second}"] for a in (0, 1)}
+    ratio = {a: max(m[f"agent_{a}_{first}"], 1e-9) / max(m[f"agent_{a}_{second}"], 1e-9) for a in (0, 1)}
+    same_bias = all(r >= 1.5 for r in ratio.values()) or all(r <= 1 / 1.5 for r in ratio.values())
+    minority = {a: min(m[f"agent_{a}_{first}"], m[f"agent_{a}_{second}"]) for a in (0, 1)}
+    return {"named": named, "named_gate": ">= 0.3 per agent", f"{first}_to_{second}": ratio,
+            "bias_gate": "both >= 1.5 or both <= 1/1.5", "same_bias": same_bias, "minority": minority,
+            "minority_gate": ">= 0.1 per agent",
+            "passes": bool(min(named.values()) >= 0.3 and same_bias and min(minority.values()) >= 0.1)}
+
+
 def task_gates(task: str, m: dict[str, Any]) -> dict[str, Any]:
     """The pilot gates of `task` (fixed before its pilot) on the untrained team's metrics `m`."""
     if task == "coding_division":
         return {"b_same_function": m.get("collision"), "b_gate": ">= 0.6"}
+    if task == "coding_division_stubs":
+        return choice_gates(m, ("helper", "main"))
     if task == "coding_private":
         return {"helper_right": m.get("helper_with_reference_main"), "helper_gate": "0.2 to 0.6",
                 "main_right": m.get("main_with_reference_helper"), "main_gate": "0.1 to 0.3"}
-    named = {a: m[f"agent_{a}_first"] + m[f"agent_{a}_second"] for a in (0, 1)}
-    ratio = {a: max(m[f"agent_{a}_first"], 1e-9) / max(m[f"agent_{a}_second"], 1e-9) for a in (0, 1)}
-    same_bias = all(r >= 1.5 for r in ratio.values()) or all(r <= 1 / 1.5 for r in ratio.values())
-    minority = {a: min(m[f"agent_{a}_first"], m[f"agent_{a}_second"]) for a in (0, 1)}
-    gates: dict[str, Any] = {"named": named, "named_gate": ">= 0.3 per writer", "first_to_second": ratio,
-                             "bias_gate": "both >= 1.5 or both <= 1/1.5", "minority": minority,
-                             "minority_gate": ">= 0.1 per writer (design 4)"}
+    gates = choice_gates(m, ("first", "second"))
+    named, minority, same_bias = gates["named"], gates["minority"], gates["same_bias"]
     half_score = {}
     for half in ("first", "second"):  # pooled over the writers: each writer's mean weighted by how often it chose
         chose = [m[f"agent_{a}_{half}"] for a in (0, 1)]
@@ -75,7 +90,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=16)
     parser.add_argument("--task", default="coding_division",
-                        choices=("coding_division", "coding_private", "writing_halves", "writing_halves_second_first",
+                        choices=("coding_division", "coding_division_stubs", "coding_private", "writing_halves",
+                                 "writing_halves_second_first",
                                  "writing_halves_no_clause", "writing_halves_named",
                                  "writing_halves_named_second_first"))
     parser.add_argument("--seed", type=int, default=0)

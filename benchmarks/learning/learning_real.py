@@ -296,6 +296,28 @@ def coding_division_task() -> Task:
                 success=lambda env: PassRateReward(env), sizes=sizes, central=False, metrics=metrics)
 
 
+STUBS_PREFILL = "```python\ndef"
+"""The start of each programmer's answer in `coding_division_stubs`: up to `def` (no space: the name's first token
+carries it), so the first word the model writes names the function it writes."""
+
+
+def coding_division_stubs_task() -> Task:
+    """`coding_division` with both functions shown as stubs, helper first (`STUBS_DIVISION_TEMPLATE`), and each answer
+    prefilled up to `def` (`STUBS_PREFILL`): the first word is the choice of function, as the first word is the
+    choice of number in the split game. Same rows, reward, success, sizes and metrics as `coding_division`."""
+    from trl_marl.envs.coding_division import STUBS_DIVISION_TEMPLATE, DivisionCodingEnv
+
+    base = coding_division_task()
+
+    def env(central: bool) -> Any:
+        if central:
+            raise ValueError("coding_division_stubs has no centralised arm.")
+        return DivisionCodingEnv(chat=True, code_prefill=STUBS_PREFILL, division_template=STUBS_DIVISION_TEMPLATE)
+
+    return Task("coding_division_stubs", env, base.reward, base.train_rows, base.eval_rows, success=base.success,
+                sizes=base.sizes, central=False, metrics=base.metrics)
+
+
 def coding_private_task() -> Task:
     """Cooperative coding with private information (`PrivateRuleCodingEnv`, issue 55): only agent 0 (the helper)
     reads the rule that codes a number ("multiply `x` by 3, then add 4") and writes `aux`; agent 1 writes a main
@@ -336,7 +358,8 @@ def coding_private_task() -> Task:
 
 
 TASKS: dict[str, Callable[[], Task]] = {"split": split_task, "target_sum": target_sum_task, "coding": coding_task,
-                                     "coding_division": coding_division_task, "coding_private": coding_private_task}
+                                     "coding_division": coding_division_task, "coding_private": coding_private_task,
+                                     "coding_division_stubs": coding_division_stubs_task}
 
 
 def writing_task() -> Task:

@@ -45,6 +45,23 @@ code. You are programmer {programmer}. Reply with only the code of your function
 """The prompt of both agents (format fields `{helper_signature}`, `{helper_doc}`, `{entry_signature}`,
 `{description}`, `{helper_name}`, `{programmer}`: 1 or 2)."""
 
+STUBS_DIVISION_TEMPLATE = """\
+You and a partner write one Python program together. It needs these two functions:
+```python
+def {helper_signature}:
+    \"\"\"{helper_doc}\"\"\"
+
+def {entry_signature}:
+    \"\"\"{description} It calls `{helper_name}`.\"\"\"
+```
+Each of you writes exactly one of the two functions; your partner writes the other, and you cannot see each other's \
+code. You are programmer {programmer}. Reply with the code of your function only."""
+"""The same task with both functions shown as stubs (their `def` lines and docstrings), helper first. With the answer
+prefilled up to `def` (`code_prefill="```python\\ndef"`), the first word a small model writes is the name of one of
+the two functions in about a third of its answers, `aux` about twice as often as the main function: a choice both
+programmers share, which the plain template's prose does not give (see `benchmarks/learning/learning_real.py`,
+task `coding_division_stubs`)."""
+
 CHOICES = ("helper", "main")
 """What an agent can choose to write ([`DivisionCodingEnv.choice`]); `None` when it wrote neither."""
 
