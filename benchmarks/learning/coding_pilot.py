@@ -26,7 +26,9 @@ answers are kept in the record (`completions`) for writing tasks.
 `--task coding_division_stubs` (2026-12-03, fixed before its pilot; both functions shown as stubs, answers prefilled
 up to `def`): the halves task's gates, for functions instead of halves: each programmer writes one of the two
 functions first in at least 0.3 of its answers, both prefer the same function by at least 1.5 to 1, and each
-programmer's less chosen function in at least 0.1 of its answers; untrained success below 0.3.
+programmer's less chosen function in at least 0.1 of its answers; untrained success below 0.3. It failed them
+(minority 0.055 and 0.063, programmer 2 named a function in 0.28). `--task coding_division_stubs_t1` (the same at
+T = 1, as the split game samples; fixed before its pilot): the same gates.
 
 The writing task is piloted here too: one script for every issue-55 design with a choice to gate.
 
@@ -65,7 +67,7 @@ def task_gates(task: str, m: dict[str, Any]) -> dict[str, Any]:
     """The pilot gates of `task` (fixed before its pilot) on the untrained team's metrics `m`."""
     if task == "coding_division":
         return {"b_same_function": m.get("collision"), "b_gate": ">= 0.6"}
-    if task == "coding_division_stubs":
+    if task in ("coding_division_stubs", "coding_division_stubs_t1"):
         return choice_gates(m, ("helper", "main"))
     if task == "coding_private":
         return {"helper_right": m.get("helper_with_reference_main"), "helper_gate": "0.2 to 0.6",
@@ -90,7 +92,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=16)
     parser.add_argument("--task", default="coding_division",
-                        choices=("coding_division", "coding_division_stubs", "coding_private", "writing_halves",
+                        choices=("coding_division", "coding_division_stubs", "coding_division_stubs_t1",
+                                 "coding_private",
+                                 "writing_halves",
                                  "writing_halves_second_first",
                                  "writing_halves_no_clause", "writing_halves_named",
                                  "writing_halves_named_second_first"))

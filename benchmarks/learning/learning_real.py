@@ -318,6 +318,17 @@ def coding_division_stubs_task() -> Task:
                 sizes=base.sizes, central=False, metrics=base.metrics)
 
 
+def coding_division_stubs_t1_task() -> Task:
+    """`coding_division_stubs` sampled at T = 1 (training and evaluation), as the split game is: its pilot at T = 0.7
+    sharpened the shared bias past exploration (each programmer's minority function in 0.055 and 0.063 of its
+    answers; `pilot_coding_division_stubs.json`), while the untrained first-word probabilities are 0.26 `aux` and
+    0.12 the main function."""
+    base = coding_division_stubs_task()
+    return Task("coding_division_stubs_t1", base.env, base.reward, base.train_rows, base.eval_rows,
+                success=base.success, sizes={**(base.sizes or {}), "temperature": 1.0}, central=False,
+                metrics=base.metrics)
+
+
 def coding_private_task() -> Task:
     """Cooperative coding with private information (`PrivateRuleCodingEnv`, issue 55): only agent 0 (the helper)
     reads the rule that codes a number ("multiply `x` by 3, then add 4") and writes `aux`; agent 1 writes a main
@@ -359,7 +370,8 @@ def coding_private_task() -> Task:
 
 TASKS: dict[str, Callable[[], Task]] = {"split": split_task, "target_sum": target_sum_task, "coding": coding_task,
                                      "coding_division": coding_division_task, "coding_private": coding_private_task,
-                                     "coding_division_stubs": coding_division_stubs_task}
+                                     "coding_division_stubs": coding_division_stubs_task,
+                                     "coding_division_stubs_t1": coding_division_stubs_t1_task}
 
 
 def writing_task() -> Task:

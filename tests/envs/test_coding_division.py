@@ -7,7 +7,7 @@ import pytest
 
 from trl_marl.data.team_coding import HELPER_TESTS, division_coding_rows, team_coding_rows
 from trl_marl.envs.base import Transcript
-from trl_marl.envs.coding_division import DivisionCodingEnv
+from trl_marl.envs.coding_division import STUBS_DIVISION_TEMPLATE, DivisionCodingEnv
 from trl_marl.rewards.coding import CodingTeamReward, DivisionChoiceRate, PassRateReward
 from trl_marl.sandbox import ProgramExecutor, SandboxLimits
 from trl_marl.utils.code import first_definition_of
@@ -50,6 +50,23 @@ def test_both_agents_get_the_same_prompt_but_their_number(env):
     assert "aux(x: int) -> int" in first and "squares(numbers: list) -> list" in first
     chat = DivisionCodingEnv(chat=True, code_prefill="```python\n").agent_prompt(ROW, 1, Transcript())
     assert chat[-1] == {"role": "assistant", "content": "```python\n"} and "programmer 2" in chat[0]["content"]
+
+
+def test_stubs_template_shows_both_functions_and_the_prefilled_def_is_the_choice():
+    stubs = DivisionCodingEnv(chat=True, code_prefill="```python\ndef", division_template=STUBS_DIVISION_TEMPLATE,
+                              executor=ProgramExecutor(limits=SandboxLimits(wall_time=3, cpu_time=2)))
+    first, second = (stubs.agent_prompt(ROW, a, Transcript()) for a in (0, 1))
+    text = first[0]["content"]
+    assert text.replace("programmer 1", "programmer 2") == second[0]["content"]
+    helper_stub = 'def aux(x: int) -> int:\n    """Return `x` squared."""'
+    assert helper_stub in text and "def squares(numbers: list) -> list:" in text
+    assert text.index(helper_stub) < text.index("def squares(")  # the helper first
+    assert first[-1] == {"role": "assistant", "content": "```python\ndef"}
+    aux, main = " aux(x):\n    return x * x\n```", " squares(numbers):\n    return [aux(x) for x in numbers]\n```"
+    assert stubs.choice(ROW, aux) == "helper" and stubs.choice(ROW, main) == "main"
+    assert stubs.choice(ROW, " square_all(numbers):\n    return numbers\n```") is None
+    assert call(PassRateReward(stubs), [(aux, main), (main, aux), (aux, aux)])[:2] == [1.0, 1.0]
+    assert call(PassRateReward(stubs), [(aux, aux)])[0] < 1.0
 
 
 def test_only_the_first_of_the_two_functions_counts(env):
