@@ -684,6 +684,30 @@ def test_writing_halves_no_clause_drops_only_the_start_clause(bench: Any) -> Non
     assert variant.eval_rows("heldout", 16) == base.eval_rows("heldout", 16) and variant.sizes == base.sizes
 
 
+def test_coding_division_stub_tasks_change_only_the_prompt_prefill_and_temperature(bench: Any) -> None:
+    """`coding_division_stubs` is `coding_division` with the stubs template and the answer prefilled up to `def`;
+    `_t1` is that at T = 1; rows, sizes otherwise and metrics are the division task's."""
+    from trl_marl.envs.coding_division import STUBS_DIVISION_TEMPLATE
+
+    base, stubs = bench.coding_division_task(), bench.coding_division_stubs_task()
+    hot = bench.coding_division_stubs_t1_task()
+    env = stubs.env(False)
+    assert env.division_template == STUBS_DIVISION_TEMPLATE and env.code_prefill == "```python\ndef"
+    assert hot.env(False).code_prefill == "```python\ndef" and not stubs.central and not hot.central
+    assert stubs.sizes == base.sizes and hot.sizes == {**base.sizes, "temperature": 1.0}
+    assert stubs.train_rows(20, 3) == base.train_rows(20, 3) and stubs.eval_rows("heldout", 8) == base.eval_rows(
+        "heldout", 8)
+    assert set(stubs.metrics(env)) == set(base.metrics(base.env(False)))
+    coding_pilot = load_script(PATH.with_name("coding_pilot.py"))
+    m = {"agent_0_helper": 0.30, "agent_0_main": 0.055, "agent_1_helper": 0.22, "agent_1_main": 0.0625}
+    gates = coding_pilot.task_gates("coding_division_stubs", m)
+    assert gates["named"] == pytest.approx({0: 0.355, 1: 0.2825}) and gates["same_bias"]
+    assert gates["helper_to_main"] == pytest.approx({0: 0.30 / 0.055, 1: 3.52}) and not gates["passes"]
+    m = {"agent_0_helper": 0.25, "agent_0_main": 0.15, "agent_1_helper": 0.30, "agent_1_main": 0.12}
+    assert coding_pilot.task_gates("coding_division_stubs_t1", m)["passes"]  # 1.67 and 2.5 to 1, minority >= 0.1
+    assert not coding_pilot.task_gates("coding_division_stubs", {**m, "agent_1_main": 0.35})["passes"]  # no bias
+
+
 def test_halves_pilot_gates_of_design_4(bench: Any) -> None:
     """The pilot's design-4 gates by hand: exploration (the minority half >= 0.1 per writer) and balance (second-half
     summaries score at least 0.7 of first-half ones, pooled by how often each writer chose each half)."""
@@ -699,7 +723,7 @@ def test_halves_pilot_gates_of_design_4(bench: Any) -> None:
     assert gates["minority"] == {0: 0.3, 1: 0.2} and gates["passes"]
     assert not coding_pilot.task_gates("writing_halves", {**m, "agent_1_second": 0.05})["passes"]  # exploration
     assert not coding_pilot.task_gates("writing_halves", {**m, "agent_1_second_score": 0.1})["passes"]  # balance
-    assert not coding_pilot.task_gates("writing_halves", {**m, "agent_1_first": 0.25})["passes"]  # opposite biases
+    assert not coding_pilot.task_gates("writing_halves", {**m, "agent_1_first": 0.25})["passes"]  # no bias biases
 
 
 def test_writing_halves_named_variants_change_only_the_label_and_the_clause(bench: Any) -> None:

@@ -56,11 +56,11 @@ def {entry_signature}:
 ```
 Each of you writes exactly one of the two functions; your partner writes the other, and you cannot see each other's \
 code. You are programmer {programmer}. Reply with the code of your function only."""
-"""The same task with both functions shown as stubs (their `def` lines and docstrings), helper first. With the answer
-prefilled up to `def` (`code_prefill="```python\\ndef"`), the first word a small model writes is the name of one of
-the two functions in about a third of its answers, `aux` about twice as often as the main function: a choice both
-programmers share, which the plain template's prose does not give (see `benchmarks/learning/learning_real.py`,
-task `coding_division_stubs`)."""
+"""The same task with both functions shown as stubs (their `def` lines and docstrings), helper first; meant for an
+answer prefilled up to `def` (`code_prefill="```python\\ndef"`), so the first word an agent writes names the
+function it chose. On SmolLM2-135M (16 training rows x 8, T = 0.7) the two programmers wrote `aux` first in 0.30 and
+0.22 of their answers and the main function in 0.055 and 0.063: a shared bias, but a minority choice too rare to
+explore (`benchmarks/learning/coding_pilot.py --task coding_division_stubs`)."""
 
 CHOICES = ("helper", "main")
 """What an agent can choose to write ([`DivisionCodingEnv.choice`]); `None` when it wrote neither."""
