@@ -338,17 +338,26 @@ def coding_private_task() -> Task:
     `CodingTeamReward`; success is a program that passes every hidden test. Rules are split by form and multiplier
     (`private_rule_rows`): 432 training rows, 16 held-out rows whose rules never occur in training. Metrics: main
     calls the helper, helper use decided by running the program, and each agent paired with its reference partner
-    (each one's own skill)."""
+    (each one's own skill). The single-policy arm (`central`) is `CentralizedCodingEnv` on the same rows: one policy
+    reads the rule (the rows' helper contract) and the main function's task and writes both functions in one code
+    block (128 new tokens), split into the helper's and the main part and scored by the same rewards."""
     from trl_marl.data.team_coding import private_rule_rows
+    from trl_marl.envs import CentralizedCodingEnv, CooperativeCodingEnv
     from trl_marl.envs.coding_private import PrivateRuleCodingEnv
+    from trl_marl.rewards import CentralizedReward
     from trl_marl.rewards.coding import CodingTeamReward, HelperUsedReward, PassRateReward, ReferencePartnerPass
 
     train, heldout = private_rule_rows("train"), private_rule_rows("heldout")
 
     def env(central: bool) -> Any:
-        if central:
-            raise ValueError("coding_private has no centralised arm yet.")
+        if central:  # one policy reads the rule (the rows' helper contract) and writes both functions
+            return CentralizedCodingEnv(CooperativeCodingEnv(chat=True, code_prefill="```python\n"))
         return PrivateRuleCodingEnv(chat=True)
+
+    def scored(reward: Callable[[Any], Any]) -> Callable[[Any], Any]:
+        def build(env: Any) -> Any:
+            return CentralizedReward(env, reward(env.env)) if isinstance(env, CentralizedCodingEnv) else reward(env)
+        return build
 
     def train_rows(count: int, seed: int) -> list[dict[str, Any]]:
         return random.Random(seed).choices(train, k=count)
@@ -358,14 +367,18 @@ def coding_private_task() -> Task:
         return [rows[i % len(rows)] for i in range(min(count, len(rows)))]
 
     def metrics(env: Any) -> dict[str, Any]:
-        return {"main_calls_helper": MainCallsHelper(env), "helper_used": HelperUsedReward(env),
-                "helper_with_reference_main": ReferencePartnerPass(env, 0),
-                "main_with_reference_helper": ReferencePartnerPass(env, 1), "team_reward": CodingTeamReward(env)}
+        named = {"main_calls_helper": MainCallsHelper, "helper_used": HelperUsedReward,
+                 "helper_with_reference_main": lambda env: ReferencePartnerPass(env, 0),
+                 "main_with_reference_helper": lambda env: ReferencePartnerPass(env, 1),
+                 "team_reward": CodingTeamReward}
+        return {name: scored(func)(env) for name, func in named.items()}
 
-    # 64 new tokens: the main agent writes its whole function (the helper one expression, closed well within it)
-    sizes = {"batch": 16, "generations": 8, "completion": 64, "eval_rows": 16, "temperature": 0.7, "stop": ["```"]}
-    return Task("coding_private", env, lambda env: CodingTeamReward(env), train_rows, eval_rows,
-                success=lambda env: PassRateReward(env), sizes=sizes, central=False, metrics=metrics)
+    # 64 new tokens: the main agent writes its whole function (the helper one expression, closed well within it);
+    # the single policy writes both functions, the helper's `def` line included: 128
+    sizes = {"batch": 16, "generations": 8, "completion": 64, "central_completion": 128, "eval_rows": 16,
+             "temperature": 0.7, "stop": ["```"]}
+    return Task("coding_private", env, scored(CodingTeamReward), train_rows, eval_rows,
+                success=scored(PassRateReward), sizes=sizes, metrics=metrics)
 
 
 TASKS: dict[str, Callable[[], Task]] = {"split": split_task, "target_sum": target_sum_task, "coding": coding_task,

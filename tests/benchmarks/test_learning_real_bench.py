@@ -115,6 +115,37 @@ def test_coding_metrics_count_helper_calls_and_codebleu_for_team_and_single_poli
     assert central["codebleu"] == pytest.approx(team["codebleu"])  # the same programs
 
 
+def test_coding_private_single_policy_reads_the_rule_and_is_scored_as_the_team(bench: Any) -> None:
+    """coding_private's single policy sees the rule (the rows' helper contract) and writes both functions in one
+    block; a program scores and passes exactly as the same program written by the team, and its metrics (helper use,
+    each part with the reference partner) are the team's."""
+    from trl_marl.envs import CentralizedCodingEnv
+
+    task = bench.coding_private_task()
+    row = next(r for r in task.eval_rows("train", 16) if r["entry_point"] == "coded_sum")
+    central = task.env(True)
+    assert isinstance(central, CentralizedCodingEnv) and task.central
+    prompt = central.agent_prompt(row, 0, None)[0]["content"]
+    assert row["rule"] in prompt and "coded_sum" in prompt
+    assert "coded_sum" not in task.env(False).agent_prompt(row, 0, None)[-2]["content"]  # the team's helper: rule only
+    expression = row["helper_solution"].split("return ")[1]
+    helper, main = f"{expression}\n```", "def coded_sum(numbers: list):\n    return sum(aux(x) for x in numbers)\n```"
+    wrong = "def coded_sum(numbers: list):\n    return sum(numbers)\n```"
+    team = [[helper, helper], [main, wrong]]
+    single = [[f"def aux(x):\n    return {expression}\n\n{main}", f"def aux(x):\n    return {expression}\n\n{wrong}"]]
+    for score in (task.reward, task.success):
+        team_scores = score(task.env(False))(prompts=[None] * 2, completions=team[0], agent_completions=team,
+                                             **{k: [row[k]] * 2 for k in row})
+        single_scores = score(central)(prompts=[None] * 2, completions=single[0], agent_completions=single,
+                                       **{k: [row[k]] * 2 for k in row})
+        assert single_scores == pytest.approx(team_scores) and team_scores[0] > team_scores[1]
+    by_team = bench.joint_action_means(task.metrics(task.env(False)), team, [row])
+    by_single = bench.joint_action_means(task.metrics(central), single, [row])
+    assert by_single == pytest.approx(by_team) and by_team["main_calls_helper"] == 0.5
+    assert bench.settings_for(bench.parse_args(["magrpo", "--task", "coding_private"]))["sizes"][
+        "central_completion"] == 128
+
+
 class FakeTrainer:
     """Stands in for MAGRPOTrainer: `train()` sets a marker on its team, so evaluations show when they ran."""
 
