@@ -191,6 +191,17 @@ def split_rows(train: list[dict[str, Any]], heldout: list[dict[str, Any]]) -> tu
     return train_rows, eval_rows
 
 
+def coding_scored(reward: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """A coding reward's builder for either arm: `reward(env)` for a team, and for the single policy
+    (`CentralizedCodingEnv`) the same reward on the team env, read through `CentralizedReward`."""
+    from trl_marl.envs import CentralizedCodingEnv
+    from trl_marl.rewards import CentralizedReward
+
+    def build(env: Any) -> Any:
+        return CentralizedReward(env, reward(env.env)) if isinstance(env, CentralizedCodingEnv) else reward(env)
+    return build
+
+
 def coding_task() -> Task:
     """MAGRPO's cooperative coding on `trl_marl.data.team_coding`'s level-1 problems (a one-line helper `aux` and a
     one-line main function; the helper's contract is stated to both agents): agent 0 writes `aux`, agent 1 the main
@@ -202,7 +213,6 @@ def coding_task() -> Task:
     rewards."""
     from trl_marl.data.team_coding import team_coding_rows
     from trl_marl.envs import CentralizedCodingEnv, CooperativeCodingEnv
-    from trl_marl.rewards import CentralizedReward
     from trl_marl.rewards.coding import CodeBLEUTermReward, CodingTeamReward, HelperUsedReward, PassRateReward
 
     train, heldout = team_coding_rows("train", (1,)), team_coding_rows("heldout", (1,))
@@ -210,13 +220,6 @@ def coding_task() -> Task:
     def env(central: bool) -> Any:
         team = CooperativeCodingEnv(chat=True, code_prefill="```python\n")
         return CentralizedCodingEnv(team) if central else team
-
-    def scored(reward: Callable[[Any], Any]) -> Callable[[Any], Any]:
-        def build(env: Any) -> Any:
-            if isinstance(env, CentralizedCodingEnv):
-                return CentralizedReward(env, reward(env.env))
-            return reward(env)
-        return build
 
     train_rows, eval_rows = split_rows(train, heldout)
 
@@ -227,14 +230,15 @@ def coding_task() -> Task:
         coding = env.env if isinstance(env, CentralizedCodingEnv) else env
         named = {"main_calls_helper": MainCallsHelper(coding), "helper_used": HelperUsedReward(coding),
                  "codebleu": CodeBLEUTermReward(coding)}
-        return {name: scored(lambda _env, func=func: func)(env) for name, func in named.items()}
+        return {name: coding_scored(lambda _env, func=func: func)(env) for name, func in named.items()}
 
     # T = 0.7 for training and evaluation: at T = 1 the 135M model's code is mostly broken (on eight training problems
     # its untrained team passed every test in 28% of joint actions at T = 0.7, 12% at T = 1 in a smoke run).
     # Sampling stops at the closing code fence: the untrained model follows its code with prose ("This function
     # uses...") that no test reads, most of the 96 tokens of the first pilot (70.8 s per step)
     sizes = {"batch": 16, "generations": 8, "completion": 64, "eval_rows": 8, "temperature": 0.7, "stop": ["```"]}
-    return Task("coding", env, scored(CodingTeamReward), train_rows, eval_rows, success=scored(PassRateReward),
+    return Task("coding", env, coding_scored(CodingTeamReward), train_rows, eval_rows,
+                success=coding_scored(PassRateReward),
                 sizes={**sizes, "central_completion": 128},  # both functions: the team's 2 x 64
                 metrics=metrics)
 
@@ -344,7 +348,6 @@ def coding_private_task() -> Task:
     from trl_marl.data.team_coding import private_rule_rows
     from trl_marl.envs import CentralizedCodingEnv, CooperativeCodingEnv
     from trl_marl.envs.coding_private import PrivateRuleCodingEnv
-    from trl_marl.rewards import CentralizedReward
     from trl_marl.rewards.coding import CodingTeamReward, HelperUsedReward, PassRateReward, ReferencePartnerPass
 
     train, heldout = private_rule_rows("train"), private_rule_rows("heldout")
@@ -353,11 +356,6 @@ def coding_private_task() -> Task:
         if central:  # one policy reads the rule (the rows' helper contract) and writes both functions
             return CentralizedCodingEnv(CooperativeCodingEnv(chat=True, code_prefill="```python\n"))
         return PrivateRuleCodingEnv(chat=True)
-
-    def scored(reward: Callable[[Any], Any]) -> Callable[[Any], Any]:
-        def build(env: Any) -> Any:
-            return CentralizedReward(env, reward(env.env)) if isinstance(env, CentralizedCodingEnv) else reward(env)
-        return build
 
     def train_rows(count: int, seed: int) -> list[dict[str, Any]]:
         return random.Random(seed).choices(train, k=count)
@@ -371,14 +369,14 @@ def coding_private_task() -> Task:
                  "helper_with_reference_main": lambda env: ReferencePartnerPass(env, 0),
                  "main_with_reference_helper": lambda env: ReferencePartnerPass(env, 1),
                  "team_reward": CodingTeamReward}
-        return {name: scored(func)(env) for name, func in named.items()}
+        return {name: coding_scored(func)(env) for name, func in named.items()}
 
     # 64 new tokens: the main agent writes its whole function (the helper one expression, closed well within it);
     # the single policy writes both functions, the helper's `def` line included: 128
     sizes = {"batch": 16, "generations": 8, "completion": 64, "central_completion": 128, "eval_rows": 16,
              "temperature": 0.7, "stop": ["```"]}
-    return Task("coding_private", env, scored(CodingTeamReward), train_rows, eval_rows,
-                success=scored(PassRateReward), sizes=sizes, metrics=metrics)
+    return Task("coding_private", env, coding_scored(CodingTeamReward), train_rows, eval_rows,
+                success=coding_scored(PassRateReward), sizes=sizes, metrics=metrics)
 
 
 TASKS: dict[str, Callable[[], Task]] = {"split": split_task, "target_sum": target_sum_task, "coding": coding_task,

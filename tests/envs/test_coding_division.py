@@ -67,6 +67,12 @@ def test_stubs_template_shows_both_functions_and_the_prefilled_def_is_the_choice
     assert stubs.choice(ROW, " square_all(numbers):\n    return numbers\n```") is None
     assert call(PassRateReward(stubs), [(aux, main), (main, aux), (aux, aux)])[:2] == [1.0, 1.0]
     assert call(PassRateReward(stubs), [(aux, aux)])[0] < 1.0
+    # gamed: each programmer writes both functions after the prefilled `def` (only the first counts), or names its
+    # one function `aux` but writes the main function's work in it; both score below the honest division
+    both = aux.replace("```", "") + "\ndef squares(numbers):\n    return [x * x for x in numbers]\n```"
+    disguised = " aux(numbers):\n    return [x * x for x in numbers]\n```"
+    honest, *gamed = call(CodingTeamReward(stubs), [(aux, main), (both, both), (disguised, main), (both, disguised)])
+    assert max(gamed) < honest
 
 
 def test_only_the_first_of_the_two_functions_counts(env):
