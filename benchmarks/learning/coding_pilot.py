@@ -30,6 +30,11 @@ programmer's less chosen function in at least 0.1 of its answers; untrained succ
 (minority 0.055 and 0.063, programmer 2 named a function in 0.28). `--task coding_division_stubs_t1` (the same at
 T = 1, as the split game samples; fixed before its pilot): the same gates.
 
+`--task coding_private_mixed` (2026-12-03, the seventh design, fixed before its pilot: the private rule drawn from
+forms the untrained helper often gets wrong, so that both agents' right answers are rare and each one's learning
+signal grows as the other learns): the helper right with a reference main in 0.2 to 0.6 of answers; the main (the
+first design's prompt and functions) right with a reference helper in at least 0.02; untrained success below 0.3.
+
 The writing task is piloted here too: one script for every issue-55 design with a choice to gate.
 
     python benchmarks/learning/coding_pilot.py --task coding_private --rows 16
@@ -72,6 +77,11 @@ def task_gates(task: str, m: dict[str, Any]) -> dict[str, Any]:
     if task == "coding_private":
         return {"helper_right": m.get("helper_with_reference_main"), "helper_gate": "0.2 to 0.6",
                 "main_right": m.get("main_with_reference_helper"), "main_gate": "0.1 to 0.3"}
+    if task == "coding_private_mixed":
+        helper, main_right = m["helper_with_reference_main"], m["main_with_reference_helper"]
+        return {"helper_right": helper, "helper_gate": "0.2 to 0.6", "main_right": main_right,
+                "main_gate": ">= 0.02 (the first design's main, 0.04 untrained, learned to 0.40 on seeds 0 and 1)",
+                "passes": bool(0.2 <= helper <= 0.6 and main_right >= 0.02)}
     gates = choice_gates(m, ("first", "second"))
     named, minority, same_bias = gates["named"], gates["minority"], gates["same_bias"]
     half_score = {}
@@ -93,7 +103,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=16)
     parser.add_argument("--task", default="coding_division",
                         choices=("coding_division", "coding_division_stubs", "coding_division_stubs_t1",
-                                 "coding_private",
+                                 "coding_private", "coding_private_mixed",
                                  "writing_halves",
                                  "writing_halves_second_first",
                                  "writing_halves_no_clause", "writing_halves_named",

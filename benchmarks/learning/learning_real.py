@@ -333,7 +333,7 @@ def coding_division_stubs_t1_task() -> Task:
                 metrics=base.metrics)
 
 
-def coding_private_task() -> Task:
+def coding_private_task(rules: str = "linear") -> Task:
     """Cooperative coding with private information (`PrivateRuleCodingEnv`, issue 55): only agent 0 (the helper)
     reads the rule that codes a number ("multiply `x` by 3, then add 4") and writes `aux`; agent 1 writes a main
     function over the codes (a list of codes, their sum, the largest, the codes of two numbers) and is told only that
@@ -344,13 +344,22 @@ def coding_private_task() -> Task:
     calls the helper, helper use decided by running the program, and each agent paired with its reference partner
     (each one's own skill). The single-policy arm (`central`) is `CentralizedCodingEnv` on the same rows: one policy
     reads the rule (the rows' helper contract) and the main function's task and writes both functions in one code
-    block (128 new tokens), split into the helper's and the main part and scored by the same rewards."""
+    block (128 new tokens), split into the helper's and the main part and scored by the same rewards.
+
+    `rules="mixed"` (task `coding_private_mixed`, the seventh design) trains on rules the untrained helper often gets
+    wrong (`private_rule_rows(..., "mixed")`), each training batch and the training rows of a pilot drawn form by
+    form (a form, then a rule of it), so that each form is a third of the rows."""
     from trl_marl.data.team_coding import private_rule_rows
     from trl_marl.envs import CentralizedCodingEnv, CooperativeCodingEnv
     from trl_marl.envs.coding_private import PrivateRuleCodingEnv
     from trl_marl.rewards.coding import CodingTeamReward, HelperUsedReward, PassRateReward, ReferencePartnerPass
 
-    train, heldout = private_rule_rows("train"), private_rule_rows("heldout")
+    train, heldout = private_rule_rows("train", rules), private_rule_rows("heldout", rules)
+    families = sorted({row["family"] for row in train})
+    by_family = {family: [row for row in train if row["family"] == family] for family in families}
+
+    def balanced(count: int, rng: random.Random) -> list[dict[str, Any]]:  # a form, then a row of it
+        return [rng.choice(by_family[rng.choice(families)]) for _ in range(count)]
 
     def env(central: bool) -> Any:
         if central:  # one policy reads the rule (the rows' helper contract) and writes both functions
@@ -358,10 +367,17 @@ def coding_private_task() -> Task:
         return PrivateRuleCodingEnv(chat=True)
 
     def train_rows(count: int, seed: int) -> list[dict[str, Any]]:
+        if rules == "mixed":
+            return balanced(count, random.Random(seed))
         return random.Random(seed).choices(train, k=count)
 
     def eval_rows(split: str, count: int) -> list[dict[str, Any]]:
-        rows = heldout if split == "heldout" else random.Random(EVAL_ORDER_SEED).sample(train, k=len(heldout))
+        if split == "heldout":
+            rows = heldout
+        elif rules == "mixed":
+            rows = balanced(len(heldout), random.Random(EVAL_ORDER_SEED))
+        else:
+            rows = random.Random(EVAL_ORDER_SEED).sample(train, k=len(heldout))
         return [rows[i % len(rows)] for i in range(min(count, len(rows)))]
 
     def metrics(env: Any) -> dict[str, Any]:
@@ -375,14 +391,16 @@ def coding_private_task() -> Task:
     # the single policy writes both functions, the helper's `def` line included: 128
     sizes = {"batch": 16, "generations": 8, "completion": 64, "central_completion": 128, "eval_rows": 16,
              "temperature": 0.7, "stop": ["```"]}
-    return Task("coding_private", env, coding_scored(CodingTeamReward), train_rows, eval_rows,
-                success=coding_scored(PassRateReward), sizes=sizes, metrics=metrics)
+    return Task("coding_private" if rules == "linear" else f"coding_private_{rules}", env,
+                coding_scored(CodingTeamReward), train_rows, eval_rows, success=coding_scored(PassRateReward),
+                sizes=sizes, metrics=metrics)
 
 
 TASKS: dict[str, Callable[[], Task]] = {"split": split_task, "target_sum": target_sum_task, "coding": coding_task,
                                      "coding_division": coding_division_task, "coding_private": coding_private_task,
                                      "coding_division_stubs": coding_division_stubs_task,
-                                     "coding_division_stubs_t1": coding_division_stubs_t1_task}
+                                     "coding_division_stubs_t1": coding_division_stubs_t1_task,
+                                     "coding_private_mixed": lambda: coding_private_task("mixed")}
 
 
 def writing_task() -> Task:

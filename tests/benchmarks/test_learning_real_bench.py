@@ -146,6 +146,21 @@ def test_coding_private_single_policy_reads_the_rule_and_is_scored_as_the_team(b
         "central_completion"] == 128
 
 
+def test_coding_private_mixed_draws_each_form_a_third_of_the_time_and_holds_its_rules_out(bench: Any) -> None:
+    """The seventh design draws a form, then a rule of it: the rare square form is a third of training batches
+    (7% of the rows), the pilot's training rows are balanced the same way, and held-out rows are the mixed set's."""
+    task = bench.TASKS["coding_private_mixed"]()
+    assert task.name == "coding_private_mixed" and bench.TASKS["coding_private"]().name == "coding_private"
+    rows = task.train_rows(3000, 0)
+    share = {f: sum(r["family"] == f for r in rows) / len(rows) for f in ("x * k + c", "x * x + c", "x * k % c")}
+    assert all(abs(v - 1 / 3) < 0.04 for v in share.values()), share
+    assert task.train_rows(16, 5) == task.train_rows(16, 5) != task.train_rows(16, 6)  # seeded
+    pilot = task.eval_rows("train", 16)
+    assert len(pilot) == 16 and len({r["family"] for r in pilot}) == 3
+    held = {r["rule"] for r in task.eval_rows("heldout", 16)}
+    assert "square `x`, then add 9" in held and not held & {r["rule"] for r in rows}
+
+
 class FakeTrainer:
     """Stands in for MAGRPOTrainer: `train()` sets a marker on its team, so evaluations show when they ran."""
 

@@ -76,3 +76,24 @@ def test_bad_configuration(env):
         private_rule_rows("test")
     with pytest.raises(ValueError, match="`agent_index` must be"):
         ReferencePartnerPass(env, 2)
+
+
+def test_the_mixed_rule_set_by_hand_and_its_split():
+    train, held = private_rule_rows("train", "mixed"), private_rule_rows("heldout", "mixed")
+    assert len(train) == 396 and len(held) == 16
+    counts = {f: sum(r["family"] == f for r in train) for f in ("x * k + c", "x * x + c", "x * k % c")}
+    assert counts == {"x * k + c": 216, "x * x + c": 28, "x * k % c": 152}  # 54, 7 and 38 rules x 4 shapes
+    assert not {r["rule"] for r in train} & {r["rule"] for r in held}
+    assert all("then multiply" not in r["rule"] for r in train)
+    assert "square `x`, then add 4" not in {r["rule"] for r in train}
+    # 3x mod 6 codes every number as 0 or 3; 6x mod 3 would code every number as 0, so it is not a rule
+    assert "multiply `x` by 6, then take the remainder after dividing by 3" not in {r["rule"] for r in train}
+    row = next(r for r in train if r["rule"] == "multiply `x` by 3, then take the remainder after dividing by 7"
+               and r["entry_point"] == "coded_sum")
+    # 3x mod 7 over [1, 2] is 3 + 6; over [5, -1, 3] it is 1 + 4 + 2 (Python's remainder of -3 is 4)
+    assert "assert candidate([1, 2]) == 9\n" in row["test"] and "assert candidate([5, -1, 3]) == 7\n" in row["test"]
+    square = next(r for r in held if r["rule"] == "square `x`, then add 4" and r["entry_point"] == "coded_list")
+    assert "assert candidate([5, -1, 3]) == [29, 5, 13]\n" in square["test"]
+    assert square["helper_solution"] == "def aux(x):\n    return x * x + 4"
+    with pytest.raises(ValueError, match="rules must be"):
+        private_rule_rows("train", "cubic")

@@ -804,8 +804,12 @@ RULE_FORMS: tuple[tuple[str, str, Callable[[int, int, int], int]], ...] = (
     ("multiply `x` by {k}, then add {c}", "x * {k} + {c}", lambda x, k, c: x * k + c),
     ("multiply `x` by {k}, then subtract {c}", "x * {k} - {c}", lambda x, k, c: x * k - c),
     ("add {c} to `x`, then multiply by {k}", "(x + {c}) * {k}", lambda x, k, c: (x + c) * k),
+    ("square `x`, then add {c}", "x * x + {c}", lambda x, k, c: x * x + c),
+    ("multiply `x` by {k}, then take the remainder after dividing by {c}", "x * {k} % {c}",
+     lambda x, k, c: x * k % c),
 )
-"""The forms of a private rule: its words (what the helper agent reads), its expression, and its value."""
+"""The forms of a private rule: its words (what the helper agent reads), its expression, and its value. Forms 0-2
+make the `"linear"` rule set, forms 0 and 2-4 the `"mixed"` one (square has no multiplier: `k` is 0)."""
 
 HELDOUT_RULE_FORM = 2
 """The index in [`RULE_FORMS`] of the form that only held-out rows use (add, then multiply)."""
@@ -815,6 +819,26 @@ HELDOUT_RULES: tuple[tuple[int, int, int], ...] = ((2, 3, 2), (2, 5, 1), (2, 7, 
                                                    (0, 9, 5), (1, 4, 7))
 """The held-out rules (form, k, c), fixed before any model ran: the held-out form with four (k, c), and each
 held-out multiplier with the two other forms."""
+
+MIXED_TRAIN_FORMS = (0, 3, 4)
+"""The forms of the `"mixed"` rule set's training rows: multiply-then-add (the untrained SmolLM2-135M helper wrote it
+right in 0.85 of 48 answers, T = 0.7, a probe on training-style rules), square-then-add (0.0 and 0.25 in two probes)
+and multiply-then-remainder (0.33): a helper that is right about half the time, with room to learn."""
+MIXED_HELDOUT_RULES: tuple[tuple[int, int, int], ...] = ((2, 3, 2), (2, 5, 1), (0, 4, 3), (0, 9, 5), (3, 0, 4),
+                                                         (3, 0, 9), (4, 4, 7), (4, 9, 5))
+"""The `"mixed"` set's held-out rules (form, k, c), fixed before any pilot: two of the held-out form (add, then
+multiply), and each training form with a held-out multiplier (4, 9) or, for square, a held-out constant (4, 9)."""
+
+
+def _training_rules(rules: str) -> list[tuple[int, int, int]]:
+    """The training rules (form, k, c) of a rule set (see [`private_rule_rows`])."""
+    ks = [k for k in range(2, 10) if k not in HELDOUT_MULTIPLIERS]
+    if rules == "linear":
+        return [(f, k, c) for f in (0, 1) for k in ks for c in range(1, 10)]
+    return ([(0, k, c) for k in ks for c in range(1, 10)]
+            + [(3, 0, c) for c in range(1, 10) if c not in HELDOUT_MULTIPLIERS]
+            + [(4, k, c) for k in ks for c in range(2, 10) if k % c])  # k % c == 0 would code every number as 0
+
 
 RuleShape = tuple[str, str, str, str, Callable[[Callable[[int], int], Any], Any], tuple[Any, ...]]
 
@@ -832,7 +856,7 @@ RULE_SHAPES: tuple[RuleShape, ...] = (
 rule and the arguments) and the test arguments (a list, or the pair of `coded_pair`)."""
 
 
-def private_rule_rows(split: str = "train") -> list[dict[str, Any]]:
+def private_rule_rows(split: str = "train", rules: str = "linear") -> list[dict[str, Any]]:
     """Cooperative coding with private information ([`~trl_marl.envs.coding.PrivateRuleCodingEnv`], issue 55): only
     the helper agent reads the rule that codes a number ("multiply `x` by 3, then add 4"); the main agent must call the
     helper to compute anything over the codes (a list of codes, their sum, the largest, the codes of two numbers).
@@ -843,18 +867,24 @@ def private_rule_rows(split: str = "train") -> list[dict[str, Any]]:
     model ran: a team that scores on held-out rows implements and uses rules it never trained on. Training rows:
     2 forms x 6 multipliers x 9 constants x 4 shapes = 432; held-out rows: 16 (each held-out rule with two shapes).
 
+    The `"mixed"` rule set (issue 55's seventh design) trains on rules the untrained helper often gets wrong:
+    multiply-then-add, square-then-add and multiply-then-remainder ([`MIXED_TRAIN_FORMS`]; 54 + 7 + 38 rules, 396
+    rows, the family in each row's `family`), and holds out [`MIXED_HELDOUT_RULES`] (16 rows).
+
     Args:
         split (`str`): `"train"` or `"heldout"`.
+        rules (`str`): The rule set, `"linear"` (the default, the first design) or `"mixed"`.
     """
     if split not in ("train", "heldout"):
         raise ValueError(f"split must be 'train' or 'heldout', got {split!r}.")
+    if rules not in ("linear", "mixed"):
+        raise ValueError(f"rules must be 'linear' or 'mixed', got {rules!r}.")
     if split == "train":
-        rules = [(f, k, c) for f in range(len(RULE_FORMS)) if f != HELDOUT_RULE_FORM
-                 for k in range(2, 10) if k not in HELDOUT_MULTIPLIERS for c in range(1, 10)]
+        chosen = _training_rules(rules)
     else:
-        rules = list(HELDOUT_RULES)
+        chosen = list(HELDOUT_RULES if rules == "linear" else MIXED_HELDOUT_RULES)
     rows: list[dict[str, Any]] = []
-    for index, (f, k, c) in enumerate(rules):
+    for index, (f, k, c) in enumerate(chosen):
         words, expression, value = RULE_FORMS[f]
         words, expression = words.format(k=k, c=c), expression.format(k=k, c=c)
 
