@@ -100,6 +100,9 @@ class TurnResult:
     transcripts: list[Transcript] = field(default_factory=list)  # (K * J) each joint action's, including it
     # [agent][K * G] the generation backend's log-probability of every completion token (vLLM), else None
     sampling_logps: list[list[list[float]]] | None = None
+    # [agent] the policy version (optimizer steps taken) of the member that sampled this turn's completions, set by
+    # MAGRPO's asynchronous rollouts (`max_staleness > 0`; one version for the whole episode), else None
+    policy_versions: list[int] | None = None
     # with a `LocalReward`: (K, J, n) each agent's local reward per joint action (NaN: non-finite), its functions'
     # scores per agent ([agent] (K * J, F_a), None for an agent without any), and (K, n, G) the local returns
     local_rewards: torch.Tensor | None = None

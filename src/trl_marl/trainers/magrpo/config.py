@@ -184,6 +184,13 @@ class MAGRPOConfig(GRPOConfig):
         share_prompt_prefill (`bool`, defaults to `True`): Run each node's prompt prefill once for its G samples
             (and for agents of the same weights that see the same prompt) and copy the KV cache to every sample
             (`AgentTeam.share_prompt_prefill`).
+        max_staleness (`int`, defaults to `0`): Asynchronous rollouts (TRL's `AsyncGRPOTrainer` field name): with
+            s > 0 a worker thread generates the rollouts of the next s optimizer steps, with its own copy of the
+            team, while the current step trains; a rollout trained at step t was sampled by every agent's policy
+            of step t - s or later, one version per episode, and the importance-sampling correction
+            (`vllm_importance_sampling_correction`) weighs it by the truncated ratio of the current policy over
+            that one. 0: synchronous. One process and `generation_backend="transformers"` only so far
+            (`trainers.magrpo.async_rollout`; docs/scaling.md, "Asynchronous rollouts").
         backward_per_agent (`bool`, defaults to `True`): Backpropagate the team loss one agent at a time, with one
             agent's activations in memory instead of every agent's and the gradient of the summed loss (`False`);
             why, and when the summed loss is taken anyway: the `trainers/per_agent.py` docstring.
@@ -293,6 +300,16 @@ class MAGRPOConfig(GRPOConfig):
     compiled_sync_every: int = compiled_sync_every_field()
     vllm_logprobs_mode: str = vllm_logprobs_mode_field()
     vllm_kv_cache_memory_bytes: int | None = vllm_kv_cache_memory_bytes_field()
+    max_staleness: int = field(
+        default=0,
+        metadata={"help": "Asynchronous rollouts: with s > 0 a worker thread generates the rollouts of the next s "
+                  "optimizer steps with its own copy of the team while the current step trains; every agent's "
+                  "policy that sampled a rollout trained at step t is at most s optimizer steps old, the same for "
+                  "every turn of an episode, and the importance-sampling correction "
+                  "(`vllm_importance_sampling_correction`) weighs it by the truncated ratio of the current policy "
+                  "over that one. 0 (default): synchronous. One process and generation_backend='transformers' "
+                  "only so far."},
+    )
     backward_per_agent: bool = backward_per_agent_field()
     frozen_agents: list[int] = frozen_agents_field()
     zero_std_warning_fraction: float = field(
@@ -432,8 +449,12 @@ class MAGRPOConfig(GRPOConfig):
             raise ValueError(f"`frozen_agents` {bad} are not agents of a team of {self.num_agents}.")
         if len(set(self.frozen_agents)) >= self.num_agents:
             raise ValueError("`frozen_agents` freezes every agent: nothing would be trained.")
+        if isinstance(self.max_staleness, bool) or not isinstance(self.max_staleness, int) or self.max_staleness < 0:
+            raise ValueError(f"`max_staleness` must be an integer >= 0 (0: synchronous rollouts; s > 0: rollouts "
+                             f"generated up to s optimizer steps ahead), got {self.max_staleness!r}.")
         check_generation_backend(self)
         check_importance_sampling(self)
+        check_async_support(self)  # the backend and the schedule; the trainer checks processes and tools again
         self._refuse_unsupported()
 
     def _refuse_unsupported(self) -> None:
@@ -478,3 +499,54 @@ def check_local_reward_fields(config: MAGRPOConfig) -> None:
                 f"{config.advantage_mode!r}` does not read. Use `advantage_mode='agent_turn'` (AT-GRPO), or leave "
                 f"`{name}` at its default ({default!r})."
             )
+
+
+def check_async_support(args: MAGRPOConfig, num_processes: int = 1, has_tools: bool = False,
+                        sharded: bool = False) -> None:
+    """Refuse, before any step, what `max_staleness > 0` does not support yet, naming the field and the fix.
+
+    Args:
+        args: A `MAGRPOConfig`.
+        num_processes: The accelerator's processes.
+        has_tools: Whether the team plays with tools (`tools` or `environment_factory`).
+        sharded: Whether the weights are sharded (FSDP, DeepSpeed ZeRO-3).
+
+    Raises:
+        ValueError: an unsupported combination.
+
+    Example:
+
+    ```python
+    >>> from trl_marl import MAGRPOConfig
+    >>> try:  # `__post_init__` calls it with one process
+    ...     MAGRPOConfig(output_dir="out", num_generations=2, per_device_train_batch_size=4, max_staleness=1,
+    ...                  generation_backend="compiled")
+    ... except ValueError as error:
+    ...     print(str(error)[:80])
+    `max_staleness=1` (asynchronous rollouts) supports `generation_backend='transformers'
+    """
+    s = args.max_staleness
+    if s == 0:
+        return
+    name = f"`max_staleness={s}` (asynchronous rollouts)"
+    sync = "or `max_staleness=0` (synchronous)"
+    if args.generation_backend != "transformers":
+        raise ValueError(f"{name} supports `generation_backend='transformers'` only so far, got "
+                         f"{args.generation_backend!r}: set `generation_backend='transformers'`"
+                         f"{' and `use_vllm=False`' if args.use_vllm else ''}, {sync}.")
+    if num_processes > 1 or sharded:
+        raise ValueError(f"{name} runs on one process only so far, got {num_processes} process(es)"
+                         f"{' with sharded weights' if sharded else ''}: launch one process, {sync}.")
+    if args.num_iterations != 1:
+        raise ValueError(f"{name} takes one optimizer step per rollout, got `num_iterations={args.num_iterations}`: "
+                         f"set `num_iterations=1`, {sync}.")
+    if args.steps_per_generation != args.gradient_accumulation_steps:
+        raise ValueError(f"{name} generates one rollout per optimizer step, got `steps_per_generation="
+                         f"{args.steps_per_generation}` and `gradient_accumulation_steps="
+                         f"{args.gradient_accumulation_steps}`: leave `steps_per_generation` None (it then equals "
+                         f"`gradient_accumulation_steps`), {sync}.")
+    if has_tools:
+        raise ValueError(f"{name} does not play tools yet (`tools` or `environment_factory`): {sync}.")
+    if args.use_transformers_continuous_batching:
+        raise ValueError(f"{name} does not decode with continuous batching yet: set "
+                         f"`use_transformers_continuous_batching=False`, {sync}.")

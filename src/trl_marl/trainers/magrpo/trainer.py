@@ -53,7 +53,8 @@ from ..distributed import gathered_rows
 from ..engine_correction import corrects_engine_mismatch, engine_correction, engine_logps
 from ..fields import dict_field_value, field_value
 from ..per_agent import backward_per_agent, backward_per_agent_supported
-from .config import CONSOLE_METRICS, MAGRPOConfig
+from .async_rollout import AsyncGeneration, AsyncRollouts
+from .config import CONSOLE_METRICS, MAGRPOConfig, check_async_support
 from .diagnostics import (
     DiagnosticSettings,
     TrainingDiagnostics,
@@ -251,6 +252,10 @@ class MAGRPOTrainer(TeamTrainer):
         self.entropy_control = EntropyControl(args, [a for a in range(env.num_agents) if a not in team.frozen])
         self.last_rollout: Rollout | None = None
         self.last_advantages: list[torch.Tensor] = []
+        # `max_staleness > 0`: the rollout worker of a `train()` call (`async_rollout`), started at its first step
+        check_async_support(args, self.accelerator.num_processes, self.tool_loop is not None and self.tool_loop.active,
+                            self.is_sharded())
+        self.async_rollouts: AsyncRollouts | None = None
 
     def _local_rewards(self, funcs: Any, args: MAGRPOConfig, num_agents: int) -> LocalReward | None:
         """The per-agent local rewards of `local_reward_funcs`, checked against the config before any step."""
@@ -293,6 +298,9 @@ class MAGRPOTrainer(TeamTrainer):
                                  ignore_keys_for_eval=ignore_keys_for_eval, **kwargs)
         except RewardFunctionError as error:  # a reward raised or timed out: save the last completed step, stop
             self.stop_after_reward_error(error)
+        finally:  # `max_staleness > 0`: the rollouts generated ahead are dropped (a resumed run plays their rows)
+            if self.async_rollouts is not None:
+                self.async_rollouts.close()
 
     def _generation_config(self) -> GenerationConfig:
         return generation_config(self.args, self.team)
@@ -357,8 +365,17 @@ class MAGRPOTrainer(TeamTrainer):
     # ------------------------------------------------------------------ training step
     def get_batch_samples(self, epoch_iterator: Any, num_batches: int, device: Any) -> tuple[list[Any], None]:
         """The micro-steps of one optimizer step, each in a generation ([`GenerationSchedule`]); generation happens
-        in `training_step`, so that a resumed run restores its random state first."""
-        return self._schedule.micro_steps(epoch_iterator, num_batches), None
+        in `training_step`, so that a resumed run restores its random state first. With `max_staleness > 0` the
+        rollout worker publishes this step's weights and reads the next steps' rows ahead
+        (`AsyncRollouts.micro_steps`)."""
+        staleness = self.args.max_staleness
+        if staleness == 0:
+            return self._schedule.micro_steps(epoch_iterator, num_batches), None
+        if self.async_rollouts is None or self.async_rollouts.closed:  # weights loaded: resumed, or from the start
+            self.async_rollouts = AsyncRollouts(
+                self.team, self.joint_rollout, staleness, self.state.global_step, lambda: self.state,
+                self.accelerator.autocast, field_value(self.args.steps_per_generation, "steps_per_generation"))
+        return self.async_rollouts.micro_steps(epoch_iterator, num_batches, self.state.global_step), None
 
     def training_step(self, model: torch.nn.Module, inputs: Any, num_items_in_batch: Any = None) -> torch.Tensor:
         """Take the MAGRPO loss on one micro-batch; a generation's first micro-step plays its episodes.
@@ -371,7 +388,12 @@ class MAGRPOTrainer(TeamTrainer):
             group = inputs.group
             batches = group.batches
             if batches is None:
-                batches = group.batches = list(self._make_batches(group.row_batches, mode="train"))
+                played = None
+                if isinstance(group, AsyncGeneration):  # generated ahead (`max_staleness`): wait for it, check it
+                    if self.async_rollouts is None:
+                        raise RuntimeError("An asynchronous micro-step without a rollout worker.")
+                    played = self.async_rollouts.take(group.job, self.state.global_step)
+                batches = group.batches = list(self._make_batches(group.row_batches, mode="train", rollout=played))
             batch = batches[inputs.index]
             if batch is None:  # freed after its one use (`num_iterations=1`)
                 raise RuntimeError(f"Micro-batch {inputs.index} of the generation was trained on already.")
@@ -462,8 +484,10 @@ class MAGRPOTrainer(TeamTrainer):
         return self._make_batches([rows], mode)[0]
 
     @rollout_phase
-    def _make_batches(self, row_batches: list[list[dict[str, Any]]], mode: str) -> list[dict[str, Any]]:
+    def _make_batches(self, row_batches: list[list[dict[str, Any]]], mode: str,
+                      rollout: Rollout | None = None) -> list[dict[str, Any]]:
         """Play the episodes of every micro-batch of one optimizer step in one rollout, then split it by episode.
+        `rollout`: the rows' rollout, already played (by the asynchronous worker, `max_staleness > 0`).
 
         Returns one input dict per micro-batch: an [`AgentBatch`] and an advantage vector per agent, reference
         log-probs when `beta != 0`, and `num_items`, each agent's completion-token count of the *whole* step
@@ -473,7 +497,8 @@ class MAGRPOTrainer(TeamTrainer):
         args, mu = self.args, self.args.num_iterations
         steps = field_value(args.steps_per_generation, "steps_per_generation")
         rows = [row for batch in row_batches for row in batch]
-        rollout = self.joint_rollout.run(rows, trainer_state=self.state)
+        if rollout is None:
+            rollout = self.joint_rollout.run(rows, trainer_state=self.state)
         self.rewards.require_some_score([t.rewards_per_func for t in rollout.turns], rollout.nonfinite_rewards)
         self.last_rollout = rollout
         assign_advantages(rollout.turns, self.compute_advantages(rollout))  # the engine stops at returns
@@ -543,7 +568,8 @@ class MAGRPOTrainer(TeamTrainer):
             micro_batches.append({"batches": batches, "advantages": advantages, "old_logps": old_logps,
                                   "ref_logps": ref_logps, "turn_of_sample": turn_of_sample,
                                   **engine_correction(args, self.accelerator, self._metrics["train"], old_logps,
-                                                      engine, trained)})
+                                                      engine, trained),
+                                  **_sample_versions(rollout.turns, picks, n)})
             all_batches.append(batches)
             all_advantages.append(advantages)
             all_turns.append(turn_of_sample)
@@ -734,6 +760,16 @@ class MAGRPOTrainer(TeamTrainer):
              "joint_mode": args.joint_mode, "advantage_mode": args.advantage_mode, "discount": args.discount,
              "loss_type": args.loss_type, "beta": args.beta, "learning_rate": args.learning_rate},
             model_name, dataset_name, tags, output_dir)
+
+
+def _sample_versions(turns: Sequence[TurnResult], picks: Sequence[Sequence[int]], n: int) -> dict[str, Any]:
+    """`{"policy_versions": [agent] (B,) the policy version of every sample of a micro-batch}` when the rollout
+    records them (asynchronous rollouts), else `{}`."""
+    if not turns or any(t.policy_versions is None for t in turns):
+        return {}
+    versions = [t.policy_versions or [] for t in turns]
+    return {"policy_versions": [torch.cat([torch.full((len(pick),), v[a], dtype=torch.long)
+                                           for v, pick in zip(versions, picks)]) for a in range(n)]}
 
 
 def _tool_mask(turn: TurnResult, agent: int, sample: int) -> list[int]:
