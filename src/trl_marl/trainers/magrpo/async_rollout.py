@@ -137,7 +137,8 @@ class AsyncRollouts:
         self.loaded_version = version  # the version the worker's team holds
         self._queue: collections.deque[RolloutJob] = collections.deque()  # submitted, not yet started
         self.pending: collections.deque[RolloutJob] = collections.deque()  # submitted, not yet taken by the trainer
-        self.running: RolloutJob | None = None
+        self.running: RolloutJob | None = None  # the job the worker plays now
+        self.waiting_for: RolloutJob | None = None  # the job the trainer waits for now
         self.last_taken: RolloutJob | None = None
         self._iterator: Iterator[Any] | None = None
         self._stopped = False
@@ -213,10 +214,13 @@ class AsyncRollouts:
             StalenessError: a version older than `step - max_staleness` (the worker never starts such a job).
             Whatever the worker raised playing the job (e.g. a `RewardFunctionError`).
         """
-        while not job.done.wait(timeout=1.0):
-            if not self._thread.is_alive():
-                raise RuntimeError("The rollout worker stopped before finishing the rollout of step "
-                                   f"{job.step}.")
+        self.waiting_for = job
+        try:
+            while not job.done.wait(timeout=1.0):
+                if not self._thread.is_alive():
+                    raise RuntimeError(f"The rollout worker stopped before finishing the rollout of step {job.step}.")
+        finally:
+            self.waiting_for = None
         if job.error is not None:
             raise job.error
         if job.rollout is None or job.versions is None:
