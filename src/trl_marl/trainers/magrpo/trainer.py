@@ -393,6 +393,9 @@ class MAGRPOTrainer(TeamTrainer):
                     if self.async_rollouts is None:
                         raise RuntimeError("An asynchronous micro-step without a rollout worker.")
                     played = self.async_rollouts.take(group.job, self.state.global_step)
+                    # how many optimizer steps behind the current policy its oldest agent policy was
+                    self._metrics["train"]["async/staleness"].append(
+                        float(self.state.global_step - min(group.job.versions or (self.state.global_step,))))
                 batches = group.batches = list(self._make_batches(group.row_batches, mode="train", rollout=played))
             batch = batches[inputs.index]
             if batch is None:  # freed after its one use (`num_iterations=1`)
