@@ -660,8 +660,10 @@ class MAGRPOTrainer(TeamTrainer):
             agent_index: The agent.
             logps: `(B, L)` per-token log-probs of its completions under its current policy (with gradients).
             inputs: The micro-batch from `_make_batch`: `batches[a]` (an `AgentBatch`), `advantages[a]`,
-                `old_logps`, `ref_logps`, `num_items`, `turn_of_sample[a]`, `entropy[a]` (per-token entropies) and
-                `entropy_mask[a]` (`None`: every token).
+                `old_logps`, `ref_logps`, `num_items`, `turn_of_sample[a]`, `entropy[a]` (per-token entropies),
+                `entropy_mask[a]` (`None`: every token) and, with asynchronous rollouts (`max_staleness > 0`),
+                `policy_versions[a]` (the version of agent a's policy that sampled each row) with the behaviour
+                policy's `sampling_logps[a]` and `importance_sampling_ratio[a]`.
 
         Returns:
             `(loss, kl, clipped)`: the scalar loss, the per-token KL (`None` without one, for logging) and the
