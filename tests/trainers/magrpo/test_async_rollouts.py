@@ -150,6 +150,8 @@ def test_config_errors_name_the_field_and_the_fix(tmp_path):
     with pytest.raises(ValueError, match=r"max_staleness=1.*tools"):
         check_async_support(args, has_tools=True)
     check_async_support(config(tmp_path), num_processes=2, has_tools=True, sharded=True)  # 0: anything goes
+    with pytest.warns(UserWarning, match=r"max_staleness=1.*vllm_importance_sampling_correction=True"):
+        config(tmp_path, max_staleness=1, vllm_importance_sampling_correction=False)
 
 
 def test_trainer_refuses_tools_before_any_step(tmp_path):

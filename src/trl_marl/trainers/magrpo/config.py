@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass, field, fields
 
 from ..._trl_compat import GRPOConfig
@@ -511,6 +512,9 @@ def check_async_support(args: MAGRPOConfig, num_processes: int = 1, has_tools: b
         has_tools: Whether the team plays with tools (`tools` or `environment_factory`).
         sharded: Whether the weights are sharded (FSDP, DeepSpeed ZeRO-3).
 
+    Warns:
+        UserWarning: asynchronous rollouts without the importance-sampling correction.
+
     Raises:
         ValueError: an unsupported combination.
 
@@ -550,3 +554,8 @@ def check_async_support(args: MAGRPOConfig, num_processes: int = 1, has_tools: b
     if args.use_transformers_continuous_batching:
         raise ValueError(f"{name} does not decode with continuous batching yet: set "
                          f"`use_transformers_continuous_batching=False`, {sync}.")
+    if num_processes == 1 and not args.vllm_importance_sampling_correction:  # once, from `__post_init__`
+        warnings.warn(f"{name} with `vllm_importance_sampling_correction=False`: rollouts sampled by older policies "
+                      "are trained as if the current policy had sampled them (biased). Set "
+                      "`vllm_importance_sampling_correction=True` to weigh them by the truncated importance ratio.",
+                      UserWarning, stacklevel=3)
