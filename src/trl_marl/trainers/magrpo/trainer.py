@@ -396,7 +396,10 @@ class MAGRPOTrainer(TeamTrainer):
                     # how many optimizer steps behind the current policy its oldest agent policy was
                     self._metrics["train"]["async/staleness"].append(
                         float(self.state.global_step - min(group.job.versions or (self.state.global_step,))))
-                batches = group.batches = list(self._make_batches(group.row_batches, mode="train", rollout=played))
+                # the synchronous call is unchanged (subclasses that override `_make_batches` keep working)
+                made = (self._make_batches(group.row_batches, mode="train") if played is None
+                        else self._make_batches(group.row_batches, mode="train", rollout=played))
+                batches = group.batches = list(made)
             batch = batches[inputs.index]
             if batch is None:  # freed after its one use (`num_iterations=1`)
                 raise RuntimeError(f"Micro-batch {inputs.index} of the generation was trained on already.")
