@@ -57,7 +57,7 @@ import torch
 
 from ...rollout import JointRollout, Rollout
 from ...team import AgentBatch, AgentTeam, pad_left, pad_right
-from .schedule import MicroStep, _AccumulatedRows
+from .schedule import MicroStep, _AccumulatedRows, read_row_batches
 
 __all__ = ["AsyncGeneration", "AsyncRollouts", "RolloutJob", "StalenessError"]
 
@@ -179,12 +179,7 @@ class AsyncRollouts:
             self.discard_pending()
         self.publish(step)
         while len(self.pending) <= self.max_staleness:
-            row_batches = []
-            for _ in range(self.steps_per_generation):
-                try:
-                    row_batches.append(next(epoch_iterator))
-                except StopIteration:
-                    break
+            row_batches = read_row_batches(epoch_iterator, self.steps_per_generation)
             if not row_batches:
                 break
             self.submit(RolloutJob(step + len(self.pending), row_batches))

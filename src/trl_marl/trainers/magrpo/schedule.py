@@ -26,6 +26,17 @@ from torch.utils.data import Sampler
 __all__ = ["BlockRepeatSampler", "GenerationSchedule", "MicroStep"]
 
 
+
+def read_row_batches(epoch_iterator: Iterator[Any], count: int) -> list[Any]:
+    """The next `count` row batches of `epoch_iterator` (fewer at the end of the epoch)."""
+    row_batches: list[Any] = []
+    for _ in range(count):
+        try:
+            row_batches.append(next(epoch_iterator))
+        except StopIteration:
+            break
+    return row_batches
+
 class BlockRepeatSampler(Sampler[int]):
     """The indices of `sampler`, in blocks of `block_size`, each block yielded `repeat` times in a row.
 
@@ -119,12 +130,7 @@ class GenerationSchedule:
         for _ in range(num_batches):
             group = self.generation
             if group is None or (self.cursor == len(group.row_batches) and self.passes_left == 0):
-                row_batches = []
-                for _ in range(self.steps_per_generation):  # the rows of a whole generation, read ahead
-                    try:
-                        row_batches.append(next(epoch_iterator))
-                    except StopIteration:
-                        break
+                row_batches = read_row_batches(epoch_iterator, self.steps_per_generation)  # a whole generation
                 if not row_batches:
                     break
                 group = self.generation = _AccumulatedRows(row_batches)
