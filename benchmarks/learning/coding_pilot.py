@@ -35,6 +35,14 @@ forms the untrained helper often gets wrong, so that both agents' right answers 
 signal grows as the other learns): the helper right with a reference main in 0.2 to 0.6 of answers; the main (the
 first design's prompt and functions) right with a reference helper in at least 0.02; untrained success below 0.3.
 
+`--task coding_naming` (2026-12-03, the eighth design, fixed before its pilot: the first design's rows, the helper
+names its function `aux` or `code` and the main agent calls one, each prompt listing the names in the opposite order):
+each agent chooses one of the two names in at least 0.3 of its answers; each leans to its own first name by at least
+1.5 to 1 (the helper to `aux`, the main agent to `code`: the crossing under which agents trained against an untrained
+partner each learn the other's habit); each agent's less chosen name in at least 0.05 of its answers (a group of 8
+holds it a third of the time); the helper right with a reference main in at least 0.2, the main right with a
+reference helper in at least 0.02; untrained success below 0.3.
+
 The writing task is piloted here too: one script for every issue-55 design with a choice to gate.
 
     python benchmarks/learning/coding_pilot.py --task coding_private --rows 16
@@ -68,6 +76,20 @@ def choice_gates(m: dict[str, Any], options: tuple[str, str]) -> dict[str, Any]:
             "passes": bool(min(named.values()) >= 0.3 and same_bias and min(minority.values()) >= 0.1)}
 
 
+def naming_gates(m: dict[str, Any]) -> dict[str, Any]:
+    """The gates of `coding_naming` (fixed before its pilot): named, opposite leanings, minority, skills."""
+    own = {0: ("aux", "code"), 1: ("code", "aux")}  # each agent's (first, second) name in its prompt
+    named = {a: m[f"agent_{a}_aux"] + m[f"agent_{a}_code"] for a in (0, 1)}
+    lean = {a: max(m[f"agent_{a}_{own[a][0]}"], 1e-9) / max(m[f"agent_{a}_{own[a][1]}"], 1e-9) for a in (0, 1)}
+    minority = {a: min(m[f"agent_{a}_aux"], m[f"agent_{a}_code"]) for a in (0, 1)}
+    helper, main_right = m["helper_with_reference_main"], m["main_with_reference_helper"]
+    return {"named": named, "named_gate": ">= 0.3 per agent", "own_first_to_other": lean,
+            "lean_gate": ">= 1.5 per agent (opposite names)", "minority": minority, "minority_gate": ">= 0.05",
+            "helper_right": helper, "helper_gate": ">= 0.2", "main_right": main_right, "main_gate": ">= 0.02",
+            "passes": bool(min(named.values()) >= 0.3 and min(lean.values()) >= 1.5
+                           and min(minority.values()) >= 0.05 and helper >= 0.2 and main_right >= 0.02)}
+
+
 def task_gates(task: str, m: dict[str, Any]) -> dict[str, Any]:
     """The pilot gates of `task` (fixed before its pilot) on the untrained team's metrics `m`."""
     if task == "coding_division":
@@ -82,6 +104,8 @@ def task_gates(task: str, m: dict[str, Any]) -> dict[str, Any]:
         return {"helper_right": helper, "helper_gate": "0.2 to 0.6", "main_right": main_right,
                 "main_gate": ">= 0.02 (the first design's main, 0.04 untrained, learned to 0.40 on seeds 0 and 1)",
                 "passes": bool(0.2 <= helper <= 0.6 and main_right >= 0.02)}
+    if task == "coding_naming":
+        return naming_gates(m)
     gates = choice_gates(m, ("first", "second"))
     named, minority, same_bias = gates["named"], gates["minority"], gates["same_bias"]
     half_score = {}
@@ -103,7 +127,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=16)
     parser.add_argument("--task", default="coding_division",
                         choices=("coding_division", "coding_division_stubs", "coding_division_stubs_t1",
-                                 "coding_private", "coding_private_mixed",
+                                 "coding_private", "coding_private_mixed", "coding_naming",
                                  "writing_halves",
                                  "writing_halves_second_first",
                                  "writing_halves_no_clause", "writing_halves_named",

@@ -260,6 +260,32 @@ class MainCallsHelper:
         return [float(solution.helper_used) for solution in batch.solutions]
 
 
+class NameChoice:
+    """1 when agent `agent_index` chose `name` in `NamingCodingEnv` (the helper: its function is called `name`; the
+    main agent: its function refers to `name`), else 0; with `name=None`, 1 when the main agent calls the name the
+    helper chose (the team agreed)."""
+
+    reward_kind = "team"
+
+    def __init__(self, env: Any, agent_index: int, name: str | None) -> None:
+        self.env, self.agent_index, self.name = env, agent_index, name
+        self.__name__ = "names_match" if name is None else f"agent_{agent_index}_{name}"
+
+    def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:
+        from trl_marl.envs.coding_analysis import analyze_solution
+        from trl_marl.rewards.coding import coding_batch
+
+        out = []
+        for s in coding_batch(self.env, completions, kwargs, self.__name__).solutions:
+            if self.name is None:
+                out.append(float(s.helper_defined and s.helper_used))
+            elif self.agent_index == 0:
+                out.append(float(s.helper_defined and s.helper_name == self.name))
+            else:
+                out.append(float(analyze_solution("", s.main_code, s.entry_point, self.name).helper_used))
+        return out
+
+
 DIVISION_PREFILL = "```python\n# I write the function named `"
 """The start of each programmer's answer in `coding_division`: a comment that the model completes with a name, so its
 first word chooses its part (`aux` or the main function). Pilots on 16 training rows x 8 (untrained): with the fence
@@ -333,7 +359,7 @@ def coding_division_stubs_t1_task() -> Task:
                 metrics=base.metrics)
 
 
-def coding_private_task(rules: str = "linear") -> Task:
+def coding_private_task(rules: str = "linear", naming: bool = False) -> Task:
     """Cooperative coding with private information (`PrivateRuleCodingEnv`, issue 55): only agent 0 (the helper)
     reads the rule that codes a number ("multiply `x` by 3, then add 4") and writes `aux`; agent 1 writes a main
     function over the codes (a list of codes, their sum, the largest, the codes of two numbers) and is told only that
@@ -348,10 +374,15 @@ def coding_private_task(rules: str = "linear") -> Task:
 
     `rules="mixed"` (task `coding_private_mixed`, the seventh design) trains on rules the untrained helper often gets
     wrong (`private_rule_rows(..., "mixed")`), each training batch and the training rows of a pilot drawn form by
-    form (a form, then a rule of it), so that each form is a third of the rows."""
+    form (a form, then a rule of it), so that each form is a third of the rows.
+
+    `naming=True` (task `coding_naming`, issue 55's eighth design) is `NamingCodingEnv` on the same rows: the helper
+    names its function `aux` or `code`, the main agent calls one of them, neither sees the other's code, and each
+    prompt lists the names in the opposite order (the helper `aux` first, the main agent `code` first, its worked
+    exchanges calling `code`). Metrics add each agent's choice and whether the names match."""
     from trl_marl.data.team_coding import private_rule_rows
     from trl_marl.envs import CentralizedCodingEnv, CooperativeCodingEnv
-    from trl_marl.envs.coding_private import PrivateRuleCodingEnv
+    from trl_marl.envs.coding_private import NamingCodingEnv, PrivateRuleCodingEnv
     from trl_marl.rewards.coding import CodingTeamReward, HelperUsedReward, PassRateReward, ReferencePartnerPass
 
     train, heldout = private_rule_rows("train", rules), private_rule_rows("heldout", rules)
@@ -364,7 +395,7 @@ def coding_private_task(rules: str = "linear") -> Task:
     def env(central: bool) -> Any:
         if central:  # one policy reads the rule (the rows' helper contract) and writes both functions
             return CentralizedCodingEnv(CooperativeCodingEnv(chat=True, code_prefill="```python\n"))
-        return PrivateRuleCodingEnv(chat=True)
+        return NamingCodingEnv(chat=True) if naming else PrivateRuleCodingEnv(chat=True)
 
     def train_rows(count: int, seed: int) -> list[dict[str, Any]]:
         if rules == "mixed":
@@ -385,13 +416,20 @@ def coding_private_task(rules: str = "linear") -> Task:
                  "helper_with_reference_main": lambda env: ReferencePartnerPass(env, 0),
                  "main_with_reference_helper": lambda env: ReferencePartnerPass(env, 1),
                  "team_reward": CodingTeamReward}
-        return {name: coding_scored(func)(env) for name, func in named.items()}
+        scored = {name: coding_scored(func)(env) for name, func in named.items()}
+        if isinstance(env, NamingCodingEnv):
+            for agent in (0, 1):
+                for name in env.helper_names:
+                    scored[f"agent_{agent}_{name}"] = NameChoice(env, agent, name)
+            scored["names_match"] = NameChoice(env, 0, None)
+        return scored
 
     # 64 new tokens: the main agent writes its whole function (the helper one expression, closed well within it);
     # the single policy writes both functions, the helper's `def` line included: 128
     sizes = {"batch": 16, "generations": 8, "completion": 64, "central_completion": 128, "eval_rows": 16,
              "temperature": 0.7, "stop": ["```"]}
-    return Task("coding_private" if rules == "linear" else f"coding_private_{rules}", env,
+    name = "coding_naming" if naming else "coding_private" if rules == "linear" else f"coding_private_{rules}"
+    return Task(name, env,
                 coding_scored(CodingTeamReward), train_rows, eval_rows, success=coding_scored(PassRateReward),
                 sizes=sizes, metrics=metrics)
 
@@ -400,7 +438,8 @@ TASKS: dict[str, Callable[[], Task]] = {"split": split_task, "target_sum": targe
                                      "coding_division": coding_division_task, "coding_private": coding_private_task,
                                      "coding_division_stubs": coding_division_stubs_task,
                                      "coding_division_stubs_t1": coding_division_stubs_t1_task,
-                                     "coding_private_mixed": lambda: coding_private_task("mixed")}
+                                     "coding_private_mixed": lambda: coding_private_task("mixed"),
+                                     "coding_naming": lambda: coding_private_task("linear", naming=True)}
 
 
 def writing_task() -> Task:

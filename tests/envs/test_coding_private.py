@@ -86,7 +86,8 @@ def test_the_mixed_rule_set_by_hand_and_its_split():
     assert not {r["rule"] for r in train} & {r["rule"] for r in held}
     assert all("then multiply" not in r["rule"] for r in train)
     assert "square `x`, then add 4" not in {r["rule"] for r in train}
-    # 3x mod 6 codes every number as 0 or 3; 6x mod 3 would code every number as 0, so it is not a rule
+    # 3x mod 6 codes numbers as 0 or 3, a rule; 6x mod 3 would code every number as 0, so it is not one
+    assert "multiply `x` by 3, then take the remainder after dividing by 6" in {r["rule"] for r in train}
     assert "multiply `x` by 6, then take the remainder after dividing by 3" not in {r["rule"] for r in train}
     row = next(r for r in train if r["rule"] == "multiply `x` by 3, then take the remainder after dividing by 7"
                and r["entry_point"] == "coded_sum")

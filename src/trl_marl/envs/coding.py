@@ -333,6 +333,12 @@ class CooperativeCodingEnv(MultiAgentEnv):
             helper_code = definitions_of(helper_code, {self.helper_name})
         return analyze_solution(helper_code, self.code_of(main_completion), entry_point, self.helper_name, preamble)
 
+    @property
+    def helper_names(self) -> tuple[str, ...]:
+        """The names the helper's function may have (here `helper_name` only; see
+        [`~trl_marl.envs.coding_private.NamingCodingEnv`])."""
+        return (self.helper_name,)
+
     def code_of(self, completion: Any) -> str:
         """The code of an agent's answer (`code_prefill` + completion): the fenced Python, reduced to its top-level
         definitions when `keep_definitions_only` is set."""

@@ -28,11 +28,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..utils.code import function_parts
+from ..utils.code import first_definition_of, function_parts, parse_or_none, prompt_preamble
 from ..utils.text import completion_text
 from .base import Prompt, Transcript
 from .coding import HELPER_AGENT, MAIN_AGENT, CooperativeCodingEnv
-from .coding_analysis import CodingSolution
+from .coding_analysis import CodingSolution, analyze_solution
 
 PRIVATE_HELPER_TEMPLATE = """\
 Write a Python function `{helper_name}(x: int) -> int` that returns the code of the number `x`: {rule}. Your \
@@ -132,3 +132,124 @@ class PrivateRuleCodingEnv(CooperativeCodingEnv):
         """The joint action, each completion read after its own prefill."""
         return super().assemble(row, self.prefill(row, HELPER_AGENT) + completion_text(helper_completion),
                                 self.prefill(row, MAIN_AGENT) + completion_text(main_completion))
+
+
+NAMING_HELPER_TEMPLATE = """\
+Write a Python function that returns the code of the number `x`: {rule}. Name it `{first}` or `{second}`: your \
+partner calls it by one of these two names and cannot see your code, so the program works only if you choose the \
+name your partner calls. Reply with only the code."""
+"""The helper agent's prompt in [`NamingCodingEnv`] (format fields `{rule}`, `{first}`, `{second}`: the helper's
+own order of the two names)."""
+
+NAMING_MAIN_TEMPLATE = """\
+Write a Python function `{entry_signature}`. {description}
+
+Every number has a secret code that only your partner knows. Your partner writes the function that returns the code \
+of `x` and names it `{first}` or `{second}`; you cannot see its code, so call it by the name you think your partner \
+chose, and do not write it. Reply with only the code."""
+"""The main agent's prompt in [`NamingCodingEnv`] (format fields `{entry_signature}`, `{description}`, `{first}`,
+`{second}`: the main agent's own order of the two names)."""
+
+
+class NamingCodingEnv(PrivateRuleCodingEnv):
+    """Cooperative coding with private information and an interface the two agents must agree on (issue 55): the
+    helper agent names its function one of two names, the main agent calls one of them, and neither sees the other's
+    code, so the program works only if they chose the same name: a convention.
+
+    Each agent's prompt lists the two names in its own order (`helper_order`, `main_order`), and the main agent's
+    worked exchanges call its first name. With the default opposite orders each untrained agent leans to a different
+    name, so an agent trained against its untrained partner learns the partner's habit, and two agents trained that
+    way cross (the helper learns the main agent's first name, the main agent the helper's); a team trained together
+    settles on one name. The helper's answer is prefilled up to `def ` (its first word is the name), the main agent's
+    with the code fence. The joint action keeps the helper's first function called one of the names
+    ([`~trl_marl.utils.code.first_definition_of`]): a helper that also defines the other name, or an alias, has chosen
+    the first one. `CodingSolution.helper_name` is the name the helper chose; if it chose neither, the program has
+    no helper.
+
+    Example:
+
+    ```python
+    from trl_marl.data.team_coding import private_rule_rows
+    from trl_marl.envs.coding_private import NamingCodingEnv
+    from trl_marl.rewards.coding import CodingTeamReward
+
+    env = NamingCodingEnv(chat=True)          # names ("aux", "code"): the helper lists `aux` first, the main `code`
+    reward = CodingTeamReward(env)
+    rows = private_rule_rows("train")
+    ```
+
+    Args:
+        names (`tuple[str, str]`): The two names the helper may give its function.
+        helper_order (`tuple[int, int]`): The order in which the helper's prompt lists `names`.
+        main_order (`tuple[int, int]`): The order in which the main agent's prompt lists `names`; its worked
+            exchanges call the first.
+        **kwargs: [`PrivateRuleCodingEnv`]'s other arguments; `helper_name` defaults to `names[0]` (the name the
+            rows' reference code uses).
+    """
+
+    def __init__(self, names: tuple[str, str] = ("aux", "code"), helper_order: tuple[int, int] = (0, 1),
+                 main_order: tuple[int, int] = (1, 0), helper_template: str = NAMING_HELPER_TEMPLATE,
+                 main_template: str = NAMING_MAIN_TEMPLATE, **kwargs: Any) -> None:
+        if len(names) != 2 or len(set(names)) != 2 or not all(isinstance(n, str) and n.isidentifier() for n in names):
+            raise ValueError(f"`names` must be two different Python identifiers, got {names!r}.")
+        for field, order in (("helper_order", helper_order), ("main_order", main_order)):
+            if sorted(order) != [0, 1]:
+                raise ValueError(f"`{field}` must be (0, 1) or (1, 0), got {order!r}.")
+        kwargs.setdefault("helper_name", names[0])
+        super().__init__(helper_template=helper_template, main_template=main_template, **kwargs)
+        self.names: tuple[str, str] = (names[0], names[1])
+        self.helper_order: tuple[int, int] = (helper_order[0], helper_order[1])
+        self.main_order: tuple[int, int] = (main_order[0], main_order[1])
+
+    @property
+    def helper_names(self) -> tuple[str, ...]:
+        """The names the helper may choose."""
+        return self.names
+
+    def _ordered(self, order: tuple[int, int]) -> dict[str, str]:
+        return {"first": self.names[order[0]], "second": self.names[order[1]]}
+
+    def prefill(self, row: Mapping[str, Any], agent_index: int) -> str:
+        """The helper's answer starts at its function's name (`def `), the main agent's with the code fence."""
+        return "```python\ndef " if agent_index == HELPER_AGENT else "```python\n"
+
+    def agent_prompt(self, row: Mapping[str, Any], agent_index: int, transcript: Transcript) -> Prompt:
+        """Agent 0 (helper): the rule and the two names; agent 1 (main): its function and the two names."""
+        if agent_index not in (HELPER_AGENT, MAIN_AGENT):
+            raise IndexError(f"{type(self).__name__} has agents 0 (helper) and 1 (main), got {agent_index}.")
+        self.check_row(row)
+        main_names = self._ordered(self.main_order)
+        if agent_index == HELPER_AGENT:
+            text = self.private_helper_template.format(rule=self._value(row, self.rule_column).strip(),
+                                                       **self._ordered(self.helper_order))
+        else:
+            entry_point = self.entry_point(row)
+            prompt = self._value(row, self.prompt_column).strip("\n")
+            signature, description = function_parts(prompt, entry_point) or (entry_point + "(...)", "")
+            text = self.private_main_template.format(entry_signature=signature, description=description,
+                                                     **main_names)
+        prefill = self.prefill(row, agent_index)
+        if not self.chat:
+            return text + "\n\n" + prefill
+        shots: list[dict[str, str]] = []
+        if agent_index == MAIN_AGENT:
+            for signature, description, answer in self.main_examples:
+                shots += [{"role": "user", "content": self.private_main_template.format(
+                              entry_signature=signature, description=description, **main_names)},
+                          {"role": "assistant",
+                           "content": f"```python\n{answer.format(helper_name=main_names['first'])}\n```"}]
+        return [*shots, {"role": "user", "content": text}, {"role": "assistant", "content": prefill}]
+
+    def assemble(self, row: Mapping[str, Any], helper_completion: Any, main_completion: Any) -> CodingSolution:
+        """The joint action: the helper's first function called one of `names` (and its imports), under the name it
+        chose, with the main agent's code."""
+        self.check_row(row)
+        entry_point = self.entry_point(row)
+        preamble = prompt_preamble(self._value(row, self.prompt_column), entry_point)
+        helper_code = self.code_of(self.prefill(row, HELPER_AGENT) + completion_text(helper_completion))
+        chosen, helper_code = first_definition_of(helper_code, self.names)
+        if chosen is None:  # no function with either name (or code that does not parse): no helper
+            chosen = self.helper_name
+            helper_code = "" if parse_or_none(helper_code) is not None else helper_code
+        main_code = self.code_of(self.prefill(row, MAIN_AGENT) + completion_text(main_completion))
+        return analyze_solution(helper_code, main_code, entry_point, chosen, preamble)

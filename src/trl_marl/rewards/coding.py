@@ -573,13 +573,16 @@ class ReferencePartnerPass:
         batch = coding_batch(self.env, completions, kwargs, self.__name__)
         variants = []
         for row, solution, reference in zip(batch.rows, batch.solutions, kwargs[self.reference_column]):
-            entry_point = solution.entry_point
-            helper = definitions_of(reference, {solution.helper_name})
+            entry_point, name = solution.entry_point, self.env.helper_name  # the reference code's helper name
+            helper = definitions_of(reference, {name})
             main = definitions_of(reference, {entry_point})
-            if self.agent_index == HELPER_AGENT:
+            if self.agent_index == HELPER_AGENT:  # the reference main calls `name`: alias the helper's own choice
                 helper = solution.helper_code
-            else:
+                if solution.helper_defined and solution.helper_name != name:
+                    helper += f"\n\n{name} = {solution.helper_name}\n"
+            else:  # the reference helper answers to every name the helper may choose
                 main = solution.main_code
+                helper += "".join(f"\n\n{other} = {name}\n" for other in self.env.helper_names if other != name)
             variants.append(analyze_solution(helper, main, entry_point, solution.helper_name,
                                              prompt_preamble(row[self.env.prompt_column], entry_point)))
         results = self.env.execute(batch.rows, variants)
