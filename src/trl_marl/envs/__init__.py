@@ -7,7 +7,8 @@
   list without seeing each other's answer (a position convention, which transfers to unseen lists).
 - `CooperativeWritingEnv`: MAGRPO's writing task (summary + detailed expansion).
 - `CooperativeCodingEnv`: MAGRPO's coding task (helper + main function, sandboxed tests as feedback);
-  `PrivateRuleCodingEnv` with a rule only the helper reads, `DivisionCodingEnv` with roles the agents choose.
+  `PrivateRuleCodingEnv` with a rule only the helper reads, `NamingCodingEnv` with an interface name the two agents
+  must agree on, `DivisionCodingEnv` with roles the agents choose.
 - `SymmetricWritingEnv`: the writing task with roles the writers choose (who writes the summary).
 - `DebateEnv`, `ToyDebateEnv`: collaborative debate (Du et al. 2024) as used by MAPoRL.
 - `CentralizedEnv`: one policy writes every agent's part of any text env in tagged sections (the baseline);
@@ -25,7 +26,7 @@ from .centralized import CentralizedEnv, split_sections
 from .coding import CooperativeCodingEnv
 from .coding_central import CentralizedCodingEnv
 from .coding_division import DivisionCodingEnv
-from .coding_private import PrivateRuleCodingEnv
+from .coding_private import NamingCodingEnv, PrivateRuleCodingEnv
 from .coordination import ChatSplitItemsEnv
 from .debate import DebateEnv, ToyDebateEnv
 from .writing import CooperativeWritingEnv, SymmetricWritingEnv, writing_text
@@ -41,6 +42,7 @@ __all__ = [
     "DivisionCodingEnv",
     "MultiAgentEnv",
     "Prompt",
+    "NamingCodingEnv",
     "PrivateRuleCodingEnv",
     "PromptEnv",
     "SymmetricWritingEnv",
