@@ -43,6 +43,12 @@ partner each learn the other's habit); each agent's less chosen name in at least
 holds it a third of the time); the helper right with a reference main in at least 0.2, the main right with a
 reference helper in at least 0.02; untrained success below 0.3.
 
+`--task coding_rule_division` (2026-12-03, the ninth design, fixed before its pilot: two rules, two one-expression
+functions `aux1` and `aux2`, the same prompt for both programmers, each answer prefilled up to `def aux`): the halves
+task's gates for the two functions (each programmer writes one of them in at least 0.3 of its answers, both prefer
+the same one by at least 1.5 to 1, each programmer's less chosen one in at least 0.1), each programmer's function
+right with the reference of the other in at least 0.3 of its answers, untrained success below 0.3.
+
 The writing task is piloted here too: one script for every issue-55 design with a choice to gate.
 
     python benchmarks/learning/coding_pilot.py --task coding_private --rows 16
@@ -106,6 +112,11 @@ def task_gates(task: str, m: dict[str, Any]) -> dict[str, Any]:
                 "passes": bool(0.2 <= helper <= 0.6 and main_right >= 0.02)}
     if task == "coding_naming":
         return naming_gates(m)
+    if task == "coding_rule_division":
+        gates = choice_gates(m, ("aux1", "aux2"))
+        right = {a: m[f"agent_{a}_right"] for a in (0, 1)}
+        return gates | {"right": right, "right_gate": ">= 0.3 per programmer",
+                        "passes": bool(gates["passes"] and min(right.values()) >= 0.3)}
     gates = choice_gates(m, ("first", "second"))
     named, minority, same_bias = gates["named"], gates["minority"], gates["same_bias"]
     half_score = {}
@@ -128,6 +139,7 @@ def main() -> None:
     parser.add_argument("--task", default="coding_division",
                         choices=("coding_division", "coding_division_stubs", "coding_division_stubs_t1",
                                  "coding_private", "coding_private_mixed", "coding_naming",
+                                 "coding_rule_division",
                                  "writing_halves",
                                  "writing_halves_second_first",
                                  "writing_halves_no_clause", "writing_halves_named",

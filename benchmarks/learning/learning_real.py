@@ -286,6 +286,84 @@ class NameChoice:
         return out
 
 
+class RuleDivisionMetric:
+    """Metrics of `RuleDivisionCodingEnv`: with `name`, 1 when agent `agent_index` wrote the function `name` first;
+    with `name=None` and `agent_index=None`, 1 when both wrote the same function (a collision); with `name=None`, 1
+    when agent `agent_index`'s function passes every test paired with the reference of the other one (its skill)."""
+
+    reward_kind = "team"
+    reward_isolation = "thread"
+
+    def __init__(self, env: Any, agent_index: int | None, name: str | None) -> None:
+        self.env, self.agent_index, self.name = env, agent_index, name
+        self.__name__ = ("collision" if agent_index is None else f"agent_{agent_index}_{name}" if name
+                         else f"agent_{agent_index}_right")
+
+    def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:
+        from trl_marl.envs.coding_analysis import analyze_solution
+        from trl_marl.utils.code import definitions_of
+
+        team = kwargs["agent_completions"]
+        choices = [[self.env.part(c)[0] for c in team[a]] for a in (0, 1)]
+        if self.agent_index is None:
+            return [float(a is not None and a == b) for a, b in zip(*choices)]
+        if self.name is not None:
+            return [float(c == self.name) for c in choices[self.agent_index]]
+        rows, variants, todo = [], [], []
+        for i, completion in enumerate(team[self.agent_index]):
+            choice, code = self.env.part(completion)
+            if choice is None:
+                continue
+            row = {key: kwargs[key][i] for key in ("prompt", "entry_point", "test", "canonical_solution")}
+            other = next(n for n in self.env.names if n != choice)
+            helper = code + "\n\n\n" + definitions_of(row["canonical_solution"], {other})
+            main = definitions_of(row["prompt"], {row["entry_point"]})
+            rows.append(row)
+            variants.append(analyze_solution(helper, main, row["entry_point"], self.env.helper_name))
+            todo.append(i)
+        out = [0.0] * len(team[self.agent_index])
+        for i, result in zip(todo, self.env.execute(rows, variants)):
+            out[i] = float(result is not None and result.total > 0 and result.passed == result.total)
+        return out
+
+
+def coding_rule_division_task() -> Task:
+    """Two rules, two one-expression functions, two programmers who choose who writes which (`RuleDivisionCodingEnv`,
+    issue 55's ninth design): the same prompt for both but "programmer 1/2", each answer prefilled up to `def aux`
+    so that the first token (`1` or `2`) is the choice; the program's main function is given and returns
+    `[aux1(x), aux2(x)]`. Trained on the pass rate (half the tests check each function; a collision passes none);
+    success is every test passing. Rows: `rule_pair_rows` (160 training pairs of the first private-rule design's
+    training rules, 16 held-out pairs of its held-out rules). Metrics: each programmer's choice, collisions, each
+    programmer's function right with the reference of the other. No single-policy arm."""
+    from trl_marl.data.team_coding import rule_pair_rows
+    from trl_marl.envs.coding_rule_division import RuleDivisionCodingEnv
+    from trl_marl.rewards.coding import PassRateReward
+
+    train, heldout = rule_pair_rows("train"), rule_pair_rows("heldout")
+
+    def env(central: bool) -> Any:
+        return RuleDivisionCodingEnv(chat=True)
+
+    def train_rows(count: int, seed: int) -> list[dict[str, Any]]:
+        return random.Random(seed).choices(train, k=count)
+
+    def eval_rows(split: str, count: int) -> list[dict[str, Any]]:
+        rows = heldout if split == "heldout" else random.Random(EVAL_ORDER_SEED).sample(train, k=len(heldout))
+        return [rows[i % len(rows)] for i in range(min(count, len(rows)))]
+
+    def metrics(env: Any) -> dict[str, Any]:
+        out: dict[str, Any] = {"collision": RuleDivisionMetric(env, None, None)}
+        for agent in (0, 1):
+            for name in env.names:
+                out[f"agent_{agent}_{name}"] = RuleDivisionMetric(env, agent, name)
+            out[f"agent_{agent}_right"] = RuleDivisionMetric(env, agent, None)
+        return out
+
+    sizes = {"batch": 16, "generations": 8, "completion": 64, "eval_rows": 16, "temperature": 0.7, "stop": ["```"]}
+    return Task("coding_rule_division", env, PassRateReward, train_rows, eval_rows, success=PassRateReward,
+                sizes=sizes, central=False, metrics=metrics)
+
+
 DIVISION_PREFILL = "```python\n# I write the function named `"
 """The start of each programmer's answer in `coding_division`: a comment that the model completes with a name, so its
 first word chooses its part (`aux` or the main function). Pilots on 16 training rows x 8 (untrained): with the fence
@@ -439,7 +517,8 @@ TASKS: dict[str, Callable[[], Task]] = {"split": split_task, "target_sum": targe
                                      "coding_division_stubs": coding_division_stubs_task,
                                      "coding_division_stubs_t1": coding_division_stubs_t1_task,
                                      "coding_private_mixed": lambda: coding_private_task("mixed"),
-                                     "coding_naming": lambda: coding_private_task("linear", naming=True)}
+                                     "coding_naming": lambda: coding_private_task("linear", naming=True),
+                                     "coding_rule_division": lambda: coding_rule_division_task()}
 
 
 def writing_task() -> Task:

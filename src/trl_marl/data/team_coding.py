@@ -33,6 +33,7 @@ True
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -907,4 +908,52 @@ def private_rule_rows(split: str = "train", rules: str = "linear") -> list[dict[
                 "helper_signature": "(x: int) -> int", "helper_doc": f"Return the code of `x`: {words}.",
                 "rule": words, "family": RULE_FORMS[f][1].format(k="k", c="c"), "level": 1,
             })
+    return rows
+
+
+PAIR_TEST_ARGUMENTS = (0, 1, 2, 5, -3)
+"""The numbers `x` at which the rule-pair rows test `two_codes(x)` (each function separately)."""
+
+
+def rule_pair_rows(split: str = "train", count: int = 160) -> list[dict[str, Any]]:
+    """Two rules, two helper functions, two programmers who choose who writes which
+    ([`~trl_marl.envs.coding_rule_division.RuleDivisionCodingEnv`], issue 55's ninth design).
+
+    Each row names two different rules of the first private-rule set ([`RULE_FORMS`] 0 and 1 for training, the
+    held-out rules [`HELDOUT_RULES`] for held-out rows): `aux1(x)` codes `x` by the first, `aux2(x)` by the second.
+    The row's prompt is the whole main function `two_codes(x)`, which returns `[aux1(x), aux2(x)]`; its tests check
+    each function separately at [`PAIR_TEST_ARGUMENTS`], so a program with one right function passes half of them and
+    a program that misses one function passes none. Columns: HumanEval's, plus `rule1`, `rule2` (the rules' words) and
+    `level` (1).
+
+    Args:
+        split (`str`): `"train"` (`count` pairs of training rules, drawn with a fixed seed) or `"heldout"` (16 pairs
+            of held-out rules: each rule with the next and the third next one).
+        count (`int`): The number of training rows.
+    """
+    if split not in ("train", "heldout"):
+        raise ValueError(f"split must be 'train' or 'heldout', got {split!r}.")
+    if split == "train":
+        rules = _training_rules("linear")
+        rng = random.Random(55)
+        pairs = [tuple(rng.sample(rules, 2)) for _ in range(count)]
+    else:
+        n = len(HELDOUT_RULES)
+        pairs = [(HELDOUT_RULES[i], HELDOUT_RULES[(i + step) % n]) for step in (1, 3) for i in range(n)]
+    prompt = ('def two_codes(x: int) -> list:\n    """Return the code of `x` under the first rule and under the '
+              'second rule."""\n    return [aux1(x), aux2(x)]\n')
+    rows: list[dict[str, Any]] = []
+    for index, pair in enumerate(pairs):
+        words, helpers, tests = [], [], []
+        for slot, (f, k, c) in enumerate(pair):
+            text, expression, value = RULE_FORMS[f]
+            words.append(text.format(k=k, c=c))
+            helpers.append(f"def aux{slot + 1}(x):\n    return {expression.format(k=k, c=c)}")
+            tests += [f"candidate({x})[{slot}] == {value(x, k, c)!r}" for x in PAIR_TEST_ARGUMENTS]
+        rows.append({
+            "task_id": f"RulePair/{split}/{index}", "prompt": prompt, "entry_point": "two_codes",
+            "test": "def check(candidate):\n" + "".join(f"    assert {t}\n" for t in tests),
+            "canonical_solution": "\n\n\n".join(helpers) + "\n\n\n" + prompt, "rule1": words[0], "rule2": words[1],
+            "level": 1,
+        })
     return rows

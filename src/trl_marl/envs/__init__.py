@@ -8,7 +8,8 @@
 - `CooperativeWritingEnv`: MAGRPO's writing task (summary + detailed expansion).
 - `CooperativeCodingEnv`: MAGRPO's coding task (helper + main function, sandboxed tests as feedback);
   `PrivateRuleCodingEnv` with a rule only the helper reads, `NamingCodingEnv` with an interface name the two agents
-  must agree on, `DivisionCodingEnv` with roles the agents choose.
+  must agree on, `DivisionCodingEnv` with roles the agents choose, `RuleDivisionCodingEnv` with two rules and two
+  one-expression functions the agents divide.
 - `SymmetricWritingEnv`: the writing task with roles the writers choose (who writes the summary).
 - `DebateEnv`, `ToyDebateEnv`: collaborative debate (Du et al. 2024) as used by MAPoRL.
 - `CentralizedEnv`: one policy writes every agent's part of any text env in tagged sections (the baseline);
@@ -27,6 +28,7 @@ from .coding import CooperativeCodingEnv
 from .coding_central import CentralizedCodingEnv
 from .coding_division import DivisionCodingEnv
 from .coding_private import NamingCodingEnv, PrivateRuleCodingEnv
+from .coding_rule_division import RuleDivisionCodingEnv
 from .coordination import ChatSplitItemsEnv
 from .debate import DebateEnv, ToyDebateEnv
 from .writing import CooperativeWritingEnv, SymmetricWritingEnv, writing_text
@@ -44,6 +46,7 @@ __all__ = [
     "Prompt",
     "NamingCodingEnv",
     "PrivateRuleCodingEnv",
+    "RuleDivisionCodingEnv",
     "PromptEnv",
     "SymmetricWritingEnv",
     "TargetSumEnv",

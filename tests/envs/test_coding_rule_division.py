@@ -1,0 +1,74 @@
+"""Tests of `RuleDivisionCodingEnv` and `rule_pair_rows` (issue 55's ninth design): two programmers, two rules, two
+functions `aux1` and `aux2`; each writes the one its first token names, and a collision leaves the program without
+the other."""
+
+from __future__ import annotations
+
+import pytest
+
+from trl_marl.data.team_coding import HELDOUT_RULES, rule_pair_rows
+from trl_marl.envs.base import Transcript
+from trl_marl.envs.coding_rule_division import RuleDivisionCodingEnv
+from trl_marl.rewards.coding import PassRateReward
+from trl_marl.sandbox import ProgramExecutor, SandboxLimits
+
+TRAIN, HELD = rule_pair_rows("train"), rule_pair_rows("heldout")
+ROW = {**TRAIN[0], "rule1": "multiply `x` by 3, then add 4", "rule2": "multiply `x` by 2, then subtract 1",
+       "test": "def check(candidate):\n" + "".join(f"    assert candidate({x})[0] == {3 * x + 4}\n" for x in (0, 1))
+       + "".join(f"    assert candidate({x})[1] == {2 * x - 1}\n" for x in (0, 1))}
+
+
+@pytest.fixture(scope="module")
+def env() -> RuleDivisionCodingEnv:
+    return RuleDivisionCodingEnv(chat=True, executor=ProgramExecutor(limits=SandboxLimits(wall_time=3, cpu_time=2)))
+
+
+def pass_rate(env, firsts: list, seconds: list) -> list[float]:
+    kwargs = {key: [value] * len(firsts) for key, value in ROW.items()}
+    return PassRateReward(env)(prompts=["p"] * len(firsts), completions=firsts, agent_completions=[firsts, seconds],
+                               **kwargs)
+
+
+def test_rows_by_hand_and_the_split():
+    assert len(TRAIN) == 160 and len(HELD) == 16 and TRAIN == rule_pair_rows("train")  # fixed draw
+    row = next(r for r in TRAIN if r["rule1"].startswith("multiply `x` by 3, then add"))
+    c = int(row["rule1"].rsplit(" ", 1)[1])
+    assert f"    assert candidate(-3)[0] == {-9 + c}\n" in row["test"] and row["test"].count("assert") == 10
+    assert all(r["rule1"] != r["rule2"] for r in TRAIN + HELD)
+    held_rules = {r["rule1"] for r in HELD} | {r["rule2"] for r in HELD}
+    assert len(held_rules) == len(HELDOUT_RULES) and not held_rules & ({r["rule1"] for r in TRAIN}
+                                                                        | {r["rule2"] for r in TRAIN})
+    with pytest.raises(ValueError, match="split must be"):
+        rule_pair_rows("test")
+
+
+def test_same_prompt_but_the_number_and_the_choice_is_the_first_token(env):
+    first, second = (env.agent_prompt(ROW, a, Transcript()) for a in (0, 1))
+    assert first[0]["content"].replace("programmer 1", "programmer 2") == second[0]["content"]
+    assert "multiply `x` by 3, then add 4" in first[0]["content"] and "`aux2(x: int) -> int`" in first[0]["content"]
+    assert first[1] == {"role": "assistant", "content": "```python\ndef aux"}
+    assert env.part("1(x):\n    return x * 3 + 4\n```")[0] == "aux1"
+    assert env.part("2(x):\n    return 2 * x - 1\n\n\ndef aux1(x):\n    return 0\n```")[0] == "aux2"  # first only
+
+
+def test_a_division_passes_and_a_collision_fails(env):
+    one, two = "1(x):\n    return x * 3 + 4\n```", "2(x):\n    return x * 2 - 1\n```"
+    wrong_two = "2(x):\n    return x * 2\n```"
+    firsts = [one, two, one, one, two, "abc(x):\n    return 1\n```"]
+    seconds = [two, one, one, wrong_two, two, two]
+    # divided: all pass (either order); collided: aux2 (or aux1) missing, a NameError on every test; a wrong aux2:
+    # the aux1 half passes; agent 0 wrote neither name: agent 1's aux2 alone, aux1 missing
+    assert pass_rate(env, firsts, seconds) == [1.0, 1.0, 0.0, 0.5, 0.0, 0.0]
+    both = env.assemble(ROW, one + "\n\ndef aux2(x):\n    return x * 2 - 1\n```", one)
+    assert "aux2" not in both.helper_code  # the second function of an answer is dropped
+
+
+def test_bad_configuration():
+    with pytest.raises(ValueError, match="one turn"):
+        RuleDivisionCodingEnv(num_turns=2)
+    with pytest.raises(ValueError, match="do not pass `code_prefill`"):
+        RuleDivisionCodingEnv(chat=True, code_prefill="```python\n")
+    with pytest.raises(ValueError, match="two different Python identifiers"):
+        RuleDivisionCodingEnv(names=("aux1", "aux1"))
+    with pytest.raises(IndexError, match="agents 0 and 1"):
+        RuleDivisionCodingEnv(chat=True).agent_prompt(ROW, 2, Transcript())
