@@ -49,6 +49,13 @@ task's gates for the two functions (each programmer writes one of them in at lea
 the same one by at least 1.5 to 1, each programmer's less chosen one in at least 0.1), each programmer's function
 right with the reference of the other in at least 0.3 of its answers, untrained success below 0.3.
 
+The ninth design failed its pilot (minority 0.023 and 0.055, right 0.27 and 0.27). Two candidates of it, fixed
+before their pilots (2026-12-03): `--task coding_rule_division_decide` (the programmer's number last, and asked to
+decide which function it writes; T = 0.7) and `coding_rule_division_decide_t1` (the same at T = 1, the split game's
+temperature): the same choice gates, each programmer's function right in at least 0.2 of its answers (the other
+designs' helper gate), untrained success below 0.3. The candidate that passes every gate is trained; if both do, the
+one with the higher minority rate.
+
 The writing task is piloted here too: one script for every issue-55 design with a choice to gate.
 
     python benchmarks/learning/coding_pilot.py --task coding_private --rows 16
@@ -112,11 +119,12 @@ def task_gates(task: str, m: dict[str, Any]) -> dict[str, Any]:
                 "passes": bool(0.2 <= helper <= 0.6 and main_right >= 0.02)}
     if task == "coding_naming":
         return naming_gates(m)
-    if task == "coding_rule_division":
+    if task.startswith("coding_rule_division"):
         gates = choice_gates(m, ("aux1", "aux2"))
         right = {a: m[f"agent_{a}_right"] for a in (0, 1)}
-        return gates | {"right": right, "right_gate": ">= 0.3 per programmer",
-                        "passes": bool(gates["passes"] and min(right.values()) >= 0.3)}
+        least = 0.3 if task == "coding_rule_division" else 0.2
+        return gates | {"right": right, "right_gate": f">= {least} per programmer",
+                        "passes": bool(gates["passes"] and min(right.values()) >= least)}
     gates = choice_gates(m, ("first", "second"))
     named, minority, same_bias = gates["named"], gates["minority"], gates["same_bias"]
     half_score = {}
@@ -139,7 +147,8 @@ def main() -> None:
     parser.add_argument("--task", default="coding_division",
                         choices=("coding_division", "coding_division_stubs", "coding_division_stubs_t1",
                                  "coding_private", "coding_private_mixed", "coding_naming",
-                                 "coding_rule_division",
+                                 "coding_rule_division", "coding_rule_division_decide",
+                                 "coding_rule_division_decide_t1",
                                  "writing_halves",
                                  "writing_halves_second_first",
                                  "writing_halves_no_clause", "writing_halves_named",

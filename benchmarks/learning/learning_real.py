@@ -327,22 +327,30 @@ class RuleDivisionMetric:
         return out
 
 
-def coding_rule_division_task() -> Task:
+def coding_rule_division_task(template: str = "number", temperature: float = 0.7) -> Task:
     """Two rules, two one-expression functions, two programmers who choose who writes which (`RuleDivisionCodingEnv`,
     issue 55's ninth design): the same prompt for both but "programmer 1/2", each answer prefilled up to `def aux`
     so that the first token (`1` or `2`) is the choice; the program's main function is given and returns
     `[aux1(x), aux2(x)]`. Trained on the pass rate (half the tests check each function; a collision passes none);
     success is every test passing. Rows: `rule_pair_rows` (160 training pairs of the first private-rule design's
     training rules, 16 held-out pairs of its held-out rules). Metrics: each programmer's choice, collisions, each
-    programmer's function right with the reference of the other. No single-policy arm."""
+    programmer's function right with the reference of the other. No single-policy arm.
+
+    `template="decide"` (tasks `coding_rule_division_decide` and `_decide_t1`, at T = 0.7 and 1) uses
+    `RULE_DIVISION_DECIDE_TEMPLATE`: the programmer's number last, and asked to decide which function it writes."""
     from trl_marl.data.team_coding import rule_pair_rows
-    from trl_marl.envs.coding_rule_division import RuleDivisionCodingEnv
+    from trl_marl.envs.coding_rule_division import (
+        RULE_DIVISION_DECIDE_TEMPLATE,
+        RULE_DIVISION_TEMPLATE,
+        RuleDivisionCodingEnv,
+    )
     from trl_marl.rewards.coding import PassRateReward
 
     train, heldout = rule_pair_rows("train"), rule_pair_rows("heldout")
 
     def env(central: bool) -> Any:
-        return RuleDivisionCodingEnv(chat=True)
+        return RuleDivisionCodingEnv(
+            chat=True, template=RULE_DIVISION_DECIDE_TEMPLATE if template == "decide" else RULE_DIVISION_TEMPLATE)
 
     def train_rows(count: int, seed: int) -> list[dict[str, Any]]:
         return random.Random(seed).choices(train, k=count)
@@ -359,8 +367,10 @@ def coding_rule_division_task() -> Task:
             out[f"agent_{agent}_right"] = RuleDivisionMetric(env, agent, None)
         return out
 
-    sizes = {"batch": 16, "generations": 8, "completion": 64, "eval_rows": 16, "temperature": 0.7, "stop": ["```"]}
-    return Task("coding_rule_division", env, PassRateReward, train_rows, eval_rows, success=PassRateReward,
+    sizes = {"batch": 16, "generations": 8, "completion": 64, "eval_rows": 16, "temperature": temperature,
+             "stop": ["```"]}
+    name = "coding_rule_division" + ("_decide" if template == "decide" else "") + ("_t1" if temperature == 1 else "")
+    return Task(name, env, PassRateReward, train_rows, eval_rows, success=PassRateReward,
                 sizes=sizes, central=False, metrics=metrics)
 
 
@@ -518,7 +528,10 @@ TASKS: dict[str, Callable[[], Task]] = {"split": split_task, "target_sum": targe
                                      "coding_division_stubs_t1": coding_division_stubs_t1_task,
                                      "coding_private_mixed": lambda: coding_private_task("mixed"),
                                      "coding_naming": lambda: coding_private_task("linear", naming=True),
-                                     "coding_rule_division": lambda: coding_rule_division_task()}
+                                     "coding_rule_division": lambda: coding_rule_division_task(),
+                                     "coding_rule_division_decide": lambda: coding_rule_division_task("decide"),
+                                     "coding_rule_division_decide_t1":
+                                         lambda: coding_rule_division_task("decide", 1.0)}
 
 
 def writing_task() -> Task:

@@ -43,6 +43,12 @@ code. If you both write the same one, the program fails. You are programmer {pro
 of your function."""
 """The prompt of both agents (format fields `{first}`, `{second}`, `{rule1}`, `{rule2}`, `{programmer}`)."""
 
+RULE_DIVISION_DECIDE_TEMPLATE = RULE_DIVISION_TEMPLATE.replace(" You are programmer {programmer}.", "") + (
+    " You are programmer {programmer} of 2: decide which function you write.")
+"""The same task with the programmer's number last and asked to decide: on 8 training rows the untrained SmolLM2-135M
+programmers' next-token probability of `2` after `def aux` was 0.20 and 0.22 (0.15 and 0.17 with
+[`RULE_DIVISION_TEMPLATE`]), a less one-sided start for a convention to grow from."""
+
 
 class RuleDivisionCodingEnv(CooperativeCodingEnv):
     """Two programmers, two rules, two functions `aux1` and `aux2`: each writes one, chosen by its first token.
