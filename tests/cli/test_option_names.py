@@ -118,9 +118,11 @@ def test_the_second_mistyped_command_is_refused_before_the_imports(tmp_path: Pat
     results = [json.loads(run.stdout.strip().splitlines()[-1]) for run in runs]
     assert results[0]["code"] == 2 and "transformers" in results[0]["loaded"]  # the parser's check, after the imports
     assert results[1] == {"code": 2, "loaded": []}  # the same check, before them
-    assert runs[1].stderr == runs[0].stderr
     prog = "trl-marl " + " ".join(command)
-    assert runs[1].stderr.splitlines() == [
+    # our lines only: importing the libraries may log their own (bitsandbytes with `kernels` installed, offline)
+    ours = [[line for line in run.stderr.splitlines() if line.startswith(prog)] for run in runs]
+    assert ours[1] == ours[0]
+    assert ours[1] == [
         f"{prog}: unknown option `--lerning_rate`: did you mean `--learning_rate`?",
         f"{prog}: `{prog} --help-all` lists every option."]
 
