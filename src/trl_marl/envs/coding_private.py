@@ -183,6 +183,8 @@ class NamingCodingEnv(PrivateRuleCodingEnv):
         helper_order (`tuple[int, int]`): The order in which the helper's prompt lists `names`.
         main_order (`tuple[int, int]`): The order in which the main agent's prompt lists `names`; its worked
             exchanges call the first.
+        helper_template (`str`): The helper agent's prompt ([`NAMING_HELPER_TEMPLATE`]).
+        main_template (`str`): The main agent's prompt ([`NAMING_MAIN_TEMPLATE`]).
         **kwargs: [`PrivateRuleCodingEnv`]'s other arguments; `helper_name` defaults to `names[0]` (the name the
             rows' reference code uses).
     """
