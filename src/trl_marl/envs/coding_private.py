@@ -108,25 +108,33 @@ class PrivateRuleCodingEnv(CooperativeCodingEnv):
             raise IndexError(f"{type(self).__name__} has agents 0 (helper) and 1 (main), got {agent_index}.")
         self.check_row(row)
         if agent_index == HELPER_AGENT:
-            text = self.private_helper_template.format(helper_name=self.helper_name,
-                                                       rule=self._value(row, self.rule_column).strip())
+            text = self.private_helper_template.format(rule=self._value(row, self.rule_column).strip(),
+                                                       **self.name_fields(HELPER_AGENT))
         else:
             entry_point = self.entry_point(row)
             prompt = self._value(row, self.prompt_column).strip("\n")
             signature, description = function_parts(prompt, entry_point) or (entry_point + "(...)", "")
             text = self.private_main_template.format(entry_signature=signature, description=description,
-                                                     helper_name=self.helper_name)
+                                                     **self.name_fields(MAIN_AGENT))
         prefill = self.prefill(row, agent_index)
         if not self.chat:
             return text + "\n\n" + prefill
         shots: list[dict[str, str]] = []
         if agent_index == MAIN_AGENT:
+            called = self.example_call_name()
             for signature, description, answer in self.main_examples:
                 shots += [{"role": "user", "content": self.private_main_template.format(
-                              entry_signature=signature, description=description, helper_name=self.helper_name)},
-                          {"role": "assistant",
-                           "content": f"```python\n{answer.format(helper_name=self.helper_name)}\n```"}]
+                              entry_signature=signature, description=description, **self.name_fields(MAIN_AGENT))},
+                          {"role": "assistant", "content": f"```python\n{answer.format(helper_name=called)}\n```"}]
         return [*shots, {"role": "user", "content": text}, {"role": "assistant", "content": prefill}]
+
+    def name_fields(self, agent_index: int) -> dict[str, str]:
+        """The format fields that name the helper's function in agent `agent_index`'s prompt (`{helper_name}`)."""
+        return {"helper_name": self.helper_name}
+
+    def example_call_name(self) -> str:
+        """The name the main agent's worked exchanges call."""
+        return self.helper_name
 
     def assemble(self, row: Mapping[str, Any], helper_completion: Any, main_completion: Any) -> CodingSolution:
         """The joint action, each completion read after its own prefill."""
@@ -208,39 +216,18 @@ class NamingCodingEnv(PrivateRuleCodingEnv):
         """The names the helper may choose."""
         return self.names
 
-    def _ordered(self, order: tuple[int, int]) -> dict[str, str]:
+    def name_fields(self, agent_index: int) -> dict[str, str]:
+        """The two names in agent `agent_index`'s own order (`{first}`, `{second}`)."""
+        order = self.helper_order if agent_index == HELPER_AGENT else self.main_order
         return {"first": self.names[order[0]], "second": self.names[order[1]]}
+
+    def example_call_name(self) -> str:
+        """The main agent's worked exchanges call its first name."""
+        return self.names[self.main_order[0]]
 
     def prefill(self, row: Mapping[str, Any], agent_index: int) -> str:
         """The helper's answer starts at its function's name (`def `), the main agent's with the code fence."""
         return "```python\ndef " if agent_index == HELPER_AGENT else "```python\n"
-
-    def agent_prompt(self, row: Mapping[str, Any], agent_index: int, transcript: Transcript) -> Prompt:
-        """Agent 0 (helper): the rule and the two names; agent 1 (main): its function and the two names."""
-        if agent_index not in (HELPER_AGENT, MAIN_AGENT):
-            raise IndexError(f"{type(self).__name__} has agents 0 (helper) and 1 (main), got {agent_index}.")
-        self.check_row(row)
-        main_names = self._ordered(self.main_order)
-        if agent_index == HELPER_AGENT:
-            text = self.private_helper_template.format(rule=self._value(row, self.rule_column).strip(),
-                                                       **self._ordered(self.helper_order))
-        else:
-            entry_point = self.entry_point(row)
-            prompt = self._value(row, self.prompt_column).strip("\n")
-            signature, description = function_parts(prompt, entry_point) or (entry_point + "(...)", "")
-            text = self.private_main_template.format(entry_signature=signature, description=description,
-                                                     **main_names)
-        prefill = self.prefill(row, agent_index)
-        if not self.chat:
-            return text + "\n\n" + prefill
-        shots: list[dict[str, str]] = []
-        if agent_index == MAIN_AGENT:
-            for signature, description, answer in self.main_examples:
-                shots += [{"role": "user", "content": self.private_main_template.format(
-                              entry_signature=signature, description=description, **main_names)},
-                          {"role": "assistant",
-                           "content": f"```python\n{answer.format(helper_name=main_names['first'])}\n```"}]
-        return [*shots, {"role": "user", "content": text}, {"role": "assistant", "content": prefill}]
 
     def assemble(self, row: Mapping[str, Any], helper_completion: Any, main_completion: Any) -> CodingSolution:
         """The joint action: the helper's first function called one of `names` (and its imports), under the name it
