@@ -72,3 +72,20 @@ def test_bad_configuration():
         RuleDivisionCodingEnv(names=("aux1", "aux1"))
     with pytest.raises(IndexError, match="agents 0 and 1"):
         RuleDivisionCodingEnv(chat=True).agent_prompt(ROW, 2, Transcript())
+
+
+def test_gamed_answers_score_below_a_division(env):
+    """What a programmer might write to cover both functions, or the main, alone: the answer keeps its first
+    function only, and the given main function is the row's, so every such answer paired with a partner that wrote
+    the same function scores as the collision it is."""
+    honest = ["1(x):\n    return x * 3 + 4\n```", "2(x):\n    return x * 2 - 1\n```"]
+    gamed = [
+        "1(x):\n    return x * 3 + 4\n\n\naux2 = lambda x: x * 2 - 1\n```",  # the partner's function as an alias
+        "1(x):\n    return x * 3 + 4\n\n\ndef two_codes(x):\n    return [x * 3 + 4, x * 2 - 1]\n```",  # the main
+        "1(x):\n    import builtins\n    builtins.aux2 = lambda y: y * 2 - 1\n    return x * 3 + 4\n```",
+    ]
+    partner = honest[0]  # the partner wrote aux1 too: only a real division passes
+    gamed.append("1(x, _=__import__('builtins').__setattr__('aux2', lambda y: y * 2 - 1)):\n    return x * 3 + 4\n```")
+    scores = pass_rate(env, [*gamed, honest[0]], [partner] * len(gamed) + [honest[1]])
+    assert scores == [0.0] * len(gamed) + [1.0]
+    assert [env.part(g)[0] for g in gamed] == ["aux1", "aux1", None, None]  # side effects: not kept

@@ -25,10 +25,18 @@ rows = rule_pair_rows("train")
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Mapping
 from typing import Any
 
-from ..utils.code import definitions_of, extract_code, first_definition_of, prompt_preamble
+from ..utils.code import (
+    definitions_of,
+    extract_code,
+    first_definition_of,
+    parse_or_none,
+    prompt_preamble,
+    top_level_function,
+)
 from ..utils.text import completion_text
 from .base import Prompt, Transcript
 from .coding import CooperativeCodingEnv
@@ -48,6 +56,10 @@ RULE_DIVISION_DECIDE_TEMPLATE = RULE_DIVISION_TEMPLATE.replace(" You are program
 """The same task with the programmer's number last and asked to decide: on 8 training rows the untrained SmolLM2-135M
 programmers' next-token probability of `2` after `def aux` was 0.20 and 0.22 (0.15 and 0.17 with
 [`RULE_DIVISION_TEMPLATE`]), a less one-sided start for a convention to grow from."""
+
+
+FORBIDDEN_NODES = (ast.Call, ast.Attribute, ast.Import, ast.ImportFrom, ast.Global, ast.Nonlocal, ast.Lambda)
+"""What a function of [`RuleDivisionCodingEnv`] may not contain (its arguments' defaults included)."""
 
 
 class RuleDivisionCodingEnv(CooperativeCodingEnv):
@@ -101,8 +113,18 @@ class RuleDivisionCodingEnv(CooperativeCodingEnv):
         return [{"role": "user", "content": text}, {"role": "assistant", "content": self.prefill()}]
 
     def part(self, completion: Any) -> tuple[str | None, str]:
-        """The function an answer wrote first (one of `names`, or `None`) and the answer's code reduced to it."""
-        return first_definition_of(extract_code(self.prefill() + completion_text(completion)), self.names)
+        """The function an answer wrote first (one of `names`, or `None`) and the answer's code reduced to it.
+
+        The functions are arithmetic on `x`: one that calls anything, reaches an attribute, imports, declares a global
+        or has a decorator is not kept (`(None, "")`), since run first it could define its partner's function as a
+        side effect (`builtins.aux2 = ...`) and let one programmer pass a collision alone."""
+        name, code = first_definition_of(extract_code(self.prefill() + completion_text(completion)), self.names)
+        tree = parse_or_none(code) if name is not None else None
+        function = top_level_function(tree, name) if tree is not None and name is not None else None
+        if function is not None and (function.decorator_list or any(
+                isinstance(node, FORBIDDEN_NODES) for node in ast.walk(function))):
+            return None, ""
+        return name, code
 
     def assemble(self, row: Mapping[str, Any], first_completion: Any, second_completion: Any) -> CodingSolution:
         """The joint action: the two agents' functions (agent 0's alone when both chose the same one, or when agent 1
