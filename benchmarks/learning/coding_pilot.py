@@ -56,6 +56,14 @@ temperature): the same choice gates, each programmer's function right in at leas
 designs' helper gate), untrained success below 0.3. The candidate that passes every gate is trained; if both do, the
 one with the higher minority rate.
 
+Both candidates failed (minority 0.070/0.094 at T = 0.7; 0.086/0.063 and right 0.13/0.14 at T = 1). The next,
+fixed before its pilot (2026-12-03, chosen by next-token probes on training rows of four decision sentences):
+`--task coding_rule_division_decide_2or1` (the decision names function 2 first: "decide whether you write function 2
+or function 1"; T = 0.7): the same gates as the two candidates before it (each programmer names a function in at
+least 0.3 of its answers, both prefer the same one by at least 1.5 to 1, each programmer's less chosen one in at
+least 0.1, each programmer's function right with the reference of the other in at least 0.2, untrained success below
+0.3). If it passes, it is trained.
+
 The writing task is piloted here too: one script for every issue-55 design with a choice to gate.
 
     python benchmarks/learning/coding_pilot.py --task coding_private --rows 16
@@ -148,7 +156,7 @@ def main() -> None:
                         choices=("coding_division", "coding_division_stubs", "coding_division_stubs_t1",
                                  "coding_private", "coding_private_mixed", "coding_naming",
                                  "coding_rule_division", "coding_rule_division_decide",
-                                 "coding_rule_division_decide_t1",
+                                 "coding_rule_division_decide_t1", "coding_rule_division_decide_2or1",
                                  "writing_halves",
                                  "writing_halves_second_first",
                                  "writing_halves_no_clause", "writing_halves_named",

@@ -337,9 +337,12 @@ def coding_rule_division_task(template: str = "number", temperature: float = 0.7
     programmer's function right with the reference of the other. No single-policy arm.
 
     `template="decide"` (tasks `coding_rule_division_decide` and `_decide_t1`, at T = 0.7 and 1) uses
-    `RULE_DIVISION_DECIDE_TEMPLATE`: the programmer's number last, and asked to decide which function it writes."""
+    `RULE_DIVISION_DECIDE_TEMPLATE`: the programmer's number last, and asked to decide which function it writes;
+    `template="decide_2or1"` (task `coding_rule_division_decide_2or1`, T = 0.7) uses
+    `RULE_DIVISION_DECIDE_2OR1_TEMPLATE`, the decision naming function 2 first."""
     from trl_marl.data.team_coding import rule_pair_rows
     from trl_marl.envs.coding_rule_division import (
+        RULE_DIVISION_DECIDE_2OR1_TEMPLATE,
         RULE_DIVISION_DECIDE_TEMPLATE,
         RULE_DIVISION_TEMPLATE,
         RuleDivisionCodingEnv,
@@ -348,9 +351,11 @@ def coding_rule_division_task(template: str = "number", temperature: float = 0.7
 
     train, heldout = rule_pair_rows("train"), rule_pair_rows("heldout")
 
+    templates = {"number": RULE_DIVISION_TEMPLATE, "decide": RULE_DIVISION_DECIDE_TEMPLATE,
+                 "decide_2or1": RULE_DIVISION_DECIDE_2OR1_TEMPLATE}
+
     def env(central: bool) -> Any:
-        return RuleDivisionCodingEnv(
-            chat=True, template=RULE_DIVISION_DECIDE_TEMPLATE if template == "decide" else RULE_DIVISION_TEMPLATE)
+        return RuleDivisionCodingEnv(chat=True, template=templates[template])
 
     def train_rows(count: int, seed: int) -> list[dict[str, Any]]:
         return random.Random(seed).choices(train, k=count)
@@ -369,7 +374,8 @@ def coding_rule_division_task(template: str = "number", temperature: float = 0.7
 
     sizes = {"batch": 16, "generations": 8, "completion": 64, "eval_rows": 16, "temperature": temperature,
              "stop": ["```"]}
-    name = "coding_rule_division" + ("_decide" if template == "decide" else "") + ("_t1" if temperature == 1 else "")
+    suffix = ("" if template == "number" else "_" + template) + ("_t1" if temperature == 1 else "")
+    name = "coding_rule_division" + suffix
     return Task(name, env, PassRateReward, train_rows, eval_rows, success=PassRateReward,
                 sizes=sizes, central=False, metrics=metrics)
 
@@ -531,7 +537,9 @@ TASKS: dict[str, Callable[[], Task]] = {"split": split_task, "target_sum": targe
                                      "coding_rule_division": lambda: coding_rule_division_task(),
                                      "coding_rule_division_decide": lambda: coding_rule_division_task("decide"),
                                      "coding_rule_division_decide_t1":
-                                         lambda: coding_rule_division_task("decide", 1.0)}
+                                         lambda: coding_rule_division_task("decide", 1.0),
+                                     "coding_rule_division_decide_2or1":
+                                         lambda: coding_rule_division_task("decide_2or1")}
 
 
 def writing_task() -> Task:

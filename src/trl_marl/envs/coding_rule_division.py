@@ -57,6 +57,13 @@ RULE_DIVISION_DECIDE_TEMPLATE = RULE_DIVISION_TEMPLATE.replace(" You are program
 programmers' next-token probability of `2` after `def aux` was 0.20 and 0.22 (0.15 and 0.17 with
 [`RULE_DIVISION_TEMPLATE`]), a less one-sided start for a convention to grow from."""
 
+RULE_DIVISION_DECIDE_2OR1_TEMPLATE = RULE_DIVISION_DECIDE_TEMPLATE.replace(
+    "decide which function you write.", "decide whether you write function 2 or function 1.")
+"""[`RULE_DIVISION_DECIDE_TEMPLATE`] with the decision naming the second function first: on 16 training rows the
+untrained SmolLM2-135M programmers' next-token probability of `2` after `def aux` was 0.27 and 0.27 of the two digits'
+(0.20 and 0.22 with [`RULE_DIVISION_DECIDE_TEMPLATE`]; naming the functions `aux2` then `aux1` instead gave 0.44
+and 0.41, too weak a shared lean for agents trained alone to collide)."""
+
 
 FORBIDDEN_NODES = (ast.Call, ast.Attribute, ast.Import, ast.ImportFrom, ast.Global, ast.Nonlocal, ast.Lambda)
 """What a function of [`RuleDivisionCodingEnv`] may not contain (its arguments' defaults included)."""
