@@ -64,6 +64,12 @@ least 0.3 of its answers, both prefer the same one by at least 1.5 to 1, each pr
 least 0.1, each programmer's function right with the reference of the other in at least 0.2, untrained success below
 0.3). If it passes, it is trained.
 
+It failed (`pilot_coding_rule_division_decide_2or1.json`: minority 0.102 and 0.086, bias 5.7 and 5.7 to 1, named
+0.68 and 0.58, right 0.30 and 0.23, untrained success 0.039). The next, fixed before its pilot (2026-12-03, chosen
+by next-token probes on training rows of five sentences): `--task coding_rule_division_decide_2or1_named` ("decide
+whether you write function 2 (`aux2`) or function 1 (`aux1`)"; T = 0.7): the same gates. If it passes, it is
+trained.
+
 The writing task is piloted here too: one script for every issue-55 design with a choice to gate.
 
     python benchmarks/learning/coding_pilot.py --task coding_private --rows 16
@@ -157,6 +163,7 @@ def main() -> None:
                                  "coding_private", "coding_private_mixed", "coding_naming",
                                  "coding_rule_division", "coding_rule_division_decide",
                                  "coding_rule_division_decide_t1", "coding_rule_division_decide_2or1",
+                                 "coding_rule_division_decide_2or1_named",
                                  "writing_halves",
                                  "writing_halves_second_first",
                                  "writing_halves_no_clause", "writing_halves_named",

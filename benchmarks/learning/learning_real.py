@@ -339,9 +339,11 @@ def coding_rule_division_task(template: str = "number", temperature: float = 0.7
     `template="decide"` (tasks `coding_rule_division_decide` and `_decide_t1`, at T = 0.7 and 1) uses
     `RULE_DIVISION_DECIDE_TEMPLATE`: the programmer's number last, and asked to decide which function it writes;
     `template="decide_2or1"` (task `coding_rule_division_decide_2or1`, T = 0.7) uses
-    `RULE_DIVISION_DECIDE_2OR1_TEMPLATE`, the decision naming function 2 first."""
+    `RULE_DIVISION_DECIDE_2OR1_TEMPLATE`, the decision naming function 2 first; `"decide_2or1_named"` (task
+    `coding_rule_division_decide_2or1_named`) the same with each function's name beside its number."""
     from trl_marl.data.team_coding import rule_pair_rows
     from trl_marl.envs.coding_rule_division import (
+        RULE_DIVISION_DECIDE_2OR1_NAMED_TEMPLATE,
         RULE_DIVISION_DECIDE_2OR1_TEMPLATE,
         RULE_DIVISION_DECIDE_TEMPLATE,
         RULE_DIVISION_TEMPLATE,
@@ -352,7 +354,8 @@ def coding_rule_division_task(template: str = "number", temperature: float = 0.7
     train, heldout = rule_pair_rows("train"), rule_pair_rows("heldout")
 
     templates = {"number": RULE_DIVISION_TEMPLATE, "decide": RULE_DIVISION_DECIDE_TEMPLATE,
-                 "decide_2or1": RULE_DIVISION_DECIDE_2OR1_TEMPLATE}
+                 "decide_2or1": RULE_DIVISION_DECIDE_2OR1_TEMPLATE,
+                 "decide_2or1_named": RULE_DIVISION_DECIDE_2OR1_NAMED_TEMPLATE}
 
     def env(central: bool) -> Any:
         return RuleDivisionCodingEnv(chat=True, template=templates[template])
@@ -539,7 +542,9 @@ TASKS: dict[str, Callable[[], Task]] = {"split": split_task, "target_sum": targe
                                      "coding_rule_division_decide_t1":
                                          lambda: coding_rule_division_task("decide", 1.0),
                                      "coding_rule_division_decide_2or1":
-                                         lambda: coding_rule_division_task("decide_2or1")}
+                                         lambda: coding_rule_division_task("decide_2or1"),
+                                     "coding_rule_division_decide_2or1_named":
+                                         lambda: coding_rule_division_task("decide_2or1_named")}
 
 
 def writing_task() -> Task:

@@ -64,6 +64,12 @@ untrained SmolLM2-135M programmers' next-token probability of `2` after `def aux
 (0.20 and 0.22 with [`RULE_DIVISION_DECIDE_TEMPLATE`]; naming the functions `aux2` then `aux1` instead gave 0.44
 and 0.41, too weak a shared lean for agents trained alone to collide)."""
 
+RULE_DIVISION_DECIDE_2OR1_NAMED_TEMPLATE = RULE_DIVISION_DECIDE_TEMPLATE.replace(
+    "decide which function you write.", "decide whether you write function 2 (`{second}`) or function 1 (`{first}`).")
+"""[`RULE_DIVISION_DECIDE_2OR1_TEMPLATE`] with each function's name beside its number: on 16 training rows the
+untrained programmers' next-token probability of `2` after `def aux` was 0.37 and 0.39 of the two digits' (chosen
+after [`RULE_DIVISION_DECIDE_2OR1_TEMPLATE`]'s pilot found the other function in 0.10 and 0.086 of answers)."""
+
 
 FORBIDDEN_NODES = (ast.Call, ast.Attribute, ast.Import, ast.ImportFrom, ast.Global, ast.Nonlocal, ast.Lambda)
 """What a function of [`RuleDivisionCodingEnv`] may not contain (its arguments' defaults included)."""
