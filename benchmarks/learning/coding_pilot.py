@@ -70,6 +70,9 @@ by next-token probes on training rows of five sentences): `--task coding_rule_di
 whether you write function 2 (`aux2`) or function 1 (`aux1`)"; T = 0.7): the same gates. If it passes, it is
 trained.
 
+It passed every gate (`pilot_coding_rule_division_decide_2or1_named.json`: named 0.74 and 0.69, bias 2.5 and 2.1
+to 1 for `aux1`, minority 0.21 and 0.22, right 0.28 and 0.27, untrained success 0.039): it is trained.
+
 The writing task is piloted here too: one script for every issue-55 design with a choice to gate.
 
     python benchmarks/learning/coding_pilot.py --task coding_private --rows 16
