@@ -117,16 +117,20 @@ def test_magrpo_weights_each_agents_token_loss_by_the_truncated_ratio(target_mod
     trainer = make_trainer(target_model_dir, tmp_path, monkeypatch, ShiftedEngine(shift),
                            vllm_importance_sampling_mode="token_truncate", vllm_importance_sampling_clip_max=10.0)
     inputs = micro_batch(trainer)
-    assert inputs["old_logps"] is not None  # scored by the training model although num_iterations == 1, as TRL
+    # num_iterations == 1: the training model at sampling time is the training forward's (no extra forward, unlike
+    # TRL's); the ratio is taken there, and the metrics recorded once every agent's loss is
+    assert inputs["old_logps"] is None and inputs["importance_sampling_ratio"] == [None, None]
     # advantages of one sign: a loss whose value is not ~0 (group-centred advantages sum to 0)
     inputs["advantages"] = [torch.linspace(0.5, 2.0, len(adv)) for adv in inputs["advantages"]]
+    trainer.compute_loss(trainer.model, inputs)
     for a in range(2):
         mask = inputs["batches"][a].completion_mask.bool()
         ratio = inputs["importance_sampling_ratio"][a]
         torch.testing.assert_close(ratio[mask], torch.full((int(mask.sum()),), 1.5), rtol=1e-4, atol=1e-4)
         logps = trainer.team([b if i == a else None for i, b in enumerate(inputs["batches"])])[a][0]
         weighted, _, _ = trainer.compute_agent_loss(a, logps, inputs)
-        plain = {k: v for k, v in inputs.items() if k not in ("sampling_logps", "importance_sampling_ratio")}
+        plain = {k: v for k, v in inputs.items()
+                 if k not in ("sampling_logps", "importance_sampling_ratio", "deferred_correction")}
         unweighted, _, _ = trainer.compute_agent_loss(a, logps, plain)
         assert abs(unweighted.item()) > 1e-4
         torch.testing.assert_close(weighted, 1.5 * unweighted, rtol=1e-4, atol=1e-7)
@@ -151,6 +155,7 @@ def test_magrpo_sequence_mask_drops_sequences_past_the_cap(target_model_dir: str
     assert (trainer.args.vllm_importance_sampling_mode, trainer.args.vllm_importance_sampling_clip_max) == (
         "sequence_mask", 3.0)
     inputs = micro_batch(trainer)
+    trainer.compute_loss(trainer.model, inputs)  # the ratios, from the training forward
     lengths = torch.cat([b.completion_mask.sum(1) for b in inputs["batches"]]).float()
     ratio = torch.cat([r.squeeze(1) for r in inputs["importance_sampling_ratio"]])
     expected = torch.where(torch.exp(0.5 * lengths) > 3.0, 0.0, torch.exp(0.5 * lengths))

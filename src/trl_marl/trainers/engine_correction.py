@@ -5,13 +5,22 @@ training model's: training on them is off-policy. The correction applies to ever
 engine's log-probabilities: a backend returns them when it samples with an engine of its own (`sampling_logprobs`,
 vLLM's backends or a registered one) and the config's `vllm_importance_sampling_correction` is on; the trainers ask
 the rows, never the backend's name. As TRL 1.16's `GRPOTrainer` does with `use_vllm=True` and
-`vllm_importance_sampling_correction=True` (its default), the trainer then always scores the completions with the
-training model at sampling time (`old_logps`, even with `num_iterations=1`), and multiplies each trained agent's
-per-token policy loss by the bounded ratio of the two (`trl_marl.core.engine_importance_sampling_ratio`: Yao et al.,
-2025; `vllm_importance_sampling_mode`, default `"sequence_mask"`, which drops a sequence whose ratio leaves the
-bounds rather than capping it; `_clip_min`, `_clip_max`; TRL's older `vllm_importance_sampling_cap` is deprecated
-and sets `_clip_max`). The KL term is not weighted. A backend that gives no log-probabilities (the team's own
-decoding) gets no correction: nothing is computed, and training is exactly what it was.
+`vllm_importance_sampling_correction=True` (its default), the trainer then multiplies each trained agent's per-token
+policy loss by the bounded ratio of the training model's log-probabilities at sampling time over the engine's
+(`trl_marl.core.engine_importance_sampling_ratio`: Yao et al., 2025; `vllm_importance_sampling_mode`, default
+`"sequence_mask"`, which drops a sequence whose ratio leaves the bounds rather than capping it; `_clip_min`,
+`_clip_max`; TRL's older `vllm_importance_sampling_cap` is deprecated and sets `_clip_max`). The KL term is not
+weighted. A backend that gives no log-probabilities (the team's own decoding) gets no correction: nothing is
+computed, and training is exactly what it was.
+
+Where MAGRPO's numerator comes from differs from TRL, not its value (PPO scores its rollouts at sampling time
+anyway, for its own ratio). When the micro-batches of a generation are reused
+over several optimizer steps (`num_iterations > 1`, or more generation than accumulation steps), the policy moves
+between them and the training model at sampling time takes a forward of its own (`old_logps`, as TRL). Otherwise
+(one update per generation, the default, and always with asynchronous rollouts) it is the training forward's own
+log-probabilities, detached: the ratio is taken in the loss ([`agent_correction`], the metrics recorded once every
+agent's loss is, by [`record_correction_metrics`]), and the extra forward TRL takes even with `num_iterations=1` is
+saved (up to float noise the same ratio; with dropout on, the training forward's dropout draw).
 
 What the ratio measures depends on the engine's log-probabilities (`vllm_logprobs_mode`). TRL's and the default,
 `"processed_logprobs"`, are taken after the repetition penalty, temperature and top-k/top-p/min-p truncation: with
@@ -45,8 +54,8 @@ if TYPE_CHECKING:
     from .ppo.config import MultiAgentPPOConfig
 
 __all__ = [
-    "correction_metrics", "corrects_engine_mismatch", "engine_correction", "engine_logps",
-    "mismatch_values", "padded_logps",
+    "agent_correction", "correction_metrics", "corrects_engine_mismatch", "engine_correction", "engine_logps",
+    "mismatch_values", "padded_logps", "record_correction_metrics",
 ]
 
 
@@ -94,23 +103,42 @@ def engine_correction(args: MAGRPOConfig | MultiAgentPPOConfig, accelerator: Acc
     if sampling is None or old_logps is None:
         return {}
     ratios: list[torch.Tensor | None] = []
-    pooled: list[tuple[torch.Tensor, torch.Tensor]] = []
+    pairs: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
     for a, batch in enumerate(batches):
         old = old_logps[a]
         if batch is None or old is None:
             ratios.append(None)
             continue
-        ratio = engine_importance_sampling_ratio(
-            old.float(), sampling[a], batch.loss_mask, args.vllm_importance_sampling_mode,
-            args.vllm_importance_sampling_clip_min, args.vllm_importance_sampling_clip_max)
+        ratio, pairs[a] = agent_correction(args, old, sampling[a], batch.loss_mask)
         ratios.append(ratio)
-        pooled.append(mismatch_values(old, sampling[a], ratio, batch.loss_mask,
-                                      args.vllm_importance_sampling_mode))
-        for name, value in correction_metrics(accelerator, [pooled[-1]]).items():
-            metrics[f"agent_{a}/{name}"].append(value)
-    for name, value in correction_metrics(accelerator, pooled).items():
-        metrics[name].append(value)
+    record_correction_metrics(accelerator, metrics, sorted(pairs), pairs)
     return {"sampling_logps": list(sampling), "importance_sampling_ratio": ratios}
+
+
+def agent_correction(args: MAGRPOConfig | MultiAgentPPOConfig, old: torch.Tensor, sampling: torch.Tensor,
+                     mask: torch.Tensor) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+    """One agent's bounded ratio of `old` (its log-probs at sampling time under the training model, detached) over
+    the engine's `sampling`, and the values its metrics reduce ([`mismatch_values`]). No collective: the metrics are
+    recorded by [`record_correction_metrics`]."""
+    old = old.detach()
+    ratio = engine_importance_sampling_ratio(
+        old.float(), sampling, mask, args.vllm_importance_sampling_mode,
+        args.vllm_importance_sampling_clip_min, args.vllm_importance_sampling_clip_max)
+    return ratio, mismatch_values(old, sampling, ratio, mask, args.vllm_importance_sampling_mode)
+
+
+def record_correction_metrics(accelerator: Accelerator, metrics: dict[str, list[float]], agents: Sequence[int],
+                              pairs: dict[int, tuple[torch.Tensor, torch.Tensor]]) -> None:
+    """Record the correction's metrics of one micro-batch, per agent (`agent_<a>/` prefix) and pooled, from each
+    agent's [`mismatch_values`] in `pairs`. `agents` (every trained agent, in order) must be the same on every
+    process, since each metric is reduced over the processes: an agent missing from this process's `pairs` adds
+    no values here but takes part in the reductions."""
+    empty = (torch.empty(0, device=accelerator.device), torch.empty(0, device=accelerator.device))
+    for a in agents:
+        for name, value in correction_metrics(accelerator, [pairs.get(a, empty)]).items():
+            metrics[f"agent_{a}/{name}"].append(value)
+    for name, value in correction_metrics(accelerator, [pairs.get(a, empty) for a in agents]).items():
+        metrics[name].append(value)
 
 
 def mismatch_values(old: torch.Tensor, sampling: torch.Tensor, ratio: torch.Tensor, mask: torch.Tensor,

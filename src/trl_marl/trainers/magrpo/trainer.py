@@ -50,7 +50,13 @@ from ...utils.precision import cast_lm_head_to_fp32
 from ...validation import check_prompt_lengths
 from ..base import TeamTrainer, rollout_phase
 from ..distributed import gathered_rows
-from ..engine_correction import corrects_engine_mismatch, engine_correction, engine_logps
+from ..engine_correction import (
+    agent_correction,
+    corrects_engine_mismatch,
+    engine_correction,
+    engine_logps,
+    record_correction_metrics,
+)
 from ..fields import dict_field_value, field_value
 from ..per_agent import backward_per_agent, backward_per_agent_supported
 from .async_rollout import AsyncGeneration, AsyncRollouts
@@ -460,6 +466,7 @@ class MAGRPOTrainer(TeamTrainer):
         # under DDP: `no_sync`, then the gradients averaged when DDP would (not under the trainer's own `no_sync`)
         total = backward_per_agent(model, self.accelerator.num_processes, agents, one_agent,
                                    self.accelerator.backward, fallback=zero)
+        self._record_deferred_correction(inputs)
         steps = self.args.torch_empty_cache_steps
         if steps is not None and self.state.global_step % steps == 0:
             from accelerate.utils.memory import clear_device_cache
@@ -567,14 +574,21 @@ class MAGRPOTrainer(TeamTrainer):
                 ref_logps = self._inference_logps(trained, reference=True)
             # as TRL: when every micro-batch of the generation is used within one optimizer step, the ratio's
             # denominator is the detached current policy (old_logps None, no extra forward); otherwise (mu > 1, or
-            # steps_per_generation > GA steps, or vLLM's mismatch to correct) each agent's log-probs at sampling time
+            # steps_per_generation > GA steps) each agent's log-probs at sampling time, from a forward of their own
             engine = engine_logps(rollout.turns, picks, batches) if corrects_engine_mismatch(args, mode) else None
             aligned = args.gradient_accumulation_steps % (steps * mu) == 0
-            old_logps = self._inference_logps(trained) if mode == "train" and (engine or not aligned) else None
+            old_logps = self._inference_logps(trained) if mode == "train" and not aligned else None
+            if engine is not None and old_logps is None:
+                # the engine's (or an older version's) mismatch, aligned: the current policy at sampling time is
+                # the training forward's, detached; the ratio is taken there (`_agent_loss`), not by an extra
+                # forward (TRL's GRPOTrainer takes one)
+                correction: dict[str, Any] = {"sampling_logps": engine, "importance_sampling_ratio": [None] * n,
+                                              "deferred_correction": {}}
+            else:
+                correction = engine_correction(args, self.accelerator, self._metrics["train"], old_logps, engine,
+                                               trained)
             micro_batches.append({"batches": batches, "advantages": advantages, "old_logps": old_logps,
-                                  "ref_logps": ref_logps, "turn_of_sample": turn_of_sample,
-                                  **engine_correction(args, self.accelerator, self._metrics["train"], old_logps,
-                                                      engine, trained),
+                                  "ref_logps": ref_logps, "turn_of_sample": turn_of_sample, **correction,
                                   **_sample_versions(rollout.turns, picks, n)})
             all_batches.append(batches)
             all_advantages.append(advantages)
@@ -607,11 +621,33 @@ class MAGRPOTrainer(TeamTrainer):
         inputs["entropy_mask"] = high_entropy_masks(self.accelerator, inputs, self.args.top_entropy_quantile)
         losses = [self._agent_loss(a, result[0], result[1], inputs, mode)  # (log-probs, entropies)
                   for a, result in enumerate(results) if result is not None]
+        self._record_deferred_correction(inputs)
         total: torch.Tensor | None = None
         for loss in losses:
             if loss is not None:  # a non-finite loss is skipped (and counted)
                 total = loss if total is None else total + loss
         return zero_loss(model) if total is None else total
+
+    def _take_deferred_ratio(self, agent: int, logps: torch.Tensor, inputs: dict[str, Any]) -> None:
+        """Set `inputs["importance_sampling_ratio"][agent]` from `logps` (the training forward's, detached) when the
+        micro-batch defers its engine correction to the training forward (`deferred_correction`) and it is not set
+        yet; the metrics' values go to `deferred_correction[agent]`."""
+        deferred = inputs.get("deferred_correction")
+        if deferred is not None and agent not in deferred:
+            ratio, deferred[agent] = agent_correction(self.args, logps, inputs["sampling_logps"][agent],
+                                                      inputs["batches"][agent].loss_mask)
+            inputs["importance_sampling_ratio"][agent] = ratio
+
+    def _record_deferred_correction(self, inputs: dict[str, Any]) -> None:
+        """Record the engine correction's metrics of a micro-batch whose ratios were taken from the training forward
+        (`deferred_correction`, filled by `_agent_loss`), once every agent's loss is taken: per agent and pooled over
+        the trained agents, each reduced over the processes, as `engine_correction` records them."""
+        deferred = inputs.get("deferred_correction")
+        if deferred is None or inputs.get("deferred_correction_recorded"):  # once, if the micro-batch is reused
+            return
+        inputs["deferred_correction_recorded"] = True
+        trained = [a for a in range(len(inputs["batches"])) if a not in self.team.frozen]
+        record_correction_metrics(self.accelerator, self._metrics["train"], trained, deferred)
 
     def _agent_loss(self, agent: int, logps: torch.Tensor, entropy: torch.Tensor, inputs: dict[str, Any],
                     mode: str) -> torch.Tensor | None:
@@ -623,6 +659,7 @@ class MAGRPOTrainer(TeamTrainer):
         bonus = self.entropy_control
         metrics = self._metrics[mode]
         mask = inputs["batches"][agent].loss_mask
+        self._take_deferred_ratio(agent, logps, inputs)  # before a subclass's `compute_agent_loss` reads it
         loss, kl, clipped = self.compute_agent_loss(agent, logps, inputs)
         if mode == "train" and args.loss_type != "dapo":
             loss = loss / self.current_gradient_accumulation_steps
@@ -680,6 +717,8 @@ class MAGRPOTrainer(TeamTrainer):
             delta=args.delta, importance_sampling_level=args.importance_sampling_level, mask=mask,
         )
         engine = inputs.get("sampling_logps")  # vLLM's log-probs: drift and the engine mismatch (`engine_correction`)
+        if engine is not None:
+            self._take_deferred_ratio(agent_index, logps, inputs)
         if args.off_policy_mask_threshold is not None:  # drop drifted sequences of negative advantage (TRL: vs vLLM's)
             per_token_loss = per_token_loss * off_policy_sequence_mask(inputs["advantages"][agent_index], logps, old if
                                                                        engine is None else engine[agent_index], mask,
