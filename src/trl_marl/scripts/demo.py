@@ -78,7 +78,9 @@ def _quiet(cpu_threads: int | None = None) -> None:
 
 # ---------------------------------------------------------------------------------------------------- part 1
 def _magrpo_trainer(model_dir: str, steps: int, seed: int, output_dir: str, frozen: list[int], label: str,
-                    show_progress: bool, cpu_threads: int | None = None) -> MAGRPOTrainer:
+                    show_progress: bool, cpu_threads: int | None = None,
+                    overrides: dict[str, Any] | None = None) -> MAGRPOTrainer:
+    """The demo's MAGRPO trainer on the target-sum task; `overrides`: other `MAGRPOConfig` values (benchmarks)."""
     from datasets import Dataset
 
     from ..envs import TargetSumEnv
@@ -92,7 +94,7 @@ def _magrpo_trainer(model_dir: str, steps: int, seed: int, output_dir: str, froz
         seed=seed, disable_tqdm=True, frozen_agents=frozen, cpu_threads=cpu_threads,
         # 6-token prompts on an 11k-parameter model: a shared prefill's extra forward costs more than it saves (6%
         # slower generation, benchmarks/speed/bench_prefill.py)
-        share_prompt_prefill=False,
+        share_prompt_prefill=False, **(overrides or {}),
     )
     trainer = MAGRPOTrainer(model=model_dir, reward_funcs=TargetSumReward(invalid_penalty=0.5),
                             env=TargetSumEnv(num_agents=2), args=config,
