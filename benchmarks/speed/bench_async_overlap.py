@@ -20,9 +20,10 @@ Measured per optimizer step (a `TrainerCallback` marks the start of `train()` an
 - `trainer_busy_s`: the rest of the step in the trainer's thread (`wall_s` - `generation_s` in the trainer's thread -
   `wait_s`): batching, the log-probability forwards, forward and backward, the optimizer, logging.
 - `logps_forward_s`: the part of `trainer_busy_s` spent in the trainer's log-probability forwards without gradient
-  (`_inference_logps`). The sync arm has none with these settings (`beta=0`, one generation per step); the async arm
-  scores its rollout's samples with the current policy there (the importance-sampling correction's denominator):
-  work the sync arm does not do.
+  (`_inference_logps`). Neither arm has any with these settings (`beta=0`, one generation per step): since commit
+  4390024 the importance-sampling correction takes the current policy's log-probabilities from the training forward
+  (`trainers.engine_correction`). Before it, the async arm scored its rollout's samples there with a forward of its
+  own, work the sync arm does not do (0.15 s of 0.64 s per step in `async_overlap_cpu.json`, commit b9cbc55).
 - `staleness` (async): the step minus the oldest policy version that generated its rollout (at most the bound).
 
 Reported: each arm's median wall time per step over every timed step of every repeat, and the ratio of each async
