@@ -17,8 +17,8 @@ it), so the trainer reads its rows at most s steps ahead of the synchronous sche
 The correction: the rows carry the behaviour policy's log-probabilities as an engine's would (`sampling_logps`), so
 the trainer's importance-sampling correction of the engine mismatch (`trainers.engine_correction`, on with
 `vllm_importance_sampling_correction`, TRL's default) applies unchanged: the clipped surrogate's denominator is the
-policy at the start of step t (`old_logps`) and each token is weighted by the truncated ratio of that policy over the
-behaviour one (`vllm_importance_sampling_mode`, `_clip_min`, `_clip_max`). This is the decoupled objective of
+policy at the start of step t (the training forward's log-probabilities, detached: one update per rollout) and each
+token is weighted by the truncated ratio of that policy over the behaviour one (`vllm_importance_sampling_mode`, `_clip_min`, `_clip_max`). This is the decoupled objective of
 asynchronous PPO (Fu et al., AReaL, arXiv 2505.24298): the proximal policy bounds the update, the ratio corrects the
 staleness.
 
