@@ -19,8 +19,8 @@ the trainer's importance-sampling correction of the engine mismatch (`trainers.e
 `vllm_importance_sampling_correction`, TRL's default) applies unchanged: the clipped surrogate's denominator is the
 policy at the start of step t (the training forward's log-probabilities, detached: one update per rollout) and each
 token is weighted by the truncated ratio of that policy over the behaviour one (`vllm_importance_sampling_mode`,
-`_clip_min`, `_clip_max`). This is the decoupled objective of asynchronous PPO (Fu et al., AReaL, arXiv 2505.24298): the proximal policy bounds the update, the ratio corrects the
-staleness.
+`_clip_min`, `_clip_max`). This is the decoupled objective of asynchronous PPO (Fu et al., AReaL, arXiv 2505.24298):
+the proximal policy bounds the update, the ratio corrects the staleness.
 
 What it costs and what it does not do (also in docs/scaling.md, "Asynchronous rollouts"):
 - memory: a second copy of the team's weights, plus one copy of the trained parameters per published version (only
