@@ -102,6 +102,29 @@ def backward_per_agent_field() -> Any:
     )
 
 
+def max_staleness_field() -> Any:
+    """`max_staleness`: asynchronous rollouts (TRL's `AsyncGRPOTrainer` field name), `trainers.async_support`."""
+    return field(
+        default=0,
+        metadata={
+            "help": "Asynchronous rollouts: with s > 0 a worker thread plays the episodes of the next s optimizer "
+            "steps (PPO: updates) with its own copy of the team while the current one trains; every agent's policy "
+            "that sampled the episodes trained at step t is at most s steps old, the same for every turn of an "
+            "episode, and the importance-sampling correction (`vllm_importance_sampling_correction`) weighs them "
+            "by the truncated ratio of the current policy over that one. 0 (default): synchronous. One process, "
+            "generation_backend='transformers' and no tools only so far."
+        },
+    )
+
+
+def max_staleness_value(config: Any) -> None:
+    """Refuse a `max_staleness` that is not an integer >= 0 (`__post_init__` of both configs)."""
+    value = config.max_staleness
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"`max_staleness` must be an integer >= 0 (0: synchronous rollouts; s > 0: rollouts "
+                         f"generated up to s steps ahead), got {value!r}.")
+
+
 def share_prompt_prefill_field() -> Any:
     """`share_prompt_prefill`: one prefill per distinct prompt and weights, its KV cache shared by the rows."""
     return field(

@@ -113,11 +113,15 @@ class AsyncRollouts:
         autocast: Returns the context the trainer computes its log-probabilities under (its accelerator's autocast),
             entered in the worker thread for the behaviour log-probabilities.
         steps_per_generation: Micro-batches of rows per optimizer step.
+        play: How the worker plays a job's rows with its engine (`play(engine, rows, trainer_state)`); by default
+            `engine.run(rows, trainer_state=...)`: generation, the reward functions and the returns (MAGRPO).
+            `MultiAgentPPOTrainer` plays without scoring (its rewards are scored in the trainer's thread).
     """
 
     def __init__(self, team: AgentTeam, engine: JointRollout, max_staleness: int, version: int,
                  trainer_state: Callable[[], Any], autocast: Callable[[], AbstractContextManager[Any]],
-                 steps_per_generation: int) -> None:
+                 steps_per_generation: int,
+                 play: Callable[[JointRollout, list[dict[str, Any]], Any], Rollout] | None = None) -> None:
         if max_staleness < 1:
             raise ValueError(f"AsyncRollouts needs max_staleness >= 1, got {max_staleness}.")
         self.max_staleness = max_staleness
@@ -131,6 +135,7 @@ class AsyncRollouts:
         self.engine = copy.copy(engine)
         self.engine.team = self.team
         self._trainer_state = trainer_state
+        self._play = play or (lambda engine, rows, state: engine.run(rows, trainer_state=state))
         self._autocast = autocast
         self._lock = threading.Condition()
         self._published: tuple[int, dict[str, torch.Tensor]] = (version, {})  # the team copy is version `version`
@@ -192,6 +197,23 @@ class AsyncRollouts:
         steps = [MicroStep(group, i) for i in range(len(group.row_batches))]
         steps[-1].last = True
         return steps
+
+    def rollout_of_step(self, read_rows: Callable[[], list[dict[str, Any]] | None],
+                        step: int) -> tuple[RolloutJob, Rollout] | None:
+        """The rows and rollout of step `step` for a trainer with its own loop (`MultiAgentPPOTrainer`: one batch
+        of rows per update): publish version `step`, read the rows of the steps up to `step + max_staleness` ahead
+        (`read_rows()`, in the synchronous order; None: no more rows), then wait for step `step`'s rollout
+        ([`take`]). None when no rows are left."""
+        self.publish(step)
+        while len(self.pending) <= self.max_staleness:
+            rows = read_rows()
+            if rows is None:
+                break
+            self.submit(RolloutJob(step + len(self.pending), [rows]))
+        if not self.pending:
+            return None
+        job = self.pending.popleft()
+        return job, self.take(job, step)
 
     def submit(self, job: RolloutJob) -> None:
         """Queue `job` for the worker (jobs are played in the order submitted)."""
@@ -280,7 +302,7 @@ class AsyncRollouts:
                 version = self._load_newest()
                 versions = tuple(version for _ in range(self.engine.num_slots))
                 with torch.no_grad():
-                    rollout = self.engine.run(job.rows, trainer_state=self._trainer_state())
+                    rollout = self._play(self.engine, job.rows, self._trainer_state())
                     self._add_behaviour_logps(rollout, versions)
                 job.versions, job.rollout = versions, rollout
             except BaseException as error:  # handed to the trainer, which re-raises it when it takes the job

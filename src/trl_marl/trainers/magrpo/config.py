@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import warnings
 from dataclasses import dataclass, field, fields
 
 from ..._trl_compat import GRPOConfig
@@ -38,6 +37,7 @@ from ...validation import (
     use_activation_checkpointing_name,
     use_cpu_for_cpu_processes,
 )
+from ..async_support import async_names, check_async_common
 from ..console import check_console_metrics, console_metrics_field
 from ..fields import (
     advantage_mode_field,
@@ -47,6 +47,8 @@ from ..fields import (
     frozen_agents_field,
     generation_backend_field,
     max_nonfinite_field,
+    max_staleness_field,
+    max_staleness_value,
     num_agents_field,
     num_turns_field,
     prompt_length_check_field,
@@ -301,16 +303,7 @@ class MAGRPOConfig(GRPOConfig):
     compiled_sync_every: int = compiled_sync_every_field()
     vllm_logprobs_mode: str = vllm_logprobs_mode_field()
     vllm_kv_cache_memory_bytes: int | None = vllm_kv_cache_memory_bytes_field()
-    max_staleness: int = field(
-        default=0,
-        metadata={"help": "Asynchronous rollouts: with s > 0 a worker thread generates the rollouts of the next s "
-                  "optimizer steps with its own copy of the team while the current step trains; every agent's "
-                  "policy that sampled a rollout trained at step t is at most s optimizer steps old, the same for "
-                  "every turn of an episode, and the importance-sampling correction "
-                  "(`vllm_importance_sampling_correction`) weighs it by the truncated ratio of the current policy "
-                  "over that one. 0 (default): synchronous. One process and generation_backend='transformers' "
-                  "only so far."},
-    )
+    max_staleness: int = max_staleness_field()
     backward_per_agent: bool = backward_per_agent_field()
     frozen_agents: list[int] = frozen_agents_field()
     zero_std_warning_fraction: float = field(
@@ -450,9 +443,7 @@ class MAGRPOConfig(GRPOConfig):
             raise ValueError(f"`frozen_agents` {bad} are not agents of a team of {self.num_agents}.")
         if len(set(self.frozen_agents)) >= self.num_agents:
             raise ValueError("`frozen_agents` freezes every agent: nothing would be trained.")
-        if isinstance(self.max_staleness, bool) or not isinstance(self.max_staleness, int) or self.max_staleness < 0:
-            raise ValueError(f"`max_staleness` must be an integer >= 0 (0: synchronous rollouts; s > 0: rollouts "
-                             f"generated up to s optimizer steps ahead), got {self.max_staleness!r}.")
+        max_staleness_value(self)
         check_generation_backend(self)
         check_importance_sampling(self)
         check_async_support(self)  # the backend and the schedule; the trainer checks processes and tools again
@@ -508,9 +499,8 @@ def check_async_support(args: MAGRPOConfig, num_processes: int = 1, has_tools: b
 
     Args:
         args: A `MAGRPOConfig`.
-        num_processes: The accelerator's processes.
-        has_tools: Whether the team plays with tools (`tools` or `environment_factory`).
-        sharded: Whether the weights are sharded (FSDP, DeepSpeed ZeRO-3).
+        num_processes, has_tools, sharded: What the trainer found; see
+            [`~trl_marl.trainers.async_support.check_async_common`], which checks them (and the backend).
 
     Warns:
         UserWarning: asynchronous rollouts without the importance-sampling correction.
@@ -529,18 +519,9 @@ def check_async_support(args: MAGRPOConfig, num_processes: int = 1, has_tools: b
     ...     print(str(error)[:80])
     `max_staleness=1` (asynchronous rollouts) supports `generation_backend='transformers'
     """
-    s = args.max_staleness
-    if s == 0:
+    if args.max_staleness == 0:
         return
-    name = f"`max_staleness={s}` (asynchronous rollouts)"
-    sync = "or `max_staleness=0` (synchronous)"
-    if args.generation_backend != "transformers":
-        raise ValueError(f"{name} supports `generation_backend='transformers'` only so far, got "
-                         f"{args.generation_backend!r}: set `generation_backend='transformers'`"
-                         f"{' and `use_vllm=False`' if args.use_vllm else ''}, {sync}.")
-    if num_processes > 1 or sharded:
-        raise ValueError(f"{name} runs on one process only so far, got {num_processes} process(es)"
-                         f"{' with sharded weights' if sharded else ''}: launch one process, {sync}.")
+    name, sync = async_names(args)
     if args.num_iterations != 1:
         raise ValueError(f"{name} takes one optimizer step per rollout, got `num_iterations={args.num_iterations}`: "
                          f"set `num_iterations=1`, {sync}.")
@@ -549,13 +530,7 @@ def check_async_support(args: MAGRPOConfig, num_processes: int = 1, has_tools: b
                          f"{args.steps_per_generation}` and `gradient_accumulation_steps="
                          f"{args.gradient_accumulation_steps}`: leave `steps_per_generation` None (it then equals "
                          f"`gradient_accumulation_steps`), {sync}.")
-    if has_tools:
-        raise ValueError(f"{name} does not play tools yet (`tools` or `environment_factory`): {sync}.")
     if args.use_transformers_continuous_batching:
         raise ValueError(f"{name} does not decode with continuous batching yet: set "
                          f"`use_transformers_continuous_batching=False`, {sync}.")
-    if num_processes == 1 and not args.vllm_importance_sampling_correction:  # once, from `__post_init__`
-        warnings.warn(f"{name} with `vllm_importance_sampling_correction=False`: rollouts sampled by older policies "
-                      "are trained as if the current policy had sampled them (biased). Set "
-                      "`vllm_importance_sampling_correction=True` to weigh them by the truncated importance ratio.",
-                      UserWarning, stacklevel=3)
+    check_async_common(args, num_processes, has_tools, sharded)

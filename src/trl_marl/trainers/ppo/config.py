@@ -29,6 +29,7 @@ from ...validation import (
     use_activation_checkpointing_name,
     use_cpu_for_cpu_processes,
 )
+from ..async_support import check_async_common
 from ..console import check_console_metrics, console_metrics_field
 from ..fields import (
     advantage_mode_field,
@@ -38,6 +39,8 @@ from ..fields import (
     frozen_agents_field,
     generation_backend_field,
     max_nonfinite_field,
+    max_staleness_field,
+    max_staleness_value,
     num_agents_field,
     num_turns_field,
     prompt_length_check_field,
@@ -115,6 +118,13 @@ class MultiAgentPPOConfig(TRLBaseConfig):
     with `critic_type="Q"`), whatever `lam` is, whitened over the responses of the policy (one entry per response,
     whatever its length) before it is given to the tokens. The value targets are GAE(gamma, lam)'s returns at
     either level.
+
+    With `max_staleness=s > 0` (asynchronous rollouts, as MAGRPO's) a worker thread plays the episodes of the next
+    s updates with its own copy of the team while the current update trains; an update trained at step t (t
+    updates done) plays episodes sampled by policies of update t - s or later, scored, valued and given their old
+    log-probabilities by the current models in the trainer's thread, and weighted by the truncated ratio of the
+    current policy over the sampling one (`vllm_importance_sampling_correction`): the decoupled PPO objective of
+    asynchronous RL (the clip bounds the update around the current policy, the ratio corrects the staleness).
 
     Example:
 
@@ -271,6 +281,7 @@ class MultiAgentPPOConfig(TRLBaseConfig):
         metadata={"help": "Deprecated in TRL, kept for its name: sets `vllm_importance_sampling_clip_max`."},
     )
     share_prompt_prefill: bool = share_prompt_prefill_field()
+    max_staleness: int = max_staleness_field()
     backward_per_agent: bool = backward_per_agent_field()
     frozen_agents: list[int] = frozen_agents_field()
     policy_sharing: str = field(
@@ -455,6 +466,8 @@ class MultiAgentPPOConfig(TRLBaseConfig):
         check_tool_settings(self)
         check_generation_backend(self)
         check_importance_sampling(self)
+        max_staleness_value(self)
+        check_async_common(self)  # the backend; the trainer checks processes and tools again
         if self.model_adapter_name is not None or self.ref_adapter_name is not None:
             raise ValueError(
                 "`model_adapter_name`/`ref_adapter_name` are not supported: pass the base model with a `peft_config` "

@@ -26,7 +26,7 @@ import math
 import os
 import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from typing import Any, cast
 
@@ -51,9 +51,11 @@ from ...team.quantized import keep_4bit_trainable
 from ...tools.toolset import team_tools
 from ...utils.checkpoint_files import CheckpointSpec
 from ...validation import check_prompt_lengths
+from ..async_support import check_async_common
 from ..base import TeamTrainer, rollout_phase
 from ..fields import field_value
 from ..logbook import log_tool_use
+from ..magrpo.async_rollout import AsyncRollouts
 from ..per_agent import backward_per_agent, backward_per_agent_supported
 from .adapter_critic import build_adapter_critics
 from .config import CONSOLE_METRICS, MultiAgentPPOConfig, logit_temperature, resume_problem
@@ -267,6 +269,11 @@ class MultiAgentPPOTrainer(TeamTrainer):
                             None if any(t is not None for t in self.agent_stop_token_ids) else set()),
             tool_loop=self.tool_loop,
         )
+        # `max_staleness > 0`: the rollout worker of a `train()` call (`magrpo.async_rollout`), started by its loop
+        check_async_common(args, self.accelerator.num_processes, self.tool_loop is not None and self.tool_loop.active,
+                           self.is_sharded())
+        self.async_rollouts: AsyncRollouts | None = None
+        self._staleness: float | None = None  # of the update being trained (logged as `async/staleness`)
 
     # ------------------------------------------------------------------ setup helpers
     @staticmethod
@@ -345,13 +352,18 @@ class MultiAgentPPOTrainer(TeamTrainer):
         return self.joint_rollout.run(rows, trainer_state=self.state, generation_config=config, score=False)
 
     @rollout_phase
-    def rollout(self, rows: list[dict[str, Any]], temperature: float | None = None) -> list[AgentRollout | None]:
+    def rollout(self, rows: list[dict[str, Any]], temperature: float | None = None,
+                played: Rollout | None = None) -> list[AgentRollout | None]:
         """Play the episodes of `rows`, score every trained (turn, agent) response and compute the PPO targets.
+
+        `played`: the episodes of `rows`, already played (by the asynchronous worker, `max_staleness > 0`, with the
+        sampling policy's log-probabilities): only scored and given their targets here.
 
         Returns one [`AgentRollout`] per policy slot (`None` for a slot without trained samples, e.g. turn-1
         policies when `train_turns_from=2`).
         """
-        played = self.play_episodes(rows, temperature)
+        if played is None:
+            played = self.play_episodes(rows, temperature)
         self.last_rollout = played  # what the engine played (for inspection, as in MAGRPO)
         rollouts = slot_rollouts(played, self.slot, self.team.num_agents, self.team.tokenizers,
                                  self.args.response_length, self.stop_token_id, self.args.train_turns_from,
@@ -513,6 +525,10 @@ class MultiAgentPPOTrainer(TeamTrainer):
             return self._train_updates(checkpoint)
         except (RewardFunctionError, NonFiniteError) as error:  # save the last completed update, then stop
             self.stop_after_reward_error(error)
+        finally:  # `max_staleness > 0`: the episodes played ahead are dropped (a resumed run plays their rows)
+            if self.async_rollouts is not None:
+                self.async_rollouts.close()
+                self.async_rollouts = None
 
     def _check_resumable(self) -> None:
         problem = resume_problem(self.args, bool(self.is_fsdp_enabled or self.is_deepspeed_enabled))
@@ -574,10 +590,21 @@ class MultiAgentPPOTrainer(TeamTrainer):
         self.control = self.callback_handler.on_train_begin(args, self.state, self.control)
         model.train()
         micro_step = done * args.num_ppo_epochs * args.num_mini_batches * n_micro
+        read = done  # batches of rows read from `data` (ahead of the update, with asynchronous rollouts)
+
+        def read_rows() -> list[dict[str, Any]] | None:  # the next update's rows (None past the last update's)
+            nonlocal read
+            if read >= updates:
+                return None
+            read += 1
+            return next(data)
+
+        if args.max_staleness > 0:  # the worker copies the team now, with the weights loaded from a checkpoint
+            self.async_rollouts = self._start_async_rollouts(done)
         for update in range(done + 1, updates + 1):
             episode += batch_size
-            rows = next(data)
-            rollouts = self.rollout(rows)
+            rows, played = self._rows_of_update(read_rows, update)
+            rollouts = self.rollout(rows, played=played)
             signal.see_update(update, rollouts, self.accelerator)  # warns when every score of the update is equal
             sizes = {s: len(ro.texts) for s in self._trained_slots(rollouts)  # a frozen agent's: none
                      if (ro := rollouts[s]) is not None}
@@ -603,6 +630,8 @@ class MultiAgentPPOTrainer(TeamTrainer):
             metrics = update_metrics(self.accelerator, args, self.env, self.team.tokenizers,
                                      float(self.lr_scheduler.get_last_lr()[0]), rollouts, stats, episode, start,
                                      columns=list(sizes))
+            if self._staleness is not None:  # how many updates behind its oldest sampling policy was
+                metrics["async/staleness"] = self._staleness
             if self.tool_loop is not None and self.last_rollout is not None:  # `agent_<a>/tools/*`, as in MAGRPO
                 tool_metrics: dict[str, list[float | torch.Tensor]] = defaultdict(list)
                 log_tool_use(tool_metrics, self.last_rollout)  # floats
@@ -626,6 +655,34 @@ class MultiAgentPPOTrainer(TeamTrainer):
             self._save_checkpoint(model, trial=None)
             self.control = self.callback_handler.on_save(args, self.state, self.control)
         return None
+
+    def _start_async_rollouts(self, version: int) -> AsyncRollouts:
+        """The rollout worker of `max_staleness > 0`: it plays episodes as `play_episodes` does (the trainer's
+        sampling settings, no scoring) and gives every turn the sampling policy's log-probabilities; the trainer
+        scores the episodes and computes their targets when it takes them (`rollout(rows, played=...)`)."""
+        config = self._generation_config(self.args.temperature)
+
+        def play(engine: JointRollout, rows: list[dict[str, Any]], state: Any) -> Rollout:
+            return engine.run(rows, trainer_state=state, generation_config=config, score=False)
+
+        return AsyncRollouts(self.team, self.joint_rollout, self.args.max_staleness, version, lambda: self.state,
+                             self.accelerator.autocast, 1, play=play)
+
+    def _rows_of_update(self, read_rows: Callable[[], list[dict[str, Any]] | None],
+                        update: int) -> tuple[list[dict[str, Any]], Rollout | None]:
+        """The rows of update `update` and, with asynchronous rollouts, their episodes played by the worker (after
+        publishing the current weights and reading the next updates' rows ahead)."""
+        if self.async_rollouts is None:
+            rows = read_rows()
+            played = None
+        else:
+            taken = self.async_rollouts.rollout_of_step(read_rows, self.state.global_step)
+            rows, played = (None, None) if taken is None else (taken[0].rows, taken[1])
+            if taken is not None and taken[0].versions is not None:
+                self._staleness = float(self.state.global_step - min(taken[0].versions))
+        if rows is None:
+            raise RuntimeError(f"No rows left for update {update}.")
+        return rows, played
 
     def compute_agent_loss(
         self, slot: int, new_logprobs: torch.Tensor, values: torch.Tensor, rollout: AgentRollout, idx: torch.Tensor

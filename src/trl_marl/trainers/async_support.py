@@ -1,0 +1,56 @@
+"""What asynchronous rollouts (`max_staleness > 0`) support so far, checked for both trainers before any step.
+
+Both `MAGRPOConfig` and `MultiAgentPPOConfig` call [`check_async_common`] from `__post_init__` (with one process) and
+their trainers again with the accelerator's processes, the tools and the sharding they found; each error names the
+field and the fix. MAGRPO adds the checks of its generation schedule (`trainers.magrpo.config.check_async_support`).
+The worker itself: `trainers.magrpo.async_rollout.AsyncRollouts`.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+__all__ = ["async_names", "check_async_common"]
+
+
+def async_names(args: Any) -> tuple[str, str]:
+    """The subject and the way back of every error: "`max_staleness=s` (asynchronous rollouts)" and
+    "or `max_staleness=0` (synchronous)"."""
+    return f"`max_staleness={args.max_staleness}` (asynchronous rollouts)", "or `max_staleness=0` (synchronous)"
+
+
+def check_async_common(args: Any, num_processes: int = 1, has_tools: bool = False, sharded: bool = False) -> None:
+    """Refuse what neither trainer's asynchronous rollouts support yet; warn without the correction.
+
+    Args:
+        args: A `MAGRPOConfig` or a `MultiAgentPPOConfig` (`max_staleness`, `generation_backend`, `use_vllm`,
+            `vllm_importance_sampling_correction`).
+        num_processes: The accelerator's processes.
+        has_tools: Whether the team plays with tools (`tools` or `environment_factory`).
+        sharded: Whether the weights are sharded (FSDP, DeepSpeed ZeRO-3).
+
+    Warns:
+        UserWarning: asynchronous rollouts without the importance-sampling correction (from `__post_init__`).
+
+    Raises:
+        ValueError: another generation backend than the team's own decoding, several processes or sharded
+            weights, or tools.
+    """
+    if args.max_staleness == 0:
+        return
+    name, sync = async_names(args)
+    if args.generation_backend != "transformers":
+        raise ValueError(f"{name} supports `generation_backend='transformers'` only so far, got "
+                         f"{args.generation_backend!r}: set `generation_backend='transformers'`"
+                         f"{' and `use_vllm=False`' if args.use_vllm else ''}, {sync}.")
+    if num_processes > 1 or sharded:
+        raise ValueError(f"{name} runs on one process only so far, got {num_processes} process(es)"
+                         f"{' with sharded weights' if sharded else ''}: launch one process, {sync}.")
+    if has_tools:
+        raise ValueError(f"{name} does not play tools yet (`tools` or `environment_factory`): {sync}.")
+    if num_processes == 1 and not args.vllm_importance_sampling_correction:  # once, from `__post_init__`
+        warnings.warn(f"{name} with `vllm_importance_sampling_correction=False`: rollouts sampled by older policies "
+                      "are trained as if the current policy had sampled them (biased). Set "
+                      "`vllm_importance_sampling_correction=True` to weigh them by the truncated importance ratio.",
+                      UserWarning, stacklevel=4)
