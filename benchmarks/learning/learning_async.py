@@ -14,9 +14,16 @@ machine's, for orientation only). The summary gives each arm's mean, minimum and
 each asynchronous arm's mean final success lies within the synchronous arm's seed range.
 
     python benchmarks/learning/learning_async.py --seeds 0 1 2 3 4
+    python benchmarks/learning/learning_async.py --job debate --seeds 0 1 2 3 4
 
-Options: `--steps 250` (the demo's default preset), `--episodes 128`, `--staleness 0 1 2`, `--output PATH` (default
-`benchmarks/results/learning_async_demo.json`), `--work-dir DIR` (trainer folders; a temporary one by default).
+`--job debate` trains the demo's second part instead, the MAPoRL debate (`run_maporl_part`: three toy agents of
+different strengths, three turns, multi-agent PPO with the influence-aware reward, 80 updates): its `final_success`
+is the majority accuracy of the last turn on the demo's held-out questions after training (the run records every
+turn's, before and after), its curve the mean score per update; no take-off step.
+
+Options: `--steps` (250 MAGRPO steps or 80 PPO updates, the demo's default preset), `--episodes 128`,
+`--staleness 0 1 2`, `--output PATH` (default `benchmarks/results/learning_async_<demo|debate>.json`), `--work-dir DIR`
+(trainer folders; a temporary one by default).
 """
 
 from __future__ import annotations
@@ -49,6 +56,29 @@ def takeoff_step(curve: list[float]) -> int | None:
         if statistics.fmean(curve[end - WINDOW:end]) >= TAKEOFF:
             return end
     return None
+
+
+def one_debate_run(updates: int, seed: int, staleness: int, episodes: int, work_dir: str) -> dict[str, Any]:
+    """Train the demo's MAPoRL debate (multi-agent PPO) at `staleness`; its final-turn majority accuracy on the
+    demo's held-out questions is the run's `final_success`."""
+    from trl_marl.scripts import demo
+
+    start = time.perf_counter()
+    result = demo.run_maporl_part(updates, seed, episodes, str(Path(work_dir) / f"debate_seed{seed}_s{staleness}"),
+                                  False, cpu_threads=1, overrides={"max_staleness": staleness})
+    curve = result["score_curve"]
+    logged = result["staleness"]
+    return {
+        "seed": seed, "max_staleness": staleness, "global_step": len(curve),
+        "final_success": result["after"]["majority_accuracy"][-1],
+        "before_majority_accuracy": result["before"]["majority_accuracy"],
+        "after_majority_accuracy": result["after"]["majority_accuracy"],
+        "last10_reward": statistics.fmean(curve[-WINDOW:]) if curve else None,
+        "takeoff_step": None,
+        "staleness_mean": statistics.fmean(logged) if logged else None,
+        "staleness_max": max(logged) if logged else None,
+        "seconds": time.perf_counter() - start, "curve": curve,
+    }
 
 
 def one_run(model_dir: str, steps: int, seed: int, staleness: int, episodes: int, work_dir: str) -> dict[str, Any]:
@@ -112,13 +142,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     parser.add_argument("--staleness", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--steps", type=int, default=250)
+    parser.add_argument("--job", choices=("magrpo", "debate"), default="magrpo")
+    parser.add_argument("--steps", type=int, default=None, help="MAGRPO steps (250) or PPO updates (80)")
     parser.add_argument("--episodes", type=int, default=128)
-    parser.add_argument("--output", default=str(REPO_ROOT / "benchmarks" / "results" / "learning_async_demo.json"))
+    parser.add_argument("--output", default=None, help="default benchmarks/results/learning_async_<demo|debate>.json")
     parser.add_argument("--work-dir", default=None)
     args = parser.parse_args(argv)
     if any(s < 0 for s in args.staleness):
         parser.error("--staleness: each value must be >= 0 (0 is the synchronous trainer).")
+    steps = args.steps if args.steps is not None else (250 if args.job == "magrpo" else 80)
 
     from trl_marl.scripts import demo
     from trl_marl.toy import make_toy_model
@@ -131,22 +163,25 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         work = args.work_dir or tmp
         for seed in args.seeds:
             for s in args.staleness:
-                run = one_run(model_dir, args.steps, seed, s, args.episodes, work)
-                print(f"[learning_async] seed {seed} max_staleness {s}: final success {run['final_success']:.3f}, "
-                      f"last-10 reward {run['last10_reward']:.3f}, take-off {run['takeoff_step']}", flush=True)
+                run = (one_run(model_dir, steps, seed, s, args.episodes, work) if args.job == "magrpo"
+                       else one_debate_run(steps, seed, s, args.episodes, work))
+                print(f"[learning_async] {args.job} seed {seed} max_staleness {s}: final success "
+                      f"{run['final_success']:.3f}, last-10 reward {run['last10_reward']:.3f}, take-off "
+                      f"{run['takeoff_step']}", flush=True)
                 runs.append(run)
     summary = summarize(runs, args.staleness)
     record = {
-        "benchmark": "learning_async_demo",
+        "benchmark": "learning_async_demo" if args.job == "magrpo" else "learning_async_debate",
         "command": "python benchmarks/learning/learning_async.py " + shlex.join(argv if argv is not None
                                                                                else sys.argv[1:]),
         "date_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "git": git_state(), "machine": machine_info(),
-        "settings": {"steps": args.steps, "episodes": args.episodes, "seeds": args.seeds,
+        "settings": {"job": args.job, "steps": steps, "episodes": args.episodes, "seeds": args.seeds,
                      "staleness": args.staleness, "takeoff": TAKEOFF, "window": WINDOW, "torch_threads": 1},
         "summary": summary, "table_markdown": table(summary), "runs": runs,
     }
-    out = Path(args.output)
+    out = Path(args.output or REPO_ROOT / "benchmarks" / "results" /
+               f"learning_async_{'demo' if args.job == 'magrpo' else 'debate'}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(record, indent=1) + "\n")
     print(record["table_markdown"])

@@ -49,3 +49,18 @@ def test_micro_run_records_every_seed_and_arm(bench, tmp_path) -> None:
     inside = sync["final_success_min"] <= summary["staleness_1"]["final_success_mean"] <= sync["final_success_max"]
     assert summary["staleness_1"]["mean_within_sync_seed_range"] is inside
     assert "mean_within_sync_seed_range" not in sync
+
+
+@pytest.mark.slow  # builds the demo's three pretrained debate models when no test has yet (minutes on 2 cores)
+def test_micro_debate_run_records_the_ppo_arms(bench, tmp_path) -> None:
+    out = tmp_path / "debate.json"
+    record = bench.main(["--job", "debate", "--seeds", "0", "--staleness", "0", "1", "--steps", "2",
+                         "--episodes", "8", "--output", str(out), "--work-dir", str(tmp_path / "work")])
+    assert record["benchmark"] == "learning_async_debate" and record["settings"]["job"] == "debate"
+    assert [(r["seed"], r["max_staleness"]) for r in record["runs"]] == [(0, 0), (0, 1)]
+    sync, stale = record["runs"]
+    assert sync["global_step"] == stale["global_step"] == 2
+    assert sync["staleness_max"] is None and stale["staleness_max"] is not None and stale["staleness_max"] <= 1
+    for run in record["runs"]:
+        assert len(run["after_majority_accuracy"]) == 3  # every turn of the debate
+        assert run["final_success"] == run["after_majority_accuracy"][-1]

@@ -215,8 +215,10 @@ def debate_team(seed: int = 0, progress: bool = False) -> list[str]:
 
 
 def run_maporl_part(updates: int, seed: int, episodes: int, work_dir: str, show_progress: bool,
-                    keep_dir: str | None = None, cpu_threads: int | None = None) -> dict[str, Any]:
+                    keep_dir: str | None = None, cpu_threads: int | None = None,
+                    overrides: dict[str, Any] | None = None) -> dict[str, Any]:
     """A 3-agent, 3-turn debate of a heterogeneous team ([`debate_team`]) trained with MAPoRL-style multi-agent PPO.
+    `overrides`: other `MultiAgentPPOConfig` values (benchmarks).
 
     Every agent sees the question and all agents' previous answers (`ToyDebateEnv`); an answer verifier scores every
     answer and the influence-aware reward with the alpha/beta incentives is maximized with PPO. Only the revision
@@ -242,7 +244,7 @@ def run_maporl_part(updates: int, seed: int, episodes: int, work_dir: str, show_
         temperature=1.0, missing_eos_penalty=1.0, train_turns_from=int(hp["train_turns_from"]),
         policy_sharing=hp["policy_sharing"], report_to="none", save_strategy="no", activation_checkpointing=False,
         num_sample_generations=0, logging_steps=1, seed=seed, per_device_eval_batch_size=64, disable_tqdm=True,
-        cpu_threads=cpu_threads,
+        cpu_threads=cpu_threads, **(overrides or {}),
     )
     trainer = MultiAgentPPOTrainer(
         args=config, model=debate_team(), reward_funcs=[reward], env=ToyDebateEnv(agents, turns),
@@ -256,9 +258,11 @@ def run_maporl_part(updates: int, seed: int, episodes: int, work_dir: str, show_
     if keep_dir is not None:
         trainer.save_team(keep_dir)
     curve = [h["objective/scores"] for h in trainer.state.log_history if "objective/scores" in h]
+    staleness = [h["async/staleness"] for h in trainer.state.log_history if "async/staleness" in h]
     return {"task": f"{agents} agents of different strengths (one knows every fact, two know 40%) debate for "
                     f"{turns} turns",
-            "updates": updates, "before": before, "after": after, "score_curve": curve, "team_dir": keep_dir}
+            "updates": updates, "before": before, "after": after, "score_curve": curve, "team_dir": keep_dir,
+            "staleness": staleness}
 
 
 # ---------------------------------------------------------------------------------------------------- report
