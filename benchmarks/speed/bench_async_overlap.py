@@ -23,7 +23,7 @@ Measured per optimizer step (a `TrainerCallback` marks the start of `train()` an
   (`_inference_logps`). Neither arm has any with these settings (`beta=0`, one generation per step): since commit
   4390024 the importance-sampling correction takes the current policy's log-probabilities from the training forward
   (`trainers.engine_correction`). Before it, the async arm scored its rollout's samples there with a forward of its
-  own, work the sync arm does not do (0.15 s of 0.64 s per step in `async_overlap_cpu.json`, commit b9cbc55).
+  own, work the sync arm does not do (0.15 s of 0.64 s per step in `async_overlap_cpu_b9cbc55.json`).
 - `staleness` (async): the step minus the oldest policy version that generated its rollout (at most the bound).
 
 Reported: each arm's median wall time per step over every timed step of every repeat, and the ratio of each async
