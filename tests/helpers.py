@@ -114,6 +114,16 @@ def add(a: int, b: int) -> int:
     return a + b
 
 
+def tool_chat_model(path: Path) -> str:
+    """Save a one-layer toy model whose tokenizer has a ChatML template (which can write tool calls) at `path`."""
+    from trl_marl.toy import build_toy_chat_tokenizer, build_toy_model
+
+    tokenizer = build_toy_chat_tokenizer()
+    build_toy_model(tokenizer, hidden_size=32, num_layers=1, max_position_embeddings=1024).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return str(path)
+
+
 CALL = '<tool_call>\n{"name": "add", "arguments": {"a": 2, "b": 3}}\n</tool_call>'
 ANSWER = "It is 5"
 PARTNER = "Ok"

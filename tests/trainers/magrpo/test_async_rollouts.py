@@ -20,10 +20,10 @@ import pytest
 import torch
 from datasets import Dataset
 
+from helpers import add, tool_chat_model
 from trl_marl import MAGRPOConfig, MAGRPOTrainer, RewardFunctionError
 from trl_marl.envs import TargetSumEnv
 from trl_marl.rewards.arithmetic import TargetSumReward
-from trl_marl.toy import build_toy_chat_tokenizer, build_toy_model
 from trl_marl.trainers.magrpo.config import check_async_support
 
 warnings.filterwarnings("ignore")
@@ -155,23 +155,11 @@ def test_config_errors_name_the_field_and_the_fix(tmp_path):
 
 
 def test_trainer_refuses_tools_before_any_step(tmp_path):
-    def lookup(x: int) -> int:
-        """Return x.
-
-        Args:
-            x: A number.
-        """
-        return x
-
-    path = tmp_path / "chat"
-    tokenizer = build_toy_chat_tokenizer()  # a ChatML template, which can write tool calls
-    build_toy_model(tokenizer, hidden_size=32, num_layers=1, max_position_embeddings=1024).save_pretrained(path)
-    tokenizer.save_pretrained(path)
     rows = Dataset.from_list([{"prompt": [{"role": "user", "content": "Add 2 and 3."}]}] * 4)
     args = config(tmp_path, max_staleness=1, max_completion_length=16)
     with pytest.raises(ValueError, match=r"max_staleness=1.*tools"):
-        MAGRPOTrainer(model=str(path), reward_funcs=lambda completions, **kw: [0.0] * len(completions), args=args,
-                      train_dataset=rows, tools=[lookup])
+        MAGRPOTrainer(model=tool_chat_model(tmp_path / "chat"), args=args, train_dataset=rows, tools=[add],
+                      reward_funcs=lambda completions, **kw: [0.0] * len(completions))
     assert not worker_alive()
 
 

@@ -20,11 +20,10 @@ from typing import Any
 import pytest
 from datasets import Dataset
 
-from helpers import StopAfter
+from helpers import StopAfter, add, tool_chat_model
 from trl_marl import MultiAgentPPOConfig, MultiAgentPPOTrainer
 from trl_marl.envs import TargetSumEnv
 from trl_marl.rewards.arithmetic import TargetSumReward
-from trl_marl.toy import build_toy_chat_tokenizer, build_toy_model
 
 warnings.filterwarnings("ignore")
 UPDATES = 6
@@ -182,21 +181,9 @@ def test_unsupported_settings_are_refused_before_any_step(target_model_dir, tmp_
     with pytest.warns(UserWarning, match=r"max_staleness=1.*vllm_importance_sampling_correction=True"):
         config(tmp_path, max_staleness=1, vllm_importance_sampling_correction=False)
 
-    def lookup(x: int) -> int:
-        """Look up x.
-
-        Args:
-            x: The number.
-        """
-        return x
-
-    path = tmp_path / "chat"
-    tokenizer = build_toy_chat_tokenizer()  # a ChatML template, which can write tool calls
-    build_toy_model(tokenizer, hidden_size=32, num_layers=1, max_position_embeddings=1024).save_pretrained(path)
-    tokenizer.save_pretrained(path)
     rows = Dataset.from_list([{"prompt": [{"role": "user", "content": "Add 2 and 3."}]}] * 8)
     args = config(tmp_path, max_staleness=1, num_agents=1, response_length=16)
     with pytest.raises(ValueError, match=r"max_staleness=1.*tools"):
-        MultiAgentPPOTrainer(args=args, model=str(path), reward_funcs=lambda completions, **kw: [0.0] * len(
-            completions), train_dataset=rows, tools=[lookup])
+        MultiAgentPPOTrainer(args=args, model=tool_chat_model(tmp_path / "chat"), train_dataset=rows, tools=[add],
+                             reward_funcs=lambda completions, **kw: [0.0] * len(completions))
     assert not worker_alive()

@@ -643,9 +643,9 @@ class MAGRPOTrainer(TeamTrainer):
         (`deferred_correction`, filled by `_agent_loss`), once every agent's loss is taken: per agent and pooled over
         the trained agents, each reduced over the processes, as `engine_correction` records them."""
         deferred = inputs.get("deferred_correction")
-        if deferred is None or inputs.get("deferred_correction_recorded"):  # once, if the micro-batch is reused
+        if deferred is None:
             return
-        inputs["deferred_correction_recorded"] = True
+        inputs["deferred_correction"] = None  # recorded once; a reused micro-batch keeps its ratios
         trained = [a for a in range(len(inputs["batches"])) if a not in self.team.frozen]
         record_correction_metrics(self.accelerator, self._metrics["train"], trained, deferred)
 

@@ -672,16 +672,15 @@ class MultiAgentPPOTrainer(TeamTrainer):
                         update: int) -> tuple[list[dict[str, Any]], Rollout | None]:
         """The rows of update `update` and, with asynchronous rollouts, their episodes played by the worker (after
         publishing the current weights and reading the next updates' rows ahead)."""
-        if self.async_rollouts is None:
-            rows = read_rows()
-            played = None
-        else:
-            taken = self.async_rollouts.rollout_of_step(read_rows, self.state.global_step)
-            rows, played = (None, None) if taken is None else (taken[0].rows, taken[1])
-            if taken is not None and taken[0].versions is not None:
-                self._staleness = float(self.state.global_step - min(taken[0].versions))
+        worker = self.async_rollouts
+        taken = None if worker is None else worker.rollout_of_step(read_rows, self.state.global_step)
+        rows = read_rows() if worker is None else None if taken is None else taken[0].rows
         if rows is None:
             raise RuntimeError(f"No rows left for update {update}.")
+        if taken is None:
+            return rows, None
+        job, played = taken  # `take` checked its versions against the bound
+        self._staleness = float(self.state.global_step - min(job.versions or (self.state.global_step,)))
         return rows, played
 
     def compute_agent_loss(
