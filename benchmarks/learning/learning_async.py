@@ -58,6 +58,20 @@ def takeoff_step(curve: list[float]) -> int | None:
     return None
 
 
+def run_record(seed: int, staleness: int, global_step: int, final_success: float, curve: list[float],
+               logged: list[float], seconds: float, takeoff: int | None, **extra: Any) -> dict[str, Any]:
+    """One run's record: its final success, the curve's last-10 mean, the staleness the trainer logged."""
+    return {
+        "seed": seed, "max_staleness": staleness, "global_step": global_step, "final_success": final_success,
+        **extra,
+        "last10_reward": statistics.fmean(curve[-WINDOW:]) if curve else None,
+        "takeoff_step": takeoff,
+        "staleness_mean": statistics.fmean(logged) if logged else None,
+        "staleness_max": max(logged) if logged else None,
+        "seconds": seconds, "curve": curve,
+    }
+
+
 def one_debate_run(updates: int, seed: int, staleness: int, episodes: int, work_dir: str) -> dict[str, Any]:
     """Train the demo's MAPoRL debate (multi-agent PPO) at `staleness`; its final-turn majority accuracy on the
     demo's held-out questions is the run's `final_success`."""
@@ -67,18 +81,10 @@ def one_debate_run(updates: int, seed: int, staleness: int, episodes: int, work_
     result = demo.run_maporl_part(updates, seed, episodes, str(Path(work_dir) / f"debate_seed{seed}_s{staleness}"),
                                   False, cpu_threads=1, overrides={"max_staleness": staleness})
     curve = result["score_curve"]
-    logged = result["staleness"]
-    return {
-        "seed": seed, "max_staleness": staleness, "global_step": len(curve),
-        "final_success": result["after"]["majority_accuracy"][-1],
-        "before_majority_accuracy": result["before"]["majority_accuracy"],
-        "after_majority_accuracy": result["after"]["majority_accuracy"],
-        "last10_reward": statistics.fmean(curve[-WINDOW:]) if curve else None,
-        "takeoff_step": None,
-        "staleness_mean": statistics.fmean(logged) if logged else None,
-        "staleness_max": max(logged) if logged else None,
-        "seconds": time.perf_counter() - start, "curve": curve,
-    }
+    return run_record(seed, staleness, len(curve), result["after"]["majority_accuracy"][-1], curve,
+                      result["staleness"], time.perf_counter() - start, None,
+                      before_majority_accuracy=result["before"]["majority_accuracy"],
+                      after_majority_accuracy=result["after"]["majority_accuracy"])
 
 
 def one_run(model_dir: str, steps: int, seed: int, staleness: int, episodes: int, work_dir: str) -> dict[str, Any]:
@@ -93,15 +99,9 @@ def one_run(model_dir: str, steps: int, seed: int, staleness: int, episodes: int
     seconds = time.perf_counter() - start
     curve = [h["reward"] for h in trainer.state.log_history if "reward" in h]
     logged = [h["async/staleness"] for h in trainer.state.log_history if "async/staleness" in h]
-    return {
-        "seed": seed, "max_staleness": staleness, "global_step": trainer.state.global_step,
-        "final_success": demo._team_success(trainer.team, episodes, seed + 1),
-        "last10_reward": statistics.fmean(curve[-WINDOW:]) if curve else None,
-        "takeoff_step": takeoff_step(curve),
-        "staleness_mean": statistics.fmean(logged) if logged else None,
-        "staleness_max": max(logged) if logged else None,
-        "seconds": seconds, "curve": curve,
-    }
+    return run_record(seed, staleness, trainer.state.global_step,
+                      demo._team_success(trainer.team, episodes, seed + 1), curve, logged, seconds,
+                      takeoff_step(curve))
 
 
 def summarize(runs: list[dict[str, Any]], arms: list[int]) -> dict[str, Any]:
