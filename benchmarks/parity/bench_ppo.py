@@ -718,10 +718,11 @@ def ours_equivalence(workdir: Path, case_set: str = "default") -> dict[str, Any]
         def rollout_recording_width(
             rows: list[dict[str, Any]],
             temperature: float | None = None,
+            played: Any = None,
             _rollout: Any = trainer.rollout,
             _widths: list[int] = widths,
         ) -> Any:
-            rollouts = _rollout(rows, temperature)
+            rollouts = _rollout(rows, temperature, played=played)
             _widths.append(int(rollouts[0].responses.size(1)))
             return rollouts
 

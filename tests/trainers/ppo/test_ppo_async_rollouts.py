@@ -83,6 +83,21 @@ def synchronous_ids(model_dir: str, tmp_path: Path) -> list[list[int]]:
     return [r["ids"] for r in trainer.trained]
 
 
+def test_a_subclass_with_the_synchronous_rollout_signature_still_trains(target_model_dir, tmp_path):
+    # `rollout(rows, temperature=None)` as it was before `max_staleness`: synchronous training never passes `played`
+    class OldSignature(MultiAgentPPOTrainer):
+        calls: list[int] = []
+
+        def rollout(self, rows, temperature=None):
+            self.calls.append(len(rows))
+            return super().rollout(rows, temperature)
+
+    trainer = build(OldSignature, target_model_dir, config(tmp_path))
+    trainer.train()
+    assert trainer.state.global_step == UPDATES
+    assert OldSignature.calls == [4] * UPDATES
+
+
 @pytest.mark.parametrize("staleness", [1, 2])
 def test_slow_trainer_meets_the_bound_exactly_and_trains_the_synchronous_rows(target_model_dir, tmp_path,
                                                                               staleness):

@@ -604,7 +604,9 @@ class MultiAgentPPOTrainer(TeamTrainer):
         for update in range(done + 1, updates + 1):
             episode += batch_size
             rows, played = self._rows_of_update(read_rows, update)
-            rollouts = self.rollout(rows, played=played)
+            # synchronous training calls `rollout(rows)` exactly as before `max_staleness` (a subclass or a wrapper
+            # that overrides `rollout(rows, temperature)` keeps working)
+            rollouts = self.rollout(rows) if played is None else self.rollout(rows, played=played)
             signal.see_update(update, rollouts, self.accelerator)  # warns when every score of the update is equal
             sizes = {s: len(ro.texts) for s in self._trained_slots(rollouts)  # a frozen agent's: none
                      if (ro := rollouts[s]) is not None}
