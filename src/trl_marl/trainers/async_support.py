@@ -11,7 +11,11 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-__all__ = ["async_names", "check_async_common"]
+__all__ = ["ASYNC_BACKENDS", "async_names", "check_async_common"]
+
+# what the rollout worker generates with: its own copy of the team, or the one vLLM engine (colocated or a server),
+# which it drives alone while the trainer trains
+ASYNC_BACKENDS = ("transformers", "vllm")
 
 
 def async_names(args: Any) -> tuple[str, str]:
@@ -34,16 +38,15 @@ def check_async_common(args: Any, num_processes: int = 1, has_tools: bool = Fals
         UserWarning: asynchronous rollouts without the importance-sampling correction (from `__post_init__`).
 
     Raises:
-        ValueError: another generation backend than the team's own decoding, several processes or sharded
+        ValueError: another generation backend than the team's own decoding or vLLM, several processes or sharded
             weights, or tools.
     """
     if args.max_staleness == 0:
         return
     name, sync = async_names(args)
-    if args.generation_backend != "transformers":
-        raise ValueError(f"{name} supports `generation_backend='transformers'` only so far, got "
-                         f"{args.generation_backend!r}: set `generation_backend='transformers'`"
-                         f"{' and `use_vllm=False`' if args.use_vllm else ''}, {sync}.")
+    if args.generation_backend not in ASYNC_BACKENDS:
+        raise ValueError(f"{name} supports `generation_backend` 'transformers' (the team's own decoding) or 'vllm' "
+                         f"only so far, got {args.generation_backend!r}: set one of them, {sync}.")
     if num_processes > 1 or sharded:
         raise ValueError(f"{name} runs on one process only so far, got {num_processes} process(es)"
                          f"{' with sharded weights' if sharded else ''}: launch one process, {sync}.")

@@ -108,11 +108,12 @@ def max_staleness_field() -> Any:
         default=0,
         metadata={
             "help": "Asynchronous rollouts: with s > 0 a worker thread plays the episodes of the next s optimizer "
-            "steps (PPO: updates) with its own copy of the team while the current one trains; every agent's policy "
+            "steps (PPO: updates) with its own copy of the adapters (and the vLLM engine, with "
+            "generation_backend='vllm') while the current one trains; every agent's policy "
             "that sampled the episodes trained at step t is at most s steps old, the same for every turn of an "
             "episode, and the importance-sampling correction (`vllm_importance_sampling_correction`) weighs them "
             "by the truncated ratio of the current policy over that one. 0 (default): synchronous. One process, "
-            "generation_backend='transformers' and no tools only so far."
+            "generation_backend 'transformers' or 'vllm', and no tools only so far."
         },
     )
 

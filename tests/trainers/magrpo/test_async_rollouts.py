@@ -135,10 +135,9 @@ def test_config_errors_name_the_field_and_the_fix(tmp_path):
     for bad in (-1, 1.5, True):
         with pytest.raises(ValueError, match="`max_staleness` must be an integer >= 0"):
             config(tmp_path, max_staleness=bad)
-    with pytest.raises(ValueError, match=r"max_staleness=2.*generation_backend='transformers'.*got 'vllm'.*"
-                                         r"use_vllm=False.*max_staleness=0"):
-        config(tmp_path, max_staleness=2, use_vllm=True)
-    with pytest.raises(ValueError, match=r"max_staleness=1.*got 'compiled'.*max_staleness=0"):
+    assert config(tmp_path, max_staleness=2, use_vllm=True).generation_backend == "vllm"  # the worker drives vLLM
+    with pytest.raises(ValueError, match=r"max_staleness=1.*'transformers'.*or 'vllm'.*got 'compiled'.*"
+                                         r"max_staleness=0"):
         config(tmp_path, max_staleness=1, generation_backend="compiled")
     with pytest.raises(ValueError, match=r"max_staleness=1.*num_iterations=1"):
         config(tmp_path, max_staleness=1, num_iterations=2)
@@ -361,3 +360,35 @@ def test_an_adapters_team_publishes_only_its_adapters(target_model_dir, tmp_path
     logged = [h["sampling/sampling_logp_difference/max"] for h in trainer.state.log_history
               if "sampling/sampling_logp_difference/max" in h]
     assert len(logged) == 3 and max(logged) < 1e-5
+
+
+# ---------------------------------------------------------------- what the worker's copy holds
+def test_the_workers_copy_shares_the_frozen_base_and_copies_only_the_adapters(target_model_dir, tmp_path):
+    from contextlib import nullcontext
+
+    from peft import LoraConfig
+
+    from trl_marl.trainers.magrpo.async_rollout import AsyncRollouts
+
+    trainer = MAGRPOTrainer(model=target_model_dir, reward_funcs=TargetSumReward(0.5), env=TargetSumEnv(2),
+                            args=config(tmp_path, max_staleness=1), train_dataset=dataset(),
+                            peft_config=LoraConfig(r=4, target_modules=["q_proj", "v_proj"], lora_dropout=0.0))
+    worker = AsyncRollouts(trainer.team, trainer.joint_rollout, 1, 0, lambda: trainer.state, nullcontext, 1)
+    try:
+        ours = dict(trainer.team.named_parameters())
+        theirs = dict(worker.team.named_parameters())
+        assert ours.keys() == theirs.keys()
+        trained = {n for n, p in ours.items() if p.requires_grad}
+        assert trained and all("lora_" in n for n in trained)
+        for name, param in ours.items():  # the base is the trainer's own tensors; the adapters are copies
+            assert (theirs[name] is param) == (name not in trained), name
+        assert worker.team.generation_backend is not trainer.team.generation_backend  # the team's own decoding
+        name = sorted(trained)[0]
+        with torch.no_grad():
+            ours[name].add_(1.0)  # a step of training: the worker's copy keeps version 0 until it loads version 1
+        assert not torch.equal(theirs[name], ours[name])
+        worker.publish(1)
+        worker._load_newest()
+        assert torch.equal(theirs[name], ours[name]) and worker.loaded_version == 1
+    finally:
+        worker.close()

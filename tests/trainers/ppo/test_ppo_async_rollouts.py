@@ -190,7 +190,7 @@ def test_resume_discards_the_episodes_played_ahead(target_model_dir, tmp_path):
 def test_unsupported_settings_are_refused_before_any_step(target_model_dir, tmp_path):
     with pytest.raises(ValueError, match="`max_staleness` must be an integer >= 0"):
         config(tmp_path, max_staleness=-1)
-    with pytest.raises(ValueError, match=r"max_staleness=1.*generation_backend='transformers'.*got 'compiled'"
+    with pytest.raises(ValueError, match=r"max_staleness=1.*'transformers'.*or 'vllm'.*got 'compiled'"
                                          r".*max_staleness=0"):
         config(tmp_path, max_staleness=1, generation_backend="compiled")
     with pytest.warns(UserWarning, match=r"max_staleness=1.*vllm_importance_sampling_correction=True"):

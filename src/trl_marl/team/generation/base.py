@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, overload
@@ -295,11 +296,18 @@ class GenerationBackend:
 class EngineBackend(GenerationBackend):
     """A backend whose engine returns every agent's rows at once, uncut, with their log-probabilities (vLLM, in
     process or as a server): it defines [`EngineBackend.generate_with_logprobs`], and `generate` cuts what it returns
-    into a [`Generation`] ([`Generation.from_rows`])."""
+    into a [`Generation`] ([`Generation.from_rows`]).
+
+    One `generate` call at a time per process: the rollout worker of asynchronous rollouts (`max_staleness > 0`)
+    and the trainer (evaluation, sample tables) drive the same engine from two threads, each syncing the adapters
+    of its own copy of the team before it samples."""
+
+    _calls = threading.Lock()
 
     def generate(self, team: Any, prompt_ids: list[list[list[int]]], generation_config: GenerationConfig,
                  stop_token_ids: set[int] | None = None) -> Generation:
-        rows, logps = self.generate_with_logprobs(team, prompt_ids, generation_config)
+        with self._calls:  # the adapters synced by this call are the ones it samples from
+            rows, logps = self.generate_with_logprobs(team, prompt_ids, generation_config)
         return Generation.from_rows(team, prompt_ids, rows, logps, stop_token_ids, generation_config)
 
     def generate_with_logprobs(

@@ -189,10 +189,11 @@ class MAGRPOConfig(GRPOConfig):
             (`AgentTeam.share_prompt_prefill`).
         max_staleness (`int`, defaults to `0`): Asynchronous rollouts (TRL's `AsyncGRPOTrainer` field name): with
             s > 0 a worker thread generates the rollouts of the next s optimizer steps, with its own copy of the
-            team, while the current step trains; a rollout trained at step t was sampled by every agent's policy
+            team's trained parameters (and the vLLM engine, with `generation_backend="vllm"`), while the current
+            step trains; a rollout trained at step t was sampled by every agent's policy
             of step t - s or later, one version per episode, and the importance-sampling correction
             (`vllm_importance_sampling_correction`) weighs it by the truncated ratio of the current policy over
-            that one. 0: synchronous. One process and `generation_backend="transformers"` only so far
+            that one. 0: synchronous. One process and `generation_backend` "transformers" or "vllm" only so far
             (`trainers.magrpo.async_rollout`; docs/scaling.md, "Asynchronous rollouts").
         backward_per_agent (`bool`, defaults to `True`): Backpropagate the team loss one agent at a time, with one
             agent's activations in memory instead of every agent's and the gradient of the summed loss (`False`);
@@ -517,7 +518,7 @@ def check_async_support(args: MAGRPOConfig, num_processes: int = 1, has_tools: b
     ...                  generation_backend="compiled")
     ... except ValueError as error:
     ...     print(str(error)[:80])
-    `max_staleness=1` (asynchronous rollouts) supports `generation_backend='transformers'
+    `max_staleness=1` (asynchronous rollouts) supports `generation_backend` 'transformers'
     """
     if args.max_staleness == 0:
         return

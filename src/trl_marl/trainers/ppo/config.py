@@ -120,7 +120,8 @@ class MultiAgentPPOConfig(TRLBaseConfig):
     either level.
 
     With `max_staleness=s > 0` (asynchronous rollouts, as MAGRPO's) a worker thread plays the episodes of the next
-    s updates with its own copy of the team while the current update trains; an update trained at step t (t
+    s updates with its own copy of the team's trained parameters (and the vLLM engine, with
+    `generation_backend="vllm"`) while the current update trains; an update trained at step t (t
     updates done) plays episodes sampled by policies of update t - s or later, scored, valued and given their old
     log-probabilities by the current models in the trainer's thread, and weighted by the truncated ratio of the
     current policy over the sampling one (`vllm_importance_sampling_correction`): the decoupled PPO objective of
