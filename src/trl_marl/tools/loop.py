@@ -32,7 +32,7 @@ from __future__ import annotations
 import copy
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -188,6 +188,17 @@ class ToolLoop:
         return cls(agent_tools, team.tokenizers, max_iterations=args.max_tool_calling_iterations,
                    timeout=args.tool_call_timeout, max_result_chars=args.max_tool_result_chars, context_limits=limits,
                    total_timeout=args.tool_turn_timeout)
+
+    def for_another_thread(self) -> ToolLoop:
+        """A copy that another thread plays with while this one is in use (the rollout worker of asynchronous
+        rollouts): the same tools, limits and formats, its own environment instances (each agent's
+        `environment_factory` builds a pool of its own) and its own per-turn state. Standalone tools are the same
+        functions in both threads, so they must be thread-safe (plain functions of their arguments are)."""
+        other = copy.copy(self)
+        other.agent_tools = [None if t is None else replace(t, _pool=[]) for t in self.agent_tools]
+        other._environments = [[] for _ in self.agent_tools]
+        other._turn_seconds = 0.0
+        return other
 
     @property
     def active(self) -> bool:

@@ -1,7 +1,7 @@
 """What asynchronous rollouts (`max_staleness > 0`) support so far, checked for both trainers before any step.
 
 Both `MAGRPOConfig` and `MultiAgentPPOConfig` call [`check_async_common`] from `__post_init__` (with one process) and
-their trainers again with the accelerator's processes, the tools and the sharding they found; each error names the
+their trainers again with the accelerator's processes and the sharding they found; each error names the
 field and the fix. MAGRPO adds the checks of its generation schedule (`trainers.magrpo.config.check_async_support`).
 The worker itself: `trainers.magrpo.async_rollout.AsyncRollouts`.
 """
@@ -24,14 +24,13 @@ def async_names(args: Any) -> tuple[str, str]:
     return f"`max_staleness={args.max_staleness}` (asynchronous rollouts)", "or `max_staleness=0` (synchronous)"
 
 
-def check_async_common(args: Any, num_processes: int = 1, has_tools: bool = False, sharded: bool = False) -> None:
+def check_async_common(args: Any, num_processes: int = 1, sharded: bool = False) -> None:
     """Refuse what neither trainer's asynchronous rollouts support yet; warn without the correction.
 
     Args:
         args: A `MAGRPOConfig` or a `MultiAgentPPOConfig` (`max_staleness`, `generation_backend`, `use_vllm`,
             `vllm_importance_sampling_correction`).
         num_processes: The accelerator's processes.
-        has_tools: Whether the team plays with tools (`tools` or `environment_factory`).
         sharded: Whether the weights are sharded (FSDP, DeepSpeed ZeRO-3).
 
     Warns:
@@ -39,7 +38,7 @@ def check_async_common(args: Any, num_processes: int = 1, has_tools: bool = Fals
 
     Raises:
         ValueError: another generation backend than the team's own decoding or vLLM, several processes or sharded
-            weights, or tools.
+            weights.
     """
     if args.max_staleness == 0:
         return
@@ -50,8 +49,6 @@ def check_async_common(args: Any, num_processes: int = 1, has_tools: bool = Fals
     if num_processes > 1 or sharded:
         raise ValueError(f"{name} runs on one process only so far, got {num_processes} process(es)"
                          f"{' with sharded weights' if sharded else ''}: launch one process, {sync}.")
-    if has_tools:
-        raise ValueError(f"{name} does not play tools yet (`tools` or `environment_factory`): {sync}.")
     if num_processes == 1 and not args.vllm_importance_sampling_correction:  # once, from `__post_init__`
         warnings.warn(f"{name} with `vllm_importance_sampling_correction=False`: rollouts sampled by older policies "
                       "are trained as if the current policy had sampled them (biased). Set "

@@ -113,7 +113,7 @@ def max_staleness_field() -> Any:
             "that sampled the episodes trained at step t is at most s steps old, the same for every turn of an "
             "episode, and the importance-sampling correction (`vllm_importance_sampling_correction`) weighs them "
             "by the truncated ratio of the current policy over that one. 0 (default): synchronous. One process, "
-            "generation_backend 'transformers' or 'vllm', and no tools only so far."
+            "generation_backend 'transformers' or 'vllm' only so far."
         },
     )
 

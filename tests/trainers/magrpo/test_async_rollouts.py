@@ -20,7 +20,7 @@ import pytest
 import torch
 from datasets import Dataset
 
-from helpers import add, tool_chat_model
+from helpers import scripted, tool_chat_model
 from trl_marl import MAGRPOConfig, MAGRPOTrainer, RewardFunctionError
 from trl_marl.envs import TargetSumEnv
 from trl_marl.rewards.arithmetic import TargetSumReward
@@ -146,20 +146,56 @@ def test_config_errors_name_the_field_and_the_fix(tmp_path):
     args = config(tmp_path, max_staleness=1)
     with pytest.raises(ValueError, match=r"max_staleness=1.*one process.*got 2"):
         check_async_support(args, num_processes=2)
-    with pytest.raises(ValueError, match=r"max_staleness=1.*tools"):
-        check_async_support(args, has_tools=True)
-    check_async_support(config(tmp_path), num_processes=2, has_tools=True, sharded=True)  # 0: anything goes
+    with pytest.raises(ValueError, match=r"max_staleness=1.*one process.*sharded"):
+        check_async_support(args, sharded=True)
+    check_async_support(config(tmp_path), num_processes=2, sharded=True)  # 0: anything goes
     with pytest.warns(UserWarning, match=r"max_staleness=1.*vllm_importance_sampling_correction=True"):
         config(tmp_path, max_staleness=1, vllm_importance_sampling_correction=False)
 
 
-def test_trainer_refuses_tools_before_any_step(tmp_path):
-    rows = Dataset.from_list([{"prompt": [{"role": "user", "content": "Add 2 and 3."}]}] * 4)
-    args = config(tmp_path, max_staleness=1, max_completion_length=16)
-    with pytest.raises(ValueError, match=r"max_staleness=1.*tools"):
-        MAGRPOTrainer(model=tool_chat_model(tmp_path / "chat"), args=args, train_dataset=rows, tools=[add],
-                      reward_funcs=lambda completions, **kw: [0.0] * len(completions))
-    assert not worker_alive()
+class Ledger:
+    """An environment whose `reset` records the thread that played it; its `peek` tool reads the row's secret."""
+
+    resets: list[str] = []
+
+    def __init__(self) -> None:
+        self.secret = ""
+
+    def reset(self, **row: Any) -> None:
+        Ledger.resets.append(threading.current_thread().name)
+        self.secret = row["secret"]
+
+    def peek(self, times: int) -> str:
+        """Read the secret.
+
+        Args:
+            times: How many times to read it.
+        """
+        return self.secret * times
+
+
+def test_tools_and_environments_play_in_the_worker_with_instances_of_its_own(tmp_path):
+    Ledger.resets = []
+    rows = Dataset.from_list([{"prompt": [{"role": "user", "content": "Add 2 and 3."}], "secret": "7", "id": i}
+                              for i in range(8)])
+    args = config(tmp_path, max_staleness=1, max_completion_length=160, max_steps=3, per_device_train_batch_size=2)
+    trainer = Recording(model=tool_chat_model(tmp_path / "chat"), args=args, train_dataset=rows,
+                        environment_factory=[Ledger, None],
+                        reward_funcs=lambda completions, **kw: [float(len(str(c))) for c in completions])
+    probe = list(trainer.tool_loop.agent_tools[0]._pool)  # built at construction to check its tools
+    calls = {"first": 0, "after_tool": 0}
+    trainer.team.generate = scripted(trainer, calls, [[], []],
+                                     call='<tool_call>\n{"name": "peek", "arguments": {"times": 3}}\n</tool_call>')
+    trainer.train()
+    assert trainer.state.global_step == 3 and [r["versions"][0][0] for r in trainer.trained] == [0, 0, 1]
+    # 2 samples per rollout, each a call then an answer: 3 rollouts trained, and maybe step 4's, read ahead and
+    # dropped at the end
+    assert calls["first"] == calls["after_tool"] in (6, 8)
+    assert Ledger.resets == [WORKER] * calls["first"]  # every environment was reset in the worker thread
+    assert trainer.tool_loop.agent_tools[0]._pool == probe  # the trainer's pool was never used
+    turn = trainer.last_rollout.turns[0]
+    assert [m[1]["content"] for m in turn.tool_messages[0]] == ["777", "777"]  # the worker's environments answered
+    assert turn.tool_masks[0] is not None and turn.policy_versions == [1, 1]
 
 
 # ---------------------------------------------------------------- the staleness bound

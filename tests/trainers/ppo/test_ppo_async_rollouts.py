@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from datasets import Dataset
 
-from helpers import StopAfter, add, tool_chat_model
+from helpers import ANSWER, StopAfter, add, scripted, tool_chat_model
 from trl_marl import MultiAgentPPOConfig, MultiAgentPPOTrainer
 from trl_marl.envs import TargetSumEnv
 from trl_marl.rewards.arithmetic import TargetSumReward
@@ -196,9 +196,22 @@ def test_unsupported_settings_are_refused_before_any_step(target_model_dir, tmp_
     with pytest.warns(UserWarning, match=r"max_staleness=1.*vllm_importance_sampling_correction=True"):
         config(tmp_path, max_staleness=1, vllm_importance_sampling_correction=False)
 
+
+
+def test_tool_calls_run_in_the_worker_and_the_answers_are_scored(tmp_path):
     rows = Dataset.from_list([{"prompt": [{"role": "user", "content": "Add 2 and 3."}]}] * 8)
-    args = config(tmp_path, max_staleness=1, num_agents=1, response_length=16)
-    with pytest.raises(ValueError, match=r"max_staleness=1.*tools"):
-        MultiAgentPPOTrainer(args=args, model=tool_chat_model(tmp_path / "chat"), train_dataset=rows, tools=[add],
-                             reward_funcs=lambda completions, **kw: [0.0] * len(completions))
+    args = config(tmp_path, max_staleness=1, num_agents=1, response_length=160, total_episodes=8)
+
+    def reward(completions, **kw):
+        return [1.0 if ANSWER in str(c) else 0.0 for c in completions]
+
+    trainer = MultiAgentPPOTrainer(args=args, model=tool_chat_model(tmp_path / "chat"), train_dataset=rows,
+                                   tools=[add], reward_funcs=reward)
+    calls = {"first": 0, "after_tool": 0}
+    trainer.team.generate = scripted(trainer, calls, [[]])
+    trainer.train()
+    updates = [h for h in trainer.state.log_history if "objective/scores" in h]
+    assert len(updates) == 2 and all(h["objective/scores"] == 1.0 for h in updates)  # the answer after the result
+    assert calls == {"first": 8, "after_tool": 8}  # 2 updates x 4 episodes, each a call then an answer
+    assert [h["async/staleness"] for h in updates] == [0.0, 1.0]
     assert not worker_alive()

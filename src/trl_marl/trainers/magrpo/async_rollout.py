@@ -41,9 +41,11 @@ What it costs and what it does not do (also in docs/scaling.md, "Asynchronous ro
 - a checkpoint holds no in-flight rollout: when training stops (the end, an error, a kill) the rollouts generated
   ahead are discarded, and a run resumed from step t plays the rows of steps t, t+1, ... again, generated from the
   checkpoint's weights (the data loader skips the rows of the t steps taken, not those read ahead);
+- tools and `environment_factory` run in the worker thread, with environments of its own
+  (`ToolLoop.for_another_thread`); a standalone tool may be called from both threads at once (by an evaluation);
 - one process, the team's own decoding or vLLM (`generation_backend` "transformers" or "vllm"), one generation per
-  optimizer step (`steps_per_generation` equal to `gradient_accumulation_steps`, `num_iterations=1`), no tools and
-  no continuous batching: the config and the trainer refuse the others before any step (`config.check_async_support`).
+  optimizer step (`steps_per_generation` equal to `gradient_accumulation_steps`, `num_iterations=1`) and no
+  continuous batching: the config and the trainer refuse the others before any step (`config.check_async_support`).
 
 Example:
 
@@ -153,6 +155,8 @@ class AsyncRollouts:
         self._own = dict(self.team.named_parameters())
         self.engine = copy.copy(engine)
         self.engine.team = self.team
+        if self.engine.tool_loop is not None:  # its own environments: the trainer's thread may evaluate meanwhile
+            self.engine.tool_loop = self.engine.tool_loop.for_another_thread()
         self._trainer_state = trainer_state
         self._play = play or (lambda engine, rows, state: engine.run(rows, trainer_state=state))
         self._autocast = autocast

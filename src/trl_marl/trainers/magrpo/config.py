@@ -494,13 +494,12 @@ def check_local_reward_fields(config: MAGRPOConfig) -> None:
             )
 
 
-def check_async_support(args: MAGRPOConfig, num_processes: int = 1, has_tools: bool = False,
-                        sharded: bool = False) -> None:
+def check_async_support(args: MAGRPOConfig, num_processes: int = 1, sharded: bool = False) -> None:
     """Refuse, before any step, what `max_staleness > 0` does not support yet, naming the field and the fix.
 
     Args:
         args: A `MAGRPOConfig`.
-        num_processes, has_tools, sharded: What the trainer found; see
+        num_processes, sharded: What the trainer found; see
             [`~trl_marl.trainers.async_support.check_async_common`], which checks them (and the backend).
 
     Warns:
@@ -534,4 +533,4 @@ def check_async_support(args: MAGRPOConfig, num_processes: int = 1, has_tools: b
     if args.use_transformers_continuous_batching:
         raise ValueError(f"{name} does not decode with continuous batching yet: set "
                          f"`use_transformers_continuous_batching=False`, {sync}.")
-    check_async_common(args, num_processes, has_tools, sharded)
+    check_async_common(args, num_processes, sharded)

@@ -259,8 +259,7 @@ class MAGRPOTrainer(TeamTrainer):
         self.last_rollout: Rollout | None = None
         self.last_advantages: list[torch.Tensor] = []
         # `max_staleness > 0`: the rollout worker of a `train()` call (`async_rollout`), started at its first step
-        check_async_support(args, self.accelerator.num_processes, self.tool_loop is not None and self.tool_loop.active,
-                            self.is_sharded())
+        check_async_support(args, self.accelerator.num_processes, self.is_sharded())
         self.async_rollouts: AsyncRollouts | None = None
 
     def _local_rewards(self, funcs: Any, args: MAGRPOConfig, num_agents: int) -> LocalReward | None:

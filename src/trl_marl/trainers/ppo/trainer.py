@@ -270,8 +270,7 @@ class MultiAgentPPOTrainer(TeamTrainer):
             tool_loop=self.tool_loop,
         )
         # `max_staleness > 0`: the rollout worker of a `train()` call (`magrpo.async_rollout`), started by its loop
-        check_async_common(args, self.accelerator.num_processes, self.tool_loop is not None and self.tool_loop.active,
-                           self.is_sharded())
+        check_async_common(args, self.accelerator.num_processes, self.is_sharded())
         self.async_rollouts: AsyncRollouts | None = None
         self._staleness: float | None = None  # of the update being trained (logged as `async/staleness`)
 
