@@ -72,6 +72,7 @@ import argparse
 import contextlib
 import gc
 import json
+import math
 import os
 import platform
 import random
@@ -179,9 +180,13 @@ class GenerationTimer:
         self.peak_outside = 0.0  # the highest seen between `generate` calls (log-prob forward, backward, optimizer)
         self._depth = 0
         self._original: Callable[..., Any] | None = None
+        # asynchronous runs (`-async`): generation runs in the rollout worker's thread while the trainer's thread
+        # trains, so no device-wide synchronize (it would wait for the other thread's kernels) and no sync counting
+        # (the debug mode is process-wide)
+        self.synced = True
 
     def _sync(self) -> None:
-        if self.device == "cuda":
+        if self.device == "cuda" and self.synced:
             torch.cuda.synchronize()
 
     def reset_peaks(self) -> None:
@@ -215,7 +220,7 @@ class GenerationTimer:
                 timer._sync()
                 timer._mark("outside")
                 start = time.perf_counter()
-            counting = outer and timer.device == "cuda"
+            counting = outer and timer.device == "cuda" and timer.synced
             try:
                 with timer._counting_syncs() if counting else contextlib.nullcontext():
                     out = original(*args, **kwargs)
@@ -339,6 +344,7 @@ class RunResult:
     floor_tokens_per_s: float = float("nan")  # see `bandwidth_floor`
     floor_share: float = float("nan")  # gen_tokens_per_s / floor_tokens_per_s
     step_vs_grpo: float = float("nan")  # step_s / the `grpo` run's step_s (same size, same run)
+    step_vs_sync: float = float("nan")  # an `-async` run's step_s / the same run's without `-async` (same size)
     training_peak_vs_grpo: float = float("nan")  # peak_training_gib / the `grpo` run's (same size, same run)
     ms_per_decode_step: float = float("nan")  # generation ms per decode step (prefills included)
     syncs_per_decode_step: float = float("nan")  # host syncs in generation per decode step (CUDA only)
@@ -390,8 +396,10 @@ def bandwidth_floor(model_bytes: float, bandwidth: float, rows: float) -> float:
 
 
 def add_derived(results: list[RunResult]) -> None:
-    """Fill each run's share of the bandwidth floor and its ratios to the `grpo` run of the same size."""
+    """Fill each run's share of the bandwidth floor, its ratios to the `grpo` run of the same size and, for an
+    `-async` run, its step time over the same run's without asynchrony (same size and backend)."""
     grpo = {r.size: r for r in results if r.name == "grpo" and r.unavailable is None}
+    synchronous = {(r.size, r.backend, r.name): r for r in results if r.unavailable is None}
     for r in results:
         if r.unavailable is not None:
             continue
@@ -402,6 +410,9 @@ def add_derived(results: list[RunResult]) -> None:
         if peer is not None:
             r.step_vs_grpo = r.step_s / peer.step_s
             r.training_peak_vs_grpo = r.peak_training_gib / peer.peak_training_gib
+        sync = synchronous.get((r.size, r.backend, r.name.replace("-async", ""))) if "-async" in r.name else None
+        if sync is not None:
+            r.step_vs_sync = r.step_s / sync.step_s
 
 
 AGENT_SCALING_TARGET = 1.2  # an N-agent adapters team's generation time / one agent's, for N <= 4 (issue 25)
@@ -443,9 +454,13 @@ class Setting:
 
 
 def _summarise(name: str, s: Setting, agents: int, params: int, recorder: StepRecorder, gen: GenerationTimer,
-               notes: list[str], warmup: int = 1, backend: str = "transformers", model_bytes: int = 0) -> RunResult:
-    timed = recorder.steps[warmup:] or recorder.steps  # the first step warms up kernels and allocator
-    step_s = sum(x["step_s"] for x in timed) / len(timed)
+               notes: list[str], warmup: int = 1, backend: str = "transformers", model_bytes: int = 0,
+               overlapped: bool = False) -> RunResult:
+    steps = recorder.steps[warmup:] or recorder.steps  # the first step warms up kernels and allocator
+    step_s = sum(x["step_s"] for x in steps) / len(steps)
+    # `overlapped` (asynchronous rollouts): the worker's generation calls end in whichever step is running, so the
+    # generation columns average over every step of the run
+    timed = recorder.steps if overlapped else steps
     gen_s = sum(x["gen_s"] for x in timed) / len(timed)
     gen_tokens = sum(x["gen_tokens"] for x in timed) / len(timed)
     calls = sum(x["gen_calls"] for x in timed)
@@ -453,7 +468,7 @@ def _summarise(name: str, s: Setting, agents: int, params: int, recorder: StepRe
     sequences = s.prompts * s.generations * agents
     train_tokens = sequences * (s.prompt_tokens + s.new_tokens)
     return RunResult(
-        name=name, size=s.size, agents=agents, params_m=params / 1e6, steps_timed=len(timed), step_s=step_s,
+        name=name, size=s.size, agents=agents, params_m=params / 1e6, steps_timed=len(steps), step_s=step_s,
         gen_tokens_per_s=gen_tokens / gen_s if gen_s > 0 else float("nan"),
         train_tokens_per_s=train_tokens / max(step_s - gen_s, 1e-9),
         samples_per_s=sequences / agents / step_s, notes=notes,
@@ -567,7 +582,8 @@ def _compiled_notes(team: Any) -> tuple[list[str], str | None]:
 
 
 def run_magrpo(s: Setting, gen: GenerationTimer, agents: int, qlora: bool = False,
-               compiled: bool = False, summed: bool = False, backend: str = "transformers") -> RunResult:
+               compiled: bool = False, summed: bool = False, backend: str = "transformers",
+               staleness: int = 0) -> RunResult:
     from trl_marl import MAGRPOConfig, MAGRPOTrainer
 
     _reset_memory(s.device)
@@ -592,7 +608,12 @@ def run_magrpo(s: Setting, gen: GenerationTimer, agents: int, qlora: bool = Fals
     if backend != "transformers":
         notes.append(f"generation_backend={backend!r}")
     name = (f"magrpo-{agents}" + ("-qlora" if qlora else "") + ("-summed" if summed else "")
-            + ("-compile" if compiled else ""))
+            + ("-compile" if compiled else "") + ("-async" if staleness else ""))
+    if staleness:
+        notes.append(f"max_staleness={staleness}: a worker thread generates the next step's rollout while a step "
+                     "trains; step_s is the trainer's wall time per step (its wait for the rollout included, no "
+                     "device synchronize at the step's ends), the generation columns are the worker's (overlapping "
+                     "training); host syncs not counted")
     if summed:
         notes.append("backward_per_agent=False: one training forward over every agent's rows, one backward")
     warmup = 1
@@ -602,12 +623,17 @@ def run_magrpo(s: Setting, gen: GenerationTimer, agents: int, qlora: bool = Fals
     trainer = MAGRPOTrainer(model=model, reward_funcs=even_word_reward, processing_class=tokenizer,
                             args=MAGRPOConfig(**_common_args(s, str(s.workdir / name)), num_agents=agents,
                                               team_mode="adapters", torch_compile=compiled,
-                                              backward_per_agent=not summed, **_backend_args(backend)),
+                                              backward_per_agent=not summed, max_staleness=staleness,
+                                              **_backend_args(backend)),
                             train_dataset=_dataset(s), peft_config=_lora())
     recorder = StepRecorder(gen)
     trainer.add_callback(recorder)
     gen.reset_peaks()
-    trainer.train()
+    gen.synced = not staleness
+    try:
+        trainer.train()
+    finally:
+        gen.synced = True
     gen._mark("outside")
     if compiled:
         compiling = sum(x["step_s"] for x in recorder.steps[:warmup])
@@ -616,7 +642,7 @@ def run_magrpo(s: Setting, gen: GenerationTimer, agents: int, qlora: bool = Fals
     fallbacks, failure = _compiled_notes(trainer.team)
     notes += fallbacks
     result = _summarise(name, s, agents, params, recorder, gen, notes, warmup=warmup, backend=backend,
-                        model_bytes=model_bytes)
+                        model_bytes=model_bytes, overlapped=bool(staleness))
     stats = getattr(getattr(trainer.team.generation_backend, "decoder", None), "stats", None)
     if stats and stats.get("tokens"):  # the whole run's (warm-up included): a ratio, so no skew
         result.replays_per_decode_step = stats["compiled_steps"] / stats["tokens"]
@@ -719,7 +745,9 @@ def markdown(results: list[RunResult], mixed: list[dict[str, Any]],
                          + " |" * 7)
             continue
         lines.append(f"| {r.size} | {r.name} | {r.backend} | {r.agents} | {r.step_s:.2f} | "
-                     f"{_num(r.step_vs_grpo, '.2f', 'x')} | {r.gen_tokens_per_s:,.0f} | "
+                     f"{_num(r.step_vs_grpo, '.2f', 'x')}"
+                     f"{'' if math.isnan(r.step_vs_sync) else f' ({r.step_vs_sync:.2f}x sync)'} | "
+                     f"{r.gen_tokens_per_s:,.0f} | "
                      f"{_num(100 * r.floor_share, '.2f', '%')} | {r.train_tokens_per_s:,.0f} | "
                      f"{r.samples_per_s:.2f} | "
                      f"{_num(r.peak_mem_gib, '.2f')} ({_num(r.peak_generate_gib, '.2f')} / "
@@ -766,8 +794,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--runs", nargs="+", default=["grpo", "magrpo-1", "magrpo-2", "magrpo-4", "magrpo-2-qlora",
                                                       "mixed", "magrpo-2-summed", "magrpo-2-compile"],
                         help="Which runs: grpo, magrpo-N, magrpo-N-qlora, magrpo-N-summed (backward_per_agent=False: "
-                             "one training forward of all agents), magrpo-N-compile (torch_compile=True), flags "
-                             "combined in this order (e.g. magrpo-2-summed-compile), mixed.")
+                             "one training forward of all agents), magrpo-N-compile (torch_compile=True), "
+                             "magrpo-N-async (max_staleness=1; its step_vs_sync needs the same run without -async), "
+                             "flags combined in this order (e.g. magrpo-2-summed-compile), mixed.")
     parser.add_argument("--backends", nargs="+", default=["transformers"], choices=BACKENDS,
                         help="Generation backends: every magrpo-* and mixed run runs once per backend (grpo once).")
     parser.add_argument("--prompts", type=int, default=4, help="Prompts per step (P); G samples each.")
@@ -821,7 +850,7 @@ def _one_run(run: str, backend: str, s: Setting, gen: GenerationTimer, results: 
     if run.startswith("magrpo-"):
         parts = run.split("-")
         flags = set(parts[2:])
-        if not flags <= {"qlora", "summed", "compile"}:
+        if not flags <= {"qlora", "summed", "compile", "async"}:
             raise SystemExit(f"unknown run {run!r}")
         if "qlora" in flags and s.device != "cuda":
             print(f"skip {run}: 4-bit bitsandbytes needs CUDA", flush=True)
@@ -836,7 +865,8 @@ def _one_run(run: str, backend: str, s: Setting, gen: GenerationTimer, results: 
                 mixed.append(run_mixed_generation(s, agents=agents, backend=backend))
             else:
                 results.append(run_magrpo(s, gen, agents, qlora="qlora" in flags, compiled="compile" in flags,
-                                          summed="summed" in flags, backend=backend))
+                                          summed="summed" in flags, backend=backend,
+                                          staleness=int("async" in flags)))
             return True
         except Exception as exc:  # noqa: BLE001 - one backend failing here must not end the whole run
             if backend == "transformers":  # today's path: a failure is a bug to see, not a missing backend

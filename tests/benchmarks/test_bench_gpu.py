@@ -18,12 +18,17 @@ def test_gpu_benchmark_smoke_on_cpu(tmp_path: Path) -> None:
     out = tmp_path / "results.json"
     report = bench.main(["--sizes", "tiny", "--prompts", "2", "--generations", "2", "--prompt-tokens", "8",
                          "--new-tokens", "4", "--steps", "2", "--runs", "grpo", "magrpo-1", "magrpo-2",
-                         "magrpo-2-qlora", "magrpo-2-summed", "mixed", "--copy-mib", "4", "--out", str(out)])
+                         "magrpo-2-qlora", "magrpo-2-summed", "magrpo-2-async", "mixed", "--copy-mib", "4",
+                         "--out", str(out)])
     saved = json.loads(out.read_text())
     names = [run["name"] for run in saved["runs"]]
     assert names == [run["name"] for run in report["runs"]]
-    assert names == ["grpo", "magrpo-1", "magrpo-2", "magrpo-2-summed"]  # QLoRA is skipped without CUDA
-    assert any("one training forward" in note for note in saved["runs"][-1]["notes"])
+    assert names == ["grpo", "magrpo-1", "magrpo-2", "magrpo-2-summed", "magrpo-2-async"]  # no QLoRA without CUDA
+    assert any("one training forward" in note for note in saved["runs"][-2]["notes"])
+    overlapped = saved["runs"][-1]  # max_staleness=1, against magrpo-2
+    assert any("max_staleness=1" in note for note in overlapped["notes"])
+    assert overlapped["step_vs_sync"] == pytest.approx(overlapped["step_s"] / saved["runs"][2]["step_s"])
+    assert all(math.isnan(run["step_vs_sync"]) for run in saved["runs"][:-1])
     bandwidth = saved["environment"]["copy_bytes_per_s"]
     assert bandwidth > 0
     for run in saved["runs"]:
