@@ -94,7 +94,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                         "(trainer magrpo or ppo, team mode models or adapters), optionally :uneven (2 turns, "
                         "episodes of process 0 end after the first); also :ga2 (3 steps of 2 accumulated micro-steps; "
                         "PPO: with a centralized critic), :critics (PPO: adapter critics, `value_adapter=True`) and "
-                        ":single (`backward_per_agent=False`: the summed loss and one backward).")
+                        ":single (`backward_per_agent=False`: the summed loss and one backward); :async "
+                        "(`max_staleness=1`).")
     parser.add_argument("--max-steps", type=int, default=5)
     parser.add_argument("--learning-rate", type=float, default=1e-2)
     parser.add_argument("--save", action="store_true", help="Save each team to <out-dir>/<run>/final.")
@@ -131,7 +132,8 @@ def build_trainer(args: argparse.Namespace, trainer: str, team_mode: str, reward
                                      total_episodes=EPISODES_PER_STEP * 2 * (3 if ga2 else args.max_steps),
                                      num_sample_generations=0, critic="centralized" if ga2 else "per_agent",
                                      backward_per_agent="single" not in variant,
-                                     value_adapter="critics" in variant, **common)
+                                     value_adapter="critics" in variant,
+                                     max_staleness=int("async" in variant), **common)
         return MultiAgentPPOTrainer(args=config, model=args.model_dir, reward_funcs=reward, env=env,
                                     train_dataset=dataset, peft_config=peft_config)
     # the adapters team also has an adaptive entropy bonus (GRPO's `use_adaptive_entropy`), whose controllers must
@@ -142,6 +144,7 @@ def build_trainer(args: argparse.Namespace, trainer: str, team_mode: str, reward
     config = MAGRPOConfig(num_generations=NUM_GENERATIONS,
                           per_device_train_batch_size=NUM_GENERATIONS * EPISODES_PER_STEP, max_completion_length=4,
                           gradient_checkpointing=False, backward_per_agent="single" not in variant,
+                          max_staleness=int("async" in variant),
                           **{"max_steps": args.max_steps, **accumulation}, **entropy, **common)
     return MAGRPOTrainer(model=args.model_dir, reward_funcs=reward, env=env, args=config, train_dataset=dataset,
                          peft_config=peft_config)
@@ -203,6 +206,7 @@ def train_and_record(args: argparse.Namespace, name: str, trainer_name: str, tea
         "joint_actions": joint_actions,
         "losses": [log.get("loss", log.get("loss/policy_avg")) for log in trainer.state.log_history
                    if "loss" in log or "loss/policy_avg" in log],
+        "staleness": [log["async/staleness"] for log in trainer.state.log_history if "async/staleness" in log],
         "grad_norms": ppo_grad_norms or [log["grad_norm"] for log in trainer.state.log_history if "grad_norm" in log],
         "entropy_coefs": dict(trainer.entropy_control.coefs) if getattr(trainer, "entropy_control", None) else None,
         "last_entropy": dict(trainer.entropy_control.last_entropy) if getattr(trainer, "entropy_control", None)

@@ -42,6 +42,8 @@ UNEVEN = ("magrpo:adapters:uneven", "ppo:models:uneven")
 # 2 accumulated micro-steps per step, with a backward per agent (the default) and with one backward; PPO's with a
 # centralized critic (one value model that every slot's backward reaches)
 BACKWARD = ("magrpo:adapters:ga2", "magrpo:adapters:ga2:single", "ppo:adapters:ga2", "ppo:adapters:ga2:single")
+# asynchronous rollouts (`max_staleness=1`): each process's worker plays its own rows
+ASYNC = ("magrpo:adapters:async", "ppo:adapters:async")
 
 
 @pytest.fixture(scope="module")
@@ -103,7 +105,8 @@ def _launch(model_dir: str, out_dir: Path, strategy: list[str], *extra: str,
 @pytest.fixture(scope="module")
 def ddp_results(toy_model_dir: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[str, Any]]]:
     ddp = ["--multi_gpu", "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no"]
-    return _launch(toy_model_dir, tmp_path_factory.mktemp("ddp"), ddp, "--evaluate", runs=RUNS + UNEVEN + BACKWARD)
+    return _launch(toy_model_dir, tmp_path_factory.mktemp("ddp"), ddp, "--evaluate",
+                   runs=RUNS + UNEVEN + BACKWARD + ASYNC)
 
 
 @pytest.fixture(scope="module")
@@ -177,6 +180,22 @@ def test_two_processes_end_with_identical_weights(ddp_results, run: str) -> None
         assert first["entropy_coefs"] == second["entropy_coefs"] == pytest.approx({0: 0.06, 1: 0.06})
         assert first["last_entropy"] == second["last_entropy"]
         assert all(0.0 < h < 50.0 for h in first["last_entropy"].values())
+
+
+@pytest.mark.parametrize("run", ASYNC)
+def test_ddp_with_asynchronous_rollouts_keeps_the_processes_identical(ddp_results, run: str) -> None:
+    first, second = results = ddp_results[_name(run)]
+    assert first["global_step"] == second["global_step"] == 5
+    shared_rows = set(first["row_ids"]) & set(second["row_ids"])
+    assert first["row_ids"] and second["row_ids"] and not shared_rows  # each process's worker played its own rows
+    # the first step waits for its rollout; every later one trained a rollout sampled one version behind
+    for result in results:
+        assert len(result["staleness"]) == 5 and result["staleness"][0] == 0.0 and max(result["staleness"]) <= 1.0
+    assert first["joint_actions"] != second["joint_actions"]  # different samples, hence different local gradients
+    for name, value in first["final"].items():
+        assert torch.equal(value, second["final"][name]), f"{name} differs between the processes"
+        assert not torch.equal(value, first["initial"][name]), f"{name} did not train"
+    assert all(math.isfinite(loss) for result in results for loss in result["losses"])
 
 
 def _assert_trains_like_one_backward(per_agent: list[dict[str, Any]], summed: list[dict[str, Any]],

@@ -37,8 +37,7 @@ def check_async_common(args: Any, num_processes: int = 1, sharded: bool = False)
         UserWarning: asynchronous rollouts without the importance-sampling correction (from `__post_init__`).
 
     Raises:
-        ValueError: another generation backend than the team's own decoding or vLLM, several processes or sharded
-            weights.
+        ValueError: another generation backend than the team's own decoding or vLLM, or sharded weights.
     """
     if args.max_staleness == 0:
         return
@@ -46,9 +45,9 @@ def check_async_common(args: Any, num_processes: int = 1, sharded: bool = False)
     if args.generation_backend not in ASYNC_BACKENDS:
         raise ValueError(f"{name} supports `generation_backend` 'transformers' (the team's own decoding) or 'vllm' "
                          f"only so far, got {args.generation_backend!r}: set one of them, {sync}.")
-    if num_processes > 1 or sharded:
-        raise ValueError(f"{name} runs on one process only so far, got {num_processes} process(es)"
-                         f"{' with sharded weights' if sharded else ''}: launch one process, {sync}.")
+    if sharded:
+        raise ValueError(f"{name} does not run with sharded weights (FSDP, DeepSpeed ZeRO-3) yet: every forward is "
+                         f"then a collective, which the rollout worker cannot join; use DDP (or one process), {sync}.")
     if num_processes == 1 and not args.vllm_importance_sampling_correction:  # once, from `__post_init__`
         warnings.warn(f"{name} with `vllm_importance_sampling_correction=False`: rollouts sampled by older policies "
                       "are trained as if the current policy had sampled them (biased). Set "

@@ -112,8 +112,8 @@ def max_staleness_field() -> Any:
             "generation_backend='vllm') while the current one trains; every agent's policy "
             "that sampled the episodes trained at step t is at most s steps old, the same for every turn of an "
             "episode, and the importance-sampling correction (`vllm_importance_sampling_correction`) weighs them "
-            "by the truncated ratio of the current policy over that one. 0 (default): synchronous. One process, "
-            "generation_backend 'transformers' or 'vllm' only so far."
+            "by the truncated ratio of the current policy over that one. 0 (default): synchronous. Unsharded weights "
+            "(one process or DDP) and generation_backend 'transformers' or 'vllm' only so far."
         },
     )
 

@@ -193,7 +193,8 @@ class MAGRPOConfig(GRPOConfig):
             step trains; a rollout trained at step t was sampled by every agent's policy
             of step t - s or later, one version per episode, and the importance-sampling correction
             (`vllm_importance_sampling_correction`) weighs it by the truncated ratio of the current policy over
-            that one. 0: synchronous. One process and `generation_backend` "transformers" or "vllm" only so far
+            that one. 0: synchronous. Unsharded weights (one process or DDP) and `generation_backend`
+            "transformers" or "vllm" only so far
             (`trainers.magrpo.async_rollout`; docs/scaling.md, "Asynchronous rollouts").
         backward_per_agent (`bool`, defaults to `True`): Backpropagate the team loss one agent at a time, with one
             agent's activations in memory instead of every agent's and the gradient of the summed loss (`False`);
