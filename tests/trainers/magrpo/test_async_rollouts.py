@@ -334,10 +334,22 @@ def test_multi_turn_episode_is_played_by_one_version(target_model_dir, tmp_path)
 
 
 # ---------------------------------------------------------------- the behaviour log-probabilities
-def test_behaviour_logps_are_the_generating_policy(target_model_dir, tmp_path):
+def test_behaviour_logps_are_the_generating_policy(target_model_dir, tmp_path, monkeypatch):
+    from trl_marl.team import AgentTeam
+
+    forwards: list[str] = []  # the thread of every log-probability forward
+    policy_logps = AgentTeam.policy_logps
+
+    def recording(self, *args, **kwargs):
+        forwards.append(threading.current_thread().name)
+        return policy_logps(self, *args, **kwargs)
+
+    monkeypatch.setattr(AgentTeam, "policy_logps", recording)
     # with a learning rate of 0 every version is the same policy: the correction's ratio is 1 up to float noise
     trainer = build(Recording, target_model_dir, config(tmp_path, max_staleness=1, max_steps=3, learning_rate=0.0))
     trainer.train()
+    # the worker took the behaviour log-probabilities from its decoding loop: no forward of its own
+    assert WORKER not in forwards
     logged = [h for h in trainer.state.log_history if "sampling/sampling_logp_difference/max" in h]
     assert len(logged) == 3
     assert all(h["sampling/sampling_logp_difference/max"] < 1e-5 for h in logged)

@@ -69,7 +69,16 @@ from transformers.generation import RepetitionPenaltyLogitsProcessor
 
 from ..mixed_adapters import BASE_ADAPTER, sliced_adapter_rows, sliced_adapter_rows_unsupported
 from .graph_step import DecodeBuffers, decode_in_graph, forward_and_sample, graph_sampling_unsupported
-from .lean import _base_model, _is_peft, _logits_processors, _Plan, _plan, decode, next_token_step
+from .lean import (
+    BehaviourLogps,
+    _base_model,
+    _is_peft,
+    _logits_processors,
+    _Plan,
+    _plan,
+    decode,
+    next_token_step,
+)
 from .settings import COMPILED_SYNC_EVERY
 from .transformers_backend import TransformersBackend
 
@@ -366,7 +375,11 @@ class CompiledBackend(TransformersBackend):
 
     def decode(self, model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                generation_config: GenerationConfig, adapter_names: Sequence[str | None] | None = None,
-               past_key_values: Any = None, lean: bool = True) -> torch.Tensor:
-        """`lean.decode`'s call, through the static-cache loop where it can (see the module docstring)."""
+               past_key_values: Any = None, lean: bool = True,
+               behaviour: BehaviourLogps | None = None) -> torch.Tensor:
+        """`lean.decode`'s call, through the static-cache loop where it can (see the module docstring); it records
+        no behaviour log-probabilities (`behaviour` is left not `available`)."""
+        if behaviour is not None:
+            behaviour.available = False
         return self.decoder.decode(model, input_ids, attention_mask, generation_config, adapter_names,
                                    past_key_values, lean)

@@ -44,6 +44,11 @@ team's generation back to `generate`.
 The tokens are those of `model.generate` under the same random state (tests/test_lean_decode.py checks every
 supported setting against it): the forwards get the same inputs, the processors are transformers' own classes
 built with the same arguments, and the draws happen in the same order.
+
+With a [`BehaviourLogps`] the loop also keeps, at each step, every row's log-probability of the token it drew under
+the policy the trainers compute (log-softmax of the raw logits / the team's temperature, before any processor): the
+*behaviour* log-probabilities that asynchronous rollouts' importance-sampling correction needs, taken from the
+decoding's own logits instead of a second forward. Nothing else changes (the draws are the same).
 """
 
 from __future__ import annotations
@@ -82,7 +87,7 @@ from ..mixed_adapters import sliced_adapter_rows
 from .base import INERT_SETTINGS, global_generation_defaults, is_default_setting, resolve_generation_settings
 from .cache_names import cache_kwarg, output_cache
 
-__all__ = ["decode", "lean_decode_unsupported", "lean_generate"]
+__all__ = ["BehaviourLogps", "decode", "lean_decode_unsupported", "lean_generate"]
 
 logger = logging.getLogger(__name__)
 
@@ -308,8 +313,36 @@ def next_token_step(scores: torch.Tensor, sequences: torch.Tensor, processors: S
     return sequences, next_tokens, unfinished
 
 
+class BehaviourLogps:
+    """What [`decode`] records, when given one, of each token the lean loop draws: its log-probability under
+    log-softmax(raw logits / `temperature`), the distribution the trainers' log-probability forward computes (no
+    penalty, no truncation). `model.generate` records nothing: `available` is then False and the caller computes
+    them with a forward.
+
+    Args:
+        temperature: The trainers' temperature (`team.temperature`).
+    """
+
+    def __init__(self, temperature: float) -> None:
+        self.temperature = float(temperature)
+        self.available = True
+        self._steps: list[torch.Tensor] = []
+
+    def record(self, logits: torch.Tensor, tokens: torch.Tensor) -> None:
+        """One step: `(B, V)` float32 raw logits and the `(B,)` tokens drawn from them."""
+        self._steps.append(torch.log_softmax(logits / self.temperature, dim=-1).gather(1, tokens[:, None])[:, 0])
+
+    def rows(self, lengths: Sequence[int]) -> list[list[float]] | None:
+        """Each row's log-probabilities of its first `lengths[i]` generated tokens (None when not `available`)."""
+        if not self.available:
+            return None
+        table = torch.stack(self._steps, dim=1).tolist() if self._steps else [[] for _ in lengths]
+        return [row[:n] for row, n in zip(table, lengths)]
+
+
 def _run(model: torch.nn.Module, plan: _Plan, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-         adapter_names: Sequence[str | None] | None, past_key_values: Any) -> torch.Tensor:
+         adapter_names: Sequence[str | None] | None, past_key_values: Any,
+         behaviour: BehaviourLogps | None = None) -> torch.Tensor:
     settings, device = plan.settings, input_ids.device
     base = _base_model(model)
     batch, prompt_length = input_ids.shape
@@ -338,8 +371,11 @@ def _run(model: torch.nn.Module, plan: _Plan, input_ids: torch.Tensor, attention
             cache = output_cache(outputs)
             scores = outputs.logits[:, -1].to(copy=True, dtype=torch.float32, device=device)
             del outputs
+            raw = scores.clone() if behaviour is not None else None  # before any processor touches them
             sequences, next_tokens, unfinished = next_token_step(scores, sequences, processors, plan.do_sample, eos,
                                                                  pad, unfinished)
+            if behaviour is not None and raw is not None:
+                behaviour.record(raw, next_tokens)
             if eos is not None and unfinished.max() == 0:
                 break
             step_ids, step_positions = next_tokens[:, None], step_positions[:, -1:] + 1
@@ -363,7 +399,7 @@ def lean_generate(model: torch.nn.Module, input_ids: torch.Tensor, attention_mas
 
 def decode(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, generation_config: GenerationConfig,
            adapter_names: Sequence[str | None] | None = None, past_key_values: Any = None,
-           lean: bool = True) -> torch.Tensor:
+           lean: bool = True, behaviour: BehaviourLogps | None = None) -> torch.Tensor:
     """`model.generate(input_ids=..., attention_mask=..., generation_config=..., ...)`, through the lean loop when it
     supports the settings (see the module docstring), else through `generate` itself.
 
@@ -376,6 +412,8 @@ def decode(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, ge
         past_key_values: A cache that already holds a prefix of every row
             (`team.generation.prefill.shared_prefill_cache`), or None.
         lean: False always calls `model.generate`.
+        behaviour: Records each drawn token's behaviour log-probability ([`BehaviourLogps`]; the lean loop only:
+            through `model.generate` it is marked not `available`).
 
     Returns:
         `(B, L + T)` the prompts followed by the T generated tokens (rows that finished early padded with the pad
@@ -398,6 +436,8 @@ def decode(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, ge
             kwargs["adapter_names"] = list(adapter_names)
         if past_key_values is not None:
             kwargs[cache_kwarg()] = past_key_values
+        if behaviour is not None:
+            behaviour.available = False
         return model.generate(input_ids=input_ids, attention_mask=attention_mask, generation_config=generation_config,
                               **kwargs)
-    return _run(model, plan, input_ids, attention_mask, adapter_names, past_key_values)
+    return _run(model, plan, input_ids, attention_mask, adapter_names, past_key_values, behaviour)
