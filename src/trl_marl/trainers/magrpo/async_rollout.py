@@ -8,6 +8,12 @@ each token it draws, its log-probability under log-softmax(logits / temperature)
 (`TransformersBackend.behaviour_logprobs`); where the loop cannot (a batch decoded by `model.generate`), the copy runs
 the trainer's log-probability forward after the episode.
 
+The trainer publishes its trained weights after every optimizer step as a numbered *policy version* (the number of
+optimizer steps taken: version v is the policy step v trains); the worker loads the newest published version between
+episodes only, so every turn of a multi-turn joint rollout is sampled by one version of every agent. Each rollout
+records the version of each agent that produced it (`TurnResult.policy_versions`, and per sample
+`inputs["policy_versions"]` in the micro-batches).
+
 With `generation_backend="vllm"` (colocated or a server) the copy shares the trainer's engine, and the worker is the
 one that drives it: when it generates with the copy, the backend uploads the copy's adapters that changed, each under
 a fresh name and `lora_int_id` (and removes the version before), so the engine samples with exactly the version the
@@ -15,11 +21,7 @@ worker loaded, and the engine's own log-probabilities of the sampled tokens are 
 forward). Versions never coexist in the engine: the worker loads one version at a time, between episodes, so the
 engine needs one LoRA slot per adapter (`max_loras`), whatever the staleness. The trainer's thread uses the engine
 only to evaluate or to log samples; `EngineBackend.generate` lets one call run at a time, each with the adapters of
-its own team. The trainer publishes its trained weights after every
-optimizer step as a numbered *policy version* (the number of optimizer steps taken: version v is the policy step v
-trains); the worker loads the newest published version between episodes only, so every turn of a multi-turn joint
-rollout is sampled by one version of every agent. Each rollout records the version of each agent that produced it
-(`TurnResult.policy_versions`, and per sample `inputs["policy_versions"]` in the micro-batches).
+its own team.
 
 The staleness bound: the rollout trained at step t was generated with versions v_a >= t - s for every agent a. The
 worker starts the rollout of step t only once version t - s is published (it waits otherwise), and the trainer checks
