@@ -1239,6 +1239,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--model", default=MODEL)
     parser.add_argument("--smoke", action="store_true", help="1 step, tiny eval sets: checks the wiring only")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (1 on a shared machine)")
+    parser.add_argument("--max-staleness", type=int, default=0,
+                        help="MAGRPO's asynchronous rollouts (`max_staleness`; 0: synchronous, the records so far)")
     parser.add_argument("--lr", type=float, default=None)
     parser.add_argument("--batch", type=int, default=None)
     parser.add_argument("--eval-rows", type=int, default=None,
@@ -1277,6 +1279,10 @@ def settings_for(args: argparse.Namespace) -> dict[str, Any]:
                        ("value_layers", args.value_layers)):
         if value is not None and key in sizes:
             sizes[key] = value
+    if args.max_staleness:
+        if args.kind != "magrpo":
+            raise SystemExit("--max-staleness runs MAGRPO's asynchronous rollouts: use it with `magrpo`.")
+        sizes["max_staleness"] = args.max_staleness
     if args.value_adapter:
         if args.kind != "maporl":
             raise SystemExit("--value-adapter chooses MAPoRL's critics: use it with `maporl`.")

@@ -158,7 +158,8 @@ def magrpo_trainer(env: MultiAgentEnv, reward: Callable[..., Any], rows: Sequenc
                    frozen: Sequence[int] = (), model: str = REAL_MODEL,
                    cpu_threads: int | None = None) -> MAGRPOTrainer:
     """A MAGRPO trainer on the real model with LoRA adapters ([`real_lora_config`]), saving nothing; `cpu_threads`:
-    its torch threads (None: the trainer's choice, `utils.threads`)."""
+    its torch threads (None: the trainer's choice, `utils.threads`); `sizes["max_staleness"]` (default 0):
+    asynchronous rollouts."""
     from datasets import Dataset
 
     from ..trainers import MAGRPOConfig, MAGRPOTrainer
@@ -170,7 +171,7 @@ def magrpo_trainer(env: MultiAgentEnv, reward: Callable[..., Any], rows: Sequenc
         report_to="none", save_strategy="no", temperature=sizes.get("temperature", 1.0), seed=seed,
         disable_tqdm=True, beta=0.0, generation_kwargs=sizes.get("generation_kwargs"),
         frozen_agents=list(frozen), activation_checkpointing=False,  # short CPU sequences: no recompute
-        cpu_threads=cpu_threads,
+        cpu_threads=cpu_threads, max_staleness=sizes.get("max_staleness", 0),
     )
     return MAGRPOTrainer(model=model, reward_funcs=reward, env=env, args=config,
                          train_dataset=Dataset.from_list(list(rows)), peft_config=real_lora_config())
