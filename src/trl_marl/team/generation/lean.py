@@ -328,9 +328,14 @@ class BehaviourLogps:
         self.available = True
         self._steps: list[torch.Tensor] = []
 
-    def record(self, logits: torch.Tensor, tokens: torch.Tensor) -> None:
-        """One step: `(B, V)` float32 raw logits and the `(B,)` tokens drawn from them."""
-        self._steps.append(torch.log_softmax(logits / self.temperature, dim=-1).gather(1, tokens[:, None])[:, 0])
+    def policy(self, logits: torch.Tensor) -> torch.Tensor:
+        """The `(B, V)` log-probabilities of one step's raw float32 logits (a new tensor: taken before the logits
+        processors, which may edit the logits)."""
+        return torch.log_softmax(logits / self.temperature, dim=-1)
+
+    def record(self, policy: torch.Tensor, tokens: torch.Tensor) -> None:
+        """One step: the step's [`policy`] and the `(B,)` tokens drawn."""
+        self._steps.append(policy.gather(1, tokens[:, None])[:, 0])
 
     def rows(self, lengths: Sequence[int]) -> list[list[float]] | None:
         """Each row's log-probabilities of its first `lengths[i]` generated tokens (None when not `available`)."""
@@ -371,11 +376,11 @@ def _run(model: torch.nn.Module, plan: _Plan, input_ids: torch.Tensor, attention
             cache = output_cache(outputs)
             scores = outputs.logits[:, -1].to(copy=True, dtype=torch.float32, device=device)
             del outputs
-            raw = scores.clone() if behaviour is not None else None  # before any processor touches them
+            policy = behaviour.policy(scores) if behaviour is not None else None  # before any processor
             sequences, next_tokens, unfinished = next_token_step(scores, sequences, processors, plan.do_sample, eos,
                                                                  pad, unfinished)
-            if behaviour is not None and raw is not None:
-                behaviour.record(raw, next_tokens)
+            if behaviour is not None and policy is not None:
+                behaviour.record(policy, next_tokens)
             if eos is not None and unfinished.max() == 0:
                 break
             step_ids, step_positions = next_tokens[:, None], step_positions[:, -1:] + 1

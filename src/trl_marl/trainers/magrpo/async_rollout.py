@@ -152,8 +152,7 @@ class AsyncRollouts:
         # backend (vLLM): one engine, which the worker drives and which syncs the adapters of the team it is given
         shared: dict[int, Any] = {id(p): p for p in team.parameters() if not p.requires_grad}
         backend = team.generation_backend
-        self.engine_backend = isinstance(backend, EngineBackend)
-        if self.engine_backend:
+        if isinstance(backend, EngineBackend):
             shared[id(backend)] = backend
         self.team = copy.deepcopy(team, shared)
         if isinstance(self.team.generation_backend, TransformersBackend):  # the copy's own decoding
