@@ -21,7 +21,7 @@ round, after neither of the first passed) must also pass
 - balance: the mean score of the second-half summaries at least 0.7 of the first-half ones, pooled over both writers
   (else each writer's own gradient pulls it to the easier half, whatever its partner does).
 The candidate that passes every gate is trained; if both do, the one with the higher minority rate. The sampled
-answers are kept in the record (`completions`) for writing tasks.
+answers are kept in the record (`completions`) for writing and tool tasks.
 
 `--task coding_division_stubs` (2026-12-03, fixed before its pilot; both functions shown as stubs, answers prefilled
 up to `def`): the halves task's gates, for functions instead of halves: each programmer writes one of the two
@@ -72,6 +72,12 @@ trained.
 
 It passed every gate (`pilot_coding_rule_division_decide_2or1_named.json`: named 0.74 and 0.69, bias 2.5 and 2.1
 to 1 for `aux1`, minority 0.21 and 0.22, right 0.28 and 0.27, untrained success 0.039): it is trained.
+
+`--task tool_division` (2026-12-04, fixed before its pilot: issue 55's tools design, two agents with calculators
+and two products, one each; `ToolDivisionEnv`): each agent states one of the two products in at least 0.2 of its
+answers (the designs' skill gate; the tool relay's untrained calculator agent stated its one product in 0.14), both
+prefer the same product by at least 1.5 to 1, each agent's less stated product in at least 0.05 of its answers (a
+group of 8 holds it a third of the time, the `coding_naming` gate), untrained success below 0.3.
 
 The writing task is piloted here too: one script for every issue-55 design with a choice to gate.
 
@@ -136,6 +142,12 @@ def task_gates(task: str, m: dict[str, Any]) -> dict[str, Any]:
                 "passes": bool(0.2 <= helper <= 0.6 and main_right >= 0.02)}
     if task == "coding_naming":
         return naming_gates(m)
+    if task == "tool_division":
+        gates = choice_gates(m, ("product1", "product2"))
+        states = {a: m[f"agent_{a}_states"] for a in (0, 1)}
+        return gates | {"named_gate": ">= 0.2 per agent", "minority_gate": ">= 0.05 per agent",
+                        "passes": bool(min(states.values()) >= 0.2 and gates["same_bias"]
+                                       and min(gates["minority"].values()) >= 0.05)}
     if task.startswith("coding_rule_division"):
         gates = choice_gates(m, ("aux1", "aux2"))
         right = {a: m[f"agent_{a}_right"] for a in (0, 1)}
@@ -166,7 +178,7 @@ def main() -> None:
                                  "coding_private", "coding_private_mixed", "coding_naming",
                                  "coding_rule_division", "coding_rule_division_decide",
                                  "coding_rule_division_decide_t1", "coding_rule_division_decide_2or1",
-                                 "coding_rule_division_decide_2or1_named",
+                                 "coding_rule_division_decide_2or1_named", "tool_division",
                                  "writing_halves",
                                  "writing_halves_second_first",
                                  "writing_halves_no_clause", "writing_halves_named",
@@ -188,7 +200,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as work:
         trainer = lr.build_magrpo(task, "team", args.seed, 1, sizes, os.path.join(work, "pilot"), lr.MODEL)
         result = lr.evaluate_task(task, trainer.team, False, rows, 20_000 + args.seed, sizes["completion"],
-                                  keep_completions=args.task.startswith("writing"))
+                                  keep_completions=args.task.startswith(("writing", "tool")))
     seconds = time.perf_counter() - start
     m = result["metrics"]
     record = {

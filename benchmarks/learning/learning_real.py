@@ -102,6 +102,9 @@ class Task:
     metrics: Callable[[Any], dict[str, Any]] | None = None
     """Named functions of the joint action (reward-function signature) for an env, e.g. a reward's terms: each is
     evaluated on the sampled evaluation completions and its mean reported under `metrics`."""
+    tools: Callable[[], list[Any]] | None = None
+    """The agents' tools (the trainer's `tools`, per agent), played in training and in every evaluation, with
+    `sizes["tool_rounds"]` rounds of calls per turn."""
 
 
 CENTRAL_TAGS = ("agent_0", "agent_1")
@@ -811,6 +814,34 @@ def writing_halves_bonus_task() -> Task:
 TASKS["writing_halves_bonus"] = writing_halves_bonus_task
 
 
+def tool_division_task() -> Task:
+    """Two agents with calculators, two products, one each (`ToolDivisionEnv`, issue 55's tools design): the same
+    prompt for both but "agent 1/2", the tool relay's two worked exchanges, then "product 1 is a * b and product 2 is
+    c * d"; the team reward (`ToolDivisionReward`) pays 0.5 per product stated by exactly one agent, so a collision
+    pays nothing and success is both products stated. Rows: `tool_division_rows` over the tool relay's split of the
+    pairs (training rows from training pairs, 16 held-out rows from held-out pairs, the same for every seed). The
+    completion budget holds a call, its result and the stated product (the tool relay's 72 tokens); at most 2 rounds
+    of calls. Metrics: each agent's stated product, whether it states one, collisions. No single-policy arm."""
+    from trl_marl.data.tool_relay import tool_division_rows, tool_relay_split
+    from trl_marl.envs.tool_division import ToolDivisionEnv
+    from trl_marl.rewards.tool_division import ToolDivisionReward, tool_division_metrics
+    from trl_marl.tools import calculator
+
+    train, heldout = tool_relay_split()
+
+    def eval_rows(split: str, count: int) -> list[dict[str, Any]]:
+        return tool_division_rows(heldout if split == "heldout" else train, count,
+                                  10_000 if split == "heldout" else EVAL_ORDER_SEED)
+
+    sizes = {"batch": 16, "generations": 8, "completion": 72, "tool_rounds": 2, "eval_rows": 16, "temperature": 0.7}
+    return Task("tool_division", lambda central: ToolDivisionEnv(), lambda env: ToolDivisionReward(),
+                lambda count, seed: tool_division_rows(train, count, seed), eval_rows, sizes=sizes, central=False,
+                metrics=lambda env: tool_division_metrics(), tools=lambda: [[calculator], [calculator]])
+
+
+TASKS["tool_division"] = tool_division_task
+
+
 # ------------------------------------------------------------------------------------------------------ sizes
 SIZES: dict[str, dict[str, Any]] = {
     # rows per step = batch // generations; eval: `eval_rows` rows per split, 8 sampled joint actions each
@@ -861,7 +892,20 @@ def build_magrpo(task: Task, arm: str, seed: int, steps: int, sizes: dict[str, A
     length = sizes["central_completion"] if central else sizes["completion"]
     return magrpo_trainer(env, task.reward(env), rows, seed=seed, steps=steps, output_dir=output_dir,
                           sizes=with_stops({**sizes, "completion": length}, model), num_agents=1 if central else 2,
-                          frozen=frozen, model=model)
+                          frozen=frozen, model=model, tools=task.tools() if task.tools is not None else None)
+
+
+def task_tool_loop(task: Task, team: Any) -> Any:
+    """The tool loop that plays `task`'s tools for `team` in an evaluation (None: the task has no tools), with the
+    trainer's default limits and the task's `tool_rounds`."""
+    if task.tools is None:
+        return None
+    from trl_marl.tools.loop import ToolLoop
+    from trl_marl.tools.toolset import team_tools
+
+    tools = task.tools()
+    return ToolLoop(team_tools(tools, None, len(tools)), team.tokenizers,
+                    max_iterations=(task.sizes or {}).get("tool_rounds"))
 
 
 def evaluate_task(task: Task, team: Any, central: bool, rows: Sequence[dict[str, Any]], seed: int,
@@ -874,7 +918,8 @@ def evaluate_task(task: Task, team: Any, central: bool, rows: Sequence[dict[str,
     score = task.success(env) if task.success is not None else task.reward(env)
     sizes = task.sizes or {}
     stops = stop_token_ids(team.tokenizers[0], sizes["stop"]) if sizes.get("stop") else None
-    result = sampled_team_success(env, score, team, rows, seed, max_new_tokens, sizes.get("temperature", 1.0), stops)
+    result = sampled_team_success(env, score, team, rows, seed, max_new_tokens, sizes.get("temperature", 1.0), stops,
+                                  tool_loop=task_tool_loop(task, team))
     completions = result.pop("completions")
     if task.metrics is not None:
         result["metrics"] = joint_action_means(task.metrics(env), completions, rows)
@@ -896,7 +941,8 @@ def teamwork_task(task: Task, team: Any, rows: Sequence[dict[str, Any]], seed: i
     stops = stop_token_ids(team.tokenizers[0], sizes["stop"]) if sizes.get("stop") else None
     report = evaluate_teamwork(team, env, list(rows), score, metrics=task.metrics(env) if task.metrics else None,
                                samples_per_row=8, seed=seed, max_new_tokens=max_new_tokens,
-                               temperature=sizes.get("temperature", 1.0), stop_token_ids=stops)
+                               temperature=sizes.get("temperature", 1.0), stop_token_ids=stops,
+                               tool_loop=task_tool_loop(task, team))
     return report.to_dict()
 
 

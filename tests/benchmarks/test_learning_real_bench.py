@@ -806,3 +806,52 @@ def test_writing_halves_bonus_trains_on_the_bonus_and_measures_the_share(bench: 
     assert trained == pytest.approx([0.5 * share[0] + 0.5])  # both copied halves score above the gate
     success = task.success(env)(prompts=[None], completions=split[0], agent_completions=split, text=[text])
     assert success == named.success(env)(prompts=[None], completions=split[0], agent_completions=split, text=[text])
+
+
+def test_tool_division_task_rows_tools_and_evaluation_tool_loop(bench: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tools design of issue 55: training rows from training pairs, held-out rows from held-out pairs (the same
+    16 for every seed), both agents with the calculator in training and in every evaluation, 2 rounds of calls."""
+    from trl_marl.data.tool_relay import tool_relay_split
+    from trl_marl.tools.loop import ToolLoop
+    from trl_marl.toy import build_toy_chat_tokenizer
+
+    train, heldout = (set(side) for side in tool_relay_split())
+    task = bench.TASKS["tool_division"]()
+    assert task.name == "tool_division" and not task.central and task.sizes["tool_rounds"] == 2
+
+    def pairs(rows: list) -> set:
+        return {tuple(sorted((r[x], r[y]))) for r in rows for x, y in (("a", "b"), ("c", "d"))}
+
+    assert pairs(task.train_rows(64, 0)) <= train and pairs(task.eval_rows("train", 16)) <= train
+    held = task.eval_rows("heldout", 16)
+    assert len(held) == 16 and pairs(held) <= heldout and held == task.eval_rows("heldout", 16)
+    assert [t.__name__ for agent in task.tools() for t in agent] == ["calculator", "calculator"]
+    team = SimpleNamespace(tokenizers=[build_toy_chat_tokenizer()] * 2)
+    loop = bench.task_tool_loop(task, team)
+    assert isinstance(loop, ToolLoop) and loop.max_iterations == 2
+    assert [[t.__name__ for t in agent.tools] for agent in loop.agent_tools] == [["calculator"], ["calculator"]]
+    assert bench.task_tool_loop(bench.TASKS["split"](), team) is None
+
+    seen: dict = {}
+
+    def sampled(env: Any, score: Any, team_: Any, rows: list, *args: Any, tool_loop: Any = None) -> dict:
+        seen["tool_loop"] = tool_loop
+        return {"success": 0.0, "reward": 0.0, "per_row": [], "joint_actions": 0, "completions": [[""] * 8, [""] * 8]}
+
+    monkeypatch.setattr("trl_marl.scripts.demo_real.sampled_team_success", sampled)
+    result = bench.evaluate_task(task, team, False, held[:1], 0, 72)
+    assert isinstance(seen["tool_loop"], ToolLoop) and result["metrics"]["collision"] == 0.0
+
+
+def test_tool_division_pilot_gates(bench: Any) -> None:
+    """The tools design's pilot gates by hand (fixed before its pilot): states a product >= 0.2 per agent, the same
+    lean >= 1.5 to 1, the less stated product >= 0.05 per agent."""
+    coding_pilot = load_script(PATH.with_name("coding_pilot.py"))
+    m = {"agent_0_product1": 0.2, "agent_0_product2": 0.06, "agent_1_product1": 0.15, "agent_1_product2": 0.08,
+         "agent_0_states": 0.26, "agent_1_states": 0.23}
+    gates = coding_pilot.task_gates("tool_division", m)
+    assert gates["passes"] and gates["minority"] == {0: 0.06, 1: 0.08}
+    assert gates["product1_to_product2"] == pytest.approx({0: 0.2 / 0.06, 1: 0.15 / 0.08})
+    assert not coding_pilot.task_gates("tool_division", {**m, "agent_1_states": 0.19})["passes"]  # skill
+    assert not coding_pilot.task_gates("tool_division", {**m, "agent_1_product2": 0.04})["passes"]  # exploration
+    assert not coding_pilot.task_gates("tool_division", {**m, "agent_1_product2": 0.14})["passes"]  # no shared lean

@@ -40,6 +40,7 @@ from trl_marl.rewards import (
 )
 from trl_marl.rewards.arithmetic import parse_int, parse_leading_int
 from trl_marl.rewards.coordination import first_word
+from trl_marl.rewards.tool_division import ToolDivisionReward
 from trl_marl.rewards.tool_relay import ToolRelayReward, integers, last_integer
 from trl_marl.rewards.writing_halves import HalvesTeamReward
 from trl_marl.tools import ToolFormat, calculator, call_tool, parse_completion, python
@@ -101,6 +102,7 @@ def reward_cases() -> list[tuple[str, Callable[[], Any], dict[str, Any]]]:
         ("target_sum leading", lambda: TargetSumReward(leading=True), {"target": 10}),
         ("tool_relay turn 1", ToolRelayReward, {"answer": "3965", "turn": 1}),
         ("tool_relay turn 2", ToolRelayReward, {"answer": "3965", "turn": 2}),
+        ("tool_division", ToolDivisionReward, {"answer1": "408", "answer2": "4368"}),
         ("split_items", SplitItemsReward, {"items": ["apple", "pear"]}),
         ("centralized target_sum", lambda: CentralizedReward(CentralizedEnv(TargetSumEnv(2)), TargetSumReward()),
          {"target": 10}),

@@ -46,6 +46,7 @@ if TYPE_CHECKING:
 
     from ..envs.base import MultiAgentEnv
     from ..team import AgentTeam
+    from ..tools.loop import ToolLoop
     from ..trainers import MAGRPOTrainer, MultiAgentPPOTrainer
 
 REAL_MODEL = "smollm2-135m-instruct"
@@ -156,10 +157,11 @@ def real_lora_config(first_layer: int = 22, num_layers: int = 30) -> LoraConfig:
 def magrpo_trainer(env: MultiAgentEnv, reward: Callable[..., Any], rows: Sequence[dict[str, Any]], *, seed: int,
                    steps: int, output_dir: str, sizes: dict[str, Any] = MAGRPO_SIZES, num_agents: int = 2,
                    frozen: Sequence[int] = (), model: str = REAL_MODEL,
-                   cpu_threads: int | None = None) -> MAGRPOTrainer:
+                   cpu_threads: int | None = None, tools: Sequence[Any] | None = None) -> MAGRPOTrainer:
     """A MAGRPO trainer on the real model with LoRA adapters ([`real_lora_config`]), saving nothing; `cpu_threads`:
     its torch threads (None: the trainer's choice, `utils.threads`); `sizes["max_staleness"]` (default 0):
-    asynchronous rollouts."""
+    asynchronous rollouts; `tools`: the trainer's `tools` (per agent), with `sizes["tool_rounds"]` rounds of calls
+    per turn (default: until the completion budget is spent)."""
     from datasets import Dataset
 
     from ..trainers import MAGRPOConfig, MAGRPOTrainer
@@ -172,17 +174,19 @@ def magrpo_trainer(env: MultiAgentEnv, reward: Callable[..., Any], rows: Sequenc
         disable_tqdm=True, beta=0.0, generation_kwargs=sizes.get("generation_kwargs"),
         frozen_agents=list(frozen), activation_checkpointing=False,  # short CPU sequences: no recompute
         cpu_threads=cpu_threads, max_staleness=sizes.get("max_staleness", 0),
+        max_tool_calling_iterations=sizes.get("tool_rounds"),
     )
     return MAGRPOTrainer(model=model, reward_funcs=reward, env=env, args=config,
-                         train_dataset=Dataset.from_list(list(rows)), peft_config=real_lora_config())
+                         train_dataset=Dataset.from_list(list(rows)), peft_config=real_lora_config(), tools=tools)
 
 
 def sampled_team_success(env: MultiAgentEnv, reward: Callable[..., Any], team: AgentTeam,
                          rows: Sequence[dict[str, Any]], seed: int, max_new_tokens: int, temperature: float = 1.0,
-                         eos_token_id: int | list[int] | None = None) -> dict[str, Any]:
+                         eos_token_id: int | list[int] | None = None,
+                         tool_loop: ToolLoop | None = None) -> dict[str, Any]:
     """Team success (team reward 1) and mean team reward over `rows`, 8 joint actions sampled at `temperature` (the
     training temperature) per row; `eos_token_id` replaces the tokenizer's end token (e.g. to stop at a code fence
-    too, as in training)."""
+    too, as in training); `tool_loop`: the team's tools (a trainer's `tool_loop`), when its agents have any."""
     import torch
     from transformers import GenerationConfig
 
@@ -196,7 +200,7 @@ def sampled_team_success(env: MultiAgentEnv, reward: Callable[..., Any], team: A
                                             top_k=0,
                                             pad_token_id=tok.pad_token_id,
                                             eos_token_id=tok.eos_token_id if eos_token_id is None else eos_token_id),
-                           num_generations=8, seed=seed)
+                           num_generations=8, seed=seed, tool_loop=tool_loop)
     was_training = team.training
     team.eval()
     with torch.no_grad():

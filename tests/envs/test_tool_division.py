@@ -1,0 +1,100 @@
+"""The tool division (issue 55's tools design): its rows, prompts, team reward (with gamed answers) and metrics."""
+
+from __future__ import annotations
+
+import pytest
+
+from trl_marl.data.tool_relay import tool_division_row, tool_division_rows, tool_relay_split
+from trl_marl.envs.base import Transcript
+from trl_marl.envs.tool_division import ToolDivisionEnv
+from trl_marl.rewards.tool_division import ToolDivisionReward, stated_product, tool_division_metrics
+
+ROW = tool_division_row(94, 88, 34, 96)  # product 1 = 8272, product 2 = 3264
+
+
+def score(first: list, second: list, row: dict = ROW) -> list[float]:
+    n = len(first)
+    return ToolDivisionReward()(None, None, agent_completions=[first, second], answer1=[row["answer1"]] * n,
+                                answer2=[row["answer2"]] * n)
+
+
+def test_rows_keep_to_one_side_of_the_split_and_never_have_equal_products() -> None:
+    train, heldout = tool_relay_split()
+    rows = tool_division_rows(heldout, 200, seed=3)
+    assert rows == tool_division_rows(heldout, 200, seed=3) and rows != tool_division_rows(heldout, 200, seed=4)
+    pairs = set(heldout)
+    for row in rows:
+        assert tuple(sorted((row["a"], row["b"]))) in pairs and tuple(sorted((row["c"], row["d"]))) in pairs
+        assert row["answer1"] == str(row["a"] * row["b"]) and row["answer2"] == str(row["c"] * row["d"])
+        assert row["answer1"] != row["answer2"]
+    assert ROW == {"a": 94, "b": 88, "c": 34, "d": 96, "answer1": "8272", "answer2": "3264"}
+    with pytest.raises(ValueError, match="must differ: 12 \\* 34 = 34 \\* 12"):
+        tool_division_row(12, 34, 34, 12)
+
+
+def test_both_agents_get_the_same_prompt_but_their_number() -> None:
+    env = ToolDivisionEnv()
+    assert (env.num_agents, env.num_turns) == (2, 1)
+    first, second = env.agent_prompt(ROW, 0, Transcript()), env.agent_prompt(ROW, 1, Transcript())
+    assert first[0]["role"] == "system" and sum(1 for m in first if m.get("tool_calls")) == 2
+    assert first[:-1] == second[:-1]
+    question = first[-1]["content"]
+    assert "product 1 is 94 * 88 and product 2 is 34 * 96" in question and "You are agent 1 of 2" in question
+    assert second[-1]["content"] == question.replace("agent 1 of 2", "agent 2 of 2")
+    assert "product 2 (34 * 96) or product 1 (94 * 88)" in question  # the decision names product 2 first
+    with pytest.raises(IndexError):
+        env.agent_prompt(ROW, 2, Transcript())
+
+
+def test_reward_pays_each_product_stated_by_exactly_one_agent() -> None:
+    assert score(["94 * 88 = 8272", "34 * 96 = 3264", "8272"], ["34 * 96 = 3264", "94 * 88 = 8272", "3,264."]) == [
+        1.0, 1.0, 1.0]
+    assert score(["8272", "8272", "", "I am not sure."], ["", "1234", "3264", ""]) == [0.5, 0.5, 0.5, 0.0]
+    assert score(["8272", "34 * 96 = 3264"], ["94 * 88 = 8272", "3264"]) == [0.0, 0.0]  # collisions pay nothing
+    # the answer is the content of the agent's last assistant message (what a tool turn gives the reward)
+    chat = [{"role": "assistant", "content": "34 * 96 = 3264"}]
+    assert score([chat], [[{"role": "assistant", "content": "8272"}]]) == [1.0]
+    assert stated_product("8272 then 3264", "8272", "3264") == 2 and stated_product("x", "8272", "3264") is None
+
+
+def test_every_gamed_answer_scores_below_an_honest_division() -> None:
+    """A policy's ways to raise the reward without dividing the work, each against the honest team (1.0)."""
+    honest = score(["94 * 88 = 8272"], ["34 * 96 = 3264"])[0]
+    gamed = {
+        # both agents write both products: each states only its last one, and they collide
+        "both write both": (["8272 and 3264"], ["8272 or 3264"]),
+        # one agent covers both products, its partner says nothing
+        "one writes both": (["8272, 3264"], [""]),
+        # a list of every candidate, the product first, then more arithmetic: the last number is not a product
+        "goes on past the product": (["8272 * 1 = 8272, 3264 + 1 = 3265"], ["34 * 96 = 3264"]),
+        # the tool's result and the factors, never stated as the answer
+        "factors last": (["8272 is 94 * 88"], ["3264 is 34 * 96"]),
+        # a guess close to the products (a 135M model's mental arithmetic)
+        "guesses": (["94 * 88 = 8270"], ["34 * 96 = 3260"]),
+        # the products of the wrong pairs
+        "wrong pairs": (["94 * 96 = 9024"], ["34 * 88 = 2992"]),
+        # a number too long to be one, then the product: the long run is no number, the product counts (0.5)
+        "huge number then a product": (["9" * 60 + " 8272"], ["9" * 60]),
+        # the same product from both with different wording: a collision
+        "copy the partner's likely answer": (["The product is 8,272."], ["8272"]),
+    }
+    for name, (first, second) in gamed.items():
+        got = score(first, second)[0]
+        assert got < honest, f"{name}: {got} is not below the honest division's {honest}"
+    assert score(["9" * 60 + " 8272"], ["9" * 60])[0] == 0.5
+
+
+def test_metrics_count_each_agents_product_and_collisions() -> None:
+    metrics = tool_division_metrics()
+    first, second = ["8272", "3264", "8272", "nothing"], ["3264", "3264", "8272", "3264"]
+    columns = {"answer1": ["8272"] * 4, "answer2": ["3264"] * 4}
+    values = {name: f(None, None, agent_completions=[first, second], **columns) for name, f in metrics.items()}
+    assert values["agent_0_product1"] == [1.0, 0.0, 1.0, 0.0] and values["agent_0_product2"] == [0.0, 1.0, 0.0, 0.0]
+    assert values["agent_1_product2"] == [1.0, 1.0, 0.0, 1.0] and values["agent_0_states"] == [1.0, 1.0, 1.0, 0.0]
+    assert values["collision"] == [0.0, 1.0, 1.0, 0.0]
+    assert score(first, second) == [1.0, 0.0, 0.0, 0.5]
+
+
+def test_the_reward_needs_two_agents() -> None:
+    with pytest.raises(ValueError, match="two agents' answers, got 3 agents"):
+        ToolDivisionReward()(None, None, agent_completions=[["1"], ["2"], ["3"]], answer1=["1"], answer2=["2"])
