@@ -439,3 +439,85 @@ def test_the_workers_copy_shares_the_frozen_base_and_copies_only_the_adapters(ta
         assert torch.equal(theirs[name], ours[name]) and worker.loaded_version == 1
     finally:
         worker.close()
+
+
+# ---------------------------------------------------------------- the worker's CUDA stream
+def test_on_cuda_the_worker_plays_on_its_own_stream_and_loads_a_version_only_once_its_copy_is_written(
+        target_model_dir, tmp_path, monkeypatch):
+    """The order of the two streams' work, with a recording stand-in for torch.cuda's streams and events (no device
+    here): the worker's stream first waits for the trainer's stream (the team's copy), every version is copied after
+    an event recorded on the trainer's stream once the published weights are written, the worker's stream waits for
+    that event before loading them and is synchronized before they can be freed, and the worker generates, scores
+    and loads inside its stream; the trainer never enters it. Off CUDA there is no stream (`worker_stream`)."""
+    from trl_marl.trainers.magrpo import async_rollout
+
+    log: list[tuple[str, Any, str]] = []
+    thread = threading.current_thread
+
+    class Event:
+        def record(self) -> None:
+            log.append(("record", self, thread().name))
+
+    class Stream:
+        def wait_stream(self, other: Any) -> None:
+            log.append(("wait_stream", other, thread().name))
+
+        def wait_event(self, event: Any) -> None:
+            log.append(("wait_event", event, thread().name))
+
+        def synchronize(self) -> None:
+            log.append(("synchronize", None, thread().name))
+
+    inside: list[str] = []
+
+    class Entered:
+        def __init__(self, stream: Any) -> None:
+            self.stream = stream
+
+        def __enter__(self) -> None:
+            inside.append(thread().name)
+            log.append(("enter", self.stream, thread().name))
+
+        def __exit__(self, *exc: Any) -> None:
+            inside.remove(thread().name)
+            log.append(("exit", self.stream, thread().name))
+
+    stream = Stream()
+    monkeypatch.setattr(async_rollout, "worker_stream", lambda team: stream)
+    monkeypatch.setattr(torch.cuda, "Event", Event)
+    monkeypatch.setattr(torch.cuda, "stream", Entered)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: "trainer-stream")
+
+    class Watching(Recording):
+        def compute_advantages(self, rollout):
+            assert thread().name not in inside  # the trainer's thread stays on its own stream
+            return super().compute_advantages(rollout)
+
+    from trl_marl.rollout import JointRollout
+
+    played: list[tuple[str, bool]] = []
+    run = JointRollout.run
+
+    def run_checked(self: Any, *args: Any, **kwargs: Any) -> Any:
+        played.append((thread().name, thread().name in inside))
+        return run(self, *args, **kwargs)
+
+    monkeypatch.setattr(JointRollout, "run", run_checked)
+    trainer = Watching(model=target_model_dir, reward_funcs=TargetSumReward(0.5), env=TargetSumEnv(2),
+                       args=config(tmp_path, max_staleness=1, max_steps=4), train_dataset=dataset())
+    trainer.train()
+    assert played and all(who == WORKER and entered for who, entered in played)  # inside the worker's stream
+    assert log[0] == ("wait_stream", "trainer-stream", "MainThread")
+    records = [e for e in log if e[0] == "record"]
+    assert records and all(e[2] == "MainThread" for e in records)  # recorded by the trainer after each copy
+    loads = [i for i, e in enumerate(log) if e[0] == "wait_event"]
+    assert len(loads) >= 2  # versions loaded after the first (4 steps at staleness 1)
+    for i in loads:
+        event, who = log[i][1], log[i][2]
+        assert who == WORKER and log[i + 1] == ("synchronize", None, WORKER)  # loaded, then waited for
+        assert any(e[0] == "record" and e[1] is event for e in log[:i])  # the event of a published version
+        opened = [e for e in log[:i] if e[2] == WORKER and e[0] in ("enter", "exit")]
+        assert opened[-1][0] == "enter"  # the load runs inside the worker's stream
+    assert async_rollout.worker_stream(trainer.team) is stream  # (the stand-in), and off CUDA:
+    monkeypatch.undo()
+    assert async_rollout.worker_stream(trainer.team) is None

@@ -47,6 +47,9 @@ What it costs and what it does not do (also in docs/scaling.md, "Asynchronous ro
   checkpoint's weights (the data loader skips the rows of the t steps taken, not those read ahead);
 - tools and `environment_factory` run in the worker thread, with environments of its own
   (`ToolLoop.for_another_thread`); a standalone tool may be called from both threads at once (by an evaluation);
+- on CUDA with the team's own decoding, the worker launches its kernels on a stream of its own ([`worker_stream`]),
+  ordered after the trainer's copy of each version it loads by an event, so that its kernels need not queue behind
+  the trainer's on the default stream;
 - several processes (DDP): each process's worker plays that process's rows, and the one collective of a rollout (the
   returns pooled for batch statistics) runs in the trainer's thread when it takes the rollout;
 - unsharded weights, the team's own decoding or vLLM (`generation_backend` "transformers" or "vllm"), one generation
@@ -68,7 +71,7 @@ import collections
 import copy
 import threading
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import torch
@@ -78,7 +81,16 @@ from ...team import AgentBatch, AgentTeam, pad_left, pad_right
 from ...team.generation import EngineBackend, TransformersBackend
 from .schedule import MicroStep, _AccumulatedRows, read_row_batches
 
-__all__ = ["AsyncGeneration", "AsyncRollouts", "RolloutJob", "StalenessError"]
+__all__ = ["AsyncGeneration", "AsyncRollouts", "RolloutJob", "StalenessError", "worker_stream"]
+
+
+def worker_stream(team: AgentTeam) -> torch.cuda.Stream | None:
+    """The CUDA stream the rollout worker launches its kernels on: a new one for a team on a CUDA device that
+    decodes with its own models (`TransformersBackend`), None otherwise (on CPU, and with an engine such as vLLM,
+    which runs its own kernels)."""
+    if team.device.type != "cuda" or not isinstance(team.generation_backend, TransformersBackend):
+        return None
+    return torch.cuda.Stream(device=team.device)
 
 
 class StalenessError(RuntimeError):
@@ -174,6 +186,13 @@ class AsyncRollouts:
         self._autocast = autocast
         self._lock = threading.Condition()
         self._published: tuple[int, dict[str, torch.Tensor]] = (version, {})  # the team copy is version `version`
+        # on CUDA, the worker launches its kernels on a stream of its own, so that they overlap the trainer's
+        # instead of queueing behind them on the default stream; `_ready` marks, on the trainer's stream, the end of
+        # the copy of the version published last (what the worker's stream waits for before loading it)
+        self._stream = worker_stream(self.team)
+        self._ready: Any = None
+        if self._stream is not None:  # the team's copy was written on the trainer's stream
+            self._stream.wait_stream(torch.cuda.current_stream(self.team.device))
         self.loaded_version = version  # the version the worker's team holds
         self._queue: collections.deque[RolloutJob] = collections.deque()  # submitted, not yet started
         self.pending: collections.deque[RolloutJob] = collections.deque()  # submitted, not yet taken by the trainer
@@ -204,8 +223,12 @@ class AsyncRollouts:
             if version <= self._published[0]:
                 return
         weights = {name: p.detach().clone() for name, p in self._trained}
+        ready = None
+        if self._stream is not None:
+            ready = torch.cuda.Event()
+            ready.record()  # on the trainer's stream, after the copies
         with self._lock:
-            self._published = (version, weights)
+            self._published, self._ready = (version, weights), ready
             self._lock.notify_all()
 
     def micro_steps(self, epoch_iterator: Iterator[Any], num_batches: int, step: int) -> list[MicroStep]:
@@ -322,11 +345,17 @@ class AsyncRollouts:
     def _load_newest(self) -> int:
         """Load the newest published version into the worker's team (between episodes only); its number."""
         with self._lock:
-            version, weights = self._published
+            (version, weights), ready = self._published, self._ready
         if version != self.loaded_version:
+            if ready is not None and self._stream is not None:
+                self._stream.wait_event(ready)  # the trainer's copy of the version is written
             with torch.no_grad():
                 for name, value in weights.items():
                     self._own[name].copy_(value)
+            if self._stream is not None:
+                # the trainer frees these copies when it publishes the next version: the worker's stream must be
+                # done reading them before their memory can be given to another tensor
+                self._stream.synchronize()
             self.loaded_version = version
         return version
 
@@ -336,11 +365,12 @@ class AsyncRollouts:
             if job is None:
                 return
             try:
-                version = self._load_newest()
-                versions = tuple(version for _ in range(self.engine.num_slots))
-                with torch.no_grad():
-                    rollout = self._play(self.engine, job.rows, self._trainer_state())
-                    self._add_behaviour_logps(rollout, versions)
+                with torch.cuda.stream(self._stream) if self._stream is not None else nullcontext():
+                    version = self._load_newest()
+                    versions = tuple(version for _ in range(self.engine.num_slots))
+                    with torch.no_grad():
+                        rollout = self._play(self.engine, job.rows, self._trainer_state())
+                        self._add_behaviour_logps(rollout, versions)
                 job.versions, job.rollout = versions, rollout
             except BaseException as error:  # handed to the trainer, which re-raises it when it takes the job
                 job.error = error
