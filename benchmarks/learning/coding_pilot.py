@@ -78,6 +78,8 @@ and two products, one each; `ToolDivisionEnv`): each agent states one of the two
 answers (the designs' skill gate; the tool relay's untrained calculator agent stated its one product in 0.14), both
 prefer the same product by at least 1.5 to 1, each agent's less stated product in at least 0.05 of its answers (a
 group of 8 holds it a third of the time, the `coding_naming` gate), untrained success below 0.3.
+It failed (`pilot_tool_division.json`: a product stated in 0.008 and 0.000 of the answers; the untrained model
+discusses the two-product instruction instead of calling the calculator).
 
 The writing task is piloted here too: one script for every issue-55 design with a choice to gate.
 
