@@ -80,6 +80,11 @@ prefer the same product by at least 1.5 to 1, each agent's less stated product i
 group of 8 holds it a third of the time, the `coding_naming` gate), untrained success below 0.3.
 It failed (`pilot_tool_division.json`: a product stated in 0.008 and 0.000 of the answers; the untrained model
 discusses the two-product instruction instead of calling the calculator).
+The second candidate, fixed before its pilot (2026-12-04, chosen by next-token probes on 16 training rows of seven
+prompts, the probability that the answer starts with a tool call 0.02-0.73): `--task tool_division_worked` (the
+team's rule and the agent's number in the system message, two worked exchanges of the two-product question, one
+computing product 2 and one product 1; a call began 0.73 of the answers, its first factor product 1's 0.82 and product
+2's 0.15 for both agents): the same gates. If it passes, it is trained.
 
 The writing task is piloted here too: one script for every issue-55 design with a choice to gate.
 
@@ -144,7 +149,7 @@ def task_gates(task: str, m: dict[str, Any]) -> dict[str, Any]:
                 "passes": bool(0.2 <= helper <= 0.6 and main_right >= 0.02)}
     if task == "coding_naming":
         return naming_gates(m)
-    if task == "tool_division":
+    if task.startswith("tool_division"):
         gates = choice_gates(m, ("product1", "product2"))
         states = {a: m[f"agent_{a}_states"] for a in (0, 1)}
         return gates | {"named_gate": ">= 0.2 per agent", "minority_gate": ">= 0.05 per agent",
@@ -181,6 +186,7 @@ def main() -> None:
                                  "coding_rule_division", "coding_rule_division_decide",
                                  "coding_rule_division_decide_t1", "coding_rule_division_decide_2or1",
                                  "coding_rule_division_decide_2or1_named", "tool_division",
+                                 "tool_division_worked",
                                  "writing_halves",
                                  "writing_halves_second_first",
                                  "writing_halves_no_clause", "writing_halves_named",

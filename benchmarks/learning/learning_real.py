@@ -814,16 +814,19 @@ def writing_halves_bonus_task() -> Task:
 TASKS["writing_halves_bonus"] = writing_halves_bonus_task
 
 
-def tool_division_task() -> Task:
-    """Two agents with calculators, two products, one each (`ToolDivisionEnv`, issue 55's tools design): the same
-    prompt for both but "agent 1/2", the tool relay's two worked exchanges, then "product 1 is a * b and product 2 is
-    c * d"; the team reward (`ToolDivisionReward`) pays 0.5 per product stated by exactly one agent, so a collision
-    pays nothing and success is both products stated. Rows: `tool_division_rows` over the tool relay's split of the
+def tool_division_task(first: bool = False) -> Task:
+    """Two agents with calculators, two products, one each (`ToolDivisionEnv`, issue 55's tools design; task
+    `tool_division_worked`): the same prompt for both but "agent 1/2" (the team's rule and the agent's number in the
+    system message, two worked exchanges of the two-product question, then the row's); with `first` (task
+    `tool_division`) the first design, whose pilot failed: the tool relay's worked exchanges, then the rule and the
+    number in a long question. The team reward (`ToolDivisionReward`) pays 0.5 per product stated by exactly one
+    agent, so a collision pays nothing and success is both products stated. Rows: `tool_division_rows` over the tool relay's split of the
     pairs (training rows from training pairs, 16 held-out rows from held-out pairs, the same for every seed). The
     completion budget holds a call, its result and the stated product (the tool relay's 72 tokens); at most 2 rounds
     of calls. Metrics: each agent's stated product, whether it states one, collisions. No single-policy arm."""
     from trl_marl.data.tool_relay import tool_division_rows, tool_relay_split
-    from trl_marl.envs.tool_division import ToolDivisionEnv
+    from trl_marl.envs.tool_division import FIRST_SYSTEM, FIRST_TEMPLATE, ToolDivisionEnv
+    from trl_marl.envs.tool_relay import WORKED_EXCHANGES
     from trl_marl.rewards.tool_division import ToolDivisionReward, tool_division_metrics
     from trl_marl.tools import calculator
 
@@ -834,12 +837,16 @@ def tool_division_task() -> Task:
                                   10_000 if split == "heldout" else EVAL_ORDER_SEED)
 
     sizes = {"batch": 16, "generations": 8, "completion": 72, "tool_rounds": 2, "eval_rows": 16, "temperature": 0.7}
-    return Task("tool_division", lambda central: ToolDivisionEnv(), lambda env: ToolDivisionReward(),
+    def env(central: bool) -> Any:
+        return ToolDivisionEnv(FIRST_TEMPLATE, FIRST_SYSTEM, WORKED_EXCHANGES) if first else ToolDivisionEnv()
+
+    return Task("tool_division" if first else "tool_division_worked", env, lambda env: ToolDivisionReward(),
                 lambda count, seed: tool_division_rows(train, count, seed), eval_rows, sizes=sizes, central=False,
                 metrics=lambda env: tool_division_metrics(), tools=lambda: [[calculator], [calculator]])
 
 
-TASKS["tool_division"] = tool_division_task
+TASKS["tool_division"] = lambda: tool_division_task(first=True)
+TASKS["tool_division_worked"] = tool_division_task
 
 
 # ------------------------------------------------------------------------------------------------------ sizes

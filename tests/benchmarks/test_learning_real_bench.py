@@ -816,8 +816,9 @@ def test_tool_division_task_rows_tools_and_evaluation_tool_loop(bench: Any, monk
     from trl_marl.toy import build_toy_chat_tokenizer
 
     train, heldout = (set(side) for side in tool_relay_split())
-    task = bench.TASKS["tool_division"]()
-    assert task.name == "tool_division" and not task.central and task.sizes["tool_rounds"] == 2
+    task = bench.TASKS["tool_division_worked"]()
+    assert task.name == "tool_division_worked" and not task.central and task.sizes["tool_rounds"] == 2
+    assert bench.TASKS["tool_division"]().env(False).exchanges != task.env(False).exchanges  # the first design
 
     def pairs(rows: list) -> set:
         return {tuple(sorted((r[x], r[y]))) for r in rows for x, y in (("a", "b"), ("c", "d"))}
@@ -855,3 +856,4 @@ def test_tool_division_pilot_gates(bench: Any) -> None:
     assert not coding_pilot.task_gates("tool_division", {**m, "agent_1_states": 0.19})["passes"]  # skill
     assert not coding_pilot.task_gates("tool_division", {**m, "agent_1_product2": 0.04})["passes"]  # exploration
     assert not coding_pilot.task_gates("tool_division", {**m, "agent_1_product2": 0.14})["passes"]  # no shared lean
+    assert coding_pilot.task_gates("tool_division_worked", m) == gates

@@ -6,7 +6,8 @@ import pytest
 
 from trl_marl.data.tool_relay import tool_division_row, tool_division_rows, tool_relay_split
 from trl_marl.envs.base import Transcript
-from trl_marl.envs.tool_division import ToolDivisionEnv
+from trl_marl.envs.tool_division import FIRST_SYSTEM, FIRST_TEMPLATE, ToolDivisionEnv
+from trl_marl.envs.tool_relay import WORKED_EXCHANGES
 from trl_marl.rewards.tool_division import ToolDivisionReward, stated_product, tool_division_metrics
 
 ROW = tool_division_row(94, 88, 34, 96)  # product 1 = 8272, product 2 = 3264
@@ -36,14 +37,24 @@ def test_both_agents_get_the_same_prompt_but_their_number() -> None:
     env = ToolDivisionEnv()
     assert (env.num_agents, env.num_turns) == (2, 1)
     first, second = env.agent_prompt(ROW, 0, Transcript()), env.agent_prompt(ROW, 1, Transcript())
-    assert first[0]["role"] == "system" and sum(1 for m in first if m.get("tool_calls")) == 2
-    assert first[:-1] == second[:-1]
-    question = first[-1]["content"]
-    assert "product 1 is 94 * 88 and product 2 is 34 * 96" in question and "You are agent 1 of 2" in question
-    assert second[-1]["content"] == question.replace("agent 1 of 2", "agent 2 of 2")
-    assert "product 2 (34 * 96) or product 1 (94 * 88)" in question  # the decision names product 2 first
+    assert first[0]["role"] == "system" and "agent 1 of a team" in first[0]["content"]
+    assert second[0]["content"] == first[0]["content"].replace("agent 1 of", "agent 2 of")
+    assert first[1:] == second[1:]
+    # two worked exchanges, one computing product 2 and one product 1: no division is shown
+    calls = [m["tool_calls"][0]["function"]["arguments"]["expression"] for m in first if m.get("tool_calls")]
+    assert calls == ["56*78", "23*45"]
+    assert first[-1] == {"role": "user", "content": "Product 1 is 94 * 88 and product 2 is 34 * 96. Compute one of them."}
     with pytest.raises(IndexError):
         env.agent_prompt(ROW, 2, Transcript())
+
+
+def test_the_first_design_is_the_relays_exchanges_and_the_long_instruction() -> None:
+    env = ToolDivisionEnv(FIRST_TEMPLATE, FIRST_SYSTEM, WORKED_EXCHANGES)
+    first = env.agent_prompt(ROW, 0, Transcript())
+    question = first[-1]["content"]
+    assert first[0]["content"] == FIRST_SYSTEM and first[1:-1] == [dict(m) for m in WORKED_EXCHANGES]
+    assert "product 1 is 94 * 88 and product 2 is 34 * 96" in question and "You are agent 1 of 2" in question
+    assert env.agent_prompt(ROW, 1, Transcript())[-1]["content"] == question.replace("agent 1 of 2", "agent 2 of 2")
 
 
 def test_reward_pays_each_product_stated_by_exactly_one_agent() -> None:
@@ -98,3 +109,11 @@ def test_metrics_count_each_agents_product_and_collisions() -> None:
 def test_the_reward_needs_two_agents() -> None:
     with pytest.raises(ValueError, match="two agents' answers, got 3 agents"):
         ToolDivisionReward()(None, None, agent_completions=[["1"], ["2"], ["3"]], answer1=["1"], answer2=["2"])
+
+
+def test_the_system_message_may_carry_the_rule_and_the_agents_number() -> None:
+    env = ToolDivisionEnv(template="What is {a} * {b} or {c} * {d}?", system="Calculator {agent} of 2.")
+    first, second = env.agent_prompt(ROW, 0, Transcript()), env.agent_prompt(ROW, 1, Transcript())
+    assert first[0] == {"role": "system", "content": "Calculator 1 of 2."}
+    assert second[0] == {"role": "system", "content": "Calculator 2 of 2."}
+    assert first[-1] == second[-1] == {"role": "user", "content": "What is 94 * 88 or 34 * 96?"}
