@@ -820,8 +820,9 @@ def tool_division_task(first: bool = False) -> Task:
     system message, two worked exchanges of the two-product question, then the row's); with `first` (task
     `tool_division`) the first design, whose pilot failed: the tool relay's worked exchanges, then the rule and the
     number in a long question. The team reward (`ToolDivisionReward`) pays 0.5 per product stated by exactly one
-    agent, so a collision pays nothing and success is both products stated. Rows: `tool_division_rows` over the tool relay's split of the
-    pairs (training rows from training pairs, 16 held-out rows from held-out pairs, the same for every seed). The
+    agent, so a collision pays nothing and success is both products stated. Rows: `tool_division_rows` over the tool
+    relay's split of the pairs (training rows from training pairs, 16 held-out rows from held-out pairs, the same for
+    every seed). The
     completion budget holds a call, its result and the stated product (the tool relay's 72 tokens); at most 2 rounds
     of calls. Metrics: each agent's stated product, whether it states one, collisions. No single-policy arm."""
     from trl_marl.data.tool_relay import tool_division_rows, tool_relay_split

@@ -43,7 +43,8 @@ def test_both_agents_get_the_same_prompt_but_their_number() -> None:
     # two worked exchanges, one computing product 2 and one product 1: no division is shown
     calls = [m["tool_calls"][0]["function"]["arguments"]["expression"] for m in first if m.get("tool_calls")]
     assert calls == ["56*78", "23*45"]
-    assert first[-1] == {"role": "user", "content": "Product 1 is 94 * 88 and product 2 is 34 * 96. Compute one of them."}
+    question = "Product 1 is 94 * 88 and product 2 is 34 * 96. Compute one of them."
+    assert first[-1] == {"role": "user", "content": question}
     with pytest.raises(IndexError):
         env.agent_prompt(ROW, 2, Transcript())
 
