@@ -85,6 +85,8 @@ prompts, the probability that the answer starts with a tool call 0.02-0.73): `--
 team's rule and the agent's number in the system message, two worked exchanges of the two-product question, one
 computing product 2 and one product 1; a call began 0.73 of the answers, its first factor product 1's 0.82 and product
 2's 0.15 for both agents): the same gates. If it passes, it is trained.
+It failed (`pilot_tool_division_worked.json`: a product stated in 0.133 and 0.141 of the answers, product 2 in
+0.008 and 0.008; after a call the model restates the result wrongly or not at all).
 
 The writing task is piloted here too: one script for every issue-55 design with a choice to gate.
 
