@@ -80,7 +80,7 @@ prefer the same product by at least 1.5 to 1, each agent's less stated product i
 group of 8 holds it a third of the time, the `coding_naming` gate), untrained success below 0.3.
 It failed (`pilot_tool_division.json`: a product stated in 0.008 and 0.000 of the answers; the untrained model
 discusses the two-product instruction instead of calling the calculator).
-The second candidate, fixed before its pilot (2026-12-04, chosen by next-token probes on 16 training rows of seven
+The second candidate, fixed before its pilot (2026-12-04, chosen by next-token probes on 16 training rows of eight
 prompts, the probability that the answer starts with a tool call 0.02-0.73): `--task tool_division_worked` (the
 team's rule and the agent's number in the system message, two worked exchanges of the two-product question, one
 computing product 2 and one product 1; a call began 0.73 of the answers, its first factor product 1's 0.82 and product
