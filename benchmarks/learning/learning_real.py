@@ -822,9 +822,9 @@ def tool_division_task(first: bool = False) -> Task:
     number in a long question. The team reward (`ToolDivisionReward`) pays 0.5 per product stated by exactly one
     agent, so a collision pays nothing and success is both products stated. Rows: `tool_division_rows` over the tool
     relay's split of the pairs (training rows from training pairs, 16 held-out rows from held-out pairs, the same for
-    every seed). The
-    completion budget holds a call, its result and the stated product (the tool relay's 72 tokens); at most 2 rounds
-    of calls. Metrics: each agent's stated product, whether it states one, collisions. No single-policy arm."""
+    every seed). The completion budget holds a call, its result and the stated product (the tool relay's 72 tokens);
+    at most 2 rounds of calls. Metrics: each agent's stated product, whether it states one, collisions. No
+    single-policy arm."""
     from trl_marl.data.tool_relay import tool_division_rows, tool_relay_split
     from trl_marl.envs.tool_division import FIRST_SYSTEM, FIRST_TEMPLATE, ToolDivisionEnv
     from trl_marl.envs.tool_relay import WORKED_EXCHANGES
@@ -838,6 +838,7 @@ def tool_division_task(first: bool = False) -> Task:
                                   10_000 if split == "heldout" else EVAL_ORDER_SEED)
 
     sizes = {"batch": 16, "generations": 8, "completion": 72, "tool_rounds": 2, "eval_rows": 16, "temperature": 0.7}
+
     def env(central: bool) -> Any:
         return ToolDivisionEnv(FIRST_TEMPLATE, FIRST_SYSTEM, WORKED_EXCHANGES) if first else ToolDivisionEnv()
 

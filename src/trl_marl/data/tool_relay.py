@@ -79,9 +79,10 @@ def tool_division_rows(pairs: Sequence[tuple[int, int]], count: int, seed: int) 
     """`count` rows of two different pairs from `pairs` (one side of [`tool_relay_split`]), each pair in a random
     order; two pairs with the same product are drawn again."""
     rng = random.Random(seed)
+    pool = list(pairs)
     rows: list[dict[str, Any]] = []
     while len(rows) < count:
-        first, second = rng.sample(list(pairs), 2)
+        first, second = rng.sample(pool, 2)
         if first[0] * first[1] == second[0] * second[1]:
             continue
         a, b = first if rng.random() < 0.5 else first[::-1]

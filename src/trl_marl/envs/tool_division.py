@@ -38,6 +38,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .base import MultiAgentEnv, Prompt, Transcript
+from .tool_relay import calculator_call
 
 DIVISION_SYSTEM = (
     "You are agent {agent} of a team of two calculators. Always use the calculator tool for arithmetic. Each question "
@@ -49,17 +50,13 @@ DIVISION_QUESTION = "Product 1 is {a} * {b} and product 2 is {c} * {d}. Compute 
 """Both agents' question (format fields `{a}`, `{b}`, `{c}`, `{d}`), in the form of the worked exchanges."""
 
 
-def _call(expression: str) -> list[dict[str, Any]]:
-    return [{"type": "function", "function": {"name": "calculator", "arguments": {"expression": expression}}}]
-
-
 DIVISION_EXCHANGES: tuple[dict[str, Any], ...] = (
     {"role": "user", "content": DIVISION_QUESTION.format(a=12, b=34, c=56, d=78)},
-    {"role": "assistant", "content": "", "tool_calls": _call("56*78")},
+    {"role": "assistant", "content": "", "tool_calls": calculator_call("56*78")},
     {"role": "tool", "name": "calculator", "content": "4368"},
     {"role": "assistant", "content": "56 * 78 = 4368"},
     {"role": "user", "content": DIVISION_QUESTION.format(a=23, b=45, c=67, d=89)},
-    {"role": "assistant", "content": "", "tool_calls": _call("23*45")},
+    {"role": "assistant", "content": "", "tool_calls": calculator_call("23*45")},
     {"role": "tool", "name": "calculator", "content": "1035"},
     {"role": "assistant", "content": "23 * 45 = 1035"},
 )

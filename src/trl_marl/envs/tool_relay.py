@@ -24,17 +24,18 @@ CALCULATOR_SYSTEM = "You are the calculator of a team. Always use the calculator
 """The calculator agent's system message (the chat template appends the tool's description)."""
 
 
-def _call(expression: str) -> list[dict[str, Any]]:
+def calculator_call(expression: str) -> list[dict[str, Any]]:
+    """An assistant message's `tool_calls`: one call of the `calculator` on `expression` (for worked exchanges)."""
     return [{"type": "function", "function": {"name": "calculator", "arguments": {"expression": expression}}}]
 
 
 WORKED_EXCHANGES: tuple[dict[str, Any], ...] = (
     {"role": "user", "content": "What is 12 * 34?"},
-    {"role": "assistant", "content": "", "tool_calls": _call("12*34")},
+    {"role": "assistant", "content": "", "tool_calls": calculator_call("12*34")},
     {"role": "tool", "name": "calculator", "content": "408"},
     {"role": "assistant", "content": "12 * 34 = 408"},
     {"role": "user", "content": "What is 56 * 78?"},
-    {"role": "assistant", "content": "", "tool_calls": _call("56*78")},
+    {"role": "assistant", "content": "", "tool_calls": calculator_call("56*78")},
     {"role": "tool", "name": "calculator", "content": "4368"},
     {"role": "assistant", "content": "56 * 78 = 4368"},
 )

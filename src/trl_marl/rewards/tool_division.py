@@ -34,6 +34,13 @@ def stated_product(completion: Any, answer1: Any, answer2: Any) -> int | None:
     return 1 if number == int(answer1) else 2 if number == int(answer2) else None
 
 
+def stated_pairs(agent_completions: Sequence[Sequence[Any]], answer1: Sequence[Any],
+                 answer2: Sequence[Any]) -> list[tuple[int | None, int | None]]:
+    """Per joint action, the product each of the two agents states ([`stated_product`])."""
+    return [(stated_product(first, gold1, gold2), stated_product(second, gold1, gold2))
+            for first, second, gold1, gold2 in zip(agent_completions[0], agent_completions[1], answer1, answer2)]
+
+
 class ToolDivisionReward:
     """0.5 per product of the row stated by exactly one of the two agents (module docstring); one value per joint
     action. Called as a MAGRPO team reward (`agent_completions[a][i]`: agent `a`'s answer in joint action `i`).
@@ -54,11 +61,8 @@ class ToolDivisionReward:
                  answer1: Sequence[Any], answer2: Sequence[Any], **kwargs: Any) -> list[float]:
         if len(agent_completions) != 2:
             raise ValueError(f"ToolDivisionReward scores two agents' answers, got {len(agent_completions)} agents.")
-        out = []
-        for first, second, gold1, gold2 in zip(agent_completions[0], agent_completions[1], answer1, answer2):
-            stated = [stated_product(first, gold1, gold2), stated_product(second, gold1, gold2)]
-            out.append(0.5 * sum(1 for k in (1, 2) if stated.count(k) == 1))
-        return out
+        return [0.5 * sum(1 for k in (1, 2) if pair.count(k) == 1)
+                for pair in stated_pairs(agent_completions, answer1, answer2)]
 
 
 def tool_division_metrics() -> dict[str, Callable[..., list[float]]]:
@@ -69,17 +73,13 @@ def tool_division_metrics() -> dict[str, Callable[..., list[float]]]:
     def states(agent: int, wanted: int | None) -> Callable[..., list[float]]:
         def metric(prompts: Any, completions: Any, agent_completions: Sequence[Sequence[Any]],
                    answer1: Sequence[Any], answer2: Sequence[Any], **kwargs: Any) -> list[float]:
-            stated = [stated_product(c, g1, g2) for c, g1, g2 in zip(agent_completions[agent], answer1, answer2)]
+            stated = [pair[agent] for pair in stated_pairs(agent_completions, answer1, answer2)]
             return [float(s is not None if wanted is None else s == wanted) for s in stated]
         return metric
 
     def collision(prompts: Any, completions: Any, agent_completions: Sequence[Sequence[Any]],
                   answer1: Sequence[Any], answer2: Sequence[Any], **kwargs: Any) -> list[float]:
-        out = []
-        for first, second, gold1, gold2 in zip(agent_completions[0], agent_completions[1], answer1, answer2):
-            a, b = stated_product(first, gold1, gold2), stated_product(second, gold1, gold2)
-            out.append(float(a is not None and a == b))
-        return out
+        return [float(a is not None and a == b) for a, b in stated_pairs(agent_completions, answer1, answer2)]
 
     metrics: dict[str, Callable[..., list[float]]] = {"collision": collision}
     for agent in (0, 1):
