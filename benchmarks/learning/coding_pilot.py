@@ -87,6 +87,14 @@ computing product 2 and one product 1; a call began 0.73 of the answers, its fir
 2's 0.15 for both agents): the same gates. If it passes, it is trained.
 It failed (`pilot_tool_division_worked.json`: a product stated in 0.133 and 0.141 of the answers, product 2 in
 0.008 and 0.008; after a call the model restates the result wrongly or not at all).
+The third candidate, fixed before its pilot (2026-12-04): `--task tool_division_calls` (the second's prompt, but an
+agent's product is the one its calculator computed, read from the tool loop's messages; the answer is not read):
+the same gates, on the computed products. If it passes, it is trained.
+It failed (`pilot_tool_division_calls.json`: a product computed in 0.50 and 0.55 of the answers, but product 2 in
+0.016 and 0.008, leans of 31 and 70 to 1; at T = 0.7 the probes' 0.15 for product 2's first factor, measured at
+T = 1, nearly vanishes). The fourth candidate, fixed before its pilot (2026-12-04): `--task tool_division_calls_t1`,
+the third at T = 1 in training and evaluation: the same gates. If it passes, it is trained.
+It failed (`pilot_tool_division_calls_t1.json`: a product computed in 0.24 and 0.20, product 2 in 0.016 and 0.000).
 
 The writing task is piloted here too: one script for every issue-55 design with a choice to gate.
 
@@ -188,7 +196,7 @@ def main() -> None:
                                  "coding_rule_division", "coding_rule_division_decide",
                                  "coding_rule_division_decide_t1", "coding_rule_division_decide_2or1",
                                  "coding_rule_division_decide_2or1_named", "tool_division",
-                                 "tool_division_worked",
+                                 "tool_division_worked", "tool_division_calls", "tool_division_calls_t1",
                                  "writing_halves",
                                  "writing_halves_second_first",
                                  "writing_halves_no_clause", "writing_halves_named",

@@ -814,7 +814,7 @@ def writing_halves_bonus_task() -> Task:
 TASKS["writing_halves_bonus"] = writing_halves_bonus_task
 
 
-def tool_division_task(first: bool = False) -> Task:
+def tool_division_task(first: bool = False, read: str = "answer", temperature: float = 0.7) -> Task:
     """Two agents with calculators, two products, one each (`ToolDivisionEnv`, issue 55's tools design; task
     `tool_division_worked`): the same prompt for both but "agent 1/2" (the team's rule and the agent's number in the
     system message, two worked exchanges of the two-product question, then the row's); with `first` (task
@@ -824,7 +824,9 @@ def tool_division_task(first: bool = False) -> Task:
     relay's split of the pairs (training rows from training pairs, 16 held-out rows from held-out pairs, the same for
     every seed). The completion budget holds a call, its result and the stated product (the tool relay's 72 tokens);
     at most 2 rounds of calls. Metrics: each agent's stated product, whether it states one, collisions. No
-    single-policy arm."""
+    single-policy arm. With `read="calls"` (task `tool_division_calls`, the third candidate: the second's prompt)
+    an agent's product is the one its calculator computed, in the reward and the metrics; the answer is not read.
+    `temperature`: sampling in training and evaluation (task `tool_division_calls_t1`: the third candidate at 1)."""
     from trl_marl.data.tool_relay import tool_division_rows, tool_relay_split
     from trl_marl.envs.tool_division import FIRST_SYSTEM, FIRST_TEMPLATE, ToolDivisionEnv
     from trl_marl.envs.tool_relay import WORKED_EXCHANGES
@@ -837,18 +839,23 @@ def tool_division_task(first: bool = False) -> Task:
         return tool_division_rows(heldout if split == "heldout" else train, count,
                                   10_000 if split == "heldout" else EVAL_ORDER_SEED)
 
-    sizes = {"batch": 16, "generations": 8, "completion": 72, "tool_rounds": 2, "eval_rows": 16, "temperature": 0.7}
+    sizes = {"batch": 16, "generations": 8, "completion": 72, "tool_rounds": 2, "eval_rows": 16,
+             "temperature": temperature}
 
     def env(central: bool) -> Any:
         return ToolDivisionEnv(FIRST_TEMPLATE, FIRST_SYSTEM, WORKED_EXCHANGES) if first else ToolDivisionEnv()
 
-    return Task("tool_division" if first else "tool_division_worked", env, lambda env: ToolDivisionReward(),
+    name = "tool_division" if first else "tool_division_worked" if read == "answer" else "tool_division_calls"
+    name += "_t1" if temperature == 1 else ""
+    return Task(name, env, lambda env: ToolDivisionReward(read),
                 lambda count, seed: tool_division_rows(train, count, seed), eval_rows, sizes=sizes, central=False,
-                metrics=lambda env: tool_division_metrics(), tools=lambda: [[calculator], [calculator]])
+                metrics=lambda env: tool_division_metrics(read), tools=lambda: [[calculator], [calculator]])
 
 
 TASKS["tool_division"] = lambda: tool_division_task(first=True)
 TASKS["tool_division_worked"] = tool_division_task
+TASKS["tool_division_calls"] = lambda: tool_division_task(read="calls")
+TASKS["tool_division_calls_t1"] = lambda: tool_division_task(read="calls", temperature=1.0)
 
 
 # ------------------------------------------------------------------------------------------------------ sizes
@@ -929,11 +936,15 @@ def evaluate_task(task: Task, team: Any, central: bool, rows: Sequence[dict[str,
     stops = stop_token_ids(team.tokenizers[0], sizes["stop"]) if sizes.get("stop") else None
     result = sampled_team_success(env, score, team, rows, seed, max_new_tokens, sizes.get("temperature", 1.0), stops,
                                   tool_loop=task_tool_loop(task, team))
-    completions = result.pop("completions")
+    completions, tool_messages = result.pop("completions"), result.pop("tool_messages")
     if task.metrics is not None:
-        result["metrics"] = joint_action_means(task.metrics(env), completions, rows)
+        result["metrics"] = joint_action_means(task.metrics(env), completions, rows, tool_messages)
     if keep_completions:
         result["completions"] = [list(agent) for agent in completions]
+        if tool_messages is not None:  # what each agent's calls returned, in order
+            result["tool_results"] = [None if agent is None else [
+                [str(m.get("content")) for m in turn if m.get("role") == "tool"] for turn in agent]
+                for agent in tool_messages]
     return result
 
 
@@ -956,11 +967,15 @@ def teamwork_task(task: Task, team: Any, rows: Sequence[dict[str, Any]], seed: i
 
 
 def joint_action_means(funcs: dict[str, Any], completions: Sequence[Sequence[str]],
-                       rows: Sequence[dict[str, Any]]) -> dict[str, float | None]:
+                       rows: Sequence[dict[str, Any]],
+                       tool_messages: Sequence[Any] | None = None) -> dict[str, float | None]:
     """The mean of each named function over the sampled joint actions (`completions[agent][row * G + g]`, aligned
-    joint actions: the g-th sample of every agent), skipping None; None when a function scored none."""
+    joint actions: the g-th sample of every agent), skipping None; None when a function scored none. With tools,
+    `tool_messages` (the same layout) reaches the functions as `agent_tool_messages`, as in training."""
     per_row = len(completions[0]) // max(1, len(rows))
-    columns = {key: [rows[i // per_row][key] for i in range(len(completions[0]))] for key in rows[0]}
+    columns: dict[str, Any] = {key: [rows[i // per_row][key] for i in range(len(completions[0]))] for key in rows[0]}
+    if tool_messages is not None:
+        columns["agent_tool_messages"] = list(tool_messages)
     out: dict[str, float | None] = {}
     for name, func in funcs.items():
         values = [v for v in func(prompts=[None] * len(completions[0]), completions=list(completions[0]),

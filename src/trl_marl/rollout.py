@@ -56,6 +56,7 @@ from .reward_contract import (
     RewardFunctionError,  # noqa: F401 - re-exported (the reward contract lives in `reward_contract`)
     RewardSet,
 )
+from .reward_contract.sets import AgentToolMessages
 from .team import AgentTeam, Generation
 from .tools.loop import ToolLoop, ToolTurn, ToolTurnStats
 
@@ -111,7 +112,7 @@ class TurnResult:
     # with tools ([`ToolLoop`]): [agent] None for an agent without tools, else [K * G] per sample: its tool mask (1 on
     # generated tokens, 0 on tool results), its turn as chat messages, and the agent's counts of tool use
     tool_masks: list[list[list[int]] | None] | None = None
-    tool_messages: list[list[list[dict[str, Any]]] | None] | None = None
+    tool_messages: AgentToolMessages | None = None
     tool_stats: list[ToolTurnStats | None] | None = None
 
 
@@ -281,15 +282,18 @@ class JointRollout:
             if score and self.score_fn is not None:
                 joint_prompts = [[prompts[a][i] for i in sample[a]] for a in range(n)]
                 joint_rows = [rows[node.row_index] for node in nodes for _ in range(J)]
+                # with tools, the rewards also read each agent's turn as messages (its calls and their results)
+                tool_messages = None if tool_turn is None else joint_tool_messages(tool_turn, slots, sample)
+                tools: dict[str, Any] = {} if tool_messages is None else {"tool_messages": tool_messages}
                 rewards_per_func, bad = self.score_fn(joint_prompts, joint_texts, joint_rows, transcripts, turn,
-                                                      trainer_state)
+                                                      trainer_state, **tools)
                 if self.reward is None:  # a `score` of its own still needs the RewardSet's weights
                     raise ValueError("Scoring the turns needs the `reward` (a RewardSet) to combine the scores.")
                 rewards = self.reward.combine(rewards_per_func, bad)
                 nonfinite += int(bad.sum())
                 if self.local_reward is not None:
                     local = self.local_reward.score(joint_prompts, joint_texts, joint_rows, transcripts, turn,
-                                                    trainer_state)
+                                                    trainer_state, tool_messages=tool_messages)
                     nonfinite += local[2]
             else:
                 rewards_per_func = torch.full((len(nodes) * J, 0), float("nan"))
@@ -415,6 +419,18 @@ class JointRollout:
             next_values = returns.nanmean(dim=-1)
             out[i] = returns
         return out
+
+
+def joint_tool_messages(tool_turn: ToolTurn, slots: Sequence[int],
+                        sample: Sequence[Sequence[int]]) -> AgentToolMessages:
+    """What the rewards read as `agent_tool_messages`: `[a][i]` agent a's turn in joint action i as chat messages
+    (its tool calls, their results, its answer), None for an agent without tools; `sample[a][i]` is the sample of
+    agent a in joint action i, `slots[a]` the member that played it."""
+    out: AgentToolMessages = []
+    for a, slot in enumerate(slots):
+        messages = tool_turn.messages[slot]
+        out.append(None if messages is None else [messages[i] for i in sample[a]])
+    return out
 
 
 def pool_turn_returns(turns: Sequence[TurnResult], gather: Callable[[torch.Tensor], torch.Tensor]) -> None:

@@ -539,8 +539,9 @@ def _summarize(plan: _Plan, played: Sequence[tuple[Rollout, Sequence[Mapping[str
             node_rows = [rows[node.row_index] for node in result.nodes]
             measured = None
             if metric_set is not None:
+                # one sample per agent and episode: the joint actions are the samples, so are their tool messages
                 measured = metric_set.score(result.prompts, result.completions, node_rows, result.transcripts,
-                                            result.turn)[0]
+                                            result.turn, tool_messages=result.tool_messages)[0]
             for k, node in enumerate(result.nodes):
                 value = float(result.rewards[k, 0])
                 per_turn.setdefault(result.turn, []).append(value)

@@ -837,11 +837,26 @@ def test_tool_division_task_rows_tools_and_evaluation_tool_loop(bench: Any, monk
 
     def sampled(env: Any, score: Any, team_: Any, rows: list, *args: Any, tool_loop: Any = None) -> dict:
         seen["tool_loop"] = tool_loop
-        return {"success": 0.0, "reward": 0.0, "per_row": [], "joint_actions": 0, "completions": [[""] * 8, [""] * 8]}
+        return {"success": 0.0, "reward": 0.0, "per_row": [], "joint_actions": 0, "completions": [[""] * 8, [""] * 8],
+                "tool_messages": seen.get("messages")}
 
     monkeypatch.setattr("trl_marl.scripts.demo_real.sampled_team_success", sampled)
     result = bench.evaluate_task(task, team, False, held[:1], 0, 72)
     assert isinstance(seen["tool_loop"], ToolLoop) and result["metrics"]["collision"] == 0.0
+
+    # the third candidate reads what each agent's calculator computed, in training and in the evaluation's metrics
+    calls = bench.TASKS["tool_division_calls"]()
+    assert calls.env(False).exchanges == task.env(False).exchanges and calls.reward(None).read == "calls"
+    row = held[0]
+
+    def turn(result: str) -> list:
+        return [{"role": "assistant", "content": ""}, {"role": "tool", "name": "calculator", "content": result},
+                {"role": "assistant", "content": ""}]
+
+    seen["messages"] = [[turn(row["answer1"])] * 8, [turn(row["answer2"])] * 4 + [turn(row["answer1"])] * 4]
+    result = bench.evaluate_task(calls, team, False, [row], 0, 72, keep_completions=True)
+    assert result["metrics"]["agent_0_product1"] == 1.0 and result["metrics"]["collision"] == 0.5
+    assert result["tool_results"][1] == [[row["answer2"]]] * 4 + [[row["answer1"]]] * 4
 
 
 def test_tool_division_pilot_gates(bench: Any) -> None:
@@ -856,4 +871,5 @@ def test_tool_division_pilot_gates(bench: Any) -> None:
     assert not coding_pilot.task_gates("tool_division", {**m, "agent_1_states": 0.19})["passes"]  # skill
     assert not coding_pilot.task_gates("tool_division", {**m, "agent_1_product2": 0.04})["passes"]  # exploration
     assert not coding_pilot.task_gates("tool_division", {**m, "agent_1_product2": 0.14})["passes"]  # no shared lean
-    assert coding_pilot.task_gates("tool_division_worked", m) == gates
+    for later in ("tool_division_worked", "tool_division_calls", "tool_division_calls_t1"):
+        assert coding_pilot.task_gates(later, m) == gates

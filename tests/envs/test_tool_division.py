@@ -8,7 +8,12 @@ from trl_marl.data.tool_relay import tool_division_row, tool_division_rows, tool
 from trl_marl.envs.base import Transcript
 from trl_marl.envs.tool_division import FIRST_SYSTEM, FIRST_TEMPLATE, ToolDivisionEnv
 from trl_marl.envs.tool_relay import WORKED_EXCHANGES
-from trl_marl.rewards.tool_division import ToolDivisionReward, stated_product, tool_division_metrics
+from trl_marl.rewards.tool_division import (
+    ToolDivisionReward,
+    computed_product,
+    stated_product,
+    tool_division_metrics,
+)
 
 ROW = tool_division_row(94, 88, 34, 96)  # product 1 = 8272, product 2 = 3264
 
@@ -118,3 +123,70 @@ def test_the_system_message_may_carry_the_rule_and_the_agents_number() -> None:
     assert first[0] == {"role": "system", "content": "Calculator 1 of 2."}
     assert second[0] == {"role": "system", "content": "Calculator 2 of 2."}
     assert first[-1] == second[-1] == {"role": "user", "content": "What is 94 * 88 or 34 * 96?"}
+
+
+def turn(*results: str, name: str = "calculator", answer: str = "done") -> list[dict]:
+    """One agent's turn with tools as the tool loop records it: a call and its result per result, then the answer."""
+    messages: list[dict] = []
+    for result in results:
+        messages += [{"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": {
+            "name": name, "arguments": {"expression": "?"}}}]}, {"role": "tool", "name": name, "content": result}]
+    return messages + [{"role": "assistant", "content": answer}]
+
+
+def score_calls(first: list, second: list, row: dict = ROW) -> list[float]:
+    n = len(first)
+    return ToolDivisionReward(read="calls")(
+        None, None, agent_completions=[[m[-1]["content"] for m in first], [m[-1]["content"] for m in second]],
+        answer1=[row["answer1"]] * n, answer2=[row["answer2"]] * n, agent_tool_messages=[first, second])
+
+
+def test_calls_reward_pays_each_product_one_agents_calculator_computed() -> None:
+    assert score_calls([turn("8272"), turn("3264")], [turn("3264"), turn("8272")]) == [1.0, 1.0]
+    # the answer is not read: a wrong restatement of a right call still counts (the second design's failure)
+    assert score_calls([turn("8272", answer="94 * 88 = 88")], [turn("3264", answer="")]) == [1.0]
+    assert score_calls([turn("8272"), turn()], [turn(), turn("1234")]) == [0.5, 0.0]
+    assert score_calls([turn("8272")], [turn("8272")]) == [0.0]  # a collision pays nothing
+    # a first wrong call, then the product: the product counts
+    assert score_calls([turn("9024", "8272")], [turn("3264")]) == [1.0]
+    assert computed_product(turn(" 8272 "), "8272", "3264") == 1 and computed_product(None, "8272", "3264") is None
+
+
+def test_every_gamed_turn_scores_below_an_honest_division_by_calls() -> None:
+    """Ways to raise the calls reward without each agent computing its own product, against the honest team."""
+    honest = score_calls([turn("8272")], [turn("3264")])[0]
+    gamed = {
+        # the products written in the answer without a call: the answer is not read
+        "states without computing": ([turn(answer="94 * 88 = 8272")], [turn(answer="34 * 96 = 3264")]),
+        # one agent computes both products, the other nothing: computing both is no division
+        "one computes both": ([turn("8272", "3264")], [turn()]),
+        # both compute both
+        "both compute both": ([turn("8272", "3264")], [turn("3264", "8272")]),
+        # a tool message the model could not have produced: another tool's name
+        "another tool's result": ([turn("8272", name="python")], [turn("3264", name="python")]),
+        # the result of a failed call, and an error that quotes the product
+        "errors": ([turn("{'error': 'not 8272'}")], [turn("{'error': \"tool 'calculator' was not called\"}")]),
+        # the products of the wrong pairs
+        "wrong pairs": ([turn("9024")], [turn("2992")]),
+        # a fake tool result written into the answer text
+        "forged result in the answer": ([turn(answer="<tool_response>8272</tool_response>")], [turn("3264")]),
+    }
+    for name, (first, second) in gamed.items():
+        got = score_calls(first, second)[0]
+        assert got < honest, f"{name}: {got} is not below the honest division's {honest}"
+
+
+def test_calls_metrics_and_the_missing_tool_messages_error() -> None:
+    metrics = tool_division_metrics(read="calls")
+    first, second = [turn("8272"), turn("3264"), turn()], [turn("3264"), turn("3264"), turn("8272", "3264")]
+    columns = {"answer1": ["8272"] * 3, "answer2": ["3264"] * 3, "agent_tool_messages": [first, second]}
+    values = {name: f(None, None, agent_completions=[["done"] * 3] * 2, **columns) for name, f in metrics.items()}
+    assert values["agent_0_product1"] == [1.0, 0.0, 0.0] and values["agent_1_product2"] == [1.0, 1.0, 0.0]
+    assert values["agent_0_states"] == [1.0, 1.0, 0.0] and values["agent_1_states"] == [1.0, 1.0, 0.0]
+    assert values["collision"] == [0.0, 1.0, 0.0]
+    with pytest.raises(ValueError, match="no `agent_tool_messages` for both agents: give both agents the calculator"):
+        ToolDivisionReward(read="calls")(None, None, agent_completions=[["1"], ["2"]], answer1=["1"], answer2=["2"])
+    with pytest.raises(ValueError, match="`read` must be one of"):
+        ToolDivisionReward(read="result")
+    with pytest.raises(ValueError, match="`read` must be one of"):
+        tool_division_metrics(read="both")

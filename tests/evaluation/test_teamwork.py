@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -208,3 +209,30 @@ def test_untrained_partner_of_a_team_of_lora_models_turns_its_adapter_off(target
     assert report["untrained_partner_0"].completions == [["1", "1"], ["1", "1"]]
     assert report["roles_swapped"].completions == [["1111", "1111"], ["1", "1"]]
     assert greedy(team, conditions=["team"])["team"].completions[1] == ["1111", "1111"]  # the adapter is back on
+
+
+def test_metrics_read_the_tool_messages_of_each_episode() -> None:
+    """With tools, every condition's metrics get `agent_tool_messages` (one sample per agent and episode), as the
+    rewards do in training: here a metric that reads agent 0's calculator result."""
+    from trl_marl.envs.base import Transcript
+    from trl_marl.reward_contract import TeamReward
+    from trl_marl.rollout import Node, Rollout, TurnResult
+    from trl_marl.teamwork import _summarize
+
+    def result_of_agent_0(prompts: Any, completions: Any, agent_tool_messages: list, **kwargs: Any) -> list[float]:
+        return [float(turn[1]["content"]) for turn in agent_tool_messages[0]]
+
+    def turn(result: str) -> list[dict[str, Any]]:
+        return [{"role": "assistant", "content": ""}, {"role": "tool", "name": "calculator", "content": result},
+                {"role": "assistant", "content": result}]
+
+    nodes = [Node(0, Transcript()), Node(1, Transcript())]
+    result = TurnResult(1, nodes, [["p", "p"], ["p", "p"]], [[[1], [1]]] * 2, [[[2], [2]]] * 2,
+                        [["3", "4"], ["", ""]], torch.zeros(1, 2, dtype=torch.long), torch.ones(2, 1),
+                        torch.ones(2, 1), transcripts=[Transcript(), Transcript()])
+    result.tool_messages = [[turn("3"), turn("4")], None]
+    metrics = TeamReward([result_of_agent_0])
+    metrics.names = ["agent_0_result"]
+    plan = SimpleNamespace(name="team", description="the team")
+    summary = _summarize(plan, [(Rollout([result], 0.0, 0, 0), ROWS)], 2, metrics)
+    assert summary.metrics == {"agent_0_result": 3.5} and summary.score == 1.0

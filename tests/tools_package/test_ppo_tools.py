@@ -21,13 +21,13 @@ def answered(prompts, completions, **kwargs):
     return [1.0 if ANSWER in str(c) else 0.0 for c in completions]
 
 
-def make_ppo(model_dir: str, out: str, tools, **extra) -> MultiAgentPPOTrainer:
+def make_ppo(model_dir: str, out: str, tools, reward=answered, **extra) -> MultiAgentPPOTrainer:
     settings = dict(output_dir=out, num_agents=2, per_device_train_batch_size=2, total_episodes=2, response_length=160,
                     stop_token="eos", num_ppo_epochs=1, learning_rate=1e-3, report_to="none", save_strategy="no",
                     num_sample_generations=0, logging_steps=1, seed=0, gamma=1.0, lam=1.0)
     args = MultiAgentPPOConfig(**{**settings, **extra})
     dataset = Dataset.from_list([{"prompt": [{"role": "user", "content": "Add 2 and 3."}]}] * 2)
-    return MultiAgentPPOTrainer(args=args, model=model_dir, reward_funcs=answered, train_dataset=dataset, tools=tools)
+    return MultiAgentPPOTrainer(args=args, model=model_dir, reward_funcs=reward, train_dataset=dataset, tools=tools)
 
 
 def test_gae_skips_the_steps_the_tool_loop_wrote():
@@ -128,3 +128,16 @@ def test_tools_for_a_team_that_does_not_fit_the_agents_are_refused():
     team = SimpleNamespace(num_agents=3, agents_per_turn=3)
     with pytest.raises(ValueError, match="given for 2 agents, but the team has 3 members"):
         ToolLoop.for_team(team_tools([add], None, 2), team, MultiAgentPPOConfig(output_dir="unused"))
+
+
+def test_ppo_rewards_read_each_agents_calls_and_results(chat_model_dir, tmp_path):
+    """PPO's reward functions get `agent_tool_messages` too (one sample per agent and episode)."""
+    def from_the_result(prompts, completions, agent_tool_messages, agent_index, **kwargs):
+        if agent_index == 1:
+            return [float(agent_tool_messages[1] is None)] * len(completions)
+        return [float(turn[1]["content"]) for turn in agent_tool_messages[0]]
+
+    trainer = make_ppo(chat_model_dir, str(tmp_path), [[add], None], from_the_result)
+    trainer.team.generate = scripted(trainer, {"first": 0, "after_tool": 0}, [[], []])
+    rollouts = trainer.rollout(list(trainer.train_dataset))
+    assert rollouts[0].scores.tolist() == [5.0, 5.0] and rollouts[1].scores.tolist() == [1.0, 1.0]

@@ -282,3 +282,25 @@ def test_each_member_is_measured_with_its_own_chat_template():
     with pytest.warns(ContextLengthWarning, match=r"prompt of agent 1 for row 0 of `train_dataset` is \d+ tokens"):
         check_prompt_lengths(team, PromptEnv(num_agents=2), rows, "train_dataset", 8,
                              "MAGRPOConfig.max_completion_length")
+
+
+def test_rewards_read_each_agents_calls_and_results(chat_model_dir, tmp_path):
+    """`agent_tool_messages[a][i]`: agent a's turn in joint action i as messages (call, result, answer), None for an
+    agent without tools; the reward runs in a child process, so what it read shows in its scores."""
+    def from_the_result(prompts, completions, agent_tool_messages, **kwargs):
+        assert agent_tool_messages[1] is None
+        return [float(int(turn[1]["content"]) + len(turn)) for turn in agent_tool_messages[0]]
+
+    trainer = make_trainer(chat_model_dir, str(tmp_path), [[add], None], from_the_result)
+    trainer.team.generate = scripted(trainer, {"first": 0, "after_tool": 0}, [[], []])
+    turn = trainer.joint_rollout.run(list(trainer.train_dataset)).turns[0]
+    assert turn.rewards.tolist() == [[8.0, 8.0]]  # the result 5, plus 3 messages
+
+
+def test_rewards_without_tools_get_no_tool_messages(chat_model_dir, tmp_path):
+    def no_tool_keyword(prompts, completions, **kwargs):
+        return [0.0 if "agent_tool_messages" in kwargs else 1.0 for _ in completions]
+
+    trainer = make_trainer(chat_model_dir, str(tmp_path), None, no_tool_keyword)
+    trainer.team.generate = scripted(trainer, {"first": 0, "after_tool": 0}, [[], []], tool_members=())
+    assert trainer.joint_rollout.run(list(trainer.train_dataset)).turns[0].rewards.tolist() == [[1.0, 1.0]]

@@ -20,6 +20,10 @@ from .signature import RewardFunc, check_reward_signature, reward_kind
 if TYPE_CHECKING:
     from transformers import TrainerState
 
+AgentToolMessages = list[list[list[dict[str, Any]]] | None]
+"""`agent_tool_messages` of a turn with tools: `[a][i]`, agent a's turn in joint action (or episode) i as chat
+messages (its calls, their results, its answer); None for an agent without tools."""
+
 
 def completion_objects(prompts: Sequence[Prompt], texts: Sequence[str]) -> list[Any]:
     """TRL's convention: a conversational prompt gets a conversational completion, a plain one a string."""
@@ -108,6 +112,7 @@ class RewardSet:
         turn: int,
         trainer_state: TrainerState | None,
         agent_index: int | None,
+        tool_messages: AgentToolMessages | None = None,
     ) -> list[float | None]:
         shown = 0 if agent_index is None else agent_index
         kwargs: dict[str, Any] = dict(columns)  # the multi-agent keywords win over dataset columns of the same name
@@ -121,6 +126,8 @@ class RewardSet:
             prompts=prompts[shown],
             completions=completions[shown],
         )
+        if tool_messages is not None:  # a turn with tools: each agent's calls and their results, as chat messages
+            kwargs["agent_tool_messages"] = tool_messages
         func, name = self.funcs[f_index], self.names[f_index]
         field = self.timeout_field if not hasattr(func, "reward_timeout") else f"{name}.reward_timeout"
         isolation_field = (
@@ -147,6 +154,7 @@ class RewardSet:
         trainer_state: TrainerState | None = None,
         per_agent: bool = False,
         agents: Sequence[int] | None = None,
+        tool_messages: AgentToolMessages | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Score the joint actions of one turn; `prompts[a][i]`/`texts[a][i]` are agent a's part of joint action i.
 
@@ -155,6 +163,9 @@ class RewardSet:
                 (PPO). A team reward is called once either way.
             agents: The agents an agent reward is called for (default: every agent); the others' scores stay NaN
                 (a [`LocalReward`] of one agent's own functions).
+            tool_messages: In a turn with tools, `[a][i]` agent a's turn in joint action i as chat messages (its
+                tool calls, their results and its answer; None for an agent without tools), passed to every
+                function as `agent_tool_messages` (not passed otherwise).
 
         Returns:
             `(rewards_per_func, nonfinite)`: `(N, F)` (or `(N, A, F)` with `per_agent`) scores, NaN where a function
@@ -169,7 +180,8 @@ class RewardSet:
         for f_index, kind in enumerate(self.kinds):
             called: list[int | None] = [None] if kind == "team" else list(range(n) if agents is None else agents)
             for a in called:
-                values = self._call(f_index, prompts, completions, columns, transcripts, turn, trainer_state, a)
+                values = self._call(f_index, prompts, completions, columns, transcripts, turn, trainer_state, a,
+                                    tool_messages)
                 cells = slice(None) if a is None else a
                 for i, value in enumerate(values):
                     if value is None:
@@ -315,8 +327,9 @@ class LocalReward:
                 reward_set.set_timeout(seconds, field, isolation)
 
     def score(self, prompts: list[list[Prompt]], texts: list[list[str]], rows: Sequence[Mapping[str, Any]],
-              transcripts: Sequence[Transcript], turn: int,
-              trainer_state: TrainerState | None = None) -> tuple[torch.Tensor, list[torch.Tensor | None], int]:
+              transcripts: Sequence[Transcript], turn: int, trainer_state: TrainerState | None = None,
+              tool_messages: AgentToolMessages | None = None,
+              ) -> tuple[torch.Tensor, list[torch.Tensor | None], int]:
         """Score every agent's part of the joint actions of one turn (arguments as [`RewardSet.score`]).
 
         Returns:
@@ -334,7 +347,7 @@ class LocalReward:
                 per_func.append(None)
                 continue
             scores, bad = reward_set.score(prompts, texts, rows, transcripts, turn, trainer_state, per_agent=True,
-                                           agents=[a])
+                                           agents=[a], tool_messages=tool_messages)
             scores, bad = scores[:, a, :], bad[:, a]
             scored = ~torch.isnan(scores)
             total = torch.where(scored, scores * reward_set.weights, torch.zeros_like(scores)).sum(dim=-1)

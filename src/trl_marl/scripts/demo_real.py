@@ -186,7 +186,9 @@ def sampled_team_success(env: MultiAgentEnv, reward: Callable[..., Any], team: A
                          tool_loop: ToolLoop | None = None) -> dict[str, Any]:
     """Team success (team reward 1) and mean team reward over `rows`, 8 joint actions sampled at `temperature` (the
     training temperature) per row; `eos_token_id` replaces the tokenizer's end token (e.g. to stop at a code fence
-    too, as in training); `tool_loop`: the team's tools (a trainer's `tool_loop`), when its agents have any."""
+    too, as in training); `tool_loop`: the team's tools (a trainer's `tool_loop`), when its agents have any. Also
+    returns the sampled answers (`completions[agent][row * 8 + g]`) and, with tools, each answer's turn as chat
+    messages (`tool_messages`, the same layout; None without tools)."""
     import torch
     from transformers import GenerationConfig
 
@@ -210,7 +212,7 @@ def sampled_team_success(env: MultiAgentEnv, reward: Callable[..., Any], team: A
     success = (rewards == 1.0).float()
     return {"success": success.mean().item(), "reward": rewards.mean().item(),
             "per_row": [round(x, 3) for x in success.mean(dim=1).tolist()], "joint_actions": rewards.numel(),
-            "completions": result.completions}
+            "completions": result.completions, "tool_messages": result.tool_messages}
 
 
 def value_models(top_layers: int, count: int = 2, model: str = REAL_MODEL, *, seed: int) -> list[Any] | None:

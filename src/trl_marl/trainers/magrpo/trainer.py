@@ -42,6 +42,7 @@ from ...reward_contract import (
     RewardFunctionError,
     TeamReward,
 )
+from ...reward_contract.sets import AgentToolMessages
 from ...rollout import JointRollout, Rollout, TurnResult, assign_advantages, rollout_advantages
 from ...team import AgentBatch, AgentTeam, pad_left, pad_right
 from ...tools.loop import tool_masks_tensor
@@ -327,7 +328,9 @@ class MAGRPOTrainer(TeamTrainer):
 
     # ------------------------------------------------------------------ hooks
     def compute_rewards(self, prompts: list[list[Any]], completions: list[list[str]], rows: list[dict[str, Any]],
-                        transcripts: list[Transcript], turn: int) -> tuple[torch.Tensor, torch.Tensor]:
+                        transcripts: list[Transcript], turn: int,
+                        tool_messages: AgentToolMessages | None = None,
+                        ) -> tuple[torch.Tensor, torch.Tensor]:
         """Score the joint actions of one turn: one team reward per joint action (override to change rewards).
 
         Like TRL's `GRPOTrainer._calculate_rewards`, but public and multi-agent.
@@ -338,17 +341,24 @@ class MAGRPOTrainer(TeamTrainer):
             rows: The dataset row of each joint action.
             transcripts: Each joint action's transcript, including this turn.
             turn: The turn (1-based).
+            tool_messages: With `tools`, `tool_messages[a][i]`, agent a's turn in joint action i as chat messages
+                (its calls, their results, its answer; None for an agent without tools); the reward functions
+                receive it as `agent_tool_messages`. None in a turn without tools.
 
         Returns:
             `(rewards_per_func, nonfinite)`: `(N, F)` scores (NaN where a function returned `None`) and a `(N,)`
             bool tensor marking NaN/inf scores; they are combined with `reward_weights` (`trl_marl.reward_contract`).
         """
-        return self.rewards.score(prompts, completions, rows, transcripts, turn, self.state)
+        return self.rewards.score(prompts, completions, rows, transcripts, turn, self.state,
+                                  tool_messages=tool_messages)
 
     def _score_turn(self, prompts: list[list[Any]], completions: list[list[str]], rows: list[dict[str, Any]],
                     transcripts: list[Transcript], turn: int, trainer_state: TrainerState | None = None,
+                    tool_messages: AgentToolMessages | None = None,
                     ) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.compute_rewards(prompts, completions, rows, transcripts, turn)
+        if tool_messages is None:  # an override of `compute_rewards` from before tools keeps working
+            return self.compute_rewards(prompts, completions, rows, transcripts, turn)
+        return self.compute_rewards(prompts, completions, rows, transcripts, turn, tool_messages=tool_messages)
 
     def compute_advantages(self, rollout: Rollout) -> list[torch.Tensor]:
         """The advantages of every turn of one scored rollout, from its returns (override to change the credit).

@@ -330,7 +330,8 @@ def next_turn_values(rollouts: list[AgentRollout | None]) -> list[torch.Tensor |
 def score_with_reward_funcs(rollouts: list[AgentRollout | None], played: Rollout, rows: list[dict[str, Any]],
                             compute_rewards: Any, rewards: RewardSet, slot_of: Any, train_turns_from: int) -> int:
     """Score every trained (turn, agent) response after the episode (the whole transcript is known, as MAPoRL's
-    influence-aware reward needs) with `compute_rewards(prompts, completions, rows, transcripts, turn)`.
+    influence-aware reward needs) with `compute_rewards(prompts, completions, rows, transcripts, turn)` (and
+    `tool_messages=` in a turn with tools).
 
     Fills `scores` (0 where unscorable) and `scorable` of each slot's samples.
 
@@ -351,7 +352,9 @@ def score_with_reward_funcs(rollouts: list[AgentRollout | None], played: Rollout
             continue
         episode_rows = [rows[node.row_index] for node in t.nodes]
         episode_transcripts = [transcripts[node.row_index] for node in t.nodes]
-        per_func, bad = compute_rewards(t.prompts, t.completions, episode_rows, episode_transcripts, t.turn)
+        # with tools, the rewards also read each response's calls and results (one sample per agent and episode)
+        tools = {} if t.tool_messages is None else {"tool_messages": t.tool_messages}
+        per_func, bad = compute_rewards(t.prompts, t.completions, episode_rows, episode_transcripts, t.turn, **tools)
         total = rewards.combine(per_func, bad)  # (B, A), NaN where unscorable
         nonfinite += int(bad.sum())
         scored_any = scored_any or bool((~torch.isnan(per_func)).any())

@@ -45,6 +45,7 @@ from ...core.ppo import (
 )
 from ...envs.base import MultiAgentEnv, PromptEnv, TokenizedPromptEnv, Transcript
 from ...reward_contract import NonFiniteError, RewardFunc, RewardFunctionError, RewardSet
+from ...reward_contract.sets import AgentToolMessages
 from ...rollout import JointRollout, Rollout
 from ...team import AgentTeam, sequence_model_inputs
 from ...team.quantized import keep_4bit_trainable
@@ -376,7 +377,9 @@ class MultiAgentPPOTrainer(TeamTrainer):
         return rollouts
 
     def compute_rewards(self, prompts: list[list[Any]], completions: list[list[str]], rows: list[dict[str, Any]],
-                        transcripts: list[Transcript], turn: int) -> tuple[torch.Tensor, torch.Tensor]:
+                        transcripts: list[Transcript], turn: int,
+                        tool_messages: AgentToolMessages | None = None,
+                        ) -> tuple[torch.Tensor, torch.Tensor]:
         """Score the responses of one turn of the batch's episodes, per agent (override to change the rewards).
 
         Args:
@@ -385,6 +388,8 @@ class MultiAgentPPOTrainer(TeamTrainer):
             rows: The dataset row of each episode.
             transcripts: Each episode's complete transcript.
             turn: The turn (1-based).
+            tool_messages: In a turn with tools, each agent's turn per episode as messages, as in
+                `MAGRPOTrainer.compute_rewards` (the functions' `agent_tool_messages`); else None.
 
         Returns:
             `(rewards_per_func, nonfinite)`: `(B, A, F)` scores (NaN where a function returned `None`) and a
@@ -392,7 +397,8 @@ class MultiAgentPPOTrainer(TeamTrainer):
         """
         if self.rewards is None:  # exactly one of `reward_funcs` and `reward_model`
             raise ValueError("This trainer scores with its `reward_model`: it has no reward functions.")
-        return self.rewards.score(prompts, completions, rows, transcripts, turn, self.state, per_agent=True)
+        return self.rewards.score(prompts, completions, rows, transcripts, turn, self.state, per_agent=True,
+                                  tool_messages=tool_messages)
 
     def _score_with_reward_model(self, rollouts: list[AgentRollout | None]) -> None:
         """TRL's PPO: the reward model's output at the last token of query + (stop-truncated) response."""
