@@ -141,3 +141,16 @@ def test_ppo_rewards_read_each_agents_calls_and_results(chat_model_dir, tmp_path
     trainer.team.generate = scripted(trainer, {"first": 0, "after_tool": 0}, [[], []])
     rollouts = trainer.rollout(list(trainer.train_dataset))
     assert rollouts[0].scores.tolist() == [5.0, 5.0] and rollouts[1].scores.tolist() == [1.0, 1.0]
+
+
+def test_ppo_evaluation_rewards_read_each_agents_calls_too(chat_model_dir, tmp_path):
+    """The evaluation scores each turn as training does: a reward reading the calculator's result works there."""
+    def from_the_result(prompts, completions, agent_tool_messages, agent_index, **kwargs):
+        if agent_index == 1:
+            return [float(agent_tool_messages[1] is None)] * len(completions)
+        return [float(turn[1]["content"]) for turn in agent_tool_messages[0]]
+
+    trainer = make_ppo(chat_model_dir, str(tmp_path), [[add], None], from_the_result)
+    trainer.team.generate = scripted(trainer, {"first": 0, "after_tool": 0}, [[], []])
+    _, rewards = trainer.play_evaluation_episodes(list(trainer.train_dataset))
+    assert rewards == {1: [3.0, 3.0]}  # per episode, the mean over the agents: (5 + 1) / 2

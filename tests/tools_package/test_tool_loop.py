@@ -304,3 +304,32 @@ def test_rewards_without_tools_get_no_tool_messages(chat_model_dir, tmp_path):
     trainer = make_trainer(chat_model_dir, str(tmp_path), None, no_tool_keyword)
     trainer.team.generate = scripted(trainer, {"first": 0, "after_tool": 0}, [[], []], tool_members=())
     assert trainer.joint_rollout.run(list(trainer.train_dataset)).turns[0].rewards.tolist() == [[1.0, 1.0]]
+
+
+def test_a_reward_that_cannot_take_the_tool_messages_is_refused_before_any_step(chat_model_dir, tmp_path):
+    """Without `**kwargs` a function must name every keyword a call passes: with tools that includes
+    `agent_tool_messages`, checked when the trainer is built (without tools the same function is accepted)."""
+    def named_keywords(prompts, completions, agent_prompts, agent_completions, agent_index, turn, transcript,
+                       trainer_state, secret):
+        return [1.0 for _ in completions]
+
+    with pytest.raises(TypeError, match=r"`named_keywords` does not take `\*\*kwargs`.*`agent_tool_messages`"):
+        make_trainer(chat_model_dir, str(tmp_path), [[add], None], named_keywords)
+    make_trainer(chat_model_dir, str(tmp_path), None, named_keywords)
+
+
+def test_a_compute_rewards_override_without_tool_messages_is_refused_with_tools(chat_model_dir, tmp_path):
+    class OldOverride(MAGRPOTrainer):
+        def compute_rewards(self, prompts, completions, rows, transcripts, turn):
+            return super().compute_rewards(prompts, completions, rows, transcripts, turn)
+
+    def reward(prompts, completions, **kwargs):
+        return [1.0 for _ in completions]
+
+    args = MAGRPOConfig(output_dir=str(tmp_path), num_agents=2, num_generations=2, per_device_train_batch_size=2,
+                        max_completion_length=160, max_steps=1, report_to="none", save_strategy="no")
+    dataset = Dataset.from_list([{"prompt": [{"role": "user", "content": "Add 2 and 3."}]}])
+    with pytest.raises(TypeError, match=r"`OldOverride.compute_rewards` does not take `tool_messages`.*"
+                                        r"tool_messages=None"):
+        OldOverride(model=chat_model_dir, reward_funcs=reward, args=args, train_dataset=dataset, tools=[[add], None])
+    OldOverride(model=chat_model_dir, reward_funcs=reward, args=args, train_dataset=dataset)  # no tools: it trains

@@ -15,7 +15,14 @@ from ..envs.base import Prompt, Transcript
 from ..team import is_chat
 from .calls import REWARD_ISOLATIONS, call_reward_function
 from .errors import RewardFunctionError, unscorable_message
-from .signature import RewardFunc, check_reward_signature, reward_kind
+from .signature import (
+    REWARD_KEYWORDS,
+    TOOL_REWARD_KEYWORDS,
+    RewardFunc,
+    check_reward_signature,
+    missing_keywords,
+    reward_kind,
+)
 
 if TYPE_CHECKING:
     from transformers import TrainerState
@@ -355,3 +362,23 @@ class LocalReward:
             per_func.append(scores)
             nonfinite += int(bad.sum())
         return local, per_func, nonfinite
+
+
+def check_tool_scoring(compute_rewards: Callable[..., Any] | None,
+                       *reward_sets: RewardSet | LocalReward | None) -> None:
+    """In a trainer with tools, before any step: refuse a reward function of `reward_sets` that cannot take
+    `agent_tool_messages`, and a `compute_rewards` hook (a subclass's override) that cannot take `tool_messages`;
+    each turn with tools passes them, so either would fail at the first reward call instead."""
+    for rewards in reward_sets:
+        for reward_set in rewards.sets if isinstance(rewards, LocalReward) else [rewards]:
+            if reward_set is not None:
+                for func, name in zip(reward_set.funcs, reward_set.names):
+                    check_reward_signature(func, name, (*REWARD_KEYWORDS, *TOOL_REWARD_KEYWORDS))
+    if compute_rewards is not None and missing_keywords(compute_rewards, ["tool_messages"]):
+        owner = type(getattr(compute_rewards, "__self__", None)).__name__
+        raise TypeError(
+            f"`{owner}.compute_rewards` does not take `tool_messages`, but this trainer has tools: each turn with "
+            "tools calls it with `tool_messages=` (each agent's calls and their results, for the reward functions' "
+            "`agent_tool_messages`). Add `tool_messages=None` to the override's signature and pass it on, e.g. "
+            "`self.rewards.score(..., tool_messages=tool_messages)`."
+        )

@@ -16,6 +16,9 @@ REWARD_KEYWORDS = ("prompts", "completions", "agent_prompts", "agent_completions
                    "transcript", "trainer_state")
 """The keyword arguments every reward call gets (besides the dataset's columns)."""
 
+TOOL_REWARD_KEYWORDS = ("agent_tool_messages",)
+"""The keyword arguments a reward call also gets in a trainer with tools (each agent's calls and their results)."""
+
 REWARD_KINDS = ("team", "agent")
 """The kinds of reward function (see `trl_marl.reward_contract`)."""
 
@@ -42,21 +45,28 @@ def reward_kind(func: Any, default: str) -> str:
     return kind
 
 
-def check_reward_signature(func: Callable[..., Any], name: str) -> None:
-    """Refuse a reward function that cannot take the keyword arguments of a reward call (it lacks `**kwargs`)."""
+def check_reward_signature(func: Callable[..., Any], name: str, keywords: Sequence[str] = REWARD_KEYWORDS) -> None:
+    """Refuse a reward function that cannot take the keyword arguments of a reward call (it lacks `**kwargs`):
+    `keywords`, [`REWARD_KEYWORDS`] by default, and with [`TOOL_REWARD_KEYWORDS`] in a trainer with tools."""
+    missing = missing_keywords(func, keywords)
+    if missing:
+        tools = " (`agent_tool_messages`: this trainer has tools)" if set(missing) & set(TOOL_REWARD_KEYWORDS) else ""
+        raise TypeError(
+            f"Reward function `{name}` does not take `**kwargs`: every reward call passes keyword arguments "
+            f"({', '.join(keywords)}, and every dataset column, e.g. `target`), and it does not accept "
+            f"{', '.join(f'`{k}`' for k in missing)}{tools}. Add `**kwargs` to its signature, e.g. "
+            f"`def {getattr(func, '__name__', 'reward')}(prompts, completions, **kwargs)`."
+        )
+
+
+def missing_keywords(func: Callable[..., Any], keywords: Sequence[str]) -> list[str]:
+    """The `keywords` that `func` cannot take by name (none when it takes `**kwargs`, or has no readable signature)."""
     try:
         signature = inspect.signature(func)
     except (TypeError, ValueError):  # a builtin or C callable: nothing to read
-        return
+        return []
     parameters = signature.parameters.values()
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
-        return
+        return []
     accepted = {p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
-    missing = [k for k in REWARD_KEYWORDS if k not in accepted]
-    if missing:
-        raise TypeError(
-            f"Reward function `{name}` does not take `**kwargs`: every reward call passes keyword arguments "
-            f"({', '.join(REWARD_KEYWORDS)}, and every dataset column, e.g. `target`), and it does not accept "
-            f"{', '.join(f'`{k}`' for k in missing)}. Add `**kwargs` to its signature, e.g. "
-            f"`def {getattr(func, '__name__', 'reward')}(prompts, completions, **kwargs)`."
-        )
+    return [k for k in keywords if k not in accepted]

@@ -68,6 +68,7 @@ from .._trl_compat import (
 from ..envs.base import MultiAgentEnv, Transcript
 from ..evaluation import DebateEvaluation
 from ..reward_contract import LocalReward, NonFiniteCounter, NonFiniteError, RewardFunctionError, RewardSet, TeamReward
+from ..reward_contract.sets import check_tool_scoring
 from ..team import AgentTeam
 from ..team.generation import GenerationSettings, build_generation_backend
 from ..tools.loop import ToolLoop
@@ -211,8 +212,7 @@ class TeamTrainer(TeamCheckpointMixin, TRLBaseTrainer):
 
     @staticmethod
     def _timed_rewards(rewards: RewardsT, args: TeamTrainingArguments) -> RewardsT:
-        """Step 4: `rewards` (a `RewardSet`, `TeamReward` or `LocalReward`) with the config's `reward_timeout` and
-        `reward_isolation` (the reward contract: `trl_marl.reward_contract`)."""
+        """Step 4: `rewards` (a `RewardSet`, `TeamReward` or `LocalReward`) with the config's reward time limit."""
         rewards.set_timeout(args.reward_timeout, f"{type(args).__name__}.reward_timeout", args.reward_isolation)
         return rewards
 
@@ -223,6 +223,9 @@ class TeamTrainer(TeamCheckpointMixin, TRLBaseTrainer):
         raw rows as batches (`collate_rows`: the environment and the reward functions read every column), then the
         state every trainer keeps: `team`, `env`, the metrics book `log` drains and the non-finite reward counter
         (`args.max_nonfinite`)."""
+        if self.tool_loop is not None:  # each turn with tools passes the rewards its calls: checked before any step
+            scoring = getattr(self, "compute_rewards", None)
+            check_tool_scoring(scoring, getattr(self, "rewards", None), getattr(self, "local_rewards", None))
         args.remove_unused_columns = False  # the environment and the reward functions read the raw rows
         self.env = env
         self._metrics = MetricsBook()
@@ -244,9 +247,8 @@ class TeamTrainer(TeamCheckpointMixin, TRLBaseTrainer):
         warn_if_launcher_dropped_processes()
         if env.num_agents != args.num_agents or env.num_turns != args.num_turns:
             raise ValueError(
-                f"The environment has {env.num_agents} agents and {env.num_turns} turns but "
-                f"`{type(args).__name__}` says num_agents={args.num_agents}, num_turns={args.num_turns}; make "
-                "them agree."
+                f"The environment has {env.num_agents} agents and {env.num_turns} turns but `{type(args).__name__}` "
+                f"says num_agents={args.num_agents}, num_turns={args.num_turns}; make them agree."
             )
 
     @staticmethod

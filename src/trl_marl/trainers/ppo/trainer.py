@@ -830,9 +830,10 @@ class MultiAgentPPOTrainer(TeamTrainer):
         transcripts = played.episode_transcripts(len(rows))
         rewards: dict[int, list[float]] = {}
         if self.rewards is not None:
-            for t in played.turns:
+            for t in played.turns:  # with tools, the rewards read each agent's calls as in training
+                tools = {} if t.tool_messages is None else {"tool_messages": t.tool_messages}
                 per_func, bad = self.compute_rewards(t.prompts, t.completions, [rows[n.row_index] for n in t.nodes],
-                                                     [transcripts[n.row_index] for n in t.nodes], t.turn)
+                                                     [transcripts[n.row_index] for n in t.nodes], t.turn, **tools)
                 rewards[t.turn] = self.rewards.combine(per_func, bad).nanmean(dim=1).tolist()
         return transcripts, rewards
 
