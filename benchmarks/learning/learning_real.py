@@ -196,12 +196,13 @@ def split_rows(train: list[dict[str, Any]], heldout: list[dict[str, Any]]) -> tu
 
 def coding_scored(reward: Callable[[Any], Any]) -> Callable[[Any], Any]:
     """A coding reward's builder for either arm: `reward(env)` for a team, and for the single policy
-    (`CentralizedCodingEnv`) the same reward on the team env, read through `CentralizedReward`."""
-    from trl_marl.envs import CentralizedCodingEnv
+    (`CentralizedCodingEnv`, `CentralizedRuleDivisionCodingEnv`) the same reward on the team env, read through
+    `CentralizedReward`."""
+    from trl_marl.envs import CentralizedEnv
     from trl_marl.rewards import CentralizedReward
 
     def build(env: Any) -> Any:
-        return CentralizedReward(env, reward(env.env)) if isinstance(env, CentralizedCodingEnv) else reward(env)
+        return CentralizedReward(env, reward(env.env)) if isinstance(env, CentralizedEnv) else reward(env)
     return build
 
 
@@ -337,7 +338,9 @@ def coding_rule_division_task(template: str = "number", temperature: float = 0.7
     `[aux1(x), aux2(x)]`. Trained on the pass rate (half the tests check each function; a collision passes none);
     success is every test passing. Rows: `rule_pair_rows` (160 training pairs of the first private-rule design's
     training rules, 16 held-out pairs of its held-out rules). Metrics: each programmer's choice, collisions, each
-    programmer's function right with the reference of the other. No single-policy arm.
+    programmer's function right with the reference of the other. The single-policy arm (`central`) is
+    `CentralizedRuleDivisionCodingEnv` on the same rows: one policy writes both functions (nothing to divide), scored
+    by the same reward; its metrics are each function right with the reference of the other.
 
     `template="decide"` (tasks `coding_rule_division_decide` and `_decide_t1`, at T = 0.7 and 1) uses
     `RULE_DIVISION_DECIDE_TEMPLATE`: the programmer's number last, and asked to decide which function it writes;
@@ -350,6 +353,7 @@ def coding_rule_division_task(template: str = "number", temperature: float = 0.7
         RULE_DIVISION_DECIDE_2OR1_TEMPLATE,
         RULE_DIVISION_DECIDE_TEMPLATE,
         RULE_DIVISION_TEMPLATE,
+        CentralizedRuleDivisionCodingEnv,
         RuleDivisionCodingEnv,
     )
     from trl_marl.rewards.coding import PassRateReward
@@ -361,7 +365,8 @@ def coding_rule_division_task(template: str = "number", temperature: float = 0.7
                  "decide_2or1_named": RULE_DIVISION_DECIDE_2OR1_NAMED_TEMPLATE}
 
     def env(central: bool) -> Any:
-        return RuleDivisionCodingEnv(chat=True, template=templates[template])
+        team = RuleDivisionCodingEnv(chat=True, template=templates[template])
+        return CentralizedRuleDivisionCodingEnv(team) if central else team
 
     def train_rows(count: int, seed: int) -> list[dict[str, Any]]:
         return random.Random(seed).choices(train, k=count)
@@ -371,6 +376,9 @@ def coding_rule_division_task(template: str = "number", temperature: float = 0.7
         return [rows[i % len(rows)] for i in range(min(count, len(rows)))]
 
     def metrics(env: Any) -> dict[str, Any]:
+        if isinstance(env, CentralizedRuleDivisionCodingEnv):  # one policy: no choice, no collision
+            return {f"agent_{a}_right": coding_scored(lambda team, a=a: RuleDivisionMetric(team, a, None))(env)
+                    for a in (0, 1)}
         out: dict[str, Any] = {"collision": RuleDivisionMetric(env, None, None)}
         for agent in (0, 1):
             for name in env.names:
@@ -382,8 +390,8 @@ def coding_rule_division_task(template: str = "number", temperature: float = 0.7
              "stop": ["```"]}
     suffix = ("" if template == "number" else "_" + template) + ("_t1" if temperature == 1 else "")
     name = "coding_rule_division" + suffix
-    return Task(name, env, PassRateReward, train_rows, eval_rows, success=PassRateReward,
-                sizes=sizes, central=False, metrics=metrics)
+    return Task(name, env, coding_scored(PassRateReward), train_rows, eval_rows, success=coding_scored(PassRateReward),
+                sizes={**sizes, "central_completion": 128}, metrics=metrics)  # both functions: the team's 2 x 64
 
 
 DIVISION_PREFILL = "```python\n# I write the function named `"

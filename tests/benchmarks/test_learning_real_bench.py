@@ -873,3 +873,26 @@ def test_tool_division_pilot_gates(bench: Any) -> None:
     assert not coding_pilot.task_gates("tool_division", {**m, "agent_1_product2": 0.14})["passes"]  # no shared lean
     for later in ("tool_division_worked", "tool_division_calls", "tool_division_calls_t1"):
         assert coding_pilot.task_gates(later, m) == gates
+
+
+def test_rule_division_single_policy_writes_both_functions_scored_as_the_team(bench: Any) -> None:
+    """Design 9's single-policy arm: one policy writes aux1 and aux2 in one block (128 tokens, the team's 2 x 64);
+    the team's pass rate scores it, and its metrics are each function right with the reference of the other."""
+    from trl_marl.envs import CentralizedRuleDivisionCodingEnv, RuleDivisionCodingEnv
+    from trl_marl.rewards import CentralizedReward
+
+    task = bench.TASKS["coding_rule_division_decide_2or1_named"]()
+    assert task.central and task.sizes["central_completion"] == 128
+    team, central = task.env(False), task.env(True)
+    assert isinstance(team, RuleDivisionCodingEnv) and isinstance(central, CentralizedRuleDivisionCodingEnv)
+    assert isinstance(task.reward(central), CentralizedReward) and not isinstance(task.reward(team), CentralizedReward)
+    row = task.eval_rows("train", 1)[0]
+    solutions = {name: [line.strip() for line in row["canonical_solution"].split("\n\n\n") if f"def {name}(" in line]
+                 for name in ("aux1", "aux2")}
+    aux1, aux2 = solutions["aux1"][0].removeprefix("def aux"), solutions["aux2"][0].removeprefix("def aux")
+    single = [[f"{aux1}\n\ndef aux{aux2}\n```", f"{aux1}\n```"]]  # both functions; aux1 alone
+    means = bench.joint_action_means(task.metrics(central), single, [row])
+    assert means == {"agent_0_right": 1.0, "agent_1_right": 0.5}
+    scores = task.success(central)(prompts=[None] * 2, completions=single[0], agent_completions=single,
+                                   **{key: [value] * 2 for key, value in row.items()})
+    assert scores == [1.0, 0.0]

@@ -8,7 +8,8 @@ import pytest
 
 from trl_marl.data.team_coding import HELDOUT_RULES, rule_pair_rows
 from trl_marl.envs.base import Transcript
-from trl_marl.envs.coding_rule_division import RuleDivisionCodingEnv
+from trl_marl.envs.coding_rule_division import CentralizedRuleDivisionCodingEnv, RuleDivisionCodingEnv
+from trl_marl.rewards import CentralizedReward
 from trl_marl.rewards.coding import PassRateReward
 from trl_marl.sandbox import ProgramExecutor, SandboxLimits
 
@@ -89,3 +90,29 @@ def test_gamed_answers_score_below_a_division(env):
     scores = pass_rate(env, [*gamed, honest[0]], [partner] * len(gamed) + [honest[1]])
     assert scores == [0.0] * len(gamed) + [1.0]
     assert [env.part(g)[0] for g in gamed] == ["aux1", "aux1", None, None]  # side effects: not kept
+
+
+def test_one_policy_writes_both_functions_scored_as_the_team(env):
+    """The single-policy arm: the two rules without a programmer number, prefilled as a team answer; each function
+    goes to the agent that writes it in a team and the team's pass rate scores the program unchanged."""
+    central = CentralizedRuleDivisionCodingEnv(env)
+    prompt = central.agent_prompt(ROW, 0, Transcript())
+    assert "programmer" not in prompt[0]["content"] and "multiply `x` by 3, then add 4" in prompt[0]["content"]
+    assert prompt[1] == {"role": "assistant", "content": "```python\ndef aux"} and central.num_agents == 1
+    both = "1(x):\n    return x * 3 + 4\n\n\ndef aux2(x):\n    return x * 2 - 1\n```"
+    either_order = "2(x):\n    return x * 2 - 1\n\ndef aux1(x):\n    return x * 3 + 4\n```"
+    assert central.split(both) == ["1(x):\n    return x * 3 + 4", "2(x):\n    return x * 2 - 1"]
+    assert central.split(either_order) == central.split(both)
+    completions = [
+        both, either_order,
+        "1(x):\n    return x * 3 + 4\n```",  # aux2 missing: a NameError on its half
+        "1(x):\n    return x * 3 + 4\n\ndef aux2(x):\n    return x * 2 -\n```",  # does not parse: nothing runs
+        "1(x):\n    return x * 3 + 4\n\ndef aux2(x):\n    return aux1(x) - 3 * x + 2 * x - 5\n```",  # a call
+        "1(x):\n    return x * 3 + 4\n\ndef aux2(x):\n    return x * 2\n```",  # aux2 wrong: half the tests
+    ]
+    kwargs = {key: [value] * len(completions) for key, value in ROW.items()}
+    scores = CentralizedReward(central, PassRateReward(env))(prompts=["p"] * len(completions), completions=completions,
+                                                             **kwargs)
+    assert scores == [1.0, 1.0, 0.0, 0.0, 0.0, 0.5]
+    with pytest.raises(TypeError, match="must be a RuleDivisionCodingEnv"):
+        CentralizedRuleDivisionCodingEnv(object())

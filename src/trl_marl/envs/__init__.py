@@ -13,7 +13,8 @@
 - `SymmetricWritingEnv`: the writing task with roles the writers choose (who writes the summary).
 - `DebateEnv`, `ToyDebateEnv`: collaborative debate (Du et al. 2024) as used by MAPoRL.
 - `CentralizedEnv`: one policy writes every agent's part of any text env in tagged sections (the baseline);
-  `CentralizedCodingEnv` the coding task's: both functions in one code block.
+  `CentralizedCodingEnv` the coding task's: both functions in one code block; `CentralizedRuleDivisionCodingEnv`
+  the rule division's.
 
 An environment only describes the interaction; each task's rewards are in `trl_marl.rewards` (`rewards.writing`,
 `rewards.coding`, `rewards.arithmetic`, `rewards.coordination`) and its dataset loaders in `trl_marl.data`.
@@ -28,13 +29,14 @@ from .coding import CooperativeCodingEnv
 from .coding_central import CentralizedCodingEnv
 from .coding_division import DivisionCodingEnv
 from .coding_private import NamingCodingEnv, PrivateRuleCodingEnv
-from .coding_rule_division import RuleDivisionCodingEnv
+from .coding_rule_division import CentralizedRuleDivisionCodingEnv, RuleDivisionCodingEnv
 from .coordination import ChatSplitItemsEnv
 from .debate import DebateEnv, ToyDebateEnv
 from .writing import CooperativeWritingEnv, SymmetricWritingEnv, writing_text
 
 __all__ = [
     "CentralizedCodingEnv",
+    "CentralizedRuleDivisionCodingEnv",
     "CentralizedEnv",
     "CooperativeCodingEnv",
     "ChatSplitItemsEnv",

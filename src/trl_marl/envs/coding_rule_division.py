@@ -39,6 +39,7 @@ from ..utils.code import (
 )
 from ..utils.text import completion_text
 from .base import Prompt, Transcript
+from .centralized import CentralizedEnv
 from .coding import CooperativeCodingEnv
 from .coding_analysis import CodingSolution, analyze_solution
 
@@ -70,6 +71,14 @@ RULE_DIVISION_DECIDE_2OR1_NAMED_TEMPLATE = RULE_DIVISION_DECIDE_TEMPLATE.replace
 untrained programmers' next-token probability of `2` after `def aux` was 0.37 and 0.39 of the two digits' (chosen
 after [`RULE_DIVISION_DECIDE_2OR1_TEMPLATE`]'s pilot found the other function in 0.10 and 0.086 of answers)."""
 
+
+CENTRAL_RULE_DIVISION_TEMPLATE = """\
+Write two Python functions of one program:
+1. `{first}(x: int) -> int` returns the code of `x`: {rule1}.
+2. `{second}(x: int) -> int` returns the code of `x`: {rule2}.
+Reply with only the code of both functions."""
+"""The single policy's prompt of [`CentralizedRuleDivisionCodingEnv`] (format fields as [`RULE_DIVISION_TEMPLATE`]'s,
+without `{programmer}`): the two programmers' task with nothing to divide."""
 
 FORBIDDEN_NODES = (ast.Call, ast.Attribute, ast.Import, ast.ImportFrom, ast.Global, ast.Nonlocal, ast.Lambda)
 """What a function of [`RuleDivisionCodingEnv`] may not contain (its arguments' defaults included)."""
@@ -154,3 +163,59 @@ class RuleDivisionCodingEnv(CooperativeCodingEnv):
         main = definitions_of(prompt, {entry_point})
         return analyze_solution("\n\n\n".join(codes), main, entry_point, self.helper_name,
                                 prompt_preamble(prompt, entry_point))
+
+
+class CentralizedRuleDivisionCodingEnv(CentralizedEnv):
+    """One policy writes both functions of a [`RuleDivisionCodingEnv`] row (the single-policy arm of the rule
+    division): the two rules, no programmer number, one code block, prefilled as the team's answers (`def aux`).
+
+    [`split`] gives the function `names[0]` to agent 0 and `names[1]` to agent 1, each written as a team agent's
+    answer would be (the code after the prefill), so the team's rewards score the program unchanged through
+    [`~trl_marl.rewards.centralized.CentralizedReward`], with the same checks (a function that calls anything is not
+    kept). A block that does not parse gives both agents nothing: the program would not run. One turn.
+
+    Args:
+        env (`RuleDivisionCodingEnv`): The team's environment (its names, chat or plain prompts, columns).
+        template (`str`): The prompt; [`CENTRAL_RULE_DIVISION_TEMPLATE`] by default.
+
+    Example:
+
+    ```python
+    >>> from trl_marl.envs.coding_rule_division import CentralizedRuleDivisionCodingEnv, RuleDivisionCodingEnv
+    >>> env = CentralizedRuleDivisionCodingEnv(RuleDivisionCodingEnv(chat=True))
+    >>> env.split("2(x):\\n    return x - 4\\n\\ndef aux1(x):\\n    return 3 * x\\n```")
+    ['1(x):\\n    return 3 * x', '2(x):\\n    return x - 4']
+    ```
+    """
+
+    env: RuleDivisionCodingEnv  # the wrapped environment (`__init__` checks its type)
+
+    def __init__(self, env: RuleDivisionCodingEnv, template: str = CENTRAL_RULE_DIVISION_TEMPLATE) -> None:
+        if not isinstance(env, RuleDivisionCodingEnv):
+            raise TypeError(f"`env` must be a RuleDivisionCodingEnv, got {type(env).__name__}.")
+        super().__init__(env, tags=env.names, prefill=env.prefill())
+        self.template = template
+
+    def split(self, text: Any) -> list[str]:
+        """Each function of one completion as the team's agent writing it would have answered: its source after
+        the shared prefill (`""` for a function the completion does not define, or when its code does not parse)."""
+        if isinstance(text, list):
+            text = text[-1]["content"] if text else ""
+        code = extract_code(self.prefill + completion_text(text))
+        tree = parse_or_none(code)
+        start = self.prefill.removeprefix("```python\n")  # `def aux`: what a team answer continues
+        parts = []
+        for name in self.env.names:
+            function = top_level_function(tree, name)
+            source = ast.get_source_segment(code, function) if function is not None else None
+            parts.append(source.removeprefix(start) if source is not None and source.startswith(start) else "")
+        return parts
+
+    def agent_prompt(self, row: Mapping[str, Any], agent_index: int, transcript: Transcript) -> Prompt:
+        env = self.env
+        env.check_row(row)
+        text = self.template.format(first=env.names[0], second=env.names[1], rule1=env._value(row, "rule1").strip(),
+                                    rule2=env._value(row, "rule2").strip())
+        if not env.chat:
+            return text + "\n\n" + self.prefill
+        return [{"role": "user", "content": text}, {"role": "assistant", "content": self.prefill}]
