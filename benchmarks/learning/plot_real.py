@@ -9,11 +9,15 @@ record is absent, and the legend gives the number of seeds of each arm.
         --output docs/real_coding_learning.png
     python benchmarks/learning/plot_real.py writing \\
         --records benchmarks/results/learning_real_magrpo_writing_*.json --output docs/real_writing_learning.png
+    python benchmarks/learning/plot_real.py rule_division \\
+        --records "benchmarks/results/learning_real_magrpo_coding_rule_division_decide_2or1_named_*.json" \\
+        --output docs/real_rule_division_learning.png
     python benchmarks/learning/plot_real.py debate \\
         --records benchmarks/results/learning_real_maporl_hidden_sum_*.json --output docs/real_debate_learning.png
 
 Coding plots the held-out success (every hidden test passes); writing plots the held-out mean team reward (of 4.0),
-because its all-terms success hardly moves in 20 steps while the reward's terms do.
+because its all-terms success hardly moves in 20 steps while the reward's terms do; the rule division (issue 55's
+ninth coding design) plots the held-out pass rate, its training reward, since its success stays near zero.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ ARM_COLORS = {"team": "tab:blue", "alone": "tab:orange", "central": "tab:green",
               "verifier": "tab:red"}
 TITLES = {"coding": "Cooperative coding (MAGRPO), SmolLM2-135M-Instruct",
           "writing": "Cooperative writing (MAGRPO), SmolLM2-135M-Instruct",
+          "rule_division": "Coding rule division: who writes which function (MAGRPO), SmolLM2-135M-Instruct",
           "debate": "Hidden-information debate (MAPoRL), SmolLM2-135M-Instruct"}
 
 
@@ -54,6 +59,11 @@ def heldout_success(split: dict[str, Any]) -> float:
     return split["success"]
 
 
+def heldout_pass_rate(split: dict[str, Any]) -> float:
+    """A held-out evaluation's mean pass rate (the rule division's plotted value: its `reward`, the team reward)."""
+    return split["reward"]
+
+
 def heldout_team_reward(split: dict[str, Any]) -> float:
     """A held-out evaluation's mean team reward (the writing task's plotted value)."""
     return split["metrics"]["team_reward"]
@@ -62,8 +72,19 @@ def heldout_team_reward(split: dict[str, Any]) -> float:
 MAGRPO_METRICS: dict[str, tuple[Callable[[dict[str, Any]], float], str, float]] = {
     "coding": (heldout_success, "success (joint action, held-out)", 1.0),
     "writing": (heldout_team_reward, "team reward of 4.0 (held-out mean)", 4.0),
+    "rule_division": (heldout_pass_rate, "pass rate of the joint program (held-out mean)", 0.5),
 }
 """Per MAGRPO task: the held-out value drawn, its axis label and the top of its axis."""
+
+RECORD_TASKS = {"coding": "coding", "writing": "writing", "rule_division": "coding_rule_division_decide_2or1_named"}
+"""Per MAGRPO plot, the `--task` of `learning_real.py` its records ran (a glob such as `..._coding_*.json` also
+matches the other coding tasks' records, which are left out)."""
+
+
+def of_task(runs: Sequence[tuple[dict[str, Any], dict[str, Any]]],
+            task: str) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """The runs whose record ran `task` (a record without a task name ran the default task then: the split game)."""
+    return [(record, run) for record, run in runs if record["settings"].get("task", "split") == task]
 
 
 def magrpo_series(runs: Sequence[tuple[dict[str, Any], dict[str, Any]]],
@@ -148,7 +169,9 @@ def main(argv: Sequence[str] | None = None) -> str:
         arms, metric, top = debate_series(runs), "majority accuracy at the last turn", 1.0
     else:
         value, metric, top = MAGRPO_METRICS[args.task]
-        arms = magrpo_series(runs, value)
+        arms = magrpo_series(of_task(runs, RECORD_TASKS[args.task]), value)
+        if not arms:
+            raise SystemExit(f"no record of {args.records} ran --task {RECORD_TASKS[args.task]}")
     fig = figure(args.task, arms, metric, top)
     fig.savefig(args.output, dpi=100)
     print(f"wrote {args.output}: " + ", ".join(f"{arm} {len(s['curves'])} seeds" for arm, s in arms.items()))

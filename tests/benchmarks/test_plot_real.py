@@ -24,12 +24,12 @@ def _split(success: float) -> dict[str, Any]:
     return {"success": success, "reward": 2 * success}
 
 
-def _magrpo_record(path: Path, seed: int) -> None:
+def _magrpo_record(path: Path, seed: int, task: str = "coding") -> None:
     run = {"seed": seed, "untrained": {"heldout": _split(0.25)},
            "team": {"reward_curve": [1.0, 2.0, 3.0], "heldout": _split(0.5)},
            "alone": {"agents": [{"reward_curve": [1.0, 1.0, 1.0]}, {"reward_curve": [3.0, 1.0, 2.0]}],
                      "heldout": _split(0.375)}}
-    path.write_text(json.dumps({"settings": {}, "runs": [run]}))
+    path.write_text(json.dumps({"settings": {"task": task}, "runs": [run]}))
 
 
 def test_magrpo_series_takes_each_arms_curves_and_heldout_before_and_after(plot: Any, tmp_path: Path) -> None:
@@ -50,13 +50,15 @@ def test_writing_plots_the_heldout_team_reward_on_a_0_to_4_axis(plot: Any, tmp_p
 
     run = {"seed": 3, "untrained": {"heldout": split(0.09, 2.36)},
            "team": {"reward_curve": [2.3, 2.6], "heldout": split(0.09, 2.56)}}
-    (tmp_path / "w.json").write_text(json.dumps({"settings": {}, "runs": [run]}))
+    (tmp_path / "w.json").write_text(json.dumps({"settings": {"task": "writing"}, "runs": [run]}))
     value, label, top = plot.MAGRPO_METRICS["writing"]
     arms = plot.magrpo_series(plot.load_runs([str(tmp_path / "w.json")]), value)
     # the team reward, not the success rate (which is the same before and after here)
     assert arms["team"]["before"] == [2.36] and arms["team"]["after"] == [2.56]
     assert top == 4.0 and "team reward" in label
     assert plot.MAGRPO_METRICS["coding"][0](split(0.25, 3.0)) == 0.25
+    # the rule division: its pass rate, the split's mean reward
+    assert plot.MAGRPO_METRICS["rule_division"][0]({"success": 0.0, "reward": 0.17}) == 0.17
 
 
 def test_debate_series_reads_the_last_turn_and_the_reward_kind(plot: Any, tmp_path: Path) -> None:
@@ -76,3 +78,18 @@ def test_main_writes_the_png_and_refuses_an_empty_glob(plot: Any, tmp_path: Path
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 1000
     with pytest.raises(SystemExit, match="no record matches"):
         plot.main(["coding", "--records", str(tmp_path / "none*.json"), "--output", str(out)])
+
+
+def test_a_plot_keeps_only_the_records_of_its_task(plot: Any, tmp_path: Path) -> None:
+    """`..._coding_*.json` also matches the other coding tasks' records: the coding plot leaves them out."""
+    _magrpo_record(tmp_path / "coding.json", 0)
+    record = json.loads((tmp_path / "coding.json").read_text())
+    record["settings"]["task"] = "coding"
+    (tmp_path / "coding.json").write_text(json.dumps(record))
+    record["settings"]["task"], record["runs"][0]["seed"] = "coding_rule_division_decide_2or1_named", 7
+    (tmp_path / "coding_rule.json").write_text(json.dumps(record))
+    runs = plot.load_runs([str(tmp_path / "coding*.json")])
+    assert [run["seed"] for _, run in plot.of_task(runs, "coding")] == [0]
+    assert [run["seed"] for _, run in plot.of_task(runs, plot.RECORD_TASKS["rule_division"])] == [7]
+    with pytest.raises(SystemExit, match="ran --task writing"):
+        plot.main(["writing", "--records", str(tmp_path / "coding_rule.json"), "--output", str(tmp_path / "w.png")])
