@@ -21,6 +21,13 @@ def answered(prompts, completions, **kwargs):
     return [1.0 if ANSWER in str(c) else 0.0 for c in completions]
 
 
+def from_the_result(prompts, completions, agent_tool_messages, agent_index, **kwargs):
+    """Agent 0: its calculator's result (read from its turn's messages); agent 1 (no tools): 1 when it has none."""
+    if agent_index == 1:
+        return [float(agent_tool_messages[1] is None)] * len(completions)
+    return [float(turn[1]["content"]) for turn in agent_tool_messages[0]]
+
+
 def make_ppo(model_dir: str, out: str, tools, reward=answered, **extra) -> MultiAgentPPOTrainer:
     settings = dict(output_dir=out, num_agents=2, per_device_train_batch_size=2, total_episodes=2, response_length=160,
                     stop_token="eos", num_ppo_epochs=1, learning_rate=1e-3, report_to="none", save_strategy="no",
@@ -132,11 +139,6 @@ def test_tools_for_a_team_that_does_not_fit_the_agents_are_refused():
 
 def test_ppo_rewards_read_each_agents_calls_and_results(chat_model_dir, tmp_path):
     """PPO's reward functions get `agent_tool_messages` too (one sample per agent and episode)."""
-    def from_the_result(prompts, completions, agent_tool_messages, agent_index, **kwargs):
-        if agent_index == 1:
-            return [float(agent_tool_messages[1] is None)] * len(completions)
-        return [float(turn[1]["content"]) for turn in agent_tool_messages[0]]
-
     trainer = make_ppo(chat_model_dir, str(tmp_path), [[add], None], from_the_result)
     trainer.team.generate = scripted(trainer, {"first": 0, "after_tool": 0}, [[], []])
     rollouts = trainer.rollout(list(trainer.train_dataset))
@@ -145,11 +147,6 @@ def test_ppo_rewards_read_each_agents_calls_and_results(chat_model_dir, tmp_path
 
 def test_ppo_evaluation_rewards_read_each_agents_calls_too(chat_model_dir, tmp_path):
     """The evaluation scores each turn as training does: a reward reading the calculator's result works there."""
-    def from_the_result(prompts, completions, agent_tool_messages, agent_index, **kwargs):
-        if agent_index == 1:
-            return [float(agent_tool_messages[1] is None)] * len(completions)
-        return [float(turn[1]["content"]) for turn in agent_tool_messages[0]]
-
     trainer = make_ppo(chat_model_dir, str(tmp_path), [[add], None], from_the_result)
     trainer.team.generate = scripted(trainer, {"first": 0, "after_tool": 0}, [[], []])
     _, rewards = trainer.play_evaluation_episodes(list(trainer.train_dataset))
