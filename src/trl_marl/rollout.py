@@ -56,7 +56,7 @@ from .reward_contract import (
     RewardFunctionError,  # noqa: F401 - re-exported (the reward contract lives in `reward_contract`)
     RewardSet,
 )
-from .reward_contract.sets import AgentToolMessages
+from .reward_contract.sets import AgentToolMessages, tool_keywords
 from .team import AgentTeam, Generation
 from .tools.loop import ToolLoop, ToolTurn, ToolTurnStats
 
@@ -284,9 +284,8 @@ class JointRollout:
                 joint_rows = [rows[node.row_index] for node in nodes for _ in range(J)]
                 # with tools, the rewards also read each agent's turn as messages (its calls and their results)
                 tool_messages = None if tool_turn is None else joint_tool_messages(tool_turn, slots, sample)
-                tools: dict[str, Any] = {} if tool_messages is None else {"tool_messages": tool_messages}
                 rewards_per_func, bad = self.score_fn(joint_prompts, joint_texts, joint_rows, transcripts, turn,
-                                                      trainer_state, **tools)
+                                                      trainer_state, **tool_keywords(tool_messages))
                 if self.reward is None:  # a `score` of its own still needs the RewardSet's weights
                     raise ValueError("Scoring the turns needs the `reward` (a RewardSet) to combine the scores.")
                 rewards = self.reward.combine(rewards_per_func, bad)

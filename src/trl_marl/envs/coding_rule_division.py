@@ -199,8 +199,6 @@ class CentralizedRuleDivisionCodingEnv(CentralizedEnv):
     def split(self, text: Any) -> list[str]:
         """Each function of one completion as the team's agent writing it would have answered: its source after
         the shared prefill (`""` for a function the completion does not define, or when its code does not parse)."""
-        if isinstance(text, list):
-            text = text[-1]["content"] if text else ""
         code = extract_code(self.prefill + completion_text(text))
         tree = parse_or_none(code)
         start = self.prefill.removeprefix("```python\n")  # `def aux`: what a team answer continues

@@ -364,6 +364,12 @@ class LocalReward:
         return local, per_func, nonfinite
 
 
+def tool_keywords(tool_messages: AgentToolMessages | None) -> dict[str, Any]:
+    """The keyword a `compute_rewards` call gets in a turn with tools (`tool_messages=`), none otherwise: an override
+    written before tools keeps working where no agent has any."""
+    return {} if tool_messages is None else {"tool_messages": tool_messages}
+
+
 def check_tool_scoring(compute_rewards: Callable[..., Any] | None,
                        *reward_sets: RewardSet | LocalReward | None) -> None:
     """In a trainer with tools, before any step: refuse a reward function of `reward_sets` that cannot take

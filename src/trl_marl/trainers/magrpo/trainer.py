@@ -42,7 +42,7 @@ from ...reward_contract import (
     RewardFunctionError,
     TeamReward,
 )
-from ...reward_contract.sets import AgentToolMessages
+from ...reward_contract.sets import AgentToolMessages, tool_keywords
 from ...rollout import JointRollout, Rollout, TurnResult, assign_advantages, rollout_advantages
 from ...team import AgentBatch, AgentTeam, pad_left, pad_right
 from ...tools.loop import tool_masks_tensor
@@ -356,9 +356,7 @@ class MAGRPOTrainer(TeamTrainer):
                     transcripts: list[Transcript], turn: int, trainer_state: TrainerState | None = None,
                     tool_messages: AgentToolMessages | None = None,
                     ) -> tuple[torch.Tensor, torch.Tensor]:
-        if tool_messages is None:  # an override of `compute_rewards` from before tools keeps working
-            return self.compute_rewards(prompts, completions, rows, transcripts, turn)
-        return self.compute_rewards(prompts, completions, rows, transcripts, turn, tool_messages=tool_messages)
+        return self.compute_rewards(prompts, completions, rows, transcripts, turn, **tool_keywords(tool_messages))
 
     def compute_advantages(self, rollout: Rollout) -> list[torch.Tensor]:
         """The advantages of every turn of one scored rollout, from its returns (override to change the credit).

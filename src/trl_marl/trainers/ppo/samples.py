@@ -14,6 +14,7 @@ from torch import nn
 from ...core import engine_importance_sampling_ratio
 from ...core.ppo import INVALID_LOGPROB, kl_penalty, response_masks, shaped_token_rewards
 from ...reward_contract import RewardFunctionError, RewardSet, unscorable_message
+from ...reward_contract.sets import tool_keywords
 from ...rollout import Rollout
 from ...team import AgentTeam, pad_left
 from ..engine_correction import corrects_engine_mismatch, padded_logps
@@ -353,8 +354,8 @@ def score_with_reward_funcs(rollouts: list[AgentRollout | None], played: Rollout
         episode_rows = [rows[node.row_index] for node in t.nodes]
         episode_transcripts = [transcripts[node.row_index] for node in t.nodes]
         # with tools, the rewards also read each response's calls and results (one sample per agent and episode)
-        tools = {} if t.tool_messages is None else {"tool_messages": t.tool_messages}
-        per_func, bad = compute_rewards(t.prompts, t.completions, episode_rows, episode_transcripts, t.turn, **tools)
+        per_func, bad = compute_rewards(t.prompts, t.completions, episode_rows, episode_transcripts, t.turn,
+                                        **tool_keywords(t.tool_messages))
         total = rewards.combine(per_func, bad)  # (B, A), NaN where unscorable
         nonfinite += int(bad.sum())
         scored_any = scored_any or bool((~torch.isnan(per_func)).any())

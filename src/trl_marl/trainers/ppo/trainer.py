@@ -45,7 +45,7 @@ from ...core.ppo import (
 )
 from ...envs.base import MultiAgentEnv, PromptEnv, TokenizedPromptEnv, Transcript
 from ...reward_contract import NonFiniteError, RewardFunc, RewardFunctionError, RewardSet
-from ...reward_contract.sets import AgentToolMessages
+from ...reward_contract.sets import AgentToolMessages, tool_keywords
 from ...rollout import JointRollout, Rollout
 from ...team import AgentTeam, sequence_model_inputs
 from ...team.quantized import keep_4bit_trainable
@@ -831,9 +831,9 @@ class MultiAgentPPOTrainer(TeamTrainer):
         rewards: dict[int, list[float]] = {}
         if self.rewards is not None:
             for t in played.turns:  # with tools, the rewards read each agent's calls as in training
-                tools = {} if t.tool_messages is None else {"tool_messages": t.tool_messages}
                 per_func, bad = self.compute_rewards(t.prompts, t.completions, [rows[n.row_index] for n in t.nodes],
-                                                     [transcripts[n.row_index] for n in t.nodes], t.turn, **tools)
+                                                     [transcripts[n.row_index] for n in t.nodes], t.turn,
+                                                     **tool_keywords(t.tool_messages))
                 rewards[t.turn] = self.rewards.combine(per_func, bad).nanmean(dim=1).tolist()
         return transcripts, rewards
 
