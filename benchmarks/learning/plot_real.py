@@ -87,6 +87,18 @@ def of_task(runs: Sequence[tuple[dict[str, Any], dict[str, Any]]],
     return [(record, run) for record, run in runs if record["settings"].get("task", "split") == task]
 
 
+def of_steps(runs: Sequence[tuple[dict[str, Any], dict[str, Any]]],
+             steps: int | None) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """The runs trained for `steps` optimizer steps; with None, all of them, which must share one step count (a plot
+    of seeds trained for different lengths would compare unlike runs: the error names `--steps`)."""
+    if steps is not None:
+        return [(record, run) for record, run in runs if record["settings"].get("steps") == steps]
+    counts = sorted({record["settings"].get("steps") for record, _ in runs}, key=str)
+    if len(counts) > 1:
+        raise SystemExit(f"the records ran {counts} optimizer steps: plot one length at a time with --steps N")
+    return list(runs)
+
+
 def magrpo_series(runs: Sequence[tuple[dict[str, Any], dict[str, Any]]],
                   value: Callable[[dict[str, Any]], float] = heldout_success) -> dict[str, Any]:
     """Per arm: the reward curve and the held-out `value` before and after of each seed (arms `team`, `central`,
@@ -163,13 +175,15 @@ def main(argv: Sequence[str] | None = None) -> str:
     parser.add_argument("task", choices=sorted(TITLES))
     parser.add_argument("--records", nargs="+", required=True, help="record files (globs allowed)")
     parser.add_argument("--output", required=True, help="PNG path")
+    parser.add_argument("--steps", type=int, default=None,
+                        help="keep the records trained for this many steps (needed when the records mix lengths)")
     args = parser.parse_args(argv)
     runs = load_runs(args.records)
     if args.task == "debate":
         arms, metric, top = debate_series(runs), "majority accuracy at the last turn", 1.0
     else:
         value, metric, top = MAGRPO_METRICS[args.task]
-        arms = magrpo_series(of_task(runs, RECORD_TASKS[args.task]), value)
+        arms = magrpo_series(of_steps(of_task(runs, RECORD_TASKS[args.task]), args.steps), value)
         if not arms:
             raise SystemExit(f"no record of {args.records} ran --task {RECORD_TASKS[args.task]}")
     fig = figure(args.task, arms, metric, top)

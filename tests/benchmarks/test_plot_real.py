@@ -93,3 +93,20 @@ def test_a_plot_keeps_only_the_records_of_its_task(plot: Any, tmp_path: Path) ->
     assert [run["seed"] for _, run in plot.of_task(runs, plot.RECORD_TASKS["rule_division"])] == [7]
     with pytest.raises(SystemExit, match="ran --task writing"):
         plot.main(["writing", "--records", str(tmp_path / "coding_rule.json"), "--output", str(tmp_path / "w.png")])
+
+
+def test_records_of_different_lengths_are_plotted_one_length_at_a_time(plot: Any, tmp_path: Path) -> None:
+    """20-step and 40-step runs of one task match one glob: without `--steps` the plot refuses the mix."""
+    for seed, steps in ((0, 20), (1, 40), (2, 40)):
+        _magrpo_record(tmp_path / f"rec{seed}.json", seed)
+        record = json.loads((tmp_path / f"rec{seed}.json").read_text())
+        record["settings"]["steps"] = steps
+        (tmp_path / f"rec{seed}.json").write_text(json.dumps(record))
+    runs = plot.load_runs([str(tmp_path / "rec*.json")])
+    assert [run["seed"] for _, run in plot.of_steps(runs, 40)] == [1, 2]
+    assert [run["seed"] for _, run in plot.of_steps(runs[:1], None)] == [0]
+    with pytest.raises(SystemExit, match=r"ran \[20, 40\] optimizer steps: plot one length at a time with --steps"):
+        plot.of_steps(runs, None)
+    out = tmp_path / "c.png"
+    plot.main(["coding", "--records", str(tmp_path / "rec*.json"), "--output", str(out), "--steps", "20"])
+    assert out.exists()
