@@ -1319,6 +1319,9 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=1, help="torch threads (1 on a shared machine)")
     parser.add_argument("--max-staleness", type=int, default=0,
                         help="MAGRPO's asynchronous rollouts (`max_staleness`; 0: synchronous, the records so far)")
+    parser.add_argument("--share-prompt-forward", action="store_true",
+                        help="MAGRPO's training forward runs each distinct prompt once (`share_prompt_forward`; the "
+                             "records before 2026-12-05 ran every row's prompt)")
     parser.add_argument("--lr", type=float, default=None)
     parser.add_argument("--batch", type=int, default=None)
     parser.add_argument("--eval-rows", type=int, default=None,
@@ -1361,6 +1364,10 @@ def settings_for(args: argparse.Namespace) -> dict[str, Any]:
         if args.kind != "magrpo":
             raise SystemExit("--max-staleness runs MAGRPO's asynchronous rollouts: use it with `magrpo`.")
         sizes["max_staleness"] = args.max_staleness
+    if args.share_prompt_forward:
+        if args.kind != "magrpo":
+            raise SystemExit("--share-prompt-forward is MAGRPO's training forward: use it with `magrpo`.")
+        sizes["share_prompt_forward"] = True
     if args.value_adapter:
         if args.kind != "maporl":
             raise SystemExit("--value-adapter chooses MAPoRL's critics: use it with `maporl`.")

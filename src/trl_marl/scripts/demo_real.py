@@ -160,8 +160,9 @@ def magrpo_trainer(env: MultiAgentEnv, reward: Callable[..., Any], rows: Sequenc
                    cpu_threads: int | None = None, tools: Sequence[Any] | None = None) -> MAGRPOTrainer:
     """A MAGRPO trainer on the real model with LoRA adapters ([`real_lora_config`]), saving nothing; `cpu_threads`:
     its torch threads (None: the trainer's choice, `utils.threads`); `sizes["max_staleness"]` (default 0):
-    asynchronous rollouts; `tools`: the trainer's `tools` (per agent), with `sizes["tool_rounds"]` rounds of calls
-    per turn (default: until the completion budget is spent)."""
+    asynchronous rollouts; `sizes["share_prompt_forward"]` (default False): the shared prompt forward; `tools`: the
+    trainer's `tools` (per agent), with `sizes["tool_rounds"]` rounds of calls per turn (default: until the
+    completion budget is spent)."""
     from datasets import Dataset
 
     from ..trainers import MAGRPOConfig, MAGRPOTrainer
@@ -175,6 +176,7 @@ def magrpo_trainer(env: MultiAgentEnv, reward: Callable[..., Any], rows: Sequenc
         frozen_agents=list(frozen), activation_checkpointing=False,  # short CPU sequences: no recompute
         cpu_threads=cpu_threads, max_staleness=sizes.get("max_staleness", 0),
         max_tool_calling_iterations=sizes.get("tool_rounds"),
+        share_prompt_forward=sizes.get("share_prompt_forward", False),
     )
     return MAGRPOTrainer(model=model, reward_funcs=reward, env=env, args=config,
                          train_dataset=Dataset.from_list(list(rows)), peft_config=real_lora_config(), tools=tools)

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import warnings
 import weakref
 from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
@@ -52,6 +53,7 @@ from .batch import AgentBatch
 from .compile import CompiledForward, call_model
 from .head import bound_head, head_path, head_path_checked
 from .mixed_adapters import sliced_adapter_rows, sliced_adapter_rows_plan
+from .shared_prompt import shared_prompt_output, shared_prompt_unsupported
 
 __all__ = ["AgentBatch", "LogProbForwards", "TokenWindow", "completion_window",
            "dropout_active", "head_path", "joint_completion_window", "logits_dtype_autocast", "no_autograd",
@@ -274,6 +276,7 @@ class LogProbForwards:
         self.team = team
         self.forward_call: Any = call_model
         self._joint_rows: tuple[list[str], Any] | None = None  # the rows' adapters and plan while a joint forward runs
+        self._sharing_warned: set[str] = set()  # the reasons `share_prompt_forward` was refused, warned once each
 
     def compile_forwards(self, backend: str | None = None, mode: str | None = None) -> None:
         """Run the log-probability forwards (training, old-policy, reference; not generation) through
@@ -381,6 +384,12 @@ class LogProbForwards:
             )
         head = self._logprob_head(model)
         out = self._window_output(model, window, head, adapter_rows)
+        return self._score(out, labels, head, temperature, compute_entropy, entropy_grad)
+
+    def _score(self, out: torch.Tensor, labels: Sequence[torch.Tensor], head: _ChunkedHead | None,
+               temperature: float | None, compute_entropy: bool,
+               entropy_grad: bool) -> list[tuple[torch.Tensor, torch.Tensor | None]]:
+        """`token_logps`'s scoring of the forward's outputs `out` (hidden states with `head`, else logits)."""
         settings = self.team.settings
         temperature = settings.temperature if temperature is None else temperature
         results: list[tuple[torch.Tensor, torch.Tensor | None]] = []
@@ -400,10 +409,27 @@ class LogProbForwards:
     def _logps(
         self, model: PreTrainedModel, batch: AgentBatch, compute_entropy: bool, entropy_grad: bool = False
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """`token_logps` of `batch`'s completions in MAGRPO's layout (TRL's under dropout: `completion_window`)."""
-        window = completion_window(batch, dropout_active(model))
+        """`token_logps` of `batch`'s completions in MAGRPO's layout (TRL's under dropout: `completion_window`), or,
+        with the team's `share_prompt_forward`, each distinct prompt run once (`team.shared_prompt`) where it can."""
+        dropout = dropout_active(model)
+        if self.team.settings.share_prompt_forward and self._sharing(model, dropout):
+            head = self._logprob_head(model)
+            out = shared_prompt_output(model, batch, None if head is None else head.backbone,
+                                       takes_logits_to_keep(model))
+            if out is not None:
+                return self._score(out, [batch.completion_ids], head, None, compute_entropy, entropy_grad)[0]
+        window = completion_window(batch, dropout)
         return self.token_logps(model, window, [batch.completion_ids], compute_entropy=compute_entropy,
                                 entropy_grad=entropy_grad)[0]
+
+    def _sharing(self, model: PreTrainedModel, dropout: bool) -> bool:
+        """Whether `model`'s forward can share its prompts now; if not, a warning names why (once per reason)."""
+        reason = shared_prompt_unsupported(model, self.forward_call, dropout)
+        if reason is not None and reason not in self._sharing_warned:
+            self._sharing_warned.add(reason)
+            warnings.warn(f"`share_prompt_forward` is on, but {reason}: the log-probability forwards run every "
+                          "row's prompt.", stacklevel=3)
+        return reason is None
 
     def forward(
         self, batches: Sequence[AgentBatch | None], compute_entropy: bool = False, entropy_grad: bool = False
@@ -414,7 +440,8 @@ class LogProbForwards:
         `batches[a]` is agent `a`'s samples (or `None` when it has none this step). The entropies are computed on
         detached logits (for logging and token selection) unless `entropy_grad` (an entropy bonus in the loss).
         """
-        joint = self._joint_adapter_rows(batches)
+        # the shared prompt forward runs agent by agent (the joint adapter forward does not share prompts)
+        joint = None if self.team.settings.share_prompt_forward else self._joint_adapter_rows(batches)
         if joint is not None:
             results = self._joint_logps(batches, joint, compute_entropy, entropy_grad)
         else:

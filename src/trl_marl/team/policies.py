@@ -333,6 +333,7 @@ class AgentTeam(ChatMixin, nn.Module):
     continuous_batching_config = _setting("continuous_batching_config")
     joint_adapter_forward = _setting("joint_adapter_forward")
     logprob_chunk_elements = _setting("logprob_chunk_elements")
+    share_prompt_forward = _setting("share_prompt_forward")
 
     @property
     def settings(self) -> TeamSettings:

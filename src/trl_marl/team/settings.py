@@ -1,10 +1,10 @@
 """`TeamSettings`: the knobs that the parts of an `AgentTeam` read, typed, with each default written once.
 
-The team's log-probability forwards read `temperature`, `joint_adapter_forward` and `logprob_chunk_elements`; its
-own decoding (`team.generation.transformers_backend`) reads `share_prompt_prefill`, `lean_decode` and
-`continuous_batching_config`. A trainer builds them once from its config (`TeamTrainer._setup_generation`) and hands
-them to [`AgentTeam.configure`]; a user may do the same, or set one attribute (`team.temperature = 0.7`), which
-replaces that one field and checks the result the same way.
+The team's log-probability forwards read `temperature`, `joint_adapter_forward`, `logprob_chunk_elements` and
+`share_prompt_forward`; its own decoding (`team.generation.transformers_backend`) reads `share_prompt_prefill`,
+`lean_decode` and `continuous_batching_config`. A trainer builds them once from its config
+(`TeamTrainer._setup_generation`) and hands them to [`AgentTeam.configure`]; a user may do the same, or set one
+attribute (`team.temperature = 0.7`), which replaces that one field and checks the result the same way.
 
 Example:
 
@@ -54,6 +54,9 @@ class TeamSettings:
         logprob_chunk_elements (`int`, defaults to `2**24`): The log-probability forwards take each token's
             log-probability through the LM head a chunk of positions at a time, with at most this many logits per
             chunk (`team.head`); 0 computes the full `[batch, length, vocab]` logits at once.
+        share_prompt_forward (`bool`, defaults to `False`): MAGRPO's log-probability forward runs each distinct
+            prompt of an agent's batch once and its completions after the prompt's KV cache (`team.shared_prompt`),
+            where the forward allows it; the same values up to floating-point reordering.
     """
 
     temperature: float = 1.0
@@ -62,6 +65,7 @@ class TeamSettings:
     continuous_batching_config: Any = None
     joint_adapter_forward: bool = True
     logprob_chunk_elements: int = field(default=DEFAULT_CHUNK_ELEMENTS)
+    share_prompt_forward: bool = False
 
     def __post_init__(self) -> None:
         temperature = self.temperature
@@ -71,7 +75,7 @@ class TeamSettings:
                 f"`temperature` must be a number > 0 (the logits are divided by it), got {temperature!r}: pass the "
                 "sampling temperature, e.g. `temperature=1.0` (greedy decoding still scores at a temperature > 0)."
             )
-        for name in ("share_prompt_prefill", "lean_decode", "joint_adapter_forward"):
+        for name in ("share_prompt_prefill", "lean_decode", "joint_adapter_forward", "share_prompt_forward"):
             _check_flag(name, getattr(self, name))
         chunk = self.logprob_chunk_elements
         if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 0:

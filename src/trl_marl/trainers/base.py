@@ -5,8 +5,7 @@ constructor, input checks, the data loader, dropout, the processes, the metrics 
 algorithm. Its constructor steps, called in this order by a subclass's `__init__` (each trainer keeps only what
 differs between them):
 
-1. `_check_inputs`: the environment against the config, the datasets' columns and first prompts, before any model
-   loads;
+1. `_check_inputs`: the environment against the config, the datasets' columns and first prompts, before any model;
 2. `_build_team`: seeded from `args.seed`, the team built by the trainer's builder, its CPU threads, and every
    prompt's length checked against the completion budget;
 3. `_setup_generation`: the team's typed settings (`team.settings.TeamSettings`) and generation backend, set at once
@@ -202,11 +201,12 @@ class TeamTrainer(TeamCheckpointMixin, TRLBaseTrainer):
                           continuous_batching_config: Any = None) -> None:
         """Step 3: the team's typed settings, built from the config here and set at once (`AgentTeam.configure`):
         the team samples at `temperature` (its log-probabilities divide the logits by it), shares prompt prefills as
-        `args.share_prompt_prefill` says, decodes with `continuous_batching_config` (MAGRPO's
-        `use_transformers_continuous_batching`; None: off), and through the backend of the config's typed
-        [`GenerationSettings`] (`team.generation.build_generation_backend`, built after the settings are set)."""
+        `args.share_prompt_prefill` says (and prompt forwards as MAGRPO's `share_prompt_forward`), decodes with
+        `continuous_batching_config` (MAGRPO's `use_transformers_continuous_batching`; None: off), and through the
+        backend of the config's typed [`GenerationSettings`] (`team.generation.build_generation_backend`)."""
         settings = team.settings.replace(temperature=temperature, share_prompt_prefill=args.share_prompt_prefill,
-                                         continuous_batching_config=continuous_batching_config)
+                                         continuous_batching_config=continuous_batching_config,
+                                         share_prompt_forward=getattr(args, "share_prompt_forward", False))
         backend = GenerationSettings.of(args)
         team.configure(settings, generation_backend=lambda team: build_generation_backend(backend, team))
 

@@ -82,10 +82,10 @@ from transformers.generation import (
     TypicalLogitsWarper,
 )
 
+from ..cache_names import cache_kwarg, output_cache
 from ..forward import takes_logits_to_keep
 from ..mixed_adapters import sliced_adapter_rows
 from .base import INERT_SETTINGS, global_generation_defaults, is_default_setting, resolve_generation_settings
-from .cache_names import cache_kwarg, output_cache
 
 __all__ = ["BehaviourLogps", "decode", "lean_decode_unsupported", "lean_generate"]
 

@@ -34,9 +34,9 @@ from typing import Any
 import torch
 from transformers import DynamicCache, GenerationConfig
 
+from ..cache_names import cache_kwarg, output_cache
 from ..forward import takes_logits_to_keep
 from ..mixed_adapters import sliced_adapter_rows
-from .cache_names import cache_kwarg, output_cache
 
 
 @dataclass

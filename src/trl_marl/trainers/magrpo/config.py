@@ -187,6 +187,12 @@ class MAGRPOConfig(GRPOConfig):
         share_prompt_prefill (`bool`, defaults to `True`): Run each node's prompt prefill once for its G samples
             (and for agents of the same weights that see the same prompt) and copy the KV cache to every sample
             (`AgentTeam.share_prompt_prefill`).
+        share_prompt_forward (`bool`, defaults to `False`): The training log-probability forward runs each distinct
+            prompt of an agent's batch once and its G completions after the prompt's KV cache (`team.shared_prompt`):
+            `U * P + B * (C - 1)` tokens instead of `B * (P + C - 1)`; the same log-probabilities and gradients up to
+            floating-point reordering. Each agent's forward then runs apart (the joint adapter forward of
+            `backward_per_agent=False` does not share prompts). Not with dropout, activation checkpointing or
+            `torch_compile` (a warning says so and the usual forward runs).
         max_staleness (`int`, defaults to `0`): Asynchronous rollouts (TRL's `AsyncGRPOTrainer` field name): with
             s > 0 a worker thread generates the rollouts of the next s optimizer steps, with its own copy of the
             team's trained parameters (and the vLLM engine, with `generation_backend="vllm"`), while the current
@@ -301,6 +307,16 @@ class MAGRPOConfig(GRPOConfig):
     max_tool_result_chars: int | None = max_tool_result_chars_field()
     team_mode: str | None = team_mode_field()
     share_prompt_prefill: bool = share_prompt_prefill_field()
+    share_prompt_forward: bool = field(
+        default=False,
+        metadata={
+            "help": "The training log-probability forward runs each distinct prompt of an agent's batch once, with "
+            "gradients, and the completions after its KV cache: U*P + B*(C-1) tokens instead of B*(P+C-1) (U "
+            "distinct prompts, B rows); the same log-probabilities and gradients up to floating-point reordering. "
+            "Not with dropout, activation checkpointing or torch_compile (a warning says why and every row's "
+            "prompt runs)."
+        },
+    )
     generation_backend: str = generation_backend_field()
     compiled_sync_every: int = compiled_sync_every_field()
     vllm_logprobs_mode: str = vllm_logprobs_mode_field()
