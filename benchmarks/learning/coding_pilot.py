@@ -98,6 +98,13 @@ It failed (`pilot_tool_division_calls_t1.json`: a product computed in 0.24 and 0
 
 The writing task is piloted here too: one script for every issue-55 design with a choice to gate.
 
+- `--task writing_halves_decide` (design 6 of the halves: the coding rule division's design carried over, parts by
+  number, "decide whether you summarize part 2 or part 1", answers prefilled up to "I summarize part", a collision
+  paying nothing; gates fixed before its pilot): the halves' gates (each writer names a part in at least 0.3 of its
+  answers, both prefer the same part by at least 1.5 to 1, each writer's less chosen part in at least 0.1, second-part
+  summaries scoring at least 0.7 of first-part ones) and the rule division's skill gate carried over: each part's
+  summaries (pooled over the writers) score at least 0.15 on average. If it passes, it is trained.
+
     python benchmarks/learning/coding_pilot.py --task coding_private --rows 16
 """
 
@@ -184,6 +191,9 @@ def task_gates(task: str, m: dict[str, Any]) -> dict[str, Any]:
     gates |= {"half_score": half_score, "second_to_first_score": balance, "balance_gate": ">= 0.7 (design 4)"}
     gates["passes"] = bool(min(named.values()) >= 0.3 and same_bias and min(minority.values()) >= 0.1
                            and balance is not None and balance >= 0.7)
+    if task == "writing_halves_decide":  # design 6 adds the rule division's skill gate
+        skilled = all(score is not None and score >= 0.15 for score in half_score.values())
+        gates |= {"skill_gate": ">= 0.15 per part (pooled half score)", "passes": gates["passes"] and skilled}
     return gates
 
 
@@ -200,7 +210,7 @@ def main() -> None:
                                  "writing_halves",
                                  "writing_halves_second_first",
                                  "writing_halves_no_clause", "writing_halves_named",
-                                 "writing_halves_named_second_first"))
+                                 "writing_halves_named_second_first", "writing_halves_decide"))
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--output", default=None, help="default benchmarks/results/pilot_<task>.json")
     args = parser.parse_args()

@@ -46,6 +46,7 @@ sets to check the wiring (not a measurement).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import os
@@ -692,7 +693,8 @@ reach at most, so success needs the halves split and both summaries about their 
 
 
 def writing_halves_task(name: str = "writing_halves", instruction: str | None = None,
-                        writers: tuple[str, str] = ("1", "2"), split_bonus: float = 0.0) -> Task:
+                        writers: tuple[str, str] = ("1", "2"), split_bonus: float = 0.0, template: str | None = None,
+                        prefill: str | None = None, require_split: bool = False) -> Task:
     """Cooperative writing where the writers choose who summarizes which half (`HalvesWritingEnv`, issue 55): both
     read the same text in two halves and the same instruction, and differ only in "You are writer 1/2"; each answer
     is prefilled with "I summarize the", so its first word is the writer's choice. `HalvesTeamReward` pays for each
@@ -702,8 +704,16 @@ def writing_halves_task(name: str = "writing_halves", instruction: str | None = 
     least `HALVES_SUCCESS`; metrics: which half each writer chose, collisions, the team reward. No centralised arm.
     `instruction` and `writers` replace the env's (`name` names the variant); `split_bonus` is the trained reward's
     bonus for the division (`HalvesTeamReward(split_bonus=...)`; success and the `team_reward` metric stay the share
-    without it, so every design is measured alike)."""
-    from trl_marl.envs.writing_halves import HALVES_INSTRUCTION, HalvesWritingEnv, split_halves
+    without it, so every design is measured alike). `template` and `prefill` replace the env's; with `require_split`
+    the trained reward pays nothing unless the writers chose different halves, and it is also what success and the
+    teamwork evaluation score (as the coding rule division scores its pass rate)."""
+    from trl_marl.envs.writing_halves import (
+        HALVES_INSTRUCTION,
+        HALVES_PREFILL,
+        HALVES_TEMPLATE,
+        HalvesWritingEnv,
+        split_halves,
+    )
     from trl_marl.rewards.writing_halves import HalvesTeamReward, halves_metrics
     from trl_marl.rewards.writing_source import content_words
 
@@ -718,7 +728,8 @@ def writing_halves_task(name: str = "writing_halves", instruction: str | None = 
     def env(central: bool) -> Any:
         if central:
             raise ValueError(f"{name} has no centralised arm.")
-        return HalvesWritingEnv(chat=True, instruction=instruction or HALVES_INSTRUCTION, writers=writers)
+        return HalvesWritingEnv(chat=True, instruction=instruction or HALVES_INSTRUCTION, writers=writers,
+                                template=template or HALVES_TEMPLATE, prefill=prefill or HALVES_PREFILL)
 
     def train_rows(count: int, seed: int) -> list[dict[str, Any]]:
         return random.Random(seed).choices(train, k=count)
@@ -730,8 +741,9 @@ def writing_halves_task(name: str = "writing_halves", instruction: str | None = 
         return {"team_reward": HalvesTeamReward(), **halves_metrics()}
 
     sizes = {**(base.sizes or {}), "completion": 48}
-    return Task(name, env, lambda env: HalvesTeamReward(split_bonus=split_bonus), train_rows, eval_rows,
-                success=lambda env: AtLeast(HalvesTeamReward(), HALVES_SUCCESS), sizes=sizes, central=False,
+    trained = functools.partial(HalvesTeamReward, split_bonus=split_bonus, require_split=require_split)
+    success = (lambda env: trained()) if require_split else (lambda env: AtLeast(HalvesTeamReward(), HALVES_SUCCESS))
+    return Task(name, env, lambda env: trained(), train_rows, eval_rows, success=success, sizes=sizes, central=False,
                 metrics=metrics)
 
 
@@ -820,6 +832,26 @@ def writing_halves_bonus_task() -> Task:
 
 
 TASKS["writing_halves_bonus"] = writing_halves_bonus_task
+
+
+def writing_halves_decide_task() -> Task:
+    """Design 6 of the halves task: the coding rule division's design carried to the halves. The parts by number
+    (`HALVES_NUMBERED_TEMPLATE`), the decision naming part 2 first (`HALVES_DECIDE_INSTRUCTION`: "decide whether you
+    summarize part 2 or part 1"), each answer prefilled up to "I summarize part" so that its first token (the
+    number) is the choice, and a collision paying nothing (`HalvesTeamReward(require_split=True)`, as a program
+    missing a function passes no test), which the teamwork evaluation and success score too. Rows, sampling and
+    metrics as `writing_halves`."""
+    from trl_marl.envs.writing_halves import (
+        HALVES_DECIDE_INSTRUCTION,
+        HALVES_NUMBERED_PREFILL,
+        HALVES_NUMBERED_TEMPLATE,
+    )
+
+    return writing_halves_task("writing_halves_decide", HALVES_DECIDE_INSTRUCTION, template=HALVES_NUMBERED_TEMPLATE,
+                               prefill=HALVES_NUMBERED_PREFILL, require_split=True)
+
+
+TASKS["writing_halves_decide"] = writing_halves_decide_task
 
 
 def tool_division_task(first: bool = False, read: str = "answer", temperature: float = 0.7) -> Task:

@@ -9,7 +9,10 @@ import pytest
 
 from trl_marl.envs.base import Transcript
 from trl_marl.envs.writing_halves import (
+    HALVES_DECIDE_INSTRUCTION,
     HALVES_INSTRUCTION,
+    HALVES_NUMBERED_PREFILL,
+    HALVES_NUMBERED_TEMPLATE,
     HALVES_PREFILL,
     HalvesWritingEnv,
     halves_choice,
@@ -60,6 +63,11 @@ def test_split_halves_cuts_at_the_sentence_end_nearest_the_middle() -> None:
     (" firstly, opens.", (None, "firstly, opens.")),
     ("", (None, "")),
     ([{"role": "assistant", "content": " second half: Raises."}], ("second", "Raises.")),
+    (" 1: Opens a file.", ("first", "Opens a file.")),  # the numbered design: "I summarize part" + the number
+    (" 2 - Raises.", ("second", "Raises.")),
+    ("2: Raises.", ("second", "Raises.")),
+    (" 12 words: about both.", (None, "12 words: about both.")),  # a number that is no part's
+    (" 3: Raises.", (None, "3: Raises.")),
 ])
 def test_halves_choice_reads_the_first_word_only(answer: Any, expected: tuple[Any, str]) -> None:
     assert halves_choice(answer) == expected
@@ -213,3 +221,50 @@ def test_choice_metrics_and_errors() -> None:
         HalfScore(0, "third")
     with pytest.raises(KeyError, match="'text'"):
         HalfScore(0, "first")(None, None, agent_completions=scored)
+
+
+NUMBERED = (" 1: Reads the configuration file and parses its sections into options, creating missing sections with "
+            "defaults.",
+            " 2: Values that are not integers raise ValueError with the line number, and hash comments are ignored.")
+
+
+def test_the_numbered_design_prompt_and_prefill() -> None:
+    env = HalvesWritingEnv(instruction=HALVES_DECIDE_INSTRUCTION, template=HALVES_NUMBERED_TEMPLATE,
+                           prefill=HALVES_NUMBERED_PREFILL)
+    prompts = [env.agent_prompt({"text": SOURCE}, i, Transcript()) for i in (0, 1)]
+    assert prompts[0][-1] == {"role": "assistant", "content": "I summarize part"} == prompts[1][-1]
+    user = prompts[0][0]["content"]
+    assert user.endswith(f"Part 1:\n{FIRST}\n\nPart 2:\n{SECOND}")
+    assert "You are writer 1: decide whether you summarize part 2 or part 1." in user
+    assert prompts[1][0]["content"] == user.replace("writer 1:", "writer 2:")
+
+
+def test_require_split_pays_a_collision_nothing_by_hand() -> None:
+    """The numbered design's reward (`require_split=True`): a split earns its share, as without the option; a
+    collision, or an answer without a choice, earns 0 instead of at most 0.5."""
+    strict, share = HalvesTeamReward(require_split=True), HalvesTeamReward()
+    weak_first = " 1: Reads the file."
+    weak = half_summary_score("Reads the file.", FIRST, SECOND)
+    pairs = [NUMBERED, (weak_first, NUMBERED[1]), (NUMBERED[1], NUMBERED[0]), (NUMBERED[0], weak_first),
+             (NUMBERED[0], " whole text: all."), (NUMBERED[0], "")]
+    team = [[a for a, _ in pairs], [b for _, b in pairs]]
+    assert strict(None, None, agent_completions=team, text=[SOURCE] * len(pairs)) == pytest.approx(
+        [1.0, (weak + 1.0) / 2, 1.0, 0.0, 0.0, 0.0])
+    assert share(None, None, agent_completions=team, text=[SOURCE] * len(pairs)) == pytest.approx(
+        [1.0, (weak + 1.0) / 2, 1.0, 0.5, 0.5, 0.5])
+
+
+@pytest.mark.parametrize("name", sorted(GAMED))
+def test_gamed_answers_earn_nothing_with_require_split(name: str) -> None:
+    """Beside an honest partner a gamed answer earns at most 0.025 (a half at 0.05) when it splits, and nothing when
+    it collides or chooses nothing: far below the honest pair's 1.0."""
+    strict = HalvesTeamReward(require_split=True)
+
+    def pair(a: str, b: str) -> float:
+        return strict(None, None, agent_completions=[[a], [b]], text=[SOURCE])[0]
+
+    assert pair(*NUMBERED) == 1.0 and pair(*HONEST) == 1.0
+    partner = HONEST[0] if name == "the same half as the partner" else HONEST[1]
+    assert pair(GAMED[name], partner) <= 0.525 and pair(partner, GAMED[name]) <= 0.525
+    numbered = GAMED[name].replace(" second half:", " 2:").replace(" first half:", " 1:")
+    assert pair(numbered, NUMBERED[0]) <= 0.525

@@ -53,8 +53,26 @@ HALVES_TEMPLATE = "{instruction}\n\nFirst half:\n{first}\n\nSecond half:\n{secon
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=\S)")
 _STOP = re.compile(r"[.!?](?=\s|$)")
-_CHOICE = re.compile(r"\s*\W*\s*(first|second)\b(?:\s+half\b)?(?:\s+of\s+the\s+text\b)?\s*[:,.;\-\u2013\u2014]*\s*",
-                     re.IGNORECASE)
+_CHOICE = re.compile(r"\s*\W*\s*(first|second|1|2)\b(?:\s+half\b)?(?:\s+of\s+the\s+text\b)?"
+                     r"\s*[:,.;\-\u2013\u2014]*\s*", re.IGNORECASE)
+_NUMBERED = {"1": "first", "2": "second"}  # the parts' numbers (after [`HALVES_NUMBERED_PREFILL`]) are the halves'
+
+HALVES_NUMBERED_PREFILL = "I summarize part"
+"""The start of every answer of the numbered design ([`HALVES_DECIDE_INSTRUCTION`]): the model continues it with
+the part's number (" 1: ..."), one token, as a programmer of the coding rule division continues `def aux`."""
+
+HALVES_DECIDE_INSTRUCTION = (
+    "Two writers summarize the text below together, and neither can see the other's summary. The text has two "
+    "parts: one writer summarizes part 1 in one sentence and the other writer summarizes part 2 in one sentence; if "
+    "both summarize the same part, the team fails. You are writer {writer}: decide whether you summarize part 2 or "
+    "part 1."
+)
+"""The numbered design's instruction (issue 55, the coding rule division's decision sentence for the halves): the
+parts by number, the decision naming part 2 first; with [`HALVES_NUMBERED_TEMPLATE`] and
+[`HALVES_NUMBERED_PREFILL`]."""
+
+HALVES_NUMBERED_TEMPLATE = "{instruction}\n\nPart 1:\n{first}\n\nPart 2:\n{second}"
+"""The numbered design's prompt (format fields `{instruction}`, `{first}`, `{second}`)."""
 
 
 def split_halves(text: str) -> tuple[str, str]:
@@ -94,7 +112,8 @@ def first_sentence(text: str) -> str:
 def halves_choice(completion: Any) -> tuple[str | None, str]:
     """The half an answer chose and its summary: `("first" | "second", summary)`, or `(None, text)` when the answer
     (which continues [`HALVES_PREFILL`]) does not start with one of the two words. "first half:", "second half of
-    the text," and a bare "first" are all read; only the first word decides, so an answer cannot choose both. The
+    the text," and a bare "first" are all read, and so are the parts' numbers ("1:", "2 -": the numbered design,
+    [`HALVES_NUMBERED_PREFILL`]); only the first word decides, so an answer cannot choose both. The
     summary is the [`first_sentence`] after the choice: the task asks for one sentence, and what a model writes after
     it (often a second summary, of the other half) is not read.
     """
@@ -102,7 +121,8 @@ def halves_choice(completion: Any) -> tuple[str | None, str]:
     match = _CHOICE.match(text)
     if match is None:
         return None, text.strip()
-    return match.group(1).lower(), first_sentence(text[match.end():])
+    choice = match.group(1).lower()
+    return _NUMBERED.get(choice, choice), first_sentence(text[match.end():])
 
 
 class HalvesWritingEnv(MultiAgentEnv):

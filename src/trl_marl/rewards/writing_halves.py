@@ -86,6 +86,10 @@ class HalvesTeamReward:
         split  = 1 if the two writers chose different halves and each summary scores >= split_gate, else 0
         reward = (1 - split_bonus) * share + split_bonus * split
 
+    With `require_split=True` a joint action whose writers did not choose different halves earns 0 (a summary of
+    half the text is not the team's summary), as a program missing one of its two functions passes no test in the
+    coding rule division: the reward of a split is its share, the reward of a collision nothing.
+
     So two writers that choose the same half earn at most (1 - split_bonus) / 2 (one half summarized, however well),
     and a team earns more only by splitting the halves, as [`~trl_marl.rewards.coordination.SplitItemsReward`] pays in
     the split game. With `split_bonus=0` (the default) the reward is the share alone; a bonus pays the division itself
@@ -98,6 +102,7 @@ class HalvesTeamReward:
         text_column (`str`): The dataset column holding the source text (split as the env splits it).
         split_bonus (`float`): The weight of the division bonus, in [0, 1).
         split_gate (`float`): The score each summary needs for the bonus, in (0, 1].
+        require_split (`bool`): Pay nothing unless the two writers chose different halves.
         **score_kwargs: Keyword arguments of [`half_summary_score`].
 
     Example:
@@ -116,7 +121,7 @@ class HalvesTeamReward:
     reward_kind = "team"  # a function of the joint action: one call per joint action in every trainer
 
     def __init__(self, text_column: str = "text", split_bonus: float = 0.0, split_gate: float = 0.25,
-                 **score_kwargs: Any) -> None:
+                 require_split: bool = False, **score_kwargs: Any) -> None:
         if not 0.0 <= split_bonus < 1.0:
             raise ValueError(f"HalvesTeamReward: `split_bonus` must be in [0, 1), got {split_bonus}.")
         if not 0.0 < split_gate <= 1.0:
@@ -124,6 +129,7 @@ class HalvesTeamReward:
         self.text_column = text_column
         self.split_bonus = split_bonus
         self.split_gate = split_gate
+        self.require_split = require_split
         self.score_kwargs = score_kwargs
 
     def scores(self, text: str, answers: Sequence[Any]) -> list[tuple[str | None, float]]:
@@ -147,6 +153,9 @@ class HalvesTeamReward:
             scored = self.scores(text, [agent[j] for agent in team])
             best = {half: max((s for c, s in scored if c == half), default=0.0) for half in HALVES}
             share = sum(best.values()) / len(HALVES)
+            if self.require_split and {c for c, _ in scored} != set(HALVES):
+                rewards.append(0.0)
+                continue
             if not self.split_bonus:
                 rewards.append(share)
                 continue
