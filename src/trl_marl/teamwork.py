@@ -18,7 +18,9 @@ weights play which role: each condition plays a *view* of the team, an [`AgentTe
 weights copied) whose members map to other members, to the untrained team's, or to a member's model with its adapter
 off (PEFT's `"__base__"` rows in a mixed-adapter batch). A blanked agent still samples, through the team's own
 decoding, and its completion is emptied afterwards: the random stream is the team condition's, so at turn 1 agent i's
-answers under `blank_partner_<i>` are exactly its answers under `team` and the difference is the partner's alone.
+answers under `blank_partner_<i>` are exactly its answers under `team` and the difference is the partner's alone. In
+a one-turn task without tools that is all a blanked condition samples, so it replays the team condition's samples
+instead of sampling them again (the same answers, two conditions fewer to sample for two agents).
 
 The global random state, the team's train/eval mode, its active adapters and every `requires_grad` flag are restored
 afterwards, so a trainer can call this between steps.
@@ -226,16 +228,32 @@ class _Plan:
 
 
 class _Blanking(GenerationBackend):
-    """The backend of a view: `inner`'s generation with the completions of the members in `blank` emptied."""
+    """The backend of a view: `inner`'s generation with the completions of the members in `blank` emptied.
+
+    With `record` (a list), every generation it returns is appended to it with its prompts; with `replay` (such a
+    list), it returns the recorded generations in order instead of sampling (the prompts must be the recorded ones).
+    A blanked condition of a one-turn task plays the team condition's members on the same prompts from the same seed,
+    so it samples exactly what the team condition sampled: replaying that skips the sampling and returns the same."""
 
     name = "teamwork"
 
-    def __init__(self, inner: GenerationBackend, blank: frozenset[int]) -> None:
-        self.inner, self.blank = inner, blank
+    def __init__(self, inner: GenerationBackend, blank: frozenset[int],
+                 record: list[tuple[Any, Generation]] | None = None,
+                 replay: list[tuple[Any, Generation]] | None = None) -> None:
+        self.inner, self.blank, self.record = inner, blank, record
+        self.replay = None if replay is None else list(replay)
 
     def generate(self, team: AgentTeam, prompt_ids: list[list[list[int]]], generation_config: GenerationConfig,
                  stop_token_ids: set[int] | None = None) -> Generation:
-        out = self.inner.generate(team, prompt_ids, generation_config, stop_token_ids=stop_token_ids)
+        if self.replay:
+            recorded, out = self.replay.pop(0)
+            if recorded != prompt_ids:
+                raise RuntimeError("teamwork: a replayed condition asked for other prompts than the team condition's; "
+                                   "this evaluation cannot replay it (a bug: please report it).")
+        else:
+            out = self.inner.generate(team, prompt_ids, generation_config, stop_token_ids=stop_token_ids)
+        if self.record is not None:
+            self.record.append((prompt_ids, out))
         if not self.blank:
             return out
 
@@ -246,9 +264,11 @@ class _Blanking(GenerationBackend):
         return Generation(out.prompt_ids, emptied(out.completion_ids), logps)
 
 
-def _view(plan: _Plan, team: AgentTeam) -> AgentTeam:
+def _view(plan: _Plan, team: AgentTeam, record: list[tuple[Any, Generation]] | None = None,
+          replay: list[tuple[Any, Generation]] | None = None) -> AgentTeam:
     """An [`AgentTeam`] over the models of `plan.members` (shared, not copied), member m played as `plan.members[m]`
-    says, sampling through the team's own decoding with the blanked members emptied."""
+    says, sampling through the team's own decoding with the blanked members emptied (`record`, `replay`:
+    [`_Blanking`]'s)."""
     models: list[Any] = []
     agent_model, agent_adapter, tokenizers = [], [], []
     for who in plan.members:
@@ -269,7 +289,7 @@ def _view(plan: _Plan, team: AgentTeam) -> AgentTeam:
     # the team's own decoding (a vLLM engine holds its own copy of the weights, which a view cannot remap)
     own = team.generation_backend
     inner = own if isinstance(own, TransformersBackend) else TransformersBackend()
-    view.configure(team.settings, generation_backend=_Blanking(inner, plan.blank))
+    view.configure(team.settings, generation_backend=_Blanking(inner, plan.blank, record, replay))
     return view
 
 
@@ -457,8 +477,12 @@ def evaluate_teamwork(
     results: dict[str, ConditionResult] = {}
     teams = [team] + ([untrained] if untrained is not None else [])
     devices = [team.device] if team.device.type == "cuda" else []
+    # one turn, no tools: a blanked condition samples what the team condition sampled (same members, prompts and
+    # seed), so it replays the team condition's generations instead of sampling them again
+    team_generations: list[tuple[Any, Generation]] | None = [] if env.num_turns == 1 and tool_loop is None else None
     for plan in plans:
-        view = _view(plan, team)
+        replay = team_generations if plan.blank and "team" in results and team_generations else None
+        view = _view(plan, team, record=team_generations if plan.name == "team" else None, replay=replay)
         rollout = JointRollout(env, view, reward_set, config, num_generations=1, seed=seed,
                                chat_template_kwargs=chat_template_kwargs, tool_loop=tool_loop,
                                stop_token_ids=set(stop_token_ids) if stop_token_ids is not None else None)

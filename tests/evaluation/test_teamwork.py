@@ -69,6 +69,33 @@ def test_blanking_a_partner_only_empties_its_answer(team: AgentTeam) -> None:
     assert report.gaps()["blank_partner_1"] == 0.0
 
 
+@pytest.mark.parametrize("num_turns, batch_size", [(1, None), (1, 3), (2, None)])
+def test_blanked_conditions_of_one_turn_replay_the_team_conditions_samples(
+        team: AgentTeam, monkeypatch: pytest.MonkeyPatch, num_turns: int, batch_size: int | None) -> None:
+    """One turn without tools: a blanked condition samples nothing and scores what the team condition sampled, which
+    is what it samples when played alone (same members, prompts and seed). With two turns it samples (its second turn
+    sees the blank answer)."""
+    from trl_marl.team.generation import TransformersBackend
+
+    calls: list[int] = []
+    original = TransformersBackend.generate
+
+    def counted(self: Any, *args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(TransformersBackend, "generate", counted)
+    env, kwargs = TargetSumEnv(num_turns=num_turns), dict(max_new_tokens=4, samples_per_row=3, batch_size=batch_size)
+    report = evaluate_teamwork(team, env, ROWS, reads_agent_1, conditions=["team", "blank_partner_0",
+                                                                           "blank_partner_1"], **kwargs)
+    per_condition = num_turns * (1 if batch_size is None else 2)  # 6 episodes: one call, or batches of 3
+    assert len(calls) == per_condition * (1 if num_turns == 1 else 3)
+    for name in ("blank_partner_0", "blank_partner_1"):  # the same as each condition played on its own
+        alone = evaluate_teamwork(team, env, ROWS, reads_agent_1, conditions=[name], **kwargs)
+        assert report[name].completions == alone[name].completions and report[name].score == alone[name].score
+        assert report[name].turn_scores == alone[name].turn_scores
+
+
 def test_blank_answers_reach_the_reward_and_the_next_turn(team: AgentTeam) -> None:
     def partner_seen(prompts: list[str], completions: list[Any], agent_completions: list[list[str]],
                      turn: int, **kwargs: Any) -> list[float]:
