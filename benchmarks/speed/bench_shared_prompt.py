@@ -8,6 +8,10 @@ difference of the completion tokens' log-probabilities. Cases:
 
 - `toy`: a random toy model (`trl_marl.toy`) of hidden 256, 4 layers, LoRA r=8 on q/v of every layer; 2 prompts of
   256 random tokens x G=8, completions of 16-32 tokens.
+- `random-<size>` (`random-0.5b`, `random-1.5b`, `random-tiny`): a Qwen2.5-shaped model of that size with random
+  weights (`benchmarks/gpu/bench_gpu.py`'s `build_model`), bf16 on a GPU (`--device cuda`), LoRA r=16 on q/v of
+  every layer; 4 prompts of `--prompt-tokens` (512) x G=8, completions of half to all of `--completion-tokens`
+  (256). `random-tiny` checks the case on a CPU.
 - `smollm2`: SmolLM2-135M-Instruct (offline copy, `trl_marl.offline_models`) with the learning runs' LoRA (r=8 on
   q/v of layers 22-29): the coding rule division's shapes, 2 prompts of its training rows (193 tokens) x G=8,
   completions of 20-40 tokens. Skipped when the model is not available.
@@ -15,6 +19,11 @@ difference of the completion tokens' log-probabilities. Cases:
 Run (1 thread; a few minutes on a 2-core CPU)::
 
     python benchmarks/speed/bench_shared_prompt.py --reps 3 --out benchmarks/results/shared_prompt_cpu.json
+
+On a GPU (random weights at real shapes)::
+
+    python benchmarks/speed/bench_shared_prompt.py --cases random-0.5b,random-1.5b --device cuda --reps 5 \
+        --out benchmarks/results/shared_prompt_gpu.json
 """
 
 from __future__ import annotations
@@ -52,13 +61,16 @@ def _time_case(team: Any, batch: Any, reps: int) -> dict[str, Any]:
     """Median wall seconds of agent 0's forward + backward per layout, alternated, and what each computed."""
     team.train()
     mask = batch.completion_mask.float()
+    cuda = batch.prompt_ids.is_cuda
 
     def run(share: bool) -> torch.Tensor:
         team.configure(share_prompt_forward=share)
         team.zero_grad()
         (logps, _), _ = team.forward([batch, None])
         (logps * mask).sum().backward()
-        return logps.detach()
+        if cuda:  # the time of the work, not of its launch
+            torch.cuda.synchronize()
+        return logps.detach().float()
 
     out = {share: run(share) for share in (False, True)}  # warm-up, and the two layouts' values
     times: dict[bool, list[float]] = {False: [], True: []}
@@ -94,6 +106,28 @@ def _toy_case(reps: int) -> dict[str, Any]:
                                    vocab=vocab), reps)
 
 
+def _random_case(size: str, reps: int, device: str, prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
+    from benchmarks.gpu.bench_gpu import SIZES, build_model, build_tokenizer
+    from peft import LoraConfig
+
+    from trl_marl.team import AgentBatch, AgentTeam
+
+    vocab = SIZES[size]["vocab_size"]
+    model = build_model(size, torch.bfloat16 if device == "cuda" else torch.float32, device)
+    team = AgentTeam.build(model, 2, mode="adapters", processing_class=build_tokenizer(vocab),
+                           peft_config=LoraConfig(r=16, target_modules=["q_proj", "v_proj"], lora_dropout=0.0))
+    generator = torch.Generator().manual_seed(1)
+    prompts = [torch.randint(3, vocab, (prompt_tokens,), generator=generator).tolist() for _ in range(4)]
+    batch = _batch([p for p in prompts for _ in range(8)], 0, completion_tokens // 2, completion_tokens, seed=2,
+                   vocab=vocab)
+    batch = AgentBatch(*(t.to(device) for t in (batch.prompt_ids, batch.prompt_mask, batch.completion_ids,
+                                                 batch.completion_mask)))
+    out = _time_case(team, batch, reps)
+    if device == "cuda":
+        out["device"] = torch.cuda.get_device_name()
+    return out
+
+
 def _smollm2_case(reps: int) -> dict[str, Any] | None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -127,7 +161,11 @@ def _smollm2_case(reps: int) -> dict[str, Any] | None:
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=3, help="timed calls per layout")
-    parser.add_argument("--cases", default="toy,smollm2", help="comma-separated: toy, smollm2")
+    parser.add_argument("--cases", default="toy,smollm2",
+                        help="comma-separated: toy, smollm2, random-<size> (tiny, 0.5b, 1.5b)")
+    parser.add_argument("--device", default="cpu", help="the random-<size> cases' device (cuda on a GPU)")
+    parser.add_argument("--prompt-tokens", type=int, default=512, help="random-<size>: tokens per prompt")
+    parser.add_argument("--completion-tokens", type=int, default=256, help="random-<size>: longest completion")
     parser.add_argument("--out", default=None, help="write the results as JSON here")
     cli = parser.parse_args(argv)
     warnings.filterwarnings("ignore")
@@ -140,6 +178,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         results["toy"] = _toy_case(cli.reps)
     if "smollm2" in cases:
         results["smollm2"] = _smollm2_case(cli.reps)
+    for case in cases:
+        if case.startswith("random-"):
+            results[case] = _random_case(case.removeprefix("random-"), cli.reps, cli.device, cli.prompt_tokens,
+                                         cli.completion_tokens)
     print(json.dumps({k: v for k, v in results.items() if k not in ("git", "machine")}, indent=2))
     if cli.out:
         Path(cli.out).write_text(json.dumps(results, indent=2))

@@ -33,3 +33,14 @@ def test_counts_the_tokens_of_each_layout_and_compares_the_values(bench, tokeniz
     assert result["tokens_shared"] == 2 * 5 + 6 * (width - 1)  # each prompt once, then the completions
     assert result["speedup"] == pytest.approx(result["usual_s"] / result["shared_s"])
     assert result["max_abs_logp_diff"] < 1e-5
+
+
+def test_the_random_shape_case_runs_and_writes_its_record(bench, tmp_path) -> None:
+    """`random-tiny` is the CPU check of the GPU case (`random-0.5b --device cuda`)."""
+    out = tmp_path / "shared.json"
+    results = bench.main(["--cases", "random-tiny", "--reps", "1", "--prompt-tokens", "16", "--completion-tokens", "4",
+                          "--out", str(out)])
+    case = results["random-tiny"]
+    assert (case["rows"], case["distinct_prompts"], case["prompt_tokens"]) == (32, 4, 16)
+    assert case["tokens_shared"] == 4 * 16 + 32 * (case["completion_tokens"] - 1)
+    assert out.exists() and "random-tiny" in out.read_text()
