@@ -175,3 +175,13 @@ def encodes(value: object) -> bool:
     except UnicodeEncodeError:
         return False
     return True
+
+
+def text_batch(tokenizer: Any, prompts: list[str], completions: list[str]) -> Any:
+    """An `AgentBatch` of text prompts (left-padded) and completions (each ended by EOS, right-padded)."""
+    from trl_marl.team import AgentBatch, pad_left, pad_right, tokenize_prompts
+
+    prompt_ids, prompt_mask = pad_left(tokenize_prompts(tokenizer, prompts), tokenizer.pad_token_id)
+    tokens = [tokenizer(c, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id] for c in completions]
+    completion_ids, completion_mask = pad_right(tokens, tokenizer.pad_token_id)
+    return AgentBatch(prompt_ids, prompt_mask, completion_ids, completion_mask)

@@ -15,6 +15,7 @@ import torch
 from peft import LoraConfig
 from transformers import GenerationConfig, PreTrainedTokenizerBase
 
+from helpers import text_batch
 from trl_marl.core import entropy_from_logits, selective_log_softmax
 from trl_marl.legacy import AutoModelForCausalLMWithValueHead, PPOConfig, PPOTrainer
 from trl_marl.team import AgentBatch, AgentTeam, pad_left, pad_right, sequence_model_inputs, tokenize_prompts
@@ -49,13 +50,6 @@ def probed(team: AgentTeam) -> AgentTeam:
         if model is not None:
             head_path_checked(model)
     return team
-
-
-def make_batch(tokenizer: PreTrainedTokenizerBase, prompts: list[str], completions: list[str]) -> AgentBatch:
-    prompt_ids, prompt_mask = pad_left(tokenize_prompts(tokenizer, prompts), tokenizer.pad_token_id)
-    tokens = [tokenizer(c, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id] for c in completions]
-    completion_ids, completion_mask = pad_right(tokens, tokenizer.pad_token_id)
-    return AgentBatch(prompt_ids, prompt_mask, completion_ids, completion_mask)
 
 
 class Recorder:
@@ -103,7 +97,7 @@ def test_training_forward_stops_before_the_last_token(tokenizer: PreTrainedToken
     team.train()
     team.joint_adapter_forward = joint  # one forward over both agents' rows (`AgentTeam._joint_logps`), or one each
     team.temperature = 0.7
-    batches = [make_batch(tokenizer, PROMPTS[a], COMPLETIONS[a]) for a in range(2)]
+    batches = [text_batch(tokenizer, PROMPTS[a], COMPLETIONS[a]) for a in range(2)]
     recorders = [Recorder(team.base_model_of(a)) for a in range(2)] if mode == "models" else [
         Recorder(team.base_model_of(0))]
     results = team(batches, compute_entropy=True)
@@ -141,7 +135,7 @@ def test_dropout_keeps_the_full_layout(tokenizer: PreTrainedTokenizerBase) -> No
     assert not dropout_active(model)  # the toy model has no dropout
     model.model.layers[1].self_attn.attention_dropout = 0.5  # what transformers passes to the attention kernel
     assert dropout_active(model)
-    batch = make_batch(tokenizer, PROMPTS[0], COMPLETIONS[0])
+    batch = text_batch(tokenizer, PROMPTS[0], COMPLETIONS[0])
     recorder = Recorder(model)
     torch.manual_seed(3)
     logps = team([batch, None])[0][0]
@@ -170,7 +164,7 @@ def test_no_grad_log_probs_run_in_inference_mode_and_return_normal_tensors(
     team.create_reference_models()
     probed(team)
     team.train()
-    batch = make_batch(tokenizer, PROMPTS[1], COMPLETIONS[1])
+    batch = text_batch(tokenizer, PROMPTS[1], COMPLETIONS[1])
     with team.acting(1, reference) as model:
         recorder = Recorder(model)
     logps = team.reference_logps(1, batch) if reference else team.policy_logps(1, batch)

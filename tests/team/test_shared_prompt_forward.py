@@ -14,10 +14,10 @@ from datasets import Dataset
 from peft import LoraConfig
 from transformers import PreTrainedTokenizerBase
 
-from helpers import spread_reward
+from helpers import spread_reward, text_batch
 from trl_marl import MAGRPOConfig, MAGRPOTrainer
 from trl_marl.envs import TargetSumEnv
-from trl_marl.team import AgentBatch, AgentTeam, pad_left, pad_right, tokenize_prompts
+from trl_marl.team import AgentBatch, AgentTeam
 from trl_marl.team.head import head_path_checked
 from trl_marl.team.shared_prompt import shared_prompt_unsupported
 from trl_marl.toy import build_toy_model
@@ -42,13 +42,6 @@ def make_team(tokenizer: PreTrainedTokenizerBase, mode: str, share: bool, chunk:
     for member in team.models:
         head_path_checked(member)  # the one-time probe, before the forwards are counted
     return team
-
-
-def make_batch(tokenizer: PreTrainedTokenizerBase, prompts: list[str], completions: list[str]) -> AgentBatch:
-    prompt_ids, prompt_mask = pad_left(tokenize_prompts(tokenizer, prompts), tokenizer.pad_token_id)
-    tokens = [tokenizer(c, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id] for c in completions]
-    completion_ids, completion_mask = pad_right(tokens, tokenizer.pad_token_id)
-    return AgentBatch(prompt_ids, prompt_mask, completion_ids, completion_mask)
 
 
 class Widths:
@@ -81,7 +74,7 @@ def logps_and_grads(team: AgentTeam, batches: list[AgentBatch]) -> tuple[list[to
 @pytest.mark.parametrize("mode", ["adapters", "models"])
 @pytest.mark.parametrize("chunk", [None, 0])  # the LM head a chunk at a time (default), the full logits
 def test_shared_prompt_forward_gives_the_usual_logps_and_gradients(tokenizer, mode: str, chunk: int | None) -> None:
-    batches = [make_batch(tokenizer, PROMPTS, COMPLETIONS), make_batch(tokenizer, PROMPTS[::-1], COMPLETIONS)]
+    batches = [text_batch(tokenizer, PROMPTS, COMPLETIONS), text_batch(tokenizer, PROMPTS[::-1], COMPLETIONS)]
     usual, shared = make_team(tokenizer, mode, False, chunk), make_team(tokenizer, mode, True, chunk)
     expected_logps, expected_grads = logps_and_grads(usual, batches)
     recorders = [Widths(model) for model in shared.models]
@@ -102,7 +95,7 @@ def test_shared_prompt_forward_gives_the_usual_logps_and_gradients(tokenizer, mo
 
 def test_a_batch_without_a_repeated_prompt_runs_the_usual_layout(tokenizer) -> None:
     team = make_team(tokenizer, "adapters", True)
-    batch = make_batch(tokenizer, PROMPTS[2:4], COMPLETIONS[2:4])
+    batch = text_batch(tokenizer, PROMPTS[2:4], COMPLETIONS[2:4])
     recorder = Widths(team.models[0])
     team.forward([batch, None])
     assert recorder.shapes == [(2, batch.prompt_ids.size(1) + batch.completion_ids.size(1) - 1)]
@@ -117,7 +110,7 @@ def test_dropout_falls_back_with_one_warning_naming_why(tokenizer) -> None:
             else:
                 module.attention_dropout = 0.1
     team.train()
-    batch = make_batch(tokenizer, PROMPTS, COMPLETIONS)
+    batch = text_batch(tokenizer, PROMPTS, COMPLETIONS)
     recorder = Widths(team.models[0])
     with pytest.warns(UserWarning, match="`share_prompt_forward` is on, but dropout is active"):
         team.forward([batch, None])

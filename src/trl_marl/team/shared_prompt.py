@@ -32,12 +32,8 @@ from torch import nn
 from transformers import DynamicCache
 
 from .batch import AgentBatch
-from .cache_names import cache_kwarg, output_cache
+from .cache_names import cache_kwarg, cache_unsupported, output_cache
 from .compile import call_model
-
-
-def _base_model(model: Any) -> Any:
-    return model.get_base_model() if hasattr(model, "get_base_model") else model
 
 
 def shared_prompt_unsupported(model: nn.Module, forward_call: Any, dropout: bool) -> str | None:
@@ -48,22 +44,11 @@ def shared_prompt_unsupported(model: nn.Module, forward_call: Any, dropout: bool
         forward_call: The team's model call (`LogProbForwards.forward_call`): sharing runs with the eager one only.
         dropout: Whether the forward draws dropout masks (`team.forward.dropout_active`).
     """
-    base = _base_model(model)
     if dropout:
         return "dropout is active (the masks would be drawn over other shapes than the usual layout's)"
     if forward_call is not call_model:
         return "the forwards are compiled (`torch_compile`)"
-    if getattr(base.config, "is_encoder_decoder", False):
-        return "an encoder-decoder model"
-    supports_dynamic: Any = getattr(type(base), "_supports_default_dynamic_cache", None)
-    if supports_dynamic is None or not supports_dynamic():
-        return f"{type(base).__name__} does not run with a DynamicCache"
-    peft_config = getattr(model, "active_peft_config", None)
-    if peft_config is not None and getattr(peft_config, "is_prompt_learning", False):
-        return "PEFT prompt learning"
-    if model.training and any(getattr(m, "gradient_checkpointing", False) for m in base.modules()):
-        return "activation checkpointing in train mode (its layers drop the KV cache)"
-    return None
+    return cache_unsupported(model)
 
 
 def distinct_rows(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -99,7 +84,9 @@ def shared_prompt_output(model: nn.Module, batch: AgentBatch, backbone: nn.Modul
     if first.numel() == rows:
         return None
     target = backbone if backbone is not None else model
-    config = _base_model(model).config.get_text_config(decoder=True)
+    wrapped: Any = model  # a PEFT model or the causal LM itself
+    base = wrapped.get_base_model() if hasattr(wrapped, "get_base_model") else wrapped
+    config = base.config.get_text_config(decoder=True)
     head_only = {"logits_to_keep": 1} if backbone is None and logits_to_keep else {}
     out = call_model(target, input_ids=prompt_ids[first], attention_mask=prompt_mask[first], use_cache=True,
                      **head_only, **{cache_kwarg(): DynamicCache(config=config)})

@@ -34,7 +34,7 @@ from typing import Any
 import torch
 from transformers import DynamicCache, GenerationConfig
 
-from ..cache_names import cache_kwarg, output_cache
+from ..cache_names import cache_kwarg, cache_unsupported, output_cache
 from ..forward import takes_logits_to_keep
 from ..mixed_adapters import sliced_adapter_rows
 
@@ -114,19 +114,9 @@ def prefill_sharing_unsupported(model: torch.nn.Module, generation_config: Gener
         return f"cache_implementation={setting('cache_implementation')!r}"
     if setting("prompt_lookup_num_tokens") is not None:
         return "prompt lookup decoding"
-    if getattr(base.config, "is_encoder_decoder", False):
-        return "an encoder-decoder model"
-    supports_dynamic = getattr(type(base), "_supports_default_dynamic_cache", None)
-    if supports_dynamic is None or not supports_dynamic():
-        return f"{type(base).__name__} does not generate with a DynamicCache"
     if not takes_logits_to_keep(base):
         return f"{type(base).__name__}.forward takes no `logits_to_keep`"
-    peft_config = getattr(model, "active_peft_config", None)
-    if peft_config is not None and getattr(peft_config, "is_prompt_learning", False):
-        return "PEFT prompt learning"
-    if model.training and any(getattr(m, "gradient_checkpointing", False) for m in base.modules()):
-        return "activation checkpointing in train mode"
-    return None
+    return cache_unsupported(model)
 
 
 @torch.no_grad()
