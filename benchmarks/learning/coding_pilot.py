@@ -104,6 +104,10 @@ The writing task is piloted here too: one script for every issue-55 design with 
   answers, both prefer the same part by at least 1.5 to 1, each writer's less chosen part in at least 0.1, second-part
   summaries scoring at least 0.7 of first-part ones) and the rule division's skill gate carried over: each part's
   summaries (pooled over the writers) score at least 0.15 on average. If it passes, it is trained.
+  It failed (`pilot_writing_halves_decide.json`: no shared lean, 0.92 and 1.15 to 1; summaries 0.05 and 0.10).
+- `--task writing_halves_summary` (design 7: design 6 with the answer as a heading, "Summary of part N: <one
+  sentence>", prefilled up to "Summary of part"; fixed before its pilot): design 6's gates. If it passes, it is
+  trained.
 
     python benchmarks/learning/coding_pilot.py --task coding_private --rows 16
 """
@@ -191,7 +195,7 @@ def task_gates(task: str, m: dict[str, Any]) -> dict[str, Any]:
     gates |= {"half_score": half_score, "second_to_first_score": balance, "balance_gate": ">= 0.7 (design 4)"}
     gates["passes"] = bool(min(named.values()) >= 0.3 and same_bias and min(minority.values()) >= 0.1
                            and balance is not None and balance >= 0.7)
-    if task == "writing_halves_decide":  # design 6 adds the rule division's skill gate
+    if task in ("writing_halves_decide", "writing_halves_summary"):  # designs 6, 7: the rule division's skill gate
         skilled = all(score is not None and score >= 0.15 for score in half_score.values())
         gates |= {"skill_gate": ">= 0.15 per part (pooled half score)", "passes": gates["passes"] and skilled}
     return gates
@@ -210,7 +214,8 @@ def main() -> None:
                                  "writing_halves",
                                  "writing_halves_second_first",
                                  "writing_halves_no_clause", "writing_halves_named",
-                                 "writing_halves_named_second_first", "writing_halves_decide"))
+                                 "writing_halves_named_second_first", "writing_halves_decide",
+                                 "writing_halves_summary"))
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--output", default=None, help="default benchmarks/results/pilot_<task>.json")
     args = parser.parse_args()

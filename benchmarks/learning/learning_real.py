@@ -854,6 +854,24 @@ def writing_halves_decide_task() -> Task:
 TASKS["writing_halves_decide"] = writing_halves_decide_task
 
 
+def writing_halves_summary_task() -> Task:
+    """Design 7 of the halves task: design 6 (`writing_halves_decide`) with the answer as a heading, "Summary of part
+    N: <one sentence>" (`HALVES_SUMMARY_INSTRUCTION`, prefilled up to "Summary of part"), because after design 6's
+    "I summarize part N" the untrained model went on with the instruction's words instead of a summary (its pilot's
+    summaries scored 0.05 and 0.10). Everything else as design 6."""
+    from trl_marl.envs.writing_halves import (
+        HALVES_NUMBERED_TEMPLATE,
+        HALVES_SUMMARY_INSTRUCTION,
+        HALVES_SUMMARY_PREFILL,
+    )
+
+    return writing_halves_task("writing_halves_summary", HALVES_SUMMARY_INSTRUCTION, template=HALVES_NUMBERED_TEMPLATE,
+                               prefill=HALVES_SUMMARY_PREFILL, require_split=True)
+
+
+TASKS["writing_halves_summary"] = writing_halves_summary_task
+
+
 def tool_division_task(first: bool = False, read: str = "answer", temperature: float = 0.7) -> Task:
     """Two agents with calculators, two products, one each (`ToolDivisionEnv`, issue 55's tools design; task
     `tool_division_worked`): the same prompt for both but "agent 1/2" (the team's rule and the agent's number in the

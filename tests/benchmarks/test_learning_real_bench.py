@@ -709,19 +709,21 @@ def test_writing_halves_task_rows_prompts_reward_and_success(bench: Any) -> None
     assert task.success(env)(prompts=[None], completions=collide[0], agent_completions=collide, text=[text]) == [0.0]
 
 
-def test_writing_halves_decide_is_the_rule_divisions_design_on_the_halves(bench: Any) -> None:
-    """Design 6: numbered parts, the decision naming part 2 first, the prefill up to the number, and a collision paying
-    nothing in training, success and the teamwork score alike; rows and sizes as `writing_halves`."""
+@pytest.mark.parametrize("name, prefill", [("writing_halves_decide", "I summarize part"),
+                                           ("writing_halves_summary", "Summary of part")])
+def test_writing_halves_decide_is_the_rule_divisions_design_on_the_halves(bench: Any, name: str, prefill: str) -> None:
+    """Designs 6 and 7: numbered parts, the decision naming part 2 first, the prefill up to the number, and a collision
+    paying nothing in training, success and the teamwork score alike; rows and sizes as `writing_halves`."""
     from trl_marl.envs import Transcript
     from trl_marl.envs.writing_halves import split_halves
 
-    base, task = bench.writing_halves_task(), bench.TASKS["writing_halves_decide"]()
+    base, task = bench.writing_halves_task(), bench.TASKS[name]()
     assert task.eval_rows("heldout", 16) == base.eval_rows("heldout", 16) and task.sizes == base.sizes
     env = task.env(False)
     row = task.eval_rows("heldout", 1)[0]
     prompt = env.agent_prompt(row, 1, Transcript())
-    assert prompt[1]["content"] == "I summarize part" and "Part 1:\n" in prompt[0]["content"]
-    assert "You are writer 2: decide whether you summarize part 2 or part 1." in prompt[0]["content"]
+    assert prompt[1]["content"] == prefill and "Part 1:\n" in prompt[0]["content"]
+    assert "You are writer 2: decide whether you summarize part 2 or part 1" in prompt[0]["content"]
     text = row["text"]
     answers = [f" {n}: " + " ".join(half.split()[:12]) for n, half in zip((1, 2), split_halves(text))]
     for function in (task.reward(env), task.success(env)):

@@ -71,6 +71,19 @@ HALVES_DECIDE_INSTRUCTION = (
 parts by number, the decision naming part 2 first; with [`HALVES_NUMBERED_TEMPLATE`] and
 [`HALVES_NUMBERED_PREFILL`]."""
 
+HALVES_SUMMARY_PREFILL = "Summary of part"
+"""The start of every answer of halves design 7 ([`HALVES_SUMMARY_INSTRUCTION`]): the part's number, then the summary
+itself (" 1: ..."), as a heading; design 6's "I summarize part" drew the instruction's words after the number."""
+
+HALVES_SUMMARY_INSTRUCTION = (
+    "Two writers summarize the text below together, and neither can see the other's summary. The text has two "
+    "parts: one writer summarizes part 1 in one sentence and the other writer summarizes part 2 in one sentence; if "
+    "both summarize the same part, the team fails. You are writer {writer}: decide whether you summarize part 2 or "
+    "part 1, and answer with \"Summary of part N:\" followed by your one sentence."
+)
+"""Halves design 7's instruction: design 6's ([`HALVES_DECIDE_INSTRUCTION`]) with the answer's form, which the
+prefill [`HALVES_SUMMARY_PREFILL`] starts."""
+
 HALVES_NUMBERED_TEMPLATE = "{instruction}\n\nPart 1:\n{first}\n\nPart 2:\n{second}"
 """The numbered design's prompt (format fields `{instruction}`, `{first}`, `{second}`)."""
 
