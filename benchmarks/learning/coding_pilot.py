@@ -107,7 +107,9 @@ The writing task is piloted here too: one script for every issue-55 design with 
   It failed (`pilot_writing_halves_decide.json`: no shared lean, 0.92 and 1.15 to 1; summaries 0.05 and 0.10).
 - `--task writing_halves_summary` (design 7: design 6 with the answer as a heading, "Summary of part N: <one
   sentence>", prefilled up to "Summary of part"; fixed before its pilot): design 6's gates. If it passes, it is
-  trained.
+  trained. It failed (`pilot_writing_halves_summary.json`: a part named in 0.08 of the answers; the model wrote "N").
+- `--task writing_halves_summary_options` (design 8: design 7 with both headings written out, "Summary of part 2:"
+  or "Summary of part 1:"): design 6's gates. If it passes, it is trained.
 
     python benchmarks/learning/coding_pilot.py --task coding_private --rows 16
 """
@@ -195,7 +197,7 @@ def task_gates(task: str, m: dict[str, Any]) -> dict[str, Any]:
     gates |= {"half_score": half_score, "second_to_first_score": balance, "balance_gate": ">= 0.7 (design 4)"}
     gates["passes"] = bool(min(named.values()) >= 0.3 and same_bias and min(minority.values()) >= 0.1
                            and balance is not None and balance >= 0.7)
-    if task in ("writing_halves_decide", "writing_halves_summary"):  # designs 6, 7: the rule division's skill gate
+    if task.startswith(("writing_halves_decide", "writing_halves_summary")):  # designs 6-8: the skill gate too
         skilled = all(score is not None and score >= 0.15 for score in half_score.values())
         gates |= {"skill_gate": ">= 0.15 per part (pooled half score)", "passes": gates["passes"] and skilled}
     return gates
@@ -215,7 +217,7 @@ def main() -> None:
                                  "writing_halves_second_first",
                                  "writing_halves_no_clause", "writing_halves_named",
                                  "writing_halves_named_second_first", "writing_halves_decide",
-                                 "writing_halves_summary"))
+                                 "writing_halves_summary", "writing_halves_summary_options"))
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--output", default=None, help="default benchmarks/results/pilot_<task>.json")
     args = parser.parse_args()

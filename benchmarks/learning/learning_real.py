@@ -872,6 +872,23 @@ def writing_halves_summary_task() -> Task:
 TASKS["writing_halves_summary"] = writing_halves_summary_task
 
 
+def writing_halves_summary_options_task() -> Task:
+    """Design 8 of the halves task: design 7 (`writing_halves_summary`) with the two headings written out, "Summary of
+    part 2:" or "Summary of part 1:" (`HALVES_SUMMARY_OPTIONS_INSTRUCTION`), because with "Summary of part N:" the
+    untrained model wrote the letter N (a part named in 0.08 of its answers). Everything else as design 7."""
+    from trl_marl.envs.writing_halves import (
+        HALVES_NUMBERED_TEMPLATE,
+        HALVES_SUMMARY_OPTIONS_INSTRUCTION,
+        HALVES_SUMMARY_PREFILL,
+    )
+
+    return writing_halves_task("writing_halves_summary_options", HALVES_SUMMARY_OPTIONS_INSTRUCTION,
+                               template=HALVES_NUMBERED_TEMPLATE, prefill=HALVES_SUMMARY_PREFILL, require_split=True)
+
+
+TASKS["writing_halves_summary_options"] = writing_halves_summary_options_task
+
+
 def tool_division_task(first: bool = False, read: str = "answer", temperature: float = 0.7) -> Task:
     """Two agents with calculators, two products, one each (`ToolDivisionEnv`, issue 55's tools design; task
     `tool_division_worked`): the same prompt for both but "agent 1/2" (the team's rule and the agent's number in the

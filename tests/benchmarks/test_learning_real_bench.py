@@ -710,7 +710,8 @@ def test_writing_halves_task_rows_prompts_reward_and_success(bench: Any) -> None
 
 
 @pytest.mark.parametrize("name, prefill", [("writing_halves_decide", "I summarize part"),
-                                           ("writing_halves_summary", "Summary of part")])
+                                           ("writing_halves_summary", "Summary of part"),
+                                           ("writing_halves_summary_options", "Summary of part")])
 def test_writing_halves_decide_is_the_rule_divisions_design_on_the_halves(bench: Any, name: str, prefill: str) -> None:
     """Designs 6 and 7: numbered parts, the decision naming part 2 first, the prefill up to the number, and a collision
     paying nothing in training, success and the teamwork score alike; rows and sizes as `writing_halves`."""

@@ -84,6 +84,15 @@ HALVES_SUMMARY_INSTRUCTION = (
 """Halves design 7's instruction: design 6's ([`HALVES_DECIDE_INSTRUCTION`]) with the answer's form, which the
 prefill [`HALVES_SUMMARY_PREFILL`] starts."""
 
+HALVES_SUMMARY_OPTIONS_INSTRUCTION = (
+    "Two writers summarize the text below together, and neither can see the other's summary. The text has two "
+    "parts: one writer summarizes part 1 in one sentence and the other writer summarizes part 2 in one sentence; if "
+    "both summarize the same part, the team fails. You are writer {writer}: decide whether you summarize part 2 or "
+    "part 1, and answer with \"Summary of part 2:\" or \"Summary of part 1:\" followed by your one sentence."
+)
+"""Halves design 8's instruction: design 7's ([`HALVES_SUMMARY_INSTRUCTION`]) with the two headings written out (part 2
+first, as the decision names it), because with "Summary of part N:" the untrained model wrote the letter N."""
+
 HALVES_NUMBERED_TEMPLATE = "{instruction}\n\nPart 1:\n{first}\n\nPart 2:\n{second}"
 """The numbered design's prompt (format fields `{instruction}`, `{first}`, `{second}`)."""
 
