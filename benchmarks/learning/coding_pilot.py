@@ -109,7 +109,9 @@ The writing task is piloted here too: one script for every issue-55 design with 
   sentence>", prefilled up to "Summary of part"; fixed before its pilot): design 6's gates. If it passes, it is
   trained. It failed (`pilot_writing_halves_summary.json`: a part named in 0.08 of the answers; the model wrote "N").
 - `--task writing_halves_summary_options` (design 8: design 7 with both headings written out, "Summary of part 2:"
-  or "Summary of part 1:"): design 6's gates. If it passes, it is trained.
+  or "Summary of part 1:"): design 6's gates. If it passes, it is trained. It passed
+  (`pilot_writing_halves_summary_options.json`: named 1.00 and 0.99, 3.7 to 1 for part 2, minority 0.21 and 0.21,
+  summaries 0.35 and 0.35).
 
     python benchmarks/learning/coding_pilot.py --task coding_private --rows 16
 """
