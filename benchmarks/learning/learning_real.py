@@ -834,59 +834,34 @@ def writing_halves_bonus_task() -> Task:
 TASKS["writing_halves_bonus"] = writing_halves_bonus_task
 
 
-def writing_halves_decide_task() -> Task:
-    """Design 6 of the halves task: the coding rule division's design carried to the halves. The parts by number
-    (`HALVES_NUMBERED_TEMPLATE`), the decision naming part 2 first (`HALVES_DECIDE_INSTRUCTION`: "decide whether you
-    summarize part 2 or part 1"), each answer prefilled up to "I summarize part" so that its first token (the
-    number) is the choice, and a collision paying nothing (`HalvesTeamReward(require_split=True)`, as a program
-    missing a function passes no test), which the teamwork evaluation and success score too. Rows, sampling and
-    metrics as `writing_halves`."""
-    from trl_marl.envs.writing_halves import (
-        HALVES_DECIDE_INSTRUCTION,
-        HALVES_NUMBERED_PREFILL,
-        HALVES_NUMBERED_TEMPLATE,
-    )
-
-    return writing_halves_task("writing_halves_decide", HALVES_DECIDE_INSTRUCTION, template=HALVES_NUMBERED_TEMPLATE,
-                               prefill=HALVES_NUMBERED_PREFILL, require_split=True)
+NUMBERED_HALVES: dict[str, tuple[str, str]] = {
+    "writing_halves_decide": ("HALVES_DECIDE_INSTRUCTION", "HALVES_NUMBERED_PREFILL"),
+    "writing_halves_summary": ("HALVES_SUMMARY_INSTRUCTION", "HALVES_SUMMARY_PREFILL"),
+    "writing_halves_summary_options": ("HALVES_SUMMARY_OPTIONS_INSTRUCTION", "HALVES_SUMMARY_PREFILL"),
+}
+"""Designs 6-8 of the halves task: their instruction and prefill (names in `trl_marl.envs.writing_halves`)."""
 
 
-TASKS["writing_halves_decide"] = writing_halves_decide_task
+def numbered_halves_task(name: str) -> Task:
+    """Designs 6-8 of the halves task (`NUMBERED_HALVES`): the coding rule division's design carried to the halves.
+    The parts by number (`HALVES_NUMBERED_TEMPLATE`), the decision naming part 2 first ("decide whether you summarize
+    part 2 or part 1"), each answer prefilled up to the part's number so that its first token is the choice, and a
+    collision paying nothing (`HalvesTeamReward(require_split=True)`, as a program missing a function passes no
+    test), which the teamwork evaluation and success score too. Design 6 (`writing_halves_decide`) prefills "I
+    summarize part"; after it the untrained model went on with the instruction's words (its pilot's summaries scored
+    0.05 and 0.10), so design 7 (`writing_halves_summary`) asks for the answer as a heading, "Summary of part N:",
+    prefilled up to "Summary of part"; the model wrote the letter N, so design 8 (`writing_halves_summary_options`)
+    writes both headings out, "Summary of part 2:" or "Summary of part 1:". Rows, sampling and metrics as
+    `writing_halves`."""
+    from trl_marl.envs import writing_halves as halves
+
+    instruction, prefill = (getattr(halves, constant) for constant in NUMBERED_HALVES[name])
+    return writing_halves_task(name, instruction, template=halves.HALVES_NUMBERED_TEMPLATE, prefill=prefill,
+                               require_split=True)
 
 
-def writing_halves_summary_task() -> Task:
-    """Design 7 of the halves task: design 6 (`writing_halves_decide`) with the answer as a heading, "Summary of part
-    N: <one sentence>" (`HALVES_SUMMARY_INSTRUCTION`, prefilled up to "Summary of part"), because after design 6's
-    "I summarize part N" the untrained model went on with the instruction's words instead of a summary (its pilot's
-    summaries scored 0.05 and 0.10). Everything else as design 6."""
-    from trl_marl.envs.writing_halves import (
-        HALVES_NUMBERED_TEMPLATE,
-        HALVES_SUMMARY_INSTRUCTION,
-        HALVES_SUMMARY_PREFILL,
-    )
-
-    return writing_halves_task("writing_halves_summary", HALVES_SUMMARY_INSTRUCTION, template=HALVES_NUMBERED_TEMPLATE,
-                               prefill=HALVES_SUMMARY_PREFILL, require_split=True)
-
-
-TASKS["writing_halves_summary"] = writing_halves_summary_task
-
-
-def writing_halves_summary_options_task() -> Task:
-    """Design 8 of the halves task: design 7 (`writing_halves_summary`) with the two headings written out, "Summary of
-    part 2:" or "Summary of part 1:" (`HALVES_SUMMARY_OPTIONS_INSTRUCTION`), because with "Summary of part N:" the
-    untrained model wrote the letter N (a part named in 0.08 of its answers). Everything else as design 7."""
-    from trl_marl.envs.writing_halves import (
-        HALVES_NUMBERED_TEMPLATE,
-        HALVES_SUMMARY_OPTIONS_INSTRUCTION,
-        HALVES_SUMMARY_PREFILL,
-    )
-
-    return writing_halves_task("writing_halves_summary_options", HALVES_SUMMARY_OPTIONS_INSTRUCTION,
-                               template=HALVES_NUMBERED_TEMPLATE, prefill=HALVES_SUMMARY_PREFILL, require_split=True)
-
-
-TASKS["writing_halves_summary_options"] = writing_halves_summary_options_task
+for _name in NUMBERED_HALVES:
+    TASKS[_name] = functools.partial(numbered_halves_task, _name)
 
 
 def tool_division_task(first: bool = False, read: str = "answer", temperature: float = 0.7) -> Task:
