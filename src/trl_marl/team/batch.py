@@ -3,11 +3,13 @@ them."""
 
 from __future__ import annotations
 
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
-__all__ = ["AgentBatch"]
+__all__ = ["AgentBatch", "PrefillGroups", "group_identical_rows"]
 
 
 @dataclass
@@ -46,3 +48,49 @@ class AgentBatch:
 
     def __len__(self) -> int:
         return self.prompt_ids.size(0)
+
+
+@dataclass
+class PrefillGroups:
+    """The distinct rows of a generation batch.
+
+    Attributes:
+        first_rows: `(U,)` the index of the first row of each distinct prompt (the rows whose prefill runs).
+        row_to_group: `(B,)` for every row, the index (into `first_rows`) of its distinct prompt.
+    """
+
+    first_rows: torch.Tensor
+    row_to_group: torch.Tensor
+
+    @property
+    def num_groups(self) -> int:
+        return self.first_rows.numel()
+
+
+def group_identical_rows(input_ids: torch.Tensor, tags: Sequence[Hashable] | None = None) -> PrefillGroups:
+    """Group the rows of a padded batch that are identical: same token ids (padding included) and same tag.
+
+    Args:
+        input_ids: `(B, L)` token ids (left-padded prompts).
+        tags: One hashable per row that must also match (e.g. the LoRA adapter of each row), or None.
+
+    Example:
+
+    ```python
+    groups = group_identical_rows(torch.tensor([[0, 5, 6], [0, 5, 6], [7, 8, 9], [0, 5, 6]]))
+    groups.first_rows.tolist(), groups.row_to_group.tolist()  # ([0, 2], [0, 0, 1, 0])
+    group_identical_rows(torch.tensor([[5, 6], [5, 6]]), tags=["agent_0", "agent_1"]).num_groups  # 2
+    ```
+    """
+    if tags is not None and len(tags) != input_ids.size(0):
+        raise ValueError(f"Got {len(tags)} tags for {input_ids.size(0)} rows.")
+    index: dict[tuple[Any, tuple[int, ...]], int] = {}
+    first_rows: list[int] = []
+    row_to_group: list[int] = []
+    for row, ids in enumerate(input_ids.tolist()):
+        key = (tags[row] if tags is not None else None, tuple(ids))
+        group = index.setdefault(key, len(index))
+        if group == len(first_rows):
+            first_rows.append(row)
+        row_to_group.append(group)
+    return PrefillGroups(torch.tensor(first_rows, dtype=torch.long), torch.tensor(row_to_group, dtype=torch.long))

@@ -31,7 +31,7 @@ import torch
 from torch import nn
 from transformers import DynamicCache
 
-from .batch import AgentBatch
+from .batch import AgentBatch, group_identical_rows
 from .cache_names import cache_kwarg, cache_unsupported, output_cache
 from .compile import call_model
 
@@ -51,18 +51,6 @@ def shared_prompt_unsupported(model: nn.Module, forward_call: Any, dropout: bool
     return cache_unsupported(model)
 
 
-def distinct_rows(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """`(first, to_rows)` of a `(B, L)` tensor: the index of one row of each distinct row (`(U,)`), and for every row
-    the index into `first` of its distinct row (`(B,)`), so that `rows[first][to_rows]` is `rows`.
-
-    `distinct_rows(torch.tensor([[1, 2], [3, 4], [1, 2]]))` gives `([0, 1], [0, 1, 0])`.
-    """
-    _, to_rows = torch.unique(rows, dim=0, return_inverse=True)
-    order = torch.arange(rows.size(0), device=rows.device)
-    first = torch.full((int(to_rows.max()) + 1,), rows.size(0), dtype=torch.long, device=rows.device)
-    return first.scatter_reduce(0, to_rows, order, reduce="amin"), to_rows
-
-
 def shared_prompt_output(model: nn.Module, batch: AgentBatch, backbone: nn.Module | None,
                          logits_to_keep: bool = True) -> torch.Tensor | None:
     """The outputs at the positions that score `batch`'s completion tokens, with each distinct prompt run once: the
@@ -80,9 +68,10 @@ def shared_prompt_output(model: nn.Module, batch: AgentBatch, backbone: nn.Modul
     rows, width = batch.completion_ids.shape
     if prompt_ids.size(1) == 0 or width == 0:
         return None
-    first, to_rows = distinct_rows(torch.cat([prompt_ids, prompt_mask.to(prompt_ids.dtype)], dim=1))
-    if first.numel() == rows:
+    groups = group_identical_rows(torch.cat([prompt_ids, prompt_mask.to(prompt_ids.dtype)], dim=1))
+    if groups.num_groups == rows:
         return None
+    first, to_rows = groups.first_rows.to(prompt_ids.device), groups.row_to_group.to(prompt_ids.device)
     target = backbone if backbone is not None else model
     wrapped: Any = model  # a PEFT model or the causal LM itself
     base = wrapped.get_base_model() if hasattr(wrapped, "get_base_model") else wrapped
