@@ -694,26 +694,31 @@ reach at most, so success needs the halves split and both summaries about their 
 
 def writing_halves_task(name: str = "writing_halves", instruction: str | None = None,
                         writers: tuple[str, str] = ("1", "2"), split_bonus: float = 0.0, template: str | None = None,
-                        prefill: str | None = None, require_split: bool = False) -> Task:
+                        prefill: str | None = None, require_split: bool = False, central: bool = False) -> Task:
     """Cooperative writing where the writers choose who summarizes which half (`HalvesWritingEnv`, issue 55): both
     read the same text in two halves and the same instruction, and differ only in "You are writer 1/2"; each answer
     is prefilled with "I summarize the", so its first word is the writer's choice. `HalvesTeamReward` pays for each
     half the best summary of it (two writers on one half earn at most 0.5). Texts and their train / held-out split as
     `writing_task` (the 126 training and 44 held-out texts whose halves each have at least three content words of
     their own), T = 0.7, 48 new tokens (the choice and a sentence of at most 30 words); success is a team reward of at
-    least `HALVES_SUCCESS`; metrics: which half each writer chose, collisions, the team reward. No centralised arm.
+    least `HALVES_SUCCESS`; metrics: which half each writer chose, collisions, the team reward.
     `instruction` and `writers` replace the env's (`name` names the variant); `split_bonus` is the trained reward's
     bonus for the division (`HalvesTeamReward(split_bonus=...)`; success and the `team_reward` metric stay the share
     without it, so every design is measured alike). `template` and `prefill` replace the env's; with `require_split`
     the trained reward pays nothing unless the writers chose different halves, and it is also what success and the
-    teamwork evaluation score (as the coding rule division scores its pass rate)."""
+    teamwork evaluation score (as the coding rule division scores its pass rate). With `central` the task has a
+    single-policy arm: one policy summarizes both parts (`CentralizedHalvesEnv`, "Summary of part 1:" prefilled, twice
+    the team's tokens), scored by the same rewards and metrics through `CentralizedReward`."""
+    from trl_marl.envs import CentralizedEnv
     from trl_marl.envs.writing_halves import (
         HALVES_INSTRUCTION,
         HALVES_PREFILL,
         HALVES_TEMPLATE,
+        CentralizedHalvesEnv,
         HalvesWritingEnv,
         split_halves,
     )
+    from trl_marl.rewards import CentralizedReward
     from trl_marl.rewards.writing_halves import HalvesTeamReward, halves_metrics
     from trl_marl.rewards.writing_source import content_words
 
@@ -725,11 +730,17 @@ def writing_halves_task(name: str = "writing_halves", instruction: str | None = 
     train = [row for row in base.eval_rows("train", 10_000) if usable(row)]
     heldout = [row for row in base.eval_rows("heldout", 10_000) if usable(row)]
 
-    def env(central: bool) -> Any:
-        if central:
+    def env(single: bool) -> Any:
+        if single and not central:
             raise ValueError(f"{name} has no centralised arm.")
-        return HalvesWritingEnv(chat=True, instruction=instruction or HALVES_INSTRUCTION, writers=writers,
+        team = HalvesWritingEnv(chat=True, instruction=instruction or HALVES_INSTRUCTION, writers=writers,
                                 template=template or HALVES_TEMPLATE, prefill=prefill or HALVES_PREFILL)
+        return CentralizedHalvesEnv(team) if single else team
+
+    def scored(func: Any) -> Callable[[Any], Any]:
+        def build(env: Any) -> Any:
+            return CentralizedReward(env, func) if isinstance(env, CentralizedEnv) else func
+        return build
 
     def train_rows(count: int, seed: int) -> list[dict[str, Any]]:
         return random.Random(seed).choices(train, k=count)
@@ -738,13 +749,17 @@ def writing_halves_task(name: str = "writing_halves", instruction: str | None = 
         return (heldout if split == "heldout" else train)[:count]
 
     def metrics(env: Any) -> dict[str, Any]:
-        return {"team_reward": HalvesTeamReward(), **halves_metrics()}
+        named = {"team_reward": HalvesTeamReward(), **halves_metrics()}
+        return {key: scored(func)(env) for key, func in named.items()}
 
-    sizes = {**(base.sizes or {}), "completion": 48}
+    sizes = {**(base.sizes or {}), "completion": 48, "central_completion": 96}
     trained = functools.partial(HalvesTeamReward, split_bonus=split_bonus, require_split=require_split)
-    success = (lambda env: trained()) if require_split else (lambda env: AtLeast(HalvesTeamReward(), HALVES_SUCCESS))
-    return Task(name, env, lambda env: trained(), train_rows, eval_rows, success=success, sizes=sizes, central=False,
-                metrics=metrics)
+
+    def success(env: Any) -> Any:
+        return scored(trained() if require_split else AtLeast(HalvesTeamReward(), HALVES_SUCCESS))(env)
+
+    return Task(name, env, lambda env: scored(trained())(env), train_rows, eval_rows, success=success, sizes=sizes,
+                central=central, metrics=metrics)
 
 
 TASKS["writing_halves"] = writing_halves_task
@@ -852,12 +867,13 @@ def numbered_halves_task(name: str) -> Task:
     0.05 and 0.10), so design 7 (`writing_halves_summary`) asks for the answer as a heading, "Summary of part N:",
     prefilled up to "Summary of part"; the model wrote the letter N, so design 8 (`writing_halves_summary_options`)
     writes both headings out, "Summary of part 2:" or "Summary of part 1:". Rows, sampling and metrics as
-    `writing_halves`."""
+    `writing_halves`. Design 8 has a single-policy arm (`central`): one policy writes "Summary of part 1: ...
+    Summary of part 2: ..." (`CentralizedHalvesEnv`)."""
     from trl_marl.envs import writing_halves as halves
 
     instruction, prefill = (getattr(halves, constant) for constant in NUMBERED_HALVES[name])
     return writing_halves_task(name, instruction, template=halves.HALVES_NUMBERED_TEMPLATE, prefill=prefill,
-                               require_split=True)
+                               require_split=True, central=name == "writing_halves_summary_options")
 
 
 for _name in NUMBERED_HALVES:

@@ -735,6 +735,30 @@ def test_writing_halves_decide_is_the_rule_divisions_design_on_the_halves(bench:
         assert split[0] > 0.5 and collide == [0.0]
 
 
+def test_halves_design_8_has_a_single_policy_arm_scored_as_the_team(bench: Any) -> None:
+    """Design 8's single policy writes both headed summaries in one completion; the trained reward, success and the
+    metrics score its two parts as a team's two answers (a completion without the second heading earns 0); the
+    other numbered designs keep no centralised arm."""
+    from trl_marl.envs.writing_halves import CentralizedHalvesEnv, split_halves
+
+    task = bench.TASKS["writing_halves_summary_options"]()
+    assert task.central and task.sizes["central_completion"] == 2 * task.sizes["completion"]
+    env, team_env = task.env(True), task.env(False)
+    assert isinstance(env, CentralizedHalvesEnv) and env.env.instruction == team_env.instruction
+    row = task.eval_rows("heldout", 1)[0]
+    text = row["text"]
+    parts = [" ".join(half.split()[:12]) for half in split_halves(text)]
+    completions = [f" {parts[0]}\nSummary of part 2: {parts[1]}", f" {parts[0]} {parts[1]}"]
+    team = [[f" 1: {parts[0]}"], [f" 2: {parts[1]}"]]
+    expected = task.reward(team_env)(prompts=[None], completions=team[0], agent_completions=team, text=[text])[0]
+    for function in (task.reward(env), task.success(env)):
+        assert function(prompts=[None] * 2, completions=completions, text=[text] * 2) == pytest.approx([expected, 0.0])
+    metrics = task.metrics(env)
+    assert set(metrics) == set(task.metrics(team_env))
+    assert metrics["agent_1_second"](prompts=[None] * 2, completions=completions, text=[text] * 2) == [1.0, 0.0]
+    assert not bench.TASKS["writing_halves_summary"]().central
+
+
 def test_writing_halves_second_first_changes_only_the_start_clause(bench: Any) -> None:
     from trl_marl.envs import Transcript
 

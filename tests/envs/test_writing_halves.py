@@ -9,15 +9,19 @@ import pytest
 
 from trl_marl.envs.base import Transcript
 from trl_marl.envs.writing_halves import (
+    HALVES_CENTRAL_INSTRUCTION,
+    HALVES_CENTRAL_PREFILL,
     HALVES_DECIDE_INSTRUCTION,
     HALVES_INSTRUCTION,
     HALVES_NUMBERED_PREFILL,
     HALVES_NUMBERED_TEMPLATE,
     HALVES_PREFILL,
+    CentralizedHalvesEnv,
     HalvesWritingEnv,
     halves_choice,
     split_halves,
 )
+from trl_marl.rewards.centralized import CentralizedReward
 from trl_marl.rewards.writing_halves import (
     ChoseHalf,
     HalfScore,
@@ -268,3 +272,82 @@ def test_gamed_answers_earn_nothing_with_require_split(name: str) -> None:
     assert pair(GAMED[name], partner) <= 0.525 and pair(partner, GAMED[name]) <= 0.525
     numbered = GAMED[name].replace(" second half:", " 2:").replace(" first half:", " 1:")
     assert pair(numbered, NUMBERED[0]) <= 0.525
+
+
+# ---------------------------------------------------------------------------------------- the single-policy arm
+CENTRAL_HONEST = (" Reads the configuration file and parses its sections into options, creating missing sections with "
+                  "defaults.\nSummary of part 2: Values that are not integers raise ValueError with the line number, "
+                  "and hash comments are ignored.")
+
+
+def central_reward(completions: list[Any]) -> list[float | None]:
+    env = CentralizedHalvesEnv(HalvesWritingEnv(chat=True))
+    return CentralizedReward(env, HalvesTeamReward(require_split=True))(
+        [None] * len(completions), completions, text=[SOURCE] * len(completions))
+
+
+def test_the_single_policy_prompt_shows_both_parts_and_prefills_the_first_heading() -> None:
+    env = CentralizedHalvesEnv(HalvesWritingEnv(chat=True))
+    assert env.num_agents == 1 and env.num_turns == 1
+    prompt = env.agent_prompt({"text": SOURCE}, 0, Transcript())
+    assert prompt[-1] == {"role": "assistant", "content": HALVES_CENTRAL_PREFILL}
+    assert prompt[0]["content"] == f"{HALVES_CENTRAL_INSTRUCTION}\n\nPart 1:\n{FIRST}\n\nPart 2:\n{SECOND}"
+    plain = CentralizedHalvesEnv(HalvesWritingEnv(chat=False)).agent_prompt({"text": SOURCE}, 0, Transcript())
+    assert plain.endswith(f"Part 2:\n{SECOND}\n\nSummary of part 1:")
+
+
+@pytest.mark.parametrize(("completion", "expected"), [
+    (" Opens a file.\nSummary of part 2: Raises OSError.", [" 1: Opens a file.", " 2: Raises OSError."]),
+    (" Opens a file. **Summary of Part 2**: Raises OSError.", [" 1: Opens a file.", " 2: Raises OSError."]),
+    (" Opens a file.\n\n### SUMMARY OF PART 2: Raises OSError.", [" 1: Opens a file.", " 2: Raises OSError."]),
+    ([{"role": "assistant", "content": " A.\nSummary of part 2: B."}], [" 1: A.", " 2: B."]),
+    (" Opens a file and raises OSError.", [" 1: Opens a file and raises OSError.", ""]),
+])
+def test_the_single_policy_completion_splits_at_the_second_heading(completion: Any, expected: list[str]) -> None:
+    """Each part is what a writer of the numbered design would have answered; without the second heading the second
+    writer wrote nothing."""
+    assert CentralizedHalvesEnv(HalvesWritingEnv()).split(completion) == expected
+
+
+def test_the_single_policy_is_scored_as_the_team_is() -> None:
+    """The same two sentences earn the same reward written by one policy as by two writers; a completion without the
+    second heading earns 0 (the second part chose nothing), as a team whose second writer wrote nothing."""
+    team = HalvesTeamReward(require_split=True)(None, None, agent_completions=[[HONEST[0]], [HONEST[1]]],
+                                                 text=[SOURCE])[0]
+    weak = " Reads the file.\nSummary of part 2: Bad integers raise ValueError."
+    weak_team = HalvesTeamReward(require_split=True)(None, None, agent_completions=[[" 1: Reads the file."],
+                                                     [" 2: Bad integers raise ValueError."]], text=[SOURCE])[0]
+    assert central_reward([CENTRAL_HONEST, weak]) == pytest.approx([team, weak_team])
+    assert team == 1.0 and 0.0 < weak_team < 1.0
+    assert central_reward([" Reads the configuration file and parses its sections; values that are not integers "
+                           "raise ValueError."]) == [0.0]
+
+
+CENTRAL_GAMED = {
+    "part 2 summarized twice": " Values that are not integers raise ValueError.\nSummary of part 2: Values that are "
+                               "not integers raise ValueError with the line number.",
+    "the whole text in each part": f" {SOURCE}\nSummary of part 2: {SOURCE}",
+    "unrelated text": " The weather is sunny.\nSummary of part 2: The hills are green and the breeze is light.",
+    "keywords of both halves": " configuration file section dictionary default ValueError integer\nSummary of part 2: "
+                               "configuration file section dictionary default ValueError integer",
+    "one word repeated": " file" * 12 + "\nSummary of part 2:" + " ValueError" * 12,
+    "the second heading only": " Summary of part 2: Values that are not integers raise ValueError.",
+    "nothing": "",
+}
+
+
+@pytest.mark.parametrize("name", sorted(CENTRAL_GAMED))
+def test_gamed_single_policy_answers_score_below_an_honest_one(name: str) -> None:
+    """At most one part well summarized (0.5 of the team's 1.0), never the honest completion's 1.0."""
+    honest, gamed = central_reward([CENTRAL_HONEST, CENTRAL_GAMED[name]])
+    assert honest == 1.0
+    assert gamed is not None and gamed <= 0.525
+
+
+def test_the_single_policy_env_refuses_bad_arguments() -> None:
+    with pytest.raises(TypeError, match="HalvesWritingEnv"):
+        CentralizedHalvesEnv(object())  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="Summary of part 1:"):
+        CentralizedHalvesEnv(HalvesWritingEnv(), prefill="Summary:")
+    with pytest.raises(ValueError, match="one turn"):
+        CentralizedHalvesEnv(HalvesWritingEnv()).agent_prompt({"text": SOURCE}, 0, Transcript().extend(["a"]))

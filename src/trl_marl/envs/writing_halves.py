@@ -33,6 +33,7 @@ from typing import Any
 
 from ..utils.text import completion_text, words
 from .base import MultiAgentEnv, Prompt, Transcript
+from .centralized import CentralizedEnv
 
 HALVES = ("first", "second")
 """The two choices of [`HalvesWritingEnv`]: which half of the text a writer summarizes."""
@@ -56,6 +57,7 @@ _STOP = re.compile(r"[.!?](?=\s|$)")
 _CHOICE = re.compile(r"\s*\W*\s*(first|second|1|2)\b(?:\s+half\b)?(?:\s+of\s+the\s+text\b)?"
                      r"\s*[:,.;\-\u2013\u2014]*\s*", re.IGNORECASE)
 _NUMBERED = {"1": "first", "2": "second"}  # the parts' numbers (after [`HALVES_NUMBERED_PREFILL`]) are the halves'
+_PART_2_HEADING = re.compile(r"[*#_ \t]*\bsummary of part 2\b[*_ \t]*:[*_ \t]*", re.IGNORECASE)
 
 HALVES_NUMBERED_PREFILL = "I summarize part"
 """The start of every answer of the numbered design ([`HALVES_DECIDE_INSTRUCTION`]): the model continues it with
@@ -95,6 +97,17 @@ first, as the decision names it), because with "Summary of part N:" the untraine
 
 HALVES_NUMBERED_TEMPLATE = "{instruction}\n\nPart 1:\n{first}\n\nPart 2:\n{second}"
 """The numbered design's prompt (format fields `{instruction}`, `{first}`, `{second}`)."""
+
+HALVES_CENTRAL_INSTRUCTION = (
+    "Summarize the text below. The text has two parts: summarize part 1 in one sentence and part 2 in one sentence. "
+    "Answer with \"Summary of part 1:\" followed by your sentence about part 1, then \"Summary of part 2:\" "
+    "followed by your sentence about part 2."
+)
+"""The instruction of the single-policy arm ([`CentralizedHalvesEnv`]): one writer, both parts, the headings of halves
+design 8 ([`HALVES_SUMMARY_OPTIONS_INSTRUCTION`]) in the parts' order."""
+
+HALVES_CENTRAL_PREFILL = "Summary of part 1:"
+"""The start of the single policy's answer: its first heading, written for it as the team's prefill is."""
 
 
 def split_halves(text: str) -> tuple[str, str]:
@@ -207,3 +220,64 @@ class HalvesWritingEnv(MultiAgentEnv):
         if self.prefill:
             messages.append({"role": "assistant", "content": self.prefill})
         return messages
+
+
+class CentralizedHalvesEnv(CentralizedEnv):
+    """One policy summarizes both parts of a [`HalvesWritingEnv`] row in one completion: the single-policy arm of the
+    halves task (issue 55), which has no division to agree on.
+
+    The prompt is the team's template ([`HALVES_NUMBERED_TEMPLATE`]: "Part 1: ... Part 2: ...") with
+    [`HALVES_CENTRAL_INSTRUCTION`], and the answer is prefilled with "Summary of part 1:" ([`HALVES_CENTRAL_PREFILL`]).
+    [`split`] gives writer 1 the text before the first "Summary of part 2:" heading (any case, markdown around it) and
+    writer 2 the text after it, each as a writer of the numbered design would have answered (" 1: ...", " 2: ...",
+    read by [`halves_choice`]), so the team's reward ([`~trl_marl.rewards.writing_halves.HalvesTeamReward`],
+    through [`~trl_marl.rewards.centralized.CentralizedReward`]) scores the two sentences exactly as it scores a
+    team's. Without that heading the second part is empty: it chose no part, and with `require_split=True` the
+    completion earns 0, as a team whose second writer wrote nothing. One turn.
+
+    Args:
+        env (`HalvesWritingEnv`): The team's environment (its text column and chat setting).
+        instruction (`str`): The instruction, without format fields.
+        prefill (`str`): The start of the answer, which the policy continues; it must end with the first heading's
+            colon, as the default does.
+
+    Example:
+
+    ```python
+    >>> env = CentralizedHalvesEnv(HalvesWritingEnv(chat=True))
+    >>> env.split(" Opens a file.\\n**Summary of part 2:** Raises OSError for a missing path.")
+    [' 1: Opens a file.', ' 2: Raises OSError for a missing path.']
+    ```
+    """
+
+    env: HalvesWritingEnv  # the wrapped environment (`__init__` checks its type)
+
+    def __init__(self, env: HalvesWritingEnv, instruction: str = HALVES_CENTRAL_INSTRUCTION,
+                 prefill: str = HALVES_CENTRAL_PREFILL) -> None:
+        if not isinstance(env, HalvesWritingEnv):
+            raise TypeError(f"`env` must be a HalvesWritingEnv, got {type(env).__name__}.")
+        if not prefill.rstrip().lower().endswith("summary of part 1:"):
+            raise ValueError(f"CentralizedHalvesEnv: `prefill` must end with the first heading \"Summary of part 1:\" "
+                             f"(the part the answer starts with), got {prefill!r}.")
+        super().__init__(env, tags=("part_1", "part_2"), prefill=prefill)
+        self.instruction = instruction
+
+    def split(self, text: Any) -> list[str]:
+        """Writer 1's and writer 2's answers in one completion (which continues the prefill): " 1: " and the text
+        before the "Summary of part 2:" heading, " 2: " and the text after it (`""` without the heading)."""
+        if isinstance(text, list):
+            text = text[-1]["content"] if text else ""
+        body = completion_text(text)
+        match = _PART_2_HEADING.search(body)
+        if match is None:
+            return [f" 1: {body.strip()}", ""]
+        return [f" 1: {body[:match.start()].strip()}", f" 2: {body[match.end():].strip()}"]
+
+    def agent_prompt(self, row: Mapping[str, Any], agent_index: int, transcript: Transcript) -> Prompt:
+        if len(transcript) != 0:
+            raise ValueError(f"{type(self).__name__} plays one turn; got a transcript of {len(transcript)} turn(s).")
+        first, second = split_halves(row[self.env.text_column])
+        text = HALVES_NUMBERED_TEMPLATE.format(instruction=self.instruction, first=first, second=second)
+        if not self.env.chat:
+            return f"{text}\n\n{self.prefill}"
+        return [{"role": "user", "content": text}, {"role": "assistant", "content": self.prefill}]
