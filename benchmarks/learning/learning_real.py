@@ -1477,17 +1477,19 @@ def main(argv: Sequence[str] | None = None, run_seed: Callable[..., dict[str, An
                 run = run_maporl_seed(seed, settings["steps"], settings["sizes"], work, args.model,
                                       task=args.debate_task, reward=args.reward, arms=args.arms)
             runs.append(run)
-            print(json.dumps(brief(args.kind, run)), flush=True)
             # the record is rewritten after every seed: a run cut short keeps the seeds it finished
             record = make_record(args.kind, argv, settings, runs, time.perf_counter() - start, git)
             with open(output, "w") as f:
                 json.dump(record, f, indent=2)
+            print(json.dumps(brief(args.kind, run)), flush=True)
     print(f"wrote {output}")
     return record
 
 
 def brief(kind: str, run: dict[str, Any]) -> dict[str, Any]:
-    """One line per seed: end-of-training held-out values and s/step per arm."""
+    """One line per seed: the end-of-training values of each evaluated split (held-out: `heldout`,
+    `heldout_reward`, `heldout_<metric>`; training rows: `train`, `train_reward`, `train_<metric>`) and s/step per
+    arm."""
     if kind == "maporl":
         def rounded(values: list[float | None]) -> list[float | None]:
             return [None if v is None else round(v, 3) for v in values]
@@ -1501,12 +1503,14 @@ def brief(kind: str, run: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {"seed": run["seed"]}
     for arm in ("untrained", "team", "alone", "central_untrained", "central"):
         if arm in run:
-            out[arm] = {"heldout": round(run[arm]["heldout"]["success"], 3),
-                        "heldout_reward": round(run[arm]["heldout"]["reward"], 3)}
-            if "train_rows" in run[arm]:
-                out[arm]["train"] = round(run[arm]["train_rows"]["success"], 3)
-            for key, value in run[arm]["heldout"].get("metrics", {}).items():
-                out[arm][f"heldout_{key}"] = None if value is None else round(value, 3)
+            out[arm] = {}
+            for prefix, split in (("heldout", "heldout"), ("train", "train_rows")):
+                if split not in run[arm]:
+                    continue
+                out[arm][prefix] = round(run[arm][split]["success"], 3)
+                out[arm][f"{prefix}_reward"] = round(run[arm][split]["reward"], 3)
+                for key, value in run[arm][split].get("metrics", {}).items():
+                    out[arm][f"{prefix}_{key}"] = None if value is None else round(value, 3)
             if "s_per_step" in run[arm]:
                 out[arm]["s_per_step"] = round(run[arm]["s_per_step"], 1)
     return out

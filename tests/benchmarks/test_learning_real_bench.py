@@ -239,6 +239,18 @@ def test_eval_splits_heldout_measures_only_heldout_rows(bench: Any) -> None:
     assert bench.parse_args(["magrpo", "--eval-splits", "heldout"]).eval_splits == ["heldout"]
 
 
+def test_brief_reads_the_splits_a_run_measured(bench: Any) -> None:
+    """A run evaluated on training rows only (a pilot of a new arm) gets its line too (it raised KeyError)."""
+    train_only = {"seed": 3, "central": {"train_rows": {"success": 0.125, "reward": 0.25, "metrics": {"same": 0.5}},
+                                         "s_per_step": 50.04}}
+    assert bench.brief("magrpo", train_only) == {"seed": 3, "central": {"train": 0.125, "train_reward": 0.25,
+                                                                        "train_same": 0.5, "s_per_step": 50.0}}
+    both = {"seed": 0, "team": {"heldout": {"success": 0.5, "reward": 0.75, "metrics": {"same": None}},
+                                "train_rows": {"success": 0.25, "reward": 0.5}}}
+    assert bench.brief("magrpo", both)["team"] == {"heldout": 0.5, "heldout_reward": 0.75, "heldout_same": None,
+                                                   "train": 0.25, "train_reward": 0.5}
+
+
 def test_record_fields_and_summary(bench: Any, tmp_path: Path, clean_tree: None) -> None:
     def fake_seed(seed: int, settings: dict, work: str) -> dict:
         def res(x: float) -> dict:
