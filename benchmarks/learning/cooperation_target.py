@@ -14,8 +14,8 @@ reward, e.g. the pass rate, or `success`). Two conditions, fixed by issue 55 bef
 The teamwork evaluation scores with the task's success function; its `team` condition samples as the end-of-training
 evaluation does, so its score must equal the `--value` measured there (checked: a different scale stops the script).
 
-The alone arm is also reported as the issue asks it to be shown: each agent's training reward over the first and the
-last `--window` steps (has it stopped rising?).
+The alone arm is also reported as the issue asks it to be shown: each agent's training reward over the first
+`--window` steps, the `--window` steps before the last ones and the last `--window` steps (has it stopped rising?).
 
 Usage::
 
@@ -151,15 +151,17 @@ def _mean(values: Sequence[float]) -> float:
 
 
 def table(results: Sequence[SeedResult], window: int = 5) -> str:
-    """Per seed: the three arms, the gap, the blanked scores and each alone agent's first/last training rewards."""
+    """Per seed: the three arms, the gap, the blanked scores and each alone agent's training reward over the first
+    `window` steps, the `window` steps before the last ones and the last `window` steps."""
     def fmt(x: float | None) -> str:
         return "-" if x is None else f"{x:.3f}"
 
     lines = ["seed | untrained | team | alone | gap | team blanked | necessity | alone agents' training reward, "
-             f"first/last {window} steps"]
+             f"first, second-to-last and last {window} steps"]
     for r in results:
         curves = r.curves.get("alone", [])
-        plateau = ", ".join(f"{_mean(c[:window]):.3f} -> {_mean(c[-window:]):.3f}" for c in curves) or "-"
+        plateau = ", ".join(f"{_mean(c[:window]):.3f} -> {_mean(c[-2 * window:-window]):.3f} -> "
+                            f"{_mean(c[-window:]):.3f}" for c in curves) or "-"
         blanked = "/".join(fmt(x) for x in r.blanked.get("team", [])) or "-"
         lines.append(f"{r.seed} | {fmt(r.untrained)} | {fmt(r.team)} | {fmt(r.alone)} | {fmt(r.gap)} | {blanked} | "
                      f"{r.necessity()} | {plateau}")

@@ -74,8 +74,10 @@ def test_gap_spread_and_necessity_by_hand(target: Any, tmp_path: Path) -> None:
 
 def test_alone_agents_training_rewards_are_shown_first_and_last_window(target: Any, tmp_path: Path) -> None:
     _, results = target.load(_records(tmp_path))
-    text = target.table(results, window=4)
-    assert "0.100 -> 0.200, 0.200 -> 0.400" in text  # agent 0: 0.1 x6 then 0.2 x4; agent 1 doubled
+    # agent 0's curve: 0.1 x6 then 0.2 x4; agent 1's doubled
+    assert "0.100 -> 0.100 -> 0.200, 0.200 -> 0.200 -> 0.400" in target.table(results, window=4)
+    # window 3: steps 1-3, 5-7 (0.1, 0.1, 0.2: 0.1333) and 8-10
+    assert "0.100 -> 0.133 -> 0.200, 0.200 -> 0.267 -> 0.400" in target.table(results, window=3)
 
 
 def test_cli_prints_verdict_and_writes_json(target: Any, tmp_path: Path, capsys: Any) -> None:
