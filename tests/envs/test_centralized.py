@@ -217,3 +217,19 @@ def test_one_policy_trains_with_magrpo_on_the_team_reward(target_model_dir, tmp_
         assert all(len(t[call["turn"] - 1].responses) == 2 for t in call["transcript"])
         if call["turn"] == 2:  # agents saw the previous turn's parts, as TargetSumEnv shows them
             assert all(p.startswith("T=10:") and p.endswith(":") and p != "T=10:" for p in call["agent_prompts"][0])
+
+
+def test_a_task_view_refuses_an_env_it_cannot_wrap_before_reading_it() -> None:
+    """`wraps` and `one_turn` narrow what a view of one task accepts; the check names the type, or the turn count and
+    its fix, and runs before the view reads the env's attributes (no AttributeError for a wrong type)."""
+    from trl_marl.envs.coding_central import CentralizedCodingEnv
+    from trl_marl.envs.writing import CentralizedWritingEnv
+
+    with pytest.raises(TypeError, match="must be a MultiAgentEnv, got int"):
+        CentralizedEnv(3)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="must be a CooperativeCodingEnv, got TargetSumEnv"):
+        CentralizedCodingEnv(TargetSumEnv(2))  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="CentralizedWritingEnv plays one turn; .* num_turns=2: build it with "
+                                         "num_turns=1"):
+        CentralizedWritingEnv(CooperativeWritingEnv(num_turns=2))
+    assert CentralizedEnv(CooperativeWritingEnv(num_turns=2)).num_turns == 2  # the generic view plays any number

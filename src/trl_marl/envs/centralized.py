@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 from .base import MultiAgentEnv, Prompt, Transcript, Turn
 
@@ -134,10 +134,15 @@ class CentralizedEnv(MultiAgentEnv):
     ```
     """
 
+    wraps: ClassVar[type[Any]] = MultiAgentEnv
+    """The team environments this view wraps (a view of one task narrows it to the task's env)."""
+
+    one_turn: ClassVar[bool] = False
+    """Whether this view plays one turn only (it then refuses a wrapped env of more)."""
+
     def __init__(self, env: MultiAgentEnv, tags: Sequence[str] | None = None,
                  format_prompt: PromptFormatter | None = None, prefill: str = "") -> None:
-        if not isinstance(env, MultiAgentEnv):
-            raise TypeError(f"`env` must be a MultiAgentEnv, got {type(env).__name__}.")
+        self.check_wrapped(env)
         super().__init__(num_agents=1, num_turns=env.num_turns)
         tags = tuple(tags) if tags is not None else tuple(f"agent_{a}" for a in range(env.num_agents))
         if len(tags) != env.num_agents:
@@ -153,6 +158,16 @@ class CentralizedEnv(MultiAgentEnv):
             raise TypeError(f"`prefill` must be a string (\"\" for none), got {type(prefill).__name__}.")
         self.prefill = prefill
         self.required_columns = tuple(env.required_columns)
+
+    @classmethod
+    def check_wrapped(cls, env: Any) -> None:
+        """Refuse an `env` this view cannot wrap: not a [`wraps`], or (with [`one_turn`]) of more than one turn.
+        `__init__` calls it; a subclass that reads the env's attributes before `super().__init__` calls it first."""
+        if not isinstance(env, cls.wraps):
+            raise TypeError(f"`env` must be a {cls.wraps.__name__}, got {type(env).__name__}.")
+        if cls.one_turn and env.num_turns != 1:
+            raise ValueError(f"{cls.__name__} plays one turn; the wrapped env has num_turns={env.num_turns}: build it "
+                             "with num_turns=1.")
 
     # ----- the team's view of a centralised episode -----
     def split(self, text: Any) -> list[str]:

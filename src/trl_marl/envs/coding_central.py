@@ -108,14 +108,12 @@ class CentralizedCodingEnv(CentralizedEnv):
     """
 
     env: CooperativeCodingEnv  # the wrapped environment (`__init__` checks its type)
+    wraps = CooperativeCodingEnv
+    one_turn = True
 
     def __init__(self, env: CooperativeCodingEnv, template: str = CENTRAL_CODING_TEMPLATE,
                  free_template: str = CENTRAL_CODING_FREE_TEMPLATE) -> None:
-        if not isinstance(env, CooperativeCodingEnv):
-            raise TypeError(f"`env` must be a CooperativeCodingEnv, got {type(env).__name__}.")
-        if env.num_turns != 1:
-            raise ValueError(f"CentralizedCodingEnv plays one turn; the wrapped env has num_turns={env.num_turns}: "
-                             "build it with num_turns=1.")
+        self.check_wrapped(env)  # before its `code_prefill` is read
         super().__init__(env, tags=("helper", "main"), prefill=env.code_prefill)
         self.template = template
         self.free_template = free_template

@@ -189,10 +189,10 @@ class CentralizedRuleDivisionCodingEnv(CentralizedEnv):
     """
 
     env: RuleDivisionCodingEnv  # the wrapped environment (`__init__` checks its type)
+    wraps = RuleDivisionCodingEnv
 
     def __init__(self, env: RuleDivisionCodingEnv, template: str = CENTRAL_RULE_DIVISION_TEMPLATE) -> None:
-        if not isinstance(env, RuleDivisionCodingEnv):
-            raise TypeError(f"`env` must be a RuleDivisionCodingEnv, got {type(env).__name__}.")
+        self.check_wrapped(env)  # before its `names` and prefill are read
         super().__init__(env, tags=env.names, prefill=env.prefill())
         self.template = template
 

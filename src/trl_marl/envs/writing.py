@@ -291,14 +291,11 @@ class CentralizedWritingEnv(CentralizedEnv):
     """
 
     env: CooperativeWritingEnv  # the wrapped environment (`__init__` checks its type)
+    wraps = CooperativeWritingEnv
+    one_turn = True
 
     def __init__(self, env: CooperativeWritingEnv, template: str = CENTRAL_WRITING_TEMPLATE,
                  prefill: str = "Short summary:") -> None:
-        if not isinstance(env, CooperativeWritingEnv):
-            raise TypeError(f"`env` must be a CooperativeWritingEnv, got {type(env).__name__}.")
-        if env.num_turns != 1:
-            raise ValueError(f"CentralizedWritingEnv plays one turn; the wrapped env has num_turns={env.num_turns}: "
-                             "build it with num_turns=1.")
         super().__init__(env, tags=("short", "detailed"), prefill=prefill)
         self.template = template
 

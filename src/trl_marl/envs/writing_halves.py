@@ -251,11 +251,10 @@ class CentralizedHalvesEnv(CentralizedEnv):
     """
 
     env: HalvesWritingEnv  # the wrapped environment (`__init__` checks its type)
+    wraps = HalvesWritingEnv
 
     def __init__(self, env: HalvesWritingEnv, instruction: str = HALVES_CENTRAL_INSTRUCTION,
                  prefill: str = HALVES_CENTRAL_PREFILL) -> None:
-        if not isinstance(env, HalvesWritingEnv):
-            raise TypeError(f"`env` must be a HalvesWritingEnv, got {type(env).__name__}.")
         if not prefill.rstrip().lower().endswith("summary of part 1:"):
             raise ValueError(f"CentralizedHalvesEnv: `prefill` must end with the first heading \"Summary of part 1:\" "
                              f"(the part the answer starts with), got {prefill!r}.")
