@@ -226,7 +226,7 @@ class CentralizedHalvesEnv(CentralizedEnv):
     """One policy summarizes both parts of a [`HalvesWritingEnv`] row in one completion: the single-policy arm of the
     halves task (issue 55), which has no division to agree on.
 
-    The prompt is the team's template ([`HALVES_NUMBERED_TEMPLATE`]: "Part 1: ... Part 2: ...") with
+    The prompt is the numbered designs' template ([`HALVES_NUMBERED_TEMPLATE`]: "Part 1: ... Part 2: ...") with
     [`HALVES_CENTRAL_INSTRUCTION`], and the answer is prefilled with "Summary of part 1:" ([`HALVES_CENTRAL_PREFILL`]).
     [`split`] gives writer 1 the text before the first "Summary of part 2:" heading (any case, markdown around it) and
     writer 2 the text after it, each as a writer of the numbered design would have answered (" 1: ...", " 2: ...",
@@ -264,8 +264,6 @@ class CentralizedHalvesEnv(CentralizedEnv):
     def split(self, text: Any) -> list[str]:
         """Writer 1's and writer 2's answers in one completion (which continues the prefill): " 1: " and the text
         before the "Summary of part 2:" heading, " 2: " and the text after it (`""` without the heading)."""
-        if isinstance(text, list):
-            text = text[-1]["content"] if text else ""
         body = completion_text(text)
         match = _PART_2_HEADING.search(body)
         if match is None:
