@@ -195,6 +195,17 @@ def split_rows(train: list[dict[str, Any]], heldout: list[dict[str, Any]]) -> tu
     return train_rows, eval_rows
 
 
+def scored(func: Any) -> Callable[[Any], Any]:
+    """`build(env)`: the reward `func` as it scores `env`'s completions: itself for a team, through
+    `CentralizedReward` (the single policy's completion split into the team's parts) for a `CentralizedEnv`."""
+    from trl_marl.envs import CentralizedEnv
+    from trl_marl.rewards import CentralizedReward
+
+    def build(env: Any) -> Any:
+        return CentralizedReward(env, func) if isinstance(env, CentralizedEnv) else func
+    return build
+
+
 def coding_scored(reward: Callable[[Any], Any]) -> Callable[[Any], Any]:
     """A coding reward's builder for either arm: `reward(env)` for a team, and for the single policy
     (`CentralizedCodingEnv`, `CentralizedRuleDivisionCodingEnv`) the same reward on the team env, read through
@@ -569,9 +580,9 @@ def writing_task() -> Task:
     centralised arm writes both summaries after the labels "Short summary:" (prefilled) and "Detailed summary:"
     (`CentralizedWritingEnv`: the untrained model wrote no tagged sections that parsed for `CentralizedEnv`)."""
     from trl_marl.data.team_writing import team_writing_rows
-    from trl_marl.envs import CentralizedEnv, CooperativeWritingEnv
+    from trl_marl.envs import CooperativeWritingEnv
     from trl_marl.envs.writing import CentralizedWritingEnv
-    from trl_marl.rewards import CentralizedReward, RougeLReward
+    from trl_marl.rewards import RougeLReward
     from trl_marl.rewards.writing import WritingTeamReward
 
     train, heldout = team_writing_rows("train"), team_writing_rows("heldout")
@@ -579,11 +590,6 @@ def writing_task() -> Task:
     def env(central: bool) -> Any:
         team = CooperativeWritingEnv(chat=True)
         return CentralizedWritingEnv(team) if central else team
-
-    def scored(func: Any) -> Callable[[Any], Any]:
-        def build(env: Any) -> Any:
-            return CentralizedReward(env, func) if isinstance(env, CentralizedEnv) else func
-        return build
 
     def team_reward() -> Any:
         return WritingTeamReward(reference_column=None)
@@ -709,7 +715,6 @@ def writing_halves_task(name: str = "writing_halves", instruction: str | None = 
     teamwork evaluation score (as the coding rule division scores its pass rate). With `central` the task has a
     single-policy arm: one policy summarizes both parts (`CentralizedHalvesEnv`, "Summary of part 1:" prefilled, twice
     the team's tokens), scored by the same rewards and metrics through `CentralizedReward`."""
-    from trl_marl.envs import CentralizedEnv
     from trl_marl.envs.writing_halves import (
         HALVES_INSTRUCTION,
         HALVES_PREFILL,
@@ -718,7 +723,6 @@ def writing_halves_task(name: str = "writing_halves", instruction: str | None = 
         HalvesWritingEnv,
         split_halves,
     )
-    from trl_marl.rewards import CentralizedReward
     from trl_marl.rewards.writing_halves import HalvesTeamReward, halves_metrics
     from trl_marl.rewards.writing_source import content_words
 
@@ -736,11 +740,6 @@ def writing_halves_task(name: str = "writing_halves", instruction: str | None = 
         team = HalvesWritingEnv(chat=True, instruction=instruction or HALVES_INSTRUCTION, writers=writers,
                                 template=template or HALVES_TEMPLATE, prefill=prefill or HALVES_PREFILL)
         return CentralizedHalvesEnv(team) if single else team
-
-    def scored(func: Any) -> Callable[[Any], Any]:
-        def build(env: Any) -> Any:
-            return CentralizedReward(env, func) if isinstance(env, CentralizedEnv) else func
-        return build
 
     def train_rows(count: int, seed: int) -> list[dict[str, Any]]:
         return random.Random(seed).choices(train, k=count)
@@ -1504,7 +1503,7 @@ def brief(kind: str, run: dict[str, Any]) -> dict[str, Any]:
     for arm in ("untrained", "team", "alone", "central_untrained", "central"):
         if arm in run:
             out[arm] = {}
-            for prefix, split in (("heldout", "heldout"), ("train", "train_rows")):
+            for prefix, split in EVAL_SPLITS.items():
                 if split not in run[arm]:
                     continue
                 out[arm][prefix] = round(run[arm][split]["success"], 3)
