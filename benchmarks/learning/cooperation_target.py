@@ -31,6 +31,7 @@ import argparse
 import glob
 import json
 import statistics
+import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -92,6 +93,10 @@ def load(paths: Sequence[str], value: str = "reward") -> tuple[dict[str, Any], l
     seeds: dict[int, SeedResult] = {}
     for path in paths:
         data = json.loads(Path(path).read_text())
+        if not any(arm in run for run in data["runs"] for arm in ARMS):
+            # A single-policy record (`--arms central`) matched by a wide glob: not part of the target.
+            print(f"skipped {path}: no team or alone run in it (arms {data['settings'].get('arms')})", file=sys.stderr)
+            continue
         mine = {"task": data["settings"].get("task"), "steps": data["settings"].get("steps")}
         if settings is None:
             settings = mine

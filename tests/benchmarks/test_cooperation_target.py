@@ -119,3 +119,13 @@ def test_bad_records_are_refused_with_the_reason(target: Any, tmp_path: Path, ca
         paths = []
     with pytest.raises(SystemExit, match=message):
         target.load(paths)
+
+
+def test_single_policy_records_in_the_glob_are_skipped(target: Any, tmp_path: Path, capsys: Any) -> None:
+    central = tmp_path / "central_seed0.json"
+    central.write_text(json.dumps({"settings": {"task": "job", "steps": 40, "arms": ["central"]},
+                                   "runs": [{"seed": 0, "central_untrained": {}, "central": {}}]}))
+    _, with_central = target.load([str(central), *_records(tmp_path)])
+    _, without = target.load(_records(tmp_path))
+    assert with_central == without
+    assert "skipped" in capsys.readouterr().err
