@@ -195,27 +195,21 @@ def split_rows(train: list[dict[str, Any]], heldout: list[dict[str, Any]]) -> tu
     return train_rows, eval_rows
 
 
-def scored(func: Any) -> Callable[[Any], Any]:
-    """`build(env)`: the reward `func` as it scores `env`'s completions: itself for a team, through
-    `CentralizedReward` (the single policy's completion split into the team's parts) for a `CentralizedEnv`."""
-    from trl_marl.envs import CentralizedEnv
-    from trl_marl.rewards import CentralizedReward
-
-    def build(env: Any) -> Any:
-        return CentralizedReward(env, func) if isinstance(env, CentralizedEnv) else func
-    return build
-
-
-def coding_scored(reward: Callable[[Any], Any]) -> Callable[[Any], Any]:
-    """A coding reward's builder for either arm: `reward(env)` for a team, and for the single policy
-    (`CentralizedCodingEnv`, `CentralizedRuleDivisionCodingEnv`) the same reward on the team env, read through
-    `CentralizedReward`."""
+def scored_on_team(reward: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """A reward's builder for either arm: `reward(env)` for a team, and for the single policy (a `CentralizedEnv`:
+    `CentralizedCodingEnv`, `CentralizedRuleDivisionCodingEnv`, the writing views) the same reward on the team env it
+    wraps, read through `CentralizedReward` (the single policy's completion split into the team's parts)."""
     from trl_marl.envs import CentralizedEnv
     from trl_marl.rewards import CentralizedReward
 
     def build(env: Any) -> Any:
         return CentralizedReward(env, reward(env.env)) if isinstance(env, CentralizedEnv) else reward(env)
     return build
+
+
+def scored(func: Any) -> Callable[[Any], Any]:
+    """`scored_on_team` for a reward that does not depend on the env: `func` itself, for either arm."""
+    return scored_on_team(lambda _team: func)
 
 
 def coding_task() -> Task:
@@ -246,15 +240,15 @@ def coding_task() -> Task:
         coding = env.env if isinstance(env, CentralizedCodingEnv) else env
         named = {"main_calls_helper": MainCallsHelper(coding), "helper_used": HelperUsedReward(coding),
                  "codebleu": CodeBLEUTermReward(coding)}
-        return {name: coding_scored(lambda _env, func=func: func)(env) for name, func in named.items()}
+        return {name: scored(func)(env) for name, func in named.items()}
 
     # T = 0.7 for training and evaluation: at T = 1 the 135M model's code is mostly broken (on eight training problems
     # its untrained team passed every test in 28% of joint actions at T = 0.7, 12% at T = 1 in a smoke run).
     # Sampling stops at the closing code fence: the untrained model follows its code with prose ("This function
     # uses...") that no test reads, most of the 96 tokens of the first pilot (70.8 s per step)
     sizes = {"batch": 16, "generations": 8, "completion": 64, "eval_rows": 8, "temperature": 0.7, "stop": ["```"]}
-    return Task("coding", env, coding_scored(CodingTeamReward), train_rows, eval_rows,
-                success=coding_scored(PassRateReward),
+    return Task("coding", env, scored_on_team(CodingTeamReward), train_rows, eval_rows,
+                success=scored_on_team(PassRateReward),
                 sizes={**sizes, "central_completion": 128},  # both functions: the team's 2 x 64
                 metrics=metrics)
 
@@ -389,7 +383,7 @@ def coding_rule_division_task(template: str = "number", temperature: float = 0.7
 
     def metrics(env: Any) -> dict[str, Any]:
         if isinstance(env, CentralizedRuleDivisionCodingEnv):  # one policy: no choice, no collision
-            return {f"agent_{a}_right": coding_scored(lambda team, a=a: RuleDivisionMetric(team, a, None))(env)
+            return {f"agent_{a}_right": scored_on_team(lambda team, a=a: RuleDivisionMetric(team, a, None))(env)
                     for a in (0, 1)}
         out: dict[str, Any] = {"collision": RuleDivisionMetric(env, None, None)}
         for agent in (0, 1):
@@ -402,7 +396,8 @@ def coding_rule_division_task(template: str = "number", temperature: float = 0.7
              "stop": ["```"]}
     suffix = ("" if template == "number" else "_" + template) + ("_t1" if temperature == 1 else "")
     name = "coding_rule_division" + suffix
-    return Task(name, env, coding_scored(PassRateReward), train_rows, eval_rows, success=coding_scored(PassRateReward),
+    return Task(name, env, scored_on_team(PassRateReward), train_rows, eval_rows,
+                success=scored_on_team(PassRateReward),
                 sizes={**sizes, "central_completion": 128}, metrics=metrics)  # both functions: the team's 2 x 64
 
 
@@ -536,13 +531,13 @@ def coding_private_task(rules: str = "linear", naming: bool = False) -> Task:
                  "helper_with_reference_main": lambda env: ReferencePartnerPass(env, 0),
                  "main_with_reference_helper": lambda env: ReferencePartnerPass(env, 1),
                  "team_reward": CodingTeamReward}
-        scored = {name: coding_scored(func)(env) for name, func in named.items()}
+        out = {name: scored_on_team(func)(env) for name, func in named.items()}
         if isinstance(env, NamingCodingEnv):
             for agent in (0, 1):
                 for name in env.helper_names:
-                    scored[f"agent_{agent}_{name}"] = NameChoice(env, agent, name)
-            scored["names_match"] = NameChoice(env, 0, None)
-        return scored
+                    out[f"agent_{agent}_{name}"] = NameChoice(env, agent, name)
+            out["names_match"] = NameChoice(env, 0, None)
+        return out
 
     # 64 new tokens: the main agent writes its whole function (the helper one expression, closed well within it);
     # the single policy writes both functions, the helper's `def` line included: 128
@@ -550,7 +545,7 @@ def coding_private_task(rules: str = "linear", naming: bool = False) -> Task:
              "temperature": 0.7, "stop": ["```"]}
     name = "coding_naming" if naming else "coding_private" if rules == "linear" else f"coding_private_{rules}"
     return Task(name, env,
-                coding_scored(CodingTeamReward), train_rows, eval_rows, success=coding_scored(PassRateReward),
+                scored_on_team(CodingTeamReward), train_rows, eval_rows, success=scored_on_team(PassRateReward),
                 sizes=sizes, metrics=metrics)
 
 
