@@ -12,12 +12,17 @@ record is absent, and the legend gives the number of seeds of each arm.
     python benchmarks/learning/plot_real.py rule_division \\
         --records "benchmarks/results/learning_real_magrpo_coding_rule_division_decide_2or1_named_*.json" \\
         --output docs/real_rule_division_learning.png
+    python benchmarks/learning/plot_real.py writing_halves --steps 40 \\
+        --records "benchmarks/results/learning_real_magrpo_writing_halves_summary_options_*.json" \\
+        --output docs/real_writing_halves_learning_40steps.png
     python benchmarks/learning/plot_real.py debate \\
         --records benchmarks/results/learning_real_maporl_hidden_sum_*.json --output docs/real_debate_learning.png
 
 Coding plots the held-out success (every hidden test passes); writing plots the held-out mean team reward (of 4.0),
 because its all-terms success hardly moves in 20 steps while the reward's terms do; the rule division (issue 55's
-ninth coding design) plots the held-out pass rate, its training reward, since its success stays near zero.
+ninth coding design) plots the held-out pass rate, its training reward, since its success stays near zero; the
+writing halves (issue 55's eighth writing design) plot the held-out team reward, its training reward, where two
+writers who write the same part earn 0.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ ARM_COLORS = {"team": "tab:blue", "alone": "tab:orange", "central": "tab:green",
 TITLES = {"coding": "Cooperative coding (MAGRPO), SmolLM2-135M-Instruct",
           "writing": "Cooperative writing (MAGRPO), SmolLM2-135M-Instruct",
           "rule_division": "Coding rule division: who writes which function (MAGRPO), SmolLM2-135M-Instruct",
+          "writing_halves": "Writing halves: who writes which part (MAGRPO), SmolLM2-135M-Instruct",
           "debate": "Hidden-information debate (MAPoRL), SmolLM2-135M-Instruct"}
 
 
@@ -59,8 +65,9 @@ def heldout_success(split: dict[str, Any]) -> float:
     return split["success"]
 
 
-def heldout_pass_rate(split: dict[str, Any]) -> float:
-    """A held-out evaluation's mean pass rate (the rule division's plotted value: its `reward`, the team reward)."""
+def heldout_reward(split: dict[str, Any]) -> float:
+    """A held-out evaluation's mean training reward, the team reward (the rule division's pass rate, the writing
+    halves' reward with a collision at 0)."""
     return split["reward"]
 
 
@@ -72,11 +79,13 @@ def heldout_team_reward(split: dict[str, Any]) -> float:
 MAGRPO_METRICS: dict[str, tuple[Callable[[dict[str, Any]], float], str, float]] = {
     "coding": (heldout_success, "success (joint action, held-out)", 1.0),
     "writing": (heldout_team_reward, "team reward of 4.0 (held-out mean)", 4.0),
-    "rule_division": (heldout_pass_rate, "pass rate of the joint program (held-out mean)", 0.5),
+    "rule_division": (heldout_reward, "pass rate of the joint program (held-out mean)", 0.5),
+    "writing_halves": (heldout_reward, "team reward, a collision earns 0 (held-out mean)", 1.0),
 }
 """Per MAGRPO task: the held-out value drawn, its axis label and the top of its axis."""
 
-RECORD_TASKS = {"coding": "coding", "writing": "writing", "rule_division": "coding_rule_division_decide_2or1_named"}
+RECORD_TASKS = {"coding": "coding", "writing": "writing", "rule_division": "coding_rule_division_decide_2or1_named",
+                "writing_halves": "writing_halves_summary_options"}
 """Per MAGRPO plot, the `--task` of `learning_real.py` its records ran (a glob such as `..._coding_*.json` also
 matches the other coding tasks' records, which are left out)."""
 

@@ -59,6 +59,10 @@ def test_writing_plots_the_heldout_team_reward_on_a_0_to_4_axis(plot: Any, tmp_p
     assert plot.MAGRPO_METRICS["coding"][0](split(0.25, 3.0)) == 0.25
     # the rule division: its pass rate, the split's mean reward
     assert plot.MAGRPO_METRICS["rule_division"][0]({"success": 0.0, "reward": 0.17}) == 0.17
+    # the writing halves: the split's mean reward (a collision at 0), not the metrics' team reward, on a 0-1 axis
+    value, label, top = plot.MAGRPO_METRICS["writing_halves"]
+    assert value({"success": 0.05, "reward": 0.29, "metrics": {"team_reward": 0.33}}) == 0.29 and top == 1.0
+    assert plot.RECORD_TASKS["writing_halves"] == "writing_halves_summary_options"
 
 
 def test_debate_series_reads_the_last_turn_and_the_reward_kind(plot: Any, tmp_path: Path) -> None:
