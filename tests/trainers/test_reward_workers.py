@@ -156,6 +156,46 @@ def test_a_worker_leaves_when_its_parent_dies_mid_call(tmp_path: Path) -> None:
     assert time.monotonic() - start < 60  # the worker left with its parent, not after the hour-long call
 
 
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="counts threads in /proc (Linux)")
+def test_a_worker_runs_no_thread_of_its_own() -> None:
+    """A thread started in the child of a multi-threaded parent can wait forever on a lock that another parent
+    thread held at the fork (a test run hung so: the child's watcher thread never ran, so it never answered): the
+    worker watches its parent without one, even when the parent runs threads of its own at the fork."""
+    import threading
+
+    from trl_marl.utils.bounded import Worker
+
+    stop = threading.Event()
+    busy = [threading.Thread(target=stop.wait, daemon=True) for _ in range(3)]
+    for thread in busy:
+        thread.start()
+    worker = Worker(lambda request: len(os.listdir("/proc/self/task")))
+    try:
+        assert worker.call(None, timeout=30.0) == {"value": 1}  # the thread that serves it, no other
+    finally:
+        worker.close()
+        stop.set()
+
+
+def test_an_idle_worker_leaves_when_its_parent_dies(tmp_path: Path) -> None:
+    """Between requests the worker polls its parent: a parent that ends by `os._exit` leaves no worker behind holding
+    the pipes it inherited (the test runner reading them would wait forever)."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "parent.py"
+    script.write_text(
+        "import os\n"
+        "from trl_marl.utils.bounded import Worker\n"
+        "worker = Worker(lambda request: request)\n"
+        "assert worker.call(7, timeout=30.0) == 7\n"
+        "os._exit(0)\n"
+    )
+    start = time.monotonic()
+    subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=90)  # waits for EOF
+    assert time.monotonic() - start < 60
+
+
 @pytest.mark.parametrize("raised", [KeyboardInterrupt, SystemExit, RuntimeError])
 def test_a_forked_child_never_returns_into_its_parents_code(raised: type[BaseException]) -> None:
     """Whatever a child's life raises, the child ends by `os._exit` (70): it never comes back into the caller's code,

@@ -42,7 +42,8 @@ __all__ = [
 ]
 
 _ORPHAN_POLL_S = 0.5
-"""How often a [`Worker`] checks that its parent is alive (it exits within this time of the parent's death)."""
+"""How often a [`Worker`] waiting for a request checks that its parent is alive (it exits within this time of the
+parent's death; a request it is running when the parent dies ends first)."""
 
 MAX_CHILD_BYTES = 16 * 1024 * 1024
 """The most bytes a child may send back (its JSON reply); more is a [`ChildDied`] (the child is killed)."""
@@ -362,10 +363,16 @@ def _write_all(fd: int, data: bytes, deadline: float) -> None:
             view = view[os.write(fd, view[: 1 << 16]) :]
 
 
-def _read_exact(fd: int, count: int) -> bytes | None:
-    """`count` bytes from a blocking pipe, or None at its end."""
+def _read_exact(fd: int, count: int, parent: int | None = None) -> bytes | None:
+    """`count` bytes from a blocking pipe, or None at its end. With `parent`, the wait polls every
+    `_ORPHAN_POLL_S` whether the parent pid is still this process's parent, and exits the process (`os._exit(0)`)
+    once it is not: the parent died (even by `os._exit` or a kill) and nobody will write again."""
     data = bytearray()
     while len(data) < count:
+        if parent is not None:
+            while not select.select([fd], [], [], _ORPHAN_POLL_S)[0]:
+                if os.getppid() != parent:
+                    os._exit(0)
         chunk = os.read(fd, min(count - len(data), 1 << 20))
         if not chunk:
             return None
@@ -373,19 +380,52 @@ def _read_exact(fd: int, count: int) -> bytes | None:
     return bytes(data)
 
 
+def _prctl() -> Callable[..., int] | None:
+    """Linux's `prctl`, looked up in the parent at import: a child must not `dlopen` (it takes the loader's lock,
+    which another parent thread may have held at the fork)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+
+_PRCTL = _prctl()
+_PR_SET_PDEATHSIG = 1
+
+
+def _leave_with(parent: int) -> None:
+    """Exit this (child) process when `parent` dies during a request: Linux sends the parent-death signal when the
+    thread that forked it ends, so the handler checks that the parent process is gone before it exits (the
+    signal comes once: after a forking thread's own end, only the poll between requests watches). Elsewhere only
+    the poll between requests watches."""
+    if _PRCTL is None:
+        return
+
+    def parent_died(signum: int, frame: Any) -> None:
+        if os.getppid() != parent:
+            os._exit(0)
+
+    signal.signal(signal.SIGUSR2, parent_died)
+    _PRCTL(_PR_SET_PDEATHSIG, int(signal.SIGUSR2), 0, 0, 0)
+    if os.getppid() != parent:  # it died before the signal was asked for
+        os._exit(0)
+
+
 def _worker_main(handler: Callable[[Any], Any], read_fd: int, write_fd: int) -> None:
     """A [`Worker`]'s life: answer requests until the parent closes its end (or dies)."""
     _one_torch_thread()
+    # The child leaves with its parent (freeing what the fork inherited, its pipes and sockets, so nobody waits on
+    # them): between requests by polling it, during one by the kernel's parent-death signal. It starts no thread to
+    # do so: a thread started in the child of a multi-threaded parent can block forever on a lock another parent
+    # thread held at the fork (seen: the new thread never ran, so the child never answered and its parent waited).
     parent = os.getppid()
-
-    def orphaned() -> None:  # the parent died (even by os._exit or a kill): leave with it, freeing what the fork
-        while os.getppid() == parent:  # inherited (its pipes and sockets), so nobody waits on them
-            time.sleep(_ORPHAN_POLL_S)
-        os._exit(0)
-
-    threading.Thread(target=orphaned, name="worker-orphan-watch", daemon=True).start()
+    _leave_with(parent)
     while True:
-        header = _read_exact(read_fd, 8)
+        header = _read_exact(read_fd, 8, parent)
         if header is None:
             return
         payload = _read_exact(read_fd, int.from_bytes(header, "big"))
