@@ -132,15 +132,25 @@ def test_a_collection_inside_the_registry_does_not_deadlock(tmp_path: Path, monk
     assert worker.closed  # the cyclic function's worker went with it
 
 
-def test_a_worker_leaves_when_its_parent_dies_mid_call(tmp_path: Path) -> None:
-    """A parent that ends by `os._exit` (as a pytest-xdist worker does) while its reward worker is busy in a long call
-    runs no exit handler: the worker must still leave, or it keeps the pipes it inherited open for as long as the call
-    runs (a test runner reading them waits that long)."""
+def run_parent_until_eof(tmp_path: Path, source: str) -> tuple[float, int]:
+    """Runs `source` as a script with its output captured, which waits until every process holding the output's
+    pipes (the script and any worker it left) is gone: the seconds that took and the script's return code."""
     import subprocess
     import sys
 
     script = tmp_path / "parent.py"
-    script.write_text(
+    script.write_text(source)
+    start = time.monotonic()
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=90)
+    return time.monotonic() - start, done.returncode
+
+
+def test_a_worker_leaves_when_its_parent_dies_mid_call(tmp_path: Path) -> None:
+    """A parent that ends by `os._exit` (as a pytest-xdist worker does) while its reward worker is busy in a long call
+    runs no exit handler: the worker must still leave, or it keeps the pipes it inherited open for as long as the call
+    runs (a test runner reading them waits that long)."""
+    seconds, _ = run_parent_until_eof(
+        tmp_path,
         "import os, threading, time\n"
         "from trl_marl.reward_contract import call_reward_function\n"
         "def score(prompts, completions, **kwargs):\n"
@@ -149,11 +159,9 @@ def test_a_worker_leaves_when_its_parent_dies_mid_call(tmp_path: Path) -> None:
         "threading.Thread(target=call_reward_function, args=(score, 'score', 1), daemon=True,\n"
         "                 kwargs=dict(timeout=600.0, prompts=['p'], completions=['c'])).start()\n"
         "time.sleep(3)\n"
-        "os._exit(0)\n"
+        "os._exit(0)\n",
     )
-    start = time.monotonic()
-    subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=90)  # waits for EOF
-    assert time.monotonic() - start < 60  # the worker left with its parent, not after the hour-long call
+    assert seconds < 60  # the worker left with its parent, not after the hour-long call
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="counts threads in /proc (Linux)")
@@ -180,20 +188,15 @@ def test_a_worker_runs_no_thread_of_its_own() -> None:
 def test_an_idle_worker_leaves_when_its_parent_dies(tmp_path: Path) -> None:
     """Between requests the worker polls its parent: a parent that ends by `os._exit` leaves no worker behind holding
     the pipes it inherited (the test runner reading them would wait forever)."""
-    import subprocess
-    import sys
-
-    script = tmp_path / "parent.py"
-    script.write_text(
+    seconds, returncode = run_parent_until_eof(
+        tmp_path,
         "import os\n"
         "from trl_marl.utils.bounded import Worker\n"
         "worker = Worker(lambda request: request)\n"
-        "assert worker.call(7, timeout=30.0) == 7\n"
-        "os._exit(0)\n"
+        "assert worker.call(7, timeout=30.0) == {'value': 7}\n"
+        "os._exit(0)\n",
     )
-    start = time.monotonic()
-    subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=90)  # waits for EOF
-    assert time.monotonic() - start < 60
+    assert returncode == 0 and seconds < 60
 
 
 @pytest.mark.parametrize("raised", [KeyboardInterrupt, SystemExit, RuntimeError])
