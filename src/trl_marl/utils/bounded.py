@@ -398,10 +398,9 @@ _PR_SET_PDEATHSIG = 1
 
 
 def _leave_with(parent: int) -> None:
-    """Exit this (child) process when `parent` dies during a request: Linux sends the parent-death signal when the
-    thread that forked it ends, so the handler checks that the parent process is gone before it exits (the
-    signal comes once: after a forking thread's own end, only the poll between requests watches). Elsewhere only
-    the poll between requests watches."""
+    """Have Linux signal this (child) process when its parent dies, even mid-request, and exit then. The signal comes
+    once, when the *thread* that forked the child ends, so the handler exits only if the parent process is gone;
+    after a forking thread's own end, and off Linux, the poll between requests (`_read_exact`) is the only watch."""
     if _PRCTL is None:
         return
 
@@ -418,10 +417,9 @@ def _leave_with(parent: int) -> None:
 def _worker_main(handler: Callable[[Any], Any], read_fd: int, write_fd: int) -> None:
     """A [`Worker`]'s life: answer requests until the parent closes its end (or dies)."""
     _one_torch_thread()
-    # The child leaves with its parent (freeing what the fork inherited, its pipes and sockets, so nobody waits on
-    # them): between requests by polling it, during one by the kernel's parent-death signal. It starts no thread to
-    # do so: a thread started in the child of a multi-threaded parent can block forever on a lock another parent
-    # thread held at the fork (seen: the new thread never ran, so the child never answered and its parent waited).
+    # The child leaves with its parent, freeing what the fork inherited (its pipes and sockets) so nobody waits on
+    # them. It starts no thread to watch: a thread started in the child of a multi-threaded parent can block forever
+    # on a lock another parent thread held at the fork (seen: it never ran, so the child never answered).
     parent = os.getppid()
     _leave_with(parent)
     while True:
