@@ -58,7 +58,7 @@ def _records(tmp_path: Path) -> list[str]:
 
 def test_gap_spread_and_necessity_by_hand(target: Any, tmp_path: Path) -> None:
     settings, results = target.load(_records(tmp_path))
-    assert settings == {"task": "job", "steps": 40}
+    assert settings == {"task": "job", "steps": {"team": 40, "alone": 40}}
     assert [r.gap for r in results] == pytest.approx([0.20, 0.10, 0.25, 0.05, 0.20])
     v = target.verdict(results)
     # team: mean 0.30, squared deviations 0, .01, .0025, .01, .0025 -> variance .025 / 4 -> std 0.0790569
@@ -98,7 +98,8 @@ def test_one_seed_gives_no_spread_and_no_verdict(target: Any, tmp_path: Path) ->
 
 @pytest.mark.parametrize("case, message", [
     ("task", "compare records of one task"),
-    ("steps", "compare records of one task and one step count"),
+    ("steps", "alone may train longer than the team .to their plateau., never shorter"),
+    ("arm_steps", "compare records of one step count per arm"),
     ("disagree", "the records disagree"),
     ("scale", "different scales"),
     ("none", "No records matched"),
@@ -109,6 +110,8 @@ def test_bad_records_are_refused_with_the_reason(target: Any, tmp_path: Path, ca
         paths.append(_write(tmp_path / "a.json", "alone", 0, 0.05, 0.1, task="other"))
     elif case == "steps":
         paths.append(_write(tmp_path / "a.json", "alone", 0, 0.05, 0.1, steps=20))
+    elif case == "arm_steps":  # two team records of different lengths
+        paths.append(_write(tmp_path / "t1.json", "team", 1, 0.05, 0.3, steps=80))
     elif case == "disagree":  # the untrained team of one seed measured twice, differently
         paths.append(_write(tmp_path / "a.json", "alone", 0, 0.06, 0.1))
     elif case == "scale":
@@ -129,3 +132,35 @@ def test_single_policy_records_in_the_glob_are_skipped(target: Any, tmp_path: Pa
     _, without = target.load(_records(tmp_path))
     assert with_central == without
     assert "skipped" in capsys.readouterr().err
+
+
+def test_plateau_test_by_hand(target: Any) -> None:
+    # windows of 2: before (0.1, 0.3) mean 0.2 var 0.02; last (0.4, 0.6) mean 0.5 var 0.02;
+    # standard error sqrt(0.02 / 2 + 0.02 / 2) = 0.1414; rise 0.3 > 2 x 0.1414 = 0.283: still rising
+    assert target.plateaued([0.0, 0.1, 0.3, 0.4, 0.6], window=2) is False
+    # last (0.3, 0.5): rise 0.2 <= 0.283: plateaued; a fall is a plateau too
+    assert target.plateaued([0.1, 0.3, 0.3, 0.5], window=2) is True
+    assert target.plateaued([0.5, 0.7, 0.1, 0.2], window=2) is True
+    assert target.plateaued([0.1, 0.2, 0.3], window=2) is None  # shorter than two windows
+    with pytest.raises(SystemExit, match="--plateau-window is 1"):
+        target.plateaued([0.1, 0.2, 0.3], window=1)
+
+
+def test_alone_arm_trained_longer_is_compared_and_its_plateau_reported(target: Any, tmp_path: Path,
+                                                                         capsys: Any) -> None:
+    paths = [_write(tmp_path / "team_seed0.json", "team", 0, 0.05, 0.3),
+             _write(tmp_path / "team_seed1.json", "team", 1, 0.05, 0.4),
+             _write(tmp_path / "alone_seed0.json", "alone", 0, 0.05, 0.1, steps=80),
+             _write(tmp_path / "alone_seed1.json", "alone", 1, 0.05, 0.0, steps=80)]
+    # the fixture's alone curves: agent 0 is 0.1 x6 then 0.2 x4; windows of 5 are (0.1 x5) and (0.1, 0.2 x4):
+    # rise 0.08, variances 0 and 0.002, standard error sqrt(0.002 / 5) = 0.02: 0.08 > 0.04, rising (agent 1 doubled)
+    report = target.main([*paths, "--min-seeds", "2", "--plateau-window", "5"])
+    assert report["settings"]["steps"] == {"team": 40, "alone": 80}
+    assert report["verdict"]["alone_plateaued"] == {0: [False, False], 1: [False, False]}
+    assert report["verdict"]["alone_plateau_holds"] is False
+    printed = capsys.readouterr().out
+    assert "job, team 40 steps, alone 80 steps" in printed and "alone agents plateaued: not all" in printed
+    # windows of 2 cover the flat 0.2 x4: no rise, plateaued
+    assert target.verdict(target.load(paths)[1], plateau_window=2)["alone_plateau_holds"] is True
+    # curves of 10 steps are too short for windows of 10
+    assert target.verdict(target.load(paths)[1])["alone_plateau_holds"] is None
