@@ -15,6 +15,10 @@ record is absent, and the legend gives the number of seeds of each arm.
     python benchmarks/learning/plot_real.py writing_halves --steps 40 \\
         --records "benchmarks/results/learning_real_magrpo_writing_halves_summary_options_*.json" \\
         --output docs/real_writing_halves_learning_40steps.png
+    python benchmarks/learning/plot_real.py writing_halves --steps 40 80 \\
+        --records "benchmarks/results/learning_real_magrpo_writing_halves_summary_options_40steps_team_*.json" \\
+        "benchmarks/results/learning_real_magrpo_writing_halves_summary_options_80steps_alone_*.json" \\
+        --output docs/real_writing_halves_learning_alone80.png
     python benchmarks/learning/plot_real.py debate \\
         --records benchmarks/results/learning_real_maporl_hidden_sum_*.json --output docs/real_debate_learning.png
 
@@ -97,11 +101,13 @@ def of_task(runs: Sequence[tuple[dict[str, Any], dict[str, Any]]],
 
 
 def of_steps(runs: Sequence[tuple[dict[str, Any], dict[str, Any]]],
-             steps: int | None) -> list[tuple[dict[str, Any], dict[str, Any]]]:
-    """The runs trained for `steps` optimizer steps; with None, all of them, which must share one step count (a plot
-    of seeds trained for different lengths would compare unlike runs: the error names `--steps`)."""
+             steps: int | Sequence[int] | None) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """The runs trained for `steps` optimizer steps (one count or several: e.g. a team trained 40 steps beside agents
+    trained alone for 80, each arm one length, which `main` checks); with None, all of them, which must share one
+    step count (a plot of seeds trained for different lengths would compare unlike runs: the error names `--steps`)."""
     if steps is not None:
-        return [(record, run) for record, run in runs if record["settings"].get("steps") == steps]
+        wanted = {steps} if isinstance(steps, int) else set(steps)
+        return [(record, run) for record, run in runs if record["settings"].get("steps") in wanted]
     counts = sorted({record["settings"].get("steps") for record, _ in runs}, key=str)
     if len(counts) > 1:
         raise SystemExit(f"the records ran {counts} optimizer steps: plot one length at a time with --steps N")
@@ -157,7 +163,7 @@ def figure(task: str, arms: dict[str, Any], metric: str, top: float = 1.0) -> An
             left.plot(range(1, len(curve) + 1), curve, color=color, alpha=0.25, linewidth=0.8)
         length, seeds = min(len(c) for c in slot["curves"]), len(slot["curves"])
         mean = [statistics.mean(c[i] for c in slot["curves"]) for i in range(length)]
-        label = f"{arm} ({seeds} seed{'s' if seeds != 1 else ''})"
+        label = f"{arm} ({seeds} seed{'s' if seeds != 1 else ''}, {length} steps)"
         left.plot(range(1, length + 1), mean, color=color, linewidth=2.2, label=label)
         for k, (before, after) in enumerate(zip(slot["before"], slot["after"])):
             x0, x1 = index * 3, index * 3 + 1
@@ -184,8 +190,9 @@ def main(argv: Sequence[str] | None = None) -> str:
     parser.add_argument("task", choices=sorted(TITLES))
     parser.add_argument("--records", nargs="+", required=True, help="record files (globs allowed)")
     parser.add_argument("--output", required=True, help="PNG path")
-    parser.add_argument("--steps", type=int, default=None,
-                        help="keep the records trained for this many steps (needed when the records mix lengths)")
+    parser.add_argument("--steps", type=int, nargs="+", default=None,
+                        help="keep the records trained for this many steps (needed when the records mix lengths); "
+                             "several counts plot arms of different lengths, each arm one length")
     args = parser.parse_args(argv)
     runs = load_runs(args.records)
     if args.task == "debate":
@@ -195,6 +202,11 @@ def main(argv: Sequence[str] | None = None) -> str:
         arms = magrpo_series(of_steps(of_task(runs, RECORD_TASKS[args.task]), args.steps), value)
         if not arms:
             raise SystemExit(f"no record of {args.records} ran --task {RECORD_TASKS[args.task]}")
+        for arm, slot in arms.items():
+            lengths = sorted({len(curve) for curve in slot["curves"]})
+            if len(lengths) > 1:
+                raise SystemExit(f"the {arm} arm's records trained {lengths} steps: keep one length per arm with "
+                                 "--steps")
     fig = figure(args.task, arms, metric, top)
     fig.savefig(args.output, dpi=100)
     print(f"wrote {args.output}: " + ", ".join(f"{arm} {len(s['curves'])} seeds" for arm, s in arms.items()))

@@ -114,3 +114,30 @@ def test_records_of_different_lengths_are_plotted_one_length_at_a_time(plot: Any
     out = tmp_path / "c.png"
     plot.main(["coding", "--records", str(tmp_path / "rec*.json"), "--output", str(out), "--steps", "20"])
     assert out.exists()
+
+
+def test_arms_of_different_lengths_plot_together_each_arm_one_length(plot: Any, tmp_path: Path) -> None:
+    """A team trained 40 steps beside agents trained alone for 80 (`--steps 40 80`); an arm of two lengths is refused."""
+    def write(seed: int, arm: str, steps: int) -> None:
+        data: dict[str, Any] = {"heldout": _split(0.5)}
+        if arm == "alone":
+            data["agents"] = [{"reward_curve": [0.1] * steps}, {"reward_curve": [0.3] * steps}]
+        else:
+            data["reward_curve"] = [0.2] * steps
+        run = {"seed": seed, "untrained": {"heldout": _split(0.25)}, arm: data}
+        (tmp_path / f"rec{seed}.json").write_text(json.dumps({"settings": {"task": "coding", "steps": steps},
+                                                              "runs": [run]}))
+
+    for seed, (arm, steps) in enumerate((("team", 40), ("alone", 80), ("alone", 80))):
+        write(seed, arm, steps)
+    runs = plot.load_runs([str(tmp_path / "rec*.json")])
+    assert [run["seed"] for _, run in plot.of_steps(runs, [40, 80])] == [0, 1, 2]
+    assert [run["seed"] for _, run in plot.of_steps(runs, 80)] == [1, 2]
+    series = plot.magrpo_series(plot.of_steps(runs, [40, 80]))
+    assert {arm: [len(c) for c in s["curves"]] for arm, s in series.items()} == {"team": [40], "alone": [80, 80]}
+    out = tmp_path / "mixed.png"
+    plot.main(["coding", "--records", str(tmp_path / "rec*.json"), "--output", str(out), "--steps", "40", "80"])
+    assert out.exists()
+    write(2, "alone", 40)
+    with pytest.raises(SystemExit, match=r"the alone arm's records trained \[40, 80\] steps"):
+        plot.main(["coding", "--records", str(tmp_path / "rec*.json"), "--output", str(out), "--steps", "40", "80"])
