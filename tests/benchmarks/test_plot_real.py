@@ -117,7 +117,7 @@ def test_records_of_different_lengths_are_plotted_one_length_at_a_time(plot: Any
 
 
 def test_arms_of_different_lengths_plot_together_each_arm_one_length(plot: Any, tmp_path: Path) -> None:
-    """A team trained 40 steps beside agents trained alone for 80 (`--steps 40 80`); an arm of two lengths is refused."""
+    """A team of 40 steps beside agents trained alone for 80 (`--steps 40 80`); an arm of two lengths is refused."""
     def write(seed: int, arm: str, steps: int) -> None:
         data: dict[str, Any] = {"heldout": _split(0.5)}
         if arm == "alone":
