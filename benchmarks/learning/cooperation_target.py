@@ -128,10 +128,11 @@ def load(paths: Sequence[str], value: str = "reward") -> tuple[dict[str, Any], l
         elif mine != task:
             raise SystemExit(f"{path} ran task {mine!r}, the first record {task!r}: compare records of one task "
                              "(pass a narrower glob).")
+        count = data["settings"].get("steps")
         for run in data["runs"]:
             for arm in ARMS:
-                if arm in run and steps.setdefault(arm, data["settings"].get("steps")) != data["settings"]["steps"]:
-                    raise SystemExit(f"{path}'s {arm} arm trained {data['settings']['steps']} steps, another "
+                if arm in run and steps.setdefault(arm, count) != count:
+                    raise SystemExit(f"{path}'s {arm} arm trained {count} steps, another "
                                      f"record's {steps[arm]}: compare records of one step count per arm (pass a "
                                      "narrower glob).")
             result = seeds.setdefault(run["seed"], SeedResult(run["seed"]))
