@@ -27,6 +27,10 @@ Usage::
 
     python benchmarks/learning/cooperation_target.py \\
         "benchmarks/results/learning_real_magrpo_coding_rule_division_decide_2or1_named_{team,alone}_seed*.json"
+    # the 40-step team against agents trained alone for 80 steps (to their plateau), on the seeds that ran both
+    python benchmarks/learning/cooperation_target.py --min-seeds 2 \\
+        "benchmarks/results/learning_real_magrpo_writing_halves_summary_options_40steps_team_seed*.json" \\
+        "benchmarks/results/learning_real_magrpo_writing_halves_summary_options_80steps_alone_seed*.json"
 
 Records of different tasks are refused, and so are records of one arm with different step counts.
 """
@@ -203,11 +207,12 @@ def table(results: Sequence[SeedResult], window: int = 5, plateau_window: int = 
              f"first, second-to-last and last {window} steps | plateaued ({plateau_window}-step windows)"]
     for r in results:
         curves = r.curves.get("alone", [])
-        plateau = ", ".join(f"{_mean(c[:window]):.3f} -> {_mean(c[-2 * window:-window]):.3f} -> "
-                            f"{_mean(c[-window:]):.3f}" for c in curves) or "-"
+        windows = ", ".join(f"{_mean(c[:window]):.3f} -> {_mean(c[-2 * window:-window]):.3f} -> "
+                             f"{_mean(c[-window:]):.3f}" for c in curves) or "-"
+        plateaued = "/".join(str(flag) for flag in r.plateaued(plateau_window)) or "-"
         blanked = "/".join(fmt(x) for x in r.blanked.get("team", [])) or "-"
         lines.append(f"{r.seed} | {fmt(r.untrained)} | {fmt(r.team)} | {fmt(r.alone)} | {fmt(r.gap)} | {blanked} | "
-                     f"{r.necessity()} | {plateau} | {'/'.join(str(p) for p in r.plateaued(plateau_window)) or '-'}")
+                     f"{r.necessity()} | {windows} | {plateaued}")
     return "\n".join(lines)
 
 
