@@ -27,8 +27,8 @@ Usage::
 
     python benchmarks/learning/cooperation_target.py \\
         "benchmarks/results/learning_real_magrpo_coding_rule_division_decide_2or1_named_{team,alone}_seed*.json"
-    # the 40-step team against agents trained alone for 80 steps (to their plateau), on the seeds that ran both
-    python benchmarks/learning/cooperation_target.py --min-seeds 2 \\
+    # the 40-step team against agents trained alone for 80 steps (to their plateau), on the 3 seeds that ran both
+    python benchmarks/learning/cooperation_target.py --min-seeds 3 \\
         "benchmarks/results/learning_real_magrpo_writing_halves_summary_options_40steps_team_seed*.json" \\
         "benchmarks/results/learning_real_magrpo_writing_halves_summary_options_80steps_alone_seed*.json"
 
